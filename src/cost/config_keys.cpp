@@ -11,8 +11,9 @@ int64_t ConfigKeys::positive(const char* key, const char* why) {
     return 1;
   }
   const auto& v = json_.at(key);
-  if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
-    fail(invalid_argument(fmt::format("{}: key '{}' must be a positive integer, got {}", source_, key, v.dump())));
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > kMaxCount) {
+    fail(invalid_argument(
+        fmt::format("{}: key '{}' must be a positive integer (at most {}), got {}", source_, key, kMaxCount, v.dump())));
     return 1;
   }
   return v.get<int64_t>();
@@ -21,8 +22,9 @@ int64_t ConfigKeys::positive(const char* key, const char* why) {
 int64_t ConfigKeys::non_negative_or(const char* key, int64_t fallback) {
   if (!has(key)) return fallback;
   const auto& v = json_.at(key);
-  if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-    fail(invalid_argument(fmt::format("{}: key '{}' must be a non-negative integer, got {}", source_, key, v.dump())));
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxCount) {
+    fail(invalid_argument(fmt::format("{}: key '{}' must be a non-negative integer (at most {}), got {}", source_,
+                                      key, kMaxCount, v.dump())));
     return fallback;
   }
   return v.get<int64_t>();
@@ -45,12 +47,12 @@ std::vector<int64_t> ConfigKeys::int_list(const char* key, const char* why) {
     return out;
   }
   const auto& v = json_.at(key);
-  if (!v.is_array()) {
-    fail(invalid_argument(fmt::format("{}: key '{}' must be a list of integers", source_, key)));
+  if (!v.is_array() || int64_t(v.size()) > kMaxLayers) {
+    fail(invalid_argument(fmt::format("{}: key '{}' must be a list of at most {} integers", source_, key, kMaxLayers)));
     return out;
   }
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number_integer() || v[i].get<int64_t>() < 0) {
+    if (!v[i].is_number_integer() || v[i].get<int64_t>() < 0 || v[i].get<int64_t>() > kMaxCount) {
       fail(invalid_argument(
           fmt::format("{}: key '{}' entry {} must be a non-negative integer, got {}", source_, key, i, v[i].dump())));
       return {};

@@ -14,17 +14,23 @@
 
 namespace dsv41::cost_internal {
 
+// Sanity bounds on what a config may ask for, so that a hostile or corrupt file cannot make the
+// calculator allocate per-layer tables of absurd length or overflow a channel count. Far above
+// any real model (the largest DeepSeek has 95 layers; its largest count read here is the vocab).
+inline constexpr int64_t kMaxLayers = 1 << 16;
+inline constexpr int64_t kMaxCount = 1 << 24;
+
 class ConfigKeys {
  public:
   ConfigKeys(const nlohmann::json& json, std::string source) : json_(json), source_(std::move(source)) {}
 
   bool has(const char* key) const { return json_.contains(key) && !json_.at(key).is_null(); }
-  // Required positive integer; `why` says what it is needed for (goes into the message).
+  // Required positive integer ≤ kMaxCount; `why` says what it is needed for (goes into the message).
   int64_t positive(const char* key, const char* why);
-  // Optional non-negative integer: absent or null → `fallback`.
+  // Optional non-negative integer ≤ kMaxCount: absent or null → `fallback`.
   int64_t non_negative_or(const char* key, int64_t fallback);
   std::string string_or(const char* key, const std::string& fallback);
-  // Required list of non-negative integers.
+  // Required list of non-negative integers ≤ kMaxCount, at most kMaxLayers of them.
   std::vector<int64_t> int_list(const char* key, const char* why);
 
   const Status& status() const { return status_; }

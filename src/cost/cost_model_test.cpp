@@ -204,6 +204,11 @@ TEST(CostModel, BadConfigsNameTheProblem) {
     "vocab_size": 10, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,)";
   expect_error(v4 + R"("compress_ratios": [0, 4]})", "compress_ratios has 2 entries");
   expect_error(v4 + R"("compress_ratios": [0, 4, "x", 4]})", "compress_ratios' entry 2");
+  expect_error(v4 + R"("compress_ratios": [16777213, 16777199, 16777183, 16777153]})", "common multiple");
+  // Absurd sizes are refused before anything is allocated.
+  expect_error(R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1000000000,
+                   "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10})", "num_hidden_layers");
+  expect_error(R"({"model_type": "deepseek_v3", "hidden_size": 99999999999})", "'hidden_size' must be");
 }
 
 TEST(CostModel, V4CheckpointIntervalMustAlignWithEveryRatio) {

@@ -13,6 +13,8 @@ Result<CostModel> build_dense_attention_cost(const nlohmann::json& json, const s
   ConfigKeys k(json, source);
   const int64_t d = k.positive("hidden_size", "the projection sizes");
   const int64_t layers = k.positive("num_hidden_layers", "the layer count");
+  if (layers > kMaxLayers)
+    k.fail(invalid_argument(fmt::format("{}: num_hidden_layers {} is more than {}", source, layers, kMaxLayers)));
   const int64_t heads = k.positive("num_attention_heads", "the attention heads");
   const int64_t kv_heads = k.has("num_key_value_heads") ? k.positive("num_key_value_heads", "the KV cache") : heads;
   const int64_t head_dim = k.has("head_dim") ? k.positive("head_dim", "the KV cache") : d / heads;

@@ -14,6 +14,8 @@ Result<CostModel> build_mla_cost(const nlohmann::json& json, const std::string& 
   ConfigKeys k(json, source);
   const int64_t d = k.positive("hidden_size", "the projection sizes");
   const int64_t layers = k.positive("num_hidden_layers", "the layer count");
+  if (layers > kMaxLayers)
+    k.fail(invalid_argument(fmt::format("{}: num_hidden_layers {} is more than {}", source, layers, kMaxLayers)));
   const int64_t heads = k.positive("num_attention_heads", "the attention heads");
   const int64_t kv_lora = k.positive("kv_lora_rank", "the MLA cache record");
   const int64_t rope = k.positive("qk_rope_head_dim", "the MLA cache record");

@@ -23,6 +23,8 @@ Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& s
   ConfigKeys k(json, source);
   const int64_t d = k.positive("hidden_size", "the projection sizes");
   const int64_t layers = k.positive("num_hidden_layers", "the layer count");
+  if (layers > kMaxLayers)
+    k.fail(invalid_argument(fmt::format("{}: num_hidden_layers {} is more than {}", source, layers, kMaxLayers)));
   const int64_t heads = k.positive("num_attention_heads", "the attention heads");
   const int64_t head_dim = k.positive("head_dim", "the KV record");
   const int64_t rope = k.positive("qk_rope_head_dim", "the KV record (BF16 RoPE part)");
@@ -53,8 +55,13 @@ Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& s
   if (rope >= head_dim)
     return invalid_argument(fmt::format("{}: qk_rope_head_dim {} must be below head_dim {}", source, rope, head_dim));
   int64_t lcm = 1;
-  for (int64_t i = 0; i < layers; ++i)
-    if (ratios[i] > 0) lcm = std::lcm(lcm, ratios[i]);
+  for (int64_t i = 0; i < layers; ++i) {
+    if (ratios[i] == 0) continue;
+    const int64_t step = lcm / std::gcd(lcm, ratios[i]);
+    if (step > (int64_t(1) << 40) / ratios[i])  // keeps the product exact; no real schedule comes close
+      return invalid_argument(fmt::format("{}: compress_ratios have no common multiple below 2^40", source));
+    lcm = step * ratios[i];
+  }
   if (options.swa_checkpoint_interval <= 0 || options.swa_checkpoint_interval % lcm != 0)
     return invalid_argument(fmt::format(
         "SWA checkpoint interval {} must be a positive multiple of every compress ratio (lcm {}) so that no "
@@ -145,6 +152,9 @@ Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& s
       "--swa-checkpoint-interval (must be a multiple of {})",
       options.swa_checkpoint_interval, lcm));
   m.assumptions.push_back("V4 window rows use the same 584 B FP8 layout as compressed entries (one KV pool ABI)");
+  m.assumptions.push_back(fmt::format(
+      "V4 indexer keys at the release's FP4 ({:g} B); serving engines that keep them in FP8 (132 B) store more",
+      idx_bytes));
   return m;
 }
 

@@ -20,10 +20,10 @@ const RecordFormat kFormats[] = {
    "DeepSeek LLM (arXiv:2401.02954 §2.2); HF LlamaAttention caches K,V per KV head in BF16"},
   // DeepSeek-V2/V3 MLA: the cache holds the compressed latent c_KV (kv_lora_rank) and the decoupled
   // RoPE key (qk_rope_head_dim) per token per layer, BF16 (DeepSeek-V2 paper arXiv:2405.04434
-  // §2.1.2/Table 1: (d_c + d_h^R)·l elements; deepseek-ai/DeepSeek-V3 inference/model.py
+  // §2.1.2–2.1.4, Table 1: (d_c + d_h^R)·l elements; deepseek-ai/DeepSeek-V3 inference/model.py
   // kv_cache + pe_cache with attn_impl "absorb"). 512 + 64 channels → 1152 B.
   {RecordKind::kMlaBf16, "MLA latent + RoPE key (BF16)", 16, false, 0, 0, 1,
-   "DeepSeek-V2 paper (arXiv:2405.04434 §2.1.2); deepseek-ai/DeepSeek-V3 inference/model.py kv_cache+pe_cache"},
+   "DeepSeek-V2 paper (arXiv:2405.04434 §2.1, Table 1); deepseek-ai/DeepSeek-V3 inference/model.py kv_cache+pe_cache"},
   // DeepSeek-V3.2 MLA record of FlashMLA's sparse decoding kernel: 512 float8_e4m3 latent channels,
   // one float32 scale per 128 of them (4 × 4 B), then the 64 RoPE channels in BF16 → 656 B
   // (deepseek-ai/FlashMLA README "FP8 KV cache ... 656 Bytes"; same layout in

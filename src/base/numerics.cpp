@@ -96,6 +96,17 @@ uint8_t f32_to_e4m3(float x) {
   return sign | static_cast<uint8_t>(magnitude_code);
 }
 
+const float* e4m3_decode_table() {
+  struct Table {
+    float v[256];
+    Table() {
+      for (int c = 0; c < 256; ++c) v[c] = e4m3_to_f32(static_cast<uint8_t>(c));
+    }
+  };
+  static const Table table;  // initialised once, thread-safe (C++11 magic statics)
+  return table.v;
+}
+
 // ---- UE8M0 -------------------------------------------------------------------------------
 float ue8m0_to_f32(uint8_t code) {
   if (code == 0xFF) return std::numeric_limits<float>::quiet_NaN();

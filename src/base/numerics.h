@@ -32,6 +32,9 @@ float e4m3_to_f32(uint8_t code);  // 0x7F -> +NaN, 0xFF -> -NaN
 // (torch's float8_e4m3fn cast differs only above 464: it gives NaN where this saturates.)
 uint8_t f32_to_e4m3(float x);
 inline float round_to_e4m3(float x) { return e4m3_to_f32(f32_to_e4m3(x)); }
+// All 256 decoded values, table[code] == e4m3_to_f32(code) bit for bit (tested), for bulk
+// dequantisation (FP8 weights, window rows). Built on first use; thread-safe; lives forever.
+const float* e4m3_decode_table();
 
 // ---- UE8M0 (unsigned power of two: value = 2^(code-127); 0xFF = NaN) ----------------------
 // Code 0 is 2^-127 (a float32 subnormal). Used as F8_E8M0 checkpoint scales (FP8 weight blocks,

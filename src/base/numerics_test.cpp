@@ -46,6 +46,13 @@ TEST(NumericsE4m3, DecodesAll256Codes) {
   EXPECT_EQ(bits(e4m3_to_f32(0x80)), 0x80000000u);  // -0
 }
 
+TEST(NumericsE4m3, DecodeTableMatchesScalarDecodeBitForBit) {
+  const float* table = e4m3_decode_table();
+  for (int c = 0; c < 256; ++c) {
+    EXPECT_EQ(bits(table[c]), bits(e4m3_to_f32(static_cast<uint8_t>(c)))) << c;
+  }
+}
+
 TEST(NumericsE4m3, EncodeOfDecodeIsIdentityForEveryNonNanCode) {
   for (int c = 0; c < 256; ++c) {
     if ((c & 0x7F) == 0x7F) continue;

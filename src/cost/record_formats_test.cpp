@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "cache/records.h"
+
 namespace dsv41 {
 namespace {
 
@@ -40,6 +42,16 @@ TEST(CostRecordFormats, SizesFollowTheChannelCounts) {
   EXPECT_EQ(record_bytes(record_format(RecordKind::kMlaFp8), 256 + 64, 64), 256 + 2 * 4 + 128);
   // A partial scale block still costs a whole scale.
   EXPECT_EQ(record_bytes(record_format(RecordKind::kV41IndexKeyFp4), 40, 0), 20 + 2);
+}
+
+// The calculator and the engine's packed records (cache/records.h) agree to the byte for every
+// V4.1 record kind, at the Flash channel counts and at other legal ones.
+TEST(CostRecordFormats, V41SizesAgreeWithTheEnginesRecords) {
+  for (int c : {32, 64, 128, 256, 512, 1024}) {
+    EXPECT_EQ(record_bytes(record_format(RecordKind::kV41WindowFp8), c, 64), double(window_row_bytes(c))) << c;
+    EXPECT_EQ(record_bytes(record_format(RecordKind::kV41MainFp4), c, 64), double(main_row_bytes(c))) << c;
+    EXPECT_EQ(record_bytes(record_format(RecordKind::kV41IndexKeyFp4), c, 64), double(index_row_bytes(c))) << c;
+  }
 }
 
 TEST(CostRecordFormats, DescriptionAddsUp) {

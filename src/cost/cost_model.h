@@ -84,6 +84,7 @@ struct CostModel {
   std::vector<LayerCost> layers;
   std::vector<RecordUse> records;
   PrecisionFlops head_flops;          // output head (and V4 hc_head): per token, context-free
+  std::string geometry;               // one line: layers, width, heads, experts, window
   std::string weight_note;            // what the weight FLOPs count
   // Persistent cache (kept between turns): global KV plus, for V4, amortised SWA checkpoints.
   std::string persistent_definition;

@@ -75,8 +75,8 @@ std::string format_cost_table(const CostModel& m, const CostQuery& q) {
   std::string o;
   const int n_layers = int(m.layers.size());
   o += fmt::format("{}\n", generation_name(m.generation));
-  o += fmt::format("config: {}  (model_type {}, {} backbone layers)\n\n", m.source,
-                   m.model_type.empty() ? "?" : m.model_type, n_layers);
+  o += fmt::format("config: {}  (model_type {})\n", m.source, m.model_type.empty() ? "?" : m.model_type);
+  o += wrap(m.geometry, 120, "") + "\n";
 
   o += "Cache records (sizes from the config's channel counts; encodings from the cited release)\n";
   for (const auto& r : m.records)
@@ -166,6 +166,7 @@ std::string format_cost_json(const CostModel& m, const CostQuery& q) {
   j["model_type"] = m.model_type;
   j["generation"] = generation_name(m.generation);
   j["num_layers"] = m.layers.size();
+  j["geometry"] = m.geometry;
   j["global_kv_bytes_per_token"] = m.global_kv_bytes_per_token();
   j["global_entries_per_token"] = m.global_entries_per_token();
   j["persistent_bytes_per_token"] = m.persistent_bytes_per_token();

@@ -70,6 +70,9 @@ Result<CostModel> build_dense_attention_cost(const nlohmann::json& json, const s
   }
   add_matvec(m.head_flops, Precision::kBf16, double(d) * vocab);  // head [d → vocab]
   m.weight_note = fmt::format("q/k/v/o projections and {} FFN per layer + output head", has_moe ? "MoE" : "SwiGLU");
+  m.geometry = fmt::format("{} layers · hidden {} · {} query heads × {} · {} KV heads · vocab {}", layers, d, heads,
+                           head_dim, kv_heads, vocab);
+  if (has_moe) m.geometry += fmt::format(" · experts {}/{} + {} shared", moe.top_k, moe.n_routed, moe.n_shared);
   m.persistent_definition = "global KV only (every cached byte is per-token; no window state)";
   m.assumptions.push_back("KV cache in BF16 (the checkpoint dtype); no quantised KV cache in the release");
   return m;

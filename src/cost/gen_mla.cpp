@@ -107,6 +107,10 @@ Result<CostModel> build_mla_cost(const nlohmann::json& json, const std::string& 
     m.layers.push_back(l);
   }
   add_matvec(m.head_flops, Precision::kBf16, double(d) * vocab);
+  m.geometry = fmt::format("{} layers · hidden {} · {} heads · latent {} + RoPE {} · vocab {}", layers, d, heads, kv_lora,
+                           rope, vocab);
+  if (has_moe) m.geometry += fmt::format(" · experts {}/{} + {} shared", moe.top_k, moe.n_routed, moe.n_shared);
+  if (v32) m.geometry += fmt::format(" · indexer {}×{}, top-{}", idx_heads, idx_dim, idx_topk);
   m.weight_note = "MLA projections (absorbed wkv_b), MoE router + top-k + shared experts (dense FFN in the "
                   "first_k_dense_replace layers), output head; MTP module not counted";
   m.persistent_definition = "global KV only (every cached byte is per-token; no window state)";

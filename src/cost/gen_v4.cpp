@@ -139,6 +139,9 @@ Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& s
   }
   // Output head [d → vocab] and the head's mHC collapse hc_head_fn [hc, hc·d].
   add_matvec(m.head_flops, Precision::kBf16, double(d) * vocab + double(hc) * hc * d);
+  m.geometry = fmt::format(
+      "{} layers · hidden {} · {} heads × {} · window {} · experts {}/{} + {} shared · indexer {}×{}, top-{}", layers,
+      d, heads, head_dim, window, moe.top_k, moe.n_routed, moe.n_shared, idx_heads, idx_dim, idx_topk);
   m.weight_note = "attention projections, compressors and CSA indexers, mHC, MoE router + top-k routed (FP4) + "
                   "shared experts, output head; MTP/DSpark layers not counted";
   m.persistent_extra_bytes_per_token = checkpoint_bytes / double(options.swa_checkpoint_interval);

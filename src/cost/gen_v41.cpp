@@ -94,6 +94,13 @@ Result<CostModel> build_v41_cost(const ModelConfig& c, const LayerPlan& plan) {
     m.layers.push_back(l);
   }
   add_matvec(m.head_flops, Precision::kBf16, d * double(c.vocab_size));  // head [d → vocab], FP32 logits
+  m.geometry = fmt::format(
+      "{} layers ({} encoder + {} decoder) · hidden {} · {} heads × {} · window {} · experts {}/{} + {} shared · "
+      "indexer {}×{}, top-{} · candidate pool {}",
+      c.num_hidden_layers, plan.decoder_start > 0 ? plan.decoder_start : c.num_hidden_layers,
+      plan.decoder_start > 0 ? c.num_hidden_layers - plan.decoder_start : 0, c.hidden_size, c.num_attention_heads,
+      c.head_dim, c.sliding_window, c.num_experts_per_tok, c.n_routed_experts, c.n_shared_experts, c.index_n_heads,
+      c.index_head_dim, c.index_topk, candidate_pool);
   m.weight_note = "attention projections, kv-source compressors, indexers, Engram projections, mHC, MoE router + "
                   "top-k routed + shared experts, output head; DSpark drafter and vision not counted";
   m.persistent_definition =

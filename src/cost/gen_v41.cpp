@@ -106,6 +106,11 @@ Result<CostModel> build_v41_cost(const ModelConfig& c, const LayerPlan& plan) {
   m.persistent_definition =
       "global KV only: SWA states are rebuilt by bounded replay (system.md §3), the partial compressor group "
       "lives in the DRAM pool (§2), so nothing per-sequence is persisted";
+  if (plan.decoder_start > 0)
+    m.assumptions.push_back(fmt::format(
+        "CED prefill counts whole layers: layer {}'s compressor projection of the encoder output (its attention "
+        "norm, wkv and index-key wk) runs for every new token but is not a token-layer (system.md §1, §3 step 3)",
+        plan.decoder_start));
   m.ced = plan.decoder_start > 0;
   m.decoder_start = plan.decoder_start;
   m.window = c.sliding_window;

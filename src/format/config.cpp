@@ -480,8 +480,6 @@ Status validate_text(const Fields& t, const ModelConfig& c) {
   if (c.qk_rope_head_dim > c.index_head_dim)
     return chk.bad("qk_rope_head_dim", std::to_string(c.qk_rope_head_dim) + " exceeds index_head_dim " +
                                            std::to_string(c.index_head_dim));
-  DSV41_RETURN_IF_ERROR(chk.positive("candidate_topk_blocks", c.candidate_topk_blocks));
-  DSV41_RETURN_IF_ERROR(chk.positive("candidate_block_size", c.candidate_block_size));
 
   DSV41_RETURN_IF_ERROR(chk.non_negative("num_nextn_predict_layers", c.num_nextn_predict_layers));
   // compress_ratios covers the backbone, then (optionally) the DSpark stages, which are SWA-only.
@@ -505,6 +503,10 @@ Status validate_text(const Fields& t, const ModelConfig& c) {
   if (c.candidate_source_layer_id < -1 || c.candidate_source_layer_id >= L)
     return chk.bad("candidate_source_layer_id", "layer " + std::to_string(c.candidate_source_layer_id) +
                                                     " out of range [0, " + std::to_string(L) + ") (or -1 for none)");
+  if (c.candidate_source_layer_id >= 0) {  // the pool's sizes matter only when a source builds it
+    DSV41_RETURN_IF_ERROR(chk.positive("candidate_topk_blocks", c.candidate_topk_blocks));
+    DSV41_RETURN_IF_ERROR(chk.positive("candidate_block_size", c.candidate_block_size));
+  }
 
   DSV41_RETURN_IF_ERROR(chk.positive("hc_mult", c.hc_mult));
   DSV41_RETURN_IF_ERROR(chk.positive("hc_sinkhorn_iters", c.hc_sinkhorn_iters));

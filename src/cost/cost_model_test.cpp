@@ -105,6 +105,20 @@ TEST(CostModel, V41FlashSharedCaches) {
   EXPECT_DOUBLE_EQ(m.window_bytes_per_sequence(), 40.0 * 128 * 528);
 }
 
+TEST(CostModel, ShippedV41FlashConfigGives890) {
+  const CostModel m = load_shipped("deepseek-v4.1-flash.json");
+  EXPECT_EQ(m.generation, Generation::kDeepSeekV41);
+  EXPECT_EQ(m.global_kv_bytes_per_token(), 890);
+  EXPECT_EQ(m.global_entries_per_token(), 2.5);
+  // Same model as the embedded copy, layer by layer.
+  const CostModel embedded = v41_flash();
+  ASSERT_EQ(m.layers.size(), embedded.layers.size());
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    EXPECT_EQ(m.layers[i].kind, embedded.layers[i].kind) << i;
+    EXPECT_EQ(m.layers[i].weight_flops.weighted(), embedded.layers[i].weight_flops.weighted()) << i;
+  }
+}
+
 TEST(CostModel, PrefillCedIsAboutHalfOfFullDepth) {
   const CostModel m = v41_flash();
   ASSERT_TRUE(m.ced);

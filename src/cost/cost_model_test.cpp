@@ -150,6 +150,20 @@ TEST(CostModel, DenseDecodeFlopsMatchAHandCount) {
   EXPECT_DOUBLE_EQ(f.weighted(), f.total.bf16);
 }
 
+// The weight FLOPs are 2 × the activated parameters; they must match the published activated
+// sizes: DeepSeek LLM 67B (dense), DeepSeek-V3 "37B activated" (V3 report), DeepSeek-V4-Flash
+// "13B active" (V4 release notes / Hugging Face blog). Embedding lookups cost no FLOPs, so the
+// count sits slightly below published totals that include the embedding.
+TEST(CostModel, WeightFlopsMatchPublishedActivatedParameters) {
+  auto activated_billions = [](const std::string& name) {
+    const DecodeFlops f = decode_flops(load_shipped(name), 4096);
+    return f.weights.total() / 2e9;
+  };
+  EXPECT_NEAR(activated_billions("deepseek-llm-67b-base.json"), 67, 67 * 0.05);
+  EXPECT_NEAR(activated_billions("deepseek-v3.json"), 37, 37 * 0.05);
+  EXPECT_NEAR(activated_billions("deepseek-v4-flash.json"), 13, 13 * 0.05);
+}
+
 TEST(CostModel, V41IndexerScansFullLayersAndCandidatePools) {
   const CostModel m = v41_flash();
   const double per_entry = 32 * (2 * 128 + 2);  // index heads × (dot + weighted sum)

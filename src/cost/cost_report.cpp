@@ -71,6 +71,33 @@ const std::vector<int64_t>& contexts_of(const CostQuery& q, std::vector<int64_t>
 
 std::vector<int64_t> default_contexts() { return {4096, 16384, 65536, 131072, 262144, 524288, 1048576}; }
 
+Result<int64_t> parse_token_count(const std::string& text) {
+  constexpr int64_t kMax = int64_t(1) << 40;
+  int64_t value = 0;
+  size_t i = 0, digits = 0;
+  for (; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (ch == ',' || ch == '_') continue;
+    if (ch < '0' || ch > '9') break;
+    value = value * 10 + (ch - '0');
+    ++digits;
+    if (value > kMax) return out_of_range("token count '" + text + "' is larger than 2^40");
+  }
+  int64_t unit = 1;
+  if (i < text.size() && i + 1 == text.size()) {
+    const char suffix = text[i];
+    if (suffix == 'K' || suffix == 'k') unit = 1024;
+    else if (suffix == 'M' || suffix == 'm') unit = int64_t(1) << 20;
+    else unit = 0;
+    ++i;
+  }
+  if (digits == 0 || i != text.size() || unit == 0)
+    return invalid_argument("token count '" + text + "' is not a number like 4096, 4K or 1M");
+  if (value == 0) return invalid_argument("token count '" + text + "' must be positive");
+  if (value > kMax / unit) return out_of_range("token count '" + text + "' is larger than 2^40");
+  return value * unit;
+}
+
 std::string format_cost_table(const CostModel& m, const CostQuery& q) {
   std::string o;
   const int n_layers = int(m.layers.size());

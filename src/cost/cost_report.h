@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "cost/cost_model.h"
 
 namespace dsv41 {
@@ -19,6 +20,8 @@ struct CostQuery {
 };
 // 4K, 16K, 64K, 128K, 256K, 512K, 1M (powers of two).
 std::vector<int64_t> default_contexts();
+// "4096", "4K" (×1024), "1M" (×1048576), "65,536": a positive token count up to 2^40.
+Result<int64_t> parse_token_count(const std::string& text);
 
 std::string format_cost_table(const CostModel& model, const CostQuery& query);
 // One JSON object (pretty-printed, trailing newline).

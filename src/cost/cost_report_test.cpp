@@ -57,6 +57,17 @@ TEST(CostReport, JsonHasTheContractKeys) {
   EXPECT_GE(j["records"].size(), 3u);
 }
 
+TEST(CostReport, ParseTokenCount) {
+  EXPECT_EQ(*parse_token_count("4096"), 4096);
+  EXPECT_EQ(*parse_token_count("4K"), 4096);
+  EXPECT_EQ(*parse_token_count("128k"), 131072);
+  EXPECT_EQ(*parse_token_count("1M"), 1 << 20);
+  EXPECT_EQ(*parse_token_count("65,536"), 65536);
+  for (const char* bad : {"", "K", "0", "-5", "4G", "4KK", "1.5M", "abc", "99999999999999999999"})
+    EXPECT_FALSE(parse_token_count(bad).ok()) << bad;
+  EXPECT_EQ(parse_token_count("2000000M").status().kind(), ErrorKind::kOutOfRange);
+}
+
 TEST(CostReport, ExplicitContexts) {
   CostQuery q;
   q.contexts = {1000, 2000};
@@ -75,7 +86,7 @@ TEST(CostReport, TableShowsTheFourCosts) {
 TEST(CostReport, BinaryPrintsOneJsonObject) {
   const std::string config = std::string(DSV41_SOURCE_DIR) + "/data/configs/deepseek-v4-flash.json";
   auto [status, out] = run(std::string(DSV41_BINARY) + " cost --config " + config +
-                           " --json --context 4096 --context 1048576 --new-tokens 5000");
+                           " --json --context 4K --context 1048576 --new-tokens 5000");
   ASSERT_EQ(status, 0) << out;
   const auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["global_kv_bytes_per_token"].get<double>(), 3514.25);
@@ -91,6 +102,9 @@ TEST(CostReport, BinaryReportsErrors) {
   auto [status, out] = run(std::string(DSV41_BINARY) + " cost --config /nonexistent.json 2>&1");
   EXPECT_EQ(status, 1);
   EXPECT_NE(out.find("/nonexistent.json"), std::string::npos) << out;
+  auto [bad_status, bad] = run(std::string(DSV41_BINARY) + " cost --config x.json --context 4G 2>&1");
+  EXPECT_EQ(bad_status, 2);
+  EXPECT_NE(bad.find("4G"), std::string::npos) << bad;
   auto [usage_status, usage] = run(std::string(DSV41_BINARY) + " cost 2>&1");
   EXPECT_NE(usage_status, 0);
   EXPECT_NE(usage.find("--config"), std::string::npos) << usage;

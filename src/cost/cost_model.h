@@ -85,6 +85,7 @@ struct CostModel {
   std::vector<RecordUse> records;
   PrecisionFlops head_flops;          // output head (and V4 hc_head): per token, context-free
   std::string geometry;               // one line: layers, width, heads, experts, window
+  int64_t max_context = 0;            // max_position_embeddings (0: not given)
   std::string weight_note;            // what the weight FLOPs count
   // Persistent cache (kept between turns): global KV plus, for V4, amortised SWA checkpoints.
   std::string persistent_definition;

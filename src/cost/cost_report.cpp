@@ -110,7 +110,8 @@ std::string format_cost_table(const CostModel& m, const CostQuery& q) {
     o += fmt::format("  {:<32} {:>8} B   {}\n      source: {}\n", r.role, commas(r.bytes), r.encoding, r.source);
 
   // Per-layer table, consecutive identical layers folded into one row.
-  o += "\nLayers (global KV = bytes each context token leaves in this layer's own cache)\n";
+  o += "\nLayers (global B/tok: bytes each context token leaves in the layer's own cache; window: rows × bytes kept\n"
+       "per sequence; weights: precision-weighted GFLOP per decoded token)\n";
   o += fmt::format("  {:<9} {:<8} {:>5}  {:<14} {:>12} {:>14} {:>15} {:>14}\n", "layers", "kind", "ratio", "reads",
                    "entry B", "global B/tok", "window rows×B", "weights GF/tok");
   for (int i = 0; i < n_layers;) {
@@ -165,13 +166,18 @@ std::string format_cost_table(const CostModel& m, const CostQuery& q) {
                    "F", "raw total", "F/F0");
   std::vector<int64_t> storage;
   double first = 0;
+  bool beyond_any = false;
   for (int64_t c : contexts_of(q, storage)) {
     const DecodeFlops d = decode_flops(m, c);
     if (first == 0) first = d.weighted();
-    o += fmt::format("     {:>8} {:>10} {:>11} {:>10} {:>10} {:>11} {:>7.2f}×\n", context_label(c),
+    const bool beyond = m.max_context > 0 && c > m.max_context;
+    beyond_any = beyond_any || beyond;
+    o += fmt::format("     {:>8} {:>10} {:>11} {:>10} {:>10} {:>11} {:>7.2f}×\n", context_label(c) + (beyond ? "*" : ""),
                      giga(d.weights.weighted()), giga(d.attention.weighted()), giga(d.indexer.weighted()),
                      giga(d.weighted()), giga(d.total.total()), d.weighted() / first);
   }
+  if (beyond_any)
+    o += fmt::format("     * beyond the config's max_position_embeddings ({}): extrapolated\n", commas(double(m.max_context)));
   o += wrap("weights: " + m.weight_note + ".", 100, "     ");
   o += wrap("attention: q·k and value sums over the window rows and the selected (or all) cached entries, per "
             "head, BF16. indexer: scoring of cached index keys, at the index keys' precision.",
@@ -194,6 +200,7 @@ std::string format_cost_json(const CostModel& m, const CostQuery& q) {
   j["generation"] = generation_name(m.generation);
   j["num_layers"] = m.layers.size();
   j["geometry"] = m.geometry;
+  j["max_position_embeddings"] = m.max_context;
   j["global_kv_bytes_per_token"] = m.global_kv_bytes_per_token();
   j["global_entries_per_token"] = m.global_entries_per_token();
   j["persistent_bytes_per_token"] = m.persistent_bytes_per_token();

@@ -48,7 +48,7 @@ Result<CostModel> build_dense_attention_cost(const nlohmann::json& json, const s
   // One K row and one V row per KV head per token per layer.
   const RecordFormat& row = record_format(RecordKind::kGqaKvBf16);
   const double row_bytes = record_bytes(row, int(head_dim), 0);  // [head_dim] BF16
-  m.records.push_back({fmt::format("K or V row (×2×{} KV heads per layer)", kv_heads),
+  m.records.push_back({fmt::format("K/V head row (2 × {} per layer)", kv_heads),
                        describe_record(row, int(head_dim), 0), row_bytes, row.source});
   for (int64_t i = 0; i < layers; ++i) {
     LayerCost l;
@@ -70,6 +70,7 @@ Result<CostModel> build_dense_attention_cost(const nlohmann::json& json, const s
   }
   add_matvec(m.head_flops, Precision::kBf16, double(d) * vocab);  // head [d → vocab]
   m.weight_note = fmt::format("q/k/v/o projections and {} FFN per layer + output head", has_moe ? "MoE" : "SwiGLU");
+  m.max_context = k.non_negative_or("max_position_embeddings", 0);
   m.geometry = fmt::format("{} layers · hidden {} · {} query heads × {} · {} KV heads · vocab {}", layers, d, heads,
                            head_dim, kv_heads, vocab);
   if (has_moe) m.geometry += fmt::format(" · experts {}/{} + {} shared", moe.top_k, moe.n_routed, moe.n_shared);

@@ -107,6 +107,7 @@ Result<CostModel> build_mla_cost(const nlohmann::json& json, const std::string& 
     m.layers.push_back(l);
   }
   add_matvec(m.head_flops, Precision::kBf16, double(d) * vocab);
+  m.max_context = k.non_negative_or("max_position_embeddings", 0);
   m.geometry = fmt::format("{} layers · hidden {} · {} heads · latent {} + RoPE {} · vocab {}", layers, d, heads, kv_lora,
                            rope, vocab);
   if (has_moe) m.geometry += fmt::format(" · experts {}/{} + {} shared", moe.top_k, moe.n_routed, moe.n_shared);

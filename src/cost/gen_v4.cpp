@@ -139,6 +139,7 @@ Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& s
   }
   // Output head [d → vocab] and the head's mHC collapse hc_head_fn [hc, hc·d].
   add_matvec(m.head_flops, Precision::kBf16, double(d) * vocab + double(hc) * hc * d);
+  m.max_context = k.non_negative_or("max_position_embeddings", 0);
   m.geometry = fmt::format(
       "{} layers · hidden {} · {} heads × {} · window {} · experts {}/{} + {} shared · indexer {}×{}, top-{}", layers,
       d, heads, head_dim, window, moe.top_k, moe.n_routed, moe.n_shared, idx_heads, idx_dim, idx_topk);

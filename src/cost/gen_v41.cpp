@@ -94,6 +94,7 @@ Result<CostModel> build_v41_cost(const ModelConfig& c, const LayerPlan& plan) {
     m.layers.push_back(l);
   }
   add_matvec(m.head_flops, Precision::kBf16, d * double(c.vocab_size));  // head [d → vocab], FP32 logits
+  m.max_context = c.max_position_embeddings;
   m.geometry = fmt::format(
       "{} layers ({} encoder + {} decoder) · hidden {} · {} heads × {} · window {} · experts {}/{} + {} shared · "
       "indexer {}×{}, top-{} · candidate pool {}",

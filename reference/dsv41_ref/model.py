@@ -211,7 +211,7 @@ class Attention(nn.Module):
         s = s.masked_fill(~visible, float("-inf"))
         cand_src = cfg.candidate_source_layer_id
         if self.layer == cand_src:
-            shared.candidates = self._candidates(s, n_vis, visible)
+            shared.candidates = self._candidates(s, n_vis)
             _trace(trace, f"layer{jj}.candidates", shared.candidates)
         elif cand_src >= 0 and self.layer > cand_src and shared.candidates is not None:
             s = s.masked_fill(~shared.candidates, float("-inf"))
@@ -228,7 +228,7 @@ class Attention(nn.Module):
             idx = torch.cat([idx, idx.new_full((T, cfg.index_topk - k), -1)], 1)
         shared.topk = idx
 
-    def _candidates(self, s, n_vis, visible):
+    def _candidates(self, s, n_vis):
         """Hierarchical pool (§3.4): block score = max over candidate_block_size positions, the
         newest visible block pinned to +inf, keep the top candidate_topk_blocks finite blocks."""
         cfg = self.cfg
@@ -245,8 +245,9 @@ class Attention(nn.Module):
         vals, bidx = torch.topk(blk, kb, dim=-1)
         keep = torch.zeros(T, nb, dtype=torch.bool, device=s.device)
         keep.scatter_(1, bidx, vals > float("-inf"))
-        cand = keep[:, :, None].expand(T, nb, bs).reshape(T, nb * bs)[:, :G]
-        return cand & visible
+        # The pool is whole kept blocks; visibility is applied again by every layer that uses
+        # it, so the mask is stored without it (as the golden `candidates` tensor is).
+        return keep[:, :, None].expand(T, nb, bs).reshape(T, nb * bs)[:, :G]
 
     def forward(self, x, pos, lc, shared, trace):
         cfg = self.cfg

@@ -529,16 +529,19 @@ class Model(nn.Module):
         cfg = self.cfg
         if cache is None:
             cache = Cache(cfg)
+        dev = self.embed.weight.device
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         T = tokens.shape[0]
-        pos = torch.arange(cache.pos, cache.pos + T)
+        pos = torch.arange(cache.pos, cache.pos + T, device=dev)
         engram_ids = None
         if self.engram_hash is not None:
-            engram_ids = self.engram_hash.rows(cache.tokens, tokens)     # [n_engram, T, slots]
+            # hashing runs on the CPU (int64 host tables), the rows then move to the device
+            engram_ids = self.engram_hash.rows(cache.tokens, tokens.cpu()).to(dev)   # [n_engram, T, slots]
             _trace(trace, "engram_hash", engram_ids.permute(1, 0, 2))
+        tokens = tokens.to(dev)
         e = self.embed.weight[tokens]                                   # [T, d]
         X = e[:, None, :].expand(T, cfg.hc_mult, cfg.hidden_size).contiguous()
-        p = torch.zeros(T, cfg.hc_mult, dtype=torch.float32)
+        p = torch.zeros(T, cfg.hc_mult, dtype=torch.float32, device=dev)
         p[:, 0] = 1.0                                                   # one-hot: read stream 0
         shared = _Shared()
         for i, blk in enumerate(self.layers):

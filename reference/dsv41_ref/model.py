@@ -90,7 +90,7 @@ class Cache:
         self.layers = [dict() for _ in range(cfg.num_hidden_layers)]
 
 
-class _Shared:
+class SharedState:
     """The single per-forward slot of each shared quantity (§3.4 "Layer roles")."""
 
     def __init__(self):
@@ -543,7 +543,7 @@ class Model(nn.Module):
         X = e[:, None, :].expand(T, cfg.hc_mult, cfg.hidden_size).contiguous()
         p = torch.zeros(T, cfg.hc_mult, dtype=torch.float32, device=dev)
         p[:, 0] = 1.0                                                   # one-hot: read stream 0
-        shared = _Shared()
+        shared = SharedState()
         for i, blk in enumerate(self.layers):
             ids = None
             if hasattr(blk, "engram"):
@@ -554,6 +554,31 @@ class Model(nn.Module):
         cache.pos += T
         cache.tokens.extend(tokens.tolist())
         return F.linear(z.float(), self.head.weight.float())
+
+    @torch.no_grad()
+    def teacher_forced(self, tokens, stream_inputs, pre_inputs, trace=None):
+        """Runs each block on given inputs instead of the previous block's outputs (per-layer
+        checks, golden README): block j gets stream_inputs[j] [T, hc, d] and pre_inputs[j] [T, hc]
+        (None for j = 0: the embedding streams and the one-hot mix).  Shared compressed state
+        flows between blocks as usual.  → list of each block's output streams."""
+        cfg = self.cfg
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        T = tokens.shape[0]
+        cache, shared = Cache(cfg), SharedState()
+        pos = torch.arange(T, device=self.embed.weight.device)
+        eids = self.engram_hash.rows([], tokens) if self.engram_hash is not None else None
+        outs = []
+        for j, blk in enumerate(self.layers):
+            if stream_inputs[j] is None:
+                X = self.embed.weight[tokens][:, None, :].expand(T, cfg.hc_mult, cfg.hidden_size).contiguous()
+                p = torch.zeros(T, cfg.hc_mult, dtype=torch.float32)
+                p[:, 0] = 1.0
+            else:
+                X, p = stream_inputs[j].to(self.embed.weight.dtype), pre_inputs[j].float()
+            ids = eids[cfg.engram_layer_ids.index(j)] if hasattr(blk, "engram") else None
+            X, _ = blk(X, p, pos, cache.layers[j], shared, ids, trace)
+            outs.append(X)
+        return outs
 
     @torch.no_grad()
     def generate(self, prompt, n_new, cache=None):

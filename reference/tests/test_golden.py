@@ -174,6 +174,43 @@ def test_prefill_caches(which):
                 assert bad <= 2, f"{key}: {bad} elements beyond 1e-5"
 
 
+def _teacher_forced(m, g, s):
+    n = m.cfg.num_hidden_layers
+    ins = [None] + [g[f"s{s}.layer{j - 1:02d}.streams"] for j in range(1, n)]
+    pres = [None] + [g[f"s{s}.layer{j - 1:02d}.pre"] for j in range(1, n)]
+    trace = {}
+    outs = m.teacher_forced(g[f"s{s}.input_ids"], ins, pres, trace)
+    return outs, trace
+
+
+def test_f32_teacher_forced_layers():
+    """Each layer fed HF's previous-layer streams and mix: every token within 1e-4 of its RMS."""
+    g, m = golden(), model("hf")
+    for s in range(N_SEQ):
+        outs, _ = _teacher_forced(m, g, s)
+        for j, y in enumerate(outs):
+            r = _rows_rel(y, g[f"s{s}.layer{j:02d}.streams"])
+            assert r.max() <= 1e-4, f"s{s} layer {j}: teacher-forced rel {r.max():.3g}"
+
+
+def test_bf16_teacher_forced_layers():
+    """bf16 fixture, model run in bfloat16, layer by layer.  HF rounds to bf16 at other points
+    (model.md §9.5) and the cache quantisers then flip grid steps, so only loose bounds hold:
+    median token error ≤ 6% of the RMS and ≥ 90% of tokens choose the same experts."""
+    g = golden(BF16)
+    m = load_model(BF16, dtype=torch.bfloat16)
+    for s in range(1, N_SEQ):
+        outs, trace = _teacher_forced(m, g, s)
+        for j, y in enumerate(outs):
+            jj = f"{j:02d}"
+            r = _rows_rel(y, g[f"s{s}.layer{jj}.streams"])
+            assert r.median() <= 6e-2, f"s{s} layer {j}: median rel {r.median():.3g}"
+            mine = trace[f"layer{jj}.router_experts"][0].sort(-1).values
+            ref = g[f"s{s}.layer{jj}.router_experts"].sort(-1).values
+            agree = (mine == ref).all(-1).float().mean()
+            assert agree >= 0.9, f"s{s} layer {j}: router agreement {agree:.2f}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Decoding
 

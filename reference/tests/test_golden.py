@@ -369,3 +369,40 @@ def test_quantised_checkpoint_formats():
     assert st["b.weight"].tolist() == [1.0, -3.0]
     assert "a.scale" not in st
     del struct
+
+
+# ---------------------------------------------------------------------------------------------
+# Another shape: random config (ratio 4 and 1, softmax router, hc_mult 2, no Engram).
+# 8 indexer heads: with few heads many scores are exactly 0 after the ReLU and top-k among the
+# ties is arbitrary, so the two paths could legitimately pick different entries.
+
+def _random_config():
+    from dsv41_ref.config import Config
+    return Config(vocab_size=50, hidden_size=32, num_hidden_layers=6, num_attention_heads=4, head_dim=32,
+                  qk_rope_head_dim=8, q_lora_rank=16, o_lora_rank=8, o_groups=2,
+                  rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                "original_max_position_embeddings": 64},
+                  n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=16,
+                  scoring_func="softmax", sliding_window=4, compress_ratios=[0, 4, 4, 1, 1, 1],
+                  kv_source_layer_ids=[1, 3], index_source_layer_ids=[1, 3, 4], index_n_heads=8,
+                  index_head_dim=32, index_topk=3, candidate_source_layer_id=3, candidate_topk_blocks=2,
+                  candidate_block_size=2, hc_mult=2, hc_sinkhorn_iters=5)
+
+
+def test_random_config_incremental_matches_full_and_roundtrips():
+    from dsv41_ref import Model
+    from dsv41_ref.init import init_random
+    m = init_random(Model(_random_config()), seed=7).eval()
+    ids = torch.randint(0, 50, (37,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = m(ids)
+        cache = m.new_cache()
+        inc = torch.cat([m(ids[i:i + 1], cache) for i in range(ids.numel())])
+    d = (inc - full).abs().amax(-1)
+    assert torch.isfinite(full).all()
+    assert d.median() <= 1e-3 and d[:4].max() <= 1e-4
+    with tempfile.TemporaryDirectory() as dd:
+        save_model(m, dd, naming="hf")
+        m2 = load_model(dd)
+        with torch.no_grad():
+            assert torch.equal(m2(ids), full)

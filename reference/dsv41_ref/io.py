@@ -21,6 +21,10 @@ from .tokenizer import ByteLevelDecoder
 _KEEP_F32 = ("hc_attn_", "hc_ffn_", "attn_sink", "ffn.gate.bias")
 
 
+_NOT_IMPLEMENTED_PREFIXES = ("mtp.", "vision.", "aligner.", "image_start", "image_end", "image_newline",
+                             "image_pad")
+
+
 def release_name(name):
     if name == "lm_head.weight":
         return "head.weight"
@@ -53,6 +57,11 @@ def load_model(model_dir, dtype=torch.float32):
     for f in files:
         raw.update(read_safetensors(f))
     state = {release_name(k): v for k, v in dequantise_state(raw).items()}
+    # Parts of the release this reference does not implement (DSpark drafter, vision tower):
+    # their tensors are skipped, not rejected.
+    state = {k: v for k, v in state.items() if not k.startswith(_NOT_IMPLEMENTED_PREFIXES)}
+    if cfg.tie_word_embeddings and "head.weight" not in state and "embed.weight" in state:
+        state["head.weight"] = state["embed.weight"]
     token_map = None
     tok = os.path.join(model_dir, "tokenizer.json")
     if cfg.engram_layer_ids:

@@ -406,3 +406,16 @@ def test_random_config_incremental_matches_full_and_roundtrips():
         m2 = load_model(dd)
         with torch.no_grad():
             assert torch.equal(m2(ids), full)
+
+
+def test_loader_skips_drafter_and_vision_but_rejects_unknown_tensors():
+    from dsv41_ref.safetensors_io import write_safetensors
+    m = model("hf")
+    with tempfile.TemporaryDirectory() as d:
+        save_model(m, d, naming="release", tokenizer_path=os.path.join(F32, "tokenizer.json"))
+        write_safetensors(os.path.join(d, "extra.safetensors"), {"mtp.0.attn.wkv.weight": torch.zeros(2, 2),
+                                                                 "vision.norm.weight": torch.zeros(2)})
+        load_model(d)
+        write_safetensors(os.path.join(d, "extra.safetensors"), {"layers.0.attn.bogus": torch.zeros(2)})
+        with pytest.raises(ValueError, match="layers.0.attn.bogus"):
+            load_model(d)

@@ -119,6 +119,11 @@ def _validate(c, where):
             last = r
         elif r > 0 and last != r:
             raise ValueError(f"{where}: layer {i} (ratio {r}) has no preceding kv source of that ratio")
+    for i in c.kv_source_layer_ids:
+        if i not in c.index_source_layer_ids:
+            raise ValueError(f"{where}: kv source layer {i} is not in index_source_layer_ids (it publishes index keys)")
+    if c.candidate_source_layer_id >= 0 and c.candidate_source_layer_id not in c.index_source_layer_ids:
+        raise ValueError(f"{where}: candidate_source_layer_id {c.candidate_source_layer_id} is not an index source")
     for i in c.index_source_layer_ids:
         if c.ratio(i) <= 0:
             raise ValueError(f"{where}: index source layer {i} has compress ratio 0")

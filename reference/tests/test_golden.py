@@ -313,6 +313,11 @@ def test_config_flat_and_composite_agree():
     from dsv41_ref.config import config_from_dict
     with pytest.raises(ValueError, match="compress_ratios"):
         config_from_dict(raw)
+    with open(os.path.join(F32, "config.json")) as f:
+        raw = json.load(f)
+    raw["index_source_layer_ids"] = [4, 6, 8, 10]
+    with pytest.raises(ValueError, match="kv source layer 2"):
+        config_from_dict(raw)
 
 
 @pytest.mark.parametrize("naming", ["release", "hf"])

@@ -95,11 +95,12 @@ Result<Plan> make_plan(const TensorView& w, const TensorView* scale) {
   p.scale_cols = scale->shape[1];
   if (packed) {
     // FP4 experts: one scale per row per 32 logical columns, nothing else.
-    if (scale->shape[0] != p.rows || scale->shape[1] != (p.cols + 31) / 32)
+    const int64_t want_cols = (p.cols + kRowScaleCols - 1) / kRowScaleCols;
+    if (scale->shape[0] != p.rows || scale->shape[1] != want_cols)
       return corrupt(fmt::format("{}: FP4 weight {} [{}, {}] (packed {}) needs scale [{}, {}], found {} {}",
-                                 w.file, q(w.name), p.rows, p.cols, w.shape_string(), p.rows, (p.cols + 31) / 32,
+                                 w.file, q(w.name), p.rows, p.cols, w.shape_string(), p.rows, want_cols,
                                  q(scale->name), scale->shape_string()));
-    p.block = {1, 32};
+    p.block = {1, kRowScaleCols};
     return p;
   }
   DSV41_ASSIGN_OR_RETURN(p.block, infer_scale_block(p.rows, p.cols, scale->shape[0], scale->shape[1],

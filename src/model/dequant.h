@@ -31,6 +31,9 @@ struct ScaleBlock {
 // The block sizes a scale tensor may imply (model.md §2: 32×32 for V4.1, 128×128 for V4, one row
 // by 32 columns for the row-wise Engram table and FP4 experts).
 inline constexpr ScaleBlock kScaleBlocks[] = {{32, 32}, {128, 128}, {1, 32}};
+// Columns per scale of row-wise scaled tensors (FP4 experts, the Engram table): a format
+// constant of the release (model.md §2), not a model size.
+inline constexpr int64_t kRowScaleCols = 32;
 
 // Infers the block from the weight's logical [rows, cols] and the scale's [srows, scols]:
 // the first candidate with ceil(rows/br) == srows and ceil(cols/bc) == scols. When several match

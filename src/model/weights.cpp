@@ -36,8 +36,8 @@ std::string scale_name(std::string_view name) {
   return std::string(name.substr(0, name.size() - 7)) + ".scale";
 }
 
-// Checks one present tensor against its expectation; returns the problems (empty if fine) and
-// the companion scale name it consumed (if any) through `consumed_scale`.
+// Checks one present tensor (and its scale companion) against its expectation, appending to
+// `missing` (a needed scale) and `mismatched` (one message per problem).
 void check_one(const ExpectedTensor& e, const TensorView& w, const TensorView* scale, const std::string& sname,
                std::vector<std::string>& missing, std::vector<std::string>& mismatched) {
   auto bad = [&](const std::string& what) { mismatched.push_back(fmt::format("'{}': {}", e.name, what)); };
@@ -59,16 +59,19 @@ void check_one(const ExpectedTensor& e, const TensorView& w, const TensorView* s
     missing.push_back(sname);
     return;
   }
-  const bool use_scale = needs_scale || (scale != nullptr && e.storage != WeightStorage::kFloat && !flt);
-  const std::vector<int64_t> shape = logical_shape(w, use_scale ? scale : nullptr);
+  // A present companion is applied by load_f32 (also to a float weight, as in the HF Engram
+  // table), so it is checked whenever this storage class allows scales.
+  const bool scaled = scale != nullptr && e.storage != WeightStorage::kFloat;
+  const std::vector<int64_t> shape = logical_shape(w, scaled ? scale : nullptr);
   if (shape != e.shape) {
     bad(fmt::format("shape {} (stored {} {}), expected {}", shape_str(shape), dtype_name(w.dtype), w.shape_string(),
                     shape_str(e.shape)));
     return;
   }
-  if (!needs_scale) return;
-  if (scale->shape.size() != 2) {
-    bad(fmt::format("scale '{}' shape {} is not 2-D", sname, scale->shape_string()));
+  if (!scaled) return;
+  if (scale->shape.size() != 2 || shape.size() != 2) {
+    bad(fmt::format("scale '{}' shape {} for weight {}: block scales need 2-D weight and scale", sname,
+                    scale->shape_string(), shape_str(shape)));
     return;
   }
   if (scale->dtype != DType::kF8E8M0 && !is_float_dtype(scale->dtype)) {
@@ -77,8 +80,8 @@ void check_one(const ExpectedTensor& e, const TensorView& w, const TensorView* s
   }
   const int64_t rows = shape[0], cols = shape[1];
   if (fp4 || e.storage == WeightStorage::kScaledTable) {
-    // Row-wise: one scale per row per 32 columns.
-    const std::vector<int64_t> want = {rows, (cols + 31) / 32};
+    // Row-wise: one scale per row per kRowScaleCols columns.
+    const std::vector<int64_t> want = {rows, (cols + kRowScaleCols - 1) / kRowScaleCols};
     if (scale->shape != want)
       bad(fmt::format("scale '{}' shape {}, expected {} (per row per 32 columns)", sname, scale->shape_string(),
                       shape_str(want)));

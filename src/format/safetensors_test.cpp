@@ -215,7 +215,7 @@ TEST(Safetensors, WriterRoundTripsEveryDtype) {
     EXPECT_EQ(v->shape, t.shape);
     EXPECT_EQ(v->file, path);
     ASSERT_EQ(v->bytes.size(), t.bytes.size());
-    EXPECT_EQ(0, std::memcmp(v->bytes.data(), t.bytes.data(), t.bytes.size())) << t.name;
+    EXPECT_TRUE(std::equal(v->bytes.begin(), v->bytes.end(), t.bytes.begin())) << t.name;
   }
   // Header padded so the data section starts 8-byte aligned.
   auto bytes = serialize_safetensors(tensors, {});

@@ -114,7 +114,14 @@ Status decode_row(const Plan& p, const TensorView& w, int64_t r, float* out) {
   if (p.kind == Kind::kFloat && p.scale == nullptr) {
     const size_t es = dtype_size(w.dtype);
     const uint8_t* src = w.bytes.data() + static_cast<size_t>(r * cols) * es;
-    for (int64_t c = 0; c < cols; ++c) out[c] = load_float(w.dtype, src + c * es);
+    // The common dtypes get their own loops (dispatch once per row, not per element).
+    if (w.dtype == DType::kF32) {
+      if (cols > 0) std::memcpy(out, src, static_cast<size_t>(cols) * 4);
+    } else if (w.dtype == DType::kBF16) {
+      for (int64_t c = 0; c < cols; ++c) out[c] = bf16_to_f32(load_u16(src + 2 * c));
+    } else {
+      for (int64_t c = 0; c < cols; ++c) out[c] = load_float(w.dtype, src + c * es);
+    }
     return ok_status();
   }
   // This row's scales, one per column block.

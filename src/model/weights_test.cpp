@@ -328,6 +328,33 @@ TEST(Dequant, Fp4ExpertsMatchScalarDefinition) {
   }
 }
 
+TEST(Dequant, WidensFloatFormatsAndAppliesFloatScales) {
+  TempDir dir;
+  const uint16_t f16[] = {0x3C00, 0xC000, 0x0001, 0x7BFF};   // 1, -2, 2^-24, 65504
+  const uint16_t bf16[] = {0x3F80, 0xC040, 0x0001, 0x7F7F};  // 1, -3, 2^-133, max finite
+  const uint8_t e8m0[] = {127, 0, 254};                      // 1, 2^-127, 2^127
+  // A float weight [2, 40] with a float row-wise scale [2, 2] (the HF Engram table's layout).
+  std::vector<float> w(80), sc = {2.0f, 0.5f, -1.0f, 4.0f};
+  for (int i = 0; i < 80; ++i) w[i] = static_cast<float>(i) - 7.5f;
+  auto bytes = [](const auto* p, size_t n) { return std::span(reinterpret_cast<const uint8_t*>(p), n); };
+  auto r = registry_with(dir.file("m.safetensors"),
+                         {{"f16", DType::kF16, {4}, bytes(f16, 8), ""},
+                          {"bf16", DType::kBF16, {2, 2}, bytes(bf16, 8), ""},
+                          {"e8m0", DType::kF8E8M0, {3}, bytes(e8m0, 3), ""},
+                          {"t.weight", DType::kF32, {2, 40}, bytes(w.data(), 320), ""},
+                          {"t.scale", DType::kF32, {2, 2}, bytes(sc.data(), 16), ""}});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->load_f32("f16")->data, (std::vector<float>{1.0f, -2.0f, std::ldexp(1.0f, -24), 65504.0f}));
+  auto b = r->load_f32("bf16");
+  EXPECT_EQ(b->shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(b->data, (std::vector<float>{1.0f, -3.0f, std::ldexp(1.0f, -133), 0x1.fep127f}));
+  EXPECT_EQ(r->load_f32("e8m0")->data, (std::vector<float>{1.0f, std::ldexp(1.0f, -127), std::ldexp(1.0f, 127)}));
+  auto t = r->load_f32("t.weight");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 40; ++j) EXPECT_EQ(t->data[i * 40 + j], w[i * 40 + j] * sc[i * 2 + j / 32]) << i << "," << j;
+}
+
 TEST(Dequant, NanScaleIsAnErrorNamingTheTensor) {
   TempDir dir;
   std::mt19937 rng(3);

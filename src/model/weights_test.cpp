@@ -9,10 +9,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
+#include <map>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "base/file_io.h"
+#include "format/config.h"
+#include "model/layer_plan.h"
 
 namespace dsv41 {
 namespace {
@@ -33,57 +37,22 @@ class TempDir {
   std::string path_;
 };
 
-// The fields of the fixture's config.json the registry reads, and a plan with the roles of
-// model.md §3.4 (SWA-only / Full = kv source / Reindex = other index source / Reuse).
-// Built here so these tests do not depend on the config parser (tested on its own).
+// The fixture's config and layer plan, through the real parser (flat config.json or the
+// official/ composite one).
 struct TinyModel {
   ModelConfig config;
   LayerPlan plan;
 };
 
-TinyModel tiny_model(const std::string& fixture) {
-  auto text = read_file(kGolden + "/" + fixture + "/config.json");
-  EXPECT_TRUE(text.ok());
-  auto j = nlohmann::json::parse(*text);
+TinyModel tiny_model(const std::string& dir) {
   TinyModel m;
-  ModelConfig& c = m.config;
-  c.vocab_size = j["vocab_size"];
-  c.hidden_size = j["hidden_size"];
-  c.num_hidden_layers = j["num_hidden_layers"];
-  c.num_attention_heads = j["num_attention_heads"];
-  c.num_key_value_heads = j["num_key_value_heads"];
-  c.head_dim = j["head_dim"];
-  c.q_lora_rank = j["q_lora_rank"];
-  c.o_lora_rank = j["o_lora_rank"];
-  c.o_groups = j["o_groups"];
-  c.tie_word_embeddings = j["tie_word_embeddings"];
-  c.n_routed_experts = j["n_routed_experts"];
-  c.n_shared_experts = j["n_shared_experts"];
-  c.moe_intermediate_size = j["moe_intermediate_size"];
-  c.compress_ratios = j["compress_ratios"].get<std::vector<int>>();
-  c.kv_source_layer_ids = j["kv_source_layer_ids"].get<std::vector<int>>();
-  c.index_source_layer_ids = j["index_source_layer_ids"].get<std::vector<int>>();
-  c.index_n_heads = j["index_n_heads"];
-  c.index_head_dim = j["index_head_dim"];
-  c.hc_mult = j["hc_mult"];
-  c.engram_layer_ids = j["engram_layer_ids"].get<std::vector<int>>();
-  c.engram_num_embeddings = j["engram_num_embeddings"].get<std::vector<int64_t>>();
-  c.engram_max_ngram_size = j["engram_max_ngram_size"];
-  c.engram_n_heads = j["engram_n_heads"];
-  c.engram_head_dim = j["engram_head_dim"];
-  auto contains = [](const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); };
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    LayerInfo L;
-    L.index = i;
-    L.ratio = c.compress_ratios[i];
-    L.role = L.ratio == 0 ? LayerRole::kSwaOnly
-             : contains(c.kv_source_layer_ids, i)    ? LayerRole::kFull
-             : contains(c.index_source_layer_ids, i) ? LayerRole::kReindex
-                                                     : LayerRole::kReuse;
-    for (size_t s = 0; s < c.engram_layer_ids.size(); ++s)
-      if (c.engram_layer_ids[s] == i) L.has_engram = true, L.engram_slot = static_cast<int>(s);
-    m.plan.layers.push_back(L);
-  }
+  auto c = load_model_config(kGolden + "/" + dir);
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  if (!c.ok()) return m;
+  m.config = *c;
+  auto p = build_layer_plan(m.config);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  if (p.ok()) m.plan = *p;
   return m;
 }
 
@@ -102,13 +71,15 @@ TEST(WeightRegistryGolden, BothSchemesCheckAndGiveIdenticalFloats) {
   for (const char* fixture : {"v41-tiny-f32", "v41-tiny-bf16"}) {
     SCOPED_TRACE(fixture);
     TinyModel m = tiny_model(fixture);
+    TinyModel official = tiny_model(std::string(fixture) + "/official");
+    ASSERT_EQ(m.plan.layers.size(), official.plan.layers.size());
     auto hf = WeightRegistry::open(kGolden + "/" + fixture);
     auto rel = WeightRegistry::open(kGolden + "/" + fixture + "/official");
     ASSERT_TRUE(hf.ok()) << hf.status().to_string();
     ASSERT_TRUE(rel.ok()) << rel.status().to_string();
     EXPECT_EQ(hf->scheme(), NamingScheme::kHuggingFace);
     EXPECT_EQ(rel->scheme(), NamingScheme::kRelease);
-    Status hs = hf->check(m.config, m.plan), rs = rel->check(m.config, m.plan);
+    Status hs = hf->check(m.config, m.plan), rs = rel->check(official.config, official.plan);
     EXPECT_TRUE(hs.ok()) << hs.to_string();
     EXPECT_TRUE(rs.ok()) << rs.to_string();
     WeightCheckReport rep = rel->check_report(m.config, m.plan);
@@ -444,6 +415,59 @@ TEST(WeightRegistryCheck, AcceptsQuantizedReleaseStorage) {
   Status b = bad->check(m.config, m.plan);
   EXPECT_NE(b.message().find("layers.1.engram.embed.scale"), std::string::npos) << b.message();
   EXPECT_NE(b.message().find("scale 'layers.0.attn.wq_b.scale'"), std::string::npos) << b.message();
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// The tensor list derived from the real V4.1-Flash config reproduces the shapes model.md §2
+// states (written out here from the spec table, not from the code).
+TEST(ExpectedTensors, V41FlashShapesMatchSpecTable) {
+  auto c = load_model_config(std::string(DSV41_SOURCE_DIR) + "/data/configs/deepseek-v4.1-flash.json");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto plan = build_layer_plan(*c);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  std::map<std::string, ExpectedTensor> by_name;
+  for (ExpectedTensor& e : expected_tensors(*c, *plan)) by_name[e.name] = e;
+  auto shape = [&](const std::string& n) { return by_name.count(n) ? by_name[n].shape : std::vector<int64_t>{-1}; };
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(shape("embed.weight"), (V{129280, 5120}));
+  EXPECT_EQ(shape("head.weight"), (V{129280, 5120}));
+  EXPECT_EQ(shape("layers.0.hc_attn_fn"), (V{24, 20480}));
+  EXPECT_EQ(shape("layers.0.hc_ffn_base"), (V{24}));
+  EXPECT_EQ(shape("layers.0.hc_ffn_scale"), (V{3}));
+  EXPECT_EQ(shape("layers.5.attn.wq_a.weight"), (V{1280, 5120}));
+  EXPECT_EQ(shape("layers.5.attn.wq_b.weight"), (V{32768, 1280}));
+  EXPECT_EQ(shape("layers.5.attn.wkv.weight"), (V{512, 5120}));
+  EXPECT_EQ(shape("layers.5.attn.wo_a.weight"), (V{8192, 4096}));
+  EXPECT_EQ(shape("layers.5.attn.wo_b.weight"), (V{5120, 8192}));
+  EXPECT_EQ(shape("layers.5.attn.attn_sink"), (V{64}));
+  for (int i : {2, 8, 14, 20}) {
+    EXPECT_EQ(shape(fmt::format("layers.{}.attn.compressor.wkv.weight", i)), (V{512, 5120})) << i;
+    EXPECT_EQ(shape(fmt::format("layers.{}.attn.indexer.wk.weight", i)), (V{128, 512})) << i;
+  }
+  for (int i : {2, 8, 14}) EXPECT_TRUE(by_name.count(fmt::format("layers.{}.attn.compressor.wgate.weight", i)));
+  EXPECT_FALSE(by_name.count("layers.20.attn.compressor.wgate.weight"));
+  EXPECT_FALSE(by_name.count("layers.3.attn.compressor.wkv.weight"));
+  EXPECT_EQ(shape("layers.24.attn.indexer.wq_b.weight"), (V{4096, 1280}));
+  EXPECT_EQ(shape("layers.24.attn.indexer.weights_proj.weight"), (V{32, 5120}));
+  EXPECT_FALSE(by_name.count("layers.24.attn.indexer.wk.weight"));
+  EXPECT_FALSE(by_name.count("layers.25.attn.indexer.wq_b.weight"));
+  EXPECT_EQ(shape("layers.7.ffn.gate.weight"), (V{384, 5120}));
+  EXPECT_EQ(shape("layers.7.ffn.gate.bias_vl"), (V{384}));
+  EXPECT_EQ(shape("layers.7.ffn.shared_experts.w1.weight"), (V{2304, 5120}));
+  EXPECT_EQ(shape("layers.7.ffn.shared_experts.w2.weight"), (V{5120, 2304}));
+  EXPECT_EQ(shape("layers.7.ffn.experts.383.w1.weight"), (V{2304, 5120}));  // logical; stored I8 [2304, 2560]
+  EXPECT_EQ(shape("layers.7.ffn.experts.383.w2.weight"), (V{5120, 2304}));
+  EXPECT_EQ(shape("layers.1.engram.embed.weight"), (V{384006168, 256}));
+  EXPECT_EQ(shape("layers.14.engram.embed.weight"), (V{384016682, 256}));
+  EXPECT_EQ(shape("layers.14.engram.wkv.weight"), (V{25600, 6144}));
+  EXPECT_EQ(shape("layers.14.engram.q_weight"), (V{4, 5120}));
+  EXPECT_FALSE(by_name.count("layers.2.engram.wkv.weight"));
+  EXPECT_FALSE(by_name.count("layers.40.attn_norm.weight"));  // DSpark layers are mtp.*, not layers.*
 }
 
 }  // namespace

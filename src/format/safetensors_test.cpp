@@ -394,5 +394,47 @@ TEST(SafetensorsGolden, LoadsBothFixturesUnderBothNames) {
   EXPECT_EQ(golden->find("s0.input_ids")->dtype, DType::kI64);
 }
 
+TEST(SafetensorsGolden, CorruptedCopiesFailCleanly) {
+  auto text = read_file(kGolden + "/v41-tiny-f32/official/model.safetensors");
+  ASSERT_TRUE(text.ok());
+  const std::vector<uint8_t> good(text->begin(), text->end());
+  ASSERT_TRUE(parse_safetensors(good, "x.safetensors").ok());
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | good[i];
+
+  // A dtype changed: the first "F32" becomes "F16", so its byte count no longer matches.
+  std::vector<uint8_t> f = good;
+  std::string header(f.begin() + 8, f.begin() + 8 + n);
+  size_t at = header.find("\"F32\"");
+  ASSERT_NE(at, std::string::npos);
+  f[8 + at + 2] = '1';  // "F32" → "F16"
+  f[8 + at + 3] = '6';
+  expect_error(parse_safetensors(f, "x.safetensors").status(), {"needs", "bytes"});
+
+  // Truncated anywhere in the data section: the last tensor ends past the end.
+  std::vector<uint8_t> t(good.begin(), good.end() - 1);
+  expect_error(parse_safetensors(t, "x.safetensors").status(), {"past the end"});
+
+  // Single header bytes flipped (the length bytes and every 1009th header byte, each to two
+  // values; fuzz/ does the exhaustive job): never a crash; most flips are caught, and any
+  // accepted header still keeps every tensor inside the file.
+  int rejected = 0, total = 0;
+  std::vector<uint8_t> c = good;
+  for (size_t i = 0; i < 8 + n; i += (i < 8 ? 1 : 1009)) {
+    for (uint8_t x : {uint8_t{0x01}, uint8_t{0x80}}) {
+      c[i] ^= x;
+      auto h = parse_safetensors(c, "x.safetensors");
+      c[i] ^= x;
+      ++total;
+      if (!h.ok()) {
+        ++rejected;
+        continue;
+      }
+      for (const auto& e : h->tensors) ASSERT_LE(e.end, h->data_size);
+    }
+  }
+  EXPECT_GT(rejected, total / 2);
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -19,6 +19,15 @@
 //   float weight + float scale  (the HF Engram table keeps `embed.scale` as a float tensor of
 //                               ones) the scale is applied with the same block rule.
 // Scales may be F8_E8M0 (UE8M0) or float. A NaN scale is an error naming the tensor.
+//
+// Use (the forward pass):
+//   DSV41_ASSIGN_OR_RETURN(WeightRegistry w, WeightRegistry::open(model_dir));
+//   DSV41_RETURN_IF_ERROR(w.check(config, plan));            // everything the plan needs, once
+//   DSV41_ASSIGN_OR_RETURN(FloatTensor wq_a, w.load_f32(LayerTensor{i, "attn.wq_a.weight"}));
+//   DSV41_ASSIGN_OR_RETURN(FloatTensor w2, w.load_f32(ExpertTensor{i, j, "w2"}));
+//   DSV41_ASSIGN_OR_RETURN(FloatTensor rows, w.load_rows_f32("embed.weight", token_ids));
+// Code that runs on the packed bytes (FP8/FP4 kernels) takes raw(name) and scale_of(name).
+// The registry is immutable after open(); all const methods may be called from several threads.
 #pragma once
 
 #include <cstdint>

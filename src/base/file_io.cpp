@@ -61,20 +61,27 @@ Result<std::string> read_file(const std::string& path) {
 }
 
 Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+  const std::span<const uint8_t> one[] = {bytes};
+  return write_file_atomic(path, one);
+}
+
+Status write_file_atomic(const std::string& path, std::span<const std::span<const uint8_t>> pieces) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return os_error(tmp, "open");
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      Status s = os_error(tmp, "write");
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return s;
+  for (std::span<const uint8_t> bytes : pieces) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        Status s = os_error(tmp, "write");
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return s;
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
   }
   if (::close(fd) != 0) {
     Status s = os_error(tmp, "close");

@@ -19,6 +19,8 @@ Result<std::string> read_file(const std::string& path);
 // Writes `bytes` to `path` atomically: a temporary file beside it, then rename. On failure the
 // temporary is removed and `path` is left as it was.
 Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+// The same for several pieces written back to back (no concatenated copy in memory).
+Status write_file_atomic(const std::string& path, std::span<const std::span<const uint8_t>> pieces);
 
 // True if `path` names an existing directory / regular file.
 bool is_directory(const std::string& path);

@@ -411,8 +411,11 @@ std::vector<std::string> TensorSet::names() const {
 
 // ---- writer -------------------------------------------------------------------------------
 
-Result<std::vector<uint8_t>> serialize_safetensors(std::span<const TensorView> tensors,
-                                                   const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The 8-byte length + padded JSON header for `tensors` laid out contiguously in order.
+Result<std::vector<uint8_t>> serialize_header(std::span<const TensorView> tensors,
+                                              const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json md = nlohmann::ordered_json::object();
@@ -447,18 +450,31 @@ Result<std::vector<uint8_t>> serialize_safetensors(std::span<const TensorView> t
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
   std::vector<uint8_t> out;
-  out.reserve(8 + text.size() + offset);
-  uint64_t n = text.size();
+  out.reserve(8 + text.size());
+  const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
   out.insert(out.end(), text.begin(), text.end());
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> serialize_safetensors(std::span<const TensorView> tensors,
+                                                   const std::map<std::string, std::string>& metadata) {
+  DSV41_ASSIGN_OR_RETURN(std::vector<uint8_t> out, serialize_header(tensors, metadata));
   for (const TensorView& t : tensors) out.insert(out.end(), t.bytes.begin(), t.bytes.end());
   return out;
 }
 
 Status write_safetensors(const std::string& path, std::span<const TensorView> tensors,
                          const std::map<std::string, std::string>& metadata) {
-  DSV41_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, serialize_safetensors(tensors, metadata));
-  return write_file_atomic(path, bytes);
+  DSV41_ASSIGN_OR_RETURN(std::vector<uint8_t> header, serialize_header(tensors, metadata));
+  // Header then each tensor straight from its buffer: no copy of the payload in memory.
+  std::vector<std::span<const uint8_t>> pieces;
+  pieces.reserve(tensors.size() + 1);
+  pieces.emplace_back(header);
+  for (const TensorView& t : tensors) pieces.push_back(t.bytes);
+  return write_file_atomic(path, pieces);
 }
 
 }  // namespace dsv41

@@ -223,6 +223,11 @@ TEST(Safetensors, WriterRoundTripsEveryDtype) {
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | (*bytes)[i];
   EXPECT_EQ(n % 8, 0u);
+  // The streamed file and the in-memory serialisation are the same bytes.
+  ASSERT_TRUE(write_safetensors(path, tensors).ok());
+  auto on_disk = read_file(path);
+  ASSERT_TRUE(on_disk.ok());
+  EXPECT_EQ(std::vector<uint8_t>(on_disk->begin(), on_disk->end()), *bytes);
   EXPECT_FALSE(set->get("nope").ok());
   EXPECT_NE(set->get("nope").status().message().find("'nope'"), std::string::npos);
 }

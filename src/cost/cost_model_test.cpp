@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "cost/v41_test_config.h"
+#include "format/config.h"
+#include "model/inventory.h"
+#include "model/layer_plan.h"
 
 namespace dsv41 {
 namespace {
@@ -117,6 +120,20 @@ TEST(CostModel, ShippedV41FlashConfigGives890) {
     EXPECT_EQ(m.layers[i].kind, embedded.layers[i].kind) << i;
     EXPECT_EQ(m.layers[i].weight_flops.weighted(), embedded.layers[i].weight_flops.weighted()) << i;
   }
+}
+
+// The calculator and the engine's own cache accounting (model/inventory.h, built on the packed
+// record layouts of cache/records.h) agree to the byte.
+TEST(CostModel, V41AgreesWithTheEnginesCacheAccounting) {
+  auto config = parse_model_config(test_v41_flash_config(), "v41-flash-test.json");
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  auto plan = build_layer_plan(*config);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  const CacheBytes engine = cache_bytes(*config, *plan);
+  const CostModel m = v41_flash();
+  EXPECT_EQ(m.global_kv_bytes_per_token(), engine.global_per_token());
+  EXPECT_EQ(m.window_bytes_per_sequence(), double(engine.window_per_sequence));
+  EXPECT_EQ(m.global_entries_per_token(), plan->global_entries_per_token());
 }
 
 TEST(CostModel, PrefillCedIsAboutHalfOfFullDepth) {

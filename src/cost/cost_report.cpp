@@ -112,7 +112,7 @@ std::string format_cost_table(const CostModel& m, const CostQuery& q) {
   // Per-layer table, consecutive identical layers folded into one row.
   o += "\nLayers (global B/tok: bytes each context token leaves in the layer's own cache; window: rows × bytes kept\n"
        "per sequence; weights: precision-weighted GFLOP per decoded token)\n";
-  o += fmt::format("  {:<9} {:<8} {:>5}  {:<14} {:>12} {:>14} {:>15} {:>14}\n", "layers", "kind", "ratio", "reads",
+  o += fmt::format("  {:<9} {:<8} {:>5}  {:<14} {:>12} {:>14} {:>15} {:>14}\n", "layers", "kind", "ratio", "reads/extra",
                    "entry B", "global B/tok", "window rows×B", "weights GF/tok");
   for (int i = 0; i < n_layers;) {
     const LayerCost& a = m.layers[i];

@@ -83,6 +83,7 @@ Result<CostModel> build_v41_cost(const ModelConfig& c, const LayerPlan& plan) {
       l.work.index_precision = Precision::kFp4;
     }
     if (info.has_engram) {
+      l.reads = l.reads.empty() ? "engram" : l.reads + ", engram";
       // Engram: wkv [(hc+1)·d ← (max_ngram−1)·n_heads·head_dim] FP8 (model.md §3.8); table lookups
       // and the per-stream gates are not matmuls and are left out.
       add_matvec(l.weight_flops, dense,

@@ -209,15 +209,16 @@ Status Tokenizer::Impl::parse_model(const json& model) {
   if (!vocab->is_object()) return corrupt("model.vocab: not an object");
   int64_t max_id = -1;
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-    const std::string field = "model.vocab[" + quote_token(it.key()) + "]";
-    if (!it->is_number_integer()) return corrupt(field + ": id is not an integer");
+    // Error messages are built only on failure: this loop runs ~10^5 times for real files.
+    auto field = [&] { return "model.vocab[" + quote_token(it.key()) + "]"; };
+    if (!it->is_number_integer()) return corrupt(field() + ": id is not an integer");
     const int64_t id = it->get<int64_t>();
     if (id < 0 || id > kMaxTokenId) {
-      return out_of_range(field + ": id " + std::to_string(id) + " outside [0, " + std::to_string(kMaxTokenId) + "]");
+      return out_of_range(field() + ": id " + std::to_string(id) + " outside [0, " + std::to_string(kMaxTokenId) + "]");
     }
     // Ids far beyond the entry count would only make the per-id tables huge and empty.
     if (id > 2 * static_cast<int64_t>(vocab->size()) + 65536) {
-      return corrupt(field + ": id " + std::to_string(id) + " is far beyond the " +
+      return corrupt(field() + ": id " + std::to_string(id) + " is far beyond the " +
                      std::to_string(vocab->size()) + " vocabulary entries");
     }
     max_id = std::max(max_id, id);
@@ -259,16 +260,18 @@ Status Tokenizer::Impl::parse_model(const json& model) {
   if (!merges->is_array()) return corrupt("model.merges: not an array");
   if (merges->size() > static_cast<size_t>(kMaxTokenId)) return out_of_range("model.merges: too many merges");
   std::string merged;
+  std::vector<BpeMerger::MergeRule> rules;
+  rules.reserve(merges->size());
   for (size_t i = 0; i < merges->size(); ++i) {
     const json& m = (*merges)[i];
-    const std::string field = "model.merges[" + std::to_string(i) + "]";
+    auto field = [i] { return "model.merges[" + std::to_string(i) + "]"; };
     std::string_view a, b;
     if (m.is_string()) {
       // "a b": byte-level tokens never contain a space (it is 'Ġ'), so there is exactly one.
       const std::string& s = m.get_ref<const std::string&>();
       const size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        return corrupt(field + ": expected \"left right\", got " + quote_token(s));
+        return corrupt(field() + ": expected \"left right\", got " + quote_token(s));
       }
       a = std::string_view(s).substr(0, sp);
       b = std::string_view(s).substr(sp + 1);
@@ -276,20 +279,21 @@ Status Tokenizer::Impl::parse_model(const json& model) {
       a = m[0].get_ref<const std::string&>();
       b = m[1].get_ref<const std::string&>();
     } else {
-      return corrupt(field + ": expected a \"left right\" string or a [left, right] pair");
+      return corrupt(field() + ": expected a \"left right\" string or a [left, right] pair");
     }
     auto ia = string_to_id.find(a);
-    if (ia == string_to_id.end()) return corrupt(field + ": token " + quote_token(a) + " is not in model.vocab");
+    if (ia == string_to_id.end()) return corrupt(field() + ": token " + quote_token(a) + " is not in model.vocab");
     auto ib = string_to_id.find(b);
-    if (ib == string_to_id.end()) return corrupt(field + ": token " + quote_token(b) + " is not in model.vocab");
+    if (ib == string_to_id.end()) return corrupt(field() + ": token " + quote_token(b) + " is not in model.vocab");
     merged.assign(a);
     merged.append(b);
     auto im = string_to_id.find(merged);
     if (im == string_to_id.end()) {
-      return corrupt(field + ": merged token " + quote_token(merged) + " is not in model.vocab");
+      return corrupt(field() + ": merged token " + quote_token(merged) + " is not in model.vocab");
     }
-    bpe.add_merge(ia->second, ib->second, static_cast<int32_t>(i), im->second);
+    rules.push_back({ia->second, ib->second, im->second});
   }
+  bpe.set_merges(rules);
   return ok_status();
 }
 
@@ -551,15 +555,17 @@ void Tokenizer::Impl::encode_word(std::string_view piece, std::vector<TokenId>& 
   const size_t first = out.size();
   bpe.encode(piece, out);
   std::lock_guard<std::mutex> lock(cache_mu);
-  if (cache.size() >= kMaxCacheEntries) cache.clear();
+  // A full cache stops growing (as in Hugging Face) rather than being flushed: flushing on
+  // text of mostly unique words would cost more than it saves.
+  if (cache.size() >= kMaxCacheEntries) return;
   cache.emplace(std::string(piece), std::vector<TokenId>(out.begin() + static_cast<ptrdiff_t>(first), out.end()));
 }
 
 Status Tokenizer::Impl::encode_text(std::string_view text, std::vector<TokenId>& out) const {
   if (text.empty()) return ok_status();
-  std::vector<std::string> pieces;
+  PreTokenizer::Pieces pieces;
   DSV41_RETURN_IF_ERROR(pre_tokenizer->split(text, pieces));
-  for (const std::string& p : pieces) encode_word(p, out);
+  for (std::string_view p : pieces.pieces) encode_word(p, out);
   return ok_status();
 }
 

@@ -1,6 +1,7 @@
 // Byte-level BPE merge loop (see tokenizer_bpe.h).
 #include "format/tokenizer_bpe.h"
 
+#include <bit>
 #include <queue>
 
 namespace dsv41 {
@@ -21,6 +22,21 @@ struct Candidate {
 };
 
 }  // namespace
+
+void BpeMerger::set_merges(const std::vector<MergeRule>& merges) {
+  size_t cap = 16;
+  while (cap < 2 * merges.size()) cap *= 2;
+  slots_.assign(cap, Slot{kEmpty, {0, 0}});
+  mask_ = cap - 1;
+  shift_ = 64 - std::countr_zero(cap);
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const MergeRule& m = merges[rank];
+    const uint64_t k = key(m.left, m.right);
+    size_t i = hash(k);
+    while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask_;
+    slots_[i] = {k, {static_cast<int32_t>(rank), m.merged}};
+  }
+}
 
 void BpeMerger::encode(std::string_view piece, std::vector<TokenId>& out) const {
   std::vector<Symbol> sym;

@@ -303,19 +303,28 @@ void find_literal(std::string_view lit, std::string_view s, std::vector<SplitRan
 
 }  // namespace
 
-Status PreTokenizer::split(std::string_view text, std::vector<std::string>& pieces) const {
-  std::vector<std::string> cur{std::string(text)}, next;
+Status PreTokenizer::split(std::string_view text, Pieces& out) const {
+  out.pieces.clear();
+  out.owned.clear();
+  std::vector<std::string_view>& cur = out.pieces;
+  if (!text.empty()) cur.push_back(text);
+  std::vector<std::string_view> next;
   std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(pcre2_match_data_create(1, nullptr));
   if (!md) return internal_error("pre-tokenizer: out of memory for PCRE2 match data");
   std::vector<SplitRange> ranges;
   for (const auto& step : steps_) {
     next.clear();
-    for (std::string& piece : cur) {
-      if (piece.empty()) continue;
+    for (std::string_view piece : cur) {
       if (step->kind == Step::Kind::kByteLevel) {
-        if (step->add_prefix_space && piece[0] != ' ') piece.insert(0, 1, ' ');
+        if (step->add_prefix_space && piece[0] != ' ') {
+          std::string& spaced = out.owned.emplace_back();
+          spaced.reserve(piece.size() + 1);
+          spaced.push_back(' ');
+          spaced.append(piece);
+          piece = spaced;
+        }
         if (!step->code) {
-          next.push_back(std::move(piece));
+          next.push_back(piece);
           continue;
         }
       }
@@ -329,14 +338,15 @@ Status PreTokenizer::split(std::string_view text, std::vector<std::string>& piec
       }
       const SplitBehavior behavior =
           step->kind == Step::Kind::kByteLevel ? SplitBehavior::kIsolated : step->behavior;
-      for (const auto& r : apply_split_behavior(ranges, behavior)) {
-        next.emplace_back(piece, r.begin, r.end - r.begin);
+      if (behavior == SplitBehavior::kIsolated) {
+        for (const auto& r : ranges) next.push_back(piece.substr(r.begin, r.end - r.begin));
+      } else {
+        for (const auto& r : apply_split_behavior(ranges, behavior)) {
+          next.push_back(piece.substr(r.begin, r.end - r.begin));
+        }
       }
     }
     std::swap(cur, next);
-  }
-  for (auto& p : cur) {
-    if (!p.empty()) pieces.push_back(std::move(p));
   }
   return ok_status();
 }

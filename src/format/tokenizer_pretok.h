@@ -13,6 +13,7 @@
 // lookahead never looks past the end of the piece).
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -39,10 +40,16 @@ class PreTokenizer {
   // True when the pipeline contains a ByteLevel step (required for byte-level BPE).
   bool has_byte_level() const;
 
-  // Cuts `text` (valid UTF-8) into pieces appended to `pieces`. Pieces may contain bytes not in
-  // `text` (a ByteLevel prefix space), so they are returned as strings. Fails only when PCRE2
-  // reports a matching error (resource limits).
-  Status split(std::string_view text, std::vector<std::string>& pieces) const;
+  // The pieces of one split() call. A piece views `text` (which must outlive it) or, when a
+  // ByteLevel step prepended a space, a string in `owned` (a deque: its strings never move).
+  struct Pieces {
+    std::vector<std::string_view> pieces;
+    std::deque<std::string> owned;
+  };
+
+  // Cuts `text` (valid UTF-8) into non-empty pieces, replacing out.pieces. Fails only when
+  // PCRE2 reports a matching error (resource limits).
+  Status split(std::string_view text, Pieces& out) const;
 
  private:
   struct Step;

@@ -17,9 +17,12 @@ using json = nlohmann::json;
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// Oniguruma's \s is Unicode White_Space; PCRE2 10.42 with UCP leaves out U+0085 (NEL). Adds it
-// back: \s -> [\s\x{85}] (or \s\x{85} inside a class), \S -> [^\s\x{85}] outside classes.
-// \S inside a class is left alone (no tokenizer we know writes it).
+// Oniguruma's \s is exactly the Unicode White_Space property. PCRE2 10.42's \s under UCP differs
+// (it lacks U+0085 NEL and accepts U+180E MONGOLIAN VOWEL SEPARATOR), so \s and \S are
+// rewritten to this explicit set. \S inside a class is left alone (no tokenizer writes it).
+constexpr const char* kWhiteSpaceSet =
+    R"(\t-\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
 std::string rewrite_white_space(std::string_view p) {
   std::string out;
   out.reserve(p.size() + 16);
@@ -28,8 +31,8 @@ std::string rewrite_white_space(std::string_view p) {
     const char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       const char e = p[++i];
-      if (e == 's') out += depth > 0 ? R"(\s\x{85})" : R"([\s\x{85}])";
-      else if (e == 'S' && depth == 0) out += R"([^\s\x{85}])";
+      if (e == 's') out += depth > 0 ? std::string(kWhiteSpaceSet) : "[" + std::string(kWhiteSpaceSet) + "]";
+      else if (e == 'S' && depth == 0) out += "[^" + std::string(kWhiteSpaceSet) + "]";
       else { out += c; out += e; }
       continue;
     }

@@ -7,7 +7,7 @@
 // invert), Digits, Whitespace, WhitespaceSplit, Punctuation and nested Sequence. Patterns are
 // Oniguruma syntax in the file; they are compiled with PCRE2 (UTF + UCP, JIT when available),
 // whose syntax agrees for what tokenizers use (\p{L}, \p{N}, lookahead, classes), except that
-// PCRE2 10.42's \s lacks U+0085 (White_Space in Oniguruma): \s and \S are rewritten to add it.
+// PCRE2 10.42 disagrees on \s (U+0085, U+180E): \s and \S are rewritten to Unicode White_Space.
 //
 // Every step sees each current piece as a separate subject, as Hugging Face does (a
 // lookahead never looks past the end of the piece).

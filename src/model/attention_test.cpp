@@ -171,7 +171,7 @@ std::vector<float> dense_swa_reference(const Model& m, const AttentionWeights& w
     matvec(w.wkv, x + t * hid, D, hid, kv.data() + t * D);
     rmsnorm_row(kv.data() + t * D, D, w.kv_norm.data(), c.rms_norm_eps, kv.data() + t * D);
     m.rope.apply(RopeKind::kMain, kv.data() + t * D, D, t);
-    kv_fake_quant(KvRecordKind::kWindow, kv.data() + t * D, D);
+    row_fake_quant(RowKind::kWindow, kv.data() + t * D, D);
   }
   std::vector<float> out(L * hid);
   const int64_t hpg = H / c.o_groups;

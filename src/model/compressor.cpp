@@ -66,11 +66,11 @@ void compressor_publish(const ModelConfig& config, const AttentionWeights& w, co
     gemm_f32(latent, 1, D, w.indexer_wk.data(), Di, key.data());
     rmsnorm_row(key.data(), Di, w.indexer_k_norm.data(), config.rms_norm_eps, key.data());
     rope.apply(RopeKind::kCompress, key.data(), Di, pos);
-    kv_pack(KvRecordKind::kIndex, key.data(), Di, kv.index.append());
+    row_pack(RowKind::kIndex, key.data(), Di, kv.index.append());
     // Main row: RoPE → NVFP4.
     std::copy(latent, latent + D, rotated.begin());
     rope.apply(RopeKind::kCompress, rotated.data(), D, pos);
-    kv_pack(KvRecordKind::kMain, rotated.data(), D, kv.main.append());
+    row_pack(RowKind::kMain, rotated.data(), D, kv.main.append());
   }
 }
 

@@ -40,7 +40,7 @@ void indexer_queries(const ModelConfig& config, const AttentionWeights& w, const
     for (int64_t h = 0; h < nh; ++h) {
       float* qh = q.data() + (i * nh + h) * dh;
       rope_rotate(qh, dh, rope.rope_dim(), cs.data(), sn.data(), false);
-      kv_fake_quant(KvRecordKind::kIndex, qh, dh);
+      row_fake_quant(RowKind::kIndex, qh, dh);
     }
     for (int64_t h = 0; h < nh; ++h) head_weights[i * nh + h] *= heads_scaling;
   }

@@ -1,0 +1,116 @@
+#include "cache/sequence_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "model/attention_test_support.h"
+
+namespace dsv41 {
+namespace {
+
+// The V4.1-Flash text config as model.md §1.2 gives it (defaults of ModelConfig plus the lists).
+ModelConfig flash_config() {
+  ModelConfig c;
+  c.source = "model.md §1.2";
+  c.compress_ratios = {0, 0};
+  for (int i = 0; i < 18; ++i) c.compress_ratios.push_back(2);
+  for (int i = 0; i < 20; ++i) c.compress_ratios.push_back(1);
+  c.compress_ratios.insert(c.compress_ratios.end(), {0, 0, 0});  // DSpark stages (not backbone)
+  c.kv_source_layer_ids = {2, 8, 14, 20};
+  c.index_source_layer_ids = {2, 8, 14, 20, 24, 28, 32, 36};
+  return c;
+}
+
+TEST(SequenceCache, FlashRecordSizes) {
+  const ModelConfig c = flash_config();
+  EXPECT_EQ(window_row_bytes(c.head_dim), 528u);
+  EXPECT_EQ(main_row_bytes(c.head_dim), 288u);
+  EXPECT_EQ(index_row_bytes(c.index_head_dim), 68u);
+}
+
+TEST(SequenceCache, FlashGlobalKvIs890BytesPerTokenAtOneMillion) {
+  const ModelConfig c = flash_config();
+  const LayerPlan plan = testing::plan_for_test(c);
+  const int64_t tokens = int64_t{1} << 20;
+  auto bytes = plan_cache_bytes(c, plan, tokens);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  EXPECT_EQ(bytes->global(), 890 * tokens);
+  EXPECT_EQ(bytes->main, 720 * tokens);   // 288 B × (3 × ½ + 1) entries per token
+  EXPECT_EQ(bytes->index, 170 * tokens);  // 68 B × 2.5
+  EXPECT_EQ(bytes->window, 40 * 128 * 528);
+  // A context that is not a whole number of pages pays for its partly filled last pages.
+  auto odd = plan_cache_bytes(c, plan, 1000);
+  ASSERT_TRUE(odd.ok());
+  EXPECT_EQ(odd->main, (3 * 2 + 1 * 4) * 256 * 288);  // 500 entries → 2 pages; 1000 → 4 pages
+}
+
+TEST(SequenceCache, FlashCacheStartsWithWindowsOnly) {
+  const ModelConfig c = flash_config();
+  const LayerPlan plan = testing::plan_for_test(c);
+  auto cache = SequenceCache::create(c, plan, int64_t{1} << 20);
+  ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+  const CacheBytes b = (*cache)->bytes_in_use();
+  EXPECT_EQ(b.window, 40 * 128 * 528);
+  EXPECT_EQ(b.global(), 0);
+  int sources = 0;
+  for (int l = 0; l < 40; ++l) sources += (*cache)->kv_source(l) != nullptr;
+  EXPECT_EQ(sources, 4);
+  EXPECT_EQ((*cache)->kv_source(20)->ratio, 1);
+  EXPECT_EQ((*cache)->kv_source(8)->ratio, 2);
+}
+
+TEST(SequenceCache, RejectsUnblockableDims) {
+  ModelConfig c = flash_config();
+  c.index_head_dim = 48;
+  const LayerPlan plan = testing::plan_for_test(c);
+  auto cache = SequenceCache::create(c, plan, 16);
+  ASSERT_FALSE(cache.ok());
+  EXPECT_NE(cache.status().message().find("index_head_dim"), std::string::npos) << cache.status().message();
+  EXPECT_FALSE(plan_cache_bytes(c, plan, 16).ok());
+}
+
+TEST(PagePool, FreeListReusesPagesAndCounts) {
+  PagePool pool(64);
+  PagedRows rows(&pool, 16, 4);  // 4 records per page
+  for (int i = 0; i < 9; ++i) rows.append()[0] = static_cast<uint8_t>(i + 1);
+  EXPECT_EQ(rows.pages(), 3);
+  EXPECT_EQ(pool.pages_in_use(), 3);
+  EXPECT_EQ(pool.bytes_in_use(), 3 * 64);
+  EXPECT_EQ(rows.row(5)[0], 6);
+  rows.truncate(4);
+  EXPECT_EQ(rows.pages(), 1);
+  EXPECT_EQ(pool.pages_free(), 2);
+  EXPECT_EQ(rows.row(3)[0], 4);
+  // New rows take pages from the free list (no new memory), zeroed.
+  uint8_t* r = rows.append();
+  EXPECT_EQ(r[0], 0);
+  EXPECT_EQ(pool.pages_free(), 1);
+  {
+    PagedRows other(&pool, 16, 4);
+    other.append();
+    EXPECT_EQ(pool.pages_free(), 0);
+  }  // destruction returns its page
+  EXPECT_EQ(pool.pages_free(), 1);
+  rows.clear();
+  EXPECT_EQ(pool.pages_in_use(), 0);
+}
+
+TEST(WindowRing, KeepsTheNewestSlotsAndRoundTrips) {
+  WindowRing ring(3, 32);
+  std::vector<float> x(32), got(32), want(32);
+  for (int p = 0; p < 5; ++p) {
+    for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(p * 100 + i) * 0.01f;
+    ring.push(x.data());
+  }
+  EXPECT_EQ(ring.length(), 5);
+  EXPECT_EQ(ring.first_held(), 2);
+  ring.read(4, got.data());
+  want = x;
+  window_row_fake_quant(want.data(), 32);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(ring.bytes(), 3 * 33);
+}
+
+}  // namespace
+}  // namespace dsv41

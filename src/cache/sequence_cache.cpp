@@ -134,4 +134,28 @@ void SequenceCache::reset() {
   }
 }
 
+std::vector<float> SequenceCache::window_rows(int layer) const {
+  const WindowRing& ring = windows_[layer];
+  const int64_t rows = std::min(ring.length(), ring.slots() - 1);
+  std::vector<float> out(static_cast<size_t>(rows * ring.dim()));
+  for (int64_t i = 0; i < rows; ++i) ring.read(ring.length() - rows + i, out.data() + i * ring.dim());
+  return out;
+}
+
+std::vector<float> SequenceCache::main_rows(int layer) const {
+  const KvSourceCache* kv = kv_[layer].get();
+  if (!kv) return {};
+  std::vector<float> out(static_cast<size_t>(kv->entries() * kv->dim));
+  for (int64_t g = 0; g < kv->entries(); ++g) kv->read_main(g, out.data() + g * kv->dim);
+  return out;
+}
+
+std::vector<float> SequenceCache::index_rows(int layer) const {
+  const KvSourceCache* kv = kv_[layer].get();
+  if (!kv) return {};
+  std::vector<float> out(static_cast<size_t>(kv->entries() * kv->index_dim));
+  for (int64_t g = 0; g < kv->entries(); ++g) kv->read_index(g, out.data() + g * kv->index_dim);
+  return out;
+}
+
 }  // namespace dsv41

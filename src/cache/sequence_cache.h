@@ -108,6 +108,16 @@ class SequenceCache {
   CacheBytes bytes_in_use() const;
   void reset();  // back to an empty sequence (pages return to the pools)
 
+  // Dequantised views for dumps and golden comparisons (the golden tensors' shapes):
+  //   window_rows:  the newest min(length, sliding_window − 1) window rows of `layer`, oldest
+  //                 first, [rows, head_dim] (what the reference keeps between calls)
+  //   main_rows:    every compressed entry of kv-source `layer`, [entries, head_dim]
+  //   index_rows:   every index key of kv-source `layer`, [entries, index_head_dim]
+  // Empty for a layer without that state.
+  std::vector<float> window_rows(int layer) const;
+  std::vector<float> main_rows(int layer) const;
+  std::vector<float> index_rows(int layer) const;
+
  private:
   SequenceCache() = default;
   int64_t max_context_ = 0;

@@ -189,16 +189,14 @@ void expect_close_with_flips(const std::vector<float>& got, const std::vector<fl
 void check_against_golden(int s, const std::vector<int>& chain, const RunResult& res, const std::string& mode) {
   const Fixture& fx = fixture();
   const ModelConfig& cfg = fx.config;
-  const int64_t D = cfg.head_dim;
   for (int l : chain) {
     const LayerInfo& info = fx.plan.layers[l];
     const std::string where = mode + " s" + std::to_string(s) + " layer " + std::to_string(l);
     // Window KV kept after the prompt: the last min(L, w−1) positions.
     const auto& wk = fx.golden.at(key(s, l, "window_kv"));
     const int64_t n = wk.shape[0];
-    const WindowRing& ring = res.cache->window(l);
-    std::vector<float> got(static_cast<size_t>(n * D));
-    for (int64_t i = 0; i < n; ++i) ring.read(ring.length() - n + i, got.data() + i * D);
+    ASSERT_EQ(n, std::min<int64_t>(res.cache->window(l).length(), cfg.sliding_window - 1)) << where;
+    const std::vector<float> got = res.cache->window_rows(l);
     expect_close_with_flips(got, wk.f32(), 1e-5f, 2, where + " window_kv");
 
     if (info.role == LayerRole::kFull && fx.golden.count(key(s, l, "compressed_kv"))) {
@@ -206,11 +204,7 @@ void check_against_golden(int s, const std::vector<int>& chain, const RunResult&
       const auto& ck = fx.golden.at(key(s, l, "compressed_kv"));
       const auto& ik = fx.golden.at(key(s, l, "index_keys"));
       ASSERT_EQ(kv->entries(), ck.shape[0]) << where;
-      std::vector<float> m(static_cast<size_t>(kv->entries() * D)), ix(static_cast<size_t>(kv->entries() * cfg.index_head_dim));
-      for (int64_t g = 0; g < kv->entries(); ++g) {
-        kv->read_main(g, m.data() + g * D);
-        kv->read_index(g, ix.data() + g * cfg.index_head_dim);
-      }
+      const std::vector<float> m = res.cache->main_rows(l), ix = res.cache->index_rows(l);
       expect_close_with_flips(m, ck.f32(), 1e-5f, 3, where + " compressed_kv");
       expect_close_with_flips(ix, ik.f32(), 1e-5f, 3, where + " index_keys");
     }

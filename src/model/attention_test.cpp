@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -150,7 +151,10 @@ TEST(Attention, AllocatorAgreesWithSizingPlan) {
 // Sink attention from the definition for an SWA-only layer: every position's K=V row computed
 // directly, window positions max(0, t−w+1)…t, dense softmax with the sink, inverse RoPE, grouped
 // output projection via explicit block-diagonal indexing.
-std::vector<float> dense_swa_reference(const Model& m, const AttentionWeights& w, const float* x, int64_t L) {
+// extra(t) gives the compressed entries (dequantised rows, [n, head_dim]) query t also attends.
+std::vector<float> dense_reference(const Model& m, const LayerInfo& layer, const AttentionWeights& w, const float* x,
+                                   int64_t L, const std::function<std::vector<float>(int64_t)>& extra) {
+  const RopeKind kind = layer.rope;
   const ModelConfig& c = m.config;
   const int64_t hid = c.hidden_size, H = c.num_attention_heads, D = c.head_dim, ql = c.q_lora_rank;
   const int64_t win = c.sliding_window;
@@ -167,31 +171,36 @@ std::vector<float> dense_swa_reference(const Model& m, const AttentionWeights& w
     matvec(w.wq_a, x + t * hid, ql, hid, cq.data());
     rmsnorm_row(cq.data(), ql, w.q_norm.data(), c.rms_norm_eps, cq.data());
     matvec(w.wq_b, cq.data(), H * D, ql, q.data() + t * H * D);
-    for (int64_t h = 0; h < H; ++h) m.rope.apply(RopeKind::kMain, q.data() + (t * H + h) * D, D, t);
+    for (int64_t h = 0; h < H; ++h) m.rope.apply(kind, q.data() + (t * H + h) * D, D, t);
     matvec(w.wkv, x + t * hid, D, hid, kv.data() + t * D);
     rmsnorm_row(kv.data() + t * D, D, w.kv_norm.data(), c.rms_norm_eps, kv.data() + t * D);
-    m.rope.apply(RopeKind::kMain, kv.data() + t * D, D, t);
+    m.rope.apply(kind, kv.data() + t * D, D, t);
     row_fake_quant(RowKind::kWindow, kv.data() + t * D, D);
   }
   std::vector<float> out(L * hid);
   const int64_t hpg = H / c.o_groups;
   for (int64_t t = 0; t < L; ++t) {
     std::vector<float> o(H * D, 0.f);
+    // All keys: every earlier position (masked outside the window), then the compressed ones.
+    std::vector<float> keys(kv.begin(), kv.begin() + (t + 1) * D);
+    const std::vector<float> more = extra(t);
+    keys.insert(keys.end(), more.begin(), more.end());
+    const int64_t nk = static_cast<int64_t>(keys.size()) / D;
     for (int64_t h = 0; h < H; ++h) {
       std::vector<double> s;
       double mx = w.attn_sink[h];
-      for (int64_t p = 0; p <= t; ++p) {
-        if (p < t - win + 1) { s.push_back(-INFINITY); continue; }
+      for (int64_t p = 0; p < nk; ++p) {
+        if (p <= t && p < t - win + 1) { s.push_back(-INFINITY); continue; }
         double d = 0;
-        for (int64_t i = 0; i < D; ++i) d += double(q[(t * H + h) * D + i]) * kv[p * D + i];
+        for (int64_t i = 0; i < D; ++i) d += double(q[(t * H + h) * D + i]) * keys[p * D + i];
         s.push_back(d / std::sqrt(double(D)));
         mx = std::max(mx, s.back());
       }
       double den = std::exp(w.attn_sink[h] - mx);
       for (double v : s) den += std::exp(v - mx);
-      for (int64_t p = 0; p <= t; ++p)
-        for (int64_t i = 0; i < D; ++i) o[h * D + i] += float(std::exp(s[p] - mx) / den * kv[p * D + i]);
-      m.rope.apply(RopeKind::kMain, o.data() + h * D, D, t, /*inverse=*/true);
+      for (int64_t p = 0; p < nk; ++p)
+        for (int64_t i = 0; i < D; ++i) o[h * D + i] += float(std::exp(s[p] - mx) / den * keys[p * D + i]);
+      m.rope.apply(kind, o.data() + h * D, D, t, /*inverse=*/true);
     }
     std::vector<float> mid(c.o_groups * c.o_lora_rank, 0.f);
     for (int64_t g = 0; g < c.o_groups; ++g)
@@ -210,12 +219,48 @@ TEST(Attention, SwaLayerMatchesDenseReferenceAcrossWindowBoundary) {
   const int64_t w = m.config.sliding_window;
   for (int64_t L : {w - 1, w, w + 1, 3 * w + 2}) {
     auto x = random_inputs(m.config, L, static_cast<uint32_t>(7 * L));
-    const std::vector<float> want = dense_swa_reference(m, m.weights[0], x[0].data(), L);
+    const std::vector<float> want = dense_reference(m, m.plan.layers[0], m.weights[0], x[0].data(), L,
+                                                    [](int64_t) { return std::vector<float>{}; });
     for (std::vector<int64_t> chunks : {std::vector<int64_t>{L}, {1}, {2, 5}}) {
       ChainRun r = run(m, x, L, chunks);
       for (int64_t i = 0; i < L * m.config.hidden_size; ++i)
         ASSERT_NEAR(r.out[0][i], want[i], 2e-5f * std::max(1.0f, std::fabs(want[i]))) << "L=" << L << " i=" << i;
     }
+  }
+}
+
+TEST(Attention, CompressedLayersMatchDenseReferenceOverSelectedEntries) {
+  // Every compressed layer (Full, Reuse, Reindex; ratios 3 and 1) against the dense definition,
+  // given the entries its top-k selected (top-k and entries themselves are checked against the
+  // golden fixture elsewhere).
+  Model m;
+  const ModelConfig& c = m.config;
+  const int64_t L = 23;
+  auto x = random_inputs(c, L, 99);
+  ChainRun r = run(m, x, L, {L});
+  for (const LayerInfo& l : m.plan.layers) {
+    if (l.ratio == 0) continue;
+    const KvSourceCache* kv = r.cache->kv_source(l.kv_source);
+    ASSERT_NE(kv, nullptr);
+    int selected = 0;
+    auto extra = [&](int64_t t) {
+      std::vector<float> rows;
+      for (int j = 0; j < c.index_topk; ++j) {
+        const int32_t g = r.topk[l.index][t * c.index_topk + j];
+        if (g < 0) continue;
+        EXPECT_LT(g, (t + 1) / l.ratio) << "layer " << l.index << " t=" << t << " selected an invisible entry";
+        std::vector<float> row(c.head_dim);
+        kv->read_main(g, row.data());
+        rows.insert(rows.end(), row.begin(), row.end());
+        ++selected;
+      }
+      return rows;
+    };
+    const std::vector<float> want = dense_reference(m, l, m.weights[l.index], x[l.index].data(), L, extra);
+    EXPECT_GT(selected, 0) << "layer " << l.index;
+    for (int64_t i = 0; i < L * c.hidden_size; ++i)
+      ASSERT_NEAR(r.out[l.index][i], want[i], 2e-5f * std::max(1.0f, std::fabs(want[i])))
+          << "layer " << l.index << " i=" << i;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/gemm.h"
 #include "model/compressor.h"
 #include "model/indexer.h"
@@ -197,18 +198,15 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
         if (row[j] >= 0) compressed->read_main(row[j], sel.data() + (nsel++) * D);
     }
     logits.resize(static_cast<size_t>(nwin + nsel));
+    const float* win_rows = keys.data() + (lo - first) * D;  // [nwin, D], contiguous
     for (int64_t h = 0; h < H; ++h) {
       const float* qh = q.data() + (i * H + h) * D;
-      auto key_at = [&](int64_t j) -> const float* {
-        return j < nwin ? keys.data() + (lo + j - first) * D : sel.data() + (j - nwin) * D;
-      };
+      dot_rows(qh, win_rows, nwin, D, logits.data());
+      dot_rows(qh, sel.data(), nsel, D, logits.data() + nwin);
       const float sink = w.attn_sink[h];
       float m = sink;  // the sink joins the max and the denominator, never the values
       for (int64_t j = 0; j < nwin + nsel; ++j) {
-        const float* kj = key_at(j);
-        double dot = 0;
-        for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(qh[d]) * kj[d];
-        logits[j] = static_cast<float>(dot) * scaling;
+        logits[j] *= scaling;
         m = std::max(m, logits[j]);
       }
       double denom = std::exp(static_cast<double>(sink - m));
@@ -216,14 +214,10 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
         logits[j] = std::exp(logits[j] - m);
         denom += logits[j];
       }
+      for (int64_t j = 0; j < nwin + nsel; ++j) logits[j] = static_cast<float>(logits[j] / denom);
       float* oh = o.data() + (i * H + h) * D;
-      std::vector<double> acc(static_cast<size_t>(D), 0.0);
-      for (int64_t j = 0; j < nwin + nsel; ++j) {
-        const float p = static_cast<float>(logits[j] / denom);
-        const float* kj = key_at(j);
-        for (int64_t d = 0; d < D; ++d) acc[d] += static_cast<double>(p) * kj[d];
-      }
-      for (int64_t d = 0; d < D; ++d) oh[d] = static_cast<float>(acc[d]);
+      weighted_sum_rows(logits.data(), win_rows, nwin, D, oh);
+      weighted_sum_rows(logits.data() + nwin, sel.data(), nsel, D, oh);
       // The values carry RoPE on their tail; undo the query position's rotation.
       rope_rotate(oh, D, static_cast<int>(rd), cosv.data() + i * rd / 2, sinv.data() + i * rd / 2, true);
     }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 
+#include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/gemm.h"
 
 namespace dsv41 {
@@ -61,12 +62,10 @@ void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t 
         *out = kNegInf;
         continue;
       }
+      dot_rows(key.data(), q + i * nh * dh, nh, dh, per_head.data());  // q_h · I_g for every head
       float total = 0.0f;
       for (int64_t h = 0; h < nh; ++h) {
-        const float* qh = q + (i * nh + h) * dh;
-        double dot = 0;
-        for (int64_t d = 0; d < dh; ++d) dot += static_cast<double>(qh[d]) * key[d];
-        const float relu = std::max(static_cast<float>(dot), 0.0f) * softmax_scale;
+        const float relu = std::max(per_head[h], 0.0f) * softmax_scale;
         total += relu * head_weights[i * nh + h];
       }
       *out = total;

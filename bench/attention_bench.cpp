@@ -30,6 +30,10 @@ struct MiniModel {
     config.index_source_layer_ids = {1};
     config.candidate_source_layer_id = 1;
     config.rope_scaling = YarnScaling{};
+    config.engram_layer_ids.clear();
+    config.engram_num_embeddings.clear();
+    config.dspark_target_layer_ids.clear();
+    config.num_nextn_predict_layers = 0;
     LayerInfo swa;
     swa.index = 0;
     LayerInfo full;

@@ -4,22 +4,22 @@
 
 #include <vector>
 
-#include "model/attention_test_support.h"
+#include "model/layer_plan.h"
 
 namespace dsv41 {
 namespace {
 
-// The V4.1-Flash text config as model.md §1.2 gives it (defaults of ModelConfig plus the lists).
+// The shipped V4.1-Flash config (no weights needed).
 ModelConfig flash_config() {
-  ModelConfig c;
-  c.source = "model.md §1.2";
-  c.compress_ratios = {0, 0};
-  for (int i = 0; i < 18; ++i) c.compress_ratios.push_back(2);
-  for (int i = 0; i < 20; ++i) c.compress_ratios.push_back(1);
-  c.compress_ratios.insert(c.compress_ratios.end(), {0, 0, 0});  // DSpark stages (not backbone)
-  c.kv_source_layer_ids = {2, 8, 14, 20};
-  c.index_source_layer_ids = {2, 8, 14, 20, 24, 28, 32, 36};
-  return c;
+  auto c = load_model_config(std::string(DSV41_SOURCE_DIR) + "/data/configs/deepseek-v4.1-flash.json");
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return c.ok() ? *c : ModelConfig{};
+}
+
+LayerPlan flash_plan(const ModelConfig& c) {
+  auto plan = build_layer_plan(c);
+  EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+  return plan.ok() ? *plan : LayerPlan{};
 }
 
 TEST(SequenceCache, FlashRecordSizes) {
@@ -31,7 +31,7 @@ TEST(SequenceCache, FlashRecordSizes) {
 
 TEST(SequenceCache, FlashGlobalKvIs890BytesPerTokenAtOneMillion) {
   const ModelConfig c = flash_config();
-  const LayerPlan plan = testing::plan_for_test(c);
+  const LayerPlan plan = flash_plan(c);
   const int64_t tokens = int64_t{1} << 20;
   auto bytes = plan_cache_bytes(c, plan, tokens);
   ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
@@ -47,7 +47,7 @@ TEST(SequenceCache, FlashGlobalKvIs890BytesPerTokenAtOneMillion) {
 
 TEST(SequenceCache, FlashCacheStartsWithWindowsOnly) {
   const ModelConfig c = flash_config();
-  const LayerPlan plan = testing::plan_for_test(c);
+  const LayerPlan plan = flash_plan(c);
   auto cache = SequenceCache::create(c, plan, int64_t{1} << 20);
   ASSERT_TRUE(cache.ok()) << cache.status().to_string();
   const CacheBytes b = (*cache)->bytes_in_use();
@@ -62,8 +62,8 @@ TEST(SequenceCache, FlashCacheStartsWithWindowsOnly) {
 
 TEST(SequenceCache, RejectsUnblockableDims) {
   ModelConfig c = flash_config();
-  c.index_head_dim = 48;
-  const LayerPlan plan = testing::plan_for_test(c);
+  const LayerPlan plan = flash_plan(c);
+  c.index_head_dim = 48;  // past the config parser's checks: the cache must still refuse it
   auto cache = SequenceCache::create(c, plan, 16);
   ASSERT_FALSE(cache.ok());
   EXPECT_NE(cache.status().message().find("index_head_dim"), std::string::npos) << cache.status().message();

@@ -36,8 +36,12 @@ const Fixture& fixture() {
     fx->model = testing::read_safetensors(kFixture + "/model.safetensors");
     fx->golden = testing::read_safetensors(kFixture + "/golden.safetensors");
     if (fx->model.empty() || fx->golden.empty()) return fx;
-    fx->config = testing::config_from_json_file(kFixture + "/config.json");
-    fx->plan = testing::plan_for_test(fx->config);
+    auto config = load_model_config(kFixture);
+    if (!config.ok()) return fx;
+    fx->config = *config;
+    auto plan = build_layer_plan(fx->config);
+    if (!plan.ok()) return fx;
+    fx->plan = *plan;
     fx->ok = true;
     return fx;
   }();

@@ -42,12 +42,22 @@ ModelConfig small_config() {
   c.index_n_heads = 4;
   c.index_head_dim = 32;
   c.index_topk = 3;
+  c.engram_layer_ids.clear();  // no Engram, no DSpark in this attention-only model
+  c.engram_num_embeddings.clear();
+  c.dspark_target_layer_ids.clear();
+  c.num_nextn_predict_layers = 0;
   return c;
+}
+
+LayerPlan small_plan(const ModelConfig& c) {
+  auto plan = build_layer_plan(c);
+  if (!plan.ok()) ADD_FAILURE() << plan.status().to_string();
+  return plan.ok() ? *plan : LayerPlan{};
 }
 
 struct Model {
   ModelConfig config = small_config();
-  LayerPlan plan = testing::plan_for_test(config);
+  LayerPlan plan = small_plan(config);
   Rope rope = Rope::create(config).value();
   std::vector<AttentionWeights> weights;
   Model() {

@@ -18,7 +18,10 @@
 //
 // Numeric policy (fp32 engine): every activation is fp32; the only roundings are the cache
 // fake-quantisers (FP8 window, NVFP4 main, MXFP4 index keys and indexer queries). This matches
-// the f32 golden fixture, whose indexer scores and attention logits are fp32.
+// the f32 golden fixture, whose indexer scores and attention logits are fp32. Dot products run
+// through kernels/cpu/attention_kernels.h (AVX2 float accumulation when available), so results
+// agree with the scalar reference to float rounding; every token's result is independent of
+// how the sequence was chunked.
 // Top-k tie rule: larger score first, equal scores → lower entry index first (documented here
 // because the golden reference's torch.topk leaves it unspecified; the fixtures have no ties).
 #pragma once

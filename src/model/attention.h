@@ -20,8 +20,8 @@
 // fake-quantisers (FP8 window, NVFP4 main, MXFP4 index keys and indexer queries). This matches
 // the f32 golden fixture, whose indexer scores and attention logits are fp32. Dot products run
 // through kernels/cpu/attention_kernels.h (AVX2 float accumulation when available), so results
-// agree with the scalar reference to float rounding; every token's result is independent of
-// how the sequence was chunked.
+// agree with the scalar reference to float rounding. Each token's arithmetic does not depend on
+// how the sequence is chunked (as long as gemm_f32 computes each row independently, as now).
 // Top-k tie rule: larger score first, equal scores → lower entry index first (documented here
 // because the golden reference's torch.topk leaves it unspecified; the fixtures have no ties).
 #pragma once

@@ -16,7 +16,6 @@
 namespace dsv41 {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Query rows scored together by the indexer: bounds the [rows, G] score buffer.
 constexpr int64_t kIndexerRowBlock = 32;
 
@@ -50,15 +49,19 @@ void run_indexer(const ModelConfig& config, const LayerInfo& layer, const Attent
     if (layer.candidate_source) shared.trace_candidates.assign(static_cast<size_t>(T * G), 0);
   }
   std::vector<float> scores;
-  std::vector<uint8_t> in_pool;
   for (int64_t row0 = 0; row0 < T; row0 += kIndexerRowBlock) {
     const int64_t rows = std::min(kIndexerRowBlock, T - row0);
     scores.resize(static_cast<size_t>(rows * G));
-    indexer_scores(config, kv, G, layer.ratio, q.data(), head_weights.data(), row0, rows, start_pos, scores.data());
+    // A restricted layer scores only inside the pool (≤ topk_blocks·block_size entries per query).
+    if (!restricted)
+      indexer_scores(config, kv, G, layer.ratio, q.data(), head_weights.data(), row0, rows, start_pos, scores.data());
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = row0 + r, t = start_pos + i;
       float* row = scores.data() + r * G;
-      if (layer.candidate_source) {
+      if (restricted) {
+        indexer_scores_in_pool(config, kv, G, layer.ratio, q.data(), head_weights.data(), i, start_pos,
+                               shared.candidate_blocks.data() + i * nb, nb, bs, row);
+      } else if (layer.candidate_source) {
         int32_t* kept = blocks_kept.data() + i * nb;
         select_candidate_blocks(row, G, (t + 1) / layer.ratio, bs, nb, kept);
         if (shared.record_trace) {
@@ -67,13 +70,6 @@ void run_indexer(const ModelConfig& config, const LayerInfo& layer, const Attent
             for (int64_t g = int64_t{kept[j]} * bs; g < std::min<int64_t>(G, int64_t{kept[j] + 1} * bs); ++g)
               cand[g] = 1;
         }
-      } else if (restricted) {
-        const int32_t* kept = shared.candidate_blocks.data() + i * nb;
-        in_pool.assign(static_cast<size_t>((G + bs - 1) / bs), 0);
-        for (int j = 0; j < nb && kept[j] >= 0; ++j)
-          if (kept[j] < static_cast<int32_t>(in_pool.size())) in_pool[kept[j]] = 1;
-        for (int64_t g = 0; g < G; ++g)
-          if (!in_pool[g / bs]) row[g] = kNegInf;
       }
       if (shared.record_trace) std::copy(row, row + G, shared.trace_index_scores.begin() + i * G);
       select_topk(row, G, k, topk.data() + i * k);

@@ -47,6 +47,22 @@ void indexer_queries(const ModelConfig& config, const AttentionWeights& w, const
   }
 }
 
+namespace {
+
+// score(g) of chunk row i against the unpacked key (the one formula both entry points use).
+float score_one(const float* key, const float* q, const float* head_weights, int64_t i, int64_t nh, int64_t dh,
+                float softmax_scale, float* per_head) {
+  dot_rows(key, q + i * nh * dh, nh, dh, per_head);  // q_h · I_g for every head
+  float total = 0.0f;
+  for (int64_t h = 0; h < nh; ++h) {
+    const float relu = std::max(per_head[h], 0.0f) * softmax_scale;
+    total += relu * head_weights[i * nh + h];
+  }
+  return total;
+}
+
+}  // namespace
+
 void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                     const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores) {
   const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
@@ -62,13 +78,24 @@ void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t 
         *out = kNegInf;
         continue;
       }
-      dot_rows(key.data(), q + i * nh * dh, nh, dh, per_head.data());  // q_h · I_g for every head
-      float total = 0.0f;
-      for (int64_t h = 0; h < nh; ++h) {
-        const float relu = std::max(per_head[h], 0.0f) * softmax_scale;
-        total += relu * head_weights[i * nh + h];
-      }
-      *out = total;
+      *out = score_one(key.data(), q, head_weights, i, nh, dh, softmax_scale, per_head.data());
+    }
+  }
+}
+
+void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
+                            const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
+                            int topk_blocks, int block_size, float* row) {
+  const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
+  const float softmax_scale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5));
+  std::vector<float> key(static_cast<size_t>(dh)), per_head(static_cast<size_t>(nh));
+  std::fill(row, row + G, kNegInf);
+  const int64_t visible = std::min<int64_t>(G, (start_pos + i + 1) / ratio);
+  for (int j = 0; j < topk_blocks && kept[j] >= 0; ++j) {
+    const int64_t end = std::min<int64_t>(visible, (int64_t{kept[j]} + 1) * block_size);
+    for (int64_t g = int64_t{kept[j]} * block_size; g < end; ++g) {
+      kv.read_index(g, key.data());
+      row[g] = score_one(key.data(), q, head_weights, i, nh, dh, softmax_scale, per_head.data());
     }
   }
 }

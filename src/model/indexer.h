@@ -34,6 +34,14 @@ void indexer_queries(const ModelConfig& config, const AttentionWeights& w, const
 void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                     const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores);
 
+// The same scores for ONE query row (chunk row i) but only inside the candidate pool `kept`
+// (ascending block ids, −1 padded, blocks of block_size entries); every other entry is −inf.
+// Equal, entry for entry, to indexer_scores followed by masking outside the pool, at the cost of
+// the pool instead of the whole context (restricted index sources).
+void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
+                            const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
+                            int topk_blocks, int block_size, float* row);
+
 // Candidate blocks of one score row: kept[topk_blocks] ascending block ids, −1 padded.
 // visible = ⌊(t+1)/r⌋ (its newest block is pinned).
 void select_candidate_blocks(const float* scores, int64_t G, int64_t visible, int block_size, int topk_blocks,

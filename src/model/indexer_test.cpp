@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <limits>
 #include <vector>
 
@@ -66,6 +68,37 @@ TEST(IndexerScores, VisibilityFollowsGroupEnds) {
           EXPECT_NEAR(scores[t * G + g], std::sqrt(32.0f), 1e-5f);
         }
       }
+  }
+}
+
+TEST(IndexerScores, PoolOnlyScoringEqualsFullScoringMasked) {
+  ModelConfig c;
+  c.index_n_heads = 3;
+  c.index_head_dim = 64;
+  PagePool main_pool(1 << 14), index_pool(1 << 14);
+  KvSourceCache kv(0, 1, 32, 64, &main_pool, &index_pool, 16);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  const int64_t G = 37, T = 5, start = 32;  // rows see 33..37 entries
+  std::vector<float> key(64);
+  for (int64_t g = 0; g < G; ++g) {
+    for (auto& v : key) v = nd(rng);
+    index_row_pack(key.data(), 64, kv.index.append());
+  }
+  std::vector<float> q(T * 3 * 64), w(T * 3), full(T * G), pooled(G);
+  for (auto& v : q) v = nd(rng);
+  for (auto& v : w) v = nd(rng);
+  indexer_scores(c, kv, G, 1, q.data(), w.data(), 0, T, start, full.data());
+  const int bs = 4, nb = 5;
+  for (int64_t i = 0; i < T; ++i) {
+    std::vector<int32_t> kept(nb);
+    select_candidate_blocks(full.data() + i * G, G, (start + i + 1) / 1, bs, nb, kept.data());
+    indexer_scores_in_pool(c, kv, G, 1, q.data(), w.data(), i, start, kept.data(), nb, bs, pooled.data());
+    for (int64_t g = 0; g < G; ++g) {
+      const bool in_pool = std::find(kept.begin(), kept.end(), static_cast<int32_t>(g / bs)) != kept.end();
+      const float want = in_pool ? full[i * G + g] : -kInf;
+      EXPECT_EQ(pooled[g], want) << "row " << i << " entry " << g;
+    }
   }
 }
 

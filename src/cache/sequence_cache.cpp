@@ -64,6 +64,12 @@ void WindowRing::push(const float* x) {
   ++length_;
 }
 
+void WindowRing::push_rows(const float* rows, int64_t n) {
+  const int64_t skip = n > slots_ ? n - slots_ : 0;
+  length_ += skip;
+  for (int64_t i = skip; i < n; ++i) push(rows + i * dim_);
+}
+
 void WindowRing::read(int64_t pos, float* out) const {
   row_unpack(RowKind::kWindow, data_.data() + (pos % slots_) * record_bytes_, dim_, out);
 }

@@ -57,6 +57,9 @@ class WindowRing {
   // Appends the record of position length(): x[dim] (values already fake-quantised or not;
   // packing quantises either way).
   void push(const float* x);
+  // Appends n consecutive positions, rows[n, dim]; only the newest `slots` are packed (older ones
+  // would be overwritten within the same call).
+  void push_rows(const float* rows, int64_t n);
   // Dequantised row of position pos (first_held() ≤ pos < length()).
   void read(int64_t pos, float* out) const;
   int64_t bytes() const { return static_cast<int64_t>(data_.size()); }

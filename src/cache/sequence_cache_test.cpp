@@ -110,6 +110,19 @@ TEST(WindowRing, KeepsTheNewestSlotsAndRoundTrips) {
   window_row_fake_quant(want.data(), 32);
   EXPECT_EQ(got, want);
   EXPECT_EQ(ring.bytes(), 3 * 33);
+  // push_rows over more than the ring holds keeps the same newest rows.
+  WindowRing bulk(3, 32);
+  std::vector<float> rows(5 * 32);
+  for (int p = 0; p < 5; ++p)
+    for (int i = 0; i < 32; ++i) rows[p * 32 + i] = static_cast<float>(p * 100 + i) * 0.01f;
+  bulk.push_rows(rows.data(), 5);
+  EXPECT_EQ(bulk.length(), 5);
+  for (int p = 2; p < 5; ++p) {
+    std::vector<float> a(32), b(32);
+    ring.read(p, a.data());
+    bulk.read(p, b.data());
+    EXPECT_EQ(a, b) << p;
+  }
 }
 
 }  // namespace

@@ -235,7 +235,7 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
   gemm_f32(mid.data(), T, groups * olr, w.wo_b.data(), hidden, out);
 
   // ---- The chunk's window rows enter the ring (it keeps the newest `sliding_window`). ------
-  for (int64_t i = 0; i < T; ++i) ring.push(kv.data() + i * D);
+  ring.push_rows(kv.data(), T);
   return ok_status();
 }
 

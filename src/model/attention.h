@@ -109,6 +109,8 @@ struct SharedAttentionState {
 // Requires start_pos == cache.window(layer.index).length() (every layer sees every position once,
 // in order), T ≥ 1, start_pos + T ≤ cache.max_context(), and `shared` begun for this chunk. On any
 // error nothing is modified. The weights must have passed check_attention_weights.
+// Working memory is O(T · heads · head_dim) floats (128 MiB per 1024 tokens at V4.1 geometry)
+// plus O(32 · entries) for indexer scores: callers bound T by chunking long prefills.
 Status attention_forward(const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w,
                          const Rope& rope, SharedAttentionState& shared, SequenceCache& cache, const float* x,
                          int64_t T, int64_t start_pos, float* out);

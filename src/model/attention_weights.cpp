@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/attention.h"
+#include "model/weights.h"
 
 namespace dsv41 {
 namespace {
@@ -82,6 +83,24 @@ Status check_attention_weights(const AttentionWeights& w, const ModelConfig& con
     }
   }
   return ok_status();
+}
+
+Result<AttentionWeights> load_attention_weights(const WeightRegistry& registry, const ModelConfig& config,
+                                                const LayerInfo& layer) {
+  AttentionWeights w;
+  w.layer = layer.index;
+  for (const Expected& e : expected_tensors(config, layer)) {
+    if (e.size == 0) continue;  // not part of this role (the registry's check reports strays)
+    const std::string name = tensor_name(layer, e.name);
+    Result<FloatTensor> t = registry.load_f32(name);
+    if (!t.ok()) return t.status().with_context(registry.source());
+    if (t->numel() != e.size)
+      return invalid_argument(registry.source() + ": tensor '" + name + "' has " + std::to_string(t->numel()) +
+                              " elements, the config implies " + std::to_string(e.size));
+    w.*e.field = std::move(t->data);
+  }
+  DSV41_RETURN_IF_ERROR(check_attention_weights(w, config, layer));
+  return w;
 }
 
 AttentionWeights random_attention_weights(const ModelConfig& config, const LayerInfo& layer, uint64_t seed) {

@@ -6,73 +6,85 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "cache/sequence_cache.h"
 #include "model/attention.h"
-#include "model/attention_test_support.h"
+#include "format/safetensors.h"
+#include "model/weights.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
 
 namespace dsv41 {
 namespace {
 
-using testing::StTensor;
-
 const std::string kFixture = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32";
 
 struct Fixture {
   ModelConfig config;
   LayerPlan plan;
-  std::map<std::string, StTensor> model, golden;
+  std::unique_ptr<WeightRegistry> model;
+  std::unique_ptr<TensorSet> golden;
   bool ok = false;
 };
 
 const Fixture& fixture() {
   static Fixture* f = [] {
     auto* fx = new Fixture;
-    fx->model = testing::read_safetensors(kFixture + "/model.safetensors");
-    fx->golden = testing::read_safetensors(kFixture + "/golden.safetensors");
-    if (fx->model.empty() || fx->golden.empty()) return fx;
     auto config = load_model_config(kFixture);
-    if (!config.ok()) return fx;
+    auto model = WeightRegistry::open(kFixture);
+    auto golden = TensorSet::open_file(kFixture + "/golden.safetensors");
+    if (!config.ok() || !model.ok() || !golden.ok()) return fx;
     fx->config = *config;
     auto plan = build_layer_plan(fx->config);
     if (!plan.ok()) return fx;
     fx->plan = *plan;
+    fx->model = std::make_unique<WeightRegistry>(std::move(model).value());
+    fx->golden = std::make_unique<TensorSet>(std::move(golden).value());
     fx->ok = true;
     return fx;
   }();
   return *f;
 }
 
+bool has_golden(const std::string& name) { return fixture().golden->find(name) != nullptr; }
+
+const TensorView& golden(const std::string& name) {
+  const TensorView* t = fixture().golden->find(name);
+  if (!t) {
+    ADD_FAILURE() << "golden tensor " << name << " missing";
+    static TensorView empty;
+    return empty;
+  }
+  return *t;
+}
+
+std::vector<float> f32(const TensorView& t) {
+  std::vector<float> v(t.bytes.size() / 4);
+  std::memcpy(v.data(), t.bytes.data(), v.size() * 4);
+  return v;
+}
+
+std::vector<int64_t> i64(const TensorView& t) {
+  std::vector<int64_t> v(t.bytes.size() / 8);
+  std::memcpy(v.data(), t.bytes.data(), v.size() * 8);
+  return v;
+}
+
 std::vector<float> model_tensor(const std::string& name) {
-  auto it = fixture().model.find("model." + name);
-  return it == fixture().model.end() ? std::vector<float>{} : it->second.f32();
+  auto t = fixture().model->load_f32(name);
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  return t.ok() ? t->data : std::vector<float>{};
 }
 
 AttentionWeights golden_weights(int layer) {
-  const std::string p = "layers." + std::to_string(layer) + ".attn.";
-  AttentionWeights w;
-  w.layer = layer;
-  w.wq_a = model_tensor(p + "wq_a.weight");
-  w.q_norm = model_tensor(p + "q_norm.weight");
-  w.wq_b = model_tensor(p + "wq_b.weight");
-  w.wkv = model_tensor(p + "wkv.weight");
-  w.kv_norm = model_tensor(p + "kv_norm.weight");
-  w.wo_a = model_tensor(p + "wo_a.weight");
-  w.wo_b = model_tensor(p + "wo_b.weight");
-  w.attn_sink = model_tensor(p + "attn_sink");
-  w.compressor_wkv = model_tensor(p + "compressor.wkv.weight");
-  w.compressor_wgate = model_tensor(p + "compressor.wgate.weight");
-  w.compressor_norm = model_tensor(p + "compressor.norm.weight");
-  w.indexer_wk = model_tensor(p + "indexer.wk.weight");
-  w.indexer_k_norm = model_tensor(p + "indexer.k_norm.weight");
-  w.indexer_wq_b = model_tensor(p + "indexer.wq_b.weight");
-  w.indexer_weights_proj = model_tensor(p + "indexer.weights_proj.weight");
-  return w;
+  auto w = load_attention_weights(*fixture().model, fixture().config, fixture().plan.layers[layer]);
+  EXPECT_TRUE(w.ok()) << w.status().to_string();
+  return w.ok() ? *w : AttentionWeights{};
 }
 
 std::string key(int s, int layer, const std::string& what) {
@@ -87,7 +99,7 @@ std::vector<float> attention_input(int s, int layer) {
   const int64_t hidden = fx.config.hidden_size;
   char name[32];
   std::snprintf(name, sizeof name, "s%d.input_ids", s);
-  const auto ids = fx.golden.at(name).i64();
+  const auto ids = i64(golden(name));
   const int64_t L = static_cast<int64_t>(ids.size());
   std::vector<float> x(static_cast<size_t>(L * hidden));
   if (layer == 0) {  // one-hot initial mix: stream 0 = the embedding
@@ -95,9 +107,9 @@ std::vector<float> attention_input(int s, int layer) {
     for (int64_t t = 0; t < L; ++t)
       std::copy(embed.begin() + ids[t] * hidden, embed.begin() + (ids[t] + 1) * hidden, x.begin() + t * hidden);
   } else {
-    const auto streams = fx.golden.at(key(s, layer - 1, "streams")).f32();  // [L, hc, hidden]
-    const auto pre = fx.golden.at(key(s, layer - 1, "pre")).f32();          // [L, hc]
-    const int64_t hc = fx.golden.at(key(s, layer - 1, "pre")).shape[1];
+    const auto streams = f32(golden(key(s, layer - 1, "streams")));  // [L, hc, hidden]
+    const auto pre = f32(golden(key(s, layer - 1, "pre")));          // [L, hc]
+    const int64_t hc = golden(key(s, layer - 1, "pre")).shape[1];
     for (int64_t t = 0; t < L; ++t)
       for (int64_t d = 0; d < hidden; ++d) {
         float acc = 0;
@@ -197,31 +209,31 @@ void check_against_golden(int s, const std::vector<int>& chain, const RunResult&
     const LayerInfo& info = fx.plan.layers[l];
     const std::string where = mode + " s" + std::to_string(s) + " layer " + std::to_string(l);
     // Window KV kept after the prompt: the last min(L, w−1) positions.
-    const auto& wk = fx.golden.at(key(s, l, "window_kv"));
+    const auto& wk = golden(key(s, l, "window_kv"));
     const int64_t n = wk.shape[0];
     ASSERT_EQ(n, std::min<int64_t>(res.cache->window(l).length(), cfg.sliding_window - 1)) << where;
     const std::vector<float> got = res.cache->window_rows(l);
-    expect_close_with_flips(got, wk.f32(), 1e-5f, 2, where + " window_kv");
+    expect_close_with_flips(got, f32(wk), 1e-5f, 2, where + " window_kv");
 
-    if (info.role == LayerRole::kFull && fx.golden.count(key(s, l, "compressed_kv"))) {
+    if (info.role == LayerRole::kFull && has_golden(key(s, l, "compressed_kv"))) {
       const KvSourceCache* kv = res.cache->kv_source(l);
-      const auto& ck = fx.golden.at(key(s, l, "compressed_kv"));
-      const auto& ik = fx.golden.at(key(s, l, "index_keys"));
+      const auto& ck = golden(key(s, l, "compressed_kv"));
+      const auto& ik = golden(key(s, l, "index_keys"));
       ASSERT_EQ(kv->entries(), ck.shape[0]) << where;
       const std::vector<float> m = res.cache->main_rows(l), ix = res.cache->index_rows(l);
-      expect_close_with_flips(m, ck.f32(), 1e-5f, 3, where + " compressed_kv");
-      expect_close_with_flips(ix, ik.f32(), 1e-5f, 3, where + " index_keys");
+      expect_close_with_flips(m, f32(ck), 1e-5f, 3, where + " compressed_kv");
+      expect_close_with_flips(ix, f32(ik), 1e-5f, 3, where + " index_keys");
     }
-    if (fx.golden.count(key(s, l, "topk"))) {
-      const auto want = fx.golden.at(key(s, l, "topk")).i64();
+    if (has_golden(key(s, l, "topk"))) {
+      const auto want = i64(golden(key(s, l, "topk")));
       const auto& got = res.layers.at(l).topk;
       ASSERT_EQ(got.size(), want.size()) << where;
       int diff = 0;
       for (size_t i = 0; i < want.size(); ++i) diff += got[i] != want[i];
       EXPECT_EQ(diff, 0) << where << " topk";
     }
-    if (fx.golden.count(key(s, l, "index_scores"))) {
-      const auto want = fx.golden.at(key(s, l, "index_scores")).f32();
+    if (has_golden(key(s, l, "index_scores"))) {
+      const auto want = f32(golden(key(s, l, "index_scores")));
       const auto& got = res.layers.at(l).scores;
       ASSERT_EQ(got.size(), want.size()) << where;
       int bad = 0;
@@ -234,8 +246,8 @@ void check_against_golden(int s, const std::vector<int>& chain, const RunResult&
       }
       EXPECT_EQ(bad, 0) << where << " index_scores";
     }
-    if (fx.golden.count(key(s, l, "candidates"))) {
-      const auto& t = fx.golden.at(key(s, l, "candidates"));
+    if (has_golden(key(s, l, "candidates"))) {
+      const auto& t = golden(key(s, l, "candidates"));
       const auto& got = res.layers.at(l).candidates;
       ASSERT_EQ(got.size(), t.bytes.size()) << where;
       // The reference's pool also marks the not-yet-visible tail of the pinned block, which
@@ -260,8 +272,8 @@ TEST(AttentionGolden, RopeTablesMatch) {
   ASSERT_TRUE(fx.ok) << "golden fixture not readable at " << kFixture;
   auto rope = Rope::create(fx.config);
   ASSERT_TRUE(rope.ok()) << rope.status().to_string();
-  const auto main = fx.golden.at("rope.main.inv_freq").f32();
-  const auto comp = fx.golden.at("rope.compress.inv_freq").f32();
+  const auto main = f32(golden("rope.main.inv_freq"));
+  const auto comp = f32(golden("rope.compress.inv_freq"));
   ASSERT_EQ(rope->inv_freq(RopeKind::kMain).size(), main.size());
   ASSERT_EQ(rope->inv_freq(RopeKind::kCompress).size(), comp.size());
   for (size_t i = 0; i < main.size(); ++i) {

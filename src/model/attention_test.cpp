@@ -12,7 +12,6 @@
 
 #include "cache/sequence_cache.h"
 #include "model/attention.h"
-#include "model/attention_test_support.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
 

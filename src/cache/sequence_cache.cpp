@@ -33,12 +33,12 @@ int64_t entries_after(int64_t tokens, int ratio) { return ratio > 0 ? tokens / r
 
 }  // namespace
 
-Result<CacheBytes> plan_cache_bytes(const ModelConfig& config, const LayerPlan& plan, int64_t tokens,
+Result<CacheFootprint> plan_cache_bytes(const ModelConfig& config, const LayerPlan& plan, int64_t tokens,
                                     const CacheOptions& options) {
   if (tokens < 0) return invalid_argument("plan_cache_bytes: negative token count");
   if (options.rows_per_page < 1) return invalid_argument("cache rows_per_page must be ≥ 1");
   DSV41_ASSIGN_OR_RETURN(RecordSizes sizes, record_sizes(config));
-  CacheBytes bytes;
+  CacheFootprint bytes;
   const int64_t rpp = options.rows_per_page;
   for (const LayerInfo& layer : plan.layers) {
     bytes.window += static_cast<int64_t>(config.sliding_window) * sizes.window;
@@ -118,8 +118,8 @@ int64_t SequenceCache::length() const {
   return n;
 }
 
-CacheBytes SequenceCache::bytes_in_use() const {
-  CacheBytes b;
+CacheFootprint SequenceCache::bytes_in_use() const {
+  CacheFootprint b;
   for (const WindowRing& w : windows_) b.window += w.bytes();
   b.main = main_pool_ ? main_pool_->bytes_in_use() : 0;
   b.index = index_pool_ ? index_pool_->bytes_in_use() : 0;

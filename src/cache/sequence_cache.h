@@ -27,7 +27,7 @@
 namespace dsv41 {
 
 // Bytes by kind. window is fixed per sequence; main/index grow with the context.
-struct CacheBytes {
+struct CacheFootprint {
   int64_t window = 0;
   int64_t main = 0;
   int64_t index = 0;
@@ -42,7 +42,7 @@ struct CacheOptions {
 
 // The cost of a context of `tokens` tokens (all pages that a cache holding that many tokens
 // owns). For the V4.1-Flash config and 2^20 tokens: global() / tokens == 890 exactly.
-Result<CacheBytes> plan_cache_bytes(const ModelConfig& config, const LayerPlan& plan, int64_t tokens,
+Result<CacheFootprint> plan_cache_bytes(const ModelConfig& config, const LayerPlan& plan, int64_t tokens,
                                     const CacheOptions& options = {});
 
 // Window ring of one layer.
@@ -108,7 +108,7 @@ class SequenceCache {
   KvSourceCache* kv_source(int layer) { return kv_[layer].get(); }
   const KvSourceCache* kv_source(int layer) const { return kv_[layer].get(); }
 
-  CacheBytes bytes_in_use() const;
+  CacheFootprint bytes_in_use() const;
   void reset();  // back to an empty sequence (pages return to the pools)
 
   // Dequantised views for dumps and golden comparisons (the golden tensors' shapes):

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "model/inventory.h"
 #include "model/layer_plan.h"
 
 namespace dsv41 {
@@ -45,12 +46,27 @@ TEST(SequenceCache, FlashGlobalKvIs890BytesPerTokenAtOneMillion) {
   EXPECT_EQ(odd->main, (3 * 2 + 1 * 4) * 256 * 288);  // 500 entries → 2 pages; 1000 → 4 pages
 }
 
+TEST(SequenceCache, AllocatorAgreesWithTheCostModel) {
+  // The inventory's per-token costs (used by `dsv41 cost` / `inspect`) and the allocator's plan
+  // must be the same numbers when the context fills whole pages.
+  const ModelConfig c = flash_config();
+  const LayerPlan plan = flash_plan(c);
+  const CacheBytes cost = cache_bytes(c, plan);
+  for (int64_t tokens : {int64_t{1} << 12, int64_t{1} << 20}) {
+    auto alloc = plan_cache_bytes(c, plan, tokens);
+    ASSERT_TRUE(alloc.ok());
+    EXPECT_EQ(static_cast<double>(alloc->main), cost.global_main_per_token * static_cast<double>(tokens));
+    EXPECT_EQ(static_cast<double>(alloc->index), cost.global_index_per_token * static_cast<double>(tokens));
+    EXPECT_EQ(alloc->window, cost.window_per_sequence);
+  }
+}
+
 TEST(SequenceCache, FlashCacheStartsWithWindowsOnly) {
   const ModelConfig c = flash_config();
   const LayerPlan plan = flash_plan(c);
   auto cache = SequenceCache::create(c, plan, int64_t{1} << 20);
   ASSERT_TRUE(cache.ok()) << cache.status().to_string();
-  const CacheBytes b = (*cache)->bytes_in_use();
+  const CacheFootprint b = (*cache)->bytes_in_use();
   EXPECT_EQ(b.window, 40 * 128 * 528);
   EXPECT_EQ(b.global(), 0);
   int sources = 0;

@@ -148,7 +148,7 @@ TEST(Attention, AllocatorAgreesWithSizingPlan) {
     ChainRun r = run(m, x, L, {L});
     auto plan_bytes = plan_cache_bytes(m.config, m.plan, L, opt);
     ASSERT_TRUE(plan_bytes.ok());
-    const CacheBytes used = r.cache->bytes_in_use();
+    const CacheFootprint used = r.cache->bytes_in_use();
     EXPECT_EQ(used.window, plan_bytes->window);
     EXPECT_EQ(used.main, plan_bytes->main);
     EXPECT_EQ(used.index, plan_bytes->index);

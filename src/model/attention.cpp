@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <thread>
 
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/gemm.h"
@@ -100,7 +101,7 @@ void SharedAttentionState::begin_forward(int64_t start_pos_, int64_t tokens_) {
 
 Status attention_forward(const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w,
                          const Rope& rope, SharedAttentionState& shared, SequenceCache& cache, const float* x,
-                         int64_t T, int64_t start_pos, float* out) {
+                         int64_t T, int64_t start_pos, float* out, const AttentionOptions& options) {
   // ---- Validate everything before touching any state. ------------------------------------
   if (layer.index < 0 || layer.index >= cache.num_layers())
     return invalid_argument(layer_name(layer) + ": not a layer of this cache (" +
@@ -178,24 +179,33 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
   std::copy(kv.begin(), kv.end(), keys.begin() + (start_pos - first) * D);
 
   // ---- Sink attention per token and head. ---------------------------------------------------
+  // Work items are (token, head) pairs in flat order i·H + h, split into contiguous ranges over
+  // threads; each pair's arithmetic is the same whichever thread runs it, so the result does not
+  // depend on the thread count.
   const float scaling = static_cast<float>(std::pow(static_cast<double>(D), -0.5));
   const int k = config.index_topk;
   std::vector<float> o(static_cast<size_t>(T * H * D), 0.0f);
-  std::vector<float> sel(static_cast<size_t>(k * D));  // dequantised selected compressed entries
-  std::vector<float> logits;
-  for (int64_t i = 0; i < T; ++i) {
-    const int64_t t = start_pos + i;
-    const int64_t lo = std::max<int64_t>(0, t - win + 1);
-    const int64_t nwin = t - lo + 1;
+  auto attend_range = [&](int64_t begin, int64_t end) {
+    std::vector<float> sel(static_cast<size_t>(k * D));  // dequantised selected compressed entries
+    std::vector<float> logits;
+    int64_t loaded = -1;  // token whose selected entries are in `sel`
     int nsel = 0;
-    if (compressed) {
-      const int32_t* row = shared.topk.data() + i * k;
-      for (int j = 0; j < k; ++j)
-        if (row[j] >= 0) compressed->read_main(row[j], sel.data() + (nsel++) * D);
-    }
-    logits.resize(static_cast<size_t>(nwin + nsel));
-    const float* win_rows = keys.data() + (lo - first) * D;  // [nwin, D], contiguous
-    for (int64_t h = 0; h < H; ++h) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / H, h = item % H;
+      const int64_t t = start_pos + i;
+      const int64_t lo = std::max<int64_t>(0, t - win + 1);
+      const int64_t nwin = t - lo + 1;
+      if (loaded != i) {
+        nsel = 0;
+        if (compressed) {
+          const int32_t* row = shared.topk.data() + i * k;
+          for (int j = 0; j < k; ++j)
+            if (row[j] >= 0) compressed->read_main(row[j], sel.data() + (nsel++) * D);
+        }
+        loaded = i;
+      }
+      logits.resize(static_cast<size_t>(nwin + nsel));
+      const float* win_rows = keys.data() + (lo - first) * D;  // [nwin, D], contiguous
       const float* qh = q.data() + (i * H + h) * D;
       dot_rows(qh, win_rows, nwin, D, logits.data());
       dot_rows(qh, sel.data(), nsel, D, logits.data() + nwin);
@@ -216,6 +226,26 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
       weighted_sum_rows(logits.data() + nwin, sel.data(), nsel, D, oh);
       // The values carry RoPE on their tail; undo the query position's rotation.
       rope_rotate(oh, D, static_cast<int>(rd), cosv.data() + i * rd / 2, sinv.data() + i * rd / 2, true);
+    }
+  };
+  {
+    const int64_t items = T * H;
+    // Roughly the multiply-adds per item; threads only when each gets ≥ ~2M of them.
+    const int64_t per_item = (std::min<int64_t>(win, start_pos + T) + k) * D * 2;
+    int64_t threads;
+    if (options.threads > 0) {
+      threads = std::min<int64_t>(options.threads, items);  // an explicit count wins
+    } else {
+      const int64_t hw = std::max(1u, std::thread::hardware_concurrency());
+      threads = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 21))});
+    }
+    if (threads <= 1) {
+      attend_range(0, items);
+    } else {
+      std::vector<std::thread> pool;
+      for (int64_t th = 0; th < threads; ++th)
+        pool.emplace_back(attend_range, items * th / threads, items * (th + 1) / threads);
+      for (std::thread& t : pool) t.join();
     }
   }
 

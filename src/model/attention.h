@@ -103,6 +103,13 @@ struct SharedAttentionState {
   void begin_forward(int64_t start_pos_, int64_t tokens_);
 };
 
+// Execution knobs (not semantics: every setting gives the same result).
+struct AttentionOptions {
+  // Threads for the sink-attention core: 0 = the machine's hardware threads, used only when the
+  // chunk has enough work; n > 0 = exactly n (capped at tokens × heads).
+  int threads = 0;
+};
+
 // One layer's attention over T tokens at positions start_pos…start_pos+T−1.
 //   x:   [T, hidden] — the layer's attention input, already RMSNorm_attn'd (fp32)
 //   out: [T, hidden] — attention output (may not alias x)
@@ -113,6 +120,6 @@ struct SharedAttentionState {
 // plus O(32 · entries) for indexer scores: callers bound T by chunking long prefills.
 Status attention_forward(const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w,
                          const Rope& rope, SharedAttentionState& shared, SequenceCache& cache, const float* x,
-                         int64_t T, int64_t start_pos, float* out);
+                         int64_t T, int64_t start_pos, float* out, const AttentionOptions& options = {});
 
 }  // namespace dsv41

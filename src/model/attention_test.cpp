@@ -80,7 +80,8 @@ struct ChainRun {
   std::unique_ptr<SequenceCache> cache;
 };
 
-ChainRun run(const Model& m, const std::vector<std::vector<float>>& x, int64_t L, const std::vector<int64_t>& chunks) {
+ChainRun run(const Model& m, const std::vector<std::vector<float>>& x, int64_t L, const std::vector<int64_t>& chunks,
+             int threads = 0) {
   const ModelConfig& c = m.config;
   ChainRun r;
   r.cache = std::move(SequenceCache::create(c, m.plan, 256).value());
@@ -94,7 +95,7 @@ ChainRun run(const Model& m, const std::vector<std::vector<float>>& x, int64_t L
     for (const LayerInfo& l : m.plan.layers) {
       Status st = attention_forward(c, l, m.weights[l.index], m.rope, shared, *r.cache,
                                     x[l.index].data() + pos * c.hidden_size, T, pos,
-                                    r.out[l.index].data() + pos * c.hidden_size);
+                                    r.out[l.index].data() + pos * c.hidden_size, AttentionOptions{threads});
       EXPECT_TRUE(st.ok()) << st.to_string();
       if (l.ratio > 0 && shared.index_layer >= 0)
         std::copy(shared.topk.begin(), shared.topk.end(), r.topk[l.index].begin() + pos * c.index_topk);
@@ -137,6 +138,20 @@ TEST(Attention, ChunkedAndDecodeEqualOnePrefill) {
     EXPECT_EQ(one.cache->kv_source(1)->entries(), L / 3);
     EXPECT_EQ(one.cache->kv_source(1)->pending, L % 3);
     EXPECT_EQ(one.cache->kv_source(3)->entries(), L);
+  }
+}
+
+TEST(Attention, ThreadCountDoesNotChangeResults) {
+  Model m;
+  const int64_t L = 17;
+  auto x = random_inputs(m.config, L, 42);
+  ChainRun one = run(m, x, L, {L}, 1);
+  for (int threads : {2, 3, 7}) {
+    ChainRun r = run(m, x, L, {L}, threads);
+    for (int l = 0; l < m.config.num_hidden_layers; ++l) EXPECT_EQ(one.out[l], r.out[l]) << threads << " threads, layer " << l;
+    ChainRun d = run(m, x, L, {1}, threads);  // one token: threads split the heads
+    ChainRun d1 = run(m, x, L, {1}, 1);
+    for (int l = 0; l < m.config.num_hidden_layers; ++l) EXPECT_EQ(d1.out[l], d.out[l]) << threads << " threads, layer " << l;
   }
 }
 

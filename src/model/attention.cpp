@@ -17,8 +17,10 @@
 namespace dsv41 {
 namespace {
 
-// Query rows scored together by the indexer: bounds the [rows, G] score buffer.
+// Query rows scored together by the indexer (each unpacked key is reused across them), bounded so
+// the [rows, G] score buffer stays ≤ 2^22 floats (16 MiB) however long the context.
 constexpr int64_t kIndexerRowBlock = 32;
+constexpr int64_t kIndexerScoreFloats = int64_t{1} << 22;
 
 std::string layer_name(const LayerInfo& layer) { return "layer " + std::to_string(layer.index); }
 
@@ -50,8 +52,9 @@ void run_indexer(const ModelConfig& config, const LayerInfo& layer, const Attent
     if (layer.candidate_source) shared.trace_candidates.assign(static_cast<size_t>(T * G), 0);
   }
   std::vector<float> scores;
-  for (int64_t row0 = 0; row0 < T; row0 += kIndexerRowBlock) {
-    const int64_t rows = std::min(kIndexerRowBlock, T - row0);
+  const int64_t row_block = std::clamp<int64_t>(kIndexerScoreFloats / G, 1, kIndexerRowBlock);
+  for (int64_t row0 = 0; row0 < T; row0 += row_block) {
+    const int64_t rows = std::min(row_block, T - row0);
     scores.resize(static_cast<size_t>(rows * G));
     // A restricted layer scores only inside the pool (≤ topk_blocks·block_size entries per query).
     if (!restricted)

@@ -24,6 +24,10 @@
 // how the sequence is chunked (as long as gemm_f32 computes each row independently, as now).
 // Top-k tie rule: larger score first, equal scores → lower entry index first (documented here
 // because the golden reference's torch.topk leaves it unspecified; the fixtures have no ties).
+// Decode follows the fixtures (model.md §9.8): every step scores against all index keys in the
+// cache, not only when a compressor group completes as the release's own decode code does.
+// Usage per forward call (one chunk through all layers): shared.begin_forward(start_pos, T), then
+// attention_forward for layers 0, 1, … in order with the same start_pos and T.
 #pragma once
 
 #include <cstdint>

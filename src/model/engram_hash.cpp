@@ -62,6 +62,26 @@ bool is_prime_u64(uint64_t n) {
   return true;
 }
 
+std::vector<std::vector<int64_t>> engram_bucket_primes(const ModelConfig& config) {
+  std::vector<std::vector<int64_t>> out;
+  std::set<int64_t> used;
+  for (size_t l = 0; l < config.engram_layer_ids.size(); ++l) {
+    std::vector<int64_t> primes;
+    for (int n = 0; n < config.engram_max_ngram_size - 1; ++n) {
+      int64_t current = config.engram_vocab_size;  // each n-gram scans up from engram_vocab_size
+      for (int j = 0; j < config.engram_n_heads; ++j) {
+        do {
+          ++current;
+        } while (!is_prime_u64(static_cast<uint64_t>(current)) || used.count(current));
+        used.insert(current);
+        primes.push_back(current);
+      }
+    }
+    out.push_back(std::move(primes));
+  }
+  return out;
+}
+
 Result<EngramHashTables> build_engram_hash_tables(const ModelConfig& config, std::vector<int64_t> token_map) {
   const std::string src = config.source.empty() ? "config" : config.source;
   EngramHashTables t;
@@ -88,29 +108,21 @@ Result<EngramHashTables> build_engram_hash_tables(const ModelConfig& config, std
   t.pad_id = token_map[config.engram_pad_id];
   t.token_map = std::move(token_map);
 
-  std::set<int64_t> used;
+  const std::vector<std::vector<int64_t>> primes = engram_bucket_primes(config);
   for (size_t l = 0; l < config.engram_layer_ids.size(); ++l) {
     t.multipliers.push_back(
         engram_multipliers(config.engram_layer_ids[l], t.max_ngram, config.engram_compressed_vocab_size));
-    std::vector<int64_t> primes, offsets;
+    std::vector<int64_t> offsets;
     int64_t total = 0;
-    for (int n = 0; n < t.max_ngram - 1; ++n) {
-      int64_t current = config.engram_vocab_size;  // candidates start above engram_vocab_size
-      for (int j = 0; j < t.n_heads; ++j) {
-        do {
-          ++current;
-        } while (!is_prime_u64(static_cast<uint64_t>(current)) || used.count(current));
-        used.insert(current);
-        primes.push_back(current);
-        offsets.push_back(total);
-        total += current;
-      }
+    for (int64_t p : primes[l]) {
+      offsets.push_back(total);
+      total += p;
     }
     if (total != config.engram_num_embeddings[l])
       return invalid_argument(src + ": engram_num_embeddings[" + std::to_string(l) + "] is " +
                               std::to_string(config.engram_num_embeddings[l]) + " but the bucket primes of layer " +
                               std::to_string(config.engram_layer_ids[l]) + " sum to " + std::to_string(total));
-    t.primes.push_back(std::move(primes));
+    t.primes.push_back(primes[l]);
     t.offsets.push_back(std::move(offsets));
   }
   return t;

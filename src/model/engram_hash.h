@@ -41,6 +41,11 @@ std::vector<int64_t> engram_multipliers(int layer_id, int max_ngram, int64_t com
 // Deterministic primality for 64-bit values (Miller–Rabin with a base set exact below 2^64).
 bool is_prime_u64(uint64_t n);
 
+// The bucket primes of every Engram layer, [layers][columns], from the global pool (above
+// engram_vocab_size, allocation order layer, n-gram, head). engram_num_embeddings must equal each
+// layer's sum (checked by build_engram_hash_tables).
+std::vector<std::vector<int64_t>> engram_bucket_primes(const ModelConfig& config);
+
 // Builds every constant from the config and a token map (see engram_token_map.h). Checks that
 // the map has `compressed_vocab_size` distinct ids, covers engram_pad_id, and that each layer's
 // primes sum to its engram_num_embeddings entry; errors name the config field.

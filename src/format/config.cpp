@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache/records.h"
 #include "model/layer_plan.h"
 
 namespace dsv41 {
@@ -32,13 +33,9 @@ using json = nlohmann::json;
 
 // config.json is a few KB; anything this large is not a config (and keeps fuzzing cheap).
 constexpr size_t kMaxConfigBytes = size_t{16} << 20;
-// Real configs nest 3 levels; a bound keeps hostile input from building deep trees.
+// Real configs nest 4 levels (text_config.rope_parameters.compress); a bound keeps hostile
+// input from building deep trees.
 constexpr int kMaxJsonDepth = 32;
-// Cache codec block widths (model.md §4), which the per-head widths must be multiples of:
-// window KV is FP8 in 32-channel blocks (compressed KV's 16-channel NVFP4 blocks divide it),
-// indexer keys and queries are MXFP4 in 32-channel blocks.
-constexpr int kWindowKvBlock = 32;
-constexpr int kIndexBlock = 32;
 
 // Bytes outside printable ASCII become \xNN so that messages are valid UTF-8 even when the
 // input (echoed by nlohmann's "last read: ...") is not.
@@ -298,7 +295,6 @@ Status read_yarn(const Fields& f, std::string_view key, const json& obj, std::op
 }
 
 Status read_rope(const Fields& t, ModelConfig& c) {
-  Checker chk(t);
   DSV41_RETURN_IF_ERROR(t.read("rope_theta", c.rope_theta));
   DSV41_RETURN_IF_ERROR(t.read("compress_rope_theta", c.compress_rope_theta));
   DSV41_ASSIGN_OR_RETURN(const json* scaling, t.object("rope_scaling"));
@@ -308,7 +304,6 @@ Status read_rope(const Fields& t, ModelConfig& c) {
   DSV41_ASSIGN_OR_RETURN(const json* params, t.object("rope_parameters"));
   if (!params) return ok_status();
   Fields p(*params, t.name("rope_parameters") + ".", t.source());
-  Checker pchk(p);
   auto theta_from = [&](const Fields& sub, const char* legacy_key, double& theta) -> Status {
     if (!sub.has("rope_theta")) return ok_status();
     double v = 0;
@@ -441,9 +436,13 @@ Status validate_text(const Fields& t, const ModelConfig& c) {
   if (c.num_key_value_heads != 1)
     return chk.no_support("num_key_value_heads", "must be 1 (one shared latent), got " +
                                                      std::to_string(c.num_key_value_heads));
-  if (c.head_dim % kWindowKvBlock != 0)
-    return chk.bad("head_dim", std::to_string(c.head_dim) + " is not a multiple of " +
-                                   std::to_string(kWindowKvBlock) + " (the FP8 window-KV block)");
+  // Cache rows are whole codec blocks (cache/records.h, model.md §4): window and compressed KV
+  // rows are head_dim wide, index keys and queries index_head_dim wide.
+  for (RowKind kind : {RowKind::kWindow, RowKind::kMain})
+    if (c.head_dim % row_block_channels(kind) != 0)
+      return chk.bad("head_dim", std::to_string(c.head_dim) + " is not a multiple of " +
+                                     std::to_string(row_block_channels(kind)) + " (the " + row_kind_name(kind) +
+                                     " cache row block)");
   if (c.qk_rope_head_dim % 2 != 0)
     return chk.bad("qk_rope_head_dim", std::to_string(c.qk_rope_head_dim) + " is odd (RoPE rotates channel pairs)");
   if (c.qk_rope_head_dim > c.head_dim)
@@ -473,15 +472,14 @@ Status validate_text(const Fields& t, const ModelConfig& c) {
   DSV41_RETURN_IF_ERROR(chk.positive("index_n_heads", c.index_n_heads));
   DSV41_RETURN_IF_ERROR(chk.positive("index_head_dim", c.index_head_dim));
   DSV41_RETURN_IF_ERROR(chk.positive("index_topk", c.index_topk));
-  if (c.index_head_dim % kIndexBlock != 0)
+  if (c.index_head_dim % row_block_channels(RowKind::kIndex) != 0)
     return chk.bad("index_head_dim", std::to_string(c.index_head_dim) + " is not a multiple of " +
-                                         std::to_string(kIndexBlock) + " (the MXFP4 index-key block)");
+                                         std::to_string(row_block_channels(RowKind::kIndex)) +
+                                         " (the index cache row block)");
   // The indexer rotates the last qk_rope_head_dim channels of each index head too.
   if (c.qk_rope_head_dim > c.index_head_dim)
     return chk.bad("qk_rope_head_dim", std::to_string(c.qk_rope_head_dim) + " exceeds index_head_dim " +
                                            std::to_string(c.index_head_dim));
-  DSV41_RETURN_IF_ERROR(chk.positive("candidate_topk_blocks", c.candidate_topk_blocks));
-  DSV41_RETURN_IF_ERROR(chk.positive("candidate_block_size", c.candidate_block_size));
 
   DSV41_RETURN_IF_ERROR(chk.non_negative("num_nextn_predict_layers", c.num_nextn_predict_layers));
   // compress_ratios covers the backbone, then (optionally) the DSpark stages, which are SWA-only.
@@ -505,6 +503,10 @@ Status validate_text(const Fields& t, const ModelConfig& c) {
   if (c.candidate_source_layer_id < -1 || c.candidate_source_layer_id >= L)
     return chk.bad("candidate_source_layer_id", "layer " + std::to_string(c.candidate_source_layer_id) +
                                                     " out of range [0, " + std::to_string(L) + ") (or -1 for none)");
+  if (c.candidate_source_layer_id >= 0) {  // the pool's sizes matter only when a source builds it
+    DSV41_RETURN_IF_ERROR(chk.positive("candidate_topk_blocks", c.candidate_topk_blocks));
+    DSV41_RETURN_IF_ERROR(chk.positive("candidate_block_size", c.candidate_block_size));
+  }
 
   DSV41_RETURN_IF_ERROR(chk.positive("hc_mult", c.hc_mult));
   DSV41_RETURN_IF_ERROR(chk.positive("hc_sinkhorn_iters", c.hc_sinkhorn_iters));

@@ -35,9 +35,11 @@ struct QuantizationConfig {
   std::string quant_method;     // "fp8"
   std::string activation_scheme;
   std::string scale_fmt;        // "ue8m0"
-  std::string expert_dtype;     // "fp4" or "" (experts then use the dense format)
+  std::string expert_dtype;     // "fp4", "fp8" or "" (experts then use the dense format)
   std::string fmt;              // "e4m3" in V4 configs, "" when absent (V4.1)
-  int weight_block_rows = 0, weight_block_cols = 0;  // [32, 32] for V4.1, [128, 128] for V4
+  // weight_block_size: [32, 32] for V4.1, [128, 128] for V4; 0 × 0 when the key is absent
+  // (the weight loader then infers the block from the scale tensors' shapes, model.md §2).
+  int weight_block_rows = 0, weight_block_cols = 0;
   bool operator==(const QuantizationConfig&) const = default;
 };
 

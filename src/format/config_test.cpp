@@ -395,6 +395,10 @@ TEST(ConfigTest, InvalidValuesNameTheirKey) {
       {"attention_bias", true, "attention_bias: true is not supported"},
       {"dtype", "int8", "dtype: \"int8\" is not supported"},
   };
+  json no_pool = base;  // without a candidate source the pool sizes are not used
+  no_pool["candidate_source_layer_id"] = -1;
+  no_pool["candidate_topk_blocks"] = 0;
+  EXPECT_TRUE(parse(no_pool).ok());
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.key) + " = " + c.value.dump());
     json j = base;

@@ -98,4 +98,3 @@ BENCHMARK(BM_AttentionPrefillChunk)->Arg(32)->Unit(benchmark::kMillisecond)->Ite
 }  // namespace
 }  // namespace dsv41
 
-BENCHMARK_MAIN();

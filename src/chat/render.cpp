@@ -31,6 +31,7 @@ struct Item {
   std::vector<Block> blocks;      // user turns
   bool keep_reasoning = true;     // false once drop_thinking removed it
   std::optional<std::string> task;
+  bool null_text = false;         // a user message with "content": null is in this turn
 
   bool tools_truthy() const { return src && !src->tools.empty(); }
   bool user_like(size_t index) const {
@@ -196,8 +197,11 @@ Result<Item> prepare(const Message& m, const std::string& where, bool strict, st
       break;
     }
     case Role::kUser:
-      if (null) return invalid_argument(where + ".content: null (a user message needs text or parts)");
-      if (c.kind == Content::Kind::kParts) {
+      if (null) {
+        // Refused only if rendered: a null user text in `context` is never read.
+        it.null_text = true;
+        it.blocks.push_back(Block{});
+      } else if (c.kind == Content::Kind::kParts) {
         DSV41_ASSIGN_OR_RETURN(it.blocks, user_blocks(c.parts, where + ".content"));
       } else {
         it.blocks.push_back(Block{false, text, {}});
@@ -220,6 +224,7 @@ Result<std::vector<Item>> prepare_and_merge(const std::vector<Message>& msgs, co
       merged.back().blocks.push_back(std::move(it.blocks[0]));
     } else if (msgs[i].role == Role::kUser && prev_user && !merged.back().task) {
       for (auto& b : it.blocks) merged.back().blocks.push_back(std::move(b));
+      merged.back().null_text = merged.back().null_text || it.null_text;
     } else {
       merged.push_back(std::move(it));
     }
@@ -315,6 +320,7 @@ Result<std::string> render_item(const RenderState& st, size_t index) {
       if (it.src->response_format) out += render_response_format(*it.src->response_format);
       break;
     case Role::kUser: {
+      if (it.null_text) return invalid_argument(where + ": content is null (a user message needs text or parts)");
       out += kUser;
       for (size_t i = 0; i < it.blocks.size(); ++i) {
         if (i) out += "\n\n";

@@ -5,8 +5,11 @@
 // vision_config / quantization_config) and the flat text config that save_pretrained writes
 // (model_type "deepseek_v41_text"). Where sources spell a key differently both spellings are
 // accepted (engram_pad_id / engram_pad_token_id). Missing keys take the V4.1-Flash defaults of
-// model.md §1.2; present keys with the wrong JSON type or an invalid value are errors that name
-// the key. No layer index or size is hard-coded anywhere in dsv41: everything comes from here.
+// model.md §1.2 (a default-constructed ModelConfig *is* the V4.1-Flash text config, without
+// quantization or vision); present keys with the wrong JSON type or an invalid value are errors
+// that name the key ("text_config.head_dim: ..."). The layer schedule is checked too: a config
+// that parses also has a valid LayerPlan (model/layer_plan.h). No layer index or size is
+// hard-coded anywhere else in dsv41: everything comes from here.
 #pragma once
 
 #include <cstdint>
@@ -18,19 +21,26 @@
 
 namespace dsv41 {
 
+// YaRN of compressed layers (rope_scaling, rope_type "yarn"); frequency-only, no attention
+// temperature (model.md §3.6).
 struct YarnScaling {
   double factor = 16.0;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
   int64_t original_max_position_embeddings = 65536;
+  bool operator==(const YarnScaling&) const = default;
 };
 
 struct QuantizationConfig {
   std::string quant_method;     // "fp8"
   std::string activation_scheme;
   std::string scale_fmt;        // "ue8m0"
-  std::string expert_dtype;     // "fp4" or "" (experts then use the dense format)
-  int weight_block_rows = 0, weight_block_cols = 0;  // [32, 32] for V4.1, [128, 128] for V4
+  std::string expert_dtype;     // "fp4", "fp8" or "" (experts then use the dense format)
+  std::string fmt;              // "e4m3" in V4 configs, "" when absent (V4.1)
+  // weight_block_size: [32, 32] for V4.1, [128, 128] for V4; 0 × 0 when the key is absent
+  // (the weight loader then infers the block from the scale tensors' shapes, model.md §2).
+  int weight_block_rows = 0, weight_block_cols = 0;
+  bool operator==(const QuantizationConfig&) const = default;
 };
 
 struct VisionConfig {
@@ -39,6 +49,8 @@ struct VisionConfig {
   int max_image_tokens = 1024;
   int64_t min_pixels = 295936;
   double rope_theta = 10000;
+  std::optional<double> max_wh_ratio;  // null in the release
+  bool operator==(const VisionConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -66,7 +78,9 @@ struct ModelConfig {
   std::string dtype = "bfloat16";
 
   // RoPE: SWA-only layers use rope_theta without YaRN; compressed layers compress_rope_theta
-  // with YaRN when rope_scaling is present.
+  // with YaRN when rope_scaling is present. The one key whose absence does not mean the Flash
+  // value: no rope_scaling means no YaRN, as in the reference (model.md §9.1); the Flash config
+  // has it. YarnScaling's member defaults are the Flash values.
   double rope_theta = 10000;
   double compress_rope_theta = 160000;
   std::optional<YarnScaling> rope_scaling;
@@ -86,13 +100,16 @@ struct ModelConfig {
 
   // Attention / CSA2.
   int sliding_window = 128;              // window including the current token
-  std::vector<int> compress_ratios;      // backbone + DSpark layers; 0 = SWA only
-  std::vector<int> kv_source_layer_ids;  // Full layers (own a compressor and index keys)
-  std::vector<int> index_source_layer_ids;  // Full ∪ Reindex
+  // Per layer, backbone then DSpark (entries past num_hidden_layers belong to the drafter and
+  // must be 0); 0 = SWA only. Flash: [0,0] + [2]*18 + [1]*20 + [0,0,0].
+  std::vector<int> compress_ratios = {0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1,
+                                      1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0};
+  std::vector<int> kv_source_layer_ids = {2, 8, 14, 20};  // Full layers (own a compressor and index keys)
+  std::vector<int> index_source_layer_ids = {2, 8, 14, 20, 24, 28, 32, 36};  // Full ∪ Reindex
   int index_n_heads = 32;
   int index_head_dim = 128;
   int index_topk = 512;
-  int candidate_source_layer_id = 20;
+  int candidate_source_layer_id = 20;    // -1: no hierarchical candidate pool
   int candidate_topk_blocks = 2048;
   int candidate_block_size = 8;
 
@@ -102,8 +119,8 @@ struct ModelConfig {
   double hc_eps = 1e-6;
 
   // Engram.
-  std::vector<int> engram_layer_ids;
-  std::vector<int64_t> engram_num_embeddings;
+  std::vector<int> engram_layer_ids = {1, 14};
+  std::vector<int64_t> engram_num_embeddings = {384006168, 384016682};  // rows per Engram layer
   int engram_max_ngram_size = 4;
   int64_t engram_vocab_size = 16000000;
   int engram_n_heads = 8;
@@ -115,18 +132,24 @@ struct ModelConfig {
   int num_nextn_predict_layers = 3;
   int dspark_block_size = 5;
   int64_t dspark_noise_token_id = 128799;
-  std::vector<int> dspark_target_layer_ids;
+  std::vector<int> dspark_target_layer_ids = {37, 38, 39};
   int dspark_markov_rank = 256;
   int dspark_n_routed_experts = 128;
   int dspark_num_experts_per_tok = 3;
 
   std::optional<QuantizationConfig> quantization;  // absent: weights stored as-is
   std::optional<VisionConfig> vision;              // absent or null: text only
+
+  // Field-by-field equality (model_type and source included).
+  bool operator==(const ModelConfig&) const = default;
 };
 
-// Parses and validates a config.json text. `source` names the file in error messages.
+// Parses and validates a config.json text. `source` names the file in error messages. Errors:
+// corrupt (invalid JSON/UTF-8, not an object, wrong JSON type, invalid value), unsupported
+// (unknown model_type, features dsv41 does not implement), out_of_range (text too large).
+// Never throws.
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source);
-// Reads DIR/config.json (or the file itself if `path` is a file).
+// Reads DIR/config.json (or the file itself if `path` is a file). io/not_found errors name the path.
 Result<ModelConfig> load_model_config(const std::string& path);
 
 }  // namespace dsv41

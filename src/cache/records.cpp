@@ -1,0 +1,259 @@
+// Block codecs of the quantised cache records: window rows (FP8), main rows (NVFP4) and index
+// rows (MXFP4). Layouts and rounding are documented in records.h (model.md §4). Scalar code:
+// one block at a time, the scale first, then every channel of the block.
+#include "cache/records.h"
+
+#include <cassert>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "base/numerics.h"
+
+namespace dsv41 {
+namespace {
+
+constexpr size_t kWindowBlock = 32;  // channels per UE8M0 scale in window rows
+constexpr size_t kMainBlock = 16;    // channels per E4M3 scale in main rows
+constexpr size_t kIndexBlock = 32;   // channels per UE8M0 scale in index rows
+
+constexpr float kE4m3Max = 448.0f;
+constexpr float kE2m1Max = 6.0f;
+constexpr float kWindowAmaxFloor = 1e-4f;            // model.md §4
+constexpr float kMainAmaxFloor = 6.0f * 0x1p-9f;     // scale floor 2^-9, E4M3's smallest subnormal
+constexpr float kIndexAmaxFloor = 6.0f * 0x1p-126f;  // scale floor 2^-126, smallest normal float
+
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// The scale of one block, as a float and as the byte stored in the record. `poisoned` marks a
+// block with a NaN or Inf input (records.h: the whole block becomes NaN).
+struct BlockScale {
+  bool poisoned;
+  float value;
+  uint8_t code;
+};
+
+// max |x| over the block; false if any element is NaN or ±Inf.
+bool finite_amax(const float* x, size_t n, float* amax) {
+  float m = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return false;
+    m = std::fmax(m, std::fabs(x[i]));
+  }
+  *amax = m;
+  return true;
+}
+
+float clamp_sym(float v, float limit) { return std::fmin(std::fmax(v, -limit), limit); }
+
+BlockScale window_scale(const float* x) {
+  float amax;
+  if (!finite_amax(x, kWindowBlock, &amax)) return {true, kNaN, 0xFF};
+  // Multiply by the float32 reciprocal (not divide), then round up to a power of two on the
+  // bits: both exactly as the reference, since a different rounding here moves every value
+  // of the block by a factor of two at boundaries.
+  const int k = ceil_pow2_exponent(std::fmax(amax, kWindowAmaxFloor) * (1.0f / kE4m3Max));
+  return {false, std::ldexp(1.0f, k), static_cast<uint8_t>(k + 127)};
+}
+
+BlockScale main_scale(const float* x) {
+  float amax;
+  if (!finite_amax(x, kMainBlock, &amax)) return {true, kNaN, 0x7F};
+  const uint8_t code = f32_to_e4m3(std::fmax(amax, kMainAmaxFloor) / kE2m1Max);  // division, §9.4
+  return {false, e4m3_to_f32(code), code};
+}
+
+BlockScale index_scale(const float* x) {
+  float amax;
+  if (!finite_amax(x, kIndexBlock, &amax)) return {true, kNaN, 0xFF};
+  const int k = ceil_pow2_exponent(std::fmax(amax, kIndexAmaxFloor) * (1.0f / kE2m1Max));
+  return {false, std::ldexp(1.0f, k), static_cast<uint8_t>(k + 127)};
+}
+
+// The E2M1 code of one channel given its block's (finite) scale.
+uint8_t e2m1_code(float x, float scale) { return f32_to_e2m1(clamp_sym(x / scale, kE2m1Max)); }
+
+// FP4 rows (main and index) share the code packing and differ in block width and scale.
+using ScaleFn = BlockScale (*)(const float*);
+
+void fp4_pack(const float* x, size_t channels, size_t block, ScaleFn scale_fn, uint8_t* record) {
+  uint8_t* codes = record;                 // [channels/2]
+  uint8_t* scales = record + channels / 2;  // [channels/block]
+  for (size_t b = 0; b < channels / block; ++b) {
+    const float* xb = x + b * block;
+    const BlockScale s = scale_fn(xb);
+    scales[b] = s.code;
+    for (size_t i = 0; i < block; i += 2) {
+      const uint8_t lo = s.poisoned ? 0 : e2m1_code(xb[i], s.value);
+      const uint8_t hi = s.poisoned ? 0 : e2m1_code(xb[i + 1], s.value);
+      codes[(b * block + i) / 2] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+void fp4_unpack(const uint8_t* record, size_t channels, size_t block, float (*scale_decode)(uint8_t),
+                float* out) {
+  const uint8_t* codes = record;
+  const uint8_t* scales = record + channels / 2;
+  for (size_t b = 0; b < channels / block; ++b) {
+    const float scale = scale_decode(scales[b]);
+    for (size_t i = 0; i < block; ++i) {
+      const size_t c = b * block + i;
+      const uint8_t byte = codes[c / 2];
+      const uint8_t code = (c & 1) ? (byte >> 4) : (byte & 0xF);
+      out[c] = std::isnan(scale) ? kNaN : e2m1_to_f32(code) * scale;
+    }
+  }
+}
+
+void fp4_fake_quant(float* x, size_t channels, size_t block, ScaleFn scale_fn) {
+  for (size_t b = 0; b < channels / block; ++b) {
+    float* xb = x + b * block;
+    const BlockScale s = scale_fn(xb);
+    for (size_t i = 0; i < block; ++i) {
+      xb[i] = s.poisoned ? kNaN : round_to_e2m1(clamp_sym(xb[i] / s.value, kE2m1Max)) * s.value;
+    }
+  }
+}
+
+}  // namespace
+
+const char* row_kind_name(RowKind kind) {
+  switch (kind) {
+    case RowKind::kWindow: return "window";
+    case RowKind::kMain: return "main";
+    case RowKind::kIndex: return "index";
+  }
+  return "unknown";
+}
+
+size_t row_block_channels(RowKind kind) {
+  switch (kind) {
+    case RowKind::kWindow: return kWindowBlock;
+    case RowKind::kMain: return kMainBlock;
+    case RowKind::kIndex: return kIndexBlock;
+  }
+  return 0;
+}
+
+Status check_row_channels(RowKind kind, size_t channels) {
+  const size_t block = row_block_channels(kind);
+  if (channels == 0 || channels % block != 0) {
+    return invalid_argument(std::string(row_kind_name(kind)) + " cache row: " + std::to_string(channels) +
+                            " channels is not a positive multiple of the " + std::to_string(block) +
+                            "-channel scale block");
+  }
+  return ok_status();
+}
+
+size_t window_row_bytes(size_t channels) { return channels + channels / kWindowBlock; }
+size_t main_row_bytes(size_t channels) { return channels / 2 + channels / kMainBlock; }
+size_t index_row_bytes(size_t channels) { return channels / 2 + channels / kIndexBlock; }
+
+size_t row_bytes(RowKind kind, size_t channels) {
+  switch (kind) {
+    case RowKind::kWindow: return window_row_bytes(channels);
+    case RowKind::kMain: return main_row_bytes(channels);
+    case RowKind::kIndex: return index_row_bytes(channels);
+  }
+  return 0;
+}
+
+// ---- window rows ---------------------------------------------------------------------------
+void window_row_pack(const float* x, size_t channels, uint8_t* record) {
+  assert(check_row_channels(RowKind::kWindow, channels).ok());
+  uint8_t* values = record;             // [channels] E4M3
+  uint8_t* scales = record + channels;  // [channels/32] UE8M0
+  for (size_t b = 0; b < channels / kWindowBlock; ++b) {
+    const float* xb = x + b * kWindowBlock;
+    const BlockScale s = window_scale(xb);
+    scales[b] = s.code;
+    for (size_t i = 0; i < kWindowBlock; ++i) {
+      // x / scale divides by a power of two: exact, as in the reference.
+      values[b * kWindowBlock + i] = s.poisoned ? 0 : f32_to_e4m3(clamp_sym(xb[i] / s.value, kE4m3Max));
+    }
+  }
+}
+
+void window_row_unpack(const uint8_t* record, size_t channels, float* out) {
+  assert(check_row_channels(RowKind::kWindow, channels).ok());
+  const uint8_t* values = record;
+  const uint8_t* scales = record + channels;
+  for (size_t b = 0; b < channels / kWindowBlock; ++b) {
+    const float scale = ue8m0_to_f32(scales[b]);
+    for (size_t i = 0; i < kWindowBlock; ++i) {
+      const size_t c = b * kWindowBlock + i;
+      out[c] = std::isnan(scale) ? kNaN : e4m3_to_f32(values[c]) * scale;
+    }
+  }
+}
+
+void window_row_fake_quant(float* x, size_t channels) {
+  assert(check_row_channels(RowKind::kWindow, channels).ok());
+  for (size_t b = 0; b < channels / kWindowBlock; ++b) {
+    float* xb = x + b * kWindowBlock;
+    const BlockScale s = window_scale(xb);
+    for (size_t i = 0; i < kWindowBlock; ++i) {
+      xb[i] = s.poisoned ? kNaN : round_to_e4m3(clamp_sym(xb[i] / s.value, kE4m3Max)) * s.value;
+    }
+  }
+}
+
+// ---- main rows -----------------------------------------------------------------------------
+void main_row_pack(const float* x, size_t channels, uint8_t* record) {
+  assert(check_row_channels(RowKind::kMain, channels).ok());
+  fp4_pack(x, channels, kMainBlock, main_scale, record);
+}
+
+void main_row_unpack(const uint8_t* record, size_t channels, float* out) {
+  assert(check_row_channels(RowKind::kMain, channels).ok());
+  fp4_unpack(record, channels, kMainBlock, e4m3_to_f32, out);
+}
+
+void main_row_fake_quant(float* x, size_t channels) {
+  assert(check_row_channels(RowKind::kMain, channels).ok());
+  fp4_fake_quant(x, channels, kMainBlock, main_scale);
+}
+
+// ---- index rows ----------------------------------------------------------------------------
+void index_row_pack(const float* x, size_t channels, uint8_t* record) {
+  assert(check_row_channels(RowKind::kIndex, channels).ok());
+  fp4_pack(x, channels, kIndexBlock, index_scale, record);
+}
+
+void index_row_unpack(const uint8_t* record, size_t channels, float* out) {
+  assert(check_row_channels(RowKind::kIndex, channels).ok());
+  fp4_unpack(record, channels, kIndexBlock, ue8m0_to_f32, out);
+}
+
+void index_row_fake_quant(float* x, size_t channels) {
+  assert(check_row_channels(RowKind::kIndex, channels).ok());
+  fp4_fake_quant(x, channels, kIndexBlock, index_scale);
+}
+
+// ---- dispatch ------------------------------------------------------------------------------
+void row_pack(RowKind kind, const float* x, size_t channels, uint8_t* record) {
+  switch (kind) {
+    case RowKind::kWindow: return window_row_pack(x, channels, record);
+    case RowKind::kMain: return main_row_pack(x, channels, record);
+    case RowKind::kIndex: return index_row_pack(x, channels, record);
+  }
+}
+
+void row_unpack(RowKind kind, const uint8_t* record, size_t channels, float* out) {
+  switch (kind) {
+    case RowKind::kWindow: return window_row_unpack(record, channels, out);
+    case RowKind::kMain: return main_row_unpack(record, channels, out);
+    case RowKind::kIndex: return index_row_unpack(record, channels, out);
+  }
+}
+
+void row_fake_quant(RowKind kind, float* x, size_t channels) {
+  switch (kind) {
+    case RowKind::kWindow: return window_row_fake_quant(x, channels);
+    case RowKind::kMain: return main_row_fake_quant(x, channels);
+    case RowKind::kIndex: return index_row_fake_quant(x, channels);
+  }
+}
+
+}  // namespace dsv41

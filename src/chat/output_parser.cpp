@@ -28,10 +28,10 @@ struct Found {
   std::string_view stop;
 };
 
-Found earliest(std::string_view text, std::initializer_list<std::string_view> stops) {
+Found earliest(std::string_view text, std::initializer_list<std::string_view> stops, size_t from = 0) {
   Found f;
   for (std::string_view s : stops) {
-    size_t p = text.find(s);
+    size_t p = text.find(s, from);
     if (p < f.pos) {
       f.pos = p;
       f.stop = s;
@@ -212,12 +212,21 @@ bool OutputParser::step_separator(bool final, StreamDelta* out) {
   return true;
 }
 
+size_t OutputParser::resume_point() const {
+  // A stop that starts before the last searched end would have been found, unless it was cut
+  // off by that end: start again kLongestStop - 1 bytes before it.
+  constexpr size_t kLongestStop = 64;
+  return searched_ > kLongestStop ? searched_ - kLongestStop : 0;
+}
+
 bool OutputParser::step_invoke_name(bool final, StreamDelta* out) {
-  Found f = earliest(buf_, {kParamOpen, kInvokeClose});
+  Found f = earliest(buf_, {kParamOpen, kInvokeClose}, resume_point());
   if (f.pos == std::string::npos && !final) {
     if (!could_start_invoke_name(buf_)) fail("bad invoke tag: " + shown(buf_));
+    searched_ = buf_.size();
     return false;
   }
+  searched_ = 0;
   std::string_view head = std::string_view(buf_).substr(0, std::min(f.pos, buf_.size()));
   std::string name;
   if (!match_invoke_name(head, &name)) {
@@ -243,15 +252,17 @@ bool OutputParser::step_invoke_name(bool final, StreamDelta* out) {
 }
 
 bool OutputParser::step_param(bool final) {
-  size_t pos = buf_.find(kParamCloseNoLt);
+  size_t pos = buf_.find(kParamCloseNoLt, resume_point());
   if (pos == std::string::npos) {
     if (final) {
       fail("unterminated parameter: " + shown(buf_));
     } else if (!could_start_parameter(buf_)) {
       fail("bad parameter tag: " + shown(buf_));
     }
+    searched_ = buf_.size();
     return false;
   }
+  searched_ = 0;
   DsmlParam p;
   std::string_view body = std::string_view(buf_).substr(0, pos);
   if (!match_parameter(body, &p)) {

@@ -58,6 +58,7 @@ class OutputParser {
   bool step_param(bool final);
   bool step_trailer(bool final);
   void fail(std::string message);
+  size_t resume_point() const;
   void close_call(StreamDelta* out);
 
   State state_;
@@ -65,6 +66,9 @@ class OutputParser {
   ParsedMessage msg_;
   Status error_;
   bool finished_ = false;
+  // Bytes of buf_ already searched for the current tag's stop without success (a long
+  // parameter value fed token by token is then scanned once, not once per token).
+  size_t searched_ = 0;
   // The invoke being read.
   std::string call_name_;
   std::vector<DsmlParam> call_params_;

@@ -167,6 +167,18 @@ TEST(ChatOutputParser, MarkerTokenSplitsEqualOneShot) {
   EXPECT_NE(verdict(parse_completion(text, ThinkingMode::kThinking)), "error");
 }
 
+// A long parameter value fed byte by byte is scanned once (linear, not quadratic).
+TEST(ChatOutputParser, LongValueByteByByteIsLinear) {
+  std::string value(1 << 20, 'v');
+  std::string text = "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n<｜DSML｜ parameter name=\"a\" string=\"true\">" + value +
+                     "</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>" + kE;
+  OutputParser p(ThinkingMode::kChat);
+  for (char c : text) p.feed(std::string_view(&c, 1));
+  auto r = p.finish();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->tool_calls[0].arguments.size(), value.size() + 9);
+}
+
 TEST(ChatOutputParser, ValidateToolCalls) {
   std::vector<Tool> tools = {{"f", "{\"name\": \"f\"}"}};
   ParsedMessage m;

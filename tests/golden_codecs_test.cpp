@@ -2,81 +2,58 @@
 // Face reference left after each prompt (`s{s}.layer{jj}.compressed_kv` NVFP4 main rows,
 // `.index_keys` MXFP4 index rows, `.window_kv` FP8 window rows in golden.safetensors) must be
 // fixed points of the matching fake-quant, and pack-then-unpack must give them back bit for bit.
-// Both fixtures (f32 and bf16) are checked; channel counts come from each fixture's config.json.
+// Both fixtures (f32 and bf16) are checked; channel counts come from each fixture's config.json
+// (parsed by format/config.h); tensors are read with format/safetensors.h.
 #include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "cache/records.h"
+#include "format/config.h"
+#include "format/safetensors.h"
 
 namespace dsv41 {
 namespace {
 
-// ---- TEST-ONLY minimal safetensors reader -----------------------------------------------------
-// The library's validating reader (src/format/safetensors.h) was not on main when this test was
-// written; this reads just enough for trusted fixture files: u64 little-endian header length,
-// JSON header, F32 tensors by data_offsets. It is not a loader and must not be used outside tests.
+// The F32 tensors of golden.safetensors whose names match `name_filter`, read through the
+// library's validating reader (format/safetensors.h).
 struct GoldenTensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
 };
 
-bool read_f32_tensors(const std::string& path, const std::regex& name_filter,
-                      std::map<std::string, GoldenTensor>* out, std::string* error) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return *error = path + ": cannot open", false;
-  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (bytes.size() < 8) return *error = path + ": shorter than the 8-byte header length", false;
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(bytes[i]);
-  if (header_len > bytes.size() - 8) return *error = path + ": header length past end of file", false;
-  const nlohmann::json header =
-      nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len),
-                            nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) return *error = path + ": header is not a JSON object", false;
-  const size_t data_start = 8 + header_len;
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__" || !std::regex_match(name, name_filter)) continue;
-    if (info.value("dtype", "") != "F32") return *error = path + ": " + name + ": dtype is not F32", false;
+Status read_f32_tensors(const std::string& path, const std::regex& name_filter,
+                        std::map<std::string, GoldenTensor>* out) {
+  DSV41_ASSIGN_OR_RETURN(TensorSet set, TensorSet::open_file(path));
+  for (const std::string& name : set.names()) {
+    if (!std::regex_match(name, name_filter)) continue;
+    DSV41_ASSIGN_OR_RETURN(TensorView view, set.get(name));
+    if (view.dtype != DType::kF32) return corrupt(path + ": " + name + ": dtype " + dtype_name(view.dtype) + ", want F32");
     GoldenTensor t;
-    int64_t count = 1;
-    for (const auto& d : info.at("shape")) {
-      t.shape.push_back(d.get<int64_t>());
-      count *= t.shape.back();
-    }
-    const uint64_t begin = info.at("data_offsets").at(0).get<uint64_t>();
-    const uint64_t end = info.at("data_offsets").at(1).get<uint64_t>();
-    if (end < begin || end - begin != static_cast<uint64_t>(count) * 4 || data_start + end > bytes.size()) {
-      return *error = path + ": " + name + ": data_offsets do not match shape or file size", false;
-    }
-    t.data.resize(static_cast<size_t>(count));
-    std::memcpy(t.data.data(), bytes.data() + data_start + begin, end - begin);  // little-endian host
+    t.shape = view.shape;
+    t.data.resize(static_cast<size_t>(view.numel()));
+    std::memcpy(t.data.data(), view.bytes.data(), view.bytes.size());  // unaligned, little-endian
     (*out)[name] = std::move(t);
   }
-  return true;
+  return ok_status();
 }
-// ---- end of test-only reader -------------------------------------------------------------------
 
 struct FixtureChannels {
-  size_t head_dim;
-  size_t index_head_dim;
+  size_t head_dim = 0;
+  size_t index_head_dim = 0;
 };
 
-FixtureChannels read_channels(const std::string& dir) {
-  std::ifstream f(dir + "/config.json");
-  const nlohmann::json config = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded()) return {0, 0};
-  return {config.value("head_dim", size_t{0}), config.value("index_head_dim", size_t{0})};
+Result<FixtureChannels> read_channels(const std::string& dir) {
+  DSV41_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir + "/config.json"));
+  return FixtureChannels{static_cast<size_t>(config.head_dim), static_cast<size_t>(config.index_head_dim)};
 }
 
 uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
@@ -85,14 +62,14 @@ class GoldenCodecs : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GoldenCodecs, CachedTensorsAreFixedPointsAndRoundTripThroughRecords) {
   const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/" + GetParam();
-  const FixtureChannels ch = read_channels(dir);
-  ASSERT_GT(ch.head_dim, 0u) << dir << "/config.json: head_dim missing";
-  ASSERT_GT(ch.index_head_dim, 0u) << dir << "/config.json: index_head_dim missing";
+  const Result<FixtureChannels> channels = read_channels(dir);
+  ASSERT_TRUE(channels.ok()) << channels.status().to_string();
+  const FixtureChannels ch = *channels;
 
   std::map<std::string, GoldenTensor> tensors;
-  std::string error;
   const std::regex cached(R"(s\d+\.layer\d\d\.(compressed_kv|index_keys|window_kv))");
-  ASSERT_TRUE(read_f32_tensors(dir + "/golden.safetensors", cached, &tensors, &error)) << error;
+  const Status read = read_f32_tensors(dir + "/golden.safetensors", cached, &tensors);
+  ASSERT_TRUE(read.ok()) << read.to_string();
 
   std::map<RowKind, size_t> rows_checked;
   size_t nonzero_values = 0;
@@ -138,12 +115,12 @@ TEST_P(GoldenCodecs, CachedTensorsAreFixedPointsAndRoundTripThroughRecords) {
 // The check above can fail: a value one ulp off the grid is not a fixed point.
 TEST_P(GoldenCodecs, PerturbedValuesAreNotFixedPoints) {
   const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/" + GetParam();
-  const FixtureChannels ch = read_channels(dir);
+  const Result<FixtureChannels> channels = read_channels(dir);
+  ASSERT_TRUE(channels.ok()) << channels.status().to_string();
+  const FixtureChannels ch = *channels;
   std::map<std::string, GoldenTensor> tensors;
-  std::string error;
-  ASSERT_TRUE(read_f32_tensors(dir + "/golden.safetensors", std::regex(R"(s3\.layer02\.compressed_kv)"), &tensors,
-                               &error))
-      << error;
+  const Status read = read_f32_tensors(dir + "/golden.safetensors", std::regex(R"(s3\.layer02\.compressed_kv)"), &tensors);
+  ASSERT_TRUE(read.ok()) << read.to_string();
   ASSERT_EQ(tensors.size(), 1u);
   std::vector<float> row(tensors.begin()->second.data.begin(),
                          tensors.begin()->second.data.begin() + static_cast<std::ptrdiff_t>(ch.head_dim));

@@ -1,0 +1,107 @@
+"""Load and save models in the release naming and the HF naming (model.md §2, §9 note 2).
+
+Release names: `embed.weight`, `layers.i.…`, `norm.weight`, `head.weight`.
+HF names (save_pretrained): the same with a `model.` prefix, and `lm_head.weight` for the head.
+Loading dequantises every stored format to float32 (safetensors_io.dequantise_state).
+"""
+import glob
+import json
+import os
+import shutil
+
+import torch
+
+from .config import load_config
+from .engram_tables import build_token_map
+from .model import Model
+from .safetensors_io import read_safetensors, dequantise_state, write_safetensors
+from .tokenizer import ByteLevelDecoder
+
+# Tensors the HF implementation keeps in float32 even in a bf16 checkpoint (golden README).
+_KEEP_F32 = ("hc_attn_", "hc_ffn_", "attn_sink", "ffn.gate.bias")
+
+
+_NOT_IMPLEMENTED_PREFIXES = ("mtp.", "vision.", "aligner.", "image_start", "image_end", "image_newline",
+                             "image_pad")
+
+
+def release_name(name):
+    if name == "lm_head.weight":
+        return "head.weight"
+    if name.startswith("model."):
+        return name[len("model."):]
+    return name
+
+
+def hf_name(name):
+    return "lm_head.weight" if name == "head.weight" else "model." + name
+
+
+def load_token_map(tokenizer_path, cfg):
+    dec = ByteLevelDecoder(tokenizer_path)
+    tmap, n_keys = build_token_map(dec, cfg.vocab_size)
+    if cfg.engram_layer_ids and n_keys != cfg.engram_compressed_vocab_size:
+        raise ValueError(f"{tokenizer_path}: normalised-token map has {n_keys} keys, config "
+                         f"engram_compressed_vocab_size is {cfg.engram_compressed_vocab_size}")
+    return tmap
+
+
+def load_model(model_dir, dtype=torch.float32):
+    """config.json + *.safetensors (+ tokenizer.json for Engram) → Model in eval mode."""
+    cfg = load_config(model_dir)
+    files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
+    files = [f for f in files if os.path.basename(f) != "golden.safetensors"]
+    if not files:
+        raise FileNotFoundError(f"{model_dir}: no *.safetensors files")
+    raw = {}
+    for f in files:
+        raw.update(read_safetensors(f))
+    state = {release_name(k): v for k, v in dequantise_state(raw).items()}
+    # Parts of the release this reference does not implement (DSpark drafter, vision tower):
+    # their tensors are skipped, not rejected.
+    state = {k: v for k, v in state.items() if not k.startswith(_NOT_IMPLEMENTED_PREFIXES)}
+    if cfg.tie_word_embeddings and "head.weight" not in state and "embed.weight" in state:
+        state["head.weight"] = state["embed.weight"]
+    token_map = None
+    tok = os.path.join(model_dir, "tokenizer.json")
+    if cfg.engram_layer_ids:
+        if not os.path.exists(tok):
+            raise FileNotFoundError(f"{model_dir}: Engram layers need tokenizer.json for the token map")
+        token_map = load_token_map(tok, cfg)
+    model = Model(cfg, token_map)
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing or unexpected:
+        raise ValueError(f"{model_dir}: tensors missing {missing[:8]}{'…' if len(missing) > 8 else ''}, "
+                         f"unexpected {unexpected[:8]}{'…' if len(unexpected) > 8 else ''}")
+    for k, v in state.items():
+        if tuple(v.shape) != tuple(expected[k].shape):
+            raise ValueError(f"{model_dir}: tensor {k} has shape {list(v.shape)}, model expects {list(expected[k].shape)}")
+    model.load_state_dict(state)
+    model.to(dtype)
+    model.eval()
+    return model
+
+
+def save_model(model, out_dir, naming="release", dtype="F32", tokenizer_path=None):
+    """Writes config.json (flat text config) and model.safetensors.  naming: "release" or "hf";
+    dtype "F32" or "BF16" (the tensors HF keeps in float32 stay F32).  Engram tables are written
+    as float with an all-ones `.scale` [rows, ceil(dim/32)], the fixtures' layout."""
+    os.makedirs(out_dir, exist_ok=True)
+    f32, low = {}, {}
+    for k, v in model.state_dict().items():
+        name = k if naming == "release" else hf_name(k)
+        target = f32 if (dtype == "F32" or any(s in k for s in _KEEP_F32)) else low
+        target[name] = v
+        if k.endswith("engram.embed.weight"):
+            sname = name[:-len(".weight")] + ".scale"
+            f32[sname] = torch.ones(v.shape[0], -(-v.shape[1] // 32))
+    if low:
+        # one file per dtype keeps the writer simple; the loader reads every *.safetensors
+        write_safetensors(os.path.join(out_dir, "model-bf16.safetensors"), low, dtype="BF16")
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), f32, dtype="F32")
+    with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(model.cfg.to_dict(), f, indent=2)
+    if tokenizer_path:
+        shutil.copy(tokenizer_path, os.path.join(out_dir, "tokenizer.json"))

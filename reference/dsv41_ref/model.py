@@ -1,0 +1,593 @@
+"""DeepSeek-V4.1 text model in PyTorch, written from model.md §3 (with the §9 notes).
+
+One forward handles a chunk of new tokens against a `Cache` (window rings, compressor pending
+groups, published compressed KV / index keys, token history).  A full-sequence forward is the same
+call with a fresh cache; incremental decoding calls it one token at a time; both compute the
+same math (full-sequence = chunked prefill of one chunk).  Single sequence per call: tokens [T].
+
+Numerics: everything runs in the parameters' dtype (float32 for the golden f32 fixture); the cache
+fake-quantisers (§4) are always on and pass gradients straight through.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .quant import fp8_block_qdq, nvfp4_qdq, mxfp4_qdq
+
+
+# ---------------------------------------------------------------------------------------------
+# Norms, RoPE (§3.6)
+
+class RMSNorm(nn.Module):
+    """w ⊙ v · (mean(v²) + eps)^(−1/2), computed in fp32 (§3 notation)."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (self.weight.float() * y).to(x.dtype)
+
+
+def rope_inv_freq(cfg, compressed):
+    """Per-layer-kind frequencies f_i = θ^(−2i/rd), i < rd/2 (§3.6).  Compressed layers (ratio > 0)
+    use compress_rope_theta and, when rope_scaling is present, frequency-only YaRN."""
+    rd = cfg.qk_rope_head_dim
+    theta = cfg.compress_rope_theta if compressed else cfg.rope_theta
+    f = 1.0 / (theta ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))
+    rs = cfg.rope_scaling
+    if compressed and rs:
+        factor = float(rs.get("factor", 1.0))
+        orig = float(rs.get("original_max_position_embeddings", 65536))
+        beta_fast = float(rs.get("beta_fast", 32.0))
+        beta_slow = float(rs.get("beta_slow", 1.0))
+
+        def corr_dim(rot):
+            return rd * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+
+        low = max(math.floor(corr_dim(beta_fast)), 0)
+        high = min(math.ceil(corr_dim(beta_slow)), rd - 1)
+        if high == low:
+            high += 0.001
+        ramp = torch.clamp((torch.arange(rd // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
+        f = f / factor * ramp + f * (1 - ramp)
+    return f.float()
+
+
+def apply_rope(x, pos, inv_freq, inverse=False):
+    """Rotate the last rd channels of x [N, ..., D] at positions pos [N]: adjacent pairs (2i, 2i+1)
+    as complex numbers times e^(±i·pos·f_i), fp32 (§3.6)."""
+    rd = inv_freq.numel() * 2
+    ang = pos.to(torch.float32)[:, None] * inv_freq[None, :]          # [N, rd/2]
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    if inverse:
+        sin = -sin
+    shape = [x.shape[0]] + [1] * (x.dim() - 2) + [rd // 2]
+    cos, sin = cos.view(shape), sin.view(shape)
+    xf = x.float()
+    pair = xf[..., -rd:].reshape(*x.shape[:-1], rd // 2, 2)
+    a, b = pair[..., 0], pair[..., 1]
+    rot = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).reshape(*x.shape[:-1], rd)
+    return torch.cat([xf[..., :-rd], rot], dim=-1).to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cache and per-forward shared state
+
+class Cache:
+    """Per-sequence decode state (§4 end): position, token history (Engram), per-layer window
+    rows (the last sliding_window−1 post-RoPE FP8 rows), per kv-source layer the compressed KV,
+    index keys and the pending compressor group (fp32 a, b)."""
+
+    def __init__(self, cfg):
+        self.pos = 0
+        self.tokens = []
+        self.layers = [dict() for _ in range(cfg.num_hidden_layers)]
+
+
+class SharedState:
+    """The single per-forward slot of each shared quantity (§3.4 "Layer roles")."""
+
+    def __init__(self):
+        self.kv = None          # [G, D] published compressed KV
+        self.ikeys = None       # [G, ihd] published index keys
+        self.ratio = 0
+        self.topk = None        # [T, k] latest selection (−1 = none)
+        self.candidates = None  # [T, G] bool, from the candidate source layer
+
+
+def _trace(trace, name, value):
+    if trace is not None:
+        trace.setdefault(name, []).append(value.detach())
+
+
+# ---------------------------------------------------------------------------------------------
+# Compressor and indexer (§3.4)
+
+class Compressor(nn.Module):
+    def __init__(self, cfg, ratio):
+        super().__init__()
+        self.ratio = ratio
+        self.wkv = nn.Linear(cfg.hidden_size, cfg.head_dim, bias=False)
+        if ratio > 1:
+            self.wgate = nn.Linear(cfg.hidden_size, cfg.head_dim, bias=False)
+        self.norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x, pos, lc):
+        """x [T, h] attention inputs at positions pos → (latents [n, D], group ids [n]).
+        Ratio 1: one latent per token.  Ratio r ≥ 2: non-overlapping groups of r tokens pooled in
+        fp32 with a per-channel softmax gate; a trailing partial group stays pending in `lc`."""
+        r = self.ratio
+        if r == 1:
+            return self.norm(self.wkv(x)), pos.clone()
+        a = F.linear(x.float(), self.wkv.weight.float())               # [T, D] fp32
+        b = F.linear(x.float(), self.wgate.weight.float())
+        start = int(pos[0]) if pos.numel() else 0
+        if lc.get("pend_a") is not None and lc["pend_a"].shape[0]:
+            start -= lc["pend_a"].shape[0]
+            a = torch.cat([lc["pend_a"], a], 0)
+            b = torch.cat([lc["pend_b"], b], 0)
+        ng = a.shape[0] // r
+        lc["pend_a"], lc["pend_b"] = a[ng * r:].detach(), b[ng * r:].detach()
+        if ng == 0:
+            return a.new_zeros(0, a.shape[1]).to(x.dtype), pos.new_zeros(0)
+        ag = a[:ng * r].view(ng, r, -1)
+        w = torch.softmax(b[:ng * r].view(ng, r, -1), dim=1)
+        lat = self.norm((w * ag).sum(dim=1).to(x.dtype))
+        gid = torch.arange(ng, device=x.device) + start // r
+        return lat, gid
+
+
+class Indexer(nn.Module):
+    def __init__(self, cfg, owns_keys):
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.index_n_heads, cfg.index_head_dim
+        self.wq_b = nn.Linear(cfg.q_lora_rank, cfg.index_n_heads * cfg.index_head_dim, bias=False)
+        self.weights_proj = nn.Linear(cfg.hidden_size, cfg.index_n_heads, bias=False)
+        if owns_keys:
+            self.wk = nn.Linear(cfg.head_dim, cfg.index_head_dim, bias=False)
+            self.k_norm = RMSNorm(cfg.index_head_dim, cfg.rms_norm_eps)
+
+    def keys(self, lat, gpos, inv_freq):
+        """Index keys from the pre-RoPE latents: MXFP4(RoPE(k_norm(W_k L), g·r))."""
+        return mxfp4_qdq(apply_rope(self.k_norm(self.wk(lat)), gpos, inv_freq))
+
+    def scores(self, x, c, pos, inv_freq, ikeys):
+        """score[t, g] = Σ_h w[t,h] · ReLU(q[t,h] · I[g]) with q = MXFP4(RoPE(W_qb c)) and
+        w = weights_proj(x) · (ihd · nh)^(−1/2)."""
+        T = x.shape[0]
+        q = self.wq_b(c).view(T, self.n_heads, self.head_dim)
+        q = mxfp4_qdq(apply_rope(q, pos, inv_freq))
+        w = self.weights_proj(x) * (self.head_dim ** -0.5 * self.n_heads ** -0.5)
+        dots = torch.relu(torch.einsum("thd,gd->thg", q, ikeys))
+        return (dots * w[:, :, None]).sum(dim=1)                       # [T, G]
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention (§3.4)
+
+class Attention(nn.Module):
+    def __init__(self, cfg, layer):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        self.ratio = cfg.ratio(layer)
+        self.is_kv_source = layer in cfg.kv_source_layer_ids
+        self.is_index_source = layer in cfg.index_source_layer_ids
+        H, D = cfg.num_attention_heads, cfg.head_dim
+        self.wq_a = nn.Linear(cfg.hidden_size, cfg.q_lora_rank, bias=False)
+        self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.rms_norm_eps)
+        self.wq_b = nn.Linear(cfg.q_lora_rank, H * D, bias=False)
+        self.wkv = nn.Linear(cfg.hidden_size, D, bias=False)
+        self.kv_norm = RMSNorm(D, cfg.rms_norm_eps)
+        # wo_a: block-diagonal grouped projection, rows g·o_lora… belong to group g.
+        self.wo_a = nn.Linear(H // cfg.o_groups * D, cfg.o_groups * cfg.o_lora_rank, bias=False)
+        self.wo_b = nn.Linear(cfg.o_groups * cfg.o_lora_rank, cfg.hidden_size, bias=False)
+        self.attn_sink = nn.Parameter(torch.zeros(H))
+        if self.is_kv_source:
+            self.compressor = Compressor(cfg, self.ratio)
+        if self.is_index_source:
+            self.indexer = Indexer(cfg, owns_keys=self.is_kv_source)
+        self.register_buffer("inv_freq", rope_inv_freq(cfg, self.ratio > 0), persistent=False)
+
+    def _select(self, x, c, pos, shared, trace):
+        """Index-source layers: scores over the published keys, visibility, candidate pool,
+        top-k (§3.4 "Indexer")."""
+        cfg, r = self.cfg, shared.ratio
+        G = shared.ikeys.shape[0]
+        T = x.shape[0]
+        jj = f"{self.layer:02d}"
+        if G == 0:
+            shared.topk = pos.new_full((T, cfg.index_topk), -1)
+            return
+        s = self.indexer.scores(x, c, pos, self.inv_freq, shared.ikeys).float()
+        n_vis = torch.div(pos + 1, r, rounding_mode="floor")              # [T]
+        g = torch.arange(G, device=x.device)
+        visible = g[None, :] < n_vis[:, None]
+        s = s.masked_fill(~visible, float("-inf"))
+        cand_src = cfg.candidate_source_layer_id
+        if self.layer == cand_src:
+            shared.candidates = self._candidates(s, n_vis)
+            _trace(trace, f"layer{jj}.candidates", shared.candidates)
+        elif cand_src >= 0 and self.layer > cand_src and shared.candidates is not None:
+            s = s.masked_fill(~shared.candidates, float("-inf"))
+        _trace(trace, f"layer{jj}.index_scores", s)
+        k = min(cfg.index_topk, G)
+        vals, idx = torch.topk(s, k, dim=-1)
+        # Ascending by position, entries with score −inf become −1 and go last; padded with −1
+        # to index_topk columns (the golden layout).
+        big = G + 1
+        idx = torch.where(torch.isinf(vals) & (vals < 0), torch.full_like(idx, big), idx)
+        idx, _ = torch.sort(idx, dim=-1)
+        idx = torch.where(idx == big, torch.full_like(idx, -1), idx)
+        if k < cfg.index_topk:
+            idx = torch.cat([idx, idx.new_full((T, cfg.index_topk - k), -1)], 1)
+        shared.topk = idx
+
+    def _candidates(self, s, n_vis):
+        """Hierarchical pool (§3.4): block score = max over candidate_block_size positions, the
+        newest visible block pinned to +inf, keep the top candidate_topk_blocks finite blocks."""
+        cfg = self.cfg
+        T, G = s.shape
+        bs = cfg.candidate_block_size
+        nb = -(-G // bs)
+        pad = s.new_full((T, nb * bs - G), float("-inf"))
+        blk = torch.cat([s, pad], 1).view(T, nb, bs).amax(dim=-1)       # [T, nb]
+        newest = torch.div(n_vis - 1, bs, rounding_mode="floor")        # [T]
+        has = n_vis > 0
+        rows = torch.arange(T, device=s.device)[has]
+        blk[rows, newest[has]] = float("inf")
+        kb = min(cfg.candidate_topk_blocks, nb)
+        vals, bidx = torch.topk(blk, kb, dim=-1)
+        keep = torch.zeros(T, nb, dtype=torch.bool, device=s.device)
+        keep.scatter_(1, bidx, vals > float("-inf"))
+        # The pool is whole kept blocks; visibility is applied again by every layer that uses
+        # it, so the mask is stored without it (as the golden `candidates` tensor is).
+        return keep[:, :, None].expand(T, nb, bs).reshape(T, nb * bs)[:, :G]
+
+    def forward(self, x, pos, lc, shared, trace):
+        cfg = self.cfg
+        T = x.shape[0]
+        H, D, w = cfg.num_attention_heads, cfg.head_dim, cfg.sliding_window
+        jj = f"{self.layer:02d}"
+        c = self.q_norm(self.wq_a(x))                                   # [T, q_lora]
+        q = apply_rope(self.wq_b(c).view(T, H, D), pos, self.inv_freq)   # [T, H, D]
+        kv = fp8_block_qdq(apply_rope(self.kv_norm(self.wkv(x)), pos, self.inv_freq))  # [T, D]
+
+        # Window keys: the cached last w−1 rows, then this chunk's rows.
+        prev = lc.get("window")
+        if prev is None:
+            prev = kv.new_zeros(0, D)
+        keys_w = torch.cat([prev, kv], 0)
+        kpos = torch.arange(int(pos[0]) - prev.shape[0], int(pos[0]) + T, device=x.device) if T else pos
+        lc["window"] = keys_w[max(keys_w.shape[0] - (w - 1), 0):].detach() if w > 1 else kv.new_zeros(0, D)
+        _trace(trace, f"layer{jj}.window_kv", lc["window"])
+        mask_w = (kpos[None, :] <= pos[:, None]) & (kpos[None, :] > pos[:, None] - w)
+
+        comp, idx = None, None
+        if self.ratio > 0:
+            if self.is_kv_source:
+                lat, gid = self.compressor(x, pos, lc)
+                gpos = gid * self.ratio                                 # RoPE at the group's first token
+                new_kv = nvfp4_qdq(apply_rope(lat, gpos, self.inv_freq))
+                new_ik = self.indexer.keys(lat, gpos, self.inv_freq)
+                lc["kv"] = torch.cat([lc["kv"], new_kv], 0) if "kv" in lc else new_kv
+                lc["ikeys"] = torch.cat([lc["ikeys"], new_ik], 0) if "ikeys" in lc else new_ik
+                shared.kv, shared.ikeys, shared.ratio = lc["kv"], lc["ikeys"], self.ratio
+                _trace(trace, f"layer{jj}.compressed_kv", lc["kv"])
+                _trace(trace, f"layer{jj}.index_keys", lc["ikeys"])
+                lc["kv"], lc["ikeys"] = lc["kv"].detach(), lc["ikeys"].detach()
+            if shared.kv is None or shared.ratio != self.ratio:
+                raise ValueError(f"layer {self.layer}: compressed layer without a preceding kv source of ratio {self.ratio}")
+            if self.is_index_source:
+                self._select(x, c, pos, shared, trace)
+            if shared.topk is None:
+                raise ValueError(f"layer {self.layer}: reuse layer without a preceding index source")
+            comp, idx = shared.kv, shared.topk
+            if self.is_index_source:
+                _trace(trace, f"layer{jj}.topk", idx)
+
+        # Sink attention over window + selected compressed entries (§3.4).
+        scale = D ** -0.5
+        qf = q.float()
+        s_w = torch.einsum("thd,kd->thk", qf, keys_w.float()) * scale
+        s_w = s_w.masked_fill(~mask_w[:, None, :], float("-inf"))
+        parts = [s_w]
+        if comp is not None and idx.shape[1] and comp.shape[0]:
+            kc = comp[idx.clamp(min=0)].float()                          # [T, k, D]
+            s_c = torch.einsum("thd,tkd->thk", qf, kc) * scale
+            s_c = s_c.masked_fill((idx < 0)[:, None, :], float("-inf"))
+            parts.append(s_c)
+        sink = self.attn_sink.float().view(1, H, 1).expand(T, H, 1)
+        p = torch.softmax(torch.cat(parts + [sink], -1), dim=-1)
+        nw = keys_w.shape[0]
+        o = torch.einsum("thk,kd->thd", p[..., :nw], keys_w.float())
+        if len(parts) > 1:
+            o = o + torch.einsum("thk,tkd->thd", p[..., nw:-1], kc)
+        o = apply_rope(o.to(x.dtype), pos, self.inv_freq, inverse=True)
+        # Grouped output: group g's heads (H/G·D) through rows g·o_lora… of wo_a, then wo_b.
+        G = cfg.o_groups
+        wa = self.wo_a.weight.view(G, cfg.o_lora_rank, -1)
+        y = torch.einsum("tgi,goi->tgo", o.reshape(T, G, -1), wa).reshape(T, -1)
+        return self.wo_b(y)
+
+
+# ---------------------------------------------------------------------------------------------
+# MoE (§3.7)
+
+class Expert(nn.Module):
+    def __init__(self, dim, inter, limit):
+        super().__init__()
+        self.w1 = nn.Linear(dim, inter, bias=False)
+        self.w2 = nn.Linear(inter, dim, bias=False)
+        self.w3 = nn.Linear(dim, inter, bias=False)
+        self.limit = limit
+
+    def forward(self, x, weight=None):
+        g = self.w1(x).float()
+        u = self.w3(x).float()
+        if self.limit and self.limit > 0:
+            u = torch.clamp(u, -self.limit, self.limit)
+            g = torch.clamp(g, max=self.limit)
+        h = F.silu(g) * u
+        if weight is not None:
+            h = h * weight[:, None]
+        return self.w2(h.to(x.dtype))
+
+
+class Gate(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(cfg.n_routed_experts, cfg.hidden_size))
+        self.bias = nn.Parameter(torch.zeros(cfg.n_routed_experts))      # selection-only (text)
+        self.bias_vl = nn.Parameter(torch.zeros(cfg.n_routed_experts))   # image-span tokens (unused here)
+
+
+class MoE(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.gate = Gate(cfg)
+        self.experts = nn.ModuleList(
+            Expert(cfg.hidden_size, cfg.moe_intermediate_size, cfg.swiglu_limit) for _ in range(cfg.n_routed_experts))
+        if cfg.n_shared_experts > 0:
+            self.shared_experts = Expert(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts,
+                                         cfg.swiglu_limit)
+
+    def route(self, x):
+        """→ (selected experts [T, k] in top-k order, weights [T, k], raw scores [T, E])."""
+        cfg = self.cfg
+        logits = F.linear(x.float(), self.gate.weight.float()) / cfg.gate_temp
+        if cfg.scoring_func == "sqrtsoftplus":
+            s = torch.sqrt(F.softplus(logits))
+        elif cfg.scoring_func == "softmax":
+            s = torch.softmax(logits, dim=-1)
+        elif cfg.scoring_func == "sigmoid":
+            s = torch.sigmoid(logits)
+        else:
+            raise ValueError(f"scoring_func {cfg.scoring_func!r} is not supported")
+        sel = torch.topk(s + self.gate.bias.float(), cfg.num_experts_per_tok, dim=-1).indices
+        w = s.gather(1, sel)
+        if cfg.norm_topk_prob:
+            w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+        return sel, w * cfg.routed_scaling_factor, s
+
+    def forward(self, x, trace=None, jj=""):
+        sel, w, _ = self.route(x)
+        _trace(trace, f"layer{jj}.router_experts", sel)
+        _trace(trace, f"layer{jj}.router_weights", w)
+        y = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
+        for e in torch.unique(sel).tolist():
+            rows, slot = (sel == e).nonzero(as_tuple=True)
+            y.index_add_(0, rows, self.experts[e](x[rows], w[rows, slot]).float())
+        if hasattr(self, "shared_experts"):
+            y = y + self.shared_experts(x).float()
+        return y.to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Engram (§3.8)
+
+class EngramEmbed(nn.Module):
+    def __init__(self, rows, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(rows, dim))
+
+
+class Engram(nn.Module):
+    def __init__(self, cfg, rows):
+        super().__init__()
+        self.cfg = cfg
+        n_slots = (cfg.engram_max_ngram_size - 1) * cfg.engram_n_heads
+        self.embed = EngramEmbed(rows, cfg.engram_head_dim)
+        self.wkv = nn.Linear(n_slots * cfg.engram_head_dim, (cfg.hc_mult + 1) * cfg.hidden_size, bias=False)
+        self.q_weight = nn.Parameter(torch.ones(cfg.hc_mult, cfg.hidden_size))
+        self.k_weight = nn.Parameter(torch.ones(cfg.hc_mult, cfg.hidden_size))
+
+    def forward(self, X, ids):
+        """X [T, hc, d] streams, ids [T, n_slots] table rows (offsets included)."""
+        cfg = self.cfg
+        T, hc, d = X.shape
+        R = self.embed.weight[ids].reshape(T, -1)
+        kv = self.wkv(R).float()
+        K = kv[:, :hc * d].view(T, hc, d)
+        v = kv[:, hc * d:]
+        Xf = X.float()
+        eps = cfg.rms_norm_eps
+        xn = Xf * torch.rsqrt(Xf.pow(2).mean(-1, keepdim=True) + eps) * self.q_weight.float()
+        kn = K * torch.rsqrt(K.pow(2).mean(-1, keepdim=True) + eps) * self.k_weight.float()
+        dot = (xn * kn).sum(-1) / math.sqrt(d)                            # [T, hc]
+        gate = torch.sigmoid(torch.sign(dot) * torch.sqrt(torch.clamp(dot.abs(), min=1e-6)))
+        return (Xf + gate[:, :, None] * v[:, None, :]).to(X.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Block with single-pass mHC (§3.2, §3.3)
+
+def hc_coefficients(X, fn, base, scale, cfg):
+    """(pre [T,hc], post [T,hc], C [T,hc(in j),hc(out i)]) from streams X [T, hc, d] (§3.3)."""
+    T, hc, _ = X.shape
+    f = X.reshape(T, -1).float()
+    r = torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps)
+    m = F.linear(f, fn.float()) * r
+    s = torch.cat([scale[0:1].expand(hc), scale[1:2].expand(hc), scale[2:3].expand(hc * hc)]).float()
+    l = base.float() + m * s
+    eps = cfg.hc_eps
+    pre = torch.sigmoid(l[:, :hc]) + eps
+    post = 2 * torch.sigmoid(l[:, hc:2 * hc])
+    C = torch.softmax(l[:, 2 * hc:].view(T, hc, hc), dim=-1) + eps
+    C = C / (C.sum(dim=-2, keepdim=True) + eps)
+    for _ in range(cfg.hc_sinkhorn_iters - 1):
+        C = C / (C.sum(dim=-1, keepdim=True) + eps)
+        C = C / (C.sum(dim=-2, keepdim=True) + eps)
+    return pre, post, C
+
+
+def collapse(X, p):
+    """Σ_j p_j X_j in fp32 → [T, d]."""
+    return torch.einsum("tj,tjd->td", p.float(), X.float()).to(X.dtype)
+
+
+def hc_write(X, out, post, C):
+    """X'_i = post_i · out + Σ_j C[j,i] X_j (fp32)."""
+    y = post[:, :, None] * out.float()[:, None, :] + torch.einsum("tji,tjd->tid", C, X.float())
+    return y.to(X.dtype)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg, layer):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        hc, d = cfg.hc_mult, cfg.hidden_size
+        n = (2 + hc) * hc
+        self.attn_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.ffn_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.hc_attn_fn = nn.Parameter(torch.zeros(n, hc * d))
+        self.hc_attn_base = nn.Parameter(torch.zeros(n))
+        self.hc_attn_scale = nn.Parameter(torch.ones(3))
+        self.hc_ffn_fn = nn.Parameter(torch.zeros(n, hc * d))
+        self.hc_ffn_base = nn.Parameter(torch.zeros(n))
+        self.hc_ffn_scale = nn.Parameter(torch.ones(3))
+        self.attn = Attention(cfg, layer)
+        self.ffn = MoE(cfg)
+        if layer in cfg.engram_layer_ids:
+            k = cfg.engram_layer_ids.index(layer)
+            self.engram = Engram(cfg, cfg.engram_num_embeddings[k])
+
+    def forward(self, X, p, pos, lc, shared, engram_ids, trace):
+        cfg = self.cfg
+        jj = f"{self.layer:02d}"
+        if hasattr(self, "engram"):
+            X = self.engram(X, engram_ids)
+        pre_a, post_a, C_a = hc_coefficients(X, self.hc_attn_fn, self.hc_attn_base, self.hc_attn_scale, cfg)
+        a = self.attn(self.attn_norm(collapse(X, p)), pos, lc, shared, trace)   # previous site's pre
+        X = hc_write(X, a, post_a, C_a)
+        pre_b, post_b, C_b = hc_coefficients(X, self.hc_ffn_fn, self.hc_ffn_base, self.hc_ffn_scale, cfg)
+        f = self.ffn(self.ffn_norm(collapse(X, pre_a)), trace, jj)              # this block's attn pre
+        X = hc_write(X, f, post_b, C_b)
+        _trace(trace, f"layer{jj}.streams", X)
+        _trace(trace, f"layer{jj}.pre", pre_b)
+        return X, pre_b
+
+
+# ---------------------------------------------------------------------------------------------
+# Model (§3.1, §3.9)
+
+class Embedding(nn.Module):
+    def __init__(self, n, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n, d))
+
+
+class Model(nn.Module):
+    """Parameter names are the release names (`embed.weight`, `layers.i.…`, `norm.weight`,
+    `head.weight`); `io.py` maps the HF names onto them."""
+
+    def __init__(self, cfg, token_map=None):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.engram_hash = None
+        if cfg.engram_layer_ids:
+            from .engram_hash import EngramHash
+            self.engram_hash = EngramHash(cfg)
+            if token_map is not None:
+                self.engram_hash.set_token_map(token_map)
+
+    def new_cache(self):
+        return Cache(self.cfg)
+
+    def forward(self, tokens, cache=None, trace=None):
+        """tokens [T] (long) continuing `cache` (a fresh one when None) → logits [T, V] (fp32)."""
+        cfg = self.cfg
+        if cache is None:
+            cache = Cache(cfg)
+        dev = self.embed.weight.device
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        T = tokens.shape[0]
+        pos = torch.arange(cache.pos, cache.pos + T, device=dev)
+        engram_ids = None
+        if self.engram_hash is not None:
+            # hashing runs on the CPU (int64 host tables), the rows then move to the device
+            engram_ids = self.engram_hash.rows(cache.tokens, tokens.cpu()).to(dev)   # [n_engram, T, slots]
+            _trace(trace, "engram_hash", engram_ids.permute(1, 0, 2))
+        tokens = tokens.to(dev)
+        e = self.embed.weight[tokens]                                   # [T, d]
+        X = e[:, None, :].expand(T, cfg.hc_mult, cfg.hidden_size).contiguous()
+        p = torch.zeros(T, cfg.hc_mult, dtype=torch.float32, device=dev)
+        p[:, 0] = 1.0                                                   # one-hot: read stream 0
+        shared = SharedState()
+        for i, blk in enumerate(self.layers):
+            ids = None
+            if hasattr(blk, "engram"):
+                ids = engram_ids[cfg.engram_layer_ids.index(i)]
+            X, p = blk(X, p, pos, cache.layers[i], shared, ids, trace)
+        z = self.norm(collapse(X, p))
+        _trace(trace, "final_hidden", z)
+        cache.pos += T
+        cache.tokens.extend(tokens.tolist())
+        return F.linear(z.float(), self.head.weight.float())
+
+    @torch.no_grad()
+    def teacher_forced(self, tokens, stream_inputs, pre_inputs, trace=None):
+        """Runs each block on given inputs instead of the previous block's outputs (per-layer
+        checks, golden README): block j gets stream_inputs[j] [T, hc, d] and pre_inputs[j] [T, hc]
+        (None for j = 0: the embedding streams and the one-hot mix).  Shared compressed state
+        flows between blocks as usual.  → list of each block's output streams."""
+        cfg = self.cfg
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        T = tokens.shape[0]
+        cache, shared = Cache(cfg), SharedState()
+        pos = torch.arange(T, device=self.embed.weight.device)
+        eids = self.engram_hash.rows([], tokens) if self.engram_hash is not None else None
+        outs = []
+        for j, blk in enumerate(self.layers):
+            if stream_inputs[j] is None:
+                X = self.embed.weight[tokens][:, None, :].expand(T, cfg.hc_mult, cfg.hidden_size).contiguous()
+                p = torch.zeros(T, cfg.hc_mult, dtype=torch.float32)
+                p[:, 0] = 1.0
+            else:
+                X, p = stream_inputs[j].to(self.embed.weight.dtype), pre_inputs[j].float()
+            ids = eids[cfg.engram_layer_ids.index(j)] if hasattr(blk, "engram") else None
+            X, _ = blk(X, p, pos, cache.layers[j], shared, ids, trace)
+            outs.append(X)
+        return outs
+
+    @torch.no_grad()
+    def generate(self, prompt, n_new, cache=None):
+        """Greedy continuation with incremental decoding (no stop on EOS)."""
+        cache = cache if cache is not None else Cache(self.cfg)
+        logits = self.forward(prompt, cache)
+        out = []
+        for _ in range(n_new):
+            t = int(torch.argmax(logits[-1]))
+            out.append(t)
+            logits = self.forward([t], cache)
+        return out

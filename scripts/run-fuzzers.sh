@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target built in BUILD_DIR for FUZZ_SECONDS each (default 60), with a
+# corpus per target under fuzz-corpus/ seeded from the repo's and the golden fixtures' files.
+# Not part of CI: `make fuzz` builds the targets (clang) and calls this.
+set -euo pipefail
+build=${1:-build-fuzz}
+seconds=${FUZZ_SECONDS:-60}
+root=$(cd "$(dirname "$0")/.." && pwd)
+golden="$root/../shared/golden"
+shopt -s nullglob
+found=0
+for bin in "$build"/*_fuzz; do
+  [ -x "$bin" ] || continue
+  found=1
+  name=$(basename "$bin")
+  corpus="$root/fuzz-corpus/$name"
+  mkdir -p "$corpus"
+  case "$name" in
+    safetensors*) seeds=("$golden"/v41-tiny-*/model.safetensors) ;;
+    config*)      seeds=("$root"/data/configs/*.json "$golden"/v41-tiny-*/config.json) ;;
+    tokenizer*)   seeds=("$golden"/v41-tiny-f32/tokenizer.json "$root"/tests/data/*.json) ;;
+    *)            seeds=() ;;
+  esac
+  for s in "${seeds[@]}"; do cp -n "$s" "$corpus/" 2>/dev/null || true; done
+  echo "== $name for ${seconds}s (corpus $corpus)"
+  "$bin" -max_total_time="$seconds" -max_len=1048576 -rss_limit_mb=4096 "$corpus"
+done
+[ "$found" = 1 ] || { echo "no fuzz targets in $build" >&2; exit 1; }

@@ -14,13 +14,7 @@
 #include "app/command.h"
 #include "src/chat/render.h"
 #include "src/chat/request_json.h"
-
-// The tokenizer is another module (src/format/tokenizer.h); until it is in the tree,
-// --tokenizer says so at run time instead of failing the build.
-#if __has_include("src/format/tokenizer.h")
 #include "src/format/tokenizer.h"
-#define DSV41_HAVE_TOKENIZER 1
-#endif
 
 namespace dsv41::app {
 namespace {
@@ -94,10 +88,6 @@ int run_render(int argc, char** argv) {
     return 1;
   };
   if (f.request.empty() && f.messages.empty()) return fail(invalid_argument("give --request FILE or --messages FILE"));
-#ifndef DSV41_HAVE_TOKENIZER
-  if (!f.tokenizer.empty())
-    return fail(unsupported("not implemented yet: --tokenizer (the tokenizer module has not landed on main)"));
-#endif
 
   auto req = load_request(f);
   if (!req.ok()) return fail(req.status());
@@ -107,7 +97,6 @@ int run_render(int argc, char** argv) {
   auto res = chat::render_prompt(req.value(), opt);
   if (!res.ok()) return fail(res.status());
   std::vector<int32_t> ids;
-#ifdef DSV41_HAVE_TOKENIZER
   if (!f.tokenizer.empty()) {
     // A directory holding tokenizer.json, or the file itself. Markers in the prompt are
     // added tokens, so each becomes its own id.
@@ -119,7 +108,6 @@ int run_render(int argc, char** argv) {
     if (!enc.ok()) return fail(enc.status().with_context("prompt"));
     ids = std::move(enc).value();
   }
-#endif
   const bool with_ids = !f.tokenizer.empty();
   if (f.json) {
     std::cout << chat::py_json_dumps(chat::render_result_to_json(res.value(), with_ids ? &ids : nullptr)) << "\n";

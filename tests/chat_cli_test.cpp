@@ -62,6 +62,20 @@ TEST(ChatCli, RenderJsonMatchesGolden) {
   EXPECT_EQ(py_json_dumps(got.value()), py_json_dumps(find_case(id)["expected"]));
 }
 
+TEST(ChatCli, RenderWithTokenizerPrintsIds) {
+  const std::string id = "render.basic.system_user.chat";
+  CmdOutput r = run("render --json --tokenizer " DSV41_GOLDEN_DIR "/v41-tiny-f32 --request " + write_input(id));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto got = parse_json_ordered(r.out, "stdout");
+  ASSERT_TRUE(got.ok()) << r.out;
+  const Json& ids = got.value()["ids"];
+  ASSERT_TRUE(ids.is_array());
+  ASSERT_GT(ids.size(), 3u);
+  EXPECT_EQ(ids[0], 0);  // <｜begin▁of▁sentence｜> is added token 0
+  EXPECT_EQ(got.value()["prompt"], find_case(id)["expected"]["prompt"]);
+  EXPECT_NE(run("render --json --tokenizer /nonexistent --request " + write_input(id)).code, 0);
+}
+
 TEST(ChatCli, RenderRefusalIsJsonAndNonZero) {
   CmdOutput r = run("render --json --request " + write_input("render.effort.invalid_101.error"));
   EXPECT_NE(r.code, 0);

@@ -2,9 +2,6 @@
 // tokenizer.h): the golden parse cases fed one token at a time, and agent-loop prefix
 // stability measured in token ids. The test tokenizer is the golden tiny model's tokenizer
 // with the chat markers added as added tokens, as the released V4.1 tokenizer has them.
-// Compiled only once the tokenizer module is in the tree.
-#if __has_include("src/format/tokenizer.h")
-
 #include <fstream>
 #include <sstream>
 
@@ -129,5 +126,3 @@ TEST(ChatTokenized, AgentLoopPrefixInTokens) {
 
 }  // namespace
 }  // namespace dsv41::chat
-
-#endif  // __has_include("src/format/tokenizer.h")

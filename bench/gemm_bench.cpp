@@ -3,6 +3,8 @@
 // compare with BM_MemReadStream) and prefill shapes (hundreds of rows: compute-bound, GFLOP/s).
 // Decode runs cycle through enough copies of W (≥ 1 GiB in all) that every call streams its
 // weights from DRAM, as in a real forward pass whose weights dwarf the caches.
+// Times: real (wall) time; the CPU column is the whole process's CPU time (all pool threads), so
+// on a shared machine FLOP/s per CPU-second = FLOP/s · real / CPU.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -78,7 +80,7 @@ void DecodeShapes(benchmark::internal::Benchmark* b) {
     for (int64_t kind : {kReference, kFastF32, kFastBf16w}) b->Args({s[0], s[1], s[2], kind});
 }
 BENCHMARK(BM_Gemm)->Name("BM_GemmDecode")->Apply(DecodeShapes)->ArgNames({"rows", "in", "out", "kind"})
-    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+    ->Unit(benchmark::kMicrosecond)->UseRealTime()->MeasureProcessCPUTime();
 
 void PrefillShapes(benchmark::internal::Benchmark* b) {
   // The reference takes seconds on the big shapes: it runs on the first one only.
@@ -89,7 +91,7 @@ void PrefillShapes(benchmark::internal::Benchmark* b) {
     for (int64_t kind : {kFastF32, kFastBf16w}) b->Args({s[0], s[1], s[2], kind});
 }
 BENCHMARK(BM_Gemm)->Name("BM_GemmPrefill")->Apply(PrefillShapes)->ArgNames({"rows", "in", "out", "kind"})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 
 }  // namespace
 }  // namespace dsv41

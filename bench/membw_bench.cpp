@@ -49,7 +49,7 @@ void BM_MemReadStream(benchmark::State& state) {
   state.counters["threads"] = threaded ? default_pool().num_threads() : 1;
   state.SetBytesProcessed(state.iterations() * kBufferBytes);
 }
-BENCHMARK(BM_MemReadStream)->Arg(0)->Arg(1)->ArgNames({"threaded"})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MemReadStream)->Arg(0)->Arg(1)->ArgNames({"threaded"})->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 
 }  // namespace
 }  // namespace dsv41

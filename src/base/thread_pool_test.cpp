@@ -38,7 +38,7 @@ TEST(ThreadPool, EveryChunkOnceWithFixedBoundaries) {
   }
 }
 
-TEST(ThreadPool, UsesSeveralThreadsAndTheCaller) {
+TEST(ThreadPool, WorkIsShared) {
   ThreadPool pool(3);
   std::mutex mu;
   std::set<std::thread::id> ids;

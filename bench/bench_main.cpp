@@ -1,5 +1,4 @@
-// The one main() of the dsv41_bench binary (Google Benchmark); the benchmarks live in the other
-// bench/*.cpp files.
+// Entry point of dsv41_bench: every bench/*.cpp registers its benchmarks with Google Benchmark.
 #include <benchmark/benchmark.h>
 
 BENCHMARK_MAIN();

@@ -1,22 +1,114 @@
+// y = x · Wᵀ: the double-accumulating references, the portable float fallback, and the driver that
+// cuts the product into cache-sized blocks, runs them on the thread pool and dispatches to the
+// AVX2/FMA micro-kernels (gemm_avx2.cpp) when the CPU has them. Summation order: see gemm.h.
 #include "kernels/cpu/gemm.h"
+
+#include <algorithm>
+
+#include "base/numerics.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/gemm_avx2.h"
 
 namespace dsv41 {
 
-void gemm_f32_reference(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
+namespace {
+
+template <typename W>
+float widen(W v);
+template <>
+float widen<float>(float v) { return v; }
+template <>
+float widen<uint16_t>(uint16_t v) { return bf16_to_f32(v); }
+
+template <typename W>
+void reference(const float* x, int64_t rows, int64_t in, const W* w, int64_t out, float* y) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * in;
     for (int64_t o = 0; o < out; ++o) {
-      const float* wo = w + o * in;
+      const W* wo = w + o * in;
       double acc = 0;  // double accumulation: the reference is the accurate one
-      for (int64_t i = 0; i < in; ++i) acc += static_cast<double>(xr[i]) * wo[i];
+      for (int64_t i = 0; i < in; ++i) acc += static_cast<double>(xr[i]) * widen<W>(wo[i]);
       y[r * out + o] = static_cast<float>(acc);
     }
   }
 }
 
-// Until the AVX2 kernel lands the fast path is the reference (correct, slow).
+// 8 float lanes as in the AVX2 path (gemm.h), multiply and add unfused.
+template <typename W>
+void portable(const float* x, int64_t rows, int64_t in, const W* w, int64_t out, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * in;
+    for (int64_t o = 0; o < out; ++o) {
+      const W* wo = w + o * in;
+      float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t i = 0; i < in; ++i) l[i % 8] += xr[i] * widen<W>(wo[i]);
+      y[r * out + o] = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    }
+  }
+}
+
+bool cpu_has_avx2_fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+// Block sizes. A block of outputs holds about kWeightBlockBytes of weights, so it stays in L2
+// while every row group of the row block streams past it; the row block bounds how much of x a
+// task touches in a long prefill. Multiples of 12 / 4 keep whole micro-tiles (gemm_avx2.cpp).
+// Below kInlineFlops the pool's wake-up costs more than the product: run on the caller.
+constexpr int64_t kWeightBlockBytes = 256 * 1024;
+constexpr int64_t kRowBlock = 64;
+constexpr int64_t kInlineFlops = 1 << 18;
+
+template <typename W, typename BlockFn>
+void drive(const float* x, int64_t rows, int64_t in, const W* w, int64_t out, float* y, BlockFn block_fn) {
+  if (rows <= 0 || out <= 0) return;
+  if (in <= 0) {
+    std::fill(y, y + rows * out, 0.0f);
+    return;
+  }
+  const int64_t w_row_bytes = in * static_cast<int64_t>(sizeof(W));
+  const int64_t ob = std::max<int64_t>(12, kWeightBlockBytes / w_row_bytes / 12 * 12);
+  const int64_t n_ob = (out + ob - 1) / ob;
+  const int64_t n_rb = (rows + kRowBlock - 1) / kRowBlock;
+  auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t o0 = (t % n_ob) * ob, r0 = (t / n_ob) * kRowBlock;
+      block_fn(x, r0, std::min(rows, r0 + kRowBlock), in, w, o0, std::min(out, o0 + ob), out, y);
+    }
+  };
+  if (2 * rows * in * out < kInlineFlops) {
+    run(0, n_ob * n_rb);
+  } else {
+    default_pool().parallel_for(n_ob * n_rb, 1, run);
+  }
+}
+
+}  // namespace
+
+bool gemm_uses_avx2() { return cpu_has_avx2_fma(); }
+
+void gemm_f32_reference(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
+  reference<float>(x, rows, in, w, out, y);
+}
+void gemm_bf16w_reference(const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y) {
+  reference<uint16_t>(x, rows, in, w, out, y);
+}
+void gemm_f32_portable(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
+  portable<float>(x, rows, in, w, out, y);
+}
+void gemm_bf16w_portable(const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y) {
+  portable<uint16_t>(x, rows, in, w, out, y);
+}
+
 void gemm_f32(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
-  gemm_f32_reference(x, rows, in, w, out, y);
+  if (!cpu_has_avx2_fma()) return gemm_f32_portable(x, rows, in, w, out, y);
+  drive(x, rows, in, w, out, y, &gemm_f32_avx2_block);
+}
+
+void gemm_bf16w(const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y) {
+  if (!cpu_has_avx2_fma()) return gemm_bf16w_portable(x, rows, in, w, out, y);
+  drive(x, rows, in, w, out, y, &gemm_bf16w_avx2_block);
 }
 
 }  // namespace dsv41

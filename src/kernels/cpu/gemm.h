@@ -1,9 +1,20 @@
-// Dense float32 matrix products for the CPU forward pass.
-// Weights are row-major [out, in] (the checkpoint's layout: y = x · Wᵀ), activations row-major
-// [rows, in]. The scalar reference (`gemm_f32_reference`) defines the result; `gemm_f32` is the
-// fast path (AVX2/FMA, threaded when it pays) and is tested against the reference on random
-// inputs at boundary sizes. Summation order differs between the two, so results agree to
-// float rounding, not bit for bit.
+// Dense matrix products y = x · Wᵀ for the CPU forward pass (system spec: CPU forward pass).
+// Weights are row-major [out, in] (the checkpoint's layout), activations row-major [rows, in],
+// output row-major [rows, out]. The scalar references (double accumulation) define the result;
+// the fast paths are tested against them on random inputs at boundary sizes and agree to float
+// rounding, not bit for bit.
+//
+// Summation order of the fast paths (what makes logits reproducible): every y[r, o] is computed
+// by one thread as 8 float lanes, lane j accumulating x[r,i]·w[o,i] for i ≡ j (mod 8) in
+// increasing i with fused multiply-add (the ragged tail zero-padded), then reduced as
+// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). That order depends only on `in`: never on the thread
+// count, the cache blocking, or how many rows are in the call, so a prompt run as one prefill
+// call or token by token gives the same bits, with 1 thread or many.
+// The portable fallback (CPUs without AVX2+FMA) uses the same lane structure without fusing, so
+// its bits differ from the AVX2 path's; it is only for such machines.
+//
+// Threading: gemm_f32 / gemm_bf16w split the work over default_pool() (base/thread_pool.h) in
+// blocks of outputs (and of rows for long prefills); one caller at a time per pool.
 #pragma once
 
 #include <cstdint>
@@ -13,5 +24,15 @@ namespace dsv41 {
 // y[r, o] = Σ_i x[r, i] · w[o, i]   for r < rows, o < out.   x: [rows, in], w: [out, in], y: [rows, out]
 void gemm_f32_reference(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y);
 void gemm_f32(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y);
+void gemm_f32_portable(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y);
+
+// Same with bf16 weights (uint16 bit patterns, widened exactly to f32 on the fly): halves the
+// weight traffic of memory-bound decode. w: [out, in] bf16.
+void gemm_bf16w_reference(const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y);
+void gemm_bf16w(const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y);
+void gemm_bf16w_portable(const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y);
+
+// True when gemm_f32 / gemm_bf16w take the AVX2/FMA path on this CPU.
+bool gemm_uses_avx2();
 
 }  // namespace dsv41

@@ -1,0 +1,106 @@
+// ThreadPool (see thread_pool.h): workers sleep on a condition variable between jobs and pull
+// fixed chunks from an atomic counter; the caller pulls chunks too, then waits for the workers.
+#include "base/thread_pool.h"
+
+#include <algorithm>
+#include <memory>
+
+namespace dsv41 {
+
+namespace {
+// True on a thread while it runs chunks of some pool: a nested parallel_for runs inline so a
+// worker never waits on the pool it belongs to.
+thread_local bool t_inside_pool = false;
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) {
+  for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& w : workers_) w.join();
+}
+
+void ThreadPool::run_chunks() {
+  const bool was_inside = t_inside_pool;
+  t_inside_pool = true;
+  for (;;) {
+    const int64_t k = next_chunk_.fetch_add(1, std::memory_order_relaxed);
+    if (k >= num_chunks_) break;
+    const int64_t begin = k * grain_;
+    const int64_t end = std::min(n_, begin + grain_);
+    (*fn_)(begin, end);
+  }
+  t_inside_pool = was_inside;
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    run_chunks();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--busy_workers_ == 0) done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  const int64_t num_chunks = (n + grain - 1) / grain;
+  // One chunk, no workers, or a nested call: run inline with the same chunk boundaries.
+  if (num_chunks == 1 || workers_.empty() || t_inside_pool) {
+    for (int64_t begin = 0; begin < n; begin += grain) fn(begin, std::min(n, begin + grain));
+    return;
+  }
+  std::lock_guard<std::mutex> call_lock(call_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = &fn;
+    n_ = n;
+    grain_ = grain;
+    num_chunks_ = num_chunks;
+    next_chunk_.store(0, std::memory_order_relaxed);
+    busy_workers_ = static_cast<int>(workers_.size());
+    ++generation_;
+  }
+  wake_.notify_all();
+  run_chunks();
+  // Wait for every worker to leave the job before fn_ (the caller's object) goes out of scope.
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [&] { return busy_workers_ == 0; });
+  fn_ = nullptr;
+}
+
+namespace {
+int hardware_threads() {
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+std::unique_ptr<ThreadPool>& default_pool_slot() {
+  static std::unique_ptr<ThreadPool> pool = std::make_unique<ThreadPool>(hardware_threads());
+  return pool;
+}
+}  // namespace
+
+ThreadPool& default_pool() { return *default_pool_slot(); }
+
+void set_num_threads(int num_threads) {
+  std::unique_ptr<ThreadPool>& slot = default_pool_slot();
+  slot.reset();  // join the old workers first so threads never exceed the new count
+  slot = std::make_unique<ThreadPool>(num_threads < 1 ? hardware_threads() : num_threads);
+}
+
+}  // namespace dsv41

@@ -1,0 +1,63 @@
+// A small fixed thread pool for the CPU kernels (system spec: CPU forward pass, issue 3).
+// `parallel_for` cuts [0, n) into chunks of `grain` items at fixed boundaries, hands them out to
+// the pool's workers and to the calling thread, and returns when every chunk is done. Chunk
+// boundaries depend only on (n, grain), never on the thread count, so a kernel whose per-item
+// arithmetic is fixed gives the same bits with 1 or N threads.
+// Owns its worker threads (joined in the destructor). Nothing fancy: no work stealing, no nesting
+// (a parallel_for called from inside a chunk runs inline on that thread).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace dsv41 {
+
+class ThreadPool {
+ public:
+  // `num_threads` counts the caller: a pool of N starts N-1 workers. Values < 1 mean 1.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) for the chunks [k·grain, min(n, (k+1)·grain)), k = 0.. ceil(n/grain)-1,
+  // each exactly once, on some pool thread or the caller. grain < 1 means 1. Blocks until all
+  // chunks have run. fn must not throw. One caller at a time per pool (concurrent callers on the
+  // same pool are serialised by a mutex, not interleaved).
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void worker_loop();
+  void run_chunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex call_mu_;  // serialises parallel_for callers
+  std::mutex mu_;       // guards everything below
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;  // bumped per job; a worker runs each generation once
+  int busy_workers_ = 0;     // workers still inside the current job
+  bool stop_ = false;
+  // Current job (valid while busy_workers_ > 0 or the caller is inside parallel_for).
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0, grain_ = 1, num_chunks_ = 0;
+  std::atomic_int64_t next_chunk_{0};
+};
+
+// The process-wide pool the kernels use. Created on first use with
+// std::thread::hardware_concurrency() threads (1 if unknown).
+ThreadPool& default_pool();
+
+// Replaces the default pool with one of `num_threads` threads (< 1 means hardware concurrency).
+// Call it from the thread that runs the model, never while a kernel is running on the pool
+// (e.g. at start-up from the option struct main fills).
+void set_num_threads(int num_threads);
+
+}  // namespace dsv41

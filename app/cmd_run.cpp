@@ -91,7 +91,7 @@ int run_main(int argc, char** argv) {
   const double decode_s = seconds_since(t1);
   std::fputs(stream.flush().c_str(), stdout);
   std::printf("\n");
-  const CacheBytes cb = (*session)->cache_bytes();
+  const CacheFootprint cb = (*session)->cache_bytes();
   std::printf("prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s)\n",
               prompt.size(), prefill_s, prompt.size() / std::max(prefill_s, 1e-9), static_cast<long long>(n - 1 > 0 ? n - 1 : 0),
               decode_s, (n > 1 ? n - 1 : 0) / std::max(decode_s, 1e-9));

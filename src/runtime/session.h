@@ -33,7 +33,7 @@ class Session {
 
   int64_t length() const { return seq_.length(); }
   int64_t max_context() const { return seq_.cache->max_context(); }
-  CacheBytes cache_bytes() const { return seq_.cache->bytes_in_use(); }
+  CacheFootprint cache_bytes() const { return seq_.cache->bytes_in_use(); }
   void reset();
 
  private:

@@ -34,7 +34,8 @@ std::vector<int32_t> ids_of(const testing::GoldenTensor& t) { return std::vector
 // engine whose sums run in a different order lands on the other side of a cache quantiser's
 // rounding boundary now and then (one FP8 window element by a whole grid step); on this fixture
 // that happens in layer 7 (s2 position 22 channel 6 and s3 position 20 channel 21 sit within
-// 3e-5 of a step of an E4M3 rounding midpoint), and every later layer and the next
+// 3e-5 of a step of an E4M3 rounding midpoint; which of them flips depends on the kernels'
+// summation order — teacher-forced, no layer flips at all), and every later layer and the next
 // sliding_window tokens carry it at ~1e-3 of the RMS. So: every token within kFlipRtol, and at
 // most half of the tokens of a layer beyond kStreamRtol.
 constexpr double kStreamRtol = 1e-4;

@@ -13,6 +13,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
 #include "base/file_io.h"
 #include "format/config.h"
 #include "model/layer_plan.h"
@@ -146,7 +148,7 @@ TEST(RandomInit, SameSeedSameBytesOtherSeedOtherBytes) {
   write_or_die(kTinyConfig, tmp.sub("c"), other);
   ASSERT_GT(a.shards, 1);
   for (int k = 1; k <= a.shards; ++k) {
-    const std::string name = "model-0000" + std::to_string(k) + "-of-0000" + std::to_string(a.shards) + ".safetensors";
+    const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", k, a.shards);
     const std::string bytes_a = read_or_die(tmp.sub("a/" + name));
     EXPECT_FALSE(bytes_a.empty()) << name;
     EXPECT_EQ(bytes_a, read_or_die(tmp.sub("b/" + name))) << name;

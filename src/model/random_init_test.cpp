@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
@@ -262,6 +263,48 @@ TEST(RandomInit, UnquantizedConfigWritesFloatsAndAdjustsEngramFields) {
   // f32 with a quantized config is refused.
   Result<RandomInitReport> bad = write_random_model(kTinyConfig, tmp.sub("x"), f32);
   EXPECT_FALSE(bad.ok());
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// The shipped configs parse and plan, have every layer role, and (mini-flash) the real per-layer
+// attention geometry with float32-widened weights well inside 8 GiB.
+TEST(RandomInit, ShippedConfigsParsePlanAndHaveEveryRole) {
+  for (const std::string& path : {kTinyConfig, kRepo + "/bench/configs/mini-flash.json"}) {
+    Result<ModelConfig> c = load_model_config(path);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    Result<LayerPlan> plan = build_layer_plan(*c);
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+    std::set<LayerRole> roles;
+    bool candidate = false, restricted = false, engram = false;
+    for (const LayerInfo& L : plan->layers) {
+      roles.insert(L.role);
+      candidate |= L.candidate_source, restricted |= L.restricted_to_candidates, engram |= L.has_engram;
+    }
+    EXPECT_EQ(roles.size(), 4u) << path;
+    EXPECT_TRUE(candidate && restricted && engram) << path;
+    ASSERT_TRUE(c->quantization.has_value()) << path;
+    EXPECT_EQ(c->quantization->expert_dtype, "fp4") << path;
+    int64_t params = 0;
+    for (const ExpectedTensor& e : expected_tensors(*c, *plan)) {
+      int64_t n = 1;
+      for (int64_t d : e.shape) n *= d;
+      params += n;
+    }
+    EXPECT_LT(params * 4, int64_t{6} << 30) << path;
+  }
+  Result<ModelConfig> mini = load_model_config(kRepo + "/bench/configs/mini-flash.json");
+  ASSERT_TRUE(mini.ok());
+  EXPECT_EQ(mini->num_attention_heads, 64);
+  EXPECT_EQ(mini->head_dim, 512);
+  EXPECT_EQ(mini->q_lora_rank, 1280);
+  EXPECT_EQ(mini->o_groups * mini->o_lora_rank, 8 * 1024);
+  EXPECT_EQ(mini->index_topk, 512);
+  EXPECT_EQ(mini->candidate_topk_blocks * mini->candidate_block_size, 2048 * 8);
 }
 
 }  // namespace

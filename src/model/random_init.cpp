@@ -256,7 +256,8 @@ Status prepare_dir(const std::string& out_dir, bool force) {
       // Old shards with other counts would stay beside the new index: remove them.
       for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
         const std::string n = entry.path().filename().string();
-        if (ends_with(n, ".safetensors") || n == "model.safetensors.index.json") fs::remove(entry.path(), ec);
+        const bool shard = n.rfind("model-", 0) == 0 && contains(n, "-of-") && ends_with(n, ".safetensors");
+        if (shard || n == "model.safetensors" || n == "model.safetensors.index.json") fs::remove(entry.path(), ec);
       }
     }
   }

@@ -1,0 +1,72 @@
+// `dsv41 cost --config FILE [--context N ...] [--new-tokens N] [--json]`: the four costs of
+// system.md §1 (global KV, persistent bytes, prefill token-layers, decode FLOPs) from a
+// config.json alone, for DeepSeek LLM, V2/V3, V3.2, V4 and V4.1 configs.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "app/command.h"
+#include "cost/cost_model.h"
+#include "cost/cost_report.h"
+
+namespace dsv41::app {
+namespace {
+
+int run_cost(int argc, char** argv) {
+  CLI::App cli{"Cache bytes, prefill and decode cost of a DeepSeek config (no weights needed)"};
+  std::string config_path;
+  std::vector<std::string> context_texts;
+  std::string new_tokens_text = "64K";
+  int64_t checkpoint_interval = CostOptions{}.swa_checkpoint_interval;
+  bool json = false;
+  cli.add_option("--config", config_path, "config.json of the model (or a model directory's config.json)")->required();
+  cli.add_option("--context", context_texts,
+                 "decode context length(s) in tokens, e.g. 8192 or 8K or 1M (default 4K 16K 64K 128K 256K 512K 1M)");
+  cli.add_option("--new-tokens", new_tokens_text, "uncached prompt tokens for the prefill cost (e.g. 100000, 64K)")
+      ->capture_default_str();
+  cli.add_option("--swa-checkpoint-interval", checkpoint_interval,
+                 "V4 only: tokens between persisted SWA checkpoints")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cli.add_flag("--json", json, "print one JSON object instead of the table");
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e);
+  }
+  CostQuery query;
+  for (const auto& text : context_texts) {
+    auto n = parse_token_count(text);
+    if (!n.ok()) {
+      std::fprintf(stderr, "dsv41 cost: --context: %s\n", n.status().to_string().c_str());
+      return 2;
+    }
+    query.contexts.push_back(*n);
+  }
+  auto new_tokens = parse_token_count(new_tokens_text);
+  if (!new_tokens.ok()) {
+    std::fprintf(stderr, "dsv41 cost: --new-tokens: %s\n", new_tokens.status().to_string().c_str());
+    return 2;
+  }
+  query.new_tokens = *new_tokens;
+  std::string path = config_path;
+  if (path.size() < 5 || path.substr(path.size() - 5) != ".json") path += "/config.json";
+  CostOptions options;
+  options.swa_checkpoint_interval = checkpoint_interval;
+  auto model = load_cost_model(path, options);
+  if (!model.ok()) {
+    std::fprintf(stderr, "dsv41 cost: %s\n", model.status().to_string().c_str());
+    return 1;
+  }
+  const std::string out = json ? format_cost_json(*model, query) : format_cost_table(*model, query);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+const CommandRegistration kRegistration{
+    {"cost", "cache bytes/token, prefill and decode cost of a config (system.md §1)", run_cost}};
+
+}  // namespace
+}  // namespace dsv41::app

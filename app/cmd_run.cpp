@@ -1,0 +1,109 @@
+// `dsv41 run`: generate from a prompt with one Session, streaming text; reports prefill and
+// decode speed and the packed cache memory in use. Spec: issue 3 "CLI".
+//   dsv41 run -m DIR (-p TEXT | --ids 0,5,7) -n N [--temp T --top-p P --seed S] [--chunk C] [--print-ids]
+// Generates exactly N tokens (no stop at EOS, like the golden `generated`). With --print-ids
+// the last line of stdout is the generated ids, comma-separated.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "app/command.h"
+#include "format/tokenizer.h"
+#include "model/model.h"
+#include "runtime/sampling.h"
+#include "runtime/session.h"
+#include "runtime/token_ids.h"
+
+namespace dsv41::app {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int run_main(int argc, char** argv) {
+  CLI::App cli{"Generate tokens from a prompt (fp32 CPU forward pass with packed caches)"};
+  std::string dir, text, ids_text;
+  int64_t n = 16, chunk = 0;
+  SamplingParams sp;
+  bool print_ids = false;
+  cli.add_option("-m,--model", dir, "model directory (config.json, safetensors, tokenizer.json)")->required();
+  auto* p_opt = cli.add_option("-p,--prompt", text, "prompt text (BOS is prepended)");
+  auto* i_opt = cli.add_option("--ids", ids_text, "prompt token ids, comma-separated (used as given)");
+  p_opt->excludes(i_opt);
+  cli.add_option("-n", n, "tokens to generate")->check(CLI::NonNegativeNumber);
+  cli.add_option("--temp", sp.temperature, "sampling temperature (0 = greedy)");
+  cli.add_option("--top-p", sp.top_p, "nucleus mass in (0, 1]");
+  cli.add_option("--seed", sp.seed, "sampling seed");
+  cli.add_option("--chunk", chunk, "prefill chunk size (0 = whole prompt)");
+  cli.add_flag("--print-ids", print_ids, "print the generated ids as the last line");
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e);
+  }
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "dsv41 run: %s\n", s.to_string().c_str());
+    return 1;
+  };
+  if (text.empty() && ids_text.empty()) return fail(invalid_argument("give a prompt with -p TEXT or --ids 0,5,7"));
+  auto sampler = Sampler::create(sp);
+  if (!sampler.ok()) return fail(sampler.status());
+  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  if (!tok.ok()) return fail(tok.status());
+  auto model = Model::load(dir);
+  if (!model.ok()) return fail(model.status());
+  std::vector<int32_t> prompt;
+  if (!ids_text.empty()) {
+    auto ids = parse_token_ids(ids_text);
+    if (!ids.ok()) return fail(ids.status());
+    prompt = std::move(*ids);
+  } else {
+    auto enc = tok->encode(text);
+    if (!enc.ok()) return fail(enc.status());
+    prompt.push_back(static_cast<int32_t>((*model)->config().bos_token_id));
+    prompt.insert(prompt.end(), enc->begin(), enc->end());
+  }
+  auto session = Session::create(**model, static_cast<int64_t>(prompt.size()) + std::max<int64_t>(n, 1));
+  if (!session.ok()) return fail(session.status());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto logits = (*session)->prefill(prompt, chunk);
+  if (!logits.ok()) return fail(logits.status());
+  const double prefill_s = seconds_since(t0);
+
+  StreamDecoder stream(*tok);
+  std::vector<int32_t> generated;
+  const auto t1 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t next = sampler->sample(*logits);
+    generated.push_back(next);
+    std::fputs(stream.push(next).c_str(), stdout);
+    std::fflush(stdout);
+    if (i + 1 < n) {
+      logits = (*session)->decode(next);
+      if (!logits.ok()) return fail(logits.status());
+    }
+  }
+  const double decode_s = seconds_since(t1);
+  std::fputs(stream.flush().c_str(), stdout);
+  std::printf("\n");
+  const CacheFootprint cb = (*session)->cache_bytes();
+  std::printf("prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s)\n",
+              prompt.size(), prefill_s, prompt.size() / std::max(prefill_s, 1e-9), static_cast<long long>(n - 1 > 0 ? n - 1 : 0),
+              decode_s, (n > 1 ? n - 1 : 0) / std::max(decode_s, 1e-9));
+  std::printf("cache: %lld bytes in use (window %lld, main %lld, index %lld, pending %lld) for %lld positions\n",
+              static_cast<long long>(cb.total()), static_cast<long long>(cb.window), static_cast<long long>(cb.main),
+              static_cast<long long>(cb.index), static_cast<long long>(cb.pending),
+              static_cast<long long>((*session)->length()));
+  if (print_ids) std::printf("%s\n", format_token_ids(generated).c_str());
+  return 0;
+}
+
+const CommandRegistration kRegistration({"run", "generate text from a prompt (prefill + incremental decode)", run_main});
+
+}  // namespace
+}  // namespace dsv41::app

@@ -1,0 +1,133 @@
+// The four costs of system.md §1, computed from a config.json alone (no weights), for every
+// DeepSeek generation dsv41 compares against:
+//   DeepSeek LLM (dense GQA/MHA), DeepSeek-V2/V3 (MLA), V3.2 (MLA + FP8 lightning indexer),
+//   V4 (per-layer CSA/HCA caches) and V4.1 (shared caches, CED).
+// Spec: ../shared/spec/system.md §1; model.md §1 (configs), §3.4/§3.5 (layer roles, CED), §4.
+//
+// A generation-specific builder (cost/gen_*.cpp) turns a config into a CostModel: one LayerCost
+// per backbone layer (its global-KV bytes, its sliding-window state, its per-token weight FLOPs by
+// precision and the parameters of its context-dependent attention/indexer work). Everything
+// after that (totals, prefill, decode FLOPs at a context, the table and the JSON) is generic.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace dsv41 {
+
+enum class Generation { kDeepSeekLlm, kDeepSeekMla, kDeepSeekV32, kDeepSeekV4, kDeepSeekV41 };
+const char* generation_name(Generation g);
+
+// Arithmetic split by the precision it runs at (FLOPs, 1 multiply-add = 2 FLOPs).
+// FP32 arithmetic (mHC, routers, V4 compressors) is counted with BF16: the formula has no FP32
+// term and those matmuls are small.
+struct PrecisionFlops {
+  double bf16 = 0, fp8 = 0, fp4 = 0;
+  // system.md §1: F = F_BF16 + 0.5·F_FP8 + 0.25·F_FP4.
+  double weighted() const { return bf16 + 0.5 * fp8 + 0.25 * fp4; }
+  double total() const { return bf16 + fp8 + fp4; }
+  PrecisionFlops& operator+=(const PrecisionFlops& o) {
+    bf16 += o.bf16, fp8 += o.fp8, fp4 += o.fp4;
+    return *this;
+  }
+};
+enum class Precision { kBf16, kFp8, kFp4 };
+// Adds 2·params FLOPs (one matrix-vector product with `params` weights) at `p`.
+void add_matvec(PrecisionFlops& f, Precision p, double params);
+
+// Context-dependent work of one layer for the decoded token at context C (C tokens visible,
+// itself included). Entries of a cache with ratio r: floor(C / r).
+struct ContextWork {
+  // Core attention: `heads` query heads, each doing `flops_per_head_entry` per key it reads
+  // (q·k and the weighted value sum), always BF16 (the published kernels dequantise FP8/FP4
+  // caches to BF16 before the MMA).
+  int heads = 0;
+  double flops_per_head_entry = 0;
+  int64_t window = 0;        // window rows read: min(C, window); 0 = no window
+  int ratio = 0;             // compressed/per-token cache read by this layer: 0 = none
+  int64_t topk = 0;          // > 0: reads min(topk, entries); 0: reads all entries (dense)
+  // Indexer: scores `index_scan` entries with `index_heads` heads of `flops_per_index_head_entry`.
+  int index_heads = 0;
+  double flops_per_index_head_entry = 0;
+  int64_t index_scan_cap = 0;  // 0: no indexer; -1: scans every visible entry; n: at most n
+  Precision index_precision = Precision::kBf16;
+};
+
+struct LayerCost {
+  int index = 0;
+  std::string kind;                 // "GQA", "MLA", "MLA+DSA", "SWA", "CSA", "HCA", "Full", "Reindex", "Reuse"
+  int ratio = 0;                    // cache ratio this layer owns (0: owns no per-token cache)
+  double main_record_bytes = 0;     // bytes of one owned main-cache entry (0 if none)
+  double index_record_bytes = 0;    // bytes of one owned index-key entry (0 if none)
+  double global_bytes_per_token = 0;  // (main + index) / ratio, owned caches only
+  int64_t window_rows = 0;          // sliding-window rows kept per sequence (0: none)
+  double window_row_bytes = 0;
+  double carry_state_bytes = 0;     // per-sequence compressor carry state (FP32), V4 persistence
+  PrecisionFlops weight_flops;      // per decoded token, independent of context
+  ContextWork work;
+  std::string reads;                // "kv 2, idx 2" etc. for the table; empty if trivial
+};
+
+struct RecordUse {
+  std::string role;      // "main entry", "index key", "window row", ...
+  std::string encoding;  // describe_record() text
+  double bytes = 0;
+  std::string source;
+};
+
+struct CostModel {
+  Generation generation = Generation::kDeepSeekLlm;
+  std::string model_type, source;
+  std::vector<LayerCost> layers;
+  std::vector<RecordUse> records;
+  PrecisionFlops head_flops;          // output head (and V4 hc_head): per token, context-free
+  std::string geometry;               // one line: layers, width, heads, experts, window
+  int64_t max_context = 0;            // max_position_embeddings (0: not given)
+  std::string weight_note;            // what the weight FLOPs count
+  // Persistent cache (kept between turns): global KV plus, for V4, amortised SWA checkpoints.
+  std::string persistent_definition;
+  double persistent_extra_bytes_per_token = 0;
+  // CED (V4.1): encoder layers [0, decoder_start), decoder replays the last `window` prompt tokens.
+  bool ced = false;
+  int decoder_start = 0;
+  int64_t window = 0;
+  std::vector<std::string> assumptions;  // printed under the table and in the JSON
+
+  double global_kv_bytes_per_token() const;
+  double global_entries_per_token() const;  // Σ over cache-owning layers of 1/ratio
+  double persistent_bytes_per_token() const { return global_kv_bytes_per_token() + persistent_extra_bytes_per_token; }
+  double window_bytes_per_sequence() const;
+};
+
+struct PrefillCost {
+  int64_t new_tokens = 0;
+  double token_layers = 0;       // what this generation runs for N uncached tokens
+  double full_depth = 0;         // N · L
+  double encoder_part = 0, decoder_part = 0;  // CED split (0 when not CED)
+};
+PrefillCost prefill_cost(const CostModel& model, int64_t new_tokens);
+
+struct DecodeFlops {
+  int64_t context = 0;
+  PrecisionFlops weights, attention, indexer, total;
+  double weighted() const { return total.weighted(); }
+};
+DecodeFlops decode_flops(const CostModel& model, int64_t context);
+
+struct CostOptions {
+  // V4 persistence: one SWA checkpoint (every layer's window rows + compressor carry state) is
+  // stored every this many tokens (the V4 paper's periodic-checkpoint strategy; a deployment
+  // choice, not in the config).
+  int64_t swa_checkpoint_interval = 1024;
+};
+
+// Detects the generation from model_type / architectures and builds the model. Errors name the
+// file and the missing or invalid key, or the unknown model_type.
+Result<CostModel> build_cost_model(const std::string& json_text, const std::string& source,
+                                   const CostOptions& options = {});
+Result<CostModel> load_cost_model(const std::string& path, const CostOptions& options = {});
+
+}  // namespace dsv41

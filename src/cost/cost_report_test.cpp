@@ -1,0 +1,114 @@
+// The `dsv41 cost` outputs: the JSON object (library function and the real binary) and the table.
+#include "cost/cost_report.h"
+
+#include <array>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cost/v41_test_config.h"
+
+namespace dsv41 {
+namespace {
+
+CostModel v41() {
+  auto m = build_cost_model(test_v41_flash_config(), "v41-flash-test.json");
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  return m.ok() ? *m : CostModel{};
+}
+
+// Runs a shell command, returns (exit status, stdout).
+std::pair<int, std::string> run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, out};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(CostReport, JsonHasTheContractKeys) {
+  const CostModel m = v41();
+  CostQuery q;
+  q.new_tokens = 100000;
+  const auto j = nlohmann::json::parse(format_cost_json(m, q));
+  EXPECT_EQ(j["global_kv_bytes_per_token"].get<double>(), 890);
+  EXPECT_EQ(j["global_entries_per_token"].get<double>(), 2.5);
+  EXPECT_EQ(j["persistent_bytes_per_token"].get<double>(), 890);
+  EXPECT_TRUE(j["persistent_definition"].is_string());
+  ASSERT_TRUE(j["layers"].is_array());
+  ASSERT_EQ(j["layers"].size(), 40u);
+  double sum = 0;
+  for (const auto& b : j["layers"]) sum += b.get<double>();
+  EXPECT_EQ(sum, 890);
+  EXPECT_EQ(j["layer_details"][20]["kind"], "Full");
+  EXPECT_EQ(j["layer_details"][20]["global_bytes_per_token"].get<double>(), 356);
+  EXPECT_EQ(j["prefill_token_layers"]["new_tokens"].get<int64_t>(), 100000);
+  EXPECT_EQ(j["prefill_token_layers"]["token_layers"].get<double>(), 100000.0 * 20 + 128 * 20);
+  ASSERT_EQ(j["decode_flops"].size(), default_contexts().size());
+  EXPECT_EQ(j["decode_flops"][0]["context"].get<int64_t>(), 4096);
+  EXPECT_EQ(j["decode_flops"][6]["context"].get<int64_t>(), 1 << 20);
+  EXPECT_DOUBLE_EQ(j["decode_flops"][3]["weighted"].get<double>(), decode_flops(m, 131072).weighted());
+  EXPECT_GE(j["records"].size(), 3u);
+}
+
+TEST(CostReport, ParseTokenCount) {
+  EXPECT_EQ(*parse_token_count("4096"), 4096);
+  EXPECT_EQ(*parse_token_count("4K"), 4096);
+  EXPECT_EQ(*parse_token_count("128k"), 131072);
+  EXPECT_EQ(*parse_token_count("1M"), 1 << 20);
+  EXPECT_EQ(*parse_token_count("65,536"), 65536);
+  for (const char* bad : {"", "K", "0", "-5", "4G", "4KK", "1.5M", "abc", "99999999999999999999"})
+    EXPECT_FALSE(parse_token_count(bad).ok()) << bad;
+  EXPECT_EQ(parse_token_count("2000000M").status().kind(), ErrorKind::kOutOfRange);
+}
+
+TEST(CostReport, ExplicitContexts) {
+  CostQuery q;
+  q.contexts = {1000, 2000};
+  const auto j = nlohmann::json::parse(format_cost_json(v41(), q));
+  ASSERT_EQ(j["decode_flops"].size(), 2u);
+  EXPECT_EQ(j["decode_flops"][1]["context"].get<int64_t>(), 2000);
+}
+
+TEST(CostReport, TableShowsTheFourCosts) {
+  const std::string t = format_cost_table(v41(), CostQuery{});
+  for (const char* s : {"890 B/token", "2.5 cache entries/token", "0.501 × full depth", "1M", "Reindex",
+                        "288 B", "68 B", "528 B", "source:"})
+    EXPECT_NE(t.find(s), std::string::npos) << s << "\n" << t;
+}
+
+TEST(CostReport, BinaryPrintsOneJsonObject) {
+  const std::string config = std::string(DSV41_SOURCE_DIR) + "/data/configs/deepseek-v4-flash.json";
+  auto [status, out] = run(std::string(DSV41_BINARY) + " cost --config " + config +
+                           " --json --context 4K --context 1048576 --new-tokens 5000");
+  ASSERT_EQ(status, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["global_kv_bytes_per_token"].get<double>(), 3514.25);
+  EXPECT_EQ(j["decode_flops"].size(), 2u);
+  EXPECT_EQ(j["prefill_token_layers"]["token_layers"].get<double>(), 5000.0 * 43);
+
+  auto [table_status, table] = run(std::string(DSV41_BINARY) + " cost --config " + config);
+  EXPECT_EQ(table_status, 0);
+  EXPECT_NE(table.find("3,514.25 B/token"), std::string::npos) << table;
+}
+
+TEST(CostReport, BinaryReportsErrors) {
+  auto [status, out] = run(std::string(DSV41_BINARY) + " cost --config /nonexistent.json 2>&1");
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(out.find("/nonexistent.json"), std::string::npos) << out;
+  auto [bad_status, bad] = run(std::string(DSV41_BINARY) + " cost --config x.json --context 4G 2>&1");
+  EXPECT_EQ(bad_status, 2);
+  EXPECT_NE(bad.find("4G"), std::string::npos) << bad;
+  auto [usage_status, usage] = run(std::string(DSV41_BINARY) + " cost 2>&1");
+  EXPECT_NE(usage_status, 0);
+  EXPECT_NE(usage.find("--config"), std::string::npos) << usage;
+}
+
+}  // namespace
+}  // namespace dsv41

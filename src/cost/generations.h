@@ -1,0 +1,33 @@
+// Per-generation builders of a CostModel (cost_model.h). Internal to src/cost/; each lives in
+// its own gen_*.cpp with the formulas and their sources beside the code.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cost/cost_model.h"
+#include "format/config.h"
+#include "model/layer_plan.h"
+
+namespace dsv41::cost_internal {
+
+// DeepSeek LLM 7B/67B (llama-style dense GQA/MHA) and DeepSeek-MoE (model_type "deepseek").
+Result<CostModel> build_dense_attention_cost(const nlohmann::json& json, const std::string& source);
+// DeepSeek-V2/V3 (MLA) and, with `v32`, DeepSeek-V3.2 (MLA + lightning indexer).
+Result<CostModel> build_mla_cost(const nlohmann::json& json, const std::string& source, bool v32);
+// DeepSeek-V4 (per-layer CSA/HCA caches).
+Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& source, const CostOptions& options);
+// DeepSeek-V4.1 from the project's parsed config and layer plan.
+Result<CostModel> build_v41_cost(const ModelConfig& config, const LayerPlan& plan);
+
+// FFN of one layer: dense SwiGLU (3·d·inter) or MoE (router + top-k routed + shared experts).
+struct FfnShape {
+  bool moe = false;
+  int64_t hidden = 0, dense_inter = 0, moe_inter = 0;
+  int64_t n_routed = 0, top_k = 0, n_shared = 0;
+  bool gate_matmul = true;  // false for V4 hash-routed layers (expert ids looked up per token)
+};
+void add_ffn_flops(PrecisionFlops& f, const FfnShape& s, Precision dense, Precision experts);
+
+}  // namespace dsv41::cost_internal

@@ -1,0 +1,23 @@
+// The two inner loops of attention and indexer scoring, over rows of a contiguous matrix:
+//   dot_rows:           y[j] = Σ_d a[d] · rows[j·D + d]          (scores of one query vs n keys)
+//   weighted_sum_rows:  out[d] += Σ_j p[j] · rows[j·D + d]       (probability-weighted values)
+// The *_reference versions define the result (double accumulation); the fast versions use
+// AVX2/FMA when the CPU has it (float accumulation in 8 lanes, so results agree to float rounding,
+// not bit for bit) and fall back to the reference otherwise. Tested against each other at
+// boundary sizes. No allocation; pointers are borrowed for the call.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv41 {
+
+void dot_rows_reference(const float* a, const float* rows, int64_t n, int64_t D, float* y);
+void weighted_sum_rows_reference(const float* p, const float* rows, int64_t n, int64_t D, float* out);
+
+void dot_rows(const float* a, const float* rows, int64_t n, int64_t D, float* y);
+void weighted_sum_rows(const float* p, const float* rows, int64_t n, int64_t D, float* out);
+
+// Whether the fast versions run AVX2 code on this machine.
+bool attention_kernels_use_avx2();
+
+}  // namespace dsv41

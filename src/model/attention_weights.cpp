@@ -1,0 +1,136 @@
+// Shape checks and random initialisation of AttentionWeights (see attention.h). Spec: model.md §2.
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "model/attention.h"
+#include "model/weights.h"
+
+namespace dsv41 {
+namespace {
+
+struct Expected {
+  const char* name;  // release-name suffix after "layers.<i>.attn."
+  std::vector<float> AttentionWeights::*field;
+  int64_t size;      // 0 = must be absent
+};
+
+std::vector<Expected> expected_tensors(const ModelConfig& c, const LayerInfo& layer) {
+  const int64_t H = c.num_attention_heads, D = c.head_dim, hidden = c.hidden_size, ql = c.q_lora_rank;
+  const int64_t G = c.o_groups, olr = c.o_lora_rank;
+  const bool full = layer.role == LayerRole::kFull;
+  const bool index = full || layer.role == LayerRole::kReindex;
+  const int64_t ih = c.index_n_heads, id = c.index_head_dim;
+  return {
+      {"wq_a.weight", &AttentionWeights::wq_a, ql * hidden},
+      {"q_norm.weight", &AttentionWeights::q_norm, ql},
+      {"wq_b.weight", &AttentionWeights::wq_b, H * D * ql},
+      {"wkv.weight", &AttentionWeights::wkv, D * hidden},
+      {"kv_norm.weight", &AttentionWeights::kv_norm, D},
+      {"wo_a.weight", &AttentionWeights::wo_a, G * olr * (G > 0 ? H * D / G : 0)},
+      {"wo_b.weight", &AttentionWeights::wo_b, hidden * G * olr},
+      {"attn_sink", &AttentionWeights::attn_sink, H},
+      {"compressor.wkv.weight", &AttentionWeights::compressor_wkv, full ? D * hidden : 0},
+      {"compressor.wgate.weight", &AttentionWeights::compressor_wgate, full && layer.ratio > 1 ? D * hidden : 0},
+      {"compressor.norm.weight", &AttentionWeights::compressor_norm, full ? D : 0},
+      {"indexer.wk.weight", &AttentionWeights::indexer_wk, full ? id * D : 0},
+      {"indexer.k_norm.weight", &AttentionWeights::indexer_k_norm, full ? id : 0},
+      {"indexer.wq_b.weight", &AttentionWeights::indexer_wq_b, index ? ih * id * ql : 0},
+      {"indexer.weights_proj.weight", &AttentionWeights::indexer_weights_proj, index ? ih * hidden : 0},
+  };
+}
+
+// Role names for messages (kept local: layer_plan.cpp is not ours).
+const char* role_word(LayerRole role) {
+  switch (role) {
+    case LayerRole::kSwaOnly: return "SWA-only";
+    case LayerRole::kFull: return "Full";
+    case LayerRole::kReindex: return "Reindex";
+    case LayerRole::kReuse: return "Reuse";
+  }
+  return "?";
+}
+
+std::string tensor_name(const LayerInfo& layer, const char* suffix) {
+  return "layers." + std::to_string(layer.index) + ".attn." + suffix;
+}
+
+}  // namespace
+
+Status check_attention_weights(const AttentionWeights& w, const ModelConfig& config, const LayerInfo& layer) {
+  if (w.layer != layer.index)
+    return invalid_argument("attention weights of layer " + std::to_string(w.layer) + " given for layer " +
+                            std::to_string(layer.index));
+  if (config.o_groups < 1 || config.num_attention_heads % config.o_groups != 0)
+    return invalid_argument(config.source + ": num_attention_heads " + std::to_string(config.num_attention_heads) +
+                            " is not a multiple of o_groups " + std::to_string(config.o_groups));
+  if (config.qk_rope_head_dim > config.head_dim || config.qk_rope_head_dim > config.index_head_dim)
+    return invalid_argument(config.source + ": qk_rope_head_dim " + std::to_string(config.qk_rope_head_dim) +
+                            " exceeds head_dim or index_head_dim");
+  if (layer.ratio > 0 && config.index_topk < 1)
+    return invalid_argument(config.source + ": index_topk must be ≥ 1");
+  if (layer.candidate_source && (config.candidate_block_size < 1 || config.candidate_topk_blocks < 1))
+    return invalid_argument(config.source + ": candidate_block_size and candidate_topk_blocks must be ≥ 1");
+  for (const Expected& e : expected_tensors(config, layer)) {
+    const int64_t have = static_cast<int64_t>((w.*e.field).size());
+    if (have != e.size) {
+      if (e.size == 0)
+        return invalid_argument("tensor '" + tensor_name(layer, e.name) + "' is present but a " +
+                                role_word(layer.role) + " layer has none");
+      if (have == 0) return not_found("tensor '" + tensor_name(layer, e.name) + "' is missing");
+      return invalid_argument("tensor '" + tensor_name(layer, e.name) + "' has " + std::to_string(have) +
+                              " elements, the config implies " + std::to_string(e.size));
+    }
+  }
+  return ok_status();
+}
+
+Result<AttentionWeights> load_attention_weights(const WeightRegistry& registry, const ModelConfig& config,
+                                                const LayerInfo& layer) {
+  AttentionWeights w;
+  w.layer = layer.index;
+  for (const Expected& e : expected_tensors(config, layer)) {
+    if (e.size == 0) continue;  // not part of this role (the registry's check reports strays)
+    const std::string name = tensor_name(layer, e.name);
+    Result<FloatTensor> t = registry.load_f32(name);
+    if (!t.ok()) return t.status().with_context(registry.source());
+    if (t->numel() != e.size)
+      return invalid_argument(registry.source() + ": tensor '" + name + "' has " + std::to_string(t->numel()) +
+                              " elements, the config implies " + std::to_string(e.size));
+    w.*e.field = std::move(t->data);
+  }
+  DSV41_RETURN_IF_ERROR(check_attention_weights(w, config, layer));
+  return w;
+}
+
+AttentionWeights random_attention_weights(const ModelConfig& config, const LayerInfo& layer, uint64_t seed) {
+  AttentionWeights w;
+  w.layer = layer.index;
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(layer.index));
+  for (const Expected& e : expected_tensors(config, layer)) {
+    std::vector<float>& v = w.*e.field;
+    v.resize(static_cast<size_t>(e.size));
+    const std::string name = e.name;
+    const bool norm = name.find("norm") != std::string::npos;
+    const bool sink = name == "attn_sink";
+    // fan_in = elements / rows; rows are the first dimension of [out, in].
+    int64_t fan_in = 1;
+    if (name == "wq_a.weight" || name == "wkv.weight" || name.rfind("compressor.w", 0) == 0 ||
+        name == "indexer.weights_proj.weight")
+      fan_in = config.hidden_size;
+    else if (name == "wq_b.weight" || name == "indexer.wq_b.weight")
+      fan_in = config.q_lora_rank;
+    else if (name == "wo_a.weight")
+      fan_in = config.num_attention_heads * config.head_dim / std::max(1, config.o_groups);
+    else if (name == "wo_b.weight")
+      fan_in = static_cast<int64_t>(config.o_groups) * config.o_lora_rank;
+    else if (name == "indexer.wk.weight")
+      fan_in = config.head_dim;
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const float sd = norm ? 0.1f : sink ? 0.5f : static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in)));
+    for (float& x : v) x = (norm ? 1.0f : 0.0f) + sd * nd(rng);
+  }
+  return w;
+}
+
+}  // namespace dsv41

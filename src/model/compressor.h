@@ -1,0 +1,44 @@
+// The compressor of a Full (kv-source) layer and the entries it publishes. Spec: model.md §3.4
+// "Compressor", §4 (NVFP4 main rows, MXFP4 index keys), §9 (golden: trailing partial group
+// buffered, RoPE of entry g at position g·r).
+//
+// For ratio r, tokens are grouped in non-overlapping runs of r positions (group g = positions
+// g·r … g·r+r−1):
+//   r = 1:  L_t = RMSNorm_c(W_ckv x_t)
+//   r ≥ 2:  a_j = W_ckv x_j, b_j = W_cg x_j (fp32); per channel w = softmax over the group's r
+//           tokens of b; L_g = RMSNorm_c(Σ_j w_j ⊙ a_j)
+// A group that is not complete at the end of a call stays pending in the cache (its tokens'
+// fp32 a and b), so any chunking of a prefill produces the same entries as one call.
+// Published for each new group g:
+//   main row  = NVFP4QDQ(RoPE_compress(L_g, g·r))
+//   index key = MXFP4QDQ(RoPE_compress(RMSNorm_k(W_k L_g), g·r))     (from the pre-RoPE latent)
+// Owns nothing; state lives in the KvSourceCache.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/sequence_cache.h"
+#include "format/config.h"
+#include "model/attention.h"
+#include "model/rope.h"
+
+namespace dsv41 {
+
+struct CompressedGroups {
+  int64_t first_group = 0;      // index of the first completed group
+  int64_t groups = 0;           // groups completed by this call
+  std::vector<float> latents;   // [groups, head_dim] pre-RoPE latents L_g
+};
+
+// Feeds T tokens x[T, hidden] through the compressor: completes groups (returned) and leaves the
+// remainder pending in `kv`. The caller validated shapes (check_attention_weights).
+void compressor_step(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv, const float* x,
+                     int64_t T, CompressedGroups& out);
+
+// Appends the main rows and index keys of `groups` to `kv` (groups.first_group must equal
+// kv.entries()).
+void compressor_publish(const ModelConfig& config, const AttentionWeights& w, const Rope& rope, KvSourceCache& kv,
+                        const CompressedGroups& groups);
+
+}  // namespace dsv41

@@ -1,0 +1,167 @@
+// Engram hash constants and the per-sequence hasher (model.md §3.8). See engram_hash.h.
+#include "model/engram_hash.h"
+
+#include <set>
+#include <string>
+
+#include "base/numpy_random.h"
+
+namespace dsv41 {
+
+std::vector<int64_t> engram_multipliers(int layer_id, int max_ngram, int64_t compressed_vocab_size) {
+  int64_t bound = (INT64_MAX / compressed_vocab_size) / 2;
+  if (bound < 1) bound = 1;
+  NumpyPcg64 rng(uint64_t(10007) * uint64_t(layer_id));
+  std::vector<int64_t> out(max_ngram);
+  for (int k = 0; k < max_ngram; ++k) out[k] = rng.integers(0, bound) * 2 + 1;
+  return out;
+}
+
+namespace {
+
+uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m) {
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(a) * b % m);
+}
+uint64_t powmod(uint64_t a, uint64_t e, uint64_t m) {
+  uint64_t r = 1;
+  a %= m;
+  while (e) {
+    if (e & 1) r = mulmod(r, a, m);
+    a = mulmod(a, a, m);
+    e >>= 1;
+  }
+  return r;
+}
+
+}  // namespace
+
+bool is_prime_u64(uint64_t n) {
+  if (n < 2) return false;
+  for (uint64_t p : {2ull, 3ull, 5ull, 7ull, 11ull, 13ull, 17ull, 19ull, 23ull, 29ull, 31ull, 37ull}) {
+    if (n % p == 0) return n == p;
+  }
+  uint64_t d = n - 1;
+  int s = 0;
+  while ((d & 1) == 0) {
+    d >>= 1;
+    ++s;
+  }
+  for (uint64_t a : {2ull, 3ull, 5ull, 7ull, 11ull, 13ull, 17ull, 19ull, 23ull, 29ull, 31ull, 37ull}) {
+    uint64_t x = powmod(a, d, n);
+    if (x == 1 || x == n - 1) continue;
+    bool composite = true;
+    for (int r = 1; r < s; ++r) {
+      x = mulmod(x, x, n);
+      if (x == n - 1) {
+        composite = false;
+        break;
+      }
+    }
+    if (composite) return false;
+  }
+  return true;
+}
+
+std::vector<std::vector<int64_t>> engram_bucket_primes(const ModelConfig& config) {
+  std::vector<std::vector<int64_t>> out;
+  std::set<int64_t> used;
+  for (size_t l = 0; l < config.engram_layer_ids.size(); ++l) {
+    std::vector<int64_t> primes;
+    for (int n = 0; n < config.engram_max_ngram_size - 1; ++n) {
+      int64_t current = config.engram_vocab_size;  // each n-gram scans up from engram_vocab_size
+      for (int j = 0; j < config.engram_n_heads; ++j) {
+        do {
+          ++current;
+        } while (!is_prime_u64(static_cast<uint64_t>(current)) || used.count(current));
+        used.insert(current);
+        primes.push_back(current);
+      }
+    }
+    out.push_back(std::move(primes));
+  }
+  return out;
+}
+
+Result<EngramHashTables> build_engram_hash_tables(const ModelConfig& config, std::vector<int64_t> token_map) {
+  const std::string src = config.source.empty() ? "config" : config.source;
+  EngramHashTables t;
+  t.max_ngram = config.engram_max_ngram_size;
+  t.n_heads = config.engram_n_heads;
+  if (t.max_ngram < 2) return invalid_argument(src + ": engram_max_ngram_size must be ≥ 2");
+  if (t.n_heads < 1) return invalid_argument(src + ": engram_n_heads must be ≥ 1");
+  if (config.engram_compressed_vocab_size < 1)
+    return invalid_argument(src + ": engram_compressed_vocab_size must be ≥ 1");
+  if (config.engram_num_embeddings.size() != config.engram_layer_ids.size())
+    return invalid_argument(src + ": engram_num_embeddings has " +
+                            std::to_string(config.engram_num_embeddings.size()) + " entries for " +
+                            std::to_string(config.engram_layer_ids.size()) + " engram_layer_ids");
+  t.columns = (t.max_ngram - 1) * t.n_heads;
+  std::set<int64_t> distinct(token_map.begin(), token_map.end());
+  if (static_cast<int64_t>(distinct.size()) != config.engram_compressed_vocab_size)
+    return invalid_argument(src + ": the tokenizer normalises to " + std::to_string(distinct.size()) +
+                            " distinct Engram ids but engram_compressed_vocab_size is " +
+                            std::to_string(config.engram_compressed_vocab_size) +
+                            " (every hash multiplier depends on it)");
+  if (config.engram_pad_id < 0 || config.engram_pad_id >= static_cast<int64_t>(token_map.size()))
+    return invalid_argument(src + ": engram_pad_id " + std::to_string(config.engram_pad_id) +
+                            " outside the tokenizer's " + std::to_string(token_map.size()) + " ids");
+  t.pad_id = token_map[config.engram_pad_id];
+  t.token_map = std::move(token_map);
+
+  const std::vector<std::vector<int64_t>> primes = engram_bucket_primes(config);
+  for (size_t l = 0; l < config.engram_layer_ids.size(); ++l) {
+    t.multipliers.push_back(
+        engram_multipliers(config.engram_layer_ids[l], t.max_ngram, config.engram_compressed_vocab_size));
+    std::vector<int64_t> offsets;
+    int64_t total = 0;
+    for (int64_t p : primes[l]) {
+      offsets.push_back(total);
+      total += p;
+    }
+    if (total != config.engram_num_embeddings[l])
+      return invalid_argument(src + ": engram_num_embeddings[" + std::to_string(l) + "] is " +
+                              std::to_string(config.engram_num_embeddings[l]) + " but the bucket primes of layer " +
+                              std::to_string(config.engram_layer_ids[l]) + " sum to " + std::to_string(total));
+    t.primes.push_back(primes[l]);
+    t.offsets.push_back(std::move(offsets));
+  }
+  return t;
+}
+
+EngramHasher::EngramHasher(const EngramHashTables* tables) : tables_(tables) {}
+
+Status EngramHasher::hash(const int32_t* tokens, int64_t count, int64_t* ids) {
+  const EngramHashTables& t = *tables_;
+  const int64_t vocab = static_cast<int64_t>(t.token_map.size());
+  for (int64_t i = 0; i < count; ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      return invalid_argument("engram: token id " + std::to_string(tokens[i]) + " outside the tokenizer's " +
+                              std::to_string(vocab) + " ids");
+  const int n = t.max_ngram;
+  // Window of mapped ids, newest last: the kept history followed by this call's tokens.
+  std::vector<int64_t> seq = history_;
+  const int64_t base = static_cast<int64_t>(seq.size());
+  for (int64_t i = 0; i < count; ++i) seq.push_back(t.token_map[tokens[i]]);
+  std::vector<int64_t> c(n);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t pos = base + i;  // index of token t in seq
+    for (int k = 0; k < n; ++k) c[k] = (pos - k >= 0) ? seq[pos - k] : t.pad_id;  // before start → pad
+    for (int l = 0; l < t.layers(); ++l) {
+      const std::vector<int64_t>& m = t.multipliers[l];
+      int64_t* out = ids + (i * t.layers() + l) * t.columns;
+      int64_t h = c[0] * m[0];
+      for (int k = 1; k < n; ++k) {
+        h ^= c[k] * m[k];  // h is now the hash of the (k+1)-gram
+        for (int j = 0; j < t.n_heads; ++j) {
+          const int col = (k - 1) * t.n_heads + j;
+          out[col] = h % t.primes[l][col] + t.offsets[l][col];
+        }
+      }
+    }
+  }
+  const int64_t keep = std::min<int64_t>(n - 1, static_cast<int64_t>(seq.size()));
+  history_.assign(seq.end() - keep, seq.end());
+  return ok_status();
+}
+
+}  // namespace dsv41

@@ -1,0 +1,53 @@
+// The sparse indexer of an index-source layer: which compressed entries each query attends.
+// Spec: model.md §3.4 "Indexer" and "Hierarchical candidates"; §9 (golden reference).
+//
+// For the query at position t (c_t = the q low-rank latent, x_t = the attention input):
+//   q^I_h   = MXFP4QDQ(RoPE_compress(W^I_qb c_t))_h         [index_n_heads, index_head_dim]
+//   w_h     = (W_w x_t)_h · index_n_heads^-1/2
+//   score(g) = Σ_h w_h · (ReLU(q^I_h · I_g) · index_head_dim^-1/2)     (fp32, in this order)
+//   visible: g < ⌊(t+1)/r⌋, otherwise −inf
+// Candidate pool (candidate source): block score = max over candidate_block_size entries (−inf
+// padding), the block of the newest visible entry pinned to +inf, the top candidate_topk_blocks
+// blocks with a score > −inf kept. Restricted index sources set −inf outside the pool.
+// Top-k: the min(index_topk, G) largest scores, −inf picks dropped, ascending by entry, −1 padded.
+// Tie rule (both selections): larger value first, equal values → lower index first.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/sequence_cache.h"
+#include "format/config.h"
+#include "model/attention.h"
+#include "model/rope.h"
+
+namespace dsv41 {
+
+// Index queries and head weights of T tokens: q [T, nh·dh] (rotated + MXFP4 fake-quantised),
+// head_weights [T, nh] (already × nh^-1/2). c: [T, q_lora_rank], x: [T, hidden].
+void indexer_queries(const ModelConfig& config, const AttentionWeights& w, const Rope& rope, const float* c,
+                     const float* x, int64_t T, int64_t start_pos, std::vector<float>& q,
+                     std::vector<float>& head_weights);
+
+// scores[rows, G] for query rows [row0, row0+rows) of the chunk against entries [0, G) of `kv`,
+// with visibility applied (ratio = the index layer's compress ratio).
+void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
+                    const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores);
+
+// The same scores for ONE query row (chunk row i) but only inside the candidate pool `kept`
+// (ascending block ids, −1 padded, blocks of block_size entries); every other entry is −inf.
+// Equal, entry for entry, to indexer_scores followed by masking outside the pool, at the cost of
+// the pool instead of the whole context (restricted index sources).
+void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
+                            const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
+                            int topk_blocks, int block_size, float* row);
+
+// Candidate blocks of one score row: kept[topk_blocks] ascending block ids, −1 padded.
+// visible = ⌊(t+1)/r⌋ (its newest block is pinned).
+void select_candidate_blocks(const float* scores, int64_t G, int64_t visible, int block_size, int topk_blocks,
+                             int32_t* kept);
+
+// Top-k of one score row: out[k] ascending entry ids, −1 padded (k = index_topk).
+void select_topk(const float* scores, int64_t G, int k, int32_t* out);
+
+}  // namespace dsv41

@@ -1,0 +1,165 @@
+// mHC coefficient function, collapse and expand (model.md §3.2, §3.3). See mhc.h.
+#include "model/mhc.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+
+namespace dsv41 {
+
+MhcShape MhcShape::from_config(const ModelConfig& config) {
+  MhcShape s;
+  s.hc = config.hc_mult;
+  s.dim = config.hidden_size;
+  s.sinkhorn_iters = config.hc_sinkhorn_iters;
+  s.hc_eps = static_cast<float>(config.hc_eps);
+  s.norm_eps = static_cast<float>(config.rms_norm_eps);
+  return s;
+}
+
+namespace {
+
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+// 1 / sqrt(mean(f²) + eps) over the flattened hc·d streams of one token (fp32 result).
+float flat_rsqrt(const float* f, int64_t n, float eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += double(f[i]) * f[i];
+  return static_cast<float>(1.0 / std::sqrt(float(ss / double(n)) + double(eps)));
+}
+
+// From the raw projection m [(2+hc)·hc] of one token to (pre, post, comb), §3.3:
+// ℓ = base + m ⊙ s (s0 on the pre slots, s1 on post, s2 on comb); pre = σ + eps;
+// post = 2σ; comb = row softmax + eps, column-normalise, then (iters−1) × (row, column).
+void finish_coefficients(const MhcShape& shape, const MhcWeights& w, const float* m, float* pre, float* post,
+                         float* comb) {
+  const int hc = shape.hc;
+  const float eps = shape.hc_eps;
+  for (int i = 0; i < hc; ++i) {
+    pre[i] = sigmoid(m[i] * w.scale[0] + w.base[i]) + eps;
+    post[i] = 2.0f * sigmoid(m[hc + i] * w.scale[1] + w.base[hc + i]);
+  }
+  const float* mc = m + 2 * hc;
+  const float* bc = w.base + 2 * hc;
+  for (int j = 0; j < hc; ++j) {  // row j = input stream: softmax over its hc columns
+    float* row = comb + j * hc;
+    float mx = -INFINITY;
+    for (int i = 0; i < hc; ++i) {
+      row[i] = mc[j * hc + i] * w.scale[2] + bc[j * hc + i];
+      mx = std::max(mx, row[i]);
+    }
+    float sum = 0;
+    for (int i = 0; i < hc; ++i) {
+      row[i] = std::exp(row[i] - mx);
+      sum += row[i];
+    }
+    for (int i = 0; i < hc; ++i) row[i] = row[i] / sum + eps;
+  }
+  auto normalise_columns = [&] {
+    for (int i = 0; i < hc; ++i) {
+      float s = 0;
+      for (int j = 0; j < hc; ++j) s += comb[j * hc + i];
+      for (int j = 0; j < hc; ++j) comb[j * hc + i] /= (s + eps);
+    }
+  };
+  auto normalise_rows = [&] {
+    for (int j = 0; j < hc; ++j) {
+      float s = 0;
+      for (int i = 0; i < hc; ++i) s += comb[j * hc + i];
+      for (int i = 0; i < hc; ++i) comb[j * hc + i] /= (s + eps);
+    }
+  };
+  normalise_columns();
+  for (int it = 1; it < shape.sinkhorn_iters; ++it) {
+    normalise_rows();
+    normalise_columns();
+  }
+}
+
+}  // namespace
+
+void mhc_coefficients_reference(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens,
+                                float* pre, float* post, float* comb) {
+  const int64_t flat = shape.hc * shape.dim;
+  const int64_t mix = shape.mix_width();
+  std::vector<float> m(mix);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* f = x + t * flat;
+    const float r = flat_rsqrt(f, flat, shape.norm_eps);
+    for (int64_t o = 0; o < mix; ++o) {  // m = W_fn (r · f): normalise first, as the reference does
+      const float* wo = w.fn + o * flat;
+      double acc = 0;
+      for (int64_t i = 0; i < flat; ++i) acc += double(f[i] * r) * wo[i];
+      m[o] = static_cast<float>(acc);
+    }
+    finish_coefficients(shape, w, m.data(), pre + t * shape.hc, post + t * shape.hc,
+                        comb + t * shape.hc * shape.hc);
+  }
+}
+
+void mhc_coefficients(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens, float* pre,
+                      float* post, float* comb) {
+  const int64_t flat = shape.hc * shape.dim;
+  const int64_t mix = shape.mix_width();
+  std::vector<float> normed(tokens * flat);  // [T, hc·d]
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* f = x + t * flat;
+    const float r = flat_rsqrt(f, flat, shape.norm_eps);
+    float* dst = normed.data() + t * flat;
+    for (int64_t i = 0; i < flat; ++i) dst[i] = f[i] * r;
+  }
+  std::vector<float> m(tokens * mix);  // [T, (2+hc)·hc]
+  gemm_f32(normed.data(), tokens, flat, w.fn, mix, m.data());
+  for (int64_t t = 0; t < tokens; ++t)
+    finish_coefficients(shape, w, m.data() + t * mix, pre + t * shape.hc, post + t * shape.hc,
+                        comb + t * shape.hc * shape.hc);
+}
+
+void mhc_collapse(const MhcShape& shape, const float* x, const float* pre, int64_t tokens, float* y) {
+  const int hc = shape.hc;
+  const int64_t d = shape.dim;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* xt = x + t * hc * d;
+    const float* p = pre + t * hc;
+    float* yt = y + t * d;
+    for (int64_t c = 0; c < d; ++c) {
+      float acc = 0;
+      for (int j = 0; j < hc; ++j) acc += p[j] * xt[j * d + c];
+      yt[c] = acc;
+    }
+  }
+}
+
+void mhc_expand(const MhcShape& shape, const float* a, const float* x, const float* post, const float* comb,
+                int64_t tokens, float* out) {
+  const int hc = shape.hc;
+  const int64_t d = shape.dim;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* xt = x + t * hc * d;
+    const float* at = a + t * d;
+    const float* pt = post + t * hc;
+    const float* ct = comb + t * hc * hc;
+    float* ot = out + t * hc * d;
+    for (int i = 0; i < hc; ++i) {
+      for (int64_t c = 0; c < d; ++c) {
+        float acc = 0;
+        for (int j = 0; j < hc; ++j) acc += ct[j * hc + i] * xt[j * d + c];
+        ot[i * d + c] = pt[i] * at[c] + acc;
+      }
+    }
+  }
+}
+
+void mhc_init_streams(const MhcShape& shape, const float* e, int64_t tokens, float* x) {
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int j = 0; j < shape.hc; ++j)
+      for (int64_t c = 0; c < shape.dim; ++c) x[(t * shape.hc + j) * shape.dim + c] = e[t * shape.dim + c];
+}
+
+void mhc_initial_pre(const MhcShape& shape, int64_t tokens, float* pre) {
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int j = 0; j < shape.hc; ++j) pre[t * shape.hc + j] = (j == 0) ? 1.0f : 0.0f;
+}
+
+}  // namespace dsv41

@@ -1,0 +1,156 @@
+#include "model/mhc.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace dsv41 {
+namespace {
+
+std::vector<float> random_vec(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// An independent double-precision transcription of model.md §3.3 for one token.
+void h_double(const MhcShape& s, const float* fn, const float* base, const float* scale, const float* x,
+              std::vector<double>& pre, std::vector<double>& post, std::vector<double>& comb) {
+  const int hc = s.hc;
+  const int64_t n = hc * s.dim;
+  double ms = 0;
+  for (int64_t i = 0; i < n; ++i) ms += double(x[i]) * x[i];
+  const double r = 1.0 / std::sqrt(ms / n + s.norm_eps);
+  std::vector<double> l(s.mix_width());
+  for (int64_t o = 0; o < s.mix_width(); ++o) {
+    double acc = 0;
+    for (int64_t i = 0; i < n; ++i) acc += double(fn[o * n + i]) * x[i];
+    const double sc = o < hc ? scale[0] : (o < 2 * hc ? scale[1] : scale[2]);
+    l[o] = base[o] + r * acc * sc;
+  }
+  auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+  pre.assign(hc, 0);
+  post.assign(hc, 0);
+  comb.assign(hc * hc, 0);
+  for (int i = 0; i < hc; ++i) {
+    pre[i] = sig(l[i]) + s.hc_eps;
+    post[i] = 2 * sig(l[hc + i]);
+  }
+  for (int j = 0; j < hc; ++j) {
+    double sum = 0;
+    for (int i = 0; i < hc; ++i) sum += std::exp(l[2 * hc + j * hc + i]);
+    for (int i = 0; i < hc; ++i) comb[j * hc + i] = std::exp(l[2 * hc + j * hc + i]) / sum + s.hc_eps;
+  }
+  for (int it = 0; it < s.sinkhorn_iters; ++it) {
+    if (it > 0)
+      for (int j = 0; j < hc; ++j) {
+        double sum = 0;
+        for (int i = 0; i < hc; ++i) sum += comb[j * hc + i];
+        for (int i = 0; i < hc; ++i) comb[j * hc + i] /= sum + s.hc_eps;
+      }
+    for (int i = 0; i < hc; ++i) {
+      double sum = 0;
+      for (int j = 0; j < hc; ++j) sum += comb[j * hc + i];
+      for (int j = 0; j < hc; ++j) comb[j * hc + i] /= sum + s.hc_eps;
+    }
+  }
+}
+
+class MhcShapes : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(MhcShapes, ReferenceFastAndFormulaAgree) {
+  const auto [hc, dim, tokens] = GetParam();
+  std::mt19937 rng(1234 + hc * 100 + dim);
+  MhcShape s;
+  s.hc = hc;
+  s.dim = dim;
+  const int64_t n = int64_t(hc) * dim;
+  auto fn = random_vec(s.mix_width() * n, rng, 0.3f);
+  auto base = random_vec(s.mix_width(), rng);
+  std::vector<float> scale = {0.7f, 1.3f, 2.1f};
+  auto x = random_vec(tokens * n, rng, 2.0f);
+  MhcWeights w{fn.data(), base.data(), scale.data()};
+  std::vector<float> pre(tokens * hc), post(tokens * hc), comb(tokens * hc * hc);
+  std::vector<float> pre2(pre.size()), post2(post.size()), comb2(comb.size());
+  mhc_coefficients_reference(s, w, x.data(), tokens, pre.data(), post.data(), comb.data());
+  mhc_coefficients(s, w, x.data(), tokens, pre2.data(), post2.data(), comb2.data());
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<double> dp, dq, dc;
+    h_double(s, fn.data(), base.data(), scale.data(), x.data() + t * n, dp, dq, dc);
+    for (int i = 0; i < hc; ++i) {
+      EXPECT_NEAR(pre[t * hc + i], dp[i], 2e-6);
+      EXPECT_NEAR(post[t * hc + i], dq[i], 4e-6);
+      EXPECT_NEAR(pre2[t * hc + i], dp[i], 2e-6);
+      EXPECT_NEAR(post2[t * hc + i], dq[i], 4e-6);
+    }
+    for (int k = 0; k < hc * hc; ++k) {
+      EXPECT_NEAR(comb[t * hc * hc + k], dc[k], 2e-6);
+      EXPECT_NEAR(comb2[t * hc * hc + k], dc[k], 2e-6);
+    }
+    // The last pass is a column normalisation: every output stream is ≈ a convex combination.
+    for (int i = 0; i < hc; ++i) {
+      double col = 0;
+      for (int j = 0; j < hc; ++j) col += comb[t * hc * hc + j * hc + i];
+      EXPECT_NEAR(col, 1.0, 1e-4);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MhcShapes,
+                         ::testing::Values(std::make_tuple(4, 64, 3), std::make_tuple(4, 17, 5),
+                                           std::make_tuple(2, 33, 2), std::make_tuple(1, 8, 1),
+                                           std::make_tuple(3, 1, 4)));
+
+TEST(Mhc, ZeroProjectionGivesBaseCoefficients) {
+  MhcShape s;
+  s.hc = 4;
+  s.dim = 8;
+  std::vector<float> fn(s.mix_width() * s.hc * s.dim, 0.0f), base(s.mix_width(), 0.0f);
+  base[0] = 2.0f;
+  base[5] = -1.0f;
+  std::vector<float> scale = {1, 1, 1};
+  std::vector<float> x(s.hc * s.dim, 1.0f);
+  std::vector<float> pre(4), post(4), comb(16);
+  mhc_coefficients_reference(s, {fn.data(), base.data(), scale.data()}, x.data(), 1, pre.data(), post.data(),
+                             comb.data());
+  EXPECT_NEAR(pre[0], 1 / (1 + std::exp(-2.0)) + 1e-6, 1e-7);
+  EXPECT_NEAR(pre[1], 0.5 + 1e-6, 1e-7);
+  EXPECT_NEAR(post[1], 2 / (1 + std::exp(1.0)), 1e-6);
+  EXPECT_NEAR(post[0], 1.0, 1e-7);
+  for (float c : comb) EXPECT_NEAR(c, 0.25, 1e-5);  // uniform logits → uniform doubly stochastic
+}
+
+TEST(Mhc, CollapseExpandAndInit) {
+  MhcShape s;
+  s.hc = 3;
+  s.dim = 5;
+  std::mt19937 rng(7);
+  const int T = 2;
+  auto e = random_vec(T * s.dim, rng);
+  std::vector<float> x(T * s.hc * s.dim), pre(T * s.hc);
+  mhc_init_streams(s, e.data(), T, x.data());
+  mhc_initial_pre(s, T, pre.data());
+  std::vector<float> y(T * s.dim);
+  mhc_collapse(s, x.data(), pre.data(), T, y.data());
+  EXPECT_EQ(y, e);  // one-hot mix of identical copies reads the embedding back exactly
+  auto post = random_vec(T * s.hc, rng);
+  auto comb = random_vec(T * s.hc * s.hc, rng);
+  auto a = random_vec(T * s.dim, rng);
+  auto x2 = random_vec(T * s.hc * s.dim, rng);
+  std::vector<float> out(x2.size());
+  mhc_expand(s, a.data(), x2.data(), post.data(), comb.data(), T, out.data());
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < s.hc; ++i)
+      for (int c = 0; c < s.dim; ++c) {
+        double want = double(post[t * s.hc + i]) * a[t * s.dim + c];
+        for (int j = 0; j < s.hc; ++j)
+          want += double(comb[(t * s.hc + j) * s.hc + i]) * x2[(t * s.hc + j) * s.dim + c];
+        EXPECT_NEAR(out[(t * s.hc + i) * s.dim + c], want, 1e-5);
+      }
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -1,0 +1,145 @@
+// The DeepSeek-V4.1 text backbone as one object: config, layer plan, RoPE tables, float32
+// weights of every layer, Engram hash constants; and the forward pass of one chunk of one
+// sequence. Spec: model.md §3.1–§3.2 (embedding, single-pass block order), §3.3 (mHC),
+// §3.7 (MoE), §3.8 (Engram), §3.9 (final collapse, norm, head), §4 (packed caches).
+//
+// Per block ℓ (streams X [T, hc, d], carried mix p [T, hc]):
+//   X ← Engram_ℓ(X)                          (Engram layers)
+//   (pre_A, post_A, C_A) = H_attn(X);  a = Attn(RMSNorm_attn(Σ p_j X_j))
+//   X' = post_A·a + C_Aᵀ X
+//   (pre_B, post_B, C_B) = H_ffn(X');  f = MoE(RMSNorm_ffn(Σ pre_A,j X'_j))
+//   X'' = post_B·f + C_Bᵀ X';  p ← pre_B
+// then y = Σ p_j X_j, logits = RMSNorm_final(y) · W_headᵀ.
+// Numeric policy: every activation is fp32 (weights of any stored dtype are widened at load);
+// the only roundings are the cache fake-quantisers inside attention (see attention.h).
+// The model is immutable after load and may be shared by many sequences (SequenceState).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "cache/sequence_cache.h"
+#include "format/config.h"
+#include "model/attention.h"
+#include "model/engram.h"
+#include "model/engram_hash.h"
+#include "model/layer_plan.h"
+#include "model/mhc.h"
+#include "model/moe.h"
+#include "model/rope.h"
+
+namespace dsv41 {
+
+class Tokenizer;
+
+struct ExpertStore {
+  std::vector<float> w1, w3, w2;  // [inter, d], [inter, d], [d, inter]
+  ExpertWeights view() const { return {w1.data(), w3.data(), w2.data()}; }
+};
+
+// Float32 tensors of one backbone layer, release names `layers.i.*`.
+struct LayerWeights {
+  AttentionWeights attn;
+  std::vector<float> attn_norm, ffn_norm;                 // [d]
+  std::vector<float> hc_attn_fn, hc_attn_base, hc_attn_scale;  // [(2+hc)·hc, hc·d], [(2+hc)·hc], [3]
+  std::vector<float> hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+  std::vector<float> gate, gate_bias, gate_bias_vl;  // ffn.gate.weight [E, d], .bias [E], .bias_vl [E]
+  std::vector<ExpertStore> experts;                  // ffn.experts.j.*
+  ExpertStore shared;                                // ffn.shared_experts.*
+  // Engram layers only.
+  std::vector<float> engram_table;  // engram.embed.weight (dequantised) [rows, head_dim]
+  int64_t engram_rows = 0;
+  std::vector<float> engram_wkv;                         // [(hc+1)·d, cols·head_dim]
+  std::vector<float> engram_q_weight, engram_k_weight;  // [hc, d]
+
+  MhcWeights mhc_attn() const { return {hc_attn_fn.data(), hc_attn_base.data(), hc_attn_scale.data()}; }
+  MhcWeights mhc_ffn() const { return {hc_ffn_fn.data(), hc_ffn_base.data(), hc_ffn_scale.data()}; }
+  MoeWeights moe() const;
+  EngramWeights engram() const;
+};
+
+// Per-sequence state beside the attention cache: the Engram look-back history.
+struct SequenceState {
+  std::unique_ptr<SequenceCache> cache;
+  std::unique_ptr<EngramHasher> hasher;  // null when the model has no Engram layers
+  int64_t length() const { return cache->length(); }
+};
+
+// Named intermediates of one forward call, for dumps and golden comparisons.
+struct ForwardTrace {
+  std::vector<std::vector<float>> streams;         // [layers][T, hc, d] leaving each layer
+  std::vector<std::vector<float>> pre;             // [layers][T, hc] FFN-site pre handed on
+  std::vector<std::vector<int32_t>> router_experts;  // [layers][T, k]
+  std::vector<std::vector<float>> router_weights;    // [layers][T, k]
+  std::vector<std::vector<int32_t>> topk;            // [layers][T, index_topk] (empty if none)
+  std::vector<int64_t> engram_rows;                  // [T, engram layers, columns]
+  std::vector<float> final_hidden;                   // [T, d]
+};
+
+class Model {
+ public:
+  // Loads DIR: config.json, the checkpoint (either naming scheme), tokenizer.json (for the
+  // Engram token map; only needed when the config has Engram layers). Errors name the file,
+  // field or tensor.
+  static Result<std::unique_ptr<Model>> load(const std::string& dir);
+  // Deterministic random weights for any valid config (tests of shapes unlike the fixtures).
+  // engram_num_embeddings is derived from the bucket primes; the Engram token map is
+  // id mod engram_compressed_vocab_size (needs vocab_size ≥ engram_compressed_vocab_size).
+  static Result<std::unique_ptr<Model>> create_random(ModelConfig config, uint64_t seed);
+
+  const ModelConfig& config() const { return config_; }
+  const LayerPlan& plan() const { return plan_; }
+  const Rope& rope() const { return *rope_; }
+  int64_t vocab_size() const { return config_.vocab_size; }
+
+  // A fresh sequence able to hold max_context positions.
+  Result<SequenceState> new_sequence(int64_t max_context) const;
+
+  // One chunk of T tokens through the backbone, in three steps (forward() below chains them;
+  // they are public so that tests can feed reference streams into single layers):
+  //   begin_chunk   validates ids and the context, hashes the Engram n-grams, embeds → X, p;
+  //   layer_forward runs one block on (X, p) in place, updating the sequence's cache;
+  //   finish_chunk  collapses with p, applies the final norm and the head.
+  struct Chunk {
+    int64_t start = 0, tokens = 0;
+    SharedAttentionState shared;
+    std::vector<int64_t> engram_rows;  // [T, engram layers, columns]
+    std::vector<int64_t> saved_history;
+  };
+  // x: [T, hc, d], p: [T, hc] (resized here).
+  Status begin_chunk(SequenceState& seq, const int32_t* tokens, int64_t T, Chunk& chunk, std::vector<float>& x,
+                     std::vector<float>& p) const;
+  Status layer_forward(int layer, SequenceState& seq, Chunk& chunk, float* x, float* p,
+                       ForwardTrace* trace = nullptr) const;
+  // hidden [T, d] receives the final-norm output; logits [logit_rows, V] for the last rows.
+  void finish_chunk(const Chunk& chunk, const float* x, const float* p, int64_t logit_rows, float* hidden,
+                    float* logits) const;
+
+  // Runs T tokens continuing `seq` (positions seq.length() … +T−1) through every layer.
+  // logits: [rows, V] for the last `logit_rows` tokens (0 ≤ logit_rows ≤ T), fp32.
+  // Token ids are checked (and the context length) before anything changes; on such an error the
+  // sequence is untouched.
+  Status forward(SequenceState& seq, const int32_t* tokens, int64_t T, int64_t logit_rows, float* logits,
+                 ForwardTrace* trace = nullptr) const;
+
+ private:
+  Model() = default;
+  Status load_layers(const std::string& dir);
+  Status init_common();
+
+  ModelConfig config_;
+  LayerPlan plan_;
+  std::optional<Rope> rope_;
+  MhcShape mhc_;
+  MoeShape moe_;
+  EngramShape engram_;
+  std::optional<EngramHashTables> engram_tables_;
+  std::vector<float> embed_, final_norm_, head_;  // [V, d], [d], [V, d]
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace dsv41

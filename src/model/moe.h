@@ -1,0 +1,72 @@
+// Mixture of experts: router, routed SwiGLU experts, shared expert(s). Spec: model.md §3.7,
+// §9.1 (gate_temp), golden README (router_experts / router_weights).
+//
+//   logits = x · W_gateᵀ / gate_temp                       (fp32, [E])
+//   s      = score(logits)       sqrtsoftplus | softmax | sigmoid (config scoring_func)
+//   chosen = top-k of s + bias   (bias_vl for image-span tokens)   — selection only
+//   weight = s[chosen] / (Σ s[chosen] + 1e-20) · routed_scaling_factor
+//            (normalised only when norm_topk_prob and k > 1, as the reference does)
+//   expert: g = W1 x, u = W3 x; u ← clamp(u, ±limit); g ← min(g, limit); h = SiLU(g) ⊙ u;
+//           routed: h ← weight · h;  y = W2 h
+//   out    = Σ_routed y + Σ_shared y                        (fp32)
+//
+// Top-k tie rule: candidates are ordered by (value descending, expert index ascending); the
+// chosen experts are reported in that order (the golden `router_experts` order is torch.topk's
+// descending order). NaN scores sort last.
+// Weights are float32 [out, in] (dequantised by the registry) and borrowed for each call.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "format/config.h"
+
+namespace dsv41 {
+
+enum class ScoringFunc { kSqrtSoftplus, kSoftmax, kSigmoid };
+
+struct MoeShape {
+  int64_t dim = 0;           // hidden_size
+  int64_t inter = 0;         // routed expert width (moe_intermediate_size)
+  int64_t shared_inter = 0;  // shared expert width (n_shared_experts · moe_intermediate_size)
+  int n_experts = 0;         // n_routed_experts
+  int top_k = 0;             // num_experts_per_tok
+  bool has_shared = true;    // n_shared_experts > 0
+  ScoringFunc scoring = ScoringFunc::kSqrtSoftplus;
+  float gate_temp = 1.0f;
+  bool norm_topk_prob = true;
+  float routed_scaling_factor = 1.0f;
+  float swiglu_limit = 0.0f;  // ≤ 0: no clamps
+
+  static Result<MoeShape> from_config(const ModelConfig& config);
+};
+
+struct ExpertWeights {
+  const float* w1 = nullptr;  // [inter, dim]  gate projection
+  const float* w3 = nullptr;  // [inter, dim]  up projection
+  const float* w2 = nullptr;  // [dim, inter]  down projection
+};
+
+struct MoeWeights {
+  const float* gate = nullptr;     // [E, dim]
+  const float* bias = nullptr;     // [E] text-token selection bias
+  const float* bias_vl = nullptr;  // [E] image-span selection bias (may be null: text only)
+  std::vector<ExpertWeights> experts;  // E routed experts
+  ExpertWeights shared;                // the shared expert (width shared_inter), if has_shared
+};
+
+// Router only.  x [T, dim]; is_image [T] (null = all text) → experts [T, k] i32, weights [T, k].
+void moe_route(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
+               const uint8_t* is_image, int32_t* experts, float* weights);
+
+// Full MoE.  x [T, dim] → y [T, dim]; experts/weights (optional, [T, k]) receive the routing.
+// The reference runs token by token with scalar dot products; the fast path batches the
+// tokens of each expert through gemm_f32. Same routing, outputs equal to float rounding.
+void moe_forward_reference(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
+                           const uint8_t* is_image, float* y, int32_t* experts = nullptr,
+                           float* weights = nullptr);
+void moe_forward(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
+                 const uint8_t* is_image, float* y, int32_t* experts = nullptr, float* weights = nullptr);
+
+}  // namespace dsv41

@@ -1,0 +1,55 @@
+// Next-token selection from fp32 logits: greedy, temperature, top-p (nucleus), seeded.
+// Spec: issue 3 "Runtime" (greedy, temperature, top-p, seeded sampling); golden `generated`
+// is greedy.
+//
+// Rules (deterministic for a given seed and logits):
+//   temperature == 0 → greedy: the largest logit, ties to the lowest id (NaN never wins).
+//   otherwise p = softmax(logits / temperature) in double; candidates sorted by (p desc, id asc);
+//   top-p keeps the shortest prefix whose mass reaches top_p (at least one token); the kept
+//   probabilities are renormalised and one uniform u ∈ [0, 1) picks by cumulative mass.
+// RNG: xoshiro256** (Blackman & Vigna) seeded by four splitmix64 outputs of `seed`; u is the
+// top 53 bits of one draw × 2^-53. One draw per sampled token, none for greedy.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "base/status.h"
+
+namespace dsv41 {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy
+  float top_p = 1.0f;        // (0, 1]
+  uint64_t seed = 0;
+};
+
+class Xoshiro256 {
+ public:
+  explicit Xoshiro256(uint64_t seed);
+  uint64_t next();
+  double uniform();  // [0, 1), 53 bits
+
+ private:
+  uint64_t s_[4];
+};
+
+class Sampler {
+ public:
+  // Rejects a negative / non-finite temperature and top_p outside (0, 1].
+  static Result<Sampler> create(const SamplingParams& params);
+
+  // The next token id; logits must be non-empty.
+  int32_t sample(std::span<const float> logits);
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+  SamplingParams params_;
+  Xoshiro256 rng_;
+};
+
+// Largest logit, ties to the lowest id; NaN entries are skipped (−1 if all are NaN or empty).
+int32_t argmax_logits(std::span<const float> logits);
+
+}  // namespace dsv41

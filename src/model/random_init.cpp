@@ -13,6 +13,8 @@
 #include "base/file_io.h"
 #include "base/numerics.h"
 #include "format/safetensors.h"
+#include "model/engram_hash.h"
+#include "model/engram_token_map.h"
 #include "model/layer_plan.h"
 #include "model/random_tokenizer.h"
 
@@ -216,30 +218,12 @@ void encode(const Stored& s, const std::vector<float>& v, std::vector<uint8_t>& 
   }
 }
 
-// TEMPORARY (until engram_bucket_primes from src/model/engram_hash.h, branch forward2, is on main):
-// the sum of each Engram layer's bucket primes, model.md §3.8 — distinct primes above
-// engram_vocab_size from one pool, allocated layer, then n-gram (each scanning up from
-// engram_vocab_size), then head.
-std::vector<int64_t> temp_engram_prime_sums(const ModelConfig& c) {
-  auto is_prime = [](int64_t n) {
-    if (n < 2) return false;
-    for (int64_t d = 2; d * d <= n; ++d)
-      if (n % d == 0) return false;
-    return true;
-  };
+// The sum of each Engram layer's bucket primes (what engram_num_embeddings must hold).
+std::vector<int64_t> engram_prime_sums(const ModelConfig& c) {
   std::vector<int64_t> sums;
-  std::set<int64_t> used;
-  for (size_t l = 0; l < c.engram_layer_ids.size(); ++l) {
+  for (const std::vector<int64_t>& layer : engram_bucket_primes(c)) {
     int64_t sum = 0;
-    for (int n = 0; n < c.engram_max_ngram_size - 1; ++n) {
-      int64_t cur = c.engram_vocab_size;
-      for (int j = 0; j < c.engram_n_heads; ++j) {
-        do ++cur;
-        while (!is_prime(cur) || used.count(cur));
-        used.insert(cur);
-        sum += cur;
-      }
-    }
+    for (int64_t p : layer) sum += p;
     sums.push_back(sum);
   }
   return sums;
@@ -326,13 +310,13 @@ Result<RandomInitReport> write_random_model(const std::string& config_path, cons
   nlohmann::ordered_json& tc = nested ? root["text_config"] : root;
   const std::string prefix = nested ? "text_config." : "";
   if (!in.engram_layer_ids.empty()) {
-    const int64_t keys = temp_engram_distinct_keys(tok.decoded, tok.raw);
+    const int64_t keys = build_engram_token_map(tok.decoded, tok.raw).distinct;
     if (keys != in.engram_compressed_vocab_size) {
       rep.notes.push_back(fmt::format("{}engram_compressed_vocab_size {} -> {} (distinct normalised keys of the written tokenizer)",
                                       prefix, in.engram_compressed_vocab_size, keys));
       tc["engram_compressed_vocab_size"] = keys;
     }
-    const std::vector<int64_t> sums = temp_engram_prime_sums(in);
+    const std::vector<int64_t> sums = engram_prime_sums(in);
     if (sums != in.engram_num_embeddings) {
       rep.notes.push_back(fmt::format("{}engram_num_embeddings {} -> {} (sums of the bucket primes)", prefix,
                                       nlohmann::json(in.engram_num_embeddings).dump(), nlohmann::json(sums).dump()));

@@ -1,8 +1,8 @@
 // Tests for random model directories: the shipped tiny-random config written to a temp dir loads
 // in release naming and passes check(); FP8/FP4/BF16/F32 storage as intended with dequantised
 // statistics near the targets; byte-identical output for one seed and different output for
-// another; the tokenizer has exactly vocab_size ids; the Engram key count reproduces the golden
-// fixture's engram_compressed_vocab_size; a non-empty directory is refused without force.
+// another; the tokenizer loads with exactly vocab_size ids; the Engram key count of the written
+// config is the token map's; a non-empty directory is refused without force.
 #include "model/random_init.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +18,8 @@
 
 #include "base/file_io.h"
 #include "format/config.h"
+#include "format/tokenizer.h"
+#include "model/engram_token_map.h"
 #include "model/layer_plan.h"
 #include "model/random_tokenizer.h"
 #include "model/weights.h"
@@ -178,6 +180,17 @@ TEST(RandomInit, TokenizerHasExactlyVocabSizeIdsAndTheSpecialTokens) {
     EXPECT_TRUE(vocab.contains(s)) << s;
   EXPECT_GT(tok["model"]["merges"].size(), 200u);
   EXPECT_TRUE(vocab.contains("Ġthe"));  // a merge learned from the built-in text
+
+  // The project's tokenizer loads it, with every id present and text round-tripping.
+  Result<Tokenizer> t = Tokenizer::load(tmp.sub("m/tokenizer.json"));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->vocab_size(), rep.config.vocab_size);
+  for (int32_t id = 0; id < t->vocab_size(); ++id) EXPECT_FALSE(t->decode_token(id).empty()) << "id " << id;
+  const std::string text = "<｜User｜>The model reads the text.<｜Assistant｜><think>ok</think> Héllo wörld 123!";
+  Result<std::vector<TokenId>> ids = t->encode(text);
+  ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+  EXPECT_LT(ids->size(), text.size() / 2);  // merges and special tokens apply
+  EXPECT_EQ(t->decode(*ids), text);
 }
 
 // The GPT-2 byte-level alphabet, char → byte (independent of the one in random_tokenizer.cpp).
@@ -218,9 +231,7 @@ TEST(RandomInit, EngramKeyCountMatchesTheGoldenFixture) {
       p += n;
     }
   }
-  EXPECT_EQ(temp_engram_distinct_keys(decoded, raw), cfg->engram_compressed_vocab_size);
-  EXPECT_EQ(temp_engram_normalize("  Héllo\t\nWORLD  "), "hello world");
-  EXPECT_EQ(temp_engram_normalize(" "), " ");
+  EXPECT_EQ(build_engram_token_map(decoded, raw).distinct, cfg->engram_compressed_vocab_size);
 }
 
 TEST(RandomInit, RefusesANonEmptyDirectoryUnlessForced) {

@@ -1,4 +1,4 @@
-// Byte-level BPE tokenizer for random models + the (temporary) Engram key count. See header.
+// Byte-level BPE tokenizer for random models. See header.
 #include "model/random_tokenizer.h"
 
 #include <fmt/format.h>
@@ -110,85 +110,7 @@ Merges learn_merges(int want, const std::vector<std::string>& bytes) {
   return m;
 }
 
-bool is_white_space(utf8proc_int32_t c) {
-  return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-std::string utf8proc_apply(std::string_view s, int options) {
-  utf8proc_uint8_t* out = nullptr;
-  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
-                              &out, static_cast<utf8proc_option_t>(options));
-  if (n < 0) return std::string(s);
-  std::string r(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
-  std::free(out);
-  return r;
-}
-
-// Code points of valid UTF-8, or false.
-bool decode_utf8(std::string_view s, std::vector<utf8proc_int32_t>& cps) {
-  cps.clear();
-  size_t i = 0;
-  while (i < s.size()) {
-    utf8proc_int32_t c;
-    const auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
-                                    static_cast<utf8proc_ssize_t>(s.size() - i), &c);
-    if (n <= 0 || c < 0) return false;
-    cps.push_back(c);
-    i += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 }  // namespace
-
-std::string temp_engram_normalize(std::string_view utf8) {
-  std::vector<utf8proc_int32_t> cps;
-  if (!decode_utf8(utf8, cps)) return std::string(utf8);
-  const std::string nfkc = utf8proc_apply(utf8, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
-  const std::string nfd = utf8proc_apply(nfkc, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE);
-  decode_utf8(nfd, cps);
-  std::vector<utf8proc_int32_t> kept;
-  for (utf8proc_int32_t c : cps) {
-    if (utf8proc_category(c) == UTF8PROC_CATEGORY_MN) continue;
-    c = utf8proc_tolower(c);
-    const bool ws = c == ' ' || c == '\t' || c == '\r' || c == '\n';
-    if (ws) {
-      if (!kept.empty() && kept.back() == ' ') continue;
-      c = ' ';
-    }
-    kept.push_back(c);
-  }
-  size_t b = 0, e = kept.size();
-  if (!(kept.size() == 1 && kept[0] == ' ')) {
-    while (b < e && is_white_space(kept[b])) ++b;
-    while (e > b && is_white_space(kept[e - 1])) --e;
-  }
-  std::string out;
-  for (size_t i = b; i < e; ++i) {
-    uint8_t buf[4];
-    const auto n = utf8proc_encode_char(kept[i], buf);
-    out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
-  }
-  return out;
-}
-
-int64_t temp_engram_distinct_keys(const std::vector<std::string>& decoded, const std::vector<std::string>& raw) {
-  std::set<std::string> keys;
-  std::vector<utf8proc_int32_t> cps;
-  for (size_t i = 0; i < decoded.size(); ++i) {
-    const bool valid = decode_utf8(decoded[i], cps) && std::find(cps.begin(), cps.end(), 0xFFFD) == cps.end();
-    std::string key;
-    if (!valid) {
-      key = raw[i];
-    } else {
-      key = temp_engram_normalize(decoded[i]);
-      if (key.empty()) key = decoded[i];
-    }
-    keys.insert(std::move(key));
-  }
-  return static_cast<int64_t>(keys.size());
-}
 
 Result<RandomTokenizer> make_random_tokenizer(const ModelConfig& c) {
   const std::string src = c.source.empty() ? "config" : c.source;

@@ -1,6 +1,6 @@
-// A small byte-level BPE tokenizer.json for random-weight models (`dsv41 init-random`), and the
-// Engram normalised-key count that the written config must carry. Spec: model.md §3.8 (Engram
-// token normalisation), golden tokenizer.json (layout: ByteLevel pre-tokenizer and decoder).
+// A small byte-level BPE tokenizer.json for random-weight models (`dsv41 init-random`); `decoded`
+// and `raw` feed build_engram_token_map for the config's engram_compressed_vocab_size.
+// Spec: golden tokenizer.json (layout: ByteLevel pre-tokenizer and decoder), model.md §3.8.
 // Owns: nothing; builds the JSON text and the per-id decoded/raw strings.
 //
 // Vocabulary (exactly config.vocab_size ids):
@@ -34,13 +34,5 @@ struct RandomTokenizer {
 // Fails (invalid_argument naming vocab_size / the id key) if the config's special ids collide or
 // the vocabulary cannot hold the byte tokens and the special tokens.
 Result<RandomTokenizer> make_random_tokenizer(const ModelConfig& config);
-
-// TEMPORARY (until src/model/engram_token_map.h from branch forward2 is on main; then use
-// build_engram_token_map(decoded, raw).distinct): the number of distinct Engram keys, model.md
-// §3.8: decoded text with invalid UTF-8 or U+FFFD → raw token string as key; otherwise
-// NFKC → NFD → drop Mn → lowercase → collapse space/tab/CR/LF runs → strip White_Space
-// (a lone " " is kept; an empty result keeps the text); count distinct keys.
-int64_t temp_engram_distinct_keys(const std::vector<std::string>& decoded, const std::vector<std::string>& raw);
-std::string temp_engram_normalize(std::string_view utf8);
 
 }  // namespace dsv41

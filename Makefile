@@ -28,18 +28,14 @@ test-asan: deps
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 # The main job: generate text with the tiny random-weight model (written once by init-random
-# into models/tiny-random/.random/, gitignored). Until `dsv41 run` exists this prints the cost
-# table of the real DeepSeek-V4.1-Flash config instead (no weights needed).
+# into models/tiny-random/.random/, gitignored) and print the cache memory report. The trained
+# default model (issue 5) will replace it.
 RANDOM_MODEL := models/tiny-random/.random
 run: build
 	@test -f $(RANDOM_MODEL)/model.safetensors.index.json || \
 	  $(BUILD)/dsv41 init-random --config models/tiny-random/config.json --out $(RANDOM_MODEL) --force
-	@if $(BUILD)/dsv41 --help 2>&1 | grep -qE '^ +run '; then \
-	  echo "=== RANDOM WEIGHTS: $(RANDOM_MODEL) (seed 0) -- the output text is meaningless by design ==="; \
-	  $(BUILD)/dsv41 run -m $(RANDOM_MODEL) -p "The small model reads a line of text and" -n 32; \
-	else \
-	  $(BUILD)/dsv41 cost --config data/configs/deepseek-v4.1-flash.json; \
-	fi
+	@echo "=== RANDOM WEIGHTS: $(RANDOM_MODEL) (seed 0) -- the output text is meaningless by design ==="
+	@$(BUILD)/dsv41 run -m $(RANDOM_MODEL) -p "The small model reads a line of text and" -n 32
 
 bench: build
 	@$(BUILD)/dsv41_bench

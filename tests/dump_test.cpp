@@ -138,7 +138,9 @@ TEST(DumpCli, RunWritesTopkAndCaches) {
     const auto a = d.get(n), b = g.get("s2." + n);
     EXPECT_EQ(a.shape, b.shape) << n;
     EXPECT_EQ(a.dtype, b.dtype) << n;
-    if (n.ends_with(".topk")) EXPECT_EQ(a.i64, b.i64) << n;
+    if (n.ends_with(".topk")) {
+      EXPECT_EQ(a.i64, b.i64) << n;
+    }
   }
   std::remove(out.c_str());
 

@@ -63,6 +63,8 @@ int logits_main(int argc, char** argv) {
 
   std::vector<float> logits;
   const int64_t K = decode_from > 0 ? decode_from : T;
+  if (dump.any() && chunk > 0 && chunk < K)
+    return fail(invalid_argument("--dump records one single-chunk prefill: leave out --chunk"));
   ForwardTrace trace;
   auto pre = (*session)->prefill(std::span<const int32_t>(ids->data(), K), chunk, &logits, dump.any() ? &trace : nullptr);
   if (!pre.ok()) return fail(pre.status());

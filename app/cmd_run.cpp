@@ -83,6 +83,8 @@ int run_main(int argc, char** argv) {
   if (!session.ok()) return fail(session.status());
 
   const auto t0 = std::chrono::steady_clock::now();
+  if (dump.any() && chunk > 0 && chunk < static_cast<int64_t>(prompt.size()))
+    return fail(invalid_argument("--dump records one single-chunk prefill: leave out --chunk"));
   ForwardTrace trace;
   auto logits = (*session)->prefill(prompt, chunk, nullptr, dump.any() ? &trace : nullptr);
   if (!logits.ok()) return fail(logits.status());

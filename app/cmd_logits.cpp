@@ -1,9 +1,11 @@
 // `dsv41 logits`: fp32 logits of every position of a token sequence, to a safetensors file
 // (F32 tensor `logits` [T, V]) for comparison with reference outputs. Spec: issue 3 "CLI".
 //   dsv41 logits -m DIR --ids 0,5,7,... [--decode-from K] [--chunk C] --out FILE.safetensors
+//     [--dump NAME,... --dump-out FILE]
 // Without --decode-from all rows come from one prefill (in chunks of C if given); with
 // --decode-from K, rows 0..K−1 come from a prefill of the first K tokens and rows K.. from
-// incremental decode of the remaining tokens one at a time.
+// incremental decode of the remaining tokens one at a time. --dump writes named intermediates
+// of the (single-chunk) prefill, see runtime/dump.h.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include "app/command.h"
 #include "format/safetensors.h"
 #include "model/model.h"
+#include "runtime/dump.h"
 #include "runtime/session.h"
 #include "runtime/token_ids.h"
 
@@ -29,6 +32,9 @@ int logits_main(int argc, char** argv) {
   cli.add_option("--decode-from", decode_from, "prefill the first K tokens, decode the rest one by one");
   cli.add_option("--chunk", chunk, "prefill chunk size (0 = one chunk)");
   cli.add_option("--out", out, "output .safetensors file")->required();
+  std::string dump_names, dump_out = "dump.safetensors";
+  cli.add_option("--dump", dump_names, "write prefill intermediates: NAME[,NAME...] of " + dump_family_names());
+  cli.add_option("--dump-out", dump_out, "file for --dump (default dump.safetensors)");
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -38,6 +44,12 @@ int logits_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 logits: %s\n", s.to_string().c_str());
     return 1;
   };
+  DumpSelection dump;
+  if (!dump_names.empty()) {
+    auto sel = parse_dump_names(dump_names);
+    if (!sel.ok()) return fail(sel.status());
+    dump = *sel;
+  }
   auto ids = parse_token_ids(ids_text);
   if (!ids.ok()) return fail(ids.status());
   const int64_t T = static_cast<int64_t>(ids->size());
@@ -51,8 +63,17 @@ int logits_main(int argc, char** argv) {
 
   std::vector<float> logits;
   const int64_t K = decode_from > 0 ? decode_from : T;
-  auto pre = (*session)->prefill(std::span<const int32_t>(ids->data(), K), chunk, &logits);
+  if (dump.any() && chunk > 0 && chunk < K)
+    return fail(invalid_argument("--dump records one single-chunk prefill: leave out --chunk"));
+  ForwardTrace trace;
+  auto pre = (*session)->prefill(std::span<const int32_t>(ids->data(), K), chunk, &logits, dump.any() ? &trace : nullptr);
   if (!pre.ok()) return fail(pre.status());
+  if (dump.any()) {
+    auto tensors = collect_dump(**model, trace, (*session)->cache(), K, dump);
+    if (!tensors.ok()) return fail(tensors.status());
+    if (Status s = write_dump(dump_out, *tensors); !s.ok()) return fail(s);
+    std::printf("dumped %zu tensors to %s\n", tensors->size(), dump_out.c_str());
+  }
   logits.resize(T * V);
   for (int64_t t = K; t < T; ++t) {
     auto row = (*session)->decode((*ids)[t]);

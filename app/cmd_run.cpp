@@ -1,8 +1,10 @@
 // `dsv41 run`: generate from a prompt with one Session, streaming text; reports prefill and
 // decode speed and the packed cache memory in use. Spec: issue 3 "CLI".
 //   dsv41 run -m DIR (-p TEXT | --ids 0,5,7) -n N [--temp T --top-p P --seed S] [--chunk C] [--print-ids]
+//     [--dump NAME,... --dump-out FILE]
 // Generates exactly N tokens (no stop at EOS, like the golden `generated`). With --print-ids
-// the last line of stdout is the generated ids, comma-separated.
+// the last line of stdout is the generated ids, comma-separated. --dump writes named
+// intermediates of the (single-chunk) prefill, see runtime/dump.h.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include "app/command.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
+#include "runtime/dump.h"
 #include "runtime/sampling.h"
 #include "runtime/session.h"
 #include "runtime/token_ids.h"
@@ -40,6 +43,9 @@ int run_main(int argc, char** argv) {
   cli.add_option("--seed", sp.seed, "sampling seed");
   cli.add_option("--chunk", chunk, "prefill chunk size (0 = whole prompt)");
   cli.add_flag("--print-ids", print_ids, "print the generated ids as the last line");
+  std::string dump_names, dump_out = "dump.safetensors";
+  cli.add_option("--dump", dump_names, "write prefill intermediates: NAME[,NAME...] of " + dump_family_names());
+  cli.add_option("--dump-out", dump_out, "file for --dump (default dump.safetensors)");
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -49,6 +55,12 @@ int run_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 run: %s\n", s.to_string().c_str());
     return 1;
   };
+  DumpSelection dump;
+  if (!dump_names.empty()) {
+    auto sel = parse_dump_names(dump_names);
+    if (!sel.ok()) return fail(sel.status());
+    dump = *sel;
+  }
   if (text.empty() && ids_text.empty()) return fail(invalid_argument("give a prompt with -p TEXT or --ids 0,5,7"));
   auto sampler = Sampler::create(sp);
   if (!sampler.ok()) return fail(sampler.status());
@@ -71,9 +83,18 @@ int run_main(int argc, char** argv) {
   if (!session.ok()) return fail(session.status());
 
   const auto t0 = std::chrono::steady_clock::now();
-  auto logits = (*session)->prefill(prompt, chunk);
+  if (dump.any() && chunk > 0 && chunk < static_cast<int64_t>(prompt.size()))
+    return fail(invalid_argument("--dump records one single-chunk prefill: leave out --chunk"));
+  ForwardTrace trace;
+  auto logits = (*session)->prefill(prompt, chunk, nullptr, dump.any() ? &trace : nullptr);
   if (!logits.ok()) return fail(logits.status());
   const double prefill_s = seconds_since(t0);
+  if (dump.any()) {
+    auto tensors = collect_dump(**model, trace, (*session)->cache(), static_cast<int64_t>(prompt.size()), dump);
+    if (!tensors.ok()) return fail(tensors.status());
+    if (Status s = write_dump(dump_out, *tensors); !s.ok()) return fail(s);
+    std::fprintf(stderr, "dumped %zu tensors to %s\n", tensors->size(), dump_out.c_str());
+  }
 
   StreamDecoder stream(*tok);
   std::vector<int32_t> generated;

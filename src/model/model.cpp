@@ -339,6 +339,11 @@ Status Model::layer_forward(int layer, SequenceState& seq, Chunk& chunk, float* 
     trace->router_experts.push_back(experts);
     trace->router_weights.push_back(weights);
     trace->topk.push_back(info.ratio > 0 ? chunk.shared.topk : std::vector<int32_t>{});
+    // The shared state holds this layer's scores only if this layer ran the indexer.
+    const bool indexed = chunk.shared.index_layer == layer && !chunk.shared.trace_index_scores.empty();
+    trace->index_scores.push_back(indexed ? chunk.shared.trace_index_scores : std::vector<float>{});
+    trace->candidates.push_back(indexed && chunk.shared.candidate_layer == layer ? chunk.shared.trace_candidates
+                                                                                 : std::vector<uint8_t>{});
   }
   return ok_status();
 }
@@ -361,6 +366,7 @@ Status Model::forward(SequenceState& seq, const int32_t* tokens, int64_t T, int6
   if (trace) {
     *trace = ForwardTrace{};
     trace->engram_rows = chunk.engram_rows;
+    chunk.shared.record_trace = true;  // index scores and candidate pools, [T, entries] each
   }
   for (const LayerInfo& info : plan_.layers)
     DSV41_RETURN_IF_ERROR(layer_forward(info.index, seq, chunk, x.data(), p.data(), trace));

@@ -76,6 +76,9 @@ struct ForwardTrace {
   std::vector<std::vector<int32_t>> router_experts;  // [layers][T, k]
   std::vector<std::vector<float>> router_weights;    // [layers][T, k]
   std::vector<std::vector<int32_t>> topk;            // [layers][T, index_topk] (empty if none)
+  // Index sources only (Full / Reindex layers whose indexer had G > 0 entries), else empty:
+  std::vector<std::vector<float>> index_scores;      // [layers][T, G] after masking (−inf = not eligible)
+  std::vector<std::vector<uint8_t>> candidates;      // [layers][T, G] pool of the candidate source (1 = in)
   std::vector<int64_t> engram_rows;                  // [T, engram layers, columns]
   std::vector<float> final_hidden;                   // [T, d]
 };

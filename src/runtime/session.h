@@ -34,6 +34,8 @@ class Session {
   int64_t length() const { return seq_.length(); }
   int64_t max_context() const { return seq_.cache->max_context(); }
   CacheFootprint cache_bytes() const { return seq_.cache->bytes_in_use(); }
+  // The packed cache (read-only), e.g. for dumps of its dequantised rows.
+  const SequenceCache& cache() const { return *seq_.cache; }
   void reset();
 
  private:

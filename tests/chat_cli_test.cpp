@@ -1,7 +1,5 @@
 // `dsv41 render` and `dsv41 parse` end to end: golden cases in, the same JSON out; refusals
 // print {"error": ...} and exit non-zero.
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -11,27 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include "src/chat/py_json.h"
+#include "tests/cli_runner.h"
 
 namespace dsv41::chat {
 namespace {
 
-struct CmdOutput {
-  int code = -1;
-  std::string out;
-};
+using testing::CliResult;
 
-CmdOutput run(const std::string& args) {
-  CmdOutput r;
-  std::string cmd = std::string(DSV41_BINARY) + " " + args + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CliResult run(const std::string& args) { return testing::run_cli(args, testing::Stderr::kDiscard); }
 
 const Json& find_case(const std::string& id) {
   static const Json all = [] {
@@ -48,14 +33,14 @@ const Json& find_case(const std::string& id) {
 }
 
 std::string write_input(const std::string& id) {
-  std::string path = testing::TempDir() + "chat_cli_" + id + ".json";
+  std::string path = ::testing::TempDir() + "chat_cli_" + id + ".json";
   std::ofstream(path, std::ios::binary) << py_json_dumps(find_case(id)["input"]);
   return path;
 }
 
 TEST(ChatCli, RenderJsonMatchesGolden) {
   const std::string id = "render.toolresults.with_image.chat";
-  CmdOutput r = run("render --json --request " + write_input(id));
+  CliResult r = run("render --json --request " + write_input(id));
   ASSERT_EQ(r.code, 0) << r.out;
   auto got = parse_json_ordered(r.out, "stdout");
   ASSERT_TRUE(got.ok()) << r.out;
@@ -64,7 +49,7 @@ TEST(ChatCli, RenderJsonMatchesGolden) {
 
 TEST(ChatCli, RenderWithTokenizerPrintsIds) {
   const std::string id = "render.basic.system_user.chat";
-  CmdOutput r = run("render --json --tokenizer " DSV41_GOLDEN_DIR "/v41-tiny-f32 --request " + write_input(id));
+  CliResult r = run("render --json --tokenizer " DSV41_GOLDEN_DIR "/v41-tiny-f32 --request " + write_input(id));
   ASSERT_EQ(r.code, 0) << r.out;
   auto got = parse_json_ordered(r.out, "stdout");
   ASSERT_TRUE(got.ok()) << r.out;
@@ -77,7 +62,7 @@ TEST(ChatCli, RenderWithTokenizerPrintsIds) {
 }
 
 TEST(ChatCli, RenderRefusalIsJsonAndNonZero) {
-  CmdOutput r = run("render --json --request " + write_input("render.effort.invalid_101.error"));
+  CliResult r = run("render --json --request " + write_input("render.effort.invalid_101.error"));
   EXPECT_NE(r.code, 0);
   auto got = parse_json_ordered(r.out, "stdout");
   ASSERT_TRUE(got.ok()) << r.out;
@@ -87,10 +72,10 @@ TEST(ChatCli, RenderRefusalIsJsonAndNonZero) {
 
 TEST(ChatCli, ParseJsonMatchesGolden) {
   const std::string id = "parse.roundtrip.two_invokes.thinking";
-  CmdOutput r = run("parse --json --request " + write_input(id));
+  CliResult r = run("parse --json --request " + write_input(id));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(py_json_dumps(parse_json_ordered(r.out, "stdout").value()), py_json_dumps(find_case(id)["expected"]));
-  CmdOutput bad = run("parse --json --request " + write_input("parse.malformed.two_calls_blocks"));
+  CliResult bad = run("parse --json --request " + write_input("parse.malformed.two_calls_blocks"));
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("\"error\""), std::string::npos);
 }

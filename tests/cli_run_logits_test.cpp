@@ -10,27 +10,13 @@
 #include <vector>
 
 #include "runtime/sampling.h"
+#include "tests/cli_runner.h"
 #include "tests/golden_file.h"
 
 namespace dsv41 {
 namespace {
 
 const std::string kDir = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32";
-
-// Runs a shell command; returns its stdout and exit status.
-std::string run(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  *status = pclose(f);
-  return out;
-}
 
 std::string join(const std::vector<int64_t>& v) {
   std::string s;
@@ -57,9 +43,10 @@ TEST(CliRun, GreedyPrintIdsMatchesGoldenGenerated) {
     const std::string ids = join(g.get(p + "input_ids").i64);
     const std::string want = join(g.get(p + "generated").i64);
     for (const std::string& dir : {kDir, kDir + "/official"}) {
-      int status = 0;
-      const std::string out = run(std::string(DSV41_BINARY) + " run -m " + dir + " --ids " + ids + " -n 16 --print-ids", &status);
-      EXPECT_EQ(status, 0) << out;
+      const testing::CliResult r =
+          testing::run_cli("run -m " + dir + " --ids " + ids + " -n 16 --print-ids", testing::Stderr::kInherit);
+      const std::string& out = r.out;
+      EXPECT_EQ(r.code, 0) << out;
       EXPECT_EQ(last_line(out), want) << dir << " s" << s;
       EXPECT_NE(out.find("cache:"), std::string::npos);
       EXPECT_NE(out.find("tok/s"), std::string::npos);
@@ -68,11 +55,8 @@ TEST(CliRun, GreedyPrintIdsMatchesGoldenGenerated) {
 }
 
 TEST(CliRun, BadInputIsAnErrorNotACrash) {
-  int status = 0;
-  run(std::string(DSV41_BINARY) + " run -m " + kDir + " --ids 0,643 -n 2 2>/dev/null", &status);
-  EXPECT_NE(status, 0);
-  run(std::string(DSV41_BINARY) + " run -m /nonexistent --ids 0 -n 2 2>/dev/null", &status);
-  EXPECT_NE(status, 0);
+  EXPECT_NE(testing::run_cli("run -m " + kDir + " --ids 0,643 -n 2", testing::Stderr::kDiscard).code, 0);
+  EXPECT_NE(testing::run_cli("run -m /nonexistent --ids 0 -n 2", testing::Stderr::kDiscard).code, 0);
 }
 
 TEST(CliLogits, PrefillAndDecodeFromMatchGolden) {
@@ -82,11 +66,9 @@ TEST(CliLogits, PrefillAndDecodeFromMatchGolden) {
   const int64_t T = ids.size(), V = want.size() / T;
   for (const char* extra : {"", " --decode-from 13", " --chunk 5"}) {
     const std::string out_file = ::testing::TempDir() + "dsv41_logits_test.safetensors";
-    int status = 0;
-    const std::string out = run(std::string(DSV41_BINARY) + " logits -m " + kDir + " --ids " + join(ids) + extra +
-                                    " --out " + out_file,
-                                &status);
-    ASSERT_EQ(status, 0) << out;
+    const testing::CliResult r = testing::run_cli(
+        "logits -m " + kDir + " --ids " + join(ids) + extra + " --out " + out_file, testing::Stderr::kInherit);
+    ASSERT_EQ(r.code, 0) << r.out;
     testing::GoldenFile f(out_file);
     const auto got = f.get("logits");
     ASSERT_EQ(got.shape, (std::vector<int64_t>{T, V})) << extra;

@@ -1,7 +1,5 @@
 // `dsv41 inspect` end to end: both golden fixtures under both naming schemes inspect cleanly
 // (exit 0, tensor check ok); a checkpoint with a tensor dropped fails naming it.
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -9,34 +7,21 @@
 #include <gtest/gtest.h>
 
 #include "format/safetensors.h"
+#include "tests/cli_runner.h"
 
 namespace dsv41 {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CmdOutput {
-  int code = -1;
-  std::string out;
-};
+using testing::CliResult;
 
-CmdOutput run_dsv41(const std::string& args) {
-  CmdOutput r;
-  std::string cmd = std::string(DSV41_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CliResult run_dsv41(const std::string& args) { return testing::run_cli(args, testing::Stderr::kMerge); }
 
 TEST(CmdInspect, GoldenFixturesInspectCleanly) {
   for (const char* sub : {"v41-tiny-f32", "v41-tiny-f32/official", "v41-tiny-bf16", "v41-tiny-bf16/official"}) {
     SCOPED_TRACE(sub);
-    CmdOutput r = run_dsv41(std::string("inspect ") + DSV41_GOLDEN_DIR + "/" + sub);
+    CliResult r = run_dsv41(std::string("inspect ") + DSV41_GOLDEN_DIR + "/" + sub);
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("check     ok: 0 missing, 0 mismatched, 0 unexpected"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("6  Full          1"), std::string::npos) << r.out;  // the layer plan table
@@ -54,12 +39,12 @@ TEST(CmdInspect, DroppedTensorIsNamed) {
   fs::create_directories(dir);
   fs::copy_file(golden + "/config.json", dir / "config.json", fs::copy_options::overwrite_existing);
   ASSERT_TRUE(write_safetensors((dir / "model.safetensors").string(), keep).ok());
-  CmdOutput r = run_dsv41("inspect " + dir.string());
+  CliResult r = run_dsv41("inspect " + dir.string());
   fs::remove_all(dir);
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("missing: layers.4.attn.indexer.wq_b.weight"), std::string::npos) << r.out;
   // A config alone still inspects (no weights needed).
-  CmdOutput c = run_dsv41("inspect --config " + golden + "/config.json");
+  CliResult c = run_dsv41("inspect --config " + golden + "/config.json");
   EXPECT_EQ(c.code, 0) << c.out;
 }
 

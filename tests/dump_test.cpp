@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "runtime/dump.h"
 #include "runtime/session.h"
+#include "tests/cli_runner.h"
 #include "tests/golden_file.h"
 
 namespace dsv41 {
@@ -168,15 +169,11 @@ TEST(DumpCli, RunWritesTopkAndCaches) {
   std::remove(out.c_str());
 
   // A bad name fails before the model loads, naming the valid ones.
-  const std::string bad = std::string(DSV41_BINARY) + " logits -m " + kDir + " --ids 0,5 --out " +
-                          temp_path("l.safetensors") + " --dump topk,nope 2>&1";
-  FILE* f = popen(bad.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  std::string text;
-  char buf[1024];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  EXPECT_NE(pclose(f), 0);
+  const testing::CliResult bad =
+      testing::run_cli("logits -m " + kDir + " --ids 0,5 --out " + temp_path("l.safetensors") + " --dump topk,nope",
+                       testing::Stderr::kMerge);
+  const std::string& text = bad.out;
+  EXPECT_NE(bad.code, 0);
   EXPECT_NE(text.find("'nope'"), std::string::npos) << text;
   EXPECT_NE(text.find("caches"), std::string::npos) << text;
 }

@@ -1,8 +1,6 @@
 // The `dsv41 cost` outputs: the JSON object (library function and the real binary) and the table.
 #include "cost/cost_report.h"
 
-#include <array>
-#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -10,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cost/v41_test_config.h"
+#include "tests/cli_runner.h"
 
 namespace dsv41 {
 namespace {
@@ -18,18 +17,6 @@ CostModel v41() {
   auto m = build_cost_model(test_v41_flash_config(), "v41-flash-test.json");
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   return m.ok() ? *m : CostModel{};
-}
-
-// Runs a shell command, returns (exit status, stdout).
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, out};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 TEST(CostReport, JsonHasTheContractKeys) {
@@ -85,27 +72,28 @@ TEST(CostReport, TableShowsTheFourCosts) {
 
 TEST(CostReport, BinaryPrintsOneJsonObject) {
   const std::string config = std::string(DSV41_SOURCE_DIR) + "/data/configs/deepseek-v4-flash.json";
-  auto [status, out] = run(std::string(DSV41_BINARY) + " cost --config " + config +
-                           " --json --context 4K --context 1048576 --new-tokens 5000");
+  auto [status, out] = testing::run_cli(
+      "cost --config " + config + " --json --context 4K --context 1048576 --new-tokens 5000",
+      testing::Stderr::kInherit);
   ASSERT_EQ(status, 0) << out;
   const auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["global_kv_bytes_per_token"].get<double>(), 3514.25);
   EXPECT_EQ(j["decode_flops"].size(), 2u);
   EXPECT_EQ(j["prefill_token_layers"]["token_layers"].get<double>(), 5000.0 * 43);
 
-  auto [table_status, table] = run(std::string(DSV41_BINARY) + " cost --config " + config);
+  auto [table_status, table] = testing::run_cli("cost --config " + config, testing::Stderr::kInherit);
   EXPECT_EQ(table_status, 0);
   EXPECT_NE(table.find("3,514.25 B/token"), std::string::npos) << table;
 }
 
 TEST(CostReport, BinaryReportsErrors) {
-  auto [status, out] = run(std::string(DSV41_BINARY) + " cost --config /nonexistent.json 2>&1");
+  auto [status, out] = testing::run_cli("cost --config /nonexistent.json", testing::Stderr::kMerge);
   EXPECT_EQ(status, 1);
   EXPECT_NE(out.find("/nonexistent.json"), std::string::npos) << out;
-  auto [bad_status, bad] = run(std::string(DSV41_BINARY) + " cost --config x.json --context 4G 2>&1");
+  auto [bad_status, bad] = testing::run_cli("cost --config x.json --context 4G", testing::Stderr::kMerge);
   EXPECT_EQ(bad_status, 2);
   EXPECT_NE(bad.find("4G"), std::string::npos) << bad;
-  auto [usage_status, usage] = run(std::string(DSV41_BINARY) + " cost 2>&1");
+  auto [usage_status, usage] = testing::run_cli("cost", testing::Stderr::kMerge);
   EXPECT_NE(usage_status, 0);
   EXPECT_NE(usage.find("--config"), std::string::npos) << usage;
 }

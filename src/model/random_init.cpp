@@ -21,37 +21,14 @@
 namespace dsv41 {
 namespace fs = std::filesystem;
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 uint64_t fnv1a64(std::string_view s) {
   uint64_t h = 0xCBF29CE484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
   return h;
 }
 
-RandomStream::RandomStream(uint64_t seed) {
-  for (uint64_t& w : s_) w = splitmix64(seed);
-}
-
-uint64_t RandomStream::next() {
-  auto rotl = [](uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
-float RandomStream::uniform() { return static_cast<float>(next() >> 40) * 0x1.0p-24f; }
+uint64_t RandomStream::next() { return gen_.next(); }
+float RandomStream::uniform() { return gen_.uniform24(); }
 
 float RandomStream::normal() {
   // Sum of 4 U(0,1): mean 2, variance 4/12; scaled by sqrt(3) to unit variance.

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 
+#include "base/rng.h"
 #include "base/status.h"
 
 namespace dsv41 {
@@ -24,15 +25,6 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
-class Xoshiro256 {
- public:
-  explicit Xoshiro256(uint64_t seed);
-  uint64_t next();
-  double uniform();  // [0, 1), 53 bits
-
- private:
-  uint64_t s_[4];
-};
 
 class Sampler {
  public:

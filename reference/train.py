@@ -86,6 +86,15 @@ def fixed_windows(tokens, seq_len, n, device):
     return w[:, :-1], w[:, 1:]
 
 
+def compile_hot_paths():
+    """torch.compile the functions made of many small elementwise ops (the mHC coefficient
+    function with its Sinkhorn loop, the cache fake-quantisers, RoPE, stream mixing): fewer kernel
+    launches, same math."""
+    import dsv41_ref.model as M
+    for name in ("hc_coefficients", "collapse", "hc_write", "apply_rope", "fp8_block_qdq", "nvfp4_qdq", "mxfp4_qdq"):
+        setattr(M, name, torch.compile(getattr(M, name), dynamic=False))
+
+
 def autocast(device):
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
@@ -131,7 +140,12 @@ def main(argv=None):
     ap.add_argument("--max-steps", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--resume", help="train_state.pt of an earlier run")
+    ap.add_argument("--resume", help="train_state.pt of an earlier run (continues its schedule)")
+    ap.add_argument("--time-budget", type=float, default=0,
+                    help="size the schedule to this many seconds of training (all runs together): "
+                         "--tokens is replaced after --plan-after steps by rate × budget")
+    ap.add_argument("--plan-after", type=int, default=30)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the elementwise hot paths (CUDA)")
     args = ap.parse_args(argv)
 
     t_start = time.time()
@@ -146,20 +160,23 @@ def main(argv=None):
     cfg = config_from_dict(raw, args.config)
     model = Model(cfg, load_token_map(tok_path, cfg))
     init_random(model, args.seed)
-    recipe = Recipe(model)
-    tokens_seen, step = 0, 0
+    tokens_seen, step, plan, resumed = 0, 0, args.tokens, None
     if args.resume:
-        st = torch.load(args.resume, map_location="cpu")
-        model.load_state_dict(st["model"])
-        recipe.load_state_dict(st["recipe"])
-        tokens_seen, step = st["tokens"], st["step"]
-        print(f"resumed from {args.resume}: step {step}, {tokens_seen / 1e6:.1f}M tokens", flush=True)
+        resumed = torch.load(args.resume, map_location="cpu")
+        model.load_state_dict(resumed["model"])
+        tokens_seen, step, plan = resumed["tokens"], resumed["step"], resumed["plan"]
+        print(f"resumed from {args.resume}: step {step}, {tokens_seen / 1e6:.1f}M of {plan / 1e6:.1f}M tokens",
+              flush=True)
     model.to(device).train()
     if model.engram_hash is not None:
         model.engram_hash.to(device)
-    for st in recipe.state.values():
-        for k in st:
-            st[k] = st[k].to(device)
+    recipe = Recipe(model)
+    if resumed is not None:
+        rs = resumed["recipe"]
+        rs["state"] = {n: {k: v.to(device) for k, v in st.items()} for n, st in rs["state"].items()}
+        recipe.load_state_dict(rs)
+    if args.compile:
+        compile_hot_paths()
 
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params / 1e6:.2f}M parameters, {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
@@ -178,9 +195,11 @@ def main(argv=None):
     batches = Batches(train, args.seq_len, args.batch, device, args.seed + step)
     windows = fixed_windows(val, args.seq_len, args.eval_windows, device)
 
-    plan = args.tokens
-    sched = dict(peak=args.lr, floor=args.lr * args.lr_floor, warmup=args.warmup * plan,
-                 hold_end=args.hold * plan, decay_end=args.decay_end * plan)
+    def schedule():
+        return dict(peak=args.lr, floor=args.lr * args.lr_floor, warmup=args.warmup * plan,
+                    hold_end=args.hold * plan, decay_end=args.decay_end * plan)
+    sched = schedule()
+    plan_fixed = resumed is not None or not args.time_budget
     os.makedirs(args.out, exist_ok=True)
     log = open(os.path.join(args.out, "log.jsonl"), "a", encoding="utf-8")
 
@@ -190,8 +209,7 @@ def main(argv=None):
         cpu.load_state_dict({k: v.detach().float().cpu() for k, v in model.state_dict().items()})
         save_model(cpu, model_dir, dtype="BF16", tokenizer_path=tok_path, max_shard_bytes=15 << 20)
         torch.save({"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                    "recipe": {"t": recipe.t, "state": {n: {k: v.cpu() for k, v in s.items()}
-                                                       for n, s in recipe.state.items()}},
+                    "recipe": recipe.state_dict(), "plan": plan,
                     "tokens": tokens_seen, "step": step, "config": raw},
                    os.path.join(args.out, "train_state.pt"))
         print(f"[{tag}] saved {model_dir} and train_state.pt at step {step}", flush=True)
@@ -220,6 +238,14 @@ def main(argv=None):
         update_moe_bias(model, args.bias_gamma)
         step += 1
         tokens_seen += x.numel()
+        if not plan_fixed and step == args.plan_after:
+            # --time-budget: the schedule's length follows from the measured rate
+            torch.cuda.synchronize() if device.type == "cuda" else None
+            rate = (tokens_seen - tok0) / (time.time() - t0)
+            plan = tokens_seen + rate * max(args.time_budget - (time.time() - t_start), 0)
+            sched, plan_fixed = schedule(), True
+            print(f"plan: {rate / 1e3:.1f}K tok/s over a {args.time_budget:.0f}s budget → {plan / 1e6:.1f}M tokens",
+                  flush=True)
         if step % args.log_every == 0:
             lmv, ilv = float(lm), float(il)
             if not math.isfinite(lmv):
@@ -239,6 +265,8 @@ def main(argv=None):
     vl = evaluate(model, windows, device, args.batch)
     print(f"final: step {step}, {tokens_seen / 1e6:.2f}M tokens, held-out loss {vl:.4f}, bpb {bpb(vl):.4f}, "
           f"{time.time() - t_start:.0f}s", flush=True)
+    if device.type == "cuda":
+        print(f"peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
     log.write(json.dumps({"step": step, "tokens": tokens_seen, "val_loss": vl, "val_bpb": bpb(vl), "final": True}) + "\n")
     log.close()
     save("final")

@@ -102,6 +102,7 @@ class SharedState:
         self.topk = None        # [B, T, k] latest selection (−1 = none)
         self.candidates = None  # [B, T, G] bool, from the candidate source layer
         self.index_losses = []  # indexer distillation losses (training only, see Attention)
+        self.pos0 = 0           # first position of the chunk (a host int: no device sync)
 
 
 def _trace(trace, name, value):
@@ -121,8 +122,9 @@ class Compressor(nn.Module):
             self.wgate = nn.Linear(cfg.hidden_size, cfg.head_dim, bias=False)
         self.norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x, pos, lc):
-        """x [B, T, h] attention inputs at positions pos [T] → (latents [B, n, D], group ids [n]).
+    def forward(self, x, pos, pos0, lc):
+        """x [B, T, h] attention inputs at positions pos [T] (pos0 = pos[0] as an int) →
+        (latents [B, n, D], group ids [n]).
         Ratio 1: one latent per token.  Ratio r ≥ 2: non-overlapping groups of r tokens pooled in
         fp32 with a per-channel softmax gate; a trailing partial group stays pending in `lc`."""
         r = self.ratio
@@ -130,7 +132,7 @@ class Compressor(nn.Module):
             return self.norm(self.wkv(x)), pos.clone()
         a = F.linear(x.float(), self.wkv.weight.float())               # [B, T, D] fp32
         b = F.linear(x.float(), self.wgate.weight.float())
-        start = int(pos[0]) if pos.numel() else 0
+        start = pos0
         if lc.get("pend_a") is not None and lc["pend_a"].shape[1]:
             start -= lc["pend_a"].shape[1]
             a = torch.cat([lc["pend_a"], a], 1)
@@ -244,9 +246,8 @@ class Attention(nn.Module):
         pad = s.new_full((B, T, nb * bs - G), float("-inf"))
         blk = torch.cat([s, pad], -1).view(B, T, nb, bs).amax(dim=-1)   # [B, T, nb]
         newest = torch.div(n_vis - 1, bs, rounding_mode="floor")        # [T]
-        has = n_vis > 0
-        rows = torch.arange(T, device=s.device)[has]
-        blk[:, rows, newest[has]] = float("inf")
+        pin = (torch.arange(nb, device=s.device)[None, :] == newest[:, None]) & (n_vis > 0)[:, None]
+        blk = blk.masked_fill(pin[None], float("inf"))
         kb = min(cfg.candidate_topk_blocks, nb)
         vals, bidx = torch.topk(blk, kb, dim=-1)
         keep = torch.zeros(B, T, nb, dtype=torch.bool, device=s.device)
@@ -269,8 +270,8 @@ class Attention(nn.Module):
             p = p / p.sum(dim=-1, keepdim=True).clamp(min=1e-20)        # [B, T, G]
         has = visible.any(dim=-1)                                      # [T]
         logq = torch.log_softmax(scores.masked_fill(~has[None, :, None], 0.0), dim=-1)
-        kl = (p * (torch.log(p.clamp(min=1e-20)) - logq)).masked_fill(p == 0, 0.0).sum(-1)
-        return kl[:, has].mean() if bool(has.any()) else scores.new_zeros(())
+        kl = (p * (torch.log(p.clamp(min=1e-20)) - logq)).masked_fill(p == 0, 0.0).sum(-1)   # [B, T]
+        return (kl * has[None]).sum() / (has.sum() * kl.shape[0]).clamp(min=1)
 
     def forward(self, x, pos, lc, shared, trace):
         cfg = self.cfg
@@ -287,7 +288,7 @@ class Attention(nn.Module):
             prev = kv.new_zeros(B, 0, D)
         keys_w = torch.cat([prev, kv], 1)
         nw = keys_w.shape[1]
-        kpos = torch.arange(int(pos[0]) - prev.shape[1], int(pos[0]) + T, device=x.device) if T else pos
+        kpos = torch.arange(shared.pos0 - prev.shape[1], shared.pos0 + T, device=x.device)
         lc["window"] = keys_w[:, max(nw - (w - 1), 0):].detach() if w > 1 else kv.new_zeros(B, 0, D)
         _trace(trace, f"layer{jj}.window_kv", lc["window"])
         mask_w = (kpos[None, :] <= pos[:, None]) & (kpos[None, :] > pos[:, None] - w)   # [T, nw]
@@ -295,7 +296,7 @@ class Attention(nn.Module):
         comp, idx = None, None
         if self.ratio > 0:
             if self.is_kv_source:
-                lat, gid = self.compressor(x, pos, lc)
+                lat, gid = self.compressor(x, pos, shared.pos0, lc)
                 gpos = gid * self.ratio                                 # RoPE at the group's first token
                 new_kv = nvfp4_qdq(apply_rope(lat, gpos, self.inv_freq))
                 # detached: only the indexer loss trains the index keys (see _index_loss)
@@ -327,7 +328,17 @@ class Attention(nn.Module):
         s_w = torch.einsum("bthd,bkd->bthk", qf, keys_w.float()) * scale
         s_w = s_w.masked_fill(~mask_w[None, :, None, :], float("-inf"))
         parts = [s_w]
-        if comp is not None and idx.shape[-1] and comp.shape[1]:
+        dense = self.training and torch.is_grad_enabled()
+        if comp is not None and idx.shape[-1] and comp.shape[1] and dense:
+            # Training: scores against every compressed entry, all but the selected masked —
+            # the same softmax as the gather below with a [B,T,H,G] instead of a [B,T,k,D] tensor.
+            chosen = torch.zeros(B, T, comp.shape[1] + 1, dtype=torch.bool, device=x.device)
+            chosen.scatter_(-1, torch.where(idx < 0, comp.shape[1], idx), True)
+            kc = comp.float()                                            # [B, G, D]
+            s_c = torch.einsum("bthd,bgd->bthg", qf, kc) * scale
+            s_c = s_c.masked_fill(~chosen[:, :, None, :-1], float("-inf"))
+            parts.append(s_c)
+        elif comp is not None and idx.shape[-1] and comp.shape[1]:
             bi = torch.arange(B, device=x.device)[:, None, None]
             kc = comp[bi, idx.clamp(min=0)].float()                      # [B, T, k, D]
             s_c = torch.einsum("bthd,btkd->bthk", qf, kc) * scale
@@ -336,7 +347,9 @@ class Attention(nn.Module):
         sink = self.attn_sink.float().view(1, 1, H, 1).expand(B, T, H, 1)
         p = torch.softmax(torch.cat(parts + [sink], -1), dim=-1)
         o = torch.einsum("bthk,bkd->bthd", p[..., :nw], keys_w.float())
-        if len(parts) > 1:
+        if len(parts) > 1 and dense:
+            o = o + torch.einsum("bthg,bgd->bthd", p[..., nw:-1], kc)
+        elif len(parts) > 1:
             o = o + torch.einsum("bthk,btkd->bthd", p[..., nw:-1], kc)
         o = apply_rope(o.to(x.dtype), pos, self.inv_freq, inverse=True)
         # Grouped output: group g's heads (H/G·D) through rows g·o_lora… of wo_a, then wo_b.
@@ -414,7 +427,9 @@ class MoE(nn.Module):
         _trace(trace, f"layer{jj}.router_weights", w.view(*shape[:-1], -1))
         if self.training:
             # expert loads of this batch for the selection-bias update (train.py)
-            self.last_load = torch.bincount(sel.flatten(), minlength=self.cfg.n_routed_experts).detach()
+            # (index_add, not bincount: bincount on CUDA waits for the device to size its output)
+            self.last_load = torch.zeros(self.cfg.n_routed_experts, device=x.device).index_add_(
+                0, sel.flatten(), torch.ones(sel.numel(), device=x.device))
         if self.training and torch.is_grad_enabled():
             y = self._dense(x, sel, w)
         else:
@@ -611,6 +626,7 @@ class Model(nn.Module):
         p = torch.zeros(B, T, cfg.hc_mult, dtype=torch.float32, device=dev)
         p[..., 0] = 1.0                                                 # one-hot: read stream 0
         shared = SharedState()
+        shared.pos0 = cache.pos
         for i, blk in enumerate(self.layers):
             ids = None
             if hasattr(blk, "engram"):

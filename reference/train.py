@@ -144,6 +144,8 @@ def main(argv=None):
     ap.add_argument("--time-budget", type=float, default=0,
                     help="size the schedule to this many seconds of training (all runs together): "
                          "--tokens is replaced after --plan-after steps by rate × budget")
+    ap.add_argument("--init-from", help="start from the weights of an exported model folder")
+    ap.add_argument("--start-tokens", type=float, default=0, help="with --init-from: schedule position")
     ap.add_argument("--plan-after", type=int, default=30)
     ap.add_argument("--compile", action="store_true", help="torch.compile the elementwise hot paths (CUDA)")
     args = ap.parse_args(argv)
@@ -167,6 +169,14 @@ def main(argv=None):
         tokens_seen, step, plan = resumed["tokens"], resumed["step"], resumed["plan"]
         print(f"resumed from {args.resume}: step {step}, {tokens_seen / 1e6:.1f}M of {plan / 1e6:.1f}M tokens",
               flush=True)
+    if args.init_from:
+        # weights only (e.g. the BF16 export of an earlier run whose train_state.pt was lost):
+        # fresh optimiser state, the schedule placed at --start-tokens of --tokens
+        from dsv41_ref.io import load_model
+        model.load_state_dict(load_model(args.init_from).state_dict())
+        tokens_seen = int(args.start_tokens)
+        print(f"weights from {args.init_from}; schedule at {tokens_seen / 1e6:.1f}M of {plan / 1e6:.1f}M tokens",
+              flush=True)
     model.to(device).train()
     if model.engram_hash is not None:
         model.engram_hash.to(device)
@@ -188,7 +198,8 @@ def main(argv=None):
     if os.path.exists(meta_path):
         with open(meta_path, encoding="utf-8") as f:
             meta = json.load(f)
-        vb, vt = meta.get("val_bytes"), meta.get("val_tokens")
+        v = meta.get("val", {})
+        vb, vt = meta.get("val_bytes", v.get("text_bytes")), meta.get("val_tokens", v.get("tokens"))
         if vb and vt:
             bytes_per_token = vb / vt
     print(f"data: {len(train) / 1e6:.1f}M train tokens, {len(val) / 1e6:.2f}M held-out tokens", flush=True)
@@ -199,7 +210,7 @@ def main(argv=None):
         return dict(peak=args.lr, floor=args.lr * args.lr_floor, warmup=args.warmup * plan,
                     hold_end=args.hold * plan, decay_end=args.decay_end * plan)
     sched = schedule()
-    plan_fixed = resumed is not None or not args.time_budget
+    plan_fixed = resumed is not None or args.init_from or not args.time_budget
     os.makedirs(args.out, exist_ok=True)
     log = open(os.path.join(args.out, "log.jsonl"), "a", encoding="utf-8")
 

@@ -5,16 +5,17 @@ this module writes: added tokens are matched first (leftmost, longest), the rest
 DeepSeek-V3 pre-tokenizer (three regex Splits, behavior Isolated, then ByteLevel without regex),
 each piece is mapped to bytes and merged by rank (lowest rank first, leftmost on ties).
 `\\s`/`\\S` are rewritten to the Unicode White_Space set exactly as the C++ does for PCRE2, so both
-sides see the same whitespace. Needs the Debian package python3-regex (for \\p{..}).
+sides see the same whitespace, and `\\p{..}` to explicit code point ranges built from the standard
+library's unicodedata, so the stdlib `re` module is enough (no third-party regex engine).
 
 The trainer counts pre-tokenized pieces ("words") of a sample and merges the most frequent
 adjacent pair again and again, updating pair counts only for the words that hold the pair.
 """
 import heapq
 import json
+import re
+import unicodedata
 from collections import Counter, defaultdict
-
-import regex
 
 BOS, EOS, PAD = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"
 
@@ -37,20 +38,49 @@ SPLIT_PATTERNS = [
     r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 ]
 
-# Unicode White_Space, written with literal characters (Python's regex has no \x{..}).
+# Unicode White_Space, written with literal characters (Python's re has no \x{..}).
 _WHITE_SPACE = "\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+_PROPS = {"L": "LuLlLtLmLo", "M": "MnMcMe", "N": "NdNlNo", "P": "PcPdPsPePiPfPo",
+          "S": "SmScSkSo"}
+_prop_cache = {}
+
+
+def prop_ranges(name):
+    """Members of the Unicode general category group `name` (L, M, N, P, S) as `re` class ranges
+    (\\U escapes), from this Python's unicodedata (one pass over all code points, cached)."""
+    if not _prop_cache:
+        group_of = {c: g for g, cs in _PROPS.items() for c in (cs[i:i + 2] for i in range(0, len(cs), 2))}
+        spans = {g: [] for g in _PROPS}
+        cur, start = None, 0
+        for cp in range(0x110001):
+            g = group_of.get(unicodedata.category(chr(cp))) if cp < 0x110000 else None
+            if g != cur:
+                if cur is not None:
+                    spans[cur].append((start, cp - 1))
+                cur, start = g, cp
+        for g, parts in spans.items():
+            _prop_cache[g] = "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}"
+                                     for a, b in parts)
+    return _prop_cache[name]
 
 
 def rewrite_white_space(p):
     """\\s -> the White_Space set (inside a class: its members), \\S outside a class -> its
-    complement; the same rewrite as src/format/tokenizer_pretok.cpp."""
+    complement; the same rewrite as src/format/tokenizer_pretok.cpp. \\p{X} -> explicit ranges."""
     out, depth, i = [], 0, 0
     while i < len(p):
         c = p[i]
         if c == "\\" and i + 1 < len(p):
             e = p[i + 1]
             i += 2
-            if e == "s":
+            if e == "p" and i < len(p) and p[i] == "{":
+                j = p.index("}", i)
+                ranges = prop_ranges(p[i + 1:j])
+                i = j + 1
+                out.append(ranges if depth > 0 else "[" + ranges + "]")
+            elif e == "s":
                 out.append(_WHITE_SPACE if depth > 0 else "[" + _WHITE_SPACE + "]")
             elif e == "S" and depth == 0:
                 out.append("[^" + _WHITE_SPACE + "]")
@@ -72,7 +102,7 @@ def rewrite_white_space(p):
     return "".join(out)
 
 
-_SPLITTERS = [regex.compile(rewrite_white_space(p), regex.V0) for p in SPLIT_PATTERNS]
+_SPLITTERS = [re.compile(rewrite_white_space(p)) for p in SPLIT_PATTERNS]
 
 
 def pretokenize(text):
@@ -142,7 +172,7 @@ class Tokenizer:
             if key not in self.ranks:
                 self.ranks[key] = (r, self.vocab[a + b])
         alts = sorted(self.added, key=lambda s: (-len(s), s))
-        self.added_rx = regex.compile("|".join(regex.escape(s) for s in alts)) if alts else None
+        self.added_rx = re.compile("|".join(re.escape(s) for s in alts)) if alts else None
         self.cache = {}
 
     @classmethod
@@ -286,7 +316,7 @@ def specials():
 def count_words(texts, counter=None):
     """Adds the pre-tokenized pieces of `texts` (added-token strings cut out) to a Counter."""
     counter = Counter() if counter is None else counter
-    cut = regex.compile("|".join(regex.escape(s) for s, _ in specials()))
+    cut = re.compile("|".join(re.escape(s) for s, _ in specials()))
     for t in texts:
         for part in cut.split(t):
             counter.update(pretokenize(part))

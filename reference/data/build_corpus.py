@@ -302,7 +302,7 @@ def write_xz(arr, path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="build/data")
-    ap.add_argument("--train-sample-mb", type=float, default=24.0,
+    ap.add_argument("--train-sample-mb", type=float, default=20.0,
                     help="text sampled for BPE training (MB)")
     ap.add_argument("--max-train-tokens", type=float, default=60e6)
     ap.add_argument("--jobs", type=int, default=2)

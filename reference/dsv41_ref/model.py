@@ -105,6 +105,14 @@ class SharedState:
         self.pos0 = 0           # first position of the chunk (a host int: no device sync)
 
 
+def topk_lower_first(x, k):
+    """torch.topk over the last dimension with a defined tie rule: equal values → the lower
+    index first (the engine's rule; MXFP4-rounded index scores tie exactly, e.g. at 0 after
+    the ReLU, so the rule changes which entries are chosen)."""
+    vals, idx = torch.sort(x, dim=-1, descending=True, stable=True)
+    return vals[..., :k], idx[..., :k]
+
+
 def _trace(trace, name, value):
     if trace is not None:
         trace.setdefault(name, []).append(value.detach())
@@ -224,7 +232,7 @@ class Attention(nn.Module):
             s = s.masked_fill(~shared.candidates, float("-inf"))
         _trace(trace, f"layer{jj}.index_scores", s)
         k = min(cfg.index_topk, G)
-        vals, idx = torch.topk(s, k, dim=-1)
+        vals, idx = topk_lower_first(s, k)
         # Ascending by position, entries with score −inf become −1 and go last; padded with −1
         # to index_topk columns (the golden layout).
         big = G + 1
@@ -249,7 +257,7 @@ class Attention(nn.Module):
         pin = (torch.arange(nb, device=s.device)[None, :] == newest[:, None]) & (n_vis > 0)[:, None]
         blk = blk.masked_fill(pin[None], float("inf"))
         kb = min(cfg.candidate_topk_blocks, nb)
-        vals, bidx = torch.topk(blk, kb, dim=-1)
+        vals, bidx = topk_lower_first(blk, kb)
         keep = torch.zeros(B, T, nb, dtype=torch.bool, device=s.device)
         keep.scatter_(-1, bidx, vals > float("-inf"))
         # The pool is whole kept blocks; visibility is applied again by every layer that uses

@@ -45,6 +45,7 @@ Result<std::vector<SpeedPoint>> run_speed_bench(const Model& model, const SpeedB
     const auto t0 = std::chrono::steady_clock::now();
     DSV41_ASSIGN_OR_RETURN(std::vector<float> logits, session->prefill(prompt, o.chunk));
     p.prefill_seconds = seconds_since(t0);
+    if (o.before_decode) o.before_decode(c);
     const auto t1 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < o.decode_tokens; ++i) {
       DSV41_ASSIGN_OR_RETURN(logits, session->decode(argmax_logits(logits)));

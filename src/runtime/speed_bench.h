@@ -24,6 +24,10 @@ struct SpeedBenchOptions {
   int64_t decode_tokens = 16;     // tokens decoded after each prefill (≥ 0)
   int64_t chunk = 0;              // prefill chunk (0 = the whole prompt in one forward)
   uint64_t seed = 1;
+  // Called between each prefill and its decode, untimed: e.g. a bandwidth measurement taken
+  // next to the decode it bounds (on a shared machine the bandwidth left to us changes by 2×
+  // within minutes).
+  std::function<void(int64_t context)> before_decode;
 };
 
 struct SpeedPoint {

@@ -17,10 +17,16 @@ TEST(SpeedBench, OnePointPerContext) {
   o.decode_tokens = 3;
   o.chunk = 16;
   int calls = 0;
+  std::vector<int64_t> before;
+  o.before_decode = [&](int64_t c) {
+    before.push_back(c);
+    EXPECT_EQ(calls, static_cast<int>(before.size()) - 1);  // after the previous point, before this one
+  };
   auto r = run_speed_bench(*model, o, [&](const SpeedPoint&) { ++calls; });
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_EQ(r->size(), 2u);
   EXPECT_EQ(calls, 2);
+  EXPECT_EQ(before, o.contexts);
   for (size_t i = 0; i < 2; ++i) {
     const SpeedPoint& p = (*r)[i];
     EXPECT_EQ(p.context, o.contexts[i]);

@@ -1,10 +1,11 @@
 // `dsv41 run`: generate from a prompt with one Session, streaming text; reports prefill and
 // decode speed and the packed cache memory in use. Spec: issue 3 "CLI".
 //   dsv41 run -m DIR (-p TEXT | --ids 0,5,7) -n N [--temp T --top-p P --seed S] [--chunk C] [--print-ids]
-//     [--dump NAME,... --dump-out FILE]
-// Generates exactly N tokens (no stop at EOS, like the golden `generated`). With --print-ids
-// the last line of stdout is the generated ids, comma-separated. --dump writes named
-// intermediates of the (single-chunk) prefill, see runtime/dump.h.
+//     [--ignore-eos] [--dump NAME,... --dump-out FILE]
+// Generates up to N tokens, stopping after the config's eos_token_id (which is counted and
+// printed in --print-ids, not shown as text); --ignore-eos generates exactly N (like the golden
+// `generated`). With --print-ids the last line of stdout is the generated ids, comma-separated.
+// --dump writes named intermediates of the (single-chunk) prefill, see runtime/dump.h.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -32,7 +33,7 @@ int run_main(int argc, char** argv) {
   std::string dir, text, ids_text;
   int64_t n = 16, chunk = 0;
   SamplingParams sp;
-  bool print_ids = false;
+  bool print_ids = false, ignore_eos = false;
   cli.add_option("-m,--model", dir, "model directory (config.json, safetensors, tokenizer.json)")->required();
   auto* p_opt = cli.add_option("-p,--prompt", text, "prompt text (BOS is prepended)");
   auto* i_opt = cli.add_option("--ids", ids_text, "prompt token ids, comma-separated (used as given)");
@@ -43,6 +44,7 @@ int run_main(int argc, char** argv) {
   cli.add_option("--seed", sp.seed, "sampling seed");
   cli.add_option("--chunk", chunk, "prefill chunk size (0 = whole prompt)");
   cli.add_flag("--print-ids", print_ids, "print the generated ids as the last line");
+  cli.add_flag("--ignore-eos", ignore_eos, "generate exactly N tokens, past the end-of-sequence token");
   std::string dump_names, dump_out = "dump.safetensors";
   cli.add_option("--dump", dump_names, "write prefill intermediates: NAME[,NAME...] of " + dump_family_names());
   cli.add_option("--dump-out", dump_out, "file for --dump (default dump.safetensors)");
@@ -98,13 +100,17 @@ int run_main(int argc, char** argv) {
 
   StreamDecoder stream(*tok);
   std::vector<int32_t> generated;
+  const int64_t eos = (*model)->config().eos_token_id;
+  int64_t decoded = 0;  // forward passes after the prefill
   const auto t1 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < n; ++i) {
     const int32_t next = sampler->sample(*logits);
     generated.push_back(next);
+    if (next == eos && !ignore_eos) break;
     std::fputs(stream.push(next).c_str(), stdout);
     std::fflush(stdout);
     if (i + 1 < n) {
+      ++decoded;
       logits = (*session)->decode(next);
       if (!logits.ok()) return fail(logits.status());
     }
@@ -113,9 +119,11 @@ int run_main(int argc, char** argv) {
   std::fputs(stream.flush().c_str(), stdout);
   std::printf("\n");
   const CacheFootprint cb = (*session)->cache_bytes();
+  if (!generated.empty() && generated.back() == eos && !ignore_eos)
+    std::fprintf(stderr, "[end of sequence after %zu tokens]\n", generated.size());
   std::printf("prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s)\n",
-              prompt.size(), prefill_s, prompt.size() / std::max(prefill_s, 1e-9), static_cast<long long>(n - 1 > 0 ? n - 1 : 0),
-              decode_s, (n > 1 ? n - 1 : 0) / std::max(decode_s, 1e-9));
+              prompt.size(), prefill_s, prompt.size() / std::max(prefill_s, 1e-9), static_cast<long long>(decoded),
+              decode_s, decoded / std::max(decode_s, 1e-9));
   std::printf("cache: %lld bytes in use (window %lld, main %lld, index %lld, pending %lld) for %lld positions\n",
               static_cast<long long>(cb.total()), static_cast<long long>(cb.window), static_cast<long long>(cb.main),
               static_cast<long long>(cb.index), static_cast<long long>(cb.pending),

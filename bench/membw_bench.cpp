@@ -1,13 +1,15 @@
 // Memory-bandwidth roofline for the memory-bound kernels (decode gemm): a streaming read of a
-// buffer far larger than the last-level cache, on one thread and on the whole default pool.
-// Reported as bytes/s; compare with gemm_bench's GB/s on decode shapes.
+// buffer far larger than the last-level cache, on one thread and on the whole default pool,
+// with the portable loop (what the compiler makes of it without AVX flags: SSE2) and the AVX2
+// kernel (kernels/cpu/membw.h). Reported as bytes/s; compare with gemm_bench's Wbytes/s on
+// decode shapes. `dsv41 bench` runs the same kernel through measure_read_bandwidth().
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/membw.h"
 
 namespace dsv41 {
 namespace {
@@ -23,33 +25,35 @@ const std::vector<uint64_t>& buffer() {
   return buf;
 }
 
-// Integer sum: the compiler vectorises it without reassociation flags, so the loop is load-bound.
-uint64_t sum_range(const uint64_t* p, int64_t n) {
-  uint64_t s = 0;
-  for (int64_t i = 0; i < n; ++i) s += p[i];
-  return s;
-}
-
+// Args: threaded (0/1), avx2 (0/1).
 void BM_MemReadStream(benchmark::State& state) {
-  const bool threaded = state.range(0) != 0;
+  const bool threaded = state.range(0) != 0, avx2 = state.range(1) != 0;
+  if (avx2 && !read_sum_uses_avx2()) {
+    state.SkipWithError("no AVX2 on this CPU");
+    return;
+  }
+  auto sum = avx2 ? &read_sum_avx2 : &read_sum_portable;
   const std::vector<uint64_t>& buf = buffer();
   const int64_t n = static_cast<int64_t>(buf.size());
   for (auto _ : state) {
     if (!threaded) {
-      benchmark::DoNotOptimize(sum_range(buf.data(), n));
+      benchmark::DoNotOptimize(sum(buf.data(), n));
     } else {
       constexpr int64_t kChunk = 1 << 18;  // 2 MiB of uint64
       std::vector<uint64_t> partial((n + kChunk - 1) / kChunk);
       default_pool().parallel_for(n, kChunk, [&](int64_t b, int64_t e) {
-        partial[b / kChunk] = sum_range(buf.data() + b, e - b);
+        partial[b / kChunk] = sum(buf.data() + b, e - b);
       });
       benchmark::DoNotOptimize(partial.data());
     }
   }
   state.counters["threads"] = threaded ? default_pool().num_threads() : 1;
   state.SetBytesProcessed(state.iterations() * kBufferBytes);
+  state.SetLabel(avx2 ? "avx2" : "portable");
 }
-BENCHMARK(BM_MemReadStream)->Arg(0)->Arg(1)->ArgNames({"threaded"})->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
+BENCHMARK(BM_MemReadStream)
+    ->Args({0, 0})->Args({1, 0})->Args({0, 1})->Args({1, 1})
+    ->ArgNames({"threaded", "avx2"})->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 
 }  // namespace
 }  // namespace dsv41

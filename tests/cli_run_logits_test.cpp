@@ -1,6 +1,7 @@
 // The `dsv41 run` and `dsv41 logits` commands end to end on the f32 golden fixture (issue 3
-// acceptance): greedy --print-ids reproduces golden `generated` from both namings; logits from one
-// prefill and with --decode-from match golden `logits` (argmax everywhere, max |Δ| ≤ 2e-2).
+// acceptance): greedy --print-ids --ignore-eos (the reference generates exactly 16) reproduces
+// golden `generated` from both namings; logits from one prefill and with --decode-from match
+// golden `logits` (argmax everywhere, max |Δ| ≤ 2e-2).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,7 +45,7 @@ TEST(CliRun, GreedyPrintIdsMatchesGoldenGenerated) {
     const std::string want = join(g.get(p + "generated").i64);
     for (const std::string& dir : {kDir, kDir + "/official"}) {
       const testing::CliResult r =
-          testing::run_cli("run -m " + dir + " --ids " + ids + " -n 16 --print-ids", testing::Stderr::kInherit);
+          testing::run_cli("run -m " + dir + " --ids " + ids + " -n 16 --print-ids --ignore-eos", testing::Stderr::kInherit);
       const std::string& out = r.out;
       EXPECT_EQ(r.code, 0) << out;
       EXPECT_EQ(last_line(out), want) << dir << " s" << s;

@@ -1,0 +1,165 @@
+// `dsv41 bench`: end-to-end prefill and decode speed at several context lengths, with the
+// machine's streaming-read bandwidth and the decode roofline measured in the same run (issue 3
+// item 6; docs/BENCHMARKS.md).
+//   dsv41 bench -m DIR [--contexts 128,512,2048] [--decode 16] [--chunk C] [--seed S]
+//     [--membw-mib 1024] [--membw-passes 3] [--json]
+// Per context: prefill tok/s, decode tok/s at that context, cache bytes in use, the streaming-
+// read bandwidth measured just before that decode, and the decode floor = (weight bytes read per
+// decoded token + cache bytes in use) / the best bandwidth of the run, for the weights as the
+// engine holds them (float32) and as stored in the checkpoint (runtime/decode_traffic.h).
+// --membw-mib 0 skips the bandwidth measurement (and the floor).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "app/command.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/membw.h"
+#include "model/model.h"
+#include "model/weights.h"
+#include "runtime/decode_traffic.h"
+#include "runtime/speed_bench.h"
+
+namespace dsv41::app {
+namespace {
+
+constexpr double kMB = 1e6;
+
+int bench_main(int argc, char** argv) {
+  CLI::App cli{"End-to-end prefill/decode speed with the memory-bandwidth roofline"};
+  std::string dir;
+  SpeedBenchOptions o;
+  o.contexts = {128, 512, 2048};
+  int64_t membw_mib = 1024;  // well above the 300 MiB L3 of the development VM
+  int membw_passes = 3;
+  bool json = false;
+  cli.add_option("-m,--model", dir, "model directory")->required();
+  cli.add_option("--contexts", o.contexts, "prompt lengths, comma-separated")->delimiter(',');
+  cli.add_option("--decode", o.decode_tokens, "tokens decoded after each prefill");
+  cli.add_option("--chunk", o.chunk, "prefill chunk size (0 = whole prompt)");
+  cli.add_option("--seed", o.seed, "seed of the random prompt ids");
+  cli.add_option("--membw-mib", membw_mib, "bandwidth buffer in MiB (0 = skip the measurement)");
+  cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)");
+  cli.add_flag("--json", json, "print the results as one JSON object");
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e);
+  }
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "dsv41 bench: %s\n", s.to_string().c_str());
+    return 1;
+  };
+  if (membw_mib < 0) return fail(invalid_argument("--membw-mib must be ≥ 0"));
+  auto weights = WeightRegistry::open(dir);
+  if (!weights.ok()) return fail(weights.status());
+  auto model = Model::load(dir);
+  if (!model.ok()) return fail(model.status());
+  auto traffic = decode_weight_traffic(*weights, (*model)->config());
+  if (!traffic.ok()) return fail(traffic.status());
+  const int threads = default_pool().num_threads();
+  std::fprintf(stderr, "model %s: %.1f M weights read per decoded token (%.1f MB as float32, %.1f MB as stored) "
+               "of %.1f M; %d threads\n",
+               dir.c_str(), traffic->params / 1e6, traffic->engine_bytes / kMB, traffic->stored_bytes / kMB,
+               traffic->checkpoint_params / 1e6, threads);
+
+  // Bandwidth: at the start and the end (best of --membw-passes) and next to every decode phase
+  // (best of 2). On a shared machine what is left to us varies by 2× within minutes, so the
+  // floor uses the best figure of the whole run (what the machine can do) and each point also
+  // shows the figure measured seconds before its decode.
+  ReadBandwidth bw;
+  double best_bw = 0;                   // bytes/s, best of every measurement, one or all threads
+  std::map<int64_t, double> decode_bw;  // context → bytes/s measured before its decode
+  auto note = [&](const ReadBandwidth& m) {
+    bw = m;
+    const double b = std::max(m.one_thread, m.all_threads);
+    best_bw = std::max(best_bw, b);
+    return b;
+  };
+  // Arguments were checked by the first call; a later failure (allocation) just leaves a 0.
+  auto measure = [&](int passes) -> double {
+    auto m = measure_read_bandwidth(membw_mib << 20, passes);
+    return m.ok() ? note(*m) : 0.0;
+  };
+  if (membw_mib > 0) {
+    auto first = measure_read_bandwidth(membw_mib << 20, membw_passes);
+    if (!first.ok()) return fail(first.status());
+    note(*first);
+    std::fprintf(stderr, "streaming read (%s, %lld MiB, best of %d): 1 thread %.2f GB/s, %d threads %.2f GB/s\n",
+                 bw.avx2 ? "AVX2" : "portable", static_cast<long long>(membw_mib), bw.passes, bw.one_thread / 1e9,
+                 bw.threads, bw.all_threads / 1e9);
+    o.before_decode = [&](int64_t context) { decode_bw[context] = measure(2); };
+  }
+  auto on_point = [&](const SpeedPoint& p) {
+    std::fprintf(stderr, "context %lld: prefill %.1f tok/s, decode %.2f tok/s\n", static_cast<long long>(p.context),
+                 p.prefill_tokens_per_s(), p.decode_tokens_per_s());
+  };
+  auto points = run_speed_bench(**model, o, on_point);
+  if (!points.ok()) return fail(points.status());
+  if (membw_mib > 0) {
+    measure(membw_passes);
+    std::fprintf(stderr, "streaming read at the end: 1 thread %.2f GB/s, %d threads %.2f GB/s; best of the run %.2f GB/s\n",
+                 bw.one_thread / 1e9, bw.threads, bw.all_threads / 1e9, best_bw / 1e9);
+  }
+  // Decode floor at a point: bytes per token over the best bandwidth of the run.
+  auto bytes_per_token = [&](double weight_bytes, const SpeedPoint& p) {
+    return weight_bytes + decode_cache_bytes_upper_bound(p.cache);
+  };
+  auto floor_tok_s = [&](double weight_bytes, const SpeedPoint& p) {
+    return best_bw / bytes_per_token(weight_bytes, p);
+  };
+  if (!json) {
+    std::printf("%7s %13s %12s %12s %12s %11s %11s %12s %12s\n", "context", "prefill tok/s", "decode tok/s",
+                "cache bytes", "decode GB/s", "read GB/s", "floor tok/s", "floor(disk)", "decode/floor");
+    for (const SpeedPoint& p : *points) {
+      const double f32 = floor_tok_s(traffic->engine_bytes, p), disk = floor_tok_s(traffic->stored_bytes, p);
+      std::printf("%7lld %13.1f %12.2f %12lld %12.2f %11.2f %11.2f %12.2f %11.1f%%\n", static_cast<long long>(p.context),
+                  p.prefill_tokens_per_s(), p.decode_tokens_per_s(), static_cast<long long>(p.cache.total()),
+                  p.decode_tokens_per_s() * bytes_per_token(traffic->engine_bytes, p) / 1e9, decode_bw[p.context] / 1e9,
+                  f32, disk, f32 > 0 ? 100.0 * p.decode_tokens_per_s() / f32 : 0.0);
+    }
+    std::printf("decode GB/s = decode tok/s × (float32 weights + cache) bytes per token; read GB/s = streaming read "
+                "measured before that decode; floors use the best read of the run, %.2f GB/s\n", best_bw / 1e9);
+  }
+  if (!json) return 0;
+  nlohmann::json j;
+  j["model"] = dir;
+  j["threads"] = threads;
+  j["decode_weights"] = {{"params", traffic->params},
+                         {"engine_bytes", traffic->engine_bytes},
+                         {"stored_bytes", traffic->stored_bytes},
+                         {"checkpoint_params", traffic->checkpoint_params}};
+  if (membw_mib > 0)
+    j["read_bandwidth"] = {{"buffer_bytes", bw.buffer_bytes}, {"avx2", bw.avx2}, {"threads", bw.threads},
+                           {"end_one_thread", bw.one_thread}, {"end_all_threads", bw.all_threads}, {"best", best_bw}};
+  j["points"] = nlohmann::json::array();
+  for (const SpeedPoint& p : *points) {
+    nlohmann::json q = {{"context", p.context},
+                        {"prefill_seconds", p.prefill_seconds},
+                        {"prefill_tokens_per_s", p.prefill_tokens_per_s()},
+                        {"decode_tokens", p.decode_tokens},
+                        {"decode_seconds", p.decode_seconds},
+                        {"decode_tokens_per_s", p.decode_tokens_per_s()},
+                        {"positions", p.positions},
+                        {"cache", {{"window", p.cache.window}, {"main", p.cache.main}, {"index", p.cache.index},
+                                   {"pending", p.cache.pending}, {"total", p.cache.total()}}}};
+    if (membw_mib > 0) {
+      q["read_bandwidth_at_decode"] = decode_bw[p.context];
+      q["floor_f32_tokens_per_s"] = floor_tok_s(traffic->engine_bytes, p);
+      q["floor_stored_tokens_per_s"] = floor_tok_s(traffic->stored_bytes, p);
+    }
+    j["points"].push_back(q);
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+const CommandRegistration kRegistration({"bench", "end-to-end prefill/decode speed and decode roofline", bench_main});
+
+}  // namespace
+}  // namespace dsv41::app

@@ -1,0 +1,55 @@
+// End-to-end speed of one sequence (issue 3 item 6): for each context length C, the prefill
+// rate of C tokens and the decode rate of the next tokens at that context, with the packed
+// cache in use. Owns nothing; borrows the Model.
+//
+// Prompt: C pseudo-random token ids (xoshiro256** from `seed`, uniform over the vocabulary
+// minus the first three ids — BOS/EOS/pad in every config we ship), not text: speed does not
+// depend on the ids except through MoE routing, which random weights spread anyway. Decode feeds
+// back the greedy argmax, as `dsv41 run` does. Each context gets a fresh Session sized C + decode.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "cache/sequence_cache.h"
+#include "model/model.h"
+
+namespace dsv41 {
+
+struct SpeedBenchOptions {
+  std::vector<int64_t> contexts;  // prompt lengths, each ≥ 1
+  int64_t decode_tokens = 16;     // tokens decoded after each prefill (≥ 0)
+  int64_t chunk = 0;              // prefill chunk (0 = the whole prompt in one forward)
+  uint64_t seed = 1;
+  // Called between each prefill and its decode, untimed: e.g. a bandwidth measurement taken
+  // next to the decode it bounds (on a shared machine the bandwidth left to us changes by 2×
+  // within minutes).
+  std::function<void(int64_t context)> before_decode;
+};
+
+struct SpeedPoint {
+  int64_t context = 0;
+  double prefill_seconds = 0;
+  int64_t decode_tokens = 0;
+  double decode_seconds = 0;
+  CacheFootprint cache;  // after the last decoded token
+  int64_t positions = 0;  // tokens in the cache at that point
+  double prefill_tokens_per_s() const { return prefill_seconds > 0 ? context / prefill_seconds : 0; }
+  double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
+};
+
+// Called after each context with its result (for progress output).
+using SpeedProgress = std::function<void(const SpeedPoint&)>;
+
+// Errors (nothing is run): no contexts, a context < 1 or beyond max_position_embeddings together
+// with the decode tokens, negative decode_tokens or chunk.
+Result<std::vector<SpeedPoint>> run_speed_bench(const Model& model, const SpeedBenchOptions& options,
+                                                const SpeedProgress& progress = nullptr);
+
+// The prompt used for a context (exposed for tests): `tokens` ids in [3, V) from `seed`.
+std::vector<int32_t> speed_bench_prompt(int64_t vocab_size, int64_t tokens, uint64_t seed);
+
+}  // namespace dsv41

@@ -5,10 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "kernels/cpu/dispatch.h"
 #include "model/model.h"
+#include "model/random_init.h"
 #include "runtime/sampling.h"
 #include "runtime/session.h"
 
@@ -97,6 +104,77 @@ TEST(RandomModel, FixtureShapesAreNotAssumed) {
   ModelConfig c = odd_config();
   c.engram_compressed_vocab_size = 200;  // more than vocab_size: the random map cannot exist
   EXPECT_FALSE(Model::create_random(c, 1).ok());
+}
+
+// The mHC, Engram and compressor fast paths against their scalar references through a whole
+// model of odd shapes (hc 3, widths not multiples of 8, ratio-2 pending groups, two Engram
+// layers), prefill and decode: the logits agree to float rounding. Each block is checked much
+// more tightly on its own (mhc_test, engram_test, compressor_test); through 7 layers of random
+// weights the block differences (≈1e-6 relative) grow to ≈1e-5 on unit-scale logits, and the
+// bound 1e-4 is the one the chunked-prefill checks above use.
+TEST(RandomModel, FastBlocksMatchTheirScalarReferences) {
+  if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  auto model = Model::create_random(odd_config(), 11);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  std::mt19937 rng(8);
+  std::vector<int32_t> ids(29);
+  for (auto& t : ids) t = rng() % (*model)->vocab_size();
+  const int64_t T = ids.size(), K = 20;
+  auto run = [&](bool scalar) {
+    set_force_scalar(scalar);
+    std::vector<float> logits;
+    auto s = Session::create(**model, T);
+    EXPECT_TRUE((*s)->prefill(std::span<const int32_t>(ids.data(), K), 5, &logits).ok());
+    for (int64_t t = K; t < T; ++t) {
+      auto l = (*s)->decode(ids[t]);
+      EXPECT_TRUE(l.ok()) << l.status().to_string();
+      if (l.ok()) logits.insert(logits.end(), l->begin(), l->end());
+    }
+    set_force_scalar(false);
+    return logits;
+  };
+  const std::vector<float> ref = run(true), fast = run(false);
+  ASSERT_EQ(ref.size(), fast.size());
+  EXPECT_FALSE(ref == fast) << "the scalar switch changed nothing: is the reference really running?";
+  EXPECT_LE(max_abs_diff(ref, fast), 1e-4);
+}
+
+// Engram rows gathered from the mapped checkpoint (the default) against the whole table widened
+// at load: the same logits, bit for bit, for the shipped tiny config written by init-random
+// (FP8 E4M3 tables with row-wise UE8M0 scales, as in the release).
+TEST(RandomModel, EngramRowsFromTheCheckpointEqualTheWidenedTable) {
+  namespace fs = std::filesystem;
+  std::string tmpl = (fs::temp_directory_path() / "dsv41_gather_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl;
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() { fs::remove_all(d); }
+  } cleanup{dir};
+  auto written = write_random_model(std::string(DSV41_SOURCE_DIR) + "/models/tiny-random/config.json", dir + "/m", {});
+  ASSERT_TRUE(written.ok()) << written.status().to_string();
+  ASSERT_FALSE(written->config.engram_layer_ids.empty());
+  auto gathered = Model::load(dir + "/m");
+  ModelLoadOptions widen;
+  widen.widen_engram_tables = true;
+  auto widened = Model::load(dir + "/m", widen);
+  ASSERT_TRUE(gathered.ok()) << gathered.status().to_string();
+  ASSERT_TRUE(widened.ok()) << widened.status().to_string();
+  std::mt19937 rng(3);
+  std::vector<int32_t> ids(19);
+  for (auto& t : ids) t = rng() % (*gathered)->vocab_size();
+  for (bool scalar : {false, true}) {
+    if (scalar && !cpu_has_avx2_fma()) continue;
+    set_force_scalar(scalar);
+    std::vector<float> a, b;
+    auto sa = Session::create(**gathered, ids.size());
+    auto sb = Session::create(**widened, ids.size());
+    ASSERT_TRUE((*sa)->prefill(ids, 0, &a).ok());
+    ASSERT_TRUE((*sb)->prefill(ids, 0, &b).ok());
+    set_force_scalar(false);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << (scalar ? "scalar" : "fast");
+  }
 }
 
 }  // namespace

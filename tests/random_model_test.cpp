@@ -107,14 +107,15 @@ TEST(RandomModel, FixtureShapesAreNotAssumed) {
 }
 
 // The mHC, Engram and compressor fast paths against their scalar references through a whole
-// model of odd shapes (hc 3, widths not multiples of 8, ratio-2 pending groups, two Engram
-// layers), prefill and decode: the logits agree to float rounding. Each block is checked much
+// model of odd shapes (hc 3, hidden 43, ratio-2 pending groups, two Engram layers), prefill and decode: the logits agree to float rounding. Each block is checked much
 // more tightly on its own (mhc_test, engram_test, compressor_test); through 7 layers of random
-// weights the block differences (≈1e-6 relative) grow to ≈1e-5 on unit-scale logits, and the
+// weights the block differences (≈1e-6 relative) reach ≈3e-6 on unit-scale logits, and the
 // bound 1e-4 is the one the chunked-prefill checks above use.
 TEST(RandomModel, FastBlocksMatchTheirScalarReferences) {
   if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
-  auto model = Model::create_random(odd_config(), 11);
+  ModelConfig c = odd_config();
+  c.hidden_size = 43;  // not a multiple of 8: the vector loops' tails run
+  auto model = Model::create_random(c, 11);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   std::mt19937 rng(8);
   std::vector<int32_t> ids(29);

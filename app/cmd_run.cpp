@@ -1,7 +1,7 @@
 // `dsv41 run`: generate from a prompt with one Session, streaming text; reports prefill and
 // decode speed and the packed cache memory in use. Spec: issue 3 "CLI".
 //   dsv41 run -m DIR (-p TEXT | --ids 0,5,7) -n N [--temp T --top-p P --seed S] [--chunk C] [--print-ids]
-//     [--dump NAME,... --dump-out FILE]
+//     [--dump NAME,... --dump-out FILE] [--scalar]
 // Generates exactly N tokens (no stop at EOS, like the golden `generated`). With --print-ids
 // the last line of stdout is the generated ids, comma-separated. --dump writes named
 // intermediates of the (single-chunk) prefill, see runtime/dump.h.
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "kernels/cpu/dispatch.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
 #include "runtime/dump.h"
@@ -46,11 +47,16 @@ int run_main(int argc, char** argv) {
   std::string dump_names, dump_out = "dump.safetensors";
   cli.add_option("--dump", dump_names, "write prefill intermediates: NAME[,NAME...] of " + dump_family_names());
   cli.add_option("--dump-out", dump_out, "file for --dump (default dump.safetensors)");
+  bool scalar = false;
+  cli.add_flag("--scalar", scalar,
+               "run the mHC, Engram and compressor scalar references, not their fast paths "
+               "(as DSV41_FORCE_SCALAR=1 does)");
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return cli.exit(e);
   }
+  if (scalar) set_force_scalar(true);
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "dsv41 run: %s\n", s.to_string().c_str());
     return 1;

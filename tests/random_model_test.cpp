@@ -141,8 +141,35 @@ TEST(RandomModel, FastBlocksMatchTheirScalarReferences) {
 }
 
 // Engram rows gathered from the mapped checkpoint (the default) against the whole table widened
-// at load: the same logits, bit for bit, for the shipped tiny config written by init-random
-// (FP8 E4M3 tables with row-wise UE8M0 scales, as in the release).
+// at load: the same logits, bit for bit, on both block paths.
+void expect_gathered_equals_widened(const std::string& dir) {
+  auto gathered = Model::load(dir);
+  ModelLoadOptions widen;
+  widen.widen_engram_tables = true;
+  auto widened = Model::load(dir, widen);
+  ASSERT_TRUE(gathered.ok()) << gathered.status().to_string();
+  ASSERT_TRUE(widened.ok()) << widened.status().to_string();
+  ASSERT_FALSE((*gathered)->config().engram_layer_ids.empty()) << dir;
+  std::mt19937 rng(3);
+  std::vector<int32_t> ids(19);
+  for (auto& t : ids) t = rng() % (*gathered)->vocab_size();
+  for (bool scalar : {false, true}) {
+    if (scalar && !cpu_has_avx2_fma()) continue;
+    set_force_scalar(scalar);
+    std::vector<float> a, b;
+    auto sa = Session::create(**gathered, ids.size());
+    auto sb = Session::create(**widened, ids.size());
+    ASSERT_TRUE(sa.ok() && sb.ok());
+    const bool ok = (*sa)->prefill(ids, 0, &a).ok() && (*sb)->prefill(ids, 0, &b).ok();
+    set_force_scalar(false);
+    ASSERT_TRUE(ok) << dir;
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << dir << (scalar ? " scalar" : " fast");
+  }
+}
+
+// The shipped tiny config written by init-random: FP8 E4M3 tables with row-wise UE8M0 scales, as
+// in the release.
 TEST(RandomModel, EngramRowsFromTheCheckpointEqualTheWidenedTable) {
   namespace fs = std::filesystem;
   std::string tmpl = (fs::temp_directory_path() / "dsv41_gather_XXXXXX").string();
@@ -154,28 +181,14 @@ TEST(RandomModel, EngramRowsFromTheCheckpointEqualTheWidenedTable) {
   } cleanup{dir};
   auto written = write_random_model(std::string(DSV41_SOURCE_DIR) + "/models/tiny-random/config.json", dir + "/m", {});
   ASSERT_TRUE(written.ok()) << written.status().to_string();
-  ASSERT_FALSE(written->config.engram_layer_ids.empty());
-  auto gathered = Model::load(dir + "/m");
-  ModelLoadOptions widen;
-  widen.widen_engram_tables = true;
-  auto widened = Model::load(dir + "/m", widen);
-  ASSERT_TRUE(gathered.ok()) << gathered.status().to_string();
-  ASSERT_TRUE(widened.ok()) << widened.status().to_string();
-  std::mt19937 rng(3);
-  std::vector<int32_t> ids(19);
-  for (auto& t : ids) t = rng() % (*gathered)->vocab_size();
-  for (bool scalar : {false, true}) {
-    if (scalar && !cpu_has_avx2_fma()) continue;
-    set_force_scalar(scalar);
-    std::vector<float> a, b;
-    auto sa = Session::create(**gathered, ids.size());
-    auto sb = Session::create(**widened, ids.size());
-    ASSERT_TRUE((*sa)->prefill(ids, 0, &a).ok());
-    ASSERT_TRUE((*sb)->prefill(ids, 0, &b).ok());
-    set_force_scalar(false);
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << (scalar ? "scalar" : "fast");
-  }
+  expect_gathered_equals_widened(dir + "/m");
+}
+
+// The golden fixtures under both naming schemes (F32 / BF16 tables with a float scale of ones).
+TEST(RandomModel, EngramRowsFromTheGoldenCheckpointsEqualTheWidenedTable) {
+  const std::string golden = DSV41_GOLDEN_DIR;
+  for (const std::string& d : {golden + "/v41-tiny-f32", golden + "/v41-tiny-f32/official", golden + "/v41-tiny-bf16"})
+    expect_gathered_equals_widened(d);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "cache/page_pool.h"
 #include "format/config.h"
+#include "format/safetensors.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/compressor.h"
 #include "model/engram.h"
@@ -141,6 +142,52 @@ void BM_Engram(benchmark::State& state) {
   flops(state, 2.0 * double(T) * double(in) * double(out));
 }
 
+// The Engram row gather alone, from a table far larger than the caches (2^21 rows × head_dim, as
+// real tables are hundreds of GB): dense float32 (third argument 0) or stored FP8 E4M3 with a
+// row-wise UE8M0 scale, dequantised per lookup (1), the way a loaded checkpoint is read.
+// Bytes = table bytes touched (row payload + scales).
+void BM_EngramGather(benchmark::State& state) {
+  const EngramShape s = EngramShape::from_config(mini_flash());
+  const int64_t T = state.range(0), hd = s.head_dim, rows = int64_t{1} << 21, sc = (hd + 31) / 32;
+  const bool fast = want_fast(state), fp8 = state.range(2) != 0;
+  static std::vector<float> dense;
+  static std::vector<uint8_t> codes, scales;
+  static TensorView view, scale;
+  if (!fp8 && dense.empty()) dense = random_vec(rows * hd, 20, 1.0f);
+  if (fp8 && codes.empty()) {
+    codes.resize(rows * hd);
+    uint32_t x = 1;
+    for (uint8_t& b : codes) {
+      x = x * 1664525u + 1013904223u;
+      b = static_cast<uint8_t>(x >> 24);
+      if ((b & 0x7F) == 0x7F) b = 0x3C;  // no E4M3 NaN codes
+    }
+    scales.assign(rows * sc, 127);  // UE8M0 127 = 2^0
+    view = TensorView{"engram.embed.weight", DType::kF8E4M3, {rows, hd}, codes, "bench"};
+    scale = TensorView{"engram.embed.scale", DType::kF8E8M0, {rows, sc}, scales, "bench"};
+  }
+  EngramWeights w;
+  w.rows = rows;
+  if (fp8) {
+    w.stored = &view;
+    w.stored_scale = &scale;
+  } else {
+    w.table = dense.data();
+  }
+  std::mt19937_64 rng(21);
+  std::vector<int64_t> ids(T * s.columns);
+  for (int64_t& id : ids) id = static_cast<int64_t>(rng() % uint64_t(rows));
+  std::vector<float> r(T * s.columns * hd);
+  for (auto _ : state) {
+    const Status st = fast ? engram_gather_fast(s, w, ids.data(), T, r.data())
+                           : engram_gather_reference(s, w, ids.data(), T, r.data());
+    if (!st.ok()) state.SkipWithError(st.to_string().c_str());
+    benchmark::DoNotOptimize(r.data());
+  }
+  state.SetItemsProcessed(state.iterations() * T);
+  state.SetBytesProcessed(state.iterations() * T * s.columns * (fp8 ? hd + sc : hd * 4));
+}
+
 // ratio 2 (with a pending odd token carried between iterations) and ratio 1, hidden → head_dim.
 void BM_Compressor(benchmark::State& state) {
   const ModelConfig& c = mini_flash();
@@ -173,6 +220,12 @@ void token_args(benchmark::internal::Benchmark* b) {
   for (int64_t T : {1, 32, 256}) b->Args({T, 1});
   b->ArgNames({"T", "fast"});
 }
+void gather_args(benchmark::internal::Benchmark* b) {
+  for (int64_t fp8 : {0, 1})
+    for (int64_t fast : {0, 1})
+      for (int64_t T : {1, 256}) b->Args({T, fast, fp8});
+  b->ArgNames({"T", "fast", "fp8"});
+}
 void compressor_args(benchmark::internal::Benchmark* b) {
   for (int64_t ratio : {2, 1}) {
     for (int64_t T : {1, 32}) b->Args({T, 0, ratio});
@@ -185,6 +238,7 @@ BENCHMARK(BM_MhcCoefficients)->Apply(token_args)->UseRealTime()->Unit(benchmark:
 BENCHMARK(BM_MhcCollapse)->Apply(token_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MhcExpand)->Apply(token_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Engram)->Apply(token_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_EngramGather)->Apply(gather_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Compressor)->Apply(compressor_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace

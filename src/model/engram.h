@@ -49,7 +49,8 @@ struct EngramWeights {
 };
 
 // R for T tokens: r [T, columns·head_dim] = the table rows of row_ids [T, columns], as float32.
-// Fails (naming the tensor) on an id outside the table or a bad stored scale.
+// Fails on an id outside the table (the message gives the id and the row count) or on a stored
+// row that cannot be decoded (a NaN scale, say: the message names the tensor).
 Status engram_gather_reference(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
                                int64_t tokens, float* r);
 // Same, threaded over tokens; identical values.
@@ -57,7 +58,8 @@ Status engram_gather_fast(const EngramShape& shape, const EngramWeights& w, cons
                           float* r);
 
 // x [T, hc, d] updated in place; row_ids [T, columns]. A row id outside the table (or a failed
-// row read) fails the call before anything is written.
+// row read) fails the call before anything is written. engram_forward_fast needs a CPU with
+// AVX2 and FMA; engram_forward checks.
 Status engram_forward_reference(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
                                 int64_t tokens, float* x);
 Status engram_forward_fast(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,

@@ -4,7 +4,11 @@
 // longer match the scalar references bit for bit. Only intrinsics and file-local helpers here (an
 // inline function from a shared header compiled with -mavx2 could be picked by the linker for
 // callers on CPUs without AVX2).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 #include <immintrin.h>
 

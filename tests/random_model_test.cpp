@@ -13,6 +13,7 @@
 
 #include <filesystem>
 
+#include "base/thread_pool.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/model.h"
 #include "model/random_init.h"
@@ -138,6 +139,35 @@ TEST(RandomModel, FastBlocksMatchTheirScalarReferences) {
   ASSERT_EQ(ref.size(), fast.size());
   EXPECT_FALSE(ref == fast) << "the scalar switch changed nothing: is the reference really running?";
   EXPECT_LE(max_abs_diff(ref, fast), 1e-4);
+}
+
+// The whole forward pass (GEMMs, attention core, and the blocks' fast paths, all on the one
+// thread pool) gives the same bits with 1, 3 or the machine's number of threads: every work item's
+// arithmetic is fixed, only who runs it changes. Long enough (T = 600: ≥ 64K units of work per
+// loop, see dispatch.h parallel_items) that the blocks' token loops split over the pool too.
+TEST(RandomModel, ThreadCountDoesNotChangeTheBits) {
+  ModelConfig c = odd_config();
+  c.hidden_size = 43;
+  auto model = Model::create_random(c, 12);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  std::mt19937 rng(9);
+  std::vector<int32_t> ids(600);
+  for (auto& t : ids) t = rng() % (*model)->vocab_size();
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    std::vector<float> logits;
+    auto s = Session::create(**model, ids.size() + 1);
+    EXPECT_TRUE((*s)->prefill(ids, 0, &logits).ok());
+    auto l = (*s)->decode(ids[0]);
+    EXPECT_TRUE(l.ok());
+    if (l.ok()) logits.insert(logits.end(), l->begin(), l->end());
+    return logits;
+  };
+  const std::vector<float> one = run(1), three = run(3), all = run(0);
+  set_num_threads(0);
+  ASSERT_EQ(one.size(), three.size());
+  EXPECT_EQ(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(one.data(), all.data(), one.size() * sizeof(float)), 0);
 }
 
 // Engram rows gathered from the mapped checkpoint (the default) against the whole table widened

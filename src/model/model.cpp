@@ -334,8 +334,10 @@ Status Model::layer_forward(int layer, SequenceState& seq, Chunk& chunk, float* 
       std::copy_n(chunk.engram_rows.data() + (t * n_engram + info.engram_slot) * cols, cols, rows.data() + t * cols);
     Status s = engram_forward(engram_, L.engram(), rows.data(), T, x);
     if (!s.ok()) {
+      // A table row that cannot be decoded (a NaN scale in the mapped checkpoint: the rows are
+      // only read when looked up) after earlier layers have taken this chunk into their caches.
       restore();
-      return s;
+      return s.with_context("layer " + std::to_string(layer) + " engram (the sequence must be reset)");
     }
   }
   std::vector<float> pre_a(T * hc), post_a(T * hc), comb_a(T * hc * hc);

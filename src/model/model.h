@@ -104,7 +104,8 @@ class Model {
   // Loads DIR: config.json, the checkpoint (either naming scheme), tokenizer.json (for the
   // Engram token map; only needed when the config has Engram layers). Errors name the file,
   // field or tensor.
-  // The checkpoint stays mapped for the model's lifetime (the Engram rows are read from it).
+  // The checkpoint stays mapped for the model's lifetime (the Engram rows are read from it, so a
+  // damaged Engram scale shows up as a forward error when its row is first looked up, not here).
   static Result<std::unique_ptr<Model>> load(const std::string& dir, const ModelLoadOptions& options = {});
   // Deterministic random weights for any valid config (tests of shapes unlike the fixtures).
   // engram_num_embeddings is derived from the bucket primes; the Engram token map is

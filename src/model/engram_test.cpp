@@ -194,5 +194,33 @@ TEST(EngramFast, MatchesReferenceAndStoredTablesGiveTheWidenedBits) {
   }
 }
 
+// A stored row whose scale is NaN: the lookup fails naming the tensor, x untouched, both paths.
+TEST(EngramFast, UndecodableStoredRowFailsNamingTheTensor) {
+  std::mt19937 rng(77);
+  EngramShape s;
+  s.hc = 2;
+  s.dim = 9;
+  s.columns = 3;
+  s.head_dim = 40;
+  const int64_t rows = 37, T = 4, in = s.columns * s.head_dim;
+  StoredTable st(rows, s.head_dim, true, rng);
+  const float nan = std::nanf("");
+  std::memcpy(st.scale_bytes.data() + 4 * (5 * 2 + 1), &nan, 4);  // row 5, second block
+  auto wkv = random_vec((s.hc + 1) * s.dim * in, rng), qw = random_vec(s.hc * s.dim, rng);
+  EngramWeights w{nullptr, rows, wkv.data(), qw.data(), qw.data(), &st.view, st.scale_ptr()};
+  std::vector<int64_t> ids(T * s.columns, 1);
+  ids[7] = 5;
+  const auto x0 = random_vec(T * s.hc * s.dim, rng);
+  for (bool fast : {false, true}) {
+    if (fast && !cpu_has_avx2_fma()) continue;
+    auto x = x0;
+    const Status st_ = fast ? engram_forward_fast(s, w, ids.data(), T, x.data())
+                            : engram_forward_reference(s, w, ids.data(), T, x.data());
+    ASSERT_FALSE(st_.ok());
+    EXPECT_NE(st_.message().find("engram.fp8"), std::string::npos) << st_.message();
+    EXPECT_EQ(x, x0);
+  }
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -75,7 +75,7 @@ TEST(Engram, ReferenceFastAndFormulaAgree) {
 // ---- Fast path vs scalar reference, and rows gathered from stored (BF16 / FP8) tables --------
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // A stored table: BF16 (no scale) or F8_E4M3 with a row-wise F32 scale [rows, ceil(head/32)] of

@@ -1,7 +1,7 @@
 // `dsv41 logits`: fp32 logits of every position of a token sequence, to a safetensors file
 // (F32 tensor `logits` [T, V]) for comparison with reference outputs. Spec: issue 3 "CLI".
 //   dsv41 logits -m DIR --ids 0,5,7,... [--decode-from K] [--chunk C] --out FILE.safetensors
-//     [--dump NAME,... --dump-out FILE]
+//     [--dump NAME,... --dump-out FILE] [--scalar]
 // Without --decode-from all rows come from one prefill (in chunks of C if given); with
 // --decode-from K, rows 0..K−1 come from a prefill of the first K tokens and rows K.. from
 // incremental decode of the remaining tokens one at a time. --dump writes named intermediates
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "kernels/cpu/dispatch.h"
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "runtime/dump.h"
@@ -35,11 +36,16 @@ int logits_main(int argc, char** argv) {
   std::string dump_names, dump_out = "dump.safetensors";
   cli.add_option("--dump", dump_names, "write prefill intermediates: NAME[,NAME...] of " + dump_family_names());
   cli.add_option("--dump-out", dump_out, "file for --dump (default dump.safetensors)");
+  bool scalar = false;
+  cli.add_flag("--scalar", scalar,
+               "run the mHC, Engram and compressor scalar references, not their fast paths "
+               "(as DSV41_FORCE_SCALAR=1 does)");
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return cli.exit(e);
   }
+  if (scalar) set_force_scalar(true);
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "dsv41 logits: %s\n", s.to_string().c_str());
     return 1;

@@ -1,11 +1,12 @@
 // `dsv41 run`: generate from a prompt with one Session, streaming text; reports prefill and
 // decode speed and the packed cache memory in use. Spec: issue 3 "CLI".
 //   dsv41 run -m DIR (-p TEXT | --ids 0,5,7) -n N [--temp T --top-p P --seed S] [--chunk C] [--print-ids]
-//     [--ignore-eos] [--dump NAME,... --dump-out FILE]
+//     [--ignore-eos] [--dump NAME,... --dump-out FILE] [--scalar]
 // Generates up to N tokens, stopping after the config's eos_token_id (which is counted and
 // printed in --print-ids, not shown as text); --ignore-eos generates exactly N (like the golden
 // `generated`). With --print-ids the last line of stdout is the generated ids, comma-separated.
 // --dump writes named intermediates of the (single-chunk) prefill, see runtime/dump.h.
+// --scalar forces the plain scalar block references (kernels/cpu/dispatch.h).
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "kernels/cpu/dispatch.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
 #include "runtime/dump.h"
@@ -48,11 +50,16 @@ int run_main(int argc, char** argv) {
   std::string dump_names, dump_out = "dump.safetensors";
   cli.add_option("--dump", dump_names, "write prefill intermediates: NAME[,NAME...] of " + dump_family_names());
   cli.add_option("--dump-out", dump_out, "file for --dump (default dump.safetensors)");
+  bool scalar = false;
+  cli.add_flag("--scalar", scalar,
+               "run the mHC, Engram and compressor scalar references, not their fast paths "
+               "(as DSV41_FORCE_SCALAR=1 does)");
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return cli.exit(e);
   }
+  if (scalar) set_force_scalar(true);
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "dsv41 run: %s\n", s.to_string().c_str());
     return 1;

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <string>
-#include <thread>
 
+#include "base/thread_pool.h"
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/gemm.h"
 #include "model/compressor.h"
@@ -182,9 +182,9 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
   std::copy(kv.begin(), kv.end(), keys.begin() + (start_pos - first) * D);
 
   // ---- Sink attention per token and head. ---------------------------------------------------
-  // Work items are (token, head) pairs in flat order i·H + h, split into contiguous ranges over
-  // threads; each pair's arithmetic is the same whichever thread runs it, so the result does not
-  // depend on the thread count.
+  // Work items are (token, head) pairs in flat order i·H + h, split into contiguous ranges run on
+  // the engine's thread pool (base/thread_pool.h); each pair's arithmetic is the same whichever
+  // thread runs it, so the result does not depend on the thread count or the ranges.
   const float scaling = static_cast<float>(std::pow(static_cast<double>(D), -0.5));
   const int k = config.index_topk;
   std::vector<float> o(static_cast<size_t>(T * H * D), 0.0f);
@@ -235,20 +235,17 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
     const int64_t items = T * H;
     // Roughly the multiply-adds per item; threads only when each gets ≥ ~2M of them.
     const int64_t per_item = (std::min<int64_t>(win, start_pos + T) + k) * D * 2;
-    int64_t threads;
+    int64_t chunks;
     if (options.threads > 0) {
-      threads = std::min<int64_t>(options.threads, items);  // an explicit count wins
+      chunks = std::min<int64_t>(options.threads, items);  // an explicit count wins
     } else {
-      const int64_t hw = std::max(1u, std::thread::hardware_concurrency());
-      threads = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 21))});
+      const int64_t hw = default_pool().num_threads();
+      chunks = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 21))});
     }
-    if (threads <= 1) {
+    if (chunks <= 1) {
       attend_range(0, items);
     } else {
-      std::vector<std::thread> pool;
-      for (int64_t th = 0; th < threads; ++th)
-        pool.emplace_back(attend_range, items * th / threads, items * (th + 1) / threads);
-      for (std::thread& t : pool) t.join();
+      default_pool().parallel_for(items, (items + chunks - 1) / chunks, attend_range);
     }
   }
 

@@ -109,8 +109,9 @@ struct SharedAttentionState {
 
 // Execution knobs (not semantics: every setting gives the same result).
 struct AttentionOptions {
-  // Threads for the sink-attention core: 0 = the machine's hardware threads, used only when the
-  // chunk has enough work; n > 0 = exactly n (capped at tokens × heads).
+  // How many ranges the sink-attention core is split into, run on default_pool()
+  // (base/thread_pool.h, so at most its thread count at once): 0 = one per pool thread, used only
+  // when the chunk has enough work; n > 0 = exactly n ranges (capped at tokens × heads).
   int threads = 0;
 };
 

@@ -3,38 +3,18 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "kernels/cpu/block_kernels.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "model/rmsnorm.h"
 
 namespace dsv41 {
 
-void compressor_step(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv, const float* x,
-                     int64_t T, CompressedGroups& out) {
-  const int64_t hidden = config.hidden_size, D = kv.dim;
-  const int r = kv.ratio;
-  out.first_group = kv.entries();
-  out.latents.clear();
-  if (r == 1) {
-    // One latent per token, no state.
-    out.groups = T;
-    out.latents.resize(static_cast<size_t>(T * D));
-    gemm_f32(x, T, hidden, w.compressor_wkv.data(), D, out.latents.data());       // [T, D]
-    rmsnorm_rows(out.latents.data(), T, D, w.compressor_norm.data(), config.rms_norm_eps, out.latents.data());
-    return;
-  }
-  // Projections of the new tokens, appended after the pending ones: rows [pending + T, D].
-  const int64_t n = kv.pending + T;
-  std::vector<float> a(static_cast<size_t>(n * D)), b(static_cast<size_t>(n * D));
-  std::copy(kv.pending_kv.begin(), kv.pending_kv.begin() + kv.pending * D, a.begin());
-  std::copy(kv.pending_gate.begin(), kv.pending_gate.begin() + kv.pending * D, b.begin());
-  gemm_f32(x, T, hidden, w.compressor_wkv.data(), D, a.data() + kv.pending * D);
-  gemm_f32(x, T, hidden, w.compressor_wgate.data(), D, b.data() + kv.pending * D);
-
-  out.groups = n / r;
-  out.latents.assign(static_cast<size_t>(out.groups * D), 0.0f);
-  for (int64_t g = 0; g < out.groups; ++g) {
-    float* latent = out.latents.data() + g * D;
+void compressor_pool_reference(const float* a, const float* b, int64_t groups, int r, int64_t D, float* out) {
+  for (int64_t g = 0; g < groups; ++g) {
+    float* latent = out + g * D;
     for (int64_t c = 0; c < D; ++c) {
       // Softmax over the r tokens of the group, per channel, in fp32.
       float m = -std::numeric_limits<float>::infinity();
@@ -45,8 +25,49 @@ void compressor_step(const ModelConfig& config, const AttentionWeights& w, KvSou
       for (int j = 0; j < r; ++j) acc += a[(g * r + j) * D + c] * (std::exp(b[(g * r + j) * D + c] - m) / denom);
       latent[c] = acc;
     }
-    rmsnorm_row(latent, D, w.compressor_norm.data(), config.rms_norm_eps, latent);
   }
+}
+
+void compressor_pool_fast(const float* a, const float* b, int64_t groups, int r, int64_t D, float* out) {
+  // ≈ 8 operations and one exp per token channel.
+  parallel_items(groups, int64_t{16} * r * D, [&](int64_t g0, int64_t g1) {
+    std::vector<float> scratch(static_cast<size_t>(r) * 8);
+    for (int64_t g = g0; g < g1; ++g) softmax_pool_avx2(a + g * r * D, b + g * r * D, r, D, scratch.data(), out + g * D);
+  });
+}
+
+namespace {
+
+using GemmFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*);
+using PoolFn = void (*)(const float*, const float*, int64_t, int, int64_t, float*);
+
+// The step with the given projection and pooling implementations.
+void step(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv, const float* x, int64_t T,
+          CompressedGroups& out, GemmFn gemm, PoolFn pool) {
+  const int64_t hidden = config.hidden_size, D = kv.dim;
+  const int r = kv.ratio;
+  out.first_group = kv.entries();
+  out.latents.clear();
+  if (r == 1) {
+    // One latent per token, no state.
+    out.groups = T;
+    out.latents.resize(static_cast<size_t>(T * D));
+    gemm(x, T, hidden, w.compressor_wkv.data(), D, out.latents.data());       // [T, D]
+    rmsnorm_rows(out.latents.data(), T, D, w.compressor_norm.data(), config.rms_norm_eps, out.latents.data());
+    return;
+  }
+  // Projections of the new tokens, appended after the pending ones: rows [pending + T, D].
+  const int64_t n = kv.pending + T;
+  std::vector<float> a(static_cast<size_t>(n * D)), b(static_cast<size_t>(n * D));
+  std::copy(kv.pending_kv.begin(), kv.pending_kv.begin() + kv.pending * D, a.begin());
+  std::copy(kv.pending_gate.begin(), kv.pending_gate.begin() + kv.pending * D, b.begin());
+  gemm(x, T, hidden, w.compressor_wkv.data(), D, a.data() + kv.pending * D);
+  gemm(x, T, hidden, w.compressor_wgate.data(), D, b.data() + kv.pending * D);
+
+  out.groups = n / r;
+  out.latents.assign(static_cast<size_t>(out.groups * D), 0.0f);
+  pool(a.data(), b.data(), out.groups, r, D, out.latents.data());
+  rmsnorm_rows(out.latents.data(), out.groups, D, w.compressor_norm.data(), config.rms_norm_eps, out.latents.data());
   // The incomplete remainder stays pending.
   const int64_t rest = n - out.groups * r;
   kv.pending = rest;
@@ -54,19 +75,41 @@ void compressor_step(const ModelConfig& config, const AttentionWeights& w, KvSou
   kv.pending_gate.assign(b.begin() + out.groups * r * D, b.end());
 }
 
+}  // namespace
+
+void compressor_step_reference(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
+                               const float* x, int64_t T, CompressedGroups& out) {
+  step(config, w, kv, x, T, out, &gemm_f32_reference, &compressor_pool_reference);
+}
+
+void compressor_step_fast(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv, const float* x,
+                          int64_t T, CompressedGroups& out) {
+  step(config, w, kv, x, T, out, &gemm_f32, &compressor_pool_fast);
+}
+
+void compressor_step(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv, const float* x,
+                     int64_t T, CompressedGroups& out) {
+  if (fast_blocks_enabled()) return compressor_step_fast(config, w, kv, x, T, out);
+  compressor_step_reference(config, w, kv, x, T, out);
+}
+
 void compressor_publish(const ModelConfig& config, const AttentionWeights& w, const Rope& rope, KvSourceCache& kv,
                         const CompressedGroups& groups) {
   const int64_t D = kv.dim, Di = kv.index_dim;
-  std::vector<float> rotated(static_cast<size_t>(D)), key(static_cast<size_t>(Di));
+  // Index keys from the PRE-RoPE latents: RMSNorm_k(W_k L_g), all groups as one product (the
+  // same bits as one row at a time: gemm.h's per-row order does not depend on the rows).
+  std::vector<float> keys(static_cast<size_t>(groups.groups * Di));
+  gemm_f32(groups.latents.data(), groups.groups, D, w.indexer_wk.data(), Di, keys.data());
+  rmsnorm_rows(keys.data(), groups.groups, Di, w.indexer_k_norm.data(), config.rms_norm_eps, keys.data());
+  std::vector<float> rotated(static_cast<size_t>(D));
   for (int64_t i = 0; i < groups.groups; ++i) {
     const int64_t g = groups.first_group + i;
     const int64_t pos = g * kv.ratio;  // entry g sits at its group's first position
     const float* latent = groups.latents.data() + i * D;
-    // Index key from the PRE-RoPE latent: RMSNorm_k(W_k L_g) → RoPE → MXFP4.
-    gemm_f32(latent, 1, D, w.indexer_wk.data(), Di, key.data());
-    rmsnorm_row(key.data(), Di, w.indexer_k_norm.data(), config.rms_norm_eps, key.data());
-    rope.apply(RopeKind::kCompress, key.data(), Di, pos);
-    row_pack(RowKind::kIndex, key.data(), Di, kv.index.append());
+    // Index key → RoPE → MXFP4.
+    float* key = keys.data() + i * Di;
+    rope.apply(RopeKind::kCompress, key, Di, pos);
+    row_pack(RowKind::kIndex, key, Di, kv.index.append());
     // Main row: RoPE → NVFP4.
     std::copy(latent, latent + D, rotated.begin());
     rope.apply(RopeKind::kCompress, rotated.data(), D, pos);

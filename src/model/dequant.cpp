@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -135,29 +136,34 @@ Status decode_row(const Plan& p, const TensorView& w, int64_t r, float* out) {
       return corrupt(fmt::format("{}: scale {} of weight {}: {} at [{}, {}]", p.scale->file, q(p.scale->name),
                                  q(w.name), std::isnan(s[b]) ? "NaN" : "infinite", srow, b));
   }
+  // Column blocks outermost so the scale is looked up once per block, not divided out per element
+  // (the Engram rows are dequantised at every lookup); each value is still code value × scale.
   const int64_t bc = p.block.cols;
-  switch (p.kind) {
-    case Kind::kFloat: {
-      const size_t es = dtype_size(w.dtype);
-      const uint8_t* src = w.bytes.data() + static_cast<size_t>(r * cols) * es;
-      for (int64_t c = 0; c < cols; ++c) out[c] = load_float(w.dtype, src + c * es) * s[c / bc];
-      break;
-    }
-    case Kind::kFp8: {
-      const auto& lut = e4m3_table();
-      const uint8_t* src = w.bytes.data() + static_cast<size_t>(r * cols);
-      for (int64_t c = 0; c < cols; ++c) out[c] = lut[src[c]] * s[c / bc];
-      break;
-    }
-    case Kind::kFp4: {
-      const auto& lut = e2m1_table();
-      const uint8_t* src = w.bytes.data() + static_cast<size_t>(r * (cols / 2));
-      for (int64_t k = 0; k < cols / 2; ++k) {
-        const uint8_t byte = src[k];  // column 2k in the low nibble, 2k+1 in the high nibble
-        out[2 * k] = lut[byte & 0x0F] * s[(2 * k) / bc];
-        out[2 * k + 1] = lut[byte >> 4] * s[(2 * k + 1) / bc];
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int64_t c0 = b * bc, c1 = std::min(cols, c0 + bc);
+    const float sb = s[b];
+    switch (p.kind) {
+      case Kind::kFloat: {
+        const size_t es = dtype_size(w.dtype);
+        const uint8_t* src = w.bytes.data() + static_cast<size_t>(r * cols) * es;
+        for (int64_t c = c0; c < c1; ++c) out[c] = load_float(w.dtype, src + c * es) * sb;
+        break;
       }
-      break;
+      case Kind::kFp8: {
+        const auto& lut = e4m3_table();
+        const uint8_t* src = w.bytes.data() + static_cast<size_t>(r * cols);
+        for (int64_t c = c0; c < c1; ++c) out[c] = lut[src[c]] * sb;
+        break;
+      }
+      case Kind::kFp4: {
+        const auto& lut = e2m1_table();
+        const uint8_t* src = w.bytes.data() + static_cast<size_t>(r * (cols / 2));
+        for (int64_t c = c0; c < c1; ++c) {
+          const uint8_t byte = src[c / 2];  // column 2k in the low nibble, 2k+1 in the high nibble
+          out[c] = lut[(c & 1) ? (byte >> 4) : (byte & 0x0F)] * sb;
+        }
+        break;
+      }
     }
   }
   return ok_status();

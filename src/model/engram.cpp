@@ -1,11 +1,17 @@
-// Engram gate and write (model.md §3.8). See engram.h.
+// Engram row gather, gate and write (model.md §3.8): scalar reference and fast path. See engram.h.
 #include "model/engram.h"
 
+#include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/block_kernels.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
+#include "model/dequant.h"
 
 namespace dsv41 {
 
@@ -22,6 +28,10 @@ EngramShape EngramShape::from_config(const ModelConfig& config) {
 namespace {
 
 Status check_rows(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids, int64_t tokens) {
+  if (w.table == nullptr && w.stored == nullptr) return internal_error("engram: no table (dense or stored)");
+  if (w.table == nullptr && (w.stored->shape.size() != 2 || w.stored->shape[0] != w.rows))
+    return internal_error("engram: stored table " + w.stored->name + " " + w.stored->shape_string() + " is not [" +
+                          std::to_string(w.rows) + ", head_dim]");
   for (int64_t i = 0; i < tokens * shape.columns; ++i)
     if (row_ids[i] < 0 || row_ids[i] >= w.rows)
       return internal_error("engram: row id " + std::to_string(row_ids[i]) + " outside the table's " +
@@ -29,16 +39,35 @@ Status check_rows(const EngramShape& shape, const EngramWeights& w, const int64_
   return ok_status();
 }
 
-// Gathers the rows of one token: R [columns · head_dim].
-void gather(const EngramShape& shape, const EngramWeights& w, const int64_t* ids, float* r) {
-  for (int c = 0; c < shape.columns; ++c) {
-    const float* src = w.table + ids[c] * shape.head_dim;
-    for (int64_t k = 0; k < shape.head_dim; ++k) r[c * shape.head_dim + k] = src[k];
+// Rows of tokens [t0, t1) into r (which points at token t0's R).
+Status gather_range(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids, int64_t t0, int64_t t1,
+                    float* r) {
+  const int64_t hd = shape.head_dim;
+  const int64_t n = (t1 - t0) * shape.columns;
+  const int64_t* ids = row_ids + t0 * shape.columns;
+  if (w.table != nullptr) {
+    for (int64_t i = 0; i < n; ++i) std::copy_n(w.table + ids[i] * hd, hd, r + i * hd);
+    return ok_status();
   }
+  DSV41_ASSIGN_OR_RETURN(FloatTensor rows,
+                         dequantize_rows(*w.stored, w.stored_scale, std::span<const int64_t>(ids, size_t(n))));
+  if (rows.numel() != n * hd)
+    return internal_error("engram: stored table " + w.stored->name + " rows have " +
+                          std::to_string(rows.shape.back()) + " columns, expected head_dim " + std::to_string(hd));
+  std::copy(rows.data.begin(), rows.data.end(), r);
+  return ok_status();
 }
 
-// Gate + write for one token given its kv [(hc+1)·d].
-void gate_and_write(const EngramShape& shape, const EngramWeights& w, const float* kv, float* x) {
+// The gate of one stream from its three sums (model.md §3.8), shared by both paths.
+float gate_from_sums(double xx, double kk, double dot, int64_t d, float eps) {
+  const double rstd = (1.0 / std::sqrt(float(xx / d) + double(eps))) * (1.0 / std::sqrt(float(kk / d) + double(eps)));
+  const double g = dot * rstd / std::sqrt(double(d));
+  const double mag = std::sqrt(std::max(std::fabs(g), 1e-6));
+  return static_cast<float>(1.0 / (1.0 + std::exp(-std::copysign(mag, g))));
+}
+
+// Gate + write for one token given its kv [(hc+1)·d] (scalar reference).
+void gate_and_write_reference(const EngramShape& shape, const EngramWeights& w, const float* kv, float* x) {
   const int64_t d = shape.dim;
   const float* v = kv + shape.hc * d;
   for (int i = 0; i < shape.hc; ++i) {
@@ -52,45 +81,83 @@ void gate_and_write(const EngramShape& shape, const EngramWeights& w, const floa
       kk += double(ki[c]) * ki[c];
       dot += double(xi[c]) * (double(qw[c]) * kw[c]) * ki[c];
     }
-    const double rstd = (1.0 / std::sqrt(float(xx / d) + double(shape.eps))) * (1.0 / std::sqrt(float(kk / d) + double(shape.eps)));
-    const double g = dot * rstd / std::sqrt(double(d));
-    const double mag = std::sqrt(std::max(std::fabs(g), 1e-6));
-    const float gate = static_cast<float>(1.0 / (1.0 + std::exp(-std::copysign(mag, g))));
+    const float gate = gate_from_sums(xx, kk, dot, d, shape.eps);
     for (int64_t c = 0; c < d; ++c) xi[c] += gate * v[c];
+  }
+}
+
+void gate_and_write_fast(const EngramShape& shape, const EngramWeights& w, const float* kv, float* x) {
+  const int64_t d = shape.dim;
+  const float* v = kv + shape.hc * d;
+  for (int i = 0; i < shape.hc; ++i) {
+    float* xi = x + i * d;
+    double xx, kk, dot;
+    engram_sums_avx2(xi, kv + i * d, w.q_weight + i * d, w.k_weight + i * d, d, &xx, &kk, &dot);
+    add_scaled_avx2(xi, gate_from_sums(xx, kk, dot, d, shape.eps), v, d);
   }
 }
 
 }  // namespace
 
-Status engram_forward_reference(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
-                                int64_t tokens, float* x) {
+Status engram_gather_reference(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
+                               int64_t tokens, float* r) {
+  DSV41_RETURN_IF_ERROR(check_rows(shape, w, row_ids, tokens));
+  return gather_range(shape, w, row_ids, 0, tokens, r);
+}
+
+Status engram_gather_fast(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids, int64_t tokens,
+                          float* r) {
   DSV41_RETURN_IF_ERROR(check_rows(shape, w, row_ids, tokens));
   const int64_t in = shape.columns * shape.head_dim;
+  std::mutex mu;
+  Status first_error = ok_status();
+  parallel_items(tokens, in, [&](int64_t t0, int64_t t1) {
+    Status s = gather_range(shape, w, row_ids, t0, t1, r + t0 * in);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (first_error.ok()) first_error = std::move(s);
+    }
+  });
+  return first_error;
+}
+
+Status engram_forward_reference(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
+                                int64_t tokens, float* x) {
+  const int64_t in = shape.columns * shape.head_dim;
   const int64_t out = (shape.hc + 1) * shape.dim;
-  std::vector<float> r(in), kv(out);
+  std::vector<float> r(tokens * in), kv(out);
+  DSV41_RETURN_IF_ERROR(engram_gather_reference(shape, w, row_ids, tokens, r.data()));
   for (int64_t t = 0; t < tokens; ++t) {
-    gather(shape, w, row_ids + t * shape.columns, r.data());
+    const float* rt = r.data() + t * in;
     for (int64_t o = 0; o < out; ++o) {
       const float* wo = w.wkv + o * in;
       double acc = 0;
-      for (int64_t k = 0; k < in; ++k) acc += double(wo[k]) * r[k];
+      for (int64_t k = 0; k < in; ++k) acc += double(wo[k]) * rt[k];
       kv[o] = static_cast<float>(acc);
     }
-    gate_and_write(shape, w, kv.data(), x + t * shape.hc * shape.dim);
+    gate_and_write_reference(shape, w, kv.data(), x + t * shape.hc * shape.dim);
   }
+  return ok_status();
+}
+
+Status engram_forward_fast(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
+                           int64_t tokens, float* x) {
+  const int64_t in = shape.columns * shape.head_dim;
+  const int64_t out = (shape.hc + 1) * shape.dim;
+  std::vector<float> r(tokens * in), kv(tokens * out);
+  DSV41_RETURN_IF_ERROR(engram_gather_fast(shape, w, row_ids, tokens, r.data()));
+  gemm_f32(r.data(), tokens, in, w.wkv, out, kv.data());
+  parallel_items(tokens, 4 * shape.hc * shape.dim, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      gate_and_write_fast(shape, w, kv.data() + t * out, x + t * shape.hc * shape.dim);
+  });
   return ok_status();
 }
 
 Status engram_forward(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids, int64_t tokens,
                       float* x) {
-  DSV41_RETURN_IF_ERROR(check_rows(shape, w, row_ids, tokens));
-  const int64_t in = shape.columns * shape.head_dim;
-  const int64_t out = (shape.hc + 1) * shape.dim;
-  std::vector<float> r(tokens * in), kv(tokens * out);
-  for (int64_t t = 0; t < tokens; ++t) gather(shape, w, row_ids + t * shape.columns, r.data() + t * in);
-  gemm_f32(r.data(), tokens, in, w.wkv, out, kv.data());
-  for (int64_t t = 0; t < tokens; ++t) gate_and_write(shape, w, kv.data() + t * out, x + t * shape.hc * shape.dim);
-  return ok_status();
+  if (fast_blocks_enabled()) return engram_forward_fast(shape, w, row_ids, tokens, x);
+  return engram_forward_reference(shape, w, row_ids, tokens, x);
 }
 
 }  // namespace dsv41

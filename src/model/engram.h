@@ -7,13 +7,23 @@
 //   gate_i = σ( sign(dot_i) · sqrt(max(|dot_i|, 1e-6)) )
 //   X_i  ← X_i + gate_i · v                     (fp32)
 // eps is the config's rms_norm_eps. Row ids come from EngramHasher (engram_hash.h). Weights are
-// float32 (the table dequantised by the registry) and borrowed for the call.
+// float32 and borrowed for the call, except the table: real tables are far too large to widen
+// (two tables of ~98 GB each in FP8 in the release), so its rows may instead be read from the
+// mapped checkpoint tensor and dequantised only for the ids of the call (dequant.h,
+// dequantize_rows: exactly the values a whole-table widening gives).
+//
+// Reference vs fast (engram_forward picks one, kernels/cpu/dispatch.h): the reference gathers
+// sequentially, projects with double accumulation and forms the gate sums in scalar double; the
+// fast path gathers threaded over tokens, projects with one gemm_f32 and forms the gate sums in
+// AVX2 double lanes, threaded over tokens. They agree to float rounding (the projection); the
+// gathered rows are identical.
 #pragma once
 
 #include <cstdint>
 
 #include "base/status.h"
 #include "format/config.h"
+#include "format/safetensors.h"
 
 namespace dsv41 {
 
@@ -27,18 +37,33 @@ struct EngramShape {
 };
 
 struct EngramWeights {
-  const float* table = nullptr;  // [rows, head_dim]
+  const float* table = nullptr;  // dense float32 [rows, head_dim]; null: rows come from `stored`
   int64_t rows = 0;
   const float* wkv = nullptr;       // [(hc+1)·d, columns·head_dim]
   const float* q_weight = nullptr;  // [hc, d]
   const float* k_weight = nullptr;  // [hc, d]
+  // The stored table [rows, head_dim] (F32/BF16/F8_E4M3 bytes, e.g. mapped from the checkpoint)
+  // and its scale companion (row-wise, may be null for a float table); used when table is null.
+  const TensorView* stored = nullptr;
+  const TensorView* stored_scale = nullptr;
 };
 
-// x [T, hc, d] updated in place; row_ids [T, columns]. A row id outside the table fails the
-// call before anything is written.
+// R for T tokens: r [T, columns·head_dim] = the table rows of row_ids [T, columns], as float32.
+// Fails on an id outside the table (the message gives the id and the row count) or on a stored
+// row that cannot be decoded (a NaN scale, say: the message names the tensor).
+Status engram_gather_reference(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
+                               int64_t tokens, float* r);
+// Same, threaded over tokens; identical values.
+Status engram_gather_fast(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids, int64_t tokens,
+                          float* r);
+
+// x [T, hc, d] updated in place; row_ids [T, columns]. A row id outside the table (or a failed
+// row read) fails the call before anything is written. engram_forward_fast needs a CPU with
+// AVX2 and FMA; engram_forward checks.
 Status engram_forward_reference(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
                                 int64_t tokens, float* x);
-// Same with the wkv projection as one GEMM over all tokens.
+Status engram_forward_fast(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
+                           int64_t tokens, float* x);
 Status engram_forward(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids, int64_t tokens,
                       float* x);
 

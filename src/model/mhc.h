@@ -34,19 +34,36 @@ struct MhcWeights {
   const float* scale = nullptr;  // [3]: pre, post, comb
 };
 
+// Each operation has a plain scalar *_reference, a *_fast path (AVX2 inner loops from
+// kernels/cpu/block_kernels.h, threaded over tokens) and an unsuffixed entry that picks one at run
+// time (kernels/cpu/dispatch.h: the fast path on AVX2+FMA CPUs unless DSV41_FORCE_SCALAR is set).
+// How they agree: collapse and expand give identical bits; the coefficients agree to float
+// rounding (the fast projection is a GEMM with float lanes, the reference accumulates in double),
+// the Sinkhorn part being the same scalar code on the same projection.
+// The fast paths require a CPU with AVX2 and FMA (call the unsuffixed entries otherwise).
+
 // (pre, post, comb) = H(X) for T tokens.  x [T, hc, d] → pre [T, hc], post [T, hc], comb [T, hc, hc].
-// The reference is scalar with double accumulation; the fast path does the projection as one
-// GEMM of the normalised flattened streams. Both agree to float rounding.
+// Reference: per token, the flattened-stream RMS scale and the projection with double accumulation.
+// Fast: the normalised streams of all tokens as one GEMM (kernels/cpu/gemm.h), the RMS scale in
+// AVX2 (double lanes) and the gates + Sinkhorn threaded over tokens.
 void mhc_coefficients_reference(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens,
                                 float* pre, float* post, float* comb);
+void mhc_coefficients_fast(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens, float* pre,
+                           float* post, float* comb);
 void mhc_coefficients(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens, float* pre,
                       float* post, float* comb);
 
-// y[t] = Σ_j pre[t, j] · X[t, j]   (fp32).   x [T, hc, d], pre [T, hc] → y [T, d]
+// y[t] = Σ_j pre[t, j] · X[t, j]   (fp32, j ascending).   x [T, hc, d], pre [T, hc] → y [T, d]
+void mhc_collapse_reference(const MhcShape& shape, const float* x, const float* pre, int64_t tokens, float* y);
+void mhc_collapse_fast(const MhcShape& shape, const float* x, const float* pre, int64_t tokens, float* y);
 void mhc_collapse(const MhcShape& shape, const float* x, const float* pre, int64_t tokens, float* y);
 
 // out[t, i] = post[t, i] · a[t] + Σ_j comb[t, j, i] · X[t, j]   (fp32).
 // a [T, d], x [T, hc, d] → out [T, hc, d]; out must not alias x.
+void mhc_expand_reference(const MhcShape& shape, const float* a, const float* x, const float* post,
+                          const float* comb, int64_t tokens, float* out);
+void mhc_expand_fast(const MhcShape& shape, const float* a, const float* x, const float* post, const float* comb,
+                     int64_t tokens, float* out);
 void mhc_expand(const MhcShape& shape, const float* a, const float* x, const float* post, const float* comb,
                 int64_t tokens, float* out);
 

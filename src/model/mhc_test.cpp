@@ -3,8 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "kernels/cpu/dispatch.h"
 
 namespace dsv41 {
 namespace {
@@ -150,6 +155,94 @@ TEST(Mhc, CollapseExpandAndInit) {
           want += double(comb[(t * s.hc + j) * s.hc + i]) * x2[(t * s.hc + j) * s.dim + c];
         EXPECT_NEAR(out[(t * s.hc + i) * s.dim + c], want, 1e-5);
       }
+}
+
+
+// ---- Fast path vs scalar reference (kernels/cpu/dispatch.h) ---------------------------------
+// Boundary sizes: one token, odd token counts, widths below / at / above the 8- and 16-float
+// vector steps and not multiples of 8, hc 1, 2 and 4, and a size big enough (T·hc·d ≥ 64K) that
+// the fast path splits the tokens over the thread pool.
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+struct FastCase {
+  int hc;
+  int64_t dim, tokens;
+};
+const FastCase kFastCases[] = {{1, 1, 1}, {2, 7, 3},   {4, 8, 1},    {4, 15, 5},  {4, 16, 2},
+                               {2, 17, 9}, {1, 33, 4}, {4, 100, 7}, {4, 1027, 37}, {2, 1024, 33}};
+
+TEST(MhcFast, CollapseAndExpandGiveTheReferenceBits) {
+  if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  for (const FastCase& fc : kFastCases) {
+    std::mt19937 rng(static_cast<uint32_t>(fc.hc * 1000 + fc.dim + fc.tokens));
+    MhcShape s;
+    s.hc = fc.hc;
+    s.dim = fc.dim;
+    const int64_t T = fc.tokens, n = fc.hc * fc.dim;
+    auto x = random_vec(T * n, rng, 2.0f), pre = random_vec(T * fc.hc, rng), post = random_vec(T * fc.hc, rng);
+    auto comb = random_vec(T * fc.hc * fc.hc, rng), a = random_vec(T * fc.dim, rng);
+    std::vector<float> y1(T * fc.dim), y2(T * fc.dim, -1.0f);
+    mhc_collapse_reference(s, x.data(), pre.data(), T, y1.data());
+    mhc_collapse_fast(s, x.data(), pre.data(), T, y2.data());
+    EXPECT_TRUE(same_bits(y1, y2)) << "collapse hc " << fc.hc << " d " << fc.dim << " T " << fc.tokens;
+    std::vector<float> o1(T * n), o2(T * n, -1.0f);
+    mhc_expand_reference(s, a.data(), x.data(), post.data(), comb.data(), T, o1.data());
+    mhc_expand_fast(s, a.data(), x.data(), post.data(), comb.data(), T, o2.data());
+    EXPECT_TRUE(same_bits(o1, o2)) << "expand hc " << fc.hc << " d " << fc.dim << " T " << fc.tokens;
+  }
+}
+
+// The coefficients: the fast projection is a float GEMM, the reference accumulates in double, so
+// the projection m differs by float rounding (|Δm| ≲ √n·2⁻²⁴·Σ|terms|, ≈1e-6 here with weights
+// scaled like the model's, 1/√(hc·d)); pre/post pass it through a sigmoid (slope ≤ ¼ · scale) and
+// comb through a softmax + Sinkhorn of doubly-stochastic values ≤ 1, so 2e-5 absolute bounds the
+// outputs with a wide margin while any real error (a wrong lane, a skipped tail) is ≥ 1e-3.
+TEST(MhcFast, CoefficientsMatchTheReferenceAndIgnoreChunking) {
+  if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  for (const FastCase& fc : kFastCases) {
+    std::mt19937 rng(static_cast<uint32_t>(fc.hc * 7000 + fc.dim + fc.tokens));
+    MhcShape s;
+    s.hc = fc.hc;
+    s.dim = fc.dim;
+    s.sinkhorn_iters = 20;
+    const int64_t T = fc.tokens, n = fc.hc * fc.dim;
+    auto fn = random_vec(s.mix_width() * n, rng, 1.0f / std::sqrt(float(n)));
+    auto base = random_vec(s.mix_width(), rng, 0.5f);
+    std::vector<float> scale = {0.9f, 1.2f, 1.7f};
+    auto x = random_vec(T * n, rng, 3.0f);
+    MhcWeights w{fn.data(), base.data(), scale.data()};
+    const int hc = fc.hc;
+    std::vector<float> pre(T * hc), post(T * hc), comb(T * hc * hc);
+    std::vector<float> pre2(pre.size()), post2(post.size()), comb2(comb.size());
+    mhc_coefficients_reference(s, w, x.data(), T, pre.data(), post.data(), comb.data());
+    mhc_coefficients_fast(s, w, x.data(), T, pre2.data(), post2.data(), comb2.data());
+    for (size_t i = 0; i < pre.size(); ++i) {
+      EXPECT_NEAR(pre[i], pre2[i], 2e-5) << "pre " << i << " hc " << hc << " d " << fc.dim;
+      EXPECT_NEAR(post[i], post2[i], 2e-5) << "post " << i << " hc " << hc << " d " << fc.dim;
+    }
+    for (size_t i = 0; i < comb.size(); ++i) EXPECT_NEAR(comb[i], comb2[i], 2e-5) << "comb " << i;
+    // Token by token gives the same bits as one call (the GEMM's per-row order is fixed).
+    std::vector<float> pre3(pre.size()), post3(post.size()), comb3(comb.size());
+    for (int64_t t = 0; t < T; ++t)
+      mhc_coefficients_fast(s, w, x.data() + t * n, 1, pre3.data() + t * hc, post3.data() + t * hc,
+                            comb3.data() + t * hc * hc);
+    EXPECT_TRUE(same_bits(pre2, pre3) && same_bits(post2, post3) && same_bits(comb2, comb3))
+        << "hc " << hc << " d " << fc.dim << " T " << T;
+  }
+}
+
+TEST(MhcFast, DispatchFollowsForceScalar) {
+  if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  set_force_scalar(true);
+  EXPECT_FALSE(fast_blocks_enabled());
+  set_force_scalar(false);
+  // DSV41_FORCE_SCALAR in the environment keeps the reference even then.
+  const char* env = std::getenv("DSV41_FORCE_SCALAR");
+  const bool env_forces = env != nullptr && *env != '\0' && std::string(env) != "0";
+  EXPECT_EQ(fast_blocks_enabled(), !env_forces);
 }
 
 }  // namespace

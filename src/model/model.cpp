@@ -9,6 +9,7 @@
 
 #include "format/tokenizer.h"
 #include "kernels/cpu/gemm.h"
+#include "model/dequant.h"
 #include "model/engram_token_map.h"
 #include "model/rmsnorm.h"
 #include "model/weights.h"
@@ -27,7 +28,13 @@ MoeWeights LayerWeights::moe() const {
 }
 
 EngramWeights LayerWeights::engram() const {
-  return {engram_table.data(), engram_rows, engram_wkv.data(), engram_q_weight.data(), engram_k_weight.data()};
+  EngramWeights w{engram_table.empty() ? nullptr : engram_table.data(), engram_rows, engram_wkv.data(),
+                  engram_q_weight.data(), engram_k_weight.data()};
+  if (engram_table.empty() && engram_stored) {
+    w.stored = &*engram_stored;
+    w.stored_scale = engram_stored_scale;
+  }
+  return w;
 }
 
 namespace {
@@ -106,7 +113,7 @@ Status Model::init_common() {
   return ok_status();
 }
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelLoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
   DSV41_ASSIGN_OR_RETURN(m->config_, load_model_config(dir));
   DSV41_RETURN_IF_ERROR(m->init_common());
@@ -121,7 +128,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
     if (!tables.ok()) return tables.status().with_context(dir + "/tokenizer.json");
     m->engram_tables_ = std::move(tables).value();
   }
-  DSV41_RETURN_IF_ERROR(m->load_layers(dir));
+  DSV41_RETURN_IF_ERROR(m->load_layers(dir, options));
   return m;
 }
 
@@ -191,8 +198,13 @@ Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t
   return m;
 }
 
-Status Model::load_layers(const std::string& dir) {
-  DSV41_ASSIGN_OR_RETURN(WeightRegistry reg, WeightRegistry::open(dir));
+Status Model::load_layers(const std::string& dir, const ModelLoadOptions& options) {
+  {
+    DSV41_ASSIGN_OR_RETURN(WeightRegistry opened, WeightRegistry::open(dir));
+    registry_ = std::make_unique<WeightRegistry>(std::move(opened));
+  }
+  // Views into the registry (the Engram tables) stay valid: it lives, unmoved, as long as the model.
+  const WeightRegistry& reg = *registry_;
   DSV41_RETURN_IF_ERROR(reg.check(config_, plan_));
   const ModelConfig& c = config_;
   const int64_t d = c.hidden_size, V = c.vocab_size, hc = c.hc_mult, mix = (2 + hc) * hc;
@@ -234,9 +246,26 @@ Status Model::load_layers(const std::string& dir) {
     }
     if (info.has_engram) {
       // Widening the whole table is only practical for small checkpoints (the release's two
-      // tables are ~98 GB each in FP8); a row-gather path over the mapping is the follow-up.
+      // tables are ~98 GB each in FP8): by default the rows are dequantised from the mapping at
+      // each lookup (engram.h). check() above verified the shape and the scale companion.
       const int64_t rows = c.engram_num_embeddings[info.engram_slot];
-      DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "engram.embed.weight"), rows * engram_.head_dim, L.engram_table));
+      const std::string table = lname(i, "engram.embed.weight");
+      if (options.widen_engram_tables) {
+        DSV41_RETURN_IF_ERROR(load_exact(reg, table, rows * engram_.head_dim, L.engram_table));
+      } else {
+        DSV41_ASSIGN_OR_RETURN(TensorView stored, reg.raw(table));
+        const TensorView* scale = reg.scale_of(table);
+        // Dequantising one row up front checks the storage format (FP8 without a scale, a
+        // scale that fits no block) at load, as widening would, not at the first lookup.
+        if (stored.shape.size() != 2 || stored.shape[0] != rows)
+          return corrupt(reg.source() + ": tensor '" + table + "' has shape " + stored.shape_string() +
+                         ", the config implies " + std::to_string(rows) + " rows");
+        const int64_t probe = 0;
+        if (rows > 0)
+          DSV41_RETURN_IF_ERROR(dequantize_rows(stored, scale, std::span<const int64_t>(&probe, 1)).status());
+        L.engram_stored = std::move(stored);
+        L.engram_stored_scale = scale;
+      }
       L.engram_rows = rows;
       DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "engram.wkv.weight"),
                                        (hc + 1) * d * engram_.columns * engram_.head_dim, L.engram_wkv));
@@ -305,8 +334,10 @@ Status Model::layer_forward(int layer, SequenceState& seq, Chunk& chunk, float* 
       std::copy_n(chunk.engram_rows.data() + (t * n_engram + info.engram_slot) * cols, cols, rows.data() + t * cols);
     Status s = engram_forward(engram_, L.engram(), rows.data(), T, x);
     if (!s.ok()) {
+      // A table row that cannot be decoded (a NaN scale in the mapped checkpoint: the rows are
+      // only read when looked up) after earlier layers have taken this chunk into their caches.
       restore();
-      return s;
+      return s.with_context("layer " + std::to_string(layer) + " engram (the sequence must be reset)");
     }
   }
   std::vector<float> pre_a(T * hc), post_a(T * hc), comb_a(T * hc * hc);

@@ -10,8 +10,13 @@
 //   (pre_B, post_B, C_B) = H_ffn(X');  f = MoE(RMSNorm_ffn(Σ pre_A,j X'_j))
 //   X'' = post_B·f + C_Bᵀ X';  p ← pre_B
 // then y = Σ p_j X_j, logits = RMSNorm_final(y) · W_headᵀ.
-// Numeric policy: every activation is fp32 (weights of any stored dtype are widened at load);
-// the only roundings are the cache fake-quantisers inside attention (see attention.h).
+// Numeric policy: every activation is fp32 (weights of any stored dtype are widened exactly to
+// fp32, at load or, for the Engram tables, row by row when a row is looked up); the only
+// roundings to a narrower format are the cache fake-quantisers inside attention (see
+// attention.h). The blocks' fast paths (kernels/cpu/dispatch.h) sum in other orders than the
+// scalar references, so the two agree to float rounding, not bit for bit (each block's header
+// says which parts are bit-identical); the fast path's results do not depend on the thread count
+// or on how a prompt is split into chunks.
 // The model is immutable after load and may be shared by many sequences (SequenceState).
 #pragma once
 
@@ -31,6 +36,7 @@
 #include "model/mhc.h"
 #include "model/moe.h"
 #include "model/rope.h"
+#include "model/weights.h"
 
 namespace dsv41 {
 
@@ -50,8 +56,12 @@ struct LayerWeights {
   std::vector<float> gate, gate_bias, gate_bias_vl;  // ffn.gate.weight [E, d], .bias [E], .bias_vl [E]
   std::vector<ExpertStore> experts;                  // ffn.experts.j.*
   ExpertStore shared;                                // ffn.shared_experts.*
-  // Engram layers only.
-  std::vector<float> engram_table;  // engram.embed.weight (dequantised) [rows, head_dim]
+  // Engram layers only. The table is either widened whole into engram_table (random models,
+  // ModelLoadOptions::widen_engram_tables) or read row by row from the mapped checkpoint tensor
+  // engram_stored (+ scale) at each lookup.
+  std::vector<float> engram_table;  // engram.embed.weight (dequantised) [rows, head_dim], or empty
+  std::optional<TensorView> engram_stored;           // the stored table when engram_table is empty
+  const TensorView* engram_stored_scale = nullptr;  // its scale companion (owned by the registry)
   int64_t engram_rows = 0;
   std::vector<float> engram_wkv;                         // [(hc+1)·d, cols·head_dim]
   std::vector<float> engram_q_weight, engram_k_weight;  // [hc, d]
@@ -83,12 +93,20 @@ struct ForwardTrace {
   std::vector<float> final_hidden;                   // [T, d]
 };
 
+struct ModelLoadOptions {
+  // Widen each Engram table to float32 at load instead of gathering rows from the mapped
+  // checkpoint per lookup (same values; only sensible for small checkpoints, e.g. to test that).
+  bool widen_engram_tables = false;
+};
+
 class Model {
  public:
   // Loads DIR: config.json, the checkpoint (either naming scheme), tokenizer.json (for the
   // Engram token map; only needed when the config has Engram layers). Errors name the file,
   // field or tensor.
-  static Result<std::unique_ptr<Model>> load(const std::string& dir);
+  // The checkpoint stays mapped for the model's lifetime (the Engram rows are read from it, so a
+  // damaged Engram scale shows up as a forward error when its row is first looked up, not here).
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, const ModelLoadOptions& options = {});
   // Deterministic random weights for any valid config (tests of shapes unlike the fixtures).
   // engram_num_embeddings is derived from the bucket primes; the Engram token map is
   // id mod engram_compressed_vocab_size (needs vocab_size ≥ engram_compressed_vocab_size).
@@ -131,7 +149,7 @@ class Model {
 
  private:
   Model() = default;
-  Status load_layers(const std::string& dir);
+  Status load_layers(const std::string& dir, const ModelLoadOptions& options);
   Status init_common();
 
   ModelConfig config_;
@@ -143,6 +161,7 @@ class Model {
   std::optional<EngramHashTables> engram_tables_;
   std::vector<float> embed_, final_norm_, head_;  // [V, d], [d], [V, d]
   std::vector<LayerWeights> layers_;
+  std::unique_ptr<WeightRegistry> registry_;  // the mapped checkpoint (null for random models)
 };
 
 }  // namespace dsv41

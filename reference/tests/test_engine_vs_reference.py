@@ -191,3 +191,23 @@ def test_random_configs_engine_matches_reference(shape, tmp_path):
     assert_close(engine_logits(str(d), ids, tmp_path), ref, f"{shape} prefill", base)
     assert_close(engine_logits(str(d), ids, tmp_path, ["--decode-from", "17"]), ref, f"{shape} decode", base)
     greedy_agree(model, str(d), ids[:20], 12)
+
+
+def test_bits_per_byte_engine_and_reference_agree(mini, tmp_path):
+    """`dsv41 bpb` and reference/bpb.py: the same windows, and bits per byte within 0.5 % on
+    a text long enough for several windows (context 96, stride 64)."""
+    import bpb as ref_bpb
+    assert ref_bpb.plan_windows(10, 4, 3) == [(0, 4, 1), (3, 7, 4), (6, 10, 7)]
+    assert ref_bpb.plan_windows(3, 8, 4) == [(0, 3, 1)]
+    path = tmp_path / "text.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    r = subprocess.run([BINARY, "bpb", "-m", MINI, str(path), "--context", "96", "--stride", "64"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    engine = float(r.stdout.strip().splitlines()[-1].split()[1])
+    tok = bpe.Tokenizer.load(os.path.join(MINI, "tokenizer.json"))
+    ids = [mini.cfg.bos_token_id] + tok.encode_plain(TEXT)
+    bits, n = ref_bpb.score_ids(mini, ids, 96, 64)
+    assert n == len(ids) - 1
+    ref = bits / len(TEXT.encode("utf-8"))
+    assert abs(engine - ref) < 5e-3 * ref, (engine, ref)

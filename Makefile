@@ -5,7 +5,7 @@ BUILD     ?= build
 CMAKE_GEN := -G Ninja
 LAUNCHER  := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache,)
 
-.PHONY: all deps build test test-asan run bench fuzz clean
+.PHONY: all deps build test test-asan run run-random bench fuzz clean
 
 all: build
 
@@ -32,6 +32,12 @@ test-asan: deps
 # default model (issue 5) will replace it.
 RANDOM_MODEL := models/tiny-random/.random
 run: build
+	@echo "=== dsv41-mini, the embedded default model (18M parameters, trained on Debian documentation"
+	@echo "=== and source code; models/dsv41-mini/MODEL_CARD.md). Sampled: temperature 0.8, top-p 0.9, seed 1."
+	@$(BUILD)/dsv41 run -m models/dsv41-mini -p "The LLVM optimizer" -n 160 --temp 0.8 --top-p 0.9 --seed 1
+
+# The tiny random-weight model (any shape can be made with `dsv41 init-random`).
+run-random: build
 	@test -f $(RANDOM_MODEL)/model.safetensors.index.json || \
 	  $(BUILD)/dsv41 init-random --config models/tiny-random/config.json --out $(RANDOM_MODEL) --force
 	@echo "=== RANDOM WEIGHTS: $(RANDOM_MODEL) (seed 0) -- the output text is meaningless by design ==="

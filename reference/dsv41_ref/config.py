@@ -66,7 +66,10 @@ class Config:
         return int(self.compress_ratios[layer]) if layer < len(self.compress_ratios) else 0
 
     def to_dict(self):
-        d = asdict(self)
+        """The flat text config; keys this reference does not model (DSpark, vision, rope
+        details…) are carried over from the source config unchanged."""
+        d = dict(getattr(self, "_extra", {}))
+        d.update(asdict(self))
         d["model_type"] = "deepseek_v41_text"
         d["architectures"] = ["DeepseekV41ForCausalLM"]
         return d
@@ -95,6 +98,7 @@ def config_from_dict(raw, where="config"):
     known = Config.__dataclass_fields__
     kw = {k: v for k, v in raw.items() if k in known and v is not None}
     cfg = Config(**kw)
+    cfg._extra = {k: v for k, v in raw.items() if k not in known and k not in ("text_config", "vision_config")}
     _validate(cfg, where)
     return cfg
 

@@ -23,21 +23,38 @@ class EngramHash:
         self.token_map = None
 
     def set_token_map(self, token_map):
-        self.token_map = torch.as_tensor(token_map, dtype=torch.long)
+        self.token_map = torch.as_tensor(token_map, dtype=torch.long, device=self.mult.device)
+
+    @property
+    def device(self):
+        return self.mult.device
+
+    def to(self, device):
+        """Moves the int64 tables (hashing then runs where the tokens of a training batch are)."""
+        for k in ("mult", "primes", "offsets", "token_map"):
+            if getattr(self, k) is not None:
+                setattr(self, k, getattr(self, k).to(device))
+        return self
 
     def rows(self, history, tokens):
-        """history: earlier tokens of the sequence (list), tokens [T] → row ids [E, T, slots]."""
+        """history [B, L] earlier tokens of each sequence (or a list for one sequence), tokens
+        [B, T] (or [T]) → row ids [E, B, T, slots] (or [E, T, slots])."""
         if self.token_map is None:
             raise ValueError("Engram layers need the normalised-token map: load the model with its tokenizer.json")
         cfg = self.cfg
         n = cfg.engram_max_ngram_size
+        tokens = torch.as_tensor(tokens, dtype=torch.long).to(self.device)
+        single = tokens.dim() == 1
+        history = torch.as_tensor(history, dtype=torch.long).to(self.device)
+        if single:
+            tokens, history = tokens[None], history.reshape(1, -1)
+        B, T = tokens.shape
         pad = self.token_map[cfg.engram_pad_id]
-        prev = list(history[-(n - 1):]) if n > 1 else []
-        ctx = torch.cat([pad.repeat(n - 1 - len(prev)),
-                         self.token_map[torch.as_tensor(prev, dtype=torch.long)],
-                         self.token_map[tokens]])                      # pads stand for positions < 0
-        T = tokens.shape[0]
-        c = [ctx[n - 1 - k: n - 1 - k + T] for k in range(n)]             # c[k][t] = map(token_{t−k})
+        prev = history[:, max(history.shape[1] - (n - 1), 0):] if n > 1 else history[:, :0]
+        ctx = torch.cat([pad.repeat(B, n - 1 - prev.shape[1]),
+                         self.token_map[prev],
+                         self.token_map[tokens]], 1)                    # pads stand for positions < 0
+        c = [ctx[:, n - 1 - k: n - 1 - k + T] for k in range(n)]          # c[k][b, t] = map(token_{t−k})
         out = []
         for e in range(len(cfg.engram_layer_ids)):
             m = self.mult[e]
@@ -45,6 +62,7 @@ class EngramHash:
             cols = []
             for k in range(1, n):
                 h = torch.bitwise_xor(h, c[k] * m[k])                       # h_{k+1}
-                cols.append(torch.remainder(h[:, None], self.primes[e, k - 1][None, :]))
-            out.append(torch.cat(cols, 1) + self.offsets[e][None, :])
-        return torch.stack(out, 0)
+                cols.append(torch.remainder(h[..., None], self.primes[e, k - 1]))
+            out.append(torch.cat(cols, -1) + self.offsets[e])
+        r = torch.stack(out, 0)
+        return r[:, 0] if single else r

@@ -84,24 +84,43 @@ def load_model(model_dir, dtype=torch.float32):
     return model
 
 
-def save_model(model, out_dir, naming="release", dtype="F32", tokenizer_path=None):
-    """Writes config.json (flat text config) and model.safetensors.  naming: "release" or "hf";
-    dtype "F32" or "BF16" (the tensors HF keeps in float32 stay F32).  Engram tables are written
-    as float with an all-ones `.scale` [rows, ceil(dim/32)], the fixtures' layout."""
+def save_model(model, out_dir, naming="release", dtype="F32", tokenizer_path=None, max_shard_bytes=None):
+    """Writes config.json (flat text config) and the weights: `model.safetensors`, or shards
+    `model-0000i-of-0000n.safetensors` + `model.safetensors.index.json` when they exceed
+    max_shard_bytes.  naming: "release" or "hf"; dtype "F32" or "BF16" (the tensors HF keeps in
+    float32 stay F32).  Engram tables are written as float with an all-ones `.scale`
+    [rows, ceil(dim/32)], the fixtures' layout."""
     os.makedirs(out_dir, exist_ok=True)
-    f32, low = {}, {}
+    tensors, dtypes = {}, {}
     for k, v in model.state_dict().items():
         name = k if naming == "release" else hf_name(k)
-        target = f32 if (dtype == "F32" or any(s in k for s in _KEEP_F32)) else low
-        target[name] = v
+        tensors[name] = v
+        dtypes[name] = "F32" if (dtype == "F32" or any(s in k for s in _KEEP_F32)) else "BF16"
         if k.endswith("engram.embed.weight"):
             sname = name[:-len(".weight")] + ".scale"
-            f32[sname] = torch.ones(v.shape[0], -(-v.shape[1] // 32))
-    if low:
-        # one file per dtype keeps the writer simple; the loader reads every *.safetensors
-        write_safetensors(os.path.join(out_dir, "model-bf16.safetensors"), low, dtype="BF16")
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), f32, dtype="F32")
+            tensors[sname] = torch.ones(v.shape[0], -(-v.shape[1] // 32))
+            dtypes[sname] = "F32"
+    shards, size = [[]], 0
+    for name in sorted(tensors):
+        nbytes = tensors[name].numel() * (2 if dtypes[name] == "BF16" else 4)
+        if max_shard_bytes and shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+    for old in glob.glob(os.path.join(out_dir, "model*.safetensors*")):
+        os.remove(old)
+    if len(shards) == 1:
+        write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, dtype=dtypes)
+    else:
+        weight_map = {}
+        for i, names in enumerate(shards):
+            fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+            write_safetensors(os.path.join(out_dir, fname), {n: tensors[n] for n in names}, dtype=dtypes)
+            weight_map.update({n: fname for n in names})
+        with open(os.path.join(out_dir, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
+            json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=1)
     with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
         json.dump(model.cfg.to_dict(), f, indent=2)
-    if tokenizer_path:
+    if tokenizer_path and os.path.abspath(tokenizer_path) != os.path.abspath(os.path.join(out_dir, "tokenizer.json")):
         shutil.copy(tokenizer_path, os.path.join(out_dir, "tokenizer.json"))

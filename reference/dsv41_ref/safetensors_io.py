@@ -135,7 +135,8 @@ def dequantise_state(raw):
 
 
 def write_safetensors(path, tensors, dtype="F32", metadata=None):
-    """Writes {name: torch tensor} as F32 or BF16 (float tensors) / I64 (integer tensors).
+    """Writes {name: torch tensor} as F32 or BF16 (float tensors) / I64 (integer tensors);
+    `dtype` is one name for all float tensors or a {name: "F32"|"BF16"} map.
 
     Keys are sorted (as the reference writer does); offsets are 8-byte aligned by padding the
     JSON header with spaces."""
@@ -145,7 +146,7 @@ def write_safetensors(path, tensors, dtype="F32", metadata=None):
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
         if t.is_floating_point():
-            if dtype == "BF16":
+            if (dtype.get(name, "F32") if isinstance(dtype, dict) else dtype) == "BF16":
                 # round-to-nearest-even through torch's bfloat16 conversion
                 a = t.float().to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
                 dt = "BF16"

@@ -55,11 +55,16 @@ int bench_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 bench: %s\n", s.to_string().c_str());
     return 1;
   };
-  if (membw_mib < 0) return fail(invalid_argument("--membw-mib must be ≥ 0"));
+  // Cheap checks first: the model load and the bandwidth passes take seconds.
+  if (membw_mib < 0 || membw_mib == 1)
+    return fail(invalid_argument("--membw-mib must be 0 (skip) or ≥ 2, got " + std::to_string(membw_mib)));
+  if (membw_mib > 0 && membw_passes < 1)
+    return fail(invalid_argument("--membw-passes must be ≥ 1, got " + std::to_string(membw_passes)));
   auto weights = WeightRegistry::open(dir);
   if (!weights.ok()) return fail(weights.status());
   auto model = Model::load(dir);
   if (!model.ok()) return fail(model.status());
+  if (Status s = check_speed_bench_options((*model)->config(), o); !s.ok()) return fail(s);
   auto traffic = decode_weight_traffic(*weights, (*model)->config());
   if (!traffic.ok()) return fail(traffic.status());
   const int threads = default_pool().num_threads();

@@ -26,16 +26,21 @@ std::vector<int32_t> speed_bench_prompt(int64_t vocab_size, int64_t tokens, uint
   return ids;
 }
 
-Result<std::vector<SpeedPoint>> run_speed_bench(const Model& model, const SpeedBenchOptions& o,
-                                                const SpeedProgress& progress) {
+Status check_speed_bench_options(const ModelConfig& config, const SpeedBenchOptions& o) {
   if (o.contexts.empty()) return invalid_argument("--contexts: give at least one context length");
   if (o.decode_tokens < 0) return invalid_argument("--decode must be ≥ 0, got " + std::to_string(o.decode_tokens));
   if (o.chunk < 0) return invalid_argument("--chunk must be ≥ 0, got " + std::to_string(o.chunk));
-  const int64_t max_pos = model.config().max_position_embeddings;
+  const int64_t max_pos = config.max_position_embeddings;
   for (int64_t c : o.contexts)
     if (c < 1 || c + o.decode_tokens > max_pos)
       return invalid_argument("--contexts: " + std::to_string(c) + " (+ " + std::to_string(o.decode_tokens) +
                               " decoded) is outside 1.." + std::to_string(max_pos) + " (max_position_embeddings)");
+  return ok_status();
+}
+
+Result<std::vector<SpeedPoint>> run_speed_bench(const Model& model, const SpeedBenchOptions& o,
+                                                const SpeedProgress& progress) {
+  DSV41_RETURN_IF_ERROR(check_speed_bench_options(model.config(), o));
   std::vector<SpeedPoint> points;
   for (int64_t c : o.contexts) {
     DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::create(model, c + o.decode_tokens));

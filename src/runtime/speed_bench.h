@@ -45,7 +45,9 @@ struct SpeedPoint {
 using SpeedProgress = std::function<void(const SpeedPoint&)>;
 
 // Errors (nothing is run): no contexts, a context < 1 or beyond max_position_embeddings together
-// with the decode tokens, negative decode_tokens or chunk.
+// with the decode tokens, negative decode_tokens or chunk. Errors name the CLI option.
+Status check_speed_bench_options(const ModelConfig& config, const SpeedBenchOptions& options);
+// Checks the options as above, then runs every context.
 Result<std::vector<SpeedPoint>> run_speed_bench(const Model& model, const SpeedBenchOptions& options,
                                                 const SpeedProgress& progress = nullptr);
 

@@ -3,8 +3,9 @@
 // by the bandwidth measured here. Owns nothing but the buffer inside measure_read_bandwidth.
 //
 // read_sum(p, n) = Σ p[i] mod 2^64 over n 64-bit words: the arithmetic is one add per word, so
-// the loop is bound by the loads. Integer addition is associative, so the AVX2 path (four
-// 256-bit accumulators, membw_avx2.cpp) returns exactly the portable result in any order.
+// the loop is bound by the loads. Integer addition is associative, so the AVX2 path (eight
+// interleaved streams, one 256-bit accumulator each, membw_avx2.cpp) returns exactly the
+// portable (single-stream) result in any order.
 #pragma once
 
 #include <cstdint>

@@ -34,7 +34,7 @@ RANDOM_MODEL := models/tiny-random/.random
 run: build
 	@echo "=== dsv41-mini, the embedded default model (18M parameters, trained on Debian documentation"
 	@echo "=== and source code; models/dsv41-mini/MODEL_CARD.md). Sampled: temperature 0.8, top-p 0.9, seed 1."
-	@$(BUILD)/dsv41 run -m models/dsv41-mini -p "The LLVM optimizer" -n 160 --temp 0.8 --top-p 0.9 --seed 1
+	@$(BUILD)/dsv41 run -m models/dsv41-mini -p "Python's asyncio module" -n 120 --temp 0.8 --top-p 0.9 --seed 1
 
 # The tiny random-weight model (any shape can be made with `dsv41 init-random`).
 run-random: build

@@ -1,6 +1,6 @@
 // Scalar number formats: BF16, F16, FP8 E4M3, UE8M0, FP4 E2M1 (model.md §2, §4).
-// Plain scalar code on float32 bits; exactness matters here, speed does not (a table-driven
-// fast path, if ever needed, must be tested against these functions).
+// Plain scalar code on float32 bits; exactness matters here, speed does not. The decode tables
+// for bulk work are filled by these functions, so they agree by construction (and are tested).
 #include "base/numerics.h"
 
 #include <bit>
@@ -113,6 +113,17 @@ float ue8m0_to_f32(uint8_t code) {
   return std::ldexp(1.0f, static_cast<int>(code) - 127);
 }
 
+const float* ue8m0_decode_table() {
+  struct Table {
+    float v[256];
+    Table() {
+      for (int c = 0; c < 256; ++c) v[c] = ue8m0_to_f32(static_cast<uint8_t>(c));
+    }
+  };
+  static const Table table;  // initialised once, thread-safe
+  return table.v;
+}
+
 uint8_t f32_to_ue8m0(float power_of_two) {
   const uint32_t b = bits_of(power_of_two);
   if (b == 0x00400000u) return 0;  // 2^-127, the one subnormal power of two in range
@@ -135,6 +146,17 @@ float e2m1_to_f32(uint8_t code) {
   const int index = code & 0x7;
   if (index == 0) return 0.0f;  // code 8 (-0) decodes as +0, like the reference table
   return (code & 0x8) ? -kE2m1Grid[index] : kE2m1Grid[index];
+}
+
+const float* e2m1_decode_table() {
+  struct Table {
+    float v[16];
+    Table() {
+      for (int c = 0; c < 16; ++c) v[c] = e2m1_to_f32(static_cast<uint8_t>(c));
+    }
+  };
+  static const Table table;  // initialised once, thread-safe
+  return table.v;
 }
 
 uint8_t f32_to_e2m1(float x) {

@@ -44,6 +44,9 @@ float ue8m0_to_f32(uint8_t code);
 // out of range, <= 0, Inf, NaN) returns 0xFF (NaN): callers compute the exponent themselves
 // (see ceil_pow2_exponent) and pass 2^e, so 0xFF here means a caller bug that shows as NaN.
 uint8_t f32_to_ue8m0(float power_of_two);
+// All 256 decoded values, table[code] == ue8m0_to_f32(code) bit for bit (tested), for the block
+// scales of bulk unpacking (cache records). Built on first use; thread-safe; lives forever.
+const float* ue8m0_decode_table();
 // ⌈log2 x⌉ for x > 0 computed on the float32 bits, as the reference kernel does: biased
 // exponent field − 127, plus 1 if any mantissa bit is set. Exact for normal x. For subnormal x
 // the formula gives −126 (2^-126 >= x, but not the tightest power); no codec reaches that case
@@ -62,5 +65,8 @@ float e2m1_to_f32(uint8_t code);
 // never as code 8, so an encoded zero always decodes as +0 like the golden reference.
 uint8_t f32_to_e2m1(float x);
 inline float round_to_e2m1(float x) { return e2m1_to_f32(f32_to_e2m1(x)); }
+// All 16 decoded values, table[code] == e2m1_to_f32(code) bit for bit (tested; code 8 is +0),
+// for bulk unpacking (cache records): codes 0..7 first, then their negatives 8..15.
+const float* e2m1_decode_table();
 
 }  // namespace dsv41

@@ -132,6 +132,12 @@ TEST(NumericsE2m1, DecodesAll16Codes) {
   EXPECT_EQ(e2m1_to_f32(0x3B), -1.5f);           // only the low nibble counts
 }
 
+TEST(NumericsE2m1, DecodeTableMatchesScalarDecodeBitForBit) {
+  const float* table = e2m1_decode_table();
+  for (int c = 0; c < 16; ++c) EXPECT_EQ(bits(table[c]), bits(e2m1_to_f32(static_cast<uint8_t>(c)))) << c;
+  EXPECT_EQ(bits(table[8]), 0u);  // code 8 (-0) is +0
+}
+
 TEST(NumericsE2m1, EncodeOfDecodeIsIdentityExceptNegativeZero) {
   for (int c = 0; c < 16; ++c) {
     const uint8_t want = c == 8 ? 0 : static_cast<uint8_t>(c);
@@ -261,6 +267,13 @@ TEST(NumericsUe8m0, DecodesAndEncodesEveryCode) {
   EXPECT_TRUE(std::isnan(ue8m0_to_f32(0xFF)));
   EXPECT_EQ(ue8m0_to_f32(127), 1.0f);
   EXPECT_EQ(ue8m0_to_f32(0), 0x1p-127f);
+}
+
+TEST(NumericsUe8m0, DecodeTableMatchesScalarDecodeBitForBit) {
+  const float* table = ue8m0_decode_table();
+  for (int c = 0; c < 256; ++c) EXPECT_EQ(bits(table[c]), bits(ue8m0_to_f32(static_cast<uint8_t>(c)))) << c;
+  EXPECT_EQ(bits(table[0]), 0x00400000u);  // 2^-127, subnormal
+  EXPECT_TRUE(std::isnan(table[0xFF]));
 }
 
 TEST(NumericsUe8m0, NonPowersOfTwoEncodeAsNan) {

@@ -1,14 +1,19 @@
 // Block codecs of the quantised cache records: window rows (FP8), main rows (NVFP4) and index
 // rows (MXFP4). Layouts and rounding are documented in records.h (model.md §4). Scalar code:
-// one block at a time, the scale first, then every channel of the block.
+// one block at a time, the scale first, then every channel of the block. Unpacking runs on
+// every decode step for every cached row it reads, so it also has a table-driven scalar path
+// here and an AVX2 path (kernels/cpu/unpack_avx2.cpp), chosen per call; the reference stays.
 #include "cache/records.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "base/numerics.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/unpack_avx2.h"
 
 namespace dsv41 {
 namespace {
@@ -106,6 +111,35 @@ void fp4_unpack(const uint8_t* record, size_t channels, size_t block, float (*sc
   }
 }
 
+// Table-driven twin of fp4_unpack: same operands, same multiply, no libm calls.
+void fp4_unpack_table(const uint8_t* record, size_t channels, size_t block, const float* scale_table, float* out) {
+  const uint8_t* codes = record;                 // [channels/2]
+  const uint8_t* scales = record + channels / 2;  // [channels/block]
+  const float* e2m1 = e2m1_decode_table();       // [16]
+  for (size_t b = 0; b < channels / block; ++b) {
+    const float scale = scale_table[scales[b]];
+    float* ob = out + b * block;
+    if (std::isnan(scale)) {
+      std::fill(ob, ob + block, kNaN);
+      continue;
+    }
+    const uint8_t* cb = codes + b * block / 2;
+    for (size_t i = 0; i < block / 2; ++i) {
+      ob[2 * i] = e2m1[cb[i] & 0xF] * scale;
+      ob[2 * i + 1] = e2m1[cb[i] >> 4] * scale;
+    }
+  }
+}
+
+// Which unpack implementation runs now (records.h, "Unpack implementations").
+enum class UnpackPath { kReference, kTable, kAvx2 };
+
+UnpackPath unpack_path() {
+  if (fast_blocks_enabled()) return cpu_has_f16c() ? UnpackPath::kAvx2 : UnpackPath::kTable;
+  // AVX2 present but not enabled means the scalar path is forced: run the plain reference.
+  return cpu_has_avx2_fma() ? UnpackPath::kReference : UnpackPath::kTable;
+}
+
 void fp4_fake_quant(float* x, size_t channels, size_t block, ScaleFn scale_fn) {
   for (size_t b = 0; b < channels / block; ++b) {
     float* xb = x + b * block;
@@ -175,7 +209,7 @@ void window_row_pack(const float* x, size_t channels, uint8_t* record) {
   }
 }
 
-void window_row_unpack(const uint8_t* record, size_t channels, float* out) {
+void window_row_unpack_reference(const uint8_t* record, size_t channels, float* out) {
   assert(check_row_channels(RowKind::kWindow, channels).ok());
   const uint8_t* values = record;
   const uint8_t* scales = record + channels;
@@ -185,6 +219,32 @@ void window_row_unpack(const uint8_t* record, size_t channels, float* out) {
       const size_t c = b * kWindowBlock + i;
       out[c] = std::isnan(scale) ? kNaN : e4m3_to_f32(values[c]) * scale;
     }
+  }
+}
+
+void window_row_unpack_table(const uint8_t* record, size_t channels, float* out) {
+  assert(check_row_channels(RowKind::kWindow, channels).ok());
+  const uint8_t* values = record;
+  const uint8_t* scales = record + channels;
+  const float* e4m3 = e4m3_decode_table();    // [256]
+  const float* ue8m0 = ue8m0_decode_table();  // [256]
+  for (size_t b = 0; b < channels / kWindowBlock; ++b) {
+    const float scale = ue8m0[scales[b]];
+    float* ob = out + b * kWindowBlock;
+    if (std::isnan(scale)) {
+      std::fill(ob, ob + kWindowBlock, kNaN);
+      continue;
+    }
+    const uint8_t* vb = values + b * kWindowBlock;
+    for (size_t i = 0; i < kWindowBlock; ++i) ob[i] = e4m3[vb[i]] * scale;
+  }
+}
+
+void window_row_unpack(const uint8_t* record, size_t channels, float* out) {
+  switch (unpack_path()) {
+    case UnpackPath::kAvx2: return window_row_unpack_avx2(record, channels, out);
+    case UnpackPath::kTable: return window_row_unpack_table(record, channels, out);
+    case UnpackPath::kReference: return window_row_unpack_reference(record, channels, out);
   }
 }
 
@@ -205,9 +265,22 @@ void main_row_pack(const float* x, size_t channels, uint8_t* record) {
   fp4_pack(x, channels, kMainBlock, main_scale, record);
 }
 
-void main_row_unpack(const uint8_t* record, size_t channels, float* out) {
+void main_row_unpack_reference(const uint8_t* record, size_t channels, float* out) {
   assert(check_row_channels(RowKind::kMain, channels).ok());
   fp4_unpack(record, channels, kMainBlock, e4m3_to_f32, out);
+}
+
+void main_row_unpack_table(const uint8_t* record, size_t channels, float* out) {
+  assert(check_row_channels(RowKind::kMain, channels).ok());
+  fp4_unpack_table(record, channels, kMainBlock, e4m3_decode_table(), out);
+}
+
+void main_row_unpack(const uint8_t* record, size_t channels, float* out) {
+  switch (unpack_path()) {
+    case UnpackPath::kAvx2: return main_row_unpack_avx2(record, channels, out);
+    case UnpackPath::kTable: return main_row_unpack_table(record, channels, out);
+    case UnpackPath::kReference: return main_row_unpack_reference(record, channels, out);
+  }
 }
 
 void main_row_fake_quant(float* x, size_t channels) {
@@ -221,9 +294,22 @@ void index_row_pack(const float* x, size_t channels, uint8_t* record) {
   fp4_pack(x, channels, kIndexBlock, index_scale, record);
 }
 
-void index_row_unpack(const uint8_t* record, size_t channels, float* out) {
+void index_row_unpack_reference(const uint8_t* record, size_t channels, float* out) {
   assert(check_row_channels(RowKind::kIndex, channels).ok());
   fp4_unpack(record, channels, kIndexBlock, ue8m0_to_f32, out);
+}
+
+void index_row_unpack_table(const uint8_t* record, size_t channels, float* out) {
+  assert(check_row_channels(RowKind::kIndex, channels).ok());
+  fp4_unpack_table(record, channels, kIndexBlock, ue8m0_decode_table(), out);
+}
+
+void index_row_unpack(const uint8_t* record, size_t channels, float* out) {
+  switch (unpack_path()) {
+    case UnpackPath::kAvx2: return index_row_unpack_avx2(record, channels, out);
+    case UnpackPath::kTable: return index_row_unpack_table(record, channels, out);
+    case UnpackPath::kReference: return index_row_unpack_reference(record, channels, out);
+  }
 }
 
 void index_row_fake_quant(float* x, size_t channels) {
@@ -245,6 +331,22 @@ void row_unpack(RowKind kind, const uint8_t* record, size_t channels, float* out
     case RowKind::kWindow: return window_row_unpack(record, channels, out);
     case RowKind::kMain: return main_row_unpack(record, channels, out);
     case RowKind::kIndex: return index_row_unpack(record, channels, out);
+  }
+}
+
+void row_unpack_reference(RowKind kind, const uint8_t* record, size_t channels, float* out) {
+  switch (kind) {
+    case RowKind::kWindow: return window_row_unpack_reference(record, channels, out);
+    case RowKind::kMain: return main_row_unpack_reference(record, channels, out);
+    case RowKind::kIndex: return index_row_unpack_reference(record, channels, out);
+  }
+}
+
+void row_unpack_table(RowKind kind, const uint8_t* record, size_t channels, float* out) {
+  switch (kind) {
+    case RowKind::kWindow: return window_row_unpack_table(record, channels, out);
+    case RowKind::kMain: return main_row_unpack_table(record, channels, out);
+    case RowKind::kIndex: return index_row_unpack_table(record, channels, out);
   }
 }
 

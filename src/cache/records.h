@@ -98,6 +98,24 @@ void index_row_pack(const float* x, size_t channels, uint8_t* record);
 void index_row_unpack(const uint8_t* record, size_t channels, float* out);
 void index_row_fake_quant(float* x, size_t channels);
 
+// ---- Unpack implementations ------------------------------------------------------------------
+// The *_row_unpack functions above choose at run time (kernels/cpu/dispatch.h): the AVX2/F16C
+// path (kernels/cpu/unpack_avx2.h) when fast_blocks_enabled() and the CPU has F16C; the plain
+// reference below when the scalar path is forced (DSV41_FORCE_SCALAR=1 or set_force_scalar);
+// the table-driven scalar path otherwise (a CPU without AVX2). All three agree bit for bit
+// (tested on random records holding every code, NaN codes and every scale code); the only
+// arithmetic in each is the same float32 `value · scale` multiply.
+// Reference: element by element through the scalar decoders of numerics.h.
+void window_row_unpack_reference(const uint8_t* record, size_t channels, float* out);
+void main_row_unpack_reference(const uint8_t* record, size_t channels, float* out);
+void index_row_unpack_reference(const uint8_t* record, size_t channels, float* out);
+// Portable fast path: the numerics.h decode tables (E4M3 256, UE8M0 256, E2M1 16 entries).
+void window_row_unpack_table(const uint8_t* record, size_t channels, float* out);
+void main_row_unpack_table(const uint8_t* record, size_t channels, float* out);
+void index_row_unpack_table(const uint8_t* record, size_t channels, float* out);
+void row_unpack_reference(RowKind kind, const uint8_t* record, size_t channels, float* out);
+void row_unpack_table(RowKind kind, const uint8_t* record, size_t channels, float* out);
+
 // Dispatch on the kind (for tests and generic cache code).
 void row_pack(RowKind kind, const float* x, size_t channels, uint8_t* record);
 void row_unpack(RowKind kind, const uint8_t* record, size_t channels, float* out);

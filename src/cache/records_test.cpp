@@ -1,18 +1,26 @@
 // Tests of the cache record codecs (records.h): sizes, byte layout, worked examples computed by
 // hand, clamps, all-zero and non-finite blocks, and the three-way agreement
-// unpack(pack(x)) == fake_quant(x) == fake_quant(fake_quant(x)) bit for bit on random rows.
+// unpack(pack(x)) == fake_quant(x) == fake_quant(fake_quant(x)) bit for bit on random rows;
+// and the unpack fast paths (table, AVX2, the dispatching entry points) against the reference
+// bit for bit on random records holding every code and every scale code.
 #include "cache/records.h"
 
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/numerics.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/unpack_avx2.h"
 
 namespace dsv41 {
 namespace {
@@ -370,6 +378,104 @@ TEST(CacheRecords, MainScaleSaturatesAt448) {
   EXPECT_EQ(out[0], 6.0f * 448.0f);
   EXPECT_EQ(out[1], -6.0f * 448.0f);
   EXPECT_EQ(out[2], 0.0f);
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// Channel counts per kind: whole blocks only (the formats have no partial blocks), including odd
+// block counts and the sizes configs use (64, 128 index/head dims; 512 V4.1 head_dim).
+std::vector<size_t> unpack_channel_counts(RowKind kind) {
+  if (kind == RowKind::kMain) return {16, 48, 64, 80, 128, 144, 512};
+  return {32, 64, 96, 128, 160, 512};
+}
+
+using UnpackFn = void (*)(const uint8_t*, size_t, float*);
+
+UnpackFn avx2_unpack(RowKind kind) {
+  switch (kind) {
+    case RowKind::kWindow: return window_row_unpack_avx2;
+    case RowKind::kMain: return main_row_unpack_avx2;
+    case RowKind::kIndex: return index_row_unpack_avx2;
+  }
+  return nullptr;
+}
+
+// Runs `fn` into a buffer pre-filled with a sentinel, output starting at float offset `shift`
+// (so unaligned stores are exercised), and checks nothing outside the row was written.
+std::vector<float> run_unpack(const std::function<void(float*)>& fn, size_t channels, size_t shift) {
+  std::vector<float> buf(channels + shift + 8, 777.0f);
+  fn(buf.data() + shift);
+  for (size_t i = 0; i < shift; ++i) EXPECT_EQ(buf[i], 777.0f) << "wrote before the row";
+  for (size_t i = shift + channels; i < buf.size(); ++i) EXPECT_EQ(buf[i], 777.0f) << "wrote past the row";
+  return std::vector<float>(buf.begin() + static_cast<std::ptrdiff_t>(shift),
+                            buf.begin() + static_cast<std::ptrdiff_t>(shift + channels));
+}
+
+TEST(CacheRecordsUnpack, FastPathsMatchReferenceBitForBitOnRandomRecords) {
+  std::mt19937 rng(20261129);
+  std::uniform_int_distribution<int> byte(0, 255);
+  const bool avx2 = cpu_has_avx2_fma() && cpu_has_f16c();
+  if (!avx2) std::fprintf(stderr, "note: no AVX2/F16C here, only the table path is compared\n");
+  for (RowKind kind : kKinds) {
+    const size_t block = row_block_channels(kind);
+    for (size_t channels : unpack_channel_counts(kind)) {
+      const size_t nbytes = row_bytes(kind, channels), nblocks = channels / block;
+      const size_t scale_off = nbytes - nblocks;
+      // Enough records that the scale bytes run through all 256 codes (NaN codes included),
+      // each block seeing a different code; code bytes uniform random (E4M3 NaN codes 0x7F/0xFF
+      // and every E2M1 nibble included).
+      const size_t records = (256 + nblocks - 1) / nblocks + 8;
+      for (size_t r = 0; r < records; ++r) {
+        const size_t shift = r % 3;  // record and output at varying alignments
+        std::vector<uint8_t> buf(nbytes + shift);
+        uint8_t* rec = buf.data() + shift;
+        for (size_t i = 0; i < nbytes; ++i) rec[i] = static_cast<uint8_t>(byte(rng));
+        for (size_t b = 0; b < nblocks; ++b) rec[scale_off + b] = static_cast<uint8_t>((r * nblocks + b) % 256);
+        SCOPED_TRACE(std::string(row_kind_name(kind)) + " channels " + std::to_string(channels) + " record " +
+                     std::to_string(r));
+        const auto ref = run_unpack([&](float* o) { row_unpack_reference(kind, rec, channels, o); }, channels, shift);
+        expect_same_bits(ref, run_unpack([&](float* o) { row_unpack_table(kind, rec, channels, o); }, channels, shift),
+                         "table");
+        if (avx2) {
+          expect_same_bits(ref, run_unpack([&](float* o) { avx2_unpack(kind)(rec, channels, o); }, channels, shift),
+                           "avx2");
+        }
+        // The dispatching entry point, on whichever path this CPU selects, and forced scalar.
+        expect_same_bits(ref, run_unpack([&](float* o) { row_unpack(kind, rec, channels, o); }, channels, shift),
+                         "row_unpack");
+        set_force_scalar(true);
+        expect_same_bits(ref, run_unpack([&](float* o) { row_unpack(kind, rec, channels, o); }, channels, shift),
+                         "row_unpack forced scalar");
+        set_force_scalar(false);
+      }
+    }
+  }
+}
+
+TEST(CacheRecordsUnpack, FastPathsMatchReferenceOnPackedRandomRows) {
+  // Records written by pack from real-looking rows (the values the cache holds), not only
+  // random bytes: every path must reproduce fake_quant exactly.
+  std::mt19937 rng(7);
+  for (RowKind kind : kKinds) {
+    for (size_t channels : unpack_channel_counts(kind)) {
+      for (int trial = 0; trial < 20; ++trial) {
+        const std::vector<float> x = random_row(rng, kind, channels);
+        std::vector<uint8_t> rec(row_bytes(kind, channels));
+        row_pack(kind, x.data(), channels, rec.data());
+        std::vector<float> ref(channels), table(channels), dispatched(channels);
+        row_unpack_reference(kind, rec.data(), channels, ref.data());
+        row_unpack_table(kind, rec.data(), channels, table.data());
+        row_unpack(kind, rec.data(), channels, dispatched.data());
+        expect_same_bits(ref, table, "table");
+        expect_same_bits(ref, dispatched, "row_unpack");
+        expect_same_bits(ref, fake(kind, x), "fake_quant");
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// Which implementation the model blocks run (mHC, Engram, compressor; system spec: CPU forward
-// pass): the fast path (AVX2/FMA inner loops in kernels/cpu/*_avx2.cpp, threaded over tokens on
-// base/thread_pool) when the CPU has AVX2 and FMA, else the plain scalar reference.
+// Which implementation the model blocks run (mHC, Engram, compressor, and the cache-record
+// unpacking of cache/records.h; system spec: CPU forward pass): the fast path (AVX2/FMA inner
+// loops in kernels/cpu/*_avx2.cpp, threaded over tokens on base/thread_pool) when the CPU has
+// AVX2 and FMA, else the plain scalar reference.
 // The reference can be forced for a whole process with DSV41_FORCE_SCALAR=1 in the environment
 // (read once, at the first query), or by set_force_scalar() (tests, benchmarks).
 // The GEMM and attention kernels keep their own dispatch (gemm.h, attention_kernels.h).

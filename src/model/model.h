@@ -1,6 +1,6 @@
 // The DeepSeek-V4.1 text backbone as one object: config, layer plan, RoPE tables, float32 (or
-// bf16-exact, held as bf16) weights of every layer, Engram hash constants; and the forward pass of one chunk of one
-// sequence. Spec: model.md §3.1–§3.2 (embedding, single-pass block order), §3.3 (mHC),
+// bf16-exact, held as bf16) weights of every layer, Engram hash constants; and the forward pass
+// of one chunk of one sequence. Spec: model.md §3.1–§3.2 (embedding, single-pass block order), §3.3 (mHC),
 // §3.7 (MoE), §3.8 (Engram), §3.9 (final collapse, norm, head), §4 (packed caches).
 //
 // Per block ℓ (streams X [T, hc, d], carried mix p [T, hc]):

@@ -91,7 +91,6 @@ bool env_forces_f32() {
   return v != nullptr && v[0] != '\0' && std::string(v) != "0";
 }
 
-
 // Every `layers.i.attn.*` tensor the checkpoint has, into AttentionWeights; check_attention_weights
 // (attention.h) then verifies that exactly the layer role's tensors are there with the right sizes.
 // (attention.h also declares load_attention_weights; it was not implemented on the attention

@@ -1,7 +1,7 @@
 // The DeepSeek-V4.1 text backbone as one object: config, layer plan, RoPE tables, float32 (or
 // bf16-exact, held as bf16) weights of every layer, Engram hash constants; and the forward pass
-// of one chunk of one sequence. Spec: model.md §3.1–§3.2 (embedding, single-pass block order), §3.3 (mHC),
-// §3.7 (MoE), §3.8 (Engram), §3.9 (final collapse, norm, head), §4 (packed caches).
+// of one chunk of one sequence. Spec: model.md §3.1–§3.2 (embedding, single-pass block order),
+// §3.3 (mHC), §3.7 (MoE), §3.8 (Engram), §3.9 (final collapse, norm, head), §4 (packed caches).
 //
 // Per block ℓ (streams X [T, hc, d], carried mix p [T, hc]):
 //   X ← Engram_ℓ(X)                          (Engram layers)
@@ -102,10 +102,11 @@ struct ModelLoadOptions {
   // checkpoint per lookup (same values; only sensible for small checkpoints, e.g. to test that).
   bool widen_engram_tables = false;
   // Hold every weight matrix as float32. By default the routed and shared experts, the head and
-  // the attention projections wq_a / wq_b / wkv / wo_a / wo_b are held as bf16 when the checkpoint stores them in a narrower format than F32 (BF16, F16,
-  // FP8 or FP4 with power-of-two scales) and every dequantised value round-trips through bf16 bit
-  // for bit; the logits are the same bits either way (weight_matrix.h), only the bytes read per
-  // token halve. The environment variable DSV41_F32_WEIGHTS=1 forces this too (for A/B runs).
+  // the attention projections wq_a / wq_b / wkv / wo_a / wo_b are held as bf16 when the checkpoint
+  // stores them narrower than F32 (BF16, F16, FP8 or FP4 with power-of-two scales) and every
+  // dequantised value round-trips through bf16 bit for bit; the logits are the same bits either
+  // way (weight_matrix.h), only the bytes read per token halve. The environment variable
+  // DSV41_F32_WEIGHTS=1 forces float32 too (for A/B runs).
   bool f32_weights = false;
 };
 

@@ -9,10 +9,10 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention_kernels.h"
-#include "kernels/cpu/gemm.h"
 #include "model/compressor.h"
 #include "model/indexer.h"
 #include "model/rmsnorm.h"
+#include "model/weight_matrix.h"
 
 namespace dsv41 {
 namespace {
@@ -139,9 +139,9 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
 
   // ---- Query path: c = RMSNorm_q(W_qa x) [T, ql]; q = RoPE(W_qb c) [T, H, D]. --------------
   std::vector<float> c(static_cast<size_t>(T * ql)), q(static_cast<size_t>(T * H * D));
-  gemm_f32(x, T, hidden, w.wq_a.data(), ql, c.data());
+  matmul(x, T, hidden, weight_ref(w.wq_a, w.bf16.wq_a), ql, c.data());
   rmsnorm_rows(c.data(), T, ql, w.q_norm.data(), config.rms_norm_eps, c.data());
-  gemm_f32(c.data(), T, ql, w.wq_b.data(), H * D, q.data());
+  matmul(c.data(), T, ql, weight_ref(w.wq_b, w.bf16.wq_b), H * D, q.data());
   // cos/sin per position of the chunk: [T, rd/2] each.
   std::vector<float> cosv(static_cast<size_t>(T * rd / 2)), sinv(static_cast<size_t>(T * rd / 2));
   for (int64_t i = 0; i < T; ++i) rope.cos_sin(kind, start_pos + i, cosv.data() + i * rd / 2, sinv.data() + i * rd / 2);
@@ -152,7 +152,7 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
 
   // ---- Window KV: FP8QDQ(RoPE(RMSNorm_kv(W_kv x))) [T, D]. --------------------------------
   std::vector<float> kv(static_cast<size_t>(T * D));
-  gemm_f32(x, T, hidden, w.wkv.data(), D, kv.data());
+  matmul(x, T, hidden, weight_ref(w.wkv, w.bf16.wkv), D, kv.data());
   rmsnorm_rows(kv.data(), T, D, w.kv_norm.data(), config.rms_norm_eps, kv.data());
   for (int64_t i = 0; i < T; ++i) {
     rope_rotate(kv.data() + i * D, D, static_cast<int>(rd), cosv.data() + i * rd / 2, sinv.data() + i * rd / 2, false);
@@ -258,11 +258,12 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
     for (int64_t i = 0; i < T; ++i)
       std::copy(o.begin() + i * H * D + g * group_in, o.begin() + i * H * D + (g + 1) * group_in,
                 gin.begin() + i * group_in);
-    gemm_f32(gin.data(), T, group_in, w.wo_a.data() + g * olr * group_in, olr, gout.data());
+    matmul(gin.data(), T, group_in, weight_ref(w.wo_a, w.bf16.wo_a).offset(g * olr * group_in), olr,
+           gout.data());
     for (int64_t i = 0; i < T; ++i)
       std::copy(gout.begin() + i * olr, gout.begin() + (i + 1) * olr, mid.begin() + i * groups * olr + g * olr);
   }
-  gemm_f32(mid.data(), T, groups * olr, w.wo_b.data(), hidden, out);
+  matmul(mid.data(), T, groups * olr, weight_ref(w.wo_b, w.bf16.wo_b), hidden, out);
 
   // ---- The chunk's window rows enter the ring (it keeps the newest `sliding_window`). ------
   ring.push_rows(kv.data(), T);

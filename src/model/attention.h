@@ -65,6 +65,12 @@ struct AttentionWeights {
   // Index sources (Full and Reindex).
   std::vector<float> indexer_wq_b;          // attn.indexer.wq_b.weight         [idx_heads·idx_head_dim, q_lora_rank]
   std::vector<float> indexer_weights_proj;  // attn.indexer.weights_proj.weight [idx_heads, hidden]
+  // The five big projections may instead be held as bf16 bits (Model::load, when every value is
+  // bf16-exact: weight_matrix.h); a projection held here has an empty float32 vector above, so
+  // check_attention_weights runs before the narrowing. attention_forward reads either.
+  struct Bf16Projections {
+    std::vector<uint16_t> wq_a, wq_b, wkv, wo_a, wo_b;
+  } bf16;
 };
 
 // Checks every tensor the layer's role needs is present with the size the config implies, and

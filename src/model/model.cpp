@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -51,6 +52,44 @@ Status load_exact(const WeightRegistry& reg, const std::string& name, int64_t nu
 }
 
 std::string lname(int layer, const std::string& role) { return "layers." + std::to_string(layer) + "." + role; }
+
+// A weight matrix: bf16 when allowed, the checkpoint stores it narrower than F32, and every
+// value is bf16-exact (checked by make_weight_matrix); else float32.
+Status load_matrix(const WeightRegistry& reg, const std::string& name, int64_t numel, bool allow_bf16,
+                   WeightMatrix& out) {
+  std::vector<float> values;
+  DSV41_RETURN_IF_ERROR(load_exact(reg, name, numel, values));
+  DSV41_ASSIGN_OR_RETURN(TensorView raw, reg.raw(name));
+  out = make_weight_matrix(std::move(values), allow_bf16 && raw.dtype != DType::kF32);
+  return ok_status();
+}
+
+// Moves each of the five big attention projections into its bf16 holding when load_matrix's rule
+// allows it (the float32 vector is left empty).
+Status narrow_attention(const WeightRegistry& reg, AttentionWeights& w) {
+  struct Proj {
+    const char* suffix;
+    std::vector<float>* f32;
+    std::vector<uint16_t>* bf16;
+  };
+  const Proj projs[] = {{"wq_a.weight", &w.wq_a, &w.bf16.wq_a},
+                        {"wq_b.weight", &w.wq_b, &w.bf16.wq_b},
+                        {"wkv.weight", &w.wkv, &w.bf16.wkv},
+                        {"wo_a.weight", &w.wo_a, &w.bf16.wo_a},
+                        {"wo_b.weight", &w.wo_b, &w.bf16.wo_b}};
+  for (const Proj& p : projs) {
+    DSV41_ASSIGN_OR_RETURN(TensorView raw, reg.raw(lname(w.layer, std::string("attn.") + p.suffix)));
+    WeightMatrix m = make_weight_matrix(std::move(*p.f32), raw.dtype != DType::kF32);
+    *p.f32 = std::move(m.f32);
+    *p.bf16 = std::move(m.bf16);
+  }
+  return ok_status();
+}
+
+bool env_forces_f32() {
+  const char* v = std::getenv("DSV41_F32_WEIGHTS");
+  return v != nullptr && v[0] != '\0' && std::string(v) != "0";
+}
 
 // Every `layers.i.attn.*` tensor the checkpoint has, into AttentionWeights; check_attention_weights
 // (attention.h) then verifies that exactly the layer role's tensors are there with the right sizes.
@@ -132,6 +171,28 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelLo
   return m;
 }
 
+Model::MatrixBytes Model::matrix_bytes() const {
+  MatrixBytes b;
+  auto add = [&b](const WeightMatrix& m) { (m.is_bf16() ? b.bf16 : b.f32) += m.bytes(); };
+  add(head_);
+  for (const LayerWeights& L : layers_) {
+    for (const ExpertStore& e : L.experts) {
+      add(e.w1);
+      add(e.w3);
+      add(e.w2);
+    }
+    add(L.shared.w1);
+    add(L.shared.w3);
+    add(L.shared.w2);
+    const AttentionWeights& a = L.attn;
+    for (const std::vector<float>* f : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b})
+      b.f32 += int64_t(f->size() * sizeof(float));
+    for (const std::vector<uint16_t>* h : {&a.bf16.wq_a, &a.bf16.wq_b, &a.bf16.wkv, &a.bf16.wo_a, &a.bf16.wo_b})
+      b.bf16 += int64_t(h->size() * sizeof(uint16_t));
+  }
+  return b;
+}
+
 Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t seed) {
   std::unique_ptr<Model> m(new Model());
   const auto primes = engram_bucket_primes(config);
@@ -162,7 +223,7 @@ Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t
   const double sd = 1.0 / std::sqrt(double(d));
   fill(m->embed_, V * d, 0, 1);
   fill(m->final_norm_, d, 1, 0.1);
-  fill(m->head_, V * d, 0, sd);
+  fill(m->head_.f32, V * d, 0, sd);
   m->layers_.resize(c.num_hidden_layers);
   for (const LayerInfo& info : m->plan_.layers) {
     LayerWeights& L = m->layers_[info.index];
@@ -180,9 +241,9 @@ Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t
     fill(L.gate_bias_vl, c.n_routed_experts, 0, 0.1);
     L.experts.resize(c.n_routed_experts);
     auto expert = [&](ExpertStore& e, int64_t inter) {
-      fill(e.w1, inter * d, 0, 2 * sd);
-      fill(e.w3, inter * d, 0, 2 * sd);
-      fill(e.w2, d * inter, 0, 1.0 / std::sqrt(double(inter)));
+      fill(e.w1.f32, inter * d, 0, 2 * sd);
+      fill(e.w3.f32, inter * d, 0, 2 * sd);
+      fill(e.w2.f32, d * inter, 0, 1.0 / std::sqrt(double(inter)));
     };
     for (ExpertStore& e : L.experts) expert(e, m->moe_.inter);
     if (m->moe_.has_shared) expert(L.shared, m->moe_.shared_inter);
@@ -210,13 +271,15 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
   const int64_t d = c.hidden_size, V = c.vocab_size, hc = c.hc_mult, mix = (2 + hc) * hc;
   DSV41_RETURN_IF_ERROR(load_exact(reg, "embed.weight", V * d, embed_));
   DSV41_RETURN_IF_ERROR(load_exact(reg, "norm.weight", d, final_norm_));
-  DSV41_RETURN_IF_ERROR(load_exact(reg, "head.weight", V * d, head_));
+  const bool bf16 = !options.f32_weights && !env_forces_f32();
+  DSV41_RETURN_IF_ERROR(load_matrix(reg, "head.weight", V * d, bf16, head_));
   layers_.resize(c.num_hidden_layers);
   for (const LayerInfo& info : plan_.layers) {
     const int i = info.index;
     LayerWeights& L = layers_[i];
     DSV41_ASSIGN_OR_RETURN(L.attn, load_attention(reg, info));
     DSV41_RETURN_IF_ERROR(check_attention_weights(L.attn, c, info));
+    if (bf16) DSV41_RETURN_IF_ERROR(narrow_attention(reg, L.attn));
     DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "attn_norm.weight"), d, L.attn_norm));
     DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "ffn_norm.weight"), d, L.ffn_norm));
     DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "hc_attn_fn"), mix * hc * d, L.hc_attn_fn));
@@ -234,15 +297,15 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
     L.experts.resize(E);
     for (int64_t e = 0; e < E; ++e) {
       const std::string p = lname(i, "ffn.experts." + std::to_string(e) + ".");
-      DSV41_RETURN_IF_ERROR(load_exact(reg, p + "w1.weight", inter * d, L.experts[e].w1));
-      DSV41_RETURN_IF_ERROR(load_exact(reg, p + "w3.weight", inter * d, L.experts[e].w3));
-      DSV41_RETURN_IF_ERROR(load_exact(reg, p + "w2.weight", d * inter, L.experts[e].w2));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w1.weight", inter * d, bf16, L.experts[e].w1));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w3.weight", inter * d, bf16, L.experts[e].w3));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w2.weight", d * inter, bf16, L.experts[e].w2));
     }
     if (moe_.has_shared) {
       const std::string p = lname(i, "ffn.shared_experts.");
-      DSV41_RETURN_IF_ERROR(load_exact(reg, p + "w1.weight", sinter * d, L.shared.w1));
-      DSV41_RETURN_IF_ERROR(load_exact(reg, p + "w3.weight", sinter * d, L.shared.w3));
-      DSV41_RETURN_IF_ERROR(load_exact(reg, p + "w2.weight", d * sinter, L.shared.w2));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w1.weight", sinter * d, bf16, L.shared.w1));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w3.weight", sinter * d, bf16, L.shared.w3));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w2.weight", d * sinter, bf16, L.shared.w2));
     }
     if (info.has_engram) {
       // Widening the whole table is only practical for small checkpoints (the release's two
@@ -385,7 +448,7 @@ void Model::finish_chunk(const Chunk& chunk, const float* x, const float* p, int
   // Final collapse with the last FFN-site pre, final norm, head (fp32 logits).
   mhc_collapse(mhc_, x, p, T, hidden);
   rmsnorm_rows(hidden, T, d, final_norm_.data(), config_.rms_norm_eps, hidden);
-  if (logit_rows > 0) gemm_f32(hidden + (T - logit_rows) * d, logit_rows, d, head_.data(), config_.vocab_size, logits);
+  if (logit_rows > 0) matmul(hidden + (T - logit_rows) * d, logit_rows, d, head_.ref(), config_.vocab_size, logits);
 }
 
 Status Model::forward(SequenceState& seq, const int32_t* tokens, int64_t T, int64_t logit_rows, float* logits,

@@ -1,7 +1,7 @@
-// The DeepSeek-V4.1 text backbone as one object: config, layer plan, RoPE tables, float32
-// weights of every layer, Engram hash constants; and the forward pass of one chunk of one
-// sequence. Spec: model.md §3.1–§3.2 (embedding, single-pass block order), §3.3 (mHC),
-// §3.7 (MoE), §3.8 (Engram), §3.9 (final collapse, norm, head), §4 (packed caches).
+// The DeepSeek-V4.1 text backbone as one object: config, layer plan, RoPE tables, float32 (or
+// bf16-exact, held as bf16) weights of every layer, Engram hash constants; and the forward pass
+// of one chunk of one sequence. Spec: model.md §3.1–§3.2 (embedding, single-pass block order),
+// §3.3 (mHC), §3.7 (MoE), §3.8 (Engram), §3.9 (final collapse, norm, head), §4 (packed caches).
 //
 // Per block ℓ (streams X [T, hc, d], carried mix p [T, hc]):
 //   X ← Engram_ℓ(X)                          (Engram layers)
@@ -11,7 +11,9 @@
 //   X'' = post_B·f + C_Bᵀ X';  p ← pre_B
 // then y = Σ p_j X_j, logits = RMSNorm_final(y) · W_headᵀ.
 // Numeric policy: every activation is fp32 (weights of any stored dtype are widened exactly to
-// fp32, at load or, for the Engram tables, row by row when a row is looked up); the only
+// fp32, at load or, for the Engram tables, row by row when a row is looked up; the big matrices
+// whose values are all bf16-exact are held as bf16 bits and widened exactly inside the GEMM,
+// same bits as the fp32 copy: weight_matrix.h, ModelLoadOptions::f32_weights); the only
 // roundings to a narrower format are the cache fake-quantisers inside attention (see
 // attention.h). The blocks' fast paths (kernels/cpu/dispatch.h) sum in other orders than the
 // scalar references, so the two agree to float rounding, not bit for bit (each block's header
@@ -36,15 +38,17 @@
 #include "model/mhc.h"
 #include "model/moe.h"
 #include "model/rope.h"
+#include "model/weight_matrix.h"
 #include "model/weights.h"
 
 namespace dsv41 {
 
 class Tokenizer;
 
+// bf16 when the checkpoint's values are all bf16-exact (see ModelLoadOptions::f32_weights).
 struct ExpertStore {
-  std::vector<float> w1, w3, w2;  // [inter, d], [inter, d], [d, inter]
-  ExpertWeights view() const { return {w1.data(), w3.data(), w2.data()}; }
+  WeightMatrix w1, w3, w2;  // [inter, d], [inter, d], [d, inter]
+  ExpertWeights view() const { return {w1.ref(), w3.ref(), w2.ref()}; }
 };
 
 // Float32 tensors of one backbone layer, release names `layers.i.*`.
@@ -97,6 +101,13 @@ struct ModelLoadOptions {
   // Widen each Engram table to float32 at load instead of gathering rows from the mapped
   // checkpoint per lookup (same values; only sensible for small checkpoints, e.g. to test that).
   bool widen_engram_tables = false;
+  // Hold every weight matrix as float32. By default the routed and shared experts, the head and
+  // the attention projections wq_a / wq_b / wkv / wo_a / wo_b are held as bf16 when the checkpoint
+  // stores them narrower than F32 (BF16, F16, FP8 or FP4 with power-of-two scales) and every
+  // dequantised value round-trips through bf16 bit for bit; the logits are the same bits either
+  // way (weight_matrix.h), only the bytes read per token halve. The environment variable
+  // DSV41_F32_WEIGHTS=1 forces float32 too (for A/B runs).
+  bool f32_weights = false;
 };
 
 class Model {
@@ -116,6 +127,12 @@ class Model {
   const LayerPlan& plan() const { return plan_; }
   const Rope& rope() const { return *rope_; }
   int64_t vocab_size() const { return config_.vocab_size; }
+  // Bytes of the weight matrices held as bf16 / as float32 among those that may be narrowed: the
+  // head, the routed and shared experts, attention wq_a / wq_b / wkv / wo_a / wo_b.
+  struct MatrixBytes {
+    int64_t bf16 = 0, f32 = 0;
+  };
+  MatrixBytes matrix_bytes() const;
 
   // A fresh sequence able to hold max_context positions.
   Result<SequenceState> new_sequence(int64_t max_context) const;
@@ -159,7 +176,8 @@ class Model {
   MoeShape moe_;
   EngramShape engram_;
   std::optional<EngramHashTables> engram_tables_;
-  std::vector<float> embed_, final_norm_, head_;  // [V, d], [d], [V, d]
+  std::vector<float> embed_, final_norm_;  // [V, d], [d]
+  WeightMatrix head_;                      // [V, d]
   std::vector<LayerWeights> layers_;
   std::unique_ptr<WeightRegistry> registry_;  // the mapped checkpoint (null for random models)
 };

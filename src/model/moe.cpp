@@ -116,11 +116,11 @@ void expert_reference(const MoeShape& shape, const ExpertWeights& ew, int64_t in
                       float* y) {
   std::vector<float> g(inter), u(inter), h(inter);
   for (int64_t o = 0; o < inter; ++o) {
-    g[o] = static_cast<float>(dot(ew.w1 + o * shape.dim, x, shape.dim));
-    u[o] = static_cast<float>(dot(ew.w3 + o * shape.dim, x, shape.dim));
+    g[o] = static_cast<float>(dot_reference(ew.w1, o * shape.dim, x, shape.dim));
+    u[o] = static_cast<float>(dot_reference(ew.w3, o * shape.dim, x, shape.dim));
   }
   swiglu(shape, g.data(), u.data(), inter, weight, h.data());
-  for (int64_t c = 0; c < shape.dim; ++c) y[c] += static_cast<float>(dot(ew.w2 + c * inter, h.data(), inter));
+  for (int64_t c = 0; c < shape.dim; ++c) y[c] += static_cast<float>(dot_reference(ew.w2, c * inter, h.data(), inter));
 }
 
 void route_all(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens, const uint8_t* is_image,
@@ -172,11 +172,11 @@ void expert_batch(const MoeShape& shape, const ExpertWeights& ew, int64_t inter,
   std::vector<float> xb(n * shape.dim), g(n * inter), u(n * inter), h(n * inter), out(n * shape.dim);
   for (int64_t r = 0; r < n; ++r)
     std::copy(x + rows[r] * shape.dim, x + (rows[r] + 1) * shape.dim, xb.begin() + r * shape.dim);
-  gemm_f32(xb.data(), n, shape.dim, ew.w1, inter, g.data());
-  gemm_f32(xb.data(), n, shape.dim, ew.w3, inter, u.data());
+  matmul(xb.data(), n, shape.dim, ew.w1, inter, g.data());
+  matmul(xb.data(), n, shape.dim, ew.w3, inter, u.data());
   for (int64_t r = 0; r < n; ++r)
     swiglu(shape, g.data() + r * inter, u.data() + r * inter, inter, row_weight[r], h.data() + r * inter);
-  gemm_f32(h.data(), n, inter, ew.w2, shape.dim, out.data());
+  matmul(h.data(), n, inter, ew.w2, shape.dim, out.data());
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < shape.dim; ++c) y[rows[r] * shape.dim + c] += out[r * shape.dim + c];
 }

@@ -21,6 +21,7 @@
 
 #include "base/status.h"
 #include "format/config.h"
+#include "model/weight_matrix.h"
 
 namespace dsv41 {
 
@@ -42,10 +43,11 @@ struct MoeShape {
   static Result<MoeShape> from_config(const ModelConfig& config);
 };
 
+// Each projection is float32 or bf16 (weight_matrix.h); the products are the same bits either way.
 struct ExpertWeights {
-  const float* w1 = nullptr;  // [inter, dim]  gate projection
-  const float* w3 = nullptr;  // [inter, dim]  up projection
-  const float* w2 = nullptr;  // [dim, inter]  down projection
+  WeightRef w1;  // [inter, dim]  gate projection
+  WeightRef w3;  // [inter, dim]  up projection
+  WeightRef w2;  // [dim, inter]  down projection
 };
 
 struct MoeWeights {
@@ -62,7 +64,7 @@ void moe_route(const MoeShape& shape, const MoeWeights& w, const float* x, int64
 
 // Full MoE.  x [T, dim] → y [T, dim]; experts/weights (optional, [T, k]) receive the routing.
 // The reference runs token by token with scalar dot products; the fast path batches the
-// tokens of each expert through gemm_f32. Same routing, outputs equal to float rounding.
+// tokens of each expert through gemm_f32 / gemm_bf16w (matmul). Same routing, outputs equal to float rounding.
 void moe_forward_reference(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
                            const uint8_t* is_image, float* y, int32_t* experts = nullptr,
                            float* weights = nullptr);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "app/forward_flags.h"
 #include "kernels/cpu/dispatch.h"
 #include "format/safetensors.h"
 #include "model/model.h"
@@ -33,29 +34,20 @@ int logits_main(int argc, char** argv) {
   cli.add_option("--decode-from", decode_from, "prefill the first K tokens, decode the rest one by one");
   cli.add_option("--chunk", chunk, "prefill chunk size (0 = one chunk)");
   cli.add_option("--out", out, "output .safetensors file")->required();
-  std::string dump_names, dump_out = "dump.safetensors";
-  cli.add_option("--dump", dump_names, "write prefill intermediates: NAME[,NAME...] of " + dump_family_names());
-  cli.add_option("--dump-out", dump_out, "file for --dump (default dump.safetensors)");
-  bool scalar = false;
-  cli.add_flag("--scalar", scalar,
-               "run the mHC, Engram and compressor scalar references, not their fast paths "
-               "(as DSV41_FORCE_SCALAR=1 does)");
+  ForwardFlags flags;
+  flags.add_to(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return cli.exit(e);
   }
-  if (scalar) set_force_scalar(true);
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "dsv41 logits: %s\n", s.to_string().c_str());
     return 1;
   };
-  DumpSelection dump;
-  if (!dump_names.empty()) {
-    auto sel = parse_dump_names(dump_names);
-    if (!sel.ok()) return fail(sel.status());
-    dump = *sel;
-  }
+  auto selection = flags.apply();
+  if (!selection.ok()) return fail(selection.status());
+  const DumpSelection dump = *selection;
   auto ids = parse_token_ids(ids_text);
   if (!ids.ok()) return fail(ids.status());
   const int64_t T = static_cast<int64_t>(ids->size());
@@ -77,8 +69,8 @@ int logits_main(int argc, char** argv) {
   if (dump.any()) {
     auto tensors = collect_dump(**model, trace, (*session)->cache(), K, dump);
     if (!tensors.ok()) return fail(tensors.status());
-    if (Status s = write_dump(dump_out, *tensors); !s.ok()) return fail(s);
-    std::printf("dumped %zu tensors to %s\n", tensors->size(), dump_out.c_str());
+    if (Status s = write_dump(flags.dump_out, *tensors); !s.ok()) return fail(s);
+    std::printf("dumped %zu tensors to %s\n", tensors->size(), flags.dump_out.c_str());
   }
   logits.resize(T * V);
   for (int64_t t = K; t < T; ++t) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "app/forward_flags.h"
 #include "kernels/cpu/dispatch.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
@@ -47,29 +48,20 @@ int run_main(int argc, char** argv) {
   cli.add_option("--chunk", chunk, "prefill chunk size (0 = whole prompt)");
   cli.add_flag("--print-ids", print_ids, "print the generated ids as the last line");
   cli.add_flag("--ignore-eos", ignore_eos, "generate exactly N tokens, past the end-of-sequence token");
-  std::string dump_names, dump_out = "dump.safetensors";
-  cli.add_option("--dump", dump_names, "write prefill intermediates: NAME[,NAME...] of " + dump_family_names());
-  cli.add_option("--dump-out", dump_out, "file for --dump (default dump.safetensors)");
-  bool scalar = false;
-  cli.add_flag("--scalar", scalar,
-               "run the mHC, Engram and compressor scalar references, not their fast paths "
-               "(as DSV41_FORCE_SCALAR=1 does)");
+  ForwardFlags flags;
+  flags.add_to(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return cli.exit(e);
   }
-  if (scalar) set_force_scalar(true);
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "dsv41 run: %s\n", s.to_string().c_str());
     return 1;
   };
-  DumpSelection dump;
-  if (!dump_names.empty()) {
-    auto sel = parse_dump_names(dump_names);
-    if (!sel.ok()) return fail(sel.status());
-    dump = *sel;
-  }
+  auto selection = flags.apply();
+  if (!selection.ok()) return fail(selection.status());
+  const DumpSelection dump = *selection;
   if (text.empty() && ids_text.empty()) return fail(invalid_argument("give a prompt with -p TEXT or --ids 0,5,7"));
   auto sampler = Sampler::create(sp);
   if (!sampler.ok()) return fail(sampler.status());
@@ -101,8 +93,8 @@ int run_main(int argc, char** argv) {
   if (dump.any()) {
     auto tensors = collect_dump(**model, trace, (*session)->cache(), static_cast<int64_t>(prompt.size()), dump);
     if (!tensors.ok()) return fail(tensors.status());
-    if (Status s = write_dump(dump_out, *tensors); !s.ok()) return fail(s);
-    std::fprintf(stderr, "dumped %zu tensors to %s\n", tensors->size(), dump_out.c_str());
+    if (Status s = write_dump(flags.dump_out, *tensors); !s.ok()) return fail(s);
+    std::fprintf(stderr, "dumped %zu tensors to %s\n", tensors->size(), flags.dump_out.c_str());
   }
 
   StreamDecoder stream(*tok);

@@ -28,13 +28,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dsv41_ref.config import config_from_dict          # noqa: E402
-from dsv41_ref.engram_tables import offsets, primes_for_layers   # noqa: E402
+from dsv41_ref.engram_tables import build_token_map, offsets, primes_for_layers   # noqa: E402
 from dsv41_ref.init import init_random                 # noqa: E402
 from dsv41_ref.io import load_token_map, save_model    # noqa: E402
 from dsv41_ref.model import Model                      # noqa: E402
 from dsv41_ref.optim import Recipe, lr_at, update_moe_bias   # noqa: E402
 from dsv41_ref.tokenizer import ByteLevelDecoder       # noqa: E402
-from dsv41_ref.engram_tables import build_token_map    # noqa: E402
 
 
 def derive_config(raw, tokenizer_path):

@@ -1,4 +1,4 @@
-// Page pool with a free list, and append-only paged rows (see page_pool.h).
+// Reference-counted page pool and append-only paged rows with copy on write (see page_pool.h).
 #include "cache/page_pool.h"
 
 #include <cstring>
@@ -6,23 +6,28 @@
 
 namespace dsv41 {
 
-uint8_t* PagePool::acquire() {
-  uint8_t* page;
+PagePool::Page* PagePool::acquire() {
+  Page* page;
   if (!free_.empty()) {
     page = free_.back();
     free_.pop_back();
   } else {
-    owned_.push_back(std::make_unique<uint8_t[]>(page_bytes_));
+    owned_.push_back(std::make_unique<Page>());
     page = owned_.back().get();
+    page->bytes = std::make_unique<uint8_t[]>(page_bytes_);
   }
-  std::memset(page, 0, page_bytes_);
+  std::memset(page->bytes.get(), 0, page_bytes_);
+  page->refs = 1;
   ++in_use_;
+  if (budget_) budget_->used_bytes += page_bytes_;
   return page;
 }
 
-void PagePool::release(uint8_t* page) {
+void PagePool::release(Page* page) {
+  if (--page->refs > 0) return;
   free_.push_back(page);
   --in_use_;
+  if (budget_) budget_->used_bytes -= page_bytes_;
 }
 
 PagedRows::PagedRows(PagePool* pool, int64_t record_bytes, int64_t rows_per_page)
@@ -38,9 +43,34 @@ PagedRows::PagedRows(PagedRows&& other) noexcept
   other.pages_.clear();
 }
 
+int64_t PagedRows::shared_pages() const {
+  int64_t n = 0;
+  for (const PagePool::Page* p : pages_) n += p->refs > 1;
+  return n;
+}
+
+int64_t PagedRows::pages_to_append(int64_t more) const {
+  if (more <= 0) return 0;
+  int64_t fresh = pages_for(size_ + more, rows_per_page_) - pages();
+  const bool partial_last = size_ % rows_per_page_ != 0;
+  if (partial_last && pages_.back()->refs > 1) ++fresh;
+  return fresh;
+}
+
 uint8_t* PagedRows::append() {
-  if (size_ == pages() * rows_per_page_) pages_.push_back(pool_->acquire());
-  return row(size_++);
+  const int64_t slot = size_ % rows_per_page_;
+  if (size_ == pages() * rows_per_page_) {
+    pages_.push_back(pool_->acquire());
+  } else if (pages_.back()->refs > 1) {
+    // The partial last page is shared with a fork: give this array its own copy before writing,
+    // so the other array's rows (and any rows it appends later) stay as they are.
+    PagePool::Page* copy = pool_->acquire();
+    std::memcpy(copy->bytes.get(), pages_.back()->bytes.get(), static_cast<size_t>(slot * record_bytes_));
+    pool_->release(pages_.back());
+    pages_.back() = copy;
+  }
+  ++size_;
+  return pages_.back()->bytes.get() + slot * record_bytes_;
 }
 
 void PagedRows::truncate(int64_t rows) {
@@ -51,6 +81,17 @@ void PagedRows::truncate(int64_t rows) {
     pool_->release(pages_.back());
     pages_.pop_back();
   }
+}
+
+void PagedRows::share_from(const PagedRows& other, int64_t rows) {
+  clear();
+  if (rows > other.size_) rows = other.size_;
+  const int64_t n = pages_for(rows, rows_per_page_);
+  for (int64_t p = 0; p < n; ++p) {
+    pool_->retain(other.pages_[p]);
+    pages_.push_back(other.pages_[p]);
+  }
+  size_ = rows;
 }
 
 }  // namespace dsv41

@@ -68,6 +68,10 @@ namespace dsv41 {
 
 enum class RowKind { kWindow, kMain, kIndex };
 
+// Version of the byte layouts below. Anything persisted or exchanged in these records (window
+// snapshots, the SSD prefix store) carries it; bump it when any layout or rounding rule changes.
+inline constexpr uint32_t kRecordFormatVersion = 1;
+
 const char* row_kind_name(RowKind kind);  // "window", "main", "index"
 size_t row_block_channels(RowKind kind);  // channels per scale: 32, 16, 32
 // ok when channels is a positive multiple of the kind's block width; otherwise

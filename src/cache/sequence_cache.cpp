@@ -31,33 +31,56 @@ Result<RecordSizes> record_sizes(const ModelConfig& config) {
 // Compressed entries a kv source of ratio r holds after `tokens` tokens.
 int64_t entries_after(int64_t tokens, int ratio) { return ratio > 0 ? tokens / ratio : 0; }
 
+// Rollback history slots of a kv source: the pending group after rolling back k ≤ rollback
+// positions is at most r − 1 tokens that all lie within the newest rollback + r − 1 positions.
+int64_t history_slots_for(int ratio, int64_t rollback) { return ratio > 1 && rollback > 0 ? rollback + ratio - 1 : 0; }
+
+// Bytes of a kv source's fp32 pending group (at most r − 1 tokens) and rollback history.
+int64_t pending_bytes(int ratio, int64_t dim, int64_t rollback) {
+  if (ratio <= 1) return 0;
+  return (static_cast<int64_t>(ratio - 1) + history_slots_for(ratio, rollback)) * 2 * dim * 4;
+}
+
 }  // namespace
 
 Result<CacheFootprint> plan_cache_bytes(const ModelConfig& config, const LayerPlan& plan, int64_t tokens,
-                                    const CacheOptions& options) {
+                                        const CacheOptions& options) {
   if (tokens < 0) return invalid_argument("plan_cache_bytes: negative token count");
   if (options.rows_per_page < 1) return invalid_argument("cache rows_per_page must be ≥ 1");
+  if (options.rollback_tokens < 0) return invalid_argument("cache rollback_tokens must be ≥ 0");
   DSV41_ASSIGN_OR_RETURN(RecordSizes sizes, record_sizes(config));
   CacheFootprint bytes;
   const int64_t rpp = options.rows_per_page;
   for (const LayerInfo& layer : plan.layers) {
-    bytes.window += static_cast<int64_t>(config.sliding_window) * sizes.window;
+    bytes.window += (static_cast<int64_t>(config.sliding_window) + options.rollback_tokens) * sizes.window;
     if (layer.role != LayerRole::kFull) continue;
     const int64_t pages = PagedRows::pages_for(entries_after(tokens, layer.ratio), rpp);
     bytes.main += pages * rpp * sizes.main;
     bytes.index += pages * rpp * sizes.index;
-    // The pending group is at most ratio−1 tokens of two fp32 [head_dim] projections.
-    if (layer.ratio > 1)
-      bytes.pending += static_cast<int64_t>(layer.ratio - 1) * 2 * config.head_dim * 4;
+    bytes.pending += pending_bytes(layer.ratio, config.head_dim, options.rollback_tokens);
   }
   return bytes;
 }
 
-WindowRing::WindowRing(int64_t slots, int64_t dim)
-    : slots_(slots),
+Result<std::unique_ptr<CachePools>> CachePools::create(const ModelConfig& config, int64_t rows_per_page,
+                                                       int64_t budget_bytes) {
+  if (rows_per_page < 1) return invalid_argument("cache rows_per_page must be ≥ 1");
+  if (budget_bytes < 0) return invalid_argument("cache page budget must be ≥ 0 bytes");
+  DSV41_ASSIGN_OR_RETURN(RecordSizes sizes, record_sizes(config));
+  auto pools = std::make_unique<CachePools>();
+  pools->budget.limit_bytes = budget_bytes;
+  pools->rows_per_page = rows_per_page;
+  pools->main = std::make_unique<PagePool>(rows_per_page * sizes.main, &pools->budget);
+  pools->index = std::make_unique<PagePool>(rows_per_page * sizes.index, &pools->budget);
+  return pools;
+}
+
+WindowRing::WindowRing(int64_t window, int64_t slots, int64_t dim)
+    : window_(window),
+      slots_(std::max(slots, window)),
       dim_(dim),
       record_bytes_(static_cast<int64_t>(window_row_bytes(static_cast<size_t>(dim)))),
-      data_(static_cast<size_t>(slots * record_bytes_)) {}
+      data_(static_cast<size_t>(slots_ * record_bytes_)) {}
 
 void WindowRing::push(const float* x) {
   row_pack(RowKind::kWindow, x, dim_, data_.data() + (length_ % slots_) * record_bytes_);
@@ -75,40 +98,144 @@ void WindowRing::read(int64_t pos, float* out) const {
 }
 
 KvSourceCache::KvSourceCache(int layer_, int ratio_, int64_t dim_, int64_t index_dim_, PagePool* main_pool,
-                             PagePool* index_pool, int64_t rows_per_page)
+                             PagePool* index_pool, int64_t rows_per_page, int64_t history_slots_)
     : layer(layer_),
       ratio(ratio_),
       dim(dim_),
       index_dim(index_dim_),
       main(main_pool, static_cast<int64_t>(main_row_bytes(static_cast<size_t>(dim_))), rows_per_page),
-      index(index_pool, static_cast<int64_t>(index_row_bytes(static_cast<size_t>(index_dim_))), rows_per_page) {}
+      index(index_pool, static_cast<int64_t>(index_row_bytes(static_cast<size_t>(index_dim_))), rows_per_page),
+      history_slots(history_slots_),
+      history_kv(static_cast<size_t>(history_slots_ * dim_)),
+      history_gate(static_cast<size_t>(history_slots_ * dim_)) {}
+
+void KvSourceCache::remember(int64_t pos, const float* kv, const float* gate) {
+  if (history_slots == 0) return;
+  const int64_t slot = pos % history_slots;
+  std::copy(kv, kv + dim, history_kv.begin() + slot * dim);
+  std::copy(gate, gate + dim, history_gate.begin() + slot * dim);
+}
 
 Result<std::unique_ptr<SequenceCache>> SequenceCache::create(const ModelConfig& config, const LayerPlan& plan,
-                                                             int64_t max_context, const CacheOptions& options) {
+                                                             int64_t max_context, const CacheOptions& options,
+                                                             CachePools* pools) {
   if (max_context < 1) return invalid_argument("cache max_context must be ≥ 1");
   if (options.rows_per_page < 1) return invalid_argument("cache rows_per_page must be ≥ 1");
-  if (config.sliding_window < 1)
-    return invalid_argument(config.source + ": sliding_window must be ≥ 1");
+  if (options.rollback_tokens < 0) return invalid_argument("cache rollback_tokens must be ≥ 0");
+  if (config.sliding_window < 1) return invalid_argument(config.source + ": sliding_window must be ≥ 1");
   DSV41_ASSIGN_OR_RETURN(RecordSizes sizes, record_sizes(config));
   std::unique_ptr<SequenceCache> cache(new SequenceCache());
   cache->max_context_ = max_context;
-  const int64_t rpp = options.rows_per_page;
-  cache->main_pool_ = std::make_unique<PagePool>(rpp * sizes.main);
-  cache->index_pool_ = std::make_unique<PagePool>(rpp * sizes.index);
+  cache->rollback_tokens_ = options.rollback_tokens;
+  if (!pools) {
+    DSV41_ASSIGN_OR_RETURN(std::unique_ptr<CachePools> own, CachePools::create(config, options.rows_per_page, 0));
+    cache->own_pools_ = std::move(own);
+    pools = cache->own_pools_.get();
+  }
+  cache->pools_ = pools;
+  (void)sizes;
+  const int64_t slots = config.sliding_window + options.rollback_tokens;
   for (const LayerInfo& layer : plan.layers) {
-    cache->windows_.emplace_back(config.sliding_window, config.head_dim);
+    cache->windows_.emplace_back(config.sliding_window, slots, config.head_dim);
     if (layer.role == LayerRole::kFull) {
       if (layer.ratio < 1)
         return internal_error("layer " + std::to_string(layer.index) + " is Full with ratio " +
                               std::to_string(layer.ratio));
-      cache->kv_.push_back(std::make_unique<KvSourceCache>(layer.index, layer.ratio, config.head_dim,
-                                                           config.index_head_dim, cache->main_pool_.get(),
-                                                           cache->index_pool_.get(), rpp));
+      cache->kv_.push_back(std::make_unique<KvSourceCache>(
+          layer.index, layer.ratio, config.head_dim, config.index_head_dim, pools->main.get(), pools->index.get(),
+          pools->rows_per_page, history_slots_for(layer.ratio, options.rollback_tokens)));
     } else {
       cache->kv_.push_back(nullptr);
     }
   }
   return cache;
+}
+
+std::unique_ptr<SequenceCache> SequenceCache::empty_like() const {
+  std::unique_ptr<SequenceCache> c(new SequenceCache());
+  c->max_context_ = max_context_;
+  c->rollback_tokens_ = rollback_tokens_;
+  c->own_pools_ = own_pools_;
+  c->pools_ = pools_;
+  for (const WindowRing& w : windows_) c->windows_.emplace_back(w.window(), w.slots(), w.dim());
+  for (const auto& kv : kv_) {
+    if (!kv) {
+      c->kv_.push_back(nullptr);
+      continue;
+    }
+    c->kv_.push_back(std::make_unique<KvSourceCache>(kv->layer, kv->ratio, kv->dim, kv->index_dim, pools_->main.get(),
+                                                     pools_->index.get(), pools_->rows_per_page, kv->history_slots));
+  }
+  return c;
+}
+
+Result<std::unique_ptr<SequenceCache>> SequenceCache::fork() const {
+  std::unique_ptr<SequenceCache> c = empty_like();
+  c->windows_ = windows_;
+  for (size_t l = 0; l < kv_.size(); ++l) {
+    if (!kv_[l]) continue;
+    KvSourceCache& dst = *c->kv_[l];
+    const KvSourceCache& src = *kv_[l];
+    dst.main.share_from(src.main, src.main.size());
+    dst.index.share_from(src.index, src.index.size());
+    dst.pending = src.pending;
+    dst.pending_kv = src.pending_kv;
+    dst.pending_gate = src.pending_gate;
+    dst.history_kv = src.history_kv;
+    dst.history_gate = src.history_gate;
+  }
+  return c;
+}
+
+Result<std::unique_ptr<SequenceCache>> SequenceCache::fork_global(int64_t prefix) const {
+  if (prefix < 0 || prefix > length())
+    return out_of_range("fork_global: prefix of " + std::to_string(prefix) + " positions, the sequence holds " +
+                        std::to_string(length()));
+  std::unique_ptr<SequenceCache> c = empty_like();
+  for (WindowRing& w : c->windows_) w.restart(prefix);
+  for (size_t l = 0; l < kv_.size(); ++l) {
+    if (!kv_[l]) continue;
+    const KvSourceCache& src = *kv_[l];
+    const int64_t entries = entries_after(prefix, src.ratio);
+    c->kv_[l]->main.share_from(src.main, entries);
+    c->kv_[l]->index.share_from(src.index, entries);
+  }
+  return c;
+}
+
+Status SequenceCache::rollback(int64_t k) {
+  if (k < 0 || k > rollback_tokens_)
+    return out_of_range("rollback of " + std::to_string(k) + " positions; this sequence allows at most " +
+                        std::to_string(rollback_tokens_));
+  const int64_t len = length();
+  if (k > len) return out_of_range("rollback of " + std::to_string(k) + " positions past the sequence start");
+  for (const WindowRing& w : windows_)
+    if (len - k < w.start())
+      return invalid_argument("rollback to position " + std::to_string(len - k) +
+                                 " before the windows' start " + std::to_string(w.start()));
+  if (k == 0) return ok_status();
+  const int64_t target = len - k;
+  for (WindowRing& w : windows_) w.rollback(w.length() - target);
+  for (auto& kvp : kv_) {
+    if (!kvp) continue;
+    KvSourceCache& kv = *kvp;
+    const int64_t entries = entries_after(target, kv.ratio);
+    kv.main.truncate(entries);
+    kv.index.truncate(entries);
+    if (kv.ratio <= 1) continue;
+    // The pending group after the rollback: positions ratio·entries … target − 1, from the history
+    // (all within the newest rollback + ratio − 1 positions of the sequence before the rollback).
+    const int64_t first = entries * kv.ratio;
+    kv.pending = target - first;
+    kv.pending_kv.resize(static_cast<size_t>(kv.pending * kv.dim));
+    kv.pending_gate.resize(static_cast<size_t>(kv.pending * kv.dim));
+    for (int64_t p = first; p < target; ++p) {
+      const int64_t slot = p % kv.history_slots;
+      std::copy_n(kv.history_kv.begin() + slot * kv.dim, kv.dim, kv.pending_kv.begin() + (p - first) * kv.dim);
+      std::copy_n(kv.history_gate.begin() + slot * kv.dim, kv.dim, kv.pending_gate.begin() + (p - first) * kv.dim);
+    }
+  }
+  return ok_status();
 }
 
 int64_t SequenceCache::length() const {
@@ -121,10 +248,13 @@ int64_t SequenceCache::length() const {
 CacheFootprint SequenceCache::bytes_in_use() const {
   CacheFootprint b;
   for (const WindowRing& w : windows_) b.window += w.bytes();
-  b.main = main_pool_ ? main_pool_->bytes_in_use() : 0;
-  b.index = index_pool_ ? index_pool_->bytes_in_use() : 0;
-  for (const auto& kv : kv_)
-    if (kv && kv->ratio > 1) b.pending += static_cast<int64_t>(kv->ratio - 1) * 2 * kv->dim * 4;
+  for (const auto& kv : kv_) {
+    if (!kv) continue;
+    // Pages shared with another sequence count once per holder here; the pools count them once.
+    b.main += kv->main.pages() * kv->main.rows_per_page() * kv->main.record_bytes();
+    b.index += kv->index.pages() * kv->index.rows_per_page() * kv->index.record_bytes();
+    b.pending += pending_bytes(kv->ratio, kv->dim, rollback_tokens_);
+  }
   return b;
 }
 
@@ -142,7 +272,7 @@ void SequenceCache::reset() {
 
 std::vector<float> SequenceCache::window_rows(int layer) const {
   const WindowRing& ring = windows_[layer];
-  const int64_t rows = std::min(ring.length(), ring.slots() - 1);
+  const int64_t rows = std::min(ring.length() - ring.first_held(), ring.window() - 1);
   std::vector<float> out(static_cast<size_t>(rows * ring.dim()));
   for (int64_t i = 0; i < rows; ++i) ring.read(ring.length() - rows + i, out.data() + i * ring.dim());
   return out;

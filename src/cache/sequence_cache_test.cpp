@@ -113,7 +113,7 @@ TEST(PagePool, FreeListReusesPagesAndCounts) {
 }
 
 TEST(WindowRing, KeepsTheNewestSlotsAndRoundTrips) {
-  WindowRing ring(3, 32);
+  WindowRing ring(3, 3, 32);
   std::vector<float> x(32), got(32), want(32);
   for (int p = 0; p < 5; ++p) {
     for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(p * 100 + i) * 0.01f;
@@ -127,7 +127,7 @@ TEST(WindowRing, KeepsTheNewestSlotsAndRoundTrips) {
   EXPECT_EQ(got, want);
   EXPECT_EQ(ring.bytes(), 3 * 33);
   // push_rows over more than the ring holds keeps the same newest rows.
-  WindowRing bulk(3, 32);
+  WindowRing bulk(3, 3, 32);
   std::vector<float> rows(5 * 32);
   for (int p = 0; p < 5; ++p)
     for (int i = 0; i < 32; ++i) rows[p * 32 + i] = static_cast<float>(p * 100 + i) * 0.01f;

@@ -63,6 +63,10 @@ void step(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& k
   std::copy(kv.pending_gate.begin(), kv.pending_gate.begin() + kv.pending * D, b.begin());
   gemm(x, T, hidden, w.compressor_wkv.data(), D, a.data() + kv.pending * D);
   gemm(x, T, hidden, w.compressor_wgate.data(), D, b.data() + kv.pending * D);
+  // Rollback history: the new tokens sit at positions r·entries + pending … (cache/sequence_cache.h).
+  const int64_t first_pos = kv.entries() * r + kv.pending;
+  for (int64_t i = 0; i < T; ++i)
+    kv.remember(first_pos + i, a.data() + (kv.pending + i) * D, b.data() + (kv.pending + i) * D);
 
   out.groups = n / r;
   out.latents.assign(static_cast<size_t>(out.groups * D), 0.0f);

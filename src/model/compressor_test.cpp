@@ -67,7 +67,7 @@ struct FeedResult {
 // Feeds x [T, hidden] in calls of the given sizes (cycled) through a fresh cache.
 FeedResult feed(const CompressorSetup& s, int r, const std::vector<float>& x, int64_t T, std::vector<int64_t> calls, bool fast) {
   PagePool pool(4096);
-  KvSourceCache kv(0, r, s.D, 32, &pool, &pool, 8);
+  KvSourceCache kv(0, r, s.D, 32, &pool, &pool, 8, 0);
   FeedResult run;
   int64_t done = 0;
   for (size_t i = 0; done < T; ++i) {

@@ -1,6 +1,7 @@
 // Engram hash constants and the per-sequence hasher (model.md §3.8). See engram_hash.h.
 #include "model/engram_hash.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -162,6 +163,13 @@ Status EngramHasher::hash(const int32_t* tokens, int64_t count, int64_t* ids) {
   const int64_t keep = std::min<int64_t>(n - 1, static_cast<int64_t>(seq.size()));
   history_.assign(seq.end() - keep, seq.end());
   return ok_status();
+}
+
+void EngramHasher::rebuild_history(const int32_t* tokens, int64_t count) {
+  const EngramHashTables& t = *tables_;
+  const int64_t keep = std::min<int64_t>(t.max_ngram - 1, count);
+  history_.clear();
+  for (int64_t i = count - keep; i < count; ++i) history_.push_back(t.token_map[tokens[i]]);
 }
 
 }  // namespace dsv41

@@ -62,6 +62,9 @@ class EngramHasher {
   void reset() { history_.clear(); }
   const std::vector<int64_t>& history() const { return history_; }  // oldest first, ≤ N−1 ids
   void set_history(std::vector<int64_t> history) { history_ = std::move(history); }
+  // The look-back after `count` tokens of a sequence (its real tokens, never pads): what the
+  // history is after hashing them from an empty history. Ids are trusted (already validated).
+  void rebuild_history(const int32_t* tokens, int64_t count);
 
  private:
   const EngramHashTables* tables_;

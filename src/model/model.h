@@ -127,6 +127,15 @@ class Model {
   const LayerPlan& plan() const { return plan_; }
   const Rope& rope() const { return *rope_; }
   int64_t vocab_size() const { return config_.vocab_size; }
+  // The weights and shapes, for backends (backends/cpu) that compute with them.
+  const MhcShape& mhc_shape() const { return mhc_; }
+  const MoeShape& moe_shape() const { return moe_; }
+  const EngramShape& engram_shape() const { return engram_; }
+  const EngramHashTables* engram_tables() const { return engram_tables_ ? &*engram_tables_ : nullptr; }
+  const std::vector<float>& embedding() const { return embed_; }    // [V, d]
+  const std::vector<float>& final_norm() const { return final_norm_; }  // [d]
+  const WeightMatrix& head() const { return head_; }                // [V, d]
+  const LayerWeights& layer(int i) const { return layers_[i]; }
   // Bytes of the weight matrices held as bf16 / as float32 among those that may be narrowed: the
   // head, the routed and shared experts, attention wq_a / wq_b / wkv / wo_a / wo_b.
   struct MatrixBytes {

@@ -1,23 +1,25 @@
-// Session: one sequence's prefill / decode over the shared Model (see session.h).
+// Session: one sequence's prefill / decode through an Engine (see session.h).
 #include "runtime/session.h"
 
 #include <algorithm>
 #include <string>
 
+#include "backends/cpu/cpu_backend.h"
+
 namespace dsv41 {
 
-Result<std::unique_ptr<Session>> Session::create(const Model& model, int64_t max_context) {
-  if (max_context > model.config().max_position_embeddings)
-    return out_of_range("context of " + std::to_string(max_context) + " tokens exceeds max_position_embeddings " +
-                        std::to_string(model.config().max_position_embeddings));
-  DSV41_ASSIGN_OR_RETURN(SequenceState seq, model.new_sequence(max_context));
-  return std::unique_ptr<Session>(new Session(model, std::move(seq)));
+Result<std::unique_ptr<Session>> Session::create(const Model& model, int64_t max_context,
+                                                 const EngineOptions& options) {
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                         Engine::create(std::make_unique<CpuBackend>(model), model.engram_tables(), options));
+  DSV41_ASSIGN_OR_RETURN(SequenceId id, engine->add_sequence(max_context));
+  return std::unique_ptr<Session>(new Session(std::move(engine), id));
 }
 
 Result<std::vector<float>> Session::prefill(std::span<const int32_t> tokens, int64_t chunk,
                                             std::vector<float>* all_logits, ForwardTrace* trace) {
   const int64_t T = static_cast<int64_t>(tokens.size());
-  const int64_t V = model_->vocab_size();
+  const int64_t V = engine_->config().vocab_size;
   if (T == 0) return invalid_argument("prefill: no tokens");
   if (chunk <= 0 || chunk > T) chunk = T;
   if (trace && chunk != T) return invalid_argument("prefill: a trace needs a single chunk");
@@ -33,23 +35,30 @@ Result<std::vector<float>> Session::prefill(std::span<const int32_t> tokens, int
   std::vector<float> last(V);
   for (int64_t s = 0; s < T; s += chunk) {
     const int64_t n = std::min(chunk, T - s);
-    const int64_t rows = all_logits ? n : (s + n == T ? 1 : 0);
-    float* out = all_logits ? all_logits->data() + s * V : last.data();
-    DSV41_RETURN_IF_ERROR(model_->forward(seq_, tokens.data() + s, n, rows, out, trace));
+    Segment seg;
+    seg.sequence = id_;
+    seg.start = length();
+    seg.tokens = tokens.subspan(s, n);
+    seg.logits = all_logits ? LogitRows::kAll : (s + n == T ? LogitRows::kLast : LogitRows::kNone);
+    const SegmentResult& r = engine_->forward(std::span<const Segment>(&seg, 1), trace).front();
+    if (!r.status.ok()) return r.status;
+    if (all_logits) std::copy_n(r.logits, n * V, all_logits->data() + s * V);
+    else if (r.logit_rows > 0) std::copy_n(r.logits, V, last.data());
   }
   if (all_logits) std::copy(all_logits->end() - V, all_logits->end(), last.begin());
   return last;
 }
 
 Result<std::vector<float>> Session::decode(int32_t token) {
-  std::vector<float> logits(model_->vocab_size());
-  DSV41_RETURN_IF_ERROR(model_->forward(seq_, &token, 1, 1, logits.data()));
-  return logits;
+  Segment seg;
+  seg.sequence = id_;
+  seg.start = length();
+  seg.tokens = std::span<const int32_t>(&token, 1);
+  const SegmentResult& r = engine_->forward(std::span<const Segment>(&seg, 1)).front();
+  if (!r.status.ok()) return r.status;
+  return std::vector<float>(r.logits, r.logits + engine_->config().vocab_size);
 }
 
-void Session::reset() {
-  seq_.cache->reset();
-  if (seq_.hasher) seq_.hasher->reset();
-}
+void Session::reset() { (void)engine_->reset_sequence(id_); }
 
 }  // namespace dsv41

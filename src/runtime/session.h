@@ -1,6 +1,6 @@
-// One sequence being generated: owns its packed attention cache and Engram history, borrows the
-// Model (which must outlive it). Spec: issue 3 "Runtime" — exact full-depth prefill in chunks of
-// any size, incremental decode, logits.
+// One sequence being generated, for the CLI and tests that need no batching: a thin wrapper over
+// an Engine (engine/engine.h) with a CPU backend and one sequence. Borrows the Model (which must
+// outlive it). Spec: issue 3 "Runtime", issue 9 item 6.
 //
 // Every call continues the sequence where the previous one stopped; prefill in chunks of any
 // size and token-by-token decode compute the same function (up to float rounding and the cache
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/engine.h"
 #include "model/model.h"
 
 namespace dsv41 {
@@ -21,7 +22,8 @@ namespace dsv41 {
 class Session {
  public:
   // A session able to hold max_context positions (≤ max_position_embeddings).
-  static Result<std::unique_ptr<Session>> create(const Model& model, int64_t max_context);
+  static Result<std::unique_ptr<Session>> create(const Model& model, int64_t max_context,
+                                                 const EngineOptions& options = {});
 
   // Appends `tokens`, `chunk` tokens per forward (0 = all at once). Returns the logits [V] of the
   // last token; all_logits (optional) receives [tokens, V]; trace (optional, only with one chunk)
@@ -31,17 +33,19 @@ class Session {
   // Appends one token; returns the logits [V] predicting the next one.
   Result<std::vector<float>> decode(int32_t token);
 
-  int64_t length() const { return seq_.length(); }
-  int64_t max_context() const { return seq_.cache->max_context(); }
-  CacheFootprint cache_bytes() const { return seq_.cache->bytes_in_use(); }
+  int64_t length() const { return engine_->cache(id_)->length(); }
+  int64_t max_context() const { return engine_->cache(id_)->max_context(); }
+  CacheFootprint cache_bytes() const { return engine_->cache(id_)->bytes_in_use(); }
   // The packed cache (read-only), e.g. for dumps of its dequantised rows.
-  const SequenceCache& cache() const { return *seq_.cache; }
+  const SequenceCache& cache() const { return *engine_->cache(id_); }
+  Engine& engine() { return *engine_; }
+  SequenceId sequence() const { return id_; }
   void reset();
 
  private:
-  Session(const Model& model, SequenceState seq) : model_(&model), seq_(std::move(seq)) {}
-  const Model* model_;
-  SequenceState seq_;
+  Session(std::unique_ptr<Engine> engine, SequenceId id) : engine_(std::move(engine)), id_(id) {}
+  std::unique_ptr<Engine> engine_;
+  SequenceId id_;
 };
 
 }  // namespace dsv41

@@ -1,0 +1,175 @@
+// The CPU backend's steps (see cpu_backend.h). Spec: model.md §3.1–§3.9.
+#include "backends/cpu/cpu_backend.h"
+
+#include <algorithm>
+
+#include "model/compressor.h"
+#include "model/rmsnorm.h"
+#include "model/weight_matrix.h"
+
+namespace dsv41 {
+namespace {
+
+template <typename T>
+T* row(std::vector<T>& v, int64_t r, int64_t width) {
+  return v.data() + r * width;
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const Model& model) : model_(model) {
+  for (int l = 0; l < model.config().num_hidden_layers; ++l) moe_.push_back(model.layer(l).moe());
+}
+
+void CpuBackend::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
+  const ModelConfig& c = config();
+  const int64_t n = layout.rows, d = c.hidden_size, hc = c.hc_mult;
+  const int64_t H = c.num_attention_heads, D = c.head_dim, k = model_.moe_shape().top_k;
+  layout_ = layout;
+  segments_.assign(layout.segments.begin(), layout.segments.end());
+  layout_.segments = segments_;
+  trace_ = trace;
+  shared_.resize(segments_.size());
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    shared_[s].begin_forward(segments_[s].start, segments_[s].rows);
+    shared_[s].record_trace = trace != nullptr;
+  }
+  for (const LayerInfo& info : plan().layers) rope_rows_[info.rope].compute(model_.rope(), info.rope, layout.positions, n);
+  x_.resize(n * hc * d);
+  x2_.resize(n * hc * d);
+  p_.resize(n * hc);
+  h_.resize(n * d);
+  a_.resize(n * d);
+  hidden_.resize(n * d);
+  c_.resize(n * c.q_lora_rank);
+  q_.resize(n * H * D);
+  o_.resize(n * H * D);
+  kv_.resize(n * D);
+  for (auto* v : {&pre_a_, &post_a_, &pre_b_, &post_b_}) v->resize(n * hc);
+  comb_a_.resize(n * hc * hc);
+  comb_b_.resize(n * hc * hc);
+  experts_.resize(n * k);
+  weights_.resize(n * k);
+  // X: hc copies of each embedding row; carried mix p one-hot (model.md §3.1).
+  const std::vector<float>& embed = model_.embedding();
+  for (int64_t t = 0; t < n; ++t)
+    std::copy_n(embed.data() + int64_t(layout.tokens[t]) * d, d, h_.data() + t * d);
+  mhc_init_streams(model_.mhc_shape(), h_.data(), n, x_.data());
+  mhc_initial_pre(model_.mhc_shape(), n, p_.data());
+}
+
+Status CpuBackend::engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) {
+  const int64_t hc = config().hc_mult, d = config().hidden_size;
+  return engram_forward(model_.engram_shape(), model_.layer(layer).engram(), row_ids, rows,
+                        x_.data() + row0 * hc * d);
+}
+
+void CpuBackend::attention_input(int layer) {
+  const ModelConfig& c = config();
+  const int64_t n = layout_.rows;
+  if (hook_) hook_(layer, x_.data(), p_.data());
+  const LayerWeights& L = model_.layer(layer);
+  // Attention site: coefficients from X, input collapsed with the carried (previous site's) mix.
+  mhc_coefficients(model_.mhc_shape(), L.mhc_attn(), x_.data(), n, pre_a_.data(), post_a_.data(), comb_a_.data());
+  mhc_collapse(model_.mhc_shape(), x_.data(), p_.data(), n, h_.data());
+  rmsnorm_rows(h_.data(), n, c.hidden_size, L.attn_norm.data(), c.rms_norm_eps, h_.data());
+}
+
+void CpuBackend::attention_projections(int layer) {
+  const LayerInfo& info = plan().layers[layer];
+  const AttentionWeights& w = model_.layer(layer).attn;
+  const RopeRows& rope = rope_rows_.at(info.rope);
+  attention_query(config(), w, rope, h_.data(), layout_.rows, c_.data(), q_.data());
+  attention_window_kv(config(), w, rope, h_.data(), layout_.rows, kv_.data());
+}
+
+void CpuBackend::compress(int layer, int segment) {
+  const SegmentRows& s = segments_[segment];
+  const AttentionWeights& w = model_.layer(layer).attn;
+  KvSourceCache& kv = *s.cache->kv_source(layer);
+  CompressedGroups groups;
+  compressor_step(config(), w, kv, row(h_, s.row0, config().hidden_size), s.rows, groups);
+  compressor_publish(config(), w, model_.rope(), kv, groups);
+  shared_[segment].kv_layer = layer;
+  shared_[segment].entries = kv.entries();
+}
+
+void CpuBackend::index(int layer, int segment, int kv_layer, bool restricted) {
+  const SegmentRows& s = segments_[segment];
+  const ModelConfig& c = config();
+  const KvSourceCache& kv = *s.cache->kv_source(kv_layer);
+  attention_index(c, plan().layers[layer], model_.layer(layer).attn, model_.rope(), kv, restricted,
+                  row(c_, s.row0, c.q_lora_rank), row(h_, s.row0, c.hidden_size), s.rows, s.start, shared_[segment]);
+}
+
+void CpuBackend::attend(int layer, int segment, int kv_layer) {
+  const SegmentRows& s = segments_[segment];
+  const ModelConfig& c = config();
+  const int64_t HD = c.num_attention_heads * c.head_dim;
+  WindowRing& ring = s.cache->window(layer);
+  const KvSourceCache* compressed = kv_layer >= 0 ? s.cache->kv_source(kv_layer) : nullptr;
+  const int32_t* topk = compressed ? shared_[segment].topk.data() : nullptr;
+  sparse_sink_attention(c, model_.layer(layer).attn, ring, row(kv_, s.row0, c.head_dim), compressed, topk,
+                        row(q_, s.row0, HD), rope_rows_.at(plan().layers[layer].rope), s.row0, s.rows, s.start,
+                        row(o_, s.row0, HD));
+  ring.push_rows(row(kv_, s.row0, c.head_dim), s.rows);
+}
+
+void CpuBackend::attention_output(int layer) {
+  const int64_t n = layout_.rows;
+  dsv41::attention_output(config(), model_.layer(layer).attn, o_.data(), n, a_.data());
+  mhc_expand(model_.mhc_shape(), a_.data(), x_.data(), post_a_.data(), comb_a_.data(), n, x2_.data());
+}
+
+void CpuBackend::ffn(int layer) {
+  const ModelConfig& c = config();
+  const int64_t n = layout_.rows, d = c.hidden_size, hc = c.hc_mult;
+  const LayerWeights& L = model_.layer(layer);
+  const MhcShape& mhc = model_.mhc_shape();
+  // FFN site: coefficients from X', input collapsed with this block's attention-site pre.
+  mhc_coefficients(mhc, L.mhc_ffn(), x2_.data(), n, pre_b_.data(), post_b_.data(), comb_b_.data());
+  mhc_collapse(mhc, x2_.data(), pre_a_.data(), n, h_.data());
+  rmsnorm_rows(h_.data(), n, d, L.ffn_norm.data(), c.rms_norm_eps, h_.data());
+  moe_forward(model_.moe_shape(), moe_[layer], h_.data(), n, nullptr, a_.data(), experts_.data(), weights_.data());
+  mhc_expand(mhc, a_.data(), x2_.data(), post_b_.data(), comb_b_.data(), n, x_.data());
+  std::copy(pre_b_.begin(), pre_b_.end(), p_.begin());  // the carried mix for the next site
+  if (trace_) {
+    const LayerInfo& info = plan().layers[layer];
+    const SharedAttentionState& shared = shared_[0];
+    trace_->streams.emplace_back(x_.begin(), x_.begin() + n * hc * d);
+    trace_->pre.push_back(pre_b_);
+    trace_->router_experts.push_back(experts_);
+    trace_->router_weights.push_back(weights_);
+    trace_->topk.push_back(info.ratio > 0 ? shared.topk : std::vector<int32_t>{});
+    // The shared state holds this layer's scores only if this layer ran the indexer.
+    const bool indexed = shared.index_layer == layer && !shared.trace_index_scores.empty();
+    trace_->index_scores.push_back(indexed ? shared.trace_index_scores : std::vector<float>{});
+    trace_->candidates.push_back(indexed && shared.candidate_layer == layer ? shared.trace_candidates
+                                                                            : std::vector<uint8_t>{});
+  }
+}
+
+void CpuBackend::logits(std::span<const int64_t> rows, float* out) {
+  const ModelConfig& c = config();
+  const int64_t d = c.hidden_size, hc = c.hc_mult;
+  const MhcShape& mhc = model_.mhc_shape();
+  if (trace_) {
+    // The trace wants every row's final hidden state.
+    const int64_t n = layout_.rows;
+    mhc_collapse(mhc, x_.data(), p_.data(), n, hidden_.data());
+    rmsnorm_rows(hidden_.data(), n, d, model_.final_norm().data(), c.rms_norm_eps, hidden_.data());
+    trace_->final_hidden.assign(hidden_.begin(), hidden_.begin() + n * d);
+    for (size_t i = 0; i < rows.size(); ++i) std::copy_n(hidden_.data() + rows[i] * d, d, h_.data() + i * d);
+  } else {
+    // Final collapse with the last FFN-site pre and the final norm, only for the rows asked for.
+    for (size_t i = 0; i < rows.size(); ++i) {
+      mhc_collapse(mhc, x_.data() + rows[i] * hc * d, p_.data() + rows[i] * hc, 1, h_.data() + i * d);
+    }
+    rmsnorm_rows(h_.data(), static_cast<int64_t>(rows.size()), d, model_.final_norm().data(), c.rms_norm_eps,
+                 h_.data());
+  }
+  if (!rows.empty())
+    matmul(h_.data(), static_cast<int64_t>(rows.size()), d, model_.head().ref(), c.vocab_size, out);
+}
+
+}  // namespace dsv41

@@ -1,0 +1,69 @@
+// The CPU backend: the engine's steps (engine/backend.h) computed with the float32 / bf16-exact
+// weights of a loaded Model and the CPU kernels (scalar references or AVX2 fast paths, per the
+// model's options). Spec: model.md §3.
+//
+// Workspace: the batch's activations, sized at begin_batch and reused while the batch shape
+// repeats (steady-state decode allocates nothing here):
+//   x [n, hc, d] residual streams, p [n, hc] carried mix, h [n, d] block input,
+//   c [n, q_lora], q [n, H·D], kv [n, D], o [n, H·D], a [n, d], x2 [n, hc, d] streams after
+//   attention, mHC coefficients of both sites, router choices [n, top_k], RoPE tables per kind,
+//   and one SharedAttentionState per segment (its latest top-k and candidate pool).
+// The Model is borrowed and must outlive the backend.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "model/attention.h"
+#include "model/attention_steps.h"
+#include "model/model.h"
+
+namespace dsv41 {
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(const Model& model);
+
+  std::string name() const override { return "cpu"; }
+  const ModelConfig& config() const override { return model_.config(); }
+  const LayerPlan& plan() const override { return model_.plan(); }
+  const Model& model() const { return model_; }
+
+  void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
+  Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
+  void attention_input(int layer) override;
+  void attention_projections(int layer) override;
+  void compress(int layer, int segment) override;
+  void index(int layer, int segment, int kv_layer, bool restricted) override;
+  void attend(int layer, int segment, int kv_layer) override;
+  void attention_output(int layer) override;
+  void ffn(int layer) override;
+  void logits(std::span<const int64_t> rows, float* out) override;
+
+  // Test hook: called before each layer with the batch's streams x [n, hc, d] and carried mix
+  // p [n, hc], which it may overwrite (to feed a layer the reference's inputs). Empty = none.
+  using LayerHook = std::function<void(int layer, float* x, float* p)>;
+  void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
+
+ private:
+  const Model& model_;
+  std::vector<MoeWeights> moe_;  // per layer, built once (the views hold a vector)
+  LayerHook hook_;
+
+  // Current batch.
+  BatchLayout layout_;
+  std::vector<SegmentRows> segments_;
+  ForwardTrace* trace_ = nullptr;
+  std::vector<SharedAttentionState> shared_;  // per segment
+  std::map<RopeKind, RopeRows> rope_rows_;    // per RoPE kind the plan uses, [n, rope_dim/2]
+  std::vector<float> x_, p_, h_, c_, q_, kv_, o_, a_, x2_, hidden_;
+  std::vector<float> pre_a_, post_a_, comb_a_, pre_b_, post_b_, comb_b_;
+  std::vector<int32_t> experts_;
+  std::vector<float> weights_;
+};
+
+}  // namespace dsv41

@@ -1,0 +1,79 @@
+// The seam between the engine's layer-plan walk and the arithmetic. Spec: issue 9 item 2;
+// model.md §3.1–§3.9 for what each step computes.
+//
+// The engine (engine/engine.h) decides, once for every backend, which step runs for which layer
+// and segment: which kv source a layer reads, which layers run the indexer and whether they are
+// restricted to the candidate pool, which layers only borrow the latest top-k. A Backend computes
+// those steps over one batch: the token-wise steps over all rows of the batch at once (so a decode
+// step reads each weight once for all sequences), the sequence-wise steps (compressor, indexer,
+// sparse attention) per segment over that segment's own cache.
+// A backend owns its weight storage (the CPU backend: float32 / bf16-exact views of a loaded
+// Model; a CUDA one will hold the stored FP8/FP4 bytes on the device), its threads and its
+// workspace (the batch's activations live there; the engine never sees them, only the logits it
+// asks for). Calls come from one thread, in the order: begin_batch, then per layer
+// engram? → attention_input → attention_projections → {compress?, index?, attend} per segment →
+// attention_output → ffn, then logits.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "base/status.h"
+#include "cache/sequence_cache.h"
+#include "format/config.h"
+#include "model/layer_plan.h"
+
+namespace dsv41 {
+
+struct ForwardTrace;  // model/model.h
+
+// One segment as the backend sees it: batch rows [row0, row0 + rows) are positions
+// start … start + rows − 1 of the sequence whose cache is `cache`.
+struct SegmentRows {
+  int64_t row0 = 0, rows = 0, start = 0;
+  SequenceCache* cache = nullptr;
+};
+
+struct BatchLayout {
+  int64_t rows = 0;
+  const int32_t* tokens = nullptr;     // [rows] token ids (validated by the engine)
+  const int64_t* positions = nullptr;  // [rows] absolute positions
+  std::span<const SegmentRows> segments;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual const LayerPlan& plan() const = 0;
+
+  // Takes the batch: sizes the workspace (reused when the shape repeats) and embeds the tokens
+  // into the residual streams. trace (optional, single-segment batches): named intermediates.
+  virtual void begin_batch(const BatchLayout& layout, ForwardTrace* trace) = 0;
+  // Engram of an Engram layer for batch rows [row0, row0 + rows): row_ids [rows, columns] of this
+  // layer. Fails (naming the table) when a stored row cannot be decoded; rows are then unchanged.
+  virtual Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) = 0;
+  // mHC attention site + RMSNorm_attn: the attention input of every row.
+  virtual void attention_input(int layer) = 0;
+  // Query path and window KV of every row (attention steps 1–2).
+  virtual void attention_projections(int layer) = 0;
+  // Step 3 (Full layers): the segment's rows through the layer's compressor; new entries are
+  // published into the segment's cache.
+  virtual void compress(int layer, int segment) = 0;
+  // Step 4 (index sources): a new top-k for the segment over kv-source `kv_layer`'s index keys
+  // (restricted: only inside the candidate pool published earlier in this batch).
+  virtual void index(int layer, int segment, int kv_layer, bool restricted) = 0;
+  // Step 5: sparse sink attention of the segment over its window and, when kv_layer ≥ 0, the
+  // entries of kv_layer named by the latest top-k; then its window rows enter its ring.
+  virtual void attend(int layer, int segment, int kv_layer) = 0;
+  // Step 6 + mHC expansion of the attention site.
+  virtual void attention_output(int layer) = 0;
+  // mHC FFN site, RMSNorm_ffn, MoE, expansion; the carried mix for the next layer.
+  virtual void ffn(int layer) = 0;
+  // Final collapse, norm and head for the given batch rows: out [rows.size(), vocab], fp32.
+  virtual void logits(std::span<const int64_t> rows, float* out) = 0;
+};
+
+}  // namespace dsv41

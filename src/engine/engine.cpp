@@ -1,0 +1,347 @@
+// The engine: admission of segments, the layer-plan walk, sequence bookkeeping (see engine.h).
+#include "engine/engine.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <string>
+
+#include "cache/snapshot.h"
+#include "model/attention_steps.h"
+#include "model/model.h"
+
+namespace dsv41 {
+namespace {
+
+std::string seq_name(SequenceId id) { return "sequence " + std::to_string(id); }
+
+int64_t entries_after(int64_t tokens, int ratio) { return ratio > 0 ? tokens / ratio : 0; }
+
+}  // namespace
+
+uint64_t config_fingerprint(const ModelConfig& c) {
+  std::vector<int64_t> v = {c.vocab_size,         c.hidden_size,       c.num_hidden_layers,   c.num_attention_heads,
+                            c.head_dim,           c.q_lora_rank,       c.o_groups,            c.o_lora_rank,
+                            c.sliding_window,     c.index_n_heads,     c.index_head_dim,      c.index_topk,
+                            c.hc_mult,            c.n_routed_experts,  c.num_experts_per_tok, c.moe_intermediate_size,
+                            c.candidate_block_size, c.candidate_topk_blocks};
+  for (int r : c.compress_ratios) v.push_back(r);
+  for (int l : c.kv_source_layer_ids) v.push_back(1000 + l);
+  for (int l : c.engram_layer_ids) v.push_back(2000 + l);
+  return XXH3_64bits(v.data(), v.size() * sizeof(int64_t));
+}
+
+Engine::Engine(std::unique_ptr<Backend> backend, const EngramHashTables* tables, const EngineOptions& options)
+    : backend_(std::move(backend)), engram_tables_(tables), options_(options) {}
+
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Backend> backend, const EngramHashTables* tables,
+                                               const EngineOptions& options) {
+  if (!backend) return invalid_argument("engine: no backend");
+  if (options.rollback_tokens < 0) return invalid_argument("engine: rollback_tokens must be ≥ 0");
+  if (options.page_budget_bytes < 0) return invalid_argument("engine: page budget must be ≥ 0 bytes");
+  if (!backend->config().engram_layer_ids.empty() && !tables)
+    return invalid_argument("engine: the model has Engram layers but no Engram hash tables were given");
+  std::unique_ptr<Engine> e(new Engine(std::move(backend), tables, options));
+  DSV41_ASSIGN_OR_RETURN(e->pools_,
+                         CachePools::create(e->config(), options.rows_per_page, options.page_budget_bytes));
+  e->fingerprint_ = options.model_fingerprint != 0 ? options.model_fingerprint : config_fingerprint(e->config());
+  return e;
+}
+
+Engine::Sequence Engine::make_sequence(std::unique_ptr<SequenceCache> cache) const {
+  Sequence s;
+  s.cache = std::move(cache);
+  if (engram_tables_) s.hasher = std::make_unique<EngramHasher>(engram_tables_);
+  return s;
+}
+
+Result<Engine::Sequence*> Engine::find(SequenceId id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return not_found(seq_name(id) + ": no such sequence");
+  return &it->second;
+}
+
+Result<const Engine::Sequence*> Engine::find(SequenceId id) const {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return not_found(seq_name(id) + ": no such sequence");
+  return &it->second;
+}
+
+Result<SequenceId> Engine::add_sequence(int64_t max_context) {
+  if (max_context > config().max_position_embeddings)
+    return out_of_range("context of " + std::to_string(max_context) + " tokens exceeds max_position_embeddings " +
+                        std::to_string(config().max_position_embeddings));
+  CacheOptions co;
+  co.rows_per_page = options_.rows_per_page;
+  co.rollback_tokens = options_.rollback_tokens;
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCache> cache,
+                         SequenceCache::create(config(), backend_->plan(), max_context, co, pools_.get()));
+  const SequenceId id = next_id_++;
+  sequences_.emplace(id, make_sequence(std::move(cache)));
+  return id;
+}
+
+Result<SequenceId> Engine::fork(SequenceId from) {
+  DSV41_ASSIGN_OR_RETURN(Sequence * src, find(from));
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCache> cache, src->cache->fork());
+  Sequence s = make_sequence(std::move(cache));
+  if (s.hasher) s.hasher->set_history(src->hasher->history());
+  s.tokens = src->tokens;
+  const SequenceId id = next_id_++;
+  sequences_.emplace(id, std::move(s));
+  return id;
+}
+
+Result<SequenceId> Engine::fork_prefix(SequenceId from, int64_t prefix) {
+  DSV41_ASSIGN_OR_RETURN(Sequence * src, find(from));
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCache> cache, src->cache->fork_global(prefix));
+  Sequence s = make_sequence(std::move(cache));
+  s.tokens.assign(src->tokens.begin(), src->tokens.begin() + prefix);
+  // The Engram look-back of the prefix comes from its real tokens (never pads).
+  if (s.hasher) s.hasher->rebuild_history(s.tokens.data(), prefix);
+  const SequenceId id = next_id_++;
+  sequences_.emplace(id, std::move(s));
+  return id;
+}
+
+Status Engine::remove_sequence(SequenceId id) {
+  if (sequences_.erase(id) == 0) return not_found(seq_name(id) + ": no such sequence");
+  return ok_status();
+}
+
+Status Engine::reset_sequence(SequenceId id) {
+  DSV41_ASSIGN_OR_RETURN(Sequence * s, find(id));
+  s->cache->reset();
+  if (s->hasher) s->hasher->reset();
+  s->tokens.clear();
+  return ok_status();
+}
+
+Result<int64_t> Engine::length(SequenceId id) const {
+  DSV41_ASSIGN_OR_RETURN(const Sequence* s, find(id));
+  return s->cache->length();
+}
+
+Result<std::span<const int32_t>> Engine::tokens(SequenceId id) const {
+  DSV41_ASSIGN_OR_RETURN(const Sequence* s, find(id));
+  return std::span<const int32_t>(s->tokens);
+}
+
+const SequenceCache* Engine::cache(SequenceId id) const {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.cache.get();
+}
+
+Status Engine::rollback(SequenceId id, int64_t k) {
+  DSV41_ASSIGN_OR_RETURN(Sequence * s, find(id));
+  Status st = s->cache->rollback(k);
+  if (!st.ok()) return st.with_context(seq_name(id));
+  s->tokens.resize(s->tokens.size() - static_cast<size_t>(k));
+  if (s->hasher) s->hasher->rebuild_history(s->tokens.data(), static_cast<int64_t>(s->tokens.size()));
+  return ok_status();
+}
+
+Result<std::string> Engine::snapshot(SequenceId id) const {
+  DSV41_ASSIGN_OR_RETURN(const Sequence* s, find(id));
+  static const std::vector<int64_t> kNone;
+  return snapshot_sequence(*s->cache, s->hasher ? s->hasher->history() : kNone, fingerprint_);
+}
+
+Status Engine::restore(SequenceId id, std::string_view bytes) {
+  DSV41_ASSIGN_OR_RETURN(Sequence * s, find(id));
+  std::vector<int64_t> history;
+  DSV41_ASSIGN_OR_RETURN(SnapshotHeader header, read_snapshot_header(bytes));
+  if (header.length != static_cast<int64_t>(s->tokens.size()))
+    return invalid_argument(seq_name(id) + ": window snapshot of position " + std::to_string(header.length) +
+                            ", the sequence holds " + std::to_string(s->tokens.size()) + " tokens");
+  Status st = restore_sequence(bytes, fingerprint_, *s->cache, history);
+  if (!st.ok()) return st.with_context(seq_name(id));
+  if (s->hasher) s->hasher->set_history(std::move(history));
+  return ok_status();
+}
+
+PoolStats Engine::pool_stats() const {
+  PoolStats p;
+  p.main_bytes = pools_->main->bytes_in_use();
+  p.index_bytes = pools_->index->bytes_in_use();
+  p.budget_bytes = pools_->budget.limit_bytes;
+  p.sequences = static_cast<int64_t>(sequences_.size());
+  return p;
+}
+
+Status Engine::check_segment(const Segment& s, const Sequence* seq) const {
+  const int64_t T = static_cast<int64_t>(s.tokens.size());
+  const int64_t V = config().vocab_size;
+  if (T < 1) return invalid_argument(seq_name(s.sequence) + ": a segment needs at least one token");
+  const int64_t length = seq->cache->length();
+  if (s.start != length)
+    return invalid_argument(seq_name(s.sequence) + ": segment starts at position " + std::to_string(s.start) +
+                            " but the sequence holds " + std::to_string(length) + " positions");
+  for (int64_t t = 0; t < T; ++t)
+    if (s.tokens[t] < 0 || s.tokens[t] >= V)
+      return invalid_argument(seq_name(s.sequence) + ": token id " + std::to_string(s.tokens[t]) + " at position " +
+                              std::to_string(s.start + t) + " outside the vocabulary (0.." + std::to_string(V - 1) +
+                              ")");
+  if (length + T > seq->cache->max_context())
+    return out_of_range(seq_name(s.sequence) + ": " + std::to_string(length + T) +
+                        " tokens exceed the sequence's context of " + std::to_string(seq->cache->max_context()));
+  return ok_status();
+}
+
+const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segments, ForwardTrace* trace) {
+  results_.assign(segments.size(), SegmentResult{});
+  admitted_.clear();
+  rows_.clear();
+  batch_tokens_.clear();
+  batch_positions_.clear();
+  const LayerPlan& plan = backend_->plan();
+  const int n_engram = engram_tables_ ? engram_tables_->layers() : 0;
+  const int64_t cols = engram_tables_ ? engram_tables_->columns : 0;
+  if (trace && segments.size() != 1) {
+    for (SegmentResult& r : results_) r.status = invalid_argument("engine: a trace needs a batch of one segment");
+    return results_;
+  }
+  // ---- Admission: everything checked before any compute. -------------------------------------
+  int64_t rows = 0, pool_bytes = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& s = segments[i];
+    auto found = find(s.sequence);
+    if (!found.ok()) {
+      results_[i].status = found.status();
+      continue;
+    }
+    Sequence* seq = *found;
+    Status st = check_segment(s, seq);
+    for (const Admitted& a : admitted_)
+      if (st.ok() && a.seq == seq)
+        st = invalid_argument(seq_name(s.sequence) + ": appears twice in one batch");
+    // Pages the segment's new compressed entries take (a shared partial page is copied first).
+    int64_t need = 0;
+    const int64_t T = static_cast<int64_t>(s.tokens.size());
+    for (const LayerInfo& info : plan.layers) {
+      const KvSourceCache* kv = st.ok() ? seq->cache->kv_source(info.index) : nullptr;
+      if (!kv) continue;
+      const int64_t more = entries_after(s.start + T, kv->ratio) - kv->entries();
+      need += kv->main.pages_to_append(more) * pools_->main->page_bytes();
+      need += kv->index.pages_to_append(more) * pools_->index->page_bytes();
+    }
+    if (st.ok() && !pools_->budget.can_take(pool_bytes + need))
+      st = out_of_range(seq_name(s.sequence) + ": the page pool's budget of " +
+                        std::to_string(pools_->budget.limit_bytes) + " bytes cannot take " + std::to_string(need) +
+                        " more bytes of global KV (" + std::to_string(pools_->budget.used_bytes + pool_bytes) +
+                        " in use)");
+    Admitted a;
+    a.index = static_cast<int>(i);
+    a.seq = seq;
+    a.row0 = rows;
+    a.rows = T;
+    // Engram n-gram row ids of the segment (hashing moves the look-back on; restored on failure).
+    if (st.ok() && seq->hasher) {
+      a.saved_history = seq->hasher->history();
+      engram_ids_.resize(static_cast<size_t>((rows + T) * n_engram * cols));
+      st = seq->hasher->hash(s.tokens.data(), T, engram_ids_.data() + rows * n_engram * cols);
+      if (!st.ok()) seq->hasher->set_history(a.saved_history);
+    }
+    if (!st.ok()) {
+      results_[i].status = st;
+      continue;
+    }
+    pool_bytes += need;
+    rows += T;
+    admitted_.push_back(std::move(a));
+    for (int64_t t = 0; t < T; ++t) {
+      batch_tokens_.push_back(s.tokens[t]);
+      batch_positions_.push_back(s.start + t);
+    }
+  }
+  if (admitted_.empty()) return results_;
+  for (const Admitted& a : admitted_) rows_.push_back({a.row0, a.rows, batch_positions_[a.row0], a.seq->cache.get()});
+
+  BatchLayout layout;
+  layout.rows = rows;
+  layout.tokens = batch_tokens_.data();
+  layout.positions = batch_positions_.data();
+  layout.segments = rows_;
+  if (trace) {
+    *trace = ForwardTrace{};
+    trace->engram_rows.assign(engram_ids_.begin(), engram_ids_.begin() + rows * n_engram * cols);
+  }
+  backend_->begin_batch(layout, trace);
+  forward_layers(trace);
+
+  // ---- Logits of the rows each segment asked for. -------------------------------------------
+  logit_rows_.clear();
+  for (const Admitted& a : admitted_) {
+    const LogitRows want = segments[a.index].logits;
+    if (want == LogitRows::kLast) logit_rows_.push_back(a.row0 + a.rows - 1);
+    if (want == LogitRows::kAll)
+      for (int64_t r = 0; r < a.rows; ++r) logit_rows_.push_back(a.row0 + r);
+  }
+  const int64_t V = config().vocab_size;
+  logits_.resize(static_cast<size_t>(static_cast<int64_t>(logit_rows_.size()) * V));
+  if (!logit_rows_.empty() || trace) backend_->logits(logit_rows_, logits_.data());
+  int64_t offset = 0;
+  for (Admitted& a : admitted_) {
+    const Segment& s = segments[a.index];
+    SegmentResult& r = results_[a.index];
+    const int64_t n = s.logits == LogitRows::kAll ? a.rows : (s.logits == LogitRows::kLast ? 1 : 0);
+    if (!a.failure.ok()) {
+      // Earlier layers have taken part of the segment into the cache: the sequence cannot go on.
+      a.seq->cache->reset();
+      if (a.seq->hasher) a.seq->hasher->reset();
+      a.seq->tokens.clear();
+      r.status = a.failure.with_context(seq_name(s.sequence) + " (the sequence was reset)");
+    } else {
+      a.seq->tokens.insert(a.seq->tokens.end(), s.tokens.begin(), s.tokens.end());
+      r.logit_rows = n;
+      r.logits = n > 0 ? logits_.data() + offset * V : nullptr;
+    }
+    offset += n;
+  }
+  return results_;
+}
+
+void Engine::run_engram(int layer) {
+  const int n_engram = engram_tables_->layers();
+  const int64_t cols = engram_tables_->columns;
+  const int slot = backend_->plan().layers[layer].engram_slot;
+  const int64_t rows = static_cast<int64_t>(batch_tokens_.size());
+  layer_ids_.resize(static_cast<size_t>(rows * cols));
+  for (int64_t t = 0; t < rows; ++t)
+    std::copy_n(engram_ids_.data() + (t * n_engram + slot) * cols, cols, layer_ids_.data() + t * cols);
+  if (backend_->engram(layer, layer_ids_.data(), 0, rows).ok()) return;
+  // A stored table row that cannot be decoded (a NaN scale in the mapped checkpoint: rows are
+  // only read when looked up). Find the segments it belongs to; the others get their Engram.
+  for (Admitted& a : admitted_) {
+    if (!a.failure.ok()) continue;
+    Status st = backend_->engram(layer, layer_ids_.data() + a.row0 * cols, a.row0, a.rows);
+    if (!st.ok()) a.failure = st.with_context("layer " + std::to_string(layer) + " engram");
+  }
+}
+
+void Engine::forward_layers(ForwardTrace* trace) {
+  (void)trace;
+  const LayerPlan& plan = backend_->plan();
+  const int segments = static_cast<int>(admitted_.size());
+  int latest_kv = -1;       // the kv source whose entries later layers read (the latest Full layer)
+  bool have_topk = false;   // an index source has published a top-k in this forward
+  for (const LayerInfo& info : plan.layers) {
+    const int l = info.index;
+    if (info.has_engram) run_engram(l);
+    backend_->attention_input(l);
+    backend_->attention_projections(l);
+    const LayerSteps steps = layer_steps(info);
+    if (steps.compress) latest_kv = l;
+    for (int s = 0; s < segments; ++s) {
+      if (steps.compress) backend_->compress(l, s);
+      if (steps.index && latest_kv >= 0) backend_->index(l, s, latest_kv, steps.restricted);
+      const bool compressed = steps.attend_compressed && latest_kv >= 0 && (have_topk || steps.index);
+      backend_->attend(l, s, compressed ? latest_kv : -1);
+    }
+    if (steps.index && latest_kv >= 0) have_topk = true;
+    backend_->attention_output(l);
+    backend_->ffn(l);
+  }
+}
+
+}  // namespace dsv41

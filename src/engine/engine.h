@@ -1,0 +1,168 @@
+// The engine: many sequences, one batched forward over any mix of prefill chunks and decode
+// tokens, one page pool, and sequence state that can be forked, snapshotted, restored and rolled
+// back. Spec: issue 9 (items 1–5), model.md §3 (the walk), system.md §2–§4.
+//
+// The layer-plan walk lives here and only here (forward_layers in engine.cpp): for each layer it
+// decides which steps run (attention_steps.h layer_steps), which kv source is the latest
+// published one, whether an index source is restricted to the candidate pool, and which layers
+// borrow the latest top-k; the Backend does the arithmetic. Token-wise blocks run over every row
+// of the batch at once; attention state is per segment.
+//
+// Segments: each names a sequence, the position it starts at and its tokens, and which logits to
+// return. A segment is checked before any compute (sequence known and not twice in the batch,
+// start = the sequence's length, token ids in the vocabulary, context and page budget) and, if
+// rejected, reported with its reason while the rest of the batch runs. An error in the middle of
+// the forward (a damaged Engram row in a mapped checkpoint) fails only the segments it touches;
+// their sequences are reset (the message says so) and the others complete.
+// Results are the same bits whatever else is in the batch (every block's per-row arithmetic is
+// independent of the other rows).
+//
+// Not thread-safe: one thread drives an engine. Two engines (different backends or options) can
+// live in one process.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "cache/sequence_cache.h"
+#include "engine/backend.h"
+#include "model/engram_hash.h"
+
+namespace dsv41 {
+
+struct ForwardTrace;
+
+using SequenceId = int64_t;
+
+enum class LogitRows { kNone, kLast, kAll };
+
+struct Segment {
+  SequenceId sequence = -1;
+  int64_t start = 0;                  // must equal the sequence's length
+  std::span<const int32_t> tokens;    // borrowed for the call
+  LogitRows logits = LogitRows::kLast;
+};
+
+struct SegmentResult {
+  Status status;
+  int64_t logit_rows = 0;           // rows of logits returned: 0, 1 or the segment's tokens
+  const float* logits = nullptr;    // [logit_rows, vocab], valid until the next forward
+};
+
+struct EngineOptions {
+  int64_t rows_per_page = 256;      // cache records per page
+  int64_t page_budget_bytes = 0;    // global-KV bytes all sequences may hold together (0 = unlimited)
+  int64_t rollback_tokens = 0;      // positions a sequence can be rolled back by (speculative decoding)
+  // Identity of the weights, carried by snapshots (0: derived from the config's shape; callers that
+  // can hash the checkpoint pass that hash).
+  uint64_t model_fingerprint = 0;
+};
+
+// Global-KV bytes held, counting each shared page once.
+struct PoolStats {
+  int64_t main_bytes = 0, index_bytes = 0;
+  int64_t budget_bytes = 0;  // 0 = unlimited
+  int64_t sequences = 0;
+};
+
+class Engine {
+ public:
+  // engram_tables: the model's Engram hash constants (null when it has no Engram layers); they
+  // must outlive the engine.
+  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<Backend> backend,
+                                                const EngramHashTables* engram_tables,
+                                                const EngineOptions& options = {});
+
+  Backend& backend() { return *backend_; }
+  const ModelConfig& config() const { return backend_->config(); }
+  const EngineOptions& options() const { return options_; }
+  uint64_t model_fingerprint() const { return fingerprint_; }
+
+  // A fresh, empty sequence able to hold max_context positions (≤ max_position_embeddings).
+  Result<SequenceId> add_sequence(int64_t max_context);
+  // A new sequence with `from`'s whole state: its global pages shared (no copy), windows, pending
+  // groups, Engram look-back and tokens copied.
+  Result<SequenceId> fork(SequenceId from);
+  // A new sequence holding only the global KV of `from`'s first `prefix` positions (shared pages)
+  // and its tokens; no window state: restore a snapshot of that position into it (exact), or
+  // replay (issue 10). Until then its windows are cut at `prefix`.
+  Result<SequenceId> fork_prefix(SequenceId from, int64_t prefix);
+  Status remove_sequence(SequenceId id);
+  Status reset_sequence(SequenceId id);
+  bool has_sequence(SequenceId id) const { return sequences_.count(id) != 0; }
+
+  Result<int64_t> length(SequenceId id) const;
+  // Every token id the sequence holds, in order.
+  Result<std::span<const int32_t>> tokens(SequenceId id) const;
+  // The packed cache (read-only), e.g. for dumps; null for an unknown id.
+  const SequenceCache* cache(SequenceId id) const;
+
+  // Forgets the newest k ≤ rollback_tokens positions (windows, compressor state, published
+  // entries and index keys, Engram look-back, tokens): the sequence continues as if they had never
+  // been appended.
+  Status rollback(SequenceId id, int64_t k);
+  // The sequence's window state at its current length (snapshot.h), and its restore into a
+  // sequence whose global KV holds the same prefix.
+  Result<std::string> snapshot(SequenceId id) const;
+  Status restore(SequenceId id, std::string_view snapshot);
+
+  // One batched forward. Returns one result per segment, in order (valid until the next call).
+  // trace: named intermediates, only for a batch of one segment.
+  const std::vector<SegmentResult>& forward(std::span<const Segment> segments, ForwardTrace* trace = nullptr);
+
+  PoolStats pool_stats() const;
+
+ private:
+  struct Sequence {
+    std::unique_ptr<SequenceCache> cache;
+    std::unique_ptr<EngramHasher> hasher;  // null without Engram layers
+    std::vector<int32_t> tokens;
+  };
+  // Per-forward bookkeeping of an admitted segment.
+  struct Admitted {
+    int index = 0;          // position in the caller's segment list
+    Sequence* seq = nullptr;
+    int64_t row0 = 0, rows = 0;
+    std::vector<int64_t> saved_history;  // Engram look-back before the segment
+    Status failure;         // set when a step failed mid-forward
+  };
+
+  Engine(std::unique_ptr<Backend> backend, const EngramHashTables* tables, const EngineOptions& options);
+  Status check_segment(const Segment& s, const Sequence* seq) const;
+  void forward_layers(ForwardTrace* trace);
+  void run_engram(int layer);
+  Result<Sequence*> find(SequenceId id);
+  Result<const Sequence*> find(SequenceId id) const;
+  Sequence make_sequence(std::unique_ptr<SequenceCache> cache) const;
+
+  std::unique_ptr<Backend> backend_;
+  const EngramHashTables* engram_tables_;
+  EngineOptions options_;
+  uint64_t fingerprint_ = 0;
+  std::unique_ptr<CachePools> pools_;
+  std::unordered_map<SequenceId, Sequence> sequences_;
+  SequenceId next_id_ = 1;
+
+  // Workspace of the current forward, reused between calls.
+  std::vector<Admitted> admitted_;
+  std::vector<SegmentRows> rows_;
+  std::vector<int32_t> batch_tokens_;
+  std::vector<int64_t> batch_positions_;
+  std::vector<int64_t> engram_ids_;     // [rows, engram layers, columns]
+  std::vector<int64_t> layer_ids_;      // [rows, columns] of one layer
+  std::vector<int64_t> logit_rows_;
+  std::vector<float> logits_;
+  std::vector<SegmentResult> results_;
+};
+
+// A fingerprint of the model's shape (config numbers that change the records or their meaning),
+// for snapshots when no weight hash is given.
+uint64_t config_fingerprint(const ModelConfig& config);
+
+}  // namespace dsv41

@@ -1,0 +1,223 @@
+// The named steps of one layer's attention (see attention_steps.h). Spec: model.md §3.4–§3.6, §4.
+#include "model/attention_steps.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/attention_kernels.h"
+#include "model/indexer.h"
+#include "model/rmsnorm.h"
+#include "model/weight_matrix.h"
+
+namespace dsv41 {
+namespace {
+
+// Query rows scored together by the indexer (each unpacked key is reused across them), bounded so
+// the [rows, G] score buffer stays ≤ 2^22 floats (16 MiB) however long the context.
+constexpr int64_t kIndexerRowBlock = 32;
+constexpr int64_t kIndexerScoreFloats = int64_t{1} << 22;
+
+}  // namespace
+
+LayerSteps layer_steps(const LayerInfo& layer) {
+  LayerSteps s;
+  s.compress = layer.role == LayerRole::kFull;
+  s.index = layer.role == LayerRole::kFull || layer.role == LayerRole::kReindex;
+  s.candidate_source = s.index && layer.candidate_source;
+  s.restricted = s.index && layer.restricted_to_candidates;
+  s.attend_compressed = layer.ratio > 0;
+  return s;
+}
+
+void RopeRows::compute(const Rope& rope, RopeKind kind, const int64_t* positions, int64_t n) {
+  half = rope.rope_dim() / 2;
+  cos.resize(static_cast<size_t>(n * half));
+  sin.resize(static_cast<size_t>(n * half));
+  for (int64_t i = 0; i < n; ++i) rope.cos_sin(kind, positions[i], cos.data() + i * half, sin.data() + i * half);
+}
+
+void attention_query(const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
+                     int64_t n, float* c, float* q) {
+  const int64_t hidden = config.hidden_size, H = config.num_attention_heads, D = config.head_dim;
+  const int64_t ql = config.q_lora_rank;
+  const int rd = static_cast<int>(rope.half * 2);
+  matmul(x, n, hidden, weight_ref(w.wq_a, w.bf16.wq_a), ql, c);
+  rmsnorm_rows(c, n, ql, w.q_norm.data(), config.rms_norm_eps, c);
+  matmul(c, n, ql, weight_ref(w.wq_b, w.bf16.wq_b), H * D, q);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < H; ++h) rope_rotate(q + (i * H + h) * D, D, rd, rope.cos_row(i), rope.sin_row(i), false);
+}
+
+void attention_window_kv(const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
+                         int64_t n, float* kv) {
+  const int64_t hidden = config.hidden_size, D = config.head_dim;
+  const int rd = static_cast<int>(rope.half * 2);
+  matmul(x, n, hidden, weight_ref(w.wkv, w.bf16.wkv), D, kv);
+  rmsnorm_rows(kv, n, D, w.kv_norm.data(), config.rms_norm_eps, kv);
+  for (int64_t i = 0; i < n; ++i) {
+    rope_rotate(kv + i * D, D, rd, rope.cos_row(i), rope.sin_row(i), false);
+    row_fake_quant(RowKind::kWindow, kv + i * D, D);
+  }
+}
+
+void attention_index(const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w, const Rope& rope,
+                     const KvSourceCache& kv, bool restricted, const float* c, const float* x, int64_t T,
+                     int64_t start_pos, SharedAttentionState& shared) {
+  const int64_t G = kv.entries();
+  const int k = config.index_topk;
+  if (G == 0) {
+    // Nothing to select from yet. The reference publishes nothing; an all −1 top-k attends the
+    // same (no compressed entry) and keeps `shared.topk` meaningful for every later layer.
+    shared.index_layer = layer.index;
+    shared.topk.assign(static_cast<size_t>(T * k), -1);
+    if (shared.record_trace) shared.trace_index_scores.clear();
+    return;
+  }
+  std::vector<float> q, head_weights;
+  indexer_queries(config, w, rope, c, x, T, start_pos, q, head_weights);
+
+  const int nb = config.candidate_topk_blocks, bs = config.candidate_block_size;
+  restricted = restricted && shared.candidate_layer >= 0;
+  std::vector<int32_t> topk(static_cast<size_t>(T * k));
+  std::vector<int32_t> blocks_kept;
+  if (layer.candidate_source) blocks_kept.resize(static_cast<size_t>(T * nb));
+  if (shared.record_trace) {
+    shared.trace_index_scores.assign(static_cast<size_t>(T * G), 0.0f);
+    if (layer.candidate_source) shared.trace_candidates.assign(static_cast<size_t>(T * G), 0);
+  }
+  std::vector<float> scores;
+  const int64_t row_block = std::clamp<int64_t>(kIndexerScoreFloats / G, 1, kIndexerRowBlock);
+  for (int64_t row0 = 0; row0 < T; row0 += row_block) {
+    const int64_t rows = std::min(row_block, T - row0);
+    scores.resize(static_cast<size_t>(rows * G));
+    // A restricted layer scores only inside the pool (≤ topk_blocks·block_size entries per query).
+    if (!restricted)
+      indexer_scores(config, kv, G, layer.ratio, q.data(), head_weights.data(), row0, rows, start_pos, scores.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = row0 + r, t = start_pos + i;
+      float* row = scores.data() + r * G;
+      if (restricted) {
+        indexer_scores_in_pool(config, kv, G, layer.ratio, q.data(), head_weights.data(), i, start_pos,
+                               shared.candidate_blocks.data() + i * nb, nb, bs, row);
+      } else if (layer.candidate_source) {
+        int32_t* kept = blocks_kept.data() + i * nb;
+        select_candidate_blocks(row, G, (t + 1) / layer.ratio, bs, nb, kept);
+        if (shared.record_trace) {
+          uint8_t* cand = shared.trace_candidates.data() + i * G;
+          for (int j = 0; j < nb && kept[j] >= 0; ++j)
+            for (int64_t g = int64_t{kept[j]} * bs; g < std::min<int64_t>(G, int64_t{kept[j] + 1} * bs); ++g)
+              cand[g] = 1;
+        }
+      }
+      if (shared.record_trace) std::copy(row, row + G, shared.trace_index_scores.begin() + i * G);
+      select_topk(row, G, k, topk.data() + i * k);
+    }
+  }
+  shared.index_layer = layer.index;
+  shared.topk = std::move(topk);
+  if (layer.candidate_source) {
+    shared.candidate_layer = layer.index;
+    shared.candidate_blocks = std::move(blocks_kept);
+  }
+}
+
+void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w, const WindowRing& ring,
+                           const float* kv, const KvSourceCache* compressed, const int32_t* topk, const float* q,
+                           const RopeRows& rope, int64_t rope_row0, int64_t T, int64_t start_pos, float* o,
+                           const AttentionOptions& options) {
+  const int64_t H = config.num_attention_heads, D = config.head_dim;
+  const int64_t win = config.sliding_window;
+  const int rd = static_cast<int>(rope.half * 2);
+  const int64_t floor = ring.start();  // windows cut at a replay start see nothing before it
+
+  // ---- Keys of the window: positions [first, start_pos+T) = ring rows then the segment's rows. --
+  const int64_t first = std::max<int64_t>(floor, start_pos - (win - 1));
+  std::vector<float> keys(static_cast<size_t>((start_pos + T - first) * D));
+  for (int64_t p = first; p < start_pos; ++p) ring.read(p, keys.data() + (p - first) * D);
+  std::copy(kv, kv + T * D, keys.begin() + (start_pos - first) * D);
+
+  // ---- Sink attention per token and head. ---------------------------------------------------
+  // Work items are (token, head) pairs in flat order i·H + h, split into contiguous ranges run on
+  // the thread pool; each pair's arithmetic is the same whichever thread runs it, so the result
+  // does not depend on the thread count or the ranges.
+  const float scaling = static_cast<float>(std::pow(static_cast<double>(D), -0.5));
+  const int k = config.index_topk;
+  std::fill(o, o + T * H * D, 0.0f);
+  auto attend_range = [&](int64_t begin, int64_t end) {
+    std::vector<float> sel(static_cast<size_t>(k * D));  // dequantised selected compressed entries
+    std::vector<float> logits;
+    int64_t loaded = -1;  // token whose selected entries are in `sel`
+    int nsel = 0;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / H, h = item % H;
+      const int64_t t = start_pos + i;
+      const int64_t lo = std::max<int64_t>(floor, t - win + 1);
+      const int64_t nwin = t - lo + 1;
+      if (loaded != i) {
+        nsel = 0;
+        if (compressed && topk) {
+          const int32_t* row = topk + i * k;
+          for (int j = 0; j < k; ++j)
+            if (row[j] >= 0) compressed->read_main(row[j], sel.data() + (nsel++) * D);
+        }
+        loaded = i;
+      }
+      logits.resize(static_cast<size_t>(nwin + nsel));
+      const float* win_rows = keys.data() + (lo - first) * D;  // [nwin, D], contiguous
+      const float* qh = q + (i * H + h) * D;
+      dot_rows(qh, win_rows, nwin, D, logits.data());
+      dot_rows(qh, sel.data(), nsel, D, logits.data() + nwin);
+      const float sink = w.attn_sink[h];
+      float m = sink;  // the sink joins the max and the denominator, never the values
+      for (int64_t j = 0; j < nwin + nsel; ++j) {
+        logits[j] *= scaling;
+        m = std::max(m, logits[j]);
+      }
+      double denom = std::exp(static_cast<double>(sink - m));
+      for (int64_t j = 0; j < nwin + nsel; ++j) {
+        logits[j] = std::exp(logits[j] - m);
+        denom += logits[j];
+      }
+      for (int64_t j = 0; j < nwin + nsel; ++j) logits[j] = static_cast<float>(logits[j] / denom);
+      float* oh = o + (i * H + h) * D;
+      weighted_sum_rows(logits.data(), win_rows, nwin, D, oh);
+      weighted_sum_rows(logits.data() + nwin, sel.data(), nsel, D, oh);
+      // The values carry RoPE on their tail; undo the query position's rotation.
+      rope_rotate(oh, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), true);
+    }
+  };
+  const int64_t items = T * H;
+  // Roughly the multiply-adds per item; threads only when each gets ≥ ~2M of them.
+  const int64_t per_item = (std::min<int64_t>(win, start_pos + T) + k) * D * 2;
+  int64_t chunks;
+  if (options.threads > 0) {
+    chunks = std::min<int64_t>(options.threads, items);  // an explicit count wins
+  } else {
+    const int64_t hw = default_pool().num_threads();
+    chunks = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 21))});
+  }
+  if (chunks <= 1) {
+    attend_range(0, items);
+  } else {
+    default_pool().parallel_for(items, (items + chunks - 1) / chunks, attend_range);
+  }
+}
+
+void attention_output(const ModelConfig& config, const AttentionWeights& w, const float* o, int64_t n, float* out) {
+  const int64_t H = config.num_attention_heads, D = config.head_dim, hidden = config.hidden_size;
+  const int64_t groups = config.o_groups, olr = config.o_lora_rank;
+  const int64_t group_in = H / groups * D;
+  std::vector<float> mid(static_cast<size_t>(n * groups * olr));
+  std::vector<float> gin(static_cast<size_t>(n * group_in)), gout(static_cast<size_t>(n * olr));
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t i = 0; i < n; ++i)
+      std::copy(o + i * H * D + g * group_in, o + i * H * D + (g + 1) * group_in, gin.begin() + i * group_in);
+    matmul(gin.data(), n, group_in, weight_ref(w.wo_a, w.bf16.wo_a).offset(g * olr * group_in), olr, gout.data());
+    for (int64_t i = 0; i < n; ++i)
+      std::copy(gout.begin() + i * olr, gout.begin() + (i + 1) * olr, mid.begin() + i * groups * olr + g * olr);
+  }
+  matmul(mid.data(), n, groups * olr, weight_ref(w.wo_b, w.bf16.wo_b), hidden, out);
+}
+
+}  // namespace dsv41

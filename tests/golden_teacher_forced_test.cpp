@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_backend.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "tests/golden_file.h"
 
@@ -45,21 +47,31 @@ TEST_P(GoldenTeacherForced, EachLayerOnReferenceInputs) {
     const auto ids64 = g.get(name).i64;
     const std::vector<int32_t> ids(ids64.begin(), ids64.end());
     const int64_t T = ids.size();
-    auto seq = (*model)->new_sequence(T);
-    ASSERT_TRUE(seq.ok());
-    Model::Chunk chunk;
-    std::vector<float> x, p;
-    ASSERT_TRUE((*model)->begin_chunk(*seq, ids.data(), T, chunk, x, p).ok());
+    // Every layer after the first starts from the reference's streams and carried mix.
+    CpuBackend* backend = nullptr;
+    auto engine_or = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables());
+    ASSERT_TRUE(engine_or.ok());
+    std::unique_ptr<Engine> engine = std::move(*engine_or);
+    backend = static_cast<CpuBackend*>(&engine->backend());
+    backend->set_layer_hook([&](int l, float* x, float* p) {
+      if (l == 0) return;
+      std::snprintf(name, sizeof name, "s%d.layer%02d.", s, l - 1);
+      const auto xs = g.get(std::string(name) + "streams").f32;
+      const auto ps = g.get(std::string(name) + "pre").f32;
+      std::copy(xs.begin(), xs.end(), x);
+      std::copy(ps.begin(), ps.end(), p);
+    });
+    auto id = engine->add_sequence(T);
+    ASSERT_TRUE(id.ok());
+    Segment seg{*id, 0, ids, LogitRows::kNone};
+    ForwardTrace full;
+    ASSERT_TRUE(engine->forward(std::span<const Segment>(&seg, 1), &full).front().status.ok());
     double worst = 0;
     int route_diff = 0, beyond_total = 0;
     for (int l = 0; l < c.num_hidden_layers; ++l) {
-      if (l > 0) {
-        std::snprintf(name, sizeof name, "s%d.layer%02d.", s, l - 1);
-        x = g.get(std::string(name) + "streams").f32;
-        p = g.get(std::string(name) + "pre").f32;
-      }
+      const std::vector<float>& x = full.streams[l];
       ForwardTrace trace;
-      ASSERT_TRUE((*model)->layer_forward(l, *seq, chunk, x.data(), p.data(), &trace).ok());
+      trace.router_experts.push_back(full.router_experts[l]);
       std::snprintf(name, sizeof name, "s%d.layer%02d.", s, l);
       const std::string lp = name;
       const auto want = g.get(lp + "streams").f32;

@@ -130,6 +130,9 @@ struct KvSourceCache {
   KvSourceCache(int layer_, int ratio_, int64_t dim_, int64_t index_dim_, PagePool* main_pool,
                 PagePool* index_pool, int64_t rows_per_page, int64_t history_slots_ = 0);
   int64_t entries() const { return main.size(); }
+  // The position the compressor takes next: every earlier position is in a published entry or
+  // in the pending group.
+  int64_t next_position() const { return ratio > 1 ? entries() * ratio + pending : entries(); }
   void read_main(int64_t g, float* out) const { row_unpack(RowKind::kMain, main.row(g), dim, out); }
   void read_index(int64_t g, float* out) const {
     row_unpack(RowKind::kIndex, index.row(g), index_dim, out);

@@ -59,9 +59,10 @@ class Backend {
   virtual void attention_input(int layer) = 0;
   // Query path and window KV of every row (attention steps 1–2).
   virtual void attention_projections(int layer) = 0;
-  // Step 3 (Full layers): the segment's rows through the layer's compressor; new entries are
-  // published into the segment's cache.
-  virtual void compress(int layer, int segment) = 0;
+  // Step 3 (Full layers): the segment's rows from `first_row` on through the layer's compressor;
+  // new entries are published into the segment's cache. Rows before first_row are positions the
+  // cache already covers (a replay below the write floor): they are not fed again.
+  virtual void compress(int layer, int segment, int64_t first_row) = 0;
   // Step 4 (index sources): a new top-k for the segment over kv-source `kv_layer`'s index keys
   // (restricted: only inside the candidate pool published earlier in this batch).
   virtual void index(int layer, int segment, int kv_layer, bool restricted) = 0;

@@ -174,6 +174,7 @@ Status Engine::check_segment(const Segment& s, const Sequence* seq) const {
   const int64_t V = config().vocab_size;
   if (T < 1) return invalid_argument(seq_name(s.sequence) + ": a segment needs at least one token");
   const int64_t length = seq->cache->length();
+  if (s.replay) return check_replay(s, *seq);
   if (s.start != length)
     return invalid_argument(seq_name(s.sequence) + ": segment starts at position " + std::to_string(s.start) +
                             " but the sequence holds " + std::to_string(length) + " positions");
@@ -185,6 +186,25 @@ Status Engine::check_segment(const Segment& s, const Sequence* seq) const {
   if (length + T > seq->cache->max_context())
     return out_of_range(seq_name(s.sequence) + ": " + std::to_string(length + T) +
                         " tokens exceed the sequence's context of " + std::to_string(seq->cache->max_context()));
+  return ok_status();
+}
+
+Status Engine::check_replay(const Segment& s, const Sequence& seq) const {
+  const int64_t T = static_cast<int64_t>(s.tokens.size());
+  const int64_t held = static_cast<int64_t>(seq.tokens.size());
+  if (s.start < 0 || s.start + T != held)
+    return invalid_argument(seq_name(s.sequence) + ": a replay must end at the sequence's end (" +
+                            std::to_string(held) + "), this one covers " + std::to_string(s.start) + ".." +
+                            std::to_string(s.start + T));
+  if (!std::equal(s.tokens.begin(), s.tokens.end(), seq.tokens.begin() + s.start))
+    return invalid_argument(seq_name(s.sequence) + ": replayed tokens differ from the sequence's own");
+  for (int l = 0; l < seq.cache->num_layers(); ++l) {
+    const KvSourceCache* kv = seq.cache->kv_source(l);
+    if (kv && s.start > kv->next_position())
+      return invalid_argument(seq_name(s.sequence) + ": replay from " + std::to_string(s.start) + " leaves positions " +
+                              std::to_string(kv->next_position()) + ".." + std::to_string(s.start - 1) +
+                              " out of layer " + std::to_string(l) + "'s compressor");
+  }
   return ok_status();
 }
 
@@ -238,6 +258,7 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
     // Engram n-gram row ids of the segment (hashing moves the look-back on; restored on failure).
     if (st.ok() && seq->hasher) {
       a.saved_history = seq->hasher->history();
+      if (s.replay) seq->hasher->rebuild_history(seq->tokens.data(), s.start);
       engram_ids_.resize(static_cast<size_t>((rows + T) * n_engram * cols));
       st = seq->hasher->hash(s.tokens.data(), T, engram_ids_.data() + rows * n_engram * cols);
       if (!st.ok()) seq->hasher->set_history(a.saved_history);
@@ -255,6 +276,10 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
     }
   }
   if (admitted_.empty()) return results_;
+  // Replays cut every window at their start (nothing before it is attended, and it is rebuilt).
+  for (const Admitted& a : admitted_)
+    if (segments[a.index].replay)
+      for (int l = 0; l < a.seq->cache->num_layers(); ++l) a.seq->cache->window(l).restart(segments[a.index].start);
   for (const Admitted& a : admitted_) rows_.push_back({a.row0, a.rows, batch_positions_[a.row0], a.seq->cache.get()});
 
   BatchLayout layout;
@@ -292,7 +317,7 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
       a.seq->tokens.clear();
       r.status = a.failure.with_context(seq_name(s.sequence) + " (the sequence was reset)");
     } else {
-      a.seq->tokens.insert(a.seq->tokens.end(), s.tokens.begin(), s.tokens.end());
+      if (!s.replay) a.seq->tokens.insert(a.seq->tokens.end(), s.tokens.begin(), s.tokens.end());
       r.logit_rows = n;
       r.logits = n > 0 ? logits_.data() + offset * V : nullptr;
     }
@@ -333,7 +358,12 @@ void Engine::forward_layers(ForwardTrace* trace) {
     const LayerSteps steps = layer_steps(info);
     if (steps.compress) latest_kv = l;
     for (int s = 0; s < segments; ++s) {
-      if (steps.compress) backend_->compress(l, s);
+      if (steps.compress) {
+        // Write floor: positions the kv source already covers are not fed again.
+        const SegmentRows& r = rows_[s];
+        const int64_t covered = r.cache->kv_source(l)->next_position() - r.start;
+        backend_->compress(l, s, std::clamp<int64_t>(covered, 0, r.rows));
+      }
       if (steps.index && latest_kv >= 0) backend_->index(l, s, latest_kv, steps.restricted);
       const bool compressed = steps.attend_compressed && latest_kv >= 0 && (have_topk || steps.index);
       backend_->attend(l, s, compressed ? latest_kv : -1);

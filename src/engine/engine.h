@@ -44,9 +44,16 @@ enum class LogitRows { kNone, kLast, kAll };
 
 struct Segment {
   SequenceId sequence = -1;
-  int64_t start = 0;                  // must equal the sequence's length
+  int64_t start = 0;                  // must equal the sequence's length (see replay)
   std::span<const int32_t> tokens;    // borrowed for the call
   LogitRows logits = LogitRows::kLast;
+  // Replay (the primitive of bounded replay, system.md §3): `tokens` are the sequence's own last
+  // tokens, positions start … end − 1; every window ring restarts at `start` (a query at i sees
+  // keys [max(start, i − w + 1), i]) and is rebuilt, global rows already present are not
+  // rewritten (write floor: the compressor takes only positions it has not covered, rebuilding a
+  // lost pending group), the Engram look-back is that of the real tokens before `start`. The
+  // sequence's length is unchanged afterwards. Needs start ≤ every kv source's next position.
+  bool replay = false;
 };
 
 struct SegmentResult {
@@ -135,6 +142,7 @@ class Engine {
 
   Engine(std::unique_ptr<Backend> backend, const EngramHashTables* tables, const EngineOptions& options);
   Status check_segment(const Segment& s, const Sequence* seq) const;
+  Status check_replay(const Segment& s, const Sequence& seq) const;
   void forward_layers(ForwardTrace* trace);
   void run_engram(int layer);
   Result<Sequence*> find(SequenceId id);

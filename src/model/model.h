@@ -1,6 +1,7 @@
-// The DeepSeek-V4.1 text backbone as one object: config, layer plan, RoPE tables, float32 (or
-// bf16-exact, held as bf16) weights of every layer, Engram hash constants; and the forward pass
-// of one chunk of one sequence. Spec: model.md §3.1–§3.2 (embedding, single-pass block order),
+// The DeepSeek-V4.1 text backbone's weights as one object: config, layer plan, RoPE tables,
+// float32 (or bf16-exact, held as bf16) weights of every layer, Engram hash constants. The forward
+// pass that uses them is the engine's layer walk (engine/engine.h) with the CPU backend
+// (backends/cpu/cpu_backend.h); Session (runtime/session.h) runs one sequence. Spec: model.md §3.1–§3.2 (embedding, single-pass block order),
 // §3.3 (mHC), §3.7 (MoE), §3.8 (Engram), §3.9 (final collapse, norm, head), §4 (packed caches).
 //
 // Per block ℓ (streams X [T, hc, d], carried mix p [T, hc]):
@@ -19,7 +20,7 @@
 // scalar references, so the two agree to float rounding, not bit for bit (each block's header
 // says which parts are bit-identical); the fast path's results do not depend on the thread count
 // or on how a prompt is split into chunks.
-// The model is immutable after load and may be shared by many sequences (SequenceState).
+// The model is immutable after load and may be shared by many engines and sequences.
 #pragma once
 
 #include <cstdint>
@@ -74,13 +75,6 @@ struct LayerWeights {
   MhcWeights mhc_ffn() const { return {hc_ffn_fn.data(), hc_ffn_base.data(), hc_ffn_scale.data()}; }
   MoeWeights moe() const;
   EngramWeights engram() const;
-};
-
-// Per-sequence state beside the attention cache: the Engram look-back history.
-struct SequenceState {
-  std::unique_ptr<SequenceCache> cache;
-  std::unique_ptr<EngramHasher> hasher;  // null when the model has no Engram layers
-  int64_t length() const { return cache->length(); }
 };
 
 // Named intermediates of one forward call, for dumps and golden comparisons.
@@ -142,36 +136,6 @@ class Model {
     int64_t bf16 = 0, f32 = 0;
   };
   MatrixBytes matrix_bytes() const;
-
-  // A fresh sequence able to hold max_context positions.
-  Result<SequenceState> new_sequence(int64_t max_context) const;
-
-  // One chunk of T tokens through the backbone, in three steps (forward() below chains them;
-  // they are public so that tests can feed reference streams into single layers):
-  //   begin_chunk   validates ids and the context, hashes the Engram n-grams, embeds → X, p;
-  //   layer_forward runs one block on (X, p) in place, updating the sequence's cache;
-  //   finish_chunk  collapses with p, applies the final norm and the head.
-  struct Chunk {
-    int64_t start = 0, tokens = 0;
-    SharedAttentionState shared;
-    std::vector<int64_t> engram_rows;  // [T, engram layers, columns]
-    std::vector<int64_t> saved_history;
-  };
-  // x: [T, hc, d], p: [T, hc] (resized here).
-  Status begin_chunk(SequenceState& seq, const int32_t* tokens, int64_t T, Chunk& chunk, std::vector<float>& x,
-                     std::vector<float>& p) const;
-  Status layer_forward(int layer, SequenceState& seq, Chunk& chunk, float* x, float* p,
-                       ForwardTrace* trace = nullptr) const;
-  // hidden [T, d] receives the final-norm output; logits [logit_rows, V] for the last rows.
-  void finish_chunk(const Chunk& chunk, const float* x, const float* p, int64_t logit_rows, float* hidden,
-                    float* logits) const;
-
-  // Runs T tokens continuing `seq` (positions seq.length() … +T−1) through every layer.
-  // logits: [rows, V] for the last `logit_rows` tokens (0 ≤ logit_rows ≤ T), fp32.
-  // Token ids are checked (and the context length) before anything changes; on such an error the
-  // sequence is untouched.
-  Status forward(SequenceState& seq, const int32_t* tokens, int64_t T, int64_t logit_rows, float* logits,
-                 ForwardTrace* trace = nullptr) const;
 
  private:
   Model() = default;

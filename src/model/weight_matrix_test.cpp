@@ -18,6 +18,7 @@
 #include "base/numerics.h"
 #include "kernels/cpu/gemm.h"
 #include "model/model.h"
+#include "runtime/session.h"
 #include "model/random_init.h"
 
 namespace dsv41 {
@@ -85,21 +86,19 @@ TEST(WeightMatrix, KeepsFloat32UnlessEveryValueIsBf16Exact) {
 
 // Prefill of 6 tokens (all logits) then 3 decode steps; every logit, concatenated.
 std::vector<float> run_logits(const Model& m) {
-  auto seq = m.new_sequence(64);
-  EXPECT_TRUE(seq.ok()) << seq.status().to_string();
-  if (!seq.ok()) return {};
+  auto session = Session::create(m, 64);
+  EXPECT_TRUE(session.ok()) << session.status().to_string();
+  if (!session.ok()) return {};
   const int64_t V = m.vocab_size();
   std::vector<int32_t> prompt = {1, 7, 42, 3, 99, 5};
   for (int32_t& t : prompt) t = static_cast<int32_t>(t % V);
-  std::vector<float> all(prompt.size() * V);
-  Status s = m.forward(*seq, prompt.data(), int64_t(prompt.size()), int64_t(prompt.size()), all.data());
-  EXPECT_TRUE(s.ok()) << s.to_string();
+  std::vector<float> all;
+  auto first = (*session)->prefill(prompt, 0, &all);
+  EXPECT_TRUE(first.ok()) << first.status().to_string();
   for (int32_t tok : {11, 2, 64}) {
-    const int32_t t = static_cast<int32_t>(tok % V);
-    std::vector<float> logits(V);
-    s = m.forward(*seq, &t, 1, 1, logits.data());
-    EXPECT_TRUE(s.ok()) << s.to_string();
-    all.insert(all.end(), logits.begin(), logits.end());
+    auto logits = (*session)->decode(static_cast<int32_t>(tok % V));
+    EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+    if (logits.ok()) all.insert(all.end(), logits->begin(), logits->end());
   }
   return all;
 }

@@ -83,13 +83,15 @@ void CpuBackend::attention_projections(int layer) {
   attention_window_kv(config(), w, rope, h_.data(), layout_.rows, kv_.data());
 }
 
-void CpuBackend::compress(int layer, int segment) {
+void CpuBackend::compress(int layer, int segment, int64_t first_row) {
   const SegmentRows& s = segments_[segment];
   const AttentionWeights& w = model_.layer(layer).attn;
   KvSourceCache& kv = *s.cache->kv_source(layer);
-  CompressedGroups groups;
-  compressor_step(config(), w, kv, row(h_, s.row0, config().hidden_size), s.rows, groups);
-  compressor_publish(config(), w, model_.rope(), kv, groups);
+  if (first_row < s.rows) {
+    CompressedGroups groups;
+    compressor_step(config(), w, kv, row(h_, s.row0 + first_row, config().hidden_size), s.rows - first_row, groups);
+    compressor_publish(config(), w, model_.rope(), kv, groups);
+  }
   shared_[segment].kv_layer = layer;
   shared_[segment].entries = kv.entries();
 }

@@ -37,7 +37,7 @@ class CpuBackend : public Backend {
   Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
   void attention_input(int layer) override;
   void attention_projections(int layer) override;
-  void compress(int layer, int segment) override;
+  void compress(int layer, int segment, int64_t first_row) override;
   void index(int layer, int segment, int kv_layer, bool restricted) override;
   void attend(int layer, int segment, int kv_layer) override;
   void attention_output(int layer) override;

@@ -1,0 +1,213 @@
+// `dsv41 generate`: many requests from a JSONL file through one engine with continuous batching.
+// Spec: issue 9 item 7.
+//   dsv41 generate -m DIR --requests FILE.jsonl [--parallel N] [--out FILE.jsonl] [--ctx N]
+//     [--prefill-chunk N]
+// Input lines: {"id": STRING, "prompt": TEXT} or {"id": STRING, "prompt_ids": [INT, ...]}, with
+// optional "max_tokens" (default 64), "temperature" (default 0 = greedy), "top_p", "seed",
+// "ignore_eos". A prompt given as text gets BOS prepended, as `dsv41 run` does.
+// Output lines, in input order: {"id", "ids": [generated ids, end-of-sequence excluded], "text",
+// "finish_reason": "stop"|"length", "prompt_tokens"}; a request that cannot run gives
+// {"id", "line", "error": MESSAGE} there and on stderr, and the others complete. Blank lines are
+// skipped. The exit code is 0 when every request completed, 1 otherwise (2: bad options).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "app/command.h"
+#include "format/tokenizer.h"
+#include "model/model.h"
+#include "runtime/scheduler.h"
+#include "backends/cpu/cpu_backend.h"
+
+namespace dsv41::app {
+namespace {
+
+using nlohmann::json;
+
+struct Parsed {
+  std::string id;
+  int line = 0;
+  Status status;  // not ok: the line could not be read into a request
+  GenerationRequest request;
+};
+
+Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos, Parsed& out) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return invalid_argument("not a JSON object");
+  if (j.contains("id")) {
+    if (!j["id"].is_string()) return invalid_argument("\"id\" must be a string");
+    out.id = j["id"].get<std::string>();
+  }
+  static const char* kKeys[] = {"id", "prompt", "prompt_ids", "max_tokens", "temperature", "top_p", "seed", "ignore_eos"};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (const char* k : kKeys) known = known || it.key() == k;
+    if (!known) return invalid_argument("unknown key \"" + it.key() + "\"");
+  }
+  if (!j.contains("id")) return invalid_argument("missing \"id\"");
+  if (j.contains("prompt") == j.contains("prompt_ids"))
+    return invalid_argument("give exactly one of \"prompt\" and \"prompt_ids\"");
+  GenerationRequest& r = out.request;
+  if (j.contains("prompt")) {
+    if (!j["prompt"].is_string()) return invalid_argument("\"prompt\" must be a string");
+    auto ids = tok.encode(j["prompt"].get<std::string>());
+    if (!ids.ok()) return ids.status();
+    r.prompt.push_back(static_cast<int32_t>(bos));
+    r.prompt.insert(r.prompt.end(), ids->begin(), ids->end());
+  } else {
+    if (!j["prompt_ids"].is_array()) return invalid_argument("\"prompt_ids\" must be an array of integers");
+    for (const json& v : j["prompt_ids"]) {
+      if (!v.is_number_integer()) return invalid_argument("\"prompt_ids\" must be an array of integers");
+      const int64_t id = v.get<int64_t>();
+      if (id < INT32_MIN || id > INT32_MAX) return invalid_argument("token id " + std::to_string(id) + " out of range");
+      r.prompt.push_back(static_cast<int32_t>(id));
+    }
+  }
+  auto number = [&](const char* key, double lo, double hi, double& value) -> Status {
+    if (!j.contains(key)) return ok_status();
+    if (!j[key].is_number()) return invalid_argument(std::string("\"") + key + "\" must be a number");
+    value = j[key].get<double>();
+    if (!(value >= lo && value <= hi))
+      return invalid_argument(std::string("\"") + key + "\" = " + std::to_string(value) + " outside [" +
+                              std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return ok_status();
+  };
+  double max_tokens = 64, temperature = 0, top_p = 1, seed = 0;
+  DSV41_RETURN_IF_ERROR(number("max_tokens", 0, 1 << 30, max_tokens));
+  DSV41_RETURN_IF_ERROR(number("temperature", 0, 100, temperature));
+  DSV41_RETURN_IF_ERROR(number("top_p", 1e-9, 1, top_p));
+  DSV41_RETURN_IF_ERROR(number("seed", 0, 9007199254740991.0, seed));
+  if (j.contains("max_tokens") && !j["max_tokens"].is_number_integer())
+    return invalid_argument("\"max_tokens\" must be an integer");
+  if (j.contains("ignore_eos")) {
+    if (!j["ignore_eos"].is_boolean()) return invalid_argument("\"ignore_eos\" must be true or false");
+    r.ignore_eos = j["ignore_eos"].get<bool>();
+  }
+  r.max_tokens = static_cast<int64_t>(max_tokens);
+  r.sampling.temperature = static_cast<float>(temperature);
+  r.sampling.top_p = static_cast<float>(top_p);
+  r.sampling.seed = static_cast<uint64_t>(seed);
+  return ok_status();
+}
+
+int generate_main(int argc, char** argv) {
+  CLI::App cli{"Generate for many requests at once (continuous batching over one engine)"};
+  std::string dir, requests_path, out_path;
+  int parallel = 8;
+  int64_t ctx = 4096, prefill_chunk = 512;
+  cli.add_option("-m,--model", dir, "model directory")->required();
+  cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin)")->required();
+  cli.add_option("--parallel", parallel, "sequences decoded together (1..256)")->check(CLI::Range(1, 256));
+  cli.add_option("--out", out_path, "JSONL output file (default stdout)");
+  cli.add_option("--ctx", ctx, "context per request: prompt + max_tokens (1..max_position_embeddings)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cli.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per forward segment (1..65536)")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e);
+  }
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "dsv41 generate: %s\n", s.to_string().c_str());
+    return 1;
+  };
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (requests_path != "-") {
+    file.open(requests_path);
+    if (!file) return fail(io_error(requests_path + ": cannot open"));
+    in = &file;
+  }
+  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  if (!tok.ok()) return fail(tok.status());
+  auto model = Model::load(dir);
+  if (!model.ok()) return fail(model.status());
+  const ModelConfig& config = (*model)->config();
+  if (ctx > config.max_position_embeddings)
+    return fail(out_of_range("--ctx " + std::to_string(ctx) + " exceeds the model's max_position_embeddings " +
+                             std::to_string(config.max_position_embeddings)));
+
+  std::vector<Parsed> parsed;
+  std::string line;
+  for (int n = 1; std::getline(*in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Parsed p;
+    p.line = n;
+    p.status = parse_request(line, *tok, config.bos_token_id, p);
+    parsed.push_back(std::move(p));
+  }
+  auto engine = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables());
+  if (!engine.ok()) return fail(engine.status());
+  SchedulerOptions so;
+  so.parallel = parallel;
+  so.max_context = ctx;
+  so.prefill_chunk = prefill_chunk;
+  so.max_prefill_tokens = prefill_chunk;
+  so.eos_token_id = config.eos_token_id;
+  auto scheduler = Scheduler::create(**engine, so);
+  if (!scheduler.ok()) return fail(scheduler.status());
+  std::vector<int64_t> tickets(parsed.size(), -1);
+  int64_t prompt_tokens = 0;
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    if (!parsed[i].status.ok()) continue;
+    prompt_tokens += static_cast<int64_t>(parsed[i].request.prompt.size());
+    tickets[i] = (*scheduler)->submit(parsed[i].request);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t steps = 0;
+  while ((*scheduler)->step()) ++steps;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::ofstream out_file;
+  std::ostream* out = &std::cout;
+  if (!out_path.empty()) {
+    out_file.open(out_path);
+    if (!out_file) return fail(io_error(out_path + ": cannot write"));
+    out = &out_file;
+  }
+  int failures = 0;
+  int64_t generated = 0;
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    json o;
+    o["id"] = parsed[i].id;
+    Status st = parsed[i].status;
+    std::optional<GenerationResult> r;
+    if (st.ok()) {
+      r = (*scheduler)->take(tickets[i]);
+      st = r ? r->status : internal_error("request did not finish");
+    }
+    if (!st.ok()) {
+      ++failures;
+      o["line"] = parsed[i].line;
+      o["error"] = st.message();
+      std::fprintf(stderr, "dsv41 generate: request \"%s\" (line %d): %s\n", parsed[i].id.c_str(), parsed[i].line,
+                   st.message().c_str());
+    } else {
+      generated += static_cast<int64_t>(r->ids.size());
+      o["ids"] = r->ids;
+      o["text"] = tok->decode(r->ids);
+      o["finish_reason"] = finish_reason_name(r->finish);
+      o["prompt_tokens"] = r->prompt_tokens;
+    }
+    *out << o.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  }
+  out->flush();
+  std::fprintf(stderr, "generate: %zu requests (%d failed), %lld prompt + %lld generated tokens in %.3f s "
+               "(%lld steps, %.1f generated tok/s), parallel %d\n",
+               parsed.size(), failures, static_cast<long long>(prompt_tokens), static_cast<long long>(generated),
+               seconds, static_cast<long long>(steps), generated / std::max(seconds, 1e-9), parallel);
+  return failures == 0 ? 0 : 1;
+}
+
+const CommandRegistration kRegistration({"generate", "generate for many JSONL requests at once (continuous batching)",
+                                         generate_main});
+
+}  // namespace
+}  // namespace dsv41::app

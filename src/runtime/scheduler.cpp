@@ -1,0 +1,162 @@
+// Continuous batching over one Engine (see scheduler.h).
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+namespace dsv41 {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "error";
+}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::create(Engine& engine, const SchedulerOptions& options) {
+  if (options.parallel < 1) return invalid_argument("scheduler: parallel must be ≥ 1");
+  if (options.prefill_chunk < 1) return invalid_argument("scheduler: prefill_chunk must be ≥ 1");
+  if (options.max_prefill_tokens < options.prefill_chunk)
+    return invalid_argument("scheduler: max_prefill_tokens must be ≥ prefill_chunk");
+  if (options.max_context < 1 || options.max_context > engine.config().max_position_embeddings)
+    return out_of_range("scheduler: context of " + std::to_string(options.max_context) +
+                        " tokens outside 1.." + std::to_string(engine.config().max_position_embeddings));
+  return std::unique_ptr<Scheduler>(new Scheduler(engine, options));
+}
+
+int64_t Scheduler::submit(GenerationRequest request) {
+  const int64_t ticket = next_ticket_++;
+  queue_.emplace_back(ticket, std::move(request));
+  return ticket;
+}
+
+std::optional<GenerationResult> Scheduler::take(int64_t ticket) {
+  auto it = results_.find(ticket);
+  if (it == results_.end()) return std::nullopt;
+  GenerationResult r = std::move(it->second);
+  results_.erase(it);
+  return r;
+}
+
+void Scheduler::finish(Active& a, FinishReason reason, Status status) {
+  a.result.finish = status.ok() ? reason : FinishReason::kError;
+  a.result.status = std::move(status);
+  if (a.sequence >= 0) (void)engine_.remove_sequence(a.sequence);  // its pages go back to the pool
+  a.sequence = -1;
+  results_[a.ticket] = std::move(a.result);
+}
+
+void Scheduler::admit() {
+  while (static_cast<int>(active_.size()) < options_.parallel && !queue_.empty()) {
+    auto a = std::make_unique<Active>();
+    a->ticket = queue_.front().first;
+    a->request = std::move(queue_.front().second);
+    queue_.pop_front();
+    GenerationRequest& r = a->request;
+    a->result.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+    const int64_t V = engine_.config().vocab_size;
+    Status st;
+    if (r.prompt.empty()) st = invalid_argument("empty prompt");
+    if (st.ok() && r.max_tokens < 0) st = invalid_argument("max_tokens must be ≥ 0");
+    for (size_t i = 0; st.ok() && i < r.prompt.size(); ++i)
+      if (r.prompt[i] < 0 || r.prompt[i] >= V)
+        st = invalid_argument("token id " + std::to_string(r.prompt[i]) + " at position " + std::to_string(i) +
+                              " outside the vocabulary (0.." + std::to_string(V - 1) + ")");
+    const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+    if (st.ok() && need > options_.max_context)
+      st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
+                        std::to_string(r.max_tokens) + " exceeds the context of " +
+                        std::to_string(options_.max_context));
+    if (st.ok()) {
+      auto sampler = Sampler::create(r.sampling);
+      if (sampler.ok()) a->sampler = std::move(*sampler);
+      else st = sampler.status();
+    }
+    if (st.ok() && r.max_tokens == 0) {
+      finish(*a, FinishReason::kLength);
+      continue;
+    }
+    if (st.ok()) {
+      auto id = engine_.add_sequence(need);
+      if (id.ok()) a->sequence = *id;
+      else st = id.status();
+    }
+    if (!st.ok()) {
+      finish(*a, FinishReason::kError, st);
+      continue;
+    }
+    active_.push_back(std::move(a));
+  }
+}
+
+void Scheduler::take_token(Active& a, const float* logits) {
+  const int32_t token = a.sampler->sample(std::span<const float>(logits, engine_.config().vocab_size));
+  if (on_token_) on_token_(a.ticket, token);
+  if (token == options_.eos_token_id && !a.request.ignore_eos) {
+    finish(a, FinishReason::kStop);
+    return;
+  }
+  a.result.ids.push_back(token);
+  if (static_cast<int64_t>(a.result.ids.size()) >= a.request.max_tokens) {
+    finish(a, FinishReason::kLength);
+    return;
+  }
+  a.next_token = token;
+}
+
+bool Scheduler::step() {
+  admit();
+  if (active_.empty()) return false;
+  segments_.clear();
+  owners_.clear();
+  last_ = StepStats{};
+  int64_t prefill_budget = options_.max_prefill_tokens;
+  for (auto& ap : active_) {
+    Active& a = *ap;
+    Segment s;
+    s.sequence = a.sequence;
+    s.start = a.prompt_done + static_cast<int64_t>(a.result.ids.size()) - (a.next_token >= 0 ? 1 : 0);
+    const int64_t left = static_cast<int64_t>(a.request.prompt.size()) - a.prompt_done;
+    if (left > 0) {
+      const int64_t n = std::min(options_.prefill_chunk, left);
+      if (n > prefill_budget) continue;  // waits for the next step; chunk boundaries stay fixed
+      prefill_budget -= n;
+      s.start = a.prompt_done;
+      s.tokens = std::span<const int32_t>(a.request.prompt).subspan(a.prompt_done, n);
+      s.logits = n == left ? LogitRows::kLast : LogitRows::kNone;
+      last_.prefill_tokens += n;
+    } else {
+      s.tokens = std::span<const int32_t>(&a.next_token, 1);
+      s.logits = LogitRows::kLast;
+      ++last_.decode_tokens;
+    }
+    segments_.push_back(s);
+    owners_.push_back(&a);
+  }
+  last_.segments = static_cast<int64_t>(segments_.size());
+  const std::vector<SegmentResult>& results = engine_.forward(segments_);
+  for (size_t i = 0; i < results.size(); ++i) {
+    Active& a = *owners_[i];
+    const SegmentResult& r = results[i];
+    if (!r.status.ok()) {
+      finish(a, FinishReason::kError, r.status);
+      continue;
+    }
+    const bool was_prefill = a.prompt_done < static_cast<int64_t>(a.request.prompt.size());
+    if (was_prefill) a.prompt_done += static_cast<int64_t>(segments_[i].tokens.size());
+    if (r.logit_rows > 0) take_token(a, r.logits);
+  }
+  // Finished requests leave their slots (refilled at the next step).
+  active_.erase(std::remove_if(active_.begin(), active_.end(), [](const std::unique_ptr<Active>& a) {
+                  return a->sequence < 0;
+                }),
+                active_.end());
+  return true;
+}
+
+}  // namespace dsv41

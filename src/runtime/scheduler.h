@@ -1,0 +1,110 @@
+// Continuous batching: many generation requests through one Engine, up to `parallel` sequences
+// at a time; a finished sequence's slot is refilled from the queue at the next step. Spec:
+// issue 9 item 7; system.md §3 (serving), §4 (the speculative scheduler builds on this).
+//
+// Each step is one Engine::forward over: a prefill chunk (≤ prefill_chunk tokens, chunk
+// boundaries at fixed multiples of prefill_chunk of each prompt) for sequences still reading their
+// prompt, at most max_prefill_tokens of those per step, and one decode token for every sequence
+// that is generating. Every request has its own Sampler (seeded), and the engine's results do not
+// depend on what else is in a batch, so a request's tokens do not depend on `parallel`, on the
+// order of the queue or on the other requests.
+// A request that cannot run (prompt over the context, bad token ids, bad sampling parameters)
+// finishes with an error status; the others go on. Not thread-safe: one thread drives it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "runtime/sampling.h"
+
+namespace dsv41 {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 64;
+  SamplingParams sampling;
+  bool ignore_eos = false;  // generate exactly max_tokens
+};
+
+enum class FinishReason { kStop, kLength, kError };
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", "error"
+
+struct GenerationResult {
+  Status status;                // not ok: finish is kError and ids may be partial
+  std::vector<int32_t> ids;     // generated ids (the end-of-sequence token excluded)
+  FinishReason finish = FinishReason::kLength;
+  int64_t prompt_tokens = 0;
+};
+
+struct SchedulerOptions {
+  int parallel = 8;                 // sequences in the engine at once
+  int64_t prefill_chunk = 512;      // prompt tokens per segment
+  int64_t max_prefill_tokens = 512; // prompt tokens per step, all sequences together (≥ prefill_chunk)
+  int64_t max_context = 4096;       // prompt + max_tokens per request
+  int64_t eos_token_id = -1;        // −1: none
+};
+
+// Per-step counts, for benchmarks and telemetry.
+struct StepStats {
+  int64_t prefill_tokens = 0, decode_tokens = 0, segments = 0;
+};
+
+class Scheduler {
+ public:
+  // The engine must outlive the scheduler; the scheduler owns the sequences it adds.
+  static Result<std::unique_ptr<Scheduler>> create(Engine& engine, const SchedulerOptions& options);
+
+  // Queues a request; returns its ticket (in submission order, from 0).
+  int64_t submit(GenerationRequest request);
+  // Called for every generated token as it is sampled (ticket, token id); EOS included.
+  void on_token(std::function<void(int64_t, int32_t)> callback) { on_token_ = std::move(callback); }
+
+  // One engine step; false when there was nothing left to do.
+  bool step();
+  void run_to_completion() {
+    while (step()) {
+    }
+  }
+  bool finished(int64_t ticket) const { return results_.count(ticket) != 0; }
+  // The result of a finished request (moved out; a second call returns nullopt).
+  std::optional<GenerationResult> take(int64_t ticket);
+  const StepStats& last_step() const { return last_; }
+  int active() const { return static_cast<int>(active_.size()); }
+  int64_t queued() const { return static_cast<int64_t>(queue_.size()); }
+
+ private:
+  struct Active {
+    int64_t ticket = 0;
+    GenerationRequest request;
+    SequenceId sequence = -1;
+    std::optional<Sampler> sampler;
+    int64_t prompt_done = 0;     // prompt tokens already in the engine
+    int32_t next_token = -1;     // sampled, not yet fed (−1: none)
+    GenerationResult result;
+  };
+  Scheduler(Engine& engine, const SchedulerOptions& options) : engine_(engine), options_(options) {}
+  void admit();
+  void finish(Active& a, FinishReason reason, Status status = ok_status());
+  // Samples after a segment's last logits; finishes the request when it is done.
+  void take_token(Active& a, const float* logits);
+
+  Engine& engine_;
+  SchedulerOptions options_;
+  std::deque<std::pair<int64_t, GenerationRequest>> queue_;
+  std::vector<std::unique_ptr<Active>> active_;
+  std::unordered_map<int64_t, GenerationResult> results_;
+  std::function<void(int64_t, int32_t)> on_token_;
+  int64_t next_ticket_ = 0;
+  StepStats last_;
+  std::vector<Segment> segments_;
+  std::vector<Active*> owners_;
+};
+
+}  // namespace dsv41

@@ -1,0 +1,120 @@
+// Continuous batching (issue 9 item 7): a request's tokens do not depend on how many sequences run
+// together, on queue order or on its neighbours; bad requests fail alone.
+#include "runtime/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "backends/cpu/cpu_backend.h"
+#include "tests/test_models.h"
+
+namespace dsv41 {
+namespace {
+
+std::unique_ptr<Engine> make_engine() {
+  const Model& m = testing::engine_test_model();
+  auto e = Engine::create(std::make_unique<CpuBackend>(m), m.engram_tables());
+  EXPECT_TRUE(e.ok());
+  return std::move(*e);
+}
+
+std::vector<GenerationRequest> requests() {
+  std::mt19937 rng(3);
+  std::vector<GenerationRequest> out;
+  for (int i = 0; i < 11; ++i) {
+    GenerationRequest r;
+    const int len = 1 + static_cast<int>(rng() % 30);
+    for (int t = 0; t < len; ++t) r.prompt.push_back(static_cast<int32_t>(rng() % 89));
+    r.max_tokens = 1 + static_cast<int>(rng() % 9);
+    r.ignore_eos = i % 3 == 0;
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 1000 + i;
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<GenerationResult> run(int parallel, int64_t chunk, bool reversed) {
+  auto engine = make_engine();
+  SchedulerOptions o;
+  o.parallel = parallel;
+  o.prefill_chunk = chunk;
+  o.max_prefill_tokens = chunk * 2;
+  o.max_context = 64;
+  o.eos_token_id = 1;
+  auto s = Scheduler::create(*engine, o);
+  EXPECT_TRUE(s.ok());
+  auto reqs = requests();
+  std::vector<int64_t> tickets(reqs.size());
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    const size_t i = reversed ? reqs.size() - 1 - k : k;
+    tickets[i] = (*s)->submit(reqs[i]);
+  }
+  (*s)->run_to_completion();
+  std::vector<GenerationResult> out;
+  for (int64_t t : tickets) out.push_back(*(*s)->take(t));
+  EXPECT_EQ(engine->pool_stats().sequences, 0) << "finished sequences leave the engine";
+  EXPECT_EQ(engine->pool_stats().main_bytes, 0);
+  return out;
+}
+
+TEST(Scheduler, TokensDoNotDependOnParallelismChunkingOrOrder) {
+  const auto want = run(1, 64, false);
+  int sampled = 0;
+  for (const auto& r : want) {
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    EXPECT_FALSE(r.ids.empty() && r.finish == FinishReason::kLength);
+    sampled += static_cast<int>(r.ids.size());
+  }
+  EXPECT_GT(sampled, 20);
+  for (int parallel : {2, 4, 8}) {
+    for (int64_t chunk : {int64_t{5}, int64_t{64}}) {
+      const auto got = run(parallel, chunk, parallel == 4);
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[i].ids, want[i].ids) << "request " << i << " parallel " << parallel << " chunk " << chunk;
+        EXPECT_EQ(got[i].finish, want[i].finish) << i;
+      }
+    }
+  }
+}
+
+TEST(Scheduler, BadRequestsFailAloneAndLengthsAreHonoured) {
+  auto engine = make_engine();
+  SchedulerOptions o;
+  o.parallel = 3;
+  o.max_context = 16;
+  o.eos_token_id = 1;
+  auto s = Scheduler::create(*engine, o);
+  ASSERT_TRUE(s.ok());
+  GenerationRequest good{{0, 5, 9}, 4, {}, true};
+  GenerationRequest too_long{std::vector<int32_t>(14, 3), 4, {}, false};
+  GenerationRequest bad_id{{0, 89}, 2, {}, false};
+  GenerationRequest bad_temp{{0}, 2, {-1.0f, 1.0f, 0}, false};
+  GenerationRequest empty{{}, 2, {}, false};
+  GenerationRequest zero{{0, 4}, 0, {}, false};
+  const int64_t t_good = (*s)->submit(good), t_long = (*s)->submit(too_long), t_id = (*s)->submit(bad_id),
+                t_temp = (*s)->submit(bad_temp), t_empty = (*s)->submit(empty), t_zero = (*s)->submit(zero);
+  (*s)->run_to_completion();
+  auto r = (*s)->take(t_good);
+  ASSERT_TRUE(r && r->status.ok());
+  EXPECT_EQ(r->ids.size(), 4u);
+  EXPECT_EQ(r->finish, FinishReason::kLength);
+  EXPECT_EQ((*s)->take(t_long)->status.kind(), ErrorKind::kOutOfRange);
+  EXPECT_NE((*s)->take(t_id)->status.message().find("89"), std::string::npos);
+  EXPECT_FALSE((*s)->take(t_temp)->status.ok());
+  EXPECT_FALSE((*s)->take(t_empty)->status.ok());
+  auto z = (*s)->take(t_zero);
+  EXPECT_TRUE(z->status.ok());
+  EXPECT_TRUE(z->ids.empty());
+  EXPECT_FALSE((*s)->take(t_zero).has_value());
+  SchedulerOptions bad = o;
+  bad.parallel = 0;
+  EXPECT_FALSE(Scheduler::create(*engine, bad).ok());
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -7,7 +7,6 @@
 #include <limits>
 #include <string>
 
-#include "base/thread_pool.h"
 #include "kernels/cpu/attention_kernels.h"
 #include "model/compressor.h"
 #include "model/indexer.h"
@@ -26,9 +25,9 @@ std::string layer_name(const LayerInfo& layer) { return "layer " + std::to_strin
 
 // Runs the indexer of an index-source layer for the chunk and publishes its top-k (and, at the
 // candidate source, the candidate pool) into `shared`.
-void run_indexer(const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w, const Rope& rope,
-                 const KvSourceCache& kv, const float* c, const float* x, int64_t T, int64_t start_pos,
-                 SharedAttentionState& shared) {
+void run_indexer(const CpuExec& ex, const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w,
+                 const Rope& rope, const KvSourceCache& kv, const float* c, const float* x, int64_t T,
+                 int64_t start_pos, SharedAttentionState& shared) {
   const int64_t G = kv.entries();
   const int k = config.index_topk;
   if (G == 0) {
@@ -40,7 +39,7 @@ void run_indexer(const ModelConfig& config, const LayerInfo& layer, const Attent
     return;
   }
   std::vector<float> q, head_weights;
-  indexer_queries(config, w, rope, c, x, T, start_pos, q, head_weights);
+  indexer_queries(ex, config, w, rope, c, x, T, start_pos, q, head_weights);
 
   const int nb = config.candidate_topk_blocks, bs = config.candidate_block_size;
   const bool restricted = layer.restricted_to_candidates && shared.candidate_layer >= 0;
@@ -121,6 +120,7 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
                         " exceed the cache's context of " + std::to_string(cache.max_context()));
   if (shared.start_pos != start_pos || shared.tokens != T)
     return internal_error(layer_name(layer) + ": shared attention state was begun for another chunk");
+  const CpuExec& ex = options.exec;
   KvSourceCache* own_kv = nullptr;
   if (layer.role == LayerRole::kFull) {
     own_kv = cache.kv_source(layer.index);
@@ -139,9 +139,9 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
 
   // ---- Query path: c = RMSNorm_q(W_qa x) [T, ql]; q = RoPE(W_qb c) [T, H, D]. --------------
   std::vector<float> c(static_cast<size_t>(T * ql)), q(static_cast<size_t>(T * H * D));
-  matmul(x, T, hidden, weight_ref(w.wq_a, w.bf16.wq_a), ql, c.data());
+  matmul(ex, x, T, hidden, weight_ref(w.wq_a, w.bf16.wq_a), ql, c.data());
   rmsnorm_rows(c.data(), T, ql, w.q_norm.data(), config.rms_norm_eps, c.data());
-  matmul(c.data(), T, ql, weight_ref(w.wq_b, w.bf16.wq_b), H * D, q.data());
+  matmul(ex, c.data(), T, ql, weight_ref(w.wq_b, w.bf16.wq_b), H * D, q.data());
   // cos/sin per position of the chunk: [T, rd/2] each.
   std::vector<float> cosv(static_cast<size_t>(T * rd / 2)), sinv(static_cast<size_t>(T * rd / 2));
   for (int64_t i = 0; i < T; ++i) rope.cos_sin(kind, start_pos + i, cosv.data() + i * rd / 2, sinv.data() + i * rd / 2);
@@ -152,7 +152,7 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
 
   // ---- Window KV: FP8QDQ(RoPE(RMSNorm_kv(W_kv x))) [T, D]. --------------------------------
   std::vector<float> kv(static_cast<size_t>(T * D));
-  matmul(x, T, hidden, weight_ref(w.wkv, w.bf16.wkv), D, kv.data());
+  matmul(ex, x, T, hidden, weight_ref(w.wkv, w.bf16.wkv), D, kv.data());
   rmsnorm_rows(kv.data(), T, D, w.kv_norm.data(), config.rms_norm_eps, kv.data());
   for (int64_t i = 0; i < T; ++i) {
     rope_rotate(kv.data() + i * D, D, static_cast<int>(rd), cosv.data() + i * rd / 2, sinv.data() + i * rd / 2, false);
@@ -162,14 +162,14 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
   // ---- Compressed branch: Full publishes; index sources select. ----------------------------
   if (layer.role == LayerRole::kFull) {
     CompressedGroups groups;
-    compressor_step(config, w, *own_kv, x, T, groups);
-    compressor_publish(config, w, rope, *own_kv, groups);
+    compressor_step(ex, config, w, *own_kv, x, T, groups);
+    compressor_publish(ex, config, w, rope, *own_kv, groups);
     shared.kv_layer = layer.index;
     shared.entries = own_kv->entries();
   }
   if (layer.role == LayerRole::kFull || layer.role == LayerRole::kReindex) {
     const KvSourceCache* src = cache.kv_source(shared.kv_layer);
-    if (src) run_indexer(config, layer, w, rope, *src, c.data(), x, T, start_pos, shared);
+    if (src) run_indexer(ex, config, layer, w, rope, *src, c.data(), x, T, start_pos, shared);
   }
   const KvSourceCache* compressed =
       (layer.ratio > 0 && shared.kv_layer >= 0 && shared.index_layer >= 0) ? cache.kv_source(shared.kv_layer)
@@ -183,7 +183,7 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
 
   // ---- Sink attention per token and head. ---------------------------------------------------
   // Work items are (token, head) pairs in flat order i·H + h, split into contiguous ranges run on
-  // the engine's thread pool (base/thread_pool.h); each pair's arithmetic is the same whichever
+  // options.exec.pool (inline without one); each pair's arithmetic is the same whichever
   // thread runs it, so the result does not depend on the thread count or the ranges.
   const float scaling = static_cast<float>(std::pow(static_cast<double>(D), -0.5));
   const int k = config.index_topk;
@@ -239,13 +239,13 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
     if (options.threads > 0) {
       chunks = std::min<int64_t>(options.threads, items);  // an explicit count wins
     } else {
-      const int64_t hw = default_pool().num_threads();
+      const int64_t hw = ex.threads();
       chunks = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 21))});
     }
     if (chunks <= 1) {
       attend_range(0, items);
     } else {
-      default_pool().parallel_for(items, (items + chunks - 1) / chunks, attend_range);
+      ex.parallel_for(items, (items + chunks - 1) / chunks, attend_range);
     }
   }
 
@@ -258,12 +258,12 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
     for (int64_t i = 0; i < T; ++i)
       std::copy(o.begin() + i * H * D + g * group_in, o.begin() + i * H * D + (g + 1) * group_in,
                 gin.begin() + i * group_in);
-    matmul(gin.data(), T, group_in, weight_ref(w.wo_a, w.bf16.wo_a).offset(g * olr * group_in), olr,
+    matmul(ex, gin.data(), T, group_in, weight_ref(w.wo_a, w.bf16.wo_a).offset(g * olr * group_in), olr,
            gout.data());
     for (int64_t i = 0; i < T; ++i)
       std::copy(gout.begin() + i * olr, gout.begin() + (i + 1) * olr, mid.begin() + i * groups * olr + g * olr);
   }
-  matmul(mid.data(), T, groups * olr, weight_ref(w.wo_b, w.bf16.wo_b), hidden, out);
+  matmul(ex, mid.data(), T, groups * olr, weight_ref(w.wo_b, w.bf16.wo_b), hidden, out);
 
   // ---- The chunk's window rows enter the ring (it keeps the newest `sliding_window`). ------
   ring.push_rows(kv.data(), T);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -86,11 +85,6 @@ Status narrow_attention(const WeightRegistry& reg, AttentionWeights& w) {
   return ok_status();
 }
 
-bool env_forces_f32() {
-  const char* v = std::getenv("DSV41_F32_WEIGHTS");
-  return v != nullptr && v[0] != '\0' && std::string(v) != "0";
-}
-
 // Every `layers.i.attn.*` tensor the checkpoint has, into AttentionWeights; check_attention_weights
 // (attention.h) then verifies that exactly the layer role's tensors are there with the right sizes.
 // (attention.h also declares load_attention_weights; it was not implemented on the attention
@@ -152,8 +146,16 @@ Status Model::init_common() {
   return ok_status();
 }
 
+void Model::init_exec(const ModelLoadOptions& options) {
+  const int threads = options.threads > 0 ? options.threads : hardware_threads();
+  if (threads > 1) pool_ = std::make_unique<ThreadPool>(threads);
+  exec_.pool = pool_.get();
+  exec_.fast = !options.force_scalar && cpu_has_avx2_fma();
+}
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelLoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
+  m->init_exec(options);
   DSV41_ASSIGN_OR_RETURN(m->config_, load_model_config(dir));
   DSV41_RETURN_IF_ERROR(m->init_common());
   if (!m->config_.engram_layer_ids.empty()) {
@@ -193,8 +195,10 @@ Model::MatrixBytes Model::matrix_bytes() const {
   return b;
 }
 
-Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t seed) {
+Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t seed,
+                                                     const ModelLoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
+  m->init_exec(options);
   const auto primes = engram_bucket_primes(config);
   config.engram_num_embeddings.clear();
   for (const auto& layer : primes) {
@@ -271,7 +275,7 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
   const int64_t d = c.hidden_size, V = c.vocab_size, hc = c.hc_mult, mix = (2 + hc) * hc;
   DSV41_RETURN_IF_ERROR(load_exact(reg, "embed.weight", V * d, embed_));
   DSV41_RETURN_IF_ERROR(load_exact(reg, "norm.weight", d, final_norm_));
-  const bool bf16 = !options.f32_weights && !env_forces_f32();
+  const bool bf16 = !options.f32_weights;
   DSV41_RETURN_IF_ERROR(load_matrix(reg, "head.weight", V * d, bf16, head_));
   layers_.resize(c.num_hidden_layers);
   for (const LayerInfo& info : plan_.layers) {
@@ -395,7 +399,7 @@ Status Model::layer_forward(int layer, SequenceState& seq, Chunk& chunk, float* 
     std::vector<int64_t> rows(T * cols);
     for (int64_t t = 0; t < T; ++t)
       std::copy_n(chunk.engram_rows.data() + (t * n_engram + info.engram_slot) * cols, cols, rows.data() + t * cols);
-    Status s = engram_forward(engram_, L.engram(), rows.data(), T, x);
+    Status s = engram_forward(exec_, engram_, L.engram(), rows.data(), T, x);
     if (!s.ok()) {
       // A table row that cannot be decoded (a NaN scale in the mapped checkpoint: the rows are
       // only read when looked up) after earlier layers have taken this chunk into their caches.
@@ -409,23 +413,26 @@ Status Model::layer_forward(int layer, SequenceState& seq, Chunk& chunk, float* 
   std::vector<int32_t> experts(T * moe_.top_k);
   std::vector<float> weights(T * moe_.top_k);
   // Attention site: coefficients from X, input collapsed with the carried (previous site's) mix.
-  mhc_coefficients(mhc_, L.mhc_attn(), x, T, pre_a.data(), post_a.data(), comb_a.data());
-  mhc_collapse(mhc_, x, p, T, h.data());
+  mhc_coefficients(exec_, mhc_, L.mhc_attn(), x, T, pre_a.data(), post_a.data(), comb_a.data());
+  mhc_collapse(exec_, mhc_, x, p, T, h.data());
   rmsnorm_rows(h.data(), T, d, L.attn_norm.data(), c.rms_norm_eps, h.data());
-  Status s = attention_forward(c, info, L.attn, *rope_, chunk.shared, *seq.cache, h.data(), T, chunk.start, a.data());
+  AttentionOptions attn_options;
+  attn_options.exec = exec_;
+  Status s = attention_forward(c, info, L.attn, *rope_, chunk.shared, *seq.cache, h.data(), T, chunk.start, a.data(),
+                               attn_options);
   if (!s.ok()) {
     // Only an internal inconsistency gets here (inputs were validated in begin_chunk); the
     // cache may hold part of this chunk, so the caller must reset the sequence.
     restore();
     return s.with_context("layer " + std::to_string(layer) + " attention (the sequence must be reset)");
   }
-  mhc_expand(mhc_, a.data(), x, post_a.data(), comb_a.data(), T, x2.data());
+  mhc_expand(exec_, mhc_, a.data(), x, post_a.data(), comb_a.data(), T, x2.data());
   // FFN site: coefficients from X', input collapsed with this block's attention-site pre.
-  mhc_coefficients(mhc_, L.mhc_ffn(), x2.data(), T, pre_b.data(), post_b.data(), comb_b.data());
-  mhc_collapse(mhc_, x2.data(), pre_a.data(), T, h.data());
+  mhc_coefficients(exec_, mhc_, L.mhc_ffn(), x2.data(), T, pre_b.data(), post_b.data(), comb_b.data());
+  mhc_collapse(exec_, mhc_, x2.data(), pre_a.data(), T, h.data());
   rmsnorm_rows(h.data(), T, d, L.ffn_norm.data(), c.rms_norm_eps, h.data());
-  moe_forward(moe_, L.moe(), h.data(), T, nullptr, a.data(), experts.data(), weights.data());
-  mhc_expand(mhc_, a.data(), x2.data(), post_b.data(), comb_b.data(), T, x);
+  moe_forward(exec_, moe_, L.moe(), h.data(), T, nullptr, a.data(), experts.data(), weights.data());
+  mhc_expand(exec_, mhc_, a.data(), x2.data(), post_b.data(), comb_b.data(), T, x);
   std::copy(pre_b.begin(), pre_b.end(), p);  // the carried mix for the next site
   if (trace) {
     trace->streams.emplace_back(x, x + T * hc * d);
@@ -446,9 +453,10 @@ void Model::finish_chunk(const Chunk& chunk, const float* x, const float* p, int
                          float* logits) const {
   const int64_t d = config_.hidden_size, T = chunk.tokens;
   // Final collapse with the last FFN-site pre, final norm, head (fp32 logits).
-  mhc_collapse(mhc_, x, p, T, hidden);
+  mhc_collapse(exec_, mhc_, x, p, T, hidden);
   rmsnorm_rows(hidden, T, d, final_norm_.data(), config_.rms_norm_eps, hidden);
-  if (logit_rows > 0) matmul(hidden + (T - logit_rows) * d, logit_rows, d, head_.ref(), config_.vocab_size, logits);
+  if (logit_rows > 0)
+    matmul(exec_, hidden + (T - logit_rows) * d, logit_rows, d, head_.ref(), config_.vocab_size, logits);
 }
 
 Status Model::forward(SequenceState& seq, const int32_t* tokens, int64_t T, int64_t logit_rows, float* logits,

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "app/command.h"
-#include "base/thread_pool.h"
+#include "app/load_options.h"
 #include "kernels/cpu/membw.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -62,12 +62,13 @@ int bench_main(int argc, char** argv) {
     return fail(invalid_argument("--membw-passes must be ≥ 1, got " + std::to_string(membw_passes)));
   auto weights = WeightRegistry::open(dir);
   if (!weights.ok()) return fail(weights.status());
-  auto model = Model::load(dir);
+  auto model = Model::load(dir, load_options_from_env());
   if (!model.ok()) return fail(model.status());
   if (Status s = check_speed_bench_options((*model)->config(), o); !s.ok()) return fail(s);
   auto traffic = decode_weight_traffic(*weights, (*model)->config());
   if (!traffic.ok()) return fail(traffic.status());
-  const int threads = default_pool().num_threads();
+  const CpuExec& ex = (*model)->exec();
+  const int threads = ex.threads();
   std::fprintf(stderr, "model %s: %.1f M weights read per decoded token (%.1f MB as float32, %.1f MB as stored) "
                "of %.1f M; %d threads\n",
                dir.c_str(), traffic->params / 1e6, traffic->engine_bytes / kMB, traffic->stored_bytes / kMB,
@@ -88,11 +89,11 @@ int bench_main(int argc, char** argv) {
   };
   // Arguments were checked by the first call; a later failure (allocation) just leaves a 0.
   auto measure = [&](int passes) -> double {
-    auto m = measure_read_bandwidth(membw_mib << 20, passes);
+    auto m = measure_read_bandwidth(ex, membw_mib << 20, passes);
     return m.ok() ? note(*m) : 0.0;
   };
   if (membw_mib > 0) {
-    auto first = measure_read_bandwidth(membw_mib << 20, membw_passes);
+    auto first = measure_read_bandwidth(ex, membw_mib << 20, membw_passes);
     if (!first.ok()) return fail(first.status());
     note(*first);
     std::fprintf(stderr, "streaming read (%s, %lld MiB, best of %d): 1 thread %.2f GB/s, %d threads %.2f GB/s\n",

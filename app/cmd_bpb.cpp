@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "app/load_options.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
 #include "runtime/bpb.h"
@@ -53,7 +54,7 @@ int bpb_main(int argc, char** argv) {
     return fail(invalid_argument("--context must be ≥ 2, got " + std::to_string(options.context)));
   auto tok = Tokenizer::load(dir + "/tokenizer.json");
   if (!tok.ok()) return fail(tok.status());
-  auto model = Model::load(dir);
+  auto model = Model::load(dir, load_options_from_env());
   if (!model.ok()) return fail(model.status());
   auto resolved = resolve_bpb_options((*model)->config(), options);
   if (!resolved.ok()) return fail(resolved.status());

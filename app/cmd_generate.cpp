@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "app/load_options.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
 #include "runtime/scheduler.h"
@@ -101,6 +102,7 @@ int generate_main(int argc, char** argv) {
   std::string dir, requests_path, out_path;
   int parallel = 8;
   int64_t ctx = 4096, prefill_chunk = 512;
+  int threads = 0;
   cli.add_option("-m,--model", dir, "model directory")->required();
   cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin)")->required();
   cli.add_option("--parallel", parallel, "sequences decoded together (1..256)")->check(CLI::Range(1, 256));
@@ -109,6 +111,7 @@ int generate_main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cli.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per forward segment (1..65536)")
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  cli.add_option("--threads", threads, "CPU threads (0 = all cores; 1..1024)")->check(CLI::Range(0, 1024));
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -127,7 +130,9 @@ int generate_main(int argc, char** argv) {
   }
   auto tok = Tokenizer::load(dir + "/tokenizer.json");
   if (!tok.ok()) return fail(tok.status());
-  auto model = Model::load(dir);
+  ModelLoadOptions load = load_options_from_env();
+  if (threads > 0) load.threads = threads;
+  auto model = Model::load(dir, load);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& config = (*model)->config();
   if (ctx > config.max_position_embeddings)

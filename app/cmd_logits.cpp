@@ -1,7 +1,7 @@
 // `dsv41 logits`: fp32 logits of every position of a token sequence, to a safetensors file
 // (F32 tensor `logits` [T, V]) for comparison with reference outputs. Spec: issue 3 "CLI".
 //   dsv41 logits -m DIR --ids 0,5,7,... [--decode-from K] [--chunk C] --out FILE.safetensors
-//     [--dump NAME,... --dump-out FILE] [--scalar]
+//     [--dump NAME,... --dump-out FILE] [--scalar] [--threads N]
 // Without --decode-from all rows come from one prefill (in chunks of C if given); with
 // --decode-from K, rows 0..K−1 come from a prefill of the first K tokens and rows K.. from
 // incremental decode of the remaining tokens one at a time. --dump writes named intermediates
@@ -15,7 +15,6 @@
 
 #include "app/command.h"
 #include "app/forward_flags.h"
-#include "kernels/cpu/dispatch.h"
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "runtime/dump.h"
@@ -53,7 +52,9 @@ int logits_main(int argc, char** argv) {
   const int64_t T = static_cast<int64_t>(ids->size());
   if (decode_from == 0 || decode_from > T)
     return fail(invalid_argument("--decode-from must be in 1.." + std::to_string(T) + " (the number of ids)"));
-  auto model = Model::load(dir);
+  auto load_options = flags.load_options();
+  if (!load_options.ok()) return fail(load_options.status());
+  auto model = Model::load(dir, *load_options);
   if (!model.ok()) return fail(model.status());
   const int64_t V = (*model)->vocab_size();
   auto session = Session::create(**model, T);

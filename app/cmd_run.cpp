@@ -1,12 +1,13 @@
 // `dsv41 run`: generate from a prompt with one Session, streaming text; reports prefill and
 // decode speed and the packed cache memory in use. Spec: issue 3 "CLI".
 //   dsv41 run -m DIR (-p TEXT | --ids 0,5,7) -n N [--temp T --top-p P --seed S] [--chunk C] [--print-ids]
-//     [--ignore-eos] [--dump NAME,... --dump-out FILE] [--scalar]
+//     [--ignore-eos] [--dump NAME,... --dump-out FILE] [--scalar] [--threads N]
 // Generates up to N tokens, stopping after the config's eos_token_id (which is counted and
 // printed in --print-ids, not shown as text); --ignore-eos generates exactly N (like the golden
 // `generated`). With --print-ids the last line of stdout is the generated ids, comma-separated.
 // --dump writes named intermediates of the (single-chunk) prefill, see runtime/dump.h.
-// --scalar forces the plain scalar block references (kernels/cpu/dispatch.h).
+// --scalar forces the plain scalar block references (kernels/cpu/cpu_exec.h); --threads sizes the
+// model's pool (0 = all cores). DSV41_FORCE_SCALAR / DSV41_F32_WEIGHTS: app/load_options.h.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -16,7 +17,6 @@
 
 #include "app/command.h"
 #include "app/forward_flags.h"
-#include "kernels/cpu/dispatch.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
 #include "runtime/dump.h"
@@ -67,7 +67,9 @@ int run_main(int argc, char** argv) {
   if (!sampler.ok()) return fail(sampler.status());
   auto tok = Tokenizer::load(dir + "/tokenizer.json");
   if (!tok.ok()) return fail(tok.status());
-  auto model = Model::load(dir);
+  auto load_options = flags.load_options();
+  if (!load_options.ok()) return fail(load_options.status());
+  auto model = Model::load(dir, *load_options);
   if (!model.ok()) return fail(model.status());
   std::vector<int32_t> prompt;
   if (!ids_text.empty()) {

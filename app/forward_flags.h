@@ -1,14 +1,16 @@
 // The flags `dsv41 run` and `dsv41 logits` share: --dump NAME,... / --dump-out FILE (named
-// prefill intermediates, runtime/dump.h) and --scalar (the blocks' scalar references,
-// kernels/cpu/dispatch.h). One definition so both commands spell and check them alike.
+// prefill intermediates, runtime/dump.h), --scalar (the blocks' scalar references,
+// kernels/cpu/cpu_exec.h) and --threads (the model's pool). One definition so both commands spell
+// and check them alike.
 #pragma once
 
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "app/load_options.h"
 #include "base/status.h"
-#include "kernels/cpu/dispatch.h"
+#include "model/model.h"
 #include "runtime/dump.h"
 
 namespace dsv41::app {
@@ -17,6 +19,7 @@ struct ForwardFlags {
   std::string dump_names;
   std::string dump_out = "dump.safetensors";
   bool scalar = false;
+  int threads = 0;
 
   void add_to(CLI::App& cli) {
     cli.add_option("--dump", dump_names, "write prefill intermediates: NAME[,NAME...] of " + dump_family_names());
@@ -24,11 +27,20 @@ struct ForwardFlags {
     cli.add_flag("--scalar", scalar,
                  "run the mHC, Engram and compressor scalar references, not their fast paths "
                  "(as DSV41_FORCE_SCALAR=1 does)");
+    cli.add_option("--threads", threads, "threads of the model's pool, this one included (0 = all cores)");
   }
 
-  // After parsing: applies --scalar and returns the dump selection (empty without --dump).
+  // After parsing: the model options (the environment's, then --scalar and --threads).
+  Result<ModelLoadOptions> load_options() const {
+    if (threads < 0) return invalid_argument("--threads must be ≥ 0, got " + std::to_string(threads));
+    ModelLoadOptions o = load_options_from_env();
+    if (scalar) o.force_scalar = true;
+    o.threads = threads;
+    return o;
+  }
+
+  // After parsing: the dump selection (empty without --dump).
   Result<DumpSelection> apply() const {
-    if (scalar) set_force_scalar(true);
     if (dump_names.empty()) return DumpSelection{};
     return parse_dump_names(dump_names);
   }

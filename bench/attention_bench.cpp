@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/bench_exec.h"
 #include "cache/records.h"
 #include "cache/sequence_cache.h"
 #include "model/attention.h"
@@ -109,8 +110,11 @@ void run_tokens(MiniModel& m, SequenceCache& cache, const std::vector<float>& x,
   std::vector<float> out(T * m.config.hidden_size);
   const int64_t pos = cache.length();
   shared.begin_forward(pos, T);
+  AttentionOptions options;
+  options.exec = bench_exec();
   for (const LayerInfo& l : m.plan.layers)
-    (void)attention_forward(m.config, l, m.weights[l.index], m.rope, shared, cache, x.data(), T, pos, out.data());
+    (void)attention_forward(m.config, l, m.weights[l.index], m.rope, shared, cache, x.data(), T, pos, out.data(),
+                            options);
 }
 
 void BM_AttentionDecode(benchmark::State& state) {

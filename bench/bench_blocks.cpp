@@ -1,4 +1,4 @@
-// Speed of the model blocks' scalar references vs their fast paths (kernels/cpu/dispatch.h) at
+// Speed of the model blocks' scalar references vs their fast paths (kernels/cpu/cpu_exec.h) at
 // mini-flash sizes (bench/configs/mini-flash.json: hidden 1024, hc 4, 20 Sinkhorn rounds; Engram
 // 12 columns × 128 → (4+1)·1024; compressor 1024 → 512, ratios 2 and 1), for decode (T = 1) and
 // prefill chunks. Second argument: 0 = scalar reference, 1 = fast path (same run, same inputs).
@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_exec.h"
 #include "cache/page_pool.h"
 #include "format/config.h"
 #include "format/safetensors.h"
-#include "kernels/cpu/dispatch.h"
 #include "model/compressor.h"
 #include "model/engram.h"
 #include "model/mhc.h"
@@ -67,7 +67,7 @@ void BM_MhcCoefficients(benchmark::State& state) {
   const MhcWeights w{fn.data(), base.data(), scale.data()};
   for (auto _ : state) {
     if (fast) {
-      mhc_coefficients_fast(s, w, x.data(), T, pre.data(), post.data(), comb.data());
+      mhc_coefficients_fast(bench_exec(), s, w, x.data(), T, pre.data(), post.data(), comb.data());
     } else {
       mhc_coefficients_reference(s, w, x.data(), T, pre.data(), post.data(), comb.data());
     }
@@ -86,7 +86,7 @@ void BM_MhcCollapse(benchmark::State& state) {
   std::vector<float> y(T * s.dim);
   for (auto _ : state) {
     if (fast) {
-      mhc_collapse_fast(s, x.data(), pre.data(), T, y.data());
+      mhc_collapse_fast(bench_exec(), s, x.data(), pre.data(), T, y.data());
     } else {
       mhc_collapse_reference(s, x.data(), pre.data(), T, y.data());
     }
@@ -105,7 +105,7 @@ void BM_MhcExpand(benchmark::State& state) {
   std::vector<float> out(T * n);
   for (auto _ : state) {
     if (fast) {
-      mhc_expand_fast(s, a.data(), x.data(), post.data(), comb.data(), T, out.data());
+      mhc_expand_fast(bench_exec(), s, a.data(), x.data(), post.data(), comb.data(), T, out.data());
     } else {
       mhc_expand_reference(s, a.data(), x.data(), post.data(), comb.data(), T, out.data());
     }
@@ -133,7 +133,7 @@ void BM_Engram(benchmark::State& state) {
     state.PauseTiming();
     x = x0;  // the block adds into x: start each iteration from the same streams
     state.ResumeTiming();
-    const Status st = fast ? engram_forward_fast(s, w, ids.data(), T, x.data())
+    const Status st = fast ? engram_forward_fast(bench_exec(), s, w, ids.data(), T, x.data())
                            : engram_forward_reference(s, w, ids.data(), T, x.data());
     if (!st.ok()) state.SkipWithError(st.to_string().c_str());
     benchmark::DoNotOptimize(x.data());
@@ -179,7 +179,7 @@ void BM_EngramGather(benchmark::State& state) {
   for (int64_t& id : ids) id = static_cast<int64_t>(rng() % uint64_t(rows));
   std::vector<float> r(T * s.columns * hd);
   for (auto _ : state) {
-    const Status st = fast ? engram_gather_fast(s, w, ids.data(), T, r.data())
+    const Status st = fast ? engram_gather_fast(bench_exec(), s, w, ids.data(), T, r.data())
                            : engram_gather_reference(s, w, ids.data(), T, r.data());
     if (!st.ok()) state.SkipWithError(st.to_string().c_str());
     benchmark::DoNotOptimize(r.data());
@@ -204,7 +204,7 @@ void BM_Compressor(benchmark::State& state) {
   CompressedGroups groups;
   for (auto _ : state) {
     if (fast) {
-      compressor_step_fast(c, w, kv, x.data(), T, groups);
+      compressor_step_fast(bench_exec(), c, w, kv, x.data(), T, groups);
     } else {
       compressor_step_reference(c, w, kv, x.data(), T, groups);
     }

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cache/records.h"
-#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/cpu_exec.h"
 #include "kernels/cpu/unpack_avx2.h"
 
 namespace dsv41 {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/numerics.h"
+#include "bench/bench_exec.h"
 #include "kernels/cpu/gemm.h"
 
 namespace dsv41 {
@@ -54,8 +55,8 @@ void BM_Gemm(benchmark::State& state) {
     const int64_t off = c * out * in;
     switch (kind) {
       case kReference: gemm_f32_reference(x.data(), rows, in, w.data() + off, out, y.data()); break;
-      case kFastF32: gemm_f32(x.data(), rows, in, w.data() + off, out, y.data()); break;
-      case kFastBf16w: gemm_bf16w(x.data(), rows, in, wb.data() + off, out, y.data()); break;
+      case kFastF32: gemm_f32(bench_exec(), x.data(), rows, in, w.data() + off, out, y.data()); break;
+      case kFastBf16w: gemm_bf16w(bench_exec(), x.data(), rows, in, wb.data() + off, out, y.data()); break;
       case kPortableF32: gemm_f32_portable(x.data(), rows, in, w.data() + off, out, y.data()); break;
     }
     benchmark::DoNotOptimize(y.data());

@@ -1,5 +1,5 @@
 // Memory-bandwidth roofline for the memory-bound kernels (decode gemm): a streaming read of a
-// buffer far larger than the last-level cache, on one thread and on the whole default pool,
+// buffer far larger than the last-level cache, on one thread and on the whole bench pool (bench_exec.h),
 // with the portable loop (what the compiler makes of it without AVX flags: SSE2) and the AVX2
 // kernel (kernels/cpu/membw.h). Reported as bytes/s; compare with gemm_bench's Wbytes/s on
 // decode shapes. `dsv41 bench` runs the same kernel through measure_read_bandwidth().
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/thread_pool.h"
+#include "bench/bench_exec.h"
 #include "kernels/cpu/membw.h"
 
 namespace dsv41 {
@@ -41,13 +41,13 @@ void BM_MemReadStream(benchmark::State& state) {
     } else {
       constexpr int64_t kChunk = 1 << 18;  // 2 MiB of uint64
       std::vector<uint64_t> partial((n + kChunk - 1) / kChunk);
-      default_pool().parallel_for(n, kChunk, [&](int64_t b, int64_t e) {
+      bench_exec().parallel_for(n, kChunk, [&](int64_t b, int64_t e) {
         partial[b / kChunk] = sum(buf.data() + b, e - b);
       });
       benchmark::DoNotOptimize(partial.data());
     }
   }
-  state.counters["threads"] = threaded ? default_pool().num_threads() : 1;
+  state.counters["threads"] = threaded ? bench_exec().threads() : 1;
   state.SetBytesProcessed(state.iterations() * kBufferBytes);
   state.SetLabel(avx2 ? "avx2" : "portable");
 }

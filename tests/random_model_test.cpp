@@ -13,55 +13,15 @@
 
 #include <filesystem>
 
-#include "base/thread_pool.h"
-#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/cpu_exec.h"
 #include "model/model.h"
 #include "model/random_init.h"
+#include "tests/odd_config.h"
 #include "runtime/sampling.h"
 #include "runtime/session.h"
 
 namespace dsv41 {
 namespace {
-
-ModelConfig odd_config() {
-  ModelConfig c;
-  c.source = "random-test-config";
-  c.vocab_size = 97;
-  c.hidden_size = 40;
-  c.num_hidden_layers = 7;
-  c.num_attention_heads = 2;
-  c.head_dim = 32;
-  c.qk_rope_head_dim = 8;
-  c.q_lora_rank = 24;
-  c.o_groups = 2;
-  c.o_lora_rank = 16;
-  c.sliding_window = 5;
-  c.compress_ratios = {0, 2, 2, 1, 1, 1, 1};
-  c.kv_source_layer_ids = {1, 3};
-  c.index_source_layer_ids = {1, 3, 5};
-  c.candidate_source_layer_id = 3;
-  c.candidate_block_size = 2;
-  c.candidate_topk_blocks = 2;
-  c.index_n_heads = 3;
-  c.index_head_dim = 32;
-  c.index_topk = 3;
-  c.n_routed_experts = 5;
-  c.num_experts_per_tok = 3;
-  c.n_shared_experts = 2;
-  c.moe_intermediate_size = 12;
-  c.hc_mult = 3;
-  c.hc_sinkhorn_iters = 7;
-  c.engram_layer_ids = {2, 4};
-  c.engram_max_ngram_size = 3;
-  c.engram_n_heads = 2;
-  c.engram_head_dim = 32;
-  c.engram_vocab_size = 100;
-  c.engram_compressed_vocab_size = 50;
-  c.engram_pad_id = 2;
-  c.num_nextn_predict_layers = 0;
-  c.dspark_target_layer_ids = {};
-  return c;
-}
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
@@ -116,26 +76,30 @@ TEST(RandomModel, FastBlocksMatchTheirScalarReferences) {
   if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
   ModelConfig c = odd_config();
   c.hidden_size = 43;  // not a multiple of 8: the vector loops' tails run
-  auto model = Model::create_random(c, 11);
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ModelLoadOptions scalar_options;
+  scalar_options.force_scalar = true;
+  auto fast_model = Model::create_random(c, 11);
+  auto scalar_model = Model::create_random(c, 11, scalar_options);
+  ASSERT_TRUE(fast_model.ok()) << fast_model.status().to_string();
+  ASSERT_TRUE(scalar_model.ok()) << scalar_model.status().to_string();
+  EXPECT_TRUE((*fast_model)->exec().use_fast());
+  EXPECT_FALSE((*scalar_model)->exec().use_fast());
   std::mt19937 rng(8);
   std::vector<int32_t> ids(29);
-  for (auto& t : ids) t = rng() % (*model)->vocab_size();
+  for (auto& t : ids) t = rng() % (*fast_model)->vocab_size();
   const int64_t T = ids.size(), K = 20;
-  auto run = [&](bool scalar) {
-    set_force_scalar(scalar);
+  auto run = [&](const Model& model) {
     std::vector<float> logits;
-    auto s = Session::create(**model, T);
+    auto s = Session::create(model, T);
     EXPECT_TRUE((*s)->prefill(std::span<const int32_t>(ids.data(), K), 5, &logits).ok());
     for (int64_t t = K; t < T; ++t) {
       auto l = (*s)->decode(ids[t]);
       EXPECT_TRUE(l.ok()) << l.status().to_string();
       if (l.ok()) logits.insert(logits.end(), l->begin(), l->end());
     }
-    set_force_scalar(false);
     return logits;
   };
-  const std::vector<float> ref = run(true), fast = run(false);
+  const std::vector<float> ref = run(**scalar_model), fast = run(**fast_model);
   ASSERT_EQ(ref.size(), fast.size());
   EXPECT_FALSE(ref == fast) << "the scalar switch changed nothing: is the reference really running?";
   EXPECT_LE(max_abs_diff(ref, fast), 1e-4);
@@ -144,17 +108,20 @@ TEST(RandomModel, FastBlocksMatchTheirScalarReferences) {
 // The whole forward pass (GEMMs, attention core, and the blocks' fast paths, all on the one
 // thread pool) gives the same bits with 1, 3 or the machine's number of threads: every work item's
 // arithmetic is fixed, only who runs it changes. Long enough (T = 600: ≥ 64K units of work per
-// loop, see dispatch.h parallel_items) that the blocks' token loops split over the pool too.
+// loop, see cpu_exec.h parallel_items) that the blocks' token loops split over the pool too.
 TEST(RandomModel, ThreadCountDoesNotChangeTheBits) {
   ModelConfig c = odd_config();
   c.hidden_size = 43;
-  auto model = Model::create_random(c, 12);
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
   std::mt19937 rng(9);
   std::vector<int32_t> ids(600);
-  for (auto& t : ids) t = rng() % (*model)->vocab_size();
+  for (auto& t : ids) t = rng() % c.vocab_size;
   auto run = [&](int threads) {
-    set_num_threads(threads);
+    ModelLoadOptions options;
+    options.threads = threads;
+    auto model = Model::create_random(c, 12, options);
+    EXPECT_TRUE(model.ok()) << model.status().to_string();
+    if (!model.ok()) return std::vector<float>{};
+    if (threads > 0) EXPECT_EQ((*model)->exec().threads(), threads);
     std::vector<float> logits;
     auto s = Session::create(**model, ids.size() + 1);
     EXPECT_TRUE((*s)->prefill(ids, 0, &logits).ok());
@@ -164,7 +131,6 @@ TEST(RandomModel, ThreadCountDoesNotChangeTheBits) {
     return logits;
   };
   const std::vector<float> one = run(1), three = run(3), all = run(0);
-  set_num_threads(0);
   ASSERT_EQ(one.size(), three.size());
   EXPECT_EQ(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(one.data(), all.data(), one.size() * sizeof(float)), 0);
@@ -173,25 +139,25 @@ TEST(RandomModel, ThreadCountDoesNotChangeTheBits) {
 // Engram rows gathered from the mapped checkpoint (the default) against the whole table widened
 // at load: the same logits, bit for bit, on both block paths.
 void expect_gathered_equals_widened(const std::string& dir) {
-  auto gathered = Model::load(dir);
-  ModelLoadOptions widen;
-  widen.widen_engram_tables = true;
-  auto widened = Model::load(dir, widen);
-  ASSERT_TRUE(gathered.ok()) << gathered.status().to_string();
-  ASSERT_TRUE(widened.ok()) << widened.status().to_string();
-  ASSERT_FALSE((*gathered)->config().engram_layer_ids.empty()) << dir;
-  std::mt19937 rng(3);
-  std::vector<int32_t> ids(19);
-  for (auto& t : ids) t = rng() % (*gathered)->vocab_size();
   for (bool scalar : {false, true}) {
     if (scalar && !cpu_has_avx2_fma()) continue;
-    set_force_scalar(scalar);
+    ModelLoadOptions gather;
+    gather.force_scalar = scalar;
+    ModelLoadOptions widen = gather;
+    widen.widen_engram_tables = true;
+    auto gathered = Model::load(dir, gather);
+    auto widened = Model::load(dir, widen);
+    ASSERT_TRUE(gathered.ok()) << gathered.status().to_string();
+    ASSERT_TRUE(widened.ok()) << widened.status().to_string();
+    ASSERT_FALSE((*gathered)->config().engram_layer_ids.empty()) << dir;
+    std::mt19937 rng(3);
+    std::vector<int32_t> ids(19);
+    for (auto& t : ids) t = rng() % (*gathered)->vocab_size();
     std::vector<float> a, b;
     auto sa = Session::create(**gathered, ids.size());
     auto sb = Session::create(**widened, ids.size());
     ASSERT_TRUE(sa.ok() && sb.ok());
     const bool ok = (*sa)->prefill(ids, 0, &a).ok() && (*sb)->prefill(ids, 0, &b).ok();
-    set_force_scalar(false);
     ASSERT_TRUE(ok) << dir;
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << dir << (scalar ? " scalar" : " fast");

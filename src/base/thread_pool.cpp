@@ -3,7 +3,6 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
-#include <memory>
 
 namespace dsv41 {
 
@@ -84,23 +83,9 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   fn_ = nullptr;
 }
 
-namespace {
 int hardware_threads() {
   const unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
-}
-std::unique_ptr<ThreadPool>& default_pool_slot() {
-  static std::unique_ptr<ThreadPool> pool = std::make_unique<ThreadPool>(hardware_threads());
-  return pool;
-}
-}  // namespace
-
-ThreadPool& default_pool() { return *default_pool_slot(); }
-
-void set_num_threads(int num_threads) {
-  std::unique_ptr<ThreadPool>& slot = default_pool_slot();
-  slot.reset();  // join the old workers first so threads never exceed the new count
-  slot = std::make_unique<ThreadPool>(num_threads < 1 ? hardware_threads() : num_threads);
 }
 
 }  // namespace dsv41

@@ -51,13 +51,8 @@ class ThreadPool {
   std::atomic_int64_t next_chunk_{0};
 };
 
-// The process-wide pool the kernels use. Created on first use with
-// std::thread::hardware_concurrency() threads (1 if unknown).
-ThreadPool& default_pool();
-
-// Replaces the default pool with one of `num_threads` threads (< 1 means hardware concurrency).
-// Call it from the thread that runs the model, never while a kernel is running on the pool
-// (e.g. at start-up from the option struct main fills).
-void set_num_threads(int num_threads);
+// std::thread::hardware_concurrency(), or 1 when it is unknown: the size of a pool asked for
+// with 0 threads (ModelLoadOptions::threads, the benchmarks).
+int hardware_threads();
 
 }  // namespace dsv41

@@ -73,13 +73,11 @@ TEST(ThreadPool, ManyShortJobs) {
   EXPECT_EQ(sum, 2000 * 28);
 }
 
-TEST(ThreadPool, DefaultPoolResizes) {
-  set_num_threads(3);
-  EXPECT_EQ(default_pool().num_threads(), 3);
-  set_num_threads(1);
-  EXPECT_EQ(default_pool().num_threads(), 1);
-  set_num_threads(0);
-  EXPECT_GE(default_pool().num_threads(), 1);
+TEST(ThreadPool, SizesCountTheCaller) {
+  EXPECT_EQ(ThreadPool(3).num_threads(), 3);
+  EXPECT_EQ(ThreadPool(1).num_threads(), 1);
+  EXPECT_EQ(ThreadPool(0).num_threads(), 1);
+  EXPECT_GE(hardware_threads(), 1);
 }
 
 }  // namespace

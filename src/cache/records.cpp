@@ -12,7 +12,7 @@
 #include <string>
 
 #include "base/numerics.h"
-#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/cpu_exec.h"
 #include "kernels/cpu/unpack_avx2.h"
 
 namespace dsv41 {
@@ -131,13 +131,14 @@ void fp4_unpack_table(const uint8_t* record, size_t channels, size_t block, cons
   }
 }
 
-// Which unpack implementation runs now (records.h, "Unpack implementations").
-enum class UnpackPath { kReference, kTable, kAvx2 };
+// Which unpack implementation the dispatching entries run (records.h, "Unpack
+// implementations"): a constant of the machine. Every path gives the reference's bits, so no
+// option of an engine needs to choose it.
+enum class UnpackPath { kTable, kAvx2 };
 
 UnpackPath unpack_path() {
-  if (fast_blocks_enabled()) return cpu_has_f16c() ? UnpackPath::kAvx2 : UnpackPath::kTable;
-  // AVX2 present but not enabled means the scalar path is forced: run the plain reference.
-  return cpu_has_avx2_fma() ? UnpackPath::kReference : UnpackPath::kTable;
+  static const UnpackPath path = cpu_has_avx2_fma() && cpu_has_f16c() ? UnpackPath::kAvx2 : UnpackPath::kTable;
+  return path;
 }
 
 void fp4_fake_quant(float* x, size_t channels, size_t block, ScaleFn scale_fn) {
@@ -244,7 +245,6 @@ void window_row_unpack(const uint8_t* record, size_t channels, float* out) {
   switch (unpack_path()) {
     case UnpackPath::kAvx2: return window_row_unpack_avx2(record, channels, out);
     case UnpackPath::kTable: return window_row_unpack_table(record, channels, out);
-    case UnpackPath::kReference: return window_row_unpack_reference(record, channels, out);
   }
 }
 
@@ -279,7 +279,6 @@ void main_row_unpack(const uint8_t* record, size_t channels, float* out) {
   switch (unpack_path()) {
     case UnpackPath::kAvx2: return main_row_unpack_avx2(record, channels, out);
     case UnpackPath::kTable: return main_row_unpack_table(record, channels, out);
-    case UnpackPath::kReference: return main_row_unpack_reference(record, channels, out);
   }
 }
 
@@ -308,7 +307,6 @@ void index_row_unpack(const uint8_t* record, size_t channels, float* out) {
   switch (unpack_path()) {
     case UnpackPath::kAvx2: return index_row_unpack_avx2(record, channels, out);
     case UnpackPath::kTable: return index_row_unpack_table(record, channels, out);
-    case UnpackPath::kReference: return index_row_unpack_reference(record, channels, out);
   }
 }
 

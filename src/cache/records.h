@@ -103,10 +103,9 @@ void index_row_unpack(const uint8_t* record, size_t channels, float* out);
 void index_row_fake_quant(float* x, size_t channels);
 
 // ---- Unpack implementations ------------------------------------------------------------------
-// The *_row_unpack functions above choose at run time (kernels/cpu/dispatch.h): the AVX2/F16C
-// path (kernels/cpu/unpack_avx2.h) when fast_blocks_enabled() and the CPU has F16C; the plain
-// reference below when the scalar path is forced (DSV41_FORCE_SCALAR=1 or set_force_scalar);
-// the table-driven scalar path otherwise (a CPU without AVX2). All three agree bit for bit
+// The *_row_unpack functions above choose from CPUID alone: the AVX2/F16C path
+// (kernels/cpu/unpack_avx2.h) when the CPU has AVX2, FMA and F16C, the table-driven scalar path
+// otherwise; tests run each path, and the plain reference, by name. All three agree bit for bit
 // (tested on random records holding every code, NaN codes and every scale code); the only
 // arithmetic in each is the same float32 `value · scale` multiply.
 // Reference: element by element through the scalar decoders of numerics.h.

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "base/numerics.h"
-#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/cpu_exec.h"
 #include "kernels/cpu/unpack_avx2.h"
 
 namespace dsv41 {
@@ -444,13 +444,9 @@ TEST(CacheRecordsUnpack, FastPathsMatchReferenceBitForBitOnRandomRecords) {
           expect_same_bits(ref, run_unpack([&](float* o) { avx2_unpack(kind)(rec, channels, o); }, channels, shift),
                            "avx2");
         }
-        // The dispatching entry point, on whichever path this CPU selects, and forced scalar.
+        // The dispatching entry point, on whichever path this CPU selects.
         expect_same_bits(ref, run_unpack([&](float* o) { row_unpack(kind, rec, channels, o); }, channels, shift),
                          "row_unpack");
-        set_force_scalar(true);
-        expect_same_bits(ref, run_unpack([&](float* o) { row_unpack(kind, rec, channels, o); }, channels, shift),
-                         "row_unpack forced scalar");
-        set_force_scalar(false);
       }
     }
   }

@@ -11,7 +11,7 @@
 // Model; a CUDA one will hold the stored FP8/FP4 bytes on the device), its threads and its
 // workspace (the batch's activations live there; the engine never sees them, only the logits it
 // asks for). Calls come from one thread, in the order: begin_batch, then per layer
-// engram? → attention_input → attention_projections → {compress?, index?, attend} per segment →
+// begin_layer → engram? → attention_input → attention_projections → {compress?, index?, attend} per segment →
 // attention_output → ffn, then logits.
 #pragma once
 
@@ -52,6 +52,8 @@ class Backend {
   // Takes the batch: sizes the workspace (reused when the shape repeats) and embeds the tokens
   // into the residual streams. trace (optional, single-segment batches): named intermediates.
   virtual void begin_batch(const BatchLayout& layout, ForwardTrace* trace) = 0;
+  // Start of a layer (before its Engram). Default: nothing.
+  virtual void begin_layer(int layer) { (void)layer; }
   // Engram of an Engram layer for batch rows [row0, row0 + rows): row_ids [rows, columns] of this
   // layer. Fails (naming the table) when a stored row cannot be decoded; rows are then unchanged.
   virtual Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) = 0;

@@ -352,6 +352,7 @@ void Engine::forward_layers(ForwardTrace* trace) {
   bool have_topk = false;   // an index source has published a top-k in this forward
   for (const LayerInfo& info : plan.layers) {
     const int l = info.index;
+    backend_->begin_layer(l);
     if (info.has_engram) run_engram(l);
     backend_->attention_input(l);
     backend_->attention_projections(l);

@@ -69,25 +69,26 @@ Status attention_forward(const ModelConfig& config, const LayerInfo& layer, cons
 
   std::vector<float> c(static_cast<size_t>(T * ql)), q(static_cast<size_t>(T * H * D));
   std::vector<float> kv(static_cast<size_t>(T * D)), o(static_cast<size_t>(T * H * D));
-  attention_query(config, w, rope_rows, x, T, c.data(), q.data());
-  attention_window_kv(config, w, rope_rows, x, T, kv.data());
+  const CpuExec& ex = options.exec;
+  attention_query(ex, config, w, rope_rows, x, T, c.data(), q.data());
+  attention_window_kv(ex, config, w, rope_rows, x, T, kv.data());
   if (steps.compress) {
     CompressedGroups groups;
-    compressor_step(config, w, *own_kv, x, T, groups);
-    compressor_publish(config, w, rope, *own_kv, groups);
+    compressor_step(ex, config, w, *own_kv, x, T, groups);
+    compressor_publish(ex, config, w, rope, *own_kv, groups);
     shared.kv_layer = layer.index;
     shared.entries = own_kv->entries();
   }
   if (steps.index) {
     const KvSourceCache* src = cache.kv_source(shared.kv_layer);
-    if (src) attention_index(config, layer, w, rope, *src, steps.restricted, c.data(), x, T, start_pos, shared);
+    if (src) attention_index(ex, config, layer, w, rope, *src, steps.restricted, c.data(), x, T, start_pos, shared);
   }
   const KvSourceCache* compressed = (steps.attend_compressed && shared.kv_layer >= 0 && shared.index_layer >= 0)
                                         ? cache.kv_source(shared.kv_layer)
                                         : nullptr;
   sparse_sink_attention(config, w, ring, kv.data(), compressed, compressed ? shared.topk.data() : nullptr, q.data(),
                         rope_rows, 0, T, start_pos, o.data(), options);
-  attention_output(config, w, o.data(), T, out);
+  attention_output(ex, config, w, o.data(), T, out);
   // The chunk's window rows enter the ring.
   ring.push_rows(kv.data(), T);
   return ok_status();

@@ -36,6 +36,7 @@
 #include "base/status.h"
 #include "cache/sequence_cache.h"
 #include "format/config.h"
+#include "kernels/cpu/cpu_exec.h"
 #include "model/layer_plan.h"
 #include "model/rope.h"
 
@@ -113,12 +114,16 @@ struct SharedAttentionState {
   void begin_forward(int64_t start_pos_, int64_t tokens_);
 };
 
-// Execution knobs (not semantics: every setting gives the same result).
+// Execution knobs (not semantics: every setting gives the same result, except exec.fast, which
+// picks the compressor's fast path or its scalar reference: compressor.h).
 struct AttentionOptions {
-  // How many ranges the sink-attention core is split into, run on default_pool()
-  // (base/thread_pool.h, so at most its thread count at once): 0 = one per pool thread, used only
-  // when the chunk has enough work; n > 0 = exactly n ranges (capped at tokens × heads).
+  // How many ranges the sink-attention core is split into, run on exec.pool (so at most its
+  // thread count at once): 0 = one per pool thread, used only when the chunk has enough work;
+  // n > 0 = exactly n ranges (capped at tokens × heads).
   int threads = 0;
+  // The pool and path every product and block of the layer runs on (kernels/cpu/cpu_exec.h); its
+  // pool must outlive the call.
+  CpuExec exec = CpuExec::serial();
 };
 
 // One layer's attention over T tokens at positions start_pos…start_pos+T−1.

@@ -37,23 +37,23 @@ void RopeRows::compute(const Rope& rope, RopeKind kind, const int64_t* positions
   for (int64_t i = 0; i < n; ++i) rope.cos_sin(kind, positions[i], cos.data() + i * half, sin.data() + i * half);
 }
 
-void attention_query(const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
+void attention_query(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
                      int64_t n, float* c, float* q) {
   const int64_t hidden = config.hidden_size, H = config.num_attention_heads, D = config.head_dim;
   const int64_t ql = config.q_lora_rank;
   const int rd = static_cast<int>(rope.half * 2);
-  matmul(x, n, hidden, weight_ref(w.wq_a, w.bf16.wq_a), ql, c);
+  matmul(ex, x, n, hidden, weight_ref(w.wq_a, w.bf16.wq_a), ql, c);
   rmsnorm_rows(c, n, ql, w.q_norm.data(), config.rms_norm_eps, c);
-  matmul(c, n, ql, weight_ref(w.wq_b, w.bf16.wq_b), H * D, q);
+  matmul(ex, c, n, ql, weight_ref(w.wq_b, w.bf16.wq_b), H * D, q);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t h = 0; h < H; ++h) rope_rotate(q + (i * H + h) * D, D, rd, rope.cos_row(i), rope.sin_row(i), false);
 }
 
-void attention_window_kv(const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
+void attention_window_kv(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
                          int64_t n, float* kv) {
   const int64_t hidden = config.hidden_size, D = config.head_dim;
   const int rd = static_cast<int>(rope.half * 2);
-  matmul(x, n, hidden, weight_ref(w.wkv, w.bf16.wkv), D, kv);
+  matmul(ex, x, n, hidden, weight_ref(w.wkv, w.bf16.wkv), D, kv);
   rmsnorm_rows(kv, n, D, w.kv_norm.data(), config.rms_norm_eps, kv);
   for (int64_t i = 0; i < n; ++i) {
     rope_rotate(kv + i * D, D, rd, rope.cos_row(i), rope.sin_row(i), false);
@@ -61,7 +61,7 @@ void attention_window_kv(const ModelConfig& config, const AttentionWeights& w, c
   }
 }
 
-void attention_index(const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w, const Rope& rope,
+void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w, const Rope& rope,
                      const KvSourceCache& kv, bool restricted, const float* c, const float* x, int64_t T,
                      int64_t start_pos, SharedAttentionState& shared) {
   const int64_t G = kv.entries();
@@ -75,7 +75,7 @@ void attention_index(const ModelConfig& config, const LayerInfo& layer, const At
     return;
   }
   std::vector<float> q, head_weights;
-  indexer_queries(config, w, rope, c, x, T, start_pos, q, head_weights);
+  indexer_queries(ex, config, w, rope, c, x, T, start_pos, q, head_weights);
 
   const int nb = config.candidate_topk_blocks, bs = config.candidate_block_size;
   restricted = restricted && shared.candidate_layer >= 0;
@@ -194,17 +194,17 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
   if (options.threads > 0) {
     chunks = std::min<int64_t>(options.threads, items);  // an explicit count wins
   } else {
-    const int64_t hw = default_pool().num_threads();
+    const int64_t hw = options.exec.threads();
     chunks = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 21))});
   }
   if (chunks <= 1) {
     attend_range(0, items);
   } else {
-    default_pool().parallel_for(items, (items + chunks - 1) / chunks, attend_range);
+    options.exec.parallel_for(items, (items + chunks - 1) / chunks, attend_range);
   }
 }
 
-void attention_output(const ModelConfig& config, const AttentionWeights& w, const float* o, int64_t n, float* out) {
+void attention_output(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const float* o, int64_t n, float* out) {
   const int64_t H = config.num_attention_heads, D = config.head_dim, hidden = config.hidden_size;
   const int64_t groups = config.o_groups, olr = config.o_lora_rank;
   const int64_t group_in = H / groups * D;
@@ -213,11 +213,11 @@ void attention_output(const ModelConfig& config, const AttentionWeights& w, cons
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t i = 0; i < n; ++i)
       std::copy(o + i * H * D + g * group_in, o + i * H * D + (g + 1) * group_in, gin.begin() + i * group_in);
-    matmul(gin.data(), n, group_in, weight_ref(w.wo_a, w.bf16.wo_a).offset(g * olr * group_in), olr, gout.data());
+    matmul(ex, gin.data(), n, group_in, weight_ref(w.wo_a, w.bf16.wo_a).offset(g * olr * group_in), olr, gout.data());
     for (int64_t i = 0; i < n; ++i)
       std::copy(gout.begin() + i * olr, gout.begin() + (i + 1) * olr, mid.begin() + i * groups * olr + g * olr);
   }
-  matmul(mid.data(), n, groups * olr, weight_ref(w.wo_b, w.bf16.wo_b), hidden, out);
+  matmul(ex, mid.data(), n, groups * olr, weight_ref(w.wo_b, w.bf16.wo_b), hidden, out);
 }
 
 }  // namespace dsv41

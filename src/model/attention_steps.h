@@ -48,18 +48,18 @@ struct RopeRows {
 };
 
 // Step 1. x [n, hidden] (attention input) → c [n, q_lora_rank], q [n, H·D] rotated by `rope`.
-void attention_query(const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
+void attention_query(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
                      int64_t n, float* c, float* q);
 
 // Step 2. x [n, hidden] → kv [n, head_dim], rotated and FP8 fake-quantised (the window record's
 // values).
-void attention_window_kv(const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
+void attention_window_kv(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
                          int64_t n, float* kv);
 
 // Step 4. Runs the indexer of an index-source layer for one segment of T rows at positions
 // start_pos… (c, x: the segment's rows) against `kv`, and publishes its top-k (and, at the
 // candidate source, the pool) into `shared`. `restricted`: score only inside shared's pool.
-void attention_index(const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w, const Rope& rope,
+void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w, const Rope& rope,
                      const KvSourceCache& kv, bool restricted, const float* c, const float* x, int64_t T,
                      int64_t start_pos, SharedAttentionState& shared);
 
@@ -68,12 +68,13 @@ void attention_index(const ModelConfig& config, const LayerInfo& layer, const At
 // segment's own window rows kv [T, D], and the compressed entries of `compressed` named by topk
 // [T, index_topk] (−1 = none; compressed may be null: window only). A query at t sees window keys
 // [max(ring.start(), t − w + 1), t]. o [T, H·D], inverse-rotated by `rope` (the segment's rows).
+// Runs on options.exec's pool (the result does not depend on the thread count).
 void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w, const WindowRing& ring,
                            const float* kv, const KvSourceCache* compressed, const int32_t* topk, const float* q,
                            const RopeRows& rope, int64_t rope_row0, int64_t T, int64_t start_pos, float* o,
                            const AttentionOptions& options = {});
 
 // Step 6. o [n, H·D] → out [n, hidden] (block-diagonal W_oa per group, then W_ob).
-void attention_output(const ModelConfig& config, const AttentionWeights& w, const float* o, int64_t n, float* out);
+void attention_output(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const float* o, int64_t n, float* out);
 
 }  // namespace dsv41

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "kernels/cpu/block_kernels.h"
-#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "model/rmsnorm.h"
 
@@ -28,9 +27,10 @@ void compressor_pool_reference(const float* a, const float* b, int64_t groups, i
   }
 }
 
-void compressor_pool_fast(const float* a, const float* b, int64_t groups, int r, int64_t D, float* out) {
+void compressor_pool_fast(const CpuExec& ex, const float* a, const float* b, int64_t groups, int r, int64_t D,
+                          float* out) {
   // ≈ 8 operations and one exp per token channel.
-  parallel_items(groups, int64_t{16} * r * D, [&](int64_t g0, int64_t g1) {
+  ex.parallel_items(groups, int64_t{16} * r * D, [&](int64_t g0, int64_t g1) {
     std::vector<float> scratch(static_cast<size_t>(r) * 8);
     for (int64_t g = g0; g < g1; ++g) softmax_pool_avx2(a + g * r * D, b + g * r * D, r, D, scratch.data(), out + g * D);
   });
@@ -38,12 +38,23 @@ void compressor_pool_fast(const float* a, const float* b, int64_t groups, int r,
 
 namespace {
 
-using GemmFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*);
-using PoolFn = void (*)(const float*, const float*, int64_t, int, int64_t, float*);
-
-// The step with the given projection and pooling implementations.
-void step(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv, const float* x, int64_t T,
-          CompressedGroups& out, GemmFn gemm, PoolFn pool) {
+// The step with the fast projections and pooling on ex (fast = true) or the references.
+void step(const CpuExec& ex, bool fast, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
+          const float* x, int64_t T, CompressedGroups& out) {
+  auto gemm = [&](const float* in_rows, int64_t rows, int64_t in, const float* wt, int64_t n_out, float* y) {
+    if (fast) {
+      gemm_f32(ex, in_rows, rows, in, wt, n_out, y);
+    } else {
+      gemm_f32_reference(in_rows, rows, in, wt, n_out, y);
+    }
+  };
+  auto pool = [&](const float* a, const float* b, int64_t groups, int r, int64_t D, float* latents) {
+    if (fast) {
+      compressor_pool_fast(ex, a, b, groups, r, D, latents);
+    } else {
+      compressor_pool_reference(a, b, groups, r, D, latents);
+    }
+  };
   const int64_t hidden = config.hidden_size, D = kv.dim;
   const int r = kv.ratio;
   out.first_group = kv.entries();
@@ -83,27 +94,27 @@ void step(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& k
 
 void compressor_step_reference(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
                                const float* x, int64_t T, CompressedGroups& out) {
-  step(config, w, kv, x, T, out, &gemm_f32_reference, &compressor_pool_reference);
+  step(CpuExec{}, false, config, w, kv, x, T, out);
 }
 
-void compressor_step_fast(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv, const float* x,
-                          int64_t T, CompressedGroups& out) {
-  step(config, w, kv, x, T, out, &gemm_f32, &compressor_pool_fast);
+void compressor_step_fast(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
+                          const float* x, int64_t T, CompressedGroups& out) {
+  step(ex, true, config, w, kv, x, T, out);
 }
 
-void compressor_step(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv, const float* x,
-                     int64_t T, CompressedGroups& out) {
-  if (fast_blocks_enabled()) return compressor_step_fast(config, w, kv, x, T, out);
+void compressor_step(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
+                     const float* x, int64_t T, CompressedGroups& out) {
+  if (ex.use_fast()) return compressor_step_fast(ex, config, w, kv, x, T, out);
   compressor_step_reference(config, w, kv, x, T, out);
 }
 
-void compressor_publish(const ModelConfig& config, const AttentionWeights& w, const Rope& rope, KvSourceCache& kv,
-                        const CompressedGroups& groups) {
+void compressor_publish(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
+                        KvSourceCache& kv, const CompressedGroups& groups) {
   const int64_t D = kv.dim, Di = kv.index_dim;
   // Index keys from the PRE-RoPE latents: RMSNorm_k(W_k L_g), all groups as one product (the
   // same bits as one row at a time: gemm.h's per-row order does not depend on the rows).
   std::vector<float> keys(static_cast<size_t>(groups.groups * Di));
-  gemm_f32(groups.latents.data(), groups.groups, D, w.indexer_wk.data(), Di, keys.data());
+  gemm_f32(ex, groups.latents.data(), groups.groups, D, w.indexer_wk.data(), Di, keys.data());
   rmsnorm_rows(keys.data(), groups.groups, Di, w.indexer_k_norm.data(), config.rms_norm_eps, keys.data());
   std::vector<float> rotated(static_cast<size_t>(D));
   for (int64_t i = 0; i < groups.groups; ++i) {

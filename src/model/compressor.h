@@ -20,6 +20,7 @@
 
 #include "cache/sequence_cache.h"
 #include "format/config.h"
+#include "kernels/cpu/cpu_exec.h"
 #include "model/attention.h"
 #include "model/rope.h"
 
@@ -36,25 +37,27 @@ struct CompressedGroups {
 // Reference: scalar projections with double accumulation (gemm_f32_reference) and the scalar
 // pooling loop. Fast: the projections by gemm_f32 (AVX2, threaded) and the pooling by
 // compressor_pool_fast. They agree to float rounding (the projections); given the same
-// projections the pooling agrees bit for bit. compressor_step picks one (kernels/cpu/dispatch.h).
+// projections the pooling agrees bit for bit. compressor_step picks one by ex.use_fast()
+// (kernels/cpu/cpu_exec.h); the fast path threads on ex.pool.
 // Each is chunking-invariant on its own: any split of the tokens over calls gives the same bits
 // (gemm_f32's per-row summation order does not depend on the rows in a call).
 void compressor_step_reference(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
                                const float* x, int64_t T, CompressedGroups& out);
-void compressor_step_fast(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv, const float* x,
-                          int64_t T, CompressedGroups& out);
-void compressor_step(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv, const float* x,
-                     int64_t T, CompressedGroups& out);
+void compressor_step_fast(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
+                          const float* x, int64_t T, CompressedGroups& out);
+void compressor_step(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
+                     const float* x, int64_t T, CompressedGroups& out);
 
 // The softmax-gated pooling of `groups` complete groups of r tokens (r ≥ 2), fp32, per channel c:
 //   out[g, c] = Σ_j a[g·r+j, c] · softmax_j(b[g·r+j, c])      a, b [groups·r, D] → out [groups, D]
 // The fast version (AVX2, threaded over groups; CPU with AVX2+FMA only) gives the reference's bits.
 void compressor_pool_reference(const float* a, const float* b, int64_t groups, int r, int64_t D, float* out);
-void compressor_pool_fast(const float* a, const float* b, int64_t groups, int r, int64_t D, float* out);
+void compressor_pool_fast(const CpuExec& ex, const float* a, const float* b, int64_t groups, int r, int64_t D,
+                          float* out);
 
 // Appends the main rows and index keys of `groups` to `kv` (groups.first_group must equal
-// kv.entries()).
-void compressor_publish(const ModelConfig& config, const AttentionWeights& w, const Rope& rope, KvSourceCache& kv,
-                        const CompressedGroups& groups);
+// kv.entries()). The index-key projection is gemm_f32 on ex.pool (on either path).
+void compressor_publish(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
+                        KvSourceCache& kv, const CompressedGroups& groups);
 
 }  // namespace dsv41

@@ -1,4 +1,4 @@
-// The compressor's fast path (kernels/cpu/dispatch.h) against its scalar reference: the pooling
+// The compressor's fast path (kernels/cpu/cpu_exec.h) against its scalar reference: the pooling
 // bit for bit; whole steps to float rounding (the projections), ratio 1 and ratios ≥ 2 with the
 // pending partial group carried across calls; any chunking of the tokens gives the same bits on
 // either path. Boundary sizes: one token, odd counts, latent widths not multiples of 8.
@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "cache/page_pool.h"
-#include "kernels/cpu/dispatch.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/cpu_exec.h"
 
 namespace dsv41 {
 namespace {
@@ -30,6 +31,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(CompressorFast, PoolingGivesTheReferenceBits) {
   if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  ThreadPool threads(3);  // 37 groups of 512 channels split over the pool
+  CpuExec ex = CpuExec::serial();
+  ex.pool = &threads;
   for (int r : {2, 3, 4})
     for (int64_t D : {1, 7, 8, 9, 16, 33, 512})
       for (int64_t groups : {1, 3, 37}) {
@@ -38,7 +42,7 @@ TEST(CompressorFast, PoolingGivesTheReferenceBits) {
         if (D > 2) b[1] = b[D + 1];  // ties in the max
         std::vector<float> o1(groups * D), o2(groups * D, -1.0f);
         compressor_pool_reference(a.data(), b.data(), groups, r, D, o1.data());
-        compressor_pool_fast(a.data(), b.data(), groups, r, D, o2.data());
+        compressor_pool_fast(ex, a.data(), b.data(), groups, r, D, o2.data());
         EXPECT_TRUE(same_bits(o1, o2)) << "r " << r << " D " << D << " groups " << groups;
       }
 }
@@ -75,7 +79,7 @@ FeedResult feed(const CompressorSetup& s, int r, const std::vector<float>& x, in
     CompressedGroups out;
     const float* xs = x.data() + done * s.config.hidden_size;
     if (fast) {
-      compressor_step_fast(s.config, s.w, kv, xs, n, out);
+      compressor_step_fast(CpuExec::serial(), s.config, s.w, kv, xs, n, out);
     } else {
       compressor_step_reference(s.config, s.w, kv, xs, n, out);
     }

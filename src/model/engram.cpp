@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "kernels/cpu/block_kernels.h"
-#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "model/dequant.h"
 
@@ -105,13 +104,13 @@ Status engram_gather_reference(const EngramShape& shape, const EngramWeights& w,
   return gather_range(shape, w, row_ids, 0, tokens, r);
 }
 
-Status engram_gather_fast(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids, int64_t tokens,
-                          float* r) {
+Status engram_gather_fast(const CpuExec& ex, const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
+                          int64_t tokens, float* r) {
   DSV41_RETURN_IF_ERROR(check_rows(shape, w, row_ids, tokens));
   const int64_t in = shape.columns * shape.head_dim;
   std::mutex mu;
   Status first_error = ok_status();
-  parallel_items(tokens, in, [&](int64_t t0, int64_t t1) {
+  ex.parallel_items(tokens, in, [&](int64_t t0, int64_t t1) {
     Status s = gather_range(shape, w, row_ids, t0, t1, r + t0 * in);
     if (!s.ok()) {
       std::lock_guard<std::mutex> lock(mu);
@@ -140,23 +139,23 @@ Status engram_forward_reference(const EngramShape& shape, const EngramWeights& w
   return ok_status();
 }
 
-Status engram_forward_fast(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
+Status engram_forward_fast(const CpuExec& ex, const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
                            int64_t tokens, float* x) {
   const int64_t in = shape.columns * shape.head_dim;
   const int64_t out = (shape.hc + 1) * shape.dim;
   std::vector<float> r(tokens * in), kv(tokens * out);
-  DSV41_RETURN_IF_ERROR(engram_gather_fast(shape, w, row_ids, tokens, r.data()));
-  gemm_f32(r.data(), tokens, in, w.wkv, out, kv.data());
-  parallel_items(tokens, 4 * shape.hc * shape.dim, [&](int64_t t0, int64_t t1) {
+  DSV41_RETURN_IF_ERROR(engram_gather_fast(ex, shape, w, row_ids, tokens, r.data()));
+  gemm_f32(ex, r.data(), tokens, in, w.wkv, out, kv.data());
+  ex.parallel_items(tokens, 4 * shape.hc * shape.dim, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
       gate_and_write_fast(shape, w, kv.data() + t * out, x + t * shape.hc * shape.dim);
   });
   return ok_status();
 }
 
-Status engram_forward(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids, int64_t tokens,
-                      float* x) {
-  if (fast_blocks_enabled()) return engram_forward_fast(shape, w, row_ids, tokens, x);
+Status engram_forward(const CpuExec& ex, const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
+                      int64_t tokens, float* x) {
+  if (ex.use_fast()) return engram_forward_fast(ex, shape, w, row_ids, tokens, x);
   return engram_forward_reference(shape, w, row_ids, tokens, x);
 }
 

@@ -12,10 +12,10 @@
 // mapped checkpoint tensor and dequantised only for the ids of the call (dequant.h,
 // dequantize_rows: exactly the values a whole-table widening gives).
 //
-// Reference vs fast (engram_forward picks one, kernels/cpu/dispatch.h): the reference gathers
-// sequentially, projects with double accumulation and forms the gate sums in scalar double; the
-// fast path gathers threaded over tokens, projects with one gemm_f32 and forms the gate sums in
-// AVX2 double lanes, threaded over tokens. They agree to float rounding (the projection); the
+// Reference vs fast (engram_forward picks one by ex.use_fast(), kernels/cpu/cpu_exec.h): the
+// reference gathers sequentially, projects with double accumulation and forms the gate sums in
+// scalar double; the fast path gathers threaded over tokens, projects with one gemm_f32 and forms
+// the gate sums in AVX2 double lanes, threaded over tokens. They agree to float rounding (the projection); the
 // gathered rows are identical.
 #pragma once
 
@@ -24,6 +24,7 @@
 #include "base/status.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "kernels/cpu/cpu_exec.h"
 
 namespace dsv41 {
 
@@ -53,18 +54,18 @@ struct EngramWeights {
 // row that cannot be decoded (a NaN scale, say: the message names the tensor).
 Status engram_gather_reference(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
                                int64_t tokens, float* r);
-// Same, threaded over tokens; identical values.
-Status engram_gather_fast(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids, int64_t tokens,
-                          float* r);
+// Same, threaded over tokens on ex.pool; identical values.
+Status engram_gather_fast(const CpuExec& ex, const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
+                          int64_t tokens, float* r);
 
 // x [T, hc, d] updated in place; row_ids [T, columns]. A row id outside the table (or a failed
 // row read) fails the call before anything is written. engram_forward_fast needs a CPU with
 // AVX2 and FMA; engram_forward checks.
 Status engram_forward_reference(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
                                 int64_t tokens, float* x);
-Status engram_forward_fast(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
+Status engram_forward_fast(const CpuExec& ex, const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
                            int64_t tokens, float* x);
-Status engram_forward(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids, int64_t tokens,
-                      float* x);
+Status engram_forward(const CpuExec& ex, const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
+                      int64_t tokens, float* x);
 
 }  // namespace dsv41

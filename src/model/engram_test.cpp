@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "base/numerics.h"
-#include "kernels/cpu/dispatch.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/cpu_exec.h"
 #include "model/dequant.h"
 
 namespace dsv41 {
@@ -39,7 +40,7 @@ TEST(Engram, ReferenceFastAndFormulaAgree) {
     auto x0 = random_vec(T * hc * dim, rng);
     auto x1 = x0, x2 = x0;
     ASSERT_TRUE(engram_forward_reference(s, w, ids.data(), T, x1.data()).ok());
-    ASSERT_TRUE(engram_forward(s, w, ids.data(), T, x2.data()).ok());
+    ASSERT_TRUE(engram_forward(CpuExec::serial(), s, w, ids.data(), T, x2.data()).ok());
     for (int64_t t = 0; t < T; ++t) {
       // kv in double
       const int64_t in = cols * head;
@@ -67,7 +68,7 @@ TEST(Engram, ReferenceFastAndFormulaAgree) {
     }
     ids[3] = rows;  // out of range: error, nothing written
     auto x3 = x0;
-    EXPECT_FALSE(engram_forward(s, w, ids.data(), T, x3.data()).ok());
+    EXPECT_FALSE(engram_forward(CpuExec::serial(), s, w, ids.data(), T, x3.data()).ok());
     EXPECT_EQ(x3, x0);
   }
 }
@@ -127,6 +128,9 @@ struct StoredTable {
 // margin yet catches any real fault (a wrong row, lane or tail moves values by ≳ 1e-2).
 TEST(EngramFast, MatchesReferenceAndStoredTablesGiveTheWidenedBits) {
   if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  ThreadPool pool(3);  // the fast paths' token loops split over 3 threads
+  CpuExec ex = CpuExec::serial();
+  ex.pool = &pool;
   struct Case {
     int hc;
     int64_t dim;
@@ -152,17 +156,17 @@ TEST(EngramFast, MatchesReferenceAndStoredTablesGiveTheWidenedBits) {
 
     std::vector<float> r1(T * in), r2(T * in, -1.0f);
     ASSERT_TRUE(engram_gather_reference(s, w, ids.data(), T, r1.data()).ok());
-    ASSERT_TRUE(engram_gather_fast(s, w, ids.data(), T, r2.data()).ok());
+    ASSERT_TRUE(engram_gather_fast(ex, s, w, ids.data(), T, r2.data()).ok());
     EXPECT_TRUE(same_bits(r1, r2)) << where;
 
     auto x1 = x0, x2 = x0;
     ASSERT_TRUE(engram_forward_reference(s, w, ids.data(), T, x1.data()).ok());
-    ASSERT_TRUE(engram_forward_fast(s, w, ids.data(), T, x2.data()).ok());
+    ASSERT_TRUE(engram_forward_fast(ex, s, w, ids.data(), T, x2.data()).ok());
     for (size_t i = 0; i < x1.size(); ++i) ASSERT_NEAR(x1[i], x2[i], 2e-5 * (1 + std::fabs(x1[i]))) << where << " " << i;
     // One call or token by token: the same bits.
     auto x3 = x0;
     for (int64_t t = 0; t < T; ++t)
-      ASSERT_TRUE(engram_forward_fast(s, w, ids.data() + t * k.cols, 1, x3.data() + t * k.hc * k.dim).ok());
+      ASSERT_TRUE(engram_forward_fast(ex, s, w, ids.data() + t * k.cols, 1, x3.data() + t * k.hc * k.dim).ok());
     EXPECT_TRUE(same_bits(x2, x3)) << where;
 
     // Rows dequantised from a stored table = the whole table widened, bit for bit, both paths.
@@ -175,11 +179,11 @@ TEST(EngramFast, MatchesReferenceAndStoredTablesGiveTheWidenedBits) {
       std::vector<float> g1(T * in), g2(T * in), g3(T * in);
       ASSERT_TRUE(engram_gather_reference(s, dense, ids.data(), T, g1.data()).ok());
       ASSERT_TRUE(engram_gather_reference(s, stored, ids.data(), T, g2.data()).ok());
-      ASSERT_TRUE(engram_gather_fast(s, stored, ids.data(), T, g3.data()).ok());
+      ASSERT_TRUE(engram_gather_fast(ex, s, stored, ids.data(), T, g3.data()).ok());
       EXPECT_TRUE(same_bits(g1, g2) && same_bits(g1, g3)) << where << (fp8 ? " fp8" : " bf16");
       auto a1 = x0, a2 = x0, b1 = x0, b2 = x0;
-      ASSERT_TRUE(engram_forward_fast(s, dense, ids.data(), T, a1.data()).ok());
-      ASSERT_TRUE(engram_forward_fast(s, stored, ids.data(), T, a2.data()).ok());
+      ASSERT_TRUE(engram_forward_fast(ex, s, dense, ids.data(), T, a1.data()).ok());
+      ASSERT_TRUE(engram_forward_fast(ex, s, stored, ids.data(), T, a2.data()).ok());
       ASSERT_TRUE(engram_forward_reference(s, dense, ids.data(), T, b1.data()).ok());
       ASSERT_TRUE(engram_forward_reference(s, stored, ids.data(), T, b2.data()).ok());
       EXPECT_TRUE(same_bits(a1, a2) && same_bits(b1, b2)) << where << (fp8 ? " fp8" : " bf16");
@@ -187,7 +191,7 @@ TEST(EngramFast, MatchesReferenceAndStoredTablesGiveTheWidenedBits) {
       auto bad = ids;
       bad.back() = -1;
       auto x4 = x0;
-      EXPECT_FALSE(engram_forward_fast(s, stored, bad.data(), T, x4.data()).ok());
+      EXPECT_FALSE(engram_forward_fast(ex, s, stored, bad.data(), T, x4.data()).ok());
       EXPECT_FALSE(engram_forward_reference(s, stored, bad.data(), T, x4.data()).ok());
       EXPECT_EQ(x4, x0);
     }
@@ -211,10 +215,11 @@ TEST(EngramFast, UndecodableStoredRowFailsNamingTheTensor) {
   std::vector<int64_t> ids(T * s.columns, 1);
   ids[7] = 5;
   const auto x0 = random_vec(T * s.hc * s.dim, rng);
+  const CpuExec ex = CpuExec::serial();
   for (bool fast : {false, true}) {
     if (fast && !cpu_has_avx2_fma()) continue;
     auto x = x0;
-    const Status st_ = fast ? engram_forward_fast(s, w, ids.data(), T, x.data())
+    const Status st_ = fast ? engram_forward_fast(ex, s, w, ids.data(), T, x.data())
                             : engram_forward_reference(s, w, ids.data(), T, x.data());
     ASSERT_FALSE(st_.ok());
     EXPECT_NE(st_.message().find("engram.fp8"), std::string::npos) << st_.message();

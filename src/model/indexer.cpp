@@ -26,14 +26,14 @@ std::vector<int32_t> largest(const float* v, int64_t size, int64_t n) {
 
 }  // namespace
 
-void indexer_queries(const ModelConfig& config, const AttentionWeights& w, const Rope& rope, const float* c,
-                     const float* x, int64_t T, int64_t start_pos, std::vector<float>& q,
+void indexer_queries(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
+                     const float* c, const float* x, int64_t T, int64_t start_pos, std::vector<float>& q,
                      std::vector<float>& head_weights) {
   const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
   q.resize(static_cast<size_t>(T * nh * dh));
   head_weights.resize(static_cast<size_t>(T * nh));
-  gemm_f32(c, T, config.q_lora_rank, w.indexer_wq_b.data(), nh * dh, q.data());
-  gemm_f32(x, T, config.hidden_size, w.indexer_weights_proj.data(), nh, head_weights.data());
+  gemm_f32(ex, c, T, config.q_lora_rank, w.indexer_wq_b.data(), nh * dh, q.data());
+  gemm_f32(ex, x, T, config.hidden_size, w.indexer_weights_proj.data(), nh, head_weights.data());
   const float heads_scaling = static_cast<float>(std::pow(static_cast<double>(nh), -0.5));
   std::vector<float> cs(rope.rope_dim() / 2), sn(rope.rope_dim() / 2);
   for (int64_t i = 0; i < T; ++i) {

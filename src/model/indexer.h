@@ -24,9 +24,10 @@
 namespace dsv41 {
 
 // Index queries and head weights of T tokens: q [T, nh·dh] (rotated + MXFP4 fake-quantised),
-// head_weights [T, nh] (already × nh^-1/2). c: [T, q_lora_rank], x: [T, hidden].
-void indexer_queries(const ModelConfig& config, const AttentionWeights& w, const Rope& rope, const float* c,
-                     const float* x, int64_t T, int64_t start_pos, std::vector<float>& q,
+// head_weights [T, nh] (already × nh^-1/2). c: [T, q_lora_rank], x: [T, hidden]. The two
+// projections are gemm_f32 on ex.pool.
+void indexer_queries(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
+                     const float* c, const float* x, int64_t T, int64_t start_pos, std::vector<float>& q,
                      std::vector<float>& head_weights);
 
 // scores[rows, G] for query rows [row0, row0+rows) of the chunk against entries [0, G) of `kv`,

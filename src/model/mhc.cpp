@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "kernels/cpu/block_kernels.h"
-#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
 
 namespace dsv41 {
@@ -100,13 +99,13 @@ void mhc_coefficients_reference(const MhcShape& shape, const MhcWeights& w, cons
   }
 }
 
-void mhc_coefficients_fast(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens, float* pre,
-                           float* post, float* comb) {
+void mhc_coefficients_fast(const CpuExec& ex, const MhcShape& shape, const MhcWeights& w, const float* x,
+                           int64_t tokens, float* pre, float* post, float* comb) {
   const int64_t flat = shape.hc * shape.dim;
   const int64_t mix = shape.mix_width();
   const int hc = shape.hc;
   std::vector<float> normed(tokens * flat);  // [T, hc·d]
-  parallel_items(tokens, flat, [&](int64_t t0, int64_t t1) {
+  ex.parallel_items(tokens, flat, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* f = x + t * flat;
       const double ss = sum_squares_avx2(f, flat);
@@ -115,17 +114,17 @@ void mhc_coefficients_fast(const MhcShape& shape, const MhcWeights& w, const flo
     }
   });
   std::vector<float> m(tokens * mix);  // [T, (2+hc)·hc]
-  gemm_f32(normed.data(), tokens, flat, w.fn, mix, m.data());
+  gemm_f32(ex, normed.data(), tokens, flat, w.fn, mix, m.data());
   // Gates + Sinkhorn: ≈ 4·iters·hc² operations per token.
-  parallel_items(tokens, 4 * int64_t(shape.sinkhorn_iters) * hc * hc, [&](int64_t t0, int64_t t1) {
+  ex.parallel_items(tokens, 4 * int64_t(shape.sinkhorn_iters) * hc * hc, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
       finish_coefficients(shape, w, m.data() + t * mix, pre + t * hc, post + t * hc, comb + t * hc * hc);
   });
 }
 
-void mhc_coefficients(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens, float* pre,
-                      float* post, float* comb) {
-  if (fast_blocks_enabled()) return mhc_coefficients_fast(shape, w, x, tokens, pre, post, comb);
+void mhc_coefficients(const CpuExec& ex, const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens,
+                      float* pre, float* post, float* comb) {
+  if (ex.use_fast()) return mhc_coefficients_fast(ex, shape, w, x, tokens, pre, post, comb);
   mhc_coefficients_reference(shape, w, x, tokens, pre, post, comb);
 }
 
@@ -144,16 +143,18 @@ void mhc_collapse_reference(const MhcShape& shape, const float* x, const float* 
   }
 }
 
-void mhc_collapse_fast(const MhcShape& shape, const float* x, const float* pre, int64_t tokens, float* y) {
+void mhc_collapse_fast(const CpuExec& ex, const MhcShape& shape, const float* x, const float* pre, int64_t tokens,
+                       float* y) {
   const int hc = shape.hc;
   const int64_t d = shape.dim;
-  parallel_items(tokens, hc * d, [&](int64_t t0, int64_t t1) {
+  ex.parallel_items(tokens, hc * d, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) mhc_collapse_avx2(x + t * hc * d, pre + t * hc, hc, d, y + t * d);
   });
 }
 
-void mhc_collapse(const MhcShape& shape, const float* x, const float* pre, int64_t tokens, float* y) {
-  if (fast_blocks_enabled()) return mhc_collapse_fast(shape, x, pre, tokens, y);
+void mhc_collapse(const CpuExec& ex, const MhcShape& shape, const float* x, const float* pre, int64_t tokens,
+                  float* y) {
+  if (ex.use_fast()) return mhc_collapse_fast(ex, shape, x, pre, tokens, y);
   mhc_collapse_reference(shape, x, pre, tokens, y);
 }
 
@@ -177,19 +178,19 @@ void mhc_expand_reference(const MhcShape& shape, const float* a, const float* x,
   }
 }
 
-void mhc_expand_fast(const MhcShape& shape, const float* a, const float* x, const float* post, const float* comb,
-                     int64_t tokens, float* out) {
+void mhc_expand_fast(const CpuExec& ex, const MhcShape& shape, const float* a, const float* x, const float* post,
+                     const float* comb, int64_t tokens, float* out) {
   const int hc = shape.hc;
   const int64_t d = shape.dim;
-  parallel_items(tokens, hc * hc * d, [&](int64_t t0, int64_t t1) {
+  ex.parallel_items(tokens, hc * hc * d, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
       mhc_expand_avx2(a + t * d, x + t * hc * d, post + t * hc, comb + t * hc * hc, hc, d, out + t * hc * d);
   });
 }
 
-void mhc_expand(const MhcShape& shape, const float* a, const float* x, const float* post, const float* comb,
-                int64_t tokens, float* out) {
-  if (fast_blocks_enabled()) return mhc_expand_fast(shape, a, x, post, comb, tokens, out);
+void mhc_expand(const CpuExec& ex, const MhcShape& shape, const float* a, const float* x, const float* post,
+                const float* comb, int64_t tokens, float* out) {
+  if (ex.use_fast()) return mhc_expand_fast(ex, shape, a, x, post, comb, tokens, out);
   mhc_expand_reference(shape, a, x, post, comb, tokens, out);
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "format/config.h"
+#include "kernels/cpu/cpu_exec.h"
 
 namespace dsv41 {
 
@@ -35,8 +36,8 @@ struct MhcWeights {
 };
 
 // Each operation has a plain scalar *_reference, a *_fast path (AVX2 inner loops from
-// kernels/cpu/block_kernels.h, threaded over tokens) and an unsuffixed entry that picks one at run
-// time (kernels/cpu/dispatch.h: the fast path on AVX2+FMA CPUs unless DSV41_FORCE_SCALAR is set).
+// kernels/cpu/block_kernels.h, threaded over tokens on ex.pool) and an unsuffixed entry that picks
+// one at run time (kernels/cpu/cpu_exec.h: the fast path when ex.use_fast()).
 // How they agree: collapse and expand give identical bits; the coefficients agree to float
 // rounding (the fast projection is a GEMM with float lanes, the reference accumulates in double),
 // the Sinkhorn part being the same scalar code on the same projection.
@@ -48,24 +49,26 @@ struct MhcWeights {
 // AVX2 (double lanes) and the gates + Sinkhorn threaded over tokens.
 void mhc_coefficients_reference(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens,
                                 float* pre, float* post, float* comb);
-void mhc_coefficients_fast(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens, float* pre,
-                           float* post, float* comb);
-void mhc_coefficients(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens, float* pre,
-                      float* post, float* comb);
+void mhc_coefficients_fast(const CpuExec& ex, const MhcShape& shape, const MhcWeights& w, const float* x,
+                           int64_t tokens, float* pre, float* post, float* comb);
+void mhc_coefficients(const CpuExec& ex, const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens,
+                      float* pre, float* post, float* comb);
 
 // y[t] = Σ_j pre[t, j] · X[t, j]   (fp32, j ascending).   x [T, hc, d], pre [T, hc] → y [T, d]
 void mhc_collapse_reference(const MhcShape& shape, const float* x, const float* pre, int64_t tokens, float* y);
-void mhc_collapse_fast(const MhcShape& shape, const float* x, const float* pre, int64_t tokens, float* y);
-void mhc_collapse(const MhcShape& shape, const float* x, const float* pre, int64_t tokens, float* y);
+void mhc_collapse_fast(const CpuExec& ex, const MhcShape& shape, const float* x, const float* pre, int64_t tokens,
+                       float* y);
+void mhc_collapse(const CpuExec& ex, const MhcShape& shape, const float* x, const float* pre, int64_t tokens,
+                  float* y);
 
 // out[t, i] = post[t, i] · a[t] + Σ_j comb[t, j, i] · X[t, j]   (fp32).
 // a [T, d], x [T, hc, d] → out [T, hc, d]; out must not alias x.
 void mhc_expand_reference(const MhcShape& shape, const float* a, const float* x, const float* post,
                           const float* comb, int64_t tokens, float* out);
-void mhc_expand_fast(const MhcShape& shape, const float* a, const float* x, const float* post, const float* comb,
-                     int64_t tokens, float* out);
-void mhc_expand(const MhcShape& shape, const float* a, const float* x, const float* post, const float* comb,
-                int64_t tokens, float* out);
+void mhc_expand_fast(const CpuExec& ex, const MhcShape& shape, const float* a, const float* x, const float* post,
+                     const float* comb, int64_t tokens, float* out);
+void mhc_expand(const CpuExec& ex, const MhcShape& shape, const float* a, const float* x, const float* post,
+                const float* comb, int64_t tokens, float* out);
 
 // X^(0) = hc identical copies of the embedding row.  e [T, d] → x [T, hc, d]
 void mhc_init_streams(const MhcShape& shape, const float* e, int64_t tokens, float* x);

@@ -3,13 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/dispatch.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/cpu_exec.h"
 
 namespace dsv41 {
 namespace {
@@ -81,7 +81,7 @@ TEST_P(MhcShapes, ReferenceFastAndFormulaAgree) {
   std::vector<float> pre(tokens * hc), post(tokens * hc), comb(tokens * hc * hc);
   std::vector<float> pre2(pre.size()), post2(post.size()), comb2(comb.size());
   mhc_coefficients_reference(s, w, x.data(), tokens, pre.data(), post.data(), comb.data());
-  mhc_coefficients(s, w, x.data(), tokens, pre2.data(), post2.data(), comb2.data());
+  mhc_coefficients(CpuExec::serial(), s, w, x.data(), tokens, pre2.data(), post2.data(), comb2.data());
   for (int t = 0; t < tokens; ++t) {
     std::vector<double> dp, dq, dc;
     h_double(s, fn.data(), base.data(), scale.data(), x.data() + t * n, dp, dq, dc);
@@ -139,14 +139,14 @@ TEST(Mhc, CollapseExpandAndInit) {
   mhc_init_streams(s, e.data(), T, x.data());
   mhc_initial_pre(s, T, pre.data());
   std::vector<float> y(T * s.dim);
-  mhc_collapse(s, x.data(), pre.data(), T, y.data());
+  mhc_collapse(CpuExec::serial(), s, x.data(), pre.data(), T, y.data());
   EXPECT_EQ(y, e);  // one-hot mix of identical copies reads the embedding back exactly
   auto post = random_vec(T * s.hc, rng);
   auto comb = random_vec(T * s.hc * s.hc, rng);
   auto a = random_vec(T * s.dim, rng);
   auto x2 = random_vec(T * s.hc * s.dim, rng);
   std::vector<float> out(x2.size());
-  mhc_expand(s, a.data(), x2.data(), post.data(), comb.data(), T, out.data());
+  mhc_expand(CpuExec::serial(), s, a.data(), x2.data(), post.data(), comb.data(), T, out.data());
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < s.hc; ++i)
       for (int c = 0; c < s.dim; ++c) {
@@ -158,10 +158,20 @@ TEST(Mhc, CollapseExpandAndInit) {
 }
 
 
-// ---- Fast path vs scalar reference (kernels/cpu/dispatch.h) ---------------------------------
+// ---- Fast path vs scalar reference (kernels/cpu/cpu_exec.h) ---------------------------------
 // Boundary sizes: one token, odd token counts, widths below / at / above the 8- and 16-float
 // vector steps and not multiples of 8, hc 1, 2 and 4, and a size big enough (T·hc·d ≥ 64K) that
 // the fast path splits the tokens over the thread pool.
+
+// The fast paths on a pool of 3 threads, so the big cases really split their tokens.
+struct PooledExec {
+  ThreadPool pool{3};
+  CpuExec ex;
+  PooledExec() {
+    ex = CpuExec::serial();
+    ex.pool = &pool;
+  }
+};
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
@@ -176,6 +186,7 @@ const FastCase kFastCases[] = {{1, 1, 1}, {2, 7, 3},   {4, 8, 1},    {4, 15, 5},
 
 TEST(MhcFast, CollapseAndExpandGiveTheReferenceBits) {
   if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  PooledExec pe;
   for (const FastCase& fc : kFastCases) {
     std::mt19937 rng(static_cast<uint32_t>(fc.hc * 1000 + fc.dim + fc.tokens));
     MhcShape s;
@@ -186,11 +197,11 @@ TEST(MhcFast, CollapseAndExpandGiveTheReferenceBits) {
     auto comb = random_vec(T * fc.hc * fc.hc, rng), a = random_vec(T * fc.dim, rng);
     std::vector<float> y1(T * fc.dim), y2(T * fc.dim, -1.0f);
     mhc_collapse_reference(s, x.data(), pre.data(), T, y1.data());
-    mhc_collapse_fast(s, x.data(), pre.data(), T, y2.data());
+    mhc_collapse_fast(pe.ex, s, x.data(), pre.data(), T, y2.data());
     EXPECT_TRUE(same_bits(y1, y2)) << "collapse hc " << fc.hc << " d " << fc.dim << " T " << fc.tokens;
     std::vector<float> o1(T * n), o2(T * n, -1.0f);
     mhc_expand_reference(s, a.data(), x.data(), post.data(), comb.data(), T, o1.data());
-    mhc_expand_fast(s, a.data(), x.data(), post.data(), comb.data(), T, o2.data());
+    mhc_expand_fast(pe.ex, s, a.data(), x.data(), post.data(), comb.data(), T, o2.data());
     EXPECT_TRUE(same_bits(o1, o2)) << "expand hc " << fc.hc << " d " << fc.dim << " T " << fc.tokens;
   }
 }
@@ -202,6 +213,7 @@ TEST(MhcFast, CollapseAndExpandGiveTheReferenceBits) {
 // outputs with a wide margin while any real error (a wrong lane, a skipped tail) is ≥ 1e-3.
 TEST(MhcFast, CoefficientsMatchTheReferenceAndIgnoreChunking) {
   if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  PooledExec pe;
   for (const FastCase& fc : kFastCases) {
     std::mt19937 rng(static_cast<uint32_t>(fc.hc * 7000 + fc.dim + fc.tokens));
     MhcShape s;
@@ -218,7 +230,7 @@ TEST(MhcFast, CoefficientsMatchTheReferenceAndIgnoreChunking) {
     std::vector<float> pre(T * hc), post(T * hc), comb(T * hc * hc);
     std::vector<float> pre2(pre.size()), post2(post.size()), comb2(comb.size());
     mhc_coefficients_reference(s, w, x.data(), T, pre.data(), post.data(), comb.data());
-    mhc_coefficients_fast(s, w, x.data(), T, pre2.data(), post2.data(), comb2.data());
+    mhc_coefficients_fast(pe.ex, s, w, x.data(), T, pre2.data(), post2.data(), comb2.data());
     for (size_t i = 0; i < pre.size(); ++i) {
       EXPECT_NEAR(pre[i], pre2[i], 2e-5) << "pre " << i << " hc " << hc << " d " << fc.dim;
       EXPECT_NEAR(post[i], post2[i], 2e-5) << "post " << i << " hc " << hc << " d " << fc.dim;
@@ -227,22 +239,44 @@ TEST(MhcFast, CoefficientsMatchTheReferenceAndIgnoreChunking) {
     // Token by token gives the same bits as one call (the GEMM's per-row order is fixed).
     std::vector<float> pre3(pre.size()), post3(post.size()), comb3(comb.size());
     for (int64_t t = 0; t < T; ++t)
-      mhc_coefficients_fast(s, w, x.data() + t * n, 1, pre3.data() + t * hc, post3.data() + t * hc,
+      mhc_coefficients_fast(pe.ex, s, w, x.data() + t * n, 1, pre3.data() + t * hc, post3.data() + t * hc,
                             comb3.data() + t * hc * hc);
     EXPECT_TRUE(same_bits(pre2, pre3) && same_bits(post2, post3) && same_bits(comb2, comb3))
         << "hc " << hc << " d " << fc.dim << " T " << T;
   }
 }
 
-TEST(MhcFast, DispatchFollowsForceScalar) {
+// The unsuffixed entries follow the exec they are given, call by call: fast = false runs the
+// reference, fast = true the fast path (bit for bit each), whatever another exec asked before.
+TEST(MhcFast, DispatchFollowsTheExec) {
   if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
-  set_force_scalar(true);
-  EXPECT_FALSE(fast_blocks_enabled());
-  set_force_scalar(false);
-  // DSV41_FORCE_SCALAR in the environment keeps the reference even then.
-  const char* env = std::getenv("DSV41_FORCE_SCALAR");
-  const bool env_forces = env != nullptr && *env != '\0' && std::string(env) != "0";
-  EXPECT_EQ(fast_blocks_enabled(), !env_forces);
+  MhcShape s;
+  s.hc = 4;
+  s.dim = 100;
+  s.sinkhorn_iters = 20;
+  const int64_t T = 7, n = s.hc * s.dim;
+  std::mt19937 rng(99);
+  auto fn = random_vec(s.mix_width() * n, rng, 1.0f / std::sqrt(float(n)));
+  auto base = random_vec(s.mix_width(), rng, 0.5f), x = random_vec(T * n, rng, 3.0f);
+  std::vector<float> scale = {0.9f, 1.2f, 1.7f};
+  const MhcWeights w{fn.data(), base.data(), scale.data()};
+  const size_t np = T * s.hc, nc = T * s.hc * s.hc;
+  std::vector<float> pr(np), qr(np), cr(nc), pf(np), qf(np), cf(nc);
+  mhc_coefficients_reference(s, w, x.data(), T, pr.data(), qr.data(), cr.data());
+  PooledExec pe;
+  mhc_coefficients_fast(pe.ex, s, w, x.data(), T, pf.data(), qf.data(), cf.data());
+  ASSERT_FALSE(same_bits(cr, cf)) << "the test needs inputs where the two paths differ";
+  CpuExec scalar = pe.ex;
+  scalar.fast = false;
+  EXPECT_FALSE(scalar.use_fast());
+  EXPECT_TRUE(pe.ex.use_fast());
+  for (int round = 0; round < 2; ++round) {
+    std::vector<float> p(np), q(np), c(nc);
+    mhc_coefficients(scalar, s, w, x.data(), T, p.data(), q.data(), c.data());
+    EXPECT_TRUE(same_bits(p, pr) && same_bits(q, qr) && same_bits(c, cr)) << "scalar, round " << round;
+    mhc_coefficients(pe.ex, s, w, x.data(), T, p.data(), q.data(), c.data());
+    EXPECT_TRUE(same_bits(p, pf) && same_bits(q, qf) && same_bits(c, cf)) << "fast, round " << round;
+  }
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -86,11 +85,6 @@ Status narrow_attention(const WeightRegistry& reg, AttentionWeights& w) {
   return ok_status();
 }
 
-bool env_forces_f32() {
-  const char* v = std::getenv("DSV41_F32_WEIGHTS");
-  return v != nullptr && v[0] != '\0' && std::string(v) != "0";
-}
-
 // Every `layers.i.attn.*` tensor the checkpoint has, into AttentionWeights; check_attention_weights
 // (attention.h) then verifies that exactly the layer role's tensors are there with the right sizes.
 // (attention.h also declares load_attention_weights; it was not implemented on the attention
@@ -152,8 +146,16 @@ Status Model::init_common() {
   return ok_status();
 }
 
+void Model::init_exec(const ModelLoadOptions& options) {
+  const int threads = options.threads > 0 ? options.threads : hardware_threads();
+  if (threads > 1) pool_ = std::make_unique<ThreadPool>(threads);
+  exec_.pool = pool_.get();
+  exec_.fast = !options.force_scalar && cpu_has_avx2_fma();
+}
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelLoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
+  m->init_exec(options);
   DSV41_ASSIGN_OR_RETURN(m->config_, load_model_config(dir));
   DSV41_RETURN_IF_ERROR(m->init_common());
   if (!m->config_.engram_layer_ids.empty()) {
@@ -193,8 +195,10 @@ Model::MatrixBytes Model::matrix_bytes() const {
   return b;
 }
 
-Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t seed) {
+Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t seed,
+                                                     const ModelLoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
+  m->init_exec(options);
   const auto primes = engram_bucket_primes(config);
   config.engram_num_embeddings.clear();
   for (const auto& layer : primes) {
@@ -271,7 +275,7 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
   const int64_t d = c.hidden_size, V = c.vocab_size, hc = c.hc_mult, mix = (2 + hc) * hc;
   DSV41_RETURN_IF_ERROR(load_exact(reg, "embed.weight", V * d, embed_));
   DSV41_RETURN_IF_ERROR(load_exact(reg, "norm.weight", d, final_norm_));
-  const bool bf16 = !options.f32_weights && !env_forces_f32();
+  const bool bf16 = !options.f32_weights;
   DSV41_RETURN_IF_ERROR(load_matrix(reg, "head.weight", V * d, bf16, head_));
   layers_.resize(c.num_hidden_layers);
   for (const LayerInfo& info : plan_.layers) {

@@ -16,11 +16,13 @@
 // whose values are all bf16-exact are held as bf16 bits and widened exactly inside the GEMM,
 // same bits as the fp32 copy: weight_matrix.h, ModelLoadOptions::f32_weights); the only
 // roundings to a narrower format are the cache fake-quantisers inside attention (see
-// attention.h). The blocks' fast paths (kernels/cpu/dispatch.h) sum in other orders than the
+// attention.h). The blocks' fast paths (kernels/cpu/cpu_exec.h) sum in other orders than the
 // scalar references, so the two agree to float rounding, not bit for bit (each block's header
 // says which parts are bit-identical); the fast path's results do not depend on the thread count
 // or on how a prompt is split into chunks.
 // The model is immutable after load and may be shared by many engines and sequences.
+// Owns: a thread pool and the CpuExec (ModelLoadOptions) that CPU backends use by default, so
+// models with different options live side by side in one process.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +32,10 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "cache/sequence_cache.h"
 #include "format/config.h"
+#include "kernels/cpu/cpu_exec.h"
 #include "model/attention.h"
 #include "model/engram.h"
 #include "model/engram_hash.h"
@@ -99,9 +103,15 @@ struct ModelLoadOptions {
   // the attention projections wq_a / wq_b / wkv / wo_a / wo_b are held as bf16 when the checkpoint
   // stores them narrower than F32 (BF16, F16, FP8 or FP4 with power-of-two scales) and every
   // dequantised value round-trips through bf16 bit for bit; the logits are the same bits either
-  // way (weight_matrix.h), only the bytes read per token halve. The environment variable
-  // DSV41_F32_WEIGHTS=1 forces float32 too (for A/B runs).
+  // way (weight_matrix.h), only the bytes read per token halve (the app sets it from
+  // DSV41_F32_WEIGHTS=1, for A/B runs). Random models are float32 anyway.
   bool f32_weights = false;
+  // Threads of the model's own pool, the caller included: 0 = hardware concurrency, 1 = no
+  // worker threads (everything on the calling thread).
+  int threads = 0;
+  // Run the blocks' scalar references (mHC, Engram, compressor) instead of their fast paths:
+  // a diagnostic that checks the fast path (app: --scalar, DSV41_FORCE_SCALAR=1).
+  bool force_scalar = false;
 };
 
 class Model {
@@ -115,7 +125,8 @@ class Model {
   // Deterministic random weights for any valid config (tests of shapes unlike the fixtures).
   // engram_num_embeddings is derived from the bucket primes; the Engram token map is
   // id mod engram_compressed_vocab_size (needs vocab_size ≥ engram_compressed_vocab_size).
-  static Result<std::unique_ptr<Model>> create_random(ModelConfig config, uint64_t seed);
+  static Result<std::unique_ptr<Model>> create_random(ModelConfig config, uint64_t seed,
+                                                      const ModelLoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const LayerPlan& plan() const { return plan_; }
@@ -130,6 +141,8 @@ class Model {
   const std::vector<float>& final_norm() const { return final_norm_; }  // [d]
   const WeightMatrix& head() const { return head_; }                // [V, d]
   const LayerWeights& layer(int i) const { return layers_[i]; }
+  // The default pool and kernel path of CPU backends over this model.
+  const CpuExec& exec() const { return exec_; }
   // Bytes of the weight matrices held as bf16 / as float32 among those that may be narrowed: the
   // head, the routed and shared experts, attention wq_a / wq_b / wkv / wo_a / wo_b.
   struct MatrixBytes {
@@ -141,6 +154,7 @@ class Model {
   Model() = default;
   Status load_layers(const std::string& dir, const ModelLoadOptions& options);
   Status init_common();
+  void init_exec(const ModelLoadOptions& options);
 
   ModelConfig config_;
   LayerPlan plan_;
@@ -153,6 +167,8 @@ class Model {
   WeightMatrix head_;                      // [V, d]
   std::vector<LayerWeights> layers_;
   std::unique_ptr<WeightRegistry> registry_;  // the mapped checkpoint (null for random models)
+  std::unique_ptr<ThreadPool> pool_;          // null when options.threads == 1
+  CpuExec exec_;                              // borrows pool_
 };
 
 }  // namespace dsv41

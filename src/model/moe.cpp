@@ -123,10 +123,10 @@ void expert_reference(const MoeShape& shape, const ExpertWeights& ew, int64_t in
   for (int64_t c = 0; c < shape.dim; ++c) y[c] += static_cast<float>(dot_reference(ew.w2, c * inter, h.data(), inter));
 }
 
-void route_all(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens, const uint8_t* is_image,
-               int32_t* experts, float* weights) {
+void route_all(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
+               const uint8_t* is_image, int32_t* experts, float* weights) {
   std::vector<float> logits(tokens * shape.n_experts);
-  gemm_f32(x, tokens, shape.dim, w.gate, shape.n_experts, logits.data());
+  gemm_f32(ex, x, tokens, shape.dim, w.gate, shape.n_experts, logits.data());
   for (int64_t t = 0; t < tokens; ++t) {
     float* s = logits.data() + t * shape.n_experts;
     for (int i = 0; i < shape.n_experts; ++i) s[i] /= shape.gate_temp;
@@ -136,9 +136,9 @@ void route_all(const MoeShape& shape, const MoeWeights& w, const float* x, int64
 
 }  // namespace
 
-void moe_route(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens, const uint8_t* is_image,
-               int32_t* experts, float* weights) {
-  route_all(shape, w, x, tokens, is_image, experts, weights);
+void moe_route(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
+               const uint8_t* is_image, int32_t* experts, float* weights) {
+  route_all(ex, shape, w, x, tokens, is_image, experts, weights);
 }
 
 void moe_forward_reference(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
@@ -165,30 +165,30 @@ namespace {
 
 // Runs one expert over a gathered batch: rows [n, dim] with per-row weights, adds W2 h into
 // y at the rows' token indices.
-void expert_batch(const MoeShape& shape, const ExpertWeights& ew, int64_t inter, const float* x,
+void expert_batch(const CpuExec& ex, const MoeShape& shape, const ExpertWeights& ew, int64_t inter, const float* x,
                   const std::vector<int64_t>& rows, const std::vector<float>& row_weight, float* y) {
   const int64_t n = static_cast<int64_t>(rows.size());
   if (n == 0) return;
   std::vector<float> xb(n * shape.dim), g(n * inter), u(n * inter), h(n * inter), out(n * shape.dim);
   for (int64_t r = 0; r < n; ++r)
     std::copy(x + rows[r] * shape.dim, x + (rows[r] + 1) * shape.dim, xb.begin() + r * shape.dim);
-  matmul(xb.data(), n, shape.dim, ew.w1, inter, g.data());
-  matmul(xb.data(), n, shape.dim, ew.w3, inter, u.data());
+  matmul(ex, xb.data(), n, shape.dim, ew.w1, inter, g.data());
+  matmul(ex, xb.data(), n, shape.dim, ew.w3, inter, u.data());
   for (int64_t r = 0; r < n; ++r)
     swiglu(shape, g.data() + r * inter, u.data() + r * inter, inter, row_weight[r], h.data() + r * inter);
-  matmul(h.data(), n, inter, ew.w2, shape.dim, out.data());
+  matmul(ex, h.data(), n, inter, ew.w2, shape.dim, out.data());
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < shape.dim; ++c) y[rows[r] * shape.dim + c] += out[r * shape.dim + c];
 }
 
 }  // namespace
 
-void moe_forward(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens, const uint8_t* is_image,
-                 float* y, int32_t* experts_out, float* weights_out) {
+void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
+                 const uint8_t* is_image, float* y, int32_t* experts_out, float* weights_out) {
   const int k = shape.top_k;
   std::vector<int32_t> chosen(tokens * k);
   std::vector<float> wts(tokens * k);
-  route_all(shape, w, x, tokens, is_image, chosen.data(), wts.data());
+  route_all(ex, shape, w, x, tokens, is_image, chosen.data(), wts.data());
   std::fill(y, y + tokens * shape.dim, 0.0f);
   // Group (token, weight) pairs by expert so each expert's weights are read once per call.
   std::vector<std::vector<int64_t>> rows(shape.n_experts);
@@ -198,11 +198,11 @@ void moe_forward(const MoeShape& shape, const MoeWeights& w, const float* x, int
       rows[chosen[t * k + j]].push_back(t);
       row_w[chosen[t * k + j]].push_back(wts[t * k + j]);
     }
-  for (int e = 0; e < shape.n_experts; ++e) expert_batch(shape, w.experts[e], shape.inter, x, rows[e], row_w[e], y);
+  for (int e = 0; e < shape.n_experts; ++e) expert_batch(ex, shape, w.experts[e], shape.inter, x, rows[e], row_w[e], y);
   if (shape.has_shared) {
     std::vector<int64_t> all(tokens);
     std::iota(all.begin(), all.end(), 0);
-    expert_batch(shape, w.shared, shape.shared_inter, x, all, std::vector<float>(tokens, 1.0f), y);
+    expert_batch(ex, shape, w.shared, shape.shared_inter, x, all, std::vector<float>(tokens, 1.0f), y);
   }
   if (experts_out) std::copy(chosen.begin(), chosen.end(), experts_out);
   if (weights_out) std::copy(wts.begin(), wts.end(), weights_out);

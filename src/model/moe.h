@@ -59,16 +59,17 @@ struct MoeWeights {
 };
 
 // Router only.  x [T, dim]; is_image [T] (null = all text) → experts [T, k] i32, weights [T, k].
-void moe_route(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
+void moe_route(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
                const uint8_t* is_image, int32_t* experts, float* weights);
 
 // Full MoE.  x [T, dim] → y [T, dim]; experts/weights (optional, [T, k]) receive the routing.
 // The reference runs token by token with scalar dot products; the fast path batches the
-// tokens of each expert through gemm_f32 / gemm_bf16w (matmul). Same routing, outputs equal to float rounding.
+// tokens of each expert through gemm_f32 / gemm_bf16w (matmul, threaded on ex.pool). Same routing,
+// outputs equal to float rounding.
 void moe_forward_reference(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
                            const uint8_t* is_image, float* y, int32_t* experts = nullptr,
                            float* weights = nullptr);
-void moe_forward(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
+void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
                  const uint8_t* is_image, float* y, int32_t* experts = nullptr, float* weights = nullptr);
 
 }  // namespace dsv41

@@ -65,7 +65,7 @@ TEST_P(MoeShapes, FastMatchesReference) {
   std::vector<float> y1(T * dim), y2(T * dim), w1(T * k), w2(T * k);
   std::vector<int32_t> e1(T * k), e2(T * k);
   moe_forward_reference(m.shape, m.weights, x.data(), T, image.data(), y1.data(), e1.data(), w1.data());
-  moe_forward(m.shape, m.weights, x.data(), T, image.data(), y2.data(), e2.data(), w2.data());
+  moe_forward(CpuExec::serial(), m.shape, m.weights, x.data(), T, image.data(), y2.data(), e2.data(), w2.data());
   EXPECT_EQ(e1, e2);
   for (int i = 0; i < T * k; ++i) EXPECT_NEAR(w1[i], w2[i], 1e-6);
   for (int i = 0; i < T * dim; ++i) EXPECT_NEAR(y1[i], y2[i], 1e-4 * (1 + std::abs(y1[i])));
@@ -97,7 +97,7 @@ TEST(Moe, RoutingFollowsBiasButWeightsDoNot) {
   std::vector<float> x = {4, 2, -6, 1};
   int32_t e[2];
   float wt[2];
-  moe_route(s, w, x.data(), 1, nullptr, e, wt);
+  moe_route(CpuExec::serial(), s, w, x.data(), 1, nullptr, e, wt);
   auto sp = [](double v) { return std::sqrt(std::log1p(std::exp(v))); };
   EXPECT_EQ(e[0], 2);
   EXPECT_EQ(e[1], 0);
@@ -121,7 +121,7 @@ TEST(Moe, TiesGoToTheLowerExpertIndex) {
   float x = 1;
   int32_t e[2];
   float wt[2];
-  moe_route(s, w, &x, 1, nullptr, e, wt);
+  moe_route(CpuExec::serial(), s, w, &x, 1, nullptr, e, wt);
   EXPECT_EQ(e[0], 1);
   EXPECT_EQ(e[1], 3);
 }

@@ -11,11 +11,11 @@ namespace dsv41 {
 
 float WeightRef::at(int64_t i) const { return bf16 ? bf16_to_f32(bf16[i]) : f32[i]; }
 
-void matmul(const float* x, int64_t rows, int64_t in, WeightRef w, int64_t out, float* y) {
+void matmul(const CpuExec& ex, const float* x, int64_t rows, int64_t in, WeightRef w, int64_t out, float* y) {
   if (w.bf16) {
-    gemm_bf16w(x, rows, in, w.bf16, out, y);
+    gemm_bf16w(ex, x, rows, in, w.bf16, out, y);
   } else {
-    gemm_f32(x, rows, in, w.f32, out, y);
+    gemm_f32(ex, x, rows, in, w.f32, out, y);
   }
 }
 

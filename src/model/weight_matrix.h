@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/cpu_exec.h"
+
 namespace dsv41 {
 
 // A borrowed [out, in] row-major matrix: exactly one of f32 / bf16 is set (or neither: empty).
@@ -27,8 +29,9 @@ inline WeightRef weight_ref(const std::vector<float>& f32, const std::vector<uin
   return bf16.empty() ? WeightRef(f32.data()) : WeightRef(bf16.data());
 }
 
-// y [rows, out] = x [rows, in] · Wᵀ by gemm_f32 or gemm_bf16w (bit-identical for the same values).
-void matmul(const float* x, int64_t rows, int64_t in, WeightRef w, int64_t out, float* y);
+// y [rows, out] = x [rows, in] · Wᵀ by gemm_f32 or gemm_bf16w (bit-identical for the same values),
+// threaded on ex.pool.
+void matmul(const CpuExec& ex, const float* x, int64_t rows, int64_t in, WeightRef w, int64_t out, float* y);
 // Σ_i a[i] · w[off + i] with double accumulation (the scalar references).
 double dot_reference(WeightRef w, int64_t off, const float* a, int64_t n);
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "app/load_options.h"
 #include "base/numerics.h"
 #include "kernels/cpu/gemm.h"
 #include "model/model.h"
@@ -48,15 +49,15 @@ TEST(WeightMatrix, Bf16GemmMatchesF32GemmBitForBit) {
       wf[i] = bf16_to_f32(wb[i]);
     }
     std::vector<float> yf(s.rows * s.out), yb(s.rows * s.out, -1.0f);
-    gemm_f32(x.data(), s.rows, s.in, wf.data(), s.out, yf.data());
-    gemm_bf16w(x.data(), s.rows, s.in, wb.data(), s.out, yb.data());
+    gemm_f32(CpuExec::serial(), x.data(), s.rows, s.in, wf.data(), s.out, yf.data());
+    gemm_bf16w(CpuExec::serial(), x.data(), s.rows, s.in, wb.data(), s.out, yb.data());
     EXPECT_TRUE(same_bits(yf, yb)) << s.rows << "x" << s.in << " -> " << s.out;
     // And through WeightMatrix / matmul, which picks the kernel by how the matrix is held.
     WeightMatrix m = make_weight_matrix(wf, true);
     ASSERT_TRUE(m.is_bf16());
     EXPECT_EQ(m.bytes(), int64_t(wf.size() * sizeof(uint16_t)));
     std::vector<float> ym(s.rows * s.out);
-    matmul(x.data(), s.rows, s.in, m.ref(), s.out, ym.data());
+    matmul(CpuExec::serial(), x.data(), s.rows, s.in, m.ref(), s.out, ym.data());
     EXPECT_TRUE(same_bits(yf, ym)) << s.rows << "x" << s.in << " -> " << s.out;
     // The scalar reference dot agrees for both holdings.
     WeightMatrix f = make_weight_matrix(wf, false);
@@ -148,12 +149,21 @@ TEST(WeightMatrixModel, Fp8RandomModelGivesTheSameLogitsWithBf16HeldWeights) {
   fs::remove_all(dir);
 }
 
-TEST(WeightMatrixModel, EnvironmentForcesFloat32) {
+// DSV41_F32_WEIGHTS reaches a model only through the options the app builds from it: the library
+// never reads the environment.
+TEST(WeightMatrixModel, EnvironmentForcesFloat32OnlyThroughTheAppOptions) {
+  const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-bf16";
   ASSERT_EQ(::setenv("DSV41_F32_WEIGHTS", "1", 1), 0);
-  auto m = Model::load(std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-bf16");
+  const ModelLoadOptions from_env = app::load_options_from_env();
+  auto plain = Model::load(dir);
+  auto forced = Model::load(dir, from_env);
   ::unsetenv("DSV41_F32_WEIGHTS");
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
-  EXPECT_EQ((*m)->matrix_bytes().bf16, 0);
+  EXPECT_TRUE(from_env.f32_weights);
+  EXPECT_FALSE(app::load_options_from_env().f32_weights);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  ASSERT_TRUE(forced.ok()) << forced.status().to_string();
+  EXPECT_GT((*plain)->matrix_bytes().bf16, 0);
+  EXPECT_EQ((*forced)->matrix_bytes().bf16, 0);
 }
 
 }  // namespace

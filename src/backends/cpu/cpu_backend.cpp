@@ -17,8 +17,9 @@ T* row(std::vector<T>& v, int64_t r, int64_t width) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const Model& model) : model_(model) {
+CpuBackend::CpuBackend(const Model& model, const CpuExec* exec) : model_(model), ex_(exec ? *exec : model.exec()) {
   for (int l = 0; l < model.config().num_hidden_layers; ++l) moe_.push_back(model.layer(l).moe());
+  attention_options_.exec = ex_;
 }
 
 void CpuBackend::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
@@ -58,20 +59,23 @@ void CpuBackend::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
   mhc_initial_pre(model_.mhc_shape(), n, p_.data());
 }
 
+void CpuBackend::begin_layer(int layer) {
+  if (hook_) hook_(layer, x_.data(), p_.data());
+}
+
 Status CpuBackend::engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) {
   const int64_t hc = config().hc_mult, d = config().hidden_size;
-  return engram_forward(model_.engram_shape(), model_.layer(layer).engram(), row_ids, rows,
+  return engram_forward(ex_, model_.engram_shape(), model_.layer(layer).engram(), row_ids, rows,
                         x_.data() + row0 * hc * d);
 }
 
 void CpuBackend::attention_input(int layer) {
   const ModelConfig& c = config();
   const int64_t n = layout_.rows;
-  if (hook_) hook_(layer, x_.data(), p_.data());
   const LayerWeights& L = model_.layer(layer);
   // Attention site: coefficients from X, input collapsed with the carried (previous site's) mix.
-  mhc_coefficients(model_.mhc_shape(), L.mhc_attn(), x_.data(), n, pre_a_.data(), post_a_.data(), comb_a_.data());
-  mhc_collapse(model_.mhc_shape(), x_.data(), p_.data(), n, h_.data());
+  mhc_coefficients(ex_, model_.mhc_shape(), L.mhc_attn(), x_.data(), n, pre_a_.data(), post_a_.data(), comb_a_.data());
+  mhc_collapse(ex_, model_.mhc_shape(), x_.data(), p_.data(), n, h_.data());
   rmsnorm_rows(h_.data(), n, c.hidden_size, L.attn_norm.data(), c.rms_norm_eps, h_.data());
 }
 
@@ -79,8 +83,8 @@ void CpuBackend::attention_projections(int layer) {
   const LayerInfo& info = plan().layers[layer];
   const AttentionWeights& w = model_.layer(layer).attn;
   const RopeRows& rope = rope_rows_.at(info.rope);
-  attention_query(config(), w, rope, h_.data(), layout_.rows, c_.data(), q_.data());
-  attention_window_kv(config(), w, rope, h_.data(), layout_.rows, kv_.data());
+  attention_query(ex_, config(), w, rope, h_.data(), layout_.rows, c_.data(), q_.data());
+  attention_window_kv(ex_, config(), w, rope, h_.data(), layout_.rows, kv_.data());
 }
 
 void CpuBackend::compress(int layer, int segment, int64_t first_row) {
@@ -89,8 +93,8 @@ void CpuBackend::compress(int layer, int segment, int64_t first_row) {
   KvSourceCache& kv = *s.cache->kv_source(layer);
   if (first_row < s.rows) {
     CompressedGroups groups;
-    compressor_step(config(), w, kv, row(h_, s.row0 + first_row, config().hidden_size), s.rows - first_row, groups);
-    compressor_publish(config(), w, model_.rope(), kv, groups);
+    compressor_step(ex_, config(), w, kv, row(h_, s.row0 + first_row, config().hidden_size), s.rows - first_row, groups);
+    compressor_publish(ex_, config(), w, model_.rope(), kv, groups);
   }
   shared_[segment].kv_layer = layer;
   shared_[segment].entries = kv.entries();
@@ -100,7 +104,7 @@ void CpuBackend::index(int layer, int segment, int kv_layer, bool restricted) {
   const SegmentRows& s = segments_[segment];
   const ModelConfig& c = config();
   const KvSourceCache& kv = *s.cache->kv_source(kv_layer);
-  attention_index(c, plan().layers[layer], model_.layer(layer).attn, model_.rope(), kv, restricted,
+  attention_index(ex_, c, plan().layers[layer], model_.layer(layer).attn, model_.rope(), kv, restricted,
                   row(c_, s.row0, c.q_lora_rank), row(h_, s.row0, c.hidden_size), s.rows, s.start, shared_[segment]);
 }
 
@@ -113,14 +117,14 @@ void CpuBackend::attend(int layer, int segment, int kv_layer) {
   const int32_t* topk = compressed ? shared_[segment].topk.data() : nullptr;
   sparse_sink_attention(c, model_.layer(layer).attn, ring, row(kv_, s.row0, c.head_dim), compressed, topk,
                         row(q_, s.row0, HD), rope_rows_.at(plan().layers[layer].rope), s.row0, s.rows, s.start,
-                        row(o_, s.row0, HD));
+                        row(o_, s.row0, HD), attention_options_);
   ring.push_rows(row(kv_, s.row0, c.head_dim), s.rows);
 }
 
 void CpuBackend::attention_output(int layer) {
   const int64_t n = layout_.rows;
-  dsv41::attention_output(config(), model_.layer(layer).attn, o_.data(), n, a_.data());
-  mhc_expand(model_.mhc_shape(), a_.data(), x_.data(), post_a_.data(), comb_a_.data(), n, x2_.data());
+  dsv41::attention_output(ex_, config(), model_.layer(layer).attn, o_.data(), n, a_.data());
+  mhc_expand(ex_, model_.mhc_shape(), a_.data(), x_.data(), post_a_.data(), comb_a_.data(), n, x2_.data());
 }
 
 void CpuBackend::ffn(int layer) {
@@ -129,11 +133,11 @@ void CpuBackend::ffn(int layer) {
   const LayerWeights& L = model_.layer(layer);
   const MhcShape& mhc = model_.mhc_shape();
   // FFN site: coefficients from X', input collapsed with this block's attention-site pre.
-  mhc_coefficients(mhc, L.mhc_ffn(), x2_.data(), n, pre_b_.data(), post_b_.data(), comb_b_.data());
-  mhc_collapse(mhc, x2_.data(), pre_a_.data(), n, h_.data());
+  mhc_coefficients(ex_, mhc, L.mhc_ffn(), x2_.data(), n, pre_b_.data(), post_b_.data(), comb_b_.data());
+  mhc_collapse(ex_, mhc, x2_.data(), pre_a_.data(), n, h_.data());
   rmsnorm_rows(h_.data(), n, d, L.ffn_norm.data(), c.rms_norm_eps, h_.data());
-  moe_forward(model_.moe_shape(), moe_[layer], h_.data(), n, nullptr, a_.data(), experts_.data(), weights_.data());
-  mhc_expand(mhc, a_.data(), x2_.data(), post_b_.data(), comb_b_.data(), n, x_.data());
+  moe_forward(ex_, model_.moe_shape(), moe_[layer], h_.data(), n, nullptr, a_.data(), experts_.data(), weights_.data());
+  mhc_expand(ex_, mhc, a_.data(), x2_.data(), post_b_.data(), comb_b_.data(), n, x_.data());
   std::copy(pre_b_.begin(), pre_b_.end(), p_.begin());  // the carried mix for the next site
   if (trace_) {
     const LayerInfo& info = plan().layers[layer];
@@ -158,20 +162,20 @@ void CpuBackend::logits(std::span<const int64_t> rows, float* out) {
   if (trace_) {
     // The trace wants every row's final hidden state.
     const int64_t n = layout_.rows;
-    mhc_collapse(mhc, x_.data(), p_.data(), n, hidden_.data());
+    mhc_collapse(ex_, mhc, x_.data(), p_.data(), n, hidden_.data());
     rmsnorm_rows(hidden_.data(), n, d, model_.final_norm().data(), c.rms_norm_eps, hidden_.data());
     trace_->final_hidden.assign(hidden_.begin(), hidden_.begin() + n * d);
     for (size_t i = 0; i < rows.size(); ++i) std::copy_n(hidden_.data() + rows[i] * d, d, h_.data() + i * d);
   } else {
     // Final collapse with the last FFN-site pre and the final norm, only for the rows asked for.
     for (size_t i = 0; i < rows.size(); ++i) {
-      mhc_collapse(mhc, x_.data() + rows[i] * hc * d, p_.data() + rows[i] * hc, 1, h_.data() + i * d);
+      mhc_collapse(ex_, mhc, x_.data() + rows[i] * hc * d, p_.data() + rows[i] * hc, 1, h_.data() + i * d);
     }
     rmsnorm_rows(h_.data(), static_cast<int64_t>(rows.size()), d, model_.final_norm().data(), c.rms_norm_eps,
                  h_.data());
   }
   if (!rows.empty())
-    matmul(h_.data(), static_cast<int64_t>(rows.size()), d, model_.head().ref(), c.vocab_size, out);
+    matmul(ex_, h_.data(), static_cast<int64_t>(rows.size()), d, model_.head().ref(), c.vocab_size, out);
 }
 
 }  // namespace dsv41

@@ -8,7 +8,8 @@
 //   c [n, q_lora], q [n, H·D], kv [n, D], o [n, H·D], a [n, d], x2 [n, hc, d] streams after
 //   attention, mHC coefficients of both sites, router choices [n, top_k], RoPE tables per kind,
 //   and one SharedAttentionState per segment (its latest top-k and candidate pool).
-// The Model is borrowed and must outlive the backend.
+// The Model is borrowed and must outlive the backend. Kernels run on the given CpuExec (its pool
+// and scalar/fast path) or on the model's.
 #pragma once
 
 #include <functional>
@@ -26,7 +27,8 @@ namespace dsv41 {
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(const Model& model);
+  // exec: the pool and kernel path (borrowed pool, must outlive the backend); null = the model's.
+  explicit CpuBackend(const Model& model, const CpuExec* exec = nullptr);
 
   std::string name() const override { return "cpu"; }
   const ModelConfig& config() const override { return model_.config(); }
@@ -34,6 +36,7 @@ class CpuBackend : public Backend {
   const Model& model() const { return model_; }
 
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
+  void begin_layer(int layer) override;
   Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
   void attention_input(int layer) override;
   void attention_projections(int layer) override;
@@ -51,6 +54,8 @@ class CpuBackend : public Backend {
 
  private:
   const Model& model_;
+  CpuExec ex_;
+  AttentionOptions attention_options_;
   std::vector<MoeWeights> moe_;  // per layer, built once (the views hold a vector)
   LayerHook hook_;
 

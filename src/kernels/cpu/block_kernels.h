@@ -1,5 +1,5 @@
 // AVX2 inner loops of the model blocks' fast paths (mhc.cpp, engram.cpp, compressor.cpp), one
-// token (or one compressor group) per call: the callers thread over tokens (dispatch.h).
+// token (or one compressor group) per call: the callers thread over tokens (cpu_exec.h).
 // Defined in block_kernels_avx2.cpp, the only file of these built with -mavx2 -mfma; call them
 // only when cpu_has_avx2_fma().
 //

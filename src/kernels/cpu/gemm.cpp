@@ -6,7 +6,6 @@
 #include <algorithm>
 
 #include "base/numerics.h"
-#include "base/thread_pool.h"
 #include "kernels/cpu/gemm_avx2.h"
 
 namespace dsv41 {
@@ -47,11 +46,6 @@ void portable(const float* x, int64_t rows, int64_t in, const W* w, int64_t out,
   }
 }
 
-bool cpu_has_avx2_fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
-
 // Block sizes. A block of outputs holds about kWeightBlockBytes of weights, so it stays in L2
 // while every row group of the row block streams past it; the row block bounds how much of x a
 // task touches in a long prefill. Multiples of 12 / 4 keep whole micro-tiles (gemm_avx2.cpp).
@@ -61,7 +55,8 @@ constexpr int64_t kRowBlock = 64;
 constexpr int64_t kInlineFlops = 1 << 18;
 
 template <typename W, typename BlockFn>
-void drive(const float* x, int64_t rows, int64_t in, const W* w, int64_t out, float* y, BlockFn block_fn) {
+void drive(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const W* w, int64_t out, float* y,
+           BlockFn block_fn) {
   if (rows <= 0 || out <= 0) return;
   if (in <= 0) {
     std::fill(y, y + rows * out, 0.0f);
@@ -80,7 +75,7 @@ void drive(const float* x, int64_t rows, int64_t in, const W* w, int64_t out, fl
   if (2 * rows * in * out < kInlineFlops) {
     run(0, n_ob * n_rb);
   } else {
-    default_pool().parallel_for(n_ob * n_rb, 1, run);
+    ex.parallel_for(n_ob * n_rb, 1, run);
   }
 }
 
@@ -101,14 +96,15 @@ void gemm_bf16w_portable(const float* x, int64_t rows, int64_t in, const uint16_
   portable<uint16_t>(x, rows, in, w, out, y);
 }
 
-void gemm_f32(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
+void gemm_f32(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
   if (!cpu_has_avx2_fma()) return gemm_f32_portable(x, rows, in, w, out, y);
-  drive(x, rows, in, w, out, y, &gemm_f32_avx2_block);
+  drive(ex, x, rows, in, w, out, y, &gemm_f32_avx2_block);
 }
 
-void gemm_bf16w(const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y) {
+void gemm_bf16w(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
+                float* y) {
   if (!cpu_has_avx2_fma()) return gemm_bf16w_portable(x, rows, in, w, out, y);
-  drive(x, rows, in, w, out, y, &gemm_bf16w_avx2_block);
+  drive(ex, x, rows, in, w, out, y, &gemm_bf16w_avx2_block);
 }
 
 }  // namespace dsv41

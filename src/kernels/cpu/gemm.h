@@ -13,23 +13,27 @@
 // The portable fallback (CPUs without AVX2+FMA) uses the same lane structure without fusing, so
 // its bits differ from the AVX2 path's; it is only for such machines.
 //
-// Threading: gemm_f32 / gemm_bf16w split the work over default_pool() (base/thread_pool.h) in
-// blocks of outputs (and of rows for long prefills); one caller at a time per pool.
+// Threading: gemm_f32 / gemm_bf16w split the work over ex.pool (kernels/cpu/cpu_exec.h) in blocks
+// of outputs (and of rows for long prefills); one caller at a time per pool. Their inner loop is
+// chosen from CPUID alone (ex.fast only selects the model blocks' paths), so a scalar-forced
+// engine runs the same products as a fast one.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/cpu/cpu_exec.h"
 
 namespace dsv41 {
 
 // y[r, o] = Σ_i x[r, i] · w[o, i]   for r < rows, o < out.   x: [rows, in], w: [out, in], y: [rows, out]
 void gemm_f32_reference(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y);
-void gemm_f32(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y);
+void gemm_f32(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y);
 void gemm_f32_portable(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y);
 
 // Same with bf16 weights (uint16 bit patterns, widened exactly to f32 on the fly): halves the
 // weight traffic of memory-bound decode. w: [out, in] bf16.
 void gemm_bf16w_reference(const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y);
-void gemm_bf16w(const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y);
+void gemm_bf16w(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y);
 void gemm_bf16w_portable(const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y);
 
 // True when gemm_f32 / gemm_bf16w take the AVX2/FMA path on this CPU.

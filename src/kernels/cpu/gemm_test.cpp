@@ -77,7 +77,7 @@ TEST(Gemm, F32MatchesReferenceAtBoundarySizes) {
         const std::vector<float> x = random_floats(rows * in, rng), w = random_floats(out * in, rng);
         std::vector<float> ref(rows * out), fast(rows * out, kNaN), port(rows * out, kNaN);
         gemm_f32_reference(x.data(), rows, in, w.data(), out, ref.data());
-        gemm_f32(x.data(), rows, in, w.data(), out, fast.data());
+        gemm_f32(CpuExec::serial(), x.data(), rows, in, w.data(), out, fast.data());
         gemm_f32_portable(x.data(), rows, in, w.data(), out, port.data());
         expect_close(fast, ref, x, w.data(), rows, in, out, "gemm_f32");
         expect_close(port, ref, x, w.data(), rows, in, out, "gemm_f32_portable");
@@ -93,7 +93,7 @@ TEST(Gemm, Bf16WeightsMatchReferenceAtBoundarySizes) {
         const std::vector<uint16_t> w = to_bf16(random_floats(out * in, rng));
         std::vector<float> ref(rows * out), fast(rows * out, kNaN), port(rows * out, kNaN);
         gemm_bf16w_reference(x.data(), rows, in, w.data(), out, ref.data());
-        gemm_bf16w(x.data(), rows, in, w.data(), out, fast.data());
+        gemm_bf16w(CpuExec::serial(), x.data(), rows, in, w.data(), out, fast.data());
         gemm_bf16w_portable(x.data(), rows, in, w.data(), out, port.data());
         expect_close(fast, ref, x, w.data(), rows, in, out, "gemm_bf16w");
         expect_close(port, ref, x, w.data(), rows, in, out, "gemm_bf16w_portable");
@@ -108,8 +108,8 @@ TEST(Gemm, Bf16WeightsEqualF32OfWidenedWeightsBitForBit) {
   std::vector<float> wf(wb.size());
   for (size_t i = 0; i < wb.size(); ++i) wf[i] = bf16_to_f32(wb[i]);
   std::vector<float> a(rows * out), b(rows * out);
-  gemm_bf16w(x.data(), rows, in, wb.data(), out, a.data());
-  gemm_f32(x.data(), rows, in, wf.data(), out, b.data());
+  gemm_bf16w(CpuExec::serial(), x.data(), rows, in, wb.data(), out, a.data());
+  gemm_f32(CpuExec::serial(), x.data(), rows, in, wf.data(), out, b.data());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
@@ -124,7 +124,7 @@ TEST(Gemm, NanAndInfPropagate) {
     w[6 * in + 1] = 0.0f;
     for (int path = 0; path < 2; ++path) {
       std::vector<float> y(rows * out);
-      if (path == 0) gemm_f32(x.data(), rows, in, w.data(), out, y.data());
+      if (path == 0) gemm_f32(CpuExec::serial(), x.data(), rows, in, w.data(), out, y.data());
       else gemm_f32_portable(x.data(), rows, in, w.data(), out, y.data());
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t o = 0; o < out; ++o) {
@@ -145,7 +145,7 @@ TEST(Gemm, NanAndInfPropagate) {
 TEST(Gemm, EmptyInnerDimensionGivesZeros) {
   std::vector<float> y(6, kNaN);
   const float x = 1, w = 1;
-  gemm_f32(&x, 2, 0, &w, 3, y.data());
+  gemm_f32(CpuExec::serial(), &x, 2, 0, &w, 3, y.data());
   for (float v : y) EXPECT_EQ(v, 0.0f);
 }
 
@@ -159,21 +159,22 @@ TEST(Gemm, SameBitsForAnyThreadCountAndRowGrouping) {
     const std::vector<uint16_t> wb = to_bf16(w);
     std::vector<std::vector<float>> results;
     for (int threads : {1, 2, 3}) {
-      set_num_threads(threads);
+      ThreadPool pool(threads);
+      CpuExec ex = CpuExec::serial();
+      ex.pool = &pool;
       std::vector<float> y(s.rows * s.out), yb(s.rows * s.out);
-      gemm_f32(x.data(), s.rows, s.in, w.data(), s.out, y.data());
-      gemm_bf16w(x.data(), s.rows, s.in, wb.data(), s.out, yb.data());
+      gemm_f32(ex, x.data(), s.rows, s.in, w.data(), s.out, y.data());
+      gemm_bf16w(ex, x.data(), s.rows, s.in, wb.data(), s.out, yb.data());
       results.push_back(y);
       results.push_back(yb);
     }
-    set_num_threads(0);
     for (size_t k = 2; k < results.size(); ++k)
       EXPECT_EQ(0, std::memcmp(results[k].data(), results[k % 2].data(), results[k].size() * sizeof(float)))
           << "rows=" << s.rows << " in=" << s.in << " out=" << s.out << " result " << k;
     // One row at a time (decode) gives the bits of the whole batch (prefill).
     std::vector<float> row(s.out);
     for (int64_t r = 0; r < s.rows; ++r) {
-      gemm_f32(x.data() + r * s.in, 1, s.in, w.data(), s.out, row.data());
+      gemm_f32(CpuExec::serial(), x.data() + r * s.in, 1, s.in, w.data(), s.out, row.data());
       ASSERT_EQ(0, std::memcmp(row.data(), results[0].data() + r * s.out, s.out * sizeof(float)))
           << "rows=" << s.rows << " in=" << s.in << " out=" << s.out << " row " << r;
     }

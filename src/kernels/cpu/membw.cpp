@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "base/thread_pool.h"
 
 namespace dsv41 {
 
@@ -39,7 +38,7 @@ double seconds_of(const auto& fn) {
 
 }  // namespace
 
-Result<ReadBandwidth> measure_read_bandwidth(int64_t buffer_bytes, int passes) {
+Result<ReadBandwidth> measure_read_bandwidth(const CpuExec& ex, int64_t buffer_bytes, int passes) {
   const int64_t chunks = buffer_bytes / (kChunkWords * 8);
   if (chunks < 1) return invalid_argument("bandwidth buffer must be at least 2 MiB, got " + std::to_string(buffer_bytes));
   if (passes < 1) return invalid_argument("bandwidth passes must be ≥ 1, got " + std::to_string(passes));
@@ -54,7 +53,7 @@ Result<ReadBandwidth> measure_read_bandwidth(int64_t buffer_bytes, int passes) {
   r.buffer_bytes = n * 8;
   r.passes = passes;
   r.avx2 = read_sum_uses_avx2();
-  r.threads = default_pool().num_threads();
+  r.threads = ex.threads();
   double best1 = 1e300, bestn = 1e300;
   bool consistent = true;
   for (int k = 0; k < passes; ++k) {
@@ -65,7 +64,7 @@ Result<ReadBandwidth> measure_read_bandwidth(int64_t buffer_bytes, int passes) {
   std::vector<uint64_t> partial(chunks);
   for (int k = 0; k < passes; ++k) {
     bestn = std::min(bestn, seconds_of([&] {
-      default_pool().parallel_for(n, kChunkWords, [&](int64_t b, int64_t e) {
+      ex.parallel_for(n, kChunkWords, [&](int64_t b, int64_t e) {
         partial[b / kChunkWords] = read_sum(buf.get() + b, e - b);
       });
     }));

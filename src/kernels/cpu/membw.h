@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "base/status.h"
+#include "kernels/cpu/cpu_exec.h"
 
 namespace dsv41 {
 
@@ -25,15 +26,15 @@ struct ReadBandwidth {
   int64_t buffer_bytes = 0;
   int passes = 0;
   bool avx2 = false;
-  int threads = 0;                 // default_pool() size used for the all-threads figure
+  int threads = 0;                 // ex.threads(): the pool size used for the all-threads figure
   double one_thread = 0;           // bytes/s, best pass, calling thread only
-  double all_threads = 0;          // bytes/s, best pass, split over default_pool()
+  double all_threads = 0;          // bytes/s, best pass, split over ex.pool
 };
 
 // Reads a buffer of buffer_bytes (rounded down to whole 2 MiB chunks, ≥ 1 chunk) `passes`
-// times on one thread, then `passes` times over the default pool; the best pass of each
+// times on one thread, then `passes` times over ex.pool (inline without one); the best pass of each
 // (least disturbed by other processes on a shared machine). Pick buffer_bytes well above the
 // last-level cache. Errors: buffer_bytes < 2 MiB, passes < 1, allocation failure.
-Result<ReadBandwidth> measure_read_bandwidth(int64_t buffer_bytes, int passes);
+Result<ReadBandwidth> measure_read_bandwidth(const CpuExec& ex, int64_t buffer_bytes, int passes);
 
 }  // namespace dsv41

@@ -1,7 +1,7 @@
 // AVX2/F16C unpacking of packed cache records (cache/records.h, model.md §4) to float rows.
 // Bit for bit equal to the scalar references *_row_unpack_reference (tested in
 // cache/records_test.cpp on random records holding every code, NaN codes and every scale code).
-// Only call when fast_blocks_enabled() and cpu_has_f16c() (kernels/cpu/dispatch.h); records.cpp
+// Only call when cpu_has_avx2_fma() (kernels/cpu/cpu_exec.h) and cpu_has_f16c(); records.cpp
 // does the choosing. Arguments as for the records.h codecs; channels whole blocks.
 #pragma once
 

@@ -1,0 +1,27 @@
+// The model options the app takes from the environment, read here in main's process and handed
+// to the library in ModelLoadOptions (the library itself never reads the environment):
+//   DSV41_FORCE_SCALAR=1  the blocks' scalar references (ModelLoadOptions::force_scalar)
+//   DSV41_F32_WEIGHTS=1   every weight matrix held as float32 (ModelLoadOptions::f32_weights)
+// Any value other than empty or "0" turns a switch on.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+#include "model/model.h"
+
+namespace dsv41::app {
+
+inline bool env_switch(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+inline ModelLoadOptions load_options_from_env() {
+  ModelLoadOptions o;
+  o.force_scalar = env_switch("DSV41_FORCE_SCALAR");
+  o.f32_weights = env_switch("DSV41_F32_WEIGHTS");
+  return o;
+}
+
+}  // namespace dsv41::app

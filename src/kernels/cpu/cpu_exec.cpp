@@ -1,0 +1,40 @@
+// CpuExec (see cpu_exec.h): the CPU check and the pool-or-inline loops.
+#include "kernels/cpu/cpu_exec.h"
+
+#include <algorithm>
+
+namespace dsv41 {
+
+bool cpu_has_avx2_fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+CpuExec CpuExec::serial() {
+  CpuExec ex;
+  ex.fast = cpu_has_avx2_fma();
+  return ex;
+}
+
+bool CpuExec::use_fast() const { return fast && cpu_has_avx2_fma(); }
+
+int CpuExec::threads() const { return pool ? pool->num_threads() : 1; }
+
+void CpuExec::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) const {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (pool) return pool->parallel_for(n, grain, fn);
+  // The pool's chunk boundaries, run in order on the caller.
+  for (int64_t begin = 0; begin < n; begin += grain) fn(begin, std::min(n, begin + grain));
+}
+
+void CpuExec::parallel_items(int64_t items, int64_t work_per_item,
+                             const std::function<void(int64_t, int64_t)>& fn) const {
+  if (items <= 0) return;
+  constexpr int64_t kMinChunkWork = int64_t{1} << 16;
+  const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, work_per_item));
+  if (items <= grain || pool == nullptr) return fn(0, items);
+  pool->parallel_for(items, grain, fn);
+}
+
+}  // namespace dsv41

@@ -10,7 +10,7 @@
 #include "app/command.h"
 #include "format/config.h"
 #include "model/inventory.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 #include "model/weights.h"
 
 namespace dsv41::app {
@@ -108,7 +108,7 @@ int run_inspect(int argc, char** argv) {
   }
   Result<LayerPlan> plan = build_layer_plan(*config);
   if (!plan.ok()) {
-    std::fprintf(stderr, "dsv41 inspect: %s\n", plan.status().to_string().c_str());
+    std::fprintf(stderr, "dsv41 inspect: %s\n", plan.status().with_context(config->source).to_string().c_str());
     return 1;
   }
   print_config(*config);

@@ -20,6 +20,8 @@
 #include <memory>
 #include <vector>
 
+#include "plan/cache_plan.h"
+
 namespace dsv41 {
 
 // Bytes that the pools of one engine may hold together. limit 0 = unlimited. The budget is
@@ -87,9 +89,7 @@ class PagedRows {
 
   // Pages needed for `rows` records at this geometry (used by the sizing plan, so the plan and
   // the allocator cannot disagree).
-  static int64_t pages_for(int64_t rows, int64_t rows_per_page) {
-    return (rows + rows_per_page - 1) / rows_per_page;
-  }
+  static int64_t pages_for(int64_t rows, int64_t rows_per_page) { return dsv41::pages_for(rows, rows_per_page); }
   // Fresh pages that appending `more` rows would take now (a shared partial last page counts:
   // it is copied on the first append).
   int64_t pages_to_append(int64_t more) const;

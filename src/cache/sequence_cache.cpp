@@ -5,62 +5,6 @@
 #include <string>
 
 namespace dsv41 {
-namespace {
-
-struct RecordSizes {
-  int64_t window = 0, main = 0, index = 0;
-};
-
-Result<RecordSizes> record_sizes(const ModelConfig& config) {
-  if (config.head_dim <= 0 || config.index_head_dim <= 0)
-    return invalid_argument(config.source + ": head_dim and index_head_dim must be positive");
-  const size_t dim = static_cast<size_t>(config.head_dim), idim = static_cast<size_t>(config.index_head_dim);
-  for (RowKind kind : {RowKind::kWindow, RowKind::kMain}) {
-    Status st = check_row_channels(kind, dim);
-    if (!st.ok()) return unsupported(config.source + ": head_dim: " + st.message());
-  }
-  Status st = check_row_channels(RowKind::kIndex, idim);
-  if (!st.ok()) return unsupported(config.source + ": index_head_dim: " + st.message());
-  RecordSizes s;
-  s.window = static_cast<int64_t>(window_row_bytes(dim));
-  s.main = static_cast<int64_t>(main_row_bytes(dim));
-  s.index = static_cast<int64_t>(index_row_bytes(idim));
-  return s;
-}
-
-// Compressed entries a kv source of ratio r holds after `tokens` tokens.
-int64_t entries_after(int64_t tokens, int ratio) { return ratio > 0 ? tokens / ratio : 0; }
-
-// Rollback history slots of a kv source: the pending group after rolling back k ≤ rollback
-// positions is at most r − 1 tokens that all lie within the newest rollback + r − 1 positions.
-int64_t history_slots_for(int ratio, int64_t rollback) { return ratio > 1 && rollback > 0 ? rollback + ratio - 1 : 0; }
-
-// Bytes of a kv source's fp32 pending group (at most r − 1 tokens) and rollback history.
-int64_t pending_bytes(int ratio, int64_t dim, int64_t rollback) {
-  if (ratio <= 1) return 0;
-  return (static_cast<int64_t>(ratio - 1) + history_slots_for(ratio, rollback)) * 2 * dim * 4;
-}
-
-}  // namespace
-
-Result<CacheFootprint> plan_cache_bytes(const ModelConfig& config, const LayerPlan& plan, int64_t tokens,
-                                        const CacheOptions& options) {
-  if (tokens < 0) return invalid_argument("plan_cache_bytes: negative token count");
-  if (options.rows_per_page < 1) return invalid_argument("cache rows_per_page must be ≥ 1");
-  if (options.rollback_tokens < 0) return invalid_argument("cache rollback_tokens must be ≥ 0");
-  DSV41_ASSIGN_OR_RETURN(RecordSizes sizes, record_sizes(config));
-  CacheFootprint bytes;
-  const int64_t rpp = options.rows_per_page;
-  for (const LayerInfo& layer : plan.layers) {
-    bytes.window += (static_cast<int64_t>(config.sliding_window) + options.rollback_tokens) * sizes.window;
-    if (layer.role != LayerRole::kFull) continue;
-    const int64_t pages = PagedRows::pages_for(entries_after(tokens, layer.ratio), rpp);
-    bytes.main += pages * rpp * sizes.main;
-    bytes.index += pages * rpp * sizes.index;
-    bytes.pending += pending_bytes(layer.ratio, config.head_dim, options.rollback_tokens);
-  }
-  return bytes;
-}
 
 Result<std::unique_ptr<CachePools>> CachePools::create(const ModelConfig& config, int64_t rows_per_page,
                                                        int64_t budget_bytes) {

@@ -15,8 +15,8 @@
 // Growing rows live in pages of `rows_per_page` records from per-kind PagePools, either owned by
 // the cache or shared by every sequence of an engine (CachePools, one byte budget). Full pages can
 // be shared between sequences (fork); window rings and pending groups are always private.
-// Everything is sized from the config alone; plan_cache_bytes() says what a context of n tokens
-// costs without allocating, using the same page arithmetic as the live cache.
+// Everything is sized from the config alone; plan_cache_bytes() (plan/cache_plan.h) says what a
+// context of n tokens costs without allocating, with the same page arithmetic as this cache.
 // Not thread-safe; one cache per sequence, all caches of one CachePools on one thread.
 #pragma once
 
@@ -28,31 +28,10 @@
 #include "cache/page_pool.h"
 #include "cache/records.h"
 #include "format/config.h"
-#include "model/layer_plan.h"
+#include "plan/cache_plan.h"
+#include "plan/layer_plan.h"
 
 namespace dsv41 {
-
-// Bytes by kind. window is fixed per sequence; main/index grow with the context.
-struct CacheFootprint {
-  int64_t window = 0;
-  int64_t main = 0;
-  int64_t index = 0;
-  int64_t pending = 0;  // compressor fp32 partial groups and their rollback history (bounded)
-  int64_t global() const { return main + index; }
-  int64_t total() const { return window + main + index + pending; }
-};
-
-struct CacheOptions {
-  int64_t rows_per_page = 256;  // records per page, same for every kind
-  // Positions a sequence can be rolled back by (speculative decoding): extra window slots and
-  // compressor history. 0 = no rollback (the window ring holds exactly sliding_window rows).
-  int64_t rollback_tokens = 0;
-};
-
-// The cost of a context of `tokens` tokens (all pages that a cache holding that many tokens
-// owns). For the V4.1-Flash config and 2^20 tokens: global() / tokens == 890 exactly.
-Result<CacheFootprint> plan_cache_bytes(const ModelConfig& config, const LayerPlan& plan, int64_t tokens,
-                                        const CacheOptions& options = {});
 
 // The page pools of every sequence of one engine: main rows and index keys (two page sizes), one
 // byte budget (0 = unlimited).

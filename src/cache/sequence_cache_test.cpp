@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "model/inventory.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 
 namespace dsv41 {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "cost/generations.h"
 #include "format/config.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 
 namespace dsv41 {
 
@@ -136,8 +136,9 @@ Result<CostModel> build_cost_model(const std::string& text, const std::string& s
   try {
     if (model_type == "deepseek_v41" || model_type == "deepseek_v41_text" || has_arch(archs, "DeepseekV41")) {
       DSV41_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(text, source));
-      DSV41_ASSIGN_OR_RETURN(LayerPlan plan, build_layer_plan(config));
-      model = cost_internal::build_v41_cost(config, plan);
+      Result<LayerPlan> plan = build_layer_plan(config);
+      if (!plan.ok()) return plan.status().with_context(source);
+      model = cost_internal::build_v41_cost(config, *plan);
     } else if (model_type == "deepseek_v4" || has_arch(archs, "DeepseekV4ForCausalLM")) {
       model = cost_internal::build_v4_cost(j, source, options);
     } else if (model_type == "deepseek_v32" || has_arch(archs, "DeepseekV32") ||

@@ -10,7 +10,7 @@
 #include "cost/v41_test_config.h"
 #include "format/config.h"
 #include "model/inventory.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 
 namespace dsv41 {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "cost/cost_model.h"
 #include "format/config.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 
 namespace dsv41::cost_internal {
 

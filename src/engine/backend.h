@@ -22,7 +22,7 @@
 #include "base/status.h"
 #include "cache/sequence_cache.h"
 #include "format/config.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 
 namespace dsv41 {
 

@@ -15,8 +15,6 @@ namespace {
 
 std::string seq_name(SequenceId id) { return "sequence " + std::to_string(id); }
 
-int64_t entries_after(int64_t tokens, int ratio) { return ratio > 0 ? tokens / ratio : 0; }
-
 }  // namespace
 
 uint64_t config_fingerprint(const ModelConfig& c) {

@@ -3,8 +3,8 @@
 //
 // Owns: the JSON boundary (every nlohmann exception is caught here and becomes a Status), the
 // mapping from both config layouts to ModelConfig, and every value check that does not need the
-// layer plan (model/layer_plan.cpp checks the schedule; parse_model_config runs it too, so a
-// config that parses can always be planned).
+// layer plan. Whether the schedule is executable (roles, sources, ratios) is the plan's to say:
+// plan/layer_plan.h sits above this file and every consumer of a config builds its plan.
 //
 // Layouts:
 //   composite (release):  {"model_type": "deepseek_v41", "text_config": {...}, "vision_config":
@@ -23,8 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cache/records.h"
-#include "model/layer_plan.h"
+#include "format/record_layout.h"
 
 namespace dsv41 {
 namespace {
@@ -713,9 +712,6 @@ Result<ModelConfig> parse_impl(const std::string& json_text, const std::string& 
   DSV41_RETURN_IF_ERROR(read_quantization(top, text, c));
   if (composite) DSV41_RETURN_IF_ERROR(read_vision(top, c));
 
-  // The schedule (roles, sources, ratios) must be executable; the plan says why not.
-  Result<LayerPlan> plan = build_layer_plan(c);
-  if (!plan.ok()) return plan.status().with_context(composite ? source + ": text_config" : source);
   return c;
 }
 

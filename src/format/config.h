@@ -7,8 +7,8 @@
 // accepted (engram_pad_id / engram_pad_token_id). Missing keys take the V4.1-Flash defaults of
 // model.md §1.2 (a default-constructed ModelConfig *is* the V4.1-Flash text config, without
 // quantization or vision); present keys with the wrong JSON type or an invalid value are errors
-// that name the key ("text_config.head_dim: ..."). The layer schedule is checked too: a config
-// that parses also has a valid LayerPlan (model/layer_plan.h). No layer index or size is
+// that name the key ("text_config.head_dim: ..."). Whether the layer schedule is executable is
+// checked by build_layer_plan (plan/layer_plan.h), which every consumer runs. No layer index or size is
 // hard-coded anywhere else in dsv41: everything comes from here.
 #pragma once
 

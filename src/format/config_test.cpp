@@ -1,6 +1,7 @@
 // Tests for config.json parsing: the golden flat and composite configs, the shipped Flash config,
 // defaults, both spellings, and one error per validation rule (each must name its key).
 #include "format/config.h"
+#include "plan/layer_plan.h"
 
 #include <fstream>
 #include <sstream>
@@ -464,9 +465,6 @@ TEST(ConfigTest, CompositeErrorsNameTheNestedKey) {
       {"/quantization_config/expert_dtype", "int4", "quantization_config.expert_dtype", ErrorKind::kUnsupported},
       {"/text_config/kv_source_layer_ids", json::array({2, 8, 14, 20, 40}), "text_config.kv_source_layer_ids",
        ErrorKind::kCorrupt},
-      // Schedule errors come from the layer plan, under the text_config context.
-      {"/text_config/kv_source_layer_ids", json::array({2, 14, 8, 20}),
-       "text_config: kv_source_layer_ids: not in increasing order", ErrorKind::kCorrupt},
       {"/model_type", "deepseek_v4", "model_type: unknown model type \"deepseek_v4\"", ErrorKind::kUnsupported},
   };
   for (const Case& c : cases) {
@@ -478,6 +476,15 @@ TEST(ConfigTest, CompositeErrorsNameTheNestedKey) {
     EXPECT_EQ(r.status().kind(), c.kind) << r.status().to_string();
     EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
   }
+  // Schedule errors are the layer plan's (plan/layer_plan.h, above the config): the config parses.
+  json sched = base;
+  sched[json::json_pointer("/text_config/kv_source_layer_ids")] = json::array({2, 14, 8, 20});
+  auto parsed = parse(sched);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  auto plan = build_layer_plan(*parsed);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("kv_source_layer_ids: not in increasing order"), std::string::npos)
+      << plan.status().message();
   json q = base;
   q["quantization_config"].erase("quant_method");
   auto r = parse(q);

@@ -14,7 +14,7 @@
 //   Reuse:       the published top-k unchanged
 //   o   = sink attention over window ∪ selected compressed entries, inverse RoPE
 //   out = W_ob · concat_g(W_oa[g] · heads of group g)        [T, hidden]
-// The role of each layer comes only from its LayerInfo (model/layer_plan.h).
+// The role of each layer comes only from its LayerInfo (plan/layer_plan.h).
 //
 // Numeric policy (fp32 engine): every activation is fp32; the only roundings are the cache
 // fake-quantisers (FP8 window, NVFP4 main, MXFP4 index keys and indexer queries). This matches
@@ -37,7 +37,7 @@
 #include "cache/sequence_cache.h"
 #include "format/config.h"
 #include "kernels/cpu/cpu_exec.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 #include "model/rope.h"
 
 namespace dsv41 {

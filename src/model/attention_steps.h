@@ -23,7 +23,7 @@
 #include "cache/sequence_cache.h"
 #include "format/config.h"
 #include "model/attention.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 #include "model/rope.h"
 
 namespace dsv41 {

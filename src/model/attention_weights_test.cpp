@@ -5,7 +5,7 @@
 
 #include "format/config.h"
 #include "model/attention.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 #include "model/weights.h"
 
 namespace dsv41 {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "format/config.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 #include "model/weights.h"
 
 namespace dsv41 {

@@ -137,7 +137,12 @@ Result<std::vector<int64_t>> engram_token_map_from(const Tokenizer& tok) {
 }  // namespace
 
 Status Model::init_common() {
-  DSV41_ASSIGN_OR_RETURN(plan_, build_layer_plan(config_));
+  {
+    // The schedule is the plan's to check; its errors name the config file.
+    Result<LayerPlan> plan = build_layer_plan(config_);
+    if (!plan.ok()) return plan.status().with_context(config_.source);
+    plan_ = std::move(*plan);
+  }
   DSV41_ASSIGN_OR_RETURN(Rope rope, Rope::create(config_));
   rope_ = std::move(rope);
   mhc_ = MhcShape::from_config(config_);

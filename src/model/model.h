@@ -39,7 +39,7 @@
 #include "model/attention.h"
 #include "model/engram.h"
 #include "model/engram_hash.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 #include "model/mhc.h"
 #include "model/moe.h"
 #include "model/rope.h"

@@ -15,7 +15,7 @@
 #include "format/safetensors.h"
 #include "model/engram_hash.h"
 #include "model/engram_token_map.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 #include "model/random_tokenizer.h"
 
 namespace dsv41 {

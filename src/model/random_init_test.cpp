@@ -20,7 +20,7 @@
 #include "format/config.h"
 #include "format/tokenizer.h"
 #include "model/engram_token_map.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 #include "model/random_tokenizer.h"
 #include "model/weights.h"
 

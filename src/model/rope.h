@@ -18,7 +18,7 @@
 
 #include "base/status.h"
 #include "format/config.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 
 namespace dsv41 {
 

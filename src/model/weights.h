@@ -41,7 +41,7 @@
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "model/dequant.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 
 namespace dsv41 {
 

@@ -16,7 +16,7 @@
 
 #include "base/file_io.h"
 #include "format/config.h"
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 
 namespace dsv41 {
 namespace {

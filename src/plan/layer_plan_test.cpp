@@ -1,6 +1,6 @@
 // Tests for the layer plan: the tiny fixture's and V4.1-Flash's roles exactly as the golden
 // README and model.md §3.4/§3.5 list them, and every inconsistent schedule rejected with a reason.
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 
 #include <sstream>
 #include <string>

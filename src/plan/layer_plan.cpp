@@ -7,7 +7,7 @@
 // replaces the published top-k, and everyone else reads whatever was published last. So a
 // layer's sources are simply the latest kv source / index source at or before it, and a
 // schedule is consistent when what a layer reads was produced at the ratio it runs at.
-#include "model/layer_plan.h"
+#include "plan/layer_plan.h"
 
 #include <fmt/format.h>
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "app/bench_batch.h"
 #include "app/command.h"
 #include "app/load_options.h"
 #include "kernels/cpu/membw.h"
@@ -46,6 +47,15 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--membw-mib", membw_mib, "bandwidth buffer in MiB (0 = skip the measurement)");
   cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)");
   cli.add_flag("--json", json, "print the results as one JSON object");
+  // Batched decode (runtime/batch_bench.h) instead of the context sweep.
+  BatchBenchOptions bo;
+  bo.batches.clear();
+  cli.add_option("--batches", bo.batches, "batched decode at these batch sizes, e.g. 1,2,4,8,16 (replaces the context sweep)")
+      ->delimiter(',');
+  cli.add_option("--batch-context", bo.context, "prompt tokens per sequence before batched decode");
+  cli.add_option("--batch-steps", bo.steps, "timed decode steps per batch size");
+  cli.add_option("--mixed-prefill", bo.mixed_prefill, "prefill chunk beside the decoders in the mixed step (0 = skip)");
+  cli.add_option("--mixed-decoders", bo.mixed_decoders, "decoding sequences in the mixed step");
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -60,6 +70,14 @@ int bench_main(int argc, char** argv) {
     return fail(invalid_argument("--membw-mib must be 0 (skip) or ≥ 2, got " + std::to_string(membw_mib)));
   if (membw_mib > 0 && membw_passes < 1)
     return fail(invalid_argument("--membw-passes must be ≥ 1, got " + std::to_string(membw_passes)));
+  if (!bo.batches.empty()) {
+    auto config = load_model_config(dir);
+    if (!config.ok()) return fail(config.status());
+    if (Status s = check_batch_bench_options(*config, bo); !s.ok()) return fail(s);
+    auto model = Model::load(dir, load_options_from_env());
+    if (!model.ok()) return fail(model.status());
+    return run_batch_bench_mode(dir, **model, bo, membw_mib, membw_passes, json);
+  }
   auto weights = WeightRegistry::open(dir);
   if (!weights.ok()) return fail(weights.status());
   auto model = Model::load(dir, load_options_from_env());

@@ -200,6 +200,34 @@ Model::MatrixBytes Model::matrix_bytes() const {
   return b;
 }
 
+Model::HeldBytes Model::held_bytes() const {
+  HeldBytes b;
+  auto vec = [](const std::vector<float>& v) { return int64_t(v.size() * sizeof(float)); };
+  auto h16 = [](const std::vector<uint16_t>& v) { return int64_t(v.size() * sizeof(uint16_t)); };
+  b.embedding = vec(embed_);
+  b.embedding_row = config_.hidden_size * int64_t(sizeof(float));
+  b.dense = head_.bytes() + vec(final_norm_);
+  for (const LayerWeights& L : layers_) {
+    const AttentionWeights& a = L.attn;
+    for (const std::vector<float>* f :
+         {&a.wq_a, &a.q_norm, &a.wq_b, &a.wkv, &a.kv_norm, &a.wo_a, &a.wo_b, &a.attn_sink, &a.compressor_wkv,
+          &a.compressor_wgate, &a.compressor_norm, &a.indexer_wk, &a.indexer_k_norm, &a.indexer_wq_b,
+          &a.indexer_weights_proj, &L.attn_norm, &L.ffn_norm, &L.hc_attn_fn, &L.hc_attn_base, &L.hc_attn_scale,
+          &L.hc_ffn_fn, &L.hc_ffn_base, &L.hc_ffn_scale, &L.gate, &L.gate_bias, &L.gate_bias_vl, &L.engram_wkv,
+          &L.engram_q_weight, &L.engram_k_weight})
+      b.dense += vec(*f);
+    for (const std::vector<uint16_t>* h : {&a.bf16.wq_a, &a.bf16.wq_b, &a.bf16.wkv, &a.bf16.wo_a, &a.bf16.wo_b})
+      b.dense += h16(*h);
+    b.dense += L.shared.w1.bytes() + L.shared.w3.bytes() + L.shared.w2.bytes();
+    for (const ExpertStore& e : L.experts) {
+      const int64_t one = e.w1.bytes() + e.w3.bytes() + e.w2.bytes();
+      b.per_expert = one;
+      b.routed += one;
+    }
+  }
+  return b;
+}
+
 Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t seed,
                                                      const ModelLoadOptions& options) {
   std::unique_ptr<Model> m(new Model());

@@ -149,6 +149,16 @@ class Model {
     int64_t bf16 = 0, f32 = 0;
   };
   MatrixBytes matrix_bytes() const;
+  // Bytes of the weights as held in memory, split by what a decode step reads: every routed
+  // expert of one layer (each the same size) apart, the embedding (one row per token) and the
+  // Engram tables (rows per lookup) apart, everything else read once per step whatever the batch.
+  struct HeldBytes {
+    int64_t dense = 0;        // attention, norms, mHC, router, shared experts, Engram projections, head
+    int64_t per_expert = 0;   // one routed expert (w1 + w3 + w2) of one layer
+    int64_t routed = 0;       // every routed expert of every layer
+    int64_t embedding = 0, embedding_row = 0;
+  };
+  HeldBytes held_bytes() const;
 
  private:
   Model() = default;

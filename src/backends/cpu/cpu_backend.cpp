@@ -139,6 +139,14 @@ void CpuBackend::ffn(int layer) {
   moe_forward(ex_, model_.moe_shape(), moe_[layer], h_.data(), n, nullptr, a_.data(), experts_.data(), weights_.data());
   mhc_expand(ex_, mhc, a_.data(), x2_.data(), post_b_.data(), comb_b_.data(), n, x_.data());
   std::copy(pre_b_.begin(), pre_b_.end(), p_.begin());  // the carried mix for the next site
+  expert_seen_.assign(static_cast<size_t>(c.n_routed_experts), 0);
+  for (int64_t i = 0; i < n * model_.moe_shape().top_k; ++i) {
+    const int32_t e = experts_[i];
+    if (e >= 0 && e < c.n_routed_experts && !expert_seen_[e]) {
+      expert_seen_[e] = 1;
+      ++expert_reads_;
+    }
+  }
   if (trace_) {
     const LayerInfo& info = plan().layers[layer];
     const SharedAttentionState& shared = shared_[0];

@@ -50,6 +50,10 @@ class CpuBackend : public Backend {
   // Test hook: called before each layer with the batch's streams x [n, hc, d] and carried mix
   // p [n, hc], which it may overwrite (to feed a layer the reference's inputs). Empty = none.
   using LayerHook = std::function<void(int layer, float* x, float* p)>;
+  // Routed experts read since the last reset: per layer and step, the number of distinct experts
+  // the batch's tokens chose (what a decode step streams from memory beside the dense weights).
+  int64_t expert_reads() const { return expert_reads_; }
+  void reset_expert_reads() { expert_reads_ = 0; }
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
 
  private:
@@ -58,6 +62,8 @@ class CpuBackend : public Backend {
   AttentionOptions attention_options_;
   std::vector<MoeWeights> moe_;  // per layer, built once (the views hold a vector)
   LayerHook hook_;
+  int64_t expert_reads_ = 0;
+  std::vector<uint8_t> expert_seen_;  // [n_routed_experts], scratch of the count above
 
   // Current batch.
   BatchLayout layout_;

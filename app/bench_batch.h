@@ -1,0 +1,16 @@
+// `dsv41 bench --batches 1,2,4,...`: the batched-decode part of `dsv41 bench` (runtime/batch_bench.h),
+// printed as a table or JSON, with the streaming-read bandwidth measured in the same run.
+#pragma once
+
+#include <string>
+
+#include "model/model.h"
+#include "runtime/batch_bench.h"
+
+namespace dsv41::app {
+
+// Returns the exit code. membw_mib 0 skips the bandwidth measurement.
+int run_batch_bench_mode(const std::string& dir, const Model& model, const BatchBenchOptions& options,
+                         int64_t membw_mib, int membw_passes, bool json);
+
+}  // namespace dsv41::app

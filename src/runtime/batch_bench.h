@@ -1,0 +1,61 @@
+// Batched decode speed (issue 9 item 8): aggregate decode tokens/s at several batch sizes, all
+// measured in one run on one engine, with the bytes a step reads; and a mixed step (one prefill
+// chunk beside decoding sequences). Borrows the Model.
+//
+// For each batch size B: B sequences each prefilled with `context` pseudo-random ids
+// (speed_bench_prompt, a different seed per sequence), then `steps` decode steps in which every
+// sequence feeds back its greedy argmax, all B in one Engine::forward. Aggregate rate =
+// B · steps / time. Bytes per step = the dense weights (read once per step whatever B) + the
+// distinct routed experts the batch's tokens chose (counted by the CPU backend per layer and
+// step) × one expert's bytes + B embedding rows + the packed caches in use (an upper bound: see
+// decode_traffic.h), for the weights as the engine holds them (Model::held_bytes).
+// Mixed: `decoders` sequences at `context` decode while one more sequence prefills a chunk of
+// `mixed_prefill` tokens in the same forward; reported per step, against the same decoders alone.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/cpu/cpu_exec.h"
+#include "model/model.h"
+
+namespace dsv41 {
+
+struct BatchBenchOptions {
+  std::vector<int> batches = {1, 2, 4, 8, 16};
+  int64_t context = 128;       // prompt tokens per sequence before decoding
+  int64_t steps = 16;          // timed decode steps per batch size
+  int64_t warmup_steps = 2;    // untimed decode steps first
+  int64_t mixed_prefill = 512; // 0 = no mixed measurement
+  int mixed_decoders = 8;
+  uint64_t seed = 1;
+};
+
+struct BatchPoint {
+  int batch = 0;
+  int64_t steps = 0;
+  double seconds = 0;
+  double distinct_experts_per_step = 0;  // summed over layers
+  double bytes_per_step = 0;             // weights as held + caches (upper bound)
+  double tokens_per_s() const { return seconds > 0 ? double(batch) * double(steps) / seconds : 0; }
+  double bytes_per_s() const { return seconds > 0 ? bytes_per_step * double(steps) / seconds : 0; }
+};
+
+struct MixedPoint {
+  int decoders = 0;
+  int64_t prefill_tokens = 0;
+  double step_seconds = 0;          // one forward: the prefill chunk + every decoder's token
+  double decode_only_seconds = 0;   // one forward of the decoders alone (same run)
+};
+
+struct BatchBenchResult {
+  std::vector<BatchPoint> points;
+  MixedPoint mixed;
+  Model::HeldBytes held;
+};
+
+Status check_batch_bench_options(const ModelConfig& config, const BatchBenchOptions& options);
+Result<BatchBenchResult> run_batch_bench(const Model& model, const BatchBenchOptions& options);
+
+}  // namespace dsv41

@@ -1,0 +1,294 @@
+// Fused indexer scoring on MXFP4 keys + top-k (cuda_kernels.h). Spec: model.md §3.4 "Indexer";
+// CPU twin: model/indexer.cpp (indexer_scores, indexer_scores_in_pool, select_topk).
+//
+// Kernel 1, one CTA per (chunk of 8192 positions, query token), 8 warps:
+//   each warp scores 16 entries at a time on FP8 tensor cores. An MXFP4 row is E2M1 codes with
+//   a power-of-two scale per 32 channels; E2M1 turns into E4M3 (value·2^-6) with three logic ops
+//   per four channels (mma.cuh), so one m16n8k32 MMA gives the exact partial dot of 16 keys ×
+//   8 heads over one scale block. Partials are scaled by key and query block scales and summed
+//   in fp32; ReLU, head weights and the head sum follow, and the 16 scores go to shared memory.
+//   Then the chunk's own top-k (topk_select.cuh) goes to the workspace: k (key, id) pairs.
+// Kernel 2, one CTA per token: top-k of the chunks' candidates → ascending ids, −1 padded.
+// Global traffic: the index rows once (68 B per entry at V4.1 widths) plus nchunks·k·8 B of
+// candidates per token (1/136 of the rows at chunk 8192, k 512); no [T, G] score matrix.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/mma.cuh"
+#include "backends/cuda/topk_select.cuh"
+
+namespace dsv41::cuda {
+namespace {
+
+constexpr int kChunk = 8192;         // positions per scoring CTA (its scores stay in shared memory)
+constexpr int kChunkThreads = 256;   // 8 warps
+constexpr int kMergeThreads = 1024;
+
+struct ChunkSmem {
+  uint32_t keys[kChunk];
+  int32_t ids[kChunk];
+  SelectShared<kChunkThreads> sel;
+};
+
+__device__ __forceinline__ float ue8m0_scale(uint32_t code) {
+  return code == 0xFF ? __int_as_float(0x7FC00000) : (code == 0 ? __int_as_float(0x00400000) : __int_as_float(code << 23));
+}
+
+// Visible entries of token `tok` and the length of its position list (pool or dense).
+__device__ __forceinline__ void token_extent(const IndexerParams& p, int tok, int64_t* visible, int64_t* npos) {
+  const int64_t v = (p.positions[tok] + 1) / p.ratio;
+  *visible = v < p.entries[tok] ? v : p.entries[tok];
+  *npos = *visible <= 0 ? 0 : (p.pool_blocks ? int64_t{p.pool_size} * p.pool_block_size : *visible);
+}
+
+// Entry id at list position `pos` (−1 when not a visible entry).
+__device__ __forceinline__ int64_t entry_at(const IndexerParams& p, int tok, int64_t pos, int64_t npos,
+                                            int64_t visible) {
+  if (pos >= npos) return -1;
+  int64_t e = pos;
+  if (p.pool_blocks) {
+    const int32_t blk = p.pool_blocks[int64_t{tok} * p.pool_size + pos / p.pool_block_size];
+    if (blk < 0) return -1;
+    e = int64_t{blk} * p.pool_block_size + pos % p.pool_block_size;
+  }
+  return e < visible ? e : -1;
+}
+
+template <int NH, int DH>
+__global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(IndexerParams p, int nchunks,
+                                                                      uint32_t* cand_keys, int32_t* cand_ids) {
+  constexpr int NB = DH / 32;          // scale blocks per row
+  constexpr int NT = NH / 8;           // n8 head tiles
+  constexpr int RB = DH / 2 + DH / 32; // record bytes
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  ChunkSmem& sm = *reinterpret_cast<ChunkSmem*>(smem_raw);
+  const int chunk = blockIdx.x, tok = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  int64_t visible, npos;
+  token_extent(p, tok, &visible, &npos);
+  const int64_t p0 = int64_t{chunk} * kChunk;
+  const int n = p0 >= npos ? 0 : static_cast<int>(npos - p0 < kChunk ? npos - p0 : kChunk);
+  uint32_t* out_keys = cand_keys + (int64_t{tok} * nchunks + chunk) * p.k;
+  int32_t* out_ids = cand_ids + (int64_t{tok} * nchunks + chunk) * p.k;
+
+  if (n > 0) {
+    // Query fragments (B operand: k = channels, n = heads), block scales and folded weights.
+    const uint8_t* q = p.q + int64_t{tok} * NH * RB;
+    uint32_t bq0[NT][NB], bq1[NT][NB];
+    float sq[NT][NB][2], wq[NT][2];
+    const float fold = rsqrtf(static_cast<float>(DH)) * 4096.0f;  // dh^-1/2 and the two 2^-6
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(q + (nt * 8 + g) * RB + 16 * b + 4 * t);
+        e2m1x8_to_e4m3(w, bq0[nt][b], bq1[nt][b]);
+        sq[nt][b][0] = ue8m0_scale(q[(nt * 8 + 2 * t) * RB + DH / 2 + b]);
+        sq[nt][b][1] = ue8m0_scale(q[(nt * 8 + 2 * t + 1) * RB + DH / 2 + b]);
+      }
+      wq[nt][0] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t] * fold;
+      wq[nt][1] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t + 1] * fold;
+    }
+    const uint8_t* keys = p.keys[tok];
+    const int tiles = (n + 15) / 16;
+
+    // Raw words of one tile for this thread: rows g and g+8, word t of every block, + scales.
+    struct Raw {
+      uint32_t c[2][NB];
+      uint32_t s[2][NB];
+      int64_t e[2];
+    };
+    auto load = [&](int tile, Raw& raw) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = tile * 16 + g + 8 * h;
+        const int64_t e = r < n ? entry_at(p, tok, p0 + r, npos, visible) : -1;
+        raw.e[h] = e;
+        const uint8_t* row = keys + (e >= 0 ? e : 0) * RB;  // entry 0 exists whenever visible ≥ 1
+#pragma unroll
+        for (int b = 0; b < NB; ++b) raw.c[h][b] = __ldg(reinterpret_cast<const uint32_t*>(row + 16 * b + 4 * t));
+        if constexpr (NB == 4) {
+          const uint32_t sw = __ldg(reinterpret_cast<const uint32_t*>(row + DH / 2));
+#pragma unroll
+          for (int b = 0; b < NB; ++b) raw.s[h][b] = (sw >> (8 * b)) & 0xFF;
+        } else {
+#pragma unroll
+          for (int b = 0; b < NB; ++b) raw.s[h][b] = __ldg(row + DH / 2 + b);
+        }
+      }
+    };
+
+    Raw cur, nxt;
+    int tile = warp;
+    if (tile < tiles) load(tile, cur);
+    for (; tile < tiles; tile += kChunkThreads / 32) {
+      if (tile + kChunkThreads / 32 < tiles) load(tile + kChunkThreads / 32, nxt);  // in flight during the MMAs
+      float acc[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        uint32_t a0, a1, a2, a3;
+        e2m1x8_to_e4m3(cur.c[0][b], a0, a2);
+        e2m1x8_to_e4m3(cur.c[1][b], a1, a3);
+        const float sk0 = ue8m0_scale(cur.s[0][b]), sk1 = ue8m0_scale(cur.s[1][b]);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma_e4m3_16832(part, a0, a1, a2, a3, bq0[nt][b], bq1[nt][b]);
+          acc[nt][0] = fmaf(part[0] * sk0, sq[nt][b][0], acc[nt][0]);
+          acc[nt][1] = fmaf(part[1] * sk0, sq[nt][b][1], acc[nt][1]);
+          acc[nt][2] = fmaf(part[2] * sk1, sq[nt][b][0], acc[nt][2]);
+          acc[nt][3] = fmaf(part[3] * sk1, sq[nt][b][1], acc[nt][3]);
+        }
+      }
+      float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        s0 += fmaxf(acc[nt][0], 0.0f) * wq[nt][0] + fmaxf(acc[nt][1], 0.0f) * wq[nt][1];
+        s1 += fmaxf(acc[nt][2], 0.0f) * wq[nt][0] + fmaxf(acc[nt][3], 0.0f) * wq[nt][1];
+      }
+      s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+      s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+      if (t == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = tile * 16 + g + 8 * h;
+          if (r < n) {
+            const int64_t e = cur.e[h];
+            const float s = h == 0 ? s0 : s1;
+            sm.keys[r] = e >= 0 ? ordered_key(s) : kIneligibleKey;
+            sm.ids[r] = static_cast<int32_t>(e);
+            if (p.scores_debug && e >= 0) p.scores_debug[int64_t{tok} * p.max_entries + e] = s;
+          }
+        }
+      }
+      cur = nxt;
+    }
+  }
+  __syncthreads();
+  block_select_topk<kChunkThreads>(sm.keys, sm.ids, 0, n, p.k, out_keys, out_ids, sm.sel);
+}
+
+// Chunk top-k of given score rows (topk_rows): the same selection as the indexer's.
+__global__ void __launch_bounds__(kChunkThreads) scores_chunk_kernel(const float* scores, int64_t n_all, int k,
+                                                                     int nchunks, uint32_t* cand_keys,
+                                                                     int32_t* cand_ids) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  ChunkSmem& sm = *reinterpret_cast<ChunkSmem*>(smem_raw);
+  const int chunk = blockIdx.x, tok = blockIdx.y;
+  const int64_t p0 = int64_t{chunk} * kChunk;
+  const int n = static_cast<int>(n_all - p0 < kChunk ? n_all - p0 : kChunk);
+  for (int i = threadIdx.x; i < n; i += kChunkThreads) sm.keys[i] = ordered_key(scores[tok * n_all + p0 + i]);
+  __syncthreads();
+  const int64_t off = (int64_t{tok} * nchunks + chunk) * k;
+  block_select_topk<kChunkThreads>(sm.keys, nullptr, p0, n, k, cand_keys + off, cand_ids + off, sm.sel);
+}
+
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const uint32_t* cand_keys, const int32_t* cand_ids,
+                                                              int nchunks, int k, uint32_t* scratch_keys,
+                                                              int32_t* out) {
+  __shared__ SelectShared<kMergeThreads> sel;
+  const int tok = blockIdx.x;
+  const int64_t off = int64_t{tok} * nchunks * k;
+  block_select_topk<kMergeThreads>(cand_keys + off, cand_ids + off, 0, nchunks * k, k,
+                                   scratch_keys + int64_t{tok} * k, out + int64_t{tok} * k, sel);
+}
+
+int64_t chunks_for(int64_t positions) { return positions <= 0 ? 1 : (positions + kChunk - 1) / kChunk; }
+
+// Workspace slices: candidate keys, candidate ids, merge output keys.
+struct Workspace {
+  uint32_t* cand_keys;
+  int32_t* cand_ids;
+  uint32_t* out_keys;
+};
+size_t workspace_bytes(int tokens, int64_t nchunks, int k) {
+  const size_t cand = static_cast<size_t>(tokens) * nchunks * k;
+  return cand * 8 + static_cast<size_t>(tokens) * k * 4 + 256;
+}
+Workspace carve(void* ws, int tokens, int64_t nchunks, int k) {
+  const size_t cand = static_cast<size_t>(tokens) * nchunks * k;
+  auto* base = static_cast<unsigned char*>(ws);
+  return {reinterpret_cast<uint32_t*>(base), reinterpret_cast<int32_t*>(base + cand * 4),
+          reinterpret_cast<uint32_t*>(base + cand * 8)};
+}
+
+template <int NH, int DH>
+Status launch_indexer(const IndexerParams& p, int64_t nchunks, const Workspace& w, cudaStream_t stream) {
+  const int bytes = static_cast<int>(sizeof(ChunkSmem));
+  DSV41_CUDA_TRY(cudaFuncSetAttribute(indexer_chunk_kernel<NH, DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  indexer_chunk_kernel<NH, DH><<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(p.tokens)),
+                                 kChunkThreads, bytes, stream>>>(p, static_cast<int>(nchunks), w.cand_keys, w.cand_ids);
+  if (Status s = launch_status("indexer_chunk_kernel"); !s.ok()) return s;
+  merge_kernel<<<p.tokens, kMergeThreads, 0, stream>>>(w.cand_keys, w.cand_ids, static_cast<int>(nchunks), p.k,
+                                                       w.out_keys, p.topk);
+  return launch_status("indexer merge_kernel");
+}
+
+int64_t indexer_positions(const IndexerParams& p) {
+  return p.pool_blocks ? int64_t{p.pool_size} * p.pool_block_size : p.max_entries;
+}
+
+}  // namespace
+
+size_t indexer_workspace_bytes(const IndexerParams& p) {
+  return workspace_bytes(p.tokens, chunks_for(indexer_positions(p)), p.k);
+}
+
+Status indexer_topk(const IndexerParams& p, void* workspace, size_t workspace_bytes_given, cudaStream_t stream) {
+  const std::string what = "indexer_topk";
+  if (p.tokens < 0 || p.k < 1 || p.k > 2048 || p.ratio < 1 || p.max_entries < 0)
+    return invalid_argument(what + ": tokens " + std::to_string(p.tokens) + ", k " + std::to_string(p.k) + ", ratio " +
+                            std::to_string(p.ratio));
+  if (p.tokens == 0) return ok_status();
+  if (!p.q || !p.head_weights || !p.positions || !p.entries || !p.keys || !p.topk || !workspace)
+    return invalid_argument(what + ": null pointer");
+  if (p.pool_blocks && (p.pool_size < 1 || p.pool_block_size < 1))
+    return invalid_argument(what + ": pool of " + std::to_string(p.pool_size) + " blocks of " +
+                            std::to_string(p.pool_block_size));
+  const int64_t nchunks = chunks_for(indexer_positions(p));
+  if (nchunks * p.k > (int64_t{1} << 30) || nchunks > 65535)
+    return out_of_range(what + ": " + std::to_string(nchunks) + " chunks of candidates");
+  if (workspace_bytes_given < workspace_bytes(p.tokens, nchunks, p.k))
+    return invalid_argument(what + ": workspace of " + std::to_string(workspace_bytes_given) + " bytes, needs " +
+                            std::to_string(workspace_bytes(p.tokens, nchunks, p.k)));
+  const Workspace w = carve(workspace, p.tokens, nchunks, p.k);
+  if (p.heads == 32 && p.head_dim == 128) return launch_indexer<32, 128>(p, nchunks, w, stream);
+  if (p.heads == 64 && p.head_dim == 128) return launch_indexer<64, 128>(p, nchunks, w, stream);
+  if (p.heads == 8 && p.head_dim == 64) return launch_indexer<8, 64>(p, nchunks, w, stream);
+  return unsupported(what + ": " + std::to_string(p.heads) + " heads × " + std::to_string(p.head_dim) +
+                     " (built for 32×128, 64×128 and 8×64)");
+}
+
+size_t topk_rows_workspace_bytes(int tokens, int64_t n, int k) { return workspace_bytes(tokens, chunks_for(n), k); }
+
+Status topk_rows(const float* scores, int tokens, int64_t n, int k, int32_t* out, void* workspace,
+                 size_t workspace_bytes_given, cudaStream_t stream) {
+  const std::string what = "topk_rows";
+  if (tokens < 0 || n < 1 || k < 1 || k > 2048)
+    return invalid_argument(what + ": tokens " + std::to_string(tokens) + ", n " + std::to_string(n) + ", k " +
+                            std::to_string(k));
+  if (tokens == 0) return ok_status();
+  if (!scores || !out || !workspace) return invalid_argument(what + ": null pointer");
+  const int64_t nchunks = chunks_for(n);
+  if (workspace_bytes_given < workspace_bytes(tokens, nchunks, k))
+    return invalid_argument(what + ": workspace too small");
+  const Workspace w = carve(workspace, tokens, nchunks, k);
+  const int bytes = static_cast<int>(sizeof(ChunkSmem));
+  DSV41_CUDA_TRY(cudaFuncSetAttribute(scores_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  scores_chunk_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(tokens)), kChunkThreads, bytes,
+                        stream>>>(scores, n, k, static_cast<int>(nchunks), w.cand_keys, w.cand_ids);
+  if (Status s = launch_status("scores_chunk_kernel"); !s.ok()) return s;
+  merge_kernel<<<tokens, kMergeThreads, 0, stream>>>(w.cand_keys, w.cand_ids, static_cast<int>(nchunks), k, w.out_keys,
+                                                     out);
+  return launch_status("topk_rows merge_kernel");
+}
+
+}  // namespace dsv41::cuda

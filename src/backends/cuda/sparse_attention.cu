@@ -1,0 +1,277 @@
+// Sparse sink attention for decode, reading the packed records directly (cuda_kernels.h).
+// Spec: model.md §3.4 "Sparse attention with sink"; CPU twin: model/attention.cpp.
+//
+// One CTA = one query token × 16 heads (an m16 row block), 4 warps. Keys arrive in tiles of 64:
+//   1. decode: the tile's 64 records (FP8 window rows from the ring, NVFP4 main rows by top-k
+//      id, absent ones as zeros) become bf16 rows in shared memory [64, D] — exact, since every
+//      record value has at most 6 significant bits;
+//   2. S = Q·Kᵀ [16, 64]: warp w takes keys 16w..16w+15, q split as bf16 hi + lo (two MMAs);
+//   3. online softmax per head row (the sink seeds the running max and the denominator);
+//   4. O += P·V [16, D]: warp w owns columns [w·D/4, (w+1)·D/4); P in bf16, V = the same tile.
+// K = V and one KV head for all 64 query heads, so each record is read once per 16 heads from
+// memory (the 4 head-group CTAs of a token meet in L2), and the work is tensor-core MMAs.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/mma.cuh"
+
+namespace dsv41::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kRows = 16;      // heads per CTA
+constexpr int kTile = 64;      // keys per tile
+
+template <int D>
+struct AttnSmem {
+  static constexpr int kStride = D + 8;  // bf16 elements per row: +16 B keeps MMA loads conflict-free
+  static constexpr int kPStride = kTile + 8;
+  __nv_bfloat16 q_hi[kRows * kStride];
+  __nv_bfloat16 q_lo[kRows * kStride];
+  __nv_bfloat16 keys[kTile * kStride];
+  float s[kRows][kTile + 1];
+  __nv_bfloat16 p[kRows * kPStride];
+  float m[kRows], l[kRows], alpha[kRows];
+  const uint8_t* row_ptr[kTile];
+  int row_kind[kTile];  // 0 window record, 1 main record, 2 absent
+};
+
+__device__ __forceinline__ uint32_t ld_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// Two E4M3 bytes (low = first channel) times a scale, as a bf16 pair (exact).
+__device__ __forceinline__ __nv_bfloat162 e4m3x2_scaled(uint32_t two, float scale) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xFFFF), __NV_E4M3);
+  const float2 f = __half22float2(__half2(h));
+  return __floats2bfloat162_rn(f.x * scale, f.y * scale);
+}
+
+// 16 channels [c0, c0+16) of one key row into shared memory as bf16.
+template <int D>
+__device__ __forceinline__ void decode_unit(const uint8_t* rec, int kind, int c0, __nv_bfloat16* dst) {
+  __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dst);
+  if (kind == 2) {
+    for (int i = 0; i < 8; ++i) d2[i] = __floats2bfloat162_rn(0.0f, 0.0f);
+    return;
+  }
+  uint32_t w[4];
+  float scale;
+  if (kind == 0) {  // window row: E4M3 codes [D], UE8M0 per 32 channels at D + c/32
+    if constexpr (D % 512 == 0) {
+      const uint4 v = *reinterpret_cast<const uint4*>(rec + c0);
+      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else {
+      for (int i = 0; i < 4; ++i)
+        w[i] = rec[c0 + 4 * i] | (rec[c0 + 4 * i + 1] << 8) | (rec[c0 + 4 * i + 2] << 16) | (uint32_t{rec[c0 + 4 * i + 3]} << 24);
+    }
+    const uint8_t sc = rec[D + c0 / 32];
+    scale = sc == 0xFF ? __int_as_float(0x7FC00000) : (sc == 0 ? __int_as_float(0x00400000) : __int_as_float(sc << 23));
+  } else {  // main row: E2M1 codes [D/2], E4M3 scale per 16 channels at D/2 + c/16
+    uint32_t c[2];
+    if constexpr (D % 256 == 0) {
+      const uint2 v = *reinterpret_cast<const uint2*>(rec + c0 / 2);
+      c[0] = v.x, c[1] = v.y;
+    } else {
+      for (int i = 0; i < 2; ++i)
+        c[i] = *reinterpret_cast<const uint32_t*>(rec + c0 / 2 + 4 * i);  // rows are 4-byte aligned (9D/16)
+    }
+    // E2M1 → E4M3 holding value·2^-6 (mma.cuh), in channel order: interleave even/odd bytes.
+    for (int i = 0; i < 2; ++i) {
+      uint32_t even, odd;
+      e2m1x8_to_e4m3(c[i], even, odd);
+      w[2 * i] = __byte_perm(even, odd, 0x5140);
+      w[2 * i + 1] = __byte_perm(even, odd, 0x7362);
+    }
+    const __half_raw hs = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(rec[D / 2 + c0 / 16]), __NV_E4M3);
+    scale = __half2float(__half(hs)) * 64.0f;  // exact: undoes the 2^-6
+  }
+  for (int i = 0; i < 4; ++i) {
+    d2[2 * i] = e4m3x2_scaled(w[i], scale);
+    d2[2 * i + 1] = e4m3x2_scaled(w[i] >> 16, scale);
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttentionParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  AttnSmem<D>& sm = *reinterpret_cast<AttnSmem<D>*>(smem_raw);
+  constexpr int S = AttnSmem<D>::kStride, PS = AttnSmem<D>::kPStride;
+  const int tok = blockIdx.x, h0 = blockIdx.y * kRows;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const float scaling = rsqrtf(static_cast<float>(D));
+
+  // q rows of this head group, split hi + lo (padded rows are zero).
+  for (int i = tid; i < kRows * D; i += kThreads) {
+    const int r = i / D, c = i % D;
+    const float v = h0 + r < p.heads ? p.q[(static_cast<int64_t>(tok) * p.heads + h0 + r) * D + c] : 0.0f;
+    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+    sm.q_hi[r * S + c] = hi;
+    sm.q_lo[r * S + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+  }
+  if (tid < kRows) {
+    sm.m[tid] = h0 + tid < p.heads ? p.sink[h0 + tid] : 0.0f;
+    sm.l[tid] = 1.0f;  // exp(sink − m) with m = sink
+  }
+  const int64_t pos = p.positions[tok];
+  const int64_t lo = pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
+  const int nwin = static_cast<int>(pos - lo + 1);
+  const int nkeys = nwin + p.topk;
+  const uint8_t* ring = p.window_rings[tok];
+  const uint8_t* mains = p.topk > 0 ? p.main_rows[tok] : nullptr;
+  constexpr int kWinBytes = D + D / 32, kMainBytes = D / 2 + D / 16;
+
+  constexpr int NT = D / 32;  // n8 tiles of this warp's D/4 output columns
+  float acc[NT][4];
+  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+  for (int k0 = 0; k0 < nkeys; k0 += kTile) {
+    // ---- 1. which record each of the tile's rows reads ---------------------------------------
+    if (tid < kTile) {
+      const int kk = k0 + tid;
+      int kind = 2;
+      const uint8_t* ptr = nullptr;
+      if (kk < nwin) {
+        kind = 0;
+        ptr = ring + ((lo + kk) % p.window) * kWinBytes;
+      } else if (kk < nkeys) {
+        const int32_t id = p.topk_ids[static_cast<int64_t>(tok) * p.topk + (kk - nwin)];
+        if (id >= 0) kind = 1, ptr = mains + static_cast<int64_t>(id) * kMainBytes;
+      }
+      sm.row_kind[tid] = kind;
+      sm.row_ptr[tid] = ptr;
+    }
+    __syncthreads();
+    constexpr int kUnits = kTile * D / 16;
+#pragma unroll 4
+    for (int u = tid; u < kUnits; u += kThreads) {
+      const int r = u / (D / 16), c0 = (u % (D / 16)) * 16;
+      decode_unit<D>(sm.row_ptr[r], sm.row_kind[r], c0, &sm.keys[r * S + c0]);
+    }
+    __syncthreads();
+
+    // ---- 2. S = Q·Kᵀ for keys 16w..16w+15 ------------------------------------------------------
+    {
+      float s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0};
+      const __nv_bfloat16* k0p = &sm.keys[(warp * 16 + g) * S];
+      const __nv_bfloat16* k1p = &sm.keys[(warp * 16 + 8 + g) * S];
+#pragma unroll 4
+      for (int kc = 0; kc < D; kc += 16) {
+        const uint32_t h0a = ld_u32(&sm.q_hi[g * S + kc + 2 * t]), h1a = ld_u32(&sm.q_hi[(g + 8) * S + kc + 2 * t]);
+        const uint32_t h2a = ld_u32(&sm.q_hi[g * S + kc + 2 * t + 8]), h3a = ld_u32(&sm.q_hi[(g + 8) * S + kc + 2 * t + 8]);
+        const uint32_t l0a = ld_u32(&sm.q_lo[g * S + kc + 2 * t]), l1a = ld_u32(&sm.q_lo[(g + 8) * S + kc + 2 * t]);
+        const uint32_t l2a = ld_u32(&sm.q_lo[g * S + kc + 2 * t + 8]), l3a = ld_u32(&sm.q_lo[(g + 8) * S + kc + 2 * t + 8]);
+        const uint32_t b00 = ld_u32(k0p + kc + 2 * t), b01 = ld_u32(k0p + kc + 2 * t + 8);
+        const uint32_t b10 = ld_u32(k1p + kc + 2 * t), b11 = ld_u32(k1p + kc + 2 * t + 8);
+        mma_bf16_16816(s0, h0a, h1a, h2a, h3a, b00, b01);
+        mma_bf16_16816(s0, l0a, l1a, l2a, l3a, b00, b01);
+        mma_bf16_16816(s1, h0a, h1a, h2a, h3a, b10, b11);
+        mma_bf16_16816(s1, l0a, l1a, l2a, l3a, b10, b11);
+      }
+      const float ninf = -INFINITY;
+      const int c0 = warp * 16 + 2 * t, c1 = warp * 16 + 8 + 2 * t;
+      sm.s[g][c0] = sm.row_kind[c0] == 2 ? ninf : s0[0] * scaling;
+      sm.s[g][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[1] * scaling;
+      sm.s[g + 8][c0] = sm.row_kind[c0] == 2 ? ninf : s0[2] * scaling;
+      sm.s[g + 8][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[3] * scaling;
+      sm.s[g][c1] = sm.row_kind[c1] == 2 ? ninf : s1[0] * scaling;
+      sm.s[g][c1 + 1] = sm.row_kind[c1 + 1] == 2 ? ninf : s1[1] * scaling;
+      sm.s[g + 8][c1] = sm.row_kind[c1] == 2 ? ninf : s1[2] * scaling;
+      sm.s[g + 8][c1 + 1] = sm.row_kind[c1 + 1] == 2 ? ninf : s1[3] * scaling;
+    }
+    __syncthreads();
+
+    // ---- 3. online softmax: warp w updates head rows 4w..4w+3 ---------------------------------
+    for (int r = warp * 4; r < warp * 4 + 4; ++r) {
+      const float v0 = sm.s[r][lane], v1 = sm.s[r][lane + 32];
+      float mx = fmaxf(v0, v1);
+      for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      const float m_old = sm.m[r];
+      const float m_new = fmaxf(m_old, mx);  // finite: the sink seeds it
+      const float p0 = expf(v0 - m_new), p1 = expf(v1 - m_new);
+      float sum = p0 + p1;
+      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      sm.p[r * PS + lane] = __float2bfloat16_rn(p0);
+      sm.p[r * PS + lane + 32] = __float2bfloat16_rn(p1);
+      __syncwarp();
+      if (lane == 0) {
+        const float a = expf(m_old - m_new);
+        sm.alpha[r] = a;
+        sm.l[r] = sm.l[r] * a + sum;
+        sm.m[r] = m_new;
+      }
+    }
+    __syncthreads();
+
+    // ---- 4. O = O·alpha + P·V over this warp's D/4 columns -------------------------------------
+    {
+      const float a_lo = sm.alpha[g], a_hi = sm.alpha[g + 8];
+      for (int n = 0; n < NT; ++n) acc[n][0] *= a_lo, acc[n][1] *= a_lo, acc[n][2] *= a_hi, acc[n][3] *= a_hi;
+#pragma unroll
+      for (int kc = 0; kc < kTile; kc += 16) {
+        const uint32_t a0 = ld_u32(&sm.p[g * PS + kc + 2 * t]), a1 = ld_u32(&sm.p[(g + 8) * PS + kc + 2 * t]);
+        const uint32_t a2 = ld_u32(&sm.p[g * PS + kc + 2 * t + 8]), a3 = ld_u32(&sm.p[(g + 8) * PS + kc + 2 * t + 8]);
+        const __nv_bfloat16* v0 = &sm.keys[(kc + 2 * t) * S];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const int d = warp * (D / 4) + n * 8 + g;
+          const uint32_t b0 = pack_bf16(v0[d], v0[S + d]);
+          const uint32_t b1 = pack_bf16(v0[8 * S + d], v0[9 * S + d]);
+          mma_bf16_16816(acc[n], a0, a1, a2, a3, b0, b1);
+        }
+      }
+    }
+    __syncthreads();  // the next tile overwrites keys, s and p
+  }
+
+  // ---- output: O / l for the real heads ---------------------------------------------------------
+  const float inv_lo = 1.0f / sm.l[g], inv_hi = 1.0f / sm.l[g + 8];
+  for (int n = 0; n < NT; ++n) {
+    const int d = warp * (D / 4) + n * 8 + 2 * t;
+    if (h0 + g < p.heads) {
+      float* o = p.out + (static_cast<int64_t>(tok) * p.heads + h0 + g) * D + d;
+      o[0] = acc[n][0] * inv_lo, o[1] = acc[n][1] * inv_lo;
+    }
+    if (h0 + g + 8 < p.heads) {
+      float* o = p.out + (static_cast<int64_t>(tok) * p.heads + h0 + g + 8) * D + d;
+      o[0] = acc[n][2] * inv_hi, o[1] = acc[n][3] * inv_hi;
+    }
+  }
+}
+
+template <int D>
+Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
+  const int bytes = static_cast<int>(sizeof(AttnSmem<D>));
+  DSV41_CUDA_TRY(cudaFuncSetAttribute(sparse_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.heads + kRows - 1) / kRows));
+  sparse_attention_kernel<D><<<grid, kThreads, bytes, stream>>>(p);
+  return launch_status("sparse_attention_kernel");
+}
+
+}  // namespace
+
+Status sparse_attention_decode(const SparseAttentionParams& p, cudaStream_t stream) {
+  const std::string what = "sparse_attention_decode";
+  if (p.tokens < 0 || p.heads < 1 || p.window < 1 || p.topk < 0)
+    return invalid_argument(what + ": tokens " + std::to_string(p.tokens) + ", heads " + std::to_string(p.heads) +
+                            ", window " + std::to_string(p.window) + ", topk " + std::to_string(p.topk));
+  if (p.tokens == 0) return ok_status();
+  if (!p.q || !p.sink || !p.positions || !p.window_rings || !p.out || (p.topk > 0 && (!p.main_rows || !p.topk_ids)))
+    return invalid_argument(what + ": null pointer");
+  switch (p.head_dim) {
+    case 64: return launch<64>(p, stream);
+    case 512: return launch<512>(p, stream);
+    default: return unsupported(what + ": head_dim " + std::to_string(p.head_dim) + " (built for 64 and 512)");
+  }
+}
+
+}  // namespace dsv41::cuda

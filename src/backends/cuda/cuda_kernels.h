@@ -80,18 +80,19 @@ Status sparse_attention_decode(const SparseAttentionParams& p, cudaStream_t stre
 // shared memory and writes k candidates; a second kernel merges them per token.
 struct IndexerParams {
   int tokens = 0;            // T query tokens
-  int heads = 0;             // index_n_heads (≤ 64, multiple of 8)
-  int head_dim = 0;          // index_head_dim (multiple of 32, ≤ 256)
+  int heads = 0;             // index_n_heads   } built: 32 × 128 (V4.1-Flash, model.md §1.2)
+  int head_dim = 0;          // index_head_dim  }        and 8 × 64 (tiny test shapes)
   int k = 0;                 // index_topk (≤ 2048)
   int ratio = 1;             // compress ratio of the layer (visibility)
   const uint8_t* q = nullptr;                    // [T, heads] index rows (68 B at dim 128)
   const float* head_weights = nullptr;           // [T, heads] w_h (already × heads^-1/2)
   const int64_t* positions = nullptr;            // [T]
   const int64_t* entries = nullptr;              // [T] entries published in the token's cache
-  const uint8_t* const* keys = nullptr;          // [T] index rows of the token's kv source
+  // [T] index rows of the token's kv source, 16-byte aligned; rows past entries[i] are never read.
+  const uint8_t* const* keys = nullptr;
   const int32_t* pool_blocks = nullptr;          // [T, pool_size] ascending block ids, −1 padded; or null
   int pool_size = 0;                             // blocks per token in pool_blocks
-  int pool_block_size = 0;                       // entries per block
+  int pool_block_size = 0;                       // entries per block (a multiple of 4 at dim 128)
   int64_t max_entries = 0;                       // bound on visible entries (sizes the grid)
   int32_t* topk = nullptr;                       // [T, k] out
   float* scores_debug = nullptr;                 // optional [T, max_entries] scores (tests only)

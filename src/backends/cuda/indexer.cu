@@ -28,11 +28,34 @@ constexpr int kChunk = 8192;         // positions per scoring CTA (its scores st
 constexpr int kChunkThreads = 256;   // 8 warps
 constexpr int kMergeThreads = 1024;
 
+constexpr int kWarps = kChunkThreads / 32;
+constexpr int kStages = 6;               // tiles in flight per warp (~52 KB per SM in flight)
+constexpr int kGroupBytes = 272;         // 4 rows of 68 B or 8 rows of 34 B: 16-byte aligned
+constexpr int kGroupSegments = kGroupBytes / 16;
+constexpr int kTileBytes = 1088;         // 16 rows of 68 B (the 34 B rows use half)
+constexpr int kTileSegmentsMax = kTileBytes / 16;
+
 struct ChunkSmem {
   uint32_t keys[kChunk];
   int32_t ids[kChunk];
   SelectShared<kChunkThreads> sel;
+  alignas(16) unsigned char stage[kWarps][kStages][kTileBytes];
 };
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Tiles warp w scores: w, w + kWarps, w + 2·kWarps, … below `tiles`.
+__device__ __forceinline__ int tile_count_for_warp(int tiles, int warp) {
+  return tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0;
+}
 
 __device__ __forceinline__ float ue8m0_scale(uint32_t code) {
   return code == 0xFF ? __int_as_float(0x7FC00000) : (code == 0 ? __int_as_float(0x00400000) : __int_as_float(code << 23));
@@ -59,11 +82,14 @@ __device__ __forceinline__ int64_t entry_at(const IndexerParams& p, int tok, int
 }
 
 template <int NH, int DH>
-__global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(IndexerParams p, int nchunks,
+__global__ void __launch_bounds__(kChunkThreads) indexer_chunk_kernel(IndexerParams p, int nchunks,
                                                                       uint32_t* cand_keys, int32_t* cand_ids) {
   constexpr int NB = DH / 32;          // scale blocks per row
   constexpr int NT = NH / 8;           // n8 head tiles
   constexpr int RB = DH / 2 + DH / 32; // record bytes
+  constexpr int GR = kGroupBytes / RB;  // rows per 16-byte-aligned group
+  constexpr int kTileSegments = 16 * RB / 16;
+  static_assert(GR * RB == kGroupBytes && kTileSegments <= kTileSegmentsMax, "index row width");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   ChunkSmem& sm = *reinterpret_cast<ChunkSmem*>(smem_raw);
   const int chunk = blockIdx.x, tok = blockIdx.y;
@@ -94,39 +120,65 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
       wq[nt][1] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t + 1] * fold;
     }
     const uint8_t* keys = p.keys[tok];
+    const int64_t limit = p.entries[tok];  // records that exist: never read past them
     const int tiles = (n + 15) / 16;
+    unsigned char* stages = sm.stage[warp][0];
 
-    // Raw words of one tile for this thread: rows g and g+8, word t of every block, + scales.
-    struct Raw {
-      uint32_t c[2][NB];
-      uint32_t s[2][NB];
-      int64_t e[2];
-    };
-    auto load = [&](int tile, Raw& raw) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = tile * 16 + g + 8 * h;
-        const int64_t e = r < n ? entry_at(p, tok, p0 + r, npos, visible) : -1;
-        raw.e[h] = e;
-        const uint8_t* row = keys + (e >= 0 ? e : 0) * RB;  // entry 0 exists whenever visible ≥ 1
-#pragma unroll
-        for (int b = 0; b < NB; ++b) raw.c[h][b] = __ldg(reinterpret_cast<const uint32_t*>(row + 16 * b + 4 * t));
-        if constexpr (NB == 4) {
-          const uint32_t sw = __ldg(reinterpret_cast<const uint32_t*>(row + DH / 2));
-#pragma unroll
-          for (int b = 0; b < NB; ++b) raw.s[h][b] = (sw >> (8 * b)) & 0xFF;
-        } else {
-#pragma unroll
-          for (int b = 0; b < NB; ++b) raw.s[h][b] = __ldg(row + DH / 2 + b);
+    // Stage one tile (16 list positions = 16/GR groups of GR consecutive entries, 272 B each)
+    // into shared memory with 16-byte asynchronous copies; absent groups and bytes past the
+    // last record are zero-filled (cp.async src-size).
+    auto issue = [&](int tile, int stage) {
+      if (tile < tiles) {
+        for (int sgi = lane; sgi < kTileSegments; sgi += 32) {
+          const int grp = sgi / kGroupSegments, off = (sgi % kGroupSegments) * 16;
+          const int64_t e0 = entry_at(p, tok, p0 + tile * 16 + grp * GR, npos, int64_t{1} << 62);
+          int bytes = 0;
+          if (e0 >= 0) {
+            const int64_t avail = (limit - e0) * RB - off;
+            bytes = avail <= 0 ? 0 : avail >= 16 ? 16 : static_cast<int>(avail);
+          }
+          cp_async16(stages + stage * kTileBytes + grp * kGroupBytes + off,
+                     keys + (e0 >= 0 && bytes > 0 ? e0 * RB + off : 0), bytes);
         }
+      }
+      cp_async_commit();  // empty groups keep the count uniform
+    };
+    // Word of a staged row at byte offset `at` (rows are 2-byte aligned when RB is not 4·k).
+    auto word = [&](const unsigned char* rowp, int at) -> uint32_t {
+      if constexpr (RB % 4 == 0) {
+        return *reinterpret_cast<const uint32_t*>(rowp + at);
+      } else {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(rowp + at);
+        return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
       }
     };
 
-    Raw cur, nxt;
-    int tile = warp;
-    if (tile < tiles) load(tile, cur);
-    for (; tile < tiles; tile += kChunkThreads / 32) {
-      if (tile + kChunkThreads / 32 < tiles) load(tile + kChunkThreads / 32, nxt);  // in flight during the MMAs
+    const int my_tiles = tile_count_for_warp(tiles, warp);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(warp + s * kWarps, s);
+    for (int i = 0; i < my_tiles; ++i) {
+      const int tile = warp + i * kWarps;
+      issue(warp + (i + kStages - 1) * kWarps, (i + kStages - 1) % kStages);
+      cp_async_wait<kStages - 1>();
+      __syncwarp();
+      const unsigned char* st = stages + (i % kStages) * kTileBytes;
+      struct {
+        uint32_t c[2][NB];
+        uint32_t s[2][NB];
+        int64_t e[2];
+      } cur;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        cur.e[h] = tile * 16 + r < n ? entry_at(p, tok, p0 + tile * 16 + r, npos, visible) : -1;
+        const unsigned char* rowp = st + r * RB;
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          cur.c[h][b] = word(rowp, 16 * b + 4 * t);
+          cur.s[h][b] = rowp[DH / 2 + b];
+        }
+      }
+      __syncwarp();  // this stage is refilled on the next iteration
       float acc[NT][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
@@ -169,7 +221,6 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
           }
         }
       }
-      cur = nxt;
     }
   }
   __syncthreads();
@@ -253,6 +304,10 @@ Status indexer_topk(const IndexerParams& p, void* workspace, size_t workspace_by
   if (p.pool_blocks && (p.pool_size < 1 || p.pool_block_size < 1))
     return invalid_argument(what + ": pool of " + std::to_string(p.pool_size) + " blocks of " +
                             std::to_string(p.pool_block_size));
+  const int rb = static_cast<int>(index_row_bytes(static_cast<size_t>(p.head_dim > 0 ? p.head_dim : 0)));
+  if (p.pool_blocks && (rb <= 0 || kGroupBytes % rb != 0 || p.pool_block_size % (kGroupBytes / rb) != 0))
+    return invalid_argument(what + ": pool blocks of " + std::to_string(p.pool_block_size) +
+                            " entries do not hold whole 272-byte groups of index rows");
   const int64_t nchunks = chunks_for(indexer_positions(p));
   if (nchunks * p.k > (int64_t{1} << 30) || nchunks > 65535)
     return out_of_range(what + ": " + std::to_string(nchunks) + " chunks of candidates");
@@ -261,10 +316,9 @@ Status indexer_topk(const IndexerParams& p, void* workspace, size_t workspace_by
                             std::to_string(workspace_bytes(p.tokens, nchunks, p.k)));
   const Workspace w = carve(workspace, p.tokens, nchunks, p.k);
   if (p.heads == 32 && p.head_dim == 128) return launch_indexer<32, 128>(p, nchunks, w, stream);
-  if (p.heads == 64 && p.head_dim == 128) return launch_indexer<64, 128>(p, nchunks, w, stream);
   if (p.heads == 8 && p.head_dim == 64) return launch_indexer<8, 64>(p, nchunks, w, stream);
   return unsupported(what + ": " + std::to_string(p.heads) + " heads × " + std::to_string(p.head_dim) +
-                     " (built for 32×128, 64×128 and 8×64)");
+                     " (built for 32×128, V4.1-Flash, and 8×64)");
 }
 
 size_t topk_rows_workspace_bytes(int tokens, int64_t n, int k) { return workspace_bytes(tokens, chunks_for(n), k); }

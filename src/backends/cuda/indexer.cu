@@ -11,6 +11,7 @@
 // Kernel 2, one CTA per token: top-k of the chunks' candidates → ascending ids, −1 padded.
 // Global traffic: the index rows once (68 B per entry at V4.1 widths) plus nchunks·k·8 B of
 // candidates per token (1/136 of the rows at chunk 8192, k 512); no [T, G] score matrix.
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -29,7 +30,7 @@ constexpr int kChunkThreads = 256;   // 8 warps
 constexpr int kMergeThreads = 1024;
 
 constexpr int kWarps = kChunkThreads / 32;
-constexpr int kStages = 6;               // tiles in flight per warp (~52 KB per SM in flight)
+constexpr int kStages = 4;               // tiles in flight per warp (2 CTAs/SM: ~70 KB in flight)
 constexpr int kGroupBytes = 272;         // 4 rows of 68 B or 8 rows of 34 B: 16-byte aligned
 constexpr int kGroupSegments = kGroupBytes / 16;
 constexpr int kTileBytes = 1088;         // 16 rows of 68 B (the 34 B rows use half)
@@ -57,6 +58,12 @@ __device__ __forceinline__ int tile_count_for_warp(int tiles, int warp) {
   return tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0;
 }
 
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+  const uint32_t i = code & 7;
+  const float mag = i < 4 ? 0.5f * static_cast<float>(i) : static_cast<float>(1u << (i / 2 - 1)) * (i & 1 ? 1.5f : 1.0f);
+  return code & 8 ? -mag : mag;
+}
+
 __device__ __forceinline__ float ue8m0_scale(uint32_t code) {
   return code == 0xFF ? __int_as_float(0x7FC00000) : (code == 0 ? __int_as_float(0x00400000) : __int_as_float(code << 23));
 }
@@ -82,7 +89,7 @@ __device__ __forceinline__ int64_t entry_at(const IndexerParams& p, int tok, int
 }
 
 template <int NH, int DH>
-__global__ void __launch_bounds__(kChunkThreads) indexer_chunk_kernel(IndexerParams p, int nchunks,
+__global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(IndexerParams p, int nchunks,
                                                                       uint32_t* cand_keys, int32_t* cand_ids) {
   constexpr int NB = DH / 32;          // scale blocks per row
   constexpr int NT = NH / 8;           // n8 head tiles
@@ -102,22 +109,49 @@ __global__ void __launch_bounds__(kChunkThreads) indexer_chunk_kernel(IndexerPar
   int32_t* out_ids = cand_ids + (int64_t{tok} * nchunks + chunk) * p.k;
 
   if (n > 0) {
-    // Query fragments (B operand: k = channels, n = heads), block scales and folded weights.
+    // Query fragments (B operand: k = channels, n = heads). Each head's block scales are folded
+    // into its E4M3 values relative to the head's largest block (exact for blocks within 2^8 of
+    // it; smaller blocks round to E4M3, a change below 2^-8 of the head's largest block), so the
+    // blocks of a head accumulate in one fp32 chain and only the key scale multiplies per block.
     const uint8_t* q = p.q + int64_t{tok} * NH * RB;
     uint32_t bq0[NT][NB], bq1[NT][NB];
-    float sq[NT][NB][2], wq[NT][2];
-    const float fold = rsqrtf(static_cast<float>(DH)) * 4096.0f;  // dh^-1/2 and the two 2^-6
+    float wq[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const uint8_t* qrow = q + (nt * 8 + g) * RB;
+      int emax = 0;
+#pragma unroll
+      for (int b = 0; b < NB; ++b) emax = max(emax, static_cast<int>(qrow[DH / 2 + b]));
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        // Rows are only 2-byte aligned at dim 64 (34 B): read the word as two halves.
+        const uint16_t* qw = reinterpret_cast<const uint16_t*>(qrow + 16 * b + 4 * t);
+        const uint32_t w = static_cast<uint32_t>(qw[0]) | (static_cast<uint32_t>(qw[1]) << 16);
+        const float rel = ldexpf(1.0f, static_cast<int>(qrow[DH / 2 + b]) - emax);  // 2^(code_b − emax) ≤ 1
+        uint32_t even = 0, odd = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {  // byte i: channels 2i (low nibble) and 2i+1
+          const uint32_t byte = (w >> (8 * i)) & 0xFF;
+          const float2 v = make_float2(e2m1_value(byte & 0xF) * rel, e2m1_value(byte >> 4) * rel);
+          const uint32_t pair = __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, __NV_E4M3);
+          even |= (pair & 0xFF) << (8 * i);
+          odd |= ((pair >> 8) & 0xFF) << (8 * i);
+        }
+        bq0[nt][b] = even, bq1[nt][b] = odd;
+      }
+    }
+    // Output columns of this thread: heads nt·8 + 2t, +1. Keys enter the MMA as value·2^-6.
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        const uint32_t w = *reinterpret_cast<const uint32_t*>(q + (nt * 8 + g) * RB + 16 * b + 4 * t);
-        e2m1x8_to_e4m3(w, bq0[nt][b], bq1[nt][b]);
-        sq[nt][b][0] = ue8m0_scale(q[(nt * 8 + 2 * t) * RB + DH / 2 + b]);
-        sq[nt][b][1] = ue8m0_scale(q[(nt * 8 + 2 * t + 1) * RB + DH / 2 + b]);
+      for (int j = 0; j < 2; ++j) {
+        const uint8_t* qrow = q + (nt * 8 + 2 * t + j) * RB;
+        int emax = 0;
+#pragma unroll
+        for (int b = 0; b < NB; ++b) emax = max(emax, static_cast<int>(qrow[DH / 2 + b]));
+        wq[nt][j] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t + j] * rsqrtf(static_cast<float>(DH)) * 64.0f *
+                    ue8m0_scale(static_cast<uint32_t>(emax));
       }
-      wq[nt][0] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t] * fold;
-      wq[nt][1] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t + 1] * fold;
     }
     const uint8_t* keys = p.keys[tok];
     const int64_t limit = p.entries[tok];  // records that exist: never read past them
@@ -190,12 +224,12 @@ __global__ void __launch_bounds__(kChunkThreads) indexer_chunk_kernel(IndexerPar
         const float sk0 = ue8m0_scale(cur.s[0][b]), sk1 = ue8m0_scale(cur.s[1][b]);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // exact partial dot of this block
           mma_e4m3_16832(part, a0, a1, a2, a3, bq0[nt][b], bq1[nt][b]);
-          acc[nt][0] = fmaf(part[0] * sk0, sq[nt][b][0], acc[nt][0]);
-          acc[nt][1] = fmaf(part[1] * sk0, sq[nt][b][1], acc[nt][1]);
-          acc[nt][2] = fmaf(part[2] * sk1, sq[nt][b][0], acc[nt][2]);
-          acc[nt][3] = fmaf(part[3] * sk1, sq[nt][b][1], acc[nt][3]);
+          acc[nt][0] = fmaf(part[0], sk0, acc[nt][0]);
+          acc[nt][1] = fmaf(part[1], sk0, acc[nt][1]);
+          acc[nt][2] = fmaf(part[2], sk1, acc[nt][2]);
+          acc[nt][3] = fmaf(part[3], sk1, acc[nt][3]);
         }
       }
       float s0 = 0.0f, s1 = 0.0f;

@@ -28,6 +28,7 @@ namespace {
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kRows = 16;      // heads per CTA
 constexpr int kTile = 64;      // keys per tile
+constexpr int kMaxTopk = 1024;  // ids kept in shared memory (two CTAs per SM at D 512)
 
 template <int D>
 struct AttnSmem {
@@ -39,15 +40,12 @@ struct AttnSmem {
   float s[kRows][kTile + 1];
   __nv_bfloat16 p[kRows * kPStride];
   float m[kRows], l[kRows], alpha[kRows];
-  const uint8_t* row_ptr[kTile];
   int row_kind[kTile];  // 0 window record, 1 main record, 2 absent
+  int32_t ids[kMaxTopk];  // the token's top-k ids, read once
 };
 
 __device__ __forceinline__ uint32_t ld_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
-}
 
 // Two E4M3 bytes (low = first channel) times a scale, as a bf16 pair (exact).
 __device__ __forceinline__ __nv_bfloat162 e4m3x2_scaled(uint32_t two, float scale) {
@@ -56,9 +54,40 @@ __device__ __forceinline__ __nv_bfloat162 e4m3x2_scaled(uint32_t two, float scal
   return __floats2bfloat162_rn(f.x * scale, f.y * scale);
 }
 
-// 16 channels [c0, c0+16) of one key row into shared memory as bf16.
+// One 16-channel unit of a key row as loaded from memory (registers), decoded after the loads
+// of the whole tile are in flight.
+struct RawUnit {
+  uint32_t w[4];  // window: 16 E4M3 codes; main: 16 E2M1 codes in w[0..1]
+  uint32_t scale; // the unit's scale byte
+};
+
 template <int D>
-__device__ __forceinline__ void decode_unit(const uint8_t* rec, int kind, int c0, __nv_bfloat16* dst) {
+__device__ __forceinline__ RawUnit load_unit(const uint8_t* rec, int kind, int c0) {
+  RawUnit u{{0, 0, 0, 0}, 0};
+  if (kind == 0) {  // window row: E4M3 codes [D], UE8M0 per 32 channels at D + c/32
+    if constexpr (D % 512 == 0) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(rec + c0));
+      u.w[0] = v.x, u.w[1] = v.y, u.w[2] = v.z, u.w[3] = v.w;
+    } else {
+      for (int i = 0; i < 4; ++i)
+        u.w[i] = rec[c0 + 4 * i] | (rec[c0 + 4 * i + 1] << 8) | (rec[c0 + 4 * i + 2] << 16) |
+                 (uint32_t{rec[c0 + 4 * i + 3]} << 24);
+    }
+    u.scale = __ldg(rec + D + c0 / 32);
+  } else if (kind == 1) {  // main row: E2M1 codes [D/2], E4M3 scale per 16 channels at D/2 + c/16
+    if constexpr (D % 256 == 0) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(rec + c0 / 2));
+      u.w[0] = v.x, u.w[1] = v.y;
+    } else {
+      for (int i = 0; i < 2; ++i) u.w[i] = __ldg(reinterpret_cast<const uint32_t*>(rec + c0 / 2 + 4 * i));  // 9D/16-byte rows
+    }
+    u.scale = __ldg(rec + D / 2 + c0 / 16);
+  }
+  return u;
+}
+
+// The unit as 16 bf16 values in shared memory (exact; absent rows as zeros).
+__device__ __forceinline__ void store_unit(const RawUnit& u, int kind, __nv_bfloat16* dst) {
   __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dst);
   if (kind == 2) {
     for (int i = 0; i < 8; ++i) d2[i] = __floats2bfloat162_rn(0.0f, 0.0f);
@@ -66,39 +95,35 @@ __device__ __forceinline__ void decode_unit(const uint8_t* rec, int kind, int c0
   }
   uint32_t w[4];
   float scale;
-  if (kind == 0) {  // window row: E4M3 codes [D], UE8M0 per 32 channels at D + c/32
-    if constexpr (D % 512 == 0) {
-      const uint4 v = *reinterpret_cast<const uint4*>(rec + c0);
-      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-    } else {
-      for (int i = 0; i < 4; ++i)
-        w[i] = rec[c0 + 4 * i] | (rec[c0 + 4 * i + 1] << 8) | (rec[c0 + 4 * i + 2] << 16) | (uint32_t{rec[c0 + 4 * i + 3]} << 24);
-    }
-    const uint8_t sc = rec[D + c0 / 32];
+  if (kind == 0) {
+    const uint32_t sc = u.scale;
     scale = sc == 0xFF ? __int_as_float(0x7FC00000) : (sc == 0 ? __int_as_float(0x00400000) : __int_as_float(sc << 23));
-  } else {  // main row: E2M1 codes [D/2], E4M3 scale per 16 channels at D/2 + c/16
-    uint32_t c[2];
-    if constexpr (D % 256 == 0) {
-      const uint2 v = *reinterpret_cast<const uint2*>(rec + c0 / 2);
-      c[0] = v.x, c[1] = v.y;
-    } else {
-      for (int i = 0; i < 2; ++i)
-        c[i] = *reinterpret_cast<const uint32_t*>(rec + c0 / 2 + 4 * i);  // rows are 4-byte aligned (9D/16)
-    }
+    w[0] = u.w[0], w[1] = u.w[1], w[2] = u.w[2], w[3] = u.w[3];
+  } else {
     // E2M1 → E4M3 holding value·2^-6 (mma.cuh), in channel order: interleave even/odd bytes.
     for (int i = 0; i < 2; ++i) {
       uint32_t even, odd;
-      e2m1x8_to_e4m3(c[i], even, odd);
+      e2m1x8_to_e4m3(u.w[i], even, odd);
       w[2 * i] = __byte_perm(even, odd, 0x5140);
       w[2 * i + 1] = __byte_perm(even, odd, 0x7362);
     }
-    const __half_raw hs = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(rec[D / 2 + c0 / 16]), __NV_E4M3);
+    const __half_raw hs = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(u.scale), __NV_E4M3);
     scale = __half2float(__half(hs)) * 64.0f;  // exact: undoes the 2^-6
   }
   for (int i = 0; i < 4; ++i) {
     d2[2 * i] = e4m3x2_scaled(w[i], scale);
     d2[2 * i + 1] = e4m3x2_scaled(w[i] >> 16, scale);
   }
+}
+
+// B fragments of two adjacent n8 tiles (P·V: k = keys, n = channels) from row-major V in
+// shared memory, transposed on the fly. `row0` points at V[k0][n0]; stride in elements.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* row0, int stride, int lane) {
+  const __nv_bfloat16* a = row0 + (lane & 15) * stride + (lane >> 4) * 8;
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(a));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
 }
 
 template <int D>
@@ -130,34 +155,59 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
   const uint8_t* mains = p.topk > 0 ? p.main_rows[tok] : nullptr;
   constexpr int kWinBytes = D + D / 32, kMainBytes = D / 2 + D / 16;
 
+  for (int j = tid; j < p.topk; j += kThreads) sm.ids[j] = p.topk_ids[static_cast<int64_t>(tok) * p.topk + j];
+  __syncthreads();
+
   constexpr int NT = D / 32;  // n8 tiles of this warp's D/4 output columns
   float acc[NT][4];
   for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
-  for (int k0 = 0; k0 < nkeys; k0 += kTile) {
-    // ---- 1. which record each of the tile's rows reads ---------------------------------------
-    if (tid < kTile) {
-      const int kk = k0 + tid;
-      int kind = 2;
-      const uint8_t* ptr = nullptr;
-      if (kk < nwin) {
-        kind = 0;
-        ptr = ring + ((lo + kk) % p.window) * kWinBytes;
-      } else if (kk < nkeys) {
-        const int32_t id = p.topk_ids[static_cast<int64_t>(tok) * p.topk + (kk - nwin)];
-        if (id >= 0) kind = 1, ptr = mains + static_cast<int64_t>(id) * kMainBytes;
+  // Rows of a tile are decoded in passes: pass j covers rows j·RP .. j·RP+RP−1, one 16-channel
+  // unit per thread (a warp reads 512 contiguous bytes of a window row, 256 of a main row).
+  constexpr int U = D / 16, RP = kThreads / U, kPasses = kTile / RP;
+  const int unit_row = tid / U, unit_c0 = (tid % U) * 16;
+  auto row_source = [&](int kk, int* kind) -> const uint8_t* {
+    if (kk < nwin) {
+      *kind = 0;
+      return ring + ((lo + kk) % p.window) * kWinBytes;
+    }
+    if (kk < nkeys) {
+      const int32_t id = sm.ids[kk - nwin];
+      if (id >= 0) {
+        *kind = 1;
+        return mains + static_cast<int64_t>(id) * kMainBytes;
       }
+    }
+    *kind = 2;
+    return nullptr;
+  };
+  RawUnit raw[kPasses];
+  auto load_tile = [&](int k0) {
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      int kind;
+      const uint8_t* src = row_source(k0 + j * RP + unit_row, &kind);
+      raw[j] = load_unit<D>(src, kind, unit_c0);
+    }
+  };
+  if (nkeys > 0) load_tile(0);
+
+  for (int k0 = 0; k0 < nkeys; k0 += kTile) {
+    // ---- 1. decode the tile loaded during the previous tile's math ---------------------------
+    if (tid < kTile) {
+      int kind;
+      row_source(k0 + tid, &kind);
       sm.row_kind[tid] = kind;
-      sm.row_ptr[tid] = ptr;
+    }
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      int kind;
+      const int r = j * RP + unit_row;
+      row_source(k0 + r, &kind);
+      store_unit(raw[j], kind, &sm.keys[r * S + unit_c0]);
     }
     __syncthreads();
-    constexpr int kUnits = kTile * D / 16;
-#pragma unroll 4
-    for (int u = tid; u < kUnits; u += kThreads) {
-      const int r = u / (D / 16), c0 = (u % (D / 16)) * 16;
-      decode_unit<D>(sm.row_ptr[r], sm.row_kind[r], c0, &sm.keys[r * S + c0]);
-    }
-    __syncthreads();
+    if (k0 + kTile < nkeys) load_tile(k0 + kTile);  // in flight during this tile's MMAs
 
     // ---- 2. S = Q·Kᵀ for keys 16w..16w+15 ------------------------------------------------------
     {
@@ -220,13 +270,12 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
       for (int kc = 0; kc < kTile; kc += 16) {
         const uint32_t a0 = ld_u32(&sm.p[g * PS + kc + 2 * t]), a1 = ld_u32(&sm.p[(g + 8) * PS + kc + 2 * t]);
         const uint32_t a2 = ld_u32(&sm.p[g * PS + kc + 2 * t + 8]), a3 = ld_u32(&sm.p[(g + 8) * PS + kc + 2 * t + 8]);
-        const __nv_bfloat16* v0 = &sm.keys[(kc + 2 * t) * S];
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          const int d = warp * (D / 4) + n * 8 + g;
-          const uint32_t b0 = pack_bf16(v0[d], v0[S + d]);
-          const uint32_t b1 = pack_bf16(v0[8 * S + d], v0[9 * S + d]);
-          mma_bf16_16816(acc[n], a0, a1, a2, a3, b0, b1);
+        for (int n = 0; n < NT; n += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, &sm.keys[kc * S + warp * (D / 4) + n * 8], S, lane);
+          mma_bf16_16816(acc[n], a0, a1, a2, a3, b[0], b[1]);
+          mma_bf16_16816(acc[n + 1], a0, a1, a2, a3, b[2], b[3]);
         }
       }
     }
@@ -261,7 +310,7 @@ Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
 
 Status sparse_attention_decode(const SparseAttentionParams& p, cudaStream_t stream) {
   const std::string what = "sparse_attention_decode";
-  if (p.tokens < 0 || p.heads < 1 || p.window < 1 || p.topk < 0)
+  if (p.tokens < 0 || p.heads < 1 || p.window < 1 || p.topk < 0 || p.topk > kMaxTopk)
     return invalid_argument(what + ": tokens " + std::to_string(p.tokens) + ", heads " + std::to_string(p.heads) +
                             ", window " + std::to_string(p.window) + ", topk " + std::to_string(p.topk));
   if (p.tokens == 0) return ok_status();

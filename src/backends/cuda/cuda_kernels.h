@@ -96,6 +96,9 @@ struct IndexerParams {
   int64_t max_entries = 0;                       // bound on visible entries (sizes the grid)
   int32_t* topk = nullptr;                       // [T, k] out
   float* scores_debug = nullptr;                 // optional [T, max_entries] scores (tests only)
+  // Which tensor-core path scores: FP8 m16n8k32 (default) or FP16 m16n8k16. Same exact block
+  // partials, same results; both kept until the device benchmark retires the slower one.
+  bool fp16_mma = false;
 };
 // Workspace bytes for these params (per-chunk candidates).
 size_t indexer_workspace_bytes(const IndexerParams& p);

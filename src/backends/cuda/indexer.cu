@@ -11,6 +11,7 @@
 // Kernel 2, one CTA per token: top-k of the chunks' candidates → ascending ids, −1 padded.
 // Global traffic: the index rows once (68 B per entry at V4.1 widths) plus nchunks·k·8 B of
 // candidates per token (1/136 of the rows at chunk 8192, k 512); no [T, G] score matrix.
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -88,7 +89,7 @@ __device__ __forceinline__ int64_t entry_at(const IndexerParams& p, int tok, int
   return e < visible ? e : -1;
 }
 
-template <int NH, int DH>
+template <int NH, int DH, bool F16>
 __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(IndexerParams p, int nchunks,
                                                                       uint32_t* cand_keys, int32_t* cand_ids) {
   constexpr int NB = DH / 32;          // scale blocks per row
@@ -114,8 +115,10 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
     // it; smaller blocks round to E4M3, a change below 2^-8 of the head's largest block), so the
     // blocks of a head accumulate in one fp32 chain and only the key scale multiplies per block.
     const uint8_t* q = p.q + int64_t{tok} * NH * RB;
-    uint32_t bq0[NT][NB], bq1[NT][NB];
-    float wq[NT][2];
+    // FP8 path: bq0/bq1 hold E4M3 even/odd channels (m16n8k32, one MMA per block);
+    // FP16 path: bqh holds the channel pairs (0,4) (1,5) (2,6) (3,7) of the thread's 8 channels
+    // (m16n8k16, two MMAs per block). Same products, same sums.
+    uint32_t bq0[F16 ? 1 : NT][NB], bq1[F16 ? 1 : NT][NB], bqh[F16 ? NT : 1][NB][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const uint8_t* qrow = q + (nt * 8 + g) * RB;
@@ -128,18 +131,28 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
         const uint16_t* qw = reinterpret_cast<const uint16_t*>(qrow + 16 * b + 4 * t);
         const uint32_t w = static_cast<uint32_t>(qw[0]) | (static_cast<uint32_t>(qw[1]) << 16);
         const float rel = ldexpf(1.0f, static_cast<int>(qrow[DH / 2 + b]) - emax);  // 2^(code_b − emax) ≤ 1
-        uint32_t even = 0, odd = 0;
+        if constexpr (F16) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {  // byte i: channels 2i (low nibble) and 2i+1
-          const uint32_t byte = (w >> (8 * i)) & 0xFF;
-          const float2 v = make_float2(e2m1_value(byte & 0xF) * rel, e2m1_value(byte >> 4) * rel);
-          const uint32_t pair = __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, __NV_E4M3);
-          even |= (pair & 0xFF) << (8 * i);
-          odd |= ((pair >> 8) & 0xFF) << (8 * i);
+          for (int i = 0; i < 4; ++i) {  // channels i and i+4 of the word (nibbles i, i+4)
+            const __half2 h = __floats2half2_rn(e2m1_value((w >> (4 * i)) & 0xF) * rel,
+                                                e2m1_value((w >> (4 * i + 16)) & 0xF) * rel);
+            bqh[nt][b][i] = *reinterpret_cast<const uint32_t*>(&h);
+          }
+        } else {
+          uint32_t even = 0, odd = 0;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {  // byte i: channels 2i (low nibble) and 2i+1
+            const uint32_t byte = (w >> (8 * i)) & 0xFF;
+            const float2 v = make_float2(e2m1_value(byte & 0xF) * rel, e2m1_value(byte >> 4) * rel);
+            const uint32_t pair = __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, __NV_E4M3);
+            even |= (pair & 0xFF) << (8 * i);
+            odd |= ((pair >> 8) & 0xFF) << (8 * i);
+          }
+          bq0[F16 ? 0 : nt][b] = even, bq1[F16 ? 0 : nt][b] = odd;
         }
-        bq0[nt][b] = even, bq1[nt][b] = odd;
       }
     }
+    float wq[NT][2];
     // Output columns of this thread: heads nt·8 + 2t, +1. Keys enter the MMA as value·2^-6.
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -149,7 +162,9 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
         int emax = 0;
 #pragma unroll
         for (int b = 0; b < NB; ++b) emax = max(emax, static_cast<int>(qrow[DH / 2 + b]));
-        wq[nt][j] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t + j] * rsqrtf(static_cast<float>(DH)) * 64.0f *
+        // keys enter the MMA as value·2^-6 (FP8) or value·2^-14 (FP16 bit placement)
+        wq[nt][j] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t + j] * rsqrtf(static_cast<float>(DH)) *
+                    (F16 ? 16384.0f : 64.0f) *
                     ue8m0_scale(static_cast<uint32_t>(emax));
       }
     }
@@ -218,14 +233,24 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
       for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
-        uint32_t a0, a1, a2, a3;
-        e2m1x8_to_e4m3(cur.c[0][b], a0, a2);
-        e2m1x8_to_e4m3(cur.c[1][b], a1, a3);
         const float sk0 = ue8m0_scale(cur.s[0][b]), sk1 = ue8m0_scale(cur.s[1][b]);
+        uint32_t a0, a1, a2, a3, h0[4], h1[4];
+        if constexpr (F16) {
+          e2m1x8_to_f16(cur.c[0][b], h0);
+          e2m1x8_to_f16(cur.c[1][b], h1);
+        } else {
+          e2m1x8_to_e4m3(cur.c[0][b], a0, a2);
+          e2m1x8_to_e4m3(cur.c[1][b], a1, a3);
+        }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // exact partial dot of this block
-          mma_e4m3_16832(part, a0, a1, a2, a3, bq0[nt][b], bq1[nt][b]);
+          if constexpr (F16) {
+            mma_f16_16816(part, h0[0], h1[0], h0[1], h1[1], bqh[nt][b][0], bqh[nt][b][1]);
+            mma_f16_16816(part, h0[2], h1[2], h0[3], h1[3], bqh[nt][b][2], bqh[nt][b][3]);
+          } else {
+            mma_e4m3_16832(part, a0, a1, a2, a3, bq0[nt][b], bq1[nt][b]);
+          }
           acc[nt][0] = fmaf(part[0], sk0, acc[nt][0]);
           acc[nt][1] = fmaf(part[1], sk0, acc[nt][1]);
           acc[nt][2] = fmaf(part[2], sk1, acc[nt][2]);
@@ -305,11 +330,11 @@ Workspace carve(void* ws, int tokens, int64_t nchunks, int k) {
           reinterpret_cast<uint32_t*>(base + cand * 8)};
 }
 
-template <int NH, int DH>
+template <int NH, int DH, bool F16>
 Status launch_indexer(const IndexerParams& p, int64_t nchunks, const Workspace& w, cudaStream_t stream) {
   const int bytes = static_cast<int>(sizeof(ChunkSmem));
-  DSV41_CUDA_TRY(cudaFuncSetAttribute(indexer_chunk_kernel<NH, DH>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  indexer_chunk_kernel<NH, DH><<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(p.tokens)),
+  DSV41_CUDA_TRY(cudaFuncSetAttribute(indexer_chunk_kernel<NH, DH, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  indexer_chunk_kernel<NH, DH, F16><<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(p.tokens)),
                                  kChunkThreads, bytes, stream>>>(p, static_cast<int>(nchunks), w.cand_keys, w.cand_ids);
   if (Status s = launch_status("indexer_chunk_kernel"); !s.ok()) return s;
   merge_kernel<<<p.tokens, kMergeThreads, 0, stream>>>(w.cand_keys, w.cand_ids, static_cast<int>(nchunks), p.k,
@@ -349,8 +374,10 @@ Status indexer_topk(const IndexerParams& p, void* workspace, size_t workspace_by
     return invalid_argument(what + ": workspace of " + std::to_string(workspace_bytes_given) + " bytes, needs " +
                             std::to_string(workspace_bytes(p.tokens, nchunks, p.k)));
   const Workspace w = carve(workspace, p.tokens, nchunks, p.k);
-  if (p.heads == 32 && p.head_dim == 128) return launch_indexer<32, 128>(p, nchunks, w, stream);
-  if (p.heads == 8 && p.head_dim == 64) return launch_indexer<8, 64>(p, nchunks, w, stream);
+  if (p.heads == 32 && p.head_dim == 128)
+    return p.fp16_mma ? launch_indexer<32, 128, true>(p, nchunks, w, stream) : launch_indexer<32, 128, false>(p, nchunks, w, stream);
+  if (p.heads == 8 && p.head_dim == 64)
+    return p.fp16_mma ? launch_indexer<8, 64, true>(p, nchunks, w, stream) : launch_indexer<8, 64, false>(p, nchunks, w, stream);
   return unsupported(what + ": " + std::to_string(p.heads) + " heads × " + std::to_string(p.head_dim) +
                      " (built for 32×128, V4.1-Flash, and 8×64)");
 }

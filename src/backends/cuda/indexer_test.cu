@@ -74,13 +74,16 @@ struct IndexerCase {
   int pool_size = 0, pool_block = 0;
 };
 
-void run_indexer_case(const IndexerCase& c, uint32_t seed) {
+void run_indexer_case(const IndexerCase& c, uint32_t seed, bool fp16_mma) {
+  SCOPED_TRACE(fp16_mma ? "fp16 mma path" : "fp8 mma path");
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> binade(-3.0f, 3.0f);
   const int T = static_cast<int>(c.positions.size()), NH = c.heads, DH = c.dim;
   const size_t rb = index_row_bytes(DH);
-  std::vector<uint8_t> keys(static_cast<size_t>(T) * c.entries * rb), q(static_cast<size_t>(T) * NH * rb);
+  // Each sequence's rows start 16-byte aligned (the kernel's contract): stride rounded to 8 rows.
+  const int64_t stride = (c.entries + 7) / 8 * 8;
+  std::vector<uint8_t> keys(static_cast<size_t>(T) * stride * rb), q(static_cast<size_t>(T) * NH * rb);
   std::vector<float> row(DH);
   auto fill = [&](uint8_t* rec) {
     for (int b = 0; b < DH; b += 32) {
@@ -120,7 +123,7 @@ void run_indexer_case(const IndexerCase& c, uint32_t seed) {
     }
     for (int64_t g = 0; g < visible; ++g) {
       if (!in_pool[g]) continue;
-      index_row_unpack(keys.data() + (static_cast<size_t>(i) * c.entries + g) * rb, DH, key.data());
+      index_row_unpack(keys.data() + (static_cast<size_t>(i) * stride + g) * rb, DH, key.data());
       double total = 0;
       for (int h = 0; h < NH; ++h) {
         index_row_unpack(q.data() + (static_cast<size_t>(i) * NH + h) * rb, DH, qh.data());
@@ -134,7 +137,7 @@ void run_indexer_case(const IndexerCase& c, uint32_t seed) {
 
   DeviceBuffer<uint8_t> dkeys(keys), dq(q);
   std::vector<const uint8_t*> key_ptrs(T);
-  for (int i = 0; i < T; ++i) key_ptrs[i] = dkeys.get() + static_cast<size_t>(i) * c.entries * rb;
+  for (int i = 0; i < T; ++i) key_ptrs[i] = dkeys.get() + static_cast<size_t>(i) * stride * rb;
   DeviceBuffer<const uint8_t*> dkey_ptrs(key_ptrs);
   DeviceBuffer<float> dw(w), dscores(want.size());
   DeviceBuffer<int64_t> dpos(c.positions), dentries(std::vector<int64_t>(T, c.entries));
@@ -143,6 +146,7 @@ void run_indexer_case(const IndexerCase& c, uint32_t seed) {
   p.tokens = T, p.heads = NH, p.head_dim = DH, p.k = c.k, p.ratio = c.ratio;
   p.q = dq.get(), p.head_weights = dw.get(), p.positions = dpos.get(), p.entries = dentries.get();
   p.keys = dkey_ptrs.get(), p.max_entries = c.entries, p.topk = dtopk.get(), p.scores_debug = dscores.get();
+  p.fp16_mma = fp16_mma;
   if (c.pool_size) p.pool_blocks = dpool.get(), p.pool_size = c.pool_size, p.pool_block_size = c.pool_block;
   const size_t ws = indexer_workspace_bytes(p);
   DeviceBuffer<unsigned char> dws(ws);
@@ -174,22 +178,22 @@ void run_indexer_case(const IndexerCase& c, uint32_t seed) {
 
 TEST(IndexerCuda, RealGeometryRatio2FewerVisibleThanK) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  run_indexer_case({32, 128, 512, 2, 1500, {0, 1, 2, 700, 2999}}, 11);
+  for (bool fp16 : {false, true}) run_indexer_case({32, 128, 512, 2, 1500, {0, 1, 2, 700, 2999}}, 11, fp16);
 }
 
 TEST(IndexerCuda, RealGeometryRatio1AcrossChunks) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  run_indexer_case({32, 128, 512, 1, 20000, {8191, 8192, 19999, 16383}}, 12);
+  for (bool fp16 : {false, true}) run_indexer_case({32, 128, 512, 1, 20000, {8191, 8192, 19999, 16383}}, 12, fp16);
 }
 
 TEST(IndexerCuda, CandidatePoolWithPadding) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  run_indexer_case({32, 128, 64, 1, 3000, {2999, 1000}, 40, 8}, 13);
+  for (bool fp16 : {false, true}) run_indexer_case({32, 128, 64, 1, 3000, {2999, 1000}, 40, 8}, 13, fp16);
 }
 
 TEST(IndexerCuda, TinyHeads) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  run_indexer_case({8, 64, 4, 2, 37, {0, 5, 9, 74}}, 14);
+  for (bool fp16 : {false, true}) run_indexer_case({8, 64, 4, 2, 37, {0, 5, 9, 74}}, 14, fp16);
 }
 
 }  // namespace

@@ -1,13 +1,13 @@
 // Sparse sink attention for decode, reading the packed records directly (cuda_kernels.h).
 // Spec: model.md §3.4 "Sparse attention with sink"; CPU twin: model/attention.cpp.
 //
-// One CTA = one query token × 16 heads (an m16 row block), 4 warps. Keys arrive in tiles of 64:
+// One CTA = one query token × 16 heads (an m16 row block), 8 warps. Keys arrive in tiles of 64:
 //   1. decode: the tile's 64 records (FP8 window rows from the ring, NVFP4 main rows by top-k
 //      id, absent ones as zeros) become bf16 rows in shared memory [64, D] — exact, since every
 //      record value has at most 6 significant bits;
-//   2. S = Q·Kᵀ [16, 64]: warp w takes keys 16w..16w+15, q split as bf16 hi + lo (two MMAs);
+//   2. S = Q·Kᵀ [16, 64]: warp w takes keys 8w..8w+7, q split as bf16 hi + lo (two MMAs);
 //   3. online softmax per head row (the sink seeds the running max and the denominator);
-//   4. O += P·V [16, D]: warp w owns columns [w·D/4, (w+1)·D/4); P in bf16, V = the same tile.
+//   4. O += P·V [16, D]: warp w owns columns [w·D/8, (w+1)·D/8); P in bf16, V = the same tile.
 // K = V and one KV head for all 64 query heads, so each record is read once per 16 heads from
 // memory (the 4 head-group CTAs of a token meet in L2), and the work is tensor-core MMAs.
 #include <cuda_bf16.h>
@@ -25,7 +25,7 @@
 namespace dsv41::cuda {
 namespace {
 
-constexpr int kThreads = 128;  // 4 warps
+constexpr int kThreads = 256;  // 8 warps; two CTAs per SM
 constexpr int kRows = 16;      // heads per CTA
 constexpr int kTile = 64;      // keys per tile
 constexpr int kMaxTopk = 1024;  // ids kept in shared memory (two CTAs per SM at D 512)
@@ -116,6 +116,13 @@ __device__ __forceinline__ void store_unit(const RawUnit& u, int kind, __nv_bflo
   }
 }
 
+// B fragments of one n8 tile (k16 × n8) the same way; lanes 0..15 give the row addresses.
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const __nv_bfloat16* row0, int stride, int lane) {
+  const __nv_bfloat16* a = row0 + (lane & 15) * stride;
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(a));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
+
 // B fragments of two adjacent n8 tiles (P·V: k = keys, n = channels) from row-major V in
 // shared memory, transposed on the fly. `row0` points at V[k0][n0]; stride in elements.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* row0, int stride, int lane) {
@@ -127,7 +134,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttentionParams p) {
+__global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAttentionParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   AttnSmem<D>& sm = *reinterpret_cast<AttnSmem<D>*>(smem_raw);
   constexpr int S = AttnSmem<D>::kStride, PS = AttnSmem<D>::kPStride;
@@ -158,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
   for (int j = tid; j < p.topk; j += kThreads) sm.ids[j] = p.topk_ids[static_cast<int64_t>(tok) * p.topk + j];
   __syncthreads();
 
-  constexpr int NT = D / 32;  // n8 tiles of this warp's D/4 output columns
+  constexpr int NT = D / 64;  // n8 tiles of this warp's D/8 output columns
   float acc[NT][4];
   for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
@@ -209,39 +216,31 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
     __syncthreads();
     if (k0 + kTile < nkeys) load_tile(k0 + kTile);  // in flight during this tile's MMAs
 
-    // ---- 2. S = Q·Kᵀ for keys 16w..16w+15 ------------------------------------------------------
+    // ---- 2. S = Q·Kᵀ for keys 8w..8w+7 ---------------------------------------------------------
     {
-      float s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0};
-      const __nv_bfloat16* k0p = &sm.keys[(warp * 16 + g) * S];
-      const __nv_bfloat16* k1p = &sm.keys[(warp * 16 + 8 + g) * S];
+      float s0[4] = {0, 0, 0, 0};
+      const __nv_bfloat16* kp = &sm.keys[(warp * 8 + g) * S];
 #pragma unroll 4
       for (int kc = 0; kc < D; kc += 16) {
         const uint32_t h0a = ld_u32(&sm.q_hi[g * S + kc + 2 * t]), h1a = ld_u32(&sm.q_hi[(g + 8) * S + kc + 2 * t]);
         const uint32_t h2a = ld_u32(&sm.q_hi[g * S + kc + 2 * t + 8]), h3a = ld_u32(&sm.q_hi[(g + 8) * S + kc + 2 * t + 8]);
         const uint32_t l0a = ld_u32(&sm.q_lo[g * S + kc + 2 * t]), l1a = ld_u32(&sm.q_lo[(g + 8) * S + kc + 2 * t]);
         const uint32_t l2a = ld_u32(&sm.q_lo[g * S + kc + 2 * t + 8]), l3a = ld_u32(&sm.q_lo[(g + 8) * S + kc + 2 * t + 8]);
-        const uint32_t b00 = ld_u32(k0p + kc + 2 * t), b01 = ld_u32(k0p + kc + 2 * t + 8);
-        const uint32_t b10 = ld_u32(k1p + kc + 2 * t), b11 = ld_u32(k1p + kc + 2 * t + 8);
-        mma_bf16_16816(s0, h0a, h1a, h2a, h3a, b00, b01);
-        mma_bf16_16816(s0, l0a, l1a, l2a, l3a, b00, b01);
-        mma_bf16_16816(s1, h0a, h1a, h2a, h3a, b10, b11);
-        mma_bf16_16816(s1, l0a, l1a, l2a, l3a, b10, b11);
+        const uint32_t b0 = ld_u32(kp + kc + 2 * t), b1 = ld_u32(kp + kc + 2 * t + 8);
+        mma_bf16_16816(s0, h0a, h1a, h2a, h3a, b0, b1);
+        mma_bf16_16816(s0, l0a, l1a, l2a, l3a, b0, b1);
       }
       const float ninf = -INFINITY;
-      const int c0 = warp * 16 + 2 * t, c1 = warp * 16 + 8 + 2 * t;
+      const int c0 = warp * 8 + 2 * t;
       sm.s[g][c0] = sm.row_kind[c0] == 2 ? ninf : s0[0] * scaling;
       sm.s[g][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[1] * scaling;
       sm.s[g + 8][c0] = sm.row_kind[c0] == 2 ? ninf : s0[2] * scaling;
       sm.s[g + 8][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[3] * scaling;
-      sm.s[g][c1] = sm.row_kind[c1] == 2 ? ninf : s1[0] * scaling;
-      sm.s[g][c1 + 1] = sm.row_kind[c1 + 1] == 2 ? ninf : s1[1] * scaling;
-      sm.s[g + 8][c1] = sm.row_kind[c1] == 2 ? ninf : s1[2] * scaling;
-      sm.s[g + 8][c1 + 1] = sm.row_kind[c1 + 1] == 2 ? ninf : s1[3] * scaling;
     }
     __syncthreads();
 
-    // ---- 3. online softmax: warp w updates head rows 4w..4w+3 ---------------------------------
-    for (int r = warp * 4; r < warp * 4 + 4; ++r) {
+    // ---- 3. online softmax: warp w updates head rows 2w, 2w+1 ----------------------------------
+    for (int r = warp * 2; r < warp * 2 + 2; ++r) {
       const float v0 = sm.s[r][lane], v1 = sm.s[r][lane + 32];
       float mx = fmaxf(v0, v1);
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
@@ -262,7 +261,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
     }
     __syncthreads();
 
-    // ---- 4. O = O·alpha + P·V over this warp's D/4 columns -------------------------------------
+    // ---- 4. O = O·alpha + P·V over this warp's D/8 columns -------------------------------------
     {
       const float a_lo = sm.alpha[g], a_hi = sm.alpha[g + 8];
       for (int n = 0; n < NT; ++n) acc[n][0] *= a_lo, acc[n][1] *= a_lo, acc[n][2] *= a_hi, acc[n][3] *= a_hi;
@@ -270,12 +269,21 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
       for (int kc = 0; kc < kTile; kc += 16) {
         const uint32_t a0 = ld_u32(&sm.p[g * PS + kc + 2 * t]), a1 = ld_u32(&sm.p[(g + 8) * PS + kc + 2 * t]);
         const uint32_t a2 = ld_u32(&sm.p[g * PS + kc + 2 * t + 8]), a3 = ld_u32(&sm.p[(g + 8) * PS + kc + 2 * t + 8]);
+        if constexpr (NT % 2 == 0) {
 #pragma unroll
-        for (int n = 0; n < NT; n += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, &sm.keys[kc * S + warp * (D / 4) + n * 8], S, lane);
-          mma_bf16_16816(acc[n], a0, a1, a2, a3, b[0], b[1]);
-          mma_bf16_16816(acc[n + 1], a0, a1, a2, a3, b[2], b[3]);
+          for (int n = 0; n < NT; n += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, &sm.keys[kc * S + warp * (D / 8) + n * 8], S, lane);
+            mma_bf16_16816(acc[n], a0, a1, a2, a3, b[0], b[1]);
+            mma_bf16_16816(acc[n + 1], a0, a1, a2, a3, b[2], b[3]);
+          }
+        } else {
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            uint32_t b[2];
+            ldmatrix_x2_trans(b, &sm.keys[kc * S + warp * (D / 8) + n * 8], S, lane);
+            mma_bf16_16816(acc[n], a0, a1, a2, a3, b[0], b[1]);
+          }
         }
       }
     }
@@ -285,7 +293,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
   // ---- output: O / l for the real heads ---------------------------------------------------------
   const float inv_lo = 1.0f / sm.l[g], inv_hi = 1.0f / sm.l[g + 8];
   for (int n = 0; n < NT; ++n) {
-    const int d = warp * (D / 4) + n * 8 + 2 * t;
+    const int d = warp * (D / 8) + n * 8 + 2 * t;
     if (h0 + g < p.heads) {
       float* o = p.out + (static_cast<int64_t>(tok) * p.heads + h0 + g) * D + d;
       o[0] = acc[n][0] * inv_lo, o[1] = acc[n][1] * inv_lo;

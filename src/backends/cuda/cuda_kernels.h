@@ -92,7 +92,8 @@ struct IndexerParams {
   const uint8_t* const* keys = nullptr;
   const int32_t* pool_blocks = nullptr;          // [T, pool_size] ascending block ids, −1 padded; or null
   int pool_size = 0;                             // blocks per token in pool_blocks
-  int pool_block_size = 0;                       // entries per block (a multiple of 4 at dim 128)
+  int pool_block_size = 0;                       // entries per block (a power of two ≥ 4 at dim 128)
+  int pool_block_shift = 0;                      // set by indexer_topk (log2 of pool_block_size)
   int64_t max_entries = 0;                       // bound on visible entries (sizes the grid)
   int32_t* topk = nullptr;                       // [T, k] out
   float* scores_debug = nullptr;                 // optional [T, max_entries] scores (tests only)

@@ -69,22 +69,24 @@ __device__ __forceinline__ float ue8m0_scale(uint32_t code) {
   return code == 0xFF ? __int_as_float(0x7FC00000) : (code == 0 ? __int_as_float(0x00400000) : __int_as_float(code << 23));
 }
 
-// Visible entries of token `tok` and the length of its position list (pool or dense).
-__device__ __forceinline__ void token_extent(const IndexerParams& p, int tok, int64_t* visible, int64_t* npos) {
+// Visible entries of token `tok` and the length of its position list (pool or dense). Entry
+// ids are int32 (as top-k ids are), so all position arithmetic below is 32-bit.
+__device__ __forceinline__ void token_extent(const IndexerParams& p, int tok, int* visible, int* npos) {
   const int64_t v = (p.positions[tok] + 1) / p.ratio;
-  *visible = v < p.entries[tok] ? v : p.entries[tok];
-  *npos = *visible <= 0 ? 0 : (p.pool_blocks ? int64_t{p.pool_size} * p.pool_block_size : *visible);
+  const int64_t vis = v < p.entries[tok] ? v : p.entries[tok];
+  *visible = static_cast<int>(vis);
+  *npos = vis <= 0 ? 0 : (p.pool_blocks ? p.pool_size << p.pool_block_shift : static_cast<int>(vis));
 }
 
-// Entry id at list position `pos` (−1 when not a visible entry).
-__device__ __forceinline__ int64_t entry_at(const IndexerParams& p, int tok, int64_t pos, int64_t npos,
-                                            int64_t visible) {
+// Entry id at list position `pos` (−1 when not a visible entry). Pool blocks are 2^shift
+// entries (checked on the host), so no division.
+__device__ __forceinline__ int entry_at(const IndexerParams& p, int tok, int pos, int npos, int visible) {
   if (pos >= npos) return -1;
-  int64_t e = pos;
+  int e = pos;
   if (p.pool_blocks) {
-    const int32_t blk = p.pool_blocks[int64_t{tok} * p.pool_size + pos / p.pool_block_size];
+    const int32_t blk = __ldg(p.pool_blocks + static_cast<int64_t>(tok) * p.pool_size + (pos >> p.pool_block_shift));
     if (blk < 0) return -1;
-    e = int64_t{blk} * p.pool_block_size + pos % p.pool_block_size;
+    e = (blk << p.pool_block_shift) | (pos & ((1 << p.pool_block_shift) - 1));
   }
   return e < visible ? e : -1;
 }
@@ -102,10 +104,10 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
   ChunkSmem& sm = *reinterpret_cast<ChunkSmem*>(smem_raw);
   const int chunk = blockIdx.x, tok = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  int64_t visible, npos;
+  int visible, npos;
   token_extent(p, tok, &visible, &npos);
-  const int64_t p0 = int64_t{chunk} * kChunk;
-  const int n = p0 >= npos ? 0 : static_cast<int>(npos - p0 < kChunk ? npos - p0 : kChunk);
+  const int p0 = chunk * kChunk;
+  const int n = p0 >= npos ? 0 : (npos - p0 < kChunk ? npos - p0 : kChunk);
   uint32_t* out_keys = cand_keys + (int64_t{tok} * nchunks + chunk) * p.k;
   int32_t* out_ids = cand_ids + (int64_t{tok} * nchunks + chunk) * p.k;
 
@@ -130,7 +132,8 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
         // Rows are only 2-byte aligned at dim 64 (34 B): read the word as two halves.
         const uint16_t* qw = reinterpret_cast<const uint16_t*>(qrow + 16 * b + 4 * t);
         const uint32_t w = static_cast<uint32_t>(qw[0]) | (static_cast<uint32_t>(qw[1]) << 16);
-        const float rel = ldexpf(1.0f, static_cast<int>(qrow[DH / 2 + b]) - emax);  // 2^(code_b − emax) ≤ 1
+        const int d = 127 + static_cast<int>(qrow[DH / 2 + b]) - emax;  // 2^(code_b − emax) ≤ 1
+        const float rel = d >= 1 ? __int_as_float(d << 23) : 0.0f;     // < 2^-126 of the head: dropped
         if constexpr (F16) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {  // channels i and i+4 of the word (nibbles i, i+4)
@@ -169,7 +172,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
       }
     }
     const uint8_t* keys = p.keys[tok];
-    const int64_t limit = p.entries[tok];  // records that exist: never read past them
+    const int limit = static_cast<int>(p.entries[tok]);  // records that exist: never read past them
     const int tiles = (n + 15) / 16;
     unsigned char* stages = sm.stage[warp][0];
 
@@ -180,14 +183,14 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
       if (tile < tiles) {
         for (int sgi = lane; sgi < kTileSegments; sgi += 32) {
           const int grp = sgi / kGroupSegments, off = (sgi % kGroupSegments) * 16;
-          const int64_t e0 = entry_at(p, tok, p0 + tile * 16 + grp * GR, npos, int64_t{1} << 62);
+          const int e0 = entry_at(p, tok, p0 + tile * 16 + grp * GR, npos, 0x7FFFFFFF);
           int bytes = 0;
           if (e0 >= 0) {
-            const int64_t avail = (limit - e0) * RB - off;
-            bytes = avail <= 0 ? 0 : avail >= 16 ? 16 : static_cast<int>(avail);
+            const int rows_left = limit - e0;  // ≥ 1 row: whole 16 bytes unless in the last row
+            bytes = rows_left >= GR ? 16 : max(0, min(16, rows_left * RB - off));
           }
           cp_async16(stages + stage * kTileBytes + grp * kGroupBytes + off,
-                     keys + (e0 >= 0 && bytes > 0 ? e0 * RB + off : 0), bytes);
+                     keys + (bytes > 0 ? static_cast<int64_t>(e0) * RB + off : 0), bytes);
         }
       }
       cp_async_commit();  // empty groups keep the count uniform
@@ -214,7 +217,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
       struct {
         uint32_t c[2][NB];
         uint32_t s[2][NB];
-        int64_t e[2];
+        int e[2];
       } cur;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -272,11 +275,11 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
         for (int h = 0; h < 2; ++h) {
           const int r = tile * 16 + g + 8 * h;
           if (r < n) {
-            const int64_t e = cur.e[h];
+            const int e = cur.e[h];
             const float s = h == 0 ? s0 : s1;
             sm.keys[r] = e >= 0 ? ordered_key(s) : kIneligibleKey;
-            sm.ids[r] = static_cast<int32_t>(e);
-            if (p.scores_debug && e >= 0) p.scores_debug[int64_t{tok} * p.max_entries + e] = s;
+            sm.ids[r] = e;
+            if (p.scores_debug && e >= 0) p.scores_debug[static_cast<int64_t>(tok) * p.max_entries + e] = s;
           }
         }
       }
@@ -364,9 +367,16 @@ Status indexer_topk(const IndexerParams& p, void* workspace, size_t workspace_by
     return invalid_argument(what + ": pool of " + std::to_string(p.pool_size) + " blocks of " +
                             std::to_string(p.pool_block_size));
   const int rb = static_cast<int>(index_row_bytes(static_cast<size_t>(p.head_dim > 0 ? p.head_dim : 0)));
-  if (p.pool_blocks && (rb <= 0 || kGroupBytes % rb != 0 || p.pool_block_size % (kGroupBytes / rb) != 0))
-    return invalid_argument(what + ": pool blocks of " + std::to_string(p.pool_block_size) +
-                            " entries do not hold whole 272-byte groups of index rows");
+  IndexerParams q = p;
+  if (p.pool_blocks) {
+    q.pool_block_shift = 0;
+    while ((1 << q.pool_block_shift) < p.pool_block_size) ++q.pool_block_shift;
+    if ((1 << q.pool_block_shift) != p.pool_block_size || rb <= 0 || kGroupBytes % rb != 0 ||
+        p.pool_block_size % (kGroupBytes / rb) != 0)
+      return invalid_argument(what + ": pool blocks of " + std::to_string(p.pool_block_size) +
+                              " entries: need a power of two holding whole 272-byte groups of index rows");
+  }
+  if (p.max_entries > 0x7FFFFFFF) return out_of_range(what + ": more than 2^31 entries");
   const int64_t nchunks = chunks_for(indexer_positions(p));
   if (nchunks * p.k > (int64_t{1} << 30) || nchunks > 65535)
     return out_of_range(what + ": " + std::to_string(nchunks) + " chunks of candidates");
@@ -375,9 +385,9 @@ Status indexer_topk(const IndexerParams& p, void* workspace, size_t workspace_by
                             std::to_string(workspace_bytes(p.tokens, nchunks, p.k)));
   const Workspace w = carve(workspace, p.tokens, nchunks, p.k);
   if (p.heads == 32 && p.head_dim == 128)
-    return p.fp16_mma ? launch_indexer<32, 128, true>(p, nchunks, w, stream) : launch_indexer<32, 128, false>(p, nchunks, w, stream);
+    return q.fp16_mma ? launch_indexer<32, 128, true>(q, nchunks, w, stream) : launch_indexer<32, 128, false>(q, nchunks, w, stream);
   if (p.heads == 8 && p.head_dim == 64)
-    return p.fp16_mma ? launch_indexer<8, 64, true>(p, nchunks, w, stream) : launch_indexer<8, 64, false>(p, nchunks, w, stream);
+    return q.fp16_mma ? launch_indexer<8, 64, true>(q, nchunks, w, stream) : launch_indexer<8, 64, false>(q, nchunks, w, stream);
   return unsupported(what + ": " + std::to_string(p.heads) + " heads × " + std::to_string(p.head_dim) +
                      " (built for 32×128, V4.1-Flash, and 8×64)");
 }

@@ -116,6 +116,15 @@ __device__ __forceinline__ void store_unit(const RawUnit& u, int kind, __nv_bflo
   }
 }
 
+// Four 8×8 bf16 matrices from shared memory, each lane giving one row address (rows of lanes
+// 8i..8i+7 form matrix i): an A fragment (16×16) or two k-steps of a B fragment.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* addr) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
 // B fragments of one n8 tile (k16 × n8) the same way; lanes 0..15 give the row addresses.
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const __nv_bfloat16* row0, int stride, int lane) {
   const __nv_bfloat16* a = row0 + (lane & 15) * stride;
@@ -219,16 +228,22 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
     // ---- 2. S = Q·Kᵀ for keys 8w..8w+7 ---------------------------------------------------------
     {
       float s0[4] = {0, 0, 0, 0};
-      const __nv_bfloat16* kp = &sm.keys[(warp * 8 + g) * S];
+      // B (keys 8w..8w+7 × channels) two k-steps per ldmatrix.x4; A (16 head rows) per k-step.
+      const __nv_bfloat16* kb = &sm.keys[(warp * 8 + (lane & 7)) * S + (lane >> 3) * 8];
+      const __nv_bfloat16* qh = &sm.q_hi[(lane & 15) * S + (lane >> 4) * 8];
+      const __nv_bfloat16* ql = &sm.q_lo[(lane & 15) * S + (lane >> 4) * 8];
 #pragma unroll 4
-      for (int kc = 0; kc < D; kc += 16) {
-        const uint32_t h0a = ld_u32(&sm.q_hi[g * S + kc + 2 * t]), h1a = ld_u32(&sm.q_hi[(g + 8) * S + kc + 2 * t]);
-        const uint32_t h2a = ld_u32(&sm.q_hi[g * S + kc + 2 * t + 8]), h3a = ld_u32(&sm.q_hi[(g + 8) * S + kc + 2 * t + 8]);
-        const uint32_t l0a = ld_u32(&sm.q_lo[g * S + kc + 2 * t]), l1a = ld_u32(&sm.q_lo[(g + 8) * S + kc + 2 * t]);
-        const uint32_t l2a = ld_u32(&sm.q_lo[g * S + kc + 2 * t + 8]), l3a = ld_u32(&sm.q_lo[(g + 8) * S + kc + 2 * t + 8]);
-        const uint32_t b0 = ld_u32(kp + kc + 2 * t), b1 = ld_u32(kp + kc + 2 * t + 8);
-        mma_bf16_16816(s0, h0a, h1a, h2a, h3a, b0, b1);
-        mma_bf16_16816(s0, l0a, l1a, l2a, l3a, b0, b1);
+      for (int kc = 0; kc < D; kc += 32) {
+        uint32_t b[4], ah[4], al[4];
+        ldmatrix_x4(b, kb + kc);
+        ldmatrix_x4(ah, qh + kc);
+        ldmatrix_x4(al, ql + kc);
+        mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
+        mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[0], b[1]);
+        ldmatrix_x4(ah, qh + kc + 16);
+        ldmatrix_x4(al, ql + kc + 16);
+        mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+        mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[2], b[3]);
       }
       const float ninf = -INFINITY;
       const int c0 = warp * 8 + 2 * t;

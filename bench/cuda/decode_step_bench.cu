@@ -137,7 +137,7 @@ struct Result {
   int64_t context;
   bool ran;
   std::string note;
-  double step_ms, attn_window_ms, attn_sparse_ms, idx_r2_ms, idx_r1_ms, idx_pool_ms, idx_r1_f16_ms;
+  double step_ms, attn_window_ms, attn_sparse_ms, idx_r2_ms, idx_r1_ms, idx_pool_ms;
   double step_bytes, attn_bytes, idx_bytes;
 };
 
@@ -264,11 +264,6 @@ Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
   r.attn_sparse_ms = time_ms(s, 2, iters, [&] { check(cu::sparse_attention_decode(attn_params(21), s), "attn"); });
   r.idx_r2_ms = time_ms(s, 2, iters, [&] { check(cu::indexer_topk(idx_params(0, false), ws, ws_bytes, s), "idx"); });
   r.idx_r1_ms = time_ms(s, 2, iters, [&] { check(cu::indexer_topk(idx_params(3, false), ws, ws_bytes, s), "idx"); });
-  r.idx_r1_f16_ms = time_ms(s, 2, iters, [&] {
-    cu::IndexerParams p = idx_params(3, false);
-    p.fp16_mma = true;
-    check(cu::indexer_topk(p, ws, ws_bytes, s), "idx");
-  });
   r.idx_pool_ms = time_ms(s, 2, iters, [&] { check(cu::indexer_topk(idx_params(3, true), ws, ws_bytes, s), "idx"); });
   check(cudaDeviceSynchronize(), "timing");
 
@@ -337,10 +332,10 @@ int main(int argc, char** argv) {
         std::printf("batch %4d ctx %8lld: %s\n", r.batch, static_cast<long long>(r.context), r.note.c_str());
       } else {
         std::printf("batch %4d ctx %8lld: step %.3f ms (%.2f GB, floor %.3f ms) | attn win %.4f sparse %.4f | "
-                    "idx r2 %.4f r1 %.4f (fp16 mma %.4f) pool %.4f ms\n",
+                    "idx r2 %.4f r1 %.4f pool %.4f ms\n",
                     r.batch, static_cast<long long>(r.context), r.step_ms, r.step_bytes / 1e9,
                     r.step_bytes / (bw * 1e9) * 1e3, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms, r.idx_r1_ms,
-                    r.idx_r1_f16_ms, r.idx_pool_ms);
+                    r.idx_pool_ms);
       }
       std::fflush(stdout);
     }
@@ -365,10 +360,10 @@ int main(int argc, char** argv) {
       std::fprintf(f,
                    "  {\"batch\": %d, \"context\": %lld, \"ran\": %s, \"note\": \"%s\", \"step_ms\": %.5f, "
                    "\"step_bytes\": %.0f, \"attn_bytes\": %.0f, \"indexer_bytes\": %.0f, \"attn_window_ms\": %.5f, "
-                   "\"attn_sparse_ms\": %.5f, \"idx_ratio2_ms\": %.5f, \"idx_ratio1_ms\": %.5f, \"idx_ratio1_fp16_ms\": %.5f, \"idx_pool_ms\": %.5f}%s\n",
+                   "\"attn_sparse_ms\": %.5f, \"idx_ratio2_ms\": %.5f, \"idx_ratio1_ms\": %.5f, \"idx_pool_ms\": %.5f}%s\n",
                    r.batch, static_cast<long long>(r.context), r.ran ? "true" : "false", r.note.c_str(), r.step_ms,
                    r.step_bytes, r.attn_bytes, r.idx_bytes, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms,
-                   r.idx_r1_ms, r.idx_r1_f16_ms, r.idx_pool_ms, i + 1 < results.size() ? "," : "");
+                   r.idx_r1_ms, r.idx_pool_ms, i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

@@ -73,9 +73,12 @@ Status sparse_attention_decode(const SparseAttentionParams& p, cudaStream_t stre
 // packing it is exact); keys are the kv source's index rows. When `pool_blocks` is set, only the
 // entries of those blocks are scored (restricted index sources, model.md §3.4 hierarchical
 // candidates); everything else is −inf.
-// Arithmetic: each 32-channel block's q·I partial is exact (E2M1 products on FP8 tensor cores),
-// the block scales, ReLU, weights and head sum in fp32; so scores agree with a float64
-// reference to float rounding, and top-k equals the exact top-k of these scores.
+// Arithmetic: each 32-channel block's q·I partial is exact (E2M1 codes placed in fp16 bits,
+// fp16 tensor cores, fp32 accumulation; FP8 mma.sync is no faster on sm_90, where it is
+// emulated through fp16), the key block scales, ReLU, weights and head sum in fp32; q's block
+// scales are folded into its fp16 values relative to the head's largest block (exact within
+// 2^-22 of it). So scores agree with a float64 reference to float rounding, and top-k equals
+// the exact top-k of these scores.
 // Never writes a [T, G] score matrix: each block of `chunk` entries keeps its own top-k in
 // shared memory and writes k candidates; a second kernel merges them per token.
 struct IndexerParams {
@@ -97,9 +100,6 @@ struct IndexerParams {
   int64_t max_entries = 0;                       // bound on visible entries (sizes the grid)
   int32_t* topk = nullptr;                       // [T, k] out
   float* scores_debug = nullptr;                 // optional [T, max_entries] scores (tests only)
-  // Which tensor-core path scores: FP8 m16n8k32 (default) or FP16 m16n8k16. Same exact block
-  // partials, same results; both kept until the device benchmark retires the slower one.
-  bool fp16_mma = false;
 };
 // Workspace bytes for these params (per-chunk candidates).
 size_t indexer_workspace_bytes(const IndexerParams& p);

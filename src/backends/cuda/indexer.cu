@@ -2,11 +2,13 @@
 // CPU twin: model/indexer.cpp (indexer_scores, indexer_scores_in_pool, select_topk).
 //
 // Kernel 1, one CTA per (chunk of 8192 positions, query token), 8 warps:
-//   each warp scores 16 entries at a time on FP8 tensor cores. An MXFP4 row is E2M1 codes with
-//   a power-of-two scale per 32 channels; E2M1 turns into E4M3 (value·2^-6) with three logic ops
-//   per four channels (mma.cuh), so one m16n8k32 MMA gives the exact partial dot of 16 keys ×
-//   8 heads over one scale block. Partials are scaled by key and query block scales and summed
-//   in fp32; ReLU, head weights and the head sum follow, and the 16 scores go to shared memory.
+//   index rows are staged into shared memory with cp.async (4 tiles of 16 rows in flight per
+//   warp); each warp scores 16 entries at a time on fp16 tensor cores. An MXFP4 row is E2M1
+//   codes with a power-of-two scale per 32 channels; three logic ops per two channels place
+//   E2M1 in fp16 bits (value·2^-14, exact; mma.cuh), so two m16n8k16 MMAs give the exact
+//   partial dot of 16 keys × 8 heads over one scale block. Partials are scaled by the key's
+//   block scale and summed in fp32 (q's block scales are folded into its fp16 values); ReLU,
+//   head weights and the head sum follow, and the 16 scores go to shared memory.
 //   Then the chunk's own top-k (topk_select.cuh) goes to the workspace: k (key, id) pairs.
 // Kernel 2, one CTA per token: top-k of the chunks' candidates → ascending ids, −1 padded.
 // Global traffic: the index rows once (68 B per entry at V4.1 widths) plus nchunks·k·8 B of
@@ -80,10 +82,11 @@ __device__ __forceinline__ void token_extent(const IndexerParams& p, int tok, in
 
 // Entry id at list position `pos` (−1 when not a visible entry). Pool blocks are 2^shift
 // entries (checked on the host), so no division.
+template <bool kPool>
 __device__ __forceinline__ int entry_at(const IndexerParams& p, int tok, int pos, int npos, int visible) {
   if (pos >= npos) return -1;
   int e = pos;
-  if (p.pool_blocks) {
+  if constexpr (kPool) {
     const int32_t blk = __ldg(p.pool_blocks + static_cast<int64_t>(tok) * p.pool_size + (pos >> p.pool_block_shift));
     if (blk < 0) return -1;
     e = (blk << p.pool_block_shift) | (pos & ((1 << p.pool_block_shift) - 1));
@@ -91,7 +94,7 @@ __device__ __forceinline__ int entry_at(const IndexerParams& p, int tok, int pos
   return e < visible ? e : -1;
 }
 
-template <int NH, int DH, bool F16>
+template <int NH, int DH, bool kPool>
 __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(IndexerParams p, int nchunks,
                                                                       uint32_t* cand_keys, int32_t* cand_ids) {
   constexpr int NB = DH / 32;          // scale blocks per row
@@ -117,10 +120,9 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
     // it; smaller blocks round to E4M3, a change below 2^-8 of the head's largest block), so the
     // blocks of a head accumulate in one fp32 chain and only the key scale multiplies per block.
     const uint8_t* q = p.q + int64_t{tok} * NH * RB;
-    // FP8 path: bq0/bq1 hold E4M3 even/odd channels (m16n8k32, one MMA per block);
-    // FP16 path: bqh holds the channel pairs (0,4) (1,5) (2,6) (3,7) of the thread's 8 channels
-    // (m16n8k16, two MMAs per block). Same products, same sums.
-    uint32_t bq0[F16 ? 1 : NT][NB], bq1[F16 ? 1 : NT][NB], bqh[F16 ? NT : 1][NB][4];
+    // bqh holds the fp16 channel pairs (0,4) (1,5) (2,6) (3,7) of the thread's 8 channels of each
+    // block (the pairing e2m1x8_to_f16 gives the keys), block scales folded in (see above).
+    uint32_t bqh[NT][NB][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const uint8_t* qrow = q + (nt * 8 + g) * RB;
@@ -134,24 +136,11 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
         const uint32_t w = static_cast<uint32_t>(qw[0]) | (static_cast<uint32_t>(qw[1]) << 16);
         const int d = 127 + static_cast<int>(qrow[DH / 2 + b]) - emax;  // 2^(code_b − emax) ≤ 1
         const float rel = d >= 1 ? __int_as_float(d << 23) : 0.0f;     // < 2^-126 of the head: dropped
-        if constexpr (F16) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {  // channels i and i+4 of the word (nibbles i, i+4)
-            const __half2 h = __floats2half2_rn(e2m1_value((w >> (4 * i)) & 0xF) * rel,
-                                                e2m1_value((w >> (4 * i + 16)) & 0xF) * rel);
-            bqh[nt][b][i] = *reinterpret_cast<const uint32_t*>(&h);
-          }
-        } else {
-          uint32_t even = 0, odd = 0;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {  // byte i: channels 2i (low nibble) and 2i+1
-            const uint32_t byte = (w >> (8 * i)) & 0xFF;
-            const float2 v = make_float2(e2m1_value(byte & 0xF) * rel, e2m1_value(byte >> 4) * rel);
-            const uint32_t pair = __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, __NV_E4M3);
-            even |= (pair & 0xFF) << (8 * i);
-            odd |= ((pair >> 8) & 0xFF) << (8 * i);
-          }
-          bq0[F16 ? 0 : nt][b] = even, bq1[F16 ? 0 : nt][b] = odd;
+        for (int i = 0; i < 4; ++i) {  // channels i and i+4 of the word (nibbles i, i+4)
+          const __half2 h = __floats2half2_rn(e2m1_value((w >> (4 * i)) & 0xF) * rel,
+                                              e2m1_value((w >> (4 * i + 16)) & 0xF) * rel);
+          bqh[nt][b][i] = *reinterpret_cast<const uint32_t*>(&h);
         }
       }
     }
@@ -165,9 +154,8 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
         int emax = 0;
 #pragma unroll
         for (int b = 0; b < NB; ++b) emax = max(emax, static_cast<int>(qrow[DH / 2 + b]));
-        // keys enter the MMA as value·2^-6 (FP8) or value·2^-14 (FP16 bit placement)
-        wq[nt][j] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t + j] * rsqrtf(static_cast<float>(DH)) *
-                    (F16 ? 16384.0f : 64.0f) *
+        // keys enter the MMA as value·2^-14 (e2m1x8_to_f16)
+        wq[nt][j] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t + j] * rsqrtf(static_cast<float>(DH)) * 16384.0f *
                     ue8m0_scale(static_cast<uint32_t>(emax));
       }
     }
@@ -183,7 +171,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
       if (tile < tiles) {
         for (int sgi = lane; sgi < kTileSegments; sgi += 32) {
           const int grp = sgi / kGroupSegments, off = (sgi % kGroupSegments) * 16;
-          const int e0 = entry_at(p, tok, p0 + tile * 16 + grp * GR, npos, 0x7FFFFFFF);
+          const int e0 = entry_at<kPool>(p, tok, p0 + tile * 16 + grp * GR, npos, 0x7FFFFFFF);
           int bytes = 0;
           if (e0 >= 0) {
             const int rows_left = limit - e0;  // ≥ 1 row: whole 16 bytes unless in the last row
@@ -222,7 +210,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = g + 8 * h;
-        cur.e[h] = tile * 16 + r < n ? entry_at(p, tok, p0 + tile * 16 + r, npos, visible) : -1;
+        cur.e[h] = tile * 16 + r < n ? entry_at<kPool>(p, tok, p0 + tile * 16 + r, npos, visible) : -1;
         const unsigned char* rowp = st + r * RB;
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
@@ -237,23 +225,14 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         const float sk0 = ue8m0_scale(cur.s[0][b]), sk1 = ue8m0_scale(cur.s[1][b]);
-        uint32_t a0, a1, a2, a3, h0[4], h1[4];
-        if constexpr (F16) {
-          e2m1x8_to_f16(cur.c[0][b], h0);
-          e2m1x8_to_f16(cur.c[1][b], h1);
-        } else {
-          e2m1x8_to_e4m3(cur.c[0][b], a0, a2);
-          e2m1x8_to_e4m3(cur.c[1][b], a1, a3);
-        }
+        uint32_t h0[4], h1[4];
+        e2m1x8_to_f16(cur.c[0][b], h0);
+        e2m1x8_to_f16(cur.c[1][b], h1);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // exact partial dot of this block
-          if constexpr (F16) {
-            mma_f16_16816(part, h0[0], h1[0], h0[1], h1[1], bqh[nt][b][0], bqh[nt][b][1]);
-            mma_f16_16816(part, h0[2], h1[2], h0[3], h1[3], bqh[nt][b][2], bqh[nt][b][3]);
-          } else {
-            mma_e4m3_16832(part, a0, a1, a2, a3, bq0[nt][b], bq1[nt][b]);
-          }
+          mma_f16_16816(part, h0[0], h1[0], h0[1], h1[1], bqh[nt][b][0], bqh[nt][b][1]);
+          mma_f16_16816(part, h0[2], h1[2], h0[3], h1[3], bqh[nt][b][2], bqh[nt][b][3]);
           acc[nt][0] = fmaf(part[0], sk0, acc[nt][0]);
           acc[nt][1] = fmaf(part[1], sk0, acc[nt][1]);
           acc[nt][2] = fmaf(part[2], sk1, acc[nt][2]);
@@ -333,11 +312,11 @@ Workspace carve(void* ws, int tokens, int64_t nchunks, int k) {
           reinterpret_cast<uint32_t*>(base + cand * 8)};
 }
 
-template <int NH, int DH, bool F16>
+template <int NH, int DH, bool kPool>
 Status launch_indexer(const IndexerParams& p, int64_t nchunks, const Workspace& w, cudaStream_t stream) {
   const int bytes = static_cast<int>(sizeof(ChunkSmem));
-  DSV41_CUDA_TRY(cudaFuncSetAttribute(indexer_chunk_kernel<NH, DH, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  indexer_chunk_kernel<NH, DH, F16><<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(p.tokens)),
+  DSV41_CUDA_TRY(cudaFuncSetAttribute(indexer_chunk_kernel<NH, DH, kPool>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  indexer_chunk_kernel<NH, DH, kPool><<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(p.tokens)),
                                  kChunkThreads, bytes, stream>>>(p, static_cast<int>(nchunks), w.cand_keys, w.cand_ids);
   if (Status s = launch_status("indexer_chunk_kernel"); !s.ok()) return s;
   merge_kernel<<<p.tokens, kMergeThreads, 0, stream>>>(w.cand_keys, w.cand_ids, static_cast<int>(nchunks), p.k,
@@ -385,9 +364,9 @@ Status indexer_topk(const IndexerParams& p, void* workspace, size_t workspace_by
                             std::to_string(workspace_bytes(p.tokens, nchunks, p.k)));
   const Workspace w = carve(workspace, p.tokens, nchunks, p.k);
   if (p.heads == 32 && p.head_dim == 128)
-    return q.fp16_mma ? launch_indexer<32, 128, true>(q, nchunks, w, stream) : launch_indexer<32, 128, false>(q, nchunks, w, stream);
+    return q.pool_blocks ? launch_indexer<32, 128, true>(q, nchunks, w, stream) : launch_indexer<32, 128, false>(q, nchunks, w, stream);
   if (p.heads == 8 && p.head_dim == 64)
-    return q.fp16_mma ? launch_indexer<8, 64, true>(q, nchunks, w, stream) : launch_indexer<8, 64, false>(q, nchunks, w, stream);
+    return q.pool_blocks ? launch_indexer<8, 64, true>(q, nchunks, w, stream) : launch_indexer<8, 64, false>(q, nchunks, w, stream);
   return unsupported(what + ": " + std::to_string(p.heads) + " heads × " + std::to_string(p.head_dim) +
                      " (built for 32×128, V4.1-Flash, and 8×64)");
 }

@@ -74,8 +74,7 @@ struct IndexerCase {
   int pool_size = 0, pool_block = 0;
 };
 
-void run_indexer_case(const IndexerCase& c, uint32_t seed, bool fp16_mma) {
-  SCOPED_TRACE(fp16_mma ? "fp16 mma path" : "fp8 mma path");
+void run_indexer_case(const IndexerCase& c, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> binade(-3.0f, 3.0f);
@@ -146,7 +145,6 @@ void run_indexer_case(const IndexerCase& c, uint32_t seed, bool fp16_mma) {
   p.tokens = T, p.heads = NH, p.head_dim = DH, p.k = c.k, p.ratio = c.ratio;
   p.q = dq.get(), p.head_weights = dw.get(), p.positions = dpos.get(), p.entries = dentries.get();
   p.keys = dkey_ptrs.get(), p.max_entries = c.entries, p.topk = dtopk.get(), p.scores_debug = dscores.get();
-  p.fp16_mma = fp16_mma;
   if (c.pool_size) p.pool_blocks = dpool.get(), p.pool_size = c.pool_size, p.pool_block_size = c.pool_block;
   const size_t ws = indexer_workspace_bytes(p);
   DeviceBuffer<unsigned char> dws(ws);
@@ -178,22 +176,22 @@ void run_indexer_case(const IndexerCase& c, uint32_t seed, bool fp16_mma) {
 
 TEST(IndexerCuda, RealGeometryRatio2FewerVisibleThanK) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  for (bool fp16 : {false, true}) run_indexer_case({32, 128, 512, 2, 1500, {0, 1, 2, 700, 2999}}, 11, fp16);
+  run_indexer_case({32, 128, 512, 2, 1500, {0, 1, 2, 700, 2999}}, 11);
 }
 
 TEST(IndexerCuda, RealGeometryRatio1AcrossChunks) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  for (bool fp16 : {false, true}) run_indexer_case({32, 128, 512, 1, 20000, {8191, 8192, 19999, 16383}}, 12, fp16);
+  run_indexer_case({32, 128, 512, 1, 20000, {8191, 8192, 19999, 16383}}, 12);
 }
 
 TEST(IndexerCuda, CandidatePoolWithPadding) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  for (bool fp16 : {false, true}) run_indexer_case({32, 128, 64, 1, 3000, {2999, 1000}, 40, 8}, 13, fp16);
+  run_indexer_case({32, 128, 64, 1, 3000, {2999, 1000}, 40, 8}, 13);
 }
 
 TEST(IndexerCuda, TinyHeads) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  for (bool fp16 : {false, true}) run_indexer_case({8, 64, 4, 2, 37, {0, 5, 9, 74}}, 14, fp16);
+  run_indexer_case({8, 64, 4, 2, 37, {0, 5, 9, 74}}, 14);
 }
 
 }  // namespace

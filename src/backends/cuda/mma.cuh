@@ -1,11 +1,11 @@
-// Warp-level tensor-core instructions (mma.sync, Hopper and later) used by the attention and
-// indexer kernels. Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k32"),
+// Warp-level tensor-core instructions (mma.sync) used by the attention and indexer kernels.
+// (FP8 mma.sync exists for sm_89+, but on sm_90 ptxas lowers it to conversions plus fp16 HMMA,
+// seen in the SASS on the H200, so the indexer places FP4 codes in fp16 itself.) Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k32"),
 // with g = lane / 4 and t = lane % 4:
 //   A 16×K row-major: a0 (row g, k lo), a1 (row g+8, k lo), a2 (row g, k hi), a3 (row g+8, k hi)
 //   B K×8:            b0 (k lo, col g), b1 (k hi, col g)
 //   C 16×8 fp32:      c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, cols 2t, 2t+1)
-// where "k lo" is k = 2t, 2t+1 (bf16, K = 16) or 4t..4t+3 (e4m3, K = 32) and "k hi" the same
-// plus K/2. Each 32-bit register holds consecutive k, the lowest in the low bits.
+// where "k lo" is k = 2t, 2t+1 and "k hi" k = 2t+8, 2t+9 (K = 16). Each 32-bit register holds consecutive k, the lowest in the low bits.
 #pragma once
 
 #include <cstdint>
@@ -17,16 +17,6 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint3
                                                uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// C += A·B, FP8 E4M3 inputs, fp32 accumulation, 16×8×32 (sm_89 and later).
-__device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));

@@ -166,6 +166,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
   const int64_t pos = p.positions[tok];
   const int64_t lo = pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
   const int nwin = static_cast<int>(pos - lo + 1);
+  const int lo_slot = static_cast<int>(lo % p.window);  // slot of the oldest window row
   const int nkeys = nwin + p.topk;
   const uint8_t* ring = p.window_rings[tok];
   const uint8_t* mains = p.topk > 0 ? p.main_rows[tok] : nullptr;
@@ -183,9 +184,10 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
   constexpr int U = D / 16, RP = kThreads / U, kPasses = kTile / RP;
   const int unit_row = tid / U, unit_c0 = (tid % U) * 16;
   auto row_source = [&](int kk, int* kind) -> const uint8_t* {
-    if (kk < nwin) {
+    if (kk < nwin) {  // ring slot of position lo + kk, without a 64-bit modulo per row
       *kind = 0;
-      return ring + ((lo + kk) % p.window) * kWinBytes;
+      const int slot = lo_slot + kk;
+      return ring + (slot >= p.window ? slot - p.window : slot) * kWinBytes;
     }
     if (kk < nkeys) {
       const int32_t id = sm.ids[kk - nwin];

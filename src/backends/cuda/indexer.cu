@@ -169,16 +169,29 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
     // last record are zero-filled (cp.async src-size).
     auto issue = [&](int tile, int stage) {
       if (tile < tiles) {
-        for (int sgi = lane; sgi < kTileSegments; sgi += 32) {
-          const int grp = sgi / kGroupSegments, off = (sgi % kGroupSegments) * 16;
-          const int e0 = entry_at<kPool>(p, tok, p0 + tile * 16 + grp * GR, npos, 0x7FFFFFFF);
-          int bytes = 0;
-          if (e0 >= 0) {
-            const int rows_left = limit - e0;  // ≥ 1 row: whole 16 bytes unless in the last row
-            bytes = rows_left >= GR ? 16 : max(0, min(16, rows_left * RB - off));
+        unsigned char* dst = stages + stage * kTileBytes;
+        if constexpr (!kPool) {
+          // Dense: the tile is 16 consecutive rows, one contiguous 16-byte-aligned span.
+          const int e0 = p0 + tile * 16;
+          const int avail = (limit - e0) * RB;  // bytes of existing records from the tile start
+          const uint8_t* src = keys + static_cast<int64_t>(e0) * RB;
+          for (int sgi = lane; sgi < kTileSegments; sgi += 32) {
+            const int off = sgi * 16;
+            const int bytes = max(0, min(16, avail - off));
+            cp_async16(dst + off, bytes > 0 ? src + off : keys, bytes);
           }
-          cp_async16(stages + stage * kTileBytes + grp * kGroupBytes + off,
-                     keys + (bytes > 0 ? static_cast<int64_t>(e0) * RB + off : 0), bytes);
+        } else {
+          for (int sgi = lane; sgi < kTileSegments; sgi += 32) {
+            const int grp = sgi / kGroupSegments, off = (sgi % kGroupSegments) * 16;
+            const int e0 = entry_at<kPool>(p, tok, p0 + tile * 16 + grp * GR, npos, 0x7FFFFFFF);
+            int bytes = 0;
+            if (e0 >= 0) {
+              const int rows_left = limit - e0;  // ≥ 1 row: whole 16 bytes unless in the last row
+              bytes = rows_left >= GR ? 16 : max(0, min(16, rows_left * RB - off));
+            }
+            cp_async16(dst + grp * kGroupBytes + off, keys + (bytes > 0 ? static_cast<int64_t>(e0) * RB + off : 0),
+                       bytes);
+          }
         }
       }
       cp_async_commit();  // empty groups keep the count uniform

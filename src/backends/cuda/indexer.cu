@@ -67,6 +67,19 @@ __device__ __forceinline__ float e2m1_value(uint32_t code) {
   return code & 8 ? -mag : mag;
 }
 
+// Block b's scale 2^(code−127) from the row's packed scale bytes, two integer ops and no
+// branch: codes 1..254 exactly; code 0 (a block whose amax is below 6·2^-127, i.e. all zeros or
+// float32 subnormals) gives 0 instead of 2^-127, and 0xFF is caught by has_nan_scale.
+__device__ __forceinline__ float ue8m0_fast(uint32_t sw, int b) {
+  const uint32_t bits = b < 3 ? (sw << (23 - 8 * b)) : (sw >> (8 * b - 23));
+  return __uint_as_float(bits & 0x7F800000u);
+}
+
+// Whether any scale byte of the word is 0xFF (no carry crosses bytes: low 7 bits + 1 ≤ 0x80).
+__device__ __forceinline__ bool has_nan_scale(uint32_t sw) {
+  return ((sw & 0x80808080u) & ((sw & 0x7F7F7F7Fu) + 0x01010101u)) != 0;
+}
+
 __device__ __forceinline__ float ue8m0_scale(uint32_t code) {
   return code == 0xFF ? __int_as_float(0x7FC00000) : (code == 0 ? __int_as_float(0x00400000) : __int_as_float(code << 23));
 }
@@ -217,7 +230,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
       const unsigned char* st = stages + (i % kStages) * kTileBytes;
       struct {
         uint32_t c[2][NB];
-        uint32_t s[2][NB];
+        uint32_t sw[2];  // the row's UE8M0 scale bytes, block b in byte b
         int e[2];
       } cur;
 #pragma unroll
@@ -226,9 +239,14 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
         cur.e[h] = tile * 16 + r < n ? entry_at<kPool>(p, tok, p0 + tile * 16 + r, npos, visible) : -1;
         const unsigned char* rowp = st + r * RB;
 #pragma unroll
-        for (int b = 0; b < NB; ++b) {
-          cur.c[h][b] = word(rowp, 16 * b + 4 * t);
-          cur.s[h][b] = rowp[DH / 2 + b];
+        for (int b = 0; b < NB; ++b) cur.c[h][b] = word(rowp, 16 * b + 4 * t);
+        if constexpr (NB == 4) {
+          cur.sw[h] = *reinterpret_cast<const uint32_t*>(rowp + DH / 2);
+        } else {
+          uint32_t sw = 0;
+#pragma unroll
+          for (int b = 0; b < NB; ++b) sw |= static_cast<uint32_t>(rowp[DH / 2 + b]) << (8 * b);
+          cur.sw[h] = sw;
         }
       }
       __syncwarp();  // this stage is refilled on the next iteration
@@ -237,7 +255,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
       for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
-        const float sk0 = ue8m0_scale(cur.s[0][b]), sk1 = ue8m0_scale(cur.s[1][b]);
+        const float sk0 = ue8m0_fast(cur.sw[0], b), sk1 = ue8m0_fast(cur.sw[1], b);
         uint32_t h0[4], h1[4];
         e2m1x8_to_f16(cur.c[0][b], h0);
         e2m1x8_to_f16(cur.c[1][b], h1);
@@ -258,6 +276,9 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
         s0 += fmaxf(acc[nt][0], 0.0f) * wq[nt][0] + fmaxf(acc[nt][1], 0.0f) * wq[nt][1];
         s1 += fmaxf(acc[nt][2], 0.0f) * wq[nt][0] + fmaxf(acc[nt][3], 0.0f) * wq[nt][1];
       }
+      // A NaN block scale (0xFF: a poisoned row) makes the score NaN, as on the CPU.
+      if (has_nan_scale(cur.sw[0])) s0 = __int_as_float(0x7FC00000);
+      if (has_nan_scale(cur.sw[1])) s1 = __int_as_float(0x7FC00000);
       s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
       s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
       s1 += __shfl_xor_sync(0xffffffffu, s1, 1);

@@ -189,6 +189,11 @@ TEST(IndexerCuda, CandidatePoolWithPadding) {
   run_indexer_case({32, 128, 64, 1, 3000, {2999, 1000}, 40, 8}, 13);
 }
 
+TEST(IndexerCuda, CandidatePoolAcrossChunks) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  run_indexer_case({32, 128, 512, 1, 5000, {4999, 3000}, 300, 8}, 15);  // 2400 pool positions: 2 chunks
+}
+
 TEST(IndexerCuda, TinyHeads) {
   DSV41_REQUIRE_CUDA_DEVICE();
   run_indexer_case({8, 64, 4, 2, 37, {0, 5, 9, 74}}, 14);

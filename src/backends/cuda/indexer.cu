@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
 
   if (n > 0) {
     // Query fragments (B operand: k = channels, n = heads). Each head's block scales are folded
-    // into its E4M3 values relative to the head's largest block (exact for blocks within 2^8 of
-    // it; smaller blocks round to E4M3, a change below 2^-8 of the head's largest block), so the
+    // into its fp16 values relative to the head's largest block (exact for blocks within 2^22 of
+    // it; smaller ones round into fp16 subnormals, a change below 2^-22 of that block), so the
     // blocks of a head accumulate in one fp32 chain and only the key scale multiplies per block.
     const uint8_t* q = p.q + int64_t{tok} * NH * RB;
     // bqh holds the fp16 channel pairs (0,4) (1,5) (2,6) (3,7) of the thread's 8 channels of each

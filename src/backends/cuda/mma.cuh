@@ -1,7 +1,7 @@
 // Warp-level tensor-core instructions (mma.sync) used by the attention and indexer kernels.
 // (FP8 mma.sync exists for sm_89+, but on sm_90 ptxas lowers it to conversions plus fp16 HMMA,
-// seen in the SASS on the H200, so the indexer places FP4 codes in fp16 itself.) Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k32"),
-// with g = lane / 4 and t = lane % 4:
+// seen in the SASS on the H200, so the indexer places FP4 codes in fp16 itself.)
+// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"), g = lane / 4, t = lane % 4:
 //   A 16×K row-major: a0 (row g, k lo), a1 (row g+8, k lo), a2 (row g, k hi), a3 (row g+8, k hi)
 //   B K×8:            b0 (k lo, col g), b1 (k hi, col g)
 //   C 16×8 fp32:      c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, cols 2t, 2t+1)

@@ -4,14 +4,14 @@
 //              + top-k 512 NVFP4 main rows (288 B) of the latest kv source in layers 2..39;
 //   indexer    32 heads × 128 on MXFP4 keys (68 B), top-k 512, in the index sources:
 //              2, 8, 14 (Full, ratio 2: C/2 entries), 20 (Full, ratio 1: C entries),
-//              24, 28, 32, 36 (Reindex: the candidate pool, 2048 blocks × 8 = 16384 entries).
+//              24, 28, 32, 36 (Reindex: the candidate pool, 2048 blocks × 8 = 16384 entries,
+//              selected at layer 20 from its block maxima: top-2048 of C/8 blocks).
 // Every sequence of the batch has its own context of C tokens (distinct memory), each decodes
 // one token at position C−1. One step = the 48 launches above in layer order, captured in a
 // CUDA graph; timed with CUDA events after warm-up, median of N replays. Per-kernel times are
 // medians of single launches. Bytes per step count each record read once, against the
 // device-to-device copy bandwidth measured in the same run (bytes read + written).
-// Not in the step: the compressor, projections, inverse RoPE, the layer-20 candidate-block
-// selection (not written yet; the Reindex pools here are random 2048-block sets).
+// Not in the step: the compressor, projections, inverse RoPE.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -137,7 +137,7 @@ struct Result {
   int64_t context;
   bool ran;
   std::string note;
-  double step_ms, attn_window_ms, attn_sparse_ms, idx_r2_ms, idx_r1_ms, idx_pool_ms;
+  double step_ms, attn_window_ms, attn_sparse_ms, idx_r2_ms, idx_r1_ms, idx_pool_ms, cand_ms;
   double step_bytes, attn_bytes, idx_bytes;
 };
 
@@ -193,7 +193,8 @@ Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
   const uint8_t** dring_ptrs = upload(ring_ptrs, "ring ptrs");
   const uint8_t** dmain_ptrs = upload(main_ptrs, "main ptrs");
   const uint8_t** didx_ptrs = upload(idx_ptrs, "idx ptrs");
-  // Candidate pools of the Reindex layers: 2048 random blocks of layer 20's entries, ascending.
+  // Candidate pools of the Reindex layers: filled by layer 20's selection in every step; start
+  // from 2048 random blocks so the per-kernel timings below have a pool of the right shape.
   std::mt19937 rng(42);
   const int64_t blocks = (g1 + kPoolBlock - 1) / kPoolBlock;
   std::vector<int32_t> pool(size_t(B) * kPoolBlocks, -1);
@@ -217,12 +218,21 @@ Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
   check(cudaMemset(topk, 0xFF, size_t(B) * kTopk * 4), "memset topk");
   float* out = dalloc<float>(size_t(B) * kHeads * kDim, "out");
 
+  // Layer 20 also writes block maxima; the pool is their top 2048 (topk_rows).
+  const int64_t nblocks = (g1 + kPoolBlock - 1) / kPoolBlock;
+  float* block_max = dalloc<float>(size_t(B) * nblocks, "block maxima");
+  const size_t ws2_bytes = cu::topk_rows_workspace_bytes(B, nblocks, kPoolBlocks);
+  void* ws2 = dalloc<uint8_t>(ws2_bytes, "candidate workspace");
+  auto select_pool = [&] {
+    check(cu::topk_rows(block_max, B, nblocks, kPoolBlocks, dpool, ws2, ws2_bytes, s), "candidate blocks");
+  };
   auto idx_params = [&](int k, bool pooled) {
     cu::IndexerParams p;
     p.tokens = B, p.heads = kIdxHeads, p.head_dim = kIdxDim, p.k = kTopk, p.ratio = k < 3 ? 2 : 1;
     p.q = iq, p.head_weights = iw, p.positions = dpos, p.entries = k < 3 ? dent2 : dent1;
     p.keys = didx_ptrs + size_t(k) * B, p.max_entries = k < 3 ? g2 : g1, p.topk = topk;
     if (pooled) p.pool_blocks = dpool, p.pool_size = kPoolBlocks, p.pool_block_size = kPoolBlock;
+    if (k == 3 && !pooled) p.block_max = block_max, p.candidate_block = kPoolBlock;
     return p;
   };
   size_t ws_bytes = 0;
@@ -245,6 +255,7 @@ Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
       if (full || reindex) {
         const int k = l == 2 ? 0 : l == 8 ? 1 : l == 14 ? 2 : 3;
         check(cu::indexer_topk(idx_params(k, reindex), ws, ws_bytes, s), "indexer_topk");
+        if (l == 20) select_pool();
       }
       check(cu::sparse_attention_decode(attn_params(l), s), "sparse_attention_decode");
     }
@@ -264,6 +275,7 @@ Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
   r.attn_sparse_ms = time_ms(s, 2, iters, [&] { check(cu::sparse_attention_decode(attn_params(21), s), "attn"); });
   r.idx_r2_ms = time_ms(s, 2, iters, [&] { check(cu::indexer_topk(idx_params(0, false), ws, ws_bytes, s), "idx"); });
   r.idx_r1_ms = time_ms(s, 2, iters, [&] { check(cu::indexer_topk(idx_params(3, false), ws, ws_bytes, s), "idx"); });
+  r.cand_ms = time_ms(s, 2, iters, select_pool);
   r.idx_pool_ms = time_ms(s, 2, iters, [&] { check(cu::indexer_topk(idx_params(3, true), ws, ws_bytes, s), "idx"); });
   check(cudaDeviceSynchronize(), "timing");
 
@@ -280,7 +292,7 @@ Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   for (void* p : std::initializer_list<void*>{rings, q, sink, iq, iw, dpos, dent2, dent1, dring_ptrs, dmain_ptrs,
-                                               didx_ptrs, dpool, topk, out, ws})
+                                               didx_ptrs, dpool, topk, out, ws, block_max, ws2})
     cudaFree(p);
   for (int k = 0; k < 4; ++k) cudaFree(mains[k]), cudaFree(idx[k]);
   check(cudaDeviceSynchronize(), "free");
@@ -332,24 +344,24 @@ int main(int argc, char** argv) {
         std::printf("batch %4d ctx %8lld: %s\n", r.batch, static_cast<long long>(r.context), r.note.c_str());
       } else {
         std::printf("batch %4d ctx %8lld: step %.3f ms (%.2f GB, floor %.3f ms) | attn win %.4f sparse %.4f | "
-                    "idx r2 %.4f r1 %.4f pool %.4f ms\n",
+                    "idx r2 %.4f r1 %.4f cand %.4f pool %.4f ms\n",
                     r.batch, static_cast<long long>(r.context), r.step_ms, r.step_bytes / 1e9,
                     r.step_bytes / (bw * 1e9) * 1e3, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms, r.idx_r1_ms,
-                    r.idx_pool_ms);
+                    r.cand_ms, r.idx_pool_ms);
       }
       std::fflush(stdout);
     }
   std::printf("\n| batch | context | step ms | GB read | floor ms | step/floor | attn win ms | attn sparse ms | idx r2 ms "
-              "| idx r1 ms | idx pool ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "| idx r1 ms | cand ms | idx pool ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Result& r : results) {
     if (!r.ran) {
-      std::printf("| %d | %lld | %s | | | | | | | | |\n", r.batch, static_cast<long long>(r.context), r.note.c_str());
+      std::printf("| %d | %lld | %s | | | | | | | | | |\n", r.batch, static_cast<long long>(r.context), r.note.c_str());
       continue;
     }
     const double floor_ms = r.step_bytes / (bw * 1e9) * 1e3;
-    std::printf("| %d | %lld | %.3f | %.3f | %.3f | %.2f | %.4f | %.4f | %.4f | %.4f | %.4f |\n", r.batch,
+    std::printf("| %d | %lld | %.3f | %.3f | %.3f | %.2f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n", r.batch,
                 static_cast<long long>(r.context), r.step_ms, r.step_bytes / 1e9, floor_ms, r.step_ms / floor_ms,
-                r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms, r.idx_r1_ms, r.idx_pool_ms);
+                r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms, r.idx_r1_ms, r.cand_ms, r.idx_pool_ms);
   }
   if (json) {
     FILE* f = std::fopen(json, "w");
@@ -360,10 +372,10 @@ int main(int argc, char** argv) {
       std::fprintf(f,
                    "  {\"batch\": %d, \"context\": %lld, \"ran\": %s, \"note\": \"%s\", \"step_ms\": %.5f, "
                    "\"step_bytes\": %.0f, \"attn_bytes\": %.0f, \"indexer_bytes\": %.0f, \"attn_window_ms\": %.5f, "
-                   "\"attn_sparse_ms\": %.5f, \"idx_ratio2_ms\": %.5f, \"idx_ratio1_ms\": %.5f, \"idx_pool_ms\": %.5f}%s\n",
+                   "\"attn_sparse_ms\": %.5f, \"idx_ratio2_ms\": %.5f, \"idx_ratio1_ms\": %.5f, \"candidate_ms\": %.5f, \"idx_pool_ms\": %.5f}%s\n",
                    r.batch, static_cast<long long>(r.context), r.ran ? "true" : "false", r.note.c_str(), r.step_ms,
                    r.step_bytes, r.attn_bytes, r.idx_bytes, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms,
-                   r.idx_r1_ms, r.idx_pool_ms, i + 1 < results.size() ? "," : "");
+                   r.idx_r1_ms, r.cand_ms, r.idx_pool_ms, i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

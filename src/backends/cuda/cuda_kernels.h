@@ -100,6 +100,12 @@ struct IndexerParams {
   int64_t max_entries = 0;                       // bound on visible entries (sizes the grid)
   int32_t* topk = nullptr;                       // [T, k] out
   float* scores_debug = nullptr;                 // optional [T, max_entries] scores (tests only)
+  // Candidate source (layer 20, dense only): optional [T, ceil(max_entries / candidate_block)]
+  // block maxima of the scores (−inf where nothing is visible, the block of the newest visible
+  // entry +inf). The candidate pool is then topk_rows(block_max, ..., candidate_topk_blocks):
+  // ascending block ids, −1 padded, −inf blocks dropped, as select_candidate_blocks.
+  float* block_max = nullptr;
+  int candidate_block = 0;                       // entries per block (power of two ≤ 8192)
 };
 // Workspace bytes for these params (per-chunk candidates).
 size_t indexer_workspace_bytes(const IndexerParams& p);

@@ -307,6 +307,22 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
     }
   }
   __syncthreads();
+  if constexpr (!kPool) {
+    if (p.block_max) {
+      // Block maxima of this chunk's positions (= entries in dense mode); positions past n are
+      // not visible (−inf). Blocks never straddle chunks (block size divides the chunk).
+      const int bs = p.candidate_block;
+      const int64_t nblocks = (p.max_entries + bs - 1) / bs;
+      const int b0 = p0 / bs;
+      for (int j = tid; j < kChunkN / bs && b0 + j < nblocks; j += kChunkThreads) {
+        uint32_t m = kIneligibleKey;
+        for (int i = j * bs; i < (j + 1) * bs && i < n; ++i) m = max(m, sm.keys[i]);
+        float v = key_to_float(m);
+        if (visible >= 1 && (visible - 1) / bs == b0 + j) v = INFINITY;  // newest block pinned
+        p.block_max[static_cast<int64_t>(tok) * nblocks + b0 + j] = v;
+      }
+    }
+  }
   block_select_topk<kChunkThreads>(sm.keys, sm.ids, 0, n, p.k, out_keys, out_ids, sm.sel);
 }
 
@@ -408,6 +424,10 @@ Status indexer_topk(const IndexerParams& p, void* workspace, size_t workspace_by
                               " entries: need a power of two holding whole 272-byte groups of index rows");
   }
   if (p.max_entries > 0x7FFFFFFF) return out_of_range(what + ": more than 2^31 entries");
+  if (p.block_max && (p.pool_blocks || p.candidate_block < 1 || p.candidate_block > kChunk ||
+                      (p.candidate_block & (p.candidate_block - 1)) != 0))
+    return invalid_argument(what + ": block maxima need a dense layer and a power-of-two block ≤ 8192, got " +
+                            std::to_string(p.candidate_block));
   const int chunk = indexer_chunk(p);
   const int64_t nchunks = chunks_for(indexer_positions(p), chunk);
   if (nchunks * p.k > (int64_t{1} << 30) || nchunks > 65535)

@@ -72,6 +72,7 @@ struct IndexerCase {
   int64_t entries;                 // per token (one sequence each)
   std::vector<int64_t> positions;  // per token
   int pool_size = 0, pool_block = 0;
+  int cand_topk = 0, cand_block = 8;  // candidate source: block maxima → top cand_topk blocks
 };
 
 void run_indexer_case(const IndexerCase& c, uint32_t seed) {
@@ -145,6 +146,9 @@ void run_indexer_case(const IndexerCase& c, uint32_t seed) {
   p.tokens = T, p.heads = NH, p.head_dim = DH, p.k = c.k, p.ratio = c.ratio;
   p.q = dq.get(), p.head_weights = dw.get(), p.positions = dpos.get(), p.entries = dentries.get();
   p.keys = dkey_ptrs.get(), p.max_entries = c.entries, p.topk = dtopk.get(), p.scores_debug = dscores.get();
+  const int64_t nblocks = (c.entries + c.cand_block - 1) / c.cand_block;
+  DeviceBuffer<float> dblock_max(static_cast<size_t>(T) * nblocks);
+  if (c.cand_topk) p.block_max = dblock_max.get(), p.candidate_block = c.cand_block;
   if (c.pool_size) p.pool_blocks = dpool.get(), p.pool_size = c.pool_size, p.pool_block_size = c.pool_block;
   const size_t ws = indexer_workspace_bytes(p);
   DeviceBuffer<unsigned char> dws(ws);
@@ -172,6 +176,22 @@ void run_indexer_case(const IndexerCase& c, uint32_t seed) {
     select_topk(got.data() + static_cast<size_t>(i) * c.entries, c.entries, c.k, expect.data());
     for (int j = 0; j < c.k; ++j) ASSERT_EQ(expect[j], topk[i * c.k + j]) << "token " << i << " slot " << j;
   }
+  if (!c.cand_topk) return;
+  // Candidate pool = top cand_topk of the block maxima, exactly as select_candidate_blocks.
+  DeviceBuffer<int32_t> dkept(static_cast<size_t>(T) * c.cand_topk);
+  const size_t ws2 = topk_rows_workspace_bytes(T, nblocks, c.cand_topk);
+  DeviceBuffer<unsigned char> dws2(ws2);
+  DSV41_STATUS_OK(topk_rows(dblock_max.get(), T, nblocks, c.cand_topk, dkept.get(), dws2.get(), ws2, nullptr));
+  DSV41_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<int32_t> kept = dkept.to_host();
+  std::vector<int32_t> want_kept(c.cand_topk);
+  for (int i = 0; i < T; ++i) {
+    const int64_t visible = std::min<int64_t>(c.entries, (c.positions[i] + 1) / c.ratio);
+    select_candidate_blocks(got.data() + static_cast<size_t>(i) * c.entries, c.entries, visible, c.cand_block,
+                            c.cand_topk, want_kept.data());
+    for (int j = 0; j < c.cand_topk; ++j)
+      ASSERT_EQ(want_kept[j], kept[i * c.cand_topk + j]) << "token " << i << " candidate block slot " << j;
+  }
 }
 
 TEST(IndexerCuda, RealGeometryRatio2FewerVisibleThanK) {
@@ -192,6 +212,13 @@ TEST(IndexerCuda, CandidatePoolWithPadding) {
 TEST(IndexerCuda, CandidatePoolAcrossChunks) {
   DSV41_REQUIRE_CUDA_DEVICE();
   run_indexer_case({32, 128, 512, 1, 5000, {4999, 3000}, 300, 8}, 15);  // 2400 pool positions: 2 chunks
+}
+
+TEST(IndexerCuda, CandidateSourceBlockMaxima) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  // Layer-20-like: ratio 1, blocks of 8, keep 300 of up to 2500 blocks; one token sees fewer
+  // blocks than that (all kept), the newest partial block is pinned.
+  run_indexer_case({32, 128, 512, 1, 20000, {19999, 12345, 1000}, 0, 0, 300, 8}, 16);
 }
 
 TEST(IndexerCuda, TinyHeads) {

@@ -1,0 +1,477 @@
+// Fused indexer scoring on MXFP4 keys + top-k (cuda_kernels.h). Spec: model.md §3.4 "Indexer";
+// CPU twin: model/indexer.cpp (indexer_scores, indexer_scores_in_pool, select_topk).
+//
+// Kernel 1, one CTA per (chunk of 8192 positions, query token), 8 warps:
+//   index rows are staged into shared memory with cp.async (4 tiles of 16 rows in flight per
+//   warp); each warp scores 16 entries at a time on fp16 tensor cores. An MXFP4 row is E2M1
+//   codes with a power-of-two scale per 32 channels; three logic ops per two channels place
+//   E2M1 in fp16 bits (value·2^-14, exact; mma.cuh), so two m16n8k16 MMAs give the exact
+//   partial dot of 16 keys × 8 heads over one scale block. Partials are scaled by the key's
+//   block scale and summed in fp32 (q's block scales are folded into its fp16 values); ReLU,
+//   head weights and the head sum follow, and the 16 scores go to shared memory.
+//   Then the chunk's own top-k (topk_select.cuh) goes to the workspace: k (key, id) pairs.
+// Kernel 2, one CTA per token: top-k of the chunks' candidates → ascending ids, −1 padded.
+// Global traffic: the index rows once (68 B per entry at V4.1 widths) plus nchunks·k·8 B of
+// candidates per token (1/136 of the rows at chunk 8192, k 512); no [T, G] score matrix.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/mma.cuh"
+#include "backends/cuda/topk_select.cuh"
+
+namespace dsv41::cuda {
+namespace {
+
+constexpr int kChunk = 8192;         // positions per scoring CTA (its scores stay in shared memory)
+// Candidate pools are short (16384 positions at V4.1): when tokens × chunks would leave the GPU
+// half idle (< kFewCtas CTAs, about two per SM on an H200), pools use 2048-position chunks.
+// Measured on the H200, pool layer at 16384 entries: batch 1 0.150 → 0.062 ms, batch 64
+// 0.173 → 0.143 ms; at batch 256 the small chunks were slower (0.38 → 0.48 ms: 4× the
+// candidates to merge), hence the rule.
+constexpr int kPoolChunk = 2048;
+constexpr int64_t kFewCtas = 256;
+constexpr int kChunkThreads = 256;   // 8 warps
+constexpr int kMergeThreads = 1024;
+
+constexpr int kWarps = kChunkThreads / 32;
+constexpr int kStages = 4;               // tiles in flight per warp (2 CTAs/SM: ~70 KB in flight)
+constexpr int kGroupBytes = 272;         // 4 rows of 68 B or 8 rows of 34 B: 16-byte aligned
+constexpr int kGroupSegments = kGroupBytes / 16;
+constexpr int kTileBytes = 1088;         // 16 rows of 68 B (the 34 B rows use half)
+constexpr int kTileSegmentsMax = kTileBytes / 16;
+
+template <int kChunkN = kChunk>
+struct ChunkSmem {
+  uint32_t keys[kChunkN];
+  int32_t ids[kChunkN];
+  SelectShared<kChunkThreads> sel;
+  alignas(16) unsigned char stage[kWarps][kStages][kTileBytes];
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Tiles warp w scores: w, w + kWarps, w + 2·kWarps, … below `tiles`.
+__device__ __forceinline__ int tile_count_for_warp(int tiles, int warp) {
+  return tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0;
+}
+
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+  const uint32_t i = code & 7;
+  const float mag = i < 4 ? 0.5f * static_cast<float>(i) : static_cast<float>(1u << (i / 2 - 1)) * (i & 1 ? 1.5f : 1.0f);
+  return code & 8 ? -mag : mag;
+}
+
+// Block b's scale 2^(code−127) from the row's packed scale bytes, two integer ops and no
+// branch: codes 1..254 exactly; code 0 (a block whose amax is below 6·2^-127, i.e. all zeros or
+// float32 subnormals) gives 0 instead of 2^-127, and 0xFF is caught by has_nan_scale.
+__device__ __forceinline__ float ue8m0_fast(uint32_t sw, int b) {
+  const uint32_t bits = b < 3 ? (sw << (23 - 8 * b)) : (sw >> (8 * b - 23));
+  return __uint_as_float(bits & 0x7F800000u);
+}
+
+// Whether any scale byte of the word is 0xFF (no carry crosses bytes: low 7 bits + 1 ≤ 0x80).
+__device__ __forceinline__ bool has_nan_scale(uint32_t sw) {
+  return ((sw & 0x80808080u) & ((sw & 0x7F7F7F7Fu) + 0x01010101u)) != 0;
+}
+
+__device__ __forceinline__ float ue8m0_scale(uint32_t code) {
+  return code == 0xFF ? __int_as_float(0x7FC00000) : (code == 0 ? __int_as_float(0x00400000) : __int_as_float(code << 23));
+}
+
+// Visible entries of token `tok` and the length of its position list (pool or dense). Entry
+// ids are int32 (as top-k ids are), so all position arithmetic below is 32-bit.
+__device__ __forceinline__ void token_extent(const IndexerParams& p, int tok, int* visible, int* npos) {
+  const int64_t v = (p.positions[tok] + 1) / p.ratio;
+  const int64_t vis = v < p.entries[tok] ? v : p.entries[tok];
+  *visible = static_cast<int>(vis);
+  *npos = vis <= 0 ? 0 : (p.pool_blocks ? p.pool_size << p.pool_block_shift : static_cast<int>(vis));
+}
+
+// Entry id at list position `pos` (−1 when not a visible entry). Pool blocks are 2^shift
+// entries (checked on the host), so no division.
+template <bool kPool>
+__device__ __forceinline__ int entry_at(const IndexerParams& p, int tok, int pos, int npos, int visible) {
+  if (pos >= npos) return -1;
+  int e = pos;
+  if constexpr (kPool) {
+    const int32_t blk = __ldg(p.pool_blocks + static_cast<int64_t>(tok) * p.pool_size + (pos >> p.pool_block_shift));
+    if (blk < 0) return -1;
+    e = (blk << p.pool_block_shift) | (pos & ((1 << p.pool_block_shift) - 1));
+  }
+  return e < visible ? e : -1;
+}
+
+template <int NH, int DH, bool kPool, int kChunkN>
+__global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(IndexerParams p, int nchunks,
+                                                                      uint32_t* cand_keys, int32_t* cand_ids) {
+  constexpr int NB = DH / 32;          // scale blocks per row
+  constexpr int NT = NH / 8;           // n8 head tiles
+  constexpr int RB = DH / 2 + DH / 32; // record bytes
+  constexpr int GR = kGroupBytes / RB;  // rows per 16-byte-aligned group
+  constexpr int kTileSegments = 16 * RB / 16;
+  static_assert(GR * RB == kGroupBytes && kTileSegments <= kTileSegmentsMax, "index row width");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  ChunkSmem<kChunkN>& sm = *reinterpret_cast<ChunkSmem<kChunkN>*>(smem_raw);
+  const int chunk = blockIdx.x, tok = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  int visible, npos;
+  token_extent(p, tok, &visible, &npos);
+  const int p0 = chunk * kChunkN;
+  const int n = p0 >= npos ? 0 : (npos - p0 < kChunkN ? npos - p0 : kChunkN);
+  uint32_t* out_keys = cand_keys + (int64_t{tok} * nchunks + chunk) * p.k;
+  int32_t* out_ids = cand_ids + (int64_t{tok} * nchunks + chunk) * p.k;
+
+  if (n > 0) {
+    // Query fragments (B operand: k = channels, n = heads). Each head's block scales are folded
+    // into its fp16 values relative to the head's largest block (exact for blocks within 2^22 of
+    // it; smaller ones round into fp16 subnormals, a change below 2^-22 of that block), so the
+    // blocks of a head accumulate in one fp32 chain and only the key scale multiplies per block.
+    const uint8_t* q = p.q + int64_t{tok} * NH * RB;
+    // bqh holds the fp16 channel pairs (0,4) (1,5) (2,6) (3,7) of the thread's 8 channels of each
+    // block (the pairing e2m1x8_to_f16 gives the keys), block scales folded in (see above).
+    uint32_t bqh[NT][NB][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const uint8_t* qrow = q + (nt * 8 + g) * RB;
+      int emax = 0;
+#pragma unroll
+      for (int b = 0; b < NB; ++b) emax = max(emax, static_cast<int>(qrow[DH / 2 + b]));
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        // Rows are only 2-byte aligned at dim 64 (34 B): read the word as two halves.
+        const uint16_t* qw = reinterpret_cast<const uint16_t*>(qrow + 16 * b + 4 * t);
+        const uint32_t w = static_cast<uint32_t>(qw[0]) | (static_cast<uint32_t>(qw[1]) << 16);
+        const int d = 127 + static_cast<int>(qrow[DH / 2 + b]) - emax;  // 2^(code_b − emax) ≤ 1
+        const float rel = d >= 1 ? __int_as_float(d << 23) : 0.0f;     // < 2^-126 of the head: dropped
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {  // channels i and i+4 of the word (nibbles i, i+4)
+          const __half2 h = __floats2half2_rn(e2m1_value((w >> (4 * i)) & 0xF) * rel,
+                                              e2m1_value((w >> (4 * i + 16)) & 0xF) * rel);
+          bqh[nt][b][i] = *reinterpret_cast<const uint32_t*>(&h);
+        }
+      }
+    }
+    float wq[NT][2];
+    // Output columns of this thread: heads nt·8 + 2t, +1. Keys enter the MMA as value·2^-6.
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint8_t* qrow = q + (nt * 8 + 2 * t + j) * RB;
+        int emax = 0;
+#pragma unroll
+        for (int b = 0; b < NB; ++b) emax = max(emax, static_cast<int>(qrow[DH / 2 + b]));
+        // keys enter the MMA as value·2^-14 (e2m1x8_to_f16)
+        wq[nt][j] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t + j] * rsqrtf(static_cast<float>(DH)) * 16384.0f *
+                    ue8m0_scale(static_cast<uint32_t>(emax));
+      }
+    }
+    const uint8_t* keys = p.keys[tok];
+    const int limit = static_cast<int>(p.entries[tok]);  // records that exist: never read past them
+    const int tiles = (n + 15) / 16;
+    unsigned char* stages = sm.stage[warp][0];
+
+    // Stage one tile (16 list positions = 16/GR groups of GR consecutive entries, 272 B each)
+    // into shared memory with 16-byte asynchronous copies; absent groups and bytes past the
+    // last record are zero-filled (cp.async src-size).
+    auto issue = [&](int tile, int stage) {
+      if (tile < tiles) {
+        unsigned char* dst = stages + stage * kTileBytes;
+        if constexpr (!kPool) {
+          // Dense: the tile is 16 consecutive rows, one contiguous 16-byte-aligned span.
+          const int e0 = p0 + tile * 16;
+          const int avail = (limit - e0) * RB;  // bytes of existing records from the tile start
+          const uint8_t* src = keys + static_cast<int64_t>(e0) * RB;
+          for (int sgi = lane; sgi < kTileSegments; sgi += 32) {
+            const int off = sgi * 16;
+            const int bytes = max(0, min(16, avail - off));
+            cp_async16(dst + off, bytes > 0 ? src + off : keys, bytes);
+          }
+        } else {
+          for (int sgi = lane; sgi < kTileSegments; sgi += 32) {
+            const int grp = sgi / kGroupSegments, off = (sgi % kGroupSegments) * 16;
+            const int e0 = entry_at<kPool>(p, tok, p0 + tile * 16 + grp * GR, npos, 0x7FFFFFFF);
+            int bytes = 0;
+            if (e0 >= 0) {
+              const int rows_left = limit - e0;  // ≥ 1 row: whole 16 bytes unless in the last row
+              bytes = rows_left >= GR ? 16 : max(0, min(16, rows_left * RB - off));
+            }
+            cp_async16(dst + grp * kGroupBytes + off, keys + (bytes > 0 ? static_cast<int64_t>(e0) * RB + off : 0),
+                       bytes);
+          }
+        }
+      }
+      cp_async_commit();  // empty groups keep the count uniform
+    };
+    // Word of a staged row at byte offset `at` (rows are 2-byte aligned when RB is not 4·k).
+    auto word = [&](const unsigned char* rowp, int at) -> uint32_t {
+      if constexpr (RB % 4 == 0) {
+        return *reinterpret_cast<const uint32_t*>(rowp + at);
+      } else {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(rowp + at);
+        return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
+      }
+    };
+
+    const int my_tiles = tile_count_for_warp(tiles, warp);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(warp + s * kWarps, s);
+    for (int i = 0; i < my_tiles; ++i) {
+      const int tile = warp + i * kWarps;
+      issue(warp + (i + kStages - 1) * kWarps, (i + kStages - 1) % kStages);
+      cp_async_wait<kStages - 1>();
+      __syncwarp();
+      const unsigned char* st = stages + (i % kStages) * kTileBytes;
+      struct {
+        uint32_t c[2][NB];
+        uint32_t sw[2];  // the row's UE8M0 scale bytes, block b in byte b
+        int e[2];
+      } cur;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        cur.e[h] = tile * 16 + r < n ? entry_at<kPool>(p, tok, p0 + tile * 16 + r, npos, visible) : -1;
+        const unsigned char* rowp = st + r * RB;
+#pragma unroll
+        for (int b = 0; b < NB; ++b) cur.c[h][b] = word(rowp, 16 * b + 4 * t);
+        if constexpr (NB == 4) {
+          cur.sw[h] = *reinterpret_cast<const uint32_t*>(rowp + DH / 2);
+        } else {
+          uint32_t sw = 0;
+#pragma unroll
+          for (int b = 0; b < NB; ++b) sw |= static_cast<uint32_t>(rowp[DH / 2 + b]) << (8 * b);
+          cur.sw[h] = sw;
+        }
+      }
+      __syncwarp();  // this stage is refilled on the next iteration
+      float acc[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        const float sk0 = ue8m0_fast(cur.sw[0], b), sk1 = ue8m0_fast(cur.sw[1], b);
+        uint32_t h0[4], h1[4];
+        e2m1x8_to_f16(cur.c[0][b], h0);
+        e2m1x8_to_f16(cur.c[1][b], h1);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // exact partial dot of this block
+          mma_f16_16816(part, h0[0], h1[0], h0[1], h1[1], bqh[nt][b][0], bqh[nt][b][1]);
+          mma_f16_16816(part, h0[2], h1[2], h0[3], h1[3], bqh[nt][b][2], bqh[nt][b][3]);
+          acc[nt][0] = fmaf(part[0], sk0, acc[nt][0]);
+          acc[nt][1] = fmaf(part[1], sk0, acc[nt][1]);
+          acc[nt][2] = fmaf(part[2], sk1, acc[nt][2]);
+          acc[nt][3] = fmaf(part[3], sk1, acc[nt][3]);
+        }
+      }
+      float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        s0 += fmaxf(acc[nt][0], 0.0f) * wq[nt][0] + fmaxf(acc[nt][1], 0.0f) * wq[nt][1];
+        s1 += fmaxf(acc[nt][2], 0.0f) * wq[nt][0] + fmaxf(acc[nt][3], 0.0f) * wq[nt][1];
+      }
+      // A NaN block scale (0xFF: a poisoned row) makes the score NaN, as on the CPU.
+      if (has_nan_scale(cur.sw[0])) s0 = __int_as_float(0x7FC00000);
+      if (has_nan_scale(cur.sw[1])) s1 = __int_as_float(0x7FC00000);
+      s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+      s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+      if (t == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = tile * 16 + g + 8 * h;
+          if (r < n) {
+            const int e = cur.e[h];
+            const float s = h == 0 ? s0 : s1;
+            sm.keys[r] = e >= 0 ? ordered_key(s) : kIneligibleKey;
+            sm.ids[r] = e;
+            if (p.scores_debug && e >= 0) p.scores_debug[static_cast<int64_t>(tok) * p.max_entries + e] = s;
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if constexpr (!kPool) {
+    if (p.block_max) {
+      // Block maxima of this chunk's positions (= entries in dense mode); positions past n are
+      // not visible (−inf). Blocks never straddle chunks (block size divides the chunk).
+      const int bs = p.candidate_block;
+      const int64_t nblocks = (p.max_entries + bs - 1) / bs;
+      const int b0 = p0 / bs;
+      for (int j = tid; j < kChunkN / bs && b0 + j < nblocks; j += kChunkThreads) {
+        uint32_t m = kIneligibleKey;
+        for (int i = j * bs; i < (j + 1) * bs && i < n; ++i) m = max(m, sm.keys[i]);
+        float v = key_to_float(m);
+        if (visible >= 1 && (visible - 1) / bs == b0 + j) v = INFINITY;  // newest block pinned
+        p.block_max[static_cast<int64_t>(tok) * nblocks + b0 + j] = v;
+      }
+    }
+  }
+  block_select_topk<kChunkThreads>(sm.keys, sm.ids, 0, n, p.k, out_keys, out_ids, sm.sel);
+}
+
+// Chunk top-k of given score rows (topk_rows): the same selection as the indexer's.
+__global__ void __launch_bounds__(kChunkThreads) scores_chunk_kernel(const float* scores, int64_t n_all, int k,
+                                                                     int nchunks, uint32_t* cand_keys,
+                                                                     int32_t* cand_ids) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  ChunkSmem<>& sm = *reinterpret_cast<ChunkSmem<>*>(smem_raw);
+  const int chunk = blockIdx.x, tok = blockIdx.y;
+  const int64_t p0 = int64_t{chunk} * kChunk;
+  const int n = static_cast<int>(n_all - p0 < kChunk ? n_all - p0 : kChunk);
+  for (int i = threadIdx.x; i < n; i += kChunkThreads) sm.keys[i] = ordered_key(scores[tok * n_all + p0 + i]);
+  __syncthreads();
+  const int64_t off = (int64_t{tok} * nchunks + chunk) * k;
+  block_select_topk<kChunkThreads>(sm.keys, nullptr, p0, n, k, cand_keys + off, cand_ids + off, sm.sel);
+}
+
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const uint32_t* cand_keys, const int32_t* cand_ids,
+                                                              int nchunks, int k, uint32_t* scratch_keys,
+                                                              int32_t* out) {
+  __shared__ SelectShared<kMergeThreads> sel;
+  const int tok = blockIdx.x;
+  const int64_t off = int64_t{tok} * nchunks * k;
+  block_select_topk<kMergeThreads>(cand_keys + off, cand_ids + off, 0, nchunks * k, k,
+                                   scratch_keys + int64_t{tok} * k, out + int64_t{tok} * k, sel);
+}
+
+int64_t chunks_for(int64_t positions, int chunk = kChunk) {
+  return positions <= 0 ? 1 : (positions + chunk - 1) / chunk;
+}
+
+// Workspace slices: candidate keys, candidate ids, merge output keys.
+struct Workspace {
+  uint32_t* cand_keys;
+  int32_t* cand_ids;
+  uint32_t* out_keys;
+};
+size_t workspace_bytes(int tokens, int64_t nchunks, int k) {
+  const size_t cand = static_cast<size_t>(tokens) * nchunks * k;
+  return cand * 8 + static_cast<size_t>(tokens) * k * 4 + 256;
+}
+Workspace carve(void* ws, int tokens, int64_t nchunks, int k) {
+  const size_t cand = static_cast<size_t>(tokens) * nchunks * k;
+  auto* base = static_cast<unsigned char*>(ws);
+  return {reinterpret_cast<uint32_t*>(base), reinterpret_cast<int32_t*>(base + cand * 4),
+          reinterpret_cast<uint32_t*>(base + cand * 8)};
+}
+
+template <int NH, int DH, bool kPool, int kChunkN>
+Status launch_indexer(const IndexerParams& p, int64_t nchunks, const Workspace& w, cudaStream_t stream) {
+  const int bytes = static_cast<int>(sizeof(ChunkSmem<kChunkN>));
+  DSV41_CUDA_TRY(cudaFuncSetAttribute(indexer_chunk_kernel<NH, DH, kPool, kChunkN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  indexer_chunk_kernel<NH, DH, kPool, kChunkN><<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(p.tokens)),
+                                 kChunkThreads, bytes, stream>>>(p, static_cast<int>(nchunks), w.cand_keys, w.cand_ids);
+  if (Status s = launch_status("indexer_chunk_kernel"); !s.ok()) return s;
+  merge_kernel<<<p.tokens, kMergeThreads, 0, stream>>>(w.cand_keys, w.cand_ids, static_cast<int>(nchunks), p.k,
+                                                       w.out_keys, p.topk);
+  return launch_status("indexer merge_kernel");
+}
+
+int64_t indexer_positions(const IndexerParams& p);
+
+// Positions per chunk CTA for these params (see kPoolChunk).
+int indexer_chunk(const IndexerParams& p) {
+  if (!p.pool_blocks) return kChunk;
+  return p.tokens * chunks_for(indexer_positions(p), kChunk) < kFewCtas ? kPoolChunk : kChunk;
+}
+
+int64_t indexer_positions(const IndexerParams& p) {
+  return p.pool_blocks ? int64_t{p.pool_size} * p.pool_block_size : p.max_entries;
+}
+
+}  // namespace
+
+size_t indexer_workspace_bytes(const IndexerParams& p) {
+  return workspace_bytes(p.tokens, chunks_for(indexer_positions(p), indexer_chunk(p)), p.k);
+}
+
+Status indexer_topk(const IndexerParams& p, void* workspace, size_t workspace_bytes_given, cudaStream_t stream) {
+  const std::string what = "indexer_topk";
+  if (p.tokens < 0 || p.k < 1 || p.k > 2048 || p.ratio < 1 || p.max_entries < 0)
+    return invalid_argument(what + ": tokens " + std::to_string(p.tokens) + ", k " + std::to_string(p.k) + ", ratio " +
+                            std::to_string(p.ratio));
+  if (p.tokens == 0) return ok_status();
+  if (!p.q || !p.head_weights || !p.positions || !p.entries || !p.keys || !p.topk || !workspace)
+    return invalid_argument(what + ": null pointer");
+  if (p.pool_blocks && (p.pool_size < 1 || p.pool_block_size < 1))
+    return invalid_argument(what + ": pool of " + std::to_string(p.pool_size) + " blocks of " +
+                            std::to_string(p.pool_block_size));
+  const int rb = static_cast<int>(index_row_bytes(static_cast<size_t>(p.head_dim > 0 ? p.head_dim : 0)));
+  IndexerParams q = p;
+  if (p.pool_blocks) {
+    q.pool_block_shift = 0;
+    while ((1 << q.pool_block_shift) < p.pool_block_size) ++q.pool_block_shift;
+    if ((1 << q.pool_block_shift) != p.pool_block_size || rb <= 0 || kGroupBytes % rb != 0 ||
+        p.pool_block_size % (kGroupBytes / rb) != 0)
+      return invalid_argument(what + ": pool blocks of " + std::to_string(p.pool_block_size) +
+                              " entries: need a power of two holding whole 272-byte groups of index rows");
+  }
+  if (p.max_entries > 0x7FFFFFFF) return out_of_range(what + ": more than 2^31 entries");
+  if (p.block_max && (p.pool_blocks || p.candidate_block < 1 || p.candidate_block > kChunk ||
+                      (p.candidate_block & (p.candidate_block - 1)) != 0))
+    return invalid_argument(what + ": block maxima need a dense layer and a power-of-two block ≤ 8192, got " +
+                            std::to_string(p.candidate_block));
+  const int chunk = indexer_chunk(p);
+  const int64_t nchunks = chunks_for(indexer_positions(p), chunk);
+  if (nchunks * p.k > (int64_t{1} << 30) || nchunks > 65535)
+    return out_of_range(what + ": " + std::to_string(nchunks) + " chunks of candidates");
+  if (workspace_bytes_given < workspace_bytes(p.tokens, nchunks, p.k))
+    return invalid_argument(what + ": workspace of " + std::to_string(workspace_bytes_given) + " bytes, needs " +
+                            std::to_string(workspace_bytes(p.tokens, nchunks, p.k)));
+  const Workspace w = carve(workspace, p.tokens, nchunks, p.k);
+  if (p.heads == 32 && p.head_dim == 128) {
+    if (!q.pool_blocks) return launch_indexer<32, 128, false, kChunk>(q, nchunks, w, stream);
+    return chunk == kPoolChunk ? launch_indexer<32, 128, true, kPoolChunk>(q, nchunks, w, stream)
+                               : launch_indexer<32, 128, true, kChunk>(q, nchunks, w, stream);
+  }
+  if (p.heads == 8 && p.head_dim == 64) {
+    if (!q.pool_blocks) return launch_indexer<8, 64, false, kChunk>(q, nchunks, w, stream);
+    return chunk == kPoolChunk ? launch_indexer<8, 64, true, kPoolChunk>(q, nchunks, w, stream)
+                               : launch_indexer<8, 64, true, kChunk>(q, nchunks, w, stream);
+  }
+  return unsupported(what + ": " + std::to_string(p.heads) + " heads × " + std::to_string(p.head_dim) +
+                     " (built for 32×128, V4.1-Flash, and 8×64)");
+}
+
+size_t topk_rows_workspace_bytes(int tokens, int64_t n, int k) { return workspace_bytes(tokens, chunks_for(n), k); }
+
+Status topk_rows(const float* scores, int tokens, int64_t n, int k, int32_t* out, void* workspace,
+                 size_t workspace_bytes_given, cudaStream_t stream) {
+  const std::string what = "topk_rows";
+  if (tokens < 0 || n < 1 || k < 1 || k > 2048)
+    return invalid_argument(what + ": tokens " + std::to_string(tokens) + ", n " + std::to_string(n) + ", k " +
+                            std::to_string(k));
+  if (tokens == 0) return ok_status();
+  if (!scores || !out || !workspace) return invalid_argument(what + ": null pointer");
+  const int64_t nchunks = chunks_for(n);
+  if (workspace_bytes_given < workspace_bytes(tokens, nchunks, k))
+    return invalid_argument(what + ": workspace too small");
+  const Workspace w = carve(workspace, tokens, nchunks, k);
+  const int bytes = static_cast<int>(sizeof(ChunkSmem<>));
+  DSV41_CUDA_TRY(cudaFuncSetAttribute(scores_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  scores_chunk_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(tokens)), kChunkThreads, bytes,
+                        stream>>>(scores, n, k, static_cast<int>(nchunks), w.cand_keys, w.cand_ids);
+  if (Status s = launch_status("scores_chunk_kernel"); !s.ok()) return s;
+  merge_kernel<<<tokens, kMergeThreads, 0, stream>>>(w.cand_keys, w.cand_ids, static_cast<int>(nchunks), k, w.out_keys,
+                                                     out);
+  return launch_status("topk_rows merge_kernel");
+}
+
+}  // namespace dsv41::cuda

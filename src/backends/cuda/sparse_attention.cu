@@ -1,0 +1,351 @@
+// Sparse sink attention for decode, reading the packed records directly (cuda_kernels.h).
+// Spec: model.md §3.4 "Sparse attention with sink"; CPU twin: model/attention.cpp.
+//
+// One CTA = one query token × 16 heads (an m16 row block), 8 warps. Keys arrive in tiles of 64:
+//   1. decode: the tile's 64 records (FP8 window rows from the ring, NVFP4 main rows by top-k
+//      id, absent ones as zeros) become bf16 rows in shared memory [64, D] — exact, since every
+//      record value has at most 6 significant bits;
+//   2. S = Q·Kᵀ [16, 64]: warp w takes keys 8w..8w+7, q split as bf16 hi + lo (two MMAs);
+//   3. online softmax per head row (the sink seeds the running max and the denominator);
+//   4. O += P·V [16, D]: warp w owns columns [w·D/8, (w+1)·D/8); P in bf16, V = the same tile.
+// K = V and one KV head for all 64 query heads, so each record is read once per 16 heads from
+// memory (the 4 head-group CTAs of a token meet in L2), and the work is tensor-core MMAs.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "backends/cuda/cuda_check.cuh"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/mma.cuh"
+
+namespace dsv41::cuda {
+namespace {
+
+constexpr int kThreads = 256;  // 8 warps; two CTAs per SM
+constexpr int kRows = 16;      // heads per CTA
+constexpr int kTile = 64;      // keys per tile
+constexpr int kMaxTopk = 1024;  // ids kept in shared memory (two CTAs per SM at D 512)
+
+template <int D>
+struct AttnSmem {
+  static constexpr int kStride = D + 8;  // bf16 elements per row: +16 B keeps MMA loads conflict-free
+  static constexpr int kPStride = kTile + 8;
+  __nv_bfloat16 q_hi[kRows * kStride];
+  __nv_bfloat16 q_lo[kRows * kStride];
+  __nv_bfloat16 keys[kTile * kStride];
+  float s[kRows][kTile + 1];
+  __nv_bfloat16 p[kRows * kPStride];
+  float m[kRows], l[kRows], alpha[kRows];
+  int row_kind[kTile];  // 0 window record, 1 main record, 2 absent
+  int32_t ids[kMaxTopk];  // the token's top-k ids, read once
+};
+
+__device__ __forceinline__ uint32_t ld_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+
+// Two E4M3 bytes (low = first channel) times a scale, as a bf16 pair (exact).
+__device__ __forceinline__ __nv_bfloat162 e4m3x2_scaled(uint32_t two, float scale) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xFFFF), __NV_E4M3);
+  const float2 f = __half22float2(__half2(h));
+  return __floats2bfloat162_rn(f.x * scale, f.y * scale);
+}
+
+// One 16-channel unit of a key row as loaded from memory (registers), decoded after the loads
+// of the whole tile are in flight.
+struct RawUnit {
+  uint32_t w[4];  // window: 16 E4M3 codes; main: 16 E2M1 codes in w[0..1]
+  uint32_t scale; // the unit's scale byte
+};
+
+template <int D>
+__device__ __forceinline__ RawUnit load_unit(const uint8_t* rec, int kind, int c0) {
+  RawUnit u{{0, 0, 0, 0}, 0};
+  if (kind == 0) {  // window row: E4M3 codes [D], UE8M0 per 32 channels at D + c/32
+    if constexpr (D % 512 == 0) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(rec + c0));
+      u.w[0] = v.x, u.w[1] = v.y, u.w[2] = v.z, u.w[3] = v.w;
+    } else {
+      for (int i = 0; i < 4; ++i)
+        u.w[i] = rec[c0 + 4 * i] | (rec[c0 + 4 * i + 1] << 8) | (rec[c0 + 4 * i + 2] << 16) |
+                 (uint32_t{rec[c0 + 4 * i + 3]} << 24);
+    }
+    u.scale = __ldg(rec + D + c0 / 32);
+  } else if (kind == 1) {  // main row: E2M1 codes [D/2], E4M3 scale per 16 channels at D/2 + c/16
+    if constexpr (D % 256 == 0) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(rec + c0 / 2));
+      u.w[0] = v.x, u.w[1] = v.y;
+    } else {
+      for (int i = 0; i < 2; ++i) u.w[i] = __ldg(reinterpret_cast<const uint32_t*>(rec + c0 / 2 + 4 * i));  // 9D/16-byte rows
+    }
+    u.scale = __ldg(rec + D / 2 + c0 / 16);
+  }
+  return u;
+}
+
+// The unit as 16 bf16 values in shared memory (exact; absent rows as zeros).
+__device__ __forceinline__ void store_unit(const RawUnit& u, int kind, __nv_bfloat16* dst) {
+  __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dst);
+  if (kind == 2) {
+    for (int i = 0; i < 8; ++i) d2[i] = __floats2bfloat162_rn(0.0f, 0.0f);
+    return;
+  }
+  uint32_t w[4];
+  float scale;
+  if (kind == 0) {
+    const uint32_t sc = u.scale;
+    scale = sc == 0xFF ? __int_as_float(0x7FC00000) : (sc == 0 ? __int_as_float(0x00400000) : __int_as_float(sc << 23));
+    w[0] = u.w[0], w[1] = u.w[1], w[2] = u.w[2], w[3] = u.w[3];
+  } else {
+    // E2M1 → E4M3 holding value·2^-6 (mma.cuh), in channel order: interleave even/odd bytes.
+    for (int i = 0; i < 2; ++i) {
+      uint32_t even, odd;
+      e2m1x8_to_e4m3(u.w[i], even, odd);
+      w[2 * i] = __byte_perm(even, odd, 0x5140);
+      w[2 * i + 1] = __byte_perm(even, odd, 0x7362);
+    }
+    const __half_raw hs = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(u.scale), __NV_E4M3);
+    scale = __half2float(__half(hs)) * 64.0f;  // exact: undoes the 2^-6
+  }
+  for (int i = 0; i < 4; ++i) {
+    d2[2 * i] = e4m3x2_scaled(w[i], scale);
+    d2[2 * i + 1] = e4m3x2_scaled(w[i] >> 16, scale);
+  }
+}
+
+// Four 8×8 bf16 matrices from shared memory, each lane giving one row address (rows of lanes
+// 8i..8i+7 form matrix i): an A fragment (16×16) or two k-steps of a B fragment.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* addr) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+// B fragments of one n8 tile (k16 × n8) the same way; lanes 0..15 give the row addresses.
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const __nv_bfloat16* row0, int stride, int lane) {
+  const __nv_bfloat16* a = row0 + (lane & 15) * stride;
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(a));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
+
+// B fragments of two adjacent n8 tiles (P·V: k = keys, n = channels) from row-major V in
+// shared memory, transposed on the fly. `row0` points at V[k0][n0]; stride in elements.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* row0, int stride, int lane) {
+  const __nv_bfloat16* a = row0 + (lane & 15) * stride + (lane >> 4) * 8;
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(a));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAttentionParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  AttnSmem<D>& sm = *reinterpret_cast<AttnSmem<D>*>(smem_raw);
+  constexpr int S = AttnSmem<D>::kStride, PS = AttnSmem<D>::kPStride;
+  const int tok = blockIdx.x, h0 = blockIdx.y * kRows;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const float scaling = rsqrtf(static_cast<float>(D));
+
+  // q rows of this head group, split hi + lo (padded rows are zero).
+  for (int i = tid; i < kRows * D; i += kThreads) {
+    const int r = i / D, c = i % D;
+    const float v = h0 + r < p.heads ? p.q[(static_cast<int64_t>(tok) * p.heads + h0 + r) * D + c] : 0.0f;
+    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+    sm.q_hi[r * S + c] = hi;
+    sm.q_lo[r * S + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+  }
+  if (tid < kRows) {
+    sm.m[tid] = h0 + tid < p.heads ? p.sink[h0 + tid] : 0.0f;
+    sm.l[tid] = 1.0f;  // exp(sink − m) with m = sink
+  }
+  const int64_t pos = p.positions[tok];
+  const int64_t lo = pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
+  const int nwin = static_cast<int>(pos - lo + 1);
+  const int lo_slot = static_cast<int>(lo % p.window);  // slot of the oldest window row
+  const int nkeys = nwin + p.topk;
+  const uint8_t* ring = p.window_rings[tok];
+  const uint8_t* mains = p.topk > 0 ? p.main_rows[tok] : nullptr;
+  constexpr int kWinBytes = D + D / 32, kMainBytes = D / 2 + D / 16;
+
+  for (int j = tid; j < p.topk; j += kThreads) sm.ids[j] = p.topk_ids[static_cast<int64_t>(tok) * p.topk + j];
+  __syncthreads();
+
+  constexpr int NT = D / 64;  // n8 tiles of this warp's D/8 output columns
+  float acc[NT][4];
+  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+  // Rows of a tile are decoded in passes: pass j covers rows j·RP .. j·RP+RP−1, one 16-channel
+  // unit per thread (a warp reads 512 contiguous bytes of a window row, 256 of a main row).
+  constexpr int U = D / 16, RP = kThreads / U, kPasses = kTile / RP;
+  const int unit_row = tid / U, unit_c0 = (tid % U) * 16;
+  auto row_source = [&](int kk, int* kind) -> const uint8_t* {
+    if (kk < nwin) {  // ring slot of position lo + kk, without a 64-bit modulo per row
+      *kind = 0;
+      const int slot = lo_slot + kk;
+      return ring + (slot >= p.window ? slot - p.window : slot) * kWinBytes;
+    }
+    if (kk < nkeys) {
+      const int32_t id = sm.ids[kk - nwin];
+      if (id >= 0) {
+        *kind = 1;
+        return mains + static_cast<int64_t>(id) * kMainBytes;
+      }
+    }
+    *kind = 2;
+    return nullptr;
+  };
+  RawUnit raw[kPasses];
+  auto load_tile = [&](int k0) {
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      int kind;
+      const uint8_t* src = row_source(k0 + j * RP + unit_row, &kind);
+      raw[j] = load_unit<D>(src, kind, unit_c0);
+    }
+  };
+  if (nkeys > 0) load_tile(0);
+
+  for (int k0 = 0; k0 < nkeys; k0 += kTile) {
+    // ---- 1. decode the tile loaded during the previous tile's math ---------------------------
+    if (tid < kTile) {
+      int kind;
+      row_source(k0 + tid, &kind);
+      sm.row_kind[tid] = kind;
+    }
+#pragma unroll
+    for (int j = 0; j < kPasses; ++j) {
+      int kind;
+      const int r = j * RP + unit_row;
+      row_source(k0 + r, &kind);
+      store_unit(raw[j], kind, &sm.keys[r * S + unit_c0]);
+    }
+    __syncthreads();
+    if (k0 + kTile < nkeys) load_tile(k0 + kTile);  // in flight during this tile's MMAs
+
+    // ---- 2. S = Q·Kᵀ for keys 8w..8w+7 ---------------------------------------------------------
+    {
+      float s0[4] = {0, 0, 0, 0};
+      // B (keys 8w..8w+7 × channels) two k-steps per ldmatrix.x4; A (16 head rows) per k-step.
+      const __nv_bfloat16* kb = &sm.keys[(warp * 8 + (lane & 7)) * S + (lane >> 3) * 8];
+      const __nv_bfloat16* qh = &sm.q_hi[(lane & 15) * S + (lane >> 4) * 8];
+      const __nv_bfloat16* ql = &sm.q_lo[(lane & 15) * S + (lane >> 4) * 8];
+#pragma unroll 4
+      for (int kc = 0; kc < D; kc += 32) {
+        uint32_t b[4], ah[4], al[4];
+        ldmatrix_x4(b, kb + kc);
+        ldmatrix_x4(ah, qh + kc);
+        ldmatrix_x4(al, ql + kc);
+        mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
+        mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[0], b[1]);
+        ldmatrix_x4(ah, qh + kc + 16);
+        ldmatrix_x4(al, ql + kc + 16);
+        mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+        mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[2], b[3]);
+      }
+      const float ninf = -INFINITY;
+      const int c0 = warp * 8 + 2 * t;
+      sm.s[g][c0] = sm.row_kind[c0] == 2 ? ninf : s0[0] * scaling;
+      sm.s[g][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[1] * scaling;
+      sm.s[g + 8][c0] = sm.row_kind[c0] == 2 ? ninf : s0[2] * scaling;
+      sm.s[g + 8][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[3] * scaling;
+    }
+    __syncthreads();
+
+    // ---- 3. online softmax: warp w updates head rows 2w, 2w+1 ----------------------------------
+    for (int r = warp * 2; r < warp * 2 + 2; ++r) {
+      const float v0 = sm.s[r][lane], v1 = sm.s[r][lane + 32];
+      float mx = fmaxf(v0, v1);
+      for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      const float m_old = sm.m[r];
+      const float m_new = fmaxf(m_old, mx);  // finite: the sink seeds it
+      const float p0 = expf(v0 - m_new), p1 = expf(v1 - m_new);
+      float sum = p0 + p1;
+      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      sm.p[r * PS + lane] = __float2bfloat16_rn(p0);
+      sm.p[r * PS + lane + 32] = __float2bfloat16_rn(p1);
+      __syncwarp();
+      if (lane == 0) {
+        const float a = expf(m_old - m_new);
+        sm.alpha[r] = a;
+        sm.l[r] = sm.l[r] * a + sum;
+        sm.m[r] = m_new;
+      }
+    }
+    __syncthreads();
+
+    // ---- 4. O = O·alpha + P·V over this warp's D/8 columns -------------------------------------
+    {
+      const float a_lo = sm.alpha[g], a_hi = sm.alpha[g + 8];
+      for (int n = 0; n < NT; ++n) acc[n][0] *= a_lo, acc[n][1] *= a_lo, acc[n][2] *= a_hi, acc[n][3] *= a_hi;
+#pragma unroll
+      for (int kc = 0; kc < kTile; kc += 16) {
+        const uint32_t a0 = ld_u32(&sm.p[g * PS + kc + 2 * t]), a1 = ld_u32(&sm.p[(g + 8) * PS + kc + 2 * t]);
+        const uint32_t a2 = ld_u32(&sm.p[g * PS + kc + 2 * t + 8]), a3 = ld_u32(&sm.p[(g + 8) * PS + kc + 2 * t + 8]);
+        if constexpr (NT % 2 == 0) {
+#pragma unroll
+          for (int n = 0; n < NT; n += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, &sm.keys[kc * S + warp * (D / 8) + n * 8], S, lane);
+            mma_bf16_16816(acc[n], a0, a1, a2, a3, b[0], b[1]);
+            mma_bf16_16816(acc[n + 1], a0, a1, a2, a3, b[2], b[3]);
+          }
+        } else {
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            uint32_t b[2];
+            ldmatrix_x2_trans(b, &sm.keys[kc * S + warp * (D / 8) + n * 8], S, lane);
+            mma_bf16_16816(acc[n], a0, a1, a2, a3, b[0], b[1]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the next tile overwrites keys, s and p
+  }
+
+  // ---- output: O / l for the real heads ---------------------------------------------------------
+  const float inv_lo = 1.0f / sm.l[g], inv_hi = 1.0f / sm.l[g + 8];
+  for (int n = 0; n < NT; ++n) {
+    const int d = warp * (D / 8) + n * 8 + 2 * t;
+    if (h0 + g < p.heads) {
+      float* o = p.out + (static_cast<int64_t>(tok) * p.heads + h0 + g) * D + d;
+      o[0] = acc[n][0] * inv_lo, o[1] = acc[n][1] * inv_lo;
+    }
+    if (h0 + g + 8 < p.heads) {
+      float* o = p.out + (static_cast<int64_t>(tok) * p.heads + h0 + g + 8) * D + d;
+      o[0] = acc[n][2] * inv_hi, o[1] = acc[n][3] * inv_hi;
+    }
+  }
+}
+
+template <int D>
+Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
+  const int bytes = static_cast<int>(sizeof(AttnSmem<D>));
+  DSV41_CUDA_TRY(cudaFuncSetAttribute(sparse_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.heads + kRows - 1) / kRows));
+  sparse_attention_kernel<D><<<grid, kThreads, bytes, stream>>>(p);
+  return launch_status("sparse_attention_kernel");
+}
+
+}  // namespace
+
+Status sparse_attention_decode(const SparseAttentionParams& p, cudaStream_t stream) {
+  const std::string what = "sparse_attention_decode";
+  if (p.tokens < 0 || p.heads < 1 || p.window < 1 || p.topk < 0 || p.topk > kMaxTopk)
+    return invalid_argument(what + ": tokens " + std::to_string(p.tokens) + ", heads " + std::to_string(p.heads) +
+                            ", window " + std::to_string(p.window) + ", topk " + std::to_string(p.topk));
+  if (p.tokens == 0) return ok_status();
+  if (!p.q || !p.sink || !p.positions || !p.window_rings || !p.out || (p.topk > 0 && (!p.main_rows || !p.topk_ids)))
+    return invalid_argument(what + ": null pointer");
+  switch (p.head_dim) {
+    case 64: return launch<64>(p, stream);
+    case 512: return launch<512>(p, stream);
+    default: return unsupported(what + ": head_dim " + std::to_string(p.head_dim) + " (built for 64 and 512)");
+  }
+}
+
+}  // namespace dsv41::cuda

@@ -1,0 +1,152 @@
+// Block-wide top-k selection with dsv41's tie rule (model/indexer.h): larger value first, equal
+// values → lower position first; output ascending by position; −inf (and padding) never picked.
+//
+// Values are fp32 scores mapped to order-preserving 32-bit keys (ordered_key). A radix select
+// finds the k-th largest key in four 8-bit passes over the list (histograms in shared memory),
+// then one ordered compaction pass writes the keys above the threshold plus the first
+// (k − above) keys equal to it, in list order. Lists are ascending by entry id, so the output is
+// too. Used twice per indexer call: inside each chunk (list in shared memory) and to merge the
+// chunks' candidates (list in global memory, L2-resident); generic pointers serve both.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv41::cuda {
+
+// Keys ≤ kIneligibleKey are never selected: −inf maps to it, padding uses 0.
+constexpr uint32_t kIneligibleKey = 0x007FFFFFu;
+
+// Monotone map float → uint32 (−0 and +0 map to the same key, as they compare equal).
+__device__ __forceinline__ uint32_t ordered_key(float v) {
+  uint32_t u = __float_as_uint(v);
+  if (u == 0x80000000u) u = 0;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float key_to_float(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+}
+
+template <int kThreads>
+struct SelectShared {
+  uint32_t hist[256];
+  uint32_t warp_tot[2][kThreads / 32];
+  uint32_t threshold;
+  int remaining;  // how many to take at or below the current prefix
+  int eligible;
+};
+
+// Packed (gt count << 16 | eq count) exclusive scan over the block; returns this thread's prefix
+// and writes the block total to *total. Two barriers; `buf` alternates between calls.
+template <int kThreads>
+__device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, SelectShared<kThreads>& sm, int buf,
+                                                         uint32_t* total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint32_t inc = v;
+  for (int off = 1; off < 32; off <<= 1) {
+    const uint32_t x = __shfl_up_sync(0xffffffffu, inc, off);
+    if (lane >= off) inc += x;
+  }
+  if (lane == 31) sm.warp_tot[buf][warp] = inc;
+  __syncthreads();
+  uint32_t before = 0, all = 0;
+  for (int w = 0; w < kThreads / 32; ++w) {
+    const uint32_t x = sm.warp_tot[buf][w];
+    before += w < warp ? x : 0;
+    all += x;
+  }
+  *total = all;
+  return before + inc - v;
+}
+
+// Selects from keys[0, n) (ids[i], or base + i when ids is null) the top min(k, eligible) and
+// writes them to out_keys/out_ids[0, k) in list order, padding with key 0 / id −1. All threads
+// of the block must call it (it contains barriers).
+template <int kThreads>
+__device__ void block_select_topk(const uint32_t* keys, const int32_t* ids, int64_t base, int n, int k,
+                                  uint32_t* out_keys, int32_t* out_ids, SelectShared<kThreads>& sm) {
+  const int tid = threadIdx.x, lane = tid % 32;
+  uint32_t prefix = 0, mask = 0;
+  if (tid == 0) sm.threshold = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += kThreads) sm.hist[i] = 0;
+    __syncthreads();
+    for (int i = tid; i < n; i += kThreads) {
+      const uint32_t key = keys[i];
+      const bool in = key > kIneligibleKey && (key & mask) == prefix;
+      const uint32_t digit = in ? (key >> shift) & 0xFF : 256u;
+      // Warp-aggregated increments: scores share their top bytes, so plain atomics would
+      // serialise on a few bins.
+      const unsigned peers = __match_any_sync(__activemask(), digit);
+      if (in && lane == __ffs(peers) - 1) atomicAdd(&sm.hist[digit], static_cast<uint32_t>(__popc(peers)));
+    }
+    __syncthreads();
+    if (tid < 32) {
+      uint32_t own = 0;
+      for (int b = 0; b < 8; ++b) own += sm.hist[lane * 8 + b];
+      uint32_t suffix = own;  // Σ over lanes ≥ this one
+      for (int off = 1; off < 32; off <<= 1) {
+        const uint32_t x = __shfl_down_sync(0xffffffffu, suffix, off);
+        if (lane + off < 32) suffix += x;
+      }
+      if (shift == 24) {
+        const uint32_t all = __shfl_sync(0xffffffffu, suffix, 0);
+        if (lane == 0) {
+          sm.eligible = static_cast<int>(all);
+          sm.remaining = static_cast<int>(all) < k ? static_cast<int>(all) : k;
+        }
+      }
+      __syncwarp();
+      const int want = sm.remaining;
+      const unsigned ok = __ballot_sync(0xffffffffu, want > 0 && suffix >= static_cast<uint32_t>(want));
+      if (want > 0 && ok) {
+        const int L = 31 - __clz(ok);
+        if (lane == L) {
+          uint32_t above = suffix - own;
+          int digit = L * 8 + 7;
+          for (; digit > L * 8; --digit) {
+            if (above + sm.hist[digit] >= static_cast<uint32_t>(want)) break;
+            above += sm.hist[digit];
+          }
+          sm.threshold |= static_cast<uint32_t>(digit) << shift;
+          sm.remaining = want - static_cast<int>(above);
+        }
+      }
+    }
+    __syncthreads();
+    mask |= 0xFFu << shift;
+    prefix = sm.threshold & mask;
+  }
+  const bool none = sm.eligible == 0 || k == 0;
+  const uint32_t thr = sm.threshold;
+  const int need_eq = none ? 0 : sm.remaining;  // keys equal to thr to take, lowest positions first
+  __syncthreads();
+
+  // Ordered compaction in rounds of kThreads consecutive positions.
+  int gt_run = 0, eq_run = 0, buf = 0;
+  for (int r0 = 0; r0 < n; r0 += kThreads) {
+    const int i = r0 + tid;
+    const uint32_t key = i < n ? keys[i] : 0u;
+    const bool gt = !none && i < n && key > thr;
+    const bool eq = !none && i < n && key == thr;
+    uint32_t total;
+    const uint32_t before = block_exclusive_scan<kThreads>((gt ? 0x10000u : 0u) | (eq ? 1u : 0u), sm, buf, &total);
+    const int gt_before = gt_run + static_cast<int>(before >> 16), eq_before = eq_run + static_cast<int>(before & 0xFFFF);
+    if (gt || (eq && eq_before < need_eq)) {
+      const int pos = gt_before + (eq_before < need_eq ? eq_before : need_eq);
+      out_keys[pos] = key;
+      out_ids[pos] = ids ? ids[i] : static_cast<int32_t>(base + i);
+    }
+    gt_run += static_cast<int>(total >> 16);
+    eq_run += static_cast<int>(total & 0xFFFF);
+    buf ^= 1;
+  }
+  const int taken = gt_run + (eq_run < need_eq ? eq_run : need_eq);
+  for (int i = taken + tid; i < k; i += kThreads) {
+    out_keys[i] = 0;
+    out_ids[i] = -1;
+  }
+  __syncthreads();
+}
+
+}  // namespace dsv41::cuda

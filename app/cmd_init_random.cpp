@@ -7,7 +7,7 @@
 #include <string>
 
 #include "app/command.h"
-#include "model/random_init.h"
+#include "testing/random_init.h"
 
 namespace dsv41::app {
 namespace {

@@ -17,6 +17,7 @@
 #include "cache/records.h"
 #include "cache/sequence_cache.h"
 #include "model/attention.h"
+#include "testing/random_model.h"
 #include "model/rope.h"
 
 namespace dsv41 {

@@ -74,6 +74,15 @@ struct AttentionWeights {
   } bf16;
 };
 
+// The attention tensors of a layer: release-name suffix (after "layers.<i>.attn."), the field
+// that holds it, and its element count for this layer's role (0 = must be absent).
+struct AttentionTensor {
+  const char* name;
+  std::vector<float> AttentionWeights::*field;
+  int64_t size;
+};
+std::vector<AttentionTensor> attention_tensors(const ModelConfig& config, const LayerInfo& layer);
+
 // Checks every tensor the layer's role needs is present with the size the config implies, and
 // that no unexpected one is; the message names the tensor (release name) and both sizes.
 Status check_attention_weights(const AttentionWeights& w, const ModelConfig& config, const LayerInfo& layer);
@@ -81,10 +90,6 @@ Status check_attention_weights(const AttentionWeights& w, const ModelConfig& con
 // Loads `layers.<i>.attn.*` from the registry (either naming scheme), dequantised to float32.
 Result<AttentionWeights> load_attention_weights(const WeightRegistry& registry, const ModelConfig& config,
                                                 const LayerInfo& layer);
-
-// Deterministic random weights of the right shapes (tests, benchmarks): N(0, 1/fan_in) matrices,
-// norm weights around 1, sinks around 0.
-AttentionWeights random_attention_weights(const ModelConfig& config, const LayerInfo& layer, uint64_t seed);
 
 // State shared between the layers of ONE forward call (one chunk through all layers). Full layers
 // publish, Reindex layers re-score, Reuse layers read. Call begin_forward() before layer 0.

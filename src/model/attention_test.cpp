@@ -12,6 +12,7 @@
 
 #include "cache/sequence_cache.h"
 #include "model/attention.h"
+#include "testing/random_model.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
 

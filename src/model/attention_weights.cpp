@@ -1,21 +1,13 @@
-// Shape checks and random initialisation of AttentionWeights (see attention.h). Spec: model.md §2.
+// Shape checks and loading of AttentionWeights (see attention.h). Spec: model.md §2.
 #include <cmath>
-#include <random>
 #include <string>
 
 #include "model/attention.h"
 #include "model/weights.h"
 
 namespace dsv41 {
-namespace {
 
-struct Expected {
-  const char* name;  // release-name suffix after "layers.<i>.attn."
-  std::vector<float> AttentionWeights::*field;
-  int64_t size;      // 0 = must be absent
-};
-
-std::vector<Expected> expected_tensors(const ModelConfig& c, const LayerInfo& layer) {
+std::vector<AttentionTensor> attention_tensors(const ModelConfig& c, const LayerInfo& layer) {
   const int64_t H = c.num_attention_heads, D = c.head_dim, hidden = c.hidden_size, ql = c.q_lora_rank;
   const int64_t G = c.o_groups, olr = c.o_lora_rank;
   const bool full = layer.role == LayerRole::kFull;
@@ -39,6 +31,8 @@ std::vector<Expected> expected_tensors(const ModelConfig& c, const LayerInfo& la
       {"indexer.weights_proj.weight", &AttentionWeights::indexer_weights_proj, index ? ih * hidden : 0},
   };
 }
+
+namespace {
 
 // Role names for messages (kept local: layer_plan.cpp is not ours).
 const char* role_word(LayerRole role) {
@@ -71,7 +65,7 @@ Status check_attention_weights(const AttentionWeights& w, const ModelConfig& con
     return invalid_argument(config.source + ": index_topk must be ≥ 1");
   if (layer.candidate_source && (config.candidate_block_size < 1 || config.candidate_topk_blocks < 1))
     return invalid_argument(config.source + ": candidate_block_size and candidate_topk_blocks must be ≥ 1");
-  for (const Expected& e : expected_tensors(config, layer)) {
+  for (const AttentionTensor& e : attention_tensors(config, layer)) {
     const int64_t have = static_cast<int64_t>((w.*e.field).size());
     if (have != e.size) {
       if (e.size == 0)
@@ -89,7 +83,7 @@ Result<AttentionWeights> load_attention_weights(const WeightRegistry& registry, 
                                                 const LayerInfo& layer) {
   AttentionWeights w;
   w.layer = layer.index;
-  for (const Expected& e : expected_tensors(config, layer)) {
+  for (const AttentionTensor& e : attention_tensors(config, layer)) {
     if (e.size == 0) continue;  // not part of this role (the registry's check reports strays)
     const std::string name = tensor_name(layer, e.name);
     Result<FloatTensor> t = registry.load_f32(name);
@@ -103,34 +97,5 @@ Result<AttentionWeights> load_attention_weights(const WeightRegistry& registry, 
   return w;
 }
 
-AttentionWeights random_attention_weights(const ModelConfig& config, const LayerInfo& layer, uint64_t seed) {
-  AttentionWeights w;
-  w.layer = layer.index;
-  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(layer.index));
-  for (const Expected& e : expected_tensors(config, layer)) {
-    std::vector<float>& v = w.*e.field;
-    v.resize(static_cast<size_t>(e.size));
-    const std::string name = e.name;
-    const bool norm = name.find("norm") != std::string::npos;
-    const bool sink = name == "attn_sink";
-    // fan_in = elements / rows; rows are the first dimension of [out, in].
-    int64_t fan_in = 1;
-    if (name == "wq_a.weight" || name == "wkv.weight" || name.rfind("compressor.w", 0) == 0 ||
-        name == "indexer.weights_proj.weight")
-      fan_in = config.hidden_size;
-    else if (name == "wq_b.weight" || name == "indexer.wq_b.weight")
-      fan_in = config.q_lora_rank;
-    else if (name == "wo_a.weight")
-      fan_in = config.num_attention_heads * config.head_dim / std::max(1, config.o_groups);
-    else if (name == "wo_b.weight")
-      fan_in = static_cast<int64_t>(config.o_groups) * config.o_lora_rank;
-    else if (name == "indexer.wk.weight")
-      fan_in = config.head_dim;
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    const float sd = norm ? 0.1f : sink ? 0.5f : static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in)));
-    for (float& x : v) x = (norm ? 1.0f : 0.0f) + sd * nd(rng);
-  }
-  return w;
-}
 
 }  // namespace dsv41

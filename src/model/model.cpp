@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 
 #include "format/tokenizer.h"
@@ -83,43 +82,6 @@ Status narrow_attention(const WeightRegistry& reg, AttentionWeights& w) {
     *p.bf16 = std::move(m.bf16);
   }
   return ok_status();
-}
-
-// Every `layers.i.attn.*` tensor the checkpoint has, into AttentionWeights; check_attention_weights
-// (attention.h) then verifies that exactly the layer role's tensors are there with the right sizes.
-// (attention.h also declares load_attention_weights; it was not implemented on the attention
-// branch when this was written, so the model does its own loading through the registry.)
-Result<AttentionWeights> load_attention(const WeightRegistry& reg, const LayerInfo& info) {
-  AttentionWeights w;
-  w.layer = info.index;
-  struct Entry {
-    const char* suffix;
-    std::vector<float> AttentionWeights::*field;
-  };
-  static const Entry kEntries[] = {
-      {"wq_a.weight", &AttentionWeights::wq_a},
-      {"q_norm.weight", &AttentionWeights::q_norm},
-      {"wq_b.weight", &AttentionWeights::wq_b},
-      {"wkv.weight", &AttentionWeights::wkv},
-      {"kv_norm.weight", &AttentionWeights::kv_norm},
-      {"wo_a.weight", &AttentionWeights::wo_a},
-      {"wo_b.weight", &AttentionWeights::wo_b},
-      {"attn_sink", &AttentionWeights::attn_sink},
-      {"compressor.wkv.weight", &AttentionWeights::compressor_wkv},
-      {"compressor.wgate.weight", &AttentionWeights::compressor_wgate},
-      {"compressor.norm.weight", &AttentionWeights::compressor_norm},
-      {"indexer.wk.weight", &AttentionWeights::indexer_wk},
-      {"indexer.k_norm.weight", &AttentionWeights::indexer_k_norm},
-      {"indexer.wq_b.weight", &AttentionWeights::indexer_wq_b},
-      {"indexer.weights_proj.weight", &AttentionWeights::indexer_weights_proj},
-  };
-  for (const Entry& e : kEntries) {
-    const std::string name = lname(info.index, std::string("attn.") + e.suffix);
-    if (!reg.has(name)) continue;
-    DSV41_ASSIGN_OR_RETURN(FloatTensor t, reg.load_f32(name));
-    w.*e.field = std::move(t.data);
-  }
-  return w;
 }
 
 // The Engram token map from the tokenizer (model.md §3.8): each id decoded alone plus its raw
@@ -228,73 +190,6 @@ Model::HeldBytes Model::held_bytes() const {
   return b;
 }
 
-Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t seed,
-                                                     const ModelLoadOptions& options) {
-  std::unique_ptr<Model> m(new Model());
-  m->init_exec(options);
-  const auto primes = engram_bucket_primes(config);
-  config.engram_num_embeddings.clear();
-  for (const auto& layer : primes) {
-    int64_t sum = 0;
-    for (int64_t p : layer) sum += p;
-    config.engram_num_embeddings.push_back(sum);
-  }
-  m->config_ = std::move(config);
-  DSV41_RETURN_IF_ERROR(m->init_common());
-  const ModelConfig& c = m->config_;
-  if (!c.engram_layer_ids.empty()) {
-    if (c.vocab_size < c.engram_compressed_vocab_size)
-      return invalid_argument("random model: vocab_size below engram_compressed_vocab_size");
-    std::vector<int64_t> map(c.vocab_size);
-    for (int64_t i = 0; i < c.vocab_size; ++i) map[i] = i % c.engram_compressed_vocab_size;
-    DSV41_ASSIGN_OR_RETURN(EngramHashTables tables, build_engram_hash_tables(c, std::move(map)));
-    m->engram_tables_ = std::move(tables);
-  }
-  std::mt19937_64 rng(seed);
-  auto fill = [&](std::vector<float>& v, int64_t n, double mean, double stddev) {
-    std::normal_distribution<double> dist(mean, stddev);
-    v.resize(n);
-    for (float& x : v) x = static_cast<float>(dist(rng));
-  };
-  const int64_t d = c.hidden_size, V = c.vocab_size, hc = c.hc_mult, mix = (2 + hc) * hc;
-  const double sd = 1.0 / std::sqrt(double(d));
-  fill(m->embed_, V * d, 0, 1);
-  fill(m->final_norm_, d, 1, 0.1);
-  fill(m->head_.f32, V * d, 0, sd);
-  m->layers_.resize(c.num_hidden_layers);
-  for (const LayerInfo& info : m->plan_.layers) {
-    LayerWeights& L = m->layers_[info.index];
-    L.attn = random_attention_weights(c, info, seed + 1000 + info.index);
-    fill(L.attn_norm, d, 1, 0.1);
-    fill(L.ffn_norm, d, 1, 0.1);
-    fill(L.hc_attn_fn, mix * hc * d, 0, 1.0 / std::sqrt(double(hc * d)));
-    fill(L.hc_attn_base, mix, 0, 0.5);
-    fill(L.hc_attn_scale, 3, 1, 0.2);
-    fill(L.hc_ffn_fn, mix * hc * d, 0, 1.0 / std::sqrt(double(hc * d)));
-    fill(L.hc_ffn_base, mix, 0, 0.5);
-    fill(L.hc_ffn_scale, 3, 1, 0.2);
-    fill(L.gate, c.n_routed_experts * d, 0, sd);
-    fill(L.gate_bias, c.n_routed_experts, 0, 0.1);
-    fill(L.gate_bias_vl, c.n_routed_experts, 0, 0.1);
-    L.experts.resize(c.n_routed_experts);
-    auto expert = [&](ExpertStore& e, int64_t inter) {
-      fill(e.w1.f32, inter * d, 0, 2 * sd);
-      fill(e.w3.f32, inter * d, 0, 2 * sd);
-      fill(e.w2.f32, d * inter, 0, 1.0 / std::sqrt(double(inter)));
-    };
-    for (ExpertStore& e : L.experts) expert(e, m->moe_.inter);
-    if (m->moe_.has_shared) expert(L.shared, m->moe_.shared_inter);
-    if (info.has_engram) {
-      L.engram_rows = c.engram_num_embeddings[info.engram_slot];
-      fill(L.engram_table, L.engram_rows * m->engram_.head_dim, 0, 1);
-      const int64_t in = m->engram_.columns * m->engram_.head_dim;
-      fill(L.engram_wkv, (hc + 1) * d * in, 0, 1.0 / std::sqrt(double(in)));
-      fill(L.engram_q_weight, hc * d, 1, 0.2);
-      fill(L.engram_k_weight, hc * d, 1, 0.2);
-    }
-  }
-  return m;
-}
 
 Status Model::load_layers(const std::string& dir, const ModelLoadOptions& options) {
   {
@@ -314,8 +209,7 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
   for (const LayerInfo& info : plan_.layers) {
     const int i = info.index;
     LayerWeights& L = layers_[i];
-    DSV41_ASSIGN_OR_RETURN(L.attn, load_attention(reg, info));
-    DSV41_RETURN_IF_ERROR(check_attention_weights(L.attn, c, info));
+    DSV41_ASSIGN_OR_RETURN(L.attn, load_attention_weights(reg, c, info));
     if (bf16) DSV41_RETURN_IF_ERROR(narrow_attention(reg, L.attn));
     DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "attn_norm.weight"), d, L.attn_norm));
     DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "ffn_norm.weight"), d, L.ffn_norm));

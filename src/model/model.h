@@ -122,7 +122,8 @@ class Model {
   // The checkpoint stays mapped for the model's lifetime (the Engram rows are read from it, so a
   // damaged Engram scale shows up as a forward error when its row is first looked up, not here).
   static Result<std::unique_ptr<Model>> load(const std::string& dir, const ModelLoadOptions& options = {});
-  // Deterministic random weights for any valid config (tests of shapes unlike the fixtures).
+  // Deterministic random weights for any valid config (tests of shapes unlike the fixtures);
+  // defined in testing/random_model.cpp (one generator: testing/random_stream.h).
   // engram_num_embeddings is derived from the bucket primes; the Engram token map is
   // id mod engram_compressed_vocab_size (needs vocab_size ≥ engram_compressed_vocab_size).
   static Result<std::unique_ptr<Model>> create_random(ModelConfig config, uint64_t seed,

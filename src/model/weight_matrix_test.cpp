@@ -20,7 +20,7 @@
 #include "kernels/cpu/gemm.h"
 #include "model/model.h"
 #include "runtime/session.h"
-#include "model/random_init.h"
+#include "testing/random_init.h"
 
 namespace dsv41 {
 namespace {

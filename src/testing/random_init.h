@@ -22,24 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "base/rng.h"
+#include "testing/random_stream.h"
 #include "base/status.h"
 #include "format/config.h"
 #include "model/weights.h"
 
 namespace dsv41 {
-
-// The deterministic generator: splitmix64 seeding, xoshiro256** output.
-class RandomStream {
- public:
-  explicit RandomStream(uint64_t seed) : gen_(seed) {}
-  uint64_t next();
-  float uniform();  // [0, 1), 24-bit resolution
-  float normal();   // mean 0, variance 1 (Irwin–Hall of 4 uniforms)
- private:
-  Xoshiro256 gen_;
-};
-uint64_t fnv1a64(std::string_view s);
 
 // The intended distribution of one tensor's values (before storage rounding).
 struct InitSpec {

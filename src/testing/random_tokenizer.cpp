@@ -1,5 +1,5 @@
 // Byte-level BPE tokenizer for random models. See header.
-#include "model/random_tokenizer.h"
+#include "testing/random_tokenizer.h"
 
 #include <fmt/format.h>
 #include <utf8proc.h>

@@ -1,5 +1,5 @@
 // Random-weight model directories (dsv41 init-random). See random_init.h.
-#include "model/random_init.h"
+#include "testing/random_init.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -16,25 +16,10 @@
 #include "model/engram_hash.h"
 #include "model/engram_token_map.h"
 #include "plan/layer_plan.h"
-#include "model/random_tokenizer.h"
+#include "testing/random_tokenizer.h"
 
 namespace dsv41 {
 namespace fs = std::filesystem;
-
-uint64_t fnv1a64(std::string_view s) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
-  return h;
-}
-
-uint64_t RandomStream::next() { return gen_.next(); }
-float RandomStream::uniform() { return gen_.uniform24(); }
-
-float RandomStream::normal() {
-  // Sum of 4 U(0,1): mean 2, variance 4/12; scaled by sqrt(3) to unit variance.
-  const float s = uniform() + uniform() + uniform() + uniform();
-  return (s - 2.0f) * 1.7320508f;
-}
 
 namespace {
 

@@ -3,7 +3,7 @@
 // statistics near the targets; byte-identical output for one seed and different output for
 // another; the tokenizer loads with exactly vocab_size ids; the Engram key count of the written
 // config is the token map's; a non-empty directory is refused without force.
-#include "model/random_init.h"
+#include "testing/random_init.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -21,7 +21,7 @@
 #include "format/tokenizer.h"
 #include "model/engram_token_map.h"
 #include "plan/layer_plan.h"
-#include "model/random_tokenizer.h"
+#include "testing/random_tokenizer.h"
 #include "model/weights.h"
 
 namespace dsv41 {

@@ -1,0 +1,1197 @@
+// SsdStore (ssd_store.h): directory handling, locking, index rebuild, the writer thread, reads,
+// eviction and compaction. Byte layout in segment.h; rules in docs/STORE.md.
+#include "store/ssd_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "base/file_io.h"
+
+namespace dsv41 {
+namespace {
+
+constexpr char kIdentityFile[] = "IDENTITY";
+constexpr char kLockFile[] = "LOCK";
+constexpr char kCountersFile[] = "COUNTERS";
+constexpr char kIdentityHeader[] = "dsv41 cache store v1";
+// After a quota eviction the live bytes are brought this far below the quota, so that the
+// next few puts do not trigger another sweep at once.
+constexpr double kQuotaLowWater = 0.8;
+
+struct KeyHash {
+  size_t operator()(const PrefixKey& k) const {
+    size_t h;
+    std::memcpy(&h, k.data(), sizeof h);  // keys are SHA-256 outputs: any 8 bytes are uniform
+    return h;
+  }
+};
+
+std::string os_msg(const std::string& path, const char* call) {
+  return path + ": " + call + ": " + std::strerror(errno);
+}
+
+std::string short_key(const PrefixKey& k) { return digest_hex(k).substr(0, 16); }
+
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t system_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Reads up to n bytes at off; returns the count read (short only at end of file).
+Result<size_t> pread_full(int fd, uint8_t* buf, size_t n, uint64_t off, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, buf + done, n - done, static_cast<off_t>(off + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return io_error(os_msg(path, "pread"));
+    }
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return done;
+}
+
+Status pwrite_full(int fd, const uint8_t* buf, size_t n, uint64_t off, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pwrite(fd, buf + done, n - done, static_cast<off_t>(off + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return io_error(os_msg(path, "pwrite"));
+    }
+    done += static_cast<size_t>(r);
+  }
+  return ok_status();
+}
+
+Status fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return io_error(os_msg(dir, "open"));
+  Status s = ::fsync(fd) == 0 ? ok_status() : io_error(os_msg(dir, "fsync"));
+  ::close(fd);
+  return s;
+}
+
+std::string segment_name(uint64_t id) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "seg-%016llx.dseg", static_cast<unsigned long long>(id));
+  return buf;
+}
+
+bool parse_segment_name(const std::string& name, uint64_t* id) {
+  if (name.size() != 25 || name.compare(0, 4, "seg-") != 0 || name.compare(20, 5, ".dseg") != 0) return false;
+  uint64_t v = 0;
+  for (size_t i = 4; i < 20; ++i) {
+    const char c = name[i];
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return false;
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  *id = v;
+  return true;
+}
+
+std::string identity_text(const StoreIdentity& id) {
+  return std::string(kIdentityHeader) + "\nroot " + digest_hex(root_key(id)) + "\nmodel_fingerprint " +
+         digest_hex(id.model_fingerprint) + "\nrecord_format " + std::to_string(id.record_format) +
+         "\nchunk_tokens " + std::to_string(id.chunk_tokens) + "\ntokenizer " + digest_hex(id.tokenizer) + "\n";
+}
+
+Result<StoreIdentity> parse_identity(const std::string& text, const std::string& path) {
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line) || line != kIdentityHeader) return corrupt(path + ": not a dsv41 cache identity file");
+  std::map<std::string, std::string> kv;
+  while (std::getline(in, line)) {
+    const size_t sp = line.find(' ');
+    if (sp != std::string::npos) kv[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  StoreIdentity id;
+  for (const char* k : {"root", "model_fingerprint", "record_format", "chunk_tokens", "tokenizer"}) {
+    if (!kv.count(k)) return corrupt(path + ": missing '" + k + "'");
+  }
+  auto fp = digest_from_hex(kv["model_fingerprint"]);
+  auto tk = digest_from_hex(kv["tokenizer"]);
+  auto root = digest_from_hex(kv["root"]);
+  if (!fp.ok() || !tk.ok() || !root.ok()) return corrupt(path + ": malformed digest");
+  id.model_fingerprint = *fp;
+  id.tokenizer = *tk;
+  try {
+    id.record_format = static_cast<uint32_t>(std::stoul(kv["record_format"]));
+    id.chunk_tokens = static_cast<uint32_t>(std::stoul(kv["chunk_tokens"]));
+  } catch (...) {
+    return corrupt(path + ": malformed number");
+  }
+  if (root_key(id) != *root) return corrupt(path + ": root key does not match the fields (edited by hand?)");
+  return id;
+}
+
+std::string describe(const StoreIdentity& id) {
+  return "model " + digest_hex(id.model_fingerprint).substr(0, 12) + ", record format " +
+         std::to_string(id.record_format) + ", chunk " + std::to_string(id.chunk_tokens) + " tokens, tokenizer " +
+         digest_hex(id.tokenizer).substr(0, 12);
+}
+
+struct Segment {
+  uint64_t id = 0;
+  std::string path;
+  int fd = -1;
+  uint64_t file_bytes = 0;  // valid bytes: the append offset of the active segment
+  uint64_t live_bytes = 0;  // record spans of index entries in this segment
+  bool sealed = false;
+  std::vector<PrefixKey> chunk_keys;  // every chunk record (live or dead), for compaction
+  std::vector<PrefixKey> drop_keys;   // every tombstone
+  ~Segment() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+struct Entry {
+  uint64_t segment = 0;
+  uint64_t offset = 0;
+  uint64_t span = 0;
+  uint64_t body_bytes = 0;
+  uint32_t parts = 0;
+  uint32_t tokens = 0;
+  int64_t write_ms = 0;
+  int64_t last_use_ms = 0;
+  uint64_t hits = 0;
+  uint64_t payload_bytes() const { return body_bytes - uint64_t{parts} * kPartEntryBytes; }
+};
+
+struct Item {
+  PrefixKey key{};
+  uint32_t tokens = 0;
+  Payload payload;
+  uint64_t bytes = 0;
+};
+
+// What a scan of one segment found.
+struct ScanOutcome {
+  bool sealed = false;
+  uint64_t valid_end = kSegmentHeaderBytes;  // end of the last good record (or seal)
+  bool torn = false;                         // stopped at an incomplete record at the tail
+};
+
+using RecordFn = std::function<void(uint64_t offset, const RecordHeader& h)>;
+using ProblemFn = std::function<void(const std::string&)>;
+
+// Finds the next offset > from (multiple of kRecordAlign) holding a record header whose checksum
+// holds, after a damaged header made the scanner lose its place.
+Result<std::optional<uint64_t>> resync(int fd, uint64_t size, uint64_t from, const std::string& path) {
+  constexpr size_t kBlock = 1 << 20;
+  std::vector<uint8_t> buf(kBlock + kRecordHeaderBytes);
+  for (uint64_t base = from + kRecordAlign; base + kRecordHeaderBytes <= size; base += kBlock) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - base));
+    DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(fd, buf.data(), want, base, path));
+    for (size_t p = 0; p + kRecordHeaderBytes <= got && p < kBlock; p += kRecordAlign) {
+      if (buf[p] != 'D' || buf[p + 1] != 'S' || buf[p + 2] != 'R' || buf[p + 3] != 'C') continue;
+      if (decode_record_header({buf.data() + p, kRecordHeaderBytes}, path).ok()) return std::optional<uint64_t>(base + p);
+    }
+  }
+  return std::optional<uint64_t>();
+}
+
+// Walks the records of a segment whose header was already checked. With verify_bodies every
+// chunk body is read and its checksum checked (bad ones are reported and not passed to
+// on_record); otherwise only headers are read (a sealed segment: bodies are checked on get).
+Result<ScanOutcome> scan_records(int fd, uint64_t size, const std::string& path, bool verify_bodies,
+                                 const RecordFn& on_record, const ProblemFn& on_problem, uint64_t* bad_bodies) {
+  ScanOutcome out;
+  uint64_t off = kSegmentHeaderBytes;
+  std::vector<uint8_t> body;
+  uint8_t hb[kRecordHeaderBytes];
+  while (off < size) {
+    const std::string where = path + " @" + std::to_string(off);
+    if (size - off < kRecordHeaderBytes) {
+      on_problem(where + ": " + std::to_string(size - off) + " bytes of an incomplete record at the end (torn write)");
+      out.torn = true;
+      break;
+    }
+    DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(fd, hb, kRecordHeaderBytes, off, path));
+    auto h = decode_record_header({hb, got}, where);
+    if (!h.ok()) {
+      DSV41_ASSIGN_OR_RETURN(std::optional<uint64_t> next, resync(fd, size, off, path));
+      if (!next) {
+        on_problem(h.status().message() + "; no valid record after it (torn or damaged tail of " +
+                   std::to_string(size - off) + " bytes)");
+        out.torn = true;
+        break;
+      }
+      on_problem(h.status().message() + "; skipped " + std::to_string(*next - off) + " bytes to the next record");
+      if (bad_bodies) ++*bad_bodies;
+      off = *next;
+      continue;
+    }
+    const uint64_t span = record_span(h->body_bytes);
+    if (span > size - off) {
+      on_problem(where + ": record of " + std::to_string(span) + " bytes runs past the end (" +
+                 std::to_string(size - off) + " left; torn write)");
+      out.torn = true;
+      break;
+    }
+    if (h->type == RecordType::kSeal) {
+      out.sealed = true;
+      out.valid_end = off + kRecordHeaderBytes;
+      return out;
+    }
+    if (verify_bodies && h->type == RecordType::kChunk) {
+      body.resize(h->body_bytes);
+      DSV41_ASSIGN_OR_RETURN(size_t n, pread_full(fd, body.data(), body.size(), off + kRecordHeaderBytes, path));
+      const bool ok = n == body.size() && xxh3_64(body) == h->body_checksum &&
+                      decode_payload_body(body, h->parts, where).ok();
+      if (!ok) {
+        on_problem(where + ": chunk " + short_key(h->key) + ": body checksum or framing mismatch; skipped");
+        if (bad_bodies) ++*bad_bodies;
+        off += span;
+        continue;
+      }
+    }
+    on_record(off, *h);
+    off += span;
+    out.valid_end = off;
+  }
+  return out;
+}
+
+}  // namespace
+
+class SsdStore::Impl {
+ public:
+  Impl(std::string dir, SsdStoreOptions opt) : dir_(std::move(dir)), opt_(std::move(opt)) {
+    if (!opt_.clock) opt_.clock = system_ms;
+    if (!opt_.log) opt_.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 cache: %s\n", m.c_str()); };
+  }
+  ~Impl() { (void)close(); }
+
+  Status open();
+  Status close();
+  Result<PutOutcome> put(const PrefixKey& key, uint32_t tokens, Payload payload);
+  Status flush();
+  bool synced(const PrefixKey& key) const {
+    std::lock_guard lk(mu_);
+    return index_.count(key) != 0;
+  }
+  bool contains(const PrefixKey& key) const {
+    const int64_t now = opt_.clock();
+    std::lock_guard lk(mu_);
+    auto it = index_.find(key);
+    return it != index_.end() && !expired(it->second, now);
+  }
+  Result<std::optional<Payload>> get(const PrefixKey& key);
+  size_t longest_prefix(std::span<const PrefixKey> keys) const {
+    const int64_t now = opt_.clock();
+    std::lock_guard lk(mu_);
+    size_t n = 0;
+    for (; n < keys.size(); ++n) {
+      auto it = index_.find(keys[n]);
+      if (it == index_.end() || expired(it->second, now)) break;
+    }
+    return n;
+  }
+  StoreStats stats() const;
+  VerifyReport verify() const;
+  Result<GcReport> gc(int64_t now_ms);
+
+  std::string dir_;
+  SsdStoreOptions opt_;
+  StoreIdentity identity_;
+  PrefixKey root_{};
+
+ private:
+  bool expired(const Entry& e, int64_t now) const { return opt_.ttl_ms > 0 && now - e.last_use_ms > opt_.ttl_ms; }
+  std::string path_of(const std::string& name) const { return dir_ + "/" + name; }
+  Status lock_dir();
+  Status load_identity();
+  Status rebuild_index();
+  void load_counters();
+  void save_counters();
+  void log_write_error(const Status& s);
+
+  // ---- writer thread only -------------------------------------------------------------------
+  void writer_loop();
+  Status append(const std::vector<uint8_t>& rec, RecordType type, const PrefixKey& key, uint64_t* offset);
+  Status seal_active();   // sync, append the seal record, sync; no open segment afterwards
+  Status open_segment();  // a new segment becomes the open one
+  Status sync_and_publish();
+  GcReport run_gc(int64_t now);
+  Status compact(const std::shared_ptr<Segment>& seg);
+  void erase_locked(std::unordered_map<PrefixKey, Entry, KeyHash>::iterator it);
+  uint64_t file_bytes_locked() const {
+    uint64_t n = 0;
+    for (const auto& [id, s] : segments_) n += s->file_bytes;
+    return n;
+  }
+
+  int lock_fd_ = -1;
+  bool closed_ = false;
+  bool started_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;  // wakes the writer
+  std::condition_variable done_cv_;  // wakes flush() / gc() callers
+  std::unordered_map<PrefixKey, Entry, KeyHash> index_;
+  std::map<uint64_t, std::shared_ptr<Segment>> segments_;
+  std::unordered_set<PrefixKey, KeyHash> pending_;  // queued or written, not yet synced
+  std::deque<Item> queue_;
+  uint64_t queue_bytes_ = 0;
+  std::vector<PrefixKey> corrupt_drops_;  // found by get(); the writer appends tombstones
+  uint64_t flush_req_ = 0, flush_done_ = 0;
+  uint64_t gc_req_ = 0, gc_done_ = 0;
+  int64_t gc_now_ = 0;
+  GcReport gc_report_;
+  bool stop_ = false;
+  Status write_error_;  // since the last flush()
+  std::string last_logged_error_;
+  StoreStats counters_;  // only the counter fields are used
+  uint64_t ignored_segments_ = 0;
+  uint64_t next_segment_id_ = 1;
+  uint64_t live_record_bytes_ = 0, live_payload_bytes_ = 0, live_tokens_ = 0;
+
+  // Writer thread state (touched by no other thread while it runs).
+  std::shared_ptr<Segment> active_;
+  std::vector<std::pair<PrefixKey, Entry>> unsynced_;
+  bool dirty_ = false;  // bytes appended since the last sync
+  int64_t first_unsynced_ = 0;
+  std::thread writer_;
+};
+
+// ---- open ---------------------------------------------------------------------------------------
+
+Status SsdStore::Impl::lock_dir() {
+  const std::string path = path_of(kLockFile);
+  lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) {
+    return io_error(os_msg(path, "open") + " (cannot write to the cache directory " + dir_ +
+                    "; open it read-only or choose another --cache-dir)");
+  }
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string holder = "unknown pid";
+    char buf[32] = {};
+    if (::pread(lock_fd_, buf, sizeof buf - 1, 0) > 0) holder = "pid " + std::string(buf, std::strcspn(buf, "\n"));
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    if (err == EWOULDBLOCK) {
+      return invalid_argument("cache directory " + dir_ + " is in use by another writer (" + holder +
+                              "); only one process may write it: open it read-only or use another --cache-dir");
+    }
+    errno = err;
+    return io_error(os_msg(path, "flock"));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    // The lock itself holds; the pid is only for the refusal message.
+  }
+  return ok_status();
+}
+
+Status SsdStore::Impl::load_identity() {
+  const std::string path = path_of(kIdentityFile);
+  if (is_regular_file(path)) {
+    DSV41_ASSIGN_OR_RETURN(std::string text, read_file(path));
+    DSV41_ASSIGN_OR_RETURN(StoreIdentity found, parse_identity(text, path));
+    if (opt_.identity && !(*opt_.identity == found)) {
+      return invalid_argument("cache directory " + dir_ + " holds another store (" + describe(found) +
+                              "); this run needs " + describe(*opt_.identity) +
+                              ": nothing from it will be used; choose another --cache-dir or remove it");
+    }
+    identity_ = found;
+  } else {
+    if (!opt_.identity) return not_found(dir_ + ": no dsv41 cache store here (no " + kIdentityFile + " file)");
+    if (opt_.read_only) return not_found(dir_ + ": no dsv41 cache store here yet (nothing to read)");
+    identity_ = *opt_.identity;
+    const std::string text = identity_text(identity_);
+    DSV41_RETURN_IF_ERROR(write_file_atomic(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()}));
+    DSV41_RETURN_IF_ERROR(fsync_dir(dir_));
+  }
+  DSV41_RETURN_IF_ERROR(check_identity(identity_).with_context(path));
+  root_ = root_key(identity_);
+  return ok_status();
+}
+
+Status SsdStore::Impl::rebuild_index() {
+  std::vector<std::pair<uint64_t, std::string>> files;
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return io_error(os_msg(dir_, "opendir"));
+  while (dirent* e = ::readdir(d)) {
+    uint64_t id;
+    if (parse_segment_name(e->d_name, &id)) files.emplace_back(id, e->d_name);
+  }
+  ::closedir(d);
+  std::sort(files.begin(), files.end());
+  const int64_t now = opt_.clock();
+  for (const auto& [id, name] : files) {
+    next_segment_id_ = std::max(next_segment_id_, id + 1);
+    auto seg = std::make_shared<Segment>();
+    seg->id = id;
+    seg->path = path_of(name);
+    seg->fd = ::open(seg->path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (seg->fd < 0) {
+      opt_.log(os_msg(seg->path, "open") + "; segment ignored");
+      ++ignored_segments_;
+      continue;
+    }
+    struct stat st;
+    if (::fstat(seg->fd, &st) != 0) return io_error(os_msg(seg->path, "fstat"));
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    uint8_t hb[kSegmentHeaderBytes];
+    DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(seg->fd, hb, sizeof hb, 0, seg->path));
+    auto header = decode_segment_header({hb, got}, seg->path);
+    if (!header.ok()) {
+      opt_.log(header.status().message() + "; segment ignored");
+      ++ignored_segments_;
+      continue;
+    }
+    if (header->root != root_) {
+      opt_.log(seg->path + ": belongs to another store (record format " + std::to_string(header->record_format) +
+               ", chunk " + std::to_string(header->chunk_tokens) + " tokens, root " + short_key(header->root) +
+               "; this store's root is " + short_key(root_) + "); segment ignored, none of its chunks can hit");
+      ++ignored_segments_;
+      continue;
+    }
+    // A seal record at the very end means the writer finished this segment and synced it: its
+    // headers suffice (bodies are checked on every read). Otherwise every body is checked now.
+    bool sealed_tail = false;
+    if (size >= kSegmentHeaderBytes + kRecordHeaderBytes) {
+      uint8_t tb[kRecordHeaderBytes];
+      DSV41_ASSIGN_OR_RETURN(size_t n, pread_full(seg->fd, tb, sizeof tb, size - kRecordHeaderBytes, seg->path));
+      auto th = decode_record_header({tb, n}, seg->path);
+      sealed_tail = th.ok() && th->type == RecordType::kSeal;
+    }
+    uint64_t bad = 0;
+    auto on_record = [&](uint64_t off, const RecordHeader& h) {
+      if (h.type == RecordType::kDrop) {
+        seg->drop_keys.push_back(h.key);
+        auto it = index_.find(h.key);
+        if (it != index_.end()) erase_locked(it);
+        return;
+      }
+      seg->chunk_keys.push_back(h.key);
+      auto it = index_.find(h.key);
+      if (it != index_.end()) erase_locked(it);  // a later copy (compaction, re-put) wins
+      Entry e;
+      e.segment = id;
+      e.offset = off;
+      e.span = record_span(h.body_bytes);
+      e.body_bytes = h.body_bytes;
+      e.parts = h.parts;
+      e.tokens = h.tokens;
+      e.write_ms = h.write_ms;
+      // Last use is not persisted: after a restart a chunk counts as used when written (or now,
+      // if its write time lies in the future: a clock step must not expire it early).
+      e.last_use_ms = std::min(h.write_ms, now);
+      index_.emplace(h.key, e);
+      seg->live_bytes += e.span;
+      live_record_bytes_ += e.span;
+      live_payload_bytes_ += e.payload_bytes();
+      live_tokens_ += e.tokens;
+    };
+    segments_[id] = seg;  // erase_locked looks segments up by id
+    DSV41_ASSIGN_OR_RETURN(ScanOutcome sc, scan_records(seg->fd, size, seg->path, !sealed_tail, on_record,
+                                                        opt_.log, &bad));
+    counters_.corrupt_records += bad;
+    seg->sealed = sc.sealed;
+    seg->file_bytes = sc.sealed ? sc.valid_end : size;
+    if (!sc.sealed && !opt_.read_only) {
+      // The writer that wrote this segment died. Cut the torn tail (nothing after the last good
+      // record was ever reported synced) and seal it, so the next open trusts its headers.
+      int wfd = ::open(seg->path.c_str(), O_RDWR | O_CLOEXEC);
+      bool ok = wfd >= 0 && ::ftruncate(wfd, static_cast<off_t>(sc.valid_end)) == 0;
+      const auto seal = encode_marker_record(RecordType::kSeal, PrefixKey{}, now);
+      ok = ok && pwrite_full(wfd, seal.data(), seal.size(), sc.valid_end, seg->path).ok() && ::fdatasync(wfd) == 0;
+      if (wfd >= 0) ::close(wfd);
+      if (!ok) {
+        opt_.log(os_msg(seg->path, "seal") + "; left unsealed (it is fully checked at every open)");
+        seg->file_bytes = size;
+      } else {
+        if (sc.torn) opt_.log(seg->path + ": cut " + std::to_string(size - sc.valid_end) + " bytes of torn tail and sealed");
+        seg->sealed = true;
+        seg->file_bytes = sc.valid_end + seal.size();
+      }
+    }
+  }
+  return ok_status();
+}
+
+void SsdStore::Impl::load_counters() {
+  auto text = read_file(path_of(kCountersFile));
+  if (!text.ok()) return;
+  std::istringstream in(*text);
+  std::string name;
+  uint64_t v;
+  while (in >> name >> v) {
+    if (name == "hits") counters_.hits += v;
+    else if (name == "misses") counters_.misses += v;
+    else if (name == "puts_written") counters_.puts_written += v;
+    else if (name == "puts_dropped") counters_.puts_dropped += v;
+    else if (name == "evicted_quota") counters_.evicted_quota += v;
+    else if (name == "evicted_ttl") counters_.evicted_ttl += v;
+    else if (name == "compactions") counters_.compactions += v;
+  }
+}
+
+void SsdStore::Impl::save_counters() {
+  const StoreStats& c = counters_;
+  const std::string text = "hits " + std::to_string(c.hits) + "\nmisses " + std::to_string(c.misses) +
+                           "\nputs_written " + std::to_string(c.puts_written) + "\nputs_dropped " +
+                           std::to_string(c.puts_dropped) + "\nevicted_quota " + std::to_string(c.evicted_quota) +
+                           "\nevicted_ttl " + std::to_string(c.evicted_ttl) + "\ncompactions " +
+                           std::to_string(c.compactions) + "\n";
+  // Counters are informational; a failed save only loses statistics.
+  (void)write_file_atomic(path_of(kCountersFile), {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+Status SsdStore::Impl::open() {
+  if (opt_.identity) DSV41_RETURN_IF_ERROR(check_identity(*opt_.identity));
+  if (opt_.read_only) {
+    if (!is_directory(dir_)) return not_found(dir_ + ": no such cache directory");
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec) return io_error(dir_ + ": create directory: " + ec.message());
+    DSV41_RETURN_IF_ERROR(lock_dir());
+  }
+  DSV41_RETURN_IF_ERROR(load_identity());
+  load_counters();
+  {
+    std::lock_guard lk(mu_);
+    DSV41_RETURN_IF_ERROR(rebuild_index());
+  }
+  if (!opt_.read_only) {
+    writer_ = std::thread([this] { writer_loop(); });
+    started_ = true;
+  }
+  return ok_status();
+}
+
+Status SsdStore::Impl::close() {
+  if (closed_) return ok_status();
+  closed_ = true;
+  Status s;
+  if (started_) {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    writer_.join();
+    s = write_error_;
+  }
+  if (!opt_.read_only) {
+    if (lock_fd_ >= 0) save_counters();
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+    lock_fd_ = -1;
+  }
+  return s;
+}
+
+// ---- put / flush / get --------------------------------------------------------------------------
+
+Result<PutOutcome> SsdStore::Impl::put(const PrefixKey& key, uint32_t tokens, Payload payload) {
+  if (opt_.read_only) return unsupported(dir_ + ": cache opened read-only; put refused");
+  DSV41_RETURN_IF_ERROR(check_payload(payload));
+  const uint64_t bytes = payload_body_bytes(payload);
+  {
+    std::lock_guard lk(mu_);
+    if (stop_) return unsupported(dir_ + ": cache is closing; put refused");
+    auto it = index_.find(key);
+    if (it != index_.end() && !expired(it->second, opt_.clock())) {
+      ++counters_.puts_duplicate;
+      return PutOutcome::kAlreadyStored;
+    }
+    if (pending_.count(key)) {
+      ++counters_.puts_duplicate;
+      return PutOutcome::kAlreadyQueued;
+    }
+    // A single chunk larger than the whole queue is still accepted into an empty queue.
+    if (queue_bytes_ > 0 && queue_bytes_ + bytes > opt_.queue_bytes) {
+      ++counters_.puts_dropped;
+      return PutOutcome::kDropped;
+    }
+    pending_.insert(key);
+    queue_bytes_ += bytes;
+    queue_.push_back(Item{key, tokens, std::move(payload), bytes});
+  }
+  work_cv_.notify_one();
+  return PutOutcome::kQueued;
+}
+
+Status SsdStore::Impl::flush() {
+  if (opt_.read_only) return ok_status();
+  std::unique_lock lk(mu_);
+  if (stop_) return ok_status();
+  const uint64_t mine = ++flush_req_;
+  work_cv_.notify_one();
+  done_cv_.wait(lk, [&] { return flush_done_ >= mine; });
+  Status s = write_error_;
+  write_error_ = Status();
+  return s;
+}
+
+Result<std::optional<Payload>> SsdStore::Impl::get(const PrefixKey& key) {
+  const int64_t now = opt_.clock();
+  Entry e;
+  std::shared_ptr<Segment> seg;
+  {
+    std::lock_guard lk(mu_);
+    auto it = index_.find(key);
+    if (it == index_.end() || expired(it->second, now)) {
+      ++counters_.misses;
+      return std::optional<Payload>();
+    }
+    e = it->second;
+    auto sit = segments_.find(e.segment);
+    if (sit != segments_.end()) seg = sit->second;
+  }
+  // The segment's fd stays open while `seg` lives, so compaction may unlink the file meanwhile.
+  std::string problem;
+  std::optional<Payload> out;
+  if (seg == nullptr) {
+    problem = "segment " + std::to_string(e.segment) + " vanished";
+  } else {
+    const std::string where = seg->path + " @" + std::to_string(e.offset);
+    std::vector<uint8_t> rec(e.span);
+    auto got = pread_full(seg->fd, rec.data(), rec.size(), e.offset, seg->path);
+    if (!got.ok()) {
+      problem = got.status().message();
+    } else if (*got < kRecordHeaderBytes + e.body_bytes) {
+      problem = where + ": record truncated (file shrank)";
+    } else {
+      auto h = decode_record_header({rec.data(), kRecordHeaderBytes}, where);
+      std::span<const uint8_t> body(rec.data() + kRecordHeaderBytes, e.body_bytes);
+      if (!h.ok()) {
+        problem = h.status().message();
+      } else if (h->type != RecordType::kChunk || h->key != key || h->body_bytes != e.body_bytes) {
+        problem = where + ": record there is not the indexed chunk";
+      } else if (xxh3_64(body) != h->body_checksum) {
+        problem = where + ": body checksum mismatch";
+      } else {
+        auto p = decode_payload_body(body, h->parts, where);
+        if (!p.ok()) problem = p.status().message();
+        else out = std::move(*p);
+      }
+    }
+  }
+  std::lock_guard lk(mu_);
+  if (!out) {
+    opt_.log(problem + " (chunk " + short_key(key) + "); not served, treated as a miss and dropped");
+    ++counters_.corrupt_records;
+    ++counters_.misses;
+    auto it = index_.find(key);
+    if (it != index_.end() && it->second.segment == e.segment && it->second.offset == e.offset) {
+      erase_locked(it);
+      if (!opt_.read_only) {
+        corrupt_drops_.push_back(key);
+        work_cv_.notify_one();
+      }
+    }
+    return std::optional<Payload>();
+  }
+  ++counters_.hits;
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    it->second.last_use_ms = std::max(it->second.last_use_ms, now);
+    ++it->second.hits;
+  }
+  return out;
+}
+
+void SsdStore::Impl::erase_locked(std::unordered_map<PrefixKey, Entry, KeyHash>::iterator it) {
+  const Entry& e = it->second;
+  auto sit = segments_.find(e.segment);
+  if (sit != segments_.end()) sit->second->live_bytes -= e.span;
+  live_record_bytes_ -= e.span;
+  live_payload_bytes_ -= e.payload_bytes();
+  live_tokens_ -= e.tokens;
+  index_.erase(it);
+}
+
+StoreStats SsdStore::Impl::stats() const {
+  const int64_t now = opt_.clock();
+  std::lock_guard lk(mu_);
+  StoreStats s = counters_;
+  for (const auto& [k, e] : index_) {
+    if (expired(e, now)) continue;
+    ++s.chunks;
+    s.tokens += e.tokens;
+    s.payload_bytes += e.payload_bytes();
+    s.record_bytes += e.span;
+  }
+  s.file_bytes = file_bytes_locked();
+  s.segments = segments_.size();
+  s.ignored_segments = ignored_segments_;
+  s.queued_bytes = queue_bytes_;
+  return s;
+}
+
+VerifyReport SsdStore::Impl::verify() const {
+  VerifyReport r;
+  std::vector<std::shared_ptr<Segment>> segs;
+  std::vector<std::pair<PrefixKey, Entry>> live;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [id, s] : segments_) segs.push_back(s);
+    live.assign(index_.begin(), index_.end());
+    r.ignored_segments = ignored_segments_;
+  }
+  auto problem = [&](const std::string& m) { r.problems.push_back(m); };
+  for (const auto& seg : segs) {
+    ++r.segments;
+    struct stat st;
+    if (::fstat(seg->fd, &st) != 0) {
+      problem(os_msg(seg->path, "fstat"));
+      continue;
+    }
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    r.bytes_scanned += size;
+    uint64_t bad = 0;
+    auto sc = scan_records(seg->fd, size, seg->path, true,
+                           [&](uint64_t, const RecordHeader& h) { r.records_ok += h.type == RecordType::kChunk; },
+                           problem, &bad);
+    r.records_corrupt += bad;
+    if (!sc.ok()) problem(sc.status().message());
+    else if (sc->torn) ++r.torn_tails;
+  }
+  // What get() would serve: each live entry read back through the index.
+  std::vector<uint8_t> rec;
+  for (const auto& [key, e] : live) {
+    std::shared_ptr<Segment> seg;
+    for (const auto& s : segs) {
+      if (s->id == e.segment) seg = s;
+    }
+    bool ok = false;
+    if (seg) {
+      rec.resize(e.span);
+      auto got = pread_full(seg->fd, rec.data(), rec.size(), e.offset, seg->path);
+      if (got.ok() && *got >= kRecordHeaderBytes + e.body_bytes) {
+        auto h = decode_record_header({rec.data(), kRecordHeaderBytes}, seg->path);
+        std::span<const uint8_t> body(rec.data() + kRecordHeaderBytes, e.body_bytes);
+        ok = h.ok() && h->key == key && h->body_bytes == e.body_bytes && xxh3_64(body) == h->body_checksum;
+      }
+    }
+    if (ok) {
+      ++r.live_chunks_ok;
+    } else {
+      ++r.live_chunks_bad;
+      problem("indexed chunk " + short_key(key) + " in segment " + std::to_string(e.segment) + " @" +
+              std::to_string(e.offset) + " does not read back intact");
+    }
+  }
+  return r;
+}
+
+Result<GcReport> SsdStore::Impl::gc(int64_t now_ms) {
+  if (opt_.read_only) return unsupported(dir_ + ": cache opened read-only; gc needs the writer");
+  std::unique_lock lk(mu_);
+  if (stop_) return unsupported(dir_ + ": cache is closing");
+  const uint64_t mine = ++gc_req_;
+  gc_now_ = now_ms;
+  work_cv_.notify_one();
+  done_cv_.wait(lk, [&] { return gc_done_ >= mine; });
+  return gc_report_;
+}
+
+// ---- writer thread ------------------------------------------------------------------------------
+
+void SsdStore::Impl::log_write_error(const Status& s) {
+  // A full disk fails every put the same way; say it once per distinct message.
+  if (s.message() != last_logged_error_) opt_.log(s.message());
+  last_logged_error_ = s.message();
+}
+
+Status SsdStore::Impl::seal_active() {
+  if (!active_) return ok_status();
+  DSV41_RETURN_IF_ERROR(sync_and_publish());
+  const auto seal = encode_marker_record(RecordType::kSeal, PrefixKey{}, opt_.clock());
+  DSV41_RETURN_IF_ERROR(pwrite_full(active_->fd, seal.data(), seal.size(), active_->file_bytes, active_->path));
+  if (::fdatasync(active_->fd) != 0) return io_error(os_msg(active_->path, "fdatasync"));
+  std::lock_guard lk(mu_);
+  active_->file_bytes += seal.size();
+  active_->sealed = true;
+  active_.reset();
+  return ok_status();
+}
+
+Status SsdStore::Impl::open_segment() {
+  auto seg = std::make_shared<Segment>();
+  {
+    std::lock_guard lk(mu_);
+    seg->id = next_segment_id_++;
+  }
+  seg->path = path_of(segment_name(seg->id));
+  seg->fd = ::open(seg->path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (seg->fd < 0) return io_error(os_msg(seg->path, "create"));
+  uint8_t hb[kSegmentHeaderBytes];
+  encode_segment_header(SegmentHeader{identity_.record_format, identity_.chunk_tokens, root_}, hb);
+  Status s = pwrite_full(seg->fd, hb, sizeof hb, 0, seg->path);
+  if (s.ok() && ::fdatasync(seg->fd) != 0) s = io_error(os_msg(seg->path, "fdatasync"));
+  if (s.ok()) s = fsync_dir(dir_);  // the new name must survive a power cut with its records
+  if (!s.ok()) {
+    ::unlink(seg->path.c_str());
+    return s;
+  }
+  seg->file_bytes = kSegmentHeaderBytes;
+  std::lock_guard lk(mu_);
+  segments_[seg->id] = seg;
+  active_ = seg;
+  return ok_status();
+}
+
+Status SsdStore::Impl::append(const std::vector<uint8_t>& rec, RecordType type, const PrefixKey& key, uint64_t* offset) {
+  // Room is kept for the seal record, so a segment never grows past segment_bytes.
+  const bool full = active_ && active_->file_bytes > kSegmentHeaderBytes &&
+                    active_->file_bytes + rec.size() + kRecordHeaderBytes > opt_.segment_bytes;
+  if (full) DSV41_RETURN_IF_ERROR(seal_active());
+  if (!active_) DSV41_RETURN_IF_ERROR(open_segment());
+  const uint64_t off = active_->file_bytes;
+  Status s = pwrite_full(active_->fd, rec.data(), rec.size(), off, active_->path);
+  if (!s.ok()) {
+    // Leave no partial record behind (a full disk): the next append starts at the same offset.
+    if (::ftruncate(active_->fd, static_cast<off_t>(off)) != 0) {
+      // If even that fails the partial bytes stay; a later record's header is found by the
+      // scanner's resync at the next open, so only this record is lost.
+    }
+    return s;
+  }
+  std::lock_guard lk(mu_);
+  active_->file_bytes = off + rec.size();
+  if (type == RecordType::kChunk) active_->chunk_keys.push_back(key);
+  if (type == RecordType::kDrop) active_->drop_keys.push_back(key);
+  if (!dirty_) first_unsynced_ = steady_ms();
+  dirty_ = true;
+  *offset = off;
+  return ok_status();
+}
+
+Status SsdStore::Impl::sync_and_publish() {
+  bool ok = true;
+  Status s;
+  if (dirty_ && active_) {
+    ok = ::fdatasync(active_->fd) == 0;
+    if (!ok) s = io_error(os_msg(active_->path, "fdatasync"));
+  }
+  dirty_ = false;
+  if (unsynced_.empty() && ok) return s;
+  std::lock_guard lk(mu_);
+  for (auto& [key, e] : unsynced_) {
+    pending_.erase(key);
+    if (!ok) continue;  // the records may still be on disk; a later open checks and finds them
+    auto it = index_.find(key);
+    if (it != index_.end()) erase_locked(it);
+    index_.emplace(key, e);
+    auto sit = segments_.find(e.segment);
+    if (sit != segments_.end()) sit->second->live_bytes += e.span;
+    live_record_bytes_ += e.span;
+    live_payload_bytes_ += e.payload_bytes();
+    live_tokens_ += e.tokens;
+    ++counters_.puts_written;
+  }
+  unsynced_.clear();
+  if (!ok) {
+    ++counters_.write_errors;
+    write_error_ = s;
+  }
+  return s;
+}
+
+Status SsdStore::Impl::compact(const std::shared_ptr<Segment>& seg) {
+  // Live chunks of `seg` move to the open segment byte for byte (records carry no position).
+  std::vector<std::pair<PrefixKey, Entry>> live;
+  std::unordered_set<PrefixKey, KeyHash> older_chunks;
+  std::vector<PrefixKey> keep_drops;
+  {
+    std::lock_guard lk(mu_);
+    for (const PrefixKey& k : seg->chunk_keys) {
+      auto it = index_.find(k);
+      if (it != index_.end() && it->second.segment == seg->id) live.emplace_back(k, it->second);
+    }
+    // A tombstone still matters while an older segment holds a record of its key.
+    for (const auto& [id, s] : segments_) {
+      if (id < seg->id) older_chunks.insert(s->chunk_keys.begin(), s->chunk_keys.end());
+    }
+    for (const PrefixKey& k : seg->drop_keys) {
+      if (!index_.count(k) && older_chunks.count(k)) keep_drops.push_back(k);
+    }
+  }
+  std::vector<std::pair<PrefixKey, Entry>> moved;
+  std::vector<uint8_t> rec;
+  for (auto& [key, e] : live) {
+    rec.resize(e.span);
+    DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(seg->fd, rec.data(), rec.size(), e.offset, seg->path));
+    auto h = decode_record_header({rec.data(), std::min<size_t>(got, kRecordHeaderBytes)}, seg->path);
+    const bool ok = got == rec.size() && h.ok() && h->key == key &&
+                    xxh3_64({rec.data() + kRecordHeaderBytes, e.body_bytes}) == h->body_checksum;
+    if (!ok) {
+      opt_.log(seg->path + " @" + std::to_string(e.offset) + ": chunk " + short_key(key) +
+               " is corrupt; dropped during compaction");
+      std::lock_guard lk(mu_);
+      ++counters_.corrupt_records;
+      auto it = index_.find(key);
+      if (it != index_.end() && it->second.segment == seg->id) erase_locked(it);
+      continue;
+    }
+    uint64_t off = 0;
+    DSV41_RETURN_IF_ERROR(append(rec, RecordType::kChunk, key, &off));
+    Entry ne = e;
+    ne.segment = active_->id;
+    ne.offset = off;
+    moved.emplace_back(key, ne);
+  }
+  for (const PrefixKey& k : keep_drops) {
+    uint64_t off;
+    DSV41_RETURN_IF_ERROR(append(encode_marker_record(RecordType::kDrop, k, opt_.clock()), RecordType::kDrop, k, &off));
+  }
+  DSV41_RETURN_IF_ERROR(sync_and_publish());  // the copies are durable before the original goes
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [key, ne] : moved) {
+      auto it = index_.find(key);
+      if (it == index_.end() || it->second.segment != seg->id) continue;
+      const Entry old = it->second;
+      erase_locked(it);
+      Entry e = ne;
+      e.last_use_ms = old.last_use_ms;
+      e.hits = old.hits;
+      index_.emplace(key, e);
+      segments_[e.segment]->live_bytes += e.span;
+      live_record_bytes_ += e.span;
+      live_payload_bytes_ += e.payload_bytes();
+      live_tokens_ += e.tokens;
+    }
+    segments_.erase(seg->id);
+    ++counters_.compactions;
+  }
+  if (::unlink(seg->path.c_str()) != 0) opt_.log(os_msg(seg->path, "unlink"));
+  (void)fsync_dir(dir_);
+  return ok_status();
+}
+
+GcReport SsdStore::Impl::run_gc(int64_t now) {
+  GcReport r;
+  std::vector<PrefixKey> victims;
+  {
+    std::lock_guard lk(mu_);
+    r.file_bytes_before = file_bytes_locked();
+    if (opt_.ttl_ms > 0) {
+      for (auto it = index_.begin(); it != index_.end();) {
+        auto next = std::next(it);
+        if (expired(it->second, now)) {
+          victims.push_back(it->first);
+          erase_locked(it);
+          ++r.evicted_ttl;
+        }
+        it = next;
+      }
+    }
+    if (opt_.quota_bytes > 0 && r.file_bytes_before > opt_.quota_bytes) {
+      const auto low = static_cast<uint64_t>(double(opt_.quota_bytes) * kQuotaLowWater);
+      std::vector<std::pair<int64_t, PrefixKey>> lru;
+      lru.reserve(index_.size());
+      for (const auto& [k, e] : index_) lru.emplace_back(e.last_use_ms, k);
+      std::sort(lru.begin(), lru.end());
+      for (const auto& [t, k] : lru) {
+        if (live_record_bytes_ <= low) break;
+        erase_locked(index_.find(k));
+        victims.push_back(k);
+        ++r.evicted_quota;
+      }
+    }
+    counters_.evicted_ttl += r.evicted_ttl;
+    counters_.evicted_quota += r.evicted_quota;
+  }
+  // Tombstones make the evictions survive a restart (a lost one only brings back a valid chunk).
+  for (const PrefixKey& k : victims) {
+    uint64_t off;
+    Status s = append(encode_marker_record(RecordType::kDrop, k, now), RecordType::kDrop, k, &off);
+    if (!s.ok()) {
+      log_write_error(s);
+      break;
+    }
+  }
+  if (Status s = sync_and_publish(); !s.ok()) log_write_error(s);
+  // Compaction candidates: sealed segments that are mostly dead, least live first. The open
+  // segment is sealed first when it is itself mostly dead, so quota can always be met.
+  auto pick = [&](bool over_quota) {
+    std::lock_guard lk(mu_);
+    std::vector<std::pair<double, std::shared_ptr<Segment>>> c;
+    for (const auto& [id, s] : segments_) {
+      const double data = double(std::max<uint64_t>(s->file_bytes, kSegmentHeaderBytes + 1) - kSegmentHeaderBytes);
+      const double live = double(s->live_bytes) / data;
+      if (live < opt_.compact_live_fraction || (over_quota && live < 1.0)) c.emplace_back(live, s);
+    }
+    std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    return c;
+  };
+  bool over = false;
+  {
+    std::lock_guard lk(mu_);
+    over = opt_.quota_bytes > 0 && file_bytes_locked() > opt_.quota_bytes;
+  }
+  for (auto& [live, seg] : pick(over)) {
+    if (seg == active_) {
+      if (Status s = seal_active(); !s.ok()) {  // a new one opens with the next append
+        log_write_error(s);
+        break;
+      }
+    }
+    {
+      std::lock_guard lk(mu_);
+      if (opt_.quota_bytes > 0 && live >= opt_.compact_live_fraction && file_bytes_locked() <= opt_.quota_bytes) break;
+    }
+    if (Status s = compact(seg); !s.ok()) {
+      log_write_error(s.with_context("compaction of " + seg->path));
+      break;
+    }
+    ++r.segments_compacted;
+  }
+  std::lock_guard lk(mu_);
+  r.file_bytes_after = file_bytes_locked();
+  return r;
+}
+
+void SsdStore::Impl::writer_loop() {
+  int64_t last_maintenance = steady_ms();
+  uint64_t flushed = 0, gced = 0;
+  for (;;) {
+    std::deque<Item> batch;
+    std::vector<PrefixKey> drops;
+    uint64_t flush_target, gc_target;
+    int64_t gc_now;
+    bool stopping;
+    {
+      std::unique_lock lk(mu_);
+      auto ready = [&] {
+        return !queue_.empty() || stop_ || flush_req_ > flushed || gc_req_ > gced || !corrupt_drops_.empty();
+      };
+      if (!ready()) {
+        int64_t wait = dirty_ ? first_unsynced_ + opt_.fsync_interval_ms - steady_ms()
+                              : last_maintenance + opt_.maintenance_interval_ms - steady_ms();
+        work_cv_.wait_for(lk, std::chrono::milliseconds(std::max<int64_t>(wait, 1)), ready);
+      }
+      batch.swap(queue_);
+      queue_bytes_ = 0;
+      drops.swap(corrupt_drops_);
+      flush_target = flush_req_;
+      gc_target = gc_req_;
+      gc_now = gc_now_;
+      stopping = stop_;
+    }
+    for (Item& item : batch) {
+      const int64_t now = opt_.clock();
+      const auto rec = encode_chunk_record(item.key, item.tokens, item.payload, now);
+      uint64_t off = 0;
+      Status s = append(rec, RecordType::kChunk, item.key, &off);
+      if (!s.ok()) {
+        log_write_error(s.with_context("chunk " + short_key(item.key) + " not stored"));
+        std::lock_guard lk(mu_);
+        pending_.erase(item.key);
+        ++counters_.write_errors;
+        write_error_ = s;
+        continue;
+      }
+      Entry e;
+      e.segment = active_->id;
+      e.offset = off;
+      e.span = rec.size();
+      e.body_bytes = payload_body_bytes(item.payload);
+      e.parts = static_cast<uint32_t>(item.payload.parts.size());
+      e.tokens = item.tokens;
+      e.write_ms = now;
+      e.last_use_ms = now;
+      unsynced_.emplace_back(item.key, e);
+    }
+    for (const PrefixKey& k : drops) {
+      uint64_t off;
+      (void)append(encode_marker_record(RecordType::kDrop, k, opt_.clock()), RecordType::kDrop, k, &off);
+    }
+    const bool due = dirty_ && steady_ms() - first_unsynced_ >= opt_.fsync_interval_ms;
+    if (dirty_ && (due || flush_target > flushed || gc_target > gced || stopping)) {
+      if (Status s = sync_and_publish(); !s.ok()) log_write_error(s);
+    }
+    bool over_quota;
+    {
+      std::lock_guard lk(mu_);
+      over_quota = opt_.quota_bytes > 0 && file_bytes_locked() > opt_.quota_bytes;
+    }
+    if (gc_target > gced) {
+      GcReport r = run_gc(gc_now);
+      std::lock_guard lk(mu_);
+      gc_report_ = r;
+      gc_done_ = gced = gc_target;
+      done_cv_.notify_all();
+    } else if (over_quota || steady_ms() - last_maintenance >= opt_.maintenance_interval_ms) {
+      (void)run_gc(opt_.clock());
+      last_maintenance = steady_ms();
+    }
+    if (flush_target > flushed) {
+      std::lock_guard lk(mu_);
+      flush_done_ = flushed = flush_target;
+      done_cv_.notify_all();
+    }
+    if (stopping) {
+      std::lock_guard lk(mu_);
+      if (queue_.empty() && corrupt_drops_.empty()) break;
+    }
+  }
+  // Clean close: seal the open segment so the next open trusts its headers.
+  if (Status s = seal_active(); !s.ok()) log_write_error(s);
+  active_.reset();
+  std::lock_guard lk(mu_);
+  flush_done_ = flush_req_;
+  gc_done_ = gc_req_;
+  done_cv_.notify_all();
+}
+
+// ---- public wrappers ----------------------------------------------------------------------------
+
+SsdStore::SsdStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SsdStore::~SsdStore() = default;
+
+Result<std::unique_ptr<SsdStore>> SsdStore::open(const std::string& dir, SsdStoreOptions options) {
+  auto impl = std::make_unique<Impl>(dir, std::move(options));
+  DSV41_RETURN_IF_ERROR(impl->open());
+  return std::unique_ptr<SsdStore>(new SsdStore(std::move(impl)));
+}
+
+const StoreIdentity& SsdStore::identity() const { return impl_->identity_; }
+const std::string& SsdStore::dir() const { return impl_->dir_; }
+bool SsdStore::read_only() const { return impl_->opt_.read_only; }
+Result<PutOutcome> SsdStore::put(const PrefixKey& key, uint32_t tokens, Payload payload) {
+  return impl_->put(key, tokens, std::move(payload));
+}
+Status SsdStore::flush() { return impl_->flush(); }
+bool SsdStore::synced(const PrefixKey& key) const { return impl_->synced(key); }
+bool SsdStore::contains(const PrefixKey& key) const { return impl_->contains(key); }
+Result<std::optional<Payload>> SsdStore::get(const PrefixKey& key) { return impl_->get(key); }
+size_t SsdStore::longest_prefix(std::span<const PrefixKey> keys) const { return impl_->longest_prefix(keys); }
+StoreStats SsdStore::stats() const { return impl_->stats(); }
+VerifyReport SsdStore::verify() const { return impl_->verify(); }
+Result<GcReport> SsdStore::gc(int64_t now_ms) { return impl_->gc(now_ms); }
+Status SsdStore::close() { return impl_->close(); }
+
+}  // namespace dsv41

@@ -1036,15 +1036,17 @@ GcReport SsdStore::Impl::run_gc(int64_t now) {
   if (Status s = sync_and_publish(); !s.ok()) log_write_error(s);
   // Compaction candidates: sealed segments that are mostly dead, least live first. The open
   // segment is sealed first when it is itself mostly dead, so quota can always be met.
+  // Only ids are held while compacting: an unlinked segment's space returns to the disk when
+  // its last reference (and so its fd) goes, which matters most when the disk is full.
   auto pick = [&](bool over_quota) {
     std::lock_guard lk(mu_);
-    std::vector<std::pair<double, std::shared_ptr<Segment>>> c;
+    std::vector<std::pair<double, uint64_t>> c;
     for (const auto& [id, s] : segments_) {
       const double data = double(std::max<uint64_t>(s->file_bytes, kSegmentHeaderBytes + 1) - kSegmentHeaderBytes);
       const double live = double(s->live_bytes) / data;
-      if (live < opt_.compact_live_fraction || (over_quota && live < 1.0)) c.emplace_back(live, s);
+      if (live < opt_.compact_live_fraction || (over_quota && live < 1.0)) c.emplace_back(live, id);
     }
-    std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(c.begin(), c.end());
     return c;
   };
   bool over = false;
@@ -1052,19 +1054,25 @@ GcReport SsdStore::Impl::run_gc(int64_t now) {
     std::lock_guard lk(mu_);
     over = opt_.quota_bytes > 0 && file_bytes_locked() > opt_.quota_bytes;
   }
-  for (auto& [live, seg] : pick(over)) {
-    if (seg == active_) {
+  for (const auto& [live, id] : pick(over)) {
+    if (active_ && active_->id == id) {
       if (Status s = seal_active(); !s.ok()) {  // a new one opens with the next append
         log_write_error(s);
         break;
       }
     }
+    std::shared_ptr<Segment> seg;
     {
       std::lock_guard lk(mu_);
       if (opt_.quota_bytes > 0 && live >= opt_.compact_live_fraction && file_bytes_locked() <= opt_.quota_bytes) break;
+      auto it = segments_.find(id);
+      if (it == segments_.end()) continue;
+      seg = it->second;
     }
-    if (Status s = compact(seg); !s.ok()) {
-      log_write_error(s.with_context("compaction of " + seg->path));
+    Status s = compact(seg);
+    seg.reset();
+    if (!s.ok()) {
+      log_write_error(s.with_context("compaction of segment " + segment_name(id)));
       break;
     }
     ++r.segments_compacted;
@@ -1101,6 +1109,12 @@ void SsdStore::Impl::writer_loop() {
       gc_now = gc_now_;
       stopping = stop_;
     }
+    // Tombstones for corrupt records first: a put of the same key can only have been accepted
+    // after get() erased it, so it must land after the tombstone in the log.
+    for (const PrefixKey& k : drops) {
+      uint64_t off;
+      (void)append(encode_marker_record(RecordType::kDrop, k, opt_.clock()), RecordType::kDrop, k, &off);
+    }
     for (Item& item : batch) {
       const int64_t now = opt_.clock();
       const auto rec = encode_chunk_record(item.key, item.tokens, item.payload, now);
@@ -1124,10 +1138,6 @@ void SsdStore::Impl::writer_loop() {
       e.write_ms = now;
       e.last_use_ms = now;
       unsynced_.emplace_back(item.key, e);
-    }
-    for (const PrefixKey& k : drops) {
-      uint64_t off;
-      (void)append(encode_marker_record(RecordType::kDrop, k, opt_.clock()), RecordType::kDrop, k, &off);
     }
     const bool due = dirty_ && steady_ms() - first_unsynced_ >= opt_.fsync_interval_ms;
     if (dirty_ && (due || flush_target > flushed || gc_target > gced || stopping)) {

@@ -620,7 +620,10 @@ Result<PutOutcome> SsdStore::Impl::put(const PrefixKey& key, uint32_t tokens, Pa
     std::lock_guard lk(mu_);
     if (stop_) return unsupported(dir_ + ": cache is closing; put refused");
     auto it = index_.find(key);
-    if (it != index_.end() && !expired(it->second, opt_.clock())) {
+    const int64_t now = opt_.clock();
+    if (it != index_.end() && !expired(it->second, now)) {
+      // The engine just produced this prefix again: it is in use, so LRU keeps it.
+      it->second.last_use_ms = std::max(it->second.last_use_ms, now);
       ++counters_.puts_duplicate;
       return PutOutcome::kAlreadyStored;
     }

@@ -57,7 +57,7 @@ struct SsdStoreOptions {
 
 enum class PutOutcome {
   kQueued,         // will be written; synced(key) turns true after its sync
-  kAlreadyStored,  // the key is stored (its bytes are the same by construction of keys)
+  kAlreadyStored,  // the key is stored (same bytes by construction of keys); counts as a use
   kAlreadyQueued,  // an earlier put of the key is still on its way
   kDropped,        // the queue was full (slow disk): nothing written, counted in stats
 };

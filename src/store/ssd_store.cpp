@@ -20,6 +20,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -943,6 +944,8 @@ Status SsdStore::Impl::compact(const std::shared_ptr<Segment>& seg) {
   }
   std::vector<std::pair<PrefixKey, Entry>> moved;
   std::vector<uint8_t> rec;
+  Status copy_error;
+  uint64_t evicted_for_space = 0;
   for (auto& [key, e] : live) {
     rec.resize(e.span);
     DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(seg->fd, rec.data(), rec.size(), e.offset, seg->path));
@@ -959,15 +962,35 @@ Status SsdStore::Impl::compact(const std::shared_ptr<Segment>& seg) {
       continue;
     }
     uint64_t off = 0;
-    DSV41_RETURN_IF_ERROR(append(rec, RecordType::kChunk, key, &off));
+    if (Status s = append(rec, RecordType::kChunk, key, &off); !s.ok()) {
+      // No room to copy (a full disk): the rest of this segment's chunks are evicted instead, so
+      // that deleting the segment still frees space. This is a cache; losing entries is allowed.
+      if (!copy_error.ok()) continue;
+      copy_error = s;
+    }
+    if (!copy_error.ok()) {
+      std::lock_guard lk(mu_);
+      auto it = index_.find(key);
+      if (it != index_.end() && it->second.segment == seg->id) {
+        erase_locked(it);
+        ++counters_.evicted_quota;
+        ++evicted_for_space;
+      }
+      continue;
+    }
     Entry ne = e;
     ne.segment = active_->id;
     ne.offset = off;
     moved.emplace_back(key, ne);
   }
+  if (!copy_error.ok()) {
+    opt_.log(copy_error.message() + "; compaction of " + seg->path + " evicted " + std::to_string(evicted_for_space) +
+             " chunks instead of moving them");
+  }
   for (const PrefixKey& k : keep_drops) {
+    // A lost tombstone can only bring back a valid chunk after a restart; not worth failing for.
     uint64_t off;
-    DSV41_RETURN_IF_ERROR(append(encode_marker_record(RecordType::kDrop, k, opt_.clock()), RecordType::kDrop, k, &off));
+    if (!append(encode_marker_record(RecordType::kDrop, k, opt_.clock()), RecordType::kDrop, k, &off).ok()) break;
   }
   DSV41_RETURN_IF_ERROR(sync_and_publish());  // the copies are durable before the original goes
   {
@@ -1013,11 +1036,22 @@ GcReport SsdStore::Impl::run_gc(int64_t now) {
     }
     if (opt_.quota_bytes > 0 && r.file_bytes_before > opt_.quota_bytes) {
       const auto low = static_cast<uint64_t>(double(opt_.quota_bytes) * kQuotaLowWater);
-      std::vector<std::pair<int64_t, PrefixKey>> lru;
+      // Least recently used first; ties (a burst of writes, or a restart, where last use is
+      // the write time) in log order, so whole old segments die and are freed without copying.
+      struct Victim {
+        int64_t last_use;
+        uint64_t segment, offset;
+        PrefixKey key;
+        bool operator<(const Victim& o) const {
+          return std::tie(last_use, segment, offset) < std::tie(o.last_use, o.segment, o.offset);
+        }
+      };
+      std::vector<Victim> lru;
       lru.reserve(index_.size());
-      for (const auto& [k, e] : index_) lru.emplace_back(e.last_use_ms, k);
+      for (const auto& [k, e] : index_) lru.push_back(Victim{e.last_use_ms, e.segment, e.offset, k});
       std::sort(lru.begin(), lru.end());
-      for (const auto& [t, k] : lru) {
+      for (const Victim& v : lru) {
+        const PrefixKey& k = v.key;
         if (live_record_bytes_ <= low) break;
         erase_locked(index_.find(k));
         victims.push_back(k);

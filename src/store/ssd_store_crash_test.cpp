@@ -172,3 +172,39 @@ TEST(SsdStoreCrash, KillDuringEvictionAndCompactionServesNothingCorrupt) {
 
 }  // namespace
 }  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// Two processes racing for one directory: the second writer is refused with a message naming
+// the directory and the first one's pid, and the lock goes away with a kill -9 of its holder.
+TEST(SsdStoreCrash, SecondWriterProcessIsRefusedUntilTheFirstDies) {
+  ScratchDir dir;
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    auto s = SsdStore::open(dir.path, crash_options(0));
+    const char c = s.ok() ? 'y' : 'n';
+    if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(c, 'y');
+  auto second = SsdStore::open(dir.path, crash_options(0));
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  ASSERT_FALSE(second.ok());
+  const std::string m = second.status().message();
+  EXPECT_NE(m.find(dir.path), std::string::npos) << m;
+  EXPECT_NE(m.find("pid " + std::to_string(pid)), std::string::npos) << m;
+  EXPECT_NE(m.find("another writer"), std::string::npos) << m;
+  EXPECT_TRUE(SsdStore::open(dir.path, crash_options(0)).ok());
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -932,7 +932,6 @@ Status SsdStore::Impl::sync_and_publish() {
 Status SsdStore::Impl::compact(const std::shared_ptr<Segment>& seg) {
   // Live chunks of `seg` move to the open segment byte for byte (records carry no position).
   std::vector<std::pair<PrefixKey, Entry>> live;
-  std::unordered_set<PrefixKey, KeyHash> older_chunks;
   std::vector<PrefixKey> keep_drops;
   {
     std::lock_guard lk(mu_);
@@ -940,12 +939,17 @@ Status SsdStore::Impl::compact(const std::shared_ptr<Segment>& seg) {
       auto it = index_.find(k);
       if (it != index_.end() && it->second.segment == seg->id) live.emplace_back(k, it->second);
     }
-    // A tombstone still matters while an older segment holds a record of its key.
-    for (const auto& [id, s] : segments_) {
-      if (id < seg->id) older_chunks.insert(s->chunk_keys.begin(), s->chunk_keys.end());
-    }
+    // A tombstone still matters while an older segment holds a record of its key (and the key
+    // was not stored again since). Memory stays O(tombstones), not O(store).
+    std::unordered_set<PrefixKey, KeyHash> drops;
     for (const PrefixKey& k : seg->drop_keys) {
-      if (!index_.count(k) && older_chunks.count(k)) keep_drops.push_back(k);
+      if (!index_.count(k)) drops.insert(k);
+    }
+    for (const auto& [id, s] : segments_) {
+      if (id >= seg->id || drops.empty()) break;
+      for (const PrefixKey& k : s->chunk_keys) {
+        if (drops.erase(k)) keep_drops.push_back(k);
+      }
     }
   }
   std::vector<std::pair<PrefixKey, Entry>> moved;
@@ -1085,8 +1089,11 @@ GcReport SsdStore::Impl::run_gc(int64_t now) {
     std::lock_guard lk(mu_);
     std::vector<std::pair<double, uint64_t>> c;
     for (const auto& [id, s] : segments_) {
-      const double data = double(std::max<uint64_t>(s->file_bytes, kSegmentHeaderBytes + 1) - kSegmentHeaderBytes);
-      const double live = double(s->live_bytes) / data;
+      // Tombstones count as live: a segment of tombstones alone would otherwise be rewritten
+      // (tombstones re-appended) by every sweep. The seal record counts as neither.
+      const uint64_t overhead = kSegmentHeaderBytes + (s->sealed ? kRecordHeaderBytes : 0);
+      const double data = double(std::max<uint64_t>(s->file_bytes, overhead + 1) - overhead);
+      const double live = double(s->live_bytes + s->drop_keys.size() * kRecordHeaderBytes) / data;
       if (live < opt_.compact_live_fraction || (over_quota && live < 1.0)) c.emplace_back(live, id);
     }
     std::sort(c.begin(), c.end());

@@ -338,6 +338,43 @@ TEST(SsdStore, TtlWithInjectedClockAndTombstonesSurviveRestart) {
   for (uint64_t i = 1; i < 4; ++i) EXPECT_FALSE(s->contains(test_key(s->identity(), i))) << i;
 }
 
+TEST(SsdStore, CompactionKeepsTombstonesWhileOlderRecordsExist) {
+  ScratchDir dir;
+  LogSink log;
+  FakeClock clock;
+  const int64_t h = 3600 * 1000;
+  const int64_t t0 = *clock.now;
+  SsdStoreOptions o = writer_options(log);
+  o.clock = clock.fn();
+  {
+    auto s = must_open(dir.path, o);
+    put_range(*s, 0, 8);  // all in the first segment, sealed at close
+  }
+  {
+    auto s = must_open(dir.path, o);
+    *clock.now = t0 + 71 * h;
+    for (uint64_t i = 1; i < 8; ++i) EXPECT_TRUE(served_exact(*s, i));
+    *clock.now = t0 + 73 * h;
+    auto g = s->gc(*clock.now);  // evicts chunk 0: its tombstone goes to a second segment
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(g->evicted_ttl, 1u);
+    put_range(*s, 100, 110);  // fillers beside the tombstone
+    *clock.now = t0 + 140 * h;
+    for (uint64_t i = 1; i < 8; ++i) EXPECT_TRUE(served_exact(*s, i));
+    *clock.now = t0 + 147 * h;
+    g = s->gc(*clock.now);  // the fillers expire: the second segment is mostly dead and compacted
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(g->evicted_ttl, 10u);
+    EXPECT_GE(g->segments_compacted, 1u);
+  }
+  // At t0 chunk 0 would be fresh: only its tombstone (moved by the compaction) keeps it gone.
+  *clock.now = t0 + 1;
+  auto s = must_open(dir.path, o);
+  EXPECT_FALSE(s->contains(test_key(s->identity(), 0)));
+  for (uint64_t i = 1; i < 8; ++i) EXPECT_TRUE(served_exact(*s, i));
+  for (uint64_t i = 100; i < 110; ++i) EXPECT_FALSE(s->contains(test_key(s->identity(), i)));
+}
+
 TEST(SsdStore, QuotaEvictsLeastRecentlyUsedAndCompacts) {
   ScratchDir dir;
   LogSink log;

@@ -1,8 +1,11 @@
 // Encode/decode of the segment format (segment.h, docs/STORE.md).
 #include "store/segment.h"
 
+// The XXH3 state struct is only declared with this (to keep it on the stack).
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace dsv41 {
@@ -31,6 +34,14 @@ uint64_t get_u64(const uint8_t* p) {
 }  // namespace
 
 uint64_t xxh3_64(std::span<const uint8_t> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+uint64_t xxh3_64(std::span<const std::span<const uint8_t>> pieces) {
+  XXH3_state_t state;  // on the stack: no allocation per read
+  XXH3_INITSTATE(&state);
+  XXH3_64bits_reset(&state);
+  for (std::span<const uint8_t> p : pieces) XXH3_64bits_update(&state, p.data(), p.size());
+  return XXH3_64bits_digest(&state);
+}
 
 void encode_segment_header(const SegmentHeader& h, uint8_t out[kSegmentHeaderBytes]) {
   std::memset(out, 0, kSegmentHeaderBytes);
@@ -144,14 +155,15 @@ void encode_payload_body(const Payload& p, std::vector<uint8_t>& out) {
   for (const PayloadPart& part : p.parts) out.insert(out.end(), part.bytes.begin(), part.bytes.end());
 }
 
-Result<Payload> decode_payload_body(std::span<const uint8_t> body, uint32_t parts, const std::string& where) {
-  const uint64_t table = uint64_t{parts} * kPartEntryBytes;
-  if (body.size() < table) return corrupt(where + ": body shorter than its part table");
+Result<Payload> decode_part_table(std::span<const uint8_t> table, uint32_t parts, uint64_t body_bytes,
+                                  const std::string& where) {
+  const uint64_t table_bytes = uint64_t{parts} * kPartEntryBytes;
+  if (table.size() < table_bytes || body_bytes < table_bytes) return corrupt(where + ": body shorter than its part table");
   Payload p;
   p.parts.resize(parts);
-  uint64_t offset = table;
+  uint64_t offset = table_bytes;
   for (uint32_t i = 0; i < parts; ++i) {
-    const uint8_t* e = body.data() + i * kPartEntryBytes;
+    const uint8_t* e = table.data() + i * kPartEntryBytes;
     PayloadPart& part = p.parts[i];
     part.layer = get_u32(e);
     const uint8_t kind = e[4];
@@ -162,11 +174,23 @@ Result<Payload> decode_payload_body(std::span<const uint8_t> body, uint32_t part
     part.record_bytes = get_u32(e + 8);
     part.count = get_u32(e + 12);
     const uint64_t n = uint64_t{part.record_bytes} * part.count;
-    if (n > body.size() - offset) return corrupt(where + ": part " + std::to_string(i) + " runs past the body");
-    part.bytes.assign(body.begin() + static_cast<ptrdiff_t>(offset), body.begin() + static_cast<ptrdiff_t>(offset + n));
+    if (n > body_bytes - offset) return corrupt(where + ": part " + std::to_string(i) + " runs past the body");
     offset += n;
   }
-  if (offset != body.size()) return corrupt(where + ": " + std::to_string(body.size() - offset) + " stray bytes after the parts");
+  if (offset != body_bytes) return corrupt(where + ": " + std::to_string(body_bytes - offset) + " stray bytes after the parts");
+  // Sized only after the whole table checked out: a damaged count cannot make us allocate.
+  for (PayloadPart& part : p.parts) part.bytes.resize(size_t{part.record_bytes} * part.count);
+  return p;
+}
+
+Result<Payload> decode_payload_body(std::span<const uint8_t> body, uint32_t parts, const std::string& where) {
+  DSV41_ASSIGN_OR_RETURN(Payload p, decode_part_table(body, parts, body.size(), where));
+  uint64_t offset = uint64_t{parts} * kPartEntryBytes;
+  for (PayloadPart& part : p.parts) {
+    std::copy(body.begin() + static_cast<ptrdiff_t>(offset), body.begin() + static_cast<ptrdiff_t>(offset + part.bytes.size()),
+              part.bytes.begin());
+    offset += part.bytes.size();
+  }
   return p;
 }
 
@@ -195,7 +219,7 @@ std::vector<uint8_t> encode_marker_record(RecordType type, const PrefixKey& key,
   h.type = type;
   h.key = key;
   h.write_ms = write_ms;
-  h.body_checksum = xxh3_64({});
+  h.body_checksum = xxh3_64(std::span<const uint8_t>());
   encode_record_header(h, rec.data());
   return rec;
 }

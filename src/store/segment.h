@@ -21,6 +21,8 @@
 namespace dsv41 {
 
 uint64_t xxh3_64(std::span<const uint8_t> bytes);
+// The same hash over pieces read back to back (equal to xxh3_64 of their concatenation).
+uint64_t xxh3_64(std::span<const std::span<const uint8_t>> pieces);
 
 // ---- Segment header (64 bytes) ----------------------------------------------------------------
 //   [0, 8)   magic "DSV41SEG"
@@ -104,6 +106,10 @@ uint64_t payload_body_bytes(const Payload& p);
 void encode_payload_body(const Payload& p, std::vector<uint8_t>& out);  // appends
 // corrupt (naming `where`) when the table does not add up to the body.
 Result<Payload> decode_payload_body(std::span<const uint8_t> body, uint32_t parts, const std::string& where);
+// Parses only the part table (the body's first parts × 16 bytes) of a body of `body_bytes`; the
+// parts' byte vectors are sized, ready to be read into in table order (no staging copy).
+Result<Payload> decode_part_table(std::span<const uint8_t> table, uint32_t parts, uint64_t body_bytes,
+                                  const std::string& where);
 
 // A whole chunk record (header, body, padding) ready to append.
 std::vector<uint8_t> encode_chunk_record(const PrefixKey& key, uint32_t tokens, const Payload& p, int64_t write_ms);

@@ -279,6 +279,34 @@ Result<ScanOutcome> scan_records(int fd, uint64_t size, const std::string& path,
   return out;
 }
 
+// Reads and checks the chunk record of `e` in `seg`: header (checksum, type, key, length), part
+// table, then the parts straight into the payload's buffers (no staging copy), hashing the body
+// piece by piece. corrupt/io_error naming the file and offset.
+Result<Payload> read_chunk(const Segment& seg, const Entry& e, const PrefixKey& key) {
+  const std::string where = seg.path + " @" + std::to_string(e.offset);
+  const uint64_t table_bytes = uint64_t{e.parts} * kPartEntryBytes;
+  if (table_bytes > e.body_bytes) return corrupt(where + ": index entry inconsistent");
+  std::vector<uint8_t> head(kRecordHeaderBytes + table_bytes);
+  DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(seg.fd, head.data(), head.size(), e.offset, seg.path));
+  if (got < head.size()) return corrupt(where + ": record truncated (file shrank)");
+  DSV41_ASSIGN_OR_RETURN(RecordHeader h, decode_record_header({head.data(), kRecordHeaderBytes}, where));
+  if (h.type != RecordType::kChunk || h.key != key || h.body_bytes != e.body_bytes || h.parts != e.parts) {
+    return corrupt(where + ": record there is not the indexed chunk");
+  }
+  const std::span<const uint8_t> table(head.data() + kRecordHeaderBytes, table_bytes);
+  DSV41_ASSIGN_OR_RETURN(Payload p, decode_part_table(table, h.parts, h.body_bytes, where));
+  std::vector<std::span<const uint8_t>> pieces{table};
+  uint64_t off = e.offset + head.size();
+  for (PayloadPart& part : p.parts) {
+    DSV41_ASSIGN_OR_RETURN(size_t n, pread_full(seg.fd, part.bytes.data(), part.bytes.size(), off, seg.path));
+    if (n < part.bytes.size()) return corrupt(where + ": record truncated (file shrank)");
+    pieces.emplace_back(part.bytes);
+    off += part.bytes.size();
+  }
+  if (xxh3_64(pieces) != h.body_checksum) return corrupt(where + ": body checksum mismatch");
+  return p;
+}
+
 }  // namespace
 
 class SsdStore::Impl {
@@ -684,28 +712,9 @@ Result<std::optional<Payload>> SsdStore::Impl::get(const PrefixKey& key) {
   if (seg == nullptr) {
     problem = "segment " + std::to_string(e.segment) + " vanished";
   } else {
-    const std::string where = seg->path + " @" + std::to_string(e.offset);
-    std::vector<uint8_t> rec(e.span);
-    auto got = pread_full(seg->fd, rec.data(), rec.size(), e.offset, seg->path);
-    if (!got.ok()) {
-      problem = got.status().message();
-    } else if (*got < kRecordHeaderBytes + e.body_bytes) {
-      problem = where + ": record truncated (file shrank)";
-    } else {
-      auto h = decode_record_header({rec.data(), kRecordHeaderBytes}, where);
-      std::span<const uint8_t> body(rec.data() + kRecordHeaderBytes, e.body_bytes);
-      if (!h.ok()) {
-        problem = h.status().message();
-      } else if (h->type != RecordType::kChunk || h->key != key || h->body_bytes != e.body_bytes) {
-        problem = where + ": record there is not the indexed chunk";
-      } else if (xxh3_64(body) != h->body_checksum) {
-        problem = where + ": body checksum mismatch";
-      } else {
-        auto p = decode_payload_body(body, h->parts, where);
-        if (!p.ok()) problem = p.status().message();
-        else out = std::move(*p);
-      }
-    }
+    auto p = read_chunk(*seg, e, key);
+    if (p.ok()) out = std::move(*p);
+    else problem = p.status().message();
   }
   std::lock_guard lk(mu_);
   if (!out) {
@@ -788,22 +797,12 @@ VerifyReport SsdStore::Impl::verify() const {
     else if (sc->torn) ++r.torn_tails;
   }
   // What get() would serve: each live entry read back through the index.
-  std::vector<uint8_t> rec;
   for (const auto& [key, e] : live) {
     std::shared_ptr<Segment> seg;
     for (const auto& s : segs) {
       if (s->id == e.segment) seg = s;
     }
-    bool ok = false;
-    if (seg) {
-      rec.resize(e.span);
-      auto got = pread_full(seg->fd, rec.data(), rec.size(), e.offset, seg->path);
-      if (got.ok() && *got >= kRecordHeaderBytes + e.body_bytes) {
-        auto h = decode_record_header({rec.data(), kRecordHeaderBytes}, seg->path);
-        std::span<const uint8_t> body(rec.data() + kRecordHeaderBytes, e.body_bytes);
-        ok = h.ok() && h->key == key && h->body_bytes == e.body_bytes && xxh3_64(body) == h->body_checksum;
-      }
-    }
+    const bool ok = seg && read_chunk(*seg, e, key).ok();
     if (ok) {
       ++r.live_chunks_ok;
     } else {

@@ -637,11 +637,11 @@ Status SsdStore::Impl::close() {
     writer_.join();
     s = write_error_;
   }
-  if (!opt_.read_only) {
-    if (lock_fd_ >= 0) save_counters();
-    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
-    lock_fd_ = -1;
-  }
+  // Counters only from a store that opened: a refused open (another identity) must not
+  // overwrite the directory's totals.
+  if (started_) save_counters();
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+  lock_fd_ = -1;
   return s;
 }
 

@@ -3,7 +3,8 @@
 // flush() returned (every chunk up to it is synced). The parent kills it with SIGKILL after a
 // random delay, reopens the directory and checks: the index rebuilds, every chunk reported
 // synced is present and byte-exact, nothing served differs from the recomputed payload, verify
-// finds no bad live chunk, and writing continues. DSV41_LONG_TESTS=1 runs 10x more kills.
+// finds no bad live chunk, and writing continues. Half of the rounds also simulate a power cut
+// (unsynced bytes of the newest segment lost or garbled). DSV41_LONG_TESTS=1 runs 10x more kills.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -12,6 +13,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <set>
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -87,12 +90,44 @@ Round run_and_kill(const std::string& dir, uint64_t start, uint64_t seed, int de
   return r;
 }
 
+// What a power cut could leave of the newest (unsealed) segment: everything up to the end of
+// the last record reported synced is durable; after it, the file may end anywhere and the last
+// block may hold garbage. Cuts there and, half the time, appends random bytes.
+void simulate_power_cut(const std::string& dir, const std::set<PrefixKey>& synced, std::mt19937_64& rng) {
+  std::string newest;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".dseg" && e.path().string() > newest) newest = e.path().string();
+  }
+  if (newest.empty()) return;
+  std::ifstream in(newest, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto* b = reinterpret_cast<const uint8_t*>(bytes.data());
+  uint64_t durable = kSegmentHeaderBytes, off = kSegmentHeaderBytes;
+  while (off + kRecordHeaderBytes <= bytes.size()) {
+    auto h = decode_record_header({b + off, kRecordHeaderBytes}, newest);
+    if (!h.ok()) break;
+    if (h->type == RecordType::kSeal) return;  // sealed by a clean writer: nothing unsynced
+    const uint64_t end = off + record_span(h->body_bytes);
+    if (end > bytes.size()) break;
+    if (h->type == RecordType::kChunk && synced.count(h->key)) durable = end;
+    off = end;
+  }
+  const uint64_t cut = durable + rng() % (bytes.size() - durable + 1);
+  std::filesystem::resize_file(newest, cut);
+  if (rng() % 2) {
+    std::ofstream out(newest, std::ios::binary | std::ios::app);
+    const size_t n = 1 + rng() % 4096;
+    for (size_t i = 0; i < n; ++i) out.put(static_cast<char>(rng()));
+  }
+}
+
 void kill_loop(int kills, uint64_t quota) {
   ScratchDir dir;
   std::mt19937_64 rng(12345 + quota);
   uint64_t next = 0;        // first index the next writer puts
   uint64_t high = 0;        // above every index any writer may have put
   std::vector<uint64_t> must_have;  // synced indices (no quota: none may be lost)
+  std::set<PrefixKey> synced_keys;  // their keys
   for (int round = 0; round < kills; ++round) {
     const uint64_t start = next;
     const int delay_us = 3000 + static_cast<int>(rng() % 60000);
@@ -102,6 +137,10 @@ void kill_loop(int kills, uint64_t quota) {
       next = r.max_synced + 1;
     }
     high = std::max(high, next + 3000);
+    if (quota == 0) {
+      for (uint64_t i = start; r.any_synced && i <= r.max_synced; ++i) synced_keys.insert(test_key(test_identity(), i));
+      if (rng() % 2) simulate_power_cut(dir.path, synced_keys, rng);
+    }
 
     // Restart: the index rebuilds and serving continues.
     LogSink log;
@@ -150,7 +189,10 @@ void kill_loop(int kills, uint64_t quota) {
     for (uint64_t i = next; i < next + 3; ++i) {
       auto got = store.get(test_key(store.identity(), i));
       ASSERT_TRUE(got.ok() && got->has_value() && **got == test_payload(i));
-      if (quota == 0) must_have.push_back(i);
+      if (quota == 0) {
+        must_have.push_back(i);
+        synced_keys.insert(test_key(store.identity(), i));
+      }
     }
     next += 3;
   }

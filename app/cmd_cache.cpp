@@ -16,8 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include "app/command.h"
 #include "store/ssd_store.h"
@@ -122,6 +122,14 @@ int run_verify(const std::string& dir) {
               (unsigned long long)r.segments, (unsigned long long)r.ignored_segments, double(r.bytes_scanned) / 1e6,
               (unsigned long long)r.records_ok, (unsigned long long)r.records_corrupt, (unsigned long long)r.torn_tails,
               (unsigned long long)r.live_chunks_ok, (unsigned long long)r.live_chunks_bad);
+  if (!r.parts.empty()) {
+    std::printf("live payload by kv source (%llu tokens):\n", (unsigned long long)r.live_tokens);
+    for (const auto& p : r.parts) {
+      std::printf("  layer %3u %-5s %4u B x %10llu = %12llu bytes (%.1f B/token)\n", p.layer, row_kind_name(p.kind),
+                  p.record_bytes, (unsigned long long)p.records, (unsigned long long)p.bytes,
+                  r.live_tokens ? double(p.bytes) / double(r.live_tokens) : 0.0);
+    }
+  }
   std::printf("%s\n", r.clean() ? "clean" : "NOT clean (damaged records are never served; `gc` compacts them away)");
   return r.clean() ? 0 : 1;
 }

@@ -34,6 +34,8 @@ TEST(CacheCli, StatsVerifyGc) {
   auto verify = run_cli("cache verify --cache-dir " + dir.path, Stderr::kMerge);
   EXPECT_EQ(verify.code, 0) << verify.out;
   EXPECT_NE(verify.out.find("5 records ok, 0 corrupt"), std::string::npos) << verify.out;
+  EXPECT_NE(verify.out.find("layer   2 index   68 B x         40 =         2720 bytes (34.0 B/token)"),
+            std::string::npos) << verify.out;
 
   // A flipped body byte: verify says so and fails.
   std::string seg;

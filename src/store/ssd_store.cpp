@@ -802,15 +802,27 @@ VerifyReport SsdStore::Impl::verify() const {
     for (const auto& s : segs) {
       if (s->id == e.segment) seg = s;
     }
-    const bool ok = seg && read_chunk(*seg, e, key).ok();
-    if (ok) {
+    auto p = seg ? read_chunk(*seg, e, key) : Result<Payload>(internal_error("no segment"));
+    if (p.ok()) {
       ++r.live_chunks_ok;
+      r.live_tokens += e.tokens;
+      for (const PayloadPart& part : p->parts) {
+        auto it = std::find_if(r.parts.begin(), r.parts.end(), [&](const VerifyReport::PartBytes& b) {
+          return b.layer == part.layer && b.kind == part.kind && b.record_bytes == part.record_bytes;
+        });
+        if (it == r.parts.end()) it = r.parts.insert(r.parts.end(), {part.layer, part.kind, part.record_bytes, 0, 0});
+        it->records += part.count;
+        it->bytes += part.bytes.size();
+      }
     } else {
       ++r.live_chunks_bad;
       problem("indexed chunk " + short_key(key) + " in segment " + std::to_string(e.segment) + " @" +
               std::to_string(e.offset) + " does not read back intact");
     }
   }
+  std::sort(r.parts.begin(), r.parts.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.layer, a.kind, a.record_bytes) < std::tie(b.layer, b.kind, b.record_bytes);
+  });
   return r;
 }
 

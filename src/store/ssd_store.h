@@ -87,6 +87,15 @@ struct VerifyReport {
   uint64_t bytes_scanned = 0;
   uint64_t live_chunks_ok = 0, live_chunks_bad = 0;  // what get() would serve
   std::vector<std::string> problems;  // one line each, naming file and offset
+  // Live payload by kv-source layer and record kind (from the part tables of the live chunks).
+  struct PartBytes {
+    uint32_t layer = 0;
+    RowKind kind = RowKind::kMain;
+    uint32_t record_bytes = 0;
+    uint64_t records = 0, bytes = 0;
+  };
+  std::vector<PartBytes> parts;
+  uint64_t live_tokens = 0;
   bool clean() const { return records_corrupt == 0 && live_chunks_bad == 0 && ignored_segments == 0; }
 };
 

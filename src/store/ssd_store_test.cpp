@@ -94,6 +94,14 @@ TEST(SsdStore, PutFlushGetRoundTripAndStats) {
   EXPECT_EQ(st.hits, 1u);
   EXPECT_EQ(st.misses, 1u);
   EXPECT_EQ(st.puts_written, 1u);
+  const VerifyReport v = s->verify();
+  EXPECT_TRUE(v.clean());
+  ASSERT_EQ(v.parts.size(), 2u);
+  EXPECT_EQ(v.parts[0].kind, RowKind::kMain);
+  EXPECT_EQ(v.parts[0].bytes, 8u * 288);
+  EXPECT_EQ(v.parts[1].kind, RowKind::kIndex);
+  EXPECT_EQ(v.parts[1].records, 8u);
+  EXPECT_EQ(v.live_tokens, 16u);
   EXPECT_TRUE(log.all().empty()) << log.all();
 }
 

@@ -332,6 +332,15 @@ class SsdStore::Impl {
     return it != index_.end() && !expired(it->second, now);
   }
   Result<std::optional<Payload>> get(const PrefixKey& key);
+  Status refresh() {
+    if (!opt_.read_only) return ok_status();
+    std::lock_guard lk(mu_);
+    index_.clear();
+    segments_.clear();  // in-flight reads keep their segments (and fds) alive
+    live_record_bytes_ = live_payload_bytes_ = live_tokens_ = 0;
+    ignored_segments_ = 0;
+    return rebuild_index();
+  }
   size_t longest_prefix(std::span<const PrefixKey> keys) const {
     const int64_t now = opt_.clock();
     std::lock_guard lk(mu_);
@@ -1263,6 +1272,7 @@ size_t SsdStore::longest_prefix(std::span<const PrefixKey> keys) const { return 
 StoreStats SsdStore::stats() const { return impl_->stats(); }
 VerifyReport SsdStore::verify() const { return impl_->verify(); }
 Result<GcReport> SsdStore::gc(int64_t now_ms) { return impl_->gc(now_ms); }
+Status SsdStore::refresh() { return impl_->refresh(); }
 Status SsdStore::close() { return impl_->close(); }
 
 }  // namespace dsv41

@@ -139,6 +139,11 @@ class SsdStore {
   // Applies TTL and quota at Unix time `now_ms` and compacts; writer only (unsupported otherwise).
   Result<GcReport> gc(int64_t now_ms);
 
+  // Reader: rebuilds the index from the directory now, to see chunks the writer synced since
+  // this reader opened (and forget compacted ones). Reads every segment's headers, holding the
+  // index lock meanwhile (concurrent get() calls wait). Writer: nothing to do, ok.
+  Status refresh();
+
   // Flushes, seals the open segment, saves the counters and releases the lock. Idempotent.
   Status close();
 

@@ -168,6 +168,35 @@ TEST(SsdStore, ReaderDoesNotWriteAnything) {
   EXPECT_EQ(listing(), before);
 }
 
+TEST(SsdStore, ReaderRefreshSeesNewChunksBesideALiveWriter) {
+  ScratchDir dir;
+  LogSink log;
+  SsdStoreOptions wo = writer_options(log);
+  wo.segment_bytes = 16 << 10;
+  auto w = must_open(dir.path, wo);
+  put_range(*w, 0, 3);
+  SsdStoreOptions ro = writer_options(log);
+  ro.read_only = true;
+  auto r = must_open(dir.path, ro);
+  EXPECT_EQ(r->stats().chunks, 3u);
+  put_range(*w, 3, 20);  // several segments, the newest unsealed
+  EXPECT_FALSE(r->contains(test_key(r->identity(), 10)));
+  ASSERT_TRUE(r->refresh().ok());
+  EXPECT_EQ(r->stats().chunks, 20u);
+  for (uint64_t i = 0; i < 20; ++i) EXPECT_TRUE(served_exact(*r, i)) << i;
+  // The writer evicts and compacts; a reader that has not refreshed still serves intact bytes
+  // (it holds the unlinked files open), and after a refresh it agrees with the writer.
+  SsdStoreOptions gc_opts = wo;
+  w.reset();
+  gc_opts.quota_bytes = 20 << 10;
+  w = must_open(dir.path, gc_opts);
+  ASSERT_TRUE(w->gc(0).ok());
+  for (uint64_t i = 0; i < 20; ++i) served_exact(*r, i);  // any chunk served is exact
+  ASSERT_TRUE(r->refresh().ok());
+  EXPECT_EQ(r->stats().chunks, w->stats().chunks);
+  EXPECT_TRUE(log.all().empty()) << log.all();
+}
+
 TEST(SsdStore, SecondWriterIsRefusedNamingDirectoryAndPid) {
   ScratchDir dir;
   LogSink log;

@@ -1064,33 +1064,40 @@ GcReport SsdStore::Impl::run_gc(int64_t now) {
         it = next;
       }
     }
-    if (opt_.quota_bytes > 0 && r.file_bytes_before > opt_.quota_bytes) {
-      const auto low = static_cast<uint64_t>(double(opt_.quota_bytes) * kQuotaLowWater);
-      // Least recently used first; ties (a burst of writes, or a restart, where last use is
-      // the write time) in log order, so whole old segments die and are freed without copying.
-      struct Victim {
-        int64_t last_use;
-        uint64_t segment, offset;
-        PrefixKey key;
-        bool operator<(const Victim& o) const {
-          return std::tie(last_use, segment, offset) < std::tie(o.last_use, o.segment, o.offset);
-        }
-      };
-      std::vector<Victim> lru;
-      lru.reserve(index_.size());
-      for (const auto& [k, e] : index_) lru.push_back(Victim{e.last_use_ms, e.segment, e.offset, k});
-      std::sort(lru.begin(), lru.end());
-      for (const Victim& v : lru) {
-        const PrefixKey& k = v.key;
-        if (live_record_bytes_ <= low) break;
-        erase_locked(index_.find(k));
-        victims.push_back(k);
-        ++r.evicted_quota;
-      }
-    }
-    counters_.evicted_ttl += r.evicted_ttl;
-    counters_.evicted_quota += r.evicted_quota;
   }
+  std::unique_lock ul(mu_);
+  if (opt_.quota_bytes > 0 && r.file_bytes_before > opt_.quota_bytes) {
+    const auto low = static_cast<uint64_t>(double(opt_.quota_bytes) * kQuotaLowWater);
+    // Least recently used first; ties (a burst of writes, or a restart, where last use is the
+    // write time) in log order, so whole old segments die and are freed without copying.
+    struct Victim {
+      int64_t last_use;
+      uint64_t segment, offset;
+      PrefixKey key;
+      bool operator<(const Victim& o) const {
+        return std::tie(last_use, segment, offset) < std::tie(o.last_use, o.segment, o.offset);
+      }
+    };
+    std::vector<Victim> lru;
+    lru.reserve(index_.size());
+    for (const auto& [k, e] : index_) lru.push_back(Victim{e.last_use_ms, e.segment, e.offset, k});
+    // Sorted without the lock (millions of entries take a while; put/get must not wait). An
+    // entry used meanwhile is skipped: it is no longer least recently used.
+    ul.unlock();
+    std::sort(lru.begin(), lru.end());
+    ul.lock();
+    for (const Victim& v : lru) {
+      if (live_record_bytes_ <= low) break;
+      auto it = index_.find(v.key);
+      if (it == index_.end() || it->second.last_use_ms != v.last_use || it->second.segment != v.segment) continue;
+      erase_locked(it);
+      victims.push_back(v.key);
+      ++r.evicted_quota;
+    }
+  }
+  counters_.evicted_ttl += r.evicted_ttl;
+  counters_.evicted_quota += r.evicted_quota;
+  ul.unlock();
   // Tombstones make the evictions survive a restart (a lost one only brings back a valid chunk).
   for (const PrefixKey& k : victims) {
     uint64_t off;

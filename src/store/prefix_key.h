@@ -83,6 +83,8 @@ Result<Digest> sha256_file(const std::string& path);
 // `memo_path` (may be empty: no memo) is the digest memo file; it is read if present and
 // rewritten atomically when a digest was computed. A memo that cannot be written only costs a
 // re-hash next time, so that is not an error.
+// The memo's usual name inside the cache directory (`--cache-dir`): the store ignores other files.
+constexpr char kFingerprintMemoName[] = "weight-digests.tsv";
 struct FingerprintResult {
   Digest fingerprint{};
   size_t files_hashed = 0;   // digests computed now

@@ -500,6 +500,13 @@ Status SsdStore::Impl::rebuild_index() {
     uint8_t hb[kSegmentHeaderBytes];
     DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(seg->fd, hb, sizeof hb, 0, seg->path));
     auto header = decode_segment_header({hb, got}, seg->path);
+    if (!header.ok() && size < kSegmentHeaderBytes && !opt_.read_only) {
+      // A writer died between creating the file and syncing its header: no record can be in it.
+      if (::unlink(seg->path.c_str()) == 0) {
+        opt_.log(seg->path + ": removed a segment of " + std::to_string(size) + " bytes left by a crash at its creation");
+        continue;
+      }
+    }
     if (!header.ok()) {
       opt_.log(header.status().message() + "; segment ignored");
       ++ignored_segments_;

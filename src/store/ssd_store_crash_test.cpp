@@ -101,6 +101,7 @@ void simulate_power_cut(const std::string& dir, const std::set<PrefixKey>& synce
   if (newest.empty()) return;
   std::ifstream in(newest, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() <= kSegmentHeaderBytes) return;  // killed while creating it: nothing to cut
   const auto* b = reinterpret_cast<const uint8_t*>(bytes.data());
   uint64_t durable = kSegmentHeaderBytes, off = kSegmentHeaderBytes;
   while (off + kRecordHeaderBytes <= bytes.size()) {

@@ -342,7 +342,9 @@ TEST(SsdStore, GarbageFileAndEmptySegmentAreSkipped) {
   auto s = must_open(dir.path, writer_options(log));
   ASSERT_TRUE(s);
   EXPECT_TRUE(served_exact(*s, 0));
-  EXPECT_EQ(s->stats().ignored_segments, 2u);
+  EXPECT_EQ(s->stats().ignored_segments, 1u);  // the garbage; the empty one (a crash at creation) is removed
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("seg-00000000000000f1.dseg")));
+  EXPECT_TRUE(std::filesystem::exists(dir.sub("seg-00000000000000f0.dseg")));
   put_range(*s, 2, 3);  // new segment ids continue after the highest name
   EXPECT_TRUE(served_exact(*s, 2));
 }

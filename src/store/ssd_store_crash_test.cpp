@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -247,6 +248,62 @@ TEST(SsdStoreCrash, SecondWriterProcessIsRefusedUntilTheFirstDies) {
   EXPECT_NE(m.find("pid " + std::to_string(pid)), std::string::npos) << m;
   EXPECT_NE(m.find("another writer"), std::string::npos) << m;
   EXPECT_TRUE(SsdStore::open(dir.path, crash_options(0)).ok());
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// Write errors without root: a child process whose file-size limit (RLIMIT_FSIZE, SIGXFSZ
+// ignored) is below the segment size gets EFBIG from pwrite, as a full disk would give ENOSPC.
+// The store must log it, refuse those chunks, keep serving the rest, and never crash.
+TEST(SsdStoreCrash, WriteErrorsFromAFileSizeLimit) {
+  ScratchDir dir;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit lim{20000, 20000};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(10);
+    LogSink log;
+    SsdStoreOptions o = crash_options(0);
+    o.log = log.fn();
+    auto s = SsdStore::open(dir.path, o);
+    if (!s.ok()) ::_exit(11);
+    SsdStore& store = **s;
+    for (uint64_t i = 0; i < 20; ++i) {
+      if (!store.put(test_key(store.identity(), i), 16, test_payload(i)).ok()) ::_exit(12);
+    }
+    if (store.flush().ok()) ::_exit(13);  // some chunks did not fit: flush must say so
+    if (!log.contains("File too large")) ::_exit(14);
+    const StoreStats st = store.stats();
+    if (st.write_errors == 0 || st.chunks == 0 || st.chunks >= 20) ::_exit(15);
+    for (uint64_t i = 0; i < 20; ++i) {
+      auto g = store.get(test_key(store.identity(), i));
+      if (!g.ok()) ::_exit(16);
+      if (g->has_value() && !(**g == test_payload(i))) ::_exit(17);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "the writer crashed";
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "check failed in the child (see the exit code in the test)";
+  // Without the limit, the store opens, serves what was stored, and verifies clean.
+  auto s = SsdStore::open(dir.path, crash_options(0));
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  uint64_t served = 0;
+  for (uint64_t i = 0; i < 20; ++i) {
+    auto g = (*s)->get(test_key((*s)->identity(), i));
+    ASSERT_TRUE(g.ok());
+    if (g->has_value()) {
+      ASSERT_TRUE(**g == test_payload(i));
+      ++served;
+    }
+  }
+  EXPECT_GT(served, 0u);
+  EXPECT_TRUE((*s)->verify().clean());
 }
 
 }  // namespace

@@ -2,20 +2,12 @@
 // eviction and compaction. Byte layout in segment.h; rules in docs/STORE.md.
 #include "store/ssd_store.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <filesystem>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -24,7 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "base/file_io.h"
+#include "store/store_env.h"
 
 namespace dsv41 {
 namespace {
@@ -45,10 +37,6 @@ struct KeyHash {
   }
 };
 
-std::string os_msg(const std::string& path, const char* call) {
-  return path + ": " + call + ": " + std::strerror(errno);
-}
-
 std::string short_key(const PrefixKey& k) { return digest_hex(k).substr(0, 16); }
 
 int64_t steady_ms() {
@@ -59,42 +47,6 @@ int64_t steady_ms() {
 int64_t system_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// Reads up to n bytes at off; returns the count read (short only at end of file).
-Result<size_t> pread_full(int fd, uint8_t* buf, size_t n, uint64_t off, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd, buf + done, n - done, static_cast<off_t>(off + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return io_error(os_msg(path, "pread"));
-    }
-    if (r == 0) break;
-    done += static_cast<size_t>(r);
-  }
-  return done;
-}
-
-Status pwrite_full(int fd, const uint8_t* buf, size_t n, uint64_t off, const std::string& path) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pwrite(fd, buf + done, n - done, static_cast<off_t>(off + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return io_error(os_msg(path, "pwrite"));
-    }
-    done += static_cast<size_t>(r);
-  }
-  return ok_status();
-}
-
-Status fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return io_error(os_msg(dir, "open"));
-  Status s = ::fsync(fd) == 0 ? ok_status() : io_error(os_msg(dir, "fsync"));
-  ::close(fd);
-  return s;
 }
 
 std::string segment_name(uint64_t id) {
@@ -160,15 +112,12 @@ std::string describe(const StoreIdentity& id) {
 struct Segment {
   uint64_t id = 0;
   std::string path;
-  int fd = -1;
+  std::unique_ptr<StoreFile> file;  // open while any reader of this segment holds it
   uint64_t file_bytes = 0;  // valid bytes: the append offset of the active segment
   uint64_t live_bytes = 0;  // record spans of index entries in this segment
   bool sealed = false;
   std::vector<PrefixKey> chunk_keys;  // every chunk record (live or dead), for compaction
   std::vector<PrefixKey> drop_keys;   // every tombstone
-  ~Segment() {
-    if (fd >= 0) ::close(fd);
-  }
 };
 
 struct Entry {
@@ -203,12 +152,13 @@ using ProblemFn = std::function<void(const std::string&)>;
 
 // Finds the next offset > from (multiple of kRecordAlign) holding a record header whose checksum
 // holds, after a damaged header made the scanner lose its place.
-Result<std::optional<uint64_t>> resync(int fd, uint64_t size, uint64_t from, const std::string& path) {
+Result<std::optional<uint64_t>> resync(StoreFile& f, uint64_t size, uint64_t from) {
+  const std::string& path = f.path();
   constexpr size_t kBlock = 1 << 20;
   std::vector<uint8_t> buf(kBlock + kRecordHeaderBytes);
   for (uint64_t base = from + kRecordAlign; base + kRecordHeaderBytes <= size; base += kBlock) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - base));
-    DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(fd, buf.data(), want, base, path));
+    DSV41_ASSIGN_OR_RETURN(size_t got, f.pread(buf.data(), want, base));
     for (size_t p = 0; p + kRecordHeaderBytes <= got && p < kBlock; p += kRecordAlign) {
       if (buf[p] != 'D' || buf[p + 1] != 'S' || buf[p + 2] != 'R' || buf[p + 3] != 'C') continue;
       if (decode_record_header({buf.data() + p, kRecordHeaderBytes}, path).ok()) return std::optional<uint64_t>(base + p);
@@ -220,8 +170,9 @@ Result<std::optional<uint64_t>> resync(int fd, uint64_t size, uint64_t from, con
 // Walks the records of a segment whose header was already checked. With verify_bodies every
 // chunk body is read and its checksum checked (bad ones are reported and not passed to
 // on_record); otherwise only headers are read (a sealed segment: bodies are checked on get).
-Result<ScanOutcome> scan_records(int fd, uint64_t size, const std::string& path, bool verify_bodies,
+Result<ScanOutcome> scan_records(StoreFile& f, uint64_t size, bool verify_bodies,
                                  const RecordFn& on_record, const ProblemFn& on_problem, uint64_t* bad_bodies) {
+  const std::string& path = f.path();
   ScanOutcome out;
   uint64_t off = kSegmentHeaderBytes;
   std::vector<uint8_t> body;
@@ -233,10 +184,10 @@ Result<ScanOutcome> scan_records(int fd, uint64_t size, const std::string& path,
       out.torn = true;
       break;
     }
-    DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(fd, hb, kRecordHeaderBytes, off, path));
+    DSV41_ASSIGN_OR_RETURN(size_t got, f.pread(hb, kRecordHeaderBytes, off));
     auto h = decode_record_header({hb, got}, where);
     if (!h.ok()) {
-      DSV41_ASSIGN_OR_RETURN(std::optional<uint64_t> next, resync(fd, size, off, path));
+      DSV41_ASSIGN_OR_RETURN(std::optional<uint64_t> next, resync(f, size, off));
       if (!next) {
         on_problem(h.status().message() + "; no valid record after it (torn or damaged tail of " +
                    std::to_string(size - off) + " bytes)");
@@ -262,7 +213,7 @@ Result<ScanOutcome> scan_records(int fd, uint64_t size, const std::string& path,
     }
     if (verify_bodies && h->type == RecordType::kChunk) {
       body.resize(h->body_bytes);
-      DSV41_ASSIGN_OR_RETURN(size_t n, pread_full(fd, body.data(), body.size(), off + kRecordHeaderBytes, path));
+      DSV41_ASSIGN_OR_RETURN(size_t n, f.pread(body.data(), body.size(), off + kRecordHeaderBytes));
       const bool ok = n == body.size() && xxh3_64(body) == h->body_checksum &&
                       decode_payload_body(body, h->parts, where).ok();
       if (!ok) {
@@ -287,7 +238,7 @@ Result<Payload> read_chunk(const Segment& seg, const Entry& e, const PrefixKey& 
   const uint64_t table_bytes = uint64_t{e.parts} * kPartEntryBytes;
   if (table_bytes > e.body_bytes) return corrupt(where + ": index entry inconsistent");
   std::vector<uint8_t> head(kRecordHeaderBytes + table_bytes);
-  DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(seg.fd, head.data(), head.size(), e.offset, seg.path));
+  DSV41_ASSIGN_OR_RETURN(size_t got, seg.file->pread(head.data(), head.size(), e.offset));
   if (got < head.size()) return corrupt(where + ": record truncated (file shrank)");
   DSV41_ASSIGN_OR_RETURN(RecordHeader h, decode_record_header({head.data(), kRecordHeaderBytes}, where));
   if (h.type != RecordType::kChunk || h.key != key || h.body_bytes != e.body_bytes || h.parts != e.parts) {
@@ -298,7 +249,7 @@ Result<Payload> read_chunk(const Segment& seg, const Entry& e, const PrefixKey& 
   std::vector<std::span<const uint8_t>> pieces{table};
   uint64_t off = e.offset + head.size();
   for (PayloadPart& part : p.parts) {
-    DSV41_ASSIGN_OR_RETURN(size_t n, pread_full(seg.fd, part.bytes.data(), part.bytes.size(), off, seg.path));
+    DSV41_ASSIGN_OR_RETURN(size_t n, seg.file->pread(part.bytes.data(), part.bytes.size(), off));
     if (n < part.bytes.size()) return corrupt(where + ": record truncated (file shrank)");
     pieces.emplace_back(part.bytes);
     off += part.bytes.size();
@@ -313,6 +264,7 @@ class SsdStore::Impl {
  public:
   Impl(std::string dir, SsdStoreOptions opt) : dir_(std::move(dir)), opt_(std::move(opt)) {
     if (!opt_.clock) opt_.clock = system_ms;
+    env_ = opt_.env ? opt_.env : make_posix_store_env();
     if (!opt_.log) opt_.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 cache: %s\n", m.c_str()); };
   }
   ~Impl() { (void)close(); }
@@ -385,7 +337,8 @@ class SsdStore::Impl {
     return n;
   }
 
-  int lock_fd_ = -1;
+  std::shared_ptr<StoreEnv> env_;
+  std::unique_ptr<StoreLock> lock_;
   bool closed_ = false;
   bool started_ = false;
 
@@ -421,37 +374,25 @@ class SsdStore::Impl {
 // ---- open ---------------------------------------------------------------------------------------
 
 Status SsdStore::Impl::lock_dir() {
-  const std::string path = path_of(kLockFile);
-  lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) {
-    return io_error(os_msg(path, "open") + " (cannot write to the cache directory " + dir_ +
-                    "; open it read-only or choose another --cache-dir)");
+  auto lock = env_->try_lock(path_of(kLockFile));
+  if (lock.ok()) {
+    lock_ = std::move(lock).value();
+    return ok_status();
   }
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    std::string holder = "unknown pid";
-    char buf[32] = {};
-    if (::pread(lock_fd_, buf, sizeof buf - 1, 0) > 0) holder = "pid " + std::string(buf, std::strcspn(buf, "\n"));
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    if (err == EWOULDBLOCK) {
-      return invalid_argument("cache directory " + dir_ + " is in use by another writer (" + holder +
-                              "); only one process may write it: open it read-only or use another --cache-dir");
-    }
-    errno = err;
-    return io_error(os_msg(path, "flock"));
+  if (lock.status().kind() == ErrorKind::kInvalidArgument) {
+    return invalid_argument("cache directory " + dir_ + " is in use by another writer (" + lock.status().message() +
+                            "); only one process may write it: open it read-only or use another --cache-dir");
   }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    // The lock itself holds; the pid is only for the refusal message.
-  }
-  return ok_status();
+  return io_error(lock.status().message() + " (cannot write to the cache directory " + dir_ +
+                  "; open it read-only or choose another --cache-dir)");
 }
 
 Status SsdStore::Impl::load_identity() {
   const std::string path = path_of(kIdentityFile);
-  if (is_regular_file(path)) {
-    DSV41_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  auto existing = env_->read_file(path);
+  if (!existing.ok() && existing.status().kind() != ErrorKind::kNotFound) return existing.status();
+  if (existing.ok()) {
+    const std::string& text = *existing;
     DSV41_ASSIGN_OR_RETURN(StoreIdentity found, parse_identity(text, path));
     if (opt_.identity && !(*opt_.identity == found)) {
       return invalid_argument("cache directory " + dir_ + " holds another store (" + describe(found) +
@@ -464,8 +405,8 @@ Status SsdStore::Impl::load_identity() {
     if (opt_.read_only) return not_found(dir_ + ": no dsv41 cache store here yet (nothing to read)");
     identity_ = *opt_.identity;
     const std::string text = identity_text(identity_);
-    DSV41_RETURN_IF_ERROR(write_file_atomic(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()}));
-    DSV41_RETURN_IF_ERROR(fsync_dir(dir_));
+    DSV41_RETURN_IF_ERROR(env_->write_file_atomic(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()}));
+    DSV41_RETURN_IF_ERROR(env_->sync_dir(dir_));
   }
   DSV41_RETURN_IF_ERROR(check_identity(identity_).with_context(path));
   root_ = root_key(identity_);
@@ -474,13 +415,11 @@ Status SsdStore::Impl::load_identity() {
 
 Status SsdStore::Impl::rebuild_index() {
   std::vector<std::pair<uint64_t, std::string>> files;
-  DIR* d = ::opendir(dir_.c_str());
-  if (d == nullptr) return io_error(os_msg(dir_, "opendir"));
-  while (dirent* e = ::readdir(d)) {
+  DSV41_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->list_dir(dir_));
+  for (const std::string& n : names) {
     uint64_t id;
-    if (parse_segment_name(e->d_name, &id)) files.emplace_back(id, e->d_name);
+    if (parse_segment_name(n, &id)) files.emplace_back(id, n);
   }
-  ::closedir(d);
   std::sort(files.begin(), files.end());
   const int64_t now = opt_.clock();
   for (const auto& [id, name] : files) {
@@ -488,21 +427,21 @@ Status SsdStore::Impl::rebuild_index() {
     auto seg = std::make_shared<Segment>();
     seg->id = id;
     seg->path = path_of(name);
-    seg->fd = ::open(seg->path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (seg->fd < 0) {
-      opt_.log(os_msg(seg->path, "open") + "; segment ignored");
+    auto file = env_->open(seg->path, StoreEnv::OpenMode::kRead);
+    if (!file.ok()) {
+      opt_.log(file.status().message() + "; segment ignored");
       ++ignored_segments_;
       continue;
     }
-    struct stat st;
-    if (::fstat(seg->fd, &st) != 0) return io_error(os_msg(seg->path, "fstat"));
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    seg->file = std::move(file).value();
+    DSV41_ASSIGN_OR_RETURN(const uint64_t size, seg->file->size());
     uint8_t hb[kSegmentHeaderBytes];
-    DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(seg->fd, hb, sizeof hb, 0, seg->path));
+    DSV41_ASSIGN_OR_RETURN(size_t got, seg->file->pread(hb, sizeof hb, 0));
     auto header = decode_segment_header({hb, got}, seg->path);
     if (!header.ok() && size < kSegmentHeaderBytes && !opt_.read_only) {
       // A writer died between creating the file and syncing its header: no record can be in it.
-      if (::unlink(seg->path.c_str()) == 0) {
+      seg->file.reset();
+      if (env_->remove(seg->path).ok()) {
         opt_.log(seg->path + ": removed a segment of " + std::to_string(size) + " bytes left by a crash at its creation");
         continue;
       }
@@ -524,7 +463,7 @@ Status SsdStore::Impl::rebuild_index() {
     bool sealed_tail = false;
     if (size >= kSegmentHeaderBytes + kRecordHeaderBytes) {
       uint8_t tb[kRecordHeaderBytes];
-      DSV41_ASSIGN_OR_RETURN(size_t n, pread_full(seg->fd, tb, sizeof tb, size - kRecordHeaderBytes, seg->path));
+      DSV41_ASSIGN_OR_RETURN(size_t n, seg->file->pread(tb, sizeof tb, size - kRecordHeaderBytes));
       auto th = decode_record_header({tb, n}, seg->path);
       sealed_tail = th.ok() && th->type == RecordType::kSeal;
     }
@@ -563,7 +502,7 @@ Status SsdStore::Impl::rebuild_index() {
       live_tokens_ += e.tokens;
     };
     segments_[id] = seg;  // erase_locked looks segments up by id
-    DSV41_ASSIGN_OR_RETURN(ScanOutcome sc, scan_records(seg->fd, size, seg->path, !sealed_tail, on_record,
+    DSV41_ASSIGN_OR_RETURN(ScanOutcome sc, scan_records(*seg->file, size, !sealed_tail, on_record,
                                                         on_problem, &bad));
     counters_.corrupt_records += bad;
     seg->sealed = sc.sealed;
@@ -571,13 +510,15 @@ Status SsdStore::Impl::rebuild_index() {
     if (!sc.sealed && !opt_.read_only) {
       // The writer that wrote this segment died. Cut the torn tail (nothing after the last good
       // record was ever reported synced) and seal it, so the next open trusts its headers.
-      int wfd = ::open(seg->path.c_str(), O_RDWR | O_CLOEXEC);
-      bool ok = wfd >= 0 && ::ftruncate(wfd, static_cast<off_t>(sc.valid_end)) == 0;
       const auto seal = encode_marker_record(RecordType::kSeal, PrefixKey{}, now);
-      ok = ok && pwrite_full(wfd, seal.data(), seal.size(), sc.valid_end, seg->path).ok() && ::fdatasync(wfd) == 0;
-      if (wfd >= 0) ::close(wfd);
-      if (!ok) {
-        opt_.log(os_msg(seg->path, "seal") + "; left unsealed (it is fully checked at every open)");
+      Status s;
+      auto wf = env_->open(seg->path, StoreEnv::OpenMode::kReadWrite);
+      if (!wf.ok()) s = wf.status();
+      if (s.ok()) s = (*wf)->truncate(sc.valid_end);
+      if (s.ok()) s = (*wf)->pwrite(seal.data(), seal.size(), sc.valid_end);
+      if (s.ok()) s = (*wf)->sync();
+      if (!s.ok()) {
+        opt_.log(s.message() + "; " + seg->path + " left unsealed (it is fully checked at every open)");
         seg->file_bytes = size;
       } else {
         if (sc.torn) opt_.log(seg->path + ": cut " + std::to_string(size - sc.valid_end) + " bytes of torn tail and sealed");
@@ -590,7 +531,7 @@ Status SsdStore::Impl::rebuild_index() {
 }
 
 void SsdStore::Impl::load_counters() {
-  auto text = read_file(path_of(kCountersFile));
+  auto text = env_->read_file(path_of(kCountersFile));
   if (!text.ok()) return;
   std::istringstream in(*text);
   std::string name;
@@ -614,17 +555,15 @@ void SsdStore::Impl::save_counters() {
                            "\nevicted_ttl " + std::to_string(c.evicted_ttl) + "\ncompactions " +
                            std::to_string(c.compactions) + "\n";
   // Counters are informational; a failed save only loses statistics.
-  (void)write_file_atomic(path_of(kCountersFile), {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+  (void)env_->write_file_atomic(path_of(kCountersFile), {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
 }
 
 Status SsdStore::Impl::open() {
   if (opt_.identity) DSV41_RETURN_IF_ERROR(check_identity(*opt_.identity));
   if (opt_.read_only) {
-    if (!is_directory(dir_)) return not_found(dir_ + ": no such cache directory");
+    if (!env_->is_dir(dir_)) return not_found(dir_ + ": no such cache directory");
   } else {
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-    if (ec) return io_error(dir_ + ": create directory: " + ec.message());
+    DSV41_RETURN_IF_ERROR(env_->create_dirs(dir_));
     DSV41_RETURN_IF_ERROR(lock_dir());
   }
   DSV41_RETURN_IF_ERROR(load_identity());
@@ -656,8 +595,7 @@ Status SsdStore::Impl::close() {
   // Counters only from a store that opened: a refused open (another identity) must not
   // overwrite the directory's totals.
   if (started_) save_counters();
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
-  lock_fd_ = -1;
+  lock_.reset();  // releases the writer lock
   return s;
 }
 
@@ -797,15 +735,15 @@ VerifyReport SsdStore::Impl::verify() const {
   auto problem = [&](const std::string& m) { r.problems.push_back(m); };
   for (const auto& seg : segs) {
     ++r.segments;
-    struct stat st;
-    if (::fstat(seg->fd, &st) != 0) {
-      problem(os_msg(seg->path, "fstat"));
+    auto sz = seg->file->size();
+    if (!sz.ok()) {
+      problem(sz.status().message());
       continue;
     }
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    const uint64_t size = *sz;
     r.bytes_scanned += size;
     uint64_t bad = 0;
-    auto sc = scan_records(seg->fd, size, seg->path, true,
+    auto sc = scan_records(*seg->file, size, true,
                            [&](uint64_t, const RecordHeader& h) { r.records_ok += h.type == RecordType::kChunk; },
                            problem, &bad);
     r.records_corrupt += bad;
@@ -865,8 +803,8 @@ Status SsdStore::Impl::seal_active() {
   if (!active_) return ok_status();
   DSV41_RETURN_IF_ERROR(sync_and_publish());
   const auto seal = encode_marker_record(RecordType::kSeal, PrefixKey{}, opt_.clock());
-  DSV41_RETURN_IF_ERROR(pwrite_full(active_->fd, seal.data(), seal.size(), active_->file_bytes, active_->path));
-  if (::fdatasync(active_->fd) != 0) return io_error(os_msg(active_->path, "fdatasync"));
+  DSV41_RETURN_IF_ERROR(active_->file->pwrite(seal.data(), seal.size(), active_->file_bytes));
+  DSV41_RETURN_IF_ERROR(active_->file->sync());
   std::lock_guard lk(mu_);
   active_->file_bytes += seal.size();
   active_->sealed = true;
@@ -881,15 +819,15 @@ Status SsdStore::Impl::open_segment() {
     seg->id = next_segment_id_++;
   }
   seg->path = path_of(segment_name(seg->id));
-  seg->fd = ::open(seg->path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (seg->fd < 0) return io_error(os_msg(seg->path, "create"));
+  DSV41_ASSIGN_OR_RETURN(seg->file, env_->open(seg->path, StoreEnv::OpenMode::kCreateNew));
   uint8_t hb[kSegmentHeaderBytes];
   encode_segment_header(SegmentHeader{identity_.record_format, identity_.chunk_tokens, root_}, hb);
-  Status s = pwrite_full(seg->fd, hb, sizeof hb, 0, seg->path);
-  if (s.ok() && ::fdatasync(seg->fd) != 0) s = io_error(os_msg(seg->path, "fdatasync"));
-  if (s.ok()) s = fsync_dir(dir_);  // the new name must survive a power cut with its records
+  Status s = seg->file->pwrite(hb, sizeof hb, 0);
+  if (s.ok()) s = seg->file->sync();
+  if (s.ok()) s = env_->sync_dir(dir_);  // the new name must survive a power cut with its records
   if (!s.ok()) {
-    ::unlink(seg->path.c_str());
+    seg->file.reset();
+    (void)env_->remove(seg->path);
     return s;
   }
   seg->file_bytes = kSegmentHeaderBytes;
@@ -906,10 +844,10 @@ Status SsdStore::Impl::append(const std::vector<uint8_t>& rec, RecordType type, 
   if (full) DSV41_RETURN_IF_ERROR(seal_active());
   if (!active_) DSV41_RETURN_IF_ERROR(open_segment());
   const uint64_t off = active_->file_bytes;
-  Status s = pwrite_full(active_->fd, rec.data(), rec.size(), off, active_->path);
+  Status s = active_->file->pwrite(rec.data(), rec.size(), off);
   if (!s.ok()) {
     // Leave no partial record behind (a full disk): the next append starts at the same offset.
-    if (::ftruncate(active_->fd, static_cast<off_t>(off)) != 0) {
+    if (!active_->file->truncate(off).ok()) {
       // If even that fails the partial bytes stay; a later record's header is found by the
       // scanner's resync at the next open, so only this record is lost.
     }
@@ -929,8 +867,8 @@ Status SsdStore::Impl::sync_and_publish() {
   bool ok = true;
   Status s;
   if (dirty_ && active_) {
-    ok = ::fdatasync(active_->fd) == 0;
-    if (!ok) s = io_error(os_msg(active_->path, "fdatasync"));
+    s = active_->file->sync();
+    ok = s.ok();
   }
   dirty_ = false;
   if (unsynced_.empty() && ok) return s;
@@ -985,7 +923,7 @@ Status SsdStore::Impl::compact(const std::shared_ptr<Segment>& seg) {
   uint64_t evicted_for_space = 0;
   for (auto& [key, e] : live) {
     rec.resize(e.span);
-    DSV41_ASSIGN_OR_RETURN(size_t got, pread_full(seg->fd, rec.data(), rec.size(), e.offset, seg->path));
+    DSV41_ASSIGN_OR_RETURN(size_t got, seg->file->pread(rec.data(), rec.size(), e.offset));
     auto h = decode_record_header({rec.data(), std::min<size_t>(got, kRecordHeaderBytes)}, seg->path);
     const bool ok = got == rec.size() && h.ok() && h->key == key &&
                     xxh3_64({rec.data() + kRecordHeaderBytes, e.body_bytes}) == h->body_checksum;
@@ -1049,8 +987,8 @@ Status SsdStore::Impl::compact(const std::shared_ptr<Segment>& seg) {
     segments_.erase(seg->id);
     ++counters_.compactions;
   }
-  if (::unlink(seg->path.c_str()) != 0) opt_.log(os_msg(seg->path, "unlink"));
-  (void)fsync_dir(dir_);
+  if (Status s = env_->remove(seg->path); !s.ok()) opt_.log(s.message());
+  (void)env_->sync_dir(dir_);
   return ok_status();
 }
 

@@ -33,6 +33,7 @@
 #include "base/status.h"
 #include "store/prefix_key.h"
 #include "store/segment.h"
+#include "store/store_env.h"
 
 namespace dsv41 {
 
@@ -50,6 +51,8 @@ struct SsdStoreOptions {
   int64_t maintenance_interval_ms = 60 * 1000;      // automatic TTL/quota sweep (steady time)
   // Wall clock, Unix milliseconds (write times, TTL, LRU). Tests inject one.
   std::function<int64_t()> clock;
+  // File system access (store_env.h); null = the real one. Tests inject faults through it.
+  std::shared_ptr<StoreEnv> env;
   // One line per event worth a human's attention (corruption, refusals, disk errors). Default:
   // stderr, prefixed "dsv41 cache: ".
   std::function<void(const std::string&)> log;

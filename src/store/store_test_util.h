@@ -16,6 +16,7 @@
 #include "store/prefix_key.h"
 #include "store/segment.h"
 #include "store/ssd_store.h"
+#include "store/store_env.h"
 
 namespace dsv41::store_test {
 
@@ -110,6 +111,68 @@ struct FakeClock {
     return [n] { return n->load(); };
   }
   void advance_ms(int64_t ms) { *now += ms; }
+};
+
+// A StoreEnv over the real file system that can run out of space (a byte budget for pwrite)
+// or fail every sync, as a disk can; no root needed. Settings may change while a store runs.
+class FaultEnv final : public StoreEnv {
+ public:
+  struct Faults {
+    std::atomic<int64_t> write_budget{-1};  // bytes pwrite may still write; -1 = unlimited
+    std::atomic<bool> fail_sync{false};
+    std::atomic<uint64_t> failed_writes{0}, failed_syncs{0};
+  };
+  std::shared_ptr<Faults> faults = std::make_shared<Faults>();
+
+  Result<std::unique_ptr<StoreFile>> open(const std::string& path, OpenMode mode) override {
+    DSV41_ASSIGN_OR_RETURN(auto f, real_->open(path, mode));
+    return std::unique_ptr<StoreFile>(new File(std::move(f), faults));
+  }
+  Status remove(const std::string& path) override { return real_->remove(path); }
+  Status sync_dir(const std::string& dir) override { return real_->sync_dir(dir); }
+  Result<std::vector<std::string>> list_dir(const std::string& dir) override { return real_->list_dir(dir); }
+  bool is_dir(const std::string& path) override { return real_->is_dir(path); }
+  Status create_dirs(const std::string& dir) override { return real_->create_dirs(dir); }
+  Result<std::string> read_file(const std::string& path) override { return real_->read_file(path); }
+  Status write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) override {
+    return real_->write_file_atomic(path, bytes);
+  }
+  Result<std::unique_ptr<StoreLock>> try_lock(const std::string& path) override { return real_->try_lock(path); }
+
+ private:
+  class File final : public StoreFile {
+   public:
+    File(std::unique_ptr<StoreFile> inner, std::shared_ptr<Faults> faults)
+        : inner_(std::move(inner)), faults_(std::move(faults)) {}
+    Result<size_t> pread(uint8_t* buf, size_t n, uint64_t off) override { return inner_->pread(buf, n, off); }
+    Status pwrite(const uint8_t* buf, size_t n, uint64_t off) override {
+      int64_t budget = faults_->write_budget.load();
+      if (budget >= 0 && static_cast<int64_t>(n) > budget) {
+        // Like a real full disk: what fits is written, then the call fails.
+        (void)inner_->pwrite(buf, static_cast<size_t>(budget), off);
+        faults_->write_budget = 0;
+        ++faults_->failed_writes;
+        return io_error(path() + ": pwrite: No space left on device (injected)");
+      }
+      if (budget >= 0) faults_->write_budget -= static_cast<int64_t>(n);
+      return inner_->pwrite(buf, n, off);
+    }
+    Status sync() override {
+      if (faults_->fail_sync) {
+        ++faults_->failed_syncs;
+        return io_error(path() + ": fdatasync: Input/output error (injected)");
+      }
+      return inner_->sync();
+    }
+    Status truncate(uint64_t size) override { return inner_->truncate(size); }
+    Result<uint64_t> size() override { return inner_->size(); }
+    const std::string& path() const override { return inner_->path(); }
+
+   private:
+    std::unique_ptr<StoreFile> inner_;
+    std::shared_ptr<Faults> faults_;
+  };
+  std::shared_ptr<StoreEnv> real_ = make_posix_store_env();
 };
 
 }  // namespace dsv41::store_test

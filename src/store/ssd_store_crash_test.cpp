@@ -186,11 +186,23 @@ void kill_loop(int kills, uint64_t quota) {
       ASSERT_EQ(v.records_corrupt, 0u) << "round " << round << ": " << (v.problems.empty() ? "" : v.problems[0]);
     }
     // Serving continues: this process writes a few chunks and reads them back.
-    for (uint64_t i = next; i < next + 3; ++i) ASSERT_TRUE(store.put(test_key(store.identity(), i), 16, test_payload(i)).ok());
+    // The checks above touched every chunk they read; LRU has millisecond resolution, so wait one
+    // for these puts to be strictly the most recent uses (else ties go by log order).
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::vector<int> outcomes;
+    for (uint64_t i = next; i < next + 3; ++i) {
+      auto put = store.put(test_key(store.identity(), i), 16, test_payload(i));
+      ASSERT_TRUE(put.ok());
+      outcomes.push_back(static_cast<int>(*put));
+    }
     ASSERT_TRUE(store.flush().ok());
     for (uint64_t i = next; i < next + 3; ++i) {
       auto got = store.get(test_key(store.identity(), i));
-      ASSERT_TRUE(got.ok() && got->has_value() && **got == test_payload(i));
+      ASSERT_TRUE(got.ok() && got->has_value() && **got == test_payload(i))
+          << "round " << round << ": chunk " << i << " just written: " << (got.ok() ? "" : "error ")
+          << (got.ok() && got->has_value() ? "wrong bytes" : "miss") << " put outcome " << outcomes[i - next]
+          << " synced " << store.synced(test_key(store.identity(), i)) << " chunks " << store.stats().chunks
+          << " evicted " << store.stats().evicted_quota << "\n" << log.all();
       if (quota == 0) {
         must_have.push_back(i);
         synced_keys.insert(test_key(store.identity(), i));

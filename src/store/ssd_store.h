@@ -130,8 +130,8 @@ class SsdStore {
   bool synced(const PrefixKey& key) const;  // stored and synced (even if past its TTL)
   bool contains(const PrefixKey& key) const;  // servable: synced and not expired
 
-  // The chunk, checksums verified; nullopt on a miss. A corrupt record is a miss (logged).
-  // io_error only when the segment cannot be read at all.
+  // The chunk, checksums verified; nullopt on a miss. A corrupt or unreadable record is a miss
+  // (logged, and dropped from the index); the Result is kept for errors of future tiers.
   Result<std::optional<Payload>> get(const PrefixKey& key);
   // How many leading keys are servable (the global hit, in chunks).
   size_t longest_prefix(std::span<const PrefixKey> keys) const;

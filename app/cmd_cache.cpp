@@ -2,7 +2,7 @@
 //   dsv41 cache stats  [--cache-dir D] [--json]      chunks, bytes, bytes per token, hit counts
 //   dsv41 cache verify [--cache-dir D]               every record's checksum and framing
 //   dsv41 cache gc     [--cache-dir D] [--quota 50G] [--ttl-hours 72]   apply quota/TTL now
-//   dsv41 cache bench  [--cache-dir D] [--mb 512] [--chunk-kb 223]      store write/read MB/s
+//   dsv41 cache bench  [--cache-dir D] [--mb 512] [--chunk-kb 222.5]    store write/read MB/s
 // stats and verify open the directory read-only (they work beside a running writer); gc needs
 // the writer lock. The store's identity (model, record format, chunk size) is taken from the
 // directory. Default directory: $XDG_CACHE_HOME/dsv41/prefix-cache, else ~/.cache/dsv41/...

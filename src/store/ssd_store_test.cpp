@@ -551,11 +551,18 @@ TEST(SsdStore, InjectedSyncFailurePublishesNothingOfThatBatch) {
 
 bool try_mount(const std::string& cmd) { return std::system((cmd + " 2>/dev/null").c_str()) == 0; }
 
+// Unmounts at scope exit, so a failed assertion never leaves a mount behind.
+struct Unmount {
+  std::string path;
+  ~Unmount() { (void)std::system(("umount " + path + " 2>/dev/null").c_str()); }
+};
+
 TEST(SsdStore, FullDiskOnSmallTmpfs) {
   ScratchDir dir;
   const std::string mnt = dir.sub("tmpfs");
   std::filesystem::create_directories(mnt);
   if (!try_mount("mount -t tmpfs -o size=256k tmpfs " + mnt)) GTEST_SKIP() << "cannot mount a tmpfs (not root?)";
+  Unmount unmount{mnt};
   LogSink log;
   {
     SsdStoreOptions o = writer_options(log);
@@ -593,7 +600,6 @@ TEST(SsdStore, FullDiskOnSmallTmpfs) {
     EXPECT_TRUE(served_exact(*s, 299)) << log.all();
     EXPECT_TRUE(s->verify().clean());
   }
-  EXPECT_EQ(std::system(("umount " + mnt).c_str()), 0);
 }
 
 TEST(SsdStore, ReadOnlyBindMount) {
@@ -606,10 +612,8 @@ TEST(SsdStore, ReadOnlyBindMount) {
     put_range(*s, 0, 3);
   }
   if (!try_mount("mount --bind " + src + " " + ro)) GTEST_SKIP() << "cannot bind-mount (not root?)";
-  if (!try_mount("mount -o remount,ro,bind " + ro)) {
-    (void)std::system(("umount " + ro).c_str());
-    GTEST_SKIP() << "cannot remount read-only";
-  }
+  Unmount unmount{ro};
+  if (!try_mount("mount -o remount,ro,bind " + ro)) GTEST_SKIP() << "cannot remount read-only";
   auto w = SsdStore::open(ro, writer_options(log));
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("Read-only file system"), std::string::npos) << w.status().message();
@@ -621,7 +625,6 @@ TEST(SsdStore, ReadOnlyBindMount) {
     ASSERT_TRUE(r);
     for (uint64_t i = 0; i < 3; ++i) EXPECT_TRUE(served_exact(*r, i));
   }
-  EXPECT_EQ(std::system(("umount " + ro).c_str()), 0);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@ PKGS=(
   cmake ninja-build g++ pkg-config ccache
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcli11-dev libfmt-dev
   libxxhash-dev libzstd-dev libcpp-httplib-dev
+  libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy python3-torch libopenblas0-pthread python3-pytest
 )

@@ -1,5 +1,5 @@
 // The replay rule (see replay_rule.h): per-layer position ranges of a prefill at each depth.
-#include "engine/replay_rule.h"
+#include "plan/replay_rule.h"
 
 #include <algorithm>
 #include <limits>

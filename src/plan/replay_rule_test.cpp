@@ -1,6 +1,6 @@
 // The replay rule's per-layer ranges and token-layer counts (the formulas of replay_rule.h),
 // on the V4.1-Flash plan and on a small plan.
-#include "engine/replay_rule.h"
+#include "plan/replay_rule.h"
 
 #include <gtest/gtest.h>
 

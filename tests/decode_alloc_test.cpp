@@ -92,7 +92,7 @@ int64_t decode_allocations(const Model& model, const DecodeCase& c, int warmup, 
     return ok;
   };
   for (int i = 0; i < warmup; ++i) EXPECT_TRUE(step(i));
-  CountAllocations counter;
+  CountAllocations counter(/*record_stacks=*/true);  // stacks cost nothing unless something allocates
   bool ok = true;
   for (int i = warmup; i < total; ++i) ok = step(i) && ok;
   const int64_t n = counter.count();
@@ -112,14 +112,71 @@ INSTANTIATE_TEST_SUITE_P(RandomModel, DecodeAllocations,
                                            DecodeCase{4, false}),
                          case_name);
 
+// Long enough for the ratio-1 kv source's entries to grow from 9 to ~70: the buffers sized by the
+// entry count (indexer scores, selection order) have room for a whole page of entries.
+TEST(DecodeAllocations, ContextGrowthWithinAPageAllocatesNothing) {
+  EXPECT_EQ(decode_allocations(testing::engine_test_model(), DecodeCase{4, true}, 3, 60), 0);
+  EXPECT_EQ(decode_allocations(testing::engine_test_model(), DecodeCase{1, false}, 3, 60), 0);
+}
+
+// With small pages, a step allocates only if it takes a new page from the pools (the contract of
+// engine.h): every step that leaves the pools' bytes unchanged allocates nothing.
+TEST(DecodeAllocations, OnlyStepsThatTakeAPageAllocate) {
+  const Model& model = testing::engine_test_model();
+  ThreadPool pool(2);
+  const CpuExec exec{&pool, true};
+  EngineOptions options;
+  options.rows_per_page = 8;
+  auto engine = Engine::create(std::make_unique<CpuBackend>(model, &exec), model.engram_tables(), options);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  Engine& e = **engine;
+  const SequenceId id = *e.add_sequence(512);
+  std::vector<int32_t> tokens(80);
+  std::mt19937 rng(11);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % model.config().vocab_size);
+  int quiet_steps = 0, page_steps = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const PoolStats before = e.pool_stats();
+    Segment s{id, static_cast<int64_t>(i), std::span<const int32_t>(&tokens[i], 1), LogitRows::kLast};
+    int64_t n = 0;
+    {
+      CountAllocations counter;
+      const bool ok = e.forward(std::span<const Segment>(&s, 1)).front().status.ok();
+      n = counter.count();
+      ASSERT_TRUE(ok);
+    }
+    const PoolStats after = e.pool_stats();
+    const bool took_page = after.main_bytes + after.index_bytes > before.main_bytes + before.index_bytes;
+    if (i < 4) continue;  // warm-up: the workspace takes its shape
+    if (took_page) {
+      ++page_steps;
+    } else {
+      ++quiet_steps;
+      EXPECT_EQ(n, 0) << "step " << i << " took no page but allocated";
+    }
+  }
+  EXPECT_GT(page_steps, 0);
+  EXPECT_GT(quiet_steps, page_steps);
+}
+
 // The trained default model (real checkpoint: Engram rows read from the mapped FP8 table, bf16
 // weights, window 64, ratio-2 and ratio-1 kv sources).
-TEST(DecodeAllocationsMini, SteadyStateDecodeAllocatesNothing) {
-  auto model = Model::load(std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
-  EXPECT_EQ(decode_allocations(**model, DecodeCase{4, true}, 3, 8), 0);
-  EXPECT_EQ(decode_allocations(**model, DecodeCase{1, false}, 3, 8), 0);
+class DecodeAllocationsMini : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(DecodeAllocationsMini, SteadyStateDecodeAllocatesNothing) {
+  static const std::unique_ptr<Model> model = [] {
+    auto m = Model::load(std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    return m.ok() ? std::move(*m) : nullptr;
+  }();
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(decode_allocations(*model, GetParam(), 3, 8), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Mini, DecodeAllocationsMini,
+                         ::testing::Values(DecodeCase{1, true}, DecodeCase{4, true}, DecodeCase{1, false},
+                                           DecodeCase{4, false}),
+                         case_name);
 
 }  // namespace
 }  // namespace dsv41

@@ -76,7 +76,8 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
   }
   AttentionScratch local;
   IndexerScratch& ws = (scratch ? *scratch : local).indexer;
-  std::vector<float>&q = ws.q, &head_weights = ws.head_weights;
+  std::vector<float>& q = ws.q;
+  std::vector<float>& head_weights = ws.head_weights;
   indexer_queries(ex, config, w, rope, c, x, T, start_pos, q, head_weights, &ws);
 
   const int nb = config.candidate_topk_blocks, bs = config.candidate_block_size;
@@ -234,7 +235,9 @@ void attention_output(const CpuExec& ex, const ModelConfig& config, const Attent
   const int64_t group_in = H / groups * D;
   AttentionScratch local;
   AttentionScratch& ws = scratch ? *scratch : local;
-  std::vector<float>&mid = ws.mid, &gin = ws.gin, &gout = ws.gout;
+  std::vector<float>& mid = ws.mid;
+  std::vector<float>& gin = ws.gin;
+  std::vector<float>& gout = ws.gout;
   mid.resize(static_cast<size_t>(n * groups * olr));
   gin.resize(static_cast<size_t>(n * group_in));
   gout.resize(static_cast<size_t>(n * olr));

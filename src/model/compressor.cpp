@@ -76,7 +76,8 @@ void step(const CpuExec& ex, bool fast, const ModelConfig& config, const Attenti
   }
   // Projections of the new tokens, appended after the pending ones: rows [pending + T, D].
   const int64_t n = kv.pending + T;
-  std::vector<float>&a = ws.a, &b = ws.b;  // sized below
+  std::vector<float>& a = ws.a;
+  std::vector<float>& b = ws.b;
   a.resize(static_cast<size_t>(n * D));
   b.resize(static_cast<size_t>(n * D));
   std::copy(kv.pending_kv.begin(), kv.pending_kv.begin() + kv.pending * D, a.begin());

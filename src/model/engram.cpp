@@ -121,7 +121,8 @@ Status engram_forward_reference(const EngramShape& shape, const EngramWeights& w
   const int64_t out = (shape.hc + 1) * shape.dim;
   EngramScratch local;
   EngramScratch& ws = scratch ? *scratch : local;
-  std::vector<float>&r = ws.r, &kv = ws.kv;  // sized below
+  std::vector<float>& r = ws.r;
+  std::vector<float>& kv = ws.kv;
   r.resize(static_cast<size_t>(tokens * in));
   kv.resize(static_cast<size_t>(out));
   DSV41_RETURN_IF_ERROR(engram_gather_reference(shape, w, row_ids, tokens, r.data()));
@@ -144,7 +145,8 @@ Status engram_forward_fast(const CpuExec& ex, const EngramShape& shape, const En
   const int64_t out = (shape.hc + 1) * shape.dim;
   EngramScratch local;
   EngramScratch& ws = scratch ? *scratch : local;
-  std::vector<float>&r = ws.r, &kv = ws.kv;  // sized below
+  std::vector<float>& r = ws.r;
+  std::vector<float>& kv = ws.kv;
   r.resize(static_cast<size_t>(tokens * in));
   kv.resize(static_cast<size_t>(tokens * out));
   DSV41_RETURN_IF_ERROR(engram_gather_fast(ex, shape, w, row_ids, tokens, r.data()));

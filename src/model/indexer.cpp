@@ -41,7 +41,9 @@ void indexer_queries(const CpuExec& ex, const ModelConfig& config, const Attenti
   gemm_f32(ex, x, T, config.hidden_size, w.indexer_weights_proj.data(), nh, head_weights.data());
   const float heads_scaling = static_cast<float>(std::pow(static_cast<double>(nh), -0.5));
   IndexerScratch local;
-  std::vector<float>&cs = (scratch ? *scratch : local).cos, &sn = (scratch ? *scratch : local).sin;
+  IndexerScratch& ws = scratch ? *scratch : local;
+  std::vector<float>& cs = ws.cos;
+  std::vector<float>& sn = ws.sin;
   cs.resize(static_cast<size_t>(rope.rope_dim() / 2));
   sn.resize(static_cast<size_t>(rope.rope_dim() / 2));
   for (int64_t i = 0; i < T; ++i) {
@@ -77,7 +79,9 @@ void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t 
   const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
   const float softmax_scale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5));
   IndexerScratch local;
-  std::vector<float>&key = (scratch ? *scratch : local).key, &per_head = (scratch ? *scratch : local).per_head;
+  IndexerScratch& ws = scratch ? *scratch : local;
+  std::vector<float>& key = ws.key;
+  std::vector<float>& per_head = ws.per_head;
   key.resize(static_cast<size_t>(dh));
   per_head.resize(static_cast<size_t>(nh));
   // Keys outer (each packed key is unpacked once per block of query rows).
@@ -101,7 +105,9 @@ void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, 
   const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
   const float softmax_scale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5));
   IndexerScratch local;
-  std::vector<float>&key = (scratch ? *scratch : local).key, &per_head = (scratch ? *scratch : local).per_head;
+  IndexerScratch& ws = scratch ? *scratch : local;
+  std::vector<float>& key = ws.key;
+  std::vector<float>& per_head = ws.per_head;
   key.resize(static_cast<size_t>(dh));
   per_head.resize(static_cast<size_t>(nh));
   std::fill(row, row + G, kNegInf);

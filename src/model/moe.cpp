@@ -118,7 +118,9 @@ double dot(const float* a, const float* b, int64_t n) {
 // One expert on one token (scalar): y += W2 (weight · SwiGLU(W1 x, W3 x)).
 void expert_reference(const MoeShape& shape, const ExpertWeights& ew, int64_t inter, const float* x, float weight,
                       float* y, MoeScratch& ws) {
-  std::vector<float>&g = ws.g, &u = ws.u, &h = ws.h;  // [inter] each
+  std::vector<float>& g = ws.g;  // [inter] each
+  std::vector<float>& u = ws.u;
+  std::vector<float>& h = ws.h;
   g.resize(static_cast<size_t>(inter));
   u.resize(static_cast<size_t>(inter));
   h.resize(static_cast<size_t>(inter));

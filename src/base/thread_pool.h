@@ -10,10 +10,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "base/function_ref.h"
 
 namespace dsv41 {
 
@@ -30,8 +31,9 @@ class ThreadPool {
   // Calls fn(begin, end) for the chunks [k·grain, min(n, (k+1)·grain)), k = 0.. ceil(n/grain)-1,
   // each exactly once, on some pool thread or the caller. grain < 1 means 1. Blocks until all
   // chunks have run. fn must not throw. One caller at a time per pool (concurrent callers on the
-  // same pool are serialised by a mutex, not interleaved).
-  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  // same pool are serialised by a mutex, not interleaved). fn is borrowed for the call; nothing
+  // is allocated (decode steps call this for every product).
+  void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn);
 
  private:
   void worker_loop();
@@ -46,7 +48,7 @@ class ThreadPool {
   int busy_workers_ = 0;     // workers still inside the current job
   bool stop_ = false;
   // Current job (valid while busy_workers_ > 0 or the caller is inside parallel_for).
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  const FunctionRef<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, grain_ = 1, num_chunks_ = 0;
   std::atomic_int64_t next_chunk_{0};
 };

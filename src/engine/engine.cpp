@@ -48,6 +48,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Backend> backend,
 
 Engine::Sequence Engine::make_sequence(std::unique_ptr<SequenceCache> cache) const {
   Sequence s;
+  // Room for every token the sequence can hold (4 bytes a position, next to the cache's hundreds),
+  // so appending a decode step's token never reallocates.
+  s.tokens.reserve(static_cast<size_t>(cache->max_context()));
   s.cache = std::move(cache);
   if (engram_tables_) s.hasher = std::make_unique<EngramHasher>(engram_tables_);
   return s;
@@ -84,7 +87,7 @@ Result<SequenceId> Engine::fork(SequenceId from) {
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCache> cache, src->cache->fork());
   Sequence s = make_sequence(std::move(cache));
   if (s.hasher) s.hasher->set_history(src->hasher->history());
-  s.tokens = src->tokens;
+  s.tokens.assign(src->tokens.begin(), src->tokens.end());  // keeps the reserved capacity
   const SequenceId id = next_id_++;
   sequences_.emplace(id, std::move(s));
   return id;
@@ -254,12 +257,16 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
     a.row0 = rows;
     a.rows = T;
     // Engram n-gram row ids of the segment (hashing moves the look-back on; restored on failure).
+    // A failed hash leaves the look-back as it was; only a replay, which rebuilds it first, has
+    // something to undo (and only a replay copies it: decode steps allocate nothing here).
     if (st.ok() && seq->hasher) {
-      a.saved_history = seq->hasher->history();
-      if (s.replay) seq->hasher->rebuild_history(seq->tokens.data(), s.start);
+      if (s.replay) {
+        a.saved_history = seq->hasher->history();
+        seq->hasher->rebuild_history(seq->tokens.data(), s.start);
+      }
       engram_ids_.resize(static_cast<size_t>((rows + T) * n_engram * cols));
       st = seq->hasher->hash(s.tokens.data(), T, engram_ids_.data() + rows * n_engram * cols);
-      if (!st.ok()) seq->hasher->set_history(a.saved_history);
+      if (!st.ok() && s.replay) seq->hasher->set_history(a.saved_history);
     }
     if (!st.ok()) {
       results_[i].status = st;

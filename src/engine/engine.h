@@ -17,6 +17,16 @@
 // Results are the same bits whatever else is in the batch (every block's per-row arithmetic is
 // independent of the other rows).
 //
+// Steady-state decode (issue 9 item 2): a forward whose batch has the shape of an earlier one
+// (the same number of segments and rows) makes no heap allocation, in the engine, the CPU backend
+// or its kernels, on any thread, unless it takes a new cache page: pages come from the pool when
+// a kv source's entries cross a page boundary (a fresh one is allocated only when the free list is
+// empty). Every workspace (the engine's batch vectors, the backend's activations and the blocks'
+// scratch) is resized to the batch and keeps its storage; a sequence reserves room for all its
+// tokens; parallel loops take borrowed function references. A growing context can still enlarge
+// a buffer sized by the entry count (indexer scores) — by doubling, so rarely. Rejected segments,
+// errors, replays and traces allocate (messages, copies). tests/decode_alloc_test.cpp counts.
+//
 // Not thread-safe: one thread drives an engine. Two engines (different backends or options) can
 // live in one process.
 #pragma once
@@ -136,7 +146,7 @@ class Engine {
     int index = 0;          // position in the caller's segment list
     Sequence* seq = nullptr;
     int64_t row0 = 0, rows = 0;
-    std::vector<int64_t> saved_history;  // Engram look-back before the segment
+    std::vector<int64_t> saved_history;  // Engram look-back before a replay segment (else empty)
     Status failure;         // set when a step failed mid-forward
   };
 

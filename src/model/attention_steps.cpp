@@ -63,7 +63,7 @@ void attention_window_kv(const CpuExec& ex, const ModelConfig& config, const Att
 
 void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w, const Rope& rope,
                      const KvSourceCache& kv, bool restricted, const float* c, const float* x, int64_t T,
-                     int64_t start_pos, SharedAttentionState& shared) {
+                     int64_t start_pos, SharedAttentionState& shared, AttentionScratch* scratch) {
   const int64_t G = kv.entries();
   const int k = config.index_topk;
   if (G == 0) {
@@ -74,35 +74,47 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
     if (shared.record_trace) shared.trace_index_scores.clear();
     return;
   }
-  std::vector<float> q, head_weights;
-  indexer_queries(ex, config, w, rope, c, x, T, start_pos, q, head_weights);
+  AttentionScratch local;
+  IndexerScratch& ws = (scratch ? *scratch : local).indexer;
+  std::vector<float>& q = ws.q;
+  std::vector<float>& head_weights = ws.head_weights;
+  indexer_queries(ex, config, w, rope, c, x, T, start_pos, q, head_weights, &ws);
 
   const int nb = config.candidate_topk_blocks, bs = config.candidate_block_size;
   restricted = restricted && shared.candidate_layer >= 0;
-  std::vector<int32_t> topk(static_cast<size_t>(T * k));
-  std::vector<int32_t> blocks_kept;
+  // Built in the scratch, then swapped into `shared` (its old storage comes back for next time).
+  std::vector<int32_t>& topk = ws.topk;
+  topk.resize(static_cast<size_t>(T * k));
+  std::vector<int32_t>& blocks_kept = ws.blocks_kept;
   if (layer.candidate_source) blocks_kept.resize(static_cast<size_t>(T * nb));
   if (shared.record_trace) {
     shared.trace_index_scores.assign(static_cast<size_t>(T * G), 0.0f);
     if (layer.candidate_source) shared.trace_candidates.assign(static_cast<size_t>(T * G), 0);
   }
-  std::vector<float> scores;
+  std::vector<float>& scores = ws.scores;
   const int64_t row_block = std::clamp<int64_t>(kIndexerScoreFloats / G, 1, kIndexerRowBlock);
+  // The buffers sized by the entry count get room for every entry the kv source's pages can hold,
+  // so as the context grows they grow only in a step that takes a new page (engine.h).
+  const int64_t room = kv.main.pages() * kv.main.rows_per_page();
+  scores.reserve(static_cast<size_t>(std::min(row_block, T) * room));
+  ws.order.reserve(static_cast<size_t>(room));
+  ws.block_scores.reserve(static_cast<size_t>(room / bs + 1));
   for (int64_t row0 = 0; row0 < T; row0 += row_block) {
     const int64_t rows = std::min(row_block, T - row0);
     scores.resize(static_cast<size_t>(rows * G));
     // A restricted layer scores only inside the pool (≤ topk_blocks·block_size entries per query).
     if (!restricted)
-      indexer_scores(config, kv, G, layer.ratio, q.data(), head_weights.data(), row0, rows, start_pos, scores.data());
+      indexer_scores(config, kv, G, layer.ratio, q.data(), head_weights.data(), row0, rows, start_pos, scores.data(),
+                     &ws);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = row0 + r, t = start_pos + i;
       float* row = scores.data() + r * G;
       if (restricted) {
         indexer_scores_in_pool(config, kv, G, layer.ratio, q.data(), head_weights.data(), i, start_pos,
-                               shared.candidate_blocks.data() + i * nb, nb, bs, row);
+                               shared.candidate_blocks.data() + i * nb, nb, bs, row, &ws);
       } else if (layer.candidate_source) {
         int32_t* kept = blocks_kept.data() + i * nb;
-        select_candidate_blocks(row, G, (t + 1) / layer.ratio, bs, nb, kept);
+        select_candidate_blocks(row, G, (t + 1) / layer.ratio, bs, nb, kept, &ws);
         if (shared.record_trace) {
           uint8_t* cand = shared.trace_candidates.data() + i * G;
           for (int j = 0; j < nb && kept[j] >= 0; ++j)
@@ -111,21 +123,23 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
         }
       }
       if (shared.record_trace) std::copy(row, row + G, shared.trace_index_scores.begin() + i * G);
-      select_topk(row, G, k, topk.data() + i * k);
+      select_topk(row, G, k, topk.data() + i * k, &ws);
     }
   }
   shared.index_layer = layer.index;
-  shared.topk = std::move(topk);
+  shared.topk.swap(topk);
   if (layer.candidate_source) {
     shared.candidate_layer = layer.index;
-    shared.candidate_blocks = std::move(blocks_kept);
+    shared.candidate_blocks.swap(blocks_kept);
   }
 }
 
 void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w, const WindowRing& ring,
                            const float* kv, const KvSourceCache* compressed, const int32_t* topk, const float* q,
                            const RopeRows& rope, int64_t rope_row0, int64_t T, int64_t start_pos, float* o,
-                           const AttentionOptions& options) {
+                           const AttentionOptions& options, AttentionScratch* scratch) {
+  AttentionScratch local;
+  AttentionScratch& ws = scratch ? *scratch : local;
   const int64_t H = config.num_attention_heads, D = config.head_dim;
   const int64_t win = config.sliding_window;
   const int rd = static_cast<int>(rope.half * 2);
@@ -133,7 +147,10 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
 
   // ---- Keys of the window: positions [first, start_pos+T) = ring rows then the segment's rows. --
   const int64_t first = std::max<int64_t>(floor, start_pos - (win - 1));
-  std::vector<float> keys(static_cast<size_t>((start_pos + T - first) * D));
+  // Room for a full window from the start, so the buffer does not grow while the window fills.
+  std::vector<float>& keys = ws.keys;
+  keys.reserve(static_cast<size_t>((win - 1 + T) * D));
+  keys.resize(static_cast<size_t>((start_pos + T - first) * D));
   for (int64_t p = first; p < start_pos; ++p) ring.read(p, keys.data() + (p - first) * D);
   std::copy(kv, kv + T * D, keys.begin() + (start_pos - first) * D);
 
@@ -144,9 +161,27 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
   const float scaling = static_cast<float>(std::pow(static_cast<double>(D), -0.5));
   const int k = config.index_topk;
   std::fill(o, o + T * H * D, 0.0f);
+  const int64_t items = T * H;
+  // Roughly the multiply-adds per item; threads only when each gets ≥ ~2M of them.
+  const int64_t per_item = (std::min<int64_t>(win, start_pos + T) + k) * D * 2;
+  int64_t chunks;
+  if (options.threads > 0) {
+    chunks = std::min<int64_t>(options.threads, items);  // an explicit count wins
+  } else {
+    const int64_t hw = options.exec.threads();
+    chunks = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 21))});
+  }
+  chunks = std::max<int64_t>(chunks, 1);
+  const int64_t grain = chunks <= 1 ? items : (items + chunks - 1) / chunks;
+  // Each range of items (range = begin / grain, fixed by the chunking) has its own slice of the
+  // scratch: the dequantised selected entries [k, D] and the logits of one (token, head) pair.
+  const int64_t range_floats = int64_t{k} * D + win + k;
+  // Room for one range per pool thread (the count of ranges can rise as the window fills).
+  ws.ranges.reserve(static_cast<size_t>(std::max<int64_t>(chunks, options.exec.threads()) * range_floats));
+  ws.ranges.resize(static_cast<size_t>(chunks * range_floats));
   auto attend_range = [&](int64_t begin, int64_t end) {
-    std::vector<float> sel(static_cast<size_t>(k * D));  // dequantised selected compressed entries
-    std::vector<float> logits;
+    float* const sel = ws.ranges.data() + (begin / grain) * range_floats;  // [k, D]
+    float* const logits = sel + int64_t{k} * D;                              // [≤ window + k]
     int64_t loaded = -1;  // token whose selected entries are in `sel`
     int nsel = 0;
     for (int64_t item = begin; item < end; ++item) {
@@ -159,15 +194,14 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
         if (compressed && topk) {
           const int32_t* row = topk + i * k;
           for (int j = 0; j < k; ++j)
-            if (row[j] >= 0) compressed->read_main(row[j], sel.data() + (nsel++) * D);
+            if (row[j] >= 0) compressed->read_main(row[j], sel + (nsel++) * D);
         }
         loaded = i;
       }
-      logits.resize(static_cast<size_t>(nwin + nsel));
       const float* win_rows = keys.data() + (lo - first) * D;  // [nwin, D], contiguous
       const float* qh = q + (i * H + h) * D;
-      dot_rows(qh, win_rows, nwin, D, logits.data());
-      dot_rows(qh, sel.data(), nsel, D, logits.data() + nwin);
+      dot_rows(qh, win_rows, nwin, D, logits);
+      dot_rows(qh, sel, nsel, D, logits + nwin);
       const float sink = w.attn_sink[h];
       float m = sink;  // the sink joins the max and the denominator, never the values
       for (int64_t j = 0; j < nwin + nsel; ++j) {
@@ -181,35 +215,32 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
       }
       for (int64_t j = 0; j < nwin + nsel; ++j) logits[j] = static_cast<float>(logits[j] / denom);
       float* oh = o + (i * H + h) * D;
-      weighted_sum_rows(logits.data(), win_rows, nwin, D, oh);
-      weighted_sum_rows(logits.data() + nwin, sel.data(), nsel, D, oh);
+      weighted_sum_rows(logits, win_rows, nwin, D, oh);
+      weighted_sum_rows(logits + nwin, sel, nsel, D, oh);
       // The values carry RoPE on their tail; undo the query position's rotation.
       rope_rotate(oh, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), true);
     }
   };
-  const int64_t items = T * H;
-  // Roughly the multiply-adds per item; threads only when each gets ≥ ~2M of them.
-  const int64_t per_item = (std::min<int64_t>(win, start_pos + T) + k) * D * 2;
-  int64_t chunks;
-  if (options.threads > 0) {
-    chunks = std::min<int64_t>(options.threads, items);  // an explicit count wins
-  } else {
-    const int64_t hw = options.exec.threads();
-    chunks = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 21))});
-  }
   if (chunks <= 1) {
     attend_range(0, items);
   } else {
-    options.exec.parallel_for(items, (items + chunks - 1) / chunks, attend_range);
+    options.exec.parallel_for(items, grain, attend_range);
   }
 }
 
-void attention_output(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const float* o, int64_t n, float* out) {
+void attention_output(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const float* o, int64_t n,
+                      float* out, AttentionScratch* scratch) {
   const int64_t H = config.num_attention_heads, D = config.head_dim, hidden = config.hidden_size;
   const int64_t groups = config.o_groups, olr = config.o_lora_rank;
   const int64_t group_in = H / groups * D;
-  std::vector<float> mid(static_cast<size_t>(n * groups * olr));
-  std::vector<float> gin(static_cast<size_t>(n * group_in)), gout(static_cast<size_t>(n * olr));
+  AttentionScratch local;
+  AttentionScratch& ws = scratch ? *scratch : local;
+  std::vector<float>& mid = ws.mid;
+  std::vector<float>& gin = ws.gin;
+  std::vector<float>& gout = ws.gout;
+  mid.resize(static_cast<size_t>(n * groups * olr));
+  gin.resize(static_cast<size_t>(n * group_in));
+  gout.resize(static_cast<size_t>(n * olr));
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t i = 0; i < n; ++i)
       std::copy(o + i * H * D + g * group_in, o + i * H * D + (g + 1) * group_in, gin.begin() + i * group_in);

@@ -23,6 +23,7 @@
 #include "cache/sequence_cache.h"
 #include "format/config.h"
 #include "model/attention.h"
+#include "model/indexer.h"
 #include "plan/layer_plan.h"
 #include "model/rope.h"
 
@@ -37,6 +38,16 @@ struct LayerSteps {
   bool attend_compressed = false; // ratio > 0: attend the latest top-k's compressed entries
 };
 LayerSteps layer_steps(const LayerInfo& layer);
+
+// Working memory of steps 4–6, owned by the caller (the CPU backend holds one) and reused between
+// calls: every buffer is resized to the call's shape, so a decode step whose shape has been seen
+// (and whose context grows within capacity) allocates nothing. Null: a local one per call.
+struct AttentionScratch {
+  IndexerScratch indexer;    // step 4
+  std::vector<float> keys;   // step 5: [window keys, D] the segment's window rows, dequantised
+  std::vector<float> ranges; // step 5: per range of work items, [k·D] selected entries + [window + k] logits
+  std::vector<float> mid, gin, gout;  // step 6: [n, groups·o_lora], [n, H·D/groups], [n, o_lora]
+};
 
 // cos/sin tables of n rows at arbitrary positions: [n, rope_dim/2] each.
 struct RopeRows {
@@ -61,7 +72,7 @@ void attention_window_kv(const CpuExec& ex, const ModelConfig& config, const Att
 // candidate source, the pool) into `shared`. `restricted`: score only inside shared's pool.
 void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w, const Rope& rope,
                      const KvSourceCache& kv, bool restricted, const float* c, const float* x, int64_t T,
-                     int64_t start_pos, SharedAttentionState& shared);
+                     int64_t start_pos, SharedAttentionState& shared, AttentionScratch* scratch = nullptr);
 
 // Step 5. Sink attention of one segment: T query rows q [T, H·D] at positions start_pos…, keys
 // = the ring's rows before start_pos (from max(ring.start(), start_pos − w + 1)) followed by the
@@ -72,9 +83,10 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
 void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w, const WindowRing& ring,
                            const float* kv, const KvSourceCache* compressed, const int32_t* topk, const float* q,
                            const RopeRows& rope, int64_t rope_row0, int64_t T, int64_t start_pos, float* o,
-                           const AttentionOptions& options = {});
+                           const AttentionOptions& options = {}, AttentionScratch* scratch = nullptr);
 
 // Step 6. o [n, H·D] → out [n, hidden] (block-diagonal W_oa per group, then W_ob).
-void attention_output(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const float* o, int64_t n, float* out);
+void attention_output(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const float* o, int64_t n,
+                      float* out, AttentionScratch* scratch = nullptr);
 
 }  // namespace dsv41

@@ -28,11 +28,17 @@ void compressor_pool_reference(const float* a, const float* b, int64_t groups, i
 }
 
 void compressor_pool_fast(const CpuExec& ex, const float* a, const float* b, int64_t groups, int r, int64_t D,
-                          float* out) {
+                          float* out, float* scratch) {
+  // One scratch slice per group, so chunks on different threads never share one.
+  std::vector<float> local;
+  if (!scratch) {
+    local.resize(static_cast<size_t>(groups * r * 8));
+    scratch = local.data();
+  }
   // ≈ 8 operations and one exp per token channel.
   ex.parallel_items(groups, int64_t{16} * r * D, [&](int64_t g0, int64_t g1) {
-    std::vector<float> scratch(static_cast<size_t>(r) * 8);
-    for (int64_t g = g0; g < g1; ++g) softmax_pool_avx2(a + g * r * D, b + g * r * D, r, D, scratch.data(), out + g * D);
+    for (int64_t g = g0; g < g1; ++g)
+      softmax_pool_avx2(a + g * r * D, b + g * r * D, r, D, scratch + g * r * 8, out + g * D);
   });
 }
 
@@ -40,7 +46,7 @@ namespace {
 
 // The step with the fast projections and pooling on ex (fast = true) or the references.
 void step(const CpuExec& ex, bool fast, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
-          const float* x, int64_t T, CompressedGroups& out) {
+          const float* x, int64_t T, CompressedGroups& out, CompressorScratch& ws) {
   auto gemm = [&](const float* in_rows, int64_t rows, int64_t in, const float* wt, int64_t n_out, float* y) {
     if (fast) {
       gemm_f32(ex, in_rows, rows, in, wt, n_out, y);
@@ -50,7 +56,8 @@ void step(const CpuExec& ex, bool fast, const ModelConfig& config, const Attenti
   };
   auto pool = [&](const float* a, const float* b, int64_t groups, int r, int64_t D, float* latents) {
     if (fast) {
-      compressor_pool_fast(ex, a, b, groups, r, D, latents);
+      ws.pool.resize(static_cast<size_t>(groups * r * 8));
+      compressor_pool_fast(ex, a, b, groups, r, D, latents, ws.pool.data());
     } else {
       compressor_pool_reference(a, b, groups, r, D, latents);
     }
@@ -69,7 +76,10 @@ void step(const CpuExec& ex, bool fast, const ModelConfig& config, const Attenti
   }
   // Projections of the new tokens, appended after the pending ones: rows [pending + T, D].
   const int64_t n = kv.pending + T;
-  std::vector<float> a(static_cast<size_t>(n * D)), b(static_cast<size_t>(n * D));
+  std::vector<float>& a = ws.a;
+  std::vector<float>& b = ws.b;
+  a.resize(static_cast<size_t>(n * D));
+  b.resize(static_cast<size_t>(n * D));
   std::copy(kv.pending_kv.begin(), kv.pending_kv.begin() + kv.pending * D, a.begin());
   std::copy(kv.pending_gate.begin(), kv.pending_gate.begin() + kv.pending * D, b.begin());
   gemm(x, T, hidden, w.compressor_wkv.data(), D, a.data() + kv.pending * D);
@@ -86,37 +96,44 @@ void step(const CpuExec& ex, bool fast, const ModelConfig& config, const Attenti
   // The incomplete remainder stays pending.
   const int64_t rest = n - out.groups * r;
   kv.pending = rest;
-  kv.pending_kv.assign(a.begin() + out.groups * r * D, a.end());
-  kv.pending_gate.assign(b.begin() + out.groups * r * D, b.end());
+  kv.pending_kv.assign(a.begin() + out.groups * r * D, a.begin() + n * D);
+  kv.pending_gate.assign(b.begin() + out.groups * r * D, b.begin() + n * D);
 }
 
 }  // namespace
 
 void compressor_step_reference(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
-                               const float* x, int64_t T, CompressedGroups& out) {
-  step(CpuExec{}, false, config, w, kv, x, T, out);
+                               const float* x, int64_t T, CompressedGroups& out, CompressorScratch* scratch) {
+  CompressorScratch local;
+  step(CpuExec{}, false, config, w, kv, x, T, out, scratch ? *scratch : local);
 }
 
 void compressor_step_fast(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
-                          const float* x, int64_t T, CompressedGroups& out) {
-  step(ex, true, config, w, kv, x, T, out);
+                          const float* x, int64_t T, CompressedGroups& out, CompressorScratch* scratch) {
+  CompressorScratch local;
+  step(ex, true, config, w, kv, x, T, out, scratch ? *scratch : local);
 }
 
 void compressor_step(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
-                     const float* x, int64_t T, CompressedGroups& out) {
-  if (ex.use_fast()) return compressor_step_fast(ex, config, w, kv, x, T, out);
-  compressor_step_reference(config, w, kv, x, T, out);
+                     const float* x, int64_t T, CompressedGroups& out, CompressorScratch* scratch) {
+  if (ex.use_fast()) return compressor_step_fast(ex, config, w, kv, x, T, out, scratch);
+  compressor_step_reference(config, w, kv, x, T, out, scratch);
 }
 
 void compressor_publish(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
-                        KvSourceCache& kv, const CompressedGroups& groups) {
+                        KvSourceCache& kv, const CompressedGroups& groups, CompressorScratch* scratch) {
   const int64_t D = kv.dim, Di = kv.index_dim;
+  if (groups.groups == 0) return;
+  CompressorScratch local;
+  CompressorScratch& ws = scratch ? *scratch : local;
   // Index keys from the PRE-RoPE latents: RMSNorm_k(W_k L_g), all groups as one product (the
   // same bits as one row at a time: gemm.h's per-row order does not depend on the rows).
-  std::vector<float> keys(static_cast<size_t>(groups.groups * Di));
+  std::vector<float>& keys = ws.keys;
+  keys.resize(static_cast<size_t>(groups.groups * Di));
   gemm_f32(ex, groups.latents.data(), groups.groups, D, w.indexer_wk.data(), Di, keys.data());
   rmsnorm_rows(keys.data(), groups.groups, Di, w.indexer_k_norm.data(), config.rms_norm_eps, keys.data());
-  std::vector<float> rotated(static_cast<size_t>(D));
+  std::vector<float>& rotated = ws.rotated;
+  rotated.resize(static_cast<size_t>(D));
   for (int64_t i = 0; i < groups.groups; ++i) {
     const int64_t g = groups.first_group + i;
     const int64_t pos = g * kv.ratio;  // entry g sits at its group's first position

@@ -32,6 +32,15 @@ struct CompressedGroups {
   std::vector<float> latents;   // [groups, head_dim] pre-RoPE latents L_g
 };
 
+// Working memory of the compressor, owned by the caller and reused between calls (resized to the
+// call's shape: no allocation once a shape has been seen). Null: a local one per call.
+struct CompressorScratch {
+  std::vector<float> a, b;          // [pending + T, D] projections of the pending and new tokens
+  std::vector<float> pool;          // [groups, r·8] softmax_pool_avx2 scratch, one slice per group
+  std::vector<float> keys;          // [groups, index_dim] index keys being published
+  std::vector<float> rotated;       // [D] one main row being published
+};
+
 // Feeds T tokens x[T, hidden] through the compressor: completes groups (returned) and leaves the
 // remainder pending in `kv`. The caller validated shapes (check_attention_weights).
 // Reference: scalar projections with double accumulation (gemm_f32_reference) and the scalar
@@ -41,23 +50,25 @@ struct CompressedGroups {
 // (kernels/cpu/cpu_exec.h); the fast path threads on ex.pool.
 // Each is chunking-invariant on its own: any split of the tokens over calls gives the same bits
 // (gemm_f32's per-row summation order does not depend on the rows in a call).
+// `out` may be reused between calls (its latents keep their storage).
 void compressor_step_reference(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
-                               const float* x, int64_t T, CompressedGroups& out);
+                               const float* x, int64_t T, CompressedGroups& out, CompressorScratch* scratch = nullptr);
 void compressor_step_fast(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
-                          const float* x, int64_t T, CompressedGroups& out);
+                          const float* x, int64_t T, CompressedGroups& out, CompressorScratch* scratch = nullptr);
 void compressor_step(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
-                     const float* x, int64_t T, CompressedGroups& out);
+                     const float* x, int64_t T, CompressedGroups& out, CompressorScratch* scratch = nullptr);
 
 // The softmax-gated pooling of `groups` complete groups of r tokens (r ≥ 2), fp32, per channel c:
 //   out[g, c] = Σ_j a[g·r+j, c] · softmax_j(b[g·r+j, c])      a, b [groups·r, D] → out [groups, D]
-// The fast version (AVX2, threaded over groups; CPU with AVX2+FMA only) gives the reference's bits.
+// The fast version (AVX2, threaded over groups; CPU with AVX2+FMA only) gives the reference's bits;
+// scratch: [groups, r·8] floats (null: allocated for the call).
 void compressor_pool_reference(const float* a, const float* b, int64_t groups, int r, int64_t D, float* out);
 void compressor_pool_fast(const CpuExec& ex, const float* a, const float* b, int64_t groups, int r, int64_t D,
-                          float* out);
+                          float* out, float* scratch = nullptr);
 
 // Appends the main rows and index keys of `groups` to `kv` (groups.first_group must equal
 // kv.entries()). The index-key projection is gemm_f32 on ex.pool (on either path).
 void compressor_publish(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
-                        KvSourceCache& kv, const CompressedGroups& groups);
+                        KvSourceCache& kv, const CompressedGroups& groups, CompressorScratch* scratch = nullptr);
 
 }  // namespace dsv41

@@ -63,6 +63,13 @@ float load_float(DType d, const uint8_t* p) {
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
+// The first block size the scale's shape fits (see infer_scale_block), or null.
+const ScaleBlock* match_scale_block(int64_t rows, int64_t cols, int64_t scale_rows, int64_t scale_cols) {
+  for (const ScaleBlock& b : kScaleBlocks)
+    if ((rows + b.rows - 1) / b.rows == scale_rows && (cols + b.cols - 1) / b.cols == scale_cols) return &b;
+  return nullptr;
+}
+
 Result<Plan> make_plan(const TensorView& w, const TensorView* scale) {
   Plan p;
   const bool fp8 = w.dtype == DType::kF8E4M3;
@@ -104,9 +111,13 @@ Result<Plan> make_plan(const TensorView& w, const TensorView* scale) {
     p.block = {1, kRowScaleCols};
     return p;
   }
-  DSV41_ASSIGN_OR_RETURN(p.block, infer_scale_block(p.rows, p.cols, scale->shape[0], scale->shape[1],
-                                                    w.file + ": tensor '" + w.name + "'"));
-  return p;
+  // The name is only built for the error (plans are made at every Engram lookup).
+  if (const ScaleBlock* b = match_scale_block(p.rows, p.cols, scale->shape[0], scale->shape[1])) {
+    p.block = *b;
+    return p;
+  }
+  return infer_scale_block(p.rows, p.cols, scale->shape[0], scale->shape[1], w.file + ": tensor '" + w.name + "'")
+      .status();
 }
 
 // Decodes logical row `r` into out[0..cols).
@@ -129,19 +140,23 @@ Status decode_row(const Plan& p, const TensorView& w, int64_t r, float* out) {
   const int64_t srow = r / p.block.rows;
   const int64_t nblocks = p.scale_cols;
   const size_t ses = dtype_size(p.scale->dtype);
-  std::vector<float> s(static_cast<size_t>(nblocks));
+  // Every scale of the row is checked before anything is written, then read again per block (no
+  // buffer: rows are decoded at every Engram lookup, which must not allocate).
+  auto scale_at = [&](int64_t b) {
+    return load_float(p.scale->dtype, p.scale->bytes.data() + static_cast<size_t>(srow * nblocks + b) * ses);
+  };
   for (int64_t b = 0; b < nblocks; ++b) {
-    s[b] = load_float(p.scale->dtype, p.scale->bytes.data() + static_cast<size_t>(srow * nblocks + b) * ses);
-    if (!std::isfinite(s[b]))
+    const float sb = scale_at(b);
+    if (!std::isfinite(sb))
       return corrupt(fmt::format("{}: scale {} of weight {}: {} at [{}, {}]", p.scale->file, q(p.scale->name),
-                                 q(w.name), std::isnan(s[b]) ? "NaN" : "infinite", srow, b));
+                                 q(w.name), std::isnan(sb) ? "NaN" : "infinite", srow, b));
   }
   // Column blocks outermost so the scale is looked up once per block, not divided out per element
   // (the Engram rows are dequantised at every lookup); each value is still code value × scale.
   const int64_t bc = p.block.cols;
   for (int64_t b = 0; b < nblocks; ++b) {
     const int64_t c0 = b * bc, c1 = std::min(cols, c0 + bc);
-    const float sb = s[b];
+    const float sb = scale_at(b);
     switch (p.kind) {
       case Kind::kFloat: {
         const size_t es = dtype_size(w.dtype);
@@ -179,9 +194,7 @@ int64_t FloatTensor::numel() const {
 
 Result<ScaleBlock> infer_scale_block(int64_t rows, int64_t cols, int64_t scale_rows, int64_t scale_cols,
                                      const std::string& name) {
-  for (const ScaleBlock& b : kScaleBlocks) {
-    if ((rows + b.rows - 1) / b.rows == scale_rows && (cols + b.cols - 1) / b.cols == scale_cols) return b;
-  }
+  if (const ScaleBlock* b = match_scale_block(rows, cols, scale_rows, scale_cols)) return *b;
   return corrupt(fmt::format("{}: scale shape [{}, {}] fits no block size (32x32, 128x128, 1x32) for weight [{}, {}]",
                              name, scale_rows, scale_cols, rows, cols));
 }
@@ -210,24 +223,38 @@ Result<FloatTensor> dequantize(const TensorView& weight, const TensorView* scale
   return out;
 }
 
-Result<FloatTensor> dequantize_rows(const TensorView& weight, const TensorView* scale, std::span<const int64_t> rows) {
+Status dequantize_rows_to(const TensorView& weight, const TensorView* scale, std::span<const int64_t> rows,
+                          int64_t cols, float* out) {
   if (weight.shape.size() != 2)
     return invalid_argument(fmt::format("{}: tensor {} {}: row lookup needs a 2-D tensor", weight.file,
                                         q(weight.name), weight.shape_string()));
   DSV41_ASSIGN_OR_RETURN(Plan p, make_plan(weight, scale));
   // Without a scale the plan treats the tensor as one flat row; view it as [rows, cols] here.
   const int64_t nrows = weight.shape[0];
-  const int64_t cols = scale == nullptr ? weight.shape[1] : p.cols;
-  if (scale == nullptr) { p.rows = nrows; p.cols = cols; }
-  FloatTensor out;
-  out.shape = {static_cast<int64_t>(rows.size()), cols};
-  out.data.resize(rows.size() * static_cast<size_t>(cols));
+  const int64_t width = scale == nullptr ? weight.shape[1] : p.cols;
+  if (scale == nullptr) { p.rows = nrows; p.cols = width; }
+  if (width != cols)
+    return internal_error(fmt::format("{}: tensor {}: rows have {} columns, expected {}", weight.file, q(weight.name),
+                                      width, cols));
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i] < 0 || rows[i] >= nrows)
       return out_of_range(fmt::format("{}: tensor {}: row {} outside [0, {})", weight.file, q(weight.name),
                                       rows[i], nrows));
-    DSV41_RETURN_IF_ERROR(decode_row(p, weight, rows[i], out.data.data() + i * cols));
+    DSV41_RETURN_IF_ERROR(decode_row(p, weight, rows[i], out + i * cols));
   }
+  return ok_status();
+}
+
+Result<FloatTensor> dequantize_rows(const TensorView& weight, const TensorView* scale, std::span<const int64_t> rows) {
+  if (weight.shape.size() != 2)
+    return invalid_argument(fmt::format("{}: tensor {} {}: row lookup needs a 2-D tensor", weight.file,
+                                        q(weight.name), weight.shape_string()));
+  DSV41_ASSIGN_OR_RETURN(Plan p, make_plan(weight, scale));
+  const int64_t cols = scale == nullptr ? weight.shape[1] : p.cols;
+  FloatTensor out;
+  out.shape = {static_cast<int64_t>(rows.size()), cols};
+  out.data.resize(rows.size() * static_cast<size_t>(cols));
+  DSV41_RETURN_IF_ERROR(dequantize_rows_to(weight, scale, rows, cols, out.data.data()));
   return out;
 }
 

@@ -56,5 +56,9 @@ Result<FloatTensor> dequantize(const TensorView& weight, const TensorView* scale
 // only the scales of those rows are read (the Engram table is hundreds of GB of rows).
 Result<FloatTensor> dequantize_rows(const TensorView& weight, const TensorView* scale,
                                     std::span<const int64_t> rows);
+// The same rows written to out [rows.size(), cols], where cols must be the weight's logical row
+// width (checked). Allocates nothing when it succeeds (the Engram lookup of every decode step).
+Status dequantize_rows_to(const TensorView& weight, const TensorView* scale, std::span<const int64_t> rows,
+                          int64_t cols, float* out);
 
 }  // namespace dsv41

@@ -48,13 +48,8 @@ Status gather_range(const EngramShape& shape, const EngramWeights& w, const int6
     for (int64_t i = 0; i < n; ++i) std::copy_n(w.table + ids[i] * hd, hd, r + i * hd);
     return ok_status();
   }
-  DSV41_ASSIGN_OR_RETURN(FloatTensor rows,
-                         dequantize_rows(*w.stored, w.stored_scale, std::span<const int64_t>(ids, size_t(n))));
-  if (rows.numel() != n * hd)
-    return internal_error("engram: stored table " + w.stored->name + " rows have " +
-                          std::to_string(rows.shape.back()) + " columns, expected head_dim " + std::to_string(hd));
-  std::copy(rows.data.begin(), rows.data.end(), r);
-  return ok_status();
+  // Decoded straight into r (no temporary: this runs at every decode step).
+  return dequantize_rows_to(*w.stored, w.stored_scale, std::span<const int64_t>(ids, size_t(n)), hd, r);
 }
 
 // The gate of one stream from its three sums (model.md §3.8), shared by both paths.
@@ -121,10 +116,15 @@ Status engram_gather_fast(const CpuExec& ex, const EngramShape& shape, const Eng
 }
 
 Status engram_forward_reference(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
-                                int64_t tokens, float* x) {
+                                int64_t tokens, float* x, EngramScratch* scratch) {
   const int64_t in = shape.columns * shape.head_dim;
   const int64_t out = (shape.hc + 1) * shape.dim;
-  std::vector<float> r(tokens * in), kv(out);
+  EngramScratch local;
+  EngramScratch& ws = scratch ? *scratch : local;
+  std::vector<float>& r = ws.r;
+  std::vector<float>& kv = ws.kv;
+  r.resize(static_cast<size_t>(tokens * in));
+  kv.resize(static_cast<size_t>(out));
   DSV41_RETURN_IF_ERROR(engram_gather_reference(shape, w, row_ids, tokens, r.data()));
   for (int64_t t = 0; t < tokens; ++t) {
     const float* rt = r.data() + t * in;
@@ -140,10 +140,15 @@ Status engram_forward_reference(const EngramShape& shape, const EngramWeights& w
 }
 
 Status engram_forward_fast(const CpuExec& ex, const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
-                           int64_t tokens, float* x) {
+                           int64_t tokens, float* x, EngramScratch* scratch) {
   const int64_t in = shape.columns * shape.head_dim;
   const int64_t out = (shape.hc + 1) * shape.dim;
-  std::vector<float> r(tokens * in), kv(tokens * out);
+  EngramScratch local;
+  EngramScratch& ws = scratch ? *scratch : local;
+  std::vector<float>& r = ws.r;
+  std::vector<float>& kv = ws.kv;
+  r.resize(static_cast<size_t>(tokens * in));
+  kv.resize(static_cast<size_t>(tokens * out));
   DSV41_RETURN_IF_ERROR(engram_gather_fast(ex, shape, w, row_ids, tokens, r.data()));
   gemm_f32(ex, r.data(), tokens, in, w.wkv, out, kv.data());
   ex.parallel_items(tokens, 4 * shape.hc * shape.dim, [&](int64_t t0, int64_t t1) {
@@ -154,9 +159,9 @@ Status engram_forward_fast(const CpuExec& ex, const EngramShape& shape, const En
 }
 
 Status engram_forward(const CpuExec& ex, const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
-                      int64_t tokens, float* x) {
-  if (ex.use_fast()) return engram_forward_fast(ex, shape, w, row_ids, tokens, x);
-  return engram_forward_reference(shape, w, row_ids, tokens, x);
+                      int64_t tokens, float* x, EngramScratch* scratch) {
+  if (ex.use_fast()) return engram_forward_fast(ex, shape, w, row_ids, tokens, x, scratch);
+  return engram_forward_reference(shape, w, row_ids, tokens, x, scratch);
 }
 
 }  // namespace dsv41

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "base/status.h"
 #include "format/config.h"
@@ -49,6 +50,13 @@ struct EngramWeights {
   const TensorView* stored_scale = nullptr;
 };
 
+// Working memory of engram_forward, owned by the caller and reused between calls (resized to the
+// call's token count: no allocation once a shape has been seen). Null: a local one per call.
+struct EngramScratch {
+  std::vector<float> r;   // [T, columns·head_dim] gathered rows
+  std::vector<float> kv;  // [T, (hc+1)·d] projections (the reference uses one row)
+};
+
 // R for T tokens: r [T, columns·head_dim] = the table rows of row_ids [T, columns], as float32.
 // Fails on an id outside the table (the message gives the id and the row count) or on a stored
 // row that cannot be decoded (a NaN scale, say: the message names the tensor).
@@ -62,10 +70,10 @@ Status engram_gather_fast(const CpuExec& ex, const EngramShape& shape, const Eng
 // row read) fails the call before anything is written. engram_forward_fast needs a CPU with
 // AVX2 and FMA; engram_forward checks.
 Status engram_forward_reference(const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
-                                int64_t tokens, float* x);
+                                int64_t tokens, float* x, EngramScratch* scratch = nullptr);
 Status engram_forward_fast(const CpuExec& ex, const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
-                           int64_t tokens, float* x);
+                           int64_t tokens, float* x, EngramScratch* scratch = nullptr);
 Status engram_forward(const CpuExec& ex, const EngramShape& shape, const EngramWeights& w, const int64_t* row_ids,
-                      int64_t tokens, float* x);
+                      int64_t tokens, float* x, EngramScratch* scratch = nullptr);
 
 }  // namespace dsv41

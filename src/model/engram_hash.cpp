@@ -129,7 +129,10 @@ Result<EngramHashTables> build_engram_hash_tables(const ModelConfig& config, std
   return t;
 }
 
-EngramHasher::EngramHasher(const EngramHashTables* tables) : tables_(tables) {}
+EngramHasher::EngramHasher(const EngramHashTables* tables) : tables_(tables) {
+  // The look-back never holds more than N−1 ids: with this capacity hashing never reallocates.
+  history_.reserve(static_cast<size_t>(std::max(tables->max_ngram - 1, 0)));
+}
 
 Status EngramHasher::hash(const int32_t* tokens, int64_t count, int64_t* ids) {
   const EngramHashTables& t = *tables_;
@@ -139,20 +142,19 @@ Status EngramHasher::hash(const int32_t* tokens, int64_t count, int64_t* ids) {
       return invalid_argument("engram: token id " + std::to_string(tokens[i]) + " outside the tokenizer's " +
                               std::to_string(vocab) + " ids");
   const int n = t.max_ngram;
-  // Window of mapped ids, newest last: the kept history followed by this call's tokens.
-  std::vector<int64_t> seq = history_;
-  const int64_t base = static_cast<int64_t>(seq.size());
-  for (int64_t i = 0; i < count; ++i) seq.push_back(t.token_map[tokens[i]]);
-  std::vector<int64_t> c(n);
+  // The window of mapped ids, newest last, is the kept history followed by this call's tokens;
+  // it is read in place (no copy: hashing runs at every decode step, which allocates nothing).
+  const int64_t base = static_cast<int64_t>(history_.size());
+  auto mapped = [&](int64_t j) { return j < base ? history_[j] : t.token_map[tokens[j - base]]; };
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t pos = base + i;  // index of token t in seq
-    for (int k = 0; k < n; ++k) c[k] = (pos - k >= 0) ? seq[pos - k] : t.pad_id;  // before start → pad
+    const int64_t pos = base + i;  // index of token t in the window
+    auto c = [&](int k) { return pos - k >= 0 ? mapped(pos - k) : t.pad_id; };  // before start → pad
     for (int l = 0; l < t.layers(); ++l) {
       const std::vector<int64_t>& m = t.multipliers[l];
       int64_t* out = ids + (i * t.layers() + l) * t.columns;
-      int64_t h = c[0] * m[0];
+      int64_t h = c(0) * m[0];
       for (int k = 1; k < n; ++k) {
-        h ^= c[k] * m[k];  // h is now the hash of the (k+1)-gram
+        h ^= c(k) * m[k];  // h is now the hash of the (k+1)-gram
         for (int j = 0; j < t.n_heads; ++j) {
           const int col = (k - 1) * t.n_heads + j;
           out[col] = h % t.primes[l][col] + t.offsets[l][col];
@@ -160,8 +162,11 @@ Status EngramHasher::hash(const int32_t* tokens, int64_t count, int64_t* ids) {
       }
     }
   }
-  const int64_t keep = std::min<int64_t>(n - 1, static_cast<int64_t>(seq.size()));
-  history_.assign(seq.end() - keep, seq.end());
+  // The newest N−1 ids of the window become the history: the newest old ones, then this call's.
+  const int64_t keep = std::min<int64_t>(n - 1, base + count);
+  const int64_t from_new = std::min<int64_t>(keep, count);
+  history_.erase(history_.begin(), history_.begin() + (base - (keep - from_new)));
+  for (int64_t i = count - from_new; i < count; ++i) history_.push_back(t.token_map[tokens[i]]);
   return ok_status();
 }
 

@@ -61,7 +61,8 @@ class EngramHasher {
   Status hash(const int32_t* tokens, int64_t count, int64_t* ids);
   void reset() { history_.clear(); }
   const std::vector<int64_t>& history() const { return history_; }  // oldest first, ≤ N−1 ids
-  void set_history(std::vector<int64_t> history) { history_ = std::move(history); }
+  // Copied into the hasher's own storage (which keeps its capacity of N−1 ids).
+  void set_history(const std::vector<int64_t>& history) { history_.assign(history.begin(), history.end()); }
   // The look-back after `count` tokens of a sequence (its real tokens, never pads): what the
   // history is after hashing them from an empty history. Ids are trusted (already validated).
   void rebuild_history(const int32_t* tokens, int64_t count);

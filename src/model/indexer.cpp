@@ -14,28 +14,38 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Indices of the n largest values (ties → lower index), n ≤ size.
-std::vector<int32_t> largest(const float* v, int64_t size, int64_t n) {
-  std::vector<int32_t> idx(static_cast<size_t>(size));
+// The n largest values (ties → lower index), n ≤ size, with a value > −inf, ascending by index,
+// into out[width] (−1 padded). idx: working storage of `size` indices.
+void largest_ascending(const float* v, int64_t size, int64_t n, int width, std::vector<int32_t>& idx, int32_t* out) {
+  idx.resize(static_cast<size_t>(size));
   std::iota(idx.begin(), idx.end(), 0);
   auto better = [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
   std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), better);
-  idx.resize(static_cast<size_t>(n));
-  return idx;
+  // Drop the −inf picks (masked or padding), keeping the order of the others, then sort by index.
+  int64_t kept = 0;
+  for (int64_t j = 0; j < n; ++j)
+    if (v[idx[j]] > kNegInf) idx[kept++] = idx[j];
+  std::sort(idx.begin(), idx.begin() + kept);
+  for (int i = 0; i < width; ++i) out[i] = i < kept ? idx[i] : -1;
 }
 
 }  // namespace
 
 void indexer_queries(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
                      const float* c, const float* x, int64_t T, int64_t start_pos, std::vector<float>& q,
-                     std::vector<float>& head_weights) {
+                     std::vector<float>& head_weights, IndexerScratch* scratch) {
   const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
   q.resize(static_cast<size_t>(T * nh * dh));
   head_weights.resize(static_cast<size_t>(T * nh));
   gemm_f32(ex, c, T, config.q_lora_rank, w.indexer_wq_b.data(), nh * dh, q.data());
   gemm_f32(ex, x, T, config.hidden_size, w.indexer_weights_proj.data(), nh, head_weights.data());
   const float heads_scaling = static_cast<float>(std::pow(static_cast<double>(nh), -0.5));
-  std::vector<float> cs(rope.rope_dim() / 2), sn(rope.rope_dim() / 2);
+  IndexerScratch local;
+  IndexerScratch& ws = scratch ? *scratch : local;
+  std::vector<float>& cs = ws.cos;
+  std::vector<float>& sn = ws.sin;
+  cs.resize(static_cast<size_t>(rope.rope_dim() / 2));
+  sn.resize(static_cast<size_t>(rope.rope_dim() / 2));
   for (int64_t i = 0; i < T; ++i) {
     rope.cos_sin(RopeKind::kCompress, start_pos + i, cs.data(), sn.data());
     for (int64_t h = 0; h < nh; ++h) {
@@ -64,10 +74,16 @@ float score_one(const float* key, const float* q, const float* head_weights, int
 }  // namespace
 
 void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
-                    const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores) {
+                    const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores,
+                    IndexerScratch* scratch) {
   const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
   const float softmax_scale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5));
-  std::vector<float> key(static_cast<size_t>(dh)), per_head(static_cast<size_t>(nh));
+  IndexerScratch local;
+  IndexerScratch& ws = scratch ? *scratch : local;
+  std::vector<float>& key = ws.key;
+  std::vector<float>& per_head = ws.per_head;
+  key.resize(static_cast<size_t>(dh));
+  per_head.resize(static_cast<size_t>(nh));
   // Keys outer (each packed key is unpacked once per block of query rows).
   for (int64_t g = 0; g < G; ++g) {
     kv.read_index(g, key.data());
@@ -85,10 +101,15 @@ void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t 
 
 void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                             const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
-                            int topk_blocks, int block_size, float* row) {
+                            int topk_blocks, int block_size, float* row, IndexerScratch* scratch) {
   const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
   const float softmax_scale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5));
-  std::vector<float> key(static_cast<size_t>(dh)), per_head(static_cast<size_t>(nh));
+  IndexerScratch local;
+  IndexerScratch& ws = scratch ? *scratch : local;
+  std::vector<float>& key = ws.key;
+  std::vector<float>& per_head = ws.per_head;
+  key.resize(static_cast<size_t>(dh));
+  per_head.resize(static_cast<size_t>(nh));
   std::fill(row, row + G, kNegInf);
   const int64_t visible = std::min<int64_t>(G, (start_pos + i + 1) / ratio);
   for (int j = 0; j < topk_blocks && kept[j] >= 0; ++j) {
@@ -101,9 +122,12 @@ void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, 
 }
 
 void select_candidate_blocks(const float* scores, int64_t G, int64_t visible, int block_size, int topk_blocks,
-                             int32_t* kept) {
+                             int32_t* kept, IndexerScratch* scratch) {
+  IndexerScratch local;
+  IndexerScratch& ws = scratch ? *scratch : local;
   const int64_t blocks = (G + block_size - 1) / block_size;
-  std::vector<float> block_score(static_cast<size_t>(blocks), kNegInf);
+  std::vector<float>& block_score = ws.block_scores;
+  block_score.assign(static_cast<size_t>(blocks), kNegInf);
   for (int64_t g = 0; g < G; ++g) {
     float& b = block_score[g / block_size];
     b = std::max(b, scores[g]);
@@ -111,22 +135,13 @@ void select_candidate_blocks(const float* scores, int64_t G, int64_t visible, in
   // The newest visible entry's block is only partly filled: pin it so it is always kept.
   if (visible >= 1) block_score[(visible - 1) / block_size] = std::numeric_limits<float>::infinity();
   const int64_t n = std::min<int64_t>(topk_blocks, blocks);
-  std::vector<int32_t> top = largest(block_score.data(), blocks, n);
-  std::vector<int32_t> keep;
-  for (int32_t b : top)
-    if (block_score[b] > kNegInf) keep.push_back(b);
-  std::sort(keep.begin(), keep.end());
-  for (int i = 0; i < topk_blocks; ++i) kept[i] = i < static_cast<int>(keep.size()) ? keep[i] : -1;
+  largest_ascending(block_score.data(), blocks, n, topk_blocks, ws.order, kept);
 }
 
-void select_topk(const float* scores, int64_t G, int k, int32_t* out) {
+void select_topk(const float* scores, int64_t G, int k, int32_t* out, IndexerScratch* scratch) {
+  IndexerScratch local;
   const int64_t n = std::min<int64_t>(k, G);
-  std::vector<int32_t> top = largest(scores, G, n);
-  std::vector<int32_t> keep;
-  for (int32_t g : top)
-    if (scores[g] > kNegInf) keep.push_back(g);
-  std::sort(keep.begin(), keep.end());
-  for (int i = 0; i < k; ++i) out[i] = i < static_cast<int>(keep.size()) ? keep[i] : -1;
+  largest_ascending(scores, G, n, k, (scratch ? *scratch : local).order, out);
 }
 
 }  // namespace dsv41

@@ -23,17 +23,31 @@
 
 namespace dsv41 {
 
+// Working memory of the indexer, owned by the caller and reused between calls (resized to the
+// call's shape: no allocation once a shape has been seen, the context growing within capacity).
+// Null: a local one per call.
+struct IndexerScratch {
+  std::vector<float> q, head_weights;      // [T, nh·dh], [T, nh] (attention_index)
+  std::vector<float> scores;               // [rows, G] one block of query rows (attention_index)
+  std::vector<int32_t> topk, blocks_kept;  // [T, k], [T, topk_blocks]: swapped into the shared state
+  std::vector<float> key, per_head;        // [dh] one unpacked key, [nh] its per-head dots
+  std::vector<float> cos, sin;             // [rope_dim/2] of one query position
+  std::vector<float> block_scores;         // [blocks] candidate block scores of one row
+  std::vector<int32_t> order;              // [G] or [blocks] indices being selected
+};
+
 // Index queries and head weights of T tokens: q [T, nh·dh] (rotated + MXFP4 fake-quantised),
 // head_weights [T, nh] (already × nh^-1/2). c: [T, q_lora_rank], x: [T, hidden]. The two
 // projections are gemm_f32 on ex.pool.
 void indexer_queries(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
                      const float* c, const float* x, int64_t T, int64_t start_pos, std::vector<float>& q,
-                     std::vector<float>& head_weights);
+                     std::vector<float>& head_weights, IndexerScratch* scratch = nullptr);
 
 // scores[rows, G] for query rows [row0, row0+rows) of the chunk against entries [0, G) of `kv`,
 // with visibility applied (ratio = the index layer's compress ratio).
 void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
-                    const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores);
+                    const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores,
+                    IndexerScratch* scratch = nullptr);
 
 // The same scores for ONE query row (chunk row i) but only inside the candidate pool `kept`
 // (ascending block ids, −1 padded, blocks of block_size entries); every other entry is −inf.
@@ -41,14 +55,14 @@ void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t 
 // the pool instead of the whole context (restricted index sources).
 void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                             const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
-                            int topk_blocks, int block_size, float* row);
+                            int topk_blocks, int block_size, float* row, IndexerScratch* scratch = nullptr);
 
 // Candidate blocks of one score row: kept[topk_blocks] ascending block ids, −1 padded.
 // visible = ⌊(t+1)/r⌋ (its newest block is pinned).
 void select_candidate_blocks(const float* scores, int64_t G, int64_t visible, int block_size, int topk_blocks,
-                             int32_t* kept);
+                             int32_t* kept, IndexerScratch* scratch = nullptr);
 
 // Top-k of one score row: out[k] ascending entry ids, −1 padded (k = index_topk).
-void select_topk(const float* scores, int64_t G, int k, int32_t* out);
+void select_topk(const float* scores, int64_t G, int k, int32_t* out, IndexerScratch* scratch = nullptr);
 
 }  // namespace dsv41

@@ -81,10 +81,12 @@ void finish_coefficients(const MhcShape& shape, const MhcWeights& w, const float
 }  // namespace
 
 void mhc_coefficients_reference(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens,
-                                float* pre, float* post, float* comb) {
+                                float* pre, float* post, float* comb, MhcScratch* scratch) {
   const int64_t flat = shape.hc * shape.dim;
   const int64_t mix = shape.mix_width();
-  std::vector<float> m(mix);
+  MhcScratch local;
+  std::vector<float>& m = (scratch ? *scratch : local).mix;
+  m.resize(static_cast<size_t>(mix));
   for (int64_t t = 0; t < tokens; ++t) {
     const float* f = x + t * flat;
     const float r = flat_rsqrt(f, flat, shape.norm_eps);
@@ -100,11 +102,14 @@ void mhc_coefficients_reference(const MhcShape& shape, const MhcWeights& w, cons
 }
 
 void mhc_coefficients_fast(const CpuExec& ex, const MhcShape& shape, const MhcWeights& w, const float* x,
-                           int64_t tokens, float* pre, float* post, float* comb) {
+                           int64_t tokens, float* pre, float* post, float* comb, MhcScratch* scratch) {
   const int64_t flat = shape.hc * shape.dim;
   const int64_t mix = shape.mix_width();
   const int hc = shape.hc;
-  std::vector<float> normed(tokens * flat);  // [T, hc·d]
+  MhcScratch local;
+  MhcScratch& ws = scratch ? *scratch : local;
+  std::vector<float>& normed = ws.normed;  // [T, hc·d]
+  normed.resize(static_cast<size_t>(tokens * flat));
   ex.parallel_items(tokens, flat, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* f = x + t * flat;
@@ -113,7 +118,8 @@ void mhc_coefficients_fast(const CpuExec& ex, const MhcShape& shape, const MhcWe
       scale_avx2(f, r, flat, normed.data() + t * flat);
     }
   });
-  std::vector<float> m(tokens * mix);  // [T, (2+hc)·hc]
+  std::vector<float>& m = ws.mix;  // [T, (2+hc)·hc]
+  m.resize(static_cast<size_t>(tokens * mix));
   gemm_f32(ex, normed.data(), tokens, flat, w.fn, mix, m.data());
   // Gates + Sinkhorn: ≈ 4·iters·hc² operations per token.
   ex.parallel_items(tokens, 4 * int64_t(shape.sinkhorn_iters) * hc * hc, [&](int64_t t0, int64_t t1) {
@@ -123,9 +129,9 @@ void mhc_coefficients_fast(const CpuExec& ex, const MhcShape& shape, const MhcWe
 }
 
 void mhc_coefficients(const CpuExec& ex, const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens,
-                      float* pre, float* post, float* comb) {
-  if (ex.use_fast()) return mhc_coefficients_fast(ex, shape, w, x, tokens, pre, post, comb);
-  mhc_coefficients_reference(shape, w, x, tokens, pre, post, comb);
+                      float* pre, float* post, float* comb, MhcScratch* scratch) {
+  if (ex.use_fast()) return mhc_coefficients_fast(ex, shape, w, x, tokens, pre, post, comb, scratch);
+  mhc_coefficients_reference(shape, w, x, tokens, pre, post, comb, scratch);
 }
 
 void mhc_collapse_reference(const MhcShape& shape, const float* x, const float* pre, int64_t tokens, float* y) {

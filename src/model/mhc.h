@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "format/config.h"
 #include "kernels/cpu/cpu_exec.h"
@@ -35,6 +36,13 @@ struct MhcWeights {
   const float* scale = nullptr;  // [3]: pre, post, comb
 };
 
+// Working memory of mhc_coefficients, owned by the caller and reused between calls (resized to the
+// call's token count: no allocation once a shape has been seen). Null: a local one per call.
+struct MhcScratch {
+  std::vector<float> normed;  // [T, hc·d] normalised streams (fast path)
+  std::vector<float> mix;     // [T, (2+hc)·hc] raw projections (the reference uses one row)
+};
+
 // Each operation has a plain scalar *_reference, a *_fast path (AVX2 inner loops from
 // kernels/cpu/block_kernels.h, threaded over tokens on ex.pool) and an unsuffixed entry that picks
 // one at run time (kernels/cpu/cpu_exec.h: the fast path when ex.use_fast()).
@@ -48,11 +56,11 @@ struct MhcWeights {
 // Fast: the normalised streams of all tokens as one GEMM (kernels/cpu/gemm.h), the RMS scale in
 // AVX2 (double lanes) and the gates + Sinkhorn threaded over tokens.
 void mhc_coefficients_reference(const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens,
-                                float* pre, float* post, float* comb);
+                                float* pre, float* post, float* comb, MhcScratch* scratch = nullptr);
 void mhc_coefficients_fast(const CpuExec& ex, const MhcShape& shape, const MhcWeights& w, const float* x,
-                           int64_t tokens, float* pre, float* post, float* comb);
+                           int64_t tokens, float* pre, float* post, float* comb, MhcScratch* scratch = nullptr);
 void mhc_coefficients(const CpuExec& ex, const MhcShape& shape, const MhcWeights& w, const float* x, int64_t tokens,
-                      float* pre, float* post, float* comb);
+                      float* pre, float* post, float* comb, MhcScratch* scratch = nullptr);
 
 // y[t] = Σ_j pre[t, j] · X[t, j]   (fp32, j ascending).   x [T, hc, d], pre [T, hc] → y [T, d]
 void mhc_collapse_reference(const MhcShape& shape, const float* x, const float* pre, int64_t tokens, float* y);

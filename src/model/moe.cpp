@@ -65,13 +65,17 @@ void score(const MoeShape& shape, float* s) {
 }
 
 // Selection + weights for one token from its logits row (overwritten with scores).
-void select(const MoeShape& shape, const MoeWeights& w, bool image, float* s, int32_t* experts, float* weights) {
+// biased, order: [E] working rows from the caller's scratch.
+void select(const MoeShape& shape, const MoeWeights& w, bool image, float* s, int32_t* experts, float* weights,
+            MoeScratch& ws) {
   score(shape, s);
   const float* bias = (image && w.bias_vl) ? w.bias_vl : w.bias;
   const int e = shape.n_experts, k = shape.top_k;
-  std::vector<float> biased(e);
+  std::vector<float>& biased = ws.biased;
+  biased.resize(static_cast<size_t>(e));
   for (int i = 0; i < e; ++i) biased[i] = s[i] + (bias ? bias[i] : 0.0f);
-  std::vector<int32_t> order(e);
+  std::vector<int32_t>& order = ws.order;
+  order.resize(static_cast<size_t>(e));
   std::iota(order.begin(), order.end(), 0);
   // (value desc, index asc); NaN last.
   auto better = [&](int32_t a, int32_t b) {
@@ -113,8 +117,13 @@ double dot(const float* a, const float* b, int64_t n) {
 
 // One expert on one token (scalar): y += W2 (weight · SwiGLU(W1 x, W3 x)).
 void expert_reference(const MoeShape& shape, const ExpertWeights& ew, int64_t inter, const float* x, float weight,
-                      float* y) {
-  std::vector<float> g(inter), u(inter), h(inter);
+                      float* y, MoeScratch& ws) {
+  std::vector<float>& g = ws.g;  // [inter] each
+  std::vector<float>& u = ws.u;
+  std::vector<float>& h = ws.h;
+  g.resize(static_cast<size_t>(inter));
+  u.resize(static_cast<size_t>(inter));
+  h.resize(static_cast<size_t>(inter));
   for (int64_t o = 0; o < inter; ++o) {
     g[o] = static_cast<float>(dot_reference(ew.w1, o * shape.dim, x, shape.dim));
     u[o] = static_cast<float>(dot_reference(ew.w3, o * shape.dim, x, shape.dim));
@@ -124,59 +133,69 @@ void expert_reference(const MoeShape& shape, const ExpertWeights& ew, int64_t in
 }
 
 void route_all(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
-               const uint8_t* is_image, int32_t* experts, float* weights) {
-  std::vector<float> logits(tokens * shape.n_experts);
+               const uint8_t* is_image, int32_t* experts, float* weights, MoeScratch& ws) {
+  std::vector<float>& logits = ws.logits;
+  logits.resize(static_cast<size_t>(tokens * shape.n_experts));
   gemm_f32(ex, x, tokens, shape.dim, w.gate, shape.n_experts, logits.data());
   for (int64_t t = 0; t < tokens; ++t) {
     float* s = logits.data() + t * shape.n_experts;
     for (int i = 0; i < shape.n_experts; ++i) s[i] /= shape.gate_temp;
-    select(shape, w, is_image && is_image[t], s, experts + t * shape.top_k, weights + t * shape.top_k);
+    select(shape, w, is_image && is_image[t], s, experts + t * shape.top_k, weights + t * shape.top_k, ws);
   }
 }
 
 }  // namespace
 
 void moe_route(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
-               const uint8_t* is_image, int32_t* experts, float* weights) {
-  route_all(ex, shape, w, x, tokens, is_image, experts, weights);
+               const uint8_t* is_image, int32_t* experts, float* weights, MoeScratch* scratch) {
+  MoeScratch local;
+  route_all(ex, shape, w, x, tokens, is_image, experts, weights, scratch ? *scratch : local);
 }
 
 void moe_forward_reference(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
-                           const uint8_t* is_image, float* y, int32_t* experts_out, float* weights_out) {
+                           const uint8_t* is_image, float* y, int32_t* experts_out, float* weights_out,
+                           MoeScratch* scratch) {
   const int k = shape.top_k;
-  std::vector<float> s(shape.n_experts);
-  std::vector<int32_t> chosen(k);
-  std::vector<float> wts(k);
+  MoeScratch local;
+  MoeScratch& ws = scratch ? *scratch : local;
+  std::vector<float>& s = ws.logits;
+  std::vector<int32_t>& chosen = ws.chosen;
+  std::vector<float>& wts = ws.chosen_weights;
+  s.resize(static_cast<size_t>(shape.n_experts));
+  chosen.resize(static_cast<size_t>(k));
+  wts.resize(static_cast<size_t>(k));
   for (int64_t t = 0; t < tokens; ++t) {
     const float* xt = x + t * shape.dim;
     for (int i = 0; i < shape.n_experts; ++i)
       s[i] = static_cast<float>(dot(w.gate + i * shape.dim, xt, shape.dim)) / shape.gate_temp;
-    select(shape, w, is_image && is_image[t], s.data(), chosen.data(), wts.data());
+    select(shape, w, is_image && is_image[t], s.data(), chosen.data(), wts.data(), ws);
     float* yt = y + t * shape.dim;
     std::fill(yt, yt + shape.dim, 0.0f);
-    for (int j = 0; j < k; ++j) expert_reference(shape, w.experts[chosen[j]], shape.inter, xt, wts[j], yt);
-    if (shape.has_shared) expert_reference(shape, w.shared, shape.shared_inter, xt, 1.0f, yt);
-    if (experts_out) std::copy(chosen.begin(), chosen.end(), experts_out + t * k);
-    if (weights_out) std::copy(wts.begin(), wts.end(), weights_out + t * k);
+    for (int j = 0; j < k; ++j) expert_reference(shape, w.experts[chosen[j]], shape.inter, xt, wts[j], yt, ws);
+    if (shape.has_shared) expert_reference(shape, w.shared, shape.shared_inter, xt, 1.0f, yt, ws);
+    if (experts_out) std::copy(chosen.begin(), chosen.begin() + k, experts_out + t * k);
+    if (weights_out) std::copy(wts.begin(), wts.begin() + k, weights_out + t * k);
   }
 }
 
 namespace {
 
-// Runs one expert over a gathered batch: rows [n, dim] with per-row weights, adds W2 h into
-// y at the rows' token indices.
+// Runs one expert over a gathered batch: rows [n] token indices with per-row weights, adds W2 h
+// into y at the rows' token indices.
 void expert_batch(const CpuExec& ex, const MoeShape& shape, const ExpertWeights& ew, int64_t inter, const float* x,
-                  const std::vector<int64_t>& rows, const std::vector<float>& row_weight, float* y) {
-  const int64_t n = static_cast<int64_t>(rows.size());
+                  const int64_t* rows, const float* row_weight, int64_t n, float* y, MoeScratch& ws) {
   if (n == 0) return;
-  std::vector<float> xb(n * shape.dim), g(n * inter), u(n * inter), h(n * inter), out(n * shape.dim);
-  for (int64_t r = 0; r < n; ++r)
-    std::copy(x + rows[r] * shape.dim, x + (rows[r] + 1) * shape.dim, xb.begin() + r * shape.dim);
-  matmul(ex, xb.data(), n, shape.dim, ew.w1, inter, g.data());
-  matmul(ex, xb.data(), n, shape.dim, ew.w3, inter, u.data());
-  for (int64_t r = 0; r < n; ++r)
-    swiglu(shape, g.data() + r * inter, u.data() + r * inter, inter, row_weight[r], h.data() + r * inter);
-  matmul(ex, h.data(), n, inter, ew.w2, shape.dim, out.data());
+  ws.xb.resize(static_cast<size_t>(n * shape.dim));
+  ws.g.resize(static_cast<size_t>(n * inter));
+  ws.u.resize(static_cast<size_t>(n * inter));
+  ws.h.resize(static_cast<size_t>(n * inter));
+  ws.out.resize(static_cast<size_t>(n * shape.dim));
+  float *xb = ws.xb.data(), *g = ws.g.data(), *u = ws.u.data(), *h = ws.h.data(), *out = ws.out.data();
+  for (int64_t r = 0; r < n; ++r) std::copy(x + rows[r] * shape.dim, x + (rows[r] + 1) * shape.dim, xb + r * shape.dim);
+  matmul(ex, xb, n, shape.dim, ew.w1, inter, g);
+  matmul(ex, xb, n, shape.dim, ew.w3, inter, u);
+  for (int64_t r = 0; r < n; ++r) swiglu(shape, g + r * inter, u + r * inter, inter, row_weight[r], h + r * inter);
+  matmul(ex, h, n, inter, ew.w2, shape.dim, out);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < shape.dim; ++c) y[rows[r] * shape.dim + c] += out[r * shape.dim + c];
 }
@@ -184,28 +203,46 @@ void expert_batch(const CpuExec& ex, const MoeShape& shape, const ExpertWeights&
 }  // namespace
 
 void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
-                 const uint8_t* is_image, float* y, int32_t* experts_out, float* weights_out) {
-  const int k = shape.top_k;
-  std::vector<int32_t> chosen(tokens * k);
-  std::vector<float> wts(tokens * k);
-  route_all(ex, shape, w, x, tokens, is_image, chosen.data(), wts.data());
+                 const uint8_t* is_image, float* y, int32_t* experts_out, float* weights_out, MoeScratch* scratch) {
+  const int k = shape.top_k, E = shape.n_experts;
+  MoeScratch local;
+  MoeScratch& ws = scratch ? *scratch : local;
+  ws.chosen.resize(static_cast<size_t>(tokens * k));
+  ws.chosen_weights.resize(static_cast<size_t>(tokens * k));
+  const int32_t* chosen = ws.chosen.data();
+  const float* wts = ws.chosen_weights.data();
+  route_all(ex, shape, w, x, tokens, is_image, ws.chosen.data(), ws.chosen_weights.data(), ws);
   std::fill(y, y + tokens * shape.dim, 0.0f);
-  // Group (token, weight) pairs by expert so each expert's weights are read once per call.
-  std::vector<std::vector<int64_t>> rows(shape.n_experts);
-  std::vector<std::vector<float>> row_w(shape.n_experts);
+  // Group (token, weight) pairs by expert so each expert's weights are read once per call: a
+  // counting sort, stable, so each expert sees its tokens in ascending order.
+  ws.expert_begin.assign(static_cast<size_t>(E + 1), 0);
+  for (int64_t i = 0; i < tokens * k; ++i) ++ws.expert_begin[chosen[i] + 1];
+  for (int e = 0; e < E; ++e) ws.expert_begin[e + 1] += ws.expert_begin[e];
+  ws.expert_rows.resize(static_cast<size_t>(tokens * k));
+  ws.expert_row_weights.resize(static_cast<size_t>(tokens * k));
+  // Fill with a moving cursor per expert (expert_begin[e] advances to the end of e's rows, then is
+  // shifted back below).
   for (int64_t t = 0; t < tokens; ++t)
     for (int j = 0; j < k; ++j) {
-      rows[chosen[t * k + j]].push_back(t);
-      row_w[chosen[t * k + j]].push_back(wts[t * k + j]);
+      const int64_t slot = ws.expert_begin[chosen[t * k + j]]++;
+      ws.expert_rows[slot] = t;
+      ws.expert_row_weights[slot] = wts[t * k + j];
     }
-  for (int e = 0; e < shape.n_experts; ++e) expert_batch(ex, shape, w.experts[e], shape.inter, x, rows[e], row_w[e], y);
-  if (shape.has_shared) {
-    std::vector<int64_t> all(tokens);
-    std::iota(all.begin(), all.end(), 0);
-    expert_batch(ex, shape, w.shared, shape.shared_inter, x, all, std::vector<float>(tokens, 1.0f), y);
+  for (int e = E; e > 0; --e) ws.expert_begin[e] = ws.expert_begin[e - 1];
+  ws.expert_begin[0] = 0;
+  for (int e = 0; e < E; ++e) {
+    const int64_t b = ws.expert_begin[e], n = ws.expert_begin[e + 1] - b;
+    expert_batch(ex, shape, w.experts[e], shape.inter, x, ws.expert_rows.data() + b, ws.expert_row_weights.data() + b,
+                 n, y, ws);
   }
-  if (experts_out) std::copy(chosen.begin(), chosen.end(), experts_out);
-  if (weights_out) std::copy(wts.begin(), wts.end(), weights_out);
+  if (shape.has_shared) {
+    ws.all_rows.resize(static_cast<size_t>(tokens));
+    std::iota(ws.all_rows.begin(), ws.all_rows.end(), 0);
+    ws.ones.assign(static_cast<size_t>(tokens), 1.0f);
+    expert_batch(ex, shape, w.shared, shape.shared_inter, x, ws.all_rows.data(), ws.ones.data(), tokens, y, ws);
+  }
+  if (experts_out) std::copy(chosen, chosen + tokens * k, experts_out);
+  if (weights_out) std::copy(wts, wts + tokens * k, weights_out);
 }
 
 }  // namespace dsv41

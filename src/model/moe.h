@@ -58,9 +58,25 @@ struct MoeWeights {
   ExpertWeights shared;                // the shared expert (width shared_inter), if has_shared
 };
 
+// Working memory of the router and the experts, owned by the caller and reused between calls
+// (resized to the call's shape: no allocation once a shape has been seen). Null: a local one.
+struct MoeScratch {
+  std::vector<float> logits;                 // [T, E] router logits, then scores
+  std::vector<float> biased;                 // [E] selection scores of one token
+  std::vector<int32_t> order;                // [E] experts sorted for the top-k
+  std::vector<int32_t> chosen;               // [T, k]
+  std::vector<float> chosen_weights;         // [T, k]
+  std::vector<int64_t> expert_begin;         // [E + 1] start of each expert's rows below
+  std::vector<int64_t> expert_rows;          // [T·k] token of each (token, expert) pair, by expert
+  std::vector<float> expert_row_weights;     // [T·k] its routing weight
+  std::vector<int64_t> all_rows;             // [T] 0 … T−1 (the shared expert)
+  std::vector<float> ones;                   // [T] 1.0 (the shared expert's weights)
+  std::vector<float> xb, g, u, h, out;       // one expert's gathered rows and activations
+};
+
 // Router only.  x [T, dim]; is_image [T] (null = all text) → experts [T, k] i32, weights [T, k].
 void moe_route(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
-               const uint8_t* is_image, int32_t* experts, float* weights);
+               const uint8_t* is_image, int32_t* experts, float* weights, MoeScratch* scratch = nullptr);
 
 // Full MoE.  x [T, dim] → y [T, dim]; experts/weights (optional, [T, k]) receive the routing.
 // The reference runs token by token with scalar dot products; the fast path batches the
@@ -68,8 +84,9 @@ void moe_route(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, co
 // outputs equal to float rounding.
 void moe_forward_reference(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
                            const uint8_t* is_image, float* y, int32_t* experts = nullptr,
-                           float* weights = nullptr);
+                           float* weights = nullptr, MoeScratch* scratch = nullptr);
 void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
-                 const uint8_t* is_image, float* y, int32_t* experts = nullptr, float* weights = nullptr);
+                 const uint8_t* is_image, float* y, int32_t* experts = nullptr, float* weights = nullptr,
+                 MoeScratch* scratch = nullptr);
 
 }  // namespace dsv41

@@ -66,7 +66,7 @@ void CpuBackend::begin_layer(int layer) {
 Status CpuBackend::engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) {
   const int64_t hc = config().hc_mult, d = config().hidden_size;
   return engram_forward(ex_, model_.engram_shape(), model_.layer(layer).engram(), row_ids, rows,
-                        x_.data() + row0 * hc * d);
+                        x_.data() + row0 * hc * d, &engram_scratch_);
 }
 
 void CpuBackend::attention_input(int layer) {
@@ -74,7 +74,8 @@ void CpuBackend::attention_input(int layer) {
   const int64_t n = layout_.rows;
   const LayerWeights& L = model_.layer(layer);
   // Attention site: coefficients from X, input collapsed with the carried (previous site's) mix.
-  mhc_coefficients(ex_, model_.mhc_shape(), L.mhc_attn(), x_.data(), n, pre_a_.data(), post_a_.data(), comb_a_.data());
+  mhc_coefficients(ex_, model_.mhc_shape(), L.mhc_attn(), x_.data(), n, pre_a_.data(), post_a_.data(), comb_a_.data(),
+                   &mhc_scratch_);
   mhc_collapse(ex_, model_.mhc_shape(), x_.data(), p_.data(), n, h_.data());
   rmsnorm_rows(h_.data(), n, c.hidden_size, L.attn_norm.data(), c.rms_norm_eps, h_.data());
 }
@@ -92,9 +93,9 @@ void CpuBackend::compress(int layer, int segment, int64_t first_row) {
   const AttentionWeights& w = model_.layer(layer).attn;
   KvSourceCache& kv = *s.cache->kv_source(layer);
   if (first_row < s.rows) {
-    CompressedGroups groups;
-    compressor_step(ex_, config(), w, kv, row(h_, s.row0 + first_row, config().hidden_size), s.rows - first_row, groups);
-    compressor_publish(ex_, config(), w, model_.rope(), kv, groups);
+    compressor_step(ex_, config(), w, kv, row(h_, s.row0 + first_row, config().hidden_size), s.rows - first_row,
+                    groups_, &compressor_scratch_);
+    compressor_publish(ex_, config(), w, model_.rope(), kv, groups_, &compressor_scratch_);
   }
   shared_[segment].kv_layer = layer;
   shared_[segment].entries = kv.entries();
@@ -105,7 +106,8 @@ void CpuBackend::index(int layer, int segment, int kv_layer, bool restricted) {
   const ModelConfig& c = config();
   const KvSourceCache& kv = *s.cache->kv_source(kv_layer);
   attention_index(ex_, c, plan().layers[layer], model_.layer(layer).attn, model_.rope(), kv, restricted,
-                  row(c_, s.row0, c.q_lora_rank), row(h_, s.row0, c.hidden_size), s.rows, s.start, shared_[segment]);
+                  row(c_, s.row0, c.q_lora_rank), row(h_, s.row0, c.hidden_size), s.rows, s.start, shared_[segment],
+                  &attention_scratch_);
 }
 
 void CpuBackend::attend(int layer, int segment, int kv_layer) {
@@ -117,13 +119,13 @@ void CpuBackend::attend(int layer, int segment, int kv_layer) {
   const int32_t* topk = compressed ? shared_[segment].topk.data() : nullptr;
   sparse_sink_attention(c, model_.layer(layer).attn, ring, row(kv_, s.row0, c.head_dim), compressed, topk,
                         row(q_, s.row0, HD), rope_rows_.at(plan().layers[layer].rope), s.row0, s.rows, s.start,
-                        row(o_, s.row0, HD), attention_options_);
+                        row(o_, s.row0, HD), attention_options_, &attention_scratch_);
   ring.push_rows(row(kv_, s.row0, c.head_dim), s.rows);
 }
 
 void CpuBackend::attention_output(int layer) {
   const int64_t n = layout_.rows;
-  dsv41::attention_output(ex_, config(), model_.layer(layer).attn, o_.data(), n, a_.data());
+  dsv41::attention_output(ex_, config(), model_.layer(layer).attn, o_.data(), n, a_.data(), &attention_scratch_);
   mhc_expand(ex_, model_.mhc_shape(), a_.data(), x_.data(), post_a_.data(), comb_a_.data(), n, x2_.data());
 }
 
@@ -133,10 +135,11 @@ void CpuBackend::ffn(int layer) {
   const LayerWeights& L = model_.layer(layer);
   const MhcShape& mhc = model_.mhc_shape();
   // FFN site: coefficients from X', input collapsed with this block's attention-site pre.
-  mhc_coefficients(ex_, mhc, L.mhc_ffn(), x2_.data(), n, pre_b_.data(), post_b_.data(), comb_b_.data());
+  mhc_coefficients(ex_, mhc, L.mhc_ffn(), x2_.data(), n, pre_b_.data(), post_b_.data(), comb_b_.data(), &mhc_scratch_);
   mhc_collapse(ex_, mhc, x2_.data(), pre_a_.data(), n, h_.data());
   rmsnorm_rows(h_.data(), n, d, L.ffn_norm.data(), c.rms_norm_eps, h_.data());
-  moe_forward(ex_, model_.moe_shape(), moe_[layer], h_.data(), n, nullptr, a_.data(), experts_.data(), weights_.data());
+  moe_forward(ex_, model_.moe_shape(), moe_[layer], h_.data(), n, nullptr, a_.data(), experts_.data(), weights_.data(),
+              &moe_scratch_);
   mhc_expand(ex_, mhc, a_.data(), x2_.data(), post_b_.data(), comb_b_.data(), n, x_.data());
   std::copy(pre_b_.begin(), pre_b_.end(), p_.begin());  // the carried mix for the next site
   expert_seen_.assign(static_cast<size_t>(c.n_routed_experts), 0);

@@ -7,7 +7,9 @@
 //   x [n, hc, d] residual streams, p [n, hc] carried mix, h [n, d] block input,
 //   c [n, q_lora], q [n, H·D], kv [n, D], o [n, H·D], a [n, d], x2 [n, hc, d] streams after
 //   attention, mHC coefficients of both sites, router choices [n, top_k], RoPE tables per kind,
-//   and one SharedAttentionState per segment (its latest top-k and candidate pool).
+//   and one SharedAttentionState per segment (its latest top-k and candidate pool); and the
+//   blocks' scratch (mHC, Engram, compressor, indexer + attention, MoE), passed down to the kernels
+//   so that they allocate nothing themselves.
 // The Model is borrowed and must outlive the backend. Kernels run on the given CpuExec (its pool
 // and scalar/fast path) or on the model's.
 #pragma once
@@ -21,6 +23,7 @@
 #include "engine/backend.h"
 #include "model/attention.h"
 #include "model/attention_steps.h"
+#include "model/compressor.h"
 #include "model/model.h"
 
 namespace dsv41 {
@@ -75,6 +78,12 @@ class CpuBackend : public Backend {
   std::vector<float> pre_a_, post_a_, comb_a_, pre_b_, post_b_, comb_b_;
   std::vector<int32_t> experts_;
   std::vector<float> weights_;
+  MhcScratch mhc_scratch_;
+  EngramScratch engram_scratch_;
+  CompressorScratch compressor_scratch_;
+  CompressedGroups groups_;  // the groups one compress() call completes
+  AttentionScratch attention_scratch_;
+  MoeScratch moe_scratch_;
 };
 
 }  // namespace dsv41

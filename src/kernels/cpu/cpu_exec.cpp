@@ -20,7 +20,7 @@ bool CpuExec::use_fast() const { return fast && cpu_has_avx2_fma(); }
 
 int CpuExec::threads() const { return pool ? pool->num_threads() : 1; }
 
-void CpuExec::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) const {
+void CpuExec::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) const {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   if (pool) return pool->parallel_for(n, grain, fn);
@@ -29,7 +29,7 @@ void CpuExec::parallel_for(int64_t n, int64_t grain, const std::function<void(in
 }
 
 void CpuExec::parallel_items(int64_t items, int64_t work_per_item,
-                             const std::function<void(int64_t, int64_t)>& fn) const {
+                             FunctionRef<void(int64_t, int64_t)> fn) const {
   if (items <= 0) return;
   constexpr int64_t kMinChunkWork = int64_t{1} << 16;
   const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, work_per_item));

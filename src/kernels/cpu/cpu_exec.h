@@ -9,8 +9,8 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 
+#include "base/function_ref.h"
 #include "base/thread_pool.h"
 
 namespace dsv41 {
@@ -31,10 +31,11 @@ struct CpuExec {
   // Calls fn(begin, end) over [0, items) in chunks of whole items big enough (≈ 64K units of
   // `work_per_item` each) to pay for waking the pool; inline when the whole job is smaller or
   // there is no pool. For the fast paths' per-token loops: items must be independent, so the
-  // result never depends on the chunking or the thread count.
-  void parallel_items(int64_t items, int64_t work_per_item, const std::function<void(int64_t, int64_t)>& fn) const;
+  // result never depends on the chunking or the thread count. fn is borrowed for the call; no
+  // allocation either way.
+  void parallel_items(int64_t items, int64_t work_per_item, FunctionRef<void(int64_t, int64_t)> fn) const;
   // ThreadPool::parallel_for on the pool (same fixed chunk boundaries), or inline without one.
-  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) const;
+  void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) const;
 };
 
 }  // namespace dsv41

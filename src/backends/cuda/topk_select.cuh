@@ -63,13 +63,18 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, SelectShare
 }
 
 // Selects from keys[0, n) (ids[i], or base + i when ids is null) the top min(k, eligible) and
-// writes them to out_keys/out_ids[0, k) in list order, padding with key 0 / id −1. All threads
+// writes them to out_keys/out_ids[0, k) in list order, padding with key 0 / id −1. Keys below
+// `floor` count as ineligible (a caller's proven lower bound on the k-th key it finally keeps;
+// 0 = none). Returns the k-th largest eligible key when at least k were eligible and more than
+// k passed the floor (a valid floor for later selections over a superset), else 0. All threads
 // of the block must call it (it contains barriers).
 template <int kThreads>
-__device__ void block_select_topk(const uint32_t* keys, const int32_t* ids, int64_t base, int n, int k,
-                                  uint32_t* out_keys, int32_t* out_ids, SelectShared<kThreads>& sm) {
+__device__ uint32_t block_select_topk(const uint32_t* keys, const int32_t* ids, int64_t base, int n, int k,
+                                      uint32_t* out_keys, int32_t* out_ids, SelectShared<kThreads>& sm,
+                                      uint32_t floor = 0) {
   const int tid = threadIdx.x, lane = tid % 32;
   uint32_t prefix = 0, mask = 0;
+  bool take_all = false;  // at most k keys pass the floor: no threshold search needed
   if (tid == 0) sm.threshold = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = tid; i < 256; i += kThreads) sm.hist[i] = 0;
@@ -88,7 +93,9 @@ __device__ void block_select_topk(const uint32_t* keys, const int32_t* ids, int6
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const uint32_t key = kv[j];
-        const bool in = key > kIneligibleKey && (key & mask) == prefix;
+        const bool in = key > kIneligibleKey && key >= floor && (key & mask) == prefix;
+        // Below a good floor most keys are out: skip the (slow) match for such warps.
+        if (__ballot_sync(0xffffffffu, in) == 0) continue;
         const uint32_t digit = in ? (key >> shift) & 0xFF : 256u;
         // Warp-aggregated increments: scores share their top bytes, so plain atomics would
         // serialise on a few bins.
@@ -130,12 +137,19 @@ __device__ void block_select_topk(const uint32_t* keys, const int32_t* ids, int6
       }
     }
     __syncthreads();
+    if (shift == 24 && sm.eligible <= k) {  // block-uniform (read after the barrier)
+      take_all = true;
+      break;
+    }
     mask |= 0xFFu << shift;
     prefix = sm.threshold & mask;
   }
   const bool none = sm.eligible == 0 || k == 0;
-  const uint32_t thr = sm.threshold;
-  const int need_eq = none ? 0 : sm.remaining;  // keys equal to thr to take, lowest positions first
+  // take_all: every key ≥ max(floor, smallest eligible key) goes, i.e. all eligible ones.
+  const uint32_t thr = take_all ? (floor > kIneligibleKey ? floor : kIneligibleKey + 1) : sm.threshold;
+  // Keys equal to thr to take, lowest positions first.
+  const int need_eq = none ? 0 : (take_all ? n : sm.remaining);
+  const uint32_t kth = !none && !take_all ? thr : 0u;
   __syncthreads();
 
   // Ordered compaction in rounds of kThreads·kVec consecutive positions, thread tid holding
@@ -188,6 +202,7 @@ __device__ void block_select_topk(const uint32_t* keys, const int32_t* ids, int6
     out_ids[i] = -1;
   }
   __syncthreads();
+  return kth;
 }
 
 }  // namespace dsv41::cuda

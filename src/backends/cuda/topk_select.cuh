@@ -94,9 +94,15 @@ __device__ uint32_t block_select_topk(const uint32_t* keys, const int32_t* ids, 
       for (int j = 0; j < kVec; ++j) {
         const uint32_t key = kv[j];
         const bool in = key > kIneligibleKey && key >= floor && (key & mask) == prefix;
-        // Below a good floor most keys are out: skip the (slow) match for such warps.
-        if (__ballot_sync(0xffffffffu, in) == 0) continue;
+        // Below a good floor most keys are out: few lanes count, and the (slow) match is only
+        // worth it when many lanes would hit the same bins.
+        const unsigned live = __ballot_sync(0xffffffffu, in);
+        if (live == 0) continue;
         const uint32_t digit = in ? (key >> shift) & 0xFF : 256u;
+        if (__popc(live) <= 4) {
+          if (in) atomicAdd(&sm.hist[digit], 1u);
+          continue;
+        }
         // Warp-aggregated increments: scores share their top bytes, so plain atomics would
         // serialise on a few bins.
         const unsigned peers = __match_any_sync(0xffffffffu, digit);

@@ -107,7 +107,8 @@ struct IndexerParams {
   float* block_max = nullptr;
   int candidate_block = 0;                       // entries per block (power of two ≤ 8192)
 };
-// Workspace bytes for these params (per-chunk candidates).
+// Workspace bytes for these params (per-chunk candidates and per-token selection floors, which
+// indexer_topk clears with a cudaMemsetAsync on the stream before its kernels).
 size_t indexer_workspace_bytes(const IndexerParams& p);
 Status indexer_topk(const IndexerParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 

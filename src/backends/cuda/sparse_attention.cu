@@ -149,7 +149,10 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
   constexpr int S = AttnSmem<D>::kStride, PS = AttnSmem<D>::kPStride;
   const int tok = blockIdx.x, h0 = blockIdx.y * kRows;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const float scaling = rsqrtf(static_cast<float>(D));
+  // Logits are kept in log2 units (× log2 e) so the softmax uses the ex2 instruction directly;
+  // the sink moves with them, and O / l is unchanged.
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float scaling = rsqrtf(static_cast<float>(D)) * kLog2e;
 
   // q rows of this head group, split hi + lo (padded rows are zero).
   for (int i = tid; i < kRows * D; i += kThreads) {
@@ -160,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
     sm.q_lo[r * S + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
   }
   if (tid < kRows) {
-    sm.m[tid] = h0 + tid < p.heads ? p.sink[h0 + tid] : 0.0f;
+    sm.m[tid] = h0 + tid < p.heads ? p.sink[h0 + tid] * kLog2e : 0.0f;
     sm.l[tid] = 1.0f;  // exp(sink − m) with m = sink
   }
   const int64_t pos = p.positions[tok];
@@ -256,24 +259,42 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
     }
     __syncthreads();
 
-    // ---- 3. online softmax: warp w updates head rows 2w, 2w+1 ----------------------------------
-    for (int r = warp * 2; r < warp * 2 + 2; ++r) {
-      const float v0 = sm.s[r][lane], v1 = sm.s[r][lane + 32];
-      float mx = fmaxf(v0, v1);
-      for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      const float m_old = sm.m[r];
-      const float m_new = fmaxf(m_old, mx);  // finite: the sink seeds it
-      const float p0 = expf(v0 - m_new), p1 = expf(v1 - m_new);
-      float sum = p0 + p1;
-      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      sm.p[r * PS + lane] = __float2bfloat16_rn(p0);
-      sm.p[r * PS + lane + 32] = __float2bfloat16_rn(p1);
-      __syncwarp();
-      if (lane == 0) {
-        const float a = expf(m_old - m_new);
-        sm.alpha[r] = a;
-        sm.l[r] = sm.l[r] * a + sum;
-        sm.m[r] = m_new;
+    // ---- 3. online softmax: warp w updates head rows 2w, 2w+1 (both rows' reductions
+    //         interleaved, so their shuffle latencies overlap) --------------------------------
+    {
+      const int r0 = warp * 2;
+      float v[2][2], mx[2], sum[2], pr[2][2], m_old[2], m_new[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        v[i][0] = sm.s[r0 + i][lane], v[i][1] = sm.s[r0 + i][lane + 32];
+        mx[i] = fmaxf(v[i][0], v[i][1]);
+        m_old[i] = sm.m[r0 + i];
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], off));
+        mx[1] = fmaxf(mx[1], __shfl_xor_sync(0xffffffffu, mx[1], off));
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        m_new[i] = fmaxf(m_old[i], mx[i]);  // finite: the sink seeds it
+        pr[i][0] = exp2f(v[i][0] - m_new[i]), pr[i][1] = exp2f(v[i][1] - m_new[i]);
+        sum[i] = pr[i][0] + pr[i][1];
+        sm.p[(r0 + i) * PS + lane] = __float2bfloat16_rn(pr[i][0]);
+        sm.p[(r0 + i) * PS + lane + 32] = __float2bfloat16_rn(pr[i][1]);
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        sum[0] += __shfl_xor_sync(0xffffffffu, sum[0], off);
+        sum[1] += __shfl_xor_sync(0xffffffffu, sum[1], off);
+      }
+      __syncwarp();  // every lane has read m before lanes 0 and 1 replace it
+      if (lane < 2) {  // lane i updates row r0 + i (every lane holds both rows' values)
+        const float mo = lane == 0 ? m_old[0] : m_old[1], mn = lane == 0 ? m_new[0] : m_new[1];
+        const float a = exp2f(mo - mn);
+        sm.alpha[r0 + lane] = a;
+        sm.l[r0 + lane] = sm.l[r0 + lane] * a + (lane == 0 ? sum[0] : sum[1]);
+        sm.m[r0 + lane] = mn;
       }
     }
     __syncthreads();

@@ -16,6 +16,9 @@ namespace dsv41::cuda {
 // Keys ≤ kIneligibleKey are never selected: −inf maps to it, padding uses 0.
 constexpr uint32_t kIneligibleKey = 0x007FFFFFu;
 
+// Keys per thread per step of the selection loops (see block_select_topk).
+constexpr int kVec = 4;
+
 // Monotone map float → uint32 (−0 and +0 map to the same key, as they compare equal).
 __device__ __forceinline__ uint32_t ordered_key(float v) {
   uint32_t u = __float_as_uint(v);
@@ -60,25 +63,51 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, SelectShare
 }
 
 // Selects from keys[0, n) (ids[i], or base + i when ids is null) the top min(k, eligible) and
-// writes them to out_keys/out_ids[0, k) in list order, padding with key 0 / id −1. All threads
+// writes them to out_keys/out_ids[0, k) in list order, padding with key 0 / id −1. Keys below
+// `floor` count as ineligible (a caller's proven lower bound on the k-th key it finally keeps;
+// 0 = none). Returns the k-th largest eligible key when at least k were eligible and more than
+// k passed the floor (a valid floor for later selections over a superset), else 0. All threads
 // of the block must call it (it contains barriers).
 template <int kThreads>
-__device__ void block_select_topk(const uint32_t* keys, const int32_t* ids, int64_t base, int n, int k,
-                                  uint32_t* out_keys, int32_t* out_ids, SelectShared<kThreads>& sm) {
+__device__ uint32_t block_select_topk(const uint32_t* keys, const int32_t* ids, int64_t base, int n, int k,
+                                      uint32_t* out_keys, int32_t* out_ids, SelectShared<kThreads>& sm,
+                                      uint32_t floor = 0) {
   const int tid = threadIdx.x, lane = tid % 32;
   uint32_t prefix = 0, mask = 0;
+  bool take_all = false;  // at most k keys pass the floor: no threshold search needed
   if (tid == 0) sm.threshold = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = tid; i < 256; i += kThreads) sm.hist[i] = 0;
     __syncthreads();
-    for (int i = tid; i < n; i += kThreads) {
-      const uint32_t key = keys[i];
-      const bool in = key > kIneligibleKey && (key & mask) == prefix;
-      const uint32_t digit = in ? (key >> shift) & 0xFF : 256u;
-      // Warp-aggregated increments: scores share their top bytes, so plain atomics would
-      // serialise on a few bins.
-      const unsigned peers = __match_any_sync(__activemask(), digit);
-      if (in && lane == __ffs(peers) - 1) atomicAdd(&sm.hist[digit], static_cast<uint32_t>(__popc(peers)));
+    // kVec keys per thread per step, all loaded before any is counted: the list may be in
+    // global memory (the merge), and a load placed after a shared atomic could not be hoisted
+    // above it, so one key per step waited a full L2 round trip. The loop bound is uniform, so
+    // every lane takes part in the match.
+    for (int i0 = 0; i0 < n; i0 += kThreads * kVec) {
+      uint32_t kv[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const int i = i0 + j * kThreads + tid;
+        kv[j] = i < n ? keys[i] : 0u;
+      }
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const uint32_t key = kv[j];
+        const bool in = key > kIneligibleKey && key >= floor && (key & mask) == prefix;
+        // Below a good floor most keys are out: few lanes count, and the (slow) match is only
+        // worth it when many lanes would hit the same bins.
+        const unsigned live = __ballot_sync(0xffffffffu, in);
+        if (live == 0) continue;
+        const uint32_t digit = in ? (key >> shift) & 0xFF : 256u;
+        if (__popc(live) <= 4) {
+          if (in) atomicAdd(&sm.hist[digit], 1u);
+          continue;
+        }
+        // Warp-aggregated increments: scores share their top bytes, so plain atomics would
+        // serialise on a few bins.
+        const unsigned peers = __match_any_sync(0xffffffffu, digit);
+        if (in && lane == __ffs(peers) - 1) atomicAdd(&sm.hist[digit], static_cast<uint32_t>(__popc(peers)));
+      }
     }
     __syncthreads();
     if (tid < 32) {
@@ -114,28 +143,60 @@ __device__ void block_select_topk(const uint32_t* keys, const int32_t* ids, int6
       }
     }
     __syncthreads();
+    if (shift == 24 && sm.eligible <= k) {  // block-uniform (read after the barrier)
+      take_all = true;
+      break;
+    }
     mask |= 0xFFu << shift;
     prefix = sm.threshold & mask;
   }
   const bool none = sm.eligible == 0 || k == 0;
-  const uint32_t thr = sm.threshold;
-  const int need_eq = none ? 0 : sm.remaining;  // keys equal to thr to take, lowest positions first
+  // take_all: every key ≥ max(floor, smallest eligible key) goes, i.e. all eligible ones.
+  const uint32_t thr = take_all ? (floor > kIneligibleKey ? floor : kIneligibleKey + 1) : sm.threshold;
+  // Keys equal to thr to take, lowest positions first.
+  const int need_eq = none ? 0 : (take_all ? n : sm.remaining);
+  const uint32_t kth = !none && !take_all ? thr : 0u;
   __syncthreads();
 
-  // Ordered compaction in rounds of kThreads consecutive positions.
+  // Ordered compaction in rounds of kThreads·kVec consecutive positions, thread tid holding
+  // positions tid·kVec .. tid·kVec + kVec − 1 of the round (a quarter of the rounds, barriers
+  // and scans of one position per thread; counts per round ≤ 4096 fit the packed 16-bit halves).
   int gt_run = 0, eq_run = 0, buf = 0;
-  for (int r0 = 0; r0 < n; r0 += kThreads) {
-    const int i = r0 + tid;
-    const uint32_t key = i < n ? keys[i] : 0u;
-    const bool gt = !none && i < n && key > thr;
-    const bool eq = !none && i < n && key == thr;
+  static_assert(kVec == 4, "the vector load below");
+  const bool aligned = (reinterpret_cast<uintptr_t>(keys) & 15) == 0;
+  for (int r0 = 0; r0 < n; r0 += kThreads * kVec) {
+    uint32_t kv[kVec];
+    uint32_t cnt = 0;
+    const int i4 = r0 + tid * kVec;
+    if (aligned && i4 + kVec <= n) {  // one 16-byte load (no 4-way bank conflict in shared memory)
+      const uint4 v = *reinterpret_cast<const uint4*>(keys + i4);
+      kv[0] = v.x, kv[1] = v.y, kv[2] = v.z, kv[3] = v.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) kv[j] = i4 + j < n ? keys[i4 + j] : 0u;
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const int i = i4 + j;
+      const bool gt = !none && i < n && kv[j] > thr;
+      const bool eq = !none && i < n && kv[j] == thr;
+      cnt += (gt ? 0x10000u : 0u) | (eq ? 1u : 0u);
+    }
     uint32_t total;
-    const uint32_t before = block_exclusive_scan<kThreads>((gt ? 0x10000u : 0u) | (eq ? 1u : 0u), sm, buf, &total);
-    const int gt_before = gt_run + static_cast<int>(before >> 16), eq_before = eq_run + static_cast<int>(before & 0xFFFF);
-    if (gt || (eq && eq_before < need_eq)) {
-      const int pos = gt_before + (eq_before < need_eq ? eq_before : need_eq);
-      out_keys[pos] = key;
-      out_ids[pos] = ids ? ids[i] : static_cast<int32_t>(base + i);
+    const uint32_t before = block_exclusive_scan<kThreads>(cnt, sm, buf, &total);
+    int gt_before = gt_run + static_cast<int>(before >> 16), eq_before = eq_run + static_cast<int>(before & 0xFFFF);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const int i = r0 + tid * kVec + j;
+      const bool gt = !none && i < n && kv[j] > thr;
+      const bool eq = !none && i < n && kv[j] == thr;
+      if (gt || (eq && eq_before < need_eq)) {
+        const int pos = gt_before + (eq_before < need_eq ? eq_before : need_eq);
+        out_keys[pos] = kv[j];
+        out_ids[pos] = ids ? ids[i] : static_cast<int32_t>(base + i);
+      }
+      gt_before += gt ? 1 : 0;
+      eq_before += eq ? 1 : 0;
     }
     gt_run += static_cast<int>(total >> 16);
     eq_run += static_cast<int>(total & 0xFFFF);
@@ -147,6 +208,7 @@ __device__ void block_select_topk(const uint32_t* keys, const int32_t* ids, int6
     out_ids[i] = -1;
   }
   __syncthreads();
+  return kth;
 }
 
 }  // namespace dsv41::cuda

@@ -35,6 +35,12 @@ struct SegmentRows {
   SequenceCache* cache = nullptr;
 };
 
+// Batch rows [begin, end): the rows a token-wise step runs on (with per-layer position ranges,
+// plan/replay_rule.h, a layer may run only some rows of a batch; a decode batch is one range).
+struct RowRange {
+  int64_t begin = 0, end = 0;
+};
+
 struct BatchLayout {
   int64_t rows = 0;
   const int32_t* tokens = nullptr;     // [rows] token ids (validated by the engine)
@@ -57,24 +63,26 @@ class Backend {
   // Engram of an Engram layer for batch rows [row0, row0 + rows): row_ids [rows, columns] of this
   // layer. Fails (naming the table) when a stored row cannot be decoded; rows are then unchanged.
   virtual Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) = 0;
-  // mHC attention site + RMSNorm_attn: the attention input of every row.
-  virtual void attention_input(int layer) = 0;
-  // Query path and window KV of every row (attention steps 1–2).
-  virtual void attention_projections(int layer) = 0;
+  // mHC attention site + RMSNorm_attn: the attention input of the given rows.
+  virtual void attention_input(int layer, std::span<const RowRange> rows) = 0;
+  // Query path and window KV of the given rows (attention steps 1–2).
+  virtual void attention_projections(int layer, std::span<const RowRange> rows) = 0;
   // Step 3 (Full layers): the segment's rows from `first_row` on through the layer's compressor;
   // new entries are published into the segment's cache. Rows before first_row are positions the
   // cache already covers (a replay below the write floor): they are not fed again.
   virtual void compress(int layer, int segment, int64_t first_row) = 0;
-  // Step 4 (index sources): a new top-k for the segment over kv-source `kv_layer`'s index keys
-  // (restricted: only inside the candidate pool published earlier in this batch).
-  virtual void index(int layer, int segment, int kv_layer, bool restricted) = 0;
-  // Step 5: sparse sink attention of the segment over its window and, when kv_layer ≥ 0, the
-  // entries of kv_layer named by the latest top-k; then its window rows enter its ring.
-  virtual void attend(int layer, int segment, int kv_layer) = 0;
-  // Step 6 + mHC expansion of the attention site.
-  virtual void attention_output(int layer) = 0;
-  // mHC FFN site, RMSNorm_ffn, MoE, expansion; the carried mix for the next layer.
-  virtual void ffn(int layer) = 0;
+  // Step 4 (index sources): a new top-k for the segment's rows from `first_row` on over
+  // kv-source `kv_layer`'s index keys (restricted: only inside the candidate pool published
+  // earlier in this batch).
+  virtual void index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) = 0;
+  // Step 5: sparse sink attention of the segment's rows from `first_row` on over their window
+  // and, when kv_layer ≥ 0, the entries of kv_layer named by the latest top-k; then their window
+  // rows enter the ring (whose next position must be the first row's position).
+  virtual void attend(int layer, int segment, int64_t first_row, int kv_layer) = 0;
+  // Step 6 + mHC expansion of the attention site, for the given rows.
+  virtual void attention_output(int layer, std::span<const RowRange> rows) = 0;
+  // mHC FFN site, RMSNorm_ffn, MoE, expansion; the carried mix for the next layer (given rows).
+  virtual void ffn(int layer, std::span<const RowRange> rows) = 0;
   // Final collapse, norm and head for the given batch rows: out [rows.size(), vocab], fp32.
   virtual void logits(std::span<const int64_t> rows, float* out) = 0;
 };

@@ -120,7 +120,7 @@ Status Engine::reset_sequence(SequenceId id) {
 
 Result<int64_t> Engine::length(SequenceId id) const {
   DSV41_ASSIGN_OR_RETURN(const Sequence* s, find(id));
-  return s->cache->length();
+  return static_cast<int64_t>(s->tokens.size());
 }
 
 Result<std::span<const int32_t>> Engine::tokens(SequenceId id) const {
@@ -174,7 +174,8 @@ Status Engine::check_segment(const Segment& s, const Sequence* seq) const {
   const int64_t T = static_cast<int64_t>(s.tokens.size());
   const int64_t V = config().vocab_size;
   if (T < 1) return invalid_argument(seq_name(s.sequence) + ": a segment needs at least one token");
-  const int64_t length = seq->cache->length();
+  const int64_t length = static_cast<int64_t>(seq->tokens.size());
+  if (!s.depth.empty()) DSV41_RETURN_IF_ERROR(check_depth(s, *seq));
   if (s.replay) return check_replay(s, *seq);
   if (s.start != length)
     return invalid_argument(seq_name(s.sequence) + ": segment starts at position " + std::to_string(s.start) +
@@ -187,6 +188,50 @@ Status Engine::check_segment(const Segment& s, const Sequence* seq) const {
   if (length + T > seq->cache->max_context())
     return out_of_range(seq_name(s.sequence) + ": " + std::to_string(length + T) +
                         " tokens exceed the sequence's context of " + std::to_string(seq->cache->max_context()));
+  return ok_status();
+}
+
+int64_t Engine::input_first(const Segment& s, int layer, int64_t rows) {
+  if (s.depth.empty()) return 0;
+  return std::clamp<int64_t>(s.depth[layer].input_from - s.start, 0, rows);
+}
+
+int64_t Engine::attend_first(const Segment& s, int layer, int64_t rows) {
+  if (s.depth.empty()) return 0;
+  return std::clamp<int64_t>(s.depth[layer].attend_from - s.start, 0, rows);
+}
+
+Status Engine::check_depth(const Segment& s, const Sequence& seq) const {
+  const int L = seq.cache->num_layers();
+  const int64_t T = static_cast<int64_t>(s.tokens.size());
+  if (static_cast<int>(s.depth.size()) != L)
+    return invalid_argument(seq_name(s.sequence) + ": depth ranges for " + std::to_string(s.depth.size()) +
+                            " layers, the model has " + std::to_string(L));
+  for (int l = 0; l < L; ++l) {
+    const LayerRange& r = s.depth[l];
+    if (r.input_from > r.attend_from)
+      return invalid_argument(seq_name(s.sequence) + ": layer " + std::to_string(l) + " input range starts after its attention range");
+    const int64_t att = attend_first(s, l, T), in = input_first(s, l, T);
+    // A window that is not cut inside this segment must continue exactly at its start.
+    const bool cut = r.attend_from >= s.start && r.attend_from < s.start + T;
+    const WindowRing& ring = seq.cache->window(l);
+    if (att < T && !cut && ring.length() != s.start)
+      return invalid_argument(seq_name(s.sequence) + ": layer " + std::to_string(l) + "'s window holds " +
+                              std::to_string(ring.length()) + " positions, the segment continues it at " +
+                              std::to_string(s.start));
+    // A compressor cannot skip positions: it must have taken every one before its first new row.
+    const KvSourceCache* kv = seq.cache->kv_source(l);
+    if (kv && in < T && kv->next_position() < s.start + in)
+      return invalid_argument(seq_name(s.sequence) + ": layer " + std::to_string(l) + "'s compressor has taken " +
+                              std::to_string(kv->next_position()) + " positions, the segment feeds it from " +
+                              std::to_string(s.start + in));
+  }
+  if (s.logits == LogitRows::kAll)
+    for (int l = 0; l < L; ++l)
+      if (attend_first(s, l, T) != 0)
+        return invalid_argument(seq_name(s.sequence) + ": logits of every row need every layer on every row");
+  if (s.logits == LogitRows::kLast && attend_first(s, L - 1, T) >= T)
+    return invalid_argument(seq_name(s.sequence) + ": the last layer does not run the last position, no logits");
   return ok_status();
 }
 
@@ -251,8 +296,10 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
                         std::to_string(pools_->budget.limit_bytes) + " bytes cannot take " + std::to_string(need) +
                         " more bytes of global KV (" + std::to_string(pools_->budget.used_bytes + pool_bytes) +
                         " in use)");
+    if (st.ok() && trace && !s.depth.empty()) st = invalid_argument("engine: a trace needs a full-depth segment");
     Admitted a;
     a.index = static_cast<int>(i);
+    a.segment = &s;
     a.seq = seq;
     a.row0 = rows;
     a.rows = T;
@@ -281,10 +328,18 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
     }
   }
   if (admitted_.empty()) return results_;
-  // Replays cut every window at their start (nothing before it is attended, and it is rebuilt).
-  for (const Admitted& a : admitted_)
-    if (segments[a.index].replay)
-      for (int l = 0; l < a.seq->cache->num_layers(); ++l) a.seq->cache->window(l).restart(segments[a.index].start);
+  // Windows cut inside a segment restart there (nothing before it is attended; it is rebuilt). A
+  // replay without per-layer ranges cuts every window at its start.
+  for (const Admitted& a : admitted_) {
+    const Segment& s = *a.segment;
+    for (int l = 0; l < a.seq->cache->num_layers(); ++l) {
+      if (s.depth.empty()) {
+        if (s.replay) a.seq->cache->window(l).restart(s.start);
+      } else if (s.depth[l].attend_from >= s.start && s.depth[l].attend_from < s.start + a.rows) {
+        a.seq->cache->window(l).restart(s.depth[l].attend_from);
+      }
+    }
+  }
   for (const Admitted& a : admitted_) rows_.push_back({a.row0, a.rows, batch_positions_[a.row0], a.seq->cache.get()});
 
   BatchLayout layout;
@@ -325,6 +380,8 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
       if (!s.replay) a.seq->tokens.insert(a.seq->tokens.end(), s.tokens.begin(), s.tokens.end());
       r.logit_rows = n;
       r.logits = n > 0 ? logits_.data() + offset * V : nullptr;
+      r.work = count_token_layers(s.depth, backend_->plan().layers.size(), backend_->plan().decoder_start, s.start,
+                                  s.start + a.rows, s.replay);
     }
     offset += n;
   }
@@ -339,13 +396,29 @@ void Engine::run_engram(int layer) {
   layer_ids_.resize(static_cast<size_t>(rows * cols));
   for (int64_t t = 0; t < rows; ++t)
     std::copy_n(engram_ids_.data() + (t * n_engram + slot) * cols, cols, layer_ids_.data() + t * cols);
-  if (backend_->engram(layer, layer_ids_.data(), 0, rows).ok()) return;
+  bool ok = true;
+  for (const RowRange& r : input_rows_)
+    ok = ok && backend_->engram(layer, layer_ids_.data() + r.begin * cols, r.begin, r.end - r.begin).ok();
+  if (ok) return;
   // A stored table row that cannot be decoded (a NaN scale in the mapped checkpoint: rows are
   // only read when looked up). Find the segments it belongs to; the others get their Engram.
   for (Admitted& a : admitted_) {
     if (!a.failure.ok()) continue;
-    Status st = backend_->engram(layer, layer_ids_.data() + a.row0 * cols, a.row0, a.rows);
+    const int64_t first = input_first(*a.segment, layer, a.rows);
+    if (first >= a.rows) continue;
+    Status st = backend_->engram(layer, layer_ids_.data() + (a.row0 + first) * cols, a.row0 + first, a.rows - first);
     if (!st.ok()) a.failure = st.with_context("layer " + std::to_string(layer) + " engram");
+  }
+}
+
+// Appends batch rows [begin, end) to `ranges`, merging with the last range when contiguous (a
+// decode batch, every segment at full depth, is one range).
+static void add_rows(std::vector<RowRange>& ranges, int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  if (!ranges.empty() && ranges.back().end == begin) {
+    ranges.back().end = end;
+  } else {
+    ranges.push_back({begin, end});
   }
 }
 
@@ -357,26 +430,36 @@ void Engine::forward_layers(ForwardTrace* trace) {
   bool have_topk = false;   // an index source has published a top-k in this forward
   for (const LayerInfo& info : plan.layers) {
     const int l = info.index;
+    // The rows this layer runs (plan/replay_rule.h): input (+ compressor) and attention + FFN.
+    input_rows_.clear();
+    attend_rows_.clear();
+    for (const Admitted& a : admitted_) {
+      add_rows(input_rows_, a.row0 + input_first(*a.segment, l, a.rows), a.row0 + a.rows);
+      add_rows(attend_rows_, a.row0 + attend_first(*a.segment, l, a.rows), a.row0 + a.rows);
+    }
     backend_->begin_layer(l);
     if (info.has_engram) run_engram(l);
-    backend_->attention_input(l);
-    backend_->attention_projections(l);
+    backend_->attention_input(l, input_rows_);
+    backend_->attention_projections(l, attend_rows_);
     const LayerSteps steps = layer_steps(info);
     if (steps.compress) latest_kv = l;
     for (int s = 0; s < segments; ++s) {
-      if (steps.compress) {
+      const Admitted& a = admitted_[s];
+      const int64_t in = input_first(*a.segment, l, a.rows), att = attend_first(*a.segment, l, a.rows);
+      if (steps.compress && in < a.rows) {
         // Write floor: positions the kv source already covers are not fed again.
         const SegmentRows& r = rows_[s];
         const int64_t covered = r.cache->kv_source(l)->next_position() - r.start;
-        backend_->compress(l, s, std::clamp<int64_t>(covered, 0, r.rows));
+        backend_->compress(l, s, std::clamp<int64_t>(std::max(covered, in), 0, r.rows));
       }
-      if (steps.index && latest_kv >= 0) backend_->index(l, s, latest_kv, steps.restricted);
+      if (att >= a.rows) continue;
+      if (steps.index && latest_kv >= 0) backend_->index(l, s, att, latest_kv, steps.restricted);
       const bool compressed = steps.attend_compressed && latest_kv >= 0 && (have_topk || steps.index);
-      backend_->attend(l, s, compressed ? latest_kv : -1);
+      backend_->attend(l, s, att, compressed ? latest_kv : -1);
     }
     if (steps.index && latest_kv >= 0) have_topk = true;
-    backend_->attention_output(l);
-    backend_->ffn(l);
+    backend_->attention_output(l, attend_rows_);
+    backend_->ffn(l, attend_rows_);
   }
 }
 

@@ -43,6 +43,7 @@
 #include "cache/sequence_cache.h"
 #include "engine/backend.h"
 #include "model/engram_hash.h"
+#include "plan/replay_rule.h"
 
 namespace dsv41 {
 
@@ -64,12 +65,19 @@ struct Segment {
   // lost pending group), the Engram look-back is that of the real tokens before `start`. The
   // sequence's length is unchanged afterwards. Needs start ≤ every kv source's next position.
   bool replay = false;
+  // Per-layer position ranges (plan/replay_rule.h; one entry per layer, empty = every layer runs
+  // every position: full depth). Layer ℓ takes its attention input (and feeds its compressor)
+  // from depth[ℓ].input_from and runs attention + FFN from depth[ℓ].attend_from, its window cut
+  // there when that position falls inside the segment. Borrowed for the call. logits kAll needs
+  // full depth; kLast needs the last layer to run the last position.
+  std::span<const LayerRange> depth;
 };
 
 struct SegmentResult {
   Status status;
   int64_t logit_rows = 0;           // rows of logits returned: 0, 1 or the segment's tokens
   const float* logits = nullptr;    // [logit_rows, vocab], valid until the next forward
+  TokenLayers work;                 // token-layers the segment ran, by kind (plan/replay_rule.h)
 };
 
 struct EngineOptions {
@@ -144,6 +152,7 @@ class Engine {
   // Per-forward bookkeeping of an admitted segment.
   struct Admitted {
     int index = 0;          // position in the caller's segment list
+    const Segment* segment = nullptr;
     Sequence* seq = nullptr;
     int64_t row0 = 0, rows = 0;
     std::vector<int64_t> saved_history;  // Engram look-back before a replay segment (else empty)
@@ -154,6 +163,10 @@ class Engine {
   Status check_segment(const Segment& s, const Sequence* seq) const;
   Status check_replay(const Segment& s, const Sequence& seq) const;
   void forward_layers(ForwardTrace* trace);
+  // Segment rows from which layer ℓ takes its input / runs attention + FFN (0 … rows).
+  static int64_t input_first(const Segment& s, int layer, int64_t rows);
+  static int64_t attend_first(const Segment& s, int layer, int64_t rows);
+  Status check_depth(const Segment& s, const Sequence& seq) const;
   void run_engram(int layer);
   Result<Sequence*> find(SequenceId id);
   Result<const Sequence*> find(SequenceId id) const;
@@ -175,6 +188,7 @@ class Engine {
   std::vector<int64_t> engram_ids_;     // [rows, engram layers, columns]
   std::vector<int64_t> layer_ids_;      // [rows, columns] of one layer
   std::vector<int64_t> logit_rows_;
+  std::vector<RowRange> input_rows_, attend_rows_;  // of the current layer
   std::vector<float> logits_;
   std::vector<SegmentResult> results_;
 };

@@ -26,6 +26,7 @@ void SharedAttentionState::begin_forward(int64_t start_pos_, int64_t tokens_) {
   topk.clear();
   candidate_layer = -1;
   candidate_blocks.clear();
+  call_row0 = topk_row0 = candidate_row0 = 0;
   trace_index_scores.clear();
   trace_candidates.clear();
 }

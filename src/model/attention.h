@@ -116,6 +116,12 @@ struct SharedAttentionState {
   std::vector<float> trace_index_scores;    // [tokens, entries] of the latest index source (−inf = masked)
   std::vector<uint8_t> trace_candidates;    // [tokens, entries] pool of the candidate source (1 = in)
 
+  // Rows of the segment (0-based) where the arrays above start: with per-layer position ranges
+  // (plan/replay_rule.h) a layer may run only the segment's later rows; call_row0 is the first row
+  // of the current attention_index call (set by its caller), topk_row0 / candidate_row0 the first
+  // rows of the published top-k / pool.
+  int64_t call_row0 = 0, topk_row0 = 0, candidate_row0 = 0;
+
   void begin_forward(int64_t start_pos_, int64_t tokens_);
 };
 

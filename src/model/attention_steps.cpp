@@ -38,7 +38,7 @@ void RopeRows::compute(const Rope& rope, RopeKind kind, const int64_t* positions
 }
 
 void attention_query(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
-                     int64_t n, float* c, float* q) {
+                     int64_t n, float* c, float* q, int64_t rope_row0) {
   const int64_t hidden = config.hidden_size, H = config.num_attention_heads, D = config.head_dim;
   const int64_t ql = config.q_lora_rank;
   const int rd = static_cast<int>(rope.half * 2);
@@ -46,17 +46,17 @@ void attention_query(const CpuExec& ex, const ModelConfig& config, const Attenti
   rmsnorm_rows(c, n, ql, w.q_norm.data(), config.rms_norm_eps, c);
   matmul(ex, c, n, ql, weight_ref(w.wq_b, w.bf16.wq_b), H * D, q);
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t h = 0; h < H; ++h) rope_rotate(q + (i * H + h) * D, D, rd, rope.cos_row(i), rope.sin_row(i), false);
+    for (int64_t h = 0; h < H; ++h) rope_rotate(q + (i * H + h) * D, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), false);
 }
 
 void attention_window_kv(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
-                         int64_t n, float* kv) {
+                         int64_t n, float* kv, int64_t rope_row0) {
   const int64_t hidden = config.hidden_size, D = config.head_dim;
   const int rd = static_cast<int>(rope.half * 2);
   matmul(ex, x, n, hidden, weight_ref(w.wkv, w.bf16.wkv), D, kv);
   rmsnorm_rows(kv, n, D, w.kv_norm.data(), config.rms_norm_eps, kv);
   for (int64_t i = 0; i < n; ++i) {
-    rope_rotate(kv + i * D, D, rd, rope.cos_row(i), rope.sin_row(i), false);
+    rope_rotate(kv + i * D, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), false);
     row_fake_quant(RowKind::kWindow, kv + i * D, D);
   }
 }
@@ -71,6 +71,7 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
     // same (no compressed entry) and keeps `shared.topk` meaningful for every later layer.
     shared.index_layer = layer.index;
     shared.topk.assign(static_cast<size_t>(T * k), -1);
+    shared.topk_row0 = shared.call_row0;
     if (shared.record_trace) shared.trace_index_scores.clear();
     return;
   }
@@ -111,7 +112,8 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
       float* row = scores.data() + r * G;
       if (restricted) {
         indexer_scores_in_pool(config, kv, G, layer.ratio, q.data(), head_weights.data(), i, start_pos,
-                               shared.candidate_blocks.data() + i * nb, nb, bs, row, &ws);
+                               shared.candidate_blocks.data() + (shared.call_row0 - shared.candidate_row0 + i) * nb,
+                               nb, bs, row, &ws);
       } else if (layer.candidate_source) {
         int32_t* kept = blocks_kept.data() + i * nb;
         select_candidate_blocks(row, G, (t + 1) / layer.ratio, bs, nb, kept, &ws);
@@ -128,9 +130,11 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
   }
   shared.index_layer = layer.index;
   shared.topk.swap(topk);
+  shared.topk_row0 = shared.call_row0;
   if (layer.candidate_source) {
     shared.candidate_layer = layer.index;
     shared.candidate_blocks.swap(blocks_kept);
+    shared.candidate_row0 = shared.call_row0;
   }
 }
 

@@ -59,13 +59,14 @@ struct RopeRows {
 };
 
 // Step 1. x [n, hidden] (attention input) → c [n, q_lora_rank], q [n, H·D] rotated by `rope`.
+// rope_row0: the RoPE table row of x's first row (the rows may be a slice of a batch).
 void attention_query(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
-                     int64_t n, float* c, float* q);
+                     int64_t n, float* c, float* q, int64_t rope_row0 = 0);
 
 // Step 2. x [n, hidden] → kv [n, head_dim], rotated and FP8 fake-quantised (the window record's
 // values).
 void attention_window_kv(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
-                         int64_t n, float* kv);
+                         int64_t n, float* kv, int64_t rope_row0 = 0);
 
 // Step 4. Runs the indexer of an index-source layer for one segment of T rows at positions
 // start_pos… (c, x: the segment's rows) against `kv`, and publishes its top-k (and, at the

@@ -46,7 +46,7 @@ TokenLayers& TokenLayers::operator+=(const TokenLayers& o) {
   return *this;
 }
 
-TokenLayers count_token_layers(const std::vector<LayerRange>& layers, int num_layers, int decoder_start,
+TokenLayers count_token_layers(std::span<const LayerRange> layers, int num_layers, int decoder_start,
                                int64_t begin, int64_t end, bool replay) {
   TokenLayers t;
   for (int l = 0; l < num_layers; ++l) {

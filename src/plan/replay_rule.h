@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,7 +85,7 @@ Result<PrefillPlan> plan_prefill(const LayerPlan& plan, int64_t window, int64_t 
                                  PrefillDepth depth);
 
 // The work of positions [begin, end) under per-layer ranges (empty = full depth).
-TokenLayers count_token_layers(const std::vector<LayerRange>& layers, int num_layers, int decoder_start,
+TokenLayers count_token_layers(std::span<const LayerRange> layers, int num_layers, int decoder_start,
                                int64_t begin, int64_t end, bool replay);
 
 }  // namespace dsv41

@@ -33,7 +33,7 @@ class Session {
   // Appends one token; returns the logits [V] predicting the next one.
   Result<std::vector<float>> decode(int32_t token);
 
-  int64_t length() const { return engine_->cache(id_)->length(); }
+  int64_t length() const { return *engine_->length(id_); }
   int64_t max_context() const { return engine_->cache(id_)->max_context(); }
   CacheFootprint cache_bytes() const { return engine_->cache(id_)->bytes_in_use(); }
   // The packed cache (read-only), e.g. for dumps of its dequantised rows.

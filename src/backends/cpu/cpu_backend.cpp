@@ -69,23 +69,31 @@ Status CpuBackend::engram(int layer, const int64_t* row_ids, int64_t row0, int64
                         x_.data() + row0 * hc * d, &engram_scratch_);
 }
 
-void CpuBackend::attention_input(int layer) {
+void CpuBackend::attention_input(int layer, std::span<const RowRange> rows) {
   const ModelConfig& c = config();
-  const int64_t n = layout_.rows;
+  const int64_t d = c.hidden_size, hc = c.hc_mult;
   const LayerWeights& L = model_.layer(layer);
-  // Attention site: coefficients from X, input collapsed with the carried (previous site's) mix.
-  mhc_coefficients(ex_, model_.mhc_shape(), L.mhc_attn(), x_.data(), n, pre_a_.data(), post_a_.data(), comb_a_.data(),
-                   &mhc_scratch_);
-  mhc_collapse(ex_, model_.mhc_shape(), x_.data(), p_.data(), n, h_.data());
-  rmsnorm_rows(h_.data(), n, c.hidden_size, L.attn_norm.data(), c.rms_norm_eps, h_.data());
+  for (const RowRange& r : rows) {
+    const int64_t n = r.end - r.begin, r0 = r.begin;
+    // Attention site: coefficients from X, input collapsed with the carried (previous site's) mix.
+    mhc_coefficients(ex_, model_.mhc_shape(), L.mhc_attn(), x_.data() + r0 * hc * d, n, pre_a_.data() + r0 * hc,
+                     post_a_.data() + r0 * hc, comb_a_.data() + r0 * hc * hc, &mhc_scratch_);
+    mhc_collapse(ex_, model_.mhc_shape(), x_.data() + r0 * hc * d, p_.data() + r0 * hc, n, h_.data() + r0 * d);
+    rmsnorm_rows(h_.data() + r0 * d, n, d, L.attn_norm.data(), c.rms_norm_eps, h_.data() + r0 * d);
+  }
 }
 
-void CpuBackend::attention_projections(int layer) {
+void CpuBackend::attention_projections(int layer, std::span<const RowRange> rows) {
+  const ModelConfig& c = config();
   const LayerInfo& info = plan().layers[layer];
   const AttentionWeights& w = model_.layer(layer).attn;
   const RopeRows& rope = rope_rows_.at(info.rope);
-  attention_query(ex_, config(), w, rope, h_.data(), layout_.rows, c_.data(), q_.data());
-  attention_window_kv(ex_, config(), w, rope, h_.data(), layout_.rows, kv_.data());
+  const int64_t HD = c.num_attention_heads * c.head_dim;
+  for (const RowRange& r : rows) {
+    const int64_t n = r.end - r.begin, r0 = r.begin;
+    attention_query(ex_, c, w, rope, row(h_, r0, c.hidden_size), n, row(c_, r0, c.q_lora_rank), row(q_, r0, HD), r0);
+    attention_window_kv(ex_, c, w, rope, row(h_, r0, c.hidden_size), n, row(kv_, r0, c.head_dim), r0);
+  }
 }
 
 void CpuBackend::compress(int layer, int segment, int64_t first_row) {
@@ -101,55 +109,71 @@ void CpuBackend::compress(int layer, int segment, int64_t first_row) {
   shared_[segment].entries = kv.entries();
 }
 
-void CpuBackend::index(int layer, int segment, int kv_layer, bool restricted) {
+void CpuBackend::index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) {
   const SegmentRows& s = segments_[segment];
   const ModelConfig& c = config();
   const KvSourceCache& kv = *s.cache->kv_source(kv_layer);
+  const int64_t r0 = s.row0 + first_row;
+  shared_[segment].call_row0 = first_row;
   attention_index(ex_, c, plan().layers[layer], model_.layer(layer).attn, model_.rope(), kv, restricted,
-                  row(c_, s.row0, c.q_lora_rank), row(h_, s.row0, c.hidden_size), s.rows, s.start, shared_[segment],
-                  &attention_scratch_);
+                  row(c_, r0, c.q_lora_rank), row(h_, r0, c.hidden_size), s.rows - first_row, s.start + first_row,
+                  shared_[segment], &attention_scratch_);
 }
 
-void CpuBackend::attend(int layer, int segment, int kv_layer) {
+void CpuBackend::attend(int layer, int segment, int64_t first_row, int kv_layer) {
   const SegmentRows& s = segments_[segment];
   const ModelConfig& c = config();
   const int64_t HD = c.num_attention_heads * c.head_dim;
+  const int64_t r0 = s.row0 + first_row, n = s.rows - first_row;
   WindowRing& ring = s.cache->window(layer);
   const KvSourceCache* compressed = kv_layer >= 0 ? s.cache->kv_source(kv_layer) : nullptr;
-  const int32_t* topk = compressed ? shared_[segment].topk.data() : nullptr;
-  sparse_sink_attention(c, model_.layer(layer).attn, ring, row(kv_, s.row0, c.head_dim), compressed, topk,
-                        row(q_, s.row0, HD), rope_rows_.at(plan().layers[layer].rope), s.row0, s.rows, s.start,
-                        row(o_, s.row0, HD), attention_options_, &attention_scratch_);
-  ring.push_rows(row(kv_, s.row0, c.head_dim), s.rows);
+  const SharedAttentionState& shared = shared_[segment];
+  // The latest top-k may have been published for an earlier first row of this segment.
+  const int32_t* topk = compressed ? shared.topk.data() + (first_row - shared.topk_row0) * c.index_topk : nullptr;
+  sparse_sink_attention(c, model_.layer(layer).attn, ring, row(kv_, r0, c.head_dim), compressed, topk, row(q_, r0, HD),
+                        rope_rows_.at(plan().layers[layer].rope), r0, n, s.start + first_row, row(o_, r0, HD),
+                        attention_options_, &attention_scratch_);
+  ring.push_rows(row(kv_, r0, c.head_dim), n);
 }
 
-void CpuBackend::attention_output(int layer) {
-  const int64_t n = layout_.rows;
-  dsv41::attention_output(ex_, config(), model_.layer(layer).attn, o_.data(), n, a_.data(), &attention_scratch_);
-  mhc_expand(ex_, model_.mhc_shape(), a_.data(), x_.data(), post_a_.data(), comb_a_.data(), n, x2_.data());
-}
-
-void CpuBackend::ffn(int layer) {
+void CpuBackend::attention_output(int layer, std::span<const RowRange> rows) {
   const ModelConfig& c = config();
-  const int64_t n = layout_.rows, d = c.hidden_size, hc = c.hc_mult;
+  const int64_t d = c.hidden_size, hc = c.hc_mult, HD = c.num_attention_heads * c.head_dim;
+  for (const RowRange& r : rows) {
+    const int64_t n = r.end - r.begin, r0 = r.begin;
+    dsv41::attention_output(ex_, c, model_.layer(layer).attn, row(o_, r0, HD), n, row(a_, r0, d), &attention_scratch_);
+    mhc_expand(ex_, model_.mhc_shape(), row(a_, r0, d), row(x_, r0, hc * d), row(post_a_, r0, hc),
+               row(comb_a_, r0, hc * hc), n, row(x2_, r0, hc * d));
+  }
+}
+
+void CpuBackend::ffn(int layer, std::span<const RowRange> rows) {
+  const ModelConfig& c = config();
+  const int64_t n = layout_.rows, d = c.hidden_size, hc = c.hc_mult, k = model_.moe_shape().top_k;
   const LayerWeights& L = model_.layer(layer);
   const MhcShape& mhc = model_.mhc_shape();
-  // FFN site: coefficients from X', input collapsed with this block's attention-site pre.
-  mhc_coefficients(ex_, mhc, L.mhc_ffn(), x2_.data(), n, pre_b_.data(), post_b_.data(), comb_b_.data(), &mhc_scratch_);
-  mhc_collapse(ex_, mhc, x2_.data(), pre_a_.data(), n, h_.data());
-  rmsnorm_rows(h_.data(), n, d, L.ffn_norm.data(), c.rms_norm_eps, h_.data());
-  moe_forward(ex_, model_.moe_shape(), moe_[layer], h_.data(), n, nullptr, a_.data(), experts_.data(), weights_.data(),
-              &moe_scratch_);
-  mhc_expand(ex_, mhc, a_.data(), x2_.data(), post_b_.data(), comb_b_.data(), n, x_.data());
-  std::copy(pre_b_.begin(), pre_b_.end(), p_.begin());  // the carried mix for the next site
-  expert_seen_.assign(static_cast<size_t>(c.n_routed_experts), 0);
-  for (int64_t i = 0; i < n * model_.moe_shape().top_k; ++i) {
-    const int32_t e = experts_[i];
-    if (e >= 0 && e < c.n_routed_experts && !expert_seen_[e]) {
-      expert_seen_[e] = 1;
-      ++expert_reads_;
-    }
+  for (const RowRange& r : rows) {
+    const int64_t m = r.end - r.begin, r0 = r.begin;
+    // FFN site: coefficients from X', input collapsed with this block's attention-site pre.
+    mhc_coefficients(ex_, mhc, L.mhc_ffn(), row(x2_, r0, hc * d), m, row(pre_b_, r0, hc), row(post_b_, r0, hc),
+                     row(comb_b_, r0, hc * hc), &mhc_scratch_);
+    mhc_collapse(ex_, mhc, row(x2_, r0, hc * d), row(pre_a_, r0, hc), m, row(h_, r0, d));
+    rmsnorm_rows(row(h_, r0, d), m, d, L.ffn_norm.data(), c.rms_norm_eps, row(h_, r0, d));
+    moe_forward(ex_, model_.moe_shape(), moe_[layer], row(h_, r0, d), m, nullptr, row(a_, r0, d), row(experts_, r0, k),
+                row(weights_, r0, k), &moe_scratch_);
+    mhc_expand(ex_, mhc, row(a_, r0, d), row(x2_, r0, hc * d), row(post_b_, r0, hc), row(comb_b_, r0, hc * hc), m,
+               row(x_, r0, hc * d));
+    std::copy_n(row(pre_b_, r0, hc), m * hc, row(p_, r0, hc));  // the carried mix for the next site
   }
+  expert_seen_.assign(static_cast<size_t>(c.n_routed_experts), 0);
+  for (const RowRange& r : rows)
+    for (int64_t i = r.begin * k; i < r.end * k; ++i) {
+      const int32_t e = experts_[i];
+      if (e >= 0 && e < c.n_routed_experts && !expert_seen_[e]) {
+        expert_seen_[e] = 1;
+        ++expert_reads_;
+      }
+    }
   if (trace_) {
     const LayerInfo& info = plan().layers[layer];
     const SharedAttentionState& shared = shared_[0];

@@ -41,13 +41,13 @@ class CpuBackend : public Backend {
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
   void begin_layer(int layer) override;
   Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
-  void attention_input(int layer) override;
-  void attention_projections(int layer) override;
+  void attention_input(int layer, std::span<const RowRange> rows) override;
+  void attention_projections(int layer, std::span<const RowRange> rows) override;
   void compress(int layer, int segment, int64_t first_row) override;
-  void index(int layer, int segment, int kv_layer, bool restricted) override;
-  void attend(int layer, int segment, int kv_layer) override;
-  void attention_output(int layer) override;
-  void ffn(int layer) override;
+  void index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) override;
+  void attend(int layer, int segment, int64_t first_row, int kv_layer) override;
+  void attention_output(int layer, std::span<const RowRange> rows) override;
+  void ffn(int layer, std::span<const RowRange> rows) override;
   void logits(std::span<const int64_t> rows, float* out) override;
 
   // Test hook: called before each layer with the batch's streams x [n, hc, d] and carried mix

@@ -314,7 +314,7 @@ TEST(Engine, ReplayFromPositionZeroRebuildsTheExactWindowsWithoutTouchingGlobalR
   }
 }
 
-TEST(Engine, ReplayNeedsTheSequencesOwnTokensUpToItsEnd) {
+TEST(Engine, ReplayNeedsTheSequencesOwnTokens) {
   auto e = make_engine();
   const SequenceId a = *e->add_sequence(64);
   const auto prompt = random_tokens(9, 3);
@@ -324,8 +324,12 @@ TEST(Engine, ReplayNeedsTheSequencesOwnTokensUpToItsEnd) {
   wrong[0] = (wrong[0] + 1) % 89;
   Segment bad{b, 4, wrong, LogitRows::kNone, true};
   EXPECT_FALSE(e->forward(std::span<const Segment>(&bad, 1)).front().status.ok());
-  Segment short_end{b, 3, std::span<const int32_t>(tail).subspan(0, 3), LogitRows::kNone, true};
-  EXPECT_FALSE(e->forward(std::span<const Segment>(&short_end, 1)).front().status.ok());
+  Segment past_end{b, 7, std::span<const int32_t>(tail).subspan(3, 2), LogitRows::kNone, true};
+  past_end.tokens = std::span<const int32_t>(prompt).subspan(7, 2);
+  std::vector<int32_t> beyond(prompt.begin() + 7, prompt.end());
+  beyond.push_back(4);
+  past_end.tokens = beyond;  // positions 7..9: the sequence holds 0..8
+  EXPECT_FALSE(e->forward(std::span<const Segment>(&past_end, 1)).front().status.ok());
   // From 9 the ratio-2 source's pending group (position 8) cannot be rebuilt.
   Segment gap{b, 9, {}, LogitRows::kNone, true};
   EXPECT_FALSE(e->forward(std::span<const Segment>(&gap, 1)).front().status.ok());

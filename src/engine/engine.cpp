@@ -238,9 +238,9 @@ Status Engine::check_depth(const Segment& s, const Sequence& seq) const {
 Status Engine::check_replay(const Segment& s, const Sequence& seq) const {
   const int64_t T = static_cast<int64_t>(s.tokens.size());
   const int64_t held = static_cast<int64_t>(seq.tokens.size());
-  if (s.start < 0 || s.start + T != held)
-    return invalid_argument(seq_name(s.sequence) + ": a replay must end at the sequence's end (" +
-                            std::to_string(held) + "), this one covers " + std::to_string(s.start) + ".." +
+  if (s.start < 0 || s.start + T > held)
+    return invalid_argument(seq_name(s.sequence) + ": a replay covers positions the sequence holds (0.." +
+                            std::to_string(held) + "), this one " + std::to_string(s.start) + ".." +
                             std::to_string(s.start + T));
   if (!std::equal(s.tokens.begin(), s.tokens.end(), seq.tokens.begin() + s.start))
     return invalid_argument(seq_name(s.sequence) + ": replayed tokens differ from the sequence's own");

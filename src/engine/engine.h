@@ -58,8 +58,9 @@ struct Segment {
   int64_t start = 0;                  // must equal the sequence's length (see replay)
   std::span<const int32_t> tokens;    // borrowed for the call
   LogitRows logits = LogitRows::kLast;
-  // Replay (the primitive of bounded replay, system.md §3): `tokens` are the sequence's own last
-  // tokens, positions start … end − 1; every window ring restarts at `start` (a query at i sees
+  // Replay (the primitive of bounded replay, system.md §3): `tokens` are the sequence's own
+  // tokens at positions start … end − 1 (a replay in chunks continues where the previous chunk
+  // stopped); without per-layer ranges (depth) every window ring restarts at `start` (a query at i sees
   // keys [max(start, i − w + 1), i]) and is rebuilt, global rows already present are not
   // rewritten (write floor: the compressor takes only positions it has not covered, rebuilding a
   // lost pending group), the Engram look-back is that of the real tokens before `start`. The

@@ -85,7 +85,8 @@ Result<PrefillPlan> plan_prefill(const LayerPlan& plan, int64_t window, int64_t 
   auto full = [&] {
     out.effective = PrefillDepth::kFull;
     out.steps.clear();
-    if (!intact) out.steps.push_back({0, h, true, {}});
+    // The replay's ranges start every window at 0 (so chunks of it continue one another).
+    if (!intact) out.steps.push_back({0, h, true, std::vector<LayerRange>(L)});
     out.steps.push_back({h, N, false, {}});
   };
   if (depth == PrefillDepth::kFull || ds < 0) {

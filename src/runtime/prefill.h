@@ -1,0 +1,37 @@
+// Prefill of a prompt through an engine at a chosen depth (full / bounded / exact): the steps of
+// plan/replay_rule.h run in order, each cut into chunks, the encoder replay of a hit first.
+// Spec: system.md §3 (serving a turn), issue 10 items 1–3.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "plan/replay_rule.h"
+
+namespace dsv41 {
+
+struct PrefillOptions {
+  PrefillDepth depth = PrefillDepth::kBounded;
+  int64_t chunk = 512;  // positions per forward (0 = each step in one forward)
+  // The sequence's window state at its current length is exact (a live sequence or a restored
+  // snapshot); false after Engine::fork_prefix: the windows are replayed.
+  bool windows_present = true;
+};
+
+struct PrefillResult {
+  std::vector<float> last_logits;  // [vocab] of the last prompt position
+  PrefillDepth effective = PrefillDepth::kFull;
+  TokenLayers work;
+  int64_t forwards = 0;
+};
+
+// `prompt` holds every token of the sequence after the prefill: its first length(id) tokens must
+// be those the sequence already holds (the hit), the rest are appended. Stops at the first error
+// (the sequence then holds what the completed forwards appended).
+Result<PrefillResult> prefill(Engine& engine, SequenceId id, std::span<const int32_t> prompt,
+                              const PrefillOptions& options);
+
+}  // namespace dsv41

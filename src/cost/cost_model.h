@@ -6,7 +6,7 @@
 //
 // A generation-specific builder (cost/gen_*.cpp) turns a config into a CostModel: one LayerCost
 // per backbone layer (its global-KV bytes, its sliding-window state, its per-token weight FLOPs by
-// precision and the parameters of its context-dependent attention/indexer work). Everything
+// operation and operand pair, and the parameters of its context-dependent attention/indexer work). Everything
 // after that (totals, prefill, decode FLOPs at a context, the table and the JSON) is generic.
 #pragma once
 

@@ -1,6 +1,7 @@
 // `dsv41 cost --config FILE [--context N ...] [--new-tokens N] [--json]`: the four costs of
-// system.md §1 (global KV, persistent bytes, prefill token-layers, decode FLOPs) from a
-// config.json alone, for DeepSeek LLM, V2/V3, V3.2, V4 and V4.1 configs.
+// system.md §1 (global KV, persistent bytes, prefill token-layers at full / bounded / exact depth,
+// decode FLOPs with each operation's operand pair) from a config.json alone, for DeepSeek LLM,
+// V2/V3, V3.2, V4 and V4.1 configs.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -60,8 +61,12 @@ int run_cost(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 cost: %s\n", model.status().to_string().c_str());
     return 1;
   }
-  const std::string out = json ? format_cost_json(*model, query) : format_cost_table(*model, query);
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  const Result<std::string> out = json ? format_cost_json(*model, query) : format_cost_table(*model, query);
+  if (!out.ok()) {
+    std::fprintf(stderr, "dsv41 cost: %s\n", out.status().to_string().c_str());
+    return 1;
+  }
+  std::fwrite(out->data(), 1, out->size(), stdout);
   return 0;
 }
 

@@ -26,13 +26,46 @@ const char* generation_name(Generation g) {
   return "?";
 }
 
-void add_matvec(PrecisionFlops& f, Precision p, double params) {
-  const double flops = 2.0 * params;
+const char* precision_name(Precision p) {
   switch (p) {
-    case Precision::kBf16: f.bf16 += flops; break;
-    case Precision::kFp8: f.fp8 += flops; break;
-    case Precision::kFp4: f.fp4 += flops; break;
+    case Precision::kBf16: return "BF16";
+    case Precision::kFp8: return "FP8";
+    case Precision::kFp4: return "FP4";
   }
+  return "?";
+}
+
+double precision_weight(Precision p) {
+  switch (p) {
+    case Precision::kBf16: return 1.0;
+    case Precision::kFp8: return 0.5;
+    case Precision::kFp4: return 0.25;
+  }
+  return 1.0;
+}
+
+// The wider operand sets the rate: the enum runs from widest (BF16) to narrowest (FP4).
+Precision Operands::rate() const { return static_cast<int>(a) < static_cast<int>(b) ? a : b; }
+
+std::string Operands::name() const { return fmt::format("{} × {}", precision_name(a), precision_name(b)); }
+
+void OpLedger::add(const std::string& op, Operands operands, double flops) {
+  switch (operands.rate()) {
+    case Precision::kBf16: by_rate.bf16 += flops; break;
+    case Precision::kFp8: by_rate.fp8 += flops; break;
+    case Precision::kFp4: by_rate.fp4 += flops; break;
+  }
+  for (OpFlops& o : ops)
+    if (o.op == op && o.operands == operands) {
+      o.flops += flops;
+      return;
+    }
+  ops.push_back({op, operands, flops});
+}
+
+OpLedger& OpLedger::operator+=(const OpLedger& other) {
+  for (const OpFlops& o : other.ops) add(o.op, o.operands, o.flops);
+  return *this;
 }
 
 double CostModel::global_kv_bytes_per_token() const {
@@ -54,47 +87,61 @@ double CostModel::window_bytes_per_sequence() const {
   return sum;
 }
 
-PrefillCost prefill_cost(const CostModel& m, int64_t n) {
+double token_layers_total(const TokenLayers& t) { return double(t.encoder + t.decoder + t.replay); }
+
+Result<PrefillCost> prefill_cost(const CostModel& m, int64_t n) {
+  if (n < 1) return invalid_argument(fmt::format("prefill of {} new tokens: need at least one", n));
   PrefillCost p;
   p.new_tokens = n;
-  const double layers = double(m.layers.size());
+  const int layers = int(m.layers.size());
   p.full_depth = double(n) * layers;
   if (!m.ced) {
-    p.token_layers = p.full_depth;  // every uncached token runs every layer
-    return p;
+    // No decoder to bound: every depth runs every layer on every new token.
+    p.bounded = p.exact = count_token_layers({}, layers, -1, 0, n, false);
+  } else {
+    // A cold prompt (no hit): the replay rule's bounded and exact plans, as the engine runs them.
+    DSV41_ASSIGN_OR_RETURN(PrefillPlan bounded,
+                           plan_prefill(m.plan, m.window, n, 0, false, PrefillDepth::kBounded));
+    DSV41_ASSIGN_OR_RETURN(PrefillPlan exact, plan_prefill(m.plan, m.window, n, 0, false, PrefillDepth::kExact));
+    p.bounded = bounded.work;
+    p.bounded_effective = bounded.effective;
+    p.exact = exact.work;
+    p.exact_effective = exact.effective;
+    // The paper's formula, for comparison: it leaves out the decoder source's compressor-only
+    // rows (its norm + wkv + index-key wk on the N − w positions outside the tail), which the
+    // replay rule counts as token-layers of the encoder.
+    p.paper_ced = double(n) * m.decoder_start + double(std::min<int64_t>(n, m.window)) * (layers - m.decoder_start);
   }
-  // CED (system.md §1): N·L_enc + w·L_dec — the decoder replays only the last w prompt tokens
-  // (all of them when N < w).
-  p.encoder_part = double(n) * m.decoder_start;
-  p.decoder_part = double(std::min<int64_t>(n, m.window)) * (layers - m.decoder_start);
-  p.token_layers = p.encoder_part + p.decoder_part;
+  p.token_layers = token_layers_total(p.bounded);
+  p.encoder_part = double(p.bounded.encoder);
+  p.decoder_part = double(p.bounded.decoder);
   return p;
 }
 
 DecodeFlops decode_flops(const CostModel& m, int64_t context) {
   DecodeFlops out;
   out.context = context;
+  OpLedger attention, indexer;
   for (const auto& l : m.layers) {
-    out.weights += l.weight_flops;
+    out.ops += l.weight_flops;
     const ContextWork& w = l.work;
     const int64_t entries = w.ratio > 0 ? context / w.ratio : 0;  // floor(C / r) visible entries
     double read = w.window > 0 ? double(std::min(context, w.window)) : 0.0;
     if (w.ratio > 0) read += double(w.topk > 0 ? std::min(w.topk, entries) : entries);
-    out.attention.bf16 += double(w.heads) * w.flops_per_head_entry * read;
+    if (w.heads > 0) attention.add("attention core", Operands{}, double(w.heads) * w.flops_per_head_entry * read);
     if (w.index_scan_cap != 0) {
       const int64_t scanned = w.index_scan_cap > 0 ? std::min(w.index_scan_cap, entries) : entries;
-      const double f = double(w.index_heads) * w.flops_per_index_head_entry * double(scanned);
-      switch (w.index_precision) {
-        case Precision::kBf16: out.indexer.bf16 += f; break;
-        case Precision::kFp8: out.indexer.fp8 += f; break;
-        case Precision::kFp4: out.indexer.fp4 += f; break;
-      }
+      indexer.add("index scoring", w.index_operands,
+                  double(w.index_heads) * w.flops_per_index_head_entry * double(scanned));
     }
   }
-  out.weights += m.head_flops;
-  out.total = out.weights;
-  out.total += out.attention;
-  out.total += out.indexer;
+  out.ops += m.head_flops;
+  out.weights = out.ops.by_rate;
+  out.attention = attention.by_rate;
+  out.indexer = indexer.by_rate;
+  out.ops += attention;
+  out.ops += indexer;
+  out.total = out.ops.by_rate;
   return out;
 }
 

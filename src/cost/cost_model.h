@@ -6,7 +6,7 @@
 //
 // A generation-specific builder (cost/gen_*.cpp) turns a config into a CostModel: one LayerCost
 // per backbone layer (its global-KV bytes, its sliding-window state, its per-token weight FLOPs by
-// precision and the parameters of its context-dependent attention/indexer work). Everything
+// operation and operand pair, and the parameters of its context-dependent attention/indexer work). Everything
 // after that (totals, prefill, decode FLOPs at a context, the table and the JSON) is generic.
 #pragma once
 
@@ -15,13 +15,15 @@
 #include <vector>
 
 #include "base/status.h"
+#include "plan/layer_plan.h"
+#include "plan/replay_rule.h"
 
 namespace dsv41 {
 
 enum class Generation { kDeepSeekLlm, kDeepSeekMla, kDeepSeekV32, kDeepSeekV4, kDeepSeekV41 };
 const char* generation_name(Generation g);
 
-// Arithmetic split by the precision it runs at (FLOPs, 1 multiply-add = 2 FLOPs).
+// Arithmetic split by the tensor-core rate it runs at (FLOPs, 1 multiply-add = 2 FLOPs).
 // FP32 arithmetic (mHC, routers, V4 compressors) is counted with BF16: the formula has no FP32
 // term and those matmuls are small.
 struct PrecisionFlops {
@@ -35,14 +37,48 @@ struct PrecisionFlops {
   }
 };
 enum class Precision { kBf16, kFp8, kFp4 };
-// Adds 2·params FLOPs (one matrix-vector product with `params` weights) at `p`.
-void add_matvec(PrecisionFlops& f, Precision p, double params);
+const char* precision_name(Precision p);  // "BF16", "FP8", "FP4"
+double precision_weight(Precision p);     // the rate's weight in F: 1, 0.5, 0.25
+
+// The two operands of a counted multiply: `a` the weights (or the first operand: the query of a
+// score), `b` the activations (or the cached keys/values). A tensor core multiplies a mixed pair
+// at the rate of its wider operand: FP4 expert weights against FP8 activations run on the FP8
+// MMA (the FP4 side is widened on the way in), so only FP4 × FP4 work — MXFP4 index scoring —
+// earns the FP4 weight 0.25, and anything with a BF16 side counts 1.
+struct Operands {
+  Precision a = Precision::kBf16, b = Precision::kBf16;
+  Precision rate() const;
+  std::string name() const;  // "FP4 × FP8"
+  bool operator==(const Operands&) const = default;
+};
+
+// FLOPs of one named operation at one operand pair (raw, per decoded token), e.g.
+// {"routed experts", FP4 × FP8, 2·params}; the rate follows from the operands.
+struct OpFlops {
+  std::string op;
+  Operands operands;
+  double flops = 0;
+  double weighted() const { return flops * precision_weight(operands.rate()); }
+};
+
+// Per-token arithmetic kept twice: by rate (what F needs) and by operation (what the report
+// explains). Entries with the same operation and operands are merged; order is first use.
+struct OpLedger {
+  PrecisionFlops by_rate;
+  std::vector<OpFlops> ops;
+  void add(const std::string& op, Operands operands, double flops);
+  // One matrix-vector product with `params` weights: 2·params FLOPs.
+  void add_matvec(const std::string& op, Operands operands, double params) { add(op, operands, 2.0 * params); }
+  OpLedger& operator+=(const OpLedger& o);
+  double weighted() const { return by_rate.weighted(); }
+  double total() const { return by_rate.total(); }
+};
 
 // Context-dependent work of one layer for the decoded token at context C (C tokens visible,
 // itself included). Entries of a cache with ratio r: floor(C / r).
 struct ContextWork {
   // Core attention: `heads` query heads, each doing `flops_per_head_entry` per key it reads
-  // (q·k and the weighted value sum), always BF16 (the published kernels dequantise FP8/FP4
+  // (q·k and the weighted value sum), BF16 × BF16 (the published kernels dequantise FP8/FP4
   // caches to BF16 before the MMA).
   int heads = 0;
   double flops_per_head_entry = 0;
@@ -53,7 +89,7 @@ struct ContextWork {
   int index_heads = 0;
   double flops_per_index_head_entry = 0;
   int64_t index_scan_cap = 0;  // 0: no indexer; -1: scans every visible entry; n: at most n
-  Precision index_precision = Precision::kBf16;
+  Operands index_operands;     // (index query, cached index keys)
 };
 
 struct LayerCost {
@@ -66,7 +102,7 @@ struct LayerCost {
   int64_t window_rows = 0;          // sliding-window rows kept per sequence (0: none)
   double window_row_bytes = 0;
   double carry_state_bytes = 0;     // per-sequence compressor carry state (FP32), V4 persistence
-  PrecisionFlops weight_flops;      // per decoded token, independent of context
+  OpLedger weight_flops;            // per decoded token, independent of context
   ContextWork work;
   std::string reads;                // "kv 2, idx 2" etc. for the table; empty if trivial
 };
@@ -83,7 +119,7 @@ struct CostModel {
   std::string model_type, source;
   std::vector<LayerCost> layers;
   std::vector<RecordUse> records;
-  PrecisionFlops head_flops;          // output head (and V4 hc_head): per token, context-free
+  OpLedger head_flops;                // output head (and V4 hc_head): per token, context-free
   std::string geometry;               // one line: layers, width, heads, experts, window
   int64_t max_context = 0;            // max_position_embeddings (0: not given)
   std::string weight_note;            // what the weight FLOPs count
@@ -94,6 +130,9 @@ struct CostModel {
   bool ced = false;
   int decoder_start = 0;
   int64_t window = 0;
+  // V4.1: the layer plan the engine runs, so prefill_cost asks the engine's replay rule
+  // (plan/replay_rule.h) rather than a formula of its own. Empty for other generations.
+  LayerPlan plan;
   std::vector<std::string> assumptions;  // printed under the table and in the JSON
 
   double global_kv_bytes_per_token() const;
@@ -102,17 +141,31 @@ struct CostModel {
   double window_bytes_per_sequence() const;
 };
 
+// Token-layers of a cold prefill of N new tokens at the three depths of the replay rule, counted
+// by the engine's own plan_prefill (plan/replay_rule.h), so `dsv41 cost` and the engine's
+// telemetry cannot drift apart. A generation without CED has no decoder to bound: every depth
+// is full depth (count_token_layers without ranges, the same counter).
 struct PrefillCost {
   int64_t new_tokens = 0;
-  double token_layers = 0;       // what this generation runs for N uncached tokens
-  double full_depth = 0;         // N · L
-  double encoder_part = 0, decoder_part = 0;  // CED split (0 when not CED)
+  double full_depth = 0;                    // N · L
+  TokenLayers bounded, exact;               // plan_prefill(…, kBounded / kExact).work
+  PrefillDepth bounded_effective = PrefillDepth::kFull;  // kFull when N fits in the decoder tail
+  PrefillDepth exact_effective = PrefillDepth::kFull;    // kFull when N fits in the pyramid
+  double paper_ced = 0;                     // system.md §1: N·L_enc + min(N, w)·L_dec (0: not CED)
+  double token_layers = 0;                  // bounded total: what the generation runs by default
+  double encoder_part = 0, decoder_part = 0;  // bounded.encoder / bounded.decoder
 };
-PrefillCost prefill_cost(const CostModel& model, int64_t new_tokens);
+// Sum of a TokenLayers' work (encoder + decoder + replay); full_depth is a reference, not work.
+double token_layers_total(const TokenLayers& t);
+// Fails only when the replay rule refuses the request (new_tokens < 1).
+Result<PrefillCost> prefill_cost(const CostModel& model, int64_t new_tokens);
 
 struct DecodeFlops {
   int64_t context = 0;
   PrecisionFlops weights, attention, indexer, total;
+  // Every counted operation at this context (weights summed over layers, the head, attention
+  // core, index scoring) with its operand pair; ops.by_rate equals `total`.
+  OpLedger ops;
   double weighted() const { return total.weighted(); }
 };
 DecodeFlops decode_flops(const CostModel& model, int64_t context);

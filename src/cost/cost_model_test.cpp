@@ -11,6 +11,7 @@
 #include "format/config.h"
 #include "model/inventory.h"
 #include "plan/layer_plan.h"
+#include "plan/replay_rule.h"
 
 namespace dsv41 {
 namespace {
@@ -136,21 +137,70 @@ TEST(CostModel, V41AgreesWithTheEnginesCacheAccounting) {
   EXPECT_EQ(m.global_entries_per_token(), plan->global_entries_per_token());
 }
 
+// The prefill line counts with the engine's replay rule (issue 10 item 7): bounded now includes
+// layer 20's compressor-only rows (N − w), which the paper's N·L/2 + w·L/2 (kept as paper_ced)
+// leaves out; exact is the decoder pyramid.
 TEST(CostModel, PrefillCedIsAboutHalfOfFullDepth) {
   const CostModel m = v41_flash();
   ASSERT_TRUE(m.ced);
   EXPECT_EQ(m.decoder_start, 20);
-  const PrefillCost big = prefill_cost(m, 1 << 20);
-  EXPECT_EQ(big.full_depth, 40.0 * (1 << 20));
-  EXPECT_EQ(big.token_layers, 20.0 * (1 << 20) + 128.0 * 20);
-  EXPECT_NEAR(big.token_layers / big.full_depth, 0.5, 0.001);
+  const int64_t n = 1 << 20;
+  auto big = prefill_cost(m, n);
+  ASSERT_TRUE(big.ok()) << big.status().to_string();
+  EXPECT_EQ(big->full_depth, 40.0 * n);
+  EXPECT_EQ(big->paper_ced, 20.0 * n + 128.0 * 20);
+  EXPECT_EQ(big->bounded_effective, PrefillDepth::kBounded);
+  EXPECT_EQ(big->bounded.encoder, 20 * n + (n - 128));  // + layer 20's compressor-only rows
+  EXPECT_EQ(big->bounded.decoder, 128 * 20);
+  EXPECT_EQ(big->token_layers, double(big->bounded.encoder + big->bounded.decoder));
+  // The paper's ≈ half; the replay rule's count adds one more layer's worth of rows (21/40).
+  EXPECT_NEAR(big->paper_ced / big->full_depth, 0.5, 0.001);
+  EXPECT_NEAR(big->token_layers / big->full_depth, 21.0 / 40, 0.001);
+  // Exact: layer 39 runs the last w positions, each layer below w − 1 more (the pyramid
+  // 20·(w − 1) + 1 deep at layer 20), layer 20's compressor the rest.
+  EXPECT_EQ(big->exact_effective, PrefillDepth::kExact);
+  int64_t pyramid = 0;
+  for (int k = 1; k <= 20; ++k) pyramid += 127 * k + 1;
+  EXPECT_EQ(big->exact.decoder, pyramid);
+  EXPECT_EQ(big->exact.encoder, 20 * n + (n - (20 * 127 + 1)));
   // Fewer new tokens than the window: the decoder replays all of them, i.e. full depth.
-  const PrefillCost tiny = prefill_cost(m, 100);
-  EXPECT_EQ(tiny.token_layers, tiny.full_depth);
-  // Earlier generations always run full depth.
+  auto tiny = prefill_cost(m, 100);
+  ASSERT_TRUE(tiny.ok());
+  EXPECT_EQ(tiny->token_layers, tiny->full_depth);
+  EXPECT_EQ(tiny->bounded_effective, PrefillDepth::kFull);
+  EXPECT_EQ(token_layers_total(tiny->exact), tiny->full_depth);
+  // Earlier generations always run full depth, at every depth.
   for (const char* name : {"deepseek-v3.2.json", "deepseek-v4-flash.json", "deepseek-llm-7b-base.json"}) {
-    const PrefillCost p = prefill_cost(load_shipped(name), 5000);
-    EXPECT_EQ(p.token_layers, p.full_depth) << name;
+    auto p = prefill_cost(load_shipped(name), 5000);
+    ASSERT_TRUE(p.ok()) << name;
+    EXPECT_EQ(p->token_layers, p->full_depth) << name;
+    EXPECT_EQ(token_layers_total(p->exact), p->full_depth) << name;
+    EXPECT_EQ(p->paper_ced, 0) << name;
+  }
+  EXPECT_FALSE(prefill_cost(m, 0).ok());
+}
+
+// The calculator's three depths are the engine's plan_prefill work, number for number, over
+// prompt lengths around the tail (w) and the pyramid (20·(w − 1) + 1).
+TEST(CostModel, PrefillEqualsTheReplayRulesWork) {
+  const CostModel m = v41_flash();
+  auto config = parse_model_config(test_v41_flash_config(), "v41-flash-test.json");
+  ASSERT_TRUE(config.ok());
+  auto plan = build_layer_plan(*config);
+  ASSERT_TRUE(plan.ok());
+  for (int64_t n : {int64_t(1), int64_t(127), int64_t(128), int64_t(129), int64_t(2541), int64_t(2542),
+                    int64_t(5000), int64_t(65536)}) {
+    auto p = prefill_cost(m, n);
+    ASSERT_TRUE(p.ok()) << n;
+    for (PrefillDepth depth : {PrefillDepth::kBounded, PrefillDepth::kExact}) {
+      auto engine = plan_prefill(*plan, config->sliding_window, n, 0, false, depth);
+      ASSERT_TRUE(engine.ok()) << n;
+      const TokenLayers& ours = depth == PrefillDepth::kBounded ? p->bounded : p->exact;
+      EXPECT_EQ(ours.encoder, engine->work.encoder) << n << " " << prefill_depth_name(depth);
+      EXPECT_EQ(ours.decoder, engine->work.decoder) << n << " " << prefill_depth_name(depth);
+      EXPECT_EQ(ours.replay, engine->work.replay) << n << " " << prefill_depth_name(depth);
+      EXPECT_EQ(p->full_depth, double(engine->work.full_depth)) << n;
+    }
   }
 }
 
@@ -218,11 +268,75 @@ TEST(CostModel, V41DecodeIsNearlyFlatComparedWithV32AndV4) {
 TEST(CostModel, PrecisionWeighting) {
   PrecisionFlops f{100, 100, 100};
   EXPECT_EQ(f.weighted(), 100 + 50 + 25);
-  // V4.1's routed experts run in FP4, its dense projections in FP8.
+  // A pair runs at its wider operand's rate.
+  using P = Precision;
+  EXPECT_EQ((Operands{P::kFp4, P::kFp8}.rate()), P::kFp8);
+  EXPECT_EQ((Operands{P::kFp8, P::kFp4}.rate()), P::kFp8);
+  EXPECT_EQ((Operands{P::kFp4, P::kFp4}.rate()), P::kFp4);
+  EXPECT_EQ((Operands{P::kBf16, P::kFp4}.rate()), P::kBf16);
+  EXPECT_EQ((Operands{P::kFp8, P::kFp8}.rate()), P::kFp8);
+  // V4.1: dense projections FP8 × FP8, FP4 experts × FP8 activations, BF16 head and mHC: no weight
+  // FLOPs at the FP4 rate (before issue 10 item 7 the routed experts were counted there).
   const DecodeFlops d = decode_flops(v41_flash(), 4096);
-  EXPECT_GT(d.weights.fp4, 0);
+  EXPECT_EQ(d.weights.fp4, 0);
   EXPECT_GT(d.weights.fp8, 0);
   EXPECT_GT(d.weights.bf16, 0);
+  EXPECT_GT(d.indexer.fp4, 0);
+  EXPECT_DOUBLE_EQ(d.ops.by_rate.weighted(), d.weighted());
+}
+
+const OpFlops* find_op(const DecodeFlops& d, const std::string& name) {
+  for (const OpFlops& op : d.ops.ops)
+    if (op.op == name) return &op;
+  return nullptr;
+}
+
+// Issue 10 item 7: FP4 expert weights multiply FP8 activations on the FP8 tensor cores, so they
+// count at 0.5; only FP4 × FP4 index scoring counts at 0.25. Hand count for V4.1-Flash and V4-Flash.
+TEST(CostModel, FpFourExpertsCountAtTheFp8RateAndIndexScoringAtFp4) {
+  struct Case {
+    CostModel model;
+    double d, inter, top_k, layers;
+  };
+  const Case cases[] = {{v41_flash(), 5120, 2304, 6, 40}, {load_shipped("deepseek-v4-flash.json"), 4096, 2048, 6, 43}};
+  for (const Case& c : cases) {
+    const DecodeFlops f = decode_flops(c.model, 65536);
+    const OpFlops* experts = find_op(f, "routed experts");
+    ASSERT_NE(experts, nullptr);
+    EXPECT_EQ(experts->operands, (Operands{Precision::kFp4, Precision::kFp8}));
+    EXPECT_EQ(experts->operands.rate(), Precision::kFp8);
+    const double raw = 2 * 3 * c.d * c.inter * c.top_k * c.layers;
+    EXPECT_DOUBLE_EQ(experts->flops, raw);
+    EXPECT_DOUBLE_EQ(experts->weighted(), 0.5 * raw);
+    const OpFlops* scoring = find_op(f, "index scoring");
+    ASSERT_NE(scoring, nullptr);
+    EXPECT_EQ(scoring->operands, (Operands{Precision::kFp4, Precision::kFp4}));
+    EXPECT_DOUBLE_EQ(scoring->weighted(), 0.25 * scoring->flops);
+    EXPECT_DOUBLE_EQ(f.indexer.fp4, scoring->flops);
+    const OpFlops* shared = find_op(f, "shared experts");
+    ASSERT_NE(shared, nullptr);
+    EXPECT_EQ(shared->operands, (Operands{Precision::kFp8, Precision::kFp8}));
+    const OpFlops* head = find_op(f, "output head");
+    ASSERT_NE(head, nullptr);
+    EXPECT_EQ(head->operands.rate(), Precision::kBf16);
+  }
+  // V3.2's FP8 lightning indexer scores FP8 × FP8: the FP8 rate; its experts are FP8 × FP8.
+  const DecodeFlops v32 = decode_flops(load_shipped("deepseek-v3.2.json"), 65536);
+  ASSERT_NE(find_op(v32, "index scoring"), nullptr);
+  EXPECT_EQ(find_op(v32, "index scoring")->operands.rate(), Precision::kFp8);
+  EXPECT_EQ(find_op(v32, "routed experts")->operands, (Operands{Precision::kFp8, Precision::kFp8}));
+}
+
+// The new rule's totals against the paper's Figure 2 as quoted in issue 10 (V4.1 ≈ 22 GFLOPs at
+// 4K and ≈ 27 at 1M; V4-Flash ≈ 18 at 4K). Under the old rule (routed experts at 0.25) these were
+// 17.3, 22.8 and 14.7: the expected values moved by the experts' extra 0.25 × raw.
+TEST(CostModel, DecodeFlopsAgainstThePapersFigure) {
+  const double v41_4k = decode_flops(v41_flash(), 4096).weighted() / 1e9;
+  const double v41_1m = decode_flops(v41_flash(), int64_t(1) << 20).weighted() / 1e9;
+  const double v4_4k = decode_flops(load_shipped("deepseek-v4-flash.json"), 4096).weighted() / 1e9;
+  EXPECT_NEAR(v41_4k, 22, 1.0);
+  EXPECT_NEAR(v41_1m, 27, 1.0);
+  EXPECT_NEAR(v4_4k, 18, 1.0);
 }
 
 TEST(CostModel, BadConfigsNameTheProblem) {

@@ -98,7 +98,8 @@ Result<int64_t> parse_token_count(const std::string& text) {
   return value * unit;
 }
 
-std::string format_cost_table(const CostModel& m, const CostQuery& q) {
+Result<std::string> format_cost_table(const CostModel& m, const CostQuery& q) {
+  DSV41_ASSIGN_OR_RETURN(const PrefillCost p, prefill_cost(m, q.new_tokens));
   std::string o;
   const int n_layers = int(m.layers.size());
   o += fmt::format("{}\n", generation_name(m.generation));
@@ -151,15 +152,31 @@ std::string format_cost_table(const CostModel& m, const CostQuery& q) {
   if (win > 0)
     o += fmt::format("     window state       {:>12}         per sequence, independent of context (not global KV)\n",
                      bytes_human(win));
-  const PrefillCost p = prefill_cost(m, q.new_tokens);
-  o += fmt::format("  3. prefill N={:<9} {:>12} token-layers  = {:.3f} × full depth ({} = N·L)\n",
-                   commas(double(q.new_tokens)), commas(p.token_layers), p.token_layers / p.full_depth,
-                   commas(p.full_depth));
-  if (m.ced)
-    o += fmt::format("     CED: N·L_enc + min(N,w)·L_dec = {}·{} + {}·{}\n", commas(double(q.new_tokens)), m.decoder_start,
+  // Prefill: the three depths of the engine's replay rule for one cold prompt of N tokens.
+  const std::string n_text = commas(double(q.new_tokens));
+  auto share = [&](double t) { return fmt::format("{:.3f} × full depth", t / p.full_depth); };
+  o += fmt::format(
+      "  3. prefill N={}: token-layers of a cold prompt, from the engine's replay rule (plan/replay_rule.h)\n", n_text);
+  o += fmt::format("     full depth        {:>14}   N·L\n", commas(p.full_depth));
+  if (m.ced) {
+    auto fell_back = [](PrefillDepth e) { return e == PrefillDepth::kFull ? "; N fits: runs full depth" : ""; };
+    o += fmt::format("     bounded (CED)     {:>14}   {}  (encoder {}, decoder {}{})\n", commas(p.token_layers),
+                     share(p.token_layers), commas(double(p.bounded.encoder)), commas(double(p.bounded.decoder)),
+                     fell_back(p.bounded_effective));
+    o += fmt::format("       paper's formula {:>14}   {}  N·L_enc + min(N,w)·L_dec = {}·{} + {}·{}\n",
+                     commas(p.paper_ced), share(p.paper_ced), n_text, m.decoder_start,
                      std::min<int64_t>(q.new_tokens, m.window), n_layers - m.decoder_start);
-  else
-    o += "     full depth: every uncached token runs every layer\n";
+    o += fmt::format("                                        (without layer {}'s compressor-only rows, which the replay "
+                     "rule counts)\n",
+                     m.decoder_start);
+    const double exact = token_layers_total(p.exact);
+    o += fmt::format("     exact (pyramid)   {:>14}   {}  (encoder {}, decoder {}{})\n", commas(exact), share(exact),
+                     commas(double(p.exact.encoder)), commas(double(p.exact.decoder)), fell_back(p.exact_effective));
+  } else {
+    o += fmt::format("     bounded, exact    {:>14}   {}  (no CED decoder to bound: every uncached token runs every "
+                     "layer)\n",
+                     commas(p.token_layers), share(p.token_layers));
+  }
 
   o += "  4. decode GFLOP per generated token, precision-weighted F = F_BF16 + 0.5·F_FP8 + 0.25·F_FP4\n";
   o += fmt::format("     {:>8} {:>10} {:>11} {:>10} {:>10} {:>11} {:>8}\n", "context", "weights", "attention", "indexer",
@@ -180,8 +197,26 @@ std::string format_cost_table(const CostModel& m, const CostQuery& q) {
     o += fmt::format("     * beyond the config's max_position_embeddings ({}): extrapolated\n", commas(double(m.max_context)));
   o += wrap("weights: " + m.weight_note + ".", 100, "     ");
   o += wrap("attention: q·k and value sums over the window rows and the selected (or all) cached entries, per "
-            "head, BF16. indexer: scoring of cached index keys, at the index keys' precision.",
+            "head, BF16. indexer: scoring of cached index keys with the index query.",
             100, "     ");
+
+  // Every counted operation with its operand pair and the rate that pair runs at.
+  const std::vector<int64_t>& ctx = contexts_of(q, storage);
+  const DecodeFlops lo = decode_flops(m, ctx.front()), hi = decode_flops(m, ctx.back());
+  o += "\n  Operations: a multiply of A (weights, or index query) by B (activations, or cached keys) runs at the rate\n"
+       "  of its wider operand: any BF16 side → 1, FP8 × FP8 or FP4 × FP8 → 0.5, only FP4 × FP4 → 0.25\n";
+  const std::string at_lo = fmt::format("@{}", context_label(ctx.front()));
+  const std::string at_hi = fmt::format("@{}", context_label(ctx.back()));
+  o += fmt::format("     {:<26} {:<12} {:<11} {:>12} {:>10} {:>10}\n", "operation", "A × B", "rate", "raw GF" + at_lo,
+                   "F" + at_lo, "F" + at_hi);
+  for (const OpFlops& op : lo.ops.ops) {
+    double at_high = 0;
+    for (const OpFlops& h : hi.ops.ops)
+      if (h.op == op.op && h.operands == op.operands) at_high = h.weighted();
+    o += fmt::format("     {:<26} {:<12} {:<11} {:>12} {:>10} {:>10}\n", op.op, op.operands.name(),
+                     fmt::format("{} {:g}", precision_name(op.operands.rate()), precision_weight(op.operands.rate())),
+                     giga(op.flops), giga(op.weighted()), giga(at_high));
+  }
   if (!m.assumptions.empty()) {
     o += "\nAssumptions\n";
     for (const auto& a : m.assumptions) {
@@ -192,8 +227,9 @@ std::string format_cost_table(const CostModel& m, const CostQuery& q) {
   return o;
 }
 
-std::string format_cost_json(const CostModel& m, const CostQuery& q) {
+Result<std::string> format_cost_json(const CostModel& m, const CostQuery& q) {
   using nlohmann::json;
+  DSV41_ASSIGN_OR_RETURN(const PrefillCost p, prefill_cost(m, q.new_tokens));
   json j;
   j["config"] = m.source;
   j["model_type"] = m.model_type;
@@ -226,14 +262,27 @@ std::string format_cost_json(const CostModel& m, const CostQuery& q) {
   for (const auto& r : m.records)
     records.push_back({{"role", r.role}, {"encoding", r.encoding}, {"bytes", r.bytes}, {"source", r.source}});
   j["records"] = records;
-  const PrefillCost p = prefill_cost(m, q.new_tokens);
+  auto depth = [&](const TokenLayers& t, PrefillDepth effective) {
+    return json{{"encoder", t.encoder},
+                {"decoder", t.decoder},
+                {"replay", t.replay},
+                {"total", token_layers_total(t)},
+                {"ratio_to_full_depth", token_layers_total(t) / p.full_depth},
+                {"effective", prefill_depth_name(effective)}};
+  };
+  // token_layers = the bounded count (what the generation runs by default), from the replay rule.
   j["prefill_token_layers"] = {{"new_tokens", p.new_tokens},
                                {"token_layers", p.token_layers},
                                {"full_depth", p.full_depth},
                                {"ratio_to_full_depth", p.token_layers / p.full_depth},
                                {"ced", m.ced},
                                {"encoder_part", p.encoder_part},
-                               {"decoder_part", p.decoder_part}};
+                               {"decoder_part", p.decoder_part},
+                               {"paper_ced", p.paper_ced},
+                               {"bounded", depth(p.bounded, p.bounded_effective)},
+                               {"exact", depth(p.exact, p.exact_effective)}};
+  j["precision_rule"] =
+      "F = F_BF16 + 0.5·F_FP8 + 0.25·F_FP4; each multiply counts at the rate of its wider operand (A × B)";
   json decode = json::array();
   std::vector<int64_t> storage;
   for (int64_t c : contexts_of(q, storage)) {
@@ -241,12 +290,22 @@ std::string format_cost_json(const CostModel& m, const CostQuery& q) {
     auto split = [](const PrecisionFlops& f) {
       return json{{"bf16", f.bf16}, {"fp8", f.fp8}, {"fp4", f.fp4}, {"weighted", f.weighted()}};
     };
+    json ops = json::array();
+    for (const OpFlops& op : d.ops.ops)
+      ops.push_back({{"op", op.op},
+                     {"a", precision_name(op.operands.a)},
+                     {"b", precision_name(op.operands.b)},
+                     {"rate", precision_name(op.operands.rate())},
+                     {"rate_weight", precision_weight(op.operands.rate())},
+                     {"flops", op.flops},
+                     {"weighted", op.weighted()}});
     decode.push_back({{"context", c},
                       {"weighted", d.weighted()},
                       {"raw", d.total.total()},
                       {"weights", split(d.weights)},
                       {"attention", split(d.attention)},
-                      {"indexer", split(d.indexer)}});
+                      {"indexer", split(d.indexer)},
+                      {"operations", ops}});
   }
   j["decode_flops"] = decode;
   j["assumptions"] = m.assumptions;

@@ -3,6 +3,8 @@
 //   global_kv_bytes_per_token, global_entries_per_token, persistent_bytes_per_token,
 //   persistent_definition, window_bytes_per_sequence, layers (per-layer global bytes/token),
 //   layer_details, records, prefill_token_layers, decode_flops (one object per context).
+// Added by issue 10 item 7: prefill_token_layers.{paper_ced, bounded, exact} (the replay rule's
+// counts) and decode_flops[].operations (each operation's operand pair and rate).
 #pragma once
 
 #include <cstdint>
@@ -23,8 +25,9 @@ std::vector<int64_t> default_contexts();
 // "4096", "4K" (×1024), "1M" (×1048576), "65,536": a positive token count up to 2^40.
 Result<int64_t> parse_token_count(const std::string& text);
 
-std::string format_cost_table(const CostModel& model, const CostQuery& query);
+// Both fail only when the query does (new_tokens < 1: no prefill to plan).
+Result<std::string> format_cost_table(const CostModel& model, const CostQuery& query);
 // One JSON object (pretty-printed, trailing newline).
-std::string format_cost_json(const CostModel& model, const CostQuery& query);
+Result<std::string> format_cost_json(const CostModel& model, const CostQuery& query);
 
 }  // namespace dsv41

@@ -39,8 +39,7 @@ Result<CostModel> build_dense_attention_cost(const nlohmann::json& json, const s
                                         source, kv_heads, heads));
 
   const WeightPrecision wp = read_weight_precision(json);
-  const Precision dense = wp.fp8_linear ? Precision::kFp8 : Precision::kBf16;
-  const Precision experts = wp.fp4_experts ? Precision::kFp4 : dense;
+  const auto [dense, experts] = linear_operands(wp.fp8_linear, wp.fp4_experts);
 
   CostModel m;
   m.generation = Generation::kDeepSeekLlm;
@@ -58,7 +57,8 @@ Result<CostModel> build_dense_attention_cost(const nlohmann::json& json, const s
     l.main_record_bytes = 2.0 * kv_heads * row_bytes;  // K and V of every KV head
     l.global_bytes_per_token = l.main_record_bytes;
     // Projections: q [d → H·hd], k and v [d → kv·hd], o [H·hd → d].
-    add_matvec(l.weight_flops, dense, double(d) * heads * head_dim * 2 + 2.0 * d * kv_heads * head_dim);
+    l.weight_flops.add_matvec("attention projections", dense,
+                              double(d) * heads * head_dim * 2 + 2.0 * d * kv_heads * head_dim);
     FfnShape f = moe;
     if (!has_moe || i < first_dense || i % moe_freq != 0) f = FfnShape{false, d, inter};
     add_ffn_flops(l.weight_flops, f, dense, experts);
@@ -68,7 +68,7 @@ Result<CostModel> build_dense_attention_cost(const nlohmann::json& json, const s
     l.work.ratio = 1;
     m.layers.push_back(l);
   }
-  add_matvec(m.head_flops, Precision::kBf16, double(d) * vocab);  // head [d → vocab]
+  m.head_flops.add_matvec("output head", kBf16Op, double(d) * vocab);  // head [d → vocab]
   m.weight_note = fmt::format("q/k/v/o projections and {} FFN per layer + output head", has_moe ? "MoE" : "SwiGLU");
   m.max_context = k.non_negative_or("max_position_embeddings", 0);
   m.geometry = fmt::format("{} layers · hidden {} · {} query heads × {} · {} KV heads · vocab {}", layers, d, heads,
@@ -79,14 +79,20 @@ Result<CostModel> build_dense_attention_cost(const nlohmann::json& json, const s
   return m;
 }
 
-void add_ffn_flops(PrecisionFlops& f, const FfnShape& s, Precision dense, Precision experts) {
+void add_ffn_flops(OpLedger& f, const FfnShape& s, Operands dense, Operands experts) {
   if (!s.moe) {
-    add_matvec(f, dense, 3.0 * s.hidden * s.dense_inter);  // w1, w3 [d → inter], w2 [inter → d]
+    f.add_matvec("dense FFN", dense, 3.0 * s.hidden * s.dense_inter);  // w1, w3 [d → inter], w2 [inter → d]
     return;
   }
-  if (s.gate_matmul) add_matvec(f, Precision::kBf16, double(s.hidden) * s.n_routed);  // router [d → E]
-  add_matvec(f, experts, 3.0 * s.hidden * s.moe_inter * s.top_k);                    // routed top-k
-  add_matvec(f, dense, 3.0 * s.hidden * s.moe_inter * s.n_shared);                    // shared experts
+  if (s.gate_matmul) f.add_matvec("router", kBf16Op, double(s.hidden) * s.n_routed);  // [d → E]
+  f.add_matvec("routed experts", experts, 3.0 * s.hidden * s.moe_inter * s.top_k);  // top-k SwiGLU
+  if (s.n_shared > 0) f.add_matvec("shared experts", dense, 3.0 * s.hidden * s.moe_inter * s.n_shared);
+}
+
+LinearOperands linear_operands(bool fp8_linear, bool fp4_experts) {
+  const Precision act = fp8_linear ? Precision::kFp8 : Precision::kBf16;
+  const Precision weights = fp8_linear ? Precision::kFp8 : Precision::kBf16;
+  return {Operands{weights, act}, Operands{fp4_experts ? Precision::kFp4 : weights, act}};
 }
 
 }  // namespace dsv41::cost_internal

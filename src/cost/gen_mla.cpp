@@ -47,8 +47,7 @@ Result<CostModel> build_mla_cost(const nlohmann::json& json, const std::string& 
   if (!k.status().ok()) return k.status();
 
   const WeightPrecision wp = read_weight_precision(json);
-  const Precision dense = wp.fp8_linear ? Precision::kFp8 : Precision::kBf16;
-  const Precision experts = wp.fp4_experts ? Precision::kFp4 : dense;
+  const auto [dense, experts] = linear_operands(wp.fp8_linear, wp.fp4_experts);
 
   CostModel m;
   m.generation = v32 ? Generation::kDeepSeekV32 : Generation::kDeepSeekMla;
@@ -77,15 +76,15 @@ Result<CostModel> build_mla_cost(const nlohmann::json& json, const std::string& 
     // its kv_lora·H·(nope + v) weights once per token).
     const double q_params = q_lora > 0 ? double(d) * q_lora + double(q_lora) * heads * (nope + rope)  // wq_a, wq_b
                                        : double(d) * heads * (nope + rope);                            // wq
-    add_matvec(l.weight_flops, dense, q_params);
-    add_matvec(l.weight_flops, dense, double(d) * (kv_lora + rope));        // wkv_a [d → c_KV ‖ k_rope]
-    add_matvec(l.weight_flops, dense, double(kv_lora) * heads * (nope + v_dim));  // wkv_b (absorbed)
-    add_matvec(l.weight_flops, dense, double(heads) * v_dim * d);           // wo [H·v → d]
+    l.weight_flops.add_matvec("attention projections", dense,
+                              q_params + double(d) * (kv_lora + rope)              // wkv_a [d → c_KV ‖ k_rope]
+                                  + double(kv_lora) * heads * (nope + v_dim)  // wkv_b (absorbed)
+                                  + double(heads) * v_dim * d);                // wo [H·v → d]
     if (v32) {
       // Indexer: wq_b [q_lora → idx_heads·idx_dim], wk [d → idx_dim] (FP8), weights_proj [d → idx_heads].
-      add_matvec(l.weight_flops, dense, double(q_lora > 0 ? q_lora : d) * idx_heads * idx_dim);
-      add_matvec(l.weight_flops, dense, double(d) * idx_dim);
-      add_matvec(l.weight_flops, Precision::kBf16, double(d) * idx_heads);
+      l.weight_flops.add_matvec("indexer query + key", dense,
+                                double(q_lora > 0 ? q_lora : d) * idx_heads * idx_dim + double(d) * idx_dim);
+      l.weight_flops.add_matvec("indexer weights", kBf16Op, double(d) * idx_heads);
     }
     FfnShape f = moe;
     if (!has_moe || i < first_dense || i % moe_freq != 0) f = FfnShape{false, d, inter};
@@ -98,15 +97,15 @@ Result<CostModel> build_mla_cost(const nlohmann::json& json, const std::string& 
     if (v32) {
       l.work.topk = idx_topk;  // DSA: attention reads the index_topk selected tokens
       // Lightning indexer: every visible key, per index head a 128-dim dot (2·idx_dim) plus the
-      // ReLU-weighted head sum (2); FP8 (V3.2-Exp inference fp8_index kernel).
+      // ReLU-weighted head sum (2); FP8 query × FP8 keys (V3.2-Exp inference fp8_index kernel).
       l.work.index_heads = int(idx_heads);
       l.work.flops_per_index_head_entry = 2.0 * idx_dim + 2.0;
       l.work.index_scan_cap = -1;
-      l.work.index_precision = Precision::kFp8;
+      l.work.index_operands = Operands{Precision::kFp8, Precision::kFp8};
     }
     m.layers.push_back(l);
   }
-  add_matvec(m.head_flops, Precision::kBf16, double(d) * vocab);
+  m.head_flops.add_matvec("output head", kBf16Op, double(d) * vocab);
   m.max_context = k.non_negative_or("max_position_embeddings", 0);
   m.geometry = fmt::format("{} layers · hidden {} · {} heads · latent {} + RoPE {} · vocab {}", layers, d, heads, kv_lora,
                            rope, vocab);

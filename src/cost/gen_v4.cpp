@@ -69,8 +69,7 @@ Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& s
         options.swa_checkpoint_interval, lcm));
 
   const WeightPrecision wp = read_weight_precision(json);
-  const Precision dense = wp.fp8_linear ? Precision::kFp8 : Precision::kBf16;
-  const Precision experts = wp.fp4_experts ? Precision::kFp4 : dense;
+  const auto [dense, experts] = linear_operands(wp.fp8_linear, wp.fp4_experts);
 
   CostModel m;
   m.generation = Generation::kDeepSeekV4;
@@ -100,16 +99,17 @@ Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& s
     l.work.window = window;
     // Attention projections: wq_a [d → q_lora], wq_b [q_lora → H·hd], wkv [d → hd] (FP8);
     // wo_a grouped [H·hd/g → o_lora] per group (BF16 einsum in the release); wo_b [g·o_lora → d].
-    add_matvec(l.weight_flops, dense, double(d) * q_lora + double(q_lora) * heads * head_dim + double(d) * head_dim);
-    add_matvec(l.weight_flops, Precision::kBf16, double(heads) * head_dim * o_lora);
-    add_matvec(l.weight_flops, dense, double(o_groups) * o_lora * d);
+    l.weight_flops.add_matvec(
+        "attention projections", dense,
+        double(d) * q_lora + double(q_lora) * heads * head_dim + double(d) * head_dim + double(o_groups) * o_lora * d);
+    l.weight_flops.add_matvec("attention wo_a (grouped)", kBf16Op, double(heads) * head_dim * o_lora);
     // mHC: hc_attn_fn and hc_ffn_fn [(2+hc)·hc, hc·d], FP32.
-    add_matvec(l.weight_flops, Precision::kBf16, 2.0 * (2 + hc) * hc * hc * d);
+    l.weight_flops.add_matvec("mHC", kBf16Op, 2.0 * (2 + hc) * hc * hc * d);
     if (r > 0) {
       const int64_t coff = csa ? 2 : 1;  // overlapping compressor projects 2·hd channels
       l.main_record_bytes = kv_bytes;
       // Compressor wkv and wgate [d → coff·hd], FP32, applied to every token.
-      add_matvec(l.weight_flops, Precision::kBf16, 2.0 * d * coff * head_dim);
+      l.weight_flops.add_matvec("compressor", kBf16Op, 2.0 * d * coff * head_dim);
       l.work.ratio = int(r);
       l.reads = "own";
       if (csa) {
@@ -117,14 +117,15 @@ Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& s
         l.work.topk = idx_topk;  // sparse: index_topk compressed entries + the window
         // Indexer: wq_b [q_lora → idx_heads·idx_dim] (FP8), weights_proj [d → idx_heads] (BF16),
         // its own overlapping compressor wkv/wgate [d → 2·idx_dim] (FP32).
-        add_matvec(l.weight_flops, dense, double(q_lora) * idx_heads * idx_dim);
-        add_matvec(l.weight_flops, Precision::kBf16, double(d) * idx_heads + 2.0 * d * coff * idx_dim);
+        l.weight_flops.add_matvec("indexer query", dense, double(q_lora) * idx_heads * idx_dim);
+        l.weight_flops.add_matvec("indexer weights", kBf16Op, double(d) * idx_heads);
+        l.weight_flops.add_matvec("compressor", kBf16Op, 2.0 * d * coff * idx_dim);
         // Scores every visible compressed key: 2·idx_dim per head + weighted head sum, FP4
-        // (V4 "fp4 simulation for q and kv in indexer").
+        // (V4 "fp4 simulation for q and kv in indexer"): FP4 × FP4, the one FP4-rate operation.
         l.work.index_heads = int(idx_heads);
         l.work.flops_per_index_head_entry = 2.0 * idx_dim + 2.0;
         l.work.index_scan_cap = -1;
-        l.work.index_precision = Precision::kFp4;
+        l.work.index_operands = Operands{Precision::kFp4, Precision::kFp4};
         // Carry state at a checkpoint boundary: the overlapping compressors keep the previous
         // group's r tokens of (kv, score) [r, 2·dim] FP32 — main (hd) and indexer (idx_dim).
         l.carry_state_bytes = 2.0 * r * coff * (head_dim + idx_dim) * 4;
@@ -138,13 +139,14 @@ Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& s
     m.layers.push_back(l);
   }
   // Output head [d → vocab] and the head's mHC collapse hc_head_fn [hc, hc·d].
-  add_matvec(m.head_flops, Precision::kBf16, double(d) * vocab + double(hc) * hc * d);
+  m.head_flops.add_matvec("output head", kBf16Op, double(d) * vocab);
+  m.head_flops.add_matvec("mHC", kBf16Op, double(hc) * hc * d);
   m.max_context = k.non_negative_or("max_position_embeddings", 0);
   m.geometry = fmt::format(
       "{} layers · hidden {} · {} heads × {} · window {} · experts {}/{} + {} shared · indexer {}×{}, top-{}", layers,
       d, heads, head_dim, window, moe.top_k, moe.n_routed, moe.n_shared, idx_heads, idx_dim, idx_topk);
-  m.weight_note = "attention projections, compressors and CSA indexers, mHC, MoE router + top-k routed (FP4) + "
-                  "shared experts, output head; MTP/DSpark layers not counted";
+  m.weight_note = "attention projections, compressors and CSA indexers, mHC, MoE router + top-k routed (FP4 "
+                  "weights × FP8 activations) + shared experts, output head; MTP/DSpark layers not counted";
   m.persistent_extra_bytes_per_token = checkpoint_bytes / double(options.swa_checkpoint_interval);
   m.window = window;
   m.persistent_definition = fmt::format(

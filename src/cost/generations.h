@@ -28,6 +28,18 @@ struct FfnShape {
   int64_t n_routed = 0, top_k = 0, n_shared = 0;
   bool gate_matmul = true;  // false for V4 hash-routed layers (expert ids looked up per token)
 };
-void add_ffn_flops(PrecisionFlops& f, const FfnShape& s, Precision dense, Precision experts);
+// `dense`: operands of the dense FFN and shared experts; `experts`: of the routed experts. The
+// router is BF16 × BF16 (FP32 in the releases).
+void add_ffn_flops(OpLedger& f, const FfnShape& s, Operands dense, Operands experts);
+
+// The operand pairs of a generation's linear layers, from its quantization facts: weights FP8
+// (or BF16), routed experts FP4 / dense format, and the activations they multiply. An FP8
+// checkpoint quantises each linear layer's input to FP8 (activation_scheme only says how the
+// scale is found), so its FP8 and FP4 weights both meet FP8 activations.
+struct LinearOperands {
+  Operands dense, experts;
+};
+LinearOperands linear_operands(bool fp8_linear, bool fp4_experts);
+inline constexpr Operands kBf16Op{Precision::kBf16, Precision::kBf16};  // FP32/BF16 matmuls
 
 }  // namespace dsv41::cost_internal

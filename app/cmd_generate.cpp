@@ -1,12 +1,14 @@
 // `dsv41 generate`: many requests from a JSONL file through one engine with continuous batching.
 // Spec: issue 9 item 7.
 //   dsv41 generate -m DIR --requests FILE.jsonl [--parallel N] [--out FILE.jsonl] [--ctx N]
-//     [--prefill-chunk N]
+//     [--prefill-chunk N] [--depth full|bounded|exact]
 // Input lines: {"id": STRING, "prompt": TEXT} or {"id": STRING, "prompt_ids": [INT, ...]}, with
 // optional "max_tokens" (default 64), "temperature" (default 0 = greedy), "top_p", "seed",
 // "ignore_eos". A prompt given as text gets BOS prepended, as `dsv41 run` does.
 // Output lines, in input order: {"id", "ids": [generated ids, end-of-sequence excluded], "text",
-// "finish_reason": "stop"|"length", "prompt_tokens"}; a request that cannot run gives
+// "finish_reason": "stop"|"length", "prompt_tokens", "prefill": {"depth" (as run: full when the
+// prompt fits in the tail), "encoder_token_layers", "decoder_token_layers", "replay_token_layers",
+// "full_depth_token_layers"}}; a request that cannot run gives
 // {"id", "line", "error": MESSAGE} there and on stderr, and the others complete. Blank lines are
 // skipped. The exit code is 0 when every request completed, 1 otherwise (2: bad options).
 #include <CLI/CLI.hpp>
@@ -103,6 +105,7 @@ int generate_main(int argc, char** argv) {
   int parallel = 8;
   int64_t ctx = 4096, prefill_chunk = 512;
   int threads = 0;
+  std::string depth_name = "bounded";
   cli.add_option("-m,--model", dir, "model directory")->required();
   cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin)")->required();
   cli.add_option("--parallel", parallel, "sequences decoded together (1..256)")->check(CLI::Range(1, 256));
@@ -111,6 +114,8 @@ int generate_main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cli.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per forward segment (1..65536)")
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  cli.add_option("--depth", depth_name, "prefill depth: full | bounded (default, the paper's CED + tail) | exact "
+                 "(the same result as full, a bounded pyramid)");
   cli.add_option("--threads", threads, "CPU threads (0 = all cores; 1..1024)")->check(CLI::Range(0, 1024));
   try {
     cli.parse(argc, argv);
@@ -121,6 +126,8 @@ int generate_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 generate: %s\n", s.to_string().c_str());
     return 1;
   };
+  auto depth = parse_prefill_depth(depth_name);
+  if (!depth.ok()) return fail(depth.status().with_context("--depth"));
   std::ifstream file;
   std::istream* in = &std::cin;
   if (requests_path != "-") {
@@ -163,6 +170,7 @@ int generate_main(int argc, char** argv) {
   for (size_t i = 0; i < parsed.size(); ++i) {
     if (!parsed[i].status.ok()) continue;
     prompt_tokens += static_cast<int64_t>(parsed[i].request.prompt.size());
+    parsed[i].request.depth = *depth;
     tickets[i] = (*scheduler)->submit(parsed[i].request);
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -200,6 +208,11 @@ int generate_main(int argc, char** argv) {
       o["text"] = tok->decode(r->ids);
       o["finish_reason"] = finish_reason_name(r->finish);
       o["prompt_tokens"] = r->prompt_tokens;
+      o["prefill"] = {{"depth", prefill_depth_name(r->effective_depth)},
+                      {"encoder_token_layers", r->prefill_work.encoder},
+                      {"decoder_token_layers", r->prefill_work.decoder},
+                      {"replay_token_layers", r->prefill_work.replay},
+                      {"full_depth_token_layers", r->prefill_work.full_depth}};
     }
     *out << o.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   }

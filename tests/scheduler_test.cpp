@@ -38,7 +38,7 @@ std::vector<GenerationRequest> requests() {
   return out;
 }
 
-std::vector<GenerationResult> run(int parallel, int64_t chunk, bool reversed) {
+std::vector<GenerationResult> run(int parallel, int64_t chunk, bool reversed, PrefillDepth depth = PrefillDepth::kFull) {
   auto engine = make_engine();
   SchedulerOptions o;
   o.parallel = parallel;
@@ -49,6 +49,7 @@ std::vector<GenerationResult> run(int parallel, int64_t chunk, bool reversed) {
   auto s = Scheduler::create(*engine, o);
   EXPECT_TRUE(s.ok());
   auto reqs = requests();
+  for (auto& r : reqs) r.depth = depth;
   std::vector<int64_t> tickets(reqs.size());
   for (size_t k = 0; k < reqs.size(); ++k) {
     const size_t i = reversed ? reqs.size() - 1 - k : k;
@@ -80,6 +81,22 @@ TEST(Scheduler, TokensDoNotDependOnParallelismChunkingOrOrder) {
       }
     }
   }
+}
+
+TEST(Scheduler, ExactDepthGivesFullDepthTokensAndBoundedDoesNotDependOnParallelism) {
+  const auto full = run(1, 64, false, PrefillDepth::kFull);
+  const auto exact = run(3, 4, false, PrefillDepth::kExact);
+  const auto bounded1 = run(1, 64, false, PrefillDepth::kBounded);
+  const auto bounded8 = run(8, 3, true, PrefillDepth::kBounded);
+  int cheaper = 0;
+  for (size_t i = 0; i < full.size(); ++i) {
+    EXPECT_EQ(exact[i].ids, full[i].ids) << i;
+    EXPECT_EQ(bounded8[i].ids, bounded1[i].ids) << i;
+    const TokenLayers& w = bounded1[i].prefill_work;
+    EXPECT_EQ(w.full_depth, bounded1[i].prompt_tokens * 6) << i;
+    cheaper += w.encoder + w.decoder < w.full_depth;
+  }
+  EXPECT_GT(cheaper, 3) << "prompts longer than the window cost less than full depth";
 }
 
 TEST(Scheduler, BadRequestsFailAloneAndLengthsAreHonoured) {

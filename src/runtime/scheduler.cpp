@@ -77,6 +77,16 @@ void Scheduler::admit() {
       if (sampler.ok()) a->sampler = std::move(*sampler);
       else st = sampler.status();
     }
+    if (st.ok()) {
+      auto plan = plan_prefill(engine_.backend().plan(), engine_.config().sliding_window,
+                               static_cast<int64_t>(r.prompt.size()), 0, true, r.depth);
+      if (plan.ok()) {
+        a->plan = std::move(*plan);
+        a->result.effective_depth = a->plan.effective;
+      } else {
+        st = plan.status();
+      }
+    }
     if (st.ok() && r.max_tokens == 0) {
       finish(*a, FinishReason::kLength);
       continue;
@@ -123,11 +133,16 @@ bool Scheduler::step() {
     s.start = a.prompt_done + static_cast<int64_t>(a.result.ids.size()) - (a.next_token >= 0 ? 1 : 0);
     const int64_t left = static_cast<int64_t>(a.request.prompt.size()) - a.prompt_done;
     if (left > 0) {
-      const int64_t n = std::min(options_.prefill_chunk, left);
+      // The next chunk of the current plan step: from prompt_done, at most prefill_chunk tokens,
+      // never across the step's end (steps differ in their per-layer ranges).
+      while (a.plan.steps[a.step].end <= a.prompt_done) ++a.step;
+      const PrefillStep& step = a.plan.steps[a.step];
+      const int64_t n = std::min(options_.prefill_chunk, step.end - a.prompt_done);
       if (n > prefill_budget) continue;  // waits for the next step; chunk boundaries stay fixed
       prefill_budget -= n;
       s.start = a.prompt_done;
       s.tokens = std::span<const int32_t>(a.request.prompt).subspan(a.prompt_done, n);
+      s.depth = step.layers;
       s.logits = n == left ? LogitRows::kLast : LogitRows::kNone;
       last_.prefill_tokens += n;
     } else {
@@ -148,7 +163,10 @@ bool Scheduler::step() {
       continue;
     }
     const bool was_prefill = a.prompt_done < static_cast<int64_t>(a.request.prompt.size());
-    if (was_prefill) a.prompt_done += static_cast<int64_t>(segments_[i].tokens.size());
+    if (was_prefill) {
+      a.prompt_done += static_cast<int64_t>(segments_[i].tokens.size());
+      a.result.prefill_work += r.work;
+    }
     if (r.logit_rows > 0) take_token(a, r.logits);
   }
   // Finished requests leave their slots (refilled at the next step).

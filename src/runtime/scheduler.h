@@ -2,9 +2,9 @@
 // at a time; a finished sequence's slot is refilled from the queue at the next step. Spec:
 // issue 9 item 7; system.md §3 (serving), §4 (the speculative scheduler builds on this).
 //
-// Each step is one Engine::forward over: a prefill chunk (≤ prefill_chunk tokens, chunk
-// boundaries at fixed multiples of prefill_chunk of each prompt) for sequences still reading their
-// prompt, at most max_prefill_tokens of those per step, and one decode token for every sequence
+// Each step is one Engine::forward over: a prefill chunk (≤ prefill_chunk tokens of one step of
+// the request's prefill plan at its depth, plan/replay_rule.h; chunk boundaries at fixed multiples
+// of prefill_chunk from the step's start) for sequences still reading their prompt, at most max_prefill_tokens of those per step, and one decode token for every sequence
 // that is generating. Every request has its own Sampler (seeded), and the engine's results do not
 // depend on what else is in a batch, so a request's tokens do not depend on `parallel`, on the
 // order of the queue or on the other requests.
@@ -22,6 +22,7 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "plan/replay_rule.h"
 #include "runtime/sampling.h"
 
 namespace dsv41 {
@@ -31,6 +32,7 @@ struct GenerationRequest {
   int64_t max_tokens = 64;
   SamplingParams sampling;
   bool ignore_eos = false;  // generate exactly max_tokens
+  PrefillDepth depth = PrefillDepth::kFull;  // prefill depth (plan/replay_rule.h)
 };
 
 enum class FinishReason { kStop, kLength, kError };
@@ -41,6 +43,8 @@ struct GenerationResult {
   std::vector<int32_t> ids;     // generated ids (the end-of-sequence token excluded)
   FinishReason finish = FinishReason::kLength;
   int64_t prompt_tokens = 0;
+  PrefillDepth effective_depth = PrefillDepth::kFull;
+  TokenLayers prefill_work;     // token-layers of the prefill, by kind
 };
 
 struct SchedulerOptions {
@@ -86,6 +90,8 @@ class Scheduler {
     SequenceId sequence = -1;
     std::optional<Sampler> sampler;
     int64_t prompt_done = 0;     // prompt tokens already in the engine
+    PrefillPlan plan;            // the prompt's steps at its depth
+    size_t step = 0;             // the plan step the next prefill chunk belongs to
     int32_t next_token = -1;     // sampled, not yet fed (−1: none)
     GenerationResult result;
   };

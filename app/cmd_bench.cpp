@@ -44,6 +44,8 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--decode", o.decode_tokens, "tokens decoded after each prefill");
   cli.add_option("--chunk", o.chunk, "prefill chunk size (0 = whole prompt)");
   cli.add_option("--seed", o.seed, "seed of the random prompt ids");
+  std::string depth_name = "full";
+  cli.add_option("--depth", depth_name, "prefill depth of the context sweep: full (default) | bounded | exact");
   cli.add_option("--membw-mib", membw_mib, "bandwidth buffer in MiB (0 = skip the measurement)");
   cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)");
   cli.add_flag("--json", json, "print the results as one JSON object");
@@ -78,6 +80,9 @@ int bench_main(int argc, char** argv) {
     if (!model.ok()) return fail(model.status());
     return run_batch_bench_mode(dir, **model, bo, membw_mib, membw_passes, json);
   }
+  auto depth = parse_prefill_depth(depth_name);
+  if (!depth.ok()) return fail(depth.status().with_context("--depth"));
+  o.depth = *depth;
   auto weights = WeightRegistry::open(dir);
   if (!weights.ok()) return fail(weights.status());
   auto model = Model::load(dir, load_options_from_env());
@@ -120,8 +125,10 @@ int bench_main(int argc, char** argv) {
     o.before_decode = [&](int64_t context) { decode_bw[context] = measure(2); };
   }
   auto on_point = [&](const SpeedPoint& p) {
-    std::fprintf(stderr, "context %lld: prefill %.1f tok/s, decode %.2f tok/s\n", static_cast<long long>(p.context),
-                 p.prefill_tokens_per_s(), p.decode_tokens_per_s());
+    std::fprintf(stderr, "context %lld: prefill (%s) %.1f tok/s, %lld token-layers of %lld at full depth; decode %.2f tok/s\n",
+                 static_cast<long long>(p.context), prefill_depth_name(p.effective_depth), p.prefill_tokens_per_s(),
+                 static_cast<long long>(p.prefill_work.encoder + p.prefill_work.decoder + p.prefill_work.replay),
+                 static_cast<long long>(p.prefill_work.full_depth), p.decode_tokens_per_s());
   };
   auto points = run_speed_bench(**model, o, on_point);
   if (!points.ok()) return fail(points.status());
@@ -170,6 +177,11 @@ int bench_main(int argc, char** argv) {
                         {"decode_seconds", p.decode_seconds},
                         {"decode_tokens_per_s", p.decode_tokens_per_s()},
                         {"positions", p.positions},
+                        {"depth", prefill_depth_name(p.effective_depth)},
+                        {"encoder_token_layers", p.prefill_work.encoder},
+                        {"decoder_token_layers", p.prefill_work.decoder},
+                        {"replay_token_layers", p.prefill_work.replay},
+                        {"full_depth_token_layers", p.prefill_work.full_depth},
                         {"cache", {{"window", p.cache.window}, {"main", p.cache.main}, {"index", p.cache.index},
                                    {"pending", p.cache.pending}, {"total", p.cache.total()}}}};
     if (membw_mib > 0) {

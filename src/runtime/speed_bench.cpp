@@ -1,6 +1,8 @@
 // End-to-end prefill / decode speed (see speed_bench.h).
 #include "runtime/speed_bench.h"
 
+#include "runtime/prefill.h"
+
 #include <chrono>
 #include <string>
 
@@ -48,8 +50,14 @@ Result<std::vector<SpeedPoint>> run_speed_bench(const Model& model, const SpeedB
     SpeedPoint p;
     p.context = c;
     const auto t0 = std::chrono::steady_clock::now();
-    DSV41_ASSIGN_OR_RETURN(std::vector<float> logits, session->prefill(prompt, o.chunk));
+    PrefillOptions po;
+    po.depth = o.depth;
+    po.chunk = o.chunk > 0 ? o.chunk : 0;
+    DSV41_ASSIGN_OR_RETURN(PrefillResult pre, prefill(session->engine(), session->sequence(), prompt, po));
+    std::vector<float> logits = std::move(pre.last_logits);
     p.prefill_seconds = seconds_since(t0);
+    p.prefill_work = pre.work;
+    p.effective_depth = pre.effective;
     if (o.before_decode) o.before_decode(c);
     const auto t1 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < o.decode_tokens; ++i) {

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "cache/sequence_cache.h"
 #include "model/model.h"
+#include "plan/replay_rule.h"
 
 namespace dsv41 {
 
@@ -24,6 +25,7 @@ struct SpeedBenchOptions {
   int64_t decode_tokens = 16;     // tokens decoded after each prefill (≥ 0)
   int64_t chunk = 0;              // prefill chunk (0 = the whole prompt in one forward)
   uint64_t seed = 1;
+  PrefillDepth depth = PrefillDepth::kFull;  // prefill depth (plan/replay_rule.h)
   // Called between each prefill and its decode, untimed: e.g. a bandwidth measurement taken
   // next to the decode it bounds (on a shared machine the bandwidth left to us changes by 2×
   // within minutes).
@@ -37,6 +39,8 @@ struct SpeedPoint {
   double decode_seconds = 0;
   CacheFootprint cache;  // after the last decoded token
   int64_t positions = 0;  // tokens in the cache at that point
+  PrefillDepth effective_depth = PrefillDepth::kFull;
+  TokenLayers prefill_work;
   double prefill_tokens_per_s() const { return prefill_seconds > 0 ? context / prefill_seconds : 0; }
   double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
 };

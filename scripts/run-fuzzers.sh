@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target built in BUILD_DIR for FUZZ_SECONDS each (default 60), with a
 # corpus per target under fuzz-corpus/ seeded from the repo's and the golden fixtures' files.
-# Not part of CI: `make fuzz` builds the targets (clang) and calls this.
+# `make fuzz` builds the targets (clang) and calls this; CI only compiles them (docs/FUZZING.md).
 set -euo pipefail
 build=${1:-build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
@@ -23,6 +23,7 @@ for bin in "$build"/*_fuzz; do
   esac
   for s in "${seeds[@]}"; do cp -n "$s" "$corpus/" 2>/dev/null || true; done
   echo "== $name for ${seconds}s (corpus $corpus)"
-  "$bin" -max_total_time="$seconds" -max_len=1048576 -rss_limit_mb=4096 "$corpus"
+  # -print_final_stats: executions, exec/s and peak RSS at the end (docs/FUZZING.md records them).
+  "$bin" -max_total_time="$seconds" -max_len=1048576 -rss_limit_mb=4096 -print_final_stats=1 "$corpus"
 done
 [ "$found" = 1 ] || { echo "no fuzz targets in $build" >&2; exit 1; }

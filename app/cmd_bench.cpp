@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "app/option_checks.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/membw.h"
 #include "model/model.h"
@@ -39,12 +40,16 @@ int bench_main(int argc, char** argv) {
   int membw_passes = 3;
   bool json = false;
   cli.add_option("-m,--model", dir, "model directory")->required();
-  cli.add_option("--contexts", o.contexts, "prompt lengths, comma-separated")->delimiter(',');
-  cli.add_option("--decode", o.decode_tokens, "tokens decoded after each prefill");
-  cli.add_option("--chunk", o.chunk, "prefill chunk size (0 = whole prompt)");
-  cli.add_option("--seed", o.seed, "seed of the random prompt ids");
-  cli.add_option("--membw-mib", membw_mib, "bandwidth buffer in MiB (0 = skip the measurement)");
-  cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)");
+  cli.add_option("--contexts", o.contexts, "prompt lengths, comma-separated")
+      ->delimiter(',')
+      ->check(in_range<int64_t>(1, kMaxTokens));
+  cli.add_option("--decode", o.decode_tokens, "tokens decoded after each prefill")->check(in_range<int64_t>(0, kMaxTokens));
+  cli.add_option("--chunk", o.chunk, "prefill chunk size (0 = whole prompt)")->check(in_range<int64_t>(0, kMaxTokens));
+  cli.add_option("--seed", o.seed, "seed of the random prompt ids")->check(in_range<uint64_t>(0, kMaxSeed));
+  // 1 MiB is refused below (too small to leave the caches); 1 TiB is beyond any machine here.
+  cli.add_option("--membw-mib", membw_mib, "bandwidth buffer in MiB (0 = skip the measurement)")
+      ->check(in_range<int64_t>(0, int64_t{1} << 20));
+  cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)")->check(in_range(1, 1000));
   cli.add_flag("--json", json, "print the results as one JSON object");
   try {
     cli.parse(argc, argv);

@@ -47,6 +47,10 @@ RowCheck check_row(std::span<const float> got, std::span<const float> want, doub
   return r;
 }
 
+// "s<i>.<name>", the fixture's tensor names. Built with append: g++ 12 warns (-Wrestrict, a
+// false positive) on "s" + std::to_string(i) + ... once inlined.
+std::string key(int s, const char* name) { return std::string("s").append(std::to_string(s)).append(".").append(name); }
+
 double max_abs(const std::vector<float>& x) {
   double m = 0;
   for (float v : x) m = std::max(m, std::fabs(double(v)));
@@ -64,7 +68,7 @@ class FixtureForward : public ::testing::Test {
     model_ = std::move(*m);
   }
   static std::vector<int32_t> ids(int s) {
-    const auto t = ref_->get("s" + std::to_string(s) + ".input_ids");
+    const auto t = ref_->get(key(s, "input_ids"));
     return std::vector<int32_t>(t.i64.begin(), t.i64.end());
   }
 
@@ -72,7 +76,7 @@ class FixtureForward : public ::testing::Test {
   // after the first `decode_from` tokens; checked row by row against the reference.
   void expect_prefill_close(int s, int64_t chunk, int64_t decode_from) {
     const std::vector<int32_t> prompt = ids(s);
-    const auto want = ref_->get("s" + std::to_string(s) + ".logits").f32;
+    const auto want = ref_->get(key(s, "logits")).f32;
     const int64_t T = prompt.size(), V = model_->vocab_size();
     ASSERT_EQ(int64_t(want.size()), T * V);
     auto session = Session::create(*model_, T);
@@ -124,8 +128,8 @@ TEST_F(FixtureForward, DecodedLogitsMatchReference) {
 TEST_F(FixtureForward, GreedyContinuationMatchesReference) {
   for (int s = 0; s < kPrompts; ++s) {
     const std::vector<int32_t> prompt = ids(s);
-    const auto want = ref_->get("s" + std::to_string(s) + ".generated").i64;
-    const auto want_logits = ref_->get("s" + std::to_string(s) + ".decode_logits").f32;
+    const auto want = ref_->get(key(s, "generated")).i64;
+    const auto want_logits = ref_->get(key(s, "decode_logits")).f32;
     const int64_t V = model_->vocab_size();
     ASSERT_EQ(int64_t(want_logits.size()), int64_t(want.size()) * V);
     const double scale = max_abs(want_logits);

@@ -51,6 +51,7 @@ int bench_main(int argc, char** argv) {
       ->check(in_range<int64_t>(0, int64_t{1} << 20));
   cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)")->check(in_range(1, 1000));
   cli.add_flag("--json", json, "print the results as one JSON object");
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

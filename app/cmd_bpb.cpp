@@ -42,6 +42,7 @@ int bpb_main(int argc, char** argv) {
   cli.add_flag("--per-file", per_file, "also print one line per file");
   cli.add_flag("--json", json, "print the results as one JSON object");
   cli.add_flag("-q,--quiet", quiet, "no progress on stderr");
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

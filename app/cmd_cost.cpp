@@ -35,6 +35,7 @@ int run_cost(int argc, char** argv) {
       ->check(in_range<int64_t>(1, kMaxTokens))
       ->capture_default_str();
   cli.add_flag("--json", json, "print one JSON object instead of the table");
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -27,6 +27,7 @@ int run_init_random(int argc, char** argv) {
   cli.add_option("--dtype", dtype, "float format for configs without quantization_config")
       ->check(CLI::IsMember({"bf16", "f32"}));
   cli.add_flag("--force", force, "write into a non-empty directory (old shards are removed)");
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

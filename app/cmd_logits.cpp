@@ -38,6 +38,7 @@ int logits_main(int argc, char** argv) {
   cli.add_option("--out", out, "output .safetensors file")->required();
   ForwardFlags flags;
   flags.add_to(cli);
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -55,6 +55,7 @@ int run_parse(int argc, char** argv) {
   app.add_option("--chunk", chunk, "stream: feed N bytes at a time and print each delta")
       ->check(in_range<size_t>(0, size_t{1} << 30));
   app.add_flag("--json", json, "print one JSON object");
+  name_parse_errors(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

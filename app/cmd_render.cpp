@@ -83,6 +83,7 @@ int run_render(int argc, char** argv) {
   app.add_flag("--strict", f.strict, "refuse marker text in messages and calls to undeclared tools");
   app.add_option("--tokenizer", f.tokenizer, "model directory with tokenizer.json: also print token ids");
   app.add_flag("--json", f.json, "print one JSON object");
+  name_parse_errors(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

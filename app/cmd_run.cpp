@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "app/command.h"
-#include "app/option_checks.h"
 #include "app/forward_flags.h"
 #include "app/option_checks.h"
 #include "app/progress.h"
@@ -72,6 +71,7 @@ int run_main(int argc, char** argv) {
   cli.add_flag("--no-echo", no_echo, "print only the generated text, not the prompt before it");
   ForwardFlags flags;
   flags.add_to(cli);
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

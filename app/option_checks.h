@@ -53,4 +53,13 @@ CLI::Validator in_range(T lo, T hi, bool lo_open = false) {
       "in " + range);
 }
 
+// Makes CLI11's parse errors read like the commands' own errors, "dsv41 run: -n: -4 is outside
+// the accepted range 0 to 1048576", so every error of a subcommand starts with its name (CLI11
+// names the App after argv[0], which main() sets to "dsv41 <command>"). Call before parse().
+inline void name_parse_errors(CLI::App& cli) {
+  cli.failure_message([](const CLI::App* app, const CLI::Error& e) {
+    return app->get_name() + ": " + e.what() + "\nRun '" + app->get_name() + " --help' for the options.\n";
+  });
+}
+
 }  // namespace dsv41::app

@@ -86,13 +86,15 @@ def test_batch_matches_one_sequence_at_a_time(tiny):
 def test_batched_chunks_and_decode_match_batched_full(tiny):
     gen = torch.Generator().manual_seed(2)
     x = random_tokens(gen, 2, 19, tiny.cfg.vocab_size)
+    spread = rounding_spread(tiny, x)
     with torch.no_grad():
         full = tiny(x)
         cache = tiny.new_cache()
         parts = [tiny(x[:, :7], cache), tiny(x[:, 7:12], cache)] + [tiny(x[:, t:t + 1], cache) for t in range(12, 19)]
     got = torch.cat(parts, 1)
-    assert torch.equal(got.argmax(-1), full.argmax(-1))
-    assert (got - full).abs().max() < 1e-2        # FP8 window-row flips are allowed (golden README)
+    # A fixed "max < 1e-2" held with OpenBLAS on 2 threads and not on 1 (0.0156): scaled bounds.
+    for b in range(2):
+        assert_same_function(got[b], full[b], spread[b], f"chunks and decode, sequence {b}")
 
 
 def test_training_paths_compute_the_eval_function(tiny):

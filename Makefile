@@ -3,17 +3,23 @@
 JOBS      ?= $(shell nproc)
 BUILD     ?= build
 CMAKE_GEN := -G Ninja
-LAUNCHER  := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache,)
+# Decided when a recipe runs (`=`, not `:=`), i.e. after `deps` has installed ccache: deciding it
+# when make reads this file made a fresh machine's `make run` configure without ccache and the
+# following `make test` reconfigure with it, which rebuilt everything.
+LAUNCHER   = $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache,)
+CONFIGURE  = cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) >/dev/null
 
-.PHONY: all deps build test test-asan run run-random bench fuzz clean
+.PHONY: all deps configure build test test-asan run run-random bench fuzz fuzz-build clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
 
-build: deps
-	@cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) >/dev/null
+configure: deps
+	@$(CONFIGURE)
+
+build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # The tokenizer oracle (Hugging Face tokenizers from npm) is optional: without it those two
@@ -31,25 +37,34 @@ test-asan: deps
 # speed and the packed-cache memory report. `run-random` does the same with a tiny random-weight
 # model, written once by init-random into models/tiny-random/.random/ (gitignored).
 RANDOM_MODEL := models/tiny-random/.random
-run: build
+# Builds only what it runs (the dsv41 executable and its library), not the tests.
+run: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target dsv41
 	@echo "=== dsv41-mini, the embedded default model (18M parameters, trained on Debian documentation"
 	@echo "=== and source code; models/dsv41-mini/MODEL_CARD.md). Sampled: temperature 0.8, top-p 0.9, seed 1."
 	@$(BUILD)/dsv41 run -m models/dsv41-mini -p "Python's asyncio module" -n 120 --temp 0.8 --top-p 0.9 --seed 1
 
 # The tiny random-weight model (any shape can be made with `dsv41 init-random`).
-run-random: build
+run-random: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target dsv41
 	@test -f $(RANDOM_MODEL)/model.safetensors.index.json || \
 	  $(BUILD)/dsv41 init-random --config models/tiny-random/config.json --out $(RANDOM_MODEL) --force
 	@echo "=== RANDOM WEIGHTS: $(RANDOM_MODEL) (seed 0) -- the output text is meaningless by design ==="
 	@$(BUILD)/dsv41 run -m $(RANDOM_MODEL) -p "The small model reads a line of text and" -n 32
 
-bench: build
+bench: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target dsv41_bench
 	@$(BUILD)/dsv41_bench
 
-fuzz:
+# Builds the libFuzzer targets (clang, ASan + UBSan) into build-fuzz/ and runs each for
+# FUZZ_SECONDS (default 60); `fuzz-build` only compiles them (what CI does). docs/FUZZING.md.
+FUZZ_TARGETS := $(basename $(notdir $(wildcard fuzz/*_fuzz.cpp)))
+fuzz-build:
 	@scripts/install-deps.sh --fuzz
 	@cmake -S . -B build-fuzz $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DDSV41_FUZZ=ON $(LAUNCHER) >/dev/null
-	@cmake --build build-fuzz -j $(JOBS)
+	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
+
+fuzz: fuzz-build
 	@scripts/run-fuzzers.sh build-fuzz
 
 clean:

@@ -20,6 +20,8 @@
 #include "app/bench_batch.h"
 #include "app/command.h"
 #include "app/load_options.h"
+#include "app/option_checks.h"
+#include "base/thread_pool.h"
 #include "kernels/cpu/membw.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -40,24 +42,32 @@ int bench_main(int argc, char** argv) {
   int membw_passes = 3;
   bool json = false;
   cli.add_option("-m,--model", dir, "model directory")->required();
-  cli.add_option("--contexts", o.contexts, "prompt lengths, comma-separated")->delimiter(',');
-  cli.add_option("--decode", o.decode_tokens, "tokens decoded after each prefill");
-  cli.add_option("--chunk", o.chunk, "prefill chunk size (0 = whole prompt)");
-  cli.add_option("--seed", o.seed, "seed of the random prompt ids");
+  cli.add_option("--contexts", o.contexts, "prompt lengths, comma-separated")
+      ->delimiter(',')
+      ->check(in_range<int64_t>(1, kMaxTokens));
+  cli.add_option("--decode", o.decode_tokens, "tokens decoded after each prefill")->check(in_range<int64_t>(0, kMaxTokens));
+  cli.add_option("--chunk", o.chunk, "prefill chunk size (0 = whole prompt)")->check(in_range<int64_t>(0, kMaxTokens));
+  cli.add_option("--seed", o.seed, "seed of the random prompt ids")->check(in_range<uint64_t>(0, kMaxSeed));
+  // 1 MiB is refused below (too small to leave the caches); 1 TiB is beyond any machine here.
+  cli.add_option("--membw-mib", membw_mib, "bandwidth buffer in MiB (0 = skip the measurement)")
+      ->check(in_range<int64_t>(0, int64_t{1} << 20));
+  cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)")->check(in_range(1, 1000));
+  cli.add_flag("--json", json, "print the results as one JSON object");
   std::string depth_name = "full";
   cli.add_option("--depth", depth_name, "prefill depth of the context sweep: full (default) | bounded | exact");
-  cli.add_option("--membw-mib", membw_mib, "bandwidth buffer in MiB (0 = skip the measurement)");
-  cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)");
-  cli.add_flag("--json", json, "print the results as one JSON object");
   // Batched decode (runtime/batch_bench.h) instead of the context sweep.
   BatchBenchOptions bo;
   bo.batches.clear();
   cli.add_option("--batches", bo.batches, "batched decode at these batch sizes, e.g. 1,2,4,8,16 (replaces the context sweep)")
-      ->delimiter(',');
-  cli.add_option("--batch-context", bo.context, "prompt tokens per sequence before batched decode");
-  cli.add_option("--batch-steps", bo.steps, "timed decode steps per batch size");
-  cli.add_option("--mixed-prefill", bo.mixed_prefill, "prefill chunk beside the decoders in the mixed step (0 = skip)");
-  cli.add_option("--mixed-decoders", bo.mixed_decoders, "decoding sequences in the mixed step");
+      ->delimiter(',')
+      ->check(in_range(1, 4096));
+  cli.add_option("--batch-context", bo.context, "prompt tokens per sequence before batched decode")
+      ->check(in_range<int64_t>(1, kMaxTokens));
+  cli.add_option("--batch-steps", bo.steps, "timed decode steps per batch size")->check(in_range<int64_t>(1, kMaxTokens));
+  cli.add_option("--mixed-prefill", bo.mixed_prefill, "prefill chunk beside the decoders in the mixed step (0 = skip)")
+      ->check(in_range<int64_t>(0, kMaxTokens));
+  cli.add_option("--mixed-decoders", bo.mixed_decoders, "decoding sequences in the mixed step")->check(in_range(1, 4096));
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

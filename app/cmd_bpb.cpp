@@ -15,6 +15,7 @@
 
 #include "app/command.h"
 #include "app/load_options.h"
+#include "app/option_checks.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
 #include "runtime/bpb.h"
@@ -35,11 +36,14 @@ int bpb_main(int argc, char** argv) {
   bool per_file = false, json = false, quiet = false;
   cli.add_option("-m,--model", dir, "model directory (config.json, safetensors, tokenizer.json)")->required();
   cli.add_option("files", files, "text files (UTF-8)")->required();
-  cli.add_option("--context", options.context, "window length in tokens (default min(max context, 1024))");
-  cli.add_option("--stride", options.stride, "window advance in tokens (default context / 2)");
+  cli.add_option("--context", options.context, "window length in tokens (default min(max context, 1024))")
+      ->check(in_range<int64_t>(0, kMaxTokens));
+  cli.add_option("--stride", options.stride, "window advance in tokens (default context / 2)")
+      ->check(in_range<int64_t>(0, kMaxTokens));
   cli.add_flag("--per-file", per_file, "also print one line per file");
   cli.add_flag("--json", json, "print the results as one JSON object");
   cli.add_flag("-q,--quiet", quiet, "no progress on stderr");
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -9,11 +9,15 @@
 #include <CLI/CLI.hpp>
 
 #include "app/command.h"
+#include "app/option_checks.h"
 #include "cost/cost_model.h"
 #include "cost/cost_report.h"
 
 namespace dsv41::app {
 namespace {
+
+// What parse_token_count accepts (cost/cost_report.h).
+constexpr const char* kTokenCountRange = "1 to 2^40 tokens, written like 4096, 4K or 1M";
 
 int run_cost(int argc, char** argv) {
   CLI::App cli{"Cache bytes, prefill and decode cost of a DeepSeek config (no weights needed)"};
@@ -29,9 +33,10 @@ int run_cost(int argc, char** argv) {
       ->capture_default_str();
   cli.add_option("--swa-checkpoint-interval", checkpoint_interval,
                  "V4 only: tokens between persisted SWA checkpoints")
-      ->check(CLI::PositiveNumber)
+      ->check(in_range<int64_t>(1, kMaxTokens))
       ->capture_default_str();
   cli.add_flag("--json", json, "print one JSON object instead of the table");
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -41,14 +46,16 @@ int run_cost(int argc, char** argv) {
   for (const auto& text : context_texts) {
     auto n = parse_token_count(text);
     if (!n.ok()) {
-      std::fprintf(stderr, "dsv41 cost: --context: %s\n", n.status().to_string().c_str());
+      std::fprintf(stderr, "dsv41 cost: --context: %s (accepted range %s)\n", n.status().to_string().c_str(),
+                   kTokenCountRange);
       return 2;
     }
     query.contexts.push_back(*n);
   }
   auto new_tokens = parse_token_count(new_tokens_text);
   if (!new_tokens.ok()) {
-    std::fprintf(stderr, "dsv41 cost: --new-tokens: %s\n", new_tokens.status().to_string().c_str());
+    std::fprintf(stderr, "dsv41 cost: --new-tokens: %s (accepted range %s)\n", new_tokens.status().to_string().c_str(),
+                 kTokenCountRange);
     return 2;
   }
   query.new_tokens = *new_tokens;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "app/command.h"
+#include "app/option_checks.h"
 #include "testing/random_init.h"
 
 namespace dsv41::app {
@@ -20,11 +21,13 @@ int run_init_random(int argc, char** argv) {
   bool force = false;
   cli.add_option("--config", config_path, "config.json to build the model for")->required();
   cli.add_option("--out", out_dir, "output model directory (must be empty or absent)")->required();
-  cli.add_option("--seed", seed, "random seed (same seed, same bytes)");
-  cli.add_option("--shard-mb", shard_mb, "target shard size in MiB")->check(CLI::PositiveNumber);
+  cli.add_option("--seed", seed, "random seed (same seed, same bytes)")->check(in_range<uint64_t>(0, kMaxSeed));
+  // Up to 1 TiB per shard: more than any checkpoint here needs in one file.
+  cli.add_option("--shard-mb", shard_mb, "target shard size in MiB")->check(in_range<int64_t>(1, int64_t{1} << 20));
   cli.add_option("--dtype", dtype, "float format for configs without quantization_config")
       ->check(CLI::IsMember({"bf16", "f32"}));
   cli.add_flag("--force", force, "write into a non-empty directory (old shards are removed)");
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

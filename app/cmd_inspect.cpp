@@ -8,6 +8,7 @@
 #include <string>
 
 #include "app/command.h"
+#include "app/option_checks.h"
 #include "format/config.h"
 #include "model/inventory.h"
 #include "plan/layer_plan.h"
@@ -91,6 +92,7 @@ int run_inspect(int argc, char** argv) {
   std::string model_dir, config_path;
   cli.add_option("model_dir", model_dir, "model directory (config.json + safetensors)");
   cli.add_option("--config", config_path, "inspect a config.json alone (no weights)");
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

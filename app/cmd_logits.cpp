@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "app/option_checks.h"
 #include "app/forward_flags.h"
 #include "format/safetensors.h"
 #include "model/model.h"
@@ -30,11 +31,13 @@ int logits_main(int argc, char** argv) {
   int64_t decode_from = -1, chunk = 0;
   cli.add_option("-m,--model", dir, "model directory")->required();
   cli.add_option("--ids", ids_text, "token ids, comma-separated")->required();
-  cli.add_option("--decode-from", decode_from, "prefill the first K tokens, decode the rest one by one");
-  cli.add_option("--chunk", chunk, "prefill chunk size (0 = one chunk)");
+  cli.add_option("--decode-from", decode_from, "prefill the first K tokens, decode the rest one by one")
+      ->check(in_range<int64_t>(0, kMaxTokens));
+  cli.add_option("--chunk", chunk, "prefill chunk size (0 = one chunk)")->check(in_range<int64_t>(0, kMaxTokens));
   cli.add_option("--out", out, "output .safetensors file")->required();
   ForwardFlags flags;
   flags.add_to(cli);
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/command.h"
+#include "app/option_checks.h"
 #include "src/chat/output_parser.h"
 #include "src/chat/request_json.h"
 
@@ -50,8 +51,11 @@ int run_parse(int argc, char** argv) {
   app.add_option("--request", request, "JSON object like a golden parse case's input");
   app.add_option("--completion", completion, "raw completion text file (instead of --request)");
   app.add_option("--thinking", thinking, "thinking_mode: chat or thinking")->check(CLI::IsMember({"chat", "thinking"}));
-  app.add_option("--chunk", chunk, "stream: feed N bytes at a time and print each delta");
+  // 0 = no streaming; a completion longer than 1 GiB is not read anyway.
+  app.add_option("--chunk", chunk, "stream: feed N bytes at a time and print each delta")
+      ->check(in_range<size_t>(0, size_t{1} << 30));
   app.add_flag("--json", json, "print one JSON object");
+  name_parse_errors(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

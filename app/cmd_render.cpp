@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/command.h"
+#include "app/option_checks.h"
 #include "src/chat/render.h"
 #include "src/chat/request_json.h"
 #include "src/format/tokenizer.h"
@@ -69,11 +70,20 @@ int run_render(int argc, char** argv) {
   app.add_option("--request", f.request, "JSON object like a golden render case's input");
   app.add_option("--messages", f.messages, "JSON list of messages (instead of, or replacing, the request's)");
   app.add_option("--thinking", f.thinking, "thinking_mode: chat or thinking")->check(CLI::IsMember({"chat", "thinking"}));
-  app.add_option("--effort", f.effort, "reasoning effort: 1..100 or low/high/xhigh/max");
+  // A number is checked here so the error names the option; tier names are checked by the library
+  // against the tokenizer's table, which lists the accepted ones.
+  app.add_option("--effort", f.effort, "reasoning effort: 1..100 or low/high/xhigh/max")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v.empty() || v.find_first_not_of("-+0123456789") != std::string::npos) return {};
+            return in_range<int64_t>(1, 100)(v);
+          },
+          "1 to 100 or a tier name"));
   app.add_flag("--keep-thinking", f.keep_thinking, "drop_thinking = false");
   app.add_flag("--strict", f.strict, "refuse marker text in messages and calls to undeclared tools");
   app.add_option("--tokenizer", f.tokenizer, "model directory with tokenizer.json: also print token ids");
   app.add_flag("--json", f.json, "print one JSON object");
+  name_parse_errors(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/command.h"
+#include "app/option_checks.h"
 #include "format/tokenizer.h"
 
 namespace dsv41::app {
@@ -28,6 +29,7 @@ int run_tokenize(int argc, char** argv) {
   cli.add_option("-d,--decode", decode_ids, "decode these ids instead of encoding");
   cli.add_flag("--no-special", no_special, "treat special-token strings in the text as plain text");
   cli.add_flag("--json", as_json, "print JSON: ids with each token's text, or the decoded text");
+  name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

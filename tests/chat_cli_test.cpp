@@ -10,6 +10,7 @@
 
 #include "src/chat/py_json.h"
 #include "tests/cli_runner.h"
+#include "tests/golden_file.h"
 
 namespace dsv41::chat {
 namespace {
@@ -39,6 +40,7 @@ std::string write_input(const std::string& id) {
 }
 
 TEST(ChatCli, RenderJsonMatchesGolden) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const std::string id = "render.toolresults.with_image.chat";
   CliResult r = run("render --json --request " + write_input(id));
   ASSERT_EQ(r.code, 0) << r.out;
@@ -48,6 +50,7 @@ TEST(ChatCli, RenderJsonMatchesGolden) {
 }
 
 TEST(ChatCli, RenderWithTokenizerPrintsIds) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const std::string id = "render.basic.system_user.chat";
   CliResult r = run("render --json --tokenizer " DSV41_GOLDEN_DIR "/v41-tiny-f32 --request " + write_input(id));
   ASSERT_EQ(r.code, 0) << r.out;
@@ -62,6 +65,7 @@ TEST(ChatCli, RenderWithTokenizerPrintsIds) {
 }
 
 TEST(ChatCli, RenderRefusalIsJsonAndNonZero) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   CliResult r = run("render --json --request " + write_input("render.effort.invalid_101.error"));
   EXPECT_NE(r.code, 0);
   auto got = parse_json_ordered(r.out, "stdout");
@@ -71,6 +75,7 @@ TEST(ChatCli, RenderRefusalIsJsonAndNonZero) {
 }
 
 TEST(ChatCli, ParseJsonMatchesGolden) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const std::string id = "parse.roundtrip.two_invokes.thinking";
   CliResult r = run("parse --json --request " + write_input(id));
   ASSERT_EQ(r.code, 0) << r.out;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tests/cli_runner.h"
+#include "tests/golden_file.h"
 
 namespace dsv41 {
 namespace {
@@ -14,6 +15,7 @@ namespace {
 const std::string kDir = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32";
 
 TEST(CliBench, JsonHasOnePointPerContextWithTheRoofline) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const testing::CliResult r = testing::run_cli(
       "bench -m " + kDir + " --contexts 8,40 --decode 3 --membw-mib 4 --membw-passes 1 --json", testing::Stderr::kDiscard);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -35,6 +37,7 @@ TEST(CliBench, JsonHasOnePointPerContextWithTheRoofline) {
 }
 
 TEST(CliBench, TableHasARowPerContext) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const testing::CliResult r =
       testing::run_cli("bench -m " + kDir + " --contexts 8,16 --decode 2 --membw-mib 0", testing::Stderr::kDiscard);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -43,6 +46,7 @@ TEST(CliBench, TableHasARowPerContext) {
 }
 
 TEST(CliBench, BadOptionsAreErrors) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   for (const char* args : {" --contexts 0", " --contexts 8 --decode -1", " --membw-mib 1", " --membw-mib -3",
                            " --contexts 8 --membw-passes 0"}) {
     const testing::CliResult r = testing::run_cli("bench -m " + kDir + args, testing::Stderr::kMerge);

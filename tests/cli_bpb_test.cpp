@@ -12,6 +12,7 @@
 
 #include "runtime/bpb.h"
 #include "tests/cli_runner.h"
+#include "tests/golden_file.h"
 
 namespace dsv41 {
 namespace {
@@ -32,6 +33,7 @@ std::vector<std::string> lines(const std::string& s) {
 }
 
 TEST(CliBpb, SummaryPerFileAndJsonAgreeWithLibrary) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const std::string a = write_temp("a.txt", "Hello world, this is a small file of text.\n");
   const std::string b = write_temp("b.txt", "def f(x):\n    return x * 2  # doubled\n");
   auto model = Model::load(kDir).value();
@@ -82,6 +84,7 @@ TEST(CliBpb, SummaryPerFileAndJsonAgreeWithLibrary) {
 }
 
 TEST(CliBpb, BadInputIsAnErrorNotACrash) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const std::string ok = write_temp("ok.txt", "some text\n");
   const std::string empty = write_temp("empty.txt", "");
   for (const std::string& args : {std::string("/nonexistent.txt"), empty, ok + " --context 1", ok + " --context 8 --stride 8",
@@ -113,6 +116,7 @@ std::string last_line(const std::string& out) {
 // config) within a few hundred tokens for most seeds; the first seed that does is used, so the
 // test does not hang on one seed's exact float path.
 TEST(CliRun, StopsAtEosUnlessIgnoreEos) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   for (int seed = 11; seed < 31; ++seed) {
     const std::string base =
         "run -m " + kDir + " --ids 0,5,7 -n 600 --temp 3 --seed " + std::to_string(seed) + " --print-ids";

@@ -8,6 +8,7 @@
 
 #include "format/safetensors.h"
 #include "tests/cli_runner.h"
+#include "tests/golden_file.h"
 
 namespace dsv41 {
 namespace {
@@ -19,6 +20,7 @@ using testing::CliResult;
 CliResult run_dsv41(const std::string& args) { return testing::run_cli(args, testing::Stderr::kMerge); }
 
 TEST(CmdInspect, GoldenFixturesInspectCleanly) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   for (const char* sub : {"v41-tiny-f32", "v41-tiny-f32/official", "v41-tiny-bf16", "v41-tiny-bf16/official"}) {
     SCOPED_TRACE(sub);
     CliResult r = run_dsv41(std::string("inspect ") + DSV41_GOLDEN_DIR + "/" + sub);
@@ -29,6 +31,7 @@ TEST(CmdInspect, GoldenFixturesInspectCleanly) {
 }
 
 TEST(CmdInspect, DroppedTensorIsNamed) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const std::string golden = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32/official";
   Result<TensorSet> set = TensorSet::open(golden + "/model.safetensors");
   ASSERT_TRUE(set.ok()) << set.status().to_string();

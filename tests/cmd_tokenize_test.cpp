@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/cli_runner.h"
+#include "tests/golden_file.h"
 
 namespace {
 
@@ -13,6 +14,7 @@ using dsv41::testing::Stderr;
 const std::string kGolden = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32";
 
 TEST(CmdTokenize, EncodesDecodesAndReportsErrors) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   // golden.json sequence 1 (BOS, then 288 223 332 336 271 274 for "The river car") continues.
   const auto encoded = run_cli("tokenize -t " + kGolden + " 'The river carries'", Stderr::kInherit);
   EXPECT_EQ(encoded.out, "288 223 332 336 271 274 332 272\n");

@@ -1,12 +1,20 @@
 // Test-only reader for the golden fixtures' safetensors files (F32 / I64 / U8 tensors), so the
 // block tests can compare against golden tensors without the production weight loader.
 // Whole file in memory; throws nothing: a missing tensor gives an empty Tensor.
+//
+// Also the one place that decides whether the golden fixtures are there at all: they live beside
+// the repository (../shared/golden, DSV41_GOLDEN_DIR), and a user's plain clone has no ../shared.
+// Tests that read them begin with DSV41_SKIP_WITHOUT_GOLDEN(), so such a clone reports them as
+// skipped, with the reason, instead of failing; tests/fixture_forward_test.cpp checks the
+// forward pass against the reference on the repository's own fixture there.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -14,6 +22,21 @@
 #include <vector>
 
 namespace dsv41::testing {
+
+// True when DSV41_GOLDEN_DIR holds the golden fixtures (checked once per process).
+inline bool golden_fixtures_present() {
+  static const bool present = std::filesystem::is_directory(DSV41_GOLDEN_DIR "/v41-tiny-f32") &&
+                              std::filesystem::is_directory(DSV41_GOLDEN_DIR "/encoding");
+  return present;
+}
+
+// Skips the current test (in a test body or a fixture's SetUp) when the golden fixtures are absent.
+#define DSV41_SKIP_WITHOUT_GOLDEN()                                                                 \
+  do {                                                                                              \
+    if (!::dsv41::testing::golden_fixtures_present())                                               \
+      GTEST_SKIP() << "needs the golden fixtures in " DSV41_GOLDEN_DIR                              \
+                      " (../shared beside the repository), which this checkout does not have";      \
+  } while (0)
 
 struct GoldenTensor {
   std::string dtype;

@@ -27,7 +27,7 @@ from train import derive_config                                  # noqa: E402
 
 BINARY = os.environ.get("DSV41_BINARY", os.path.join(REPO, "build", "dsv41"))
 MINI = os.path.join(REPO, "models", "dsv41-mini")
-GOLDEN = os.environ.get("DSV41_GOLDEN_DIR", os.path.join(REPO, "..", "shared", "golden"))
+from golden_dir import GOLDEN_OR_MISSING as GOLDEN, needs_golden  # noqa: E402
 TINY_CONFIG = os.path.join(GOLDEN, "v41-tiny-f32", "config.json")
 TINY_TOKENIZER = os.path.join(GOLDEN, "v41-tiny-f32", "tokenizer.json")
 
@@ -168,6 +168,7 @@ SHAPES = {
 }
 
 
+@needs_golden   # the shapes are overrides of the golden tiny config, with its tokenizer
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_random_configs_engine_matches_reference(shape, tmp_path):
     with open(TINY_CONFIG, encoding="utf-8") as f:

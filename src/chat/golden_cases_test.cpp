@@ -11,6 +11,7 @@
 #include "src/chat/output_parser.h"
 #include "src/chat/render.h"
 #include "src/chat/request_json.h"
+#include "tests/golden_file.h"
 
 namespace dsv41::chat {
 namespace {
@@ -30,11 +31,13 @@ const Json& cases() {
 }
 
 TEST(ChatGolden, FileLoads) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   ASSERT_TRUE(cases().is_array()) << "cannot read " DSV41_GOLDEN_DIR "/encoding/cases.json";
   EXPECT_GT(cases().size(), 100u);
 }
 
 TEST(ChatGolden, RenderCases) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   int checked = 0;
   for (const Json& c : cases()) {
     if (c["kind"] != "render") continue;
@@ -59,6 +62,7 @@ TEST(ChatGolden, RenderCases) {
 }
 
 TEST(ChatGolden, ParseCases) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   int checked = 0;
   for (const Json& c : cases()) {
     if (c["kind"] != "parse") continue;

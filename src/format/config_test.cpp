@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/golden_file.h"
+
 namespace dsv41 {
 namespace {
 
@@ -37,6 +39,7 @@ ModelConfig values_only(ModelConfig c) {
 }
 
 TEST(ConfigTest, TinyFlatAndCompositeParseToTheSameValues) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   for (const char* fixture : {"v41-tiny-f32", "v41-tiny-bf16"}) {
     SCOPED_TRACE(fixture);
     auto flat = load_model_config(kGolden + "/" + fixture);
@@ -51,6 +54,7 @@ TEST(ConfigTest, TinyFlatAndCompositeParseToTheSameValues) {
 }
 
 TEST(ConfigTest, TinyValuesMatchTheGoldenReadme) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   auto c = load_model_config(kGolden + "/v41-tiny-f32");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->vocab_size, 643);
@@ -226,6 +230,7 @@ TEST(ConfigTest, DefaultsAreTheFlashTextConfig) {
 }
 
 TEST(ConfigTest, AcceptsBothEngramPadSpellings) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   json j = read_json(kGolden + "/v41-tiny-f32/config.json");
   j.erase("engram_pad_id");
   j["engram_pad_token_id"] = 7;
@@ -252,6 +257,7 @@ TEST(ConfigTest, AcceptsBothEngramPadSpellings) {
 }
 
 TEST(ConfigTest, RopeScalingAndRopeParameters) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   json j = read_json(kGolden + "/v41-tiny-f32/config.json");
   // rope_parameters alone carries the same information.
   json k = j;
@@ -307,6 +313,7 @@ TEST(ConfigTest, RopeScalingAndRopeParameters) {
 
 // Every rule: a mutation of the tiny flat config and the key its error must name.
 TEST(ConfigTest, InvalidValuesNameTheirKey) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   json base = read_json(kGolden + "/v41-tiny-f32/config.json");
   base.erase("rope_parameters");  // keep its cross-checks out of the way of the size rules
   ASSERT_TRUE(parse(base).ok());
@@ -412,6 +419,7 @@ TEST(ConfigTest, InvalidValuesNameTheirKey) {
 }
 
 TEST(ConfigTest, DsparkKeysAreCheckedWhenTheDrafterExists) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   json base = read_json(kGolden + "/v41-tiny-f32/config.json");
   base["num_nextn_predict_layers"] = 3;
   ASSERT_TRUE(parse(base).ok());  // compress_ratios may omit the DSpark entries
@@ -526,6 +534,7 @@ TEST(ConfigTest, MalformedFilesNameTheFile) {
 }
 
 TEST(ConfigTest, LoadReportsMissingFiles) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   auto missing = load_model_config(kGolden + "/no-such-model");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().kind(), ErrorKind::kNotFound);

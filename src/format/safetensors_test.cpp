@@ -11,6 +11,8 @@
 #include <fstream>
 #include <numeric>
 
+#include "tests/golden_file.h"
+
 namespace dsv41 {
 namespace {
 
@@ -373,6 +375,7 @@ TEST(SafetensorsSharded, RejectsBadIndex) {
 const std::string kGolden = DSV41_GOLDEN_DIR;
 
 TEST(SafetensorsGolden, LoadsBothFixturesUnderBothNames) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   for (const char* fixture : {"v41-tiny-f32", "v41-tiny-bf16"}) {
     auto hf = TensorSet::open(kGolden + "/" + fixture);
     auto rel = TensorSet::open(kGolden + "/" + fixture + "/official");
@@ -400,6 +403,7 @@ TEST(SafetensorsGolden, LoadsBothFixturesUnderBothNames) {
 }
 
 TEST(SafetensorsGolden, CorruptedCopiesFailCleanly) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   auto text = read_file(kGolden + "/v41-tiny-f32/official/model.safetensors");
   ASSERT_TRUE(text.ok());
   const std::vector<uint8_t> good(text->begin(), text->end());

@@ -20,6 +20,7 @@
 
 #include "format/tokenizer.h"
 #include "format/tokenizer_utf8.h"
+#include "tests/golden_file.h"
 
 namespace dsv41 {
 namespace {
@@ -147,11 +148,13 @@ void compare_with_oracle(const std::string& tokenizer_path) {
 }
 
 TEST(TokenizerOracle, DeepSeekV3MatchesHuggingFaceOnOneMegabyte) {
+  DSV41_SKIP_WITHOUT_GOLDEN();  // the corpus includes the golden chat prompts
   compare_with_oracle(
       (oracle_dir() / "node_modules" / "@lenml" / "tokenizer-deepseek_v3" / "models" / "tokenizer.json").string());
 }
 
 TEST(TokenizerOracle, GoldenTinyMatchesHuggingFaceOnOneMegabyte) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   compare_with_oracle(std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32/tokenizer.json");
 }
 

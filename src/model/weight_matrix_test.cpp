@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "runtime/session.h"
 #include "testing/random_init.h"
+#include "tests/golden_file.h"
 
 namespace dsv41 {
 namespace {
@@ -123,12 +124,14 @@ Model::MatrixBytes expect_same_logits(const std::string& dir) {
 }
 
 TEST(WeightMatrixModel, Bf16GoldenModelGivesTheSameLogitsWithBf16HeldWeights) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const Model::MatrixBytes b = expect_same_logits(std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-bf16");
   EXPECT_GT(b.bf16, 0);
   EXPECT_EQ(b.f32, 0);  // every expert and the head are stored BF16
 }
 
 TEST(WeightMatrixModel, F32GoldenModelStaysFloat32) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   auto m = Model::load(std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32");
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_EQ((*m)->matrix_bytes().bf16, 0);
@@ -153,6 +156,7 @@ TEST(WeightMatrixModel, Fp8RandomModelGivesTheSameLogitsWithBf16HeldWeights) {
 // never reads the environment.
 TEST(WeightMatrixModel, EnvironmentForcesFloat32OnlyThroughTheAppOptions) {
   const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-bf16";
+  DSV41_SKIP_WITHOUT_GOLDEN();
   ASSERT_EQ(::setenv("DSV41_F32_WEIGHTS", "1", 1), 0);
   const ModelLoadOptions from_env = app::load_options_from_env();
   auto plain = Model::load(dir);

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/golden_file.h"
+
 namespace dsv41 {
 namespace {
 
@@ -60,6 +62,7 @@ const std::vector<Row> kTinyRows = {
 };
 
 TEST(LayerPlanTest, TinyFixtureRoles) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   for (const char* path : {"/v41-tiny-f32", "/v41-tiny-f32/official", "/v41-tiny-bf16"}) {
     SCOPED_TRACE(path);
     auto plan = build_layer_plan(load(kGolden + path));
@@ -110,6 +113,7 @@ TEST(LayerPlanTest, FlashRoles) {
 }
 
 TEST(LayerPlanTest, FormatIsAFixedWidthTable) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   auto plan = build_layer_plan(load(kGolden + "/v41-tiny-f32"));
   ASSERT_TRUE(plan.ok());
   std::string text = format_layer_plan(*plan);
@@ -129,6 +133,7 @@ TEST(LayerPlanTest, FormatIsAFixedWidthTable) {
 }
 
 TEST(LayerPlanTest, NoCandidateSourceAndNoCompression) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   ModelConfig c = load(kGolden + "/v41-tiny-f32");
   c.candidate_source_layer_id = -1;
   auto plan = build_layer_plan(c);
@@ -156,6 +161,7 @@ TEST(LayerPlanTest, NoCandidateSourceAndNoCompression) {
 
 // Each broken schedule (a change to the tiny config) and the words its reason must contain.
 TEST(LayerPlanTest, RejectsInconsistentSchedules) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const ModelConfig tiny = load(kGolden + "/v41-tiny-f32");
   struct Case {
     const char* what;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "model/inventory.h"
+#include "tests/golden_file.h"
 
 namespace dsv41 {
 namespace {
@@ -21,6 +22,7 @@ Fixture open(const std::string& name) {
 }
 
 TEST(DecodeTraffic, TinyF32MatchesInventoryArithmetic) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const Fixture f = open("v41-tiny-f32");
   const ModelConfig& c = f.config;
   const LayerPlan plan = build_layer_plan(c).value();
@@ -48,6 +50,7 @@ TEST(DecodeTraffic, TinyF32MatchesInventoryArithmetic) {
 }
 
 TEST(DecodeTraffic, Bf16StoresHalfWhatTheEngineReads) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const Fixture f32 = open("v41-tiny-f32"), bf16 = open("v41-tiny-bf16");
   auto a = decode_weight_traffic(f32.weights, f32.config).value();
   auto b = decode_weight_traffic(bf16.weights, bf16.config).value();
@@ -57,6 +60,7 @@ TEST(DecodeTraffic, Bf16StoresHalfWhatTheEngineReads) {
 }
 
 TEST(DecodeTraffic, BadExpertCountsAreAnError) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   Fixture f = open("v41-tiny-f32");
   f.config.num_experts_per_tok = f.config.n_routed_experts + 1;
   EXPECT_FALSE(decode_weight_traffic(f.weights, f.config).ok());

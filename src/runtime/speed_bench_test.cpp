@@ -5,12 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/golden_file.h"
+
 namespace dsv41 {
 namespace {
 
 const std::string kDir = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32";
 
 TEST(SpeedBench, OnePointPerContext) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   auto model = Model::load(kDir).value();
   SpeedBenchOptions o;
   o.contexts = {5, 40};
@@ -51,6 +54,7 @@ TEST(SpeedBench, PromptIsDeterministicAndAvoidsSpecialIds) {
 }
 
 TEST(SpeedBench, BadOptionsFail) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   auto model = Model::load(kDir).value();
   SpeedBenchOptions o;
   EXPECT_FALSE(run_speed_bench(*model, o).ok());  // no contexts

@@ -23,6 +23,7 @@
 #include "plan/layer_plan.h"
 #include "testing/random_tokenizer.h"
 #include "model/weights.h"
+#include "tests/golden_file.h"
 
 namespace dsv41 {
 namespace {
@@ -209,6 +210,7 @@ std::map<std::string, char> byte_level_inverse() {
 }
 
 TEST(RandomInit, EngramKeyCountMatchesTheGoldenFixture) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
   const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32";
   Result<ModelConfig> cfg = load_model_config(dir);
   ASSERT_TRUE(cfg.ok());

@@ -12,6 +12,7 @@
 // to the whole block, as the reference does. The only file of this module built with -mavx2.
 #include "kernels/cpu/unpack_avx2.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cmath>
@@ -85,8 +86,19 @@ inline void e2m1x32_scaled(__m128i bytes, const E2m1Lanes& lut, __m256 scale, fl
 
 }  // namespace
 
+// Asks CPUID directly: clang 14 rejects __builtin_cpu_supports("f16c") ("invalid cpu feature
+// string"), which broke the clang fuzz build. F16C instructions are VEX-encoded, so the OS must
+// also save the YMM state (OSXSAVE set and XCR0 bits 1-2 on), as for AVX itself.
 bool cpu_has_f16c() {
-  static const bool has = __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    if (!(ecx & bit_F16C) || !(ecx & bit_OSXSAVE)) return false;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    // Inline asm: the _xgetbv intrinsic would need -mxsave on this file.
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    return (xcr0_lo & 0x6u) == 0x6u;
+  }();
   return has;
 }
 

@@ -116,12 +116,17 @@ Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos,
 std::unique_ptr<SsdStore> open_cache(const std::string& cache_dir, const std::string& model_dir, int64_t chunk,
                                      StoreIdentity& identity) {
   auto log = [](const std::string& m) { std::fprintf(stderr, "dsv41 generate: cache: %s\n", m.c_str()); };
+  auto give_up = [&](const Status& st) -> std::unique_ptr<SsdStore> {
+    log("running without the cache: " + st.to_string());
+    return nullptr;
+  };
   std::error_code ec;
   std::filesystem::create_directories(cache_dir, ec);
+  if (ec) return give_up(io_error(cache_dir + ": cannot create: " + ec.message()));
   auto fp = model_fingerprint(model_dir, cache_dir + "/" + kFingerprintMemoName);
-  if (!fp.ok()) return log("no cache: " + fp.status().to_string()), nullptr;
+  if (!fp.ok()) return give_up(fp.status());
   auto tok = sha256_file(model_dir + "/tokenizer.json");
-  if (!tok.ok()) return log("no cache: " + tok.status().to_string()), nullptr;
+  if (!tok.ok()) return give_up(tok.status());
   identity.model_fingerprint = fp->fingerprint;
   identity.record_format = kRecordFormatVersion;
   identity.chunk_tokens = static_cast<uint32_t>(chunk);
@@ -131,7 +136,7 @@ std::unique_ptr<SsdStore> open_cache(const std::string& cache_dir, const std::st
   SsdStoreOptions so;
   so.identity = identity;
   auto store = SsdStore::open(dir, so);
-  if (!store.ok()) return log("no cache: " + store.status().to_string()), nullptr;
+  if (!store.ok()) return give_up(store.status());
   const StoreStats st = (*store)->stats();
   log(dir + ": " + std::to_string(st.chunks) + " chunks of " + std::to_string(chunk) + " tokens" +
       (st.ignored_segments ? ", " + std::to_string(st.ignored_segments) + " segments ignored" : std::string()));

@@ -200,6 +200,9 @@ Result<SequenceId> Engine::import_global(int64_t max_context, std::span<const in
     return invalid_argument("import_global: " + std::to_string(chunks.size()) + " chunks of " +
                             std::to_string(chunk_tokens) + " tokens do not make a prefix of " +
                             std::to_string(prefix) + " tokens");
+  if (max_context > config().max_position_embeddings)
+    return out_of_range("import_global: context of " + std::to_string(max_context) +
+                        " tokens exceeds max_position_embeddings " + std::to_string(config().max_position_embeddings));
   if (prefix > max_context)
     return out_of_range("import_global: prefix of " + std::to_string(prefix) + " tokens exceeds the context of " +
                         std::to_string(max_context));

@@ -90,8 +90,7 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
       rec.hit_tier = HitTier::kSsd;
     } else {
       say(options, "stored chunks refused, the turn runs cold: " + imported.status().to_string());
-      h = 0;
-      rec.ssd_read_bytes = 0;
+      h = 0;  // the bytes were read all the same: ssd_read_bytes keeps them
     }
   }
   payloads.clear();

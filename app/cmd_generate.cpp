@@ -1,7 +1,8 @@
 // `dsv41 generate`: many requests from a JSONL file through one engine with continuous batching.
 // Spec: issue 9 item 7.
 //   dsv41 generate -m DIR --requests FILE.jsonl [--parallel N] [--out FILE.jsonl] [--ctx N]
-//     [--prefill-chunk N] [--depth full|bounded|exact]
+//     [--prefill-chunk N] [--depth full|bounded|exact] [--cache-dir D [--cache-chunk N]]
+//     [--telemetry FILE.jsonl]
 // Input lines: {"id": STRING, "prompt": TEXT} or {"id": STRING, "prompt_ids": [INT, ...]}, with
 // optional "max_tokens" (default 64), "temperature" (default 0 = greedy), "top_p", "seed",
 // "ignore_eos". A prompt given as text gets BOS prepended, as `dsv41 run` does.
@@ -11,21 +12,32 @@
 // "full_depth_token_layers"}}; a request that cannot run gives
 // {"id", "line", "error": MESSAGE} there and on stderr, and the others complete. Blank lines are
 // skipped. The exit code is 0 when every request completed, 1 otherwise (2: bad options).
+// --cache-dir (issue 11, docs/STORE.md "Serving a turn"): every request's prompt goes through
+// serve_turn (SSD prefix cache under D/<first 16 hex digits of the store's root key>, so another
+// model, record format or chunk size gets its own store and never a hit; a DRAM pool of window
+// snapshots for the run), then decodes alone: requests are served one at a time, --parallel is
+// ignored in this first slice. --telemetry appends one SERVE_TURN JSON line per request.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "app/command.h"
 #include "app/load_options.h"
+#include "format/record_layout.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
 #include "runtime/scheduler.h"
+#include "runtime/serve_turn.h"
+#include "store/dram_pool.h"
+#include "store/ssd_store.h"
 #include "backends/cpu/cpu_backend.h"
 
 namespace dsv41::app {
@@ -99,6 +111,95 @@ Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos,
   return ok_status();
 }
 
+// The SSD store of this model, record format and chunk size under `cache_dir`, or null (the
+// reason logged) when it cannot be opened: the run then goes on without a cache.
+std::unique_ptr<SsdStore> open_cache(const std::string& cache_dir, const std::string& model_dir, int64_t chunk,
+                                     StoreIdentity& identity) {
+  auto log = [](const std::string& m) { std::fprintf(stderr, "dsv41 generate: cache: %s\n", m.c_str()); };
+  auto give_up = [&](const Status& st) -> std::unique_ptr<SsdStore> {
+    log("running without the cache: " + st.to_string());
+    return nullptr;
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(cache_dir, ec);
+  if (ec) return give_up(io_error(cache_dir + ": cannot create: " + ec.message()));
+  auto fp = model_fingerprint(model_dir, cache_dir + "/" + kFingerprintMemoName);
+  if (!fp.ok()) return give_up(fp.status());
+  auto tok = sha256_file(model_dir + "/tokenizer.json");
+  if (!tok.ok()) return give_up(tok.status());
+  identity.model_fingerprint = fp->fingerprint;
+  identity.record_format = kRecordFormatVersion;
+  identity.chunk_tokens = static_cast<uint32_t>(chunk);
+  identity.tokenizer = *tok;
+  // One store per identity, side by side: switching models or chunk sizes never meets a refusal.
+  const std::string dir = cache_dir + "/" + digest_hex(root_key(identity)).substr(0, 16);
+  SsdStoreOptions so;
+  so.identity = identity;
+  auto store = SsdStore::open(dir, so);
+  if (!store.ok()) return give_up(store.status());
+  const StoreStats st = (*store)->stats();
+  log(dir + ": " + std::to_string(st.chunks) + " chunks of " + std::to_string(chunk) + " tokens" +
+      (st.ignored_segments ? ", " + std::to_string(st.ignored_segments) + " segments ignored" : std::string()));
+  return std::move(*store);
+}
+
+// One request through serve_turn, then decoded alone (the scheduler's rules: EOS ends it unless
+// ignore_eos, max_tokens ids at most, prompt + max_tokens within the context).
+GenerationResult serve_and_decode(Engine& engine, const ServeTurnTiers& tiers, const GenerationRequest& r,
+                                  int64_t ctx, int64_t prefill_chunk, int64_t eos, ServeTurnRecord& record) {
+  GenerationResult out;
+  out.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+  auto fail = [&](Status st) {
+    out.status = std::move(st);
+    out.finish = FinishReason::kError;
+    return out;
+  };
+  if (r.max_tokens < 0) return fail(invalid_argument("max_tokens must be ≥ 0"));
+  const int64_t need = out.prompt_tokens + r.max_tokens;
+  if (need > ctx)
+    return fail(out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
+                             std::to_string(r.max_tokens) + " exceeds the context of " + std::to_string(ctx)));
+  auto sampler = Sampler::create(r.sampling);
+  if (!sampler.ok()) return fail(sampler.status());
+  if (r.max_tokens == 0) return out;
+  ServeTurnOptions so;
+  so.depth = r.depth;
+  so.prefill_chunk = prefill_chunk;
+  so.max_context = need;
+  so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 generate: cache: %s\n", m.c_str()); };
+  auto turn = serve_turn(engine, tiers, r.prompt, so);
+  if (!turn.ok()) return fail(turn.status());
+  record = turn->record;
+  out.effective_depth = turn->effective;
+  out.prefill_work = turn->record.work;
+  const SequenceId id = turn->sequence;
+  const int64_t V = engine.config().vocab_size;
+  std::vector<float> logits = std::move(turn->last_logits);
+  for (;;) {
+    const int32_t token = sampler->sample(logits);
+    if (token == eos && !r.ignore_eos) {
+      out.finish = FinishReason::kStop;
+      break;
+    }
+    out.ids.push_back(token);
+    if (static_cast<int64_t>(out.ids.size()) >= r.max_tokens) {
+      out.finish = FinishReason::kLength;
+      break;
+    }
+    auto len = engine.length(id);
+    Segment s{id, len.ok() ? *len : 0, std::span<const int32_t>(&token, 1), LogitRows::kLast};
+    const SegmentResult& res = engine.forward(std::span<const Segment>(&s, 1)).front();
+    if (!res.status.ok()) {
+      out.status = res.status;
+      out.finish = FinishReason::kError;
+      break;
+    }
+    logits.assign(res.logits, res.logits + V);
+  }
+  (void)engine.remove_sequence(id);
+  return out;
+}
+
 int generate_main(int argc, char** argv) {
   CLI::App cli{"Generate for many requests at once (continuous batching over one engine)"};
   std::string dir, requests_path, out_path;
@@ -106,6 +207,8 @@ int generate_main(int argc, char** argv) {
   int64_t ctx = 4096, prefill_chunk = 512;
   int threads = 0;
   std::string depth_name = "bounded";
+  std::string cache_dir, telemetry_path;
+  int64_t cache_chunk = 256;
   cli.add_option("-m,--model", dir, "model directory")->required();
   cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin)")->required();
   cli.add_option("--parallel", parallel, "sequences decoded together (1..256)")->check(CLI::Range(1, 256));
@@ -116,6 +219,11 @@ int generate_main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
   cli.add_option("--depth", depth_name, "prefill depth: full | bounded (default, the paper's CED + tail) | exact "
                  "(the same result as full, a bounded pyramid)");
+  cli.add_option("--cache-dir", cache_dir, "SSD prefix cache directory: every prompt is served through it (whole "
+                 "chunks looked up, new chunks stored); requests then run one at a time (--parallel is ignored)");
+  cli.add_option("--cache-chunk", cache_chunk, "tokens per cached chunk (even, 2..65536; a store per chunk size)")
+      ->check(CLI::Range(int64_t{2}, int64_t{65536}));
+  cli.add_option("--telemetry", telemetry_path, "with --cache-dir: append one SERVE_TURN JSON line per request here");
   cli.add_option("--threads", threads, "CPU threads (0 = all cores; 1..1024)")->check(CLI::Range(0, 1024));
   try {
     cli.parse(argc, argv);
@@ -128,6 +236,15 @@ int generate_main(int argc, char** argv) {
   };
   auto depth = parse_prefill_depth(depth_name);
   if (!depth.ok()) return fail(depth.status().with_context("--depth"));
+  if (cache_chunk % 2 != 0) {
+    std::fprintf(stderr, "dsv41 generate: --cache-chunk %lld must be even (a ratio-2 group never straddles chunks)\n",
+                 static_cast<long long>(cache_chunk));
+    return 2;
+  }
+  if (!telemetry_path.empty() && cache_dir.empty()) {
+    std::fprintf(stderr, "dsv41 generate: --telemetry needs --cache-dir\n");
+    return 2;
+  }
   std::ifstream file;
   std::istream* in = &std::cin;
   if (requests_path != "-") {
@@ -166,16 +283,43 @@ int generate_main(int argc, char** argv) {
   auto scheduler = Scheduler::create(**engine, so);
   if (!scheduler.ok()) return fail(scheduler.status());
   std::vector<int64_t> tickets(parsed.size(), -1);
+  std::vector<std::optional<GenerationResult>> served(parsed.size());
   int64_t prompt_tokens = 0;
-  for (size_t i = 0; i < parsed.size(); ++i) {
-    if (!parsed[i].status.ok()) continue;
-    prompt_tokens += static_cast<int64_t>(parsed[i].request.prompt.size());
-    parsed[i].request.depth = *depth;
-    tickets[i] = (*scheduler)->submit(parsed[i].request);
-  }
-  const auto t0 = std::chrono::steady_clock::now();
   int64_t steps = 0;
-  while ((*scheduler)->step()) ++steps;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (cache_dir.empty()) {
+    for (size_t i = 0; i < parsed.size(); ++i) {
+      if (!parsed[i].status.ok()) continue;
+      prompt_tokens += static_cast<int64_t>(parsed[i].request.prompt.size());
+      parsed[i].request.depth = *depth;
+      tickets[i] = (*scheduler)->submit(parsed[i].request);
+    }
+    while ((*scheduler)->step()) ++steps;
+  } else {
+    ServeTurnTiers tiers;
+    std::unique_ptr<SsdStore> store = open_cache(cache_dir, dir, cache_chunk, tiers.identity);
+    DramPool dram;
+    tiers.ssd = store.get();
+    tiers.dram = &dram;
+    std::ofstream telemetry;
+    if (!telemetry_path.empty()) {
+      telemetry.open(telemetry_path, std::ios::app);
+      if (!telemetry) return fail(io_error(telemetry_path + ": cannot write"));
+    }
+    for (size_t i = 0; i < parsed.size(); ++i) {
+      if (!parsed[i].status.ok()) continue;
+      prompt_tokens += static_cast<int64_t>(parsed[i].request.prompt.size());
+      parsed[i].request.depth = *depth;
+      ServeTurnRecord record;
+      served[i] = serve_and_decode(**engine, tiers, parsed[i].request, ctx, prefill_chunk, config.eos_token_id, record);
+      if (telemetry.is_open() && served[i]->status.ok()) telemetry << serve_turn_json(record) << "\n" << std::flush;
+    }
+    // The chunks are stored once their segment is synced; close() waits for that.
+    if (store) {
+      Status st = store->close();
+      if (!st.ok()) std::fprintf(stderr, "dsv41 generate: cache: %s\n", st.to_string().c_str());
+    }
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::ofstream out_file;
@@ -193,7 +337,7 @@ int generate_main(int argc, char** argv) {
     Status st = parsed[i].status;
     std::optional<GenerationResult> r;
     if (st.ok()) {
-      r = (*scheduler)->take(tickets[i]);
+      r = served[i] ? std::move(served[i]) : (*scheduler)->take(tickets[i]);
       st = r ? r->status : internal_error("request did not finish");
     }
     if (!st.ok()) {
@@ -220,7 +364,8 @@ int generate_main(int argc, char** argv) {
   std::fprintf(stderr, "generate: %zu requests (%d failed), %lld prompt + %lld generated tokens in %.3f s "
                "(%lld steps, %.1f generated tok/s), parallel %d\n",
                parsed.size(), failures, static_cast<long long>(prompt_tokens), static_cast<long long>(generated),
-               seconds, static_cast<long long>(steps), generated / std::max(seconds, 1e-9), parallel);
+               seconds, static_cast<long long>(steps), generated / std::max(seconds, 1e-9),
+               cache_dir.empty() ? parallel : 1);
   return failures == 0 ? 0 : 1;
 }
 

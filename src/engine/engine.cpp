@@ -161,6 +161,129 @@ Status Engine::restore(SequenceId id, std::string_view bytes) {
   return ok_status();
 }
 
+Result<Payload> Engine::export_global(SequenceId id, int64_t begin, int64_t end) const {
+  DSV41_ASSIGN_OR_RETURN(const Sequence* s, find(id));
+  const int64_t len = static_cast<int64_t>(s->tokens.size());
+  if (begin < 0 || begin > end || end > len)
+    return out_of_range(seq_name(id) + ": export of positions [" + std::to_string(begin) + ", " +
+                        std::to_string(end) + "), the sequence holds " + std::to_string(len));
+  Payload p;
+  const SequenceCache& c = *s->cache;
+  for (int l = 0; l < c.num_layers(); ++l) {
+    const KvSourceCache* kv = c.kv_source(l);
+    if (!kv) continue;
+    const int64_t g0 = entries_after(begin, kv->ratio), g1 = entries_after(end, kv->ratio);
+    if (g1 > kv->entries())
+      return internal_error(seq_name(id) + ": layer " + std::to_string(l) + " holds " +
+                            std::to_string(kv->entries()) + " entries, positions up to " + std::to_string(end) +
+                            " need " + std::to_string(g1));
+    for (const PagedRows* rows : {&kv->main, &kv->index}) {
+      PayloadPart part;
+      part.layer = static_cast<uint32_t>(l);
+      part.kind = rows == &kv->main ? RowKind::kMain : RowKind::kIndex;
+      part.record_bytes = static_cast<uint32_t>(rows->record_bytes());
+      part.count = static_cast<uint32_t>(g1 - g0);
+      part.bytes.resize(static_cast<size_t>((g1 - g0) * rows->record_bytes()));
+      // Row by row: rows never straddle pages, but consecutive rows may sit in different pages.
+      for (int64_t g = g0; g < g1; ++g)
+        std::copy_n(rows->row(g), rows->record_bytes(), part.bytes.data() + (g - g0) * rows->record_bytes());
+      p.parts.push_back(std::move(part));
+    }
+  }
+  return p;
+}
+
+Result<SequenceId> Engine::import_global(int64_t max_context, std::span<const int32_t> prefix_tokens,
+                                         std::span<const Payload> chunks, int64_t chunk_tokens) {
+  const int64_t prefix = static_cast<int64_t>(prefix_tokens.size());
+  if (chunk_tokens < 1 || prefix != static_cast<int64_t>(chunks.size()) * chunk_tokens)
+    return invalid_argument("import_global: " + std::to_string(chunks.size()) + " chunks of " +
+                            std::to_string(chunk_tokens) + " tokens do not make a prefix of " +
+                            std::to_string(prefix) + " tokens");
+  if (max_context > config().max_position_embeddings)
+    return out_of_range("import_global: context of " + std::to_string(max_context) +
+                        " tokens exceeds max_position_embeddings " + std::to_string(config().max_position_embeddings));
+  if (prefix > max_context)
+    return out_of_range("import_global: prefix of " + std::to_string(prefix) + " tokens exceeds the context of " +
+                        std::to_string(max_context));
+  for (int64_t i = 0; i < prefix; ++i)
+    if (prefix_tokens[i] < 0 || prefix_tokens[i] >= config().vocab_size)
+      return invalid_argument("import_global: token " + std::to_string(prefix_tokens[i]) + " at position " +
+                              std::to_string(i) + " outside the vocabulary");
+  // Validate every chunk against the layout of a fresh cache (nothing is created until all pass).
+  CacheOptions co;
+  co.rows_per_page = options_.rows_per_page;
+  co.rollback_tokens = options_.rollback_tokens;
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCache> cache,
+                         SequenceCache::create(config(), backend_->plan(), max_context, co, pools_.get()));
+  int64_t new_bytes = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const std::string where = "import_global: chunk " + std::to_string(i);
+    const int64_t begin = static_cast<int64_t>(i) * chunk_tokens, end = begin + chunk_tokens;
+    const Payload& p = chunks[i];
+    size_t next = 0;
+    for (int l = 0; l < cache->num_layers(); ++l) {
+      const KvSourceCache* kv = cache->kv_source(l);
+      if (!kv) continue;
+      const int64_t count = entries_after(end, kv->ratio) - entries_after(begin, kv->ratio);
+      for (const PagedRows* rows : {&kv->main, &kv->index}) {
+        const RowKind kind = rows == &kv->main ? RowKind::kMain : RowKind::kIndex;
+        const std::string what = where + " part " + std::to_string(next);
+        if (next >= p.parts.size())
+          return invalid_argument(what + ": missing (layer " + std::to_string(l) + " needs main and index parts)");
+        const PayloadPart& part = p.parts[next++];
+        if (part.layer != static_cast<uint32_t>(l) || part.kind != kind)
+          return invalid_argument(what + ": layer " + std::to_string(part.layer) + " kind " +
+                                  std::to_string(static_cast<int>(part.kind)) + ", expected layer " +
+                                  std::to_string(l) + " kind " + std::to_string(static_cast<int>(kind)));
+        if (static_cast<int64_t>(part.record_bytes) != rows->record_bytes())
+          return invalid_argument(what + ": records of " + std::to_string(part.record_bytes) + " bytes, layer " +
+                                  std::to_string(l) + " holds " + std::to_string(rows->record_bytes()));
+        if (static_cast<int64_t>(part.count) != count || part.bytes.size() != static_cast<size_t>(count * rows->record_bytes()))
+          return invalid_argument(what + ": " + std::to_string(part.count) + " records in " +
+                                  std::to_string(part.bytes.size()) + " bytes, layer " + std::to_string(l) +
+                                  " (ratio " + std::to_string(kv->ratio) + ") has " + std::to_string(count) +
+                                  " entries in positions [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                  ")");
+      }
+    }
+    if (next != p.parts.size())
+      return invalid_argument(where + ": " + std::to_string(p.parts.size() - next) + " parts more than the model's kv sources");
+  }
+  for (int l = 0; l < cache->num_layers(); ++l) {
+    const KvSourceCache* kv = cache->kv_source(l);
+    if (!kv) continue;
+    const int64_t entries = entries_after(prefix, kv->ratio);
+    new_bytes += kv->main.pages_to_append(entries) * pools_->main->page_bytes() +
+                 kv->index.pages_to_append(entries) * pools_->index->page_bytes();
+  }
+  // The pools never refuse a page, so the budget is checked here, as for an admitted forward.
+  if (!pools_->budget.can_take(new_bytes))
+    return out_of_range("import_global: " + std::to_string(new_bytes) + " bytes of pages exceed the page budget (" +
+                        std::to_string(pools_->budget.used_bytes) + " of " +
+                        std::to_string(pools_->budget.limit_bytes) + " in use)");
+  for (const Payload& p : chunks) {
+    size_t next = 0;
+    for (int l = 0; l < cache->num_layers(); ++l) {
+      KvSourceCache* kv = cache->kv_source(l);
+      if (!kv) continue;
+      for (PagedRows* rows : {&kv->main, &kv->index}) {
+        const PayloadPart& part = p.parts[next++];
+        for (uint32_t r = 0; r < part.count; ++r)
+          std::copy_n(part.bytes.data() + static_cast<size_t>(r) * part.record_bytes, part.record_bytes,
+                      rows->append());
+      }
+    }
+  }
+  for (int l = 0; l < cache->num_layers(); ++l) cache->window(l).restart(prefix);
+  Sequence s = make_sequence(std::move(cache));
+  s.tokens.assign(prefix_tokens.begin(), prefix_tokens.end());
+  if (s.hasher) s.hasher->rebuild_history(s.tokens.data(), prefix);
+  const SequenceId id = next_id_++;
+  sequences_.emplace(id, std::move(s));
+  return id;
+}
+
 PoolStats Engine::pool_stats() const {
   PoolStats p;
   p.main_bytes = pools_->main->bytes_in_use();

@@ -44,6 +44,7 @@
 #include "engine/backend.h"
 #include "model/engram_hash.h"
 #include "plan/replay_rule.h"
+#include "store/segment.h"
 
 namespace dsv41 {
 
@@ -137,6 +138,25 @@ class Engine {
   // sequence whose global KV holds the same prefix.
   Result<std::string> snapshot(SequenceId id) const;
   Status restore(SequenceId id, std::string_view snapshot);
+
+  // Global KV as stored records (the SSD tier, issue 11; docs/STORE.md "Serving a turn").
+  // export_global: the packed records of positions [begin, end) — per kv source (ascending
+  // layer), one main part then one index part, the bytes exactly as in the pages. Entry g of a
+  // ratio-r source covers positions g·r … g·r + r − 1 and goes with the range holding its last
+  // position, so the entries are those of entries_after(end) minus entries_after(begin); callers
+  // cut at multiples of an even chunk so a ratio-2 group is never split. Needs
+  // 0 ≤ begin ≤ end ≤ length(id).
+  Result<Payload> export_global(SequenceId id, int64_t begin, int64_t end) const;
+  // A NEW sequence (max_context positions) holding the global KV of `prefix_tokens` from
+  // `chunks`, chunk i covering positions [i·chunk_tokens, (i+1)·chunk_tokens); prefix_tokens
+  // must be exactly chunks.size()·chunk_tokens long. The state is the one fork_prefix gives:
+  // tokens set, every window ring restarted at the prefix end, no pending group, the Engram
+  // look-back rebuilt from the tokens. Every part is checked (layer, kind, record size, entry
+  // count; no part missing or extra) and every token id against the vocabulary before anything
+  // is allocated; an inconsistent payload is refused with a message naming the chunk and part,
+  // and nothing is created.
+  Result<SequenceId> import_global(int64_t max_context, std::span<const int32_t> prefix_tokens,
+                                   std::span<const Payload> chunks, int64_t chunk_tokens);
 
   // One batched forward. Returns one result per segment, in order (valid until the next call).
   // trace: named intermediates, only for a batch of one segment.

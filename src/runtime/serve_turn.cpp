@@ -1,0 +1,179 @@
+// Serving one turn's prompt through the cache tiers (see serve_turn.h), read top to bottom as the
+// steps of system.md §3.
+#include "runtime/serve_turn.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "runtime/prefill.h"
+
+namespace dsv41 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+void say(const ServeTurnOptions& o, const std::string& line) {
+  if (o.log) o.log(line);
+}
+
+}  // namespace
+
+const char* hit_tier_name(HitTier t) {
+  switch (t) {
+    case HitTier::kDram: return "dram";
+    case HitTier::kSsd: return "ssd";
+    case HitTier::kNone: break;
+  }
+  return "none";
+}
+
+const char* swa_source_name(SwaSource s) {
+  switch (s) {
+    case SwaSource::kRestored: return "restored";
+    case SwaSource::kReplayedBounded: return "replayed_bounded";
+    case SwaSource::kReplayedExact: return "replayed_exact";
+    case SwaSource::kNone: break;
+  }
+  return "none";
+}
+
+Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, std::span<const int32_t> prompt,
+                                   const ServeTurnOptions& options) {
+  const int64_t N = static_cast<int64_t>(prompt.size());
+  if (N < 1) return invalid_argument("serve_turn: empty prompt");
+  ServeTurnResult out;
+  ServeTurnRecord& rec = out.record;
+  rec.prompt_tokens = N;
+  const int64_t chunk = tiers.identity.chunk_tokens;
+
+  // 1. Lookup: the prompt's whole-chunk keys, and how many lead the store. At least the last
+  //    prompt position is always computed (its logits), so a hit stops short of N.
+  auto t = Clock::now();
+  std::vector<PrefixKey> keys;
+  size_t hit_chunks = 0;
+  if (tiers.ssd && chunk > 0) {
+    keys = chunk_keys(tiers.identity, prompt);
+    hit_chunks = std::min(tiers.ssd->longest_prefix(keys), static_cast<size_t>((N - 1) / chunk));
+  }
+  rec.lookup_ms = ms_since(t);
+
+  // 2. Load: the hit's payloads into a new sequence. A chunk gone since the lookup (evicted,
+  //    corrupt) shortens the hit; a payload the engine refuses makes the turn cold.
+  t = Clock::now();
+  std::vector<Payload> payloads;
+  for (size_t i = 0; i < hit_chunks; ++i) {
+    auto got = tiers.ssd->get(keys[i]);
+    if (!got.ok() || !got->has_value()) {
+      say(options, "chunk " + std::to_string(i) + " (" + digest_hex(keys[i]) + ") could not be loaded" +
+                       (got.ok() ? std::string(" (gone since the lookup)") : ": " + got.status().to_string()) +
+                       "; hit shortened to " + std::to_string(i) + " chunks");
+      break;
+    }
+    rec.ssd_read_bytes += (*got)->data_bytes();
+    payloads.push_back(std::move(**got));
+  }
+  int64_t h = static_cast<int64_t>(payloads.size()) * chunk;
+  SequenceId id = -1;
+  if (h > 0) {
+    auto imported = engine.import_global(options.max_context, prompt.subspan(0, static_cast<size_t>(h)), payloads,
+                                         chunk);
+    if (imported.ok()) {
+      id = *imported;
+      rec.hit_tier = HitTier::kSsd;
+    } else {
+      say(options, "stored chunks refused, the turn runs cold: " + imported.status().to_string());
+      h = 0;  // the bytes were read all the same: ssd_read_bytes keeps them
+    }
+  }
+  payloads.clear();
+  if (id < 0) {
+    DSV41_ASSIGN_OR_RETURN(id, engine.add_sequence(options.max_context));
+  }
+  rec.global_hit_tokens = h;
+
+  // 2b. Window state at h: a DRAM snapshot of exactly that position restores it (exact);
+  //     otherwise prefill replays the windows (bounded or exact per depth).
+  bool windows_present = h == 0;
+  if (h > 0 && tiers.dram) {
+    Snapshot snap = tiers.dram->lookup(prefix_key_at(tiers.identity, prompt, static_cast<size_t>(h)),
+                                       static_cast<uint64_t>(h));
+    if (snap) {
+      Status st = engine.restore(id, std::string_view(reinterpret_cast<const char*>(snap->data()), snap->size()));
+      if (st.ok()) windows_present = true;
+      else say(options, "window snapshot at " + std::to_string(h) + " refused, replaying: " + st.to_string());
+    }
+  }
+  rec.load_ms = ms_since(t);
+
+  // 3–4. Prefill the suffix (with the windows' replay when they were not restored).
+  t = Clock::now();
+  auto p = prefill(engine, id, prompt, PrefillOptions{options.depth, options.prefill_chunk, windows_present});
+  if (!p.ok()) {
+    (void)engine.remove_sequence(id);
+    return p.status();
+  }
+  rec.prefill_ms = ms_since(t);
+  rec.work = p->work;
+  out.effective = p->effective;
+  out.last_logits = std::move(p->last_logits);
+  if (h == 0) rec.swa = SwaSource::kNone;
+  else if (windows_present) rec.swa = SwaSource::kRestored;
+  else rec.swa = p->effective == PrefillDepth::kBounded ? SwaSource::kReplayedBounded : SwaSource::kReplayedExact;
+
+  // 5. Store: every full chunk the store lacks (queued; the store's writer does the I/O), and the
+  //    windows at the prompt's end into the DRAM pool (used when a later hit ends exactly here).
+  t = Clock::now();
+  if (tiers.ssd && !tiers.ssd->read_only()) {
+    for (size_t i = static_cast<size_t>(h / chunk); i < keys.size(); ++i) {
+      if (tiers.ssd->contains(keys[i])) continue;
+      auto payload = engine.export_global(id, static_cast<int64_t>(i) * chunk, static_cast<int64_t>(i + 1) * chunk);
+      if (!payload.ok()) {
+        say(options, "chunk " + std::to_string(i) + " not stored: " + payload.status().to_string());
+        break;
+      }
+      const uint64_t bytes = payload->data_bytes();
+      auto put = tiers.ssd->put(keys[i], static_cast<uint32_t>(chunk), std::move(*payload));
+      if (!put.ok()) say(options, "chunk " + std::to_string(i) + " not stored: " + put.status().to_string());
+      else if (*put == PutOutcome::kQueued) rec.ssd_written_bytes += bytes;
+    }
+  }
+  if (tiers.dram) {
+    auto snap = engine.snapshot(id);
+    if (snap.ok())
+      tiers.dram->put(prefix_key_at(tiers.identity, prompt, static_cast<size_t>(N)), static_cast<uint64_t>(N),
+                      std::make_shared<const std::vector<uint8_t>>(snap->begin(), snap->end()));
+  }
+  rec.store_ms = ms_since(t);
+  out.sequence = id;
+  return out;
+}
+
+std::string serve_turn_json(const ServeTurnRecord& r) {
+  nlohmann::ordered_json j;
+  j["event"] = "SERVE_TURN";
+  j["prompt_tokens"] = r.prompt_tokens;
+  j["global_hit_tokens"] = r.global_hit_tokens;
+  j["hit_tier"] = hit_tier_name(r.hit_tier);
+  j["swa"] = swa_source_name(r.swa);
+  j["encoder_token_layers"] = r.work.encoder;
+  j["decoder_token_layers"] = r.work.decoder;
+  j["replay_token_layers"] = r.work.replay;
+  j["full_depth_token_layers"] = r.work.full_depth;
+  j["ssd_read_bytes"] = r.ssd_read_bytes;
+  j["ssd_written_bytes"] = r.ssd_written_bytes;
+  j["lookup_ms"] = r.lookup_ms;
+  j["load_ms"] = r.load_ms;
+  j["prefill_ms"] = r.prefill_ms;
+  j["store_ms"] = r.store_ms;
+  return j.dump();
+}
+
+}  // namespace dsv41

@@ -1,0 +1,79 @@
+// Serving one turn's prompt through the cache tiers (spec system.md §3 steps 1–5; issue 11
+// items 4–5; docs/STORE.md "Serving a turn"): look the prompt's whole chunks up in the SSD store,
+// import the longest hit into a new sequence, restore its window state from the DRAM pool when a
+// snapshot of exactly the hit position is there (else prefill replays the windows), prefill the
+// suffix at the chosen depth, queue every new full chunk's records to the store, and snapshot the
+// windows at the prompt's end into the DRAM pool. Decoding is the caller's.
+//
+// Not done here (yet): reusing a live sequence of the engine (the engine tier, hit_tier "engine"),
+// a DRAM copy of global KV (hit_tier "dram" is reserved for it; the DRAM pool holds window
+// snapshots only, reported as swa "restored"), writes beyond the store's own background writer.
+// Not thread-safe: the engine's thread calls it. The store and pool are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "plan/replay_rule.h"
+#include "store/dram_pool.h"
+#include "store/prefix_key.h"
+#include "store/ssd_store.h"
+
+namespace dsv41 {
+
+struct ServeTurnOptions {
+  PrefillDepth depth = PrefillDepth::kBounded;
+  int64_t prefill_chunk = 512;  // positions per forward
+  int64_t max_context = 4096;   // of the new sequence (prompt + what the caller will decode)
+  // Where a tier problem that does not fail the turn is reported (a chunk that vanished between
+  // lookup and load, a payload the engine refused: the turn then runs cold). Null: dropped.
+  std::function<void(const std::string&)> log;
+};
+
+// The cache tiers a turn may use; both borrowed, may be null (no tier).
+struct ServeTurnTiers {
+  SsdStore* ssd = nullptr;
+  DramPool* dram = nullptr;
+  StoreIdentity identity;  // the keys' root: model fingerprint, record format, chunk size, tokenizer
+};
+
+enum class HitTier { kNone, kDram, kSsd };
+enum class SwaSource { kNone, kRestored, kReplayedBounded, kReplayedExact };
+const char* hit_tier_name(HitTier t);    // "none", "dram", "ssd"
+const char* swa_source_name(SwaSource s);  // "none", "restored", "replayed_bounded", "replayed_exact"
+
+// One line of telemetry per turn (JSON keys exactly these names; serve_turn_json).
+struct ServeTurnRecord {
+  int64_t prompt_tokens = 0;
+  int64_t global_hit_tokens = 0;   // whole chunks imported from the tier
+  HitTier hit_tier = HitTier::kNone;
+  SwaSource swa = SwaSource::kNone;
+  TokenLayers work;                // encoder / decoder / replay / full_depth token-layers
+  uint64_t ssd_read_bytes = 0;     // payload bytes of the chunks loaded
+  uint64_t ssd_written_bytes = 0;  // payload bytes of the chunks queued to the store
+  double lookup_ms = 0, load_ms = 0, prefill_ms = 0, store_ms = 0;
+};
+
+struct ServeTurnResult {
+  SequenceId sequence = -1;        // holds the prompt; owned by the caller (remove_sequence)
+  std::vector<float> last_logits;  // [vocab] of the last prompt position
+  PrefillDepth effective = PrefillDepth::kFull;
+  ServeTurnRecord record;
+};
+
+// Errors: the engine's (bad token ids, context, page budget) — the new sequence is then removed.
+// Tier trouble never fails a turn: it is logged and the turn runs with less of a hit.
+Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, std::span<const int32_t> prompt,
+                                   const ServeTurnOptions& options);
+
+// {"event":"SERVE_TURN","prompt_tokens",…,"hit_tier","swa","encoder_token_layers",
+//  "decoder_token_layers","replay_token_layers","full_depth_token_layers","ssd_read_bytes",
+//  "ssd_written_bytes","lookup_ms","load_ms","prefill_ms","store_ms"} on one line.
+std::string serve_turn_json(const ServeTurnRecord& r);
+
+}  // namespace dsv41

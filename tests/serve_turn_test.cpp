@@ -1,0 +1,244 @@
+// Serving a turn from the SSD tier (issue 11 items 4–5): the engine's global KV exported as
+// store payloads and imported into a fresh sequence continues bit for bit like a cold prefill
+// (exact depth), inconsistent payloads are refused, and serve_turn hits the store on a second
+// turn (a new engine and a reopened store, as a second process would), restores a DRAM snapshot
+// of exactly the hit position, and never hits under another identity. The random model of
+// tests/test_models.h: window 5, a ratio-2 source at layer 1 and a ratio-1 source at layer 3,
+// pages of 2 records.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "backends/cpu/cpu_backend.h"
+#include "runtime/prefill.h"
+#include "runtime/serve_turn.h"
+#include "store/store_test_util.h"
+#include "tests/test_models.h"
+
+namespace dsv41 {
+namespace {
+
+using store_test::ScratchDir;
+
+std::unique_ptr<Engine> make_engine() {
+  const Model& m = testing::engine_test_model();
+  EngineOptions o;
+  o.rows_per_page = 2;
+  auto e = Engine::create(std::make_unique<CpuBackend>(m), m.engram_tables(), o);
+  EXPECT_TRUE(e.ok());
+  return std::move(*e);
+}
+
+std::vector<int32_t> tokens(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % 89);
+  return t;
+}
+
+std::span<const int32_t> head(const std::vector<int32_t>& v, int64_t n) {
+  return std::span<const int32_t>(v).subspan(0, static_cast<size_t>(n));
+}
+
+// Last logits of a cold full-depth prefill of `prompt` in a fresh engine.
+std::vector<float> cold_logits(const std::vector<int32_t>& prompt) {
+  auto e = make_engine();
+  const SequenceId id = *e->add_sequence(128);
+  auto p = prefill(*e, id, prompt, PrefillOptions{PrefillDepth::kFull, 0, true});
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  return p.ok() ? p->last_logits : std::vector<float>{};
+}
+
+// Chunks [0, chunks) of `prompt`'s first `filled` tokens, prefilled at full depth, exported.
+std::vector<Payload> export_chunks(Engine& e, const std::vector<int32_t>& prompt, int64_t filled, int64_t chunk,
+                                   int64_t chunks) {
+  const SequenceId id = *e.add_sequence(128);
+  EXPECT_TRUE(prefill(e, id, head(prompt, filled), PrefillOptions{PrefillDepth::kFull, 0, true}).ok());
+  std::vector<Payload> out;
+  for (int64_t i = 0; i < chunks; ++i) {
+    auto p = e.export_global(id, i * chunk, (i + 1) * chunk);
+    EXPECT_TRUE(p.ok()) << p.status().to_string();
+    if (p.ok()) out.push_back(std::move(*p));
+  }
+  EXPECT_TRUE(e.remove_sequence(id).ok());
+  return out;
+}
+
+TEST(ServeTurn, ExportImportThenExactPrefillEqualsCold) {
+  const auto prompt = tokens(37, 5);
+  const std::vector<float> cold = cold_logits(prompt);
+  // Chunk sizes even (a ratio-2 group never split); hits on both sides of page and group boundaries.
+  for (int64_t chunk : {int64_t{2}, int64_t{6}, int64_t{8}}) {
+    for (int64_t chunks : {int64_t{1}, int64_t{3}, int64_t{4}}) {
+      const int64_t h = chunk * chunks;
+      auto e = make_engine();
+      const std::vector<Payload> payloads = export_chunks(*e, prompt, std::min<int64_t>(h + 3, 36), chunk, chunks);
+      ASSERT_EQ(static_cast<int64_t>(payloads.size()), chunks);
+      // Layer 1 (ratio 2): chunk / 2 entries per chunk; layer 3 (ratio 1): chunk entries.
+      ASSERT_EQ(payloads[0].parts.size(), 4u);
+      EXPECT_EQ(payloads[0].parts[0].count, chunk / 2);
+      EXPECT_EQ(payloads[0].parts[2].count, chunk);
+      auto id = e->import_global(128, head(prompt, h), payloads, chunk);
+      ASSERT_TRUE(id.ok()) << id.status().to_string();
+      EXPECT_EQ(*e->length(*id), h);
+      // The imported pages hold exactly the exported bytes.
+      for (int64_t i = 0; i < chunks; ++i) EXPECT_EQ(*e->export_global(*id, i * chunk, (i + 1) * chunk), payloads[i]);
+      auto p = prefill(*e, *id, prompt, PrefillOptions{PrefillDepth::kExact, 4, false});
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      EXPECT_EQ(p->last_logits, cold) << "chunk " << chunk << " hit " << h;
+    }
+  }
+}
+
+TEST(ServeTurn, ImportRefusesInconsistentPayloads) {
+  const auto prompt = tokens(20, 6);
+  auto e = make_engine();
+  const std::vector<Payload> good = export_chunks(*e, prompt, 20, 8, 2);
+  ASSERT_EQ(good.size(), 2u);
+  const int64_t sequences = e->pool_stats().sequences;
+  auto refused = [&](std::vector<Payload> p, const std::string& needle, std::vector<int32_t> toks = {}) {
+    if (toks.empty()) toks = std::vector<int32_t>(prompt.begin(), prompt.begin() + 16);
+    auto id = e->import_global(128, toks, p, 8);
+    EXPECT_FALSE(id.ok()) << needle;
+    if (!id.ok()) EXPECT_NE(id.status().message().find(needle), std::string::npos) << id.status().message();
+    EXPECT_EQ(e->pool_stats().sequences, sequences);
+  };
+  auto p = good;
+  p[1].parts.pop_back();
+  refused(p, "chunk 1 part 3: missing");
+  p = good;
+  p[0].parts.push_back(p[0].parts[0]);
+  refused(p, "chunk 0: 1 parts more");
+  p = good;
+  p[1].parts[2].count += 1;
+  refused(p, "chunk 1 part 2: 9 records");
+  p = good;
+  p[0].parts[0].bytes.pop_back();
+  refused(p, "chunk 0 part 0");
+  p = good;
+  p[0].parts[1].record_bytes += 4;
+  refused(p, "chunk 0 part 1: records of");
+  p = good;
+  std::swap(p[0].parts[0], p[0].parts[2]);
+  refused(p, "chunk 0 part 0: layer 3");
+  refused(good, "do not make a prefix", std::vector<int32_t>(prompt.begin(), prompt.begin() + 15));
+  auto bad_tokens = std::vector<int32_t>(prompt.begin(), prompt.begin() + 16);
+  bad_tokens[3] = 89;
+  refused(good, "token 89 at position 3", bad_tokens);
+  EXPECT_TRUE(e->import_global(128, head(prompt, 16), good, 8).ok());
+}
+
+struct Tiers {
+  ScratchDir dir;
+  StoreIdentity identity = store_test::test_identity(8);
+  std::unique_ptr<SsdStore> store;
+  DramPool dram;
+  void open() {
+    store.reset();
+    SsdStoreOptions o;
+    o.identity = identity;
+    auto s = SsdStore::open(dir.path, o);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    store = std::move(*s);
+  }
+  ServeTurnTiers tiers(bool with_dram) { return {store.get(), with_dram ? &dram : nullptr, identity}; }
+};
+
+ServeTurnResult serve(Engine& e, const ServeTurnTiers& t, const std::vector<int32_t>& prompt, PrefillDepth depth) {
+  ServeTurnOptions o;
+  o.depth = depth;
+  o.prefill_chunk = 4;
+  o.max_context = 128;
+  auto r = serve_turn(e, t, prompt, o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (!r.ok()) return {};
+  EXPECT_TRUE(e.remove_sequence(r->sequence).ok());
+  return std::move(*r);
+}
+
+TEST(ServeTurn, SecondTurnHitsTheStoreAndEqualsCold) {
+  Tiers t;
+  t.open();
+  const auto first = tokens(30, 7);
+  {
+    auto e = make_engine();
+    const ServeTurnResult r = serve(*e, t.tiers(false), first, PrefillDepth::kExact);
+    EXPECT_EQ(r.record.hit_tier, HitTier::kNone);
+    EXPECT_EQ(r.record.swa, SwaSource::kNone);
+    EXPECT_EQ(r.record.global_hit_tokens, 0);
+    EXPECT_GT(r.record.ssd_written_bytes, 0u);
+    EXPECT_EQ(r.last_logits, cold_logits(first));
+  }
+  ASSERT_TRUE(t.store->flush().ok());
+  t.open();  // a second process: a new engine, the store reopened from disk
+  auto second = first;
+  for (int32_t x : tokens(9, 8)) second.push_back(x);
+  auto e = make_engine();
+  const ServeTurnResult r = serve(*e, t.tiers(false), second, PrefillDepth::kExact);
+  EXPECT_EQ(r.record.hit_tier, HitTier::kSsd);
+  EXPECT_EQ(r.record.global_hit_tokens, 24);  // chunks [0, 24) of the 30 shared tokens
+  EXPECT_EQ(r.record.swa, SwaSource::kReplayedExact);
+  EXPECT_GT(r.record.ssd_read_bytes, 0u);
+  EXPECT_GT(r.record.work.replay, 0);
+  EXPECT_EQ(r.last_logits, cold_logits(second));
+  // Bounded replays the windows of the hit's last w positions only.
+  ASSERT_TRUE(t.store->flush().ok());
+  const ServeTurnResult b = serve(*e, t.tiers(false), second, PrefillDepth::kBounded);
+  EXPECT_EQ(b.record.global_hit_tokens, 32);  // the second turn stored chunk [24, 32)
+  EXPECT_EQ(b.record.swa, SwaSource::kReplayedBounded);
+  const std::string json = serve_turn_json(r.record);
+  for (const char* key : {"\"prompt_tokens\":39", "\"global_hit_tokens\":24", "\"hit_tier\":\"ssd\"",
+                          "\"swa\":\"replayed_exact\"", "\"encoder_token_layers\"", "\"decoder_token_layers\"",
+                          "\"replay_token_layers\"", "\"full_depth_token_layers\"", "\"ssd_read_bytes\"",
+                          "\"ssd_written_bytes\"", "\"lookup_ms\"", "\"load_ms\"", "\"prefill_ms\"", "\"store_ms\""})
+    EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
+}
+
+TEST(ServeTurn, DramSnapshotOfExactlyTheHitIsRestored) {
+  Tiers t;
+  t.open();
+  auto e = make_engine();
+  const auto first = tokens(24, 9);  // three whole chunks: the snapshot at 24 is at a chunk end
+  serve(*e, t.tiers(true), first, PrefillDepth::kExact);
+  ASSERT_TRUE(t.store->flush().ok());
+  auto second = first;
+  for (int32_t x : tokens(9, 10)) second.push_back(x);
+  const ServeTurnResult r = serve(*e, t.tiers(true), second, PrefillDepth::kExact);
+  ASSERT_TRUE(t.store->flush().ok());
+  EXPECT_EQ(r.record.global_hit_tokens, 24);
+  EXPECT_EQ(r.record.swa, SwaSource::kRestored);
+  EXPECT_EQ(r.record.work.replay, 0);
+  EXPECT_EQ(r.last_logits, cold_logits(second));
+  // A hit that ends elsewhere than a snapshot (the pool holds those at 24 and 33) replays.
+  auto third = second;
+  for (int32_t x : tokens(5, 11)) third.push_back(x);  // 38 tokens: hit 32 (the second turn stored [24, 32))
+  const ServeTurnResult q = serve(*e, t.tiers(true), third, PrefillDepth::kExact);
+  EXPECT_EQ(q.record.global_hit_tokens, 32);
+  EXPECT_EQ(q.record.swa, SwaSource::kReplayedExact);
+  EXPECT_EQ(q.last_logits, cold_logits(third));
+}
+
+TEST(ServeTurn, AnotherIdentityNeverHits) {
+  Tiers t;
+  t.open();
+  auto e = make_engine();
+  const auto prompt = tokens(40, 12);
+  serve(*e, t.tiers(false), prompt, PrefillDepth::kExact);
+  ASSERT_TRUE(t.store->flush().ok());
+  EXPECT_EQ(serve(*e, t.tiers(false), prompt, PrefillDepth::kExact).record.global_hit_tokens, 32);
+  for (int change = 0; change < 3; ++change) {
+    // The same store looked up with another identity's keys (every identity field enters key_0).
+    ServeTurnTiers other = t.tiers(false);
+    if (change == 0) other.identity.chunk_tokens = 16;
+    if (change == 1) other.identity.model_fingerprint[0] ^= 1;
+    if (change == 2) other.identity.record_format += 1;
+    auto r = serve_turn(*e, other, prompt, ServeTurnOptions{PrefillDepth::kExact, 4, 128, nullptr});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->record.global_hit_tokens, 0) << "change " << change;
+    EXPECT_EQ(r->record.hit_tier, HitTier::kNone);
+    EXPECT_TRUE(e->remove_sequence(r->sequence).ok());
+  }
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -18,7 +18,9 @@ class Writer {
     const char* p = reinterpret_cast<const char*>(&v);
     out.append(p, sizeof v);
   }
-  void bytes(const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
+  void bytes(const void* p, size_t n) {
+    if (n > 0) out.append(static_cast<const char*>(p), n);  // p may be null when n is 0 (empty vector)
+  }
   std::string out;
 };
 
@@ -33,6 +35,7 @@ class Reader {
     return v;
   }
   bool take(void* dst, size_t n) {
+    if (n == 0) return !bad;  // dst may be null (an empty vector): memcpy must not see it
     if (bad || n > b_.size() - pos_) {
       bad = true;
       return false;

@@ -422,7 +422,11 @@ Status SsdStore::Impl::rebuild_index() {
   }
   std::sort(files.begin(), files.end());
   const int64_t now = opt_.clock();
-  for (const auto& [id, name] : files) {
+  for (const auto& entry : files) {
+    // Plain names, not structured bindings: lambdas below capture them (clang 14, which builds
+    // the fuzz targets, cannot capture a structured binding).
+    const uint64_t id = entry.first;
+    const std::string& name = entry.second;
     next_segment_id_ = std::max(next_segment_id_, id + 1);
     auto seg = std::make_shared<Segment>();
     seg->id = id;

@@ -15,21 +15,8 @@
 namespace dsv41 {
 namespace {
 
-std::unique_ptr<Engine> make_engine() {
-  const Model& m = testing::engine_test_model();
-  EngineOptions o;
-  o.rows_per_page = 2;
-  auto e = Engine::create(std::make_unique<CpuBackend>(m), m.engram_tables(), o);
-  EXPECT_TRUE(e.ok());
-  return std::move(*e);
-}
-
-std::vector<int32_t> tokens(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % 89);
-  return t;
-}
+std::unique_ptr<Engine> make_engine() { return testing::make_test_engine(); }
+std::vector<int32_t> tokens(int n, uint32_t seed) { return testing::test_tokens(n, seed); }
 
 struct DepthRun {
   PrefillResult prefill;

@@ -26,12 +26,7 @@ std::unique_ptr<Engine> make_engine(const EngineOptions& options = {}) {
   return e.ok() ? std::move(*e) : nullptr;
 }
 
-std::vector<int32_t> random_tokens(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % 89);
-  return t;
-}
+std::vector<int32_t> random_tokens(int n, uint32_t seed) { return testing::test_tokens(n, seed); }
 
 std::vector<float> copy_logits(const SegmentResult& r, int64_t V) {
   EXPECT_TRUE(r.status.ok()) << r.status.to_string();

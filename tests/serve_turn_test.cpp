@@ -20,21 +20,8 @@ namespace {
 
 using store_test::ScratchDir;
 
-std::unique_ptr<Engine> make_engine() {
-  const Model& m = testing::engine_test_model();
-  EngineOptions o;
-  o.rows_per_page = 2;
-  auto e = Engine::create(std::make_unique<CpuBackend>(m), m.engram_tables(), o);
-  EXPECT_TRUE(e.ok());
-  return std::move(*e);
-}
-
-std::vector<int32_t> tokens(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % 89);
-  return t;
-}
+std::unique_ptr<Engine> make_engine() { return testing::make_test_engine(); }
+std::vector<int32_t> tokens(int n, uint32_t seed) { return testing::test_tokens(n, seed); }
 
 std::span<const int32_t> head(const std::vector<int32_t>& v, int64_t n) {
   return std::span<const int32_t>(v).subspan(0, static_cast<size_t>(n));

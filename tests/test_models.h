@@ -4,7 +4,11 @@
 #pragma once
 
 #include <memory>
+#include <random>
+#include <vector>
 
+#include "backends/cpu/cpu_backend.h"
+#include "engine/engine.h"
 #include "model/model.h"
 
 namespace dsv41::testing {
@@ -57,6 +61,23 @@ inline const Model& engine_test_model() {
     return m.ok() ? std::move(*m) : nullptr;
   }();
   return *model;
+}
+
+// An engine over engine_test_model() with pages of `rows_per_page` records (null on failure).
+inline std::unique_ptr<Engine> make_test_engine(int64_t rows_per_page = 2) {
+  const Model& m = engine_test_model();
+  EngineOptions o;
+  o.rows_per_page = rows_per_page;
+  auto e = Engine::create(std::make_unique<CpuBackend>(m), m.engram_tables(), o);
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// n pseudo-random token ids of the test model's vocabulary (89), from `seed`.
+inline std::vector<int32_t> test_tokens(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % 89);
+  return t;
 }
 
 }  // namespace dsv41::testing

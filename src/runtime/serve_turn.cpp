@@ -115,7 +115,12 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
 
   // 3–4. Prefill the suffix (with the windows' replay when they were not restored).
   t = Clock::now();
-  auto p = prefill(engine, id, prompt, PrefillOptions{options.depth, options.prefill_chunk, windows_present});
+  PrefillOptions po;
+  po.depth = options.depth;
+  po.chunk = options.prefill_chunk;
+  po.windows_present = windows_present;
+  po.progress = options.progress;
+  auto p = prefill(engine, id, prompt, po);
   if (!p.ok()) {
     (void)engine.remove_sequence(id);
     return p.status();

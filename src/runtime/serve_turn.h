@@ -33,6 +33,8 @@ struct ServeTurnOptions {
   // Where a tier problem that does not fail the turn is reported (a chunk that vanished between
   // lookup and load, a payload the engine refused: the turn then runs cold). Null: dropped.
   std::function<void(const std::string&)> log;
+  // Prefill progress (PrefillOptions::progress); may be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 // The cache tiers a turn may use; both borrowed, may be null (no tier).

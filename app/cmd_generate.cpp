@@ -228,6 +228,8 @@ int generate_main(int argc, char** argv) {
   auto model = Model::load(dir, load);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& config = (*model)->config();
+  if (std::string why = depth_fallback_note((*model)->plan(), *depth); !why.empty())
+    std::fprintf(stderr, "dsv41 generate: %s\n", why.c_str());
   if (ctx > config.max_position_embeddings)
     return fail(out_of_range("--ctx " + std::to_string(ctx) + " exceeds the model's max_position_embeddings " +
                              std::to_string(config.max_position_embeddings)));

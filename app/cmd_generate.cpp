@@ -165,6 +165,12 @@ GenerationResult serve_and_decode(Engine& engine, const ServeTurnTiers& tiers, c
     }
     logits.assign(res.logits, res.logits + V);
   }
+  // The answer's chunks to the store and the windows at the turn's end to the DRAM pool.
+  auto end = end_turn(engine, tiers, id, so);
+  if (end.ok()) {
+    record.ssd_written_bytes += end->ssd_written_bytes;
+    record.store_ms += end->store_ms;
+  }
   (void)engine.remove_sequence(id);
   return out;
 }

@@ -165,6 +165,7 @@ int run_main(int argc, char** argv) {
   ServeTurnRecord record;
   PrefillDepth effective = PrefillDepth::kFull;
   std::unique_ptr<SsdStore> store;
+  StoreIdentity identity;
   const auto t0 = std::chrono::steady_clock::now();
   if (dump.any()) {
     auto s = Session::create(**model, max_context);
@@ -190,6 +191,7 @@ int run_main(int argc, char** argv) {
     if (!cache_dir.empty()) {
       store = open_cache(cache_dir, dir, cache_chunk, tiers.identity, log);
       tiers.ssd = store.get();
+      identity = tiers.identity;
     }
     PrefillProgress progress(static_cast<int64_t>(prompt.size()), isatty(STDERR_FILENO) == 1);
     ServeTurnOptions so;
@@ -246,6 +248,20 @@ int run_main(int argc, char** argv) {
   const double decode_s = seconds_since(t1);
   std::fputs(stream.flush().c_str(), stdout);
   std::printf("\n");
+  // The answer's whole chunks to the store too (a next turn that extends this one hits them);
+  // the stored chunks count once their segment is synced: close() waits for the writer.
+  if (store) {
+    ServeTurnTiers tiers;
+    tiers.ssd = store.get();
+    tiers.identity = identity;
+    ServeTurnOptions so;
+    so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 run: cache: %s\n", m.c_str()); };
+    if (auto end = end_turn(*engine, tiers, id, so); end.ok()) {
+      record.ssd_written_bytes += end->ssd_written_bytes;
+      record.store_ms += end->store_ms;
+    }
+    if (Status st = store->close(); !st.ok()) std::fprintf(stderr, "dsv41 run: cache: %s\n", st.to_string().c_str());
+  }
   const CacheFootprint cb = engine->cache(id)->bytes_in_use();
   const int64_t length = engine->length(id).ok() ? *engine->length(id) : 0;
   if (!generated.empty() && generated.back() == eos && !ignore_eos)
@@ -257,10 +273,6 @@ int run_main(int argc, char** argv) {
   std::printf("cache: %lld bytes in use (window %lld, main %lld, index %lld, pending %lld) for %lld positions\n",
               static_cast<long long>(cb.total()), static_cast<long long>(cb.window), static_cast<long long>(cb.main),
               static_cast<long long>(cb.index), static_cast<long long>(cb.pending), static_cast<long long>(length));
-  // The stored chunks count once their segment is synced: close() waits for the writer.
-  if (store) {
-    if (Status st = store->close(); !st.ok()) std::fprintf(stderr, "dsv41 run: cache: %s\n", st.to_string().c_str());
-  }
   if (!telemetry_path.empty()) {
     std::ofstream t(telemetry_path);
     t << serve_turn_json(record) << "\n";

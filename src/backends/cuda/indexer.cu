@@ -52,6 +52,7 @@ struct ChunkSmem {
   int32_t ids[kChunkN];
   SelectShared<kChunkThreads> sel;
   uint32_t floor;  // the token's selection floor when this chunk selects
+  uint64_t full[kWarps][kStages];  // dense tiles: bulk copy landed (mbarrier, one per stage)
   alignas(16) unsigned char stage[kWarps][kStages][kTileBytes];
 };
 
@@ -63,6 +64,37 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Dense tiles are one contiguous span of 16 records (1088 B at dim 128), so one lane moves a whole
+// tile with the bulk copy engine (cp.async.bulk, completion counted in bytes on an mbarrier):
+// about 10 instructions per tile where 32 lanes of 16-byte cp.async cost ≈ 100 (address and
+// bounds arithmetic per segment; ncu on the H200, 2026-12-01).
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive_tx(uint64_t* bar, unsigned bytes) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}\n" ::"r"(
+          smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
 }
 
 // Tiles warp w scores: w, w + kWarps, w + 2·kWarps, … below `tiles`.
@@ -189,23 +221,35 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
     const int tiles = (n + 15) / 16;
     unsigned char* stages = sm.stage[warp][0];
 
-    // Stage one tile (16 list positions = 16/GR groups of GR consecutive entries, 272 B each)
-    // into shared memory with 16-byte asynchronous copies; absent groups and bytes past the
-    // last record are zero-filled (cp.async src-size).
+    // Stage one tile (16 list positions) into shared memory.
+    //   Dense: 16 consecutive records, one contiguous 16-byte-aligned span: one bulk copy issued
+    //   by lane 0, completing on the stage's mbarrier; a tile reaching past the last existing
+    //   record (at most one per token) is copied by the lanes with plain loads, zero-filled.
+    //   Pool: 16/GR groups of GR consecutive entries (272 B each), 16-byte cp.async per lane;
+    //   absent groups and bytes past the last record are zero-filled (cp.async src-size).
     auto issue = [&](int tile, int stage) {
-      if (tile < tiles) {
-        unsigned char* dst = stages + stage * kTileBytes;
-        if constexpr (!kPool) {
-          // Dense: the tile is 16 consecutive rows, one contiguous 16-byte-aligned span.
+      if constexpr (!kPool) {
+        if (tile < tiles) {
+          unsigned char* dst = stages + stage * kTileBytes;
+          uint64_t* bar = &sm.full[warp][stage];
           const int e0 = p0 + tile * 16;
-          const int avail = (limit - e0) * RB;  // bytes of existing records from the tile start
           const uint8_t* src = keys + static_cast<int64_t>(e0) * RB;
-          for (int sgi = lane; sgi < kTileSegments; sgi += 32) {
-            const int off = sgi * 16;
-            const int bytes = max(0, min(16, avail - off));
-            cp_async16(dst + off, bytes > 0 ? src + off : keys, bytes);
+          if (e0 + 16 <= limit) {
+            if (lane == 0) {
+              mbar_arrive_tx(bar, 16 * RB);
+              bulk_copy_g2s(dst, src, 16 * RB, bar);
+            }
+          } else {
+            const int avail = (limit - e0) * RB;  // bytes of existing records (RB is even)
+            for (int i = lane; i < 8 * RB; i += 32)
+              reinterpret_cast<uint16_t*>(dst)[i] = 2 * i < avail ? reinterpret_cast<const uint16_t*>(src)[i] : 0;
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar);
           }
-        } else {
+        }
+      } else {
+        if (tile < tiles) {
+          unsigned char* dst = stages + stage * kTileBytes;
           for (int sgi = lane; sgi < kTileSegments; sgi += 32) {
             const int grp = sgi / kGroupSegments, off = (sgi % kGroupSegments) * 16;
             const int e0 = entry_at<kPool>(p, tok, p0 + tile * 16 + grp * GR, npos, 0x7FFFFFFF);
@@ -218,8 +262,8 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
                        bytes);
           }
         }
+        cp_async_commit();  // empty groups keep the count uniform
       }
-      cp_async_commit();  // empty groups keep the count uniform
     };
     // Word of a staged row at byte offset `at` (rows are 2-byte aligned when RB is not 4·k).
     auto word = [&](const unsigned char* rowp, int at) -> uint32_t {
@@ -232,13 +276,25 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
     };
 
     const int my_tiles = tile_count_for_warp(tiles, warp);
+    if constexpr (!kPool) {
+      if (lane == 0) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) mbar_init(&sm.full[warp][s]);
+        mbar_init_fence();
+      }
+      __syncwarp();
+    }
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) issue(warp + s * kWarps, s);
     for (int i = 0; i < my_tiles; ++i) {
       const int tile = warp + i * kWarps;
       issue(warp + (i + kStages - 1) * kWarps, (i + kStages - 1) % kStages);
-      cp_async_wait<kStages - 1>();
-      __syncwarp();
+      if constexpr (!kPool) {
+        mbar_wait(&sm.full[warp][i % kStages], static_cast<unsigned>(i / kStages) & 1u);
+      } else {
+        cp_async_wait<kStages - 1>();
+        __syncwarp();
+      }
       const unsigned char* st = stages + (i % kStages) * kTileBytes;
       struct {
         uint32_t c[2][NB];
@@ -295,17 +351,18 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
       s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
       s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
       s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-      if (t == 0) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = tile * 16 + g + 8 * h;
-          if (r < n) {
-            const int e = cur.e[h];
-            const float s = h == 0 ? s0 : s1;
-            sm.keys[r] = e >= 0 ? ordered_key(s) : kIneligibleKey;
-            sm.ids[r] = e;
-            if (p.scores_debug && e >= 0) p.scores_debug[static_cast<int64_t>(tok) * p.max_entries + e] = s;
-          }
+      // Lane t = 0 of each quad writes row g, lane t = 1 row g + 8 (both hold both sums).
+      if (t < 2) {
+        const int r = tile * 16 + g + 8 * t;
+        const int e = t == 0 ? cur.e[0] : cur.e[1];
+        const float s = t == 0 ? s0 : s1;
+        if (r < n) {
+          sm.keys[r] = e >= 0 ? ordered_key(s) : kIneligibleKey;
+          if (p.scores_debug && e >= 0) p.scores_debug[static_cast<int64_t>(tok) * p.max_entries + e] = s;
+        }
+        // Entry ids are kept for pools only (dense: entry = p0 + position, or not visible).
+        if constexpr (kPool) {
+          if (r < n) sm.ids[r] = e;
         }
       }
     }
@@ -335,7 +392,11 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
   // depend on the order the CTAs ran in.
   if (tid == 0) sm.floor = __ldcg(floors + tok);
   __syncthreads();
-  const uint32_t kth = block_select_topk<kChunkThreads>(sm.keys, sm.ids, 0, n, p.k, out_keys, out_ids, sm.sel,
+  // The keys at or above the floor, moved to the front in list order (ids with them): the radix
+  // passes and the ordered compaction then run over those few hundred instead of all 8192.
+  const int m = block_compact_eligible<kChunkThreads, kChunkN / kChunkThreads>(sm.keys, sm.ids, kPool, p0, n,
+                                                                                sm.floor, sm.sel);
+  const uint32_t kth = block_select_topk<kChunkThreads>(sm.keys, sm.ids, 0, m, p.k, out_keys, out_ids, sm.sel,
                                                         sm.floor);
   if (tid == 0 && kth != 0) atomicMax(floors + tok, kth);
 }

@@ -52,8 +52,10 @@ struct ChunkSmem {
   int32_t ids[kChunkN];
   SelectShared<kChunkThreads> sel;
   uint32_t floor;  // the token's selection floor when this chunk selects
+  uint32_t q_wide;  // some head's blocks span more than 2^14: the fp16 path
   uint64_t full[kWarps][kStages];  // dense tiles: bulk copy landed (mbarrier, one per stage)
   alignas(16) unsigned char stage[kWarps][kStages][kTileBytes];
+  alignas(128) uint8_t qb[32 * 128];  // q as FP8 B operand: [block][head/8][k/16][head%8][k%16]
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
@@ -95,11 +97,6 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
                    smem_u32(dst)),
                "l"(src), "r"(bytes), "r"(smem_u32(bar))
                : "memory");
-}
-
-// Tiles warp w scores: w, w + kWarps, w + 2·kWarps, … below `tiles`.
-__device__ __forceinline__ int tile_count_for_warp(int tiles, int warp) {
-  return tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0;
 }
 
 __device__ __forceinline__ float e2m1_value(uint32_t code) {
@@ -172,37 +169,10 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
   int32_t* out_ids = cand_ids + (int64_t{tok} * nchunks + chunk) * p.k;
 
   if (n > 0) {
-    // Query fragments (B operand: k = channels, n = heads). Each head's block scales are folded
-    // into its fp16 values relative to the head's largest block (exact for blocks within 2^22 of
-    // it; smaller ones round into fp16 subnormals, a change below 2^-22 of that block), so the
-    // blocks of a head accumulate in one fp32 chain and only the key scale multiplies per block.
     const uint8_t* q = p.q + int64_t{tok} * NH * RB;
-    // bqh holds the fp16 channel pairs (0,4) (1,5) (2,6) (3,7) of the thread's 8 channels of each
-    // block (the pairing e2m1x8_to_f16 gives the keys), block scales folded in (see above).
-    uint32_t bqh[NT][NB][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const uint8_t* qrow = q + (nt * 8 + g) * RB;
-      int emax = 0;
-#pragma unroll
-      for (int b = 0; b < NB; ++b) emax = max(emax, static_cast<int>(qrow[DH / 2 + b]));
-#pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        // Rows are only 2-byte aligned at dim 64 (34 B): read the word as two halves.
-        const uint16_t* qw = reinterpret_cast<const uint16_t*>(qrow + 16 * b + 4 * t);
-        const uint32_t w = static_cast<uint32_t>(qw[0]) | (static_cast<uint32_t>(qw[1]) << 16);
-        const int d = 127 + static_cast<int>(qrow[DH / 2 + b]) - emax;  // 2^(code_b − emax) ≤ 1
-        const float rel = d >= 1 ? __int_as_float(d << 23) : 0.0f;     // < 2^-126 of the head: dropped
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {  // channels i and i+4 of the word (nibbles i, i+4)
-          const __half2 h = __floats2half2_rn(e2m1_value((w >> (4 * i)) & 0xF) * rel,
-                                              e2m1_value((w >> (4 * i + 16)) & 0xF) * rel);
-          bqh[nt][b][i] = *reinterpret_cast<const uint32_t*>(&h);
-        }
-      }
-    }
+    // Output columns of this thread: heads nt·8 + 2t, +1; w_h · dh^-1/2 · 2^(emax_h − 127), where
+    // emax_h is the head's largest block scale code (q's block scales are folded in relative to it).
     float wq[NT][2];
-    // Output columns of this thread: heads nt·8 + 2t, +1. Keys enter the MMA as value·2^-6.
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -211,11 +181,44 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
         int emax = 0;
 #pragma unroll
         for (int b = 0; b < NB; ++b) emax = max(emax, static_cast<int>(qrow[DH / 2 + b]));
-        // keys enter the MMA as value·2^-14 (e2m1x8_to_f16)
-        wq[nt][j] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t + j] * rsqrtf(static_cast<float>(DH)) * 16384.0f *
+        wq[nt][j] = p.head_weights[int64_t{tok} * NH + nt * 8 + 2 * t + j] * rsqrtf(static_cast<float>(DH)) *
                     ue8m0_scale(static_cast<uint32_t>(emax));
       }
     }
+    // q as the FP8 B operand of the warpgroup MMAs (see score_f8 below): value·2^(6 − d) with d =
+    // emax_h − code_b, exact in E4M3 for d ≤ 14 (0.5·2^-8 is E4M3's smallest subnormal step…
+    // 6·2^6 = 384 < 448). A head with a nonzero block more than 2^14 below its largest takes the
+    // fp16 path instead (exact within 2^22), decided for the whole CTA.
+    if (tid == 0) sm.q_wide = 0;
+    __syncthreads();
+    {
+      bool wide = false;
+      for (int idx = tid; idx < NH * DH / 2; idx += kChunkThreads) {
+        const int hd = idx / (DH / 2), byte = idx % (DH / 2), b = byte / 16;
+        const uint8_t* qrow = q + hd * RB;
+        int emax = 0;
+#pragma unroll
+        for (int bb = 0; bb < NB; ++bb) emax = max(emax, static_cast<int>(qrow[DH / 2 + bb]));
+        const int d = emax - static_cast<int>(qrow[DH / 2 + b]);
+        const uint32_t codes = qrow[byte];
+#pragma unroll
+        for (int o = 0; o < 2; ++o) {
+          const uint32_t nib = (codes >> (4 * o)) & 0xF;
+          const int e = 127 + 6 - d;
+          const float v = e2m1_value(nib) * (e >= 1 ? __int_as_float(e << 23) : 0.0f);
+          wide = wide || (d > 14 && (nib & 7) != 0);
+          const int cc = (2 * byte + o) % 32;                      // channel within the block
+          const int k = (cc % 2) * 16 + (cc / 8) * 4 + (cc % 8) / 2;  // its k slot (e2m1x8_to_e4m3)
+          sm.qb[b * NH * 32 + (hd / 8) * 256 + (k / 16) * 128 + (hd % 8) * 16 + (k % 16)] =
+              static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+        }
+      }
+      if (wide) atomicOr(&sm.q_wide, 1u);
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes → wgmma reads
+    }
+    __syncthreads();
+    const bool use_f8 = sm.q_wide == 0;
+
     const uint8_t* keys = p.keys[tok];
     const int limit = static_cast<int>(p.entries[tok]);  // records that exist: never read past them
     const int tiles = (n + 15) / 16;
@@ -275,7 +278,12 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
       }
     };
 
-    const int my_tiles = tile_count_for_warp(tiles, warp);
+    // Warpgroup wg (warps 4wg..4wg+3) takes 64-position super-tiles wg, wg + 2, …; warp wi of
+    // the group stages and holds rows 16wi..16wi+15 of each (its tile 4·S + wi).
+    const int wg = warp / 4, wi = warp % 4;
+    const int supers = (tiles + 3) / 4;
+    const int iters = supers > wg ? (supers - wg + 1) / 2 : 0;
+    auto tile_of = [&](int i) { return 4 * (2 * i + wg) + wi; };
     if constexpr (!kPool) {
       if (lane == 0) {
 #pragma unroll
@@ -284,66 +292,55 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
       }
       __syncwarp();
     }
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) issue(warp + s * kWarps, s);
-    for (int i = 0; i < my_tiles; ++i) {
-      const int tile = warp + i * kWarps;
-      issue(warp + (i + kStages - 1) * kWarps, (i + kStages - 1) % kStages);
+    struct Rows {
+      uint32_t c[2][NB];
+      uint32_t sw[2];  // the row's UE8M0 scale bytes, block b in byte b
+      int e[2];
+    };
+    // Rows g and g + 8 of the warp's tile of iteration i (zeros past the last tile).
+    auto load_rows = [&](int i, int tile) {
+      Rows cur;
       if constexpr (!kPool) {
-        mbar_wait(&sm.full[warp][i % kStages], static_cast<unsigned>(i / kStages) & 1u);
+        if (tile < tiles) mbar_wait(&sm.full[warp][i % kStages], static_cast<unsigned>(i / kStages) & 1u);
       } else {
         cp_async_wait<kStages - 1>();
         __syncwarp();
       }
       const unsigned char* st = stages + (i % kStages) * kTileBytes;
-      struct {
-        uint32_t c[2][NB];
-        uint32_t sw[2];  // the row's UE8M0 scale bytes, block b in byte b
-        int e[2];
-      } cur;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = g + 8 * h;
         cur.e[h] = tile * 16 + r < n ? entry_at<kPool>(p, tok, p0 + tile * 16 + r, npos, visible) : -1;
         const unsigned char* rowp = st + r * RB;
+        if (tile < tiles) {
 #pragma unroll
-        for (int b = 0; b < NB; ++b) cur.c[h][b] = word(rowp, 16 * b + 4 * t);
-        if constexpr (NB == 4) {
-          cur.sw[h] = *reinterpret_cast<const uint32_t*>(rowp + DH / 2);
+          for (int b = 0; b < NB; ++b) cur.c[h][b] = word(rowp, 16 * b + 4 * t);
+          if constexpr (NB == 4) {
+            cur.sw[h] = *reinterpret_cast<const uint32_t*>(rowp + DH / 2);
+          } else {
+            uint32_t sw = 0;
+#pragma unroll
+            for (int b = 0; b < NB; ++b) sw |= static_cast<uint32_t>(rowp[DH / 2 + b]) << (8 * b);
+            cur.sw[h] = sw;
+          }
         } else {
-          uint32_t sw = 0;
 #pragma unroll
-          for (int b = 0; b < NB; ++b) sw |= static_cast<uint32_t>(rowp[DH / 2 + b]) << (8 * b);
-          cur.sw[h] = sw;
+          for (int b = 0; b < NB; ++b) cur.c[h][b] = 0;
+          cur.sw[h] = 0;
         }
       }
       __syncwarp();  // this stage is refilled on the next iteration
-      float acc[NT][4];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-#pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        const float sk0 = ue8m0_fast(cur.sw[0], b), sk1 = ue8m0_fast(cur.sw[1], b);
-        uint32_t h0[4], h1[4];
-        e2m1x8_to_f16(cur.c[0][b], h0);
-        e2m1x8_to_f16(cur.c[1][b], h1);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // exact partial dot of this block
-          mma_f16_16816(part, h0[0], h1[0], h0[1], h1[1], bqh[nt][b][0], bqh[nt][b][1]);
-          mma_f16_16816(part, h0[2], h1[2], h0[3], h1[3], bqh[nt][b][2], bqh[nt][b][3]);
-          acc[nt][0] = fmaf(part[0], sk0, acc[nt][0]);
-          acc[nt][1] = fmaf(part[1], sk0, acc[nt][1]);
-          acc[nt][2] = fmaf(part[2], sk1, acc[nt][2]);
-          acc[nt][3] = fmaf(part[3], sk1, acc[nt][3]);
-        }
-      }
+      return cur;
+    };
+    // ReLU, head weights, head sum; the keys of positions < n go to shared memory.
+    auto store_scores = [&](int tile, const Rows& cur, const float (&acc)[NT][4], float wscale) {
       float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         s0 += fmaxf(acc[nt][0], 0.0f) * wq[nt][0] + fmaxf(acc[nt][1], 0.0f) * wq[nt][1];
         s1 += fmaxf(acc[nt][2], 0.0f) * wq[nt][0] + fmaxf(acc[nt][3], 0.0f) * wq[nt][1];
       }
+      s0 *= wscale, s1 *= wscale;  // a power of two: exact
       // A NaN block scale (0xFF: a poisoned row) makes the score NaN, as on the CPU.
       if (has_nan_scale(cur.sw[0])) s0 = __int_as_float(0x7FC00000);
       if (has_nan_scale(cur.sw[1])) s1 = __int_as_float(0x7FC00000);
@@ -359,11 +356,131 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
         if (r < n) {
           sm.keys[r] = e >= 0 ? ordered_key(s) : kIneligibleKey;
           if (p.scores_debug && e >= 0) p.scores_debug[static_cast<int64_t>(tok) * p.max_entries + e] = s;
+          // Entry ids are kept for pools only (dense: entry = p0 + position, or not visible).
+          if constexpr (kPool) sm.ids[r] = e;
         }
-        // Entry ids are kept for pools only (dense: entry = p0 + position, or not visible).
-        if constexpr (kPool) {
-          if (r < n) sm.ids[r] = e;
+      }
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(tile_of(s), s);
+
+    if (use_f8) {
+      // FP8 warpgroup MMAs: one wgmma m64nNHk32 per scale block gives the exact partial dots of
+      // the group's 64 keys × NH heads; E2M1 → E4M3 is 7 logic ops per 8 channels (mma.cuh),
+      // where the fp16 path below needs 16 and 8 mma.sync per block and 16 keys.
+      const uint64_t desc0 = wgmma_desc(sm.qb, 128, 256);
+      auto desc = [&](int b) { return desc0 + static_cast<uint64_t>((b * NH * 32) >> 4); };
+      for (int i = 0; i < iters; ++i) {
+        const int tile = tile_of(i);
+        issue(tile_of(i + kStages - 1), (i + kStages - 1) % kStages);
+        const Rows cur = load_rows(i, tile);
+        uint32_t a[NB][4];
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          e2m1x8_to_e4m3(cur.c[0][b], a[b][0], a[b][2]);
+          e2m1x8_to_e4m3(cur.c[1][b], a[b][1], a[b][3]);
         }
+        float acc[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+        auto consume = [&](const float (&d)[NH / 2], int b) {
+          const float sk0 = ue8m0_fast(cur.sw[0], b), sk1 = ue8m0_fast(cur.sw[1], b);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            acc[nt][0] = fmaf(d[4 * nt + 0], sk0, acc[nt][0]);
+            acc[nt][1] = fmaf(d[4 * nt + 1], sk0, acc[nt][1]);
+            acc[nt][2] = fmaf(d[4 * nt + 2], sk1, acc[nt][2]);
+            acc[nt][3] = fmaf(d[4 * nt + 3], sk1, acc[nt][3]);
+          }
+        };
+        float d0[NH / 2], d1[NH / 2];
+#pragma unroll
+        for (int j = 0; j < NH / 2; ++j) d0[j] = d1[j] = 0.0f;
+        __syncwarp();
+        wgmma_fence();
+        wgmma_e4m3_m64k32<NH>(d0, a[0], desc(0));
+        wgmma_commit();
+        wgmma_e4m3_m64k32<NH>(d1, a[1], desc(1));
+        wgmma_commit();
+        wgmma_wait<1>();
+        wgmma_reg_fence(d0);
+        consume(d0, 0);
+        if constexpr (NB == 4) {
+          wgmma_fence();
+          wgmma_e4m3_m64k32<NH>(d0, a[2], desc(2));
+          wgmma_commit();
+          wgmma_wait<1>();
+          wgmma_reg_fence(d1);
+          consume(d1, 1);
+          wgmma_fence();
+          wgmma_e4m3_m64k32<NH>(d1, a[3], desc(3));
+          wgmma_commit();
+          wgmma_wait<1>();
+          wgmma_reg_fence(d0);
+          consume(d0, 2);
+          wgmma_wait<0>();
+          wgmma_reg_fence(d1);
+          consume(d1, 3);
+        } else {
+          static_assert(NB == 2, "scale blocks per row");
+          wgmma_wait<0>();
+          wgmma_reg_fence(d1);
+          consume(d1, 1);
+        }
+        store_scores(tile, cur, acc, 1.0f);
+      }
+    } else {
+      // fp16 path (mma.sync): bqh holds the fp16 channel pairs (0,4) (1,5) (2,6) (3,7) of the
+      // thread's 8 channels of each block (the pairing e2m1x8_to_f16 gives the keys), each head's
+      // block scales folded in relative to its largest block (exact within 2^22 of it; smaller
+      // ones round into fp16 subnormals, a change below 2^-22 of that block).
+      uint32_t bqh[NT][NB][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint8_t* qrow = q + (nt * 8 + g) * RB;
+        int emax = 0;
+#pragma unroll
+        for (int b = 0; b < NB; ++b) emax = max(emax, static_cast<int>(qrow[DH / 2 + b]));
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          // Rows are only 2-byte aligned at dim 64 (34 B): read the word as two halves.
+          const uint16_t* qw = reinterpret_cast<const uint16_t*>(qrow + 16 * b + 4 * t);
+          const uint32_t w = static_cast<uint32_t>(qw[0]) | (static_cast<uint32_t>(qw[1]) << 16);
+          const int d = 127 + static_cast<int>(qrow[DH / 2 + b]) - emax;  // 2^(code_b − emax) ≤ 1
+          const float rel = d >= 1 ? __int_as_float(d << 23) : 0.0f;     // < 2^-126 of the head: dropped
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {  // channels i and i+4 of the word (nibbles i, i+4)
+            const __half2 h = __floats2half2_rn(e2m1_value((w >> (4 * i)) & 0xF) * rel,
+                                                e2m1_value((w >> (4 * i + 16)) & 0xF) * rel);
+            bqh[nt][b][i] = *reinterpret_cast<const uint32_t*>(&h);
+          }
+        }
+      }
+      for (int i = 0; i < iters; ++i) {
+        const int tile = tile_of(i);
+        issue(tile_of(i + kStages - 1), (i + kStages - 1) % kStages);
+        const Rows cur = load_rows(i, tile);
+        float acc[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          const float sk0 = ue8m0_fast(cur.sw[0], b), sk1 = ue8m0_fast(cur.sw[1], b);
+          uint32_t h0[4], h1[4];
+          e2m1x8_to_f16(cur.c[0][b], h0);
+          e2m1x8_to_f16(cur.c[1][b], h1);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // exact partial dot of this block
+            mma_f16_16816(part, h0[0], h1[0], h0[1], h1[1], bqh[nt][b][0], bqh[nt][b][1]);
+            mma_f16_16816(part, h0[2], h1[2], h0[3], h1[3], bqh[nt][b][2], bqh[nt][b][3]);
+            acc[nt][0] = fmaf(part[0], sk0, acc[nt][0]);
+            acc[nt][1] = fmaf(part[1], sk0, acc[nt][1]);
+            acc[nt][2] = fmaf(part[2], sk1, acc[nt][2]);
+            acc[nt][3] = fmaf(part[3], sk1, acc[nt][3]);
+          }
+        }
+        store_scores(tile, cur, acc, 16384.0f);  // keys entered the MMA as value·2^-14
       }
     }
   }

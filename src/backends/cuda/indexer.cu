@@ -46,10 +46,20 @@ constexpr int kGroupSegments = kGroupBytes / 16;
 constexpr int kTileBytes = 1088;         // 16 rows of 68 B (the 34 B rows use half)
 constexpr int kTileSegmentsMax = kTileBytes / 16;
 
-template <int kChunkN = kChunk>
+// CTAs per SM the dense scoring kernel is built for (registers ≤ 65536 / (256·that)). Three
+// (80 registers, one wgmma accumulator set) against two (128, two sets overlapping the MMAs
+// with the scaling): ratio-1 layer at batch 64 / 1M 2.63 → 2.39 ms on the H200, 2026-12-01.
+#ifndef DSV41_IDX_MIN_CTAS
+#define DSV41_IDX_MIN_CTAS 3
+#endif
+constexpr int kMinCtas = DSV41_IDX_MIN_CTAS;
+
+// Dense chunks keep no id array (entry = p0 + position): the selection's compacted ids go to
+// the staging buffers, free by then, which keeps the CTA small enough for kMinCtas per SM.
+template <int kChunkN = kChunk, bool kIds = true>
 struct ChunkSmem {
   uint32_t keys[kChunkN];
-  int32_t ids[kChunkN];
+  int32_t ids[kIds ? kChunkN : 1];
   SelectShared<kChunkThreads> sel;
   uint32_t floor;  // the token's selection floor when this chunk selects
   uint32_t q_wide;  // some head's blocks span more than 2^14: the fp16 path
@@ -146,7 +156,7 @@ __device__ __forceinline__ int entry_at(const IndexerParams& p, int tok, int pos
 }
 
 template <int NH, int DH, bool kPool, int kChunkN>
-__global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(IndexerParams p, int nchunks,
+__global__ void __launch_bounds__(kChunkThreads, kPool ? 2 : kMinCtas) indexer_chunk_kernel(IndexerParams p, int nchunks,
                                                                       uint32_t* cand_keys, int32_t* cand_ids,
                                                                       uint32_t* floors) {
   constexpr int NB = DH / 32;          // scale blocks per row
@@ -156,7 +166,9 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
   constexpr int kTileSegments = 16 * RB / 16;
   static_assert(GR * RB == kGroupBytes && kTileSegments <= kTileSegmentsMax, "index row width");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  ChunkSmem<kChunkN>& sm = *reinterpret_cast<ChunkSmem<kChunkN>*>(smem_raw);
+  ChunkSmem<kChunkN, kPool>& sm = *reinterpret_cast<ChunkSmem<kChunkN, kPool>*>(smem_raw);
+  static_assert(kPool || sizeof(sm.stage) >= kChunkN * sizeof(int32_t), "dense ids live in the staging buffers");
+  int32_t* const ids = kPool ? sm.ids : reinterpret_cast<int32_t*>(&sm.stage[0][0][0]);
   // Tokens along x: a wave holds the first chunks of every token, so later chunks find a
   // floor published by earlier ones (see the selection at the end).
   const int tok = blockIdx.x, chunk = blockIdx.y;
@@ -393,39 +405,56 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
             acc[nt][3] = fmaf(d[4 * nt + 3], sk1, acc[nt][3]);
           }
         };
-        float d0[NH / 2], d1[NH / 2];
+        if constexpr (kMinCtas >= 3 && !kPool) {
+          // One accumulator set (registers for three CTAs per SM): each block's MMA waits.
+          float d[NH / 2];
 #pragma unroll
-        for (int j = 0; j < NH / 2; ++j) d0[j] = d1[j] = 0.0f;
-        __syncwarp();
-        wgmma_fence();
-        wgmma_e4m3_m64k32<NH>(d0, a[0], desc(0));
-        wgmma_commit();
-        wgmma_e4m3_m64k32<NH>(d1, a[1], desc(1));
-        wgmma_commit();
-        wgmma_wait<1>();
-        wgmma_reg_fence(d0);
-        consume(d0, 0);
-        if constexpr (NB == 4) {
+          for (int b = 0; b < NB; ++b) {
+#pragma unroll
+            for (int j = 0; j < NH / 2; ++j) d[j] = 0.0f;
+            __syncwarp();
+            wgmma_fence();
+            wgmma_e4m3_m64k32<NH>(d, a[b], desc(b));
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_reg_fence(d);
+            consume(d, b);
+          }
+        } else {
+          float d0[NH / 2], d1[NH / 2];
+  #pragma unroll
+          for (int j = 0; j < NH / 2; ++j) d0[j] = d1[j] = 0.0f;
+          __syncwarp();
           wgmma_fence();
-          wgmma_e4m3_m64k32<NH>(d0, a[2], desc(2));
+          wgmma_e4m3_m64k32<NH>(d0, a[0], desc(0));
           wgmma_commit();
-          wgmma_wait<1>();
-          wgmma_reg_fence(d1);
-          consume(d1, 1);
-          wgmma_fence();
-          wgmma_e4m3_m64k32<NH>(d1, a[3], desc(3));
+          wgmma_e4m3_m64k32<NH>(d1, a[1], desc(1));
           wgmma_commit();
           wgmma_wait<1>();
           wgmma_reg_fence(d0);
-          consume(d0, 2);
-          wgmma_wait<0>();
-          wgmma_reg_fence(d1);
-          consume(d1, 3);
-        } else {
-          static_assert(NB == 2, "scale blocks per row");
-          wgmma_wait<0>();
-          wgmma_reg_fence(d1);
-          consume(d1, 1);
+          consume(d0, 0);
+          if constexpr (NB == 4) {
+            wgmma_fence();
+            wgmma_e4m3_m64k32<NH>(d0, a[2], desc(2));
+            wgmma_commit();
+            wgmma_wait<1>();
+            wgmma_reg_fence(d1);
+            consume(d1, 1);
+            wgmma_fence();
+            wgmma_e4m3_m64k32<NH>(d1, a[3], desc(3));
+            wgmma_commit();
+            wgmma_wait<1>();
+            wgmma_reg_fence(d0);
+            consume(d0, 2);
+            wgmma_wait<0>();
+            wgmma_reg_fence(d1);
+            consume(d1, 3);
+          } else {
+            static_assert(NB == 2, "scale blocks per row");
+            wgmma_wait<0>();
+            wgmma_reg_fence(d1);
+            consume(d1, 1);
+          }
         }
         store_scores(tile, cur, acc, 1.0f);
       }
@@ -511,9 +540,9 @@ __global__ void __launch_bounds__(kChunkThreads, 2) indexer_chunk_kernel(Indexer
   __syncthreads();
   // The keys at or above the floor, moved to the front in list order (ids with them): the radix
   // passes and the ordered compaction then run over those few hundred instead of all 8192.
-  const int m = block_compact_eligible<kChunkThreads, kChunkN / kChunkThreads>(sm.keys, sm.ids, kPool, p0, n,
+  const int m = block_compact_eligible<kChunkThreads, kChunkN / kChunkThreads>(sm.keys, ids, kPool, p0, n,
                                                                                 sm.floor, sm.sel);
-  const uint32_t kth = block_select_topk<kChunkThreads>(sm.keys, sm.ids, 0, m, p.k, out_keys, out_ids, sm.sel,
+  const uint32_t kth = block_select_topk<kChunkThreads>(sm.keys, ids, 0, m, p.k, out_keys, out_ids, sm.sel,
                                                         sm.floor);
   if (tid == 0 && kth != 0) atomicMax(floors + tok, kth);
 }
@@ -523,7 +552,7 @@ __global__ void __launch_bounds__(kChunkThreads) scores_chunk_kernel(const float
                                                                      int nchunks, uint32_t* cand_keys,
                                                                      int32_t* cand_ids) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  ChunkSmem<>& sm = *reinterpret_cast<ChunkSmem<>*>(smem_raw);
+  ChunkSmem<kChunk, false>& sm = *reinterpret_cast<ChunkSmem<kChunk, false>*>(smem_raw);
   const int chunk = blockIdx.x, tok = blockIdx.y;
   const int64_t p0 = int64_t{chunk} * kChunk;
   const int n = static_cast<int>(n_all - p0 < kChunk ? n_all - p0 : kChunk);
@@ -571,7 +600,7 @@ Workspace carve(void* ws, int tokens, int64_t nchunks, int k) {
 
 template <int NH, int DH, bool kPool, int kChunkN>
 Status launch_indexer(const IndexerParams& p, int64_t nchunks, const Workspace& w, cudaStream_t stream) {
-  const int bytes = static_cast<int>(sizeof(ChunkSmem<kChunkN>));
+  const int bytes = static_cast<int>(sizeof(ChunkSmem<kChunkN, kPool>));
   DSV41_CUDA_TRY(cudaFuncSetAttribute(indexer_chunk_kernel<NH, DH, kPool, kChunkN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   DSV41_CUDA_TRY(cudaMemsetAsync(w.floors, 0, static_cast<size_t>(p.tokens) * sizeof(uint32_t), stream));
   indexer_chunk_kernel<NH, DH, kPool, kChunkN><<<dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(nchunks)),
@@ -663,7 +692,7 @@ Status topk_rows(const float* scores, int tokens, int64_t n, int k, int32_t* out
   if (workspace_bytes_given < workspace_bytes(tokens, nchunks, k))
     return invalid_argument(what + ": workspace too small");
   const Workspace w = carve(workspace, tokens, nchunks, k);
-  const int bytes = static_cast<int>(sizeof(ChunkSmem<>));
+  const int bytes = static_cast<int>(sizeof(ChunkSmem<kChunk, false>));
   DSV41_CUDA_TRY(cudaFuncSetAttribute(scores_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   scores_chunk_kernel<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(tokens)), kChunkThreads, bytes,
                         stream>>>(scores, n, k, static_cast<int>(nchunks), w.cand_keys, w.cand_ids);

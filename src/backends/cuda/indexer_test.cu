@@ -205,6 +205,14 @@ TEST(IndexerCuda, RealGeometryRatio1AcrossChunks) {
   run_indexer_case({32, 128, 512, 1, 20000, {8191, 8192, 19999, 16383}}, 12);
 }
 
+TEST(IndexerCuda, ManyChunks) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  // 66 chunks of 8192 for the first token, 37 for the second (the selection floor rises over
+  // many waves of chunks), and a small-k case: top-k must still equal select_topk exactly.
+  run_indexer_case({32, 128, 512, 1, 540000, {539999, 300000}}, 19);
+  run_indexer_case({8, 64, 4, 1, 140000, {139999}}, 20);
+}
+
 TEST(IndexerCuda, CandidatePoolWithPadding) {
   DSV41_REQUIRE_CUDA_DEVICE();
   run_indexer_case({32, 128, 64, 1, 3000, {2999, 1000}, 40, 8}, 13);

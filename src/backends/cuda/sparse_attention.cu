@@ -160,13 +160,33 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAtt
   constexpr float kLog2e = 1.4426950408889634f;
   const float scaling = rsqrtf(static_cast<float>(D)) * kLog2e;
 
-  // q rows of this head group, split hi + lo (padded rows are zero).
-  for (int i = tid; i < kRows * D; i += kThreads) {
-    const int r = i / D, c = i % D;
-    const float v = h0 + r < p.heads ? p.q[(static_cast<int64_t>(tok) * p.heads + h0 + r) * D + c] : 0.0f;
-    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-    sm.q_hi[r * S + c] = hi;
-    sm.q_lo[r * S + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+  // q rows of this head group, split hi + lo (padded rows are zero). Every thread issues all its
+  // 16-byte loads before converting any: a loop of dependent 4-byte loads (one per iteration,
+  // 32 in a row) cost about a quarter of a sparse layer (window-only layers: 31 µs for 2 tiles).
+  {
+    constexpr int kVecs = kRows * D / 4, kPer = (kVecs + kThreads - 1) / kThreads;
+    float4 v[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = j * kThreads + tid, r = i / (D / 4), c4 = i % (D / 4);
+      v[j] = i < kVecs && h0 + r < p.heads
+                 ? __ldg(reinterpret_cast<const float4*>(p.q + (static_cast<int64_t>(tok) * p.heads + h0 + r) * D) + c4)
+                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = j * kThreads + tid, r = i / (D / 4), c = (i % (D / 4)) * 4;
+      if (i >= kVecs) continue;
+      const float f[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(f[e], f[e + 1]);
+        const __nv_bfloat162 lo =
+            __floats2bfloat162_rn(f[e] - __low2float(hi), f[e + 1] - __high2float(hi));
+        *reinterpret_cast<__nv_bfloat162*>(&sm.q_hi[r * S + c + e]) = hi;
+        *reinterpret_cast<__nv_bfloat162*>(&sm.q_lo[r * S + c + e]) = lo;
+      }
+    }
   }
   if (tid < kRows) {
     sm.m[tid] = h0 + tid < p.heads ? p.sink[h0 + tid] * kLog2e : 0.0f;

@@ -204,6 +204,28 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAtt
   for (int j = tid; j < p.topk; j += kThreads) sm.ids[j] = p.topk_ids[static_cast<int64_t>(tok) * p.topk + j];
   __syncthreads();
 
+  // At D ≥ 256 the Q·Kᵀ of a tile is split over channels: warp (mt, wi) multiplies row block mt
+  // by channels [wi·D/8, (wi+1)·D/8) of all 64 keys, with its q fragments (hi and lo) held in
+  // registers for the whole kernel; the 8 partial score blocks of a row block are summed in the
+  // softmax. Before, every warp re-read its row block's q from shared memory for every tile
+  // (32 KB per warp per tile, two thirds of the kernel's shared-memory traffic). The q arrays
+  // are dead after this and hold the partial scores: [8][kRows][kTile + 1] floats.
+  constexpr bool kSplitQK = D % 256 == 0;
+  constexpr int QK = kSplitQK ? D / 256 : 1;  // k-step pairs (32 channels each) per warp: D/8 channels
+  constexpr int kPS = kTile + 1;
+  static_assert(!kSplitQK || 8 * kRows * kPS * 4 <= 2 * kRows * S * 2, "partial scores fit over q");
+  uint32_t qa_hi[2 * QK][4], qa_lo[2 * QK][4];
+  float* const spart = reinterpret_cast<float*>(sm.q_hi);
+  if constexpr (kSplitQK) {
+#pragma unroll
+    for (int j = 0; j < 2 * QK; ++j) {
+      const int c = wi * (D / 8) + 16 * j + (lane >> 4) * 8;
+      ldmatrix_x4(qa_hi[j], &sm.q_hi[(mt * 16 + (lane & 15)) * S + c]);
+      ldmatrix_x4(qa_lo[j], &sm.q_lo[(mt * 16 + (lane & 15)) * S + c]);
+    }
+    __syncthreads();
+  }
+
   constexpr int NT = D / 64;  // n8 tiles of this warp's D/8 output columns
   float acc[NT][4];
   for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -256,34 +278,65 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAtt
       if (decodes) store_unit(raw[j], kind, &sm.keys[r * S + unit_c0]);
     }
     __syncthreads();
-    if (k0 + kTile < nkeys) load_tile(k0 + kTile);  // in flight during this tile's MMAs
 
-    // ---- 2. S = Q·Kᵀ for row block mt, keys 8wi..8wi+7 ------------------------------------------
-    {
-      float s0[4] = {0, 0, 0, 0};
-      // B (keys 8wi..8wi+7 × channels) two k-steps per ldmatrix.x4; A (16 head rows) per k-step.
-      const __nv_bfloat16* kb = &sm.keys[(wi * 8 + (lane & 7)) * S + (lane >> 3) * 8];
-      const __nv_bfloat16* qh = &sm.q_hi[(mt * 16 + (lane & 15)) * S + (lane >> 4) * 8];
-      const __nv_bfloat16* ql = &sm.q_lo[(mt * 16 + (lane & 15)) * S + (lane >> 4) * 8];
-#pragma unroll 4
-      for (int kc = 0; kc < D; kc += 32) {
-        uint32_t b[4], ah[4], al[4];
-        ldmatrix_x4(b, kb + kc);
-        ldmatrix_x4(ah, qh + kc);
-        ldmatrix_x4(al, ql + kc);
-        mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
-        mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[0], b[1]);
-        ldmatrix_x4(ah, qh + kc + 16);
-        ldmatrix_x4(al, ql + kc + 16);
-        mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
-        mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[2], b[3]);
+    // ---- 2. S = Q·Kᵀ ----------------------------------------------------------------------------
+    if constexpr (kSplitQK) {
+      // Row block mt × channels of warp wi × all 64 keys, in two halves of 32 keys.
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float sacc[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0.0f;
+          const __nv_bfloat16* kb = &sm.keys[(32 * hf + 8 * nt + (lane & 7)) * S + wi * (D / 8) + (lane >> 3) * 8];
+#pragma unroll
+          for (int kk = 0; kk < QK; ++kk) {
+            uint32_t b[4];
+            ldmatrix_x4(b, kb + 32 * kk);
+            const uint32_t(&h0)[4] = qa_hi[2 * kk];
+            const uint32_t(&l0)[4] = qa_lo[2 * kk];
+            const uint32_t(&h1)[4] = qa_hi[2 * kk + 1];
+            const uint32_t(&l1)[4] = qa_lo[2 * kk + 1];
+            mma_bf16_16816(sacc[nt], h0[0], h0[1], h0[2], h0[3], b[0], b[1]);
+            mma_bf16_16816(sacc[nt], l0[0], l0[1], l0[2], l0[3], b[0], b[1]);
+            mma_bf16_16816(sacc[nt], h1[0], h1[1], h1[2], h1[3], b[2], b[3]);
+            mma_bf16_16816(sacc[nt], l1[0], l1[1], l1[2], l1[3], b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          float* o = spart + (wi * kRows + mt * 16 + g) * kPS + 32 * hf + 8 * nt + 2 * t;
+          o[0] = sacc[nt][0], o[1] = sacc[nt][1];
+          o[8 * kPS] = sacc[nt][2], o[8 * kPS + 1] = sacc[nt][3];
+        }
       }
-      const float ninf = -INFINITY;
-      const int c0 = wi * 8 + 2 * t, r = mt * 16 + g;
-      sm.s[r][c0] = sm.row_kind[c0] == 2 ? ninf : s0[0] * scaling;
-      sm.s[r][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[1] * scaling;
-      sm.s[r + 8][c0] = sm.row_kind[c0] == 2 ? ninf : s0[2] * scaling;
-      sm.s[r + 8][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[3] * scaling;
+    } else {
+      {
+        float s0[4] = {0, 0, 0, 0};
+        // B (keys 8wi..8wi+7 × channels) two k-steps per ldmatrix.x4; A (16 head rows) per k-step.
+        const __nv_bfloat16* kb = &sm.keys[(wi * 8 + (lane & 7)) * S + (lane >> 3) * 8];
+        const __nv_bfloat16* qh = &sm.q_hi[(mt * 16 + (lane & 15)) * S + (lane >> 4) * 8];
+        const __nv_bfloat16* ql = &sm.q_lo[(mt * 16 + (lane & 15)) * S + (lane >> 4) * 8];
+#pragma unroll 4
+        for (int kc = 0; kc < D; kc += 32) {
+          uint32_t b[4], ah[4], al[4];
+          ldmatrix_x4(b, kb + kc);
+          ldmatrix_x4(ah, qh + kc);
+          ldmatrix_x4(al, ql + kc);
+          mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
+          mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[0], b[1]);
+          ldmatrix_x4(ah, qh + kc + 16);
+          ldmatrix_x4(al, ql + kc + 16);
+          mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+          mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[2], b[3]);
+        }
+        const float ninf = -INFINITY;
+        const int c0 = wi * 8 + 2 * t, r = mt * 16 + g;
+        sm.s[r][c0] = sm.row_kind[c0] == 2 ? ninf : s0[0] * scaling;
+        sm.s[r][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[1] * scaling;
+        sm.s[r + 8][c0] = sm.row_kind[c0] == 2 ? ninf : s0[2] * scaling;
+        sm.s[r + 8][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[3] * scaling;
+      }
     }
     __syncthreads();
 
@@ -294,7 +347,18 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAtt
       float v[2][2], mx[2], sum[2], pr[2][2], m_old[2], m_new[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        v[i][0] = sm.s[r0 + i][lane], v[i][1] = sm.s[r0 + i][lane + 32];
+        if constexpr (kSplitQK) {  // the 8 channel slices' partial scores, in a fixed order
+          float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+          for (int w = 0; w < 8; ++w) {
+            const float* ps = spart + (w * kRows + r0 + i) * kPS;
+            a0 += ps[lane], a1 += ps[lane + 32];
+          }
+          v[i][0] = sm.row_kind[lane] == 2 ? -INFINITY : a0 * scaling;
+          v[i][1] = sm.row_kind[lane + 32] == 2 ? -INFINITY : a1 * scaling;
+        } else {
+          v[i][0] = sm.s[r0 + i][lane], v[i][1] = sm.s[r0 + i][lane + 32];
+        }
         mx[i] = fmaxf(v[i][0], v[i][1]);
         m_old[i] = sm.m[r0 + i];
       }
@@ -326,6 +390,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAtt
       }
     }
     __syncthreads();
+
+    // The next tile's records, in flight during P·V and the next decode's barrier (issued here
+    // rather than before Q·Kᵀ so that they do not hold registers while the q fragments and the
+    // partial scores do).
+    if (k0 + kTile < nkeys) load_tile(k0 + kTile);
 
     // ---- 4. O = O·alpha + P·V over row block mt and this warp's D/8 columns -------------------
     {

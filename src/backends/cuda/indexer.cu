@@ -1,15 +1,19 @@
 // Fused indexer scoring on MXFP4 keys + top-k (cuda_kernels.h). Spec: model.md §3.4 "Indexer";
 // CPU twin: model/indexer.cpp (indexer_scores, indexer_scores_in_pool, select_topk).
 //
-// Kernel 1, one CTA per (chunk of 8192 positions, query token), 8 warps:
-//   index rows are staged into shared memory with cp.async (4 tiles of 16 rows in flight per
-//   warp); each warp scores 16 entries at a time on fp16 tensor cores. An MXFP4 row is E2M1
-//   codes with a power-of-two scale per 32 channels; three logic ops per two channels place
-//   E2M1 in fp16 bits (value·2^-14, exact; mma.cuh), so two m16n8k16 MMAs give the exact
-//   partial dot of 16 keys × 8 heads over one scale block. Partials are scaled by the key's
-//   block scale and summed in fp32 (q's block scales are folded into its fp16 values); ReLU,
-//   head weights and the head sum follow, and the 16 scores go to shared memory.
-//   Then the chunk's own top-k (topk_select.cuh) goes to the workspace: k (key, id) pairs.
+// Kernel 1, one CTA per (chunk of 8192 positions, query token), 8 warps, three CTAs per SM:
+//   index rows are staged into shared memory (dense: one bulk copy per 16-row tile completing on
+//   an mbarrier; pools: 16-byte cp.async), 4 tiles in flight per warp. The two warpgroups score
+//   64 entries at a time with FP8 warpgroup MMAs (wgmma m64n32k32 e4m3): an MXFP4 row is E2M1
+//   codes with a power-of-two scale per 32 channels; 7 logic ops per 8 channels place E2M1 in
+//   E4M3 bits (value·2^-6, exact; mma.cuh) as the A operand in registers, q (E2M1 with its block
+//   scales folded in relative to the head's largest, exact in E4M3 within 2^14) is the B operand
+//   in shared memory, and one MMA per block gives the exact partial dot of 64 keys × 32 heads.
+//   Partials are scaled by the key's block scale and summed in fp32; ReLU, head weights and the
+//   head sum follow, and the scores go to shared memory. A query with a block more than 2^14
+//   below its head's largest takes the fp16 mma.sync path instead (exact within 2^22).
+//   Then the chunk's own top-k (topk_select.cuh) over its keys at or above the token's
+//   selection floor goes to the workspace: k (key, id) pairs.
 // Kernel 2, one CTA per token: top-k of the chunks' candidates → ascending ids, −1 padded.
 // Global traffic: the index rows once (68 B per entry at V4.1 widths) plus nchunks·k·8 B of
 // candidates per token (1/136 of the rows at chunk 8192, k 512); no [T, G] score matrix.

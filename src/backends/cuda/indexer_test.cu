@@ -53,6 +53,8 @@ TEST(TopkCuda, MatchesSelectTopkWithTies) {
   check_topk_rows(2, 8193, 512, 5);  // one chunk + 1
   check_topk_rows(1, 40000, 512, 6);
   check_topk_rows(1, 20000, 2048, 7);
+  check_topk_rows(2, 140000, 512, 8);  // 18 chunks: merged in two steps (3 segments), heavy ties
+  check_topk_rows(1, 140000, 2048, 9);
 }
 
 TEST(TopkCuda, AllNegInfGivesAllAbsent) {

@@ -54,11 +54,9 @@ constexpr int kTileSegmentsMax = kTileBytes / 16;
 
 // CTAs per SM the dense scoring kernel is built for (registers ≤ 65536 / (256·that)). Three
 // (80 registers, one wgmma accumulator set) against two (128, two sets overlapping the MMAs
-// with the scaling): ratio-1 layer at batch 64 / 1M 2.63 → 2.39 ms on the H200, 2026-12-01.
-#ifndef DSV41_IDX_MIN_CTAS
-#define DSV41_IDX_MIN_CTAS 3
-#endif
-constexpr int kMinCtas = DSV41_IDX_MIN_CTAS;
+// with the scaling, as the pool kernels still do): ratio-1 layer at batch 64 / 1M 2.63 → 2.39
+// ms on the H200, 2026-12-01.
+constexpr int kMinCtas = 3;
 
 // Dense chunks keep no id array (entry = p0 + position): the selection's compacted ids go to
 // the staging buffers, free by then, which keeps the CTA small enough for kMinCtas per SM.

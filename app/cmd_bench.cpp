@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "app/bench_batch.h"
+#include "app/bench_tiers.h"
 #include "app/command.h"
 #include "app/load_options.h"
 #include "app/option_checks.h"
@@ -62,6 +63,15 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--returning", o.returning_suffix,
                  "also time a returning turn of S new tokens after a hit of each whole prompt (0 = skip)")
       ->check(in_range<int64_t>(0, kMaxTokens));
+  // Returning-turn TTFT per cache tier (app/bench_tiers.h) instead of the context sweep.
+  TierBenchOptions to;
+  cli.add_option("--tiers", to.contexts, "time a returning turn from each cache tier after prompts of these lengths, "
+                 "e.g. 16384,65536 (needs --cache-dir; replaces the context sweep)")
+      ->delimiter(',')
+      ->check(in_range<int64_t>(1, kMaxTokens));
+  cli.add_option("--cache-dir", to.cache_dir, "with --tiers: where the scratch stores are made (and removed)");
+  cli.add_option("--cache-chunk", to.cache_chunk, "with --tiers: tokens per stored chunk (even)")
+      ->check(in_range<int64_t>(2, 65536));
   // Batched decode (runtime/batch_bench.h) instead of the context sweep.
   BatchBenchOptions bo;
   bo.batches.clear();
@@ -89,6 +99,27 @@ int bench_main(int argc, char** argv) {
     return fail(invalid_argument("--membw-mib must be 0 (skip) or ≥ 2, got " + std::to_string(membw_mib)));
   if (membw_mib > 0 && membw_passes < 1)
     return fail(invalid_argument("--membw-passes must be ≥ 1, got " + std::to_string(membw_passes)));
+  if (!to.contexts.empty()) {
+    if (to.cache_dir.empty()) return fail(invalid_argument("--tiers needs --cache-dir (a directory on the disk to measure)"));
+    if (to.cache_chunk % 2 != 0) return fail(invalid_argument("--cache-chunk must be even"));
+    // The DRAM pool's snapshot is taken at the prompt's end and serves a hit of exactly that
+    // position: the prompt must end on a chunk boundary.
+    for (int64_t c : to.contexts)
+      if (c % to.cache_chunk != 0)
+        return fail(invalid_argument("--tiers: " + std::to_string(c) + " is not a multiple of --cache-chunk " +
+                                     std::to_string(to.cache_chunk) + " (a DRAM hit needs the prompt to end on a chunk)"));
+    to.suffix = o.returning_suffix > 0 ? o.returning_suffix : 200;
+    to.seed = o.seed;
+    to.prefill_chunk = o.chunk > 0 ? o.chunk : 512;
+    to.model_dir = dir;
+    auto model = Model::load(dir, load_options_from_env());
+    if (!model.ok()) return fail(model.status());
+    for (int64_t c : to.contexts)
+      if (c + to.suffix + 1 > (*model)->config().max_position_embeddings)
+        return fail(invalid_argument("--tiers: " + std::to_string(c) + " + " + std::to_string(to.suffix) +
+                                     " new tokens exceeds max_position_embeddings"));
+    return run_tier_bench_mode(**model, to, json);
+  }
   if (!bo.batches.empty()) {
     auto config = load_model_config(dir);
     if (!config.ok()) return fail(config.status());

@@ -2,7 +2,7 @@
 // Spec: issue 9 item 7.
 //   dsv41 generate -m DIR --requests FILE.jsonl [--parallel N] [--out FILE.jsonl] [--ctx N]
 //     [--prefill-chunk N] [--depth full|bounded|exact] [--cache-dir D [--cache-chunk N]]
-//     [--telemetry FILE.jsonl]
+//     [--live-turns N] [--telemetry FILE.jsonl]
 // Input lines: {"id": STRING, "prompt": TEXT} or {"id": STRING, "prompt_ids": [INT, ...]}, with
 // optional "max_tokens" (default 64), "temperature" (default 0 = greedy), "top_p", "seed",
 // "ignore_eos". A prompt given as text gets BOS prepended, as `dsv41 run` does.
@@ -16,11 +16,15 @@
 // serve_turn (SSD prefix cache under D/<first 16 hex digits of the store's root key>, so another
 // model, record format or chunk size gets its own store and never a hit; a DRAM pool of window
 // snapshots for the run), then decodes alone: requests are served one at a time, --parallel is
-// ignored in this first slice. --telemetry appends one SERVE_TURN JSON line per request.
+// ignored in this first slice. The last --live-turns finished requests stay in the engine: a later
+// request whose prompt extends one forks it (hit_tier "engine": nothing loaded, windows exact when
+// it extends the whole sequence). Each turn's end stores the answer's whole chunks and snapshots
+// the windows (end_turn). --telemetry appends one SERVE_TURN JSON line per request.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <deque>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -114,8 +118,31 @@ Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos,
 
 // One request through serve_turn, then decoded alone (the scheduler's rules: EOS ends it unless
 // ignore_eos, max_tokens ids at most, prompt + max_tokens within the context).
-GenerationResult serve_and_decode(Engine& engine, const ServeTurnTiers& tiers, const GenerationRequest& r,
-                                  int64_t ctx, int64_t prefill_chunk, int64_t eos, ServeTurnRecord& record) {
+// Finished sequences kept in the engine for the engine tier (the next request that extends one
+// forks it: no load, windows exact), oldest dropped first.
+class LiveTurns {
+ public:
+  explicit LiveTurns(size_t keep) : keep_(keep) {}
+  void finished(Engine& engine, SequenceId id) {
+    if (keep_ == 0) {
+      (void)engine.remove_sequence(id);
+      return;
+    }
+    ids_.push_back(id);
+    while (ids_.size() > keep_) {
+      (void)engine.remove_sequence(ids_.front());
+      ids_.pop_front();
+    }
+  }
+
+ private:
+  size_t keep_;
+  std::deque<SequenceId> ids_;
+};
+
+GenerationResult serve_and_decode(Engine& engine, const ServeTurnTiers& tiers, LiveTurns& live,
+                                  const GenerationRequest& r, int64_t ctx, int64_t prefill_chunk, int64_t eos,
+                                  ServeTurnRecord& record) {
   GenerationResult out;
   out.prompt_tokens = static_cast<int64_t>(r.prompt.size());
   auto fail = [&](Status st) {
@@ -171,7 +198,7 @@ GenerationResult serve_and_decode(Engine& engine, const ServeTurnTiers& tiers, c
     record.ssd_written_bytes += end->ssd_written_bytes;
     record.store_ms += end->store_ms;
   }
-  (void)engine.remove_sequence(id);
+  live.finished(engine, id);
   return out;
 }
 
@@ -184,6 +211,7 @@ int generate_main(int argc, char** argv) {
   std::string depth_name = "bounded";
   std::string cache_dir, telemetry_path;
   int64_t cache_chunk = 256;
+  int live_turns = 4;
   cli.add_option("-m,--model", dir, "model directory")->required();
   cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin)")->required();
   cli.add_option("--parallel", parallel, "sequences decoded together (1..256)")->check(CLI::Range(1, 256));
@@ -198,6 +226,9 @@ int generate_main(int argc, char** argv) {
                  "chunks looked up, new chunks stored); requests then run one at a time (--parallel is ignored)");
   cli.add_option("--cache-chunk", cache_chunk, "tokens per cached chunk (even, 2..65536; a store per chunk size)")
       ->check(CLI::Range(int64_t{2}, int64_t{65536}));
+  cli.add_option("--live-turns", live_turns, "with --cache-dir: finished requests kept in the engine for the engine "
+                 "tier, a later request extending one forks it (0..64, default 4)")
+      ->check(CLI::Range(0, 64));
   cli.add_option("--telemetry", telemetry_path, "with --cache-dir: append one SERVE_TURN JSON line per request here");
   cli.add_option("--threads", threads, "CPU threads (0 = all cores; 1..1024)")->check(CLI::Range(0, 1024));
   try {
@@ -280,6 +311,8 @@ int generate_main(int argc, char** argv) {
     DramPool dram;
     tiers.ssd = store.get();
     tiers.dram = &dram;
+    tiers.engine = live_turns > 0;
+    LiveTurns live(static_cast<size_t>(live_turns));
     std::ofstream telemetry;
     if (!telemetry_path.empty()) {
       telemetry.open(telemetry_path, std::ios::app);
@@ -290,7 +323,7 @@ int generate_main(int argc, char** argv) {
       prompt_tokens += static_cast<int64_t>(parsed[i].request.prompt.size());
       parsed[i].request.depth = *depth;
       ServeTurnRecord record;
-      served[i] = serve_and_decode(**engine, tiers, parsed[i].request, ctx, prefill_chunk, config.eos_token_id, record);
+      served[i] = serve_and_decode(**engine, tiers, live, parsed[i].request, ctx, prefill_chunk, config.eos_token_id, record);
       if (telemetry.is_open() && served[i]->status.ok()) telemetry << serve_turn_json(record) << "\n" << std::flush;
     }
     // The chunks are stored once their segment is synced; close() waits for that.

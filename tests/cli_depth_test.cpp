@@ -175,5 +175,36 @@ TEST(CliDepth, BenchTimesReturningTurnsAtBothDepths) {
   EXPECT_GT(p["returning"][1]["replay_token_layers"].get<int64_t>(), p["returning"][0]["replay_token_layers"].get<int64_t>());
 }
 
+// `bench --tiers`: every tier serves the returning turn the way its name says (the timings are the
+// benchmark's business, not the test's).
+TEST(CliDepth, BenchTiersServesEachTierAsNamed) {
+  const std::string dir = temp_file("tiers");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const testing::CliResult r = testing::run_cli("bench -m " + kModel + " --tiers 512 --cache-dir " + dir +
+                                                    " --cache-chunk 128 --returning 40 --json",
+                                                testing::Stderr::kDiscard);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  const auto& p = j["points"][0];
+  EXPECT_EQ(p["stored_tokens"], 512);
+  EXPECT_GT(p["disk_bytes"].get<int64_t>(), p["payload_bytes"].get<int64_t>());
+  ASSERT_EQ(p["turns"].size(), 5u);
+  const char* swa[] = {"none", "none", "restored", "replayed_bounded", "replayed_exact"};
+  const int64_t hit[] = {0, 0, 512, 512, 512};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(p["turns"][i]["swa"], swa[i]) << i;
+    EXPECT_EQ(p["turns"][i]["global_hit_tokens"], hit[i]) << i;
+    EXPECT_EQ(p["turns"][i]["prompt_tokens"], i < 2 ? 512 : 552) << i;
+  }
+  EXPECT_EQ(p["turns"][2]["replay_token_layers"], 0);  // restored windows need no replay
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the scratch store is removed";
+  // A prompt that does not end on a chunk could not use the DRAM tier: refused up front.
+  EXPECT_NE(testing::run_cli("bench -m " + kModel + " --tiers 500 --cache-dir " + dir + " --cache-chunk 128",
+                             testing::Stderr::kDiscard).code, 0);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -34,6 +34,12 @@ std::vector<float> copy_logits(const SegmentResult& r, int64_t V) {
   return std::vector<float>(r.logits, r.logits + r.logit_rows * V);
 }
 
+// Whether one segment of `tokens` is admitted and runs.
+bool run_ok(Engine& e, SequenceId id, const std::vector<int32_t>& tokens) {
+  Segment s{id, *e.length(id), tokens, LogitRows::kLast};
+  return e.forward(std::span<const Segment>(&s, 1)).front().status.ok();
+}
+
 // Runs one segment alone; returns its logits (all rows or the last).
 std::vector<float> run(Engine& e, SequenceId id, const std::vector<int32_t>& tokens, LogitRows rows = LogitRows::kLast) {
   Segment s{id, *e.length(id), tokens, rows};
@@ -340,6 +346,31 @@ TEST(Engine, TwoSequencesWithDifferentContextsAndRemoval) {
   EXPECT_TRUE(e->remove_sequence(a).ok());
   EXPECT_FALSE(e->remove_sequence(a).ok());
   EXPECT_FALSE(e->length(a).ok());
+}
+
+TEST(Engine, ForksTakeTheirOwnContextAndTheLongestLivePrefixIsFound) {
+  auto e = make_engine();
+  const std::vector<int32_t> prompt = testing::test_tokens(10, 31);
+  const SequenceId a = *e->add_sequence(10);
+  run(*e, a, prompt);
+  EXPECT_FALSE(run_ok(*e, a, {5})) << "a holds its whole context";
+  const SequenceId b = *e->fork(a, 20);
+  EXPECT_EQ(e->cache(b)->max_context(), 20);
+  EXPECT_TRUE(run_ok(*e, b, {5, 6, 7}));
+  const SequenceId c = *e->fork_prefix(a, 6, 8);
+  EXPECT_EQ(*e->length(c), 6);
+  EXPECT_FALSE(e->fork(a, 9).ok()) << "below the 10 positions held";
+  EXPECT_FALSE(e->fork_prefix(a, 6, int64_t{1} << 40).ok()) << "beyond max_position_embeddings";
+  std::vector<int32_t> query = prompt;
+  query.push_back(5);
+  query.push_back(9);
+  const Engine::LivePrefix live = e->longest_live_prefix(query);
+  EXPECT_EQ(live.sequence, b);  // b holds prompt + 5, 6, 7: 11 in common
+  EXPECT_EQ(live.length, 11);
+  const Engine::LivePrefix one = e->longest_live_prefix(std::vector<int32_t>{prompt[0]});
+  EXPECT_EQ(one.length, 1);
+  EXPECT_EQ(one.sequence, a) << "ties go to the lowest id";
+  EXPECT_EQ(e->longest_live_prefix(std::vector<int32_t>{}).sequence, -1);
 }
 
 }  // namespace

@@ -87,7 +87,9 @@ TEST(ServeTurn, ImportRefusesInconsistentPayloads) {
     if (toks.empty()) toks = std::vector<int32_t>(prompt.begin(), prompt.begin() + 16);
     auto id = e->import_global(128, toks, p, 8);
     EXPECT_FALSE(id.ok()) << needle;
-    if (!id.ok()) EXPECT_NE(id.status().message().find(needle), std::string::npos) << id.status().message();
+    if (!id.ok()) {
+      EXPECT_NE(id.status().message().find(needle), std::string::npos) << id.status().message();
+    }
     EXPECT_EQ(e->pool_stats().sequences, sequences);
   };
   auto p = good;
@@ -247,6 +249,53 @@ TEST(ServeTurn, EndOfTurnStoresTheAnswerAndSnapshotsTheWindows) {
   EXPECT_EQ(r.last_logits, live_p->last_logits);
 }
 
+// The engine tier: a live sequence that the prompt extends is forked (nothing loaded, windows
+// exact); one it leaves mid-way is cut there (windows replayed); either way the logits are the
+// cold ones at exact depth. A longer store hit wins over a shorter live prefix.
+TEST(ServeTurn, EngineTierForksALiveSequence) {
+  Tiers t;
+  t.open();
+  auto e = make_engine();
+  ServeTurnTiers tiers = t.tiers(false);
+  tiers.engine = true;
+  const auto first = tokens(21, 16);
+  ServeTurnOptions o{PrefillDepth::kExact, 4, 128, nullptr};
+  auto a = serve_turn(*e, tiers, first, o);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->record.hit_tier, HitTier::kNone);
+  auto longer = first;
+  for (int32_t x : tokens(7, 17)) longer.push_back(x);
+  auto b = serve_turn(*e, tiers, longer, o);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->record.hit_tier, HitTier::kEngine);
+  EXPECT_EQ(b->record.global_hit_tokens, 21);
+  EXPECT_EQ(b->record.swa, SwaSource::kRestored);
+  EXPECT_EQ(b->record.ssd_read_bytes, 0u);
+  EXPECT_EQ(b->last_logits, cold_logits(longer));
+  // Branching off inside the 28-token live sequence at 25: forked at 25, windows replayed.
+  auto branch = std::vector<int32_t>(longer.begin(), longer.begin() + 25);
+  for (int32_t x : tokens(6, 18)) branch.push_back(x);
+  ASSERT_TRUE(e->remove_sequence(a->sequence).ok());
+  auto c = serve_turn(*e, tiers, branch, o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->record.hit_tier, HitTier::kEngine);
+  EXPECT_EQ(c->record.global_hit_tokens, 25);
+  EXPECT_EQ(c->record.swa, SwaSource::kReplayedExact);
+  EXPECT_EQ(c->last_logits, cold_logits(branch));
+  // With only 3 live tokens in common, the store's 24 win.
+  ASSERT_TRUE(t.store->flush().ok());
+  ASSERT_TRUE(e->remove_sequence(b->sequence).ok());
+  ASSERT_TRUE(e->remove_sequence(c->sequence).ok());
+  auto other = std::vector<int32_t>(first.begin(), first.begin() + 3);
+  auto d0 = serve_turn(*e, tiers, other, o);  // a live 3-token sequence
+  ASSERT_TRUE(d0.ok());
+  auto d = serve_turn(*e, tiers, longer, o);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->record.hit_tier, HitTier::kSsd);
+  EXPECT_EQ(d->record.global_hit_tokens, 24);
+  EXPECT_EQ(d->last_logits, cold_logits(longer));
+}
+
 TEST(ServeTurn, AnotherIdentityNeverHits) {
   Tiers t;
   t.open();
@@ -261,7 +310,7 @@ TEST(ServeTurn, AnotherIdentityNeverHits) {
     if (change == 0) other.identity.chunk_tokens = 16;
     if (change == 1) other.identity.model_fingerprint[0] ^= 1;
     if (change == 2) other.identity.record_format += 1;
-    auto r = serve_turn(*e, other, prompt, ServeTurnOptions{PrefillDepth::kExact, 4, 128, nullptr, nullptr});
+    auto r = serve_turn(*e, other, prompt, ServeTurnOptions{PrefillDepth::kExact, 4, 128, nullptr});
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->record.global_hit_tokens, 0) << "change " << change;
     EXPECT_EQ(r->record.hit_tier, HitTier::kNone);

@@ -130,6 +130,9 @@ class SequenceCache {
                                                        CachePools* pools = nullptr);
 
   int64_t max_context() const { return max_context_; }
+  // The admission bound only (nothing is sized by it): a fork may serve a longer turn than the
+  // sequence it came from. The caller checks it against the model and the positions held.
+  void set_max_context(int64_t max_context) { max_context_ = max_context; }
   int64_t rollback_tokens() const { return rollback_tokens_; }
   int num_layers() const { return static_cast<int>(windows_.size()); }
   // Positions every layer has processed (the next token's position once a forward completes).

@@ -82,9 +82,22 @@ Result<SequenceId> Engine::add_sequence(int64_t max_context) {
   return id;
 }
 
-Result<SequenceId> Engine::fork(SequenceId from) {
+Status Engine::check_fork_context(int64_t max_context, int64_t held) const {
+  if (max_context > config().max_position_embeddings)
+    return out_of_range("context of " + std::to_string(max_context) + " tokens exceeds max_position_embeddings " +
+                        std::to_string(config().max_position_embeddings));
+  if (max_context < held)
+    return out_of_range("context of " + std::to_string(max_context) + " tokens is below the " +
+                        std::to_string(held) + " the fork holds");
+  return ok_status();
+}
+
+Result<SequenceId> Engine::fork(SequenceId from, int64_t max_context) {
   DSV41_ASSIGN_OR_RETURN(Sequence * src, find(from));
+  const int64_t held = static_cast<int64_t>(src->tokens.size());
+  if (max_context > 0) DSV41_RETURN_IF_ERROR(check_fork_context(max_context, held));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCache> cache, src->cache->fork());
+  if (max_context > 0) cache->set_max_context(max_context);
   Sequence s = make_sequence(std::move(cache));
   if (s.hasher) s.hasher->set_history(src->hasher->history());
   s.tokens.assign(src->tokens.begin(), src->tokens.end());  // keeps the reserved capacity
@@ -93,9 +106,11 @@ Result<SequenceId> Engine::fork(SequenceId from) {
   return id;
 }
 
-Result<SequenceId> Engine::fork_prefix(SequenceId from, int64_t prefix) {
+Result<SequenceId> Engine::fork_prefix(SequenceId from, int64_t prefix, int64_t max_context) {
   DSV41_ASSIGN_OR_RETURN(Sequence * src, find(from));
+  if (max_context > 0) DSV41_RETURN_IF_ERROR(check_fork_context(max_context, prefix));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCache> cache, src->cache->fork_global(prefix));
+  if (max_context > 0) cache->set_max_context(max_context);
   Sequence s = make_sequence(std::move(cache));
   s.tokens.assign(src->tokens.begin(), src->tokens.begin() + prefix);
   // The Engram look-back of the prefix comes from its real tokens (never pads).
@@ -103,6 +118,21 @@ Result<SequenceId> Engine::fork_prefix(SequenceId from, int64_t prefix) {
   const SequenceId id = next_id_++;
   sequences_.emplace(id, std::move(s));
   return id;
+}
+
+Engine::LivePrefix Engine::longest_live_prefix(std::span<const int32_t> tokens) const {
+  LivePrefix best;
+  for (const auto& [id, s] : sequences_) {
+    const size_t n = std::min(s.tokens.size(), tokens.size());
+    const size_t common = static_cast<size_t>(
+        std::mismatch(s.tokens.begin(), s.tokens.begin() + n, tokens.begin()).first - s.tokens.begin());
+    if (static_cast<int64_t>(common) > best.length ||
+        (static_cast<int64_t>(common) == best.length && common > 0 && id < best.sequence)) {
+      best.sequence = id;
+      best.length = static_cast<int64_t>(common);
+    }
+  }
+  return best;
 }
 
 Status Engine::remove_sequence(SequenceId id) {

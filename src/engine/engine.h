@@ -114,12 +114,19 @@ class Engine {
   // A fresh, empty sequence able to hold max_context positions (≤ max_position_embeddings).
   Result<SequenceId> add_sequence(int64_t max_context);
   // A new sequence with `from`'s whole state: its global pages shared (no copy), windows, pending
-  // groups, Engram look-back and tokens copied.
-  Result<SequenceId> fork(SequenceId from);
+  // groups, Engram look-back and tokens copied. max_context: the new sequence's (0 = from's).
+  Result<SequenceId> fork(SequenceId from, int64_t max_context = 0);
   // A new sequence holding only the global KV of `from`'s first `prefix` positions (shared pages)
   // and its tokens; no window state: restore a snapshot of that position into it (exact), or
-  // replay (issue 10). Until then its windows are cut at `prefix`.
-  Result<SequenceId> fork_prefix(SequenceId from, int64_t prefix);
+  // replay (issue 10). Until then its windows are cut at `prefix`. max_context as for fork.
+  Result<SequenceId> fork_prefix(SequenceId from, int64_t prefix, int64_t max_context = 0);
+  // The live sequence sharing the longest prefix with `tokens` (the engine tier of system.md §3):
+  // its id and the prefix length; {-1, 0} when none shares a token. Ties go to the lowest id.
+  struct LivePrefix {
+    SequenceId sequence = -1;
+    int64_t length = 0;
+  };
+  LivePrefix longest_live_prefix(std::span<const int32_t> tokens) const;
   Status remove_sequence(SequenceId id);
   Status reset_sequence(SequenceId id);
   bool has_sequence(SequenceId id) const { return sequences_.count(id) != 0; }
@@ -192,6 +199,8 @@ class Engine {
   Result<Sequence*> find(SequenceId id);
   Result<const Sequence*> find(SequenceId id) const;
   Sequence make_sequence(std::unique_ptr<SequenceCache> cache) const;
+  // A fork's own max_context: within the model and above the positions it holds.
+  Status check_fork_context(int64_t max_context, int64_t held) const;
 
   std::unique_ptr<Backend> backend_;
   const EngramHashTables* engram_tables_;

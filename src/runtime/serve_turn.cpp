@@ -61,6 +61,7 @@ void snapshot_windows(Engine& engine, const ServeTurnTiers& tiers, SequenceId id
 
 const char* hit_tier_name(HitTier t) {
   switch (t) {
+    case HitTier::kEngine: return "engine";
     case HitTier::kDram: return "dram";
     case HitTier::kSsd: return "ssd";
     case HitTier::kNone: break;
@@ -98,11 +99,34 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
   }
   rec.lookup_ms = ms_since(t);
 
-  // 2. Load: the hit's payloads into a new sequence. A chunk gone since the lookup (evicted,
+  // 2. The engine tier: a live sequence sharing more of the prompt than the store is forked (its
+  //    pages shared, nothing loaded). At least the last prompt position is computed.
+  SequenceId id = -1;
+  int64_t h = 0;
+  bool windows_present = true;
+  if (tiers.engine) {
+    const Engine::LivePrefix live = engine.longest_live_prefix(prompt);
+    const int64_t usable = std::min(live.length, N - 1);
+    if (usable > 0 && usable >= static_cast<int64_t>(hit_chunks) * chunk) {
+      DSV41_ASSIGN_OR_RETURN(const int64_t held, engine.length(live.sequence));
+      auto forked = usable == held ? engine.fork(live.sequence, options.max_context)
+                                   : engine.fork_prefix(live.sequence, usable, options.max_context);
+      if (forked.ok()) {
+        id = *forked;
+        h = usable;
+        windows_present = usable == held;  // a cut inside the live sequence leaves its windows behind
+        rec.hit_tier = HitTier::kEngine;
+      } else {
+        say(options, "live sequence " + std::to_string(live.sequence) + " not forked: " + forked.status().to_string());
+      }
+    }
+  }
+
+  // 3. Load: the hit's payloads into a new sequence. A chunk gone since the lookup (evicted,
   //    corrupt) shortens the hit; a payload the engine refuses makes the turn cold.
   t = Clock::now();
   std::vector<Payload> payloads;
-  for (size_t i = 0; i < hit_chunks; ++i) {
+  for (size_t i = 0; id < 0 && i < hit_chunks; ++i) {
     auto got = tiers.ssd->get(keys[i]);
     if (!got.ok() || !got->has_value()) {
       say(options, "chunk " + std::to_string(i) + " (" + digest_hex(keys[i]) + ") could not be loaded" +
@@ -113,17 +137,19 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
     rec.ssd_read_bytes += (*got)->data_bytes();
     payloads.push_back(std::move(**got));
   }
-  int64_t h = static_cast<int64_t>(payloads.size()) * chunk;
-  SequenceId id = -1;
-  if (h > 0) {
-    auto imported = engine.import_global(options.max_context, prompt.subspan(0, static_cast<size_t>(h)), payloads,
-                                         chunk);
-    if (imported.ok()) {
-      id = *imported;
-      rec.hit_tier = HitTier::kSsd;
-    } else {
-      say(options, "stored chunks refused, the turn runs cold: " + imported.status().to_string());
-      h = 0;  // the bytes were read all the same: ssd_read_bytes keeps them
+  if (id < 0) {
+    h = static_cast<int64_t>(payloads.size()) * chunk;
+    if (h > 0) {
+      auto imported = engine.import_global(options.max_context, prompt.subspan(0, static_cast<size_t>(h)), payloads,
+                                           chunk);
+      if (imported.ok()) {
+        id = *imported;
+        rec.hit_tier = HitTier::kSsd;
+        windows_present = false;
+      } else {
+        say(options, "stored chunks refused, the turn runs cold: " + imported.status().to_string());
+        h = 0;  // the bytes were read all the same: ssd_read_bytes keeps them
+      }
     }
   }
   payloads.clear();
@@ -132,10 +158,9 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
   }
   rec.global_hit_tokens = h;
 
-  // 2b. Window state at h: a DRAM snapshot of exactly that position restores it (exact);
-  //     otherwise prefill replays the windows (bounded or exact per depth).
-  bool windows_present = h == 0;
-  if (h > 0 && tiers.dram) {
+  // 3b. Window state at h when the hit brought none: a DRAM snapshot of exactly that position
+  //     restores it (exact); otherwise prefill replays the windows (bounded or exact per depth).
+  if (!windows_present && tiers.dram) {
     Snapshot snap = tiers.dram->lookup(prefix_key_at(tiers.identity, prompt, static_cast<size_t>(h)),
                                        static_cast<uint64_t>(h));
     if (snap) {
@@ -146,7 +171,7 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
   }
   rec.load_ms = ms_since(t);
 
-  // 3–4. Prefill the suffix (with the windows' replay when they were not restored).
+  // 4. Prefill the suffix (with the windows' replay when they were not restored).
   t = Clock::now();
   PrefillOptions po;
   po.depth = options.depth;
@@ -169,7 +194,9 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
   // 5. Store: every full chunk the store lacks (queued; the store's writer does the I/O), and the
   //    windows at the prompt's end into the DRAM pool (used when a later hit ends exactly here).
   t = Clock::now();
-  rec.ssd_written_bytes += store_new_chunks(engine, tiers, id, prompt, keys, static_cast<size_t>(h / chunk), options);
+  // (After an engine-tier hit the store may lack the early chunks too: they are checked from 0.)
+  const size_t first_new = rec.hit_tier == HitTier::kSsd ? static_cast<size_t>(h / chunk) : 0;
+  if (options.store_chunks) rec.ssd_written_bytes += store_new_chunks(engine, tiers, id, prompt, keys, first_new, options);
   snapshot_windows(engine, tiers, id, prompt);
   rec.store_ms = ms_since(t);
   out.sequence = id;

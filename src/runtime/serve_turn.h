@@ -6,9 +6,11 @@
 // windows at the prompt's end into the DRAM pool. Decoding is the caller's; end_turn then stores
 // what the answer added and snapshots the windows at the turn's end.
 //
-// Not done here (yet): reusing a live sequence of the engine (the engine tier, hit_tier "engine"),
-// a DRAM copy of global KV (hit_tier "dram" is reserved for it; the DRAM pool holds window
-// snapshots only, reported as swa "restored"), writes beyond the store's own background writer.
+// The engine tier (tiers.engine): a live sequence of the engine that shares a longer prefix than
+// the store is forked instead (pages shared, nothing loaded); when the prompt extends all of it,
+// its windows come along exact, otherwise they are restored from the DRAM pool or replayed.
+// Not done here (yet): a DRAM copy of global KV (hit_tier "dram" is reserved for it; the DRAM pool
+// holds window snapshots only, reported as swa "restored").
 // Not thread-safe: the engine's thread calls it. The store and pool are thread-safe.
 #pragma once
 
@@ -34,6 +36,9 @@ struct ServeTurnOptions {
   // Where a tier problem that does not fail the turn is reported (a chunk that vanished between
   // lookup and load, a payload the engine refused: the turn then runs cold). Null: dropped.
   std::function<void(const std::string&)> log;
+  // Queue the prompt's new whole chunks to the SSD store (false: look up only, e.g. a benchmark
+  // that serves one prompt several ways and must hit the same chunks each time).
+  bool store_chunks = true;
   // Prefill progress (PrefillOptions::progress); may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
 };
@@ -43,11 +48,12 @@ struct ServeTurnTiers {
   SsdStore* ssd = nullptr;
   DramPool* dram = nullptr;
   StoreIdentity identity;  // the keys' root: model fingerprint, record format, chunk size, tokenizer
+  bool engine = false;     // look among the engine's live sequences first (the engine tier)
 };
 
-enum class HitTier { kNone, kDram, kSsd };
+enum class HitTier { kNone, kEngine, kDram, kSsd };
 enum class SwaSource { kNone, kRestored, kReplayedBounded, kReplayedExact };
-const char* hit_tier_name(HitTier t);    // "none", "dram", "ssd"
+const char* hit_tier_name(HitTier t);    // "none", "engine", "dram", "ssd"
 const char* swa_source_name(SwaSource s);  // "none", "restored", "replayed_bounded", "replayed_exact"
 
 // One line of telemetry per turn (JSON keys exactly these names; serve_turn_json).

@@ -1,6 +1,7 @@
 // Batched decode speed (see batch_bench.h).
 #include "runtime/batch_bench.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -83,12 +84,21 @@ Result<BatchBenchResult> run_batch_bench(const Model& model, const BatchBenchOpt
     std::vector<Segment> segs;
     for (int64_t s = 0; s < o.warmup_steps; ++s) DSV41_RETURN_IF_ERROR(decode_step(*engine, d, segs));
     cpu->reset_expert_reads();
+    std::vector<double> step_seconds(static_cast<size_t>(o.steps));
     const double t0 = now_seconds();
-    for (int64_t s = 0; s < o.steps; ++s) DSV41_RETURN_IF_ERROR(decode_step(*engine, d, segs));
+    for (int64_t s = 0; s < o.steps; ++s) {
+      const double ts = now_seconds();
+      DSV41_RETURN_IF_ERROR(decode_step(*engine, d, segs));
+      step_seconds[static_cast<size_t>(s)] = now_seconds() - ts;
+    }
     BatchPoint p;
     p.batch = batch;
     p.steps = o.steps;
     p.seconds = now_seconds() - t0;
+    std::sort(step_seconds.begin(), step_seconds.end());
+    const size_t mid = step_seconds.size() / 2;
+    p.median_step_seconds =
+        step_seconds.size() % 2 ? step_seconds[mid] : 0.5 * (step_seconds[mid - 1] + step_seconds[mid]);
     p.distinct_experts_per_step = double(cpu->expert_reads()) / double(o.steps);
     int64_t cache = 0;
     for (SequenceId id : d.ids) cache += engine->cache(id)->bytes_in_use().total();

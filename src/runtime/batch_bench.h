@@ -36,9 +36,13 @@ struct BatchPoint {
   int batch = 0;
   int64_t steps = 0;
   double seconds = 0;
+  // The median step's wall time: on a shared machine, a step that another process preempted
+  // moves the mean (seconds / steps) but hardly the median.
+  double median_step_seconds = 0;
   double distinct_experts_per_step = 0;  // summed over layers
   double bytes_per_step = 0;             // weights as held + caches (upper bound)
   double tokens_per_s() const { return seconds > 0 ? double(batch) * double(steps) / seconds : 0; }
+  double median_tokens_per_s() const { return median_step_seconds > 0 ? double(batch) / median_step_seconds : 0; }
   double bytes_per_s() const { return seconds > 0 ? bytes_per_step * double(steps) / seconds : 0; }
 };
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
@@ -15,6 +16,12 @@ namespace {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
 }
 
 // B sequences prefilled with `context` ids each; their next tokens (greedy argmax).
@@ -85,7 +92,7 @@ Result<BatchBenchResult> run_batch_bench(const Model& model, const BatchBenchOpt
     for (int64_t s = 0; s < o.warmup_steps; ++s) DSV41_RETURN_IF_ERROR(decode_step(*engine, d, segs));
     cpu->reset_expert_reads();
     std::vector<double> step_seconds(static_cast<size_t>(o.steps));
-    const double t0 = now_seconds();
+    const double t0 = now_seconds(), c0 = process_cpu_seconds();
     for (int64_t s = 0; s < o.steps; ++s) {
       const double ts = now_seconds();
       DSV41_RETURN_IF_ERROR(decode_step(*engine, d, segs));
@@ -95,6 +102,7 @@ Result<BatchBenchResult> run_batch_bench(const Model& model, const BatchBenchOpt
     p.batch = batch;
     p.steps = o.steps;
     p.seconds = now_seconds() - t0;
+    p.cpu_seconds = process_cpu_seconds() - c0;
     std::sort(step_seconds.begin(), step_seconds.end());
     const size_t mid = step_seconds.size() / 2;
     p.median_step_seconds =

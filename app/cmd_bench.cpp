@@ -2,12 +2,16 @@
 // machine's streaming-read bandwidth and the decode roofline measured in the same run (issue 3
 // item 6; docs/BENCHMARKS.md).
 //   dsv41 bench -m DIR [--contexts 128,512,2048] [--decode 16] [--chunk C] [--seed S]
-//     [--membw-mib 1024] [--membw-passes 3] [--json]
+//     [--membw-mib 1024] [--membw-passes 3] [--depth bounded|exact|full] [--returning S] [--json]
 // Per context: prefill tok/s, decode tok/s at that context, cache bytes in use, the streaming-
 // read bandwidth measured just before that decode, and the decode floor = (weight bytes read per
 // decoded token + cache bytes in use) / the best bandwidth of the run, for the weights as the
 // engine holds them (float32) and as stored in the checkpoint (runtime/decode_traffic.h).
-// --membw-mib 0 skips the bandwidth measurement (and the floor).
+// --membw-mib 0 skips the bandwidth measurement (and the floor). --depth: the prefill depth of the
+// sweep (default bounded, as `run`; docs/REPLAY.md). --returning S: after each prefill, the
+// returning turn — the prompt + S new tokens served as after an SSD hit of the whole prompt
+// (global KV present, windows replayed) — timed at bounded and exact depth, as a fraction of the
+// cold prefill (issue 10 item 6; run with --depth full to compare against full depth).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -59,8 +63,11 @@ int bench_main(int argc, char** argv) {
                  "(same results, for A/B runs; overrides DSV41_ISA)");
   cli.add_option("--threads", pool_threads, "threads of the model's pool, this one included (0 = all cores)")
       ->check(in_range(0, 4096));
-  std::string depth_name = "full";
-  cli.add_option("--depth", depth_name, "prefill depth of the context sweep: full (default) | bounded | exact");
+  std::string depth_name = "bounded";
+  cli.add_option("--depth", depth_name, "prefill depth of the context sweep: bounded (default) | exact | full");
+  cli.add_option("--returning", o.returning_suffix,
+                 "also time a returning turn of S new tokens after a hit of each whole prompt (0 = skip)")
+      ->check(in_range<int64_t>(0, kMaxTokens));
   // Batched decode (runtime/batch_bench.h) instead of the context sweep.
   BatchBenchOptions bo;
   bo.batches.clear();
@@ -108,6 +115,8 @@ int bench_main(int argc, char** argv) {
   auto model = Model::load(dir, load);
   if (!model.ok()) return fail(model.status());
   if (Status s = check_speed_bench_options((*model)->config(), o); !s.ok()) return fail(s);
+  if (std::string why = depth_fallback_note((*model)->plan(), o.depth); !why.empty())
+    std::fprintf(stderr, "dsv41 bench: %s\n", why.c_str());
   auto traffic = decode_weight_traffic(*weights, (*model)->config());
   if (!traffic.ok()) return fail(traffic.status());
   const CpuExec& ex = (*model)->exec();
@@ -149,6 +158,13 @@ int bench_main(int argc, char** argv) {
                  static_cast<long long>(p.context), prefill_depth_name(p.effective_depth), p.prefill_tokens_per_s(),
                  static_cast<long long>(p.prefill_work.encoder + p.prefill_work.decoder + p.prefill_work.replay),
                  static_cast<long long>(p.prefill_work.full_depth), p.decode_tokens_per_s());
+    for (const ReturningTurn& r : p.returning)
+      std::fprintf(stderr, "  returning turn (+%lld tokens after a hit of %lld, windows replayed) at %s: %.1f ms = %.2f%% "
+                   "of the cold prefill; %lld token-layers (%lld replay)\n",
+                   static_cast<long long>(o.returning_suffix), static_cast<long long>(p.context),
+                   prefill_depth_name(r.depth), r.seconds * 1e3, 100.0 * r.seconds / std::max(p.prefill_seconds, 1e-12),
+                   static_cast<long long>(r.work.encoder + r.work.decoder + r.work.replay),
+                   static_cast<long long>(r.work.replay));
   };
   auto points = run_speed_bench(**model, o, on_point);
   if (!points.ok()) return fail(points.status());
@@ -204,6 +220,15 @@ int bench_main(int argc, char** argv) {
                         {"full_depth_token_layers", p.prefill_work.full_depth},
                         {"cache", {{"window", p.cache.window}, {"main", p.cache.main}, {"index", p.cache.index},
                                    {"pending", p.cache.pending}, {"total", p.cache.total()}}}};
+    for (const ReturningTurn& r : p.returning)
+      q["returning"].push_back({{"depth", prefill_depth_name(r.depth)},
+                                {"suffix_tokens", o.returning_suffix},
+                                {"seconds", r.seconds},
+                                {"fraction_of_cold", r.seconds / std::max(p.prefill_seconds, 1e-12)},
+                                {"encoder_token_layers", r.work.encoder},
+                                {"decoder_token_layers", r.work.decoder},
+                                {"replay_token_layers", r.work.replay},
+                                {"full_depth_token_layers", r.work.full_depth}});
     if (membw_mib > 0) {
       q["read_bandwidth_at_decode"] = decode_bw[p.context];
       q["floor_f32_tokens_per_s"] = floor_tok_s(traffic->engine_bytes, p);

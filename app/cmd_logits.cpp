@@ -1,11 +1,16 @@
-// `dsv41 logits`: fp32 logits of every position of a token sequence, to a safetensors file
-// (F32 tensor `logits` [T, V]) for comparison with reference outputs. Spec: issue 3 "CLI".
-//   dsv41 logits -m DIR --ids 0,5,7,... [--decode-from K] [--chunk C] --out FILE.safetensors
-//     [--dump NAME,... --dump-out FILE] [--scalar] [--threads N]
-// Without --decode-from all rows come from one prefill (in chunks of C if given); with
-// --decode-from K, rows 0..K−1 come from a prefill of the first K tokens and rows K.. from
-// incremental decode of the remaining tokens one at a time. --dump writes named intermediates
-// of the (single-chunk) prefill, see runtime/dump.h.
+// `dsv41 logits`: fp32 logits of a token sequence, to a safetensors file for comparison with
+// reference outputs. Spec: issue 3 "CLI", issue 10 item 4.
+//   dsv41 logits -m DIR --ids 0,5,7,... [--depth bounded|exact|full] [--hit H] [--decode-from K]
+//     [--chunk C] --out FILE.safetensors [--dump NAME,... --dump-out FILE] [--scalar] [--threads N]
+// The file holds `last_logits` [1, V] (the last position's row) and, when every row exists,
+// `logits` [T, V]. Rows exist where the forward ran every layer: all of them at full depth (and at
+// any depth whose prompt fits in the tail, which then runs full), otherwise only the decoded rows
+// and the last prompt position. Without --decode-from all prompt rows come from one prefill at
+// --depth (in chunks of C if given); with --decode-from K, the first K tokens are prefilled and
+// rows K.. come from incremental decode of the remaining tokens one at a time. With --hit H the
+// first H tokens are prefilled at full depth, their window state dropped (global KV kept) and the
+// rest served as after a global cache hit of H tokens: the windows are replayed per --depth.
+// --dump writes named intermediates of the (single-chunk, full-depth) prefill, runtime/dump.h.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -19,19 +24,76 @@
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "runtime/dump.h"
+#include "runtime/prefill.h"
+#include "backends/cpu/cpu_backend.h"
+#include "engine/engine.h"
 #include "runtime/session.h"
 #include "runtime/token_ids.h"
 
 namespace dsv41::app {
 namespace {
 
+// Where the rows come from: the hit's prefill, the prompt's prefill at the depth, then decode.
+struct LogitRowsOut {
+  std::vector<float> rows;   // [T, V] when complete
+  std::vector<float> last;   // [V]
+  bool complete = false;
+};
+
+// Prefill ids[0..K) at `depth` (after a full-depth hit of H tokens whose windows are dropped,
+// when H > 0), then decode ids[K..T). Leaves the engine holding one sequence of T tokens.
+Result<LogitRowsOut> compute_logits(Engine& engine, std::span<const int32_t> ids, int64_t K, int64_t H,
+                                    PrefillDepth depth, int64_t chunk) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const int64_t V = engine.config().vocab_size;
+  LogitRowsOut out;
+  DSV41_ASSIGN_OR_RETURN(SequenceId id, engine.add_sequence(T));
+  PrefillOptions po;
+  po.chunk = chunk;
+  po.all_logits = true;
+  if (H > 0) {
+    po.depth = PrefillDepth::kFull;
+    DSV41_ASSIGN_OR_RETURN(PrefillResult hit, prefill(engine, id, ids.subspan(0, H), po));
+    out.rows = std::move(hit.all_logits);
+    DSV41_ASSIGN_OR_RETURN(SequenceId served, engine.fork_prefix(id, H));
+    DSV41_RETURN_IF_ERROR(engine.remove_sequence(id));
+    id = served;
+    po.windows_present = false;
+  }
+  po.depth = depth;
+  DSV41_ASSIGN_OR_RETURN(PrefillResult pre, prefill(engine, id, ids.subspan(0, K), po));
+  out.complete = pre.effective == PrefillDepth::kFull;
+  out.rows.insert(out.rows.end(), pre.all_logits.begin(), pre.all_logits.end());
+  out.last = std::move(pre.last_logits);
+  for (int64_t t = K; t < T; ++t) {
+    Segment s{id, t, ids.subspan(t, 1), LogitRows::kLast};
+    const SegmentResult& r = engine.forward(std::span<const Segment>(&s, 1)).front();
+    if (!r.status.ok()) return r.status;
+    out.rows.insert(out.rows.end(), r.logits, r.logits + V);
+    out.last.assign(r.logits, r.logits + V);
+  }
+  if (!out.complete) out.rows.clear();
+  return out;
+}
+
+TensorView f32_view(const char* name, const std::vector<float>& v, std::vector<int64_t> shape) {
+  TensorView view;
+  view.name = name;
+  view.dtype = DType::kF32;
+  view.shape = std::move(shape);
+  view.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
+  return view;
+}
+
 int logits_main(int argc, char** argv) {
   CLI::App cli{"Write the fp32 logits of a token sequence to a safetensors file"};
   std::string dir, ids_text, out;
-  int64_t decode_from = -1, chunk = 0;
+  int64_t decode_from = -1, chunk = 0, hit = 0;
   cli.add_option("-m,--model", dir, "model directory")->required();
   cli.add_option("--ids", ids_text, "token ids, comma-separated")->required();
   cli.add_option("--decode-from", decode_from, "prefill the first K tokens, decode the rest one by one")
+      ->check(in_range<int64_t>(0, kMaxTokens));
+  cli.add_option("--hit", hit, "serve the ids as after a global cache hit of the first H tokens (0 = cold)")
       ->check(in_range<int64_t>(0, kMaxTokens));
   cli.add_option("--chunk", chunk, "prefill chunk size (0 = one chunk)")->check(in_range<int64_t>(0, kMaxTokens));
   cli.add_option("--out", out, "output .safetensors file")->required();
@@ -50,46 +112,65 @@ int logits_main(int argc, char** argv) {
   auto selection = flags.apply();
   if (!selection.ok()) return fail(selection.status());
   const DumpSelection dump = *selection;
+  auto depth = flags.depth();
+  if (!depth.ok()) return fail(depth.status());
   auto ids = parse_token_ids(ids_text);
   if (!ids.ok()) return fail(ids.status());
   const int64_t T = static_cast<int64_t>(ids->size());
   if (decode_from == 0 || decode_from > T)
     return fail(invalid_argument("--decode-from must be in 1.." + std::to_string(T) + " (the number of ids)"));
+  const int64_t K = decode_from > 0 ? decode_from : T;
+  if (hit >= K)
+    return fail(invalid_argument("--hit " + std::to_string(hit) + " must leave a prompt token to serve: give 0.." +
+                                 std::to_string(K - 1) + (decode_from > 0 ? " (below --decode-from)" : " (below the number of ids)")));
+  if (dump.any() && (hit > 0 || (chunk > 0 && chunk < K)))
+    return fail(invalid_argument("--dump records one cold single-chunk prefill: leave out --hit and --chunk"));
   auto load_options = flags.load_options();
   if (!load_options.ok()) return fail(load_options.status());
   auto model = Model::load(dir, *load_options);
   if (!model.ok()) return fail(model.status());
   const int64_t V = (*model)->vocab_size();
-  auto session = Session::create(**model, T);
-  if (!session.ok()) return fail(session.status());
+  if (std::string note = depth_fallback_note((*model)->plan(), *depth); !note.empty())
+    std::fprintf(stderr, "dsv41 logits: %s\n", note.c_str());
 
-  std::vector<float> logits;
-  const int64_t K = decode_from > 0 ? decode_from : T;
-  if (dump.any() && chunk > 0 && chunk < K)
-    return fail(invalid_argument("--dump records one single-chunk prefill: leave out --chunk"));
-  ForwardTrace trace;
-  auto pre = (*session)->prefill(std::span<const int32_t>(ids->data(), K), chunk, &logits, dump.any() ? &trace : nullptr);
-  if (!pre.ok()) return fail(pre.status());
+  LogitRowsOut rows;
   if (dump.any()) {
+    // The trace needs the Session's single full-depth chunk.
+    auto session = Session::create(**model, T);
+    if (!session.ok()) return fail(session.status());
+    ForwardTrace trace;
+    auto pre = (*session)->prefill(std::span<const int32_t>(ids->data(), K), 0, &rows.rows, &trace);
+    if (!pre.ok()) return fail(pre.status());
     auto tensors = collect_dump(**model, trace, (*session)->cache(), K, dump);
     if (!tensors.ok()) return fail(tensors.status());
     if (Status s = write_dump(flags.dump_out, *tensors); !s.ok()) return fail(s);
     std::printf("dumped %zu tensors to %s\n", tensors->size(), flags.dump_out.c_str());
+    rows.last = std::move(*pre);
+    for (int64_t t = K; t < T; ++t) {
+      auto row = (*session)->decode((*ids)[t]);
+      if (!row.ok()) return fail(row.status());
+      rows.rows.insert(rows.rows.end(), row->begin(), row->end());
+      rows.last = std::move(*row);
+    }
+    rows.complete = true;
+  } else {
+    auto engine = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables());
+    if (!engine.ok()) return fail(engine.status());
+    auto got = compute_logits(**engine, *ids, K, hit, *depth, chunk);
+    if (!got.ok()) return fail(got.status());
+    rows = std::move(*got);
   }
-  logits.resize(T * V);
-  for (int64_t t = K; t < T; ++t) {
-    auto row = (*session)->decode((*ids)[t]);
-    if (!row.ok()) return fail(row.status());
-    std::memcpy(logits.data() + t * V, row->data(), V * sizeof(float));
-  }
-  TensorView view;
-  view.name = "logits";
-  view.dtype = DType::kF32;
-  view.shape = {T, V};
-  view.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(logits.data()), logits.size() * sizeof(float));
-  Status s = write_safetensors(out, std::span<const TensorView>(&view, 1));
+  std::vector<TensorView> views;
+  views.push_back(f32_view("last_logits", rows.last, {1, V}));
+  if (rows.complete) views.push_back(f32_view("logits", rows.rows, {T, V}));
+  Status s = write_safetensors(out, views);
   if (!s.ok()) return fail(s);
-  std::printf("wrote logits [%lld, %lld] to %s\n", static_cast<long long>(T), static_cast<long long>(V), out.c_str());
+  if (rows.complete)
+    std::printf("wrote logits [%lld, %lld] and last_logits [1, %lld] to %s\n", static_cast<long long>(T),
+                static_cast<long long>(V), static_cast<long long>(V), out.c_str());
+  else
+    std::printf("wrote last_logits [1, %lld] to %s (depth %s computes no other row; --depth full for all rows)\n",
+                static_cast<long long>(V), out.c_str(), flags.depth_name.c_str());
   return 0;
 }
 

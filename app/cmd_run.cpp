@@ -1,17 +1,22 @@
-// `dsv41 run`: generate from a prompt with one Session, streaming text; reports prefill and
-// decode speed and the packed cache memory in use. Spec: issue 3 "CLI".
+// `dsv41 run`: generate from a prompt with one sequence, streaming text; reports prefill and
+// decode speed, the prefill's token-layers by kind and the packed cache memory in use. Spec:
+// issue 3 "CLI", issue 10 items 3–4, issue 11 item 5.
 //   dsv41 run -m DIR (-p TEXT | --ids 0,5,7) -n N [--temp T --top-p P --seed S] [--chunk C] [--print-ids]
-//     [--ignore-eos] [--no-echo] [--dump NAME,... --dump-out FILE] [--scalar] [--threads N]
+//     [--ignore-eos] [--no-echo] [--depth bounded|exact|full] [--cache-dir D [--cache-chunk N]]
+//     [--telemetry FILE.json] [--dump NAME,... --dump-out FILE --depth full] [--scalar] [--threads N]
 // Echoes the prompt before the generated text, as llama.cpp does (--no-echo: only the generated
 // text): the prompt's text as given with -p, the decoded ids (special tokens left out) with --ids.
-// The prompt is prefilled in pieces of --chunk tokens (default kPrefillPiece), and a prefill
-// longer than a couple of seconds reports its progress on stderr (app/progress.h).
-// Generates up to N tokens, stopping after the config's eos_token_id (which is counted and
-// printed in --print-ids, not shown as text); --ignore-eos generates exactly N (like the golden
-// `generated`). With --print-ids the last line of stdout is the generated ids, comma-separated.
-// --dump writes named intermediates of the (single-chunk) prefill, see runtime/dump.h.
-// --scalar forces the plain scalar block references (kernels/cpu/cpu_exec.h); --threads sizes the
-// model's pool (0 = all cores). DSV41_FORCE_SCALAR / DSV41_F32_WEIGHTS: app/load_options.h.
+// The prompt goes through serve_turn (runtime/serve_turn.h): prefilled at --depth in pieces of
+// --chunk tokens (default kPrefillPiece), through the SSD prefix cache when --cache-dir is given
+// (its whole chunks looked up, the new ones stored); a prefill longer than a couple of seconds
+// reports its progress on stderr (app/progress.h). --telemetry writes the turn's SERVE_TURN record
+// (one JSON object). Generates up to N tokens, stopping after the config's eos_token_id (which is
+// counted and printed in --print-ids, not shown as text); --ignore-eos generates exactly N (like
+// the golden `generated`). With --print-ids the last line of stdout is the generated ids,
+// comma-separated. --dump writes named intermediates of the (single-chunk, full-depth) prefill,
+// see runtime/dump.h. --scalar forces the plain scalar block references (kernels/cpu/cpu_exec.h);
+// --threads sizes the model's pool (0 = all cores). DSV41_FORCE_SCALAR / DSV41_F32_WEIGHTS:
+// app/load_options.h.
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -19,18 +24,24 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "app/cache_open.h"
 #include "app/command.h"
 #include "app/forward_flags.h"
 #include "app/option_checks.h"
 #include "app/progress.h"
+#include "backends/cpu/cpu_backend.h"
+#include "engine/engine.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
 #include "runtime/dump.h"
 #include "runtime/sampling.h"
+#include "runtime/serve_turn.h"
 #include "runtime/session.h"
 #include "runtime/token_ids.h"
 
@@ -51,10 +62,35 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The prefill with --dump: one full-depth chunk through a Session, its intermediates written.
+Result<std::vector<float>> prefill_with_dump(const Model& model, Session& session, std::span<const int32_t> prompt,
+                                             const DumpSelection& dump, const std::string& dump_out) {
+  ForwardTrace trace;
+  DSV41_ASSIGN_OR_RETURN(std::vector<float> logits, session.prefill(prompt, 0, nullptr, &trace));
+  DSV41_ASSIGN_OR_RETURN(auto tensors,
+                         collect_dump(model, trace, session.cache(), static_cast<int64_t>(prompt.size()), dump));
+  DSV41_RETURN_IF_ERROR(write_dump(dump_out, tensors));
+  std::fprintf(stderr, "dumped %zu tensors to %s\n", tensors.size(), dump_out.c_str());
+  return logits;
+}
+
+void print_prefill_work(const ServeTurnRecord& r, PrefillDepth asked, PrefillDepth effective) {
+  std::printf("prefill depth: %s", prefill_depth_name(effective));
+  if (asked != effective) std::printf(" (asked %s: nothing to save on this prompt)", prefill_depth_name(asked));
+  std::printf("; token-layers: encoder %lld, decoder %lld, replay %lld (full depth %lld)\n",
+              static_cast<long long>(r.work.encoder), static_cast<long long>(r.work.decoder),
+              static_cast<long long>(r.work.replay), static_cast<long long>(r.work.full_depth));
+  if (r.global_hit_tokens > 0 || r.ssd_written_bytes > 0)
+    std::printf("cache tier: hit %lld of %lld prompt tokens (%s), windows %s; %llu bytes read, %llu queued to the store\n",
+                static_cast<long long>(r.global_hit_tokens), static_cast<long long>(r.prompt_tokens),
+                hit_tier_name(r.hit_tier), swa_source_name(r.swa), static_cast<unsigned long long>(r.ssd_read_bytes),
+                static_cast<unsigned long long>(r.ssd_written_bytes));
+}
+
 int run_main(int argc, char** argv) {
   CLI::App cli{"Generate tokens from a prompt (fp32 CPU forward pass with packed caches)"};
-  std::string dir, text, ids_text;
-  int64_t n = 16, chunk = 0;
+  std::string dir, text, ids_text, cache_dir, telemetry_path;
+  int64_t n = 16, chunk = 0, cache_chunk = 256;
   SamplingParams sp;
   bool print_ids = false, ignore_eos = false, no_echo = false;
   cli.add_option("-m,--model", dir, "model directory (config.json, safetensors, tokenizer.json)")->required();
@@ -69,6 +105,11 @@ int run_main(int argc, char** argv) {
   cli.add_flag("--print-ids", print_ids, "print the generated ids as the last line");
   cli.add_flag("--ignore-eos", ignore_eos, "generate exactly N tokens, past the end-of-sequence token");
   cli.add_flag("--no-echo", no_echo, "print only the generated text, not the prompt before it");
+  cli.add_option("--cache-dir", cache_dir, "SSD prefix cache directory: the prompt's whole chunks are looked up there "
+                 "and the new ones stored (docs/STORE.md)");
+  cli.add_option("--cache-chunk", cache_chunk, "tokens per cached chunk (even, 2..65536; a store per chunk size)")
+      ->check(in_range<int64_t>(2, 65536));
+  cli.add_option("--telemetry", telemetry_path, "write the turn's SERVE_TURN record (one JSON object) to this file");
   ForwardFlags flags;
   flags.add_to(cli);
   name_parse_errors(cli);
@@ -84,6 +125,14 @@ int run_main(int argc, char** argv) {
   auto selection = flags.apply();
   if (!selection.ok()) return fail(selection.status());
   const DumpSelection dump = *selection;
+  auto depth = flags.depth();
+  if (!depth.ok()) return fail(depth.status());
+  if (!valid_cache_chunk(cache_chunk))
+    return fail(invalid_argument("--cache-chunk " + std::to_string(cache_chunk) +
+                                 " must be even (a ratio-2 group never straddles chunks)"));
+  if (dump.any() && (!cache_dir.empty() || !telemetry_path.empty()))
+    return fail(invalid_argument("--dump records one cold single-chunk prefill: leave out --cache-dir and --telemetry"));
+  if (dump.any() && chunk > 0) return fail(invalid_argument("--dump records one single-chunk prefill: leave out --chunk"));
   if (text.empty() && ids_text.empty()) return fail(invalid_argument("give a prompt with -p TEXT or --ids 0,5,7"));
   auto sampler = Sampler::create(sp);
   if (!sampler.ok()) return fail(sampler.status());
@@ -105,39 +154,70 @@ int run_main(int argc, char** argv) {
     prompt.insert(prompt.end(), enc->begin(), enc->end());
   }
   if (prompt.empty()) return fail(invalid_argument("the prompt has no tokens"));
-  auto session = Session::create(**model, static_cast<int64_t>(prompt.size()) + std::max<int64_t>(n, 1));
-  if (!session.ok()) return fail(session.status());
+  const int64_t max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(n, 1);
 
-  const auto t0 = std::chrono::steady_clock::now();
-  if (dump.any() && chunk > 0 && chunk < static_cast<int64_t>(prompt.size()))
-    return fail(invalid_argument("--dump records one single-chunk prefill: leave out --chunk"));
-  ForwardTrace trace;
+  // The engine and its one sequence: a Session for --dump (its trace), serve_turn otherwise.
+  std::unique_ptr<Session> session;
+  std::unique_ptr<Engine> engine_owner;
+  Engine* engine = nullptr;
+  SequenceId id = -1;
   Result<std::vector<float>> logits = std::vector<float>{};
+  ServeTurnRecord record;
+  PrefillDepth effective = PrefillDepth::kFull;
+  std::unique_ptr<SsdStore> store;
+  StoreIdentity identity;
+  const auto t0 = std::chrono::steady_clock::now();
   if (dump.any()) {
-    logits = (*session)->prefill(prompt, chunk, nullptr, &trace);
+    auto s = Session::create(**model, max_context);
+    if (!s.ok()) return fail(s.status());
+    session = std::move(*s);
+    engine = &session->engine();
+    id = session->sequence();
+    logits = prefill_with_dump(**model, *session, prompt, dump, flags.dump_out);
+    record.prompt_tokens = static_cast<int64_t>(prompt.size());
+    const LayerPlan& plan = (*model)->plan();
+    const int layers = static_cast<int>(plan.layers.size());
+    record.work = count_token_layers({}, layers, plan.decoder_start, 0, record.prompt_tokens, false);
+    record.work.full_depth = record.prompt_tokens * layers;
   } else {
-    // Piece by piece, so progress can be reported between the calls; each call continues the
-    // sequence, which computes what one call with this chunk size would.
-    const int64_t total = static_cast<int64_t>(prompt.size());
-    const int64_t piece = chunk > 0 ? chunk : kPrefillPiece;
-    PrefillProgress progress(total, isatty(STDERR_FILENO) == 1);
-    for (int64_t done = 0; done < total && logits.ok();) {
-      const int64_t count = std::min(piece, total - done);
-      logits = (*session)->prefill(std::span<const int32_t>(prompt).subspan(done, count));
-      done += count;
-      if (logits.ok()) write_stderr(progress.update(done, seconds_since(t0)));
+    auto e = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables());
+    if (!e.ok()) return fail(e.status());
+    engine_owner = std::move(*e);
+    engine = engine_owner.get();
+    if (std::string note = depth_fallback_note((*model)->plan(), *depth); !note.empty())
+      std::fprintf(stderr, "dsv41 run: %s\n", note.c_str());
+    auto log = [](const std::string& m) { std::fprintf(stderr, "dsv41 run: cache: %s\n", m.c_str()); };
+    ServeTurnTiers tiers;
+    if (!cache_dir.empty()) {
+      store = open_cache(cache_dir, dir, cache_chunk, tiers.identity, log);
+      tiers.ssd = store.get();
+      identity = tiers.identity;
     }
-    if (!logits.ok() && progress.shown()) write_stderr("\n");
-    if (logits.ok()) write_stderr(progress.finish(seconds_since(t0)));
+    PrefillProgress progress(static_cast<int64_t>(prompt.size()), isatty(STDERR_FILENO) == 1);
+    ServeTurnOptions so;
+    so.depth = *depth;
+    so.prefill_chunk = chunk > 0 ? chunk : kPrefillPiece;
+    so.max_context = max_context;
+    so.log = log;
+    so.progress = [&](int64_t done, int64_t total) {
+      // Replayed positions count too: the line says how much of the prefill's work is done.
+      write_stderr(progress.update(done * static_cast<int64_t>(prompt.size()) / std::max<int64_t>(total, 1),
+                                   seconds_since(t0)));
+    };
+    auto turn = serve_turn(*engine, tiers, prompt, so);
+    if (!turn.ok() && progress.shown()) write_stderr("\n");
+    if (turn.ok()) {
+      write_stderr(progress.finish(seconds_since(t0)));
+      id = turn->sequence;
+      record = turn->record;
+      effective = turn->effective;
+      logits = std::move(turn->last_logits);
+    } else {
+      logits = turn.status();
+    }
   }
   if (!logits.ok()) return fail(logits.status());
   const double prefill_s = seconds_since(t0);
-  if (dump.any()) {
-    auto tensors = collect_dump(**model, trace, (*session)->cache(), static_cast<int64_t>(prompt.size()), dump);
-    if (!tensors.ok()) return fail(tensors.status());
-    if (Status s = write_dump(flags.dump_out, *tensors); !s.ok()) return fail(s);
-    std::fprintf(stderr, "dumped %zu tensors to %s\n", tensors->size(), flags.dump_out.c_str());
-  }
 
   if (!no_echo) {
     const std::string echo = ids_text.empty() ? text : tok->decode_text(prompt, /*skip_special=*/true);
@@ -147,6 +227,7 @@ int run_main(int argc, char** argv) {
   StreamDecoder stream(*tok);
   std::vector<int32_t> generated;
   const int64_t eos = (*model)->config().eos_token_id;
+  const int64_t V = (*model)->config().vocab_size;
   int64_t decoded = 0;  // forward passes after the prefill
   const auto t1 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < n; ++i) {
@@ -157,23 +238,46 @@ int run_main(int argc, char** argv) {
     std::fflush(stdout);
     if (i + 1 < n) {
       ++decoded;
-      logits = (*session)->decode(next);
-      if (!logits.ok()) return fail(logits.status());
+      auto len = engine->length(id);
+      Segment s{id, len.ok() ? *len : 0, std::span<const int32_t>(&next, 1), LogitRows::kLast};
+      const SegmentResult& r = engine->forward(std::span<const Segment>(&s, 1)).front();
+      if (!r.status.ok()) return fail(r.status);
+      logits->assign(r.logits, r.logits + V);
     }
   }
   const double decode_s = seconds_since(t1);
   std::fputs(stream.flush().c_str(), stdout);
   std::printf("\n");
-  const CacheFootprint cb = (*session)->cache_bytes();
+  // The answer's whole chunks to the store too (a next turn that extends this one hits them);
+  // the stored chunks count once their segment is synced: close() waits for the writer.
+  if (store) {
+    ServeTurnTiers tiers;
+    tiers.ssd = store.get();
+    tiers.identity = identity;
+    ServeTurnOptions so;
+    so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 run: cache: %s\n", m.c_str()); };
+    if (auto end = end_turn(*engine, tiers, id, so); end.ok()) {
+      record.ssd_written_bytes += end->ssd_written_bytes;
+      record.store_ms += end->store_ms;
+    }
+    if (Status st = store->close(); !st.ok()) std::fprintf(stderr, "dsv41 run: cache: %s\n", st.to_string().c_str());
+  }
+  const CacheFootprint cb = engine->cache(id)->bytes_in_use();
+  const int64_t length = engine->length(id).ok() ? *engine->length(id) : 0;
   if (!generated.empty() && generated.back() == eos && !ignore_eos)
     std::fprintf(stderr, "[end of sequence after %zu tokens]\n", generated.size());
   std::printf("prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s)\n",
               prompt.size(), prefill_s, prompt.size() / std::max(prefill_s, 1e-9), static_cast<long long>(decoded),
               decode_s, decoded / std::max(decode_s, 1e-9));
+  print_prefill_work(record, *depth, effective);
   std::printf("cache: %lld bytes in use (window %lld, main %lld, index %lld, pending %lld) for %lld positions\n",
               static_cast<long long>(cb.total()), static_cast<long long>(cb.window), static_cast<long long>(cb.main),
-              static_cast<long long>(cb.index), static_cast<long long>(cb.pending),
-              static_cast<long long>((*session)->length()));
+              static_cast<long long>(cb.index), static_cast<long long>(cb.pending), static_cast<long long>(length));
+  if (!telemetry_path.empty()) {
+    std::ofstream t(telemetry_path);
+    t << serve_turn_json(record) << "\n";
+    if (!t) return fail(io_error(telemetry_path + ": cannot write the telemetry record"));
+  }
   if (print_ids) std::printf("%s\n", format_token_ids(generated).c_str());
   return 0;
 }

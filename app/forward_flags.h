@@ -1,7 +1,7 @@
-// The flags `dsv41 run` and `dsv41 logits` share: --dump NAME,... / --dump-out FILE (named
-// prefill intermediates, runtime/dump.h), --scalar (the blocks' scalar references,
-// kernels/cpu/cpu_exec.h) and --threads (the model's pool). One definition so both commands spell
-// and check them alike.
+// The flags `dsv41 run` and `dsv41 logits` share: --depth (the prefill depth, plan/replay_rule.h),
+// --dump NAME,... / --dump-out FILE (named prefill intermediates, runtime/dump.h), --scalar (the
+// blocks' scalar references, kernels/cpu/cpu_exec.h) and --threads (the model's pool). One
+// definition so both commands spell and check them alike.
 #pragma once
 
 #include <string>
@@ -11,17 +11,23 @@
 #include "app/load_options.h"
 #include "base/status.h"
 #include "model/model.h"
+#include "plan/replay_rule.h"
 #include "runtime/dump.h"
 
 namespace dsv41::app {
 
 struct ForwardFlags {
+  std::string depth_name = "bounded";
+  CLI::Option* depth_option = nullptr;
   std::string dump_names;
   std::string dump_out = "dump.safetensors";
   bool scalar = false;
   int threads = 0;
 
   void add_to(CLI::App& cli) {
+    depth_option = cli.add_option("--depth", depth_name,
+                   "prefill depth: bounded (default: the paper's CED + decoder tail), exact (the same result as "
+                   "full, a bounded pyramid) or full (every layer on every prompt token); docs/REPLAY.md");
     cli.add_option("--dump", dump_names, "write prefill intermediates: NAME[,NAME...] of " + dump_family_names());
     cli.add_option("--dump-out", dump_out, "file for --dump (default dump.safetensors)");
     cli.add_flag("--scalar", scalar,
@@ -43,6 +49,18 @@ struct ForwardFlags {
   Result<DumpSelection> apply() const {
     if (dump_names.empty()) return DumpSelection{};
     return parse_dump_names(dump_names);
+  }
+
+  // After parsing: the prefill depth. A dump records every layer's intermediates of one
+  // full-depth prefill: --dump runs full depth, and refuses another --depth given with it.
+  Result<PrefillDepth> depth() const {
+    const bool given = depth_option != nullptr && depth_option->count() > 0;
+    if (!dump_names.empty() && !given) return PrefillDepth::kFull;
+    auto d = parse_prefill_depth(depth_name);
+    if (!d.ok()) return d.status().with_context("--depth");
+    if (!dump_names.empty() && *d != PrefillDepth::kFull)
+      return invalid_argument("--dump records a full-depth prefill: leave out --depth or give --depth full");
+    return *d;
   }
 };
 

@@ -70,7 +70,8 @@ TEST(CliLogits, PrefillAndDecodeFromMatchGolden) {
   for (const char* extra : {"", " --decode-from 13", " --chunk 5"}) {
     const std::string out_file = ::testing::TempDir() + "dsv41_logits_test.safetensors";
     const testing::CliResult r = testing::run_cli(
-        "logits -m " + kDir + " --ids " + join(ids) + extra + " --out " + out_file, testing::Stderr::kInherit);
+        "logits -m " + kDir + " --ids " + join(ids) + " --depth full" + extra + " --out " + out_file,
+        testing::Stderr::kInherit);
     ASSERT_EQ(r.code, 0) << r.out;
     testing::GoldenFile f(out_file);
     const auto got = f.get("logits");

@@ -205,6 +205,48 @@ TEST(ServeTurn, DramSnapshotOfExactlyTheHitIsRestored) {
   EXPECT_EQ(q.last_logits, cold_logits(third));
 }
 
+// A turn decodes past a chunk end; end_turn stores the answer's chunk and snapshots the windows
+// at the turn's end. The next turn (the first turn's tokens + new ones) hits through the answer,
+// restores the windows and continues exactly like the live sequence fed the same new tokens.
+TEST(ServeTurn, EndOfTurnStoresTheAnswerAndSnapshotsTheWindows) {
+  Tiers t;
+  t.open();
+  auto e = make_engine();
+  const auto prompt = tokens(13, 13);
+  ServeTurnOptions o{PrefillDepth::kExact, 4, 128, nullptr};
+  auto turn = serve_turn(*e, t.tiers(true), prompt, o);
+  ASSERT_TRUE(turn.ok()) << turn.status().to_string();
+  const SequenceId id = turn->sequence;
+  // Decode 11 tokens: the sequence then holds 24 = three whole chunks of 8.
+  for (int32_t x : tokens(11, 14)) {
+    Segment s{id, *e->length(id), std::span<const int32_t>(&x, 1), LogitRows::kLast};
+    ASSERT_TRUE(e->forward(std::span<const Segment>(&s, 1)).front().status.ok());
+  }
+  ASSERT_EQ(*e->length(id), 24);
+  auto end = end_turn(*e, t.tiers(true), id, o);
+  ASSERT_TRUE(end.ok()) << end.status().to_string();
+  EXPECT_EQ(end->tokens, 24);
+  EXPECT_GT(end->ssd_written_bytes, 0u);  // chunk [8, 24) holds decoded positions
+  ASSERT_TRUE(t.store->flush().ok());
+  // The live continuation, for reference.
+  const std::vector<int32_t> more = tokens(6, 15);
+  const SequenceId live = *e->fork(id);
+  auto live_p = prefill(*e, live, [&] {
+    std::vector<int32_t> all(e->tokens(id)->begin(), e->tokens(id)->end());
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  }(), PrefillOptions{PrefillDepth::kFull, 0, true});
+  ASSERT_TRUE(live_p.ok());
+  std::vector<int32_t> next(e->tokens(id)->begin(), e->tokens(id)->end());
+  next.insert(next.end(), more.begin(), more.end());
+  ASSERT_TRUE(e->remove_sequence(id).ok());
+  const ServeTurnResult r = serve(*e, t.tiers(true), next, PrefillDepth::kExact);
+  EXPECT_EQ(r.record.hit_tier, HitTier::kSsd);
+  EXPECT_EQ(r.record.global_hit_tokens, 24);
+  EXPECT_EQ(r.record.swa, SwaSource::kRestored);
+  EXPECT_EQ(r.last_logits, live_p->last_logits);
+}
+
 TEST(ServeTurn, AnotherIdentityNeverHits) {
   Tiers t;
   t.open();
@@ -219,7 +261,7 @@ TEST(ServeTurn, AnotherIdentityNeverHits) {
     if (change == 0) other.identity.chunk_tokens = 16;
     if (change == 1) other.identity.model_fingerprint[0] ^= 1;
     if (change == 2) other.identity.record_format += 1;
-    auto r = serve_turn(*e, other, prompt, ServeTurnOptions{PrefillDepth::kExact, 4, 128, nullptr});
+    auto r = serve_turn(*e, other, prompt, ServeTurnOptions{PrefillDepth::kExact, 4, 128, nullptr, nullptr});
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->record.global_hit_tokens, 0) << "change " << change;
     EXPECT_EQ(r->record.hit_tier, HitTier::kNone);

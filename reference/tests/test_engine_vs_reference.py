@@ -51,14 +51,14 @@ TEXT = ("The query planner chooses an index scan when the table is large and the
 def engine_logits(model_dir, ids, tmp_path, extra=()):
     out = tmp_path / "logits.safetensors"
     r = subprocess.run([BINARY, "logits", "-m", model_dir, "--ids", ",".join(map(str, ids)), "--out", str(out),
-                        *extra], capture_output=True, text=True)
+                        "--depth", "full", *extra], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return torch.from_numpy(read_safetensors(str(out))["logits"][1])
 
 
 def engine_greedy(model_dir, ids, n):
     r = subprocess.run([BINARY, "run", "-m", model_dir, "--ids", ",".join(map(str, ids)), "-n", str(n),
-                        "--print-ids"] + (["--ignore-eos"] if _has_ignore_eos() else []),
+                        "--print-ids", "--depth", "full"] + (["--ignore-eos"] if _has_ignore_eos() else []),
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return [int(t) for t in r.stdout.strip().splitlines()[-1].split(",") if t]

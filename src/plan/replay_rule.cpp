@@ -164,4 +164,10 @@ Result<PrefillPlan> plan_prefill(const LayerPlan& plan, int64_t window, int64_t 
   return out;
 }
 
+std::string depth_fallback_note(const LayerPlan& plan, PrefillDepth depth) {
+  if (depth == PrefillDepth::kFull || plan.decoder_start >= 0) return {};
+  return std::string("the model's layer plan has no decoder (no kv source), so CED and replay do not apply: --depth ") +
+         prefill_depth_name(depth) + " runs full depth";
+}
+
 }  // namespace dsv41

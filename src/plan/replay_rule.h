@@ -84,6 +84,11 @@ struct PrefillPlan {
 Result<PrefillPlan> plan_prefill(const LayerPlan& plan, int64_t window, int64_t N, int64_t h, bool windows_present,
                                  PrefillDepth depth);
 
+// Why `depth` cannot apply to any prompt of this plan (a plan without a decoder, i.e. no kv
+// source, has no encoder-only positions: every depth runs full), as one line for the user; empty
+// when it can apply. Commands print it once, not per prompt.
+std::string depth_fallback_note(const LayerPlan& plan, PrefillDepth depth);
+
 // The work of positions [begin, end) under per-layer ranges (empty = full depth).
 TokenLayers count_token_layers(std::span<const LayerRange> layers, int num_layers, int decoder_start,
                                int64_t begin, int64_t end, bool replay);

@@ -106,5 +106,17 @@ TEST(ReplayRule, RejectsImpossiblePrompts) {
   EXPECT_EQ(plan_prefill(no_decoder, 128, 4096, 0, false, PrefillDepth::kBounded)->effective, PrefillDepth::kFull);
 }
 
+TEST(ReplayRule, APlanWithoutDecoderSaysWhyItRunsFull) {
+  LayerPlan no_decoder = flash_plan();
+  no_decoder.decoder_start = -1;
+  for (PrefillDepth d : {PrefillDepth::kBounded, PrefillDepth::kExact}) {
+    const std::string note = depth_fallback_note(no_decoder, d);
+    EXPECT_NE(note.find("no decoder"), std::string::npos) << note;
+    EXPECT_NE(note.find(prefill_depth_name(d)), std::string::npos) << note;
+  }
+  EXPECT_EQ(depth_fallback_note(no_decoder, PrefillDepth::kFull), "");
+  EXPECT_EQ(depth_fallback_note(flash_plan(), PrefillDepth::kBounded), "");
+}
+
 }  // namespace
 }  // namespace dsv41

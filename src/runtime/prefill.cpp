@@ -22,6 +22,9 @@ Result<PrefillResult> prefill(Engine& engine, SequenceId id, std::span<const int
                                                         options.windows_present, options.depth));
   PrefillResult out;
   out.effective = plan.effective;
+  const bool want_all = options.all_logits && plan.effective == PrefillDepth::kFull;
+  int64_t total = 0, done = 0;
+  for (const PrefillStep& step : plan.steps) total += step.end - step.begin;
   for (size_t k = 0; k < plan.steps.size(); ++k) {
     const PrefillStep& step = plan.steps[k];
     const bool last_step = k + 1 == plan.steps.size();
@@ -34,12 +37,20 @@ Result<PrefillResult> prefill(Engine& engine, SequenceId id, std::span<const int
       s.tokens = prompt.subspan(b, e - b);
       s.replay = step.replay;
       s.depth = step.layers;
-      s.logits = last_step && e == step.end ? LogitRows::kLast : LogitRows::kNone;
+      s.logits = want_all && !step.replay ? LogitRows::kAll
+                 : last_step && e == step.end ? LogitRows::kLast
+                                              : LogitRows::kNone;
       const SegmentResult& r = engine.forward(std::span<const Segment>(&s, 1)).front();
       if (!r.status.ok()) return r.status;
       out.work += r.work;
       ++out.forwards;
-      if (r.logit_rows > 0) out.last_logits.assign(r.logits, r.logits + c.vocab_size);
+      if (want_all && !step.replay) out.all_logits.insert(out.all_logits.end(), r.logits, r.logits + r.logit_rows * c.vocab_size);
+      if (r.logit_rows > 0) {
+        const float* last = r.logits + (r.logit_rows - 1) * c.vocab_size;
+        out.last_logits.assign(last, last + c.vocab_size);
+      }
+      done += e - b;
+      if (options.progress) options.progress(done, total);
     }
   }
   // The full-depth equivalent counts the new positions only (replays are extra work).

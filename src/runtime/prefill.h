@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -19,10 +20,18 @@ struct PrefillOptions {
   // The sequence's window state at its current length is exact (a live sequence or a restored
   // snapshot); false after Engine::fork_prefix: the windows are replayed.
   bool windows_present = true;
+  // When the plan runs full depth: also return the logits of every new position (all_logits).
+  bool all_logits = false;
+  // Called after each forward with the positions run so far and in all (replay included), e.g.
+  // for a progress line; may be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 struct PrefillResult {
   std::vector<float> last_logits;  // [vocab] of the last prompt position
+  // [N − h, vocab]: every new position's logits, when asked for and the plan ran full depth
+  // (other depths leave the early positions' decoder unrun: their logits do not exist).
+  std::vector<float> all_logits;
   PrefillDepth effective = PrefillDepth::kFull;
   TokenLayers work;
   int64_t forwards = 0;

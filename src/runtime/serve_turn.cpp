@@ -24,6 +24,39 @@ void say(const ServeTurnOptions& o, const std::string& line) {
   if (o.log) o.log(line);
 }
 
+// Queues to the store every whole chunk of `tokens` (the sequence's, keys given) from `first` on
+// that it lacks: a copy of the records (Engine::export_global); the store's writer thread does the
+// I/O, so a slow disk never stalls the caller. Returns the payload bytes queued.
+uint64_t store_new_chunks(Engine& engine, const ServeTurnTiers& tiers, SequenceId id, std::span<const int32_t> tokens,
+                          const std::vector<PrefixKey>& keys, size_t first, const ServeTurnOptions& options) {
+  if (!tiers.ssd || tiers.ssd->read_only()) return 0;
+  const int64_t chunk = tiers.identity.chunk_tokens;
+  uint64_t queued = 0;
+  for (size_t i = first; i < keys.size() && static_cast<int64_t>(i + 1) * chunk <= static_cast<int64_t>(tokens.size());
+       ++i) {
+    if (tiers.ssd->contains(keys[i])) continue;
+    auto payload = engine.export_global(id, static_cast<int64_t>(i) * chunk, static_cast<int64_t>(i + 1) * chunk);
+    if (!payload.ok()) {
+      say(options, "chunk " + std::to_string(i) + " not stored: " + payload.status().to_string());
+      break;
+    }
+    const uint64_t bytes = payload->data_bytes();
+    auto put = tiers.ssd->put(keys[i], static_cast<uint32_t>(chunk), std::move(*payload));
+    if (!put.ok()) say(options, "chunk " + std::to_string(i) + " not stored: " + put.status().to_string());
+    else if (*put == PutOutcome::kQueued) queued += bytes;
+  }
+  return queued;
+}
+
+// The sequence's window state at its length into the DRAM pool, keyed by the prefix there.
+void snapshot_windows(Engine& engine, const ServeTurnTiers& tiers, SequenceId id, std::span<const int32_t> tokens) {
+  if (!tiers.dram) return;
+  auto snap = engine.snapshot(id);
+  if (snap.ok())
+    tiers.dram->put(prefix_key_at(tiers.identity, tokens, tokens.size()), static_cast<uint64_t>(tokens.size()),
+                    std::make_shared<const std::vector<uint8_t>>(snap->begin(), snap->end()));
+}
+
 }  // namespace
 
 const char* hit_tier_name(HitTier t) {
@@ -115,7 +148,12 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
 
   // 3–4. Prefill the suffix (with the windows' replay when they were not restored).
   t = Clock::now();
-  auto p = prefill(engine, id, prompt, PrefillOptions{options.depth, options.prefill_chunk, windows_present});
+  PrefillOptions po;
+  po.depth = options.depth;
+  po.chunk = options.prefill_chunk;
+  po.windows_present = windows_present;
+  po.progress = options.progress;
+  auto p = prefill(engine, id, prompt, po);
   if (!p.ok()) {
     (void)engine.remove_sequence(id);
     return p.status();
@@ -131,29 +169,26 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
   // 5. Store: every full chunk the store lacks (queued; the store's writer does the I/O), and the
   //    windows at the prompt's end into the DRAM pool (used when a later hit ends exactly here).
   t = Clock::now();
-  if (tiers.ssd && !tiers.ssd->read_only()) {
-    for (size_t i = static_cast<size_t>(h / chunk); i < keys.size(); ++i) {
-      if (tiers.ssd->contains(keys[i])) continue;
-      auto payload = engine.export_global(id, static_cast<int64_t>(i) * chunk, static_cast<int64_t>(i + 1) * chunk);
-      if (!payload.ok()) {
-        say(options, "chunk " + std::to_string(i) + " not stored: " + payload.status().to_string());
-        break;
-      }
-      const uint64_t bytes = payload->data_bytes();
-      auto put = tiers.ssd->put(keys[i], static_cast<uint32_t>(chunk), std::move(*payload));
-      if (!put.ok()) say(options, "chunk " + std::to_string(i) + " not stored: " + put.status().to_string());
-      else if (*put == PutOutcome::kQueued) rec.ssd_written_bytes += bytes;
-    }
-  }
-  if (tiers.dram) {
-    auto snap = engine.snapshot(id);
-    if (snap.ok())
-      tiers.dram->put(prefix_key_at(tiers.identity, prompt, static_cast<size_t>(N)), static_cast<uint64_t>(N),
-                      std::make_shared<const std::vector<uint8_t>>(snap->begin(), snap->end()));
-  }
+  rec.ssd_written_bytes += store_new_chunks(engine, tiers, id, prompt, keys, static_cast<size_t>(h / chunk), options);
+  snapshot_windows(engine, tiers, id, prompt);
   rec.store_ms = ms_since(t);
   out.sequence = id;
   return out;
+}
+
+Result<EndTurnRecord> end_turn(Engine& engine, const ServeTurnTiers& tiers, SequenceId id,
+                               const ServeTurnOptions& options) {
+  DSV41_ASSIGN_OR_RETURN(std::span<const int32_t> tokens, engine.tokens(id));
+  EndTurnRecord rec;
+  rec.tokens = static_cast<int64_t>(tokens.size());
+  const auto t = Clock::now();
+  if (tiers.ssd && tiers.identity.chunk_tokens > 0) {
+    const std::vector<PrefixKey> keys = chunk_keys(tiers.identity, tokens);
+    rec.ssd_written_bytes = store_new_chunks(engine, tiers, id, tokens, keys, 0, options);
+  }
+  snapshot_windows(engine, tiers, id, tokens);
+  rec.store_ms = ms_since(t);
+  return rec;
 }
 
 std::string serve_turn_json(const ServeTurnRecord& r) {

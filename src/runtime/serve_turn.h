@@ -3,7 +3,8 @@
 // import the longest hit into a new sequence, restore its window state from the DRAM pool when a
 // snapshot of exactly the hit position is there (else prefill replays the windows), prefill the
 // suffix at the chosen depth, queue every new full chunk's records to the store, and snapshot the
-// windows at the prompt's end into the DRAM pool. Decoding is the caller's.
+// windows at the prompt's end into the DRAM pool. Decoding is the caller's; end_turn then stores
+// what the answer added and snapshots the windows at the turn's end.
 //
 // Not done here (yet): reusing a live sequence of the engine (the engine tier, hit_tier "engine"),
 // a DRAM copy of global KV (hit_tier "dram" is reserved for it; the DRAM pool holds window
@@ -33,6 +34,8 @@ struct ServeTurnOptions {
   // Where a tier problem that does not fail the turn is reported (a chunk that vanished between
   // lookup and load, a payload the engine refused: the turn then runs cold). Null: dropped.
   std::function<void(const std::string&)> log;
+  // Prefill progress (PrefillOptions::progress); may be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 // The cache tiers a turn may use; both borrowed, may be null (no tier).
@@ -70,6 +73,21 @@ struct ServeTurnResult {
 // Tier trouble never fails a turn: it is logged and the turn runs with less of a hit.
 Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, std::span<const int32_t> prompt,
                                    const ServeTurnOptions& options);
+
+// The turn's end, after the caller decoded into the sequence: every whole chunk of the tokens it
+// now holds (the prompt and the generated tokens fed back so far) that the store lacks is queued
+// to the SSD store, and its window state at that length goes to the DRAM pool — so the next turn,
+// whose prompt extends this one's tokens, finds a global hit that covers the answer and, when it
+// ends exactly here, the windows to restore. (The global KV of decoded positions is what decode
+// computed: a later hit continues the live sequence exactly, not a cold prefill of the same
+// tokens, which may round differently; see golden README.)
+struct EndTurnRecord {
+  int64_t tokens = 0;              // held by the sequence at the turn's end
+  uint64_t ssd_written_bytes = 0;  // payload bytes queued to the store
+  double store_ms = 0;
+};
+Result<EndTurnRecord> end_turn(Engine& engine, const ServeTurnTiers& tiers, SequenceId id,
+                               const ServeTurnOptions& options);
 
 // {"event":"SERVE_TURN","prompt_tokens",…,"hit_tier","swa","encoder_token_layers",
 //  "decoder_token_layers","replay_token_layers","full_depth_token_layers","ssd_read_bytes",

@@ -1,12 +1,12 @@
 // End-to-end prefill / decode speed (see speed_bench.h).
 #include "runtime/speed_bench.h"
 
-#include "runtime/prefill.h"
-
+#include <algorithm>
 #include <chrono>
 #include <string>
 
 #include "base/rng.h"
+#include "runtime/prefill.h"
 #include "runtime/sampling.h"
 #include "runtime/session.h"
 
@@ -15,6 +15,31 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The returning turns after a cold prefill of `prompt` in `held`: each a sequence holding only the
+// prompt's global KV (Engine::fork_prefix: what an SSD hit imports), served prompt + suffix.
+Result<std::vector<ReturningTurn>> time_returning_turns(Engine& engine, SequenceId held,
+                                                        const std::vector<int32_t>& prompt,
+                                                        const SpeedBenchOptions& o) {
+  std::vector<int32_t> longer = prompt;
+  const std::vector<int32_t> suffix = speed_bench_prompt(engine.config().vocab_size, o.returning_suffix, o.seed + 1);
+  longer.insert(longer.end(), suffix.begin(), suffix.end());
+  std::vector<ReturningTurn> out;
+  for (PrefillDepth depth : o.returning_depths) {
+    DSV41_ASSIGN_OR_RETURN(SequenceId id, engine.fork_prefix(held, static_cast<int64_t>(prompt.size())));
+    PrefillOptions po;
+    po.depth = depth;
+    po.chunk = o.chunk;
+    po.windows_present = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto turn = prefill(engine, id, longer, po);
+    const double seconds = seconds_since(t0);
+    (void)engine.remove_sequence(id);
+    if (!turn.ok()) return turn.status();
+    out.push_back({depth, seconds, turn->work});
+  }
+  return out;
 }
 
 }  // namespace
@@ -32,11 +57,15 @@ Status check_speed_bench_options(const ModelConfig& config, const SpeedBenchOpti
   if (o.contexts.empty()) return invalid_argument("--contexts: give at least one context length");
   if (o.decode_tokens < 0) return invalid_argument("--decode must be ≥ 0, got " + std::to_string(o.decode_tokens));
   if (o.chunk < 0) return invalid_argument("--chunk must be ≥ 0, got " + std::to_string(o.chunk));
+  if (o.returning_suffix < 0)
+    return invalid_argument("--returning must be ≥ 0, got " + std::to_string(o.returning_suffix));
   const int64_t max_pos = config.max_position_embeddings;
   for (int64_t c : o.contexts)
-    if (c < 1 || c + o.decode_tokens > max_pos)
-      return invalid_argument("--contexts: " + std::to_string(c) + " (+ " + std::to_string(o.decode_tokens) +
-                              " decoded) is outside 1.." + std::to_string(max_pos) + " (max_position_embeddings)");
+    if (c < 1 || c + std::max(o.decode_tokens, o.returning_suffix) > max_pos)
+      return invalid_argument("--contexts: " + std::to_string(c) + " (+ " +
+                              std::to_string(std::max(o.decode_tokens, o.returning_suffix)) +
+                              " decoded or returning) is outside 1.." + std::to_string(max_pos) +
+                              " (max_position_embeddings)");
   return ok_status();
 }
 
@@ -45,7 +74,8 @@ Result<std::vector<SpeedPoint>> run_speed_bench(const Model& model, const SpeedB
   DSV41_RETURN_IF_ERROR(check_speed_bench_options(model.config(), o));
   std::vector<SpeedPoint> points;
   for (int64_t c : o.contexts) {
-    DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::create(model, c + o.decode_tokens));
+    DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
+                           Session::create(model, c + std::max(o.decode_tokens, o.returning_suffix)));
     const std::vector<int32_t> prompt = speed_bench_prompt(model.vocab_size(), c, o.seed);
     SpeedPoint p;
     p.context = c;
@@ -58,6 +88,9 @@ Result<std::vector<SpeedPoint>> run_speed_bench(const Model& model, const SpeedB
     p.prefill_seconds = seconds_since(t0);
     p.prefill_work = pre.work;
     p.effective_depth = pre.effective;
+    if (o.returning_suffix > 0) {
+      DSV41_ASSIGN_OR_RETURN(p.returning, time_returning_turns(session->engine(), session->sequence(), prompt, o));
+    }
     if (o.before_decode) o.before_decode(c);
     const auto t1 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < o.decode_tokens; ++i) {

@@ -26,10 +26,22 @@ struct SpeedBenchOptions {
   int64_t chunk = 0;              // prefill chunk (0 = the whole prompt in one forward)
   uint64_t seed = 1;
   PrefillDepth depth = PrefillDepth::kFull;  // prefill depth (plan/replay_rule.h)
+  // Returning turn (issue 10 item 6): after each cold prefill, the same prompt + this many new
+  // tokens served as after a global hit of the whole prompt without window state (what the SSD
+  // tier gives), once at each of returning_depths; 0 = skip.
+  int64_t returning_suffix = 0;
+  std::vector<PrefillDepth> returning_depths = {PrefillDepth::kBounded, PrefillDepth::kExact};
   // Called between each prefill and its decode, untimed: e.g. a bandwidth measurement taken
   // next to the decode it bounds (on a shared machine the bandwidth left to us changes by 2×
   // within minutes).
   std::function<void(int64_t context)> before_decode;
+};
+
+// One returning turn: window replay + suffix + decoder tail, timed to its first logits.
+struct ReturningTurn {
+  PrefillDepth depth = PrefillDepth::kBounded;
+  double seconds = 0;
+  TokenLayers work;
 };
 
 struct SpeedPoint {
@@ -41,6 +53,7 @@ struct SpeedPoint {
   int64_t positions = 0;  // tokens in the cache at that point
   PrefillDepth effective_depth = PrefillDepth::kFull;
   TokenLayers prefill_work;
+  std::vector<ReturningTurn> returning;  // with SpeedBenchOptions::returning_suffix
   double prefill_tokens_per_s() const { return prefill_seconds > 0 ? context / prefill_seconds : 0; }
   double decode_tokens_per_s() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0; }
 };

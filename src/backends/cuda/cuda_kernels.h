@@ -73,12 +73,12 @@ Status sparse_attention_decode(const SparseAttentionParams& p, cudaStream_t stre
 // packing it is exact); keys are the kv source's index rows. When `pool_blocks` is set, only the
 // entries of those blocks are scored (restricted index sources, model.md §3.4 hierarchical
 // candidates); everything else is −inf.
-// Arithmetic: each 32-channel block's q·I partial is exact (E2M1 codes placed in fp16 bits,
-// fp16 tensor cores, fp32 accumulation; FP8 mma.sync is no faster on sm_90, where it is
-// emulated through fp16), the key block scales, ReLU, weights and head sum in fp32; q's block
-// scales are folded into its fp16 values relative to the head's largest block (exact within
-// 2^-22 of it). So scores agree with a float64 reference to float rounding, and top-k equals
-// the exact top-k of these scores.
+// Arithmetic: each 32-channel block's q·I partial is exact (E2M1 codes placed in E4M3 bits,
+// FP8 warpgroup MMAs, whose fp32 sums of one block's integer-valued products are exact), the
+// key block scales, ReLU, weights and head sum in fp32; q's block scales are folded into its
+// E4M3 values relative to the head's largest block (exact when every block is within 2^14 of
+// it; otherwise the query is scored on fp16 tensor cores, exact within 2^22). So scores agree
+// with a float64 reference to float rounding, and top-k equals the exact top-k of these scores.
 // Never writes a [T, G] score matrix: each block of `chunk` entries keeps its own top-k in
 // shared memory and writes k candidates; a second kernel merges them per token.
 struct IndexerParams {

@@ -53,6 +53,8 @@ TEST(TopkCuda, MatchesSelectTopkWithTies) {
   check_topk_rows(2, 8193, 512, 5);  // one chunk + 1
   check_topk_rows(1, 40000, 512, 6);
   check_topk_rows(1, 20000, 2048, 7);
+  check_topk_rows(2, 140000, 512, 8);  // 18 chunks: merged in two steps (3 segments), heavy ties
+  check_topk_rows(1, 140000, 2048, 9);
 }
 
 TEST(TopkCuda, AllNegInfGivesAllAbsent) {
@@ -73,6 +75,7 @@ struct IndexerCase {
   std::vector<int64_t> positions;  // per token
   int pool_size = 0, pool_block = 0;
   int cand_topk = 0, cand_block = 8;  // candidate source: block maxima → top cand_topk blocks
+  bool wide_q = false;  // head 0's block 1 2^-20 below its other blocks (the kernel's fp16 path)
 };
 
 void run_indexer_case(const IndexerCase& c, uint32_t seed) {
@@ -85,15 +88,15 @@ void run_indexer_case(const IndexerCase& c, uint32_t seed) {
   const int64_t stride = (c.entries + 7) / 8 * 8;
   std::vector<uint8_t> keys(static_cast<size_t>(T) * stride * rb), q(static_cast<size_t>(T) * NH * rb);
   std::vector<float> row(DH);
-  auto fill = [&](uint8_t* rec) {
+  auto fill = [&](uint8_t* rec, bool wide) {
     for (int b = 0; b < DH; b += 32) {
-      const float s = std::exp2(binade(rng));  // blocks at different scales
+      const float s = std::exp2(binade(rng)) * (wide && b == 32 ? std::exp2(-20.0f) : 1.0f);  // blocks at different scales
       for (int i = b; i < b + 32; ++i) row[i] = normal(rng) * s;
     }
     index_row_pack(row.data(), DH, rec);
   };
-  for (size_t r = 0; r < keys.size() / rb; ++r) fill(keys.data() + r * rb);
-  for (size_t r = 0; r < q.size() / rb; ++r) fill(q.data() + r * rb);
+  for (size_t r = 0; r < keys.size() / rb; ++r) fill(keys.data() + r * rb, false);
+  for (size_t r = 0; r < q.size() / rb; ++r) fill(q.data() + r * rb, c.wide_q && r % NH == 0);
   std::vector<float> w(static_cast<size_t>(T) * NH);
   for (auto& v : w) v = normal(rng) * 0.2f;
   std::vector<int32_t> pool;
@@ -204,6 +207,14 @@ TEST(IndexerCuda, RealGeometryRatio1AcrossChunks) {
   run_indexer_case({32, 128, 512, 1, 20000, {8191, 8192, 19999, 16383}}, 12);
 }
 
+TEST(IndexerCuda, ManyChunks) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  // 66 chunks of 8192 for the first token, 37 for the second (the selection floor rises over
+  // many waves of chunks), and a small-k case: top-k must still equal select_topk exactly.
+  run_indexer_case({32, 128, 512, 1, 540000, {539999, 300000}}, 19);
+  run_indexer_case({8, 64, 4, 1, 140000, {139999}}, 20);
+}
+
 TEST(IndexerCuda, CandidatePoolWithPadding) {
   DSV41_REQUIRE_CUDA_DEVICE();
   run_indexer_case({32, 128, 64, 1, 3000, {2999, 1000}, 40, 8}, 13);
@@ -219,6 +230,18 @@ TEST(IndexerCuda, CandidateSourceBlockMaxima) {
   // Layer-20-like: ratio 1, blocks of 8, keep 300 of up to 2500 blocks; one token sees fewer
   // blocks than that (all kept), the newest partial block is pinned.
   run_indexer_case({32, 128, 512, 1, 20000, {19999, 12345, 1000}, 0, 0, 300, 8}, 16);
+}
+
+TEST(IndexerCuda, WideQueryBlockScalesTakeTheFp16Path) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  // A query head whose blocks span more than 2^14 is not exact in E4M3: the kernel scores it
+  // on the fp16 path (exact within 2^22); tested at both built geometries.
+  IndexerCase real{32, 128, 512, 1, 20000, {19999, 9000}};
+  real.wide_q = true;
+  run_indexer_case(real, 17);
+  IndexerCase tiny{8, 64, 4, 2, 37, {0, 5, 9, 74}};
+  tiny.wide_q = true;
+  run_indexer_case(tiny, 18);
 }
 
 TEST(IndexerCuda, TinyHeads) {

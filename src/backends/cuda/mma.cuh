@@ -53,3 +53,53 @@ __device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& even, uint3
 }
 
 }  // namespace dsv41::cuda
+
+// ---- Warpgroup MMA (wgmma, sm_90a): the 4 consecutive warps of a warpgroup multiply together.
+// D[64, N] = A[64, 32] · B[32, N] on FP8 E4M3, fp32 accumulation; A from registers (warp i of
+// the group holds rows 16i..16i+15 like an m16n8k32 A fragment: a0 row g, k 4t..4t+3; a1 row
+// g+8, same k; a2 row g, k 16+4t..16+4t+3; a3 row g+8), B from shared memory through a matrix
+// descriptor. D like N/8 m16n8 C fragments: d[4j..4j+1] row g, cols 8j+2t, +1; d[4j+2..] row g+8.
+// Within one 32-channel MXFP4 block both operands share one scale each, so the products are
+// integers times one power of two and the fp32 partial sum is exact (|sum| < 2^13 units).
+
+// Shared-memory matrix descriptor, no swizzle: B stored K-major as 8-row × 16-byte core matrices
+// (128 B each), `lbo` bytes between core matrices along K, `sbo` bytes between 8-row groups.
+__device__ __forceinline__ uint64_t wgmma_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
+  const uint64_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return ((a & 0x3FFFF) >> 4) | (uint64_t{(lbo >> 4) & 0x3FFF} << 16) | (uint64_t{(sbo >> 4) & 0x3FFF} << 32);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from touching accumulator registers across a wait (no data dependence
+// between the asm statements otherwise).
+template <int R>
+__device__ __forceinline__ void wgmma_reg_fence(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D = A·B (no accumulation: scale-d false), N = 32 or 8.
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3_m64k32(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b);
+template <>
+__device__ __forceinline__ void wgmma_e4m3_m64k32<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3_m64k32<8>(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}

@@ -1,15 +1,20 @@
 // Sparse sink attention for decode, reading the packed records directly (cuda_kernels.h).
 // Spec: model.md §3.4 "Sparse attention with sink"; CPU twin: model/attention.cpp.
 //
-// One CTA = one query token × 16 heads (an m16 row block), 8 warps. Keys arrive in tiles of 64:
+// One CTA = one query token × 32 heads (two m16 row blocks), 16 warps. Keys arrive in tiles of 64:
 //   1. decode: the tile's 64 records (FP8 window rows from the ring, NVFP4 main rows by top-k
 //      id, absent ones as zeros) become bf16 rows in shared memory [64, D] — exact, since every
 //      record value has at most 6 significant bits;
-//   2. S = Q·Kᵀ [16, 64]: warp w takes keys 8w..8w+7, q split as bf16 hi + lo (two MMAs);
+//   2. S = Q·Kᵀ [32, 64]: warp w takes row block w / 8 and keys 8(w%8)..8(w%8)+7, q split as
+//      bf16 hi + lo (two MMAs);
 //   3. online softmax per head row (the sink seeds the running max and the denominator);
-//   4. O += P·V [16, D]: warp w owns columns [w·D/8, (w+1)·D/8); P in bf16, V = the same tile.
-// K = V and one KV head for all 64 query heads, so each record is read once per 16 heads from
-// memory (the 4 head-group CTAs of a token meet in L2), and the work is tensor-core MMAs.
+//   4. O += P·V [32, D]: warp w owns row block w / 8, columns [(w%8)·D/8, (w%8+1)·D/8); P in
+//      bf16, V = the same tile.
+// K = V and one KV head for all 64 query heads, so each record is read and decoded once per 32
+// heads (the 2 head-group CTAs of a token meet in L2), and the work is tensor-core MMAs.
+// Measured on the H200 (2026-12-01): with 16 heads per CTA (8 warps, two CTAs per SM) a sparse
+// layer at batch 64 took 0.103 ms, about half of its instructions decoding records that the
+// token's other head groups decoded too.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -25,8 +30,8 @@
 namespace dsv41::cuda {
 namespace {
 
-constexpr int kThreads = 256;  // 8 warps; two CTAs per SM
-constexpr int kRows = 16;      // heads per CTA
+constexpr int kThreads = 512;  // 16 warps; one CTA per SM
+constexpr int kRows = 32;      // heads per CTA (two m16 row blocks)
 constexpr int kTile = 64;      // keys per tile
 constexpr int kMaxTopk = 1024;  // ids kept in shared memory (two CTAs per SM at D 512)
 
@@ -143,24 +148,45 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAttentionParams p) {
+__global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAttentionParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   AttnSmem<D>& sm = *reinterpret_cast<AttnSmem<D>*>(smem_raw);
   constexpr int S = AttnSmem<D>::kStride, PS = AttnSmem<D>::kPStride;
   const int tok = blockIdx.x, h0 = blockIdx.y * kRows;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int mt = warp / 8, wi = warp % 8;  // row block of the MMAs, warp within it
   // Logits are kept in log2 units (× log2 e) so the softmax uses the ex2 instruction directly;
   // the sink moves with them, and O / l is unchanged.
   constexpr float kLog2e = 1.4426950408889634f;
   const float scaling = rsqrtf(static_cast<float>(D)) * kLog2e;
 
-  // q rows of this head group, split hi + lo (padded rows are zero).
-  for (int i = tid; i < kRows * D; i += kThreads) {
-    const int r = i / D, c = i % D;
-    const float v = h0 + r < p.heads ? p.q[(static_cast<int64_t>(tok) * p.heads + h0 + r) * D + c] : 0.0f;
-    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-    sm.q_hi[r * S + c] = hi;
-    sm.q_lo[r * S + c] = __float2bfloat16_rn(v - __bfloat162float(hi));
+  // q rows of this head group, split hi + lo (padded rows are zero). Every thread issues all its
+  // 16-byte loads before converting any: a loop of dependent 4-byte loads (one per iteration,
+  // 32 in a row) cost about a quarter of a sparse layer (window-only layers: 31 µs for 2 tiles).
+  {
+    constexpr int kVecs = kRows * D / 4, kPer = (kVecs + kThreads - 1) / kThreads;
+    float4 v[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = j * kThreads + tid, r = i / (D / 4), c4 = i % (D / 4);
+      v[j] = i < kVecs && h0 + r < p.heads
+                 ? __ldg(reinterpret_cast<const float4*>(p.q + (static_cast<int64_t>(tok) * p.heads + h0 + r) * D) + c4)
+                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = j * kThreads + tid, r = i / (D / 4), c = (i % (D / 4)) * 4;
+      if (i >= kVecs) continue;
+      const float f[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(f[e], f[e + 1]);
+        const __nv_bfloat162 lo =
+            __floats2bfloat162_rn(f[e] - __low2float(hi), f[e + 1] - __high2float(hi));
+        *reinterpret_cast<__nv_bfloat162*>(&sm.q_hi[r * S + c + e]) = hi;
+        *reinterpret_cast<__nv_bfloat162*>(&sm.q_lo[r * S + c + e]) = lo;
+      }
+    }
   }
   if (tid < kRows) {
     sm.m[tid] = h0 + tid < p.heads ? p.sink[h0 + tid] * kLog2e : 0.0f;
@@ -178,14 +204,38 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
   for (int j = tid; j < p.topk; j += kThreads) sm.ids[j] = p.topk_ids[static_cast<int64_t>(tok) * p.topk + j];
   __syncthreads();
 
+  // At D ≥ 256 the Q·Kᵀ of a tile is split over channels: warp (mt, wi) multiplies row block mt
+  // by channels [wi·D/8, (wi+1)·D/8) of all 64 keys, with its q fragments (hi and lo) held in
+  // registers for the whole kernel; the 8 partial score blocks of a row block are summed in the
+  // softmax. Before, every warp re-read its row block's q from shared memory for every tile
+  // (32 KB per warp per tile, two thirds of the kernel's shared-memory traffic). The q arrays
+  // are dead after this and hold the partial scores: [8][kRows][kTile + 1] floats.
+  constexpr bool kSplitQK = D % 256 == 0;
+  constexpr int QK = kSplitQK ? D / 256 : 1;  // k-step pairs (32 channels each) per warp: D/8 channels
+  constexpr int kPS = kTile + 1;
+  static_assert(!kSplitQK || 8 * kRows * kPS * 4 <= 2 * kRows * S * 2, "partial scores fit over q");
+  uint32_t qa_hi[2 * QK][4], qa_lo[2 * QK][4];
+  float* const spart = reinterpret_cast<float*>(sm.q_hi);
+  if constexpr (kSplitQK) {
+#pragma unroll
+    for (int j = 0; j < 2 * QK; ++j) {
+      const int c = wi * (D / 8) + 16 * j + (lane >> 4) * 8;
+      ldmatrix_x4(qa_hi[j], &sm.q_hi[(mt * 16 + (lane & 15)) * S + c]);
+      ldmatrix_x4(qa_lo[j], &sm.q_lo[(mt * 16 + (lane & 15)) * S + c]);
+    }
+    __syncthreads();
+  }
+
   constexpr int NT = D / 64;  // n8 tiles of this warp's D/8 output columns
   float acc[NT][4];
   for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
   // Rows of a tile are decoded in passes: pass j covers rows j·RP .. j·RP+RP−1, one 16-channel
   // unit per thread (a warp reads 512 contiguous bytes of a window row, 256 of a main row).
-  constexpr int U = D / 16, RP = kThreads / U, kPasses = kTile / RP;
+  // (At D 64 a pass covers more rows than a tile: threads past the tile's rows sit out.)
+  constexpr int U = D / 16, RP = kThreads / U, kPasses = kTile / RP > 0 ? kTile / RP : 1;
   const int unit_row = tid / U, unit_c0 = (tid % U) * 16;
+  const bool decodes = unit_row < kTile;
   auto row_source = [&](int kk, int* kind) -> const uint8_t* {
     if (kk < nwin) {  // ring slot of position lo + kk, without a 64-bit modulo per row
       *kind = 0;
@@ -208,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
     for (int j = 0; j < kPasses; ++j) {
       int kind;
       const uint8_t* src = row_source(k0 + j * RP + unit_row, &kind);
-      raw[j] = load_unit<D>(src, kind, unit_c0);
+      raw[j] = load_unit<D>(src, decodes ? kind : 2, unit_c0);
     }
   };
   if (nkeys > 0) load_tile(0);
@@ -225,37 +275,68 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
       int kind;
       const int r = j * RP + unit_row;
       row_source(k0 + r, &kind);
-      store_unit(raw[j], kind, &sm.keys[r * S + unit_c0]);
+      if (decodes) store_unit(raw[j], kind, &sm.keys[r * S + unit_c0]);
     }
     __syncthreads();
-    if (k0 + kTile < nkeys) load_tile(k0 + kTile);  // in flight during this tile's MMAs
 
-    // ---- 2. S = Q·Kᵀ for keys 8w..8w+7 ---------------------------------------------------------
-    {
-      float s0[4] = {0, 0, 0, 0};
-      // B (keys 8w..8w+7 × channels) two k-steps per ldmatrix.x4; A (16 head rows) per k-step.
-      const __nv_bfloat16* kb = &sm.keys[(warp * 8 + (lane & 7)) * S + (lane >> 3) * 8];
-      const __nv_bfloat16* qh = &sm.q_hi[(lane & 15) * S + (lane >> 4) * 8];
-      const __nv_bfloat16* ql = &sm.q_lo[(lane & 15) * S + (lane >> 4) * 8];
-#pragma unroll 4
-      for (int kc = 0; kc < D; kc += 32) {
-        uint32_t b[4], ah[4], al[4];
-        ldmatrix_x4(b, kb + kc);
-        ldmatrix_x4(ah, qh + kc);
-        ldmatrix_x4(al, ql + kc);
-        mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
-        mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[0], b[1]);
-        ldmatrix_x4(ah, qh + kc + 16);
-        ldmatrix_x4(al, ql + kc + 16);
-        mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
-        mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[2], b[3]);
+    // ---- 2. S = Q·Kᵀ ----------------------------------------------------------------------------
+    if constexpr (kSplitQK) {
+      // Row block mt × channels of warp wi × all 64 keys, in two halves of 32 keys.
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float sacc[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          sacc[nt][0] = sacc[nt][1] = sacc[nt][2] = sacc[nt][3] = 0.0f;
+          const __nv_bfloat16* kb = &sm.keys[(32 * hf + 8 * nt + (lane & 7)) * S + wi * (D / 8) + (lane >> 3) * 8];
+#pragma unroll
+          for (int kk = 0; kk < QK; ++kk) {
+            uint32_t b[4];
+            ldmatrix_x4(b, kb + 32 * kk);
+            const uint32_t(&h0)[4] = qa_hi[2 * kk];
+            const uint32_t(&l0)[4] = qa_lo[2 * kk];
+            const uint32_t(&h1)[4] = qa_hi[2 * kk + 1];
+            const uint32_t(&l1)[4] = qa_lo[2 * kk + 1];
+            mma_bf16_16816(sacc[nt], h0[0], h0[1], h0[2], h0[3], b[0], b[1]);
+            mma_bf16_16816(sacc[nt], l0[0], l0[1], l0[2], l0[3], b[0], b[1]);
+            mma_bf16_16816(sacc[nt], h1[0], h1[1], h1[2], h1[3], b[2], b[3]);
+            mma_bf16_16816(sacc[nt], l1[0], l1[1], l1[2], l1[3], b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          float* o = spart + (wi * kRows + mt * 16 + g) * kPS + 32 * hf + 8 * nt + 2 * t;
+          o[0] = sacc[nt][0], o[1] = sacc[nt][1];
+          o[8 * kPS] = sacc[nt][2], o[8 * kPS + 1] = sacc[nt][3];
+        }
       }
-      const float ninf = -INFINITY;
-      const int c0 = warp * 8 + 2 * t;
-      sm.s[g][c0] = sm.row_kind[c0] == 2 ? ninf : s0[0] * scaling;
-      sm.s[g][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[1] * scaling;
-      sm.s[g + 8][c0] = sm.row_kind[c0] == 2 ? ninf : s0[2] * scaling;
-      sm.s[g + 8][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[3] * scaling;
+    } else {
+      {
+        float s0[4] = {0, 0, 0, 0};
+        // B (keys 8wi..8wi+7 × channels) two k-steps per ldmatrix.x4; A (16 head rows) per k-step.
+        const __nv_bfloat16* kb = &sm.keys[(wi * 8 + (lane & 7)) * S + (lane >> 3) * 8];
+        const __nv_bfloat16* qh = &sm.q_hi[(mt * 16 + (lane & 15)) * S + (lane >> 4) * 8];
+        const __nv_bfloat16* ql = &sm.q_lo[(mt * 16 + (lane & 15)) * S + (lane >> 4) * 8];
+#pragma unroll 4
+        for (int kc = 0; kc < D; kc += 32) {
+          uint32_t b[4], ah[4], al[4];
+          ldmatrix_x4(b, kb + kc);
+          ldmatrix_x4(ah, qh + kc);
+          ldmatrix_x4(al, ql + kc);
+          mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[0], b[1]);
+          mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[0], b[1]);
+          ldmatrix_x4(ah, qh + kc + 16);
+          ldmatrix_x4(al, ql + kc + 16);
+          mma_bf16_16816(s0, ah[0], ah[1], ah[2], ah[3], b[2], b[3]);
+          mma_bf16_16816(s0, al[0], al[1], al[2], al[3], b[2], b[3]);
+        }
+        const float ninf = -INFINITY;
+        const int c0 = wi * 8 + 2 * t, r = mt * 16 + g;
+        sm.s[r][c0] = sm.row_kind[c0] == 2 ? ninf : s0[0] * scaling;
+        sm.s[r][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[1] * scaling;
+        sm.s[r + 8][c0] = sm.row_kind[c0] == 2 ? ninf : s0[2] * scaling;
+        sm.s[r + 8][c0 + 1] = sm.row_kind[c0 + 1] == 2 ? ninf : s0[3] * scaling;
+      }
     }
     __syncthreads();
 
@@ -266,7 +347,18 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
       float v[2][2], mx[2], sum[2], pr[2][2], m_old[2], m_new[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        v[i][0] = sm.s[r0 + i][lane], v[i][1] = sm.s[r0 + i][lane + 32];
+        if constexpr (kSplitQK) {  // the 8 channel slices' partial scores, in a fixed order
+          float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+          for (int w = 0; w < 8; ++w) {
+            const float* ps = spart + (w * kRows + r0 + i) * kPS;
+            a0 += ps[lane], a1 += ps[lane + 32];
+          }
+          v[i][0] = sm.row_kind[lane] == 2 ? -INFINITY : a0 * scaling;
+          v[i][1] = sm.row_kind[lane + 32] == 2 ? -INFINITY : a1 * scaling;
+        } else {
+          v[i][0] = sm.s[r0 + i][lane], v[i][1] = sm.s[r0 + i][lane + 32];
+        }
         mx[i] = fmaxf(v[i][0], v[i][1]);
         m_old[i] = sm.m[r0 + i];
       }
@@ -299,19 +391,25 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
     }
     __syncthreads();
 
-    // ---- 4. O = O·alpha + P·V over this warp's D/8 columns -------------------------------------
+    // The next tile's records, in flight during P·V and the next decode's barrier (issued here
+    // rather than before Q·Kᵀ so that they do not hold registers while the q fragments and the
+    // partial scores do).
+    if (k0 + kTile < nkeys) load_tile(k0 + kTile);
+
+    // ---- 4. O = O·alpha + P·V over row block mt and this warp's D/8 columns -------------------
     {
-      const float a_lo = sm.alpha[g], a_hi = sm.alpha[g + 8];
+      const int r = mt * 16 + g;
+      const float a_lo = sm.alpha[r], a_hi = sm.alpha[r + 8];
       for (int n = 0; n < NT; ++n) acc[n][0] *= a_lo, acc[n][1] *= a_lo, acc[n][2] *= a_hi, acc[n][3] *= a_hi;
 #pragma unroll
       for (int kc = 0; kc < kTile; kc += 16) {
-        const uint32_t a0 = ld_u32(&sm.p[g * PS + kc + 2 * t]), a1 = ld_u32(&sm.p[(g + 8) * PS + kc + 2 * t]);
-        const uint32_t a2 = ld_u32(&sm.p[g * PS + kc + 2 * t + 8]), a3 = ld_u32(&sm.p[(g + 8) * PS + kc + 2 * t + 8]);
+        const uint32_t a0 = ld_u32(&sm.p[r * PS + kc + 2 * t]), a1 = ld_u32(&sm.p[(r + 8) * PS + kc + 2 * t]);
+        const uint32_t a2 = ld_u32(&sm.p[r * PS + kc + 2 * t + 8]), a3 = ld_u32(&sm.p[(r + 8) * PS + kc + 2 * t + 8]);
         if constexpr (NT % 2 == 0) {
 #pragma unroll
           for (int n = 0; n < NT; n += 2) {
             uint32_t b[4];
-            ldmatrix_x4_trans(b, &sm.keys[kc * S + warp * (D / 8) + n * 8], S, lane);
+            ldmatrix_x4_trans(b, &sm.keys[kc * S + wi * (D / 8) + n * 8], S, lane);
             mma_bf16_16816(acc[n], a0, a1, a2, a3, b[0], b[1]);
             mma_bf16_16816(acc[n + 1], a0, a1, a2, a3, b[2], b[3]);
           }
@@ -319,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
             uint32_t b[2];
-            ldmatrix_x2_trans(b, &sm.keys[kc * S + warp * (D / 8) + n * 8], S, lane);
+            ldmatrix_x2_trans(b, &sm.keys[kc * S + wi * (D / 8) + n * 8], S, lane);
             mma_bf16_16816(acc[n], a0, a1, a2, a3, b[0], b[1]);
           }
         }
@@ -329,15 +427,16 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attention_kernel(SparseAtt
   }
 
   // ---- output: O / l for the real heads ---------------------------------------------------------
-  const float inv_lo = 1.0f / sm.l[g], inv_hi = 1.0f / sm.l[g + 8];
+  const int hr = h0 + mt * 16 + g;  // head of accumulator rows g (and g + 8)
+  const float inv_lo = 1.0f / sm.l[mt * 16 + g], inv_hi = 1.0f / sm.l[mt * 16 + g + 8];
   for (int n = 0; n < NT; ++n) {
-    const int d = warp * (D / 8) + n * 8 + 2 * t;
-    if (h0 + g < p.heads) {
-      float* o = p.out + (static_cast<int64_t>(tok) * p.heads + h0 + g) * D + d;
+    const int d = wi * (D / 8) + n * 8 + 2 * t;
+    if (hr < p.heads) {
+      float* o = p.out + (static_cast<int64_t>(tok) * p.heads + hr) * D + d;
       o[0] = acc[n][0] * inv_lo, o[1] = acc[n][1] * inv_lo;
     }
-    if (h0 + g + 8 < p.heads) {
-      float* o = p.out + (static_cast<int64_t>(tok) * p.heads + h0 + g + 8) * D + d;
+    if (hr + 8 < p.heads) {
+      float* o = p.out + (static_cast<int64_t>(tok) * p.heads + hr + 8) * D + d;
       o[0] = acc[n][2] * inv_hi, o[1] = acc[n][3] * inv_hi;
     }
   }

@@ -22,8 +22,9 @@ constexpr int kVec = 4;
 // Monotone map float → uint32 (−0 and +0 map to the same key, as they compare equal).
 __device__ __forceinline__ uint32_t ordered_key(float v) {
   uint32_t u = __float_as_uint(v);
-  if (u == 0x80000000u) u = 0;
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  u = u == 0x80000000u ? 0u : u;
+  // Negative: all bits flipped; otherwise the sign bit set (no branch).
+  return u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
 }
 
 __device__ __forceinline__ float key_to_float(uint32_t k) {
@@ -60,6 +61,51 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, SelectShare
   }
   *total = all;
   return before + inc - v;
+}
+
+// Moves the eligible keys of keys[0, n) (above kIneligibleKey and at or above `floor`) to
+// keys[0, m) in list order, their ids to ids[0, m) (ids[i] when have_ids, else base + i), and
+// returns m. n ≤ kThreads·kRounds. Warp w owns positions [w·32·kRounds, (w+1)·32·kRounds), read
+// lane-interleaved (no bank conflicts) into registers before a barrier, so writing in place is
+// safe. All threads of the block must call it.
+template <int kThreads, int kRounds>
+__device__ int block_compact_eligible(uint32_t* keys, int32_t* ids, bool have_ids, int32_t base, int n,
+                                      uint32_t floor, SelectShared<kThreads>& sm) {
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const uint32_t lo = floor > kIneligibleKey ? floor : kIneligibleKey + 1;
+  const int w0 = warp * 32 * kRounds;
+  uint32_t kv[kRounds];
+  int32_t iv[kRounds];
+  unsigned cnt = 0;
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const int i = w0 + r * 32 + lane;
+    kv[r] = i < n ? keys[i] : 0u;
+    iv[r] = have_ids && i < n ? ids[i] : base + i;
+    cnt += __popc(__ballot_sync(0xffffffffu, kv[r] >= lo));
+  }
+  if (lane == 0) sm.warp_tot[0][warp] = cnt;
+  __syncthreads();
+  int at = 0, total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) {
+    const int c = static_cast<int>(sm.warp_tot[0][w]);
+    at += w < warp ? c : 0;
+    total += c;
+  }
+  const unsigned below = (1u << lane) - 1u;
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const bool in = kv[r] >= lo;
+    const unsigned bal = __ballot_sync(0xffffffffu, in);
+    if (in) {
+      const int j = at + __popc(bal & below);
+      keys[j] = kv[r];
+      ids[j] = iv[r];
+    }
+    at += __popc(bal);
+  }
+  __syncthreads();
+  return total;
 }
 
 // Selects from keys[0, n) (ids[i], or base + i when ids is null) the top min(k, eligible) and

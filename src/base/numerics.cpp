@@ -4,6 +4,7 @@
 // cached value in every decode step (window rows, scales), so it works on the bits, not via libm.
 #include "base/numerics.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -163,7 +164,7 @@ const float* e2m1_decode_table() {
 
 uint8_t f32_to_e2m1(float x) {
   if (std::isnan(x)) return 0;
-  const float a = std::fmin(std::fabs(x), 6.0f);
+  const float a = std::min(std::fabs(x), 6.0f);  // not NaN here: no need for fmin's libm call
   // Count the decision boundaries below a. At a midpoint the even grid index wins: the
   // boundary is passed with ">" when the upper neighbour has an odd index (0.25, 1.25, 2.5,
   // 5: stay) and with ">=" when it has an even one (0.75, 1.75, 3.5: move up).

@@ -27,18 +27,24 @@ int run_batch_bench_mode(const std::string& dir, const Model& model, const Batch
   measure();
   const BatchBenchResult& res = *r;
   const double base = res.points.empty() ? 0 : res.points.front().tokens_per_s();
+  const double med_base = res.points.empty() ? 0 : res.points.front().median_tokens_per_s();
+  const double cpu_base = res.points.empty() ? 0 : res.points.front().tokens_per_cpu_s();
   if (!json) {
-    std::printf("batched decode, %s: %lld-token contexts, %lld timed steps per batch size, %d threads\n", dir.c_str(),
-                static_cast<long long>(options.context), static_cast<long long>(options.steps), model.exec().threads());
+    std::printf("batched decode, %s: %lld-token contexts, %lld timed steps per batch size, %d threads, %s products\n",
+                dir.c_str(), static_cast<long long>(options.context), static_cast<long long>(options.steps),
+                model.exec().threads(), cpu_isa_name(model.exec().gemm_isa()));
     std::printf("weights as held: %.1f MB dense + %.2f MB per routed expert (%lld experts per layer)\n",
                 res.held.dense / 1e6, res.held.per_expert / 1e6,
                 static_cast<long long>(model.config().n_routed_experts));
-    std::printf("%6s %14s %10s %16s %15s %12s %11s\n", "batch", "agg tok/s", "vs batch 1", "experts/step", "MB/step",
-                "GB/s", "read GB/s");
+    std::printf("%6s %10s %10s %12s %10s %10s %10s %13s %9s %7s %10s\n", "batch", "agg tok/s", "vs batch 1",
+                "median tok/s", "vs batch 1", "tok/CPU-s", "vs batch 1", "experts/step", "MB/step", "GB/s",
+                "read GB/s");
     for (const BatchPoint& p : res.points)
-      std::printf("%6d %14.1f %9.2fx %16.1f %15.2f %12.2f %11.2f\n", p.batch, p.tokens_per_s(),
-                  base > 0 ? p.tokens_per_s() / base : 0.0, p.distinct_experts_per_step, p.bytes_per_step / 1e6,
-                  p.bytes_per_s() / 1e9, best_bw / 1e9);
+      std::printf("%6d %10.1f %9.2fx %12.1f %9.2fx %10.1f %9.2fx %13.1f %9.2f %7.2f %10.2f\n", p.batch,
+                  p.tokens_per_s(), base > 0 ? p.tokens_per_s() / base : 0.0, p.median_tokens_per_s(),
+                  med_base > 0 ? p.median_tokens_per_s() / med_base : 0.0, p.tokens_per_cpu_s(),
+                  cpu_base > 0 ? p.tokens_per_cpu_s() / cpu_base : 0.0, p.distinct_experts_per_step,
+                  p.bytes_per_step / 1e6, p.bytes_per_s() / 1e9, best_bw / 1e9);
     if (res.mixed.decoders > 0)
       std::printf("mixed step: %lld-token prefill chunk beside %d decoding sequences: %.1f ms (decoders alone %.1f ms; "
                   "%.0f prefill tok/s inside the step)\n",
@@ -46,12 +52,14 @@ int run_batch_bench_mode(const std::string& dir, const Model& model, const Batch
                   res.mixed.decode_only_seconds * 1e3,
                   res.mixed.prefill_tokens / std::max(1e-9, res.mixed.step_seconds - res.mixed.decode_only_seconds));
     std::printf("MB/step = dense weights + distinct routed experts × expert bytes + embedding rows + caches (as held); "
-                "read GB/s = best streaming read of the run\n");
+                "read GB/s = best streaming read of the run; median tok/s = batch / the median step's time; "
+                "tok/CPU-s = tokens per second of the process's CPU time (all threads)\n");
     return 0;
   }
   nlohmann::json j;
   j["model"] = dir;
   j["threads"] = model.exec().threads();
+  j["isa"] = cpu_isa_name(model.exec().gemm_isa());
   j["context"] = options.context;
   j["steps"] = options.steps;
   j["held_bytes"] = {{"dense", res.held.dense}, {"per_expert", res.held.per_expert}, {"routed", res.held.routed}};
@@ -61,6 +69,9 @@ int run_batch_bench_mode(const std::string& dir, const Model& model, const Batch
     j["batches"].push_back({{"batch", p.batch},
                             {"decode_tok_s", p.tokens_per_s()},
                             {"speedup_vs_batch1", base > 0 ? p.tokens_per_s() / base : 0.0},
+                            {"median_decode_tok_s", p.median_tokens_per_s()},
+                            {"median_speedup_vs_batch1", med_base > 0 ? p.median_tokens_per_s() / med_base : 0.0},
+                            {"decode_tok_per_cpu_s", p.tokens_per_cpu_s()},
                             {"distinct_experts_per_step", p.distinct_experts_per_step},
                             {"bytes_per_step", p.bytes_per_step},
                             {"seconds", p.seconds}});

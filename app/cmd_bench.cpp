@@ -58,6 +58,12 @@ int bench_main(int argc, char** argv) {
       ->check(in_range<int64_t>(0, int64_t{1} << 20));
   cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)")->check(in_range(1, 1000));
   cli.add_flag("--json", json, "print the results as one JSON object");
+  std::string isa_name;
+  int pool_threads = 0;
+  cli.add_option("--isa", isa_name, "highest ISA of the matrix products: auto (default) | avx512 | avx2 | portable "
+                 "(same results, for A/B runs; overrides DSV41_ISA)");
+  cli.add_option("--threads", pool_threads, "threads of the model's pool, this one included (0 = all cores)")
+      ->check(in_range(0, 4096));
   std::string depth_name = "bounded";
   cli.add_option("--depth", depth_name, "prefill depth of the context sweep: bounded (default) | exact | full");
   cli.add_option("--returning", o.returning_suffix,
@@ -95,6 +101,10 @@ int bench_main(int argc, char** argv) {
     return 1;
   };
   // Cheap checks first: the model load and the bandwidth passes take seconds.
+  ModelLoadOptions load = load_options_from_env();
+  load.threads = pool_threads;
+  if (!isa_name.empty() && !parse_cpu_isa(isa_name, &load.isa))
+    return fail(invalid_argument("--isa must be auto, avx512, avx2 or portable, got '" + isa_name + "'"));
   if (membw_mib < 0 || membw_mib == 1)
     return fail(invalid_argument("--membw-mib must be 0 (skip) or ≥ 2, got " + std::to_string(membw_mib)));
   if (membw_mib > 0 && membw_passes < 1)
@@ -124,7 +134,7 @@ int bench_main(int argc, char** argv) {
     auto config = load_model_config(dir);
     if (!config.ok()) return fail(config.status());
     if (Status s = check_batch_bench_options(*config, bo); !s.ok()) return fail(s);
-    auto model = Model::load(dir, load_options_from_env());
+    auto model = Model::load(dir, load);
     if (!model.ok()) return fail(model.status());
     return run_batch_bench_mode(dir, **model, bo, membw_mib, membw_passes, json);
   }
@@ -133,7 +143,7 @@ int bench_main(int argc, char** argv) {
   o.depth = *depth;
   auto weights = WeightRegistry::open(dir);
   if (!weights.ok()) return fail(weights.status());
-  auto model = Model::load(dir, load_options_from_env());
+  auto model = Model::load(dir, load);
   if (!model.ok()) return fail(model.status());
   if (Status s = check_speed_bench_options((*model)->config(), o); !s.ok()) return fail(s);
   if (std::string why = depth_fallback_note((*model)->plan(), o.depth); !why.empty())

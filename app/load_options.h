@@ -2,9 +2,13 @@
 // to the library in ModelLoadOptions (the library itself never reads the environment):
 //   DSV41_FORCE_SCALAR=1  the blocks' scalar references (ModelLoadOptions::force_scalar)
 //   DSV41_F32_WEIGHTS=1   every weight matrix held as float32 (ModelLoadOptions::f32_weights)
+//   DSV41_ISA=avx2|avx512|portable|auto  the highest ISA of the matrix products
+//                         (ModelLoadOptions::isa; same bits on each, for A/B runs); an unknown
+//                         value is named on stderr and ignored
 // Any value other than empty or "0" turns a switch on.
 #pragma once
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -21,6 +25,8 @@ inline ModelLoadOptions load_options_from_env() {
   ModelLoadOptions o;
   o.force_scalar = env_switch("DSV41_FORCE_SCALAR");
   o.f32_weights = env_switch("DSV41_F32_WEIGHTS");
+  if (const char* isa = std::getenv("DSV41_ISA"); isa != nullptr && *isa != '\0' && !parse_cpu_isa(isa, &o.isa))
+    std::fprintf(stderr, "dsv41: ignoring DSV41_ISA=%s (expected avx2, avx512, portable or auto)\n", isa);
   return o;
 }
 

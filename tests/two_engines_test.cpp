@@ -150,5 +150,33 @@ TEST(TwoEngines, Bf16HeldAndFloat32WeightsRunSideBySide) {
   expect_concurrent_runs_match_solo(**held, *solo_held, **f32, *solo_f32, ids, prefill);
 }
 
+// The GEMM's ISA cap (ModelLoadOptions::isa): an engine on the CPU's best ISA (AVX-512 here) and
+// one capped at AVX2 give the same bits (one summation order on every ISA, gemm.h), alone and
+// side by side. Without AVX-512 both run AVX2 and the check is trivial.
+TEST(TwoEngines, Avx512AndAvx2CappedGemmsGiveTheSameBits) {
+  const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-bf16";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  ModelLoadOptions best_options;
+  best_options.threads = 2;
+  ModelLoadOptions avx2_options;
+  avx2_options.threads = 1;
+  avx2_options.isa = CpuIsa::kAvx2;
+  auto best = Model::load(dir, best_options);
+  auto avx2 = Model::load(dir, avx2_options);
+  ASSERT_TRUE(best.ok()) << best.status().to_string();
+  ASSERT_TRUE(avx2.ok()) << avx2.status().to_string();
+  EXPECT_EQ((*best)->exec().gemm_isa(), cpu_best_isa());
+  EXPECT_EQ((*avx2)->exec().gemm_isa(), std::min(CpuIsa::kAvx2, cpu_best_isa()));
+
+  const std::vector<int32_t> ids = random_ids(120, (*best)->vocab_size(), 6);
+  const int64_t prefill = 100;
+  auto solo_best = run_prompt(**best, ids, prefill);
+  auto solo_avx2 = run_prompt(**avx2, ids, prefill);
+  ASSERT_TRUE(solo_best.ok()) << solo_best.status().to_string();
+  ASSERT_TRUE(solo_avx2.ok()) << solo_avx2.status().to_string();
+  EXPECT_TRUE(same_bits(*solo_best, *solo_avx2)) << "the GEMM's bits depend on the ISA";
+  expect_concurrent_runs_match_solo(**best, *solo_best, **avx2, *solo_avx2, ids, prefill);
+}
+
 }  // namespace
 }  // namespace dsv41

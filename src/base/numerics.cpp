@@ -1,8 +1,10 @@
 // Scalar number formats: BF16, F16, FP8 E4M3, UE8M0, FP4 E2M1 (model.md §2, §4).
-// Plain scalar code on float32 bits; exactness matters here, speed does not. The decode tables
-// for bulk work are filled by these functions, so they agree by construction (and are tested).
+// Plain scalar code on float32 bits; exactness first. The decode tables for bulk work are filled
+// by these functions, so they agree by construction (and are tested). The FP8 codec also runs per
+// cached value in every decode step (window rows, scales), so it works on the bits, not via libm.
 #include "base/numerics.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -67,9 +69,11 @@ float e4m3_to_f32(uint8_t code) {
   if (exp == 0xF && man == 0x7) {
     mag = std::numeric_limits<float>::quiet_NaN();
   } else if (exp == 0) {
-    mag = std::ldexp(static_cast<float>(man), -9);  // subnormal: man · 2^-9
+    mag = static_cast<float>(man) * 0x1p-9f;  // subnormal: man · 2^-9, exact
   } else {
-    mag = std::ldexp(static_cast<float>(8 + man), exp - 10);  // (8 + man) · 2^(exp-7-3)
+    // (8 + man) · 2^(exp-7-3) = 1.man · 2^(exp-7): the float with that exponent and mantissa
+    // (built on the bits: ldexp is a libm call, and this runs for every cached value).
+    mag = float_of(static_cast<uint32_t>(exp + 120) << 23 | static_cast<uint32_t>(man) << 20);
   }
   return negative ? -mag : mag;
 }
@@ -85,13 +89,12 @@ uint8_t f32_to_e4m3(float x) {
     // smallest normal, so the subnormal and normal codes join without a special case.
     magnitude_code = round_half_even(a * 512.0f);
   } else {
-    int e2;
-    const float f = std::frexp(a, &e2);  // a = f · 2^e2, f in [0.5, 1)
-    const int exponent = e2 - 1;         // a = m · 2^exponent, m in [1, 2), exponent >= -6
-    const float m = f * 2.0f;
-    // Mantissa steps of 1/8; a carry (8) moves into the exponent field, which is the right
-    // rounding. a <= 448 keeps the result <= 0x7E.
-    magnitude_code = ((exponent + 7) << 3) + round_half_even((m - 1.0f) * 8.0f);
+    // a = 1.m · 2^e, e ≥ -6: keep 3 of the 23 mantissa bits, rounding half to even on the bits;
+    // a carry moves into the exponent field, which is the right rounding. Then rebias the
+    // exponent (127 → 7). a <= 448 keeps the result <= 0x7E.
+    const uint32_t b = bits_of(a);
+    const uint32_t rounded = b + 0x7FFFFu + ((b >> 20) & 1u);
+    magnitude_code = static_cast<int>((rounded >> 20) - (120u << 3));
   }
   return sign | static_cast<uint8_t>(magnitude_code);
 }
@@ -161,7 +164,7 @@ const float* e2m1_decode_table() {
 
 uint8_t f32_to_e2m1(float x) {
   if (std::isnan(x)) return 0;
-  const float a = std::fmin(std::fabs(x), 6.0f);
+  const float a = std::min(std::fabs(x), 6.0f);  // not NaN here: no need for fmin's libm call
   // Count the decision boundaries below a. At a midpoint the even grid index wins: the
   // boundary is passed with ">" when the upper neighbour has an odd index (0.25, 1.25, 2.5,
   // 5: stay) and with ">=" when it has an even one (0.75, 1.75, 3.5: move up).

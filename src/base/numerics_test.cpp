@@ -109,6 +109,17 @@ uint8_t e4m3_brute(float x) {
   return static_cast<uint8_t>(best | (std::signbit(x) ? 0x80 : 0));
 }
 
+// Every 257th float32 bit pattern from below the subnormal grid to past saturation (both signs):
+// ≈ 1M values, each mantissa position and binade of the encoder's bit rounding.
+TEST(NumericsE4m3, MatchesBruteForceOnASweepOfBitPatterns) {
+  const uint32_t lo = std::bit_cast<uint32_t>(0x1p-11f), hi = std::bit_cast<uint32_t>(520.0f);
+  for (uint32_t b = lo; b < hi; b += 257) {
+    const float x = std::bit_cast<float>(b);
+    ASSERT_EQ(f32_to_e4m3(x), e4m3_brute(x)) << x;
+    ASSERT_EQ(f32_to_e4m3(-x), e4m3_brute(-x)) << -x;
+  }
+}
+
 TEST(NumericsE4m3, MatchesBruteForceOnRandomFloats) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> mant(-1.0f, 1.0f);

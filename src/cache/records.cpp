@@ -43,13 +43,20 @@ bool finite_amax(const float* x, size_t n, float* amax) {
   float m = 0.0f;
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(x[i])) return false;
-    m = std::fmax(m, std::fabs(x[i]));
+    const float a = std::fabs(x[i]);
+    if (a > m) m = a;  // fmax without the libm call: no NaN gets here
   }
   *amax = m;
   return true;
 }
 
-float clamp_sym(float v, float limit) { return std::fmin(std::fmax(v, -limit), limit); }
+// fmin(fmax(v, −limit), limit) — NaN gives −limit, −0 stays −0 — written with comparisons so it
+// inlines (std::fmin/fmax are libm calls here, once per cached value of every decode step).
+float clamp_sym(float v, float limit) {
+  if (!(v >= -limit)) v = -limit;
+  if (v > limit) v = limit;
+  return v;
+}
 
 BlockScale window_scale(const float* x) {
   float amax;

@@ -11,8 +11,8 @@
 // Model; a CUDA one will hold the stored FP8/FP4 bytes on the device), its threads and its
 // workspace (the batch's activations live there; the engine never sees them, only the logits it
 // asks for). Calls come from one thread, in the order: begin_batch, then per layer
-// begin_layer → engram? → attention_input → attention_projections → {compress?, index?, attend} per segment →
-// attention_output → ffn, then logits.
+// begin_layer → engram? → attention_input → attention_projections → compress? per segment →
+// index_and_attend (index? then attend per segment) → attention_output → ffn, then logits.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +48,17 @@ struct BatchLayout {
   std::span<const SegmentRows> segments;
 };
 
+// One segment's steps 4–5 of a layer: index (when `index`) over kv source `index_kv_layer`, then
+// attend from `first_row` on (over `attend_kv_layer`'s selected entries when ≥ 0).
+struct SegmentAttention {
+  int segment = 0;
+  int64_t first_row = 0;
+  bool index = false;
+  int index_kv_layer = -1;
+  bool restricted = false;
+  int attend_kv_layer = -1;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -79,6 +90,16 @@ class Backend {
   // and, when kv_layer ≥ 0, the entries of kv_layer named by the latest top-k; then their window
   // rows enter the ring (whose next position must be the first row's position).
   virtual void attend(int layer, int segment, int64_t first_row, int kv_layer) = 0;
+  // Steps 4–5 of several segments of one layer (after every compress of the layer): for each
+  // job, index (when asked) then attend. The segments are independent (each reads and writes only
+  // its own cache and state), so a backend may run them concurrently; the results must be those
+  // of the jobs run one by one. Default: one by one, in order, on the caller.
+  virtual void index_and_attend(int layer, std::span<const SegmentAttention> jobs) {
+    for (const SegmentAttention& j : jobs) {
+      if (j.index) index(layer, j.segment, j.first_row, j.index_kv_layer, j.restricted);
+      attend(layer, j.segment, j.first_row, j.attend_kv_layer);
+    }
+  }
   // Step 6 + mHC expansion of the attention site, for the given rows.
   virtual void attention_output(int layer, std::span<const RowRange> rows) = 0;
   // mHC FFN site, RMSNorm_ffn, MoE, expansion; the carried mix for the next layer (given rows).

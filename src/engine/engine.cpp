@@ -596,6 +596,9 @@ void Engine::forward_layers(ForwardTrace* trace) {
     backend_->attention_projections(l, attend_rows_);
     const LayerSteps steps = layer_steps(info);
     if (steps.compress) latest_kv = l;
+    // Every segment's compressor first (they share the page pool), then the segments' index and
+    // attention steps in one call (independent per segment: the backend may run them together).
+    attention_jobs_.clear();
     for (int s = 0; s < segments; ++s) {
       const Admitted& a = admitted_[s];
       const int64_t in = input_first(*a.segment, l, a.rows), att = attend_first(*a.segment, l, a.rows);
@@ -606,10 +609,17 @@ void Engine::forward_layers(ForwardTrace* trace) {
         backend_->compress(l, s, std::clamp<int64_t>(std::max(covered, in), 0, r.rows));
       }
       if (att >= a.rows) continue;
-      if (steps.index && latest_kv >= 0) backend_->index(l, s, att, latest_kv, steps.restricted);
       const bool compressed = steps.attend_compressed && latest_kv >= 0 && (have_topk || steps.index);
-      backend_->attend(l, s, att, compressed ? latest_kv : -1);
+      SegmentAttention job;
+      job.segment = s;
+      job.first_row = att;
+      job.index = steps.index && latest_kv >= 0;
+      job.index_kv_layer = latest_kv;
+      job.restricted = steps.restricted;
+      job.attend_kv_layer = compressed ? latest_kv : -1;
+      attention_jobs_.push_back(job);
     }
+    backend_->index_and_attend(l, attention_jobs_);
     if (steps.index && latest_kv >= 0) have_topk = true;
     backend_->attention_output(l, attend_rows_);
     backend_->ffn(l, attend_rows_);

@@ -20,8 +20,10 @@ void largest_ascending(const float* v, int64_t size, int64_t n, int width, std::
   idx.resize(static_cast<size_t>(size));
   std::iota(idx.begin(), idx.end(), 0);
   auto better = [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), better);
-  // Drop the −inf picks (masked or padding), keeping the order of the others, then sort by index.
+  // `better` is a strict total order, so the n best form one set however they are found: a
+  // selection (linear), not a partial sort; nothing to select when every entry is kept.
+  if (n < size) std::nth_element(idx.begin(), idx.begin() + n, idx.end(), better);
+  // Drop the −inf picks (masked or padding), then sort by index.
   int64_t kept = 0;
   for (int64_t j = 0; j < n; ++j)
     if (v[idx[j]] > kNegInf) idx[kept++] = idx[j];

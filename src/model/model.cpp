@@ -118,6 +118,7 @@ void Model::init_exec(const ModelLoadOptions& options) {
   if (threads > 1) pool_ = std::make_unique<ThreadPool>(threads);
   exec_.pool = pool_.get();
   exec_.fast = !options.force_scalar && cpu_has_avx2_fma();
+  exec_.isa = options.isa;
 }
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelLoadOptions& options) {

@@ -112,6 +112,10 @@ struct ModelLoadOptions {
   // Run the blocks' scalar references (mHC, Engram, compressor) instead of their fast paths:
   // a diagnostic that checks the fast path (app: --scalar, DSV41_FORCE_SCALAR=1).
   bool force_scalar = false;
+  // The highest instruction set the matrix products may use (kernels/cpu/cpu_exec.h; capped by the
+  // CPU). Every ISA gives the same bits, so this only picks the speed: for A/B runs and tests
+  // (app: --isa, DSV41_ISA=avx2|avx512|auto).
+  CpuIsa isa = CpuIsa::kAvx512;
 };
 
 class Model {

@@ -1,7 +1,9 @@
 // Batched decode speed (see batch_bench.h).
 #include "runtime/batch_bench.h"
 
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
@@ -14,6 +16,12 @@ namespace {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
 }
 
 // B sequences prefilled with `context` ids each; their next tokens (greedy argmax).
@@ -83,12 +91,22 @@ Result<BatchBenchResult> run_batch_bench(const Model& model, const BatchBenchOpt
     std::vector<Segment> segs;
     for (int64_t s = 0; s < o.warmup_steps; ++s) DSV41_RETURN_IF_ERROR(decode_step(*engine, d, segs));
     cpu->reset_expert_reads();
-    const double t0 = now_seconds();
-    for (int64_t s = 0; s < o.steps; ++s) DSV41_RETURN_IF_ERROR(decode_step(*engine, d, segs));
+    std::vector<double> step_seconds(static_cast<size_t>(o.steps));
+    const double t0 = now_seconds(), c0 = process_cpu_seconds();
+    for (int64_t s = 0; s < o.steps; ++s) {
+      const double ts = now_seconds();
+      DSV41_RETURN_IF_ERROR(decode_step(*engine, d, segs));
+      step_seconds[static_cast<size_t>(s)] = now_seconds() - ts;
+    }
     BatchPoint p;
     p.batch = batch;
     p.steps = o.steps;
     p.seconds = now_seconds() - t0;
+    p.cpu_seconds = process_cpu_seconds() - c0;
+    std::sort(step_seconds.begin(), step_seconds.end());
+    const size_t mid = step_seconds.size() / 2;
+    p.median_step_seconds =
+        step_seconds.size() % 2 ? step_seconds[mid] : 0.5 * (step_seconds[mid - 1] + step_seconds[mid]);
     p.distinct_experts_per_step = double(cpu->expert_reads()) / double(o.steps);
     int64_t cache = 0;
     for (SequenceId id : d.ids) cache += engine->cache(id)->bytes_in_use().total();

@@ -110,6 +110,51 @@ void CpuBackend::compress(int layer, int segment, int64_t first_row) {
 }
 
 void CpuBackend::index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) {
+  index_with(layer, segment, first_row, kv_layer, restricted, &attention_scratch_);
+}
+
+void CpuBackend::attend(int layer, int segment, int64_t first_row, int kv_layer) {
+  attend_with(layer, segment, first_row, kv_layer, &attention_scratch_);
+}
+
+void CpuBackend::index_and_attend(int layer, std::span<const SegmentAttention> jobs) {
+  if (segment_scratch_.size() < jobs.size()) segment_scratch_.resize(jobs.size());
+  // A segment of many rows (a prefill chunk) runs alone on the caller, its kernels threaded over
+  // its rows and heads; the small ones (decoders) run side by side, one segment per chunk.
+  constexpr int64_t kLargeRows = 16;
+  const int64_t n = static_cast<int64_t>(jobs.size());
+  auto large = [&](int64_t k) {
+    const SegmentAttention& j = jobs[static_cast<size_t>(k)];
+    return segments_[j.segment].rows - j.first_row >= kLargeRows;
+  };
+  auto run_job = [&](int64_t k) {
+    const SegmentAttention& j = jobs[static_cast<size_t>(k)];
+    AttentionScratch* scratch = &segment_scratch_[static_cast<size_t>(k)];
+    if (j.index) index_with(layer, j.segment, j.first_row, j.index_kv_layer, j.restricted, scratch);
+    attend_with(layer, j.segment, j.first_row, j.attend_kv_layer, scratch);
+  };
+  // A trace records per-segment state in order; it only comes with single-segment batches.
+  if (n < 2 || trace_ != nullptr) {
+    for (int64_t k = 0; k < n; ++k) run_job(k);
+    return;
+  }
+  int64_t small = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    if (large(k)) {
+      run_job(k);
+    } else {
+      ++small;
+    }
+  }
+  if (small == 0) return;
+  ex_.parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k)
+      if (!large(k)) run_job(k);
+  });
+}
+
+void CpuBackend::index_with(int layer, int segment, int64_t first_row, int kv_layer, bool restricted,
+                            AttentionScratch* scratch) {
   const SegmentRows& s = segments_[segment];
   const ModelConfig& c = config();
   const KvSourceCache& kv = *s.cache->kv_source(kv_layer);
@@ -117,10 +162,10 @@ void CpuBackend::index(int layer, int segment, int64_t first_row, int kv_layer, 
   shared_[segment].call_row0 = first_row;
   attention_index(ex_, c, plan().layers[layer], model_.layer(layer).attn, model_.rope(), kv, restricted,
                   row(c_, r0, c.q_lora_rank), row(h_, r0, c.hidden_size), s.rows - first_row, s.start + first_row,
-                  shared_[segment], &attention_scratch_);
+                  shared_[segment], scratch);
 }
 
-void CpuBackend::attend(int layer, int segment, int64_t first_row, int kv_layer) {
+void CpuBackend::attend_with(int layer, int segment, int64_t first_row, int kv_layer, AttentionScratch* scratch) {
   const SegmentRows& s = segments_[segment];
   const ModelConfig& c = config();
   const int64_t HD = c.num_attention_heads * c.head_dim;
@@ -132,7 +177,7 @@ void CpuBackend::attend(int layer, int segment, int64_t first_row, int kv_layer)
   const int32_t* topk = compressed ? shared.topk.data() + (first_row - shared.topk_row0) * c.index_topk : nullptr;
   sparse_sink_attention(c, model_.layer(layer).attn, ring, row(kv_, r0, c.head_dim), compressed, topk, row(q_, r0, HD),
                         rope_rows_.at(plan().layers[layer].rope), r0, n, s.start + first_row, row(o_, r0, HD),
-                        attention_options_, &attention_scratch_);
+                        attention_options_, scratch);
   ring.push_rows(row(kv_, r0, c.head_dim), n);
 }
 

@@ -46,6 +46,9 @@ class CpuBackend : public Backend {
   void compress(int layer, int segment, int64_t first_row) override;
   void index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) override;
   void attend(int layer, int segment, int64_t first_row, int kv_layer) override;
+  // Runs the jobs' segments concurrently on the pool (one per chunk, each with its own attention
+  // scratch; the kernels they call run inline there), the same bits as one by one.
+  void index_and_attend(int layer, std::span<const SegmentAttention> jobs) override;
   void attention_output(int layer, std::span<const RowRange> rows) override;
   void ffn(int layer, std::span<const RowRange> rows) override;
   void logits(std::span<const int64_t> rows, float* out) override;
@@ -60,6 +63,9 @@ class CpuBackend : public Backend {
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
 
  private:
+  void index_with(int layer, int segment, int64_t first_row, int kv_layer, bool restricted, AttentionScratch* scratch);
+  void attend_with(int layer, int segment, int64_t first_row, int kv_layer, AttentionScratch* scratch);
+
   const Model& model_;
   CpuExec ex_;
   AttentionOptions attention_options_;
@@ -83,6 +89,7 @@ class CpuBackend : public Backend {
   CompressorScratch compressor_scratch_;
   CompressedGroups groups_;  // the groups one compress() call completes
   AttentionScratch attention_scratch_;
+  std::vector<AttentionScratch> segment_scratch_;  // index_and_attend: one per job (kept across steps)
   MoeScratch moe_scratch_;
 };
 

@@ -10,6 +10,40 @@ bool cpu_has_avx2_fma() {
   return has;
 }
 
+CpuIsa cpu_best_isa() {
+  // __builtin_cpu_supports also checks that the OS saves the 512-bit register state (XCR0).
+  static const CpuIsa best = !cpu_has_avx2_fma() ? CpuIsa::kPortable
+                             : (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+                                 ? CpuIsa::kAvx512
+                                 : CpuIsa::kAvx2;
+  return best;
+}
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kPortable: return "portable";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+bool parse_cpu_isa(std::string_view name, CpuIsa* isa) {
+  for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512})
+    if (name == cpu_isa_name(i)) {
+      *isa = i;
+      return true;
+    }
+  if (name == "auto") {
+    *isa = CpuIsa::kAvx512;
+    return true;
+  }
+  return false;
+}
+
+CpuIsa CpuExec::gemm_isa() const { return std::min(isa, cpu_best_isa()); }
+
 CpuExec CpuExec::serial() {
   CpuExec ex;
   ex.fast = cpu_has_avx2_fma();

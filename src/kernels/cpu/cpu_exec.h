@@ -3,12 +3,14 @@
 // kernels/cpu/*_avx2.cpp, threaded over tokens) or their plain scalar references. A plain value
 // handed to every dispatching function as its first parameter: nothing here is process-wide, so
 // two engines with different pools and paths live side by side in one process.
-// The GEMM (gemm.h) picks its inner loop from CPUID alone and only borrows the pool; `fast`
-// selects the blocks' path (each block's header says how the two agree).
+// The GEMM (gemm.h) picks its inner loop from CPUID, capped by `isa` (to force the AVX2 loop on
+// an AVX-512 machine for A/B runs and tests), and borrows the pool; `fast` selects the blocks'
+// path (each block's header says how the two agree).
 // Owns nothing: the pool is borrowed.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "base/function_ref.h"
 #include "base/thread_pool.h"
@@ -18,14 +20,31 @@ namespace dsv41 {
 // True when the CPU reports both AVX2 and FMA (a constant of the machine, read once).
 bool cpu_has_avx2_fma();
 
+// The vector instruction sets the GEMM has inner loops for, in increasing order.
+//   kPortable: plain C++ (CPUs without AVX2+FMA)
+//   kAvx2:     AVX2 + FMA
+//   kAvx512:   AVX-512 F/BW/DQ/VL (512-bit registers, 32 of them)
+enum class CpuIsa : uint8_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// The best of the above this CPU (and its OS, for the 512-bit register state) supports.
+CpuIsa cpu_best_isa();
+// "portable" | "avx2" | "avx512".
+const char* cpu_isa_name(CpuIsa isa);
+// The inverse of cpu_isa_name, plus "auto" = the highest (kAvx512: capped by the CPU at use).
+// False for anything else.
+bool parse_cpu_isa(std::string_view name, CpuIsa* isa);
+
 struct CpuExec {
   ThreadPool* pool = nullptr;  // borrowed, must outlive every call; null = run inline on the caller
   bool fast = false;           // true: AVX2/FMA fast paths (only honoured when the CPU has AVX2+FMA)
+  CpuIsa isa = CpuIsa::kAvx512;  // the highest ISA the GEMM may use (the CPU's best when lower)
 
   // No pool; fast iff the CPU has AVX2+FMA (a plain value, no global state).
   static CpuExec serial();
   // fast && cpu_has_avx2_fma().
   bool use_fast() const;
+  // min(isa, cpu_best_isa()): the GEMM's inner loop.
+  CpuIsa gemm_isa() const;
   // pool ? pool->num_threads() : 1.
   int threads() const;
   // Calls fn(begin, end) over [0, items) in chunks of whole items big enough (≈ 64K units of

@@ -7,6 +7,7 @@
 
 #include "base/numerics.h"
 #include "kernels/cpu/gemm_avx2.h"
+#include "kernels/cpu/gemm_avx512.h"
 
 namespace dsv41 {
 
@@ -48,7 +49,8 @@ void portable(const float* x, int64_t rows, int64_t in, const W* w, int64_t out,
 
 // Block sizes. A block of outputs holds about kWeightBlockBytes of weights, so it stays in L2
 // while every row group of the row block streams past it; the row block bounds how much of x a
-// task touches in a long prefill. Multiples of 12 / 4 keep whole micro-tiles (gemm_avx2.cpp).
+// task touches in a long prefill. Multiples of 48 keep whole micro-tiles (12 / 16 / 8 / 6 outputs
+// in gemm_avx2.cpp and gemm_avx512.cpp).
 // Below kInlineFlops the pool's wake-up costs more than the product: run on the caller.
 constexpr int64_t kWeightBlockBytes = 256 * 1024;
 constexpr int64_t kRowBlock = 64;
@@ -63,7 +65,7 @@ void drive(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const W*
     return;
   }
   const int64_t w_row_bytes = in * static_cast<int64_t>(sizeof(W));
-  const int64_t ob = std::max<int64_t>(12, kWeightBlockBytes / w_row_bytes / 12 * 12);
+  const int64_t ob = std::max<int64_t>(48, kWeightBlockBytes / w_row_bytes / 48 * 48);
   const int64_t n_ob = (out + ob - 1) / ob;
   const int64_t n_rb = (rows + kRowBlock - 1) / kRowBlock;
   auto run = [&](int64_t begin, int64_t end) {
@@ -97,14 +99,22 @@ void gemm_bf16w_portable(const float* x, int64_t rows, int64_t in, const uint16_
 }
 
 void gemm_f32(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
-  if (!cpu_has_avx2_fma()) return gemm_f32_portable(x, rows, in, w, out, y);
-  drive(ex, x, rows, in, w, out, y, &gemm_f32_avx2_block);
+  switch (ex.gemm_isa()) {
+    case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, out, y, &gemm_f32_avx512_block);
+    case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, out, y, &gemm_f32_avx2_block);
+    case CpuIsa::kPortable: break;
+  }
+  gemm_f32_portable(x, rows, in, w, out, y);
 }
 
 void gemm_bf16w(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
                 float* y) {
-  if (!cpu_has_avx2_fma()) return gemm_bf16w_portable(x, rows, in, w, out, y);
-  drive(ex, x, rows, in, w, out, y, &gemm_bf16w_avx2_block);
+  switch (ex.gemm_isa()) {
+    case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, out, y, &gemm_bf16w_avx512_block);
+    case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, out, y, &gemm_bf16w_avx2_block);
+    case CpuIsa::kPortable: break;
+  }
+  gemm_bf16w_portable(x, rows, in, w, out, y);
 }
 
 }  // namespace dsv41

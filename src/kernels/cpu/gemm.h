@@ -10,13 +10,15 @@
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). That order depends only on `in`: never on the thread
 // count, the cache blocking, or how many rows are in the call, so a prompt run as one prefill
 // call or token by token gives the same bits, with 1 thread or many.
+// The AVX-512 path computes exactly this order too (two outputs per 16-lane register, gemm_avx512.cpp),
+// so it gives the AVX2 path's bits: the ISA changes the speed, never the result.
 // The portable fallback (CPUs without AVX2+FMA) uses the same lane structure without fusing, so
 // its bits differ from the AVX2 path's; it is only for such machines.
 //
 // Threading: gemm_f32 / gemm_bf16w split the work over ex.pool (kernels/cpu/cpu_exec.h) in blocks
 // of outputs (and of rows for long prefills); one caller at a time per pool. Their inner loop is
-// chosen from CPUID alone (ex.fast only selects the model blocks' paths), so a scalar-forced
-// engine runs the same products as a fast one.
+// the best of CPUID's, capped by ex.isa (ex.gemm_isa(); ex.fast only selects the model blocks'
+// paths), so a scalar-forced engine runs the same products as a fast one.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +38,7 @@ void gemm_bf16w_reference(const float* x, int64_t rows, int64_t in, const uint16
 void gemm_bf16w(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y);
 void gemm_bf16w_portable(const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float* y);
 
-// True when gemm_f32 / gemm_bf16w take the AVX2/FMA path on this CPU.
+// True when gemm_f32 / gemm_bf16w take a vector path (AVX2/FMA or AVX-512) on this CPU by default.
 bool gemm_uses_avx2();
 
 }  // namespace dsv41

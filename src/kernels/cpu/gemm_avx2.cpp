@@ -93,16 +93,19 @@ TileFn<W> tile_for(int r, int o) {
   }
 }
 
-// Row groups of 4 outside, output groups inside: the block's weights (sized by the caller to sit
-// in L2) are re-read from cache for each row group, the group's 4 rows of x stay in L1/L2.
-// Few rows use wider output groups (4) to keep enough independent FMA chains; 3 or 4 rows use 3
-// so the 12 accumulators + 3 weight vectors + 1 x vector fit the 16 ymm registers.
+// Row groups outside (balanced, ≤ 4: 7 → 4 + 3, 9 → 3 + 3 + 3), output groups inside: the
+// block's weights (sized by the caller to sit in L2) are re-read from cache for each row group, the
+// group's rows of x stay in L1. Few rows use wider output groups (4) to keep enough independent FMA
+// chains; 3 or 4 rows use 3 so the 12 accumulators + 3 weight vectors + 1 x vector fit the 16 ymm
+// registers.
 template <typename W>
 void block(const float* x, int64_t r0, int64_t r1, int64_t in, const W* w, int64_t o0, int64_t o1, int64_t out,
            float* y) {
-  for (int64_t r = r0; r < r1; r += 4) {
-    const int rn = static_cast<int>(r1 - r < 4 ? r1 - r : 4);
-    const int og = rn <= 2 ? 4 : 3;
+  const int64_t rows = r1 - r0, groups = (rows + 3) / 4;
+  const int rg = rows <= 16 ? static_cast<int>((rows + groups - 1) / groups) : 4;
+  const int og = rg <= 2 ? 4 : 3;
+  for (int64_t r = r0; r < r1; r += rg) {
+    const int rn = static_cast<int>(r1 - r < rg ? r1 - r : rg);
     for (int64_t o = o0; o < o1; o += og) {
       const int on = static_cast<int>(o1 - o < og ? o1 - o : og);
       tile_for<W>(rn, on)(x + r * in, w + o * in, in, y + r * out + o, out);

@@ -1,17 +1,21 @@
 // Tests of the matrix products (gemm.h): fast and portable paths against the double-accumulating
 // references on random inputs at boundary sizes (ragged vector tails, partial micro-tiles, several
 // cache blocks), NaN/Inf propagation, and the summation-order promise: the same bits with any
-// thread count and whether rows are computed together or one at a time.
+// thread count and whether rows are computed together or one at a time. Every vector ISA this
+// CPU has (AVX2, AVX-512: CpuExec::isa caps the one used) runs each test, and they must agree
+// bit for bit with each other.
 #include "kernels/cpu/gemm.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/numerics.h"
@@ -65,7 +69,22 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
     }
 }
 
-const int64_t kRows[] = {1, 2, 3, 7, 8, 9, 33};
+// The vector ISAs this CPU can run, each as an exec capped to it (serial: no pool).
+std::vector<CpuExec> vector_execs() {
+  std::vector<CpuExec> v;
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512})
+    if (isa <= cpu_best_isa()) {
+      CpuExec ex = CpuExec::serial();
+      ex.isa = isa;
+      v.push_back(ex);
+    }
+  return v;
+}
+
+std::string isa_of(const CpuExec& ex) { return cpu_isa_name(ex.gemm_isa()); }
+
+// Every row count of a small batch (all tile heights and their remainders) and a prefill one.
+const int64_t kRows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 33};
 const int64_t kIn[] = {1, 7, 8, 15, 16, 31, 32, 33, 100, 513};
 const int64_t kOut[] = {1, 3, 8, 17, 64, 129};
 
@@ -75,11 +94,17 @@ TEST(Gemm, F32MatchesReferenceAtBoundarySizes) {
     for (int64_t in : kIn)
       for (int64_t out : kOut) {
         const std::vector<float> x = random_floats(rows * in, rng), w = random_floats(out * in, rng);
-        std::vector<float> ref(rows * out), fast(rows * out, kNaN), port(rows * out, kNaN);
+        std::vector<float> ref(rows * out), port(rows * out, kNaN), first;
         gemm_f32_reference(x.data(), rows, in, w.data(), out, ref.data());
-        gemm_f32(CpuExec::serial(), x.data(), rows, in, w.data(), out, fast.data());
+        for (const CpuExec& ex : vector_execs()) {
+          std::vector<float> fast(rows * out, kNaN);
+          gemm_f32(ex, x.data(), rows, in, w.data(), out, fast.data());
+          expect_close(fast, ref, x, w.data(), rows, in, out, ("gemm_f32 " + isa_of(ex)).c_str());
+          if (first.empty()) first = fast;
+          ASSERT_EQ(0, std::memcmp(first.data(), fast.data(), fast.size() * sizeof(float)))
+              << "gemm_f32 " << isa_of(ex) << " differs from avx2: rows=" << rows << " in=" << in << " out=" << out;
+        }
         gemm_f32_portable(x.data(), rows, in, w.data(), out, port.data());
-        expect_close(fast, ref, x, w.data(), rows, in, out, "gemm_f32");
         expect_close(port, ref, x, w.data(), rows, in, out, "gemm_f32_portable");
       }
 }
@@ -91,11 +116,17 @@ TEST(Gemm, Bf16WeightsMatchReferenceAtBoundarySizes) {
       for (int64_t out : kOut) {
         const std::vector<float> x = random_floats(rows * in, rng);
         const std::vector<uint16_t> w = to_bf16(random_floats(out * in, rng));
-        std::vector<float> ref(rows * out), fast(rows * out, kNaN), port(rows * out, kNaN);
+        std::vector<float> ref(rows * out), port(rows * out, kNaN), first;
         gemm_bf16w_reference(x.data(), rows, in, w.data(), out, ref.data());
-        gemm_bf16w(CpuExec::serial(), x.data(), rows, in, w.data(), out, fast.data());
+        for (const CpuExec& ex : vector_execs()) {
+          std::vector<float> fast(rows * out, kNaN);
+          gemm_bf16w(ex, x.data(), rows, in, w.data(), out, fast.data());
+          expect_close(fast, ref, x, w.data(), rows, in, out, ("gemm_bf16w " + isa_of(ex)).c_str());
+          if (first.empty()) first = fast;
+          ASSERT_EQ(0, std::memcmp(first.data(), fast.data(), fast.size() * sizeof(float)))
+              << "gemm_bf16w " << isa_of(ex) << " differs from avx2: rows=" << rows << " in=" << in << " out=" << out;
+        }
         gemm_bf16w_portable(x.data(), rows, in, w.data(), out, port.data());
-        expect_close(fast, ref, x, w.data(), rows, in, out, "gemm_bf16w");
         expect_close(port, ref, x, w.data(), rows, in, out, "gemm_bf16w_portable");
       }
 }
@@ -107,10 +138,12 @@ TEST(Gemm, Bf16WeightsEqualF32OfWidenedWeightsBitForBit) {
   const std::vector<uint16_t> wb = to_bf16(random_floats(out * in, rng));
   std::vector<float> wf(wb.size());
   for (size_t i = 0; i < wb.size(); ++i) wf[i] = bf16_to_f32(wb[i]);
-  std::vector<float> a(rows * out), b(rows * out);
-  gemm_bf16w(CpuExec::serial(), x.data(), rows, in, wb.data(), out, a.data());
-  gemm_f32(CpuExec::serial(), x.data(), rows, in, wf.data(), out, b.data());
-  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  for (const CpuExec& ex : vector_execs()) {
+    std::vector<float> a(rows * out), b(rows * out);
+    gemm_bf16w(ex, x.data(), rows, in, wb.data(), out, a.data());
+    gemm_f32(ex, x.data(), rows, in, wf.data(), out, b.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << isa_of(ex);
+  }
 }
 
 TEST(Gemm, NanAndInfPropagate) {
@@ -122,9 +155,10 @@ TEST(Gemm, NanAndInfPropagate) {
     w[4 * in + 0] = kNaN;       // output 4, first element
     x[3 * in + 1] = kInf;       // row 3 meets a zero weight in output 6 → Inf·0 = NaN
     w[6 * in + 1] = 0.0f;
-    for (int path = 0; path < 2; ++path) {
+    const std::vector<CpuExec> execs = vector_execs();
+    for (size_t path = 0; path <= execs.size(); ++path) {
       std::vector<float> y(rows * out);
-      if (path == 0) gemm_f32(CpuExec::serial(), x.data(), rows, in, w.data(), out, y.data());
+      if (path < execs.size()) gemm_f32(execs[path], x.data(), rows, in, w.data(), out, y.data());
       else gemm_f32_portable(x.data(), rows, in, w.data(), out, y.data());
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t o = 0; o < out; ++o) {
@@ -158,27 +192,74 @@ TEST(Gemm, SameBitsForAnyThreadCountAndRowGrouping) {
     const std::vector<float> x = random_floats(s.rows * s.in, rng), w = random_floats(s.out * s.in, rng);
     const std::vector<uint16_t> wb = to_bf16(w);
     std::vector<std::vector<float>> results;
-    for (int threads : {1, 2, 3}) {
-      ThreadPool pool(threads);
-      CpuExec ex = CpuExec::serial();
-      ex.pool = &pool;
-      std::vector<float> y(s.rows * s.out), yb(s.rows * s.out);
-      gemm_f32(ex, x.data(), s.rows, s.in, w.data(), s.out, y.data());
-      gemm_bf16w(ex, x.data(), s.rows, s.in, wb.data(), s.out, yb.data());
-      results.push_back(y);
-      results.push_back(yb);
-    }
+    for (int threads : {1, 2, 3})
+      for (CpuExec ex : vector_execs()) {
+        ThreadPool pool(threads);
+        ex.pool = &pool;
+        std::vector<float> y(s.rows * s.out), yb(s.rows * s.out);
+        gemm_f32(ex, x.data(), s.rows, s.in, w.data(), s.out, y.data());
+        gemm_bf16w(ex, x.data(), s.rows, s.in, wb.data(), s.out, yb.data());
+        results.push_back(y);
+        results.push_back(yb);
+      }
     for (size_t k = 2; k < results.size(); ++k)
       EXPECT_EQ(0, std::memcmp(results[k].data(), results[k % 2].data(), results[k].size() * sizeof(float)))
           << "rows=" << s.rows << " in=" << s.in << " out=" << s.out << " result " << k;
     // One row at a time (decode) gives the bits of the whole batch (prefill).
     std::vector<float> row(s.out);
-    for (int64_t r = 0; r < s.rows; ++r) {
-      gemm_f32(CpuExec::serial(), x.data() + r * s.in, 1, s.in, w.data(), s.out, row.data());
-      ASSERT_EQ(0, std::memcmp(row.data(), results[0].data() + r * s.out, s.out * sizeof(float)))
-          << "rows=" << s.rows << " in=" << s.in << " out=" << s.out << " row " << r;
+    for (const CpuExec& ex : vector_execs())
+      for (int64_t r = 0; r < s.rows; ++r) {
+        gemm_f32(ex, x.data() + r * s.in, 1, s.in, w.data(), s.out, row.data());
+        ASSERT_EQ(0, std::memcmp(row.data(), results[0].data() + r * s.out, s.out * sizeof(float)))
+            << isa_of(ex) << " rows=" << s.rows << " in=" << s.in << " out=" << s.out << " row " << r;
+      }
+  }
+}
+
+// Batch invariance of a decode step: for every batch size 1..17 (each tile height and remainder
+// of both ISAs), every row of the product equals that row computed alone, bit for bit, on every
+// ISA, for f32 and bf16 weights, at the small model's shapes and ragged ones.
+TEST(Gemm, EachRowOfASmallBatchEqualsTheRowAloneOnEveryIsa) {
+  struct Shape { int64_t in, out; };
+  const Shape shapes[] = {{256, 512}, {96, 256}, {256, 8}, {129, 37}, {7, 23}};
+  std::mt19937 rng(2024);
+  for (const Shape& s : shapes) {
+    const std::vector<float> w = random_floats(s.out * s.in, rng);
+    const std::vector<uint16_t> wb = to_bf16(w);
+    const std::vector<float> x = random_floats(17 * s.in, rng);
+    for (const CpuExec& ex : vector_execs()) {
+      std::vector<float> alone(17 * s.out), alone_b(17 * s.out);
+      for (int64_t r = 0; r < 17; ++r) {
+        gemm_f32(ex, x.data() + r * s.in, 1, s.in, w.data(), s.out, alone.data() + r * s.out);
+        gemm_bf16w(ex, x.data() + r * s.in, 1, s.in, wb.data(), s.out, alone_b.data() + r * s.out);
+      }
+      for (int64_t m = 2; m <= 17; ++m) {
+        std::vector<float> y(m * s.out), yb(m * s.out);
+        gemm_f32(ex, x.data(), m, s.in, w.data(), s.out, y.data());
+        gemm_bf16w(ex, x.data(), m, s.in, wb.data(), s.out, yb.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)))
+            << isa_of(ex) << " f32 m=" << m << " in=" << s.in << " out=" << s.out;
+        ASSERT_EQ(0, std::memcmp(yb.data(), alone_b.data(), yb.size() * sizeof(float)))
+            << isa_of(ex) << " bf16 m=" << m << " in=" << s.in << " out=" << s.out;
+      }
     }
   }
+}
+
+TEST(Gemm, IsaNamesRoundTripAndTheCapIsHonoured) {
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    CpuIsa back = CpuIsa::kPortable;
+    ASSERT_TRUE(parse_cpu_isa(cpu_isa_name(isa), &back));
+    EXPECT_EQ(back, isa);
+    CpuExec ex;
+    ex.isa = isa;
+    EXPECT_EQ(ex.gemm_isa(), std::min(isa, cpu_best_isa()));
+  }
+  CpuIsa isa = CpuIsa::kPortable;
+  EXPECT_TRUE(parse_cpu_isa("auto", &isa));
+  EXPECT_EQ(isa, CpuIsa::kAvx512);
+  EXPECT_FALSE(parse_cpu_isa("avx1024", &isa));
+  EXPECT_FALSE(parse_cpu_isa("", &isa));
 }
 
 }  // namespace

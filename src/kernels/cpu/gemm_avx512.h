@@ -1,0 +1,15 @@
+// Internal seam between gemm.cpp (blocking, threading, dispatch) and gemm_avx512.cpp (the only
+// file built with -mavx512*). Call these only when cpu_best_isa() is kAvx512. Same contract and
+// same bits as the AVX2 blocks (gemm_avx2.h): y[r, o] for r in [r0, r1), o in [o0, o1).
+#pragma once
+
+#include <cstdint>
+
+namespace dsv41 {
+
+void gemm_f32_avx512_block(const float* x, int64_t r0, int64_t r1, int64_t in, const float* w, int64_t o0,
+                           int64_t o1, int64_t out, float* y);
+void gemm_bf16w_avx512_block(const float* x, int64_t r0, int64_t r1, int64_t in, const uint16_t* w, int64_t o0,
+                             int64_t o1, int64_t out, float* y);
+
+}  // namespace dsv41

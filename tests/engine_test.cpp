@@ -195,7 +195,6 @@ TEST(Engine, ForkSharesFullPagesAndForksContinueIndependently) {
 // Uninterrupted: prompt, then `keep`; interrupted: prompt, then `drafts` (one segment or one by
 // one), rolled back to `keep` of them, then `after`. Logits of `after` must be the same bits.
 void expect_rollback_exact(int prompt_len, int accepted, int drafted, bool one_segment) {
-  const int V = 89;
   const auto prompt = random_tokens(prompt_len, 50 + prompt_len);
   const auto drafts = random_tokens(drafted, 60 + drafted);
   const auto after = random_tokens(4, 70);

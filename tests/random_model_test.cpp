@@ -139,7 +139,9 @@ TEST(RandomModel, ThreadCountDoesNotChangeTheBits) {
     auto model = Model::create_random(c, 12, options);
     EXPECT_TRUE(model.ok()) << model.status().to_string();
     if (!model.ok()) return std::vector<float>{};
-    if (threads > 0) EXPECT_EQ((*model)->exec().threads(), threads);
+    if (threads > 0) {
+      EXPECT_EQ((*model)->exec().threads(), threads);
+    }
     std::vector<float> logits;
     auto s = Session::create(**model, ids.size() + 1);
     EXPECT_TRUE((*s)->prefill(ids, 0, &logits).ok());

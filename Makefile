@@ -9,7 +9,7 @@ CMAKE_GEN := -G Ninja
 LAUNCHER   = $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache,)
 CONFIGURE  = cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) >/dev/null
 
-.PHONY: all deps configure build test test-asan run run-random bench fuzz fuzz-build clean
+.PHONY: all deps configure build test test-asan run run-random serve bench fuzz fuzz-build clean
 
 all: build
 
@@ -26,6 +26,7 @@ build: configure
 # tests skip, and the install script never fails the build.
 test: build
 	@scripts/install-tokenizer-oracle.sh $(CURDIR)/build/oracle
+	@scripts/install-server-client.sh $(CURDIR)/$(BUILD)/server-client
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan: deps
@@ -51,6 +52,12 @@ run-random: configure
 	  $(BUILD)/dsv41 init-random --config models/tiny-random/config.json --out $(RANDOM_MODEL) --force
 	@echo "=== RANDOM WEIGHTS: $(RANDOM_MODEL) (seed 0) -- the output text is meaningless by design ==="
 	@$(BUILD)/dsv41 run -m $(RANDOM_MODEL) -p "The small model reads a line of text and" -n 32
+
+# The OpenAI-compatible server on the default model (docs/SERVER.md); extra flags in SERVE_ARGS,
+# e.g. make serve SERVE_ARGS="--port 9000 --api-key secret".
+serve: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target dsv41
+	@$(BUILD)/dsv41 serve -m models/dsv41-mini $(SERVE_ARGS)
 
 bench: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target dsv41_bench

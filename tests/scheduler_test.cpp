@@ -133,5 +133,51 @@ TEST(Scheduler, BadRequestsFailAloneAndLengthsAreHonoured) {
   EXPECT_FALSE(Scheduler::create(*engine, bad).ok());
 }
 
+// cancel() frees the sequence and its pages at once, keeps what was sampled, and leaves the
+// other requests' tokens exactly as without the cancelled one.
+TEST(Scheduler, CancelFreesTheSequenceAndLeavesOthersUnchanged) {
+  auto engine = make_engine();
+  SchedulerOptions o;
+  o.parallel = 2;
+  o.max_context = 64;
+  o.eos_token_id = -1;
+  auto s = Scheduler::create(*engine, o);
+  ASSERT_TRUE(s.ok());
+  GenerationRequest keep{testing::test_tokens(9, 1), 12, {}, true};
+  GenerationRequest victim{testing::test_tokens(7, 2), 30, {0.8f, 0.9f, 5}, true};
+  GenerationRequest queued{testing::test_tokens(5, 3), 3, {}, true};
+  const int64_t tk = (*s)->submit(keep), tv = (*s)->submit(victim), tq = (*s)->submit(queued);
+  std::vector<std::pair<int64_t, int32_t>> seen;
+  (*s)->on_token([&](int64_t t, int32_t id, std::span<const float> logits) {
+    EXPECT_EQ(logits.size(), 89u);
+    seen.emplace_back(t, id);
+  });
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*s)->step());
+  EXPECT_EQ(engine->pool_stats().sequences, 2);
+  EXPECT_TRUE((*s)->cancel(tq));  // still queued
+  EXPECT_TRUE((*s)->cancel(tv));
+  EXPECT_FALSE((*s)->cancel(tv)) << "already finished";
+  EXPECT_FALSE((*s)->cancel(999));
+  EXPECT_EQ(engine->pool_stats().sequences, 1);
+  auto v = (*s)->take(tv);
+  ASSERT_TRUE(v && v->status.ok());
+  EXPECT_EQ(v->finish, FinishReason::kCancelled);
+  EXPECT_FALSE(v->ids.empty());
+  EXPECT_EQ((*s)->take(tq)->finish, FinishReason::kCancelled);
+  (*s)->run_to_completion();
+  EXPECT_EQ(engine->pool_stats().sequences, 0);
+  EXPECT_EQ(engine->pool_stats().main_bytes, 0);
+  auto k = (*s)->take(tk);
+  // The same request alone.
+  auto e2 = make_engine();
+  auto s2 = Scheduler::create(*e2, o);
+  const int64_t t2 = (*s2)->submit(keep);
+  (*s2)->run_to_completion();
+  EXPECT_EQ(k->ids, (*s2)->take(t2)->ids);
+  int64_t victim_tokens = 0;
+  for (auto& [t, id] : seen) victim_tokens += t == tv;
+  EXPECT_EQ(victim_tokens, static_cast<int64_t>(v->ids.size()));
+}
+
 }  // namespace
 }  // namespace dsv41

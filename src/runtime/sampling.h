@@ -7,12 +7,18 @@
 //   otherwise p = softmax(logits / temperature) in double; candidates sorted by (p desc, id asc);
 //   top-p keeps the shortest prefix whose mass reaches top_p (at least one token); the kept
 //   probabilities are renormalised and one uniform u ∈ [0, 1) picks by cumulative mass.
+// Optional filters (the server's top_k, min_p, logit_bias; off by default, and then the rules
+// above are exactly what runs): logit_bias is added to the logits first (greedy included);
+// top_k > 0 keeps the k most likely candidates before top-p, whose threshold is then top_p of
+// their mass; min_p > 0 then drops candidates with p < min_p · p_max.
 // RNG: xoshiro256** (Blackman & Vigna) seeded by four splitmix64 outputs of `seed`; u is the
 // top 53 bits of one draw × 2^-53. One draw per sampled token, none for greedy.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "base/rng.h"
 #include "base/status.h"
@@ -23,6 +29,9 @@ struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy
   float top_p = 1.0f;        // (0, 1]
   uint64_t seed = 0;
+  int32_t top_k = 0;   // 0 = off
+  float min_p = 0.0f;  // [0, 1]; 0 = off
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
 };
 
 
@@ -39,6 +48,7 @@ class Sampler {
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
   SamplingParams params_;
   Xoshiro256 rng_;
+  std::vector<float> biased_;  // logits + logit_bias
 };
 
 // Largest logit, ties to the lowest id; NaN entries are skipped (−1 if all are NaN or empty).

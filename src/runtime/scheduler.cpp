@@ -14,6 +14,8 @@ const char* finish_reason_name(FinishReason reason) {
       return "length";
     case FinishReason::kError:
       return "error";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "error";
 }
@@ -51,6 +53,25 @@ void Scheduler::finish(Active& a, FinishReason reason, Status status) {
   results_[a.ticket] = std::move(a.result);
 }
 
+bool Scheduler::cancel(int64_t ticket, FinishReason reason) {
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (it->first != ticket) continue;
+    GenerationResult r;
+    r.finish = reason;
+    r.prompt_tokens = static_cast<int64_t>(it->second.prompt.size());
+    results_[ticket] = std::move(r);
+    queue_.erase(it);
+    return true;
+  }
+  for (auto it = active_.begin(); it != active_.end(); ++it) {
+    if ((*it)->ticket != ticket) continue;
+    finish(**it, reason);
+    active_.erase(it);
+    return true;
+  }
+  return false;
+}
+
 void Scheduler::admit() {
   while (static_cast<int>(active_.size()) < options_.parallel && !queue_.empty()) {
     auto a = std::make_unique<Active>();
@@ -67,6 +88,10 @@ void Scheduler::admit() {
       if (r.prompt[i] < 0 || r.prompt[i] >= V)
         st = invalid_argument("token id " + std::to_string(r.prompt[i]) + " at position " + std::to_string(i) +
                               " outside the vocabulary (0.." + std::to_string(V - 1) + ")");
+    for (const auto& [id, bias] : r.sampling.logit_bias)
+      if (st.ok() && id >= V)
+        st = invalid_argument("logit_bias: token id " + std::to_string(id) + " outside the vocabulary (0.." +
+                              std::to_string(V - 1) + ")");
     const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
     if (st.ok() && need > options_.max_context)
       st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
@@ -106,7 +131,7 @@ void Scheduler::admit() {
 
 void Scheduler::take_token(Active& a, const float* logits) {
   const int32_t token = a.sampler->sample(std::span<const float>(logits, engine_.config().vocab_size));
-  if (on_token_) on_token_(a.ticket, token);
+  if (on_token_) on_token_(a.ticket, token, std::span<const float>(logits, engine_.config().vocab_size));
   if (token == options_.eos_token_id && !a.request.ignore_eos) {
     finish(a, FinishReason::kStop);
     return;

@@ -1,0 +1,171 @@
+// POST /v1/chat/completions (OpenAI chat completions API; docs/SERVER.md): render the messages
+// in the V4.1 chat format (chat/render.h), generate, and parse the output back into reasoning,
+// content and tool calls, as one JSON body or as SSE chunks.
+#include <ctime>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/markers.h"
+#include "chat/render.h"
+#include "server/api_server.h"
+#include "server/sse.h"
+#include "server/stream_writer.h"
+
+namespace dsv41::server {
+namespace {
+
+using chat::Json;
+
+class ChatFormat final : public StreamFormat {
+ public:
+  ChatFormat(ResponseMeta meta, int choices, bool logprobs, bool include_usage, const Tokenizer& tok)
+      : meta_(std::move(meta)), choices_(choices), logprobs_(logprobs), include_usage_(include_usage), tok_(tok) {}
+
+  std::vector<std::string> opening() override {
+    std::vector<std::string> out;
+    for (int i = 0; i < choices_; ++i) out.push_back(event(chat_chunk_json(meta_, i, Json{{"role", "assistant"}, {"content", ""}}, Json(), "")));
+    return out;
+  }
+  std::vector<std::string> delta(int choice, const ChoiceDelta& d) override {
+    Json delta = chat_delta_json(d);
+    if (delta.empty() && !(logprobs_ && !d.tokens.empty())) return {};
+    return {event(chat_chunk_json(meta_, choice, std::move(delta), logprobs_ ? chat_logprobs_json(d.tokens, tok_) : Json(), ""))};
+  }
+  std::string finished(int choice, const ChoiceOutput& o) override {
+    return event(chat_chunk_json(meta_, choice, Json::object(), Json(), o.finish_reason));
+  }
+  std::string usage(const Usage& u) override {
+    Json j = chat_chunk_json(meta_, 0, Json::object(), Json(), "");
+    j["choices"] = Json::array();
+    j["usage"] = usage_json(u);
+    return sse_data(dump(j));
+  }
+
+ private:
+  // With include_usage, OpenAI puts "usage": null on every chunk but the last.
+  std::string event(Json j) {
+    if (include_usage_) j["usage"] = nullptr;
+    return sse_data(dump(j));
+  }
+  ResponseMeta meta_;
+  int choices_;
+  bool logprobs_, include_usage_;
+  const Tokenizer& tok_;
+};
+
+}  // namespace
+
+std::shared_ptr<Channel> ApiServer::submit(const httplib::Request& req, httplib::Response& res,
+                                           const GenerationFields& gen, const std::vector<int32_t>& prompt,
+                                           const char* prompt_param) {
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const int64_t ctx = options_.context;
+  if (n_prompt >= ctx || (gen.max_tokens > 0 && n_prompt + gen.max_tokens > ctx)) {
+    std::string msg = "This model's maximum context length is " + std::to_string(ctx) + " tokens. However, you requested " +
+                      std::to_string(n_prompt + std::max<int64_t>(gen.max_tokens, 1)) + " tokens (" +
+                      std::to_string(n_prompt) + " in the prompt, " +
+                      (gen.max_tokens > 0 ? std::to_string(gen.max_tokens) : std::string("at least 1")) +
+                      " for the completion). Please reduce the length of the prompt or max_tokens.";
+    reply_error(req, res, bad_field(n_prompt >= ctx ? prompt_param : "max_tokens", msg, "context_length_exceeded"));
+    return nullptr;
+  }
+  std::vector<Job> jobs(static_cast<size_t>(gen.n));
+  std::random_device rd;
+  for (int i = 0; i < gen.n; ++i) {
+    Job& j = jobs[static_cast<size_t>(i)];
+    j.request.prompt = prompt;
+    j.request.max_tokens = gen.max_tokens > 0 ? gen.max_tokens : ctx - n_prompt;
+    j.request.sampling = gen.sampling;
+    j.request.depth = options_.depth;
+    // Choice i of a seeded request uses seed + i: the same request gives the same choices.
+    j.request.sampling.seed = gen.seeded ? gen.sampling.seed + static_cast<uint64_t>(i)
+                                         : (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    j.top_logprobs = gen.top_logprobs;
+  }
+  auto channel = loop_->submit(std::move(jobs));
+  if (!channel.ok()) {
+    if (channel.status().kind() == ErrorKind::kOutOfRange) reply_error(req, res, queue_full(channel.status().message()));
+    else reply_error(req, res, ApiError{503, channel.status().message(), "server_error", "", "shutting_down"});
+    return nullptr;
+  }
+  return *channel;
+}
+
+void ApiServer::chat_completions(const httplib::Request& req, httplib::Response& res) {
+  if (!ready(req, res)) return;
+  Json body;
+  if (!body_json(req, res, &body)) return;
+  auto parsed = parse_chat_request(body, options_.parse);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(req, res, *e);
+  ChatRequest& c = std::get<ChatRequest>(parsed);
+  if (c.gen.model != options_.model_name)
+    return reply_error(req, res, ApiError{404, "The model '" + c.gen.model + "' does not exist (this server serves '" +
+                                                   options_.model_name + "').",
+                                          "invalid_request_error", "model", "model_not_found"});
+  const bool thinking = c.render.thinking_mode == chat::ThinkingMode::kThinking;
+  // tool_choice: required / named force the opening of a calls block after the prompt, so the
+  // model can only call (that) tool; none ends the output where a calls block would start.
+  std::string forced;
+  std::vector<std::string> stops = c.gen.stop;
+  if (c.tool_choice == ToolChoice::kRequired || c.tool_choice == ToolChoice::kNamed) {
+    if (thinking)
+      return reply_error(req, res, bad_field("tool_choice", "tool_choice '" +
+                                                                std::string(c.tool_choice == ToolChoice::kNamed ? "function" : "required") +
+                                                                "' with thinking enabled is not supported yet (disable thinking, or use auto)",
+                                             "unsupported_value"));
+    forced = std::string(chat::kCallsStart) + ">\n" + std::string(chat::kInvokeOpen) + " name=\"";
+    if (c.tool_choice == ToolChoice::kNamed) forced += c.tool_name + "\">\n";
+  } else if (c.tool_choice == ToolChoice::kNone && c.has_tools) {
+    stops.emplace_back(chat::kCallsStart);
+  }
+  auto rendered = chat::render_prompt(c.render);
+  if (!rendered.ok()) {
+    const std::string& m = rendered.status().message();
+    return reply_error(req, res, from_status(rendered.status(), m.rfind("messages[", 0) == 0 ? m.substr(0, m.find(':')) : "messages"));
+  }
+  if (!rendered->images.empty())
+    return reply_error(req, res, bad_field("messages", "image inputs are not supported by this server yet", "unsupported_value"));
+  auto ids = tokenizer_->encode(rendered->prompt);
+  if (!ids.ok()) return reply_error(req, res, from_status(ids.status(), "messages"));
+  std::vector<int32_t> prompt(ids->begin(), ids->end());
+  if (!forced.empty()) {
+    auto f = tokenizer_->encode(forced);
+    if (!f.ok()) return reply_error(req, res, internal(f.status().to_string()));
+    prompt.insert(prompt.end(), f->begin(), f->end());
+  }
+  auto channel = submit(req, res, c.gen, prompt, "messages");
+  if (!channel) return;
+
+  std::vector<std::unique_ptr<ChoiceStream>> streams;
+  for (int i = 0; i < c.gen.n; ++i) {
+    ChoiceOptions co;
+    co.chat = true;
+    co.mode = c.render.thinking_mode;
+    co.stops = stops;
+    co.forced_prefix = forced;
+    co.parallel_tool_calls = c.parallel_tool_calls;
+    co.eos_token_id = static_cast<int32_t>(config_->eos_token_id);
+    streams.push_back(std::make_unique<ChoiceStream>(*tokenizer_, co, [] { return random_id("call_"); }));
+  }
+  auto driver = std::make_unique<GenerationDriver>(*loop_, channel, std::move(streams));
+  ResponseMeta meta{random_id("chatcmpl-"), static_cast<int64_t>(std::time(nullptr)), options_.model_name, thinking};
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const bool logprobs = c.gen.top_logprobs >= 0;
+  if (c.gen.stream) {
+    metrics_.count_request("/v1/chat/completions", 200);
+    start_stream(res, std::move(driver),
+                 std::make_unique<ChatFormat>(meta, c.gen.n, logprobs, c.gen.include_usage, *tokenizer_),
+                 StreamSettings{n_prompt, c.gen.include_usage, options_.ping_interval});
+    return;
+  }
+  if (!wait_for_all(*driver)) {
+    metrics_.count_request("/v1/chat/completions", 499);  // client closed the connection
+    return;
+  }
+  if (!driver->error().ok()) return reply_error(req, res, from_status(driver->error()));
+  const Usage usage{n_prompt, driver->completion_tokens(), 0};
+  reply(req, res, 200, dump(chat_completion_json(meta, driver->outputs(), logprobs, *tokenizer_, usage)));
+}
+
+}  // namespace dsv41::server

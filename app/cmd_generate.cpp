@@ -31,6 +31,7 @@
 
 #include "app/command.h"
 #include "app/load_options.h"
+#include "app/open_cache.h"
 #include "format/record_layout.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
@@ -109,38 +110,6 @@ Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos,
   r.sampling.top_p = static_cast<float>(top_p);
   r.sampling.seed = static_cast<uint64_t>(seed);
   return ok_status();
-}
-
-// The SSD store of this model, record format and chunk size under `cache_dir`, or null (the
-// reason logged) when it cannot be opened: the run then goes on without a cache.
-std::unique_ptr<SsdStore> open_cache(const std::string& cache_dir, const std::string& model_dir, int64_t chunk,
-                                     StoreIdentity& identity) {
-  auto log = [](const std::string& m) { std::fprintf(stderr, "dsv41 generate: cache: %s\n", m.c_str()); };
-  auto give_up = [&](const Status& st) -> std::unique_ptr<SsdStore> {
-    log("running without the cache: " + st.to_string());
-    return nullptr;
-  };
-  std::error_code ec;
-  std::filesystem::create_directories(cache_dir, ec);
-  if (ec) return give_up(io_error(cache_dir + ": cannot create: " + ec.message()));
-  auto fp = model_fingerprint(model_dir, cache_dir + "/" + kFingerprintMemoName);
-  if (!fp.ok()) return give_up(fp.status());
-  auto tok = sha256_file(model_dir + "/tokenizer.json");
-  if (!tok.ok()) return give_up(tok.status());
-  identity.model_fingerprint = fp->fingerprint;
-  identity.record_format = kRecordFormatVersion;
-  identity.chunk_tokens = static_cast<uint32_t>(chunk);
-  identity.tokenizer = *tok;
-  // One store per identity, side by side: switching models or chunk sizes never meets a refusal.
-  const std::string dir = cache_dir + "/" + digest_hex(root_key(identity)).substr(0, 16);
-  SsdStoreOptions so;
-  so.identity = identity;
-  auto store = SsdStore::open(dir, so);
-  if (!store.ok()) return give_up(store.status());
-  const StoreStats st = (*store)->stats();
-  log(dir + ": " + std::to_string(st.chunks) + " chunks of " + std::to_string(chunk) + " tokens" +
-      (st.ignored_segments ? ", " + std::to_string(st.ignored_segments) + " segments ignored" : std::string()));
-  return std::move(*store);
 }
 
 // One request through serve_turn, then decoded alone (the scheduler's rules: EOS ends it unless
@@ -297,7 +266,7 @@ int generate_main(int argc, char** argv) {
     while ((*scheduler)->step()) ++steps;
   } else {
     ServeTurnTiers tiers;
-    std::unique_ptr<SsdStore> store = open_cache(cache_dir, dir, cache_chunk, tiers.identity);
+    std::unique_ptr<SsdStore> store = open_cache(cache_dir, dir, cache_chunk, tiers.identity, "generate");
     DramPool dram;
     tiers.ssd = store.get();
     tiers.dram = &dram;

@@ -20,6 +20,7 @@
 
 #include "app/command.h"
 #include "app/load_options.h"
+#include "app/open_cache.h"
 #include "app/option_checks.h"
 #include "backends/cpu/cpu_backend.h"
 #include "format/tokenizer.h"
@@ -27,17 +28,20 @@
 #include "plan/replay_rule.h"
 #include "server/api_server.h"
 #include "server/engine_loop.h"
+#include "store/dram_pool.h"
 
 namespace dsv41::app {
 namespace {
 
 int serve_main(int argc, char** argv) {
   CLI::App cli{"OpenAI-compatible HTTP server (docs/SERVER.md)", "dsv41 serve"};
-  std::string dir, depth_name = "full", thinking = "on";
+  std::string dir, depth_name = "full", thinking = "off";
   server::ServerOptions so;
   int parallel = 8, threads = 0;
   int64_t ctx = 4096, prefill_chunk = 512, max_queue = 64, max_body_mb = 8, shutdown_timeout = 10;
-  bool quiet = false;
+  bool quiet = false, cache_sync = false;
+  std::string cache_dir;
+  int64_t cache_chunk = 256;
   cli.add_option("-m,--model", dir, "model directory (config.json, safetensors, tokenizer.json)")->required();
   cli.add_option("--host", so.host, "address to listen on (default 127.0.0.1: this machine only)");
   cli.add_option("--port", so.port, "TCP port (0 = any free port, printed at start)")->check(in_range(0, 65535));
@@ -57,6 +61,10 @@ int serve_main(int argc, char** argv) {
   cli.add_option("--shutdown-timeout", shutdown_timeout, "seconds in-flight requests get to finish on SIGTERM")
       ->check(in_range<int64_t>(0, 3600));
   cli.add_option("--threads", threads, "CPU threads for the model (0 = all cores)")->check(in_range(0, 1024));
+  cli.add_option("--cache-dir", cache_dir, "prefix cache: serve prompts through the SSD store and DRAM pool (docs/STORE.md)");
+  cli.add_option("--cache-chunk", cache_chunk, "tokens per cached chunk (even; a store per chunk size)")
+      ->check(in_range<int64_t>(2, 65536));
+  cli.add_flag("--cache-sync", cache_sync, "with --cache-dir: a turn's new chunks are synced before it decodes");
   cli.add_flag("--quiet", quiet, "no access log on stderr");
   so.http_threads = 0;
   try {
@@ -70,6 +78,8 @@ int serve_main(int argc, char** argv) {
   };
   auto depth = parse_prefill_depth(depth_name);
   if (!depth.ok()) return usage_error("--depth: " + depth.status().message());
+  if (cache_chunk % 2 != 0) return usage_error("--cache-chunk " + std::to_string(cache_chunk) + " must be even");
+  if (cache_sync && cache_dir.empty()) return usage_error("--cache-sync needs --cache-dir");
   for (const auto& k : so.api_keys)
     if (k.empty()) return usage_error("--api-key: empty keys are not allowed");
   if (!std::filesystem::is_directory(dir)) return usage_error("-m " + dir + ": not a directory");
@@ -81,6 +91,7 @@ int serve_main(int argc, char** argv) {
   so.context = ctx;
   so.depth = *depth;
   so.access_log = !quiet;
+  so.cache = !cache_dir.empty();
   so.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
   so.parse.default_thinking = thinking == "on";
   if (so.http_threads == 0) so.http_threads = static_cast<int>(std::min<int64_t>(parallel + max_queue + 16, 4096));
@@ -147,6 +158,18 @@ int serve_main(int argc, char** argv) {
   lo.scheduler.max_prefill_tokens = prefill_chunk;
   lo.scheduler.eos_token_id = config.eos_token_id;
   lo.max_queue = max_queue;
+  // The prefix-cache tiers: the SSD store (null when it cannot be opened: logged, served cold)
+  // and a DRAM pool of window snapshots.
+  ServeTurnTiers tiers;
+  std::unique_ptr<SsdStore> store;
+  DramPool dram;
+  if (!cache_dir.empty()) {
+    store = open_cache(cache_dir, dir, cache_chunk, tiers.identity, "serve");
+    tiers.ssd = store.get();
+    tiers.dram = &dram;
+    lo.tiers = &tiers;
+    lo.sync_store = cache_sync;
+  }
   auto loop = server::EngineLoop::start(**engine, lo, &api.metrics());
   if (!loop.ok()) return fail(loop.status());
   api.attach(*tok, **loop, config);
@@ -156,6 +179,11 @@ int serve_main(int argc, char** argv) {
   http.join();
   signals.join();
   loop->reset();
+  if (store) {
+    // The chunks are stored once their segment is synced; close() waits for that.
+    Status st = store->close();
+    if (!st.ok()) std::fprintf(stderr, "dsv41 serve: cache: %s\n", st.to_string().c_str());
+  }
   std::fprintf(stderr, "dsv41 serve: stopped\n");
   return 0;
 }

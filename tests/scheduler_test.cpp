@@ -1,6 +1,7 @@
 // Continuous batching (issue 9 item 7): a request's tokens do not depend on how many sequences run
 // together, on queue order or on its neighbours; bad requests fail alone.
 #include "runtime/scheduler.h"
+#include "runtime/serve_turn.h"
 
 #include <gtest/gtest.h>
 
@@ -177,6 +178,41 @@ TEST(Scheduler, CancelFreesTheSequenceAndLeavesOthersUnchanged) {
   int64_t victim_tokens = 0;
   for (auto& [t, id] : seen) victim_tokens += t == tv;
   EXPECT_EQ(victim_tokens, static_cast<int64_t>(v->ids.size()));
+}
+
+// A request prefilled elsewhere (serve_turn with no tiers: a cold prefill) and decoded by the
+// scheduler gives the ids of the same request submitted whole, alongside other requests.
+TEST(Scheduler, PrefilledRequestsDecodeLikeSubmittedOnes) {
+  SchedulerOptions o;
+  o.parallel = 3;
+  o.max_context = 64;
+  o.eos_token_id = 1;
+  GenerationRequest a{testing::test_tokens(13, 7), 9, {0.7f, 0.9f, 11}, true};
+  GenerationRequest b{testing::test_tokens(6, 8), 5, {}, false};
+  auto e1 = make_engine();
+  auto s1 = Scheduler::create(*e1, o);
+  const int64_t ta = (*s1)->submit(a), tb = (*s1)->submit(b);
+  (*s1)->run_to_completion();
+  auto e2 = make_engine();
+  auto s2 = Scheduler::create(*e2, o);
+  ServeTurnOptions so;
+  so.depth = PrefillDepth::kFull;
+  so.max_context = 64;
+  auto turn = serve_turn(*e2, ServeTurnTiers{}, a.prompt, so);
+  ASSERT_TRUE(turn.ok()) << turn.status().to_string();
+  const int64_t tb2 = (*s2)->submit(b);
+  const int64_t ta2 = (*s2)->submit_prefilled(a, turn->sequence, turn->last_logits, turn->effective, turn->record.work);
+  (*s2)->run_to_completion();
+  auto ra = (*s2)->take(ta2);
+  ASSERT_TRUE(ra && ra->status.ok()) << (ra ? ra->status.to_string() : "");
+  EXPECT_EQ(ra->ids, (*s1)->take(ta)->ids);
+  EXPECT_EQ((*s2)->take(tb2)->ids, (*s1)->take(tb)->ids);
+  EXPECT_EQ(e2->pool_stats().sequences, 0);
+  // Refused at once (bad logits): the sequence is removed, the error reported.
+  auto t2 = serve_turn(*e2, ServeTurnTiers{}, a.prompt, so);
+  const int64_t bad = (*s2)->submit_prefilled(a, t2->sequence, {1.0f}, t2->effective, {});
+  EXPECT_FALSE((*s2)->take(bad)->status.ok());
+  EXPECT_EQ(e2->pool_stats().sequences, 0);
 }
 
 }  // namespace

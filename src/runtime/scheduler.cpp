@@ -37,6 +37,39 @@ int64_t Scheduler::submit(GenerationRequest request) {
   return ticket;
 }
 
+int64_t Scheduler::submit_prefilled(GenerationRequest request, SequenceId sequence, std::vector<float> last_logits,
+                                    PrefillDepth effective, const TokenLayers& work) {
+  const int64_t ticket = next_ticket_++;
+  auto a = std::make_unique<Active>();
+  a->ticket = ticket;
+  a->request = std::move(request);
+  a->sequence = sequence;
+  a->prompt_done = static_cast<int64_t>(a->request.prompt.size());
+  a->result.prompt_tokens = a->prompt_done;
+  a->result.effective_depth = effective;
+  a->result.prefill_work = work;
+  Status st;
+  if (static_cast<int64_t>(last_logits.size()) != engine_.config().vocab_size)
+    st = invalid_argument("submit_prefilled: " + std::to_string(last_logits.size()) + " logits for a vocabulary of " +
+                          std::to_string(engine_.config().vocab_size));
+  if (st.ok() && a->request.max_tokens < 0) st = invalid_argument("max_tokens must be ≥ 0");
+  for (const auto& [id, bias] : a->request.sampling.logit_bias)
+    if (st.ok() && id >= engine_.config().vocab_size)
+      st = invalid_argument("logit_bias: token id " + std::to_string(id) + " outside the vocabulary");
+  if (st.ok()) {
+    auto sampler = Sampler::create(a->request.sampling);
+    if (sampler.ok()) a->sampler = std::move(*sampler);
+    else st = sampler.status();
+  }
+  if (!st.ok() || a->request.max_tokens == 0) {
+    finish(*a, FinishReason::kLength, st);
+    return ticket;
+  }
+  a->first_logits = std::move(last_logits);
+  active_.push_back(std::move(a));
+  return ticket;
+}
+
 std::optional<GenerationResult> Scheduler::take(int64_t ticket) {
   auto it = results_.find(ticket);
   if (it == results_.end()) return std::nullopt;
@@ -146,7 +179,17 @@ void Scheduler::take_token(Active& a, const float* logits) {
 
 bool Scheduler::step() {
   admit();
-  if (active_.empty()) return false;
+  // Requests that arrived prefilled sample their first token now (it is fed below).
+  bool sampled = false;
+  for (auto& ap : active_) {
+    if (ap->first_logits.empty()) continue;
+    std::vector<float> logits = std::move(ap->first_logits);
+    ap->first_logits.clear();
+    take_token(*ap, logits.data());
+    sampled = true;
+  }
+  std::erase_if(active_, [](const std::unique_ptr<Active>& a) { return a->sequence < 0; });
+  if (active_.empty()) return sampled;
   segments_.clear();
   owners_.clear();
   last_ = StepStats{};

@@ -71,6 +71,13 @@ class Scheduler {
 
   // Queues a request; returns its ticket (in submission order, from 0).
   int64_t submit(GenerationRequest request);
+  // A request whose prompt is already in `sequence` (served through the cache tiers, e.g.
+  // runtime/serve_turn.h), to be decoded from `last_logits` (the prompt's last position): it
+  // takes a slot at once, beyond `parallel` if need be (the caller keeps count), and samples its
+  // first token at the next step. The scheduler owns the sequence from here (removed when the
+  // request finishes, or at once when the request is refused).
+  int64_t submit_prefilled(GenerationRequest request, SequenceId sequence, std::vector<float> last_logits,
+                           PrefillDepth effective, const TokenLayers& work);
   // Called for every generated token as it is sampled (ticket, token id, the raw logits the
   // token was sampled from, valid only during the call); EOS included. The callback must not
   // call cancel() or submit() (queue those for after step()).
@@ -104,6 +111,7 @@ class Scheduler {
     PrefillPlan plan;            // the prompt's steps at its depth
     size_t step = 0;             // the plan step the next prefill chunk belongs to
     int32_t next_token = -1;     // sampled, not yet fed (−1: none)
+    std::vector<float> first_logits;  // submit_prefilled: to sample the first token from
     GenerationResult result;
   };
   Scheduler(Engine& engine, const SchedulerOptions& options) : engine_(engine), options_(options) {}

@@ -38,6 +38,7 @@ struct ServerOptions {
   std::chrono::milliseconds ping_interval{2000};  // SSE comment while a stream waits
   PrefillDepth depth = PrefillDepth::kFull;       // every request's prefill depth
   bool access_log = false;                         // one stderr line per request
+  bool cache = false;  // prompts go through the prefix-cache tiers (--cache-dir): telemetry available
 };
 
 class ApiServer {

@@ -19,8 +19,9 @@ using chat::Json;
 
 class ChatFormat final : public StreamFormat {
  public:
-  ChatFormat(ResponseMeta meta, int choices, bool logprobs, bool include_usage, const Tokenizer& tok)
-      : meta_(std::move(meta)), choices_(choices), logprobs_(logprobs), include_usage_(include_usage), tok_(tok) {}
+  ChatFormat(ResponseMeta meta, int choices, bool logprobs, bool include_usage, bool telemetry, const Tokenizer& tok)
+      : meta_(std::move(meta)), choices_(choices), logprobs_(logprobs), include_usage_(include_usage),
+        telemetry_(telemetry), tok_(tok) {}
 
   std::vector<std::string> opening() override {
     std::vector<std::string> out;
@@ -33,7 +34,9 @@ class ChatFormat final : public StreamFormat {
     return {event(chat_chunk_json(meta_, choice, std::move(delta), logprobs_ ? chat_logprobs_json(d.tokens, tok_) : Json(), ""))};
   }
   std::string finished(int choice, const ChoiceOutput& o) override {
-    return event(chat_chunk_json(meta_, choice, Json::object(), Json(), o.finish_reason));
+    Json j = chat_chunk_json(meta_, choice, Json::object(), Json(), o.finish_reason);
+    if (telemetry_) j["dsv41"] = Json{{"serve_turn", o.turn ? turn_json(*o.turn) : Json()}};
+    return event(std::move(j));
   }
   std::string usage(const Usage& u) override {
     Json j = chat_chunk_json(meta_, 0, Json::object(), Json(), "");
@@ -50,7 +53,7 @@ class ChatFormat final : public StreamFormat {
   }
   ResponseMeta meta_;
   int choices_;
-  bool logprobs_, include_usage_;
+  bool logprobs_, include_usage_, telemetry_;
   const Tokenizer& tok_;
 };
 
@@ -59,6 +62,11 @@ class ChatFormat final : public StreamFormat {
 std::shared_ptr<Channel> ApiServer::submit(const httplib::Request& req, httplib::Response& res,
                                            const GenerationFields& gen, const std::vector<int32_t>& prompt,
                                            const char* prompt_param) {
+  if (gen.telemetry && !options_.cache) {
+    reply_error(req, res, bad_field("dsv41.telemetry", "dsv41.telemetry: the SERVE_TURN record needs a server started with --cache-dir",
+                                    "unsupported_value"));
+    return nullptr;
+  }
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   const int64_t ctx = options_.context;
   if (n_prompt >= ctx || (gen.max_tokens > 0 && n_prompt + gen.max_tokens > ctx)) {
@@ -155,7 +163,7 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
   if (c.gen.stream) {
     metrics_.count_request("/v1/chat/completions", 200);
     start_stream(res, std::move(driver),
-                 std::make_unique<ChatFormat>(meta, c.gen.n, logprobs, c.gen.include_usage, *tokenizer_),
+                 std::make_unique<ChatFormat>(meta, c.gen.n, logprobs, c.gen.include_usage, c.gen.telemetry, *tokenizer_),
                  StreamSettings{n_prompt, c.gen.include_usage, options_.ping_interval});
     return;
   }
@@ -164,8 +172,10 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
     return;
   }
   if (!driver->error().ok()) return reply_error(req, res, from_status(driver->error()));
-  const Usage usage{n_prompt, driver->completion_tokens(), 0};
-  reply(req, res, 200, dump(chat_completion_json(meta, driver->outputs(), logprobs, *tokenizer_, usage)));
+  const Usage usage{n_prompt, driver->completion_tokens(), driver->cached_tokens()};
+  Json out = chat_completion_json(meta, driver->outputs(), logprobs, *tokenizer_, usage);
+  if (c.gen.telemetry) out["dsv41"] = telemetry_json(driver->outputs());
+  reply(req, res, 200, dump(out));
 }
 
 }  // namespace dsv41::server

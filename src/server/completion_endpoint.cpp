@@ -15,9 +15,10 @@ using chat::Json;
 
 class CompletionFormat final : public StreamFormat {
  public:
-  CompletionFormat(ResponseMeta meta, int choices, std::string echo, bool logprobs, bool include_usage, const Tokenizer& tok)
+  CompletionFormat(ResponseMeta meta, int choices, std::string echo, bool logprobs, bool include_usage, bool telemetry,
+                   const Tokenizer& tok)
       : meta_(std::move(meta)), offsets_(static_cast<size_t>(choices), echo.size()), echo_(std::move(echo)),
-        logprobs_(logprobs), include_usage_(include_usage), tok_(tok) {}
+        logprobs_(logprobs), include_usage_(include_usage), telemetry_(telemetry), tok_(tok) {}
 
   std::vector<std::string> opening() override {
     std::vector<std::string> out;
@@ -32,7 +33,9 @@ class CompletionFormat final : public StreamFormat {
     return {event(completion_chunk_json(meta_, choice, d.content, lp, ""))};
   }
   std::string finished(int choice, const ChoiceOutput& o) override {
-    return event(completion_chunk_json(meta_, choice, "", Json(), o.finish_reason));
+    Json j = completion_chunk_json(meta_, choice, "", Json(), o.finish_reason);
+    if (telemetry_) j["dsv41"] = Json{{"serve_turn", o.turn ? turn_json(*o.turn) : Json()}};
+    return event(std::move(j));
   }
   std::string usage(const Usage& u) override {
     Json j = completion_chunk_json(meta_, 0, "", Json(), "");
@@ -49,7 +52,7 @@ class CompletionFormat final : public StreamFormat {
   ResponseMeta meta_;
   std::vector<size_t> offsets_;
   std::string echo_;
-  bool logprobs_, include_usage_;
+  bool logprobs_, include_usage_, telemetry_;
   const Tokenizer& tok_;
 };
 
@@ -101,7 +104,7 @@ void ApiServer::completions(const httplib::Request& req, httplib::Response& res)
   if (c.gen.stream) {
     metrics_.count_request("/v1/completions", 200);
     start_stream(res, std::move(driver),
-                 std::make_unique<CompletionFormat>(meta, c.gen.n, echo, logprobs, c.gen.include_usage, *tokenizer_),
+                 std::make_unique<CompletionFormat>(meta, c.gen.n, echo, logprobs, c.gen.include_usage, c.gen.telemetry, *tokenizer_),
                  StreamSettings{n_prompt, c.gen.include_usage, options_.ping_interval});
     return;
   }
@@ -110,8 +113,10 @@ void ApiServer::completions(const httplib::Request& req, httplib::Response& res)
     return;
   }
   if (!driver->error().ok()) return reply_error(req, res, from_status(driver->error()));
-  const Usage usage{n_prompt, driver->completion_tokens(), 0};
-  reply(req, res, 200, dump(completion_json(meta, driver->outputs(), echo, logprobs, *tokenizer_, usage)));
+  const Usage usage{n_prompt, driver->completion_tokens(), driver->cached_tokens()};
+  Json out = completion_json(meta, driver->outputs(), echo, logprobs, *tokenizer_, usage);
+  if (c.gen.telemetry) out["dsv41"] = telemetry_json(driver->outputs());
+  reply(req, res, 200, dump(out));
 }
 
 }  // namespace dsv41::server

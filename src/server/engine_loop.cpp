@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 namespace dsv41::server {
@@ -159,10 +160,54 @@ void EngineLoop::deliver_finished() {
     }
     auto& tickets = live.channel->tickets_;
     std::replace(tickets.begin(), tickets.end(), it->first, int64_t{-1});
-    live.channel->finish(ChoiceResult{live.choice, std::move(*r)});
+    live.channel->finish(ChoiceResult{live.choice, std::move(*r), std::move(live.turn)});
     it = live_.erase(it);
     std::lock_guard lock(mu_);
     --in_flight_;
+  }
+}
+
+void EngineLoop::serve_from_cache() {
+  while (!cache_queue_.empty() && scheduler_->active() < options_.scheduler.parallel) {
+    CacheJob j = std::move(cache_queue_.front());
+    cache_queue_.pop_front();
+    GenerationRequest& r = j.job.request;
+    ServeTurnOptions so;
+    so.depth = r.depth;
+    so.prefill_chunk = options_.scheduler.prefill_chunk;
+    so.max_context = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+    so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
+    Status st;
+    if (so.max_context > options_.scheduler.max_context)
+      st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
+                        std::to_string(r.max_tokens) + " exceeds the context of " +
+                        std::to_string(options_.scheduler.max_context));
+    Result<ServeTurnResult> turn = st.ok() ? serve_turn(engine_, *options_.tiers, r.prompt, so) : Result<ServeTurnResult>(st);
+    if (!turn.ok()) {
+      GenerationResult failed;
+      failed.status = turn.status();
+      failed.finish = FinishReason::kError;
+      failed.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+      j.channel->finish(ChoiceResult{j.choice, std::move(failed), std::nullopt});
+      std::lock_guard lock(mu_);
+      --in_flight_;
+      continue;
+    }
+    if (options_.sync_store && options_.tiers->ssd) {
+      Status synced = options_.tiers->ssd->flush();
+      if (!synced.ok()) std::fprintf(stderr, "dsv41 serve: cache: %s\n", synced.to_string().c_str());
+    }
+    if (metrics_) metrics_->observe_turn(turn->record);
+    const int64_t ticket = scheduler_->submit_prefilled(std::move(r), turn->sequence, std::move(turn->last_logits),
+                                                        turn->effective, turn->record.work);
+    j.channel->tickets_[static_cast<size_t>(j.choice)] = ticket;
+    Live live;
+    live.channel = j.channel;
+    live.choice = j.choice;
+    live.top_logprobs = j.job.top_logprobs;
+    live.submitted = j.submitted;
+    live.turn = turn->record;
+    live_.emplace(ticket, std::move(live));
   }
 }
 
@@ -174,7 +219,7 @@ void EngineLoop::run() {
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] {
-        return stopping_ || !inbox_.empty() || !cancels_.empty() || !live_.empty();
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || !live_.empty() || !cache_queue_.empty();
       });
       inbox.swap(inbox_);
       cancels.swap(cancels_);
@@ -183,9 +228,14 @@ void EngineLoop::run() {
     }
     const auto now = std::chrono::steady_clock::now();
     for (auto& [channel, jobs] : inbox) {
+      channel->tickets_.assign(jobs.size(), -1);
       for (size_t i = 0; i < jobs.size(); ++i) {
+        if (options_.tiers) {
+          cache_queue_.push_back(CacheJob{channel, static_cast<int>(i), std::move(jobs[i]), now});
+          continue;
+        }
         const int64_t ticket = scheduler_->submit(std::move(jobs[i].request));
-        channel->tickets_.push_back(ticket);
+        channel->tickets_[i] = ticket;
         Live live;
         live.channel = channel;
         live.choice = static_cast<int>(i);
@@ -194,14 +244,31 @@ void EngineLoop::run() {
         live_.emplace(ticket, std::move(live));
       }
     }
+    auto drop_waiting = [&](const std::shared_ptr<Channel>* channel, int choice, FinishReason reason) {
+      std::erase_if(cache_queue_, [&](CacheJob& j) {
+        if (channel && (j.channel != *channel || (choice >= 0 && j.choice != choice))) return false;
+        GenerationResult r;
+        r.finish = reason;
+        r.prompt_tokens = static_cast<int64_t>(j.job.request.prompt.size());
+        if (metrics_) metrics_->count_cancelled();
+        j.channel->finish(ChoiceResult{j.choice, std::move(r), std::nullopt});
+        std::lock_guard lock(mu_);
+        --in_flight_;
+        return true;
+      });
+    };
     for (const Cancel& c : cancels) {
+      drop_waiting(&c.channel, c.choice, c.reason);
       const auto& tickets = c.channel->tickets_;
       for (size_t i = 0; i < tickets.size(); ++i)
         if (tickets[i] >= 0 && (c.choice < 0 || c.choice == static_cast<int>(i))) scheduler_->cancel(tickets[i], c.reason);
     }
-    if (stopping && !drain)
+    if (stopping && !drain) {
+      drop_waiting(nullptr, -1, FinishReason::kCancelled);
       for (auto& [ticket, live] : live_) scheduler_->cancel(ticket);
+    }
     deliver_finished();
+    serve_from_cache();
     if (!live_.empty()) {
       scheduler_->step();
       deliver_finished();
@@ -209,10 +276,10 @@ void EngineLoop::run() {
     {
       std::lock_guard lock(mu_);
       stats_.running = scheduler_->active();
-      stats_.waiting = scheduler_->queued() + static_cast<int64_t>(inbox_.size());
+      stats_.waiting = scheduler_->queued() + static_cast<int64_t>(inbox_.size() + cache_queue_.size());
       stats_.pool = engine_.pool_stats();
     }
-    if (stopping && live_.empty()) {
+    if (stopping && live_.empty() && cache_queue_.empty()) {
       std::lock_guard lock(mu_);
       if (inbox_.empty()) return;
     }

@@ -23,6 +23,7 @@
 #include "base/status.h"
 #include "engine/engine.h"
 #include "runtime/scheduler.h"
+#include "runtime/serve_turn.h"
 #include "server/metrics.h"
 
 namespace dsv41::server {
@@ -39,6 +40,7 @@ struct TokenEvent {
 struct ChoiceResult {
   int choice = 0;
   GenerationResult result;
+  std::optional<ServeTurnRecord> turn;  // with the cache tiers: how the prompt was served
 };
 
 // What one HTTP request receives: the tokens and results of its choices (n of them), in order.
@@ -62,7 +64,7 @@ class Channel {
   std::condition_variable cv_;
   std::vector<TokenEvent> tokens_;
   std::vector<ChoiceResult> results_;
-  // Engine thread only: the scheduler tickets of the choices (−1 once finished).
+  // Engine thread only: the scheduler tickets of the choices (−1: not in the scheduler).
   std::vector<int64_t> tickets_;
 };
 
@@ -75,6 +77,11 @@ struct Job {
 struct LoopOptions {
   SchedulerOptions scheduler;
   int64_t max_queue = 64;  // requests waiting for a slot beyond `parallel` before 429
+  // The prefix-cache tiers (borrowed; null: every prompt is prefilled cold by the scheduler).
+  // With them, each prompt is served by serve_turn on the engine thread when a slot is free
+  // (its prefill then runs alone, between batched steps) and decoded by the scheduler.
+  const ServeTurnTiers* tiers = nullptr;
+  bool sync_store = false;  // wait until a turn's new chunks are synced before decoding it
 };
 
 struct LoopStats {
@@ -107,6 +114,7 @@ class EngineLoop {
   void run();
   void on_token(int64_t ticket, int32_t token, std::span<const float> logits);
   void deliver_finished();
+  void serve_from_cache();
 
   struct Live {
     std::shared_ptr<Channel> channel;
@@ -114,6 +122,14 @@ class EngineLoop {
     int top_logprobs = -1;
     std::chrono::steady_clock::time_point submitted, last_token;
     bool first = true;
+    std::optional<ServeTurnRecord> turn;
+  };
+  // A choice waiting for serve_turn (cache tiers only).
+  struct CacheJob {
+    std::shared_ptr<Channel> channel;
+    int choice = 0;
+    Job job;
+    std::chrono::steady_clock::time_point submitted;
   };
 
   Engine& engine_;
@@ -137,6 +153,7 @@ class EngineLoop {
 
   // Engine thread only.
   std::unordered_map<int64_t, Live> live_;
+  std::deque<CacheJob> cache_queue_;
   std::vector<float> scratch_;
   std::thread thread_;
 };

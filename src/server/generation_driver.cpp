@@ -31,6 +31,7 @@ GenerationDriver::Update GenerationDriver::poll(std::chrono::milliseconds timeou
     ChoiceOutput& o = out_[r.choice];
     if (o.done) continue;
     o.done = true;
+    o.turn = r.turn;
     ++finished_;
     if (!r.result.status.ok()) {
       u.error = r.result.status;

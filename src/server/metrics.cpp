@@ -87,6 +87,16 @@ void Metrics::count_cancelled() {
   cancelled_++;
 }
 
+void Metrics::observe_turn(const ServeTurnRecord& r) {
+  std::lock_guard lock(mu_);
+  turns_by_tier_[hit_tier_name(r.hit_tier)]++;
+  hit_tokens_by_tier_[hit_tier_name(r.hit_tier)] += static_cast<uint64_t>(r.global_hit_tokens);
+  turns_by_swa_[swa_source_name(r.swa)]++;
+  token_layers_by_kind_["encoder"] += static_cast<uint64_t>(r.work.encoder);
+  token_layers_by_kind_["decoder"] += static_cast<uint64_t>(r.work.decoder);
+  token_layers_by_kind_["replay"] += static_cast<uint64_t>(r.work.replay);
+}
+
 std::string Metrics::render(const GaugeValues& g) const {
   std::lock_guard lock(mu_);
   std::string out;
@@ -100,6 +110,19 @@ std::string Metrics::render(const GaugeValues& g) const {
          static_cast<double>(generated_tokens_), &out);
   scalar("dsv41_requests_cancelled_total", "Generations ended early: client gone, stop string, shutdown.",
          "counter", static_cast<double>(cancelled_), &out);
+  auto labelled = [&](const std::string& name, const std::string& help, const char* label,
+                      const std::map<std::string, uint64_t>& values) {
+    header(name, help, "counter", &out);
+    for (const auto& [k, v] : values)
+      out += name + "{" + label + "=\"" + escape_label(k) + "\"} " + std::to_string(v) + "\n";
+  };
+  labelled("dsv41_cache_turns_total", "Prompts served through the cache tiers, by the tier of their hit.", "tier",
+           turns_by_tier_);
+  labelled("dsv41_cache_hit_tokens_total", "Prompt tokens found in the cache, by tier.", "tier", hit_tokens_by_tier_);
+  labelled("dsv41_cache_swa_total", "Window state after a hit: restored from DRAM, replayed, none.", "source",
+           turns_by_swa_);
+  labelled("dsv41_prefill_token_layers_total", "Prefill work of cache-served prompts, by kind (replay = SWA replays).",
+           "kind", token_layers_by_kind_);
   ttft_.write("dsv41_time_to_first_token_seconds", "From submission to the first sampled token.", &out);
   inter_token_.write("dsv41_inter_token_latency_seconds", "Between consecutive tokens of one choice.", &out);
   scalar("dsv41_requests_running", "Choices in the engine now.", "gauge", static_cast<double>(g.running), &out);

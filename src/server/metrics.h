@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/serve_turn.h"
+
 namespace dsv41::server {
 
 // A cumulative histogram with fixed upper bounds (seconds).
@@ -44,6 +46,8 @@ class Metrics {
   void observe_ttft(double seconds);
   void observe_inter_token(double seconds);
   void count_cancelled();
+  // A prompt served through the cache tiers (runtime/serve_turn.h).
+  void observe_turn(const ServeTurnRecord& r);
 
   std::string render(const GaugeValues& gauges) const;
 
@@ -51,6 +55,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   uint64_t prompt_tokens_ = 0, generated_tokens_ = 0, cancelled_ = 0;
+  std::map<std::string, uint64_t> turns_by_tier_, hit_tokens_by_tier_, turns_by_swa_, token_layers_by_kind_;
   Histogram ttft_, inter_token_;
 };
 

@@ -151,6 +151,14 @@ std::optional<ApiError> generation_fields(const Json& body, bool chat, const Par
       return bad_field("stream_options.continuous_usage_stats", "stream_options.continuous_usage_stats: not supported yet",
                        "unsupported_value");
   }
+  if (const Json* ext = find(body, "dsv41")) {
+    if (!ext->is_object()) return bad_field("dsv41", "dsv41: expected an object", "invalid_type");
+    DSV41_TRY(unknown_fields(*ext, {"telemetry"}, "dsv41."));
+    if (const Json* t = find(*ext, "telemetry")) {
+      if (!t->is_boolean()) return bad_field("dsv41.telemetry", "dsv41.telemetry: expected true or false", "invalid_type");
+      g->telemetry = t->get<bool>();
+    }
+  }
   for (const char* penalty : {"presence_penalty", "frequency_penalty", "repetition_penalty"}) {
     float v = 0;
     DSV41_TRY(number_in(body, penalty, -2, 2, false, &v));
@@ -276,7 +284,7 @@ Parsed<ChatRequest> parse_chat_request(const Json& body, const ParseOptions& o) 
                                   "top_logprobs", "logit_bias", "tools", "tool_choice", "parallel_tool_calls",
                                   "reasoning_effort", "thinking", "chat_template_kwargs", "response_format", "user",
                                   "metadata", "store", "service_tier", "presence_penalty", "frequency_penalty",
-                                  "repetition_penalty", "modalities"},
+                                  "repetition_penalty", "modalities", "dsv41"},
                            ""));
   ChatRequest c;
   DSV41_TRY(generation_fields(body, true, o, &c.gen));
@@ -324,7 +332,7 @@ Parsed<CompletionRequest> parse_completion_request(const Json& body, const Parse
   if (!body.is_object()) return bad_field("", "the request body must be a JSON object", "invalid_type");
   DSV41_TRY(unknown_fields(body, {"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p",
                                   "top_k", "min_p", "seed", "n", "stop", "logprobs", "logit_bias", "echo", "user",
-                                  "presence_penalty", "frequency_penalty", "repetition_penalty", "best_of", "suffix"},
+                                  "presence_penalty", "frequency_penalty", "repetition_penalty", "best_of", "suffix", "dsv41"},
                            ""));
   CompletionRequest c;
   DSV41_TRY(generation_fields(body, false, o, &c.gen));

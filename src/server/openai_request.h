@@ -28,6 +28,7 @@ struct GenerationFields {
   int top_logprobs = -1;    // −1: no logprobs
   bool stream = false;
   bool include_usage = false;
+  bool telemetry = false;   // "dsv41": {"telemetry": true}: the SERVE_TURN record of each choice
 };
 
 enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
@@ -49,7 +50,9 @@ struct CompletionRequest {
 };
 
 struct ParseOptions {
-  bool default_thinking = true;  // thinking mode when the request says nothing
+  // Thinking mode when the request says nothing. Off, as in DeepSeek's hosted chat model and
+  // OpenAI's chat models: a plain client then gets its answer in `content`.
+  bool default_thinking = false;
   int max_n = 16;
 };
 

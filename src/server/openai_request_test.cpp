@@ -41,10 +41,10 @@ TEST(OpenAiRequest, DefaultsFollowTheApi) {
   EXPECT_EQ(c.gen.max_tokens, -1);
   EXPECT_FALSE(c.gen.stream);
   EXPECT_EQ(c.gen.top_logprobs, -1);
-  EXPECT_EQ(c.render.thinking_mode, chat::ThinkingMode::kThinking);
-  ParseOptions off;
-  off.default_thinking = false;
-  EXPECT_EQ(chat_ok("{" + kMsgs + "}", off).render.thinking_mode, chat::ThinkingMode::kChat);
+  EXPECT_EQ(c.render.thinking_mode, chat::ThinkingMode::kChat);
+  ParseOptions on;
+  on.default_thinking = true;
+  EXPECT_EQ(chat_ok("{" + kMsgs + "}", on).render.thinking_mode, chat::ThinkingMode::kThinking);
 }
 
 TEST(OpenAiRequest, ReadsSamplingAndStreamingFields) {

@@ -39,6 +39,17 @@ Json token_entry(const Tokenizer& tok, int32_t id, float logprob) {
 
 }  // namespace
 
+Json turn_json(const ServeTurnRecord& r) {
+  auto j = chat::parse_json_ordered(serve_turn_json(r), "serve_turn");
+  return j.ok() ? *j : Json();
+}
+
+Json telemetry_json(const std::vector<ChoiceOutput>& out) {
+  Json turns = Json::array();
+  for (const auto& o : out) turns.push_back(o.turn ? turn_json(*o.turn) : Json());
+  return Json{{"serve_turn", std::move(turns)}};
+}
+
 Json usage_json(const Usage& u) {
   Json j;
   j["prompt_tokens"] = u.prompt_tokens;

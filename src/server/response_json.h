@@ -45,6 +45,11 @@ chat::Json completion_json(const ResponseMeta& m, const std::vector<ChoiceOutput
 chat::Json completion_chunk_json(const ResponseMeta& m, int choice, const std::string& text, const chat::Json& logprobs,
                                  const std::string& finish_reason);
 
+// The SERVE_TURN record (runtime/serve_turn.h) as JSON, for the "dsv41" extension object.
+chat::Json turn_json(const ServeTurnRecord& r);
+// {"serve_turn": [record or null per choice]}.
+chat::Json telemetry_json(const std::vector<ChoiceOutput>& out);
+
 // Compact JSON text (invalid UTF-8 replaced).
 std::string dump(const chat::Json& j);
 // A random id with `prefix`: prefix + 24 hex digits.

@@ -62,7 +62,7 @@ void start_stream(httplib::Response& res, std::unique_ptr<GenerationDriver> driv
             s.driver->cancel();
             out += sse_data(from_status(u.error).json());
           } else if (s.driver->done() && s.settings.include_usage) {
-            out += s.format->usage(Usage{s.settings.prompt_tokens, s.driver->completion_tokens(), 0});
+            out += s.format->usage(Usage{s.settings.prompt_tokens, s.driver->completion_tokens(), s.driver->cached_tokens()});
           }
           if (failed || s.driver->done()) {
             out += sse_done();

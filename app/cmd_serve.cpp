@@ -38,6 +38,7 @@ int serve_main(int argc, char** argv) {
   std::string dir, depth_name = "full", thinking = "off";
   server::ServerOptions so;
   int parallel = 8, threads = 0;
+  double kv_budget_mb = 0;
   int64_t ctx = 4096, prefill_chunk = 512, max_queue = 64, max_body_mb = 8, shutdown_timeout = 10;
   bool quiet = false, cache_sync = false;
   std::string cache_dir;
@@ -60,6 +61,8 @@ int serve_main(int argc, char** argv) {
       ->check(in_range(0, 4096));
   cli.add_option("--shutdown-timeout", shutdown_timeout, "seconds in-flight requests get to finish on SIGTERM")
       ->check(in_range<int64_t>(0, 3600));
+  cli.add_option("--kv-budget-mb", kv_budget_mb, "global-KV page budget in MiB, all sequences together (0 = unlimited)")
+      ->check(in_range<double>(0, double(1 << 30)));
   cli.add_option("--threads", threads, "CPU threads for the model (0 = all cores)")->check(in_range(0, 1024));
   cli.add_option("--cache-dir", cache_dir, "prefix cache: serve prompts through the SSD store and DRAM pool (docs/STORE.md)");
   cli.add_option("--cache-chunk", cache_chunk, "tokens per cached chunk (even; a store per chunk size)")
@@ -149,7 +152,9 @@ int serve_main(int argc, char** argv) {
   if (ctx > config.max_position_embeddings)
     return fail(out_of_range("--ctx " + std::to_string(ctx) + " exceeds the model's max_position_embeddings " +
                              std::to_string(config.max_position_embeddings)));
-  auto engine = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables());
+  EngineOptions eo;
+  eo.page_budget_bytes = static_cast<int64_t>(kv_budget_mb * 1048576.0);
+  auto engine = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables(), eo);
   if (!engine.ok()) return fail(engine.status());
   server::LoopOptions lo;
   lo.scheduler.parallel = parallel;

@@ -32,6 +32,11 @@ ApiError from_status(const Status& s, const std::string& param) {
   }
 }
 
+ApiError engine_error(const Status& s) {
+  if (s.kind() == ErrorKind::kInvalidArgument) return from_status(s);
+  return ApiError{500, s.message(), "server_error", "", s.kind() == ErrorKind::kOutOfRange ? "capacity_exceeded" : "internal_error"};
+}
+
 ApiError unauthorized() {
   return ApiError{401, "Missing or invalid API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY').",
                   "authentication_error", "", "invalid_api_key"};

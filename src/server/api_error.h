@@ -22,6 +22,10 @@ struct ApiError {
 ApiError bad_field(const std::string& param, const std::string& message, const std::string& code = "invalid_value");
 // A library Status: invalid_argument / out_of_range -> 400, unsupported -> 400, the rest 500.
 ApiError from_status(const Status& s, const std::string& param = "");
+// An error the engine reported for an admitted request: a bad value (e.g. a logit_bias id
+// outside the vocabulary) is the client's (400), anything else (the KV page budget, an internal
+// error) the server's (500).
+ApiError engine_error(const Status& s);
 ApiError unauthorized();
 ApiError not_found(const std::string& what, const std::string& code = "not_found");
 ApiError queue_full(const std::string& message);

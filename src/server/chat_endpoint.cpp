@@ -171,7 +171,7 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
     metrics_.count_request("/v1/chat/completions", 499);  // client closed the connection
     return;
   }
-  if (!driver->error().ok()) return reply_error(req, res, from_status(driver->error()));
+  if (!driver->error().ok()) return reply_error(req, res, engine_error(driver->error()));
   const Usage usage{n_prompt, driver->completion_tokens(), driver->cached_tokens()};
   Json out = chat_completion_json(meta, driver->outputs(), logprobs, *tokenizer_, usage);
   if (c.gen.telemetry) out["dsv41"] = telemetry_json(driver->outputs());

@@ -112,7 +112,7 @@ void ApiServer::completions(const httplib::Request& req, httplib::Response& res)
     metrics_.count_request("/v1/completions", 499);
     return;
   }
-  if (!driver->error().ok()) return reply_error(req, res, from_status(driver->error()));
+  if (!driver->error().ok()) return reply_error(req, res, engine_error(driver->error()));
   const Usage usage{n_prompt, driver->completion_tokens(), driver->cached_tokens()};
   Json out = completion_json(meta, driver->outputs(), echo, logprobs, *tokenizer_, usage);
   if (c.gen.telemetry) out["dsv41"] = telemetry_json(driver->outputs());

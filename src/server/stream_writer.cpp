@@ -60,7 +60,7 @@ void start_stream(httplib::Response& res, std::unique_ptr<GenerationDriver> driv
           if (failed) {
             // Streaming has begun, so the status line is gone: an error event, then [DONE].
             s.driver->cancel();
-            out += sse_data(from_status(u.error).json());
+            out += sse_data(engine_error(u.error).json());
           } else if (s.driver->done() && s.settings.include_usage) {
             out += s.format->usage(Usage{s.settings.prompt_tokens, s.driver->completion_tokens(), s.driver->cached_tokens()});
           }

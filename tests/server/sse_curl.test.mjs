@@ -79,6 +79,30 @@ test('/metrics is Prometheus text', async () => {
   assert.match(body, /dsv41_generation_tokens_total [1-9]/);
 });
 
+test('an engine error after streaming began: an error event, then [DONE]', async () => {
+  // A KV page budget of 50 KiB cannot hold this prompt: the engine refuses it after the stream
+  // (and its first chunk) has started.
+  const small = await startServer(['--kv-budget-mb', '0.05', '--ctx', '8000']);
+  try {
+    const body = JSON.stringify({ model: MODEL_ID, prompt: 'word '.repeat(600), max_tokens: 10, stream: true });
+    const out = await curl(['-N', '-H', 'Content-Type: application/json', '-d', body, `${small.base}/v1/completions`]);
+    const events = out.split('\n\n').filter((e) => e);
+    assert.equal(events.at(-1), 'data: [DONE]');
+    const err = JSON.parse(events.at(-2).slice(6)).error;
+    assert.equal(err.type, 'server_error');
+    assert.equal(err.code, 'capacity_exceeded');
+    assert.match(err.message, /budget/);
+    const plain = await curl(['-w', '\n%{http_code}', '-H', 'Content-Type: application/json', '-d',
+      JSON.stringify({ model: MODEL_ID, prompt: 'word '.repeat(600), max_tokens: 10 }), `${small.base}/v1/completions`]);
+    assert.equal(plain.split('\n').at(-1), '500');
+    // The server is fine afterwards.
+    const ok = await curl(['-w', '\n%{http_code}', '-H', 'Content-Type: application/json', '-d', chatBody(), `${small.base}/v1/chat/completions`]);
+    assert.equal(ok.split('\n').at(-1), '200');
+  } finally {
+    await small.stop();
+  }
+});
+
 test('a full queue answers 429; /health answers while the slot is busy; SIGTERM lets the stream finish', async () => {
   // One slot, no queue: a long stream holds it.
   const long = spawn('curl', ['-sS', '-N', '-H', 'Content-Type: application/json', '-d',

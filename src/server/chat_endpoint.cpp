@@ -164,7 +164,7 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
     metrics_.count_request("/v1/chat/completions", 200);
     start_stream(res, std::move(driver),
                  std::make_unique<ChatFormat>(meta, c.gen.n, logprobs, c.gen.include_usage, c.gen.telemetry, *tokenizer_),
-                 StreamSettings{n_prompt, c.gen.include_usage, options_.ping_interval});
+                 StreamSettings{n_prompt, c.gen.include_usage, options_.ping_interval, true});
     return;
   }
   if (!wait_for_all(*driver)) {
@@ -172,7 +172,7 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
     return;
   }
   if (!driver->error().ok()) return reply_error(req, res, engine_error(driver->error()));
-  const Usage usage{n_prompt, driver->completion_tokens(), driver->cached_tokens()};
+  const Usage usage{n_prompt, driver->completion_tokens(), driver->cached_tokens(), driver->reasoning_tokens()};
   Json out = chat_completion_json(meta, driver->outputs(), logprobs, *tokenizer_, usage);
   if (c.gen.telemetry) out["dsv41"] = telemetry_json(driver->outputs());
   reply(req, res, 200, dump(out));

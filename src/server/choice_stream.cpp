@@ -44,6 +44,7 @@ ChoiceDelta ChoiceStream::push(const TokenEvent& token) {
   ChoiceDelta out;
   if (matcher_.stopped() || eos_) return out;
   ++tokens_;
+  if (!reasoning_closed_) ++reasoning_tokens_;
   out.tokens.push_back(token);
   if (token.token == options_.eos_token_id) {
     // The end: flush what the stop matcher held (stop strings never span EOS); EOS itself is

@@ -56,6 +56,8 @@ class ChoiceStream {
   // A stop string appeared: the caller should cancel the generation.
   bool stopped() const { return matcher_.stopped(); }
   int64_t completion_tokens() const { return tokens_; }
+  // Thinking mode: the tokens up to the one that closed the reasoning ("</think>" included).
+  int64_t reasoning_tokens() const { return reasoning_tokens_; }
   // "stop", "length" or "tool_calls" (after finish()).
   const std::string& finish_reason() const { return finish_reason_; }
   // Why the completion did not follow the V4.1 format (after finish(); empty when it did).
@@ -71,7 +73,7 @@ class ChoiceStream {
   StreamDecoder decoder_;
   StopMatcher matcher_;
   std::optional<chat::OutputParser> parser_;
-  int64_t tokens_ = 0;
+  int64_t tokens_ = 0, reasoning_tokens_ = 0;
   int calls_ = 0;
   bool eos_ = false;
   bool reasoning_closed_ = false;  // thinking mode: "</think>" seen

@@ -140,6 +140,22 @@ TEST(ChoiceStream, ForcedCallPrefixIsParsedNotShown) {
   EXPECT_EQ(r.all.finish_reason, "tool_calls");
 }
 
+TEST(ChoiceStream, ReasoningTokensEndWithTheThinkClose) {
+  const std::string reasoning = "Let me see, step by step";
+  auto r_ids = tok().encode(reasoning);
+  auto all = tok().encode(reasoning + "</think>The answer." + std::string(chat::kEos));
+  ASSERT_TRUE(r_ids.ok() && all.ok());
+  ChoiceStream s(tok(), opts(chat::ThinkingMode::kThinking), [] { return std::string("x"); });
+  for (int32_t id : *all) s.push(TokenEvent{0, id, 0.0f, {}});
+  s.finish(FinishReason::kStop);
+  EXPECT_EQ(s.completion_tokens(), static_cast<int64_t>(all->size()));
+  // "</think>" is one added token of the mini tokenizer: the reasoning's tokens and it.
+  EXPECT_EQ(s.reasoning_tokens(), static_cast<int64_t>(r_ids->size()) + 1);
+  ChoiceStream c(tok(), opts(chat::ThinkingMode::kChat), [] { return std::string("x"); });
+  for (int32_t id : *all) c.push(TokenEvent{0, id, 0.0f, {}});
+  EXPECT_EQ(c.reasoning_tokens(), 0);
+}
+
 TEST(ChoiceStream, PlainCompletionsDropEos) {
   ChoiceOptions o;
   o.chat = false;

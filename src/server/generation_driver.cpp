@@ -44,6 +44,7 @@ GenerationDriver::Update GenerationDriver::poll(std::chrono::milliseconds timeou
     o.finish_reason = s.finish_reason();
     o.format_error = s.format_error();
     o.completion_tokens = s.completion_tokens();
+    o.reasoning_tokens = s.reasoning_tokens();
     if (!d.empty()) {
       accumulate(r.choice, d);
       u.deltas.emplace_back(r.choice, std::move(d));
@@ -51,6 +52,12 @@ GenerationDriver::Update GenerationDriver::poll(std::chrono::milliseconds timeou
     u.finished.push_back(r.choice);
   }
   return u;
+}
+
+int64_t GenerationDriver::reasoning_tokens() const {
+  int64_t n = 0;
+  for (const auto& o : out_) n += o.reasoning_tokens;
+  return n;
 }
 
 int64_t GenerationDriver::completion_tokens() const {

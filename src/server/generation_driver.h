@@ -23,7 +23,7 @@ struct ChoiceOutput {
   std::vector<TokenEvent> tokens;
   std::string finish_reason;
   std::string format_error;
-  int64_t completion_tokens = 0;
+  int64_t completion_tokens = 0, reasoning_tokens = 0;
   bool done = false;
   std::optional<ServeTurnRecord> turn;  // with the cache tiers
 };
@@ -44,6 +44,7 @@ class GenerationDriver {
   void cancel() { loop_.cancel(channel_); }
   const std::vector<ChoiceOutput>& outputs() const { return out_; }
   int64_t completion_tokens() const;
+  int64_t reasoning_tokens() const;
   // Prompt tokens found in the cache (choice 0's hit; 0 without the cache tiers).
   int64_t cached_tokens() const { return out_.empty() || !out_[0].turn ? 0 : out_[0].turn->global_hit_tokens; }
   // The first engine error of any choice (ok when none).

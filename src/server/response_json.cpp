@@ -56,6 +56,7 @@ Json usage_json(const Usage& u) {
   j["completion_tokens"] = u.completion_tokens;
   j["total_tokens"] = u.prompt_tokens + u.completion_tokens;
   j["prompt_tokens_details"] = Json{{"cached_tokens", u.cached_tokens}};
+  if (u.reasoning_tokens >= 0) j["completion_tokens_details"] = Json{{"reasoning_tokens", u.reasoning_tokens}};
   return j;
 }
 

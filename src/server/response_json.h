@@ -24,6 +24,7 @@ struct ResponseMeta {
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  int64_t reasoning_tokens = -1;  // chat: completion_tokens_details.reasoning_tokens (−1: absent)
 };
 
 chat::Json usage_json(const Usage& u);

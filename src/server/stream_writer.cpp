@@ -62,7 +62,8 @@ void start_stream(httplib::Response& res, std::unique_ptr<GenerationDriver> driv
             s.driver->cancel();
             out += sse_data(engine_error(u.error).json());
           } else if (s.driver->done() && s.settings.include_usage) {
-            out += s.format->usage(Usage{s.settings.prompt_tokens, s.driver->completion_tokens(), s.driver->cached_tokens()});
+            out += s.format->usage(Usage{s.settings.prompt_tokens, s.driver->completion_tokens(), s.driver->cached_tokens(),
+                                       s.settings.reasoning_tokens ? s.driver->reasoning_tokens() : -1});
           }
           if (failed || s.driver->done()) {
             out += sse_done();

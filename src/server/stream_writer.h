@@ -36,6 +36,7 @@ struct StreamSettings {
   int64_t prompt_tokens = 0;
   bool include_usage = false;
   std::chrono::milliseconds ping_interval{2000};
+  bool reasoning_tokens = false;  // chat: usage.completion_tokens_details.reasoning_tokens
 };
 
 void start_stream(httplib::Response& res, std::unique_ptr<GenerationDriver> driver, std::unique_ptr<StreamFormat> format,

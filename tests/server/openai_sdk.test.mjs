@@ -167,6 +167,9 @@ test('chat: thinking on gives reasoning_content, in the message and in deltas', 
   const full = await client.chat.completions.create(req);
   const m = full.choices[0].message;
   assert.equal(typeof m.reasoning_content, 'string');
+  const rt = full.usage.completion_tokens_details.reasoning_tokens;
+  assert.ok(rt >= 0 && rt <= full.usage.completion_tokens);
+  if (m.content === '') assert.equal(rt, full.usage.completion_tokens, 'still thinking when cut');
   const r = reassemble(await collect(await client.chat.completions.create({ ...req, stream: true })))[0];
   assert.equal(r.reasoning, m.reasoning_content);
   assert.equal(r.content, m.content);

@@ -142,13 +142,25 @@ void ApiServer::routes() {
     if (!res.body.empty() || res.content_length_ > 0) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e;
     e.status = res.status;
-    if (res.status == 404) e = not_found("Unknown endpoint: " + req.method + " " + req.path, "unknown_url");
+    const std::string route = endpoint_label(req.path);
+    if (res.status == 404 && route != "other") {
+      // A known path with another method.
+      const bool post = route == "/v1/chat/completions" || route == "/v1/completions" || route == "/tokenize" ||
+                        route == "/detokenize";
+      res.status = 405;
+      res.set_header("Allow", post ? "POST" : "GET");
+      e = ApiError{405, "Method not allowed: " + req.method + " " + req.path + " (use " + (post ? "POST" : "GET") + ")",
+                   "invalid_request_error", "", "method_not_allowed"};
+    } else if (res.status == 404) {
+      e = not_found("Unknown endpoint: " + req.method + " " + req.path, "unknown_url");
+    }
     else if (res.status == 413)
       e = ApiError{413, "The request body exceeds " + std::to_string(options_.max_body_bytes) + " bytes.",
                    "invalid_request_error", "", "request_too_large"};
-    else if (res.status == 405) e = ApiError{405, "Method not allowed: " + req.method + " " + req.path,
-                                             "invalid_request_error", "", "method_not_allowed"};
-    else e.message = "HTTP error " + std::to_string(res.status);
+    else if (res.status == 400)
+      e = ApiError{400, "The HTTP request could not be read (a POST needs a body with its Content-Length).",
+                   "invalid_request_error", "", "bad_request"};
+    else if (res.status != 405) e.message = "HTTP error " + std::to_string(res.status);
     res.set_content(e.json(), "application/json");
     metrics_.count_request(endpoint_label(req.path), res.status);
     return httplib::Server::HandlerResponse::Handled;

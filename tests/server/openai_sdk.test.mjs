@@ -234,6 +234,10 @@ test('errors: OpenAI shapes and statuses, the field named', async () => {
   assert.equal(missing.status, 404);
   const body = await missing.json();
   assert.deepEqual(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type']);
+  const wrongMethod = await fetch(server.base + '/v1/chat/completions', { headers: { Authorization: `Bearer ${KEY}` } });
+  assert.equal(wrongMethod.status, 405);
+  assert.equal(wrongMethod.headers.get('allow'), 'POST');
+  assert.equal((await wrongMethod.json()).error.code, 'method_not_allowed');
   const big = await fetch(server.base + '/v1/chat/completions', { method: 'POST', headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' }, body: 'x'.repeat(2 << 20) }).catch((e) => e);
   if (!(big instanceof Error)) assert.equal(big.status, 413);
 });

@@ -39,6 +39,7 @@ int serve_main(int argc, char** argv) {
   server::ServerOptions so;
   int parallel = 8, threads = 0;
   double kv_budget_mb = 0;
+  int64_t ping_ms = 2000;
   int64_t ctx = 4096, prefill_chunk = 512, max_queue = 64, max_body_mb = 8, shutdown_timeout = 10;
   bool quiet = false, cache_sync = false;
   std::string cache_dir;
@@ -63,6 +64,8 @@ int serve_main(int argc, char** argv) {
       ->check(in_range<int64_t>(0, 3600));
   cli.add_option("--kv-budget-mb", kv_budget_mb, "global-KV page budget in MiB, all sequences together (0 = unlimited)")
       ->check(in_range<double>(0, double(1 << 30)));
+  cli.add_option("--sse-ping-ms", ping_ms, "a stream with nothing to send for this long gets a ': ping' comment")
+      ->check(in_range<int64_t>(1, 3600000));
   cli.add_option("--threads", threads, "CPU threads for the model (0 = all cores)")->check(in_range(0, 1024));
   cli.add_option("--cache-dir", cache_dir, "prefix cache: serve prompts through the SSD store and DRAM pool (docs/STORE.md)");
   cli.add_option("--cache-chunk", cache_chunk, "tokens per cached chunk (even; a store per chunk size)")
@@ -92,6 +95,7 @@ int serve_main(int argc, char** argv) {
     if (so.model_name.empty()) so.model_name = std::filesystem::absolute(dir).parent_path().filename().string();
   }
   so.context = ctx;
+  so.ping_interval = std::chrono::milliseconds(ping_ms);
   so.depth = *depth;
   so.access_log = !quiet;
   so.cache = !cache_dir.empty();

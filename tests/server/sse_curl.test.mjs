@@ -52,6 +52,20 @@ test('SSE framing: data lines, blank-line separated, [DONE] last', async () => {
   assert.ok(usage && usage.total_tokens === usage.prompt_tokens + usage.completion_tokens);
 });
 
+test('comment pings keep a stream alive during a long prefill', async () => {
+  const pinging = await startServer(['--sse-ping-ms', '5', '--ctx', '8000', '--prefill-chunk', '64']);
+  try {
+    const body = JSON.stringify({ model: MODEL_ID, prompt: 'word '.repeat(400), max_tokens: 2, stream: true });
+    const out = await curl(['-N', '-H', 'Content-Type: application/json', '-d', body, `${pinging.base}/v1/completions`]);
+    const events = out.split('\n\n').filter((e) => e);
+    const firstText = events.findIndex((e) => e.startsWith('data: {') && JSON.parse(e.slice(6)).choices?.[0]?.text);
+    assert.ok(events.slice(0, firstText).includes(': ping'), 'a ping before the first token');
+    assert.equal(events.at(-1), 'data: [DONE]');
+  } finally {
+    await pinging.stop();
+  }
+});
+
 test('/metrics is Prometheus text', async () => {
   await curl(['-H', 'Content-Type: application/json', '-d', chatBody(), `${server.base}/v1/chat/completions`]);
   const out = await curl(['-D', '-', `${server.base}/metrics`]);

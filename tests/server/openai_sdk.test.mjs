@@ -104,13 +104,13 @@ test('chat: n choices, seeded sampling is reproducible and streams the same', as
   assert.ok(texts.size > 1, 'choices use different seeds');
   const s = reassemble(await collect(await client.chat.completions.create({ ...req, stream: true })));
   for (const c of a.choices) assert.equal(s[c.index].content, c.message.content);
-  assert.equal(a.usage.completion_tokens, a.choices.length * 0 + a.usage.completion_tokens);
+  assert.ok(a.usage.completion_tokens >= 3 && a.usage.completion_tokens <= 3 * 8, 'usage counts every choice');
 });
 
 test('chat: stop strings end the text before the stop', async () => {
   const free = await client.chat.completions.create({ ...greedy, max_tokens: 20, messages: user('Go on') });
   const text = free.choices[0].message.content;
-  if (text.length < 4) return; // nothing to cut
+  assert.ok(text.length >= 4, 'twenty tokens of text');
   const stop = text.slice(2, 4);
   const cut = await client.chat.completions.create({ ...greedy, max_tokens: 20, messages: user('Go on'), stop: [stop] });
   assert.equal(cut.choices[0].message.content, text.slice(0, text.indexOf(stop)));

@@ -49,7 +49,10 @@ export async function startServer(extraArgs = []) {
     exited,
     async stop() {
       if (proc.exitCode === null) proc.kill('SIGTERM');
-      return exited;
+      const r = await exited;
+      // A failing exit (a sanitizer report, a crash) shows the server's stderr in the test log.
+      if (r.code !== 0) console.error(`dsv41 serve exited with ${r.code} (${r.signal}); its stderr:\n` + log);
+      return r;
     },
   };
 }

@@ -124,7 +124,10 @@ test('a full queue answers 429; /health answers while the slot is busy; SIGTERM 
   let streamed = '';
   long.stdout.on('data', (d) => (streamed += d));
   const longDone = new Promise((r) => long.on('exit', r));
-  while (!streamed.includes('"content"')) await new Promise((r) => setTimeout(r, 20));
+  for (let i = 0; !streamed.includes('"content"'); i++) {
+    assert.ok(i < 1500 && long.exitCode === null, 'the long stream started: ' + streamed.slice(0, 200));
+    await new Promise((r) => setTimeout(r, 20));
+  }
   const busy = await curl(['-w', '\n%{http_code}', '-H', 'Content-Type: application/json', '-d', chatBody(), `${server.base}/v1/chat/completions`]);
   const [json, code] = busy.split('\n');
   assert.equal(code, '429');

@@ -9,6 +9,7 @@
 //
 //   node scripts/load-test.mjs [--binary build/dsv41] [--model models/dsv41-mini]
 //        [--clients 32] [--duration 300] [--abort-share 0.1] [--compare 32] [--threads 0]
+//        [--phases load,single,overhead] [--depth full]
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -23,6 +24,8 @@ const DURATION = Number(args.duration ?? 300);
 const ABORT_SHARE = Number(args['abort-share'] ?? 0.1);
 const COMPARE = Number(args.compare ?? 32);
 const THREADS = String(args.threads ?? 0);
+const PHASES = (args.phases ?? 'load,single,overhead').split(',');
+const DEPTH = args.depth ?? 'full';  // the prefill depth of both the server and generate
 const config = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'));
 const EOS = config.eos_token_id ?? config.text_config?.eos_token_id;
 
@@ -44,7 +47,7 @@ const pct = (xs, p) => {
 
 async function startServer(parallel) {
   const proc = spawn(BINARY, ['serve', '-m', MODEL, '--port', '0', '--parallel', String(parallel), '--ctx', '2048',
-    '--max-queue', '1024', '--quiet', '--threads', THREADS], { stdio: ['ignore', 'ignore', 'pipe'] });
+    '--max-queue', '1024', '--quiet', '--threads', THREADS, '--depth', DEPTH], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
     proc.stderr.on('data', (d) => {
@@ -159,7 +162,7 @@ async function overhead(n) {
   const file = path.join(dir, 'requests.jsonl');
   fs.writeFileSync(file, reqs.map((r) => JSON.stringify({ ...r, ignore_eos: true })).join('\n') + '\n');
   // generate's own timing (its stderr summary): the batch only, not the model load.
-  const gen = spawnSync(BINARY, ['generate', '-m', MODEL, '--requests', file, '--parallel', String(n), '--ctx', '2048',
+  const gen = spawnSync(BINARY, ['generate', '-m', MODEL, '--requests', file, '--parallel', String(n), '--ctx', '2048', '--depth', DEPTH,
     '--out', path.join(dir, 'out.jsonl'), ...(THREADS !== '0' ? ['--threads', THREADS] : [])], { encoding: 'utf8' });
   const generateSeconds = Number(gen.stderr.match(/ in ([0-9.]+) s/)?.[1] ?? NaN);
   fs.rmSync(dir, { recursive: true, force: true });
@@ -169,8 +172,8 @@ async function overhead(n) {
 }
 
 const report = { date: new Date().toISOString(), host: os.hostname(), cpus: os.cpus().length, model: MODEL };
-report.load = await loadPhase(CLIENTS, DURATION);
-report.single = await loadPhase(1, Math.min(DURATION, 60));
-report.overhead = await overhead(COMPARE);
+if (PHASES.includes('load')) report.load = await loadPhase(CLIENTS, DURATION);
+if (PHASES.includes('single')) report.single = await loadPhase(1, Math.min(DURATION, 60));
+if (PHASES.includes('overhead')) report.overhead = await overhead(COMPARE);
 console.log(JSON.stringify(report, null, 2));
-process.exit(report.load.errors === 0 && report.single.errors === 0 ? 0 : 1);
+process.exit((report.load?.errors ?? 0) === 0 && (report.single?.errors ?? 0) === 0 ? 0 : 1);

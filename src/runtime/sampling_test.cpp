@@ -96,5 +96,25 @@ TEST(Sampling, TopKMinPAndLogitBiasFilter) {
   EXPECT_FALSE(Sampler::create(bad).ok());
 }
 
+TEST(Sampling, PresenceAndFrequencyPenaltiesLowerReturnedTokens) {
+  const std::vector<float> l = {1.0f, 0.5f, -3.0f};
+  auto run = [&](float presence, float frequency) {
+    SamplingParams p{};
+    p.presence_penalty = presence;
+    p.frequency_penalty = frequency;
+    auto s = Sampler::create(p);
+    EXPECT_TRUE(s.ok());
+    std::vector<int32_t> out;
+    for (int i = 0; i < 4; ++i) out.push_back(s->sample(l));
+    return out;
+  };
+  EXPECT_EQ(run(0, 0), (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(run(0, 0.3f), (std::vector<int32_t>{0, 0, 1, 0}));  // 1.0, 0.7, 0.4 < 0.5, then 0.4 > 0.2
+  EXPECT_EQ(run(0.6f, 0), (std::vector<int32_t>{0, 1, 0, 0}));  // 0.4 < 0.5, then 0.4 > −0.1
+  SamplingParams bad{};
+  bad.frequency_penalty = 2.5f;
+  EXPECT_FALSE(Sampler::create(bad).ok());
+}
+
 }  // namespace
 }  // namespace dsv41

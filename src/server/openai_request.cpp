@@ -159,12 +159,11 @@ std::optional<ApiError> generation_fields(const Json& body, bool chat, const Par
       g->telemetry = t->get<bool>();
     }
   }
-  for (const char* penalty : {"presence_penalty", "frequency_penalty", "repetition_penalty"}) {
-    float v = 0;
-    DSV41_TRY(number_in(body, penalty, -2, 2, false, &v));
-    if (v != 0 && !(std::string(penalty) == "repetition_penalty" && v == 1))
-      return bad_field(penalty, std::string(penalty) + ": not supported yet (only the neutral value)", "unsupported_value");
-  }
+  DSV41_TRY(number_in(body, "presence_penalty", -2, 2, false, &g->sampling.presence_penalty));
+  DSV41_TRY(number_in(body, "frequency_penalty", -2, 2, false, &g->sampling.frequency_penalty));
+  if (const Json* rp = find(body, "repetition_penalty"); rp && !(rp->is_number() && rp->get<double>() == 1.0))
+    return bad_field("repetition_penalty", "repetition_penalty: not supported yet (use presence_penalty / frequency_penalty)",
+                     "unsupported_value");
   return std::nullopt;
 }
 

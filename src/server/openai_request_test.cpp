@@ -51,7 +51,9 @@ TEST(OpenAiRequest, ReadsSamplingAndStreamingFields) {
   ChatRequest c = chat_ok("{" + kMsgs +
                           R"(,"max_completion_tokens":7,"temperature":0,"top_p":0.5,"top_k":3,"min_p":0.1,"seed":-1,
       "n":3,"stop":["a","b"],"logprobs":true,"top_logprobs":2,"logit_bias":{"5":-100,"7":2.5},
-      "stream":true,"stream_options":{"include_usage":true}})");
+      "stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-1})");
+  EXPECT_EQ(c.gen.sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(c.gen.sampling.frequency_penalty, -1.0f);
   EXPECT_EQ(c.gen.max_tokens, 7);
   EXPECT_EQ(c.gen.sampling.temperature, 0.0f);
   EXPECT_EQ(c.gen.sampling.top_p, 0.5f);
@@ -86,7 +88,8 @@ TEST(OpenAiRequest, BadFieldsAreNamed) {
       {"{" + kMsgs + R"(,"logit_bias":{"3":101}})", "logit_bias"},
       {"{" + kMsgs + R"(,"stream_options":{"include_usage":true}})", "stream_options"},
       {"{" + kMsgs + R"(,"frobnicate":1})", "frobnicate"},
-      {"{" + kMsgs + R"(,"presence_penalty":0.5})", "presence_penalty"},
+      {"{" + kMsgs + R"(,"presence_penalty":2.5})", "presence_penalty"},
+      {"{" + kMsgs + R"(,"repetition_penalty":1.1})", "repetition_penalty"},
       {"{" + kMsgs + R"(,"response_format":{"type":"json_object"}})", "response_format"},
       {"{" + kMsgs + R"(,"reasoning_effort":0})", "reasoning_effort"},
       {"{" + kMsgs + R"(,"reasoning_effort":"medium"})", "reasoning_effort"},

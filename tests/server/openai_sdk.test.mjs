@@ -107,6 +107,15 @@ test('chat: n choices, seeded sampling is reproducible and streams the same', as
   assert.ok(a.usage.completion_tokens >= 3 && a.usage.completion_tokens <= 3 * 8, 'usage counts every choice');
 });
 
+test('chat: a frequency penalty changes a greedy answer, deterministically', async () => {
+  const base = { ...greedy, max_tokens: 24, messages: user('Repeat after me') };
+  const plain = await client.chat.completions.create(base);
+  const pen = await client.chat.completions.create({ ...base, frequency_penalty: 2, presence_penalty: 2 });
+  const again = await client.chat.completions.create({ ...base, frequency_penalty: 2, presence_penalty: 2 });
+  assert.equal(pen.choices[0].message.content, again.choices[0].message.content);
+  assert.notEqual(pen.choices[0].message.content, plain.choices[0].message.content);
+});
+
 test('chat: stop strings end the text before the stop', async () => {
   const free = await client.chat.completions.create({ ...greedy, max_tokens: 20, messages: user('Go on') });
   const text = free.choices[0].message.content;

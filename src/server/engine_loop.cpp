@@ -160,10 +160,13 @@ void EngineLoop::deliver_finished() {
     }
     auto& tickets = live.channel->tickets_;
     std::replace(tickets.begin(), tickets.end(), it->first, int64_t{-1});
+    {
+      // Counted out before the client hears: a client that saw its result sees the room too.
+      std::lock_guard lock(mu_);
+      --in_flight_;
+    }
     live.channel->finish(ChoiceResult{live.choice, std::move(*r), std::move(live.turn)});
     it = live_.erase(it);
-    std::lock_guard lock(mu_);
-    --in_flight_;
   }
 }
 
@@ -188,9 +191,11 @@ void EngineLoop::serve_from_cache() {
       failed.status = turn.status();
       failed.finish = FinishReason::kError;
       failed.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+      {
+        std::lock_guard lock(mu_);
+        --in_flight_;
+      }
       j.channel->finish(ChoiceResult{j.choice, std::move(failed), std::nullopt});
-      std::lock_guard lock(mu_);
-      --in_flight_;
       continue;
     }
     if (options_.sync_store && options_.tiers->ssd) {
@@ -251,9 +256,11 @@ void EngineLoop::run() {
         r.finish = reason;
         r.prompt_tokens = static_cast<int64_t>(j.job.request.prompt.size());
         if (metrics_) metrics_->count_cancelled();
+        {
+          std::lock_guard lock(mu_);
+          --in_flight_;
+        }
         j.channel->finish(ChoiceResult{j.choice, std::move(r), std::nullopt});
-        std::lock_guard lock(mu_);
-        --in_flight_;
         return true;
       });
     };

@@ -107,13 +107,19 @@ test('chat: n choices, seeded sampling is reproducible and streams the same', as
   assert.ok(a.usage.completion_tokens >= 3 && a.usage.completion_tokens <= 3 * 8, 'usage counts every choice');
 });
 
-test('chat: a frequency penalty changes a greedy answer, deterministically', async () => {
-  const base = { ...greedy, max_tokens: 24, messages: user('Repeat after me') };
+test('chat: presence / frequency penalties stop a forced repetition, deterministically', async () => {
+  // A large bias makes greedy decoding repeat one token; the penalties grow with each repeat.
+  const base = { ...greedy, max_tokens: 16, messages: user('Repeat after me'), logit_bias: { 100: 30 } };
   const plain = await client.chat.completions.create(base);
-  const pen = await client.chat.completions.create({ ...base, frequency_penalty: 2, presence_penalty: 2 });
-  const again = await client.chat.completions.create({ ...base, frequency_penalty: 2, presence_penalty: 2 });
-  assert.equal(pen.choices[0].message.content, again.choices[0].message.content);
-  assert.notEqual(pen.choices[0].message.content, plain.choices[0].message.content);
+  const pen = { ...base, frequency_penalty: 2, presence_penalty: 2 };
+  const a = await client.chat.completions.create(pen);
+  const b = await client.chat.completions.create(pen);
+  const lp = async (req) => (await client.chat.completions.create({ ...req, logprobs: true })).choices[0].logprobs.content.map((t) => t.bytes.join(','));
+  const plainTokens = await lp(base), penTokens = await lp(pen);
+  assert.equal(new Set(plainTokens).size, 1, 'without penalties: one token, repeated');
+  assert.ok(new Set(penTokens).size > 1, 'with penalties: others win after a few repeats');
+  assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+  assert.notEqual(a.choices[0].message.content, plain.choices[0].message.content);
 });
 
 test('chat: stop strings end the text before the stop', async () => {

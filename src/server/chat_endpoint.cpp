@@ -74,6 +74,10 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
   // model can only call (that) tool; none ends the output where a calls block would start.
   std::string forced;
   std::vector<std::string> stops = c.gen.stop;
+  if (c.tool_choice == ToolChoice::kRequired && c.tool_names.size() == 1) {
+    c.tool_choice = ToolChoice::kNamed;  // one tool: "required" can only mean that one
+    c.tool_name = c.tool_names[0];
+  }
   if (c.tool_choice == ToolChoice::kRequired || c.tool_choice == ToolChoice::kNamed) {
     if (thinking)
       return reply_error(req, res, bad_field("tool_choice", "tool_choice '" +

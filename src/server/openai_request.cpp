@@ -234,6 +234,7 @@ std::optional<ApiError> tool_fields(const Json& body, ChatRequest* c) {
     }
   }
   c->has_tools = !tools.empty();
+  for (const auto& t : tools) c->tool_names.push_back(t.name);
   DSV41_TRY(boolean(body, "parallel_tool_calls", &c->parallel_tool_calls));
   if (const Json* tc = find(body, "tool_choice")) {
     if (tc->is_string()) {

@@ -37,6 +37,7 @@ struct ChatRequest {
   GenerationFields gen;
   chat::RenderRequest render;  // messages (tools attached to the system message), mode, effort
   bool has_tools = false;
+  std::vector<std::string> tool_names;  // of `tools`, in order
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_name;  // kNamed
   bool parallel_tool_calls = true;

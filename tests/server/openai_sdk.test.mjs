@@ -167,6 +167,10 @@ test('chat: a named tool call comes back in tool_calls, streamed as tool-call de
   });
   assert.ok(next.usage.prompt_tokens > full.usage.prompt_tokens);
 
+  // One tool and tool_choice "required": that tool.
+  const req1 = await client.chat.completions.create({ ...req, tools: [tools[0]], tool_choice: 'required' });
+  assert.equal(req1.choices[0].message.tool_calls[0].function.name, 'now');
+
   // tool_choice none: never a call, and never DSML in content.
   const none = await client.chat.completions.create({ ...greedy, messages: user('x'), tools, tool_choice: 'none' });
   assert.equal(none.choices[0].message.tool_calls, undefined);

@@ -44,6 +44,7 @@ int serve_main(int argc, char** argv) {
   bool quiet = false, cache_sync = false;
   std::string cache_dir;
   int64_t cache_chunk = 256;
+  int live_turns = 4;
   cli.add_option("-m,--model", dir, "model directory (config.json, safetensors, tokenizer.json)")->required();
   cli.add_option("--host", so.host, "address to listen on (default 127.0.0.1: this machine only)");
   cli.add_option("--port", so.port, "TCP port (0 = any free port, printed at start)")->check(in_range(0, 65535));
@@ -71,6 +72,9 @@ int serve_main(int argc, char** argv) {
   cli.add_option("--cache-chunk", cache_chunk, "tokens per cached chunk (even; a store per chunk size)")
       ->check(in_range<int64_t>(2, 65536));
   cli.add_flag("--cache-sync", cache_sync, "with --cache-dir: a turn's new chunks are synced before it decodes");
+  cli.add_option("--live-turns", live_turns, "with --cache-dir: finished turns kept in the engine, so that a next turn "
+                 "extending one forks it (the engine tier: nothing loaded, windows exact); 0..64")
+      ->check(CLI::Range(0, 64));
   cli.add_flag("--quiet", quiet, "no access log on stderr");
   so.http_threads = 0;
   try {
@@ -177,8 +181,10 @@ int serve_main(int argc, char** argv) {
                        [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); });
     tiers.ssd = store.get();
     tiers.dram = &dram;
+    tiers.engine = live_turns > 0;
     lo.tiers = &tiers;
     lo.sync_store = cache_sync;
+    lo.live_turns = live_turns;
   }
   auto loop = server::EngineLoop::start(**engine, lo, &api.metrics());
   if (!loop.ok()) return fail(loop.status());

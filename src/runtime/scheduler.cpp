@@ -81,7 +81,9 @@ std::optional<GenerationResult> Scheduler::take(int64_t ticket) {
 void Scheduler::finish(Active& a, FinishReason reason, Status status) {
   a.result.finish = status.ok() ? reason : FinishReason::kError;
   a.result.status = std::move(status);
-  if (a.sequence >= 0) (void)engine_.remove_sequence(a.sequence);  // its pages go back to the pool
+  const bool kept = a.sequence >= 0 && a.result.status.ok() && a.result.finish != FinishReason::kCancelled &&
+                    on_finished_ && on_finished_(a.ticket, a.sequence);
+  if (a.sequence >= 0 && !kept) (void)engine_.remove_sequence(a.sequence);  // its pages go back to the pool
   a.sequence = -1;
   results_[a.ticket] = std::move(a.result);
 }

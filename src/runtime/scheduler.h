@@ -83,6 +83,12 @@ class Scheduler {
   // call cancel() or submit() (queue those for after step()).
   using TokenCallback = std::function<void(int64_t ticket, int32_t token, std::span<const float> logits)>;
   void on_token(TokenCallback callback) { on_token_ = std::move(callback); }
+  // Called when a request that ran finishes without error (stop or length; not cancelled),
+  // before its sequence leaves the engine: the caller may store the turn (end_turn) and return
+  // true to keep the sequence (it then owns it and removes it later; e.g. the engine tier of the
+  // cache), or false to let the scheduler remove it. Must not call the scheduler or run a forward.
+  using FinishedCallback = std::function<bool(int64_t ticket, SequenceId sequence)>;
+  void on_finished(FinishedCallback callback) { on_finished_ = std::move(callback); }
   // Ends a queued or running request now with `reason` (kCancelled or kStop): the ids sampled so
   // far stay in its result, its sequence leaves the engine. False when the ticket is unknown or
   // already finished. Not during step() (see on_token).
@@ -126,6 +132,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Active>> active_;
   std::unordered_map<int64_t, GenerationResult> results_;
   TokenCallback on_token_;
+  FinishedCallback on_finished_;
   int64_t next_ticket_ = 0;
   StepStats last_;
   std::vector<Segment> segments_;

@@ -47,6 +47,8 @@ Result<std::unique_ptr<EngineLoop>> EngineLoop::start(Engine& engine, const Loop
   DSV41_ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::create(engine, options.scheduler));
   loop->scheduler_->on_token(
       [l = loop.get()](int64_t ticket, int32_t token, std::span<const float> logits) { l->on_token(ticket, token, logits); });
+  if (options.tiers)
+    loop->scheduler_->on_finished([l = loop.get()](int64_t, SequenceId sequence) { return l->keep_finished(sequence); });
   loop->stats_.pool = engine.pool_stats();
   loop->thread_ = std::thread([l = loop.get()] { l->run(); });
   return loop;
@@ -170,6 +172,25 @@ void EngineLoop::deliver_finished() {
   }
 }
 
+bool EngineLoop::keep_finished(SequenceId sequence) {
+  ServeTurnOptions so;
+  so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
+  // The answer's whole chunks to the store, the windows at the turn's end to the DRAM pool.
+  (void)end_turn(engine_, *options_.tiers, sequence, so);
+  if (options_.live_turns <= 0) return false;
+  kept_.push_back(sequence);
+  while (static_cast<int>(kept_.size()) > options_.live_turns) {
+    (void)engine_.remove_sequence(kept_.front());
+    kept_.pop_front();
+  }
+  return true;
+}
+
+void EngineLoop::drop_kept() {
+  for (SequenceId id : kept_) (void)engine_.remove_sequence(id);
+  kept_.clear();
+}
+
 void EngineLoop::serve_from_cache() {
   while (!cache_queue_.empty() && scheduler_->active() < options_.scheduler.parallel) {
     CacheJob j = std::move(cache_queue_.front());
@@ -186,6 +207,11 @@ void EngineLoop::serve_from_cache() {
                         std::to_string(r.max_tokens) + " exceeds the context of " +
                         std::to_string(options_.scheduler.max_context));
     Result<ServeTurnResult> turn = st.ok() ? serve_turn(engine_, *options_.tiers, r.prompt, so) : Result<ServeTurnResult>(st);
+    if (!turn.ok() && !kept_.empty() && turn.status().kind() == ErrorKind::kOutOfRange) {
+      // Perhaps the pages of the kept turns: give them back and try once more.
+      drop_kept();
+      turn = serve_turn(engine_, *options_.tiers, r.prompt, so);
+    }
     if (!turn.ok()) {
       GenerationResult failed;
       failed.status = turn.status();

@@ -82,6 +82,10 @@ struct LoopOptions {
   // (its prefill then runs alone, between batched steps) and decoded by the scheduler.
   const ServeTurnTiers* tiers = nullptr;
   bool sync_store = false;  // wait until a turn's new chunks are synced before decoding it
+  // With the tiers: finished turns kept in the engine for the engine tier (tiers->engine), the
+  // oldest dropped first; they count against the engine's page budget, and are all dropped when
+  // a prompt cannot be served for lack of pages (then it is tried once more).
+  int live_turns = 0;
 };
 
 struct LoopStats {
@@ -112,6 +116,10 @@ class EngineLoop {
  private:
   EngineLoop(Engine& engine, const LoopOptions& options, Metrics* metrics);
   void run();
+  // A finished turn with the tiers: its answer stored (end_turn), the sequence kept for the
+  // engine tier when live_turns > 0. True when kept.
+  bool keep_finished(SequenceId sequence);
+  void drop_kept();
   void on_token(int64_t ticket, int32_t token, std::span<const float> logits);
   void deliver_finished();
   void serve_from_cache();
@@ -154,6 +162,7 @@ class EngineLoop {
   // Engine thread only.
   std::unordered_map<int64_t, Live> live_;
   std::deque<CacheJob> cache_queue_;
+  std::deque<SequenceId> kept_;  // finished turns held for the engine tier, oldest first
   std::vector<float> scratch_;
   std::thread thread_;
 };

@@ -48,7 +48,8 @@ test('10 agent turns: each prompt extends the last, cached_tokens grows every tu
       assert.ok(cached > last.cached, `turn ${turn}: cached ${cached} after ${last.cached}`);
       // The previous prompt is a prefix of this one: all its whole chunks are hits.
       assert.ok(cached >= Math.floor(last.prompt / CHUNK) * CHUNK - CHUNK, `turn ${turn}: cached ${cached}, previous prompt ${last.prompt}`);
-      assert.equal(rec.hit_tier, 'ssd');
+      // The previous turn is still live in the engine (--live-turns, default 4): it is forked.
+      assert.equal(rec.hit_tier, 'engine');
     }
     last = { cached: r.usage.prompt_tokens_details.cached_tokens, prompt: r.usage.prompt_tokens };
     messages.push(msg, { role: 'tool', tool_call_id: msg.tool_calls[0].id, content: `result ${turn}` });
@@ -61,4 +62,28 @@ test('the cached turn gives the cold turn\'s answer at --depth exact', async () 
   const warm = await client.chat.completions.create(req);
   assert.ok(warm.usage.prompt_tokens_details.cached_tokens > 0);
   assert.equal(warm.choices[0].message.content, cold.choices[0].message.content);
+});
+
+test('without live turns (--live-turns 0) the next turn hits the store', async () => {
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'dsv41-serve-cache-'));
+  const s = await startServer(['--cache-dir', d, '--cache-chunk', String(CHUNK), '--cache-sync', '--depth', 'exact',
+    '--live-turns', '0', '--thinking', 'off']);
+  try {
+    const c = new OpenAI({ baseURL: s.base + '/v1', apiKey: 'none', maxRetries: 0 });
+    const messages = [{ role: 'user', content: 'Tell me about the store.' }];
+    const first = await c.chat.completions.create({ model: MODEL_ID, messages, temperature: 0, max_tokens: 16,
+                                                    logit_bias: { [EOS]: -100 } });
+    messages.push(first.choices[0].message, { role: 'user', content: 'And then?' });
+    const second = await c.chat.completions.create({ model: MODEL_ID, messages, temperature: 0, max_tokens: 4,
+                                                     dsv41: { telemetry: true } });
+    const rec = second.dsv41.serve_turn[0];
+    assert.equal(rec.hit_tier, 'ssd');
+    // The answer comes back as text: re-rendered and re-tokenized, it need not give the ids that
+    // were generated, so the hit may stop inside the chunk where the answer begins.
+    assert.ok(rec.global_hit_tokens >= Math.floor(first.usage.prompt_tokens / CHUNK) * CHUNK - CHUNK,
+              `hit ${rec.global_hit_tokens}, first prompt ${first.usage.prompt_tokens}`);
+  } finally {
+    assert.equal((await s.stop()).code, 0);
+    fs.rmSync(d, { recursive: true, force: true });
+  }
 });

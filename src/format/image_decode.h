@@ -4,10 +4,12 @@
 //
 // RGB conversion follows Pillow's `Image.convert("RGB")`, which the release's image processor
 // calls: palette → its colours (transparency ignored), grey → (v, v, v), alpha dropped (not
-// composited), 16-bit PNG samples → their high byte (Pillow's "RGB;16B" raw mode). JPEG goes
+// composited), 16-bit colour PNG samples → their high byte (Pillow's "RGB;16B" raw mode),
+// 16-bit greyscale → min(value, 255) (Pillow opens it as an integer image and clips). JPEG goes
 // through libjpeg-turbo with its defaults (islow DCT, fancy upsampling), as Pillow does.
-// Known differences from Pillow: 16-bit greyscale PNG (Pillow clips the 16-bit value to 255,
-// here the high byte is kept) and CMYK / YCCK JPEG (rejected here as unsupported).
+// Checked against Pillow 9.4 (Debian 12) on RGB, L, LA, RGBA, P, 16-bit grey PNGs and baseline,
+// progressive and greyscale JPEGs: identical pixels after preprocessing (docs/VISION.md).
+// Known difference: CMYK / YCCK JPEG (rejected here as unsupported).
 #pragma once
 
 #include <cstdint>

@@ -122,6 +122,11 @@ TEST(ImageDecode, PngColourTypesConvertAsPillowDoes) {
                            {}, "d");
   ASSERT_TRUE(deep.ok());
   EXPECT_EQ(deep->rgb, (std::vector<uint8_t>{0x12, 0xab, 0xff}));
+  // 16-bit grey → min(value, 255), as Pillow converts its integer image (checked against Pillow 9.4).
+  auto grey16 = decode_image(raw_png({3, 1, PNG_COLOR_TYPE_GRAY, 16, {0x00, 0x7f, 0x01, 0x00, 0xff, 0xff}, {}, {}, {}}),
+                             {}, "g16");
+  ASSERT_TRUE(grey16.ok()) << grey16.status().to_string();
+  EXPECT_EQ(grey16->rgb, (std::vector<uint8_t>{127, 127, 127, 255, 255, 255, 255, 255, 255}));
   // 1-bit grey → 0 / 255.
   auto bits = decode_image(raw_png({3, 1, PNG_COLOR_TYPE_GRAY, 1, {0b10100000}, {}, {}, {}}), {}, "b");
   ASSERT_TRUE(bits.ok());

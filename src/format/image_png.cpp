@@ -3,6 +3,7 @@
 // everything it fills lives in the caller's PngRead.
 #include <png.h>
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,7 @@ struct PngRead {
   bool too_large = false;
   RgbImage image;
   std::vector<png_bytep> rows;
+  std::vector<uint8_t> grey16;  // 16-bit greyscale rows as stored (big-endian), converted after
 };
 
 void on_error(png_structp png, png_const_charp message) {
@@ -64,7 +66,24 @@ bool read_png(PngRead* r, const ImageLimits* limits) {
     png_longjmp(png, 1);
   }
   // Pillow's convert("RGB"): palette expanded without its transparency, grey replicated,
-  // alpha dropped, 16-bit samples cut to their high byte.
+  // alpha dropped, 16-bit samples cut to their high byte — except 16-bit greyscale, which
+  // Pillow opens as an integer image and converts by clipping the value to 0..255: read as
+  // stored and clipped after (finish_grey16).
+  const bool grey16 = png_get_bit_depth(png, info) == 16 && png_get_color_type(png, info) == PNG_COLOR_TYPE_GRAY;
+  if (grey16) {
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    if (png_get_rowbytes(png, info) != size_t(w) * 2) png_error(png, "unexpected row size of 16-bit greyscale");
+    r->image.width = int(w);
+    r->image.height = int(h);
+    r->grey16.resize(size_t(w) * h * 2);
+    r->rows.resize(h);
+    for (png_uint_32 y = 0; y < h; ++y) r->rows[y] = r->grey16.data() + size_t(y) * w * 2;
+    png_read_image(png, r->rows.data());
+    png_read_end(png, nullptr);
+    png_destroy_read_struct(&png, &info, nullptr);
+    return true;
+  }
   png_set_palette_to_rgb(png);
   png_set_expand_gray_1_2_4_to_8(png);
   png_set_strip_16(png);
@@ -137,6 +156,14 @@ Result<RgbImage> decode_png(std::span<const uint8_t> bytes, const ImageLimits& l
   if (!read_png(&r, &limits)) {
     if (r.too_large) return out_of_range(r.error);
     return corrupt(fmt::format("cannot decode PNG: {}", r.error));
+  }
+  if (!r.grey16.empty()) {  // min(value, 255) replicated, as Pillow's I → RGB conversion
+    r.image.rgb.resize(r.grey16.size() / 2 * 3);
+    for (size_t i = 0; i < r.grey16.size() / 2; ++i) {
+      const unsigned v = unsigned(r.grey16[2 * i]) << 8 | r.grey16[2 * i + 1];
+      const uint8_t c = uint8_t(std::min(v, 255u));
+      r.image.rgb[3 * i] = r.image.rgb[3 * i + 1] = r.image.rgb[3 * i + 2] = c;
+    }
   }
   return std::move(r.image);
 }

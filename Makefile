@@ -9,7 +9,7 @@ CMAKE_GEN := -G Ninja
 LAUNCHER   = $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache,)
 CONFIGURE  = cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) >/dev/null
 
-.PHONY: all deps configure build test test-asan run run-random bench fuzz fuzz-build clean
+.PHONY: all deps configure build test test-asan test-tsan run run-random serve bench fuzz fuzz-build clean
 
 all: build
 
@@ -26,12 +26,23 @@ build: configure
 # tests skip, and the install script never fails the build.
 test: build
 	@scripts/install-tokenizer-oracle.sh $(CURDIR)/build/oracle
+	@scripts/install-server-client.sh $(CURDIR)/$(BUILD)/server-client
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan: deps
 	@cmake -S . -B build-asan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV41_SANITIZE=ON $(LAUNCHER) >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+# ThreadSanitizer over the code that shares state between threads: the engine and scheduler, the
+# SSD store's writer thread, the server's engine loop and HTTP threads (C++ tests, and the real
+# server driven by the SDK and curl tests). build-tsan/; docs/SERVER.md.
+TSAN_TESTS := Engine\.|Scheduler\.|SsdStore\.|DramPool\.|ServeTurn\.|ThreadPool\.|TwoEngines\.|ChoiceStream\.|StopMatcher\.|OpenAiRequest\.|Metrics\.|server_
+test-tsan: deps
+	@cmake -S . -B build-tsan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV41_TSAN=ON $(LAUNCHER) >/dev/null
+	@cmake --build build-tsan -j $(JOBS) --target dsv41 dsv41_tests
+	@scripts/install-server-client.sh $(CURDIR)/build-tsan/server-client
+	@cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)'
 
 # The main job: generate text with the embedded default model (models/dsv41-mini) and print the
 # speed and the packed-cache memory report. `run-random` does the same with a tiny random-weight
@@ -52,6 +63,12 @@ run-random: configure
 	@echo "=== RANDOM WEIGHTS: $(RANDOM_MODEL) (seed 0) -- the output text is meaningless by design ==="
 	@$(BUILD)/dsv41 run -m $(RANDOM_MODEL) -p "The small model reads a line of text and" -n 32
 
+# The OpenAI-compatible server on the default model (docs/SERVER.md); extra flags in SERVE_ARGS,
+# e.g. make serve SERVE_ARGS="--port 9000 --api-key secret".
+serve: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target dsv41
+	@$(BUILD)/dsv41 serve -m models/dsv41-mini $(SERVE_ARGS)
+
 bench: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target dsv41_bench
 	@$(BUILD)/dsv41_bench
@@ -68,4 +85,4 @@ fuzz: fuzz-build
 	@scripts/run-fuzzers.sh build-fuzz
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz

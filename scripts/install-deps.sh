@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(
   cmake ninja-build g++ pkg-config ccache
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcli11-dev libfmt-dev
-  libxxhash-dev libzstd-dev libcpp-httplib-dev
+  libxxhash-dev libzstd-dev libcpp-httplib-dev curl
   libssl-dev
   libpng-dev libjpeg62-turbo-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -44,7 +44,28 @@ const BadOption kCases[] = {
     {"parse --completion /dev/null --chunk -1", "--chunk", "0 to 1073741824"},
     {"render --effort 101", "--effort", "1 to 100"},
     {"render --effort 0", "--effort", "1 to 100"},
+    {"serve -m /nonexistent --port 70000", "--port", "0 to 65535"},
+    {"serve -m /nonexistent --parallel 0", "--parallel", "1 to 1024"},
+    {"serve -m /nonexistent --ctx 0", "--ctx", "1 to 1048576"},
+    {"serve -m /nonexistent --max-queue -1", "--max-queue", "0 to 1048576"},
+    {"serve -m /nonexistent --max-body-mb 0", "--max-body-mb", "1 to 1024"},
 };
+
+// `dsv41 serve` refuses bad options and a missing model before it binds or loads anything.
+TEST(CliOptions, ServeRefusesBadSetupsBeforeLoading) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"serve -m /nonexistent", "/nonexistent: not a directory"},
+      {"serve -m /tmp --depth deep", "--depth"},
+      {"serve -m /tmp --thinking maybe", "--thinking"},
+      {"serve -m /tmp --api-key ''", "--api-key: empty"},
+  };
+  for (const auto& [args, want] : cases) {
+    const testing::CliResult r = testing::run_cli(args, testing::Stderr::kMerge);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("listening"), std::string::npos) << args;
+  }
+}
 
 TEST(CliOptions, OutOfRangeValuesNameTheOptionAndTheRange) {
   for (const BadOption& c : kCases) {

@@ -1,6 +1,7 @@
 // Continuous batching (issue 9 item 7): a request's tokens do not depend on how many sequences run
 // together, on queue order or on its neighbours; bad requests fail alone.
 #include "runtime/scheduler.h"
+#include "runtime/serve_turn.h"
 
 #include <gtest/gtest.h>
 
@@ -131,6 +132,87 @@ TEST(Scheduler, BadRequestsFailAloneAndLengthsAreHonoured) {
   SchedulerOptions bad = o;
   bad.parallel = 0;
   EXPECT_FALSE(Scheduler::create(*engine, bad).ok());
+}
+
+// cancel() frees the sequence and its pages at once, keeps what was sampled, and leaves the
+// other requests' tokens exactly as without the cancelled one.
+TEST(Scheduler, CancelFreesTheSequenceAndLeavesOthersUnchanged) {
+  auto engine = make_engine();
+  SchedulerOptions o;
+  o.parallel = 2;
+  o.max_context = 64;
+  o.eos_token_id = -1;
+  auto s = Scheduler::create(*engine, o);
+  ASSERT_TRUE(s.ok());
+  GenerationRequest keep{testing::test_tokens(9, 1), 12, {}, true};
+  GenerationRequest victim{testing::test_tokens(7, 2), 30, {0.8f, 0.9f, 5}, true};
+  GenerationRequest queued{testing::test_tokens(5, 3), 3, {}, true};
+  const int64_t tk = (*s)->submit(keep), tv = (*s)->submit(victim), tq = (*s)->submit(queued);
+  std::vector<std::pair<int64_t, int32_t>> seen;
+  (*s)->on_token([&](int64_t t, int32_t id, std::span<const float> logits) {
+    EXPECT_EQ(logits.size(), 89u);
+    seen.emplace_back(t, id);
+  });
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*s)->step());
+  EXPECT_EQ(engine->pool_stats().sequences, 2);
+  EXPECT_TRUE((*s)->cancel(tq));  // still queued
+  EXPECT_TRUE((*s)->cancel(tv));
+  EXPECT_FALSE((*s)->cancel(tv)) << "already finished";
+  EXPECT_FALSE((*s)->cancel(999));
+  EXPECT_EQ(engine->pool_stats().sequences, 1);
+  auto v = (*s)->take(tv);
+  ASSERT_TRUE(v && v->status.ok());
+  EXPECT_EQ(v->finish, FinishReason::kCancelled);
+  EXPECT_FALSE(v->ids.empty());
+  EXPECT_EQ((*s)->take(tq)->finish, FinishReason::kCancelled);
+  (*s)->run_to_completion();
+  EXPECT_EQ(engine->pool_stats().sequences, 0);
+  EXPECT_EQ(engine->pool_stats().main_bytes, 0);
+  auto k = (*s)->take(tk);
+  // The same request alone.
+  auto e2 = make_engine();
+  auto s2 = Scheduler::create(*e2, o);
+  const int64_t t2 = (*s2)->submit(keep);
+  (*s2)->run_to_completion();
+  EXPECT_EQ(k->ids, (*s2)->take(t2)->ids);
+  int64_t victim_tokens = 0;
+  for (auto& [t, id] : seen) victim_tokens += t == tv;
+  EXPECT_EQ(victim_tokens, static_cast<int64_t>(v->ids.size()));
+}
+
+// A request prefilled elsewhere (serve_turn with no tiers: a cold prefill) and decoded by the
+// scheduler gives the ids of the same request submitted whole, alongside other requests.
+TEST(Scheduler, PrefilledRequestsDecodeLikeSubmittedOnes) {
+  SchedulerOptions o;
+  o.parallel = 3;
+  o.max_context = 64;
+  o.eos_token_id = 1;
+  GenerationRequest a{testing::test_tokens(13, 7), 9, {0.7f, 0.9f, 11}, true};
+  GenerationRequest b{testing::test_tokens(6, 8), 5, {}, false};
+  auto e1 = make_engine();
+  auto s1 = Scheduler::create(*e1, o);
+  const int64_t ta = (*s1)->submit(a), tb = (*s1)->submit(b);
+  (*s1)->run_to_completion();
+  auto e2 = make_engine();
+  auto s2 = Scheduler::create(*e2, o);
+  ServeTurnOptions so;
+  so.depth = PrefillDepth::kFull;
+  so.max_context = 64;
+  auto turn = serve_turn(*e2, ServeTurnTiers{}, a.prompt, so);
+  ASSERT_TRUE(turn.ok()) << turn.status().to_string();
+  const int64_t tb2 = (*s2)->submit(b);
+  const int64_t ta2 = (*s2)->submit_prefilled(a, turn->sequence, turn->last_logits, turn->effective, turn->record.work);
+  (*s2)->run_to_completion();
+  auto ra = (*s2)->take(ta2);
+  ASSERT_TRUE(ra && ra->status.ok()) << (ra ? ra->status.to_string() : "");
+  EXPECT_EQ(ra->ids, (*s1)->take(ta)->ids);
+  EXPECT_EQ((*s2)->take(tb2)->ids, (*s1)->take(tb)->ids);
+  EXPECT_EQ(e2->pool_stats().sequences, 0);
+  // Refused at once (bad logits): the sequence is removed, the error reported.
+  auto t2 = serve_turn(*e2, ServeTurnTiers{}, a.prompt, so);
+  const int64_t bad = (*s2)->submit_prefilled(a, t2->sequence, {1.0f}, t2->effective, {});
+  EXPECT_FALSE((*s2)->take(bad)->status.ok());
+  EXPECT_EQ(e2->pool_stats().sequences, 0);
 }
 
 }  // namespace

@@ -21,10 +21,38 @@ Result<Sampler> Sampler::create(const SamplingParams& params) {
   if (!std::isfinite(params.temperature) || params.temperature < 0)
     return invalid_argument("sampling: temperature must be a finite value ≥ 0 (0 = greedy)");
   if (!(params.top_p > 0 && params.top_p <= 1)) return invalid_argument("sampling: top_p must be in (0, 1]");
+  if (params.top_k < 0) return invalid_argument("sampling: top_k must be ≥ 0 (0 = off)");
+  if (!(params.min_p >= 0 && params.min_p <= 1)) return invalid_argument("sampling: min_p must be in [0, 1]");
+  for (float pen : {params.presence_penalty, params.frequency_penalty})
+    if (!(pen >= -2 && pen <= 2)) return invalid_argument("sampling: presence and frequency penalties must be in [-2, 2]");
+  for (const auto& [id, bias] : params.logit_bias)
+    if (id < 0 || !std::isfinite(bias))
+      return invalid_argument("sampling: logit_bias needs token ids ≥ 0 and finite biases");
   return Sampler(params);
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+int32_t Sampler::sample(std::span<const float> raw) {
+  const bool penalised = params_.presence_penalty != 0 || params_.frequency_penalty != 0;
+  const int32_t token = pick(raw);
+  if (penalised && token >= 0) {
+    auto it = std::find_if(counts_.begin(), counts_.end(), [&](const auto& c) { return c.first == token; });
+    if (it == counts_.end()) counts_.emplace_back(token, 1);
+    else ++it->second;
+  }
+  return token;
+}
+
+int32_t Sampler::pick(std::span<const float> raw) {
+  std::span<const float> logits = raw;
+  if (!params_.logit_bias.empty() || !counts_.empty()) {
+    biased_.assign(raw.begin(), raw.end());
+    for (const auto& [id, bias] : params_.logit_bias)
+      if (static_cast<size_t>(id) < biased_.size()) biased_[id] += bias;
+    for (const auto& [id, n] : counts_)
+      if (static_cast<size_t>(id) < biased_.size())
+        biased_[id] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
+    logits = biased_;
+  }
   if (params_.temperature == 0) return argmax_logits(logits);
   const size_t n = logits.size();
   double mx = -INFINITY;
@@ -40,12 +68,26 @@ int32_t Sampler::sample(std::span<const float> logits) {
   std::vector<int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+  size_t limit = n;
+  double threshold = params_.top_p;
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
+    limit = static_cast<size_t>(params_.top_k);
+    double top = 0;
+    for (size_t k = 0; k < limit; ++k) top += p[order[k]];
+    threshold = params_.top_p * top;
+  }
   size_t keep = 0;
   double mass = 0;
-  while (keep < n) {
+  while (keep < limit) {
     mass += p[order[keep]];
     ++keep;
-    if (mass >= params_.top_p) break;
+    if (mass >= threshold) break;
+  }
+  if (params_.min_p > 0) {
+    const double floor = params_.min_p * p[order[0]];
+    while (keep > 1 && p[order[keep - 1]] < floor) --keep;
+    mass = 0;
+    for (size_t k = 0; k < keep; ++k) mass += p[order[k]];
   }
   const double u = rng_.uniform() * mass;
   double acc = 0;

@@ -7,12 +7,20 @@
 //   otherwise p = softmax(logits / temperature) in double; candidates sorted by (p desc, id asc);
 //   top-p keeps the shortest prefix whose mass reaches top_p (at least one token); the kept
 //   probabilities are renormalised and one uniform u ∈ [0, 1) picks by cumulative mass.
+// Optional filters (the server's top_k, min_p, logit_bias; off by default, and then the rules
+// above are exactly what runs): logit_bias is added to the logits first (greedy included);
+// top_k > 0 keeps the k most likely candidates before top-p, whose threshold is then top_p of
+// their mass; min_p > 0 then drops candidates with p < min_p · p_max. presence_penalty and
+// frequency_penalty (OpenAI's) lower the logit of every token this sampler has already returned,
+// by presence + frequency · count, after the bias and before the rest.
 // RNG: xoshiro256** (Blackman & Vigna) seeded by four splitmix64 outputs of `seed`; u is the
 // top 53 bits of one draw × 2^-53. One draw per sampled token, none for greedy.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "base/rng.h"
 #include "base/status.h"
@@ -23,6 +31,10 @@ struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy
   float top_p = 1.0f;        // (0, 1]
   uint64_t seed = 0;
+  int32_t top_k = 0;   // 0 = off
+  float min_p = 0.0f;  // [0, 1]; 0 = off
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f;  // [-2, 2]; 0 = off
 };
 
 
@@ -37,8 +49,11 @@ class Sampler {
 
  private:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+  int32_t pick(std::span<const float> logits);
   SamplingParams params_;
   Xoshiro256 rng_;
+  std::vector<float> biased_;  // logits + logit_bias − penalties
+  std::vector<std::pair<int32_t, int32_t>> counts_;  // (token, times returned), with penalties only
 };
 
 // Largest logit, ties to the lowest id; NaN entries are skipped (−1 if all are NaN or empty).

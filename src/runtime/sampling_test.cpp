@@ -59,5 +59,62 @@ TEST(Sampling, XoshiroSeedingAndFirstOutput) {
   EXPECT_EQ(r.next(), want);
 }
 
+TEST(Sampling, TopKMinPAndLogitBiasFilter) {
+  std::vector<float> l = {0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)};  // p = .1 .2 .3 .4
+  SamplingParams k2{1.0f, 1.0f, 7};
+  k2.top_k = 2;
+  SamplingParams mp{1.0f, 1.0f, 7};
+  mp.min_p = 0.6f;  // keeps p ≥ .24: ids 2 and 3
+  auto a = Sampler::create(k2), b = Sampler::create(mp);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<int> ca(4), cb(4);
+  for (int i = 0; i < 20000; ++i) {
+    ca[a->sample(l)]++;
+    cb[b->sample(l)]++;
+  }
+  for (const auto& c : {ca, cb}) {
+    EXPECT_EQ(c[0] + c[1], 0);
+    EXPECT_NEAR(c[3] / 20000.0, 4.0 / 7.0, 0.015);  // renormalised over {.3, .4}
+  }
+  SamplingParams bias{};  // greedy
+  bias.logit_bias = {{0, 100.0f}};
+  auto g = Sampler::create(bias);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->sample(l), 0);
+  bias.logit_bias = {{2, -1e30f}, {3, -1e30f}};
+  bias.temperature = 1.0f;
+  auto t = Sampler::create(bias);
+  for (int i = 0; i < 200; ++i) EXPECT_LT(t->sample(l), 2);
+  SamplingParams bad{};
+  bad.top_k = -1;
+  EXPECT_FALSE(Sampler::create(bad).ok());
+  bad = {};
+  bad.min_p = 1.5f;
+  EXPECT_FALSE(Sampler::create(bad).ok());
+  bad = {};
+  bad.logit_bias = {{-1, 1.0f}};
+  EXPECT_FALSE(Sampler::create(bad).ok());
+}
+
+TEST(Sampling, PresenceAndFrequencyPenaltiesLowerReturnedTokens) {
+  const std::vector<float> l = {1.0f, 0.5f, -3.0f};
+  auto run = [&](float presence, float frequency) {
+    SamplingParams p{};
+    p.presence_penalty = presence;
+    p.frequency_penalty = frequency;
+    auto s = Sampler::create(p);
+    EXPECT_TRUE(s.ok());
+    std::vector<int32_t> out;
+    for (int i = 0; i < 4; ++i) out.push_back(s->sample(l));
+    return out;
+  };
+  EXPECT_EQ(run(0, 0), (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(run(0, 0.3f), (std::vector<int32_t>{0, 0, 1, 0}));  // 1.0, 0.7, 0.4 < 0.5, then 0.4 > 0.2
+  EXPECT_EQ(run(0.6f, 0), (std::vector<int32_t>{0, 1, 0, 0}));  // 0.4 < 0.5, then 0.4 > −0.1
+  SamplingParams bad{};
+  bad.frequency_penalty = 2.5f;
+  EXPECT_FALSE(Sampler::create(bad).ok());
+}
+
 }  // namespace
 }  // namespace dsv41

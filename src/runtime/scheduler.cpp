@@ -14,6 +14,8 @@ const char* finish_reason_name(FinishReason reason) {
       return "length";
     case FinishReason::kError:
       return "error";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "error";
 }
@@ -35,6 +37,39 @@ int64_t Scheduler::submit(GenerationRequest request) {
   return ticket;
 }
 
+int64_t Scheduler::submit_prefilled(GenerationRequest request, SequenceId sequence, std::vector<float> last_logits,
+                                    PrefillDepth effective, const TokenLayers& work) {
+  const int64_t ticket = next_ticket_++;
+  auto a = std::make_unique<Active>();
+  a->ticket = ticket;
+  a->request = std::move(request);
+  a->sequence = sequence;
+  a->prompt_done = static_cast<int64_t>(a->request.prompt.size());
+  a->result.prompt_tokens = a->prompt_done;
+  a->result.effective_depth = effective;
+  a->result.prefill_work = work;
+  Status st;
+  if (static_cast<int64_t>(last_logits.size()) != engine_.config().vocab_size)
+    st = invalid_argument("submit_prefilled: " + std::to_string(last_logits.size()) + " logits for a vocabulary of " +
+                          std::to_string(engine_.config().vocab_size));
+  if (st.ok() && a->request.max_tokens < 0) st = invalid_argument("max_tokens must be ≥ 0");
+  for (const auto& [id, bias] : a->request.sampling.logit_bias)
+    if (st.ok() && id >= engine_.config().vocab_size)
+      st = invalid_argument("logit_bias: token id " + std::to_string(id) + " outside the vocabulary");
+  if (st.ok()) {
+    auto sampler = Sampler::create(a->request.sampling);
+    if (sampler.ok()) a->sampler = std::move(*sampler);
+    else st = sampler.status();
+  }
+  if (!st.ok() || a->request.max_tokens == 0) {
+    finish(*a, FinishReason::kLength, st);
+    return ticket;
+  }
+  a->first_logits = std::move(last_logits);
+  active_.push_back(std::move(a));
+  return ticket;
+}
+
 std::optional<GenerationResult> Scheduler::take(int64_t ticket) {
   auto it = results_.find(ticket);
   if (it == results_.end()) return std::nullopt;
@@ -46,9 +81,30 @@ std::optional<GenerationResult> Scheduler::take(int64_t ticket) {
 void Scheduler::finish(Active& a, FinishReason reason, Status status) {
   a.result.finish = status.ok() ? reason : FinishReason::kError;
   a.result.status = std::move(status);
-  if (a.sequence >= 0) (void)engine_.remove_sequence(a.sequence);  // its pages go back to the pool
+  const bool kept = a.sequence >= 0 && a.result.status.ok() && a.result.finish != FinishReason::kCancelled &&
+                    on_finished_ && on_finished_(a.ticket, a.sequence);
+  if (a.sequence >= 0 && !kept) (void)engine_.remove_sequence(a.sequence);  // its pages go back to the pool
   a.sequence = -1;
   results_[a.ticket] = std::move(a.result);
+}
+
+bool Scheduler::cancel(int64_t ticket, FinishReason reason) {
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (it->first != ticket) continue;
+    GenerationResult r;
+    r.finish = reason;
+    r.prompt_tokens = static_cast<int64_t>(it->second.prompt.size());
+    results_[ticket] = std::move(r);
+    queue_.erase(it);
+    return true;
+  }
+  for (auto it = active_.begin(); it != active_.end(); ++it) {
+    if ((*it)->ticket != ticket) continue;
+    finish(**it, reason);
+    active_.erase(it);
+    return true;
+  }
+  return false;
 }
 
 void Scheduler::admit() {
@@ -67,6 +123,10 @@ void Scheduler::admit() {
       if (r.prompt[i] < 0 || r.prompt[i] >= V)
         st = invalid_argument("token id " + std::to_string(r.prompt[i]) + " at position " + std::to_string(i) +
                               " outside the vocabulary (0.." + std::to_string(V - 1) + ")");
+    for (const auto& [id, bias] : r.sampling.logit_bias)
+      if (st.ok() && id >= V)
+        st = invalid_argument("logit_bias: token id " + std::to_string(id) + " outside the vocabulary (0.." +
+                              std::to_string(V - 1) + ")");
     const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
     if (st.ok() && need > options_.max_context)
       st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
@@ -106,7 +166,7 @@ void Scheduler::admit() {
 
 void Scheduler::take_token(Active& a, const float* logits) {
   const int32_t token = a.sampler->sample(std::span<const float>(logits, engine_.config().vocab_size));
-  if (on_token_) on_token_(a.ticket, token);
+  if (on_token_) on_token_(a.ticket, token, std::span<const float>(logits, engine_.config().vocab_size));
   if (token == options_.eos_token_id && !a.request.ignore_eos) {
     finish(a, FinishReason::kStop);
     return;
@@ -121,7 +181,17 @@ void Scheduler::take_token(Active& a, const float* logits) {
 
 bool Scheduler::step() {
   admit();
-  if (active_.empty()) return false;
+  // Requests that arrived prefilled sample their first token now (it is fed below).
+  bool sampled = false;
+  for (auto& ap : active_) {
+    if (ap->first_logits.empty()) continue;
+    std::vector<float> logits = std::move(ap->first_logits);
+    ap->first_logits.clear();
+    take_token(*ap, logits.data());
+    sampled = true;
+  }
+  std::erase_if(active_, [](const std::unique_ptr<Active>& a) { return a->sequence < 0; });
+  if (active_.empty()) return sampled;
   segments_.clear();
   owners_.clear();
   last_ = StepStats{};

@@ -9,7 +9,9 @@
 // depend on what else is in a batch, so a request's tokens do not depend on `parallel`, on the
 // order of the queue or on the other requests.
 // A request that cannot run (prompt over the context, bad token ids, bad sampling parameters)
-// finishes with an error status; the others go on. Not thread-safe: one thread drives it.
+// finishes with an error status; the others go on. cancel() ends a queued or running request
+// at once (a server's client went away, or its stop string appeared): its sequence and pages
+// leave the engine before the next step. Not thread-safe: one thread drives it.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -35,8 +38,9 @@ struct GenerationRequest {
   PrefillDepth depth = PrefillDepth::kFull;  // prefill depth (plan/replay_rule.h)
 };
 
-enum class FinishReason { kStop, kLength, kError };
-const char* finish_reason_name(FinishReason reason);  // "stop", "length", "error"
+// kCancelled: ended by cancel() with that reason (a caller may also end a request as kStop).
+enum class FinishReason { kStop, kLength, kError, kCancelled };
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", "error", "cancelled"
 
 struct GenerationResult {
   Status status;                // not ok: finish is kError and ids may be partial
@@ -67,8 +71,28 @@ class Scheduler {
 
   // Queues a request; returns its ticket (in submission order, from 0).
   int64_t submit(GenerationRequest request);
-  // Called for every generated token as it is sampled (ticket, token id); EOS included.
-  void on_token(std::function<void(int64_t, int32_t)> callback) { on_token_ = std::move(callback); }
+  // A request whose prompt is already in `sequence` (served through the cache tiers, e.g.
+  // runtime/serve_turn.h), to be decoded from `last_logits` (the prompt's last position): it
+  // takes a slot at once, beyond `parallel` if need be (the caller keeps count), and samples its
+  // first token at the next step. The scheduler owns the sequence from here (removed when the
+  // request finishes, or at once when the request is refused).
+  int64_t submit_prefilled(GenerationRequest request, SequenceId sequence, std::vector<float> last_logits,
+                           PrefillDepth effective, const TokenLayers& work);
+  // Called for every generated token as it is sampled (ticket, token id, the raw logits the
+  // token was sampled from, valid only during the call); EOS included. The callback must not
+  // call cancel() or submit() (queue those for after step()).
+  using TokenCallback = std::function<void(int64_t ticket, int32_t token, std::span<const float> logits)>;
+  void on_token(TokenCallback callback) { on_token_ = std::move(callback); }
+  // Called when a request that ran finishes without error (stop or length; not cancelled),
+  // before its sequence leaves the engine: the caller may store the turn (end_turn) and return
+  // true to keep the sequence (it then owns it and removes it later; e.g. the engine tier of the
+  // cache), or false to let the scheduler remove it. Must not call the scheduler or run a forward.
+  using FinishedCallback = std::function<bool(int64_t ticket, SequenceId sequence)>;
+  void on_finished(FinishedCallback callback) { on_finished_ = std::move(callback); }
+  // Ends a queued or running request now with `reason` (kCancelled or kStop): the ids sampled so
+  // far stay in its result, its sequence leaves the engine. False when the ticket is unknown or
+  // already finished. Not during step() (see on_token).
+  bool cancel(int64_t ticket, FinishReason reason = FinishReason::kCancelled);
 
   // One engine step; false when there was nothing left to do.
   bool step();
@@ -93,6 +117,7 @@ class Scheduler {
     PrefillPlan plan;            // the prompt's steps at its depth
     size_t step = 0;             // the plan step the next prefill chunk belongs to
     int32_t next_token = -1;     // sampled, not yet fed (−1: none)
+    std::vector<float> first_logits;  // submit_prefilled: to sample the first token from
     GenerationResult result;
   };
   Scheduler(Engine& engine, const SchedulerOptions& options) : engine_(engine), options_(options) {}
@@ -106,7 +131,8 @@ class Scheduler {
   std::deque<std::pair<int64_t, GenerationRequest>> queue_;
   std::vector<std::unique_ptr<Active>> active_;
   std::unordered_map<int64_t, GenerationResult> results_;
-  std::function<void(int64_t, int32_t)> on_token_;
+  TokenCallback on_token_;
+  FinishedCallback on_finished_;
   int64_t next_ticket_ = 0;
   StepStats last_;
   std::vector<Segment> segments_;

@@ -1,0 +1,92 @@
+// The OpenAI-compatible HTTP API of `dsv41 serve` (docs/SERVER.md): routes, API keys, CORS,
+// OpenAI-shaped errors, and the endpoints /v1/chat/completions, /v1/completions, /v1/models,
+// /tokenize, /detokenize, /health, /metrics. The server listens before the model is loaded
+// (/health answers 503 until attach()). Handlers run on the HTTP pool and never touch the
+// engine: generation goes through the EngineLoop. Owns the transport and the metrics; the
+// tokenizer, loop and config given to attach() must outlive it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "format/config.h"
+#include "format/tokenizer.h"
+#include "plan/replay_rule.h"
+#include "server/api_error.h"
+#include "server/engine_loop.h"
+#include "server/http_transport.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace dsv41::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port (see port())
+  std::vector<std::string> api_keys;  // empty: no authentication
+  std::string cors_origin;            // empty: no CORS headers
+  std::string model_name = "dsv41";
+  int64_t context = 4096;             // prompt + max_tokens per choice
+  size_t max_body_bytes = size_t{8} << 20;
+  int http_threads = 32;
+  ParseOptions parse;
+  std::chrono::milliseconds ping_interval{2000};  // SSE comment while a stream waits
+  PrefillDepth depth = PrefillDepth::kFull;       // every request's prefill depth
+  bool access_log = false;                         // one stderr line per request
+  bool cache = false;  // prompts go through the prefix-cache tiers (--cache-dir): telemetry available
+};
+
+class ApiServer {
+ public:
+  explicit ApiServer(ServerOptions options);
+  ~ApiServer();
+
+  // Binds the listening socket (so a bad --host/--port fails before the model loads).
+  Status bind();
+  int port() const { return port_; }
+  // The model is ready: generation endpoints answer from now on.
+  void attach(const Tokenizer& tokenizer, EngineLoop& loop, const ModelConfig& config);
+  // Serves until stop(); blocks. Returns after every handler has returned.
+  void listen();
+  // Stops accepting connections (from any thread, e.g. a signal thread).
+  void stop();
+  Metrics& metrics() { return metrics_; }
+
+ private:
+  void routes();
+  bool authorized(const httplib::Request& req) const;
+  void reply(const httplib::Request& req, httplib::Response& res, int status, const std::string& body,
+             const char* type = "application/json");
+  void reply_error(const httplib::Request& req, httplib::Response& res, const ApiError& e);
+  // The model, or a 503 answer when it is still loading.
+  bool ready(const httplib::Request& req, httplib::Response& res);
+  // The JSON body, or a 400 answer.
+  bool body_json(const httplib::Request& req, httplib::Response& res, chat::Json* out);
+
+  // Checks the context, queues n choices of `prompt` and answers 400 / 429 itself on failure.
+  std::shared_ptr<Channel> submit(const httplib::Request& req, httplib::Response& res, const GenerationFields& gen,
+                                  const std::vector<int32_t>& prompt, const char* prompt_param);
+
+  void chat_completions(const httplib::Request& req, httplib::Response& res);
+  void completions(const httplib::Request& req, httplib::Response& res);
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+  void models(const httplib::Request& req, httplib::Response& res);
+
+  ServerOptions options_;
+  HttpTransport http_;
+  Metrics metrics_;
+  int port_ = 0;
+  std::atomic<bool> ready_{false};
+  const Tokenizer* tokenizer_ = nullptr;
+  EngineLoop* loop_ = nullptr;
+  const ModelConfig* config_ = nullptr;
+  int64_t created_ = 0;
+};
+
+}  // namespace dsv41::server

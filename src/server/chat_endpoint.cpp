@@ -1,0 +1,143 @@
+// POST /v1/chat/completions (OpenAI chat completions API; docs/SERVER.md): render the messages
+// in the V4.1 chat format (chat/render.h), generate, and parse the output back into reasoning,
+// content and tool calls, as one JSON body or as SSE chunks.
+#include <ctime>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/markers.h"
+#include "chat/render.h"
+#include "server/api_server.h"
+#include "server/sse.h"
+#include "server/stream_writer.h"
+
+namespace dsv41::server {
+namespace {
+
+using chat::Json;
+
+class ChatFormat final : public StreamFormat {
+ public:
+  ChatFormat(ResponseMeta meta, int choices, bool logprobs, bool include_usage, bool telemetry, const Tokenizer& tok)
+      : meta_(std::move(meta)), choices_(choices), logprobs_(logprobs), include_usage_(include_usage),
+        telemetry_(telemetry), tok_(tok) {}
+
+  std::vector<std::string> opening() override {
+    std::vector<std::string> out;
+    for (int i = 0; i < choices_; ++i) out.push_back(event(chat_chunk_json(meta_, i, Json{{"role", "assistant"}, {"content", ""}}, Json(), "")));
+    return out;
+  }
+  std::vector<std::string> delta(int choice, const ChoiceDelta& d) override {
+    Json delta = chat_delta_json(d);
+    if (delta.empty() && !(logprobs_ && !d.tokens.empty())) return {};
+    return {event(chat_chunk_json(meta_, choice, std::move(delta), logprobs_ ? chat_logprobs_json(d.tokens, tok_) : Json(), ""))};
+  }
+  std::string finished(int choice, const ChoiceOutput& o) override {
+    Json j = chat_chunk_json(meta_, choice, Json::object(), Json(), o.finish_reason);
+    if (telemetry_) j["dsv41"] = Json{{"serve_turn", o.turn ? turn_json(*o.turn) : Json()}};
+    return event(std::move(j));
+  }
+  std::string usage(const Usage& u) override {
+    Json j = chat_chunk_json(meta_, 0, Json::object(), Json(), "");
+    j["choices"] = Json::array();
+    j["usage"] = usage_json(u);
+    return sse_data(dump(j));
+  }
+
+ private:
+  // With include_usage, OpenAI puts "usage": null on every chunk but the last.
+  std::string event(Json j) {
+    if (include_usage_) j["usage"] = nullptr;
+    return sse_data(dump(j));
+  }
+  ResponseMeta meta_;
+  int choices_;
+  bool logprobs_, include_usage_, telemetry_;
+  const Tokenizer& tok_;
+};
+
+}  // namespace
+
+void ApiServer::chat_completions(const httplib::Request& req, httplib::Response& res) {
+  if (!ready(req, res)) return;
+  Json body;
+  if (!body_json(req, res, &body)) return;
+  auto parsed = parse_chat_request(body, options_.parse);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(req, res, *e);
+  ChatRequest& c = std::get<ChatRequest>(parsed);
+  if (c.gen.model != options_.model_name)
+    return reply_error(req, res, ApiError{404, "The model '" + c.gen.model + "' does not exist (this server serves '" +
+                                                   options_.model_name + "').",
+                                          "invalid_request_error", "model", "model_not_found"});
+  const bool thinking = c.render.thinking_mode == chat::ThinkingMode::kThinking;
+  // tool_choice: required / named force the opening of a calls block after the prompt, so the
+  // model can only call (that) tool; none ends the output where a calls block would start.
+  std::string forced;
+  std::vector<std::string> stops = c.gen.stop;
+  if (c.tool_choice == ToolChoice::kRequired && c.tool_names.size() == 1) {
+    c.tool_choice = ToolChoice::kNamed;  // one tool: "required" can only mean that one
+    c.tool_name = c.tool_names[0];
+  }
+  if (c.tool_choice == ToolChoice::kRequired || c.tool_choice == ToolChoice::kNamed) {
+    if (thinking)
+      return reply_error(req, res, bad_field("tool_choice", "tool_choice '" +
+                                                                std::string(c.tool_choice == ToolChoice::kNamed ? "function" : "required") +
+                                                                "' with thinking enabled is not supported yet (disable thinking, or use auto)",
+                                             "unsupported_value"));
+    forced = std::string(chat::kCallsStart) + ">\n" + std::string(chat::kInvokeOpen) + " name=\"";
+    if (c.tool_choice == ToolChoice::kNamed) forced += c.tool_name + "\">\n";
+  } else if (c.tool_choice == ToolChoice::kNone && c.has_tools) {
+    stops.emplace_back(chat::kCallsStart);
+  }
+  auto rendered = chat::render_prompt(c.render);
+  if (!rendered.ok()) {
+    const std::string& m = rendered.status().message();
+    return reply_error(req, res, from_status(rendered.status(), m.rfind("messages[", 0) == 0 ? m.substr(0, m.find(':')) : "messages"));
+  }
+  if (!rendered->images.empty())
+    return reply_error(req, res, bad_field("messages", "image inputs are not supported by this server yet", "unsupported_value"));
+  auto ids = tokenizer_->encode(rendered->prompt);
+  if (!ids.ok()) return reply_error(req, res, from_status(ids.status(), "messages"));
+  std::vector<int32_t> prompt(ids->begin(), ids->end());
+  if (!forced.empty()) {
+    auto f = tokenizer_->encode(forced);
+    if (!f.ok()) return reply_error(req, res, internal(f.status().to_string()));
+    prompt.insert(prompt.end(), f->begin(), f->end());
+  }
+  auto channel = submit(req, res, c.gen, prompt, "messages");
+  if (!channel) return;
+
+  std::vector<std::unique_ptr<ChoiceStream>> streams;
+  for (int i = 0; i < c.gen.n; ++i) {
+    ChoiceOptions co;
+    co.chat = true;
+    co.mode = c.render.thinking_mode;
+    co.stops = stops;
+    co.forced_prefix = forced;
+    co.parallel_tool_calls = c.parallel_tool_calls;
+    co.eos_token_id = static_cast<int32_t>(config_->eos_token_id);
+    streams.push_back(std::make_unique<ChoiceStream>(*tokenizer_, co, [] { return random_id("call_"); }));
+  }
+  auto driver = std::make_unique<GenerationDriver>(*loop_, channel, std::move(streams));
+  ResponseMeta meta{random_id("chatcmpl-"), static_cast<int64_t>(std::time(nullptr)), options_.model_name, thinking};
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const bool logprobs = c.gen.top_logprobs >= 0;
+  if (c.gen.stream) {
+    metrics_.count_request("/v1/chat/completions", 200);
+    start_stream(res, std::move(driver),
+                 std::make_unique<ChatFormat>(meta, c.gen.n, logprobs, c.gen.include_usage, c.gen.telemetry, *tokenizer_),
+                 StreamSettings{n_prompt, c.gen.include_usage, options_.ping_interval, true});
+    return;
+  }
+  if (!wait_for_all(*driver)) {
+    metrics_.count_request("/v1/chat/completions", 499);  // client closed the connection
+    return;
+  }
+  if (!driver->error().ok()) return reply_error(req, res, engine_error(driver->error()));
+  const Usage usage{n_prompt, driver->completion_tokens(), driver->cached_tokens(), driver->reasoning_tokens()};
+  Json out = chat_completion_json(meta, driver->outputs(), logprobs, *tokenizer_, usage);
+  if (c.gen.telemetry) out["dsv41"] = telemetry_json(driver->outputs());
+  reply(req, res, 200, dump(out));
+}
+
+}  // namespace dsv41::server

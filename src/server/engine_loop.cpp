@@ -1,0 +1,322 @@
+// The engine thread (see engine_loop.h). Each turn: take the inbox and the cancels under the
+// lock, hand them to the scheduler, run one step without the lock, deliver finished results.
+// HTTP threads only ever wait on their own Channel, so a slow client never stalls the batch.
+#include "server/engine_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+namespace dsv41::server {
+
+bool Channel::wait(std::vector<TokenEvent>* tokens, std::vector<ChoiceResult>* results,
+                   std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !tokens_.empty() || !results_.empty(); });
+  if (tokens_.empty() && results_.empty()) return false;
+  for (auto& t : tokens_) tokens->push_back(std::move(t));
+  for (auto& r : results_) results->push_back(std::move(r));
+  tokens_.clear();
+  results_.clear();
+  return true;
+}
+
+void Channel::push(TokenEvent event) {
+  {
+    std::lock_guard lock(mu_);
+    tokens_.push_back(std::move(event));
+  }
+  cv_.notify_all();
+}
+
+void Channel::finish(ChoiceResult result) {
+  {
+    std::lock_guard lock(mu_);
+    results_.push_back(std::move(result));
+  }
+  cv_.notify_all();
+}
+
+EngineLoop::EngineLoop(Engine& engine, const LoopOptions& options, Metrics* metrics)
+    : engine_(engine), options_(options), metrics_(metrics) {}
+
+Result<std::unique_ptr<EngineLoop>> EngineLoop::start(Engine& engine, const LoopOptions& options, Metrics* metrics) {
+  if (options.max_queue < 0) return invalid_argument("max_queue must be ≥ 0");
+  std::unique_ptr<EngineLoop> loop(new EngineLoop(engine, options, metrics));
+  DSV41_ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::create(engine, options.scheduler));
+  loop->scheduler_->on_token(
+      [l = loop.get()](int64_t ticket, int32_t token, std::span<const float> logits) { l->on_token(ticket, token, logits); });
+  if (options.tiers)
+    loop->scheduler_->on_finished([l = loop.get()](int64_t, SequenceId sequence) { return l->keep_finished(sequence); });
+  loop->stats_.pool = engine.pool_stats();
+  loop->thread_ = std::thread([l = loop.get()] { l->run(); });
+  return loop;
+}
+
+EngineLoop::~EngineLoop() { stop(false); }
+
+Result<std::shared_ptr<Channel>> EngineLoop::submit(std::vector<Job> jobs) {
+  auto channel = std::make_shared<Channel>(static_cast<int>(jobs.size()));
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || refusing_) return unsupported("the server is shutting down");
+    const int64_t n = static_cast<int64_t>(jobs.size());
+    const int64_t capacity = options_.scheduler.parallel + options_.max_queue;
+    if (in_flight_ + n > capacity)
+      return out_of_range("the queue is full (" + std::to_string(in_flight_) + " choices in flight, capacity " +
+                          std::to_string(capacity) + "); retry later");
+    in_flight_ += n;
+    inbox_.emplace_back(channel, std::move(jobs));
+  }
+  cv_.notify_all();
+  return channel;
+}
+
+void EngineLoop::cancel(const std::shared_ptr<Channel>& channel, FinishReason reason, int choice) {
+  {
+    std::lock_guard lock(mu_);
+    cancels_.push_back(Cancel{channel, reason, choice});
+  }
+  cv_.notify_all();
+}
+
+void EngineLoop::refuse_new() {
+  std::lock_guard lock(mu_);
+  refusing_ = true;
+}
+
+int64_t EngineLoop::in_flight() const {
+  std::lock_guard lock(mu_);
+  return in_flight_;
+}
+
+void EngineLoop::stop(bool drain) {
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) {
+      stopping_ = true;
+      drain_ = drain;
+    }
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+LoopStats EngineLoop::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void EngineLoop::on_token(int64_t ticket, int32_t token, std::span<const float> logits) {
+  auto it = live_.find(ticket);
+  if (it == live_.end()) return;
+  Live& live = it->second;
+  const auto now = std::chrono::steady_clock::now();
+  if (metrics_) {
+    if (live.first) metrics_->observe_ttft(std::chrono::duration<double>(now - live.submitted).count());
+    else metrics_->observe_inter_token(std::chrono::duration<double>(now - live.last_token).count());
+  }
+  live.first = false;
+  live.last_token = now;
+  TokenEvent e;
+  e.choice = live.choice;
+  e.token = token;
+  if (live.top_logprobs >= 0) {
+    // log softmax of the raw logits, in double (NaN logits count as −inf).
+    double mx = -INFINITY;
+    for (float v : logits)
+      if (!std::isnan(v)) mx = std::max(mx, double(v));
+    double sum = 0;
+    for (float v : logits) sum += std::isnan(v) ? 0.0 : std::exp(double(v) - mx);
+    const double lse = mx + std::log(sum);
+    auto lp = [&](int32_t id) {
+      const float v = logits[static_cast<size_t>(id)];
+      return std::isnan(v) ? -INFINITY : static_cast<float>(double(v) - lse);
+    };
+    e.logprob = lp(token);
+    if (live.top_logprobs > 0) {
+      const size_t k = std::min(static_cast<size_t>(live.top_logprobs), logits.size());
+      std::vector<int32_t> ids(logits.size());
+      std::iota(ids.begin(), ids.end(), 0);
+      auto key = [&](int32_t id) { return std::isnan(logits[id]) ? -INFINITY : logits[id]; };
+      std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                        [&](int32_t a, int32_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); });
+      for (size_t i = 0; i < k; ++i) e.top.emplace_back(ids[i], lp(ids[i]));
+    }
+  }
+  live.channel->push(std::move(e));
+}
+
+void EngineLoop::deliver_finished() {
+  for (auto it = live_.begin(); it != live_.end();) {
+    auto r = scheduler_->take(it->first);
+    if (!r) {
+      ++it;
+      continue;
+    }
+    Live& live = it->second;
+    if (metrics_) {
+      if (r->finish == FinishReason::kCancelled) metrics_->count_cancelled();
+      metrics_->add_tokens(r->prompt_tokens, static_cast<int64_t>(r->ids.size()));
+    }
+    auto& tickets = live.channel->tickets_;
+    std::replace(tickets.begin(), tickets.end(), it->first, int64_t{-1});
+    {
+      // Counted out before the client hears: a client that saw its result sees the room too.
+      std::lock_guard lock(mu_);
+      --in_flight_;
+    }
+    live.channel->finish(ChoiceResult{live.choice, std::move(*r), std::move(live.turn)});
+    it = live_.erase(it);
+  }
+}
+
+bool EngineLoop::keep_finished(SequenceId sequence) {
+  ServeTurnOptions so;
+  so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
+  // The answer's whole chunks to the store, the windows at the turn's end to the DRAM pool.
+  (void)end_turn(engine_, *options_.tiers, sequence, so);
+  if (options_.live_turns <= 0) return false;
+  kept_.push_back(sequence);
+  while (static_cast<int>(kept_.size()) > options_.live_turns) {
+    (void)engine_.remove_sequence(kept_.front());
+    kept_.pop_front();
+  }
+  return true;
+}
+
+void EngineLoop::drop_kept() {
+  for (SequenceId id : kept_) (void)engine_.remove_sequence(id);
+  kept_.clear();
+}
+
+void EngineLoop::serve_from_cache() {
+  while (!cache_queue_.empty() && scheduler_->active() < options_.scheduler.parallel) {
+    CacheJob j = std::move(cache_queue_.front());
+    cache_queue_.pop_front();
+    GenerationRequest& r = j.job.request;
+    ServeTurnOptions so;
+    so.depth = r.depth;
+    so.prefill_chunk = options_.scheduler.prefill_chunk;
+    so.max_context = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+    so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
+    Status st;
+    if (so.max_context > options_.scheduler.max_context)
+      st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
+                        std::to_string(r.max_tokens) + " exceeds the context of " +
+                        std::to_string(options_.scheduler.max_context));
+    Result<ServeTurnResult> turn = st.ok() ? serve_turn(engine_, *options_.tiers, r.prompt, so) : Result<ServeTurnResult>(st);
+    if (!turn.ok() && !kept_.empty() && turn.status().kind() == ErrorKind::kOutOfRange) {
+      // Perhaps the pages of the kept turns: give them back and try once more.
+      drop_kept();
+      turn = serve_turn(engine_, *options_.tiers, r.prompt, so);
+    }
+    if (!turn.ok()) {
+      GenerationResult failed;
+      failed.status = turn.status();
+      failed.finish = FinishReason::kError;
+      failed.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+      {
+        std::lock_guard lock(mu_);
+        --in_flight_;
+      }
+      j.channel->finish(ChoiceResult{j.choice, std::move(failed), std::nullopt});
+      continue;
+    }
+    if (options_.sync_store && options_.tiers->ssd) {
+      Status synced = options_.tiers->ssd->flush();
+      if (!synced.ok()) std::fprintf(stderr, "dsv41 serve: cache: %s\n", synced.to_string().c_str());
+    }
+    if (metrics_) metrics_->observe_turn(turn->record);
+    const int64_t ticket = scheduler_->submit_prefilled(std::move(r), turn->sequence, std::move(turn->last_logits),
+                                                        turn->effective, turn->record.work);
+    j.channel->tickets_[static_cast<size_t>(j.choice)] = ticket;
+    Live live;
+    live.channel = j.channel;
+    live.choice = j.choice;
+    live.top_logprobs = j.job.top_logprobs;
+    live.submitted = j.submitted;
+    live.turn = turn->record;
+    live_.emplace(ticket, std::move(live));
+  }
+}
+
+void EngineLoop::run() {
+  for (;;) {
+    std::deque<std::pair<std::shared_ptr<Channel>, std::vector<Job>>> inbox;
+    std::vector<Cancel> cancels;
+    bool stopping = false, drain = false;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || !live_.empty() || !cache_queue_.empty();
+      });
+      inbox.swap(inbox_);
+      cancels.swap(cancels_);
+      stopping = stopping_;
+      drain = drain_;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [channel, jobs] : inbox) {
+      channel->tickets_.assign(jobs.size(), -1);
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        if (options_.tiers) {
+          cache_queue_.push_back(CacheJob{channel, static_cast<int>(i), std::move(jobs[i]), now});
+          continue;
+        }
+        const int64_t ticket = scheduler_->submit(std::move(jobs[i].request));
+        channel->tickets_[i] = ticket;
+        Live live;
+        live.channel = channel;
+        live.choice = static_cast<int>(i);
+        live.top_logprobs = jobs[i].top_logprobs;
+        live.submitted = now;
+        live_.emplace(ticket, std::move(live));
+      }
+    }
+    auto drop_waiting = [&](const std::shared_ptr<Channel>* channel, int choice, FinishReason reason) {
+      std::erase_if(cache_queue_, [&](CacheJob& j) {
+        if (channel && (j.channel != *channel || (choice >= 0 && j.choice != choice))) return false;
+        GenerationResult r;
+        r.finish = reason;
+        r.prompt_tokens = static_cast<int64_t>(j.job.request.prompt.size());
+        if (metrics_) metrics_->count_cancelled();
+        {
+          std::lock_guard lock(mu_);
+          --in_flight_;
+        }
+        j.channel->finish(ChoiceResult{j.choice, std::move(r), std::nullopt});
+        return true;
+      });
+    };
+    for (const Cancel& c : cancels) {
+      drop_waiting(&c.channel, c.choice, c.reason);
+      const auto& tickets = c.channel->tickets_;
+      for (size_t i = 0; i < tickets.size(); ++i)
+        if (tickets[i] >= 0 && (c.choice < 0 || c.choice == static_cast<int>(i))) scheduler_->cancel(tickets[i], c.reason);
+    }
+    if (stopping && !drain) {
+      drop_waiting(nullptr, -1, FinishReason::kCancelled);
+      for (auto& [ticket, live] : live_) scheduler_->cancel(ticket);
+    }
+    deliver_finished();
+    serve_from_cache();
+    if (!live_.empty()) {
+      scheduler_->step();
+      deliver_finished();
+    }
+    {
+      std::lock_guard lock(mu_);
+      stats_.running = scheduler_->active();
+      stats_.waiting = scheduler_->queued() + static_cast<int64_t>(inbox_.size() + cache_queue_.size());
+      stats_.pool = engine_.pool_stats();
+    }
+    if (stopping && live_.empty() && cache_queue_.empty()) {
+      std::lock_guard lock(mu_);
+      if (inbox_.empty()) return;
+    }
+  }
+}
+
+}  // namespace dsv41::server

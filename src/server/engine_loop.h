@@ -1,0 +1,170 @@
+// The serving engine thread: one thread owns the Engine and its Scheduler and runs continuous
+// batching over every request; HTTP threads never touch either. They hand work over through a
+// mutex/condvar inbox (submit, cancel) and read each request's tokens and result from its
+// Channel. Spec: issue 12 (one engine thread, HTTP threads that never block it).
+//
+// Thread contract: submit(), cancel() and stats() may be called from any thread; Channel's
+// consumer side from one HTTP thread at a time; everything else runs on the engine thread.
+// Owns the Scheduler and the thread; the Engine must outlive the loop.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "runtime/scheduler.h"
+#include "runtime/serve_turn.h"
+#include "server/metrics.h"
+
+namespace dsv41::server {
+
+// One sampled token, with its log-probability under the model (raw logits, before temperature
+// or bias) and the most likely alternatives when the request asked for them.
+struct TokenEvent {
+  int choice = 0;
+  int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
+};
+
+struct ChoiceResult {
+  int choice = 0;
+  GenerationResult result;
+  std::optional<ServeTurnRecord> turn;  // with the cache tiers: how the prompt was served
+};
+
+// What one HTTP request receives: the tokens and results of its choices (n of them), in order.
+class Channel {
+ public:
+  explicit Channel(int choices) : choices_(choices) {}
+  int choices() const { return choices_; }
+
+  // Waits until something arrived or `timeout` passed; moves what arrived into the outputs.
+  // Returns false on timeout with nothing new.
+  bool wait(std::vector<TokenEvent>* tokens, std::vector<ChoiceResult>* results, std::chrono::milliseconds timeout);
+
+  // Engine side.
+  void push(TokenEvent event);
+  void finish(ChoiceResult result);
+
+ private:
+  friend class EngineLoop;
+  int choices_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<TokenEvent> tokens_;
+  std::vector<ChoiceResult> results_;
+  // Engine thread only: the scheduler tickets of the choices (−1: not in the scheduler).
+  std::vector<int64_t> tickets_;
+};
+
+// One choice of a request, as handed to the loop.
+struct Job {
+  GenerationRequest request;
+  int top_logprobs = -1;  // −1: no logprobs; 0..20: the sampled token's (+ that many alternatives)
+};
+
+struct LoopOptions {
+  SchedulerOptions scheduler;
+  int64_t max_queue = 64;  // requests waiting for a slot beyond `parallel` before 429
+  // The prefix-cache tiers (borrowed; null: every prompt is prefilled cold by the scheduler).
+  // With them, each prompt is served by serve_turn on the engine thread when a slot is free
+  // (its prefill then runs alone, between batched steps) and decoded by the scheduler.
+  const ServeTurnTiers* tiers = nullptr;
+  bool sync_store = false;  // wait until a turn's new chunks are synced before decoding it
+  // With the tiers: finished turns kept in the engine for the engine tier (tiers->engine), the
+  // oldest dropped first; they count against the engine's page budget, and are all dropped when
+  // a prompt cannot be served for lack of pages (then it is tried once more).
+  int live_turns = 0;
+};
+
+struct LoopStats {
+  int64_t running = 0, waiting = 0;  // choices
+  PoolStats pool;
+};
+
+class EngineLoop {
+ public:
+  // Starts the engine thread. `metrics` (may be null) must outlive the loop.
+  static Result<std::unique_ptr<EngineLoop>> start(Engine& engine, const LoopOptions& options, Metrics* metrics);
+  ~EngineLoop();  // stop(false)
+
+  // Queues one request of jobs.size() choices. out_of_range when the queue is full (HTTP 429),
+  // unsupported after stop().
+  Result<std::shared_ptr<Channel>> submit(std::vector<Job> jobs);
+  // Ends the request's choices that are still queued or running (client gone, or a stop string
+  // seen by the HTTP side); each still gets its result, with finish kCancelled / `reason`.
+  // choice ≥ 0: that choice only.
+  void cancel(const std::shared_ptr<Channel>& channel, FinishReason reason = FinishReason::kCancelled, int choice = -1);
+  // Stops taking requests (submit answers unsupported) and lets those in flight finish.
+  void refuse_new();
+  int64_t in_flight() const;
+  // Stops taking requests; drain = finish what is in flight, else cancel it. Joins the thread.
+  void stop(bool drain);
+  LoopStats stats() const;
+
+ private:
+  EngineLoop(Engine& engine, const LoopOptions& options, Metrics* metrics);
+  void run();
+  // A finished turn with the tiers: its answer stored (end_turn), the sequence kept for the
+  // engine tier when live_turns > 0. True when kept.
+  bool keep_finished(SequenceId sequence);
+  void drop_kept();
+  void on_token(int64_t ticket, int32_t token, std::span<const float> logits);
+  void deliver_finished();
+  void serve_from_cache();
+
+  struct Live {
+    std::shared_ptr<Channel> channel;
+    int choice = 0;
+    int top_logprobs = -1;
+    std::chrono::steady_clock::time_point submitted, last_token;
+    bool first = true;
+    std::optional<ServeTurnRecord> turn;
+  };
+  // A choice waiting for serve_turn (cache tiers only).
+  struct CacheJob {
+    std::shared_ptr<Channel> channel;
+    int choice = 0;
+    Job job;
+    std::chrono::steady_clock::time_point submitted;
+  };
+
+  Engine& engine_;
+  LoopOptions options_;
+  Metrics* metrics_;
+  std::unique_ptr<Scheduler> scheduler_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::shared_ptr<Channel>, std::vector<Job>>> inbox_;
+  struct Cancel {
+    std::shared_ptr<Channel> channel;
+    FinishReason reason;
+    int choice;
+  };
+  std::vector<Cancel> cancels_;
+  bool refusing_ = false;
+  bool stopping_ = false, drain_ = false;
+  int64_t in_flight_ = 0;  // choices submitted and not yet finished
+  LoopStats stats_;
+
+  // Engine thread only.
+  std::unordered_map<int64_t, Live> live_;
+  std::deque<CacheJob> cache_queue_;
+  std::deque<SequenceId> kept_;  // finished turns held for the engine tier, oldest first
+  std::vector<float> scratch_;
+  std::thread thread_;
+};
+
+}  // namespace dsv41::server

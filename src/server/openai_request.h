@@ -1,0 +1,67 @@
+// OpenAI request bodies -> typed requests: /v1/chat/completions and /v1/completions. Every
+// field is checked (type, range) and a bad one gives a 400 naming it; a field that would change
+// results but is not implemented, or an unknown field, is refused rather than ignored
+// (docs/SERVER.md lists both). Pure functions of the JSON; owns plain values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "chat/messages.h"
+#include "chat/py_json.h"
+#include "runtime/sampling.h"
+#include "server/api_error.h"
+
+namespace dsv41::server {
+
+// Fields shared by both endpoints.
+struct GenerationFields {
+  std::string model;
+  int64_t max_tokens = -1;  // −1: up to the context
+  SamplingParams sampling;  // temperature defaults to 1 as in OpenAI's API
+  bool seeded = false;      // "seed" given (else each choice draws a random seed)
+  int n = 1;
+  std::vector<std::string> stop;
+  int top_logprobs = -1;    // −1: no logprobs
+  bool stream = false;
+  bool include_usage = false;
+  bool telemetry = false;   // "dsv41": {"telemetry": true}: the SERVE_TURN record of each choice
+};
+
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+
+struct ChatRequest {
+  GenerationFields gen;
+  chat::RenderRequest render;  // messages (tools attached to the system message), mode, effort
+  bool has_tools = false;
+  std::vector<std::string> tool_names;  // of `tools`, in order
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_name;  // kNamed
+  bool parallel_tool_calls = true;
+};
+
+struct CompletionRequest {
+  GenerationFields gen;
+  // The prompt: text, or token ids.
+  std::variant<std::string, std::vector<int32_t>> prompt;
+  bool echo = false;
+};
+
+struct ParseOptions {
+  // Thinking mode when the request says nothing. Off, as in DeepSeek's hosted chat model and
+  // OpenAI's chat models: a plain client then gets its answer in `content`.
+  bool default_thinking = false;
+  int max_n = 16;
+};
+
+// Either the request or the error to answer with.
+template <class T>
+using Parsed = std::variant<T, ApiError>;
+
+Parsed<ChatRequest> parse_chat_request(const chat::Json& body, const ParseOptions& options);
+Parsed<CompletionRequest> parse_completion_request(const chat::Json& body, const ParseOptions& options);
+
+}  // namespace dsv41::server

@@ -1,0 +1,170 @@
+// Request parsing: every field checked and named in the 400; unknown or unsupported fields
+// refused; the V4.1 extensions (thinking, reasoning_effort) mapped onto the render request.
+#include "server/openai_request.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace dsv41::server {
+namespace {
+
+chat::Json body(const std::string& text) {
+  auto j = chat::parse_json_ordered(text, "test");
+  EXPECT_TRUE(j.ok());
+  return *j;
+}
+
+ChatRequest chat_ok(const std::string& text, ParseOptions o = {}) {
+  auto r = parse_chat_request(body(text), o);
+  if (auto* e = std::get_if<ApiError>(&r)) ADD_FAILURE() << e->message;
+  return std::get<ChatRequest>(r);
+}
+
+ApiError chat_err(const std::string& text) {
+  auto r = parse_chat_request(body(text), {});
+  if (!std::holds_alternative<ApiError>(r)) {
+    ADD_FAILURE() << "accepted: " << text;
+    return {};
+  }
+  return std::get<ApiError>(r);
+}
+
+const std::string kMsgs = R"("model":"m","messages":[{"role":"user","content":"hi"}])";
+
+TEST(OpenAiRequest, DefaultsFollowTheApi) {
+  ChatRequest c = chat_ok("{" + kMsgs + "}");
+  EXPECT_EQ(c.gen.model, "m");
+  EXPECT_EQ(c.gen.sampling.temperature, 1.0f);
+  EXPECT_EQ(c.gen.sampling.top_p, 1.0f);
+  EXPECT_EQ(c.gen.n, 1);
+  EXPECT_EQ(c.gen.max_tokens, -1);
+  EXPECT_FALSE(c.gen.stream);
+  EXPECT_EQ(c.gen.top_logprobs, -1);
+  EXPECT_EQ(c.render.thinking_mode, chat::ThinkingMode::kChat);
+  ParseOptions on;
+  on.default_thinking = true;
+  EXPECT_EQ(chat_ok("{" + kMsgs + "}", on).render.thinking_mode, chat::ThinkingMode::kThinking);
+}
+
+TEST(OpenAiRequest, ReadsSamplingAndStreamingFields) {
+  ChatRequest c = chat_ok("{" + kMsgs +
+                          R"(,"max_completion_tokens":7,"temperature":0,"top_p":0.5,"top_k":3,"min_p":0.1,"seed":-1,
+      "n":3,"stop":["a","b"],"logprobs":true,"top_logprobs":2,"logit_bias":{"5":-100,"7":2.5},
+      "stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-1})");
+  EXPECT_EQ(c.gen.sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(c.gen.sampling.frequency_penalty, -1.0f);
+  EXPECT_EQ(c.gen.max_tokens, 7);
+  EXPECT_EQ(c.gen.sampling.temperature, 0.0f);
+  EXPECT_EQ(c.gen.sampling.top_p, 0.5f);
+  EXPECT_EQ(c.gen.sampling.top_k, 3);
+  EXPECT_FLOAT_EQ(c.gen.sampling.min_p, 0.1f);
+  EXPECT_TRUE(c.gen.seeded);
+  EXPECT_EQ(c.gen.sampling.seed, ~uint64_t{0});
+  EXPECT_EQ(c.gen.n, 3);
+  EXPECT_EQ(c.gen.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(c.gen.top_logprobs, 2);
+  ASSERT_EQ(c.gen.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(c.gen.sampling.logit_bias[1].first, 7);
+  EXPECT_TRUE(c.gen.stream && c.gen.include_usage);
+}
+
+TEST(OpenAiRequest, BadFieldsAreNamed) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"messages":[{"role":"user","content":"x"}]})", "model"},
+      {R"({"model":"m"})", "messages"},
+      {R"({"model":"m","messages":[]})", "messages"},
+      {"{" + kMsgs + R"(,"temperature":3})", "temperature"},
+      {"{" + kMsgs + R"(,"temperature":"hot"})", "temperature"},
+      {"{" + kMsgs + R"(,"top_p":0})", "top_p"},
+      {"{" + kMsgs + R"(,"max_tokens":0})", "max_tokens"},
+      {"{" + kMsgs + R"(,"n":0})", "n"},
+      {"{" + kMsgs + R"(,"n":1000})", "n"},
+      {"{" + kMsgs + R"(,"stop":["a","b","c","d","e"]})", "stop"},
+      {"{" + kMsgs + R"(,"stop":""})", "stop"},
+      {"{" + kMsgs + R"(,"top_logprobs":2})", "top_logprobs"},
+      {"{" + kMsgs + R"(,"logprobs":true,"top_logprobs":21})", "top_logprobs"},
+      {"{" + kMsgs + R"(,"logit_bias":{"x":1}})", "logit_bias"},
+      {"{" + kMsgs + R"(,"logit_bias":{"3":101}})", "logit_bias"},
+      {"{" + kMsgs + R"(,"stream_options":{"include_usage":true}})", "stream_options"},
+      {"{" + kMsgs + R"(,"frobnicate":1})", "frobnicate"},
+      {"{" + kMsgs + R"(,"presence_penalty":2.5})", "presence_penalty"},
+      {"{" + kMsgs + R"(,"repetition_penalty":1.1})", "repetition_penalty"},
+      {"{" + kMsgs + R"(,"response_format":{"type":"json_object"}})", "response_format"},
+      {"{" + kMsgs + R"(,"reasoning_effort":0})", "reasoning_effort"},
+      {"{" + kMsgs + R"(,"reasoning_effort":"medium"})", "reasoning_effort"},
+      {"{" + kMsgs + R"(,"thinking":{"type":"on"}})", "thinking"},
+      {"{" + kMsgs + R"(,"tool_choice":"required"})", "tool_choice"},
+      {"{" + kMsgs + R"(,"tools":[{"type":"function","function":{}}]})", "tools[0].function.name"},
+      {R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", "messages[0].role"},
+      {R"({"model":"m","messages":[{"role":"user","content":"x","task":"query"}]})", "messages[0].task"},
+  };
+  for (const auto& [text, param] : cases) {
+    ApiError e = chat_err(text);
+    EXPECT_EQ(e.status, 400) << text;
+    EXPECT_EQ(e.param, param) << text << " -> " << e.message;
+    EXPECT_NE(e.json().find("\"param\":\"" + param + "\""), std::string::npos) << e.json();
+  }
+}
+
+TEST(OpenAiRequest, ThinkingEffortAndToolsMapOntoTheRenderRequest) {
+  ChatRequest a = chat_ok("{" + kMsgs + R"(,"thinking":{"type":"disabled"}})");
+  EXPECT_EQ(a.render.thinking_mode, chat::ThinkingMode::kChat);
+  ChatRequest b = chat_ok("{" + kMsgs + R"(,"chat_template_kwargs":{"thinking":false}})");
+  EXPECT_EQ(b.render.thinking_mode, chat::ThinkingMode::kChat);
+  ParseOptions off;
+  off.default_thinking = false;
+  ChatRequest e = chat_ok("{" + kMsgs + R"(,"reasoning_effort":"max"})", off);
+  EXPECT_EQ(e.render.thinking_mode, chat::ThinkingMode::kThinking) << "an effort asks for reasoning";
+  EXPECT_EQ(e.render.reasoning_effort.tier, "max");
+  EXPECT_EQ(chat_ok("{" + kMsgs + R"(,"reasoning_effort":37})").render.reasoning_effort.value, 37);
+  EXPECT_EQ(chat_err("{" + kMsgs + R"(,"thinking":{"type":"enabled"},"chat_template_kwargs":{"thinking":false}})").param,
+            "chat_template_kwargs");
+
+  const std::string tools = R"(,"tools":[{"type":"function","function":{"name":"get","parameters":{"type":"object"}}}])";
+  ChatRequest t = chat_ok("{" + kMsgs + tools + R"(,"tool_choice":{"type":"function","function":{"name":"get"}}})");
+  ASSERT_EQ(t.render.messages.size(), 2u) << "a system message carries the tools";
+  EXPECT_EQ(t.render.messages[0].role, chat::Role::kSystem);
+  ASSERT_EQ(t.render.messages[0].tools.size(), 1u);
+  EXPECT_EQ(t.render.messages[0].tools[0].function_json, R"({"name": "get", "parameters": {"type": "object"}})");
+  EXPECT_EQ(t.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(t.tool_name, "get");
+  ChatRequest s = chat_ok(R"({"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"x"}])" +
+                          tools + "}");
+  ASSERT_EQ(s.render.messages.size(), 2u);
+  EXPECT_EQ(s.render.messages[0].tools.size(), 1u);
+  EXPECT_EQ(chat_err("{" + kMsgs + tools + R"(,"tool_choice":{"type":"function","function":{"name":"other"}}})").param,
+            "tool_choice");
+}
+
+TEST(OpenAiRequest, AssistantTurnsKeepReasoningAndToolCalls) {
+  ChatRequest c = chat_ok(R"({"model":"m","messages":[{"role":"user","content":"x"},
+      {"role":"assistant","content":null,"reasoning_content":"think",
+       "tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\": 1}"}}]},
+      {"role":"tool","tool_call_id":"call_1","content":"42"}]})");
+  ASSERT_EQ(c.render.messages.size(), 3u);
+  EXPECT_EQ(c.render.messages[1].reasoning_content.value_or(""), "think");
+  ASSERT_EQ(c.render.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(c.render.messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(c.render.messages[2].tool_call_id, "call_1");
+}
+
+TEST(OpenAiRequest, CompletionPrompts) {
+  ParseOptions o;
+  auto a = parse_completion_request(body(R"({"model":"m","prompt":"hello","logprobs":2,"echo":true})"), o);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(a));
+  const auto& c = std::get<CompletionRequest>(a);
+  EXPECT_EQ(std::get<std::string>(c.prompt), "hello");
+  EXPECT_EQ(c.gen.max_tokens, 16);
+  EXPECT_EQ(c.gen.top_logprobs, 2);
+  EXPECT_TRUE(c.echo);
+  auto b = parse_completion_request(body(R"({"model":"m","prompt":[0,5,9]})"), o);
+  EXPECT_EQ(std::get<std::vector<int32_t>>(std::get<CompletionRequest>(b).prompt), (std::vector<int32_t>{0, 5, 9}));
+  auto bad = parse_completion_request(body(R"({"model":"m","prompt":["a","b"]})"), o);
+  EXPECT_EQ(std::get<ApiError>(bad).param, "prompt");
+  auto bad2 = parse_completion_request(body(R"({"model":"m","prompt":"x","logprobs":true})"), o);
+  EXPECT_EQ(std::get<ApiError>(bad2).param, "logprobs");
+}
+
+}  // namespace
+}  // namespace dsv41::server

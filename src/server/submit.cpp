@@ -1,0 +1,51 @@
+// Handing one request's choices to the engine loop (see ApiServer::submit): the context check
+// that answers 400 with the sizes, per-choice seeds, and 429 when the queue is full. Shared by
+// the chat and completion endpoints.
+#include <random>
+
+#include "server/api_server.h"
+
+namespace dsv41::server {
+
+std::shared_ptr<Channel> ApiServer::submit(const httplib::Request& req, httplib::Response& res,
+                                           const GenerationFields& gen, const std::vector<int32_t>& prompt,
+                                           const char* prompt_param) {
+  if (gen.telemetry && !options_.cache) {
+    reply_error(req, res, bad_field("dsv41.telemetry", "dsv41.telemetry: the SERVE_TURN record needs a server started with --cache-dir",
+                                    "unsupported_value"));
+    return nullptr;
+  }
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const int64_t ctx = options_.context;
+  if (n_prompt >= ctx || (gen.max_tokens > 0 && n_prompt + gen.max_tokens > ctx)) {
+    std::string msg = "This model's maximum context length is " + std::to_string(ctx) + " tokens. However, you requested " +
+                      std::to_string(n_prompt + std::max<int64_t>(gen.max_tokens, 1)) + " tokens (" +
+                      std::to_string(n_prompt) + " in the prompt, " +
+                      (gen.max_tokens > 0 ? std::to_string(gen.max_tokens) : std::string("at least 1")) +
+                      " for the completion). Please reduce the length of the prompt or max_tokens.";
+    reply_error(req, res, bad_field(n_prompt >= ctx ? prompt_param : "max_tokens", msg, "context_length_exceeded"));
+    return nullptr;
+  }
+  std::vector<Job> jobs(static_cast<size_t>(gen.n));
+  std::random_device rd;
+  for (int i = 0; i < gen.n; ++i) {
+    Job& j = jobs[static_cast<size_t>(i)];
+    j.request.prompt = prompt;
+    j.request.max_tokens = gen.max_tokens > 0 ? gen.max_tokens : ctx - n_prompt;
+    j.request.sampling = gen.sampling;
+    j.request.depth = options_.depth;
+    // Choice i of a seeded request uses seed + i: the same request gives the same choices.
+    j.request.sampling.seed = gen.seeded ? gen.sampling.seed + static_cast<uint64_t>(i)
+                                         : (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    j.top_logprobs = gen.top_logprobs;
+  }
+  auto channel = loop_->submit(std::move(jobs));
+  if (!channel.ok()) {
+    if (channel.status().kind() == ErrorKind::kOutOfRange) reply_error(req, res, queue_full(channel.status().message()));
+    else reply_error(req, res, ApiError{503, channel.status().message(), "server_error", "", "shutting_down"});
+    return nullptr;
+  }
+  return *channel;
+}
+
+}  // namespace dsv41::server

@@ -7,8 +7,9 @@ PKGS=(
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcli11-dev libfmt-dev
   libxxhash-dev libzstd-dev libcpp-httplib-dev curl
   libssl-dev
+  libpng-dev libjpeg62-turbo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-numpy python3-torch libopenblas0-pthread python3-pytest
+  python3-numpy python3-torch libopenblas0-pthread python3-pytest python3-pil
 )
 if [ "${1:-}" = "--fuzz" ]; then PKGS+=(clang libclang-rt-14-dev); fi
 missing=()

@@ -23,6 +23,7 @@ for bin in "$build"/*_fuzz; do
     safetensors*) seeds=("$fixture"/*.safetensors "$golden"/v41-tiny-*/model.safetensors); max_len=262144 ;;
     config*)      seeds=("$root"/data/configs/*.json "$fixture"/config.json "$golden"/v41-tiny-*/config.json) ;;
     tokenizer*)   seeds=("$fixture"/tokenizer.json "$golden"/v41-tiny-f32/tokenizer.json "$root"/tests/data/*.json) ;;
+    image*)       seeds=("$root"/tests/data/images/*.png "$root"/tests/data/images/*.jpg); max_len=65536 ;;
     *)            seeds=() ;;
   esac
   # Named after their folder too: several seeds share a file name (model.safetensors, config.json).

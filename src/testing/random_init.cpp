@@ -13,6 +13,7 @@
 #include "base/file_io.h"
 #include "base/numerics.h"
 #include "format/safetensors.h"
+#include "model/vision/vision_weights.h"
 #include "model/engram_hash.h"
 #include "model/engram_token_map.h"
 #include "plan/layer_plan.h"
@@ -29,8 +30,14 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
 // Tensors the release keeps in F32 whatever the checkpoint format.
+// The vision tower's RMSNorm weights (the release keeps them FP32, model.md §2).
+bool vision_norm(std::string_view name) {
+  return name == "vision.norm.weight" ||
+         (name.starts_with("vision.blocks.") && (ends_with(name, "norm1.weight") || ends_with(name, "norm2.weight")));
+}
+
 bool release_f32(std::string_view name) {
-  return contains(name, ".hc_") || ends_with(name, "attn.attn_sink") || ends_with(name, "ffn.gate.bias") ||
+  return vision_norm(name) || contains(name, ".hc_") || ends_with(name, "attn.attn_sink") || ends_with(name, "ffn.gate.bias") ||
          ends_with(name, "ffn.gate.bias_vl");
 }
 
@@ -223,6 +230,9 @@ InitSpec random_init_spec(const ExpectedTensor& t, const ModelConfig& c) {
   const float fan_in = t.shape.size() == 2 ? static_cast<float>(t.shape[1]) : 1.0f;
   const float inv = 1.0f / std::sqrt(fan_in);
   if (n == "embed.weight") return {0, 1.0f};
+  if (vision_norm(n)) return {1.0f, 0.1f};
+  if (n.starts_with("image_") || ((n.starts_with("vision.") || n.starts_with("aligner.")) && ends_with(n, ".bias")))
+    return {0, 0.02f};
   if (n == "head.weight") return {0, 2.0f * inv};  // logits of a few units: a peaked, non-degenerate softmax
   if (ends_with(n, "norm.weight")) return {1.0f, 0.1f};
   if (contains(n, ".hc_")) {
@@ -292,7 +302,11 @@ Result<RandomInitReport> write_random_model(const std::string& config_path, cons
 
   // Storage plan and shard assignment (sizes first, so shard names know the count).
   std::vector<Stored> stored;
-  for (const ExpectedTensor& e : expected_tensors(config, plan)) {
+  std::vector<ExpectedTensor> expected = expected_tensors(config, plan);
+  if (config.vision)  // the tower and aligner (model.md §2), when the config has a vision_config
+    for (auto& [name, shape] : vision_tensor_shapes(*config.vision, config.hidden_size))
+      expected.push_back({name, shape, WeightStorage::kFloat});
+  for (const ExpectedTensor& e : expected) {
     DSV41_ASSIGN_OR_RETURN(Stored s, plan_storage(e, config, opt.float32));
     // Each tensor is drawn whole as float32 before encoding (the real Engram tables would need
     // ~390 GB): refuse clearly instead of failing an allocation.

@@ -23,6 +23,7 @@
 #include "plan/layer_plan.h"
 #include "testing/random_tokenizer.h"
 #include "model/weights.h"
+#include "model/vision/vision_weights.h"
 #include "tests/golden_file.h"
 
 namespace dsv41 {
@@ -278,6 +279,39 @@ TEST(RandomInit, UnquantizedConfigWritesFloatsAndAdjustsEngramFields) {
   EXPECT_FALSE(bad.ok());
 }
 
+
+TEST(RandomInit, VisionConfigWritesATowerTheLoaderReads) {
+  TempDir tmp;
+  nlohmann::json c = nlohmann::json::parse(read_or_die(kTinyConfig));
+  c["vision_config"] = {{"num_hidden_layers", 2}, {"hidden_size", 32},     {"num_attention_heads", 2},
+                        {"intermediate_size", 40}, {"patch_size", 14},     {"rope_theta", 10000.0},
+                        {"downsample_ratio", 3},   {"max_image_tokens", 64}, {"min_pixels", 1}};
+  c["image_token_id"] = 5;
+  const std::string text = c.dump(2);
+  ASSERT_TRUE(write_file_atomic(tmp.sub("in.json"),
+                                std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()))
+                  .ok());
+  RandomInitReport rep = write_or_die(tmp.sub("in.json"), tmp.sub("m"), {});
+  ASSERT_TRUE(rep.config.vision.has_value());
+  Result<TensorSet> ts = TensorSet::open(tmp.sub("m"));
+  ASSERT_TRUE(ts.ok()) << ts.status().to_string();
+  Result<VisionWeights> w = load_vision_weights(*ts, *rep.config.vision, rep.config.hidden_size);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(ts->find("vision.blocks.1.norm2.weight")->dtype, DType::kF32);   // FP32 norms, as the release
+  EXPECT_EQ(ts->find("vision.blocks.1.attn.wqkv.weight")->dtype, DType::kBF16);
+  EXPECT_EQ(ts->find("aligner.w1.weight")->shape, (std::vector<int64_t>{rep.config.hidden_size, 9 * 32}));
+  // Norm weights near 1, biases small: the spec table, not zeros.
+  EXPECT_NEAR(w->norm[0], 1.0f, 0.6f);
+  EXPECT_NE(w->aligner_b1[0], 0.0f);
+  // The model directory still opens as a model (vision tensors are listed as unchecked).
+  Result<WeightRegistry> reg = WeightRegistry::open(tmp.sub("m"));
+  ASSERT_TRUE(reg.ok()) << reg.status().to_string();
+  // Without vision_config: no vision tensors written.
+  RandomInitReport plain = write_or_die(kTinyConfig, tmp.sub("t"), {});
+  Result<TensorSet> text_only = TensorSet::open(tmp.sub("t"));
+  ASSERT_TRUE(text_only.ok());
+  EXPECT_FALSE(text_only->has("vision.patch_embed.proj.weight"));
+}
 }  // namespace
 }  // namespace dsv41
 

@@ -15,8 +15,9 @@
 // --cache-dir (issue 11, docs/STORE.md "Serving a turn"): every request's prompt goes through
 // serve_turn (SSD prefix cache under D/<first 16 hex digits of the store's root key>, so another
 // model, record format or chunk size gets its own store and never a hit; a DRAM pool of window
-// snapshots for the run), then decodes alone: requests are served one at a time, --parallel is
-// ignored in this first slice. The last --live-turns finished requests stay in the engine: a later
+// snapshots for the run) when a slot is free, then decoded with the others (continuous batching,
+// up to --parallel; prompts are served in input order, one at a time between steps). The last
+// --live-turns finished requests stay in the engine: a later
 // request whose prompt extends one forks it (hit_tier "engine": nothing loaded, windows exact when
 // it extends the whole sequence). Each turn's end stores the answer's whole chunks and snapshots
 // the windows (end_turn). --telemetry appends one SERVE_TURN JSON line per request.
@@ -116,23 +117,20 @@ Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos,
   return ok_status();
 }
 
-// One request through serve_turn, then decoded alone (the scheduler's rules: EOS ends it unless
-// ignore_eos, max_tokens ids at most, prompt + max_tokens within the context).
 // Finished sequences kept in the engine for the engine tier (the next request that extends one
 // forks it: no load, windows exact), oldest dropped first.
 class LiveTurns {
  public:
   explicit LiveTurns(size_t keep) : keep_(keep) {}
-  void finished(Engine& engine, SequenceId id) {
-    if (keep_ == 0) {
-      (void)engine.remove_sequence(id);
-      return;
-    }
+  // Takes a finished sequence; false when it is not kept (the caller removes it).
+  bool finished(Engine& engine, SequenceId id) {
+    if (keep_ == 0) return false;
     ids_.push_back(id);
     while (ids_.size() > keep_) {
       (void)engine.remove_sequence(ids_.front());
       ids_.pop_front();
     }
+    return true;
   }
 
  private:
@@ -140,66 +138,62 @@ class LiveTurns {
   std::deque<SequenceId> ids_;
 };
 
-GenerationResult serve_and_decode(Engine& engine, const ServeTurnTiers& tiers, LiveTurns& live,
-                                  const GenerationRequest& r, int64_t ctx, int64_t prefill_chunk, int64_t eos,
-                                  ServeTurnRecord& record) {
-  GenerationResult out;
-  out.prompt_tokens = static_cast<int64_t>(r.prompt.size());
-  auto fail = [&](Status st) {
-    out.status = std::move(st);
-    out.finish = FinishReason::kError;
-    return out;
-  };
-  if (r.max_tokens < 0) return fail(invalid_argument("max_tokens must be ≥ 0"));
-  const int64_t need = out.prompt_tokens + r.max_tokens;
-  if (need > ctx)
-    return fail(out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
-                             std::to_string(r.max_tokens) + " exceeds the context of " + std::to_string(ctx)));
-  auto sampler = Sampler::create(r.sampling);
-  if (!sampler.ok()) return fail(sampler.status());
-  if (r.max_tokens == 0) return out;
+// The requests through the cache tiers with continuous batching: while a slot is free, the next
+// request's prompt is served by serve_turn (hit, replay, suffix, store) and handed to the
+// scheduler prefilled; each finished request's answer is stored and its windows snapshotted
+// (end_turn), and the sequence kept for the engine tier. Requests are served in input order, so
+// which tier a prompt hits can depend on --parallel (a request extending an earlier one finds it
+// live only if it finished first); at --depth exact the ids never do.
+void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& tiers, LiveTurns& live,
+                  std::vector<Parsed>& parsed, int parallel, int64_t ctx, int64_t prefill_chunk,
+                  std::vector<int64_t>& tickets, std::vector<std::optional<GenerationResult>>& served,
+                  std::vector<std::optional<ServeTurnRecord>>& records, int64_t& steps) {
   ServeTurnOptions so;
-  so.depth = r.depth;
   so.prefill_chunk = prefill_chunk;
-  so.max_context = need;
   so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 generate: cache: %s\n", m.c_str()); };
-  auto turn = serve_turn(engine, tiers, r.prompt, so);
-  if (!turn.ok()) return fail(turn.status());
-  record = turn->record;
-  out.effective_depth = turn->effective;
-  out.prefill_work = turn->record.work;
-  const SequenceId id = turn->sequence;
-  const int64_t V = engine.config().vocab_size;
-  std::vector<float> logits = std::move(turn->last_logits);
+  scheduler.on_finished([&](int64_t, SequenceId id) {
+    (void)end_turn(engine, tiers, id, so);
+    return live.finished(engine, id);
+  });
+  size_t next = 0;
   for (;;) {
-    const int32_t token = sampler->sample(logits);
-    if (token == eos && !r.ignore_eos) {
-      out.finish = FinishReason::kStop;
+    while (next < parsed.size() && scheduler.active() < parallel) {
+      const size_t i = next++;
+      if (!parsed[i].status.ok()) continue;
+      GenerationRequest& r = parsed[i].request;
+      auto refuse = [&](Status st) {
+        GenerationResult out;
+        out.status = std::move(st);
+        out.finish = FinishReason::kError;
+        out.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+        served[i] = std::move(out);
+      };
+      if (r.max_tokens < 0) {
+        refuse(invalid_argument("max_tokens must be ≥ 0"));
+        continue;
+      }
+      so.depth = r.depth;
+      so.max_context = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+      if (so.max_context > ctx) {
+        refuse(out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
+                            std::to_string(r.max_tokens) + " exceeds the context of " + std::to_string(ctx)));
+        continue;
+      }
+      auto turn = serve_turn(engine, tiers, r.prompt, so);
+      if (!turn.ok()) {
+        refuse(turn.status());
+        continue;
+      }
+      records[i] = turn->record;
+      tickets[i] = scheduler.submit_prefilled(r, turn->sequence, std::move(turn->last_logits), turn->effective,
+                                              turn->record.work);
+    }
+    if (scheduler.step()) {
+      ++steps;
+    } else if (next >= parsed.size()) {
       break;
     }
-    out.ids.push_back(token);
-    if (static_cast<int64_t>(out.ids.size()) >= r.max_tokens) {
-      out.finish = FinishReason::kLength;
-      break;
-    }
-    auto len = engine.length(id);
-    Segment s{id, len.ok() ? *len : 0, std::span<const int32_t>(&token, 1), LogitRows::kLast};
-    const SegmentResult& res = engine.forward(std::span<const Segment>(&s, 1)).front();
-    if (!res.status.ok()) {
-      out.status = res.status;
-      out.finish = FinishReason::kError;
-      break;
-    }
-    logits.assign(res.logits, res.logits + V);
   }
-  // The answer's chunks to the store and the windows at the turn's end to the DRAM pool.
-  auto end = end_turn(engine, tiers, id, so);
-  if (end.ok()) {
-    record.ssd_written_bytes += end->ssd_written_bytes;
-    record.store_ms += end->store_ms;
-  }
-  live.finished(engine, id);
-  return out;
 }
 
 int generate_main(int argc, char** argv) {
@@ -223,7 +217,7 @@ int generate_main(int argc, char** argv) {
   cli.add_option("--depth", depth_name, "prefill depth: full | bounded (default, the paper's CED + tail) | exact "
                  "(the same result as full, a bounded pyramid)");
   cli.add_option("--cache-dir", cache_dir, "SSD prefix cache directory: every prompt is served through it (whole "
-                 "chunks looked up, new chunks stored); requests then run one at a time (--parallel is ignored)");
+                 "chunks looked up, new chunks stored), then decoded in the batch");
   cli.add_option("--cache-chunk", cache_chunk, "tokens per cached chunk (even, 2..65536; a store per chunk size)")
       ->check(CLI::Range(int64_t{2}, int64_t{65536}));
   cli.add_option("--live-turns", live_turns, "with --cache-dir: finished requests kept in the engine for the engine "
@@ -318,14 +312,16 @@ int generate_main(int argc, char** argv) {
       telemetry.open(telemetry_path, std::ios::app);
       if (!telemetry) return fail(io_error(telemetry_path + ": cannot write"));
     }
-    for (size_t i = 0; i < parsed.size(); ++i) {
-      if (!parsed[i].status.ok()) continue;
-      prompt_tokens += static_cast<int64_t>(parsed[i].request.prompt.size());
-      parsed[i].request.depth = *depth;
-      ServeTurnRecord record;
-      served[i] = serve_and_decode(**engine, tiers, live, parsed[i].request, ctx, prefill_chunk, config.eos_token_id, record);
-      if (telemetry.is_open() && served[i]->status.ok()) telemetry << serve_turn_json(record) << "\n" << std::flush;
+    std::vector<std::optional<ServeTurnRecord>> records(parsed.size());
+    for (Parsed& p : parsed) {
+      if (!p.status.ok()) continue;
+      prompt_tokens += static_cast<int64_t>(p.request.prompt.size());
+      p.request.depth = *depth;
     }
+    serve_cached(**engine, **scheduler, tiers, live, parsed, parallel, ctx, prefill_chunk, tickets, served, records,
+                 steps);
+    for (const auto& r : records)
+      if (telemetry.is_open() && r) telemetry << serve_turn_json(*r) << "\n" << std::flush;
     // The chunks are stored once their segment is synced; close() waits for that.
     if (store) {
       Status st = store->close();
@@ -377,7 +373,7 @@ int generate_main(int argc, char** argv) {
                "(%lld steps, %.1f generated tok/s), parallel %d\n",
                parsed.size(), failures, static_cast<long long>(prompt_tokens), static_cast<long long>(generated),
                seconds, static_cast<long long>(steps), generated / std::max(seconds, 1e-9),
-               cache_dir.empty() ? parallel : 1);
+               parallel);
   return failures == 0 ? 0 : 1;
 }
 

@@ -87,6 +87,52 @@ TEST(CliServeTurn, SecondProcessHitsTheStoreAndGeneratesTheColdIds) {
   EXPECT_EQ(ids_of(other.out), ids_of(cold.out));
 }
 
+// Cached requests are decoded in the batch: a conversation of three requests, each extending the
+// one before, plus an unrelated one, gives the same ids at --parallel 1 and 4 (exact depth) and the
+// same as without the cache; the extending requests hit (engine tier when the earlier one is done).
+TEST(CliServeTurn, CachedRequestsBatchAndMatchTheUncachedIds) {
+  Scratch s;
+  const std::string model = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  std::mt19937 rng(43);
+  std::vector<std::string> prefixes;
+  std::string ids = "0";
+  for (int turn = 0; turn < 3; ++turn) {
+    for (int i = 0; i < 150; ++i) ids += "," + std::to_string(3 + rng() % 8000);
+    prefixes.push_back(ids);
+  }
+  const std::string req = s.path("req.jsonl");
+  {
+    std::ofstream f(req);
+    for (int t = 0; t < 3; ++t)
+      f << "{\"id\": \"t" << t << "\", \"prompt_ids\": [" << prefixes[t] << "], \"max_tokens\": 5, \"ignore_eos\": true}\n";
+    f << "{\"id\": \"other\", \"prompt_ids\": [0, 5, 9, 77, 300], \"max_tokens\": 5, \"ignore_eos\": true}\n";
+  }
+  const std::string common = "generate -m " + model + " --requests " + req + " --depth exact --ctx 1024 --threads 2";
+  auto lines = [](const std::string& out) {
+    std::vector<std::string> v;
+    std::stringstream ss(out);
+    for (std::string l; std::getline(ss, l);) v.push_back(ids_of(l));
+    return v;
+  };
+  const auto plain = run_cli(common + " --parallel 4", Stderr::kDiscard);
+  const auto one = run_cli(common + " --parallel 1 --cache-dir " + s.path("c1") + " --cache-chunk 64 --telemetry " +
+                               s.path("t1.jsonl"), Stderr::kDiscard);
+  const auto four = run_cli(common + " --parallel 4 --cache-dir " + s.path("c4") + " --cache-chunk 64 --telemetry " +
+                                s.path("t4.jsonl"), Stderr::kDiscard);
+  ASSERT_EQ(one.code, 0) << one.out;
+  ASSERT_EQ(four.code, 0) << four.out;
+  ASSERT_EQ(lines(plain.out).size(), 4u);
+  EXPECT_EQ(lines(one.out), lines(plain.out));
+  EXPECT_EQ(lines(four.out), lines(plain.out));
+  // Serially every extending request finds the one before it live in the engine; it shares that
+  // request's prompt (not its answer), whose windows the DRAM pool snapshotted at the prompt's end.
+  const std::string t1 = read_file(s.path("t1.jsonl"));
+  EXPECT_NE(t1.find("\"prompt_tokens\":301,\"global_hit_tokens\":151,\"hit_tier\":\"engine\",\"swa\":\"restored\""),
+            std::string::npos) << t1;
+  EXPECT_NE(t1.find("\"prompt_tokens\":451,\"global_hit_tokens\":301,\"hit_tier\":\"engine\",\"swa\":\"restored\""),
+            std::string::npos) << t1;
+}
+
 TEST(CliServeTurn, BadCacheOptionsFailBeforeTheModelLoads) {
   const auto odd = run_cli("generate -m /nonexistent --requests /dev/null --cache-dir /tmp/x --cache-chunk 127",
                            Stderr::kMerge);

@@ -109,6 +109,14 @@ bool ApiServer::ready(const httplib::Request& req, httplib::Response& res) {
   return false;
 }
 
+bool ApiServer::served_model(const httplib::Request& req, httplib::Response& res, const std::string& model) {
+  if (model == options_.model_name) return true;
+  reply_error(req, res, ApiError{404, "The model '" + model + "' does not exist (this server serves '" +
+                                          options_.model_name + "').",
+                                 "invalid_request_error", "model", "model_not_found"});
+  return false;
+}
+
 bool ApiServer::body_json(const httplib::Request& req, httplib::Response& res, chat::Json* out) {
   auto j = chat::parse_json_ordered(req.body, "request body");
   if (!j.ok()) {

@@ -67,6 +67,8 @@ class ApiServer {
   bool ready(const httplib::Request& req, httplib::Response& res);
   // The JSON body, or a 400 answer.
   bool body_json(const httplib::Request& req, httplib::Response& res, chat::Json* out);
+  // True when `model` is the one served; otherwise answers 404 (OpenAI's model_not_found).
+  bool served_model(const httplib::Request& req, httplib::Response& res, const std::string& model);
 
   // Checks the context, queues n choices of `prompt` and answers 400 / 429 itself on failure.
   std::shared_ptr<Channel> submit(const httplib::Request& req, httplib::Response& res, const GenerationFields& gen,

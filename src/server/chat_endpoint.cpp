@@ -65,10 +65,7 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
   auto parsed = parse_chat_request(body, options_.parse);
   if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(req, res, *e);
   ChatRequest& c = std::get<ChatRequest>(parsed);
-  if (c.gen.model != options_.model_name)
-    return reply_error(req, res, ApiError{404, "The model '" + c.gen.model + "' does not exist (this server serves '" +
-                                                   options_.model_name + "').",
-                                          "invalid_request_error", "model", "model_not_found"});
+  if (!served_model(req, res, c.gen.model)) return;
   const bool thinking = c.render.thinking_mode == chat::ThinkingMode::kThinking;
   // tool_choice: required / named force the opening of a calls block after the prompt, so the
   // model can only call (that) tool; none ends the output where a calls block would start.

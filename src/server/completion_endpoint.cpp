@@ -65,10 +65,7 @@ void ApiServer::completions(const httplib::Request& req, httplib::Response& res)
   auto parsed = parse_completion_request(body, options_.parse);
   if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(req, res, *e);
   CompletionRequest& c = std::get<CompletionRequest>(parsed);
-  if (c.gen.model != options_.model_name)
-    return reply_error(req, res, ApiError{404, "The model '" + c.gen.model + "' does not exist (this server serves '" +
-                                                   options_.model_name + "').",
-                                          "invalid_request_error", "model", "model_not_found"});
+  if (!served_model(req, res, c.gen.model)) return;
   // A text prompt gets BOS in front, as the model was trained; token ids are taken as given.
   std::vector<int32_t> prompt;
   std::string echo;

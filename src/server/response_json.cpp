@@ -60,6 +60,21 @@ Json usage_json(const Usage& u) {
   return j;
 }
 
+namespace {
+// The envelope of a non-streamed response: the fields OpenAI sends, in its order.
+Json response_json(const ResponseMeta& m, const char* object, Json choices, const Usage& usage) {
+  Json j;
+  j["id"] = m.id;
+  j["object"] = object;
+  j["created"] = m.created;
+  j["model"] = m.model;
+  j["choices"] = std::move(choices);
+  j["usage"] = usage_json(usage);
+  j["system_fingerprint"] = "dsv41";
+  return j;
+}
+}  // namespace
+
 Json chat_logprobs_json(const std::vector<TokenEvent>& tokens, const Tokenizer& tok) {
   Json content = Json::array();
   for (const TokenEvent& t : tokens) {
@@ -111,15 +126,7 @@ Json chat_completion_json(const ResponseMeta& m, const std::vector<ChoiceOutput>
     c["finish_reason"] = o.finish_reason;
     choices.push_back(std::move(c));
   }
-  Json j;
-  j["id"] = m.id;
-  j["object"] = "chat.completion";
-  j["created"] = m.created;
-  j["model"] = m.model;
-  j["choices"] = std::move(choices);
-  j["usage"] = usage_json(usage);
-  j["system_fingerprint"] = "dsv41";
-  return j;
+  return response_json(m, "chat.completion", std::move(choices), usage);
 }
 
 Json chat_delta_json(const ChoiceDelta& d) {
@@ -181,15 +188,7 @@ Json completion_json(const ResponseMeta& m, const std::vector<ChoiceOutput>& out
     c["finish_reason"] = out[i].finish_reason;
     choices.push_back(std::move(c));
   }
-  Json j;
-  j["id"] = m.id;
-  j["object"] = "text_completion";
-  j["created"] = m.created;
-  j["model"] = m.model;
-  j["choices"] = std::move(choices);
-  j["usage"] = usage_json(usage);
-  j["system_fingerprint"] = "dsv41";
-  return j;
+  return response_json(m, "text_completion", std::move(choices), usage);
 }
 
 Json completion_chunk_json(const ResponseMeta& m, int choice, const std::string& text, const Json& logprobs,

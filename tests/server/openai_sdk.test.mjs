@@ -295,7 +295,9 @@ test('abort mid-stream and mid-request frees the slot', async () => {
   let n = 0;
   // The SDK ends the iteration quietly once aborted.
   for await (const _ of stream) if (++n === 3) controller.abort();
-  assert.ok(n >= 3 && n < 100, `stopped reading after ${n} chunks`);
+  // What the server had already sent may still arrive after the abort (a loaded machine sent 133
+  // chunks in one burst): the bound is the request's length; the metrics below show the cancel.
+  assert.ok(n >= 3 && n < 1800, `stopped reading after ${n} chunks`);
   assert.ok(await waitFor(async () => {
     const m = await metrics(server.base, auth);
     return m['dsv41_requests_running'] === 0 && m['dsv41_requests_cancelled_total'] > (m0['dsv41_requests_cancelled_total'] ?? 0);

@@ -25,13 +25,14 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <deque>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <iostream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "app/cache_open.h"
@@ -139,11 +140,13 @@ class LiveTurns {
 };
 
 // The requests through the cache tiers with continuous batching: while a slot is free, the next
-// request's prompt is served by serve_turn (hit, replay, suffix, store) and handed to the
-// scheduler prefilled; each finished request's answer is stored and its windows snapshotted
-// (end_turn), and the sequence kept for the engine tier. Requests are served in input order, so
-// which tier a prompt hits can depend on --parallel (a request extending an earlier one finds it
-// live only if it finished first); at --depth exact the ids never do.
+// request's prompt is opened through the tiers (hit, windows restored or not: open_turn) and
+// handed to the scheduler, which prefills the rest of it in the batch beside the other requests;
+// when its prompt is complete, its new chunks are stored and its windows snapshotted
+// (close_prompt), and each finished request's answer is stored too (end_turn), its sequence kept
+// for the engine tier. Requests are opened in input order, so which tier a prompt hits can depend
+// on --parallel (a request extending an earlier one finds it live only if it finished first); at
+// --depth exact the ids never do.
 void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& tiers, LiveTurns& live,
                   std::vector<Parsed>& parsed, int parallel, int64_t ctx, int64_t prefill_chunk,
                   std::vector<int64_t>& tickets, std::vector<std::optional<GenerationResult>>& served,
@@ -154,6 +157,23 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
   scheduler.on_finished([&](int64_t, SequenceId id) {
     (void)end_turn(engine, tiers, id, so);
     return live.finished(engine, id);
+  });
+  struct Opened {
+    size_t request;
+    OpenedTurn turn;
+    std::chrono::steady_clock::time_point submitted;
+  };
+  std::unordered_map<int64_t, Opened> opened;  // by ticket, until the prompt is complete
+  scheduler.on_prompt_done([&](int64_t ticket, SequenceId, const GenerationResult& so_far) {
+    auto it = opened.find(ticket);
+    if (it == opened.end()) return;
+    Opened& o = it->second;
+    o.turn.record.prefill_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - o.submitted).count();
+    close_prompt(engine, tiers, o.turn, parsed[o.request].request.prompt, so_far.effective_depth,
+                 so_far.prefill_work, so);
+    records[o.request] = std::move(o.turn.record);
+    opened.erase(it);
   });
   size_t next = 0;
   for (;;) {
@@ -179,14 +199,15 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
                             std::to_string(r.max_tokens) + " exceeds the context of " + std::to_string(ctx)));
         continue;
       }
-      auto turn = serve_turn(engine, tiers, r.prompt, so);
+      auto turn = open_turn(engine, tiers, r.prompt, so);
       if (!turn.ok()) {
         refuse(turn.status());
         continue;
       }
-      records[i] = turn->record;
-      tickets[i] = scheduler.submit_prefilled(r, turn->sequence, std::move(turn->last_logits), turn->effective,
-                                              turn->record.work);
+      const bool windows_present = turn->windows_present;
+      const SequenceId sequence = turn->sequence;
+      tickets[i] = scheduler.submit_opened(r, sequence, windows_present);
+      opened.emplace(tickets[i], Opened{i, std::move(*turn), std::chrono::steady_clock::now()});
     }
     if (scheduler.step()) {
       ++steps;

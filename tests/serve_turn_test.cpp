@@ -11,6 +11,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "runtime/prefill.h"
+#include "runtime/scheduler.h"
 #include "runtime/serve_turn.h"
 #include "store/store_test_util.h"
 #include "tests/test_models.h"
@@ -315,6 +316,95 @@ TEST(ServeTurn, AnotherIdentityNeverHits) {
     EXPECT_EQ(r->record.global_hit_tokens, 0) << "change " << change;
     EXPECT_EQ(r->record.hit_tier, HitTier::kNone);
     EXPECT_TRUE(e->remove_sequence(r->sequence).ok());
+  }
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// Decodes `n` tokens of `prompt` with a plain scheduler (cold, the reference).
+std::vector<int32_t> cold_ids(const std::vector<int32_t>& prompt, int64_t n, PrefillDepth depth) {
+  auto e = make_engine();
+  auto s = Scheduler::create(*e, SchedulerOptions{1, 4, 8, 128, -1});
+  const int64_t t = (*s)->submit(GenerationRequest{prompt, n, {}, true, depth});
+  (*s)->run_to_completion();
+  return (*s)->take(t)->ids;
+}
+
+// A turn opened through the tiers (open_turn) is prefilled by the scheduler in the batch, beside
+// a cold request, with the windows' replay when the hit brought none: its ids are those of
+// serve_turn + submit_prefilled (the same chunks, bounded and exact), and at exact depth those of
+// a cold run; close_prompt at the prompt's end stores the new chunks and the window snapshot, so
+// the next turn hits through them.
+TEST(ServeTurn, OpenedTurnsPrefillInTheBatch) {
+  const auto first = tokens(26, 31);
+  auto second = first;
+  for (int32_t x : tokens(13, 32)) second.push_back(x);  // 39 tokens: hit 24, no snapshot there
+  const auto other = tokens(17, 33);
+  for (PrefillDepth depth : {PrefillDepth::kExact, PrefillDepth::kBounded}) {
+    SCOPED_TRACE(prefill_depth_name(depth));
+    const ServeTurnOptions o{depth, 4, 128, nullptr};
+    std::vector<int32_t> reference;
+    {  // serve_turn (its own prefill), then decoded by the scheduler
+      Tiers t;
+      t.open();
+      auto e = make_engine();
+      serve(*e, t.tiers(true), first, depth);
+      ASSERT_TRUE(t.store->flush().ok());
+      auto turn = serve_turn(*e, t.tiers(true), second, o);
+      ASSERT_TRUE(turn.ok()) << turn.status().to_string();
+      auto s = Scheduler::create(*e, SchedulerOptions{2, 4, 8, 128, -1});
+      const int64_t tk = (*s)->submit_prefilled(GenerationRequest{second, 6, {}, true, depth}, turn->sequence,
+                                                turn->last_logits, turn->effective, turn->record.work);
+      (*s)->run_to_completion();
+      reference = (*s)->take(tk)->ids;
+    }
+    Tiers t;
+    t.open();
+    auto e = make_engine();
+    serve(*e, t.tiers(true), first, depth);
+    ASSERT_TRUE(t.store->flush().ok());
+    auto opened = open_turn(*e, t.tiers(true), second, o);
+    ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+    EXPECT_EQ(opened->hit, 24);
+    EXPECT_FALSE(opened->windows_present);
+    auto s = Scheduler::create(*e, SchedulerOptions{2, 4, 8, 128, -1});
+    int64_t tk = -1;
+    int closed = 0, other_prompts = 0;
+    (*s)->on_prompt_done([&](int64_t ticket, SequenceId id, const GenerationResult& so_far) {
+      if (ticket != tk) {
+        ++other_prompts;
+        return;
+      }
+      ++closed;
+      EXPECT_EQ(*e->length(id), static_cast<int64_t>(second.size()));
+      close_prompt(*e, t.tiers(true), *opened, second, so_far.effective_depth, so_far.prefill_work, o);
+    });
+    const int64_t cold = (*s)->submit(GenerationRequest{other, 5, {}, true, depth});
+    tk = (*s)->submit_opened(GenerationRequest{second, 6, {}, true, depth}, opened->sequence, false);
+    bool shared_step = false;
+    while ((*s)->step()) shared_step |= (*s)->last_step().segments == 2 && (*s)->last_step().prefill_tokens > 4;
+    EXPECT_TRUE(shared_step);  // the two prompts were prefilled in one forward at least once
+    auto got = (*s)->take(tk);
+    ASSERT_TRUE(got && got->status.ok()) << (got ? got->status.to_string() : "");
+    EXPECT_EQ(got->ids, reference);
+    EXPECT_GT(got->prefill_work.replay, 0);
+    EXPECT_EQ((*s)->take(cold)->ids, cold_ids(other, 5, depth));
+    if (depth == PrefillDepth::kExact) EXPECT_EQ(got->ids, cold_ids(second, 6, depth));
+    EXPECT_EQ(closed, 1);
+    EXPECT_EQ(other_prompts, 1);  // the callback hears of every prompt; the caller picks its own
+    EXPECT_EQ(opened->record.swa,
+              depth == PrefillDepth::kExact ? SwaSource::kReplayedExact : SwaSource::kReplayedBounded);
+    EXPECT_GT(opened->record.ssd_written_bytes, 0u);  // the new whole chunk [24, 32)
+    // The windows at the prompt's end are in the DRAM pool, and the next turn hits through [24, 32).
+    EXPECT_TRUE(t.dram.lookup(prefix_key_at(t.identity, second, second.size()), second.size()));
+    ASSERT_TRUE(t.store->flush().ok());
+    auto third = second;
+    for (int32_t x : tokens(3, 34)) third.push_back(x);
+    EXPECT_EQ(serve(*e, t.tiers(true), third, depth).record.global_hit_tokens, 32);
   }
 }
 

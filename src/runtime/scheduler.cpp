@@ -52,15 +52,7 @@ int64_t Scheduler::submit_prefilled(GenerationRequest request, SequenceId sequen
   if (static_cast<int64_t>(last_logits.size()) != engine_.config().vocab_size)
     st = invalid_argument("submit_prefilled: " + std::to_string(last_logits.size()) + " logits for a vocabulary of " +
                           std::to_string(engine_.config().vocab_size));
-  if (st.ok() && a->request.max_tokens < 0) st = invalid_argument("max_tokens must be ≥ 0");
-  for (const auto& [id, bias] : a->request.sampling.logit_bias)
-    if (st.ok() && id >= engine_.config().vocab_size)
-      st = invalid_argument("logit_bias: token id " + std::to_string(id) + " outside the vocabulary");
-  if (st.ok()) {
-    auto sampler = Sampler::create(a->request.sampling);
-    if (sampler.ok()) a->sampler = std::move(*sampler);
-    else st = sampler.status();
-  }
+  if (st.ok()) st = prepare(*a);
   if (!st.ok() || a->request.max_tokens == 0) {
     finish(*a, FinishReason::kLength, st);
     return ticket;
@@ -68,6 +60,57 @@ int64_t Scheduler::submit_prefilled(GenerationRequest request, SequenceId sequen
   a->first_logits = std::move(last_logits);
   active_.push_back(std::move(a));
   return ticket;
+}
+
+int64_t Scheduler::submit_opened(GenerationRequest request, SequenceId sequence, bool windows_present) {
+  const int64_t ticket = next_ticket_++;
+  auto a = std::make_unique<Active>();
+  a->ticket = ticket;
+  a->request = std::move(request);
+  a->sequence = sequence;
+  a->result.prompt_tokens = static_cast<int64_t>(a->request.prompt.size());
+  Status st = prepare(*a);
+  if (st.ok()) {
+    auto held = engine_.length(sequence);
+    if (held.ok()) a->prompt_done = *held;
+    else st = held.status();
+  }
+  if (st.ok() && a->prompt_done >= a->result.prompt_tokens)
+    st = invalid_argument("submit_opened: the sequence holds " + std::to_string(a->prompt_done) +
+                          " tokens, the prompt adds nothing to them");
+  if (st.ok()) {
+    auto plan = plan_prefill(engine_.backend().plan(), engine_.config().sliding_window, a->result.prompt_tokens,
+                             a->prompt_done, windows_present, a->request.depth);
+    if (plan.ok()) a->plan = std::move(*plan);
+    else st = plan.status();
+  }
+  if (!st.ok()) {
+    finish(*a, FinishReason::kError, st);
+    return ticket;
+  }
+  a->result.effective_depth = a->plan.effective;
+  a->cursor = a->plan.steps.front().begin;
+  active_.push_back(std::move(a));
+  return ticket;
+}
+
+Status Scheduler::prepare(Active& a) {
+  const GenerationRequest& r = a.request;
+  const int64_t V = engine_.config().vocab_size;
+  if (r.prompt.empty()) return invalid_argument("empty prompt");
+  if (r.max_tokens < 0) return invalid_argument("max_tokens must be ≥ 0");
+  for (size_t i = 0; i < r.prompt.size(); ++i)
+    if (r.prompt[i] < 0 || r.prompt[i] >= V)
+      return invalid_argument("token id " + std::to_string(r.prompt[i]) + " at position " + std::to_string(i) +
+                              " outside the vocabulary (0.." + std::to_string(V - 1) + ")");
+  for (const auto& [id, bias] : r.sampling.logit_bias)
+    if (id >= V)
+      return invalid_argument("logit_bias: token id " + std::to_string(id) + " outside the vocabulary (0.." +
+                              std::to_string(V - 1) + ")");
+  auto sampler = Sampler::create(r.sampling);
+  if (!sampler.ok()) return sampler.status();
+  a.sampler = std::move(*sampler);
+  return ok_status();
 }
 
 std::optional<GenerationResult> Scheduler::take(int64_t ticket) {
@@ -115,34 +158,19 @@ void Scheduler::admit() {
     queue_.pop_front();
     GenerationRequest& r = a->request;
     a->result.prompt_tokens = static_cast<int64_t>(r.prompt.size());
-    const int64_t V = engine_.config().vocab_size;
-    Status st;
-    if (r.prompt.empty()) st = invalid_argument("empty prompt");
-    if (st.ok() && r.max_tokens < 0) st = invalid_argument("max_tokens must be ≥ 0");
-    for (size_t i = 0; st.ok() && i < r.prompt.size(); ++i)
-      if (r.prompt[i] < 0 || r.prompt[i] >= V)
-        st = invalid_argument("token id " + std::to_string(r.prompt[i]) + " at position " + std::to_string(i) +
-                              " outside the vocabulary (0.." + std::to_string(V - 1) + ")");
-    for (const auto& [id, bias] : r.sampling.logit_bias)
-      if (st.ok() && id >= V)
-        st = invalid_argument("logit_bias: token id " + std::to_string(id) + " outside the vocabulary (0.." +
-                              std::to_string(V - 1) + ")");
+    Status st = prepare(*a);
     const int64_t need = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
     if (st.ok() && need > options_.max_context)
       st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
                         std::to_string(r.max_tokens) + " exceeds the context of " +
                         std::to_string(options_.max_context));
     if (st.ok()) {
-      auto sampler = Sampler::create(r.sampling);
-      if (sampler.ok()) a->sampler = std::move(*sampler);
-      else st = sampler.status();
-    }
-    if (st.ok()) {
       auto plan = plan_prefill(engine_.backend().plan(), engine_.config().sliding_window,
                                static_cast<int64_t>(r.prompt.size()), 0, true, r.depth);
       if (plan.ok()) {
         a->plan = std::move(*plan);
         a->result.effective_depth = a->plan.effective;
+        a->cursor = a->plan.steps.front().begin;
       } else {
         st = plan.status();
       }
@@ -179,6 +207,22 @@ void Scheduler::take_token(Active& a, const float* logits) {
   a.next_token = token;
 }
 
+Segment Scheduler::next_prefill_chunk(const Active& a) const {
+  // From the cursor, at most prefill_chunk positions, never across the step's end (steps differ
+  // in their per-layer ranges and replay flag): chunk boundaries at fixed multiples of
+  // prefill_chunk from the step's start, as prefill() cuts them, so the rows are the same.
+  const PrefillStep& step = a.plan.steps[a.step];
+  const int64_t n = std::min(options_.prefill_chunk, step.end - a.cursor);
+  Segment s;
+  s.sequence = a.sequence;
+  s.start = a.cursor;
+  s.tokens = std::span<const int32_t>(a.request.prompt).subspan(static_cast<size_t>(a.cursor), static_cast<size_t>(n));
+  s.replay = step.replay;
+  s.depth = step.layers;
+  s.logits = a.step + 1 == a.plan.steps.size() && a.cursor + n == step.end ? LogitRows::kLast : LogitRows::kNone;
+  return s;
+}
+
 bool Scheduler::step() {
   admit();
   // Requests that arrived prefilled sample their first token now (it is fed below).
@@ -199,23 +243,15 @@ bool Scheduler::step() {
   for (auto& ap : active_) {
     Active& a = *ap;
     Segment s;
-    s.sequence = a.sequence;
-    s.start = a.prompt_done + static_cast<int64_t>(a.result.ids.size()) - (a.next_token >= 0 ? 1 : 0);
-    const int64_t left = static_cast<int64_t>(a.request.prompt.size()) - a.prompt_done;
-    if (left > 0) {
-      // The next chunk of the current plan step: from prompt_done, at most prefill_chunk tokens,
-      // never across the step's end (steps differ in their per-layer ranges).
-      while (a.plan.steps[a.step].end <= a.prompt_done) ++a.step;
-      const PrefillStep& step = a.plan.steps[a.step];
-      const int64_t n = std::min(options_.prefill_chunk, step.end - a.prompt_done);
+    if (a.step < a.plan.steps.size()) {
+      s = next_prefill_chunk(a);
+      const int64_t n = static_cast<int64_t>(s.tokens.size());
       if (n > prefill_budget) continue;  // waits for the next step; chunk boundaries stay fixed
       prefill_budget -= n;
-      s.start = a.prompt_done;
-      s.tokens = std::span<const int32_t>(a.request.prompt).subspan(a.prompt_done, n);
-      s.depth = step.layers;
-      s.logits = n == left ? LogitRows::kLast : LogitRows::kNone;
       last_.prefill_tokens += n;
     } else {
+      s.sequence = a.sequence;
+      s.start = a.prompt_done + static_cast<int64_t>(a.result.ids.size()) - 1;
       s.tokens = std::span<const int32_t>(&a.next_token, 1);
       s.logits = LogitRows::kLast;
       ++last_.decode_tokens;
@@ -232,12 +268,16 @@ bool Scheduler::step() {
       finish(a, FinishReason::kError, r.status);
       continue;
     }
-    const bool was_prefill = a.prompt_done < static_cast<int64_t>(a.request.prompt.size());
-    if (was_prefill) {
-      a.prompt_done += static_cast<int64_t>(segments_[i].tokens.size());
+    if (a.step < a.plan.steps.size()) {
       a.result.prefill_work += r.work;
+      a.cursor += static_cast<int64_t>(segments_[i].tokens.size());
+      a.prompt_done = std::max(a.prompt_done, a.cursor);
+      if (a.cursor == a.plan.steps[a.step].end && ++a.step < a.plan.steps.size()) a.cursor = a.plan.steps[a.step].begin;
+      if (a.step == a.plan.steps.size() && on_prompt_done_) on_prompt_done_(a.ticket, a.sequence, a.result);
     }
-    if (r.logit_rows > 0) take_token(a, r.logits);
+    if (r.logit_rows == 0) continue;
+    if (a.request.max_tokens == 0) finish(a, FinishReason::kLength);  // an opened prompt, stored only
+    else take_token(a, r.logits);
   }
   // Finished requests leave their slots (refilled at the next step).
   active_.erase(std::remove_if(active_.begin(), active_.end(), [](const std::unique_ptr<Active>& a) {

@@ -78,6 +78,18 @@ class Scheduler {
   // request finishes, or at once when the request is refused).
   int64_t submit_prefilled(GenerationRequest request, SequenceId sequence, std::vector<float> last_logits,
                            PrefillDepth effective, const TokenLayers& work);
+  // A request whose sequence already holds the first engine.length(sequence) prompt tokens (a hit
+  // imported from a cache tier, runtime/serve_turn.h open_turn): the rest of the prompt is
+  // prefilled in the batch, chunk by chunk beside the other requests, with the windows' replay
+  // first when `windows_present` is false (plan/replay_rule.h). It takes a slot at once, beyond
+  // `parallel` if need be (the caller keeps count). The scheduler owns the sequence from here.
+  int64_t submit_opened(GenerationRequest request, SequenceId sequence, bool windows_present);
+  // Called once per request when its whole prompt is in the engine (after the prefill's last
+  // forward, before the first token is sampled), with what the prefill did: e.g. to store the
+  // prompt's chunks and snapshot its windows (close_prompt). Not for submit_prefilled requests.
+  // Must not call the scheduler or run a forward.
+  using PromptDoneCallback = std::function<void(int64_t ticket, SequenceId sequence, const GenerationResult& so_far)>;
+  void on_prompt_done(PromptDoneCallback callback) { on_prompt_done_ = std::move(callback); }
   // Called for every generated token as it is sampled (ticket, token id, the raw logits the
   // token was sampled from, valid only during the call); EOS included. The callback must not
   // call cancel() or submit() (queue those for after step()).
@@ -114,8 +126,9 @@ class Scheduler {
     SequenceId sequence = -1;
     std::optional<Sampler> sampler;
     int64_t prompt_done = 0;     // prompt tokens already in the engine
-    PrefillPlan plan;            // the prompt's steps at its depth
-    size_t step = 0;             // the plan step the next prefill chunk belongs to
+    PrefillPlan plan;            // the prompt's steps at its depth (replays of a hit first)
+    size_t step = 0;             // the plan step the next prefill chunk belongs to (= size: done)
+    int64_t cursor = 0;          // the next position of that step to run
     int32_t next_token = -1;     // sampled, not yet fed (−1: none)
     std::vector<float> first_logits;  // submit_prefilled: to sample the first token from
     GenerationResult result;
@@ -123,6 +136,10 @@ class Scheduler {
   Scheduler(Engine& engine, const SchedulerOptions& options) : engine_(engine), options_(options) {}
   void admit();
   void finish(Active& a, FinishReason reason, Status status = ok_status());
+  // Validates a request against the engine and makes its sampler (the same checks for every path).
+  Status prepare(Active& a);
+  // The request's next prefill chunk as a segment (start, tokens, replay, depth, logits).
+  Segment next_prefill_chunk(const Active& a) const;
   // Samples after a segment's last logits; finishes the request when it is done.
   void take_token(Active& a, const float* logits);
 
@@ -133,6 +150,7 @@ class Scheduler {
   std::unordered_map<int64_t, GenerationResult> results_;
   TokenCallback on_token_;
   FinishedCallback on_finished_;
+  PromptDoneCallback on_prompt_done_;
   int64_t next_ticket_ = 0;
   StepStats last_;
   std::vector<Segment> segments_;

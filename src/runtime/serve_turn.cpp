@@ -79,11 +79,11 @@ const char* swa_source_name(SwaSource s) {
   return "none";
 }
 
-Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, std::span<const int32_t> prompt,
-                                   const ServeTurnOptions& options) {
+Result<OpenedTurn> open_turn(Engine& engine, const ServeTurnTiers& tiers, std::span<const int32_t> prompt,
+                             const ServeTurnOptions& options) {
   const int64_t N = static_cast<int64_t>(prompt.size());
   if (N < 1) return invalid_argument("serve_turn: empty prompt");
-  ServeTurnResult out;
+  OpenedTurn out;
   ServeTurnRecord& rec = out.record;
   rec.prompt_tokens = N;
   const int64_t chunk = tiers.identity.chunk_tokens;
@@ -170,36 +170,55 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
     }
   }
   rec.load_ms = ms_since(t);
+  out.sequence = id;
+  out.hit = h;
+  out.windows_present = windows_present;
+  out.keys = std::move(keys);
+  return out;
+}
 
-  // 4. Prefill the suffix (with the windows' replay when they were not restored).
-  t = Clock::now();
-  PrefillOptions po;
-  po.depth = options.depth;
-  po.chunk = options.prefill_chunk;
-  po.windows_present = windows_present;
-  po.progress = options.progress;
-  auto p = prefill(engine, id, prompt, po);
-  if (!p.ok()) {
-    (void)engine.remove_sequence(id);
-    return p.status();
-  }
-  rec.prefill_ms = ms_since(t);
-  rec.work = p->work;
-  out.effective = p->effective;
-  out.last_logits = std::move(p->last_logits);
-  if (h == 0) rec.swa = SwaSource::kNone;
-  else if (windows_present) rec.swa = SwaSource::kRestored;
-  else rec.swa = p->effective == PrefillDepth::kBounded ? SwaSource::kReplayedBounded : SwaSource::kReplayedExact;
+void close_prompt(Engine& engine, const ServeTurnTiers& tiers, OpenedTurn& turn, std::span<const int32_t> prompt,
+                  PrefillDepth effective, const TokenLayers& work, const ServeTurnOptions& options) {
+  ServeTurnRecord& rec = turn.record;
+  rec.work = work;
+  if (turn.hit == 0) rec.swa = SwaSource::kNone;
+  else if (turn.windows_present) rec.swa = SwaSource::kRestored;
+  else rec.swa = effective == PrefillDepth::kBounded ? SwaSource::kReplayedBounded : SwaSource::kReplayedExact;
 
   // 5. Store: every full chunk the store lacks (queued; the store's writer does the I/O), and the
   //    windows at the prompt's end into the DRAM pool (used when a later hit ends exactly here).
-  t = Clock::now();
+  const auto t = Clock::now();
   // (After an engine-tier hit the store may lack the early chunks too: they are checked from 0.)
-  const size_t first_new = rec.hit_tier == HitTier::kSsd ? static_cast<size_t>(h / chunk) : 0;
-  if (options.store_chunks) rec.ssd_written_bytes += store_new_chunks(engine, tiers, id, prompt, keys, first_new, options);
-  snapshot_windows(engine, tiers, id, prompt);
+  const int64_t chunk = tiers.identity.chunk_tokens;
+  const size_t first_new = rec.hit_tier == HitTier::kSsd ? static_cast<size_t>(turn.hit / chunk) : 0;
+  if (options.store_chunks)
+    rec.ssd_written_bytes += store_new_chunks(engine, tiers, turn.sequence, prompt, turn.keys, first_new, options);
+  snapshot_windows(engine, tiers, turn.sequence, prompt);
   rec.store_ms = ms_since(t);
-  out.sequence = id;
+}
+
+Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, std::span<const int32_t> prompt,
+                                   const ServeTurnOptions& options) {
+  DSV41_ASSIGN_OR_RETURN(OpenedTurn turn, open_turn(engine, tiers, prompt, options));
+  // 4. Prefill the suffix (with the windows' replay when they were not restored).
+  const auto t = Clock::now();
+  PrefillOptions po;
+  po.depth = options.depth;
+  po.chunk = options.prefill_chunk;
+  po.windows_present = turn.windows_present;
+  po.progress = options.progress;
+  auto p = prefill(engine, turn.sequence, prompt, po);
+  if (!p.ok()) {
+    (void)engine.remove_sequence(turn.sequence);
+    return p.status();
+  }
+  turn.record.prefill_ms = ms_since(t);
+  close_prompt(engine, tiers, turn, prompt, p->effective, p->work, options);
+  ServeTurnResult out;
+  out.sequence = turn.sequence;
+  out.last_logits = std::move(p->last_logits);
+  out.effective = p->effective;
+  out.record = std::move(turn.record);
   return out;
 }
 

@@ -77,8 +77,30 @@ struct ServeTurnResult {
 
 // Errors: the engine's (bad token ids, context, page budget) — the new sequence is then removed.
 // Tier trouble never fails a turn: it is logged and the turn runs with less of a hit.
+// serve_turn = open_turn, prefill, close_prompt: callers that batch (the scheduler's
+// submit_opened, runtime/scheduler.h) run the three apart, the prefill beside other requests.
 Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, std::span<const int32_t> prompt,
                                    const ServeTurnOptions& options);
+
+// Steps 1–3 of a turn: lookup, the engine tier's fork or the store's import, the DRAM pool's
+// window snapshot. The new sequence holds the hit (`hit` positions, 0 when cold) and is owned by
+// the caller; its prefill is the caller's (prefill() or Scheduler::submit_opened with
+// windows_present), then close_prompt.
+struct OpenedTurn {
+  SequenceId sequence = -1;
+  int64_t hit = 0;
+  bool windows_present = true;   // exact window state at `hit` (no replay needed)
+  std::vector<PrefixKey> keys;   // the prompt's whole-chunk keys (empty without a store)
+  ServeTurnRecord record;        // lookup / load fields filled; the rest by close_prompt
+};
+Result<OpenedTurn> open_turn(Engine& engine, const ServeTurnTiers& tiers, std::span<const int32_t> prompt,
+                             const ServeTurnOptions& options);
+// Step 5, once the whole prompt is in the sequence (prefilled at `effective` with `work`): the
+// record's swa source and work, the prompt's new whole chunks to the store, the windows at the
+// prompt's end to the DRAM pool. The caller sets record.prefill_ms (its own clock: in a batch the
+// prefill shares steps with other requests).
+void close_prompt(Engine& engine, const ServeTurnTiers& tiers, OpenedTurn& turn, std::span<const int32_t> prompt,
+                  PrefillDepth effective, const TokenLayers& work, const ServeTurnOptions& options);
 
 // The turn's end, after the caller decoded into the sequence: every whole chunk of the tokens it
 // now holds (the prompt and the generated tokens fed back so far) that the store lacks is queued

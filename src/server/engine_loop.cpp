@@ -47,8 +47,11 @@ Result<std::unique_ptr<EngineLoop>> EngineLoop::start(Engine& engine, const Loop
   DSV41_ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::create(engine, options.scheduler));
   loop->scheduler_->on_token(
       [l = loop.get()](int64_t ticket, int32_t token, std::span<const float> logits) { l->on_token(ticket, token, logits); });
-  if (options.tiers)
+  if (options.tiers) {
     loop->scheduler_->on_finished([l = loop.get()](int64_t, SequenceId sequence) { return l->keep_finished(sequence); });
+    loop->scheduler_->on_prompt_done(
+        [l = loop.get()](int64_t ticket, SequenceId, const GenerationResult& so_far) { l->close_opened(ticket, so_far); });
+  }
   loop->stats_.pool = engine.pool_stats();
   loop->thread_ = std::thread([l = loop.get()] { l->run(); });
   return loop;
@@ -156,6 +159,10 @@ void EngineLoop::deliver_finished() {
       continue;
     }
     Live& live = it->second;
+    if (retry_without_kept(live, *r)) {
+      it = live_.erase(it);
+      continue;
+    }
     if (metrics_) {
       if (r->finish == FinishReason::kCancelled) metrics_->count_cancelled();
       metrics_->add_tokens(r->prompt_tokens, static_cast<int64_t>(r->ids.size()));
@@ -170,6 +177,21 @@ void EngineLoop::deliver_finished() {
     live.channel->finish(ChoiceResult{live.choice, std::move(*r), std::move(live.turn)});
     it = live_.erase(it);
   }
+}
+
+bool EngineLoop::retry_without_kept(Live& live, const GenerationResult& r) {
+  if (r.status.ok() || r.status.kind() != ErrorKind::kOutOfRange || !live.retry || !live.first || kept_.empty())
+    return false;
+  drop_kept();
+  live.channel->tickets_[static_cast<size_t>(live.choice)] = -1;
+  CacheJob j;
+  j.channel = live.channel;
+  j.choice = live.choice;
+  j.job = std::move(*live.retry);
+  j.submitted = live.submitted;
+  j.retried = true;
+  cache_queue_.push_front(std::move(j));
+  return true;
 }
 
 bool EngineLoop::keep_finished(SequenceId sequence) {
@@ -206,11 +228,11 @@ void EngineLoop::serve_from_cache() {
       st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
                         std::to_string(r.max_tokens) + " exceeds the context of " +
                         std::to_string(options_.scheduler.max_context));
-    Result<ServeTurnResult> turn = st.ok() ? serve_turn(engine_, *options_.tiers, r.prompt, so) : Result<ServeTurnResult>(st);
+    Result<OpenedTurn> turn = st.ok() ? open_turn(engine_, *options_.tiers, r.prompt, so) : Result<OpenedTurn>(st);
     if (!turn.ok() && !kept_.empty() && turn.status().kind() == ErrorKind::kOutOfRange) {
       // Perhaps the pages of the kept turns: give them back and try once more.
       drop_kept();
-      turn = serve_turn(engine_, *options_.tiers, r.prompt, so);
+      turn = open_turn(engine_, *options_.tiers, r.prompt, so);
     }
     if (!turn.ok()) {
       GenerationResult failed;
@@ -224,22 +246,44 @@ void EngineLoop::serve_from_cache() {
       j.channel->finish(ChoiceResult{j.choice, std::move(failed), std::nullopt});
       continue;
     }
-    if (options_.sync_store && options_.tiers->ssd) {
-      Status synced = options_.tiers->ssd->flush();
-      if (!synced.ok()) std::fprintf(stderr, "dsv41 serve: cache: %s\n", synced.to_string().c_str());
-    }
-    if (metrics_) metrics_->observe_turn(turn->record);
-    const int64_t ticket = scheduler_->submit_prefilled(std::move(r), turn->sequence, std::move(turn->last_logits),
-                                                        turn->effective, turn->record.work);
-    j.channel->tickets_[static_cast<size_t>(j.choice)] = ticket;
     Live live;
     live.channel = j.channel;
     live.choice = j.choice;
     live.top_logprobs = j.job.top_logprobs;
     live.submitted = j.submitted;
-    live.turn = turn->record;
+    live.retried = j.retried;
+    if (!j.retried && options_.live_turns > 0) live.retry = j.job;
+    const SequenceId sequence = turn->sequence;
+    const bool windows_present = turn->windows_present;
+    live.opening = std::move(*turn);
+    live.opened = std::chrono::steady_clock::now();
+    const int64_t ticket = scheduler_->submit_opened(std::move(r), sequence, windows_present);
+    j.channel->tickets_[static_cast<size_t>(j.choice)] = ticket;
     live_.emplace(ticket, std::move(live));
   }
+}
+
+void EngineLoop::close_opened(int64_t ticket, const GenerationResult& so_far) {
+  auto it = live_.find(ticket);
+  if (it == live_.end() || !it->second.opening) return;
+  Live& live = it->second;
+  OpenedTurn& turn = *live.opening;
+  // In the batch, the prefill's wall time includes the steps it shared with other requests.
+  turn.record.prefill_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - live.opened).count();
+  ServeTurnOptions so;
+  so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
+  // The sequence holds exactly the prompt now (the first token is sampled after this call).
+  auto prompt = engine_.tokens(turn.sequence);
+  if (!prompt.ok()) return;  // cannot happen for a live sequence; the turn then stays unrecorded
+  close_prompt(engine_, *options_.tiers, turn, *prompt, so_far.effective_depth, so_far.prefill_work, so);
+  if (options_.sync_store && options_.tiers->ssd) {
+    Status synced = options_.tiers->ssd->flush();
+    if (!synced.ok()) std::fprintf(stderr, "dsv41 serve: cache: %s\n", synced.to_string().c_str());
+  }
+  if (metrics_) metrics_->observe_turn(turn.record);
+  live.turn = std::move(turn.record);
+  live.opening.reset();
 }
 
 void EngineLoop::run() {

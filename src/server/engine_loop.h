@@ -78,8 +78,10 @@ struct LoopOptions {
   SchedulerOptions scheduler;
   int64_t max_queue = 64;  // requests waiting for a slot beyond `parallel` before 429
   // The prefix-cache tiers (borrowed; null: every prompt is prefilled cold by the scheduler).
-  // With them, each prompt is served by serve_turn on the engine thread when a slot is free
-  // (its prefill then runs alone, between batched steps) and decoded by the scheduler.
+  // With them, each prompt is opened through the tiers on the engine thread when a slot is free
+  // (open_turn: the hit imported or forked, windows restored), prefilled by the scheduler in the
+  // batch beside the other requests, closed (close_prompt: new chunks stored, windows
+  // snapshotted) when complete, and decoded.
   const ServeTurnTiers* tiers = nullptr;
   bool sync_store = false;  // wait until a turn's new chunks are synced before decoding it
   // With the tiers: finished turns kept in the engine for the engine tier (tiers->engine), the
@@ -123,6 +125,8 @@ class EngineLoop {
   void on_token(int64_t ticket, int32_t token, std::span<const float> logits);
   void deliver_finished();
   void serve_from_cache();
+  // The prompt of a request opened through the tiers is complete: close_prompt, metrics.
+  void close_opened(int64_t ticket, const GenerationResult& so_far);
 
   struct Live {
     std::shared_ptr<Channel> channel;
@@ -131,13 +135,21 @@ class EngineLoop {
     std::chrono::steady_clock::time_point submitted, last_token;
     bool first = true;
     std::optional<ServeTurnRecord> turn;
+    std::optional<OpenedTurn> opening;  // until the prompt is complete (close_prompt)
+    std::chrono::steady_clock::time_point opened;
+    std::optional<Job> retry;           // the job, while a lack of pages may still be retried
+    bool retried = false;               // queued again once already
   };
-  // A choice waiting for serve_turn (cache tiers only).
+  // A request that failed for lack of pages before its first token, while finished turns held
+  // pages for the engine tier: they are dropped and the request queued again (once). True when so.
+  bool retry_without_kept(Live& live, const GenerationResult& r);
+  // A choice waiting for open_turn (cache tiers only).
   struct CacheJob {
     std::shared_ptr<Channel> channel;
     int choice = 0;
     Job job;
     std::chrono::steady_clock::time_point submitted;
+    bool retried = false;  // already queued again once after a lack of pages
   };
 
   Engine& engine_;

@@ -6,6 +6,9 @@
 
 #include <thread>
 
+#include "backends/cpu/cpu_backend.h"
+#include "runtime/prefill.h"
+#include "store/store_test_util.h"
 #include "tests/test_models.h"
 
 namespace dsv41::server {
@@ -103,6 +106,77 @@ TEST(EngineLoop, FullQueueCancelAndStop) {
   EXPECT_TRUE(rb[0].result.finish == FinishReason::kCancelled || rb[0].result.finish == FinishReason::kLength);
   EXPECT_EQ(engine->pool_stats().sequences, 0);
   EXPECT_FALSE((*loop)->submit(job(5)).ok()) << "stopped";
+}
+
+// Ids of `r` alone through a plain scheduler (cold).
+std::vector<int32_t> alone(const GenerationRequest& r) {
+  auto e = testing::make_test_engine();
+  auto s = Scheduler::create(*e, options(1, 0).scheduler);
+  const int64_t t = (*s)->submit(r);
+  (*s)->run_to_completion();
+  return (*s)->take(t)->ids;
+}
+
+std::vector<ChoiceResult> submit_and_wait(EngineLoop& loop, const GenerationRequest& r) {
+  std::vector<Job> jobs(1);
+  jobs[0].request = r;
+  auto ch = loop.submit(std::move(jobs));
+  EXPECT_TRUE(ch.ok());
+  std::vector<TokenEvent> tokens;
+  return ch.ok() ? wait_all(**ch, &tokens) : std::vector<ChoiceResult>{};
+}
+
+// With the cache tiers, at exact depth: a second turn that extends the first (its answer
+// included) is forked from the kept sequence, prefilled in the batch and gives the cold ids; a
+// request that runs out of pages while finished turns are kept gets them dropped and is served.
+TEST(EngineLoop, CachedTurnsThroughTheLoop) {
+  store_test::ScratchDir dir;
+  SsdStoreOptions so;
+  so.identity = store_test::test_identity(8);
+  auto store = SsdStore::open(dir.path, so);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  DramPool dram;
+  ServeTurnTiers tiers{store->get(), &dram, *so.identity, true};
+  // The page budget: what one 44-token sequence holds, × 1.5 (two of them do not fit).
+  int64_t one = 0;
+  {
+    auto probe = testing::make_test_engine();
+    const SequenceId id = *probe->add_sequence(64);
+    ASSERT_TRUE(prefill(*probe, id, testing::test_tokens(44, 1), PrefillOptions{PrefillDepth::kFull, 0, true}).ok());
+    one = probe->pool_stats().main_bytes + probe->pool_stats().index_bytes;
+  }
+  ASSERT_GT(one, 0);
+  const Model& m = testing::engine_test_model();
+  EngineOptions eo;
+  eo.rows_per_page = 2;
+  eo.page_budget_bytes = one * 3 / 2;
+  auto engine = Engine::create(std::make_unique<CpuBackend>(m), m.engram_tables(), eo);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  LoopOptions o = options(2, 4);
+  o.tiers = &tiers;
+  o.live_turns = 2;
+  auto loop = EngineLoop::start(**engine, o, nullptr);
+  ASSERT_TRUE(loop.ok());
+  GenerationRequest first{testing::test_tokens(20, 50), 6, {}, true, PrefillDepth::kExact};
+  auto r1 = submit_and_wait(**loop, first);
+  ASSERT_EQ(r1.size(), 1u);
+  ASSERT_TRUE(r1[0].result.status.ok()) << r1[0].result.status.to_string();
+  EXPECT_EQ(r1[0].result.ids, alone(first));
+  GenerationRequest second = first;
+  second.prompt.insert(second.prompt.end(), r1[0].result.ids.begin(), r1[0].result.ids.end());
+  for (int32_t x : testing::test_tokens(9, 51)) second.prompt.push_back(x);
+  auto r2 = submit_and_wait(**loop, second);
+  ASSERT_TRUE(r2[0].result.status.ok()) << r2[0].result.status.to_string();
+  EXPECT_EQ(r2[0].result.ids, alone(second));
+  ASSERT_TRUE(r2[0].turn.has_value());
+  EXPECT_EQ(r2[0].turn->hit_tier, HitTier::kEngine);
+  EXPECT_EQ(r2[0].turn->global_hit_tokens, 25);  // 20 + the 5 answer tokens fed back
+  // The kept turns (25 + 40 positions) leave no room for a new 38 + 6: dropped, then served.
+  GenerationRequest other{testing::test_tokens(38, 52), 6, {}, true, PrefillDepth::kExact};
+  auto r3 = submit_and_wait(**loop, other);
+  ASSERT_TRUE(r3[0].result.status.ok()) << r3[0].result.status.to_string();
+  EXPECT_EQ(r3[0].result.ids, alone(other));
+  (*loop)->stop(true);
 }
 
 }  // namespace

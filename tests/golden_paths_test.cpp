@@ -12,6 +12,8 @@
 #include "backends/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "runtime/prefill.h"
+#include "runtime/serve_turn.h"
+#include "store/store_test_util.h"
 #include "tests/golden_file.h"
 
 namespace dsv41 {
@@ -129,6 +131,53 @@ TEST_F(GoldenPaths, ExportedRecordsImportedIntoAFreshSequence) {
   ASSERT_TRUE(id.ok()) << id.status().to_string();
   ASSERT_TRUE(prefill(*f, *id, longer, PrefillOptions{PrefillDepth::kExact, 16, false}).ok());
   EXPECT_EQ(decode(*f, *id, next_), want);
+}
+
+// Two turns of a session through the cache tiers (issue 11): turn 1 is served, decodes 7 tokens
+// (104 positions = 13 chunks of 8) and ends (end_turn: chunks stored, windows snapshotted). Turn 2
+// (turn 1's tokens + 3 new) then continues exactly like the live sequence fed the same tokens —
+// forked from the live sequence (engine tier), and in a fresh engine (a second process) from the
+// SSD store with the DRAM snapshot restored, and with the windows replayed when there is none.
+TEST_F(GoldenPaths, TurnsThroughTheTiersContinueTheLiveSequence) {
+  store_test::ScratchDir dir;
+  SsdStoreOptions so;
+  so.identity = store_test::test_identity(8);
+  auto store = SsdStore::open(dir.path, so);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  DramPool dram;
+  const ServeTurnTiers tiers{store->get(), &dram, *so.identity, true};
+  const ServeTurnOptions o{PrefillDepth::kExact, 16, 160, nullptr};
+  auto e = engine();
+  auto t1 = serve_turn(*e, tiers, prompt_, o);
+  ASSERT_TRUE(t1.ok()) << t1.status().to_string();
+  decode(*e, t1->sequence, {100, 7, 300, 42, 5, 9, 8});
+  ASSERT_EQ(*e->length(t1->sequence), 104);
+  ASSERT_TRUE(end_turn(*e, tiers, t1->sequence, o).ok());
+  ASSERT_TRUE((*store)->flush().ok());
+  std::vector<int32_t> turn2(e->tokens(t1->sequence)->begin(), e->tokens(t1->sequence)->end());
+  turn2.insert(turn2.end(), {11, 22, 33});
+  // The live continuation.
+  const SequenceId live = *e->fork(t1->sequence);
+  ASSERT_TRUE(prefill(*e, live, turn2, {PrefillDepth::kFull, 0, true}).ok());
+  const auto want = decode(*e, live, next_);
+  ASSERT_TRUE(e->remove_sequence(live).ok());  // else the engine tier would fork it (it holds more)
+  // Engine tier: the live turn forked.
+  auto t2 = serve_turn(*e, tiers, turn2, o);
+  ASSERT_TRUE(t2.ok()) << t2.status().to_string();
+  EXPECT_EQ(t2->record.hit_tier, HitTier::kEngine);
+  EXPECT_EQ(t2->record.global_hit_tokens, 104);
+  EXPECT_EQ(decode(*e, t2->sequence, next_), want);
+  // A second process: the store's 13 chunks and the DRAM snapshot at 104; then without the pool.
+  for (DramPool* pool : {&dram, static_cast<DramPool*>(nullptr)}) {
+    auto f = engine();
+    const ServeTurnTiers cold_tiers{store->get(), pool, *so.identity, true};
+    auto t3 = serve_turn(*f, cold_tiers, turn2, o);
+    ASSERT_TRUE(t3.ok()) << t3.status().to_string();
+    EXPECT_EQ(t3->record.hit_tier, HitTier::kSsd);
+    EXPECT_EQ(t3->record.global_hit_tokens, 104);
+    EXPECT_EQ(t3->record.swa, pool ? SwaSource::kRestored : SwaSource::kReplayedExact);
+    EXPECT_EQ(decode(*f, t3->sequence, next_), want) << (pool ? "restored" : "replayed");
+  }
 }
 
 }  // namespace

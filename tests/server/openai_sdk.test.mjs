@@ -108,8 +108,9 @@ test('chat: n choices, seeded sampling is reproducible and streams the same', as
 });
 
 test('chat: presence / frequency penalties stop a forced repetition, deterministically', async () => {
-  // A large bias makes greedy decoding repeat one token; the penalties grow with each repeat.
-  const base = { ...greedy, max_tokens: 16, messages: user('Repeat after me'), logit_bias: { 100: 30 } };
+  // A large bias makes greedy decoding repeat one token; the penalties grow with each repeat
+  // (by 2 a repeat: 48 tokens overcome a logit gap of up to ≈ 90, the bias included).
+  const base = { ...greedy, max_tokens: 48, messages: user('Repeat after me'), logit_bias: { 100: 30 } };
   const plain = await client.chat.completions.create(base);
   const pen = { ...base, frequency_penalty: 2, presence_penalty: 2 };
   const a = await client.chat.completions.create(pen);

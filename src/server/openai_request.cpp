@@ -203,12 +203,24 @@ std::optional<ApiError> thinking_fields(const Json& body, const ParseOptions& o,
       if (v < 1 || v > 100) return bad_field("reasoning_effort", "reasoning_effort: " + e->dump() + " is outside 1..100");
       r->reasoning_effort = chat::ReasoningEffort::integer(v);
     } else if (e->is_string()) {
-      const std::string s = e->get<std::string>();
+      std::string s = e->get<std::string>();
+      // OpenAI's names onto the release's tiers (system.md §5): its default "medium" is the
+      // model's default "high", its lowest "minimal" the lowest tier "low", and "none" is no
+      // reasoning at all (docs/SERVER.md).
+      if (s == "none") {
+        if (said && thinking)
+          return bad_field("reasoning_effort", "reasoning_effort: 'none' contradicts thinking enabled");
+        r->thinking_mode = chat::ThinkingMode::kChat;
+        return std::nullopt;
+      }
+      if (s == "medium") s = "high";
+      if (s == "minimal") s = "low";
       if (s != "low" && s != "high" && s != "xhigh" && s != "max")
-        return bad_field("reasoning_effort", "reasoning_effort: '" + s + "' is not low, high, xhigh, max or an integer 1..100");
+        return bad_field("reasoning_effort", "reasoning_effort: '" + s +
+                                                 "' is not none, minimal, low, medium, high, xhigh, max or an integer 1..100");
       r->reasoning_effort = chat::ReasoningEffort::named(s);
     } else {
-      return bad_field("reasoning_effort", "reasoning_effort: expected an integer 1..100 or low/high/xhigh/max", "invalid_type");
+      return bad_field("reasoning_effort", "reasoning_effort: expected an integer 1..100 or a tier name", "invalid_type");
     }
     if (!said) thinking = true;  // asking for an effort asks for reasoning
   }
@@ -308,6 +320,18 @@ Parsed<ChatRequest> parse_chat_request(const Json& body, const ParseOptions& o) 
       const std::string& text = msg.status().message();
       return bad_field(text.substr(0, text.find(':')), text);
     }
+    // The release's encoder skips parts it does not know; an API must not drop a user's input.
+    for (size_t k = 0; k < msg->content.parts.size(); ++k)
+      if (msg->content.parts[k].kind == chat::ContentPart::Kind::kOther ||
+          msg->content.parts[k].kind == chat::ContentPart::Kind::kNotObject) {
+        const std::string at = where + ".content[" + std::to_string(k) + "]";
+        const std::string& type = msg->content.parts[k].type_name;
+        const std::string what = type.empty() ? "a non-object content part"
+                                 : type == "None"  ? "a content part without a \"type\""
+                                                   : "content part type '" + type + "'";
+        return bad_field(at + ".type", at + ": " + what + " is not supported (text and image_url are)",
+                         "unsupported_value");
+      }
     c.render.messages.push_back(std::move(*msg));
   }
   DSV41_TRY(thinking_fields(body, o, &c.render));

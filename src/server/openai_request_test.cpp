@@ -92,7 +92,13 @@ TEST(OpenAiRequest, BadFieldsAreNamed) {
       {"{" + kMsgs + R"(,"repetition_penalty":1.1})", "repetition_penalty"},
       {"{" + kMsgs + R"(,"response_format":{"type":"json_object"}})", "response_format"},
       {"{" + kMsgs + R"(,"reasoning_effort":0})", "reasoning_effort"},
-      {"{" + kMsgs + R"(,"reasoning_effort":"medium"})", "reasoning_effort"},
+      {"{" + kMsgs + R"(,"reasoning_effort":"huge"})", "reasoning_effort"},
+      {"{" + kMsgs + R"(,"reasoning_effort":"High"})", "reasoning_effort"},
+      {"{" + kMsgs + R"(,"thinking":{"type":"enabled"},"reasoning_effort":"none"})", "reasoning_effort"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{}}]}]})",
+       "messages[0].content[0].type"},
+      {R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"text":"b"}]}]})",
+       "messages[0].content[1].type"},
       {"{" + kMsgs + R"(,"thinking":{"type":"on"}})", "thinking"},
       {"{" + kMsgs + R"(,"tool_choice":"required"})", "tool_choice"},
       {"{" + kMsgs + R"(,"tools":[{"type":"function","function":{}}]})", "tools[0].function.name"},
@@ -118,6 +124,11 @@ TEST(OpenAiRequest, ThinkingEffortAndToolsMapOntoTheRenderRequest) {
   EXPECT_EQ(e.render.thinking_mode, chat::ThinkingMode::kThinking) << "an effort asks for reasoning";
   EXPECT_EQ(e.render.reasoning_effort.tier, "max");
   EXPECT_EQ(chat_ok("{" + kMsgs + R"(,"reasoning_effort":37})").render.reasoning_effort.value, 37);
+  // OpenAI's names: medium is the model's default tier (high), minimal its lowest (low), none no
+  // reasoning at all.
+  EXPECT_EQ(chat_ok("{" + kMsgs + R"(,"reasoning_effort":"medium"})", off).render.reasoning_effort.tier, "high");
+  EXPECT_EQ(chat_ok("{" + kMsgs + R"(,"reasoning_effort":"minimal"})", off).render.reasoning_effort.tier, "low");
+  EXPECT_EQ(chat_ok("{" + kMsgs + R"(,"reasoning_effort":"none"})").render.thinking_mode, chat::ThinkingMode::kChat);
   EXPECT_EQ(chat_err("{" + kMsgs + R"(,"thinking":{"type":"enabled"},"chat_template_kwargs":{"thinking":false}})").param,
             "chat_template_kwargs");
 

@@ -393,7 +393,9 @@ TEST(ServeTurn, OpenedTurnsPrefillInTheBatch) {
     EXPECT_EQ(got->ids, reference);
     EXPECT_GT(got->prefill_work.replay, 0);
     EXPECT_EQ((*s)->take(cold)->ids, cold_ids(other, 5, depth));
-    if (depth == PrefillDepth::kExact) EXPECT_EQ(got->ids, cold_ids(second, 6, depth));
+    if (depth == PrefillDepth::kExact) {
+      EXPECT_EQ(got->ids, cold_ids(second, 6, depth));
+    }
     EXPECT_EQ(closed, 1);
     EXPECT_EQ(other_prompts, 1);  // the callback hears of every prompt; the caller picks its own
     EXPECT_EQ(opened->record.swa,

@@ -15,7 +15,8 @@ namespace {
 
 // Query rows scored together by the indexer (each unpacked key is reused across them), bounded so
 // the [rows, G] score buffer stays ≤ 2^22 floats (16 MiB) however long the context.
-constexpr int64_t kIndexerRowBlock = 32;
+constexpr int64_t kIndexerRowBlock = 256;
+constexpr int64_t kIndexerTaskRows = 16;  // query rows per parallel task of the indexer
 constexpr int64_t kIndexerScoreFloats = int64_t{1} << 22;
 
 }  // namespace
@@ -98,35 +99,50 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
   // so as the context grows they grow only in a step that takes a new page (engine.h).
   const int64_t room = kv.main.pages() * kv.main.rows_per_page();
   scores.reserve(static_cast<size_t>(std::min(row_block, T) * room));
-  ws.order.reserve(static_cast<size_t>(room));
+  ws.select.reserve(static_cast<size_t>(room));
   ws.block_scores.reserve(static_cast<size_t>(room / bs + 1));
+  const CpuIsa isa = ex.use_fast() ? ex.gemm_isa() : CpuIsa::kPortable;
+  AttentionScratch& as = scratch ? *scratch : local;
   for (int64_t row0 = 0; row0 < T; row0 += row_block) {
     const int64_t rows = std::min(row_block, T - row0);
     scores.resize(static_cast<size_t>(rows * G));
-    // A restricted layer scores only inside the pool (≤ topk_blocks·block_size entries per query).
-    if (!restricted)
-      indexer_scores(config, kv, G, layer.ratio, q.data(), head_weights.data(), row0, rows, start_pos, scores.data(),
-                     &ws);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = row0 + r, t = start_pos + i;
-      float* row = scores.data() + r * G;
-      if (restricted) {
-        indexer_scores_in_pool(config, kv, G, layer.ratio, q.data(), head_weights.data(), i, start_pos,
-                               shared.candidate_blocks.data() + (shared.call_row0 - shared.candidate_row0 + i) * nb,
-                               nb, bs, row, &ws);
-      } else if (layer.candidate_source) {
-        int32_t* kept = blocks_kept.data() + i * nb;
-        select_candidate_blocks(row, G, (t + 1) / layer.ratio, bs, nb, kept, &ws);
-        if (shared.record_trace) {
-          uint8_t* cand = shared.trace_candidates.data() + i * G;
-          for (int j = 0; j < nb && kept[j] >= 0; ++j)
-            for (int64_t g = int64_t{kept[j]} * bs; g < std::min<int64_t>(G, int64_t{kept[j] + 1} * bs); ++g)
-              cand[g] = 1;
+    // Rows [b, e) of this block: their scores (a restricted layer scores only inside the pool,
+    // ≤ topk_blocks·block_size entries per query), candidate blocks and top-k. Rows are
+    // independent, so tasks of rows run in parallel (decode: one row, on the caller).
+    auto run_rows = [&](int64_t b, int64_t e, IndexerScratch& ts) {
+      if (!restricted)
+        indexer_scores(config, kv, G, layer.ratio, q.data(), head_weights.data(), row0 + b, e - b, start_pos,
+                       scores.data() + b * G, &ts, isa);
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t i = row0 + r, t = start_pos + i;
+        float* row = scores.data() + r * G;
+        if (restricted) {
+          indexer_scores_in_pool(config, kv, G, layer.ratio, q.data(), head_weights.data(), i, start_pos,
+                                 shared.candidate_blocks.data() + (shared.call_row0 - shared.candidate_row0 + i) * nb,
+                                 nb, bs, row, &ts, isa);
+        } else if (layer.candidate_source) {
+          int32_t* kept = blocks_kept.data() + i * nb;
+          select_candidate_blocks(row, G, (t + 1) / layer.ratio, bs, nb, kept, &ts);
+          if (shared.record_trace) {
+            uint8_t* cand = shared.trace_candidates.data() + i * G;
+            for (int j = 0; j < nb && kept[j] >= 0; ++j)
+              for (int64_t g = int64_t{kept[j]} * bs; g < std::min<int64_t>(G, int64_t{kept[j] + 1} * bs); ++g)
+                cand[g] = 1;
+          }
         }
+        if (shared.record_trace) std::copy(row, row + G, shared.trace_index_scores.begin() + i * G);
+        select_topk(row, G, k, topk.data() + i * k, &ts);
       }
-      if (shared.record_trace) std::copy(row, row + G, shared.trace_index_scores.begin() + i * G);
-      select_topk(row, G, k, topk.data() + i * k, &ws);
+    };
+    const int64_t tasks = (rows + kIndexerTaskRows - 1) / kIndexerTaskRows;
+    if (tasks == 1 || ex.threads() == 1) {
+      run_rows(0, rows, ws);
+      continue;
     }
+    if (static_cast<int64_t>(as.indexer_tasks.size()) < tasks) as.indexer_tasks.resize(static_cast<size_t>(tasks));
+    ex.parallel_for(rows, kIndexerTaskRows, [&](int64_t b, int64_t e) {
+      run_rows(b, e, as.indexer_tasks[static_cast<size_t>(b / kIndexerTaskRows)]);
+    });
   }
   shared.index_layer = layer.index;
   shared.topk.swap(topk);

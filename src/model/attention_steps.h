@@ -44,6 +44,7 @@ LayerSteps layer_steps(const LayerInfo& layer);
 // (and whose context grows within capacity) allocates nothing. Null: a local one per call.
 struct AttentionScratch {
   IndexerScratch indexer;    // step 4
+  std::vector<IndexerScratch> indexer_tasks;  // step 4, prefill: one per task of query rows
   std::vector<float> keys;   // step 5: [window keys, D] the segment's window rows, dequantised
   std::vector<float> ranges; // step 5: per range of work items, [k·D] selected entries + [window + k] logits
   std::vector<float> mid, gin, gout;  // step 6: [n, groups·o_lora], [n, H·D/groups], [n, o_lora]

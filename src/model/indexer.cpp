@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
-#include <numeric>
 
-#include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/index_score.h"
 
 namespace dsv41 {
 namespace {
@@ -15,20 +15,36 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The n largest values (ties → lower index), n ≤ size, with a value > −inf, ascending by index,
-// into out[width] (−1 padded). idx: working storage of `size` indices.
-void largest_ascending(const float* v, int64_t size, int64_t n, int width, std::vector<int32_t>& idx, int32_t* out) {
-  idx.resize(static_cast<size_t>(size));
-  std::iota(idx.begin(), idx.end(), 0);
-  auto better = [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-  // `better` is a strict total order, so the n best form one set however they are found: a
-  // selection (linear), not a partial sort; nothing to select when every entry is kept.
-  if (n < size) std::nth_element(idx.begin(), idx.begin() + n, idx.end(), better);
-  // Drop the −inf picks (masked or padding), then sort by index.
-  int64_t kept = 0;
-  for (int64_t j = 0; j < n; ++j)
-    if (v[idx[j]] > kNegInf) idx[kept++] = idx[j];
-  std::sort(idx.begin(), idx.begin() + kept);
-  for (int i = 0; i < width; ++i) out[i] = i < kept ? idx[i] : -1;
+// into out[width] (−1 padded). values: working storage of `size` floats.
+// A selection without sorting: the n-th largest value T is found on a copy (nth_element on plain
+// floats), then one pass in index order takes every value above T and the first values equal to
+// T until n are taken — which is exactly the n best under "larger first, equal → lower index",
+// already in ascending index order. NaN counts as −inf (never picked).
+void largest_ascending(const float* v, int64_t size, int64_t n, int width, std::vector<float>& values, int32_t* out) {
+  int kept = 0;
+  if (n > 0) {
+    values.assign(v, v + size);
+    for (float& x : values)
+      if (std::isnan(x)) x = kNegInf;
+    float threshold = kNegInf;
+    if (n < size) {
+      std::nth_element(values.begin(), values.begin() + (n - 1), values.end(), std::greater<float>());
+      threshold = values[static_cast<size_t>(n - 1)];
+    } else {
+      threshold = *std::min_element(values.begin(), values.end());
+    }
+    // How many of the picks equal the threshold: n minus those strictly above it.
+    int64_t above = 0;
+    for (int64_t g = 0; g < size; ++g) above += v[g] > threshold;
+    int64_t equal_left = n - above;
+    for (int64_t g = 0; g < size && kept < width; ++g) {
+      const float x = v[g];
+      if (x > threshold || (x == threshold && equal_left-- > 0)) {
+        if (x > kNegInf) out[kept++] = static_cast<int32_t>(g);
+      }
+    }
+  }
+  for (int i = kept; i < width; ++i) out[i] = -1;
 }
 
 }  // namespace
@@ -61,64 +77,62 @@ void indexer_queries(const CpuExec& ex, const ModelConfig& config, const Attenti
 
 namespace {
 
-// score(g) of chunk row i against the unpacked key (the one formula both entry points use).
-float score_one(const float* key, const float* q, const float* head_weights, int64_t i, int64_t nh, int64_t dh,
-                float softmax_scale, float* per_head) {
-  dot_rows(key, q + i * nh * dh, nh, dh, per_head);  // q_h · I_g for every head
-  float total = 0.0f;
-  for (int64_t h = 0; h < nh; ++h) {
-    const float relu = std::max(per_head[h], 0.0f) * softmax_scale;
-    total += relu * head_weights[i * nh + h];
-  }
-  return total;
+// Keys [g0, g0 + n) of `kv`, unpacked and transposed into ws.key_t (the tile layout of
+// kernels/cpu/index_score.h).
+void load_key_tile(const KvSourceCache& kv, int64_t g0, int n, int dh, IndexerScratch& ws) {
+  ws.key.resize(static_cast<size_t>(kIndexKeyTile * dh));
+  ws.key_t.resize(static_cast<size_t>(kIndexKeyTile * dh));
+  for (int j = 0; j < n; ++j) kv.read_index(g0 + j, ws.key.data() + int64_t{j} * dh);
+  transpose_key_tile(ws.key.data(), n, dh, ws.key_t.data());
 }
 
 }  // namespace
 
 void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                     const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores,
-                    IndexerScratch* scratch) {
-  const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
+                    IndexerScratch* scratch, CpuIsa isa) {
+  const int nh = config.index_n_heads, dh = config.index_head_dim;
   const float softmax_scale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5));
   IndexerScratch local;
   IndexerScratch& ws = scratch ? *scratch : local;
-  std::vector<float>& key = ws.key;
-  std::vector<float>& per_head = ws.per_head;
-  key.resize(static_cast<size_t>(dh));
-  per_head.resize(static_cast<size_t>(nh));
-  // Keys outer (each packed key is unpacked once per block of query rows).
-  for (int64_t g = 0; g < G; ++g) {
-    kv.read_index(g, key.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = row0 + r, t = start_pos + i;
-      float* out = scores + r * G + g;
-      if (g >= (t + 1) / ratio) {  // not visible yet: its group ends after t
-        *out = kNegInf;
-        continue;
-      }
-      *out = score_one(key.data(), q, head_weights, i, nh, dh, softmax_scale, per_head.data());
+  const int64_t vec = int64_t{nh} * dh;
+  // Key tiles outer (each packed key is unpacked once per call), rows inner. Rows are in position
+  // order, so the rows that see nothing of a tile yet lead: they only get −inf.
+  for (int64_t g0 = 0; g0 < G; g0 += kIndexKeyTile) {
+    const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, G - g0));
+    load_key_tile(kv, g0, n, dh, ws);
+    int64_t r = 0;
+    for (; r < rows && (start_pos + row0 + r + 1) / ratio <= g0; ++r) std::fill_n(scores + r * G + g0, n, kNegInf);
+    for (int64_t r0 = r; r0 < rows; r0 += kIndexTileRows) {
+      const int64_t m = std::min(kIndexTileRows, rows - r0);
+      index_score_tile(isa, q + (row0 + r0) * vec, head_weights + (row0 + r0) * nh, m, nh, dh, ws.key_t.data(),
+                       softmax_scale, scores + r0 * G + g0, G, n);
+    }
+    // Entries whose group ends after the row's position: not visible yet.
+    for (; r < rows; ++r) {
+      const int64_t visible = (start_pos + row0 + r + 1) / ratio;
+      if (visible >= g0 + n) break;
+      std::fill(scores + r * G + std::max(g0, visible), scores + r * G + g0 + n, kNegInf);
     }
   }
 }
 
 void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                             const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
-                            int topk_blocks, int block_size, float* row, IndexerScratch* scratch) {
-  const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
+                            int topk_blocks, int block_size, float* row, IndexerScratch* scratch, CpuIsa isa) {
+  const int nh = config.index_n_heads, dh = config.index_head_dim;
   const float softmax_scale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5));
   IndexerScratch local;
   IndexerScratch& ws = scratch ? *scratch : local;
-  std::vector<float>& key = ws.key;
-  std::vector<float>& per_head = ws.per_head;
-  key.resize(static_cast<size_t>(dh));
-  per_head.resize(static_cast<size_t>(nh));
   std::fill(row, row + G, kNegInf);
   const int64_t visible = std::min<int64_t>(G, (start_pos + i + 1) / ratio);
   for (int j = 0; j < topk_blocks && kept[j] >= 0; ++j) {
     const int64_t end = std::min<int64_t>(visible, (int64_t{kept[j]} + 1) * block_size);
-    for (int64_t g = int64_t{kept[j]} * block_size; g < end; ++g) {
-      kv.read_index(g, key.data());
-      row[g] = score_one(key.data(), q, head_weights, i, nh, dh, softmax_scale, per_head.data());
+    for (int64_t g0 = int64_t{kept[j]} * block_size; g0 < end; g0 += kIndexKeyTile) {
+      const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, end - g0));
+      load_key_tile(kv, g0, n, dh, ws);
+      index_score_tile(isa, q + i * nh * dh, head_weights + i * nh, 1, nh, dh, ws.key_t.data(), softmax_scale,
+                       row + g0, G, n);
     }
   }
 }
@@ -137,13 +151,13 @@ void select_candidate_blocks(const float* scores, int64_t G, int64_t visible, in
   // The newest visible entry's block is only partly filled: pin it so it is always kept.
   if (visible >= 1) block_score[(visible - 1) / block_size] = std::numeric_limits<float>::infinity();
   const int64_t n = std::min<int64_t>(topk_blocks, blocks);
-  largest_ascending(block_score.data(), blocks, n, topk_blocks, ws.order, kept);
+  largest_ascending(block_score.data(), blocks, n, topk_blocks, ws.select, kept);
 }
 
 void select_topk(const float* scores, int64_t G, int k, int32_t* out, IndexerScratch* scratch) {
   IndexerScratch local;
   const int64_t n = std::min<int64_t>(k, G);
-  largest_ascending(scores, G, n, k, (scratch ? *scratch : local).order, out);
+  largest_ascending(scores, G, n, k, (scratch ? *scratch : local).select, out);
 }
 
 }  // namespace dsv41

@@ -4,7 +4,8 @@
 // For the query at position t (c_t = the q low-rank latent, x_t = the attention input):
 //   q^I_h   = MXFP4QDQ(RoPE_compress(W^I_qb c_t))_h         [index_n_heads, index_head_dim]
 //   w_h     = (W_w x_t)_h · index_n_heads^-1/2
-//   score(g) = Σ_h w_h · (ReLU(q^I_h · I_g) · index_head_dim^-1/2)     (fp32, in this order)
+//   score(g) = Σ_h w_h · (ReLU(q^I_h · I_g) · index_head_dim^-1/2)     (fp32, in this order; the
+//              dot exact per 32-channel block: kernels/cpu/index_score.h)
 //   visible: g < ⌊(t+1)/r⌋, otherwise −inf
 // Candidate pool (candidate source): block score = max over candidate_block_size entries (−inf
 // padding), the block of the newest visible entry pinned to +inf, the top candidate_topk_blocks
@@ -18,6 +19,7 @@
 
 #include "cache/sequence_cache.h"
 #include "format/config.h"
+#include "kernels/cpu/cpu_exec.h"
 #include "model/attention.h"
 #include "model/rope.h"
 
@@ -30,10 +32,10 @@ struct IndexerScratch {
   std::vector<float> q, head_weights;      // [T, nh·dh], [T, nh] (attention_index)
   std::vector<float> scores;               // [rows, G] one block of query rows (attention_index)
   std::vector<int32_t> topk, blocks_kept;  // [T, k], [T, topk_blocks]: swapped into the shared state
-  std::vector<float> key, per_head;        // [dh] one unpacked key, [nh] its per-head dots
+  std::vector<float> key, key_t;           // [16, dh] one tile of unpacked keys, and transposed
   std::vector<float> cos, sin;             // [rope_dim/2] of one query position
   std::vector<float> block_scores;         // [blocks] candidate block scores of one row
-  std::vector<int32_t> order;              // [G] or [blocks] indices being selected
+  std::vector<float> select;               // [G] or [blocks] values being selected
 };
 
 // Index queries and head weights of T tokens: q [T, nh·dh] (rotated + MXFP4 fake-quantised),
@@ -45,9 +47,11 @@ void indexer_queries(const CpuExec& ex, const ModelConfig& config, const Attenti
 
 // scores[rows, G] for query rows [row0, row0+rows) of the chunk against entries [0, G) of `kv`,
 // with visibility applied (ratio = the index layer's compress ratio).
+// The dot products and the head sum follow kernels/cpu/index_score.h (exact per 32-channel
+// block), so every ISA gives the same bits; `isa` picks the loop (capped by the CPU's).
 void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                     const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores,
-                    IndexerScratch* scratch = nullptr);
+                    IndexerScratch* scratch = nullptr, CpuIsa isa = CpuIsa::kAvx512);
 
 // The same scores for ONE query row (chunk row i) but only inside the candidate pool `kept`
 // (ascending block ids, −1 padded, blocks of block_size entries); every other entry is −inf.
@@ -55,7 +59,8 @@ void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t 
 // the pool instead of the whole context (restricted index sources).
 void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                             const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
-                            int topk_blocks, int block_size, float* row, IndexerScratch* scratch = nullptr);
+                            int topk_blocks, int block_size, float* row, IndexerScratch* scratch = nullptr,
+                            CpuIsa isa = CpuIsa::kAvx512);
 
 // Candidate blocks of one score row: kept[topk_blocks] ascending block ids, −1 padded.
 // visible = ⌊(t+1)/r⌋ (its newest block is pinned).

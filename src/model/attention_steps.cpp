@@ -99,7 +99,7 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
   // so as the context grows they grow only in a step that takes a new page (engine.h).
   const int64_t room = kv.main.pages() * kv.main.rows_per_page();
   scores.reserve(static_cast<size_t>(std::min(row_block, T) * room));
-  ws.select.reserve(static_cast<size_t>(room));
+  ws.heap.reserve(static_cast<size_t>(std::max(k, nb)));
   ws.block_scores.reserve(static_cast<size_t>(room / bs + 1));
   const CpuIsa isa = ex.use_fast() ? ex.gemm_isa() : CpuIsa::kPortable;
   AttentionScratch& as = scratch ? *scratch : local;

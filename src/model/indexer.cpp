@@ -15,35 +15,46 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The n largest values (ties → lower index), n ≤ size, with a value > −inf, ascending by index,
-// into out[width] (−1 padded). values: working storage of `size` floats.
-// A selection without sorting: the n-th largest value T is found on a copy (nth_element on plain
-// floats), then one pass in index order takes every value above T and the first values equal to
-// T until n are taken — which is exactly the n best under "larger first, equal → lower index",
-// already in ascending index order. NaN counts as −inf (never picked).
-void largest_ascending(const float* v, int64_t size, int64_t n, int width, std::vector<float>& values, int32_t* out) {
-  int kept = 0;
-  if (n > 0) {
-    values.assign(v, v + size);
-    for (float& x : values)
-      if (std::isnan(x)) x = kNegInf;
-    float threshold = kNegInf;
-    if (n < size) {
-      std::nth_element(values.begin(), values.begin() + (n - 1), values.end(), std::greater<float>());
-      threshold = values[static_cast<size_t>(n - 1)];
-    } else {
-      threshold = *std::min_element(values.begin(), values.end());
-    }
-    // How many of the picks equal the threshold: n minus those strictly above it.
-    int64_t above = 0;
-    for (int64_t g = 0; g < size; ++g) above += v[g] > threshold;
-    int64_t equal_left = n - above;
-    for (int64_t g = 0; g < size && kept < width; ++g) {
-      const float x = v[g];
-      if (x > threshold || (x == threshold && equal_left-- > 0)) {
-        if (x > kNegInf) out[kept++] = static_cast<int32_t>(g);
+// into out[width] (−1 padded). heap: working storage of n (value, index) pairs.
+// A selection without sorting the row: one pass in index order keeps the n best so far in a heap
+// whose top is the worst of them (smallest value, then largest index); a later value enters only
+// when strictly larger than that top — an equal one comes later, so it ranks below. Blocks of 16
+// with nothing above the top are skipped by one vectorisable comparison. NaN never enters.
+void largest_ascending(const float* v, int64_t size, int64_t n, int width, std::vector<std::pair<float, int32_t>>& heap,
+                       int32_t* out) {
+  auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  heap.clear();
+  int64_t g = 0;
+  for (; g < size && static_cast<int64_t>(heap.size()) < n; ++g) {
+    if (!(v[g] > kNegInf)) continue;  // −inf (masked, padding) and NaN are never picked
+    heap.emplace_back(v[g], static_cast<int32_t>(g));
+    std::push_heap(heap.begin(), heap.end(), better);
+  }
+  if (n > 0 && static_cast<int64_t>(heap.size()) == n) {
+    float top = heap.front().first;
+    while (g < size) {
+      if (g + 16 <= size) {
+        bool any = false;
+        for (int j = 0; j < 16; ++j) any |= v[g + j] > top;
+        if (!any) {
+          g += 16;
+          continue;
+        }
+      }
+      for (const int64_t end = std::min(size, g + 16); g < end; ++g) {
+        if (!(v[g] > top)) continue;
+        std::pop_heap(heap.begin(), heap.end(), better);
+        heap.back() = {v[g], static_cast<int32_t>(g)};
+        std::push_heap(heap.begin(), heap.end(), better);
+        top = heap.front().first;
       }
     }
   }
+  const int kept = static_cast<int>(heap.size());
+  for (int i = 0; i < kept; ++i) out[i] = heap[static_cast<size_t>(i)].second;
+  std::sort(out, out + kept);
   for (int i = kept; i < width; ++i) out[i] = -1;
 }
 
@@ -151,13 +162,13 @@ void select_candidate_blocks(const float* scores, int64_t G, int64_t visible, in
   // The newest visible entry's block is only partly filled: pin it so it is always kept.
   if (visible >= 1) block_score[(visible - 1) / block_size] = std::numeric_limits<float>::infinity();
   const int64_t n = std::min<int64_t>(topk_blocks, blocks);
-  largest_ascending(block_score.data(), blocks, n, topk_blocks, ws.select, kept);
+  largest_ascending(block_score.data(), blocks, n, topk_blocks, ws.heap, kept);
 }
 
 void select_topk(const float* scores, int64_t G, int k, int32_t* out, IndexerScratch* scratch) {
   IndexerScratch local;
   const int64_t n = std::min<int64_t>(k, G);
-  largest_ascending(scores, G, n, k, (scratch ? *scratch : local).select, out);
+  largest_ascending(scores, G, n, k, (scratch ? *scratch : local).heap, out);
 }
 
 }  // namespace dsv41

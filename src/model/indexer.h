@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "cache/sequence_cache.h"
@@ -35,7 +36,7 @@ struct IndexerScratch {
   std::vector<float> key, key_t;           // [16, dh] one tile of unpacked keys, and transposed
   std::vector<float> cos, sin;             // [rope_dim/2] of one query position
   std::vector<float> block_scores;         // [blocks] candidate block scores of one row
-  std::vector<float> select;               // [G] or [blocks] values being selected
+  std::vector<std::pair<float, int32_t>> heap;  // [k] or [topk_blocks] the best so far (selection)
 };
 
 // Index queries and head weights of T tokens: q [T, nh·dh] (rotated + MXFP4 fake-quantised),

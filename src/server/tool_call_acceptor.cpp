@@ -32,27 +32,38 @@ std::shared_ptr<const ToolTable> ToolTable::build(const std::vector<std::pair<st
                                      : JsonSchema::compile(params, /*lenient=*/true);
     tool.schema = compiled.ok() ? *compiled : JsonSchema::any_object();
     const SchemaNode& root = tool.schema->node(tool.schema->root());
-    for (size_t i = 0; i < root.property_names.size() && tool.openers.size() + 3 <= kMaxChoices; ++i) {
+    for (size_t i = 0; i < root.property_names.size() && tool.openers.size() + 4 <= kMaxChoices; ++i) {
       const std::string& p = root.property_names[i];
       if (!plain(p)) continue;
       const SchemaNode& ps = tool.schema->node(root.property_nodes[i]);
       const bool string_ok = !ps.any_of.empty() || (ps.types & kJsonString);
       const bool only_string = ps.any_of.empty() && ps.types == kJsonString && !ps.has_literals;
-      if (string_ok && !ps.has_literals) {
+      // The renderer writes string values raw (string="true"); an enum's strings are its only
+      // raw texts. Other values are JSON (string="false").
+      std::vector<std::string> values;
+      for (const std::string& lit : ps.literals)
+        if (!lit.empty() && lit[0] == '"') values.push_back(nlohmann::json::parse(lit).get<std::string>() + std::string(chat::kParamClose));
+      if (string_ok && (!ps.has_literals || !values.empty())) {
         tool.openers.push_back(kParamHead + p + "\" string=\"true\">");
         tool.opener_param.push_back(static_cast<int>(i));
         tool.opener_raw.push_back(1);
+        tool.opener_values.push_back(std::move(values));
       }
       if (!only_string) {
         tool.openers.push_back(kParamHead + p + "\" string=\"false\">");
         tool.opener_param.push_back(static_cast<int>(i));
         tool.opener_raw.push_back(0);
+        tool.opener_values.emplace_back();
       }
       if ((root.required >> i) & 1) tool.required |= uint64_t{1} << i;
     }
-    tool.openers.push_back(kInvokeEnd);
-    tool.opener_param.push_back(-1);
-    tool.opener_raw.push_back(0);
+    // The invoke's end; with no parameters the renderer leaves a blank line before it.
+    for (const std::string& end : {kInvokeEnd, "\n" + kInvokeEnd}) {
+      tool.openers.push_back(end);
+      tool.opener_param.push_back(-1);
+      tool.opener_raw.push_back(0);
+      tool.opener_values.emplace_back();
+    }
     if (plain(name) && t->names_.size() < kMaxChoices) {
       t->names_.push_back(name + "\">\n");
     } else {
@@ -98,7 +109,8 @@ void ToolCallAcceptor::start_opener() {
   const ToolTable::Tool& t = table_->tools()[static_cast<size_t>(tool_)];
   for (size_t i = 0; i < t.openers.size(); ++i) {
     const int p = t.opener_param[i];
-    if (p >= 0 ? !((seen_ >> p) & 1) : (seen_ & t.required) == t.required) cand_.set(i);
+    const bool blank_end = p < 0 && t.openers[i][0] == '\n';
+    if (p >= 0 ? !((seen_ >> p) & 1) : (seen_ & t.required) == t.required && (!blank_end || seen_ == 0)) cand_.set(i);
   }
 }
 
@@ -150,7 +162,11 @@ bool ToolCallAcceptor::advance(uint8_t b) {
           cand_.set(0);
           if (many_) cand_.set(1);
         } else if (t.opener_raw[static_cast<size_t>(i)]) {
-          state_ = kRaw;
+          opener_ = i;
+          const auto& values = t.opener_values[static_cast<size_t>(i)];
+          state_ = values.empty() ? kRaw : kRawChoice;
+          cand_.reset();
+          for (size_t k = 0; k < values.size(); ++k) cand_.set(k);
         } else {
           state_ = kJson;
           const SchemaNode& root = t.schema->node(t.schema->root());
@@ -160,11 +176,37 @@ bool ToolCallAcceptor::advance(uint8_t b) {
       return true;
     }
     case kRaw: {
-      // The text ends where the close tag appears ('<' occurs in the tag only at its start).
+      // Valid UTF-8 (RFC 3629: no overlongs, surrogates or values above U+10FFFF).
+      if (utf8_need_ > 0) {
+        if (b < utf8_lo_ || b > utf8_hi_) break;
+        --utf8_need_;
+        utf8_lo_ = 0x80, utf8_hi_ = 0xBF;
+      } else if (b >= 0x80) {
+        if (b >= 0xC2 && b <= 0xDF) utf8_need_ = 1;
+        else if (b == 0xE0) utf8_need_ = 2, utf8_lo_ = 0xA0;
+        else if (b == 0xED) utf8_need_ = 2, utf8_hi_ = 0x9F;
+        else if (b >= 0xE1 && b <= 0xEF) utf8_need_ = 2;
+        else if (b == 0xF0) utf8_need_ = 3, utf8_lo_ = 0x90;
+        else if (b == 0xF4) utf8_need_ = 3, utf8_hi_ = 0x8F;
+        else if (b >= 0xF1 && b <= 0xF3) utf8_need_ = 3;
+        else break;
+      }
+      // The text ends where the close tag appears ('<' occurs in the tag only at its start; the
+      // tag's own multi-byte characters pass the check above).
       const std::string_view tag = chat::kParamClose;
       if (b == static_cast<uint8_t>(tag[pos_])) ++pos_;
       else pos_ = b == '<' ? 1 : 0;
       if (pos_ == tag.size()) {
+        param_done();
+        literal_ = "\n";
+        pos_ = 0;
+      }
+      return true;
+    }
+    case kRawChoice: {
+      const auto& values = table_->tools()[static_cast<size_t>(tool_)].opener_values[static_cast<size_t>(opener_)];
+      if (!choose(b, values)) break;
+      if (completed(values) >= 0) {
         param_done();
         literal_ = "\n";
         pos_ = 0;
@@ -215,15 +257,18 @@ size_t ToolCallAcceptor::hash() const {
   h = h * 31 + state_;
   h = h * 31 + static_cast<size_t>(tool_ + 1);
   h = h * 31 + static_cast<size_t>(param_ + 1);
+  h = h * 31 + static_cast<size_t>(opener_ + 1);
   h = h * 31 + pos_;
+  h = h * 31 + utf8_need_ * 65536u + utf8_lo_ * 256u + utf8_hi_;
   h = h * 31 + seen_;
   if (state_ == kJson) h = h * 31 + json_.hash();
   return h;
 }
 
 bool ToolCallAcceptor::operator==(const ToolCallAcceptor& o) const {
-  return table_ == o.table_ && state_ == o.state_ && many_ == o.many_ && tool_ == o.tool_ && param_ == o.param_ &&
-         seen_ == o.seen_ && cand_ == o.cand_ && pos_ == o.pos_ && literal_.data() == o.literal_.data() &&
+  return table_ == o.table_ && state_ == o.state_ && many_ == o.many_ && tool_ == o.tool_ && param_ == o.param_ && opener_ == o.opener_ &&
+         seen_ == o.seen_ && cand_ == o.cand_ && pos_ == o.pos_ && utf8_need_ == o.utf8_need_ && utf8_lo_ == o.utf8_lo_ &&
+         utf8_hi_ == o.utf8_hi_ && literal_.data() == o.literal_.data() &&
          after_literal_ == o.after_literal_ && (state_ != kJson || json_ == o.json_);
 }
 

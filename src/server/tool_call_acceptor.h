@@ -3,10 +3,12 @@
 // itself would write for a call of a declared tool is accepted, so the model's output always
 // parses as calls and never leaks markup into `content` (issue 12):
 //   <｜DSML｜ invoke name="TOOL">\n                         (TOOL: a declared tool's name)
-//   <｜DSML｜ parameter name="P" string="true">TEXT</｜DSML｜ parameter>\n        (P: a string property)
+//   <｜DSML｜ parameter name="P" string="true">TEXT</｜DSML｜ parameter>\n        (P: a string property;
+//                                                          TEXT valid UTF-8, one of its values if it has an enum)
 //   <｜DSML｜ parameter name="P" string="false">JSON</｜DSML｜ parameter>\n       (JSON: an instance of P's schema)
 //   ...                                                    (each declared property at most once)
-//   </｜DSML｜ invoke>                                      (once the required ones were given)
+//   </｜DSML｜ invoke>                                      (once the required ones were given;
+//                                                          "\n" before it when there are no parameters)
 //   [\n<｜DSML｜ invoke name="...  another call, when several are allowed]
 //   \n</｜DSML｜ calls>                                     then only EOS.
 // Parameter schemas are compiled leniently (runtime/json_schema.h): keywords outside the subset
@@ -40,6 +42,8 @@ class ToolTable {
     std::vector<std::string> openers;
     std::vector<int> opener_param;
     std::vector<uint8_t> opener_raw;
+    // Raw openers of an enum: the allowed texts, each with the close tag (empty: any text).
+    std::vector<std::vector<std::string>> opener_values;
     uint64_t required = 0;
   };
   const std::vector<Tool>& tools() const { return tools_; }
@@ -77,7 +81,7 @@ class ToolCallAcceptor {
   bool operator==(const ToolCallAcceptor& o) const;
 
  private:
-  enum State : uint8_t { kDead, kName, kOpener, kRaw, kJson, kLiteral, kAfterInvoke, kEnd };
+  enum State : uint8_t { kDead, kName, kOpener, kRaw, kRawChoice, kJson, kLiteral, kAfterInvoke, kEnd };
   // Choosing among literals (tool names, openers, what follows an invoke).
   bool choose(uint8_t b, const std::vector<std::string>& lits);
   void start_opener();
@@ -88,9 +92,11 @@ class ToolCallAcceptor {
   bool many_ = false;
   int tool_ = -1;
   int param_ = -1;
+  int opener_ = -1;
   uint64_t seen_ = 0;
   std::bitset<160> cand_;  // candidates of a choice
   uint32_t pos_ = 0;       // bytes matched of a literal / a choice / the close tag
+  uint8_t utf8_need_ = 0, utf8_lo_ = 0x80, utf8_hi_ = 0xBF;  // kRaw: the text is valid UTF-8
   std::string_view literal_;  // kLiteral: what must come (a constant)
   State after_literal_ = kDead;
   JsonAcceptor json_;      // kJson: the value

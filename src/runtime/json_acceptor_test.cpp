@@ -141,7 +141,9 @@ TEST(JsonAcceptor, WhatItAcceptsIsValidJsonAndEveryPrefixCompletes) {
     // The longest accepted prefix can still be completed (no dead end).
     JsonAcceptor b(*any);
     b.advance(std::string_view(text).substr(0, fed));
-    if (i % 10 == 0) EXPECT_TRUE(completable(b, alphabet())) << text.substr(0, fed);
+    if (i % 10 == 0) {
+      EXPECT_TRUE(completable(b, alphabet())) << text.substr(0, fed);
+    }
   }
   EXPECT_GT(accepted_mutants, 100);
 }

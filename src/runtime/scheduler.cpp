@@ -57,7 +57,6 @@ int64_t Scheduler::submit_prefilled(GenerationRequest request, SequenceId sequen
     finish(*a, FinishReason::kLength, st);
     return ticket;
   }
-  if (a->request.constraint) a->constraint = a->request.constraint->start();
   a->first_logits = std::move(last_logits);
   active_.push_back(std::move(a));
   return ticket;
@@ -111,6 +110,7 @@ Status Scheduler::prepare(Active& a) {
   auto sampler = Sampler::create(r.sampling);
   if (!sampler.ok()) return sampler.status();
   a.sampler = std::move(*sampler);
+  if (r.constraint) a.constraint = r.constraint->start();  // this request's own state
   return ok_status();
 }
 
@@ -189,7 +189,6 @@ void Scheduler::admit() {
       finish(*a, FinishReason::kError, st);
       continue;
     }
-    if (r.constraint) a->constraint = r.constraint->start();
     active_.push_back(std::move(a));
   }
 }

@@ -75,7 +75,7 @@ class ApiServer {
   // `constraint` (may be null): constrained decoding of every choice.
   std::shared_ptr<Channel> submit(const httplib::Request& req, httplib::Response& res, const GenerationFields& gen,
                                   const std::vector<int32_t>& prompt, const char* prompt_param,
-                                  std::shared_ptr<const ConstraintFactory> constraint = nullptr);
+                                  std::shared_ptr<const ConstraintFactory> constraint = nullptr, bool eager = true);
 
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void completions(const httplib::Request& req, httplib::Response& res);

@@ -113,12 +113,16 @@ TEST(ToolCallAcceptor, MaskedRandomGenerationParsesIntoDeclaredCalls) {
     ASSERT_TRUE(msg.ok()) << msg.status().to_string() << "\n" << out;
     EXPECT_EQ(msg->content, "");
     ASSERT_FALSE(msg->tool_calls.empty());
-    if (!o.many) EXPECT_EQ(msg->tool_calls.size(), 1u);
+    if (!o.many) {
+      EXPECT_EQ(msg->tool_calls.size(), 1u);
+    }
     for (const auto& call : msg->tool_calls) {
       size_t i = 0;
       while (i < tools().size() && tools()[i].first != call.name) ++i;
       ASSERT_LT(i, tools().size()) << call.name;
-      if (o.tool == 0) EXPECT_EQ(call.name, "read_file");
+      if (o.tool == 0) {
+        EXPECT_EQ(call.name, "read_file");
+      }
       ASSERT_TRUE(json::accept(call.arguments)) << call.arguments;
       const json args = json::parse(call.arguments);
       EXPECT_TRUE(args.is_object());

@@ -9,7 +9,7 @@
 // from the first byte after "</think>".
 //
 // A: a copyable value with bool advance(uint8_t), bool advance(std::string_view),
-// bool accepting(), size_t hash() and ==. The trie must outlive the constraint.
+// bool accepting(), bool plain_string() (runtime/token_trie.h), size_t hash() and ==. The trie must outlive the constraint.
 #pragma once
 
 #include <algorithm>
@@ -117,7 +117,7 @@ class AcceptorConstraint final : public TokenConstraint {
     if (it != cache_.end() && it->second.first == acceptor_) return it->second.second;
     if (cache_.size() >= o_.cache_entries) cache_.clear();
     std::vector<uint8_t> allowed(static_cast<size_t>(trie_->vocab_size()), 0);
-    steps_ += trie_->walk(acceptor_, &allowed, &scratch_);
+    steps_ += trie_->mask(acceptor_, &allowed, &scratch_);
     for (int32_t id : o_.extra_tokens) {
       A copy = acceptor_;
       if (id >= 0 && id < trie_->vocab_size() && copy.advance(trie_->bytes(id))) allowed[static_cast<size_t>(id)] = 1;

@@ -411,6 +411,14 @@ bool JsonAcceptor::accepting() const {
   return false;
 }
 
+bool JsonAcceptor::plain_string() const {
+  for (const Path& p : paths_) {
+    const Frame& top = p.frames.back();
+    if (top.kind != kString || top.state != kStrNormal || top.utf8_need != 0) return false;
+  }
+  return !paths_.empty();
+}
+
 size_t JsonAcceptor::nesting() const {
   size_t n = SIZE_MAX;
   for (const Path& p : paths_) n = std::min(n, p.frames.size());

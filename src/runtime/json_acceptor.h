@@ -52,6 +52,9 @@ class JsonAcceptor {
   bool dead() const { return paths_.empty(); }
   // The text so far is a complete instance (trailing whitespace allowed).
   bool accepting() const;
+  // Inside a string's text on every path (no escape or character pending): any token of plain
+  // text (runtime/token_trie.h) is accepted and leaves the state as it is.
+  bool plain_string() const;
   // Open frames of the shallowest parse path (tests: to search for completions close-first).
   size_t nesting() const;
   // Hash and equality of the state (for caching masks by state).

@@ -77,6 +77,7 @@ class ToolCallAcceptor {
   }
   bool dead() const { return state_ == kDead; }
   bool accepting() const { return state_ == kEnd; }
+  bool plain_string() const { return false; }  // no fast path (runtime/token_trie.h)
   size_t hash() const;
   bool operator==(const ToolCallAcceptor& o) const;
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <queue>
 #include <random>
 #include <unordered_map>
@@ -229,6 +230,40 @@ TEST(JsonSchema, HandPickedInstances) {
   EXPECT_TRUE(accepts(*e, "12"));
   EXPECT_FALSE(accepts(*e, "13"));
   EXPECT_FALSE(accepts(*e, "123"));
+}
+
+// Arbitrary JSON as a schema (the request body is the client's): compile() answers ok or an
+// error, never throws; what compiles gives an acceptor that runs.
+TEST(JsonSchema, ArbitraryJsonNeverBreaksTheCompiler) {
+  std::mt19937 rng(13);
+  static const char* kWords[] = {"type", "properties", "required", "additionalProperties", "items", "enum", "const",
+                                 "anyOf", "title", "pattern", "object", "array", "string", "integer", "null"};
+  std::function<json(int)> schema_like = [&](int depth) -> json {
+    if (depth > 4 || rng() % 4 == 0) return random_value(rng, 3);
+    json o = json::object();
+    for (int i = static_cast<int>(rng() % 4); i > 0; --i) {
+      const char* key = kWords[rng() % 10];
+      switch (rng() % 4) {
+        case 0: o[key] = kWords[10 + rng() % 5]; break;
+        case 1: o[key] = json::array({schema_like(depth + 1), kWords[10 + rng() % 5]}); break;
+        case 2: o[key] = json{{random_plain(rng, 3), schema_like(depth + 1)}}; break;
+        default: o[key] = schema_like(depth + 1);
+      }
+    }
+    return o;
+  };
+  int compiled = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const json s = schema_like(0);
+    Result<std::shared_ptr<const JsonSchema>> r = invalid_argument("not run");
+    ASSERT_NO_THROW(r = JsonSchema::compile(s)) << s.dump();
+    ASSERT_NO_THROW((void)JsonSchema::compile(s, true)) << s.dump();
+    if (!r.ok()) continue;
+    ++compiled;
+    JsonAcceptor a(**r);
+    a.advance(write(random_value(rng, 0), rng));
+  }
+  EXPECT_GT(compiled, 100);
 }
 
 // Random schemas of the subset, and values that often match them.

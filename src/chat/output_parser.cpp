@@ -164,6 +164,7 @@ bool OutputParser::step_text(bool final, StreamDelta* out) {
       return false;
     }
     state_ = State::kCallsSep;
+    in_calls_ = true;
   } else {
     state_ = reasoning ? State::kContent : State::kDone;
   }

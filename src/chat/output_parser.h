@@ -44,6 +44,8 @@ class OutputParser {
   // Text received but not (yet) attributed to reasoning, content or a call: held-back
   // marker prefixes, an open DSML tag, or everything from the point of a format error.
   std::string_view unparsed() const { return buf_; }
+  // A tool-call block has begun (what follows is DSML, whatever becomes of it).
+  bool in_calls() const { return in_calls_; }
   // The message so far (content and reasoning emitted, calls completed).
   const ParsedMessage& partial() const { return msg_; }
 
@@ -66,6 +68,7 @@ class OutputParser {
   ParsedMessage msg_;
   Status error_;
   bool finished_ = false;
+  bool in_calls_ = false;
   // Bytes of buf_ already searched for the current tag's stop without success (a long
   // parameter value fed token by token is then scanned once, not once per token).
   size_t searched_ = 0;

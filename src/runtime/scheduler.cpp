@@ -110,6 +110,7 @@ Status Scheduler::prepare(Active& a) {
   auto sampler = Sampler::create(r.sampling);
   if (!sampler.ok()) return sampler.status();
   a.sampler = std::move(*sampler);
+  if (r.constraint) a.constraint = r.constraint->start();  // this request's own state
   return ok_status();
 }
 
@@ -193,8 +194,19 @@ void Scheduler::admit() {
 }
 
 void Scheduler::take_token(Active& a, const float* logits) {
-  const int32_t token = a.sampler->sample(std::span<const float>(logits, engine_.config().vocab_size));
-  if (on_token_) on_token_(a.ticket, token, std::span<const float>(logits, engine_.config().vocab_size));
+  const std::span<const float> raw(logits, static_cast<size_t>(engine_.config().vocab_size));
+  std::span<const float> use = raw;
+  if (a.constraint) {
+    a.masked.assign(raw.begin(), raw.end());
+    if (a.constraint->mask(a.masked) == 0) {
+      finish(a, FinishReason::kError, internal_error("constrained decoding: no token can continue the output"));
+      return;
+    }
+    use = a.masked;
+  }
+  const int32_t token = a.sampler->sample(use);
+  if (on_token_) on_token_(a.ticket, token, raw);
+  if (a.constraint) a.constraint->advance(token);
   if (token == options_.eos_token_id && !a.request.ignore_eos) {
     finish(a, FinishReason::kStop);
     return;

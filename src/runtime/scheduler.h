@@ -27,6 +27,7 @@
 #include "engine/engine.h"
 #include "plan/replay_rule.h"
 #include "runtime/sampling.h"
+#include "runtime/token_constraint.h"
 
 namespace dsv41 {
 
@@ -36,6 +37,9 @@ struct GenerationRequest {
   SamplingParams sampling;
   bool ignore_eos = false;  // generate exactly max_tokens
   PrefillDepth depth = PrefillDepth::kFull;  // prefill depth (plan/replay_rule.h)
+  // Constrained decoding (null: none): each request gets its own constraint from the factory;
+  // before each sample it masks the logits (the token callback still sees the raw ones).
+  std::shared_ptr<const ConstraintFactory> constraint;
 };
 
 // kCancelled: ended by cancel() with that reason (a caller may also end a request as kStop).
@@ -131,6 +135,8 @@ class Scheduler {
     int64_t cursor = 0;          // the next position of that step to run
     int32_t next_token = -1;     // sampled, not yet fed (−1: none)
     std::vector<float> first_logits;  // submit_prefilled: to sample the first token from
+    std::unique_ptr<TokenConstraint> constraint;
+    std::vector<float> masked;   // the logits after the constraint's mask
     GenerationResult result;
   };
   Scheduler(Engine& engine, const SchedulerOptions& options) : engine_(engine), options_(options) {}

@@ -69,6 +69,10 @@ Status ApiServer::bind() {
 
 void ApiServer::attach(const Tokenizer& tokenizer, EngineLoop& loop, const ModelConfig& config) {
   tokenizer_ = &tokenizer;
+  trie_ = TokenTrie::build(tokenizer);
+  // Non-special added tokens are markup pieces (V4.1: "｜DSML｜"); a forced call may write them.
+  for (const AddedToken& t : tokenizer.added_tokens())
+    if (!t.special) dsml_tokens_.push_back(t.id);
   loop_ = &loop;
   config_ = &config;
   ready_ = true;

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "format/config.h"
 #include "format/tokenizer.h"
+#include "runtime/token_trie.h"
 #include "plan/replay_rule.h"
 #include "server/api_error.h"
 #include "server/engine_loop.h"
@@ -71,8 +72,10 @@ class ApiServer {
   bool served_model(const httplib::Request& req, httplib::Response& res, const std::string& model);
 
   // Checks the context, queues n choices of `prompt` and answers 400 / 429 itself on failure.
+  // `constraint` (may be null): constrained decoding of every choice.
   std::shared_ptr<Channel> submit(const httplib::Request& req, httplib::Response& res, const GenerationFields& gen,
-                                  const std::vector<int32_t>& prompt, const char* prompt_param);
+                                  const std::vector<int32_t>& prompt, const char* prompt_param,
+                                  std::shared_ptr<const ConstraintFactory> constraint = nullptr, bool eager = true);
 
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void completions(const httplib::Request& req, httplib::Response& res);
@@ -88,6 +91,8 @@ class ApiServer {
   const Tokenizer* tokenizer_ = nullptr;
   EngineLoop* loop_ = nullptr;
   const ModelConfig* config_ = nullptr;
+  std::shared_ptr<const TokenTrie> trie_;  // the tokenizer's token bytes, for constrained decoding
+  std::vector<int32_t> dsml_tokens_;       // added tokens a forced tool call may use ("｜DSML｜")
   int64_t created_ = 0;
 };
 

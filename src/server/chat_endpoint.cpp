@@ -7,6 +7,8 @@
 
 #include "chat/markers.h"
 #include "chat/render.h"
+#include "runtime/json_constraint.h"
+#include "server/tool_call_acceptor.h"
 #include "server/api_server.h"
 #include "server/sse.h"
 #include "server/stream_writer.h"
@@ -67,22 +69,38 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
   ChatRequest& c = std::get<ChatRequest>(parsed);
   if (!served_model(req, res, c.gen.model)) return;
   const bool thinking = c.render.thinking_mode == chat::ThinkingMode::kThinking;
-  // tool_choice: required / named force the opening of a calls block after the prompt, so the
-  // model can only call (that) tool; none ends the output where a calls block would start.
+  // tool_choice: required / named force a calls block: in chat mode its opening (and the name)
+  // is put right after the prompt; in thinking mode it must follow the reasoning. Either way the
+  // decoder is then constrained to DSML calls of the declared tools (server/tool_call_acceptor.h),
+  // so nothing but calls can come. none ends the output where a calls block would start.
   std::string forced;
   std::vector<std::string> stops = c.gen.stop;
+  std::shared_ptr<const ConstraintFactory> constraint;
   if (c.tool_choice == ToolChoice::kRequired && c.tool_names.size() == 1) {
     c.tool_choice = ToolChoice::kNamed;  // one tool: "required" can only mean that one
     c.tool_name = c.tool_names[0];
   }
   if (c.tool_choice == ToolChoice::kRequired || c.tool_choice == ToolChoice::kNamed) {
-    if (thinking)
-      return reply_error(req, res, bad_field("tool_choice", "tool_choice '" +
-                                                                std::string(c.tool_choice == ToolChoice::kNamed ? "function" : "required") +
-                                                                "' with thinking enabled is not supported yet (disable thinking, or use auto)",
+    if (c.response_schema)
+      return reply_error(req, res, bad_field("response_format", "response_format json_object / json_schema with a forced tool call "
+                                                                "(tool_choice required or a function) is not supported: the answer is the call",
                                              "unsupported_value"));
-    forced = std::string(chat::kCallsStart) + ">\n" + std::string(chat::kInvokeOpen) + " name=\"";
-    if (c.tool_choice == ToolChoice::kNamed) forced += c.tool_name + "\">\n";
+    std::vector<std::pair<std::string, nlohmann::json>> tools;
+    int tool = -1;
+    for (size_t i = 0; i < c.tool_names.size(); ++i) {
+      tools.emplace_back(c.tool_names[i], c.tool_parameters[i]);
+      if (c.tool_choice == ToolChoice::kNamed && c.tool_names[i] == c.tool_name && tool < 0) tool = static_cast<int>(i);
+    }
+    auto table = ToolTable::build(tools);
+    ToolCallConstraintOptions o;
+    o.base.eos_token_id = static_cast<int32_t>(config_->eos_token_id);
+    o.base.thinking = thinking;
+    o.base.extra_tokens = dsml_tokens_;
+    o.tool = tool;
+    o.many = c.tool_choice == ToolChoice::kRequired && c.parallel_tool_calls;
+    o.with_lead = thinking;
+    if (!thinking) forced = tool < 0 ? table->lead() : table->lead(tool);
+    constraint = std::make_shared<ToolCallConstraintFactory>(std::move(table), trie_, std::move(o));
   } else if (c.tool_choice == ToolChoice::kNone && c.has_tools) {
     stops.emplace_back(chat::kCallsStart);
   }
@@ -101,7 +119,11 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
     if (!f.ok()) return reply_error(req, res, internal(f.status().to_string()));
     prompt.insert(prompt.end(), f->begin(), f->end());
   }
-  auto channel = submit(req, res, c.gen, prompt, "messages");
+  // response_format: the answer (after the reasoning in thinking mode) is constrained to JSON.
+  if (c.response_schema)
+    constraint = std::make_shared<JsonConstraintFactory>(
+        c.response_schema, trie_, JsonConstraintOptions{static_cast<int32_t>(config_->eos_token_id), thinking});
+  auto channel = submit(req, res, c.gen, prompt, "messages", constraint, c.gen.stream || !stops.empty());
   if (!channel) return;
 
   std::vector<std::unique_ptr<ChoiceStream>> streams;

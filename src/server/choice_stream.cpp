@@ -92,10 +92,11 @@ ChoiceDelta ChoiceStream::finish(FinishReason engine_reason) {
   take(tail, &out);
   if (!msg.ok()) {
     // The model broke the format. What was emitted stays; the unparsed rest is shown as text
-    // unless it holds DSML markup (never shown as content), with markers removed.
+    // unless it is part of a calls block (the attributes of a tag, a parameter's value: DSML
+    // even where no marker shows) or holds DSML markup, with markers removed.
     format_error_ = msg.status().message();
     std::string rest(parser_->unparsed());
-    if (rest.find(chat::kDsml) == std::string::npos) {
+    if (!parser_->in_calls() && rest.find(chat::kDsml) == std::string::npos) {
       for (std::string_view m : chat::kAllMarkers)
         for (size_t p; (p = rest.find(m)) != std::string::npos;) rest.erase(p, m.size());
       (reasoning_closed_ ? out.content : out.reasoning) += rest;

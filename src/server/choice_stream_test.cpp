@@ -140,6 +140,23 @@ TEST(ChoiceStream, ForcedCallPrefixIsParsedNotShown) {
   EXPECT_EQ(r.all.finish_reason, "tool_calls");
 }
 
+TEST(ChoiceStream, ABrokenForcedCallShowsNoTagText) {
+  // What dsv41-mini wrote after a forced `invoke name="` (issue 12): the tag's attribute text and
+  // a value, with no DSML marker in them. Before the fix this was shown as content.
+  for (const std::string& prefix : {std::string(chat::kCallsStart) + ">\n" + std::string(chat::kInvokeOpen) + " name=\"",
+                                   std::string(chat::kCallsStart) + ">\n" + std::string(chat::kInvokeOpen) + " name=\"read_file\">\n"}) {
+    ChoiceOptions o = opts(chat::ThinkingMode::kChat);
+    o.forced_prefix = prefix;
+    for (const std::string& text : {std::string("summary\">/usr/local/pgsql/data/data"), std::string("<...\n</...\n</...\n"),
+                                   std::string("x\"> name=\"y\">") + std::string(chat::kEos)}) {
+      Fed r = run(text, o, FinishReason::kLength);
+      EXPECT_EQ(r.all.content, "") << text;
+      EXPECT_NE(r.all.format_error, "") << text;
+      EXPECT_TRUE(r.all.tool_calls.empty()) << text;
+    }
+  }
+}
+
 TEST(ChoiceStream, ReasoningTokensEndWithTheThinkClose) {
   const std::string reasoning = "Let me see, step by step";
   auto r_ids = tok().encode(reasoning);

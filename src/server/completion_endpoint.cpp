@@ -84,7 +84,7 @@ void ApiServer::completions(const httplib::Request& req, httplib::Response& res)
                                                              std::to_string(config_->vocab_size - 1) + ")"));
     if (c.echo) echo = tokenizer_->decode_text(prompt);
   }
-  auto channel = submit(req, res, c.gen, prompt, "prompt");
+  auto channel = submit(req, res, c.gen, prompt, "prompt", nullptr, c.gen.stream || !c.gen.stop.empty());
   if (!channel) return;
   std::vector<std::unique_ptr<ChoiceStream>> streams;
   for (int i = 0; i < c.gen.n; ++i) {

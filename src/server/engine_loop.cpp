@@ -13,7 +13,8 @@ namespace dsv41::server {
 bool Channel::wait(std::vector<TokenEvent>* tokens, std::vector<ChoiceResult>* results,
                    std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return !tokens_.empty() || !results_.empty(); });
+  // A lazy channel (set_eager(false)) waits for a result or the timeout, tokens or not.
+  cv_.wait_for(lock, timeout, [&] { return (!tokens_.empty() && eager_.load(std::memory_order_relaxed)) || !results_.empty(); });
   if (tokens_.empty() && results_.empty()) return false;
   for (auto& t : tokens_) tokens->push_back(std::move(t));
   for (auto& r : results_) results->push_back(std::move(r));
@@ -27,7 +28,7 @@ void Channel::push(TokenEvent event) {
     std::lock_guard lock(mu_);
     tokens_.push_back(std::move(event));
   }
-  cv_.notify_all();
+  if (eager_.load(std::memory_order_relaxed)) cv_.notify_all();
 }
 
 void Channel::finish(ChoiceResult result) {
@@ -59,8 +60,9 @@ Result<std::unique_ptr<EngineLoop>> EngineLoop::start(Engine& engine, const Loop
 
 EngineLoop::~EngineLoop() { stop(false); }
 
-Result<std::shared_ptr<Channel>> EngineLoop::submit(std::vector<Job> jobs) {
+Result<std::shared_ptr<Channel>> EngineLoop::submit(std::vector<Job> jobs, bool eager) {
   auto channel = std::make_shared<Channel>(static_cast<int>(jobs.size()));
+  channel->set_eager(eager);
   {
     std::lock_guard lock(mu_);
     if (stopping_ || refusing_) return unsupported("the server is shutting down");

@@ -8,6 +8,7 @@
 // Owns the Scheduler and the thread; the Engine must outlive the loop.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -53,6 +54,13 @@ class Channel {
   // Returns false on timeout with nothing new.
   bool wait(std::vector<TokenEvent>* tokens, std::vector<ChoiceResult>* results, std::chrono::milliseconds timeout);
 
+  // Whether each token wakes the consumer (the default). A consumer that needs the tokens only
+  // at the end (a non-streaming request without stop strings) turns it off: tokens then wait here
+  // until a result arrives or the consumer's wait times out, so its HTTP thread wakes once per
+  // request (and per wait slice) rather than once per token while the engine computes the next
+  // step on the same cores.
+  void set_eager(bool eager) { eager_.store(eager, std::memory_order_relaxed); }
+
   // Engine side.
   void push(TokenEvent event);
   void finish(ChoiceResult result);
@@ -60,6 +68,7 @@ class Channel {
  private:
   friend class EngineLoop;
   int choices_;
+  std::atomic<bool> eager_{true};
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<TokenEvent> tokens_;
@@ -103,7 +112,8 @@ class EngineLoop {
 
   // Queues one request of jobs.size() choices. out_of_range when the queue is full (HTTP 429),
   // unsupported after stop().
-  Result<std::shared_ptr<Channel>> submit(std::vector<Job> jobs);
+  // `eager`: see Channel::set_eager.
+  Result<std::shared_ptr<Channel>> submit(std::vector<Job> jobs, bool eager = true);
   // Ends the request's choices that are still queued or running (client gone, or a stop string
   // seen by the HTTP side); each still gets its result, with finish kCancelled / `reason`.
   // choice ≥ 0: that choice only.

@@ -181,3 +181,27 @@ TEST(EngineLoop, CachedTurnsThroughTheLoop) {
 
 }  // namespace
 }  // namespace dsv41::server
+
+namespace dsv41::server {
+namespace {
+
+// A channel that is not eager is woken by the result, not by each token: one wait with a long
+// timeout returns every token and the result together.
+TEST(EngineLoop, ALazyChannelWakesOnTheResultWithEveryToken) {
+  auto engine = testing::make_test_engine();
+  auto loop = EngineLoop::start(*engine, options(2, 8), nullptr);
+  ASSERT_TRUE(loop.ok());
+  std::vector<Job> jobs(1);
+  jobs[0].request = GenerationRequest{testing::test_tokens(5, 7), 50, {}, true};
+  auto ch = (*loop)->submit(std::move(jobs), /*eager=*/false);
+  ASSERT_TRUE(ch.ok());
+  std::vector<TokenEvent> tokens;
+  std::vector<ChoiceResult> results;
+  (*ch)->wait(&tokens, &results, std::chrono::seconds(60));
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(tokens.size(), 50u);
+  EXPECT_EQ(results[0].result.ids.size(), 50u);
+}
+
+}  // namespace
+}  // namespace dsv41::server

@@ -243,6 +243,8 @@ std::optional<ApiError> tool_fields(const Json& body, ChatRequest* c) {
       if (!name || !name->is_string() || name->get<std::string>().empty())
         return bad_field(where + ".function.name", where + ".function.name: expected a non-empty string");
       tools.push_back(chat::Tool{name->get<std::string>(), chat::py_json_dumps(*fn)});
+      const Json* params = find(*fn, "parameters");
+      c->tool_parameters.push_back(params ? nlohmann::json::parse(params->dump()) : nlohmann::json());
     }
   }
   c->has_tools = !tools.empty();
@@ -284,6 +286,55 @@ std::optional<ApiError> tool_fields(const Json& body, ChatRequest* c) {
     sys.tools = std::move(tools);
     msgs.insert(msgs.begin(), std::move(sys));
   }
+  return std::nullopt;
+}
+
+
+// response_format: text (nothing), json_object, or json_schema {name, schema, strict,
+// description}; the schema is compiled here so that a keyword outside the subset is a 400.
+std::optional<ApiError> response_format(const Json& body, ChatRequest* c) {
+  const Json* rf = find(body, "response_format");
+  if (!rf || rf->is_null()) return std::nullopt;
+  const Json* type = rf->is_object() ? find(*rf, "type") : nullptr;
+  if (!type || !type->is_string())
+    return bad_field("response_format", "response_format: expected {\"type\": \"text\" | \"json_object\" | \"json_schema\"}", "invalid_type");
+  const std::string t = type->get<std::string>();
+  if (t == "text") return std::nullopt;
+  if (t == "json_object") {
+    DSV41_TRY(unknown_fields(*rf, {"type"}, "response_format."));
+    c->response_schema = JsonSchema::any_object();
+  } else if (t == "json_schema") {
+    DSV41_TRY(unknown_fields(*rf, {"type", "json_schema"}, "response_format."));
+    const Json* js = find(*rf, "json_schema");
+    if (!js || !js->is_object())
+      return bad_field("response_format.json_schema", "response_format.json_schema: expected an object with name and schema",
+                       js ? "invalid_type" : "missing_required_parameter");
+    DSV41_TRY(unknown_fields(*js, {"name", "schema", "strict", "description"}, "response_format.json_schema."));
+    const Json* name = find(*js, "name");
+    if (!name || !name->is_string() || name->get<std::string>().empty() || name->get<std::string>().size() > 64)
+      return bad_field("response_format.json_schema.name", "response_format.json_schema.name: expected a string of 1 to 64 characters",
+                       name ? "invalid_value" : "missing_required_parameter");
+    if (const Json* strict = find(*js, "strict"); strict && !strict->is_boolean() && !strict->is_null())
+      return bad_field("response_format.json_schema.strict", "response_format.json_schema.strict: expected true or false", "invalid_type");
+    const Json* schema = find(*js, "schema");
+    if (!schema) {
+      c->response_schema = JsonSchema::any_value();
+    } else {
+      auto compiled = JsonSchema::compile(nlohmann::json::parse(schema->dump()));
+      if (!compiled.ok())
+        return bad_field("response_format.json_schema.schema", compiled.status().message(),
+                         compiled.status().kind() == ErrorKind::kUnsupported ? "unsupported_value" : "invalid_value");
+      c->response_schema = *compiled;
+    }
+  } else {
+    return bad_field("response_format.type", "response_format.type: '" + t + "' is not text, json_object or json_schema");
+  }
+  // V4.1 renders a response format on the system message (chat/dsml.h), as it does tools.
+  auto& msgs = c->render.messages;
+  if (msgs.empty() || msgs[0].role != chat::Role::kSystem) msgs.insert(msgs.begin(), chat::Message::make(chat::Role::kSystem, ""));
+  if (msgs[0].response_format)
+    return bad_field("response_format", "response_format: given both in the request and on messages[0]");
+  msgs[0].response_format = chat::py_json_dumps(*rf);
   return std::nullopt;
 }
 
@@ -336,15 +387,7 @@ Parsed<ChatRequest> parse_chat_request(const Json& body, const ParseOptions& o) 
   }
   DSV41_TRY(thinking_fields(body, o, &c.render));
   DSV41_TRY(tool_fields(body, &c));
-  if (const Json* rf = find(body, "response_format")) {
-    const Json* type = rf->is_object() ? find(*rf, "type") : nullptr;
-    if (!type || !type->is_string())
-      return bad_field("response_format", "response_format: expected {\"type\": ...}", "invalid_type");
-    if (*type != "text")
-      return bad_field("response_format", "response_format: type '" + type->get<std::string>() +
-                                               "' is not supported yet (constrained decoding is NOT YET implemented)",
-                       "unsupported_value");
-  }
+  DSV41_TRY(response_format(body, &c));
   if (const Json* mod = find(body, "modalities")) {
     if (!mod->is_array() || mod->size() != 1 || (*mod)[0] != "text")
       return bad_field("modalities", "modalities: only [\"text\"] is supported", "unsupported_value");

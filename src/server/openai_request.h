@@ -12,6 +12,7 @@
 
 #include "chat/messages.h"
 #include "chat/py_json.h"
+#include "runtime/json_schema.h"
 #include "runtime/sampling.h"
 #include "server/api_error.h"
 
@@ -38,9 +39,13 @@ struct ChatRequest {
   chat::RenderRequest render;  // messages (tools attached to the system message), mode, effort
   bool has_tools = false;
   std::vector<std::string> tool_names;  // of `tools`, in order
+  std::vector<nlohmann::json> tool_parameters;  // their `parameters` schemas (null when absent)
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_name;  // kNamed
   bool parallel_tool_calls = true;
+  // response_format json_object / json_schema: what the answer must be an instance of (null:
+  // free text). The request's response_format is also rendered on the system message.
+  std::shared_ptr<const JsonSchema> response_schema;
 };
 
 struct CompletionRequest {

@@ -90,7 +90,14 @@ TEST(OpenAiRequest, BadFieldsAreNamed) {
       {"{" + kMsgs + R"(,"frobnicate":1})", "frobnicate"},
       {"{" + kMsgs + R"(,"presence_penalty":2.5})", "presence_penalty"},
       {"{" + kMsgs + R"(,"repetition_penalty":1.1})", "repetition_penalty"},
-      {"{" + kMsgs + R"(,"response_format":{"type":"json_object"}})", "response_format"},
+      {"{" + kMsgs + R"(,"response_format":{"type":"xml"}})", "response_format.type"},
+      {"{" + kMsgs + R"(,"response_format":"json"})", "response_format"},
+      {"{" + kMsgs + R"(,"response_format":{"type":"json_schema"}})", "response_format.json_schema"},
+      {"{" + kMsgs + R"(,"response_format":{"type":"json_schema","json_schema":{"schema":{}}}})", "response_format.json_schema.name"},
+      {"{" + kMsgs + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a"}}}})",
+       "response_format.json_schema.schema"},
+      {"{" + kMsgs + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","scheme":{}}}})",
+       "response_format.json_schema.scheme"},
       {"{" + kMsgs + R"(,"reasoning_effort":0})", "reasoning_effort"},
       {"{" + kMsgs + R"(,"reasoning_effort":"huge"})", "reasoning_effort"},
       {"{" + kMsgs + R"(,"reasoning_effort":"High"})", "reasoning_effort"},
@@ -111,6 +118,23 @@ TEST(OpenAiRequest, BadFieldsAreNamed) {
     EXPECT_EQ(e.param, param) << text << " -> " << e.message;
     EXPECT_NE(e.json().find("\"param\":\"" + param + "\""), std::string::npos) << e.json();
   }
+}
+
+TEST(OpenAiRequest, ResponseFormatCompilesTheSchemaAndRendersItOnTheSystemMessage) {
+  EXPECT_EQ(chat_ok("{" + kMsgs + R"(,"response_format":{"type":"text"}})").response_schema, nullptr);
+  ChatRequest o = chat_ok("{" + kMsgs + R"(,"response_format":{"type":"json_object"}})");
+  ASSERT_NE(o.response_schema, nullptr);
+  EXPECT_EQ(o.response_schema->node(o.response_schema->root()).types, kJsonObject);
+  ASSERT_EQ(o.render.messages[0].role, chat::Role::kSystem);
+  EXPECT_EQ(o.render.messages[0].response_format, std::optional<std::string>(R"({"type": "json_object"})"));
+  ChatRequest s = chat_ok("{" + kMsgs +
+                          R"(,"response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}}})");
+  ASSERT_NE(s.response_schema, nullptr);
+  EXPECT_EQ(s.response_schema->node(s.response_schema->root()).property_names, std::vector<std::string>{"a"});
+  // The keyword outside the subset is named.
+  ApiError e = chat_err("{" + kMsgs + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"d":{"type":"string","format":"date"}}}}}})");
+  EXPECT_NE(e.message.find("'format'"), std::string::npos) << e.message;
+  EXPECT_EQ(e.code, "unsupported_value");
 }
 
 TEST(OpenAiRequest, ThinkingEffortAndToolsMapOntoTheRenderRequest) {

@@ -9,7 +9,8 @@ namespace dsv41::server {
 
 std::shared_ptr<Channel> ApiServer::submit(const httplib::Request& req, httplib::Response& res,
                                            const GenerationFields& gen, const std::vector<int32_t>& prompt,
-                                           const char* prompt_param) {
+                                           const char* prompt_param,
+                                           std::shared_ptr<const ConstraintFactory> constraint, bool eager) {
   if (gen.telemetry && !options_.cache) {
     reply_error(req, res, bad_field("dsv41.telemetry", "dsv41.telemetry: the SERVE_TURN record needs a server started with --cache-dir",
                                     "unsupported_value"));
@@ -34,12 +35,13 @@ std::shared_ptr<Channel> ApiServer::submit(const httplib::Request& req, httplib:
     j.request.max_tokens = gen.max_tokens > 0 ? gen.max_tokens : ctx - n_prompt;
     j.request.sampling = gen.sampling;
     j.request.depth = options_.depth;
+    j.request.constraint = constraint;
     // Choice i of a seeded request uses seed + i: the same request gives the same choices.
     j.request.sampling.seed = gen.seeded ? gen.sampling.seed + static_cast<uint64_t>(i)
                                          : (static_cast<uint64_t>(rd()) << 32) ^ rd();
     j.top_logprobs = gen.top_logprobs;
   }
-  auto channel = loop_->submit(std::move(jobs));
+  auto channel = loop_->submit(std::move(jobs), eager);
   if (!channel.ok()) {
     if (channel.status().kind() == ErrorKind::kOutOfRange) reply_error(req, res, queue_full(channel.status().message()));
     else reply_error(req, res, ApiError{503, channel.status().message(), "server_error", "", "shutting_down"});

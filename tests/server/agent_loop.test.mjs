@@ -32,8 +32,9 @@ test('10 agent turns: each prompt extends the last, cached_tokens grows every tu
   const messages = [{ role: 'system', content: 'You are a test agent.' }, { role: 'user', content: 'Start the task.' }];
   let last = null;
   for (let turn = 0; turn < 10; turn++) {
+    // The forced call is constrained to close (`lookup` has no parameters); EOS then ends it.
     const r = await client.chat.completions.create({
-      model: MODEL_ID, messages, tools, temperature: 0, max_tokens: 8,
+      model: MODEL_ID, messages, tools, temperature: 0, max_tokens: 60,
       tool_choice: { type: 'function', function: { name: 'lookup' } }, logit_bias: { [EOS]: 100 },
       dsv41: { telemetry: true },
     });

@@ -138,8 +138,9 @@ test('chat: a named tool call comes back in tool_calls, streamed as tool-call de
     { type: 'function', function: { name: 'now', description: 'current time', parameters: { type: 'object', properties: {} } } },
     { type: 'function', function: { name: 'other', parameters: { type: 'object', properties: { x: { type: 'string' } } } } },
   ];
-  // The call's opening is forced; biasing EOS ends it at once: a call without arguments.
-  const req = { ...greedy, messages: user('What time is it?'), tools, tool_choice: { type: 'function', function: { name: 'now' } }, logit_bias: { [EOS]: 100 } };
+  // The call's opening is forced and the rest constrained to DSML of `now` (no parameters), so
+  // the call closes; EOS, allowed once it has, then ends the answer.
+  const req = { ...greedy, max_tokens: 80, messages: user('What time is it?'), tools, tool_choice: { type: 'function', function: { name: 'now' } }, logit_bias: { [EOS]: 100 } };
   const full = await client.chat.completions.create(req);
   const c = full.choices[0];
   assert.equal(c.finish_reason, 'tool_calls');
@@ -180,6 +181,86 @@ test('chat: a named tool call comes back in tool_calls, streamed as tool-call de
     client.chat.completions.create({ ...req, tool_choice: { type: 'function', function: { name: 'missing' } } }),
     (e) => e.status === 400 && e.param === 'tool_choice',
   );
+});
+
+test('chat: forced calls with parameters are constrained to DSML calls of the declared tools, never content', async () => {
+  // Parameters without free text: every constrained call ends within max_tokens.
+  const weather = {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      parameters: { type: 'object', properties: { unit: { enum: ['c', 'f'] }, days: { type: 'integer' }, exact: { type: 'boolean' } }, required: ['unit'], additionalProperties: false },
+    },
+  };
+  const now = { type: 'function', function: { name: 'now', parameters: { type: 'object', properties: {} } } };
+  const check = (choice, names) => {
+    assert.equal(choice.finish_reason, 'tool_calls');
+    assert.equal(choice.message.content, null);
+    assert.ok(choice.message.tool_calls.length >= 1);
+    for (const call of choice.message.tool_calls) {
+      assert.ok(names.includes(call.function.name), call.function.name);
+      const args = JSON.parse(call.function.arguments);
+      if (call.function.name === 'get_weather') {
+        assert.ok(['c', 'f'].includes(args.unit), call.function.arguments);
+        for (const k of Object.keys(args)) assert.ok(['unit', 'days', 'exact'].includes(k), k);
+        if ('days' in args) assert.ok(Number.isInteger(args.days));
+        if ('exact' in args) assert.equal(typeof args.exact, 'boolean');
+      } else {
+        assert.deepEqual(args, {});
+      }
+    }
+  };
+  const base = { ...greedy, max_tokens: 600, messages: user('Weather?'), tools: [weather, now] };
+  const named = { ...base, tool_choice: { type: 'function', function: { name: 'get_weather' } } };
+  const a = await client.chat.completions.create(named);
+  check(a.choices[0], ['get_weather']);
+  assert.equal(a.choices[0].message.tool_calls.length, 1);
+  const s = reassemble(await collect(await client.chat.completions.create({ ...named, stream: true })))[0];
+  assert.equal(s.tool_calls.length, 1);
+  assert.equal(s.tool_calls[0].function.arguments, a.choices[0].message.tool_calls[0].function.arguments);
+  // required, one call: the model picks a declared tool; sampled choices are all calls too.
+  const one = await client.chat.completions.create({ ...base, tool_choice: 'required', parallel_tool_calls: false, temperature: 1, seed: 7, n: 3 });
+  for (const c of one.choices) check(c, ['get_weather', 'now']);
+  // Thinking mode: the block must follow the reasoning; the random model may not end its
+  // reasoning in time, but nothing it writes reaches content.
+  const t = await client.chat.completions.create({ ...named, max_tokens: 40, thinking: { type: 'enabled' } });
+  assert.ok(!t.choices[0].message.content?.includes('DSML'));
+  if (t.choices[0].finish_reason === 'tool_calls') check(t.choices[0], ['get_weather']);
+});
+
+test('chat: response_format json_schema / json_object: the answer is constrained JSON', async () => {
+  const schema = {
+    type: 'object',
+    properties: { ok: { type: 'boolean' }, n: { enum: [1, 2, 3] }, mode: { enum: ['a', 'b'] }, note: { type: 'null' } },
+    required: ['ok', 'n', 'mode'],
+    additionalProperties: false,
+  };
+  const validate = (text) => {
+    const v = JSON.parse(text);
+    for (const k of Object.keys(v)) assert.ok(['ok', 'n', 'mode', 'note'].includes(k), k);
+    assert.equal(typeof v.ok, 'boolean');
+    assert.ok([1, 2, 3].includes(v.n));
+    assert.ok(['a', 'b'].includes(v.mode));
+    if ('note' in v) assert.equal(v.note, null);
+  };
+  // Every instance of this schema is short (whitespace runs are bounded too): greedy ends.
+  const req = { ...greedy, max_tokens: 400, messages: user('Answer in JSON'), response_format: { type: 'json_schema', json_schema: { name: 'answer', strict: true, schema } } };
+  const full = await client.chat.completions.create(req);
+  assert.equal(full.choices[0].finish_reason, 'stop');
+  validate(full.choices[0].message.content);
+  const s = reassemble(await collect(await client.chat.completions.create({ ...req, stream: true })))[0];
+  assert.equal(s.content, full.choices[0].message.content);
+  const many = await client.chat.completions.create({ ...req, temperature: 1, seed: 11, n: 3 });
+  for (const c of many.choices) {
+    assert.equal(c.finish_reason, 'stop');
+    validate(c.message.content);
+  }
+  // json_object: with '}' favoured the object closes at once; EOS only then.
+  const tok = async (text) => (await (await fetch(server.base + '/tokenize', { method: 'POST', headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' }, body: JSON.stringify({ prompt: text }) })).json()).tokens;
+  const [close] = await tok('}');
+  const obj = await client.chat.completions.create({ ...greedy, max_tokens: 50, messages: user('x'), response_format: { type: 'json_object' }, logit_bias: { [close]: 60, [EOS]: 60 } });
+  assert.equal(obj.choices[0].finish_reason, 'stop');
+  assert.deepEqual(JSON.parse(obj.choices[0].message.content), {});
 });
 
 test('chat: thinking on gives reasoning_content, in the message and in deltas', async () => {
@@ -244,7 +325,12 @@ test('errors: OpenAI shapes and statuses, the field named', async () => {
   await bad({ ...greedy, messages: user('x'), temperature: 5 }, 400, 'temperature');
   await bad({ ...greedy, messages: user('x'), frobnicate: true }, 400, 'frobnicate');
   await bad({ ...greedy, messages: [{ role: 'wizard', content: 'x' }] }, 400, 'messages[0].role');
-  await bad({ ...greedy, messages: user('x'), response_format: { type: 'json_object' } }, 400, 'response_format');
+  await bad({ ...greedy, messages: user('x'), response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: 'a+' } } } }, 400, 'response_format.json_schema.schema');
+  await assert.rejects(
+    client.chat.completions.create({ ...greedy, messages: user('x'), response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: 'a+' } } } }),
+    (e) => e.code === 'unsupported_value' && e.message.includes("'pattern'"),
+  );
+  await bad({ ...greedy, messages: user('x'), response_format: { type: 'yaml' } }, 400, 'response_format.type');
   await bad({ ...greedy, messages: user('x'), max_tokens: 100000 }, 400, 'max_tokens');
   await assert.rejects(client.chat.completions.create({ ...greedy, messages: user('x'), max_tokens: 100000 }), (e) =>
     e.code === 'context_length_exceeded' && /2048 tokens/.test(e.message) && /100000/.test(e.message));

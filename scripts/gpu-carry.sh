@@ -15,7 +15,7 @@ mkdir -p "$DEST/lib" "$DEST/test-models"
 for b in dsv41_cuda_tests dsv41_cuda_bench dsv41_cuda_backend_bench; do
   cp "$BUILD/$b" "$DEST/$b"
   strip "$DEST/$b"
-  ldd "$BUILD/$b" | awk '/=> \// {print $3}' | grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' |
+  ldd "$BUILD/$b" | awk '/=> \// {print $3}' | { grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' || true; } |
     while read -r lib; do cp -L "$lib" "$DEST/lib/"; done
 done
 cp "$HERE/scripts/gpu-suite.sh" "$DEST/"

@@ -2,8 +2,8 @@
 // - every device kernel body launched by CudaExec against the CPU references
 //   (device_kernels_check.h, the same checks device_kernels_test.cpp runs through HostExec);
 // - the whole backend against the CPU engine: dsv41-mini and both golden fixture models, three
-//   sequences in batches that mix prefill chunks and decode rows (backend_scenario.h); argmax
-//   equal on every row and max |Δlogit| ≤ 2e-2 (the bound device_backend_test.cpp justifies).
+//   sequences in batches that mix prefill chunks and decode rows, and forks / a removed sequence
+//   (backend_scenario.h); bounds as backend_compare_check.h says.
 // Paths: DSV41_SOURCE_DIR's models/ and ../shared/golden, else test-models/<name> under the working
 // directory (how scripts/gpu-suite.sh runs them on a GPU machine without the checkout).
 #include <gtest/gtest.h>
@@ -12,8 +12,7 @@
 #include <filesystem>
 #include <string>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cuda/backend_scenario.h"
+#include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_exec.cuh"
 #include "backends/cuda/cuda_test_util.cuh"
@@ -49,25 +48,24 @@ std::string model_dir(const std::string& name, const std::string& in_checkout) {
   return "test-models/" + name;
 }
 
-void compare_with_cpu(const std::string& dir) {
+void compare_with_cpu(const std::string& dir, bool forks = false) {
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
   auto model = Model::load(dir);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  const int64_t V = (*model)->vocab_size();
-  const auto steps = ts::mixed_batch(V);
   auto cuda = make_cuda_backend(**model);
   ASSERT_TRUE(cuda.ok()) << cuda.status().to_string();
-  auto cpu = ts::run(std::make_unique<CpuBackend>(**model), (*model)->engram_tables(), 3, steps);
-  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
-  // A device error turns the backend's logits into NaN (device_backend.h), which fails below.
-  auto dev = ts::run(std::move(*cuda), (*model)->engram_tables(), 3, steps);
-  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
-  const ts::Diff d = ts::compare(*cpu, *dev, V);
-  EXPECT_GT(d.rows, 0);
-  EXPECT_EQ(d.argmax_differ, 0) << "of " << d.rows << " rows";
-  EXPECT_LE(d.max_abs, 2e-2) << "at " << d.worst;
-  std::printf("%s: %lld rows, max |dlogit| %.3g (%s), argmax differ %lld\n", dir.c_str(),
-              static_cast<long long>(d.rows), d.max_abs, d.worst.c_str(), static_cast<long long>(d.argmax_differ));
+  // A device error turns the backend's logits into NaN (device_backend.h), which fails the check.
+  const int64_t V = (*model)->vocab_size();
+  if (forks) {
+    ts::check_against_cpu(**model, std::move(*cuda), ts::forks_and_removal(V), 1, dir + " (forks, removal)");
+  } else {
+    ts::check_against_cpu(**model, std::move(*cuda), ts::mixed_batch(V), 3, dir);
+  }
+}
+
+TEST(CudaBackend, MiniForksAndRemovalMatchCpuBackend) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  compare_with_cpu(model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini"), true);
 }
 
 TEST(CudaBackend, MiniMixedBatchMatchesCpuBackend) {

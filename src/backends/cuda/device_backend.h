@@ -17,8 +17,9 @@
 //   dequantised to float32 (4× the bytes of the packed records; packed device records, with the
 //   record codecs of records.cu, are the next step), extended incrementally before each use; a
 //   mirror whose newest record no longer matches the cache (rollback, a new cache at a freed
-//   address) is rebuilt from the cache. Window rows a step reads from the ring (≤ window − 1 per
-//   segment) are unpacked on the host and uploaded per call.
+//   address) is rebuilt from the cache; one unused for 256 batches is dropped. Window rows a
+//   step reads from the ring (≤ window − 1 per segment) are unpacked on the host and uploaded
+//   per call.
 // - Two fake-quantisers run on the host between device steps (download, row_fake_quant, upload):
 //   the FP8 window kv rows and the MXFP4 indexer queries. Small (one row per token), exact.
 // - Engram rows are gathered on the host from the table (dense or stored, as the CPU engine
@@ -141,6 +142,7 @@ class DeviceBackend : public Backend {
   struct Mirror {
     F32 main, index;
     int64_t rows = 0;
+    int64_t last_used = 0;                        // the batch that last read it
     std::vector<uint8_t> last_main, last_index;  // the newest mirrored records, as packed
   };
 
@@ -177,6 +179,10 @@ class DeviceBackend : public Backend {
   std::vector<SegmentRows> segments_;
   std::vector<std::unique_ptr<SegState>> seg_;
   std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<Mirror>> mirrors_;
+  // Mirrors unused for this many batches are dropped (the engine does not tell a backend when a
+  // cache goes; a dropped mirror of a live cache is rebuilt from it when next read).
+  static constexpr int64_t kMirrorIdleBatches = 256;
+  int64_t batches_ = 0;
   F32 x_, x2_, p_, h_, c_, q_, kv_, o_, a_, pre_a_, post_a_, comb_a_, pre_b_, post_b_, comb_b_;
   F32 cos_main_, sin_main_, cos_comp_, sin_comp_;
   F32 scratch_r_, scratch_m_, mid_, logits_buf_, keys_, cmp_a_, cmp_b_, cmp_lat_, cmp_keys_, cmp_rot_, cmp_cos_,

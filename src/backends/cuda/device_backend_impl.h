@@ -167,6 +167,7 @@ typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const Sequence
     slot->index.bind(&ex_);
   }
   Mirror& m = *slot;
+  m.last_used = batches_;
   const int64_t G = kv.entries(), D = kv.dim, Di = kv.index_dim;
   const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
   // Still the same cache? Its newest mirrored records must be unchanged; else rebuild.
@@ -196,6 +197,8 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   segments_.assign(layout.segments.begin(), layout.segments.end());
   layout_.segments = segments_;
   seg_.clear();
+  ++batches_;
+  std::erase_if(mirrors_, [&](const auto& kv) { return kv.second->last_used < batches_ - kMirrorIdleBatches; });
   for (size_t s = 0; s < segments_.size(); ++s) {
     seg_.push_back(std::make_unique<SegState>());
     seg_.back()->topk.bind(&ex_);

@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "runtime/dump.h"
 #include "runtime/prefill.h"
+#include "app/backend_choice.h"
 #include "backends/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "runtime/session.h"
@@ -154,10 +155,13 @@ int logits_main(int argc, char** argv) {
     }
     rows.complete = true;
   } else {
-    auto engine = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables());
+    auto backend = make_backend(flags.backend, **model);
+    if (!backend.ok()) return fail(backend.status());
+    auto engine = Engine::create(std::move(*backend), (*model)->engram_tables());
     if (!engine.ok()) return fail(engine.status());
     auto got = compute_logits(**engine, *ids, K, hit, *depth, chunk);
     if (!got.ok()) return fail(got.status());
+    if (Status s = backend_status(flags.backend, (*engine)->backend()); !s.ok()) return fail(s);
     rows = std::move(*got);
   }
   std::vector<TensorView> views;

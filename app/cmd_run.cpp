@@ -35,6 +35,7 @@
 #include "app/forward_flags.h"
 #include "app/option_checks.h"
 #include "app/progress.h"
+#include "app/backend_choice.h"
 #include "backends/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "format/tokenizer.h"
@@ -180,7 +181,9 @@ int run_main(int argc, char** argv) {
     record.work = count_token_layers({}, layers, plan.decoder_start, 0, record.prompt_tokens, false);
     record.work.full_depth = record.prompt_tokens * layers;
   } else {
-    auto e = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables());
+    auto backend = make_backend(flags.backend, **model);
+    if (!backend.ok()) return fail(backend.status());
+    auto e = Engine::create(std::move(*backend), (*model)->engram_tables());
     if (!e.ok()) return fail(e.status());
     engine_owner = std::move(*e);
     engine = engine_owner.get();
@@ -246,6 +249,7 @@ int run_main(int argc, char** argv) {
     }
   }
   const double decode_s = seconds_since(t1);
+  if (Status st = backend_status(flags.backend, engine->backend()); !st.ok()) return fail(st);
   std::fputs(stream.flush().c_str(), stdout);
   std::printf("\n");
   // The answer's whole chunks to the store too (a next turn that extends this one hits them);

@@ -1,7 +1,8 @@
 // The flags `dsv41 run` and `dsv41 logits` share: --depth (the prefill depth, plan/replay_rule.h),
 // --dump NAME,... / --dump-out FILE (named prefill intermediates, runtime/dump.h), --scalar (the
 // blocks' scalar references, kernels/cpu/cpu_exec.h) and --threads (the model's pool). One
-// definition so both commands spell and check them alike.
+// definition so both commands spell and check them alike. --backend picks the Backend
+// (app/backend_choice.h).
 #pragma once
 
 #include <string>
@@ -23,6 +24,7 @@ struct ForwardFlags {
   std::string dump_out = "dump.safetensors";
   bool scalar = false;
   int threads = 0;
+  std::string backend = "cpu";
 
   void add_to(CLI::App& cli) {
     depth_option = cli.add_option("--depth", depth_name,
@@ -34,6 +36,10 @@ struct ForwardFlags {
                  "run the mHC, Engram and compressor scalar references, not their fast paths "
                  "(as DSV41_FORCE_SCALAR=1 does)");
     cli.add_option("--threads", threads, "threads of the model's pool, this one included (0 = all cores)");
+    cli.add_option("--backend", backend,
+                   "what computes the forward: cpu (default), cuda (the first CUDA GPU; builds with CUDA only) or "
+                   "device-emulation (the CUDA backend's kernels run on the CPU, slow; for checks); "
+                   "app/backend_choice.h");
   }
 
   // After parsing: the model options (the environment's, then --scalar and --threads).
@@ -55,6 +61,8 @@ struct ForwardFlags {
   // full-depth prefill: --dump runs full depth, and refuses another --depth given with it.
   Result<PrefillDepth> depth() const {
     const bool given = depth_option != nullptr && depth_option->count() > 0;
+    if (!dump_names.empty() && backend != "cpu")
+      return invalid_argument("--dump records the CPU backend's intermediates: leave out --backend or give cpu");
     if (!dump_names.empty() && !given) return PrefillDepth::kFull;
     auto d = parse_prefill_depth(depth_name);
     if (!d.ok()) return d.status().with_context("--depth");

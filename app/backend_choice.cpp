@@ -1,0 +1,35 @@
+// `--backend` (see backend_choice.h).
+#include "app/backend_choice.h"
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cuda/host_device_backend.h"
+#if defined(DSV41_WITH_CUDA)
+#include "backends/cuda/cuda_backend.h"
+#endif
+
+namespace dsv41::app {
+
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const Model& model) {
+  if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(model));
+  if (name == "device-emulation") return make_host_device_backend(model);
+  if (name == "cuda") {
+#if defined(DSV41_WITH_CUDA)
+    return make_cuda_backend(model);
+#else
+    return unsupported("--backend cuda: this dsv41 was built without CUDA (configure with nvcc present, "
+                       "-DDSV41_CUDA=ON; docs/CUDA.md)");
+#endif
+  }
+  return invalid_argument("--backend: unknown backend '" + name + "' (expected " + kBackendNames + ")");
+}
+
+Status backend_status(const std::string& name, const Backend& backend) {
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") return cuda_backend_status(backend);
+#endif
+  (void)name;
+  (void)backend;
+  return ok_status();
+}
+
+}  // namespace dsv41::app

@@ -1,0 +1,28 @@
+// `--backend` of `dsv41 run` and `dsv41 logits`: which Backend computes the forward.
+//   cpu               the CPU engine (default)
+//   cuda              the device backend on the first CUDA GPU (backends/cuda/cuda_backend.h);
+//                     an error saying why when this binary was built without CUDA or no device
+//                     is usable
+//   device-emulation  the same device backend run on the CPU, one kernel index at a time
+//                     (backends/cuda/host_device_backend.h): for checking the GPU path's data
+//                     flow without a GPU; slow
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "engine/backend.h"
+#include "model/model.h"
+
+namespace dsv41::app {
+
+inline constexpr const char* kBackendNames = "cpu, cuda or device-emulation";
+
+Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const Model& model);
+
+// A device error kept by a backend since it was made (the CUDA backend's steps return nothing and
+// keep their first error, cuda_backend.h); ok for the others.
+Status backend_status(const std::string& name, const Backend& backend);
+
+}  // namespace dsv41::app

@@ -1,0 +1,151 @@
+// End-to-end decode speed of the CUDA backend against the CPU backend in the same run (issue 14,
+// first slice): B sequences prefilled with C random tokens each, then S timed decode steps of
+// all B together (one engine forward per step, greedy next tokens), per backend and batch size.
+//   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32] [--backends cpu,cuda]
+// Prints one line per (backend, batch): decode tok/s (B tokens per step / median step time),
+// and the max |Δlogit| of the last step's logits between the backends (same tokens fed).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cuda/backend_scenario.h"
+#include "backends/cuda/cuda_backend.h"
+#include "engine/engine.h"
+
+namespace {
+
+using namespace dsv41;
+
+std::vector<int> parse_list(const char* s) {
+  std::vector<int> v;
+  for (const char* p = s; *p;) {
+    v.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+struct Run {
+  double median_step_s = 0;
+  std::vector<float> last_logits;
+};
+
+// Decodes the fixed token script (the same for every backend, so the logits compare).
+Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch, int64_t context, int steps) {
+  const int64_t V = model.vocab_size();
+  auto engine = Engine::create(std::move(backend), model.engram_tables());
+  if (!engine.ok()) return engine.status();
+  std::vector<SequenceId> ids;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int b = 0; b < batch; ++b) {
+    auto id = (*engine)->add_sequence(context + steps + 8);
+    if (!id.ok()) return id.status();
+    ids.push_back(*id);
+    prompts.push_back(testing_scenario::tokens(100 + b, int(context), V));
+    Segment s;
+    s.sequence = *id;
+    s.start = 0;
+    s.tokens = prompts.back();
+    const SegmentResult& r = (*engine)->forward(std::span<const Segment>(&s, 1)).front();
+    if (!r.status.ok()) return r.status;
+  }
+  std::vector<double> times;
+  Run out;
+  for (int step = 0; step < steps + 2; ++step) {
+    const std::vector<int32_t> next = testing_scenario::tokens(1000 + step, batch, V);
+    std::vector<Segment> segs(batch);
+    for (int b = 0; b < batch; ++b) {
+      segs[b].sequence = ids[b];
+      segs[b].start = context + step;
+      segs[b].tokens = std::span<const int32_t>(&next[b], 1);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto& r = (*engine)->forward(segs);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const SegmentResult& x : r)
+      if (!x.status.ok()) return x.status;
+    if (step >= 2) times.push_back(dt);  // two warm-up steps
+    out.last_logits.assign(r[0].logits, r[0].logits + V);
+  }
+  std::sort(times.begin(), times.end());
+  out.median_step_s = times[times.size() / 2];
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir;
+  std::vector<int> batches = {1, 8};
+  int64_t context = 256;
+  int steps = 32;
+  std::string backends = "cpu,cuda";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "-m") && i + 1 < argc) dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) batches = parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) context = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--backends") && i + 1 < argc) backends = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (dir.empty() || steps < 1 || context < 1) {
+    std::fprintf(stderr, "%s: -m DIR is required; --steps and --context must be ≥ 1\n", argv[0]);
+    return 2;
+  }
+  auto model = Model::load(dir);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], model.status().to_string().c_str());
+    return 1;
+  }
+  const bool want_cpu = backends.find("cpu") != std::string::npos;
+  const bool want_cuda = backends.find("cuda") != std::string::npos;
+  std::printf("model %s, context %lld, %d timed decode steps (median step)\n", dir.c_str(),
+              static_cast<long long>(context), steps);
+  int rc = 0;
+  for (int b : batches) {
+    Run cpu, gpu;
+    if (want_cpu) {
+      auto r = run(std::make_unique<CpuBackend>(**model), **model, b, context, steps);
+      if (!r.ok()) {
+        std::fprintf(stderr, "cpu batch %d: %s\n", b, r.status().to_string().c_str());
+        return 1;
+      }
+      cpu = std::move(*r);
+      std::printf("backend cpu  batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / cpu.median_step_s,
+                  cpu.median_step_s * 1e3);
+    }
+    if (want_cuda) {
+      auto backend = make_cuda_backend(**model);
+      if (!backend.ok()) {
+        std::fprintf(stderr, "cuda: %s\n", backend.status().to_string().c_str());
+        return 1;
+      }
+      auto r = run(std::move(*backend), **model, b, context, steps);
+      if (!r.ok()) {
+        std::fprintf(stderr, "cuda batch %d: %s\n", b, r.status().to_string().c_str());
+        return 1;
+      }
+      gpu = std::move(*r);
+      std::printf("backend cuda batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / gpu.median_step_s,
+                  gpu.median_step_s * 1e3);
+    }
+    if (want_cpu && want_cuda) {
+      double m = 0;
+      for (size_t v = 0; v < cpu.last_logits.size(); ++v)
+        m = std::max(m, std::fabs(double(cpu.last_logits[v]) - gpu.last_logits[v]));
+      std::printf("  last step, sequence 0: max |dlogit| cpu vs cuda %.3g\n", m);
+      if (!(m <= 2e-2)) rc = 1;
+    }
+  }
+  return rc;
+}

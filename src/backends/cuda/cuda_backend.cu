@@ -1,0 +1,30 @@
+// DeviceBackend instantiated over CudaExec (see cuda_backend.h).
+#include "backends/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include "backends/cuda/cuda_exec.cuh"
+#include "backends/cuda/device_backend_impl.h"
+
+namespace dsv41 {
+
+template class DeviceBackend<CudaExec>;
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess)
+    return unsupported(std::string("cuda backend: no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) +
+                       ")");
+  if (count < 1) return unsupported("cuda backend: no CUDA device found");
+  auto backend = std::make_unique<DeviceBackend<CudaExec>>(model);
+  if (Status s = backend->status(); !s.ok()) return s;  // e.g. the weights did not fit
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+Status cuda_backend_status(const Backend& backend) {
+  const auto* b = dynamic_cast<const DeviceBackend<CudaExec>*>(&backend);
+  return b ? b->status() : invalid_argument("cuda_backend_status: not a CUDA backend (" + backend.name() + ")");
+}
+
+}  // namespace dsv41

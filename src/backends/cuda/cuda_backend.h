@@ -1,0 +1,21 @@
+// The CUDA backend: DeviceBackend (device_backend.h) over CudaExec (cuda_exec.cuh) on the first
+// CUDA device. Only in builds with DSV41_CUDA (libdsv41cuda); plain C++ header.
+#pragma once
+
+#include <memory>
+
+#include "base/status.h"
+#include "engine/backend.h"
+#include "model/model.h"
+
+namespace dsv41 {
+
+// Fails (saying why) when no CUDA device is usable or the weights do not fit; the model is
+// borrowed and must outlive the backend.
+Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model);
+
+// The first device error of a backend made by make_cuda_backend (sticky; ok when none). Steps
+// return nothing (engine/backend.h), so callers check this after a forward.
+Status cuda_backend_status(const Backend& backend);
+
+}  // namespace dsv41

@@ -1,0 +1,87 @@
+// The CUDA backend on a GPU (each test skips without a CUDA device, saying why):
+// - every device kernel body launched by CudaExec against the CPU references
+//   (device_kernels_check.h, the same checks device_kernels_test.cpp runs through HostExec);
+// - the whole backend against the CPU engine: dsv41-mini and both golden fixture models, three
+//   sequences in batches that mix prefill chunks and decode rows, and forks / a removed sequence
+//   (backend_scenario.h); bounds as backend_compare_check.h says.
+// Paths: DSV41_SOURCE_DIR's models/ and ../shared/golden, else test-models/<name> under the working
+// directory (how scripts/gpu-suite.sh runs them on a GPU machine without the checkout).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "backends/cuda/backend_compare_check.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_exec.cuh"
+#include "backends/cuda/cuda_test_util.cuh"
+#include "backends/cuda/device_kernels_check.h"
+
+namespace dsv41 {
+namespace {
+
+namespace kc = kernel_checks;
+namespace ts = testing_scenario;
+
+#define DSV41_KERNEL_CHECK(Name, fn)                                  \
+  TEST(DeviceKernelsCuda, Name) {                                     \
+    DSV41_REQUIRE_CUDA_DEVICE();                                      \
+    CudaExec ex;                                                      \
+    kc::fn(ex);                                                       \
+    ex.sync();                                                        \
+    ASSERT_TRUE(ex.status().ok()) << ex.status().to_string();         \
+  }
+
+DSV41_KERNEL_CHECK(Gemm, check_gemm)
+DSV41_KERNEL_CHECK(RmsNormAndRope, check_rmsnorm_rope)
+DSV41_KERNEL_CHECK(MhcWithSinkhorn, check_mhc)
+DSV41_KERNEL_CHECK(CompressorPool, check_pool)
+DSV41_KERNEL_CHECK(TopkAndCandidateBlocks, check_selection)
+DSV41_KERNEL_CHECK(RouterAndExperts, check_moe)
+DSV41_KERNEL_CHECK(Engram, check_engram)
+DSV41_KERNEL_CHECK(SinkAttentionAndIndexerScores, check_attention_and_scores)
+
+// Where a test model lives: its place in the checkout, else test-models/<name>.
+std::string model_dir(const std::string& name, const std::string& in_checkout) {
+  if (std::filesystem::exists(in_checkout + "/config.json")) return in_checkout;
+  return "test-models/" + name;
+}
+
+void compare_with_cpu(const std::string& dir, bool forks = false) {
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto cuda = make_cuda_backend(**model);
+  ASSERT_TRUE(cuda.ok()) << cuda.status().to_string();
+  // A device error turns the backend's logits into NaN (device_backend.h), which fails the check.
+  const int64_t V = (*model)->vocab_size();
+  if (forks) {
+    ts::check_against_cpu(**model, std::move(*cuda), ts::forks_and_removal(V), 1, dir + " (forks, removal)");
+  } else {
+    ts::check_against_cpu(**model, std::move(*cuda), ts::mixed_batch(V), 3, dir);
+  }
+}
+
+TEST(CudaBackend, MiniForksAndRemovalMatchCpuBackend) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  compare_with_cpu(model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini"), true);
+}
+
+TEST(CudaBackend, MiniMixedBatchMatchesCpuBackend) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  compare_with_cpu(model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini"));
+}
+
+TEST(CudaBackend, GoldenTinyF32MatchesCpuBackend) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  compare_with_cpu(model_dir("v41-tiny-f32", std::string(DSV41_SOURCE_DIR) + "/../shared/golden/v41-tiny-f32"));
+}
+
+TEST(CudaBackend, GoldenTinyBf16MatchesCpuBackend) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  compare_with_cpu(model_dir("v41-tiny-bf16", std::string(DSV41_SOURCE_DIR) + "/../shared/golden/v41-tiny-bf16"));
+}
+
+}  // namespace
+}  // namespace dsv41

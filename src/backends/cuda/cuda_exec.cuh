@@ -1,0 +1,67 @@
+// CudaExec: the device backend's executor on a CUDA GPU. Memory from cudaMalloc, copies through
+// the legacy default stream (so every launch and copy is ordered after the previous one), one
+// thread per index of a launch running a kernel body of device_kernels.h. Errors are sticky: the
+// first failed CUDA call is kept (status()) and every later call does nothing, so a backend step
+// (which returns void, engine/backend.h) fails visibly at the next status check instead of
+// computing on garbage.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace dsv41 {
+
+template <class F>
+__global__ void dsv41_for_each_kernel(int64_t n, F f) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) f(i);
+}
+
+class CudaExec {
+ public:
+  std::string name() const { return "cuda"; }
+  Status status() const { return status_; }
+  void* alloc(int64_t bytes) {
+    void* p = nullptr;
+    if (!status_.ok()) return nullptr;
+    check(cudaMalloc(&p, static_cast<size_t>(bytes > 0 ? bytes : 1)), "cudaMalloc");
+    return status_.ok() ? p : nullptr;
+  }
+  void release(void* p) {
+    if (p) cudaFree(p);
+  }
+  void upload(void* dst, const void* src, int64_t bytes) {
+    if (bytes > 0 && status_.ok()) check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyHostToDevice), "upload");
+  }
+  void download(void* dst, const void* src, int64_t bytes) {
+    if (bytes > 0 && status_.ok()) check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToHost), "download");
+  }
+  void copy(void* dst, const void* src, int64_t bytes) {
+    if (bytes > 0 && status_.ok()) check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice), "copy");
+  }
+  template <class F>
+  void for_each(int64_t n, const F& f) {
+    if (n <= 0 || !status_.ok()) return;
+    constexpr int kThreads = 256;
+    const int64_t blocks = (n + kThreads - 1) / kThreads;
+    dsv41_for_each_kernel<<<static_cast<unsigned>(blocks), kThreads>>>(n, f);
+    check(cudaGetLastError(), "kernel launch");
+  }
+  void sync() {
+    if (status_.ok()) check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+
+ private:
+  void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess && status_.ok())
+      status_ = internal_error(std::string("cuda backend: ") + what + ": " + cudaGetErrorName(e) + " (" +
+                               cudaGetErrorString(e) + ")");
+  }
+  Status status_ = ok_status();
+};
+
+}  // namespace dsv41

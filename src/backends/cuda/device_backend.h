@@ -1,0 +1,198 @@
+// The device backend: the engine's steps (engine/backend.h) on an accelerator, written once over
+// an executor (Exec = CudaExec for the GPU, cuda_backend.h; HostExec for the CPU emulation that
+// tests it anywhere, host_device_backend.h). Spec: model.md §3; issue 14.
+//
+// First slice — the same function, simple kernels (device_kernels.h), speed later:
+// - Weights are uploaded once at construction, as the loaded Model holds them: bf16 bits where
+//   the model keeps a projection or expert as bf16, float32 otherwise (norms, mHC, router,
+//   compressor, indexer, Engram projections). FP8 / FP4 stored weights are not uploaded in their
+//   stored format yet (the Model has widened them).
+// - The batch's activations live on the device (x, p, h, c, q, kv, o, a, x2, mHC coefficients,
+//   routing) and only the logits asked for come back, plus the small copies below.
+// - Caches. The engine's SequenceCache stays the authoritative copy in host memory, in its real
+//   packed records (so snapshots, forks, rollback and the SSD store work unchanged). New records
+//   are produced on the device as float32 rows, copied back and packed on the host by the same
+//   codec the CPU engine uses (window rows at attend, main rows + index keys at compress). The
+//   device holds a mirror per (SequenceCache, kv-source layer) of the main rows and index keys,
+//   dequantised to float32 (4× the bytes of the packed records; packed device records, with the
+//   record codecs of records.cu, are the next step), extended incrementally before each use; a
+//   mirror whose newest record no longer matches the cache (rollback, a new cache at a freed
+//   address) is rebuilt from the cache; one unused for 256 batches is dropped. Window rows a
+//   step reads from the ring (≤ window − 1 per segment) are unpacked on the host and uploaded
+//   per call.
+// - Two fake-quantisers run on the host between device steps (download, row_fake_quant, upload):
+//   the FP8 window kv rows and the MXFP4 indexer queries. Small (one row per token), exact.
+// - Engram rows are gathered on the host from the table (dense or stored, as the CPU engine
+//   reads it) and uploaded; projection and gate run on the device.
+// Device errors are sticky in the executor: status() reports the first; steps after it do nothing
+// and logits() fills NaN. No ForwardTrace (dumps stay on the CPU backend).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/cuda/device_kernels.h"
+#include "cache/records.h"
+#include "engine/backend.h"
+#include "model/model.h"
+
+namespace dsv41 {
+
+// A device array of T owned through an executor. resize() drops the contents unless keep.
+template <class Exec, typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(Exec* ex) : ex_(ex) {}
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept : ex_(o.ex_), p_(std::exchange(o.p_, nullptr)), cap_(std::exchange(o.cap_, 0)) {}
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    if (this != &o) {
+      if (p_) ex_->release(p_);
+      ex_ = o.ex_;
+      p_ = std::exchange(o.p_, nullptr);
+      cap_ = std::exchange(o.cap_, 0);
+    }
+    return *this;
+  }
+  ~DeviceArray() {
+    if (p_) ex_->release(p_);
+  }
+  void bind(Exec* ex) { ex_ = ex; }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  int64_t capacity() const { return cap_; }
+  // Room for n elements; keep = preserve the first `keep` elements across a reallocation.
+  void reserve(int64_t n, int64_t keep = 0) {
+    if (n <= cap_) return;
+    const int64_t cap = std::max<int64_t>(n, cap_ * 2);
+    T* q = static_cast<T*>(ex_->alloc(cap * int64_t(sizeof(T))));
+    if (!q) return;
+    if (p_ && keep > 0) ex_->copy(q, p_, keep * int64_t(sizeof(T)));
+    if (p_) ex_->release(p_);
+    p_ = q;
+    cap_ = cap;
+  }
+  void upload(const T* src, int64_t n, int64_t at = 0) {
+    reserve(at + n, at);
+    if (p_) ex_->upload(p_ + at, src, n * int64_t(sizeof(T)));
+  }
+
+ private:
+  Exec* ex_ = nullptr;
+  T* p_ = nullptr;
+  int64_t cap_ = 0;
+};
+
+template <class Exec>
+class DeviceBackend : public Backend {
+ public:
+  // The model is borrowed (its config, plan, RoPE, Engram tables and host-side weights for the
+  // host steps above) and must outlive the backend.
+  explicit DeviceBackend(const Model& model);
+  ~DeviceBackend() override = default;
+
+  std::string name() const override { return ex_.name(); }
+  const ModelConfig& config() const override { return model_.config(); }
+  const LayerPlan& plan() const override { return model_.plan(); }
+  // The first device error, if any (sticky).
+  Status status() const { return ex_.status(); }
+  // Bytes of weights held on the device.
+  int64_t weight_bytes() const { return weight_bytes_; }
+
+  void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
+  Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
+  void attention_input(int layer, std::span<const RowRange> rows) override;
+  void attention_projections(int layer, std::span<const RowRange> rows) override;
+  void compress(int layer, int segment, int64_t first_row) override;
+  void index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) override;
+  void attend(int layer, int segment, int64_t first_row, int kv_layer) override;
+  void attention_output(int layer, std::span<const RowRange> rows) override;
+  void ffn(int layer, std::span<const RowRange> rows) override;
+  void logits(std::span<const int64_t> rows, float* out) override;
+
+ private:
+  using F32 = DeviceArray<Exec, float>;
+  using I32 = DeviceArray<Exec, int32_t>;
+  struct LayerDev {
+    dk::DevWeight wq_a, wq_b, wkv, wo_a, wo_b;
+    const float *q_norm = nullptr, *kv_norm = nullptr, *sink = nullptr;
+    const float *c_wkv = nullptr, *c_wgate = nullptr, *c_norm = nullptr, *i_wk = nullptr, *i_knorm = nullptr;
+    const float *i_wqb = nullptr, *i_wproj = nullptr;
+    const float *attn_norm = nullptr, *ffn_norm = nullptr;
+    const float *hca_fn = nullptr, *hca_base = nullptr, *hca_scale = nullptr;
+    const float *hcf_fn = nullptr, *hcf_base = nullptr, *hcf_scale = nullptr;
+    const float *gate = nullptr, *gate_bias = nullptr;
+    const dk::ExpertW* experts = nullptr;  // [E] on the device
+    const dk::ExpertW* shared = nullptr;   // [1] on the device, or null
+    const float *e_wkv = nullptr, *e_q = nullptr, *e_k = nullptr;
+  };
+  // Per segment of the batch: what SharedAttentionState holds on the CPU (attention.h).
+  struct SegState {
+    int kv_layer = -1, index_layer = -1, candidate_layer = -1;
+    int64_t entries = 0, topk_row0 = 0, candidate_row0 = 0, call_row0 = 0;
+    I32 topk, candidates;
+  };
+  struct Mirror {
+    F32 main, index;
+    int64_t rows = 0;
+    int64_t last_used = 0;                        // the batch that last read it
+    std::vector<uint8_t> last_main, last_index;  // the newest mirrored records, as packed
+  };
+
+  template <typename T>
+  const T* put(const T* src, int64_t n);  // uploads weights; owned by the backend
+  const float* put(const std::vector<float>& v) { return v.empty() ? nullptr : put(v.data(), int64_t(v.size())); }
+  dk::DevWeight put(const WeightRef& w, int64_t n);
+  dk::DevWeight put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16);
+  void gemm(const float* x, int64_t xs, int64_t rows, int64_t in, dk::DevWeight w, int64_t out, float* y, int64_t ys);
+  void gemm(const float* x, int64_t rows, int64_t in, dk::DevWeight w, int64_t out, float* y) {
+    gemm(x, in, rows, in, w, out, y, out);
+  }
+  void rmsnorm(const float* x, int64_t rows, int64_t n, const float* weight, float* y);
+  void rope(float* x, int64_t rows, int64_t heads, int64_t dim, const float* cos, const float* sin, int64_t row0,
+            bool inverse);
+  void mhc_coefficients(const float* fn, const float* base, const float* scale, const float* x, int64_t n,
+                        float* pre, float* post, float* comb);
+  // The n largest of each of `rows` rows of v [rows, size] into out [rows, width] (indexer.h).
+  void select_largest(const float* v, int64_t rows, int64_t size, int64_t n, int width, int32_t* out);
+  // Host round trip of a row fake-quantiser over rows [rows, dim] (heads of width `unit`).
+  void fake_quant(float* dev, int64_t rows, int64_t dim, int64_t unit, RowKind kind, std::vector<float>* keep);
+  Mirror& mirror(const SequenceCache* cache, const KvSourceCache& kv);
+  const float* rope_table(RopeKind kind, bool sin) const;
+
+  const Model& model_;
+  Exec ex_;
+  std::vector<void*> owned_;  // weight allocations
+  int64_t weight_bytes_ = 0;
+  const float *embed_ = nullptr, *final_norm_ = nullptr;
+  dk::DevWeight head_;
+  std::vector<LayerDev> layers_;
+
+  BatchLayout layout_;
+  std::vector<SegmentRows> segments_;
+  std::vector<std::unique_ptr<SegState>> seg_;
+  std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<Mirror>> mirrors_;
+  // Mirrors unused for this many batches are dropped (the engine does not tell a backend when a
+  // cache goes; a dropped mirror of a live cache is rebuilt from it when next read).
+  static constexpr int64_t kMirrorIdleBatches = 256;
+  int64_t batches_ = 0;
+  F32 x_, x2_, p_, h_, c_, q_, kv_, o_, a_, pre_a_, post_a_, comb_a_, pre_b_, post_b_, comb_b_;
+  F32 cos_main_, sin_main_, cos_comp_, sin_comp_;
+  F32 scratch_r_, scratch_m_, mid_, logits_buf_, keys_, cmp_a_, cmp_b_, cmp_lat_, cmp_keys_, cmp_rot_, cmp_cos_,
+      cmp_sin_, iq_, ihw_, scores_, bmax_, router_, hexp_, hshared_, engram_r_, engram_kv_, engram_gate_;
+  I32 tokens_, experts_, cand_tmp_;
+  DeviceArray<Exec, float> weights_;
+  DeviceArray<Exec, uint8_t> mark_;
+  DeviceArray<Exec, int64_t> rows_;
+  std::vector<float> host_kv_;  // [n, D] fake-quantised window kv of the batch (what the ring packs)
+  std::vector<float> host_tmp_;
+};
+
+}  // namespace dsv41

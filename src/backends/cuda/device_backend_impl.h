@@ -1,0 +1,525 @@
+// DeviceBackend's steps (see device_backend.h), included by the one file that instantiates it per
+// executor (host_device_backend.cpp, cuda_backend.cu). Each step follows CpuBackend's
+// (backends/cpu/cpu_backend.cpp) and the blocks it calls line by line, with the arithmetic in
+// device_kernels.h.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cuda/device_backend.h"
+#include "model/attention_steps.h"
+
+namespace dsv41 {
+
+template <class Exec>
+template <typename T>
+const T* DeviceBackend<Exec>::put(const T* src, int64_t n) {
+  void* p = ex_.alloc(n * int64_t(sizeof(T)));
+  if (!p) return nullptr;
+  ex_.upload(p, src, n * int64_t(sizeof(T)));
+  owned_.push_back(p);
+  weight_bytes_ += n * int64_t(sizeof(T));
+  return static_cast<const T*>(p);
+}
+
+template <class Exec>
+dk::DevWeight DeviceBackend<Exec>::put(const WeightRef& w, int64_t n) {
+  if (w.bf16) return {nullptr, put(w.bf16, n)};
+  return {w.f32 ? put(w.f32, n) : nullptr, nullptr};
+}
+
+template <class Exec>
+dk::DevWeight DeviceBackend<Exec>::put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16) {
+  if (!bf16.empty()) return {nullptr, put(bf16.data(), int64_t(bf16.size()))};
+  return {put(f32), nullptr};
+}
+
+template <class Exec>
+DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
+  for (F32* b : {&x_, &x2_, &p_, &h_, &c_, &q_, &kv_, &o_, &a_, &pre_a_, &post_a_, &comb_a_, &pre_b_, &post_b_,
+                 &comb_b_, &cos_main_, &sin_main_, &cos_comp_, &sin_comp_, &scratch_r_, &scratch_m_, &mid_,
+                 &logits_buf_, &keys_, &cmp_a_, &cmp_b_, &cmp_lat_, &cmp_keys_, &cmp_rot_, &cmp_cos_, &cmp_sin_, &iq_,
+                 &ihw_, &scores_, &bmax_, &router_, &hexp_, &hshared_, &engram_r_, &engram_kv_, &engram_gate_,
+                 &weights_})
+    b->bind(&ex_);
+  tokens_.bind(&ex_);
+  experts_.bind(&ex_);
+  cand_tmp_.bind(&ex_);
+  mark_.bind(&ex_);
+  rows_.bind(&ex_);
+  const ModelConfig& c = model.config();
+  const int64_t d = c.hidden_size;
+  embed_ = put(model.embedding());
+  final_norm_ = put(model.final_norm());
+  head_ = put(model.head().ref(), model.head().size());
+  const EngramShape& es = model.engram_shape();
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& L = model.layer(l);
+    const AttentionWeights& w = L.attn;
+    LayerDev D;
+    D.wq_a = put(w.wq_a, w.bf16.wq_a);
+    D.wq_b = put(w.wq_b, w.bf16.wq_b);
+    D.wkv = put(w.wkv, w.bf16.wkv);
+    D.wo_a = put(w.wo_a, w.bf16.wo_a);
+    D.wo_b = put(w.wo_b, w.bf16.wo_b);
+    D.q_norm = put(w.q_norm);
+    D.kv_norm = put(w.kv_norm);
+    D.sink = put(w.attn_sink);
+    D.c_wkv = put(w.compressor_wkv);
+    D.c_wgate = put(w.compressor_wgate);
+    D.c_norm = put(w.compressor_norm);
+    D.i_wk = put(w.indexer_wk);
+    D.i_knorm = put(w.indexer_k_norm);
+    D.i_wqb = put(w.indexer_wq_b);
+    D.i_wproj = put(w.indexer_weights_proj);
+    D.attn_norm = put(L.attn_norm);
+    D.ffn_norm = put(L.ffn_norm);
+    D.hca_fn = put(L.hc_attn_fn);
+    D.hca_base = put(L.hc_attn_base);
+    D.hca_scale = put(L.hc_attn_scale);
+    D.hcf_fn = put(L.hc_ffn_fn);
+    D.hcf_base = put(L.hc_ffn_base);
+    D.hcf_scale = put(L.hc_ffn_scale);
+    D.gate = put(L.gate);
+    D.gate_bias = put(L.gate_bias);
+    std::vector<dk::ExpertW> table;
+    for (const ExpertStore& e : L.experts)
+      table.push_back({put(e.w1.ref(), e.w1.size()), put(e.w3.ref(), e.w3.size()), put(e.w2.ref(), e.w2.size())});
+    if (!table.empty()) D.experts = put(table.data(), int64_t(table.size()));
+    if (model.moe_shape().has_shared) {
+      const ExpertStore& s = L.shared;
+      const dk::ExpertW sw{put(s.w1.ref(), s.w1.size()), put(s.w3.ref(), s.w3.size()), put(s.w2.ref(), s.w2.size())};
+      D.shared = put(&sw, 1);
+    }
+    const EngramWeights ew = L.engram();
+    if (ew.wkv) {
+      D.e_wkv = put(ew.wkv, int64_t(es.hc + 1) * d * es.columns * es.head_dim);
+      D.e_q = put(ew.q_weight, int64_t(es.hc) * d);
+      D.e_k = put(ew.k_weight, int64_t(es.hc) * d);
+    }
+    layers_.push_back(D);
+  }
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::gemm(const float* x, int64_t xs, int64_t rows, int64_t in, dk::DevWeight w, int64_t out,
+                               float* y, int64_t ys) {
+  ex_.for_each(rows * out, dk::GemmK{x, xs, w, in, out, y, ys});
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::rmsnorm(const float* x, int64_t rows, int64_t n, const float* weight, float* y) {
+  ex_.for_each(rows, dk::RmsNormK{x, n, weight, static_cast<float>(config().rms_norm_eps), y});
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::rope(float* x, int64_t rows, int64_t heads, int64_t dim, const float* cos, const float* sin,
+                               int64_t row0, bool inverse) {
+  const int rd = model_.rope().rope_dim();
+  ex_.for_each(rows * heads * (rd / 2), dk::RopeK{x, heads, dim, rd, cos, sin, row0, inverse});
+}
+
+template <class Exec>
+const float* DeviceBackend<Exec>::rope_table(RopeKind kind, bool sin) const {
+  if (kind == RopeKind::kMain) return sin ? sin_main_.data() : cos_main_.data();
+  return sin ? sin_comp_.data() : cos_comp_.data();
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::mhc_coefficients(const float* fn, const float* base, const float* scale, const float* x,
+                                           int64_t n, float* pre, float* post, float* comb) {
+  const MhcShape& s = model_.mhc_shape();
+  const int64_t flat = s.hc * s.dim, mix = s.mix_width();
+  scratch_r_.reserve(n);
+  scratch_m_.reserve(n * mix);
+  ex_.for_each(n, dk::MhcRsqrtK{x, flat, s.norm_eps, scratch_r_.data()});
+  ex_.for_each(n * mix, dk::MhcMixK{x, scratch_r_.data(), fn, flat, mix, scratch_m_.data()});
+  ex_.for_each(n, dk::MhcFinishK{scratch_m_.data(), base, scale, s.hc, s.sinkhorn_iters, s.hc_eps, pre, post, comb});
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::select_largest(const float* v, int64_t rows, int64_t size, int64_t n, int width,
+                                         int32_t* out) {
+  mark_.reserve(rows * size);
+  ex_.for_each(rows * width, dk::FillK<int32_t>{out, -1});
+  ex_.for_each(rows * size, dk::RankMarkK{v, size, n, mark_.data()});
+  ex_.for_each(rows * size, dk::RankPlaceK{mark_.data(), size, width, out});
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::fake_quant(float* dev, int64_t rows, int64_t dim, int64_t unit, RowKind kind,
+                                     std::vector<float>* keep) {
+  host_tmp_.resize(static_cast<size_t>(rows * dim));
+  ex_.download(host_tmp_.data(), dev, rows * dim * int64_t(sizeof(float)));
+  for (int64_t i = 0; i < rows * dim; i += unit) row_fake_quant(kind, host_tmp_.data() + i, unit);
+  ex_.upload(dev, host_tmp_.data(), rows * dim * int64_t(sizeof(float)));
+  if (keep) keep->assign(host_tmp_.begin(), host_tmp_.end());
+}
+
+template <class Exec>
+typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const SequenceCache* cache, const KvSourceCache& kv) {
+  std::unique_ptr<Mirror>& slot = mirrors_[{cache, kv.layer}];
+  if (!slot) {
+    slot = std::make_unique<Mirror>();
+    slot->main.bind(&ex_);
+    slot->index.bind(&ex_);
+  }
+  Mirror& m = *slot;
+  m.last_used = batches_;
+  const int64_t G = kv.entries(), D = kv.dim, Di = kv.index_dim;
+  const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
+  // Still the same cache? Its newest mirrored records must be unchanged; else rebuild.
+  if (m.rows > G || (m.rows > 0 && (std::memcmp(kv.main.row(m.rows - 1), m.last_main.data(), size_t(mb)) != 0 ||
+                                    std::memcmp(kv.index.row(m.rows - 1), m.last_index.data(), size_t(ib)) != 0)))
+    m.rows = 0;
+  if (m.rows == G) return m;
+  const int64_t n = G - m.rows;
+  host_tmp_.resize(static_cast<size_t>(n * std::max(D, Di)));
+  for (int64_t g = m.rows; g < G; ++g) kv.read_main(g, host_tmp_.data() + (g - m.rows) * D);
+  m.main.upload(host_tmp_.data(), n * D, m.rows * D);
+  for (int64_t g = m.rows; g < G; ++g) kv.read_index(g, host_tmp_.data() + (g - m.rows) * Di);
+  m.index.upload(host_tmp_.data(), n * Di, m.rows * Di);
+  m.rows = G;
+  m.last_main.assign(kv.main.row(G - 1), kv.main.row(G - 1) + mb);
+  m.last_index.assign(kv.index.row(G - 1), kv.index.row(G - 1) + ib);
+  return m;
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
+  (void)trace;  // no trace on this backend (device_backend.h)
+  const ModelConfig& c = config();
+  const int64_t n = layout.rows, d = c.hidden_size, hc = c.hc_mult;
+  const int64_t H = c.num_attention_heads, D = c.head_dim, k = model_.moe_shape().top_k;
+  layout_ = layout;
+  segments_.assign(layout.segments.begin(), layout.segments.end());
+  layout_.segments = segments_;
+  seg_.clear();
+  ++batches_;
+  std::erase_if(mirrors_, [&](const auto& kv) { return kv.second->last_used < batches_ - kMirrorIdleBatches; });
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    seg_.push_back(std::make_unique<SegState>());
+    seg_.back()->topk.bind(&ex_);
+    seg_.back()->candidates.bind(&ex_);
+  }
+  // RoPE tables of both kinds for the batch rows, computed on the host (Rope::cos_sin).
+  for (RopeKind kind : {RopeKind::kMain, RopeKind::kCompress}) {
+    RopeRows rr;
+    rr.compute(model_.rope(), kind, layout.positions, n);
+    (kind == RopeKind::kMain ? cos_main_ : cos_comp_).upload(rr.cos.data(), int64_t(rr.cos.size()));
+    (kind == RopeKind::kMain ? sin_main_ : sin_comp_).upload(rr.sin.data(), int64_t(rr.sin.size()));
+  }
+  for (F32* b : {&x_, &x2_}) b->reserve(n * hc * d);
+  for (F32* b : {&h_, &a_}) b->reserve(n * d);
+  for (F32* b : {&p_, &pre_a_, &post_a_, &pre_b_, &post_b_}) b->reserve(n * hc);
+  for (F32* b : {&comb_a_, &comb_b_}) b->reserve(n * hc * hc);
+  c_.reserve(n * c.q_lora_rank);
+  q_.reserve(n * H * D);
+  o_.reserve(n * H * D);
+  kv_.reserve(n * D);
+  experts_.reserve(n * k);
+  weights_.reserve(n * k);
+  host_kv_.assign(static_cast<size_t>(n * D), 0.0f);
+  tokens_.upload(layout.tokens, n);
+  ex_.for_each(n * d, dk::GatherRowsK{embed_, tokens_.data(), d, h_.data()});
+  ex_.for_each(n * hc * d, dk::MhcInitK{h_.data(), int(hc), d, x_.data(), p_.data()});
+}
+
+template <class Exec>
+Status DeviceBackend<Exec>::engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) {
+  const EngramShape& s = model_.engram_shape();
+  const LayerDev& L = layers_[layer];
+  const int64_t in = s.columns * s.head_dim, out = (s.hc + 1) * s.dim;
+  if (!L.e_wkv) return internal_error("engram: layer " + std::to_string(layer) + " has no Engram weights");
+  host_tmp_.resize(static_cast<size_t>(rows * in));
+  // Rows gathered on the host from the table as stored (dense or FP8 rows), checked ids.
+  if (Status st = engram_gather_reference(s, model_.layer(layer).engram(), row_ids, rows, host_tmp_.data()); !st.ok())
+    return st;
+  engram_r_.upload(host_tmp_.data(), rows * in);
+  engram_kv_.reserve(rows * out);
+  engram_gate_.reserve(rows * s.hc);
+  float* x = x_.data() + row0 * s.hc * s.dim;
+  gemm(engram_r_.data(), rows, in, {L.e_wkv, nullptr}, out, engram_kv_.data());
+  ex_.for_each(rows * s.hc, dk::EngramGateK{x, engram_kv_.data(), L.e_q, L.e_k, s.hc, s.dim, s.eps, engram_gate_.data()});
+  ex_.for_each(rows * s.hc * s.dim, dk::EngramWriteK{x, engram_kv_.data(), engram_gate_.data(), s.hc, s.dim});
+  return ex_.status();
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::attention_input(int layer, std::span<const RowRange> rows) {
+  const ModelConfig& c = config();
+  const int64_t d = c.hidden_size, hc = c.hc_mult;
+  const LayerDev& L = layers_[layer];
+  for (const RowRange& r : rows) {
+    const int64_t n = r.end - r.begin, r0 = r.begin;
+    mhc_coefficients(L.hca_fn, L.hca_base, L.hca_scale, x_.data() + r0 * hc * d, n, pre_a_.data() + r0 * hc,
+                     post_a_.data() + r0 * hc, comb_a_.data() + r0 * hc * hc);
+    ex_.for_each(n * d, dk::MhcCollapseK{x_.data() + r0 * hc * d, p_.data() + r0 * hc, nullptr, int(hc), d,
+                                         h_.data() + r0 * d});
+    rmsnorm(h_.data() + r0 * d, n, d, L.attn_norm, h_.data() + r0 * d);
+  }
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::attention_projections(int layer, std::span<const RowRange> rows) {
+  const ModelConfig& c = config();
+  const LayerDev& L = layers_[layer];
+  const RopeKind kind = plan().layers[layer].rope;
+  const int64_t d = c.hidden_size, H = c.num_attention_heads, D = c.head_dim, ql = c.q_lora_rank;
+  std::vector<float> rows_kv;
+  for (const RowRange& r : rows) {
+    const int64_t n = r.end - r.begin, r0 = r.begin;
+    float* cr = c_.data() + r0 * ql;
+    float* qr = q_.data() + r0 * H * D;
+    float* kvr = kv_.data() + r0 * D;
+    gemm(h_.data() + r0 * d, n, d, L.wq_a, ql, cr);
+    rmsnorm(cr, n, ql, L.q_norm, cr);
+    gemm(cr, n, ql, L.wq_b, H * D, qr);
+    rope(qr, n, H, D, rope_table(kind, false), rope_table(kind, true), r0, false);
+    gemm(h_.data() + r0 * d, n, d, L.wkv, D, kvr);
+    rmsnorm(kvr, n, D, L.kv_norm, kvr);
+    rope(kvr, n, 1, D, rope_table(kind, false), rope_table(kind, true), r0, false);
+    fake_quant(kvr, n, D, D, RowKind::kWindow, &rows_kv);  // FP8 window values (host, exact)
+    std::copy(rows_kv.begin(), rows_kv.end(), host_kv_.begin() + r0 * D);
+  }
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::compress(int layer, int segment, int64_t first_row) {
+  const ModelConfig& c = config();
+  const SegmentRows& s = segments_[segment];
+  const LayerDev& L = layers_[layer];
+  KvSourceCache& kv = *s.cache->kv_source(layer);
+  const int64_t d = c.hidden_size, D = kv.dim, Di = kv.index_dim;
+  const int r = kv.ratio;
+  if (first_row < s.rows) {
+    const int64_t T = s.rows - first_row;
+    const float* x = h_.data() + (s.row0 + first_row) * d;
+    const int64_t first_group = kv.entries();
+    int64_t groups = 0;
+    if (r == 1) {
+      groups = T;
+      cmp_lat_.reserve(T * D);
+      gemm(x, T, d, {L.c_wkv, nullptr}, D, cmp_lat_.data());
+    } else {
+      // Projections of the pending and the new tokens, [pending + T, D] each; the pending ones
+      // come from the cache (host), the new ones go back to it (pending remainder, history).
+      const int64_t n = kv.pending + T;
+      cmp_a_.reserve(n * D);
+      cmp_b_.reserve(n * D);
+      cmp_a_.upload(kv.pending_kv.data(), kv.pending * D);
+      cmp_b_.upload(kv.pending_gate.data(), kv.pending * D);
+      gemm(x, T, d, {L.c_wkv, nullptr}, D, cmp_a_.data() + kv.pending * D);
+      gemm(x, T, d, {L.c_wgate, nullptr}, D, cmp_b_.data() + kv.pending * D);
+      std::vector<float> a(static_cast<size_t>(n * D)), b(static_cast<size_t>(n * D));
+      ex_.download(a.data(), cmp_a_.data(), n * D * int64_t(sizeof(float)));
+      ex_.download(b.data(), cmp_b_.data(), n * D * int64_t(sizeof(float)));
+      const int64_t first_pos = kv.entries() * r + kv.pending;
+      for (int64_t i = 0; i < T; ++i)
+        kv.remember(first_pos + i, a.data() + (kv.pending + i) * D, b.data() + (kv.pending + i) * D);
+      groups = n / r;
+      cmp_lat_.reserve(std::max<int64_t>(groups, 1) * D);
+      ex_.for_each(groups * D, dk::PoolK{cmp_a_.data(), cmp_b_.data(), r, D, cmp_lat_.data()});
+      kv.pending = n - groups * r;
+      kv.pending_kv.assign(a.begin() + groups * r * D, a.end());
+      kv.pending_gate.assign(b.begin() + groups * r * D, b.end());
+    }
+    if (groups > 0) {
+      rmsnorm(cmp_lat_.data(), groups, D, L.c_norm, cmp_lat_.data());
+      // Publication (compressor_publish): index keys from the pre-RoPE latents, then RoPE at the
+      // group's first position on both; packed on the host into the cache.
+      cmp_keys_.reserve(groups * Di);
+      gemm(cmp_lat_.data(), groups, D, {L.i_wk, nullptr}, Di, cmp_keys_.data());
+      rmsnorm(cmp_keys_.data(), groups, Di, L.i_knorm, cmp_keys_.data());
+      const int64_t half = model_.rope().rope_dim() / 2;
+      std::vector<float> cs(static_cast<size_t>(groups * half)), sn(cs.size());
+      for (int64_t i = 0; i < groups; ++i)
+        model_.rope().cos_sin(RopeKind::kCompress, (first_group + i) * r, cs.data() + i * half, sn.data() + i * half);
+      cmp_cos_.upload(cs.data(), groups * half);
+      cmp_sin_.upload(sn.data(), groups * half);
+      rope(cmp_keys_.data(), groups, 1, Di, cmp_cos_.data(), cmp_sin_.data(), 0, false);
+      rope(cmp_lat_.data(), groups, 1, D, cmp_cos_.data(), cmp_sin_.data(), 0, false);
+      std::vector<float> keys(static_cast<size_t>(groups * Di)), mains(static_cast<size_t>(groups * D));
+      ex_.download(keys.data(), cmp_keys_.data(), groups * Di * int64_t(sizeof(float)));
+      ex_.download(mains.data(), cmp_lat_.data(), groups * D * int64_t(sizeof(float)));
+      if (ex_.status().ok()) {
+        for (int64_t i = 0; i < groups; ++i) {
+          row_pack(RowKind::kIndex, keys.data() + i * Di, Di, kv.index.append());
+          row_pack(RowKind::kMain, mains.data() + i * D, D, kv.main.append());
+        }
+      }
+    }
+  }
+  seg_[segment]->kv_layer = layer;
+  seg_[segment]->entries = kv.entries();
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) {
+  const ModelConfig& c = config();
+  const SegmentRows& s = segments_[segment];
+  SegState& st = *seg_[segment];
+  const LayerInfo& info = plan().layers[layer];
+  const LayerDev& L = layers_[layer];
+  const KvSourceCache& kv = *s.cache->kv_source(kv_layer);
+  const int64_t r0 = s.row0 + first_row, T = s.rows - first_row, start = s.start + first_row;
+  const int k = c.index_topk;
+  st.call_row0 = first_row;
+  const int64_t G = kv.entries();
+  if (G == 0) {  // nothing to select from yet: an all −1 top-k (attention_index)
+    st.index_layer = layer;
+    st.topk.reserve(T * k);
+    ex_.for_each(T * k, dk::FillK<int32_t>{st.topk.data(), -1});
+    st.topk_row0 = st.call_row0;
+    return;
+  }
+  const int64_t nh = c.index_n_heads, dh = c.index_head_dim, ql = c.q_lora_rank, d = c.hidden_size;
+  // Queries: RoPE (compress table) then MXFP4 per head; head weights × nh^-1/2 (indexer_queries).
+  iq_.reserve(T * nh * dh);
+  ihw_.reserve(T * nh);
+  gemm(c_.data() + r0 * ql, T, ql, {L.i_wqb, nullptr}, nh * dh, iq_.data());
+  gemm(h_.data() + r0 * d, T, d, {L.i_wproj, nullptr}, nh, ihw_.data());
+  rope(iq_.data(), T, nh, dh, cos_comp_.data(), sin_comp_.data(), r0, false);
+  fake_quant(iq_.data(), T, nh * dh, dh, RowKind::kIndex, nullptr);
+  ex_.for_each(T * nh, dk::ScaleK{ihw_.data(), static_cast<float>(std::pow(double(nh), -0.5)), false});
+  const Mirror& m = mirror(s.cache, kv);
+  const int nb = c.candidate_topk_blocks, bs = c.candidate_block_size;
+  restricted = restricted && st.candidate_layer >= 0;
+  const int32_t* pool = restricted ? st.candidates.data() + (st.call_row0 - st.candidate_row0) * nb : nullptr;
+  scores_.reserve(T * G);
+  const float scale = static_cast<float>(std::pow(double(dh), -0.5));
+  ex_.for_each(T * G, dk::IndexScoreK{iq_.data(), ihw_.data(), m.index.data(), G, nh, dh, start, info.ratio, scale,
+                                      pool, nb, bs, scores_.data()});
+  if (!restricted && info.candidate_source) {
+    const int64_t blocks = (G + bs - 1) / bs;
+    bmax_.reserve(T * blocks);
+    ex_.for_each(T * blocks, dk::BlockMaxK{scores_.data(), G, blocks, start, bs, info.ratio, bmax_.data()});
+    cand_tmp_.reserve(T * nb);
+    select_largest(bmax_.data(), T, blocks, std::min<int64_t>(nb, blocks), nb, cand_tmp_.data());
+  }
+  I32 topk(&ex_);
+  topk.reserve(T * k);
+  select_largest(scores_.data(), T, G, std::min<int64_t>(k, G), k, topk.data());
+  st.index_layer = layer;
+  st.topk = std::move(topk);
+  st.topk_row0 = st.call_row0;
+  if (!restricted && info.candidate_source) {
+    st.candidates.reserve(T * nb);
+    ex_.copy(st.candidates.data(), cand_tmp_.data(), T * nb * int64_t(sizeof(int32_t)));
+    st.candidate_layer = layer;
+    st.candidate_row0 = st.call_row0;
+  }
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::attend(int layer, int segment, int64_t first_row, int kv_layer) {
+  const ModelConfig& c = config();
+  const SegmentRows& s = segments_[segment];
+  const SegState& st = *seg_[segment];
+  const LayerDev& L = layers_[layer];
+  const int64_t H = c.num_attention_heads, D = c.head_dim, win = c.sliding_window;
+  const int64_t r0 = s.row0 + first_row, T = s.rows - first_row, start = s.start + first_row;
+  const int k = c.index_topk;
+  WindowRing& ring = s.cache->window(layer);
+  const int64_t floor = ring.start();
+  const int64_t first = std::max<int64_t>(floor, start - (win - 1));
+  // Keys of the window: ring rows [first, start) from the host, then the segment's own rows.
+  const int64_t prev = start - first;
+  host_tmp_.resize(static_cast<size_t>(std::max<int64_t>(prev, 1) * D));
+  for (int64_t p = first; p < start; ++p) ring.read(p, host_tmp_.data() + (p - first) * D);
+  keys_.reserve((prev + T) * D);
+  keys_.upload(host_tmp_.data(), prev * D);
+  ex_.copy(keys_.data() + prev * D, kv_.data() + r0 * D, T * D * int64_t(sizeof(float)));
+  const float* main = nullptr;
+  const int32_t* topk = nullptr;
+  if (kv_layer >= 0) {
+    main = mirror(s.cache, *s.cache->kv_source(kv_layer)).main.data();
+    topk = st.topk.data() + (first_row - st.topk_row0) * k;
+  }
+  const int64_t Lk = win + k;
+  dk::AttnGeom g{T, H, D, Lk, start, win, floor, first, k, keys_.data(), main, topk};
+  logits_buf_.reserve(T * H * Lk);
+  const float scaling = static_cast<float>(std::pow(double(D), -0.5));
+  float* o = o_.data() + r0 * H * D;
+  ex_.for_each(T * H * Lk, dk::AttnLogitsK{g, q_.data() + r0 * H * D, scaling, logits_buf_.data()});
+  ex_.for_each(T * H, dk::AttnSoftmaxK{g, L.sink, logits_buf_.data()});
+  ex_.for_each(T * H * D, dk::AttnValuesK{g, logits_buf_.data(), o});
+  const RopeKind kind = plan().layers[layer].rope;
+  rope(o, T, H, D, rope_table(kind, false), rope_table(kind, true), r0, true);
+  ring.push_rows(host_kv_.data() + r0 * D, T);
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::attention_output(int layer, std::span<const RowRange> rows) {
+  const ModelConfig& c = config();
+  const LayerDev& L = layers_[layer];
+  const int64_t d = c.hidden_size, hc = c.hc_mult, HD = c.num_attention_heads * c.head_dim;
+  const int64_t groups = c.o_groups, olr = c.o_lora_rank, gin = HD / groups;
+  for (const RowRange& r : rows) {
+    const int64_t n = r.end - r.begin, r0 = r.begin;
+    mid_.reserve(n * groups * olr);
+    for (int64_t g = 0; g < groups; ++g)
+      gemm(o_.data() + r0 * HD + g * gin, HD, n, gin, L.wo_a.offset(g * olr * gin), olr, mid_.data() + g * olr,
+           groups * olr);
+    gemm(mid_.data(), n, groups * olr, L.wo_b, d, a_.data() + r0 * d);
+    ex_.for_each(n * hc * d, dk::MhcExpandK{a_.data() + r0 * d, x_.data() + r0 * hc * d, post_a_.data() + r0 * hc,
+                                            comb_a_.data() + r0 * hc * hc, int(hc), d, x2_.data() + r0 * hc * d});
+  }
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
+  const ModelConfig& c = config();
+  const MoeShape& ms = model_.moe_shape();
+  const LayerDev& L = layers_[layer];
+  const int64_t d = c.hidden_size, hc = c.hc_mult, k = ms.top_k, E = ms.n_experts;
+  for (const RowRange& r : rows) {
+    const int64_t m = r.end - r.begin, r0 = r.begin;
+    float* x2 = x2_.data() + r0 * hc * d;
+    float* h = h_.data() + r0 * d;
+    mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, x2, m, pre_b_.data() + r0 * hc, post_b_.data() + r0 * hc,
+                     comb_b_.data() + r0 * hc * hc);
+    ex_.for_each(m * d, dk::MhcCollapseK{x2, pre_a_.data() + r0 * hc, nullptr, int(hc), d, h});
+    rmsnorm(h, m, d, L.ffn_norm, h);
+    // Router (moe_forward_reference's order), routed experts, shared expert.
+    router_.reserve(m * E);
+    gemm(h, m, d, {L.gate, nullptr}, E, router_.data());
+    ex_.for_each(m * E, dk::ScaleK{router_.data(), ms.gate_temp, true});
+    int32_t* ex = experts_.data() + r0 * k;
+    float* wt = weights_.data() + r0 * k;
+    ex_.for_each(m, dk::RouteK{router_.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)),
+                               ms.norm_topk_prob, ms.routed_scaling_factor, ex, wt});
+    hexp_.reserve(m * k * ms.inter);
+    ex_.for_each(m * k * ms.inter, dk::ExpertUpK{h, L.experts, ex, wt, int(k), d, ms.inter, ms.swiglu_limit,
+                                                 hexp_.data()});
+    if (L.shared) {
+      hshared_.reserve(m * ms.shared_inter);
+      ex_.for_each(m * ms.shared_inter, dk::ExpertUpK{h, L.shared, nullptr, nullptr, 1, d, ms.shared_inter,
+                                                      ms.swiglu_limit, hshared_.data()});
+    }
+    ex_.for_each(m * d, dk::ExpertDownK{L.experts, ex, int(k), d, ms.inter, hexp_.data(), L.shared,
+                                        ms.shared_inter, hshared_.data(), a_.data() + r0 * d});
+    ex_.for_each(m * hc * d, dk::MhcExpandK{a_.data() + r0 * d, x2, post_b_.data() + r0 * hc,
+                                            comb_b_.data() + r0 * hc * hc, int(hc), d, x_.data() + r0 * hc * d});
+    ex_.copy(p_.data() + r0 * hc, pre_b_.data() + r0 * hc, m * hc * int64_t(sizeof(float)));
+  }
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::logits(std::span<const int64_t> rows, float* out) {
+  const ModelConfig& c = config();
+  const int64_t d = c.hidden_size, hc = c.hc_mult, n = static_cast<int64_t>(rows.size()), V = c.vocab_size;
+  if (n == 0) return;
+  rows_.upload(rows.data(), n);
+  a_.reserve(n * d);
+  ex_.for_each(n * d, dk::MhcCollapseK{x_.data(), p_.data(), rows_.data(), int(hc), d, a_.data()});
+  rmsnorm(a_.data(), n, d, final_norm_, a_.data());
+  logits_buf_.reserve(n * V);
+  gemm(a_.data(), n, d, head_, V, logits_buf_.data());
+  ex_.download(out, logits_buf_.data(), n * V * int64_t(sizeof(float)));
+  if (!ex_.status().ok()) std::fill(out, out + n * V, std::nanf(""));
+}
+
+}  // namespace dsv41

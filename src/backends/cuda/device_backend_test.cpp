@@ -1,0 +1,103 @@
+// The device backend's data flow and kernel bodies, run by HostExec on the CPU, against the CPU
+// backend (the same function): dsv41-mini (bf16 weights, Engram, every layer role) and the golden
+// fixture models, on batches that mix prefill chunks and decode rows of three sequences, and on
+// forks, a removed sequence and a fresh one (the cache tiers under the device mirrors).
+// Bounds and why: backend_compare_check.h. The GPU run of the same checks: cuda_backend_test.cu.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "backends/cuda/backend_compare_check.h"
+#include "backends/cuda/host_device_backend.h"
+#include "engine/engine.h"
+
+namespace dsv41 {
+namespace {
+
+namespace ts = testing_scenario;
+
+void compare_backends(const std::string& dir, const std::vector<ts::Step>& steps, int sequences) {
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ts::check_against_cpu(**model, make_host_device_backend(**model), steps, sequences, dir);
+}
+
+TEST(DeviceBackendHost, MiniMixedBatchMatchesCpuBackend) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  compare_backends(dir, ts::mixed_batch((*model)->vocab_size()), 3);
+}
+
+// Forks (whole and at a prefix), a removed sequence and a fresh one: the device mirrors of the
+// compressed cache follow the host caches (device_backend.h, "Caches").
+TEST(DeviceBackendHost, MiniForksAndRemovalMatchCpuBackend) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  compare_backends(dir, ts::forks_and_removal((*model)->vocab_size()), 1);
+}
+
+// The packed cache records the device backend leaves in the SequenceCache equal the CPU engine's
+// bit for bit, except where a last-bit difference of the float before them crosses a rounding
+// boundary of the record's format (one FP8 window row in a few layers on this prompt, then rows
+// downstream of it): at least 90 % of the window rows and of the main / index rows are identical.
+TEST(DeviceBackendHost, MiniPackedRecordsMatchCpuEngine) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  const std::vector<int32_t> tokens = ts::tokens(41, 75, (*model)->vocab_size());
+  auto prefill = [&](std::unique_ptr<Backend> b) {
+    auto e = Engine::create(std::move(b), (*model)->engram_tables());
+    EXPECT_TRUE(e.ok());
+    const SequenceId id = *(*e)->add_sequence(256);
+    Segment s;
+    s.sequence = id;
+    s.tokens = tokens;
+    EXPECT_TRUE((*e)->forward(std::span<const Segment>(&s, 1)).front().status.ok());
+    return std::make_pair(std::move(*e), id);
+  };
+  auto [cpu, cpu_id] = prefill(std::make_unique<CpuBackend>(**model));
+  auto [dev, dev_id] = prefill(make_host_device_backend(**model));
+  const SequenceCache& a = *cpu->cache(cpu_id);
+  const SequenceCache& b = *dev->cache(dev_id);
+  int64_t window = 0, window_same = 0, rows = 0, rows_same = 0;
+  for (int l = 0; l < a.num_layers(); ++l) {
+    ASSERT_EQ(a.window(l).length(), b.window(l).length());
+    for (int64_t p = a.window(l).first_held(); p < a.window(l).length(); ++p, ++window)
+      window_same += std::memcmp(a.window(l).record(p), b.window(l).record(p), size_t(a.window(l).record_bytes())) == 0;
+    if (const KvSourceCache* ka = a.kv_source(l)) {
+      const KvSourceCache* kb = b.kv_source(l);
+      ASSERT_EQ(ka->entries(), kb->entries());
+      ASSERT_EQ(ka->pending, kb->pending);
+      for (int64_t g = 0; g < ka->entries(); ++g, rows += 2) {
+        rows_same += std::memcmp(ka->main.row(g), kb->main.row(g), size_t(ka->main.record_bytes())) == 0;
+        rows_same += std::memcmp(ka->index.row(g), kb->index.row(g), size_t(ka->index.record_bytes())) == 0;
+      }
+    }
+  }
+  std::printf("identical records: window %lld of %lld, main + index %lld of %lld\n", static_cast<long long>(window_same),
+              static_cast<long long>(window), static_cast<long long>(rows_same), static_cast<long long>(rows));
+  EXPECT_GT(rows, 0);
+  EXPECT_GE(window_same * 10, window * 9);
+  EXPECT_GE(rows_same * 10, rows * 9);
+}
+
+TEST(DeviceBackendHost, GoldenFixturesMatchCpuBackend) {
+  for (const char* name : {"v41-tiny-f32", "v41-tiny-bf16"}) {
+    const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/" + name;
+    if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent (no ../shared)";
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok());
+    compare_backends(dir, ts::mixed_batch((*model)->vocab_size(), 3), 3);
+  }
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -1,0 +1,8 @@
+// Every kernel body of the device backend (device_kernels_*.h); see device_kernels_common.h for
+// how they run (CudaExec on the GPU, HostExec on the CPU).
+#pragma once
+
+#include "backends/cuda/device_kernels_attention.h"
+#include "backends/cuda/device_kernels_common.h"
+#include "backends/cuda/device_kernels_moe.h"
+#include "backends/cuda/device_kernels_stream.h"

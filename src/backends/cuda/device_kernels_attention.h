@@ -1,0 +1,209 @@
+// Device kernel bodies of the attention's sequence-wise steps: the compressor's gated pooling,
+// indexer scores, candidate block maxima, the counting top-k selection and sink attention
+// (compressor.cpp, indexer.cpp, attention_steps.cpp). See device_kernels_common.h.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "backends/cuda/device_kernels_common.h"
+
+namespace dsv41::dk {
+
+// ---- Compressor (compressor.cpp reference) ----------------------------------------------
+struct PoolK {  // out[g, c] = Σ_j a[g·r+j, c] · softmax_j(b[g·r+j, c])
+  const float* a;
+  const float* b;
+  int r;
+  int64_t D;
+  float* out;
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t g = id / D, c = id % D;
+    float m = -INFINITY;
+    for (int j = 0; j < r; ++j) m = fmaxf(m, b[(g * r + j) * D + c]);
+    float denom = 0.0f;
+    for (int j = 0; j < r; ++j) denom += expf(b[(g * r + j) * D + c] - m);
+    float acc = 0.0f;
+    for (int j = 0; j < r; ++j) acc += a[(g * r + j) * D + c] * (expf(b[(g * r + j) * D + c] - m) / denom);
+    out[id] = acc;
+  }
+};
+
+// ---- Indexer (indexer.cpp) -----------------------------------------------------------------
+// score[r, g] = Σ_h w_h · ReLU(q_h · I_g) · dh^-1/2 for visible g < ⌊(t+1)/ratio⌋ (t = start + r),
+// else −inf. With a pool (kept [rows, nb] block ids, −1 padded): −inf outside it as well.
+struct IndexScoreK {
+  const float* q;   // [rows, nh·dh]
+  const float* hw;  // [rows, nh]
+  const float* keys;  // [G, dh]
+  int64_t G, nh, dh, start;
+  int ratio;
+  float scale;
+  const int32_t* kept;
+  int nb, bs;
+  float* scores;  // [rows, G]
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t r = id / G, g = id % G, t = start + r;
+    bool in = g < (t + 1) / ratio;
+    if (in && kept) {
+      in = false;
+      for (int j = 0; j < nb && kept[r * nb + j] >= 0; ++j) in = in || kept[r * nb + j] == g / bs;
+    }
+    if (!in) {
+      scores[id] = -INFINITY;
+      return;
+    }
+    float total = 0.0f;
+    for (int64_t h = 0; h < nh; ++h) {
+      const float* qh = q + (r * nh + h) * dh;
+      double acc = 0;
+      for (int64_t c = 0; c < dh; ++c) acc += double(keys[g * dh + c]) * qh[c];
+      const float relu = fmaxf(float(acc), 0.0f) * scale;
+      total += relu * hw[r * nh + h];
+    }
+    scores[id] = total;
+  }
+};
+
+struct BlockMaxK {  // bmax[r, b] = max of scores[r, b·bs …], the newest visible block +inf
+  const float* scores;
+  int64_t G, blocks, start;
+  int bs, ratio;
+  float* bmax;
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t r = id / blocks, b = id % blocks;
+    const int64_t visible = (start + r + 1) / ratio;
+    if (visible >= 1 && (visible - 1) / bs == b) {
+      bmax[id] = INFINITY;
+      return;
+    }
+    float m = -INFINITY;
+    for (int64_t g = b * bs; g < G && g < (b + 1) * bs; ++g) m = fmaxf(m, scores[r * G + g]);
+    bmax[id] = m;
+  }
+};
+
+// Selection of the n largest of each row (larger first, ties → lower index; −inf never kept),
+// in two passes of plain counting: mark[r, a] = 1 when a is one of the n best and > −inf; then
+// each marked a goes to out[r, #marked before a] (ascending ids; out pre-filled with −1).
+struct RankMarkK {
+  const float* v;
+  int64_t size, n;
+  uint8_t* mark;
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t r = id / size, a = id % size;
+    const float* row = v + r * size;
+    const float va = row[a];
+    int64_t better = 0;
+    for (int64_t b = 0; b < size; ++b) {
+      const float vb = row[b];
+      better += (vb > va || (vb == va && b < a)) ? 1 : 0;
+    }
+    mark[id] = (better < n && va > -INFINITY) ? 1 : 0;
+  }
+};
+
+struct RankPlaceK {
+  const uint8_t* mark;
+  int64_t size;
+  int width;
+  int32_t* out;
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t r = id / size, a = id % size;
+    if (!mark[id]) return;
+    int64_t before = 0;
+    for (int64_t b = 0; b < a; ++b) before += mark[r * size + b];
+    if (before < width) out[r * width + before] = int32_t(a);
+  }
+};
+
+// ---- Sink attention (attention_steps.cpp) ---------------------------------------------------
+// Work item (i, h, j) of T query rows × H heads × L = window + k key slots. Slot j < nwin(i) is the
+// window key of position lo(i) + j (keys [*, D] start at position `first`); slot nwin + s is the
+// s-th entry of topk row i (−1 = absent; main rows [G, D]); the rest are absent.
+struct AttnGeom {
+  int64_t T, H, D, L, start, window, floor, first, k;
+  const float* keys;
+  const float* main;
+  const int32_t* topk;  // [T, k] or null
+  DSV41_HD int64_t lo(int64_t i) const {
+    const int64_t t = start + i;
+    return t - window + 1 > floor ? t - window + 1 : floor;
+  }
+  // The key row of slot j of row i, or null when absent.
+  DSV41_HD const float* key(int64_t i, int64_t j) const {
+    const int64_t nwin = start + i - lo(i) + 1;
+    if (j < nwin) return keys + (lo(i) + j - first) * D;
+    const int64_t s = j - nwin;
+    if (!topk || s >= k) return nullptr;
+    const int32_t e = topk[i * k + s];
+    return e >= 0 ? main + int64_t(e) * D : nullptr;
+  }
+};
+
+struct AttnLogitsK {
+  AttnGeom g;
+  const float* q;  // [T, H, D]
+  float scaling;
+  float* logits;  // [T, H, L]
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t j = id % g.L, ih = id / g.L, i = ih / g.H;
+    const float* key = g.key(i, j);
+    if (!key) {
+      logits[id] = -INFINITY;
+      return;
+    }
+    const float* qh = q + ih * g.D;
+    double acc = 0;
+    for (int64_t c = 0; c < g.D; ++c) acc += double(qh[c]) * key[c];
+    logits[id] = float(acc) * scaling;
+  }
+};
+
+struct AttnSoftmaxK {  // per (i, h): probabilities in place; the sink joins max and denominator
+  AttnGeom g;
+  const float* sink;  // [H]
+  float* logits;
+  DSV41_HD void operator()(int64_t ih) const {
+    const int64_t i = ih / g.H, h = ih % g.H;
+    float* l = logits + ih * g.L;
+    float m = sink[h];
+    for (int64_t j = 0; j < g.L; ++j)
+      if (g.key(i, j)) m = fmaxf(m, l[j]);
+    double denom = exp(double(sink[h] - m));
+    for (int64_t j = 0; j < g.L; ++j)
+      if (g.key(i, j)) {
+        l[j] = expf(l[j] - m);
+        denom += l[j];
+      }
+    for (int64_t j = 0; j < g.L; ++j) l[j] = g.key(i, j) ? float(l[j] / denom) : 0.0f;
+  }
+};
+
+struct AttnValuesK {  // o[i, h, c] = Σ_window p·v + Σ_selected p·v (two partial sums, as the CPU)
+  AttnGeom g;
+  const float* p;
+  float* o;
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t c = id % g.D, ih = id / g.D, i = ih / g.H;
+    const int64_t nwin = g.start + i - g.lo(i) + 1;
+    const float* pr = p + ih * g.L;
+    double win = 0, sel = 0;
+    for (int64_t j = 0; j < g.L; ++j) {
+      const float* key = g.key(i, j);
+      if (!key) continue;
+      if (j < nwin) {
+        win += double(pr[j]) * key[c];
+      } else {
+        sel += double(pr[j]) * key[c];
+      }
+    }
+    float out = 0.0f;
+    out += float(win);
+    out += float(sel);
+    o[id] = out;
+  }
+};
+
+}  // namespace dsv41::dk

@@ -1,0 +1,403 @@
+// Checks of every device kernel body (device_kernels.h) against the CPU engine's scalar references
+// (or, for attention and indexer scores, a float64 loop written here) on fresh random inputs at
+// odd shapes, run through an executor: HostExec in the CPU build (device_kernels_test.cpp), CudaExec
+// on a GPU (cuda_backend_test.cu). Test support only (header-only, uses GoogleTest).
+// Tolerances: the references sum in double like the kernels, in the same order, so results agree
+// to the last float bit up to FMA contraction (the GPU fuses multiply-adds) and the GPU's expf
+// (≤ 2 ulp): 1e-5 relative (or absolute near 0). Selections (top-k, candidate blocks, router) are
+// compared exactly; their inputs are made on the host, so they are the same bits on both sides.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backends/cuda/device_kernels.h"
+#include "base/numerics.h"
+#include "kernels/cpu/gemm.h"
+#include "model/compressor.h"
+#include "model/engram.h"
+#include "model/indexer.h"
+#include "model/mhc.h"
+#include "model/moe.h"
+#include "model/rmsnorm.h"
+#include "model/rope.h"
+
+namespace dsv41::kernel_checks {
+
+// Device copies through the executor, freed at the end of the check.
+template <class Exec>
+class Dev {
+ public:
+  explicit Dev(Exec& ex) : ex_(ex) {}
+  ~Dev() {
+    for (void* p : owned_) ex_.release(p);
+  }
+  template <typename T>
+  T* up(const std::vector<T>& v) {
+    T* p = static_cast<T*>(ex_.alloc(int64_t(v.size() * sizeof(T))));
+    owned_.push_back(p);
+    ex_.upload(p, v.data(), int64_t(v.size() * sizeof(T)));
+    return p;
+  }
+  template <typename T>
+  T* zeros(int64_t n) {
+    return up(std::vector<T>(static_cast<size_t>(n), T{}));
+  }
+  template <typename T>
+  std::vector<T> down(const T* p, int64_t n) {
+    std::vector<T> v(static_cast<size_t>(n));
+    ex_.download(v.data(), p, n * int64_t(sizeof(T)));
+    return v;
+  }
+  Exec& ex() { return ex_; }
+
+ private:
+  Exec& ex_;
+  std::vector<void*> owned_;
+};
+
+inline std::vector<float> randn(std::mt19937& rng, int64_t n, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                         const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = rel * std::max(1.0, std::fabs(double(want[i])));
+    if (std::isinf(want[i])) {
+      ASSERT_EQ(got[i], want[i]) << what << " at " << i;
+    } else {
+      ASSERT_LE(std::fabs(double(got[i]) - want[i]), tol) << what << " at " << i << ": " << got[i] << " vs " << want[i];
+    }
+  }
+}
+
+constexpr double kRel = 1e-5;
+
+template <class Exec>
+void check_gemm(Exec& ex) {
+  std::mt19937 rng(11);
+  Dev<Exec> dev(ex);
+  const int64_t rows = 5, in = 37, out = 19;
+  const auto x = randn(rng, rows * in), w = randn(rng, out * in);
+  std::vector<uint16_t> wb(w.size());
+  for (size_t i = 0; i < w.size(); ++i) wb[i] = f32_to_bf16(w[i]);
+  std::vector<float> want(rows * out), got;
+  gemm_f32_reference(x.data(), rows, in, w.data(), out, want.data());
+  float* y = dev.template zeros<float>(rows * out);
+  ex.for_each(rows * out, dk::GemmK{dev.up(x), in, {dev.up(w), nullptr}, in, out, y, out});
+  expect_close(dev.down(y, rows * out), want, kRel, "gemm f32");
+  gemm_bf16w_reference(x.data(), rows, in, wb.data(), out, want.data());
+  ex.for_each(rows * out, dk::GemmK{dev.up(x), in, {nullptr, dev.up(wb)}, in, out, y, out});
+  expect_close(dev.down(y, rows * out), want, kRel, "gemm bf16");
+  // Strided rows (a column slice of x, every other row of y): the attention output's groups.
+  const int64_t xs = in + 3, ys = 2 * out;
+  const auto xw = randn(rng, rows * xs);
+  std::vector<float> xc(rows * in);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(xw.data() + r * xs + 3, in, xc.data() + r * in);
+  gemm_f32_reference(xc.data(), rows, in, w.data(), out, want.data());
+  float* y2 = dev.template zeros<float>(rows * ys);
+  ex.for_each(rows * out, dk::GemmK{dev.up(xw) + 3, xs, {dev.up(w), nullptr}, in, out, y2 + out, ys});
+  const auto g2 = dev.down(y2, rows * ys);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < ys; ++o) {
+      if (o < out) {
+        ASSERT_EQ(g2[r * ys + o], 0.0f) << "wrote outside its rows";
+      } else {
+        ASSERT_NEAR(g2[r * ys + o], want[r * out + o - out], kRel * std::max(1.0f, std::fabs(want[r * out + o - out])));
+      }
+    }
+}
+
+template <class Exec>
+void check_rmsnorm_rope(Exec& ex) {
+  std::mt19937 rng(12);
+  Dev<Exec> dev(ex);
+  const int64_t rows = 7, n = 96;
+  const auto x = randn(rng, rows * n, 3.0f), w = randn(rng, n);
+  std::vector<float> want(rows * n);
+  rmsnorm_rows(x.data(), rows, n, w.data(), 1e-6, want.data());
+  float* dx = dev.up(x);
+  ex.for_each(rows, dk::RmsNormK{dx, n, dev.up(w), 1e-6f, dx});  // in place, as the backend does
+  expect_close(dev.down(dx, rows * n), want, kRel, "rmsnorm");
+  // RoPE over 3 heads of 40 channels, rope dim 16, forward and inverse, per-row tables.
+  const int64_t heads = 3, dim = 40;
+  const int rd = 16;
+  const auto v = randn(rng, rows * heads * dim);
+  const auto cs = randn(rng, rows * rd / 2), sn = randn(rng, rows * rd / 2);
+  for (bool inverse : {false, true}) {
+    std::vector<float> ref = v;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < heads; ++h)
+        rope_rotate(ref.data() + (r * heads + h) * dim, dim, rd, cs.data() + r * rd / 2, sn.data() + r * rd / 2, inverse);
+    float* dv = dev.up(v);
+    ex.for_each(rows * heads * rd / 2, dk::RopeK{dv, heads, dim, rd, dev.up(cs), dev.up(sn), 0, inverse});
+    expect_close(dev.down(dv, rows * heads * dim), ref, kRel, inverse ? "rope inverse" : "rope");
+  }
+}
+
+template <class Exec>
+void check_mhc(Exec& ex) {
+  std::mt19937 rng(13);
+  Dev<Exec> dev(ex);
+  MhcShape s;
+  s.hc = 4;
+  s.dim = 24;
+  s.sinkhorn_iters = 20;
+  const int64_t T = 6, flat = s.hc * s.dim, mix = s.mix_width();
+  const auto x = randn(rng, T * flat), fn = randn(rng, mix * flat, 0.1f), base = randn(rng, mix);
+  const std::vector<float> scale = {0.7f, 1.3f, 0.9f};
+  std::vector<float> pre(T * s.hc), post(T * s.hc), comb(T * s.hc * s.hc);
+  mhc_coefficients_reference(s, {fn.data(), base.data(), scale.data()}, x.data(), T, pre.data(), post.data(), comb.data());
+  float* dx = dev.up(x);
+  float* r = dev.template zeros<float>(T);
+  float* m = dev.template zeros<float>(T * mix);
+  float *dpre = dev.template zeros<float>(T * s.hc), *dpost = dev.template zeros<float>(T * s.hc);
+  float* dcomb = dev.template zeros<float>(T * s.hc * s.hc);
+  ex.for_each(T, dk::MhcRsqrtK{dx, flat, s.norm_eps, r});
+  ex.for_each(T * mix, dk::MhcMixK{dx, r, dev.up(fn), flat, mix, m});
+  ex.for_each(T, dk::MhcFinishK{m, dev.up(base), dev.up(scale), s.hc, s.sinkhorn_iters, s.hc_eps, dpre, dpost, dcomb});
+  expect_close(dev.down(dpre, T * s.hc), pre, 1e-4, "mhc pre");
+  expect_close(dev.down(dpost, T * s.hc), post, 1e-4, "mhc post");
+  expect_close(dev.down(dcomb, T * s.hc * s.hc), comb, 1e-4, "mhc comb (Sinkhorn)");
+  // Collapse and expand on the reference's coefficients: the same float operations.
+  std::vector<float> y(T * s.dim), out(T * flat);
+  const auto a = randn(rng, T * s.dim);
+  mhc_collapse_reference(s, x.data(), pre.data(), T, y.data());
+  mhc_expand_reference(s, a.data(), x.data(), post.data(), comb.data(), T, out.data());
+  float* dy = dev.template zeros<float>(T * s.dim);
+  float* dout = dev.template zeros<float>(T * flat);
+  ex.for_each(T * s.dim, dk::MhcCollapseK{dx, dev.up(pre), nullptr, s.hc, s.dim, dy});
+  ex.for_each(T * flat, dk::MhcExpandK{dev.up(a), dx, dev.up(post), dev.up(comb), s.hc, s.dim, dout});
+  expect_close(dev.down(dy, T * s.dim), y, kRel, "mhc collapse");
+  expect_close(dev.down(dout, T * flat), out, kRel, "mhc expand");
+}
+
+template <class Exec>
+void check_pool(Exec& ex) {
+  std::mt19937 rng(14);
+  Dev<Exec> dev(ex);
+  for (int r : {2, 4}) {
+    const int64_t groups = 5, D = 33;
+    const auto a = randn(rng, groups * r * D), b = randn(rng, groups * r * D, 4.0f);
+    std::vector<float> want(groups * D);
+    compressor_pool_reference(a.data(), b.data(), groups, r, D, want.data());
+    float* out = dev.template zeros<float>(groups * D);
+    ex.for_each(groups * D, dk::PoolK{dev.up(a), dev.up(b), r, D, out});
+    expect_close(dev.down(out, groups * D), want, kRel, "compressor pool");
+  }
+}
+
+// Top-k (and candidate blocks) equal to indexer.h's selections: ties, −inf, fewer entries than k.
+template <class Exec>
+void check_selection(Exec& ex) {
+  std::mt19937 rng(15);
+  Dev<Exec> dev(ex);
+  const int64_t rows = 4, G = 203;
+  std::vector<float> v(rows * G);
+  std::uniform_int_distribution<int> coarse(0, 20);
+  for (float& x : v) x = float(coarse(rng)) * 0.25f;  // many ties
+  for (int64_t g = 0; g < G; g += 7) v[g] = -INFINITY;
+  for (int64_t g = 0; g < G; ++g) v[3 * G + g] = g < 150 ? -INFINITY : v[3 * G + g];  // 53 visible
+  for (int k : {4, 64, 256}) {
+    std::vector<int32_t> want(rows * k);
+    for (int64_t r = 0; r < rows; ++r) select_topk(v.data() + r * G, G, k, want.data() + r * k);
+    int32_t* out = dev.template zeros<int32_t>(rows * k);
+    uint8_t* mark = dev.template zeros<uint8_t>(rows * G);
+    const float* dv = dev.up(v);
+    ex.for_each(rows * k, dk::FillK<int32_t>{out, -1});
+    ex.for_each(rows * G, dk::RankMarkK{dv, G, std::min<int64_t>(k, G), mark});
+    ex.for_each(rows * G, dk::RankPlaceK{mark, G, k, out});
+    ASSERT_EQ(dev.down(out, rows * k), want) << "top-k " << k;
+  }
+  // Candidate blocks: block maxima with the newest visible block pinned, top nb of them.
+  const int bs = 16, nb = 5, ratio = 2;
+  const int64_t blocks = (G + bs - 1) / bs, start = 300;
+  std::vector<int32_t> want(rows * nb);
+  for (int64_t r = 0; r < rows; ++r)
+    select_candidate_blocks(v.data() + r * G, G, (start + r + 1) / ratio, bs, nb, want.data() + r * nb);
+  float* bmax = dev.template zeros<float>(rows * blocks);
+  ex.for_each(rows * blocks, dk::BlockMaxK{dev.up(v), G, blocks, start, bs, ratio, bmax});
+  int32_t* out = dev.template zeros<int32_t>(rows * nb);
+  uint8_t* mark = dev.template zeros<uint8_t>(rows * blocks);
+  ex.for_each(rows * nb, dk::FillK<int32_t>{out, -1});
+  ex.for_each(rows * blocks, dk::RankMarkK{bmax, blocks, std::min<int64_t>(nb, blocks), mark});
+  ex.for_each(rows * blocks, dk::RankPlaceK{mark, blocks, nb, out});
+  ASSERT_EQ(dev.down(out, rows * nb), want) << "candidate blocks";
+}
+
+template <class Exec>
+void check_moe(Exec& ex) {
+  std::mt19937 rng(16);
+  Dev<Exec> dev(ex);
+  MoeShape s;
+  s.dim = 40;
+  s.inter = 24;
+  s.shared_inter = 24;
+  s.n_experts = 6;
+  s.top_k = 2;
+  s.routed_scaling_factor = 1.5f;
+  s.swiglu_limit = 1.0f;  // small, so that the clamps act
+  s.gate_temp = 1.3f;
+  const int64_t T = 5;
+  const auto x = randn(rng, T * s.dim), gate = randn(rng, s.n_experts * s.dim, 0.3f), bias = randn(rng, s.n_experts, 0.1f);
+  std::vector<std::vector<float>> w1, w3, w2;
+  for (int e = 0; e <= s.n_experts; ++e) {
+    w1.push_back(randn(rng, s.inter * s.dim, 0.3f));
+    w3.push_back(randn(rng, s.inter * s.dim, 0.3f));
+    w2.push_back(randn(rng, s.dim * s.inter, 0.3f));
+  }
+  for (ScoringFunc scoring : {ScoringFunc::kSqrtSoftplus, ScoringFunc::kSoftmax, ScoringFunc::kSigmoid}) {
+    s.scoring = scoring;
+    MoeWeights w;
+    w.gate = gate.data();
+    w.bias = bias.data();
+    std::vector<dk::ExpertW> table;
+    for (int e = 0; e < s.n_experts; ++e) {
+      w.experts.push_back({w1[e].data(), w3[e].data(), w2[e].data()});
+      table.push_back({{dev.up(w1[e]), nullptr}, {dev.up(w3[e]), nullptr}, {dev.up(w2[e]), nullptr}});
+    }
+    w.shared = {w1[s.n_experts].data(), w3[s.n_experts].data(), w2[s.n_experts].data()};
+    const std::vector<dk::ExpertW> shared = {
+        {{dev.up(w1[s.n_experts]), nullptr}, {dev.up(w3[s.n_experts]), nullptr}, {dev.up(w2[s.n_experts]), nullptr}}};
+    std::vector<float> y(T * s.dim), weights(T * s.top_k);
+    std::vector<int32_t> experts(T * s.top_k);
+    moe_forward_reference(s, w, x.data(), T, nullptr, y.data(), experts.data(), weights.data());
+    const float* dx = dev.up(x);
+    float* logits = dev.template zeros<float>(T * s.n_experts);
+    int32_t* dexp = dev.template zeros<int32_t>(T * s.top_k);
+    float* dw = dev.template zeros<float>(T * s.top_k);
+    ex.for_each(T * s.n_experts, dk::GemmK{dx, s.dim, {dev.up(gate), nullptr}, s.dim, s.n_experts, logits, s.n_experts});
+    ex.for_each(T * s.n_experts, dk::ScaleK{logits, s.gate_temp, true});
+    ex.for_each(T, dk::RouteK{logits, dev.up(bias), s.n_experts, s.top_k, dk::Scoring(int(scoring)), true,
+                              s.routed_scaling_factor, dexp, dw});
+    ASSERT_EQ(dev.down(dexp, T * s.top_k), experts) << "router choices";
+    expect_close(dev.down(dw, T * s.top_k), weights, kRel, "router weights");
+    float* h = dev.template zeros<float>(T * s.top_k * s.inter);
+    float* hs = dev.template zeros<float>(T * s.shared_inter);
+    float* dy = dev.template zeros<float>(T * s.dim);
+    const dk::ExpertW* dt = dev.up(table);
+    const dk::ExpertW* ds = dev.up(shared);
+    ex.for_each(T * s.top_k * s.inter, dk::ExpertUpK{dx, dt, dexp, dw, s.top_k, s.dim, s.inter, s.swiglu_limit, h});
+    ex.for_each(T * s.shared_inter, dk::ExpertUpK{dx, ds, nullptr, nullptr, 1, s.dim, s.shared_inter, s.swiglu_limit, hs});
+    ex.for_each(T * s.dim, dk::ExpertDownK{dt, dexp, s.top_k, s.dim, s.inter, h, ds, s.shared_inter, hs, dy});
+    expect_close(dev.down(dy, T * s.dim), y, kRel, "experts");
+  }
+}
+
+template <class Exec>
+void check_engram(Exec& ex) {
+  std::mt19937 rng(17);
+  Dev<Exec> dev(ex);
+  EngramShape s;
+  s.hc = 4;
+  s.dim = 32;
+  s.columns = 3;
+  s.head_dim = 8;
+  s.eps = 1e-6f;
+  const int64_t T = 4, rows = 50, in = s.columns * s.head_dim, out = (s.hc + 1) * s.dim;
+  const auto table = randn(rng, rows * s.head_dim), wkv = randn(rng, out * in, 0.2f);
+  const auto qw = randn(rng, s.hc * s.dim), kw = randn(rng, s.hc * s.dim), x = randn(rng, T * s.hc * s.dim);
+  std::vector<int64_t> ids(T * s.columns);
+  for (auto& i : ids) i = std::uniform_int_distribution<int64_t>(0, rows - 1)(rng);
+  EngramWeights w;
+  w.table = table.data();
+  w.rows = rows;
+  w.wkv = wkv.data();
+  w.q_weight = qw.data();
+  w.k_weight = kw.data();
+  std::vector<float> want = x, r(T * in);
+  ASSERT_TRUE(engram_forward_reference(s, w, ids.data(), T, want.data()).ok());
+  ASSERT_TRUE(engram_gather_reference(s, w, ids.data(), T, r.data()).ok());
+  float* dx = dev.up(x);
+  float* kv = dev.template zeros<float>(T * out);
+  float* gate = dev.template zeros<float>(T * s.hc);
+  ex.for_each(T * out, dk::GemmK{dev.up(r), in, {dev.up(wkv), nullptr}, in, out, kv, out});
+  ex.for_each(T * s.hc, dk::EngramGateK{dx, kv, dev.up(qw), dev.up(kw), s.hc, s.dim, s.eps, gate});
+  ex.for_each(T * s.hc * s.dim, dk::EngramWriteK{dx, kv, gate, s.hc, s.dim});
+  expect_close(dev.down(dx, T * s.hc * s.dim), want, kRel, "engram");
+}
+
+// Sink attention and indexer scores against float64 loops written from model.md §3.4: window keys
+// cut at a floor, selected entries with −1 slots, a restricted pool.
+template <class Exec>
+void check_attention_and_scores(Exec& ex) {
+  std::mt19937 rng(18);
+  Dev<Exec> dev(ex);
+  const int64_t T = 5, H = 3, D = 16, win = 6, k = 4, G = 30, start = 9, floor = 5;
+  const int64_t first = std::max(floor, start - (win - 1));
+  const int64_t nkeys = start + T - first;
+  const auto keys = randn(rng, nkeys * D), main = randn(rng, G * D), q = randn(rng, T * H * D), sink = randn(rng, H);
+  std::vector<int32_t> topk(T * k);
+  for (int64_t i = 0; i < T; ++i)
+    for (int j = 0; j < k; ++j) topk[i * k + j] = (j == k - 1 && i % 2) ? -1 : int32_t((i * 7 + j * 5) % G);
+  const float scaling = 1.0f / std::sqrt(float(D));
+  std::vector<float> want(T * H * D, 0.0f);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<const float*> rows;
+      const int64_t t = start + i, lo = std::max(floor, t - win + 1);
+      for (int64_t p = lo; p <= t; ++p) rows.push_back(keys.data() + (p - first) * D);
+      for (int j = 0; j < k; ++j)
+        if (topk[i * k + j] >= 0) rows.push_back(main.data() + topk[i * k + j] * D);
+      std::vector<double> l;
+      double m = sink[h];
+      for (const float* r : rows) {
+        double dot = 0;
+        for (int64_t c = 0; c < D; ++c) dot += double(q[(i * H + h) * D + c]) * r[c];
+        l.push_back(dot * scaling);
+        m = std::max(m, l.back());
+      }
+      double den = std::exp(sink[h] - m);
+      for (double& v : l) den += (v = std::exp(v - m));
+      for (int64_t c = 0; c < D; ++c) {
+        double o = 0;
+        for (size_t j = 0; j < rows.size(); ++j) o += l[j] / den * rows[j][c];
+        want[(i * H + h) * D + c] = float(o);
+      }
+    }
+  const int64_t L = win + k;
+  dk::AttnGeom g{T, H, D, L, start, win, floor, first, k, dev.up(keys), dev.up(main), dev.up(topk)};
+  float* logits = dev.template zeros<float>(T * H * L);
+  float* o = dev.template zeros<float>(T * H * D);
+  ex.for_each(T * H * L, dk::AttnLogitsK{g, dev.up(q), scaling, logits});
+  ex.for_each(T * H, dk::AttnSoftmaxK{g, dev.up(sink), logits});
+  ex.for_each(T * H * D, dk::AttnValuesK{g, logits, o});
+  expect_close(dev.down(o, T * H * D), want, 1e-5, "sink attention");
+
+  // Indexer scores: ratio 2, 3 heads × 16, a pool of 2 blocks of 8 for some rows.
+  const int64_t nh = 3, dh = 16;
+  const int ratio = 2, nb = 2, bs = 8;
+  const auto iq = randn(rng, T * nh * dh), hw = randn(rng, T * nh), ik = randn(rng, G * dh);
+  std::vector<int32_t> kept = {0, 2, 1, -1, 3, 0, -1, -1, 2, 3};
+  const int64_t istart = 50;  // visible: (t+1)/2 = 25 … 27 of 30
+  for (bool pool : {false, true}) {
+    std::vector<float> ref(T * G);
+    for (int64_t r = 0; r < T; ++r)
+      for (int64_t gi = 0; gi < G; ++gi) {
+        bool in = gi < (istart + r + 1) / ratio;
+        if (pool) in = in && std::count(kept.begin() + r * nb, kept.begin() + (r + 1) * nb, int32_t(gi / bs)) > 0;
+        double total = 0;
+        for (int64_t h = 0; h < nh; ++h) {
+          double dot = 0;
+          for (int64_t c = 0; c < dh; ++c) dot += double(iq[(r * nh + h) * dh + c]) * ik[gi * dh + c];
+          total += std::max(dot, 0.0) / std::sqrt(double(dh)) * hw[r * nh + h];
+        }
+        ref[r * G + gi] = in ? float(total) : -INFINITY;
+      }
+    float* sc = dev.template zeros<float>(T * G);
+    ex.for_each(T * G, dk::IndexScoreK{dev.up(iq), dev.up(hw), dev.up(ik), G, nh, dh, istart, ratio,
+                                       float(1.0 / std::sqrt(double(dh))), pool ? dev.up(kept) : nullptr, nb, bs, sc});
+    expect_close(dev.down(sc, T * G), ref, 1e-5, pool ? "indexer scores in a pool" : "indexer scores");
+  }
+}
+
+}  // namespace dsv41::kernel_checks

@@ -1,0 +1,133 @@
+// Device kernel bodies of the MoE: router (scores, biased top-k, weights) and the routed and
+// shared SwiGLU experts (moe.cpp's reference). See device_kernels_common.h.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "backends/cuda/device_kernels_common.h"
+
+namespace dsv41::dk {
+
+// ---- MoE (moe.cpp reference) ------------------------------------------------------------------
+enum class Scoring : int { kSqrtSoftplus = 0, kSoftmax = 1, kSigmoid = 2 };
+
+// Scores, biased top-k and weights of one token (moe.cpp select()). s: [T, E] logits / gate_temp,
+// turned into scores in place.
+struct RouteK {
+  float* s;
+  const float* bias;
+  int E, k;
+  Scoring scoring;
+  bool norm;
+  float scaling;
+  int32_t* experts;
+  float* weights;
+  DSV41_HD void operator()(int64_t t) const {
+    float* st = s + t * E;
+    if (scoring == Scoring::kSqrtSoftplus) {
+      for (int i = 0; i < E; ++i) st[i] = sqrtf(st[i] > 20.0f ? st[i] : log1pf(expf(st[i])));
+    } else if (scoring == Scoring::kSigmoid) {
+      for (int i = 0; i < E; ++i) st[i] = 1.0f / (1.0f + expf(-st[i]));
+    } else {
+      float mx = st[0];
+      for (int i = 1; i < E; ++i) mx = st[i] > mx ? st[i] : mx;
+      double sum = 0;
+      for (int i = 0; i < E; ++i) sum += exp(double(st[i]) - mx);
+      for (int i = 0; i < E; ++i) st[i] = float(exp(double(st[i]) - mx) / sum);
+    }
+    int32_t* ex = experts + t * k;
+    float* wt = weights + t * k;
+    float sum = 0;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      float bv = 0;
+      for (int i = 0; i < E; ++i) {
+        bool taken = false;
+        for (int q = 0; q < j; ++q) taken = taken || ex[q] == i;
+        if (taken) continue;
+        const float v = st[i] + (bias ? bias[i] : 0.0f);
+        // larger first, NaN last, ties → lower index (i ascending: the first seen stays)
+        const bool better = best < 0 || (is_nan(bv) && !is_nan(v)) || (!is_nan(v) && !is_nan(bv) && v > bv);
+        if (better) {
+          best = i;
+          bv = v;
+        }
+      }
+      ex[j] = best;
+      wt[j] = st[best];
+      sum += wt[j];
+    }
+    if (norm && k > 1)
+      for (int j = 0; j < k; ++j) wt[j] /= (sum + 1e-20f);
+    for (int j = 0; j < k; ++j) wt[j] *= scaling;
+  }
+};
+
+struct ExpertW {
+  DevWeight w1, w3, w2;
+};
+
+// h[t, j, o] = weight · SiLU(min(g, lim)) · clamp(u, ±lim) for expert experts[t, j] (j < k), or
+// the shared expert (experts null, weight 1).
+struct ExpertUpK {
+  const float* x;
+  const ExpertW* table;  // [E] routed, or [1] shared
+  const int32_t* experts;
+  const float* weights;
+  int k;
+  int64_t d, inter;
+  float lim;
+  float* h;
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t o = id % inter, tj = id / inter, t = tj / k;
+    const ExpertW& e = table[experts ? experts[tj] : 0];
+    const float* xt = x + t * d;
+    double ga = 0, ua = 0;
+    for (int64_t c = 0; c < d; ++c) {
+      ga += double(e.w1.at(o * d + c)) * xt[c];
+      ua += double(e.w3.at(o * d + c)) * xt[c];
+    }
+    float g = float(ga), u = float(ua);
+    if (lim > 0) {
+      u = fminf(fmaxf(u, -lim), lim);
+      g = fminf(g, lim);
+    }
+    const float w = experts ? weights[tj] : 1.0f;
+    h[id] = w * ((g / (1.0f + expf(-g))) * u);
+  }
+};
+
+// y[t, c] = Σ_j W2_{e_j}[c] · h[t, j] then + W2_shared[c] · hs[t] (each sum rounded to float
+// before it is added, as expert_reference does).
+struct ExpertDownK {
+  const ExpertW* table;
+  const int32_t* experts;
+  int k;
+  int64_t d, inter;
+  const float* h;
+  const ExpertW* shared;  // or null
+  int64_t shared_inter;
+  const float* hs;
+  float* y;
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t t = id / d, c = id % d;
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const ExpertW& e = table[experts[t * k + j]];
+      const float* hj = h + (t * k + j) * inter;
+      double s = 0;
+      for (int64_t o = 0; o < inter; ++o) s += double(e.w2.at(c * inter + o)) * hj[o];
+      acc += float(s);
+    }
+    if (shared) {
+      double s = 0;
+      for (int64_t o = 0; o < shared_inter; ++o) s += double(shared->w2.at(c * shared_inter + o)) * hs[t * shared_inter + o];
+      acc += float(s);
+    }
+    y[id] = acc;
+  }
+};
+
+}  // namespace dsv41::dk

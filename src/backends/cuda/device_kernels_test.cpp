@@ -1,0 +1,47 @@
+// Every device kernel body against the CPU references, run on the CPU by HostExec (the checks are
+// in device_kernels_check.h; cuda_backend_test.cu runs the same checks on a GPU).
+#include <gtest/gtest.h>
+
+#include "backends/cuda/device_kernels_check.h"
+#include "backends/cuda/host_exec.h"
+
+namespace dsv41 {
+namespace {
+
+namespace kc = kernel_checks;
+
+TEST(DeviceKernelsHost, Gemm) {
+  HostExec ex;
+  kc::check_gemm(ex);
+}
+TEST(DeviceKernelsHost, RmsNormAndRope) {
+  HostExec ex;
+  kc::check_rmsnorm_rope(ex);
+}
+TEST(DeviceKernelsHost, MhcWithSinkhorn) {
+  HostExec ex;
+  kc::check_mhc(ex);
+}
+TEST(DeviceKernelsHost, CompressorPool) {
+  HostExec ex;
+  kc::check_pool(ex);
+}
+TEST(DeviceKernelsHost, TopkAndCandidateBlocks) {
+  HostExec ex;
+  kc::check_selection(ex);
+}
+TEST(DeviceKernelsHost, RouterAndExperts) {
+  HostExec ex;
+  kc::check_moe(ex);
+}
+TEST(DeviceKernelsHost, Engram) {
+  HostExec ex;
+  kc::check_engram(ex);
+}
+TEST(DeviceKernelsHost, SinkAttentionAndIndexerScores) {
+  HostExec ex;
+  kc::check_attention_and_scores(ex);
+}
+
+}  // namespace
+}  // namespace dsv41

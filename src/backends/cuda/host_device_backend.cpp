@@ -1,0 +1,15 @@
+// DeviceBackend instantiated over HostExec (see host_device_backend.h).
+#include "backends/cuda/host_device_backend.h"
+
+#include "backends/cuda/device_backend_impl.h"
+#include "backends/cuda/host_exec.h"
+
+namespace dsv41 {
+
+template class DeviceBackend<HostExec>;
+
+std::unique_ptr<Backend> make_host_device_backend(const Model& model) {
+  return std::make_unique<DeviceBackend<HostExec>>(model);
+}
+
+}  // namespace dsv41

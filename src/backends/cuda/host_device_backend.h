@@ -1,0 +1,16 @@
+// The device backend run by HostExec: the GPU backend's data flow and kernel bodies executed on
+// the CPU, one index at a time (device_backend.h). For tests on machines without a GPU and for
+// `--backend device-emulation` in the CLI; far slower than the CPU backend, never a fast path.
+#pragma once
+
+#include <memory>
+
+#include "engine/backend.h"
+#include "model/model.h"
+
+namespace dsv41 {
+
+// The model is borrowed and must outlive the backend.
+std::unique_ptr<Backend> make_host_device_backend(const Model& model);
+
+}  // namespace dsv41

@@ -1,0 +1,35 @@
+// HostExec: the device backend's executor on the CPU. "Device" memory is host memory and a
+// launch is a loop over the indices, running the same kernel bodies (device_kernels.h) that
+// CudaExec runs on the GPU. It exists so that the device backend's whole data flow and every
+// kernel body are tested against the CPU engine on machines without a GPU (device_backend_test);
+// it is not a fast path (one index at a time, one thread).
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "base/status.h"
+
+namespace dsv41 {
+
+class HostExec {
+ public:
+  std::string name() const { return "host (device-backend emulation)"; }
+  Status status() const { return ok_status(); }
+  void* alloc(int64_t bytes) { return std::malloc(static_cast<size_t>(bytes > 0 ? bytes : 1)); }
+  void release(void* p) { std::free(p); }
+  void upload(void* dst, const void* src, int64_t bytes) {
+    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+  void download(void* dst, const void* src, int64_t bytes) { upload(dst, src, bytes); }
+  void copy(void* dst, const void* src, int64_t bytes) { upload(dst, src, bytes); }
+  template <class F>
+  void for_each(int64_t n, const F& f) {
+    for (int64_t i = 0; i < n; ++i) f(i);
+  }
+  void sync() {}
+};
+
+}  // namespace dsv41

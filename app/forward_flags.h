@@ -23,6 +23,8 @@ struct ForwardFlags {
   std::string dump_out = "dump.safetensors";
   bool scalar = false;
   int threads = 0;
+  std::string weights;
+  std::string isa;
 
   void add_to(CLI::App& cli) {
     depth_option = cli.add_option("--depth", depth_name,
@@ -34,6 +36,8 @@ struct ForwardFlags {
                  "run the mHC, Engram and compressor scalar references, not their fast paths "
                  "(as DSV41_FORCE_SCALAR=1 does)");
     cli.add_option("--threads", threads, "threads of the model's pool, this one included (0 = all cores)");
+    cli.add_option("--weights", weights, "FP8/FP4 matrices: stored (default: read in place) | widened (at load; A/B)");
+    cli.add_option("--isa", isa, "highest ISA of the matrix products: auto (default) | avx512 | avx2 | scalar");
   }
 
   // After parsing: the model options (the environment's, then --scalar and --threads).
@@ -42,6 +46,10 @@ struct ForwardFlags {
     ModelLoadOptions o = load_options_from_env();
     if (scalar) o.force_scalar = true;
     o.threads = threads;
+    if (!weights.empty() && !parse_weight_holding(weights.c_str(), &o.weights))
+      return invalid_argument("--weights must be stored or widened, got '" + weights + "'");
+    if (!isa.empty() && !parse_cpu_isa(isa, &o.isa))
+      return invalid_argument("--isa must be auto, avx512, avx2 or scalar, got '" + isa + "'");
     return o;
   }
 

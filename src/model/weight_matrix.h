@@ -1,10 +1,10 @@
-// A weight matrix held as float32 or, when every value is exactly a bfloat16, as bfloat16 bits:
-// the same values in half the bytes, which is what memory-bound decode reads per token
-// (docs/BENCHMARKS.md, "The memory-bandwidth roofline"). Numeric policy (model.h): the values
-// are the exact float32 widening of the stored weight either way, and gemm_bf16w sums in the
-// same order as gemm_f32 (kernels/cpu/gemm.h) with an exact widening, so the products are
+// A weight matrix held as the checkpoint's own FP8 / FP4 bytes (a view into the mapping, issue 13),
+// as float32, or, when every value is exactly a bfloat16, as bfloat16 bits: fewer bytes per token
+// for memory-bound decode (docs/BENCHMARKS.md). Numeric policy (model.h): the values are the exact
+// float32 widening of the stored weight every way; gemm_bf16w and gemm_quant widen in registers
+// and sum in gemm_f32's order (kernels/cpu/gemm.h, gemm_quant.h), so the products are
 // bit-identical to those on the float32 copy.
-// Owns: its f32 or bf16 storage. WeightRef is a borrowed view of either.
+// Owns: its f32 or bf16 storage (a stored view borrows the registry's mapping). WeightRef: a view.
 #pragma once
 
 #include <cstdint>

@@ -27,7 +27,8 @@ MoeWeights LayerWeights::moe() const {
 }
 
 EngramWeights LayerWeights::engram() const {
-  EngramWeights w{engram_table.empty() ? nullptr : engram_table.data(), engram_rows, engram_wkv.data(),
+  EngramWeights w{engram_table.empty() ? nullptr : engram_table.data(), engram_rows,
+                  weight_ref(engram_wkv, {}, engram_wkv_quant),
                   engram_q_weight.data(), engram_k_weight.data()};
   if (engram_table.empty() && engram_stored) {
     w.stored = &*engram_stored;
@@ -180,7 +181,8 @@ Model::MatrixBytes Model::matrix_bytes() const {
       b.f32 += int64_t(f->size() * sizeof(float));
     for (const std::vector<uint16_t>* h : {&a.bf16.wq_a, &a.bf16.wq_b, &a.bf16.wkv, &a.bf16.wo_a, &a.bf16.wo_b})
       b.bf16 += int64_t(h->size() * sizeof(uint16_t));
-    for (const QuantWeights* q : {&a.quant_wq_a, &a.quant_wq_b, &a.quant_wkv, &a.quant_wo_a, &a.quant_wo_b})
+    for (const QuantWeights* q : {&a.quant_wq_a, &a.quant_wq_b, &a.quant_wkv, &a.quant_wo_a, &a.quant_wo_b,
+                                  &a.quant_indexer_wq_b, &L.engram_wkv_quant})
       b.stored += quant(*q);
   }
   return b;
@@ -210,7 +212,7 @@ Model::HeldBytes Model::held_bytes() const {
     for (const std::vector<uint16_t>* h : {&a.bf16.wq_a, &a.bf16.wq_b, &a.bf16.wkv, &a.bf16.wo_a, &a.bf16.wo_b})
       b.dense += h16(*h);
     for (const QuantWeights* q : {&a.quant_wq_a, &a.quant_wq_b, &a.quant_wkv, &a.quant_wo_a, &a.quant_wo_b,
-                                  &a.quant_indexer_wq_b})
+                                  &a.quant_indexer_wq_b, &L.engram_wkv_quant})
       b.dense += stored_bytes(*q);
     b.dense += L.shared.w1.bytes() + L.shared.w3.bytes() + L.shared.w2.bytes();
     for (const ExpertStore& e : L.experts) {
@@ -294,8 +296,14 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
         L.engram_stored_scale = scale;
       }
       L.engram_rows = rows;
-      DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "engram.wkv.weight"),
-                                       (hc + 1) * d * engram_.columns * engram_.head_dim, L.engram_wkv));
+      {
+        const std::string wkv = lname(i, "engram.wkv.weight");
+        const int64_t numel = (hc + 1) * d * engram_.columns * engram_.head_dim;
+        WeightMatrix m;
+        DSV41_RETURN_IF_ERROR(load_matrix(reg, wkv, numel, false, stored, m));
+        L.engram_wkv = std::move(m.f32);
+        L.engram_wkv_quant = m.quant;
+      }
       DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "engram.q_weight"), hc * d, L.engram_q_weight));
       DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "engram.k_weight"), hc * d, L.engram_k_weight));
     }

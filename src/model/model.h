@@ -72,7 +72,8 @@ struct LayerWeights {
   std::optional<TensorView> engram_stored;           // the stored table when engram_table is empty
   const TensorView* engram_stored_scale = nullptr;  // its scale companion (owned by the registry)
   int64_t engram_rows = 0;
-  std::vector<float> engram_wkv;                         // [(hc+1)·d, cols·head_dim]
+  std::vector<float> engram_wkv;                         // [(hc+1)·d, cols·head_dim] (empty when stored)
+  QuantWeights engram_wkv_quant;                         // the stored FP8 view, or codes null
   std::vector<float> engram_q_weight, engram_k_weight;  // [hc, d]
 
   MhcWeights mhc_attn() const { return {hc_attn_fn.data(), hc_attn_base.data(), hc_attn_scale.data()}; }
@@ -111,8 +112,8 @@ struct ModelLoadOptions {
   // way (weight_matrix.h), only the bytes read per token halve (the app sets it from
   // DSV41_F32_WEIGHTS=1, for A/B runs). Random models are float32 anyway.
   bool f32_weights = false;
-  // FP8 / FP4 matrices (attention projections, indexer wq_b, shared and routed experts, and the
-  // head when stored so) as stored or widened; anything else is widened either way. Random models
+  // FP8 / FP4 matrices (attention projections, indexer wq_b, Engram wkv, shared and routed
+  // experts, and the head when stored so) as stored or widened; anything else is widened either way. Random models
   // (create_random) are float32 whatever this says. App: --weights stored|widened.
   WeightHolding weights = WeightHolding::kStored;
   // Threads of the model's own pool, the caller included: 0 = hardware concurrency, 1 = no

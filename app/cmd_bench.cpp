@@ -58,9 +58,10 @@ int bench_main(int argc, char** argv) {
       ->check(in_range<int64_t>(0, int64_t{1} << 20));
   cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)")->check(in_range(1, 1000));
   cli.add_flag("--json", json, "print the results as one JSON object");
-  std::string isa_name;
+  std::string isa_name, weights_name;
   int pool_threads = 0;
-  cli.add_option("--isa", isa_name, "highest ISA of the matrix products: auto (default) | avx512 | avx2 | portable "
+  cli.add_option("--weights", weights_name, "FP8/FP4 matrices: stored (default: read in place) | widened (at load; A/B)");
+  cli.add_option("--isa", isa_name, "highest ISA of the matrix products: auto (default) | avx512 | avx2 | scalar (= portable) "
                  "(same results, for A/B runs; overrides DSV41_ISA)");
   cli.add_option("--threads", pool_threads, "threads of the model's pool, this one included (0 = all cores)")
       ->check(in_range(0, 4096));
@@ -104,7 +105,9 @@ int bench_main(int argc, char** argv) {
   ModelLoadOptions load = load_options_from_env();
   load.threads = pool_threads;
   if (!isa_name.empty() && !parse_cpu_isa(isa_name, &load.isa))
-    return fail(invalid_argument("--isa must be auto, avx512, avx2 or portable, got '" + isa_name + "'"));
+    return fail(invalid_argument("--isa must be auto, avx512, avx2 or scalar (portable), got '" + isa_name + "'"));
+  if (!weights_name.empty() && !parse_weight_holding(weights_name.c_str(), &load.weights))
+    return fail(invalid_argument("--weights must be stored or widened, got '" + weights_name + "'"));
   if (membw_mib < 0 || membw_mib == 1)
     return fail(invalid_argument("--membw-mib must be 0 (skip) or ≥ 2, got " + std::to_string(membw_mib)));
   if (membw_mib > 0 && membw_passes < 1)
@@ -235,6 +238,11 @@ int bench_main(int argc, char** argv) {
   if (membw_mib > 0)
     j["read_bandwidth"] = {{"buffer_bytes", bw.buffer_bytes}, {"avx2", bw.avx2}, {"threads", bw.threads},
                            {"end_one_thread", bw.one_thread}, {"end_all_threads", bw.all_threads}, {"best", best_bw}};
+  // What this load reads per decoded token: the stored bytes, or the float32 widening (bf16-held
+  // matrices read half of that; engine_bytes is the upper bound).
+  const double weight_bytes = load.weights == WeightHolding::kStored ? traffic->stored_bytes : traffic->engine_bytes;
+  j["weights"] = load.weights == WeightHolding::kStored ? "stored" : "widened";
+  j["isa"] = cpu_isa_name(ex.gemm_isa());
   j["points"] = nlohmann::json::array();
   for (const SpeedPoint& p : *points) {
     nlohmann::json q = {{"context", p.context},
@@ -262,6 +270,12 @@ int bench_main(int argc, char** argv) {
                                 {"full_depth_token_layers", r.work.full_depth}});
     if (membw_mib > 0) {
       q["read_bandwidth_at_decode"] = decode_bw[p.context];
+      q["read_bandwidth_gbs"] = decode_bw[p.context] / 1e9;
+      q["decode_tok_s"] = p.decode_tokens_per_s();
+      q["weight_bytes_per_token"] = weight_bytes;
+      q["decode_gbs"] = p.decode_tokens_per_s() * bytes_per_token(weight_bytes, p) / 1e9;
+      q["decode_fraction_of_read_bandwidth"] =
+          decode_bw[p.context] > 0 ? p.decode_tokens_per_s() * bytes_per_token(weight_bytes, p) / decode_bw[p.context] : 0.0;
       q["floor_f32_tokens_per_s"] = floor_tok_s(traffic->engine_bytes, p);
       q["floor_stored_tokens_per_s"] = floor_tok_s(traffic->stored_bytes, p);
     }

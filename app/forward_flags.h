@@ -25,6 +25,8 @@ struct ForwardFlags {
   bool scalar = false;
   int threads = 0;
   std::string backend = "cpu";
+  std::string weights;
+  std::string isa;
 
   void add_to(CLI::App& cli) {
     depth_option = cli.add_option("--depth", depth_name,
@@ -40,6 +42,8 @@ struct ForwardFlags {
                    "what computes the forward: cpu (default), cuda (the first CUDA GPU; builds with CUDA only) or "
                    "device-emulation (the CUDA backend's kernels run on the CPU, slow; for checks); "
                    "app/backend_choice.h");
+    cli.add_option("--weights", weights, "FP8/FP4 matrices: stored (default: read in place) | widened (at load; A/B)");
+    cli.add_option("--isa", isa, "highest ISA of the matrix products: auto (default) | avx512 | avx2 | scalar");
   }
 
   // After parsing: the model options (the environment's, then --scalar and --threads).
@@ -48,6 +52,10 @@ struct ForwardFlags {
     ModelLoadOptions o = load_options_from_env();
     if (scalar) o.force_scalar = true;
     o.threads = threads;
+    if (!weights.empty() && !parse_weight_holding(weights.c_str(), &o.weights))
+      return invalid_argument("--weights must be stored or widened, got '" + weights + "'");
+    if (!isa.empty() && !parse_cpu_isa(isa, &o.isa))
+      return invalid_argument("--isa must be auto, avx512, avx2 or scalar, got '" + isa + "'");
     return o;
   }
 

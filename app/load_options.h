@@ -5,6 +5,8 @@
 //   DSV41_ISA=avx2|avx512|portable|auto  the highest ISA of the matrix products
 //                         (ModelLoadOptions::isa; same bits on each, for A/B runs); an unknown
 //                         value is named on stderr and ignored
+//   DSV41_WEIGHTS=stored|widened  FP8 / FP4 matrices read as stored (default) or widened at load
+//                         (ModelLoadOptions::weights; same bits, for A/B runs)
 // Any value other than empty or "0" turns a switch on.
 #pragma once
 
@@ -21,12 +23,21 @@ inline bool env_switch(const char* name) {
   return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
 }
 
+inline bool parse_weight_holding(const char* name, WeightHolding* out) {
+  if (std::strcmp(name, "stored") == 0) *out = WeightHolding::kStored;
+  else if (std::strcmp(name, "widened") == 0) *out = WeightHolding::kWidened;
+  else return false;
+  return true;
+}
+
 inline ModelLoadOptions load_options_from_env() {
   ModelLoadOptions o;
   o.force_scalar = env_switch("DSV41_FORCE_SCALAR");
   o.f32_weights = env_switch("DSV41_F32_WEIGHTS");
   if (const char* isa = std::getenv("DSV41_ISA"); isa != nullptr && *isa != '\0' && !parse_cpu_isa(isa, &o.isa))
     std::fprintf(stderr, "dsv41: ignoring DSV41_ISA=%s (expected avx2, avx512, portable or auto)\n", isa);
+  if (const char* w = std::getenv("DSV41_WEIGHTS"); w != nullptr && *w != '\0' && !parse_weight_holding(w, &o.weights))
+    std::fprintf(stderr, "dsv41: ignoring DSV41_WEIGHTS=%s (expected stored or widened)\n", w);
   return o;
 }
 

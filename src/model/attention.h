@@ -38,6 +38,7 @@
 #include "format/config.h"
 #include "kernels/cpu/cpu_exec.h"
 #include "plan/layer_plan.h"
+#include "model/weight_matrix.h"
 #include "model/rope.h"
 
 namespace dsv41 {
@@ -72,6 +73,10 @@ struct AttentionWeights {
   struct Bf16Projections {
     std::vector<uint16_t> wq_a, wq_b, wkv, wo_a, wo_b;
   } bf16;
+  // Or, with ModelLoadOptions::weights == kStored, the checkpoint's own FP8 bytes (weight_matrix.h):
+  // a view set here (codes != null) replaces the float32 vector above, which stays empty; the
+  // indexer's wq_b too.
+  QuantWeights quant_wq_a, quant_wq_b, quant_wkv, quant_wo_a, quant_wo_b, quant_indexer_wq_b;
 };
 
 // The attention tensors of a layer: release-name suffix (after "layers.<i>.attn."), the field
@@ -80,6 +85,7 @@ struct AttentionTensor {
   const char* name;
   std::vector<float> AttentionWeights::*field;
   int64_t size;
+  QuantWeights AttentionWeights::*quant = nullptr;  // where a stored FP8 view may go instead
 };
 std::vector<AttentionTensor> attention_tensors(const ModelConfig& config, const LayerInfo& layer);
 
@@ -87,9 +93,11 @@ std::vector<AttentionTensor> attention_tensors(const ModelConfig& config, const 
 // that no unexpected one is; the message names the tensor (release name) and both sizes.
 Status check_attention_weights(const AttentionWeights& w, const ModelConfig& config, const LayerInfo& layer);
 
-// Loads `layers.<i>.attn.*` from the registry (either naming scheme), dequantised to float32.
+// Loads `layers.<i>.attn.*` from the registry (either naming scheme), dequantised to float32, or,
+// when `stored`, the FP8 projections as views into the mapping (never widened; the registry must
+// outlive the weights).
 Result<AttentionWeights> load_attention_weights(const WeightRegistry& registry, const ModelConfig& config,
-                                                const LayerInfo& layer);
+                                                const LayerInfo& layer, bool stored = false);
 
 // State shared between the layers of ONE forward call (one chunk through all layers). Full layers
 // publish, Reindex layers re-score, Reuse layers read. Call begin_forward() before layer 0.

@@ -43,9 +43,9 @@ void attention_query(const CpuExec& ex, const ModelConfig& config, const Attenti
   const int64_t hidden = config.hidden_size, H = config.num_attention_heads, D = config.head_dim;
   const int64_t ql = config.q_lora_rank;
   const int rd = static_cast<int>(rope.half * 2);
-  matmul(ex, x, n, hidden, weight_ref(w.wq_a, w.bf16.wq_a), ql, c);
+  matmul(ex, x, n, hidden, weight_ref(w.wq_a, w.bf16.wq_a, w.quant_wq_a), ql, c);
   rmsnorm_rows(c, n, ql, w.q_norm.data(), config.rms_norm_eps, c);
-  matmul(ex, c, n, ql, weight_ref(w.wq_b, w.bf16.wq_b), H * D, q);
+  matmul(ex, c, n, ql, weight_ref(w.wq_b, w.bf16.wq_b, w.quant_wq_b), H * D, q);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t h = 0; h < H; ++h) rope_rotate(q + (i * H + h) * D, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), false);
 }
@@ -54,7 +54,7 @@ void attention_window_kv(const CpuExec& ex, const ModelConfig& config, const Att
                          int64_t n, float* kv, int64_t rope_row0) {
   const int64_t hidden = config.hidden_size, D = config.head_dim;
   const int rd = static_cast<int>(rope.half * 2);
-  matmul(ex, x, n, hidden, weight_ref(w.wkv, w.bf16.wkv), D, kv);
+  matmul(ex, x, n, hidden, weight_ref(w.wkv, w.bf16.wkv, w.quant_wkv), D, kv);
   rmsnorm_rows(kv, n, D, w.kv_norm.data(), config.rms_norm_eps, kv);
   for (int64_t i = 0; i < n; ++i) {
     rope_rotate(kv + i * D, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), false);
@@ -264,11 +264,11 @@ void attention_output(const CpuExec& ex, const ModelConfig& config, const Attent
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t i = 0; i < n; ++i)
       std::copy(o + i * H * D + g * group_in, o + i * H * D + (g + 1) * group_in, gin.begin() + i * group_in);
-    matmul(ex, gin.data(), n, group_in, weight_ref(w.wo_a, w.bf16.wo_a).offset(g * olr * group_in), olr, gout.data());
+    matmul(ex, gin.data(), n, group_in, weight_ref(w.wo_a, w.bf16.wo_a, w.quant_wo_a).offset(g * olr * group_in), olr, gout.data());
     for (int64_t i = 0; i < n; ++i)
       std::copy(gout.begin() + i * olr, gout.begin() + (i + 1) * olr, mid.begin() + i * groups * olr + g * olr);
   }
-  matmul(ex, mid.data(), n, groups * olr, weight_ref(w.wo_b, w.bf16.wo_b), hidden, out);
+  matmul(ex, mid.data(), n, groups * olr, weight_ref(w.wo_b, w.bf16.wo_b, w.quant_wo_b), hidden, out);
 }
 
 }  // namespace dsv41

@@ -14,20 +14,20 @@ std::vector<AttentionTensor> attention_tensors(const ModelConfig& c, const Layer
   const bool index = full || layer.role == LayerRole::kReindex;
   const int64_t ih = c.index_n_heads, id = c.index_head_dim;
   return {
-      {"wq_a.weight", &AttentionWeights::wq_a, ql * hidden},
+      {"wq_a.weight", &AttentionWeights::wq_a, ql * hidden, &AttentionWeights::quant_wq_a},
       {"q_norm.weight", &AttentionWeights::q_norm, ql},
-      {"wq_b.weight", &AttentionWeights::wq_b, H * D * ql},
-      {"wkv.weight", &AttentionWeights::wkv, D * hidden},
+      {"wq_b.weight", &AttentionWeights::wq_b, H * D * ql, &AttentionWeights::quant_wq_b},
+      {"wkv.weight", &AttentionWeights::wkv, D * hidden, &AttentionWeights::quant_wkv},
       {"kv_norm.weight", &AttentionWeights::kv_norm, D},
-      {"wo_a.weight", &AttentionWeights::wo_a, G * olr * (G > 0 ? H * D / G : 0)},
-      {"wo_b.weight", &AttentionWeights::wo_b, hidden * G * olr},
+      {"wo_a.weight", &AttentionWeights::wo_a, G * olr * (G > 0 ? H * D / G : 0), &AttentionWeights::quant_wo_a},
+      {"wo_b.weight", &AttentionWeights::wo_b, hidden * G * olr, &AttentionWeights::quant_wo_b},
       {"attn_sink", &AttentionWeights::attn_sink, H},
       {"compressor.wkv.weight", &AttentionWeights::compressor_wkv, full ? D * hidden : 0},
       {"compressor.wgate.weight", &AttentionWeights::compressor_wgate, full && layer.ratio > 1 ? D * hidden : 0},
       {"compressor.norm.weight", &AttentionWeights::compressor_norm, full ? D : 0},
       {"indexer.wk.weight", &AttentionWeights::indexer_wk, full ? id * D : 0},
       {"indexer.k_norm.weight", &AttentionWeights::indexer_k_norm, full ? id : 0},
-      {"indexer.wq_b.weight", &AttentionWeights::indexer_wq_b, index ? ih * id * ql : 0},
+      {"indexer.wq_b.weight", &AttentionWeights::indexer_wq_b, index ? ih * id * ql : 0, &AttentionWeights::quant_indexer_wq_b},
       {"indexer.weights_proj.weight", &AttentionWeights::indexer_weights_proj, index ? ih * hidden : 0},
   };
 }
@@ -66,7 +66,8 @@ Status check_attention_weights(const AttentionWeights& w, const ModelConfig& con
   if (layer.candidate_source && (config.candidate_block_size < 1 || config.candidate_topk_blocks < 1))
     return invalid_argument(config.source + ": candidate_block_size and candidate_topk_blocks must be ≥ 1");
   for (const AttentionTensor& e : attention_tensors(config, layer)) {
-    const int64_t have = static_cast<int64_t>((w.*e.field).size());
+    const QuantWeights* q = e.quant ? &(w.*e.quant) : nullptr;
+    const int64_t have = q && q->codes ? q->rows * q->in : static_cast<int64_t>((w.*e.field).size());
     if (have != e.size) {
       if (e.size == 0)
         return invalid_argument("tensor '" + tensor_name(layer, e.name) + "' is present but a " +
@@ -80,12 +81,20 @@ Status check_attention_weights(const AttentionWeights& w, const ModelConfig& con
 }
 
 Result<AttentionWeights> load_attention_weights(const WeightRegistry& registry, const ModelConfig& config,
-                                                const LayerInfo& layer) {
+                                                const LayerInfo& layer, bool stored) {
   AttentionWeights w;
   w.layer = layer.index;
   for (const AttentionTensor& e : attention_tensors(config, layer)) {
     if (e.size == 0) continue;  // not part of this role (the registry's check reports strays)
     const std::string name = tensor_name(layer, e.name);
+    if (stored && e.quant) {
+      DSV41_ASSIGN_OR_RETURN(TensorView raw, registry.raw(name));
+      DSV41_ASSIGN_OR_RETURN(std::optional<QuantWeights> q, stored_quant_view(raw, registry.scale_of(name), nullptr));
+      if (q) {
+        w.*e.quant = *q;
+        continue;  // check_attention_weights below checks its size
+      }
+    }
     Result<FloatTensor> t = registry.load_f32(name);
     if (!t.ok()) return t.status().with_context(registry.source());
     if (t->numel() != e.size)

@@ -129,10 +129,7 @@ Status engram_forward_reference(const EngramShape& shape, const EngramWeights& w
   for (int64_t t = 0; t < tokens; ++t) {
     const float* rt = r.data() + t * in;
     for (int64_t o = 0; o < out; ++o) {
-      const float* wo = w.wkv + o * in;
-      double acc = 0;
-      for (int64_t k = 0; k < in; ++k) acc += double(wo[k]) * rt[k];
-      kv[o] = static_cast<float>(acc);
+      kv[o] = static_cast<float>(dot_reference(w.wkv, o * in, rt, in));
     }
     gate_and_write_reference(shape, w, kv.data(), x + t * shape.hc * shape.dim);
   }
@@ -150,7 +147,7 @@ Status engram_forward_fast(const CpuExec& ex, const EngramShape& shape, const En
   r.resize(static_cast<size_t>(tokens * in));
   kv.resize(static_cast<size_t>(tokens * out));
   DSV41_RETURN_IF_ERROR(engram_gather_fast(ex, shape, w, row_ids, tokens, r.data()));
-  gemm_f32(ex, r.data(), tokens, in, w.wkv, out, kv.data());
+  matmul(ex, r.data(), tokens, in, w.wkv, out, kv.data());
   ex.parallel_items(tokens, 4 * shape.hc * shape.dim, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
       gate_and_write_fast(shape, w, kv.data() + t * out, x + t * shape.hc * shape.dim);

@@ -26,6 +26,7 @@
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "kernels/cpu/cpu_exec.h"
+#include "model/weight_matrix.h"
 
 namespace dsv41 {
 
@@ -41,7 +42,7 @@ struct EngramShape {
 struct EngramWeights {
   const float* table = nullptr;  // dense float32 [rows, head_dim]; null: rows come from `stored`
   int64_t rows = 0;
-  const float* wkv = nullptr;       // [(hc+1)·d, columns·head_dim]
+  WeightRef wkv;                    // [(hc+1)·d, columns·head_dim]: float32 or the stored FP8
   const float* q_weight = nullptr;  // [hc, d]
   const float* k_weight = nullptr;  // [hc, d]
   // The stored table [rows, head_dim] (F32/BF16/F8_E4M3 bytes, e.g. mapped from the checkpoint)

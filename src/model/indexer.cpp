@@ -66,7 +66,7 @@ void indexer_queries(const CpuExec& ex, const ModelConfig& config, const Attenti
   const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
   q.resize(static_cast<size_t>(T * nh * dh));
   head_weights.resize(static_cast<size_t>(T * nh));
-  gemm_f32(ex, c, T, config.q_lora_rank, w.indexer_wq_b.data(), nh * dh, q.data());
+  matmul(ex, c, T, config.q_lora_rank, weight_ref(w.indexer_wq_b, {}, w.quant_indexer_wq_b), nh * dh, q.data());
   gemm_f32(ex, x, T, config.hidden_size, w.indexer_weights_proj.data(), nh, head_weights.data());
   const float heads_scaling = static_cast<float>(std::pow(static_cast<double>(nh), -0.5));
   IndexerScratch local;

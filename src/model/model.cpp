@@ -27,7 +27,8 @@ MoeWeights LayerWeights::moe() const {
 }
 
 EngramWeights LayerWeights::engram() const {
-  EngramWeights w{engram_table.empty() ? nullptr : engram_table.data(), engram_rows, engram_wkv.data(),
+  EngramWeights w{engram_table.empty() ? nullptr : engram_table.data(), engram_rows,
+                  weight_ref(engram_wkv, {}, engram_wkv_quant),
                   engram_q_weight.data(), engram_k_weight.data()};
   if (engram_table.empty() && engram_stored) {
     w.stored = &*engram_stored;
@@ -51,10 +52,25 @@ Status load_exact(const WeightRegistry& reg, const std::string& name, int64_t nu
 
 std::string lname(int layer, const std::string& role) { return "layers." + std::to_string(layer) + "." + role; }
 
-// A weight matrix: bf16 when allowed, the checkpoint stores it narrower than F32, and every
-// value is bf16-exact (checked by make_weight_matrix); else float32.
-Status load_matrix(const WeightRegistry& reg, const std::string& name, int64_t numel, bool allow_bf16,
+// A weight matrix: the checkpoint's FP8 / FP4 bytes in place when `stored` and it is stored so
+// (stored_quant_view); else bf16 when allowed, the checkpoint stores it narrower than F32, and
+// every value is bf16-exact (checked by make_weight_matrix); else float32.
+Status load_matrix(const WeightRegistry& reg, const std::string& name, int64_t numel, bool allow_bf16, bool stored,
                    WeightMatrix& out) {
+  if (stored) {
+    DSV41_ASSIGN_OR_RETURN(TensorView raw, reg.raw(name));
+    int64_t bytes = 0;
+    DSV41_ASSIGN_OR_RETURN(std::optional<QuantWeights> q, stored_quant_view(raw, reg.scale_of(name), &bytes));
+    if (q) {
+      if (q->rows * q->in != numel)
+        return corrupt(reg.source() + ": tensor '" + name + "' has " + std::to_string(q->rows * q->in) +
+                       " elements, the config implies " + std::to_string(numel));
+      out = WeightMatrix();
+      out.quant = *q;
+      out.quant_bytes = bytes;
+      return ok_status();
+    }
+  }
   std::vector<float> values;
   DSV41_RETURN_IF_ERROR(load_exact(reg, name, numel, values));
   DSV41_ASSIGN_OR_RETURN(TensorView raw, reg.raw(name));
@@ -76,6 +92,7 @@ Status narrow_attention(const WeightRegistry& reg, AttentionWeights& w) {
                         {"wo_a.weight", &w.wo_a, &w.bf16.wo_a},
                         {"wo_b.weight", &w.wo_b, &w.bf16.wo_b}};
   for (const Proj& p : projs) {
+    if (p.f32->empty()) continue;  // held as the stored FP8 view
     DSV41_ASSIGN_OR_RETURN(TensorView raw, reg.raw(lname(w.layer, std::string("attn.") + p.suffix)));
     WeightMatrix m = make_weight_matrix(std::move(*p.f32), raw.dtype != DType::kF32);
     *p.f32 = std::move(m.f32);
@@ -143,7 +160,12 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelLo
 
 Model::MatrixBytes Model::matrix_bytes() const {
   MatrixBytes b;
-  auto add = [&b](const WeightMatrix& m) { (m.is_bf16() ? b.bf16 : b.f32) += m.bytes(); };
+  auto add = [&b](const WeightMatrix& m) { (m.is_quant() ? b.stored : m.is_bf16() ? b.bf16 : b.f32) += m.bytes(); };
+  auto quant = [](const QuantWeights& q) {  // codes + scales as stored
+    if (!q.codes) return int64_t{0};
+    const int64_t scale_rows = ((q.rows + q.row_phase - 1) >> q.block_rows_log2) + 1;
+    return q.rows * q.row_bytes() + scale_rows * q.scale_cols;
+  };
   add(head_);
   for (const LayerWeights& L : layers_) {
     for (const ExpertStore& e : L.experts) {
@@ -159,6 +181,9 @@ Model::MatrixBytes Model::matrix_bytes() const {
       b.f32 += int64_t(f->size() * sizeof(float));
     for (const std::vector<uint16_t>* h : {&a.bf16.wq_a, &a.bf16.wq_b, &a.bf16.wkv, &a.bf16.wo_a, &a.bf16.wo_b})
       b.bf16 += int64_t(h->size() * sizeof(uint16_t));
+    for (const QuantWeights* q : {&a.quant_wq_a, &a.quant_wq_b, &a.quant_wkv, &a.quant_wo_a, &a.quant_wo_b,
+                                  &a.quant_indexer_wq_b, &L.engram_wkv_quant})
+      b.stored += quant(*q);
   }
   return b;
 }
@@ -167,6 +192,11 @@ Model::HeldBytes Model::held_bytes() const {
   HeldBytes b;
   auto vec = [](const std::vector<float>& v) { return int64_t(v.size() * sizeof(float)); };
   auto h16 = [](const std::vector<uint16_t>& v) { return int64_t(v.size() * sizeof(uint16_t)); };
+  auto stored_bytes = [](const QuantWeights& q) {  // codes + scales as stored
+    if (!q.codes) return int64_t{0};
+    const int64_t scale_rows = ((q.rows + q.row_phase - 1) >> q.block_rows_log2) + 1;
+    return q.rows * q.row_bytes() + scale_rows * q.scale_cols;
+  };
   b.embedding = vec(embed_);
   b.embedding_row = config_.hidden_size * int64_t(sizeof(float));
   b.dense = head_.bytes() + vec(final_norm_);
@@ -181,6 +211,9 @@ Model::HeldBytes Model::held_bytes() const {
       b.dense += vec(*f);
     for (const std::vector<uint16_t>* h : {&a.bf16.wq_a, &a.bf16.wq_b, &a.bf16.wkv, &a.bf16.wo_a, &a.bf16.wo_b})
       b.dense += h16(*h);
+    for (const QuantWeights* q : {&a.quant_wq_a, &a.quant_wq_b, &a.quant_wkv, &a.quant_wo_a, &a.quant_wo_b,
+                                  &a.quant_indexer_wq_b, &L.engram_wkv_quant})
+      b.dense += stored_bytes(*q);
     b.dense += L.shared.w1.bytes() + L.shared.w3.bytes() + L.shared.w2.bytes();
     for (const ExpertStore& e : L.experts) {
       const int64_t one = e.w1.bytes() + e.w3.bytes() + e.w2.bytes();
@@ -205,12 +238,13 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
   DSV41_RETURN_IF_ERROR(load_exact(reg, "embed.weight", V * d, embed_));
   DSV41_RETURN_IF_ERROR(load_exact(reg, "norm.weight", d, final_norm_));
   const bool bf16 = !options.f32_weights;
-  DSV41_RETURN_IF_ERROR(load_matrix(reg, "head.weight", V * d, bf16, head_));
+  const bool stored = options.weights == WeightHolding::kStored;
+  DSV41_RETURN_IF_ERROR(load_matrix(reg, "head.weight", V * d, bf16, stored, head_));
   layers_.resize(c.num_hidden_layers);
   for (const LayerInfo& info : plan_.layers) {
     const int i = info.index;
     LayerWeights& L = layers_[i];
-    DSV41_ASSIGN_OR_RETURN(L.attn, load_attention_weights(reg, c, info));
+    DSV41_ASSIGN_OR_RETURN(L.attn, load_attention_weights(reg, c, info, stored));
     if (bf16) DSV41_RETURN_IF_ERROR(narrow_attention(reg, L.attn));
     DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "attn_norm.weight"), d, L.attn_norm));
     DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "ffn_norm.weight"), d, L.ffn_norm));
@@ -229,15 +263,15 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
     L.experts.resize(E);
     for (int64_t e = 0; e < E; ++e) {
       const std::string p = lname(i, "ffn.experts." + std::to_string(e) + ".");
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w1.weight", inter * d, bf16, L.experts[e].w1));
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w3.weight", inter * d, bf16, L.experts[e].w3));
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w2.weight", d * inter, bf16, L.experts[e].w2));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w1.weight", inter * d, bf16, stored, L.experts[e].w1));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w3.weight", inter * d, bf16, stored, L.experts[e].w3));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w2.weight", d * inter, bf16, stored, L.experts[e].w2));
     }
     if (moe_.has_shared) {
       const std::string p = lname(i, "ffn.shared_experts.");
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w1.weight", sinter * d, bf16, L.shared.w1));
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w3.weight", sinter * d, bf16, L.shared.w3));
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w2.weight", d * sinter, bf16, L.shared.w2));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w1.weight", sinter * d, bf16, stored, L.shared.w1));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w3.weight", sinter * d, bf16, stored, L.shared.w3));
+      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w2.weight", d * sinter, bf16, stored, L.shared.w2));
     }
     if (info.has_engram) {
       // Widening the whole table is only practical for small checkpoints (the release's two
@@ -262,8 +296,14 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
         L.engram_stored_scale = scale;
       }
       L.engram_rows = rows;
-      DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "engram.wkv.weight"),
-                                       (hc + 1) * d * engram_.columns * engram_.head_dim, L.engram_wkv));
+      {
+        const std::string wkv = lname(i, "engram.wkv.weight");
+        const int64_t numel = (hc + 1) * d * engram_.columns * engram_.head_dim;
+        WeightMatrix m;
+        DSV41_RETURN_IF_ERROR(load_matrix(reg, wkv, numel, false, stored, m));
+        L.engram_wkv = std::move(m.f32);
+        L.engram_wkv_quant = m.quant;
+      }
       DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "engram.q_weight"), hc * d, L.engram_q_weight));
       DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "engram.k_weight"), hc * d, L.engram_k_weight));
     }

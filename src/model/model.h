@@ -72,7 +72,8 @@ struct LayerWeights {
   std::optional<TensorView> engram_stored;           // the stored table when engram_table is empty
   const TensorView* engram_stored_scale = nullptr;  // its scale companion (owned by the registry)
   int64_t engram_rows = 0;
-  std::vector<float> engram_wkv;                         // [(hc+1)·d, cols·head_dim]
+  std::vector<float> engram_wkv;                         // [(hc+1)·d, cols·head_dim] (empty when stored)
+  QuantWeights engram_wkv_quant;                         // the stored FP8 view, or codes null
   std::vector<float> engram_q_weight, engram_k_weight;  // [hc, d]
 
   MhcWeights mhc_attn() const { return {hc_attn_fn.data(), hc_attn_base.data(), hc_attn_scale.data()}; }
@@ -95,6 +96,11 @@ struct ForwardTrace {
   std::vector<float> final_hidden;                   // [T, d]
 };
 
+// How the FP8 / FP4 matrices of a checkpoint are held (issue 13). kStored: the checkpoint's own
+// bytes, mapped, dequantised inside each product (gemm_quant.h; the same bits as kWidened);
+// kWidened: widened at load to float32 / bf16 as before (for A/B runs and tests).
+enum class WeightHolding : uint8_t { kStored, kWidened };
+
 struct ModelLoadOptions {
   // Widen each Engram table to float32 at load instead of gathering rows from the mapped
   // checkpoint per lookup (same values; only sensible for small checkpoints, e.g. to test that).
@@ -106,6 +112,10 @@ struct ModelLoadOptions {
   // way (weight_matrix.h), only the bytes read per token halve (the app sets it from
   // DSV41_F32_WEIGHTS=1, for A/B runs). Random models are float32 anyway.
   bool f32_weights = false;
+  // FP8 / FP4 matrices (attention projections, indexer wq_b, Engram wkv, shared and routed
+  // experts, and the head when stored so) as stored or widened; anything else is widened either way. Random models
+  // (create_random) are float32 whatever this says. App: --weights stored|widened.
+  WeightHolding weights = WeightHolding::kStored;
   // Threads of the model's own pool, the caller included: 0 = hardware concurrency, 1 = no
   // worker threads (everything on the calling thread).
   int threads = 0;
@@ -151,7 +161,7 @@ class Model {
   // Bytes of the weight matrices held as bf16 / as float32 among those that may be narrowed: the
   // head, the routed and shared experts, attention wq_a / wq_b / wkv / wo_a / wo_b.
   struct MatrixBytes {
-    int64_t bf16 = 0, f32 = 0;
+    int64_t bf16 = 0, f32 = 0, stored = 0;  // stored: FP8 / FP4 codes + scales read in place
   };
   MatrixBytes matrix_bytes() const;
   // Bytes of the weights as held in memory, split by what a decode step reads: every routed

@@ -6,14 +6,18 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "app/load_options.h"
 #include "base/numerics.h"
@@ -108,9 +112,11 @@ std::vector<float> run_logits(const Model& m) {
 // Loads `dir` with bf16-held and with float32 matrices; the logits must be the same bits.
 // Returns the bf16 load's matrix bytes.
 Model::MatrixBytes expect_same_logits(const std::string& dir) {
-  auto held = Model::load(dir);
+  ModelLoadOptions widened;
+  widened.weights = WeightHolding::kWidened;
+  auto held = Model::load(dir, widened);
   EXPECT_TRUE(held.ok()) << held.status().to_string();
-  ModelLoadOptions f32;
+  ModelLoadOptions f32 = widened;
   f32.f32_weights = true;
   auto wide = Model::load(dir, f32);
   EXPECT_TRUE(wide.ok()) << wide.status().to_string();
@@ -152,6 +158,55 @@ TEST(WeightMatrixModel, Fp8RandomModelGivesTheSameLogitsWithBf16HeldWeights) {
   fs::remove_all(dir);
 }
 
+// Issue 13: the FP8 / FP4 matrices read in place (the default) give the float32 widening's logits
+// bit for bit, on every ISA path this CPU has and the portable one against its own widening, for
+// 32×32 and 128×128 FP8 blocks.
+void expect_stored_same_as_widened(const std::string& config_path, const std::string& what) {
+  std::string tmpl = (fs::temp_directory_path() / "dsv41_wm_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl;
+  RandomInitOptions opt;
+  opt.seed = 5;
+  opt.force = true;
+  auto r = write_random_model(config_path, dir, opt);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (isa > cpu_best_isa()) continue;
+    ModelLoadOptions stored, widened;
+    stored.isa = widened.isa = isa;
+    widened.weights = WeightHolding::kWidened;
+    widened.f32_weights = true;
+    auto s = Model::load(dir, stored);
+    auto w = Model::load(dir, widened);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    EXPECT_GT((*s)->matrix_bytes().stored, 0);
+    EXPECT_EQ((*w)->matrix_bytes().stored, 0);
+    // Stored bytes: codes (1 or ½ byte per weight) + scales, well under the float32 widening's quarter.
+    EXPECT_LT((*s)->held_bytes().dense + (*s)->held_bytes().routed,
+              ((*w)->held_bytes().dense + (*w)->held_bytes().routed) / 2);
+    const std::vector<float> a = run_logits(**s), b = run_logits(**w);
+    EXPECT_FALSE(a.empty());
+    EXPECT_TRUE(same_bits(a, b)) << what << " " << cpu_isa_name(isa);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(WeightMatrixModel, StoredFp8Fp4MatricesGiveTheWidenedLogitsBitForBit) {
+  expect_stored_same_as_widened(std::string(DSV41_SOURCE_DIR) + "/models/tiny-random/config.json", "32x32");
+}
+
+TEST(WeightMatrixModel, Stored128BlockFp8GivesTheWidenedLogitsBitForBit) {
+  // The tiny-random config with the V4 block size (128×128: partial edge blocks everywhere).
+  std::ifstream in(std::string(DSV41_SOURCE_DIR) + "/models/tiny-random/config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["quantization_config"]["weight_block_size"] = {128, 128};
+  const std::string path = (fs::temp_directory_path() / ("dsv41_wm128_" + std::to_string(::getpid()) + ".json")).string();
+  std::ofstream(path) << j.dump();
+  expect_stored_same_as_widened(path, "128x128");
+  fs::remove(path);
+}
+
 // DSV41_F32_WEIGHTS reaches a model only through the options the app builds from it: the library
 // never reads the environment.
 TEST(WeightMatrixModel, EnvironmentForcesFloat32OnlyThroughTheAppOptions) {
@@ -168,6 +223,81 @@ TEST(WeightMatrixModel, EnvironmentForcesFloat32OnlyThroughTheAppOptions) {
   ASSERT_TRUE(forced.ok()) << forced.status().to_string();
   EXPECT_GT((*plain)->matrix_bytes().bf16, 0);
   EXPECT_EQ((*forced)->matrix_bytes().bf16, 0);
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// Bad stored FP8 / FP4 weights are refused at load (stored_quant_view), naming the tensor.
+struct Views {
+  std::vector<uint8_t> codes, scales;
+  TensorView w, s;
+  Views(DType wd, std::vector<int64_t> wshape, std::vector<int64_t> sshape) {
+    int64_t wn = 1, sn = 1;
+    for (int64_t d : wshape) wn *= d;
+    for (int64_t d : sshape) sn *= d;
+    codes.assign(wn, 0x38);
+    scales.assign(sn, 127);
+    w = {"layers.0.attn.wq_a.weight", wd, wshape, codes, "model.safetensors"};
+    s = {"layers.0.attn.wq_a.scale", DType::kF8E8M0, sshape, scales, "model.safetensors"};
+  }
+};
+
+TEST(StoredQuantView, AcceptsBlockScaledFp8AndRowScaledFp4) {
+  Views a(DType::kF8E4M3, {70, 200}, {1, 2});  // 128×128 blocks, partial at both edges
+  int64_t bytes = 0;
+  auto q = stored_quant_view(a.w, &a.s, &bytes);
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  ASSERT_TRUE(q->has_value());
+  EXPECT_EQ((*q)->block_rows_log2, 7);
+  EXPECT_EQ((*q)->rows, 70);
+  EXPECT_EQ(bytes, 70 * 200 + 2);
+  Views b(DType::kU8, {5, 48}, {5, 3});  // FP4: 96 logical columns
+  auto p = stored_quant_view(b.w, &b.s, nullptr);
+  ASSERT_TRUE(p.ok() && p->has_value());
+  EXPECT_EQ((*p)->in, 96);
+  EXPECT_EQ((*p)->format, QuantFormat::kFp4E2M1);
+}
+
+TEST(StoredQuantView, FloatWeightsAndFloatScalesAreWidenedInstead) {
+  Views a(DType::kBF16, {4, 32}, {1, 1});
+  auto q = stored_quant_view(a.w, nullptr, nullptr);
+  ASSERT_TRUE(q.ok());
+  EXPECT_FALSE(q->has_value());
+  Views b(DType::kF8E4M3, {4, 32}, {1, 1});
+  b.s.dtype = DType::kF32;
+  b.scales.assign(4, 0);
+  b.s.bytes = b.scales;
+  auto r = stored_quant_view(b.w, &b.s, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->has_value());
+}
+
+TEST(StoredQuantView, ScaleShapeThatFitsNoBlockIsAnErrorNamingTheTensor) {
+  Views a(DType::kF8E4M3, {64, 64}, {3, 2});
+  auto q = stored_quant_view(a.w, &a.s, nullptr);
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.status().to_string().find("layers.0.attn.wq_a.weight"), std::string::npos) << q.status().to_string();
+  EXPECT_NE(q.status().to_string().find("fits no block size"), std::string::npos) << q.status().to_string();
+  Views b(DType::kU8, {5, 48}, {5, 2});  // FP4 needs [5, 3]
+  auto p = stored_quant_view(b.w, &b.s, nullptr);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().to_string().find("layers.0.attn.wq_a.weight"), std::string::npos) << p.status().to_string();
+}
+
+TEST(StoredQuantView, NaNScaleCodeAndOneDimensionalWeightsAreErrors) {
+  Views a(DType::kF8E4M3, {40, 40}, {2, 2});
+  a.scales[3] = 0xFF;
+  auto q = stored_quant_view(a.w, &a.s, nullptr);
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.status().to_string().find("NaN code at [1, 1]"), std::string::npos) << q.status().to_string();
+  Views b(DType::kF8E4M3, {32}, {1});
+  auto r = stored_quant_view(b.w, &b.s, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().to_string().find("2-D"), std::string::npos) << r.status().to_string();
 }
 
 }  // namespace

@@ -35,6 +35,10 @@ bool parse_cpu_isa(std::string_view name, CpuIsa* isa) {
       *isa = i;
       return true;
     }
+  if (name == "scalar") {  // issue 13's spelling of the portable loops
+    *isa = CpuIsa::kPortable;
+    return true;
+  }
   if (name == "auto") {
     *isa = CpuIsa::kAvx512;
     return true;

@@ -30,7 +30,7 @@ enum class CpuIsa : uint8_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 CpuIsa cpu_best_isa();
 // "portable" | "avx2" | "avx512".
 const char* cpu_isa_name(CpuIsa isa);
-// The inverse of cpu_isa_name, plus "auto" = the highest (kAvx512: capped by the CPU at use).
+// The inverse of cpu_isa_name, plus "scalar" = portable and "auto" = the highest (kAvx512: capped by the CPU at use).
 // False for anything else.
 bool parse_cpu_isa(std::string_view name, CpuIsa* isa);
 

@@ -4,10 +4,12 @@
 #include "kernels/cpu/gemm.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "base/numerics.h"
 #include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_quant.h"
 
 namespace dsv41 {
 
@@ -56,16 +58,16 @@ constexpr int64_t kWeightBlockBytes = 256 * 1024;
 constexpr int64_t kRowBlock = 64;
 constexpr int64_t kInlineFlops = 1 << 18;
 
-template <typename W, typename BlockFn>
-void drive(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const W* w, int64_t out, float* y,
-           BlockFn block_fn) {
+// Src: a weight pointer (float / bf16 bits) or a QuantWeights view; w_row_bytes: one row's bytes.
+template <typename Src, typename BlockFn>
+void drive(const CpuExec& ex, const float* x, int64_t rows, int64_t in, Src w, int64_t w_row_bytes, int64_t out,
+           float* y, BlockFn block_fn) {
   if (rows <= 0 || out <= 0) return;
   if (in <= 0) {
     std::fill(y, y + rows * out, 0.0f);
     return;
   }
-  const int64_t w_row_bytes = in * static_cast<int64_t>(sizeof(W));
-  const int64_t ob = std::max<int64_t>(48, kWeightBlockBytes / w_row_bytes / 48 * 48);
+  const int64_t ob = std::max<int64_t>(48, kWeightBlockBytes / std::max<int64_t>(1, w_row_bytes) / 48 * 48);
   const int64_t n_ob = (out + ob - 1) / ob;
   const int64_t n_rb = (rows + kRowBlock - 1) / kRowBlock;
   auto run = [&](int64_t begin, int64_t end) {
@@ -100,8 +102,8 @@ void gemm_bf16w_portable(const float* x, int64_t rows, int64_t in, const uint16_
 
 void gemm_f32(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
   switch (ex.gemm_isa()) {
-    case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, out, y, &gemm_f32_avx512_block);
-    case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, out, y, &gemm_f32_avx2_block);
+    case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, in * 4, out, y, &gemm_f32_avx512_block);
+    case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, in * 4, out, y, &gemm_f32_avx2_block);
     case CpuIsa::kPortable: break;
   }
   gemm_f32_portable(x, rows, in, w, out, y);
@@ -110,11 +112,45 @@ void gemm_f32(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const
 void gemm_bf16w(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
                 float* y) {
   switch (ex.gemm_isa()) {
-    case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, out, y, &gemm_bf16w_avx512_block);
-    case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, out, y, &gemm_bf16w_avx2_block);
+    case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, in * 2, out, y, &gemm_bf16w_avx512_block);
+    case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, in * 2, out, y, &gemm_bf16w_avx2_block);
     case CpuIsa::kPortable: break;
   }
   gemm_bf16w_portable(x, rows, in, w, out, y);
+}
+
+// Above this many rows (prefill) a quantised block is widened once into a per-thread buffer and
+// run by the float block: dequantising in registers costs about one FMA's worth per weight per
+// 8 rows, widening costs it once per block. Same values, same float kernel: the same bits.
+constexpr int64_t kWidenRows = 8;
+
+template <void (*F32Block)(const float*, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*)>
+void widened_quant_block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
+                         int64_t o1, int64_t out, float* y) {
+  // Scratch reused across calls on this thread (a cache block, ≈ kWeightBlockBytes): not state.
+  thread_local std::vector<float> buf;
+  const size_t need = static_cast<size_t>((o1 - o0) * in);
+  if (buf.size() < need) buf.resize(need);
+  gemm_quant_avx2_widen(w, o0, o1, buf.data());
+  F32Block(x, r0, r1, in, buf.data(), 0, o1 - o0, out, y + o0);
+}
+
+void gemm_quant(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const QuantWeights& w, int64_t out,
+                float* y) {
+  if (rows > kWidenRows) {
+    switch (ex.gemm_isa()) {
+      case CpuIsa::kAvx512:
+        return drive(ex, x, rows, in, w, in * 4, out, y, &widened_quant_block<&gemm_f32_avx512_block>);
+      case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, in * 4, out, y, &widened_quant_block<&gemm_f32_avx2_block>);
+      case CpuIsa::kPortable: break;
+    }
+  }
+  switch (ex.gemm_isa()) {
+    case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, w.row_bytes(), out, y, &gemm_quant_avx512_block);
+    case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, w.row_bytes(), out, y, &gemm_quant_avx2_block);
+    case CpuIsa::kPortable: break;
+  }
+  gemm_quant_portable(x, rows, in, w, out, y);
 }
 
 }  // namespace dsv41

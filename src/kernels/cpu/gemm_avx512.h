@@ -5,11 +5,18 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/gemm_quant.h"
+
 namespace dsv41 {
 
 void gemm_f32_avx512_block(const float* x, int64_t r0, int64_t r1, int64_t in, const float* w, int64_t o0,
                            int64_t o1, int64_t out, float* y);
 void gemm_bf16w_avx512_block(const float* x, int64_t r0, int64_t r1, int64_t in, const uint16_t* w, int64_t o0,
                              int64_t o1, int64_t out, float* y);
+
+// FP8 / FP4 weights dequantised in registers (gemm_quant_avx512.cpp): the same bits as the float
+// block on the widened matrix (gemm_quant.h).
+void gemm_quant_avx512_block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
+                         int64_t o1, int64_t out, float* y);
 
 }  // namespace dsv41

@@ -1,0 +1,109 @@
+// Decode-shaped y = x · Wᵀ from the stored FP8 / FP4 bytes (gemm_quant, issue 13) against the
+// same weights widened to float32 (gemm_f32) and to bf16 bits (gemm_bf16w), on each ISA this CPU
+// has (isa: 0 = portable, 1 = AVX2, 2 = AVX-512) and on one thread (threads = 1) or the whole
+// machine's pool (threads = 0). Every call streams its weights from DRAM: the runs cycle through
+// ≥ 1 GiB of copies, as a decode step whose weights dwarf the caches. Wbytes/s counts the bytes
+// as held (codes + scales for the stored formats); W/s the weights.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "base/numerics.h"
+#include "bench/bench_exec.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_quant.h"
+
+namespace dsv41 {
+namespace {
+
+enum Kind : int64_t { kF32 = 0, kBf16 = 1, kFp8 = 2, kFp4 = 3 };
+constexpr int64_t kColdBytes = int64_t{1} << 30;
+
+void BM_GemmQuantDecode(benchmark::State& state) {
+  const int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
+  const Kind kind = static_cast<Kind>(state.range(3));
+  const CpuIsa isa = static_cast<CpuIsa>(state.range(4));
+  if (isa > cpu_best_isa()) {
+    state.SkipWithError("ISA not on this CPU");
+    return;
+  }
+  CpuExec ex = state.range(5) == 1 ? CpuExec::serial() : bench_exec();
+  ex.isa = isa;
+  const bool fp8 = kind != kFp4;  // f32 / bf16 hold the FP8 matrix's values
+  const int64_t code_bytes = fp8 ? out * in : out * in / 2;
+  const int64_t scale_bytes = fp8 ? ((out + 31) / 32) * ((in + 31) / 32) : out * ((in + 31) / 32);
+  const int64_t held = kind == kF32 ? 4 * out * in : kind == kBf16 ? 2 * out * in : code_bytes + scale_bytes;
+  const int64_t copies = (kColdBytes + held - 1) / held;
+  std::vector<uint8_t> codes(code_bytes), scales(scale_bytes);
+  uint32_t s = 12345;
+  for (uint8_t& c : codes) {
+    s = s * 1664525u + 1013904223u;
+    c = static_cast<uint8_t>(s >> 24);
+    if (fp8 && (c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes
+  }
+  for (uint8_t& c : scales) c = 120 + (s = s * 1664525u + 1013904223u) % 8;
+  QuantWeights q;
+  q.format = fp8 ? QuantFormat::kFp8E4M3 : QuantFormat::kFp4E2M1;
+  q.rows = out;
+  q.in = in;
+  q.scale_cols = (in + 31) / 32;
+  q.block_rows_log2 = fp8 ? 5 : 0;
+  q.block_cols_log2 = 5;
+  std::vector<uint8_t> qc, qs;  // copies of codes / scales
+  std::vector<float> wf;
+  std::vector<uint16_t> wb;
+  if (kind == kFp8 || kind == kFp4) {
+    for (int64_t c = 0; c < copies; ++c) {
+      qc.insert(qc.end(), codes.begin(), codes.end());
+      qs.insert(qs.end(), scales.begin(), scales.end());
+    }
+  } else {
+    q.codes = codes.data();
+    q.scales = scales.data();
+    std::vector<float> one(out * in);
+    for (int64_t i = 0; i < out * in; ++i) one[i] = q.at(i / in, i % in);
+    for (int64_t c = 0; c < copies; ++c)
+      for (float v : one) {
+        if (kind == kF32) wf.push_back(v);
+        else wb.push_back(f32_to_bf16(v));
+      }
+  }
+  std::vector<float> x(rows * in, 0.25f), y(rows * out);
+  int64_t c = 0;
+  for (auto _ : state) {
+    switch (kind) {
+      case kF32: gemm_f32(ex, x.data(), rows, in, wf.data() + c * out * in, out, y.data()); break;
+      case kBf16: gemm_bf16w(ex, x.data(), rows, in, wb.data() + c * out * in, out, y.data()); break;
+      case kFp8:
+      case kFp4:
+        q.codes = qc.data() + c * code_bytes;
+        q.scales = qs.data() + c * scale_bytes;
+        gemm_quant(ex, x.data(), rows, in, q, out, y.data());
+        break;
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    if (++c == copies) c = 0;
+  }
+  state.counters["Wbytes/s"] = benchmark::Counter(static_cast<double>(held), benchmark::Counter::kIsIterationInvariantRate,
+                                                  benchmark::Counter::kIs1000);
+  state.counters["W/s"] = benchmark::Counter(static_cast<double>(out * in), benchmark::Counter::kIsIterationInvariantRate,
+                                             benchmark::Counter::kIs1000);
+  state.SetLabel(kind == kF32 ? "f32" : kind == kBf16 ? "bf16" : kind == kFp8 ? "fp8" : "fp4");
+}
+
+// {rows, in, out, kind, isa, threads}: mini-flash's wq_b (32768 × 1280), one expert's w1 (512 × 1024).
+void Shapes(benchmark::internal::Benchmark* b) {
+  for (int64_t threads : {1, 0})
+    for (int64_t isa : {1, 2})
+      for (int64_t kind : {kF32, kBf16, kFp8}) b->Args({1, 1280, 32768, kind, isa, threads});
+  for (int64_t isa : {1, 2})
+    for (int64_t kind : {kBf16, kFp4}) b->Args({1, 1024, 512, kind, isa, 1});
+  for (int64_t kind : {kBf16, kFp8}) b->Args({4, 1280, 32768, kind, 2, 0});
+}
+BENCHMARK(BM_GemmQuantDecode)->Apply(Shapes)->ArgNames({"rows", "in", "out", "kind", "isa", "threads"})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime()->MeasureProcessCPUTime();
+
+}  // namespace
+}  // namespace dsv41

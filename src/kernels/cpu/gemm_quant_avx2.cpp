@@ -1,0 +1,207 @@
+// AVX2/FMA inner loops of gemm_quant (gemm_quant.h): FP8 / FP4 codes dequantised in registers to
+// code value × scale, then summed in gemm.h's lane order, so the bits are those of
+// gemm_f32_avx2_block on the widened matrix. A tile is R ≤ 4 rows × O ≤ 4 outputs; the loop walks
+// `in` one 32-column scale block at a time (every block size is a multiple of 32), so each
+// output's scale is fetched once per 32 weights.
+//
+// FP8 E4M3 → float without a 256-entry gather: the code shifted into an IEEE half,
+// sign | 0 eeee mmm 0000000, is exactly value × 2^-8 for every finite code, subnormals included
+// (E4M3 bias 7 vs half bias 15); vcvtph2ps widens it exactly and the 2^8 is folded into the
+// scale (256 · s is exact while s < 2^120; larger scales take two multiplies). Codes 0x7F / 0xFF
+// (NaN in E4M3, 480 · 2^-8 as a half) are forced to NaN.
+// FP4 E2M1: the 16-entry table (dequant's, +0 for code 8) as two 8-lane permutes and a blend on
+// the sign bit.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "base/numerics.h"
+#include "kernels/cpu/gemm_avx2.h"
+#include "kernels/cpu/gemm_avx2_lanes.h"
+
+namespace dsv41 {
+namespace {
+
+// UE8M0 codes from here up make 256 · s overflow or round: those blocks take two multiplies.
+constexpr int kBigScaleCode = 247;
+
+// 8 codes at p (n < 8: the first n, the rest code 0 = +0) as value × 2^-8 (FP8) or value (FP4).
+struct Fp8Decoder {
+  __m128i k4000 = _mm_set1_epi16(0x4000), k3f80 = _mm_set1_epi16(0x3F80);
+  __m256 load(const uint8_t* row, int64_t i, int64_t n) const {
+    __m128i c;
+    if (n >= 8) {
+      c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i));
+    } else {
+      uint8_t buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      std::memcpy(buf, row + i, static_cast<size_t>(n));
+      c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(buf));
+    }
+    const __m128i t = _mm_slli_epi16(_mm_cvtepu8_epi16(c), 7);        // s at bit 14, eeee mmm at 13..7
+    const __m128i h = _mm_add_epi16(t, _mm_and_si128(t, k4000));         // sign moved to bit 15
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(t, k3f80), k3f80);  // magnitude 0x7F
+    return _mm256_or_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
+  }
+};
+
+struct Fp4Decoder {
+  __m256 pos = _mm256_loadu_ps(e2m1_decode_table()), neg = _mm256_loadu_ps(e2m1_decode_table() + 8);
+  __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);  // even column: low nibble
+  __m256 load(const uint8_t* row, int64_t i, int64_t n) const {
+    uint32_t b = 0;
+    if (n >= 8) std::memcpy(&b, row + i / 2, 4);  // a constant size: one load, not a call
+    else std::memcpy(&b, row + i / 2, static_cast<size_t>(n / 2));
+    const __m128i v = _mm_cvtsi32_si128(static_cast<int>(b));
+    const __m256i idx = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(v, v)), shifts);
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(pos, idx), _mm256_permutevar8x32_ps(neg, idx),
+                            _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+  }
+};
+
+template <int R, int O, QuantFormat F>
+void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy) {
+  using Decoder = std::conditional_t<F == QuantFormat::kFp8E4M3, Fp8Decoder, Fp4Decoder>;
+  const Decoder dec;
+  const float* ue8m0 = ue8m0_decode_table();
+  const __m256 k256 = _mm256_set1_ps(256.0f);
+  const uint8_t* code_row[O];
+  const uint8_t* scale_row[O];
+  for (int o = 0; o < O; ++o) {
+    code_row[o] = w.codes + o * w.row_bytes();
+    scale_row[o] = w.scales + ((w.row_phase + o) >> w.block_rows_log2) * w.scale_cols;
+  }
+  __m256 acc[R][O];
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) acc[r][o] = _mm256_setzero_ps();
+  // The next tile's rows (they follow this tile's in memory), a block ahead: decode streams
+  // several short rows at once, which the hardware prefetchers pick up late.
+  const uint8_t* next = w.codes + O * w.row_bytes();
+  const int64_t step = F == QuantFormat::kFp8E4M3 ? 32 : 16;  // bytes per 32 columns
+  for (int64_t i0 = 0; i0 < in; i0 += 32) {
+    if ((i0 & 63) == 0)
+      for (int o = 0; o < O; ++o) _mm_prefetch(reinterpret_cast<const char*>(next + o * w.row_bytes() + i0 / 32 * step), _MM_HINT_T0);
+    __m256 s[O];
+    bool big = false;
+    for (int o = 0; o < O; ++o) {
+      const uint8_t e = scale_row[o][i0 >> w.block_cols_log2];
+      big |= F == QuantFormat::kFp8E4M3 && e >= kBigScaleCode;
+      s[o] = _mm256_set1_ps(ue8m0[e]);
+    }
+    if (F == QuantFormat::kFp8E4M3 && !big)
+      for (int o = 0; o < O; ++o) s[o] = _mm256_mul_ps(s[o], k256);  // exact: s < 2^120
+    const int64_t i1 = i0 + 32 < in ? i0 + 32 : in;
+    for (int64_t i = i0; i < i1; i += 8) {
+      const int64_t n = in - i;
+      __m256 wv[O];
+      for (int o = 0; o < O; ++o) {
+        __m256 v = dec.load(code_row[o], i, n);
+        if (F == QuantFormat::kFp8E4M3 && big) v = _mm256_mul_ps(v, k256);
+        wv[o] = _mm256_mul_ps(v, s[o]);  // code value × scale, rounded once as in dequant.h
+      }
+      if (n >= 8) {
+        for (int r = 0; r < R; ++r) {
+          const __m256 xv = _mm256_loadu_ps(x + r * in + i);
+          for (int o = 0; o < O; ++o) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);
+        }
+      } else {  // zero-padded tail: the padded lanes add 0·0, as gemm_f32_avx2_block's do
+        const __m256i m = tail_mask(n);
+        for (int r = 0; r < R; ++r) {
+          const __m256 xv = _mm256_maskload_ps(x + r * in + i, m);
+          for (int o = 0; o < O; ++o) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) y[r * ldy + o] = hsum(acc[r][o]);
+}
+
+template <QuantFormat F>
+using TileFn = void (*)(const float*, const QuantWeights&, int64_t, float*, int64_t);
+
+template <QuantFormat F, int R>
+TileFn<F> tile_for(int o) {
+  switch (o) {
+    case 1: return &tile<R, 1, F>;
+    case 2: return &tile<R, 2, F>;
+    case 3: return &tile<R, 3, F>;
+    default: return &tile<R, 4, F>;
+  }
+}
+
+template <QuantFormat F>
+TileFn<F> tile_for(int r, int o) {
+  switch (r) {
+    case 1: return tile_for<F, 1>(o);
+    case 2: return tile_for<F, 2>(o);
+    case 3: return tile_for<F, 3>(o);
+    default: return tile_for<F, 4>(o);
+  }
+}
+
+// The float block's row / output grouping (gemm_avx2.cpp), with 2 outputs at 3–4 rows: the
+// decoder's constants take the registers the third output's weights had.
+template <QuantFormat F>
+void block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0, int64_t o1,
+           int64_t out, float* y) {
+  const int64_t rows = r1 - r0, groups = (rows + 3) / 4;
+  const int rg = rows <= 16 ? static_cast<int>((rows + groups - 1) / groups) : 4;
+  const int og = rg <= 2 ? 4 : 2;
+  for (int64_t r = r0; r < r1; r += rg) {
+    const int rn = static_cast<int>(r1 - r < rg ? r1 - r : rg);
+    for (int64_t o = o0; o < o1; o += og) {
+      const int on = static_cast<int>(o1 - o < og ? o1 - o : og);
+      tile_for<F>(rn, on)(x + r * in, w.rows_from(o), in, y + r * out + o, out);
+    }
+  }
+}
+
+template <QuantFormat F>
+void widen(const QuantWeights& w, int64_t o0, int64_t o1, float* dst) {
+  using Decoder = std::conditional_t<F == QuantFormat::kFp8E4M3, Fp8Decoder, Fp4Decoder>;
+  const Decoder dec;
+  const float* ue8m0 = ue8m0_decode_table();
+  const __m256 k256 = _mm256_set1_ps(256.0f);
+  const int64_t in = w.in;
+  for (int64_t o = o0; o < o1; ++o, dst += in) {
+    const uint8_t* codes = w.codes + o * w.row_bytes();
+    const uint8_t* scales = w.scales + ((w.row_phase + o) >> w.block_rows_log2) * w.scale_cols;
+    for (int64_t i0 = 0; i0 < in; i0 += 32) {
+      const uint8_t e = scales[i0 >> w.block_cols_log2];
+      const bool big = F == QuantFormat::kFp8E4M3 && e >= kBigScaleCode;
+      __m256 s = _mm256_set1_ps(ue8m0[e]);
+      if (F == QuantFormat::kFp8E4M3 && !big) s = _mm256_mul_ps(s, k256);
+      const int64_t i1 = i0 + 32 < in ? i0 + 32 : in;
+      for (int64_t i = i0; i < i1; i += 8) {
+        const int64_t n = in - i;
+        __m256 v = dec.load(codes, i, n);
+        if (F == QuantFormat::kFp8E4M3 && big) v = _mm256_mul_ps(v, k256);
+        v = _mm256_mul_ps(v, s);
+        if (n >= 8) _mm256_storeu_ps(dst + i, v);
+        else _mm256_maskstore_ps(dst + i, tail_mask(n), v);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_quant_avx2_widen(const QuantWeights& w, int64_t o0, int64_t o1, float* dst) {
+  if (w.format == QuantFormat::kFp8E4M3) {
+    widen<QuantFormat::kFp8E4M3>(w, o0, o1, dst);
+  } else {
+    widen<QuantFormat::kFp4E2M1>(w, o0, o1, dst);
+  }
+}
+
+void gemm_quant_avx2_block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
+                           int64_t o1, int64_t out, float* y) {
+  if (w.format == QuantFormat::kFp8E4M3) {
+    block<QuantFormat::kFp8E4M3>(x, r0, r1, in, w, o0, o1, out, y);
+  } else {
+    block<QuantFormat::kFp4E2M1>(x, r0, r1, in, w, o0, o1, out, y);
+  }
+}
+
+}  // namespace dsv41

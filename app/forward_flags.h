@@ -54,6 +54,8 @@ struct ForwardFlags {
     o.threads = threads;
     if (!weights.empty() && !parse_weight_holding(weights.c_str(), &o.weights))
       return invalid_argument("--weights must be stored or widened, got '" + weights + "'");
+    // The device backend uploads float32 / bf16 views (backends/cuda/host_device_backend.h).
+    if (backend != "cpu" && weights.empty()) o.weights = WeightHolding::kWidened;
     if (!isa.empty() && !parse_cpu_isa(isa, &o.isa))
       return invalid_argument("--isa must be auto, avx512, avx2 or scalar, got '" + isa + "'");
     return o;

@@ -24,6 +24,12 @@ const T* DeviceBackend<Exec>::put(const T* src, int64_t n) {
   return static_cast<const T*>(p);
 }
 
+// Values held by a float32 / bf16 matrix (stored FP8 / FP4 ones are refused before upload:
+// device_backend_supports).
+inline int64_t elements(const WeightMatrix& m) {
+  return m.is_bf16() ? static_cast<int64_t>(m.bf16.size()) : static_cast<int64_t>(m.f32.size());
+}
+
 template <class Exec>
 dk::DevWeight DeviceBackend<Exec>::put(const WeightRef& w, int64_t n) {
   if (w.bf16) return {nullptr, put(w.bf16, n)};
@@ -53,7 +59,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
   const int64_t d = c.hidden_size;
   embed_ = put(model.embedding());
   final_norm_ = put(model.final_norm());
-  head_ = put(model.head().ref(), model.head().size());
+  head_ = put(model.head().ref(), elements(model.head()));
   const EngramShape& es = model.engram_shape();
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = model.layer(l);
@@ -86,16 +92,16 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
     D.gate_bias = put(L.gate_bias);
     std::vector<dk::ExpertW> table;
     for (const ExpertStore& e : L.experts)
-      table.push_back({put(e.w1.ref(), e.w1.size()), put(e.w3.ref(), e.w3.size()), put(e.w2.ref(), e.w2.size())});
+      table.push_back({put(e.w1.ref(), elements(e.w1)), put(e.w3.ref(), elements(e.w3)), put(e.w2.ref(), elements(e.w2))});
     if (!table.empty()) D.experts = put(table.data(), int64_t(table.size()));
     if (model.moe_shape().has_shared) {
       const ExpertStore& s = L.shared;
-      const dk::ExpertW sw{put(s.w1.ref(), s.w1.size()), put(s.w3.ref(), s.w3.size()), put(s.w2.ref(), s.w2.size())};
+      const dk::ExpertW sw{put(s.w1.ref(), elements(s.w1)), put(s.w3.ref(), elements(s.w3)), put(s.w2.ref(), elements(s.w2))};
       D.shared = put(&sw, 1);
     }
     const EngramWeights ew = L.engram();
-    if (ew.wkv) {
-      D.e_wkv = put(ew.wkv, int64_t(es.hc + 1) * d * es.columns * es.head_dim);
+    if (ew.wkv.f32) {  // widened Engram projections are float32 (stored ones are refused first)
+      D.e_wkv = put(ew.wkv.f32, int64_t(es.hc + 1) * d * es.columns * es.head_dim);
       D.e_q = put(ew.q_weight, int64_t(es.hc) * d);
       D.e_k = put(ew.k_weight, int64_t(es.hc) * d);
     }

@@ -17,6 +17,8 @@
 #include "tests/cli_runner.h"
 #include "tests/golden_file.h"
 
+#include <nlohmann/json.hpp>
+
 namespace dsv41 {
 namespace {
 
@@ -126,6 +128,41 @@ TEST_F(CliImagePrompt, RunPlacesTheImageAndGenerates) {
   EXPECT_NE(c.code, 0);
   EXPECT_NE(c.out.find("2 image placeholder(s)"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("1 image(s) were given"), std::string::npos) << c.out;
+}
+
+// The SSD prefix cache keys each image by its content (issue 16): a prompt differing only in
+// the image's bytes shares the chunks before the image and none after; the same image hits on;
+// a hit (windows replayed exactly across the image positions: --depth exact computes full
+// depth's function) generates what the cold run does.
+TEST_F(CliImagePrompt, CacheKeysTellImagesApart) {
+  RgbImage other{70, 56, {}};
+  for (float v : golden_->get("image.pixels").f32) other.rgb.push_back(uint8_t(255 - int(v)));
+  auto png = encode_png(other);
+  ASSERT_TRUE(png.ok());
+  ASSERT_TRUE(write_file_atomic(path("other.png"), *png).ok());
+  // BOS + 10 text tokens, the span at 11..18, one more token: 20 positions, chunks of 4.
+  auto run = [&](const std::string& image, const std::string& cache, const std::string& tag) {
+    const std::string cmd = "run -m " + kVl + " -p 'Look at this<｜deepseek_image｜>.' -n 3 --ignore-eos --print-ids --depth exact --image " +
+                            path(image) + (cache.empty() ? "" : " --cache-dir " + path(cache) + " --cache-chunk 4") +
+                            " --telemetry " + path(tag + ".json");
+    CliResult r = run_cli(cmd, Stderr::kDiscard);
+    EXPECT_EQ(r.code, 0) << r.out;
+    std::string t = r.out;
+    while (!t.empty() && t.back() == '\n') t.pop_back();
+    auto tele = read_file(path(tag + ".json"));
+    EXPECT_TRUE(tele.ok());
+    const auto j = nlohmann::json::parse(tele.ok() ? *tele : std::string("{}"));
+    return std::make_pair(t.substr(t.rfind('\n') + 1), j.value("global_hit_tokens", int64_t(-1)));
+  };
+  const auto cold_a = run("im.png", "", "cold_a");
+  const auto cold_b = run("other.png", "", "cold_b");
+  EXPECT_EQ(run("im.png", "store", "a1").second, 0);
+  const auto b = run("other.png", "store", "b");
+  EXPECT_EQ(b.second, 8);             // chunks [0, 4) and [4, 8): text before the image
+  EXPECT_EQ(b.first, cold_b.first);   // after an 8-token hit: what the cold run generates
+  const auto a2 = run("im.png", "store", "a2");
+  EXPECT_EQ(a2.second, 16);           // (20 − 1) / 4 whole chunks: the image's chunks hit too
+  EXPECT_EQ(a2.first, cold_a.first);
 }
 
 }  // namespace

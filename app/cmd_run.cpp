@@ -46,7 +46,6 @@
 #include "model/model.h"
 #include "base/file_io.h"
 #include "chat/markers.h"
-#include "model/vision/image_span.h"
 #include "runtime/dump.h"
 #include "runtime/image_input.h"
 #include "runtime/sampling.h"
@@ -177,31 +176,22 @@ int run_main(int argc, char** argv) {
   if (prompt.empty()) return fail(invalid_argument("the prompt has no tokens"));
   // Images: encoded by the vision tower, each placeholder expanded to its span.
   std::vector<EncodedImage> encoded;
-  std::vector<ImageMark> marks;
-  std::vector<int8_t> types;
-  std::vector<float> image_embeddings;
+  ImagePrompt placed;
   if (!image_paths.empty()) {
     if (dump.any()) return fail(invalid_argument("--dump with --image: use dsv41 logits --image ... --dump"));
     auto vm = load_vision_model(dir, (*model)->config());
     if (!vm.ok()) return fail(vm.status());
-    std::vector<ImageGrid> grids;
     for (const std::string& path : image_paths) {
       auto bytes = read_file(path);
       if (!bytes.ok()) return fail(bytes.status());
       auto im = encode_image((*model)->exec(), **vm, {reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()},
                              limits, path);
       if (!im.ok()) return fail(im.status());
-      grids.push_back(im->grid);
       encoded.push_back(std::move(*im));
     }
-    auto expanded = expand_image_placeholders(prompt, int32_t((*model)->config().image_token_id), grids);
-    if (!expanded.ok()) return fail(expanded.status());
-    prompt = std::move(expanded->ids);
-    types = std::move(expanded->types);
-    for (size_t i = 0; i < encoded.size(); ++i) {
-      marks.push_back({expanded->image_starts[i], encoded[i].content});
-      image_embeddings.insert(image_embeddings.end(), encoded[i].span_rows.begin(), encoded[i].span_rows.end());
-    }
+    auto p = place_images(prompt, int32_t((*model)->config().image_token_id), encoded);
+    if (!p.ok()) return fail(p.status());
+    placed = std::move(*p);
   }
   const int64_t max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(n, 1);
 
@@ -248,9 +238,9 @@ int run_main(int argc, char** argv) {
     so.prefill_chunk = chunk > 0 ? chunk : kPrefillPiece;
     so.max_context = max_context;
     so.log = log;
-    so.images = marks;
-    so.token_types = types;
-    so.image_embeddings = image_embeddings;
+    so.images = placed.marks;
+    so.token_types = placed.types;
+    so.image_embeddings = placed.embeddings;
     so.progress = [&](int64_t done, int64_t total) {
       // Replayed positions count too: the line says how much of the prefill's work is done.
       write_stderr(progress.update(done * static_cast<int64_t>(prompt.size()) / std::max<int64_t>(total, 1),
@@ -308,7 +298,7 @@ int run_main(int argc, char** argv) {
     tiers.identity = identity;
     ServeTurnOptions so;
     so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 run: cache: %s\n", m.c_str()); };
-    so.images = marks;
+    so.images = placed.marks;
     if (auto end = end_turn(*engine, tiers, id, so); end.ok()) {
       record.ssd_written_bytes += end->ssd_written_bytes;
       record.store_ms += end->store_ms;

@@ -44,6 +44,21 @@ Result<EncodedImage> encode_image(const CpuExec& ex, const VisionModel& vm, std:
   return out;
 }
 
+Result<ImagePrompt> place_images(std::vector<int32_t>& prompt, int32_t image_token_id,
+                                 std::span<const EncodedImage> images) {
+  std::vector<ImageGrid> grids;
+  for (const EncodedImage& im : images) grids.push_back(im.grid);
+  DSV41_ASSIGN_OR_RETURN(ExpandedPrompt expanded, expand_image_placeholders(prompt, image_token_id, grids));
+  ImagePrompt out;
+  prompt = std::move(expanded.ids);
+  out.types = std::move(expanded.types);
+  for (size_t i = 0; i < images.size(); ++i) {
+    out.marks.push_back({expanded.image_starts[i], images[i].content});
+    out.embeddings.insert(out.embeddings.end(), images[i].span_rows.begin(), images[i].span_rows.end());
+  }
+  return out;
+}
+
 Result<ImageRows> image_rows(std::span<const int32_t> ids, int32_t image_token_id,
                              std::span<const EncodedImage> images) {
   std::vector<ImageGrid> grids;

@@ -45,6 +45,20 @@ struct EncodedImage {
 Result<EncodedImage> encode_image(const CpuExec& ex, const VisionModel& vm, std::span<const uint8_t> bytes,
                                   const ImageLimits& limits, const std::string& name);
 
+// A prompt's images once placed: what serve_turn / the engine take (ServeTurnOptions::images,
+// token_types, image_embeddings). Shared by the choices of one request.
+struct ImagePrompt {
+  std::vector<ImageMark> marks;   // first position and content digest of each image
+  std::vector<int8_t> types;      // [prompt positions]
+  std::vector<float> embeddings;  // [span rows, hidden]
+};
+
+// Expands each image_token_id placeholder of `prompt` (one per image, in order) into its image's
+// span (model/vision/image_span.h expand_image_placeholders; a count mismatch is an error naming
+// both) and gathers the rows.
+Result<ImagePrompt> place_images(std::vector<int32_t>& prompt, int32_t image_token_id,
+                                 std::span<const EncodedImage> images);
+
 struct ImageRows {
   std::vector<int8_t> types;      // [positions]: −1 text, 0..3 span
   std::vector<float> embeddings;  // [span rows, hidden], prompt order

@@ -132,6 +132,8 @@ void Scheduler::admit() {
       st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
                         std::to_string(r.max_tokens) + " exceeds the context of " +
                         std::to_string(options_.max_context));
+    if (st.ok() && r.images)
+      st = invalid_argument("a prompt with images is prefilled through serve_turn (submit_prefilled), not by the scheduler");
     if (st.ok()) {
       auto sampler = Sampler::create(r.sampling);
       if (sampler.ok()) a->sampler = std::move(*sampler);

@@ -30,12 +30,18 @@
 
 namespace dsv41 {
 
+struct ImagePrompt;  // runtime/image_input.h
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   int64_t max_tokens = 64;
   SamplingParams sampling;
   bool ignore_eos = false;  // generate exactly max_tokens
   PrefillDepth depth = PrefillDepth::kFull;  // prefill depth (plan/replay_rule.h)
+  // The prompt's images (issue 16), null for a text prompt. The scheduler's own cold prefill
+  // takes text only: a request with images is served through serve_turn and submit_prefilled
+  // (server/engine_loop.cpp does). Last, so brace-initialised requests need not name it.
+  std::shared_ptr<const ImagePrompt> images;
 };
 
 // kCancelled: ended by cancel() with that reason (a caller may also end a request as kStop).

@@ -23,6 +23,11 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
+namespace dsv41 {
+struct ImagePrompt;  // runtime/image_input.h
+struct VisionModel;
+}  // namespace dsv41
+
 namespace dsv41::server {
 
 struct ServerOptions {
@@ -51,6 +56,9 @@ class ApiServer {
   int port() const { return port_; }
   // The model is ready: generation endpoints answer from now on.
   void attach(const Tokenizer& tokenizer, EngineLoop& loop, const ModelConfig& config);
+  // The model's vision tower (issue 16; borrowed, must outlive the server), before attach: chat
+  // requests' image_url parts with data: URLs are then read. Without it they are refused.
+  void set_vision(const VisionModel* vision) { vision_ = vision; }
   // Serves until stop(); blocks. Returns after every handler has returned.
   void listen();
   // Stops accepting connections (from any thread, e.g. a signal thread).
@@ -72,7 +80,8 @@ class ApiServer {
 
   // Checks the context, queues n choices of `prompt` and answers 400 / 429 itself on failure.
   std::shared_ptr<Channel> submit(const httplib::Request& req, httplib::Response& res, const GenerationFields& gen,
-                                  const std::vector<int32_t>& prompt, const char* prompt_param);
+                                  const std::vector<int32_t>& prompt, const char* prompt_param,
+                                  std::shared_ptr<const ImagePrompt> images = nullptr);
 
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void completions(const httplib::Request& req, httplib::Response& res);
@@ -88,6 +97,7 @@ class ApiServer {
   const Tokenizer* tokenizer_ = nullptr;
   EngineLoop* loop_ = nullptr;
   const ModelConfig* config_ = nullptr;
+  const VisionModel* vision_ = nullptr;
   int64_t created_ = 0;
 };
 

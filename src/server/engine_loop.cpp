@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <numeric>
 
+#include "runtime/image_input.h"
+
 namespace dsv41::server {
 
 bool Channel::wait(std::vector<TokenEvent>* tokens, std::vector<ChoiceResult>* results,
@@ -48,7 +50,8 @@ Result<std::unique_ptr<EngineLoop>> EngineLoop::start(Engine& engine, const Loop
   loop->scheduler_->on_token(
       [l = loop.get()](int64_t ticket, int32_t token, std::span<const float> logits) { l->on_token(ticket, token, logits); });
   if (options.tiers)
-    loop->scheduler_->on_finished([l = loop.get()](int64_t, SequenceId sequence) { return l->keep_finished(sequence); });
+    loop->scheduler_->on_finished(
+        [l = loop.get()](int64_t ticket, SequenceId sequence) { return l->keep_finished(ticket, sequence); });
   loop->stats_.pool = engine.pool_stats();
   loop->thread_ = std::thread([l = loop.get()] { l->run(); });
   return loop;
@@ -172,9 +175,11 @@ void EngineLoop::deliver_finished() {
   }
 }
 
-bool EngineLoop::keep_finished(SequenceId sequence) {
+bool EngineLoop::keep_finished(int64_t ticket, SequenceId sequence) {
   ServeTurnOptions so;
   so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
+  // A prompt with images keys its chunks by their content too.
+  if (auto it = live_.find(ticket); it != live_.end() && it->second.images) so.images = it->second.images->marks;
   // The answer's whole chunks to the store, the windows at the turn's end to the DRAM pool.
   (void)end_turn(engine_, *options_.tiers, sequence, so);
   if (options_.live_turns <= 0) return false;
@@ -201,16 +206,23 @@ void EngineLoop::serve_from_cache() {
     so.prefill_chunk = options_.scheduler.prefill_chunk;
     so.max_context = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
     so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
+    if (r.images) {
+      so.images = r.images->marks;
+      so.token_types = r.images->types;
+      so.image_embeddings = r.images->embeddings;
+    }
+    static const ServeTurnTiers kNoTiers;  // an image prompt on a server without cache tiers
+    const ServeTurnTiers& tiers = options_.tiers ? *options_.tiers : kNoTiers;
     Status st;
     if (so.max_context > options_.scheduler.max_context)
       st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
                         std::to_string(r.max_tokens) + " exceeds the context of " +
                         std::to_string(options_.scheduler.max_context));
-    Result<ServeTurnResult> turn = st.ok() ? serve_turn(engine_, *options_.tiers, r.prompt, so) : Result<ServeTurnResult>(st);
+    Result<ServeTurnResult> turn = st.ok() ? serve_turn(engine_, tiers, r.prompt, so) : Result<ServeTurnResult>(st);
     if (!turn.ok() && !kept_.empty() && turn.status().kind() == ErrorKind::kOutOfRange) {
       // Perhaps the pages of the kept turns: give them back and try once more.
       drop_kept();
-      turn = serve_turn(engine_, *options_.tiers, r.prompt, so);
+      turn = serve_turn(engine_, tiers, r.prompt, so);
     }
     if (!turn.ok()) {
       GenerationResult failed;
@@ -224,11 +236,12 @@ void EngineLoop::serve_from_cache() {
       j.channel->finish(ChoiceResult{j.choice, std::move(failed), std::nullopt});
       continue;
     }
-    if (options_.sync_store && options_.tiers->ssd) {
+    if (options_.sync_store && options_.tiers && options_.tiers->ssd) {
       Status synced = options_.tiers->ssd->flush();
       if (!synced.ok()) std::fprintf(stderr, "dsv41 serve: cache: %s\n", synced.to_string().c_str());
     }
-    if (metrics_) metrics_->observe_turn(turn->record);
+    if (metrics_ && options_.tiers) metrics_->observe_turn(turn->record);
+    std::shared_ptr<const ImagePrompt> images = r.images;
     const int64_t ticket = scheduler_->submit_prefilled(std::move(r), turn->sequence, std::move(turn->last_logits),
                                                         turn->effective, turn->record.work);
     j.channel->tickets_[static_cast<size_t>(j.choice)] = ticket;
@@ -237,7 +250,8 @@ void EngineLoop::serve_from_cache() {
     live.choice = j.choice;
     live.top_logprobs = j.job.top_logprobs;
     live.submitted = j.submitted;
-    live.turn = turn->record;
+    if (options_.tiers) live.turn = turn->record;  // a turn record only where the tiers served it
+    live.images = std::move(images);
     live_.emplace(ticket, std::move(live));
   }
 }
@@ -261,7 +275,8 @@ void EngineLoop::run() {
     for (auto& [channel, jobs] : inbox) {
       channel->tickets_.assign(jobs.size(), -1);
       for (size_t i = 0; i < jobs.size(); ++i) {
-        if (options_.tiers) {
+        // Image prompts go through serve_turn too (the scheduler's cold prefill takes text only).
+        if (options_.tiers || jobs[i].request.images) {
           cache_queue_.push_back(CacheJob{channel, static_cast<int>(i), std::move(jobs[i]), now});
           continue;
         }

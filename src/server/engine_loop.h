@@ -118,7 +118,7 @@ class EngineLoop {
   void run();
   // A finished turn with the tiers: its answer stored (end_turn), the sequence kept for the
   // engine tier when live_turns > 0. True when kept.
-  bool keep_finished(SequenceId sequence);
+  bool keep_finished(int64_t ticket, SequenceId sequence);
   void drop_kept();
   void on_token(int64_t ticket, int32_t token, std::span<const float> logits);
   void deliver_finished();
@@ -131,8 +131,9 @@ class EngineLoop {
     std::chrono::steady_clock::time_point submitted, last_token;
     bool first = true;
     std::optional<ServeTurnRecord> turn;
+    std::shared_ptr<const ImagePrompt> images;  // the prompt's, for end_turn's keys
   };
-  // A choice waiting for serve_turn (cache tiers only).
+  // A choice waiting for serve_turn (with cache tiers, or a prompt with images).
   struct CacheJob {
     std::shared_ptr<Channel> channel;
     int choice = 0;

@@ -78,6 +78,29 @@ TEST_F(CliImagePrompt, LogitsWithImagesMatchTheReference) {
   }
 }
 
+// After a global hit that ends inside the first span (15) or after it (20), --depth exact
+// replays the windows over the image rows: the last row is the reference's.
+TEST_F(CliImagePrompt, HitsThatCutTheImagesReplayThemExactly) {
+  const std::string img = " --image " + path("im.png");
+  const auto w = golden_->get("vl.logits").f32;
+  const size_t V = w.size() / ids_.size();
+  for (const std::string hit : {"15", "20"}) {
+    CliResult r = run_cli("logits -m " + kVl + " --ids " + ids_text(ids_) + img + img + " --hit " + hit +
+                              " --depth exact --out " + path("h.safetensors"),
+                          Stderr::kMerge);
+    ASSERT_EQ(r.code, 0) << r.out;
+    GoldenFile got(path("h.safetensors"));
+    const auto g = got.get("last_logits").f32;
+    ASSERT_EQ(g.size(), V);
+    double err = 0, scale = 0;
+    for (size_t v = 0; v < V; ++v) {
+      err = std::max(err, std::fabs(double(g[v]) - w[w.size() - V + v]));
+      scale = std::max(scale, std::fabs(double(w[w.size() - V + v])));
+    }
+    EXPECT_LE(err / scale, 1e-4) << "--hit " << hit;  // measured 6e-7
+  }
+}
+
 TEST_F(CliImagePrompt, SpanOfTheWrongLengthOrNoVisionIsAClearError) {
   std::vector<int32_t> short_span = ids_;
   const int32_t img = 305;  // the fixture's image_token_id (<｜deepseek_image｜>)

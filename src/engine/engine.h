@@ -10,7 +10,8 @@
 //
 // Segments: each names a sequence, the position it starts at and its tokens, and which logits to
 // return. A segment is checked before any compute (sequence known and not twice in the batch,
-// start = the sequence's length, token ids in the vocabulary, context and page budget) and, if
+// start = the sequence's length, token ids in the vocabulary, image rows consistent with the
+// image_token_id positions, context and page budget) and, if
 // rejected, reported with its reason while the rest of the batch runs. An error in the middle of
 // the forward (a damaged Engram row in a mapped checkpoint) fails only the segments it touches;
 // their sequences are reset (the message says so) and the others complete.

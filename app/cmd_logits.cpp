@@ -11,9 +11,14 @@
 // first H tokens are prefilled at full depth, their window state dropped (global KV kept) and the
 // rest served as after a global cache hit of H tokens: the windows are replayed per --depth.
 // --dump writes named intermediates of the (single-chunk, full-depth) prefill, runtime/dump.h.
+// --image FILE (repeatable, issue 16): the ids hold each image's span as image_token_id
+// placeholders, in order (a span of the wrong length is an error naming both counts); the images
+// go through the vision tower and their rows replace those positions' embeddings. --dump vision
+// writes each image's vision.patches / vision.vit / vision.aligner (vision.<i>.… from the second).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -24,6 +29,8 @@
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "runtime/dump.h"
+#include "runtime/image_input.h"
+#include "base/file_io.h"
 #include "runtime/prefill.h"
 #include "app/backend_choice.h"
 #include "backends/cpu/cpu_backend.h"
@@ -43,8 +50,24 @@ struct LogitRowsOut {
 
 // Prefill ids[0..K) at `depth` (after a full-depth hit of H tokens whose windows are dropped,
 // when H > 0), then decode ids[K..T). Leaves the engine holding one sequence of T tokens.
+// The image rows of the prompt (empty without images) and where each position's embedding row
+// starts among them.
+struct PromptImages {
+  std::vector<int8_t> types;      // [T] or empty
+  std::vector<float> embeddings;  // [span rows, hidden]
+  std::vector<int64_t> before;    // [T + 1] span rows before each position
+  int64_t hidden = 0;
+  bool empty() const { return types.empty(); }
+  // Types and embeddings of positions [0, n).
+  void prefix(int64_t n, PrefillOptions& po) const {
+    if (empty()) return;
+    po.token_types = std::span<const int8_t>(types).first(n);
+    po.image_embeddings = std::span<const float>(embeddings).first(before[n] * hidden);
+  }
+};
+
 Result<LogitRowsOut> compute_logits(Engine& engine, std::span<const int32_t> ids, int64_t K, int64_t H,
-                                    PrefillDepth depth, int64_t chunk) {
+                                    PrefillDepth depth, int64_t chunk, const PromptImages& images) {
   const int64_t T = static_cast<int64_t>(ids.size());
   const int64_t V = engine.config().vocab_size;
   LogitRowsOut out;
@@ -54,6 +77,7 @@ Result<LogitRowsOut> compute_logits(Engine& engine, std::span<const int32_t> ids
   po.all_logits = true;
   if (H > 0) {
     po.depth = PrefillDepth::kFull;
+    images.prefix(H, po);
     DSV41_ASSIGN_OR_RETURN(PrefillResult hit, prefill(engine, id, ids.subspan(0, H), po));
     out.rows = std::move(hit.all_logits);
     DSV41_ASSIGN_OR_RETURN(SequenceId served, engine.fork_prefix(id, H));
@@ -62,12 +86,17 @@ Result<LogitRowsOut> compute_logits(Engine& engine, std::span<const int32_t> ids
     po.windows_present = false;
   }
   po.depth = depth;
+  images.prefix(K, po);
   DSV41_ASSIGN_OR_RETURN(PrefillResult pre, prefill(engine, id, ids.subspan(0, K), po));
   out.complete = pre.effective == PrefillDepth::kFull;
   out.rows.insert(out.rows.end(), pre.all_logits.begin(), pre.all_logits.end());
   out.last = std::move(pre.last_logits);
   for (int64_t t = K; t < T; ++t) {
     Segment s{id, t, ids.subspan(t, 1), LogitRows::kLast};
+    if (!images.empty() && images.types[t] >= 0) {
+      s.token_types = std::span<const int8_t>(images.types).subspan(t, 1);
+      s.image_embeddings = std::span<const float>(images.embeddings).subspan(images.before[t] * images.hidden, images.hidden);
+    }
     const SegmentResult& r = engine.forward(std::span<const Segment>(&s, 1)).front();
     if (!r.status.ok()) return r.status;
     out.rows.insert(out.rows.end(), r.logits, r.logits + V);
@@ -98,6 +127,12 @@ int logits_main(int argc, char** argv) {
       ->check(in_range<int64_t>(0, kMaxTokens));
   cli.add_option("--chunk", chunk, "prefill chunk size (0 = one chunk)")->check(in_range<int64_t>(0, kMaxTokens));
   cli.add_option("--out", out, "output .safetensors file")->required();
+  std::vector<std::string> image_paths;
+  ImageLimits limits;
+  cli.add_option("--image", image_paths,
+                 "PNG or JPEG image (repeatable, in order); the ids hold each image's span as image_token_id");
+  cli.add_option("--max-image-bytes", limits.max_bytes, "refuse larger image files")->capture_default_str();
+  cli.add_option("--max-image-pixels", limits.max_pixels, "refuse images with more pixels")->capture_default_str();
   ForwardFlags flags;
   flags.add_to(cli);
   name_parse_errors(cli);
@@ -124,6 +159,7 @@ int logits_main(int argc, char** argv) {
   if (hit >= K)
     return fail(invalid_argument("--hit " + std::to_string(hit) + " must leave a prompt token to serve: give 0.." +
                                  std::to_string(K - 1) + (decode_from > 0 ? " (below --decode-from)" : " (below the number of ids)")));
+  if (dump.vision && image_paths.empty()) return fail(invalid_argument("--dump vision needs --image"));
   if (dump.any() && (hit > 0 || (chunk > 0 && chunk < K)))
     return fail(invalid_argument("--dump records one cold single-chunk prefill: leave out --hit and --chunk"));
   auto load_options = flags.load_options();
@@ -134,16 +170,65 @@ int logits_main(int argc, char** argv) {
   if (std::string note = depth_fallback_note((*model)->plan(), *depth); !note.empty())
     std::fprintf(stderr, "dsv41 logits: %s\n", note.c_str());
 
+  // Images: the model must have a vision tower; the ids must hold their spans.
+  std::vector<EncodedImage> encoded;
+  PromptImages images;
+  const ModelConfig& mc = (*model)->config();
+  const bool has_image_ids = mc.vision.has_value() && std::find(ids->begin(), ids->end(), int32_t(mc.image_token_id)) != ids->end();
+  if (!image_paths.empty() || has_image_ids) {
+    auto vm = load_vision_model(dir, mc);
+    if (!vm.ok()) return fail(vm.status());
+    for (const std::string& path : image_paths) {
+      auto bytes = read_file(path);
+      if (!bytes.ok()) return fail(bytes.status());
+      auto im = encode_image((*model)->exec(), **vm, {reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()},
+                             limits, path);
+      if (!im.ok()) return fail(im.status());
+      encoded.push_back(std::move(*im));
+    }
+    auto placed = image_rows(*ids, int32_t(mc.image_token_id), encoded);
+    if (!placed.ok()) return fail(placed.status().with_context("--ids"));
+    images.types = std::move(placed->types);
+    images.embeddings = std::move(placed->embeddings);
+    images.hidden = mc.hidden_size;
+    images.before.assign(static_cast<size_t>(T + 1), 0);
+    for (int64_t t = 0; t < T; ++t) images.before[t + 1] = images.before[t] + (images.types[t] >= 0);
+  }
+  std::vector<DumpTensor> vision_dump;
+  if (dump.vision) {
+    for (size_t i = 0; i < encoded.size(); ++i) {
+      const EncodedImage& im = encoded[i];
+      const std::string prefix = i == 0 ? "vision." : "vision." + std::to_string(i) + ".";
+      const int64_t n = int64_t(im.grid.n_vit_h) * im.grid.n_vit_w, p = mc.vision->patch_size;
+      auto f32 = [](std::string name, std::vector<int64_t> shape, const std::vector<float>& v) {
+        DumpTensor t{std::move(name), DType::kF32, std::move(shape), {}};
+        t.bytes.resize(v.size() * 4);
+        std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+        return t;
+      };
+      vision_dump.push_back(f32(prefix + "patches", {n, 3, p, p}, im.patches));
+      vision_dump.push_back(f32(prefix + "vit", {n, mc.vision->hidden_size}, im.vit));
+      vision_dump.push_back(f32(prefix + "aligner", {int64_t(im.grid.n_llm_h) * im.grid.n_llm_w, mc.hidden_size}, im.aligner));
+    }
+  }
+
   LogitRowsOut rows;
   if (dump.any()) {
+    if (!images.empty() && std::any_of(images.types.begin() + K, images.types.end(), [](int8_t t) { return t >= 0; }))
+      return fail(invalid_argument("--dump with --decode-from " + std::to_string(K) +
+                                   " would decode image positions one by one: give --decode-from past the last image"));
     // The trace needs the Session's single full-depth chunk.
     auto session = Session::create(**model, T);
     if (!session.ok()) return fail(session.status());
     ForwardTrace trace;
-    auto pre = (*session)->prefill(std::span<const int32_t>(ids->data(), K), 0, &rows.rows, &trace);
+    PrefillOptions po;
+    images.prefix(K, po);
+    auto pre = (*session)->prefill(std::span<const int32_t>(ids->data(), K), 0, &rows.rows, &trace, po.token_types,
+                                   po.image_embeddings);
     if (!pre.ok()) return fail(pre.status());
     auto tensors = collect_dump(**model, trace, (*session)->cache(), K, dump);
     if (!tensors.ok()) return fail(tensors.status());
+    tensors->insert(tensors->end(), vision_dump.begin(), vision_dump.end());
     if (Status s = write_dump(flags.dump_out, *tensors); !s.ok()) return fail(s);
     std::printf("dumped %zu tensors to %s\n", tensors->size(), flags.dump_out.c_str());
     rows.last = std::move(*pre);
@@ -159,10 +244,14 @@ int logits_main(int argc, char** argv) {
     if (!backend.ok()) return fail(backend.status());
     auto engine = Engine::create(std::move(*backend), (*model)->engram_tables());
     if (!engine.ok()) return fail(engine.status());
-    auto got = compute_logits(**engine, *ids, K, hit, *depth, chunk);
+    auto got = compute_logits(**engine, *ids, K, hit, *depth, chunk, images);
     if (!got.ok()) return fail(got.status());
     if (Status s = backend_status(flags.backend, (*engine)->backend()); !s.ok()) return fail(s);
     rows = std::move(*got);
+    if (!vision_dump.empty()) {
+      if (Status s = write_dump(flags.dump_out, vision_dump); !s.ok()) return fail(s);
+      std::printf("dumped %zu tensors to %s\n", vision_dump.size(), flags.dump_out.c_str());
+    }
   }
   std::vector<TensorView> views;
   views.push_back(f32_view("last_logits", rows.last, {1, V}));

@@ -17,6 +17,11 @@
 // see runtime/dump.h. --scalar forces the plain scalar block references (kernels/cpu/cpu_exec.h);
 // --threads sizes the model's pool (0 = all cores). DSV41_FORCE_SCALAR / DSV41_F32_WEIGHTS:
 // app/load_options.h.
+// --image FILE (repeatable; a model with a vision tower, issue 16): each image's placeholder
+// <｜deepseek_image｜> in -p TEXT (one per image, in order) — or, when TEXT holds none, the images
+// right after BOS, as the chat renderer places a user message's image parts before its text —
+// becomes the image's span; with --ids, one image_token_id per image. The images' content hashes
+// enter the cache's prefix keys. A text-only model refuses --image.
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -40,7 +45,10 @@
 #include "engine/engine.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
+#include "base/file_io.h"
+#include "chat/markers.h"
 #include "runtime/dump.h"
+#include "runtime/image_input.h"
 #include "runtime/sampling.h"
 #include "runtime/serve_turn.h"
 #include "runtime/session.h"
@@ -111,6 +119,11 @@ int run_main(int argc, char** argv) {
   cli.add_option("--cache-chunk", cache_chunk, "tokens per cached chunk (even, 2..65536; a store per chunk size)")
       ->check(in_range<int64_t>(2, 65536));
   cli.add_option("--telemetry", telemetry_path, "write the turn's SERVE_TURN record (one JSON object) to this file");
+  std::vector<std::string> image_paths;
+  ImageLimits limits;
+  cli.add_option("--image", image_paths, "PNG or JPEG image for the prompt (repeatable, in order)");
+  cli.add_option("--max-image-bytes", limits.max_bytes, "refuse larger image files")->capture_default_str();
+  cli.add_option("--max-image-pixels", limits.max_pixels, "refuse images with more pixels")->capture_default_str();
   ForwardFlags flags;
   flags.add_to(cli);
   name_parse_errors(cli);
@@ -149,12 +162,38 @@ int run_main(int argc, char** argv) {
     if (!ids.ok()) return fail(ids.status());
     prompt = std::move(*ids);
   } else {
-    auto enc = tok->encode(text);
+    // Images without a placeholder in the text go before it (the chat renderer's order).
+    std::string with_images = text;
+    if (!image_paths.empty() && text.find(chat::kImage) == std::string::npos) {
+      std::string marks;
+      for (size_t i = 0; i < image_paths.size(); ++i) marks += std::string(chat::kImage);
+      with_images = marks + text;
+    }
+    auto enc = tok->encode(with_images);
     if (!enc.ok()) return fail(enc.status());
     prompt.push_back(static_cast<int32_t>((*model)->config().bos_token_id));
     prompt.insert(prompt.end(), enc->begin(), enc->end());
   }
   if (prompt.empty()) return fail(invalid_argument("the prompt has no tokens"));
+  // Images: encoded by the vision tower, each placeholder expanded to its span.
+  std::vector<EncodedImage> encoded;
+  ImagePrompt placed;
+  if (!image_paths.empty()) {
+    if (dump.any()) return fail(invalid_argument("--dump with --image: use dsv41 logits --image ... --dump"));
+    auto vm = load_vision_model(dir, (*model)->config());
+    if (!vm.ok()) return fail(vm.status());
+    for (const std::string& path : image_paths) {
+      auto bytes = read_file(path);
+      if (!bytes.ok()) return fail(bytes.status());
+      auto im = encode_image((*model)->exec(), **vm, {reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()},
+                             limits, path);
+      if (!im.ok()) return fail(im.status());
+      encoded.push_back(std::move(*im));
+    }
+    auto p = place_images(prompt, int32_t((*model)->config().image_token_id), encoded);
+    if (!p.ok()) return fail(p.status());
+    placed = std::move(*p);
+  }
   const int64_t max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(n, 1);
 
   // The engine and its one sequence: a Session for --dump (its trace), serve_turn otherwise.
@@ -202,6 +241,9 @@ int run_main(int argc, char** argv) {
     so.prefill_chunk = chunk > 0 ? chunk : kPrefillPiece;
     so.max_context = max_context;
     so.log = log;
+    so.images = placed.marks;
+    so.token_types = placed.types;
+    so.image_embeddings = placed.embeddings;
     so.progress = [&](int64_t done, int64_t total) {
       // Replayed positions count too: the line says how much of the prefill's work is done.
       write_stderr(progress.update(done * static_cast<int64_t>(prompt.size()) / std::max<int64_t>(total, 1),
@@ -260,6 +302,7 @@ int run_main(int argc, char** argv) {
     tiers.identity = identity;
     ServeTurnOptions so;
     so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 run: cache: %s\n", m.c_str()); };
+    so.images = placed.marks;
     if (auto end = end_turn(*engine, tiers, id, so); end.ok()) {
       record.ssd_written_bytes += end->ssd_written_bytes;
       record.store_ms += end->store_ms;

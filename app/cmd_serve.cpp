@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "runtime/image_input.h"
 #include "app/load_options.h"
 #include "app/cache_open.h"
 #include "app/option_checks.h"
@@ -185,6 +186,14 @@ int serve_main(int argc, char** argv) {
     lo.tiers = &tiers;
     lo.sync_store = cache_sync;
     lo.live_turns = live_turns;
+  }
+  // The vision tower when the model has one: chat requests may then carry images (issue 16).
+  std::unique_ptr<VisionModel> vision;
+  if (config.vision) {
+    auto vm = load_vision_model(dir, config);
+    if (!vm.ok()) return fail(vm.status());
+    vision = std::move(*vm);
+    api.set_vision(vision.get());
   }
   auto loop = server::EngineLoop::start(**engine, lo, &api.metrics());
   if (!loop.ok()) return fail(loop.status());

@@ -3,8 +3,8 @@
 // own code can be compared with: `vision.patches` [n, 3, p, p] (normalised pixels),
 // `vision.vit` [n, width] (tower output after the final norm), `vision.aligner` [tokens, hidden]
 // (content tokens, row-major). Prints the plan (pixel size, patch and token grids, prompt span).
-// An inspection tool for the first vision slice (docs/VISION.md): image tokens do not reach the
-// backbone yet, so `run` / `logits` do not take images.
+// An inspection tool (docs/VISION.md); `logits --image ... --dump vision` writes the same stages
+// for a prompt's images.
 #include <cstdio>
 #include <cstring>
 #include <string>

@@ -36,9 +36,13 @@ class EngramHash:
                 setattr(self, k, getattr(self, k).to(device))
         return self
 
-    def rows(self, history, tokens):
+    def rows(self, history, tokens, history_masked=None, masked=None):
         """history [B, L] earlier tokens of each sequence (or a list for one sequence), tokens
-        [B, T] (or [T]) → row ids [E, B, T, slots] (or [E, T, slots])."""
+        [B, T] (or [T]) → row ids [E, B, T, slots] (or [E, T, slots]).
+
+        history_masked / masked (bool, the shapes of history / tokens, None = none): positions that
+        take no part in an n-gram (image-span tokens, model.md §3.10). A look-back that reaches
+        one, or the sequence start, reads the pad id there and at every slot further back."""
         if self.token_map is None:
             raise ValueError("Engram layers need the normalised-token map: load the model with its tokenizer.json")
         cfg = self.cfg
@@ -50,11 +54,21 @@ class EngramHash:
             tokens, history = tokens[None], history.reshape(1, -1)
         B, T = tokens.shape
         pad = self.token_map[cfg.engram_pad_id]
-        prev = history[:, max(history.shape[1] - (n - 1), 0):] if n > 1 else history[:, :0]
+        keep = max(history.shape[1] - (n - 1), 0)
+        prev = history[:, keep:] if n > 1 else history[:, :0]
         ctx = torch.cat([pad.repeat(B, n - 1 - prev.shape[1]),
                          self.token_map[prev],
                          self.token_map[tokens]], 1)                    # pads stand for positions < 0
-        c = [ctx[:, n - 1 - k: n - 1 - k + T] for k in range(n)]          # c[k][b, t] = map(token_{t−k})
+        hm = torch.zeros_like(history, dtype=torch.bool) if history_masked is None else \
+            torch.as_tensor(history_masked, dtype=torch.bool).to(self.device).reshape(history.shape)
+        tm = torch.zeros_like(tokens, dtype=torch.bool) if masked is None else \
+            torch.as_tensor(masked, dtype=torch.bool).to(self.device).reshape(tokens.shape)
+        dead = torch.cat([torch.ones(B, n - 1 - prev.shape[1], dtype=torch.bool, device=self.device),
+                          hm[:, keep:] if n > 1 else hm[:, :0], tm], 1)  # before the start counts as dead
+        c, blocked = [], torch.zeros(B, T, dtype=torch.bool, device=self.device)
+        for k in range(n):                                               # c[k][b, t] = map(token_{t−k})
+            blocked = blocked | dead[:, n - 1 - k: n - 1 - k + T]
+            c.append(torch.where(blocked, pad, ctx[:, n - 1 - k: n - 1 - k + T]))
         out = []
         for e in range(len(cfg.engram_layer_ids)):
             m = self.mult[e]

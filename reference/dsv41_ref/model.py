@@ -89,6 +89,7 @@ class Cache:
     def __init__(self, cfg):
         self.pos = 0
         self.tokens = None      # [B, L] long (CPU), set by the first forward
+        self.image_mask = None  # [B, L] bool: image-span positions (Engram look-back stops there)
         self.layers = [dict() for _ in range(cfg.num_hidden_layers)]
 
 
@@ -395,7 +396,7 @@ class Gate(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(cfg.n_routed_experts, cfg.hidden_size))
         self.bias = nn.Parameter(torch.zeros(cfg.n_routed_experts))      # selection-only (text)
-        self.bias_vl = nn.Parameter(torch.zeros(cfg.n_routed_experts))   # image-span tokens (unused here)
+        self.bias_vl = nn.Parameter(torch.zeros(cfg.n_routed_experts))   # image-span tokens (§3.10)
 
 
 class MoE(nn.Module):
@@ -409,8 +410,9 @@ class MoE(nn.Module):
             self.shared_experts = Expert(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts,
                                          cfg.swiglu_limit)
 
-    def route(self, x):
-        """x [N, d] → (selected experts [N, k] in top-k order, weights [N, k], raw scores [N, E])."""
+    def route(self, x, is_image=None):
+        """x [N, d] → (selected experts [N, k] in top-k order, weights [N, k], raw scores [N, E]).
+        is_image [N] bool (None = all text): those rows select with bias_vl instead of bias."""
         cfg = self.cfg
         logits = F.linear(x.float(), self.gate.weight.float()) / cfg.gate_temp
         if cfg.scoring_func == "sqrtsoftplus":
@@ -421,16 +423,19 @@ class MoE(nn.Module):
             s = torch.sigmoid(logits)
         else:
             raise ValueError(f"scoring_func {cfg.scoring_func!r} is not supported")
-        sel = torch.topk(s + self.gate.bias.float(), cfg.num_experts_per_tok, dim=-1).indices
+        bias = self.gate.bias.float()
+        if is_image is not None:
+            bias = torch.where(is_image[:, None], self.gate.bias_vl.float()[None, :], bias[None, :])
+        sel = torch.topk(s + bias, cfg.num_experts_per_tok, dim=-1).indices
         w = s.gather(1, sel)
         if cfg.norm_topk_prob:
             w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
         return sel, w * cfg.routed_scaling_factor, s
 
-    def forward(self, x, trace=None, jj=""):
+    def forward(self, x, trace=None, jj="", is_image=None):
         shape = x.shape
         x = x.reshape(-1, shape[-1])                                   # [N, d]
-        sel, w, _ = self.route(x)
+        sel, w, _ = self.route(x, None if is_image is None else is_image.reshape(-1))
         _trace(trace, f"layer{jj}.router_experts", sel.view(*shape[:-1], -1))
         _trace(trace, f"layer{jj}.router_weights", w.view(*shape[:-1], -1))
         if self.training:
@@ -487,8 +492,9 @@ class Engram(nn.Module):
         self.q_weight = nn.Parameter(torch.ones(cfg.hc_mult, cfg.hidden_size))
         self.k_weight = nn.Parameter(torch.ones(cfg.hc_mult, cfg.hidden_size))
 
-    def forward(self, X, ids):
-        """X [B, T, hc, d] streams, ids [B, T, n_slots] table rows (offsets included)."""
+    def forward(self, X, ids, image_mask=None):
+        """X [B, T, hc, d] streams, ids [B, T, n_slots] table rows (offsets included);
+        image_mask [B, T] bool (None = none): the gate is 0 there (§3.10)."""
         cfg = self.cfg
         B, T, hc, d = X.shape
         R = self.embed.weight[ids].reshape(B, T, -1)
@@ -501,6 +507,8 @@ class Engram(nn.Module):
         kn = K * torch.rsqrt(K.pow(2).mean(-1, keepdim=True) + eps) * self.k_weight.float()
         dot = (xn * kn).sum(-1) / math.sqrt(d)                            # [B, T, hc]
         gate = torch.sigmoid(torch.sign(dot) * torch.sqrt(torch.clamp(dot.abs(), min=1e-6)))
+        if image_mask is not None:
+            gate = gate.masked_fill(image_mask[..., None], 0.0)
         return (Xf + gate[..., None] * v[:, :, None, :]).to(X.dtype)
 
 
@@ -557,16 +565,16 @@ class Block(nn.Module):
             k = cfg.engram_layer_ids.index(layer)
             self.engram = Engram(cfg, cfg.engram_num_embeddings[k])
 
-    def forward(self, X, p, pos, lc, shared, engram_ids, trace):
+    def forward(self, X, p, pos, lc, shared, engram_ids, trace, image_mask=None):
         cfg = self.cfg
         jj = f"{self.layer:02d}"
         if hasattr(self, "engram"):
-            X = self.engram(X, engram_ids)
+            X = self.engram(X, engram_ids, image_mask)
         pre_a, post_a, C_a = hc_coefficients(X, self.hc_attn_fn, self.hc_attn_base, self.hc_attn_scale, cfg)
         a = self.attn(self.attn_norm(collapse(X, p)), pos, lc, shared, trace)   # previous site's pre
         X = hc_write(X, a, post_a, C_a)
         pre_b, post_b, C_b = hc_coefficients(X, self.hc_ffn_fn, self.hc_ffn_base, self.hc_ffn_scale, cfg)
-        f = self.ffn(self.ffn_norm(collapse(X, pre_a)), trace, jj)              # this block's attn pre
+        f = self.ffn(self.ffn_norm(collapse(X, pre_a)), trace, jj, image_mask)  # this block's attn pre
         X = hc_write(X, f, post_b, C_b)
         _trace(trace, f"layer{jj}.streams", X)
         _trace(trace, f"layer{jj}.pre", pre_b)
@@ -603,9 +611,14 @@ class Model(nn.Module):
     def new_cache(self):
         return Cache(self.cfg)
 
-    def forward(self, tokens, cache=None, trace=None, return_hidden=False):
+    def forward(self, tokens, cache=None, trace=None, return_hidden=False, token_types=None, image_embeds=None):
         """tokens [T] or [B, T] (long) continuing `cache` (a fresh one when None) → logits [T, V]
-        or [B, T, V] (fp32); with return_hidden, the final normed hidden state instead."""
+        or [B, T, V] (fp32); with return_hidden, the final normed hidden state instead.
+
+        Images (§3.1, §3.10): token_types (the shape of tokens; −1 text, 0 start, 1 content,
+        2 newline, 3 end) and image_embeds [span rows, d], the rows of every position with type ≥ 0
+        in order (batch-major), which replace the token embedding there. Those positions route
+        with bias_vl, have the Engram gate off and stop the n-gram look-back."""
         cfg = self.cfg
         if cache is None:
             cache = Cache(cfg)
@@ -617,6 +630,10 @@ class Model(nn.Module):
         B, T = tokens.shape
         if cache.tokens is None:
             cache.tokens = torch.zeros(B, 0, dtype=torch.long, device=tokens.device)
+            cache.image_mask = torch.zeros(B, 0, dtype=torch.bool, device=tokens.device)
+        image_mask = None
+        if token_types is not None:
+            image_mask = torch.as_tensor(token_types).reshape(B, T) >= 0
         if cache.tokens.shape[0] != B:
             raise ValueError(f"batch of {B} sequences continues a cache of {cache.tokens.shape[0]}")
         marks = {k: len(v) for k, v in trace.items()} if trace is not None else None
@@ -625,11 +642,22 @@ class Model(nn.Module):
         if self.engram_hash is not None:
             # hashing runs where the int64 tables are (CPU unless engram_hash.to(...)), the rows
             # then move to the parameters' device
-            engram_ids = self.engram_hash.rows(cache.tokens, tokens).to(dev)   # [n_engram, B, T, slots]
+            engram_ids = self.engram_hash.rows(cache.tokens, tokens, cache.image_mask,
+                                               image_mask).to(dev)      # [n_engram, B, T, slots]
             _trace(trace, "engram_hash", engram_ids.permute(1, 2, 0, 3))
         cache.tokens = torch.cat([cache.tokens, tokens.to(cache.tokens.device)], 1)
+        new_mask = image_mask if image_mask is not None else torch.zeros(B, T, dtype=torch.bool)
+        cache.image_mask = torch.cat([cache.image_mask, new_mask.to(cache.image_mask.device)], 1)
         tokens = tokens.to(dev)
         e = self.embed.weight[tokens]                                   # [B, T, d]
+        if image_mask is not None:
+            image_mask = image_mask.to(dev)
+            rows = torch.as_tensor(image_embeds).to(e.dtype).to(dev)
+            if rows.shape != (int(image_mask.sum()), cfg.hidden_size):
+                raise ValueError(f"image_embeds has shape {list(rows.shape)}, the types need "
+                                 f"[{int(image_mask.sum())}, {cfg.hidden_size}]")
+            e = e.clone()
+            e[image_mask] = rows
         X = e[:, :, None, :].expand(B, T, cfg.hc_mult, cfg.hidden_size).contiguous()
         p = torch.zeros(B, T, cfg.hc_mult, dtype=torch.float32, device=dev)
         p[..., 0] = 1.0                                                 # one-hot: read stream 0
@@ -639,7 +667,7 @@ class Model(nn.Module):
             ids = None
             if hasattr(blk, "engram"):
                 ids = engram_ids[cfg.engram_layer_ids.index(i)]
-            X, p = blk(X, p, pos, cache.layers[i], shared, ids, trace)
+            X, p = blk(X, p, pos, cache.layers[i], shared, ids, trace, image_mask)
         z = self.norm(collapse(X, p))
         _trace(trace, "final_hidden", z)
         cache.pos += T

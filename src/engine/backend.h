@@ -46,6 +46,12 @@ struct BatchLayout {
   const int32_t* tokens = nullptr;     // [rows] token ids (validated by the engine)
   const int64_t* positions = nullptr;  // [rows] absolute positions
   std::span<const SegmentRows> segments;
+  // Image spans (model.md §3.10), null when the batch has none (text batches pay nothing):
+  // types [rows] (−1 text, 0..3 span: model/vision/image_span.h ImageTokenType) and the span rows'
+  // embeddings [span rows, hidden] in row order, which replace the token embedding. Span rows
+  // route with bias_vl and have the Engram gate off.
+  const int8_t* types = nullptr;
+  const float* image_embeddings = nullptr;
 };
 
 // One segment's steps 4–5 of a layer: index (when `index`) over kv source `index_kv_layer`, then
@@ -67,12 +73,12 @@ class Backend {
   virtual const LayerPlan& plan() const = 0;
 
   // Takes the batch: sizes the workspace (reused when the shape repeats) and embeds the tokens
-  // into the residual streams. trace (optional, single-segment batches): named intermediates.
+  // (span rows: their image embeddings) into the residual streams. trace (optional, single-segment batches): named intermediates.
   virtual void begin_batch(const BatchLayout& layout, ForwardTrace* trace) = 0;
   // Start of a layer (before its Engram). Default: nothing.
   virtual void begin_layer(int layer) { (void)layer; }
   // Engram of an Engram layer for batch rows [row0, row0 + rows): row_ids [rows, columns] of this
-  // layer. Fails (naming the table) when a stored row cannot be decoded; rows are then unchanged.
+  // layer; image-span rows stay unchanged (gate 0). Fails (naming the table) when a stored row cannot be decoded; rows are then unchanged.
   virtual Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) = 0;
   // mHC attention site + RMSNorm_attn: the attention input of the given rows.
   virtual void attention_input(int layer, std::span<const RowRange> rows) = 0;

@@ -15,6 +15,8 @@ namespace {
 
 std::string seq_name(SequenceId id) { return "sequence " + std::to_string(id); }
 
+constexpr int8_t kTextRow = -1;  // ImageTokenType kTextToken (model/vision/image_span.h)
+
 }  // namespace
 
 uint64_t config_fingerprint(const ModelConfig& c) {
@@ -122,8 +124,13 @@ Result<SequenceId> Engine::fork_prefix(SequenceId from, int64_t prefix, int64_t 
 
 Engine::LivePrefix Engine::longest_live_prefix(std::span<const int32_t> tokens) const {
   LivePrefix best;
+  // Image spans hold image_token_id whatever the image: equal ids say nothing about equal
+  // embeddings, so a shared prefix stops before the first image position.
+  size_t limit = tokens.size();
+  if (config().vision.has_value())
+    limit = static_cast<size_t>(std::find(tokens.begin(), tokens.end(), config().image_token_id) - tokens.begin());
   for (const auto& [id, s] : sequences_) {
-    const size_t n = std::min(s.tokens.size(), tokens.size());
+    const size_t n = std::min(s.tokens.size(), limit);
     const size_t common = static_cast<size_t>(
         std::mismatch(s.tokens.begin(), s.tokens.begin() + n, tokens.begin()).first - s.tokens.begin());
     if (static_cast<int64_t>(common) > best.length ||
@@ -329,6 +336,7 @@ Status Engine::check_segment(const Segment& s, const Sequence* seq) const {
   if (T < 1) return invalid_argument(seq_name(s.sequence) + ": a segment needs at least one token");
   const int64_t length = static_cast<int64_t>(seq->tokens.size());
   if (!s.depth.empty()) DSV41_RETURN_IF_ERROR(check_depth(s, *seq));
+  DSV41_RETURN_IF_ERROR(check_image_rows(s));
   if (s.replay) return check_replay(s, *seq);
   if (s.start != length)
     return invalid_argument(seq_name(s.sequence) + ": segment starts at position " + std::to_string(s.start) +
@@ -385,6 +393,45 @@ Status Engine::check_depth(const Segment& s, const Sequence& seq) const {
         return invalid_argument(seq_name(s.sequence) + ": logits of every row need every layer on every row");
   if (s.logits == LogitRows::kLast && attend_first(s, L - 1, T) >= T)
     return invalid_argument(seq_name(s.sequence) + ": the last layer does not run the last position, no logits");
+  return ok_status();
+}
+
+Status Engine::check_image_rows(const Segment& s) const {
+  const ModelConfig& c = config();
+  const int64_t T = static_cast<int64_t>(s.tokens.size());
+  if (s.token_types.empty()) {
+    if (!s.image_embeddings.empty())
+      return invalid_argument(seq_name(s.sequence) + ": image embeddings without token types");
+    // Replayed image positions need their embeddings again (a text decode step may still hold a
+    // sampled image_token_id: it is embedded as text).
+    if (s.replay && c.vision.has_value() &&
+        std::find(s.tokens.begin(), s.tokens.end(), c.image_token_id) != s.tokens.end())
+      return invalid_argument(seq_name(s.sequence) + ": the replay covers image positions but gives no image rows");
+    return ok_status();
+  }
+  if (!c.vision.has_value())
+    return invalid_argument(seq_name(s.sequence) + ": image input, but the model has no vision tower (text only)");
+  if (static_cast<int64_t>(s.token_types.size()) != T)
+    return invalid_argument(seq_name(s.sequence) + ": " + std::to_string(s.token_types.size()) + " token types for " +
+                            std::to_string(T) + " tokens");
+  int64_t span_rows = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const int8_t ty = s.token_types[t];
+    if (ty < -1 || ty > 3)
+      return invalid_argument(seq_name(s.sequence) + ": token type " + std::to_string(ty) + " at position " +
+                              std::to_string(s.start + t) + " (−1 text, 0..3 image span)");
+    const bool image_id = s.tokens[t] == c.image_token_id;
+    if ((ty >= 0) != image_id)
+      return invalid_argument(seq_name(s.sequence) + ": position " + std::to_string(s.start + t) + " holds token " +
+                              std::to_string(s.tokens[t]) + " with type " + std::to_string(ty) +
+                              ": image-span rows and image_token_id " + std::to_string(c.image_token_id) +
+                              " positions must coincide");
+    span_rows += ty >= 0;
+  }
+  if (static_cast<int64_t>(s.image_embeddings.size()) != span_rows * c.hidden_size)
+    return invalid_argument(seq_name(s.sequence) + ": " + std::to_string(s.image_embeddings.size()) +
+                            " image embedding values for " + std::to_string(span_rows) + " span rows of width " +
+                            std::to_string(c.hidden_size));
   return ok_status();
 }
 
@@ -500,6 +547,21 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
   layout.tokens = batch_tokens_.data();
   layout.positions = batch_positions_.data();
   layout.segments = rows_;
+  // Image rows: only when a segment brings some (a text batch builds nothing here).
+  const bool images = std::any_of(admitted_.begin(), admitted_.end(),
+                                  [](const Admitted& a) { return !a.segment->token_types.empty(); });
+  if (images) {
+    batch_types_.assign(static_cast<size_t>(rows), kTextRow);
+    batch_embeddings_.clear();
+    for (const Admitted& a : admitted_) {
+      const Segment& s = *a.segment;
+      if (s.token_types.empty()) continue;
+      std::copy(s.token_types.begin(), s.token_types.end(), batch_types_.begin() + a.row0);
+      batch_embeddings_.insert(batch_embeddings_.end(), s.image_embeddings.begin(), s.image_embeddings.end());
+    }
+    layout.types = batch_types_.data();
+    layout.image_embeddings = batch_embeddings_.data();
+  }
   if (trace) {
     *trace = ForwardTrace{};
     trace->engram_rows.assign(engram_ids_.begin(), engram_ids_.begin() + rows * n_engram * cols);

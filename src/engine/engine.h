@@ -10,7 +10,8 @@
 //
 // Segments: each names a sequence, the position it starts at and its tokens, and which logits to
 // return. A segment is checked before any compute (sequence known and not twice in the batch,
-// start = the sequence's length, token ids in the vocabulary, context and page budget) and, if
+// start = the sequence's length, token ids in the vocabulary, image rows consistent with the
+// image_token_id positions, context and page budget) and, if
 // rejected, reported with its reason while the rest of the batch runs. An error in the middle of
 // the forward (a damaged Engram row in a mapped checkpoint) fails only the segments it touches;
 // their sequences are reset (the message says so) and the others complete.
@@ -73,6 +74,14 @@ struct Segment {
   // there when that position falls inside the segment. Borrowed for the call. logits kAll needs
   // full depth; kLast needs the last layer to run the last position.
   std::span<const LayerRange> depth;
+  // Image spans (issue 16, model.md §3.10; model/vision/image_span.h builds both), borrowed for
+  // the call; empty = all text. token_types [tokens] (−1 text, 0..3 span) and the span rows'
+  // embeddings [span rows, hidden] in order (the aligner rows between the learned start /
+  // newline / end vectors). Every span row must hold the model's image_token_id and every
+  // image_token_id row must be a span row; the model needs a vision tower. A replay over image
+  // positions must pass them again.
+  std::span<const int8_t> token_types;
+  std::span<const float> image_embeddings;
 };
 
 struct SegmentResult {
@@ -190,6 +199,7 @@ class Engine {
   Engine(std::unique_ptr<Backend> backend, const EngramHashTables* tables, const EngineOptions& options);
   Status check_segment(const Segment& s, const Sequence* seq) const;
   Status check_replay(const Segment& s, const Sequence& seq) const;
+  Status check_image_rows(const Segment& s) const;
   void forward_layers(ForwardTrace* trace);
   // Segment rows from which layer ℓ takes its input / runs attention + FFN (0 … rows).
   static int64_t input_first(const Segment& s, int layer, int64_t rows);
@@ -215,6 +225,8 @@ class Engine {
   std::vector<SegmentRows> rows_;
   std::vector<int32_t> batch_tokens_;
   std::vector<int64_t> batch_positions_;
+  std::vector<int8_t> batch_types_;       // only filled when a segment has image rows
+  std::vector<float> batch_embeddings_;   // the span rows' embeddings, in batch order
   std::vector<int64_t> engram_ids_;     // [rows, engram layers, columns]
   std::vector<int64_t> layer_ids_;      // [rows, columns] of one layer
   std::vector<int64_t> logit_rows_;

@@ -89,6 +89,9 @@ Result<EngramHashTables> build_engram_hash_tables(const ModelConfig& config, std
   t.max_ngram = config.engram_max_ngram_size;
   t.n_heads = config.engram_n_heads;
   if (t.max_ngram < 2) return invalid_argument(src + ": engram_max_ngram_size must be ≥ 2");
+  if (t.max_ngram > EngramHasher::kMaxNgram)
+    return invalid_argument(src + ": engram_max_ngram_size " + std::to_string(t.max_ngram) + " above the supported " +
+                            std::to_string(EngramHasher::kMaxNgram));
   if (t.n_heads < 1) return invalid_argument(src + ": engram_n_heads must be ≥ 1");
   if (config.engram_compressed_vocab_size < 1)
     return invalid_argument(src + ": engram_compressed_vocab_size must be ≥ 1");
@@ -107,6 +110,7 @@ Result<EngramHashTables> build_engram_hash_tables(const ModelConfig& config, std
     return invalid_argument(src + ": engram_pad_id " + std::to_string(config.engram_pad_id) +
                             " outside the tokenizer's " + std::to_string(token_map.size()) + " ids");
   t.pad_id = token_map[config.engram_pad_id];
+  if (config.vision.has_value()) t.masked_token = config.image_token_id;
   t.token_map = std::move(token_map);
 
   const std::vector<std::vector<int64_t>> primes = engram_bucket_primes(config);
@@ -145,16 +149,23 @@ Status EngramHasher::hash(const int32_t* tokens, int64_t count, int64_t* ids) {
   // The window of mapped ids, newest last, is the kept history followed by this call's tokens;
   // it is read in place (no copy: hashing runs at every decode step, which allocates nothing).
   const int64_t base = static_cast<int64_t>(history_.size());
-  auto mapped = [&](int64_t j) { return j < base ? history_[j] : t.token_map[tokens[j - base]]; };
+  auto mapped = [&](int64_t j) { return j < base ? history_[j] : map(tokens[j - base]); };
+  int64_t c[kMaxNgram];
   for (int64_t i = 0; i < count; ++i) {
     const int64_t pos = base + i;  // index of token t in the window
-    auto c = [&](int k) { return pos - k >= 0 ? mapped(pos - k) : t.pad_id; };  // before start → pad
+    // Before the start or at a masked token → pad, and every slot further back too.
+    bool blocked = false;
+    for (int k = 0; k < n; ++k) {
+      const int64_t v = pos - k >= 0 && !blocked ? mapped(pos - k) : kMaskedSlot;
+      blocked = v == kMaskedSlot;
+      c[k] = blocked ? t.pad_id : v;
+    }
     for (int l = 0; l < t.layers(); ++l) {
       const std::vector<int64_t>& m = t.multipliers[l];
       int64_t* out = ids + (i * t.layers() + l) * t.columns;
-      int64_t h = c(0) * m[0];
+      int64_t h = c[0] * m[0];
       for (int k = 1; k < n; ++k) {
-        h ^= c(k) * m[k];  // h is now the hash of the (k+1)-gram
+        h ^= c[k] * m[k];  // h is now the hash of the (k+1)-gram
         for (int j = 0; j < t.n_heads; ++j) {
           const int col = (k - 1) * t.n_heads + j;
           out[col] = h % t.primes[l][col] + t.offsets[l][col];
@@ -166,7 +177,7 @@ Status EngramHasher::hash(const int32_t* tokens, int64_t count, int64_t* ids) {
   const int64_t keep = std::min<int64_t>(n - 1, base + count);
   const int64_t from_new = std::min<int64_t>(keep, count);
   history_.erase(history_.begin(), history_.begin() + (base - (keep - from_new)));
-  for (int64_t i = count - from_new; i < count; ++i) history_.push_back(t.token_map[tokens[i]]);
+  for (int64_t i = count - from_new; i < count; ++i) history_.push_back(map(tokens[i]));
   return ok_status();
 }
 
@@ -174,7 +185,7 @@ void EngramHasher::rebuild_history(const int32_t* tokens, int64_t count) {
   const EngramHashTables& t = *tables_;
   const int64_t keep = std::min<int64_t>(t.max_ngram - 1, count);
   history_.clear();
-  for (int64_t i = count - keep; i < count; ++i) history_.push_back(t.token_map[tokens[i]]);
+  for (int64_t i = count - keep; i < count; ++i) history_.push_back(map(tokens[i]));
 }
 
 }  // namespace dsv41

@@ -9,7 +9,8 @@
 //   primes[l][(n−2)·H + j]: distinct primes > engram_vocab_size from one global pool, drawn in
 //                       order layer-major, then n-gram, then head
 //   offsets[l][c]     = exclusive prefix sum of primes[l] (each layer addresses its own table)
-//   c_k = token_map[token_{t−k}], or the mapped pad id once the look-back crosses the start
+//   c_k = token_map[token_{t−k}], or the mapped pad id once the look-back crosses the start or a
+//         masked token (and for every slot further back: an n-gram never spans one)
 //   h_2 = c_0·m_0 XOR c_1·m_1;  h_{n+1} = h_n XOR c_n·m_n   (int64)
 //   row[l][(n−2)·H + j] = h_n mod primes[l][…] + offsets[l][…]
 // Owns: the constant tables (EngramHashTables, built once per model) and the per-sequence
@@ -30,6 +31,11 @@ struct EngramHashTables {
   int columns = 0;     // (N−1)·H row ids per layer per token
   std::vector<int64_t> token_map;                 // tokenizer id → normalised compressed id
   int64_t pad_id = 0;                             // token_map[engram_pad_id]
+  // The raw id whose positions take no part in an n-gram (model.md §3.10: image-span positions,
+  // which all carry image_token_id, are masked for Engram): image_token_id when the model has a
+  // vision tower, else −1 (none). Token-based, so every look-back rebuilt from a sequence's
+  // tokens (fork_prefix, rollback, replay, import) masks the same positions.
+  int64_t masked_token = -1;
   std::vector<std::vector<int64_t>> multipliers;  // [layers][N]
   std::vector<std::vector<int64_t>> primes;       // [layers][columns]
   std::vector<std::vector<int64_t>> offsets;      // [layers][columns]
@@ -51,9 +57,12 @@ std::vector<std::vector<int64_t>> engram_bucket_primes(const ModelConfig& config
 // primes sum to its engram_num_embeddings entry; errors name the config field.
 Result<EngramHashTables> build_engram_hash_tables(const ModelConfig& config, std::vector<int64_t> token_map);
 
-// The per-sequence hasher: look-back history of the last N−1 mapped tokens.
+// The per-sequence hasher: look-back history of the last N−1 mapped tokens (kMaskedSlot for a
+// masked token).
 class EngramHasher {
  public:
+  static constexpr int64_t kMaskedSlot = -1;  // a masked position in the history
+  static constexpr int kMaxNgram = 16;         // engram_max_ngram_size limit (the release: 4)
   explicit EngramHasher(const EngramHashTables* tables);  // tables must outlive the hasher
 
   // Row ids for `count` tokens continuing the sequence.  ids: [count, layers, columns] i64.
@@ -68,6 +77,10 @@ class EngramHasher {
   void rebuild_history(const int32_t* tokens, int64_t count);
 
  private:
+  int64_t map(int32_t token) const {
+    return token == tables_->masked_token ? kMaskedSlot : tables_->token_map[token];
+  }
+
   const EngramHashTables* tables_;
   std::vector<int64_t> history_;
 };

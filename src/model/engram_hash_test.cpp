@@ -85,6 +85,48 @@ TEST(EngramHash, HasherMatchesTheFormulaAndCarriesHistoryAcrossCalls) {
   EXPECT_EQ(h.history(), before);
 }
 
+// Image-span positions (image_token_id in a model with a vision tower; model.md §3.10) take no
+// part in an n-gram: a look-back reaching one reads pad there and further back, so the token after
+// a span hashes as at the start of a sequence; the history carries the mask across calls and
+// through rebuild_history.
+TEST(EngramHash, MaskedTokensStopTheLookBack) {
+  ModelConfig c = real_engram_config({384006168, 384016682});
+  c.vision = VisionConfig{};
+  c.image_token_id = 3;
+  auto t = build_engram_hash_tables(c, {0, 1, 2, 1});
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->masked_token, 3);
+  const int64_t per = 2 * 24;  // row ids per token
+  auto hash = [&](const std::vector<int32_t>& toks) {
+    EngramHasher h(&*t);
+    std::vector<int64_t> ids(toks.size() * per);
+    EXPECT_TRUE(h.hash(toks.data(), toks.size(), ids.data()).ok());
+    return ids;
+  };
+  auto row = [&](const std::vector<int64_t>& ids, size_t pos) {
+    return std::vector<int64_t>(ids.begin() + pos * per, ids.begin() + (pos + 1) * per);
+  };
+  const std::vector<int64_t> with = hash({0, 1, 3, 3, 1, 0, 2});
+  const std::vector<int64_t> fresh = hash({1, 0, 2});
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(row(with, 4 + k), row(fresh, k)) << "position " << 4 + k;
+  // A masked position hashes all-pad (its gate is 0; the ids only need to be valid).
+  EXPECT_EQ(row(with, 2), row(with, 3));
+  // Without a vision tower the same id is an ordinary token.
+  auto text = build_engram_hash_tables(real_engram_config({384006168, 384016682}), {0, 1, 2, 1});
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->masked_token, -1);
+  // Across calls and after rebuild_history: the same ids as in one call.
+  const std::vector<int32_t> toks = {0, 1, 3, 3, 1, 0, 2};
+  EngramHasher split(&*t);
+  std::vector<int64_t> ids(toks.size() * per);
+  ASSERT_TRUE(split.hash(toks.data(), 3, ids.data()).ok());
+  EngramHasher rebuilt(&*t);
+  rebuilt.rebuild_history(toks.data(), 3);
+  EXPECT_EQ(rebuilt.history(), split.history());
+  ASSERT_TRUE(rebuilt.hash(toks.data() + 3, 4, ids.data() + 3 * per).ok());
+  EXPECT_EQ(std::vector<int64_t>(ids.begin() + 3 * per, ids.end()), std::vector<int64_t>(with.begin() + 3 * per, with.end()));
+}
+
 // Golden fixture: constants and per-position row ids (exact), with the fixture's token map.
 TEST(EngramHashGolden, ConstantsAndRowIdsMatchTheFixture) {
   DSV41_SKIP_WITHOUT_GOLDEN();

@@ -59,7 +59,7 @@ Status check_size(size_t got, int64_t want, const std::string& what) {
 std::string dump_family_names() {
   std::string out;
   for (const Family& f : kFamilies) out.append(f.name).append(", ");
-  return out + "all";
+  return out + "all, vision";
 }
 
 Result<DumpSelection> parse_dump_names(std::string_view list) {
@@ -69,6 +69,10 @@ Result<DumpSelection> parse_dump_names(std::string_view list) {
     const size_t comma = list.find(',', pos);
     const std::string_view item = list.substr(pos, comma == std::string_view::npos ? list.npos : comma - pos);
     bool known = false;
+    if (item == "vision") {
+      sel.vision = true;
+      known = true;
+    }
     if (item == "all") {
       for (const Family& f : kFamilies) sel.*(f.flag) = true;
       known = true;

@@ -31,12 +31,17 @@ namespace dsv41 {
 struct DumpSelection {
   bool streams = false, pre = false, final_hidden = false, engram_hash = false, router = false, topk = false,
        index_scores = false, candidates = false, caches = false;
+  // `vision` (issue 16): the image stages vision.patches [n, 3, p, p], vision.vit [n, width],
+  // vision.aligner [tokens, hidden] of every image (numbered vision.<i>.… after the first), written
+  // by the command that encoded them, not from the trace; not part of "all" or any().
+  bool vision = false;
+  // A trace family is selected (the prefill must record a trace).
   bool any() const {
     return streams || pre || final_hidden || engram_hash || router || topk || index_scores || candidates || caches;
   }
 };
 
-// "streams, pre, final_hidden, engram_hash, router, topk, index_scores, candidates, caches, all"
+// "streams, pre, final_hidden, engram_hash, router, topk, index_scores, candidates, caches, all, vision"
 std::string dump_family_names();
 
 // Parses "topk,caches" (comma-separated, whole words, no empty items). An unknown name is an

@@ -20,6 +20,26 @@ Result<PrefillResult> prefill(Engine& engine, SequenceId id, std::span<const int
   const ModelConfig& c = engine.config();
   DSV41_ASSIGN_OR_RETURN(PrefillPlan plan, plan_prefill(engine.backend().plan(), c.sliding_window, N, h,
                                                         options.windows_present, options.depth));
+  const bool images = !options.token_types.empty();
+  if (images && static_cast<int64_t>(options.token_types.size()) != N)
+    return invalid_argument("prefill: " + std::to_string(options.token_types.size()) + " token types for a prompt of " +
+                            std::to_string(N) + " tokens");
+  // span_before[p]: span rows at positions < p (where a chunk's embeddings start).
+  std::vector<int64_t> span_before;
+  if (images) {
+    span_before.assign(static_cast<size_t>(N + 1), 0);
+    for (int64_t p = 0; p < N; ++p) {
+      // Checked here for the whole prompt: a chunk without span rows goes to the engine as text.
+      if ((options.token_types[p] >= 0) != (prompt[p] == c.image_token_id))
+        return invalid_argument("prefill: position " + std::to_string(p) + " holds token " + std::to_string(prompt[p]) +
+                                " with type " + std::to_string(options.token_types[p]) +
+                                ": image-span rows and image_token_id positions must coincide");
+      span_before[p + 1] = span_before[p] + (options.token_types[p] >= 0);
+    }
+    if (static_cast<int64_t>(options.image_embeddings.size()) != span_before[N] * c.hidden_size)
+      return invalid_argument("prefill: " + std::to_string(options.image_embeddings.size()) +
+                              " image embedding values for " + std::to_string(span_before[N]) + " span rows");
+  }
   PrefillResult out;
   out.effective = plan.effective;
   const bool want_all = options.all_logits && plan.effective == PrefillDepth::kFull;
@@ -37,6 +57,13 @@ Result<PrefillResult> prefill(Engine& engine, SequenceId id, std::span<const int
       s.tokens = prompt.subspan(b, e - b);
       s.replay = step.replay;
       s.depth = step.layers;
+      if (images) {
+        s.token_types = options.token_types.subspan(b, e - b);
+        s.image_embeddings = options.image_embeddings.subspan(span_before[b] * c.hidden_size,
+                                                              (span_before[e] - span_before[b]) * c.hidden_size);
+        // A chunk of text only is a plain text segment.
+        if (span_before[e] == span_before[b]) s.token_types = {};
+      }
       s.logits = want_all && !step.replay ? LogitRows::kAll
                  : last_step && e == step.end ? LogitRows::kLast
                                               : LogitRows::kNone;

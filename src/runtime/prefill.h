@@ -25,6 +25,11 @@ struct PrefillOptions {
   // Called after each forward with the positions run so far and in all (replay included), e.g.
   // for a progress line; may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
+  // Image spans of the prompt (runtime/image_input.h), borrowed: types [prompt positions] (empty:
+  // all text) and the span rows' embeddings [span rows, hidden] in prompt order. Each forward
+  // (replays included) gets its chunk's part.
+  std::span<const int8_t> token_types;
+  std::span<const float> image_embeddings;
 };
 
 struct PrefillResult {

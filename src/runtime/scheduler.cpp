@@ -70,6 +70,8 @@ int64_t Scheduler::submit_opened(GenerationRequest request, SequenceId sequence,
   a->sequence = sequence;
   a->result.prompt_tokens = static_cast<int64_t>(a->request.prompt.size());
   Status st = prepare(*a);
+  if (st.ok() && a->request.images)
+    st = invalid_argument("a prompt with images is prefilled through serve_turn (submit_prefilled), not by the scheduler");
   if (st.ok()) {
     auto held = engine_.length(sequence);
     if (held.ok()) a->prompt_done = *held;
@@ -165,6 +167,8 @@ void Scheduler::admit() {
       st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
                         std::to_string(r.max_tokens) + " exceeds the context of " +
                         std::to_string(options_.max_context));
+    if (st.ok() && r.images)
+      st = invalid_argument("a prompt with images is prefilled through serve_turn (submit_prefilled), not by the scheduler");
     if (st.ok()) {
       auto plan = plan_prefill(engine_.backend().plan(), engine_.config().sliding_window,
                                static_cast<int64_t>(r.prompt.size()), 0, true, r.depth);

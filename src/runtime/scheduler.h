@@ -31,6 +31,8 @@
 
 namespace dsv41 {
 
+struct ImagePrompt;  // runtime/image_input.h
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   int64_t max_tokens = 64;
@@ -40,6 +42,10 @@ struct GenerationRequest {
   // Constrained decoding (null: none): each request gets its own constraint from the factory;
   // before each sample it masks the logits (the token callback still sees the raw ones).
   std::shared_ptr<const ConstraintFactory> constraint;
+  // The prompt's images (issue 16), null for a text prompt. The scheduler's own cold prefill
+  // takes text only: a request with images is served through serve_turn and submit_prefilled
+  // (server/engine_loop.cpp does). After depth, so brace-initialised requests need not name it.
+  std::shared_ptr<const ImagePrompt> images;
 };
 
 // kCancelled: ended by cancel() with that reason (a caller may also end a request as kStop).

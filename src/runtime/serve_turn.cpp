@@ -49,11 +49,12 @@ uint64_t store_new_chunks(Engine& engine, const ServeTurnTiers& tiers, SequenceI
 }
 
 // The sequence's window state at its length into the DRAM pool, keyed by the prefix there.
-void snapshot_windows(Engine& engine, const ServeTurnTiers& tiers, SequenceId id, std::span<const int32_t> tokens) {
+void snapshot_windows(Engine& engine, const ServeTurnTiers& tiers, SequenceId id, std::span<const int32_t> tokens,
+                      std::span<const ImageMark> images) {
   if (!tiers.dram) return;
   auto snap = engine.snapshot(id);
   if (snap.ok())
-    tiers.dram->put(prefix_key_at(tiers.identity, tokens, tokens.size()), static_cast<uint64_t>(tokens.size()),
+    tiers.dram->put(prefix_key_at(tiers.identity, tokens, tokens.size(), images), static_cast<uint64_t>(tokens.size()),
                     std::make_shared<const std::vector<uint8_t>>(snap->begin(), snap->end()));
 }
 
@@ -94,7 +95,7 @@ Result<OpenedTurn> open_turn(Engine& engine, const ServeTurnTiers& tiers, std::s
   std::vector<PrefixKey> keys;
   size_t hit_chunks = 0;
   if (tiers.ssd && chunk > 0) {
-    keys = chunk_keys(tiers.identity, prompt);
+    keys = chunk_keys(tiers.identity, prompt, options.images);
     hit_chunks = std::min(tiers.ssd->longest_prefix(keys), static_cast<size_t>((N - 1) / chunk));
   }
   rec.lookup_ms = ms_since(t);
@@ -161,7 +162,7 @@ Result<OpenedTurn> open_turn(Engine& engine, const ServeTurnTiers& tiers, std::s
   // 3b. Window state at h when the hit brought none: a DRAM snapshot of exactly that position
   //     restores it (exact); otherwise prefill replays the windows (bounded or exact per depth).
   if (!windows_present && tiers.dram) {
-    Snapshot snap = tiers.dram->lookup(prefix_key_at(tiers.identity, prompt, static_cast<size_t>(h)),
+    Snapshot snap = tiers.dram->lookup(prefix_key_at(tiers.identity, prompt, static_cast<size_t>(h), options.images),
                                        static_cast<uint64_t>(h));
     if (snap) {
       Status st = engine.restore(id, std::string_view(reinterpret_cast<const char*>(snap->data()), snap->size()));
@@ -193,7 +194,7 @@ void close_prompt(Engine& engine, const ServeTurnTiers& tiers, OpenedTurn& turn,
   const size_t first_new = rec.hit_tier == HitTier::kSsd ? static_cast<size_t>(turn.hit / chunk) : 0;
   if (options.store_chunks)
     rec.ssd_written_bytes += store_new_chunks(engine, tiers, turn.sequence, prompt, turn.keys, first_new, options);
-  snapshot_windows(engine, tiers, turn.sequence, prompt);
+  snapshot_windows(engine, tiers, turn.sequence, prompt, options.images);
   rec.store_ms = ms_since(t);
 }
 
@@ -207,6 +208,8 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
   po.chunk = options.prefill_chunk;
   po.windows_present = turn.windows_present;
   po.progress = options.progress;
+  po.token_types = options.token_types;
+  po.image_embeddings = options.image_embeddings;
   auto p = prefill(engine, turn.sequence, prompt, po);
   if (!p.ok()) {
     (void)engine.remove_sequence(turn.sequence);
@@ -229,10 +232,10 @@ Result<EndTurnRecord> end_turn(Engine& engine, const ServeTurnTiers& tiers, Sequ
   rec.tokens = static_cast<int64_t>(tokens.size());
   const auto t = Clock::now();
   if (tiers.ssd && tiers.identity.chunk_tokens > 0) {
-    const std::vector<PrefixKey> keys = chunk_keys(tiers.identity, tokens);
+    const std::vector<PrefixKey> keys = chunk_keys(tiers.identity, tokens, options.images);
     rec.ssd_written_bytes = store_new_chunks(engine, tiers, id, tokens, keys, 0, options);
   }
-  snapshot_windows(engine, tiers, id, tokens);
+  snapshot_windows(engine, tiers, id, tokens, options.images);
   rec.store_ms = ms_since(t);
   return rec;
 }

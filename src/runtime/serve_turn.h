@@ -41,6 +41,12 @@ struct ServeTurnOptions {
   bool store_chunks = true;
   // Prefill progress (PrefillOptions::progress); may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
+  // The prompt's images (issue 16), borrowed: their marks enter every prefix key (store chunks and
+  // DRAM snapshots, in serve_turn and end_turn alike), the types and embedding rows go to the
+  // prefill (runtime/prefill.h). Empty: a text prompt.
+  std::span<const ImageMark> images;
+  std::span<const int8_t> token_types;
+  std::span<const float> image_embeddings;
 };
 
 // The cache tiers a turn may use; both borrowed, may be null (no tier).

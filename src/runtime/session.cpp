@@ -17,12 +17,15 @@ Result<std::unique_ptr<Session>> Session::create(const Model& model, int64_t max
 }
 
 Result<std::vector<float>> Session::prefill(std::span<const int32_t> tokens, int64_t chunk,
-                                            std::vector<float>* all_logits, ForwardTrace* trace) {
+                                            std::vector<float>* all_logits, ForwardTrace* trace,
+                                            std::span<const int8_t> token_types,
+                                            std::span<const float> image_embeddings) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t V = engine_->config().vocab_size;
   if (T == 0) return invalid_argument("prefill: no tokens");
   if (chunk <= 0 || chunk > T) chunk = T;
   if (trace && chunk != T) return invalid_argument("prefill: a trace needs a single chunk");
+  if (!token_types.empty() && chunk != T) return invalid_argument("prefill: image rows need a single chunk here");
   // Validate the whole request first so that a bad id in a later chunk changes nothing.
   for (int64_t t = 0; t < T; ++t)
     if (tokens[t] < 0 || tokens[t] >= V)
@@ -40,6 +43,8 @@ Result<std::vector<float>> Session::prefill(std::span<const int32_t> tokens, int
     seg.start = length();
     seg.tokens = tokens.subspan(s, n);
     seg.logits = all_logits ? LogitRows::kAll : (s + n == T ? LogitRows::kLast : LogitRows::kNone);
+    seg.token_types = token_types;
+    seg.image_embeddings = image_embeddings;
     const SegmentResult& r = engine_->forward(std::span<const Segment>(&seg, 1), trace).front();
     if (!r.status.ok()) return r.status;
     if (all_logits) std::copy_n(r.logits, n * V, all_logits->data() + s * V);

@@ -27,9 +27,12 @@ class Session {
 
   // Appends `tokens`, `chunk` tokens per forward (0 = all at once). Returns the logits [V] of the
   // last token; all_logits (optional) receives [tokens, V]; trace (optional, only with one chunk)
-  // the named intermediates.
+  // the named intermediates. token_types / image_embeddings: the prompt's image spans (engine.h
+  // Segment), only with one chunk.
   Result<std::vector<float>> prefill(std::span<const int32_t> tokens, int64_t chunk = 0,
-                                     std::vector<float>* all_logits = nullptr, ForwardTrace* trace = nullptr);
+                                     std::vector<float>* all_logits = nullptr, ForwardTrace* trace = nullptr,
+                                     std::span<const int8_t> token_types = {},
+                                     std::span<const float> image_embeddings = {});
   // Appends one token; returns the logits [V] predicting the next one.
   Result<std::vector<float>> decode(int32_t token);
 

@@ -24,6 +24,11 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
+namespace dsv41 {
+struct ImagePrompt;  // runtime/image_input.h
+struct VisionModel;
+}  // namespace dsv41
+
 namespace dsv41::server {
 
 struct ServerOptions {
@@ -52,6 +57,9 @@ class ApiServer {
   int port() const { return port_; }
   // The model is ready: generation endpoints answer from now on.
   void attach(const Tokenizer& tokenizer, EngineLoop& loop, const ModelConfig& config);
+  // The model's vision tower (issue 16; borrowed, must outlive the server), before attach: chat
+  // requests' image_url parts with data: URLs are then read. Without it they are refused.
+  void set_vision(const VisionModel* vision) { vision_ = vision; }
   // Serves until stop(); blocks. Returns after every handler has returned.
   void listen();
   // Stops accepting connections (from any thread, e.g. a signal thread).
@@ -75,7 +83,8 @@ class ApiServer {
   // `constraint` (may be null): constrained decoding of every choice.
   std::shared_ptr<Channel> submit(const httplib::Request& req, httplib::Response& res, const GenerationFields& gen,
                                   const std::vector<int32_t>& prompt, const char* prompt_param,
-                                  std::shared_ptr<const ConstraintFactory> constraint = nullptr, bool eager = true);
+                                  std::shared_ptr<const ConstraintFactory> constraint = nullptr, bool eager = true,
+                                  std::shared_ptr<const ImagePrompt> images = nullptr);
 
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void completions(const httplib::Request& req, httplib::Response& res);
@@ -93,6 +102,7 @@ class ApiServer {
   const ModelConfig* config_ = nullptr;
   std::shared_ptr<const TokenTrie> trie_;  // the tokenizer's token bytes, for constrained decoding
   std::vector<int32_t> dsml_tokens_;       // added tokens a forced tool call may use ("｜DSML｜")
+  const VisionModel* vision_ = nullptr;
   int64_t created_ = 0;
 };
 

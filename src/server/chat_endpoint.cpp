@@ -7,6 +7,9 @@
 
 #include "chat/markers.h"
 #include "chat/render.h"
+#include "format/image_data_url.h"
+#include "format/image_decode.h"
+#include "runtime/image_input.h"
 #include "runtime/json_constraint.h"
 #include "server/tool_call_acceptor.h"
 #include "server/api_server.h"
@@ -109,11 +112,33 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
     const std::string& m = rendered.status().message();
     return reply_error(req, res, from_status(rendered.status(), m.rfind("messages[", 0) == 0 ? m.substr(0, m.find(':')) : "messages"));
   }
-  if (!rendered->images.empty())
-    return reply_error(req, res, bad_field("messages", "image inputs are not supported by this server yet", "unsupported_value"));
   auto ids = tokenizer_->encode(rendered->prompt);
   if (!ids.ok()) return reply_error(req, res, from_status(ids.status(), "messages"));
   std::vector<int32_t> prompt(ids->begin(), ids->end());
+  // Images (issue 16): each image_url part's data: URL decoded and encoded by the vision tower,
+  // its placeholder expanded to the span; a bad image is answered with what is wrong.
+  std::shared_ptr<const ImagePrompt> images;
+  if (!rendered->images.empty()) {
+    if (!vision_)
+      return reply_error(req, res, bad_field("messages", "this model takes text only: it has no vision tower for image inputs",
+                                             "unsupported_value"));
+    std::vector<EncodedImage> encoded;
+    for (size_t i = 0; i < rendered->images.size(); ++i) {
+      const std::string name = "image " + std::to_string(i + 1);
+      const Json rec = Json::parse(rendered->images[i].json, nullptr, /*allow_exceptions=*/false);
+      if (!rec.is_object() || !rec.contains("url") || !rec["url"].is_string())
+        return reply_error(req, res, bad_field("messages", name + ": only image_url parts with a data: URL are read", "invalid_image"));
+      auto data = decode_image_data_url(rec["url"].get<std::string>(), ImageLimits{}.max_bytes);
+      if (!data.ok()) return reply_error(req, res, bad_field("messages", name + ": " + data.status().message(), "invalid_image"));
+      // One thread per request here: the engine's pool belongs to the engine thread.
+      auto im = encode_image(CpuExec::serial(), *vision_, data->bytes, ImageLimits{}, name);
+      if (!im.ok()) return reply_error(req, res, bad_field("messages", im.status().message(), "invalid_image"));
+      encoded.push_back(std::move(*im));
+    }
+    auto placed = place_images(prompt, vision_->image_token_id, encoded);
+    if (!placed.ok()) return reply_error(req, res, bad_field("messages", placed.status().message(), "invalid_image"));
+    images = std::make_shared<const ImagePrompt>(std::move(*placed));
+  }
   if (!forced.empty()) {
     auto f = tokenizer_->encode(forced);
     if (!f.ok()) return reply_error(req, res, internal(f.status().to_string()));
@@ -123,7 +148,7 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
   if (c.response_schema)
     constraint = std::make_shared<JsonConstraintFactory>(
         c.response_schema, trie_, JsonConstraintOptions{static_cast<int32_t>(config_->eos_token_id), thinking});
-  auto channel = submit(req, res, c.gen, prompt, "messages", constraint, c.gen.stream || !stops.empty());
+  auto channel = submit(req, res, c.gen, prompt, "messages", constraint, c.gen.stream || !stops.empty(), images);
   if (!channel) return;
 
   std::vector<std::unique_ptr<ChoiceStream>> streams;

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <numeric>
 
+#include "runtime/image_input.h"
+
 namespace dsv41::server {
 
 bool Channel::wait(std::vector<TokenEvent>* tokens, std::vector<ChoiceResult>* results,
@@ -49,7 +51,8 @@ Result<std::unique_ptr<EngineLoop>> EngineLoop::start(Engine& engine, const Loop
   loop->scheduler_->on_token(
       [l = loop.get()](int64_t ticket, int32_t token, std::span<const float> logits) { l->on_token(ticket, token, logits); });
   if (options.tiers) {
-    loop->scheduler_->on_finished([l = loop.get()](int64_t, SequenceId sequence) { return l->keep_finished(sequence); });
+    loop->scheduler_->on_finished(
+        [l = loop.get()](int64_t ticket, SequenceId sequence) { return l->keep_finished(ticket, sequence); });
     loop->scheduler_->on_prompt_done(
         [l = loop.get()](int64_t ticket, SequenceId, const GenerationResult& so_far) { l->close_opened(ticket, so_far); });
   }
@@ -196,9 +199,11 @@ bool EngineLoop::retry_without_kept(Live& live, const GenerationResult& r) {
   return true;
 }
 
-bool EngineLoop::keep_finished(SequenceId sequence) {
+bool EngineLoop::keep_finished(int64_t ticket, SequenceId sequence) {
   ServeTurnOptions so;
   so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
+  // A prompt with images keys its chunks by their content too.
+  if (auto it = live_.find(ticket); it != live_.end() && it->second.images) so.images = it->second.images->marks;
   // The answer's whole chunks to the store, the windows at the turn's end to the DRAM pool.
   (void)end_turn(engine_, *options_.tiers, sequence, so);
   if (options_.live_turns <= 0) return false;
@@ -225,20 +230,42 @@ void EngineLoop::serve_from_cache() {
     so.prefill_chunk = options_.scheduler.prefill_chunk;
     so.max_context = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
     so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
+    if (r.images) {
+      so.images = r.images->marks;
+      so.token_types = r.images->types;
+      so.image_embeddings = r.images->embeddings;
+    }
+    const ServeTurnTiers no_tiers{};  // an image prompt on a server without cache tiers
+    const ServeTurnTiers& tiers = options_.tiers ? *options_.tiers : no_tiers;
     Status st;
     if (so.max_context > options_.scheduler.max_context)
       st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
                         std::to_string(r.max_tokens) + " exceeds the context of " +
                         std::to_string(options_.scheduler.max_context));
-    Result<OpenedTurn> turn = st.ok() ? open_turn(engine_, *options_.tiers, r.prompt, so) : Result<OpenedTurn>(st);
-    if (!turn.ok() && !kept_.empty() && turn.status().kind() == ErrorKind::kOutOfRange) {
+    // A text prompt is opened through the tiers and prefilled in the batch (submit_opened); a
+    // prompt with images is served whole by serve_turn (its span rows travel with the prefill)
+    // and decoded in the batch (submit_prefilled).
+    std::optional<OpenedTurn> opened;
+    std::optional<ServeTurnResult> served;
+    auto attempt = [&]() -> Status {
+      if (r.images) {
+        auto t = serve_turn(engine_, tiers, r.prompt, so);
+        if (t.ok()) served = std::move(*t);
+        return t.status();
+      }
+      auto t = open_turn(engine_, tiers, r.prompt, so);
+      if (t.ok()) opened = std::move(*t);
+      return t.status();
+    };
+    if (st.ok()) st = attempt();
+    if (!st.ok() && !kept_.empty() && st.kind() == ErrorKind::kOutOfRange) {
       // Perhaps the pages of the kept turns: give them back and try once more.
       drop_kept();
-      turn = open_turn(engine_, *options_.tiers, r.prompt, so);
+      st = attempt();
     }
-    if (!turn.ok()) {
+    if (!st.ok()) {
       GenerationResult failed;
-      failed.status = turn.status();
+      failed.status = st;
       failed.finish = FinishReason::kError;
       failed.prompt_tokens = static_cast<int64_t>(r.prompt.size());
       {
@@ -253,13 +280,26 @@ void EngineLoop::serve_from_cache() {
     live.choice = j.choice;
     live.top_logprobs = j.job.top_logprobs;
     live.submitted = j.submitted;
-    live.retried = j.retried;
-    if (!j.retried && options_.live_turns > 0) live.retry = j.job;
-    const SequenceId sequence = turn->sequence;
-    const bool windows_present = turn->windows_present;
-    live.opening = std::move(*turn);
-    live.opened = std::chrono::steady_clock::now();
-    const int64_t ticket = scheduler_->submit_opened(std::move(r), sequence, windows_present);
+    live.images = r.images;
+    int64_t ticket = -1;
+    if (served) {
+      if (options_.sync_store && options_.tiers && options_.tiers->ssd) {
+        Status synced = options_.tiers->ssd->flush();
+        if (!synced.ok()) std::fprintf(stderr, "dsv41 serve: cache: %s\n", synced.to_string().c_str());
+      }
+      if (metrics_ && options_.tiers) metrics_->observe_turn(served->record);
+      if (options_.tiers) live.turn = served->record;  // a turn record only where the tiers served it
+      ticket = scheduler_->submit_prefilled(std::move(r), served->sequence, std::move(served->last_logits),
+                                            served->effective, served->record.work);
+    } else {
+      live.retried = j.retried;
+      if (!j.retried && options_.live_turns > 0) live.retry = j.job;
+      const SequenceId sequence = opened->sequence;
+      const bool windows_present = opened->windows_present;
+      live.opening = std::move(*opened);
+      live.opened = std::chrono::steady_clock::now();
+      ticket = scheduler_->submit_opened(std::move(r), sequence, windows_present);
+    }
     j.channel->tickets_[static_cast<size_t>(j.choice)] = ticket;
     live_.emplace(ticket, std::move(live));
   }
@@ -307,7 +347,8 @@ void EngineLoop::run() {
     for (auto& [channel, jobs] : inbox) {
       channel->tickets_.assign(jobs.size(), -1);
       for (size_t i = 0; i < jobs.size(); ++i) {
-        if (options_.tiers) {
+        // Image prompts go through serve_turn too (the scheduler's cold prefill takes text only).
+        if (options_.tiers || jobs[i].request.images) {
           cache_queue_.push_back(CacheJob{channel, static_cast<int>(i), std::move(jobs[i]), now});
           continue;
         }

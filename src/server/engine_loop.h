@@ -130,7 +130,7 @@ class EngineLoop {
   void run();
   // A finished turn with the tiers: its answer stored (end_turn), the sequence kept for the
   // engine tier when live_turns > 0. True when kept.
-  bool keep_finished(SequenceId sequence);
+  bool keep_finished(int64_t ticket, SequenceId sequence);
   void drop_kept();
   void on_token(int64_t ticket, int32_t token, std::span<const float> logits);
   void deliver_finished();
@@ -149,11 +149,12 @@ class EngineLoop {
     std::chrono::steady_clock::time_point opened;
     std::optional<Job> retry;           // the job, while a lack of pages may still be retried
     bool retried = false;               // queued again once already
+    std::shared_ptr<const ImagePrompt> images;  // the prompt's, for end_turn's keys
   };
   // A request that failed for lack of pages before its first token, while finished turns held
   // pages for the engine tier: they are dropped and the request queued again (once). True when so.
   bool retry_without_kept(Live& live, const GenerationResult& r);
-  // A choice waiting for open_turn (cache tiers only).
+  // A choice waiting for open_turn (cache tiers) or serve_turn (a prompt with images).
   struct CacheJob {
     std::shared_ptr<Channel> channel;
     int choice = 0;

@@ -10,7 +10,8 @@ namespace dsv41::server {
 std::shared_ptr<Channel> ApiServer::submit(const httplib::Request& req, httplib::Response& res,
                                            const GenerationFields& gen, const std::vector<int32_t>& prompt,
                                            const char* prompt_param,
-                                           std::shared_ptr<const ConstraintFactory> constraint, bool eager) {
+                                           std::shared_ptr<const ConstraintFactory> constraint, bool eager,
+                                           std::shared_ptr<const ImagePrompt> images) {
   if (gen.telemetry && !options_.cache) {
     reply_error(req, res, bad_field("dsv41.telemetry", "dsv41.telemetry: the SERVE_TURN record needs a server started with --cache-dir",
                                     "unsupported_value"));
@@ -32,6 +33,7 @@ std::shared_ptr<Channel> ApiServer::submit(const httplib::Request& req, httplib:
   for (int i = 0; i < gen.n; ++i) {
     Job& j = jobs[static_cast<size_t>(i)];
     j.request.prompt = prompt;
+    j.request.images = images;
     j.request.max_tokens = gen.max_tokens > 0 ? gen.max_tokens : ctx - n_prompt;
     j.request.sampling = gen.sampling;
     j.request.depth = options_.depth;

@@ -156,24 +156,46 @@ PrefixKey chain_key(const PrefixKey& prev, std::span<const int32_t> tokens) {
   return h.finish();
 }
 
-std::vector<PrefixKey> chunk_keys(const StoreIdentity& id, std::span<const int32_t> tokens) {
+PrefixKey chain_key(const PrefixKey& prev, std::span<const int32_t> tokens, int64_t start,
+                    std::span<const ImageMark> images) {
+  Sha256 h;
+  h.update(prev);
+  for (int32_t t : tokens) h.update_u32(static_cast<uint32_t>(t));
+  // Images by position, so the key does not depend on the order they were listed in.
+  std::vector<const ImageMark*> inside;
+  const int64_t end = start + static_cast<int64_t>(tokens.size());
+  for (const ImageMark& m : images)
+    if (m.position >= start && m.position < end) inside.push_back(&m);
+  std::sort(inside.begin(), inside.end(), [](const ImageMark* a, const ImageMark* b) { return a->position < b->position; });
+  for (const ImageMark* m : inside) {
+    h.update_u32(0xFFFFFFFFu);
+    h.update_u32(static_cast<uint32_t>(m->position - start));
+    h.update(m->content);
+  }
+  return h.finish();
+}
+
+std::vector<PrefixKey> chunk_keys(const StoreIdentity& id, std::span<const int32_t> tokens,
+                                  std::span<const ImageMark> images) {
   std::vector<PrefixKey> keys;
   if (id.chunk_tokens == 0) return keys;
   PrefixKey k = root_key(id);
   for (size_t start = 0; start + id.chunk_tokens <= tokens.size(); start += id.chunk_tokens) {
-    k = chain_key(k, tokens.subspan(start, id.chunk_tokens));
+    k = chain_key(k, tokens.subspan(start, id.chunk_tokens), static_cast<int64_t>(start), images);
     keys.push_back(k);
   }
   return keys;
 }
 
-PrefixKey prefix_key_at(const StoreIdentity& id, std::span<const int32_t> tokens, size_t n) {
+PrefixKey prefix_key_at(const StoreIdentity& id, std::span<const int32_t> tokens, size_t n,
+                        std::span<const ImageMark> images) {
   n = std::min(n, tokens.size());
   PrefixKey k = root_key(id);
   if (id.chunk_tokens == 0) return k;
   size_t start = 0;
-  for (; start + id.chunk_tokens <= n; start += id.chunk_tokens) k = chain_key(k, tokens.subspan(start, id.chunk_tokens));
-  if (start < n) k = chain_key(k, tokens.subspan(start, n - start));
+  for (; start + id.chunk_tokens <= n; start += id.chunk_tokens)
+    k = chain_key(k, tokens.subspan(start, id.chunk_tokens), static_cast<int64_t>(start), images);
+  if (start < n) k = chain_key(k, tokens.subspan(start, n - start), static_cast<int64_t>(start), images);
   return k;
 }
 

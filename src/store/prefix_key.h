@@ -5,7 +5,12 @@
 //             tokenizer digest)
 //   key_i = H(key_{i-1} ‖ token ids of chunk i, each as u32 little-endian)
 // Everything that changes the cached bytes enters key_0, so a changed weight, record format or
-// chunk size can never hit. Images (later) will enter the chain by their content hash.
+// chunk size can never hit. Images enter the chain by their content hash (issue 16): every
+// image span holds image_token_id whatever the image, so the chunk holding an image's first
+// position chains, after its token ids, a tag u32 0xFFFFFFFF (never a token id), the span's offset
+// in the chunk (u32) and the image's 32-byte content digest. Two prompts that differ only in an
+// image's bytes share the chunks before it and no key from its chunk on; text-only keys are
+// unchanged.
 //
 // The model fingerprint hashes config.json and every weight file. Hashing hundreds of GB at each
 // start is too slow, so per-file digests are memoised in a small text file (normally beside the
@@ -61,19 +66,32 @@ struct StoreIdentity {
 // ok, or invalid_argument when chunk_tokens is 0 or odd.
 Status check_identity(const StoreIdentity& id);
 
+// An image in a prompt: the position of its span's first token and its content digest
+// (runtime/image_input.h EncodedImage::content).
+struct ImageMark {
+  int64_t position = 0;
+  Digest content{};
+};
+
 // key_0 of the chain.
 PrefixKey root_key(const StoreIdentity& id);
 // key_i from key_{i-1} and the ids of chunk i (any length: a partial last chunk is chained the
 // same way; its position must then be kept beside the key, as the DRAM pool does).
 PrefixKey chain_key(const PrefixKey& prev, std::span<const int32_t> tokens);
+// The same for the chunk at prompt positions [start, start + tokens.size()), with the images
+// whose first position lies in it (any order; others are ignored).
+PrefixKey chain_key(const PrefixKey& prev, std::span<const int32_t> tokens, int64_t start,
+                    std::span<const ImageMark> images);
 
 // Keys of every full chunk of `tokens`: result[i] names tokens [0, (i+1)·chunk). A trailing
 // partial chunk gets no key.
-std::vector<PrefixKey> chunk_keys(const StoreIdentity& id, std::span<const int32_t> tokens);
+std::vector<PrefixKey> chunk_keys(const StoreIdentity& id, std::span<const int32_t> tokens,
+                                  std::span<const ImageMark> images = {});
 
 // The key of exactly the prefix tokens[0, n): the full-chunk chain, then (if n is not a chunk
 // boundary) the partial chunk chained on top. n = 0 gives root_key. n must be <= tokens.size().
-PrefixKey prefix_key_at(const StoreIdentity& id, std::span<const int32_t> tokens, size_t n);
+PrefixKey prefix_key_at(const StoreIdentity& id, std::span<const int32_t> tokens, size_t n,
+                        std::span<const ImageMark> images = {});
 
 // SHA-256 of one file's bytes, streamed (never mapped whole).
 Result<Digest> sha256_file(const std::string& path);

@@ -94,6 +94,43 @@ TEST(PrefixKey, EveryIdentityFieldChangesEveryKey) {
   }
 }
 
+// Images (issue 16): a span holds image_token_id whatever the image, so its content digest
+// enters the chunk holding its first position; prompts differing only in image bytes share the
+// chunks before it and nothing from there on.
+TEST(PrefixKey, ImageContentEntersTheChainAtItsChunk) {
+  const StoreIdentity id = test_identity(16);
+  std::vector<int32_t> toks(80);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t(i % 7);
+  for (size_t i = 37; i < 45; ++i) toks[i] = 99;  // an 8-position span at 37 (chunk 2)
+  const ImageMark a{37, sha256(std::vector<uint8_t>{1, 2, 3})}, b{37, sha256(std::vector<uint8_t>{1, 2, 4})};
+  const std::vector<PrefixKey> text = chunk_keys(id, toks);
+  const std::vector<PrefixKey> ka = chunk_keys(id, toks, std::span<const ImageMark>(&a, 1));
+  const std::vector<PrefixKey> kb = chunk_keys(id, toks, std::span<const ImageMark>(&b, 1));
+  ASSERT_EQ(ka.size(), 5u);
+  for (size_t c = 0; c < 5; ++c) {
+    if (c < 2) {
+      EXPECT_EQ(ka[c], kb[c]) << "chunk " << c;
+      EXPECT_EQ(ka[c], text[c]) << "chunk " << c;
+    } else {
+      EXPECT_NE(ka[c], kb[c]) << "chunk " << c;
+      EXPECT_NE(ka[c], text[c]) << "chunk " << c;
+    }
+  }
+  // The same image at another offset is another prompt.
+  const ImageMark moved{38, a.content};
+  EXPECT_NE(chunk_keys(id, toks, std::span<const ImageMark>(&moved, 1))[2], ka[2]);
+  // Partial prefixes: up to the image's first position the keys agree, from it on they differ.
+  for (size_t n : {36, 37}) EXPECT_EQ(prefix_key_at(id, toks, n, std::span<const ImageMark>(&a, 1)),
+                                      prefix_key_at(id, toks, n, std::span<const ImageMark>(&b, 1))) << n;
+  for (size_t n : {38, 40, 48, 50, 80}) EXPECT_NE(prefix_key_at(id, toks, n, std::span<const ImageMark>(&a, 1)),
+                                                  prefix_key_at(id, toks, n, std::span<const ImageMark>(&b, 1))) << n;
+  // prefix_key_at at a chunk boundary is that chunk's key; the order images are listed in does not matter.
+  EXPECT_EQ(prefix_key_at(id, toks, 48, std::span<const ImageMark>(&a, 1)), ka[2]);
+  const std::vector<ImageMark> two = {{70, b.content}, a}, two_sorted = {a, {70, b.content}};
+  EXPECT_EQ(chunk_keys(id, toks, two), chunk_keys(id, toks, two_sorted));
+  EXPECT_NE(chunk_keys(id, toks, two)[4], ka[4]);
+}
+
 TEST(PrefixKey, ChunkSizeMustBeEvenAndPositive) {
   EXPECT_TRUE(check_identity(test_identity(256)).ok());
   EXPECT_FALSE(check_identity(test_identity(255)).ok());

@@ -52,9 +52,21 @@ void CpuBackend::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
   experts_.resize(n * k);
   weights_.resize(n * k);
   // X: hc copies of each embedding row; carried mix p one-hot (model.md §3.1).
+  // Image-span rows take their image embeddings instead (model.md §3.1, §3.10) and route with
+  // bias_vl (is_image_, empty for a text batch).
   const std::vector<float>& embed = model_.embedding();
-  for (int64_t t = 0; t < n; ++t)
-    std::copy_n(embed.data() + int64_t(layout.tokens[t]) * d, d, h_.data() + t * d);
+  const float* image_row = layout.image_embeddings;
+  is_image_.clear();
+  if (layout.types) is_image_.resize(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) {
+    if (layout.types && layout.types[t] >= 0) {
+      std::copy_n(image_row, d, h_.data() + t * d);
+      image_row += d;
+      is_image_[t] = 1;
+    } else {
+      std::copy_n(embed.data() + int64_t(layout.tokens[t]) * d, d, h_.data() + t * d);
+    }
+  }
   mhc_init_streams(model_.mhc_shape(), h_.data(), n, x_.data());
   mhc_initial_pre(model_.mhc_shape(), n, p_.data());
 }
@@ -64,9 +76,24 @@ void CpuBackend::begin_layer(int layer) {
 }
 
 Status CpuBackend::engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) {
-  const int64_t hc = config().hc_mult, d = config().hidden_size;
-  return engram_forward(ex_, model_.engram_shape(), model_.layer(layer).engram(), row_ids, rows,
-                        x_.data() + row0 * hc * d, &engram_scratch_);
+  const int64_t hc = config().hc_mult, d = config().hidden_size, cols = model_.engram_shape().columns;
+  auto run = [&](int64_t begin, int64_t end) {  // batch rows [begin, end)
+    return engram_forward(ex_, model_.engram_shape(), model_.layer(layer).engram(), row_ids + (begin - row0) * cols,
+                          end - begin, x_.data() + begin * hc * d, &engram_scratch_);
+  };
+  if (is_image_.empty()) return run(row0, row0 + rows);
+  // The gate is 0 on image-span rows (model.md §3.8, §3.10): only the runs of text rows run.
+  for (int64_t t = row0; t < row0 + rows;) {
+    if (is_image_[t]) {
+      ++t;
+      continue;
+    }
+    int64_t end = t;
+    while (end < row0 + rows && !is_image_[end]) ++end;
+    DSV41_RETURN_IF_ERROR(run(t, end));
+    t = end;
+  }
+  return ok_status();
 }
 
 void CpuBackend::attention_input(int layer, std::span<const RowRange> rows) {
@@ -204,7 +231,8 @@ void CpuBackend::ffn(int layer, std::span<const RowRange> rows) {
                      row(comb_b_, r0, hc * hc), &mhc_scratch_);
     mhc_collapse(ex_, mhc, row(x2_, r0, hc * d), row(pre_a_, r0, hc), m, row(h_, r0, d));
     rmsnorm_rows(row(h_, r0, d), m, d, L.ffn_norm.data(), c.rms_norm_eps, row(h_, r0, d));
-    moe_forward(ex_, model_.moe_shape(), moe_[layer], row(h_, r0, d), m, nullptr, row(a_, r0, d), row(experts_, r0, k),
+    const uint8_t* is_image = is_image_.empty() ? nullptr : is_image_.data() + r0;
+    moe_forward(ex_, model_.moe_shape(), moe_[layer], row(h_, r0, d), m, is_image, row(a_, r0, d), row(experts_, r0, k),
                 row(weights_, r0, k), &moe_scratch_);
     mhc_expand(ex_, mhc, row(a_, r0, d), row(x2_, r0, hc * d), row(post_b_, r0, hc), row(comb_b_, r0, hc * hc), m,
                row(x_, r0, hc * d));

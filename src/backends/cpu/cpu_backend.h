@@ -83,6 +83,7 @@ class CpuBackend : public Backend {
   std::vector<float> x_, p_, h_, c_, q_, kv_, o_, a_, x2_, hidden_;
   std::vector<float> pre_a_, post_a_, comb_a_, pre_b_, post_b_, comb_b_;
   std::vector<int32_t> experts_;
+  std::vector<uint8_t> is_image_;  // [n] image-span rows; empty for a text batch
   std::vector<float> weights_;
   MhcScratch mhc_scratch_;
   EngramScratch engram_scratch_;

@@ -6,7 +6,7 @@
 //
 // start / newline / end: the learned vectors `image_start`, `image_newline`, `image_end`;
 // IMAGE: the aligner's rows in reading order. Every span position (type ≥ 0) routes with
-// `bias_vl` and has the Engram gate off (the backbone's part: NOT wired yet, docs/VISION.md).
+// `bias_vl` and has the Engram gate off (the engine's image rows: engine.h Segment::token_types).
 #pragma once
 
 #include <cstdint>

@@ -171,7 +171,7 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
     o.turn.record.prefill_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - o.submitted).count();
     close_prompt(engine, tiers, o.turn, parsed[o.request].request.prompt, so_far.effective_depth,
-                 so_far.prefill_work, so);
+                 so_far.prefill_work, so_far.prefill_timing, so);
     records[o.request] = std::move(o.turn.record);
     opened.erase(it);
   });

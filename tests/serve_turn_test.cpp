@@ -180,8 +180,15 @@ TEST(ServeTurn, SecondTurnHitsTheStoreAndEqualsCold) {
   for (const char* key : {"\"prompt_tokens\":39", "\"global_hit_tokens\":24", "\"hit_tier\":\"ssd\"",
                           "\"swa\":\"replayed_exact\"", "\"encoder_token_layers\"", "\"decoder_token_layers\"",
                           "\"replay_token_layers\"", "\"full_depth_token_layers\"", "\"ssd_read_bytes\"",
-                          "\"ssd_written_bytes\"", "\"lookup_ms\"", "\"load_ms\"", "\"prefill_ms\"", "\"store_ms\""})
+                          "\"ssd_written_bytes\"", "\"lookup_ms\"", "\"load_ms\"", "\"prefill_ms\"", "\"replay_ms\"",
+                          "\"encoder_ms\"", "\"decoder_ms\"", "\"store_ms\""})
     EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
+  // The prefill's time split: a replay ran, the new positions ran encoder and decoder layers, and
+  // the parts add up to no more than the prefill's wall time.
+  EXPECT_GT(r.record.replay_ms, 0.0);
+  EXPECT_GT(r.record.encoder_ms, 0.0);
+  EXPECT_GT(r.record.decoder_ms, 0.0);
+  EXPECT_LE(r.record.replay_ms + r.record.encoder_ms + r.record.decoder_ms, r.record.prefill_ms + 1e-6);
 }
 
 TEST(ServeTurn, DramSnapshotOfExactlyTheHitIsRestored) {
@@ -381,7 +388,8 @@ TEST(ServeTurn, OpenedTurnsPrefillInTheBatch) {
       }
       ++closed;
       EXPECT_EQ(*e->length(id), static_cast<int64_t>(second.size()));
-      close_prompt(*e, t.tiers(true), *opened, second, so_far.effective_depth, so_far.prefill_work, o);
+      close_prompt(*e, t.tiers(true), *opened, second, so_far.effective_depth, so_far.prefill_work,
+                   so_far.prefill_timing, o);
     });
     const int64_t cold = (*s)->submit(GenerationRequest{other, 5, {}, true, depth});
     tk = (*s)->submit_opened(GenerationRequest{second, 6, {}, true, depth}, opened->sequence, false);

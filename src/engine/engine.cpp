@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "cache/snapshot.h"
@@ -527,6 +528,7 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
       batch_positions_.push_back(s.start + t);
     }
   }
+  timing_ = ForwardTiming{};
   if (admitted_.empty()) return results_;
   // Windows cut inside a segment restart there (nothing before it is attended; it is rebuilt). A
   // replay without per-layer ranges cuts every window at its start.
@@ -568,6 +570,7 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
   }
   backend_->begin_batch(layout, trace);
   forward_layers(trace);
+  const auto head_start = std::chrono::steady_clock::now();
 
   // ---- Logits of the rows each segment asked for. -------------------------------------------
   logit_rows_.clear();
@@ -580,6 +583,7 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
   const int64_t V = config().vocab_size;
   logits_.resize(static_cast<size_t>(static_cast<int64_t>(logit_rows_.size()) * V));
   if (!logit_rows_.empty() || trace) backend_->logits(logit_rows_, logits_.data());
+  timing_.head_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - head_start).count();
   int64_t offset = 0;
   for (Admitted& a : admitted_) {
     const Segment& s = segments[a.index];
@@ -643,8 +647,17 @@ void Engine::forward_layers(ForwardTrace* trace) {
   const int segments = static_cast<int>(admitted_.size());
   int latest_kv = -1;       // the kv source whose entries later layers read (the latest Full layer)
   bool have_topk = false;   // an index source has published a top-k in this forward
+  timing_ = ForwardTiming{};
+  auto layer_start = std::chrono::steady_clock::now();
   for (const LayerInfo& info : plan.layers) {
     const int l = info.index;
+    // The previous layer's time goes to the encoder or the decoder (cheap: one clock read a layer).
+    if (l > 0) {
+      const auto now = std::chrono::steady_clock::now();
+      const double ms = std::chrono::duration<double, std::milli>(now - layer_start).count();
+      (plan.decoder_start >= 0 && l - 1 >= plan.decoder_start ? timing_.decoder_ms : timing_.encoder_ms) += ms;
+      layer_start = now;
+    }
     // The rows this layer runs (plan/replay_rule.h): input (+ compressor) and attention + FFN.
     input_rows_.clear();
     attend_rows_.clear();
@@ -686,6 +699,9 @@ void Engine::forward_layers(ForwardTrace* trace) {
     backend_->attention_output(l, attend_rows_);
     backend_->ffn(l, attend_rows_);
   }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - layer_start).count();
+  const bool last_is_decoder = plan.decoder_start >= 0 && static_cast<int>(plan.layers.size()) - 1 >= plan.decoder_start;
+  (last_is_decoder ? timing_.decoder_ms : timing_.encoder_ms) += ms;
 }
 
 }  // namespace dsv41

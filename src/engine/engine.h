@@ -91,6 +91,29 @@ struct SegmentResult {
   TokenLayers work;                 // token-layers the segment ran, by kind (plan/replay_rule.h)
 };
 
+// Wall time of one forward by part of the layer plan: the encoder layers (below the plan's
+// decoder start; every layer when the plan has no decoder), the decoder layers (from the decoder
+// start on) and the head (final norm + logits). For a batch of several segments the times are
+// the batch's, shared by its segments.
+struct ForwardTiming {
+  double encoder_ms = 0, decoder_ms = 0, head_ms = 0;
+  double total_ms() const { return encoder_ms + decoder_ms + head_ms; }
+};
+
+// A prefill's forwards summed by kind: replays of a hit's windows, and the new positions'
+// encoder and decoder tail (the head counted with the decoder tail).
+struct PrefillTiming {
+  double replay_ms = 0, encoder_ms = 0, decoder_ms = 0;
+  void add(const ForwardTiming& t, bool replay) {
+    if (replay) {
+      replay_ms += t.total_ms();
+    } else {
+      encoder_ms += t.encoder_ms;
+      decoder_ms += t.decoder_ms + t.head_ms;
+    }
+  }
+};
+
 struct EngineOptions {
   int64_t rows_per_page = 256;      // cache records per page
   int64_t page_budget_bytes = 0;    // global-KV bytes all sequences may hold together (0 = unlimited)
@@ -179,6 +202,8 @@ class Engine {
   const std::vector<SegmentResult>& forward(std::span<const Segment> segments, ForwardTrace* trace = nullptr);
 
   PoolStats pool_stats() const;
+  // The timing of the last forward (zero before the first, or when nothing was admitted).
+  const ForwardTiming& last_timing() const { return timing_; }
 
  private:
   struct Sequence {
@@ -213,6 +238,7 @@ class Engine {
   Status check_fork_context(int64_t max_context, int64_t held) const;
 
   std::unique_ptr<Backend> backend_;
+  ForwardTiming timing_;
   const EngramHashTables* engram_tables_;
   EngineOptions options_;
   uint64_t fingerprint_ = 0;

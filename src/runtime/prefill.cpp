@@ -70,6 +70,7 @@ Result<PrefillResult> prefill(Engine& engine, SequenceId id, std::span<const int
       const SegmentResult& r = engine.forward(std::span<const Segment>(&s, 1)).front();
       if (!r.status.ok()) return r.status;
       out.work += r.work;
+      out.timing.add(engine.last_timing(), step.replay);
       ++out.forwards;
       if (want_all && !step.replay) out.all_logits.insert(out.all_logits.end(), r.logits, r.logits + r.logit_rows * c.vocab_size);
       if (r.logit_rows > 0) {

@@ -39,6 +39,7 @@ struct PrefillResult {
   std::vector<float> all_logits;
   PrefillDepth effective = PrefillDepth::kFull;
   TokenLayers work;
+  PrefillTiming timing;  // wall time of its forwards: replay, encoder, decoder tail
   int64_t forwards = 0;
 };
 

@@ -286,6 +286,7 @@ bool Scheduler::step() {
     }
     if (a.step < a.plan.steps.size()) {
       a.result.prefill_work += r.work;
+      a.result.prefill_timing.add(engine_.last_timing(), segments_[i].replay);
       a.cursor += static_cast<int64_t>(segments_[i].tokens.size());
       a.prompt_done = std::max(a.prompt_done, a.cursor);
       if (a.cursor == a.plan.steps[a.step].end && ++a.step < a.plan.steps.size()) a.cursor = a.plan.steps[a.step].begin;

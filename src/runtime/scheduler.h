@@ -59,6 +59,9 @@ struct GenerationResult {
   int64_t prompt_tokens = 0;
   PrefillDepth effective_depth = PrefillDepth::kFull;
   TokenLayers prefill_work;     // token-layers of the prefill, by kind
+  // Wall time of the forwards that carried its prefill chunks (shared with the other segments of
+  // those batches), by kind; zero for a request submitted prefilled.
+  PrefillTiming prefill_timing;
 };
 
 struct SchedulerOptions {

@@ -179,9 +179,13 @@ Result<OpenedTurn> open_turn(Engine& engine, const ServeTurnTiers& tiers, std::s
 }
 
 void close_prompt(Engine& engine, const ServeTurnTiers& tiers, OpenedTurn& turn, std::span<const int32_t> prompt,
-                  PrefillDepth effective, const TokenLayers& work, const ServeTurnOptions& options) {
+                  PrefillDepth effective, const TokenLayers& work, const PrefillTiming& timing,
+                  const ServeTurnOptions& options) {
   ServeTurnRecord& rec = turn.record;
   rec.work = work;
+  rec.replay_ms = timing.replay_ms;
+  rec.encoder_ms = timing.encoder_ms;
+  rec.decoder_ms = timing.decoder_ms;
   if (turn.hit == 0) rec.swa = SwaSource::kNone;
   else if (turn.windows_present) rec.swa = SwaSource::kRestored;
   else rec.swa = effective == PrefillDepth::kBounded ? SwaSource::kReplayedBounded : SwaSource::kReplayedExact;
@@ -216,7 +220,7 @@ Result<ServeTurnResult> serve_turn(Engine& engine, const ServeTurnTiers& tiers, 
     return p.status();
   }
   turn.record.prefill_ms = ms_since(t);
-  close_prompt(engine, tiers, turn, prompt, p->effective, p->work, options);
+  close_prompt(engine, tiers, turn, prompt, p->effective, p->work, p->timing, options);
   ServeTurnResult out;
   out.sequence = turn.sequence;
   out.last_logits = std::move(p->last_logits);
@@ -256,6 +260,9 @@ std::string serve_turn_json(const ServeTurnRecord& r) {
   j["lookup_ms"] = r.lookup_ms;
   j["load_ms"] = r.load_ms;
   j["prefill_ms"] = r.prefill_ms;
+  j["replay_ms"] = r.replay_ms;
+  j["encoder_ms"] = r.encoder_ms;
+  j["decoder_ms"] = r.decoder_ms;
   j["store_ms"] = r.store_ms;
   return j.dump();
 }

@@ -72,6 +72,9 @@ struct ServeTurnRecord {
   uint64_t ssd_read_bytes = 0;     // payload bytes of the chunks loaded
   uint64_t ssd_written_bytes = 0;  // payload bytes of the chunks queued to the store
   double lookup_ms = 0, load_ms = 0, prefill_ms = 0, store_ms = 0;
+  // prefill_ms by part: the windows' replay, the encoder over the new positions, the decoder tail
+  // (+ head). Measured per forward (engine ForwardTiming); in a batch, the shared forwards' times.
+  double replay_ms = 0, encoder_ms = 0, decoder_ms = 0;
 };
 
 struct ServeTurnResult {
@@ -106,7 +109,8 @@ Result<OpenedTurn> open_turn(Engine& engine, const ServeTurnTiers& tiers, std::s
 // prompt's end to the DRAM pool. The caller sets record.prefill_ms (its own clock: in a batch the
 // prefill shares steps with other requests).
 void close_prompt(Engine& engine, const ServeTurnTiers& tiers, OpenedTurn& turn, std::span<const int32_t> prompt,
-                  PrefillDepth effective, const TokenLayers& work, const ServeTurnOptions& options);
+                  PrefillDepth effective, const TokenLayers& work, const PrefillTiming& timing,
+                  const ServeTurnOptions& options);
 
 // The turn's end, after the caller decoded into the sequence: every whole chunk of the tokens it
 // now holds (the prompt and the generated tokens fed back so far) that the store lacks is queued
@@ -125,7 +129,8 @@ Result<EndTurnRecord> end_turn(Engine& engine, const ServeTurnTiers& tiers, Sequ
 
 // {"event":"SERVE_TURN","prompt_tokens",…,"hit_tier","swa","encoder_token_layers",
 //  "decoder_token_layers","replay_token_layers","full_depth_token_layers","ssd_read_bytes",
-//  "ssd_written_bytes","lookup_ms","load_ms","prefill_ms","store_ms"} on one line.
+//  "ssd_written_bytes","lookup_ms","load_ms","prefill_ms","replay_ms","encoder_ms","decoder_ms",
+//  "store_ms"} on one line.
 std::string serve_turn_json(const ServeTurnRecord& r);
 
 }  // namespace dsv41

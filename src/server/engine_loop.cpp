@@ -318,7 +318,8 @@ void EngineLoop::close_opened(int64_t ticket, const GenerationResult& so_far) {
   // The sequence holds exactly the prompt now (the first token is sampled after this call).
   auto prompt = engine_.tokens(turn.sequence);
   if (!prompt.ok()) return;  // cannot happen for a live sequence; the turn then stays unrecorded
-  close_prompt(engine_, *options_.tiers, turn, *prompt, so_far.effective_depth, so_far.prefill_work, so);
+  close_prompt(engine_, *options_.tiers, turn, *prompt, so_far.effective_depth, so_far.prefill_work,
+               so_far.prefill_timing, so);
   if (options_.sync_store && options_.tiers->ssd) {
     Status synced = options_.tiers->ssd->flush();
     if (!synced.ok()) std::fprintf(stderr, "dsv41 serve: cache: %s\n", synced.to_string().c_str());

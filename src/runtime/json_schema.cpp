@@ -59,7 +59,7 @@ class SchemaCompiler {
       if (is_annotation(k) || k == "type" || k == "properties" || k == "required" || k == "additionalProperties" ||
           k == "items" || k == "enum" || k == "const" || k == "anyOf")
         continue;
-      if (!lenient_) return refuse(where, k, "keyword '" + k + "' is not supported");
+      if (!lenient_) return refuse(where, k, "not in the supported subset (docs/SERVER.md)");
     }
     if (const auto t = s.find("type"); t != s.end()) {
       n.types = 0;

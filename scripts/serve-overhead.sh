@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The server's overhead (issue 12 item 6) without Node: the same batch of N /v1/completions
+# requests (mixed prompt lengths from the model's held-out text, 64 tokens each, EOS suppressed,
+# greedy) sent all at once by curl to `dsv41 serve --parallel N`, and run by `dsv41 generate
+# --parallel N`, alternately for R rounds. Prints per round the server's wall time (first request
+# sent → last answer), generate's own batch time (its stderr summary, model load excluded) and
+# server / generate − 1. Needs curl and python3 (to write the requests and count tokens).
+#   usage: scripts/serve-overhead.sh BINARY MODEL_DIR [N=32] [ROUNDS=3] [PORT=18599]
+set -euo pipefail
+BIN="$1" MODEL="$2" N="${3:-32}" ROUNDS="${4:-3}" PORT="${5:-18599}"
+TMP="$(mktemp -d /tmp/dsv41-overhead.XXXXXX)"
+trap 'rm -rf "$TMP"' EXIT
+python3 - "$MODEL" "$N" "$TMP" <<'PY'
+import json, os, sys
+model, n, tmp = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+cfg = json.load(open(os.path.join(model, "config.json")))
+eos = cfg.get("eos_token_id", cfg.get("text_config", {}).get("eos_token_id"))
+held = "\n".join(open(os.path.join(model, "heldout", f), encoding="utf8").read()
+                 for f in sorted(os.listdir(os.path.join(model, "heldout"))))
+rng, lengths = 12345, [64, 256, 1024, 4096]
+def rand():
+    global rng
+    rng = (rng * 1103515245 + 12345) % 2147483648
+    return rng / 2147483648
+with open(os.path.join(tmp, "requests.jsonl"), "w") as f:
+    for i in range(n):
+        k = lengths[int(rand() * len(lengths))]
+        at = int(rand() * (len(held) - k))
+        p = held[at:at + k]
+        f.write(json.dumps({"id": str(i), "prompt": p, "max_tokens": 64, "ignore_eos": True}) + "\n")
+        with open(os.path.join(tmp, f"body_{i}.json"), "w") as b:
+            json.dump({"model": "m", "prompt": p, "max_tokens": 64, "temperature": 0,
+                       "logit_bias": {str(eos): -100}}, b)
+PY
+now() { date +%s.%N; }
+for r in $(seq 1 "$ROUNDS"); do
+  "$BIN" serve -m "$MODEL" --served-model-name m --port "$PORT" --parallel "$N" --ctx 2048 --max-queue 1024 \
+    --quiet --depth full 2> "$TMP/serve.log" &
+  spid=$!
+  for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break; sleep 0.05; done
+  t0=$(now)
+  seq 0 $((N - 1)) | xargs -P "$N" -I{} curl -s -o "$TMP/out_{}.json" -H 'Content-Type: application/json' \
+    -d @"$TMP/body_{}.json" "http://127.0.0.1:$PORT/v1/completions"
+  t1=$(now)
+  kill -TERM "$spid"; wait "$spid" || true
+  tokens=$(python3 -c "import json,sys; print(sum(json.load(open(f'$TMP/out_{i}.json'))['usage']['completion_tokens'] for i in range($N)))")
+  gen=$("$BIN" generate -m "$MODEL" --requests "$TMP/requests.jsonl" --parallel "$N" --ctx 2048 --depth full \
+    --out "$TMP/gen.jsonl" 2>&1 >/dev/null | grep -oE ' in [0-9.]+ s' | grep -oE '[0-9.]+')
+  python3 -c "s=$t1-$t0; g=$gen; print(f'round $r: {$tokens} tokens; server {s:.3f} s ({$tokens/s:.1f} tok/s), generate {g:.3f} s ({$tokens/g:.1f} tok/s), overhead {100*(s/g-1):+.1f} %')"
+done

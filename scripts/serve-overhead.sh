@@ -2,7 +2,7 @@
 # The server's overhead (issue 12 item 6) without Node: the same batch of N /v1/completions
 # requests (mixed prompt lengths from the model's held-out text, 64 tokens each, EOS suppressed,
 # greedy) sent all at once by curl to `dsv41 serve --parallel N`, and run by `dsv41 generate
-# --parallel N`, alternately for R rounds. Prints per round the server's wall time (first request
+# --parallel N`, for R rounds (which runs first alternates). Prints per round the server's wall time (first request
 # sent → last answer), generate's own batch time (its stderr summary, model load excluded) and
 # server / generate − 1. Needs curl and python3 (to write the requests and count tokens).
 #   usage: scripts/serve-overhead.sh BINARY MODEL_DIR [N=32] [ROUNDS=3] [PORT=18599]
@@ -33,7 +33,7 @@ with open(os.path.join(tmp, "requests.jsonl"), "w") as f:
                        "logit_bias": {str(eos): -100}}, b)
 PY
 now() { date +%s.%N; }
-for r in $(seq 1 "$ROUNDS"); do
+run_server() {
   "$BIN" serve -m "$MODEL" --served-model-name m --port "$PORT" --parallel "$N" --ctx 2048 --max-queue 1024 \
     --quiet --depth full 2> "$TMP/serve.log" &
   spid=$!
@@ -43,8 +43,15 @@ for r in $(seq 1 "$ROUNDS"); do
     -d @"$TMP/body_{}.json" "http://127.0.0.1:$PORT/v1/completions"
   t1=$(now)
   kill -TERM "$spid"; wait "$spid" || true
-  tokens=$(python3 -c "import json,sys; print(sum(json.load(open(f'$TMP/out_{i}.json'))['usage']['completion_tokens'] for i in range($N)))")
-  gen=$("$BIN" generate -m "$MODEL" --requests "$TMP/requests.jsonl" --parallel "$N" --ctx 2048 --depth full \
+  server_s=$(python3 -c "print($t1 - $t0)")
+  tokens=$(python3 -c "import json; print(sum(json.load(open(f'$TMP/out_{i}.json'))['usage']['completion_tokens'] for i in range($N)))")
+}
+run_generate() {
+  gen_s=$("$BIN" generate -m "$MODEL" --requests "$TMP/requests.jsonl" --parallel "$N" --ctx 2048 --depth full \
     --out "$TMP/gen.jsonl" 2>&1 >/dev/null | grep -oE ' in [0-9.]+ s' | grep -oE '[0-9.]+')
-  python3 -c "s=$t1-$t0; g=$gen; print(f'round $r: {$tokens} tokens; server {s:.3f} s ({$tokens/s:.1f} tok/s), generate {g:.3f} s ({$tokens/g:.1f} tok/s), overhead {100*(s/g-1):+.1f} %')"
+}
+# Alternate which runs first (machines speed up or slow down over a run).
+for r in $(seq 1 "$ROUNDS"); do
+  if [ $((r % 2)) -eq 1 ]; then run_server; run_generate; first=server; else run_generate; run_server; first=generate; fi
+  python3 -c "s=$server_s; g=$gen_s; t=$tokens; print(f'round $r ($first first): {t} tokens; server {s:.3f} s ({t/s:.1f} tok/s), generate {g:.3f} s ({t/g:.1f} tok/s), overhead {100*(s/g-1):+.1f} %')"
 done

@@ -2,6 +2,8 @@
 // generation endpoints are in chat_endpoint.cpp and completion_endpoint.cpp.
 #include "server/api_server.h"
 
+#include <sys/socket.h>
+
 #include <cstdio>
 #include <ctime>
 
@@ -45,6 +47,11 @@ ApiServer::ApiServer(ServerOptions options) : options_(std::move(options)) {
   http_.set_read_timeout(30, 0);
   http_.set_write_timeout(30, 0);
   http_.set_keep_alive_timeout(5);
+  // Remember the listening socket: bind() widens its accept queue (see there).
+  http_.set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_socket_ = sock;
+  });
   if (options_.access_log)
     http_.set_logger([](const httplib::Request& req, const httplib::Response& res) {
       std::fprintf(stderr, "%s %s %s %d\n", req.remote_addr.c_str(), req.method.c_str(), req.path.c_str(), res.status);
@@ -64,6 +71,11 @@ Status ApiServer::bind() {
                       " (address in use, or not an address of this machine)");
     port_ = options_.port;
   }
+  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's
+  // library): a burst of clients connecting at once (32 agents) overflows it, the kernel drops
+  // their SYNs and each retries after 1, 2, 4 … s — seconds of stall for nothing. listen() again
+  // on the listening socket sets a longer queue (Linux adjusts the backlog in place).
+  if (listen_socket_ != INVALID_SOCKET) (void)::listen(listen_socket_, kListenBacklog);
   return ok_status();
 }
 

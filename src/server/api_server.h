@@ -96,6 +96,8 @@ class ApiServer {
   HttpTransport http_;
   Metrics metrics_;
   int port_ = 0;
+  socket_t listen_socket_ = INVALID_SOCKET;  // the listening socket, once bound
+  static constexpr int kListenBacklog = 1024;  // pending connections the kernel queues for accept
   std::atomic<bool> ready_{false};
   const Tokenizer* tokenizer_ = nullptr;
   EngineLoop* loop_ = nullptr;

@@ -66,6 +66,7 @@ Result<std::unique_ptr<SequenceCache>> SequenceCache::create(const ModelConfig& 
   if (max_context < 1) return invalid_argument("cache max_context must be ≥ 1");
   if (options.rows_per_page < 1) return invalid_argument("cache rows_per_page must be ≥ 1");
   if (options.rollback_tokens < 0) return invalid_argument("cache rollback_tokens must be ≥ 0");
+  if (options.draft_stages < 0) return invalid_argument("cache draft_stages must be ≥ 0");
   if (config.sliding_window < 1) return invalid_argument(config.source + ": sliding_window must be ≥ 1");
   DSV41_ASSIGN_OR_RETURN(RecordSizes sizes, record_sizes(config));
   std::unique_ptr<SequenceCache> cache(new SequenceCache());
@@ -79,6 +80,7 @@ Result<std::unique_ptr<SequenceCache>> SequenceCache::create(const ModelConfig& 
   cache->pools_ = pools;
   (void)sizes;
   const int64_t slots = config.sliding_window + options.rollback_tokens;
+  for (int s = 0; s < options.draft_stages; ++s) cache->drafts_.emplace_back(config.sliding_window, slots, config.head_dim);
   for (const LayerInfo& layer : plan.layers) {
     cache->windows_.emplace_back(config.sliding_window, slots, config.head_dim);
     if (layer.role == LayerRole::kFull) {
@@ -102,6 +104,7 @@ std::unique_ptr<SequenceCache> SequenceCache::empty_like() const {
   c->own_pools_ = own_pools_;
   c->pools_ = pools_;
   for (const WindowRing& w : windows_) c->windows_.emplace_back(w.window(), w.slots(), w.dim());
+  for (const WindowRing& w : drafts_) c->drafts_.emplace_back(w.window(), w.slots(), w.dim());
   for (const auto& kv : kv_) {
     if (!kv) {
       c->kv_.push_back(nullptr);
@@ -116,6 +119,7 @@ std::unique_ptr<SequenceCache> SequenceCache::empty_like() const {
 Result<std::unique_ptr<SequenceCache>> SequenceCache::fork() const {
   std::unique_ptr<SequenceCache> c = empty_like();
   c->windows_ = windows_;
+  c->drafts_ = drafts_;
   for (size_t l = 0; l < kv_.size(); ++l) {
     if (!kv_[l]) continue;
     KvSourceCache& dst = *c->kv_[l];
@@ -137,6 +141,7 @@ Result<std::unique_ptr<SequenceCache>> SequenceCache::fork_global(int64_t prefix
                         std::to_string(length()));
   std::unique_ptr<SequenceCache> c = empty_like();
   for (WindowRing& w : c->windows_) w.restart(prefix);
+  for (WindowRing& w : c->drafts_) w.restart(prefix);
   for (size_t l = 0; l < kv_.size(); ++l) {
     if (!kv_[l]) continue;
     const KvSourceCache& src = *kv_[l];
@@ -160,6 +165,16 @@ Status SequenceCache::rollback(int64_t k) {
   if (k == 0) return ok_status();
   const int64_t target = len - k;
   for (WindowRing& w : windows_) w.rollback(w.length() - target);
+  // A draft ring holds at most the backbone's positions; one cut later than the target (after a
+  // replay) restarts there.
+  for (WindowRing& w : drafts_) {
+    if (w.length() <= target) continue;
+    if (target < w.start()) {
+      w.restart(target);
+    } else {
+      w.rollback(w.length() - target);
+    }
+  }
   for (auto& kvp : kv_) {
     if (!kvp) continue;
     KvSourceCache& kv = *kvp;
@@ -192,6 +207,7 @@ int64_t SequenceCache::length() const {
 CacheFootprint SequenceCache::bytes_in_use() const {
   CacheFootprint b;
   for (const WindowRing& w : windows_) b.window += w.bytes();
+  for (const WindowRing& w : drafts_) b.window += w.bytes();
   for (const auto& kv : kv_) {
     if (!kv) continue;
     // Pages shared with another sequence count once per holder here; the pools count them once.
@@ -204,6 +220,7 @@ CacheFootprint SequenceCache::bytes_in_use() const {
 
 void SequenceCache::reset() {
   for (WindowRing& w : windows_) w.reset();
+  for (WindowRing& w : drafts_) w.reset();
   for (auto& kv : kv_) {
     if (!kv) continue;
     kv->main.clear();

@@ -140,6 +140,13 @@ class SequenceCache {
 
   WindowRing& window(int layer) { return windows_[layer]; }
   const WindowRing& window(int layer) const { return windows_[layer]; }
+  // The DSpark drafter's rings (CacheOptions::draft_stages; model/dspark.h): window state like
+  // the backbone's rings (forked, snapshotted, rolled back with them), but not part of length():
+  // a ring restarted after a replay may hold fewer positions than the backbone (the drafter then
+  // sees fewer keys; nothing else changes).
+  int draft_stages() const { return static_cast<int>(drafts_.size()); }
+  WindowRing& draft_ring(int stage) { return drafts_[stage]; }
+  const WindowRing& draft_ring(int stage) const { return drafts_[stage]; }
   // nullptr unless `layer` is a kv source.
   KvSourceCache* kv_source(int layer) { return kv_[layer].get(); }
   const KvSourceCache* kv_source(int layer) const { return kv_[layer].get(); }
@@ -178,6 +185,7 @@ class SequenceCache {
   std::shared_ptr<CachePools> own_pools_;  // set when the cache (and its forks) own the pools
   CachePools* pools_ = nullptr;
   std::vector<WindowRing> windows_;
+  std::vector<WindowRing> drafts_;  // [draft stages]
   std::vector<std::unique_ptr<KvSourceCache>> kv_;  // [num_layers], null for non-sources
 };
 

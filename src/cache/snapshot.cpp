@@ -73,6 +73,15 @@ Result<std::string_view> checked_body(std::string_view bytes) {
   return body;
 }
 
+// The backbone's rings, then the drafter's (sequence_cache.h draft_ring).
+int ring_count(const SequenceCache& cache) { return cache.num_layers() + cache.draft_stages(); }
+const WindowRing& ring_at(const SequenceCache& cache, int i) {
+  return i < cache.num_layers() ? cache.window(i) : cache.draft_ring(i - cache.num_layers());
+}
+WindowRing& ring_at(SequenceCache& cache, int i) {
+  return i < cache.num_layers() ? cache.window(i) : cache.draft_ring(i - cache.num_layers());
+}
+
 struct SourceState {
   int32_t layer = 0, ratio = 0;
   int64_t entries = 0, pending = 0, history_rows = 0, history_first = 0;
@@ -90,9 +99,16 @@ std::string snapshot_sequence(const SequenceCache& cache, const std::vector<int6
   w.put<uint64_t>(model_fingerprint);
   const int64_t length = cache.length();
   w.put<int64_t>(length);
-  w.put<uint32_t>(static_cast<uint32_t>(cache.num_layers()));
-  for (int l = 0; l < cache.num_layers(); ++l) {
-    const WindowRing& ring = cache.window(l);
+  const int rings = ring_count(cache);
+  w.put<uint32_t>(static_cast<uint32_t>(rings));
+  for (int l = 0; l < rings; ++l) {
+    const WindowRing& ring = ring_at(cache, l);
+    // A draft ring behind the backbone (never fed since a restart) is saved as restarted at n.
+    if (ring.length() != length) {
+      w.put<int64_t>(length);
+      w.put<int64_t>(0);
+      continue;
+    }
     const int64_t first = std::max(ring.first_held(), ring.start());
     w.put<int64_t>(ring.start());
     w.put<int64_t>(length - first);
@@ -145,14 +161,15 @@ Status restore_sequence(std::string_view bytes, uint64_t model_fingerprint, Sequ
   const uint32_t layers = r.get<uint32_t>();
   if (r.bad || length < 0 || length > cache.max_context())
     return corrupt("window snapshot: position " + std::to_string(length) + " outside the sequence's context");
-  if (static_cast<int>(layers) != cache.num_layers())
-    return invalid_argument("window snapshot: " + std::to_string(layers) + " layers, the model has " +
-                            std::to_string(cache.num_layers()));
+  if (static_cast<int>(layers) != ring_count(cache))
+    return invalid_argument("window snapshot: " + std::to_string(layers) + " window rings, this sequence has " +
+                            std::to_string(ring_count(cache)) + " (" + std::to_string(cache.num_layers()) +
+                            " layers + " + std::to_string(cache.draft_stages()) + " drafter stages)");
   // Parse everything first; the cache changes only once all of it checked out.
   std::vector<int64_t> starts(layers);
   std::vector<std::vector<uint8_t>> rows(layers);
   for (uint32_t l = 0; l < layers; ++l) {
-    const WindowRing& ring = cache.window(static_cast<int>(l));
+    const WindowRing& ring = ring_at(cache, static_cast<int>(l));
     starts[l] = r.get<int64_t>();
     const int64_t held = r.get<int64_t>();
     if (r.bad || held < 0 || held > length || starts[l] > length || starts[l] < 0 ||
@@ -208,7 +225,7 @@ Status restore_sequence(std::string_view bytes, uint64_t model_fingerprint, Sequ
 
   // Commit.
   for (uint32_t l = 0; l < layers; ++l) {
-    WindowRing& ring = cache.window(static_cast<int>(l));
+    WindowRing& ring = ring_at(cache, static_cast<int>(l));
     const int64_t rb = ring.record_bytes();
     const int64_t held = static_cast<int64_t>(rows[l].size()) / rb;
     const int64_t keep = std::min(held, ring.slots());

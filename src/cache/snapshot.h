@@ -12,9 +12,11 @@
 //   - n itself.
 // The model.md §9.8 decode quirk of the release (a shared index-key slot re-read on alternate
 // steps) is not reproduced by dsv41, so there is no index-key slot state to save.
-// Byte layout (little-endian), version 1:
+//   - the DSpark drafter's rings when the cache has them (issue 15), after the layers' rings and
+//     in the same form;
+// Byte layout (little-endian), version 2:
 //   "DSV41SNP" | u32 version | u32 record_format_version | u64 model_fingerprint | i64 length |
-//   u32 layers | per layer: i64 start, i64 held rows h, h × window record |
+//   u32 rings (layers + drafter stages) | per ring: i64 start, i64 held rows h, h × window record |
 //   u32 kv sources | per source: i32 layer, i32 ratio, i64 entries, i64 pending,
 //                    pending × dim f32 (a), pending × dim f32 (b), i64 history rows k, i64 first
 //                    position, k × dim f32 (a), k × dim f32 (b) |
@@ -34,7 +36,7 @@
 
 namespace dsv41 {
 
-inline constexpr uint32_t kSnapshotVersion = 1;
+inline constexpr uint32_t kSnapshotVersion = 2;  // 2: the drafter's rings follow the layers'
 
 struct SnapshotHeader {
   uint64_t model_fingerprint = 0;

@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "cache/sequence_cache.h"
 #include "format/config.h"
+#include "model/dspark.h"
 #include "plan/layer_plan.h"
 
 namespace dsv41 {
@@ -112,6 +113,20 @@ class Backend {
   virtual void ffn(int layer, std::span<const RowRange> rows) = 0;
   // Final collapse, norm and head for the given batch rows: out [rows.size(), vocab], fp32.
   virtual void logits(std::span<const int64_t> rows, float* out) = 0;
+
+  // DSpark (issue 15, model/dspark.h). Stages of the model's drafter this backend runs (0: none).
+  virtual int draft_stages() const { return 0; }
+  // Capture the drafter's target features in the coming batches (the streams entering each target
+  // layer, averaged over the hc streams; taken in attention_input).
+  virtual void set_feature_capture(bool on) { (void)on; }
+  // After the layers: the segment's rows from `first_row` on (their features were captured in
+  // this batch) enter its cache's drafter rings, whose next position must be that row's.
+  virtual void feed_draft_rings(int segment, int64_t first_row) { (void)segment, (void)first_row; }
+  // Drafts (model/dspark.h Drafter::draft).
+  virtual Status draft(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick) {
+    (void)requests, (void)out, (void)pick;
+    return unsupported(name() + " backend: no DSpark drafter");
+  }
 };
 
 }  // namespace dsv41

@@ -42,11 +42,57 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Backend> backend,
   if (options.page_budget_bytes < 0) return invalid_argument("engine: page budget must be ≥ 0 bytes");
   if (!backend->config().engram_layer_ids.empty() && !tables)
     return invalid_argument("engine: the model has Engram layers but no Engram hash tables were given");
+  if (options.dspark && backend->draft_stages() == 0)
+    return invalid_argument("engine: DSpark needs a backend with the model's drafter (" + backend->name() +
+                            " has none)");
+  if (options.dspark && options.rollback_tokens < backend->config().dspark_block_size)
+    return invalid_argument("engine: DSpark verification needs rollback_tokens ≥ dspark_block_size (" +
+                            std::to_string(backend->config().dspark_block_size) + ")");
+  if (options.dspark) backend->set_feature_capture(true);
   std::unique_ptr<Engine> e(new Engine(std::move(backend), tables, options));
   DSV41_ASSIGN_OR_RETURN(e->pools_,
                          CachePools::create(e->config(), options.rows_per_page, options.page_budget_bytes));
   e->fingerprint_ = options.model_fingerprint != 0 ? options.model_fingerprint : config_fingerprint(e->config());
   return e;
+}
+
+CacheOptions Engine::cache_options() const {
+  CacheOptions co;
+  co.rows_per_page = options_.rows_per_page;
+  co.rollback_tokens = options_.rollback_tokens;
+  co.draft_stages = options_.dspark ? backend_->draft_stages() : 0;
+  return co;
+}
+
+Status Engine::draft(std::span<const DraftSpec> specs, std::vector<DraftBlock>& out, const DraftPicker& pick) {
+  if (!options_.dspark) return invalid_argument("engine: DSpark is off (EngineOptions::dspark)");
+  draft_requests_.clear();
+  for (const DraftSpec& d : specs) {
+    DSV41_ASSIGN_OR_RETURN(const Sequence* s, find(d.sequence));
+    if (s->tokens.empty()) return invalid_argument(seq_name(d.sequence) + ": nothing to draft from (empty)");
+    draft_requests_.push_back({s->cache.get(), static_cast<int64_t>(s->tokens.size()) - 1, d.anchor});
+  }
+  return backend_->draft(draft_requests_, out, pick);
+}
+
+void Engine::feed_draft_rings() {
+  if (!options_.dspark) return;
+  const std::vector<int>& targets = config().dspark_target_layer_ids;
+  for (size_t i = 0; i < admitted_.size(); ++i) {
+    const Admitted& a = admitted_[i];
+    if (!a.failure.ok()) continue;
+    // Rows whose features every target layer captured (with per-layer ranges, the later ones).
+    int64_t first = 0;
+    for (int t : targets) first = std::max(first, input_first(*a.segment, t, a.rows));
+    if (first >= a.rows) continue;
+    const int64_t pos = a.segment->start + first;
+    SequenceCache& cache = *a.seq->cache;
+    // A ring that does not continue exactly here (a replay, a restored or imported prefix)
+    // restarts at the first fed position: the drafter then sees only what was fed since.
+    for (int st = 0; st < cache.draft_stages(); ++st)
+      if (cache.draft_ring(st).length() != pos) cache.draft_ring(st).restart(pos);
+    backend_->feed_draft_rings(static_cast<int>(i), first);
+  }
 }
 
 Engine::Sequence Engine::make_sequence(std::unique_ptr<SequenceCache> cache) const {
@@ -75,9 +121,7 @@ Result<SequenceId> Engine::add_sequence(int64_t max_context) {
   if (max_context > config().max_position_embeddings)
     return out_of_range("context of " + std::to_string(max_context) + " tokens exceeds max_position_embeddings " +
                         std::to_string(config().max_position_embeddings));
-  CacheOptions co;
-  co.rows_per_page = options_.rows_per_page;
-  co.rollback_tokens = options_.rollback_tokens;
+  const CacheOptions co = cache_options();
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCache> cache,
                          SequenceCache::create(config(), backend_->plan(), max_context, co, pools_.get()));
   const SequenceId id = next_id_++;
@@ -249,9 +293,7 @@ Result<SequenceId> Engine::import_global(int64_t max_context, std::span<const in
       return invalid_argument("import_global: token " + std::to_string(prefix_tokens[i]) + " at position " +
                               std::to_string(i) + " outside the vocabulary");
   // Validate every chunk against the layout of a fresh cache (nothing is created until all pass).
-  CacheOptions co;
-  co.rows_per_page = options_.rows_per_page;
-  co.rollback_tokens = options_.rollback_tokens;
+  const CacheOptions co = cache_options();
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCache> cache,
                          SequenceCache::create(config(), backend_->plan(), max_context, co, pools_.get()));
   int64_t new_bytes = 0;
@@ -570,6 +612,7 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
   }
   backend_->begin_batch(layout, trace);
   forward_layers(trace);
+  feed_draft_rings();
   const auto head_start = std::chrono::steady_clock::now();
 
   // ---- Logits of the rows each segment asked for. -------------------------------------------

@@ -118,6 +118,9 @@ struct EngineOptions {
   int64_t rows_per_page = 256;      // cache records per page
   int64_t page_budget_bytes = 0;    // global-KV bytes all sequences may hold together (0 = unlimited)
   int64_t rollback_tokens = 0;      // positions a sequence can be rolled back by (speculative decoding)
+  // DSpark (issue 15): every sequence keeps the drafter's rings, fed from every forward, so
+  // draft() can run after any position. Needs a backend with the model's drafter.
+  bool dspark = false;
   // Identity of the weights, carried by snapshots (0: derived from the config's shape; callers that
   // can hash the checkpoint pass that hash).
   uint64_t model_fingerprint = 0;
@@ -197,6 +200,17 @@ class Engine {
   Result<SequenceId> import_global(int64_t max_context, std::span<const int32_t> prefix_tokens,
                                    std::span<const Payload> chunks, int64_t chunk_tokens);
 
+  // DSpark drafts (options().dspark): for each (sequence, anchor) — the anchor being the token
+  // the sequence's next position will hold — the drafter's block after the sequence's last
+  // position (model/dspark.h). Fails as a whole on an unknown sequence or a drafter ring that does
+  // not end at the sequence's last position.
+  struct DraftSpec {
+    SequenceId sequence = -1;
+    int32_t anchor = 0;
+  };
+  Status draft(std::span<const DraftSpec> specs, std::vector<DraftBlock>& out, const DraftPicker& pick = {});
+  int draft_block() const { return config().dspark_block_size; }
+
   // One batched forward. Returns one result per segment, in order (valid until the next call).
   // trace: named intermediates, only for a batch of one segment.
   const std::vector<SegmentResult>& forward(std::span<const Segment> segments, ForwardTrace* trace = nullptr);
@@ -260,6 +274,10 @@ class Engine {
   std::vector<SegmentAttention> attention_jobs_;     // of the current layer (capacity kept)
   std::vector<float> logits_;
   std::vector<SegmentResult> results_;
+  std::vector<DraftRequest> draft_requests_;
+  // DSpark: feeds each admitted segment's rows into its drafter rings (after the layers).
+  void feed_draft_rings();
+  CacheOptions cache_options() const;
 };
 
 // A fingerprint of the model's shape (config numbers that change the records or their meaning),

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -50,6 +51,9 @@ class WeightRegistry;  // model/weights.h
 // does not have.
 struct AttentionWeights {
   int layer = -1;
+  // Release-name prefix of the tensors: empty = "layers.<layer>.attn."; a DSpark stage's
+  // attention is "mtp.<stage>.attn." (model/dspark_weights.h).
+  std::string prefix;
   std::vector<float> wq_a;       // attn.wq_a.weight        [q_lora_rank, hidden]
   std::vector<float> q_norm;     // attn.q_norm.weight      [q_lora_rank]
   std::vector<float> wq_b;       // attn.wq_b.weight        [heads·head_dim, q_lora_rank]
@@ -96,8 +100,10 @@ Status check_attention_weights(const AttentionWeights& w, const ModelConfig& con
 // Loads `layers.<i>.attn.*` from the registry (either naming scheme), dequantised to float32, or,
 // when `stored`, the FP8 projections as views into the mapping (never widened; the registry must
 // outlive the weights).
+// prefix: as AttentionWeights::prefix (empty = the backbone layer's).
 Result<AttentionWeights> load_attention_weights(const WeightRegistry& registry, const ModelConfig& config,
-                                                const LayerInfo& layer, bool stored = false);
+                                                const LayerInfo& layer, bool stored = false,
+                                                const std::string& prefix = {});
 
 // State shared between the layers of ONE forward call (one chunk through all layers). Full layers
 // publish, Reindex layers re-score, Reuse layers read. Call begin_forward() before layer 0.

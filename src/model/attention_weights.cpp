@@ -45,8 +45,9 @@ const char* role_word(LayerRole role) {
   return "?";
 }
 
-std::string tensor_name(const LayerInfo& layer, const char* suffix) {
-  return "layers." + std::to_string(layer.index) + ".attn." + suffix;
+std::string tensor_name(const AttentionWeights& w, const char* suffix) {
+  if (!w.prefix.empty()) return w.prefix + suffix;
+  return "layers." + std::to_string(w.layer) + ".attn." + suffix;
 }
 
 }  // namespace
@@ -70,10 +71,10 @@ Status check_attention_weights(const AttentionWeights& w, const ModelConfig& con
     const int64_t have = q && q->codes ? q->rows * q->in : static_cast<int64_t>((w.*e.field).size());
     if (have != e.size) {
       if (e.size == 0)
-        return invalid_argument("tensor '" + tensor_name(layer, e.name) + "' is present but a " +
+        return invalid_argument("tensor '" + tensor_name(w, e.name) + "' is present but a " +
                                 role_word(layer.role) + " layer has none");
-      if (have == 0) return not_found("tensor '" + tensor_name(layer, e.name) + "' is missing");
-      return invalid_argument("tensor '" + tensor_name(layer, e.name) + "' has " + std::to_string(have) +
+      if (have == 0) return not_found("tensor '" + tensor_name(w, e.name) + "' is missing");
+      return invalid_argument("tensor '" + tensor_name(w, e.name) + "' has " + std::to_string(have) +
                               " elements, the config implies " + std::to_string(e.size));
     }
   }
@@ -81,12 +82,13 @@ Status check_attention_weights(const AttentionWeights& w, const ModelConfig& con
 }
 
 Result<AttentionWeights> load_attention_weights(const WeightRegistry& registry, const ModelConfig& config,
-                                                const LayerInfo& layer, bool stored) {
+                                                const LayerInfo& layer, bool stored, const std::string& prefix) {
   AttentionWeights w;
   w.layer = layer.index;
+  w.prefix = prefix;
   for (const AttentionTensor& e : attention_tensors(config, layer)) {
     if (e.size == 0) continue;  // not part of this role (the registry's check reports strays)
-    const std::string name = tensor_name(layer, e.name);
+    const std::string name = tensor_name(w, e.name);
     if (stored && e.quant) {
       DSV41_ASSIGN_OR_RETURN(TensorView raw, registry.raw(name));
       DSV41_ASSIGN_OR_RETURN(std::optional<QuantWeights> q, stored_quant_view(raw, registry.scale_of(name), nullptr));

@@ -12,6 +12,7 @@
 #include "model/engram_token_map.h"
 #include "model/rmsnorm.h"
 #include "model/weights.h"
+#include "model/weight_loading.h"
 
 namespace dsv41 {
 
@@ -38,68 +39,6 @@ EngramWeights LayerWeights::engram() const {
 }
 
 namespace {
-
-// A float32 tensor with an exact element count (the registry's check() already verified
-// shapes; this guards the pointer arithmetic below against a registry/plan mismatch).
-Status load_exact(const WeightRegistry& reg, const std::string& name, int64_t numel, std::vector<float>& out) {
-  DSV41_ASSIGN_OR_RETURN(FloatTensor t, reg.load_f32(name));
-  if (t.numel() != numel)
-    return corrupt(reg.source() + ": tensor '" + name + "' has " + std::to_string(t.numel()) +
-                   " elements, the config implies " + std::to_string(numel));
-  out = std::move(t.data);
-  return ok_status();
-}
-
-std::string lname(int layer, const std::string& role) { return "layers." + std::to_string(layer) + "." + role; }
-
-// A weight matrix: the checkpoint's FP8 / FP4 bytes in place when `stored` and it is stored so
-// (stored_quant_view); else bf16 when allowed, the checkpoint stores it narrower than F32, and
-// every value is bf16-exact (checked by make_weight_matrix); else float32.
-Status load_matrix(const WeightRegistry& reg, const std::string& name, int64_t numel, bool allow_bf16, bool stored,
-                   WeightMatrix& out) {
-  if (stored) {
-    DSV41_ASSIGN_OR_RETURN(TensorView raw, reg.raw(name));
-    int64_t bytes = 0;
-    DSV41_ASSIGN_OR_RETURN(std::optional<QuantWeights> q, stored_quant_view(raw, reg.scale_of(name), &bytes));
-    if (q) {
-      if (q->rows * q->in != numel)
-        return corrupt(reg.source() + ": tensor '" + name + "' has " + std::to_string(q->rows * q->in) +
-                       " elements, the config implies " + std::to_string(numel));
-      out = WeightMatrix();
-      out.quant = *q;
-      out.quant_bytes = bytes;
-      return ok_status();
-    }
-  }
-  std::vector<float> values;
-  DSV41_RETURN_IF_ERROR(load_exact(reg, name, numel, values));
-  DSV41_ASSIGN_OR_RETURN(TensorView raw, reg.raw(name));
-  out = make_weight_matrix(std::move(values), allow_bf16 && raw.dtype != DType::kF32);
-  return ok_status();
-}
-
-// Moves each of the five big attention projections into its bf16 holding when load_matrix's rule
-// allows it (the float32 vector is left empty).
-Status narrow_attention(const WeightRegistry& reg, AttentionWeights& w) {
-  struct Proj {
-    const char* suffix;
-    std::vector<float>* f32;
-    std::vector<uint16_t>* bf16;
-  };
-  const Proj projs[] = {{"wq_a.weight", &w.wq_a, &w.bf16.wq_a},
-                        {"wq_b.weight", &w.wq_b, &w.bf16.wq_b},
-                        {"wkv.weight", &w.wkv, &w.bf16.wkv},
-                        {"wo_a.weight", &w.wo_a, &w.bf16.wo_a},
-                        {"wo_b.weight", &w.wo_b, &w.bf16.wo_b}};
-  for (const Proj& p : projs) {
-    if (p.f32->empty()) continue;  // held as the stored FP8 view
-    DSV41_ASSIGN_OR_RETURN(TensorView raw, reg.raw(lname(w.layer, std::string("attn.") + p.suffix)));
-    WeightMatrix m = make_weight_matrix(std::move(*p.f32), raw.dtype != DType::kF32);
-    *p.f32 = std::move(m.f32);
-    *p.bf16 = std::move(m.bf16);
-  }
-  return ok_status();
-}
 
 // The Engram token map from the tokenizer (model.md §3.8): each id decoded alone plus its raw
 // token string for partial-byte tokens.
@@ -234,7 +173,7 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
   const WeightRegistry& reg = *registry_;
   DSV41_RETURN_IF_ERROR(reg.check(config_, plan_));
   const ModelConfig& c = config_;
-  const int64_t d = c.hidden_size, V = c.vocab_size, hc = c.hc_mult, mix = (2 + hc) * hc;
+  const int64_t d = c.hidden_size, V = c.vocab_size, hc = c.hc_mult;
   DSV41_RETURN_IF_ERROR(load_exact(reg, "embed.weight", V * d, embed_));
   DSV41_RETURN_IF_ERROR(load_exact(reg, "norm.weight", d, final_norm_));
   const bool bf16 = !options.f32_weights;
@@ -246,33 +185,7 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
     LayerWeights& L = layers_[i];
     DSV41_ASSIGN_OR_RETURN(L.attn, load_attention_weights(reg, c, info, stored));
     if (bf16) DSV41_RETURN_IF_ERROR(narrow_attention(reg, L.attn));
-    DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "attn_norm.weight"), d, L.attn_norm));
-    DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "ffn_norm.weight"), d, L.ffn_norm));
-    DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "hc_attn_fn"), mix * hc * d, L.hc_attn_fn));
-    DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "hc_attn_base"), mix, L.hc_attn_base));
-    DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "hc_attn_scale"), 3, L.hc_attn_scale));
-    DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "hc_ffn_fn"), mix * hc * d, L.hc_ffn_fn));
-    DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "hc_ffn_base"), mix, L.hc_ffn_base));
-    DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "hc_ffn_scale"), 3, L.hc_ffn_scale));
-    const int64_t E = c.n_routed_experts, inter = moe_.inter, sinter = moe_.shared_inter;
-    DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "ffn.gate.weight"), E * d, L.gate));
-    if (reg.has(lname(i, "ffn.gate.bias")))
-      DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "ffn.gate.bias"), E, L.gate_bias));
-    if (reg.has(lname(i, "ffn.gate.bias_vl")))
-      DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "ffn.gate.bias_vl"), E, L.gate_bias_vl));
-    L.experts.resize(E);
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string p = lname(i, "ffn.experts." + std::to_string(e) + ".");
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w1.weight", inter * d, bf16, stored, L.experts[e].w1));
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w3.weight", inter * d, bf16, stored, L.experts[e].w3));
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w2.weight", d * inter, bf16, stored, L.experts[e].w2));
-    }
-    if (moe_.has_shared) {
-      const std::string p = lname(i, "ffn.shared_experts.");
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w1.weight", sinter * d, bf16, stored, L.shared.w1));
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w3.weight", sinter * d, bf16, stored, L.shared.w3));
-      DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w2.weight", d * sinter, bf16, stored, L.shared.w2));
-    }
+    DSV41_RETURN_IF_ERROR(load_block_weights(reg, c, lname(i, ""), moe_, bf16, stored, L));
     if (info.has_engram) {
       // Widening the whole table is only practical for small checkpoints (the release's two
       // tables are ~98 GB each in FP8): by default the rows are dequantised from the mapping at
@@ -308,6 +221,9 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
       DSV41_RETURN_IF_ERROR(load_exact(reg, lname(i, "engram.k_weight"), hc * d, L.engram_k_weight));
     }
   }
+  DSV41_ASSIGN_OR_RETURN(drafter_, load_drafter_weights(reg, c, stored, bf16));
+  if (!drafter_ && DrafterShape::configured(c))
+    drafter_note_ = dir + ": the config describes a DSpark drafter but the checkpoint has no mtp.* tensors: DSpark off";
   return ok_status();
 }
 

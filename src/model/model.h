@@ -37,6 +37,7 @@
 #include "format/config.h"
 #include "kernels/cpu/cpu_exec.h"
 #include "model/attention.h"
+#include "model/dspark_weights.h"
 #include "model/engram.h"
 #include "model/engram_hash.h"
 #include "plan/layer_plan.h"
@@ -156,6 +157,11 @@ class Model {
   const std::vector<float>& final_norm() const { return final_norm_; }  // [d]
   const WeightMatrix& head() const { return head_; }                // [V, d]
   const LayerWeights& layer(int i) const { return layers_[i]; }
+  // The DSpark drafter (model/dspark_weights.h), null when the config or the checkpoint has none.
+  const DrafterWeights* drafter() const { return drafter_.get(); }
+  // Why there is no drafter although the config describes one (the checkpoint has no `mtp.*`
+  // tensors), for the one log line the app prints; empty otherwise.
+  const std::string& drafter_note() const { return drafter_note_; }
   // The default pool and kernel path of CPU backends over this model.
   const CpuExec& exec() const { return exec_; }
   // Bytes of the weight matrices held as bf16 / as float32 among those that may be narrowed: the
@@ -191,6 +197,8 @@ class Model {
   std::vector<float> embed_, final_norm_;  // [V, d], [d]
   WeightMatrix head_;                      // [V, d]
   std::vector<LayerWeights> layers_;
+  std::unique_ptr<DrafterWeights> drafter_;
+  std::string drafter_note_;
   std::unique_ptr<WeightRegistry> registry_;  // the mapped checkpoint (null for random models)
   std::unique_ptr<ThreadPool> pool_;          // null when options.threads == 1
   CpuExec exec_;                              // borrows pool_

@@ -28,6 +28,9 @@ struct CacheOptions {
   // Positions a sequence can be rolled back by (speculative decoding): extra window slots and
   // compressor history. 0 = no rollback (the window ring holds exactly sliding_window rows).
   int64_t rollback_tokens = 0;
+  // DSpark stages whose rings the cache holds (issue 15; 0 = none): one window ring per stage,
+  // of the drafter's main KV rows (model/dspark.h), sized like a backbone window ring.
+  int draft_stages = 0;
 };
 
 // The cost of a context of `tokens` tokens (all pages that a cache holding that many tokens

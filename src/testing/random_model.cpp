@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "model/dspark_weights.h"
 #include "model/engram_hash.h"
 #include "model/model.h"
 #include "testing/random_stream.h"
@@ -73,10 +74,8 @@ Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t
   fill(m->embed_, V * d, 0, 1);
   fill(m->final_norm_, d, 1, 0.1);
   fill(m->head_.f32, V * d, 0, sd);
-  m->layers_.resize(c.num_hidden_layers);
-  for (const LayerInfo& info : m->plan_.layers) {
-    LayerWeights& L = m->layers_[info.index];
-    L.attn = random_attention_weights(c, info, seed + 1000 + info.index);
+  // Everything of a block but its attention and Engram (backbone layer or DSpark stage).
+  auto block = [&](LayerWeights& L, const MoeShape& moe) {
     fill(L.attn_norm, d, 1, 0.1);
     fill(L.ffn_norm, d, 1, 0.1);
     fill(L.hc_attn_fn, mix * hc * d, 0, 1.0 / std::sqrt(double(hc * d)));
@@ -85,17 +84,23 @@ Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t
     fill(L.hc_ffn_fn, mix * hc * d, 0, 1.0 / std::sqrt(double(hc * d)));
     fill(L.hc_ffn_base, mix, 0, 0.5);
     fill(L.hc_ffn_scale, 3, 1, 0.2);
-    fill(L.gate, c.n_routed_experts * d, 0, sd);
-    fill(L.gate_bias, c.n_routed_experts, 0, 0.1);
-    fill(L.gate_bias_vl, c.n_routed_experts, 0, 0.1);
-    L.experts.resize(c.n_routed_experts);
+    fill(L.gate, moe.n_experts * d, 0, sd);
+    fill(L.gate_bias, moe.n_experts, 0, 0.1);
+    fill(L.gate_bias_vl, moe.n_experts, 0, 0.1);
+    L.experts.resize(moe.n_experts);
     auto expert = [&](ExpertStore& e, int64_t inter) {
       fill(e.w1.f32, inter * d, 0, 2 * sd);
       fill(e.w3.f32, inter * d, 0, 2 * sd);
       fill(e.w2.f32, d * inter, 0, 1.0 / std::sqrt(double(inter)));
     };
-    for (ExpertStore& e : L.experts) expert(e, m->moe_.inter);
-    if (m->moe_.has_shared) expert(L.shared, m->moe_.shared_inter);
+    for (ExpertStore& e : L.experts) expert(e, moe.inter);
+    if (moe.has_shared) expert(L.shared, moe.shared_inter);
+  };
+  m->layers_.resize(c.num_hidden_layers);
+  for (const LayerInfo& info : m->plan_.layers) {
+    LayerWeights& L = m->layers_[info.index];
+    L.attn = random_attention_weights(c, info, seed + 1000 + info.index);
+    block(L, m->moe_);
     if (info.has_engram) {
       L.engram_rows = c.engram_num_embeddings[info.engram_slot];
       fill(L.engram_table, L.engram_rows * m->engram_.head_dim, 0, 1);
@@ -104,6 +109,26 @@ Result<std::unique_ptr<Model>> Model::create_random(ModelConfig config, uint64_t
       fill(L.engram_q_weight, hc * d, 1, 0.2);
       fill(L.engram_k_weight, hc * d, 1, 0.2);
     }
+  }
+  // The DSpark drafter, when the config describes one (same generator, after the backbone).
+  if (DrafterShape::configured(c)) {
+    auto w = std::make_unique<DrafterWeights>();
+    DSV41_ASSIGN_OR_RETURN(w->shape, DrafterShape::from_config(c));
+    const int64_t T = static_cast<int64_t>(w->shape.targets.size()), r = w->shape.markov_rank;
+    w->stages.resize(w->shape.stages);
+    for (int s = 0; s < w->shape.stages; ++s) {
+      const LayerInfo info = w->shape.stage_info(c, s);
+      w->stages[s].attn = random_attention_weights(c, info, seed + 1000 + info.index);
+      w->stages[s].attn.prefix = "mtp." + std::to_string(s) + ".attn.";
+      block(w->stages[s], w->shape.moe);
+    }
+    fill(w->main_proj.f32, d * T * d, 0, 1.0 / std::sqrt(double(T * d)));
+    fill(w->main_norm, d, 1, 0.1);
+    fill(w->norm, d, 1, 0.1);
+    fill(w->markov_embed, V * r, 0, 1);
+    fill(w->markov_head, V * r, 0, 1.0 / std::sqrt(double(r)));
+    fill(w->confidence, d + r, 0, 1.0 / std::sqrt(double(d + r)));
+    m->drafter_ = std::move(w);
   }
   return m;
 }

@@ -20,6 +20,11 @@ T* row(std::vector<T>& v, int64_t r, int64_t width) {
 CpuBackend::CpuBackend(const Model& model, const CpuExec* exec) : model_(model), ex_(exec ? *exec : model.exec()) {
   for (int l = 0; l < model.config().num_hidden_layers; ++l) moe_.push_back(model.layer(l).moe());
   attention_options_.exec = ex_;
+  if (const DrafterWeights* dw = model.drafter()) {
+    drafter_ = std::make_unique<Drafter>(model, ex_);
+    target_slot_.assign(static_cast<size_t>(model.config().num_hidden_layers), -1);
+    for (size_t i = 0; i < dw->shape.targets.size(); ++i) target_slot_[dw->shape.targets[i]] = static_cast<int>(i);
+  }
 }
 
 void CpuBackend::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
@@ -51,6 +56,7 @@ void CpuBackend::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
   comb_b_.resize(n * hc * hc);
   experts_.resize(n * k);
   weights_.resize(n * k);
+  if (capture_) features_.resize(static_cast<size_t>(n * drafter_->feature_width()));
   // X: hc copies of each embedding row; carried mix p one-hot (model.md §3.1).
   // Image-span rows take their image embeddings instead (model.md §3.1, §3.10) and route with
   // bias_vl (is_image_, empty for a text batch).
@@ -100,6 +106,7 @@ void CpuBackend::attention_input(int layer, std::span<const RowRange> rows) {
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size, hc = c.hc_mult;
   const LayerWeights& L = model_.layer(layer);
+  if (capture_ && target_slot_[layer] >= 0) capture_features(layer, rows);
   for (const RowRange& r : rows) {
     const int64_t n = r.end - r.begin, r0 = r.begin;
     // Attention site: coefficients from X, input collapsed with the carried (previous site's) mix.
@@ -284,6 +291,37 @@ void CpuBackend::logits(std::span<const int64_t> rows, float* out) {
   }
   if (!rows.empty())
     matmul(ex_, h_.data(), static_cast<int64_t>(rows.size()), d, model_.head().ref(), c.vocab_size, out);
+}
+
+// The drafter's target features of a target layer (model/dspark.h): the mean of the streams
+// entering it (after its Engram, before its mHC), for the given rows.
+void CpuBackend::capture_features(int layer, std::span<const RowRange> rows) {
+  const int64_t d = config().hidden_size, hc = config().hc_mult, width = drafter_->feature_width();
+  const int64_t slot = target_slot_[layer];
+  const float inv = 1.0f / static_cast<float>(hc);
+  for (const RowRange& r : rows)
+    for (int64_t t = r.begin; t < r.end; ++t) {
+      const float* x = x_.data() + t * hc * d;
+      float* f = features_.data() + t * width + slot * d;
+      for (int64_t i = 0; i < d; ++i) {
+        float sum = 0;
+        for (int64_t j = 0; j < hc; ++j) sum += x[j * d + i];
+        f[i] = sum * inv;
+      }
+    }
+}
+
+void CpuBackend::feed_draft_rings(int segment, int64_t first_row) {
+  const SegmentRows& s = segments_[segment];
+  if (!capture_ || first_row >= s.rows) return;
+  const int64_t r0 = s.row0 + first_row, n = s.rows - first_row;
+  drafter_->ring_rows(features_.data() + r0 * drafter_->feature_width(), layout_.positions + r0, n);
+  for (int st = 0; st < drafter_->stages(); ++st) s.cache->draft_ring(st).push_rows(drafter_->ring_rows(st), n);
+}
+
+Status CpuBackend::draft(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick) {
+  if (!drafter_) return Backend::draft(requests, out, pick);
+  return drafter_->draft(requests, out, pick);
 }
 
 }  // namespace dsv41

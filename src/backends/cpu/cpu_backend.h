@@ -24,6 +24,7 @@
 #include "model/attention.h"
 #include "model/attention_steps.h"
 #include "model/compressor.h"
+#include "model/dspark.h"
 #include "model/model.h"
 
 namespace dsv41 {
@@ -52,6 +53,10 @@ class CpuBackend : public Backend {
   void attention_output(int layer, std::span<const RowRange> rows) override;
   void ffn(int layer, std::span<const RowRange> rows) override;
   void logits(std::span<const int64_t> rows, float* out) override;
+  int draft_stages() const override { return drafter_ ? drafter_->stages() : 0; }
+  void set_feature_capture(bool on) override { capture_ = on && drafter_ != nullptr; }
+  void feed_draft_rings(int segment, int64_t first_row) override;
+  Status draft(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick) override;
 
   // Test hook: called before each layer with the batch's streams x [n, hc, d] and carried mix
   // p [n, hc], which it may overwrite (to feed a layer the reference's inputs). Empty = none.
@@ -63,6 +68,7 @@ class CpuBackend : public Backend {
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
 
  private:
+  void capture_features(int layer, std::span<const RowRange> rows);
   void index_with(int layer, int segment, int64_t first_row, int kv_layer, bool restricted, AttentionScratch* scratch);
   void attend_with(int layer, int segment, int64_t first_row, int kv_layer, AttentionScratch* scratch);
 
@@ -92,6 +98,12 @@ class CpuBackend : public Backend {
   AttentionScratch attention_scratch_;
   std::vector<AttentionScratch> segment_scratch_;  // index_and_attend: one per job (kept across steps)
   MoeScratch moe_scratch_;
+  // DSpark: the drafter (when the model has one), feature capture, and the batch's features
+  // [n, targets·hidden]; target_slot_[layer] = its place among the targets, or −1.
+  std::unique_ptr<Drafter> drafter_;
+  bool capture_ = false;
+  std::vector<int> target_slot_;
+  std::vector<float> features_;
 };
 
 }  // namespace dsv41

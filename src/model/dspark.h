@@ -1,0 +1,96 @@
+// The DSpark drafter on the CPU: target features → each stage's ring rows, and a 5-token draft
+// block per sequence. Spec: model.md §6.1 (as corrected from the release code), system.md §4;
+// issue 15. Weights: model/dspark_weights.h.
+//
+// Ring rows (every position the target accepts; engine.h feeds them after each forward):
+//   f = concat over target layers ℓ of mean_j X_j (the streams entering ℓ, after its Engram)
+//   main = RMSNorm_main(W_main f);  ring_s ← FP8QDQ(RoPE_pos(RMSNorm_kv,s(W_kv,s main)))
+// A draft after position s (the target has processed s and chosen t_{s+1}):
+//   block ids [t_{s+1}, noise, …] at positions s+1 … s+B, embedded by the backbone, hc copies,
+//   carried mix one-hot; per stage the backbone block (mHC sites, RMSNorms, MoE of the stage's
+//   experts, text routing bias) with an attention whose keys are the stage ring's entries
+//   (positions max(start, s−W+1) … s) followed by all B block rows (bidirectional), sink softmax,
+//   inverse RoPE, grouped output; then x = collapse with the last FFN pre, logits =
+//   head(RMSNorm_norm(x)) with the backbone's head; sequentially over slots i: the Markov head's
+//   embedding e_i of ids[i] adds W_markov e_i to logits_i, ids[i+1] = pick(logits_i) (argmax by
+//   default), confidence_i = w_conf · [x_i ‖ e_i] (a logit of acceptance, uncalibrated).
+// Numeric policy as the backbone's: fp32 activations, the only roundings the FP8 fake-quant of
+// ring rows and block keys/values. Requests are independent: a batch of requests gives each the
+// same bits as alone (token-wise steps are per row; attention per request).
+// Workspace is kept between calls (no allocation once a batch shape was seen).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "cache/sequence_cache.h"
+#include "kernels/cpu/cpu_exec.h"
+#include "model/attention_steps.h"
+#include "model/mhc.h"
+#include "model/moe.h"
+
+namespace dsv41 {
+
+class Model;
+struct DrafterWeights;
+
+struct DraftRequest {
+  const SequenceCache* cache = nullptr;  // its draft rings hold the positions up to `last`
+  int64_t last = 0;                      // s: the last position the target has processed
+  int32_t anchor = 0;                    // t_{s+1}: the target's token for s+1
+};
+
+// One request's draft: ids [B] (d_1 … d_B, predicting positions s+2 … s+B+1), the Markov-corrected
+// logits they were picked from [B, V], and the confidence logits [B].
+struct DraftBlock {
+  std::vector<int32_t> ids;
+  std::vector<float> logits;
+  std::vector<float> confidence;
+};
+
+// Chooses slot `slot`'s token of request `request` from its logits (sampling); null = argmax.
+using DraftPicker = std::function<int32_t(int64_t request, int slot, std::span<const float> logits)>;
+
+class Drafter {
+ public:
+  // The model must have a drafter (model.drafter() non-null) and outlive this object.
+  Drafter(const Model& model, const CpuExec& exec);
+
+  int block() const;
+  int stages() const;
+  int64_t feature_width() const;  // targets · hidden
+
+  // Ring rows of n rows at `positions` from their target features [n, feature_width]; read them
+  // with ring_rows(stage) [n, head_dim] until the next call.
+  void ring_rows(const float* features, const int64_t* positions, int64_t n);
+  const float* ring_rows(int stage) const { return rows_[stage].data(); }
+
+  // One draft per request into out[i] (resized). Fails, naming the request, when a ring does not
+  // end at the request's `last` position or the anchor is outside the vocabulary.
+  Status draft(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick = {});
+
+ private:
+  void stage(int s, std::span<const DraftRequest> requests);
+  void attend(int s, const DraftRequest& r, int64_t row0);
+
+  const Model& model_;
+  const DrafterWeights& w_;
+  CpuExec ex_;
+  std::vector<MoeWeights> moe_;
+  std::vector<std::vector<float>> rows_;  // [stage][n, D]
+  std::vector<float> main_;                // [n, d]
+  RopeRows rope_;
+  // The draft batch's activations (R = requests · B rows).
+  std::vector<int64_t> positions_;
+  std::vector<float> x_, x2_, p_, h_, c_, q_, kv_, o_, a_, pre_a_, post_a_, comb_a_, pre_b_, post_b_, comb_b_;
+  std::vector<float> weights_, keys_, logits_;
+  std::vector<int32_t> experts_;
+  MhcScratch mhc_scratch_;
+  MoeScratch moe_scratch_;
+  AttentionScratch attention_scratch_;
+};
+
+}  // namespace dsv41

@@ -21,12 +21,18 @@
 // processed with the counts of everything returned before plus d_1 … d_{j−1} — the same counts a
 // Sampler would hold when it produced that token. Accepted drafts and the next token are counted.
 //
+// Cost: verify() forms rows with fast_distribution (O(V) plus a sort of the prefix the filters
+// read; token_distribution.h) and draws a token from p with pick_ordered (the Sampler's walk,
+// sorting only as far as it goes); a correction walks the residual in id order. sample() keeps
+// the Sampler's full sort so that it stays bit-identical to Sampler::sample; verify() with k = 0
+// matches it too except when u lands within rounding of a boundary (token_distribution.h).
 // RNG (xoshiro256**, seeded from params.seed like the Sampler's, owned by this object; one request
 // = one object, so a request is reproducible for its seed). Draws per verify() with temperature > 0:
 // one uniform per draft examined (accepted, or the first rejected one), plus one for the next token:
-// accepted + 2 after a rejection, k + 1 when all k are accepted (k = 0: one draw, like sample()).
+// accepted + 2 after a rejection, k + 1 when all k are accepted (k = 0: one draw, like sample());
+// an unusable draft row takes no acceptance draw (accepted + 1).
 // draft_token() draws from a second stream (seed-derived) so drafting never shifts the acceptance
-// draws. Temperature 0 draws nothing. sample() is the Sampler's rule and draw, token for token.
+// draws. Temperature 0 draws nothing.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +43,7 @@
 #include "base/rng.h"
 #include "base/status.h"
 #include "runtime/sampling.h"
+#include "runtime/token_distribution.h"
 
 namespace dsv41 {
 
@@ -57,16 +64,6 @@ struct VerifyInput {
 struct VerifyResult {
   int32_t accepted = 0;  // j ∈ 0..k: d_1 … d_j are emitted
   int32_t next = -1;     // emitted after them: correction (j < k) or bonus (j == k)
-};
-
-// A row's processed distribution as the Sampler forms it: weight[i] = softmax(·/T)_i for kept
-// tokens, 0 otherwise; `order` lists the kept ids by (weight desc, id asc); `total` is their sum
-// (normalise by it). Exposed for tests and for callers that want p itself (e.g. logprobs).
-struct TokenDistribution {
-  std::vector<double> weight;  // [V]
-  std::vector<int32_t> order;  // kept ids
-  double total = 0;
-  double prob(int32_t id) const { return total > 0 ? weight[id] / total : 0.0; }
 };
 
 class SpeculativeSampler {
@@ -93,22 +90,22 @@ class SpeculativeSampler {
   const SamplingParams& params() const { return params_; }
   uint64_t accept_draws() const { return accept_draws_; }  // uniforms taken by sample()/verify()
 
-  // The processed distribution of `logits` with the current counts plus `extra` tokens.
-  void distribution(std::span<const float> logits, std::span<const int32_t> extra, TokenDistribution* out);
-
  private:
   explicit SpeculativeSampler(const SamplingParams& params);
   double uniform();
-  int32_t pick(const TokenDistribution& d, double u) const;
+  bool penalised() const { return params_.presence_penalty != 0 || params_.frequency_penalty != 0; }
+  // The counts a row sees: those of returned tokens plus `extra` (the drafts before the row).
+  const TokenCounts& counts_with(std::span<const int32_t> extra);
+  std::span<const float> processed(std::span<const float> logits, std::span<const int32_t> extra);
   int32_t pick_residual(const TokenDistribution& p, const TokenDistribution& q);
-  void count(int32_t token, int delta);
-  int32_t greedy(std::span<const float> logits, std::span<const int32_t> extra);
+  int32_t pick_exact(std::span<const float> logits, std::span<const int32_t> extra);  // sample()'s
+  int32_t pick_fast(std::span<const float> logits, std::span<const int32_t> extra);   // verify()'s
 
   SamplingParams params_;
   Xoshiro256 rng_;        // acceptance and next-token draws
   Xoshiro256 draft_rng_;  // draft_token() draws
   uint64_t accept_draws_ = 0;
-  std::vector<std::pair<int32_t, int32_t>> counts_;  // (token, times returned), penalties only
+  TokenCounts counts_, row_counts_;  // returned tokens (penalties only); scratch for a row
   std::vector<float> biased_;
   TokenDistribution p_, q_;
   std::vector<double> residual_;

@@ -43,6 +43,7 @@ void ConfidenceCalibrator::observe_slot(int slot, float logit, bool accepted) {
   // Curvature of the log-loss at this point, floored so a saturated prediction still moves.
   const double w = std::max(p * (1 - p), 1e-3), lam = options_.forgetting;
   s.h = {lam * s.h[0] + w * c * c, lam * s.h[1] + w * c, lam * s.h[2] + w};
+  ++s.seen;
   const double g = p - (accepted ? 1.0 : 0.0);  // gradient = g · (c, 1)
   const double det = s.h[0] * s.h[2] - s.h[1] * s.h[1];
   if (!(det > 0)) return;

@@ -42,11 +42,15 @@ class ConfidenceCalibrator {
 
   double scale(int slot) const { return slots_[size_t(slot)].theta[0]; }   // a
   double offset(int slot) const { return slots_[size_t(slot)].theta[1]; }  // b
+  // Outcomes seen for a slot. A slot the plan never verifies is never corrected: a caller can
+  // verify one more slot now and then while this is small (cheap where the step cost is flat).
+  long observations(int slot) const { return slots_[size_t(slot)].seen; }
 
  private:
   struct Slot {
     std::array<double, 2> theta = {1.0, 0.0};  // (a, b)
     std::array<double, 3> h;                   // curvature (h_aa, h_ab, h_bb)
+    long seen = 0;
   };
   CalibrationOptions options_;
   std::vector<Slot> slots_;

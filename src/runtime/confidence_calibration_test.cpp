@@ -80,6 +80,12 @@ TEST(ConfidenceCalibration, LearnsConditionalAcceptanceFromVerifyOutcomes) {
   EXPECT_EQ(fresh.probability(2, 1.0f), sigmoid(1.0));
   fresh.observe(logits, 1, 1);  // k = 1, all accepted: only slot 0 learns
   EXPECT_EQ(fresh.probability(1, 1.0f), sigmoid(1.0));
+  fresh.observe(logits, 3, 2);  // slots 0, 1 accepted, slot 2 rejected
+  EXPECT_EQ(fresh.observations(0), 3);
+  EXPECT_EQ(fresh.observations(1), 1);
+  EXPECT_EQ(fresh.observations(2), 1);
+  EXPECT_GT(fresh.probability(1, 1.0f), sigmoid(1.0));
+  EXPECT_LT(fresh.probability(2, 1.0f), sigmoid(1.0));
 }
 
 }  // namespace

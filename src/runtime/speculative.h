@@ -5,9 +5,10 @@
 // drafts are accepted and the one token that follows them (a correction or the bonus), so a step
 // emits accepted + 1 tokens.
 //
-// The target distribution p of a row is exactly the Sampler's (sampling.h): logit_bias, then
-// presence/frequency penalties, then temperature, top_k, top_p, min_p. The draft distribution q is
-// the same processing applied to the drafter's Markov-corrected logits.
+// The target distribution p of a row is the Sampler's (sampling.h): logit_bias, then
+// presence/frequency penalties, then temperature, top_k, top_p, min_p (the same weights and kept
+// set; token_distribution.h). The draft distribution q is the same processing applied to the
+// drafter's Markov-corrected logits.
 //   temperature 0: accept d_j while d_j == argmax(p row j−1) (argmax_logits: ties to the lowest
 //     id, NaN never wins); next = argmax of the first mismatching row, or of row k (the bonus).
 //     Token for token the same as greedy decoding with a Sampler, penalties and bias included.
@@ -15,8 +16,10 @@
 //     accept d_j with probability min(1, p(d_j)/q(d_j)); at the first rejection sample from
 //     normalise(max(p − q, 0)); all accepted → sample the bonus from p of row k. The emitted
 //     tokens are then distributed exactly as sampling from p one token at a time, PROVIDED d_j was
-//     drawn from q_j — draft_token() does that draw. A drafter that takes the argmax instead must
-//     say so (DraftPick::kArgmax): q_j is then the point mass on d_j, which is also exact.
+//     drawn from q_j — draft_token() does that draw. A drafter that picks deterministically (the
+//     argmax, as the release does at temperature 0) must say so (DraftPick::kArgmax): q_j is then
+//     the point mass on d_j, which is also exact. Drafts drawn from any other law (e.g. a plain
+//     softmax(logits / T) on the device while p uses top_p) break the guarantee.
 // Penalties: they depend on the tokens this object has returned, so row j−1 (of p and of q) is
 // processed with the counts of everything returned before plus d_1 … d_{j−1} — the same counts a
 // Sampler would hold when it produced that token. Accepted drafts and the next token are counted.
@@ -50,7 +53,7 @@ namespace dsv41 {
 // How the drafter chose its tokens at temperature > 0 (ignored at temperature 0).
 enum class DraftPick {
   kSampled,  // d_j ~ q_j (draft_token()); draft_logits are required
-  kArgmax,   // d_j = argmax of the drafter's logits; q_j = point mass; draft_logits may be empty
+  kArgmax,   // d_j chosen deterministically (argmax); q_j = point mass; draft_logits may be empty
 };
 
 struct VerifyInput {

@@ -52,9 +52,10 @@ DraftPlan plan_draft_lengths(std::span<const std::vector<double>> accept_probs, 
     std::priority_queue<Cand> heap;
     for (int s = 0; s < seqs; ++s)
       if (!pi[size_t(s)].empty()) heap.emplace(pi[size_t(s)][0], -s, 0);
-    std::vector<int> k(size_t(seqs), 0);
+    std::vector<int> admitted;  // sequence of each admission, in order
     double tokens = seqs;
     int rows = seqs;
+    size_t best_n = 0;
     double best = tokens / cost.cost(rows, seqs);
     while (!heap.empty()) {
       const auto [p, ns, ni] = heap.top();
@@ -62,11 +63,12 @@ DraftPlan plan_draft_lengths(std::span<const std::vector<double>> accept_probs, 
       const int s = -ns, i = -ni;
       tokens += p;
       rows += 1;
-      k[size_t(s)] = i + 1;
+      admitted.push_back(s);
       if (size_t(i + 1) < pi[size_t(s)].size()) heap.emplace(pi[size_t(s)][size_t(i + 1)], -s, -(i + 1));
       const double throughput = tokens / cost.cost(rows, seqs);
-      if (throughput > best) best = throughput, plan.k = k;
+      if (throughput > best) best = throughput, best_n = admitted.size();
     }
+    for (size_t a = 0; a < best_n; ++a) ++plan.k[size_t(admitted[a])];
   }
   const auto [tokens, rows] = totals(plan.k);
   plan.expected_tokens = tokens;

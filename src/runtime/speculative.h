@@ -85,6 +85,7 @@ class SpeculativeSampler {
 
   // Draws d_{i+1} ~ q_i from draft row i, processed with the counts plus `drafted_before` =
   // d_1 … d_i (the drafts already chosen this step). Temperature 0: the argmax, no draw.
+  // −1 when the row has no finite probability (all NaN): end the drafts before it.
   int32_t draft_token(std::span<const float> draft_row, std::span<const int32_t> drafted_before);
 
   // Counts a token as returned without drawing (e.g. one a constraint forced).

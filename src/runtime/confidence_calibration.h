@@ -1,0 +1,59 @@
+// Online calibration of the DSpark confidence head (issue 15; system.md §4).
+//
+// The head emits one logit c_i per draft slot; in the release these are not calibrated, and the
+// draft-length choice (draft_length.h) needs real acceptance probabilities. Each slot gets its own
+// Platt map p_i = σ(a_i · c + b_i), starting at the identity (a = 1, b = 0: the raw sigmoid) and
+// fitted online to observed outcomes by a Newton step per observation on the log-loss, with the
+// curvature accumulated under exponential forgetting (λ = 0.999: about the last thousand
+// observations of that slot count), so it settles fast and follows drift.
+//
+// What an outcome is: p_i estimates P(d_i accepted | d_1 … d_{i−1} accepted) — the factor of π_i.
+// A verify step with k drafts of which j were accepted therefore says "accepted" for slots
+// 1 … j and "rejected" for slot j + 1 (if j < k); slots after that were never judged and teach
+// nothing.
+#pragma once
+
+#include <array>
+#include <span>
+#include <vector>
+
+namespace dsv41 {
+
+struct CalibrationOptions {
+  double forgetting = 0.999;  // λ ∈ (0, 1]
+  double prior_weight = 20;   // initial curvature: how many observations the identity map is worth
+};
+
+class ConfidenceCalibrator {
+ public:
+  explicit ConfidenceCalibrator(int slots, CalibrationOptions options = {});
+
+  // Calibrated acceptance probability of slot `slot` (0-based) for confidence logit `logit`.
+  // A NaN logit or an unknown slot gives 0 (never draft on it).
+  double probability(int slot, float logit) const;
+  std::vector<double> probabilities(std::span<const float> logits) const;
+
+  // One verify outcome (see above): `logits` are the confidences of the step's drafts (at least
+  // `verified` of them), `verified` = k, `accepted` = j ≤ k.
+  void observe(std::span<const float> logits, int verified, int accepted);
+
+  // One slot's observation: logit → accepted or not.
+  void observe_slot(int slot, float logit, bool accepted);
+
+  double scale(int slot) const { return slots_[size_t(slot)].theta[0]; }   // a
+  double offset(int slot) const { return slots_[size_t(slot)].theta[1]; }  // b
+  // Outcomes seen for a slot. A slot the plan never verifies is never corrected: a caller can
+  // verify one more slot now and then while this is small (cheap where the step cost is flat).
+  long observations(int slot) const { return slots_[size_t(slot)].seen; }
+
+ private:
+  struct Slot {
+    std::array<double, 2> theta = {1.0, 0.0};  // (a, b)
+    std::array<double, 3> h;                   // curvature (h_aa, h_ab, h_bb)
+    long seen = 0;
+  };
+  CalibrationOptions options_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace dsv41

@@ -1,0 +1,92 @@
+#include "runtime/confidence_calibration.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "base/rng.h"
+
+namespace dsv41 {
+namespace {
+
+double sigmoid(double z) { return 1 / (1 + std::exp(-z)); }
+
+// A standard normal from two uniforms (Box–Muller), so the test needs only the project RNG.
+double normal(Xoshiro256& r) { return std::sqrt(-2 * std::log(1 - r.uniform())) * std::cos(6.283185307179586 * r.uniform()); }
+
+double max_error(const ConfidenceCalibrator& cal, int slot, double a, double b) {
+  double err = 0;
+  for (double c = -4; c <= 4; c += 0.25) err = std::max(err, std::abs(cal.probability(slot, float(c)) - sigmoid(a * c + b)));
+  return err;
+}
+
+TEST(ConfidenceCalibration, StartsAsTheRawSigmoid) {
+  ConfidenceCalibrator cal(5);
+  for (float c : {-3.0f, 0.0f, 1.5f}) EXPECT_NEAR(cal.probability(2, c), sigmoid(c), 1e-12);
+  EXPECT_EQ(cal.probability(5, 1.0f), 0.0);   // unknown slot
+  EXPECT_EQ(cal.probability(0, NAN), 0.0);
+  EXPECT_EQ(cal.probabilities(std::vector<float>{0.0f, 0.0f}).size(), 2u);
+}
+
+TEST(ConfidenceCalibration, ConvergesToTheTrueMapPerSlot) {
+  const double truth[4][2] = {{0.5, -1.0}, {2.0, 1.0}, {0.2, 2.0}, {1.0, 0.0}};
+  ConfidenceCalibrator cal(4);
+  Xoshiro256 r(3);
+  for (int n = 0; n < 20000; ++n)
+    for (int s = 0; s < 4; ++s) {
+      const double c = 2 * normal(r);
+      cal.observe_slot(s, float(c), r.uniform() < sigmoid(truth[s][0] * c + truth[s][1]));
+    }
+  for (int s = 0; s < 4; ++s) EXPECT_LT(max_error(cal, s, truth[s][0], truth[s][1]), 0.05) << "slot " << s;
+  // Before: the identity map was far off for slot 0.
+  EXPECT_GT(max_error(ConfidenceCalibrator(4), 0, truth[0][0], truth[0][1]), 0.3);
+}
+
+TEST(ConfidenceCalibration, FollowsDrift) {
+  ConfidenceCalibrator cal(1);
+  Xoshiro256 r(4);
+  auto feed = [&](double a, double b, int n) {
+    for (int i = 0; i < n; ++i) {
+      const double c = 2 * normal(r);
+      cal.observe_slot(0, float(c), r.uniform() < sigmoid(a * c + b));
+    }
+  };
+  feed(1.0, 2.0, 10000);
+  feed(1.0, -2.0, 10000);
+  EXPECT_LT(max_error(cal, 0, 1.0, -2.0), 0.06);
+}
+
+// observe() learns P(accept slot i | earlier accepted) from verify outcomes, and never from
+// slots after the first rejection.
+TEST(ConfidenceCalibration, LearnsConditionalAcceptanceFromVerifyOutcomes) {
+  const double a = 0.7, b[3] = {1.5, 0.5, -0.5};
+  ConfidenceCalibrator cal(3);
+  Xoshiro256 r(5);
+  for (int n = 0; n < 60000; ++n) {
+    std::vector<float> logits(3);
+    for (float& c : logits) c = float(2 * normal(r));
+    int accepted = 0;
+    while (accepted < 3 && r.uniform() < sigmoid(a * logits[accepted] + b[accepted])) ++accepted;
+    cal.observe(logits, 3, accepted);
+  }
+  for (int s = 0; s < 3; ++s) EXPECT_LT(max_error(cal, s, a, b[s]), 0.06) << "slot " << s;
+
+  ConfidenceCalibrator fresh(3);
+  const std::vector<float> logits = {1.0f, 1.0f, 1.0f};
+  fresh.observe(logits, 3, 0);  // slot 0 rejected: slots 1, 2 never judged
+  EXPECT_LT(fresh.probability(0, 1.0f), sigmoid(1.0));
+  EXPECT_EQ(fresh.probability(1, 1.0f), sigmoid(1.0));
+  EXPECT_EQ(fresh.probability(2, 1.0f), sigmoid(1.0));
+  fresh.observe(logits, 1, 1);  // k = 1, all accepted: only slot 0 learns
+  EXPECT_EQ(fresh.probability(1, 1.0f), sigmoid(1.0));
+  fresh.observe(logits, 3, 2);  // slots 0, 1 accepted, slot 2 rejected
+  EXPECT_EQ(fresh.observations(0), 3);
+  EXPECT_EQ(fresh.observations(1), 1);
+  EXPECT_EQ(fresh.observations(2), 1);
+  EXPECT_GT(fresh.probability(1, 1.0f), sigmoid(1.0));
+  EXPECT_LT(fresh.probability(2, 1.0f), sigmoid(1.0));
+}
+
+}  // namespace
+}  // namespace dsv41

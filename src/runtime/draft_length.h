@@ -1,0 +1,46 @@
+// How many DSpark drafts each sequence verifies this step (system.md §4).
+//
+// The drafter proposes B tokens per sequence with acceptance estimates p_1 … p_B (calibrated
+// confidences: confidence_calibration.h). Verifying the first k yields E(k) = 1 + Σ_{i≤k} π_i
+// tokens in expectation, π_i = Π_{u≤i} p_u, and costs a step of k + 1 rows. One sequence:
+// k* = argmax_k E(k) / cost(k + 1 rows). A batch shares one step whose cost depends on its total
+// rows, so slots compete across sequences: (sequence, slot) pairs are admitted in decreasing π
+// (a sequence's π never rises along its slots, so each sequence admits a prefix), and the plan is
+// the admitted prefix with the highest modelled throughput Σ E / cost(total rows, seqs) — DSPEC's
+// greedy rule, taken over every prefix rather than stopping at the first dip, so a cost step
+// (e.g. a new tile) that later rows amortise is not mistaken for the end. Ties keep fewer rows.
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/step_cost.h"
+
+namespace dsv41 {
+
+struct DsparkMode {
+  enum class Kind { kAuto, kOff, kFixed };
+  Kind kind = Kind::kAuto;
+  int k = 0;  // kFixed: drafts per step, 1 … block size
+};
+
+// "auto", "off" or a draft length "1" … block_size; anything else is an error naming them.
+Result<DsparkMode> parse_dspark_mode(std::string_view text, int block_size);
+
+struct DraftPlan {
+  std::vector<int> k;            // per sequence, 0 … its number of estimates
+  double expected_tokens = 0;    // Σ E(k_s)
+  double cost_ms = 0;            // cost(Σ (k_s + 1), seqs)
+};
+
+// accept_probs[s] = p_1 … p_m of sequence s (m ≤ block size; empty: no drafts, k = 0). Values
+// outside [0, 1] are clamped, NaN counts as 0. kFixed gives every sequence min(K, m); kOff 0.
+DraftPlan plan_draft_lengths(std::span<const std::vector<double>> accept_probs, const StepCost& cost,
+                             const DsparkMode& mode);
+
+// The one-sequence case of plan_draft_lengths.
+int choose_draft_length(std::span<const double> accept_probs, const StepCost& cost, const DsparkMode& mode);
+
+}  // namespace dsv41

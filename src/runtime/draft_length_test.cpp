@@ -1,0 +1,134 @@
+#include "runtime/draft_length.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "base/rng.h"
+
+namespace dsv41 {
+namespace {
+
+const DsparkMode kAuto{DsparkMode::Kind::kAuto, 0};
+
+TEST(DraftLength, ParsesModes) {
+  auto a = parse_dspark_mode("auto", 5);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kind, DsparkMode::Kind::kAuto);
+  auto off = parse_dspark_mode("off", 5);
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->kind, DsparkMode::Kind::kOff);
+  for (int k = 1; k <= 5; ++k) {
+    auto f = parse_dspark_mode(std::to_string(k), 5);
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(f->kind, DsparkMode::Kind::kFixed);
+    EXPECT_EQ(f->k, k);
+  }
+  for (const char* bad : {"6", "-1", "x", "0", "", "05", "Auto", "3 ", "10"}) {
+    auto r = parse_dspark_mode(bad, 5);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("auto, off or a draft length 1..5"), std::string::npos);
+    EXPECT_NE(r.status().message().find("block size is 5"), std::string::npos);
+  }
+  EXPECT_FALSE(parse_dspark_mode("4", 3).ok());
+}
+
+// E(k) / cost for one sequence, by brute force.
+int brute_single(const std::vector<double>& p, const StepCost& cost) {
+  int best_k = 0;
+  double best = 1 / cost.cost(1, 1), tokens = 1, pi = 1;
+  for (size_t k = 1; k <= p.size(); ++k) {
+    tokens += pi *= p[k - 1];
+    const double t = tokens / cost.cost(int(k) + 1, 1);
+    if (t > best) best = t, best_k = int(k);
+  }
+  return best_k;
+}
+
+TEST(DraftLength, SingleSequenceMatchesBruteForce) {
+  Xoshiro256 r(1);
+  for (int trial = 0; trial < 500; ++trial) {
+    StepCost cost({r.uniform() * 20, r.uniform() * 5, 0.0});
+    for (int rows = 1; rows <= 6; ++rows)
+      if (r.uniform() < 0.5) cost.record(rows, 1, 1 + r.uniform() * 30);
+    std::vector<double> p(r.next() % 6);
+    for (double& v : p) v = r.uniform();
+    EXPECT_EQ(choose_draft_length(p, cost, kAuto), brute_single(p, cost));
+  }
+}
+
+TEST(DraftLength, SingleSequenceExtremes) {
+  const std::vector<double> p = {0.9, 0.9, 0.9, 0.9, 0.9};
+  EXPECT_EQ(choose_draft_length(p, StepCost({10.0, 0.0, 0.0}), kAuto), 5);  // flat cost: all
+  EXPECT_EQ(choose_draft_length(p, StepCost({0.0, 1.0, 0.0}), kAuto), 0);   // cost ∝ rows: none pay
+  EXPECT_EQ(choose_draft_length({}, StepCost(), kAuto), 0);
+  const std::vector<double> bad = {NAN, 0.9};
+  EXPECT_EQ(choose_draft_length(bad, StepCost({10.0, 0.0, 0.0}), kAuto), 0);  // NaN = 0: π stays 0
+  EXPECT_EQ(choose_draft_length(p, StepCost(), {DsparkMode::Kind::kOff, 0}), 0);
+  EXPECT_EQ(choose_draft_length(p, StepCost(), {DsparkMode::Kind::kFixed, 3}), 3);
+  EXPECT_EQ(choose_draft_length(std::vector<double>{0.5}, StepCost(), {DsparkMode::Kind::kFixed, 3}), 1);
+}
+
+// Best Σ E / cost over every k vector (the batch is small enough to enumerate).
+double brute_batch(const std::vector<std::vector<double>>& p, const StepCost& cost) {
+  const int n = int(p.size());
+  std::vector<int> k(n, 0);
+  double best = 0;
+  std::function<void(int)> walk = [&](int s) {
+    if (s == n) {
+      double tokens = n;
+      int rows = n;
+      for (int t = 0; t < n; ++t) {
+        double pi = 1;
+        for (int i = 0; i < k[t]; ++i) tokens += pi *= p[t][i], ++rows;
+      }
+      best = std::max(best, tokens / cost.cost(rows, n));
+      return;
+    }
+    for (k[s] = 0; k[s] <= int(p[s].size()); ++k[s]) walk(s + 1);
+    k[s] = 0;
+  };
+  walk(0);
+  return best;
+}
+
+// For a cost that depends on (total rows, seqs) only, taking the largest π first is optimal at
+// every total: the plan's modelled throughput must equal the exhaustive optimum.
+TEST(DraftLength, BatchPlanIsOptimalForTotalRowCosts) {
+  Xoshiro256 r(2);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + int(r.next() % 3);
+    StepCost cost({r.uniform() * 20, r.uniform() * 4, r.uniform()});
+    for (int rows = n; rows <= 6 * n; ++rows)
+      if (r.uniform() < 0.3) cost.record(rows, n, 1 + r.uniform() * 40);
+    std::vector<std::vector<double>> p(n);
+    for (auto& v : p) {
+      v.resize(r.next() % 6);
+      for (double& x : v) x = r.uniform() < 0.2 ? 1.0 : r.uniform();
+    }
+    const DraftPlan plan = plan_draft_lengths(p, cost, kAuto);
+    ASSERT_EQ(plan.k.size(), size_t(n));
+    for (int s = 0; s < n; ++s) EXPECT_LE(plan.k[s], int(p[s].size()));
+    EXPECT_NEAR(plan.expected_tokens / plan.cost_ms, brute_batch(p, cost), 1e-12);
+  }
+}
+
+TEST(DraftLength, BatchSharesRowsByConfidence) {
+  // Cost flat up to 8 rows, then steep: 4 sequences have 4 extra rows to share.
+  StepCost cost({0.0, 0.0, 0.0});
+  for (int rows = 4; rows <= 24; ++rows) cost.record(rows, 4, rows <= 8 ? 10.0 : 10.0 + 5 * (rows - 8));
+  const std::vector<std::vector<double>> p = {
+      {0.95, 0.9, 0.9, 0.5, 0.5}, {0.2, 0.9}, {0.99, 0.99, 0.1}, {}};
+  const DraftPlan plan = plan_draft_lengths(p, cost, kAuto);
+  EXPECT_EQ(plan.k, (std::vector<int>{2, 0, 2, 0}));  // π: .95 .855 | .2 | .99 .98
+  EXPECT_DOUBLE_EQ(plan.cost_ms, 10.0);
+  EXPECT_NEAR(plan.expected_tokens, 4 + 0.95 + 0.855 + 0.99 + 0.9801, 1e-12);
+  const DraftPlan fixed = plan_draft_lengths(p, cost, {DsparkMode::Kind::kFixed, 3});
+  EXPECT_EQ(fixed.k, (std::vector<int>{3, 2, 3, 0}));
+  EXPECT_TRUE(plan_draft_lengths({}, cost, kAuto).k.empty());
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -1,0 +1,76 @@
+// Step-cost table with EMA refresh and a linear prior (see step_cost.h).
+#include "runtime/step_cost.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <string>
+
+namespace dsv41 {
+
+StepCost::StepCost(StepCostPrior prior, double ema_alpha)
+    : prior_(prior), alpha_(std::isfinite(ema_alpha) ? std::clamp(ema_alpha, 1e-6, 1.0) : 0.1) {}
+
+int StepCost::bucket(int seqs) { return std::bit_width(unsigned(std::max(seqs, 1))) - 1; }
+
+double StepCost::prior(int rows, int seqs) const {
+  return prior_.fixed_ms + prior_.per_row_ms * rows + prior_.per_seq_ms * seqs;
+}
+
+size_t StepCost::measured_points() const {
+  size_t n = 0;
+  for (const auto& b : table_) n += b.size();
+  return n;
+}
+
+double StepCost::cost(int rows, int seqs) const {
+  seqs = std::max(seqs, 1);
+  rows = std::max(rows, seqs);
+  const size_t b = size_t(bucket(seqs));
+  if (b >= table_.size() || table_[b].empty()) return prior(rows, seqs);
+  const auto& m = table_[b];
+  auto hi = m.lower_bound(rows);  // first measured rows ≥ rows
+  if (hi != m.end() && hi->first == rows) return hi->second.ms;
+  if (hi != m.end() && hi != m.begin()) {
+    auto lo = std::prev(hi);
+    const double t = double(rows - lo->first) / double(hi->first - lo->first);
+    return lo->second.ms + t * (hi->second.ms - lo->second.ms);
+  }
+  // One side only: keep the measured level, take the slope from the prior.
+  const auto& near = hi != m.end() ? *hi : *std::prev(hi);
+  const double from = prior(near.first, seqs), to = prior(rows, seqs);
+  return from > 0 && to > 0 ? near.second.ms * to / from : near.second.ms;
+}
+
+void StepCost::store(int rows, int seqs, double ms, bool replace) {
+  const size_t b = size_t(bucket(seqs));
+  if (b >= table_.size()) table_.resize(b + 1);
+  Entry& e = table_[b][rows];
+  e.ms = (replace || e.samples == 0) ? ms : (1 - alpha_) * e.ms + alpha_ * ms;
+  ++e.samples;
+}
+
+bool StepCost::record(int rows, int seqs, double ms) {
+  if (!(std::isfinite(ms) && ms > 0) || seqs < 1 || rows < seqs) return false;
+  store(rows, seqs, ms, false);
+  return true;
+}
+
+Status StepCost::profile(std::span<const int> batch_sizes, int max_rows_per_seq,
+                         FunctionRef<Result<double>(int, int)> step) {
+  if (max_rows_per_seq < 1) return invalid_argument("step cost profile: max_rows_per_seq must be ≥ 1");
+  for (int seqs : batch_sizes) {
+    if (seqs < 1) return invalid_argument("step cost profile: batch size " + std::to_string(seqs) + " must be ≥ 1");
+    for (int r = 1; r <= max_rows_per_seq; ++r) {
+      Result<double> ms = step(r, seqs);
+      if (!ms.ok()) return ms.status().with_context("step cost profile (" + std::to_string(seqs) + " × " + std::to_string(r) + " rows)");
+      if (!(std::isfinite(*ms) && *ms > 0))
+        return invalid_argument("step cost profile: step of " + std::to_string(seqs) + " × " + std::to_string(r) +
+                                " rows returned " + std::to_string(*ms) + " ms (must be finite and > 0)");
+      store(r * seqs, seqs, *ms, true);
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace dsv41

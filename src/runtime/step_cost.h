@@ -1,0 +1,68 @@
+// Measured cost of one decode/verify step, for choosing DSpark draft lengths (system.md §4:
+// "cost(k) comes from the engine's measured throughput for the current batch").
+//
+// A step verifies `rows` target rows in total — Σ over the batch of (k_i + 1): the anchor plus
+// k_i drafts per sequence — for `seqs` sequences. Its time depends on both (weights are read once
+// per step, attention and experts grow with rows, per-sequence work with seqs), so the table is
+// keyed by (seqs bucket = ⌊log2 seqs⌋, exact rows) and holds an exponential moving average of the
+// step times seen, so it follows drift (contexts grow, other load comes and goes).
+//
+// A query between measured rows of its bucket interpolates linearly; beyond the measured rows it
+// scales the nearest measurement by the prior's ratio; an empty bucket answers the prior,
+// fixed + per_row · rows + per_seq · seqs. The default prior is shaped like a memory-bound GPU
+// step (nearly flat in rows) and is only a start: profile() measures real shapes at start-up and
+// record() keeps them fresh. A shape the scheduler never picks is never re-measured, so profile
+// every batch bucket the server can reach (1, 2, 4, … max batch) and rows 1 … block size + 1.
+#pragma once
+
+#include <map>
+#include <span>
+#include <vector>
+
+#include "base/function_ref.h"
+#include "base/status.h"
+
+namespace dsv41 {
+
+struct StepCostPrior {
+  double fixed_ms = 20.0;   // weight reads and launch overhead of a step
+  double per_row_ms = 0.2;  // each verified row
+  double per_seq_ms = 0.5;  // each sequence (its attention over the context)
+};
+
+class StepCost {
+ public:
+  // ema_alpha ∈ (0, 1]: the weight of a new measurement (1 = keep only the latest).
+  explicit StepCost(StepCostPrior prior = {}, double ema_alpha = 0.1);
+
+  // Estimated ms of a step of `rows` total rows over `seqs` sequences (rows ≥ seqs ≥ 1).
+  double cost(int rows, int seqs) const;
+
+  // A measured step (wall time of the whole step, drafting included). Returns false and ignores
+  // it when ms is not finite and positive, or the shape is impossible (seqs < 1, rows < seqs).
+  bool record(int rows, int seqs, double ms);
+
+  // Start-up profile: for each batch size b and r = 1 … max_rows_per_seq, runs step(r, b) — a
+  // step with b sequences of r rows each, returning its ms — and stores it as a measurement
+  // (replacing any earlier value). The first error from `step` is returned (the points measured
+  // before it are kept).
+  Status profile(std::span<const int> batch_sizes, int max_rows_per_seq,
+                 FunctionRef<Result<double>(int rows_per_seq, int seqs)> step);
+
+  double prior(int rows, int seqs) const;
+  size_t measured_points() const;
+
+ private:
+  struct Entry {
+    double ms = 0;
+    long samples = 0;
+  };
+  static int bucket(int seqs);
+  void store(int rows, int seqs, double ms, bool replace);
+
+  StepCostPrior prior_;
+  double alpha_;
+  std::vector<std::map<int, Entry>> table_;  // [bucket] → rows → EMA of ms
+};
+
+}  // namespace dsv41

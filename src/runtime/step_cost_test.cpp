@@ -1,0 +1,97 @@
+#include "runtime/step_cost.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace dsv41 {
+namespace {
+
+TEST(StepCost, PriorBeforeMeasurements) {
+  StepCost c({10.0, 1.0, 2.0});
+  EXPECT_DOUBLE_EQ(c.cost(6, 1), 10 + 6 + 2);
+  EXPECT_DOUBLE_EQ(c.cost(24, 4), 10 + 24 + 8);
+  EXPECT_DOUBLE_EQ(c.cost(0, 0), 10 + 1 + 2);  // clamped to one row of one sequence
+  EXPECT_EQ(c.measured_points(), 0u);
+}
+
+TEST(StepCost, EmaExactInterpolatedAndScaled) {
+  StepCost c({10.0, 1.0, 0.0}, 0.5);
+  EXPECT_TRUE(c.record(2, 1, 10.0));
+  EXPECT_TRUE(c.record(2, 1, 20.0));
+  EXPECT_DOUBLE_EQ(c.cost(2, 1), 15.0);  // EMA with α = 0.5
+  EXPECT_TRUE(c.record(6, 1, 35.0));
+  EXPECT_DOUBLE_EQ(c.cost(4, 1), 25.0);  // halfway between 15 and 35
+  // Beyond the measured rows: measured level × prior ratio (10 + 1·rows).
+  EXPECT_DOUBLE_EQ(c.cost(1, 1), 15.0 * 11 / 12);
+  EXPECT_DOUBLE_EQ(c.cost(8, 1), 35.0 * 18 / 16);
+  EXPECT_EQ(c.measured_points(), 2u);
+}
+
+TEST(StepCost, BatchBucketsArePowersOfTwo) {
+  StepCost c({10.0, 1.0, 0.0});
+  c.record(8, 4, 50.0);
+  EXPECT_DOUBLE_EQ(c.cost(8, 7), 50.0);     // 4 … 7 share a bucket
+  EXPECT_DOUBLE_EQ(c.cost(8, 8), 10 + 8.0);  // 8 … 15 is empty: the prior
+  EXPECT_DOUBLE_EQ(c.cost(4, 1), 14.0);
+}
+
+TEST(StepCost, RecordIgnoresBadMeasurements) {
+  StepCost c;
+  EXPECT_FALSE(c.record(2, 1, NAN));
+  EXPECT_FALSE(c.record(2, 1, INFINITY));
+  EXPECT_FALSE(c.record(2, 1, 0.0));
+  EXPECT_FALSE(c.record(2, 1, -3.0));
+  EXPECT_FALSE(c.record(1, 2, 5.0));  // fewer rows than sequences
+  EXPECT_FALSE(c.record(1, 0, 5.0));
+  EXPECT_EQ(c.measured_points(), 0u);
+}
+
+TEST(StepCost, EmaFollowsDrift) {
+  StepCost c({}, 0.1);
+  for (int i = 0; i < 20; ++i) c.record(3, 1, 10.0);
+  for (int i = 0; i < 100; ++i) c.record(3, 1, 30.0);
+  EXPECT_NEAR(c.cost(3, 1), 30.0, 0.01);
+}
+
+TEST(StepCost, ProfileMeasuresEveryShape) {
+  StepCost c({1.0, 0.0, 0.0});
+  std::vector<std::pair<int, int>> calls;
+  const std::vector<int> batches = {1, 2, 4};
+  auto step = [&](int rows, int seqs) -> Result<double> {
+    calls.emplace_back(rows, seqs);
+    return 5.0 + rows * seqs;
+  };
+  ASSERT_TRUE(c.profile(batches, 6, step).ok());
+  EXPECT_EQ(calls.size(), 18u);
+  EXPECT_EQ(c.measured_points(), 18u);
+  EXPECT_DOUBLE_EQ(c.cost(24, 4), 29.0);
+  EXPECT_DOUBLE_EQ(c.cost(3, 1), 8.0);
+  c.record(3, 1, 18.0);  // online refresh on top of the profile (α = 0.1)
+  EXPECT_DOUBLE_EQ(c.cost(3, 1), 9.0);
+  ASSERT_TRUE(c.profile(batches, 6, step).ok());  // a new profile replaces
+  EXPECT_DOUBLE_EQ(c.cost(3, 1), 8.0);
+}
+
+TEST(StepCost, ProfileReportsErrors) {
+  StepCost c;
+  const std::vector<int> batches = {1, 2};
+  auto failing = [](int rows, int seqs) -> Result<double> {
+    if (seqs == 2 && rows == 3) return internal_error("device lost");
+    return 1.0;
+  };
+  Status s = c.profile(batches, 4, failing);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("device lost"), std::string::npos);
+  EXPECT_NE(s.message().find("2 × 3 rows"), std::string::npos) << s.message();
+  EXPECT_EQ(c.measured_points(), 6u);  // 4 + 2 before the failure
+  auto nan_step = [](int, int) -> Result<double> { return NAN; };
+  EXPECT_FALSE(c.profile(batches, 4, nan_step).ok());
+  const std::vector<int> zero = {0};
+  EXPECT_FALSE(c.profile(zero, 4, nan_step).ok());
+  EXPECT_FALSE(c.profile(batches, 0, nan_step).ok());
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -36,6 +36,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "runtime/session.h"
+#include "runtime/sampling.h"
 #include "runtime/token_ids.h"
 
 namespace dsv41::app {
@@ -113,6 +114,45 @@ TensorView f32_view(const char* name, const std::vector<float>& v, std::vector<i
   view.shape = std::move(shape);
   view.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
   return view;
+}
+
+// --dump dspark: one cold prefill of the ids in an engine with the drafter's rings, then the
+// drafter's block after the last position with the target's greedy token as the anchor.
+Result<std::vector<DumpTensor>> dspark_dump(const Model& model, const std::vector<int32_t>& ids,
+                                            const std::string& backend_name) {
+  if (!model.drafter())
+    return invalid_argument(model.drafter_note().empty() ? "--dump dspark: the model has no DSpark drafter"
+                                                         : "--dump dspark: " + model.drafter_note());
+  const int64_t T = static_cast<int64_t>(ids.size()), V = model.vocab_size(), B = model.config().dspark_block_size;
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(backend_name, model));
+  EngineOptions eo;
+  eo.dspark = true;
+  eo.rollback_tokens = B;
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(backend), model.engram_tables(), eo));
+  DSV41_ASSIGN_OR_RETURN(SequenceId seq, engine->add_sequence(T + B + 1));
+  Segment s;
+  s.sequence = seq;
+  s.start = 0;
+  s.tokens = ids;
+  s.logits = LogitRows::kLast;
+  const SegmentResult& r = engine->forward(std::span<const Segment>(&s, 1)).front();
+  if (!r.status.ok()) return r.status;
+  const int32_t anchor = argmax_logits(std::span<const float>(r.logits, static_cast<size_t>(V)));
+  std::vector<DraftBlock> blocks;
+  const Engine::DraftSpec spec{seq, anchor};
+  DSV41_RETURN_IF_ERROR(engine->draft(std::span<const Engine::DraftSpec>(&spec, 1), blocks));
+  const DraftBlock& b = blocks.front();
+  auto tensor = [](std::string name, DType dtype, std::vector<int64_t> shape, const void* data, size_t bytes) {
+    DumpTensor t{std::move(name), dtype, std::move(shape), {}};
+    t.bytes.resize(bytes);
+    std::memcpy(t.bytes.data(), data, bytes);
+    return t;
+  };
+  std::vector<DumpTensor> out;
+  out.push_back(tensor("dspark.draft_ids", DType::kI32, {B}, b.ids.data(), b.ids.size() * 4));
+  out.push_back(tensor("dspark.draft_logits", DType::kF32, {B, V}, b.logits.data(), b.logits.size() * 4));
+  out.push_back(tensor("dspark.confidence", DType::kF32, {B}, b.confidence.data(), b.confidence.size() * 4));
+  return out;
 }
 
 int logits_main(int argc, char** argv) {
@@ -210,6 +250,16 @@ int logits_main(int argc, char** argv) {
       vision_dump.push_back(f32(prefix + "vit", {n, mc.vision->hidden_size}, im.vit));
       vision_dump.push_back(f32(prefix + "aligner", {int64_t(im.grid.n_llm_h) * im.grid.n_llm_w, mc.hidden_size}, im.aligner));
     }
+  }
+
+  if (dump.dspark) {
+    if (dump.any() || dump.vision || hit > 0 || decode_from > 0 || !images.empty())
+      return fail(invalid_argument("--dump dspark is written alone, after one cold prefill of text ids: leave out "
+                                   "other dump names, --hit, --decode-from and --image"));
+    auto tensors = dspark_dump(**model, *ids, flags.backend);
+    if (!tensors.ok()) return fail(tensors.status());
+    if (Status s = write_dump(flags.dump_out, *tensors); !s.ok()) return fail(s);
+    std::printf("dumped %zu tensors to %s\n", tensors->size(), flags.dump_out.c_str());
   }
 
   LogitRowsOut rows;

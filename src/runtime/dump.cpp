@@ -59,7 +59,7 @@ Status check_size(size_t got, int64_t want, const std::string& what) {
 std::string dump_family_names() {
   std::string out;
   for (const Family& f : kFamilies) out.append(f.name).append(", ");
-  return out + "all, vision";
+  return out + "all, vision, dspark";
 }
 
 Result<DumpSelection> parse_dump_names(std::string_view list) {
@@ -71,6 +71,10 @@ Result<DumpSelection> parse_dump_names(std::string_view list) {
     bool known = false;
     if (item == "vision") {
       sel.vision = true;
+      known = true;
+    }
+    if (item == "dspark") {
+      sel.dspark = true;
       known = true;
     }
     if (item == "all") {

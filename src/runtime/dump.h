@@ -35,13 +35,18 @@ struct DumpSelection {
   // vision.aligner [tokens, hidden] of every image (numbered vision.<i>.… after the first), written
   // by the command that encoded them, not from the trace; not part of "all" or any().
   bool vision = false;
+  // `dspark` (issue 15): the block the DSpark drafter proposes after the last position s of the
+  // ids, with slot 0 = the target's greedy token for s+1 (as at a decode step):
+  // dspark.draft_ids [B] I32 (temperature 0), dspark.draft_logits [B, V] F32 (after the Markov
+  // bias), dspark.confidence [B] F32 (logits); written alone (not part of "all" or any()).
+  bool dspark = false;
   // A trace family is selected (the prefill must record a trace).
   bool any() const {
     return streams || pre || final_hidden || engram_hash || router || topk || index_scores || candidates || caches;
   }
 };
 
-// "streams, pre, final_hidden, engram_hash, router, topk, index_scores, candidates, caches, all, vision"
+// "streams, pre, final_hidden, engram_hash, router, topk, index_scores, candidates, caches, all, vision, dspark"
 std::string dump_family_names();
 
 // Parses "topk,caches" (comma-separated, whole words, no empty items). An unknown name is an

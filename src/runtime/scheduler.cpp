@@ -1,6 +1,8 @@
 // Continuous batching over one Engine (see scheduler.h).
 #include "runtime/scheduler.h"
 
+#include <chrono>
+
 #include <algorithm>
 #include <string>
 
@@ -197,30 +199,111 @@ void Scheduler::admit() {
   }
 }
 
-void Scheduler::take_token(Active& a, const float* logits) {
+int32_t Scheduler::pick_token(Active& a, const float* logits) {
   const std::span<const float> raw(logits, static_cast<size_t>(engine_.config().vocab_size));
   std::span<const float> use = raw;
   if (a.constraint) {
     a.masked.assign(raw.begin(), raw.end());
-    if (a.constraint->mask(a.masked) == 0) {
-      finish(a, FinishReason::kError, internal_error("constrained decoding: no token can continue the output"));
-      return;
-    }
+    if (a.constraint->mask(a.masked) == 0) return -1;
     use = a.masked;
   }
   const int32_t token = a.sampler->sample(use);
-  if (on_token_) on_token_(a.ticket, token, raw);
   if (a.constraint) a.constraint->advance(token);
+  return token;
+}
+
+bool Scheduler::emit_token(Active& a, int32_t token, const float* logits) {
+  if (token < 0) {
+    finish(a, FinishReason::kError, internal_error("constrained decoding: no token can continue the output"));
+    return false;
+  }
+  if (on_token_)
+    on_token_(a.ticket, token, std::span<const float>(logits, static_cast<size_t>(engine_.config().vocab_size)));
   if (token == options_.eos_token_id && !a.request.ignore_eos) {
     finish(a, FinishReason::kStop);
-    return;
+    return false;
   }
   a.result.ids.push_back(token);
   if (static_cast<int64_t>(a.result.ids.size()) >= a.request.max_tokens) {
     finish(a, FinishReason::kLength);
-    return;
+    return false;
   }
   a.next_token = token;
+  return true;
+}
+
+void Scheduler::take_token(Active& a, const float* logits) { emit_token(a, pick_token(a, logits), logits); }
+
+void Scheduler::draft_step() {
+  draft_specs_.clear();
+  drafting_.clear();
+  for (auto& ap : active_) {
+    Active& a = *ap;
+    a.verify.clear();
+    if (a.step < a.plan.steps.size() || a.next_token < 0) continue;
+    // Room: the drafts and the token after them must fit the request and the context.
+    const int64_t left = a.request.max_tokens - static_cast<int64_t>(a.result.ids.size());
+    if (left < 2) continue;
+    draft_specs_.push_back({a.sequence, a.next_token});
+    drafting_.push_back(&a);
+  }
+  if (drafting_.empty()) return;
+  if (!engine_.draft(draft_specs_, drafts_, options_.draft_pick).ok()) return;  // plain step
+  const int B = engine_.draft_block();
+  std::vector<std::vector<double>> probs(drafting_.size());
+  for (size_t i = 0; i < drafting_.size(); ++i) probs[i] = calibrator_.probabilities(drafts_[i].confidence);
+  const DraftPlan plan = plan_draft_lengths(probs, step_cost_, options_.dspark);
+  for (size_t i = 0; i < drafting_.size(); ++i) {
+    Active& a = *drafting_[i];
+    const int64_t left = a.request.max_tokens - static_cast<int64_t>(a.result.ids.size());
+    const int64_t k = std::min<int64_t>({plan.k[i], B, left - 1});
+    if (k <= 0) continue;
+    a.verify.assign(1, a.next_token);
+    a.verify.insert(a.verify.end(), drafts_[i].ids.begin(), drafts_[i].ids.begin() + k);
+    a.confidence.assign(drafts_[i].confidence.begin(), drafts_[i].confidence.begin() + k);
+  }
+}
+
+void Scheduler::take_verified(Active& a, const SegmentResult& r) {
+  const int64_t V = engine_.config().vocab_size;
+  const int k = static_cast<int>(a.verify.size()) - 1;
+  // Rows in order, as plain decoding takes them; stop at the first row whose token is not the
+  // next draft (or that ends the request).
+  std::vector<int32_t> tokens;
+  int j = 0;
+  for (;; ++j) {
+    const int32_t t = pick_token(a, r.logits + j * V);
+    tokens.push_back(t);
+    const int64_t total = static_cast<int64_t>(a.result.ids.size() + tokens.size());
+    const bool ends = t < 0 || (t == options_.eos_token_id && !a.request.ignore_eos) || total >= a.request.max_tokens;
+    if (ends || j == k || t != a.verify[j + 1]) break;
+  }
+  // Rows j+1 … k were fed for drafts that are not kept.
+  if (k > j) {
+    Status st = engine_.rollback(a.sequence, k - j);
+    if (!st.ok()) {
+      finish(a, FinishReason::kError, st.with_context("DSpark rollback"));
+      return;
+    }
+  }
+  const int accepted = std::min(j, k);
+  calibrator_.observe(a.confidence, std::min(j + 1, k), accepted);
+  ++dspark_.steps;
+  dspark_.verified += k;
+  dspark_.accepted += accepted;
+  dspark_.emitted += static_cast<int64_t>(tokens.size());
+  last_.drafted += k;
+  last_.accepted += accepted;
+  if (dspark_.slot_verified.size() < static_cast<size_t>(k)) {
+    dspark_.slot_verified.resize(static_cast<size_t>(k));
+    dspark_.slot_accepted.resize(static_cast<size_t>(k));
+  }
+  for (int i = 0; i < std::min(j + 1, k); ++i) {
+    ++dspark_.slot_verified[i];
+    dspark_.slot_accepted[i] += i < accepted;
+  }
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (!emit_token(a, tokens[i], r.logits + static_cast<int64_t>(i) * V)) return;
 }
 
 Segment Scheduler::next_prefill_chunk(const Active& a) const {
@@ -256,6 +339,9 @@ bool Scheduler::step() {
   owners_.clear();
   last_ = StepStats{};
   int64_t prefill_budget = options_.max_prefill_tokens;
+  const auto step_start = std::chrono::steady_clock::now();
+  if (options_.dspark.kind != DsparkMode::Kind::kOff) draft_step();
+  int64_t decode_rows = 0, decode_seqs = 0;
   for (auto& ap : active_) {
     Active& a = *ap;
     Segment s;
@@ -268,9 +354,16 @@ bool Scheduler::step() {
     } else {
       s.sequence = a.sequence;
       s.start = a.prompt_done + static_cast<int64_t>(a.result.ids.size()) - 1;
-      s.tokens = std::span<const int32_t>(&a.next_token, 1);
-      s.logits = LogitRows::kLast;
+      if (a.verify.empty()) {
+        s.tokens = std::span<const int32_t>(&a.next_token, 1);
+        s.logits = LogitRows::kLast;
+      } else {
+        s.tokens = a.verify;
+        s.logits = LogitRows::kAll;
+      }
       ++last_.decode_tokens;
+      decode_rows += static_cast<int64_t>(s.tokens.size());
+      ++decode_seqs;
     }
     segments_.push_back(s);
     owners_.push_back(&a);
@@ -294,7 +387,13 @@ bool Scheduler::step() {
     }
     if (r.logit_rows == 0) continue;
     if (a.request.max_tokens == 0) finish(a, FinishReason::kLength);  // an opened prompt, stored only
+    else if (!a.verify.empty() && a.step == a.plan.steps.size()) take_verified(a, r);
     else take_token(a, r.logits);
+  }
+  // The step's cost by shape, for the auto draft length (decode-only steps measure cleanly).
+  if (options_.dspark.kind != DsparkMode::Kind::kOff && decode_seqs > 0 && last_.prefill_tokens == 0) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count();
+    step_cost_.record(static_cast<int>(decode_rows), static_cast<int>(decode_seqs), ms);
   }
   // Finished requests leave their slots (refilled at the next step).
   active_.erase(std::remove_if(active_.begin(), active_.end(), [](const std::unique_ptr<Active>& a) {

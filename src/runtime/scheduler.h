@@ -2,6 +2,16 @@
 // at a time; a finished sequence's slot is refilled from the queue at the next step. Spec:
 // issue 9 item 7; system.md §3 (serving), §4 (the speculative scheduler builds on this).
 //
+// Speculative steps (DSpark, options.dspark not off): before the forward, the drafter proposes a
+// block after every decoding sequence's last position (anchor = its sampled, not yet fed token);
+// each sequence verifies k ≤ block drafts as k + 1 rows [t, d_1 … d_k] of the same forward. Rows
+// are then taken in order exactly as plain decoding would take them (constraint, the request's
+// own Sampler: greedy, or seeded sampling): draft d_{j+1} is accepted while the token chosen from
+// row j equals it. So every emitted token is the one plain decoding emits, for greedy AND for
+// sampling with a seed (sample-and-match keeps the target distribution exactly; it accepts a
+// sampled step less often than the rejection rule of runtime/speculative.h, which is not used
+// here yet). The positions of rejected drafts are rolled back (Engine::rollback) before anything
+// is emitted, so a finished request's sequence holds exactly what plain decoding leaves.
 // Each step is one Engine::forward over: a prefill chunk (≤ prefill_chunk tokens of one step of
 // the request's prefill plan at its depth, plan/replay_rule.h; chunk boundaries at fixed multiples
 // of prefill_chunk from the step's start) for sequences still reading their prompt, at most max_prefill_tokens of those per step, and one decode token for every sequence
@@ -26,7 +36,10 @@
 #include "base/status.h"
 #include "engine/engine.h"
 #include "plan/replay_rule.h"
+#include "runtime/confidence_calibration.h"
+#include "runtime/draft_length.h"
 #include "runtime/sampling.h"
+#include "runtime/step_cost.h"
 #include "runtime/token_constraint.h"
 
 namespace dsv41 {
@@ -70,11 +83,24 @@ struct SchedulerOptions {
   int64_t max_prefill_tokens = 512; // prompt tokens per step, all sequences together (≥ prefill_chunk)
   int64_t max_context = 4096;       // prompt + max_tokens per request
   int64_t eos_token_id = -1;        // −1: none
+  // DSpark speculative decoding (issue 15; needs an engine made with EngineOptions::dspark):
+  // off, a fixed draft length K, or auto (k* per sequence from the calibrated confidences and
+  // the measured step cost, runtime/draft_length.h). See "Speculative steps" below.
+  DsparkMode dspark{DsparkMode::Kind::kOff, 0};
+  // Test hook: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker).
+  DraftPicker draft_pick;
 };
 
 // Per-step counts, for benchmarks and telemetry.
 struct StepStats {
   int64_t prefill_tokens = 0, decode_tokens = 0, segments = 0;
+  int64_t drafted = 0, accepted = 0;  // DSpark: drafts verified and accepted in this step
+};
+
+// DSpark totals since the scheduler was made (for benchmarks and telemetry).
+struct DsparkStats {
+  int64_t steps = 0, verified = 0, accepted = 0, emitted = 0;  // sequence-steps with drafts, drafts, tokens
+  std::vector<int64_t> slot_verified, slot_accepted;             // per draft slot
 };
 
 class Scheduler {
@@ -130,6 +156,7 @@ class Scheduler {
   std::optional<GenerationResult> take(int64_t ticket);
   const StepStats& last_step() const { return last_; }
   int active() const { return static_cast<int>(active_.size()); }
+  const DsparkStats& dspark_stats() const { return dspark_; }
   int64_t queued() const { return static_cast<int64_t>(queue_.size()); }
 
  private:
@@ -147,6 +174,8 @@ class Scheduler {
     std::unique_ptr<TokenConstraint> constraint;
     std::vector<float> masked;   // the logits after the constraint's mask
     GenerationResult result;
+    std::vector<int32_t> verify;  // DSpark: [next_token, d_1 … d_k] of this step (empty: none)
+    std::vector<float> confidence;  // the drafter's confidence logits of those drafts
   };
   Scheduler(Engine& engine, const SchedulerOptions& options) : engine_(engine), options_(options) {}
   void admit();
@@ -157,6 +186,14 @@ class Scheduler {
   Segment next_prefill_chunk(const Active& a) const;
   // Samples after a segment's last logits; finishes the request when it is done.
   void take_token(Active& a, const float* logits);
+  // take_token in two halves: the token (constraint mask, sampler; −1 when the constraint
+  // leaves nothing) and its emission (callback, EOS / length; false when the request finished).
+  int32_t pick_token(Active& a, const float* logits);
+  bool emit_token(Active& a, int32_t token, const float* logits);
+  // DSpark: drafts for the decoding requests of this step into their `verify` rows.
+  void draft_step();
+  // DSpark: the verification rows' logits of a request → accepted drafts, rollback, emission.
+  void take_verified(Active& a, const SegmentResult& r);
 
   Engine& engine_;
   SchedulerOptions options_;
@@ -170,6 +207,13 @@ class Scheduler {
   StepStats last_;
   std::vector<Segment> segments_;
   std::vector<Active*> owners_;
+  // DSpark state: calibrated confidences, measured step costs, totals, and the step's drafts.
+  ConfidenceCalibrator calibrator_{16};
+  StepCost step_cost_;
+  DsparkStats dspark_;
+  std::vector<Engine::DraftSpec> draft_specs_;
+  std::vector<Active*> drafting_;
+  std::vector<DraftBlock> drafts_;
 };
 
 }  // namespace dsv41

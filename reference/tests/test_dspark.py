@@ -284,3 +284,96 @@ def test_cpp_drafter_matches_the_fixture(tmp_path):
         assert tuple(got["dspark.draft_logits"].shape) == tuple(ref[f"dspark{i}.draft_logits"].shape)
         assert rel(got["dspark.draft_logits"].float(), ref[f"dspark{i}.draft_logits"]) <= 1e-4, i
         assert rel(got["dspark.confidence"].float(), ref[f"dspark{i}.confidence"]) <= 1e-4, i
+
+
+# ---- acceptance measurement and the trainer ------------------------------------------------
+
+import eval_dspark                                                  # noqa: E402
+import install_dspark                                               # noqa: E402
+import train_dspark                                                 # noqa: E402
+
+
+def test_slot_inputs_and_accepted_lengths():
+    g = torch.arange(10)[None] + 100                                # g[p] = token for p+1
+    anchor, prev, target = eval_dspark.slot_inputs(g, 3)
+    assert anchor.tolist() == [[100 + s for s in range(7)]]
+    assert prev[0, 2].tolist() == [102, 103, 104] and target[0, 2].tolist() == [103, 104, 105]
+    ids = target.clone()
+    ids[0, 0, 1] = 0                                                # anchor 0: slot 2 wrong
+    ids[0, 1, 0] = 0                                                # anchor 1: slot 1 wrong, slot 2 right
+    surv, length = eval_dspark.accepted(ids, target)
+    assert length[0, :3].tolist() == [1, 0, 3]
+    assert surv[0, 1].tolist() == [False, False, False]
+
+
+def test_teacher_forced_acceptance_equals_sequential_drafts(micro):
+    """The measurement's premise: with Markov inputs forced to the target's tokens, the accepted
+    length at each anchor is that of the real (sequential) draft."""
+    model, drafter = micro
+    ids = torch.randint(3, model.cfg.vocab_size, (2, 15), generator=torch.Generator().manual_seed(6))
+    _, g, e_ids, _, _ = eval_drafts(model, drafter, ids)
+    B = drafter.dc.block
+    A = ids.shape[1] - B
+    _, want = eval_dspark.accepted(e_ids[:, :A], eval_dspark.slot_inputs(g, B)[2])
+    surv, conf = eval_dspark.drafts_on(model, drafter, ids, batch=1)
+    assert torch.equal(surv.sum(-1), want)
+    # random weights rarely match: make the continuation agree with anchor s's sequential draft
+    # for exactly k slots and check the measured length is k
+    V = model.cfg.vocab_size
+    for s, k in [(0, 5), (3, 2), (7, 0), (9, 4), (2, 1)]:
+        forced = g.clone()
+        forced[:, s + 1:s + 1 + k] = e_ids[:, s, :k]
+        if k < B:
+            forced[:, s + 1 + k] = (e_ids[:, s, k] + 1) % V
+        surv, _ = eval_dspark.drafts_on(model, drafter, ids, g=forced, batch=2)
+        assert surv.sum(-1)[:, s].tolist() == [k, k], (s, k)
+
+
+def _tiny_data(tmp_path):
+    rng = np.random.default_rng(0)
+    base = rng.integers(3, 300, size=40)
+    seq = np.concatenate([base] * 200).astype(np.uint16)            # a repeating text: learnable fast
+    d = tmp_path / "data"
+    d.mkdir()
+    import lzma
+    (d / "train.u16.xz").write_bytes(lzma.compress(seq.tobytes()))
+    return d
+
+
+def test_trainer_learns_installs_and_measures(tmp_path, capsys):
+    backbone = tmp_path / "backbone"
+    backbone.mkdir()
+    src = make_dspark_fixture.BACKBONE
+    for n in ("config.json", "tokenizer.json", "model.safetensors"):
+        (backbone / n).write_bytes(open(os.path.join(src, n), "rb").read())
+    out = tmp_path / "run"
+    heldout = tmp_path / "heldout.txt"
+    heldout.write_text("The model reads a line of text and predicts the next token. " * 6)
+    args = ["--model", str(backbone), "--data", str(_tiny_data(tmp_path)), "--out", str(out), "--device", "cpu",
+            "--steps", "30", "--batch", "2", "--seq-len", "24", "--lr", "1e-2", "--log-every", "1",
+            "--stages", "2", "--target-layers", "4,5", "--experts", "4", "--top-k", "2", "--markov-rank", "8",
+            "--eval-text", str(heldout), "--eval-args", "--windows 2 --seq-len 20 --prompts 2 --prompt-len 8 --new 8",
+            "--install", str(backbone)]
+    assert train_dspark.main(args) == 0
+    log = [json.loads(l) for l in open(out / "log.jsonl")]
+    ce = [r["ce"] for r in log]
+    assert len(ce) == 30 and all(np.isfinite(ce))
+    assert np.mean(ce[-5:]) < 0.9 * np.mean(ce[:5])
+    summary = json.load(open(out / "summary.json"))
+    tf = summary["eval"]["teacher_forced"]
+    assert tf["anchors"] == 2 * (20 - 5)
+    assert sum(r["n"] for r in tf["calibration"]) == tf["anchors"] * 5
+    assert all(0 <= v <= 1 for v in tf["survival_per_slot"])
+    # installed: an index listing both files, the keys in config.json, the drafter loads and is
+    # the trained weights in the stored formats
+    idx = json.load(open(backbone / "model.safetensors.index.json"))["weight_map"]
+    assert idx["mtp.1.markov_head.head.weight"] == install_dspark.SHARD and idx["embed.weight"] == "model.safetensors"
+    cfg = json.load(open(backbone / "config.json"))
+    assert cfg["num_nextn_predict_layers"] == 2 and cfg["dspark_target_layer_ids"] == [4, 5]
+    model, drafter = load_with_drafter(str(backbone))
+    trained = DSpark(model.cfg)
+    trained.load_state_dict(torch.load(out / "train_state.pt")["drafter"])
+    want = dequantise_state(drafter_tensors(trained))
+    for k, v in drafter.state_dict().items():
+        assert torch.equal(v, want[k]), k
+    capsys.readouterr()

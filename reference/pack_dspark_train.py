@@ -43,7 +43,7 @@ export PYTHONUNBUFFERED=1
 python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), sys.version.split()[0])'
 [ -f "$MODEL/config.json" ] || { echo "no backbone at $MODEL (set MODEL=)"; exit 2; }
 python3 "$HERE/reference/train_dspark.py" --model "$MODEL" --data "$HERE/data" --out "$OUT" \
-    --device "$DEVICE" --time-budget $((BUDGET - RESERVE)) --batch ${BATCH:-64} --seq-len ${SEQ:-256} \
+    --device "$DEVICE" --time-budget $((BUDGET - RESERVE)) --batch ${BATCH:-32} --seq-len ${SEQ:-512} \
     --lr ${LR:-2e-3} --log-every 20 --eval-text "$MODEL/heldout/clang-14-doc.txt" \
     --eval-args "${EVAL_ARGS:---windows 64 --seq-len 512 --prompts 32 --prompt-len 128 --new 256 --batch 16}" \
     2>&1 | tee "$OUT/train.log"

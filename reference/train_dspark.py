@@ -230,6 +230,10 @@ def main(argv=None):
     write_summary()
     if args.eval_text:
         import eval_dspark
+        if device.type == "cuda":
+            # the measurement in full fp32, as the engine computes (TF32 only sped up training)
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
         tmp = tempfile.mkdtemp(prefix="dspark-eval-")
         try:
             mdir = os.path.join(tmp, "model")

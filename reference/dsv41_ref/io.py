@@ -46,9 +46,9 @@ def load_token_map(tokenizer_path, cfg):
     return tmap
 
 
-def load_model(model_dir, dtype=torch.float32):
-    """config.json + *.safetensors (+ tokenizer.json for Engram) → Model in eval mode."""
-    cfg = load_config(model_dir)
+def read_state(model_dir):
+    """Every tensor of the directory's *.safetensors (golden.safetensors left out), dequantised
+    to float32 and renamed to the release names."""
     files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
     files = [f for f in files if os.path.basename(f) != "golden.safetensors"]
     if not files:
@@ -56,9 +56,16 @@ def load_model(model_dir, dtype=torch.float32):
     raw = {}
     for f in files:
         raw.update(read_safetensors(f))
-    state = {release_name(k): v for k, v in dequantise_state(raw).items()}
-    # Parts of the release this reference does not implement (DSpark drafter, vision tower):
-    # their tensors are skipped, not rejected.
+    return {release_name(k): v for k, v in dequantise_state(raw).items()}
+
+
+def load_model(model_dir, dtype=torch.float32, state=None):
+    """config.json + *.safetensors (+ tokenizer.json for Engram) → Model in eval mode.
+    state: the directory's read_state, when already read."""
+    cfg = load_config(model_dir)
+    state = read_state(model_dir) if state is None else state
+    # Parts of the release this Model does not hold (the DSpark drafter: dspark.load_drafter;
+    # the vision tower: vision.py): their tensors are skipped, not rejected.
     state = {k: v for k, v in state.items() if not k.startswith(_NOT_IMPLEMENTED_PREFIXES)}
     if cfg.tie_word_embeddings and "head.weight" not in state and "embed.weight" in state:
         state["head.weight"] = state["embed.weight"]

@@ -565,11 +565,15 @@ class Block(nn.Module):
             k = cfg.engram_layer_ids.index(layer)
             self.engram = Engram(cfg, cfg.engram_num_embeddings[k])
 
-    def forward(self, X, p, pos, lc, shared, engram_ids, trace, image_mask=None):
+    def forward(self, X, p, pos, lc, shared, engram_ids, trace, image_mask=None, tap=None):
         cfg = self.cfg
         jj = f"{self.layer:02d}"
         if hasattr(self, "engram"):
             X = self.engram(X, engram_ids, image_mask)
+        if tap is not None:
+            # DSpark target feature (model.md §6.1): the layer's input streams after Engram,
+            # before its mHC, averaged over the streams
+            tap.append(X.float().mean(dim=2))
         pre_a, post_a, C_a = hc_coefficients(X, self.hc_attn_fn, self.hc_attn_base, self.hc_attn_scale, cfg)
         a = self.attn(self.attn_norm(collapse(X, p)), pos, lc, shared, trace)   # previous site's pre
         X = hc_write(X, a, post_a, C_a)
@@ -611,9 +615,14 @@ class Model(nn.Module):
     def new_cache(self):
         return Cache(self.cfg)
 
-    def forward(self, tokens, cache=None, trace=None, return_hidden=False, token_types=None, image_embeds=None):
+    def forward(self, tokens, cache=None, trace=None, return_hidden=False, token_types=None, image_embeds=None,
+                capture_layers=None):
         """tokens [T] or [B, T] (long) continuing `cache` (a fresh one when None) → logits [T, V]
         or [B, T, V] (fp32); with return_hidden, the final normed hidden state instead.
+
+        capture_layers (DSpark, §6.1): a list of layer ids; the call then returns (out, features)
+        with features [T, n·d] or [B, T, n·d] (fp32): per listed layer, in list order, the mean over
+        the streams entering it (after its Engram, before its mHC), concatenated.
 
         Images (§3.1, §3.10): token_types (the shape of tokens; −1 text, 0 start, 1 content,
         2 newline, 3 end) and image_embeds [span rows, d], the rows of every position with type ≥ 0
@@ -663,11 +672,12 @@ class Model(nn.Module):
         p[..., 0] = 1.0                                                 # one-hot: read stream 0
         shared = SharedState()
         shared.pos0 = cache.pos
+        taps = {i: [] for i in capture_layers} if capture_layers is not None else {}
         for i, blk in enumerate(self.layers):
             ids = None
             if hasattr(blk, "engram"):
                 ids = engram_ids[cfg.engram_layer_ids.index(i)]
-            X, p = blk(X, p, pos, cache.layers[i], shared, ids, trace, image_mask)
+            X, p = blk(X, p, pos, cache.layers[i], shared, ids, trace, image_mask, taps.get(i))
         z = self.norm(collapse(X, p))
         _trace(trace, "final_hidden", z)
         cache.pos += T
@@ -676,6 +686,13 @@ class Model(nn.Module):
             for k, v in trace.items():
                 v[marks.get(k, 0):] = [t[0] for t in v[marks.get(k, 0):]]
         out = z if return_hidden else F.linear(z.float(), self.head.weight.float())
+        if capture_layers is not None:
+            missing = [i for i in capture_layers if not taps.get(i)]
+            if missing:
+                raise ValueError(f"capture_layers {missing} are not layers of this model "
+                                 f"({cfg.num_hidden_layers} layers)")
+            feats = torch.cat([taps[i][0] for i in capture_layers], -1)
+            return (out[0], feats[0]) if single else (out, feats)
         return out[0] if single else out
 
     @torch.no_grad()

@@ -91,11 +91,20 @@ def to_float(dt, arr):
     return arr.astype(np.float32)
 
 
+def _block_of_scale(rows, cols, srows, scols):
+    """The block a scale shape [srows, scols] stands for (model.md §2: loaders infer it): the
+    first of 32×32, 128×128, 1×32 whose ceil-divided grid is that shape — the engine's rule, which
+    matters where a dimension is not a multiple of the block (a [16, 48] weight with a [1, 2]
+    scale has 32-column blocks, not 24) — else the ceil quotient of the sizes."""
+    for br, bc in ((32, 32), (128, 128), (1, 32)):
+        if -(-rows // br) == srows and -(-cols // bc) == scols:
+            return br, bc
+    return -(-rows // srows), -(-cols // scols)
+
+
 def _expand_scale(scale, rows, cols):
-    """Block scale [ceil(rows/br), ceil(cols/bc)] → per-element [rows, cols]; the block sizes
-    are inferred from the scale shape (model.md §2: loaders infer 32 or 128)."""
-    br = -(-rows // scale.shape[0])
-    bc = -(-cols // scale.shape[1])
+    """Block scale [ceil(rows/br), ceil(cols/bc)] → per-element [rows, cols]."""
+    br, bc = _block_of_scale(rows, cols, scale.shape[0], scale.shape[1])
     return np.repeat(np.repeat(scale, br, axis=0), bc, axis=1)[:rows, :cols]
 
 
@@ -134,9 +143,71 @@ def dequantise_state(raw):
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# The release's stored weight formats (model.md §2), for writing checkpoints in them
+
+def _pow2_exponent_ceil(y):
+    """ceil(log2(y)) for y > 0, exact (frexp, no log rounding)."""
+    m, e = np.frexp(y)
+    return np.where(m == 0.5, e - 1, e).astype(np.int32)
+
+
+def _e4m3_codes(v):
+    """float32 values already on the E4M3 grid (|v| ≤ 448) → their F8_E4M3 bytes."""
+    pos = _E4M3[:0x7f]                      # 0x00…0x7e ascending, 0x7f is NaN
+    idx = np.searchsorted(pos, np.abs(v))
+    if not np.array_equal(pos[np.minimum(idx, 0x7e)], np.abs(v)):
+        raise ValueError("e4m3 encode: a value is not on the E4M3 grid")
+    return (idx | np.where(v < 0, 0x80, 0)).astype(np.uint8)
+
+
+def quantise_fp8_block(w, block=32):
+    """float [rows, cols] → (F8_E4M3 codes uint8 [rows, cols], F8_E8M0 scale bytes uint8
+    [ceil(rows/32), ceil(cols/32)]): one power-of-two scale per 32×32 block,
+    2^ceil(log2(amax/448)), codes round-to-nearest-even (edge blocks are partial)."""
+    from .quant import e4m3_round
+    w = np.asarray(w, dtype=np.float32)
+    rows, cols = w.shape
+    br, bc = -(-rows // block), -(-cols // block)
+    pad = np.zeros((br * block, bc * block), dtype=np.float32)
+    pad[:rows, :cols] = w
+    amax = np.abs(pad.reshape(br, block, bc, block)).max(axis=(1, 3))
+    e = _pow2_exponent_ceil(np.maximum(amax, 2.0 ** -100) / 448.0)
+    scale = np.ldexp(np.float32(1.0), e).astype(np.float32)
+    s_full = np.repeat(np.repeat(scale, block, 0), block, 1)[:rows, :cols]
+    q = e4m3_round(torch.clamp(torch.from_numpy(w / s_full), -448.0, 448.0)).numpy()
+    return _e4m3_codes(q), (e + 127).astype(np.uint8)
+
+
+def quantise_fp4_rows(w, block=32):
+    """float [rows, cols] (cols even) → (I8 packed codes [rows, cols/2], F8_E8M0 scale bytes
+    [rows, ceil(cols/32)]): the routed-expert format — per row per 32 columns a scale
+    2^ceil(log2(amax/6)), E2M1 codes, two per byte (even column in the low nibble)."""
+    from .quant import e2m1_round
+    w = np.asarray(w, dtype=np.float32)
+    rows, cols = w.shape
+    if cols % 2:
+        raise ValueError(f"FP4 packing needs an even column count, got {cols}")
+    nb = -(-cols // block)
+    pad = np.zeros((rows, nb * block), dtype=np.float32)
+    pad[:, :cols] = w
+    amax = np.abs(pad.reshape(rows, nb, block)).max(axis=2)
+    e = _pow2_exponent_ceil(np.maximum(amax, 2.0 ** -100) / 6.0)
+    s_full = np.repeat(np.ldexp(np.float32(1.0), e).astype(np.float32), block, 1)[:, :cols]
+    q = e2m1_round(torch.clamp(torch.from_numpy(w / s_full), -6.0, 6.0)).numpy()
+    mag = np.searchsorted(_E2M1[:8], np.abs(q))
+    if not np.array_equal(_E2M1[np.minimum(mag, 7)], np.abs(q)):
+        raise ValueError("e2m1 encode: a value is not on the E2M1 grid")
+    codes = (mag | np.where(q < 0, 8, 0)).astype(np.uint8)
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return packed.view(np.int8), (e + 127).astype(np.uint8)
+
+
 def write_safetensors(path, tensors, dtype="F32", metadata=None):
     """Writes {name: torch tensor} as F32 or BF16 (float tensors) / I64 (integer tensors);
-    `dtype` is one name for all float tensors or a {name: "F32"|"BF16"} map.
+    `dtype` is one name for all float tensors or a {name: "F32"|"BF16"|"I32"} map. A value may
+    also be a (dtype string, numpy array) pair, written as those raw elements (stored formats:
+    ("F8_E4M3", uint8 codes), ("F8_E8M0", uint8 exponents), ("I8", packed FP4)…).
 
     Keys are sorted (as the reference writer does); offsets are 8-byte aligned by padding the
     JSON header with spaces."""
@@ -144,15 +215,31 @@ def write_safetensors(path, tensors, dtype="F32", metadata=None):
     blobs = []
     offset = 0
     for name in sorted(tensors):
+        if isinstance(tensors[name], tuple):
+            dt, arr = tensors[name]
+            if dt not in _NP_DTYPES:
+                raise ValueError(f"tensor {name}: unsupported dtype {dt}")
+            arr = np.ascontiguousarray(arr)
+            if arr.dtype != np.dtype(_NP_DTYPES[dt]) and not (dt == "I8" and arr.dtype == np.uint8):
+                raise ValueError(f"tensor {name}: {dt} needs numpy {np.dtype(_NP_DTYPES[dt])}, got {arr.dtype}")
+            b = arr.tobytes()
+            header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [offset, offset + len(b)]}
+            blobs.append(b)
+            offset += len(b)
+            continue
         t = tensors[name].detach().cpu().contiguous()
+        want = dtype.get(name, "F32") if isinstance(dtype, dict) else dtype
         if t.is_floating_point():
-            if (dtype.get(name, "F32") if isinstance(dtype, dict) else dtype) == "BF16":
+            if want == "BF16":
                 # round-to-nearest-even through torch's bfloat16 conversion
                 a = t.float().to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
                 dt = "BF16"
             else:
                 a = t.float().numpy()
                 dt = "F32"
+        elif want == "I32":
+            a = t.int().numpy()
+            dt = "I32"
         else:
             a = t.long().numpy()
             dt = "I64"

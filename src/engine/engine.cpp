@@ -75,6 +75,17 @@ Status Engine::draft(std::span<const DraftSpec> specs, std::vector<DraftBlock>& 
   return backend_->draft(draft_requests_, out, pick);
 }
 
+bool Engine::can_draft(SequenceId id) const {
+  if (!options_.dspark) return false;
+  auto s = find(id);
+  if (!s.ok() || (*s)->tokens.empty()) return false;
+  const SequenceCache& c = *(*s)->cache;
+  const int64_t last = static_cast<int64_t>((*s)->tokens.size()) - 1;
+  for (int st = 0; st < c.draft_stages(); ++st)
+    if (c.draft_ring(st).length() != last + 1 || c.draft_ring(st).start() > last) return false;
+  return c.draft_stages() > 0;
+}
+
 void Engine::feed_draft_rings() {
   if (!options_.dspark) return;
   const std::vector<int>& targets = config().dspark_target_layer_ids;

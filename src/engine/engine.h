@@ -210,6 +210,9 @@ class Engine {
   };
   Status draft(std::span<const DraftSpec> specs, std::vector<DraftBlock>& out, const DraftPicker& pick = {});
   int draft_block() const { return config().dspark_block_size; }
+  // Whether draft() can run for the sequence now: DSpark on and its drafter rings end at its last
+  // position holding at least that position (not restarted since the last forward).
+  bool can_draft(SequenceId id) const;
 
   // One batched forward. Returns one result per segment, in order (valid until the next call).
   // trace: named intermediates, only for a batch of one segment.

@@ -60,9 +60,10 @@ Status Drafter::draft(std::span<const DraftRequest> requests, std::vector<DraftB
     if (q.anchor < 0 || q.anchor >= V)
       return invalid_argument(who + ": anchor token " + std::to_string(q.anchor) + " outside the vocabulary");
     for (int s = 0; s < stages(); ++s)
-      if (q.cache->draft_ring(s).length() != q.last + 1)
+      if (q.cache->draft_ring(s).length() != q.last + 1 || q.cache->draft_ring(s).start() > q.last)
         return invalid_argument(who + ": stage " + std::to_string(s) + "'s ring ends at position " +
-                                std::to_string(q.cache->draft_ring(s).length() - 1) + ", the draft continues " +
+                                std::to_string(q.cache->draft_ring(s).length() - 1) + " (restarted at " +
+                                std::to_string(q.cache->draft_ring(s).start()) + "), the draft continues " +
                                 std::to_string(q.last));
   }
   // The block's rows: the anchor then noise tokens, at positions s+1 … s+B.

@@ -243,12 +243,17 @@ void Scheduler::draft_step() {
     if (a.step < a.plan.steps.size() || a.next_token < 0) continue;
     // Room: the drafts and the token after them must fit the request and the context.
     const int64_t left = a.request.max_tokens - static_cast<int64_t>(a.result.ids.size());
-    if (left < 2) continue;
+    if (left < 2 || !engine_.can_draft(a.sequence)) continue;
     draft_specs_.push_back({a.sequence, a.next_token});
     drafting_.push_back(&a);
   }
   if (drafting_.empty()) return;
   if (!engine_.draft(draft_specs_, drafts_, options_.draft_pick).ok()) return;  // plain step
+  if (options_.draft_override)
+    for (size_t i = 0; i < drafting_.size(); ++i) {
+      auto history = engine_.tokens(drafting_[i]->sequence);
+      if (history.ok()) options_.draft_override(*history, drafting_[i]->next_token, drafts_[i]);
+    }
   const int B = engine_.draft_block();
   std::vector<std::vector<double>> probs(drafting_.size());
   for (size_t i = 0; i < drafting_.size(); ++i) probs[i] = calibrator_.probabilities(drafts_[i].confidence);

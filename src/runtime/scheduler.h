@@ -87,8 +87,11 @@ struct SchedulerOptions {
   // off, a fixed draft length K, or auto (k* per sequence from the calibrated confidences and
   // the measured step cost, runtime/draft_length.h). See "Speculative steps" below.
   DsparkMode dspark{DsparkMode::Kind::kOff, 0};
-  // Test hook: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker).
+  // Test hooks: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker);
+  // rewrites a sequence's drafts after drafting (history: the tokens it holds; anchor: the
+  // token its next position takes), e.g. to force a known acceptance pattern.
   DraftPicker draft_pick;
+  std::function<void(std::span<const int32_t> history, int32_t anchor, DraftBlock& block)> draft_override;
 };
 
 // Per-step counts, for benchmarks and telemetry.

@@ -37,6 +37,7 @@
 
 #include "app/cache_open.h"
 #include "app/command.h"
+#include "app/dspark_flag.h"
 #include "app/load_options.h"
 #include "format/record_layout.h"
 #include "format/tokenizer.h"
@@ -230,6 +231,8 @@ int generate_main(int argc, char** argv) {
   cli.add_option("-m,--model", dir, "model directory")->required();
   cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin)")->required();
   cli.add_option("--parallel", parallel, "sequences decoded together (1..256)")->check(CLI::Range(1, 256));
+  std::string dspark_text = "off";
+  cli.add_option("--dspark", dspark_text, "DSpark speculative decoding: auto, off or a draft length 1..block (needs the model's mtp.* drafter)");
   cli.add_option("--out", out_path, "JSONL output file (default stdout)");
   cli.add_option("--ctx", ctx, "context per request: prompt + max_tokens (1..max_position_embeddings)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
@@ -295,14 +298,18 @@ int generate_main(int argc, char** argv) {
     p.status = parse_request(line, *tok, config.bos_token_id, p);
     parsed.push_back(std::move(p));
   }
-  auto engine = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables());
-  if (!engine.ok()) return fail(engine.status());
+  auto dspark = resolve_dspark(dspark_text, **model, "dsv41 generate");
+  if (!dspark.ok()) return fail(dspark.status());
+  EngineOptions eo;
   SchedulerOptions so;
   so.parallel = parallel;
   so.max_context = ctx;
   so.prefill_chunk = prefill_chunk;
   so.max_prefill_tokens = prefill_chunk;
   so.eos_token_id = config.eos_token_id;
+  apply_dspark(*dspark, **model, eo, so);
+  auto engine = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables(), eo);
+  if (!engine.ok()) return fail(engine.status());
   auto scheduler = Scheduler::create(**engine, so);
   if (!scheduler.ok()) return fail(scheduler.status());
   std::vector<int64_t> tickets(parsed.size(), -1);
@@ -395,6 +402,16 @@ int generate_main(int argc, char** argv) {
                parsed.size(), failures, static_cast<long long>(prompt_tokens), static_cast<long long>(generated),
                seconds, static_cast<long long>(steps), generated / std::max(seconds, 1e-9),
                parallel);
+  if (dspark->on) {
+    const DsparkStats& d = (*scheduler)->dspark_stats();
+    std::string slots;
+    for (size_t i = 0; i < d.slot_verified.size(); ++i)
+      slots += (i ? " " : "") + std::to_string(d.slot_verified[i] ? double(d.slot_accepted[i]) / d.slot_verified[i] : 0.0).substr(0, 5);
+    std::fprintf(stderr, "dspark %s: %lld drafting steps, %lld drafts verified, %lld accepted (%.3f per step), "
+                 "per-slot acceptance [%s]\n",
+                 dspark_text.c_str(), static_cast<long long>(d.steps), static_cast<long long>(d.verified),
+                 static_cast<long long>(d.accepted), d.steps ? double(d.accepted) / d.steps : 0.0, slots.c_str());
+  }
   return failures == 0 ? 0 : 1;
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "app/dspark_flag.h"
 #include "runtime/image_input.h"
 #include "app/load_options.h"
 #include "app/cache_open.h"
@@ -51,6 +52,8 @@ int serve_main(int argc, char** argv) {
   cli.add_option("--port", so.port, "TCP port (0 = any free port, printed at start)")->check(in_range(0, 65535));
   cli.add_option("--api-key", so.api_keys, "accepted API key (repeatable); none = no authentication");
   cli.add_option("--parallel", parallel, "sequences generated at once (continuous batching)")->check(in_range(1, 1024));
+  std::string dspark_text = "off";
+  cli.add_option("--dspark", dspark_text, "DSpark speculative decoding: auto, off or a draft length 1..block (needs the model's mtp.* drafter)");
   cli.add_option("--ctx", ctx, "context per request: prompt + max_tokens")->check(in_range<int64_t>(1, kMaxTokens));
   cli.add_option("--depth", depth_name, "prefill depth: full, exact or bounded (docs/REPLAY.md)");
   cli.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per engine step")->check(in_range<int64_t>(1, kMaxTokens));
@@ -161,16 +164,19 @@ int serve_main(int argc, char** argv) {
   if (ctx > config.max_position_embeddings)
     return fail(out_of_range("--ctx " + std::to_string(ctx) + " exceeds the model's max_position_embeddings " +
                              std::to_string(config.max_position_embeddings)));
+  auto dspark = resolve_dspark(dspark_text, **model, "dsv41 serve");
+  if (!dspark.ok()) return fail(dspark.status());
   EngineOptions eo;
   eo.page_budget_bytes = static_cast<int64_t>(kv_budget_mb * 1048576.0);
-  auto engine = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables(), eo);
-  if (!engine.ok()) return fail(engine.status());
   server::LoopOptions lo;
   lo.scheduler.parallel = parallel;
   lo.scheduler.max_context = ctx;
   lo.scheduler.prefill_chunk = prefill_chunk;
   lo.scheduler.max_prefill_tokens = prefill_chunk;
   lo.scheduler.eos_token_id = config.eos_token_id;
+  apply_dspark(*dspark, **model, eo, lo.scheduler);
+  auto engine = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables(), eo);
+  if (!engine.ok()) return fail(engine.status());
   lo.max_queue = max_queue;
   // The prefix-cache tiers: the SSD store (null when it cannot be opened: logged, served cold)
   // and a DRAM pool of window snapshots.

@@ -12,6 +12,8 @@
 #include "model/dspark_weights.h"
 #include "model/model.h"
 #include "runtime/scheduler.h"
+#include "runtime/serve_turn.h"
+#include "store/store_test_util.h"
 
 namespace dsv41 {
 namespace {
@@ -258,6 +260,81 @@ TEST(DsparkDecode, SeededSamplingEqualsPlain) {
   const Decoded spec = run(reqs, 3, DsparkMode{DsparkMode::Kind::kFixed, 4}, &plain.ids);
   EXPECT_EQ(spec.ids, plain.ids);
   EXPECT_GT(spec.stats.accepted, 0);
+}
+
+
+// ---- After the cache tiers: a restored turn, a bounded replay ----------------------------------
+
+struct TierSetup {
+  store_test::ScratchDir dir;
+  StoreIdentity identity = store_test::test_identity(8);
+  std::unique_ptr<SsdStore> store;
+  DramPool dram;
+  TierSetup() {
+    SsdStoreOptions o;
+    o.identity = identity;
+    auto s = SsdStore::open(dir.path, o);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    store = std::move(*s);
+  }
+};
+
+// Serves `prompt` through the tiers (recording how its windows came back) and decodes it.
+std::vector<int32_t> decode_turn(Engine& e, const ServeTurnTiers& tiers, const std::vector<int32_t>& prompt,
+                                 PrefillDepth depth, DsparkMode mode, SwaSource* swa, int64_t* drafted = nullptr) {
+  ServeTurnOptions o;
+  o.depth = depth;
+  o.prefill_chunk = 16;
+  o.max_context = 256;
+  auto turn = serve_turn(e, tiers, prompt, o);
+  EXPECT_TRUE(turn.ok()) << turn.status().to_string();
+  if (!turn.ok()) return {};
+  *swa = turn->record.swa;
+  SchedulerOptions so;
+  so.parallel = 1;
+  so.max_context = 256;
+  so.eos_token_id = 1;
+  so.dspark = mode;
+  auto s = Scheduler::create(e, so);
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = 120;
+  r.ignore_eos = true;
+  const int64_t t = (*s)->submit_prefilled(r, turn->sequence, turn->last_logits, turn->effective, turn->record.work);
+  (*s)->run_to_completion();
+  auto res = (*s)->take(t);
+  EXPECT_TRUE(res && res->status.ok());
+  if (drafted) *drafted = (*s)->dspark_stats().verified;
+  return res ? res->ids : std::vector<int32_t>{};
+}
+
+TEST(DsparkDecode, EqualsPlainAfterARestoreAndAfterABoundedReplay) {
+  TierSetup t;
+  auto e = dspark_engine();
+  const std::vector<int32_t> first = tokens(40, 21);
+  std::vector<int32_t> prompt = first;  // extends the first turn: hits its 5 chunks of 8
+  for (int32_t x : tokens(5, 22)) prompt.push_back(x);
+  const DsparkMode k3{DsparkMode::Kind::kFixed, 3};
+  SwaSource swa{};
+  // A cold turn stores the chunks and the windows at 40 (the drafter's rings with them).
+  decode_turn(*e, {t.store.get(), &t.dram, t.identity}, first, PrefillDepth::kFull, kOff, &swa);
+  ASSERT_TRUE(t.store->flush().ok());
+  // Restored: chunks from the store, windows and drafter rings from the DRAM snapshot.
+  const ServeTurnTiers warm{t.store.get(), &t.dram, t.identity};
+  const auto restored_plain = decode_turn(*e, warm, prompt, PrefillDepth::kBounded, kOff, &swa);
+  EXPECT_EQ(swa, SwaSource::kRestored);
+  int64_t drafted = 0;
+  const auto restored_spec = decode_turn(*e, warm, prompt, PrefillDepth::kBounded, k3, &swa, &drafted);
+  EXPECT_EQ(swa, SwaSource::kRestored);
+  EXPECT_GT(drafted, 100);  // the restored rings let every step draft
+  EXPECT_EQ(restored_spec, restored_plain);
+  // Bounded replay (no DRAM tier): the windows and rings are rebuilt; with and without DSpark the same.
+  const ServeTurnTiers replay{t.store.get(), nullptr, t.identity};
+  const auto replay_plain = decode_turn(*e, replay, prompt, PrefillDepth::kBounded, kOff, &swa);
+  EXPECT_EQ(swa, SwaSource::kReplayedBounded);
+  const auto replay_spec = decode_turn(*e, replay, prompt, PrefillDepth::kBounded, k3, &swa, &drafted);
+  EXPECT_GT(drafted, 100);
+  EXPECT_EQ(replay_spec, replay_plain);
 }
 
 }  // namespace

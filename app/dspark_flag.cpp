@@ -1,0 +1,33 @@
+// `--dspark` (see dspark_flag.h).
+#include "app/dspark_flag.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace dsv41::app {
+
+Result<DsparkChoice> resolve_dspark(const std::string& text, const Model& model, const char* cmd) {
+  const int block = std::max(1, model.config().dspark_block_size);
+  auto mode = parse_dspark_mode(text, block);
+  if (!mode.ok()) return mode.status().with_context("--dspark");
+  DsparkChoice c;
+  if (mode->kind == DsparkMode::Kind::kOff) return c;
+  if (!model.drafter()) {
+    const std::string why = model.drafter_note().empty() ? "the model has no DSpark drafter (no mtp.* stages)"
+                                                         : model.drafter_note();
+    std::fprintf(stderr, "%s: --dspark %s: %s; decoding without speculation\n", cmd, text.c_str(), why.c_str());
+    return c;
+  }
+  c.on = true;
+  c.mode = *mode;
+  return c;
+}
+
+void apply_dspark(const DsparkChoice& choice, const Model& model, EngineOptions& engine, SchedulerOptions& scheduler) {
+  if (!choice.on) return;
+  engine.dspark = true;
+  engine.rollback_tokens = std::max<int64_t>(engine.rollback_tokens, model.config().dspark_block_size);
+  scheduler.dspark = choice.mode;
+}
+
+}  // namespace dsv41::app

@@ -180,7 +180,7 @@ struct Decoded {
 // Plain (mode off) or speculative decoding of `reqs`. With `truth` (a plain run's outputs) the
 // drafts are rewritten to the true continuation at some slots, so acceptance is mixed.
 Decoded run(const std::vector<GenerationRequest>& reqs, int parallel, DsparkMode mode,
-        const std::vector<std::vector<int32_t>>* truth = nullptr) {
+        const std::vector<std::vector<int32_t>>* truth = nullptr, bool rejection = false) {
   auto e = dspark_engine();
   SchedulerOptions o;
   o.parallel = parallel;
@@ -189,6 +189,7 @@ Decoded run(const std::vector<GenerationRequest>& reqs, int parallel, DsparkMode
   o.max_context = 256;
   o.eos_token_id = 1;
   o.dspark = mode;
+  o.sampled_rejection = rejection;
   std::mt19937 coin(5);
   if (truth)
     o.draft_override = [&](std::span<const int32_t> history, int32_t anchor, DraftBlock& block) {
@@ -250,6 +251,21 @@ TEST(DsparkDecode, OwnDraftsGreedyEqualsPlain) {
   const Decoded spec = run(reqs, 4, DsparkMode{DsparkMode::Kind::kFixed, 5});
   EXPECT_EQ(spec.ids, plain.ids);
   EXPECT_GT(spec.stats.verified, 0);
+}
+
+TEST(DsparkDecode, RejectionRuleIsReproducibleAndIndependentOfTheBatch) {
+  // The rejection rule (runtime/speculative.h; its distribution is tested there by chi-square):
+  // drafts drawn from q, each request with its own seeded generator, so a request's tokens do not
+  // depend on its neighbours or on how many run together.
+  const auto reqs = requests(8, true);
+  const DsparkMode k3{DsparkMode::Kind::kFixed, 3};
+  const Decoded a = run(reqs, 8, k3, nullptr, true);
+  const Decoded b = run(reqs, 1, k3, nullptr, true);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_GT(a.stats.verified, 100);
+  EXPECT_GT(a.stats.accepted, 0);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (reqs[i].ignore_eos) EXPECT_EQ(static_cast<int64_t>(a.ids[i].size()), reqs[i].max_tokens);
 }
 
 TEST(DsparkDecode, SeededSamplingEqualsPlain) {

@@ -115,6 +115,13 @@ Status Scheduler::prepare(Active& a) {
   if (!sampler.ok()) return sampler.status();
   a.sampler = std::move(*sampler);
   if (r.constraint) a.constraint = r.constraint->start();  // this request's own state
+  const SamplingParams& sp = r.sampling;
+  if (options_.dspark.kind != DsparkMode::Kind::kOff && options_.sampled_rejection && sp.temperature > 0 &&
+      !r.constraint && sp.presence_penalty == 0 && sp.frequency_penalty == 0) {
+    auto spec = SpeculativeSampler::create(sp);
+    if (!spec.ok()) return spec.status();
+    a.spec = std::move(*spec);
+  }
   return ok_status();
 }
 
@@ -207,12 +214,41 @@ int32_t Scheduler::pick_token(Active& a, const float* logits) {
     if (a.constraint->mask(a.masked) == 0) return -1;
     use = a.masked;
   }
-  const int32_t token = a.sampler->sample(use);
+  // A request under the rejection rule draws every token from its one speculative sampler (its
+  // plain steps take the Sampler's rule and draw).
+  const int32_t token = a.spec ? a.spec->sample(use) : a.sampler->sample(use);
   if (a.constraint) a.constraint->advance(token);
   return token;
 }
 
+bool Scheduler::want_draft() {
+  if (options_.dspark.kind != DsparkMode::Kind::kAuto) return true;
+  AutoSwitch& s = auto_;
+  // A few steps of each side, then the better one; drafting must win by a margin (its cost is
+  // certain, its gain noisy), and the other side is probed once every kProbeEvery steps.
+  constexpr int64_t kWarm = 4, kProbeEvery = 64;
+  constexpr double kMargin = 1.05;
+  if (s.seen[1] < kWarm) return true;  // the drafter's side first: the calibration needs outcomes
+  if (s.seen[0] < kWarm) return false;
+  const bool best = s.rate[1] > kMargin * s.rate[0];
+  if (++s.since_probe >= kProbeEvery) {
+    s.since_probe = 0;
+    return !best;
+  }
+  return best;
+}
+
+void Scheduler::measure_step(double ms, bool decode_only) {
+  if (!decode_only || ms <= 0 || emitted_this_step_ == 0) return;
+  AutoSwitch& s = auto_;
+  const int side = drafted_this_step_ ? 1 : 0;
+  const double rate = static_cast<double>(emitted_this_step_) / ms;
+  s.rate[side] = s.seen[side] == 0 ? rate : 0.9 * s.rate[side] + 0.1 * rate;
+  ++s.seen[side];
+}
+
 bool Scheduler::emit_token(Active& a, int32_t token, const float* logits) {
+  ++emitted_this_step_;
   if (token < 0) {
     finish(a, FinishReason::kError, internal_error("constrained decoding: no token can continue the output"));
     return false;
@@ -248,7 +284,22 @@ void Scheduler::draft_step() {
     drafting_.push_back(&a);
   }
   if (drafting_.empty()) return;
-  if (!engine_.draft(draft_specs_, drafts_, options_.draft_pick).ok()) return;  // plain step
+  const auto t0 = std::chrono::steady_clock::now();
+  for (Active* a : drafting_) a->drafted.clear();
+  // Sampled requests under the rejection rule draw their drafts from q (each slot's row with the
+  // drafts before it); the others take the drafter's argmax (or the test hook's pick).
+  const DraftPicker pick = [&](int64_t request, int slot, std::span<const float> logits) -> int32_t {
+    Active& a = *drafting_[static_cast<size_t>(request)];
+    int32_t t = -1;
+    if (a.spec) t = a.spec->draft_token(logits, a.drafted);
+    else if (options_.draft_pick) t = options_.draft_pick(request, slot, logits);
+    if (t < 0) t = argmax_logits(logits);
+    a.drafted.push_back(t);
+    return t;
+  };
+  const bool drafted = engine_.draft(draft_specs_, drafts_, pick).ok();
+  dspark_.draft_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!drafted) return;  // a plain step
   if (options_.draft_override)
     for (size_t i = 0; i < drafting_.size(); ++i) {
       auto history = engine_.tokens(drafting_[i]->sequence);
@@ -266,33 +317,51 @@ void Scheduler::draft_step() {
     a.verify.assign(1, a.next_token);
     a.verify.insert(a.verify.end(), drafts_[i].ids.begin(), drafts_[i].ids.begin() + k);
     a.confidence.assign(drafts_[i].confidence.begin(), drafts_[i].confidence.begin() + k);
+    if (a.spec)
+      a.draft_logits.assign(drafts_[i].logits.begin(), drafts_[i].logits.begin() + k * engine_.config().vocab_size);
   }
 }
 
 void Scheduler::take_verified(Active& a, const SegmentResult& r) {
   const int64_t V = engine_.config().vocab_size;
   const int k = static_cast<int>(a.verify.size()) - 1;
-  // Rows in order, as plain decoding takes them; stop at the first row whose token is not the
-  // next draft (or that ends the request).
   std::vector<int32_t> tokens;
-  int j = 0;
-  for (;; ++j) {
-    const int32_t t = pick_token(a, r.logits + j * V);
-    tokens.push_back(t);
-    const int64_t total = static_cast<int64_t>(a.result.ids.size() + tokens.size());
-    const bool ends = t < 0 || (t == options_.eos_token_id && !a.request.ignore_eos) || total >= a.request.max_tokens;
-    if (ends || j == k || t != a.verify[j + 1]) break;
-  }
-  // Rows j+1 … k were fed for drafts that are not kept.
-  if (k > j) {
-    Status st = engine_.rollback(a.sequence, k - j);
-    if (!st.ok()) {
-      finish(a, FinishReason::kError, st.with_context("DSpark rollback"));
+  std::vector<int> rows;  // the logit row each token came from (for the token callback)
+  int accepted = 0;
+  if (a.spec) {
+    // The rejection rule: d_1 … d_j accepted, then the correction or the bonus.
+    VerifyInput in;
+    in.drafts = std::span<const int32_t>(a.verify).subspan(1);
+    in.draft_logits = a.draft_logits;
+    in.target_logits = std::span<const float>(r.logits, static_cast<size_t>((k + 1) * V));
+    in.vocab = static_cast<int32_t>(V);
+    auto v = a.spec->verify(in);
+    if (!v.ok()) {
+      finish(a, FinishReason::kError, v.status().with_context("DSpark verification"));
       return;
     }
+    accepted = v->accepted;
+    for (int i = 0; i < accepted; ++i) {
+      tokens.push_back(a.verify[i + 1]);
+      rows.push_back(i);
+    }
+    tokens.push_back(v->next);
+    rows.push_back(accepted);
+  } else {
+    // Sample-and-match: rows in order, as plain decoding takes them; stop at the first row whose
+    // token is not the next draft (or that ends the request).
+    for (int j = 0;; ++j) {
+      const int32_t t = pick_token(a, r.logits + j * V);
+      tokens.push_back(t);
+      rows.push_back(j);
+      const int64_t total = static_cast<int64_t>(a.result.ids.size() + tokens.size());
+      const bool ends = t < 0 || (t == options_.eos_token_id && !a.request.ignore_eos) || total >= a.request.max_tokens;
+      if (ends || j == k || t != a.verify[j + 1]) break;
+    }
+    accepted = static_cast<int>(tokens.size()) - 1;  // rows before the last matched their drafts
   }
-  const int accepted = std::min(j, k);
-  calibrator_.observe(a.confidence, std::min(j + 1, k), accepted);
+  const int judged = std::min(accepted + 1, k);
+  calibrator_.observe(a.confidence, judged, accepted);
   ++dspark_.steps;
   dspark_.verified += k;
   dspark_.accepted += accepted;
@@ -303,12 +372,35 @@ void Scheduler::take_verified(Active& a, const SegmentResult& r) {
     dspark_.slot_verified.resize(static_cast<size_t>(k));
     dspark_.slot_accepted.resize(static_cast<size_t>(k));
   }
-  for (int i = 0; i < std::min(j + 1, k); ++i) {
+  for (int i = 0; i < judged; ++i) {
     ++dspark_.slot_verified[i];
     dspark_.slot_accepted[i] += i < accepted;
   }
-  for (size_t i = 0; i < tokens.size(); ++i)
-    if (!emit_token(a, tokens[i], r.logits + static_cast<int64_t>(i) * V)) return;
+  emit_verified(a, r, tokens, rows);
+}
+
+void Scheduler::emit_verified(Active& a, const SegmentResult& r, std::span<const int32_t> tokens,
+                              std::span<const int> rows) {
+  const int64_t V = engine_.config().vocab_size;
+  const int k = static_cast<int>(a.verify.size()) - 1;
+  // The tokens plain decoding would emit before the request ends (EOS, max_tokens, a dead end).
+  size_t keep = 0;
+  while (keep < tokens.size()) {
+    const int32_t t = tokens[keep++];
+    const int64_t total = static_cast<int64_t>(a.result.ids.size() + keep);
+    if (t < 0 || (t == options_.eos_token_id && !a.request.ignore_eos) || total >= a.request.max_tokens) break;
+  }
+  // The step fed k + 1 rows; plain decoding would have fed only the inputs of the kept tokens.
+  const int64_t extra = k + 1 - static_cast<int64_t>(keep);
+  if (extra > 0) {
+    Status st = engine_.rollback(a.sequence, extra);
+    if (!st.ok()) {
+      finish(a, FinishReason::kError, st.with_context("DSpark rollback"));
+      return;
+    }
+  }
+  for (size_t i = 0; i < keep; ++i)
+    if (!emit_token(a, tokens[i], r.logits + static_cast<int64_t>(rows[i]) * V)) return;
 }
 
 Segment Scheduler::next_prefill_chunk(const Active& a) const {
@@ -345,7 +437,13 @@ bool Scheduler::step() {
   last_ = StepStats{};
   int64_t prefill_budget = options_.max_prefill_tokens;
   const auto step_start = std::chrono::steady_clock::now();
-  if (options_.dspark.kind != DsparkMode::Kind::kOff) draft_step();
+  drafted_this_step_ = options_.dspark.kind != DsparkMode::Kind::kOff && want_draft();
+  emitted_this_step_ = 0;
+  if (drafted_this_step_) {
+    draft_step();
+  } else {
+    for (auto& ap : active_) ap->verify.clear();
+  }
   int64_t decode_rows = 0, decode_seqs = 0;
   for (auto& ap : active_) {
     Active& a = *ap;
@@ -396,9 +494,11 @@ bool Scheduler::step() {
     else take_token(a, r.logits);
   }
   // The step's cost by shape, for the auto draft length (decode-only steps measure cleanly).
-  if (options_.dspark.kind != DsparkMode::Kind::kOff && decode_seqs > 0 && last_.prefill_tokens == 0) {
+  if (options_.dspark.kind != DsparkMode::Kind::kOff && decode_seqs > 0) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count();
-    step_cost_.record(static_cast<int>(decode_rows), static_cast<int>(decode_seqs), ms);
+    const bool decode_only = last_.prefill_tokens == 0;
+    if (decode_only) step_cost_.record(static_cast<int>(decode_rows), static_cast<int>(decode_seqs), ms);
+    measure_step(ms, decode_only);
   }
   // Finished requests leave their slots (refilled at the next step).
   active_.erase(std::remove_if(active_.begin(), active_.end(), [](const std::unique_ptr<Active>& a) {

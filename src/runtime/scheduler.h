@@ -8,9 +8,9 @@
 // are then taken in order exactly as plain decoding would take them (constraint, the request's
 // own Sampler: greedy, or seeded sampling): draft d_{j+1} is accepted while the token chosen from
 // row j equals it. So every emitted token is the one plain decoding emits, for greedy AND for
-// sampling with a seed (sample-and-match keeps the target distribution exactly; it accepts a
-// sampled step less often than the rejection rule of runtime/speculative.h, which is not used
-// here yet). The positions of rejected drafts are rolled back (Engine::rollback) before anything
+// sampling with a seed. Sampled requests without a constraint or penalties instead use the
+// rejection rule (options.sampled_rejection, runtime/speculative.h), which accepts more drafts and
+// keeps the target distribution but not plain decoding's exact tokens. The positions of rejected drafts are rolled back (Engine::rollback) before anything
 // is emitted, so a finished request's sequence holds exactly what plain decoding leaves.
 // Each step is one Engine::forward over: a prefill chunk (≤ prefill_chunk tokens of one step of
 // the request's prefill plan at its depth, plan/replay_rule.h; chunk boundaries at fixed multiples
@@ -39,6 +39,7 @@
 #include "runtime/confidence_calibration.h"
 #include "runtime/draft_length.h"
 #include "runtime/sampling.h"
+#include "runtime/speculative.h"
 #include "runtime/step_cost.h"
 #include "runtime/token_constraint.h"
 
@@ -87,6 +88,12 @@ struct SchedulerOptions {
   // off, a fixed draft length K, or auto (k* per sequence from the calibrated confidences and
   // the measured step cost, runtime/draft_length.h). See "Speculative steps" below.
   DsparkMode dspark{DsparkMode::Kind::kOff, 0};
+  // Sampled requests (temperature > 0) without a constraint or penalties verify their drafts with
+  // the speculative rejection rule (runtime/speculative.h: drafts drawn from the drafter's q,
+  // accepted with min(1, p/q), the residual at the first rejection; the target distribution is
+  // kept, the tokens differ from plain decoding's for the same seed). False: sample-and-match for
+  // every request (the tokens are plain decoding's, fewer drafts accepted).
+  bool sampled_rejection = true;
   // Test hooks: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker);
   // rewrites a sequence's drafts after drafting (history: the tokens it holds; anchor: the
   // token its next position takes), e.g. to force a known acceptance pattern.
@@ -104,6 +111,7 @@ struct StepStats {
 struct DsparkStats {
   int64_t steps = 0, verified = 0, accepted = 0, emitted = 0;  // sequence-steps with drafts, drafts, tokens
   std::vector<int64_t> slot_verified, slot_accepted;             // per draft slot
+  double draft_ms = 0;  // wall time in the drafter
 };
 
 class Scheduler {
@@ -179,6 +187,9 @@ class Scheduler {
     GenerationResult result;
     std::vector<int32_t> verify;  // DSpark: [next_token, d_1 … d_k] of this step (empty: none)
     std::vector<float> confidence;  // the drafter's confidence logits of those drafts
+    std::optional<SpeculativeSampler> spec;  // the rejection rule's sampler (sampled requests)
+    std::vector<float> draft_logits;         // [k, V] q of this step's drafts (rejection rule)
+    std::vector<int32_t> drafted;            // this step's drafts so far (while drafting)
   };
   Scheduler(Engine& engine, const SchedulerOptions& options) : engine_(engine), options_(options) {}
   void admit();
@@ -197,6 +208,8 @@ class Scheduler {
   void draft_step();
   // DSpark: the verification rows' logits of a request → accepted drafts, rollback, emission.
   void take_verified(Active& a, const SegmentResult& r);
+  // Rolls back the rows a step fed beyond the `keep` tokens it emits, then emits them.
+  void emit_verified(Active& a, const SegmentResult& r, std::span<const int32_t> tokens, std::span<const int> rows);
 
   Engine& engine_;
   SchedulerOptions options_;
@@ -214,6 +227,19 @@ class Scheduler {
   ConfidenceCalibrator calibrator_{16};
   StepCost step_cost_;
   DsparkStats dspark_;
+  // Auto mode's measured choice (draft or not this step): emitted tokens per ms of decode-only
+  // steps with [1] and without [0] drafting, moving averages; the losing side is probed now and
+  // then so a change of batch or acceptance is seen. Drafting costs time: where it does not pay
+  // (a weak drafter, a model too small for the drafter's overhead) auto decodes plainly.
+  struct AutoSwitch {
+    double rate[2] = {0, 0};
+    int64_t seen[2] = {0, 0};
+    int64_t since_probe = 0;
+  } auto_;
+  bool drafted_this_step_ = false;
+  int64_t emitted_this_step_ = 0;
+  bool want_draft();
+  void measure_step(double ms, bool decode_only);
   std::vector<Engine::DraftSpec> draft_specs_;
   std::vector<Active*> drafting_;
   std::vector<DraftBlock> drafts_;

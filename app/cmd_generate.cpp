@@ -408,9 +408,9 @@ int generate_main(int argc, char** argv) {
     for (size_t i = 0; i < d.slot_verified.size(); ++i)
       slots += (i ? " " : "") + std::to_string(d.slot_verified[i] ? double(d.slot_accepted[i]) / d.slot_verified[i] : 0.0).substr(0, 5);
     std::fprintf(stderr, "dspark %s: %lld drafting steps, %lld drafts verified, %lld accepted (%.3f per step), "
-                 "per-slot acceptance [%s], %.1f ms drafting\n",
+                 "per-slot acceptance [%s], %.1f ms drafting, %.1f ms feeding the rings\n",
                  dspark_text.c_str(), static_cast<long long>(d.steps), static_cast<long long>(d.verified),
-                 static_cast<long long>(d.accepted), d.steps ? double(d.accepted) / d.steps : 0.0, slots.c_str(), d.draft_ms);
+                 static_cast<long long>(d.accepted), d.steps ? double(d.accepted) / d.steps : 0.0, slots.c_str(), d.draft_ms, (*engine)->draft_feed_ms());
   }
   return failures == 0 ? 0 : 1;
 }

@@ -119,9 +119,15 @@ class Backend {
   // Capture the drafter's target features in the coming batches (the streams entering each target
   // layer, averaged over the hc streams; taken in attention_input).
   virtual void set_feature_capture(bool on) { (void)on; }
-  // After the layers: the segment's rows from `first_row` on (their features were captured in
-  // this batch) enter its cache's drafter rings, whose next position must be that row's.
-  virtual void feed_draft_rings(int segment, int64_t first_row) { (void)segment, (void)first_row; }
+  // After the layers: each listed segment's rows from its first row on (their features were
+  // captured in this batch) enter its cache's drafter rings, whose next position must be that
+  // row's. One call per forward, so the rows of every segment go through the drafter's
+  // projections together.
+  struct DraftFeed {
+    int segment = 0;
+    int64_t first_row = 0;
+  };
+  virtual void feed_draft_rings(std::span<const DraftFeed> feeds) { (void)feeds; }
   // Drafts (model/dspark.h Drafter::draft).
   virtual Status draft(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick) {
     (void)requests, (void)out, (void)pick;

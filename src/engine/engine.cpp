@@ -89,21 +89,30 @@ bool Engine::can_draft(SequenceId id) const {
 void Engine::feed_draft_rings() {
   if (!options_.dspark) return;
   const std::vector<int>& targets = config().dspark_target_layer_ids;
+  draft_feeds_.clear();
   for (size_t i = 0; i < admitted_.size(); ++i) {
     const Admitted& a = admitted_[i];
     if (!a.failure.ok()) continue;
-    // Rows whose features every target layer captured (with per-layer ranges, the later ones).
+    // Rows whose features every target layer captured (with per-layer ranges, the later ones),
+    // and of those only the newest a ring can hold (a long prefill chunk's earlier rows would be
+    // overwritten in the same call).
     int64_t first = 0;
     for (int t : targets) first = std::max(first, input_first(*a.segment, t, a.rows));
+    SequenceCache& cache = *a.seq->cache;
+    if (cache.draft_stages() == 0) continue;
+    first = std::max(first, a.rows - cache.draft_ring(0).slots());
     if (first >= a.rows) continue;
     const int64_t pos = a.segment->start + first;
-    SequenceCache& cache = *a.seq->cache;
-    // A ring that does not continue exactly here (a replay, a restored or imported prefix)
-    // restarts at the first fed position: the drafter then sees only what was fed since.
-    for (int st = 0; st < cache.draft_stages(); ++st)
-      if (cache.draft_ring(st).length() != pos) cache.draft_ring(st).restart(pos);
-    backend_->feed_draft_rings(static_cast<int>(i), first);
+    // A ring that does not continue exactly here (a replay, a restored or imported prefix, the
+    // rows skipped just above) restarts at the first fed position: the drafter then sees only
+    // what was fed since (at most a ring's worth is ever attended anyway).
+    for (int st = 0; st < cache.draft_stages(); ++st) {
+      WindowRing& ring = cache.draft_ring(st);
+      if (ring.length() != pos) ring.restart(pos);
+    }
+    draft_feeds_.push_back({static_cast<int>(i), first});
   }
+  backend_->feed_draft_rings(draft_feeds_);
 }
 
 Engine::Sequence Engine::make_sequence(std::unique_ptr<SequenceCache> cache) const {
@@ -623,7 +632,9 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
   }
   backend_->begin_batch(layout, trace);
   forward_layers(trace);
+  const auto feed_start = std::chrono::steady_clock::now();
   feed_draft_rings();
+  feed_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - feed_start).count();
   const auto head_start = std::chrono::steady_clock::now();
 
   // ---- Logits of the rows each segment asked for. -------------------------------------------

@@ -213,6 +213,9 @@ class Engine {
   // Whether draft() can run for the sequence now: DSpark on and its drafter rings end at its last
   // position holding at least that position (not restarted since the last forward).
   bool can_draft(SequenceId id) const;
+  // Wall time spent feeding the drafter's rings since the engine was made (DSpark's cost on
+  // every forward, drafting or not).
+  double draft_feed_ms() const { return feed_ms_; }
 
   // One batched forward. Returns one result per segment, in order (valid until the next call).
   // trace: named intermediates, only for a batch of one segment.
@@ -278,6 +281,8 @@ class Engine {
   std::vector<float> logits_;
   std::vector<SegmentResult> results_;
   std::vector<DraftRequest> draft_requests_;
+  double feed_ms_ = 0;
+  std::vector<Backend::DraftFeed> draft_feeds_;
   // DSpark: feeds each admitted segment's rows into its drafter rings (after the layers).
   void feed_draft_rings();
   CacheOptions cache_options() const;

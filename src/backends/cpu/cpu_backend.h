@@ -55,7 +55,7 @@ class CpuBackend : public Backend {
   void logits(std::span<const int64_t> rows, float* out) override;
   int draft_stages() const override { return drafter_ ? drafter_->stages() : 0; }
   void set_feature_capture(bool on) override { capture_ = on && drafter_ != nullptr; }
-  void feed_draft_rings(int segment, int64_t first_row) override;
+  void feed_draft_rings(std::span<const DraftFeed> feeds) override;
   Status draft(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick) override;
 
   // Test hook: called before each layer with the batch's streams x [n, hc, d] and carried mix
@@ -104,6 +104,8 @@ class CpuBackend : public Backend {
   bool capture_ = false;
   std::vector<int> target_slot_;
   std::vector<float> features_;
+  std::vector<float> feed_features_;    // the fed rows' features, gathered
+  std::vector<int64_t> feed_positions_;
 };
 
 }  // namespace dsv41

@@ -87,7 +87,7 @@ bool Engine::can_draft(SequenceId id) const {
 }
 
 void Engine::feed_draft_rings() {
-  if (!options_.dspark) return;
+  if (!options_.dspark || !feeding_) return;
   const std::vector<int>& targets = config().dspark_target_layer_ids;
   draft_feeds_.clear();
   for (size_t i = 0; i < admitted_.size(); ++i) {

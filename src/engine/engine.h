@@ -216,6 +216,9 @@ class Engine {
   // Wall time spent feeding the drafter's rings since the engine was made (DSpark's cost on
   // every forward, drafting or not).
   double draft_feed_ms() const { return feed_ms_; }
+  // Feeding the drafter's rings after each forward can be paused (DSpark's auto mode does while
+  // plain decoding wins): drafts then wait until a forward has fed the rings again (can_draft).
+  void set_draft_feeding(bool on) { feeding_ = on; }
 
   // One batched forward. Returns one result per segment, in order (valid until the next call).
   // trace: named intermediates, only for a batch of one segment.
@@ -282,6 +285,7 @@ class Engine {
   std::vector<SegmentResult> results_;
   std::vector<DraftRequest> draft_requests_;
   double feed_ms_ = 0;
+  bool feeding_ = true;
   std::vector<Backend::DraftFeed> draft_feeds_;
   // DSpark: feeds each admitted segment's rows into its drafter rings (after the layers).
   void feed_draft_rings();

@@ -221,30 +221,54 @@ int32_t Scheduler::pick_token(Active& a, const float* logits) {
   return token;
 }
 
+void Scheduler::enter(AutoPhase phase) {
+  auto_.phase = phase;
+  auto_.measured = 0;
+  auto_.steps = 0;
+  // Rings are fed while drafting and while refilling them for the next measurement.
+  engine_.set_draft_feeding(phase != AutoPhase::kPlain && phase != AutoPhase::kPlainMeasure);
+}
+
 bool Scheduler::want_draft() {
   if (options_.dspark.kind != DsparkMode::Kind::kAuto) return true;
-  AutoSwitch& s = auto_;
-  // A few steps of each side, then the better one; drafting must win by a margin (its cost is
-  // certain, its gain noisy), and the other side is probed once every kProbeEvery steps.
-  constexpr int64_t kWarm = 4, kProbeEvery = 64;
+  constexpr int64_t kMeasure = 4, kProbeEvery = 256;
   constexpr double kMargin = 1.05;
-  if (s.seen[1] < kWarm) return true;  // the drafter's side first: the calibration needs outcomes
-  if (s.seen[0] < kWarm) return false;
-  const bool best = s.rate[1] > kMargin * s.rate[0];
-  if (++s.since_probe >= kProbeEvery) {
-    s.since_probe = 0;
-    return !best;
+  AutoSwitch& s = auto_;
+  ++s.steps;
+  switch (s.phase) {
+    case AutoPhase::kDraftMeasure:
+      if (s.measured >= kMeasure) enter(AutoPhase::kPlainMeasure);
+      break;
+    case AutoPhase::kPlainMeasure:
+      if (s.measured >= kMeasure)
+        enter(s.rate[1] > kMargin * s.rate[0] ? AutoPhase::kDrafting : AutoPhase::kPlain);
+      // Drafting right away would see rings that were not fed while measuring plain steps.
+      if (s.phase == AutoPhase::kDrafting) enter(AutoPhase::kRefill);
+      break;
+    case AutoPhase::kPlain:
+      if (s.steps >= kProbeEvery) enter(AutoPhase::kRefill);
+      break;
+    case AutoPhase::kRefill:
+      // A window's worth of fed positions, so the probe's drafter sees what it normally sees.
+      if (s.steps > engine_.config().sliding_window) enter(AutoPhase::kDraftMeasure);
+      break;
+    case AutoPhase::kDrafting:
+      if (s.steps >= kProbeEvery) enter(AutoPhase::kPlainMeasure);
+      break;
   }
-  return best;
+  return s.phase == AutoPhase::kDraftMeasure || s.phase == AutoPhase::kDrafting;
 }
 
 void Scheduler::measure_step(double ms, bool decode_only) {
+  if (options_.dspark.kind != DsparkMode::Kind::kAuto) return;
   if (!decode_only || ms <= 0 || emitted_this_step_ == 0) return;
   AutoSwitch& s = auto_;
-  const int side = drafted_this_step_ ? 1 : 0;
+  if (s.phase != AutoPhase::kDraftMeasure && s.phase != AutoPhase::kPlainMeasure) return;
+  const int side = s.phase == AutoPhase::kDraftMeasure ? 1 : 0;
   const double rate = static_cast<double>(emitted_this_step_) / ms;
-  s.rate[side] = s.seen[side] == 0 ? rate : 0.9 * s.rate[side] + 0.1 * rate;
-  ++s.seen[side];
+  // The mean over the phase (each phase measures afresh: the batch may have changed since).
+  s.rate[side] = s.measured == 0 ? rate : (s.rate[side] * s.measured + rate) / (s.measured + 1);
+  ++s.measured;
 }
 
 bool Scheduler::emit_token(Active& a, int32_t token, const float* logits) {

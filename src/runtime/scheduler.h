@@ -227,15 +227,19 @@ class Scheduler {
   ConfidenceCalibrator calibrator_{16};
   StepCost step_cost_;
   DsparkStats dspark_;
-  // Auto mode's measured choice (draft or not this step): emitted tokens per ms of decode-only
-  // steps with [1] and without [0] drafting, moving averages; the losing side is probed now and
-  // then so a change of batch or acceptance is seen. Drafting costs time: where it does not pay
-  // (a weak drafter, a model too small for the drafter's overhead) auto decodes plainly.
+  // Auto mode's measured choice (runtime/scheduler.cpp want_draft): emitted tokens per ms of
+  // decode-only steps with [1] and without [0] drafting, each measured over a few steps; drafting
+  // must win by a margin (its cost is certain, its gain noisy). While plain decoding wins, the
+  // drafter's rings are not fed either (Engine::set_draft_feeding): auto then costs nothing but
+  // a probe now and then (rings refilled for a window, then a few drafting steps measured).
+  enum class AutoPhase { kDraftMeasure, kPlainMeasure, kPlain, kRefill, kDrafting };
   struct AutoSwitch {
+    AutoPhase phase = AutoPhase::kDraftMeasure;
     double rate[2] = {0, 0};
-    int64_t seen[2] = {0, 0};
-    int64_t since_probe = 0;
+    int64_t measured = 0;  // decode-only steps measured in this phase
+    int64_t steps = 0;     // steps in this phase
   } auto_;
+  void enter(AutoPhase phase);
   bool drafted_this_step_ = false;
   int64_t emitted_this_step_ = 0;
   bool want_draft();

@@ -5,7 +5,11 @@
 // checked against the PyTorch reference by reference/tests/test_dspark.py).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_backend.h"
 #include "engine/engine.h"
@@ -82,6 +86,37 @@ TEST(DsparkShape, ConfigErrorsNameTheKey) {
   c = micro().config();
   c.dspark_num_experts_per_tok = 9;
   EXPECT_FALSE(DrafterShape::from_config(c).ok());
+}
+
+
+TEST(DsparkShape, DrafterShapesThatDisagreeWithTheConfigNameTheTensor) {
+  // The fixture's drafter with a config claiming another Markov rank.
+  const std::string dir = ::testing::TempDir() + "dspark-bad-rank";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"model.safetensors", "tokenizer.json"})
+    std::filesystem::copy_file(kModel + "/" + f, dir + "/" + f);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(kModel + "/config.json"));
+  config["dspark_markov_rank"] = 9;
+  std::ofstream(dir + "/config.json") << config.dump();
+  auto m = Model::load(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("markov_head"), std::string::npos) << m.status().message();
+  // The right rank loads; the backbone alone (v41-micro's checkpoint, no mtp.* tensors) under a
+  // config that describes a drafter loads without one, with a note saying why (logged once).
+  config["dspark_markov_rank"] = 8;
+  std::ofstream(dir + "/config.json") << config.dump();
+  auto ok = Model::load(dir);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_NE((*ok)->drafter(), nullptr);
+  const std::string micro_dir = std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/v41-micro";
+  std::filesystem::remove(dir + "/model.safetensors");
+  std::filesystem::copy_file(micro_dir + "/model.safetensors", dir + "/model.safetensors");
+  auto bare = Model::load(dir);
+  ASSERT_TRUE(bare.ok()) << bare.status().to_string();
+  EXPECT_EQ((*bare)->drafter(), nullptr);
+  EXPECT_NE((*bare)->drafter_note().find("no mtp.* tensors"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(DsparkEngine, EngineRefusesDsparkWithoutRollbackRoom) {

@@ -22,8 +22,9 @@ Result<DsparkChoice> resolve_dspark(const std::string& text, const Model& model,
   c.mode = *mode;
   // Exact, but not yet faster here: say so where it runs (docs/DSPARK.md, "Measurements").
   std::fprintf(stderr,
-               "%s: DSpark %s: drafts verified exactly (the output is plain decoding's); on the CPU backend "
-               "with small models it is slower than --dspark off at a fixed K (auto measures and falls back)\n",
+               "%s: DSpark %s: drafts verified exactly (greedy output is plain decoding's, sampled output keeps its "
+               "distribution); on the CPU backend with small models a fixed K is slower than --dspark off (auto "
+               "measures and falls back)\n",
                cmd, text.c_str());
   return c;
 }

@@ -147,6 +147,26 @@ TEST(DsparkEngine, BatchedDraftsEqualSingleOnes) {
   expect_same(both[1], db);
 }
 
+
+TEST(DsparkEngine, FewerSlotsGiveTheFullDraftsFirstSlots) {
+  auto e = dspark_engine();
+  const SequenceId s = *e->add_sequence(64);
+  const DraftBlock full = draft_after(*e, s, tokens(15, 8), 15, 4);
+  const int64_t V = micro().vocab_size();
+  for (int slots = 1; slots <= 5; ++slots) {
+    std::vector<DraftBlock> out;
+    const Engine::DraftSpec spec{s, 4, slots};
+    ASSERT_TRUE(e->draft(std::span<const Engine::DraftSpec>(&spec, 1), out).ok());
+    const DraftBlock& b = out.front();
+    ASSERT_EQ(static_cast<int>(b.ids.size()), slots);
+    for (int j = 0; j < slots; ++j) {
+      EXPECT_EQ(b.ids[j], full.ids[j]);
+      EXPECT_EQ(b.confidence[j], full.confidence[j]);
+      for (int64_t v = 0; v < V; ++v) ASSERT_EQ(b.logits[j * V + v], full.logits[j * V + v]);
+    }
+  }
+}
+
 TEST(DsparkEngine, RollbackLeavesNoTraceInTheRings) {
   auto e = dspark_engine();
   const SequenceId s = *e->add_sequence(64);

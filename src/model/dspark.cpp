@@ -95,16 +95,26 @@ Status Drafter::draft(std::span<const DraftRequest> requests, std::vector<DraftB
   // Head: collapse with the last FFN pre (kept un-normalised for the confidence), norm, logits.
   mhc_collapse(ex_, model_.mhc_shape(), x_.data(), p_.data(), R, a_.data());
   rmsnorm_rows(a_.data(), R, d, w_.norm.data(), c.rms_norm_eps, h_.data());
-  logits_.resize(static_cast<size_t>(R * V));
-  matmul(ex_, h_.data(), R, d, model_.head().ref(), V, logits_.data());
+  // Logits only of the slots each request wants (their normed rows gathered, one product).
+  std::vector<int64_t>& first = head_rows_;
+  first.assign(static_cast<size_t>(n + 1), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t want = requests[i].slots > 0 ? std::min<int64_t>(requests[i].slots, B) : B;
+    first[i + 1] = first[i] + want;
+    for (int64_t j = 0; j < want; ++j)
+      std::copy_n(row(h_, i * B + j, d), d, row(h_, first[i] + j, d));  // compacting: first[i] + j ≤ i·B + j
+  }
+  logits_.resize(static_cast<size_t>(first[n] * V));
+  matmul(ex_, h_.data(), first[n], d, model_.head().ref(), V, logits_.data());
   out.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     DraftBlock& b = out[i];
-    b.ids.resize(static_cast<size_t>(B));
-    b.logits.assign(logits_.begin() + i * B * V, logits_.begin() + (i + 1) * B * V);
-    b.confidence.resize(static_cast<size_t>(B));
+    const int64_t want = first[i + 1] - first[i];
+    b.ids.resize(static_cast<size_t>(want));
+    b.logits.assign(logits_.begin() + first[i] * V, logits_.begin() + first[i + 1] * V);
+    b.confidence.resize(static_cast<size_t>(want));
     int32_t prev = requests[i].anchor;
-    for (int64_t j = 0; j < B; ++j) {
+    for (int64_t j = 0; j < want; ++j) {
       const float* e = w_.markov_embed.data() + int64_t(prev) * r;
       float* lj = b.logits.data() + j * V;
       for (int64_t v = 0; v < V; ++v) {

@@ -41,10 +41,15 @@ struct DraftRequest {
   const SequenceCache* cache = nullptr;  // its draft rings hold the positions up to `last`
   int64_t last = 0;                      // s: the last position the target has processed
   int32_t anchor = 0;                    // t_{s+1}: the target's token for s+1
+  // Draft slots wanted, 1 … block (0 = all): the stages always run the whole block (its rows see
+  // each other), but the head, the Markov head and the confidence run only for these slots, so a
+  // caller verifying k ≤ slots drafts does not pay for the others. The slots given are the same
+  // values as in a full draft.
+  int slots = 0;
 };
 
-// One request's draft: ids [B] (d_1 … d_B, predicting positions s+2 … s+B+1), the Markov-corrected
-// logits they were picked from [B, V], and the confidence logits [B].
+// One request's draft: ids [n] (d_1 … d_n, predicting positions s+2 … s+n+1), the Markov-corrected
+// logits they were picked from [n, V], and the confidence logits [n]; n = the request's slots.
 struct DraftBlock {
   std::vector<int32_t> ids;
   std::vector<float> logits;
@@ -87,6 +92,7 @@ class Drafter {
   std::vector<int64_t> positions_;
   std::vector<float> x_, x2_, p_, h_, c_, q_, kv_, o_, a_, pre_a_, post_a_, comb_a_, pre_b_, post_b_, comb_b_;
   std::vector<float> weights_, keys_, logits_;
+  std::vector<int64_t> head_rows_;  // [requests + 1] first head row of each request
   std::vector<int32_t> experts_;
   MhcScratch mhc_scratch_;
   MoeScratch moe_scratch_;

@@ -304,7 +304,11 @@ void Scheduler::draft_step() {
     // Room: the drafts and the token after them must fit the request and the context.
     const int64_t left = a.request.max_tokens - static_cast<int64_t>(a.result.ids.size());
     if (left < 2 || !engine_.can_draft(a.sequence)) continue;
-    draft_specs_.push_back({a.sequence, a.next_token});
+    // Slots that can be verified: a fixed K needs K; auto needs every confidence (slot i's needs
+    // the token drafted at slot i − 1, so all of them); never more than the request has room for.
+    const int64_t B = engine_.draft_block();
+    const int64_t want = options_.dspark.kind == DsparkMode::Kind::kFixed ? options_.dspark.k : B;
+    draft_specs_.push_back({a.sequence, a.next_token, static_cast<int>(std::min<int64_t>({want, B, left - 1}))});
     drafting_.push_back(&a);
   }
   if (drafting_.empty()) return;

@@ -319,8 +319,11 @@ TEST(DsparkDecode, RejectionRuleIsReproducibleAndIndependentOfTheBatch) {
   EXPECT_EQ(a.ids, b.ids);
   EXPECT_GT(a.stats.verified, 100);
   EXPECT_GT(a.stats.accepted, 0);
-  for (size_t i = 0; i < reqs.size(); ++i)
-    if (reqs[i].ignore_eos) EXPECT_EQ(static_cast<int64_t>(a.ids[i].size()), reqs[i].max_tokens);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i].ignore_eos) {
+      EXPECT_EQ(static_cast<int64_t>(a.ids[i].size()), reqs[i].max_tokens);
+    }
+  }
 }
 
 TEST(DsparkDecode, SeededSamplingEqualsPlain) {

@@ -12,7 +12,7 @@ const EOS = config.eos_token_id ?? config.text_config?.eos_token_id;
 let server;
 
 before(async () => {
-  server = await startServer(['--parallel', '1', '--max-queue', '0', '--ctx', '1024', '--thinking', 'off']);
+  server = await startServer(['--parallel', '1', '--max-queue', '0', '--ctx', '1024', '--thinking', 'off', '--shutdown-timeout', '120']);
 });
 after(async () => {
   await server.stop();

@@ -18,6 +18,8 @@
 #include "runtime/scheduler.h"
 #include "runtime/serve_turn.h"
 #include "store/store_test_util.h"
+#include "format/safetensors.h"
+#include "tests/golden_file.h"
 
 namespace dsv41 {
 namespace {
@@ -409,6 +411,153 @@ TEST(DsparkDecode, EqualsPlainAfterARestoreAndAfterABoundedReplay) {
   const auto replay_spec = decode_turn(*e, replay, prompt, PrefillDepth::kBounded, k3, &swa, &drafted);
   EXPECT_GT(drafted, 100);
   EXPECT_EQ(replay_spec, replay_plain);
+}
+
+// ---- On the golden fixture: against the independent reference's own greedy run ---------------
+
+// The golden v41-tiny-f32 backbone (release names) with a random drafter beside it in a second
+// shard (float32, from Model::create_random of the same config), in a fresh directory.
+std::string golden_with_drafter() {
+  const std::string src = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32/official";
+  const std::string dir = ::testing::TempDir() + "dspark-golden";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(src + "/model.safetensors", dir + "/backbone.safetensors");
+  std::filesystem::copy_file(src + "/tokenizer.json", dir + "/tokenizer.json");
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+  nlohmann::json& tc = config["text_config"];
+  tc["num_nextn_predict_layers"] = 3;
+  tc["dspark_markov_rank"] = 8;
+  tc["dspark_n_routed_experts"] = 4;
+  tc["dspark_num_experts_per_tok"] = 2;
+  std::ofstream(dir + "/config.json") << config.dump();
+  auto cfg = load_model_config(dir);
+  EXPECT_TRUE(cfg.ok()) << cfg.status().to_string();
+  auto random = Model::create_random(*cfg, 99);
+  EXPECT_TRUE(random.ok()) << random.status().to_string();
+  const DrafterWeights& w = *(*random)->drafter();
+  // Every drafter tensor as float32, release names.
+  std::vector<std::pair<std::string, const std::vector<float>*>> named;
+  for (int st = 0; st < w.shape.stages; ++st) {
+    const std::string p = "mtp." + std::to_string(st) + ".";
+    const LayerWeights& L = w.stages[st];
+    for (const AttentionTensor& e : attention_tensors(*cfg, w.shape.stage_info(*cfg, st)))
+      if (e.size > 0) named.push_back({p + "attn." + e.name, &(L.attn.*e.field)});
+    named.push_back({p + "attn_norm.weight", &L.attn_norm});
+    named.push_back({p + "ffn_norm.weight", &L.ffn_norm});
+    named.push_back({p + "hc_attn_fn", &L.hc_attn_fn});
+    named.push_back({p + "hc_attn_base", &L.hc_attn_base});
+    named.push_back({p + "hc_attn_scale", &L.hc_attn_scale});
+    named.push_back({p + "hc_ffn_fn", &L.hc_ffn_fn});
+    named.push_back({p + "hc_ffn_base", &L.hc_ffn_base});
+    named.push_back({p + "hc_ffn_scale", &L.hc_ffn_scale});
+    named.push_back({p + "ffn.gate.weight", &L.gate});
+    named.push_back({p + "ffn.gate.bias", &L.gate_bias});
+    for (size_t j = 0; j < L.experts.size(); ++j) {
+      const std::string e = p + "ffn.experts." + std::to_string(j) + ".";
+      named.push_back({e + "w1.weight", &L.experts[j].w1.f32});
+      named.push_back({e + "w3.weight", &L.experts[j].w3.f32});
+      named.push_back({e + "w2.weight", &L.experts[j].w2.f32});
+    }
+    named.push_back({p + "ffn.shared_experts.w1.weight", &L.shared.w1.f32});
+    named.push_back({p + "ffn.shared_experts.w3.weight", &L.shared.w3.f32});
+    named.push_back({p + "ffn.shared_experts.w2.weight", &L.shared.w2.f32});
+  }
+  named.push_back({"mtp.0.main_proj.weight", &w.main_proj.f32});
+  named.push_back({"mtp.0.main_norm.weight", &w.main_norm});
+  named.push_back({"mtp.2.norm.weight", &w.norm});
+  named.push_back({"mtp.2.markov_head.embed.weight", &w.markov_embed});
+  named.push_back({"mtp.2.markov_head.head.weight", &w.markov_head});
+  named.push_back({"mtp.2.confidence_head.proj.weight", &w.confidence});
+  std::vector<TensorView> views;
+  nlohmann::json index;
+  for (const auto& [name, v] : named) {
+    TensorView t;
+    t.name = name;
+    t.shape = {static_cast<int64_t>(v->size())};
+    t.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v->data()), v->size() * 4);
+    views.push_back(std::move(t));
+    index["weight_map"][name] = "drafter.safetensors";
+  }
+  EXPECT_TRUE(write_safetensors(dir + "/drafter.safetensors", views).ok());
+  // The backbone's names from its header.
+  std::ifstream f(dir + "/backbone.safetensors", std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, ' ');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  const nlohmann::json entries = nlohmann::json::parse(header);
+  for (const auto& [name, _] : entries.items())
+    if (name != "__metadata__") index["weight_map"][name] = "backbone.safetensors";
+  std::ofstream(dir + "/model.safetensors.index.json") << index.dump();
+  return dir;
+}
+
+TEST(DsparkGolden, SpeculativeGreedyEqualsTheReferencesGreedyRun) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
+  const std::string dir = golden_with_drafter();
+  ModelLoadOptions lo;
+  lo.threads = 1;
+  auto model = Model::load(dir, lo);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ASSERT_NE((*model)->drafter(), nullptr);
+  testing::GoldenFile golden(std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32/golden.safetensors");
+  std::vector<GenerationRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (int s = 0; s < 4; ++s) {
+    GenerationRequest r;
+    for (int64_t id : golden.get("s" + std::to_string(s) + ".input_ids").i64) r.prompt.push_back(int32_t(id));
+    std::vector<int32_t> g;
+    for (int64_t id : golden.get("s" + std::to_string(s) + ".generated").i64) g.push_back(int32_t(id));
+    r.max_tokens = static_cast<int64_t>(g.size());
+    r.ignore_eos = true;
+    reqs.push_back(r);
+    want.push_back(g);
+  }
+  for (int parallel : {1, 4}) {
+    for (int k : {1, 3, 5}) {
+      EngineOptions eo;
+      eo.dspark = true;
+      eo.rollback_tokens = 5;
+      auto e = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables(), eo);
+      ASSERT_TRUE(e.ok());
+      SchedulerOptions o;
+      o.parallel = parallel;
+      o.max_context = 256;
+      o.dspark = DsparkMode{DsparkMode::Kind::kFixed, k};
+      // Drafts right at 70 % of the slots (the reference's own continuation), so accepted and
+      // rejected blocks alternate.
+      std::mt19937 coin(k);
+      o.draft_override = [&](std::span<const int32_t> history, int32_t anchor, DraftBlock& block) {
+        for (size_t r = 0; r < reqs.size(); ++r) {
+          std::vector<int32_t> full = reqs[r].prompt;
+          full.insert(full.end(), want[r].begin(), want[r].end());
+          if (full.size() < history.size() + 1 || !std::equal(history.begin(), history.end(), full.begin()) ||
+              full[history.size()] != anchor)
+            continue;
+          for (size_t j = 0; j < block.ids.size(); ++j) {
+            const size_t at = history.size() + 1 + j;
+            if (at < full.size() && coin() % 10 < 7) block.ids[j] = full[at];
+          }
+          return;
+        }
+      };
+      auto sch = Scheduler::create(**e, o);
+      ASSERT_TRUE(sch.ok());
+      std::vector<int64_t> tickets;
+      for (const auto& r : reqs) tickets.push_back((*sch)->submit(r));
+      (*sch)->run_to_completion();
+      for (size_t r = 0; r < reqs.size(); ++r) {
+        auto res = (*sch)->take(tickets[r]);
+        ASSERT_TRUE(res && res->status.ok());
+        EXPECT_EQ(res->ids, want[r]) << "sequence " << r << " parallel " << parallel << " K " << k;
+      }
+      const DsparkStats& st = (*sch)->dspark_stats();
+      EXPECT_GT(st.accepted, 0);
+      EXPECT_LT(st.accepted, st.verified);
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

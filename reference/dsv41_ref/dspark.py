@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .model import MoE, RMSNorm, apply_rope, collapse, hc_coefficients, hc_write, rope_inv_freq
+from .model import MoE, RMSNorm, add_block_norms_and_mhc, apply_rope, collapse, hc_coefficients, hc_write, rope_inv_freq
 from .quant import fp8_block_qdq
 
 
@@ -147,16 +147,8 @@ class DSparkStage(nn.Module):
     def __init__(self, cfg, dc, first, last):
         super().__init__()
         self.cfg = cfg
-        hc, d = cfg.hc_mult, cfg.hidden_size
-        n = (2 + hc) * hc
-        self.attn_norm = RMSNorm(d, cfg.rms_norm_eps)
-        self.ffn_norm = RMSNorm(d, cfg.rms_norm_eps)
-        self.hc_attn_fn = nn.Parameter(torch.zeros(n, hc * d))
-        self.hc_attn_base = nn.Parameter(torch.zeros(n))
-        self.hc_attn_scale = nn.Parameter(torch.ones(3))
-        self.hc_ffn_fn = nn.Parameter(torch.zeros(n, hc * d))
-        self.hc_ffn_base = nn.Parameter(torch.zeros(n))
-        self.hc_ffn_scale = nn.Parameter(torch.ones(3))
+        d = cfg.hidden_size
+        add_block_norms_and_mhc(self, cfg)
         self.attn = DSparkAttention(cfg)
         self.ffn = MoE(cfg)
         if first:

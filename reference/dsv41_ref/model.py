@@ -545,20 +545,26 @@ def hc_write(X, out, post, C):
     return y.to(X.dtype)
 
 
+def add_block_norms_and_mhc(module, cfg):
+    """The two RMSNorms and the two mHC sites' parameters of a block (a backbone layer or a DSpark
+    stage), registered on `module` in this order (the deterministic init walks them in order)."""
+    hc, d = cfg.hc_mult, cfg.hidden_size
+    n = (2 + hc) * hc
+    module.attn_norm = RMSNorm(d, cfg.rms_norm_eps)
+    module.ffn_norm = RMSNorm(d, cfg.rms_norm_eps)
+    module.hc_attn_fn = nn.Parameter(torch.zeros(n, hc * d))
+    module.hc_attn_base = nn.Parameter(torch.zeros(n))
+    module.hc_attn_scale = nn.Parameter(torch.ones(3))
+    module.hc_ffn_fn = nn.Parameter(torch.zeros(n, hc * d))
+    module.hc_ffn_base = nn.Parameter(torch.zeros(n))
+    module.hc_ffn_scale = nn.Parameter(torch.ones(3))
+
+
 class Block(nn.Module):
     def __init__(self, cfg, layer):
         super().__init__()
         self.cfg, self.layer = cfg, layer
-        hc, d = cfg.hc_mult, cfg.hidden_size
-        n = (2 + hc) * hc
-        self.attn_norm = RMSNorm(d, cfg.rms_norm_eps)
-        self.ffn_norm = RMSNorm(d, cfg.rms_norm_eps)
-        self.hc_attn_fn = nn.Parameter(torch.zeros(n, hc * d))
-        self.hc_attn_base = nn.Parameter(torch.zeros(n))
-        self.hc_attn_scale = nn.Parameter(torch.ones(3))
-        self.hc_ffn_fn = nn.Parameter(torch.zeros(n, hc * d))
-        self.hc_ffn_base = nn.Parameter(torch.zeros(n))
-        self.hc_ffn_scale = nn.Parameter(torch.ones(3))
+        add_block_norms_and_mhc(self, cfg)
         self.attn = Attention(cfg, layer)
         self.ffn = MoE(cfg)
         if layer in cfg.engram_layer_ids:

@@ -1,5 +1,5 @@
 // Handing one request's choices to the engine loop (see ApiServer::submit): the context check
-// that answers 400 with the sizes, per-choice seeds, and 429 when the queue is full. Shared by
+// that answers 400 with the sizes, the logit_bias vocabulary check, per-choice seeds, and 429 when the queue is full. Shared by
 // the chat and completion endpoints.
 #include <random>
 
@@ -17,6 +17,14 @@ std::shared_ptr<Channel> ApiServer::submit(const httplib::Request& req, httplib:
                                     "unsupported_value"));
     return nullptr;
   }
+  // A logit_bias id outside the vocabulary is the client's error, named before anything is queued.
+  for (const auto& [id, bias] : gen.sampling.logit_bias)
+    if (id >= config_->vocab_size) {
+      reply_error(req, res, bad_field("logit_bias", "logit_bias: token id " + std::to_string(id) +
+                                                        " outside the vocabulary (0.." +
+                                                        std::to_string(config_->vocab_size - 1) + ")"));
+      return nullptr;
+    }
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   const int64_t ctx = options_.context;
   if (n_prompt >= ctx || (gen.max_tokens > 0 && n_prompt + gen.max_tokens > ctx)) {

@@ -335,6 +335,9 @@ test('errors: OpenAI shapes and statuses, the field named', async () => {
   await assert.rejects(client.chat.completions.create({ ...greedy, messages: user('x'), max_tokens: 100000 }), (e) =>
     e.code === 'context_length_exceeded' && /2048 tokens/.test(e.message) && /100000/.test(e.message));
   await bad({ ...greedy, messages: user('x '.repeat(3000)) }, 400, 'messages');
+  await bad({ ...greedy, messages: user('x'), logit_bias: { 99999999: 5 } }, 400, 'logit_bias');
+  await assert.rejects(client.completions.create({ ...greedy, prompt: 'x', logit_bias: { 99999999: 5 } }),
+    (e) => e.status === 400 && e.param === 'logit_bias' && /outside the vocabulary/.test(e.message));
 
   const raw = await fetch(server.base + '/v1/chat/completions', { method: 'POST', headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' }, body: '{not json' });
   assert.equal(raw.status, 400);

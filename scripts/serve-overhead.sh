@@ -4,7 +4,8 @@
 # greedy) sent all at once by curl to `dsv41 serve --parallel N`, and run by `dsv41 generate
 # --parallel N`, for R rounds (which runs first alternates). Prints per round the server's wall time (first request
 # sent → last answer), generate's own batch time (its stderr summary, model load excluded) and
-# server / generate − 1. Needs curl and python3 (to write the requests and count tokens).
+# server / generate − 1, split into the engine's own time (its steps, from /metrics) and the time
+# around it (HTTP, tokenizing, waiting for requests). Needs curl (≥ 7.66, for -Z) and python3 (to write the requests and count tokens).
 #   usage: scripts/serve-overhead.sh BINARY MODEL_DIR [N=32] [ROUNDS=3] [PORT=18599]
 set -euo pipefail
 BIN="$1" MODEL="$2" N="${3:-32}" ROUNDS="${4:-3}" PORT="${5:-18599}"
@@ -38,20 +39,33 @@ run_server() {
     --quiet --depth full 2> "$TMP/serve.log" &
   spid=$!
   for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break; sleep 0.05; done
+  # One curl process sends all N requests at once (-Z): a client firing N concurrent requests,
+  # not N process start-ups spread over tens of milliseconds.
+  args=()
+  for i in $(seq 0 $((N - 1))); do
+    [ "$i" -gt 0 ] && args+=(--next)
+    args+=(-s -o "$TMP/out_$i.json" -H 'Content-Type: application/json' -d @"$TMP/body_$i.json"
+           "http://127.0.0.1:$PORT/v1/completions")
+  done
   t0=$(now)
-  seq 0 $((N - 1)) | xargs -P "$N" -I{} curl -s -o "$TMP/out_{}.json" -H 'Content-Type: application/json' \
-    -d @"$TMP/body_{}.json" "http://127.0.0.1:$PORT/v1/completions"
+  curl -s -Z --parallel-immediate --parallel-max "$N" "${args[@]}" 2> "$TMP/curl.err"
   t1=$(now)
+  metrics=$(curl -s "http://127.0.0.1:$PORT/metrics")
+  server_steps=$(echo "$metrics" | awk '/^dsv41_engine_steps_total/ {print $2}')
+  server_busy=$(echo "$metrics" | awk '/^dsv41_engine_busy_seconds_total/ {print $2}')
   kill -TERM "$spid"; wait "$spid" || true
   server_s=$(python3 -c "print($t1 - $t0)")
   tokens=$(python3 -c "import json; print(sum(json.load(open(f'$TMP/out_{i}.json'))['usage']['completion_tokens'] for i in range($N)))")
 }
 run_generate() {
-  gen_s=$("$BIN" generate -m "$MODEL" --requests "$TMP/requests.jsonl" --parallel "$N" --ctx 2048 --depth full \
-    --out "$TMP/gen.jsonl" 2>&1 >/dev/null | grep -oE ' in [0-9.]+ s' | grep -oE '[0-9.]+')
+  local summary
+  summary=$("$BIN" generate -m "$MODEL" --requests "$TMP/requests.jsonl" --parallel "$N" --ctx 2048 --depth full \
+    --out "$TMP/gen.jsonl" 2>&1 >/dev/null)
+  gen_s=$(echo "$summary" | grep -oE ' in [0-9.]+ s' | grep -oE '[0-9.]+')
+  gen_steps=$(echo "$summary" | grep -oE '\([0-9]+ steps' | grep -oE '[0-9]+')
 }
 # Alternate which runs first (machines speed up or slow down over a run).
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) -eq 1 ]; then run_server; run_generate; first=server; else run_generate; run_server; first=generate; fi
-  python3 -c "s=$server_s; g=$gen_s; t=$tokens; print(f'round $r ($first first): {t} tokens; server {s:.3f} s ({t/s:.1f} tok/s), generate {g:.3f} s ({t/g:.1f} tok/s), overhead {100*(s/g-1):+.1f} %')"
+  python3 -c "s=$server_s; g=$gen_s; t=$tokens; b=$server_busy; print(f'round $r ($first first): {t} tokens; server {s:.3f} s ({t/s:.1f} tok/s; engine busy {b:.3f} s in $server_steps steps), generate {g:.3f} s ({t/g:.1f} tok/s; $gen_steps steps), overhead {100*(s/g-1):+.1f} % (engine {100*(b/g-1):+.1f} %, around it {100*(s-b)/g:.1f} %)')"
 done

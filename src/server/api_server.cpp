@@ -214,6 +214,8 @@ void ApiServer::routes() {
       g.kv_index_bytes = s.pool.index_bytes;
       g.kv_budget_bytes = s.pool.budget_bytes;
       g.sequences = s.pool.sequences;
+      g.engine_steps = s.steps;
+      g.engine_busy_seconds = s.busy_seconds;
     }
     metrics_.count_request("/metrics", 200);
     res.status = 200;

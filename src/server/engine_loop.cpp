@@ -390,12 +390,19 @@ void EngineLoop::run() {
     }
     deliver_finished();
     serve_from_cache();
+    double step_seconds = 0;
     if (!live_.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
       scheduler_->step();
+      step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       deliver_finished();
     }
     {
       std::lock_guard lock(mu_);
+      if (step_seconds > 0) {
+        ++stats_.steps;
+        stats_.busy_seconds += step_seconds;
+      }
       stats_.running = scheduler_->active();
       stats_.waiting = scheduler_->queued() + static_cast<int64_t>(inbox_.size() + cache_queue_.size());
       stats_.pool = engine_.pool_stats();

@@ -102,6 +102,11 @@ struct LoopOptions {
 struct LoopStats {
   int64_t running = 0, waiting = 0;  // choices
   PoolStats pool;
+  // Engine steps since start and the wall time spent inside them: busy / uptime is the
+  // engine's utilisation, and busy against a `dsv41 generate` run of the same batch splits the
+  // server's overhead into engine work and everything around it (docs/SERVER.md).
+  int64_t steps = 0;
+  double busy_seconds = 0;
 };
 
 class EngineLoop {

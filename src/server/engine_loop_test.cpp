@@ -73,6 +73,9 @@ TEST(EngineLoop, ThreadsGetTheSchedulersTokens) {
     EXPECT_EQ(streamed[i], want[i]) << i;
   }
   EXPECT_EQ((*loop)->in_flight(), 0);
+  // The longest request alone takes a step per token; every step is timed.
+  EXPECT_GE((*loop)->stats().steps, 11);
+  EXPECT_GT((*loop)->stats().busy_seconds, 0.0);
   EXPECT_NE(metrics.render({}).find("dsv41_generation_tokens_total " + std::to_string(6 + 7 + 8 + 9 + 10 + 11)),
             std::string::npos);
 }

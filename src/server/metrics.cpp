@@ -134,6 +134,10 @@ std::string Metrics::render(const GaugeValues& g) const {
   scalar("dsv41_kv_budget_bytes", "The page pool's byte budget (0 = unlimited).", "gauge",
          static_cast<double>(g.kv_budget_bytes), &out);
   scalar("dsv41_engine_sequences", "Sequences held by the engine.", "gauge", static_cast<double>(g.sequences), &out);
+  scalar("dsv41_engine_steps_total", "Batched forward steps the engine ran.", "counter",
+         static_cast<double>(g.engine_steps), &out);
+  scalar("dsv41_engine_busy_seconds_total", "Wall time inside engine steps (utilisation = rate of this).", "counter",
+         g.engine_busy_seconds, &out);
   return out;
 }
 

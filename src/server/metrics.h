@@ -36,6 +36,8 @@ class Histogram {
 struct GaugeValues {
   int64_t running = 0, waiting = 0;
   int64_t kv_main_bytes = 0, kv_index_bytes = 0, kv_budget_bytes = 0, sequences = 0;
+  int64_t engine_steps = 0;
+  double engine_busy_seconds = 0;
 };
 
 class Metrics {

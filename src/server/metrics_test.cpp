@@ -26,6 +26,7 @@ TEST(Metrics, PrometheusTextFormat) {
   GaugeValues g;
   g.running = 2;
   g.kv_main_bytes = 1234;
+  g.engine_steps = 7;
   const std::string text = m.render(g);
   std::istringstream in(text);
   std::string line;
@@ -53,6 +54,7 @@ TEST(Metrics, PrometheusTextFormat) {
   EXPECT_NE(text.find("dsv41_time_to_first_token_seconds_count 3\n"), std::string::npos);
   EXPECT_NE(text.find("dsv41_requests_running 2\n"), std::string::npos);
   EXPECT_NE(text.find("dsv41_kv_main_bytes 1234\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv41_engine_steps_total 7\n"), std::string::npos);
 }
 
 TEST(Sse, Framing) {

@@ -44,11 +44,13 @@ run_server() {
   args=()
   for i in $(seq 0 $((N - 1))); do
     [ "$i" -gt 0 ] && args+=(--next)
-    args+=(-s -o "$TMP/out_$i.json" -H 'Content-Type: application/json' -d @"$TMP/body_$i.json"
-           "http://127.0.0.1:$PORT/v1/completions")
+    args+=(-s -o "$TMP/out_$i.json" -w '%{time_connect} %{time_total}\n' -H 'Content-Type: application/json'
+           -d @"$TMP/body_$i.json" "http://127.0.0.1:$PORT/v1/completions")
   done
   t0=$(now)
-  curl -s -Z --parallel-immediate --parallel-max "$N" "${args[@]}" 2> "$TMP/curl.err"
+  curl -s -Z --parallel-immediate --parallel-max "$N" "${args[@]}" > "$TMP/times.txt" 2> "$TMP/curl.err"
+  # The slowest connect and the spread of the requests' end times: a stalled connection shows here.
+  times=$(awk '{c = $1 > c ? $1 : c; t[NR] = $2} END {lo = t[1]; hi = t[1]; for (i in t) {lo = t[i] < lo ? t[i] : lo; hi = t[i] > hi ? t[i] : hi}; printf "max connect %.3f s, requests done %.3f-%.3f s", c, lo, hi}' "$TMP/times.txt")
   t1=$(now)
   metrics=$(curl -s "http://127.0.0.1:$PORT/metrics")
   server_steps=$(echo "$metrics" | awk '/^dsv41_engine_steps_total/ {print $2}')
@@ -67,5 +69,5 @@ run_generate() {
 # Alternate which runs first (machines speed up or slow down over a run).
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) -eq 1 ]; then run_server; run_generate; first=server; else run_generate; run_server; first=generate; fi
-  python3 -c "s=$server_s; g=$gen_s; t=$tokens; b=$server_busy; print(f'round $r ($first first): {t} tokens; server {s:.3f} s ({t/s:.1f} tok/s; engine busy {b:.3f} s in $server_steps steps), generate {g:.3f} s ({t/g:.1f} tok/s; $gen_steps steps), overhead {100*(s/g-1):+.1f} % (engine {100*(b/g-1):+.1f} %, around it {100*(s-b)/g:.1f} %)')"
+  python3 -c "s=$server_s; g=$gen_s; t=$tokens; b=$server_busy; print(f'round $r ($first first): {t} tokens; server {s:.3f} s ({t/s:.1f} tok/s; engine busy {b:.3f} s in $server_steps steps), generate {g:.3f} s ({t/g:.1f} tok/s; $gen_steps steps), overhead {100*(s/g-1):+.1f} % (engine {100*(b/g-1):+.1f} %, around it {100*(s-b)/g:.1f} %); $times')"
 done

@@ -22,6 +22,9 @@
 // right after BOS, as the chat renderer places a user message's image parts before its text —
 // becomes the image's span; with --ids, one image_token_id per image. The images' content hashes
 // enter the cache's prefix keys. A text-only model refuses --image.
+// --dspark auto|K (issue 15; a model with a drafter): the decode runs through the scheduler's
+// speculative steps (runtime/scheduler.h) — greedy output is plain decoding's token for token —
+// and a last stderr line counts forward passes, drafts verified and accepted.
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -37,6 +40,7 @@
 
 #include "app/cache_open.h"
 #include "app/command.h"
+#include "app/dspark_flag.h"
 #include "app/forward_flags.h"
 #include "app/option_checks.h"
 #include "app/progress.h"
@@ -50,6 +54,7 @@
 #include "runtime/dump.h"
 #include "runtime/image_input.h"
 #include "runtime/sampling.h"
+#include "runtime/scheduler.h"
 #include "runtime/serve_turn.h"
 #include "runtime/session.h"
 #include "runtime/token_ids.h"
@@ -124,6 +129,9 @@ int run_main(int argc, char** argv) {
   cli.add_option("--image", image_paths, "PNG or JPEG image for the prompt (repeatable, in order)");
   cli.add_option("--max-image-bytes", limits.max_bytes, "refuse larger image files")->capture_default_str();
   cli.add_option("--max-image-pixels", limits.max_pixels, "refuse images with more pixels")->capture_default_str();
+  std::string dspark_text = "off";
+  cli.add_option("--dspark", dspark_text, "DSpark speculative decoding: off, auto, or a fixed draft length K "
+                 "(docs/DSPARK.md)");
   ForwardFlags flags;
   flags.add_to(cli);
   name_parse_errors(cli);
@@ -156,6 +164,12 @@ int run_main(int argc, char** argv) {
   if (!load_options.ok()) return fail(load_options.status());
   auto model = Model::load(dir, *load_options);
   if (!model.ok()) return fail(model.status());
+  auto dspark = resolve_dspark(dspark_text, **model, "dsv41 run");
+  if (!dspark.ok()) return fail(dspark.status());
+  if (dspark->on && dump.any()) return fail(invalid_argument("--dump records a plain prefill: leave out --dspark"));
+  EngineOptions engine_options;
+  SchedulerOptions spec_options;
+  apply_dspark(*dspark, **model, engine_options, spec_options);
   std::vector<int32_t> prompt;
   if (!ids_text.empty()) {
     auto ids = parse_token_ids(ids_text);
@@ -222,7 +236,7 @@ int run_main(int argc, char** argv) {
   } else {
     auto backend = make_backend(flags.backend, **model);
     if (!backend.ok()) return fail(backend.status());
-    auto e = Engine::create(std::move(*backend), (*model)->engram_tables());
+    auto e = Engine::create(std::move(*backend), (*model)->engram_tables(), engine_options);
     if (!e.ok()) return fail(e.status());
     engine_owner = std::move(*e);
     engine = engine_owner.get();
@@ -275,7 +289,33 @@ int run_main(int argc, char** argv) {
   const int64_t V = (*model)->config().vocab_size;
   int64_t decoded = 0;  // forward passes after the prefill
   const auto t1 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < n; ++i) {
+  if (dspark->on && n > 0) {
+    // Speculative decoding: the scheduler takes the prefilled sequence and hands it back at the
+    // end (kept, so that the store and the footprint below read what plain decoding leaves).
+    spec_options.parallel = 1;
+    spec_options.max_context = max_context;
+    spec_options.eos_token_id = ignore_eos ? -1 : eos;
+    auto sched = Scheduler::create(*engine, spec_options);
+    if (!sched.ok()) return fail(sched.status());
+    (*sched)->on_token([&](int64_t, int32_t token, std::span<const float>) {
+      generated.push_back(token);
+      if (token == eos && !ignore_eos) return;
+      std::fputs(stream.push(token).c_str(), stdout);
+      std::fflush(stdout);
+    });
+    (*sched)->on_finished([](int64_t, SequenceId) { return true; });
+    GenerationRequest request{prompt, n, sp, ignore_eos};
+    const int64_t ticket = (*sched)->submit_prefilled(std::move(request), id, std::move(*logits), effective, record.work);
+    while ((*sched)->step()) ++decoded;
+    auto result = (*sched)->take(ticket);
+    if (!result || !result->status.ok())
+      return fail(result ? result->status : internal_error("the speculative decode ended without a result"));
+    const DsparkStats& d = (*sched)->dspark_stats();
+    std::fprintf(stderr, "dspark %s: %lld forward passes for %zu tokens, %lld drafts verified, %lld accepted\n",
+                 dspark_text.c_str(), static_cast<long long>(decoded), generated.size(),
+                 static_cast<long long>(d.verified), static_cast<long long>(d.accepted));
+  }
+  for (int64_t i = 0; i < n && !dspark->on; ++i) {
     const int32_t next = sampler->sample(*logits);
     generated.push_back(next);
     if (next == eos && !ignore_eos) break;

@@ -2,6 +2,8 @@
 // the checks against it, and float32 views through dequant.h.
 #include "model/weights.h"
 
+#include "model/dspark_weights.h"
+
 #include <fmt/format.h>
 
 #include <set>
@@ -108,11 +110,17 @@ std::string to_release_name(std::string_view name) {
   return n;
 }
 
-std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c, const LayerPlan& plan) {
-  std::vector<ExpectedTensor> out;
+namespace {
+
+// One block's tensors under `prefix` ("layers.L." for the backbone, "mtp.s." for a DSpark stage):
+// norms, mHC, attention (compressor and indexer by role), the MoE with `experts` routed experts,
+// Engram where the layer has it.
+void add_block_tensors(const ModelConfig& c, const LayerInfo& L, const std::string& prefix, int experts,
+                       std::vector<ExpectedTensor>& out) {
   auto add = [&](std::string name, std::vector<int64_t> shape, WeightStorage s) {
     out.push_back({std::move(name), std::move(shape), s});
   };
+  auto n = [&](std::string_view role) { return prefix + std::string(role); };
   const int64_t H = c.hidden_size;
   const int64_t hc = c.hc_mult;
   const int64_t mix = (kHcFixedRows + hc) * hc;           // 24 for hc_mult 4
@@ -123,64 +131,84 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c, const LayerPl
   const int64_t shared_inter = int64_t{c.moe_intermediate_size} * c.n_shared_experts;
   const int64_t ngram_sizes = c.engram_max_ngram_size - 1;  // n = 2 … max
   using S = WeightStorage;
-
-  add("embed.weight", {c.vocab_size, H}, S::kMatrix);
-  add("norm.weight", {H}, S::kFloat);
-  if (!c.tie_word_embeddings) add("head.weight", {c.vocab_size, H}, S::kMatrix);
-
-  for (const LayerInfo& L : plan.layers) {
-    auto n = [&](std::string_view role) { return LayerTensor{L.index, role}.name(); };
-    add(n("attn_norm.weight"), {H}, S::kFloat);
-    add(n("ffn_norm.weight"), {H}, S::kFloat);
-    for (const char* site : {"attn", "ffn"}) {
-      add(fmt::format("layers.{}.hc_{}_fn", L.index, site), {mix, hc * H}, S::kFloat);
-      add(fmt::format("layers.{}.hc_{}_base", L.index, site), {mix}, S::kFloat);
-      add(fmt::format("layers.{}.hc_{}_scale", L.index, site), {kHcScaleParts}, S::kFloat);
-    }
-    // Attention (every layer): low-rank Q, one shared KV latent, grouped low-rank output.
-    add(n("attn.wq_a.weight"), {c.q_lora_rank, H}, S::kMatrix);
-    add(n("attn.q_norm.weight"), {c.q_lora_rank}, S::kFloat);
-    add(n("attn.wq_b.weight"), {q_heads_dim, c.q_lora_rank}, S::kMatrix);
-    add(n("attn.wkv.weight"), {kv_dim, H}, S::kMatrix);
-    add(n("attn.kv_norm.weight"), {c.head_dim}, S::kFloat);
-    add(n("attn.wo_a.weight"), {o_rank, q_heads_dim / c.o_groups}, S::kMatrix);
-    add(n("attn.wo_b.weight"), {H, o_rank}, S::kMatrix);
-    add(n("attn.attn_sink"), {c.num_attention_heads}, S::kFloat);
-    // Compressor and indexer keys: kv sources only; the gate only when entries pool >1 token.
-    if (L.role == LayerRole::kFull) {
-      add(n("attn.compressor.wkv.weight"), {c.head_dim, H}, S::kMatrix);
-      if (L.ratio > 1) add(n("attn.compressor.wgate.weight"), {c.head_dim, H}, S::kMatrix);
-      add(n("attn.compressor.norm.weight"), {c.head_dim}, S::kFloat);
-      add(n("attn.indexer.wk.weight"), {c.index_head_dim, c.head_dim}, S::kMatrix);
-      add(n("attn.indexer.k_norm.weight"), {c.index_head_dim}, S::kFloat);
-    }
-    // Indexer queries: every index source (Full and Reindex).
-    if (L.role == LayerRole::kFull || L.role == LayerRole::kReindex) {
-      add(n("attn.indexer.wq_b.weight"), {idx_dim, c.q_lora_rank}, S::kMatrix);
-      add(n("attn.indexer.weights_proj.weight"), {c.index_n_heads, H}, S::kMatrix);
-    }
-    // MoE: router, shared expert(s), routed experts.
-    add(n("ffn.gate.weight"), {c.n_routed_experts, H}, S::kMatrix);
-    add(n("ffn.gate.bias"), {c.n_routed_experts}, S::kFloat);
-    add(n("ffn.gate.bias_vl"), {c.n_routed_experts}, S::kFloat);
-    if (shared_inter > 0) {
-      add(n("ffn.shared_experts.w1.weight"), {shared_inter, H}, S::kMatrix);
-      add(n("ffn.shared_experts.w2.weight"), {H, shared_inter}, S::kMatrix);
-      add(n("ffn.shared_experts.w3.weight"), {shared_inter, H}, S::kMatrix);
-    }
-    for (int j = 0; j < c.n_routed_experts; ++j) {
-      add(ExpertTensor{L.index, j, "w1"}.name(), {c.moe_intermediate_size, H}, S::kExpert);
-      add(ExpertTensor{L.index, j, "w2"}.name(), {H, c.moe_intermediate_size}, S::kExpert);
-      add(ExpertTensor{L.index, j, "w3"}.name(), {c.moe_intermediate_size, H}, S::kExpert);
-    }
-    if (L.has_engram && L.engram_slot >= 0 &&
-        L.engram_slot < static_cast<int>(c.engram_num_embeddings.size())) {
-      add(n("engram.embed.weight"), {c.engram_num_embeddings[L.engram_slot], c.engram_head_dim}, S::kScaledTable);
-      add(n("engram.wkv.weight"), {(hc + 1) * H, ngram_sizes * c.engram_n_heads * c.engram_head_dim}, S::kMatrix);
-      add(n("engram.q_weight"), {hc, H}, S::kFloat);
-      add(n("engram.k_weight"), {hc, H}, S::kFloat);
-    }
+  add(n("attn_norm.weight"), {H}, S::kFloat);
+  add(n("ffn_norm.weight"), {H}, S::kFloat);
+  for (const char* site : {"attn", "ffn"}) {
+    add(fmt::format("{}hc_{}_fn", prefix, site), {mix, hc * H}, S::kFloat);
+    add(fmt::format("{}hc_{}_base", prefix, site), {mix}, S::kFloat);
+    add(fmt::format("{}hc_{}_scale", prefix, site), {kHcScaleParts}, S::kFloat);
   }
+  // Attention (every layer): low-rank Q, one shared KV latent, grouped low-rank output.
+  add(n("attn.wq_a.weight"), {c.q_lora_rank, H}, S::kMatrix);
+  add(n("attn.q_norm.weight"), {c.q_lora_rank}, S::kFloat);
+  add(n("attn.wq_b.weight"), {q_heads_dim, c.q_lora_rank}, S::kMatrix);
+  add(n("attn.wkv.weight"), {kv_dim, H}, S::kMatrix);
+  add(n("attn.kv_norm.weight"), {c.head_dim}, S::kFloat);
+  add(n("attn.wo_a.weight"), {o_rank, q_heads_dim / c.o_groups}, S::kMatrix);
+  add(n("attn.wo_b.weight"), {H, o_rank}, S::kMatrix);
+  add(n("attn.attn_sink"), {c.num_attention_heads}, S::kFloat);
+  // Compressor and indexer keys: kv sources only; the gate only when entries pool >1 token.
+  if (L.role == LayerRole::kFull) {
+    add(n("attn.compressor.wkv.weight"), {c.head_dim, H}, S::kMatrix);
+    if (L.ratio > 1) add(n("attn.compressor.wgate.weight"), {c.head_dim, H}, S::kMatrix);
+    add(n("attn.compressor.norm.weight"), {c.head_dim}, S::kFloat);
+    add(n("attn.indexer.wk.weight"), {c.index_head_dim, c.head_dim}, S::kMatrix);
+    add(n("attn.indexer.k_norm.weight"), {c.index_head_dim}, S::kFloat);
+  }
+  // Indexer queries: every index source (Full and Reindex).
+  if (L.role == LayerRole::kFull || L.role == LayerRole::kReindex) {
+    add(n("attn.indexer.wq_b.weight"), {idx_dim, c.q_lora_rank}, S::kMatrix);
+    add(n("attn.indexer.weights_proj.weight"), {c.index_n_heads, H}, S::kMatrix);
+  }
+  // MoE: router, shared expert(s), routed experts.
+  add(n("ffn.gate.weight"), {experts, H}, S::kMatrix);
+  add(n("ffn.gate.bias"), {experts}, S::kFloat);
+  add(n("ffn.gate.bias_vl"), {experts}, S::kFloat);
+  if (shared_inter > 0) {
+    add(n("ffn.shared_experts.w1.weight"), {shared_inter, H}, S::kMatrix);
+    add(n("ffn.shared_experts.w2.weight"), {H, shared_inter}, S::kMatrix);
+    add(n("ffn.shared_experts.w3.weight"), {shared_inter, H}, S::kMatrix);
+  }
+  for (int j = 0; j < experts; ++j) {
+    const std::string e = fmt::format("{}ffn.experts.{}.", prefix, j);
+    add(e + "w1.weight", {c.moe_intermediate_size, H}, S::kExpert);
+    add(e + "w2.weight", {H, c.moe_intermediate_size}, S::kExpert);
+    add(e + "w3.weight", {c.moe_intermediate_size, H}, S::kExpert);
+  }
+  if (L.has_engram && L.engram_slot >= 0 && L.engram_slot < static_cast<int>(c.engram_num_embeddings.size())) {
+    add(n("engram.embed.weight"), {c.engram_num_embeddings[L.engram_slot], c.engram_head_dim}, S::kScaledTable);
+    add(n("engram.wkv.weight"), {(hc + 1) * H, ngram_sizes * c.engram_n_heads * c.engram_head_dim}, S::kMatrix);
+    add(n("engram.q_weight"), {hc, H}, S::kFloat);
+    add(n("engram.k_weight"), {hc, H}, S::kFloat);
+  }
+}
+
+}  // namespace
+
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c, const LayerPlan& plan) {
+  std::vector<ExpectedTensor> out;
+  const int64_t H = c.hidden_size;
+  out.push_back({"embed.weight", {c.vocab_size, H}, WeightStorage::kMatrix});
+  out.push_back({"norm.weight", {H}, WeightStorage::kFloat});
+  if (!c.tie_word_embeddings) out.push_back({"head.weight", {c.vocab_size, H}, WeightStorage::kMatrix});
+  for (const LayerInfo& L : plan.layers)
+    add_block_tensors(c, L, fmt::format("layers.{}.", L.index), c.n_routed_experts, out);
+  return out;
+}
+
+Result<std::vector<ExpectedTensor>> expected_drafter_tensors(const ModelConfig& c) {
+  DSV41_ASSIGN_OR_RETURN(DrafterShape sh, DrafterShape::from_config(c));
+  std::vector<ExpectedTensor> out;
+  for (int s = 0; s < sh.stages; ++s)
+    add_block_tensors(c, sh.stage_info(c, s), fmt::format("mtp.{}.", s), sh.moe.n_experts, out);
+  const int64_t H = c.hidden_size, r = sh.markov_rank;
+  const std::string last = fmt::format("mtp.{}.", sh.stages - 1);
+  out.push_back({"mtp.0.main_proj.weight", {H, H * int64_t(sh.targets.size())}, WeightStorage::kMatrix});
+  out.push_back({"mtp.0.main_norm.weight", {H}, WeightStorage::kFloat});
+  out.push_back({last + "norm.weight", {H}, WeightStorage::kFloat});
+  out.push_back({last + "markov_head.embed.weight", {c.vocab_size, r}, WeightStorage::kFloat});
+  out.push_back({last + "markov_head.head.weight", {c.vocab_size, r}, WeightStorage::kFloat});
+  out.push_back({last + "confidence_head.proj.weight", {1, H + r}, WeightStorage::kFloat});
   return out;
 }
 

@@ -87,6 +87,11 @@ struct ExpectedTensor {
 // indexer by role, MoE with every routed expert, Engram), in a stable order. Sizes all come from
 // the config. DSpark (`mtp.*`) and vision tensors are not listed yet (see WeightCheckReport).
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config, const LayerPlan& plan);
+// The DSpark drafter's tensors (`mtp.0..S−1`: each stage a sliding-window block with the stages'
+// own expert count, then main_proj / main_norm and the last stage's norm, Markov and confidence
+// heads), as load_drafter_weights (model/dspark_weights.h) reads them; an error naming the key
+// when the config has no drafter or a bad one.
+Result<std::vector<ExpectedTensor>> expected_drafter_tensors(const ModelConfig& config);
 
 // The result of checking a checkpoint against the plan.
 struct WeightCheckReport {

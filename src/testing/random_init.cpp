@@ -13,6 +13,7 @@
 #include "base/file_io.h"
 #include "base/numerics.h"
 #include "format/safetensors.h"
+#include "model/dspark_weights.h"
 #include "model/vision/vision_weights.h"
 #include "model/engram_hash.h"
 #include "model/engram_token_map.h"
@@ -44,7 +45,8 @@ bool release_f32(std::string_view name) {
 // Dense matrices the release stores FP8 (model.md §2 table).
 bool release_fp8(std::string_view name) {
   for (std::string_view r : {"attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight", "attn.wo_a.weight",
-                             "attn.wo_b.weight", "attn.indexer.wq_b.weight", "engram.wkv.weight"})
+                             "attn.wo_b.weight", "attn.indexer.wq_b.weight", "engram.wkv.weight",
+                             "main_proj.weight"})
     if (ends_with(name, r) && !contains(name, "compressor")) return true;
   return contains(name, "ffn.shared_experts.");
 }
@@ -306,6 +308,10 @@ Result<RandomInitReport> write_random_model(const std::string& config_path, cons
   if (config.vision)  // the tower and aligner (model.md §2), when the config has a vision_config
     for (auto& [name, shape] : vision_tensor_shapes(*config.vision, config.hidden_size))
       expected.push_back({name, shape, WeightStorage::kFloat});
+  if (DrafterShape::configured(config)) {  // the DSpark drafter (model.md §6.1), when the config has stages
+    DSV41_ASSIGN_OR_RETURN(std::vector<ExpectedTensor> drafter, expected_drafter_tensors(config));
+    expected.insert(expected.end(), drafter.begin(), drafter.end());
+  }
   for (const ExpectedTensor& e : expected) {
     DSV41_ASSIGN_OR_RETURN(Stored s, plan_storage(e, config, opt.float32));
     // Each tensor is drawn whole as float32 before encoding (the real Engram tables would need
@@ -383,6 +389,11 @@ Result<RandomInitReport> write_random_model(const std::string& config_path, cons
     return internal_error(fmt::format("{}: written model does not use release naming", out_dir));
   if (Status st = reg.check(reread, plan); !st.ok())
     return st.with_context(fmt::format("written model '{}' fails its check", out_dir));
+  if (DrafterShape::configured(reread)) {  // the drafter as Model::load reads it
+    auto drafter = load_drafter_weights(reg, reread, /*stored=*/true, /*allow_bf16=*/true);
+    if (!drafter.ok()) return drafter.status().with_context(fmt::format("written model '{}': the drafter", out_dir));
+    if (!*drafter) return internal_error(fmt::format("written model '{}': the drafter was not found", out_dir));
+  }
   rep.config = std::move(reread);
   rep.tensors = count;
   rep.bytes = written;

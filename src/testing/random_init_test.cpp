@@ -22,6 +22,8 @@
 #include "model/engram_token_map.h"
 #include "plan/layer_plan.h"
 #include "testing/random_tokenizer.h"
+#include "model/dspark_weights.h"
+#include "model/model.h"
 #include "model/weights.h"
 #include "model/vision/vision_weights.h"
 #include "tests/golden_file.h"
@@ -312,6 +314,51 @@ TEST(RandomInit, VisionConfigWritesATowerTheLoaderReads) {
   ASSERT_TRUE(text_only.ok());
   EXPECT_FALSE(text_only->has("vision.patch_embed.proj.weight"));
 }
+TEST(RandomInit, DsparkConfigWritesADrafterTheLoaderReads) {
+  TempDir tmp;
+  nlohmann::json c = nlohmann::json::parse(read_or_die(kTinyConfig));
+  nlohmann::json& tc = c.contains("text_config") ? c["text_config"] : c;
+  tc["num_nextn_predict_layers"] = 2;
+  tc["dspark_block_size"] = 3;
+  tc["dspark_target_layer_ids"] = {1, 6, 11};
+  tc["dspark_markov_rank"] = 4;
+  tc["dspark_noise_token_id"] = 1;
+  tc["dspark_n_routed_experts"] = 4;
+  tc["dspark_num_experts_per_tok"] = 2;
+  const std::string text = c.dump(2);
+  ASSERT_TRUE(write_file_atomic(tmp.sub("in.json"),
+                                std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()))
+                  .ok());
+  RandomInitReport rep = write_or_die(tmp.sub("in.json"), tmp.sub("m"), {});
+  Result<TensorSet> ts = TensorSet::open(tmp.sub("m"));
+  ASSERT_TRUE(ts.ok()) << ts.status().to_string();
+  // Both stages as sliding-window blocks with the stages' own expert count, release formats.
+  const int64_t d = rep.config.hidden_size;
+  EXPECT_TRUE(ts->has("mtp.1.ffn.experts.3.w2.weight"));
+  EXPECT_FALSE(ts->has("mtp.1.ffn.experts.4.w2.weight"));
+  EXPECT_FALSE(ts->has("mtp.0.attn.compressor.wkv.weight"));
+  EXPECT_EQ(ts->find("mtp.0.attn.wq_a.weight")->dtype, DType::kF8E4M3);
+  EXPECT_EQ(ts->find("mtp.0.main_proj.weight")->dtype, DType::kF8E4M3);
+  EXPECT_EQ(ts->find("mtp.1.ffn.experts.0.w1.weight")->dtype, DType::kI8);  // FP4 experts
+  EXPECT_EQ(ts->find("mtp.0.hc_attn_fn")->dtype, DType::kF32);
+  EXPECT_EQ(ts->find("mtp.1.confidence_head.proj.weight")->shape, (std::vector<int64_t>{1, d + 4}));
+  // The loader finds a drafter of the configured shape (write_random_model also checks this).
+  Result<WeightRegistry> reg = WeightRegistry::open(tmp.sub("m"));
+  ASSERT_TRUE(reg.ok()) << reg.status().to_string();
+  auto drafter = load_drafter_weights(*reg, rep.config, /*stored=*/true, /*allow_bf16=*/true);
+  ASSERT_TRUE(drafter.ok()) << drafter.status().to_string();
+  ASSERT_TRUE(*drafter);
+  EXPECT_EQ((*drafter)->stages.size(), 2u);
+  EXPECT_EQ((*drafter)->shape.moe.n_experts, 4);
+  EXPECT_EQ((*drafter)->markov_embed.size(), static_cast<size_t>(rep.config.vocab_size * 4));
+  EXPECT_NEAR((*drafter)->norm[0], 1.0f, 0.6f);  // norm weights near 1, as the backbone's
+  // A config without stages writes none.
+  write_or_die(kTinyConfig, tmp.sub("t"), {});
+  Result<TensorSet> plain = TensorSet::open(tmp.sub("t"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->has("mtp.0.main_proj.weight"));
+}
+
 }  // namespace
 }  // namespace dsv41
 

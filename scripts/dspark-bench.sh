@@ -11,7 +11,7 @@ ROUNDS=${4:-5}
 THREADS=${5:-0}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-MODES="off 1 2 3 4 5 auto"
+MODES=${MODES:-"off 1 2 3 4 5 auto"}  # e.g. MODES="off auto"
 for p in 1 8; do
   for r in $(seq 1 "$ROUNDS"); do
     for m in $MODES; do
@@ -28,7 +28,7 @@ for p in 1 8; do
     done
   done
 done
-python3 - "$TMP/rows" <<'PY'
+python3 - "$TMP/rows" $MODES <<'PY'
 import sys, statistics, collections
 rows = collections.defaultdict(list); acc = {}
 for line in open(sys.argv[1]):
@@ -38,7 +38,7 @@ print("| parallel | --dspark | median tok/s | vs off | accepted drafts per draft
 print("| --- | --- | --- | --- | --- | --- |")
 for p in (1, 8):
     off = statistics.median(rows[(p, "off")])
-    for m in ["off", "1", "2", "3", "4", "5", "auto"]:
+    for m in sys.argv[2:]:
         v = statistics.median(rows[(p, m)])
         print(f"| {p} | {m} | {v:.1f} | {v/off:.3f}× | {acc[(p, m)]:.3f} | {len(rows[(p, m)])} |")
 PY

@@ -229,7 +229,7 @@ void Scheduler::enter(AutoPhase phase) {
   engine_.set_draft_feeding(phase != AutoPhase::kPlain && phase != AutoPhase::kPlainMeasure);
 }
 
-bool Scheduler::want_draft() {
+bool Scheduler::want_draft(bool prefilling) {
   if (options_.dspark.kind != DsparkMode::Kind::kAuto) return true;
   constexpr int64_t kMeasure = 4, kProbeEvery = 256;
   constexpr double kMargin = 1.05;
@@ -256,7 +256,11 @@ bool Scheduler::want_draft() {
       if (s.steps >= kProbeEvery) enter(AutoPhase::kPlainMeasure);
       break;
   }
-  return s.phase == AutoPhase::kDraftMeasure || s.phase == AutoPhase::kDrafting;
+  // A step that carries prefill chunks is not measured (measure_step), so while drafting is only
+  // being measured it does not draft either: with many prompts arriving at once those steps can
+  // outnumber the measured ones, and each would pay for drafts that may not win.
+  if (s.phase == AutoPhase::kDraftMeasure) return !prefilling;
+  return s.phase == AutoPhase::kDrafting;
 }
 
 void Scheduler::measure_step(double ms, bool decode_only) {
@@ -465,7 +469,9 @@ bool Scheduler::step() {
   last_ = StepStats{};
   int64_t prefill_budget = options_.max_prefill_tokens;
   const auto step_start = std::chrono::steady_clock::now();
-  drafted_this_step_ = options_.dspark.kind != DsparkMode::Kind::kOff && want_draft();
+  const bool prefilling = std::any_of(active_.begin(), active_.end(),
+                                      [](const std::unique_ptr<Active>& a) { return a->step < a->plan.steps.size(); });
+  drafted_this_step_ = options_.dspark.kind != DsparkMode::Kind::kOff && want_draft(prefilling);
   emitted_this_step_ = 0;
   if (drafted_this_step_) {
     draft_step();

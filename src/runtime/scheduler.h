@@ -242,7 +242,7 @@ class Scheduler {
   void enter(AutoPhase phase);
   bool drafted_this_step_ = false;
   int64_t emitted_this_step_ = 0;
-  bool want_draft();
+  bool want_draft(bool prefilling);
   void measure_step(double ms, bool decode_only);
   std::vector<Engine::DraftSpec> draft_specs_;
   std::vector<Active*> drafting_;

@@ -1,11 +1,14 @@
 // The vision tower's GEMM and attention kernels (vision_kernels.h) against float64 references on
 // fresh random inputs, ragged sizes (m, n not multiples of the 128 tile, k not of 32, n keys not
 // of 64). Inputs are drawn as bf16 values, so the only differences are the kernels' own
-// roundings, and each bound is derived from them per element:
-//   GEMM: fp32 accumulation, |err| ≤ k·2⁻²⁴·Σ|a·w| (taken as 1e-5·Σ|a·w| for k ≤ 1032), plus
-//         2⁻⁸·|y| for a bf16 output (one rounding, 2⁻⁹, doubled);
-//   attention: P rounded to bf16 (≤ 2⁻⁹ of each term of Σ p·v) and the output rounded to bf16
-//         (≤ 2⁻⁹ |o|): |err| ≤ 2⁻⁹ (|o| + Σ p|v| / Σ p), checked with 2⁻⁸ (twice that).
+// roundings, and each bound is derived from them per element (bf16 keeps 8 significant bits:
+// one rounding moves a value by at most u = 2⁻⁸ of itself):
+//   GEMM: fp32 accumulation, |err| ≤ k·2⁻²⁴·Σ|a·w| (taken as 1e-5·Σ|a·w| for k ≤ 9216), plus
+//         u·|y| for a bf16 output, checked with 2u;
+//   attention: P rounded to bf16 (≤ u of each term of Σ p·v) and the output rounded to bf16
+//         (≤ u |o|): |err| ≤ u (|o| + Σ p|v| / Σ p), checked with 2u.
+// Measured on the H200 (docs/CUDA.md): the bf16 GEMM output reaches 0.97 of u·|y|, attention
+// 0.76 of u (|o| + Σ p|v| / Σ p), fp32 outputs ≤ 0.07 of their bound.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -79,7 +82,7 @@ void check_gemm(const GemmCase& c, uint32_t seed) {
       const size_t at = size_t(i) * c.ldo + j;
       if (c.accumulate && !c.bf16_out) y += init[at], mag += std::fabs(init[at]);
       const double got = c.bf16_out ? bf16_float(got16[at]) : got32[at];
-      const double bound = 1e-5 * mag + (c.bf16_out ? std::ldexp(std::fabs(y), -8) : 0.0) + 1e-30;
+      const double bound = 1e-5 * mag + (c.bf16_out ? std::ldexp(std::fabs(y), -7) : 0.0) + 1e-30;
       const double err = std::fabs(got - y);
       worst = std::max(worst, err / bound);
       if (!(err <= bound) && ++bad <= 3) ADD_FAILURE() << "(" << i << "," << j << ") got " << got << " want " << y;
@@ -156,7 +159,7 @@ void check_attention(int n, int heads, float q_scale, uint32_t seed) {
         }
         o /= z, mag /= z;
         const double g = bf16_float(got[size_t(i) * (d + 2) + h * hd + t]);
-        const double bound = std::ldexp(std::fabs(o) + mag, -8) + 1e-6;
+        const double bound = std::ldexp(std::fabs(o) + mag, -7) + 1e-6;
         worst = std::max(worst, std::fabs(g - o) / bound);
         if (!(std::fabs(g - o) <= bound) && ++bad <= 3)
           ADD_FAILURE() << "n " << n << " head " << h << " row " << i << " ch " << t << ": got " << g << " want " << o;

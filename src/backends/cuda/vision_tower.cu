@@ -99,17 +99,9 @@ struct VisionTowerGpu::Impl {
 
 Status VisionTowerGpu::Impl::upload(const VisionWeights& w) {
   const VisionConfig& c = w.config;
+  DSV41_RETURN_IF_ERROR(VisionTowerGpu::supports(c, w.out_dim));
   d = c.hidden_size, heads = c.num_attention_heads, f = c.intermediate_size, out = w.out_dim;
-  r = c.downsample_ratio, theta = c.rope_theta;
-  if (d <= 0 || heads <= 0 || f <= 0 || out <= 0 || r <= 0 || c.patch_size <= 0 || d % heads)
-    return invalid_argument("vision tower (cuda): bad geometry");
-  hd = d / heads;
-  if (hd != 64)
-    return unsupported("vision tower (cuda): head width " + std::to_string(hd) +
-                       " (the attention kernel is built for 64, the release's 1024 / 16)");
-  if (d % 8 || f % 8 || out % 8)
-    return unsupported("vision tower (cuda): width " + std::to_string(d) + ", SwiGLU width " + std::to_string(f) +
-                       " and output width " + std::to_string(out) + " must be multiples of 8");
+  r = c.downsample_ratio, theta = c.rope_theta, hd = d / heads;
   kin = 3 * c.patch_size * c.patch_size, kin_pad = int(round8(kin));
   DSV41_RETURN_IF_ERROR(upload_bf16(patch_w, w.patch_w, d, kin, kin_pad, "patch_w"));
   DSV41_RETURN_IF_ERROR(upload_f32(patch_b, w.patch_b, d, "patch_b"));
@@ -215,6 +207,20 @@ Status VisionTowerGpu::Impl::run(const std::vector<float>& patches, int n_h, int
     DSV41_CUDA_TRY(cudaMemcpy(res.aligner.data(), f32(o_out), res.aligner.size() * 4, cudaMemcpyDeviceToHost));
   }
   DSV41_CUDA_TRY(cudaDeviceSynchronize());  // surfaces an asynchronous kernel fault here
+  return ok_status();
+}
+
+Status VisionTowerGpu::supports(const VisionConfig& c, int out_dim) {
+  const int d = c.hidden_size, heads = c.num_attention_heads, f = c.intermediate_size;
+  if (d <= 0 || heads <= 0 || f <= 0 || out_dim <= 0 || c.downsample_ratio <= 0 || c.patch_size <= 0 || d % heads)
+    return unsupported("vision tower (cuda): bad geometry (width " + std::to_string(d) + ", " + std::to_string(heads) +
+                       " heads)");
+  if (d / heads != 64)
+    return unsupported("vision tower (cuda): head width " + std::to_string(d / heads) +
+                       " (the attention kernel is built for 64, the release's 1024 / 16)");
+  if (d % 8 || f % 8 || out_dim % 8)
+    return unsupported("vision tower (cuda): width " + std::to_string(d) + ", SwiGLU width " + std::to_string(f) +
+                       " and output width " + std::to_string(out_dim) + " must be multiples of 8");
   return ok_status();
 }
 

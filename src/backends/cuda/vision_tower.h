@@ -31,6 +31,9 @@ class VisionTowerGpu {
   // not take (head width other than 64; width, SwiGLU width or out_dim not a multiple of 8),
   // a weight of the wrong size, device memory exhausted.
   static Result<std::unique_ptr<VisionTowerGpu>> create(const VisionWeights& w);
+  // The geometry check of create() alone (no device needed): an `unsupported` error naming what
+  // the kernels do not take, ok otherwise.
+  static Status supports(const VisionConfig& c, int out_dim);
   ~VisionTowerGpu();
   VisionTowerGpu(const VisionTowerGpu&) = delete;
   VisionTowerGpu& operator=(const VisionTowerGpu&) = delete;

@@ -87,7 +87,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_bf16_kernel(GemmArgs g) {
       const int row = m0 + wm * 64 + mi * 16 + gr + half * 8;
       if (row >= g.m) continue;
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
+      for (int ni = 0; ni < 4; ++ni) {
+        if (g.swiglu_pairs) {  // this thread holds both columns of the pair (tc is even)
+          const int col = n0 + wn * 32 + ni * 8 + tc;
+          if (col >= g.n) continue;
+          const float gate = acc[mi][ni][half * 2] + (g.bias ? g.bias[col] : 0.0f);
+          const float up = acc[mi][ni][half * 2 + 1] + (g.bias ? g.bias[col + 1] : 0.0f);
+          g.out_bf16[int64_t(row) * g.ldo + col / 2] = __bfloat16_as_ushort(__float2bfloat16_rn(gate / (1.0f + expf(-gate)) * up));
+          continue;
+        }
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int col = n0 + wn * 32 + ni * 8 + tc + e;
@@ -101,6 +109,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_bf16_kernel(GemmArgs g) {
             g.out_bf16[at_o] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
           }
         }
+      }
     }
 }
 
@@ -116,8 +125,10 @@ Status gemm_bf16(const GemmArgs& g, cudaStream_t stream) {
     return invalid_argument("gemm_bf16: k (" + std::to_string(g.k) + "), lda and ldw must be multiples of 8, lda/ldw ≥ k");
   if (!g.a || !g.w || !aligned16(g.a) || !aligned16(g.w))
     return invalid_argument("gemm_bf16: a and w must be 16-byte aligned device pointers");
-  if ((g.out_f32 == nullptr) == (g.out_bf16 == nullptr) || g.ldo < g.n)
-    return invalid_argument("gemm_bf16: exactly one of out_f32 / out_bf16, with ldo ≥ n");
+  if ((g.out_f32 == nullptr) == (g.out_bf16 == nullptr) || g.ldo < (g.swiglu_pairs ? g.n / 2 : g.n))
+    return invalid_argument("gemm_bf16: exactly one of out_f32 / out_bf16, with ldo ≥ n (n/2 for SwiGLU pairs)");
+  if (g.swiglu_pairs && (g.n % 2 || !g.out_bf16))
+    return invalid_argument("gemm_bf16: SwiGLU pairs need an even n and out_bf16");
   if (g.accumulate && !g.out_f32) return invalid_argument("gemm_bf16: accumulate needs out_f32");
   DSV41_CUDA_TRY(cudaFuncSetAttribute(gemm_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   const dim3 grid((g.n + kBn - 1) / kBn, (g.m + kBm - 1) / kBm);

@@ -30,6 +30,9 @@ struct GemmArgs {
   bool accumulate = false;
   uint16_t* out_bf16 = nullptr;  // [m, ldo]
   int64_t ldo = 0;
+  // SwiGLU pairs (bf16 output only, n even): columns 2t and 2t+1 are the gate and up of unit t
+  // (the tower interleaves w1's rows so), and out_bf16[row, t] = silu(gate)·up, ldo ≥ n/2.
+  bool swiglu_pairs = false;
 };
 Status gemm_bf16(const GemmArgs& g, cudaStream_t stream);
 
@@ -58,8 +61,10 @@ Status rmsnorm_rows_f32(const float* x, int64_t rows, int n, const float* w, dou
 // 2-D RoPE tables cos/sin [n, hd/2] (model/vision/vision_rope.h: halves (i, i + hd/2)).
 Status rope_split_qkv(const float* qkv, int64_t n, int heads, int hd, const float* cos_t, const float* sin_t,
                       uint16_t* q, uint16_t* k, uint16_t* v, cudaStream_t stream);
-// gu [rows, 2f] fp32 (gate | up) → out bf16 [rows, f]: silu(gate) · up.
-Status swiglu_f32_to_bf16(const float* gu, int64_t rows, int f, uint16_t* out, cudaStream_t stream);
+// The 2-D RoPE tables (model/vision/vision_rope.h rope_tables) on the device: cos/sin
+// [n_h·n_w, hd/2], inv_freq [hd/4] from vision_rope::inv_freq.
+Status rope_tables_device(int n_h, int n_w, int hd, const float* inv_freq, float* cos_t, float* sin_t,
+                          cudaStream_t stream);
 // x [rows, n] fp32 → bf16 [rows, ldo] with columns n..ldo−1 zero (ldo ≥ n).
 Status f32_to_bf16_rows(const float* x, int64_t rows, int n, uint16_t* out, int ldo, cudaStream_t stream);
 // Exact GELU 0.5·x·(1 + erf(x/√2)) of x [count] fp32, written as bf16 to out [count].

@@ -14,10 +14,12 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/cuda_test_util.cuh"
 #include "backends/cuda/vision_kernels.h"
+#include "model/vision/vision_rope.h"
 
 namespace dsv41::cuda {
 namespace {
@@ -104,6 +106,62 @@ TEST(VisionGemmCuda, MatchesFloat64OnRaggedSizes) {
   };
   uint32_t seed = 11;
   for (const GemmCase& c : cases) check_gemm(c, seed++);
+}
+
+// SwiGLU pairs: columns (2t, 2t+1) = (gate, up) → silu(gate)·up in bf16. Bound: the gate's and
+// up's fp32 errors (1e-5 of their Σ|a·w|) through silu (slope ≤ 1.1) and the product, plus 2u of
+// the output for its bf16 rounding.
+TEST(VisionGemmCuda, SwigluPairsMatchFloat64) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for (auto [m, n, k] : {std::tuple{37, 88, 24}, std::tuple{300, 5632 / 8, 1024}, std::tuple{129, 2, 8}}) {
+    std::mt19937 rng(m + n);
+    const std::vector<uint16_t> a = random_bf16(rng, size_t(m) * k, 1.0f), w = random_bf16(rng, size_t(n) * k, 1.0f / std::sqrt(float(k)));
+    DeviceBuffer<uint16_t> da(a), dw(w), dout(size_t(m) * n / 2);
+    GemmArgs g;
+    g.m = m, g.n = n, g.k = k, g.a = da.get(), g.lda = k, g.w = dw.get(), g.ldw = k;
+    g.out_bf16 = dout.get(), g.ldo = n / 2, g.swiglu_pairs = true;
+    DSV41_STATUS_OK(gemm_bf16(g, nullptr));
+    DSV41_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = dout.to_host();
+    int bad = 0;
+    double worst = 0;
+    for (int i = 0; i < m; ++i)
+      for (int t = 0; t < n / 2; ++t) {
+        double y[2] = {0, 0}, mag[2] = {0, 0};
+        for (int e = 0; e < 2; ++e)
+          for (int c = 0; c < k; ++c) {
+            const double p = double(bf16_float(a[size_t(i) * k + c])) * bf16_float(w[size_t(2 * t + e) * k + c]);
+            y[e] += p, mag[e] += std::fabs(p);
+          }
+        const double silu = y[0] / (1.0 + std::exp(-y[0])), want = silu * y[1];
+        const double bound = 1.1 * 1e-5 * mag[0] * std::fabs(y[1]) + std::fabs(silu) * 1e-5 * mag[1] +
+                             std::ldexp(std::fabs(want), -7) + 1e-30;
+        const double err = std::fabs(bf16_float(got[size_t(i) * (n / 2) + t]) - want);
+        worst = std::max(worst, err / bound);
+        if (!(err <= bound) && ++bad <= 3) ADD_FAILURE() << m << "x" << n << " (" << i << "," << t << ")";
+      }
+    EXPECT_EQ(bad, 0);
+    std::printf("gemm swiglu pairs %dx%dx%d: worst err / bound %.3g\n", m, n, k, worst);
+  }
+}
+
+// The device RoPE tables against vision_rope::rope_tables: the same float32 angle, cosf / sinf
+// against std::cos / std::sin of a float (each within 2 ulp): |Δ| ≤ 5e-7.
+TEST(VisionRopeCuda, TablesMatchTheHost) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const int n_h = 74, n_w = 13, hd = 64;
+  std::vector<float> cos_t, sin_t, inv(hd / 4);
+  vision_rope::rope_tables(n_h, n_w, hd, 10000.0, cos_t, sin_t);
+  for (int k = 0; k < hd / 4; ++k) inv[size_t(k)] = vision_rope::inv_freq(k, hd, 10000.0);
+  DeviceBuffer<float> dinv(inv), dcos(cos_t.size()), dsin(sin_t.size());
+  DSV41_STATUS_OK(rope_tables_device(n_h, n_w, hd, dinv.get(), dcos.get(), dsin.get(), nullptr));
+  DSV41_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> gc = dcos.to_host(), gs = dsin.to_host();
+  double worst = 0;
+  for (size_t i = 0; i < cos_t.size(); ++i)
+    worst = std::max({worst, std::fabs(double(gc[i]) - cos_t[i]), std::fabs(double(gs[i]) - sin_t[i])});
+  std::printf("rope tables %dx%d: max |device - host| %.3g\n", n_h, n_w, worst);
+  EXPECT_LE(worst, 5e-7);
 }
 
 TEST(VisionGemmCuda, RefusesBadArguments) {

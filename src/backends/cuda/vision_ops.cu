@@ -1,4 +1,4 @@
-// The vision tower's element-wise steps (vision_kernels.h): RMSNorm, RoPE + head split, SwiGLU,
+// The vision tower's element-wise steps (vision_kernels.h): RMSNorm, RoPE tables, RoPE + head split,
 // GELU, bf16 conversion and the aligner's unfold. Memory-bound and small next to the GEMMs and
 // attention, so they are written plainly: one thread per output (a block per row for RMSNorm).
 #include <cuda_bf16.h>
@@ -59,12 +59,15 @@ __global__ void rope_split_kernel(const float* qkv, int64_t n, int heads, int hd
   v[dst + i + half] = to_bf16(src[2 * d + i + half]);
 }
 
-__global__ void swiglu_kernel(const float* gu, int64_t rows, int f, uint16_t* out) {
+// One thread per (patch, k < hd/2): angle = (k < hd/4 ? row : col) · inv_freq[k mod hd/4].
+__global__ void rope_table_kernel(int n_h, int n_w, int half, const float* inv_freq, float* cos_t, float* sin_t) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= rows * f) return;
-  const int64_t r = idx / f, t = idx % f;
-  const float g = gu[r * 2 * f + t], u = gu[r * 2 * f + f + t];
-  out[idx] = to_bf16(g / (1.0f + expf(-g)) * u);
+  if (idx >= int64_t(n_h) * n_w * half) return;
+  const int k = int(idx % half), quarter = half / 2;
+  const int64_t patch = idx / half;
+  const float angle = float(k < quarter ? patch / n_w : patch % n_w) * inv_freq[k % quarter];
+  cos_t[idx] = cosf(angle);
+  sin_t[idx] = sinf(angle);
 }
 
 __global__ void to_bf16_kernel(const float* x, int64_t rows, int n, uint16_t* out, int ldo) {
@@ -110,10 +113,12 @@ Status rope_split_qkv(const float* qkv, int64_t n, int heads, int hd, const floa
   return launch_status("rope_split_kernel");
 }
 
-Status swiglu_f32_to_bf16(const float* gu, int64_t rows, int f, uint16_t* out, cudaStream_t stream) {
-  if (rows <= 0 || f <= 0) return invalid_argument("swiglu_f32_to_bf16: bad sizes");
-  swiglu_kernel<<<blocks_for(rows * f), kThreads, 0, stream>>>(gu, rows, f, out);
-  return launch_status("swiglu_kernel");
+Status rope_tables_device(int n_h, int n_w, int hd, const float* inv_freq, float* cos_t, float* sin_t,
+                          cudaStream_t stream) {
+  if (n_h <= 0 || n_w <= 0 || hd <= 0 || hd % 4) return invalid_argument("rope_tables_device: bad sizes");
+  const int64_t count = int64_t(n_h) * n_w * (hd / 2);
+  rope_table_kernel<<<blocks_for(count), kThreads, 0, stream>>>(n_h, n_w, hd / 2, inv_freq, cos_t, sin_t);
+  return launch_status("rope_table_kernel");
 }
 
 Status f32_to_bf16_rows(const float* x, int64_t rows, int n, uint16_t* out, int ldo, cudaStream_t stream) {

@@ -2,12 +2,14 @@
 //   patches → bf16 (rows padded to a multiple of 8) → GEMM + bias → x (fp32 residual)
 //   per block: h = RMSNorm1(x) bf16; qkv = GEMM + bias (fp32); RoPE + head split → q, k, v bf16;
 //              o = attention (bf16); x += GEMM(o, wo) + bias; h = RMSNorm2(x);
-//              gu = GEMM(h, w1) (fp32); a = silu(gate)·up (bf16); x += GEMM(a, w2)
+//              a = silu(gate)·up (bf16) in the epilogue of GEMM(h, w1) (w1's gate and up rows
+//              interleaved at upload, so a thread holds both); x += GEMM(a, w2)
 //   features = RMSNorm(x) (fp32, downloaded) → unfold (bf16) → GEMM + b1 → GELU (bf16)
 //   → GEMM + b2 → tokens (fp32, downloaded).
 // The same steps, in the same order, as vit_forward / aligner_forward (vision_tower_fast.cpp).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -88,7 +90,7 @@ int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
 struct VisionTowerGpu::Impl {
   int d = 0, heads = 0, hd = 0, f = 0, out = 0, r = 3, kin = 0, kin_pad = 0;
   double theta = 10000;
-  DeviceMem patch_w, patch_b, norm, al_w1, al_b1, al_w2, al_b2;
+  DeviceMem patch_w, patch_b, norm, al_w1, al_b1, al_w2, al_b2, inv_freq;
   std::vector<DeviceBlock> blocks;
   int64_t weight_bytes = 0;
   DeviceMem arena;  // activations, grown on demand
@@ -120,12 +122,22 @@ Status VisionTowerGpu::Impl::upload(const VisionWeights& w) {
     DSV41_RETURN_IF_ERROR(upload_bf16(g.wo, k.wo, d, d, d, "wo"));
     DSV41_RETURN_IF_ERROR(upload_f32(g.bo, k.wo_bias, d, "wo_bias"));
     DSV41_RETURN_IF_ERROR(upload_f32(g.norm2, k.norm2, d, "norm2"));
-    DSV41_RETURN_IF_ERROR(upload_bf16(g.w1, k.w1, 2 * f, d, d, "w1"));
+    // w1 [gate rows | up rows] → rows (gate t, up t) interleaved: GEMM output columns 2t, 2t+1.
+    std::vector<float> w1i(k.w1.size());
+    if (k.w1.size() == size_t(2) * f * d)
+      for (int64_t t = 0; t < f; ++t) {
+        std::copy_n(k.w1.begin() + t * d, d, w1i.begin() + 2 * t * d);
+        std::copy_n(k.w1.begin() + (f + t) * d, d, w1i.begin() + (2 * t + 1) * d);
+      }
+    DSV41_RETURN_IF_ERROR(upload_bf16(g.w1, w1i, 2 * f, d, d, "w1"));
     DSV41_RETURN_IF_ERROR(upload_bf16(g.w2, k.w2, d, f, f, "w2"));
     for (const DeviceMem* m : {&g.norm1, &g.wqkv, &g.bqkv, &g.wo, &g.bo, &g.norm2, &g.w1, &g.w2})
       weight_bytes += m->bytes();
   }
   for (const DeviceMem* m : {&patch_w, &patch_b, &norm, &al_w1, &al_b1, &al_w2, &al_b2}) weight_bytes += m->bytes();
+  std::vector<float> inv(size_t(hd / 4));
+  for (int k = 0; k < hd / 4; ++k) inv[size_t(k)] = vision_rope::inv_freq(k, hd, theta);
+  DSV41_RETURN_IF_ERROR(upload_f32(inv_freq, inv, hd / 4, "inv_freq"));
   return ok_status();
 }
 
@@ -150,7 +162,7 @@ Status VisionTowerGpu::Impl::run(const std::vector<float>& patches, int n_h, int
   };
   const int64_t o_pin = piece(n * kin_pad * 2), o_patch = piece(n * kin * 4), o_x = piece(n * d * 4),
                 o_h = piece(n * d * 2), o_qkv = piece(n * 3 * d * 4), o_q = piece(n * d * 2), o_k = piece(n * d * 2),
-                o_v = piece(n * d * 2), o_o = piece(n * d * 2), o_gu = piece(n * 2 * f * 4), o_a = piece(n * f * 2),
+                o_v = piece(n * d * 2), o_o = piece(n * d * 2), o_a = piece(n * f * 2),
                 o_feat = piece(n * d * 4), o_cos = piece(n * hd / 2 * 4), o_sin = piece(n * hd / 2 * 4),
                 o_unf = piece(tokens * ucols * 2), o_hid = piece(tokens * out * 4), o_hidb = piece(tokens * out * 2),
                 o_out = piece(tokens * out * 4);
@@ -160,11 +172,8 @@ Status VisionTowerGpu::Impl::run(const std::vector<float>& patches, int n_h, int
   auto b16 = [&](int64_t at) { return reinterpret_cast<uint16_t*>(base + at); };
   cudaStream_t s = nullptr;
 
-  std::vector<float> cos_t, sin_t;
-  vision_rope::rope_tables(n_h, n_w, hd, theta, cos_t, sin_t);
   DSV41_CUDA_TRY(cudaMemcpy(f32(o_patch), patches.data(), patches.size() * 4, cudaMemcpyHostToDevice));
-  DSV41_CUDA_TRY(cudaMemcpy(f32(o_cos), cos_t.data(), cos_t.size() * 4, cudaMemcpyHostToDevice));
-  DSV41_CUDA_TRY(cudaMemcpy(f32(o_sin), sin_t.data(), sin_t.size() * 4, cudaMemcpyHostToDevice));
+  DSV41_RETURN_IF_ERROR(rope_tables_device(n_h, n_w, hd, inv_freq.as<float>(), f32(o_cos), f32(o_sin), s));
 
   auto gemm = [&](const uint16_t* a, int64_t lda, int m, int nn, int k, const DeviceMem& w, const DeviceMem* bias,
                   float* o32, bool acc, uint16_t* o16) {
@@ -188,8 +197,10 @@ Status VisionTowerGpu::Impl::run(const std::vector<float>& patches, int n_h, int
     DSV41_RETURN_IF_ERROR(attention_bf16(at, s));
     DSV41_RETURN_IF_ERROR(gemm(b16(o_o), d, ni, d, d, k.wo, &k.bo, f32(o_x), true, nullptr));
     DSV41_RETURN_IF_ERROR(rmsnorm_rows_f32(f32(o_x), n, d, k.norm2.as<float>(), kVisionEps, b16(o_h), nullptr, s));
-    DSV41_RETURN_IF_ERROR(gemm(b16(o_h), d, ni, 2 * f, d, k.w1, nullptr, f32(o_gu), false, nullptr));
-    DSV41_RETURN_IF_ERROR(swiglu_f32_to_bf16(f32(o_gu), n, f, b16(o_a), s));
+    GemmArgs up;  // SwiGLU in the epilogue: a [n, f] bf16
+    up.m = ni, up.n = 2 * f, up.k = d, up.a = b16(o_h), up.lda = d, up.w = k.w1.as<uint16_t>(), up.ldw = d;
+    up.out_bf16 = b16(o_a), up.ldo = f, up.swiglu_pairs = true;
+    DSV41_RETURN_IF_ERROR(gemm_bf16(up, s));
     DSV41_RETURN_IF_ERROR(gemm(b16(o_a), f, ni, d, f, k.w2, nullptr, f32(o_x), true, nullptr));
   }
   DSV41_RETURN_IF_ERROR(rmsnorm_rows_f32(f32(o_x), n, d, norm.as<float>(), kVisionEps, nullptr, f32(o_feat), s));

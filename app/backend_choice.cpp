@@ -5,6 +5,7 @@
 #include "backends/cuda/host_device_backend.h"
 #if defined(DSV41_WITH_CUDA)
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/vision_tower.h"
 #endif
 
 namespace dsv41::app {
@@ -24,6 +25,28 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const Mod
 #endif
   }
   return invalid_argument("--backend: unknown backend '" + name + "' (expected " + kBackendNames + ")");
+}
+
+Result<VisionEncoder> make_vision_encoder(const std::string& name, const VisionModel& vm, std::string* note) {
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") {
+    if (Status s = cuda::VisionTowerGpu::supports(vm.weights.config, vm.weights.out_dim); !s.ok()) {
+      if (note) *note = "vision tower on the CPU: " + s.message();
+      return VisionEncoder{};
+    }
+    auto tower = cuda::VisionTowerGpu::create(vm.weights);
+    if (!tower.ok()) return tower.status().with_context("--backend cuda (vision tower)");
+    std::shared_ptr<cuda::VisionTowerGpu> gpu = std::move(*tower);
+    return VisionEncoder([gpu](const std::vector<float>& patches, int n_h, int n_w) -> Result<TowerOutput> {
+      DSV41_ASSIGN_OR_RETURN(cuda::VisionEncoding e, gpu->encode(patches, n_h, n_w));
+      return TowerOutput{std::move(e.vit), std::move(e.aligner)};
+    });
+  }
+#endif
+  (void)name;
+  (void)vm;
+  (void)note;
+  return VisionEncoder{};
 }
 
 Status backend_status(const std::string& name, const Backend& backend) {

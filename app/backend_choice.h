@@ -14,12 +14,19 @@
 #include "base/status.h"
 #include "engine/backend.h"
 #include "model/model.h"
+#include "runtime/image_input.h"
 
 namespace dsv41::app {
 
 inline constexpr const char* kBackendNames = "cpu, cuda or device-emulation";
 
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const Model& model);
+
+// The vision tower for images under `--backend name`: for cuda the GPU tower
+// (backends/cuda/vision_tower.h; weights uploaded here, once), for the others empty (the CPU
+// tower). A tower geometry the GPU kernels do not take (head width other than 64, widths not
+// multiples of 8: small test models) falls back to the CPU tower; `note` then says so.
+Result<VisionEncoder> make_vision_encoder(const std::string& name, const VisionModel& vm, std::string* note);
 
 // A device error kept by a backend since it was made (the CUDA backend's steps return nothing and
 // keep their first error, cuda_backend.h); ok for the others.

@@ -218,11 +218,15 @@ int logits_main(int argc, char** argv) {
   if (!image_paths.empty() || has_image_ids) {
     auto vm = load_vision_model(dir, mc);
     if (!vm.ok()) return fail(vm.status());
+    std::string note;
+    auto encoder = make_vision_encoder(flags.backend, **vm, &note);  // the GPU tower for --backend cuda
+    if (!encoder.ok()) return fail(encoder.status());
+    if (!note.empty()) std::fprintf(stderr, "dsv41 logits: %s\n", note.c_str());
     for (const std::string& path : image_paths) {
       auto bytes = read_file(path);
       if (!bytes.ok()) return fail(bytes.status());
       auto im = encode_image((*model)->exec(), **vm, {reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()},
-                             limits, path);
+                             limits, path, *encoder);
       if (!im.ok()) return fail(im.status());
       encoded.push_back(std::move(*im));
     }

@@ -12,7 +12,7 @@ BUILD="$1"
 DEST="$2"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$DEST/lib" "$DEST/test-models"
-for b in dsv41_cuda_tests dsv41_cuda_bench dsv41_cuda_backend_bench; do
+for b in dsv41_cuda_tests dsv41_cuda_bench dsv41_cuda_backend_bench dsv41_cuda_vision_bench; do
   cp "$BUILD/$b" "$DEST/$b"
   strip "$DEST/$b"
   ldd "$BUILD/$b" | awk '/=> \// {print $3}' | { grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' || true; } |

@@ -22,7 +22,8 @@ Result<std::unique_ptr<VisionModel>> load_vision_model(const std::string& dir, c
 }
 
 Result<EncodedImage> encode_image(const CpuExec& ex, const VisionModel& vm, std::span<const uint8_t> bytes,
-                                  const ImageLimits& limits, const std::string& name) {
+                                  const ImageLimits& limits, const std::string& name,
+                                  const VisionEncoder& encoder) {
   DSV41_ASSIGN_OR_RETURN(RgbImage image, decode_image(bytes, limits, name));
   auto input = preprocess_image(image, preprocess_config(vm.config));
   if (!input.ok()) return input.status().with_context(name);
@@ -36,10 +37,17 @@ Result<EncodedImage> encode_image(const CpuExec& ex, const VisionModel& vm, std:
   out.content = h.finish();
   const ImageGrid& g = out.grid;
   out.patches = std::move(input->patches);
-  out.vit = ex.use_fast() ? vit_forward(ex, vm.weights, out.patches, g.n_vit_h, g.n_vit_w)
-                          : vit_forward_reference(vm.weights, out.patches, g.n_vit_h, g.n_vit_w);
-  out.aligner = ex.use_fast() ? aligner_forward(ex, vm.weights, out.vit, g.n_vit_h, g.n_vit_w)
-                              : aligner_forward_reference(vm.weights, out.vit, g.n_vit_h, g.n_vit_w);
+  if (encoder) {
+    auto t = encoder(out.patches, g.n_vit_h, g.n_vit_w);
+    if (!t.ok()) return t.status().with_context(name);
+    out.vit = std::move(t->vit);
+    out.aligner = std::move(t->aligner);
+  } else {
+    out.vit = ex.use_fast() ? vit_forward(ex, vm.weights, out.patches, g.n_vit_h, g.n_vit_w)
+                            : vit_forward_reference(vm.weights, out.patches, g.n_vit_h, g.n_vit_w);
+    out.aligner = ex.use_fast() ? aligner_forward(ex, vm.weights, out.vit, g.n_vit_h, g.n_vit_w)
+                                : aligner_forward_reference(vm.weights, out.vit, g.n_vit_h, g.n_vit_w);
+  }
   DSV41_ASSIGN_OR_RETURN(out.span_rows, image_span_embeddings(vm.weights, g, out.aligner));
   return out;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -40,10 +41,19 @@ struct EncodedImage {
   std::vector<float> span_rows;  // [span_tokens, hidden]: start, rows + newline, end
 };
 
-// One image file's bytes through the whole vision path (fast tower on ex; scalar when
-// !ex.use_fast()). Errors name the image.
+// The tower and aligner run elsewhere: patches [n_h·n_w, 3, p, p] → tower output [n, width] and
+// aligner tokens [tokens, hidden] (the GPU tower, backends/cuda/vision_tower.h, chosen by the
+// app's --backend: app/backend_choice.h make_vision_encoder).
+struct TowerOutput {
+  std::vector<float> vit, aligner;
+};
+using VisionEncoder = std::function<Result<TowerOutput>(const std::vector<float>& patches, int n_h, int n_w)>;
+
+// One image file's bytes through the whole vision path (`encoder` when given; else the fast
+// tower on ex, scalar when !ex.use_fast()). Errors name the image.
 Result<EncodedImage> encode_image(const CpuExec& ex, const VisionModel& vm, std::span<const uint8_t> bytes,
-                                  const ImageLimits& limits, const std::string& name);
+                                  const ImageLimits& limits, const std::string& name,
+                                  const VisionEncoder& encoder = {});
 
 // A prompt's images once placed: what serve_turn / the engine take (ServeTurnOptions::images,
 // token_types, image_embeddings). Shared by the choices of one request.

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backends/cuda/backend_compare_check.h"
+#include "backends/cuda/backend_image_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_exec.cuh"
 #include "backends/cuda/cuda_test_util.cuh"
@@ -71,6 +72,17 @@ TEST(CudaBackend, MiniForksAndRemovalMatchCpuBackend) {
 TEST(CudaBackend, MiniMixedBatchMatchesCpuBackend) {
   DSV41_REQUIRE_CUDA_DEVICE();
   compare_with_cpu(model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini"));
+}
+
+TEST(CudaBackend, ImagePromptMatchesCpuBackend) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("vl-micro", std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/vl-micro");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto cuda = make_cuda_backend(**model);
+  ASSERT_TRUE(cuda.ok()) << cuda.status().to_string();
+  ts::check_image_prompt_against_cpu(**model, std::move(*cuda), "vl-micro (cuda)");
 }
 
 TEST(CudaBackend, GoldenTinyF32MatchesCpuBackend) {

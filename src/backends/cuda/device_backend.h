@@ -108,6 +108,7 @@ class DeviceBackend : public Backend {
 
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
   Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
+  Status engram_run(int layer, const int64_t* row_ids, int64_t row0, int64_t rows);  // rows all text
   void attention_input(int layer, std::span<const RowRange> rows) override;
   void attention_projections(int layer, std::span<const RowRange> rows) override;
   void compress(int layer, int segment, int64_t first_row) override;
@@ -128,7 +129,7 @@ class DeviceBackend : public Backend {
     const float *attn_norm = nullptr, *ffn_norm = nullptr;
     const float *hca_fn = nullptr, *hca_base = nullptr, *hca_scale = nullptr;
     const float *hcf_fn = nullptr, *hcf_base = nullptr, *hcf_scale = nullptr;
-    const float *gate = nullptr, *gate_bias = nullptr;
+    const float *gate = nullptr, *gate_bias = nullptr, *gate_bias_vl = nullptr;
     const dk::ExpertW* experts = nullptr;  // [E] on the device
     const dk::ExpertW* shared = nullptr;   // [1] on the device, or null
     const float *e_wkv = nullptr, *e_q = nullptr, *e_k = nullptr;
@@ -190,6 +191,10 @@ class DeviceBackend : public Backend {
   I32 tokens_, experts_, cand_tmp_;
   DeviceArray<Exec, float> weights_;
   DeviceArray<Exec, uint8_t> mark_;
+  // Image-span rows of the batch (BatchLayout::types ≥ 0): empty for a text batch; on the device
+  // for the router's bias_vl selection.
+  std::vector<uint8_t> is_image_;
+  DeviceArray<Exec, uint8_t> is_image_dev_;
   DeviceArray<Exec, int64_t> rows_;
   std::vector<float> host_kv_;  // [n, D] fake-quantised window kv of the batch (what the ring packs)
   std::vector<float> host_tmp_;

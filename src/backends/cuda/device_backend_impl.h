@@ -54,6 +54,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
   experts_.bind(&ex_);
   cand_tmp_.bind(&ex_);
   mark_.bind(&ex_);
+  is_image_dev_.bind(&ex_);
   rows_.bind(&ex_);
   const ModelConfig& c = model.config();
   const int64_t d = c.hidden_size;
@@ -90,6 +91,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
     D.hcf_scale = put(L.hc_ffn_scale);
     D.gate = put(L.gate);
     D.gate_bias = put(L.gate_bias);
+    D.gate_bias_vl = put(L.gate_bias_vl);
     std::vector<dk::ExpertW> table;
     for (const ExpertStore& e : L.experts)
       table.push_back({put(e.w1.ref(), elements(e.w1)), put(e.w3.ref(), elements(e.w3)), put(e.w2.ref(), elements(e.w2))});
@@ -230,11 +232,42 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   host_kv_.assign(static_cast<size_t>(n * D), 0.0f);
   tokens_.upload(layout.tokens, n);
   ex_.for_each(n * d, dk::GatherRowsK{embed_, tokens_.data(), d, h_.data()});
+  // Image-span rows take their image embeddings instead (model.md §3.1, §3.10; CpuBackend).
+  is_image_.clear();
+  if (layout.types) {
+    is_image_.resize(static_cast<size_t>(n));
+    const float* image_row = layout.image_embeddings;
+    for (int64_t t = 0; t < n; ++t)
+      if (layout.types[t] >= 0) {
+        ex_.upload(h_.data() + t * d, image_row, d * int64_t(sizeof(float)));
+        image_row += d;
+        is_image_[t] = 1;
+      }
+    is_image_dev_.upload(is_image_.data(), n);
+  }
   ex_.for_each(n * hc * d, dk::MhcInitK{h_.data(), int(hc), d, x_.data(), p_.data()});
 }
 
 template <class Exec>
 Status DeviceBackend<Exec>::engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) {
+  if (is_image_.empty()) return engram_run(layer, row_ids, row0, rows);
+  // The gate is 0 on image-span rows (model.md §3.8, §3.10): only the runs of text rows run.
+  const int64_t cols = model_.engram_shape().columns;
+  for (int64_t t = row0; t < row0 + rows;) {
+    if (is_image_[size_t(t)]) {
+      ++t;
+      continue;
+    }
+    int64_t end = t;
+    while (end < row0 + rows && !is_image_[size_t(end)]) ++end;
+    DSV41_RETURN_IF_ERROR(engram_run(layer, row_ids + (t - row0) * cols, t, end - t));
+    t = end;
+  }
+  return ok_status();
+}
+
+template <class Exec>
+Status DeviceBackend<Exec>::engram_run(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) {
   const EngramShape& s = model_.engram_shape();
   const LayerDev& L = layers_[layer];
   const int64_t in = s.columns * s.head_dim, out = (s.hc + 1) * s.dim;
@@ -496,7 +529,8 @@ void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
     int32_t* ex = experts_.data() + r0 * k;
     float* wt = weights_.data() + r0 * k;
     ex_.for_each(m, dk::RouteK{router_.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)),
-                               ms.norm_topk_prob, ms.routed_scaling_factor, ex, wt});
+                               ms.norm_topk_prob, ms.routed_scaling_factor, ex, wt, L.gate_bias_vl,
+                               is_image_.empty() ? nullptr : is_image_dev_.data() + r0});
     hexp_.reserve(m * k * ms.inter);
     ex_.for_each(m * k * ms.inter, dk::ExpertUpK{h, L.experts, ex, wt, int(k), d, ms.inter, ms.swiglu_limit,
                                                  hexp_.data()});

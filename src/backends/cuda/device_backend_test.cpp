@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backends/cuda/backend_compare_check.h"
+#include "backends/cuda/backend_image_check.h"
 #include "backends/cuda/host_device_backend.h"
 #include "engine/engine.h"
 
@@ -47,6 +48,13 @@ TEST(DeviceBackendHost, MiniForksAndRemovalMatchCpuBackend) {
 // bit for bit, except where a last-bit difference of the float before them crosses a rounding
 // boundary of the record's format (one FP8 window row in a few layers on this prompt, then rows
 // downstream of it): at least 90 % of the window rows and of the main / index rows are identical.
+TEST(DeviceBackendHost, ImagePromptMatchesCpuBackend) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/vl-micro";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ts::check_image_prompt_against_cpu(**model, make_host_device_backend(**model), "vl-micro (emulation)");
+}
+
 TEST(DeviceBackendHost, MiniPackedRecordsMatchCpuEngine) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";

@@ -24,8 +24,12 @@ struct RouteK {
   float scaling;
   int32_t* experts;
   float* weights;
+  // Image-span rows (is_image[t] ≠ 0) select with bias_vl when the model has one (moe.h).
+  const float* bias_vl = nullptr;
+  const uint8_t* is_image = nullptr;
   DSV41_HD void operator()(int64_t t) const {
     float* st = s + t * E;
+    const float* bias = (is_image && is_image[t] && bias_vl) ? bias_vl : this->bias;
     if (scoring == Scoring::kSqrtSoftplus) {
       for (int i = 0; i < E; ++i) st[i] = sqrtf(st[i] > 20.0f ? st[i] : log1pf(expf(st[i])));
     } else if (scoring == Scoring::kSigmoid) {

@@ -9,6 +9,9 @@
 
 namespace dsv41::vision_rope {
 
+// inv_freq_k = θ^(−2k/(hd/2)) for k < hd/4, in float32 as the reference computes it.
+inline float inv_freq(int k, int hd, double theta) { return float(1.0 / std::pow(theta, double(2 * k) / (hd / 2))); }
+
 // cos/sin [n, hd/2]: angles [row·inv_freq ‖ col·inv_freq], inv_freq_k = θ^(−2k/(hd/2)).
 inline void rope_tables(int n_h, int n_w, int hd, double theta, std::vector<float>& cos_t, std::vector<float>& sin_t) {
   const int half = hd / 2, quarter = half / 2;
@@ -18,7 +21,7 @@ inline void rope_tables(int n_h, int n_w, int hd, double theta, std::vector<floa
     for (int c = 0; c < n_w; ++c)
       for (int k = 0; k < half; ++k) {
         // inv_freq in float32 as the reference computes it, angle as a float32 product.
-        const float inv = float(1.0 / std::pow(theta, double(2 * (k % quarter)) / half));
+        const float inv = inv_freq(k % quarter, hd, theta);
         const float angle = float(k < quarter ? r : c) * inv;
         const size_t at = (size_t(r) * n_w + c) * half + k;
         cos_t[at] = std::cos(angle);

@@ -295,9 +295,13 @@ TEST(DsparkDecode, GreedyEqualsPlainAtBatchOneAndEight) {
                             DsparkMode{DsparkMode::Kind::kFixed, 5}, DsparkMode{DsparkMode::Kind::kAuto, 0}}) {
       const Decoded spec = run(reqs, parallel, mode, &plain.ids);
       EXPECT_EQ(spec.ids, plain.ids) << "parallel " << parallel << " k " << mode.k;
-      // Mixed acceptance: some drafts kept, some rolled back.
-      EXPECT_GT(spec.stats.accepted, 0);
-      EXPECT_LT(spec.stats.accepted, spec.stats.verified);
+      EXPECT_GT(spec.stats.verified, 0) << "auto measures drafting at least";
+      // Mixed acceptance: some drafts kept, some rolled back. (Auto drafts for as long as its
+      // timing says it pays, which may be only its first measurement.)
+      if (mode.kind == DsparkMode::Kind::kFixed) {
+        EXPECT_GT(spec.stats.accepted, 0);
+        EXPECT_LT(spec.stats.accepted, spec.stats.verified);
+      }
     }
   }
 }

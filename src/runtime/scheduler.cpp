@@ -221,58 +221,16 @@ int32_t Scheduler::pick_token(Active& a, const float* logits) {
   return token;
 }
 
-void Scheduler::enter(AutoPhase phase) {
-  auto_.phase = phase;
-  auto_.measured = 0;
-  auto_.steps = 0;
-  // Rings are fed while drafting and while refilling them for the next measurement.
-  engine_.set_draft_feeding(phase != AutoPhase::kPlain && phase != AutoPhase::kPlainMeasure);
-}
-
 bool Scheduler::want_draft(bool prefilling) {
   if (options_.dspark.kind != DsparkMode::Kind::kAuto) return true;
-  constexpr int64_t kMeasure = 4, kProbeEvery = 256;
-  constexpr double kMargin = 1.05;
-  AutoSwitch& s = auto_;
-  ++s.steps;
-  switch (s.phase) {
-    case AutoPhase::kDraftMeasure:
-      if (s.measured >= kMeasure) enter(AutoPhase::kPlainMeasure);
-      break;
-    case AutoPhase::kPlainMeasure:
-      if (s.measured >= kMeasure)
-        enter(s.rate[1] > kMargin * s.rate[0] ? AutoPhase::kDrafting : AutoPhase::kPlain);
-      // Drafting right away would see rings that were not fed while measuring plain steps.
-      if (s.phase == AutoPhase::kDrafting) enter(AutoPhase::kRefill);
-      break;
-    case AutoPhase::kPlain:
-      if (s.steps >= kProbeEvery) enter(AutoPhase::kRefill);
-      break;
-    case AutoPhase::kRefill:
-      // A window's worth of fed positions, so the probe's drafter sees what it normally sees.
-      if (s.steps > engine_.config().sliding_window) enter(AutoPhase::kDraftMeasure);
-      break;
-    case AutoPhase::kDrafting:
-      if (s.steps >= kProbeEvery) enter(AutoPhase::kPlainMeasure);
-      break;
-  }
-  // A step that carries prefill chunks is not measured (measure_step), so while drafting is only
-  // being measured it does not draft either: with many prompts arriving at once those steps can
-  // outnumber the measured ones, and each would pay for drafts that may not win.
-  if (s.phase == AutoPhase::kDraftMeasure) return !prefilling;
-  return s.phase == AutoPhase::kDrafting;
+  const bool draft = auto_.want_draft(prefilling);
+  engine_.set_draft_feeding(auto_.feeding());
+  return draft;
 }
 
 void Scheduler::measure_step(double ms, bool decode_only) {
   if (options_.dspark.kind != DsparkMode::Kind::kAuto) return;
-  if (!decode_only || ms <= 0 || emitted_this_step_ == 0) return;
-  AutoSwitch& s = auto_;
-  if (s.phase != AutoPhase::kDraftMeasure && s.phase != AutoPhase::kPlainMeasure) return;
-  const int side = s.phase == AutoPhase::kDraftMeasure ? 1 : 0;
-  const double rate = static_cast<double>(emitted_this_step_) / ms;
-  // The mean over the phase (each phase measures afresh: the batch may have changed since).
-  s.rate[side] = s.measured == 0 ? rate : (s.rate[side] * s.measured + rate) / (s.measured + 1);
-  ++s.measured;
+  auto_.record(drafted_this_step_, decode_only, ms, emitted_this_step_);
 }
 
 bool Scheduler::emit_token(Active& a, int32_t token, const float* logits) {

@@ -36,6 +36,7 @@
 #include "base/status.h"
 #include "engine/engine.h"
 #include "plan/replay_rule.h"
+#include "runtime/auto_draft.h"
 #include "runtime/confidence_calibration.h"
 #include "runtime/draft_length.h"
 #include "runtime/sampling.h"
@@ -227,19 +228,8 @@ class Scheduler {
   ConfidenceCalibrator calibrator_{16};
   StepCost step_cost_;
   DsparkStats dspark_;
-  // Auto mode's measured choice (runtime/scheduler.cpp want_draft): emitted tokens per ms of
-  // decode-only steps with [1] and without [0] drafting, each measured over a few steps; drafting
-  // must win by a margin (its cost is certain, its gain noisy). While plain decoding wins, the
-  // drafter's rings are not fed either (Engine::set_draft_feeding): auto then costs nothing but
-  // a probe now and then (rings refilled for a window, then a few drafting steps measured).
-  enum class AutoPhase { kDraftMeasure, kPlainMeasure, kPlain, kRefill, kDrafting };
-  struct AutoSwitch {
-    AutoPhase phase = AutoPhase::kDraftMeasure;
-    double rate[2] = {0, 0};
-    int64_t measured = 0;  // decode-only steps measured in this phase
-    int64_t steps = 0;     // steps in this phase
-  } auto_;
-  void enter(AutoPhase phase);
+  // Auto mode's measured choice (runtime/auto_draft.h); the window's steps refill the rings.
+  AutoDraftSwitch auto_{engine_.config().sliding_window};
   bool drafted_this_step_ = false;
   int64_t emitted_this_step_ = 0;
   bool want_draft(bool prefilling);

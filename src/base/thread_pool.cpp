@@ -1,5 +1,8 @@
 // ThreadPool (see thread_pool.h): workers sleep on a condition variable between jobs and pull
 // fixed chunks from an atomic counter; the caller pulls chunks too, then waits for the workers.
+// A job of c chunks wakes at most c − 1 workers (one slot each): a 16-thread pool running a
+// 2-chunk product must not wake, and then wait for, 15 threads — on small models that cost more
+// than the product (docs/BENCHMARKS.md, batched decode on 16 cores).
 #include "base/thread_pool.h"
 
 #include <algorithm>
@@ -46,6 +49,10 @@ void ThreadPool::worker_loop() {
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
+      // Woken late, or by another job's notification: join only while the job has a free slot.
+      if (slots_ == 0) continue;
+      --slots_;
+      ++busy_workers_;
     }
     run_chunks();
     {
@@ -65,6 +72,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mu_);
+  int wakes = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;
@@ -72,13 +80,16 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t
     grain_ = grain;
     num_chunks_ = num_chunks;
     next_chunk_.store(0, std::memory_order_relaxed);
-    busy_workers_ = static_cast<int>(workers_.size());
+    slots_ = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(workers_.size()), num_chunks - 1));
     ++generation_;
+    wakes = slots_;
   }
-  wake_.notify_all();
+  for (int i = 0; i < wakes; ++i) wake_.notify_one();
   run_chunks();
-  // Wait for every worker to leave the job before fn_ (the caller's object) goes out of scope.
+  // Close the job to workers still on their way (every chunk is taken), then wait for those that
+  // joined to leave it before fn_ (the caller's object) goes out of scope.
   std::unique_lock<std::mutex> lock(mu_);
+  slots_ = 0;
   done_.wait(lock, [&] { return busy_workers_ == 0; });
   fn_ = nullptr;
 }

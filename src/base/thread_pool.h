@@ -45,7 +45,8 @@ class ThreadPool {
   std::condition_variable wake_;
   std::condition_variable done_;
   uint64_t generation_ = 0;  // bumped per job; a worker runs each generation once
-  int busy_workers_ = 0;     // workers still inside the current job
+  int slots_ = 0;            // workers the current job may still take (≤ its chunks − 1)
+  int busy_workers_ = 0;     // workers that took a slot and are still inside the job
   bool stop_ = false;
   // Current job (valid while busy_workers_ > 0 or the caller is inside parallel_for).
   const FunctionRef<void(int64_t, int64_t)>* fn_ = nullptr;

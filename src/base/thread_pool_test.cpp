@@ -73,6 +73,37 @@ TEST(ThreadPool, ManyShortJobs) {
   EXPECT_EQ(sum, 2000 * 28);
 }
 
+TEST(ThreadPool, AJobOfFewChunksTakesAtMostThatManyThreads) {
+  ThreadPool pool(8);
+  for (int job = 0; job < 500; ++job) {
+    const int64_t chunks = 1 + job % 4;
+    std::mutex mu;
+    std::set<std::thread::id> ids;
+    std::atomic_int64_t done{0};
+    pool.parallel_for(chunks, 1, [&](int64_t, int64_t) {
+      done.fetch_add(1);
+      std::lock_guard<std::mutex> lock(mu);
+      ids.insert(std::this_thread::get_id());
+    });
+    ASSERT_EQ(done.load(), chunks);
+    ASSERT_LE(static_cast<int64_t>(ids.size()), chunks) << job;
+  }
+}
+
+TEST(ThreadPool, MixedJobSizesBackToBack) {
+  // Jobs of 2 chunks (one worker woken) between jobs of many: workers not woken for one job must
+  // not run a later job's chunks twice or miss them, nor touch a finished job.
+  ThreadPool pool(6);
+  for (int job = 0; job < 3000; ++job) {
+    const int64_t n = job % 3 == 0 ? 50 : 2;
+    std::vector<std::atomic_int> hits(n);
+    pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << job;
+  }
+}
+
 TEST(ThreadPool, SizesCountTheCaller) {
   EXPECT_EQ(ThreadPool(3).num_threads(), 3);
   EXPECT_EQ(ThreadPool(1).num_threads(), 1);

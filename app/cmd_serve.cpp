@@ -44,7 +44,7 @@ int serve_main(int argc, char** argv) {
   int64_t ping_ms = 2000;
   int64_t ctx = 4096, prefill_chunk = 512, max_queue = 64, max_body_mb = 8, shutdown_timeout = 10;
   bool quiet = false, cache_sync = false;
-  std::string cache_dir;
+  std::string cache_dir, image_dir;
   int64_t cache_chunk = 256;
   int live_turns = 4;
   cli.add_option("-m,--model", dir, "model directory (config.json, safetensors, tokenizer.json)")->required();
@@ -79,6 +79,8 @@ int serve_main(int argc, char** argv) {
   cli.add_option("--live-turns", live_turns, "with --cache-dir: finished turns kept in the engine, so that a next turn "
                  "extending one forks it (the engine tier: nothing loaded, windows exact); 0..64")
       ->check(CLI::Range(0, 64));
+  cli.add_option("--image-dir", image_dir, "chat image_url parts may be file:///abs/path URLs of images under DIR "
+                 "(symlinks resolved; nothing outside it is read); default off: only data: URLs");
   cli.add_flag("--quiet", quiet, "no access log on stderr");
   so.http_threads = 0;
   try {
@@ -97,6 +99,11 @@ int serve_main(int argc, char** argv) {
   for (const auto& k : so.api_keys)
     if (k.empty()) return usage_error("--api-key: empty keys are not allowed");
   if (!std::filesystem::is_directory(dir)) return usage_error("-m " + dir + ": not a directory");
+  if (!image_dir.empty()) {
+    auto d = open_image_dir(image_dir);
+    if (!d.ok()) return usage_error(d.status().message());
+    so.image_dir = std::move(*d);
+  }
   if (!std::filesystem::exists(dir + "/tokenizer.json")) return usage_error("-m " + dir + ": no tokenizer.json");
   if (so.model_name == "dsv41") {
     so.model_name = std::filesystem::path(dir).lexically_normal().filename().string();

@@ -58,6 +58,8 @@ TEST(CliOptions, ServeRefusesBadSetupsBeforeLoading) {
       {"serve -m /tmp --depth deep", "--depth"},
       {"serve -m /tmp --thinking maybe", "--thinking"},
       {"serve -m /tmp --api-key ''", "--api-key: empty"},
+      {"serve -m /tmp --image-dir /nonexistent-image-dir", "--image-dir /nonexistent-image-dir: No such file"},
+      {"serve -m /tmp --image-dir /etc/passwd", "--image-dir /etc/passwd: not a directory"},
   };
   for (const auto& [args, want] : cases) {
     const testing::CliResult r = testing::run_cli(args, testing::Stderr::kMerge);

@@ -10,11 +10,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "format/config.h"
+#include "format/image_file_url.h"
 #include "format/tokenizer.h"
 #include "runtime/token_trie.h"
 #include "plan/replay_rule.h"
@@ -45,6 +47,9 @@ struct ServerOptions {
   PrefillDepth depth = PrefillDepth::kFull;       // every request's prefill depth
   bool access_log = false;                         // one stderr line per request
   bool cache = false;  // prompts go through the prefix-cache tiers (--cache-dir): telemetry available
+  // --image-dir: chat image_url parts may be file: URLs of files under it (format/image_file_url.h);
+  // unset: such URLs are refused.
+  std::optional<ImageDir> image_dir;
 };
 
 class ApiServer {
@@ -58,7 +63,8 @@ class ApiServer {
   // The model is ready: generation endpoints answer from now on.
   void attach(const Tokenizer& tokenizer, EngineLoop& loop, const ModelConfig& config);
   // The model's vision tower (issue 16; borrowed, must outlive the server), before attach: chat
-  // requests' image_url parts with data: URLs are then read. Without it they are refused.
+  // requests' image_url parts with data: URLs (and file: URLs under
+  // ServerOptions::image_dir) are then read. Without it they are refused.
   void set_vision(const VisionModel* vision) { vision_ = vision; }
   // Serves until stop(); blocks. Returns after every handler has returned.
   void listen();

@@ -49,6 +49,8 @@ const BadOption kCases[] = {
     {"serve -m /nonexistent --ctx 0", "--ctx", "1 to 1048576"},
     {"serve -m /nonexistent --max-queue -1", "--max-queue", "0 to 1048576"},
     {"serve -m /nonexistent --max-body-mb 0", "--max-body-mb", "1 to 1024"},
+    {"serve -m /nonexistent --vision-threads -1", "--vision-threads", "0 to 1024"},
+    {"serve -m /nonexistent --vision-threads 5000", "--vision-threads", "0 to 1024"},
 };
 
 // `dsv41 serve` refuses bad options and a missing model before it binds or loads anything.

@@ -2,9 +2,16 @@
 // is served by serve_turn (no cache tiers needed) and decoded by the scheduler, in a batch with a
 // text request; its greedy tokens are those of the same prompt served alone (serve_turn + decode
 // on a fresh engine), and differ in their logprobs from the same ids with another image. The
-// scheduler's own cold prefill refuses images clearly. (The HTTP side — data: URLs, placeholders —
+// scheduler's own cold prefill refuses images clearly. The server's VisionEncoder (its own pool,
+// one image at a time) gives the serial tower's bits, serves concurrent callers, and goes on after
+// a caller gives up. (The HTTP side — data: URLs, placeholders —
 // is format/image_data_url_test.cpp plus the manual check in docs/VISION.md.)
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
 
 #include "backends/cpu/cpu_backend.h"
 #include "format/image_decode.h"
@@ -13,6 +20,7 @@
 #include "runtime/sampling.h"
 #include "runtime/serve_turn.h"
 #include "server/engine_loop.h"
+#include "server/vision_encoder.h"
 #include "tests/golden_file.h"
 
 namespace dsv41::server {
@@ -130,6 +138,92 @@ TEST_F(ServerImage, SchedulerColdPrefillRefusesImages) {
   ASSERT_TRUE(r.has_value());
   EXPECT_FALSE(r->status.ok());
   EXPECT_NE(r->status.message().find("through serve_turn"), std::string::npos) << r->status.to_string();
+}
+
+// A random RGB image as PNG bytes.
+std::vector<uint8_t> random_png(int w, int h, uint32_t seed) {
+  std::mt19937 rng(seed);
+  RgbImage im{w, h, std::vector<uint8_t>(size_t(w) * h * 3)};
+  for (auto& v : im.rgb) v = uint8_t(rng());
+  auto png = encode_png(im);
+  EXPECT_TRUE(png.ok());
+  return *png;
+}
+
+// Every stage of `got` has the bits of the serial tower's `want`.
+void expect_same_bits(const EncodedImage& got, const EncodedImage& want) {
+  EXPECT_EQ(got.name, want.name);
+  EXPECT_EQ(got.grid.span_tokens(), want.grid.span_tokens());
+  EXPECT_EQ(got.content, want.content);
+  ASSERT_EQ(got.vit.size(), want.vit.size());
+  EXPECT_EQ(std::memcmp(got.vit.data(), want.vit.data(), got.vit.size() * sizeof(float)), 0) << got.name;
+  ASSERT_EQ(got.span_rows.size(), want.span_rows.size());
+  EXPECT_EQ(std::memcmp(got.span_rows.data(), want.span_rows.data(), got.span_rows.size() * sizeof(float)), 0) << got.name;
+}
+
+TEST_F(ServerImage, VisionEncoderGivesTheSerialTowersBits) {
+  const std::vector<std::vector<uint8_t>> files = {random_png(70, 56, 1), random_png(300, 200, 2), random_png(31, 95, 3)};
+  for (int threads : {1, 2, 3, 5}) {
+    VisionEncoder enc(*vision_, threads);
+    EXPECT_EQ(enc.threads(), threads);
+    std::vector<ImageInput> in;
+    for (size_t i = 0; i < files.size(); ++i) in.push_back({"image " + std::to_string(i + 1), files[i]});
+    auto got = enc.encode(in, [] { return false; });
+    ASSERT_TRUE(got.has_value());
+    ASSERT_TRUE(got->ok()) << got->status().to_string();
+    ASSERT_EQ((*got)->size(), files.size());
+    for (size_t i = 0; i < files.size(); ++i) {
+      auto want = encode_image(CpuExec::serial(), *vision_, files[i], ImageLimits{}, "image " + std::to_string(i + 1));
+      ASSERT_TRUE(want.ok());
+      expect_same_bits((**got)[i], *want);
+    }
+  }
+}
+
+TEST_F(ServerImage, VisionEncoderServesConcurrentCallersAndNamesBadImages) {
+  VisionEncoder enc(*vision_, 2);
+  const auto a = random_png(200, 150, 4), b = random_png(90, 120, 5);
+  std::optional<Result<std::vector<EncodedImage>>> ra, rb;
+  std::thread ta([&] { ra = enc.encode({{"a", a}, {"b", b}}, [] { return false; }); });
+  std::thread tb([&] { rb = enc.encode({{"b", b}}, [] { return false; }); });
+  ta.join();
+  tb.join();
+  ASSERT_TRUE(ra && rb && ra->ok() && rb->ok());
+  auto want_b = encode_image(CpuExec::serial(), *vision_, b, ImageLimits{}, "b");
+  ASSERT_TRUE(want_b.ok());
+  expect_same_bits((**ra)[1], *want_b);
+  expect_same_bits((**rb)[0], *want_b);
+  // A truncated file fails its request with an error naming the image; the encoder goes on.
+  std::vector<uint8_t> cut(a.begin(), a.begin() + long(a.size() / 2));
+  auto bad = enc.encode({{"image 1", a}, {"image 2", cut}}, [] { return false; });
+  ASSERT_TRUE(bad.has_value());
+  ASSERT_FALSE(bad->ok());
+  EXPECT_NE(bad->status().message().find("image 2"), std::string::npos) << bad->status().to_string();
+  auto again = enc.encode({{"b", b}}, [] { return false; });
+  ASSERT_TRUE(again && again->ok());
+  EXPECT_EQ(enc.counts().encoded, 6);
+}
+
+TEST_F(ServerImage, AVisionEncoderCallerThatGivesUpIsSkippedAndTheRestGoOn) {
+  VisionEncoder enc(*vision_, 2);
+  const auto big = random_png(700, 560, 6), small = random_png(70, 56, 7);
+  std::optional<Result<std::vector<EncodedImage>>> first;
+  std::thread t([&] { first = enc.encode({{"big", big}}, [] { return false; }); });
+  // Behind (or beside) the big image: given up at once.
+  std::atomic<int> asked{0};
+  auto gone = enc.encode({{"gone 1", small}, {"gone 2", small}}, [&] { return ++asked > 0; }, std::chrono::milliseconds(1));
+  EXPECT_FALSE(gone.has_value());
+  t.join();
+  ASSERT_TRUE(first && first->ok()) << (first ? first->status().to_string() : "none");
+  auto after = enc.encode({{"after", small}}, [] { return false; });
+  ASSERT_TRUE(after && after->ok());
+  auto want = encode_image(CpuExec::serial(), *vision_, small, ImageLimits{}, "after");
+  ASSERT_TRUE(want.ok());
+  expect_same_bits((**after)[0], *want);
+  // Every image was either run or skipped; the given-up ones may have run (then dropped).
+  const VisionEncoder::Counts c = enc.counts();
+  EXPECT_EQ(c.encoded + c.skipped, 4);
+  EXPECT_GE(c.encoded, 2);
 }
 
 }  // namespace

@@ -27,8 +27,8 @@ before(async () => {
   // Sparse: its size is over the 32 MiB limit without writing 32 MiB.
   fs.closeSync(fs.openSync(path.join(dir, 'huge.png'), 'w'));
   fs.truncateSync(path.join(dir, 'huge.png'), 33 << 20);
-  server = await startServer(['--image-dir', dir, '--ctx', '256', '--parallel', '4']);
-  plain = await startServer(['--ctx', '256']);
+  server = await startServer(['--image-dir', dir, '--ctx', '256', '--parallel', '4', '--vision-threads', '2']);
+  plain = await startServer(['--ctx', '256', '--vision-threads', '1']);
 });
 after(async () => {
   const r = await server?.stop();
@@ -104,4 +104,24 @@ test('paths out of --image-dir, missing files, directories and over-size files a
 test('without --image-dir a file: URL is refused, saying so', async () => {
   await refused(plain.base, fileUrl(path.join(dir, 'rgb.png')), ['--image-dir']);
   await ok(plain.base, dataUrl('rgb.png'));
+});
+
+test('two image requests at once both succeed, with the tokens each gets alone', async () => {
+  const alone = await ok(server.base, dataUrl('baseline.jpg', 'image/jpeg'));
+  const both = await Promise.all([ok(server.base, dataUrl('baseline.jpg', 'image/jpeg')), ok(server.base, fileUrl(path.join(dir, 'rgb.png')))]);
+  assert.deepEqual(both[0].choices[0].logprobs, alone.choices[0].logprobs);
+  // The server's tower with --vision-threads 2 and the single-threaded one of `plain` agree.
+  const single = await ok(plain.base, dataUrl('rgb.png'));
+  assert.deepEqual(both[1].choices[0].logprobs, single.choices[0].logprobs);
+});
+
+test('a client that gives up while its image waits leaves the server serving', async () => {
+  const controllers = [0, 1, 2].map(() => new AbortController());
+  const pending = controllers.map((c) => chat(server.base, dataUrl('rgb.png'), {}, { signal: c.signal }).catch((e) => e));
+  await new Promise((r) => setTimeout(r, 5));
+  for (const c of controllers) c.abort();
+  for (const p of pending) await p;
+  await ok(server.base, dataUrl('baseline.jpg', 'image/jpeg'));
+  const h = await fetch(server.base + '/health');
+  assert.equal(h.status, 200);
 });

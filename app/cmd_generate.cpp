@@ -6,6 +6,13 @@
 // Input lines: {"id": STRING, "prompt": TEXT} or {"id": STRING, "prompt_ids": [INT, ...]}, with
 // optional "max_tokens" (default 64), "temperature" (default 0 = greedy), "top_p", "seed",
 // "ignore_eos". A prompt given as text gets BOS prepended, as `dsv41 run` does.
+// "images": ["path", ...] (a model with a vision tower, issue 16) beside "prompt" places each image
+// as `dsv41 run --image` does (chat/raw_image_prompt.h: at its <｜deepseek_image｜> in the text,
+// one per image, or right after BOS when the text holds none); beside "prompt_ids", the ids hold
+// one image_token_id per image. Paths are relative to the working directory. A request with
+// images is prefilled whole through serve_turn when a slot is free (its span rows travel with the
+// prefill), then decoded in the batch; an image that cannot be read or decoded fails that request
+// (its id, line and the image's path in the message), not the others.
 // Output lines, in input order: {"id", "ids": [generated ids, end-of-sequence excluded], "text",
 // "finish_reason": "stop"|"length", "prompt_tokens", "prefill": {"depth" (as run: full when the
 // prompt fits in the tail), "encoder_token_layers", "decoder_token_layers", "replay_token_layers",
@@ -39,9 +46,11 @@
 #include "app/command.h"
 #include "app/dspark_flag.h"
 #include "app/load_options.h"
+#include "chat/raw_image_prompt.h"
 #include "format/record_layout.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
+#include "runtime/image_input.h"
 #include "runtime/scheduler.h"
 #include "runtime/serve_turn.h"
 #include "store/dram_pool.h"
@@ -58,6 +67,7 @@ struct Parsed {
   int line = 0;
   Status status;  // not ok: the line could not be read into a request
   GenerationRequest request;
+  std::vector<std::string> images;  // "images": paths, placed into request.prompt once read
 };
 
 Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos, Parsed& out) {
@@ -67,7 +77,7 @@ Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos,
     if (!j["id"].is_string()) return invalid_argument("\"id\" must be a string");
     out.id = j["id"].get<std::string>();
   }
-  static const char* kKeys[] = {"id", "prompt", "prompt_ids", "max_tokens", "temperature", "top_p", "seed", "ignore_eos"};
+  static const char* kKeys[] = {"id", "prompt", "prompt_ids", "images", "max_tokens", "temperature", "top_p", "seed", "ignore_eos"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* k : kKeys) known = known || it.key() == k;
@@ -77,12 +87,19 @@ Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos,
   if (j.contains("prompt") == j.contains("prompt_ids"))
     return invalid_argument("give exactly one of \"prompt\" and \"prompt_ids\"");
   GenerationRequest& r = out.request;
+  if (j.contains("images")) {
+    if (!j["images"].is_array()) return invalid_argument("\"images\" must be an array of file paths");
+    for (const json& v : j["images"]) {
+      if (!v.is_string() || v.get<std::string>().empty()) return invalid_argument("\"images\" must be an array of file paths");
+      out.images.push_back(v.get<std::string>());
+    }
+  }
   if (j.contains("prompt")) {
     if (!j["prompt"].is_string()) return invalid_argument("\"prompt\" must be a string");
-    auto ids = tok.encode(j["prompt"].get<std::string>());
+    // Placeholders for the images go in as `dsv41 run --image` places them.
+    auto ids = chat::encode_raw_prompt(tok, static_cast<int32_t>(bos), j["prompt"].get<std::string>(), out.images.size());
     if (!ids.ok()) return ids.status();
-    r.prompt.push_back(static_cast<int32_t>(bos));
-    r.prompt.insert(r.prompt.end(), ids->begin(), ids->end());
+    r.prompt = std::move(*ids);
   } else {
     if (!j["prompt_ids"].is_array()) return invalid_argument("\"prompt_ids\" must be an array of integers");
     for (const json& v : j["prompt_ids"]) {
@@ -140,6 +157,26 @@ class LiveTurns {
   std::deque<SequenceId> ids_;
 };
 
+// A request with images: its prompt served whole through serve_turn (the span rows travel with
+// the prefill: the scheduler's own prefill takes text only), then decoded in the batch from the
+// prompt's last logits (submit_prefilled). Returns the ticket (and the turn's record), or why the
+// request was refused.
+Result<int64_t> submit_with_images(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& tiers,
+                                   const GenerationRequest& r, int64_t ctx, ServeTurnOptions so,
+                                   ServeTurnRecord* record) {
+  so.depth = r.depth;
+  so.max_context = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+  if (so.max_context > ctx)
+    return out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
+                        std::to_string(r.max_tokens) + " exceeds the context of " + std::to_string(ctx));
+  so.images = r.images->marks;
+  so.token_types = r.images->types;
+  so.image_embeddings = r.images->embeddings;
+  DSV41_ASSIGN_OR_RETURN(ServeTurnResult turn, serve_turn(engine, tiers, r.prompt, so));
+  if (record) *record = turn.record;
+  return scheduler.submit_prefilled(r, turn.sequence, std::move(turn.last_logits), turn.effective, turn.record.work);
+}
+
 // The requests through the cache tiers with continuous batching: while a slot is free, the next
 // request's prompt is opened through the tiers (hit, windows restored or not: open_turn) and
 // handed to the scheduler, which prefills the rest of it in the batch beside the other requests;
@@ -155,8 +192,12 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
   ServeTurnOptions so;
   so.prefill_chunk = prefill_chunk;
   so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 generate: cache: %s\n", m.c_str()); };
-  scheduler.on_finished([&](int64_t, SequenceId id) {
-    (void)end_turn(engine, tiers, id, so);
+  std::unordered_map<int64_t, std::vector<ImageMark>> image_marks;  // by ticket: the answer's keys carry them
+  scheduler.on_finished([&](int64_t ticket, SequenceId id) {
+    ServeTurnOptions end;
+    end.log = so.log;
+    if (auto it = image_marks.find(ticket); it != image_marks.end()) end.images = it->second;
+    (void)end_turn(engine, tiers, id, end);
     return live.finished(engine, id);
   });
   struct Opened {
@@ -191,6 +232,18 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
       };
       if (r.max_tokens < 0) {
         refuse(invalid_argument("max_tokens must be ≥ 0"));
+        continue;
+      }
+      if (r.images) {
+        ServeTurnRecord record;
+        auto ticket = submit_with_images(engine, scheduler, tiers, r, ctx, so, &record);
+        if (!ticket.ok()) {
+          refuse(ticket.status());
+          continue;
+        }
+        tickets[i] = *ticket;
+        records[i] = std::move(record);
+        image_marks[*ticket] = r.images->marks;
         continue;
       }
       so.depth = r.depth;
@@ -229,7 +282,7 @@ int generate_main(int argc, char** argv) {
   int64_t cache_chunk = 256;
   int live_turns = 4;
   cli.add_option("-m,--model", dir, "model directory")->required();
-  cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin)")->required();
+  cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin): id, prompt or prompt_ids, optional images [paths], max_tokens, temperature, top_p, seed, ignore_eos")->required();
   cli.add_option("--parallel", parallel, "sequences decoded together (1..256)")->check(CLI::Range(1, 256));
   std::string dspark_text = "off";
   cli.add_option("--dspark", dspark_text, "DSpark speculative decoding: auto, off or a draft length 1..block (needs the model's mtp.* drafter)");
@@ -298,6 +351,28 @@ int generate_main(int argc, char** argv) {
     p.status = parse_request(line, *tok, config.bos_token_id, p);
     parsed.push_back(std::move(p));
   }
+  // Images: read and encoded now (the model's pool is free until the engine runs), each request's
+  // placeholders expanded to its spans. A bad image fails its request only.
+  std::unique_ptr<VisionModel> vision;
+  Status no_vision;
+  for (Parsed& p : parsed) {
+    if (!p.status.ok() || p.images.empty()) continue;
+    if (!vision && no_vision.ok()) {
+      auto vm = load_vision_model(dir, config);
+      if (vm.ok()) vision = std::move(*vm);
+      else no_vision = vm.status();
+    }
+    if (!vision) {
+      p.status = no_vision;
+      continue;
+    }
+    auto placed = place_image_files((*model)->exec(), *vision, p.request.prompt, p.images, ImageLimits{});
+    if (!placed.ok()) {
+      p.status = placed.status();
+      continue;
+    }
+    p.request.images = std::make_shared<const ImagePrompt>(std::move(*placed));
+  }
   auto dspark = resolve_dspark(dspark_text, **model, "dsv41 generate");
   if (!dspark.ok()) return fail(dspark.status());
   EngineOptions eo;
@@ -318,13 +393,42 @@ int generate_main(int argc, char** argv) {
   int64_t steps = 0;
   const auto t0 = std::chrono::steady_clock::now();
   if (cache_dir.empty()) {
+    // Text requests go to the scheduler's queue; requests with images are served whole when a
+    // slot is free (submit_with_images), in input order, between steps.
+    std::vector<size_t> with_images;
     for (size_t i = 0; i < parsed.size(); ++i) {
       if (!parsed[i].status.ok()) continue;
       prompt_tokens += static_cast<int64_t>(parsed[i].request.prompt.size());
       parsed[i].request.depth = *depth;
-      tickets[i] = (*scheduler)->submit(parsed[i].request);
+      if (parsed[i].request.images) {
+        with_images.push_back(i);
+      } else {
+        tickets[i] = (*scheduler)->submit(parsed[i].request);
+      }
     }
-    while ((*scheduler)->step()) ++steps;
+    ServeTurnOptions turn;
+    turn.prefill_chunk = prefill_chunk;
+    size_t next = 0;
+    for (;;) {
+      while (next < with_images.size() && (*scheduler)->active() < parallel) {
+        const size_t i = with_images[next++];
+        auto ticket = submit_with_images(**engine, **scheduler, ServeTurnTiers{}, parsed[i].request, ctx, turn, nullptr);
+        if (ticket.ok()) {
+          tickets[i] = *ticket;
+        } else {
+          GenerationResult refused;
+          refused.status = ticket.status();
+          refused.finish = FinishReason::kError;
+          refused.prompt_tokens = static_cast<int64_t>(parsed[i].request.prompt.size());
+          served[i] = std::move(refused);
+        }
+      }
+      if ((*scheduler)->step()) {
+        ++steps;
+      } else if (next >= with_images.size()) {
+        break;
+      }
+    }
   } else {
     ServeTurnTiers tiers;
     std::unique_ptr<SsdStore> store = open_cache(cache_dir, dir, cache_chunk, tiers.identity, [](const std::string& m) {

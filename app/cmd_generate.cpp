@@ -9,10 +9,10 @@
 // "images": ["path", ...] (a model with a vision tower, issue 16) beside "prompt" places each image
 // as `dsv41 run --image` does (chat/raw_image_prompt.h: at its <｜deepseek_image｜> in the text,
 // one per image, or right after BOS when the text holds none); beside "prompt_ids", the ids hold
-// one image_token_id per image. Paths are relative to the working directory. A request with
-// images is prefilled whole through serve_turn when a slot is free (its span rows travel with the
-// prefill), then decoded in the batch; an image that cannot be read or decoded fails that request
-// (its id, line and the image's path in the message), not the others.
+// one image_token_id per image. Paths are relative to the working directory. Images are encoded
+// before the batch starts; a request with images is then prefilled and decoded in the batch like
+// text (each chunk carries its span rows). An image that cannot be read or decoded fails that
+// request (its id, line and the image's path in the message), not the others.
 // Output lines, in input order: {"id", "ids": [generated ids, end-of-sequence excluded], "text",
 // "finish_reason": "stop"|"length", "prompt_tokens", "prefill": {"depth" (as run: full when the
 // prompt fits in the tail), "encoder_token_layers", "decoder_token_layers", "replay_token_layers",
@@ -157,26 +157,6 @@ class LiveTurns {
   std::deque<SequenceId> ids_;
 };
 
-// A request with images: its prompt served whole through serve_turn (the span rows travel with
-// the prefill: the scheduler's own prefill takes text only), then decoded in the batch from the
-// prompt's last logits (submit_prefilled). Returns the ticket (and the turn's record), or why the
-// request was refused.
-Result<int64_t> submit_with_images(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& tiers,
-                                   const GenerationRequest& r, int64_t ctx, ServeTurnOptions so,
-                                   ServeTurnRecord* record) {
-  so.depth = r.depth;
-  so.max_context = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
-  if (so.max_context > ctx)
-    return out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
-                        std::to_string(r.max_tokens) + " exceeds the context of " + std::to_string(ctx));
-  so.images = r.images->marks;
-  so.token_types = r.images->types;
-  so.image_embeddings = r.images->embeddings;
-  DSV41_ASSIGN_OR_RETURN(ServeTurnResult turn, serve_turn(engine, tiers, r.prompt, so));
-  if (record) *record = turn.record;
-  return scheduler.submit_prefilled(r, turn.sequence, std::move(turn.last_logits), turn.effective, turn.record.work);
-}
-
 // The requests through the cache tiers with continuous batching: while a slot is free, the next
 // request's prompt is opened through the tiers (hit, windows restored or not: open_turn) and
 // handed to the scheduler, which prefills the rest of it in the batch beside the other requests;
@@ -212,8 +192,11 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
     Opened& o = it->second;
     o.turn.record.prefill_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - o.submitted).count();
-    close_prompt(engine, tiers, o.turn, parsed[o.request].request.prompt, so_far.effective_depth,
-                 so_far.prefill_work, so_far.prefill_timing, so);
+    ServeTurnOptions close = so;
+    const GenerationRequest& r = parsed[o.request].request;
+    close.images = r.images ? std::span<const ImageMark>(r.images->marks) : std::span<const ImageMark>();
+    close_prompt(engine, tiers, o.turn, r.prompt, so_far.effective_depth, so_far.prefill_work, so_far.prefill_timing,
+                 close);
     records[o.request] = std::move(o.turn.record);
     opened.erase(it);
   });
@@ -234,18 +217,6 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
         refuse(invalid_argument("max_tokens must be ≥ 0"));
         continue;
       }
-      if (r.images) {
-        ServeTurnRecord record;
-        auto ticket = submit_with_images(engine, scheduler, tiers, r, ctx, so, &record);
-        if (!ticket.ok()) {
-          refuse(ticket.status());
-          continue;
-        }
-        tickets[i] = *ticket;
-        records[i] = std::move(record);
-        image_marks[*ticket] = r.images->marks;
-        continue;
-      }
       so.depth = r.depth;
       so.max_context = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
       if (so.max_context > ctx) {
@@ -253,6 +224,8 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
                             std::to_string(r.max_tokens) + " exceeds the context of " + std::to_string(ctx)));
         continue;
       }
+      // The images' content enters the keys (lookup here, store and snapshots at close and end).
+      so.images = r.images ? std::span<const ImageMark>(r.images->marks) : std::span<const ImageMark>();
       auto turn = open_turn(engine, tiers, r.prompt, so);
       if (!turn.ok()) {
         refuse(turn.status());
@@ -261,6 +234,7 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
       const bool windows_present = turn->windows_present;
       const SequenceId sequence = turn->sequence;
       tickets[i] = scheduler.submit_opened(r, sequence, windows_present);
+      if (r.images) image_marks[tickets[i]] = r.images->marks;
       opened.emplace(tickets[i], Opened{i, std::move(*turn), std::chrono::steady_clock::now()});
     }
     if (scheduler.step()) {
@@ -393,42 +367,13 @@ int generate_main(int argc, char** argv) {
   int64_t steps = 0;
   const auto t0 = std::chrono::steady_clock::now();
   if (cache_dir.empty()) {
-    // Text requests go to the scheduler's queue; requests with images are served whole when a
-    // slot is free (submit_with_images), in input order, between steps.
-    std::vector<size_t> with_images;
     for (size_t i = 0; i < parsed.size(); ++i) {
       if (!parsed[i].status.ok()) continue;
       prompt_tokens += static_cast<int64_t>(parsed[i].request.prompt.size());
       parsed[i].request.depth = *depth;
-      if (parsed[i].request.images) {
-        with_images.push_back(i);
-      } else {
-        tickets[i] = (*scheduler)->submit(parsed[i].request);
-      }
+      tickets[i] = (*scheduler)->submit(parsed[i].request);
     }
-    ServeTurnOptions turn;
-    turn.prefill_chunk = prefill_chunk;
-    size_t next = 0;
-    for (;;) {
-      while (next < with_images.size() && (*scheduler)->active() < parallel) {
-        const size_t i = with_images[next++];
-        auto ticket = submit_with_images(**engine, **scheduler, ServeTurnTiers{}, parsed[i].request, ctx, turn, nullptr);
-        if (ticket.ok()) {
-          tickets[i] = *ticket;
-        } else {
-          GenerationResult refused;
-          refused.status = ticket.status();
-          refused.finish = FinishReason::kError;
-          refused.prompt_tokens = static_cast<int64_t>(parsed[i].request.prompt.size());
-          served[i] = std::move(refused);
-        }
-      }
-      if ((*scheduler)->step()) {
-        ++steps;
-      } else if (next >= with_images.size()) {
-        break;
-      }
-    }
+    while ((*scheduler)->step()) ++steps;
   } else {
     ServeTurnTiers tiers;
     std::unique_ptr<SsdStore> store = open_cache(cache_dir, dir, cache_chunk, tiers.identity, [](const std::string& m) {

@@ -1,14 +1,16 @@
-// Image prompts through the server's engine thread (issue 16): a request carrying an ImagePrompt
-// is served by serve_turn (no cache tiers needed) and decoded by the scheduler, in a batch with a
-// text request; its greedy tokens are those of the same prompt served alone (serve_turn + decode
-// on a fresh engine), and differ in their logprobs from the same ids with another image. The
-// scheduler's own cold prefill refuses images clearly. The server's VisionEncoder (its own pool,
+// Image prompts through the scheduler and the server's engine thread (issue 16): a request
+// carrying an ImagePrompt is prefilled chunk by chunk in the batch (chunks carry their span rows),
+// beside another image request and a text one, with and without the cache tiers; its greedy tokens
+// (and every logit row) are those of the same prompt served alone (serve_turn + decode on a fresh
+// engine), and differ from the same ids with another image. Rows that do not fit fail clearly. The server's VisionEncoder (its own pool,
 // one image at a time) gives the serial tower's bits, serves concurrent callers, and goes on after
 // a caller gives up. (The HTTP side — data: URLs, placeholders —
 // is format/image_data_url_test.cpp plus the manual check in docs/VISION.md.)
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
+#include <tuple>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -19,6 +21,9 @@
 #include "runtime/image_input.h"
 #include "runtime/sampling.h"
 #include "runtime/serve_turn.h"
+#include "store/dram_pool.h"
+#include "store/ssd_store.h"
+#include "store/store_test_util.h"
 #include "server/engine_loop.h"
 #include "server/vision_encoder.h"
 #include "tests/golden_file.h"
@@ -95,6 +100,30 @@ std::vector<std::vector<float>> alone(Engine& e, const GenerationRequest& r, std
   return steps;
 }
 
+// Submits `requests` as the choices of one channel and waits for all of them (choice order).
+std::vector<ChoiceResult> through_loop(EngineLoop& loop, const std::vector<GenerationRequest>& requests) {
+  std::vector<Job> jobs(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) jobs[i].request = requests[i];
+  auto ch = loop.submit(std::move(jobs));
+  EXPECT_TRUE(ch.ok());
+  std::vector<ChoiceResult> results;
+  std::vector<TokenEvent> tokens;
+  while (ch.ok() && results.size() < requests.size()) (*ch)->wait(&tokens, &results, std::chrono::milliseconds(100));
+  std::sort(results.begin(), results.end(), [](auto& x, auto& y) { return x.choice < y.choice; });
+  return results;
+}
+
+GenerationRequest text_request() {
+  GenerationRequest r;
+  r.prompt = {0, 79, 114, 114, 110};
+  r.max_tokens = 5;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+// Image prompts prefill in the batch (chunks of 3 cut the 8-position span; 512: one chunk),
+// beside another image request and a text one, and give the tokens of serve_turn alone.
 TEST_F(ServerImage, ImageRequestsThroughTheLoopGiveTheirAloneTokens) {
   const GenerationRequest a = request(false), b = request(true);
   ASSERT_EQ(a.prompt, b.prompt);  // the same ids: only the image rows differ
@@ -102,42 +131,126 @@ TEST_F(ServerImage, ImageRequestsThroughTheLoopGiveTheirAloneTokens) {
   auto ea = engine(), eb = engine();
   const auto la = alone(*ea, a, &want_a), lb = alone(*eb, b, &want_b);
   EXPECT_NE(la[0], lb[0]);  // the image reaches the logits
-  auto e = engine();
-  LoopOptions lo;
-  lo.scheduler.parallel = 3;
-  lo.scheduler.max_context = 64;
-  auto loop = EngineLoop::start(*e, lo, nullptr);
-  ASSERT_TRUE(loop.ok()) << loop.status().to_string();
-  std::vector<Job> jobs(3);
-  jobs[0].request = a;
-  jobs[1].request = b;
-  jobs[2].request.prompt = {0, 79, 114, 114, 110};  // a text request in the same batch
-  jobs[2].request.max_tokens = 5;
-  jobs[2].request.ignore_eos = true;
-  jobs[2].request.sampling.temperature = 0;
-  auto ch = (*loop)->submit(std::move(jobs));
-  ASSERT_TRUE(ch.ok());
-  std::vector<ChoiceResult> results;
-  std::vector<TokenEvent> tokens;
-  while (results.size() < 3) (*ch)->wait(&tokens, &results, std::chrono::milliseconds(100));
-  std::sort(results.begin(), results.end(), [](auto& x, auto& y) { return x.choice < y.choice; });
-  ASSERT_TRUE(results[0].result.status.ok()) << results[0].result.status.to_string();
-  EXPECT_EQ(results[0].result.ids, want_a);
-  EXPECT_EQ(results[1].result.ids, want_b);
-  EXPECT_TRUE(results[2].result.status.ok());
-  EXPECT_EQ(results[2].result.ids.size(), 5u);
+  for (int64_t chunk : {3, 512}) {
+    auto e = engine();
+    LoopOptions lo;
+    lo.scheduler.parallel = 3;
+    lo.scheduler.max_context = 64;
+    lo.scheduler.prefill_chunk = chunk;
+    lo.scheduler.max_prefill_tokens = 2 * chunk;
+    auto loop = EngineLoop::start(*e, lo, nullptr);
+    ASSERT_TRUE(loop.ok()) << loop.status().to_string();
+    const auto results = through_loop(**loop, {a, b, text_request()});
+    ASSERT_EQ(results.size(), 3u);
+    ASSERT_TRUE(results[0].result.status.ok()) << results[0].result.status.to_string();
+    EXPECT_EQ(results[0].result.ids, want_a) << "chunk " << chunk;
+    EXPECT_EQ(results[1].result.ids, want_b) << "chunk " << chunk;
+    EXPECT_TRUE(results[2].result.status.ok());
+    EXPECT_EQ(results[2].result.ids.size(), 5u);
+  }
 }
 
-TEST_F(ServerImage, SchedulerColdPrefillRefusesImages) {
+// The scheduler's own prefill of an image prompt, chunk by chunk in the batch: every logit row
+// it samples from is bitwise the one serve_turn + decode gives alone.
+TEST_F(ServerImage, SchedulerPrefillsImagesInTheBatchWithTheAloneLogits) {
+  const GenerationRequest a = request(false), b = request(true);
+  std::vector<int32_t> want_a, want_b;
+  auto ea = engine(), eb = engine();
+  const auto la = alone(*ea, a, &want_a), lb = alone(*eb, b, &want_b);
+  auto e = engine();
+  SchedulerOptions so;
+  so.parallel = 3;
+  so.max_context = 64;
+  so.prefill_chunk = 3;
+  so.max_prefill_tokens = 5;  // one chunk of one request per step: the others wait their turn
+  auto s = Scheduler::create(*e, so);
+  ASSERT_TRUE(s.ok());
+  std::map<int64_t, std::vector<std::vector<float>>> seen;
+  (*s)->on_token([&](int64_t ticket, int32_t, std::span<const float> logits) {
+    seen[ticket].emplace_back(logits.begin(), logits.end());
+  });
+  const int64_t tt = (*s)->submit(text_request()), ta = (*s)->submit(a), tb = (*s)->submit(b);
+  (*s)->run_to_completion();
+  for (auto [ticket, want, logits] : {std::tuple{ta, &want_a, &la}, std::tuple{tb, &want_b, &lb}}) {
+    auto r = (*s)->take(ticket);
+    ASSERT_TRUE(r.has_value());
+    ASSERT_TRUE(r->status.ok()) << r->status.to_string();
+    EXPECT_EQ(r->ids, *want);
+    ASSERT_EQ(seen[ticket].size(), want->size());
+    for (size_t k = 0; k < want->size(); ++k) EXPECT_EQ(seen[ticket][k], (*logits)[k]) << "ticket " << ticket << " step " << k;
+  }
+  EXPECT_TRUE((*s)->take(tt)->status.ok());
+}
+
+// Types and rows that do not fit the prompt fail that request, naming the problem; the others run.
+TEST_F(ServerImage, ImageRowsThatDoNotFitThePromptFailTheirRequestOnly) {
   auto e = engine();
   auto s = Scheduler::create(*e, SchedulerOptions{});
   ASSERT_TRUE(s.ok());
-  const int64_t t = (*s)->submit(request(false));
+  GenerationRequest short_types = request(false), text_typed = request(false), few_rows = request(false);
+  auto edit = [](GenerationRequest& r, auto&& change) {
+    ImagePrompt im = *r.images;
+    change(im);
+    r.images = std::make_shared<const ImagePrompt>(std::move(im));
+  };
+  edit(short_types, [](ImagePrompt& im) { im.types.pop_back(); });
+  edit(text_typed, [](ImagePrompt& im) { im.types.back() = 0; });  // a text position typed as span
+  edit(few_rows, [](ImagePrompt& im) { im.embeddings.resize(im.embeddings.size() - 1); });
+  const int64_t t1 = (*s)->submit(short_types), t2 = (*s)->submit(text_typed), t3 = (*s)->submit(few_rows),
+                t4 = (*s)->submit(request(false));
   (*s)->run_to_completion();
-  auto r = (*s)->take(t);
-  ASSERT_TRUE(r.has_value());
-  EXPECT_FALSE(r->status.ok());
-  EXPECT_NE(r->status.message().find("through serve_turn"), std::string::npos) << r->status.to_string();
+  const std::pair<int64_t, const char*> bad[] = {
+      {t1, "11 token types for a prompt of 12"}, {t2, "position 11 holds token 114 with type 0"}, {t3, "span rows"}};
+  for (const auto& [t, words] : bad) {
+    auto r = (*s)->take(t);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_FALSE(r->status.ok());
+    EXPECT_NE(r->status.message().find(words), std::string::npos) << r->status.to_string();
+  }
+  EXPECT_TRUE((*s)->take(t4)->status.ok());
+}
+
+// With the cache tiers (SSD chunks of 4, DRAM snapshots, engine tier): an image prompt is opened
+// through them and prefilled in the batch; the same prompt again hits the stored chunks (the
+// windows replayed over the image rows) and the same ids with another image hits nothing past
+// the image. Every answer is the one served alone.
+TEST_F(ServerImage, CachedImageTurnsThroughTheLoop) {
+  const GenerationRequest a = request(false), b = request(true);
+  std::vector<int32_t> want_a, want_b;
+  auto ea = engine(), eb = engine();
+  alone(*ea, a, &want_a);
+  alone(*eb, b, &want_b);
+  store_test::ScratchDir dir;
+  SsdStoreOptions sso;
+  sso.identity = store_test::test_identity(4);
+  auto store = SsdStore::open(dir.path, sso);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  DramPool dram;
+  ServeTurnTiers tiers{store->get(), &dram, *sso.identity, true};
+  auto e = engine();
+  LoopOptions lo;
+  lo.scheduler.parallel = 2;
+  lo.scheduler.max_context = 64;
+  lo.scheduler.prefill_chunk = 3;
+  lo.scheduler.max_prefill_tokens = 6;
+  lo.tiers = &tiers;
+  lo.sync_store = true;
+  lo.live_turns = 2;
+  auto loop = EngineLoop::start(*e, lo, nullptr);
+  ASSERT_TRUE(loop.ok());
+  for (int round = 0; round < 2; ++round) {
+    const auto r = through_loop(**loop, {a});
+    ASSERT_EQ(r.size(), 1u);
+    ASSERT_TRUE(r[0].result.status.ok()) << r[0].result.status.to_string();
+    EXPECT_EQ(r[0].result.ids, want_a) << "round " << round;
+    ASSERT_TRUE(r[0].turn.has_value());
+    if (round == 1) EXPECT_GE(r[0].turn->global_hit_tokens, 8) << "the stored chunks of the same prompt";
+  }
+  const auto rb = through_loop(**loop, {b});
+  ASSERT_TRUE(rb[0].result.status.ok()) << rb[0].result.status.to_string();
+  EXPECT_EQ(rb[0].result.ids, want_b);
+  ASSERT_TRUE(rb[0].turn.has_value());
+  EXPECT_LE(rb[0].turn->global_hit_tokens, 1) << "another image: no chunk past the image's start";
 }
 
 // A random RGB image as PNG bytes.

@@ -3,7 +3,8 @@
 // gives the same greedy tokens and logprobs (and another image other logprobs); every way out of
 // --image-dir, a missing file, a directory, an over-size file and a server without --image-dir
 // are 400 invalid_image naming the image; two image requests at once both succeed, and a client
-// that gives up while its image waits for the encoder leaves the server serving. Needs node only.
+// that gives up while its image waits for the encoder leaves the server serving. The main server
+// runs with the prefix cache (so repeated images hit it); `plain` without. Needs node only.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -27,7 +28,10 @@ before(async () => {
   // Sparse: its size is over the 32 MiB limit without writing 32 MiB.
   fs.closeSync(fs.openSync(path.join(dir, 'huge.png'), 'w'));
   fs.truncateSync(path.join(dir, 'huge.png'), 33 << 20);
-  server = await startServer(['--image-dir', dir, '--ctx', '256', '--parallel', '4', '--vision-threads', '2']);
+  // The prefix cache on (chunks of 4, exact depth): a repeated image prompt is opened through it
+  // (its keys carry the image's content) and the rest prefilled in the batch.
+  server = await startServer(['--image-dir', dir, '--ctx', '256', '--parallel', '4', '--vision-threads', '2',
+    '--cache-dir', path.join(base, 'cache'), '--cache-chunk', '4', '--cache-sync', '--depth', 'exact']);
   plain = await startServer(['--ctx', '256', '--vision-threads', '1']);
 });
 after(async () => {
@@ -67,11 +71,15 @@ test('the same image as a file: URL and as a data: URL gives the same tokens', a
   assert.deepEqual(viaFile.choices[0].logprobs, viaData.choices[0].logprobs);
   assert.equal(viaFile.choices[0].message.content, viaData.choices[0].message.content);
   assert.equal(viaFile.usage.prompt_tokens, viaData.usage.prompt_tokens);
+  // The second time, the prompt's chunks come from the cache (keyed by the image's content).
+  const cached = (j) => j.usage.prompt_tokens_details?.cached_tokens ?? 0;
+  assert.ok(cached(viaFile) >= 8, JSON.stringify(viaFile.usage));
   // localhost and percent-escapes name the same file.
   const escaped = await ok(server.base, 'file://localhost' + path.join(dir, 'sub', '..', 'rgb%2Epng'));
   assert.deepEqual(escaped.choices[0].logprobs, viaData.choices[0].logprobs);
   // Another image reaches the logits: not the same logprobs.
   const jpeg = await ok(server.base, fileUrl(path.join(dir, 'baseline.jpg')));
+  assert.ok(cached(jpeg) < cached(viaFile), `another image hits nothing past its start: ${JSON.stringify(jpeg.usage)}`);
   const jpegData = await ok(server.base, dataUrl('baseline.jpg', 'image/jpeg'));
   assert.deepEqual(jpeg.choices[0].logprobs, jpegData.choices[0].logprobs);
   assert.notDeepEqual(jpeg.choices[0].logprobs.content[0].top_logprobs, viaData.choices[0].logprobs.content[0].top_logprobs);

@@ -37,7 +37,7 @@ test-asan: deps
 # ThreadSanitizer over the code that shares state between threads: the engine and scheduler, the
 # SSD store's writer thread, the server's engine loop and HTTP threads (C++ tests, and the real
 # server driven by the SDK and curl tests). build-tsan/; docs/SERVER.md.
-TSAN_TESTS := Engine\.|EngineLoop\.|Scheduler\.|SsdStore\.|DramPool\.|ServeTurn\.|ThreadPool\.|TwoEngines\.|ChoiceStream\.|StopMatcher\.|OpenAiRequest\.|Metrics\.|server_
+TSAN_TESTS := Engine\.|EngineLoop\.|Scheduler\.|ServerImage\.|SsdStore\.|DramPool\.|ServeTurn\.|ThreadPool\.|TwoEngines\.|ChoiceStream\.|StopMatcher\.|OpenAiRequest\.|Metrics\.|server_
 test-tsan: deps
 	@cmake -S . -B build-tsan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV41_TSAN=ON $(LAUNCHER) >/dev/null
 	@cmake --build build-tsan -j $(JOBS) --target dsv41 dsv41_tests

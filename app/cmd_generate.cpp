@@ -6,6 +6,13 @@
 // Input lines: {"id": STRING, "prompt": TEXT} or {"id": STRING, "prompt_ids": [INT, ...]}, with
 // optional "max_tokens" (default 64), "temperature" (default 0 = greedy), "top_p", "seed",
 // "ignore_eos". A prompt given as text gets BOS prepended, as `dsv41 run` does.
+// "images": ["path", ...] (a model with a vision tower, issue 16) beside "prompt" places each image
+// as `dsv41 run --image` does (chat/raw_image_prompt.h: at its <｜deepseek_image｜> in the text,
+// one per image, or right after BOS when the text holds none); beside "prompt_ids", the ids hold
+// one image_token_id per image. Paths are relative to the working directory. Images are encoded
+// before the batch starts; a request with images is then prefilled and decoded in the batch like
+// text (each chunk carries its span rows). An image that cannot be read or decoded fails that
+// request (its id, line and the image's path in the message), not the others.
 // Output lines, in input order: {"id", "ids": [generated ids, end-of-sequence excluded], "text",
 // "finish_reason": "stop"|"length", "prompt_tokens", "prefill": {"depth" (as run: full when the
 // prompt fits in the tail), "encoder_token_layers", "decoder_token_layers", "replay_token_layers",
@@ -39,9 +46,11 @@
 #include "app/command.h"
 #include "app/dspark_flag.h"
 #include "app/load_options.h"
+#include "chat/raw_image_prompt.h"
 #include "format/record_layout.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
+#include "runtime/image_input.h"
 #include "runtime/scheduler.h"
 #include "runtime/serve_turn.h"
 #include "store/dram_pool.h"
@@ -58,6 +67,7 @@ struct Parsed {
   int line = 0;
   Status status;  // not ok: the line could not be read into a request
   GenerationRequest request;
+  std::vector<std::string> images;  // "images": paths, placed into request.prompt once read
 };
 
 Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos, Parsed& out) {
@@ -67,7 +77,7 @@ Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos,
     if (!j["id"].is_string()) return invalid_argument("\"id\" must be a string");
     out.id = j["id"].get<std::string>();
   }
-  static const char* kKeys[] = {"id", "prompt", "prompt_ids", "max_tokens", "temperature", "top_p", "seed", "ignore_eos"};
+  static const char* kKeys[] = {"id", "prompt", "prompt_ids", "images", "max_tokens", "temperature", "top_p", "seed", "ignore_eos"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* k : kKeys) known = known || it.key() == k;
@@ -77,12 +87,19 @@ Status parse_request(const std::string& text, const Tokenizer& tok, int64_t bos,
   if (j.contains("prompt") == j.contains("prompt_ids"))
     return invalid_argument("give exactly one of \"prompt\" and \"prompt_ids\"");
   GenerationRequest& r = out.request;
+  if (j.contains("images")) {
+    if (!j["images"].is_array()) return invalid_argument("\"images\" must be an array of file paths");
+    for (const json& v : j["images"]) {
+      if (!v.is_string() || v.get<std::string>().empty()) return invalid_argument("\"images\" must be an array of file paths");
+      out.images.push_back(v.get<std::string>());
+    }
+  }
   if (j.contains("prompt")) {
     if (!j["prompt"].is_string()) return invalid_argument("\"prompt\" must be a string");
-    auto ids = tok.encode(j["prompt"].get<std::string>());
+    // Placeholders for the images go in as `dsv41 run --image` places them.
+    auto ids = chat::encode_raw_prompt(tok, static_cast<int32_t>(bos), j["prompt"].get<std::string>(), out.images.size());
     if (!ids.ok()) return ids.status();
-    r.prompt.push_back(static_cast<int32_t>(bos));
-    r.prompt.insert(r.prompt.end(), ids->begin(), ids->end());
+    r.prompt = std::move(*ids);
   } else {
     if (!j["prompt_ids"].is_array()) return invalid_argument("\"prompt_ids\" must be an array of integers");
     for (const json& v : j["prompt_ids"]) {
@@ -155,8 +172,12 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
   ServeTurnOptions so;
   so.prefill_chunk = prefill_chunk;
   so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 generate: cache: %s\n", m.c_str()); };
-  scheduler.on_finished([&](int64_t, SequenceId id) {
-    (void)end_turn(engine, tiers, id, so);
+  std::unordered_map<int64_t, std::vector<ImageMark>> image_marks;  // by ticket: the answer's keys carry them
+  scheduler.on_finished([&](int64_t ticket, SequenceId id) {
+    ServeTurnOptions end;
+    end.log = so.log;
+    if (auto it = image_marks.find(ticket); it != image_marks.end()) end.images = it->second;
+    (void)end_turn(engine, tiers, id, end);
     return live.finished(engine, id);
   });
   struct Opened {
@@ -171,8 +192,11 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
     Opened& o = it->second;
     o.turn.record.prefill_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - o.submitted).count();
-    close_prompt(engine, tiers, o.turn, parsed[o.request].request.prompt, so_far.effective_depth,
-                 so_far.prefill_work, so_far.prefill_timing, so);
+    ServeTurnOptions close = so;
+    const GenerationRequest& r = parsed[o.request].request;
+    close.images = r.images ? std::span<const ImageMark>(r.images->marks) : std::span<const ImageMark>();
+    close_prompt(engine, tiers, o.turn, r.prompt, so_far.effective_depth, so_far.prefill_work, so_far.prefill_timing,
+                 close);
     records[o.request] = std::move(o.turn.record);
     opened.erase(it);
   });
@@ -200,6 +224,8 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
                             std::to_string(r.max_tokens) + " exceeds the context of " + std::to_string(ctx)));
         continue;
       }
+      // The images' content enters the keys (lookup here, store and snapshots at close and end).
+      so.images = r.images ? std::span<const ImageMark>(r.images->marks) : std::span<const ImageMark>();
       auto turn = open_turn(engine, tiers, r.prompt, so);
       if (!turn.ok()) {
         refuse(turn.status());
@@ -208,6 +234,7 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
       const bool windows_present = turn->windows_present;
       const SequenceId sequence = turn->sequence;
       tickets[i] = scheduler.submit_opened(r, sequence, windows_present);
+      if (r.images) image_marks[tickets[i]] = r.images->marks;
       opened.emplace(tickets[i], Opened{i, std::move(*turn), std::chrono::steady_clock::now()});
     }
     if (scheduler.step()) {
@@ -229,7 +256,7 @@ int generate_main(int argc, char** argv) {
   int64_t cache_chunk = 256;
   int live_turns = 4;
   cli.add_option("-m,--model", dir, "model directory")->required();
-  cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin)")->required();
+  cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin): id, prompt or prompt_ids, optional images [paths], max_tokens, temperature, top_p, seed, ignore_eos")->required();
   cli.add_option("--parallel", parallel, "sequences decoded together (1..256)")->check(CLI::Range(1, 256));
   std::string dspark_text = "off";
   cli.add_option("--dspark", dspark_text, "DSpark speculative decoding: auto, off or a draft length 1..block (needs the model's mtp.* drafter)");
@@ -297,6 +324,28 @@ int generate_main(int argc, char** argv) {
     p.line = n;
     p.status = parse_request(line, *tok, config.bos_token_id, p);
     parsed.push_back(std::move(p));
+  }
+  // Images: read and encoded now (the model's pool is free until the engine runs), each request's
+  // placeholders expanded to its spans. A bad image fails its request only.
+  std::unique_ptr<VisionModel> vision;
+  Status no_vision;
+  for (Parsed& p : parsed) {
+    if (!p.status.ok() || p.images.empty()) continue;
+    if (!vision && no_vision.ok()) {
+      auto vm = load_vision_model(dir, config);
+      if (vm.ok()) vision = std::move(*vm);
+      else no_vision = vm.status();
+    }
+    if (!vision) {
+      p.status = no_vision;
+      continue;
+    }
+    auto placed = place_image_files((*model)->exec(), *vision, p.request.prompt, p.images, ImageLimits{});
+    if (!placed.ok()) {
+      p.status = placed.status();
+      continue;
+    }
+    p.request.images = std::make_shared<const ImagePrompt>(std::move(*placed));
   }
   auto dspark = resolve_dspark(dspark_text, **model, "dsv41 generate");
   if (!dspark.ok()) return fail(dspark.status());

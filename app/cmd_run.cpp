@@ -50,7 +50,7 @@
 #include "format/tokenizer.h"
 #include "model/model.h"
 #include "base/file_io.h"
-#include "chat/markers.h"
+#include "chat/raw_image_prompt.h"
 #include "runtime/dump.h"
 #include "runtime/image_input.h"
 #include "runtime/sampling.h"
@@ -177,20 +177,12 @@ int run_main(int argc, char** argv) {
     prompt = std::move(*ids);
   } else {
     // Images without a placeholder in the text go before it (the chat renderer's order).
-    std::string with_images = text;
-    if (!image_paths.empty() && text.find(chat::kImage) == std::string::npos) {
-      std::string marks;
-      for (size_t i = 0; i < image_paths.size(); ++i) marks += std::string(chat::kImage);
-      with_images = marks + text;
-    }
-    auto enc = tok->encode(with_images);
+    auto enc = chat::encode_raw_prompt(*tok, static_cast<int32_t>((*model)->config().bos_token_id), text, image_paths.size());
     if (!enc.ok()) return fail(enc.status());
-    prompt.push_back(static_cast<int32_t>((*model)->config().bos_token_id));
-    prompt.insert(prompt.end(), enc->begin(), enc->end());
+    prompt = std::move(*enc);
   }
   if (prompt.empty()) return fail(invalid_argument("the prompt has no tokens"));
   // Images: encoded by the vision tower, each placeholder expanded to its span.
-  std::vector<EncodedImage> encoded;
   ImagePrompt placed;
   if (!image_paths.empty()) {
     if (dump.any()) return fail(invalid_argument("--dump with --image: use dsv41 logits --image ... --dump"));
@@ -200,15 +192,7 @@ int run_main(int argc, char** argv) {
     auto encoder = make_vision_encoder(flags.backend, **vm, &note);  // the GPU tower for --backend cuda
     if (!encoder.ok()) return fail(encoder.status());
     if (!note.empty()) std::fprintf(stderr, "dsv41 run: %s\n", note.c_str());
-    for (const std::string& path : image_paths) {
-      auto bytes = read_file(path);
-      if (!bytes.ok()) return fail(bytes.status());
-      auto im = encode_image((*model)->exec(), **vm, {reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()},
-                             limits, path, *encoder);
-      if (!im.ok()) return fail(im.status());
-      encoded.push_back(std::move(*im));
-    }
-    auto p = place_images(prompt, int32_t((*model)->config().image_token_id), encoded);
+    auto p = place_image_files((*model)->exec(), **vm, prompt, image_paths, limits, *encoder);
     if (!p.ok()) return fail(p.status());
     placed = std::move(*p);
   }

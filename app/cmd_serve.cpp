@@ -30,6 +30,7 @@
 #include "plan/replay_rule.h"
 #include "server/api_server.h"
 #include "server/engine_loop.h"
+#include "server/vision_encoder.h"
 #include "store/dram_pool.h"
 
 namespace dsv41::app {
@@ -39,12 +40,12 @@ int serve_main(int argc, char** argv) {
   CLI::App cli{"OpenAI-compatible HTTP server (docs/SERVER.md)", "dsv41 serve"};
   std::string dir, depth_name = "full", thinking = "off";
   server::ServerOptions so;
-  int parallel = 8, threads = 0;
+  int parallel = 8, threads = 0, vision_threads = 0;
   double kv_budget_mb = 0;
   int64_t ping_ms = 2000;
   int64_t ctx = 4096, prefill_chunk = 512, max_queue = 64, max_body_mb = 8, shutdown_timeout = 10;
   bool quiet = false, cache_sync = false;
-  std::string cache_dir;
+  std::string cache_dir, image_dir;
   int64_t cache_chunk = 256;
   int live_turns = 4;
   cli.add_option("-m,--model", dir, "model directory (config.json, safetensors, tokenizer.json)")->required();
@@ -79,6 +80,10 @@ int serve_main(int argc, char** argv) {
   cli.add_option("--live-turns", live_turns, "with --cache-dir: finished turns kept in the engine, so that a next turn "
                  "extending one forks it (the engine tier: nothing loaded, windows exact); 0..64")
       ->check(CLI::Range(0, 64));
+  cli.add_option("--image-dir", image_dir, "chat image_url parts may be file:///abs/path URLs of images under DIR "
+                 "(symlinks resolved; nothing outside it is read); default off: only data: URLs");
+  cli.add_option("--vision-threads", vision_threads, "threads of the vision tower (a model with one): images are "
+                 "encoded one at a time on a pool of this many threads (0 = all cores)")->check(in_range(0, 1024));
   cli.add_flag("--quiet", quiet, "no access log on stderr");
   so.http_threads = 0;
   try {
@@ -97,6 +102,11 @@ int serve_main(int argc, char** argv) {
   for (const auto& k : so.api_keys)
     if (k.empty()) return usage_error("--api-key: empty keys are not allowed");
   if (!std::filesystem::is_directory(dir)) return usage_error("-m " + dir + ": not a directory");
+  if (!image_dir.empty()) {
+    auto d = open_image_dir(image_dir);
+    if (!d.ok()) return usage_error(d.status().message());
+    so.image_dir = std::move(*d);
+  }
   if (!std::filesystem::exists(dir + "/tokenizer.json")) return usage_error("-m " + dir + ": no tokenizer.json");
   if (so.model_name == "dsv41") {
     so.model_name = std::filesystem::path(dir).lexically_normal().filename().string();
@@ -194,12 +204,16 @@ int serve_main(int argc, char** argv) {
     lo.live_turns = live_turns;
   }
   // The vision tower when the model has one: chat requests may then carry images (issue 16).
+  // Its encoder: one image at a time on its own pool, so concurrent image requests queue rather
+  // than oversubscribe the cores (server/vision_encoder.h).
   std::unique_ptr<VisionModel> vision;
+  std::unique_ptr<server::VisionEncoder> encoder;
   if (config.vision) {
     auto vm = load_vision_model(dir, config);
     if (!vm.ok()) return fail(vm.status());
     vision = std::move(*vm);
-    api.set_vision(vision.get());
+    encoder = std::make_unique<server::VisionEncoder>(*vision, vision_threads > 0 ? vision_threads : hardware_threads());
+    api.set_vision(encoder.get());
   }
   auto loop = server::EngineLoop::start(**engine, lo, &api.metrics());
   if (!loop.ok()) return fail(loop.status());

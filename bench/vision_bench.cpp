@@ -2,6 +2,7 @@
 // (plus patch embedding and final norm), on the patch grids of a 544² image (39 × 39, the
 // min_pixels size) and a 1024² image (74 × 74). The whole tower is 32 such blocks: multiply.
 // Weights random (values do not change the time). docs/VISION.md has the numbers.
+// BM_VisionBlockThreads: the 1024² block on pools of 1..16 threads (`serve --vision-threads`).
 #include <benchmark/benchmark.h>
 
 #include "base/rng.h"
@@ -47,6 +48,25 @@ void BM_VisionBlock(benchmark::State& state) {
   state.counters["patches"] = double(side) * side;
 }
 BENCHMARK(BM_VisionBlock)->Arg(39)->Arg(74)->ArgName("grid_side")->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// The same block of the 1024² image on a pool of N threads: what `dsv41 serve --vision-threads N`
+// gives one image (the server encoded on one thread before it had a vision encoder).
+void BM_VisionBlockThreads(benchmark::State& state) {
+  static const VisionWeights w = release_width_one_block();
+  const int side = int(state.range(0)), threads = int(state.range(1));
+  ThreadPool pool(threads);
+  CpuExec ex = CpuExec::serial();
+  ex.pool = &pool;
+  Xoshiro256 g(1);
+  const std::vector<float> patches = uniform(g, size_t(side) * side * 588, 2.0f);
+  for (auto _ : state) benchmark::DoNotOptimize(vit_forward(ex, w, patches, side, side));
+  state.counters["threads"] = threads;
+}
+BENCHMARK(BM_VisionBlockThreads)
+    ->ArgsProduct({{74}, {1, 2, 4, 8, 16}})
+    ->ArgNames({"grid_side", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 }  // namespace
 }  // namespace dsv41

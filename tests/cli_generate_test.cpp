@@ -1,6 +1,8 @@
 // `dsv41 generate` end to end (issue 9 item 7): the same ids with --parallel 1 and 8 on the
 // embedded default model and the golden fixture, bad lines fail alone naming their id and line,
-// bad options fail before the model loads.
+// bad options fail before the model loads; requests with images (issue 16) on the vision fixture
+// give `dsv41 run --image`'s ids, whatever the parallelism and with the prefix cache, and a bad
+// image fails its request alone.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -9,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/cli_runner.h"
 
@@ -81,6 +85,109 @@ TEST(CliGenerate, BadOptionsFailBeforeTheModelLoads) {
   EXPECT_EQ(missing.code, 1);
   EXPECT_NE(missing.out.find("/nonexistent.jsonl"), std::string::npos) << missing.out;
   std::filesystem::remove(req);
+}
+
+// The JSON output line of request `id`.
+nlohmann::json line_of(const std::string& out, const std::string& id) {
+  size_t pos = 0;
+  while (pos < out.size()) {
+    const size_t end = out.find('\n', pos);
+    auto j = nlohmann::json::parse(out.substr(pos, end - pos), nullptr, false);
+    if (j.is_object() && j.value("id", "") == id) return j;
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return nlohmann::json();
+}
+
+// The generated ids `dsv41 run` prints last (--print-ids).
+std::string run_ids(const std::string& out) {
+  std::string s = out;
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s.substr(s.rfind('\n') + 1);
+}
+
+std::string ids_text(const nlohmann::json& ids) {
+  std::string out;
+  for (const auto& v : ids) out += (out.empty() ? "" : ",") + std::to_string(v.get<int64_t>());
+  return out;
+}
+
+TEST(CliGenerate, RequestsWithImagesGiveRunsIdsAndBadImagesFailAlone) {
+  const std::string vl = std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/vl-micro";
+  const std::string images = std::string(DSV41_TEST_DATA_DIR) + "/images";
+  const std::string tmp = (std::filesystem::temp_directory_path() / ("dsv41_generate_img_" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(tmp);
+  {  // a PNG cut in half
+    std::ifstream in(images + "/rgb.png", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(tmp + "/cut.png", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  const std::string png = images + "/rgb.png", jpg = images + "/baseline.jpg";
+  const std::string mark = "<｜deepseek_image｜>";
+  auto q = [](const std::string& s) { return "\"" + s + "\""; };
+  const std::string common = ", \"max_tokens\": 4, \"ignore_eos\": true}\n";
+  const std::string body =
+      "{\"id\": \"before\", \"prompt\": \"Look at this\", \"images\": [" + q(png) + "]" + common +
+      "{\"id\": \"text\", \"prompt\": \"Look at this\"" + common +
+      "{\"id\": \"marked\", \"prompt\": \"" + mark + "Look at this\", \"images\": [" + q(png) + "]" + common +
+      "{\"id\": \"missing\", \"prompt\": \"x\", \"images\": [" + q(tmp + "/missing.png") + "]" + common +
+      "{\"id\": \"two\", \"prompt\": \"A" + mark + "B" + mark + "C\", \"images\": [" + q(jpg) + ", " + q(png) + "]" + common +
+      "{\"id\": \"cut\", \"prompt\": \"x\", \"images\": [" + q(png) + ", " + q(tmp + "/cut.png") + "]" + common +
+      "{\"id\": \"count\", \"prompt\": \"A" + mark + "B" + mark + "\", \"images\": [" + q(png) + "]" + common +
+      "{\"id\": \"ids\", \"prompt_ids\": [0, 305, 79, 114], \"images\": [" + q(png) + "]" + common +
+      "{\"id\": \"not-a-list\", \"prompt\": \"x\", \"images\": " + q(png) + common +
+      "{\"id\": \"jpeg\", \"prompt\": \"Look at this\", \"images\": [" + q(jpg) + "]" + common;
+  const std::string req = tmp + "/requests.jsonl";
+  std::ofstream(req) << body;
+  const std::string base = "generate -m " + vl + " --requests " + req + " --depth full";
+  const auto one = run_cli(base + " --parallel 1", Stderr::kMerge);
+  const auto four = run_cli(base + " --parallel 4 --prefill-chunk 3", Stderr::kDiscard);
+  const auto cached = run_cli(base + " --parallel 3 --cache-dir " + tmp + "/cache --cache-chunk 4", Stderr::kDiscard);
+  const auto again = run_cli(base + " --parallel 3 --cache-dir " + tmp + "/cache --cache-chunk 4", Stderr::kDiscard);
+  EXPECT_EQ(one.code, 1) << one.out;
+  for (const char* id : {"before", "text", "marked", "two", "ids", "jpeg"}) {
+    const auto a = line_of(one.out, id);
+    ASSERT_TRUE(a.contains("ids")) << id << "\n" << one.out;
+    EXPECT_EQ(a["ids"].size(), 4u) << id;
+    EXPECT_EQ(line_of(four.out, id), a) << id << "\n" << four.out;
+    // Through the prefix cache (cold, then hits keyed by the images' content): the same ids.
+    for (const auto* other : {&cached, &again}) EXPECT_EQ(line_of(other->out, id)["ids"], a["ids"]) << id << "\n" << other->out;
+  }
+  // Placed before the text or at its placeholder: the same prompt, the text's with a span of at
+  // least 4 positions (start, a token, a newline, end).
+  EXPECT_EQ(line_of(one.out, "before")["ids"], line_of(one.out, "marked")["ids"]);
+  EXPECT_EQ(line_of(one.out, "before")["prompt_tokens"], line_of(one.out, "marked")["prompt_tokens"]);
+  EXPECT_NE(line_of(one.out, "before")["ids"], line_of(one.out, "jpeg")["ids"]);  // the image reaches the output
+  EXPECT_GE(line_of(one.out, "before")["prompt_tokens"].get<int64_t>(), line_of(one.out, "text")["prompt_tokens"].get<int64_t>() + 4);
+  // `dsv41 run --image` gives the same ids, and another image other ids or at least other logits
+  // (checked through run with the JPEG).
+  const auto run = run_cli("run -m " + vl + " --image " + png + " -p 'Look at this' -n 4 --ignore-eos --print-ids --depth full",
+                           Stderr::kDiscard);
+  ASSERT_EQ(run.code, 0) << run.out;
+  EXPECT_EQ(run_ids(run.out), ids_text(line_of(one.out, "before")["ids"])) << run.out;
+  const auto run_jpg = run_cli("run -m " + vl + " --image " + jpg + " -p 'Look at this' -n 4 --ignore-eos --print-ids --depth full",
+                               Stderr::kDiscard);
+  EXPECT_EQ(run_ids(run_jpg.out), ids_text(line_of(one.out, "jpeg")["ids"])) << run_jpg.out;
+  // Bad images fail their request alone, naming its id, line and the image.
+  const auto expect_failed = [&](const std::string& id, int line, const std::string& words) {
+    const auto j = line_of(one.out, id);
+    ASSERT_TRUE(j.contains("error")) << id << "\n" << one.out;
+    EXPECT_EQ(j["line"], line) << id;
+    EXPECT_NE(j["error"].get<std::string>().find(words), std::string::npos) << id << ": " << j["error"];
+    EXPECT_NE(one.out.find("request \"" + id + "\" (line " + std::to_string(line) + ")"), std::string::npos) << one.out;
+  };
+  expect_failed("missing", 4, tmp + "/missing.png");
+  expect_failed("cut", 6, tmp + "/cut.png");
+  expect_failed("count", 7, "2 image placeholder(s) (token 305) but 1 image(s)");
+  expect_failed("not-a-list", 9, "\"images\" must be an array");
+  // A text-only model refuses images, naming the request.
+  const auto text_only = run_cli("generate -m " + std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/v41-micro --requests " + req,
+                                 Stderr::kDiscard);
+  EXPECT_EQ(text_only.code, 1);
+  EXPECT_NE(line_of(text_only.out, "before").value("error", "").find("text only"), std::string::npos) << text_only.out;
+  EXPECT_TRUE(line_of(text_only.out, "text").contains("ids")) << text_only.out;
+  std::filesystem::remove_all(tmp);
 }
 
 }  // namespace

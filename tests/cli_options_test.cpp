@@ -49,6 +49,8 @@ const BadOption kCases[] = {
     {"serve -m /nonexistent --ctx 0", "--ctx", "1 to 1048576"},
     {"serve -m /nonexistent --max-queue -1", "--max-queue", "0 to 1048576"},
     {"serve -m /nonexistent --max-body-mb 0", "--max-body-mb", "1 to 1024"},
+    {"serve -m /nonexistent --vision-threads -1", "--vision-threads", "0 to 1024"},
+    {"serve -m /nonexistent --vision-threads 5000", "--vision-threads", "0 to 1024"},
 };
 
 // `dsv41 serve` refuses bad options and a missing model before it binds or loads anything.
@@ -58,6 +60,8 @@ TEST(CliOptions, ServeRefusesBadSetupsBeforeLoading) {
       {"serve -m /tmp --depth deep", "--depth"},
       {"serve -m /tmp --thinking maybe", "--thinking"},
       {"serve -m /tmp --api-key ''", "--api-key: empty"},
+      {"serve -m /tmp --image-dir /nonexistent-image-dir", "--image-dir /nonexistent-image-dir: No such file"},
+      {"serve -m /tmp --image-dir /etc/passwd", "--image-dir /etc/passwd: not a directory"},
   };
   for (const auto& [args, want] : cases) {
     const testing::CliResult r = testing::run_cli(args, testing::Stderr::kMerge);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "base/file_io.h"
 #include "format/safetensors.h"
 #include "model/vision/image_span.h"
 #include "model/vision/vision_tower.h"
@@ -65,6 +66,19 @@ Result<ImagePrompt> place_images(std::vector<int32_t>& prompt, int32_t image_tok
     out.embeddings.insert(out.embeddings.end(), images[i].span_rows.begin(), images[i].span_rows.end());
   }
   return out;
+}
+
+Result<ImagePrompt> place_image_files(const CpuExec& ex, const VisionModel& vm, std::vector<int32_t>& prompt,
+                                      std::span<const std::string> paths, const ImageLimits& limits,
+                                      const VisionEncoder& encoder) {
+  std::vector<EncodedImage> encoded;
+  for (const std::string& path : paths) {
+    DSV41_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+    DSV41_ASSIGN_OR_RETURN(EncodedImage im, encode_image(ex, vm, {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
+                                                         limits, path, encoder));
+    encoded.push_back(std::move(im));
+  }
+  return place_images(prompt, vm.image_token_id, encoded);
 }
 
 Result<ImageRows> image_rows(std::span<const int32_t> ids, int32_t image_token_id,

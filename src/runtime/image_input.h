@@ -69,6 +69,13 @@ struct ImagePrompt {
 Result<ImagePrompt> place_images(std::vector<int32_t>& prompt, int32_t image_token_id,
                                  std::span<const EncodedImage> images);
 
+// Image files into `prompt` (`dsv41 run --image`, the "images" of `generate --requests`): each
+// file read, encoded (errors name the file's path) and placed at its placeholder, in order.
+// `encoder`: as for encode_image (empty: the CPU tower on `ex`).
+Result<ImagePrompt> place_image_files(const CpuExec& ex, const VisionModel& vm, std::vector<int32_t>& prompt,
+                                      std::span<const std::string> paths, const ImageLimits& limits,
+                                      const VisionEncoder& encoder = {});
+
 struct ImageRows {
   std::vector<int8_t> types;      // [positions]: −1 text, 0..3 span
   std::vector<float> embeddings;  // [span rows, hidden], prompt order

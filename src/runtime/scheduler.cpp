@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "runtime/image_input.h"
+
 #include <algorithm>
 #include <string>
 
@@ -72,8 +74,6 @@ int64_t Scheduler::submit_opened(GenerationRequest request, SequenceId sequence,
   a->sequence = sequence;
   a->result.prompt_tokens = static_cast<int64_t>(a->request.prompt.size());
   Status st = prepare(*a);
-  if (st.ok() && a->request.images)
-    st = invalid_argument("a prompt with images is prefilled through serve_turn (submit_prefilled), not by the scheduler");
   if (st.ok()) {
     auto held = engine_.length(sequence);
     if (held.ok()) a->prompt_done = *held;
@@ -111,6 +111,27 @@ Status Scheduler::prepare(Active& a) {
     if (id >= V)
       return invalid_argument("logit_bias: token id " + std::to_string(id) + " outside the vocabulary (0.." +
                               std::to_string(V - 1) + ")");
+  if (r.images) {
+    // The same checks as prefill()'s: the engine would refuse a chunk that breaks them, but only
+    // when that chunk runs, and a chunk of text only would pass unchecked.
+    const ImagePrompt& im = *r.images;
+    const int64_t N = static_cast<int64_t>(r.prompt.size());
+    if (static_cast<int64_t>(im.types.size()) != N)
+      return invalid_argument("images: " + std::to_string(im.types.size()) + " token types for a prompt of " +
+                              std::to_string(N) + " tokens");
+    a.span_before.assign(static_cast<size_t>(N + 1), 0);
+    for (int64_t p = 0; p < N; ++p) {
+      if ((im.types[p] >= 0) != (r.prompt[p] == engine_.config().image_token_id))
+        return invalid_argument("images: position " + std::to_string(p) + " holds token " + std::to_string(r.prompt[p]) +
+                                " with type " + std::to_string(im.types[p]) +
+                                ": image-span rows and image_token_id positions must coincide");
+      a.span_before[p + 1] = a.span_before[p] + (im.types[p] >= 0);
+    }
+    if (static_cast<int64_t>(im.embeddings.size()) != a.span_before[N] * engine_.config().hidden_size)
+      return invalid_argument("images: " + std::to_string(im.embeddings.size()) + " image embedding values for " +
+                              std::to_string(a.span_before[N]) + " span rows of " +
+                              std::to_string(engine_.config().hidden_size));
+  }
   auto sampler = Sampler::create(r.sampling);
   if (!sampler.ok()) return sampler.status();
   a.sampler = std::move(*sampler);
@@ -176,8 +197,6 @@ void Scheduler::admit() {
       st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
                         std::to_string(r.max_tokens) + " exceeds the context of " +
                         std::to_string(options_.max_context));
-    if (st.ok() && r.images)
-      st = invalid_argument("a prompt with images is prefilled through serve_turn (submit_prefilled), not by the scheduler");
     if (st.ok()) {
       auto plan = plan_prefill(engine_.backend().plan(), engine_.config().sliding_window,
                                static_cast<int64_t>(r.prompt.size()), 0, true, r.depth);
@@ -405,6 +424,16 @@ Segment Scheduler::next_prefill_chunk(const Active& a) const {
   s.tokens = std::span<const int32_t>(a.request.prompt).subspan(static_cast<size_t>(a.cursor), static_cast<size_t>(n));
   s.replay = step.replay;
   s.depth = step.layers;
+  if (!a.span_before.empty()) {
+    // The chunk's types and span rows (a chunk of text only goes as text), as prefill() cuts them.
+    const int64_t b = a.cursor, e = a.cursor + n, H = engine_.config().hidden_size;
+    if (a.span_before[e] > a.span_before[b]) {
+      s.token_types = std::span<const int8_t>(a.request.images->types).subspan(static_cast<size_t>(b), static_cast<size_t>(n));
+      s.image_embeddings = std::span<const float>(a.request.images->embeddings)
+                               .subspan(static_cast<size_t>(a.span_before[b] * H),
+                                        static_cast<size_t>((a.span_before[e] - a.span_before[b]) * H));
+    }
+  }
   s.logits = a.step + 1 == a.plan.steps.size() && a.cursor + n == step.end ? LogitRows::kLast : LogitRows::kNone;
   return s;
 }

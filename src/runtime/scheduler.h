@@ -14,7 +14,8 @@
 // is emitted, so a finished request's sequence holds exactly what plain decoding leaves.
 // Each step is one Engine::forward over: a prefill chunk (≤ prefill_chunk tokens of one step of
 // the request's prefill plan at its depth, plan/replay_rule.h; chunk boundaries at fixed multiples
-// of prefill_chunk from the step's start) for sequences still reading their prompt, at most max_prefill_tokens of those per step, and one decode token for every sequence
+// of prefill_chunk from the step's start; with a prompt's images, the types and span rows of its
+// positions) for sequences still reading their prompt, at most max_prefill_tokens of those per step, and one decode token for every sequence
 // that is generating. Every request has its own Sampler (seeded), and the engine's results do not
 // depend on what else is in a batch, so a request's tokens do not depend on `parallel`, on the
 // order of the queue or on the other requests.
@@ -57,9 +58,12 @@ struct GenerationRequest {
   // Constrained decoding (null: none): each request gets its own constraint from the factory;
   // before each sample it masks the logits (the token callback still sees the raw ones).
   std::shared_ptr<const ConstraintFactory> constraint;
-  // The prompt's images (issue 16), null for a text prompt. The scheduler's own cold prefill
-  // takes text only: a request with images is served through serve_turn and submit_prefilled
-  // (server/engine_loop.cpp does). After depth, so brace-initialised requests need not name it.
+  // The prompt's images (issue 16), null for a text prompt: the per-position types and the span
+  // rows (runtime/image_input.h place_images). Each prefill chunk (replays included) carries the
+  // types and rows of its positions, so an image prompt prefills in the batch like text; a
+  // request whose types and rows do not fit its prompt fails, naming the position. Shared, so
+  // the choices of one request borrow the same rows. After depth, so brace-initialised requests
+  // need not name it.
   std::shared_ptr<const ImagePrompt> images;
 };
 
@@ -191,6 +195,9 @@ class Scheduler {
     std::optional<SpeculativeSampler> spec;  // the rejection rule's sampler (sampled requests)
     std::vector<float> draft_logits;         // [k, V] q of this step's drafts (rejection rule)
     std::vector<int32_t> drafted;            // this step's drafts so far (while drafting)
+    // A prompt with images: span rows at positions < p, for p in 0..prompt size (where a
+    // chunk's rows start in request.images->embeddings); empty for text.
+    std::vector<int64_t> span_before;
   };
   Scheduler(Engine& engine, const SchedulerOptions& options) : engine_(engine), options_(options) {}
   void admit();

@@ -10,11 +10,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "format/config.h"
+#include "format/image_file_url.h"
 #include "format/tokenizer.h"
 #include "runtime/token_trie.h"
 #include "plan/replay_rule.h"
@@ -26,10 +28,11 @@
 
 namespace dsv41 {
 struct ImagePrompt;  // runtime/image_input.h
-struct VisionModel;
 }  // namespace dsv41
 
 namespace dsv41::server {
+
+class VisionEncoder;  // server/vision_encoder.h
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -45,6 +48,9 @@ struct ServerOptions {
   PrefillDepth depth = PrefillDepth::kFull;       // every request's prefill depth
   bool access_log = false;                         // one stderr line per request
   bool cache = false;  // prompts go through the prefix-cache tiers (--cache-dir): telemetry available
+  // --image-dir: chat image_url parts may be file: URLs of files under it (format/image_file_url.h);
+  // unset: such URLs are refused.
+  std::optional<ImageDir> image_dir;
 };
 
 class ApiServer {
@@ -57,9 +63,10 @@ class ApiServer {
   int port() const { return port_; }
   // The model is ready: generation endpoints answer from now on.
   void attach(const Tokenizer& tokenizer, EngineLoop& loop, const ModelConfig& config);
-  // The model's vision tower (issue 16; borrowed, must outlive the server), before attach: chat
-  // requests' image_url parts with data: URLs are then read. Without it they are refused.
-  void set_vision(const VisionModel* vision) { vision_ = vision; }
+  // The model's vision encoder (issue 16; borrowed, must outlive listen()), before attach:
+  // chat requests' image_url parts with data: URLs (and file: URLs under
+  // ServerOptions::image_dir) are then read. Without it they are refused.
+  void set_vision(VisionEncoder* vision) { vision_ = vision; }
   // Serves until stop(); blocks. Returns after every handler has returned.
   void listen();
   // Stops accepting connections (from any thread, e.g. a signal thread).
@@ -104,7 +111,7 @@ class ApiServer {
   const ModelConfig* config_ = nullptr;
   std::shared_ptr<const TokenTrie> trie_;  // the tokenizer's token bytes, for constrained decoding
   std::vector<int32_t> dsml_tokens_;       // added tokens a forced tool call may use ("｜DSML｜")
-  const VisionModel* vision_ = nullptr;
+  VisionEncoder* vision_ = nullptr;
   int64_t created_ = 0;
 };
 

@@ -7,8 +7,10 @@
 
 #include "chat/markers.h"
 #include "chat/render.h"
-#include "format/image_data_url.h"
 #include "format/image_decode.h"
+#include "server/http_transport.h"
+#include "server/image_source.h"
+#include "server/vision_encoder.h"
 #include "runtime/image_input.h"
 #include "runtime/json_constraint.h"
 #include "server/tool_call_acceptor.h"
@@ -115,27 +117,34 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
   auto ids = tokenizer_->encode(rendered->prompt);
   if (!ids.ok()) return reply_error(req, res, from_status(ids.status(), "messages"));
   std::vector<int32_t> prompt(ids->begin(), ids->end());
-  // Images (issue 16): each image_url part's data: URL decoded and encoded by the vision tower,
-  // its placeholder expanded to the span; a bad image is answered with what is wrong.
+  // Images (issue 16): each image_url part's bytes (its data: URL decoded, or its file: URL read
+  // under --image-dir), encoded by the server's vision encoder (its own pool, one image at a time,
+  // server/vision_encoder.h) while this thread waits, then each placeholder expanded to its span;
+  // a bad image is answered with what is wrong.
   std::shared_ptr<const ImagePrompt> images;
   if (!rendered->images.empty()) {
     if (!vision_)
       return reply_error(req, res, bad_field("messages", "this model takes text only: it has no vision tower for image inputs",
                                              "unsupported_value"));
-    std::vector<EncodedImage> encoded;
+    std::vector<ImageInput> inputs;
     for (size_t i = 0; i < rendered->images.size(); ++i) {
       const std::string name = "image " + std::to_string(i + 1);
       const Json rec = Json::parse(rendered->images[i].json, nullptr, /*allow_exceptions=*/false);
       if (!rec.is_object() || !rec.contains("url") || !rec["url"].is_string())
-        return reply_error(req, res, bad_field("messages", name + ": only image_url parts with a data: URL are read", "invalid_image"));
-      auto data = decode_image_data_url(rec["url"].get<std::string>(), ImageLimits{}.max_bytes);
-      if (!data.ok()) return reply_error(req, res, bad_field("messages", name + ": " + data.status().message(), "invalid_image"));
-      // One thread per request here: the engine's pool belongs to the engine thread.
-      auto im = encode_image(CpuExec::serial(), *vision_, data->bytes, ImageLimits{}, name);
-      if (!im.ok()) return reply_error(req, res, bad_field("messages", im.status().message(), "invalid_image"));
-      encoded.push_back(std::move(*im));
+        return reply_error(req, res, bad_field("messages", name + ": an image_url part needs a \"url\" string", "invalid_image"));
+      auto bytes = image_url_bytes(rec["url"].get<std::string>(), options_.image_dir ? &*options_.image_dir : nullptr,
+                                   ImageLimits{}.max_bytes);
+      if (!bytes.ok()) return reply_error(req, res, bad_field("messages", name + ": " + bytes.status().message(), "invalid_image"));
+      inputs.push_back({name, std::move(*bytes)});
     }
-    auto placed = place_images(prompt, vision_->image_token_id, encoded);
+    // A client that disconnects while its images wait gives them up (skipped if not started).
+    auto encoded = vision_->encode(std::move(inputs), [] { return HttpTransport::peer_closed(); });
+    if (!encoded) {
+      metrics_.count_request("/v1/chat/completions", 499);  // client closed the connection
+      return;
+    }
+    if (!encoded->ok()) return reply_error(req, res, bad_field("messages", encoded->status().message(), "invalid_image"));
+    auto placed = place_images(prompt, vision_->model().image_token_id, **encoded);
     if (!placed.ok()) return reply_error(req, res, bad_field("messages", placed.status().message(), "invalid_image"));
     images = std::make_shared<const ImagePrompt>(std::move(*placed));
   }

@@ -230,29 +230,17 @@ void EngineLoop::serve_from_cache() {
     so.prefill_chunk = options_.scheduler.prefill_chunk;
     so.max_context = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
     so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
-    if (r.images) {
-      so.images = r.images->marks;
-      so.token_types = r.images->types;
-      so.image_embeddings = r.images->embeddings;
-    }
-    const ServeTurnTiers no_tiers{};  // an image prompt on a server without cache tiers
-    const ServeTurnTiers& tiers = options_.tiers ? *options_.tiers : no_tiers;
+    if (r.images) so.images = r.images->marks;  // the keys carry the images' content
+    const ServeTurnTiers& tiers = *options_.tiers;
     Status st;
     if (so.max_context > options_.scheduler.max_context)
       st = out_of_range("prompt of " + std::to_string(r.prompt.size()) + " tokens + max_tokens " +
                         std::to_string(r.max_tokens) + " exceeds the context of " +
                         std::to_string(options_.scheduler.max_context));
-    // A text prompt is opened through the tiers and prefilled in the batch (submit_opened); a
-    // prompt with images is served whole by serve_turn (its span rows travel with the prefill)
-    // and decoded in the batch (submit_prefilled).
+    // The prompt is opened through the tiers (its images' content in the keys) and the rest of
+    // it prefilled in the batch (submit_opened; the chunks carry their span rows).
     std::optional<OpenedTurn> opened;
-    std::optional<ServeTurnResult> served;
     auto attempt = [&]() -> Status {
-      if (r.images) {
-        auto t = serve_turn(engine_, tiers, r.prompt, so);
-        if (t.ok()) served = std::move(*t);
-        return t.status();
-      }
       auto t = open_turn(engine_, tiers, r.prompt, so);
       if (t.ok()) opened = std::move(*t);
       return t.status();
@@ -281,25 +269,13 @@ void EngineLoop::serve_from_cache() {
     live.top_logprobs = j.job.top_logprobs;
     live.submitted = j.submitted;
     live.images = r.images;
-    int64_t ticket = -1;
-    if (served) {
-      if (options_.sync_store && options_.tiers && options_.tiers->ssd) {
-        Status synced = options_.tiers->ssd->flush();
-        if (!synced.ok()) std::fprintf(stderr, "dsv41 serve: cache: %s\n", synced.to_string().c_str());
-      }
-      if (metrics_ && options_.tiers) metrics_->observe_turn(served->record);
-      if (options_.tiers) live.turn = served->record;  // a turn record only where the tiers served it
-      ticket = scheduler_->submit_prefilled(std::move(r), served->sequence, std::move(served->last_logits),
-                                            served->effective, served->record.work);
-    } else {
-      live.retried = j.retried;
-      if (!j.retried && options_.live_turns > 0) live.retry = j.job;
-      const SequenceId sequence = opened->sequence;
-      const bool windows_present = opened->windows_present;
-      live.opening = std::move(*opened);
-      live.opened = std::chrono::steady_clock::now();
-      ticket = scheduler_->submit_opened(std::move(r), sequence, windows_present);
-    }
+    live.retried = j.retried;
+    if (!j.retried && options_.live_turns > 0) live.retry = j.job;
+    const SequenceId sequence = opened->sequence;
+    const bool windows_present = opened->windows_present;
+    live.opening = std::move(*opened);
+    live.opened = std::chrono::steady_clock::now();
+    const int64_t ticket = scheduler_->submit_opened(std::move(r), sequence, windows_present);
     j.channel->tickets_[static_cast<size_t>(j.choice)] = ticket;
     live_.emplace(ticket, std::move(live));
   }
@@ -315,6 +291,7 @@ void EngineLoop::close_opened(int64_t ticket, const GenerationResult& so_far) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - live.opened).count();
   ServeTurnOptions so;
   so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
+  if (live.images) so.images = live.images->marks;  // the window snapshot's key carries them
   // The sequence holds exactly the prompt now (the first token is sampled after this call).
   auto prompt = engine_.tokens(turn.sequence);
   if (!prompt.ok()) return;  // cannot happen for a live sequence; the turn then stays unrecorded
@@ -348,8 +325,7 @@ void EngineLoop::run() {
     for (auto& [channel, jobs] : inbox) {
       channel->tickets_.assign(jobs.size(), -1);
       for (size_t i = 0; i < jobs.size(); ++i) {
-        // Image prompts go through serve_turn too (the scheduler's cold prefill takes text only).
-        if (options_.tiers || jobs[i].request.images) {
+        if (options_.tiers) {
           cache_queue_.push_back(CacheJob{channel, static_cast<int>(i), std::move(jobs[i]), now});
           continue;
         }

@@ -159,7 +159,7 @@ class EngineLoop {
   // A request that failed for lack of pages before its first token, while finished turns held
   // pages for the engine tier: they are dropped and the request queued again (once). True when so.
   bool retry_without_kept(Live& live, const GenerationResult& r);
-  // A choice waiting for open_turn (cache tiers) or serve_turn (a prompt with images).
+  // A choice waiting for open_turn (cache tiers).
   struct CacheJob {
     std::shared_ptr<Channel> channel;
     int choice = 0;

@@ -42,6 +42,8 @@ DSV41_KERNEL_CHECK(TopkAndCandidateBlocks, check_selection)
 DSV41_KERNEL_CHECK(RouterAndExperts, check_moe)
 DSV41_KERNEL_CHECK(Engram, check_engram)
 DSV41_KERNEL_CHECK(SinkAttentionAndIndexerScores, check_attention_and_scores)
+DSV41_KERNEL_CHECK(FakeQuantisersMatchRecordCodecs, check_fake_quant)
+DSV41_KERNEL_CHECK(WindowRing, check_window_ring)
 
 // Where a test model lives: its place in the checkout, else test-models/<name>.
 std::string model_dir(const std::string& name, const std::string& in_checkout) {

@@ -116,6 +116,7 @@ class DeviceBackend : public Backend {
   void attend(int layer, int segment, int64_t first_row, int kv_layer) override;
   void attention_output(int layer, std::span<const RowRange> rows) override;
   void ffn(int layer, std::span<const RowRange> rows) override;
+  void end_batch() override { flush_window_rows(); }
   void logits(std::span<const int64_t> rows, float* out) override;
 
  private:
@@ -163,8 +164,11 @@ class DeviceBackend : public Backend {
                         float* pre, float* post, float* comb);
   // The n largest of each of `rows` rows of v [rows, size] into out [rows, width] (indexer.h).
   void select_largest(const float* v, int64_t rows, int64_t size, int64_t n, int width, int32_t* out);
-  // Host round trip of a row fake-quantiser over rows [rows, dim] (heads of width `unit`).
-  void fake_quant(float* dev, int64_t rows, int64_t dim, int64_t unit, RowKind kind, std::vector<float>* keep);
+  // Row fake-quantiser of `kind` over `values` floats on the device (rows of a multiple of the
+  // kind's block width; device_kernels_quant.h, bit-identical to row_fake_quant).
+  void fake_quant(float* dev, int64_t values, RowKind kind);
+  // Pushes the window rows staged by this batch's attend calls into their rings (one download).
+  void flush_window_rows();
   Mirror& mirror(const SequenceCache* cache, const KvSourceCache& kv);
   const float* rope_table(RopeKind kind, bool sin) const;
 
@@ -196,7 +200,18 @@ class DeviceBackend : public Backend {
   std::vector<uint8_t> is_image_;
   DeviceArray<Exec, uint8_t> is_image_dev_;
   DeviceArray<Exec, int64_t> rows_;
-  std::vector<float> host_kv_;  // [n, D] fake-quantised window kv of the batch (what the ring packs)
+  // Window rows waiting for their ring: attend() stages each segment's newest rows (at most the
+  // ring's slots; the ring packs no more) on the device, end_batch() downloads them in one copy and
+  // pushes them (a ring read before that, by a second attend of the same ring, flushes first).
+  struct PendingPush {
+    WindowRing* ring = nullptr;
+    int layer = -1;
+    int64_t rows = 0, staged = 0, offset = 0;  // positions the ring advances, rows staged, at
+  };
+  std::vector<PendingPush> pending_;
+  int64_t staged_ = 0;  // floats used in stage_
+  F32 stage_;
+  std::vector<float> host_stage_;
   std::vector<float> host_tmp_;
 };
 

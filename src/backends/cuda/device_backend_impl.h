@@ -48,7 +48,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
                  &comb_b_, &cos_main_, &sin_main_, &cos_comp_, &sin_comp_, &scratch_r_, &scratch_m_, &mid_,
                  &logits_buf_, &keys_, &cmp_a_, &cmp_b_, &cmp_lat_, &cmp_keys_, &cmp_rot_, &cmp_cos_, &cmp_sin_, &iq_,
                  &ihw_, &scores_, &bmax_, &router_, &hexp_, &hshared_, &engram_r_, &engram_kv_, &engram_gate_,
-                 &weights_})
+                 &weights_, &stage_})
     b->bind(&ex_);
   tokens_.bind(&ex_);
   experts_.bind(&ex_);
@@ -157,13 +157,23 @@ void DeviceBackend<Exec>::select_largest(const float* v, int64_t rows, int64_t s
 }
 
 template <class Exec>
-void DeviceBackend<Exec>::fake_quant(float* dev, int64_t rows, int64_t dim, int64_t unit, RowKind kind,
-                                     std::vector<float>* keep) {
-  host_tmp_.resize(static_cast<size_t>(rows * dim));
-  ex_.download(host_tmp_.data(), dev, rows * dim * int64_t(sizeof(float)));
-  for (int64_t i = 0; i < rows * dim; i += unit) row_fake_quant(kind, host_tmp_.data() + i, unit);
-  ex_.upload(dev, host_tmp_.data(), rows * dim * int64_t(sizeof(float)));
-  if (keep) keep->assign(host_tmp_.begin(), host_tmp_.end());
+void DeviceBackend<Exec>::fake_quant(float* dev, int64_t values, RowKind kind) {
+  ex_.for_each(values / dk::FakeQuantK::block(kind), dk::FakeQuantK{dev, kind});
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::flush_window_rows() {
+  if (pending_.empty()) return;
+  host_stage_.resize(static_cast<size_t>(staged_));
+  ex_.download(host_stage_.data(), stage_.data(), staged_ * int64_t(sizeof(float)));
+  for (const PendingPush& p : pending_) {
+    WindowRing& ring = *p.ring;
+    // Positions older than the ring's slots are skipped as push_rows skips them.
+    if (p.rows > p.staged) ring.set_positions(ring.start(), ring.length() + (p.rows - p.staged));
+    ring.push_rows(host_stage_.data() + p.offset, p.staged);
+  }
+  pending_.clear();
+  staged_ = 0;
 }
 
 template <class Exec>
@@ -201,6 +211,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   const ModelConfig& c = config();
   const int64_t n = layout.rows, d = c.hidden_size, hc = c.hc_mult;
   const int64_t H = c.num_attention_heads, D = c.head_dim, k = model_.moe_shape().top_k;
+  flush_window_rows();  // a caller that skipped end_batch: the rings first
   layout_ = layout;
   segments_.assign(layout.segments.begin(), layout.segments.end());
   layout_.segments = segments_;
@@ -229,7 +240,6 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   kv_.reserve(n * D);
   experts_.reserve(n * k);
   weights_.reserve(n * k);
-  host_kv_.assign(static_cast<size_t>(n * D), 0.0f);
   tokens_.upload(layout.tokens, n);
   ex_.for_each(n * d, dk::GatherRowsK{embed_, tokens_.data(), d, h_.data()});
   // Image-span rows take their image embeddings instead (model.md §3.1, §3.10; CpuBackend).
@@ -307,7 +317,6 @@ void DeviceBackend<Exec>::attention_projections(int layer, std::span<const RowRa
   const LayerDev& L = layers_[layer];
   const RopeKind kind = plan().layers[layer].rope;
   const int64_t d = c.hidden_size, H = c.num_attention_heads, D = c.head_dim, ql = c.q_lora_rank;
-  std::vector<float> rows_kv;
   for (const RowRange& r : rows) {
     const int64_t n = r.end - r.begin, r0 = r.begin;
     float* cr = c_.data() + r0 * ql;
@@ -320,8 +329,7 @@ void DeviceBackend<Exec>::attention_projections(int layer, std::span<const RowRa
     gemm(h_.data() + r0 * d, n, d, L.wkv, D, kvr);
     rmsnorm(kvr, n, D, L.kv_norm, kvr);
     rope(kvr, n, 1, D, rope_table(kind, false), rope_table(kind, true), r0, false);
-    fake_quant(kvr, n, D, D, RowKind::kWindow, &rows_kv);  // FP8 window values (host, exact)
-    std::copy(rows_kv.begin(), rows_kv.end(), host_kv_.begin() + r0 * D);
+    fake_quant(kvr, n * D, RowKind::kWindow);  // FP8 window values (what the ring packs)
   }
 }
 
@@ -421,7 +429,7 @@ void DeviceBackend<Exec>::index(int layer, int segment, int64_t first_row, int k
   gemm(c_.data() + r0 * ql, T, ql, {L.i_wqb, nullptr}, nh * dh, iq_.data());
   gemm(h_.data() + r0 * d, T, d, {L.i_wproj, nullptr}, nh, ihw_.data());
   rope(iq_.data(), T, nh, dh, cos_comp_.data(), sin_comp_.data(), r0, false);
-  fake_quant(iq_.data(), T, nh * dh, dh, RowKind::kIndex, nullptr);
+  fake_quant(iq_.data(), T * nh * dh, RowKind::kIndex);  // MXFP4 per head
   ex_.for_each(T * nh, dk::ScaleK{ihw_.data(), static_cast<float>(std::pow(double(nh), -0.5)), false});
   const Mirror& m = mirror(s.cache, kv);
   const int nb = c.candidate_topk_blocks, bs = c.candidate_block_size;
@@ -462,6 +470,13 @@ void DeviceBackend<Exec>::attend(int layer, int segment, int64_t first_row, int 
   const int64_t r0 = s.row0 + first_row, T = s.rows - first_row, start = s.start + first_row;
   const int k = c.index_topk;
   WindowRing& ring = s.cache->window(layer);
+  // A second attend of this ring in one batch (not from the engine, but stay right): its staged
+  // rows first. Rings are per layer and staged in layer order: only this layer's tail to scan.
+  for (auto p = pending_.rbegin(); p != pending_.rend() && p->layer == layer; ++p)
+    if (p->ring == &ring) {
+      flush_window_rows();
+      break;
+    }
   const int64_t floor = ring.start();
   const int64_t first = std::max<int64_t>(floor, start - (win - 1));
   // Keys of the window: ring rows [first, start) from the host, then the segment's own rows.
@@ -487,7 +502,12 @@ void DeviceBackend<Exec>::attend(int layer, int segment, int64_t first_row, int 
   ex_.for_each(T * H * D, dk::AttnValuesK{g, logits_buf_.data(), o});
   const RopeKind kind = plan().layers[layer].rope;
   rope(o, T, H, D, rope_table(kind, false), rope_table(kind, true), r0, true);
-  ring.push_rows(host_kv_.data() + r0 * D, T);
+  // The rows for the ring: the newest `slots` of the segment, staged for end_batch.
+  const int64_t m = std::min<int64_t>(T, ring.slots());
+  stage_.reserve(staged_ + m * D, staged_);
+  ex_.copy(stage_.data() + staged_, kv_.data() + (r0 + T - m) * D, m * D * int64_t(sizeof(float)));
+  pending_.push_back({&ring, layer, T, m, staged_});
+  staged_ += m * D;
 }
 
 template <class Exec>

@@ -105,6 +105,9 @@ class DeviceBackend : public Backend {
   Status status() const { return ex_.status(); }
   // Bytes of weights held on the device.
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Test support. Off: every attend rebuilds the window rows it reads from the host ring (the data
+  // path before the device window copies); the results are the same bits either way.
+  void set_window_copies(bool keep) { keep_window_copies_ = keep; }
 
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
   Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
@@ -141,6 +144,18 @@ class DeviceBackend : public Backend {
     int64_t entries = 0, topk_row0 = 0, candidate_row0 = 0, call_row0 = 0;
     I32 topk, candidates;
   };
+  // The newest window rows of one (SequenceCache, layer) ring on the device, as float32 (the
+  // ring's records unpacked: what attend reads), position p in slot p mod slots; positions
+  // [lo, hi) held. Appended from the device's own fake-quantised rows at attend; `records` keeps
+  // the packed records of those positions as the ring got them, so a ring changed behind the
+  // backend's back (rollback past them, restore, a new cache at a freed address) is noticed and
+  // the copy rebuilt from it.
+  struct WindowCopy {
+    F32 rows;
+    int64_t slots = 0, lo = 0, hi = 0;
+    int64_t last_used = 0;
+    std::vector<uint8_t> records;  // [slots, record bytes]
+  };
   struct Mirror {
     F32 main, index;
     int64_t rows = 0;
@@ -170,6 +185,8 @@ class DeviceBackend : public Backend {
   // Pushes the window rows staged by this batch's attend calls into their rings (one download).
   void flush_window_rows();
   Mirror& mirror(const SequenceCache* cache, const KvSourceCache& kv);
+  // The device window copy of `layer` of `cache`, holding positions [first, start) of its ring.
+  WindowCopy& window_copy(const SequenceCache* cache, int layer, const WindowRing& ring, int64_t first, int64_t start);
   const float* rope_table(RopeKind kind, bool sin) const;
 
   const Model& model_;
@@ -184,6 +201,8 @@ class DeviceBackend : public Backend {
   std::vector<SegmentRows> segments_;
   std::vector<std::unique_ptr<SegState>> seg_;
   std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<Mirror>> mirrors_;
+  std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<WindowCopy>> windows_;
+  bool keep_window_copies_ = true;
   // Mirrors unused for this many batches are dropped (the engine does not tell a backend when a
   // cache goes; a dropped mirror of a live cache is rebuilt from it when next read).
   static constexpr int64_t kMirrorIdleBatches = 256;
@@ -205,6 +224,7 @@ class DeviceBackend : public Backend {
   // pushes them (a ring read before that, by a second attend of the same ring, flushes first).
   struct PendingPush {
     WindowRing* ring = nullptr;
+    WindowCopy* copy = nullptr;  // whose records follow the ring's
     int layer = -1;
     int64_t rows = 0, staged = 0, offset = 0;  // positions the ring advances, rows staged, at
   };

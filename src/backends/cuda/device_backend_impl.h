@@ -171,6 +171,12 @@ void DeviceBackend<Exec>::flush_window_rows() {
     // Positions older than the ring's slots are skipped as push_rows skips them.
     if (p.rows > p.staged) ring.set_positions(ring.start(), ring.length() + (p.rows - p.staged));
     ring.push_rows(host_stage_.data() + p.offset, p.staged);
+    // The records the ring now holds for the copy's newest positions (see window_copy).
+    if (!p.copy) continue;
+    WindowCopy& w = *p.copy;
+    const int64_t rb = ring.record_bytes();
+    for (int64_t q = std::max(ring.length() - std::min(p.staged, w.slots), w.lo); q < ring.length(); ++q)
+      std::memcpy(w.records.data() + (q % w.slots) * rb, ring.record(q), size_t(rb));
   }
   pending_.clear();
   staged_ = 0;
@@ -206,6 +212,44 @@ typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const Sequence
 }
 
 template <class Exec>
+typename DeviceBackend<Exec>::WindowCopy& DeviceBackend<Exec>::window_copy(const SequenceCache* cache, int layer,
+                                                                          const WindowRing& ring, int64_t first,
+                                                                          int64_t start) {
+  std::unique_ptr<WindowCopy>& slot = windows_[{cache, layer}];
+  const int64_t D = ring.dim(), rb = ring.record_bytes();
+  if (!slot || slot->slots != ring.slots()) {
+    slot = std::make_unique<WindowCopy>();
+    slot->rows.bind(&ex_);
+    slot->slots = ring.slots();  // ≥ window: rows a rollback of the ring keeps stay held
+    slot->rows.reserve(slot->slots * D);
+    slot->records.assign(static_cast<size_t>(slot->slots * rb), 0);
+  }
+  WindowCopy& w = *slot;
+  w.last_used = batches_;
+  // Still the rows of this ring? It must continue at `start`, the copy must hold [first, start),
+  // and the ring's record of start − 1 must be the one the copy was made from (rows before it
+  // are then the same: a ring only changes at its end, or restarts, which empties it).
+  const bool valid = keep_window_copies_ && (first == start || (ring.length() == start && w.lo <= first && start <= w.hi &&
+                                        std::memcmp(ring.record(start - 1), w.records.data() + ((start - 1) % w.slots) * rb,
+                                                    size_t(rb)) == 0));
+  if (valid) {
+    w.lo = first;
+    w.hi = start;
+    return w;
+  }
+  // Rebuilt from the ring: its rows [first, start), unpacked, in their slots.
+  host_tmp_.assign(static_cast<size_t>(w.slots * D), 0.0f);
+  for (int64_t p = first; p < start; ++p) {
+    ring.read(p, host_tmp_.data() + (p % w.slots) * D);
+    std::memcpy(w.records.data() + (p % w.slots) * rb, ring.record(p), size_t(rb));
+  }
+  ex_.upload(w.rows.data(), host_tmp_.data(), w.slots * D * int64_t(sizeof(float)));
+  w.lo = first;
+  w.hi = start;
+  return w;
+}
+
+template <class Exec>
 void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
   (void)trace;  // no trace on this backend (device_backend.h)
   const ModelConfig& c = config();
@@ -218,6 +262,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   seg_.clear();
   ++batches_;
   std::erase_if(mirrors_, [&](const auto& kv) { return kv.second->last_used < batches_ - kMirrorIdleBatches; });
+  std::erase_if(windows_, [&](const auto& kv) { return kv.second->last_used < batches_ - kMirrorIdleBatches; });
   for (size_t s = 0; s < segments_.size(); ++s) {
     seg_.push_back(std::make_unique<SegState>());
     seg_.back()->topk.bind(&ex_);
@@ -479,12 +524,11 @@ void DeviceBackend<Exec>::attend(int layer, int segment, int64_t first_row, int 
     }
   const int64_t floor = ring.start();
   const int64_t first = std::max<int64_t>(floor, start - (win - 1));
-  // Keys of the window: ring rows [first, start) from the host, then the segment's own rows.
+  // Keys of the window: ring rows [first, start) from the device copy, then the segment's own.
   const int64_t prev = start - first;
-  host_tmp_.resize(static_cast<size_t>(std::max<int64_t>(prev, 1) * D));
-  for (int64_t p = first; p < start; ++p) ring.read(p, host_tmp_.data() + (p - first) * D);
+  WindowCopy& w = window_copy(s.cache, layer, ring, first, start);
   keys_.reserve((prev + T) * D);
-  keys_.upload(host_tmp_.data(), prev * D);
+  ex_.for_each(prev * D, dk::RingReadK{w.rows.data(), w.slots, D, first, keys_.data()});
   ex_.copy(keys_.data() + prev * D, kv_.data() + r0 * D, T * D * int64_t(sizeof(float)));
   const float* main = nullptr;
   const int32_t* topk = nullptr;
@@ -502,11 +546,19 @@ void DeviceBackend<Exec>::attend(int layer, int segment, int64_t first_row, int 
   ex_.for_each(T * H * D, dk::AttnValuesK{g, logits_buf_.data(), o});
   const RopeKind kind = plan().layers[layer].rope;
   rope(o, T, H, D, rope_table(kind, false), rope_table(kind, true), r0, true);
+  // The segment's newest rows into the device copy (positions start … start + T − 1).
+  // (A ring that does not continue at `start` breaks the engine's contract; its copy is dropped
+  // rather than trusted: it is rebuilt from the ring when next read.)
+  const bool continues = ring.length() == start;
+  const int64_t mw = std::min<int64_t>(T, w.slots);
+  ex_.for_each(mw * D, dk::RingWriteK{kv_.data() + (r0 + T - mw) * D, w.slots, D, start + T - mw, w.rows.data()});
+  w.hi = continues ? start + T : 0;
+  w.lo = continues ? std::max(w.lo, w.hi - w.slots) : 0;
   // The rows for the ring: the newest `slots` of the segment, staged for end_batch.
   const int64_t m = std::min<int64_t>(T, ring.slots());
   stage_.reserve(staged_ + m * D, staged_);
   ex_.copy(stage_.data() + staged_, kv_.data() + (r0 + T - m) * D, m * D * int64_t(sizeof(float)));
-  pending_.push_back({&ring, layer, T, m, staged_});
+  pending_.push_back({&ring, continues ? &w : nullptr, layer, T, m, staged_});
   staged_ += m * D;
 }
 

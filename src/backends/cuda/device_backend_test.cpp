@@ -12,7 +12,9 @@
 
 #include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/backend_image_check.h"
+#include "backends/cuda/device_backend.h"
 #include "backends/cuda/host_device_backend.h"
+#include "backends/cuda/host_exec.h"
 #include "engine/engine.h"
 
 namespace dsv41 {
@@ -95,6 +97,33 @@ TEST(DeviceBackendHost, MiniPackedRecordsMatchCpuEngine) {
   EXPECT_GT(rows, 0);
   EXPECT_GE(window_same * 10, window * 9);
   EXPECT_GE(rows_same * 10, rows * 9);
+}
+
+// Verify chunks rolled back by 1–3 positions and decoded again: the device window copies and
+// the compressed-cache mirrors follow the rolled-back caches.
+TEST(DeviceBackendHost, MiniRollbacksMatchCpuBackend) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  compare_backends(dir, ts::rollbacks((*model)->vocab_size()), 2);
+}
+
+// The device window copies against rebuilding from the host rings, bit for bit
+// (backend_compare_check.h).
+TEST(DeviceBackendHost, WindowCopiesEqualHostRingRows) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  ts::check_window_copies(
+      **model,
+      [&](bool keep) -> std::unique_ptr<Backend> {
+        auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+        b->set_window_copies(keep);
+        return b;
+      },
+      "emulation");
 }
 
 TEST(DeviceBackendHost, GoldenFixturesMatchCpuBackend) {

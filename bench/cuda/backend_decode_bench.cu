@@ -3,6 +3,7 @@
 // all B together (one engine forward per step, greedy next tokens), per backend and batch size.
 //   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32] [--backends cpu,cuda]
 // Prints one line per (backend, batch): decode tok/s (B tokens per step / median step time),
+// for cuda the kernel launches and host copies per decode step (exec_counts.h),
 // and the max |Δlogit| of the last step's logits between the backends (same tokens fed).
 #include <algorithm>
 #include <chrono>
@@ -35,6 +36,8 @@ std::vector<int> parse_list(const char* s) {
 struct Run {
   double median_step_s = 0;
   std::vector<float> last_logits;
+  ExecCounts per_step;  // the CUDA backend's launches and copies per timed step (zeros for cpu)
+  int steps = 0;
 };
 
 // Decodes the fixed token script (the same for every backend, so the logits compare).
@@ -58,7 +61,9 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
   }
   std::vector<double> times;
   Run out;
+  ExecCounts first;
   for (int step = 0; step < steps + 2; ++step) {
+    if (step == 2) first = cuda_backend_counts((*engine)->backend());
     const std::vector<int32_t> next = testing_scenario::tokens(1000 + step, batch, V);
     std::vector<Segment> segs(batch);
     for (int b = 0; b < batch; ++b) {
@@ -74,6 +79,8 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
     if (step >= 2) times.push_back(dt);  // two warm-up steps
     out.last_logits.assign(r[0].logits, r[0].logits + V);
   }
+  out.per_step = cuda_backend_counts((*engine)->backend()) - first;
+  out.steps = steps;
   std::sort(times.begin(), times.end());
   out.median_step_s = times[times.size() / 2];
   return out;
@@ -138,6 +145,10 @@ int main(int argc, char** argv) {
       gpu = std::move(*r);
       std::printf("backend cuda batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / gpu.median_step_s,
                   gpu.median_step_s * 1e3);
+      const ExecCounts& k = gpu.per_step;
+      const double n = gpu.steps;
+      std::printf("  per decode step: %.1f kernel launches, %.1f uploads + %.1f downloads (blocking), %.1f device "
+                  "copies\n", k.launches / n, k.uploads / n, k.downloads / n, k.copies / n);
     }
     if (want_cpu && want_cuda) {
       double m = 0;

@@ -29,4 +29,9 @@ Status cuda_backend_status(const Backend& backend) {
   return b ? b->status() : invalid_argument("cuda_backend_status: not a CUDA backend (" + backend.name() + ")");
 }
 
+ExecCounts cuda_backend_counts(const Backend& backend) {
+  const auto* b = dynamic_cast<const DeviceBackend<CudaExec>*>(&backend);
+  return b ? b->exec_counts() : ExecCounts{};
+}
+
 }  // namespace dsv41

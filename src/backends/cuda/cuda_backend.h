@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "backends/cuda/exec_counts.h"
 #include "base/status.h"
 #include "engine/backend.h"
 #include "model/model.h"
@@ -17,5 +18,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model);
 // The first device error of a backend made by make_cuda_backend (sticky; ok when none). Steps
 // return nothing (engine/backend.h), so callers check this after a forward.
 Status cuda_backend_status(const Backend& backend);
+// Its kernel launches and copies so far (exec_counts.h); zeros for another backend.
+ExecCounts cuda_backend_counts(const Backend& backend);
 
 }  // namespace dsv41

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backends/cuda/exec_counts.h"
 #include "base/status.h"
 
 namespace dsv41 {
@@ -25,6 +26,7 @@ class CudaExec {
  public:
   std::string name() const { return "cuda"; }
   Status status() const { return status_; }
+  const ExecCounts& counts() const { return counts_; }
   void* alloc(int64_t bytes) {
     void* p = nullptr;
     if (!status_.ok()) return nullptr;
@@ -35,19 +37,26 @@ class CudaExec {
     if (p) cudaFree(p);
   }
   void upload(void* dst, const void* src, int64_t bytes) {
-    if (bytes > 0 && status_.ok()) check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyHostToDevice), "upload");
+    if (bytes <= 0 || !status_.ok()) return;
+    ++counts_.uploads;
+    check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyHostToDevice), "upload");
   }
   void download(void* dst, const void* src, int64_t bytes) {
-    if (bytes > 0 && status_.ok()) check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToHost), "download");
+    if (bytes <= 0 || !status_.ok()) return;
+    ++counts_.downloads;
+    check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToHost), "download");
   }
   void copy(void* dst, const void* src, int64_t bytes) {
-    if (bytes > 0 && status_.ok()) check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice), "copy");
+    if (bytes <= 0 || !status_.ok()) return;
+    ++counts_.copies;
+    check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice), "copy");
   }
   template <class F>
   void for_each(int64_t n, const F& f) {
     if (n <= 0 || !status_.ok()) return;
     constexpr int kThreads = 256;
     const int64_t blocks = (n + kThreads - 1) / kThreads;
+    ++counts_.launches;
     dsv41_for_each_kernel<<<static_cast<unsigned>(blocks), kThreads>>>(n, f);
     check(cudaGetLastError(), "kernel launch");
   }
@@ -62,6 +71,7 @@ class CudaExec {
                                cudaGetErrorString(e) + ")");
   }
   Status status_ = ok_status();
+  ExecCounts counts_;
 };
 
 }  // namespace dsv41

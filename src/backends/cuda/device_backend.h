@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "backends/cuda/device_kernels.h"
+#include "backends/cuda/exec_counts.h"
 #include "cache/records.h"
 #include "engine/backend.h"
 #include "model/model.h"
@@ -105,6 +106,8 @@ class DeviceBackend : public Backend {
   Status status() const { return ex_.status(); }
   // Bytes of weights held on the device.
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Kernel launches and copies so far (exec_counts.h).
+  const ExecCounts& exec_counts() const { return ex_.counts(); }
   // Test support. Off: every attend rebuilds the window rows it reads from the host ring (the data
   // path before the device window copies); the results are the same bits either way.
   void set_window_copies(bool keep) { keep_window_copies_ = keep; }

@@ -108,6 +108,8 @@ class DeviceBackend : public Backend {
   int64_t weight_bytes() const { return weight_bytes_; }
   // Kernel launches and copies so far (exec_counts.h).
   const ExecCounts& exec_counts() const { return ex_.counts(); }
+  // The executor (for its diagnostics, e.g. CudaExec's per-kernel profile).
+  Exec& executor() { return ex_; }
   // Test support. Off: every attend rebuilds the window rows it reads from the host ring (the data
   // path before the device window copies); the results are the same bits either way.
   void set_window_copies(bool keep) { keep_window_copies_ = keep; }

@@ -259,14 +259,19 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   layout_ = layout;
   segments_.assign(layout.segments.begin(), layout.segments.end());
   layout_.segments = segments_;
-  seg_.clear();
   ++batches_;
   std::erase_if(mirrors_, [&](const auto& kv) { return kv.second->last_used < batches_ - kMirrorIdleBatches; });
   std::erase_if(windows_, [&](const auto& kv) { return kv.second->last_used < batches_ - kMirrorIdleBatches; });
+  // Per-segment state is reset, its device buffers kept (a cudaFree waits for the device).
   for (size_t s = 0; s < segments_.size(); ++s) {
-    seg_.push_back(std::make_unique<SegState>());
-    seg_.back()->topk.bind(&ex_);
-    seg_.back()->candidates.bind(&ex_);
+    if (s == seg_.size()) {
+      seg_.push_back(std::make_unique<SegState>());
+      seg_.back()->topk.bind(&ex_);
+      seg_.back()->candidates.bind(&ex_);
+    }
+    SegState& st = *seg_[s];
+    st.kv_layer = st.index_layer = st.candidate_layer = -1;
+    st.entries = st.topk_row0 = st.candidate_row0 = st.call_row0 = 0;
   }
   // RoPE tables of both kinds for the batch rows, computed on the host (Rope::cos_sin).
   for (RopeKind kind : {RopeKind::kMain, RopeKind::kCompress}) {
@@ -491,11 +496,9 @@ void DeviceBackend<Exec>::index(int layer, int segment, int64_t first_row, int k
     cand_tmp_.reserve(T * nb);
     select_largest(bmax_.data(), T, blocks, std::min<int64_t>(nb, blocks), nb, cand_tmp_.data());
   }
-  I32 topk(&ex_);
-  topk.reserve(T * k);
-  select_largest(scores_.data(), T, G, std::min<int64_t>(k, G), k, topk.data());
+  st.topk.reserve(T * k);  // the previous top-k is not read by this step: overwritten in place
+  select_largest(scores_.data(), T, G, std::min<int64_t>(k, G), k, st.topk.data());
   st.index_layer = layer;
-  st.topk = std::move(topk);
   st.topk_row0 = st.call_row0;
   if (!restricted && info.candidate_source) {
     st.candidates.reserve(T * nb);

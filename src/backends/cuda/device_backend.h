@@ -10,20 +10,25 @@
 // - The batch's activations live on the device (x, p, h, c, q, kv, o, a, x2, mHC coefficients,
 //   routing) and only the logits asked for come back, plus the small copies below.
 // - Caches. The engine's SequenceCache stays the authoritative copy in host memory, in its real
-//   packed records (so snapshots, forks, rollback and the SSD store work unchanged). New records
-//   are produced on the device as float32 rows, copied back and packed on the host by the same
-//   codec the CPU engine uses (window rows at attend, main rows + index keys at compress). The
-//   device holds a mirror per (SequenceCache, kv-source layer) of the main rows and index keys,
-//   dequantised to float32 (4× the bytes of the packed records; packed device records, with the
-//   record codecs of records.cu, are the next step), extended incrementally before each use; a
-//   mirror whose newest record no longer matches the cache (rollback, a new cache at a freed
-//   address) is rebuilt from the cache; one unused for 256 batches is dropped. Window rows a
-//   step reads from the ring (≤ window − 1 per segment) are unpacked on the host and uploaded
-//   per call.
-// - Two fake-quantisers run on the host between device steps (download, row_fake_quant, upload):
-//   the FP8 window kv rows and the MXFP4 indexer queries. Small (one row per token), exact.
+//   packed records (so snapshots, forks, rollback and the SSD store work unchanged).
+//   Main rows + index keys are produced on the device as float32 rows, copied back at compress and
+//   packed on the host by the same codec the CPU engine uses; the device holds a mirror per
+//   (SequenceCache, kv-source layer) of them, dequantised to float32 (4× the bytes of the packed
+//   records; packed device records, with the record codecs of records.cu, are the next step),
+//   extended incrementally before each use; a mirror whose newest record no longer matches the
+//   cache (rollback, a new cache at a freed address) is rebuilt from the cache; one unused for 256
+//   batches is dropped.
+//   Window rows are fake-quantised on the device (FakeQuantK, bit-identical to row_fake_quant);
+//   attend reads the earlier ones from a device copy of each (cache, layer) ring (WindowCopy,
+//   appended from those rows, checked against the ring's newest packed record and rebuilt from
+//   the ring when it no longer matches), and stages the new ones; end_batch() downloads every
+//   layer's staged rows in one copy and pushes them into the rings.
+// - The MXFP4 indexer queries are fake-quantised on the device too.
+// - Still on the host per step: the compressor's pending projections and the packing of its new
+//   records (compress), the RoPE tables and tokens of the batch, the mirrors' new entries.
 // - Engram rows are gathered on the host from the table (dense or stored, as the CPU engine
 //   reads it) and uploaded; projection and gate run on the device.
+// The executors count launches and copies (exec_counts()); docs/CUDA.md has the per-step counts.
 // Device errors are sticky in the executor: status() reports the first; steps after it do nothing
 // and logits() fills NaN. No ForwardTrace (dumps stay on the CPU backend).
 #pragma once

@@ -229,9 +229,10 @@ typename DeviceBackend<Exec>::WindowCopy& DeviceBackend<Exec>::window_copy(const
   // Still the rows of this ring? It must continue at `start`, the copy must hold [first, start),
   // and the ring's record of start − 1 must be the one the copy was made from (rows before it
   // are then the same: a ring only changes at its end, or restarts, which empties it).
-  const bool valid = keep_window_copies_ && (first == start || (ring.length() == start && w.lo <= first && start <= w.hi &&
-                                        std::memcmp(ring.record(start - 1), w.records.data() + ((start - 1) % w.slots) * rb,
-                                                    size_t(rb)) == 0));
+  const uint8_t* newest = start > 0 ? w.records.data() + ((start - 1) % w.slots) * rb : nullptr;
+  const bool valid = keep_window_copies_ &&
+                     (first == start || (ring.length() == start && w.lo <= first && start <= w.hi &&
+                                         std::memcmp(ring.record(start - 1), newest, size_t(rb)) == 0));
   if (valid) {
     w.lo = first;
     w.hi = start;

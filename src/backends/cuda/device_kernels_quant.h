@@ -134,8 +134,10 @@ struct FakeQuantK {
       const float s = q_pow2(q_ceil_pow2_exponent(q_max(amax, 1e-4f) * (1.0f / 448.0f)));
       for (int i = 0; i < n; ++i) xb[i] = q_e4m3_to_f32(q_f32_to_e4m3(q_clamp_sym(xb[i] / s, 448.0f))) * s;
     } else {
-      const float s = kind == RowKind::kMain ? q_e4m3_to_f32(q_f32_to_e4m3(q_max(amax, 6.0f * 0x1p-9f) / 6.0f))
-                                             : q_pow2(q_ceil_pow2_exponent(q_max(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f)));
+      // Main: E4M3 scale of amax / 6 (a division); index: power of two above amax · (1/6).
+      const float s = kind == RowKind::kMain
+                          ? q_e4m3_to_f32(q_f32_to_e4m3(q_max(amax, 6.0f * 0x1p-9f) / 6.0f))
+                          : q_pow2(q_ceil_pow2_exponent(q_max(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f)));
       for (int i = 0; i < n; ++i) xb[i] = q_e2m1_round(q_clamp_sym(xb[i] / s, 6.0f)) * s;
     }
   }

@@ -2,7 +2,9 @@
 // first slice): B sequences prefilled with C random tokens each, then S timed decode steps of
 // all B together (one engine forward per step, greedy next tokens), per backend and batch size.
 //   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32] [--backends cpu,cuda]
+//                            [--profile STEPS]
 // Prints one line per (backend, batch): decode tok/s (B tokens per step / median step time),
+// for cuda the kernel launches and host copies per decode step (exec_counts.h),
 // and the max |Δlogit| of the last step's logits between the backends (same tokens fed).
 #include <algorithm>
 #include <chrono>
@@ -35,17 +37,22 @@ std::vector<int> parse_list(const char* s) {
 struct Run {
   double median_step_s = 0;
   std::vector<float> last_logits;
+  ExecCounts per_step;  // the CUDA backend's launches and copies per timed step (zeros for cpu)
+  int steps = 0;
 };
 
 // Decodes the fixed token script (the same for every backend, so the logits compare).
-Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch, int64_t context, int steps) {
+// profile > 0: after the timed steps, that many more steps with every kernel timed (cuda only),
+// printed as device time per step by kernel body.
+Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch, int64_t context, int steps,
+                int profile = 0) {
   const int64_t V = model.vocab_size();
   auto engine = Engine::create(std::move(backend), model.engram_tables());
   if (!engine.ok()) return engine.status();
   std::vector<SequenceId> ids;
   std::vector<std::vector<int32_t>> prompts;
   for (int b = 0; b < batch; ++b) {
-    auto id = (*engine)->add_sequence(context + steps + 8);
+    auto id = (*engine)->add_sequence(context + steps + profile + 8);
     if (!id.ok()) return id.status();
     ids.push_back(*id);
     prompts.push_back(testing_scenario::tokens(100 + b, int(context), V));
@@ -58,7 +65,13 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
   }
   std::vector<double> times;
   Run out;
-  for (int step = 0; step < steps + 2; ++step) {
+  ExecCounts first;
+  for (int step = 0; step < steps + 2 + profile; ++step) {
+    if (step == 2) first = cuda_backend_counts((*engine)->backend());
+    if (step == steps + 2) {
+      out.per_step = cuda_backend_counts((*engine)->backend()) - first;
+      cuda_backend_set_profiling((*engine)->backend(), true);
+    }
     const std::vector<int32_t> next = testing_scenario::tokens(1000 + step, batch, V);
     std::vector<Segment> segs(batch);
     for (int b = 0; b < batch; ++b) {
@@ -71,8 +84,20 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const SegmentResult& x : r)
       if (!x.status.ok()) return x.status;
-    if (step >= 2) times.push_back(dt);  // two warm-up steps
-    out.last_logits.assign(r[0].logits, r[0].logits + V);
+    if (step >= 2 && step < steps + 2) times.push_back(dt);  // two warm-up steps
+    if (step < steps + 2) out.last_logits.assign(r[0].logits, r[0].logits + V);  // the last timed step's
+  }
+  if (profile == 0) out.per_step = cuda_backend_counts((*engine)->backend()) - first;
+  out.steps = steps;
+  if (profile > 0) {
+    double total = 0;
+    const std::vector<CudaKernelTime> k = cuda_backend_profile((*engine)->backend());
+    for (const CudaKernelTime& t : k) total += t.ms;
+    std::printf("  profile, %d steps, batch %d: %.3f ms of kernel time per step (each launch timed alone)\n", profile,
+                batch, total / profile);
+    for (size_t i = 0; i < k.size() && i < 14; ++i)
+      std::printf("    %7.3f ms %6.1f launches  %s\n", k[i].ms / profile, double(k[i].launches) / profile,
+                  k[i].name.c_str());
   }
   std::sort(times.begin(), times.end());
   out.median_step_s = times[times.size() / 2];
@@ -87,14 +112,16 @@ int main(int argc, char** argv) {
   int64_t context = 256;
   int steps = 32;
   std::string backends = "cpu,cuda";
+  int profile = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "-m") && i + 1 < argc) dir = argv[++i];
     else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) batches = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) context = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--backends") && i + 1 < argc) backends = argv[++i];
+    else if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) profile = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda] [--profile STEPS]\n", argv[0]);
       return 2;
     }
   }
@@ -130,7 +157,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "cuda: %s\n", backend.status().to_string().c_str());
         return 1;
       }
-      auto r = run(std::move(*backend), **model, b, context, steps);
+      auto r = run(std::move(*backend), **model, b, context, steps, profile);
       if (!r.ok()) {
         std::fprintf(stderr, "cuda batch %d: %s\n", b, r.status().to_string().c_str());
         return 1;
@@ -138,6 +165,10 @@ int main(int argc, char** argv) {
       gpu = std::move(*r);
       std::printf("backend cuda batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / gpu.median_step_s,
                   gpu.median_step_s * 1e3);
+      const ExecCounts& k = gpu.per_step;
+      const double n = gpu.steps;
+      std::printf("  per decode step: %.1f kernel launches, %.1f uploads + %.1f downloads (blocking), %.1f device "
+                  "copies\n", k.launches / n, k.uploads / n, k.downloads / n, k.copies / n);
     }
     if (want_cpu && want_cuda) {
       double m = 0;

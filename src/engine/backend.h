@@ -12,7 +12,8 @@
 // workspace (the batch's activations live there; the engine never sees them, only the logits it
 // asks for). Calls come from one thread, in the order: begin_batch, then per layer
 // begin_layer → engram? → attention_input → attention_projections → compress? per segment →
-// index_and_attend (index? then attend per segment) → attention_output → ffn, then logits.
+// index_and_attend (index? then attend per segment) → attention_output → ffn, then end_batch,
+// then logits (when any row wants them).
 #pragma once
 
 #include <cstdint>
@@ -111,6 +112,11 @@ class Backend {
   virtual void attention_output(int layer, std::span<const RowRange> rows) = 0;
   // mHC FFN site, RMSNorm_ffn, MoE, expansion; the carried mix for the next layer (given rows).
   virtual void ffn(int layer, std::span<const RowRange> rows) = 0;
+  // After the last layer of every batch (before logits, which not every batch asks for): the
+  // caches must hold everything the batch wrote into them when this returns. A backend may defer
+  // writes of its steps to here (the CUDA one pushes every layer's window rows in one copy).
+  // Default: nothing.
+  virtual void end_batch() {}
   // Final collapse, norm and head for the given batch rows: out [rows.size(), vocab], fp32.
   virtual void logits(std::span<const int64_t> rows, float* out) = 0;
 

@@ -632,6 +632,7 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
   }
   backend_->begin_batch(layout, trace);
   forward_layers(trace);
+  backend_->end_batch();
   const auto feed_start = std::chrono::steady_clock::now();
   feed_draft_rings();
   feed_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - feed_start).count();

@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -49,6 +51,35 @@ inline void check_against_cpu(const Model& model, std::unique_ptr<Backend> devic
   EXPECT_EQ(d.argmax_differ, 0) << what << ": of " << d.rows << " rows";
   EXPECT_LE(d.max_abs, std::max(0.1, 2 * spread.max_abs)) << what << " at " << d.worst;
   EXPECT_GE(d.rows_within_2e2 * 10, d.rows * 9) << what;
+}
+
+// The window rows attend reads from the device copies (appended from the device's own
+// fake-quantised rows) are those of the host rings: the logits are the same bits as when every
+// attend rebuilds them from the ring (make(false)), over prefill chunks, decode rows, forks, a
+// removal and rollbacks.
+inline void check_window_copies(const Model& model, const std::function<std::unique_ptr<Backend>(bool keep)>& make,
+                                const std::string& what) {
+  const int64_t V = model.vocab_size();
+  struct Case {
+    std::vector<Step> steps;
+    int sequences;
+  };
+  for (const Case& c : {Case{mixed_batch(V, 2), 3}, Case{forks_and_removal(V), 1}, Case{rollbacks(V), 2}}) {
+    std::vector<std::vector<float>> logits[2];
+    for (int keep = 0; keep < 2; ++keep) {
+      std::unique_ptr<Backend> b = make(keep == 1);
+      ASSERT_TRUE(b) << what << ": no backend";
+      auto r = run(std::move(b), model.engram_tables(), c.sequences, c.steps);
+      ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+      logits[keep] = std::move(*r);
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size()) << what;
+    for (size_t i = 0; i < logits[0].size(); ++i) {
+      ASSERT_EQ(logits[0][i].size(), logits[1][i].size()) << what;
+      EXPECT_EQ(std::memcmp(logits[0][i].data(), logits[1][i].data(), logits[0][i].size() * sizeof(float)), 0)
+          << what << ": part " << i;
+    }
+  }
 }
 
 }  // namespace dsv41::testing_scenario

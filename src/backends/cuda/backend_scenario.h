@@ -4,6 +4,7 @@
 // Test support only (header-only).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -28,21 +29,36 @@ struct NewSequence {
   int from = -1;
   int64_t prefix = -1;
 };
+struct Rollback {
+  int sequence = 0;
+  int64_t k = 0;  // newest positions forgotten (Engine::rollback)
+};
 struct Step {
   std::vector<Part> parts;
   std::vector<int> remove;
   std::vector<NewSequence> add;
+  std::vector<Rollback> rollback;  // run first
   Step(std::initializer_list<Part> p) : parts(p) {}
-  Step(std::vector<Part> p, std::vector<int> r, std::vector<NewSequence> a)
-      : parts(std::move(p)), remove(std::move(r)), add(std::move(a)) {}
+  Step(std::vector<Part> p, std::vector<int> r, std::vector<NewSequence> a, std::vector<Rollback> b = {})
+      : parts(std::move(p)), remove(std::move(r)), add(std::move(a)), rollback(std::move(b)) {}
 };
+
+// Positions a scenario rolls back by at most (0: none, the engine keeps no rollback state).
+inline int64_t max_rollback(const std::vector<Step>& steps) {
+  int64_t m = 0;
+  for (const Step& s : steps)
+    for (const Rollback& r : s.rollback) m = std::max(m, r.k);
+  return m;
+}
 
 // Logits of every part of every step, in order: rows × vocab floats each.
 inline Result<std::vector<std::vector<float>>> run(std::unique_ptr<Backend> backend, const EngramHashTables* tables,
                                                    int sequences, const std::vector<Step>& steps,
                                                    int64_t max_context = 1024) {
   const int64_t V = backend->config().vocab_size;
-  auto engine = Engine::create(std::move(backend), tables);
+  EngineOptions options;
+  options.rollback_tokens = max_rollback(steps);
+  auto engine = Engine::create(std::move(backend), tables, options);
   if (!engine.ok()) return engine.status();
   std::vector<SequenceId> ids;
   for (int s = 0; s < sequences; ++s) {
@@ -52,6 +68,8 @@ inline Result<std::vector<std::vector<float>>> run(std::unique_ptr<Backend> back
   }
   std::vector<std::vector<float>> out;
   for (const Step& step : steps) {
+    for (const Rollback& b : step.rollback)
+      if (Status st = (*engine)->rollback(ids[b.sequence], b.k); !st.ok()) return st;
     for (int r : step.remove)
       if (Status st = (*engine)->remove_sequence(ids[r]); !st.ok()) return st;
     for (const NewSequence& n : step.add) {
@@ -101,6 +119,19 @@ inline std::vector<Step> mixed_batch(int64_t vocab, int decode_steps = 4) {
                    {2, tokens(5, 9, vocab), LogitRows::kAll}});
   for (int i = 0; i < decode_steps; ++i)
     steps.push_back({{0, tokens(10 + i, 1, vocab)}, {1, tokens(20 + i, 1, vocab)}, {2, tokens(30 + i, 1, vocab)}});
+  return steps;
+}
+
+// Speculative-decoding shaped steps: verify chunks of a few rows, then the rejected ones rolled
+// back (by 1, by 2, by 3) and other tokens decoded at those positions, beside a plain decoder.
+inline std::vector<Step> rollbacks(int64_t vocab) {
+  std::vector<Step> steps;
+  steps.push_back({{0, tokens(81, 50, vocab), LogitRows::kAll}, {1, tokens(82, 20, vocab), LogitRows::kAll}});
+  steps.push_back({{0, tokens(83, 4, vocab), LogitRows::kAll}, {1, tokens(84, 1, vocab)}});
+  steps.push_back(Step({{0, tokens(85, 1, vocab)}, {1, tokens(86, 3, vocab), LogitRows::kAll}}, {}, {}, {{0, 3}}));
+  steps.push_back(Step({{0, tokens(87, 2, vocab), LogitRows::kAll}, {1, tokens(88, 2, vocab), LogitRows::kAll}}, {},
+                       {}, {{0, 1}, {1, 2}}));
+  for (int i = 0; i < 2; ++i) steps.push_back({{0, tokens(90 + i, 1, vocab)}, {1, tokens(95 + i, 1, vocab)}});
   return steps;
 }
 

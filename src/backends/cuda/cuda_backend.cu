@@ -2,6 +2,10 @@
 #include "backends/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
 
 #include "backends/cuda/cuda_exec.cuh"
 #include "backends/cuda/device_backend_impl.h"
@@ -27,6 +31,29 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model) {
 Status cuda_backend_status(const Backend& backend) {
   const auto* b = dynamic_cast<const DeviceBackend<CudaExec>*>(&backend);
   return b ? b->status() : invalid_argument("cuda_backend_status: not a CUDA backend (" + backend.name() + ")");
+}
+
+void cuda_backend_set_profiling(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->executor().set_profiling(on);
+}
+
+std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend) {
+  std::vector<CudaKernelTime> out;
+  auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend);
+  if (!b) return out;
+  for (const auto& [mangled, t] : b->executor().profile()) {
+    int rc = 0;
+    char* name = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &rc);
+    out.push_back({rc == 0 && name ? std::string(name) : mangled, t.launches, t.ms});
+    std::free(name);
+  }
+  std::sort(out.begin(), out.end(), [](const CudaKernelTime& a, const CudaKernelTime& b) { return a.ms > b.ms; });
+  return out;
+}
+
+ExecCounts cuda_backend_counts(const Backend& backend) {
+  const auto* b = dynamic_cast<const DeviceBackend<CudaExec>*>(&backend);
+  return b ? b->exec_counts() : ExecCounts{};
 }
 
 }  // namespace dsv41

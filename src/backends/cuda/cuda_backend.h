@@ -3,7 +3,10 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "backends/cuda/exec_counts.h"
 #include "base/status.h"
 #include "engine/backend.h"
 #include "model/model.h"
@@ -17,5 +20,17 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model);
 // The first device error of a backend made by make_cuda_backend (sticky; ok when none). Steps
 // return nothing (engine/backend.h), so callers check this after a forward.
 Status cuda_backend_status(const Backend& backend);
+// Its kernel launches and copies so far (exec_counts.h); zeros for another backend.
+ExecCounts cuda_backend_counts(const Backend& backend);
+// Diagnostics (benchmarks): time every kernel launch from now on (each launch then waits for the
+// device), and the device time so far per kernel body: {name, launches, milliseconds}, largest
+// first. Nothing for another backend.
+struct CudaKernelTime {
+  std::string name;
+  int64_t launches = 0;
+  double ms = 0;
+};
+void cuda_backend_set_profiling(Backend& backend, bool on);
+std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
 
 }  // namespace dsv41

@@ -17,6 +17,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_exec.cuh"
 #include "backends/cuda/cuda_test_util.cuh"
+#include "backends/cuda/device_backend.h"
 #include "backends/cuda/device_kernels_check.h"
 
 namespace dsv41 {
@@ -42,6 +43,8 @@ DSV41_KERNEL_CHECK(TopkAndCandidateBlocks, check_selection)
 DSV41_KERNEL_CHECK(RouterAndExperts, check_moe)
 DSV41_KERNEL_CHECK(Engram, check_engram)
 DSV41_KERNEL_CHECK(SinkAttentionAndIndexerScores, check_attention_and_scores)
+DSV41_KERNEL_CHECK(FakeQuantisersMatchRecordCodecs, check_fake_quant)
+DSV41_KERNEL_CHECK(WindowRing, check_window_ring)
 
 // Where a test model lives: its place in the checkout, else test-models/<name>.
 std::string model_dir(const std::string& name, const std::string& in_checkout) {
@@ -72,6 +75,36 @@ TEST(CudaBackend, MiniForksAndRemovalMatchCpuBackend) {
 TEST(CudaBackend, MiniMixedBatchMatchesCpuBackend) {
   DSV41_REQUIRE_CUDA_DEVICE();
   compare_with_cpu(model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini"));
+}
+
+TEST(CudaBackend, MiniRollbacksMatchCpuBackend) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto cuda = make_cuda_backend(**model);
+  ASSERT_TRUE(cuda.ok()) << cuda.status().to_string();
+  ts::check_against_cpu(**model, std::move(*cuda), ts::rollbacks((*model)->vocab_size()), 2, dir + " (rollbacks)");
+}
+
+// The device window copies against rebuilding from the host rings, bit for bit, on the GPU.
+TEST(CudaBackend, WindowCopiesEqualHostRingRows) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ts::check_window_copies(
+      **model,
+      [&](bool keep) -> std::unique_ptr<Backend> {
+        auto b = make_cuda_backend(**model);
+        EXPECT_TRUE(b.ok()) << b.status().to_string();
+        if (!b.ok()) return nullptr;
+        dynamic_cast<DeviceBackend<CudaExec>&>(**b).set_window_copies(keep);
+        return std::move(*b);
+      },
+      "cuda");
 }
 
 TEST(CudaBackend, ImagePromptMatchesCpuBackend) {

@@ -9,8 +9,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <typeinfo>
 
+#include "backends/cuda/exec_counts.h"
 #include "base/status.h"
 
 namespace dsv41 {
@@ -25,6 +28,7 @@ class CudaExec {
  public:
   std::string name() const { return "cuda"; }
   Status status() const { return status_; }
+  const ExecCounts& counts() const { return counts_; }
   void* alloc(int64_t bytes) {
     void* p = nullptr;
     if (!status_.ok()) return nullptr;
@@ -35,22 +39,53 @@ class CudaExec {
     if (p) cudaFree(p);
   }
   void upload(void* dst, const void* src, int64_t bytes) {
-    if (bytes > 0 && status_.ok()) check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyHostToDevice), "upload");
+    if (bytes <= 0 || !status_.ok()) return;
+    ++counts_.uploads;
+    check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyHostToDevice), "upload");
   }
   void download(void* dst, const void* src, int64_t bytes) {
-    if (bytes > 0 && status_.ok()) check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToHost), "download");
+    if (bytes <= 0 || !status_.ok()) return;
+    ++counts_.downloads;
+    check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToHost), "download");
   }
   void copy(void* dst, const void* src, int64_t bytes) {
-    if (bytes > 0 && status_.ok()) check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice), "copy");
+    if (bytes <= 0 || !status_.ok()) return;
+    ++counts_.copies;
+    check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice), "copy");
   }
   template <class F>
   void for_each(int64_t n, const F& f) {
     if (n <= 0 || !status_.ok()) return;
     constexpr int kThreads = 256;
     const int64_t blocks = (n + kThreads - 1) / kThreads;
+    ++counts_.launches;
+    if (profiling_) check(cudaEventRecord(events_[0]), "cudaEventRecord");
     dsv41_for_each_kernel<<<static_cast<unsigned>(blocks), kThreads>>>(n, f);
     check(cudaGetLastError(), "kernel launch");
+    if (profiling_) add_time(typeid(F).name());
   }
+  // Diagnostics for benchmarks: while on, every launch is timed by events around it (and waited
+  // for, so a profiled step is slower than a plain one) and the device time is summed per kernel
+  // body type (mangled type name → launches, milliseconds).
+  struct KernelTime {
+    int64_t launches = 0;
+    double ms = 0;
+  };
+  void set_profiling(bool on) {
+    if (on && !events_[0] && status_.ok()) {
+      check(cudaEventCreate(&events_[0]), "cudaEventCreate");
+      check(cudaEventCreate(&events_[1]), "cudaEventCreate");
+    }
+    profiling_ = on && status_.ok();
+  }
+  const std::map<std::string, KernelTime>& profile() const { return profile_; }
+  ~CudaExec() {
+    for (cudaEvent_t e : events_)
+      if (e) cudaEventDestroy(e);
+  }
+  CudaExec() = default;
+  CudaExec(const CudaExec&) = delete;
+  CudaExec& operator=(const CudaExec&) = delete;
   void sync() {
     if (status_.ok()) check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
@@ -61,7 +96,20 @@ class CudaExec {
       status_ = internal_error(std::string("cuda backend: ") + what + ": " + cudaGetErrorName(e) + " (" +
                                cudaGetErrorString(e) + ")");
   }
+  void add_time(const char* name) {
+    check(cudaEventRecord(events_[1]), "cudaEventRecord");
+    check(cudaEventSynchronize(events_[1]), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, events_[0], events_[1]), "cudaEventElapsedTime");
+    KernelTime& t = profile_[name];
+    ++t.launches;
+    t.ms += ms;
+  }
   Status status_ = ok_status();
+  ExecCounts counts_;
+  bool profiling_ = false;
+  cudaEvent_t events_[2] = {nullptr, nullptr};
+  std::map<std::string, KernelTime> profile_;
 };
 
 }  // namespace dsv41

@@ -10,20 +10,25 @@
 // - The batch's activations live on the device (x, p, h, c, q, kv, o, a, x2, mHC coefficients,
 //   routing) and only the logits asked for come back, plus the small copies below.
 // - Caches. The engine's SequenceCache stays the authoritative copy in host memory, in its real
-//   packed records (so snapshots, forks, rollback and the SSD store work unchanged). New records
-//   are produced on the device as float32 rows, copied back and packed on the host by the same
-//   codec the CPU engine uses (window rows at attend, main rows + index keys at compress). The
-//   device holds a mirror per (SequenceCache, kv-source layer) of the main rows and index keys,
-//   dequantised to float32 (4× the bytes of the packed records; packed device records, with the
-//   record codecs of records.cu, are the next step), extended incrementally before each use; a
-//   mirror whose newest record no longer matches the cache (rollback, a new cache at a freed
-//   address) is rebuilt from the cache; one unused for 256 batches is dropped. Window rows a
-//   step reads from the ring (≤ window − 1 per segment) are unpacked on the host and uploaded
-//   per call.
-// - Two fake-quantisers run on the host between device steps (download, row_fake_quant, upload):
-//   the FP8 window kv rows and the MXFP4 indexer queries. Small (one row per token), exact.
+//   packed records (so snapshots, forks, rollback and the SSD store work unchanged).
+//   Main rows + index keys are produced on the device as float32 rows, copied back at compress and
+//   packed on the host by the same codec the CPU engine uses; the device holds a mirror per
+//   (SequenceCache, kv-source layer) of them, dequantised to float32 (4× the bytes of the packed
+//   records; packed device records, with the record codecs of records.cu, are the next step),
+//   extended incrementally before each use; a mirror whose newest record no longer matches the
+//   cache (rollback, a new cache at a freed address) is rebuilt from the cache; one unused for 256
+//   batches is dropped.
+//   Window rows are fake-quantised on the device (FakeQuantK, bit-identical to row_fake_quant);
+//   attend reads the earlier ones from a device copy of each (cache, layer) ring (WindowCopy,
+//   appended from those rows, checked against the ring's newest packed record and rebuilt from
+//   the ring when it no longer matches), and stages the new ones; end_batch() downloads every
+//   layer's staged rows in one copy and pushes them into the rings.
+// - The MXFP4 indexer queries are fake-quantised on the device too.
+// - Still on the host per step: the compressor's pending projections and the packing of its new
+//   records (compress), the RoPE tables and tokens of the batch, the mirrors' new entries.
 // - Engram rows are gathered on the host from the table (dense or stored, as the CPU engine
 //   reads it) and uploaded; projection and gate run on the device.
+// The executors count launches and copies (exec_counts()); docs/CUDA.md has the per-step counts.
 // Device errors are sticky in the executor: status() reports the first; steps after it do nothing
 // and logits() fills NaN. No ForwardTrace (dumps stay on the CPU backend).
 #pragma once
@@ -37,6 +42,7 @@
 #include <vector>
 
 #include "backends/cuda/device_kernels.h"
+#include "backends/cuda/exec_counts.h"
 #include "cache/records.h"
 #include "engine/backend.h"
 #include "model/model.h"
@@ -105,6 +111,13 @@ class DeviceBackend : public Backend {
   Status status() const { return ex_.status(); }
   // Bytes of weights held on the device.
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Kernel launches and copies so far (exec_counts.h).
+  const ExecCounts& exec_counts() const { return ex_.counts(); }
+  // The executor (for its diagnostics, e.g. CudaExec's per-kernel profile).
+  Exec& executor() { return ex_; }
+  // Test support. Off: every attend rebuilds the window rows it reads from the host ring (the data
+  // path before the device window copies); the results are the same bits either way.
+  void set_window_copies(bool keep) { keep_window_copies_ = keep; }
 
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
   Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
@@ -116,6 +129,7 @@ class DeviceBackend : public Backend {
   void attend(int layer, int segment, int64_t first_row, int kv_layer) override;
   void attention_output(int layer, std::span<const RowRange> rows) override;
   void ffn(int layer, std::span<const RowRange> rows) override;
+  void end_batch() override { flush_window_rows(); }
   void logits(std::span<const int64_t> rows, float* out) override;
 
  private:
@@ -140,6 +154,18 @@ class DeviceBackend : public Backend {
     int64_t entries = 0, topk_row0 = 0, candidate_row0 = 0, call_row0 = 0;
     I32 topk, candidates;
   };
+  // The newest window rows of one (SequenceCache, layer) ring on the device, as float32 (the
+  // ring's records unpacked: what attend reads), position p in slot p mod slots; positions
+  // [lo, hi) held. Appended from the device's own fake-quantised rows at attend; `records` keeps
+  // the packed records of those positions as the ring got them, so a ring changed behind the
+  // backend's back (rollback past them, restore, a new cache at a freed address) is noticed and
+  // the copy rebuilt from it.
+  struct WindowCopy {
+    F32 rows;
+    int64_t slots = 0, lo = 0, hi = 0;
+    int64_t last_used = 0;
+    std::vector<uint8_t> records;  // [slots, record bytes]
+  };
   struct Mirror {
     F32 main, index;
     int64_t rows = 0;
@@ -163,9 +189,14 @@ class DeviceBackend : public Backend {
                         float* pre, float* post, float* comb);
   // The n largest of each of `rows` rows of v [rows, size] into out [rows, width] (indexer.h).
   void select_largest(const float* v, int64_t rows, int64_t size, int64_t n, int width, int32_t* out);
-  // Host round trip of a row fake-quantiser over rows [rows, dim] (heads of width `unit`).
-  void fake_quant(float* dev, int64_t rows, int64_t dim, int64_t unit, RowKind kind, std::vector<float>* keep);
+  // Row fake-quantiser of `kind` over `values` floats on the device (rows of a multiple of the
+  // kind's block width; device_kernels_quant.h, bit-identical to row_fake_quant).
+  void fake_quant(float* dev, int64_t values, RowKind kind);
+  // Pushes the window rows staged by this batch's attend calls into their rings (one download).
+  void flush_window_rows();
   Mirror& mirror(const SequenceCache* cache, const KvSourceCache& kv);
+  // The device window copy of `layer` of `cache`, holding positions [first, start) of its ring.
+  WindowCopy& window_copy(const SequenceCache* cache, int layer, const WindowRing& ring, int64_t first, int64_t start);
   const float* rope_table(RopeKind kind, bool sin) const;
 
   const Model& model_;
@@ -180,6 +211,8 @@ class DeviceBackend : public Backend {
   std::vector<SegmentRows> segments_;
   std::vector<std::unique_ptr<SegState>> seg_;
   std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<Mirror>> mirrors_;
+  std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<WindowCopy>> windows_;
+  bool keep_window_copies_ = true;
   // Mirrors unused for this many batches are dropped (the engine does not tell a backend when a
   // cache goes; a dropped mirror of a live cache is rebuilt from it when next read).
   static constexpr int64_t kMirrorIdleBatches = 256;
@@ -196,7 +229,19 @@ class DeviceBackend : public Backend {
   std::vector<uint8_t> is_image_;
   DeviceArray<Exec, uint8_t> is_image_dev_;
   DeviceArray<Exec, int64_t> rows_;
-  std::vector<float> host_kv_;  // [n, D] fake-quantised window kv of the batch (what the ring packs)
+  // Window rows waiting for their ring: attend() stages each segment's newest rows (at most the
+  // ring's slots; the ring packs no more) on the device, end_batch() downloads them in one copy and
+  // pushes them (a ring read before that, by a second attend of the same ring, flushes first).
+  struct PendingPush {
+    WindowRing* ring = nullptr;
+    WindowCopy* copy = nullptr;  // whose records follow the ring's
+    int layer = -1;
+    int64_t rows = 0, staged = 0, offset = 0;  // positions the ring advances, rows staged, at
+  };
+  std::vector<PendingPush> pending_;
+  int64_t staged_ = 0;  // floats used in stage_
+  F32 stage_;
+  std::vector<float> host_stage_;
   std::vector<float> host_tmp_;
 };
 

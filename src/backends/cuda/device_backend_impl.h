@@ -48,7 +48,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
                  &comb_b_, &cos_main_, &sin_main_, &cos_comp_, &sin_comp_, &scratch_r_, &scratch_m_, &mid_,
                  &logits_buf_, &keys_, &cmp_a_, &cmp_b_, &cmp_lat_, &cmp_keys_, &cmp_rot_, &cmp_cos_, &cmp_sin_, &iq_,
                  &ihw_, &scores_, &bmax_, &router_, &hexp_, &hshared_, &engram_r_, &engram_kv_, &engram_gate_,
-                 &weights_})
+                 &weights_, &stage_})
     b->bind(&ex_);
   tokens_.bind(&ex_);
   experts_.bind(&ex_);
@@ -157,13 +157,29 @@ void DeviceBackend<Exec>::select_largest(const float* v, int64_t rows, int64_t s
 }
 
 template <class Exec>
-void DeviceBackend<Exec>::fake_quant(float* dev, int64_t rows, int64_t dim, int64_t unit, RowKind kind,
-                                     std::vector<float>* keep) {
-  host_tmp_.resize(static_cast<size_t>(rows * dim));
-  ex_.download(host_tmp_.data(), dev, rows * dim * int64_t(sizeof(float)));
-  for (int64_t i = 0; i < rows * dim; i += unit) row_fake_quant(kind, host_tmp_.data() + i, unit);
-  ex_.upload(dev, host_tmp_.data(), rows * dim * int64_t(sizeof(float)));
-  if (keep) keep->assign(host_tmp_.begin(), host_tmp_.end());
+void DeviceBackend<Exec>::fake_quant(float* dev, int64_t values, RowKind kind) {
+  ex_.for_each(values / dk::FakeQuantK::block(kind), dk::FakeQuantK{dev, kind});
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::flush_window_rows() {
+  if (pending_.empty()) return;
+  host_stage_.resize(static_cast<size_t>(staged_));
+  ex_.download(host_stage_.data(), stage_.data(), staged_ * int64_t(sizeof(float)));
+  for (const PendingPush& p : pending_) {
+    WindowRing& ring = *p.ring;
+    // Positions older than the ring's slots are skipped as push_rows skips them.
+    if (p.rows > p.staged) ring.set_positions(ring.start(), ring.length() + (p.rows - p.staged));
+    ring.push_rows(host_stage_.data() + p.offset, p.staged);
+    // The records the ring now holds for the copy's newest positions (see window_copy).
+    if (!p.copy) continue;
+    WindowCopy& w = *p.copy;
+    const int64_t rb = ring.record_bytes();
+    for (int64_t q = std::max(ring.length() - std::min(p.staged, w.slots), w.lo); q < ring.length(); ++q)
+      std::memcpy(w.records.data() + (q % w.slots) * rb, ring.record(q), size_t(rb));
+  }
+  pending_.clear();
+  staged_ = 0;
 }
 
 template <class Exec>
@@ -196,21 +212,67 @@ typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const Sequence
 }
 
 template <class Exec>
+typename DeviceBackend<Exec>::WindowCopy& DeviceBackend<Exec>::window_copy(const SequenceCache* cache, int layer,
+                                                                          const WindowRing& ring, int64_t first,
+                                                                          int64_t start) {
+  std::unique_ptr<WindowCopy>& slot = windows_[{cache, layer}];
+  const int64_t D = ring.dim(), rb = ring.record_bytes();
+  if (!slot || slot->slots != ring.slots()) {
+    slot = std::make_unique<WindowCopy>();
+    slot->rows.bind(&ex_);
+    slot->slots = ring.slots();  // ≥ window: rows a rollback of the ring keeps stay held
+    slot->rows.reserve(slot->slots * D);
+    slot->records.assign(static_cast<size_t>(slot->slots * rb), 0);
+  }
+  WindowCopy& w = *slot;
+  w.last_used = batches_;
+  // Still the rows of this ring? It must continue at `start`, the copy must hold [first, start),
+  // and the ring's record of start − 1 must be the one the copy was made from (rows before it
+  // are then the same: a ring only changes at its end, or restarts, which empties it).
+  const uint8_t* newest = start > 0 ? w.records.data() + ((start - 1) % w.slots) * rb : nullptr;
+  const bool valid = keep_window_copies_ &&
+                     (first == start || (ring.length() == start && w.lo <= first && start <= w.hi &&
+                                         std::memcmp(ring.record(start - 1), newest, size_t(rb)) == 0));
+  if (valid) {
+    w.lo = first;
+    w.hi = start;
+    return w;
+  }
+  // Rebuilt from the ring: its rows [first, start), unpacked, in their slots.
+  host_tmp_.assign(static_cast<size_t>(w.slots * D), 0.0f);
+  for (int64_t p = first; p < start; ++p) {
+    ring.read(p, host_tmp_.data() + (p % w.slots) * D);
+    std::memcpy(w.records.data() + (p % w.slots) * rb, ring.record(p), size_t(rb));
+  }
+  ex_.upload(w.rows.data(), host_tmp_.data(), w.slots * D * int64_t(sizeof(float)));
+  w.lo = first;
+  w.hi = start;
+  return w;
+}
+
+template <class Exec>
 void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
   (void)trace;  // no trace on this backend (device_backend.h)
   const ModelConfig& c = config();
   const int64_t n = layout.rows, d = c.hidden_size, hc = c.hc_mult;
   const int64_t H = c.num_attention_heads, D = c.head_dim, k = model_.moe_shape().top_k;
+  flush_window_rows();  // a caller that skipped end_batch: the rings first
   layout_ = layout;
   segments_.assign(layout.segments.begin(), layout.segments.end());
   layout_.segments = segments_;
-  seg_.clear();
   ++batches_;
   std::erase_if(mirrors_, [&](const auto& kv) { return kv.second->last_used < batches_ - kMirrorIdleBatches; });
+  std::erase_if(windows_, [&](const auto& kv) { return kv.second->last_used < batches_ - kMirrorIdleBatches; });
+  // Per-segment state is reset, its device buffers kept (a cudaFree waits for the device).
   for (size_t s = 0; s < segments_.size(); ++s) {
-    seg_.push_back(std::make_unique<SegState>());
-    seg_.back()->topk.bind(&ex_);
-    seg_.back()->candidates.bind(&ex_);
+    if (s == seg_.size()) {
+      seg_.push_back(std::make_unique<SegState>());
+      seg_.back()->topk.bind(&ex_);
+      seg_.back()->candidates.bind(&ex_);
+    }
+    SegState& st = *seg_[s];
+    st.kv_layer = st.index_layer = st.candidate_layer = -1;
+    st.entries = st.topk_row0 = st.candidate_row0 = st.call_row0 = 0;
   }
   // RoPE tables of both kinds for the batch rows, computed on the host (Rope::cos_sin).
   for (RopeKind kind : {RopeKind::kMain, RopeKind::kCompress}) {
@@ -229,7 +291,6 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   kv_.reserve(n * D);
   experts_.reserve(n * k);
   weights_.reserve(n * k);
-  host_kv_.assign(static_cast<size_t>(n * D), 0.0f);
   tokens_.upload(layout.tokens, n);
   ex_.for_each(n * d, dk::GatherRowsK{embed_, tokens_.data(), d, h_.data()});
   // Image-span rows take their image embeddings instead (model.md §3.1, §3.10; CpuBackend).
@@ -307,7 +368,6 @@ void DeviceBackend<Exec>::attention_projections(int layer, std::span<const RowRa
   const LayerDev& L = layers_[layer];
   const RopeKind kind = plan().layers[layer].rope;
   const int64_t d = c.hidden_size, H = c.num_attention_heads, D = c.head_dim, ql = c.q_lora_rank;
-  std::vector<float> rows_kv;
   for (const RowRange& r : rows) {
     const int64_t n = r.end - r.begin, r0 = r.begin;
     float* cr = c_.data() + r0 * ql;
@@ -320,8 +380,7 @@ void DeviceBackend<Exec>::attention_projections(int layer, std::span<const RowRa
     gemm(h_.data() + r0 * d, n, d, L.wkv, D, kvr);
     rmsnorm(kvr, n, D, L.kv_norm, kvr);
     rope(kvr, n, 1, D, rope_table(kind, false), rope_table(kind, true), r0, false);
-    fake_quant(kvr, n, D, D, RowKind::kWindow, &rows_kv);  // FP8 window values (host, exact)
-    std::copy(rows_kv.begin(), rows_kv.end(), host_kv_.begin() + r0 * D);
+    fake_quant(kvr, n * D, RowKind::kWindow);  // FP8 window values (what the ring packs)
   }
 }
 
@@ -421,7 +480,7 @@ void DeviceBackend<Exec>::index(int layer, int segment, int64_t first_row, int k
   gemm(c_.data() + r0 * ql, T, ql, {L.i_wqb, nullptr}, nh * dh, iq_.data());
   gemm(h_.data() + r0 * d, T, d, {L.i_wproj, nullptr}, nh, ihw_.data());
   rope(iq_.data(), T, nh, dh, cos_comp_.data(), sin_comp_.data(), r0, false);
-  fake_quant(iq_.data(), T, nh * dh, dh, RowKind::kIndex, nullptr);
+  fake_quant(iq_.data(), T * nh * dh, RowKind::kIndex);  // MXFP4 per head
   ex_.for_each(T * nh, dk::ScaleK{ihw_.data(), static_cast<float>(std::pow(double(nh), -0.5)), false});
   const Mirror& m = mirror(s.cache, kv);
   const int nb = c.candidate_topk_blocks, bs = c.candidate_block_size;
@@ -438,11 +497,9 @@ void DeviceBackend<Exec>::index(int layer, int segment, int64_t first_row, int k
     cand_tmp_.reserve(T * nb);
     select_largest(bmax_.data(), T, blocks, std::min<int64_t>(nb, blocks), nb, cand_tmp_.data());
   }
-  I32 topk(&ex_);
-  topk.reserve(T * k);
-  select_largest(scores_.data(), T, G, std::min<int64_t>(k, G), k, topk.data());
+  st.topk.reserve(T * k);  // the previous top-k is not read by this step: overwritten in place
+  select_largest(scores_.data(), T, G, std::min<int64_t>(k, G), k, st.topk.data());
   st.index_layer = layer;
-  st.topk = std::move(topk);
   st.topk_row0 = st.call_row0;
   if (!restricted && info.candidate_source) {
     st.candidates.reserve(T * nb);
@@ -462,14 +519,20 @@ void DeviceBackend<Exec>::attend(int layer, int segment, int64_t first_row, int 
   const int64_t r0 = s.row0 + first_row, T = s.rows - first_row, start = s.start + first_row;
   const int k = c.index_topk;
   WindowRing& ring = s.cache->window(layer);
+  // A second attend of this ring in one batch (not from the engine, but stay right): its staged
+  // rows first. Rings are per layer and staged in layer order: only this layer's tail to scan.
+  for (auto p = pending_.rbegin(); p != pending_.rend() && p->layer == layer; ++p)
+    if (p->ring == &ring) {
+      flush_window_rows();
+      break;
+    }
   const int64_t floor = ring.start();
   const int64_t first = std::max<int64_t>(floor, start - (win - 1));
-  // Keys of the window: ring rows [first, start) from the host, then the segment's own rows.
+  // Keys of the window: ring rows [first, start) from the device copy, then the segment's own.
   const int64_t prev = start - first;
-  host_tmp_.resize(static_cast<size_t>(std::max<int64_t>(prev, 1) * D));
-  for (int64_t p = first; p < start; ++p) ring.read(p, host_tmp_.data() + (p - first) * D);
+  WindowCopy& w = window_copy(s.cache, layer, ring, first, start);
   keys_.reserve((prev + T) * D);
-  keys_.upload(host_tmp_.data(), prev * D);
+  ex_.for_each(prev * D, dk::RingReadK{w.rows.data(), w.slots, D, first, keys_.data()});
   ex_.copy(keys_.data() + prev * D, kv_.data() + r0 * D, T * D * int64_t(sizeof(float)));
   const float* main = nullptr;
   const int32_t* topk = nullptr;
@@ -487,7 +550,20 @@ void DeviceBackend<Exec>::attend(int layer, int segment, int64_t first_row, int 
   ex_.for_each(T * H * D, dk::AttnValuesK{g, logits_buf_.data(), o});
   const RopeKind kind = plan().layers[layer].rope;
   rope(o, T, H, D, rope_table(kind, false), rope_table(kind, true), r0, true);
-  ring.push_rows(host_kv_.data() + r0 * D, T);
+  // The segment's newest rows into the device copy (positions start … start + T − 1).
+  // (A ring that does not continue at `start` breaks the engine's contract; its copy is dropped
+  // rather than trusted: it is rebuilt from the ring when next read.)
+  const bool continues = ring.length() == start;
+  const int64_t mw = std::min<int64_t>(T, w.slots);
+  ex_.for_each(mw * D, dk::RingWriteK{kv_.data() + (r0 + T - mw) * D, w.slots, D, start + T - mw, w.rows.data()});
+  w.hi = continues ? start + T : 0;
+  w.lo = continues ? std::max(w.lo, w.hi - w.slots) : 0;
+  // The rows for the ring: the newest `slots` of the segment, staged for end_batch.
+  const int64_t m = std::min<int64_t>(T, ring.slots());
+  stage_.reserve(staged_ + m * D, staged_);
+  ex_.copy(stage_.data() + staged_, kv_.data() + (r0 + T - m) * D, m * D * int64_t(sizeof(float)));
+  pending_.push_back({&ring, continues ? &w : nullptr, layer, T, m, staged_});
+  staged_ += m * D;
 }
 
 template <class Exec>

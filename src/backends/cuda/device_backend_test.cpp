@@ -6,13 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
 
 #include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/backend_image_check.h"
+#include "backends/cuda/device_backend.h"
 #include "backends/cuda/host_device_backend.h"
+#include "backends/cuda/host_exec.h"
 #include "engine/engine.h"
 
 namespace dsv41 {
@@ -95,6 +98,78 @@ TEST(DeviceBackendHost, MiniPackedRecordsMatchCpuEngine) {
   EXPECT_GT(rows, 0);
   EXPECT_GE(window_same * 10, window * 9);
   EXPECT_GE(rows_same * 10, rows * 9);
+}
+
+// Verify chunks rolled back by 1–3 positions and decoded again: the device window copies and
+// the compressed-cache mirrors follow the rolled-back caches.
+TEST(DeviceBackendHost, MiniRollbacksMatchCpuBackend) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  compare_backends(dir, ts::rollbacks((*model)->vocab_size()), 2);
+}
+
+// The device window copies against rebuilding from the host rings, bit for bit
+// (backend_compare_check.h).
+TEST(DeviceBackendHost, WindowCopiesEqualHostRingRows) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  ts::check_window_copies(
+      **model,
+      [&](bool keep) -> std::unique_ptr<Backend> {
+        auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+        b->set_window_copies(keep);
+        return b;
+      },
+      "emulation");
+}
+
+// What a decode step costs in host round trips (exec_counts.h): the window rows, the fake
+// quantisers and attend make none per layer any more. What is left: the logits and the batch's
+// window rows (one download each), the batch's RoPE tables, tokens and logit rows (uploads), and
+// per kv-source layer the compressor's host steps (at most 2 uploads + 2 downloads, plus 2 of each
+// when a group completes) and the mirrors' new entries (2 uploads); per Engram layer its rows.
+TEST(DeviceBackendHost, DecodeStepHostCopies) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  auto owned = std::make_unique<DeviceBackend<HostExec>>(**model);
+  const DeviceBackend<HostExec>& b = *owned;
+  auto e = Engine::create(std::move(owned), (*model)->engram_tables());
+  ASSERT_TRUE(e.ok());
+  const SequenceId id = *(*e)->add_sequence(256);
+  const std::vector<int32_t> prompt = ts::tokens(7, 40, (*model)->vocab_size());
+  Segment s;
+  s.sequence = id;
+  s.tokens = prompt;
+  ASSERT_TRUE((*e)->forward(std::span<const Segment>(&s, 1)).front().status.ok());
+  int kv_layers = 0, engram_layers = 0;
+  const LayerPlan& plan = (*model)->plan();
+  for (const LayerInfo& l : plan.layers) {
+    kv_layers += (*e)->cache(id)->kv_source(l.index) != nullptr;
+    engram_layers += l.has_engram;
+  }
+  const int layers = static_cast<int>(plan.layers.size());
+  for (int step = 0; step < 4; ++step) {
+    const ExecCounts before = b.exec_counts();
+    const int32_t token = 5 + step;
+    s.start = 40 + step;
+    s.tokens = std::span<const int32_t>(&token, 1);
+    ASSERT_TRUE((*e)->forward(std::span<const Segment>(&s, 1)).front().status.ok());
+    const ExecCounts k = b.exec_counts() - before;
+    std::printf("decode step %d (%d layers, %d kv sources, %d Engram): %lld launches, %lld uploads, %lld downloads, "
+                "%lld device copies\n", step, layers, kv_layers, engram_layers, static_cast<long long>(k.launches),
+                static_cast<long long>(k.uploads), static_cast<long long>(k.downloads),
+                static_cast<long long>(k.copies));
+    // (Before the device fake quantisers and window copies: one download per layer for the window
+    // rows, one per index layer for the queries, and as many uploads again, plus one per attend.)
+    EXPECT_LE(k.downloads, 2 + 4 * kv_layers);
+    EXPECT_LE(k.uploads, 6 + 6 * kv_layers + engram_layers);
+  }
 }
 
 TEST(DeviceBackendHost, GoldenFixturesMatchCpuBackend) {

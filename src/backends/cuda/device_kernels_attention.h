@@ -30,6 +30,27 @@ struct PoolK {  // out[g, c] = Σ_j a[g·r+j, c] · softmax_j(b[g·r+j, c])
   }
 };
 
+// ---- Window rows on the device (a ring of `slots` rows, position p in slot p mod slots) -------
+struct RingReadK {  // out[i, :] = ring row of position first + i
+  const float* ring;
+  int64_t slots, D, first;
+  float* out;
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t i = id / D, c = id % D;
+    out[id] = ring[((first + i) % slots) * D + c];
+  }
+};
+
+struct RingWriteK {  // ring row of position first + i = rows[i, :]; at most `slots` rows a launch
+  const float* rows;
+  int64_t slots, D, first;
+  float* ring;
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t i = id / D, c = id % D;
+    ring[((first + i) % slots) * D + c] = rows[id];
+  }
+};
+
 // ---- Indexer (indexer.cpp) -----------------------------------------------------------------
 // score[r, g] = Σ_h w_h · ReLU(q_h · I_g) · dh^-1/2 for visible g < ⌊(t+1)/ratio⌋ (t = start + r),
 // else −inf. With a pool (kept [rows, nb] block ids, −1 padded): −inf outside it as well.

@@ -12,11 +12,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "backends/cuda/device_kernels.h"
 #include "base/numerics.h"
+#include "cache/records.h"
 #include "kernels/cpu/gemm.h"
 #include "model/compressor.h"
 #include "model/engram.h"
@@ -397,6 +399,83 @@ void check_attention_and_scores(Exec& ex) {
     ex.for_each(T * G, dk::IndexScoreK{dev.up(iq), dev.up(hw), dev.up(ik), G, nh, dh, istart, ratio,
                                        float(1.0 / std::sqrt(double(dh))), pool ? dev.up(kept) : nullptr, nb, bs, sc});
     expect_close(dev.down(sc, T * G), ref, 1e-5, pool ? "indexer scores in a pool" : "indexer scores");
+  }
+}
+
+// The fake-quantiser kernel equals row_fake_quant bit for bit for every row kind: random rows at
+// scales from 1e-9 to 1e4 (subnormal scales included), rows of E4M3 / E2M1 ties (k/512, grid
+// midpoints times a power of two), all-zero and signed-zero blocks, NaN / ±Inf in one block of a
+// row, huge values, subnormal inputs.
+template <class Exec>
+void check_fake_quant(Exec& ex) {
+  std::mt19937 rng(19);
+  Dev<Exec> dev(ex);
+  for (RowKind kind : {RowKind::kWindow, RowKind::kMain, RowKind::kIndex}) {
+    const int64_t width = 64, blk = dk::FakeQuantK::block(kind);
+    std::vector<float> x;
+    for (float scale : {1e-9f, 1e-6f, 1e-4f, 0.01f, 0.09f, 0.3f, 1.0f, 7.0f, 100.0f, 1e4f}) {
+      const auto r = randn(rng, width * 3, scale);
+      x.insert(x.end(), r.begin(), r.end());
+    }
+    std::uniform_int_distribution<int> code(0, 1023), exp(-12, 6);
+    for (int row = 0; row < 6; ++row)  // ties and grid points of both formats at random exponents
+      for (int64_t c = 0; c < width; ++c) {
+        const float base = (c % 2 ? 0.25f : 1.0f / 512.0f) * float(code(rng) % (c % 2 ? 25 : 1024));
+        x.push_back(std::ldexp(c % 3 ? base : -base, exp(rng)));
+      }
+    std::vector<float> special(static_cast<size_t>(width * 6), 0.0f);
+    special[width] = -0.0f;  // row 1: signed zeros
+    for (int64_t c = 0; c < width; ++c) special[width + c] = c % 2 ? -0.0f : 0.0f;
+    special[2 * width + 3] = NAN;                                            // row 2: NaN in block 0
+    special[3 * width + blk + 1] = INFINITY;                                 // row 3: +Inf in block 1
+    special[3 * width + 1] = 5.0f;
+    special[4 * width + blk] = -INFINITY;                                    // row 4: −Inf, huge elsewhere
+    for (int64_t c = 0; c < width; ++c) special[4 * width + c] += (c % 5) * 3e37f;
+    for (int64_t c = 0; c < width; ++c) special[5 * width + c] = float(c) * 1e-40f;  // row 5: subnormals
+    x.insert(x.end(), special.begin(), special.end());
+    const int64_t rows = int64_t(x.size()) / width;
+    std::vector<float> want = x;
+    for (int64_t r = 0; r < rows; ++r) row_fake_quant(kind, want.data() + r * width, size_t(width));
+    float* d = dev.up(x);
+    ex.for_each(rows * width / blk, dk::FakeQuantK{d, kind});
+    const std::vector<float> got = dev.down(d, rows * width);
+    for (size_t i = 0; i < got.size(); ++i) {
+      uint32_t a, b;
+      std::memcpy(&a, &got[i], 4);
+      std::memcpy(&b, &want[i], 4);
+      ASSERT_EQ(a, b) << "fake quant kind " << int(kind) << " at row " << i / width << " channel " << i % width
+                      << " of " << x[i] << ": " << got[i] << " vs " << want[i];
+    }
+  }
+}
+
+// The device window ring: writes that wrap around the slots, then reads of any run of held
+// positions, against a host ring of the same slots.
+template <class Exec>
+void check_window_ring(Exec& ex) {
+  std::mt19937 rng(20);
+  Dev<Exec> dev(ex);
+  const int64_t slots = 7, D = 5;
+  std::vector<float> host(slots * D, 0.0f);
+  float* ring = dev.template zeros<float>(slots * D);
+  const int64_t written_from = 3;
+  int64_t next = written_from;
+  for (int64_t n : {2, 5, 7, 1, 6}) {
+    const auto rows = randn(rng, n * D);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < D; ++c) host[((next + i) % slots) * D + c] = rows[i * D + c];
+    ex.for_each(n * D, dk::RingWriteK{dev.up(rows), slots, D, next, ring});
+    next += n;
+    for (int64_t count : {int64_t(1), int64_t(4), slots}) {
+      const int64_t first = next - count;
+      if (first < written_from) continue;
+      std::vector<float> want(count * D);
+      for (int64_t i = 0; i < count; ++i)
+        for (int64_t c = 0; c < D; ++c) want[i * D + c] = host[((first + i) % slots) * D + c];
+      float* out = dev.template zeros<float>(count * D);
+      ex.for_each(count * D, dk::RingReadK{ring, slots, D, first, out});
+      ASSERT_EQ(dev.down(out, count * D), want) << "ring read of " << count << " rows before " << next;
+    }
   }
 }
 

@@ -43,5 +43,15 @@ TEST(DeviceKernelsHost, SinkAttentionAndIndexerScores) {
   kc::check_attention_and_scores(ex);
 }
 
+TEST(DeviceKernelsHost, FakeQuantisersMatchRecordCodecs) {
+  HostExec ex;
+  kc::check_fake_quant(ex);
+}
+
+TEST(DeviceKernelsHost, WindowRing) {
+  HostExec ex;
+  kc::check_window_ring(ex);
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "backends/cuda/exec_counts.h"
 #include "base/status.h"
 
 namespace dsv41 {
@@ -18,18 +19,27 @@ class HostExec {
  public:
   std::string name() const { return "host (device-backend emulation)"; }
   Status status() const { return ok_status(); }
+  const ExecCounts& counts() const { return counts_; }
   void* alloc(int64_t bytes) { return std::malloc(static_cast<size_t>(bytes > 0 ? bytes : 1)); }
   void release(void* p) { std::free(p); }
-  void upload(void* dst, const void* src, int64_t bytes) {
-    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
-  }
-  void download(void* dst, const void* src, int64_t bytes) { upload(dst, src, bytes); }
-  void copy(void* dst, const void* src, int64_t bytes) { upload(dst, src, bytes); }
+  void upload(void* dst, const void* src, int64_t bytes) { move(dst, src, bytes, counts_.uploads); }
+  void download(void* dst, const void* src, int64_t bytes) { move(dst, src, bytes, counts_.downloads); }
+  void copy(void* dst, const void* src, int64_t bytes) { move(dst, src, bytes, counts_.copies); }
   template <class F>
   void for_each(int64_t n, const F& f) {
+    if (n <= 0) return;
+    ++counts_.launches;
     for (int64_t i = 0; i < n; ++i) f(i);
   }
   void sync() {}
+
+ private:
+  void move(void* dst, const void* src, int64_t bytes, int64_t& count) {
+    if (bytes <= 0) return;
+    ++count;
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+  ExecCounts counts_;
 };
 
 }  // namespace dsv41

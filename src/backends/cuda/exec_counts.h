@@ -1,0 +1,21 @@
+// What a device backend's executor was asked to do, counted by the executor (cuda_exec.cuh,
+// host_exec.h): kernel launches and copies. On the GPU an upload from pageable host memory and a
+// download both wait for the device (blocking); a device-to-device copy does not. Benchmarks and
+// tests read the counts to see what a decode step costs in launches and host round trips.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv41 {
+
+struct ExecCounts {
+  int64_t launches = 0;   // for_each calls that ran a kernel (n > 0)
+  int64_t uploads = 0;    // host → device copies
+  int64_t downloads = 0;  // device → host copies
+  int64_t copies = 0;     // device → device copies
+  ExecCounts operator-(const ExecCounts& o) const {
+    return {launches - o.launches, uploads - o.uploads, downloads - o.downloads, copies - o.copies};
+  }
+};
+
+}  // namespace dsv41

@@ -10,6 +10,7 @@
 #include "base/rng.h"
 #include "base/thread_pool.h"
 #include "model/vision/vision_tower.h"
+#include "testing/random_vision.h"
 
 namespace dsv41 {
 namespace {
@@ -24,37 +25,14 @@ std::vector<float> randn(Xoshiro256& g, size_t n, float scale, float mean = 0) {
   return v;
 }
 
+// A small tower (width 40, 5 heads, SwiGLU 36, 2-pixel patches, 3 blocks) into a 24-wide model.
 VisionWeights random_weights(uint64_t seed) {
-  VisionWeights w;
-  w.config.hidden_size = 40;
-  w.config.num_attention_heads = 5;
-  w.config.intermediate_size = 36;
-  w.config.num_hidden_layers = 3;
-  w.config.patch_size = 2;
-  w.out_dim = 24;
-  Xoshiro256 g(seed);
-  const size_t d = 40, f = 36, h = 24, in = 12;
-  auto lin = [&](size_t out, size_t fan_in) { return randn(g, out * fan_in, float(1.0 / std::sqrt(double(fan_in)))); };
-  w.patch_w = lin(d, in);
-  w.patch_b = randn(g, d, 0.02f);
-  for (int b = 0; b < 3; ++b) {
-    VisionBlockWeights k;
-    k.norm1 = randn(g, d, 0.1f, 1.0f);
-    k.wqkv = lin(3 * d, d);
-    k.wqkv_bias = randn(g, 3 * d, 0.02f);
-    k.wo = lin(d, d);
-    k.wo_bias = randn(g, d, 0.02f);
-    k.norm2 = randn(g, d, 0.1f, 1.0f);
-    k.w1 = lin(2 * f, d);
-    k.w2 = lin(d, f);
-    w.blocks.push_back(k);
-  }
-  w.norm = randn(g, d, 0.1f, 1.0f);
-  w.aligner_w1 = lin(h, 9 * d);
-  w.aligner_b1 = randn(g, h, 0.02f);
-  w.aligner_w2 = lin(h, h);
-  w.aligner_b2 = randn(g, h, 0.02f);
-  return w;
+  VisionConfig c;
+  c.hidden_size = 40;
+  c.num_attention_heads = 5;
+  c.intermediate_size = 36;
+  c.patch_size = 2;
+  return random_vision_weights(c, /*blocks=*/3, /*out_dim=*/24, seed);
 }
 
 double rel_error(const std::vector<float>& got, const std::vector<float>& want) {

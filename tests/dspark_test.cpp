@@ -519,7 +519,7 @@ TEST(DsparkGolden, SpeculativeGreedyEqualsTheReferencesGreedyRun) {
     want.push_back(g);
   }
   for (int parallel : {1, 4}) {
-    for (int k : {1, 3, 5}) {
+    for (int k : {1, 3, 5, 0}) {  // 0: auto (its measured switch drafts at least while measuring)
       EngineOptions eo;
       eo.dspark = true;
       eo.rollback_tokens = 5;
@@ -528,7 +528,7 @@ TEST(DsparkGolden, SpeculativeGreedyEqualsTheReferencesGreedyRun) {
       SchedulerOptions o;
       o.parallel = parallel;
       o.max_context = 256;
-      o.dspark = DsparkMode{DsparkMode::Kind::kFixed, k};
+      o.dspark = k > 0 ? DsparkMode{DsparkMode::Kind::kFixed, k} : DsparkMode{DsparkMode::Kind::kAuto, 0};
       // Drafts right at 70 % of the slots (the reference's own continuation), so accepted and
       // rejected blocks alternate.
       std::mt19937 coin(k);
@@ -557,8 +557,11 @@ TEST(DsparkGolden, SpeculativeGreedyEqualsTheReferencesGreedyRun) {
         EXPECT_EQ(res->ids, want[r]) << "sequence " << r << " parallel " << parallel << " K " << k;
       }
       const DsparkStats& st = (*sch)->dspark_stats();
-      EXPECT_GT(st.accepted, 0);
-      EXPECT_LT(st.accepted, st.verified);
+      EXPECT_GT(st.verified, 0) << "K " << k;
+      if (k > 0) {  // auto drafts for as long as its timing says it pays: machine-dependent
+        EXPECT_GT(st.accepted, 0);
+        EXPECT_LT(st.accepted, st.verified);
+      }
     }
   }
   std::filesystem::remove_all(dir);

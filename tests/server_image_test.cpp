@@ -244,7 +244,9 @@ TEST_F(ServerImage, CachedImageTurnsThroughTheLoop) {
     ASSERT_TRUE(r[0].result.status.ok()) << r[0].result.status.to_string();
     EXPECT_EQ(r[0].result.ids, want_a) << "round " << round;
     ASSERT_TRUE(r[0].turn.has_value());
-    if (round == 1) EXPECT_GE(r[0].turn->global_hit_tokens, 8) << "the stored chunks of the same prompt";
+    if (round == 1) {
+      EXPECT_GE(r[0].turn->global_hit_tokens, 8) << "the stored chunks of the same prompt";
+    }
   }
   const auto rb = through_loop(**loop, {b});
   ASSERT_TRUE(rb[0].result.status.ok()) << rb[0].result.status.to_string();

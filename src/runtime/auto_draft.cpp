@@ -2,62 +2,73 @@
 #include "runtime/auto_draft.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace dsv41 {
 
-void AutoDraftSwitch::enter(Phase phase) {
-  phase_ = phase;
-  steps_ = 0;
-  ms_[0] = ms_[1] = 0;
-  tokens_[0] = tokens_[1] = 0;
-  samples_[0] = samples_[1] = 0;
+double AutoDraftSwitch::loss_bound(int64_t samples_per_side) {
+  // After four a side, drafting that is not even ahead will not reach the margin.
+  constexpr double kBound[] = {0.5, 0.7, 0.85, 1.0};
+  return kBound[std::clamp<int64_t>(samples_per_side, 1, 4) - 1];
 }
 
-void AutoDraftSwitch::decide() {
-  if (samples_[0] < kFirstLook || samples_[1] < kFirstLook) return;
-  const double plain = double(tokens_[0]) / ms_[0], drafting = double(tokens_[1]) / ms_[1];
-  // A clear loss ends the measurement early (drafting steps are the expensive ones).
-  const bool done = (samples_[0] >= kSamples && samples_[1] >= kSamples) || drafting < kClearLoss * plain;
-  if (!done) return;
-  if (drafting > kMargin * plain) {
-    wait_ = kProbeEvery;
-    enter(Phase::kDrafting);
-    return;
+int AutoDraftSwitch::bucket(int64_t seqs) {
+  if (seqs <= 1) return 0;
+  return std::min(kBuckets - 1, static_cast<int>(std::bit_width(static_cast<uint64_t>(seqs))) - 1);
+}
+
+void AutoDraftSwitch::enter(Bucket& b, Phase phase) {
+  b.phase = phase;
+  b.steps = 0;
+  b.ms[0] = b.ms[1] = 0;
+  b.tokens[0] = b.tokens[1] = 0;
+  b.samples[0] = b.samples[1] = 0;
+  b.empty_run = 0;
+}
+
+void AutoDraftSwitch::decide(Bucket& b) {
+  const int64_t n = std::min(b.samples[0], b.samples[1]);
+  bool won = false;
+  if (b.empty_run < kEmptyLoss) {
+    if (n < 1) return;
+    const double plain = double(b.tokens[0]) / b.ms[0], drafting = double(b.tokens[1]) / b.ms[1];
+    const bool lost = drafting < loss_bound(n) * plain;
+    if (!lost && n < kSamples) return;
+    won = !lost && drafting > kMargin * plain;
   }
-  // Each lost measurement doubles the wait before the next: where drafting does not pay (a
-  // compute-bound CPU, a large batch) the probes fade to a vanishing share of the steps.
-  plain_for_ = wait_;
-  wait_ = std::min(2 * wait_, kLongestWait);
-  enter(Phase::kPlain);
+  // Where the verdict holds (a compute-bound CPU never drafts, a weight-bound GPU always does)
+  // the measurements fade to a vanishing share of the steps; a change starts the waits over.
+  b.wait = b.measured && won == b.last_won ? std::min(2 * b.wait, kLongestWait) : kFirstWait;
+  b.last_won = won;
+  b.measured = true;
+  enter(b, won ? Phase::kDrafting : Phase::kPlain);
 }
 
-bool AutoDraftSwitch::want_draft(bool prefilling) {
-  ++steps_;
-  switch (phase_) {
-    case Phase::kMeasure:
-      decide();
-      break;
-    case Phase::kPlain:
-      if (steps_ > plain_for_) enter(Phase::kRefill);
-      break;
-    case Phase::kRefill:
-      // A window's worth of fed positions, so the probe's drafter sees what it normally sees.
-      if (steps_ > refill_steps_) enter(Phase::kMeasure);
-      break;
-    case Phase::kDrafting:
-      if (steps_ > kProbeEvery) enter(Phase::kMeasure);
-      break;
-  }
-  if (phase_ == Phase::kMeasure) return !prefilling && samples_[1] <= samples_[0];
-  return phase_ == Phase::kDrafting;
+bool AutoDraftSwitch::want_draft(bool prefilling, int64_t seqs) {
+  current_ = bucket(seqs);
+  Bucket& b = buckets_[current_];
+  ++b.steps;
+  if (b.phase != Phase::kMeasure && b.steps > b.wait) enter(b, Phase::kMeasure);
+  const bool ready = fed_run_ >= refill_steps_;
+  fed_run_ = feeding() ? fed_run_ + 1 : 0;
+  measuring_ = false;
+  if (!ready) return false;
+  if (b.phase == Phase::kDrafting) return true;
+  if (b.phase != Phase::kMeasure || prefilling) return false;
+  measuring_ = true;
+  return b.samples[1] <= b.samples[0];
 }
 
-void AutoDraftSwitch::record(bool drafted, bool decode_only, double ms, int64_t emitted) {
-  if (phase_ != Phase::kMeasure || !decode_only || ms <= 0 || emitted == 0) return;
+void AutoDraftSwitch::record(bool drafted, bool decode_only, double ms, int64_t emitted, int64_t verified) {
+  if (!measuring_ || !decode_only || ms <= 0 || emitted == 0) return;
+  measuring_ = false;
+  Bucket& b = buckets_[current_];
   const int side = drafted ? 1 : 0;
-  ms_[side] += ms;
-  tokens_[side] += emitted;
-  ++samples_[side];
+  b.ms[side] += ms;
+  b.tokens[side] += emitted;
+  ++b.samples[side];
+  if (drafted) b.empty_run = verified > 0 ? 0 : b.empty_run + 1;
+  decide(b);
 }
 
 }  // namespace dsv41

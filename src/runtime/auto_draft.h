@@ -3,53 +3,89 @@
 // step-cost model; this switch decides whether drafting pays at all on this machine and batch,
 // by timing it: decode-only steps with and without drafting, alternated over a measurement
 // (the side with fewer samples goes next, so both see the same machine and the same batch),
-// compared as emitted tokens per ms. Drafting must win by a margin; a clear loss ends the
-// measurement early. While plain decoding wins the drafter's rings are not fed (feeding() is
-// false): auto then costs a probe now and then — the rings refilled for a window of steps, then
-// measured — and each lost probe doubles the wait before the next. A step that carries prefill
-// chunks is not measured and does not draft while drafting is only being measured.
+// compared as emitted tokens per ms.
+//
+// What exploring costs is what `auto` loses against `off` where drafting never pays, so:
+// - each batch-size bucket (⌊log2 sequences⌋) keeps its own verdict: a server whose batch
+//   moves between sizes does not re-measure at every change, and batch 1 may draft where batch
+//   8 does not;
+// - a loss is taken fast and a win slowly: a drafting step that loses costs up to several plain
+//   steps, so one sample a side that shows a 2× loss ends the measurement, while a win needs
+//   kSamples a side and a kMargin lead (a noisy near tie is as likely a loss). A first drafting
+//   step slowed by first touches can only make a false loss, which the next measurement mends
+//   (on the CPU the first drafting step measured no slower than the next);
+// - a measurement that confirms the current choice doubles the wait before the next one (up to
+//   kLongestWait steps of that bucket); one that changes it starts again from kFirstWait.
+// While a bucket decodes plainly the drafter's rings are not fed (feeding() is false), except for
+// a window's worth of steps before its next measurement, so that the probe's drafter sees what it
+// normally sees; a bucket only drafts once the rings have been fed that long without a break.
+// Steps that carry prefill chunks neither draft nor count while a bucket measures.
 // Pure state, no clock: the scheduler reports each step's time (testable with made-up times).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 namespace dsv41 {
 
 class AutoDraftSwitch {
  public:
-  enum class Phase { kMeasure, kPlain, kRefill, kDrafting };
-  static constexpr int64_t kSamples = 8;       // decode-only steps per side in a full measurement
-  static constexpr int64_t kFirstLook = 3;     // per side before a clear loss may end it
-  static constexpr int64_t kProbeEvery = 256;  // steps of drafting between measurements
-  static constexpr int64_t kLongestWait = 4096;
+  enum class Phase { kMeasure, kPlain, kDrafting };
+  static constexpr int64_t kSamples = 8;        // decode-only steps per side before a win is taken
+  static constexpr int64_t kFirstWait = 1024;   // steps of a bucket before its verdict is re-measured
+  static constexpr int64_t kLongestWait = 16384;
+  static constexpr int kBuckets = 8;            // 1, 2–3, 4–7, …, ≥ 128 sequences
   // Drafting must win clearly: where it pays (a step bound by reading weights) it wins by
   // 1.5–2.5×, while a near tie over a few steps of a noisy machine is as likely a loss.
-  static constexpr double kMargin = 1.15, kClearLoss = 0.75;
+  static constexpr double kMargin = 1.15;
+  static constexpr int64_t kEmptyLoss = 2;
+  // The loss that ends a measurement after n samples a side: a clear one (½ as fast) after one,
+  // then less clear ones as the evidence grows, down to "not ahead at all" after four.
+  static double loss_bound(int64_t samples_per_side);
 
-  // refill_steps: steps of fed rings before a probe measures (the drafter's window).
-  explicit AutoDraftSwitch(int64_t refill_steps) : refill_steps_(refill_steps) {}
+  // refill_steps: steps of fed rings before a bucket drafts (the drafter's window).
+  explicit AutoDraftSwitch(int64_t refill_steps) : refill_steps_(refill_steps), fed_run_(refill_steps) {}
 
-  // Before a step: whether it drafts. prefilling: the step carries prefill chunks.
-  bool want_draft(bool prefilling);
+  // Before a step of `seqs` decoding sequences: whether it drafts. prefilling: the step carries
+  // prefill chunks.
+  bool want_draft(bool prefilling, int64_t seqs = 1);
   // After the step: its wall time and the tokens it emitted; measured only when decode-only.
-  void record(bool drafted, bool decode_only, double ms, int64_t emitted);
-  // Whether the engine should feed the drafter's rings now.
-  bool feeding() const { return phase_ != Phase::kPlain; }
-  Phase phase() const { return phase_; }
-  int64_t wait() const { return wait_; }
+  // drafted: the drafter ran this step; verified: the drafts the k* planner then kept. A
+  // drafting step whose drafts the planner all dropped cannot win (it paid for the drafter and
+  // gained nothing): kEmptyLoss of them in a row end the measurement as a loss.
+  void record(bool drafted, bool decode_only, double ms, int64_t emitted, int64_t verified = 1);
+  // Whether the engine should feed the drafter's rings during this step: a plain bucket feeds
+  // them only for the window of steps before its next measurement.
+  bool feeding() const {
+    const Bucket& b = buckets_[current_];
+    return b.phase != Phase::kPlain || b.steps > b.wait - refill_steps_;
+  }
+  // The verdict of the bucket of the last want_draft (of `seqs` when given).
+  Phase phase() const { return buckets_[current_].phase; }
+  Phase phase(int64_t seqs) const { return buckets_[bucket(seqs)].phase; }
+  int64_t wait() const { return buckets_[current_].wait; }
 
  private:
-  void enter(Phase phase);
-  void decide();
+  struct Bucket {
+    Phase phase = Phase::kMeasure;
+    double ms[2] = {0, 0};  // [0] plain, [1] drafting
+    int64_t tokens[2] = {0, 0};
+    int64_t samples[2] = {0, 0};
+    int64_t empty_run = 0;        // drafting samples in a row whose drafts were all dropped
+    int64_t steps = 0;            // steps in this phase
+    int64_t wait = kFirstWait;    // steps before the next measurement
+    bool measured = false;        // a verdict was reached before
+    bool last_won = false;        // the verdict of the previous measurement
+  };
+  static int bucket(int64_t seqs);
+  void enter(Bucket& b, Phase phase);
+  void decide(Bucket& b);
 
   int64_t refill_steps_;
-  Phase phase_ = Phase::kMeasure;
-  double ms_[2] = {0, 0};  // [0] plain, [1] drafting
-  int64_t tokens_[2] = {0, 0};
-  int64_t samples_[2] = {0, 0};
-  int64_t steps_ = 0;       // steps in this phase
-  int64_t wait_ = kProbeEvery;       // plain steps after the next lost measurement
-  int64_t plain_for_ = kProbeEvery;  // plain steps of the current kPlain phase
+  int64_t fed_run_;  // steps in a row so far with the rings fed (prefill feeds them from the start)
+  std::array<Bucket, kBuckets> buckets_{};
+  int current_ = 0;
+  bool measuring_ = false;  // this step is a sample of the current bucket's measurement
 };
 
 }  // namespace dsv41

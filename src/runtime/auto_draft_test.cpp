@@ -1,6 +1,7 @@
-// The auto switch on made-up step times: it drafts only where drafting wins clearly, ends a
-// clear loss early, backs off after losses, measures only decode-only steps, alternates sides,
-// and keeps the rings fed exactly while it may draft soon.
+// The auto switch on made-up step times: it drafts only where drafting wins clearly, takes a
+// clear loss after one sample a side, backs off while its verdict holds, keeps one verdict per
+// batch-size bucket, measures only decode-only steps, alternates sides, and keeps the rings fed
+// exactly while a bucket may draft soon.
 #include "runtime/auto_draft.h"
 
 #include <gtest/gtest.h>
@@ -9,86 +10,148 @@ namespace dsv41 {
 namespace {
 
 using Phase = AutoDraftSwitch::Phase;
+constexpr int64_t kRefill = 64;
 
-// Runs `steps` decode-only steps: a plain step takes 1 ms and emits 1 token, a drafting step
-// takes draft_ms and emits draft_tokens. Returns how many steps drafted.
-int run(AutoDraftSwitch& a, int steps, double draft_ms, int64_t draft_tokens) {
+// Runs `steps` decode-only steps of `seqs` sequences: a plain step takes 1 ms and emits a token
+// per sequence, a drafting step takes draft_ms and emits draft_tokens. Returns how many steps drafted.
+int run(AutoDraftSwitch& a, int64_t steps, double draft_ms, int64_t draft_tokens, int64_t seqs = 1) {
   int drafted = 0;
-  for (int i = 0; i < steps; ++i) {
-    const bool d = a.want_draft(false);
+  for (int64_t i = 0; i < steps; ++i) {
+    const bool d = a.want_draft(false, seqs);
     drafted += d;
-    a.record(d, true, d ? draft_ms : 1.0, d ? draft_tokens : 1);
+    a.record(d, true, d ? draft_ms : 1.0, d ? draft_tokens : seqs);
   }
   return drafted;
 }
 
 TEST(AutoDraft, StartsMeasuringAlternatelyWithTheRingsFed) {
-  AutoDraftSwitch a(64);
+  AutoDraftSwitch a(kRefill);
   EXPECT_EQ(a.phase(), Phase::kMeasure);
   EXPECT_TRUE(a.feeding());
-  bool prev = !a.want_draft(false);
-  for (int i = 0; i < 6; ++i) {
-    // The side with fewer samples goes next: drafting, plain, drafting, ...
-    a.record(!prev, true, 1.0, 1);
-    const bool d = a.want_draft(false);
-    EXPECT_NE(d, !prev) << i;
-    prev = !d;
+  bool prev = false;
+  for (int i = 0; i < 8; ++i) {
+    const bool d = a.want_draft(false, 1);
+    if (i == 0) {
+      EXPECT_TRUE(d) << "drafting is measured first";
+    } else {
+      EXPECT_NE(d, prev) << i;  // then the side with fewer samples goes next
+    }
+    EXPECT_TRUE(a.feeding());
+    a.record(d, true, 1.0, 1);
+    prev = d;
   }
 }
 
-TEST(AutoDraft, AClearWinDraftsUntilTheNextProbe) {
-  AutoDraftSwitch a(64);
-  run(a, 2 * AutoDraftSwitch::kSamples, 1.5, 3);  // 2 tokens per ms against 1
-  EXPECT_EQ(a.phase(), Phase::kMeasure) << "a win is only taken after a full measurement";
-  EXPECT_EQ(run(a, 1, 1.5, 3), 1);
-  EXPECT_EQ(a.phase(), Phase::kDrafting);
-  EXPECT_TRUE(a.feeding());
-  EXPECT_EQ(run(a, 200, 1.5, 3), 200);
-  run(a, AutoDraftSwitch::kProbeEvery - 200, 1.5, 3);
-  EXPECT_EQ(a.phase(), Phase::kDrafting);
-  run(a, 1, 1.5, 3);
-  EXPECT_EQ(a.phase(), Phase::kMeasure) << "drafting is re-measured every kProbeEvery steps";
-}
-
-TEST(AutoDraft, ANearTieStaysPlain) {
-  AutoDraftSwitch a(64);
-  run(a, 2 * AutoDraftSwitch::kSamples + 1, 1.0, 1);  // 1.1× would be a win by 10 %: below the margin
-  AutoDraftSwitch b(64);
-  run(b, 2 * AutoDraftSwitch::kSamples + 1, 1.0 / 1.1, 1);
-  EXPECT_EQ(a.phase(), Phase::kPlain);
-  EXPECT_EQ(b.phase(), Phase::kPlain);
-  EXPECT_FALSE(b.feeding());
-}
-
-TEST(AutoDraft, AClearLossEndsEarlyAndEachLossDoublesTheWait) {
-  AutoDraftSwitch a(64);
-  // Drafting steps twice as slow for the same tokens: a loss after kFirstLook samples a side.
-  const int drafted = run(a, 2 * AutoDraftSwitch::kFirstLook + 1, 2.0, 1);
-  EXPECT_EQ(drafted, AutoDraftSwitch::kFirstLook);
+TEST(AutoDraft, AClearLossEndsAfterOneSampleASide) {
+  AutoDraftSwitch a(kRefill);
+  // Drafting steps 2.5× slower for the same tokens: one drafting sample, one plain.
+  EXPECT_EQ(run(a, 2, 2.5, 1), 1);
   EXPECT_EQ(a.phase(), Phase::kPlain);
   EXPECT_FALSE(a.feeding());
-  int64_t plain = AutoDraftSwitch::kProbeEvery;
+  EXPECT_EQ(a.wait(), AutoDraftSwitch::kFirstWait);
+  // A milder loss (1.25× slower: 0.8 as fast) needs three samples a side, a slight one (0.95)
+  // four.
+  AutoDraftSwitch b(kRefill);
+  EXPECT_EQ(run(b, 2 * 3, 1.25, 1), 3);
+  EXPECT_EQ(b.phase(), Phase::kPlain);
+  AutoDraftSwitch c(kRefill);
+  EXPECT_EQ(run(c, 2 * 4, 1 / 0.95, 1), 4);
+  EXPECT_EQ(c.phase(), Phase::kPlain);
+}
+
+TEST(AutoDraft, DraftsThePlannerDropsEndTheMeasurement) {
+  AutoDraftSwitch a(kRefill);
+  int drafted = 0;
+  for (int i = 0; i < 3; ++i) {
+    const bool d = a.want_draft(false, 8);
+    drafted += d;
+    // Drafting costs 10 % more and the planner keeps no draft: a near tie on the clock.
+    a.record(d, true, d ? 1.1 : 1.0, 8, d ? 0 : 1);
+  }
+  EXPECT_EQ(drafted, 2) << "two drafting steps that verified nothing";
+  EXPECT_EQ(a.phase(8), Phase::kPlain);
+}
+
+TEST(AutoDraft, AWinNeedsAFullMeasurementAndDraftsUntilTheWaitEnds) {
+  AutoDraftSwitch a(kRefill);
+  run(a, 2 * AutoDraftSwitch::kSamples - 1, 1.5, 3);  // 2 tokens per ms against 1
+  EXPECT_EQ(a.phase(), Phase::kMeasure) << "a win is only taken after kSamples a side";
+  run(a, 1, 1.5, 3);
+  EXPECT_EQ(a.phase(), Phase::kDrafting);
+  EXPECT_TRUE(a.feeding());
+  EXPECT_EQ(run(a, AutoDraftSwitch::kFirstWait, 1.5, 3), AutoDraftSwitch::kFirstWait);
+  run(a, 1, 1.5, 3);
+  EXPECT_EQ(a.phase(), Phase::kMeasure) << "drafting is re-measured after the wait";
+  run(a, 2 * AutoDraftSwitch::kSamples, 1.5, 3);
+  EXPECT_EQ(a.phase(), Phase::kDrafting);
+  EXPECT_EQ(a.wait(), 2 * AutoDraftSwitch::kFirstWait) << "a confirmed win doubles the wait";
+}
+
+TEST(AutoDraft, ANearWinStaysPlain) {
+  for (double speed : {1.1, 1.05, 1.0}) {
+    AutoDraftSwitch a(kRefill);
+    run(a, 2 * AutoDraftSwitch::kSamples, 1.0 / speed, 1);
+    EXPECT_EQ(a.phase(), Phase::kPlain) << speed;
+    EXPECT_FALSE(a.feeding()) << speed;
+  }
+}
+
+TEST(AutoDraft, EachConfirmedLossDoublesTheWaitAfterRefillingTheRings) {
+  AutoDraftSwitch a(kRefill);
+  run(a, 2, 2.5, 1);
+  ASSERT_EQ(a.phase(), Phase::kPlain);
+  int64_t wait = AutoDraftSwitch::kFirstWait;
   for (int probe = 0; probe < 6; ++probe) {
-    EXPECT_EQ(run(a, static_cast<int>(plain), 2.0, 1), 0) << probe;
-    EXPECT_EQ(run(a, 1, 2.0, 1), 0);
-    EXPECT_EQ(a.phase(), Phase::kRefill) << probe;
-    EXPECT_TRUE(a.feeding());
-    EXPECT_EQ(run(a, 64, 2.0, 1), 0) << "refilling the rings drafts nothing";
-    EXPECT_EQ(run(a, 2 * AutoDraftSwitch::kFirstLook + 1, 2.0, 1), AutoDraftSwitch::kFirstLook);
-    EXPECT_EQ(a.phase(), Phase::kPlain);
-    plain = std::min<int64_t>(2 * plain, AutoDraftSwitch::kLongestWait);
+    ASSERT_EQ(a.wait(), wait) << probe;
+    EXPECT_EQ(run(a, wait - kRefill, 2.5, 1), 0) << probe;
+    EXPECT_FALSE(a.feeding()) << probe;
+    EXPECT_EQ(run(a, kRefill, 2.5, 1), 0) << "refilling the rings drafts nothing";
+    EXPECT_TRUE(a.feeding()) << probe;
+    EXPECT_EQ(run(a, 2, 2.5, 1), 1) << "the measurement starts at once on fed rings";
+    EXPECT_EQ(a.phase(), Phase::kPlain) << probe;
+    wait = std::min(2 * wait, AutoDraftSwitch::kLongestWait);
   }
   EXPECT_EQ(a.wait(), AutoDraftSwitch::kLongestWait);
 }
 
+TEST(AutoDraft, AChangedVerdictStartsTheWaitsOver) {
+  AutoDraftSwitch a(kRefill);
+  run(a, 2 * AutoDraftSwitch::kSamples, 1.5, 3);
+  ASSERT_EQ(a.phase(), Phase::kDrafting);
+  run(a, AutoDraftSwitch::kFirstWait + 2 * AutoDraftSwitch::kSamples, 1.5, 3);
+  ASSERT_EQ(a.wait(), 2 * AutoDraftSwitch::kFirstWait);
+  run(a, 2 * AutoDraftSwitch::kFirstWait + 1, 1.5, 3);
+  ASSERT_EQ(a.phase(), Phase::kMeasure);
+  run(a, 2, 40.0, 1);  // the machine got busy: drafting now loses clearly
+  EXPECT_EQ(a.phase(), Phase::kPlain);
+  EXPECT_EQ(a.wait(), AutoDraftSwitch::kFirstWait);
+}
+
+TEST(AutoDraft, EachBatchBucketKeepsItsOwnVerdict) {
+  AutoDraftSwitch a(kRefill);
+  run(a, 2 * AutoDraftSwitch::kSamples, 1.5, 3, 1);  // batch 1: drafting wins
+  ASSERT_EQ(a.phase(1), Phase::kDrafting);
+  run(a, 2, 4.0, 8, 8);  // batch 8 (8 tokens a plain step): drafting loses
+  ASSERT_EQ(a.phase(8), Phase::kPlain);
+  EXPECT_EQ(a.phase(9), Phase::kPlain) << "9 is in 8's bucket";
+  EXPECT_EQ(a.phase(1), Phase::kDrafting) << "batch 1 keeps its verdict";
+  EXPECT_FALSE(a.feeding());
+  EXPECT_EQ(run(a, 5, 4.0, 8, 8), 0);
+  // Back at batch 1 the rings were not fed during the plain batch-8 steps: refill, then draft.
+  EXPECT_EQ(run(a, kRefill, 1.5, 3, 1), 0);
+  EXPECT_TRUE(a.feeding());
+  EXPECT_EQ(run(a, 10, 1.5, 3, 1), 10);
+  EXPECT_EQ(a.phase(16), Phase::kMeasure) << "an unseen bucket starts by measuring";
+}
+
 TEST(AutoDraft, PrefillStepsNeitherDraftNorCountWhileMeasuring) {
-  AutoDraftSwitch a(64);
+  AutoDraftSwitch a(kRefill);
   for (int i = 0; i < 100; ++i) {
-    EXPECT_FALSE(a.want_draft(true));
+    EXPECT_FALSE(a.want_draft(true, 1));
     a.record(false, false, 5.0, 1);  // not decode-only: not a sample
   }
   EXPECT_EQ(a.phase(), Phase::kMeasure);
-  EXPECT_TRUE(a.want_draft(false)) << "the first decode-only step measures drafting";
+  EXPECT_TRUE(a.want_draft(false, 1)) << "the first decode-only step measures drafting";
 }
 
 }  // namespace

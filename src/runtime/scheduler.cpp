@@ -240,16 +240,16 @@ int32_t Scheduler::pick_token(Active& a, const float* logits) {
   return token;
 }
 
-bool Scheduler::want_draft(bool prefilling) {
+bool Scheduler::want_draft(bool prefilling, int64_t decoding) {
   if (options_.dspark.kind != DsparkMode::Kind::kAuto) return true;
-  const bool draft = auto_.want_draft(prefilling);
+  const bool draft = auto_.want_draft(prefilling, std::max<int64_t>(decoding, 1));
   engine_.set_draft_feeding(auto_.feeding());
   return draft;
 }
 
 void Scheduler::measure_step(double ms, bool decode_only) {
   if (options_.dspark.kind != DsparkMode::Kind::kAuto) return;
-  auto_.record(drafted_this_step_, decode_only, ms, emitted_this_step_);
+  auto_.record(drafted_this_step_, decode_only, ms, emitted_this_step_, verified_this_step_);
 }
 
 bool Scheduler::emit_token(Active& a, int32_t token, const float* logits) {
@@ -275,7 +275,7 @@ bool Scheduler::emit_token(Active& a, int32_t token, const float* logits) {
 
 void Scheduler::take_token(Active& a, const float* logits) { emit_token(a, pick_token(a, logits), logits); }
 
-void Scheduler::draft_step() {
+bool Scheduler::draft_step() {
   draft_specs_.clear();
   drafting_.clear();
   for (auto& ap : active_) {
@@ -292,7 +292,7 @@ void Scheduler::draft_step() {
     draft_specs_.push_back({a.sequence, a.next_token, static_cast<int>(std::min<int64_t>({want, B, left - 1}))});
     drafting_.push_back(&a);
   }
-  if (drafting_.empty()) return;
+  if (drafting_.empty()) return false;
   const auto t0 = std::chrono::steady_clock::now();
   for (Active* a : drafting_) a->drafted.clear();
   // Sampled requests under the rejection rule draw their drafts from q (each slot's row with the
@@ -308,7 +308,7 @@ void Scheduler::draft_step() {
   };
   const bool drafted = engine_.draft(draft_specs_, drafts_, pick).ok();
   dspark_.draft_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (!drafted) return;  // a plain step
+  if (!drafted) return false;  // a plain step
   if (options_.draft_override)
     for (size_t i = 0; i < drafting_.size(); ++i) {
       auto history = engine_.tokens(drafting_[i]->sequence);
@@ -323,12 +323,14 @@ void Scheduler::draft_step() {
     const int64_t left = a.request.max_tokens - static_cast<int64_t>(a.result.ids.size());
     const int64_t k = std::min<int64_t>({plan.k[i], B, left - 1});
     if (k <= 0) continue;
+    verified_this_step_ += k;
     a.verify.assign(1, a.next_token);
     a.verify.insert(a.verify.end(), drafts_[i].ids.begin(), drafts_[i].ids.begin() + k);
     a.confidence.assign(drafts_[i].confidence.begin(), drafts_[i].confidence.begin() + k);
     if (a.spec)
       a.draft_logits.assign(drafts_[i].logits.begin(), drafts_[i].logits.begin() + k * engine_.config().vocab_size);
   }
+  return true;
 }
 
 void Scheduler::take_verified(Active& a, const SegmentResult& r) {
@@ -458,13 +460,14 @@ bool Scheduler::step() {
   const auto step_start = std::chrono::steady_clock::now();
   const bool prefilling = std::any_of(active_.begin(), active_.end(),
                                       [](const std::unique_ptr<Active>& a) { return a->step < a->plan.steps.size(); });
-  drafted_this_step_ = options_.dspark.kind != DsparkMode::Kind::kOff && want_draft(prefilling);
+  const int64_t decoding = std::count_if(active_.begin(), active_.end(),
+                                         [](const std::unique_ptr<Active>& a) { return a->step == a->plan.steps.size(); });
   emitted_this_step_ = 0;
-  if (drafted_this_step_) {
-    draft_step();
-  } else {
+  verified_this_step_ = 0;
+  // A step counts as drafting when the drafter ran (its cost was paid), whatever the planner kept.
+  drafted_this_step_ = options_.dspark.kind != DsparkMode::Kind::kOff && want_draft(prefilling, decoding) && draft_step();
+  if (!drafted_this_step_)
     for (auto& ap : active_) ap->verify.clear();
-  }
   int64_t decode_rows = 0, decode_seqs = 0;
   for (auto& ap : active_) {
     Active& a = *ap;

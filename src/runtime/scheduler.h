@@ -213,7 +213,7 @@ class Scheduler {
   int32_t pick_token(Active& a, const float* logits);
   bool emit_token(Active& a, int32_t token, const float* logits);
   // DSpark: drafts for the decoding requests of this step into their `verify` rows.
-  void draft_step();
+  bool draft_step();  // whether the drafter ran
   // DSpark: the verification rows' logits of a request → accepted drafts, rollback, emission.
   void take_verified(Active& a, const SegmentResult& r);
   // Rolls back the rows a step fed beyond the `keep` tokens it emits, then emits them.
@@ -239,7 +239,8 @@ class Scheduler {
   AutoDraftSwitch auto_{engine_.config().sliding_window};
   bool drafted_this_step_ = false;
   int64_t emitted_this_step_ = 0;
-  bool want_draft(bool prefilling);
+  int64_t verified_this_step_ = 0;  // drafts the planner kept for verification
+  bool want_draft(bool prefilling, int64_t decoding);
   void measure_step(double ms, bool decode_only);
   std::vector<Engine::DraftSpec> draft_specs_;
   std::vector<Active*> drafting_;

@@ -12,7 +12,8 @@ BUILD="$1"
 DEST="$2"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$DEST/lib" "$DEST/test-models"
-for b in dsv41_cuda_tests dsv41_cuda_bench dsv41_cuda_backend_bench dsv41_cuda_vision_bench; do
+for b in dsv41_cuda_tests dsv41_cuda_bench dsv41_cuda_backend_bench dsv41_cuda_vision_bench dsv41; do
+  [ -x "$BUILD/$b" ] || continue
   cp "$BUILD/$b" "$DEST/$b"
   strip "$DEST/$b"
   ldd "$BUILD/$b" | awk '/=> \// {print $3}' | { grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' || true; } |
@@ -27,4 +28,5 @@ for m in v41-tiny-f32 v41-tiny-bf16; do
   done
 done
 ln -sfn ../../models/dsv41-mini "$DEST/test-models/dsv41-mini"
+for m in dspark-micro vl-micro; do ln -sfn "../../tests/fixtures/$m" "$DEST/test-models/$m"; done
 du -sh "$DEST"

@@ -313,29 +313,7 @@ void CpuBackend::capture_features(int layer, std::span<const RowRange> rows) {
 
 void CpuBackend::feed_draft_rings(std::span<const DraftFeed> feeds) {
   if (!capture_ || feeds.empty()) return;
-  const int64_t width = drafter_->feature_width();
-  // Gather the rows (a decode batch's are contiguous already; prefill tails are not).
-  feed_features_.clear();
-  feed_positions_.clear();
-  for (const DraftFeed& f : feeds) {
-    const SegmentRows& s = segments_[f.segment];
-    for (int64_t r = s.row0 + f.first_row; r < s.row0 + s.rows; ++r) {
-      feed_features_.insert(feed_features_.end(), features_.begin() + r * width, features_.begin() + (r + 1) * width);
-      feed_positions_.push_back(layout_.positions[r]);
-    }
-  }
-  const int64_t n = static_cast<int64_t>(feed_positions_.size());
-  if (n == 0) return;
-  drafter_->ring_rows(feed_features_.data(), feed_positions_.data(), n);
-  int64_t offset = 0;
-  for (const DraftFeed& f : feeds) {
-    const SegmentRows& s = segments_[f.segment];
-    const int64_t m = s.rows - f.first_row;
-    if (m <= 0) continue;
-    for (int st = 0; st < drafter_->stages(); ++st)
-      s.cache->draft_ring(st).push_rows(drafter_->ring_rows(st) + offset * config().head_dim, m);
-    offset += m;
-  }
+  feed_drafter_rings(*drafter_, config().head_dim, segments_, layout_.positions, features_.data(), feeds, feed_scratch_);
 }
 
 Status CpuBackend::draft(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/draft_feed.h"
 #include "model/attention.h"
 #include "model/attention_steps.h"
 #include "model/compressor.h"
@@ -104,8 +105,7 @@ class CpuBackend : public Backend {
   bool capture_ = false;
   std::vector<int> target_slot_;
   std::vector<float> features_;
-  std::vector<float> feed_features_;    // the fed rows' features, gathered
-  std::vector<int64_t> feed_positions_;
+  DraftFeedScratch feed_scratch_;
 };
 
 }  // namespace dsv41

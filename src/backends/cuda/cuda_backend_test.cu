@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backends/cuda/backend_compare_check.h"
+#include "backends/cuda/backend_dspark_check.h"
 #include "backends/cuda/backend_image_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_exec.cuh"
@@ -116,6 +117,25 @@ TEST(CudaBackend, ImagePromptMatchesCpuBackend) {
   auto cuda = make_cuda_backend(**model);
   ASSERT_TRUE(cuda.ok()) << cuda.status().to_string();
   ts::check_image_prompt_against_cpu(**model, std::move(*cuda), "vl-micro (cuda)");
+}
+
+// DSpark with the CUDA backend (features on the device, drafter on the host): drafts near the
+// CPU backend's (the features differ by rounding; 1.0 in logits leaves room for an FP8 code of a
+// ring row flipping) and speculative greedy decoding equal to plain on the GPU.
+TEST(CudaBackend, DsparkDraftsAndDecodesLikeTheCpuBackend) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ts::check_dspark_against_cpu(
+      **model,
+      [&]() -> std::unique_ptr<Backend> {
+        auto b = make_cuda_backend(**model);
+        EXPECT_TRUE(b.ok()) << b.status().to_string();
+        return b.ok() ? std::move(*b) : nullptr;
+      },
+      1.0f, "dsv41-mini (cuda)");
 }
 
 TEST(CudaBackend, GoldenTinyF32MatchesCpuBackend) {

@@ -45,6 +45,8 @@
 #include "backends/cuda/exec_counts.h"
 #include "cache/records.h"
 #include "engine/backend.h"
+#include "engine/draft_feed.h"
+#include "model/dspark.h"
 #include "model/model.h"
 
 namespace dsv41 {
@@ -131,6 +133,16 @@ class DeviceBackend : public Backend {
   void ffn(int layer, std::span<const RowRange> rows) override;
   void end_batch() override { flush_window_rows(); }
   void logits(std::span<const int64_t> rows, float* out) override;
+
+  // DSpark: the target features are taken on the device and downloaded once per batch for the
+  // drafter, which runs on the host (model/dspark.h, the CPU backend's) — not on the GPU yet.
+  int draft_stages() const override { return drafter_ ? drafter_->stages() : 0; }
+  void set_feature_capture(bool on) override { capture_ = on && drafter_ != nullptr; }
+  void feed_draft_rings(std::span<const DraftFeed> feeds) override;
+  Status draft(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick) override {
+    if (!drafter_) return Backend::draft(requests, out, pick);
+    return drafter_->draft(requests, out, pick);
+  }
 
  private:
   using F32 = DeviceArray<Exec, float>;
@@ -243,6 +255,14 @@ class DeviceBackend : public Backend {
   F32 stage_;
   std::vector<float> host_stage_;
   std::vector<float> host_tmp_;
+  // DSpark (see draft_stages): the host drafter, target_slot_[layer] = the layer's place among the
+  // targets or −1, and the batch's features [n, targets·hidden] on the device and on the host.
+  std::unique_ptr<Drafter> drafter_;
+  bool capture_ = false;
+  std::vector<int> target_slot_;
+  F32 features_;
+  std::vector<float> host_features_;
+  DraftFeedScratch feed_scratch_;
 };
 
 }  // namespace dsv41

@@ -48,7 +48,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
                  &comb_b_, &cos_main_, &sin_main_, &cos_comp_, &sin_comp_, &scratch_r_, &scratch_m_, &mid_,
                  &logits_buf_, &keys_, &cmp_a_, &cmp_b_, &cmp_lat_, &cmp_keys_, &cmp_rot_, &cmp_cos_, &cmp_sin_, &iq_,
                  &ihw_, &scores_, &bmax_, &router_, &hexp_, &hshared_, &engram_r_, &engram_kv_, &engram_gate_,
-                 &weights_, &stage_})
+                 &weights_, &stage_, &features_})
     b->bind(&ex_);
   tokens_.bind(&ex_);
   experts_.bind(&ex_);
@@ -58,6 +58,11 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
   rows_.bind(&ex_);
   const ModelConfig& c = model.config();
   const int64_t d = c.hidden_size;
+  if (const DrafterWeights* dw = model.drafter()) {
+    drafter_ = std::make_unique<Drafter>(model, model.exec());
+    target_slot_.assign(static_cast<size_t>(c.num_hidden_layers), -1);
+    for (size_t i = 0; i < dw->shape.targets.size(); ++i) target_slot_[size_t(dw->shape.targets[i])] = int(i);
+  }
   embed_ = put(model.embedding());
   final_norm_ = put(model.final_norm());
   head_ = put(model.head().ref(), elements(model.head()));
@@ -291,6 +296,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   kv_.reserve(n * D);
   experts_.reserve(n * k);
   weights_.reserve(n * k);
+  if (capture_) features_.reserve(n * drafter_->feature_width());
   tokens_.upload(layout.tokens, n);
   ex_.for_each(n * d, dk::GatherRowsK{embed_, tokens_.data(), d, h_.data()});
   // Image-span rows take their image embeddings instead (model.md §3.1, §3.10; CpuBackend).
@@ -307,6 +313,16 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
     is_image_dev_.upload(is_image_.data(), n);
   }
   ex_.for_each(n * hc * d, dk::MhcInitK{h_.data(), int(hc), d, x_.data(), p_.data()});
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::feed_draft_rings(std::span<const DraftFeed> feeds) {
+  if (!capture_ || feeds.empty()) return;
+  const int64_t values = layout_.rows * drafter_->feature_width();
+  host_features_.resize(static_cast<size_t>(values));
+  ex_.download(host_features_.data(), features_.data(), values * int64_t(sizeof(float)));
+  feed_drafter_rings(*drafter_, config().head_dim, segments_, layout_.positions, host_features_.data(), feeds,
+                     feed_scratch_);
 }
 
 template <class Exec>
@@ -352,6 +368,12 @@ void DeviceBackend<Exec>::attention_input(int layer, std::span<const RowRange> r
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size, hc = c.hc_mult;
   const LayerDev& L = layers_[layer];
+  if (capture_ && target_slot_[size_t(layer)] >= 0) {  // DSpark's features: the streams entering the layer
+    const int64_t width = drafter_->feature_width(), slot = target_slot_[size_t(layer)];
+    for (const RowRange& r : rows)
+      ex_.for_each((r.end - r.begin) * d, dk::StreamMeanK{x_.data() + r.begin * hc * d, int(hc), d, width,
+                                                          features_.data() + r.begin * width + slot * d});
+  }
   for (const RowRange& r : rows) {
     const int64_t n = r.end - r.begin, r0 = r.begin;
     mhc_coefficients(L.hca_fn, L.hca_base, L.hca_scale, x_.data() + r0 * hc * d, n, pre_a_.data() + r0 * hc,

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backends/cuda/backend_compare_check.h"
+#include "backends/cuda/backend_dspark_check.h"
 #include "backends/cuda/backend_image_check.h"
 #include "backends/cuda/device_backend.h"
 #include "backends/cuda/host_device_backend.h"
@@ -51,6 +52,15 @@ TEST(DeviceBackendHost, MiniForksAndRemovalMatchCpuBackend) {
 // bit for bit, except where a last-bit difference of the float before them crosses a rounding
 // boundary of the record's format (one FP8 window row in a few layers on this prompt, then rows
 // downstream of it): at least 90 % of the window rows and of the main / index rows are identical.
+// DSpark on the device backend: the host drafter fed from the device's target features drafts
+// the CPU backend's bits, and speculative greedy decoding equals plain (backend_dspark_check.h).
+TEST(DeviceBackendHost, DsparkDraftsAndDecodesLikeTheCpuBackend) {
+  auto model = Model::load(std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/dspark-micro");
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ts::check_dspark_against_cpu(**model, [&] { return make_host_device_backend(**model); }, 0.0f,
+                               "dspark-micro (emulation)");
+}
+
 TEST(DeviceBackendHost, ImagePromptMatchesCpuBackend) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/vl-micro";
   auto model = Model::load(dir);

@@ -7,6 +7,9 @@
 # test-models/ (dsv41-mini, v41-tiny-f32, v41-tiny-bf16: the backend tests and the end-to-end
 # decode benchmark read them there); scripts/gpu-carry.sh assembles such a folder.
 # --quick: tests plus one small benchmark point (a smoke run).
+# --backend: tests, then only the end-to-end decode benchmark of dsv41-mini with the CPU backend,
+#   the CUDA backend's simple kernels (cuda-simple) and its fast kernels (cuda) in one run, and a
+#   per-kernel profile of both CUDA variants (the kernel-level dsv41_cuda_bench is skipped).
 set -uo pipefail
 BIN="${1:-$(cd "$(dirname "$0")" && pwd)}"
 MODE="${2:-full}"
@@ -23,6 +26,19 @@ echo "=== dsv41_cuda_tests"
 (cd "$BIN" && ./dsv41_cuda_tests --gtest_color=no) 2>&1 | tee "$OUT/cuda_tests.log"
 tests_rc=${PIPESTATUS[0]}
 echo "tests exit code: $tests_rc"
+
+if [ "$MODE" = "--backend" ]; then
+  echo "=== dsv41_cuda_backend_bench (dsv41-mini decode: cpu, cuda-simple, cuda)"
+  (cd "$BIN" && ./dsv41_cuda_backend_bench -m test-models/dsv41-mini --batches 1,8 --context 256 --steps 32 \
+    --backends cpu,cuda-simple,cuda) 2>&1 | tee "$OUT/backend_bench.log"
+  bench_rc=${PIPESTATUS[0]}
+  for b in cuda cuda-simple; do
+    echo "=== profile $b"
+    (cd "$BIN" && ./dsv41_cuda_backend_bench -m test-models/dsv41-mini --batches 1,8 --context 256 --steps 8 \
+      --profile 4 --backends "$b") 2>&1 | tee "$OUT/backend_profile_$b.log"
+  done
+  exit $(( tests_rc != 0 || bench_rc != 0 ))
+fi
 
 echo "=== dsv41_cuda_bench"
 if [ "$MODE" = "--quick" ]; then

@@ -1,8 +1,10 @@
 // End-to-end decode speed of the CUDA backend against the CPU backend in the same run (issue 14,
 // first slice): B sequences prefilled with C random tokens each, then S timed decode steps of
 // all B together (one engine forward per step, greedy next tokens), per backend and batch size.
-//   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32] [--backends cpu,cuda]
-//                            [--profile STEPS]
+//   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32]
+//                            [--backends cpu,cuda,cuda-simple] [--profile STEPS]
+// cuda-simple is the CUDA backend with its fast kernels off (every step in its simple kernel,
+// fast_kernels.h), the "before" of the fast kernels in the same run.
 // Prints one line per (backend, batch): decode tok/s (B tokens per step / median step time),
 // for cuda the kernel launches and host copies per decode step (exec_counts.h),
 // and the max |Δlogit| of the last step's logits between the backends (same tokens fed).
@@ -121,7 +123,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--backends") && i + 1 < argc) backends = argv[++i];
     else if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) profile = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda] [--profile STEPS]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple] [--profile STEPS]\n", argv[0]);
       return 2;
     }
   }
@@ -134,8 +136,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\n", argv[0], model.status().to_string().c_str());
     return 1;
   }
-  const bool want_cpu = backends.find("cpu") != std::string::npos;
-  const bool want_cuda = backends.find("cuda") != std::string::npos;
+  std::vector<std::string> names;
+  for (size_t p = 0; p <= backends.size();) {
+    const size_t e = std::min(backends.find(',', p), backends.size());
+    names.push_back(backends.substr(p, e - p));
+    p = e + 1;
+  }
+  const auto wants = [&](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  const bool want_cpu = wants("cpu");
+  std::vector<std::pair<std::string, bool>> cudas;  // (name, fast kernels)
+  if (wants("cuda-simple")) cudas.push_back({"cuda-simple", false});
+  if (wants("cuda")) cudas.push_back({"cuda", true});
+  for (const std::string& n : names)
+    if (n != "cpu" && n != "cuda" && n != "cuda-simple") {
+      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple)\n", argv[0], n.c_str());
+      return 2;
+    }
+  const bool want_cuda = !cudas.empty();
   std::printf("model %s, context %lld, %d timed decode steps (median step)\n", dir.c_str(),
               static_cast<long long>(context), steps);
   int rc = 0;
@@ -151,36 +168,38 @@ int main(int argc, char** argv) {
       std::printf("backend cpu  batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / cpu.median_step_s,
                   cpu.median_step_s * 1e3);
     }
-    if (want_cuda) {
+    for (const auto& [name, fast] : cudas) {
       auto backend = make_cuda_backend(**model);
       if (!backend.ok()) {
         std::fprintf(stderr, "cuda: %s\n", backend.status().to_string().c_str());
         return 1;
       }
+      cuda_backend_set_fast_kernels(**backend, fast);
       auto r = run(std::move(*backend), **model, b, context, steps, profile);
       if (!r.ok()) {
-        std::fprintf(stderr, "cuda batch %d: %s\n", b, r.status().to_string().c_str());
+        std::fprintf(stderr, "%s batch %d: %s\n", name.c_str(), b, r.status().to_string().c_str());
         return 1;
       }
       gpu = std::move(*r);
-      std::printf("backend cuda batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / gpu.median_step_s,
+      std::printf("backend %s batch %3d: %9.1f tok/s (step %.3f ms)\n", name.c_str(), b, b / gpu.median_step_s,
                   gpu.median_step_s * 1e3);
       const ExecCounts& k = gpu.per_step;
       const double n = gpu.steps;
       std::printf("  per decode step: %.1f kernel launches, %.1f uploads + %.1f downloads (blocking), %.1f device "
                   "copies\n", k.launches / n, k.uploads / n, k.downloads / n, k.copies / n);
-    }
-    if (want_cpu && want_cuda) {
-      double m = 0;
-      for (size_t v = 0; v < cpu.last_logits.size(); ++v)
-        m = std::max(m, std::fabs(double(cpu.last_logits[v]) - gpu.last_logits[v]));
-      const auto argmax = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
-      const bool same = argmax(cpu.last_logits) == argmax(gpu.last_logits);
-      std::printf("  last step, sequence 0: max |dlogit| cpu vs cuda %.3g, argmax %s\n", m, same ? "equal" : "DIFFERS");
-      // The bar for the numbers is the backend tests' (cuda_backend_test.cu: argmax, rows within
-      // the CPU's own fast-vs-scalar spread); after 32 decode steps one record rounding that flips
-      // a format step moves logits by a few 1e-2 (docs/CUDA.md), so the bench fails on argmax only.
-      if (!same) rc = 1;
+      if (want_cpu) {
+        double m = 0;
+        for (size_t v = 0; v < cpu.last_logits.size(); ++v)
+          m = std::max(m, std::fabs(double(cpu.last_logits[v]) - gpu.last_logits[v]));
+        const auto argmax = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
+        const bool same = argmax(cpu.last_logits) == argmax(gpu.last_logits);
+        std::printf("  last step, sequence 0: max |dlogit| cpu vs %s %.3g, argmax %s\n", name.c_str(), m,
+                    same ? "equal" : "DIFFERS");
+        // The bar for the numbers is the backend tests' (cuda_backend_test.cu: argmax, rows within
+        // the CPU's own fast-vs-scalar spread); after 32 decode steps one record rounding that flips
+        // a format step moves logits by a few 1e-2 (docs/CUDA.md), so the bench fails on argmax only.
+        if (!same) rc = 1;
+      }
     }
   }
   return rc;

@@ -31,6 +31,9 @@ struct CudaKernelTime {
   double ms = 0;
 };
 void cuda_backend_set_profiling(Backend& backend, bool on);
+// Fast kernels (fast_kernels.h; on by default) or every step in its simple kernel (the reference
+// they are checked against; benchmarks run both). Nothing for another backend.
+void cuda_backend_set_fast_kernels(Backend& backend, bool on);
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
 
 }  // namespace dsv41

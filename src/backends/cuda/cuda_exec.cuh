@@ -1,6 +1,7 @@
 // CudaExec: the device backend's executor on a CUDA GPU. Memory from cudaMalloc, copies through
 // the legacy default stream (so every launch and copy is ordered after the previous one), one
-// thread per index of a launch running a kernel body of device_kernels.h. Errors are sticky: the
+// thread per index of a launch running a kernel body of device_kernels.h, or the body's fast
+// kernel (fast_kernels.h) where one exists. Errors are sticky: the
 // first failed CUDA call is kept (status()) and every later call does nothing, so a backend step
 // (which returns void, engine/backend.h) fails visibly at the next status check instead of
 // computing on garbage.
@@ -14,6 +15,7 @@
 #include <typeinfo>
 
 #include "backends/cuda/exec_counts.h"
+#include "backends/cuda/fast_kernels.h"
 #include "base/status.h"
 
 namespace dsv41 {
@@ -53,6 +55,8 @@ class CudaExec {
     ++counts_.copies;
     check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice), "copy");
   }
+  // Runs f for every index in [0, n): its fast kernel (fast_kernels.h) when one exists and fast
+  // kernels are on, else one thread per index.
   template <class F>
   void for_each(int64_t n, const F& f) {
     if (n <= 0 || !status_.ok()) return;
@@ -60,10 +64,26 @@ class CudaExec {
     const int64_t blocks = (n + kThreads - 1) / kThreads;
     ++counts_.launches;
     if (profiling_) check(cudaEventRecord(events_[0]), "cudaEventRecord");
-    dsv41_for_each_kernel<<<static_cast<unsigned>(blocks), kThreads>>>(n, f);
+    if (!(fast_ && fast::launch(n, f))) dsv41_for_each_kernel<<<static_cast<unsigned>(blocks), kThreads>>>(n, f);
     check(cudaGetLastError(), "kernel launch");
     if (profiling_) add_time(typeid(F).name());
   }
+  // A chain of dependent launches (dk::MhcCoeffChain, dk::AttnChain): one fused kernel when fast
+  // kernels are on and fast_kernels.h has one for it, else its simple launches.
+  template <class C>
+  void run_chain(const C& c) {
+    if (!status_.ok()) return;
+    if (!fast_) return c.run_simple(*this);
+    if (profiling_) check(cudaEventRecord(events_[0]), "cudaEventRecord");
+    if (!fast::launch_chain(c)) return c.run_simple(*this);
+    ++counts_.launches;
+    check(cudaGetLastError(), "kernel launch");
+    if (profiling_) add_time(typeid(C).name());
+  }
+  // Fast kernels on (the default) or off (every body as its simple kernel: the reference the fast
+  // ones are checked against, and the "before" of benchmarks).
+  void set_fast_kernels(bool on) { fast_ = on; }
+  bool fast_kernels() const { return fast_; }
   // Diagnostics for benchmarks: while on, every launch is timed by events around it (and waited
   // for, so a profiled step is slower than a plain one) and the device time is summed per kernel
   // body type (mangled type name → launches, milliseconds).
@@ -108,6 +128,7 @@ class CudaExec {
   Status status_ = ok_status();
   ExecCounts counts_;
   bool profiling_ = false;
+  bool fast_ = true;
   cudaEvent_t events_[2] = {nullptr, nullptr};
   std::map<std::string, KernelTime> profile_;
 };

@@ -147,9 +147,10 @@ void DeviceBackend<Exec>::mhc_coefficients(const float* fn, const float* base, c
   const int64_t flat = s.hc * s.dim, mix = s.mix_width();
   scratch_r_.reserve(n);
   scratch_m_.reserve(n * mix);
-  ex_.for_each(n, dk::MhcRsqrtK{x, flat, s.norm_eps, scratch_r_.data()});
-  ex_.for_each(n * mix, dk::MhcMixK{x, scratch_r_.data(), fn, flat, mix, scratch_m_.data()});
-  ex_.for_each(n, dk::MhcFinishK{scratch_m_.data(), base, scale, s.hc, s.sinkhorn_iters, s.hc_eps, pre, post, comb});
+  ex_.run_chain(dk::MhcCoeffChain{
+      dk::MhcRsqrtK{x, flat, s.norm_eps, scratch_r_.data()},
+      dk::MhcMixK{x, scratch_r_.data(), fn, flat, mix, scratch_m_.data()},
+      dk::MhcFinishK{scratch_m_.data(), base, scale, s.hc, s.sinkhorn_iters, s.hc_eps, pre, post, comb}, n});
 }
 
 template <class Exec>
@@ -567,9 +568,9 @@ void DeviceBackend<Exec>::attend(int layer, int segment, int64_t first_row, int 
   logits_buf_.reserve(T * H * Lk);
   const float scaling = static_cast<float>(std::pow(double(D), -0.5));
   float* o = o_.data() + r0 * H * D;
-  ex_.for_each(T * H * Lk, dk::AttnLogitsK{g, q_.data() + r0 * H * D, scaling, logits_buf_.data()});
-  ex_.for_each(T * H, dk::AttnSoftmaxK{g, L.sink, logits_buf_.data()});
-  ex_.for_each(T * H * D, dk::AttnValuesK{g, logits_buf_.data(), o});
+  ex_.run_chain(dk::AttnChain{dk::AttnLogitsK{g, q_.data() + r0 * H * D, scaling, logits_buf_.data()},
+                              dk::AttnSoftmaxK{g, L.sink, logits_buf_.data()},
+                              dk::AttnValuesK{g, logits_buf_.data(), o}});
   const RopeKind kind = plan().layers[layer].rope;
   rope(o, T, H, D, rope_table(kind, false), rope_table(kind, true), r0, true);
   // The segment's newest rows into the device copy (positions start … start + T − 1).

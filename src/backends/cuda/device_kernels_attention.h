@@ -227,4 +227,22 @@ struct AttnValuesK {  // o[i, h, c] = Σ_window p·v + Σ_selected p·v (two par
   }
 };
 
+// Sink attention of one segment as one unit of work for an executor (run_chain): the simple path
+// is the three launches above (logits over T·H·L, softmax over T·H, values over T·H·D, `logits`
+// the [T, H, L] scratch between them); a fast executor may run one kernel per (row, head) instead
+// (fast_kernels.h). softmax.g and values.g must be logits.g; values.p and softmax.logits must be
+// logits.logits.
+struct AttnChain {
+  AttnLogitsK logits;
+  AttnSoftmaxK softmax;
+  AttnValuesK values;
+  template <class Exec>
+  void run_simple(Exec& ex) const {
+    const AttnGeom& g = logits.g;
+    ex.for_each(g.T * g.H * g.L, logits);
+    ex.for_each(g.T * g.H, softmax);
+    ex.for_each(g.T * g.H * g.D, values);
+  }
+};
+
 }  // namespace dsv41::dk

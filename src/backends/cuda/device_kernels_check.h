@@ -164,9 +164,9 @@ void check_mhc(Exec& ex) {
   float* m = dev.template zeros<float>(T * mix);
   float *dpre = dev.template zeros<float>(T * s.hc), *dpost = dev.template zeros<float>(T * s.hc);
   float* dcomb = dev.template zeros<float>(T * s.hc * s.hc);
-  ex.for_each(T, dk::MhcRsqrtK{dx, flat, s.norm_eps, r});
-  ex.for_each(T * mix, dk::MhcMixK{dx, r, dev.up(fn), flat, mix, m});
-  ex.for_each(T, dk::MhcFinishK{m, dev.up(base), dev.up(scale), s.hc, s.sinkhorn_iters, s.hc_eps, dpre, dpost, dcomb});
+  ex.run_chain(dk::MhcCoeffChain{
+      dk::MhcRsqrtK{dx, flat, s.norm_eps, r}, dk::MhcMixK{dx, r, dev.up(fn), flat, mix, m},
+      dk::MhcFinishK{m, dev.up(base), dev.up(scale), s.hc, s.sinkhorn_iters, s.hc_eps, dpre, dpost, dcomb}, T});
   expect_close(dev.down(dpre, T * s.hc), pre, 1e-4, "mhc pre");
   expect_close(dev.down(dpost, T * s.hc), post, 1e-4, "mhc post");
   expect_close(dev.down(dcomb, T * s.hc * s.hc), comb, 1e-4, "mhc comb (Sinkhorn)");
@@ -370,9 +370,8 @@ void check_attention_and_scores(Exec& ex) {
   dk::AttnGeom g{T, H, D, L, start, win, floor, first, k, dev.up(keys), dev.up(main), dev.up(topk)};
   float* logits = dev.template zeros<float>(T * H * L);
   float* o = dev.template zeros<float>(T * H * D);
-  ex.for_each(T * H * L, dk::AttnLogitsK{g, dev.up(q), scaling, logits});
-  ex.for_each(T * H, dk::AttnSoftmaxK{g, dev.up(sink), logits});
-  ex.for_each(T * H * D, dk::AttnValuesK{g, logits, o});
+  ex.run_chain(dk::AttnChain{dk::AttnLogitsK{g, dev.up(q), scaling, logits}, dk::AttnSoftmaxK{g, dev.up(sink), logits},
+                            dk::AttnValuesK{g, logits, o}});
   expect_close(dev.down(o, T * H * D), want, 1e-5, "sink attention");
 
   // Indexer scores: ratio 2, 3 heads × 16, a pool of 2 blocks of 8 for some rows.

@@ -107,6 +107,22 @@ struct MhcFinishK {
   }
 };
 
+// The three steps of the coefficients as one unit of work for an executor (run_chain): the
+// simple path is the three launches above in order (n tokens); a fast executor may run them as
+// one kernel per token (fast_kernels.h) — the same function, sums in another order.
+struct MhcCoeffChain {
+  MhcRsqrtK rsqrt;
+  MhcMixK mix;
+  MhcFinishK finish;
+  int64_t n;
+  template <class Exec>
+  void run_simple(Exec& ex) const {
+    ex.for_each(n, rsqrt);
+    ex.for_each(n * mix.mix, mix);
+    ex.for_each(n, finish);
+  }
+};
+
 struct MhcCollapseK {  // y[t, c] = Σ_j pre[t, j] · x[t, j, c]; rows picks the tokens (null = t)
   const float* x;
   const float* pre;

@@ -31,6 +31,11 @@ class HostExec {
     ++counts_.launches;
     for (int64_t i = 0; i < n; ++i) f(i);
   }
+  // A chain of dependent launches (e.g. dk::MhcCoeffChain): here always its simple launches.
+  template <class C>
+  void run_chain(const C& c) {
+    c.run_simple(*this);
+  }
   void sync() {}
 
  private:

@@ -1,0 +1,345 @@
+// The fast kernels of fast_kernels.h (see there).
+#include "backends/cuda/fast_kernels.h"
+
+#include <cuda_runtime.h>
+
+namespace dsv41::fast {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+static __device__ inline double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+static __device__ inline float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim a multiple of 32), the result in every thread. sh: 32 doubles.
+static __device__ inline double block_sum(double v, double* sh) {
+  v = warp_sum(v);
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  __syncthreads();  // sh may still be read by a previous call
+  if (l == 0) sh[w] = v;
+  __syncthreads();
+  return warp_sum(l < int(blockDim.x >> 5) ? sh[l] : 0.0);
+}
+
+static __device__ inline float block_max(float v, float* sh) {
+  v = warp_max(v);
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  __syncthreads();
+  if (l == 0) sh[w] = v;
+  __syncthreads();
+  return warp_max(l < int(blockDim.x >> 5) ? sh[l] : -INFINITY);
+}
+
+static unsigned blocks_for(int64_t n, int64_t per_block) { return unsigned((n + per_block - 1) / per_block); }
+static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// ---- GEMM: one warp per output column o, a tile of up to kGemmRows rows per warp -----------------
+constexpr int kGemmRows = 8;
+constexpr int kWarpsPerBlock = 8;
+
+// Weight loads: kMode 0 one value (any layout), 1 eight bf16 (16 B), 2 four floats (16 B).
+template <int kMode>
+struct WeightLoad {
+  static constexpr int kWidth = kMode == 1 ? 8 : kMode == 2 ? 4 : 1;
+  __device__ static void load(const dk::DevWeight& w, int64_t i, float* v) {
+    if constexpr (kMode == 1) {
+      const uint4 u = *reinterpret_cast<const uint4*>(w.bf16 + i);
+      const uint32_t p[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[2 * j] = __uint_as_float(p[j] << 16);
+        v[2 * j + 1] = __uint_as_float(p[j] & 0xffff0000u);
+      }
+    } else if constexpr (kMode == 2) {
+      const float4 f = *reinterpret_cast<const float4*>(w.f32 + i);
+      v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else {
+      v[0] = w.at(i);
+    }
+  }
+};
+
+template <int kMode>
+static __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemm_kernel(const dk::GemmK k, int64_t rows) {
+  using L = WeightLoad<kMode>;
+  constexpr int V = L::kWidth;
+  const int lane = threadIdx.x & 31;
+  const int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (o >= k.out) return;  // whole warps leave together
+  const int64_t r0 = int64_t(blockIdx.y) * kGemmRows;
+  const int nr = int(rows - r0 < kGemmRows ? rows - r0 : kGemmRows);
+  const float* x0 = k.x + r0 * k.x_stride;
+  double acc[kGemmRows];
+#pragma unroll
+  for (int r = 0; r < kGemmRows; ++r) acc[r] = 0.0;
+  for (int64_t i = int64_t(lane) * V; i < k.in; i += 32 * V) {
+    float w[V];
+    L::load(k.w, o * k.in + i, w);
+#pragma unroll
+    for (int r = 0; r < kGemmRows; ++r) {
+      if (r < nr) {
+        const float* xr = x0 + r * k.x_stride + i;
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[r] += double(xr[v]) * double(w[v]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kGemmRows; ++r) {
+    const double s = warp_sum(acc[r]);
+    if (lane == 0 && r < nr) k.y[(r0 + r) * k.y_stride + o] = float(s);
+  }
+}
+
+bool launch(int64_t n, const dk::GemmK& k) {
+  if (k.out <= 0 || n % k.out != 0) return false;
+  const int64_t rows = n / k.out;
+  if ((rows + kGemmRows - 1) / kGemmRows > 65535) return false;
+  const dim3 grid(blocks_for(k.out, kWarpsPerBlock), blocks_for(rows, kGemmRows));
+  const dim3 block(kWarpsPerBlock * 32);
+  if (k.w.bf16 && k.in % 8 == 0 && aligned16(k.w.bf16)) {
+    gemm_kernel<1><<<grid, block>>>(k, rows);
+  } else if (k.w.f32 && k.in % 4 == 0 && aligned16(k.w.f32)) {
+    gemm_kernel<2><<<grid, block>>>(k, rows);
+  } else {
+    gemm_kernel<0><<<grid, block>>>(k, rows);
+  }
+  return true;
+}
+
+// ---- RMSNorm: one block per row ------------------------------------------------------------------
+static __global__ void __launch_bounds__(256) rmsnorm_kernel(const dk::RmsNormK k) {
+  __shared__ double sh[32];
+  const float* xr = k.x + int64_t(blockIdx.x) * k.n;
+  float* yr = k.y + int64_t(blockIdx.x) * k.n;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < k.n; i += blockDim.x) ss += double(xr[i]) * xr[i];
+  ss = block_sum(ss, sh);
+  const float mean_sq = float(ss / double(k.n));
+  const float s = float(1.0 / sqrt(double(mean_sq + k.eps)));
+  // Each thread writes the elements it read: y may alias x.
+  for (int64_t i = threadIdx.x; i < k.n; i += blockDim.x) {
+    const float v = xr[i] * s;
+    yr[i] = k.weight ? k.weight[i] * v : v;
+  }
+}
+
+bool launch(int64_t n, const dk::RmsNormK& k) {
+  if (n > 0x7fffffff) return false;
+  rmsnorm_kernel<<<unsigned(n), 256>>>(k);
+  return true;
+}
+
+// ---- Experts: one warp per output ----------------------------------------------------------------
+static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_kernel(const dk::ExpertUpK k, int64_t n) {
+  const int lane = threadIdx.x & 31;
+  const int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (id >= n) return;
+  const int64_t o = id % k.inter, tj = id / k.inter, t = tj / k.k;
+  const dk::ExpertW& e = k.table[k.experts ? k.experts[tj] : 0];
+  const float* xt = k.x + t * k.d;
+  double ga = 0, ua = 0;
+  for (int64_t c = lane; c < k.d; c += 32) {
+    ga += double(e.w1.at(o * k.d + c)) * xt[c];
+    ua += double(e.w3.at(o * k.d + c)) * xt[c];
+  }
+  ga = warp_sum(ga);
+  ua = warp_sum(ua);
+  if (lane != 0) return;
+  float g = float(ga), u = float(ua);
+  if (k.lim > 0) {
+    u = fminf(fmaxf(u, -k.lim), k.lim);
+    g = fminf(g, k.lim);
+  }
+  const float w = k.experts ? k.weights[tj] : 1.0f;
+  k.h[id] = w * ((g / (1.0f + expf(-g))) * u);
+}
+
+bool launch(int64_t n, const dk::ExpertUpK& k) {
+  expert_up_kernel<<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32>>>(k, n);
+  return true;
+}
+
+static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_down_kernel(const dk::ExpertDownK k, int64_t n) {
+  const int lane = threadIdx.x & 31;
+  const int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (id >= n) return;
+  const int64_t t = id / k.d, c = id % k.d;
+  float acc = 0.0f;  // each partial sum rounded to float before it is added (ExpertDownK)
+  for (int j = 0; j < k.k; ++j) {
+    const dk::ExpertW& e = k.table[k.experts[t * k.k + j]];
+    const float* hj = k.h + (t * k.k + j) * k.inter;
+    double s = 0;
+    for (int64_t o = lane; o < k.inter; o += 32) s += double(e.w2.at(c * k.inter + o)) * hj[o];
+    acc += float(warp_sum(s));
+  }
+  if (k.shared) {
+    double s = 0;
+    for (int64_t o = lane; o < k.shared_inter; o += 32)
+      s += double(k.shared->w2.at(c * k.shared_inter + o)) * k.hs[t * k.shared_inter + o];
+    acc += float(warp_sum(s));
+  }
+  if (lane == 0) k.y[id] = acc;
+}
+
+bool launch(int64_t n, const dk::ExpertDownK& k) {
+  expert_down_kernel<<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32>>>(k, n);
+  return true;
+}
+
+// ---- mHC coefficients: one block per token (rsqrt, mix, gates, Sinkhorn) -------------------------
+constexpr int kMaxHc = 8;
+
+static __global__ void __launch_bounds__(256) mhc_coeff_kernel(const dk::MhcCoeffChain c) {
+  __shared__ double sh[32];
+  __shared__ float m[(2 + kMaxHc) * kMaxHc];
+  __shared__ float cb[kMaxHc * kMaxHc];
+  const int64_t t = blockIdx.x, flat = c.rsqrt.flat, mix = c.mix.mix;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+  const float* f = c.rsqrt.x + t * flat;
+  // r_t (MhcRsqrtK)
+  double ss = 0;
+  for (int64_t i = tid; i < flat; i += blockDim.x) ss += double(f[i]) * f[i];
+  ss = block_sum(ss, sh);
+  const float rt = float(1.0 / sqrt(double(float(ss / double(flat))) + double(c.rsqrt.eps)));
+  if (tid == 0) c.rsqrt.r[t] = rt;
+  // m[o] (MhcMixK): one warp per output
+  for (int64_t o = warp; o < mix; o += warps) {
+    const float* wo = c.mix.fn + o * flat;
+    double acc = 0;
+    for (int64_t i = lane; i < flat; i += 32) acc += double(f[i] * rt) * wo[i];
+    acc = warp_sum(acc);
+    if (lane == 0) m[o] = float(acc);
+  }
+  __syncthreads();
+  // Gates and Sinkhorn (MhcFinishK's float operations in its order): thread (j, i) of hc × hc.
+  const dk::MhcFinishK& k = c.finish;
+  const int hc = k.hc;
+  const float eps = k.eps;
+  if (tid < hc) {
+    k.pre[t * hc + tid] = dk::sigmoidf_(m[tid] * k.scale[0] + k.base[tid]) + eps;
+    k.post[t * hc + tid] = 2.0f * dk::sigmoidf_(m[hc + tid] * k.scale[1] + k.base[hc + tid]);
+  }
+  const bool on = tid < hc * hc;
+  const int j = tid / hc, i = tid % hc;
+  const float* mc = m + 2 * hc;
+  const float* bc = k.base + 2 * hc;
+  if (on) cb[tid] = mc[j * hc + i] * k.scale[2] + bc[j * hc + i];
+  __syncthreads();
+  float v = 0;
+  if (on) {
+    float mx = -INFINITY;
+    for (int q = 0; q < hc; ++q) mx = fmaxf(mx, cb[j * hc + q]);
+    v = expf(cb[tid] - mx);
+  }
+  __syncthreads();
+  if (on) cb[tid] = v;
+  __syncthreads();
+  if (on) {
+    float sum = 0;
+    for (int q = 0; q < hc; ++q) sum += cb[j * hc + q];
+    v = cb[tid] / sum + eps;
+  }
+  __syncthreads();
+  if (on) cb[tid] = v;
+  __syncthreads();
+  for (int it = 0; it < k.iters; ++it) {
+    if (it > 0) {  // rows, then columns (the first round is columns only)
+      float s = 0;
+      if (on)
+        for (int q = 0; q < hc; ++q) s += cb[j * hc + q];
+      __syncthreads();
+      if (on) cb[tid] /= (s + eps);
+      __syncthreads();
+    }
+    float s = 0;
+    if (on)
+      for (int q = 0; q < hc; ++q) s += cb[q * hc + i];
+    __syncthreads();
+    if (on) cb[tid] /= (s + eps);
+    __syncthreads();
+  }
+  if (on) k.comb[t * hc * hc + tid] = cb[tid];
+}
+
+bool launch_chain(const dk::MhcCoeffChain& c) {
+  if (c.finish.hc < 1 || c.finish.hc > kMaxHc || c.mix.mix != (2 + c.finish.hc) * c.finish.hc || c.n > 0x7fffffff)
+    return false;
+  if (c.n > 0) mhc_coeff_kernel<<<unsigned(c.n), 256>>>(c);
+  return true;
+}
+
+// ---- Sink attention: one block per (row, head) ---------------------------------------------------
+constexpr int kAttnThreads = 256;
+
+static __global__ void __launch_bounds__(kAttnThreads) attn_kernel(const dk::AttnChain c) {
+  extern __shared__ float p[];  // [L] logits, then probabilities
+  __shared__ double shd[32];
+  __shared__ float shf[32];
+  const dk::AttnGeom& g = c.logits.g;
+  const int64_t ih = blockIdx.x, i = ih / g.H, h = ih % g.H;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+  // Logits (AttnLogitsK): one warp per key slot.
+  const float* qh = c.logits.q + ih * g.D;
+  for (int64_t j = warp; j < g.L; j += warps) {
+    const float* key = g.key(i, j);
+    if (!key) {
+      if (lane == 0) p[j] = -INFINITY;
+      continue;
+    }
+    double acc = 0;
+    for (int64_t q = lane; q < g.D; q += 32) acc += double(qh[q]) * key[q];
+    acc = warp_sum(acc);
+    if (lane == 0) p[j] = float(acc) * c.logits.scaling;
+  }
+  __syncthreads();
+  // Softmax (AttnSoftmaxK): the sink joins max and denominator.
+  const float sink = c.softmax.sink[h];
+  float mx = -INFINITY;
+  for (int64_t j = tid; j < g.L; j += blockDim.x)
+    if (g.key(i, j)) mx = fmaxf(mx, p[j]);
+  const float m = fmaxf(sink, block_max(mx, shf));
+  double part = 0;
+  for (int64_t j = tid; j < g.L; j += blockDim.x)
+    if (g.key(i, j)) {
+      p[j] = expf(p[j] - m);
+      part += p[j];
+    }
+  const double denom = exp(double(sink - m)) + block_sum(part, shd);
+  for (int64_t j = tid; j < g.L; j += blockDim.x) p[j] = g.key(i, j) ? float(p[j] / denom) : 0.0f;
+  __syncthreads();
+  // Values (AttnValuesK, its order): one thread per channel, window and selected sums apart.
+  const int64_t nwin = g.start + i - g.lo(i) + 1;
+  for (int64_t q = tid; q < g.D; q += blockDim.x) {
+    double win = 0, sel = 0;
+    for (int64_t j = 0; j < g.L; ++j) {
+      const float* key = g.key(i, j);
+      if (!key) continue;
+      if (j < nwin) {
+        win += double(p[j]) * key[q];
+      } else {
+        sel += double(p[j]) * key[q];
+      }
+    }
+    float out = 0.0f;
+    out += float(win);
+    out += float(sel);
+    c.values.o[ih * g.D + q] = out;
+  }
+}
+
+bool launch_chain(const dk::AttnChain& c) {
+  const dk::AttnGeom& g = c.logits.g;
+  const int64_t blocks = g.T * g.H;
+  if (g.L * int64_t(sizeof(float)) > 48 * 1024 || blocks > 0x7fffffff) return false;
+  if (blocks > 0) attn_kernel<<<unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float))>>>(c);
+  return true;
+}
+
+}  // namespace dsv41::fast

@@ -1,0 +1,42 @@
+// Fast CUDA kernels for the device backend's hot bodies (docs/CUDA.md "Fast kernels"). CudaExec
+// runs a body of device_kernels.h through `fast::launch` (or a chain of them through
+// `fast::launch_chain`) when one exists here for its type and shape, else the simple kernel (one
+// thread per index). Each computes the same function as its simple body with the work of one
+// output spread over a warp or a block: GEMM and the experts one warp per output (lanes over the
+// reduced dimension, coalesced, bf16 ×8 / float ×4 vector loads where aligned), RMSNorm one block
+// per row, the mHC coefficients (rsqrt, mix, gates + Sinkhorn) one block per token, the sink
+// attention one block per (row, head) for logits, softmax and values. Sums stay in double where
+// the simple body sums in double, so only their order differs (results equal to the simple ones
+// up to a rare last-bit difference after the rounding to float); softmax, Sinkhorn and the
+// attention's value sums keep the simple order exactly. fast_kernels_test.cu checks each against
+// its simple body on random inputs at boundary shapes.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cuda/device_kernels.h"
+
+namespace dsv41::fast {
+
+// Each launches the fast kernel of one body for the n indices the simple kernel would run, on the
+// legacy default stream, and returns true; false (nothing launched) where the shape is outside
+// what the fast kernel handles. Kernels in fast_kernels.cu.
+bool launch(int64_t n, const dk::GemmK& k);
+bool launch(int64_t n, const dk::RmsNormK& k);
+bool launch(int64_t n, const dk::ExpertUpK& k);
+bool launch(int64_t n, const dk::ExpertDownK& k);
+// Every other body: no fast kernel (the simple one runs).
+template <class F>
+bool launch(int64_t, const F&) {
+  return false;
+}
+
+// A chain as one kernel (device_kernels_stream.h, _attention.h): true when launched.
+bool launch_chain(const dk::MhcCoeffChain& c);
+bool launch_chain(const dk::AttnChain& c);
+template <class C>
+bool launch_chain(const C&) {
+  return false;
+}
+
+}  // namespace dsv41::fast

@@ -1,0 +1,219 @@
+// The fast kernels (fast_kernels.h) against the simple kernel bodies they replace
+// (device_kernels.h), on the GPU (each test skips without a CUDA device): the same random device
+// inputs run once with CudaExec's fast kernels off and once on, at boundary shapes — 1 row, odd
+// sizes (scalar loads), vector-load sizes, many rows (several GEMM row tiles, many blocks),
+// strided rows, one and eight mHC streams, absent top-k slots, a window cut at a floor.
+// Tolerance: the fast kernels sum in double like the simple ones, in another order, so results
+// agree to a float rounding of the same double (≤ 1e-6 relative); Sinkhorn's 20 rounds may carry
+// one such difference further (1e-5).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "backends/cuda/cuda_exec.cuh"
+#include "backends/cuda/cuda_test_util.cuh"
+#include "backends/cuda/device_kernels_check.h"
+
+namespace dsv41 {
+namespace {
+
+namespace kc = kernel_checks;
+
+// Runs `launch` with the fast kernels off and on (after `reset` each time) and compares the n
+// floats at `out`. Counts that the fast run made `fast_launches` launches.
+void fast_vs_simple(CudaExec& ex, const std::function<void()>& reset, const std::function<void()>& launch,
+                    const float* out, int64_t n, double rel, const std::string& what, int64_t fast_launches = 1) {
+  kc::Dev<CudaExec> dev(ex);
+  ex.set_fast_kernels(false);
+  reset();
+  launch();
+  const std::vector<float> want = dev.down(out, n);
+  ex.set_fast_kernels(true);
+  reset();
+  const int64_t before = ex.counts().launches;
+  launch();
+  const std::vector<float> got = dev.down(out, n);
+  ex.sync();
+  ASSERT_TRUE(ex.status().ok()) << what << ": " << ex.status().to_string();
+  EXPECT_EQ(ex.counts().launches - before, fast_launches) << what;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(want[i])) {
+      ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i])) << what << " at " << i;
+      if (!std::isnan(want[i])) ASSERT_EQ(got[i], want[i]) << what << " at " << i;
+      continue;
+    }
+    ASSERT_LE(std::fabs(double(got[i]) - want[i]), rel * std::max(1e-3, std::fabs(double(want[i]))))
+        << what << " at " << i << ": fast " << got[i] << " vs simple " << want[i];
+  }
+}
+
+std::string shape(std::initializer_list<int64_t> v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : "x") + std::to_string(x);
+  return s;
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& w) {
+  std::vector<uint16_t> b(w.size());
+  for (size_t i = 0; i < w.size(); ++i) b[i] = f32_to_bf16(w[i]);
+  return b;
+}
+
+TEST(FastKernelsCuda, GemmMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(41);
+  // rows × in × out: 1 row (decode), odd `in` (scalar loads), vector sizes, row tiles 8 + partial.
+  for (auto [rows, in, out] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 8192}, {1, 1, 1}, {1, 37, 19},
+                               {7, 131, 33}, {8, 128, 96}, {9, 264, 65}, {70, 256, 130}, {3, 1024, 24}}) {
+    const auto x = kc::randn(rng, rows * in), w = kc::randn(rng, out * in, 0.2f);
+    const float* dx = dev.up(x);
+    for (bool bf16 : {false, true}) {
+      const dk::DevWeight dw = bf16 ? dk::DevWeight{nullptr, dev.up(to_bf16(w))} : dk::DevWeight{dev.up(w), nullptr};
+      float* y = dev.template zeros<float>(rows * out);
+      fast_vs_simple(
+          ex, [] {}, [&] { ex.for_each(rows * out, dk::GemmK{dx, in, dw, in, out, y, out}); }, y, rows * out, 1e-6,
+          std::string("gemm ") + (bf16 ? "bf16 " : "f32 ") + shape({rows, in, out}));
+    }
+  }
+  // Strided and misaligned rows (the attention output's column groups): x from column 3 of
+  // [rows, in + 5], y into columns [out, 2·out) of [rows, 2·out + 1].
+  for (auto [rows, in, out] : {std::tuple<int64_t, int64_t, int64_t>{5, 64, 19}, {11, 40, 8}}) {
+    const int64_t xs = in + 5, ys = 2 * out + 1;
+    const auto xw = kc::randn(rng, rows * xs), w = kc::randn(rng, out * in, 0.2f);
+    const float* dx = dev.up(xw) + 3;
+    for (bool bf16 : {false, true}) {
+      const dk::DevWeight dw = bf16 ? dk::DevWeight{nullptr, dev.up(to_bf16(w))} : dk::DevWeight{dev.up(w), nullptr};
+      float* y = dev.template zeros<float>(rows * ys);
+      fast_vs_simple(
+          ex, [] {}, [&] { ex.for_each(rows * out, dk::GemmK{dx, xs, dw, in, out, y + out, ys}); }, y, rows * ys,
+          1e-6, std::string("gemm strided ") + (bf16 ? "bf16 " : "f32 ") + shape({rows, in, out}));
+    }
+  }
+}
+
+TEST(FastKernelsCuda, RmsNormMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(42);
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 1}, {1, 256}, {5, 7}, {3, 1031}, {300, 128}}) {
+    const auto x = kc::randn(rng, rows * n, 3.0f), w = kc::randn(rng, n);
+    float* dx = dev.up(x);
+    const float* dw = dev.up(w);
+    for (bool weight : {false, true}) {  // in place, as the backend runs it
+      fast_vs_simple(
+          ex, [&] { ex.upload(dx, x.data(), rows * n * int64_t(sizeof(float))); },
+          [&] { ex.for_each(rows, dk::RmsNormK{dx, n, weight ? dw : nullptr, 1e-6f, dx}); }, dx, rows * n, 1e-6,
+          "rmsnorm " + shape({rows, n}) + (weight ? " weighted" : ""));
+    }
+  }
+}
+
+TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(43);
+  for (auto [hc, dim, T] : {std::tuple<int, int64_t, int64_t>{4, 256, 1}, {4, 24, 9}, {1, 7, 3}, {8, 33, 2}, {4, 256, 70}}) {
+    const int64_t flat = hc * dim, mix = (2 + hc) * hc;
+    const auto x = kc::randn(rng, T * flat), fn = kc::randn(rng, mix * flat, 0.1f), base = kc::randn(rng, mix);
+    const std::vector<float> scale = {0.7f, 1.3f, 0.9f};
+    const float *dx = dev.up(x), *dfn = dev.up(fn), *dbase = dev.up(base), *dscale = dev.up(scale);
+    // pre, post, comb and the rsqrt scratch side by side in one output buffer.
+    const int64_t n = T * (hc + hc + hc * hc + 1);
+    float* outb = dev.template zeros<float>(n);
+    float *pre = outb, *post = pre + T * hc, *comb = post + T * hc, *r = comb + T * hc * hc;
+    float* m = dev.template zeros<float>(T * mix);
+    const dk::MhcCoeffChain c{dk::MhcRsqrtK{dx, flat, 1e-6f, r}, dk::MhcMixK{dx, r, dfn, flat, mix, m},
+                              dk::MhcFinishK{m, dbase, dscale, hc, 20, 1e-6f, pre, post, comb}, T};
+    fast_vs_simple(
+        ex, [] {}, [&] { ex.run_chain(c); }, outb, n, 1e-5, "mhc coefficients " + shape({hc, dim, T}));
+  }
+}
+
+TEST(FastKernelsCuda, ExpertsMatchSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(44);
+  const int E = 5;
+  for (auto [T, k, d, inter, lim] : {std::tuple<int64_t, int, int64_t, int64_t, float>{1, 2, 256, 96, 10.0f},
+                                     {7, 2, 31, 5, 0.0f}, {3, 1, 40, 33, 1.0f}, {70, 3, 64, 96, 1.0f}}) {
+    std::vector<dk::ExpertW> table;
+    for (int e = 0; e <= E; ++e) {
+      const auto w1 = kc::randn(rng, inter * d, 0.3f), w3 = kc::randn(rng, inter * d, 0.3f),
+                 w2 = kc::randn(rng, d * inter, 0.3f);
+      if (e % 2)
+        table.push_back({{dev.up(w1), nullptr}, {dev.up(w3), nullptr}, {dev.up(w2), nullptr}});
+      else
+        table.push_back({{nullptr, dev.up(to_bf16(w1))}, {nullptr, dev.up(to_bf16(w3))}, {nullptr, dev.up(to_bf16(w2))}});
+    }
+    const dk::ExpertW* dt = dev.up(table);
+    const dk::ExpertW* ds = dt + E;
+    std::vector<int32_t> experts(T * k);
+    for (int64_t i = 0; i < T * k; ++i) experts[i] = int32_t((i * 3 + i / k) % E);
+    const auto x = kc::randn(rng, T * d), wts = kc::randn(rng, T * k);
+    const float *dx = dev.up(x), *dw = dev.up(wts);
+    const int32_t* dexp = dev.up(experts);
+    float* h = dev.template zeros<float>(T * k * inter);
+    float* hs = dev.template zeros<float>(T * inter);
+    float* y = dev.template zeros<float>(T * d);
+    const std::string s = shape({T, k, d, inter}) + " lim " + std::to_string(lim);
+    fast_vs_simple(
+        ex, [] {}, [&] { ex.for_each(T * k * inter, dk::ExpertUpK{dx, dt, dexp, dw, k, d, inter, lim, h}); }, h,
+        T * k * inter, 1e-6, "expert up " + s);
+    fast_vs_simple(
+        ex, [] {}, [&] { ex.for_each(T * inter, dk::ExpertUpK{dx, ds, nullptr, nullptr, 1, d, inter, lim, hs}); },
+        hs, T * inter, 1e-6, "shared expert up " + s);
+    for (bool shared : {false, true})
+      fast_vs_simple(
+          ex, [] {},
+          [&] {
+            ex.for_each(T * d, dk::ExpertDownK{dt, dexp, k, d, inter, h, shared ? ds : nullptr, inter, hs, y});
+          },
+          y, T * d, 1e-6, "expert down " + s + (shared ? " + shared" : ""));
+  }
+}
+
+TEST(FastKernelsCuda, SinkAttentionMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(45);
+  // T × H × D, window, top-k, start, floor, main rows G.
+  struct Case {
+    int64_t T, H, D, win, k, start, floor, G;
+  };
+  for (const Case& c : {Case{1, 4, 128, 64, 64, 300, 0, 150}, Case{1, 1, 16, 6, 4, 0, 0, 3},
+                        Case{6, 3, 130, 8, 5, 20, 17, 10}, Case{40, 4, 128, 64, 64, 70, 0, 40},
+                        Case{3, 2, 33, 5, 0, 9, 0, 0}}) {
+    const int64_t first = std::max(c.floor, c.start - (c.win - 1)), nkeys = c.start + c.T - first;
+    const auto keys = kc::randn(rng, nkeys * c.D), q = kc::randn(rng, c.T * c.H * c.D, 0.3f);
+    const auto main = kc::randn(rng, std::max<int64_t>(c.G, 1) * c.D), sink = kc::randn(rng, c.H);
+    std::vector<int32_t> topk(std::max<int64_t>(c.T * c.k, 1), -1);
+    for (int64_t i = 0; i < c.T; ++i)
+      for (int64_t j = 0; j < c.k && c.G > 0; ++j)
+        topk[i * c.k + j] = (j % 7 == 3) ? -1 : int32_t((i * 13 + j * 5) % c.G);  // some absent slots
+    const int64_t L = c.win + c.k;
+    dk::AttnGeom g{c.T, c.H, c.D, L, c.start, c.win, c.floor, first, c.k, dev.up(keys),
+                   c.k ? dev.up(main) : nullptr, c.k ? dev.up(topk) : nullptr};
+    float* logits = dev.template zeros<float>(c.T * c.H * L);
+    float* o = dev.template zeros<float>(c.T * c.H * c.D);
+    const float* dq = dev.up(q);
+    const float* dsink = dev.up(sink);
+    const float scaling = 1.0f / std::sqrt(float(c.D));
+    const dk::AttnChain chain{dk::AttnLogitsK{g, dq, scaling, logits}, dk::AttnSoftmaxK{g, dsink, logits},
+                              dk::AttnValuesK{g, logits, o}};
+    fast_vs_simple(
+        ex, [] {}, [&] { ex.run_chain(chain); }, o, c.T * c.H * c.D, 1e-6,
+        "sink attention " + shape({c.T, c.H, c.D, c.win, c.k, c.start, c.floor}));
+  }
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -209,63 +209,78 @@ static __global__ void __launch_bounds__(256) mhc_coeff_kernel(const dk::MhcCoef
   ss = block_sum(ss, sh);
   const float rt = float(1.0 / sqrt(double(float(ss / double(flat))) + double(c.rsqrt.eps)));
   if (tid == 0) c.rsqrt.r[t] = rt;
-  // m[o] (MhcMixK): one warp per output
+  // m[o] (MhcMixK): one warp per output; unrolled so that the loads of a lane overlap.
   for (int64_t o = warp; o < mix; o += warps) {
     const float* wo = c.mix.fn + o * flat;
     double acc = 0;
+#pragma unroll 8
     for (int64_t i = lane; i < flat; i += 32) acc += double(f[i] * rt) * wo[i];
     acc = warp_sum(acc);
     if (lane == 0) m[o] = float(acc);
   }
   __syncthreads();
-  // Gates and Sinkhorn (MhcFinishK's float operations in its order): thread (j, i) of hc × hc.
+  // Gates and Sinkhorn (MhcFinishK's float operations in its order) in warp 0 alone (warp
+  // barriers only): lane l holds elements l and l + 32 of the hc × hc matrix.
+  if (warp != 0) return;
   const dk::MhcFinishK& k = c.finish;
-  const int hc = k.hc;
+  const int hc = k.hc, n = hc * hc;
   const float eps = k.eps;
-  if (tid < hc) {
-    k.pre[t * hc + tid] = dk::sigmoidf_(m[tid] * k.scale[0] + k.base[tid]) + eps;
-    k.post[t * hc + tid] = 2.0f * dk::sigmoidf_(m[hc + tid] * k.scale[1] + k.base[hc + tid]);
+  if (lane < hc) {
+    k.pre[t * hc + lane] = dk::sigmoidf_(m[lane] * k.scale[0] + k.base[lane]) + eps;
+    k.post[t * hc + lane] = 2.0f * dk::sigmoidf_(m[hc + lane] * k.scale[1] + k.base[hc + lane]);
   }
-  const bool on = tid < hc * hc;
-  const int j = tid / hc, i = tid % hc;
   const float* mc = m + 2 * hc;
   const float* bc = k.base + 2 * hc;
-  if (on) cb[tid] = mc[j * hc + i] * k.scale[2] + bc[j * hc + i];
-  __syncthreads();
-  float v = 0;
-  if (on) {
+  const int e0 = lane, e1 = lane + 32;
+  const bool on0 = e0 < n, on1 = e1 < n;
+  // Each step computes a value per element from cb, then (after a warp barrier) stores it.
+  float v0 = 0, v1 = 0;
+  const auto store = [&](auto op) {
+    if (on0) cb[e0] = op(cb[e0], v0);
+    if (on1) cb[e1] = op(cb[e1], v1);
+    __syncwarp();
+  };
+  const auto row_sum = [&](int e) {
+    float sr = 0;
+    for (int q = 0; q < hc; ++q) sr += cb[(e / hc) * hc + q];
+    return sr;
+  };
+  const auto col_sum = [&](int e) {
+    float sc = 0;
+    for (int q = 0; q < hc; ++q) sc += cb[q * hc + e % hc];
+    return sc;
+  };
+  const auto row_exp = [&](int e) {
     float mx = -INFINITY;
-    for (int q = 0; q < hc; ++q) mx = fmaxf(mx, cb[j * hc + q]);
-    v = expf(cb[tid] - mx);
-  }
-  __syncthreads();
-  if (on) cb[tid] = v;
-  __syncthreads();
-  if (on) {
-    float sum = 0;
-    for (int q = 0; q < hc; ++q) sum += cb[j * hc + q];
-    v = cb[tid] / sum + eps;
-  }
-  __syncthreads();
-  if (on) cb[tid] = v;
-  __syncthreads();
+    for (int q = 0; q < hc; ++q) mx = fmaxf(mx, cb[(e / hc) * hc + q]);
+    return expf(cb[e] - mx);
+  };
+  const auto put = [](float, float v) { return v; };
+  const auto divide = [eps](float x, float s) { return x / (s + eps); };
+  if (on0) cb[e0] = mc[e0] * k.scale[2] + bc[e0];
+  if (on1) cb[e1] = mc[e1] * k.scale[2] + bc[e1];
+  __syncwarp();
+  if (on0) v0 = row_exp(e0);
+  if (on1) v1 = row_exp(e1);
+  __syncwarp();
+  store(put);
+  if (on0) v0 = cb[e0] / row_sum(e0) + eps;
+  if (on1) v1 = cb[e1] / row_sum(e1) + eps;
+  __syncwarp();
+  store(put);
   for (int it = 0; it < k.iters; ++it) {
     if (it > 0) {  // rows, then columns (the first round is columns only)
-      float s = 0;
-      if (on)
-        for (int q = 0; q < hc; ++q) s += cb[j * hc + q];
-      __syncthreads();
-      if (on) cb[tid] /= (s + eps);
-      __syncthreads();
+      if (on0) v0 = row_sum(e0);
+      if (on1) v1 = row_sum(e1);
+      __syncwarp();
+      store(divide);
     }
-    float s = 0;
-    if (on)
-      for (int q = 0; q < hc; ++q) s += cb[q * hc + i];
-    __syncthreads();
-    if (on) cb[tid] /= (s + eps);
-    __syncthreads();
+    if (on0) v0 = col_sum(e0);
+    if (on1) v1 = col_sum(e1);
+    __syncwarp();
+    store(divide);
   }
-  if (on) k.comb[t * hc * hc + tid] = cb[tid];
+  for (int e = lane; e < n; e += 32) k.comb[t * n + e] = cb[e];
 }
 
 bool launch_chain(const dk::MhcCoeffChain& c) {
@@ -278,25 +293,42 @@ bool launch_chain(const dk::MhcCoeffChain& c) {
 // ---- Sink attention: one block per (row, head) ---------------------------------------------------
 constexpr int kAttnThreads = 256;
 
+constexpr int kKeysPerPass = 4;   // key slots a warp's logits pass loads together
+constexpr int kChanPerLane = 4;   // value channels per lane in one chunk of 128
+constexpr int kChanChunk = 32 * kChanPerLane;
+
 static __global__ void __launch_bounds__(kAttnThreads) attn_kernel(const dk::AttnChain c) {
-  extern __shared__ float p[];  // [L] logits, then probabilities
+  __shared__ double part[kAttnThreads / 32][2][kChanChunk];  // per-warp window / selected sums
   __shared__ double shd[32];
   __shared__ float shf[32];
+  extern __shared__ float p[];  // [L] logits, then probabilities
   const dk::AttnGeom& g = c.logits.g;
   const int64_t ih = blockIdx.x, i = ih / g.H, h = ih % g.H;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
-  // Logits (AttnLogitsK): one warp per key slot.
+  // Logits (AttnLogitsK): one warp per key slot, kKeysPerPass slots a pass so that their loads
+  // overlap; each slot's sum in the same order as with one slot a pass.
   const float* qh = c.logits.q + ih * g.D;
-  for (int64_t j = warp; j < g.L; j += warps) {
-    const float* key = g.key(i, j);
-    if (!key) {
-      if (lane == 0) p[j] = -INFINITY;
-      continue;
+  for (int64_t j0 = warp; j0 < g.L; j0 += int64_t(kKeysPerPass) * warps) {
+    const float* key[kKeysPerPass];
+    double acc[kKeysPerPass];
+#pragma unroll
+    for (int u = 0; u < kKeysPerPass; ++u) {
+      const int64_t j = j0 + int64_t(u) * warps;
+      key[u] = j < g.L ? g.key(i, j) : nullptr;
+      acc[u] = 0;
     }
-    double acc = 0;
-    for (int64_t q = lane; q < g.D; q += 32) acc += double(qh[q]) * key[q];
-    acc = warp_sum(acc);
-    if (lane == 0) p[j] = float(acc) * c.logits.scaling;
+    for (int64_t q = lane; q < g.D; q += 32) {
+      const double qv = qh[q];
+#pragma unroll
+      for (int u = 0; u < kKeysPerPass; ++u)
+        if (key[u]) acc[u] += qv * key[u][q];
+    }
+#pragma unroll
+    for (int u = 0; u < kKeysPerPass; ++u) {
+      const int64_t j = j0 + int64_t(u) * warps;
+      const double a = warp_sum(acc[u]);
+      if (lane == 0 && j < g.L) p[j] = key[u] ? float(a) * c.logits.scaling : -INFINITY;
+    }
   }
   __syncthreads();
   // Softmax (AttnSoftmaxK): the sink joins max and denominator.
@@ -305,39 +337,64 @@ static __global__ void __launch_bounds__(kAttnThreads) attn_kernel(const dk::Att
   for (int64_t j = tid; j < g.L; j += blockDim.x)
     if (g.key(i, j)) mx = fmaxf(mx, p[j]);
   const float m = fmaxf(sink, block_max(mx, shf));
-  double part = 0;
+  double den = 0;
   for (int64_t j = tid; j < g.L; j += blockDim.x)
     if (g.key(i, j)) {
       p[j] = expf(p[j] - m);
-      part += p[j];
+      den += p[j];
     }
-  const double denom = exp(double(sink - m)) + block_sum(part, shd);
+  const double denom = exp(double(sink - m)) + block_sum(den, shd);
   for (int64_t j = tid; j < g.L; j += blockDim.x) p[j] = g.key(i, j) ? float(p[j] / denom) : 0.0f;
   __syncthreads();
-  // Values (AttnValuesK, its order): one thread per channel, window and selected sums apart.
+  // Values (AttnValuesK): warps over key slots, lanes over channels (chunks of 128), the window
+  // and selected sums apart; the warps' partial sums then added per channel in warp order.
   const int64_t nwin = g.start + i - g.lo(i) + 1;
-  for (int64_t q = tid; q < g.D; q += blockDim.x) {
-    double win = 0, sel = 0;
-    for (int64_t j = 0; j < g.L; ++j) {
+  for (int64_t q0 = 0; q0 < g.D; q0 += kChanChunk) {
+    double win[kChanPerLane], sel[kChanPerLane];
+#pragma unroll
+    for (int s = 0; s < kChanPerLane; ++s) win[s] = sel[s] = 0;
+    // A warp's slots in ascending order: the window ones (always present), then the selected.
+    const auto add = [&](int64_t j, double(&acc)[kChanPerLane]) {
       const float* key = g.key(i, j);
-      if (!key) continue;
-      if (j < nwin) {
-        win += double(p[j]) * key[q];
-      } else {
-        sel += double(p[j]) * key[q];
+      if (!key) return;  // the same for the whole warp
+      const double pj = p[j];
+#pragma unroll
+      for (int s = 0; s < kChanPerLane; ++s) {
+        const int64_t q = q0 + lane + 32 * s;
+        if (q < g.D) acc[s] += pj * key[q];
       }
+    };
+    int64_t j = warp;
+#pragma unroll 4
+    for (; j < nwin && j < g.L; j += warps) add(j, win);
+#pragma unroll 4
+    for (; j < g.L; j += warps) add(j, sel);
+#pragma unroll
+    for (int s = 0; s < kChanPerLane; ++s) {
+      part[warp][0][lane + 32 * s] = win[s];
+      part[warp][1][lane + 32 * s] = sel[s];
     }
-    float out = 0.0f;
-    out += float(win);
-    out += float(sel);
-    c.values.o[ih * g.D + q] = out;
+    __syncthreads();
+    for (int q = tid; q < kChanChunk && q0 + q < g.D; q += blockDim.x) {
+      double w = 0, s = 0;
+      for (int wp = 0; wp < warps; ++wp) {
+        w += part[wp][0][q];
+        s += part[wp][1][q];
+      }
+      float out = 0.0f;
+      out += float(w);
+      out += float(s);
+      c.values.o[ih * g.D + q0 + q] = out;
+    }
+    __syncthreads();
   }
 }
 
 bool launch_chain(const dk::AttnChain& c) {
   const dk::AttnGeom& g = c.logits.g;
   const int64_t blocks = g.T * g.H;
-  if (g.L * int64_t(sizeof(float)) > 48 * 1024 || blocks > 0x7fffffff) return false;
+  // Static shared memory: 16 KiB of partial sums + 384 B; the logits row must fit beside it.
+  if (g.L * int64_t(sizeof(float)) > 30 * 1024 || blocks > 0x7fffffff) return false;
   if (blocks > 0) attn_kernel<<<unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float))>>>(c);
   return true;
 }

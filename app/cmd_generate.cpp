@@ -42,6 +42,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "app/backend_choice.h"
 #include "app/cache_open.h"
 #include "app/command.h"
 #include "app/dspark_flag.h"
@@ -259,6 +260,7 @@ int generate_main(int argc, char** argv) {
   cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin): id, prompt or prompt_ids, optional images [paths], max_tokens, temperature, top_p, seed, ignore_eos")->required();
   cli.add_option("--parallel", parallel, "sequences decoded together (1..256)")->check(CLI::Range(1, 256));
   std::string dspark_text = "off";
+  std::string backend_name = "cpu";
   cli.add_option("--dspark", dspark_text, "DSpark speculative decoding: auto, off or a draft length 1..block (needs the model's mtp.* drafter)");
   cli.add_option("--out", out_path, "JSONL output file (default stdout)");
   cli.add_option("--ctx", ctx, "context per request: prompt + max_tokens (1..max_position_embeddings)")
@@ -276,6 +278,8 @@ int generate_main(int argc, char** argv) {
       ->check(CLI::Range(0, 64));
   cli.add_option("--telemetry", telemetry_path, "with --cache-dir: append one SERVE_TURN JSON line per request here");
   cli.add_option("--threads", threads, "CPU threads (0 = all cores; 1..1024)")->check(CLI::Range(0, 1024));
+  cli.add_option("--backend", backend_name, std::string("what computes the forward: ") + app::kBackendNames +
+                                                " (app/backend_choice.h)");
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -307,6 +311,8 @@ int generate_main(int argc, char** argv) {
   if (!tok.ok()) return fail(tok.status());
   ModelLoadOptions load = load_options_from_env();
   if (threads > 0) load.threads = threads;
+  // The device backend uploads float32 / bf16 views (backends/cuda/host_device_backend.h).
+  if (backend_name != "cpu") load.weights = WeightHolding::kWidened;
   auto model = Model::load(dir, load);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& config = (*model)->config();
@@ -357,7 +363,9 @@ int generate_main(int argc, char** argv) {
   so.max_prefill_tokens = prefill_chunk;
   so.eos_token_id = config.eos_token_id;
   apply_dspark(*dspark, **model, eo, so);
-  auto engine = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables(), eo);
+  auto backend = app::make_backend(backend_name, **model);
+  if (!backend.ok()) return fail(backend.status());
+  auto engine = Engine::create(std::move(*backend), (*model)->engram_tables(), eo);
   if (!engine.ok()) return fail(engine.status());
   auto scheduler = Scheduler::create(**engine, so);
   if (!scheduler.ok()) return fail(scheduler.status());
@@ -446,6 +454,7 @@ int generate_main(int argc, char** argv) {
     *out << o.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   }
   out->flush();
+  if (Status st = app::backend_status(backend_name, (*engine)->backend()); !st.ok()) return fail(st);
   std::fprintf(stderr, "generate: %zu requests (%d failed), %lld prompt + %lld generated tokens in %.3f s "
                "(%lld steps, %.1f generated tok/s), parallel %d\n",
                parsed.size(), failures, static_cast<long long>(prompt_tokens), static_cast<long long>(generated),

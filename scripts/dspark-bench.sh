@@ -12,10 +12,12 @@ THREADS=${5:-0}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 MODES=${MODES:-"off 1 2 3 4 5 auto"}  # e.g. MODES="off auto"
-for p in 1 8; do
+BACKEND=${BACKEND:-cpu}               # e.g. BACKEND=cuda (generate --backend)
+PARALLEL=${PARALLEL:-"1 8"}
+for p in $PARALLEL; do
   for r in $(seq 1 "$ROUNDS"); do
     for m in $MODES; do
-      "$BIN" generate -m "$MODEL" --requests "$REQ" --parallel "$p" --threads "$THREADS" --dspark "$m" \
+      "$BIN" generate -m "$MODEL" --requests "$REQ" --parallel "$p" --threads "$THREADS" --dspark "$m" --backend "$BACKEND" \
         --out "$TMP/out_${p}_${m}.jsonl" 2> "$TMP/err" >/dev/null
       tps=$(sed -n 's/.*, \([0-9.]*\) generated tok\/s.*/\1/p' "$TMP/err")
       acc=$(sed -n 's/.*accepted (\([0-9.]*\) per step).*/\1/p' "$TMP/err")
@@ -36,7 +38,7 @@ for line in open(sys.argv[1]):
     rows[(int(p), m)].append(float(t)); acc[(int(p), m)] = float(a)
 print("| parallel | --dspark | median tok/s | vs off | accepted drafts per drafting step | rounds |")
 print("| --- | --- | --- | --- | --- | --- |")
-for p in (1, 8):
+for p in sorted({k[0] for k in rows}):
     off = statistics.median(rows[(p, "off")])
     for m in sys.argv[2:]:
         v = statistics.median(rows[(p, m)])

@@ -4,6 +4,7 @@
 // and the unpack fast paths (table, AVX2, the dispatching entry points) against the reference
 // bit for bit on random records holding every code and every scale code.
 #include "cache/records.h"
+#include "cache/records_reference.h"
 
 #include <gtest/gtest.h>
 
@@ -469,6 +470,49 @@ TEST(CacheRecordsUnpack, FastPathsMatchReferenceOnPackedRandomRows) {
         expect_same_bits(ref, table, "table");
         expect_same_bits(ref, dispatched, "row_unpack");
         expect_same_bits(ref, fake(kind, x), "fake_quant");
+      }
+    }
+  }
+}
+
+// The pack and fake-quant entry points (AVX2 loops where the CPU has them) against the scalar
+// references, bit for bit: random rows of every magnitude with planted ties and zero blocks
+// (random_row), plus blocks of special values — signed zeros, float subnormals, values at and
+// past the formats' limits, E4M3-subnormal scales, NaN and ±Inf (a poisoned block) — placed at
+// every block of rows of several widths.
+TEST(CacheRecordsQuant, FastPathsMatchReferenceBitForBit) {
+  if (!cpu_has_avx2_fma()) std::fprintf(stderr, "note: no AVX2 here, the entry points are the references\n");
+  std::mt19937 rng(20261202);
+  std::uniform_int_distribution<int> pick(0, 15);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float specials[] = {0.0f, -0.0f, 0x1p-149f, -0x1p-140f, 0x1p-127f, 1e-30f, 448.0f, -464.0f, 3000.0f,
+                            -2880.0f, 6.0f, -6.0f, 0x1p-10f, 0x1p-9f, 3 * 0x1p-11f, 0.25f, -0.75f, 5.0f};
+  for (RowKind kind : kKinds) {
+    const size_t block = row_block_channels(kind);
+    for (size_t channels : unpack_channel_counts(kind)) {
+      for (int trial = 0; trial < 60; ++trial) {
+        std::vector<float> x = random_row(rng, kind, channels);
+        for (size_t b = 0; b < channels / block; ++b) {
+          float* xb = x.data() + b * block;
+          const int what = pick(rng);
+          if (what == 0) xb[pick(rng) % block] = kNaN;
+          if (what == 1) xb[pick(rng) % block] = pick(rng) % 2 ? kInf : -kInf;
+          if (what == 2)  // a tiny block: E4M3-subnormal main scales, clamped amax
+            for (size_t i = 0; i < block; ++i) xb[i] = normal(rng) * 0x1p-12f;
+          if (what >= 3 && what < 6)
+            for (size_t i = 0; i < block; ++i)
+              if (pick(rng) < 5) xb[i] = specials[static_cast<size_t>(pick(rng) + pick(rng)) % std::size(specials)];
+        }
+        SCOPED_TRACE(std::string(row_kind_name(kind)) + " channels " + std::to_string(channels) + " trial " +
+                     std::to_string(trial));
+        std::vector<float> fast = x, ref = x;
+        row_fake_quant(kind, fast.data(), channels);
+        row_fake_quant_reference(kind, ref.data(), channels);
+        expect_same_bits(ref, fast, "fake_quant");
+        std::vector<uint8_t> rec_fast(row_bytes(kind, channels)), rec_ref(row_bytes(kind, channels));
+        row_pack(kind, x.data(), channels, rec_fast.data());
+        row_pack_reference(kind, x.data(), channels, rec_ref.data());
+        ASSERT_EQ(rec_fast, rec_ref) << "pack";
       }
     }
   }

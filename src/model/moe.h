@@ -60,6 +60,11 @@ struct MoeWeights {
 
 // Working memory of the router and the experts, owned by the caller and reused between calls
 // (resized to the call's shape: no allocation once a shape has been seen). Null: a local one.
+// One expert's gathered rows and activations (moe_forward: one per expert running side by side).
+struct ExpertScratch {
+  std::vector<float> xb, g, u, h;
+};
+
 struct MoeScratch {
   std::vector<float> logits;                 // [T, E] router logits, then scores
   std::vector<float> biased;                 // [E] selection scores of one token
@@ -71,7 +76,9 @@ struct MoeScratch {
   std::vector<float> expert_row_weights;     // [T·k] its routing weight
   std::vector<int64_t> all_rows;             // [T] 0 … T−1 (the shared expert)
   std::vector<float> ones;                   // [T] 1.0 (the shared expert's weights)
-  std::vector<float> xb, g, u, h, out;       // one expert's gathered rows and activations
+  std::vector<float> g, u, h;                // the reference's activations of one token
+  std::vector<float> out;                    // [T·k (+ T), dim] every expert's output rows, by slot
+  std::vector<ExpertScratch> experts;        // per expert (side by side), or one
 };
 
 // Router only.  x [T, dim]; is_image [T] (null = all text) → experts [T, k] i32, weights [T, k].

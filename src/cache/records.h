@@ -83,7 +83,7 @@ void index_row_unpack_table(const uint8_t* record, size_t channels, float* out);
 void row_unpack_reference(RowKind kind, const uint8_t* record, size_t channels, float* out);
 void row_unpack_table(RowKind kind, const uint8_t* record, size_t channels, float* out);
 
-// Dispatch on the kind (for tests and generic cache code).
+// Dispatch on the kind (for tests and generic cache code). Scalar pack / fake-quant: records_reference.h.
 void row_pack(RowKind kind, const float* x, size_t channels, uint8_t* record);
 void row_unpack(RowKind kind, const uint8_t* record, size_t channels, float* out);
 void row_fake_quant(RowKind kind, float* x, size_t channels);

@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_exec.h"
 #include "kernels/cpu/quant_avx2.h"
 #include "kernels/cpu/unpack_avx2.h"
+#include "kernels/cpu/unpack_avx512.h"
 
 namespace dsv41 {
 namespace {
@@ -155,10 +156,14 @@ void fp4_unpack_table(const uint8_t* record, size_t channels, size_t block, cons
 // Which unpack implementation the dispatching entries run (records.h, "Unpack
 // implementations"): a constant of the machine. Every path gives the reference's bits, so no
 // option of an engine needs to choose it.
-enum class UnpackPath { kTable, kAvx2 };
+// kAvx512: window and main rows by the AVX-512 loops (kernels/cpu/unpack_avx512.h), index rows
+// by the AVX2 ones.
+enum class UnpackPath { kTable, kAvx2, kAvx512 };
 
 UnpackPath unpack_path() {
-  static const UnpackPath path = cpu_has_avx2_fma() && cpu_has_f16c() ? UnpackPath::kAvx2 : UnpackPath::kTable;
+  static const UnpackPath path = !(cpu_has_avx2_fma() && cpu_has_f16c()) ? UnpackPath::kTable
+                                 : cpu_best_isa() >= CpuIsa::kAvx512   ? UnpackPath::kAvx512
+                                                                       : UnpackPath::kAvx2;
   return path;
 }
 
@@ -249,6 +254,7 @@ void window_row_unpack_table(const uint8_t* record, size_t channels, float* out)
 
 void window_row_unpack(const uint8_t* record, size_t channels, float* out) {
   switch (unpack_path()) {
+    case UnpackPath::kAvx512: return window_row_unpack_avx512(record, channels, out);
     case UnpackPath::kAvx2: return window_row_unpack_avx2(record, channels, out);
     case UnpackPath::kTable: return window_row_unpack_table(record, channels, out);
   }
@@ -279,6 +285,7 @@ void main_row_unpack_table(const uint8_t* record, size_t channels, float* out) {
 
 void main_row_unpack(const uint8_t* record, size_t channels, float* out) {
   switch (unpack_path()) {
+    case UnpackPath::kAvx512: return main_row_unpack_avx512(record, channels, out);
     case UnpackPath::kAvx2: return main_row_unpack_avx2(record, channels, out);
     case UnpackPath::kTable: return main_row_unpack_table(record, channels, out);
   }
@@ -315,6 +322,7 @@ void index_row_unpack_table(const uint8_t* record, size_t channels, float* out) 
 
 void index_row_unpack(const uint8_t* record, size_t channels, float* out) {
   switch (unpack_path()) {
+    case UnpackPath::kAvx512:
     case UnpackPath::kAvx2: return index_row_unpack_avx2(record, channels, out);
     case UnpackPath::kTable: return index_row_unpack_table(record, channels, out);
   }

@@ -22,6 +22,7 @@
 #include "base/numerics.h"
 #include "kernels/cpu/cpu_exec.h"
 #include "kernels/cpu/unpack_avx2.h"
+#include "kernels/cpu/unpack_avx512.h"
 
 namespace dsv41 {
 namespace {
@@ -420,7 +421,9 @@ TEST(CacheRecordsUnpack, FastPathsMatchReferenceBitForBitOnRandomRecords) {
   std::mt19937 rng(20261129);
   std::uniform_int_distribution<int> byte(0, 255);
   const bool avx2 = cpu_has_avx2_fma() && cpu_has_f16c();
+  const bool avx512 = avx2 && cpu_best_isa() >= CpuIsa::kAvx512;
   if (!avx2) std::fprintf(stderr, "note: no AVX2/F16C here, only the table path is compared\n");
+  if (avx2 && !avx512) std::fprintf(stderr, "note: no AVX-512 here, its unpack path is not compared\n");
   for (RowKind kind : kKinds) {
     const size_t block = row_block_channels(kind);
     for (size_t channels : unpack_channel_counts(kind)) {
@@ -445,6 +448,12 @@ TEST(CacheRecordsUnpack, FastPathsMatchReferenceBitForBitOnRandomRecords) {
           expect_same_bits(ref, run_unpack([&](float* o) { avx2_unpack(kind)(rec, channels, o); }, channels, shift),
                            "avx2");
         }
+        if (avx512 && kind == RowKind::kWindow)
+          expect_same_bits(ref, run_unpack([&](float* o) { window_row_unpack_avx512(rec, channels, o); }, channels, shift),
+                           "avx512");
+        if (avx512 && kind == RowKind::kMain)
+          expect_same_bits(ref, run_unpack([&](float* o) { main_row_unpack_avx512(rec, channels, o); }, channels, shift),
+                           "avx512");
         // The dispatching entry point, on whichever path this CPU selects.
         expect_same_bits(ref, run_unpack([&](float* o) { row_unpack(kind, rec, channels, o); }, channels, shift),
                          "row_unpack");

@@ -67,9 +67,9 @@ void index_row_unpack(const uint8_t* record, size_t channels, float* out);
 void index_row_fake_quant(float* x, size_t channels);
 
 // ---- Unpack implementations ------------------------------------------------------------------
-// The *_row_unpack functions above choose from CPUID alone: the AVX2/F16C path
-// (kernels/cpu/unpack_avx2.h) when the CPU has AVX2, FMA and F16C, the table-driven scalar path
-// otherwise; tests run each path, and the plain reference, by name. All three agree bit for bit
+// The *_row_unpack functions above choose from CPUID alone: AVX-512 for window/main rows (unpack_avx512.h)
+// where the CPU has it, else the AVX2/F16C path (kernels/cpu/unpack_avx2.h) with AVX2, FMA, F16C, else the
+// table-driven scalar path; tests run each path, and the plain reference, by name. All agree bit for bit
 // (tested on random records holding every code, NaN codes and every scale code); the only
 // arithmetic in each is the same float32 `value · scale` multiply.
 // Reference: element by element through the scalar decoders of numerics.h.

@@ -87,8 +87,10 @@ void moe_route(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, co
 
 // Full MoE.  x [T, dim] → y [T, dim]; experts/weights (optional, [T, k]) receive the routing.
 // The reference runs token by token with scalar dot products; the fast path batches the
-// tokens of each expert through gemm_f32 / gemm_bf16w (matmul, threaded on ex.pool). Same routing,
-// outputs equal to float rounding.
+// tokens of each expert through gemm_f32 / gemm_bf16w (matmul, threaded on ex.pool), and with
+// 4–64 tokens (batched decode) runs the experts side by side on ex.pool instead, adding their
+// outputs in the same order (the same bits either way). Same routing, outputs equal to float
+// rounding.
 void moe_forward_reference(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
                            const uint8_t* is_image, float* y, int32_t* experts = nullptr,
                            float* weights = nullptr, MoeScratch* scratch = nullptr);

@@ -67,9 +67,9 @@ void index_row_unpack(const uint8_t* record, size_t channels, float* out);
 void index_row_fake_quant(float* x, size_t channels);
 
 // ---- Unpack implementations ------------------------------------------------------------------
-// The *_row_unpack functions above choose from CPUID alone: the AVX2/F16C path
-// (kernels/cpu/unpack_avx2.h) when the CPU has AVX2, FMA and F16C, the table-driven scalar path
-// otherwise; tests run each path, and the plain reference, by name. All three agree bit for bit
+// The *_row_unpack functions above choose from CPUID alone: AVX-512 for window/main rows (unpack_avx512.h)
+// where the CPU has it, else the AVX2/F16C path (kernels/cpu/unpack_avx2.h) with AVX2, FMA, F16C, else the
+// table-driven scalar path; tests run each path, and the plain reference, by name. All agree bit for bit
 // (tested on random records holding every code, NaN codes and every scale code); the only
 // arithmetic in each is the same float32 `value · scale` multiply.
 // Reference: element by element through the scalar decoders of numerics.h.
@@ -83,7 +83,7 @@ void index_row_unpack_table(const uint8_t* record, size_t channels, float* out);
 void row_unpack_reference(RowKind kind, const uint8_t* record, size_t channels, float* out);
 void row_unpack_table(RowKind kind, const uint8_t* record, size_t channels, float* out);
 
-// Dispatch on the kind (for tests and generic cache code).
+// Dispatch on the kind (for tests and generic cache code). Scalar pack / fake-quant: records_reference.h.
 void row_pack(RowKind kind, const float* x, size_t channels, uint8_t* record);
 void row_unpack(RowKind kind, const uint8_t* record, size_t channels, float* out);
 void row_fake_quant(RowKind kind, float* x, size_t channels);

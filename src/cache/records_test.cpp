@@ -4,6 +4,7 @@
 // and the unpack fast paths (table, AVX2, the dispatching entry points) against the reference
 // bit for bit on random records holding every code and every scale code.
 #include "cache/records.h"
+#include "cache/records_reference.h"
 
 #include <gtest/gtest.h>
 
@@ -21,6 +22,7 @@
 #include "base/numerics.h"
 #include "kernels/cpu/cpu_exec.h"
 #include "kernels/cpu/unpack_avx2.h"
+#include "kernels/cpu/unpack_avx512.h"
 
 namespace dsv41 {
 namespace {
@@ -419,7 +421,9 @@ TEST(CacheRecordsUnpack, FastPathsMatchReferenceBitForBitOnRandomRecords) {
   std::mt19937 rng(20261129);
   std::uniform_int_distribution<int> byte(0, 255);
   const bool avx2 = cpu_has_avx2_fma() && cpu_has_f16c();
+  const bool avx512 = avx2 && cpu_best_isa() >= CpuIsa::kAvx512;
   if (!avx2) std::fprintf(stderr, "note: no AVX2/F16C here, only the table path is compared\n");
+  if (avx2 && !avx512) std::fprintf(stderr, "note: no AVX-512 here, its unpack path is not compared\n");
   for (RowKind kind : kKinds) {
     const size_t block = row_block_channels(kind);
     for (size_t channels : unpack_channel_counts(kind)) {
@@ -444,6 +448,12 @@ TEST(CacheRecordsUnpack, FastPathsMatchReferenceBitForBitOnRandomRecords) {
           expect_same_bits(ref, run_unpack([&](float* o) { avx2_unpack(kind)(rec, channels, o); }, channels, shift),
                            "avx2");
         }
+        if (avx512 && kind == RowKind::kWindow)
+          expect_same_bits(ref, run_unpack([&](float* o) { window_row_unpack_avx512(rec, channels, o); }, channels, shift),
+                           "avx512");
+        if (avx512 && kind == RowKind::kMain)
+          expect_same_bits(ref, run_unpack([&](float* o) { main_row_unpack_avx512(rec, channels, o); }, channels, shift),
+                           "avx512");
         // The dispatching entry point, on whichever path this CPU selects.
         expect_same_bits(ref, run_unpack([&](float* o) { row_unpack(kind, rec, channels, o); }, channels, shift),
                          "row_unpack");
@@ -469,6 +479,49 @@ TEST(CacheRecordsUnpack, FastPathsMatchReferenceOnPackedRandomRows) {
         expect_same_bits(ref, table, "table");
         expect_same_bits(ref, dispatched, "row_unpack");
         expect_same_bits(ref, fake(kind, x), "fake_quant");
+      }
+    }
+  }
+}
+
+// The pack and fake-quant entry points (AVX2 loops where the CPU has them) against the scalar
+// references, bit for bit: random rows of every magnitude with planted ties and zero blocks
+// (random_row), plus blocks of special values — signed zeros, float subnormals, values at and
+// past the formats' limits, E4M3-subnormal scales, NaN and ±Inf (a poisoned block) — placed at
+// every block of rows of several widths.
+TEST(CacheRecordsQuant, FastPathsMatchReferenceBitForBit) {
+  if (!cpu_has_avx2_fma()) std::fprintf(stderr, "note: no AVX2 here, the entry points are the references\n");
+  std::mt19937 rng(20261202);
+  std::uniform_int_distribution<int> pick(0, 15);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float specials[] = {0.0f, -0.0f, 0x1p-149f, -0x1p-140f, 0x1p-127f, 1e-30f, 448.0f, -464.0f, 3000.0f,
+                            -2880.0f, 6.0f, -6.0f, 0x1p-10f, 0x1p-9f, 3 * 0x1p-11f, 0.25f, -0.75f, 5.0f};
+  for (RowKind kind : kKinds) {
+    const size_t block = row_block_channels(kind);
+    for (size_t channels : unpack_channel_counts(kind)) {
+      for (int trial = 0; trial < 60; ++trial) {
+        std::vector<float> x = random_row(rng, kind, channels);
+        for (size_t b = 0; b < channels / block; ++b) {
+          float* xb = x.data() + b * block;
+          const int what = pick(rng);
+          if (what == 0) xb[pick(rng) % block] = kNaN;
+          if (what == 1) xb[pick(rng) % block] = pick(rng) % 2 ? kInf : -kInf;
+          if (what == 2)  // a tiny block: E4M3-subnormal main scales, clamped amax
+            for (size_t i = 0; i < block; ++i) xb[i] = normal(rng) * 0x1p-12f;
+          if (what >= 3 && what < 6)
+            for (size_t i = 0; i < block; ++i)
+              if (pick(rng) < 5) xb[i] = specials[static_cast<size_t>(pick(rng) + pick(rng)) % std::size(specials)];
+        }
+        SCOPED_TRACE(std::string(row_kind_name(kind)) + " channels " + std::to_string(channels) + " trial " +
+                     std::to_string(trial));
+        std::vector<float> fast = x, ref = x;
+        row_fake_quant(kind, fast.data(), channels);
+        row_fake_quant_reference(kind, ref.data(), channels);
+        expect_same_bits(ref, fast, "fake_quant");
+        std::vector<uint8_t> rec_fast(row_bytes(kind, channels)), rec_ref(row_bytes(kind, channels));
+        row_pack(kind, x.data(), channels, rec_fast.data());
+        row_pack_reference(kind, x.data(), channels, rec_ref.data());
+        ASSERT_EQ(rec_fast, rec_ref) << "pack";
       }
     }
   }

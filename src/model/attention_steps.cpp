@@ -77,10 +77,28 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
     return;
   }
   AttentionScratch local;
+  AttentionScratch& as = scratch ? *scratch : local;
+  IndexerScratch& ws = as.indexer;
+  indexer_queries(ex, config, w, rope, c, x, T, start_pos, ws.q, ws.head_weights, &ws);
+  attention_index_with_queries(ex, config, layer, kv, restricted, ws.q.data(), ws.head_weights.data(), T, start_pos,
+                               shared, &as);
+}
+
+void attention_index_with_queries(const CpuExec& ex, const ModelConfig& config, const LayerInfo& layer,
+                                  const KvSourceCache& kv, bool restricted, const float* q, const float* head_weights,
+                                  int64_t T, int64_t start_pos, SharedAttentionState& shared,
+                                  AttentionScratch* scratch) {
+  const int64_t G = kv.entries();
+  const int k = config.index_topk;
+  if (G == 0) {  // attention_index's case (a caller may come here directly)
+    shared.index_layer = layer.index;
+    shared.topk.assign(static_cast<size_t>(T * k), -1);
+    shared.topk_row0 = shared.call_row0;
+    if (shared.record_trace) shared.trace_index_scores.clear();
+    return;
+  }
+  AttentionScratch local;
   IndexerScratch& ws = (scratch ? *scratch : local).indexer;
-  std::vector<float>& q = ws.q;
-  std::vector<float>& head_weights = ws.head_weights;
-  indexer_queries(ex, config, w, rope, c, x, T, start_pos, q, head_weights, &ws);
 
   const int nb = config.candidate_topk_blocks, bs = config.candidate_block_size;
   restricted = restricted && shared.candidate_layer >= 0;
@@ -101,6 +119,7 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
   scores.reserve(static_cast<size_t>(std::min(row_block, T) * room));
   ws.heap.reserve(static_cast<size_t>(std::max(k, nb)));
   ws.block_scores.reserve(static_cast<size_t>(room / bs + 1));
+  ws.select_values.reserve(static_cast<size_t>(room));
   const CpuIsa isa = ex.use_fast() ? ex.gemm_isa() : CpuIsa::kPortable;
   AttentionScratch& as = scratch ? *scratch : local;
   for (int64_t row0 = 0; row0 < T; row0 += row_block) {
@@ -111,13 +130,13 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
     // independent, so tasks of rows run in parallel (decode: one row, on the caller).
     auto run_rows = [&](int64_t b, int64_t e, IndexerScratch& ts) {
       if (!restricted)
-        indexer_scores(config, kv, G, layer.ratio, q.data(), head_weights.data(), row0 + b, e - b, start_pos,
+        indexer_scores(config, kv, G, layer.ratio, q, head_weights, row0 + b, e - b, start_pos,
                        scores.data() + b * G, &ts, isa);
       for (int64_t r = b; r < e; ++r) {
         const int64_t i = row0 + r, t = start_pos + i;
         float* row = scores.data() + r * G;
         if (restricted) {
-          indexer_scores_in_pool(config, kv, G, layer.ratio, q.data(), head_weights.data(), i, start_pos,
+          indexer_scores_in_pool(config, kv, G, layer.ratio, q, head_weights, i, start_pos,
                                  shared.candidate_blocks.data() + (shared.call_row0 - shared.candidate_row0 + i) * nb,
                                  nb, bs, row, &ts, isa);
         } else if (layer.candidate_source) {
@@ -194,51 +213,56 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
   chunks = std::max<int64_t>(chunks, 1);
   const int64_t grain = chunks <= 1 ? items : (items + chunks - 1) / chunks;
   // Each range of items (range = begin / grain, fixed by the chunking) has its own slice of the
-  // scratch: the dequantised selected entries [k, D] and the logits of one (token, head) pair.
-  const int64_t range_floats = int64_t{k} * D + win + k;
+  // scratch: the dequantised selected entries [k, D] and the logits of one token's heads
+  // [H, window + k]. The heads of one token in a range go through the kernels together (each key
+  // row read once for all of them: attention_kernels.h), with the bits of one head at a time.
+  const int64_t lstride = win + k;
+  const int64_t range_floats = int64_t{k} * D + H * lstride;
   // Room for one range per pool thread (the count of ranges can rise as the window fills).
   ws.ranges.reserve(static_cast<size_t>(std::max<int64_t>(chunks, options.exec.threads()) * range_floats));
   ws.ranges.resize(static_cast<size_t>(chunks * range_floats));
+  const CpuIsa isa = options.exec.gemm_isa();
   auto attend_range = [&](int64_t begin, int64_t end) {
     float* const sel = ws.ranges.data() + (begin / grain) * range_floats;  // [k, D]
-    float* const logits = sel + int64_t{k} * D;                              // [≤ window + k]
-    int64_t loaded = -1;  // token whose selected entries are in `sel`
-    int nsel = 0;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t i = item / H, h = item % H;
+    float* const logits = sel + int64_t{k} * D;                              // [H, window + k]
+    for (int64_t item = begin; item < end;) {
+      const int64_t i = item / H, h0 = item % H;
+      const int64_t nh = std::min<int64_t>(H - h0, end - item);  // heads h0 … h0 + nh − 1 of token i
       const int64_t t = start_pos + i;
       const int64_t lo = std::max<int64_t>(floor, t - win + 1);
       const int64_t nwin = t - lo + 1;
-      if (loaded != i) {
-        nsel = 0;
-        if (compressed && topk) {
-          const int32_t* row = topk + i * k;
-          for (int j = 0; j < k; ++j)
-            if (row[j] >= 0) compressed->read_main(row[j], sel + (nsel++) * D);
-        }
-        loaded = i;
+      int nsel = 0;
+      if (compressed && topk) {
+        const int32_t* row = topk + i * k;
+        for (int j = 0; j < k; ++j)
+          if (row[j] >= 0) compressed->read_main(row[j], sel + (nsel++) * D);
       }
       const float* win_rows = keys.data() + (lo - first) * D;  // [nwin, D], contiguous
-      const float* qh = q + (i * H + h) * D;
-      dot_rows(qh, win_rows, nwin, D, logits);
-      dot_rows(qh, sel, nsel, D, logits + nwin);
-      const float sink = w.attn_sink[h];
-      float m = sink;  // the sink joins the max and the denominator, never the values
-      for (int64_t j = 0; j < nwin + nsel; ++j) {
-        logits[j] *= scaling;
-        m = std::max(m, logits[j]);
+      const float* q0 = q + (i * H + h0) * D;
+      float* o0 = o + (i * H + h0) * D;
+      dot_rows_heads(isa, q0, D, nh, win_rows, nwin, D, logits, lstride);
+      dot_rows_heads(isa, q0, D, nh, sel, nsel, D, logits + nwin, lstride);
+      for (int64_t hh = 0; hh < nh; ++hh) {
+        float* lg = logits + hh * lstride;
+        const float sink = w.attn_sink[h0 + hh];
+        float m = sink;  // the sink joins the max and the denominator, never the values
+        for (int64_t j = 0; j < nwin + nsel; ++j) {
+          lg[j] *= scaling;
+          m = std::max(m, lg[j]);
+        }
+        double denom = std::exp(static_cast<double>(sink - m));
+        for (int64_t j = 0; j < nwin + nsel; ++j) {
+          lg[j] = std::exp(lg[j] - m);
+          denom += lg[j];
+        }
+        for (int64_t j = 0; j < nwin + nsel; ++j) lg[j] = static_cast<float>(lg[j] / denom);
       }
-      double denom = std::exp(static_cast<double>(sink - m));
-      for (int64_t j = 0; j < nwin + nsel; ++j) {
-        logits[j] = std::exp(logits[j] - m);
-        denom += logits[j];
-      }
-      for (int64_t j = 0; j < nwin + nsel; ++j) logits[j] = static_cast<float>(logits[j] / denom);
-      float* oh = o + (i * H + h) * D;
-      weighted_sum_rows(logits, win_rows, nwin, D, oh);
-      weighted_sum_rows(logits + nwin, sel, nsel, D, oh);
+      weighted_sum_rows_heads(isa, logits, lstride, nh, win_rows, nwin, D, o0, D);
+      weighted_sum_rows_heads(isa, logits + nwin, lstride, nh, sel, nsel, D, o0, D);
       // The values carry RoPE on their tail; undo the query position's rotation.
-      rope_rotate(oh, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), true);
+      for (int64_t hh = 0; hh < nh; ++hh)
+        rope_rotate(o0 + hh * D, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), true);
+      item += nh;
     }
   };
   if (chunks <= 1) {

@@ -87,6 +87,14 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
                            const RopeRows& rope, int64_t rope_row0, int64_t T, int64_t start_pos, float* o,
                            const AttentionOptions& options = {}, AttentionScratch* scratch = nullptr);
 
+// Step 4 with the segment's index queries given: q [T, nh·dh] and head_weights [T, nh] as
+// indexer_queries computes them (a backend computes them for the rows of all segments of a layer
+// in one product: indexer_queries_at). attention_index = indexer_queries, then this.
+void attention_index_with_queries(const CpuExec& ex, const ModelConfig& config, const LayerInfo& layer,
+                                  const KvSourceCache& kv, bool restricted, const float* q, const float* head_weights,
+                                  int64_t T, int64_t start_pos, SharedAttentionState& shared,
+                                  AttentionScratch* scratch = nullptr);
+
 // Step 6. o [n, H·D] → out [n, hidden] (block-diagonal W_oa per group, then W_ob).
 void attention_output(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const float* o, int64_t n,
                       float* out, AttentionScratch* scratch = nullptr);

@@ -20,8 +20,41 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // whose top is the worst of them (smallest value, then largest index); a later value enters only
 // when strictly larger than that top — an equal one comes later, so it ranks below. Blocks of 16
 // with nothing above the top are skipped by one vectorisable comparison. NaN never enters.
+// Rows of at most this many entries per pick take the threshold selection below: a copy of the
+// pickable values, std::nth_element for the n-th largest (the threshold t), then one pass in
+// index order keeps every value > t and the first (lowest-index) values == t until n are kept —
+// the same set as the heap's, already ascending. O(size); on long rows (size ≫ n) the heap, which
+// skips whole blocks below its top, is cheaper.
+constexpr int64_t kThresholdSelectRatio = 16;
+
 void largest_ascending(const float* v, int64_t size, int64_t n, int width, std::vector<std::pair<float, int32_t>>& heap,
-                       int32_t* out) {
+                       std::vector<float>& values, int32_t* out) {
+  if (n > 0 && size <= kThresholdSelectRatio * n) {
+    values.clear();
+    for (int64_t g = 0; g < size; ++g)
+      if (v[g] > kNegInf) values.push_back(v[g]);  // −inf and NaN are never picked
+    int kept = 0;
+    if (static_cast<int64_t>(values.size()) <= n) {
+      for (int64_t g = 0; g < size; ++g)
+        if (v[g] > kNegInf) out[kept++] = static_cast<int32_t>(g);
+    } else {
+      std::nth_element(values.begin(), values.begin() + (n - 1), values.end(), std::greater<float>());
+      const float t = values[static_cast<size_t>(n - 1)];
+      int64_t above = 0;
+      for (int64_t g = 0; g < size; ++g) above += v[g] > t;
+      int64_t ties = n - above;  // ≥ 1: t itself is among the n largest
+      for (int64_t g = 0; g < size; ++g) {
+        if (v[g] > t) {
+          out[kept++] = static_cast<int32_t>(g);
+        } else if (v[g] == t && ties > 0) {
+          out[kept++] = static_cast<int32_t>(g);
+          --ties;
+        }
+      }
+    }
+    for (int i = kept; i < width; ++i) out[i] = -1;
+    return;
+  }
   auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
@@ -60,14 +93,16 @@ void largest_ascending(const float* v, int64_t size, int64_t n, int width, std::
 
 }  // namespace
 
-void indexer_queries(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
-                     const float* c, const float* x, int64_t T, int64_t start_pos, std::vector<float>& q,
-                     std::vector<float>& head_weights, IndexerScratch* scratch) {
+namespace {
+
+// Rows of indexer_queries*: the two products, then per row RoPE (at position pos(i)) and MXFP4 of
+// each head, and the head-weight scaling.
+template <typename PosFn>
+void queries(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope, const float* c,
+             const float* x, int64_t T, PosFn pos, float* q, float* head_weights, IndexerScratch* scratch) {
   const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
-  q.resize(static_cast<size_t>(T * nh * dh));
-  head_weights.resize(static_cast<size_t>(T * nh));
-  matmul(ex, c, T, config.q_lora_rank, weight_ref(w.indexer_wq_b, {}, w.quant_indexer_wq_b), nh * dh, q.data());
-  gemm_f32(ex, x, T, config.hidden_size, w.indexer_weights_proj.data(), nh, head_weights.data());
+  matmul(ex, c, T, config.q_lora_rank, weight_ref(w.indexer_wq_b, {}, w.quant_indexer_wq_b), nh * dh, q);
+  gemm_f32(ex, x, T, config.hidden_size, w.indexer_weights_proj.data(), nh, head_weights);
   const float heads_scaling = static_cast<float>(std::pow(static_cast<double>(nh), -0.5));
   IndexerScratch local;
   IndexerScratch& ws = scratch ? *scratch : local;
@@ -76,14 +111,32 @@ void indexer_queries(const CpuExec& ex, const ModelConfig& config, const Attenti
   cs.resize(static_cast<size_t>(rope.rope_dim() / 2));
   sn.resize(static_cast<size_t>(rope.rope_dim() / 2));
   for (int64_t i = 0; i < T; ++i) {
-    rope.cos_sin(RopeKind::kCompress, start_pos + i, cs.data(), sn.data());
+    rope.cos_sin(RopeKind::kCompress, pos(i), cs.data(), sn.data());
     for (int64_t h = 0; h < nh; ++h) {
-      float* qh = q.data() + (i * nh + h) * dh;
+      float* qh = q + (i * nh + h) * dh;
       rope_rotate(qh, dh, rope.rope_dim(), cs.data(), sn.data(), false);
       row_fake_quant(RowKind::kIndex, qh, dh);
     }
     for (int64_t h = 0; h < nh; ++h) head_weights[i * nh + h] *= heads_scaling;
   }
+}
+
+}  // namespace
+
+void indexer_queries(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
+                     const float* c, const float* x, int64_t T, int64_t start_pos, std::vector<float>& q,
+                     std::vector<float>& head_weights, IndexerScratch* scratch) {
+  const int64_t nh = config.index_n_heads, dh = config.index_head_dim;
+  q.resize(static_cast<size_t>(T * nh * dh));
+  head_weights.resize(static_cast<size_t>(T * nh));
+  queries(ex, config, w, rope, c, x, T, [&](int64_t i) { return start_pos + i; }, q.data(), head_weights.data(),
+          scratch);
+}
+
+void indexer_queries_at(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
+                        const float* c, const float* x, int64_t T, const int64_t* positions, float* q,
+                        float* head_weights, IndexerScratch* scratch) {
+  queries(ex, config, w, rope, c, x, T, [&](int64_t i) { return positions[i]; }, q, head_weights, scratch);
 }
 
 namespace {
@@ -162,13 +215,14 @@ void select_candidate_blocks(const float* scores, int64_t G, int64_t visible, in
   // The newest visible entry's block is only partly filled: pin it so it is always kept.
   if (visible >= 1) block_score[(visible - 1) / block_size] = std::numeric_limits<float>::infinity();
   const int64_t n = std::min<int64_t>(topk_blocks, blocks);
-  largest_ascending(block_score.data(), blocks, n, topk_blocks, ws.heap, kept);
+  largest_ascending(block_score.data(), blocks, n, topk_blocks, ws.heap, ws.select_values, kept);
 }
 
 void select_topk(const float* scores, int64_t G, int k, int32_t* out, IndexerScratch* scratch) {
   IndexerScratch local;
   const int64_t n = std::min<int64_t>(k, G);
-  largest_ascending(scores, G, n, k, (scratch ? *scratch : local).heap, out);
+  IndexerScratch& ws = scratch ? *scratch : local;
+  largest_ascending(scores, G, n, k, ws.heap, ws.select_values, out);
 }
 
 }  // namespace dsv41

@@ -37,6 +37,7 @@ struct IndexerScratch {
   std::vector<float> cos, sin;             // [rope_dim/2] of one query position
   std::vector<float> block_scores;         // [blocks] candidate block scores of one row
   std::vector<std::pair<float, int32_t>> heap;  // [k] or [topk_blocks] the best so far (selection)
+  std::vector<float> select_values;             // [≤ G] the pickable values of one row (selection)
 };
 
 // Index queries and head weights of T tokens: q [T, nh·dh] (rotated + MXFP4 fake-quantised),
@@ -45,6 +46,12 @@ struct IndexerScratch {
 void indexer_queries(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
                      const float* c, const float* x, int64_t T, int64_t start_pos, std::vector<float>& q,
                      std::vector<float>& head_weights, IndexerScratch* scratch = nullptr);
+// The same for T rows at arbitrary positions (rows of many segments: one product for all), into
+// q [T, nh·dh] and head_weights [T, nh]. Row by row the same bits as indexer_queries (the
+// products' per-row arithmetic does not depend on the other rows: kernels/cpu/gemm.h).
+void indexer_queries_at(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const Rope& rope,
+                        const float* c, const float* x, int64_t T, const int64_t* positions, float* q,
+                        float* head_weights, IndexerScratch* scratch = nullptr);
 
 // scores[rows, G] for query rows [row0, row0+rows) of the chunk against entries [0, G) of `kv`,
 // with visibility applied (ratio = the index layer's compress ratio).

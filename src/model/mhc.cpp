@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/block_kernels.h"
 #include "kernels/cpu/gemm.h"
+#include "model/mhc_sinkhorn.h"
 
 namespace dsv41 {
 
@@ -21,61 +22,11 @@ MhcShape MhcShape::from_config(const ModelConfig& config) {
 
 namespace {
 
-float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
-
 // 1 / sqrt(mean(f²) + eps) over the flattened hc·d streams of one token (fp32 result).
 float flat_rsqrt(const float* f, int64_t n, float eps) {
   double ss = 0;
   for (int64_t i = 0; i < n; ++i) ss += double(f[i]) * f[i];
   return static_cast<float>(1.0 / std::sqrt(float(ss / double(n)) + double(eps)));
-}
-
-// From the raw projection m [(2+hc)·hc] of one token to (pre, post, comb), §3.3:
-// ℓ = base + m ⊙ s (s0 on the pre slots, s1 on post, s2 on comb); pre = σ + eps;
-// post = 2σ; comb = row softmax + eps, column-normalise, then (iters−1) × (row, column).
-void finish_coefficients(const MhcShape& shape, const MhcWeights& w, const float* m, float* pre, float* post,
-                         float* comb) {
-  const int hc = shape.hc;
-  const float eps = shape.hc_eps;
-  for (int i = 0; i < hc; ++i) {
-    pre[i] = sigmoid(m[i] * w.scale[0] + w.base[i]) + eps;
-    post[i] = 2.0f * sigmoid(m[hc + i] * w.scale[1] + w.base[hc + i]);
-  }
-  const float* mc = m + 2 * hc;
-  const float* bc = w.base + 2 * hc;
-  for (int j = 0; j < hc; ++j) {  // row j = input stream: softmax over its hc columns
-    float* row = comb + j * hc;
-    float mx = -INFINITY;
-    for (int i = 0; i < hc; ++i) {
-      row[i] = mc[j * hc + i] * w.scale[2] + bc[j * hc + i];
-      mx = std::max(mx, row[i]);
-    }
-    float sum = 0;
-    for (int i = 0; i < hc; ++i) {
-      row[i] = std::exp(row[i] - mx);
-      sum += row[i];
-    }
-    for (int i = 0; i < hc; ++i) row[i] = row[i] / sum + eps;
-  }
-  auto normalise_columns = [&] {
-    for (int i = 0; i < hc; ++i) {
-      float s = 0;
-      for (int j = 0; j < hc; ++j) s += comb[j * hc + i];
-      for (int j = 0; j < hc; ++j) comb[j * hc + i] /= (s + eps);
-    }
-  };
-  auto normalise_rows = [&] {
-    for (int j = 0; j < hc; ++j) {
-      float s = 0;
-      for (int i = 0; i < hc; ++i) s += comb[j * hc + i];
-      for (int i = 0; i < hc; ++i) comb[j * hc + i] /= (s + eps);
-    }
-  };
-  normalise_columns();
-  for (int it = 1; it < shape.sinkhorn_iters; ++it) {
-    normalise_rows();
-    normalise_columns();
-  }
 }
 
 }  // namespace
@@ -96,8 +47,8 @@ void mhc_coefficients_reference(const MhcShape& shape, const MhcWeights& w, cons
       for (int64_t i = 0; i < flat; ++i) acc += double(f[i] * r) * wo[i];
       m[o] = static_cast<float>(acc);
     }
-    finish_coefficients(shape, w, m.data(), pre + t * shape.hc, post + t * shape.hc,
-                        comb + t * shape.hc * shape.hc);
+    mhc_finish_reference(shape, w, m.data(), pre + t * shape.hc, post + t * shape.hc,
+                         comb + t * shape.hc * shape.hc);
   }
 }
 
@@ -124,7 +75,7 @@ void mhc_coefficients_fast(const CpuExec& ex, const MhcShape& shape, const MhcWe
   // Gates + Sinkhorn: ≈ 4·iters·hc² operations per token.
   ex.parallel_items(tokens, 4 * int64_t(shape.sinkhorn_iters) * hc * hc, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
-      finish_coefficients(shape, w, m.data() + t * mix, pre + t * hc, post + t * hc, comb + t * hc * hc);
+      mhc_finish(shape, w, m.data() + t * mix, pre + t * hc, post + t * hc, comb + t * hc * hc);
   });
 }
 

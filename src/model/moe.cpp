@@ -180,25 +180,34 @@ void moe_forward_reference(const MoeShape& shape, const MoeWeights& w, const flo
 
 namespace {
 
-// Runs one expert over a gathered batch: rows [n] token indices with per-row weights, adds W2 h
-// into y at the rows' token indices.
-void expert_batch(const CpuExec& ex, const MoeShape& shape, const ExpertWeights& ew, int64_t inter, const float* x,
-                  const int64_t* rows, const float* row_weight, int64_t n, float* y, MoeScratch& ws) {
+// Runs one expert over a gathered batch: rows [n] token indices with per-row weights, writes
+// W2 h of each row into out [n, dim] (the caller adds them into y at the rows' tokens).
+void expert_rows(const CpuExec& ex, const MoeShape& shape, const ExpertWeights& ew, int64_t inter, const float* x,
+                 const int64_t* rows, const float* row_weight, int64_t n, float* out, ExpertScratch& ws) {
   if (n == 0) return;
   ws.xb.resize(static_cast<size_t>(n * shape.dim));
   ws.g.resize(static_cast<size_t>(n * inter));
   ws.u.resize(static_cast<size_t>(n * inter));
   ws.h.resize(static_cast<size_t>(n * inter));
-  ws.out.resize(static_cast<size_t>(n * shape.dim));
-  float *xb = ws.xb.data(), *g = ws.g.data(), *u = ws.u.data(), *h = ws.h.data(), *out = ws.out.data();
+  float *xb = ws.xb.data(), *g = ws.g.data(), *u = ws.u.data(), *h = ws.h.data();
   for (int64_t r = 0; r < n; ++r) std::copy(x + rows[r] * shape.dim, x + (rows[r] + 1) * shape.dim, xb + r * shape.dim);
   matmul(ex, xb, n, shape.dim, ew.w1, inter, g);
   matmul(ex, xb, n, shape.dim, ew.w3, inter, u);
   for (int64_t r = 0; r < n; ++r) swiglu(shape, g + r * inter, u + r * inter, inter, row_weight[r], h + r * inter);
   matmul(ex, h, n, inter, ew.w2, shape.dim, out);
+}
+
+void add_rows(const MoeShape& shape, const int64_t* rows, const float* out, int64_t n, float* y) {
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < shape.dim; ++c) y[rows[r] * shape.dim + c] += out[r * shape.dim + c];
 }
+
+// Below this many tokens the experts run one after another on the caller (a decode step of one
+// sequence: 2 routed + 1 shared one-row products, too small to pay for waking the pool).
+// Above kSideBySideMaxTokens (prefill) each expert has rows enough for the products' own
+// threading, and one output buffer for every (token, expert) pair would be large.
+constexpr int64_t kSideBySideTokens = 4;
+constexpr int64_t kSideBySideMaxTokens = 64;
 
 }  // namespace
 
@@ -230,16 +239,54 @@ void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, 
     }
   for (int e = E; e > 0; --e) ws.expert_begin[e] = ws.expert_begin[e - 1];
   ws.expert_begin[0] = 0;
-  for (int e = 0; e < E; ++e) {
-    const int64_t b = ws.expert_begin[e], n = ws.expert_begin[e + 1] - b;
-    expert_batch(ex, shape, w.experts[e], shape.inter, x, ws.expert_rows.data() + b, ws.expert_row_weights.data() + b,
-                 n, y, ws);
-  }
   if (shape.has_shared) {
     ws.all_rows.resize(static_cast<size_t>(tokens));
     std::iota(ws.all_rows.begin(), ws.all_rows.end(), 0);
     ws.ones.assign(static_cast<size_t>(tokens), 1.0f);
-    expert_batch(ex, shape, w.shared, shape.shared_inter, x, ws.all_rows.data(), ws.ones.data(), tokens, y, ws);
+  }
+  const int experts_run = E + (shape.has_shared ? 1 : 0);
+  auto rows_of = [&](int e) { return e < E ? ws.expert_rows.data() + ws.expert_begin[e] : ws.all_rows.data(); };
+  auto count_of = [&](int e) { return e < E ? ws.expert_begin[e + 1] - ws.expert_begin[e] : tokens; };
+  auto run_expert = [&](int e, float* out, ExpertScratch& es) {  // e = E: the shared expert
+    if (e < E) {
+      expert_rows(ex, shape, w.experts[e], shape.inter, x, rows_of(e), ws.expert_row_weights.data() + ws.expert_begin[e],
+                  count_of(e), out, es);
+    } else {
+      expert_rows(ex, shape, w.shared, shape.shared_inter, x, rows_of(e), ws.ones.data(), tokens, out, es);
+    }
+  };
+  // An expert gets at most `tokens` rows: room for that in each scratch used, so that a decode
+  // step allocates nothing once the batch shape has been seen, whichever experts it picks.
+  auto reserve = [&](ExpertScratch& es) {
+    const size_t inter = static_cast<size_t>(std::max(shape.inter, shape.has_shared ? shape.shared_inter : 0));
+    es.xb.reserve(static_cast<size_t>(tokens * shape.dim));
+    for (std::vector<float>* v : {&es.g, &es.u, &es.h}) v->reserve(static_cast<size_t>(tokens) * inter);
+  };
+  if (tokens < kSideBySideTokens || tokens > kSideBySideMaxTokens || ex.threads() < 2) {
+    // One expert after another, each added into y as it finishes (ascending, the shared one last).
+    if (ws.experts.empty()) ws.experts.resize(1);
+    reserve(ws.experts[0]);
+    for (int e = 0; e < experts_run; ++e) {
+      ws.out.resize(static_cast<size_t>(count_of(e) * shape.dim));
+      run_expert(e, ws.out.data(), ws.experts[0]);
+      add_rows(shape, rows_of(e), ws.out.data(), count_of(e), y);
+    }
+  } else {
+    // Side by side on the pool, one expert per chunk with its own scratch (the products inside a
+    // chunk run inline), each writing its rows at its slots of out [tokens·k (+ tokens), dim]; then
+    // the same additions in the same order as above, so every token gets the same bits.
+    const int64_t slots = tokens * k + (shape.has_shared ? tokens : 0);
+    ws.out.resize(static_cast<size_t>(slots * shape.dim));
+    auto slot_of = [&](int e) { return e < E ? ws.expert_begin[e] : tokens * k; };
+    if (static_cast<int>(ws.experts.size()) < experts_run) ws.experts.resize(static_cast<size_t>(experts_run));
+    for (int e = 0; e < experts_run; ++e) reserve(ws.experts[static_cast<size_t>(e)]);
+    ex.parallel_for(experts_run, 1, [&](int64_t b, int64_t end) {
+      for (int64_t i = b; i < end; ++i) {
+        const int e = static_cast<int>(i);
+        run_expert(e, ws.out.data() + slot_of(e) * shape.dim, ws.experts[static_cast<size_t>(i)]);
+      }
+    });
+    for (int e = 0; e < experts_run; ++e) add_rows(shape, rows_of(e), ws.out.data() + slot_of(e) * shape.dim, count_of(e), y);
   }
   if (experts_out) std::copy(chosen, chosen + tokens * k, experts_out);
   if (weights_out) std::copy(wts, wts + tokens * k, weights_out);

@@ -60,6 +60,11 @@ struct MoeWeights {
 
 // Working memory of the router and the experts, owned by the caller and reused between calls
 // (resized to the call's shape: no allocation once a shape has been seen). Null: a local one.
+// One expert's gathered rows and activations (moe_forward: one per expert running side by side).
+struct ExpertScratch {
+  std::vector<float> xb, g, u, h;
+};
+
 struct MoeScratch {
   std::vector<float> logits;                 // [T, E] router logits, then scores
   std::vector<float> biased;                 // [E] selection scores of one token
@@ -71,7 +76,9 @@ struct MoeScratch {
   std::vector<float> expert_row_weights;     // [T·k] its routing weight
   std::vector<int64_t> all_rows;             // [T] 0 … T−1 (the shared expert)
   std::vector<float> ones;                   // [T] 1.0 (the shared expert's weights)
-  std::vector<float> xb, g, u, h, out;       // one expert's gathered rows and activations
+  std::vector<float> g, u, h;                // the reference's activations of one token
+  std::vector<float> out;                    // [T·k (+ T), dim] every expert's output rows, by slot
+  std::vector<ExpertScratch> experts;        // per expert (side by side), or one
 };
 
 // Router only.  x [T, dim]; is_image [T] (null = all text) → experts [T, k] i32, weights [T, k].
@@ -80,8 +87,10 @@ void moe_route(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, co
 
 // Full MoE.  x [T, dim] → y [T, dim]; experts/weights (optional, [T, k]) receive the routing.
 // The reference runs token by token with scalar dot products; the fast path batches the
-// tokens of each expert through gemm_f32 / gemm_bf16w (matmul, threaded on ex.pool). Same routing,
-// outputs equal to float rounding.
+// tokens of each expert through gemm_f32 / gemm_bf16w (matmul, threaded on ex.pool), and with
+// 4–64 tokens (batched decode) runs the experts side by side on ex.pool instead, adding their
+// outputs in the same order (the same bits either way). Same routing, outputs equal to float
+// rounding.
 void moe_forward_reference(const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
                            const uint8_t* is_image, float* y, int32_t* experts = nullptr,
                            float* weights = nullptr, MoeScratch* scratch = nullptr);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "model/compressor.h"
+#include "model/indexer.h"
 #include "model/rmsnorm.h"
 #include "model/weight_matrix.h"
 
@@ -161,10 +162,50 @@ void CpuBackend::index_and_attend(int layer, std::span<const SegmentAttention> j
     const SegmentAttention& j = jobs[static_cast<size_t>(k)];
     return segments_[j.segment].rows - j.first_row >= kLargeRows;
   };
+  // The index queries of every indexing segment's rows in one product per run of contiguous
+  // rows (a decode batch: one), rather than a one-row product per segment; row by row the same
+  // bits (indexer_queries_at). They live in attention_scratch_.indexer's q and head_weights,
+  // which the jobs (each with its own scratch) only read.
+  const ModelConfig& c = config();
+  const int64_t iw = int64_t{c.index_n_heads} * c.index_head_dim;
+  IndexerScratch& iq = attention_scratch_.indexer;
+  bool any_index = false;
+  for (const SegmentAttention& j : jobs) any_index = any_index || j.index;
+  if (any_index) {
+    iq.q.resize(static_cast<size_t>(layout_.rows * iw));
+    iq.head_weights.resize(static_cast<size_t>(layout_.rows * c.index_n_heads));
+    auto queries = [&](int64_t b, int64_t e) {
+      if (b < e)
+        indexer_queries_at(ex_, c, model_.layer(layer).attn, model_.rope(), row(c_, b, c.q_lora_rank),
+                           row(h_, b, c.hidden_size), e - b, layout_.positions + b, row(iq.q, b, iw),
+                           row(iq.head_weights, b, c.index_n_heads), &iq);
+    };
+    int64_t run_b = 0, run_e = 0;  // the current run of contiguous rows
+    for (const SegmentAttention& j : jobs) {
+      if (!j.index) continue;
+      const SegmentRows& s = segments_[j.segment];
+      const int64_t b = s.row0 + j.first_row, e = s.row0 + s.rows;
+      if (b >= e) continue;
+      if (b != run_e) {
+        queries(run_b, run_e);
+        run_b = b;
+      }
+      run_e = e;
+    }
+    queries(run_b, run_e);
+  }
   auto run_job = [&](int64_t k) {
     const SegmentAttention& j = jobs[static_cast<size_t>(k)];
     AttentionScratch* scratch = &segment_scratch_[static_cast<size_t>(k)];
-    if (j.index) index_with(layer, j.segment, j.first_row, j.index_kv_layer, j.restricted, scratch);
+    if (j.index) {
+      const SegmentRows& s = segments_[j.segment];
+      const KvSourceCache& kv = *s.cache->kv_source(j.index_kv_layer);
+      const int64_t r0 = s.row0 + j.first_row;
+      shared_[j.segment].call_row0 = j.first_row;
+      attention_index_with_queries(ex_, c, plan().layers[layer], kv, j.restricted, row(iq.q, r0, iw),
+                                   row(iq.head_weights, r0, c.index_n_heads), s.rows - j.first_row, s.start + j.first_row,
+                                   shared_[j.segment], scratch);
+    }
     attend_with(layer, j.segment, j.first_row, j.attend_kv_layer, scratch);
   };
   // A trace records per-segment state in order; it only comes with single-segment batches.

@@ -8,6 +8,12 @@ namespace dsv41 {
 void dot_rows_avx2(const float* a, const float* rows, int64_t n, int64_t D, float* y);
 void weighted_sum_rows_avx2(const float* p, const float* rows, int64_t n, int64_t D, float* out);
 
+// Defined in attention_kernels_avx512.cpp (built with -mavx512*); D a multiple of 16.
+void dot_rows_heads_avx512(const float* q, int64_t q_stride, int64_t heads, const float* rows, int64_t n, int64_t D,
+                           float* y, int64_t y_stride);
+void weighted_sum_rows_heads_avx512(const float* p, int64_t p_stride, int64_t heads, const float* rows, int64_t n,
+                                    int64_t D, float* out, int64_t out_stride);
+
 void dot_rows_reference(const float* a, const float* rows, int64_t n, int64_t D, float* y) {
   for (int64_t j = 0; j < n; ++j) {
     const float* r = rows + j * D;
@@ -38,6 +44,30 @@ void dot_rows(const float* a, const float* rows, int64_t n, int64_t D, float* y)
 void weighted_sum_rows(const float* p, const float* rows, int64_t n, int64_t D, float* out) {
   if (attention_kernels_use_avx2()) return weighted_sum_rows_avx2(p, rows, n, D, out);
   weighted_sum_rows_reference(p, rows, n, D, out);
+}
+
+namespace {
+
+// The multi-head AVX-512 loops give the AVX2 kernels' bits, so they run only where dot_rows
+// itself would run AVX2 code.
+bool use_heads_avx512(CpuIsa isa, int64_t D) {
+  return isa >= CpuIsa::kAvx512 && cpu_best_isa() >= CpuIsa::kAvx512 && attention_kernels_use_avx2() && D % 16 == 0;
+}
+
+}  // namespace
+
+void dot_rows_heads(CpuIsa isa, const float* q, int64_t q_stride, int64_t heads, const float* rows, int64_t n,
+                    int64_t D, float* y, int64_t y_stride) {
+  if (heads <= 0 || n <= 0) return;
+  if (use_heads_avx512(isa, D)) return dot_rows_heads_avx512(q, q_stride, heads, rows, n, D, y, y_stride);
+  for (int64_t h = 0; h < heads; ++h) dot_rows(q + h * q_stride, rows, n, D, y + h * y_stride);
+}
+
+void weighted_sum_rows_heads(CpuIsa isa, const float* p, int64_t p_stride, int64_t heads, const float* rows,
+                             int64_t n, int64_t D, float* out, int64_t out_stride) {
+  if (heads <= 0 || n <= 0) return;
+  if (use_heads_avx512(isa, D)) return weighted_sum_rows_heads_avx512(p, p_stride, heads, rows, n, D, out, out_stride);
+  for (int64_t h = 0; h < heads; ++h) weighted_sum_rows(p + h * p_stride, rows, n, D, out + h * out_stride);
 }
 
 }  // namespace dsv41

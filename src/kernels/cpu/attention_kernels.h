@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/cpu_exec.h"
+
 namespace dsv41 {
 
 void dot_rows_reference(const float* a, const float* rows, int64_t n, int64_t D, float* y);
@@ -16,6 +18,17 @@ void weighted_sum_rows_reference(const float* p, const float* rows, int64_t n, i
 
 void dot_rows(const float* a, const float* rows, int64_t n, int64_t D, float* y);
 void weighted_sum_rows(const float* p, const float* rows, int64_t n, int64_t D, float* out);
+
+// Several query heads against the same rows (one token's heads over its keys): for h < heads,
+//   dot_rows(q + h·q_stride, rows, n, D, y + h·y_stride)
+//   weighted_sum_rows(p + h·p_stride, rows, n, D, out + h·out_stride)
+// with the same bits as those calls. With isa ≥ kAvx512 on a CPU that has it and D a multiple
+// of 16, AVX-512 loops that read each row once for all heads (attention_kernels_avx512.cpp);
+// otherwise head by head through the calls above.
+void dot_rows_heads(CpuIsa isa, const float* q, int64_t q_stride, int64_t heads, const float* rows, int64_t n,
+                    int64_t D, float* y, int64_t y_stride);
+void weighted_sum_rows_heads(CpuIsa isa, const float* p, int64_t p_stride, int64_t heads, const float* rows,
+                             int64_t n, int64_t D, float* out, int64_t out_stride);
 
 // Whether the fast versions run AVX2 code on this machine.
 bool attention_kernels_use_avx2();

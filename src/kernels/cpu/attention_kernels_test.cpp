@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -25,6 +26,44 @@ TEST(AttentionKernels, FastMatchesReferenceAtBoundarySizes) {
       weighted_sum_rows_reference(p.data(), rows.data(), n, D, o1.data());
       weighted_sum_rows(p.data(), rows.data(), n, D, o2.data());
       for (int64_t d = 0; d < D; ++d) EXPECT_NEAR(o1[d], o2[d], 1e-5 * std::sqrt(double(n + 1)) * 4) << D << " " << n;
+    }
+  }
+}
+
+// The multi-head loops give dot_rows / weighted_sum_rows's bits head by head, on every ISA cap
+// (the AVX-512 loops only where the CPU has them and D is a multiple of 16; the rest falls back).
+TEST(AttentionKernels, HeadsMatchOneHeadAtATimeBitForBit) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  auto bits = [](float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return u;
+  };
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    for (int64_t D : {8, 16, 24, 32, 48, 64, 128, 512}) {
+      for (int64_t heads : {1, 2, 3, 4, 5, 8, 9}) {
+        for (int64_t n : {0, 1, 2, 3, 5, 64, 129}) {
+          const int64_t qs = D + 3, ys = n + 2;  // strides wider than the rows
+          std::vector<float> q(heads * qs), rows(n * D), y(heads * ys, -7.0f), y1(heads * ys, -7.0f);
+          for (auto& v : q) v = nd(rng);
+          for (auto& v : rows) v = nd(rng);
+          dot_rows_heads(isa, q.data(), qs, heads, rows.data(), n, D, y.data(), ys);
+          for (int64_t h = 0; h < heads; ++h) dot_rows(q.data() + h * qs, rows.data(), n, D, y1.data() + h * ys);
+          for (size_t i = 0; i < y.size(); ++i)
+            ASSERT_EQ(bits(y[i]), bits(y1[i])) << cpu_isa_name(isa) << " D " << D << " heads " << heads << " n " << n;
+          const int64_t ps = n + 1, os = D + 5;
+          std::vector<float> p(heads * ps), out(heads * os), out1;
+          for (auto& v : p) v = std::fabs(nd(rng));
+          for (auto& v : out) v = nd(rng);
+          out1 = out;
+          weighted_sum_rows_heads(isa, p.data(), ps, heads, rows.data(), n, D, out.data(), os);
+          for (int64_t h = 0; h < heads; ++h)
+            weighted_sum_rows(p.data() + h * ps, rows.data(), n, D, out1.data() + h * os);
+          for (size_t i = 0; i < out.size(); ++i)
+            ASSERT_EQ(bits(out[i]), bits(out1[i])) << cpu_isa_name(isa) << " D " << D << " heads " << heads << " n " << n;
+        }
+      }
     }
   }
 }

@@ -1,0 +1,131 @@
+// AVX-512 versions of the attention inner loops for several query heads at once (see
+// attention_kernels.h, dot_rows_heads / weighted_sum_rows_heads). Built with -mavx512*; called
+// only when CPUID reports AVX-512 and D is a multiple of 16.
+//
+// Same bits as the AVX2 kernels, head by head:
+//   dot:  the AVX2 loop keeps two 8-lane accumulators, acc0 over channels d ≡ 0..7 (mod 16) and
+//         acc1 over d ≡ 8..15, each a fused chain in channel order, then hsum(acc0 + acc1). One
+//         zmm holds [acc0 | acc1]: a 16-channel FMA updates both halves exactly as the two ymm
+//         FMAs did, and the reduction below adds the halves, then sums 8 lanes in the AVX2 order.
+//   weighted sum: every output channel is its own fused chain out[d] ← fma(p[j], row_j[d], ·)
+//         in row order, whatever the vector width.
+// The speed comes from reading each key row once for all heads (and two rows at a time), which
+// gives the FMA pipes independent chains instead of one latency-bound chain per head.
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace dsv41 {
+namespace {
+
+// hsum(lo256 + hi256) exactly as attention_kernels_avx2.cpp's hsum(_mm256_add_ps(acc0, acc1)).
+inline float hsum_pair(__m512 acc) {
+  const __m256 v = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
+
+// NH heads (≤ 4), rows two at a time.
+template <int NH>
+void dot_heads(const float* q, int64_t q_stride, const float* rows, int64_t n, int64_t D, float* y, int64_t y_stride) {
+  int64_t j = 0;
+  for (; j + 2 <= n; j += 2) {
+    const float* r0 = rows + j * D;
+    const float* r1 = r0 + D;
+    __m512 a0[NH], a1[NH];
+    for (int h = 0; h < NH; ++h) a0[h] = a1[h] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d += 16) {
+      const __m512 x0 = _mm512_loadu_ps(r0 + d), x1 = _mm512_loadu_ps(r1 + d);
+      for (int h = 0; h < NH; ++h) {
+        const __m512 qv = _mm512_loadu_ps(q + h * q_stride + d);
+        a0[h] = _mm512_fmadd_ps(qv, x0, a0[h]);
+        a1[h] = _mm512_fmadd_ps(qv, x1, a1[h]);
+      }
+    }
+    for (int h = 0; h < NH; ++h) {
+      y[h * y_stride + j] = hsum_pair(a0[h]);
+      y[h * y_stride + j + 1] = hsum_pair(a1[h]);
+    }
+  }
+  if (j < n) {
+    const float* r0 = rows + j * D;
+    __m512 a0[NH];
+    for (int h = 0; h < NH; ++h) a0[h] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d += 16) {
+      const __m512 x0 = _mm512_loadu_ps(r0 + d);
+      for (int h = 0; h < NH; ++h) a0[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * q_stride + d), x0, a0[h]);
+    }
+    for (int h = 0; h < NH; ++h) y[h * y_stride + j] = hsum_pair(a0[h]);
+  }
+}
+
+// NH heads (≤ 4), columns in strips of 32 (D a multiple of 16: a last strip of 16).
+template <int NH>
+void wsum_heads(const float* p, int64_t p_stride, const float* rows, int64_t n, int64_t D, float* out,
+                int64_t out_stride) {
+  int64_t d = 0;
+  for (; d + 32 <= D; d += 32) {
+    __m512 a0[NH], a1[NH];
+    for (int h = 0; h < NH; ++h) {
+      a0[h] = _mm512_loadu_ps(out + h * out_stride + d);
+      a1[h] = _mm512_loadu_ps(out + h * out_stride + d + 16);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const float* r = rows + j * D + d;
+      const __m512 x0 = _mm512_loadu_ps(r), x1 = _mm512_loadu_ps(r + 16);
+      for (int h = 0; h < NH; ++h) {
+        const __m512 pj = _mm512_set1_ps(p[h * p_stride + j]);
+        a0[h] = _mm512_fmadd_ps(pj, x0, a0[h]);
+        a1[h] = _mm512_fmadd_ps(pj, x1, a1[h]);
+      }
+    }
+    for (int h = 0; h < NH; ++h) {
+      _mm512_storeu_ps(out + h * out_stride + d, a0[h]);
+      _mm512_storeu_ps(out + h * out_stride + d + 16, a1[h]);
+    }
+  }
+  if (d < D) {  // 16 columns left
+    __m512 a0[NH];
+    for (int h = 0; h < NH; ++h) a0[h] = _mm512_loadu_ps(out + h * out_stride + d);
+    for (int64_t j = 0; j < n; ++j) {
+      const __m512 x0 = _mm512_loadu_ps(rows + j * D + d);
+      for (int h = 0; h < NH; ++h) a0[h] = _mm512_fmadd_ps(_mm512_set1_ps(p[h * p_stride + j]), x0, a0[h]);
+    }
+    for (int h = 0; h < NH; ++h) _mm512_storeu_ps(out + h * out_stride + d, a0[h]);
+  }
+}
+
+}  // namespace
+
+void dot_rows_heads_avx512(const float* q, int64_t q_stride, int64_t heads, const float* rows, int64_t n, int64_t D,
+                           float* y, int64_t y_stride) {
+  for (int64_t h = 0; h < heads; h += 4) {
+    const float* qh = q + h * q_stride;
+    float* yh = y + h * y_stride;
+    switch (heads - h) {
+      case 1: dot_heads<1>(qh, q_stride, rows, n, D, yh, y_stride); break;
+      case 2: dot_heads<2>(qh, q_stride, rows, n, D, yh, y_stride); break;
+      case 3: dot_heads<3>(qh, q_stride, rows, n, D, yh, y_stride); break;
+      default: dot_heads<4>(qh, q_stride, rows, n, D, yh, y_stride); break;
+    }
+  }
+}
+
+void weighted_sum_rows_heads_avx512(const float* p, int64_t p_stride, int64_t heads, const float* rows, int64_t n,
+                                    int64_t D, float* out, int64_t out_stride) {
+  for (int64_t h = 0; h < heads; h += 4) {
+    const float* ph = p + h * p_stride;
+    float* oh = out + h * out_stride;
+    switch (heads - h) {
+      case 1: wsum_heads<1>(ph, p_stride, rows, n, D, oh, out_stride); break;
+      case 2: wsum_heads<2>(ph, p_stride, rows, n, D, oh, out_stride); break;
+      case 3: wsum_heads<3>(ph, p_stride, rows, n, D, oh, out_stride); break;
+      default: wsum_heads<4>(ph, p_stride, rows, n, D, oh, out_stride); break;
+    }
+  }
+}
+
+}  // namespace dsv41

@@ -55,7 +55,7 @@ struct MhcMixK {  // m[t, o] = Σ_i (f_i · r_t) · fn[o, i]
   }
 };
 
-// Gates + Sinkhorn of one token (finish_coefficients in mhc.cpp). hc ≤ 8.
+// Gates + Sinkhorn of one token (mhc_finish_reference in mhc_sinkhorn.cpp). hc ≤ 8.
 struct MhcFinishK {
   const float* m;
   const float* base;

@@ -2,12 +2,9 @@
 // driver and dispatch live with the other products in gemm.cpp.
 #include "kernels/cpu/gemm_quant.h"
 
-#include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "base/numerics.h"
-#include "kernels/cpu/gemm_quant_fold.h"
 
 namespace dsv41 {
 
@@ -26,27 +23,6 @@ float QuantWeights::at(int64_t r, int64_t c) const {
   if (format == QuantFormat::kFp8E4M3) return e4m3_decode_table()[codes[r * in + c]] * s;
   const uint8_t byte = codes[r * (in / 2) + c / 2];
   return e2m1_decode_table()[(c & 1) ? (byte >> 4) : (byte & 0x0F)] * s;
-}
-
-FoldRange fold_range(const float* x, int64_t n) {
-  // |x| as int32 bits orders as |x| does; the largest finite and the smallest nonzero. Branch-free
-  // so it vectorises (once per call, over rows · in floats).
-  int32_t top = 0, bottom = INT32_MAX;
-  for (int64_t i = 0; i < n; ++i) {
-    int32_t b;
-    std::memcpy(&b, x + i, 4);
-    const int32_t a = b & INT32_MAX;
-    const bool nan = a > 0x7F800000;
-    top = std::max(top, nan ? 0 : a);
-    bottom = std::min(bottom, (a == 0 || nan) ? INT32_MAX : a);
-  }
-  if (top >= 0x7F800000) return {};  // an infinite x
-  // Exponent field − 127: floor(log2 |x|) for normal x, −127 for subnormal x (which then allows
-  // only k ≥ 0, where scaling a subnormal up is exact).
-  FoldRange r;
-  r.hi = top == 0 ? 1000 : 127 - ((top >> 23) - 127);
-  r.lo = bottom == INT32_MAX ? -1000 : std::min(0, -126 - ((bottom >> 23) - 127));
-  return r;
 }
 
 bool e4m3_codes_nan_free(const uint8_t* codes, int64_t n) {

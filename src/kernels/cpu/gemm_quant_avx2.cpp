@@ -17,6 +17,8 @@
 // the sign bit.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <type_traits>
 
@@ -250,6 +252,44 @@ void widen(const QuantWeights& w, int64_t o0, int64_t o1, float* dst) {
 }
 
 }  // namespace
+
+FoldRange fold_range(const float* x, int64_t n) {
+  // |x| as int32 bits orders as |x| does: the largest finite |x| (NaN counted as 0) and the
+  // smallest nonzero one (zeros and NaN counted as INT32_MAX).
+  const __m256i abs_mask = _mm256_set1_epi32(INT32_MAX), inf = _mm256_set1_epi32(0x7F800000);
+  const __m256i none = _mm256_set1_epi32(INT32_MAX), zero = _mm256_setzero_si256();
+  __m256i top8 = zero, bottom8 = none;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask);
+    const __m256i nan = _mm256_cmpgt_epi32(a, inf);
+    top8 = _mm256_max_epi32(top8, _mm256_andnot_si256(nan, a));
+    bottom8 = _mm256_min_epi32(bottom8, _mm256_blendv_epi8(a, none, _mm256_or_si256(nan, _mm256_cmpeq_epi32(a, zero))));
+  }
+  alignas(32) int32_t t[8], b[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(t), top8);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(b), bottom8);
+  int32_t top = 0, bottom = INT32_MAX;
+  for (int k = 0; k < 8; ++k) {
+    top = std::max(top, t[k]);
+    bottom = std::min(bottom, b[k]);
+  }
+  for (; i < n; ++i) {
+    int32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    const int32_t a = bits & INT32_MAX;
+    const bool nan = a > 0x7F800000;
+    top = std::max(top, nan ? 0 : a);
+    bottom = std::min(bottom, (a == 0 || nan) ? INT32_MAX : a);
+  }
+  if (top >= 0x7F800000) return {};  // an infinite x
+  // Exponent field − 127: floor(log2 |x|) for normal x, −127 for subnormal x (which then allows
+  // only k ≥ 0, where scaling a subnormal up is exact).
+  FoldRange r;
+  r.hi = top == 0 ? 1000 : 127 - ((top >> 23) - 127);
+  r.lo = bottom == INT32_MAX ? -1000 : std::min(0, -126 - ((bottom >> 23) - 127));
+  return r;
+}
 
 void gemm_quant_avx2_widen(const QuantWeights& w, int64_t o0, int64_t o1, float* dst) {
   if (w.format == QuantFormat::kFp8E4M3) {

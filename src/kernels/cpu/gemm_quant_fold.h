@@ -18,7 +18,8 @@ struct FoldRange {
 };
 
 // Over the n floats of x (the rows of one call; computed once per gemm_quant call, gemm.cpp).
-// Empty when some x is infinite; NaN x ignored (a NaN product is NaN either way).
+// Empty when some x is infinite; NaN x ignored (a NaN product is NaN either way). AVX2 code
+// (gemm_quant_avx2.cpp): call it on the vector paths only.
 FoldRange fold_range(const float* x, int64_t n);
 
 }  // namespace dsv41

@@ -12,10 +12,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_quant_fold.h"
 #include "model/dequant.h"
 
 namespace dsv41 {
@@ -196,6 +198,33 @@ TEST(GemmQuant, Fp8ExtremeActivationsAndScalesMatchWidened) {
       gemm_quant_portable(x.data(), rows, in, s.view(), out, got.data());
       expect_same_bits(got, want, "trial " + std::to_string(trial) + " portable");
     }
+  }
+}
+
+TEST(GemmQuant, FoldRangeIsTheExactScalingRange) {
+  if (!cpu_has_avx2_fma()) GTEST_SKIP() << "fold_range is AVX2 code";
+  auto range = [](std::vector<float> x) {
+    const FoldRange r = fold_range(x.data(), int64_t(x.size()));
+    return std::pair<int, int>(r.lo, r.hi);
+  };
+  // 0.5 … 3: x · 2^k stays normal and finite for -125 ≤ k ≤ 126; the same in the vector body.
+  EXPECT_EQ(range({1.0f, 0.5f, -3.0f}), std::make_pair(-125, 126));
+  std::vector<float> many(37, 1.0f);
+  many[20] = 0.5f;
+  many[3] = -3.0f;
+  many[36] = __builtin_nanf("");
+  many[9] = 0.0f;
+  EXPECT_EQ(range(many), std::make_pair(-125, 126));
+  EXPECT_EQ(range({1e-40f, 1.0f}), std::make_pair(0, 127));  // a subnormal: only k ≥ 0
+  EXPECT_EQ(range({0.0f, -0.0f}), std::make_pair(-1000, 1000));
+  const FoldRange inf = fold_range(std::vector<float>{1.0f, -__builtin_inff()}.data(), 2);
+  EXPECT_GT(inf.lo, inf.hi);
+  for (int k = -130; k <= 130; ++k) {  // the promise itself, on a spread of values
+    const std::vector<float> x = {3.0e-38f, 1.5f, 6.0e37f, -2.5e-20f};
+    const FoldRange r = fold_range(x.data(), 4);
+    bool exact = true;
+    for (float v : x) exact &= std::ldexp(double(v), k) == double(std::ldexp(v, k)) && std::isnormal(std::ldexp(v, k));
+    EXPECT_EQ(r.contains(k), exact) << k;
   }
 }
 

@@ -1,9 +1,10 @@
 // Decode-shaped y = x · Wᵀ from the stored FP8 / FP4 bytes (gemm_quant, issue 13) against the
 // same weights widened to float32 (gemm_f32) and to bf16 bits (gemm_bf16w), on each ISA this CPU
 // has (isa: 0 = portable, 1 = AVX2, 2 = AVX-512) and on one thread (threads = 1) or the whole
-// machine's pool (threads = 0). Every call streams its weights from DRAM: the runs cycle through
-// ≥ 1 GiB of copies, as a decode step whose weights dwarf the caches. Wbytes/s counts the bytes
-// as held (codes + scales for the stored formats); W/s the weights.
+// machine's pool (threads = 0). With cold = 1 every call streams its weights from DRAM: the runs
+// cycle through ≥ 1 GiB of copies, as a decode step whose weights dwarf the caches; cold = 0
+// reuses one copy (small shapes: from cache), the kernel's compute ceiling. Wbytes/s counts the
+// bytes as held (codes + scales for the stored formats); W/s the weights.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -34,7 +35,7 @@ void BM_GemmQuantDecode(benchmark::State& state) {
   const int64_t code_bytes = fp8 ? out * in : out * in / 2;
   const int64_t scale_bytes = fp8 ? ((out + 31) / 32) * ((in + 31) / 32) : out * ((in + 31) / 32);
   const int64_t held = kind == kF32 ? 4 * out * in : kind == kBf16 ? 2 * out * in : code_bytes + scale_bytes;
-  const int64_t copies = (kColdBytes + held - 1) / held;
+  const int64_t copies = state.range(6) ? (kColdBytes + held - 1) / held : 1;
   std::vector<uint8_t> codes(code_bytes), scales(scale_bytes);
   uint32_t s = 12345;
   for (uint8_t& c : codes) {
@@ -50,6 +51,7 @@ void BM_GemmQuantDecode(benchmark::State& state) {
   q.scale_cols = (in + 31) / 32;
   q.block_rows_log2 = fp8 ? 5 : 0;
   q.block_cols_log2 = 5;
+  q.nan_free = fp8 && e4m3_codes_nan_free(codes.data(), code_bytes);  // as the loader sets it
   std::vector<uint8_t> qc, qs;  // copies of codes / scales
   std::vector<float> wf;
   std::vector<uint16_t> wb;
@@ -93,16 +95,22 @@ void BM_GemmQuantDecode(benchmark::State& state) {
   state.SetLabel(kind == kF32 ? "f32" : kind == kBf16 ? "bf16" : kind == kFp8 ? "fp8" : "fp4");
 }
 
-// {rows, in, out, kind, isa, threads}: mini-flash's wq_b (32768 × 1280), one expert's w1 (512 × 1024).
+// {rows, in, out, kind, isa, threads, cold}: mini-flash's wq_b (32768 × 1280), one expert's w1
+// (512 × 1024); from cache: 512 × 1280 FP8 (655 KB), the expert w1.
 void Shapes(benchmark::internal::Benchmark* b) {
   for (int64_t threads : {1, 0})
     for (int64_t isa : {1, 2})
-      for (int64_t kind : {kF32, kBf16, kFp8}) b->Args({1, 1280, 32768, kind, isa, threads});
-  for (int64_t isa : {1, 2})
-    for (int64_t kind : {kBf16, kFp4}) b->Args({1, 1024, 512, kind, isa, 1});
-  for (int64_t kind : {kBf16, kFp8}) b->Args({4, 1280, 32768, kind, 2, 0});
+      for (int64_t kind : {kF32, kBf16, kFp8}) b->Args({1, 1280, 32768, kind, isa, threads, 1});
+  for (int64_t threads : {1, 0})
+    for (int64_t isa : {1, 2})
+      for (int64_t kind : {kBf16, kFp4}) b->Args({1, 1024, 512, kind, isa, threads, 1});
+  for (int64_t kind : {kBf16, kFp8}) b->Args({4, 1280, 32768, kind, 2, 0, 1});
+  for (int64_t isa : {1, 2}) {
+    b->Args({1, 1280, 512, kFp8, isa, 1, 0});
+    b->Args({1, 1024, 512, kFp4, isa, 1, 0});
+  }
 }
-BENCHMARK(BM_GemmQuantDecode)->Apply(Shapes)->ArgNames({"rows", "in", "out", "kind", "isa", "threads"})
+BENCHMARK(BM_GemmQuantDecode)->Apply(Shapes)->ArgNames({"rows", "in", "out", "kind", "isa", "threads", "cold"})
     ->Unit(benchmark::kMicrosecond)->UseRealTime()->MeasureProcessCPUTime();
 
 }  // namespace

@@ -102,6 +102,8 @@ Result<std::optional<QuantWeights>> stored_quant_view(const TensorView& weight, 
   q.scale_cols = scale->shape[1];
   q.block_rows_log2 = std::countr_zero(static_cast<uint64_t>(block.rows));
   q.block_cols_log2 = std::countr_zero(static_cast<uint64_t>(block.cols));
+  // NaN codes are legal (they widen to NaN); a matrix without any takes the kernels' cheaper path.
+  q.nan_free = fp8 && e4m3_codes_nan_free(q.codes, rows * cols);
   if (bytes) *bytes = int64_t(weight.bytes.size() + scale->bytes.size());
   return std::optional<QuantWeights>(q);
 }

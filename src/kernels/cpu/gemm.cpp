@@ -10,6 +10,7 @@
 #include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/gemm_quant_fold.h"
 
 namespace dsv41 {
 
@@ -145,9 +146,18 @@ void gemm_quant(const CpuExec& ex, const float* x, int64_t rows, int64_t in, con
       case CpuIsa::kPortable: break;
     }
   }
+  // FP8 tiles scale x instead of the weights where exact (gemm_quant_fold.h): x's range, once.
+  const FoldRange fold =
+      w.format == QuantFormat::kFp8E4M3 && ex.gemm_isa() != CpuIsa::kPortable ? fold_range(x, rows * in) : FoldRange{};
+  auto avx512 = [&fold](const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
+                        int64_t o1, int64_t out, float* y) {
+    gemm_quant_avx512_block(x, r0, r1, in, w, o0, o1, out, y, fold);
+  };
+  auto avx2 = [&fold](const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
+                      int64_t o1, int64_t out, float* y) { gemm_quant_avx2_block(x, r0, r1, in, w, o0, o1, out, y, fold); };
   switch (ex.gemm_isa()) {
-    case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, w.row_bytes(), out, y, &gemm_quant_avx512_block);
-    case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, w.row_bytes(), out, y, &gemm_quant_avx2_block);
+    case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, w.row_bytes(), out, y, avx512);
+    case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, w.row_bytes(), out, y, avx2);
     case CpuIsa::kPortable: break;
   }
   gemm_quant_portable(x, rows, in, w, out, y);

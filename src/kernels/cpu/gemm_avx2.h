@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/gemm_quant_fold.h"
 
 namespace dsv41 {
 
@@ -16,9 +17,10 @@ void gemm_bf16w_avx2_block(const float* x, int64_t r0, int64_t r1, int64_t in, c
                            int64_t o1, int64_t out, float* y);
 
 // FP8 / FP4 weights dequantised in registers (gemm_quant_avx2.cpp): the same bits as the float
-// block on the widened matrix (gemm_quant.h).
+// block on the widened matrix (gemm_quant.h). fold: fold_range of the call's x (gemm_quant_fold.h).
 void gemm_quant_avx2_block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
-                         int64_t o1, int64_t out, float* y);
+                         int64_t o1, int64_t out, float* y,
+                             const FoldRange& fold);
 
 // Rows [o0, o1) of w widened to float32 at dst ([o1 - o0, w.in]), the values dequant.h gives: the
 // prefill path, which widens a cache block once and runs the float block on it (gemm.cpp).

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/gemm_quant_fold.h"
 
 namespace dsv41 {
 
@@ -15,8 +16,9 @@ void gemm_bf16w_avx512_block(const float* x, int64_t r0, int64_t r1, int64_t in,
                              int64_t o1, int64_t out, float* y);
 
 // FP8 / FP4 weights dequantised in registers (gemm_quant_avx512.cpp): the same bits as the float
-// block on the widened matrix (gemm_quant.h).
+// block on the widened matrix (gemm_quant.h). fold: fold_range of the call's x (gemm_quant_fold.h).
 void gemm_quant_avx512_block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
-                         int64_t o1, int64_t out, float* y);
+                         int64_t o1, int64_t out, float* y,
+                             const FoldRange& fold);
 
 }  // namespace dsv41

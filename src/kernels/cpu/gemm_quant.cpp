@@ -25,6 +25,19 @@ float QuantWeights::at(int64_t r, int64_t c) const {
   return e2m1_decode_table()[(c & 1) ? (byte >> 4) : (byte & 0x0F)] * s;
 }
 
+bool e4m3_codes_nan_free(const uint8_t* codes, int64_t n) {
+  // Branch-free over chunks so the compiler vectorises it: (c & 0x7F) + 1 has bit 7 set only for
+  // the magnitude 0x7F, the NaN code.
+  constexpr int64_t kChunk = 1 << 16;
+  for (int64_t b = 0; b < n; b += kChunk) {
+    const int64_t e = n - b < kChunk ? n : b + kChunk;
+    uint8_t any = 0;
+    for (int64_t i = b; i < e; ++i) any |= static_cast<uint8_t>((codes[i] & 0x7F) + 1);
+    if (any & 0x80) return false;
+  }
+  return true;
+}
+
 void gemm_quant_portable(const float* x, int64_t rows, int64_t in, const QuantWeights& w, int64_t out, float* y) {
   // 8 lanes, unfused, as gemm_f32_portable; the row is dequantised once and reused for every row of x.
   std::vector<float> wrow(static_cast<size_t>(in > 0 ? in : 0));

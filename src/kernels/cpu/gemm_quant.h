@@ -9,6 +9,9 @@
 // the widened matrix, for every ISA path of the same kind (vector paths = gemm_f32's vector bits,
 // portable = gemm_f32_portable's), including NaN codes (E4M3 0x7F / 0xFF → NaN, as dequant.h).
 // Only the weight bytes read change: 1 (FP8) or ½ (FP4) byte per weight instead of 4.
+// Two shortcuts keep those bits: matrices scanned NaN-free at load (nan_free) skip the NaN merge,
+// and an FP8 block whose scale a whole tile shares scales x once instead of every weight where
+// x · 2^k is exact (gemm_quant_fold.h), the FMA then forming the same exact product.
 // Owns nothing: a QuantWeights view borrows the mapped checkpoint.
 #pragma once
 
@@ -33,6 +36,9 @@ struct QuantWeights {
   int64_t scale_cols = 0;   // ceil(in / block_cols)
   int32_t block_rows_log2 = 0, block_cols_log2 = 5;
   int32_t row_phase = 0;
+  // FP8 only: true when no code is an E4M3 NaN (0x7F / 0xFF), as checked at load
+  // (e4m3_codes_nan_free); the kernels then skip the per-element NaN merge. False is always safe.
+  bool nan_free = false;
 
   int64_t row_bytes() const { return format == QuantFormat::kFp8E4M3 ? in : in / 2; }
   // The view of rows [r, ...): codes advanced, the scale row folded into scales + row_phase.
@@ -40,6 +46,10 @@ struct QuantWeights {
   // The float32 value of element (r, c): code value × scale, as dequant.h computes it.
   float at(int64_t r, int64_t c) const;
 };
+
+// True when none of the n FP8 E4M3 codes is a NaN code (0x7F / 0xFF): a load-time scan whose
+// answer lets a matrix take the kernels' NaN-free path (the results are the same either way).
+bool e4m3_codes_nan_free(const uint8_t* codes, int64_t n);
 
 // y[r, o] = Σ_i x[r, i] · w(o, i), in the order of gemm_f32 (see above); threaded on ex.pool,
 // inner loop ex.gemm_isa(). w.in must equal `in`.

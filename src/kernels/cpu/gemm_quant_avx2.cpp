@@ -4,21 +4,28 @@
 // `in` one 32-column scale block at a time (every block size is a multiple of 32), so each
 // output's scale is fetched once per 32 weights.
 //
+// Blocks whose scale all of a tile's outputs share scale x instead of each weight where that is
+// exact (gemm_quant_fold.h); matrices without NaN codes (QuantWeights::nan_free) skip the NaN merge.
+//
 // FP8 E4M3 → float without a 256-entry gather: the code shifted into an IEEE half,
 // sign | 0 eeee mmm 0000000, is exactly value × 2^-8 for every finite code, subnormals included
 // (E4M3 bias 7 vs half bias 15); vcvtph2ps widens it exactly and the 2^8 is folded into the
 // scale (256 · s is exact while s < 2^120; larger scales take two multiplies). Codes 0x7F / 0xFF
 // (NaN in E4M3, 480 · 2^-8 as a half) are forced to NaN.
-// FP4 E2M1: the 16-entry table (dequant's, +0 for code 8) as two 8-lane permutes and a blend on
+// FP4 E2M1: whole blocks through a byte shuffle of 2 · value (block32_twice); partial blocks
+// through the 16-entry table (dequant's, +0 for code 8) as two 8-lane permutes and a blend on
 // the sign bit.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <type_traits>
 
 #include "base/numerics.h"
 #include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/gemm_avx2_lanes.h"
+#include "kernels/cpu/gemm_quant_fold.h"
 
 namespace dsv41 {
 namespace {
@@ -28,7 +35,9 @@ constexpr int kBigScaleCode = 247;
 
 // 8 codes at p (n < 8: the first n, the rest code 0 = +0) as value × 2^-8 (FP8) or value (FP4).
 struct Fp8Decoder {
-  __m128i k4000 = _mm_set1_epi16(0x4000), k3f80 = _mm_set1_epi16(0x3F80);
+  __m128i kbfff = _mm_set1_epi16(static_cast<short>(0xBFFF)), k3f80 = _mm_set1_epi16(0x3F80);
+  // NanFree: the caller knows no code is 0x7F / 0xFF (QuantWeights::nan_free): no NaN merge.
+  template <bool NanFree = false>
   __m256 load(const uint8_t* row, int64_t i, int64_t n) const {
     __m128i c;
     if (n >= 8) {
@@ -38,16 +47,22 @@ struct Fp8Decoder {
       std::memcpy(buf, row + i, static_cast<size_t>(n));
       c = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(buf));
     }
-    const __m128i t = _mm_slli_epi16(_mm_cvtepu8_epi16(c), 7);        // s at bit 14, eeee mmm at 13..7
-    const __m128i h = _mm_add_epi16(t, _mm_and_si128(t, k4000));         // sign moved to bit 15
-    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(t, k3f80), k3f80);  // magnitude 0x7F
-    return _mm256_or_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
+    // Sign-extended and shifted left 7, the sign lands in bits 15 and 14: clearing 14 leaves
+    // the half sign | 0 eeee mmm 0000000.
+    const __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(c), 7), kbfff);
+    if constexpr (NanFree) {
+      return _mm256_cvtph_ps(h);
+    } else {
+      const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, k3f80), k3f80);  // magnitude 0x7F
+      return _mm256_or_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
+    }
   }
 };
 
 struct Fp4Decoder {
   __m256 pos = _mm256_loadu_ps(e2m1_decode_table()), neg = _mm256_loadu_ps(e2m1_decode_table() + 8);
   __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);  // even column: low nibble
+  template <bool NanFree = false>  // no NaN codes in E2M1: the same either way
   __m256 load(const uint8_t* row, int64_t i, int64_t n) const {
     uint32_t b = 0;
     if (n >= 8) std::memcpy(&b, row + i / 2, 4);  // a constant size: one load, not a call
@@ -57,10 +72,26 @@ struct Fp4Decoder {
     return _mm256_blendv_ps(_mm256_permutevar8x32_ps(pos, idx), _mm256_permutevar8x32_ps(neg, idx),
                             _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
   }
+  // A whole 32-column block (16 bytes) as its 4 groups of 8 columns, each weight as 2 · value
+  // (small exact integers; the ½ goes into the scale): the nibbles split and interleaved back
+  // into column order bytewise, one byte shuffle looks 2 · value up as int8 (+0 for code 8, as
+  // dequant's table), then widen and convert. About half the instructions of load() per weight.
+  void block32_twice(const uint8_t* row, __m256 out[4]) const {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row));
+    const __m128i k0f = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(v, k0f), hi = _mm_and_si128(_mm_srli_epi16(v, 4), k0f);
+    const __m128i twice = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i c[2] = {_mm_shuffle_epi8(twice, _mm_unpacklo_epi8(lo, hi)),   // columns 0–15
+                          _mm_shuffle_epi8(twice, _mm_unpackhi_epi8(lo, hi))};  // columns 16–31
+    for (int h = 0; h < 2; ++h) {
+      out[2 * h] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c[h]));
+      out[2 * h + 1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(c[h], c[h])));
+    }
+  }
 };
 
-template <int R, int O, QuantFormat F>
-void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy) {
+template <int R, int O, QuantFormat F, bool NanFree>
+void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy, const FoldRange& fold) {
   using Decoder = std::conditional_t<F == QuantFormat::kFp8E4M3, Fp8Decoder, Fp4Decoder>;
   const Decoder dec;
   const float* ue8m0 = ue8m0_decode_table();
@@ -71,6 +102,9 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
     code_row[o] = w.codes + o * w.row_bytes();
     scale_row[o] = w.scales + ((w.row_phase + o) >> w.block_rows_log2) * w.scale_cols;
   }
+  // FP8: all O outputs in one scale row, so each block has one scale for the whole tile.
+  const bool shared = F == QuantFormat::kFp8E4M3 &&
+                      (w.row_phase >> w.block_rows_log2) == ((w.row_phase + O - 1) >> w.block_rows_log2);
   __m256 acc[R][O];
   for (int r = 0; r < R; ++r)
     for (int o = 0; o < O; ++o) acc[r][o] = _mm256_setzero_ps();
@@ -81,6 +115,39 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
   for (int64_t i0 = 0; i0 < in; i0 += 32) {
     if ((i0 & 63) == 0)
       for (int o = 0; o < O; ++o) _mm_prefetch(reinterpret_cast<const char*>(next + o * w.row_bytes() + i0 / 32 * step), _MM_HINT_T0);
+    if constexpr (F == QuantFormat::kFp8E4M3) {
+      // A whole block with the tile's one scale, exact to move onto x (gemm_quant_fold.h): x ·
+      // 256 · s once per 8 columns per row, the weights as value · 2^-8.
+      const uint8_t e = scale_row[0][i0 >> w.block_cols_log2];
+      if (shared && i0 + 32 <= in && e < kBigScaleCode && fold.contains(e - 119)) {
+        const __m256 s1 = _mm256_set1_ps(ue8m0[e] * 256.0f);
+        for (int64_t i = i0; i < i0 + 32; i += 8) {
+          __m256 wv[O];
+          for (int o = 0; o < O; ++o) wv[o] = dec.template load<NanFree>(code_row[o], i, 8);
+          for (int r = 0; r < R; ++r) {
+            const __m256 xs = _mm256_mul_ps(_mm256_loadu_ps(x + r * in + i), s1);
+            for (int o = 0; o < O; ++o) acc[r][o] = _mm256_fmadd_ps(xs, wv[o], acc[r][o]);
+          }
+        }
+        continue;
+      }
+    }
+    if constexpr (F == QuantFormat::kFp4E2M1) {
+      if (i0 + 32 <= in) {  // a whole block, one output at a time (its 4 groups fill the registers)
+        for (int o = 0; o < O; ++o) {
+          // (2 · value) × (s / 2) = value × s: both factors exact (s / 2 ≥ 2^-128), one rounding-free product.
+          const __m256 half_s = _mm256_set1_ps(ue8m0[scale_row[o][i0 >> w.block_cols_log2]] * 0.5f);
+          __m256 wv[4];
+          dec.block32_twice(code_row[o] + i0 / 2, wv);
+          for (int g = 0; g < 4; ++g) {
+            const __m256 wg = _mm256_mul_ps(wv[g], half_s);
+            for (int r = 0; r < R; ++r)
+              acc[r][o] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * in + i0 + 8 * g), wg, acc[r][o]);
+          }
+        }
+        continue;
+      }
+    }
     __m256 s[O];
     bool big = false;
     for (int o = 0; o < O; ++o) {
@@ -95,7 +162,7 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
       const int64_t n = in - i;
       __m256 wv[O];
       for (int o = 0; o < O; ++o) {
-        __m256 v = dec.load(code_row[o], i, n);
+        __m256 v = dec.template load<NanFree>(code_row[o], i, n);
         if (F == QuantFormat::kFp8E4M3 && big) v = _mm256_mul_ps(v, k256);
         wv[o] = _mm256_mul_ps(v, s[o]);  // code value × scale, rounded once as in dequant.h
       }
@@ -117,34 +184,33 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
     for (int o = 0; o < O; ++o) y[r * ldy + o] = hsum(acc[r][o]);
 }
 
-template <QuantFormat F>
-using TileFn = void (*)(const float*, const QuantWeights&, int64_t, float*, int64_t);
+using TileFn = void (*)(const float*, const QuantWeights&, int64_t, float*, int64_t, const FoldRange&);
 
-template <QuantFormat F, int R>
-TileFn<F> tile_for(int o) {
+template <QuantFormat F, bool NF, int R>
+TileFn tile_for(int o) {
   switch (o) {
-    case 1: return &tile<R, 1, F>;
-    case 2: return &tile<R, 2, F>;
-    case 3: return &tile<R, 3, F>;
-    default: return &tile<R, 4, F>;
+    case 1: return &tile<R, 1, F, NF>;
+    case 2: return &tile<R, 2, F, NF>;
+    case 3: return &tile<R, 3, F, NF>;
+    default: return &tile<R, 4, F, NF>;
   }
 }
 
-template <QuantFormat F>
-TileFn<F> tile_for(int r, int o) {
+template <QuantFormat F, bool NF>
+TileFn tile_for(int r, int o) {
   switch (r) {
-    case 1: return tile_for<F, 1>(o);
-    case 2: return tile_for<F, 2>(o);
-    case 3: return tile_for<F, 3>(o);
-    default: return tile_for<F, 4>(o);
+    case 1: return tile_for<F, NF, 1>(o);
+    case 2: return tile_for<F, NF, 2>(o);
+    case 3: return tile_for<F, NF, 3>(o);
+    default: return tile_for<F, NF, 4>(o);
   }
 }
 
 // The float block's row / output grouping (gemm_avx2.cpp), with 2 outputs at 3–4 rows: the
-// decoder's constants take the registers the third output's weights had.
-template <QuantFormat F>
+// decoder's constants take the registers the third output's weights had. NF: no NaN codes.
+template <QuantFormat F, bool NF>
 void block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0, int64_t o1,
-           int64_t out, float* y) {
+           int64_t out, float* y, const FoldRange& fold) {
   const int64_t rows = r1 - r0, groups = (rows + 3) / 4;
   const int rg = rows <= 16 ? static_cast<int>((rows + groups - 1) / groups) : 4;
   const int og = rg <= 2 ? 4 : 2;
@@ -152,7 +218,7 @@ void block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeight
     const int rn = static_cast<int>(r1 - r < rg ? r1 - r : rg);
     for (int64_t o = o0; o < o1; o += og) {
       const int on = static_cast<int>(o1 - o < og ? o1 - o : og);
-      tile_for<F>(rn, on)(x + r * in, w.rows_from(o), in, y + r * out + o, out);
+      tile_for<F, NF>(rn, on)(x + r * in, w.rows_from(o), in, y + r * out + o, out, fold);
     }
   }
 }
@@ -187,6 +253,44 @@ void widen(const QuantWeights& w, int64_t o0, int64_t o1, float* dst) {
 
 }  // namespace
 
+FoldRange fold_range(const float* x, int64_t n) {
+  // |x| as int32 bits orders as |x| does: the largest finite |x| (NaN counted as 0) and the
+  // smallest nonzero one (zeros and NaN counted as INT32_MAX).
+  const __m256i abs_mask = _mm256_set1_epi32(INT32_MAX), inf = _mm256_set1_epi32(0x7F800000);
+  const __m256i none = _mm256_set1_epi32(INT32_MAX), zero = _mm256_setzero_si256();
+  __m256i top8 = zero, bottom8 = none;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask);
+    const __m256i nan = _mm256_cmpgt_epi32(a, inf);
+    top8 = _mm256_max_epi32(top8, _mm256_andnot_si256(nan, a));
+    bottom8 = _mm256_min_epi32(bottom8, _mm256_blendv_epi8(a, none, _mm256_or_si256(nan, _mm256_cmpeq_epi32(a, zero))));
+  }
+  alignas(32) int32_t t[8], b[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(t), top8);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(b), bottom8);
+  int32_t top = 0, bottom = INT32_MAX;
+  for (int k = 0; k < 8; ++k) {
+    top = std::max(top, t[k]);
+    bottom = std::min(bottom, b[k]);
+  }
+  for (; i < n; ++i) {
+    int32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    const int32_t a = bits & INT32_MAX;
+    const bool nan = a > 0x7F800000;
+    top = std::max(top, nan ? 0 : a);
+    bottom = std::min(bottom, (a == 0 || nan) ? INT32_MAX : a);
+  }
+  if (top >= 0x7F800000) return {};  // an infinite x
+  // Exponent field − 127: floor(log2 |x|) for normal x, −127 for subnormal x (which then allows
+  // only k ≥ 0, where scaling a subnormal up is exact).
+  FoldRange r;
+  r.hi = top == 0 ? 1000 : 127 - ((top >> 23) - 127);
+  r.lo = bottom == INT32_MAX ? -1000 : std::min(0, -126 - ((bottom >> 23) - 127));
+  return r;
+}
+
 void gemm_quant_avx2_widen(const QuantWeights& w, int64_t o0, int64_t o1, float* dst) {
   if (w.format == QuantFormat::kFp8E4M3) {
     widen<QuantFormat::kFp8E4M3>(w, o0, o1, dst);
@@ -196,11 +300,14 @@ void gemm_quant_avx2_widen(const QuantWeights& w, int64_t o0, int64_t o1, float*
 }
 
 void gemm_quant_avx2_block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
-                           int64_t o1, int64_t out, float* y) {
-  if (w.format == QuantFormat::kFp8E4M3) {
-    block<QuantFormat::kFp8E4M3>(x, r0, r1, in, w, o0, o1, out, y);
+                           int64_t o1, int64_t out, float* y,
+                           const FoldRange& fold) {
+  if (w.format == QuantFormat::kFp4E2M1) {
+    block<QuantFormat::kFp4E2M1, false>(x, r0, r1, in, w, o0, o1, out, y, fold);
+  } else if (w.nan_free) {
+    block<QuantFormat::kFp8E4M3, true>(x, r0, r1, in, w, o0, o1, out, y, fold);
   } else {
-    block<QuantFormat::kFp4E2M1>(x, r0, r1, in, w, o0, o1, out, y);
+    block<QuantFormat::kFp8E4M3, false>(x, r0, r1, in, w, o0, o1, out, y, fold);
   }
 }
 

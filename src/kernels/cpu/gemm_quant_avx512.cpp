@@ -1,8 +1,11 @@
 // AVX-512 inner loops of gemm_quant (gemm_quant.h), with the layout of gemm_avx512.cpp: a zmm holds
 // two outputs' 8 weights side by side, so each half is the AVX2 kernel's 8 lanes and the bits are
-// gemm_f32's. The decoders are gemm_quant_avx2.cpp's, two rows at once: FP8 through an IEEE half
-// (value × 2^-8, exact; 2^8 folded into the scale below 2^120; NaN codes forced), FP4 through one
-// 16-entry permute of dequant's table. Scales are fetched once per 32 columns per output.
+// gemm_f32's. Whole 32-column blocks (the common case) decode two rows at once with 32 codes per
+// instruction: FP8 through an IEEE half (value × 2^-8, exact; 2^8 folded into the scale below
+// 2^120), with the NaN merge only for matrices that hold NaN codes (QuantWeights::nan_free); FP4
+// split into nibbles bytewise, then one 16-entry permute of dequant's table per 16 weights.
+// Partial blocks and the largest FP8 scales take the 8-column group loads. Scales are fetched
+// once per 32 columns per output.
 #include <immintrin.h>
 
 #include <array>
@@ -13,6 +16,7 @@
 #include "base/numerics.h"
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/gemm_avx512_lanes.h"
+#include "kernels/cpu/gemm_quant_fold.h"
 
 namespace dsv41 {
 namespace {
@@ -51,21 +55,29 @@ struct Fp8Decoder {
   // 8–15, 16–23, 24–31, already × the pair's scale s (which carries the 2^8). Twice the codes per
   // instruction of load(): two 32-byte loads, quadword unpacks that pair the rows' 8-byte
   // groups, and the half-float bit work on 32 codes per zmm.
-  template <bool HasB>
+  // Scaled false: the values × 2^-8 alone (s unused), for the folded blocks of tile().
+  template <bool HasB, bool NanFree, bool Scaled = true>
   void block32(const uint8_t* a, const uint8_t* b, __m512 s, __m512 out[4]) const {
     const __m256i ra = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
     const __m256i rb = HasB ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)) : _mm256_setzero_si256();
     // lo = [a 0–7, b 0–7 | a 16–23, b 16–23], hi = [a 8–15, b 8–15 | a 24–31, b 24–31]
     const __m256i pairs[2] = {_mm256_unpacklo_epi64(ra, rb), _mm256_unpackhi_epi64(ra, rb)};
-    const __m512i k4000w = _mm512_set1_epi16(0x4000), k3f80w = _mm512_set1_epi16(0x3F80);
+    const __m512i kbfff = _mm512_set1_epi16(static_cast<short>(0xBFFF)), k3f80w = _mm512_set1_epi16(0x3F80);
     for (int h = 0; h < 2; ++h) {
-      const __m512i t = _mm512_slli_epi16(_mm512_cvtepu8_epi16(pairs[h]), 7);
-      const __m512i f16 = _mm512_add_epi16(t, _mm512_and_si512(t, k4000w));
-      const __mmask32 ok = _mm512_cmpneq_epi16_mask(_mm512_and_si512(t, k3f80w), k3f80w);  // not a NaN code
+      // Sign-extended, the code shifted left 7 has the sign in bits 15 and 14; clearing bit 14
+      // leaves sign | 0 eeee mmm 0000000, the half of load() in one operation less.
+      const __m512i f16 = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(pairs[h]), 7), kbfff);
+      const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(f16)), hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(f16, 1));
       // Group h (columns 8h..8h+7) sits in the low 256 bits, group h + 2 in the high ones.
-      out[h] = _mm512_mask_mul_ps(nan, static_cast<__mmask16>(ok), _mm512_cvtph_ps(_mm512_castsi512_si256(f16)), s);
-      out[h + 2] = _mm512_mask_mul_ps(nan, static_cast<__mmask16>(ok >> 16),
-                                      _mm512_cvtph_ps(_mm512_extracti64x4_epi64(f16, 1)), s);
+      if constexpr (NanFree) {
+        out[h] = Scaled ? _mm512_mul_ps(lo, s) : lo;
+        out[h + 2] = Scaled ? _mm512_mul_ps(hi, s) : hi;
+      } else {
+        const __mmask32 ok = _mm512_cmpneq_epi16_mask(_mm512_and_si512(f16, k3f80w), k3f80w);  // not a NaN code
+        const __mmask16 ok_lo = static_cast<__mmask16>(ok), ok_hi = static_cast<__mmask16>(ok >> 16);
+        out[h] = Scaled ? _mm512_mask_mul_ps(nan, ok_lo, lo, s) : _mm512_mask_mov_ps(nan, ok_lo, lo);
+        out[h + 2] = Scaled ? _mm512_mask_mul_ps(nan, ok_hi, hi, s) : _mm512_mask_mov_ps(nan, ok_hi, hi);
+      }
     }
   }
 };
@@ -86,10 +98,32 @@ struct Fp4Decoder {
     const __m512i idx = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(twice), shifts);
     return _mm512_permutexvar_ps(idx, table);
   }
+  // A whole 32-column block (16 bytes) of rows a and b, as block32 of Fp8Decoder: the four pair
+  // groups of columns 0–7, 8–15, 16–23, 24–31, × the pair's scale s. The nibbles are split and
+  // interleaved back into column order bytewise (32 codes per instruction), then each group's
+  // 16 codes widen to lane indices of the table permute.
+  template <bool HasB, bool NanFree>
+  void block32(const uint8_t* a, const uint8_t* b, __m512 s, __m512 out[4]) const {
+    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+    const __m128i vb = HasB ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)) : _mm_setzero_si128();
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(va), vb, 1);  // [a bytes | b bytes]
+    const __m256i k0f = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(v, k0f), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), k0f);
+    // Columns 0–15 and 16–31 of a (low lane) and b (high lane), one code per byte; the quadword
+    // permute then orders each as [a 0–7, b 0–7, a 8–15, b 8–15] (resp. 16–31).
+    const __m256i c[2] = {_mm256_permute4x64_epi64(_mm256_unpacklo_epi8(lo, hi), 0xD8),
+                          _mm256_permute4x64_epi64(_mm256_unpackhi_epi8(lo, hi), 0xD8)};
+    for (int h = 0; h < 2; ++h) {
+      const __m512i i0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(c[h]));
+      const __m512i i1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(c[h], 1));
+      out[2 * h] = _mm512_mul_ps(_mm512_permutexvar_ps(i0, table), s);
+      out[2 * h + 1] = _mm512_mul_ps(_mm512_permutexvar_ps(i1, table), s);
+    }
+  }
 };
 
-template <int R, int O, QuantFormat F>
-void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy) {
+template <int R, int O, QuantFormat F, bool NanFree>
+void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy, const FoldRange& fold) {
   using Decoder = std::conditional_t<F == QuantFormat::kFp8E4M3, Fp8Decoder, Fp4Decoder>;
   constexpr int P = (O + 1) / 2;
   const Decoder dec;
@@ -101,6 +135,9 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
     code_row[o] = o < O ? w.codes + o * w.row_bytes() : w.codes;
     scale_row[o] = o < O ? w.scales + ((w.row_phase + o) >> w.block_rows_log2) * w.scale_cols : nullptr;
   }
+  // FP8: all O outputs in one scale row, so each block has one scale for the whole tile.
+  const bool shared = F == QuantFormat::kFp8E4M3 &&
+                      (w.row_phase >> w.block_rows_log2) == ((w.row_phase + O - 1) >> w.block_rows_log2);
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -111,6 +148,27 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
   for (int64_t i0 = 0; i0 < in; i0 += 32) {
     if ((i0 & 63) == 0)
       for (int o = 0; o < O; ++o) _mm_prefetch(reinterpret_cast<const char*>(next + o * w.row_bytes() + i0 / 32 * step), _MM_HINT_T0);
+    if constexpr (F == QuantFormat::kFp8E4M3) {
+      // A whole block with the tile's one scale, exact to move onto x (gemm_quant_fold.h): x ·
+      // 256 · s once per 8 columns per row, the weights as value · 2^-8.
+      const uint8_t e = scale_row[0][i0 >> w.block_cols_log2];
+      const int k = e - 119;  // 256 · s = 2^k
+      if (shared && i0 + 32 <= in && e < kBigScaleCode && fold.contains(k)) {
+        const __m512 s1 = _mm512_set1_ps(ue8m0[e] * 256.0f);
+        __m512 wv[P][4];
+        [&]<int... p>(std::integer_sequence<int, p...>) {
+          (dec.template block32<(2 * p + 1 < O), NanFree, false>(code_row[2 * p] + i0, code_row[2 * p + 1] + i0, s1,
+                                                                 wv[p]),
+           ...);
+        }(std::make_integer_sequence<int, P>{});
+        for (int g = 0; g < 4; ++g)
+          for (int r = 0; r < R; ++r) {
+            const __m512 xs = _mm512_mul_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(x + r * in + i0 + 8 * g)), s1);
+            for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(xs, wv[p][g], acc[r][p]);
+          }
+        continue;
+      }
+    }
     __m512 s[P];
     bool big = false;
     for (int p = 0; p < P; ++p) {
@@ -140,28 +198,23 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
       }
     };
     const bool two_mul = F == QuantFormat::kFp8E4M3 && big;
-    if constexpr (F == QuantFormat::kFp8E4M3) {
-      if (i0 + 32 <= in && !two_mul) {  // the common case: a whole block, one-multiply scales
-        __m512 wv[P][4];
-        [&]<int... p>(std::integer_sequence<int, p...>) {
-          (dec.template block32<(2 * p + 1 < O)>(code_row[2 * p] + i0, code_row[2 * p + 1] + i0, s[p], wv[p]), ...);
-        }(std::make_integer_sequence<int, P>{});
-        for (int g = 0; g < 4; ++g)  // columns in increasing order per lane, as every path
-          for (int r = 0; r < R; ++r) {
-            const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + r * in + i0 + 8 * g));
-            for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(xv, wv[p][g], acc[r][p]);
-          }
-        continue;
-      }
+    if (i0 + 32 <= in && !two_mul) {  // the common case: a whole block, one-multiply scales
+      const int64_t at = F == QuantFormat::kFp8E4M3 ? i0 : i0 / 2;
+      __m512 wv[P][4];
+      [&]<int... p>(std::integer_sequence<int, p...>) {
+        (dec.template block32<(2 * p + 1 < O), NanFree>(code_row[2 * p] + at, code_row[2 * p + 1] + at, s[p], wv[p]), ...);
+      }(std::make_integer_sequence<int, P>{});
+      for (int g = 0; g < 4; ++g)  // columns in increasing order per lane, as every path
+        for (int r = 0; r < R; ++r) {
+          const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + r * in + i0 + 8 * g));
+          for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(xv, wv[p][g], acc[r][p]);
+        }
+      continue;
     }
-    if (i0 + 32 <= in && !two_mul) {
-      for (int64_t i = i0; i < i0 + 32; i += 8) group.template operator()<true, false>(i);
-    } else {
-      for (int64_t i = i0; i < in && i < i0 + 32; i += 8) {
-        const bool full = i + 8 <= in;
-        if (two_mul) full ? group.template operator()<true, true>(i) : group.template operator()<false, true>(i);
-        else full ? group.template operator()<true, false>(i) : group.template operator()<false, false>(i);
-      }
+    for (int64_t i = i0; i < in && i < i0 + 32; i += 8) {  // a partial block, or two-multiply scales
+      const bool full = i + 8 <= in;
+      if (two_mul) full ? group.template operator()<true, true>(i) : group.template operator()<false, true>(i);
+      else full ? group.template operator()<true, false>(i) : group.template operator()<false, false>(i);
     }
   }
   const __m512 zero = _mm512_setzero_ps();
@@ -178,38 +231,38 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
 constexpr int kMaxRows = 8;
 constexpr int kMaxOut[kMaxRows + 1] = {0, 8, 8, 8, 6, 4, 4, 4, 4};
 
-template <QuantFormat F>
-using TileFn = void (*)(const float*, const QuantWeights&, int64_t, float*, int64_t);
+using TileFn = void (*)(const float*, const QuantWeights&, int64_t, float*, int64_t, const FoldRange&);
 
-template <QuantFormat F, int R, int... Os>
-constexpr std::array<TileFn<F>, sizeof...(Os)> row_table(std::integer_sequence<int, Os...>) {
-  return {&tile<R, Os + 1, F>...};
+template <QuantFormat F, bool NF, int R, int... Os>
+constexpr std::array<TileFn, sizeof...(Os)> row_table(std::integer_sequence<int, Os...>) {
+  return {&tile<R, Os + 1, F, NF>...};
 }
 
-template <QuantFormat F, int R>
-TileFn<F> tile_for_rows(int o) {
-  static constexpr auto table = row_table<F, R>(std::make_integer_sequence<int, kMaxOut[R]>{});
+template <QuantFormat F, bool NF, int R>
+TileFn tile_for_rows(int o) {
+  static constexpr auto table = row_table<F, NF, R>(std::make_integer_sequence<int, kMaxOut[R]>{});
   return table[o - 1];
 }
 
-template <QuantFormat F>
-TileFn<F> tile_for(int r, int o) {
+template <QuantFormat F, bool NF>
+TileFn tile_for(int r, int o) {
   switch (r) {
-    case 1: return tile_for_rows<F, 1>(o);
-    case 2: return tile_for_rows<F, 2>(o);
-    case 3: return tile_for_rows<F, 3>(o);
-    case 4: return tile_for_rows<F, 4>(o);
-    case 5: return tile_for_rows<F, 5>(o);
-    case 6: return tile_for_rows<F, 6>(o);
-    case 7: return tile_for_rows<F, 7>(o);
-    default: return tile_for_rows<F, 8>(o);
+    case 1: return tile_for_rows<F, NF, 1>(o);
+    case 2: return tile_for_rows<F, NF, 2>(o);
+    case 3: return tile_for_rows<F, NF, 3>(o);
+    case 4: return tile_for_rows<F, NF, 4>(o);
+    case 5: return tile_for_rows<F, NF, 5>(o);
+    case 6: return tile_for_rows<F, NF, 6>(o);
+    case 7: return tile_for_rows<F, NF, 7>(o);
+    default: return tile_for_rows<F, NF, 8>(o);
   }
 }
 
-// Row groups outside (balanced, ≤ 8), output groups inside, as gemm_avx512.cpp.
-template <QuantFormat F>
+// Row groups outside (balanced, ≤ 8), output groups inside, as gemm_avx512.cpp. NF: the FP8
+// matrix has no NaN codes (QuantWeights::nan_free).
+template <QuantFormat F, bool NF>
 void block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0, int64_t o1,
-           int64_t out, float* y) {
+           int64_t out, float* y, const FoldRange& fold) {
   const int64_t rows = r1 - r0 < 2 * kMaxRows ? r1 - r0 : kMaxRows;
   const int64_t groups = (rows + kMaxRows - 1) / kMaxRows;
   const int rg = static_cast<int>((rows + groups - 1) / groups);
@@ -218,7 +271,7 @@ void block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeight
     const int rn = static_cast<int>(r1 - r < rg ? r1 - r : rg);
     for (int64_t o = o0; o < o1; o += og) {
       const int on = static_cast<int>(o1 - o < og ? o1 - o : og);
-      tile_for<F>(rn, on)(x + r * in, w.rows_from(o), in, y + r * out + o, out);
+      tile_for<F, NF>(rn, on)(x + r * in, w.rows_from(o), in, y + r * out + o, out, fold);
     }
   }
 }
@@ -226,11 +279,14 @@ void block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeight
 }  // namespace
 
 void gemm_quant_avx512_block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
-                             int64_t o1, int64_t out, float* y) {
-  if (w.format == QuantFormat::kFp8E4M3) {
-    block<QuantFormat::kFp8E4M3>(x, r0, r1, in, w, o0, o1, out, y);
+                             int64_t o1, int64_t out, float* y,
+                           const FoldRange& fold) {
+  if (w.format == QuantFormat::kFp4E2M1) {
+    block<QuantFormat::kFp4E2M1, false>(x, r0, r1, in, w, o0, o1, out, y, fold);
+  } else if (w.nan_free) {
+    block<QuantFormat::kFp8E4M3, true>(x, r0, r1, in, w, o0, o1, out, y, fold);
   } else {
-    block<QuantFormat::kFp4E2M1>(x, r0, r1, in, w, o0, o1, out, y);
+    block<QuantFormat::kFp8E4M3, false>(x, r0, r1, in, w, o0, o1, out, y, fold);
   }
 }
 

@@ -12,10 +12,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_quant_fold.h"
 #include "model/dequant.h"
 
 namespace dsv41 {
@@ -37,6 +39,8 @@ struct Stored {
     w.scale_cols = scale_cols();
     w.block_rows_log2 = std::countr_zero(static_cast<uint64_t>(block_rows));
     w.block_cols_log2 = std::countr_zero(static_cast<uint64_t>(block_cols));
+    // As the loader sets it: matrices without NaN codes take the kernels' NaN-free path.
+    w.nan_free = format == QuantFormat::kFp8E4M3 && e4m3_codes_nan_free(codes.data(), int64_t(codes.size()));
     return w;
   }
   // dequant.h's widening (the reference), [rows, in].
@@ -104,11 +108,14 @@ std::vector<CpuIsa> vector_isas() {
 }
 
 // Every path on `s` (rows [first, rows) as a slice view) against the widened reference.
-void check_all_paths(const Stored& s, int64_t first, int64_t xrows, std::mt19937& rng, const std::string& what) {
+// A NaN-free FP8 matrix is checked on both kernel paths (nan_free as scanned, and forced false).
+void check_all_paths(const Stored& s, int64_t first, int64_t xrows, std::mt19937& rng, const std::string& what,
+                     bool force_nan_path = false) {
   const std::vector<float> wide_all = s.widened();
   const int64_t out = s.rows - first;
   const std::vector<float> wide(wide_all.begin() + first * s.in, wide_all.end());
-  const QuantWeights q = s.view().rows_from(first);
+  QuantWeights q = s.view().rows_from(first);
+  if (force_nan_path) q.nan_free = false;
   const std::vector<float> x = random_x(xrows * s.in, rng);
   std::vector<float> want(xrows * out), got(xrows * out);
   gemm_f32_portable(x.data(), xrows, s.in, wide.data(), out, want.data());
@@ -129,7 +136,9 @@ TEST(GemmQuant, Fp8BlockScaledMatchesWidenedBitForBit) {
   for (const auto& [out, in] : shapes)
     for (int64_t rows : {1, 2, 3, 5, 9, 17}) {
       const Stored s = random_stored(QuantFormat::kFp8E4M3, out, in, 32, 32, false, false, rng);
+      ASSERT_TRUE(s.view().nan_free);
       check_all_paths(s, 0, rows, rng, "fp8 32x32 " + std::to_string(out) + "x" + std::to_string(in));
+      check_all_paths(s, 0, rows, rng, "fp8 32x32 NaN path " + std::to_string(out) + "x" + std::to_string(in), true);
     }
 }
 
@@ -142,8 +151,96 @@ TEST(GemmQuant, Fp8LargeBlocksSlicesExtremesAndNaN) {
     const Stored e = random_stored(QuantFormat::kFp8E4M3, 70, 90, 32, 32, false, true, rng);
     check_all_paths(e, 0, rows, rng, "fp8 extreme scales");
     check_all_paths(e, 5, rows, rng, "fp8 extreme scales rows from 5");
+    check_all_paths(e, 0, rows, rng, "fp8 extreme scales, NaN path", true);
     const Stored n = random_stored(QuantFormat::kFp8E4M3, 45, 70, 32, 32, true, false, rng);
     check_all_paths(n, 0, rows, rng, "fp8 with NaN codes");
+    // One NaN code in an otherwise NaN-free matrix, in a whole block and in the ragged tail.
+    for (int64_t at : {int64_t{33} * 70 + 5, int64_t{44} * 70 + 69}) {
+      Stored one = random_stored(QuantFormat::kFp8E4M3, 45, 70, 32, 32, false, false, rng);
+      one.codes[at] = (at & 1) ? 0xFF : 0x7F;
+      ASSERT_FALSE(one.view().nan_free);
+      check_all_paths(one, 0, rows, rng, "fp8 with one NaN code at " + std::to_string(at));
+    }
+  }
+}
+
+// Activations at the edges of float32 (subnormal, near the largest finite, zeros of both signs,
+// infinities, NaN) against scales at the edges: the AVX-512 kernel scales x instead of the
+// weights only where that is exact (FoldRange), so every mix must still give the widened bits.
+TEST(GemmQuant, Fp8ExtremeActivationsAndScalesMatchWidened) {
+  std::mt19937 rng(1305);
+  const float specials[] = {1e-40f, -3e-45f, 1.2e-38f, 3e38f, -1.7e38f, 0.0f, -0.0f, 1e-30f, 1e30f};
+  const float nonfinite[] = {__builtin_inff(), -__builtin_inff(), __builtin_nanf("")};
+  std::uniform_int_distribution<int> pick(0, 99);
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t out = 8 + trial % 11, in = 64 + 32 * (trial % 3) + (trial % 5 == 0 ? 7 : 0);
+    const Stored s = random_stored(QuantFormat::kFp8E4M3, out, in, trial % 2 ? 32 : 128, trial % 2 ? 32 : 128,
+                                   trial % 4 == 3, trial % 3 != 0, rng);
+    const std::vector<float> wide = s.widened();
+    for (int64_t rows : {1, 3}) {
+      std::vector<float> x = random_x(rows * in, rng);
+      const int mode = trial % 4;  // 0: plain, 1: tiny / huge finite, 2: + non-finite, 3: all zero but one
+      for (float& v : x) {
+        if (mode == 1 && pick(rng) < 10) v = specials[pick(rng) % 9];
+        if (mode == 2 && pick(rng) < 3) v = nonfinite[pick(rng) % 3];
+        if (mode == 3) v = 0.0f;
+      }
+      if (mode == 3) x[in / 2] = 1e-39f;
+      std::vector<float> want(rows * out), got(rows * out);
+      for (CpuIsa isa : vector_isas()) {
+        CpuExec ex = CpuExec::serial();
+        ex.isa = isa;
+        gemm_f32(ex, x.data(), rows, in, wide.data(), out, want.data());
+        gemm_quant(ex, x.data(), rows, in, s.view(), out, got.data());
+        expect_same_bits(got, want, "trial " + std::to_string(trial) + " " + cpu_isa_name(isa));
+      }
+      gemm_f32_portable(x.data(), rows, in, wide.data(), out, want.data());
+      gemm_quant_portable(x.data(), rows, in, s.view(), out, got.data());
+      expect_same_bits(got, want, "trial " + std::to_string(trial) + " portable");
+    }
+  }
+}
+
+TEST(GemmQuant, FoldRangeIsTheExactScalingRange) {
+  if (!cpu_has_avx2_fma()) GTEST_SKIP() << "fold_range is AVX2 code";
+  auto range = [](std::vector<float> x) {
+    const FoldRange r = fold_range(x.data(), int64_t(x.size()));
+    return std::pair<int, int>(r.lo, r.hi);
+  };
+  // 0.5 … 3: x · 2^k stays normal and finite for -125 ≤ k ≤ 126; the same in the vector body.
+  EXPECT_EQ(range({1.0f, 0.5f, -3.0f}), std::make_pair(-125, 126));
+  std::vector<float> many(37, 1.0f);
+  many[20] = 0.5f;
+  many[3] = -3.0f;
+  many[36] = __builtin_nanf("");
+  many[9] = 0.0f;
+  EXPECT_EQ(range(many), std::make_pair(-125, 126));
+  EXPECT_EQ(range({1e-40f, 1.0f}), std::make_pair(0, 127));  // a subnormal: only k ≥ 0
+  EXPECT_EQ(range({0.0f, -0.0f}), std::make_pair(-1000, 1000));
+  const FoldRange inf = fold_range(std::vector<float>{1.0f, -__builtin_inff()}.data(), 2);
+  EXPECT_GT(inf.lo, inf.hi);
+  for (int k = -130; k <= 130; ++k) {  // the promise itself, on a spread of values
+    const std::vector<float> x = {3.0e-38f, 1.5f, 6.0e37f, -2.5e-20f};
+    const FoldRange r = fold_range(x.data(), 4);
+    bool exact = true;
+    for (float v : x) exact &= std::ldexp(double(v), k) == double(std::ldexp(v, k)) && std::isnormal(std::ldexp(v, k));
+    EXPECT_EQ(r.contains(k), exact) << k;
+  }
+}
+
+TEST(GemmQuant, NanScanFindsEveryNanCodeAnywhere) {
+  std::vector<uint8_t> codes((1 << 17) + 3);
+  for (size_t k = 0; k < codes.size(); ++k) codes[k] = static_cast<uint8_t>(k % 255 == 127 ? 0x7E : k % 255);
+  for (uint8_t c : codes) ASSERT_NE(c & 0x7F, 0x7F);
+  EXPECT_TRUE(e4m3_codes_nan_free(codes.data(), int64_t(codes.size())));
+  EXPECT_TRUE(e4m3_codes_nan_free(codes.data(), 0));
+  for (size_t at : {size_t{0}, size_t{1} << 16, (size_t{1} << 16) - 1, codes.size() - 1}) {
+    for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
+      std::vector<uint8_t> c = codes;
+      c[at] = nan;
+      EXPECT_FALSE(e4m3_codes_nan_free(c.data(), int64_t(c.size()))) << at;
+      EXPECT_TRUE(e4m3_codes_nan_free(c.data(), int64_t(at))) << at;  // the NaN just past the end
+    }
   }
 }
 

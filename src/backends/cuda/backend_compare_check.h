@@ -56,7 +56,8 @@ inline void check_against_cpu(const Model& model, std::unique_ptr<Backend> devic
 // The window rows attend reads from the device copies (appended from the device's own
 // fake-quantised rows) are those of the host rings: the logits are the same bits as when every
 // attend rebuilds them from the ring (make(false)), over prefill chunks, decode rows, forks, a
-// removal and rollbacks.
+// removal and rollbacks. (Also used for any other switch that must not change a bit: make(false)
+// the plain path, make(true) the other, e.g. all segments' steps in one launch.)
 inline void check_window_copies(const Model& model, const std::function<std::unique_ptr<Backend>(bool keep)>& make,
                                 const std::string& what) {
   const int64_t V = model.vocab_size();

@@ -126,7 +126,7 @@ TEST(CudaBackend, BatchedSegmentsEqualOneByOne) {
         dynamic_cast<DeviceBackend<CudaExec>&>(**b).set_batched_segments(batched);
         return std::move(*b);
       },
-      "cuda, batched segments");
+      "cuda, batched segments", true);
 }
 
 TEST(CudaBackend, ImagePromptMatchesCpuBackend) {

@@ -28,6 +28,11 @@
 //   records (compress), the RoPE tables and tokens of the batch, the mirrors' new entries.
 // - Engram rows are gathered on the host from the table (dense or stored, as the CPU engine
 //   reads it) and uploaded; projection and gate run on the device.
+// - Steps 4–5 of a layer (index_and_attend) run for all segments of the batch together: the
+//   indexer queries over runs of adjacent rows, then scores, candidate blocks and the counting
+//   selections, the sink attention (dk::AttnBatch, window keys read in place from each ring copy),
+//   the inverse RoPE and the window-row stores one launch each for up to 16 segments (dk::Batched),
+//   so a decode batch pays for them per layer, not per sequence.
 // The executors count launches and copies (exec_counts()); docs/CUDA.md has the per-step counts.
 // Device errors are sticky in the executor: status() reports the first; steps after it do nothing
 // and logits() fills NaN. No ForwardTrace (dumps stay on the CPU backend).
@@ -222,22 +227,26 @@ class DeviceBackend : public Backend {
   // then scores, candidate blocks and the counting selections of all of them, one launch each
   // (dk::Batched). `jobs` are index jobs (their attend fields unused).
   void index_batch(int layer, std::span<const SegmentAttention> jobs);
-  // Launches of one body gathered into dk::Batched launches of up to kMax bodies each.
+  // Launches of one body gathered, then run as dk::Batched launches of up to kMax bodies each
+  // (nothing runs before flush: a step's bodies of one kind all go after those of the kind before).
   template <class K>
   struct Launches {
-    dk::Batched<K> b;
-    int64_t total = 0;
-    void add(Exec& ex, int64_t n, const K& k) {
-      if (n <= 0) return;
-      if (b.n == dk::Batched<K>::kMax) flush(ex);
-      b.count[b.n] = n;
-      b.body[b.n++] = k;
-      total += n;
+    std::vector<std::pair<int64_t, K>> bodies;
+    void add(int64_t n, const K& k) {
+      if (n > 0) bodies.emplace_back(n, k);
     }
     void flush(Exec& ex) {
-      if (b.n > 0) ex.for_each(total, b);
-      b.n = 0;
-      total = 0;
+      for (size_t a = 0; a < bodies.size(); a += dk::Batched<K>::kMax) {
+        dk::Batched<K> b;
+        int64_t total = 0;
+        for (size_t j = a; j < bodies.size() && b.n < dk::Batched<K>::kMax; ++j) {
+          b.count[b.n] = bodies[j].first;
+          b.body[b.n++] = bodies[j].second;
+          total += bodies[j].first;
+        }
+        ex.for_each(total, b);
+      }
+      bodies.clear();
     }
   };
   std::vector<SegmentAttention> index_jobs_;

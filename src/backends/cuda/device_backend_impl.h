@@ -551,27 +551,27 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
   const auto select = [&](const float* v, int64_t rows, int64_t size, int64_t n, int width, int32_t* out) {
     uint8_t* mark = mark_.data() + marks;
     marks += rows * size;
-    fill.add(ex_, rows * width, dk::FillK<int32_t>{out, -1});
-    rank.add(ex_, rows * size, dk::RankMarkK{v, size, n, mark});
-    place.add(ex_, rows * size, dk::RankPlaceK{mark, size, width, out});
+    fill.add(rows * width, dk::FillK<int32_t>{out, -1});
+    rank.add(rows * size, dk::RankMarkK{v, size, n, mark});
+    place.add(rows * size, dk::RankPlaceK{mark, size, width, out});
   };
   const float scale = static_cast<float>(std::pow(double(dh), -0.5));
   int64_t at_s = 0, at_b = 0;
   for (const Job& j : js) {
     SegState& st = *j.st;
     if (j.G == 0) {  // nothing to select from yet: an all −1 top-k (attention_index)
-      fill.add(ex_, j.T * k, dk::FillK<int32_t>{st.topk.data(), -1});
+      fill.add(j.T * k, dk::FillK<int32_t>{st.topk.data(), -1});
       continue;
     }
     const int32_t* pool = j.restricted ? st.candidates.data() + (st.call_row0 - st.candidate_row0) * nb : nullptr;
     float* sc = scores_.data() + at_s;
     at_s += j.T * j.G;
-    score.add(ex_, j.T * j.G, dk::IndexScoreK{iq_.data() + j.r0 * nh * dh, ihw_.data() + j.r0 * nh, j.keys, j.G, nh, dh,
+    score.add(j.T * j.G, dk::IndexScoreK{iq_.data() + j.r0 * nh * dh, ihw_.data() + j.r0 * nh, j.keys, j.G, nh, dh,
                                                j.start, info.ratio, scale, pool, nb, bs, sc});
     if (j.candidates) {
       float* bm = bmax_.data() + at_b;
       at_b += j.T * j.blocks;
-      bmax.add(ex_, j.T * j.blocks, dk::BlockMaxK{sc, j.G, j.blocks, j.start, bs, info.ratio, bm});
+      bmax.add(j.T * j.blocks, dk::BlockMaxK{sc, j.G, j.blocks, j.start, bs, info.ratio, bm});
       select(bm, j.T, j.blocks, std::min<int64_t>(nb, j.blocks), nb, st.candidates.data());
     }
     select(sc, j.T, j.G, std::min<int64_t>(k, j.G), k, st.topk.data());

@@ -152,7 +152,7 @@ TEST(DeviceBackendHost, BatchedSegmentsEqualOneByOne) {
         b->set_batched_segments(batched);
         return b;
       },
-      "emulation, batched segments");
+      "emulation, batched segments", true);
 }
 
 // What a decode step costs in host round trips (exec_counts.h): the window rows, the fake

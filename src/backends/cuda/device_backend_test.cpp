@@ -158,7 +158,7 @@ TEST(DeviceBackendHost, BatchedSegmentsEqualOneByOne) {
 // What a decode step costs in host round trips (exec_counts.h): the window rows, the fake
 // quantisers and attend make none per layer any more. What is left: the logits and the batch's
 // window rows (one download each), the batch's RoPE tables, tokens and logit rows (uploads), and
-// per kv-source layer the compressor's host steps (at most 2 uploads + 2 downloads, plus 2 of each
+// per kv-source layer the compressor's host steps (at most 2 uploads + 1 download, plus 1 of each
 // when a group completes) and the mirrors' new entries (2 uploads); per Engram layer its rows.
 TEST(DeviceBackendHost, DecodeStepHostCopies) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";

@@ -56,15 +56,19 @@ inline void check_against_cpu(const Model& model, std::unique_ptr<Backend> devic
 // The window rows attend reads from the device copies (appended from the device's own
 // fake-quantised rows) are those of the host rings: the logits are the same bits as when every
 // attend rebuilds them from the ring (make(false)), over prefill chunks, decode rows, forks, a
-// removal and rollbacks.
+// removal and rollbacks. (Also used for any other switch that must not change a bit: make(false)
+// the plain path, make(true) the other, e.g. all segments' steps in one launch; `many` adds a
+// batch of 20 sequences.)
 inline void check_window_copies(const Model& model, const std::function<std::unique_ptr<Backend>(bool keep)>& make,
-                                const std::string& what) {
+                                const std::string& what, bool many = false) {
   const int64_t V = model.vocab_size();
   struct Case {
     std::vector<Step> steps;
     int sequences;
   };
-  for (const Case& c : {Case{mixed_batch(V, 2), 3}, Case{forks_and_removal(V), 1}, Case{rollbacks(V), 2}}) {
+  std::vector<Case> cases = {Case{mixed_batch(V, 2), 3}, Case{forks_and_removal(V), 1}, Case{rollbacks(V), 2}};
+  if (many) cases.push_back(Case{many_sequences(V, 20), 20});
+  for (const Case& c : cases) {
     std::vector<std::vector<float>> logits[2];
     for (int keep = 0; keep < 2; ++keep) {
       std::unique_ptr<Backend> b = make(keep == 1);

@@ -122,6 +122,20 @@ inline std::vector<Step> mixed_batch(int64_t vocab, int decode_steps = 4) {
   return steps;
 }
 
+// `n` sequences prefilled together (6 … 22 tokens each: compressor groups and index keys for
+// all), then three decode steps of all of them: more segments than one batched launch takes (16).
+inline std::vector<Step> many_sequences(int64_t vocab, int n) {
+  std::vector<Part> prefill, decode[3];
+  for (int s = 0; s < n; ++s) {
+    prefill.push_back({s, tokens(200 + s, 6 + (s * 5) % 17, vocab)});
+    for (int i = 0; i < 3; ++i) decode[i].push_back({s, tokens(300 + 3 * s + i, 1, vocab), LogitRows::kLast});
+  }
+  std::vector<Step> steps;
+  steps.emplace_back(std::move(prefill), std::vector<int>{}, std::vector<NewSequence>{});
+  for (auto& d : decode) steps.emplace_back(std::move(d), std::vector<int>{}, std::vector<NewSequence>{});
+  return steps;
+}
+
 // Speculative-decoding shaped steps: verify chunks of a few rows, then the rejected ones rolled
 // back (by 1, by 2, by 3) and other tokens decoded at those positions, beside a plain decoder.
 inline std::vector<Step> rollbacks(int64_t vocab) {

@@ -46,6 +46,7 @@ DSV41_KERNEL_CHECK(Engram, check_engram)
 DSV41_KERNEL_CHECK(SinkAttentionAndIndexerScores, check_attention_and_scores)
 DSV41_KERNEL_CHECK(FakeQuantisersMatchRecordCodecs, check_fake_quant)
 DSV41_KERNEL_CHECK(WindowRing, check_window_ring)
+DSV41_KERNEL_CHECK(WindowStore, check_window_store)
 
 // Where a test model lives: its place in the checkout, else test-models/<name>.
 std::string model_dir(const std::string& name, const std::string& in_checkout) {
@@ -106,6 +107,26 @@ TEST(CudaBackend, WindowCopiesEqualHostRingRows) {
         return std::move(*b);
       },
       "cuda");
+}
+
+// All segments' steps 4–5 in one launch each (dk::AttnBatch, dk::Batched) equal the segments one
+// by one, bit for bit, on the GPU too (fast kernels on).
+TEST(CudaBackend, BatchedSegmentsEqualOneByOne) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ts::check_window_copies(
+      **model,
+      [&](bool batched) -> std::unique_ptr<Backend> {
+        auto b = make_cuda_backend(**model);
+        EXPECT_TRUE(b.ok()) << b.status().to_string();
+        if (!b.ok()) return nullptr;
+        dynamic_cast<DeviceBackend<CudaExec>&>(**b).set_batched_segments(batched);
+        return std::move(*b);
+      },
+      "cuda, batched segments", true);
 }
 
 TEST(CudaBackend, ImagePromptMatchesCpuBackend) {

@@ -28,6 +28,11 @@
 //   records (compress), the RoPE tables and tokens of the batch, the mirrors' new entries.
 // - Engram rows are gathered on the host from the table (dense or stored, as the CPU engine
 //   reads it) and uploaded; projection and gate run on the device.
+// - Steps 4–5 of a layer (index_and_attend) run for all segments of the batch together: the
+//   indexer queries over runs of adjacent rows, then scores, candidate blocks and the counting
+//   selections, the sink attention (dk::AttnBatch, window keys read in place from each ring copy),
+//   the inverse RoPE and the window-row stores one launch each for up to 16 segments (dk::Batched),
+//   so a decode batch pays for them per layer, not per sequence.
 // The executors count launches and copies (exec_counts()); docs/CUDA.md has the per-step counts.
 // Device errors are sticky in the executor: status() reports the first; steps after it do nothing
 // and logits() fills NaN. No ForwardTrace (dumps stay on the CPU backend).
@@ -120,6 +125,9 @@ class DeviceBackend : public Backend {
   // Test support. Off: every attend rebuilds the window rows it reads from the host ring (the data
   // path before the device window copies); the results are the same bits either way.
   void set_window_copies(bool keep) { keep_window_copies_ = keep; }
+  // Test support. Off: index_and_attend runs its jobs one by one (Backend's default) instead of
+  // each step for all segments in one launch; the results are the same bits either way.
+  void set_batched_segments(bool on) { batched_segments_ = on; }
 
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
   Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
@@ -129,6 +137,11 @@ class DeviceBackend : public Backend {
   void compress(int layer, int segment, int64_t first_row) override;
   void index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) override;
   void attend(int layer, int segment, int64_t first_row, int kv_layer) override;
+  // Steps 4–5 of the layer's segments: each job's index (per segment), then the sink attention of
+  // every segment in one launch (dk::AttnBatch), the inverse RoPE once per run of adjacent rows
+  // and the new window rows into their ring copies and the staging buffer in one launch
+  // (dk::WindowStoreK). Jobs that share a cache run one by one (Backend's default).
+  void index_and_attend(int layer, std::span<const SegmentAttention> jobs) override;
   void attention_output(int layer, std::span<const RowRange> rows) override;
   void ffn(int layer, std::span<const RowRange> rows) override;
   void end_batch() override { flush_window_rows(); }
@@ -199,11 +212,48 @@ class DeviceBackend : public Backend {
             bool inverse);
   void mhc_coefficients(const float* fn, const float* base, const float* scale, const float* x, int64_t n,
                         float* pre, float* post, float* comb);
-  // The n largest of each of `rows` rows of v [rows, size] into out [rows, width] (indexer.h).
-  void select_largest(const float* v, int64_t rows, int64_t size, int64_t n, int width, int32_t* out);
   // Row fake-quantiser of `kind` over `values` floats on the device (rows of a multiple of the
   // kind's block width; device_kernels_quant.h, bit-identical to row_fake_quant).
   void fake_quant(float* dev, int64_t values, RowKind kind);
+  // One segment's attention as attend() sets it up: the job for dk::AttnBatch (logits scratch
+  // not yet placed), its window copy and ring, its rows.
+  struct AttendPrep {
+    dk::AttnBatch::Job job;
+    WindowCopy* copy = nullptr;
+    WindowRing* ring = nullptr;
+    int64_t r0 = 0, T = 0, start = 0;
+  };
+  // Step 4 of several segments (each its own cache): their queries over runs of adjacent rows,
+  // then scores, candidate blocks and the counting selections of all of them, one launch each
+  // (dk::Batched). `jobs` are index jobs (their attend fields unused).
+  void index_batch(int layer, std::span<const SegmentAttention> jobs);
+  // Launches of one body gathered, then run as dk::Batched launches of up to kMax bodies each
+  // (nothing runs before flush: a step's bodies of one kind all go after those of the kind before).
+  template <class K>
+  struct Launches {
+    std::vector<std::pair<int64_t, K>> bodies;
+    void add(int64_t n, const K& k) {
+      if (n > 0) bodies.emplace_back(n, k);
+    }
+    void flush(Exec& ex) {
+      for (size_t a = 0; a < bodies.size(); a += dk::Batched<K>::kMax) {
+        dk::Batched<K> b;
+        int64_t total = 0;
+        for (size_t j = a; j < bodies.size() && b.n < dk::Batched<K>::kMax; ++j) {
+          b.count[b.n] = bodies[j].first;
+          b.body[b.n++] = bodies[j].second;
+          total += bodies[j].first;
+        }
+        ex.for_each(total, b);
+      }
+      bodies.clear();
+    }
+  };
+  std::vector<SegmentAttention> index_jobs_;
+  AttendPrep attend_prepare(int layer, int segment, int64_t first_row, int kv_layer);
+  // The attention, inverse RoPE and window-row stores of prepared segments of `layer`.
+  void attend_run(int layer, std::span<AttendPrep> preps);
+  std::vector<AttendPrep> preps_;
   // Pushes the window rows staged by this batch's attend calls into their rings (one download).
   void flush_window_rows();
   Mirror& mirror(const SequenceCache* cache, const KvSourceCache& kv);
@@ -225,15 +275,15 @@ class DeviceBackend : public Backend {
   std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<Mirror>> mirrors_;
   std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<WindowCopy>> windows_;
   bool keep_window_copies_ = true;
+  bool batched_segments_ = true;
   // Mirrors unused for this many batches are dropped (the engine does not tell a backend when a
   // cache goes; a dropped mirror of a live cache is rebuilt from it when next read).
   static constexpr int64_t kMirrorIdleBatches = 256;
   int64_t batches_ = 0;
   F32 x_, x2_, p_, h_, c_, q_, kv_, o_, a_, pre_a_, post_a_, comb_a_, pre_b_, post_b_, comb_b_;
   F32 cos_main_, sin_main_, cos_comp_, sin_comp_;
-  F32 scratch_r_, scratch_m_, mid_, logits_buf_, keys_, cmp_a_, cmp_b_, cmp_lat_, cmp_keys_, cmp_rot_, cmp_cos_,
-      cmp_sin_, iq_, ihw_, scores_, bmax_, router_, hexp_, hshared_, engram_r_, engram_kv_, engram_gate_;
-  I32 tokens_, experts_, cand_tmp_;
+  F32 scratch_r_, scratch_m_, mid_, logits_buf_, cmp_ab_, cmp_lat_, cmp_cos_, iq_, ihw_, scores_, bmax_, router_, hexp_, hshared_, engram_r_, engram_kv_, engram_gate_;
+  I32 tokens_, experts_;
   DeviceArray<Exec, float> weights_;
   DeviceArray<Exec, uint8_t> mark_;
   // Image-span rows of the batch (BatchLayout::types ≥ 0): empty for a text batch; on the device

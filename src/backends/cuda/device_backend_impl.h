@@ -46,13 +46,12 @@ template <class Exec>
 DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
   for (F32* b : {&x_, &x2_, &p_, &h_, &c_, &q_, &kv_, &o_, &a_, &pre_a_, &post_a_, &comb_a_, &pre_b_, &post_b_,
                  &comb_b_, &cos_main_, &sin_main_, &cos_comp_, &sin_comp_, &scratch_r_, &scratch_m_, &mid_,
-                 &logits_buf_, &keys_, &cmp_a_, &cmp_b_, &cmp_lat_, &cmp_keys_, &cmp_rot_, &cmp_cos_, &cmp_sin_, &iq_,
+                 &logits_buf_, &cmp_ab_, &cmp_lat_, &cmp_cos_, &iq_,
                  &ihw_, &scores_, &bmax_, &router_, &hexp_, &hshared_, &engram_r_, &engram_kv_, &engram_gate_,
                  &weights_, &stage_, &features_})
     b->bind(&ex_);
   tokens_.bind(&ex_);
   experts_.bind(&ex_);
-  cand_tmp_.bind(&ex_);
   mark_.bind(&ex_);
   is_image_dev_.bind(&ex_);
   rows_.bind(&ex_);
@@ -151,15 +150,6 @@ void DeviceBackend<Exec>::mhc_coefficients(const float* fn, const float* base, c
       dk::MhcRsqrtK{x, flat, s.norm_eps, scratch_r_.data()},
       dk::MhcMixK{x, scratch_r_.data(), fn, flat, mix, scratch_m_.data()},
       dk::MhcFinishK{scratch_m_.data(), base, scale, s.hc, s.sinkhorn_iters, s.hc_eps, pre, post, comb}, n});
-}
-
-template <class Exec>
-void DeviceBackend<Exec>::select_largest(const float* v, int64_t rows, int64_t size, int64_t n, int width,
-                                         int32_t* out) {
-  mark_.reserve(rows * size);
-  ex_.for_each(rows * width, dk::FillK<int32_t>{out, -1});
-  ex_.for_each(rows * size, dk::RankMarkK{v, size, n, mark_.data()});
-  ex_.for_each(rows * size, dk::RankPlaceK{mark_.data(), size, width, out});
 }
 
 template <class Exec>
@@ -419,56 +409,62 @@ void DeviceBackend<Exec>::compress(int layer, int segment, int64_t first_row) {
     const int64_t T = s.rows - first_row;
     const float* x = h_.data() + (s.row0 + first_row) * d;
     const int64_t first_group = kv.entries();
+    // The new entries' latents [groups, D] then their index keys [groups, Di] in one buffer (one
+    // download for both).
+    const int64_t most = r == 1 ? T : (kv.pending + T) / r;
+    cmp_lat_.reserve(std::max<int64_t>(most, 1) * (D + Di));
+    float* lat = cmp_lat_.data();
     int64_t groups = 0;
     if (r == 1) {
       groups = T;
-      cmp_lat_.reserve(T * D);
-      gemm(x, T, d, {L.c_wkv, nullptr}, D, cmp_lat_.data());
+      gemm(x, T, d, {L.c_wkv, nullptr}, D, lat);
     } else {
-      // Projections of the pending and the new tokens, [pending + T, D] each; the pending ones
-      // come from the cache (host), the new ones go back to it (pending remainder, history).
+      // Projections of the pending and the new tokens, [pending + T, D] each, one after the other
+      // in cmp_ab_ (one download); the pending ones come from the cache (host), the new ones go
+      // back to it (pending remainder, history).
       const int64_t n = kv.pending + T;
-      cmp_a_.reserve(n * D);
-      cmp_b_.reserve(n * D);
-      cmp_a_.upload(kv.pending_kv.data(), kv.pending * D);
-      cmp_b_.upload(kv.pending_gate.data(), kv.pending * D);
-      gemm(x, T, d, {L.c_wkv, nullptr}, D, cmp_a_.data() + kv.pending * D);
-      gemm(x, T, d, {L.c_wgate, nullptr}, D, cmp_b_.data() + kv.pending * D);
-      std::vector<float> a(static_cast<size_t>(n * D)), b(static_cast<size_t>(n * D));
-      ex_.download(a.data(), cmp_a_.data(), n * D * int64_t(sizeof(float)));
-      ex_.download(b.data(), cmp_b_.data(), n * D * int64_t(sizeof(float)));
+      cmp_ab_.reserve(2 * n * D);
+      float* da = cmp_ab_.data();
+      float* db = da + n * D;
+      ex_.upload(da, kv.pending_kv.data(), kv.pending * D * int64_t(sizeof(float)));
+      ex_.upload(db, kv.pending_gate.data(), kv.pending * D * int64_t(sizeof(float)));
+      gemm(x, T, d, {L.c_wkv, nullptr}, D, da + kv.pending * D);
+      gemm(x, T, d, {L.c_wgate, nullptr}, D, db + kv.pending * D);
+      host_tmp_.resize(static_cast<size_t>(2 * n * D));
+      ex_.download(host_tmp_.data(), da, 2 * n * D * int64_t(sizeof(float)));
+      const float* a = host_tmp_.data();
+      const float* b = a + n * D;
       const int64_t first_pos = kv.entries() * r + kv.pending;
-      for (int64_t i = 0; i < T; ++i)
-        kv.remember(first_pos + i, a.data() + (kv.pending + i) * D, b.data() + (kv.pending + i) * D);
+      for (int64_t i = 0; i < T; ++i) kv.remember(first_pos + i, a + (kv.pending + i) * D, b + (kv.pending + i) * D);
       groups = n / r;
-      cmp_lat_.reserve(std::max<int64_t>(groups, 1) * D);
-      ex_.for_each(groups * D, dk::PoolK{cmp_a_.data(), cmp_b_.data(), r, D, cmp_lat_.data()});
+      ex_.for_each(groups * D, dk::PoolK{da, db, r, D, lat});
       kv.pending = n - groups * r;
-      kv.pending_kv.assign(a.begin() + groups * r * D, a.end());
-      kv.pending_gate.assign(b.begin() + groups * r * D, b.end());
+      kv.pending_kv.assign(a + groups * r * D, a + n * D);
+      kv.pending_gate.assign(b + groups * r * D, b + n * D);
     }
     if (groups > 0) {
-      rmsnorm(cmp_lat_.data(), groups, D, L.c_norm, cmp_lat_.data());
+      float* keys = lat + groups * D;
+      rmsnorm(lat, groups, D, L.c_norm, lat);
       // Publication (compressor_publish): index keys from the pre-RoPE latents, then RoPE at the
       // group's first position on both; packed on the host into the cache.
-      cmp_keys_.reserve(groups * Di);
-      gemm(cmp_lat_.data(), groups, D, {L.i_wk, nullptr}, Di, cmp_keys_.data());
-      rmsnorm(cmp_keys_.data(), groups, Di, L.i_knorm, cmp_keys_.data());
+      gemm(lat, groups, D, {L.i_wk, nullptr}, Di, keys);
+      rmsnorm(keys, groups, Di, L.i_knorm, keys);
       const int64_t half = model_.rope().rope_dim() / 2;
-      std::vector<float> cs(static_cast<size_t>(groups * half)), sn(cs.size());
+      std::vector<float> cs(static_cast<size_t>(2 * groups * half));  // cos rows, then sin rows
       for (int64_t i = 0; i < groups; ++i)
-        model_.rope().cos_sin(RopeKind::kCompress, (first_group + i) * r, cs.data() + i * half, sn.data() + i * half);
-      cmp_cos_.upload(cs.data(), groups * half);
-      cmp_sin_.upload(sn.data(), groups * half);
-      rope(cmp_keys_.data(), groups, 1, Di, cmp_cos_.data(), cmp_sin_.data(), 0, false);
-      rope(cmp_lat_.data(), groups, 1, D, cmp_cos_.data(), cmp_sin_.data(), 0, false);
-      std::vector<float> keys(static_cast<size_t>(groups * Di)), mains(static_cast<size_t>(groups * D));
-      ex_.download(keys.data(), cmp_keys_.data(), groups * Di * int64_t(sizeof(float)));
-      ex_.download(mains.data(), cmp_lat_.data(), groups * D * int64_t(sizeof(float)));
+        model_.rope().cos_sin(RopeKind::kCompress, (first_group + i) * r, cs.data() + i * half,
+                              cs.data() + (groups + i) * half);
+      cmp_cos_.upload(cs.data(), 2 * groups * half);
+      const float* cosd = cmp_cos_.data();
+      const float* sind = cosd + groups * half;
+      rope(keys, groups, 1, Di, cosd, sind, 0, false);
+      rope(lat, groups, 1, D, cosd, sind, 0, false);
+      std::vector<float> out(static_cast<size_t>(groups * (D + Di)));
+      ex_.download(out.data(), lat, groups * (D + Di) * int64_t(sizeof(float)));
       if (ex_.status().ok()) {
         for (int64_t i = 0; i < groups; ++i) {
-          row_pack(RowKind::kIndex, keys.data() + i * Di, Di, kv.index.append());
-          row_pack(RowKind::kMain, mains.data() + i * D, D, kv.main.append());
+          row_pack(RowKind::kIndex, out.data() + groups * D + i * Di, Di, kv.index.append());
+          row_pack(RowKind::kMain, out.data() + i * D, D, kv.main.append());
         }
       }
     }
@@ -479,65 +475,128 @@ void DeviceBackend<Exec>::compress(int layer, int segment, int64_t first_row) {
 
 template <class Exec>
 void DeviceBackend<Exec>::index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) {
+  const SegmentAttention job{segment, first_row, true, kv_layer, restricted, -1};
+  index_batch(layer, std::span<const SegmentAttention>(&job, 1));
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttention> jobs) {
   const ModelConfig& c = config();
-  const SegmentRows& s = segments_[segment];
-  SegState& st = *seg_[segment];
   const LayerInfo& info = plan().layers[layer];
   const LayerDev& L = layers_[layer];
-  const KvSourceCache& kv = *s.cache->kv_source(kv_layer);
-  const int64_t r0 = s.row0 + first_row, T = s.rows - first_row, start = s.start + first_row;
   const int k = c.index_topk;
-  st.call_row0 = first_row;
-  const int64_t G = kv.entries();
-  if (G == 0) {  // nothing to select from yet: an all −1 top-k (attention_index)
-    st.index_layer = layer;
-    st.topk.reserve(T * k);
-    ex_.for_each(T * k, dk::FillK<int32_t>{st.topk.data(), -1});
-    st.topk_row0 = st.call_row0;
-    return;
-  }
   const int64_t nh = c.index_n_heads, dh = c.index_head_dim, ql = c.q_lora_rank, d = c.hidden_size;
-  // Queries: RoPE (compress table) then MXFP4 per head; head weights × nh^-1/2 (indexer_queries).
-  iq_.reserve(T * nh * dh);
-  ihw_.reserve(T * nh);
-  gemm(c_.data() + r0 * ql, T, ql, {L.i_wqb, nullptr}, nh * dh, iq_.data());
-  gemm(h_.data() + r0 * d, T, d, {L.i_wproj, nullptr}, nh, ihw_.data());
-  rope(iq_.data(), T, nh, dh, cos_comp_.data(), sin_comp_.data(), r0, false);
-  fake_quant(iq_.data(), T * nh * dh, RowKind::kIndex);  // MXFP4 per head
-  ex_.for_each(T * nh, dk::ScaleK{ihw_.data(), static_cast<float>(std::pow(double(nh), -0.5)), false});
-  const Mirror& m = mirror(s.cache, kv);
   const int nb = c.candidate_topk_blocks, bs = c.candidate_block_size;
-  restricted = restricted && st.candidate_layer >= 0;
-  const int32_t* pool = restricted ? st.candidates.data() + (st.call_row0 - st.candidate_row0) * nb : nullptr;
-  scores_.reserve(T * G);
-  const float scale = static_cast<float>(std::pow(double(dh), -0.5));
-  ex_.for_each(T * G, dk::IndexScoreK{iq_.data(), ihw_.data(), m.index.data(), G, nh, dh, start, info.ratio, scale,
-                                      pool, nb, bs, scores_.data()});
-  if (!restricted && info.candidate_source) {
-    const int64_t blocks = (G + bs - 1) / bs;
-    bmax_.reserve(T * blocks);
-    ex_.for_each(T * blocks, dk::BlockMaxK{scores_.data(), G, blocks, start, bs, info.ratio, bmax_.data()});
-    cand_tmp_.reserve(T * nb);
-    select_largest(bmax_.data(), T, blocks, std::min<int64_t>(nb, blocks), nb, cand_tmp_.data());
+  struct Job {
+    SegState* st;
+    int64_t r0, T, start, G, blocks;
+    const float* keys;
+    bool restricted, candidates;
+  };
+  std::vector<Job> js;
+  int64_t scores = 0, bmaxes = 0;
+  for (const SegmentAttention& a : jobs) {
+    const SegmentRows& s = segments_[a.segment];
+    SegState& st = *seg_[a.segment];
+    const KvSourceCache& kv = *s.cache->kv_source(a.index_kv_layer);
+    Job j{&st, s.row0 + a.first_row, s.rows - a.first_row, s.start + a.first_row, kv.entries(), 0, nullptr, false, false};
+    st.call_row0 = a.first_row;
+    st.topk.reserve(j.T * k);  // the previous top-k is not read by this step: overwritten in place
+    if (j.G > 0) {
+      j.keys = mirror(s.cache, kv).index.data();
+      j.restricted = a.restricted && st.candidate_layer >= 0;
+      j.candidates = !j.restricted && info.candidate_source;
+      // (A restricted job reads its pool from st.candidates; only an unrestricted one rewrites it.)
+      if (j.candidates) {
+        j.blocks = (j.G + bs - 1) / bs;
+        st.candidates.reserve(j.T * nb);
+        bmaxes += j.T * j.blocks;
+      }
+      scores += j.T * j.G;
+    }
+    js.push_back(j);
   }
-  st.topk.reserve(T * k);  // the previous top-k is not read by this step: overwritten in place
-  select_largest(scores_.data(), T, G, std::min<int64_t>(k, G), k, st.topk.data());
-  st.index_layer = layer;
-  st.topk_row0 = st.call_row0;
-  if (!restricted && info.candidate_source) {
-    st.candidates.reserve(T * nb);
-    ex_.copy(st.candidates.data(), cand_tmp_.data(), T * nb * int64_t(sizeof(int32_t)));
-    st.candidate_layer = layer;
-    st.candidate_row0 = st.call_row0;
+  // Queries: RoPE (compress table) then MXFP4 per head; head weights × nh^-1/2 (indexer_queries),
+  // at their batch rows, over runs of adjacent rows of the jobs that have keys to score.
+  iq_.reserve(layout_.rows * nh * dh);
+  ihw_.reserve(layout_.rows * nh);
+  for (size_t a = 0; a < js.size();) {
+    if (js[a].G == 0) {
+      ++a;
+      continue;
+    }
+    const int64_t r0 = js[a].r0;
+    int64_t r1 = r0 + js[a].T;
+    for (++a; a < js.size() && js[a].G > 0 && js[a].r0 == r1; ++a) r1 += js[a].T;
+    const int64_t n = r1 - r0;
+    float* q = iq_.data() + r0 * nh * dh;
+    float* hw = ihw_.data() + r0 * nh;
+    gemm(c_.data() + r0 * ql, n, ql, {L.i_wqb, nullptr}, nh * dh, q);
+    gemm(h_.data() + r0 * d, n, d, {L.i_wproj, nullptr}, nh, hw);
+    rope(q, n, nh, dh, cos_comp_.data(), sin_comp_.data(), r0, false);
+    fake_quant(q, n * nh * dh, RowKind::kIndex);  // MXFP4 per head
+    ex_.for_each(n * nh, dk::ScaleK{hw, static_cast<float>(std::pow(double(nh), -0.5)), false});
+  }
+  scores_.reserve(scores);
+  bmax_.reserve(bmaxes);
+  mark_.reserve(scores + bmaxes);
+  Launches<dk::IndexScoreK> score;
+  Launches<dk::BlockMaxK> bmax;
+  Launches<dk::FillK<int32_t>> fill;
+  Launches<dk::RankMarkK> rank;
+  Launches<dk::RankPlaceK> place;
+  // The n largest of each of `rows` rows of v [rows, size] into out [rows, width] (indexer.h):
+  // out filled with −1, then the two counting passes.
+  int64_t marks = 0;
+  const auto select = [&](const float* v, int64_t rows, int64_t size, int64_t n, int width, int32_t* out) {
+    uint8_t* mark = mark_.data() + marks;
+    marks += rows * size;
+    fill.add(rows * width, dk::FillK<int32_t>{out, -1});
+    rank.add(rows * size, dk::RankMarkK{v, size, n, mark});
+    place.add(rows * size, dk::RankPlaceK{mark, size, width, out});
+  };
+  const float scale = static_cast<float>(std::pow(double(dh), -0.5));
+  int64_t at_s = 0, at_b = 0;
+  for (const Job& j : js) {
+    SegState& st = *j.st;
+    if (j.G == 0) {  // nothing to select from yet: an all −1 top-k (attention_index)
+      fill.add(j.T * k, dk::FillK<int32_t>{st.topk.data(), -1});
+      continue;
+    }
+    const int32_t* pool = j.restricted ? st.candidates.data() + (st.call_row0 - st.candidate_row0) * nb : nullptr;
+    float* sc = scores_.data() + at_s;
+    at_s += j.T * j.G;
+    score.add(j.T * j.G, dk::IndexScoreK{iq_.data() + j.r0 * nh * dh, ihw_.data() + j.r0 * nh, j.keys, j.G, nh, dh,
+                                               j.start, info.ratio, scale, pool, nb, bs, sc});
+    if (j.candidates) {
+      float* bm = bmax_.data() + at_b;
+      at_b += j.T * j.blocks;
+      bmax.add(j.T * j.blocks, dk::BlockMaxK{sc, j.G, j.blocks, j.start, bs, info.ratio, bm});
+      select(bm, j.T, j.blocks, std::min<int64_t>(nb, j.blocks), nb, st.candidates.data());
+    }
+    select(sc, j.T, j.G, std::min<int64_t>(k, j.G), k, st.topk.data());
+  }
+  score.flush(ex_);
+  bmax.flush(ex_);
+  fill.flush(ex_);
+  rank.flush(ex_);
+  place.flush(ex_);
+  for (const Job& j : js) {
+    j.st->index_layer = layer;
+    j.st->topk_row0 = j.st->call_row0;
+    if (j.candidates) {
+      j.st->candidate_layer = layer;
+      j.st->candidate_row0 = j.st->call_row0;
+    }
   }
 }
 
 template <class Exec>
-void DeviceBackend<Exec>::attend(int layer, int segment, int64_t first_row, int kv_layer) {
+typename DeviceBackend<Exec>::AttendPrep DeviceBackend<Exec>::attend_prepare(int layer, int segment,
+                                                                            int64_t first_row, int kv_layer) {
   const ModelConfig& c = config();
   const SegmentRows& s = segments_[segment];
   const SegState& st = *seg_[segment];
-  const LayerDev& L = layers_[layer];
   const int64_t H = c.num_attention_heads, D = c.head_dim, win = c.sliding_window;
   const int64_t r0 = s.row0 + first_row, T = s.rows - first_row, start = s.start + first_row;
   const int k = c.index_topk;
@@ -551,42 +610,115 @@ void DeviceBackend<Exec>::attend(int layer, int segment, int64_t first_row, int 
     }
   const int64_t floor = ring.start();
   const int64_t first = std::max<int64_t>(floor, start - (win - 1));
-  // Keys of the window: ring rows [first, start) from the device copy, then the segment's own.
-  const int64_t prev = start - first;
+  // Keys of the window: ring rows [first, start) read in place from the device copy, then the
+  // segment's own rows from kv_ (AttnGeom's ring mode).
   WindowCopy& w = window_copy(s.cache, layer, ring, first, start);
-  keys_.reserve((prev + T) * D);
-  ex_.for_each(prev * D, dk::RingReadK{w.rows.data(), w.slots, D, first, keys_.data()});
-  ex_.copy(keys_.data() + prev * D, kv_.data() + r0 * D, T * D * int64_t(sizeof(float)));
   const float* main = nullptr;
   const int32_t* topk = nullptr;
   if (kv_layer >= 0) {
     main = mirror(s.cache, *s.cache->kv_source(kv_layer)).main.data();
     topk = st.topk.data() + (first_row - st.topk_row0) * k;
   }
-  const int64_t Lk = win + k;
-  dk::AttnGeom g{T, H, D, Lk, start, win, floor, first, k, keys_.data(), main, topk};
-  logits_buf_.reserve(T * H * Lk);
+  AttendPrep a;
+  dk::AttnGeom g{T, H, D, win + k, start, win, floor, first, k, nullptr, main, topk};
+  g.ring = w.rows.data();
+  g.slots = w.slots;
+  g.fresh = kv_.data() + r0 * D;
+  a.job = {g, q_.data() + r0 * H * D, nullptr, o_.data() + r0 * H * D};
+  a.copy = &w;
+  a.ring = &ring;
+  a.r0 = r0;
+  a.T = T;
+  a.start = start;
+  return a;
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::attend_run(int layer, std::span<AttendPrep> preps) {
+  const ModelConfig& c = config();
+  const LayerDev& L = layers_[layer];
+  const int64_t H = c.num_attention_heads, D = c.head_dim;
+  if (preps.empty()) return;
+  // Logits scratch [T, H, L] per segment, one after the other.
+  int64_t scratch = 0, rows = 0;
+  for (const AttendPrep& a : preps) {
+    scratch += a.T * H * a.job.g.L;
+    rows += std::min<int64_t>(a.T, a.ring->slots());
+  }
+  logits_buf_.reserve(scratch);
+  stage_.reserve(staged_ + rows * D, staged_);
   const float scaling = static_cast<float>(std::pow(double(D), -0.5));
-  float* o = o_.data() + r0 * H * D;
-  ex_.run_chain(dk::AttnChain{dk::AttnLogitsK{g, q_.data() + r0 * H * D, scaling, logits_buf_.data()},
-                              dk::AttnSoftmaxK{g, L.sink, logits_buf_.data()},
-                              dk::AttnValuesK{g, logits_buf_.data(), o}});
+  int64_t at = 0;
+  for (size_t b = 0; b < preps.size(); b += dk::AttnBatch::kMax) {
+    dk::AttnBatch batch;
+    batch.sink = L.sink;
+    batch.scaling = scaling;
+    for (size_t j = b; j < preps.size() && batch.n < dk::AttnBatch::kMax; ++j) {
+      dk::AttnBatch::Job job = preps[j].job;
+      job.logits = logits_buf_.data() + at;
+      at += preps[j].T * H * job.g.L;
+      batch.jobs[batch.n++] = job;
+    }
+    ex_.run_chain(batch);
+  }
+  // Inverse RoPE of the outputs, once per run of adjacent rows (the same table rows either way).
   const RopeKind kind = plan().layers[layer].rope;
-  rope(o, T, H, D, rope_table(kind, false), rope_table(kind, true), r0, true);
-  // The segment's newest rows into the device copy (positions start … start + T − 1).
+  for (size_t j = 0; j < preps.size();) {
+    const int64_t r0 = preps[j].r0;
+    int64_t r1 = r0 + preps[j].T;
+    for (++j; j < preps.size() && preps[j].r0 == r1; ++j) r1 += preps[j].T;
+    rope(o_.data() + r0 * H * D, r1 - r0, H, D, rope_table(kind, false), rope_table(kind, true), r0, true);
+  }
+  // Each segment's newest rows (positions start … start + T − 1; at most the ring's slots, which
+  // the ring packs no more of) into its device copy and, for end_batch, the staging buffer.
   // (A ring that does not continue at `start` breaks the engine's contract; its copy is dropped
   // rather than trusted: it is rebuilt from the ring when next read.)
-  const bool continues = ring.length() == start;
-  const int64_t mw = std::min<int64_t>(T, w.slots);
-  ex_.for_each(mw * D, dk::RingWriteK{kv_.data() + (r0 + T - mw) * D, w.slots, D, start + T - mw, w.rows.data()});
-  w.hi = continues ? start + T : 0;
-  w.lo = continues ? std::max(w.lo, w.hi - w.slots) : 0;
-  // The rows for the ring: the newest `slots` of the segment, staged for end_batch.
-  const int64_t m = std::min<int64_t>(T, ring.slots());
-  stage_.reserve(staged_ + m * D, staged_);
-  ex_.copy(stage_.data() + staged_, kv_.data() + (r0 + T - m) * D, m * D * int64_t(sizeof(float)));
-  pending_.push_back({&ring, continues ? &w : nullptr, layer, T, m, staged_});
-  staged_ += m * D;
+  for (size_t b = 0; b < preps.size(); b += dk::WindowStoreK::kMax) {
+    dk::WindowStoreK store;
+    store.D = D;
+    int64_t values = 0;
+    for (size_t j = b; j < preps.size() && store.n < dk::WindowStoreK::kMax; ++j) {
+      AttendPrep& a = preps[j];
+      WindowCopy& w = *a.copy;
+      WindowRing& ring = *a.ring;
+      const int64_t m = std::min<int64_t>(a.T, std::min(ring.slots(), w.slots));
+      store.jobs[store.n++] = {kv_.data() + (a.r0 + a.T - m) * D, w.rows.data(), w.slots, a.start + a.T - m, m,
+                               stage_.data() + staged_};
+      values += m * D;
+      const bool continues = ring.length() == a.start;
+      w.hi = continues ? a.start + a.T : 0;
+      w.lo = continues ? std::max(w.lo, w.hi - w.slots) : 0;
+      pending_.push_back({&ring, continues ? &w : nullptr, layer, a.T, m, staged_});
+      staged_ += m * D;
+    }
+    ex_.for_each(values, store);
+  }
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::attend(int layer, int segment, int64_t first_row, int kv_layer) {
+  AttendPrep a = attend_prepare(layer, segment, first_row, kv_layer);
+  attend_run(layer, std::span<AttendPrep>(&a, 1));
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::index_and_attend(int layer, std::span<const SegmentAttention> jobs) {
+  // Batched only when every job has its own cache (so its own window ring and mirrors): then the
+  // jobs touch disjoint state and running the attentions together equals running them in turn.
+  if (!batched_segments_) return Backend::index_and_attend(layer, jobs);
+  for (size_t i = 0; i < jobs.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (segments_[jobs[i].segment].cache == segments_[jobs[j].segment].cache)
+        return Backend::index_and_attend(layer, jobs);
+  index_jobs_.clear();
+  for (const SegmentAttention& j : jobs)
+    if (j.index) index_jobs_.push_back(j);
+  if (!index_jobs_.empty()) index_batch(layer, index_jobs_);
+  // After the indexes (a segment's top-k buffer may move when its index sizes it).
+  preps_.clear();
+  for (const SegmentAttention& j : jobs)
+    preps_.push_back(attend_prepare(layer, j.segment, j.first_row, j.attend_kv_layer));
+  attend_run(layer, preps_);
 }
 
 template <class Exec>

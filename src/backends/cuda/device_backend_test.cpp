@@ -137,10 +137,28 @@ TEST(DeviceBackendHost, WindowCopiesEqualHostRingRows) {
       "emulation");
 }
 
+// Steps 4–5 of all segments of a layer in one launch each (index_and_attend) give the same bits
+// as the segments one by one: mixed prefill + decode batches of three sequences, forks and a
+// removal, rollbacks.
+TEST(DeviceBackendHost, BatchedSegmentsEqualOneByOne) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  ts::check_window_copies(
+      **model,
+      [&](bool batched) -> std::unique_ptr<Backend> {
+        auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+        b->set_batched_segments(batched);
+        return b;
+      },
+      "emulation, batched segments", true);
+}
+
 // What a decode step costs in host round trips (exec_counts.h): the window rows, the fake
 // quantisers and attend make none per layer any more. What is left: the logits and the batch's
 // window rows (one download each), the batch's RoPE tables, tokens and logit rows (uploads), and
-// per kv-source layer the compressor's host steps (at most 2 uploads + 2 downloads, plus 2 of each
+// per kv-source layer the compressor's host steps (at most 2 uploads + 1 download, plus 1 of each
 // when a group completes) and the mirrors' new entries (2 uploads); per Engram layer its rows.
 TEST(DeviceBackendHost, DecodeStepHostCopies) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";

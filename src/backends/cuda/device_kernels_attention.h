@@ -143,11 +143,17 @@ struct RankPlaceK {
 // Work item (i, h, j) of T query rows × H heads × L = window + k key slots. Slot j < nwin(i) is the
 // window key of position lo(i) + j (keys [*, D] start at position `first`); slot nwin + s is the
 // s-th entry of topk row i (−1 = absent; main rows [G, D]); the rest are absent.
+// With `ring` set, the window keys are read where they lie instead of from `keys`: positions
+// before `start` from the device window ring (position p in slot p mod slots), the segment's own
+// rows from `fresh` [T, D] (no gather of the window before attending).
 struct AttnGeom {
   int64_t T, H, D, L, start, window, floor, first, k;
   const float* keys;
   const float* main;
   const int32_t* topk;  // [T, k] or null
+  const float* ring = nullptr;
+  int64_t slots = 0;
+  const float* fresh = nullptr;
   DSV41_HD int64_t lo(int64_t i) const {
     const int64_t t = start + i;
     return t - window + 1 > floor ? t - window + 1 : floor;
@@ -155,7 +161,11 @@ struct AttnGeom {
   // The key row of slot j of row i, or null when absent.
   DSV41_HD const float* key(int64_t i, int64_t j) const {
     const int64_t nwin = start + i - lo(i) + 1;
-    if (j < nwin) return keys + (lo(i) + j - first) * D;
+    if (j < nwin) {
+      const int64_t p = lo(i) + j;
+      if (!ring) return keys + (p - first) * D;
+      return p < start ? ring + (p % slots) * D : fresh + (p - start) * D;
+    }
     const int64_t s = j - nwin;
     if (!topk || s >= k) return nullptr;
     const int32_t e = topk[i * k + s];
@@ -242,6 +252,59 @@ struct AttnChain {
     ex.for_each(g.T * g.H * g.L, logits);
     ex.for_each(g.T * g.H, softmax);
     ex.for_each(g.T * g.H * g.D, values);
+  }
+};
+
+// The sink attention of up to kMax segments of one layer (same heads, sink and scaling; each its
+// own geometry, queries, [T, H, L] logits scratch and outputs) as one unit of work: the simple
+// path runs each segment's chain in turn, a fast executor one kernel over every segment's (row,
+// head) blocks (fast_kernels.h), so a decode batch of many sequences attends in one launch.
+struct AttnBatch {
+  static constexpr int kMax = 16;
+  struct Job {
+    AttnGeom g;
+    const float* q;
+    float* logits;
+    float* o;
+  };
+  int n = 0;
+  const float* sink = nullptr;
+  float scaling = 0.0f;
+  Job jobs[kMax];
+  DSV41_HD AttnChain chain(int j) const {
+    const Job& b = jobs[j];
+    return {AttnLogitsK{b.g, b.q, scaling, b.logits}, AttnSoftmaxK{b.g, sink, b.logits}, AttnValuesK{b.g, b.logits, b.o}};
+  }
+  template <class Exec>
+  void run_simple(Exec& ex) const {
+    for (int j = 0; j < n; ++j) chain(j).run_simple(ex);
+  }
+};
+
+// The newest window rows of up to kMax segments, in one launch: job j's rows src[r, :] (r <
+// count) go to its device ring copy (slot (first + r) mod slots) and to its place in the staging
+// buffer of the ring pushes (stage[r, :]). Index id runs over the jobs' rows in order, D values
+// each.
+struct WindowStoreK {
+  static constexpr int kMax = 16;
+  struct Job {
+    const float* src;
+    float* ring;
+    int64_t slots, first, count;
+    float* stage;
+  };
+  int n = 0;
+  int64_t D = 0;
+  Job jobs[kMax];
+  DSV41_HD void operator()(int64_t id) const {
+    int64_t r = id / D;
+    const int64_t c = id % D;
+    int j = 0;
+    while (j + 1 < n && r >= jobs[j].count) r -= jobs[j++].count;
+    const Job& b = jobs[j];
+    const float v = b.src[r * D + c];
+    b.ring[((b.first + r) % b.slots) * D + c] = v;
+    b.stage[r * D + c] = v;
   }
 };
 

@@ -373,6 +373,39 @@ void check_attention_and_scores(Exec& ex) {
   ex.run_chain(dk::AttnChain{dk::AttnLogitsK{g, dev.up(q), scaling, logits}, dk::AttnSoftmaxK{g, dev.up(sink), logits},
                             dk::AttnValuesK{g, logits, o}});
   expect_close(dev.down(o, T * H * D), want, 1e-5, "sink attention");
+  // The same attention with the window read in place (AttnGeom's ring mode: positions before
+  // `start` from a ring of 7 slots, the rows from `start` on from their own buffer), alone and as
+  // the second job of an AttnBatch whose first job is the gathered one: the same bits each time.
+  {
+    const int64_t slots = 7;
+    std::vector<float> ring(slots * D, NAN);  // unheld slots must not be read
+    for (int64_t p = first; p < start; ++p)
+      std::copy_n(keys.data() + (p - first) * D, D, ring.data() + (p % slots) * D);
+    const std::vector<float> fresh(keys.begin() + (start - first) * D, keys.end());
+    dk::AttnGeom gr = g;
+    gr.keys = nullptr;
+    gr.ring = dev.up(ring);
+    gr.slots = slots;
+    gr.fresh = dev.up(fresh);
+    const float* dq = dev.up(q);
+    const float* dsink = dev.up(sink);
+    float* o2 = dev.template zeros<float>(T * H * D);
+    ex.run_chain(dk::AttnChain{dk::AttnLogitsK{gr, dq, scaling, logits}, dk::AttnSoftmaxK{gr, dsink, logits},
+                               dk::AttnValuesK{gr, logits, o2}});
+    const std::vector<float> first_run = dev.down(o, T * H * D);
+    ASSERT_EQ(dev.down(o2, T * H * D), first_run) << "sink attention, window read from a ring";
+    dk::AttnBatch b;
+    b.sink = dsink;
+    b.scaling = scaling;
+    float* ob = dev.template zeros<float>(2 * T * H * D);
+    float* lb = dev.template zeros<float>(2 * T * H * L);
+    b.jobs[b.n++] = {g, dq, lb, ob};
+    b.jobs[b.n++] = {gr, dq, lb + T * H * L, ob + T * H * D};
+    ex.run_chain(b);
+    const std::vector<float> both = dev.down(ob, 2 * T * H * D);
+    ASSERT_EQ(std::vector<float>(both.begin(), both.begin() + T * H * D), first_run) << "attention batch, job 0";
+    ASSERT_EQ(std::vector<float>(both.begin() + T * H * D, both.end()), first_run) << "attention batch, job 1";
+  }
 
   // Indexer scores: ratio 2, 3 heads × 16, a pool of 2 blocks of 8 for some rows.
   const int64_t nh = 3, dh = 16;
@@ -476,6 +509,45 @@ void check_window_ring(Exec& ex) {
       ASSERT_EQ(dev.down(out, count * D), want) << "ring read of " << count << " rows before " << next;
     }
   }
+}
+
+// The batched window store: three rings (one given no rows) written in one launch, each ring
+// slot and each staged row against the host.
+template <class Exec>
+void check_window_store(Exec& ex) {
+  std::mt19937 rng(21);
+  Dev<Exec> dev(ex);
+  const int64_t D = 3;
+  struct Job {
+    int64_t slots, first, count;
+  };
+  const Job jobs[] = {{5, 12, 4}, {4, 0, 0}, {6, 3, 6}};
+  dk::WindowStoreK k;
+  k.D = D;
+  int64_t total = 0;
+  for (const Job& j : jobs) total += j.count;
+  float* stage = dev.template zeros<float>(total * D);
+  std::vector<std::vector<float>> want_rings, srcs;
+  std::vector<float*> rings;
+  int64_t at = 0;
+  for (const Job& j : jobs) {
+    srcs.push_back(randn(rng, std::max<int64_t>(j.count, 1) * D));
+    std::vector<float> r = randn(rng, j.slots * D);
+    float* dr = dev.up(r);
+    for (int64_t i = 0; i < j.count; ++i)
+      std::copy_n(srcs.back().data() + i * D, D, r.data() + ((j.first + i) % j.slots) * D);
+    want_rings.push_back(r);
+    rings.push_back(dr);
+    k.jobs[k.n++] = {dev.up(srcs.back()), dr, j.slots, j.first, j.count, stage + at * D};
+    at += j.count;
+  }
+  ex.for_each(total * D, k);
+  std::vector<float> want_stage;
+  for (size_t j = 0; j < std::size(jobs); ++j) {
+    ASSERT_EQ(dev.down(rings[j], jobs[j].slots * D), want_rings[j]) << "window store, ring " << j;
+    want_stage.insert(want_stage.end(), srcs[j].begin(), srcs[j].begin() + jobs[j].count * D);
+  }
+  ASSERT_EQ(dev.down(stage, total * D), want_stage) << "window store, staged rows";
 }
 
 }  // namespace dsv41::kernel_checks

@@ -129,4 +129,21 @@ struct FillK {
   DSV41_HD void operator()(int64_t i) const { x[i] = v; }
 };
 
+// Up to kMax launches of one body as one launch (so the per-segment steps of a batch of many
+// sequences cost one launch each, not one per segment): index id runs over the bodies' ranges in
+// order, body j getting its own indices [0, count[j]). Each body computes exactly what it would
+// alone; the bodies must write disjoint memory (and not read what another writes).
+template <class K>
+struct Batched {
+  static constexpr int kMax = 16;
+  int n = 0;
+  int64_t count[kMax] = {};
+  K body[kMax];
+  DSV41_HD void operator()(int64_t id) const {
+    int j = 0;
+    while (j + 1 < n && id >= count[j]) id -= count[j++];
+    body[j](id);
+  }
+};
+
 }  // namespace dsv41::dk

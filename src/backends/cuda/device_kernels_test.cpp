@@ -52,6 +52,10 @@ TEST(DeviceKernelsHost, WindowRing) {
   HostExec ex;
   kc::check_window_ring(ex);
 }
+TEST(DeviceKernelsHost, WindowStore) {
+  HostExec ex;
+  kc::check_window_store(ex);
+}
 
 }  // namespace
 }  // namespace dsv41

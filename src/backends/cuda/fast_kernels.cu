@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 namespace dsv41::fast {
 
 constexpr unsigned kFull = 0xffffffffu;
@@ -297,17 +299,18 @@ constexpr int kKeysPerPass = 4;   // key slots a warp's logits pass loads togeth
 constexpr int kChanPerLane = 4;   // value channels per lane in one chunk of 128
 constexpr int kChanChunk = 32 * kChanPerLane;
 
-static __global__ void __launch_bounds__(kAttnThreads) attn_kernel(const dk::AttnChain c) {
+// Block ih = (row, head) of one segment's attention: geometry g, queries q, sink, outputs o.
+static __device__ __forceinline__ void attn_block(const dk::AttnGeom& g, const float* q, float scaling,
+                                                  const float* sinks, float* o, int64_t ih) {
   __shared__ double part[kAttnThreads / 32][2][kChanChunk];  // per-warp window / selected sums
   __shared__ double shd[32];
   __shared__ float shf[32];
   extern __shared__ float p[];  // [L] logits, then probabilities
-  const dk::AttnGeom& g = c.logits.g;
-  const int64_t ih = blockIdx.x, i = ih / g.H, h = ih % g.H;
+  const int64_t i = ih / g.H, h = ih % g.H;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
   // Logits (AttnLogitsK): one warp per key slot, kKeysPerPass slots a pass so that their loads
   // overlap; each slot's sum in the same order as with one slot a pass.
-  const float* qh = c.logits.q + ih * g.D;
+  const float* qh = q + ih * g.D;
   for (int64_t j0 = warp; j0 < g.L; j0 += int64_t(kKeysPerPass) * warps) {
     const float* key[kKeysPerPass];
     double acc[kKeysPerPass];
@@ -327,12 +330,12 @@ static __global__ void __launch_bounds__(kAttnThreads) attn_kernel(const dk::Att
     for (int u = 0; u < kKeysPerPass; ++u) {
       const int64_t j = j0 + int64_t(u) * warps;
       const double a = warp_sum(acc[u]);
-      if (lane == 0 && j < g.L) p[j] = key[u] ? float(a) * c.logits.scaling : -INFINITY;
+      if (lane == 0 && j < g.L) p[j] = key[u] ? float(a) * scaling : -INFINITY;
     }
   }
   __syncthreads();
   // Softmax (AttnSoftmaxK): the sink joins max and denominator.
-  const float sink = c.softmax.sink[h];
+  const float sink = sinks[h];
   float mx = -INFINITY;
   for (int64_t j = tid; j < g.L; j += blockDim.x)
     if (g.key(i, j)) mx = fmaxf(mx, p[j]);
@@ -384,18 +387,49 @@ static __global__ void __launch_bounds__(kAttnThreads) attn_kernel(const dk::Att
       float out = 0.0f;
       out += float(w);
       out += float(s);
-      c.values.o[ih * g.D + q0 + q] = out;
+      o[ih * g.D + q0 + q] = out;
     }
     __syncthreads();
   }
 }
 
+static __global__ void __launch_bounds__(kAttnThreads) attn_kernel(const dk::AttnChain c) {
+  attn_block(c.logits.g, c.logits.q, c.logits.scaling, c.softmax.sink, c.values.o, blockIdx.x);
+}
+
+// Every segment's (row, head) blocks in turn: block b belongs to the first job whose T·H blocks
+// it does not pass.
+static __global__ void __launch_bounds__(kAttnThreads) attn_batch_kernel(const dk::AttnBatch b) {
+  int64_t ih = blockIdx.x;
+  int j = 0;
+  while (j + 1 < b.n && ih >= b.jobs[j].g.T * b.jobs[j].g.H) {
+    ih -= b.jobs[j].g.T * b.jobs[j].g.H;
+    ++j;
+  }
+  const dk::AttnBatch::Job job = b.jobs[j];  // a copy: registers, not the parameter block
+  attn_block(job.g, job.q, b.scaling, b.sink, job.o, ih);
+}
+
+// Static shared memory: 16 KiB of partial sums + 384 B; the logits row must fit beside it.
+constexpr int64_t kAttnMaxLogitBytes = 30 * 1024;
+
 bool launch_chain(const dk::AttnChain& c) {
   const dk::AttnGeom& g = c.logits.g;
   const int64_t blocks = g.T * g.H;
-  // Static shared memory: 16 KiB of partial sums + 384 B; the logits row must fit beside it.
-  if (g.L * int64_t(sizeof(float)) > 30 * 1024 || blocks > 0x7fffffff) return false;
+  if (g.L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff) return false;
   if (blocks > 0) attn_kernel<<<unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float))>>>(c);
+  return true;
+}
+
+bool launch_chain(const dk::AttnBatch& b) {
+  int64_t blocks = 0, L = 0;
+  for (int j = 0; j < b.n; ++j) {
+    blocks += b.jobs[j].g.T * b.jobs[j].g.H;
+    L = std::max(L, b.jobs[j].g.L);
+  }
+  if (b.n < 1 || b.n > dk::AttnBatch::kMax || L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff)
+    return false;
+  if (blocks > 0) attn_batch_kernel<<<unsigned(blocks), kAttnThreads, size_t(L * sizeof(float))>>>(b);
   return true;
 }
 

@@ -34,6 +34,7 @@ bool launch(int64_t, const F&) {
 // A chain as one kernel (device_kernels_stream.h, _attention.h): true when launched.
 bool launch_chain(const dk::MhcCoeffChain& c);
 bool launch_chain(const dk::AttnChain& c);
+bool launch_chain(const dk::AttnBatch& b);  // every segment's (row, head) blocks in one kernel
 template <class C>
 bool launch_chain(const C&) {
   return false;

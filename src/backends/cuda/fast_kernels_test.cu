@@ -215,5 +215,68 @@ TEST(FastKernelsCuda, SinkAttentionMatchesSimple) {
   }
 }
 
+// Several segments' attention in one launch (dk::AttnBatch) against their simple chains: segments
+// of different shapes (1 and 40 rows, D 16 / 33 / 128 / 130, windows cut at a floor, no top-k,
+// absent slots), half of them reading their window from a ring in place; one job alone; the
+// largest batch (kMax jobs of one row each, as a decode step of many sequences).
+TEST(FastKernelsCuda, SinkAttentionBatchMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(46);
+  struct Case {
+    int64_t T, H, D, win, k, start, floor, G;
+    bool ring;
+  };
+  const std::vector<Case> mixed = {Case{1, 4, 128, 64, 64, 300, 0, 150, true}, Case{1, 1, 16, 6, 4, 0, 0, 3, false},
+                                   Case{6, 3, 130, 8, 5, 20, 17, 10, true},    Case{40, 4, 128, 64, 64, 70, 0, 40, false},
+                                   Case{3, 2, 33, 5, 0, 9, 0, 0, true},        Case{2, 4, 128, 64, 64, 5, 0, 1, true}};
+  std::vector<Case> decode;
+  for (int j = 0; j < dk::AttnBatch::kMax; ++j)
+    decode.push_back(Case{1, 4, 128, 64, 64, 100 + 37 * j, 0, 25 + 9 * j, j % 2 == 0});
+  for (const std::vector<Case>& cases : {mixed, std::vector<Case>{mixed[2]}, decode}) {
+    const int64_t H = cases[0].H;
+    int64_t outs = 0, scratch = 0;
+    for (Case c : cases) {
+      c.H = H;
+      outs += c.T * H * c.D;
+      scratch += c.T * H * (c.win + c.k);
+    }
+    float* o = dev.template zeros<float>(outs);
+    float* logits = dev.template zeros<float>(scratch);
+    dk::AttnBatch b;
+    b.sink = dev.up(kc::randn(rng, H));
+    b.scaling = 0.09f;
+    int64_t at_o = 0, at_l = 0;
+    for (Case c : cases) {
+      c.H = H;
+      const int64_t first = std::max(c.floor, c.start - (c.win - 1)), nkeys = c.start + c.T - first;
+      const auto keys = kc::randn(rng, nkeys * c.D), q = kc::randn(rng, c.T * H * c.D, 0.3f);
+      const auto main = kc::randn(rng, std::max<int64_t>(c.G, 1) * c.D);
+      std::vector<int32_t> topk(std::max<int64_t>(c.T * c.k, 1), -1);
+      for (int64_t i = 0; i < c.T; ++i)
+        for (int64_t j = 0; j < c.k && c.G > 0; ++j) topk[i * c.k + j] = (j % 7 == 3) ? -1 : int32_t((i * 13 + j * 5) % c.G);
+      const int64_t L = c.win + c.k;
+      dk::AttnGeom g{c.T, H, c.D, L, c.start, c.win, c.floor, first, c.k, dev.up(keys),
+                     c.k ? dev.up(main) : nullptr, c.k ? dev.up(topk) : nullptr};
+      if (c.ring) {  // positions before start in slot p mod slots (slots ≥ window), the rest apart
+        const int64_t slots = c.win + 3;
+        std::vector<float> ring(slots * c.D, NAN);
+        for (int64_t p = first; p < c.start; ++p)
+          std::copy_n(keys.data() + (p - first) * c.D, c.D, ring.data() + (p % slots) * c.D);
+        g.keys = nullptr;
+        g.ring = dev.up(ring);
+        g.slots = slots;
+        g.fresh = dev.up(std::vector<float>(keys.begin() + (c.start - first) * c.D, keys.end()));
+      }
+      b.jobs[b.n++] = {g, dev.up(q), logits + at_l, o + at_o};
+      at_o += c.T * H * c.D;
+      at_l += c.T * H * L;
+    }
+    fast_vs_simple(
+        ex, [] {}, [&] { ex.run_chain(b); }, o, outs, 1e-6, "sink attention batch of " + std::to_string(b.n));
+  }
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -61,8 +61,8 @@ int bench_main(int argc, char** argv) {
   std::string isa_name, weights_name;
   int pool_threads = 0;
   cli.add_option("--weights", weights_name, "FP8/FP4 matrices: stored (default: read in place) | widened (at load; A/B)");
-  cli.add_option("--isa", isa_name, "highest ISA of the matrix products: auto (default) | avx512 | avx2 | scalar (= portable) "
-                 "(same results, for A/B runs; overrides DSV41_ISA)");
+  cli.add_option("--isa", isa_name, "highest ISA of the matrix products: auto (default) | amx | avx512 | avx2 | scalar (= portable) "
+                 "(same results, amx to float rounding; for A/B runs; overrides DSV41_ISA)");
   cli.add_option("--threads", pool_threads, "threads of the model's pool, this one included (0 = all cores)")
       ->check(in_range(0, 4096));
   std::string depth_name = "bounded";
@@ -105,7 +105,8 @@ int bench_main(int argc, char** argv) {
   ModelLoadOptions load = load_options_from_env();
   load.threads = pool_threads;
   if (!isa_name.empty() && !parse_cpu_isa(isa_name, &load.isa))
-    return fail(invalid_argument("--isa must be auto, avx512, avx2 or scalar (portable), got '" + isa_name + "'"));
+    return fail(invalid_argument("--isa must be auto, amx, avx512, avx2 or scalar (portable), got '" + isa_name + "'"));
+  if (load.isa == CpuIsa::kAmx && !cpu_has_amx()) return fail(invalid_argument(std::string("--isa amx: ") + amx_unavailable_reason()));
   if (!weights_name.empty() && !parse_weight_holding(weights_name.c_str(), &load.weights))
     return fail(invalid_argument("--weights must be stored or widened, got '" + weights_name + "'"));
   if (membw_mib < 0 || membw_mib == 1)
@@ -242,7 +243,7 @@ int bench_main(int argc, char** argv) {
   // matrices read half of that; engine_bytes is the upper bound).
   const double weight_bytes = load.weights == WeightHolding::kStored ? traffic->stored_bytes : traffic->engine_bytes;
   j["weights"] = load.weights == WeightHolding::kStored ? "stored" : "widened";
-  j["isa"] = cpu_isa_name(ex.gemm_isa());
+  j["isa"] = ex.use_amx() ? "amx" : cpu_isa_name(ex.gemm_isa());
   j["points"] = nlohmann::json::array();
   for (const SpeedPoint& p : *points) {
     nlohmann::json q = {{"context", p.context},

@@ -43,7 +43,7 @@ struct ForwardFlags {
                    "device-emulation (the CUDA backend's kernels run on the CPU, slow; for checks); "
                    "app/backend_choice.h");
     cli.add_option("--weights", weights, "FP8/FP4 matrices: stored (default: read in place) | widened (at load; A/B)");
-    cli.add_option("--isa", isa, "highest ISA of the matrix products: auto (default) | avx512 | avx2 | scalar");
+    cli.add_option("--isa", isa, "highest ISA of the matrix products: auto (default) | amx | avx512 | avx2 | scalar");
   }
 
   // After parsing: the model options (the environment's, then --scalar and --threads).
@@ -57,7 +57,8 @@ struct ForwardFlags {
     // The device backend uploads float32 / bf16 views (backends/cuda/host_device_backend.h).
     if (backend != "cpu" && weights.empty()) o.weights = WeightHolding::kWidened;
     if (!isa.empty() && !parse_cpu_isa(isa, &o.isa))
-      return invalid_argument("--isa must be auto, avx512, avx2 or scalar, got '" + isa + "'");
+      return invalid_argument("--isa must be auto, amx, avx512, avx2 or scalar, got '" + isa + "'");
+    if (o.isa == CpuIsa::kAmx && !cpu_has_amx()) return invalid_argument(std::string("--isa amx: ") + amx_unavailable_reason());
     return o;
   }
 

@@ -8,11 +8,13 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/numerics.h"
 #include "bench/bench_exec.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/gemm_quant.h"
 
 namespace dsv41 {
@@ -112,6 +114,69 @@ void Shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_GemmQuantDecode)->Apply(Shapes)->ArgNames({"rows", "in", "out", "kind", "isa", "threads", "cold"})
     ->Unit(benchmark::kMicrosecond)->UseRealTime()->MeasureProcessCPUTime();
+
+// Prefill-shaped y = x · Wᵀ (issue 13 item 4): `rows` prompt rows against one stored matrix, on
+// isa 1 = AVX2, 2 = AVX-512, 3 = AMX-BF16 (gemm_amx.h), all threads. Compute-bound: one copy of
+// the weights, warm. GFLOP/s counts 2 · rows · in · out per call.
+void BM_GemmPrefill(benchmark::State& state) {
+  const int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
+  const Kind kind = static_cast<Kind>(state.range(3));
+  const CpuIsa isa = static_cast<CpuIsa>(state.range(4));
+  if (isa == CpuIsa::kAmx ? !cpu_has_amx() : isa > cpu_best_isa()) {
+    state.SkipWithError(isa == CpuIsa::kAmx ? amx_unavailable_reason() : "ISA not on this CPU");
+    return;
+  }
+  CpuExec ex = bench_exec();
+  ex.isa = isa;
+  const bool fp8 = kind != kFp4;
+  std::vector<uint8_t> codes(fp8 ? out * in : out * in / 2), scales(fp8 ? ((out + 31) / 32) * ((in + 31) / 32)
+                                                                        : out * ((in + 31) / 32));
+  uint32_t s = 777;
+  for (uint8_t& c : codes) {
+    s = s * 1664525u + 1013904223u;
+    c = static_cast<uint8_t>(s >> 24);
+    if (fp8 && (c & 0x7F) == 0x7F) c ^= 1;
+  }
+  for (uint8_t& c : scales) c = 120 + (s = s * 1664525u + 1013904223u) % 8;
+  QuantWeights q;
+  q.format = fp8 ? QuantFormat::kFp8E4M3 : QuantFormat::kFp4E2M1;
+  q.codes = codes.data();
+  q.scales = scales.data();
+  q.rows = out;
+  q.in = in;
+  q.scale_cols = (in + 31) / 32;
+  q.block_rows_log2 = fp8 ? 5 : 0;
+  std::vector<uint16_t> wb;
+  if (kind == kBf16) {
+    wb.resize(out * in);
+    for (int64_t i = 0; i < out * in; ++i) wb[i] = f32_to_bf16(q.at(i / in, i % in));
+  }
+  std::vector<float> x(rows * in), y(rows * out);
+  for (float& v : x) v = static_cast<float>(static_cast<int32_t>(s = s * 1664525u + 1013904223u)) * 0x1p-31f;
+  for (auto _ : state) {
+    if (kind == kBf16) gemm_bf16w(ex, x.data(), rows, in, wb.data(), out, y.data());
+    else gemm_quant(ex, x.data(), rows, in, q, out, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * static_cast<double>(rows * in * out),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(kind == kBf16 ? "bf16 " : kind == kFp8 ? "fp8 " : "fp4 ") + cpu_isa_name(isa));
+}
+
+// {rows, in, out, kind, isa}: 2048 prompt rows through mini-flash's wq_b (1280 → 32768, FP8), one
+// wo_a group (4096 → 1024, FP8), wq_a-sized (1024 → 1280, FP8 and bf16), one expert's w1 (FP4).
+void PrefillShapes(benchmark::internal::Benchmark* b) {
+  for (int64_t isa : {1, 2, 3}) {
+    b->Args({2048, 1280, 32768, kFp8, isa});
+    b->Args({2048, 4096, 1024, kFp8, isa});
+    b->Args({2048, 1024, 1280, kFp8, isa});
+    b->Args({2048, 1024, 1280, kBf16, isa});
+    b->Args({2048, 1024, 512, kFp4, isa});
+  }
+}
+BENCHMARK(BM_GemmPrefill)->Apply(PrefillShapes)->ArgNames({"rows", "in", "out", "kind", "isa"})
+    ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.3);
 
 }  // namespace
 }  // namespace dsv41

@@ -25,12 +25,13 @@ const char* cpu_isa_name(CpuIsa isa) {
     case CpuIsa::kPortable: return "portable";
     case CpuIsa::kAvx2: return "avx2";
     case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAmx: return "amx";
   }
   return "?";
 }
 
 bool parse_cpu_isa(std::string_view name, CpuIsa* isa) {
-  for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512})
+  for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAmx})
     if (name == cpu_isa_name(i)) {
       *isa = i;
       return true;
@@ -47,6 +48,8 @@ bool parse_cpu_isa(std::string_view name, CpuIsa* isa) {
 }
 
 CpuIsa CpuExec::gemm_isa() const { return std::min(isa, cpu_best_isa()); }
+
+bool CpuExec::use_amx() const { return isa == CpuIsa::kAmx && cpu_has_amx(); }
 
 CpuExec CpuExec::serial() {
   CpuExec ex;

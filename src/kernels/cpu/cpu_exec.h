@@ -24,11 +24,20 @@ bool cpu_has_avx2_fma();
 //   kPortable: plain C++ (CPUs without AVX2+FMA)
 //   kAvx2:     AVX2 + FMA
 //   kAvx512:   AVX-512 F/BW/DQ/VL (512-bit registers, 32 of them)
-enum class CpuIsa : uint8_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+//   kAmx:      kAvx512's vector loops, plus AMX-BF16 tiles for multi-row (prefill) products from
+//              bf16 / FP8 / FP4 weights (kernels/cpu/gemm_amx.h). Opt-in only (never chosen by
+//              "auto"): its summation order differs from the vector paths', so its bits do too.
+enum class CpuIsa : uint8_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 
-// The best of the above this CPU (and its OS, for the 512-bit register state) supports.
+// The best vector ISA (kPortable..kAvx512) this CPU (and its OS, for the 512-bit register state)
+// supports; never kAmx (see cpu_has_amx).
 CpuIsa cpu_best_isa();
-// "portable" | "avx2" | "avx512".
+// True when CPUID reports AMX-TILE and AMX-BF16 and Linux granted this process the tile data
+// state (arch_prctl ARCH_REQ_XCOMP_PERM, requested once per process at the first call).
+bool cpu_has_amx();
+// Why AMX is unavailable ("" when cpu_has_amx()): for `--isa amx`'s error message.
+const char* amx_unavailable_reason();
+// "portable" | "avx2" | "avx512" | "amx".
 const char* cpu_isa_name(CpuIsa isa);
 // The inverse of cpu_isa_name, plus "scalar" = portable and "auto" = the highest (kAvx512: capped by the CPU at use).
 // False for anything else.
@@ -43,8 +52,10 @@ struct CpuExec {
   static CpuExec serial();
   // fast && cpu_has_avx2_fma().
   bool use_fast() const;
-  // min(isa, cpu_best_isa()): the GEMM's inner loop.
+  // min(isa, cpu_best_isa()): the GEMM's vector inner loop (never kAmx).
   CpuIsa gemm_isa() const;
+  // isa == kAmx && cpu_has_amx(): multi-row bf16 / FP8 / FP4 products take the AMX tiles.
+  bool use_amx() const;
   // pool ? pool->num_threads() : 1.
   int threads() const;
   // Calls fn(begin, end) over [0, items) in chunks of whole items big enough (≈ 64K units of

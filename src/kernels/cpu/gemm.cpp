@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/numerics.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/gemm_quant.h"
@@ -103,6 +104,7 @@ void gemm_bf16w_portable(const float* x, int64_t rows, int64_t in, const uint16_
 
 void gemm_f32(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
   switch (ex.gemm_isa()) {
+    case CpuIsa::kAmx:  // never: gemm_isa() ≤ kAvx512 (AMX is use_amx())
     case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, in * 4, out, y, &gemm_f32_avx512_block);
     case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, in * 4, out, y, &gemm_f32_avx2_block);
     case CpuIsa::kPortable: break;
@@ -112,7 +114,9 @@ void gemm_f32(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const
 
 void gemm_bf16w(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
                 float* y) {
+  if (rows >= kAmxMinRows && ex.use_amx()) return gemm_bf16w_amx(ex, x, rows, in, w, out, y);
   switch (ex.gemm_isa()) {
+    case CpuIsa::kAmx:  // never: gemm_isa() ≤ kAvx512 (AMX is use_amx())
     case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, in * 2, out, y, &gemm_bf16w_avx512_block);
     case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, in * 2, out, y, &gemm_bf16w_avx2_block);
     case CpuIsa::kPortable: break;
@@ -138,8 +142,10 @@ void widened_quant_block(const float* x, int64_t r0, int64_t r1, int64_t in, con
 
 void gemm_quant(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const QuantWeights& w, int64_t out,
                 float* y) {
+  if (rows >= kAmxMinRows && ex.use_amx()) return gemm_quant_amx(ex, x, rows, in, w, out, y);
   if (rows > kWidenRows) {
     switch (ex.gemm_isa()) {
+      case CpuIsa::kAmx:
       case CpuIsa::kAvx512:
         return drive(ex, x, rows, in, w, in * 4, out, y, &widened_quant_block<&gemm_f32_avx512_block>);
       case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, in * 4, out, y, &widened_quant_block<&gemm_f32_avx2_block>);
@@ -156,6 +162,7 @@ void gemm_quant(const CpuExec& ex, const float* x, int64_t rows, int64_t in, con
   auto avx2 = [&fold](const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
                       int64_t o1, int64_t out, float* y) { gemm_quant_avx2_block(x, r0, r1, in, w, o0, o1, out, y, fold); };
   switch (ex.gemm_isa()) {
+    case CpuIsa::kAmx:  // never: gemm_isa() ≤ kAvx512 (AMX is use_amx())
     case CpuIsa::kAvx512: return drive(ex, x, rows, in, w, w.row_bytes(), out, y, avx512);
     case CpuIsa::kAvx2: return drive(ex, x, rows, in, w, w.row_bytes(), out, y, avx2);
     case CpuIsa::kPortable: break;

@@ -47,6 +47,7 @@ void transpose_key_tile(const float* keys, int n, int dh, float* keys_t) {
 void index_score_tile(CpuIsa isa, const float* q, const float* w, int64_t rows, int nh, int dh, const float* keys_t,
                       float scale, float* out, int64_t out_stride, int cols) {
   switch (std::min(isa, cpu_best_isa())) {
+    case CpuIsa::kAmx:  // never: cpu_best_isa() ≤ kAvx512
     case CpuIsa::kAvx512:
       return index_score_tile_avx512(q, w, rows, nh, dh, keys_t, scale, out, out_stride, cols);
     case CpuIsa::kAvx2:

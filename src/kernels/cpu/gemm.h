@@ -14,6 +14,9 @@
 // so it gives the AVX2 path's bits: the ISA changes the speed, never the result.
 // The portable fallback (CPUs without AVX2+FMA) uses the same lane structure without fusing, so
 // its bits differ from the AVX2 path's; it is only for such machines.
+// The exception is opt-in: `--isa amx` (CpuIsa::kAmx, never chosen by auto) sends products of ≥ 16
+// rows with bf16 / FP8 / FP4 weights to AMX tiles (gemm_amx.h): the same values multiplied, another
+// summation order, denormals flushed; it is not bit-identical to the paths above.
 //
 // Threading: gemm_f32 / gemm_bf16w split the work over ex.pool (kernels/cpu/cpu_exec.h) in blocks
 // of outputs (and of rows for long prefills); one caller at a time per pool. Their inner loop is

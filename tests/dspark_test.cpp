@@ -19,6 +19,7 @@
 #include "runtime/serve_turn.h"
 #include "store/store_test_util.h"
 #include "format/safetensors.h"
+#include "testing/truth_drafts.h"
 #include "tests/golden_file.h"
 
 namespace dsv41 {
@@ -248,21 +249,7 @@ Decoded run(const std::vector<GenerationRequest>& reqs, int parallel, DsparkMode
   o.dspark = mode;
   o.sampled_rejection = rejection;
   std::mt19937 coin(5);
-  if (truth)
-    o.draft_override = [&](std::span<const int32_t> history, int32_t anchor, DraftBlock& block) {
-      for (size_t r = 0; r < reqs.size(); ++r) {
-        std::vector<int32_t> full = reqs[r].prompt;
-        full.insert(full.end(), (*truth)[r].begin(), (*truth)[r].end());
-        if (full.size() < history.size() + 1 || !std::equal(history.begin(), history.end(), full.begin()) ||
-            full[history.size()] != anchor)
-          continue;
-        for (size_t j = 0; j < block.ids.size(); ++j) {
-          const size_t at = history.size() + 1 + j;
-          if (at < full.size() && coin() % 10 < 8) block.ids[j] = full[at];  // right 80 % of the time
-        }
-        return;
-      }
-    };
+  if (truth) o.draft_override = testing::truth_drafts(reqs, *truth, coin, 80);  // right 80 % of the time
   auto s = Scheduler::create(*e, o);
   EXPECT_TRUE(s.ok());
   std::vector<int64_t> tickets;
@@ -532,22 +519,12 @@ TEST(DsparkGolden, SpeculativeGreedyEqualsTheReferencesGreedyRun) {
       // Drafts right at 70 % of the slots (the reference's own continuation), so accepted and
       // rejected blocks alternate.
       std::mt19937 coin(k);
-      o.draft_override = [&](std::span<const int32_t> history, int32_t anchor, DraftBlock& block) {
-        for (size_t r = 0; r < reqs.size(); ++r) {
-          std::vector<int32_t> full = reqs[r].prompt;
-          full.insert(full.end(), want[r].begin(), want[r].end());
-          if (full.size() < history.size() + 1 || !std::equal(history.begin(), history.end(), full.begin()) ||
-              full[history.size()] != anchor)
-            continue;
-          for (size_t j = 0; j < block.ids.size(); ++j) {
-            const size_t at = history.size() + 1 + j;
-            if (at < full.size() && coin() % 10 < 7) block.ids[j] = full[at];
-          }
-          // Auto verifies only what its planner keeps, and the random drafter is not confident:
-          // confident slots make it verify while it measures.
-          if (k == 0) std::fill(block.confidence.begin(), block.confidence.end(), 8.0f);
-          return;
-        }
+      o.draft_override = [&, truth = testing::truth_drafts(reqs, want, coin, 70)](
+                             std::span<const int32_t> history, int32_t anchor, DraftBlock& block) {
+        truth(history, anchor, block);
+        // Auto verifies only what its planner keeps, and the random drafter is not confident:
+        // confident slots make it verify while it measures.
+        if (k == 0) std::fill(block.confidence.begin(), block.confidence.end(), 8.0f);
       };
       auto sch = Scheduler::create(**e, o);
       ASSERT_TRUE(sch.ok());

@@ -28,6 +28,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "runtime/scheduler.h"
+#include "testing/truth_drafts.h"
 
 namespace dsv41::testing_scenario {
 
@@ -67,21 +68,7 @@ inline Result<DsparkDecodeRun> decode_with(std::unique_ptr<Backend> backend, con
   o.max_context = 256;
   o.dspark = mode;
   std::mt19937 coin(5);
-  if (truth)
-    o.draft_override = [&](std::span<const int32_t> history, int32_t anchor, DraftBlock& block) {
-      for (size_t r = 0; r < reqs.size(); ++r) {
-        std::vector<int32_t> full = reqs[r].prompt;
-        full.insert(full.end(), (*truth)[r].begin(), (*truth)[r].end());
-        if (full.size() < history.size() + 1 || !std::equal(history.begin(), history.end(), full.begin()) ||
-            full[history.size()] != anchor)
-          continue;
-        for (size_t j = 0; j < block.ids.size(); ++j) {
-          const size_t at = history.size() + 1 + j;
-          if (at < full.size() && coin() % 10 < 8) block.ids[j] = full[at];
-        }
-        return;
-      }
-    };
+  if (truth) o.draft_override = testing::truth_drafts(reqs, *truth, coin, 80);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> s, Scheduler::create(*e, o));
   std::vector<int64_t> tickets;
   for (const GenerationRequest& r : reqs) tickets.push_back(s->submit(r));

@@ -21,6 +21,7 @@
 #include "base/numerics.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/stored_quant_test_util.h"
 #include "model/dequant.h"
 
 namespace dsv41 {
@@ -29,39 +30,7 @@ namespace {
 #define SKIP_WITHOUT_AMX() \
   if (!cpu_has_amx()) GTEST_SKIP() << "no AMX here: " << amx_unavailable_reason()
 
-struct Stored {
-  QuantFormat format;
-  int64_t rows, in, block_rows, block_cols;
-  std::vector<uint8_t> codes, scales;
-  int64_t scale_rows() const { return (rows + block_rows - 1) / block_rows; }
-  int64_t scale_cols() const { return (in + block_cols - 1) / block_cols; }
-  QuantWeights view() const {
-    QuantWeights w;
-    w.format = format;
-    w.codes = codes.data();
-    w.scales = scales.data();
-    w.rows = rows;
-    w.in = in;
-    w.scale_cols = scale_cols();
-    w.block_rows_log2 = std::countr_zero(static_cast<uint64_t>(block_rows));
-    w.block_cols_log2 = std::countr_zero(static_cast<uint64_t>(block_cols));
-    return w;
-  }
-  std::vector<float> widened() const {  // dequant.h: the reference widening, [rows, in]
-    TensorView w, s;
-    w.name = "w";
-    w.dtype = format == QuantFormat::kFp8E4M3 ? DType::kF8E4M3 : DType::kU8;
-    w.shape = {rows, format == QuantFormat::kFp8E4M3 ? in : in / 2};
-    w.bytes = codes;
-    s.name = "w.scale";
-    s.dtype = DType::kF8E8M0;
-    s.shape = {scale_rows(), scale_cols()};
-    s.bytes = scales;
-    Result<FloatTensor> t = dequantize(w, &s);
-    EXPECT_TRUE(t.ok()) << t.status().message();
-    return t.ok() ? t->data : std::vector<float>();
-  }
-};
+using Stored = testing::StoredQuant;
 
 // Scale codes near 2^0; with `low` some at 0..2 (weights down to 2^-136: denormal floats, which
 // AMX flushes), with `high` some at 200..230 (large, finite products and sums).

@@ -10,6 +10,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "backends/cuda/backend_compare_check.h"
@@ -52,6 +54,17 @@ DSV41_KERNEL_CHECK(WindowStore, check_window_store)
 std::string model_dir(const std::string& name, const std::string& in_checkout) {
   if (std::filesystem::exists(in_checkout + "/config.json")) return in_checkout;
   return "test-models/" + name;
+}
+
+// A fresh CUDA backend of `model`, passed to `configure` first (null, with a test failure, when
+// none can be made): the factories the scenario checks call for each run.
+std::unique_ptr<Backend> fresh_cuda_backend(const Model& model,
+                                            const std::function<void(DeviceBackend<CudaExec>&)>& configure = {}) {
+  auto b = make_cuda_backend(model);
+  EXPECT_TRUE(b.ok()) << b.status().to_string();
+  if (!b.ok()) return nullptr;
+  if (configure) configure(dynamic_cast<DeviceBackend<CudaExec>&>(**b));
+  return std::move(*b);
 }
 
 void compare_with_cpu(const std::string& dir, bool forks = false) {
@@ -99,12 +112,8 @@ TEST(CudaBackend, WindowCopiesEqualHostRingRows) {
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   ts::check_window_copies(
       **model,
-      [&](bool keep) -> std::unique_ptr<Backend> {
-        auto b = make_cuda_backend(**model);
-        EXPECT_TRUE(b.ok()) << b.status().to_string();
-        if (!b.ok()) return nullptr;
-        dynamic_cast<DeviceBackend<CudaExec>&>(**b).set_window_copies(keep);
-        return std::move(*b);
+      [&](bool keep) {
+        return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_window_copies(keep); });
       },
       "cuda");
 }
@@ -119,12 +128,8 @@ TEST(CudaBackend, BatchedSegmentsEqualOneByOne) {
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   ts::check_window_copies(
       **model,
-      [&](bool batched) -> std::unique_ptr<Backend> {
-        auto b = make_cuda_backend(**model);
-        EXPECT_TRUE(b.ok()) << b.status().to_string();
-        if (!b.ok()) return nullptr;
-        dynamic_cast<DeviceBackend<CudaExec>&>(**b).set_batched_segments(batched);
-        return std::move(*b);
+      [&](bool batched) {
+        return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_batched_segments(batched); });
       },
       "cuda, batched segments", true);
 }
@@ -151,11 +156,7 @@ TEST(CudaBackend, DsparkDraftsAndDecodesLikeTheCpuBackend) {
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   ts::check_dspark_against_cpu(
       **model,
-      [&]() -> std::unique_ptr<Backend> {
-        auto b = make_cuda_backend(**model);
-        EXPECT_TRUE(b.ok()) << b.status().to_string();
-        return b.ok() ? std::move(*b) : nullptr;
-      },
+      [&] { return fresh_cuda_backend(**model); },
       1.0f, "dsv41-mini (cuda)");
 }
 

@@ -51,12 +51,7 @@ Stored random_stored(QuantFormat f, int64_t rows, int64_t in, int64_t br, int64_
   return s;
 }
 
-std::vector<float> random_x(int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = d(rng);
-  return v;
-}
+using testing::random_x;
 
 // y[r, o] against Σ x·w in double: NaN where the reference is NaN, the same Inf, otherwise within
 // (8 + 3K)·2^-24 · Σ|x·w| + (3K + Σ|x|)·2^-126 (summation order; flushed denormals).

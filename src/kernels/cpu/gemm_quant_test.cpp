@@ -45,12 +45,7 @@ Stored random_stored(QuantFormat f, int64_t rows, int64_t in, int64_t br, int64_
   return s;
 }
 
-std::vector<float> random_x(int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = d(rng);
-  return v;
-}
+using testing::random_x;
 
 void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size());

@@ -1,6 +1,6 @@
 // Test support: a random block-quantised matrix as the checkpoint stores it (FP8 E4M3 or FP4 E2M1
 // codes with UE8M0 block scales), its QuantWeights view as the loader builds it, and its reference
-// widening (model/dequant.h). Shared by the decode / prefill kernel tests (gemm_quant_test.cpp,
+// widening (model/dequant.h), and random activations. Shared by the decode / prefill kernel tests (gemm_quant_test.cpp,
 // gemm_amx_test.cpp); each fills codes and scales with the distributions it needs.
 #pragma once
 
@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "kernels/cpu/gemm_quant.h"
@@ -51,5 +52,13 @@ struct StoredQuant {
     return t.ok() ? t->data : std::vector<float>();
   }
 };
+
+// n activations drawn from N(0, 1).
+inline std::vector<float> random_x(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = d(rng);
+  return v;
+}
 
 }  // namespace dsv41::testing

@@ -33,6 +33,23 @@ void matmul(const CpuExec& ex, const float* x, int64_t rows, int64_t in, WeightR
   }
 }
 
+GemmJob gemm_job(const float* x, int64_t rows, int64_t in, const WeightRef& w, int64_t out, float* y) {
+  GemmJob j;
+  j.x = x;
+  j.rows = rows;
+  j.in = in;
+  j.out = out;
+  j.y = y;
+  if (w.is_quant()) {
+    j.quant = &w.quant;
+  } else if (w.bf16) {
+    j.bf16 = w.bf16;
+  } else {
+    j.f32 = w.f32;
+  }
+  return j;
+}
+
 double dot_reference(WeightRef w, int64_t off, const float* a, int64_t n) {
   double acc = 0;
   if (w.is_quant()) {

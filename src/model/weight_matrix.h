@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "format/safetensors.h"
 #include "kernels/cpu/cpu_exec.h"
+#include "kernels/cpu/gemm_many.h"
 #include "kernels/cpu/gemm_quant.h"
 
 namespace dsv41 {
@@ -44,6 +45,9 @@ inline WeightRef weight_ref(const std::vector<float>& f32, const std::vector<uin
 // y [rows, out] = x [rows, in] · Wᵀ by gemm_f32 or gemm_bf16w (bit-identical for the same values),
 // threaded on ex.pool.
 void matmul(const CpuExec& ex, const float* x, int64_t rows, int64_t in, WeightRef w, int64_t out, float* y);
+// The same product as a job of gemm_many (kernels/cpu/gemm_many.h: several products in one
+// parallel region, the same bits as a matmul each). w must outlive the job (quant is borrowed).
+GemmJob gemm_job(const float* x, int64_t rows, int64_t in, const WeightRef& w, int64_t out, float* y);
 // Σ_i a[i] · w[off + i] with double accumulation (the scalar references).
 double dot_reference(WeightRef w, int64_t off, const float* a, int64_t n);
 

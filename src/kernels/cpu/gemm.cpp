@@ -10,6 +10,7 @@
 #include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_many.h"
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/gemm_quant_fold.h"
 
@@ -128,6 +129,8 @@ void gemm_bf16w(const CpuExec& ex, const float* x, int64_t rows, int64_t in, con
 // run by the float block: dequantising in registers costs about one FMA's worth per weight per
 // 8 rows, widening costs it once per block. Same values, same float kernel: the same bits.
 constexpr int64_t kWidenRows = 8;
+// gemm_many runs products of up to kGemmManyMaxRows rows on the in-register blocks directly.
+static_assert(kGemmManyMaxRows <= kWidenRows && kGemmManyMaxRows < kAmxMinRows);
 
 template <void (*F32Block)(const float*, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*)>
 void widened_quant_block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,

@@ -1,0 +1,115 @@
+// gemm_many (see gemm_many.h): the blocks of every product handed out from one pool job.
+#include "kernels/cpu/gemm_many.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_avx2.h"
+#include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_quant_fold.h"
+
+namespace dsv41 {
+namespace {
+
+// Weight bytes per block: small enough that the last blocks of a region leave little idle time
+// at the join (≈ 3 µs of DRAM streaming), large enough that the per-block dispatch is noise.
+// Multiples of 48 outputs keep whole micro-tiles (gemm.cpp).
+constexpr int64_t kBlockBytes = 64 * 1024;
+// Jobs per region (a fixed table on the stack: no allocation); more are run in several regions.
+constexpr size_t kMaxJobs = 16;
+// Below this many flops in all the region waking the pool costs more than the products (gemm.cpp).
+constexpr int64_t kInlineFlops = 1 << 18;
+
+int64_t row_bytes(const GemmJob& j) {
+  if (j.quant) return j.quant->row_bytes();
+  return j.bf16 ? j.in * 2 : j.in * 4;
+}
+
+// Outputs per block of a job.
+int64_t block_outputs(const GemmJob& j) {
+  return std::max<int64_t>(48, kBlockBytes / std::max<int64_t>(1, row_bytes(j)) / 48 * 48);
+}
+
+bool shared_region_ok(const CpuExec& ex, const GemmJob& j) {
+  return j.rows <= kGemmManyMaxRows && ex.gemm_isa() != CpuIsa::kPortable;
+}
+
+void run_alone(const CpuExec& ex, const GemmJob& j) {
+  if (j.quant) {
+    gemm_quant(ex, j.x, j.rows, j.in, *j.quant, j.out, j.y);
+  } else if (j.bf16) {
+    gemm_bf16w(ex, j.x, j.rows, j.in, j.bf16, j.out, j.y);
+  } else {
+    gemm_f32(ex, j.x, j.rows, j.in, j.f32, j.out, j.y);
+  }
+}
+
+// Outputs [o0, o1) of job j, all its rows, on the vector ISA `isa` (kAvx2 or kAvx512).
+void run_block(CpuIsa isa, const GemmJob& j, const FoldRange& fold, int64_t o0, int64_t o1) {
+  const bool wide = isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx;
+  if (j.quant) {
+    if (wide) return gemm_quant_avx512_block(j.x, 0, j.rows, j.in, *j.quant, o0, o1, j.out, j.y, fold);
+    return gemm_quant_avx2_block(j.x, 0, j.rows, j.in, *j.quant, o0, o1, j.out, j.y, fold);
+  }
+  if (j.bf16) {
+    if (wide) return gemm_bf16w_avx512_block(j.x, 0, j.rows, j.in, j.bf16, o0, o1, j.out, j.y);
+    return gemm_bf16w_avx2_block(j.x, 0, j.rows, j.in, j.bf16, o0, o1, j.out, j.y);
+  }
+  if (wide) return gemm_f32_avx512_block(j.x, 0, j.rows, j.in, j.f32, o0, o1, j.out, j.y);
+  gemm_f32_avx2_block(j.x, 0, j.rows, j.in, j.f32, o0, o1, j.out, j.y);
+}
+
+// Up to kMaxJobs jobs that all qualify for the shared region, in one parallel_for over blocks.
+void run_region(const CpuExec& ex, std::span<const GemmJob> jobs) {
+  const CpuIsa isa = ex.gemm_isa();
+  FoldRange fold[kMaxJobs];
+  int64_t first_block[kMaxJobs + 1];  // job i's blocks are [first_block[i], first_block[i + 1])
+  int64_t per_block[kMaxJobs];
+  int64_t flops = 0;
+  first_block[0] = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const GemmJob& j = jobs[i];
+    const bool empty = j.rows <= 0 || j.out <= 0 || j.in <= 0;
+    if (j.rows > 0 && j.out > 0 && j.in <= 0) std::fill(j.y, j.y + j.rows * j.out, 0.0f);  // as gemm.cpp
+    // FP8 blocks scale x instead of the weights where exact: x's range, once per product.
+    fold[i] = !empty && j.quant && j.quant->format == QuantFormat::kFp8E4M3 ? fold_range(j.x, j.rows * j.in)
+                                                                            : FoldRange{};
+    per_block[i] = block_outputs(j);
+    first_block[i + 1] = first_block[i] + (empty ? 0 : (j.out + per_block[i] - 1) / per_block[i]);
+    if (!empty) flops += 2 * j.rows * j.in * j.out;
+  }
+  const int64_t blocks = first_block[jobs.size()];
+  auto run = [&](int64_t begin, int64_t end) {
+    size_t i = 0;
+    for (int64_t b = begin; b < end; ++b) {
+      while (first_block[i + 1] <= b) ++i;
+      const GemmJob& j = jobs[i];
+      const int64_t o0 = (b - first_block[i]) * per_block[i];
+      run_block(isa, j, fold[i], o0, std::min(j.out, o0 + per_block[i]));
+    }
+  };
+  if (blocks == 0) return;
+  if (flops < kInlineFlops) return run(0, blocks);
+  ex.parallel_for(blocks, 1, run);
+}
+
+}  // namespace
+
+void gemm_many(const CpuExec& ex, std::span<const GemmJob> jobs) {
+  // Consecutive qualifying jobs share a region (at most kMaxJobs each); the others run alone, in
+  // order. The jobs are independent, so the order changes no bits.
+  size_t i = 0;
+  while (i < jobs.size()) {
+    if (!shared_region_ok(ex, jobs[i])) {
+      run_alone(ex, jobs[i]);
+      ++i;
+      continue;
+    }
+    size_t e = i + 1;
+    while (e < jobs.size() && e - i < kMaxJobs && shared_region_ok(ex, jobs[e])) ++e;
+    run_region(ex, jobs.subspan(i, e - i));
+    i = e;
+  }
+}
+
+}  // namespace dsv41

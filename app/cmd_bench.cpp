@@ -26,6 +26,7 @@
 #include "app/command.h"
 #include "app/load_options.h"
 #include "app/option_checks.h"
+#include "base/step_profile.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/membw.h"
 #include "model/model.h"
@@ -37,6 +38,23 @@ namespace dsv41::app {
 namespace {
 
 constexpr double kMB = 1e6;
+
+// `--profile`: per decoded token, the wall time of each backend step and of the pool's jobs.
+void print_step_profile(const StepProfile& prof, double decode_seconds, int64_t tokens) {
+  const double per = 1e3 / static_cast<double>(tokens);
+  std::fprintf(stderr, "  decode profile, ms per token (of %.2f):", decode_seconds * per);
+  double steps = 0;
+  for (int i = 0; i < static_cast<int>(StepPhase::kCount); ++i) {
+    const auto phase = static_cast<StepPhase>(i);
+    if (prof.calls[i] == 0) continue;
+    std::fprintf(stderr, " %s %.2f", step_phase_name(phase), prof.seconds[i] * per);
+    if (phase != StepPhase::kMoeRoute && phase != StepPhase::kMoeExperts) steps += prof.seconds[i];
+  }
+  std::fprintf(stderr, "; outside the steps %.2f\n", (decode_seconds - steps) * per);
+  std::fprintf(stderr, "  pool: %.1f jobs per token, %.2f ms in jobs, %.2f ms of it waiting at the join\n",
+               static_cast<double>(prof.pool_jobs) / static_cast<double>(tokens), prof.pool_seconds * per,
+               prof.join_wait_seconds * per);
+}
 
 int bench_main(int argc, char** argv) {
   CLI::App cli{"End-to-end prefill/decode speed with the memory-bandwidth roofline"};
@@ -58,6 +76,10 @@ int bench_main(int argc, char** argv) {
       ->check(in_range<int64_t>(0, int64_t{1} << 20));
   cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)")->check(in_range(1, 1000));
   cli.add_flag("--json", json, "print the results as one JSON object");
+  bool profile_steps = false, pool_spin = false;
+  cli.add_flag("--pool-spin", pool_spin, "the model's pool threads spin between jobs instead of sleeping (A/B)");
+  cli.add_flag("--profile", profile_steps,
+               "context sweep: also time each decode by backend step and the pool's fork/join (stderr; diagnostics)");
   std::string isa_name, weights_name;
   int pool_threads = 0;
   cli.add_option("--weights", weights_name, "FP8/FP4 matrices: stored (default: read in place) | widened (at load; A/B)");
@@ -104,6 +126,7 @@ int bench_main(int argc, char** argv) {
   // Cheap checks first: the model load and the bandwidth passes take seconds.
   ModelLoadOptions load = load_options_from_env();
   load.threads = pool_threads;
+  load.pool_spin = pool_spin;
   if (!isa_name.empty() && !parse_cpu_isa(isa_name, &load.isa))
     return fail(invalid_argument("--isa must be auto, amx, avx512, avx2 or scalar (portable), got '" + isa_name + "'"));
   if (load.isa == CpuIsa::kAmx && !cpu_has_amx()) return fail(invalid_argument(std::string("--isa amx: ") + amx_unavailable_reason()));
@@ -147,6 +170,8 @@ int bench_main(int argc, char** argv) {
   o.depth = *depth;
   auto weights = WeightRegistry::open(dir);
   if (!weights.ok()) return fail(weights.status());
+  StepProfile profile;
+  if (profile_steps) load.profile = &profile;
   auto model = Model::load(dir, load);
   if (!model.ok()) return fail(model.status());
   if (Status s = check_speed_bench_options((*model)->config(), o); !s.ok()) return fail(s);
@@ -188,7 +213,14 @@ int bench_main(int argc, char** argv) {
                  bw.threads, bw.all_threads / 1e9);
     o.before_decode = [&](int64_t context) { decode_bw[context] = measure(2); };
   }
+  if (profile_steps) {  // the decode's steps only: reset after the prefill and the bandwidth
+    o.before_decode = [&, measure_bw = std::move(o.before_decode)](int64_t context) {
+      if (measure_bw) measure_bw(context);
+      profile.reset();
+    };
+  }
   auto on_point = [&](const SpeedPoint& p) {
+    if (profile_steps && p.decode_tokens > 0) print_step_profile(profile, p.decode_seconds, p.decode_tokens);
     std::fprintf(stderr, "context %lld: prefill (%s) %.1f tok/s, %lld token-layers of %lld at full depth; decode %.2f tok/s\n",
                  static_cast<long long>(p.context), prefill_depth_name(p.effective_depth), p.prefill_tokens_per_s(),
                  static_cast<long long>(p.prefill_work.encoder + p.prefill_work.decoder + p.prefill_work.replay),

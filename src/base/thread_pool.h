@@ -4,7 +4,11 @@
 // boundaries depend only on (n, grain), never on the thread count, so a kernel whose per-item
 // arithmetic is fixed gives the same bits with 1 or N threads.
 // Owns its worker threads (joined in the destructor). Nothing fancy: no work stealing, no nesting
-// (a parallel_for called from inside a chunk runs inline on that thread).
+// (a parallel_for called from inside a chunk runs inline on that thread). With `spin`, workers
+// spin briefly before sleeping and the caller before blocking at the join: a decode step runs
+// ~100 short jobs back to back, and a sleep/wake round trip can cost more than a short product
+// (issue 13); on a machine with more runnable threads than cores the spinning steals the
+// time slices the work needs, so it is opt-in.
 #pragma once
 
 #include <atomic>
@@ -21,19 +25,24 @@ namespace dsv41 {
 class ThreadPool {
  public:
   // `num_threads` counts the caller: a pool of N starts N-1 workers. Values < 1 mean 1.
-  explicit ThreadPool(int num_threads);
+  explicit ThreadPool(int num_threads, bool spin = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // True on a thread while it runs chunks of some pool's job (where a parallel_for runs inline).
+  static bool inside_job();
 
   // Calls fn(begin, end) for the chunks [k·grain, min(n, (k+1)·grain)), k = 0.. ceil(n/grain)-1,
   // each exactly once, on some pool thread or the caller. grain < 1 means 1. Blocks until all
   // chunks have run. fn must not throw. One caller at a time per pool (concurrent callers on the
   // same pool are serialised by a mutex, not interleaved). fn is borrowed for the call; nothing
   // is allocated (decode steps call this for every product).
-  void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn);
+  // join_wait_seconds: when given, the seconds the caller waited at the join after running out of
+  // chunks are added to it (a diagnostic, StepProfile; no clock is read without it).
+  void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn,
+                    double* join_wait_seconds = nullptr);
 
  private:
   void worker_loop();
@@ -52,6 +61,11 @@ class ThreadPool {
   const FunctionRef<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, grain_ = 1, num_chunks_ = 0;
   std::atomic_int64_t next_chunk_{0};
+  // Mirrors read without the lock by threads that spin before sleeping (thread_pool.cpp): the
+  // latest generation_, and the workers inside the current job.
+  std::atomic<uint64_t> published_generation_{0};
+  std::atomic_int active_workers_{0};
+  bool spin_ = false;
 };
 
 // std::thread::hardware_concurrency(), or 1 when it is unknown: the size of a pool asked for

@@ -15,8 +15,9 @@ namespace dsv41 {
 namespace {
 
 TEST(ThreadPool, EveryChunkOnceWithFixedBoundaries) {
-  for (int threads : {1, 2, 3, 5}) {
-    ThreadPool pool(threads);
+  for (int threads : {1, 2, 3, 5})
+  for (bool spin : {false, true}) {  // spinning between jobs changes the timing only
+    ThreadPool pool(threads, spin);
     EXPECT_EQ(pool.num_threads(), threads);
     for (int64_t n : {0, 1, 2, 7, 64, 1000}) {
       for (int64_t grain : {-3, 0, 1, 3, 64, 5000}) {

@@ -71,10 +71,11 @@ Status Model::init_common() {
 
 void Model::init_exec(const ModelLoadOptions& options) {
   const int threads = options.threads > 0 ? options.threads : hardware_threads();
-  if (threads > 1) pool_ = std::make_unique<ThreadPool>(threads);
+  if (threads > 1) pool_ = std::make_unique<ThreadPool>(threads, options.pool_spin);
   exec_.pool = pool_.get();
   exec_.fast = !options.force_scalar && cpu_has_avx2_fma();
   exec_.isa = options.isa;
+  exec_.profile = options.profile;
 }
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelLoadOptions& options) {

@@ -127,6 +127,13 @@ struct ModelLoadOptions {
   // CPU). Every ISA gives the same bits, so this only picks the speed: for A/B runs and tests
   // (app: --isa, DSV41_ISA=avx2|avx512|auto).
   CpuIsa isa = CpuIsa::kAvx512;
+  // Borrowed step timing of CPU forwards (base/step_profile.h; app: `bench --profile`), null =
+  // none; must outlive the model. Diagnostics only: nothing computed changes.
+  StepProfile* profile = nullptr;
+  // The pool's threads spin between jobs instead of sleeping (base/thread_pool.h): faster
+  // decode on a machine whose cores are ours, slower on an oversubscribed one (app: bench
+  // --pool-spin).
+  bool pool_spin = false;
 };
 
 class Model {

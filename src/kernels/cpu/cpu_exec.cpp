@@ -2,6 +2,7 @@
 #include "kernels/cpu/cpu_exec.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace dsv41 {
 
@@ -57,6 +58,22 @@ CpuExec CpuExec::serial() {
   return ex;
 }
 
+namespace {
+
+// pool.parallel_for, counted into the profile when there is one.
+void run_on_pool(ThreadPool& pool, int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn,
+                 StepProfile* profile) {
+  // Only the caller's own jobs: a nested call runs inline on a worker (and must not write the
+  // profile from two threads).
+  if (!profile || (n + grain - 1) / grain < 2 || ThreadPool::inside_job()) return pool.parallel_for(n, grain, fn);
+  const auto t0 = std::chrono::steady_clock::now();
+  pool.parallel_for(n, grain, fn, &profile->join_wait_seconds);
+  profile->pool_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++profile->pool_jobs;
+}
+
+}  // namespace
+
 bool CpuExec::use_fast() const { return fast && cpu_has_avx2_fma(); }
 
 int CpuExec::threads() const { return pool ? pool->num_threads() : 1; }
@@ -64,7 +81,7 @@ int CpuExec::threads() const { return pool ? pool->num_threads() : 1; }
 void CpuExec::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) const {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
-  if (pool) return pool->parallel_for(n, grain, fn);
+  if (pool) return run_on_pool(*pool, n, grain, fn, profile);
   // The pool's chunk boundaries, run in order on the caller.
   for (int64_t begin = 0; begin < n; begin += grain) fn(begin, std::min(n, begin + grain));
 }
@@ -75,7 +92,7 @@ void CpuExec::parallel_items(int64_t items, int64_t work_per_item,
   constexpr int64_t kMinChunkWork = int64_t{1} << 16;
   const int64_t grain = std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, work_per_item));
   if (items <= grain || pool == nullptr) return fn(0, items);
-  pool->parallel_for(items, grain, fn);
+  run_on_pool(*pool, items, grain, fn, profile);
 }
 
 }  // namespace dsv41

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "base/function_ref.h"
+#include "base/step_profile.h"
 #include "base/thread_pool.h"
 
 namespace dsv41 {
@@ -47,6 +48,9 @@ struct CpuExec {
   ThreadPool* pool = nullptr;  // borrowed, must outlive every call; null = run inline on the caller
   bool fast = false;           // true: AVX2/FMA fast paths (only honoured when the CPU has AVX2+FMA)
   CpuIsa isa = CpuIsa::kAvx512;  // the highest ISA the GEMM may use (the CPU's best when lower)
+  // Borrowed diagnostics (base/step_profile.h): null = none. When set, the backend's steps and
+  // the pool's jobs are timed into it; nothing computed changes.
+  StepProfile* profile = nullptr;
 
   // No pool; fast iff the CPU has AVX2+FMA (a plain value, no global state).
   static CpuExec serial();

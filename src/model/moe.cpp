@@ -202,8 +202,7 @@ void add_rows(const MoeShape& shape, const int64_t* rows, const float* out, int6
     for (int64_t c = 0; c < shape.dim; ++c) y[rows[r] * shape.dim + c] += out[r * shape.dim + c];
 }
 
-// Below this many tokens the experts run one after another on the caller (a decode step of one
-// sequence: 2 routed + 1 shared one-row products, too small to pay for waking the pool).
+// Below this many tokens the experts' products share two parallel regions (gemm_many).
 // Above kSideBySideMaxTokens (prefill) each expert has rows enough for the products' own
 // threading, and one output buffer for every (token, expert) pair would be large.
 constexpr int64_t kSideBySideTokens = 4;
@@ -220,7 +219,11 @@ void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, 
   ws.chosen_weights.resize(static_cast<size_t>(tokens * k));
   const int32_t* chosen = ws.chosen.data();
   const float* wts = ws.chosen_weights.data();
-  route_all(ex, shape, w, x, tokens, is_image, ws.chosen.data(), ws.chosen_weights.data(), ws);
+  {
+    StepScope timed(ex.profile, StepPhase::kMoeRoute);
+    route_all(ex, shape, w, x, tokens, is_image, ws.chosen.data(), ws.chosen_weights.data(), ws);
+  }
+  StepScope timed(ex.profile, StepPhase::kMoeExperts);
   std::fill(y, y + tokens * shape.dim, 0.0f);
   // Group (token, weight) pairs by expert so each expert's weights are read once per call: a
   // counting sort, stable, so each expert sees its tokens in ascending order.
@@ -262,7 +265,54 @@ void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, 
     es.xb.reserve(static_cast<size_t>(tokens * shape.dim));
     for (std::vector<float>* v : {&es.g, &es.u, &es.h}) v->reserve(static_cast<size_t>(tokens) * inter);
   };
-  if (tokens < kSideBySideTokens || tokens > kSideBySideMaxTokens || ex.threads() < 2) {
+  if (tokens < kSideBySideTokens) {
+    // A decode step of one sequence (or two, three): every expert with rows in two parallel
+    // regions, w1 and w3 of all of them and then w2 of all (gemm_many), instead of three
+    // fork/joins per expert, each too short to keep the pool busy. Then the additions of the
+    // one-after-another path below, in its order: the same bits.
+    std::vector<int32_t>& active = ws.active;
+    active.clear();
+    for (int e = 0; e < experts_run; ++e)
+      if (count_of(e) > 0) active.push_back(e);
+    const size_t na = active.size();
+    const int64_t slots = tokens * k + (shape.has_shared ? tokens : 0);
+    ws.out.resize(static_cast<size_t>(slots * shape.dim));
+    auto slot_of = [&](int e) { return e < E ? ws.expert_begin[e] : tokens * k; };
+    if (ws.experts.size() < na) ws.experts.resize(na);
+    std::vector<GemmJob>& jobs = ws.jobs;
+    jobs.clear();
+    for (size_t a = 0; a < na; ++a) {
+      const int e = active[a];
+      const ExpertWeights& ew = e < E ? w.experts[e] : w.shared;
+      const int64_t inter = e < E ? shape.inter : shape.shared_inter, n = count_of(e);
+      ExpertScratch& es = ws.experts[a];
+      reserve(es);
+      es.xb.resize(static_cast<size_t>(n * shape.dim));
+      for (std::vector<float>* v : {&es.g, &es.u, &es.h}) v->resize(static_cast<size_t>(n * inter));
+      const int64_t* rows = rows_of(e);
+      for (int64_t r = 0; r < n; ++r)
+        std::copy(x + rows[r] * shape.dim, x + (rows[r] + 1) * shape.dim, es.xb.data() + r * shape.dim);
+      jobs.push_back(gemm_job(es.xb.data(), n, shape.dim, ew.w1, inter, es.g.data()));
+      jobs.push_back(gemm_job(es.xb.data(), n, shape.dim, ew.w3, inter, es.u.data()));
+    }
+    gemm_many(ex, jobs);
+    jobs.clear();
+    for (size_t a = 0; a < na; ++a) {
+      const int e = active[a];
+      const ExpertWeights& ew = e < E ? w.experts[e] : w.shared;
+      const int64_t inter = e < E ? shape.inter : shape.shared_inter, n = count_of(e);
+      const float* row_weight = e < E ? ws.expert_row_weights.data() + ws.expert_begin[e] : ws.ones.data();
+      ExpertScratch& es = ws.experts[a];
+      for (int64_t r = 0; r < n; ++r)
+        swiglu(shape, es.g.data() + r * inter, es.u.data() + r * inter, inter, row_weight[r], es.h.data() + r * inter);
+      jobs.push_back(gemm_job(es.h.data(), n, inter, ew.w2, shape.dim, ws.out.data() + slot_of(e) * shape.dim));
+    }
+    gemm_many(ex, jobs);
+    for (size_t a = 0; a < na; ++a) {
+      const int e = active[a];
+      add_rows(shape, rows_of(e), ws.out.data() + slot_of(e) * shape.dim, count_of(e), y);
+    }
+  } else if (tokens > kSideBySideMaxTokens || ex.threads() < 2) {
     // One expert after another, each added into y as it finishes (ascending, the shared one last).
     if (ws.experts.empty()) ws.experts.resize(1);
     reserve(ws.experts[0]);

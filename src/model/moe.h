@@ -78,7 +78,9 @@ struct MoeScratch {
   std::vector<float> ones;                   // [T] 1.0 (the shared expert's weights)
   std::vector<float> g, u, h;                // the reference's activations of one token
   std::vector<float> out;                    // [T·k (+ T), dim] every expert's output rows, by slot
-  std::vector<ExpertScratch> experts;        // per expert (side by side), or one
+  std::vector<ExpertScratch> experts;        // per expert (side by side / few tokens), or one
+  std::vector<int32_t> active;               // few tokens: the experts with rows (E = shared), ascending
+  std::vector<GemmJob> jobs;                 // few tokens: one region's products
 };
 
 // Router only.  x [T, dim]; is_image [T] (null = all text) → experts [T, k] i32, weights [T, k].

@@ -2,9 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/stored_quant_test_util.h"
+#include "model/weight_matrix.h"
 
 namespace dsv41 {
 namespace {
@@ -149,6 +155,99 @@ TEST(Moe, SingleExpertIsNotNormalisedAndClampsApply) {
   EXPECT_NEAR(wt, 2 * score, 1e-6);  // k = 1: raw score × scale, no normalisation
   // g = 10 → min(g, 3) = 3; u = −10 → −3; h = SiLU(3)·(−3)·weight
   EXPECT_NEAR(y, wt * (3 / (1 + std::exp(-3.0))) * -3, 1e-5);
+}
+
+// Few tokens (a decode step) run every expert's products in two gemm_many regions: the result
+// must be the bits of the plain one-expert-after-another form (matmul per product, each expert's
+// rows added into y in ascending expert order, the shared one last), with float and with FP4
+// (stored) experts, on a pool and inline.
+void one_expert_after_another(const CpuExec& ex, const MoeShape& s, const MoeWeights& w, const float* x, int64_t T,
+                              float* y) {
+  std::vector<int32_t> chosen(static_cast<size_t>(T * s.top_k));
+  std::vector<float> wts(chosen.size());
+  moe_route(ex, s, w, x, T, nullptr, chosen.data(), wts.data());
+  std::fill(y, y + T * s.dim, 0.0f);
+  auto run = [&](const ExpertWeights& ew, int64_t inter, const std::vector<int64_t>& rows,
+                 const std::vector<float>& weight) {
+    const int64_t n = static_cast<int64_t>(rows.size());
+    if (n == 0) return;
+    std::vector<float> xb(n * s.dim), g(n * inter), u(n * inter), h(n * inter), out(n * s.dim);
+    for (int64_t r = 0; r < n; ++r) std::copy_n(x + rows[r] * s.dim, s.dim, xb.data() + r * s.dim);
+    matmul(ex, xb.data(), n, s.dim, ew.w1, inter, g.data());
+    matmul(ex, xb.data(), n, s.dim, ew.w3, inter, u.data());
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < inter; ++i) {  // moe.cpp's swiglu
+        float gi = g[r * inter + i], ui = u[r * inter + i];
+        if (s.swiglu_limit > 0) {
+          ui = std::clamp(ui, -s.swiglu_limit, s.swiglu_limit);
+          gi = std::min(gi, s.swiglu_limit);
+        }
+        h[r * inter + i] = weight[r] * ((gi / (1.0f + std::exp(-gi))) * ui);
+      }
+    matmul(ex, h.data(), n, inter, ew.w2, s.dim, out.data());
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < s.dim; ++c) y[rows[r] * s.dim + c] += out[r * s.dim + c];
+  };
+  for (int e = 0; e < s.n_experts; ++e) {
+    std::vector<int64_t> rows;
+    std::vector<float> weight;
+    for (int64_t t = 0; t < T; ++t)
+      for (int j = 0; j < s.top_k; ++j)
+        if (chosen[t * s.top_k + j] == e) {
+          rows.push_back(t);
+          weight.push_back(wts[t * s.top_k + j]);
+        }
+    run(w.experts[e], s.inter, rows, weight);
+  }
+  if (s.has_shared) {
+    std::vector<int64_t> rows;
+    for (int64_t t = 0; t < T; ++t) rows.push_back(t);
+    run(w.shared, s.shared_inter, rows, std::vector<float>(T, 1.0f));
+  }
+}
+
+TEST(Moe, FewTokensSameBitsAsOneExpertAfterAnother) {
+  std::mt19937 rng(4242);
+  const int dim = 256, inter = 96, experts = 9, k = 3;
+  Model m = make(dim, inter, experts, k, 1, ScoringFunc::kSqrtSoftplus, rng);
+  // The same shapes with FP4 experts as a checkpoint stores them (per-32 UE8M0 scales).
+  std::vector<testing::StoredQuant> stored;
+  auto fp4 = [&](int64_t rows, int64_t in) {
+    testing::StoredQuant q{QuantFormat::kFp4E2M1, rows, in, 1, 32, {}, {}};
+    std::uniform_int_distribution<int> byte(0, 255), near(122, 128);
+    q.codes.resize(static_cast<size_t>(rows * in / 2));
+    for (uint8_t& c : q.codes) c = static_cast<uint8_t>(byte(rng));
+    q.scales.resize(static_cast<size_t>(q.scale_rows() * q.scale_cols()));
+    for (uint8_t& c : q.scales) c = static_cast<uint8_t>(near(rng));
+    return q;
+  };
+  stored.reserve(3 * (experts + 1));
+  MoeWeights quant = m.weights;
+  for (int e = 0; e <= experts; ++e) {
+    ExpertWeights& ew = e < experts ? quant.experts[e] : quant.shared;
+    stored.push_back(fp4(inter, dim));
+    ew.w1 = WeightRef(stored.back().view());
+    stored.push_back(fp4(inter, dim));
+    ew.w3 = WeightRef(stored.back().view());
+    stored.push_back(fp4(dim, inter));
+    ew.w2 = WeightRef(stored.back().view());
+  }
+  ThreadPool pool(2);
+  CpuExec pooled = CpuExec::serial();
+  pooled.pool = &pool;
+  for (const CpuExec& ex : {pooled, CpuExec::serial()})
+    for (const MoeWeights* w : {&m.weights, &quant})
+      for (int64_t T : {1, 2, 3}) {
+        auto x = random_vec(T * dim, rng, 1.5f);
+        std::vector<float> got(T * dim), want(T * dim);
+        MoeScratch scratch;
+        for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the scratch
+          moe_forward(ex, m.shape, *w, x.data(), T, nullptr, got.data(), nullptr, nullptr, &scratch);
+          one_expert_after_another(ex, m.shape, *w, x.data(), T, want.data());
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+              << "T " << T << (w == &quant ? " FP4" : " f32") << (ex.pool ? " pooled" : " serial");
+        }
+      }
 }
 
 }  // namespace

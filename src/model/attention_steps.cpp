@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention_kernels.h"
@@ -18,6 +19,8 @@ namespace {
 constexpr int64_t kIndexerRowBlock = 256;
 constexpr int64_t kIndexerTaskRows = 16;  // query rows per parallel task of the indexer
 constexpr int64_t kIndexerScoreFloats = int64_t{1} << 22;
+// Output groups whose wo_a products a decode step runs in one region (a table on the stack).
+constexpr int64_t kMaxOutputGroups = 64;
 
 }  // namespace
 
@@ -38,28 +41,61 @@ void RopeRows::compute(const Rope& rope, RopeKind kind, const int64_t* positions
   for (int64_t i = 0; i < n; ++i) rope.cos_sin(kind, positions[i], cos.data() + i * half, sin.data() + i * half);
 }
 
-void attention_query(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
-                     int64_t n, float* c, float* q, int64_t rope_row0) {
-  const int64_t hidden = config.hidden_size, H = config.num_attention_heads, D = config.head_dim;
+namespace {
+
+// Step 1 after c = W_qa x: the norm, q = W_qb c and RoPE.
+void query_from_c(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope,
+                  int64_t n, float* c, float* q, int64_t rope_row0) {
+  const int64_t H = config.num_attention_heads, D = config.head_dim;
   const int64_t ql = config.q_lora_rank;
   const int rd = static_cast<int>(rope.half * 2);
-  matmul(ex, x, n, hidden, weight_ref(w.wq_a, w.bf16.wq_a, w.quant_wq_a), ql, c);
   rmsnorm_rows(c, n, ql, w.q_norm.data(), config.rms_norm_eps, c);
   matmul(ex, c, n, ql, weight_ref(w.wq_b, w.bf16.wq_b, w.quant_wq_b), H * D, q);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t h = 0; h < H; ++h) rope_rotate(q + (i * H + h) * D, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), false);
 }
 
-void attention_window_kv(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
-                         int64_t n, float* kv, int64_t rope_row0) {
-  const int64_t hidden = config.hidden_size, D = config.head_dim;
+// Step 2 after kv = W_kv x: the norm, RoPE and the FP8 fake quantisation.
+void window_kv_from_projection(const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, int64_t n,
+                               float* kv, int64_t rope_row0) {
+  const int64_t D = config.head_dim;
   const int rd = static_cast<int>(rope.half * 2);
-  matmul(ex, x, n, hidden, weight_ref(w.wkv, w.bf16.wkv, w.quant_wkv), D, kv);
   rmsnorm_rows(kv, n, D, w.kv_norm.data(), config.rms_norm_eps, kv);
   for (int64_t i = 0; i < n; ++i) {
     rope_rotate(kv + i * D, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), false);
     row_fake_quant(RowKind::kWindow, kv + i * D, D);
   }
+}
+
+}  // namespace
+
+void attention_query(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope,
+                     const float* x, int64_t n, float* c, float* q, int64_t rope_row0) {
+  matmul(ex, x, n, config.hidden_size, weight_ref(w.wq_a, w.bf16.wq_a, w.quant_wq_a), config.q_lora_rank, c);
+  query_from_c(ex, config, w, rope, n, c, q, rope_row0);
+}
+
+void attention_window_kv(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope,
+                         const float* x, int64_t n, float* kv, int64_t rope_row0) {
+  matmul(ex, x, n, config.hidden_size, weight_ref(w.wkv, w.bf16.wkv, w.quant_wkv), config.head_dim, kv);
+  window_kv_from_projection(config, w, rope, n, kv, rope_row0);
+}
+
+void attention_query_and_window_kv(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w,
+                                   const RopeRows& rope, const float* x, int64_t n, float* c, float* q, float* kv,
+                                   int64_t rope_row0) {
+  if (n > kGemmManyMaxRows) {
+    attention_query(ex, config, w, rope, x, n, c, q, rope_row0);
+    attention_window_kv(ex, config, w, rope, x, n, kv, rope_row0);
+    return;
+  }
+  // W_qa x and W_kv x in one parallel region: the same products, so the same bits.
+  const WeightRef wq_a = weight_ref(w.wq_a, w.bf16.wq_a, w.quant_wq_a), wkv = weight_ref(w.wkv, w.bf16.wkv, w.quant_wkv);
+  const GemmJob jobs[2] = {gemm_job(x, n, config.hidden_size, wq_a, config.q_lora_rank, c),
+                           gemm_job(x, n, config.hidden_size, wkv, config.head_dim, kv)};
+  gemm_many(ex, jobs);
+  query_from_c(ex, config, w, rope, n, c, q, rope_row0);
+  window_kv_from_projection(config, w, rope, n, kv, rope_row0);
 }
 
 void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerInfo& layer, const AttentionWeights& w, const Rope& rope,
@@ -283,12 +319,33 @@ void attention_output(const CpuExec& ex, const ModelConfig& config, const Attent
   std::vector<float>& gin = ws.gin;
   std::vector<float>& gout = ws.gout;
   mid.resize(static_cast<size_t>(n * groups * olr));
+  const WeightRef wo_a = weight_ref(w.wo_a, w.bf16.wo_a, w.quant_wo_a);
+  if (n <= kGemmManyMaxRows && groups <= kMaxOutputGroups) {
+    // A decode step: the groups' products in one parallel region (gemm_many) rather than one
+    // fork/join each; the same products, so the same bits. gin / gout hold every group's rows.
+    gin.resize(static_cast<size_t>(groups * n * group_in));
+    gout.resize(static_cast<size_t>(groups * n * olr));
+    WeightRef views[kMaxOutputGroups];
+    GemmJob jobs[kMaxOutputGroups];
+    for (int64_t g = 0; g < groups; ++g) {
+      float* xg = gin.data() + g * n * group_in;
+      for (int64_t i = 0; i < n; ++i) std::copy_n(o + i * H * D + g * group_in, group_in, xg + i * group_in);
+      views[g] = wo_a.offset(g * olr * group_in);
+      jobs[g] = gemm_job(xg, n, group_in, views[g], olr, gout.data() + g * n * olr);
+    }
+    gemm_many(ex, std::span<const GemmJob>(jobs, static_cast<size_t>(groups)));
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t i = 0; i < n; ++i)
+        std::copy_n(gout.data() + (g * n + i) * olr, olr, mid.begin() + i * groups * olr + g * olr);
+    matmul(ex, mid.data(), n, groups * olr, weight_ref(w.wo_b, w.bf16.wo_b, w.quant_wo_b), hidden, out);
+    return;
+  }
   gin.resize(static_cast<size_t>(n * group_in));
   gout.resize(static_cast<size_t>(n * olr));
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t i = 0; i < n; ++i)
       std::copy(o + i * H * D + g * group_in, o + i * H * D + (g + 1) * group_in, gin.begin() + i * group_in);
-    matmul(ex, gin.data(), n, group_in, weight_ref(w.wo_a, w.bf16.wo_a, w.quant_wo_a).offset(g * olr * group_in), olr, gout.data());
+    matmul(ex, gin.data(), n, group_in, wo_a.offset(g * olr * group_in), olr, gout.data());
     for (int64_t i = 0; i < n; ++i)
       std::copy(gout.begin() + i * olr, gout.begin() + (i + 1) * olr, mid.begin() + i * groups * olr + g * olr);
   }

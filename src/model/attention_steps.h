@@ -47,7 +47,7 @@ struct AttentionScratch {
   std::vector<IndexerScratch> indexer_tasks;  // step 4, prefill: one per task of query rows
   std::vector<float> keys;   // step 5: [window keys, D] the segment's window rows, dequantised
   std::vector<float> ranges; // step 5: per range of work items, [k·D] selected entries + [window + k] logits
-  std::vector<float> mid, gin, gout;  // step 6: [n, groups·o_lora], [n, H·D/groups], [n, o_lora]
+  std::vector<float> mid, gin, gout;  // step 6: [n, groups·o_lora], [n, H·D/groups], [n, o_lora] (×groups: decode)
 };
 
 // cos/sin tables of n rows at arbitrary positions: [n, rope_dim/2] each.
@@ -68,6 +68,12 @@ void attention_query(const CpuExec& ex, const ModelConfig& config, const Attenti
 // values).
 void attention_window_kv(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const RopeRows& rope, const float* x,
                          int64_t n, float* kv, int64_t rope_row0 = 0);
+
+// Steps 1 and 2 together, the same bits as attention_query then attention_window_kv: for a few
+// rows (a decode step) W_qa x and W_kv x run in one parallel region (kernels/cpu/gemm_many.h).
+void attention_query_and_window_kv(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w,
+                                   const RopeRows& rope, const float* x, int64_t n, float* c, float* q, float* kv,
+                                   int64_t rope_row0 = 0);
 
 // Step 4. Runs the indexer of an index-source layer for one segment of T rows at positions
 // start_pos… (c, x: the segment's rows) against `kv`, and publishes its top-k (and, at the

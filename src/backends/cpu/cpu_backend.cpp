@@ -83,6 +83,7 @@ void CpuBackend::begin_layer(int layer) {
 }
 
 Status CpuBackend::engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) {
+  StepScope timed(ex_.profile, StepPhase::kEngram);
   const int64_t hc = config().hc_mult, d = config().hidden_size, cols = model_.engram_shape().columns;
   auto run = [&](int64_t begin, int64_t end) {  // batch rows [begin, end)
     return engram_forward(ex_, model_.engram_shape(), model_.layer(layer).engram(), row_ids + (begin - row0) * cols,
@@ -104,6 +105,7 @@ Status CpuBackend::engram(int layer, const int64_t* row_ids, int64_t row0, int64
 }
 
 void CpuBackend::attention_input(int layer, std::span<const RowRange> rows) {
+  StepScope timed(ex_.profile, StepPhase::kAttentionInput);
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size, hc = c.hc_mult;
   const LayerWeights& L = model_.layer(layer);
@@ -119,6 +121,7 @@ void CpuBackend::attention_input(int layer, std::span<const RowRange> rows) {
 }
 
 void CpuBackend::attention_projections(int layer, std::span<const RowRange> rows) {
+  StepScope timed(ex_.profile, StepPhase::kProjections);
   const ModelConfig& c = config();
   const LayerInfo& info = plan().layers[layer];
   const AttentionWeights& w = model_.layer(layer).attn;
@@ -126,12 +129,13 @@ void CpuBackend::attention_projections(int layer, std::span<const RowRange> rows
   const int64_t HD = c.num_attention_heads * c.head_dim;
   for (const RowRange& r : rows) {
     const int64_t n = r.end - r.begin, r0 = r.begin;
-    attention_query(ex_, c, w, rope, row(h_, r0, c.hidden_size), n, row(c_, r0, c.q_lora_rank), row(q_, r0, HD), r0);
-    attention_window_kv(ex_, c, w, rope, row(h_, r0, c.hidden_size), n, row(kv_, r0, c.head_dim), r0);
+    attention_query_and_window_kv(ex_, c, w, rope, row(h_, r0, c.hidden_size), n, row(c_, r0, c.q_lora_rank),
+                                  row(q_, r0, HD), row(kv_, r0, c.head_dim), r0);
   }
 }
 
 void CpuBackend::compress(int layer, int segment, int64_t first_row) {
+  StepScope timed(ex_.profile, StepPhase::kCompress);
   const SegmentRows& s = segments_[segment];
   const AttentionWeights& w = model_.layer(layer).attn;
   KvSourceCache& kv = *s.cache->kv_source(layer);
@@ -153,6 +157,7 @@ void CpuBackend::attend(int layer, int segment, int64_t first_row, int kv_layer)
 }
 
 void CpuBackend::index_and_attend(int layer, std::span<const SegmentAttention> jobs) {
+  StepScope timed(ex_.profile, StepPhase::kIndexAttend);
   if (segment_scratch_.size() < jobs.size()) segment_scratch_.resize(jobs.size());
   // A segment of many rows (a prefill chunk) runs alone on the caller, its kernels threaded over
   // its rows and heads; the small ones (decoders) run side by side, one segment per chunk.
@@ -257,6 +262,7 @@ void CpuBackend::attend_with(int layer, int segment, int64_t first_row, int kv_l
 }
 
 void CpuBackend::attention_output(int layer, std::span<const RowRange> rows) {
+  StepScope timed(ex_.profile, StepPhase::kAttentionOutput);
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size, hc = c.hc_mult, HD = c.num_attention_heads * c.head_dim;
   for (const RowRange& r : rows) {
@@ -268,6 +274,7 @@ void CpuBackend::attention_output(int layer, std::span<const RowRange> rows) {
 }
 
 void CpuBackend::ffn(int layer, std::span<const RowRange> rows) {
+  StepScope timed(ex_.profile, StepPhase::kFfn);
   const ModelConfig& c = config();
   const int64_t n = layout_.rows, d = c.hidden_size, hc = c.hc_mult, k = model_.moe_shape().top_k;
   const LayerWeights& L = model_.layer(layer);
@@ -312,6 +319,7 @@ void CpuBackend::ffn(int layer, std::span<const RowRange> rows) {
 }
 
 void CpuBackend::logits(std::span<const int64_t> rows, float* out) {
+  StepScope timed(ex_.profile, StepPhase::kLogits);
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size, hc = c.hc_mult;
   const MhcShape& mhc = model_.mhc_shape();

@@ -120,13 +120,6 @@ struct ModelLoadOptions {
   // Threads of the model's own pool, the caller included: 0 = hardware concurrency, 1 = no
   // worker threads (everything on the calling thread).
   int threads = 0;
-  // Run the blocks' scalar references (mHC, Engram, compressor) instead of their fast paths:
-  // a diagnostic that checks the fast path (app: --scalar, DSV41_FORCE_SCALAR=1).
-  bool force_scalar = false;
-  // The highest instruction set the matrix products may use (kernels/cpu/cpu_exec.h; capped by the
-  // CPU). Every ISA gives the same bits, so this only picks the speed: for A/B runs and tests
-  // (app: --isa, DSV41_ISA=avx2|avx512|auto).
-  CpuIsa isa = CpuIsa::kAvx512;
   // Borrowed step timing of CPU forwards (base/step_profile.h; app: `bench --profile`), null =
   // none; must outlive the model. Diagnostics only: nothing computed changes.
   StepProfile* profile = nullptr;
@@ -134,6 +127,13 @@ struct ModelLoadOptions {
   // decode on a machine whose cores are ours, slower on an oversubscribed one (app: bench
   // --pool-spin).
   bool pool_spin = false;
+  // Run the blocks' scalar references (mHC, Engram, compressor) instead of their fast paths:
+  // a diagnostic that checks the fast path (app: --scalar, DSV41_FORCE_SCALAR=1).
+  bool force_scalar = false;
+  // The highest instruction set the matrix products may use (kernels/cpu/cpu_exec.h; capped by the
+  // CPU). Every ISA gives the same bits, so this only picks the speed: for A/B runs and tests
+  // (app: --isa, DSV41_ISA=avx2|avx512|auto).
+  CpuIsa isa = CpuIsa::kAvx512;
 };
 
 class Model {

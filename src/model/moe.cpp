@@ -219,11 +219,13 @@ void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, 
   ws.chosen_weights.resize(static_cast<size_t>(tokens * k));
   const int32_t* chosen = ws.chosen.data();
   const float* wts = ws.chosen_weights.data();
+  // Timed only on the pool's caller: a backend may run moe_forward inside pool chunks.
+  StepProfile* const profile = ThreadPool::inside_job() ? nullptr : ex.profile;
   {
-    StepScope timed(ex.profile, StepPhase::kMoeRoute);
+    StepScope timed(profile, StepPhase::kMoeRoute);
     route_all(ex, shape, w, x, tokens, is_image, ws.chosen.data(), ws.chosen_weights.data(), ws);
   }
-  StepScope timed(ex.profile, StepPhase::kMoeExperts);
+  StepScope timed(profile, StepPhase::kMoeExperts);
   std::fill(y, y + tokens * shape.dim, 0.0f);
   // Group (token, weight) pairs by expert so each expert's weights are read once per call: a
   // counting sort, stable, so each expert sees its tokens in ascending order.

@@ -77,7 +77,7 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)")->check(in_range(1, 1000));
   cli.add_flag("--json", json, "print the results as one JSON object");
   bool profile_steps = false, pool_spin = false;
-  cli.add_flag("--pool-spin", pool_spin, "the model's pool threads spin between jobs instead of sleeping (A/B)");
+  cli.add_flag("--pool-spin", pool_spin, "the model's pool threads spin between jobs instead of sleeping (A/B; as DSV41_POOL_SPIN=1)");
   cli.add_flag("--profile", profile_steps,
                "context sweep: also time each decode by backend step and the pool's fork/join (stderr; diagnostics)");
   std::string isa_name, weights_name;
@@ -126,7 +126,7 @@ int bench_main(int argc, char** argv) {
   // Cheap checks first: the model load and the bandwidth passes take seconds.
   ModelLoadOptions load = load_options_from_env();
   load.threads = pool_threads;
-  load.pool_spin = pool_spin;
+  load.pool_spin = load.pool_spin || pool_spin;  // --pool-spin or DSV41_POOL_SPIN=1
   if (!isa_name.empty() && !parse_cpu_isa(isa_name, &load.isa))
     return fail(invalid_argument("--isa must be auto, amx, avx512, avx2 or scalar (portable), got '" + isa_name + "'"));
   if (load.isa == CpuIsa::kAmx && !cpu_has_amx()) return fail(invalid_argument(std::string("--isa amx: ") + amx_unavailable_reason()));

@@ -7,6 +7,8 @@
 //                         value is named on stderr and ignored
 //   DSV41_WEIGHTS=stored|widened  FP8 / FP4 matrices read as stored (default) or widened at load
 //                         (ModelLoadOptions::weights; same bits, for A/B runs)
+//   DSV41_POOL_SPIN=1     the model's pool threads spin between jobs (ModelLoadOptions::pool_spin:
+//                         faster decode on cores of our own, slower on an oversubscribed machine)
 // Any value other than empty or "0" turns a switch on.
 #pragma once
 
@@ -34,6 +36,7 @@ inline ModelLoadOptions load_options_from_env() {
   ModelLoadOptions o;
   o.force_scalar = env_switch("DSV41_FORCE_SCALAR");
   o.f32_weights = env_switch("DSV41_F32_WEIGHTS");
+  o.pool_spin = env_switch("DSV41_POOL_SPIN");
   if (const char* isa = std::getenv("DSV41_ISA"); isa != nullptr && *isa != '\0' && !parse_cpu_isa(isa, &o.isa))
     std::fprintf(stderr, "dsv41: ignoring DSV41_ISA=%s (expected avx2, avx512, portable or auto)\n", isa);
   if (const char* w = std::getenv("DSV41_WEIGHTS"); w != nullptr && *w != '\0' && !parse_weight_holding(w, &o.weights))

@@ -42,9 +42,16 @@ def sync(device):
         torch.cuda.synchronize()
 
 
+def top2_margin(last):
+    """[B, V] float logits → per row, top-1 minus top-2 (how close greedy was to a tie)."""
+    top = torch.topk(last.float(), 2, dim=-1).values
+    return (top[:, 0] - top[:, 1]).tolist()
+
+
 @torch.no_grad()
 def run(model, prompts, n_decode, device):
-    """→ (prefill seconds, decode seconds over n_decode − 1 timed steps, ids [B][n_decode])."""
+    """→ (prefill seconds, decode seconds over n_decode − 2 timed steps, ids [B][n_decode],
+    top-2 margins [B][n_decode])."""
     cache = model.new_cache()
     tokens = torch.tensor(prompts, dtype=torch.long)
     sync(device)
@@ -54,6 +61,7 @@ def run(model, prompts, n_decode, device):
     sync(device)
     prefill_s = time.perf_counter() - t0
     out = [[int(t)] for t in nxt.tolist()]
+    margins = [[m] for m in top2_margin(logits[:, -1])]
     decode_s = 0.0
     for step in range(1, n_decode):
         sync(device)
@@ -64,24 +72,29 @@ def run(model, prompts, n_decode, device):
         sync(device)
         if step > 1:
             decode_s += time.perf_counter() - t0
-        for b, t in enumerate(ids):
+        for b, (t, m) in enumerate(zip(ids, top2_margin(logits[:, -1]))):
             out[b].append(int(t))
-    return prefill_s, decode_s, out
+            margins[b].append(m)
+    return prefill_s, decode_s, out, margins
 
 
 def compare(ref_json, engine_jsonl):
-    """Prints, per request, how many leading greedy ids the engine shares with the reference;
-    → 0 when all are equal, 1 otherwise."""
+    """Prints, per request, how many leading greedy ids the engine shares with the reference and,
+    where they part, the reference's top-1 − top-2 logit margin at that step (a near tie there
+    means rounding, not a different function, chose); → 0 when all are equal, 1 otherwise."""
     with open(ref_json) as f:
         ref = json.load(f)
     with open(engine_jsonl) as f:
         eng = {r["id"]: r.get("ids", []) for r in map(json.loads, filter(str.strip, f))}
     equal = 0
-    for req, want in zip(ref["requests"], ref["ids"]):
+    for i, (req, want) in enumerate(zip(ref["requests"], ref["ids"])):
         got = eng.get(req["id"], [])
         same = next((i for i, (x, y) in enumerate(zip(want, got)) if x != y), min(len(want), len(got)))
         equal += same == len(want) == len(got)
-        print(json.dumps({"id": req["id"], "ids": len(want), "engine_ids": len(got), "leading_equal": same}))
+        row = {"id": req["id"], "ids": len(want), "engine_ids": len(got), "leading_equal": same}
+        if same < min(len(want), len(got)) and "margins" in ref:
+            row["ref_margin_where_parted"] = ref["margins"][i][same]
+        print(json.dumps(row))
     print(json.dumps({"requests": len(ref["requests"]), "all_ids_equal": equal}))
     return 0 if equal == len(ref["requests"]) else 1
 
@@ -110,7 +123,7 @@ def main(argv=None):
     model = load_model(a.model, dtype=DTYPES[a.dtype]).to(a.device)
     vocab = model.cfg.vocab_size
     prompts = [prompt_ids(vocab, a.context, a.seed + b, a.low) for b in range(a.batch)]
-    prefill_s, decode_s, ids = run(model, prompts, a.decode, a.device)
+    prefill_s, decode_s, ids, margins = run(model, prompts, a.decode, a.device)
     timed = (a.decode - 2) * a.batch
     res = {"model": a.model, "device": a.device, "dtype": a.dtype, "batch": a.batch,
            "context": a.context, "decode": a.decode,
@@ -118,8 +131,8 @@ def main(argv=None):
            "decode_s": decode_s, "decode_tok_s": timed / decode_s if decode_s > 0 else None,
            "requests": [{"id": f"ref{b}", "prompt_ids": prompts[b], "max_tokens": a.decode,
                          "ignore_eos": True} for b in range(a.batch)],
-           "ids": ids}
-    print(json.dumps({k: v for k, v in res.items() if k not in ("requests", "ids")}))
+           "ids": ids, "margins": margins}
+    print(json.dumps({k: v for k, v in res.items() if k not in ("requests", "ids", "margins")}))
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f)

@@ -6,11 +6,14 @@
 #   MODELS: "mini" (dsv41-mini, default), "mf" (mini-flash, made here with init-random), "both",
 #   or "smoke" (dsv41-mini, 32-token prompts: a check of this script on any machine; with
 #   REF_DEVICE=cpu ENGINE_BACKEND=cpu it runs without a GPU).
-# Writes under $OUT: ref_<model>_<dtype>_b<B>_c<C>.json (reference timings and ids),
-# eng_<...>.jsonl (`dsv41 generate --backend cuda` on the same prompts), cmp_<...>.txt (leading
-# equal ids per request), bench_<model>.txt (dsv41_cuda_backend_bench, CUDA and CPU backends).
+# Prints a summary and writes $OUT/ref-vs-engine.tgz (few files come back from the GPU machine):
+# ref_<model>_<dtype>_b<B>_c<C>.json (reference timings, ids, top-2 margins), eng_<...>.jsonl
+# (`dsv41 generate --backend cuda` on the same prompts), cmp_<...>.txt (leading equal ids per
+# request, the reference's margin where they part), bench_<model>.txt (dsv41_cuda_backend_bench,
+# CUDA and CPU backends in the same call).
 set -uo pipefail
-OUT="${OUT:?set OUT}"
+FINAL_OUT="${OUT:?set OUT}"
+OUT="$(mktemp -d)"
 MODELS="${1:-mini}"
 export LD_LIBRARY_PATH="$PWD/lib:${LD_LIBRARY_PATH:-}"
 PY="${PY:-python3}"
@@ -27,7 +30,7 @@ one() {  # model_dir tag dtype batch context decode
   timeout 120 ./dsv41 generate -m "$dir" --backend "$ENGINE_BACKEND" --requests "$OUT/req_$k.jsonl" --parallel "$b" \
     --out "$OUT/eng_$k.jsonl" > "$OUT/eng_$k.txt" 2>&1 || { echo "engine $k failed"; tail -3 "$OUT/eng_$k.txt"; return; }
   $PY $REF --compare "$OUT/ref_$k.json" "$OUT/eng_$k.jsonl" > "$OUT/cmp_$k.txt"
-  echo "$k: $(tail -1 "$OUT/cmp_$k.txt")"
+  echo "$k:"; cat "$OUT/cmp_$k.txt"
 }
 
 date -u > "$OUT/ref-vs-engine-start.txt"
@@ -37,10 +40,10 @@ if [ "$MODELS" = smoke ]; then
 fi
 if [[ " $MODELS " == *" mini "* || "$MODELS" == "both" ]]; then
   M=test-models/dsv41-mini
-  one $M mini fp32 1 4096 34
-  one $M mini bf16 1 4096 34
+  one $M mini fp32 1 4000 34
+  one $M mini bf16 1 4000 34
   one $M mini fp32 8 1024 34
-  timeout 120 ./dsv41_cuda_backend_bench -m $M --batches 1,8 --context 4096 --steps 32 --backends cuda,cpu > "$OUT/bench_mini.txt" 2>&1
+  timeout 120 ./dsv41_cuda_backend_bench -m $M --batches 1,8 --context 4000 --steps 32 --backends cuda,cpu > "$OUT/bench_mini.txt" 2>&1
   grep -E "tok/s" "$OUT/bench_mini.txt"
 fi
 if [[ " $MODELS " == *" mf "* || "$MODELS" == "both" ]]; then
@@ -52,3 +55,4 @@ if [[ " $MODELS " == *" mf "* || "$MODELS" == "both" ]]; then
   grep -E "tok/s" "$OUT/bench_mf.txt"
 fi
 date -u >> "$OUT/ref-vs-engine-start.txt"
+tar -czf "$FINAL_OUT/ref-vs-engine.tgz" -C "$OUT" .

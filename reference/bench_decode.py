@@ -11,7 +11,8 @@ form `dsv41 generate --requests` reads (one request per sequence: "prompt_ids", 
   python3 reference/bench_decode.py --compare ref.json eng.jsonl      # -m is not needed here
 
 The prompt ids are drawn from [--low, vocab) with Python's random.Random(--seed); sequence b of the
-batch uses seed + b. Timing synchronises the device around each phase; the first decode step is
+batch uses seed + b; or they are consecutive slices of a tokenized text (--text-ids), where a
+trained model's greedy choices are rarely near ties. Timing synchronises the device around each phase; the first decode step is
 not timed (allocator warm-up). The float32 logits' argmax picks each next id (no EOS stop).
 """
 import argparse
@@ -35,6 +36,17 @@ def prompt_ids(vocab, n, seed, low):
         raise ValueError(f"--low {low} is outside the vocabulary [0, {vocab})")
     r = random.Random(seed)
     return [r.randrange(low, vocab) for _ in range(n)]
+
+
+def text_prompts(path, batch, context, vocab):
+    with open(path) as f:
+        ids = [int(t) for t in f.read().split()]
+    if len(ids) < batch * context:
+        raise ValueError(f"{path}: {len(ids)} ids, {batch} prompts of {context} need {batch * context}")
+    bad = next((t for t in ids if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise ValueError(f"{path}: id {bad} is outside the vocabulary [0, {vocab})")
+    return [ids[b * context:(b + 1) * context] for b in range(batch)]
 
 
 def sync(device):
@@ -109,6 +121,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--low", type=int, default=16, help="smallest prompt id (skips special tokens)")
+    ap.add_argument("--text-ids", help="take the prompts from these ids instead (whitespace-separated, as "
+                    "`dsv41 tokenize` prints them): sequence b gets ids [b·context, (b+1)·context)")
     ap.add_argument("--out", help="write prompts, ids and timings here (JSON)")
     ap.add_argument("--requests-out", help="write the prompts as `dsv41 generate --requests` lines here")
     ap.add_argument("--compare", nargs=2, metavar=("REF_JSON", "ENGINE_JSONL"),
@@ -122,7 +136,10 @@ def main(argv=None):
         ap.error("need --context ≥ 1, --decode ≥ 3, --batch ≥ 1")
     model = load_model(a.model, dtype=DTYPES[a.dtype]).to(a.device)
     vocab = model.cfg.vocab_size
-    prompts = [prompt_ids(vocab, a.context, a.seed + b, a.low) for b in range(a.batch)]
+    if a.text_ids:
+        prompts = text_prompts(a.text_ids, a.batch, a.context, vocab)
+    else:
+        prompts = [prompt_ids(vocab, a.context, a.seed + b, a.low) for b in range(a.batch)]
     prefill_s, decode_s, ids, margins = run(model, prompts, a.decode, a.device)
     timed = (a.decode - 2) * a.batch
     res = {"model": a.model, "device": a.device, "dtype": a.dtype, "batch": a.batch,

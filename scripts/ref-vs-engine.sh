@@ -21,10 +21,11 @@ REF_DEVICE="${REF_DEVICE:-cuda}"
 ENGINE_BACKEND="${ENGINE_BACKEND:-cuda}"
 REF=../reference/bench_decode.py
 
-one() {  # model_dir tag dtype batch context decode
-  local dir="$1" tag="$2" dt="$3" b="$4" c="$5" n="$6"
+one() {  # model_dir tag dtype batch context decode [text ids file]
+  local dir="$1" tag="$2" dt="$3" b="$4" c="$5" n="$6" text="${7:-}"
   local k="${tag}_${dt}_b${b}_c${c}"
   timeout 240 $PY $REF -m "$dir" --device "$REF_DEVICE" --dtype "$dt" --batch "$b" --context "$c" --decode "$n" \
+    ${text:+--text-ids "$text"} \
     --out "$OUT/ref_$k.json" --requests-out "$OUT/req_$k.jsonl" > "$OUT/ref_$k.txt" 2>&1 || { echo "reference $k failed"; tail -3 "$OUT/ref_$k.txt"; return; }
   cat "$OUT/ref_$k.txt"
   timeout 120 ./dsv41 generate -m "$dir" --backend "$ENGINE_BACKEND" --requests "$OUT/req_$k.jsonl" --parallel "$b" \
@@ -35,14 +36,21 @@ one() {  # model_dir tag dtype batch context decode
 
 date -u > "$OUT/ref-vs-engine-start.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+# dsv41-mini's held-out text (never trained on), tokenized by the engine: prompts a trained model
+# is confident on, beside random ids
+TEXT="$OUT/heldout_ids.txt"
+./dsv41 tokenize -t test-models/dsv41-mini --stdin < test-models/dsv41-mini/heldout/clang-14-doc.txt > "$TEXT"
 if [ "$MODELS" = smoke ]; then
   one test-models/dsv41-mini smoke fp32 2 32 6
+  one test-models/dsv41-mini smoketext fp32 2 32 6 "$TEXT"
 fi
 if [[ " $MODELS " == *" mini "* || "$MODELS" == "both" ]]; then
   M=test-models/dsv41-mini
   one $M mini fp32 1 4000 34
   one $M mini bf16 1 4000 34
   one $M mini fp32 8 1024 34
+  one $M minitext fp32 1 4000 34 "$TEXT"
+  one $M minitext fp32 8 1024 34 "$TEXT"
   timeout 120 ./dsv41_cuda_backend_bench -m $M --batches 1,8 --context 4000 --steps 32 --backends cuda,cpu > "$OUT/bench_mini.txt" 2>&1
   grep -E "tok/s" "$OUT/bench_mini.txt"
 fi

@@ -22,6 +22,7 @@
 
 #include "base/status.h"
 #include "cache/sequence_cache.h"
+#include "engine/step_shape.h"
 #include "format/config.h"
 #include "model/dspark.h"
 #include "plan/layer_plan.h"
@@ -73,6 +74,8 @@ class Backend {
   virtual std::string name() const = 0;
   virtual const ModelConfig& config() const = 0;
   virtual const LayerPlan& plan() const = 0;
+  // How its step time grows with rows and sequences (engine/step_shape.h). Default: streaming.
+  virtual StepShape step_shape() const { return kStreamingStep; }
 
   // Takes the batch: sizes the workspace (reused when the shape repeats) and embeds the tokens
   // (span rows: their image embeddings) into the residual streams. trace (optional, single-segment batches): named intermediates.

@@ -18,6 +18,10 @@ T* row(std::vector<T>& v, int64_t r, int64_t width) {
 
 }  // namespace
 
+// A bigger model streams more bytes per step and makes rows relatively cheaper than this shape
+// says; the planner's measurements (StepCost::record) correct it for the rows it has seen.
+StepShape CpuBackend::step_shape() const { return kComputeBoundStep; }
+
 CpuBackend::CpuBackend(const Model& model, const CpuExec* exec) : model_(model), ex_(exec ? *exec : model.exec()) {
   for (int l = 0; l < model.config().num_hidden_layers; ++l) moe_.push_back(model.layer(l).moe());
   attention_options_.exec = ex_;

@@ -38,6 +38,7 @@ class CpuBackend : public Backend {
   std::string name() const override { return "cpu"; }
   const ModelConfig& config() const override { return model_.config(); }
   const LayerPlan& plan() const override { return model_.plan(); }
+  StepShape step_shape() const override;
   const Model& model() const { return model_; }
 
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;

@@ -311,8 +311,6 @@ int generate_main(int argc, char** argv) {
   if (!tok.ok()) return fail(tok.status());
   ModelLoadOptions load = load_options_from_env();
   if (threads > 0) load.threads = threads;
-  // The device backend uploads float32 / bf16 views (backends/cuda/host_device_backend.h).
-  if (backend_name != "cpu") load.weights = WeightHolding::kWidened;
   auto model = Model::load(dir, load);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& config = (*model)->config();

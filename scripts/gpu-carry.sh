@@ -28,5 +28,6 @@ for m in v41-tiny-f32 v41-tiny-bf16; do
   done
 done
 ln -sfn ../../models/dsv41-mini "$DEST/test-models/dsv41-mini"
+ln -sfn ../../models/tiny-random "$DEST/test-models/tiny-random"
 for m in dspark-micro vl-micro; do ln -sfn "../../tests/fixtures/$m" "$DEST/test-models/$m"; done
 du -sh "$DEST"

@@ -3,10 +3,12 @@
 // tests it anywhere, host_device_backend.h). Spec: model.md §3; issue 14.
 //
 // First slice — the same function, simple kernels (device_kernels.h), speed later:
-// - Weights are uploaded once at construction, as the loaded Model holds them: bf16 bits where
-//   the model keeps a projection or expert as bf16, float32 otherwise (norms, mHC, router,
-//   compressor, indexer, Engram projections). FP8 / FP4 stored weights are not uploaded in their
-//   stored format yet (the Model has widened them).
+// - Weights are uploaded once at construction, as the loaded Model holds them: the checkpoint's
+//   FP8 E4M3 / FP4 E2M1 bytes and UE8M0 scales where the model reads a matrix in place (the
+//   default load: attention projections, indexer wq_b, experts, Engram wkv, the head when stored
+//   so), decoded in registers inside the GEMM / expert kernels (dk::DevWeight: code × scale, the
+//   widened bits); bf16 bits where the model keeps a matrix as bf16; float32 otherwise (norms,
+//   mHC, router, compressor, indexer wk / weights_proj, embedding).
 // - The batch's activations live on the device (x, p, h, c, q, kv, o, a, x2, mHC coefficients,
 //   routing) and only the logits asked for come back, plus the small copies below.
 // - Caches. The engine's SequenceCache stays the authoritative copy in host memory, in its real
@@ -164,14 +166,16 @@ class DeviceBackend : public Backend {
     dk::DevWeight wq_a, wq_b, wkv, wo_a, wo_b;
     const float *q_norm = nullptr, *kv_norm = nullptr, *sink = nullptr;
     const float *c_wkv = nullptr, *c_wgate = nullptr, *c_norm = nullptr, *i_wk = nullptr, *i_knorm = nullptr;
-    const float *i_wqb = nullptr, *i_wproj = nullptr;
+    dk::DevWeight i_wqb;
+    const float* i_wproj = nullptr;
     const float *attn_norm = nullptr, *ffn_norm = nullptr;
     const float *hca_fn = nullptr, *hca_base = nullptr, *hca_scale = nullptr;
     const float *hcf_fn = nullptr, *hcf_base = nullptr, *hcf_scale = nullptr;
     const float *gate = nullptr, *gate_bias = nullptr, *gate_bias_vl = nullptr;
     const dk::ExpertW* experts = nullptr;  // [E] on the device
     const dk::ExpertW* shared = nullptr;   // [1] on the device, or null
-    const float *e_wkv = nullptr, *e_q = nullptr, *e_k = nullptr;
+    dk::DevWeight e_wkv;
+    const float *e_q = nullptr, *e_k = nullptr;
   };
   // Per segment of the batch: what SharedAttentionState holds on the CPU (attention.h).
   struct SegState {
@@ -201,8 +205,9 @@ class DeviceBackend : public Backend {
   template <typename T>
   const T* put(const T* src, int64_t n);  // uploads weights; owned by the backend
   const float* put(const std::vector<float>& v) { return v.empty() ? nullptr : put(v.data(), int64_t(v.size())); }
-  dk::DevWeight put(const WeightRef& w, int64_t n);
-  dk::DevWeight put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16);
+  dk::DevWeight put(const WeightRef& w, int64_t n);  // n: elements of a float32 / bf16 view
+  dk::DevWeight put(const QuantWeights& q);           // the stored bytes and scales as they are
+  dk::DevWeight put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16, const QuantWeights& quant = {});
   void gemm(const float* x, int64_t xs, int64_t rows, int64_t in, dk::DevWeight w, int64_t out, float* y, int64_t ys);
   void gemm(const float* x, int64_t rows, int64_t in, dk::DevWeight w, int64_t out, float* y) {
     gemm(x, in, rows, in, w, out, y, out);

@@ -24,20 +24,38 @@ const T* DeviceBackend<Exec>::put(const T* src, int64_t n) {
   return static_cast<const T*>(p);
 }
 
-// Values held by a float32 / bf16 matrix (stored FP8 / FP4 ones are refused before upload:
-// device_backend_supports).
+// Values held by a float32 / bf16 matrix (a stored FP8 / FP4 one uploads its bytes: put(QuantWeights)).
 inline int64_t elements(const WeightMatrix& m) {
   return m.is_bf16() ? static_cast<int64_t>(m.bf16.size()) : static_cast<int64_t>(m.f32.size());
 }
 
+// The stored bytes as they are: codes, and the UE8M0 scale rows the view's rows touch.
+template <class Exec>
+dk::DevWeight DeviceBackend<Exec>::put(const QuantWeights& q) {
+  dk::DevWeight w;
+  const int64_t scale_rows = q.rows > 0 ? ((q.row_phase + q.rows - 1) >> q.block_rows_log2) + 1 : 0;
+  w.codes = put(q.codes, q.rows * q.row_bytes());
+  w.scales = put(q.scales, scale_rows * q.scale_cols);
+  w.in = q.in;
+  w.scale_cols = static_cast<int32_t>(q.scale_cols);
+  w.phase = q.row_phase;
+  w.fp4 = q.format == QuantFormat::kFp4E2M1;
+  w.rows_log2 = static_cast<uint8_t>(q.block_rows_log2);
+  w.cols_log2 = static_cast<uint8_t>(q.block_cols_log2);
+  return w;
+}
+
 template <class Exec>
 dk::DevWeight DeviceBackend<Exec>::put(const WeightRef& w, int64_t n) {
+  if (w.is_quant()) return put(w.quant);
   if (w.bf16) return {nullptr, put(w.bf16, n)};
   return {w.f32 ? put(w.f32, n) : nullptr, nullptr};
 }
 
 template <class Exec>
-dk::DevWeight DeviceBackend<Exec>::put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16) {
+dk::DevWeight DeviceBackend<Exec>::put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16,
+                                      const QuantWeights& quant) {
+  if (quant.codes) return put(quant);
   if (!bf16.empty()) return {nullptr, put(bf16.data(), int64_t(bf16.size()))};
   return {put(f32), nullptr};
 }
@@ -70,11 +88,11 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
     const LayerWeights& L = model.layer(l);
     const AttentionWeights& w = L.attn;
     LayerDev D;
-    D.wq_a = put(w.wq_a, w.bf16.wq_a);
-    D.wq_b = put(w.wq_b, w.bf16.wq_b);
-    D.wkv = put(w.wkv, w.bf16.wkv);
-    D.wo_a = put(w.wo_a, w.bf16.wo_a);
-    D.wo_b = put(w.wo_b, w.bf16.wo_b);
+    D.wq_a = put(w.wq_a, w.bf16.wq_a, w.quant_wq_a);
+    D.wq_b = put(w.wq_b, w.bf16.wq_b, w.quant_wq_b);
+    D.wkv = put(w.wkv, w.bf16.wkv, w.quant_wkv);
+    D.wo_a = put(w.wo_a, w.bf16.wo_a, w.quant_wo_a);
+    D.wo_b = put(w.wo_b, w.bf16.wo_b, w.quant_wo_b);
     D.q_norm = put(w.q_norm);
     D.kv_norm = put(w.kv_norm);
     D.sink = put(w.attn_sink);
@@ -83,7 +101,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
     D.c_norm = put(w.compressor_norm);
     D.i_wk = put(w.indexer_wk);
     D.i_knorm = put(w.indexer_k_norm);
-    D.i_wqb = put(w.indexer_wq_b);
+    D.i_wqb = put(w.indexer_wq_b, {}, w.quant_indexer_wq_b);
     D.i_wproj = put(w.indexer_weights_proj);
     D.attn_norm = put(L.attn_norm);
     D.ffn_norm = put(L.ffn_norm);
@@ -106,8 +124,8 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
       D.shared = put(&sw, 1);
     }
     const EngramWeights ew = L.engram();
-    if (ew.wkv.f32) {  // widened Engram projections are float32 (stored ones are refused first)
-      D.e_wkv = put(ew.wkv.f32, int64_t(es.hc + 1) * d * es.columns * es.head_dim);
+    if (ew.wkv.f32 || ew.wkv.is_quant()) {  // float32 when widened, else the stored FP8 bytes
+      D.e_wkv = put(ew.wkv, int64_t(es.hc + 1) * d * es.columns * es.head_dim);
       D.e_q = put(ew.q_weight, int64_t(es.hc) * d);
       D.e_k = put(ew.k_weight, int64_t(es.hc) * d);
     }
@@ -339,7 +357,7 @@ Status DeviceBackend<Exec>::engram_run(int layer, const int64_t* row_ids, int64_
   const EngramShape& s = model_.engram_shape();
   const LayerDev& L = layers_[layer];
   const int64_t in = s.columns * s.head_dim, out = (s.hc + 1) * s.dim;
-  if (!L.e_wkv) return internal_error("engram: layer " + std::to_string(layer) + " has no Engram weights");
+  if (!L.e_wkv.f32 && !L.e_wkv.stored()) return internal_error("engram: layer " + std::to_string(layer) + " has no Engram weights");
   host_tmp_.resize(static_cast<size_t>(rows * in));
   // Rows gathered on the host from the table as stored (dense or FP8 rows), checked ids.
   if (Status st = engram_gather_reference(s, model_.layer(layer).engram(), row_ids, rows, host_tmp_.data()); !st.ok())
@@ -348,7 +366,7 @@ Status DeviceBackend<Exec>::engram_run(int layer, const int64_t* row_ids, int64_
   engram_kv_.reserve(rows * out);
   engram_gate_.reserve(rows * s.hc);
   float* x = x_.data() + row0 * s.hc * s.dim;
-  gemm(engram_r_.data(), rows, in, {L.e_wkv, nullptr}, out, engram_kv_.data());
+  gemm(engram_r_.data(), rows, in, L.e_wkv, out, engram_kv_.data());
   ex_.for_each(rows * s.hc, dk::EngramGateK{x, engram_kv_.data(), L.e_q, L.e_k, s.hc, s.dim, s.eps, engram_gate_.data()});
   ex_.for_each(rows * s.hc * s.dim, dk::EngramWriteK{x, engram_kv_.data(), engram_gate_.data(), s.hc, s.dim});
   return ex_.status();
@@ -531,7 +549,7 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
     const int64_t n = r1 - r0;
     float* q = iq_.data() + r0 * nh * dh;
     float* hw = ihw_.data() + r0 * nh;
-    gemm(c_.data() + r0 * ql, n, ql, {L.i_wqb, nullptr}, nh * dh, q);
+    gemm(c_.data() + r0 * ql, n, ql, L.i_wqb, nh * dh, q);
     gemm(h_.data() + r0 * d, n, d, {L.i_wproj, nullptr}, nh, hw);
     rope(q, n, nh, dh, cos_comp_.data(), sin_comp_.data(), r0, false);
     fake_quant(q, n * nh * dh, RowKind::kIndex);  // MXFP4 per head

@@ -14,6 +14,7 @@
 #include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/backend_dspark_check.h"
 #include "backends/cuda/backend_image_check.h"
+#include "backends/cuda/backend_stored_check.h"
 #include "backends/cuda/device_backend.h"
 #include "backends/cuda/host_device_backend.h"
 #include "backends/cuda/host_exec.h"
@@ -40,6 +41,16 @@ TEST(DeviceBackendHost, MiniMixedBatchMatchesCpuBackend) {
 
 // Forks (whole and at a prefix), a removed sequence and a fresh one: the device mirrors of the
 // compressed cache follow the host caches (device_backend.h, "Caches").
+// FP8 / FP4 matrices uploaded as stored (backend_stored_check.h): the CPU engine's logits within
+// the bounds, fewer device bytes than the widening, and the widening's logits bit for bit.
+TEST(DeviceBackendHost, StoredFp8Fp4ModelMatchesCpuBackend) {
+  ts::check_stored_model(
+      std::string(DSV41_SOURCE_DIR) + "/models/tiny-random/config.json",
+      [](const Model& m) { return make_host_device_backend(m); },
+      [](const Backend& b) { return dynamic_cast<const DeviceBackend<HostExec>&>(b).weight_bytes(); }, true,
+      "tiny-random (emulation)");
+}
+
 TEST(DeviceBackendHost, MiniForksAndRemovalMatchCpuBackend) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";

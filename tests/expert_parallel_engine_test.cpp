@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/replay_rule.h"
 #include "runtime/rank_group.h"
 #include "tests/rank_schedule.h"
 #include "tests/test_models.h"
@@ -63,6 +64,84 @@ TEST(ExpertParallelEngine, MiniModelMatchesOneEngine) {
   plan.chunk = 24;
   plan.steps = 9;
   expect_ranks_match_one_engine(**m, plan, EngineOptions{});
+}
+
+// A bounded-depth prefill (plan/replay_rule.h) beside a full-depth segment on one rank: at the
+// decoder layers the rank's attention + FFN rows are two ranges (the full segment's and the
+// prefill's tail), which its MoE packs into one exchange. Rank 0 holds A and B, rank 1 holds C;
+// one engine holds all three; then three greedy decode steps of all three.
+TEST(ExpertParallelEngine, DepthSegmentsSplitARanksRowsIntoRanges) {
+  const Model& m = testing::engine_test_model();
+  const int64_t V = m.config().vocab_size;
+  const std::vector<int32_t> prompt_b = random_prompt(13, V, 71), a0 = random_prompt(6, V, 72), c0 = random_prompt(4, V, 73);
+  auto prefill = plan_prefill(m.plan(), m.config().sliding_window, 13, 0, false, PrefillDepth::kBounded);
+  ASSERT_TRUE(prefill.ok()) << prefill.status().to_string();
+  bool split = false;
+  for (const PrefillStep& st : prefill->steps)
+    for (const LayerRange& r : st.layers) split = split || r.attend_from > st.begin;
+  ASSERT_TRUE(split) << "the bounded prefill runs every layer on every row: no second range";
+  EngineOptions o;
+  o.rows_per_page = 2;
+  auto one = Engine::create(std::make_unique<CpuBackend>(m), m.engram_tables(), o);
+  ASSERT_TRUE(one.ok());
+  RankGroupOptions go;
+  go.ranks = 2;
+  go.engine = o;
+  auto group = RankGroup::create(m, go);
+  ASSERT_TRUE(group.ok());
+  // ids[x] = (sequence in the one engine, sequence in its rank's engine), ranks A, B → 0, C → 1.
+  const int rank_of[3] = {0, 0, 1};
+  std::vector<std::pair<SequenceId, SequenceId>> ids;
+  for (int x = 0; x < 3; ++x)
+    ids.push_back({(*one)->add_sequence(64).value(), (*group)->engine(rank_of[x]).add_sequence(64).value()});
+  std::vector<int64_t> length(3, 0);
+  std::vector<std::vector<int32_t>> feed = {a0, {}, c0};
+  size_t b_step = 0;
+  for (int step = 0; step < static_cast<int>(prefill->steps.size()) + 3; ++step) {
+    std::vector<Segment> all;
+    std::vector<std::vector<Segment>> per_rank(2);
+    std::vector<int> in_batch;
+    std::vector<int32_t> b_tokens;
+    for (int x = 0; x < 3; ++x) {
+      Segment seg;
+      seg.start = length[x];
+      if (x == 1 && b_step < prefill->steps.size()) {
+        const PrefillStep& st = prefill->steps[b_step++];
+        ASSERT_FALSE(st.replay);
+        b_tokens.assign(prompt_b.begin() + st.begin, prompt_b.begin() + st.end);
+        seg.start = st.begin;
+        seg.tokens = b_tokens;
+        seg.depth = st.layers;
+        seg.logits = b_step == prefill->steps.size() ? LogitRows::kLast : LogitRows::kNone;
+      } else {
+        seg.tokens = feed[x];
+      }
+      if (seg.tokens.empty()) continue;
+      seg.sequence = ids[x].first;
+      all.push_back(seg);
+      seg.sequence = ids[x].second;
+      per_rank[rank_of[x]].push_back(seg);
+      in_batch.push_back(x);
+    }
+    const std::vector<SegmentResult> want = (*one)->forward(all);
+    std::vector<std::span<const Segment>> spans(per_rank.begin(), per_rank.end());
+    std::vector<const std::vector<SegmentResult>*> got;
+    ASSERT_TRUE((*group)->forward(spans, got).ok());
+    std::vector<size_t> next_on_rank(2, 0);
+    for (size_t i = 0; i < in_batch.size(); ++i) {
+      const int x = in_batch[i];
+      const SegmentResult& g = (*got[rank_of[x]])[next_on_rank[rank_of[x]]++];
+      ASSERT_TRUE(want[i].status.ok()) << want[i].status.to_string();
+      ASSERT_TRUE(g.status.ok()) << "step " << step << " sequence " << x << ": " << g.status.to_string();
+      ASSERT_EQ(g.logit_rows, want[i].logit_rows);
+      length[x] += static_cast<int64_t>(all[i].tokens.size());
+      feed[x].clear();
+      if (want[i].logit_rows == 0) continue;
+      EXPECT_EQ(std::memcmp(g.logits, want[i].logits, V * sizeof(float)), 0) << "step " << step << " sequence " << x;
+      feed[x] = {static_cast<int32_t>(std::max_element(want[i].logits, want[i].logits + V) - want[i].logits)};
+    }
+  }
+  EXPECT_EQ(length[1], 13 + 3);  // B decoded three tokens after its prefill
 }
 
 // One rank's engine driven alone (the other never joins): the exchange times out, the segment

@@ -66,6 +66,54 @@ TEST(ExpertParallelEngine, MiniModelMatchesOneEngine) {
   expect_ranks_match_one_engine(**m, plan, EngineOptions{});
 }
 
+// Each rank with a model that loaded only its own routed experts (what a GPU of a multi-GPU run
+// holds): the same bits as one engine over the whole model, and each rank holds 1/N of the
+// routed bytes. Mismatched shards and bad shard options are refused.
+TEST(ExpertParallelEngine, MiniRanksLoadingOnlyTheirExpertsMatchOneEngine) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  auto full = Model::load(dir);
+  ASSERT_TRUE(full.ok()) << full.status().to_string();
+  const int64_t E = (*full)->config().n_routed_experts, routed = (*full)->held_bytes().routed;
+  Schedule plan;
+  for (int s = 0; s < 4; ++s) plan.prompts.push_back(random_prompt(std::vector<int>{30, 9, 41, 5}[s], (*full)->config().vocab_size, 60 + s));
+  plan.chunk = 16;
+  plan.steps = 7;
+  const Trace one = run_one_engine(**full, plan, EngineOptions{});
+  for (int ranks : {2, 3}) {
+    std::vector<std::unique_ptr<Model>> shards;
+    std::vector<const Model*> ptrs;
+    for (int r = 0; r < ranks; ++r) {
+      ModelLoadOptions lo;
+      lo.expert_rank = r;
+      lo.expert_ranks = ranks;
+      auto m = Model::load(dir, lo);
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      const int64_t local = ExpertShard{r, ranks}.local_experts(static_cast<int>(E));
+      EXPECT_EQ((*m)->held_bytes().routed, routed / E * local) << ranks << " ranks, rank " << r;
+      EXPECT_EQ((*m)->held_bytes().per_expert, (*full)->held_bytes().per_expert);
+      ptrs.push_back(m->get());
+      shards.push_back(std::move(*m));
+    }
+    int64_t collectives = 0;
+    testing::expect_same(one, run_ranks_group(**full, plan, EngineOptions{}, ranks, &collectives, {}, ptrs), ranks);
+    if (ranks == 2) {
+      RankGroupOptions o;
+      o.ranks = 2;
+      const std::vector<const Model*> swapped = {ptrs[1], ptrs[0]};
+      auto bad = RankGroup::create(swapped, o);
+      ASSERT_FALSE(bad.ok());
+      EXPECT_NE(bad.status().message().find("holds the experts of rank 1 of 2"), std::string::npos)
+          << bad.status().to_string();
+    }
+  }
+  ModelLoadOptions bad;
+  bad.expert_rank = 2;
+  bad.expert_ranks = 2;
+  auto m = Model::load(dir, bad);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("expert rank 2 of 2"), std::string::npos) << m.status().to_string();
+}
+
 // A bounded-depth prefill (plan/replay_rule.h) beside a full-depth segment on one rank: at the
 // decoder layers the rank's attention + FFN rows are two ranges (the full segment's and the
 // prefill's tail), which its MoE packs into one exchange. Rank 0 holds A and B, rank 1 holds C;

@@ -92,12 +92,13 @@ inline Trace run_one_engine(const Model& model, const Schedule& plan, const Engi
 
 // collectives: the loopback group's completed calls (null, or with the caller's communicators: not read).
 inline Trace run_ranks_group(const Model& model, const Schedule& plan, const EngineOptions& options, int ranks,
-                      int64_t* collectives, std::vector<Communicator*> comms = {}) {
+                      int64_t* collectives, std::vector<Communicator*> comms = {},
+                      std::vector<const Model*> models = {}) {
   RankGroupOptions o;
   o.ranks = ranks;
   o.engine = options;
   o.communicators = std::move(comms);
-  auto group = RankGroup::create(model, o);
+  auto group = models.empty() ? RankGroup::create(model, o) : RankGroup::create(models, o);
   EXPECT_TRUE(group.ok()) << group.status().to_string();
   std::vector<std::pair<int, SequenceId>> where;
   for (size_t s = 0; s < plan.prompts.size(); ++s) {

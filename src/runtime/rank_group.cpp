@@ -1,15 +1,34 @@
 // N engines of one process with expert parallelism over a loopback group (see rank_group.h).
 #include "runtime/rank_group.h"
 
+#include <algorithm>
+
 #include "backends/cpu/cpu_backend.h"
 #include "parallel/run_ranks.h"
 
 namespace dsv41 {
 
 Result<std::unique_ptr<RankGroup>> RankGroup::create(const Model& model, const RankGroupOptions& options) {
+  const std::vector<const Model*> models(static_cast<size_t>(std::max(options.ranks, 0)), &model);
+  return create(models, options);
+}
+
+Result<std::unique_ptr<RankGroup>> RankGroup::create(std::span<const Model* const> models,
+                                                     const RankGroupOptions& options) {
   if (options.ranks < 1) return invalid_argument("rank group: ranks must be ≥ 1, got " + std::to_string(options.ranks));
   if (options.threads_per_rank < 1)
     return invalid_argument("rank group: threads per rank must be ≥ 1, got " + std::to_string(options.threads_per_rank));
+  if (static_cast<int>(models.size()) != options.ranks)
+    return invalid_argument("rank group: " + std::to_string(models.size()) + " models for " +
+                            std::to_string(options.ranks) + " ranks");
+  for (int r = 0; r < options.ranks; ++r) {
+    const Model& m = *models[r];
+    if (config_fingerprint(m.config()) != config_fingerprint(models[0]->config()))
+      return invalid_argument("rank group: rank " + std::to_string(r) + "'s model has another config than rank 0's");
+    if (m.expert_ranks() != 1 && (m.expert_ranks() != options.ranks || m.expert_rank() != r))
+      return invalid_argument("rank group: rank " + std::to_string(r) + "'s model holds the experts of rank " +
+                              std::to_string(m.expert_rank()) + " of " + std::to_string(m.expert_ranks()));
+  }
   std::unique_ptr<RankGroup> g(new RankGroup());
   std::vector<Communicator*> comms = options.communicators;
   if (comms.empty()) {
@@ -26,11 +45,12 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(const Model& model, const R
   g->execs_.reserve(static_cast<size_t>(options.ranks));
   for (int r = 0; r < options.ranks; ++r) {
     g->pools_.push_back(std::make_unique<ThreadPool>(options.threads_per_rank));
-    CpuExec ex = model.exec();
+    CpuExec ex = models[r]->exec();
     ex.pool = g->pools_.back().get();
     g->execs_.push_back(ex);
   }
   for (int r = 0; r < options.ranks; ++r) {
+    const Model& model = *models[r];
     auto backend = std::make_unique<CpuBackend>(model, &g->execs_[static_cast<size_t>(r)], comms[r]);
     DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e,
                            Engine::create(std::move(backend), model.engram_tables(), options.engine));

@@ -9,8 +9,9 @@
 // every layer's exchange. Results are those of one engine holding every sequence, bit for bit
 // (tests/expert_parallel_engine_test.cpp).
 // Each rank has its own thread pool (threads_per_rank) and CpuExec (the Model's scalar/fast
-// path and ISA cap). The Model is borrowed and must outlive the group; its weights are loaded
-// once and shared (each rank's backend only reaches its own routed experts).
+// path and ISA cap). The Model is borrowed and must outlive the group: either one Model shared by
+// every rank (each rank's backend only reaches its own routed experts) or one per rank, each
+// loaded with only that rank's routed experts.
 // Not thread-safe: one thread drives a group.
 #pragma once
 
@@ -40,6 +41,11 @@ struct RankGroupOptions {
 class RankGroup {
  public:
   static Result<std::unique_ptr<RankGroup>> create(const Model& model, const RankGroupOptions& options);
+  // One model per rank (borrowed, must outlive the group): models[r] holds every routed expert or
+  // only rank r's (loaded with ModelLoadOptions expert_rank = r, expert_ranks = ranks), the
+  // memory each rank of a multi-GPU run would hold. The models must share one config.
+  static Result<std::unique_ptr<RankGroup>> create(std::span<const Model* const> models,
+                                                   const RankGroupOptions& options);
   ~RankGroup();
 
   int ranks() const { return static_cast<int>(engines_.size()); }

@@ -4,8 +4,8 @@
 // token once to every rank that holds one of its chosen experts, runs its own experts on what it
 // received, sends the expert outputs back, and adds them up. Spec: docs/PARALLEL.md.
 //
-// Placement: routed expert e lives on rank e mod N (round robin: neighbouring experts, which a
-// router often picks together, land on different ranks). A rank may hold no expert (N > E).
+// Placement: routed expert e lives on rank e mod N (round robin: ⌈(E − r)/N⌉ on rank r). A rank
+// may hold no expert (N > E).
 //
 // Same bits as one rank: moe_forward (model/moe.h) gives each token y = 0, then + the output of
 // each chosen expert by ascending expert index, then + the shared expert's. Each expert output

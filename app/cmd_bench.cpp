@@ -24,6 +24,7 @@
 #include "app/bench_batch.h"
 #include "app/bench_tiers.h"
 #include "app/command.h"
+#include "app/gpus_flag.h"
 #include "app/load_options.h"
 #include "app/option_checks.h"
 #include "base/thread_pool.h"
@@ -91,6 +92,8 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--mixed-prefill", bo.mixed_prefill, "prefill chunk beside the decoders in the mixed step (0 = skip)")
       ->check(in_range<int64_t>(0, kMaxTokens));
   cli.add_option("--mixed-decoders", bo.mixed_decoders, "decoding sequences in the mixed step")->check(in_range(1, 4096));
+  GpusFlag gpus;
+  gpus.add_to(cli);
   name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
@@ -102,6 +105,7 @@ int bench_main(int argc, char** argv) {
     return 1;
   };
   // Cheap checks first: the model load and the bandwidth passes take seconds.
+  if (Status st = gpus.apply("bench", nullptr); !st.ok()) return fail(st);
   ModelLoadOptions load = load_options_from_env();
   load.threads = pool_threads;
   if (!isa_name.empty() && !parse_cpu_isa(isa_name, &load.isa))

@@ -123,6 +123,15 @@ class Backend {
   // Final collapse, norm and head for the given batch rows: out [rows.size(), vocab], fp32.
   virtual void logits(std::span<const int64_t> rows, float* out) = 0;
 
+  // Several ranks (docs/PARALLEL.md): a backend whose steps exchange data with other ranks (the
+  // MoE under expert parallelism) must take part in every exchange of every forward, even when
+  // its engine has nothing to run. idle_forward is that forward without rows (the engine calls it
+  // when it admits no segment); take_step_failure returns (and clears) the failure of such an
+  // exchange in the last forward, which then fails every segment of the batch (the steps
+  // themselves return nothing). Defaults: a backend of one rank, nothing to do, never fails.
+  virtual void idle_forward() {}
+  virtual Status take_step_failure() { return ok_status(); }
+
   // DSpark (issue 15, model/dspark.h). Stages of the model's drafter this backend runs (0: none).
   virtual int draft_stages() const { return 0; }
   // Capture the drafter's target features in the coming batches (the streams entering each target

@@ -22,8 +22,13 @@ T* row(std::vector<T>& v, int64_t r, int64_t width) {
 // says; the planner's measurements (StepCost::record) correct it for the rows it has seen.
 StepShape CpuBackend::step_shape() const { return kComputeBoundStep; }
 
-CpuBackend::CpuBackend(const Model& model, const CpuExec* exec) : model_(model), ex_(exec ? *exec : model.exec()) {
-  for (int l = 0; l < model.config().num_hidden_layers; ++l) moe_.push_back(model.layer(l).moe());
+CpuBackend::CpuBackend(const Model& model, const CpuExec* exec, Communicator* experts)
+    : model_(model), ex_(exec ? *exec : model.exec()), experts_comm_(experts) {
+  for (int l = 0; l < model.config().num_hidden_layers; ++l) {
+    moe_.push_back(model.layer(l).moe());
+    // Only this rank's routed experts stay reachable (a use of another's would fail loudly).
+    if (experts_comm_) moe_.back() = shard_moe_weights(moe_.back(), {experts_comm_->rank(), experts_comm_->size()});
+  }
   attention_options_.exec = ex_;
   if (const DrafterWeights* dw = model.drafter()) {
     drafter_ = std::make_unique<Drafter>(model, ex_);
@@ -283,12 +288,22 @@ void CpuBackend::ffn(int layer, std::span<const RowRange> rows) {
                      row(comb_b_, r0, hc * hc), &mhc_scratch_);
     mhc_collapse(ex_, mhc, row(x2_, r0, hc * d), row(pre_a_, r0, hc), m, row(h_, r0, d));
     rmsnorm_rows(row(h_, r0, d), m, d, L.ffn_norm.data(), c.rms_norm_eps, row(h_, r0, d));
+    if (experts_comm_) continue;  // the MoE of every range at once below, then the expansion
     const uint8_t* is_image = is_image_.empty() ? nullptr : is_image_.data() + r0;
     moe_forward(ex_, model_.moe_shape(), moe_[layer], row(h_, r0, d), m, is_image, row(a_, r0, d), row(experts_, r0, k),
                 row(weights_, r0, k), &moe_scratch_);
     mhc_expand(ex_, mhc, row(a_, r0, d), row(x2_, r0, hc * d), row(post_b_, r0, hc), row(comb_b_, r0, hc * hc), m,
                row(x_, r0, hc * d));
     std::copy_n(row(pre_b_, r0, hc), m * hc, row(p_, r0, hc));  // the carried mix for the next site
+  }
+  if (experts_comm_) {
+    moe_expert_parallel(layer, rows);
+    for (const RowRange& r : rows) {
+      const int64_t m = r.end - r.begin, r0 = r.begin;
+      mhc_expand(ex_, mhc, row(a_, r0, d), row(x2_, r0, hc * d), row(post_b_, r0, hc), row(comb_b_, r0, hc * hc), m,
+                 row(x_, r0, hc * d));
+      std::copy_n(row(pre_b_, r0, hc), m * hc, row(p_, r0, hc));
+    }
   }
   expert_seen_.assign(static_cast<size_t>(c.n_routed_experts), 0);
   for (const RowRange& r : rows)
@@ -313,6 +328,64 @@ void CpuBackend::ffn(int layer, std::span<const RowRange> rows) {
     trace_->candidates.push_back(indexed && shared.candidate_layer == layer ? shared.trace_candidates
                                                                             : std::vector<uint8_t>{});
   }
+}
+
+void CpuBackend::moe_expert_parallel(int layer, std::span<const RowRange> rows) {
+  const int64_t d = config().hidden_size, k = model_.moe_shape().top_k;
+  int64_t m = 0;
+  for (const RowRange& r : rows) m += r.end - r.begin;
+  // One range (every decode batch, every full-depth prefill) runs in place; several are packed.
+  const bool packed = rows.size() > 1;
+  const int64_t r0 = rows.empty() ? 0 : rows[0].begin;
+  if (packed) {
+    ep_in_.resize(static_cast<size_t>(m * d));
+    ep_out_.resize(static_cast<size_t>(m * d));
+    ep_experts_.resize(static_cast<size_t>(m * k));
+    ep_weights_.resize(static_cast<size_t>(m * k));
+    ep_image_.assign(is_image_.empty() ? 0 : static_cast<size_t>(m), 0);
+    int64_t at = 0;
+    for (const RowRange& r : rows) {
+      std::copy_n(row(h_, r.begin, d), (r.end - r.begin) * d, ep_in_.data() + at * d);
+      if (!is_image_.empty()) std::copy_n(is_image_.data() + r.begin, r.end - r.begin, ep_image_.data() + at);
+      at += r.end - r.begin;
+    }
+  }
+  const float* in = packed ? ep_in_.data() : h_.data() + r0 * d;
+  float* out = packed ? ep_out_.data() : a_.data() + r0 * d;
+  int32_t* experts = packed ? ep_experts_.data() : experts_.data() + r0 * k;
+  float* weights = packed ? ep_weights_.data() : weights_.data() + r0 * k;
+  const uint8_t* image = is_image_.empty() ? nullptr : (packed ? ep_image_.data() : is_image_.data() + r0);
+  // After a failed exchange the rest of the forward only keeps the call count (the batch fails).
+  Status st = ep_failure_.ok() ? moe_forward_ep(ex_, model_.moe_shape(), moe_[layer], *experts_comm_, in, m, image, out,
+                                                experts, weights, &ep_scratch_)
+                               : ep_failure_;
+  if (!st.ok()) {
+    if (ep_failure_.ok()) ep_failure_ = st.with_context("layer " + std::to_string(layer) + " expert-parallel MoE");
+    std::fill_n(out, m * d, 0.0f);
+    std::fill_n(experts, m * k, 0);
+    std::fill_n(weights, m * k, 0.0f);
+  }
+  if (!packed) return;
+  int64_t at = 0;
+  for (const RowRange& r : rows) {
+    const int64_t n = r.end - r.begin;
+    std::copy_n(ep_out_.data() + at * d, n * d, row(a_, r.begin, d));
+    std::copy_n(ep_experts_.data() + at * k, n * k, row(experts_, r.begin, k));
+    std::copy_n(ep_weights_.data() + at * k, n * k, row(weights_, r.begin, k));
+    at += n;
+  }
+}
+
+void CpuBackend::idle_forward() {
+  if (!experts_comm_) return;
+  // The exchanges of a forward without rows: one MoE call per layer, as ffn makes.
+  for (const LayerInfo& info : plan().layers) moe_expert_parallel(info.index, {});
+}
+
+Status CpuBackend::take_step_failure() {
+  Status st = ep_failure_;
+  ep_failure_ = ok_status();
+  return st;
 }
 
 void CpuBackend::logits(std::span<const int64_t> rows, float* out) {

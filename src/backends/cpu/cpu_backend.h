@@ -27,13 +27,18 @@
 #include "model/compressor.h"
 #include "model/dspark.h"
 #include "model/model.h"
+#include "parallel/expert_parallel.h"
 
 namespace dsv41 {
 
 class CpuBackend : public Backend {
  public:
   // exec: the pool and kernel path (borrowed pool, must outlive the backend); null = the model's.
-  explicit CpuBackend(const Model& model, const CpuExec* exec = nullptr);
+  // experts: expert parallelism (parallel/expert_parallel.h, docs/PARALLEL.md): this backend is
+  // rank experts->rank() of experts->size(), holds routed expert e only when e mod size = rank and
+  // exchanges every layer's MoE rows with the other ranks' backends (borrowed, must outlive the
+  // backend); null = every expert here.
+  explicit CpuBackend(const Model& model, const CpuExec* exec = nullptr, Communicator* experts = nullptr);
 
   std::string name() const override { return "cpu"; }
   const ModelConfig& config() const override { return model_.config(); }
@@ -55,6 +60,8 @@ class CpuBackend : public Backend {
   void attention_output(int layer, std::span<const RowRange> rows) override;
   void ffn(int layer, std::span<const RowRange> rows) override;
   void logits(std::span<const int64_t> rows, float* out) override;
+  void idle_forward() override;
+  Status take_step_failure() override;
   int draft_stages() const override { return drafter_ ? drafter_->stages() : 0; }
   void set_feature_capture(bool on) override { capture_ = on && drafter_ != nullptr; }
   void feed_draft_rings(std::span<const DraftFeed> feeds) override;
@@ -71,6 +78,9 @@ class CpuBackend : public Backend {
 
  private:
   void capture_features(int layer, std::span<const RowRange> rows);
+  // The MoE of the given rows (h_ → a_, the routing into experts_ / weights_) through the
+  // expert-parallel exchange: one exchange for all ranges (every rank makes the same calls).
+  void moe_expert_parallel(int layer, std::span<const RowRange> rows);
   void index_with(int layer, int segment, int64_t first_row, int kv_layer, bool restricted, AttentionScratch* scratch);
   void attend_with(int layer, int segment, int64_t first_row, int kv_layer, AttentionScratch* scratch);
 
@@ -100,6 +110,14 @@ class CpuBackend : public Backend {
   AttentionScratch attention_scratch_;
   std::vector<AttentionScratch> segment_scratch_;  // index_and_attend: one per job (kept across steps)
   MoeScratch moe_scratch_;
+  // Expert parallelism (null: off): the communicator, the exchange's scratch, the rows of several
+  // ranges packed together, and the first failure of an exchange in this forward.
+  Communicator* experts_comm_ = nullptr;
+  ExpertParallelScratch ep_scratch_;
+  std::vector<float> ep_in_, ep_out_, ep_weights_;
+  std::vector<int32_t> ep_experts_;
+  std::vector<uint8_t> ep_image_;
+  Status ep_failure_;
   // DSpark: the drafter (when the model has one), feature capture, and the batch's features
   // [n, targets·hidden]; target_slot_[layer] = its place among the targets, or −1.
   std::unique_ptr<Drafter> drafter_;

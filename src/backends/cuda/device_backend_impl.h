@@ -239,13 +239,12 @@ void DeviceBackend<Exec>::flush_staged() {
     }
   }
   compressed_.clear();
-  const float* host_stage = host;
   for (const PendingPush& p : pending_) {
-    if (!host_stage) break;
+    if (!host) break;
     WindowRing& ring = *p.ring;
     // Positions older than the ring's slots are skipped as push_rows skips them.
     if (p.rows > p.staged) ring.set_positions(ring.start(), ring.length() + (p.rows - p.staged));
-    ring.push_rows(host_stage + p.offset, p.staged);
+    ring.push_rows(host + p.offset, p.staged);
     // The records the ring now holds for the copy's newest positions (see window_copy).
     if (!p.copy) continue;
     WindowCopy& w = *p.copy;

@@ -2,10 +2,11 @@
 // first slice): B sequences prefilled with C random tokens each, then S timed decode steps of
 // all B together (one engine forward per step, greedy next tokens), per backend and batch size.
 //   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32]
-//                            [--backends cpu,cuda,cuda-simple] [--profile STEPS]
+//                            [--backends cpu,cuda,cuda-simple,cuda-segcomp] [--profile STEPS]
 //                            [--weights stored|widened] [--greedy N]
 // cuda-simple is the CUDA backend with its fast kernels off (every step in its simple kernel,
-// fast_kernels.h), the "before" of the fast kernels in the same run.
+// fast_kernels.h), the "before" of the fast kernels in the same run; cuda-segcomp has its
+// compressor per segment with blocking copies (the path before compress_segments).
 // --weights: how the model holds its FP8 / FP4 matrices (default stored: the device backend
 // uploads those bytes as they are; widened: float32 / bf16, as the backend did before).
 // --greedy N: first a same-function check: a 24-token prompt then N greedy steps on the CPU and
@@ -167,7 +168,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--weights") && i + 1 < argc) weights = argv[++i];
     else if (!std::strcmp(argv[i], "--greedy") && i + 1 < argc) greedy_steps = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple] [--profile STEPS] [--weights stored|widened] [--greedy N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp] [--profile STEPS] [--weights stored|widened] [--greedy N]\n", argv[0]);
       return 2;
     }
   }
@@ -194,12 +195,17 @@ int main(int argc, char** argv) {
   }
   const auto wants = [&](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
   const bool want_cpu = wants("cpu");
-  std::vector<std::pair<std::string, bool>> cudas;  // (name, fast kernels)
-  if (wants("cuda-simple")) cudas.push_back({"cuda-simple", false});
-  if (wants("cuda")) cudas.push_back({"cuda", true});
+  struct Variant {
+    std::string name;
+    bool fast, batched_compress;
+  };
+  std::vector<Variant> cudas;
+  if (wants("cuda-simple")) cudas.push_back({"cuda-simple", false, true});
+  if (wants("cuda-segcomp")) cudas.push_back({"cuda-segcomp", true, false});
+  if (wants("cuda")) cudas.push_back({"cuda", true, true});
   for (const std::string& n : names)
-    if (n != "cpu" && n != "cuda" && n != "cuda-simple") {
-      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple)\n", argv[0], n.c_str());
+    if (n != "cpu" && n != "cuda" && n != "cuda-simple" && n != "cuda-segcomp") {
+      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple, cuda-segcomp)\n", argv[0], n.c_str());
       return 2;
     }
   const bool want_cuda = !cudas.empty();
@@ -259,13 +265,14 @@ int main(int argc, char** argv) {
       std::printf("backend cpu  batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / cpu.median_step_s,
                   cpu.median_step_s * 1e3);
     }
-    for (const auto& [name, fast] : cudas) {
+    for (const auto& [name, fast, batched_compress] : cudas) {
       auto backend = make_cuda_backend(**model);
       if (!backend.ok()) {
         std::fprintf(stderr, "cuda: %s\n", backend.status().to_string().c_str());
         return 1;
       }
       cuda_backend_set_fast_kernels(**backend, fast);
+      cuda_backend_set_batched_compress(**backend, batched_compress);
       auto r = run(std::move(*backend), **model, b, context, steps, profile);
       if (!r.ok()) {
         std::fprintf(stderr, "%s batch %d: %s\n", name.c_str(), b, r.status().to_string().c_str());
@@ -276,8 +283,9 @@ int main(int argc, char** argv) {
                   gpu.median_step_s * 1e3);
       const ExecCounts& k = gpu.per_step;
       const double n = gpu.steps;
-      std::printf("  per decode step: %.1f kernel launches, %.1f uploads + %.1f downloads (blocking), %.1f device "
-                  "copies\n", k.launches / n, k.uploads / n, k.downloads / n, k.copies / n);
+      std::printf("  per decode step: %.1f kernel launches, %.1f uploads + %.1f downloads (blocking), %.1f "
+                  "asynchronous uploads, %.1f device copies\n", k.launches / n, k.uploads / n, k.downloads / n,
+                  k.async_uploads / n, k.copies / n);
       if (want_cpu) {
         double m = 0;
         for (size_t v = 0; v < cpu.last_logits.size(); ++v)

@@ -11,8 +11,8 @@
 // Model; a CUDA one will hold the stored FP8/FP4 bytes on the device), its threads and its
 // workspace (the batch's activations live there; the engine never sees them, only the logits it
 // asks for). Calls come from one thread, in the order: begin_batch, then per layer
-// begin_layer → engram? → attention_input → attention_projections → compress? per segment →
-// index_and_attend (index? then attend per segment) → attention_output → ffn, then end_batch,
+// begin_layer → engram? → attention_input → attention_projections → compress_segments? (compress
+// per segment) → index_and_attend (index? then attend per segment) → attention_output → ffn, then end_batch,
 // then logits (when any row wants them).
 #pragma once
 
@@ -68,6 +68,12 @@ struct SegmentAttention {
   int attend_kv_layer = -1;
 };
 
+// One segment's step 3 of a layer: its rows from `first_row` on through the compressor.
+struct SegmentCompress {
+  int segment = 0;
+  int64_t first_row = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -93,6 +99,13 @@ class Backend {
   // new entries are published into the segment's cache. Rows before first_row are positions the
   // cache already covers (a replay below the write floor): they are not fed again.
   virtual void compress(int layer, int segment, int64_t first_row) = 0;
+  // Step 3 of several segments of one layer (each segment at most once, before the layer's
+  // index_and_attend). The segments are independent; the results must be those of compress run
+  // per job in order, and the entries must be in the caches when end_batch returns (the layer's
+  // later steps in this batch read them through the backend). Default: compress per job.
+  virtual void compress_segments(int layer, std::span<const SegmentCompress> jobs) {
+    for (const SegmentCompress& j : jobs) compress(layer, j.segment, j.first_row);
+  }
   // Step 4 (index sources): a new top-k for the segment's rows from `first_row` on over
   // kv-source `kv_layer`'s index keys (restricted: only inside the candidate pool published
   // earlier in this batch).

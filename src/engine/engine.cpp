@@ -752,8 +752,10 @@ void Engine::forward_layers(ForwardTrace* trace) {
     const LayerSteps steps = layer_steps(info);
     if (steps.compress) latest_kv = l;
     // Every segment's compressor first (they share the page pool), then the segments' index and
-    // attention steps in one call (independent per segment: the backend may run them together).
+    // attention steps, each in one call (independent per segment: the backend may run them
+    // together).
     attention_jobs_.clear();
+    compress_jobs_.clear();
     for (int s = 0; s < segments; ++s) {
       const Admitted& a = admitted_[s];
       const int64_t in = input_first(*a.segment, l, a.rows), att = attend_first(*a.segment, l, a.rows);
@@ -761,7 +763,7 @@ void Engine::forward_layers(ForwardTrace* trace) {
         // Write floor: positions the kv source already covers are not fed again.
         const SegmentRows& r = rows_[s];
         const int64_t covered = r.cache->kv_source(l)->next_position() - r.start;
-        backend_->compress(l, s, std::clamp<int64_t>(std::max(covered, in), 0, r.rows));
+        compress_jobs_.push_back({s, std::clamp<int64_t>(std::max(covered, in), 0, r.rows)});
       }
       if (att >= a.rows) continue;
       const bool compressed = steps.attend_compressed && latest_kv >= 0 && (have_topk || steps.index);
@@ -774,6 +776,7 @@ void Engine::forward_layers(ForwardTrace* trace) {
       job.attend_kv_layer = compressed ? latest_kv : -1;
       attention_jobs_.push_back(job);
     }
+    if (!compress_jobs_.empty()) backend_->compress_segments(l, compress_jobs_);
     backend_->index_and_attend(l, attention_jobs_);
     if (steps.index && latest_kv >= 0) have_topk = true;
     backend_->attention_output(l, attend_rows_);

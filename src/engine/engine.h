@@ -286,6 +286,7 @@ class Engine {
   std::vector<int64_t> logit_rows_;
   std::vector<RowRange> input_rows_, attend_rows_;  // of the current layer
   std::vector<SegmentAttention> attention_jobs_;     // of the current layer (capacity kept)
+  std::vector<SegmentCompress> compress_jobs_;       // of the current layer (capacity kept)
   std::vector<float> logits_;
   std::vector<SegmentResult> results_;
   std::vector<DraftRequest> draft_requests_;

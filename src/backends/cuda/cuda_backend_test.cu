@@ -44,6 +44,7 @@ DSV41_KERNEL_CHECK(Gemm, check_gemm)
 DSV41_KERNEL_CHECK(RmsNormAndRope, check_rmsnorm_rope)
 DSV41_KERNEL_CHECK(MhcWithSinkhorn, check_mhc)
 DSV41_KERNEL_CHECK(CompressorPool, check_pool)
+DSV41_KERNEL_CHECK(BatchedCompressorBodies, check_compress_bodies)
 DSV41_KERNEL_CHECK(TopkAndCandidateBlocks, check_selection)
 DSV41_KERNEL_CHECK(RouterAndExperts, check_moe)
 DSV41_KERNEL_CHECK(Engram, check_engram)
@@ -148,6 +149,22 @@ TEST(CudaBackend, BatchedSegmentsEqualOneByOne) {
         return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_batched_segments(batched); });
       },
       "cuda, batched segments", true);
+}
+
+// The compressor of a layer's segments batched and published at end_batch (compress_segments)
+// equals compress per segment, bit for bit, on the GPU (pinned staging, asynchronous uploads).
+TEST(CudaBackend, BatchedCompressEqualsPerSegment) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ts::check_window_copies(
+      **model,
+      [&](bool batched) {
+        return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_batched_compress(batched); });
+      },
+      "cuda, batched compressor", true);
 }
 
 TEST(CudaBackend, ImagePromptMatchesCpuBackend) {

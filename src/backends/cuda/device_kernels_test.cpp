@@ -36,6 +36,10 @@ TEST(DeviceKernelsHost, CompressorPool) {
   HostExec ex;
   kc::check_pool(ex);
 }
+TEST(DeviceKernelsHost, BatchedCompressorBodies) {
+  HostExec ex;
+  kc::check_compress_bodies(ex);
+}
 TEST(DeviceKernelsHost, TopkAndCandidateBlocks) {
   HostExec ex;
   kc::check_selection(ex);

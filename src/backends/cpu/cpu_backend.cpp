@@ -89,7 +89,9 @@ void CpuBackend::begin_layer(int layer) {
 }
 
 int64_t CpuBackend::row_groups(int64_t rows) const {
-  if (group_rows_ <= 0 || trace_ != nullptr || rows > CpuBackendOptions::kMaxGroupedRows) return 1;
+  if (group_rows_ <= 0 || trace_ != nullptr || rows > CpuBackendOptions::kMaxGroupedRows ||
+      rows < std::max(CpuBackendOptions::kMinGroupedRows, 2 * group_rows_))
+    return 1;
   return std::clamp<int64_t>(rows / group_rows_, 1, ex_.threads());
 }
 

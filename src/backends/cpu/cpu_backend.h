@@ -41,14 +41,17 @@
 namespace dsv41 {
 
 struct CpuBackendOptions {
-  // A batch of 2·group_rows … kMaxGroupedRows rows runs its token-wise steps as
-  // min(threads, rows / group_rows) row groups side by side on the pool, each group's products
-  // on its own thread (a decode step of 8 sequences on 2 threads: 2 groups of 4 rows). 0 = never
-  // (every product over all rows, threaded inside). Only for weights that stay in the shared cache
-  // (kMaxGroupedWeightBytes): each group reads every weight once, so a model streamed from DRAM
-  // would read it once per group. Below 0: kDefaultGroupRows.
+  // A batch of kMinGroupedRows … kMaxGroupedRows rows (and at least 2·group_rows) runs its
+  // token-wise steps as min(threads, rows / group_rows) row groups side by side on the pool, each
+  // group's products on its own thread (8 decoders on 16 threads: 8 groups of one row; on 2
+  // threads: 2 groups of 4). 0 = never (every product over all rows, threaded inside). Only for
+  // weights that stay in the shared cache (kMaxGroupedWeightBytes): each group reads every weight
+  // once, so a model streamed from DRAM would read it once per group. Below 0: kDefaultGroupRows.
+  // Smaller batches stay whole: the two jobs per layer cost more than they save there
+  // (docs/BENCHMARKS.md, "Row groups").
   int64_t group_rows = -1;
-  static constexpr int64_t kDefaultGroupRows = 4;
+  static constexpr int64_t kDefaultGroupRows = 1;
+  static constexpr int64_t kMinGroupedRows = 8;
   static constexpr int64_t kMaxGroupedRows = 64;
   static constexpr int64_t kMaxGroupedWeightBytes = int64_t{64} << 20;
 };

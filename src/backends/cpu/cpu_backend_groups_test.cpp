@@ -111,6 +111,14 @@ TEST(CpuBackendRowGroups, NoGroupsWithoutAPoolOrForTooFewRows) {
   EXPECT_EQ(backend.row_groups(8), 2);
   EXPECT_EQ(backend.row_groups(64), 4);                                     // at most the pool's threads
   EXPECT_EQ(backend.row_groups(CpuBackendOptions::kMaxGroupedRows + 1), 1);  // prefill-sized batches: never
+  CpuBackend by_default(testing::engine_test_model(), &ex);  // one row per group, batches of ≥ 8
+  EXPECT_EQ(by_default.row_groups(4), 1);
+  EXPECT_EQ(by_default.row_groups(7), 1);
+  EXPECT_EQ(by_default.row_groups(8), 4);
+  EXPECT_EQ(by_default.row_groups(3 * CpuBackendOptions::kMinGroupedRows), 4);
+  o.group_rows = 0;
+  CpuBackend off(testing::engine_test_model(), &ex, o);
+  EXPECT_EQ(off.row_groups(16), 1);
 }
 
 }  // namespace

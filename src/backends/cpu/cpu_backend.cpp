@@ -89,7 +89,8 @@ void CpuBackend::begin_layer(int layer) {
 }
 
 int64_t CpuBackend::row_groups(int64_t rows) const {
-  if (group_rows_ <= 0 || trace_ != nullptr || rows > CpuBackendOptions::kMaxGroupedRows ||
+  if (group_rows_ <= 0 || trace_ != nullptr || ex_.threads() < CpuBackendOptions::kMinGroupedThreads ||
+      rows > CpuBackendOptions::kMaxGroupedRows ||
       rows < std::max(CpuBackendOptions::kMinGroupedRows, 2 * group_rows_))
     return 1;
   return std::clamp<int64_t>(rows / group_rows_, 1, ex_.threads());

@@ -47,11 +47,13 @@ struct CpuBackendOptions {
   // threads: 2 groups of 4). 0 = never (every product over all rows, threaded inside). Only for
   // weights that stay in the shared cache (kMaxGroupedWeightBytes): each group reads every weight
   // once, so a model streamed from DRAM would read it once per group. Below 0: kDefaultGroupRows.
-  // Smaller batches stay whole: the two jobs per layer cost more than they save there
+  // Smaller batches, and pools of fewer than kMinGroupedThreads threads, stay whole: there the
+  // two jobs per layer, and the weights read once per group, cost more than they save
   // (docs/BENCHMARKS.md, "Row groups").
   int64_t group_rows = -1;
   static constexpr int64_t kDefaultGroupRows = 1;
   static constexpr int64_t kMinGroupedRows = 8;
+  static constexpr int kMinGroupedThreads = 4;
   static constexpr int64_t kMaxGroupedRows = 64;
   static constexpr int64_t kMaxGroupedWeightBytes = int64_t{64} << 20;
 };

@@ -72,7 +72,7 @@ std::vector<std::vector<float>> run_steps(EngineRun& r, int n, int steps) {
 }
 
 TEST(CpuBackendRowGroups, GroupsAndConcurrentCompressorsGiveTheBitsOfOneThread) {
-  ThreadPool pool(3);
+  ThreadPool pool(CpuBackendOptions::kMinGroupedThreads);
   CpuExec ex = testing::engine_test_model().exec();
   ex.pool = &pool;
   CpuExec serial = ex;
@@ -85,7 +85,7 @@ TEST(CpuBackendRowGroups, GroupsAndConcurrentCompressorsGiveTheBitsOfOneThread) 
     EXPECT_EQ(run_steps(whole, n, 6), want) << n << " sequences, no row groups, compressor steps side by side";
     for (int64_t g : {1, 2, 4}) {
       EngineRun grouped = make_run(ex, g);
-      // The decode batches do run as groups (n rows: at least 2 of them on a 3-thread pool).
+      // The decode batches do run as groups (n rows: at least 2 of them).
       ASSERT_GT(grouped.backend->row_groups(n), 1) << "group_rows " << g;
       EXPECT_EQ(whole.backend->row_groups(n), 1);
       const auto got = run_steps(grouped, n, 6);
@@ -102,8 +102,11 @@ TEST(CpuBackendRowGroups, NoGroupsWithoutAPoolOrForTooFewRows) {
   o.group_rows = 1;
   CpuBackend one_thread(testing::engine_test_model(), &serial, o);
   EXPECT_EQ(one_thread.row_groups(8), 1);
-  ThreadPool pool(4);
+  ThreadPool two(2);  // too few threads to pay for the groups
   CpuExec ex = serial;
+  ex.pool = &two;
+  EXPECT_EQ(CpuBackend(testing::engine_test_model(), &ex, o).row_groups(8), 1);
+  ThreadPool pool(4);
   ex.pool = &pool;
   o.group_rows = 4;
   CpuBackend backend(testing::engine_test_model(), &ex, o);

@@ -92,6 +92,9 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--mixed-prefill", bo.mixed_prefill, "prefill chunk beside the decoders in the mixed step (0 = skip)")
       ->check(in_range<int64_t>(0, kMaxTokens));
   cli.add_option("--mixed-decoders", bo.mixed_decoders, "decoding sequences in the mixed step")->check(in_range(1, 4096));
+  cli.add_option("--group-rows", bo.group_rows,
+                 "batched decode: rows per row group of the CPU backend's token-wise steps (0 = off; default 1: batches of >= 8 rows on >= 4 threads; for A/B runs, same results)")
+      ->check(in_range<int64_t>(0, 4096));
   GpusFlag gpus;
   gpus.add_to(cli);
   name_parse_errors(cli);

@@ -51,7 +51,9 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(std::span<const Model* cons
   }
   for (int r = 0; r < options.ranks; ++r) {
     const Model& model = *models[r];
-    auto backend = std::make_unique<CpuBackend>(model, &g->execs_[static_cast<size_t>(r)], comms[r]);
+    CpuBackendOptions backend_options;
+    backend_options.experts = comms[r];
+    auto backend = std::make_unique<CpuBackend>(model, &g->execs_[static_cast<size_t>(r)], backend_options);
     DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e,
                            Engine::create(std::move(backend), model.engram_tables(), options.engine));
     g->engines_.push_back(std::move(e));

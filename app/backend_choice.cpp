@@ -12,10 +12,7 @@ namespace dsv41::app {
 
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const Model& model) {
   if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(model));
-  if (name == "device-emulation") {
-    if (Status s = device_backend_supports(model); !s.ok()) return s.with_context("--backend device-emulation");
-    return make_host_device_backend(model);
-  }
+  if (name == "device-emulation") return make_host_device_backend(model);
   if (name == "cuda") {
 #if defined(DSV41_WITH_CUDA)
     return make_cuda_backend(model);

@@ -24,6 +24,7 @@
 #include "app/bench_batch.h"
 #include "app/bench_tiers.h"
 #include "app/command.h"
+#include "app/gpus_flag.h"
 #include "app/load_options.h"
 #include "app/option_checks.h"
 #include "base/step_profile.h"
@@ -113,6 +114,11 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--mixed-prefill", bo.mixed_prefill, "prefill chunk beside the decoders in the mixed step (0 = skip)")
       ->check(in_range<int64_t>(0, kMaxTokens));
   cli.add_option("--mixed-decoders", bo.mixed_decoders, "decoding sequences in the mixed step")->check(in_range(1, 4096));
+  cli.add_option("--group-rows", bo.group_rows,
+                 "batched decode: rows per row group of the CPU backend's token-wise steps (0 = off; default 1: batches of >= 8 rows on >= 4 threads; for A/B runs, same results)")
+      ->check(in_range<int64_t>(0, 4096));
+  GpusFlag gpus;
+  gpus.add_to(cli);
   name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
@@ -124,6 +130,7 @@ int bench_main(int argc, char** argv) {
     return 1;
   };
   // Cheap checks first: the model load and the bandwidth passes take seconds.
+  if (Status st = gpus.apply("bench", nullptr); !st.ok()) return fail(st);
   ModelLoadOptions load = load_options_from_env();
   load.threads = pool_threads;
   load.pool_spin = load.pool_spin || pool_spin;  // --pool-spin or DSV41_POOL_SPIN=1

@@ -46,6 +46,7 @@
 #include "app/cache_open.h"
 #include "app/command.h"
 #include "app/dspark_flag.h"
+#include "app/gpus_flag.h"
 #include "app/load_options.h"
 #include "chat/raw_image_prompt.h"
 #include "format/record_layout.h"
@@ -280,6 +281,8 @@ int generate_main(int argc, char** argv) {
   cli.add_option("--threads", threads, "CPU threads (0 = all cores; 1..1024)")->check(CLI::Range(0, 1024));
   cli.add_option("--backend", backend_name, std::string("what computes the forward: ") + app::kBackendNames +
                                                 " (app/backend_choice.h)");
+  GpusFlag gpus;
+  gpus.add_to(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -289,6 +292,7 @@ int generate_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 generate: %s\n", s.to_string().c_str());
     return 1;
   };
+  if (Status st = gpus.apply("generate", &backend_name); !st.ok()) return fail(st);
   auto depth = parse_prefill_depth(depth_name);
   if (!depth.ok()) return fail(depth.status().with_context("--depth"));
   if (cache_chunk % 2 != 0) {
@@ -311,8 +315,6 @@ int generate_main(int argc, char** argv) {
   if (!tok.ok()) return fail(tok.status());
   ModelLoadOptions load = load_options_from_env();
   if (threads > 0) load.threads = threads;
-  // The device backend uploads float32 / bf16 views (backends/cuda/host_device_backend.h).
-  if (backend_name != "cpu") load.weights = WeightHolding::kWidened;
   auto model = Model::load(dir, load);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& config = (*model)->config();

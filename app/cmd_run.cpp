@@ -45,6 +45,7 @@
 #include "app/option_checks.h"
 #include "app/progress.h"
 #include "app/backend_choice.h"
+#include "app/gpus_flag.h"
 #include "backends/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "format/tokenizer.h"
@@ -134,6 +135,8 @@ int run_main(int argc, char** argv) {
                  "(docs/DSPARK.md)");
   ForwardFlags flags;
   flags.add_to(cli);
+  GpusFlag gpus;
+  gpus.add_to(cli);
   name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
@@ -144,6 +147,7 @@ int run_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 run: %s\n", s.to_string().c_str());
     return 1;
   };
+  if (Status st = gpus.apply("run", &flags.backend); !st.ok()) return fail(st);
   auto selection = flags.apply();
   if (!selection.ok()) return fail(selection.status());
   const DumpSelection dump = *selection;

@@ -20,6 +20,7 @@
 
 #include "app/command.h"
 #include "app/dspark_flag.h"
+#include "app/gpus_flag.h"
 #include "runtime/image_input.h"
 #include "app/load_options.h"
 #include "app/cache_open.h"
@@ -85,6 +86,8 @@ int serve_main(int argc, char** argv) {
   cli.add_option("--vision-threads", vision_threads, "threads of the vision tower (a model with one): images are "
                  "encoded one at a time on a pool of this many threads (0 = all cores)")->check(in_range(0, 1024));
   cli.add_flag("--quiet", quiet, "no access log on stderr");
+  GpusFlag gpus;
+  gpus.add_to(cli);
   so.http_threads = 0;
   try {
     cli.parse(argc, argv);
@@ -95,6 +98,7 @@ int serve_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 serve: %s\n", m.c_str());
     return 2;
   };
+  if (Status st = gpus.apply("serve", nullptr); !st.ok()) return usage_error(st.to_string());
   auto depth = parse_prefill_depth(depth_name);
   if (!depth.ok()) return usage_error("--depth: " + depth.status().message());
   if (cache_chunk % 2 != 0) return usage_error("--cache-chunk " + std::to_string(cache_chunk) + " must be even");

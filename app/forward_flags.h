@@ -54,8 +54,6 @@ struct ForwardFlags {
     o.threads = threads;
     if (!weights.empty() && !parse_weight_holding(weights.c_str(), &o.weights))
       return invalid_argument("--weights must be stored or widened, got '" + weights + "'");
-    // The device backend uploads float32 / bf16 views (backends/cuda/host_device_backend.h).
-    if (backend != "cpu" && weights.empty()) o.weights = WeightHolding::kWidened;
     if (!isa.empty() && !parse_cpu_isa(isa, &o.isa))
       return invalid_argument("--isa must be auto, amx, avx512, avx2 or scalar, got '" + isa + "'");
     if (o.isa == CpuIsa::kAmx && !cpu_has_amx()) return invalid_argument(std::string("--isa amx: ") + amx_unavailable_reason());

@@ -1,7 +1,8 @@
 // Steady-state decode allocates nothing (issue 9 item 2): after a prefill and a few warm-up
 // steps, decode steps of the same sequences (one token per segment) make no operator new call
 // anywhere in the process (every thread: the pool's workers too), on the fast paths with a pool
-// of 2 threads and on the scalar references, for batch 1 and batch 4. Pages of 4096 records keep
+// of 2 threads and on the scalar references, for batch 1 and batch 4 (and batch 8 on 4 threads,
+// which runs as row groups). Pages of 4096 records keep
 // the counted steps from needing a new cache page (engine.h, "Steady-state decode").
 // Counted with the replaced global allocator of the test binary (tests/alloc_counter.h).
 #include <gtest/gtest.h>
@@ -47,17 +48,19 @@ TEST(AllocCounter, CountsAllocationsInsideTheScopeOnly) {
 struct DecodeCase {
   int batch = 1;
   bool fast = true;
+  int threads = 2;  // 4 with batch 8: the CPU backend's row groups (cpu_backend.h)
 };
 
 std::string case_name(const ::testing::TestParamInfo<DecodeCase>& info) {
-  return "Batch" + std::to_string(info.param.batch) + (info.param.fast ? "Fast" : "Scalar");
+  return "Batch" + std::to_string(info.param.batch) + (info.param.fast ? "Fast" : "Scalar") +
+         (info.param.threads != 2 ? "Threads" + std::to_string(info.param.threads) : "");
 }
 
 // Prefills `batch` sequences (different prompt lengths, so they sit at different positions and
 // compressor phases), runs `warmup` decode steps, then counts the allocations of `steps` more.
 // Decode tokens are fixed in advance so the test itself allocates nothing inside the scope.
 int64_t decode_allocations(const Model& model, const DecodeCase& c, int warmup, int steps) {
-  ThreadPool pool(2);
+  ThreadPool pool(c.threads);
   const CpuExec exec{&pool, c.fast};
   EngineOptions options;
   options.rows_per_page = 4096;
@@ -109,7 +112,7 @@ TEST_P(DecodeAllocations, SteadyStateDecodeAllocatesNothing) {
 
 INSTANTIATE_TEST_SUITE_P(RandomModel, DecodeAllocations,
                          ::testing::Values(DecodeCase{1, true}, DecodeCase{4, true}, DecodeCase{1, false},
-                                           DecodeCase{4, false}),
+                                           DecodeCase{4, false}, DecodeCase{8, true, 4}, DecodeCase{8, false, 4}),
                          case_name);
 
 // Long enough for the ratio-1 kv source's entries to grow from 9 to ~70: the buffers sized by the
@@ -175,7 +178,7 @@ TEST_P(DecodeAllocationsMini, SteadyStateDecodeAllocatesNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Mini, DecodeAllocationsMini,
                          ::testing::Values(DecodeCase{1, true}, DecodeCase{4, true}, DecodeCase{1, false},
-                                           DecodeCase{4, false}),
+                                           DecodeCase{4, false}, DecodeCase{8, true, 4}, DecodeCase{8, false, 4}),
                          case_name);
 
 }  // namespace

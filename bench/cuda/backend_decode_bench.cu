@@ -2,9 +2,15 @@
 // first slice): B sequences prefilled with C random tokens each, then S timed decode steps of
 // all B together (one engine forward per step, greedy next tokens), per backend and batch size.
 //   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32]
-//                            [--backends cpu,cuda,cuda-simple] [--profile STEPS]
+//                            [--backends cpu,cuda,cuda-simple,cuda-segcomp] [--profile STEPS]
+//                            [--weights stored|widened] [--greedy N]
 // cuda-simple is the CUDA backend with its fast kernels off (every step in its simple kernel,
-// fast_kernels.h), the "before" of the fast kernels in the same run.
+// fast_kernels.h), the "before" of the fast kernels in the same run; cuda-segcomp has its
+// compressor per segment with blocking copies (the path before compress_segments).
+// --weights: how the model holds its FP8 / FP4 matrices (default stored: the device backend
+// uploads those bytes as they are; widened: float32 / bf16, as the backend did before).
+// --greedy N: first a same-function check: a 24-token prompt then N greedy steps on the CPU and
+// each CUDA backend, the generated ids compared and the max |Δlogit| over the steps printed.
 // Prints one line per (backend, batch): decode tok/s (B tokens per step / median step time),
 // for cuda the kernel launches and host copies per decode step (exec_counts.h),
 // and the max |Δlogit| of the last step's logits between the backends (same tokens fed).
@@ -20,6 +26,8 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/backend_scenario.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_exec.cuh"
+#include "backends/cuda/device_backend.h"
 #include "engine/engine.h"
 
 namespace {
@@ -106,6 +114,40 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
   return out;
 }
 
+// Greedy decoding of `steps` tokens after `prompt`: the ids, and the logits of each step.
+Result<std::pair<std::vector<int32_t>, std::vector<float>>> greedy(std::unique_ptr<Backend> backend, const Model& model,
+                                                                   const std::vector<int32_t>& prompt, int steps) {
+  const int64_t V = model.vocab_size();
+  auto engine = Engine::create(std::move(backend), model.engram_tables());
+  if (!engine.ok()) return engine.status();
+  auto id = (*engine)->add_sequence(int64_t(prompt.size()) + steps + 8);
+  if (!id.ok()) return id.status();
+  std::vector<int32_t> ids;
+  std::vector<float> logits;
+  std::vector<int32_t> feed = prompt;
+  int64_t at = 0;
+  for (int step = 0; step < steps; ++step) {
+    Segment s;
+    s.sequence = *id;
+    s.start = at;
+    s.tokens = feed;
+    const SegmentResult& r = (*engine)->forward(std::span<const Segment>(&s, 1)).front();
+    if (!r.status.ok()) return r.status;
+    const float* row = r.logits + (r.logit_rows - 1) * V;
+    logits.insert(logits.end(), row, row + V);
+    at += int64_t(feed.size());
+    const int32_t next = int32_t(std::max_element(row, row + V) - row);
+    ids.push_back(next);
+    feed.assign(1, next);
+  }
+  return std::make_pair(ids, logits);
+}
+
+int64_t device_weight_bytes(const Backend& b) {
+  const auto* d = dynamic_cast<const DeviceBackend<CudaExec>*>(&b);
+  return d ? d->weight_bytes() : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,7 +156,8 @@ int main(int argc, char** argv) {
   int64_t context = 256;
   int steps = 32;
   std::string backends = "cpu,cuda";
-  int profile = 0;
+  int profile = 0, greedy_steps = 0;
+  std::string weights = "stored";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "-m") && i + 1 < argc) dir = argv[++i];
     else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) batches = parse_list(argv[++i]);
@@ -122,8 +165,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--backends") && i + 1 < argc) backends = argv[++i];
     else if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) profile = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--weights") && i + 1 < argc) weights = argv[++i];
+    else if (!std::strcmp(argv[i], "--greedy") && i + 1 < argc) greedy_steps = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple] [--profile STEPS]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp] [--profile STEPS] [--weights stored|widened] [--greedy N]\n", argv[0]);
       return 2;
     }
   }
@@ -131,7 +176,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: -m DIR is required; --steps and --context must be ≥ 1\n", argv[0]);
     return 2;
   }
-  auto model = Model::load(dir);
+  if (weights != "stored" && weights != "widened") {
+    std::fprintf(stderr, "%s: --weights must be stored or widened, got '%s'\n", argv[0], weights.c_str());
+    return 2;
+  }
+  ModelLoadOptions load;
+  if (weights == "widened") load.weights = WeightHolding::kWidened;
+  auto model = Model::load(dir, load);
   if (!model.ok()) {
     std::fprintf(stderr, "%s: %s\n", argv[0], model.status().to_string().c_str());
     return 1;
@@ -144,18 +195,64 @@ int main(int argc, char** argv) {
   }
   const auto wants = [&](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
   const bool want_cpu = wants("cpu");
-  std::vector<std::pair<std::string, bool>> cudas;  // (name, fast kernels)
-  if (wants("cuda-simple")) cudas.push_back({"cuda-simple", false});
-  if (wants("cuda")) cudas.push_back({"cuda", true});
+  struct Variant {
+    std::string name;
+    bool fast, batched_compress;
+  };
+  std::vector<Variant> cudas;
+  if (wants("cuda-simple")) cudas.push_back({"cuda-simple", false, true});
+  if (wants("cuda-segcomp")) cudas.push_back({"cuda-segcomp", true, false});
+  if (wants("cuda")) cudas.push_back({"cuda", true, true});
   for (const std::string& n : names)
-    if (n != "cpu" && n != "cuda" && n != "cuda-simple") {
-      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple)\n", argv[0], n.c_str());
+    if (n != "cpu" && n != "cuda" && n != "cuda-simple" && n != "cuda-segcomp") {
+      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple, cuda-segcomp)\n", argv[0], n.c_str());
       return 2;
     }
   const bool want_cuda = !cudas.empty();
-  std::printf("model %s, context %lld, %d timed decode steps (median step)\n", dir.c_str(),
+  std::printf("model %s (weights %s: %.1f MB of matrices held as stored), context %lld, %d timed decode steps "
+              "(median step)\n", dir.c_str(), weights.c_str(), double((*model)->matrix_bytes().stored) / 1e6,
               static_cast<long long>(context), steps);
   int rc = 0;
+  if (want_cuda) {
+    auto b = make_cuda_backend(**model);
+    if (!b.ok()) {
+      std::fprintf(stderr, "cuda: %s\n", b.status().to_string().c_str());
+      return 1;
+    }
+    std::printf("device weight bytes: %lld (%.1f MB)\n", static_cast<long long>(device_weight_bytes(**b)),
+                double(device_weight_bytes(**b)) / 1e6);
+  }
+  if (greedy_steps > 0 && want_cpu && want_cuda) {
+    const std::vector<int32_t> prompt = testing_scenario::tokens(7, 24, (*model)->vocab_size());
+    auto c = greedy(std::make_unique<CpuBackend>(**model), **model, prompt, greedy_steps);
+    if (!c.ok()) {
+      std::fprintf(stderr, "cpu greedy: %s\n", c.status().to_string().c_str());
+      return 1;
+    }
+    for (const auto& [name, fast] : cudas) {
+      auto b = make_cuda_backend(**model);
+      if (!b.ok()) return 1;
+      cuda_backend_set_fast_kernels(**b, fast);
+      auto g = greedy(std::move(*b), **model, prompt, greedy_steps);
+      if (!g.ok()) {
+        std::fprintf(stderr, "%s greedy: %s\n", name.c_str(), g.status().to_string().c_str());
+        return 1;
+      }
+      int same = 0;
+      while (same < greedy_steps && c->first[size_t(same)] == g->first[size_t(same)]) ++same;
+      double m = 0;  // over the steps both fed the same tokens
+      for (size_t v = 0; v < size_t(same + (same < greedy_steps ? 1 : 0)) * size_t((*model)->vocab_size()); ++v)
+        m = std::max(m, std::fabs(double(c->second[v]) - g->second[v]));
+      std::printf("greedy %d steps after a 24-token prompt, cpu vs %s: ids %s (%d equal before the first "
+                  "difference), max |dlogit| %.3g\n  cpu ids:", greedy_steps, name.c_str(),
+                  same == greedy_steps ? "EQUAL" : "DIFFER", same, m);
+      for (int32_t t : c->first) std::printf(" %d", t);
+      std::printf("\n  %s ids:", name.c_str());
+      for (int32_t t : g->first) std::printf(" %d", t);
+      std::printf("\n");
+      if (same != greedy_steps) rc = 1;
+    }
+  }
   for (int b : batches) {
     Run cpu, gpu;
     if (want_cpu) {
@@ -168,13 +265,14 @@ int main(int argc, char** argv) {
       std::printf("backend cpu  batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / cpu.median_step_s,
                   cpu.median_step_s * 1e3);
     }
-    for (const auto& [name, fast] : cudas) {
+    for (const auto& [name, fast, batched_compress] : cudas) {
       auto backend = make_cuda_backend(**model);
       if (!backend.ok()) {
         std::fprintf(stderr, "cuda: %s\n", backend.status().to_string().c_str());
         return 1;
       }
       cuda_backend_set_fast_kernels(**backend, fast);
+      cuda_backend_set_batched_compress(**backend, batched_compress);
       auto r = run(std::move(*backend), **model, b, context, steps, profile);
       if (!r.ok()) {
         std::fprintf(stderr, "%s batch %d: %s\n", name.c_str(), b, r.status().to_string().c_str());
@@ -185,8 +283,9 @@ int main(int argc, char** argv) {
                   gpu.median_step_s * 1e3);
       const ExecCounts& k = gpu.per_step;
       const double n = gpu.steps;
-      std::printf("  per decode step: %.1f kernel launches, %.1f uploads + %.1f downloads (blocking), %.1f device "
-                  "copies\n", k.launches / n, k.uploads / n, k.downloads / n, k.copies / n);
+      std::printf("  per decode step: %.1f kernel launches, %.1f uploads + %.1f downloads (blocking), %.1f "
+                  "asynchronous uploads, %.1f device copies\n", k.launches / n, k.uploads / n, k.downloads / n,
+                  k.async_uploads / n, k.copies / n);
       if (want_cpu) {
         double m = 0;
         for (size_t v = 0; v < cpu.last_logits.size(); ++v)

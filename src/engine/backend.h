@@ -11,8 +11,8 @@
 // Model; a CUDA one will hold the stored FP8/FP4 bytes on the device), its threads and its
 // workspace (the batch's activations live there; the engine never sees them, only the logits it
 // asks for). Calls come from one thread, in the order: begin_batch, then per layer
-// begin_layer → engram? → attention_input → attention_projections → compress? per segment →
-// index_and_attend (index? then attend per segment) → attention_output → ffn, then end_batch,
+// begin_layer → engram? → attention_input → attention_projections → compress_segments? (compress
+// per segment) → index_and_attend (index? then attend per segment) → attention_output → ffn, then end_batch,
 // then logits (when any row wants them).
 #pragma once
 
@@ -22,6 +22,7 @@
 
 #include "base/status.h"
 #include "cache/sequence_cache.h"
+#include "engine/step_shape.h"
 #include "format/config.h"
 #include "model/dspark.h"
 #include "plan/layer_plan.h"
@@ -67,12 +68,20 @@ struct SegmentAttention {
   int attend_kv_layer = -1;
 };
 
+// One segment's step 3 of a layer: its rows from `first_row` on through the compressor.
+struct SegmentCompress {
+  int segment = 0;
+  int64_t first_row = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual const ModelConfig& config() const = 0;
   virtual const LayerPlan& plan() const = 0;
+  // How its step time grows with rows and sequences (engine/step_shape.h). Default: streaming.
+  virtual StepShape step_shape() const { return kStreamingStep; }
 
   // Takes the batch: sizes the workspace (reused when the shape repeats) and embeds the tokens
   // (span rows: their image embeddings) into the residual streams. trace (optional, single-segment batches): named intermediates.
@@ -90,6 +99,13 @@ class Backend {
   // new entries are published into the segment's cache. Rows before first_row are positions the
   // cache already covers (a replay below the write floor): they are not fed again.
   virtual void compress(int layer, int segment, int64_t first_row) = 0;
+  // Step 3 of several segments of one layer (each segment at most once, before the layer's
+  // index_and_attend). The segments are independent; the results must be those of compress run
+  // per job in order, and the entries must be in the caches when end_batch returns (the layer's
+  // later steps in this batch read them through the backend). Default: compress per job.
+  virtual void compress_segments(int layer, std::span<const SegmentCompress> jobs) {
+    for (const SegmentCompress& j : jobs) compress(layer, j.segment, j.first_row);
+  }
   // Step 4 (index sources): a new top-k for the segment's rows from `first_row` on over
   // kv-source `kv_layer`'s index keys (restricted: only inside the candidate pool published
   // earlier in this batch).
@@ -119,6 +135,15 @@ class Backend {
   virtual void end_batch() {}
   // Final collapse, norm and head for the given batch rows: out [rows.size(), vocab], fp32.
   virtual void logits(std::span<const int64_t> rows, float* out) = 0;
+
+  // Several ranks (docs/PARALLEL.md): a backend whose steps exchange data with other ranks (the
+  // MoE under expert parallelism) must take part in every exchange of every forward, even when
+  // its engine has nothing to run. idle_forward is that forward without rows (the engine calls it
+  // when it admits no segment); take_step_failure returns (and clears) the failure of such an
+  // exchange in the last forward, which then fails every segment of the batch (the steps
+  // themselves return nothing). Defaults: a backend of one rank, nothing to do, never fails.
+  virtual void idle_forward() {}
+  virtual Status take_step_failure() { return ok_status(); }
 
   // DSpark (issue 15, model/dspark.h). Stages of the model's drafter this backend runs (0: none).
   virtual int draft_stages() const { return 0; }

@@ -528,6 +528,7 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
   const int64_t cols = engram_tables_ ? engram_tables_->columns : 0;
   if (trace && segments.size() != 1) {
     for (SegmentResult& r : results_) r.status = invalid_argument("engine: a trace needs a batch of one segment");
+    idle_forward();
     return results_;
   }
   // ---- Admission: everything checked before any compute. -------------------------------------
@@ -591,7 +592,10 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
     }
   }
   timing_ = ForwardTiming{};
-  if (admitted_.empty()) return results_;
+  if (admitted_.empty()) {
+    idle_forward();
+    return results_;
+  }
   // Windows cut inside a segment restart there (nothing before it is attended; it is rebuilt). A
   // replay without per-layer ranges cuts every window at its start.
   for (const Admitted& a : admitted_) {
@@ -633,6 +637,10 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
   backend_->begin_batch(layout, trace);
   forward_layers(trace);
   backend_->end_batch();
+  // An exchange with other ranks failed (expert parallelism): nothing this batch computed can be trusted.
+  if (Status shared = backend_->take_step_failure(); !shared.ok())
+    for (Admitted& a : admitted_)
+      if (a.failure.ok()) a.failure = shared;
   const auto feed_start = std::chrono::steady_clock::now();
   feed_draft_rings();
   feed_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - feed_start).count();
@@ -671,6 +679,12 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
     offset += n;
   }
   return results_;
+}
+
+void Engine::idle_forward() {
+  backend_->idle_forward();
+  // A failed exchange leaves no segment to report it on; the next forward's exchange fails again.
+  (void)backend_->take_step_failure();
 }
 
 void Engine::run_engram(int layer) {
@@ -738,8 +752,10 @@ void Engine::forward_layers(ForwardTrace* trace) {
     const LayerSteps steps = layer_steps(info);
     if (steps.compress) latest_kv = l;
     // Every segment's compressor first (they share the page pool), then the segments' index and
-    // attention steps in one call (independent per segment: the backend may run them together).
+    // attention steps, each in one call (independent per segment: the backend may run them
+    // together).
     attention_jobs_.clear();
+    compress_jobs_.clear();
     for (int s = 0; s < segments; ++s) {
       const Admitted& a = admitted_[s];
       const int64_t in = input_first(*a.segment, l, a.rows), att = attend_first(*a.segment, l, a.rows);
@@ -747,7 +763,7 @@ void Engine::forward_layers(ForwardTrace* trace) {
         // Write floor: positions the kv source already covers are not fed again.
         const SegmentRows& r = rows_[s];
         const int64_t covered = r.cache->kv_source(l)->next_position() - r.start;
-        backend_->compress(l, s, std::clamp<int64_t>(std::max(covered, in), 0, r.rows));
+        compress_jobs_.push_back({s, std::clamp<int64_t>(std::max(covered, in), 0, r.rows)});
       }
       if (att >= a.rows) continue;
       const bool compressed = steps.attend_compressed && latest_kv >= 0 && (have_topk || steps.index);
@@ -760,6 +776,7 @@ void Engine::forward_layers(ForwardTrace* trace) {
       job.attend_kv_layer = compressed ? latest_kv : -1;
       attention_jobs_.push_back(job);
     }
+    if (!compress_jobs_.empty()) backend_->compress_segments(l, compress_jobs_);
     backend_->index_and_attend(l, attention_jobs_);
     if (steps.index && latest_kv >= 0) have_topk = true;
     backend_->attention_output(l, attend_rows_);

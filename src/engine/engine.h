@@ -222,6 +222,8 @@ class Engine {
   void set_draft_feeding(bool on) { feeding_ = on; }
 
   // One batched forward. Returns one result per segment, in order (valid until the next call).
+  // Under expert parallelism (the backend exchanges MoE rows with other ranks: docs/PARALLEL.md)
+  // every rank's engine calls forward once per step, with or without segments (runtime/rank_group.h).
   // trace: named intermediates, only for a batch of one segment.
   const std::vector<SegmentResult>& forward(std::span<const Segment> segments, ForwardTrace* trace = nullptr);
 
@@ -250,6 +252,8 @@ class Engine {
   Status check_replay(const Segment& s, const Sequence& seq) const;
   Status check_image_rows(const Segment& s) const;
   void forward_layers(ForwardTrace* trace);
+  // A forward without rows for backends that exchange data with other ranks (backend.h).
+  void idle_forward();
   // Segment rows from which layer ℓ takes its input / runs attention + FFN (0 … rows).
   static int64_t input_first(const Segment& s, int layer, int64_t rows);
   static int64_t attend_first(const Segment& s, int layer, int64_t rows);
@@ -282,6 +286,7 @@ class Engine {
   std::vector<int64_t> logit_rows_;
   std::vector<RowRange> input_rows_, attend_rows_;  // of the current layer
   std::vector<SegmentAttention> attention_jobs_;     // of the current layer (capacity kept)
+  std::vector<SegmentCompress> compress_jobs_;       // of the current layer (capacity kept)
   std::vector<float> logits_;
   std::vector<SegmentResult> results_;
   std::vector<DraftRequest> draft_requests_;

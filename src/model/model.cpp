@@ -157,7 +157,7 @@ Model::HeldBytes Model::held_bytes() const {
     b.dense += L.shared.w1.bytes() + L.shared.w3.bytes() + L.shared.w2.bytes();
     for (const ExpertStore& e : L.experts) {
       const int64_t one = e.w1.bytes() + e.w3.bytes() + e.w2.bytes();
-      b.per_expert = one;
+      if (one > 0) b.per_expert = one;  // (a model of one expert rank holds the others empty)
       b.routed += one;
     }
   }
@@ -173,6 +173,11 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
   // Views into the registry (the Engram tables) stay valid: it lives, unmoved, as long as the model.
   const WeightRegistry& reg = *registry_;
   DSV41_RETURN_IF_ERROR(reg.check(config_, plan_));
+  if (options.expert_ranks < 1 || options.expert_rank < 0 || options.expert_rank >= options.expert_ranks)
+    return invalid_argument(dir + ": expert rank " + std::to_string(options.expert_rank) + " of " +
+                            std::to_string(options.expert_ranks));
+  expert_rank_ = options.expert_rank;
+  expert_ranks_ = options.expert_ranks;
   const ModelConfig& c = config_;
   const int64_t d = c.hidden_size, V = c.vocab_size, hc = c.hc_mult;
   DSV41_RETURN_IF_ERROR(load_exact(reg, "embed.weight", V * d, embed_));
@@ -186,7 +191,7 @@ Status Model::load_layers(const std::string& dir, const ModelLoadOptions& option
     LayerWeights& L = layers_[i];
     DSV41_ASSIGN_OR_RETURN(L.attn, load_attention_weights(reg, c, info, stored));
     if (bf16) DSV41_RETURN_IF_ERROR(narrow_attention(reg, L.attn));
-    DSV41_RETURN_IF_ERROR(load_block_weights(reg, c, lname(i, ""), moe_, bf16, stored, L));
+    DSV41_RETURN_IF_ERROR(load_block_weights(reg, c, lname(i, ""), moe_, bf16, stored, L, expert_rank_, expert_ranks_));
     if (info.has_engram) {
       // Widening the whole table is only practical for small checkpoints (the release's two
       // tables are ~98 GB each in FP8): by default the rows are dequantised from the mapping at

@@ -134,6 +134,11 @@ struct ModelLoadOptions {
   // CPU). Every ISA gives the same bits, so this only picks the speed: for A/B runs and tests
   // (app: --isa, DSV41_ISA=avx2|avx512|auto).
   CpuIsa isa = CpuIsa::kAvx512;
+  // Expert parallelism (docs/PARALLEL.md): load only the routed experts e with
+  // e mod expert_ranks = expert_rank, the others left empty: such a model runs only as rank
+  // expert_rank of a RankGroup of expert_ranks (runtime/rank_group.h checks it). 1 = every expert.
+  // The drafter's experts are always loaded (it is replicated).
+  int expert_rank = 0, expert_ranks = 1;
 };
 
 class Model {
@@ -187,6 +192,9 @@ class Model {
     int64_t embedding = 0, embedding_row = 0;
   };
   HeldBytes held_bytes() const;
+  // The routed experts this model holds (ModelLoadOptions::expert_rank / expert_ranks).
+  int expert_rank() const { return expert_rank_; }
+  int expert_ranks() const { return expert_ranks_; }
 
  private:
   Model() = default;
@@ -205,6 +213,7 @@ class Model {
   WeightMatrix head_;                      // [V, d]
   std::vector<LayerWeights> layers_;
   std::unique_ptr<DrafterWeights> drafter_;
+  int expert_rank_ = 0, expert_ranks_ = 1;
   std::string drafter_note_;
   std::unique_ptr<WeightRegistry> registry_;  // the mapped checkpoint (null for random models)
   std::unique_ptr<ThreadPool> pool_;          // null when options.threads == 1

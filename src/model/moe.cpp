@@ -210,6 +210,11 @@ constexpr int64_t kSideBySideMaxTokens = 64;
 
 }  // namespace
 
+void moe_expert_rows(const CpuExec& ex, const MoeShape& shape, const ExpertWeights& ew, int64_t inter, const float* x,
+                     const int64_t* rows, const float* row_weight, int64_t n, float* out, ExpertScratch& scratch) {
+  expert_rows(ex, shape, ew, inter, x, rows, row_weight, n, out, scratch);
+}
+
 void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, const float* x, int64_t tokens,
                  const uint8_t* is_image, float* y, int32_t* experts_out, float* weights_out, MoeScratch* scratch) {
   const int k = shape.top_k, E = shape.n_experts;

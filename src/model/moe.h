@@ -100,4 +100,11 @@ void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, 
                  const uint8_t* is_image, float* y, int32_t* experts = nullptr, float* weights = nullptr,
                  MoeScratch* scratch = nullptr);
 
+// One expert of moe_forward's fast path over gathered rows: out [n, dim] = W2 (row_weight[r] ·
+// SwiGLU(W1 x_r, W3 x_r)), x_r = x[rows[r]] ([·, dim]), inter = the expert's width. moe_forward
+// adds these rows into y (routed experts by ascending index, the shared one last); expert
+// parallelism (parallel/expert_parallel.h) runs the same unit on the rank that holds the expert.
+void moe_expert_rows(const CpuExec& ex, const MoeShape& shape, const ExpertWeights& ew, int64_t inter, const float* x,
+                     const int64_t* rows, const float* row_weight, int64_t n, float* out, ExpertScratch& scratch);
+
 }  // namespace dsv41

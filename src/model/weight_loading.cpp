@@ -73,7 +73,8 @@ Status narrow_attention(const WeightRegistry& reg, AttentionWeights& w) {
 
 
 Status load_block_weights(const WeightRegistry& reg, const ModelConfig& c, const std::string& prefix,
-                          const MoeShape& moe, bool bf16, bool stored, LayerWeights& L) {
+                          const MoeShape& moe, bool bf16, bool stored, LayerWeights& L, int expert_rank,
+                          int expert_ranks) {
   const int64_t d = c.hidden_size, hc = c.hc_mult, mix = (2 + hc) * hc;
   DSV41_RETURN_IF_ERROR(load_exact(reg, prefix + ("attn_norm.weight"), d, L.attn_norm));
   DSV41_RETURN_IF_ERROR(load_exact(reg, prefix + ("ffn_norm.weight"), d, L.ffn_norm));
@@ -91,6 +92,7 @@ Status load_block_weights(const WeightRegistry& reg, const ModelConfig& c, const
     DSV41_RETURN_IF_ERROR(load_exact(reg, prefix + ("ffn.gate.bias_vl"), E, L.gate_bias_vl));
   L.experts.resize(E);
   for (int64_t e = 0; e < E; ++e) {
+    if (e % expert_ranks != expert_rank) continue;
     const std::string p = prefix + ("ffn.experts." + std::to_string(e) + ".");
     DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w1.weight", inter * d, bf16, stored, L.experts[e].w1));
     DSV41_RETURN_IF_ERROR(load_matrix(reg, p + "w3.weight", inter * d, bf16, stored, L.experts[e].w3));

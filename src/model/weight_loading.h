@@ -32,8 +32,10 @@ Status narrow_attention(const WeightRegistry& reg, AttentionWeights& w);
 
 // Everything of a block but its attention and Engram, tensors named prefix + "attn_norm.weight"
 // etc. ("layers.<i>." or "mtp.<s>."): norms, mHC, router (moe.n_experts experts), routed and
-// shared experts.
+// shared experts. Only routed experts e with e mod expert_ranks = expert_rank are loaded (the
+// others stay empty: expert parallelism, ModelLoadOptions).
 Status load_block_weights(const WeightRegistry& reg, const ModelConfig& config, const std::string& prefix,
-                          const MoeShape& moe, bool bf16, bool stored, LayerWeights& L);
+                          const MoeShape& moe, bool bf16, bool stored, LayerWeights& L, int expert_rank = 0,
+                          int expert_ranks = 1);
 
 }  // namespace dsv41

@@ -81,9 +81,11 @@ Result<BatchBenchResult> run_batch_bench(const Model& model, const BatchBenchOpt
   DSV41_RETURN_IF_ERROR(check_batch_bench_options(model.config(), o));
   BatchBenchResult out;
   out.held = model.held_bytes();
+  CpuBackendOptions backend_options;
+  backend_options.group_rows = o.group_rows;
   const int64_t max_context = o.context + o.warmup_steps + o.steps + 2;
   for (int batch : o.batches) {
-    auto backend = std::make_unique<CpuBackend>(model);
+    auto backend = std::make_unique<CpuBackend>(model, nullptr, backend_options);
     CpuBackend* cpu = backend.get();
     DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                            Engine::create(std::move(backend), model.engram_tables()));
@@ -116,7 +118,7 @@ Result<BatchBenchResult> run_batch_bench(const Model& model, const BatchBenchOpt
   }
   if (o.mixed_prefill > 0) {
     DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                           Engine::create(std::make_unique<CpuBackend>(model), model.engram_tables()));
+                           Engine::create(std::make_unique<CpuBackend>(model, nullptr, backend_options), model.engram_tables()));
     DSV41_ASSIGN_OR_RETURN(Decoders d, prefill(*engine, o.mixed_decoders, o.context, max_context + 2, o.seed));
     std::vector<Segment> segs;
     for (int64_t s = 0; s < o.warmup_steps; ++s) DSV41_RETURN_IF_ERROR(decode_step(*engine, d, segs));

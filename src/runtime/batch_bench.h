@@ -30,6 +30,8 @@ struct BatchBenchOptions {
   int64_t mixed_prefill = 512; // 0 = no mixed measurement
   int mixed_decoders = 8;
   uint64_t seed = 1;
+  // The CPU backend's row groups (CpuBackendOptions::group_rows): −1 = its default, 0 = off.
+  int64_t group_rows = -1;
 };
 
 struct BatchPoint {

@@ -130,5 +130,28 @@ TEST(DraftLength, BatchSharesRowsByConfidence) {
   EXPECT_TRUE(plan_draft_lengths({}, cost, kAuto).k.empty());
 }
 
+// The backend's step shape decides what a plain step measured at batch 8 says about verifying
+// more rows: on a streaming-bound step drafts of even confidence are worth their rows; on a
+// compute-bound one (the CPU backend) only nearly certain ones are.
+TEST(DraftLength, BackendShapeDecidesWhatAMeasuredPlainStepImplies) {
+  const std::vector<std::vector<double>> even(8, std::vector<double>(5, 0.5));
+  const std::vector<std::vector<double>> sure(8, std::vector<double>{0.97, 0.97, 0.2});
+  for (const bool compute_bound : {false, true}) {
+    StepCost cost(step_cost_prior(compute_bound ? kComputeBoundStep : kStreamingStep));
+    cost.record(8, 8, 6.0);  // only plain batch-8 steps measured so far
+    const DraftPlan on_even = plan_draft_lengths(even, cost, kAuto);
+    const DraftPlan on_sure = plan_draft_lengths(sure, cost, kAuto);
+    int even_rows = 0;
+    for (int s = 0; s < 8; ++s) even_rows += on_even.k[s];
+    if (compute_bound) {
+      EXPECT_EQ(even_rows, 0);  // +0.5 tokens for +1 row of ≈ 1/9.86 of the step: a loss
+      EXPECT_EQ(on_sure.k, std::vector<int>(8, 2));  // 0.97, then 0.94: each worth a row
+    } else {
+      EXPECT_GT(even_rows, 8);  // rows ≈ 1 % of a step: worth it at π = 0.5
+      EXPECT_EQ(on_sure.k, std::vector<int>(8, 3));  // even the 0.19 slots: +0.8 % tokens, +0.7 % time
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsv41

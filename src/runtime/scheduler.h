@@ -199,7 +199,7 @@ class Scheduler {
     // chunk's rows start in request.images->embeddings); empty for text.
     std::vector<int64_t> span_before;
   };
-  Scheduler(Engine& engine, const SchedulerOptions& options) : engine_(engine), options_(options) {}
+  Scheduler(Engine& engine, const SchedulerOptions& options);
   void admit();
   void finish(Active& a, FinishReason reason, Status status = ok_status());
   // Validates a request against the engine and makes its sampler (the same checks for every path).

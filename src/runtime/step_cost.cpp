@@ -8,6 +8,10 @@
 
 namespace dsv41 {
 
+StepCostPrior step_cost_prior(const StepShape& shape) {
+  return {.fixed_ms = shape.fixed, .per_row_ms = shape.per_row, .per_seq_ms = shape.per_seq};
+}
+
 StepCost::StepCost(StepCostPrior prior, double ema_alpha)
     : prior_(prior), alpha_(std::isfinite(ema_alpha) ? std::clamp(ema_alpha, 1e-6, 1.0) : 0.1) {}
 

@@ -10,7 +10,8 @@
 // A query between measured rows of its bucket interpolates linearly; beyond the measured rows it
 // scales the nearest measurement by the prior's ratio; an empty bucket answers the prior,
 // fixed + per_row · rows + per_seq · seqs. The default prior is shaped like a memory-bound GPU
-// step (nearly flat in rows) and is only a start: profile() measures real shapes at start-up and
+// step (nearly flat in rows); the scheduler takes the backend's shape instead (engine/step_shape.h:
+// the CPU backend's is compute-bound). It is only a start: profile() measures real shapes at start-up and
 // record() keeps them fresh. A shape the scheduler never picks is never re-measured, so profile
 // every batch bucket the server can reach (1, 2, 4, … max batch) and rows 1 … block size + 1.
 #pragma once
@@ -21,6 +22,7 @@
 
 #include "base/function_ref.h"
 #include "base/status.h"
+#include "engine/step_shape.h"
 
 namespace dsv41 {
 
@@ -29,6 +31,9 @@ struct StepCostPrior {
   double per_row_ms = 0.2;  // each verified row
   double per_seq_ms = 0.5;  // each sequence (its attention over the context)
 };
+
+// A backend's step shape as the prior (the scale is arbitrary: the planner compares ratios).
+StepCostPrior step_cost_prior(const StepShape& shape);
 
 class StepCost {
  public:

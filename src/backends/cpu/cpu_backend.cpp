@@ -18,8 +18,21 @@ T* row(std::vector<T>& v, int64_t r, int64_t width) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(const Model& model, const CpuExec* exec) : model_(model), ex_(exec ? *exec : model.exec()) {
-  for (int l = 0; l < model.config().num_hidden_layers; ++l) moe_.push_back(model.layer(l).moe());
+// A bigger model streams more bytes per step and makes rows relatively cheaper than this shape
+// says; the planner's measurements (StepCost::record) correct it for the rows it has seen.
+StepShape CpuBackend::step_shape() const { return kComputeBoundStep; }
+
+CpuBackend::CpuBackend(const Model& model, const CpuExec* exec, const CpuBackendOptions& options)
+    : model_(model), ex_(exec ? *exec : model.exec()), experts_comm_(options.experts) {
+  for (int l = 0; l < model.config().num_hidden_layers; ++l) {
+    moe_.push_back(model.layer(l).moe());
+    // Only this rank's routed experts stay reachable (a use of another's would fail loudly).
+    if (experts_comm_) moe_.back() = shard_moe_weights(moe_.back(), {experts_comm_->rank(), experts_comm_->size()});
+  }
+  // Row groups split a batch's MoE over groups; expert parallelism exchanges it whole (no groups).
+  const Model::HeldBytes held = model.held_bytes();
+  if (!experts_comm_ && held.dense + held.routed <= CpuBackendOptions::kMaxGroupedWeightBytes)
+    group_rows_ = options.group_rows < 0 ? CpuBackendOptions::kDefaultGroupRows : options.group_rows;
   attention_options_.exec = ex_;
   if (const DrafterWeights* dw = model.drafter()) {
     drafter_ = std::make_unique<Drafter>(model, ex_);
@@ -32,6 +45,7 @@ void CpuBackend::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
   const ModelConfig& c = config();
   const int64_t n = layout.rows, d = c.hidden_size, hc = c.hc_mult;
   const int64_t H = c.num_attention_heads, D = c.head_dim, k = model_.moe_shape().top_k;
+  flush_pending();
   layout_ = layout;
   segments_.assign(layout.segments.begin(), layout.segments.end());
   layout_.segments = segments_;
@@ -79,11 +93,52 @@ void CpuBackend::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
 }
 
 void CpuBackend::begin_layer(int layer) {
+  flush_pending();
   if (hook_) hook_(layer, x_.data(), p_.data());
+}
+
+int64_t CpuBackend::row_groups(int64_t rows) const {
+  if (group_rows_ <= 0 || trace_ != nullptr || ex_.threads() < CpuBackendOptions::kMinGroupedThreads ||
+      rows > CpuBackendOptions::kMaxGroupedRows ||
+      rows < std::max(CpuBackendOptions::kMinGroupedRows, 2 * group_rows_))
+    return 1;
+  return std::clamp<int64_t>(rows / group_rows_, 1, ex_.threads());
+}
+
+void CpuBackend::run_groups(const RowRange& r, FunctionRef<void(RowScratch&, int64_t, int64_t)> fn) {
+  const int64_t n = r.end - r.begin, groups = row_groups(n);
+  if (static_cast<int64_t>(group_scratch_.size()) < groups) group_scratch_.resize(static_cast<size_t>(groups));
+  // Group g: rows [r.begin + n·g / groups, r.begin + n·(g + 1) / groups). Inside a chunk the
+  // products and loops run inline (the pool does not nest).
+  ex_.parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t b = r.begin + n * g / groups, e = r.begin + n * (g + 1) / groups;
+      fn(group_scratch_[static_cast<size_t>(g)], b, e - b);
+    }
+  });
+}
+
+void CpuBackend::flush_pending() {
+  flush_rows();
+  run_compress_jobs();
+}
+
+void CpuBackend::flush_rows() {
+  if (pending_input_.layer >= 0) {
+    const Pending p = pending_input_;
+    pending_input_.layer = -1;
+    input_rows(p.layer, p.rows.begin, p.rows.end - p.rows.begin, &mhc_scratch_);
+  }
+  if (pending_output_.layer >= 0) {
+    const Pending p = pending_output_;
+    pending_output_.layer = -1;
+    output_rows(p.layer, p.rows.begin, p.rows.end - p.rows.begin, &attention_scratch_);
+  }
 }
 
 Status CpuBackend::engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) {
   StepScope timed(ex_.profile, StepPhase::kEngram);
+  flush_pending();
   const int64_t hc = config().hc_mult, d = config().hidden_size, cols = model_.engram_shape().columns;
   auto run = [&](int64_t begin, int64_t end) {  // batch rows [begin, end)
     return engram_forward(ex_, model_.engram_shape(), model_.layer(layer).engram(), row_ids + (begin - row0) * cols,
@@ -104,60 +159,111 @@ Status CpuBackend::engram(int layer, const int64_t* row_ids, int64_t row0, int64
   return ok_status();
 }
 
-void CpuBackend::attention_input(int layer, std::span<const RowRange> rows) {
-  StepScope timed(ex_.profile, StepPhase::kAttentionInput);
+void CpuBackend::input_rows(int layer, int64_t r0, int64_t n, MhcScratch* scratch) {
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size, hc = c.hc_mult;
   const LayerWeights& L = model_.layer(layer);
+  // Attention site: coefficients from X, input collapsed with the carried (previous site's) mix.
+  mhc_coefficients(ex_, model_.mhc_shape(), L.mhc_attn(), x_.data() + r0 * hc * d, n, pre_a_.data() + r0 * hc,
+                   post_a_.data() + r0 * hc, comb_a_.data() + r0 * hc * hc, scratch);
+  mhc_collapse(ex_, model_.mhc_shape(), x_.data() + r0 * hc * d, p_.data() + r0 * hc, n, h_.data() + r0 * d);
+  rmsnorm_rows(h_.data() + r0 * d, n, d, L.attn_norm.data(), c.rms_norm_eps, h_.data() + r0 * d);
+}
+
+void CpuBackend::projection_rows(int layer, int64_t r0, int64_t n) {
+  const ModelConfig& c = config();
+  const AttentionWeights& w = model_.layer(layer).attn;
+  const RopeRows& rope = rope_rows_.at(plan().layers[layer].rope);
+  const int64_t HD = c.num_attention_heads * c.head_dim;
+  attention_query_and_window_kv(ex_, c, w, rope, row(h_, r0, c.hidden_size), n, row(c_, r0, c.q_lora_rank),
+                                row(q_, r0, HD), row(kv_, r0, c.head_dim), r0);
+}
+
+void CpuBackend::attention_input(int layer, std::span<const RowRange> rows) {
+  StepScope timed(ex_.profile, StepPhase::kAttentionInput);
+  flush_pending();
   if (capture_ && target_slot_[layer] >= 0) capture_features(layer, rows);
-  for (const RowRange& r : rows) {
-    const int64_t n = r.end - r.begin, r0 = r.begin;
-    // Attention site: coefficients from X, input collapsed with the carried (previous site's) mix.
-    mhc_coefficients(ex_, model_.mhc_shape(), L.mhc_attn(), x_.data() + r0 * hc * d, n, pre_a_.data() + r0 * hc,
-                     post_a_.data() + r0 * hc, comb_a_.data() + r0 * hc * hc, &mhc_scratch_);
-    mhc_collapse(ex_, model_.mhc_shape(), x_.data() + r0 * hc * d, p_.data() + r0 * hc, n, h_.data() + r0 * d);
-    rmsnorm_rows(h_.data() + r0 * d, n, d, L.attn_norm.data(), c.rms_norm_eps, h_.data() + r0 * d);
+  if (rows.size() == 1 && row_groups(rows[0].end - rows[0].begin) > 1) {
+    pending_input_ = {layer, rows[0]};  // attention_projections runs it in the groups
+    return;
   }
+  for (const RowRange& r : rows) input_rows(layer, r.begin, r.end - r.begin, &mhc_scratch_);
 }
 
 void CpuBackend::attention_projections(int layer, std::span<const RowRange> rows) {
   StepScope timed(ex_.profile, StepPhase::kProjections);
-  const ModelConfig& c = config();
-  const LayerInfo& info = plan().layers[layer];
-  const AttentionWeights& w = model_.layer(layer).attn;
-  const RopeRows& rope = rope_rows_.at(info.rope);
-  const int64_t HD = c.num_attention_heads * c.head_dim;
-  for (const RowRange& r : rows) {
-    const int64_t n = r.end - r.begin, r0 = r.begin;
-    attention_query_and_window_kv(ex_, c, w, rope, row(h_, r0, c.hidden_size), n, row(c_, r0, c.q_lora_rank),
-                                  row(q_, r0, HD), row(kv_, r0, c.head_dim), r0);
+  if (pending_input_.layer == layer && rows.size() == 1 && rows[0].begin == pending_input_.rows.begin &&
+      rows[0].end == pending_input_.rows.end) {
+    pending_input_.layer = -1;
+    run_groups(rows[0], [&](RowScratch& s, int64_t r0, int64_t n) {
+      input_rows(layer, r0, n, &s.mhc);
+      projection_rows(layer, r0, n);
+    });
+    return;
   }
+  flush_pending();
+  for (const RowRange& r : rows) projection_rows(layer, r.begin, r.end - r.begin);
 }
 
 void CpuBackend::compress(int layer, int segment, int64_t first_row) {
   StepScope timed(ex_.profile, StepPhase::kCompress);
-  const SegmentRows& s = segments_[segment];
-  const AttentionWeights& w = model_.layer(layer).attn;
-  KvSourceCache& kv = *s.cache->kv_source(layer);
-  if (first_row < s.rows) {
-    compressor_step(ex_, config(), w, kv, row(h_, s.row0 + first_row, config().hidden_size), s.rows - first_row,
-                    groups_, &compressor_scratch_);
-    compressor_publish(ex_, config(), w, model_.rope(), kv, groups_, &compressor_scratch_);
+  flush_rows();
+  if (!compress_jobs_.empty() && compress_jobs_.front().layer != layer) run_compress_jobs();
+  compress_jobs_.push_back({layer, segment, first_row});
+}
+
+void CpuBackend::run_compress_jobs() {
+  const int64_t n = static_cast<int64_t>(compress_jobs_.size());
+  if (n == 0) return;
+  if (static_cast<int64_t>(job_groups_.size()) < n) {
+    job_groups_.resize(static_cast<size_t>(n));
+    job_scratch_.resize(static_cast<size_t>(n));
   }
-  shared_[segment].kv_layer = layer;
-  shared_[segment].entries = kv.entries();
+  const ModelConfig& c = config();
+  auto step = [&](int64_t k) {
+    const CompressJob& j = compress_jobs_[static_cast<size_t>(k)];
+    const SegmentRows& s = segments_[j.segment];
+    if (j.first_row >= s.rows) return;
+    compressor_step(ex_, c, model_.layer(j.layer).attn, *s.cache->kv_source(j.layer),
+                    row(h_, s.row0 + j.first_row, c.hidden_size), s.rows - j.first_row, job_groups_[k], &job_scratch_[k]);
+  };
+  // Decoders (a few rows each) side by side, one segment per chunk, the products inside inline; a
+  // prefill chunk threads its own products, so then all run one after another.
+  constexpr int64_t kSmallRows = 16;
+  bool small = n >= 2;
+  for (const CompressJob& j : compress_jobs_) small = small && segments_[j.segment].rows - j.first_row < kSmallRows;
+  if (small) {
+    ex_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) step(k);
+    });
+  } else {
+    for (int64_t k = 0; k < n; ++k) step(k);
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const CompressJob& j = compress_jobs_[static_cast<size_t>(k)];
+    const SegmentRows& s = segments_[j.segment];
+    KvSourceCache& kv = *s.cache->kv_source(j.layer);
+    if (j.first_row < s.rows)
+      compressor_publish(ex_, c, model_.layer(j.layer).attn, model_.rope(), kv, job_groups_[k], &job_scratch_[k]);
+    shared_[j.segment].kv_layer = j.layer;
+    shared_[j.segment].entries = kv.entries();
+  }
+  compress_jobs_.clear();
 }
 
 void CpuBackend::index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) {
+  flush_pending();
   index_with(layer, segment, first_row, kv_layer, restricted, &attention_scratch_);
 }
 
 void CpuBackend::attend(int layer, int segment, int64_t first_row, int kv_layer) {
+  flush_pending();
   attend_with(layer, segment, first_row, kv_layer, &attention_scratch_);
 }
 
 void CpuBackend::index_and_attend(int layer, std::span<const SegmentAttention> jobs) {
   StepScope timed(ex_.profile, StepPhase::kIndexAttend);
+  flush_pending();
   if (segment_scratch_.size() < jobs.size()) segment_scratch_.resize(jobs.size());
   // A segment of many rows (a prefill chunk) runs alone on the caller, its kernels threaded over
   // its rows and heads; the small ones (decoders) run side by side, one segment per chunk.
@@ -261,37 +367,72 @@ void CpuBackend::attend_with(int layer, int segment, int64_t first_row, int kv_l
   ring.push_rows(row(kv_, r0, c.head_dim), n);
 }
 
-void CpuBackend::attention_output(int layer, std::span<const RowRange> rows) {
-  StepScope timed(ex_.profile, StepPhase::kAttentionOutput);
+void CpuBackend::output_rows(int layer, int64_t r0, int64_t n, AttentionScratch* scratch) {
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size, hc = c.hc_mult, HD = c.num_attention_heads * c.head_dim;
-  for (const RowRange& r : rows) {
-    const int64_t n = r.end - r.begin, r0 = r.begin;
-    dsv41::attention_output(ex_, c, model_.layer(layer).attn, row(o_, r0, HD), n, row(a_, r0, d), &attention_scratch_);
-    mhc_expand(ex_, model_.mhc_shape(), row(a_, r0, d), row(x_, r0, hc * d), row(post_a_, r0, hc),
-               row(comb_a_, r0, hc * hc), n, row(x2_, r0, hc * d));
+  dsv41::attention_output(ex_, c, model_.layer(layer).attn, row(o_, r0, HD), n, row(a_, r0, d), scratch);
+  mhc_expand(ex_, model_.mhc_shape(), row(a_, r0, d), row(x_, r0, hc * d), row(post_a_, r0, hc), row(comb_a_, r0, hc * hc),
+             n, row(x2_, r0, hc * d));
+}
+
+void CpuBackend::ffn_input_rows(int layer, int64_t r0, int64_t m, MhcScratch* mhc_scratch) {
+  const ModelConfig& c = config();
+  const int64_t d = c.hidden_size, hc = c.hc_mult;
+  const LayerWeights& L = model_.layer(layer);
+  const MhcShape& mhc = model_.mhc_shape();
+  // FFN site: coefficients from X', input collapsed with this block's attention-site pre.
+  mhc_coefficients(ex_, mhc, L.mhc_ffn(), row(x2_, r0, hc * d), m, row(pre_b_, r0, hc), row(post_b_, r0, hc),
+                   row(comb_b_, r0, hc * hc), mhc_scratch);
+  mhc_collapse(ex_, mhc, row(x2_, r0, hc * d), row(pre_a_, r0, hc), m, row(h_, r0, d));
+  rmsnorm_rows(row(h_, r0, d), m, d, L.ffn_norm.data(), c.rms_norm_eps, row(h_, r0, d));
+}
+
+void CpuBackend::ffn_expand_rows(int64_t r0, int64_t m) {
+  const int64_t d = config().hidden_size, hc = config().hc_mult;
+  mhc_expand(ex_, model_.mhc_shape(), row(a_, r0, d), row(x2_, r0, hc * d), row(post_b_, r0, hc),
+             row(comb_b_, r0, hc * hc), m, row(x_, r0, hc * d));
+  std::copy_n(row(pre_b_, r0, hc), m * hc, row(p_, r0, hc));  // the carried mix for the next site
+}
+
+void CpuBackend::ffn_rows(int layer, int64_t r0, int64_t m, MhcScratch* mhc_scratch, MoeScratch* moe_scratch) {
+  const int64_t d = config().hidden_size, k = model_.moe_shape().top_k;
+  ffn_input_rows(layer, r0, m, mhc_scratch);
+  const uint8_t* is_image = is_image_.empty() ? nullptr : is_image_.data() + r0;
+  moe_forward(ex_, model_.moe_shape(), moe_[layer], row(h_, r0, d), m, is_image, row(a_, r0, d), row(experts_, r0, k),
+              row(weights_, r0, k), moe_scratch);
+  ffn_expand_rows(r0, m);
+}
+
+void CpuBackend::attention_output(int layer, std::span<const RowRange> rows) {
+  StepScope timed(ex_.profile, StepPhase::kAttentionOutput);
+  flush_pending();
+  if (rows.size() == 1 && row_groups(rows[0].end - rows[0].begin) > 1) {
+    pending_output_ = {layer, rows[0]};  // ffn runs it in the groups
+    return;
   }
+  for (const RowRange& r : rows) output_rows(layer, r.begin, r.end - r.begin, &attention_scratch_);
 }
 
 void CpuBackend::ffn(int layer, std::span<const RowRange> rows) {
   StepScope timed(ex_.profile, StepPhase::kFfn);
   const ModelConfig& c = config();
   const int64_t n = layout_.rows, d = c.hidden_size, hc = c.hc_mult, k = model_.moe_shape().top_k;
-  const LayerWeights& L = model_.layer(layer);
-  const MhcShape& mhc = model_.mhc_shape();
-  for (const RowRange& r : rows) {
-    const int64_t m = r.end - r.begin, r0 = r.begin;
-    // FFN site: coefficients from X', input collapsed with this block's attention-site pre.
-    mhc_coefficients(ex_, mhc, L.mhc_ffn(), row(x2_, r0, hc * d), m, row(pre_b_, r0, hc), row(post_b_, r0, hc),
-                     row(comb_b_, r0, hc * hc), &mhc_scratch_);
-    mhc_collapse(ex_, mhc, row(x2_, r0, hc * d), row(pre_a_, r0, hc), m, row(h_, r0, d));
-    rmsnorm_rows(row(h_, r0, d), m, d, L.ffn_norm.data(), c.rms_norm_eps, row(h_, r0, d));
-    const uint8_t* is_image = is_image_.empty() ? nullptr : is_image_.data() + r0;
-    moe_forward(ex_, model_.moe_shape(), moe_[layer], row(h_, r0, d), m, is_image, row(a_, r0, d), row(experts_, r0, k),
-                row(weights_, r0, k), &moe_scratch_);
-    mhc_expand(ex_, mhc, row(a_, r0, d), row(x2_, r0, hc * d), row(post_b_, r0, hc), row(comb_b_, r0, hc * hc), m,
-               row(x_, r0, hc * d));
-    std::copy_n(row(pre_b_, r0, hc), m * hc, row(p_, r0, hc));  // the carried mix for the next site
+  if (experts_comm_) {
+    // Expert parallelism: the MoE of every range in one exchange (every rank makes the same calls).
+    flush_pending();
+    for (const RowRange& r : rows) ffn_input_rows(layer, r.begin, r.end - r.begin, &mhc_scratch_);
+    moe_expert_parallel(layer, rows);
+    for (const RowRange& r : rows) ffn_expand_rows(r.begin, r.end - r.begin);
+  } else if (pending_output_.layer == layer && rows.size() == 1 && rows[0].begin == pending_output_.rows.begin &&
+             rows[0].end == pending_output_.rows.end) {
+    pending_output_.layer = -1;
+    run_groups(rows[0], [&](RowScratch& s, int64_t r0, int64_t m) {
+      output_rows(layer, r0, m, &s.attention);
+      ffn_rows(layer, r0, m, &s.mhc, &s.moe);
+    });
+  } else {
+    flush_pending();
+    for (const RowRange& r : rows) ffn_rows(layer, r.begin, r.end - r.begin, &mhc_scratch_, &moe_scratch_);
   }
   expert_seen_.assign(static_cast<size_t>(c.n_routed_experts), 0);
   for (const RowRange& r : rows)
@@ -318,8 +459,67 @@ void CpuBackend::ffn(int layer, std::span<const RowRange> rows) {
   }
 }
 
+void CpuBackend::moe_expert_parallel(int layer, std::span<const RowRange> rows) {
+  const int64_t d = config().hidden_size, k = model_.moe_shape().top_k;
+  int64_t m = 0;
+  for (const RowRange& r : rows) m += r.end - r.begin;
+  // One range (every decode batch, every full-depth prefill) runs in place; several are packed.
+  const bool packed = rows.size() > 1;
+  const int64_t r0 = rows.empty() ? 0 : rows[0].begin;
+  if (packed) {
+    ep_in_.resize(static_cast<size_t>(m * d));
+    ep_out_.resize(static_cast<size_t>(m * d));
+    ep_experts_.resize(static_cast<size_t>(m * k));
+    ep_weights_.resize(static_cast<size_t>(m * k));
+    ep_image_.assign(is_image_.empty() ? 0 : static_cast<size_t>(m), 0);
+    int64_t at = 0;
+    for (const RowRange& r : rows) {
+      std::copy_n(row(h_, r.begin, d), (r.end - r.begin) * d, ep_in_.data() + at * d);
+      if (!is_image_.empty()) std::copy_n(is_image_.data() + r.begin, r.end - r.begin, ep_image_.data() + at);
+      at += r.end - r.begin;
+    }
+  }
+  const float* in = packed ? ep_in_.data() : h_.data() + r0 * d;
+  float* out = packed ? ep_out_.data() : a_.data() + r0 * d;
+  int32_t* experts = packed ? ep_experts_.data() : experts_.data() + r0 * k;
+  float* weights = packed ? ep_weights_.data() : weights_.data() + r0 * k;
+  const uint8_t* image = is_image_.empty() ? nullptr : (packed ? ep_image_.data() : is_image_.data() + r0);
+  // After a failed exchange the rest of the forward only keeps the call count (the batch fails).
+  Status st = ep_failure_.ok() ? moe_forward_ep(ex_, model_.moe_shape(), moe_[layer], *experts_comm_, in, m, image, out,
+                                                experts, weights, &ep_scratch_)
+                               : ep_failure_;
+  if (!st.ok()) {
+    if (ep_failure_.ok()) ep_failure_ = st.with_context("layer " + std::to_string(layer) + " expert-parallel MoE");
+    std::fill_n(out, m * d, 0.0f);
+    std::fill_n(experts, m * k, 0);
+    std::fill_n(weights, m * k, 0.0f);
+  }
+  if (!packed) return;
+  int64_t at = 0;
+  for (const RowRange& r : rows) {
+    const int64_t n = r.end - r.begin;
+    std::copy_n(ep_out_.data() + at * d, n * d, row(a_, r.begin, d));
+    std::copy_n(ep_experts_.data() + at * k, n * k, row(experts_, r.begin, k));
+    std::copy_n(ep_weights_.data() + at * k, n * k, row(weights_, r.begin, k));
+    at += n;
+  }
+}
+
+void CpuBackend::idle_forward() {
+  if (!experts_comm_) return;
+  // The exchanges of a forward without rows: one MoE call per layer, as ffn makes.
+  for (const LayerInfo& info : plan().layers) moe_expert_parallel(info.index, {});
+}
+
+Status CpuBackend::take_step_failure() {
+  Status st = ep_failure_;
+  ep_failure_ = ok_status();
+  return st;
+}
+
 void CpuBackend::logits(std::span<const int64_t> rows, float* out) {
   StepScope timed(ex_.profile, StepPhase::kLogits);
+  flush_pending();
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size, hc = c.hc_mult;
   const MhcShape& mhc = model_.mhc_shape();

@@ -10,6 +10,16 @@
 //   and one SharedAttentionState per segment (its latest top-k and candidate pool); and the
 //   blocks' scratch (mHC, Engram, compressor, indexer + attention, MoE), passed down to the kernels
 //   so that they allocate nothing themselves.
+// Row groups (decode batches of a small model): the token-wise steps of a batch run as row groups
+// side by side on the pool, one job for attention_input + attention_projections and one for
+// attention_output + ffn (see CpuBackendOptions). The engine calls those steps in pairs
+// (engine/backend.h's order), so attention_input and attention_output only note their rows and
+// the next step runs both; any other call first runs what is pending, one step after the other.
+// Likewise compress() only notes its segment: the next other call runs the noted segments'
+// compressor steps side by side on the pool (each segment's own cache state; small segments
+// only), then publishes their entries one by one in call order (the page pool is shared).
+// Every step's per-row arithmetic is independent of the other rows of its call, so the groups
+// give the bits of the whole batch at once.
 // The Model is borrowed and must outlive the backend. Kernels run on the given CpuExec (its pool
 // and scalar/fast path) or on the model's.
 #pragma once
@@ -27,17 +37,43 @@
 #include "model/compressor.h"
 #include "model/dspark.h"
 #include "model/model.h"
+#include "parallel/expert_parallel.h"
 
 namespace dsv41 {
+
+struct CpuBackendOptions {
+  // A batch of kMinGroupedRows … kMaxGroupedRows rows (and at least 2·group_rows) runs its
+  // token-wise steps as min(threads, rows / group_rows) row groups side by side on the pool, each
+  // group's products on its own thread (8 decoders on 16 threads: 8 groups of one row; on 2
+  // threads: 2 groups of 4). 0 = never (every product over all rows, threaded inside). Only for
+  // weights that stay in the shared cache (kMaxGroupedWeightBytes): each group reads every weight
+  // once, so a model streamed from DRAM would read it once per group. Below 0: kDefaultGroupRows.
+  // Smaller batches, and pools of fewer than kMinGroupedThreads threads, stay whole: there the
+  // two jobs per layer, and the weights read once per group, cost more than they save
+  // (docs/BENCHMARKS.md, "Row groups").
+  int64_t group_rows = -1;
+  // Expert parallelism (parallel/expert_parallel.h, docs/PARALLEL.md): this backend is rank
+  // experts->rank() of experts->size(), holds routed expert e only when e mod size = rank and
+  // exchanges every layer's MoE rows with the other ranks' backends (borrowed, must outlive the
+  // backend; no row groups then); null = every expert here.
+  Communicator* experts = nullptr;
+  static constexpr int64_t kDefaultGroupRows = 1;
+  static constexpr int64_t kMinGroupedRows = 8;
+  static constexpr int kMinGroupedThreads = 4;
+  static constexpr int64_t kMaxGroupedRows = 64;
+  static constexpr int64_t kMaxGroupedWeightBytes = int64_t{64} << 20;
+};
 
 class CpuBackend : public Backend {
  public:
   // exec: the pool and kernel path (borrowed pool, must outlive the backend); null = the model's.
-  explicit CpuBackend(const Model& model, const CpuExec* exec = nullptr);
+  // options.experts: expert parallelism (see CpuBackendOptions).
+  explicit CpuBackend(const Model& model, const CpuExec* exec = nullptr, const CpuBackendOptions& options = {});
 
   std::string name() const override { return "cpu"; }
   const ModelConfig& config() const override { return model_.config(); }
   const LayerPlan& plan() const override { return model_.plan(); }
+  StepShape step_shape() const override;
   const Model& model() const { return model_; }
 
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
@@ -53,7 +89,10 @@ class CpuBackend : public Backend {
   void index_and_attend(int layer, std::span<const SegmentAttention> jobs) override;
   void attention_output(int layer, std::span<const RowRange> rows) override;
   void ffn(int layer, std::span<const RowRange> rows) override;
+  void end_batch() override { flush_pending(); }
   void logits(std::span<const int64_t> rows, float* out) override;
+  void idle_forward() override;
+  Status take_step_failure() override;
   int draft_stages() const override { return drafter_ ? drafter_->stages() : 0; }
   void set_feature_capture(bool on) override { capture_ = on && drafter_ != nullptr; }
   void feed_draft_rings(std::span<const DraftFeed> feeds) override;
@@ -67,14 +106,52 @@ class CpuBackend : public Backend {
   int64_t expert_reads() const { return expert_reads_; }
   void reset_expert_reads() { expert_reads_ = 0; }
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
+  // Row groups a token-wise step over `rows` batch rows runs as (1: the whole batch at once).
+  int64_t row_groups(int64_t rows) const;
 
  private:
   void capture_features(int layer, std::span<const RowRange> rows);
+  // The MoE of the given rows (h_ → a_, the routing into experts_ / weights_) through the
+  // expert-parallel exchange: one exchange for all ranges (every rank makes the same calls).
+  void moe_expert_parallel(int layer, std::span<const RowRange> rows);
   void index_with(int layer, int segment, int64_t first_row, int kv_layer, bool restricted, AttentionScratch* scratch);
   void attend_with(int layer, int segment, int64_t first_row, int kv_layer, AttentionScratch* scratch);
+  // The token-wise steps on batch rows [r0, r0 + n) with the given scratch.
+  struct RowScratch {
+    MhcScratch mhc;
+    AttentionScratch attention;
+    MoeScratch moe;
+  };
+  void input_rows(int layer, int64_t r0, int64_t n, MhcScratch* scratch);
+  void projection_rows(int layer, int64_t r0, int64_t n);
+  void output_rows(int layer, int64_t r0, int64_t n, AttentionScratch* scratch);
+  void ffn_rows(int layer, int64_t r0, int64_t n, MhcScratch* mhc, MoeScratch* moe);
+  void ffn_input_rows(int layer, int64_t r0, int64_t n, MhcScratch* mhc);  // mHC coefficients, collapse, norm
+  void ffn_expand_rows(int64_t r0, int64_t n);                               // after the MoE
+  // fn(group scratch, r0, n) for row_groups(r.end − r.begin) balanced pieces of r, side by side.
+  void run_groups(const RowRange& r, FunctionRef<void(RowScratch&, int64_t, int64_t)> fn);
+  // Runs noted steps (see above): attention_input, then the compress jobs, then attention_output.
+  void flush_pending();
+  void flush_rows();  // the noted attention_input / attention_output only
+  void run_compress_jobs();
 
   const Model& model_;
   CpuExec ex_;
+  int64_t group_rows_ = 0;  // 0: no row groups (options, or weights too large)
+  // A noted step (layer ≥ 0) waiting for its pair: its layer and rows.
+  struct Pending {
+    int layer = -1;
+    RowRange rows;
+  };
+  Pending pending_input_, pending_output_;
+  std::vector<RowScratch> group_scratch_;  // one per row group (kept across steps)
+  struct CompressJob {
+    int layer = 0, segment = 0;
+    int64_t first_row = 0;
+  };
+  std::vector<CompressJob> compress_jobs_;           // noted by compress(), in call order
+  std::vector<CompressedGroups> job_groups_;         // per job: the groups its step completes
+  std::vector<CompressorScratch> job_scratch_;       // per job (kept across steps)
   AttentionOptions attention_options_;
   std::vector<MoeWeights> moe_;  // per layer, built once (the views hold a vector)
   LayerHook hook_;
@@ -94,11 +171,17 @@ class CpuBackend : public Backend {
   std::vector<float> weights_;
   MhcScratch mhc_scratch_;
   EngramScratch engram_scratch_;
-  CompressorScratch compressor_scratch_;
-  CompressedGroups groups_;  // the groups one compress() call completes
   AttentionScratch attention_scratch_;
   std::vector<AttentionScratch> segment_scratch_;  // index_and_attend: one per job (kept across steps)
   MoeScratch moe_scratch_;
+  // Expert parallelism (null: off): the communicator, the exchange's scratch, the rows of several
+  // ranges packed together, and the first failure of an exchange in this forward.
+  Communicator* experts_comm_ = nullptr;
+  ExpertParallelScratch ep_scratch_;
+  std::vector<float> ep_in_, ep_out_, ep_weights_;
+  std::vector<int32_t> ep_experts_;
+  std::vector<uint8_t> ep_image_;
+  Status ep_failure_;
   // DSpark: the drafter (when the model has one), feature capture, and the batch's features
   // [n, targets·hidden]; target_slot_[layer] = its place among the targets, or −1.
   std::unique_ptr<Drafter> drafter_;

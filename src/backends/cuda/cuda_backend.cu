@@ -9,7 +9,6 @@
 
 #include "backends/cuda/cuda_exec.cuh"
 #include "backends/cuda/device_backend_impl.h"
-#include "backends/cuda/host_device_backend.h"
 
 namespace dsv41 {
 
@@ -22,7 +21,6 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model) {
     return unsupported(std::string("cuda backend: no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) +
                        ")");
   if (count < 1) return unsupported("cuda backend: no CUDA device found");
-  if (Status s = device_backend_supports(model); !s.ok()) return s.with_context("cuda backend");
   auto backend = std::make_unique<DeviceBackend<CudaExec>>(model);
   if (Status s = backend->status(); !s.ok()) return s;  // e.g. the weights did not fit
   return std::unique_ptr<Backend>(std::move(backend));
@@ -39,6 +37,10 @@ void cuda_backend_set_profiling(Backend& backend, bool on) {
 
 void cuda_backend_set_fast_kernels(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->executor().set_fast_kernels(on);
+}
+
+void cuda_backend_set_batched_compress(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_batched_compress(on);
 }
 
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend) {

@@ -34,6 +34,9 @@ void cuda_backend_set_profiling(Backend& backend, bool on);
 // Fast kernels (fast_kernels.h; on by default) or every step in its simple kernel (the reference
 // they are checked against; benchmarks run both). Nothing for another backend.
 void cuda_backend_set_fast_kernels(Backend& backend, bool on);
+// The compressor of a layer's segments batched and published at end_batch (the default) or per
+// segment with blocking copies (DeviceBackend::set_batched_compress; the "before" in benchmarks).
+void cuda_backend_set_batched_compress(Backend& backend, bool on);
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
 
 }  // namespace dsv41

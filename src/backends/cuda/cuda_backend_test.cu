@@ -17,11 +17,13 @@
 #include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/backend_dspark_check.h"
 #include "backends/cuda/backend_image_check.h"
+#include "backends/cuda/backend_stored_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_exec.cuh"
 #include "backends/cuda/cuda_test_util.cuh"
 #include "backends/cuda/device_backend.h"
 #include "backends/cuda/device_kernels_check.h"
+#include "backends/cuda/device_kernels_check_stored.h"
 
 namespace dsv41 {
 namespace {
@@ -42,6 +44,7 @@ DSV41_KERNEL_CHECK(Gemm, check_gemm)
 DSV41_KERNEL_CHECK(RmsNormAndRope, check_rmsnorm_rope)
 DSV41_KERNEL_CHECK(MhcWithSinkhorn, check_mhc)
 DSV41_KERNEL_CHECK(CompressorPool, check_pool)
+DSV41_KERNEL_CHECK(BatchedCompressorBodies, check_compress_bodies)
 DSV41_KERNEL_CHECK(TopkAndCandidateBlocks, check_selection)
 DSV41_KERNEL_CHECK(RouterAndExperts, check_moe)
 DSV41_KERNEL_CHECK(Engram, check_engram)
@@ -49,6 +52,20 @@ DSV41_KERNEL_CHECK(SinkAttentionAndIndexerScores, check_attention_and_scores)
 DSV41_KERNEL_CHECK(FakeQuantisersMatchRecordCodecs, check_fake_quant)
 DSV41_KERNEL_CHECK(WindowRing, check_window_ring)
 DSV41_KERNEL_CHECK(WindowStore, check_window_store)
+
+// FP8 / FP4 weights as stored (device_kernels_check_stored.h): the simple bodies bit for bit as on
+// the widened matrix, and with the fast kernels on within the bounds of the CPU references.
+TEST(DeviceKernelsCuda, StoredWeightGemmAndExperts) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for (bool fast : {false, true}) {
+    CudaExec ex;
+    ex.set_fast_kernels(fast);
+    kc::check_stored_gemm(ex, !fast);
+    kc::check_stored_experts(ex, !fast);
+    ex.sync();
+    ASSERT_TRUE(ex.status().ok()) << ex.status().to_string();
+  }
+}
 
 // Where a test model lives: its place in the checkout, else test-models/<name>.
 std::string model_dir(const std::string& name, const std::string& in_checkout) {
@@ -134,6 +151,22 @@ TEST(CudaBackend, BatchedSegmentsEqualOneByOne) {
       "cuda, batched segments", true);
 }
 
+// The compressor of a layer's segments batched and published at end_batch (compress_segments)
+// equals compress per segment, bit for bit, on the GPU (pinned staging, asynchronous uploads).
+TEST(CudaBackend, BatchedCompressEqualsPerSegment) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ts::check_window_copies(
+      **model,
+      [&](bool batched) {
+        return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_batched_compress(batched); });
+      },
+      "cuda, batched compressor", true);
+}
+
 TEST(CudaBackend, ImagePromptMatchesCpuBackend) {
   DSV41_REQUIRE_CUDA_DEVICE();
   const std::string dir = model_dir("vl-micro", std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/vl-micro");
@@ -158,6 +191,24 @@ TEST(CudaBackend, DsparkDraftsAndDecodesLikeTheCpuBackend) {
       **model,
       [&] { return fresh_cuda_backend(**model); },
       1.0f, "dsv41-mini (cuda)");
+}
+
+// A random FP8 / FP4 model uploaded as stored (backend_stored_check.h): against the CPU engine
+// with the fast kernels; and, with them off, the widening's logits bit for bit.
+TEST(CudaBackend, StoredFp8Fp4ModelMatchesCpuBackend) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string config = model_dir("tiny-random", std::string(DSV41_SOURCE_DIR) + "/models/tiny-random") +
+                             "/config.json";
+  if (!std::filesystem::exists(config)) GTEST_SKIP() << config << " is absent";
+  const auto bytes = [](const Backend& b) { return dynamic_cast<const DeviceBackend<CudaExec>&>(b).weight_bytes(); };
+  for (bool fast : {true, false}) {
+    ts::check_stored_model(
+        config,
+        [&](const Model& m) {
+          return fresh_cuda_backend(m, [&](DeviceBackend<CudaExec>& b) { b.executor().set_fast_kernels(fast); });
+        },
+        bytes, !fast, fast ? "tiny-random (cuda)" : "tiny-random (cuda, simple kernels)");
+  }
 }
 
 TEST(CudaBackend, GoldenTinyF32MatchesCpuBackend) {

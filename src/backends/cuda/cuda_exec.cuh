@@ -55,6 +55,23 @@ class CudaExec {
     ++counts_.copies;
     check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice), "copy");
   }
+  // Pinned host memory for staging (cudaMallocHost; null after an error), and the upload from it
+  // queued on the default stream without waiting: the source must stay unchanged until the
+  // device has run it (the caller syncs, or downloads, before reusing it).
+  void* alloc_host(int64_t bytes) {
+    void* p = nullptr;
+    if (!status_.ok()) return nullptr;
+    check(cudaMallocHost(&p, static_cast<size_t>(bytes > 0 ? bytes : 1)), "cudaMallocHost");
+    return status_.ok() ? p : nullptr;
+  }
+  void release_host(void* p) {
+    if (p) cudaFreeHost(p);
+  }
+  void upload_async(void* dst, const void* src, int64_t bytes) {
+    if (bytes <= 0 || !status_.ok()) return;
+    ++counts_.async_uploads;
+    check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, 0), "upload_async");
+  }
   // Runs f for every index in [0, n): its fast kernel (fast_kernels.h) when one exists and fast
   // kernels are on, else one thread per index.
   template <class F>

@@ -3,29 +3,41 @@
 // tests it anywhere, host_device_backend.h). Spec: model.md §3; issue 14.
 //
 // First slice — the same function, simple kernels (device_kernels.h), speed later:
-// - Weights are uploaded once at construction, as the loaded Model holds them: bf16 bits where
-//   the model keeps a projection or expert as bf16, float32 otherwise (norms, mHC, router,
-//   compressor, indexer, Engram projections). FP8 / FP4 stored weights are not uploaded in their
-//   stored format yet (the Model has widened them).
+// - Weights are uploaded once at construction, as the loaded Model holds them: the checkpoint's
+//   FP8 E4M3 / FP4 E2M1 bytes and UE8M0 scales where the model reads a matrix in place (the
+//   default load: attention projections, indexer wq_b, experts, Engram wkv, the head when stored
+//   so), decoded in registers inside the GEMM / expert kernels (dk::DevWeight: code × scale, the
+//   widened bits); bf16 bits where the model keeps a matrix as bf16; float32 otherwise (norms,
+//   mHC, router, compressor, indexer wk / weights_proj, embedding).
 // - The batch's activations live on the device (x, p, h, c, q, kv, o, a, x2, mHC coefficients,
 //   routing) and only the logits asked for come back, plus the small copies below.
 // - Caches. The engine's SequenceCache stays the authoritative copy in host memory, in its real
 //   packed records (so snapshots, forks, rollback and the SSD store work unchanged).
-//   Main rows + index keys are produced on the device as float32 rows, copied back at compress and
-//   packed on the host by the same codec the CPU engine uses; the device holds a mirror per
-//   (SequenceCache, kv-source layer) of them, dequantised to float32 (4× the bytes of the packed
-//   records; packed device records, with the record codecs of records.cu, are the next step),
-//   extended incrementally before each use; a mirror whose newest record no longer matches the
-//   cache (rollback, a new cache at a freed address) is rebuilt from the cache; one unused for 256
-//   batches is dropped.
+//   Main rows + index keys are produced on the device as float32 rows; the device holds a mirror
+//   per (SequenceCache, kv-source layer) of them, dequantised to float32 (4× the bytes of the
+//   packed records; packed device records, with the record codecs of records.cu, are the next
+//   step). compress_segments runs the compressor of all segments of a layer in batched launches
+//   (the pending projections of each cache's open group kept on the device beside its mirror,
+//   checked against the cache's and uploaded again when they differ), appends the new entries to
+//   the mirrors on the device (fake-quantised: what unpacking the packed record gives) and stages
+//   the float rows and the new projections; end_batch() downloads them with the window rows in one
+//   copy and packs them into the cache by the same codec the CPU engine uses (rows appended,
+//   pending group, rollback history). Until then the backend counts the staged entries as the
+//   cache's (entries_of). (compress, per segment, is the older path, kept as the reference the
+//   batched one is tested against: it downloads and packs at once.) A mirror whose newest record
+//   no longer matches the cache (rollback, a new cache at a freed address) is rebuilt from the
+//   cache; one unused for 256 batches is dropped.
 //   Window rows are fake-quantised on the device (FakeQuantK, bit-identical to row_fake_quant);
 //   attend reads the earlier ones from a device copy of each (cache, layer) ring (WindowCopy,
 //   appended from those rows, checked against the ring's newest packed record and rebuilt from
 //   the ring when it no longer matches), and stages the new ones; end_batch() downloads every
 //   layer's staged rows in one copy and pushes them into the rings.
 // - The MXFP4 indexer queries are fake-quantised on the device too.
-// - Still on the host per step: the compressor's pending projections and the packing of its new
-//   records (compress), the RoPE tables and tokens of the batch, the mirrors' new entries.
+// - Host ↔ device copies of a step: the batch's tokens, RoPE tables (both kinds, and per compressor
+//   ratio the rows of the groups each row completes) in one upload at begin_batch; each Engram
+//   layer's rows; the logit rows — all asynchronous, from pinned staging (upload_staged). Two
+//   blocking downloads: the staged rows at end_batch and the logits. (Rebuilding a mirror, a
+//   window copy or a pending group the device does not hold any more uploads at once.)
 // - Engram rows are gathered on the host from the table (dense or stored, as the CPU engine
 //   reads it) and uploaded; projection and gate run on the device.
 // - Steps 4–5 of a layer (index_and_attend) run for all segments of the batch together: the
@@ -109,7 +121,7 @@ class DeviceBackend : public Backend {
   // The model is borrowed (its config, plan, RoPE, Engram tables and host-side weights for the
   // host steps above) and must outlive the backend.
   explicit DeviceBackend(const Model& model);
-  ~DeviceBackend() override = default;
+  ~DeviceBackend() override;
 
   std::string name() const override { return ex_.name(); }
   const ModelConfig& config() const override { return model_.config(); }
@@ -128,6 +140,9 @@ class DeviceBackend : public Backend {
   // Test support. Off: index_and_attend runs its jobs one by one (Backend's default) instead of
   // each step for all segments in one launch; the results are the same bits either way.
   void set_batched_segments(bool on) { batched_segments_ = on; }
+  // Test support. Off: compress_segments runs compress per segment (download and pack at once)
+  // instead of the batched, deferred path; the results are the same bits either way.
+  void set_batched_compress(bool on) { batched_compress_ = on; }
 
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
   Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
@@ -135,6 +150,8 @@ class DeviceBackend : public Backend {
   void attention_input(int layer, std::span<const RowRange> rows) override;
   void attention_projections(int layer, std::span<const RowRange> rows) override;
   void compress(int layer, int segment, int64_t first_row) override;
+  // Step 3 of the layer's segments in batched launches, published at end_batch (see "Caches").
+  void compress_segments(int layer, std::span<const SegmentCompress> jobs) override;
   void index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) override;
   void attend(int layer, int segment, int64_t first_row, int kv_layer) override;
   // Steps 4–5 of the layer's segments: each job's index (per segment), then the sink attention of
@@ -144,7 +161,7 @@ class DeviceBackend : public Backend {
   void index_and_attend(int layer, std::span<const SegmentAttention> jobs) override;
   void attention_output(int layer, std::span<const RowRange> rows) override;
   void ffn(int layer, std::span<const RowRange> rows) override;
-  void end_batch() override { flush_window_rows(); }
+  void end_batch() override { flush_staged(); }
   void logits(std::span<const int64_t> rows, float* out) override;
 
   // DSpark: the target features are taken on the device and downloaded once per batch for the
@@ -164,14 +181,16 @@ class DeviceBackend : public Backend {
     dk::DevWeight wq_a, wq_b, wkv, wo_a, wo_b;
     const float *q_norm = nullptr, *kv_norm = nullptr, *sink = nullptr;
     const float *c_wkv = nullptr, *c_wgate = nullptr, *c_norm = nullptr, *i_wk = nullptr, *i_knorm = nullptr;
-    const float *i_wqb = nullptr, *i_wproj = nullptr;
+    dk::DevWeight i_wqb;
+    const float* i_wproj = nullptr;
     const float *attn_norm = nullptr, *ffn_norm = nullptr;
     const float *hca_fn = nullptr, *hca_base = nullptr, *hca_scale = nullptr;
     const float *hcf_fn = nullptr, *hcf_base = nullptr, *hcf_scale = nullptr;
     const float *gate = nullptr, *gate_bias = nullptr, *gate_bias_vl = nullptr;
     const dk::ExpertW* experts = nullptr;  // [E] on the device
     const dk::ExpertW* shared = nullptr;   // [1] on the device, or null
-    const float *e_wkv = nullptr, *e_q = nullptr, *e_k = nullptr;
+    dk::DevWeight e_wkv;
+    const float *e_q = nullptr, *e_k = nullptr;
   };
   // Per segment of the batch: what SharedAttentionState holds on the CPU (attention.h).
   struct SegState {
@@ -194,15 +213,23 @@ class DeviceBackend : public Backend {
   struct Mirror {
     F32 main, index;
     int64_t rows = 0;
+    int64_t staged = 0;                           // of the rows, those not yet in the cache
+    bool publishing = false;                      // compress_segments staged into it this batch
     int64_t last_used = 0;                        // the batch that last read it
     std::vector<uint8_t> last_main, last_index;  // the newest mirrored records, as packed
+    // The compressor's open group on the device ([pend_rows, dim] projections and gates, ratio ≥ 2)
+    // and the cache's values they were made from (−1: none held).
+    F32 pend_kv, pend_gate;
+    int64_t pend_rows = -1;
+    std::vector<float> pend_kv_host, pend_gate_host;
   };
 
   template <typename T>
   const T* put(const T* src, int64_t n);  // uploads weights; owned by the backend
   const float* put(const std::vector<float>& v) { return v.empty() ? nullptr : put(v.data(), int64_t(v.size())); }
-  dk::DevWeight put(const WeightRef& w, int64_t n);
-  dk::DevWeight put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16);
+  dk::DevWeight put(const WeightRef& w, int64_t n);  // n: elements of a float32 / bf16 view
+  dk::DevWeight put(const QuantWeights& q);           // the stored bytes and scales as they are
+  dk::DevWeight put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16, const QuantWeights& quant = {});
   void gemm(const float* x, int64_t xs, int64_t rows, int64_t in, dk::DevWeight w, int64_t out, float* y, int64_t ys);
   void gemm(const float* x, int64_t rows, int64_t in, dk::DevWeight w, int64_t out, float* y) {
     gemm(x, in, rows, in, w, out, y, out);
@@ -254,9 +281,24 @@ class DeviceBackend : public Backend {
   // The attention, inverse RoPE and window-row stores of prepared segments of `layer`.
   void attend_run(int layer, std::span<AttendPrep> preps);
   std::vector<AttendPrep> preps_;
-  // Pushes the window rows staged by this batch's attend calls into their rings (one download).
-  void flush_window_rows();
+  // Pushes the window rows staged by this batch's attend calls into their rings and packs the
+  // entries staged by compress_segments into their caches (one download for both).
+  void flush_staged();
   Mirror& mirror(const SequenceCache* cache, const KvSourceCache& kv);
+  Mirror* find_mirror(const SequenceCache* cache, int layer) {
+    auto it = mirrors_.find({cache, layer});
+    return it == mirrors_.end() ? nullptr : it->second.get();
+  }
+  // The entries of kv as this batch's later steps see them: the cache's plus those staged.
+  int64_t entries_of(const SequenceCache* cache, const KvSourceCache& kv) {
+    const Mirror* m = find_mirror(cache, kv.layer);
+    return kv.entries() + (m ? m->staged : 0);
+  }
+  // The device's pending group of kv made equal to the cache's (uploaded when it is not).
+  void sync_pending(Mirror& m, const KvSourceCache& kv);
+  // Copies `bytes` from host memory into pinned staging and queues their upload to dst without
+  // waiting (the staging is reused after the batch's blocking download, or a sync).
+  void upload_staged(void* dst, const void* src, int64_t bytes);
   // The device window copy of `layer` of `cache`, holding positions [first, start) of its ring.
   WindowCopy& window_copy(const SequenceCache* cache, int layer, const WindowRing& ring, int64_t first, int64_t start);
   const float* rope_table(RopeKind kind, bool sin) const;
@@ -276,14 +318,28 @@ class DeviceBackend : public Backend {
   std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<WindowCopy>> windows_;
   bool keep_window_copies_ = true;
   bool batched_segments_ = true;
+  bool batched_compress_ = true;
   // Mirrors unused for this many batches are dropped (the engine does not tell a backend when a
   // cache goes; a dropped mirror of a live cache is rebuilt from it when next read).
   static constexpr int64_t kMirrorIdleBatches = 256;
   int64_t batches_ = 0;
   F32 x_, x2_, p_, h_, c_, q_, kv_, o_, a_, pre_a_, post_a_, comb_a_, pre_b_, post_b_, comb_b_;
-  F32 cos_main_, sin_main_, cos_comp_, sin_comp_;
+  // The batch's tables (one upload, begin_batch): tokens, RoPE of both kinds per row, and per
+  // compressor ratio r the compress RoPE of position + 1 − r per row (the group a row completes).
+  F32 tables_;
+  std::vector<float> host_tables_;
+  const int32_t* tokens_dev_ = nullptr;
+  const float *cos_main_ = nullptr, *sin_main_ = nullptr, *cos_comp_ = nullptr, *sin_comp_ = nullptr;
+  std::vector<int> ratios_;                   // the model's compressor ratios
+  std::vector<const float*> ratio_cos_;       // per ratios_ entry: [rows, half] cos then sin
+  // Pinned staging: uploads (bump-allocated over a batch) and the end_batch download.
+  uint8_t* host_up_ = nullptr;
+  int64_t host_up_cap_ = 0, host_up_used_ = 0;
+  bool async_in_flight_ = false;  // an upload_staged since the last blocking download / sync
+  float* host_down_ = nullptr;
+  int64_t host_down_cap_ = 0;
   F32 scratch_r_, scratch_m_, mid_, logits_buf_, cmp_ab_, cmp_lat_, cmp_cos_, iq_, ihw_, scores_, bmax_, router_, hexp_, hshared_, engram_r_, engram_kv_, engram_gate_;
-  I32 tokens_, experts_;
+  I32 experts_;
   DeviceArray<Exec, float> weights_;
   DeviceArray<Exec, uint8_t> mark_;
   // Image-span rows of the batch (BatchLayout::types ≥ 0): empty for a text batch; on the device
@@ -301,9 +357,17 @@ class DeviceBackend : public Backend {
     int64_t rows = 0, staged = 0, offset = 0;  // positions the ring advances, rows staged, at
   };
   std::vector<PendingPush> pending_;
+  // Entries compress_segments staged (offsets in floats into stage_): the new projections (ratio
+  // ≥ 2: kv then gate rows, T each), the latents then the index keys (groups each).
+  struct PendingCompress {
+    KvSourceCache* kv = nullptr;
+    Mirror* mirror = nullptr;
+    int64_t T = 0, P = 0, groups = 0, first_pos = 0;
+    int64_t proj = -1, gate = -1, lat = 0, keys = 0;
+  };
+  std::vector<PendingCompress> compressed_;
   int64_t staged_ = 0;  // floats used in stage_
   F32 stage_;
-  std::vector<float> host_stage_;
   std::vector<float> host_tmp_;
   // DSpark (see draft_stages): the host drafter, target_slot_[layer] = the layer's place among the
   // targets or −1, and the batch's features [n, targets·hidden] on the device and on the host.

@@ -24,20 +24,38 @@ const T* DeviceBackend<Exec>::put(const T* src, int64_t n) {
   return static_cast<const T*>(p);
 }
 
-// Values held by a float32 / bf16 matrix (stored FP8 / FP4 ones are refused before upload:
-// device_backend_supports).
+// Values held by a float32 / bf16 matrix (a stored FP8 / FP4 one uploads its bytes: put(QuantWeights)).
 inline int64_t elements(const WeightMatrix& m) {
   return m.is_bf16() ? static_cast<int64_t>(m.bf16.size()) : static_cast<int64_t>(m.f32.size());
 }
 
+// The stored bytes as they are: codes, and the UE8M0 scale rows the view's rows touch.
+template <class Exec>
+dk::DevWeight DeviceBackend<Exec>::put(const QuantWeights& q) {
+  dk::DevWeight w;
+  const int64_t scale_rows = q.rows > 0 ? ((q.row_phase + q.rows - 1) >> q.block_rows_log2) + 1 : 0;
+  w.codes = put(q.codes, q.rows * q.row_bytes());
+  w.scales = put(q.scales, scale_rows * q.scale_cols);
+  w.in = q.in;
+  w.scale_cols = static_cast<int32_t>(q.scale_cols);
+  w.phase = q.row_phase;
+  w.fp4 = q.format == QuantFormat::kFp4E2M1;
+  w.rows_log2 = static_cast<uint8_t>(q.block_rows_log2);
+  w.cols_log2 = static_cast<uint8_t>(q.block_cols_log2);
+  return w;
+}
+
 template <class Exec>
 dk::DevWeight DeviceBackend<Exec>::put(const WeightRef& w, int64_t n) {
+  if (w.is_quant()) return put(w.quant);
   if (w.bf16) return {nullptr, put(w.bf16, n)};
   return {w.f32 ? put(w.f32, n) : nullptr, nullptr};
 }
 
 template <class Exec>
-dk::DevWeight DeviceBackend<Exec>::put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16) {
+dk::DevWeight DeviceBackend<Exec>::put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16,
+                                      const QuantWeights& quant) {
+  if (quant.codes) return put(quant);
   if (!bf16.empty()) return {nullptr, put(bf16.data(), int64_t(bf16.size()))};
   return {put(f32), nullptr};
 }
@@ -45,12 +63,11 @@ dk::DevWeight DeviceBackend<Exec>::put(const std::vector<float>& f32, const std:
 template <class Exec>
 DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
   for (F32* b : {&x_, &x2_, &p_, &h_, &c_, &q_, &kv_, &o_, &a_, &pre_a_, &post_a_, &comb_a_, &pre_b_, &post_b_,
-                 &comb_b_, &cos_main_, &sin_main_, &cos_comp_, &sin_comp_, &scratch_r_, &scratch_m_, &mid_,
+                 &comb_b_, &tables_, &scratch_r_, &scratch_m_, &mid_,
                  &logits_buf_, &cmp_ab_, &cmp_lat_, &cmp_cos_, &iq_,
                  &ihw_, &scores_, &bmax_, &router_, &hexp_, &hshared_, &engram_r_, &engram_kv_, &engram_gate_,
                  &weights_, &stage_, &features_})
     b->bind(&ex_);
-  tokens_.bind(&ex_);
   experts_.bind(&ex_);
   mark_.bind(&ex_);
   is_image_dev_.bind(&ex_);
@@ -66,15 +83,18 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
   final_norm_ = put(model.final_norm());
   head_ = put(model.head().ref(), elements(model.head()));
   const EngramShape& es = model.engram_shape();
+  for (const LayerInfo& info : model.plan().layers)
+    if (info.ratio > 0 && std::find(ratios_.begin(), ratios_.end(), info.ratio) == ratios_.end())
+      ratios_.push_back(info.ratio);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = model.layer(l);
     const AttentionWeights& w = L.attn;
     LayerDev D;
-    D.wq_a = put(w.wq_a, w.bf16.wq_a);
-    D.wq_b = put(w.wq_b, w.bf16.wq_b);
-    D.wkv = put(w.wkv, w.bf16.wkv);
-    D.wo_a = put(w.wo_a, w.bf16.wo_a);
-    D.wo_b = put(w.wo_b, w.bf16.wo_b);
+    D.wq_a = put(w.wq_a, w.bf16.wq_a, w.quant_wq_a);
+    D.wq_b = put(w.wq_b, w.bf16.wq_b, w.quant_wq_b);
+    D.wkv = put(w.wkv, w.bf16.wkv, w.quant_wkv);
+    D.wo_a = put(w.wo_a, w.bf16.wo_a, w.quant_wo_a);
+    D.wo_b = put(w.wo_b, w.bf16.wo_b, w.quant_wo_b);
     D.q_norm = put(w.q_norm);
     D.kv_norm = put(w.kv_norm);
     D.sink = put(w.attn_sink);
@@ -83,7 +103,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
     D.c_norm = put(w.compressor_norm);
     D.i_wk = put(w.indexer_wk);
     D.i_knorm = put(w.indexer_k_norm);
-    D.i_wqb = put(w.indexer_wq_b);
+    D.i_wqb = put(w.indexer_wq_b, {}, w.quant_indexer_wq_b);
     D.i_wproj = put(w.indexer_weights_proj);
     D.attn_norm = put(L.attn_norm);
     D.ffn_norm = put(L.ffn_norm);
@@ -106,13 +126,41 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
       D.shared = put(&sw, 1);
     }
     const EngramWeights ew = L.engram();
-    if (ew.wkv.f32) {  // widened Engram projections are float32 (stored ones are refused first)
-      D.e_wkv = put(ew.wkv.f32, int64_t(es.hc + 1) * d * es.columns * es.head_dim);
+    if (ew.wkv.f32 || ew.wkv.is_quant()) {  // float32 when widened, else the stored FP8 bytes
+      D.e_wkv = put(ew.wkv, int64_t(es.hc + 1) * d * es.columns * es.head_dim);
       D.e_q = put(ew.q_weight, int64_t(es.hc) * d);
       D.e_k = put(ew.k_weight, int64_t(es.hc) * d);
     }
     layers_.push_back(D);
   }
+}
+
+template <class Exec>
+DeviceBackend<Exec>::~DeviceBackend() {
+  ex_.release_host(host_up_);
+  ex_.release_host(host_down_);
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::upload_staged(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return;
+  if (host_up_used_ + bytes > host_up_cap_) {
+    // A bigger staging block; queued copies may still read the old one: they finish first.
+    ex_.sync();
+    ex_.release_host(host_up_);
+    host_up_cap_ = std::max<int64_t>(2 * host_up_cap_, std::max<int64_t>(host_up_used_ + bytes, 1 << 16));
+    host_up_ = static_cast<uint8_t*>(ex_.alloc_host(host_up_cap_));
+    host_up_used_ = 0;
+    if (!host_up_) {
+      host_up_cap_ = 0;
+      return;  // the executor's status holds the error
+    }
+  }
+  uint8_t* at = host_up_ + host_up_used_;
+  std::memcpy(at, src, size_t(bytes));
+  ex_.upload_async(dst, at, bytes);
+  host_up_used_ += (bytes + 63) / 64 * 64;
+  async_in_flight_ = true;
 }
 
 template <class Exec>
@@ -135,8 +183,8 @@ void DeviceBackend<Exec>::rope(float* x, int64_t rows, int64_t heads, int64_t di
 
 template <class Exec>
 const float* DeviceBackend<Exec>::rope_table(RopeKind kind, bool sin) const {
-  if (kind == RopeKind::kMain) return sin ? sin_main_.data() : cos_main_.data();
-  return sin ? sin_comp_.data() : cos_comp_.data();
+  if (kind == RopeKind::kMain) return sin ? sin_main_ : cos_main_;
+  return sin ? sin_comp_ : cos_comp_;
 }
 
 template <class Exec>
@@ -158,15 +206,63 @@ void DeviceBackend<Exec>::fake_quant(float* dev, int64_t values, RowKind kind) {
 }
 
 template <class Exec>
-void DeviceBackend<Exec>::flush_window_rows() {
-  if (pending_.empty()) return;
-  host_stage_.resize(static_cast<size_t>(staged_));
-  ex_.download(host_stage_.data(), stage_.data(), staged_ * int64_t(sizeof(float)));
+void DeviceBackend<Exec>::flush_staged() {
+  if (pending_.empty() && compressed_.empty()) return;
+  if (staged_ > host_down_cap_) {
+    ex_.release_host(host_down_);
+    host_down_cap_ = std::max(staged_, 2 * host_down_cap_);
+    host_down_ = static_cast<float*>(ex_.alloc_host(host_down_cap_ * int64_t(sizeof(float))));
+    if (!host_down_) host_down_cap_ = 0;
+  }
+  if (host_down_) ex_.download(host_down_, stage_.data(), staged_ * int64_t(sizeof(float)));
+  async_in_flight_ = false;  // the download waited for every queued upload
+  // After a device error the staged rows are garbage: nothing is published (the error is sticky).
+  const bool ok = ex_.status().ok() && host_down_;
+  const float* host = host_down_;
+  for (const PendingCompress& pc : compressed_) {
+    KvSourceCache& kv = *pc.kv;
+    Mirror& m = *pc.mirror;
+    m.staged = 0;
+    m.publishing = false;
+    if (!ok) {
+      m.rows = 0;  // rebuilt from the cache when next read
+      m.pend_rows = -1;
+      continue;
+    }
+    const int64_t D = kv.dim, Di = kv.index_dim, r = kv.ratio;
+    if (pc.proj >= 0) {  // ratio ≥ 2: history, then the new open group (as compress leaves them)
+      const float* a = host + pc.proj;
+      const float* b = host + pc.gate;
+      for (int64_t i = 0; i < pc.T; ++i) kv.remember(pc.first_pos + i, a + i * D, b + i * D);
+      if (pc.groups == 0) {
+        kv.pending_kv.insert(kv.pending_kv.end(), a, a + pc.T * D);
+        kv.pending_gate.insert(kv.pending_gate.end(), b, b + pc.T * D);
+      } else {
+        const int64_t from = pc.groups * r - pc.P;  // the first new row left open
+        kv.pending_kv.assign(a + from * D, a + pc.T * D);
+        kv.pending_gate.assign(b + from * D, b + pc.T * D);
+      }
+      kv.pending = pc.P + pc.T - pc.groups * r;
+      m.pend_kv_host = kv.pending_kv;
+      m.pend_gate_host = kv.pending_gate;
+    }
+    for (int64_t i = 0; i < pc.groups; ++i) {
+      row_pack(RowKind::kIndex, host + pc.keys + i * Di, size_t(Di), kv.index.append());
+      row_pack(RowKind::kMain, host + pc.lat + i * D, size_t(D), kv.main.append());
+    }
+    if (pc.groups > 0) {
+      const int64_t G = kv.entries();
+      m.last_main.assign(kv.main.row(G - 1), kv.main.row(G - 1) + kv.main.record_bytes());
+      m.last_index.assign(kv.index.row(G - 1), kv.index.row(G - 1) + kv.index.record_bytes());
+    }
+  }
+  compressed_.clear();
   for (const PendingPush& p : pending_) {
+    if (!host) break;
     WindowRing& ring = *p.ring;
     // Positions older than the ring's slots are skipped as push_rows skips them.
     if (p.rows > p.staged) ring.set_positions(ring.start(), ring.length() + (p.rows - p.staged));
-    ring.push_rows(host_stage_.data() + p.offset, p.staged);
+    ring.push_rows(host + p.offset, p.staged);
     // The records the ring now holds for the copy's newest positions (see window_copy).
     if (!p.copy) continue;
     WindowCopy& w = *p.copy;
@@ -185,9 +281,12 @@ typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const Sequence
     slot = std::make_unique<Mirror>();
     slot->main.bind(&ex_);
     slot->index.bind(&ex_);
+    slot->pend_kv.bind(&ex_);
+    slot->pend_gate.bind(&ex_);
   }
   Mirror& m = *slot;
   m.last_used = batches_;
+  if (m.staged > 0) return m;  // ahead of the cache by this batch's entries (published at end_batch)
   const int64_t G = kv.entries(), D = kv.dim, Di = kv.index_dim;
   const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
   // Still the same cache? Its newest mirrored records must be unchanged; else rebuild.
@@ -252,7 +351,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   const ModelConfig& c = config();
   const int64_t n = layout.rows, d = c.hidden_size, hc = c.hc_mult;
   const int64_t H = c.num_attention_heads, D = c.head_dim, k = model_.moe_shape().top_k;
-  flush_window_rows();  // a caller that skipped end_batch: the rings first
+  flush_staged();  // a caller that skipped end_batch: the caches first
   layout_ = layout;
   segments_.assign(layout.segments.begin(), layout.segments.end());
   layout_.segments = segments_;
@@ -270,13 +369,36 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
     st.kv_layer = st.index_layer = st.candidate_layer = -1;
     st.entries = st.topk_row0 = st.candidate_row0 = st.call_row0 = 0;
   }
-  // RoPE tables of both kinds for the batch rows, computed on the host (Rope::cos_sin).
-  for (RopeKind kind : {RopeKind::kMain, RopeKind::kCompress}) {
-    RopeRows rr;
-    rr.compute(model_.rope(), kind, layout.positions, n);
-    (kind == RopeKind::kMain ? cos_main_ : cos_comp_).upload(rr.cos.data(), int64_t(rr.cos.size()));
-    (kind == RopeKind::kMain ? sin_main_ : sin_comp_).upload(rr.sin.data(), int64_t(rr.sin.size()));
-  }
+  // The pinned upload staging is reused from here: the last batch's copies out of it are done.
+  if (async_in_flight_) ex_.sync();
+  async_in_flight_ = false;
+  host_up_used_ = 0;
+  // The batch's tables, computed on the host (Rope::cos_sin) and uploaded in one copy: tokens,
+  // RoPE rows of both kinds, then per compressor ratio r the compress RoPE of the group a row
+  // completes (position + 1 − r; compress_segments gathers the rows of the groups that do).
+  const int64_t half = model_.rope().rope_dim() / 2, tables = 4 + 2 * int64_t(ratios_.size());
+  host_tables_.resize(size_t(n + tables * n * half));
+  static_assert(sizeof(int32_t) == sizeof(float));
+  std::memcpy(host_tables_.data(), layout.tokens, size_t(n) * sizeof(int32_t));
+  float* tab = host_tables_.data() + n;
+  const auto fill = [&](RopeKind kind, int64_t back, float* cos, float* sin) {
+    for (int64_t t = 0; t < n; ++t)
+      model_.rope().cos_sin(kind, std::max<int64_t>(layout.positions[t] - back, 0), cos + t * half, sin + t * half);
+  };
+  fill(RopeKind::kMain, 0, tab, tab + n * half);
+  fill(RopeKind::kCompress, 0, tab + 2 * n * half, tab + 3 * n * half);
+  for (size_t i = 0; i < ratios_.size(); ++i)
+    fill(RopeKind::kCompress, ratios_[i] - 1, tab + (4 + 2 * i) * n * half, tab + (5 + 2 * i) * n * half);
+  tables_.reserve(int64_t(host_tables_.size()));
+  upload_staged(tables_.data(), host_tables_.data(), int64_t(host_tables_.size() * sizeof(float)));
+  tokens_dev_ = reinterpret_cast<const int32_t*>(tables_.data());
+  const float* dtab = tables_.data() + n;
+  cos_main_ = dtab;
+  sin_main_ = dtab + n * half;
+  cos_comp_ = dtab + 2 * n * half;
+  sin_comp_ = dtab + 3 * n * half;
+  ratio_cos_.resize(ratios_.size());
+  for (size_t i = 0; i < ratios_.size(); ++i) ratio_cos_[i] = dtab + (4 + 2 * i) * n * half;
   for (F32* b : {&x_, &x2_}) b->reserve(n * hc * d);
   for (F32* b : {&h_, &a_}) b->reserve(n * d);
   for (F32* b : {&p_, &pre_a_, &post_a_, &pre_b_, &post_b_}) b->reserve(n * hc);
@@ -288,8 +410,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   experts_.reserve(n * k);
   weights_.reserve(n * k);
   if (capture_) features_.reserve(n * drafter_->feature_width());
-  tokens_.upload(layout.tokens, n);
-  ex_.for_each(n * d, dk::GatherRowsK{embed_, tokens_.data(), d, h_.data()});
+  ex_.for_each(n * d, dk::GatherRowsK{embed_, tokens_dev_, d, h_.data()});
   // Image-span rows take their image embeddings instead (model.md §3.1, §3.10; CpuBackend).
   is_image_.clear();
   if (layout.types) {
@@ -339,16 +460,17 @@ Status DeviceBackend<Exec>::engram_run(int layer, const int64_t* row_ids, int64_
   const EngramShape& s = model_.engram_shape();
   const LayerDev& L = layers_[layer];
   const int64_t in = s.columns * s.head_dim, out = (s.hc + 1) * s.dim;
-  if (!L.e_wkv) return internal_error("engram: layer " + std::to_string(layer) + " has no Engram weights");
+  if (!L.e_wkv.f32 && !L.e_wkv.stored()) return internal_error("engram: layer " + std::to_string(layer) + " has no Engram weights");
   host_tmp_.resize(static_cast<size_t>(rows * in));
   // Rows gathered on the host from the table as stored (dense or FP8 rows), checked ids.
   if (Status st = engram_gather_reference(s, model_.layer(layer).engram(), row_ids, rows, host_tmp_.data()); !st.ok())
     return st;
-  engram_r_.upload(host_tmp_.data(), rows * in);
+  engram_r_.reserve(rows * in);
+  upload_staged(engram_r_.data(), host_tmp_.data(), rows * in * int64_t(sizeof(float)));
   engram_kv_.reserve(rows * out);
   engram_gate_.reserve(rows * s.hc);
   float* x = x_.data() + row0 * s.hc * s.dim;
-  gemm(engram_r_.data(), rows, in, {L.e_wkv, nullptr}, out, engram_kv_.data());
+  gemm(engram_r_.data(), rows, in, L.e_wkv, out, engram_kv_.data());
   ex_.for_each(rows * s.hc, dk::EngramGateK{x, engram_kv_.data(), L.e_q, L.e_k, s.hc, s.dim, s.eps, engram_gate_.data()});
   ex_.for_each(rows * s.hc * s.dim, dk::EngramWriteK{x, engram_kv_.data(), engram_gate_.data(), s.hc, s.dim});
   return ex_.status();
@@ -405,6 +527,7 @@ void DeviceBackend<Exec>::compress(int layer, int segment, int64_t first_row) {
   KvSourceCache& kv = *s.cache->kv_source(layer);
   const int64_t d = c.hidden_size, D = kv.dim, Di = kv.index_dim;
   const int r = kv.ratio;
+  if (const Mirror* m = find_mirror(s.cache, layer); m && m->publishing) flush_staged();  // its entries first
   if (first_row < s.rows) {
     const int64_t T = s.rows - first_row;
     const float* x = h_.data() + (s.row0 + first_row) * d;
@@ -474,6 +597,159 @@ void DeviceBackend<Exec>::compress(int layer, int segment, int64_t first_row) {
 }
 
 template <class Exec>
+void DeviceBackend<Exec>::sync_pending(Mirror& m, const KvSourceCache& kv) {
+  const int64_t values = kv.pending * kv.dim;
+  const bool same = m.pend_rows == kv.pending && m.pend_kv_host.size() == size_t(values) &&
+                    m.pend_gate_host.size() == size_t(values) && int64_t(kv.pending_kv.size()) == values &&
+                    int64_t(kv.pending_gate.size()) == values &&
+                    std::equal(kv.pending_kv.begin(), kv.pending_kv.end(), m.pend_kv_host.begin()) &&
+                    std::equal(kv.pending_gate.begin(), kv.pending_gate.end(), m.pend_gate_host.begin());
+  if (same) return;
+  // A cache the device did not follow (rolled back, restored, forked, new): its group uploaded.
+  m.pend_kv.upload(kv.pending_kv.data(), values);
+  m.pend_gate.upload(kv.pending_gate.data(), values);
+  m.pend_kv_host = kv.pending_kv;
+  m.pend_gate_host = kv.pending_gate;
+  m.pend_rows = kv.pending;
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::compress_segments(int layer, std::span<const SegmentCompress> jobs) {
+  if (!batched_compress_ || jobs.empty()) return Backend::compress_segments(layer, jobs);
+  const ModelConfig& c = config();
+  const LayerDev& L = layers_[layer];
+  const int64_t d = c.hidden_size, half = model_.rope().rope_dim() / 2;
+  // A second compress of a cache in one batch (not from the engine): the staged entries first.
+  for (const SegmentCompress& j : jobs)
+    if (const Mirror* m = find_mirror(segments_[j.segment].cache, layer); m && m->publishing) {
+      flush_staged();
+      break;
+    }
+  struct Job {
+    int segment;
+    KvSourceCache* kv;
+    Mirror* m;
+    int64_t r0, T, P, groups, fed, group;  // fed, group: its first new row / entry in the layer's
+  };
+  std::vector<Job> js;
+  int64_t fed = 0, groups = 0, D = 0, Di = 0;
+  int r = 0;
+  const float* rtab = nullptr;  // the ratio's RoPE rows (begin_batch)
+  for (const SegmentCompress& j : jobs) {
+    const SegmentRows& s = segments_[j.segment];
+    KvSourceCache& kv = *s.cache->kv_source(layer);
+    const auto found = std::find(ratios_.begin(), ratios_.end(), kv.ratio);
+    // Batched where the compressor continues at the first fed row (the engine's write floor
+    // guarantees it); anything else (and nothing to feed) through the per-segment path.
+    if (j.first_row >= s.rows || found == ratios_.end() || kv.next_position() != s.start + j.first_row) {
+      compress(layer, j.segment, j.first_row);
+      continue;
+    }
+    r = kv.ratio;
+    D = kv.dim;
+    Di = kv.index_dim;
+    rtab = ratio_cos_[size_t(found - ratios_.begin())];
+    Mirror& m = mirror(s.cache, kv);
+    const int64_t T = s.rows - j.first_row, P = r > 1 ? kv.pending : 0;
+    const int64_t g = r > 1 ? (P + T) / r : T;
+    if (r > 1) {
+      sync_pending(m, kv);
+      m.pend_kv.reserve((P + T) * D, P * D);  // room for the new open group (rows kept)
+      m.pend_gate.reserve((P + T) * D, P * D);
+    }
+    m.main.reserve((m.rows + g) * D, m.rows * D);
+    m.index.reserve((m.rows + g) * Di, m.rows * Di);
+    js.push_back({j.segment, &kv, &m, s.row0 + j.first_row, T, P, g, fed, groups});
+    fed += T;
+    groups += g;
+  }
+  if (js.empty()) return;
+  // Staging: new projections (ratio ≥ 2, kv then gate, [fed, D] each), latents [groups, D], keys
+  // [groups, Di]; downloaded and packed at end_batch.
+  const int64_t proj = r > 1 ? staged_ : -1, lat = staged_ + (r > 1 ? 2 * fed * D : 0), keys = lat + groups * D;
+  stage_.reserve(keys + groups * Di, staged_);
+  staged_ = keys + groups * Di;
+  float* const base = stage_.data();
+  float* const pkv = r > 1 ? base + proj : nullptr;
+  float* const pgate = r > 1 ? pkv + fed * D : nullptr;
+  // Projections over runs of adjacent fed rows (a decode batch: one run).
+  for (size_t a = 0; a < js.size();) {
+    const int64_t r0 = js[a].r0, at = js[a].fed;
+    int64_t r1 = r0 + js[a].T;
+    for (++a; a < js.size() && js[a].r0 == r1; ++a) r1 += js[a].T;
+    const float* x = h_.data() + r0 * d;
+    if (r == 1) {
+      gemm(x, r1 - r0, d, {L.c_wkv, nullptr}, D, base + lat + at * D);
+    } else {
+      gemm(x, r1 - r0, d, {L.c_wkv, nullptr}, D, pkv + at * D);
+      gemm(x, r1 - r0, d, {L.c_wgate, nullptr}, D, pgate + at * D);
+    }
+  }
+  if (r > 1) {
+    // Gated pooling of the completed groups (pending rows from the device's open group), then the
+    // new open group: the remaining new rows after the pending ones kept (no group completed) or
+    // in their place.
+    Launches<dk::SplitPoolK> pool;
+    Launches<dk::StridedRowsK> open;
+    for (const Job& j : js) {
+      Mirror& m = *j.m;
+      pool.add(j.groups * D, dk::SplitPoolK{m.pend_kv.data(), m.pend_gate.data(), j.P, pkv + j.fed * D,
+                                            pgate + j.fed * D, r, D, base + lat + j.group * D});
+      const int64_t from = j.groups > 0 ? j.groups * r - j.P : 0, to = j.groups > 0 ? 0 : j.P;
+      open.add((j.T - from) * D, dk::StridedRowsK{pkv + (j.fed + from) * D, D, D, m.pend_kv.data() + to * D});
+      open.add((j.T - from) * D, dk::StridedRowsK{pgate + (j.fed + from) * D, D, D, m.pend_gate.data() + to * D});
+      m.pend_rows = j.P + j.T - j.groups * r;
+    }
+    pool.flush(ex_);
+    open.flush(ex_);
+  }
+  if (groups > 0) {
+    float* lt = base + lat;
+    float* ks = base + keys;
+    rmsnorm(lt, groups, D, L.c_norm, lt);
+    // Publication (compressor_publish): index keys from the pre-RoPE latents, then RoPE at each
+    // group's first position on both (the rows of the rows completing them, begin_batch's table).
+    gemm(lt, groups, D, {L.i_wk, nullptr}, Di, ks);
+    rmsnorm(ks, groups, Di, L.i_knorm, ks);
+    cmp_cos_.reserve(2 * groups * half);
+    float* cosd = cmp_cos_.data();
+    float* sind = cosd + groups * half;
+    const int64_t rows = layout_.rows;
+    Launches<dk::StridedRowsK> gather;
+    for (const Job& j : js) {
+      const int64_t t0 = j.r0 + (r - j.P - 1);  // the row completing the segment's first group
+      gather.add(j.groups * half, dk::StridedRowsK{rtab + t0 * half, r * half, half, cosd + j.group * half});
+      gather.add(j.groups * half,
+                 dk::StridedRowsK{rtab + rows * half + t0 * half, r * half, half, sind + j.group * half});
+    }
+    gather.flush(ex_);
+    rope(ks, groups, 1, Di, cosd, sind, 0, false);
+    rope(lt, groups, 1, D, cosd, sind, 0, false);
+    // The new entries into the mirrors, as the packed records read back.
+    Launches<dk::QuantCopyK> append;
+    for (const Job& j : js) {
+      Mirror& m = *j.m;
+      append.add(j.groups * D / dk::FakeQuantK::block(RowKind::kMain),
+                 dk::QuantCopyK{lt + j.group * D, m.main.data() + m.rows * D, RowKind::kMain});
+      append.add(j.groups * Di / dk::FakeQuantK::block(RowKind::kIndex),
+                 dk::QuantCopyK{ks + j.group * Di, m.index.data() + m.rows * Di, RowKind::kIndex});
+    }
+    append.flush(ex_);
+  }
+  for (const Job& j : js) {
+    KvSourceCache& kv = *j.kv;
+    j.m->rows += j.groups;
+    j.m->staged += j.groups;
+    // Published at end_batch even when no group completed (the open group, the history).
+    j.m->publishing = true;
+    compressed_.push_back({&kv, j.m, j.T, j.P, j.groups, kv.next_position(), r > 1 ? proj + j.fed * D : -1,
+                           r > 1 ? proj + (fed + j.fed) * D : -1, lat + j.group * D, keys + j.group * Di});
+    seg_[j.segment]->kv_layer = layer;
+    seg_[j.segment]->entries = kv.entries() + j.m->staged;
+  }
+}
+
+template <class Exec>
 void DeviceBackend<Exec>::index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) {
   const SegmentAttention job{segment, first_row, true, kv_layer, restricted, -1};
   index_batch(layer, std::span<const SegmentAttention>(&job, 1));
@@ -499,7 +775,8 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
     const SegmentRows& s = segments_[a.segment];
     SegState& st = *seg_[a.segment];
     const KvSourceCache& kv = *s.cache->kv_source(a.index_kv_layer);
-    Job j{&st, s.row0 + a.first_row, s.rows - a.first_row, s.start + a.first_row, kv.entries(), 0, nullptr, false, false};
+    Job j{&st, s.row0 + a.first_row, s.rows - a.first_row, s.start + a.first_row, entries_of(s.cache, kv), 0, nullptr,
+          false, false};
     st.call_row0 = a.first_row;
     st.topk.reserve(j.T * k);  // the previous top-k is not read by this step: overwritten in place
     if (j.G > 0) {
@@ -531,9 +808,9 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
     const int64_t n = r1 - r0;
     float* q = iq_.data() + r0 * nh * dh;
     float* hw = ihw_.data() + r0 * nh;
-    gemm(c_.data() + r0 * ql, n, ql, {L.i_wqb, nullptr}, nh * dh, q);
+    gemm(c_.data() + r0 * ql, n, ql, L.i_wqb, nh * dh, q);
     gemm(h_.data() + r0 * d, n, d, {L.i_wproj, nullptr}, nh, hw);
-    rope(q, n, nh, dh, cos_comp_.data(), sin_comp_.data(), r0, false);
+    rope(q, n, nh, dh, cos_comp_, sin_comp_, r0, false);
     fake_quant(q, n * nh * dh, RowKind::kIndex);  // MXFP4 per head
     ex_.for_each(n * nh, dk::ScaleK{hw, static_cast<float>(std::pow(double(nh), -0.5)), false});
   }
@@ -605,7 +882,7 @@ typename DeviceBackend<Exec>::AttendPrep DeviceBackend<Exec>::attend_prepare(int
   // rows first. Rings are per layer and staged in layer order: only this layer's tail to scan.
   for (auto p = pending_.rbegin(); p != pending_.rend() && p->layer == layer; ++p)
     if (p->ring == &ring) {
-      flush_window_rows();
+      flush_staged();
       break;
     }
   const int64_t floor = ring.start();
@@ -783,13 +1060,15 @@ void DeviceBackend<Exec>::logits(std::span<const int64_t> rows, float* out) {
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size, hc = c.hc_mult, n = static_cast<int64_t>(rows.size()), V = c.vocab_size;
   if (n == 0) return;
-  rows_.upload(rows.data(), n);
+  rows_.reserve(n);
+  upload_staged(rows_.data(), rows.data(), n * int64_t(sizeof(int64_t)));
   a_.reserve(n * d);
   ex_.for_each(n * d, dk::MhcCollapseK{x_.data(), p_.data(), rows_.data(), int(hc), d, a_.data()});
   rmsnorm(a_.data(), n, d, final_norm_, a_.data());
   logits_buf_.reserve(n * V);
   gemm(a_.data(), n, d, head_, V, logits_buf_.data());
   ex_.download(out, logits_buf_.data(), n * V * int64_t(sizeof(float)));
+  async_in_flight_ = false;
   if (!ex_.status().ok()) std::fill(out, out + n * V, std::nanf(""));
 }
 

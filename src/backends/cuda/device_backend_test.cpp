@@ -14,6 +14,7 @@
 #include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/backend_dspark_check.h"
 #include "backends/cuda/backend_image_check.h"
+#include "backends/cuda/backend_stored_check.h"
 #include "backends/cuda/device_backend.h"
 #include "backends/cuda/host_device_backend.h"
 #include "backends/cuda/host_exec.h"
@@ -40,6 +41,16 @@ TEST(DeviceBackendHost, MiniMixedBatchMatchesCpuBackend) {
 
 // Forks (whole and at a prefix), a removed sequence and a fresh one: the device mirrors of the
 // compressed cache follow the host caches (device_backend.h, "Caches").
+// FP8 / FP4 matrices uploaded as stored (backend_stored_check.h): the CPU engine's logits within
+// the bounds, fewer device bytes than the widening, and the widening's logits bit for bit.
+TEST(DeviceBackendHost, StoredFp8Fp4ModelMatchesCpuBackend) {
+  ts::check_stored_model(
+      std::string(DSV41_SOURCE_DIR) + "/models/tiny-random/config.json",
+      [](const Model& m) { return make_host_device_backend(m); },
+      [](const Backend& b) { return dynamic_cast<const DeviceBackend<HostExec>&>(b).weight_bytes(); }, true,
+      "tiny-random (emulation)");
+}
+
 TEST(DeviceBackendHost, MiniForksAndRemovalMatchCpuBackend) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
@@ -155,11 +166,103 @@ TEST(DeviceBackendHost, BatchedSegmentsEqualOneByOne) {
       "emulation, batched segments", true);
 }
 
+// The compressor of all segments of a layer in batched launches, published at end_batch
+// (compress_segments), against compress per segment (download and pack at once), bit for bit:
+// the logits over mixed prefill + decode batches, forks, a removal and rollbacks ...
+TEST(DeviceBackendHost, BatchedCompressEqualsPerSegment) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  ts::check_window_copies(
+      **model,
+      [&](bool batched) -> std::unique_ptr<Backend> {
+        auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+        b->set_batched_compress(batched);
+        return b;
+      },
+      "emulation, batched compressor");
+}
+
+// ... and the caches they leave: every packed main / index record, the open group and the
+// rollback history equal, over 18 sequences (more segments than one batched launch takes):
+// prefills of 1 … 23 tokens, a long prefill beside decode rows, then decode steps (groups
+// completing in some segments and not in others).
+TEST(DeviceBackendHost, BatchedCompressLeavesTheSameCaches) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  const int64_t V = (*model)->vocab_size();
+  const int n = 18;
+  struct Run {
+    std::unique_ptr<Engine> engine;
+    std::vector<SequenceId> ids;
+  };
+  auto run = [&](bool batched) {
+    auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+    b->set_batched_compress(batched);
+    EngineOptions options;
+    options.rollback_tokens = 4;
+    auto e = Engine::create(std::move(b), (*model)->engram_tables(), options);
+    EXPECT_TRUE(e.ok());
+    Run r{std::move(*e), {}};
+    for (int s = 0; s < n; ++s) r.ids.push_back(*r.engine->add_sequence(256));
+    // Step 1: prefills of 1 … 23 tokens; then a long prefill beside decode rows; then decodes.
+    std::vector<std::vector<int32_t>> toks(n);
+    std::vector<int64_t> len(n, 0);
+    auto step = [&](const std::vector<int>& counts, uint64_t seed) {
+      std::vector<Segment> segs;
+      for (int s = 0; s < n; ++s) {
+        if (counts[s] == 0) continue;
+        toks[s] = ts::tokens(seed + s, counts[s], V);
+        Segment seg;
+        seg.sequence = r.ids[s];
+        seg.start = len[s];
+        seg.tokens = toks[s];
+        segs.push_back(seg);
+        len[s] += counts[s];
+      }
+      for (const SegmentResult& res : r.engine->forward(segs)) EXPECT_TRUE(res.status.ok()) << res.status.to_string();
+    };
+    std::vector<int> counts(n);
+    for (int s = 0; s < n; ++s) counts[s] = 1 + (s * 7) % 23;
+    step(counts, 500);
+    for (int s = 0; s < n; ++s) counts[s] = s == 3 ? 37 : 1;
+    step(counts, 600);
+    for (int i = 0; i < 5; ++i) step(std::vector<int>(n, 1), 700 + 50 * i);
+    return r;
+  };
+  const Run a = run(false), b = run(true);
+  int64_t entries = 0;
+  for (int s = 0; s < n; ++s) {
+    const SequenceCache& ca = *a.engine->cache(a.ids[s]);
+    const SequenceCache& cb = *b.engine->cache(b.ids[s]);
+    for (int l = 0; l < ca.num_layers(); ++l) {
+      const KvSourceCache* ka = ca.kv_source(l);
+      if (!ka) continue;
+      const KvSourceCache* kb = cb.kv_source(l);
+      ASSERT_EQ(ka->entries(), kb->entries()) << "sequence " << s << " layer " << l;
+      ASSERT_EQ(ka->pending, kb->pending) << "sequence " << s << " layer " << l;
+      EXPECT_EQ(ka->pending_kv, kb->pending_kv) << "sequence " << s << " layer " << l;
+      EXPECT_EQ(ka->pending_gate, kb->pending_gate) << "sequence " << s << " layer " << l;
+      EXPECT_EQ(ka->history_kv, kb->history_kv) << "sequence " << s << " layer " << l;
+      EXPECT_EQ(ka->history_gate, kb->history_gate) << "sequence " << s << " layer " << l;
+      for (int64_t g = 0; g < ka->entries(); ++g, ++entries) {
+        EXPECT_EQ(std::memcmp(ka->main.row(g), kb->main.row(g), size_t(ka->main.record_bytes())), 0);
+        EXPECT_EQ(std::memcmp(ka->index.row(g), kb->index.row(g), size_t(ka->index.record_bytes())), 0);
+      }
+    }
+  }
+  EXPECT_GT(entries, 100);
+}
+
 // What a decode step costs in host round trips (exec_counts.h): the window rows, the fake
-// quantisers and attend make none per layer any more. What is left: the logits and the batch's
-// window rows (one download each), the batch's RoPE tables, tokens and logit rows (uploads), and
-// per kv-source layer the compressor's host steps (at most 2 uploads + 1 download, plus 1 of each
-// when a group completes) and the mirrors' new entries (2 uploads); per Engram layer its rows.
+// quantisers, attend and (compress_segments) the compressor make none per layer any more. What is
+// left: the batch's tables and, per Engram layer, its rows (uploads from pinned staging, not waited
+// for), the logit rows (the same), and two downloads: the batch's staged rows (window rows, new
+// entries) and the logits. (Before compress_segments: per kv-source layer up to 2 uploads + 1
+// download for the compressor, 1 of each more when a group completed, 2 uploads for the mirrors.)
 TEST(DeviceBackendHost, DecodeStepHostCopies) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
@@ -190,13 +293,13 @@ TEST(DeviceBackendHost, DecodeStepHostCopies) {
     ASSERT_TRUE((*e)->forward(std::span<const Segment>(&s, 1)).front().status.ok());
     const ExecCounts k = b.exec_counts() - before;
     std::printf("decode step %d (%d layers, %d kv sources, %d Engram): %lld launches, %lld uploads, %lld downloads, "
-                "%lld device copies\n", step, layers, kv_layers, engram_layers, static_cast<long long>(k.launches),
-                static_cast<long long>(k.uploads), static_cast<long long>(k.downloads),
+                "%lld asynchronous uploads, %lld device copies\n", step, layers, kv_layers, engram_layers,
+                static_cast<long long>(k.launches), static_cast<long long>(k.uploads),
+                static_cast<long long>(k.downloads), static_cast<long long>(k.async_uploads),
                 static_cast<long long>(k.copies));
-    // (Before the device fake quantisers and window copies: one download per layer for the window
-    // rows, one per index layer for the queries, and as many uploads again, plus one per attend.)
-    EXPECT_LE(k.downloads, 2 + 4 * kv_layers);
-    EXPECT_LE(k.uploads, 6 + 6 * kv_layers + engram_layers);
+    EXPECT_EQ(k.uploads, 0);
+    EXPECT_EQ(k.downloads, 2);
+    EXPECT_EQ(k.async_uploads, 2 + engram_layers);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/device_kernels_attention.h"
 #include "backends/cuda/device_kernels_common.h"
+#include "backends/cuda/device_kernels_compress.h"
 #include "backends/cuda/device_kernels_dspark.h"
 #include "backends/cuda/device_kernels_moe.h"
 #include "backends/cuda/device_kernels_quant.h"

@@ -198,6 +198,47 @@ void check_pool(Exec& ex) {
   }
 }
 
+// The batched compressor's bodies against what the per-segment path runs, bit for bit: SplitPoolK
+// (pending rows apart from the new ones) against PoolK over the rows gathered; QuantCopyK against
+// a copy then FakeQuantK; StridedRowsK against the rows picked on the host.
+template <class Exec>
+void check_compress_bodies(Exec& ex) {
+  std::mt19937 rng(23);
+  Dev<Exec> dev(ex);
+  const int64_t D = 32;
+  for (int r : {1, 2, 4, 7}) {
+    for (int64_t P : {int64_t(0), int64_t(1), int64_t(r - 1)}) {
+      if (P >= r) continue;
+      const int64_t T = 3 * r + 2 - P, groups = (P + T) / r;
+      const auto a = randn(rng, (P + T) * D), b = randn(rng, (P + T) * D, 4.0f);
+      float* want = dev.template zeros<float>(groups * D);
+      float* got = dev.template zeros<float>(groups * D);
+      const float* da = dev.up(a);
+      const float* db = dev.up(b);
+      ex.for_each(groups * D, dk::PoolK{da, db, r, D, want});
+      ex.for_each(groups * D, dk::SplitPoolK{da, db, P, da + P * D, db + P * D, r, D, got});
+      ASSERT_EQ(dev.down(got, groups * D), dev.down(want, groups * D)) << "split pool r " << r << " P " << P;
+    }
+  }
+  for (RowKind kind : {RowKind::kMain, RowKind::kIndex, RowKind::kWindow}) {
+    const int64_t rows = 3, width = 64;
+    auto x = randn(rng, rows * width, 3.0f);
+    x[5] = 0.0f;
+    float* want = dev.up(x);
+    float* got = dev.template zeros<float>(rows * width);
+    ex.for_each(rows * width / dk::FakeQuantK::block(kind), dk::FakeQuantK{want, kind});
+    ex.for_each(rows * width / dk::FakeQuantK::block(kind), dk::QuantCopyK{dev.up(x), got, kind});
+    ASSERT_EQ(dev.down(got, rows * width), dev.down(want, rows * width)) << "quant copy";
+  }
+  const int64_t stride = 5, width = 3, n = 4;
+  const auto src = randn(rng, (n - 1) * stride + width);
+  std::vector<float> want;
+  for (int64_t i = 0; i < n; ++i) want.insert(want.end(), src.begin() + i * stride, src.begin() + i * stride + width);
+  float* got = dev.template zeros<float>(n * width);
+  ex.for_each(n * width, dk::StridedRowsK{dev.up(src), stride, width, got});
+  ASSERT_EQ(dev.down(got, n * width), want) << "strided rows";
+}
+
 // Top-k (and candidate blocks) equal to indexer.h's selections: ties, −inf, fewer entries than k.
 template <class Exec>
 void check_selection(Exec& ex) {

@@ -35,12 +35,85 @@ DSV41_HD inline float bf16_to_f32(uint16_t h) {
 #endif
 }
 
-// A [out, in] row-major weight on the device, float32 or bf16 bits (exactly one set).
+// The stored weight formats decoded exactly as base/numerics.cpp's tables (model/dequant.h's
+// widening): E4M3 (0x7F / 0xFF NaN, subnormals m · 2^-9), E2M1 (code 8, −0, decodes as +0) and
+// UE8M0 scales (2^(code − 127), code 0 the subnormal 2^-127; 0xFF NaN, refused at load).
+DSV41_HD inline float bits_to_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+DSV41_HD inline float e4m3_value(uint8_t code) {
+  const uint32_t e = (code >> 3) & 0xFu, m = code & 0x7u;
+  float mag;
+  if (e == 0xFu && m == 0x7u) mag = bits_to_f32(0x7FC00000u);
+  else if (e == 0) mag = float(m) * 0x1p-9f;
+  else mag = bits_to_f32((e + 120u) << 23 | m << 20);
+  return (code & 0x80) ? -mag : mag;
+}
+DSV41_HD inline float e2m1_value(uint8_t code) {
+  const uint32_t i = code & 0x7u;
+  if (i == 0) return 0.0f;
+  const uint32_t mag = i == 1 ? 0x3F000000u : ((i >> 1) + 126u) << 23 | (i & 1u) << 22;  // 0.5, or 1.m · 2^(e−1)
+  return bits_to_f32(mag | ((code & 0x8u) ? 0x80000000u : 0u));
+}
+DSV41_HD inline float ue8m0_value(uint8_t code) {
+  if (code == 0xFF) return bits_to_f32(0x7FC00000u);
+  return bits_to_f32(code == 0 ? 0x00400000u : uint32_t(code) << 23);
+}
+
+// A [out, in] row-major weight on the device: float32, bf16 bits, or the checkpoint's stored
+// bytes (exactly one set). Stored (codes != null): FP8 E4M3 codes, one byte per weight, or FP4
+// E2M1 (fp4), two per byte with the low nibble the even column, as QuantWeights lays them out
+// (kernels/cpu/gemm_quant.h): row r's codes at codes + r · row_bytes(); the UE8M0 scale of (r, c)
+// at scales[((phase + r) >> rows_log2) · scale_cols + (c >> cols_log2)]. An element is decoded to
+// code value × scale, one float multiply: the bits of the widened matrix, so every kernel gives
+// the same result on a stored weight as on its widening.
 struct DevWeight {
   const float* f32 = nullptr;
   const uint16_t* bf16 = nullptr;
-  DSV41_HD float at(int64_t i) const { return bf16 ? bf16_to_f32(bf16[i]) : f32[i]; }
-  DevWeight offset(int64_t n) const { return bf16 ? DevWeight{nullptr, bf16 + n} : DevWeight{f32 + n, nullptr}; }
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  int64_t in = 0;          // stored: columns of a row
+  int32_t scale_cols = 0;  // stored: ceil(in / block columns)
+  int32_t phase = 0;       // stored: rows of the first scale row before row 0 (a row slice)
+  uint8_t fp4 = 0, rows_log2 = 0, cols_log2 = 5;
+  DSV41_HD bool stored() const { return codes != nullptr; }
+  DSV41_HD int64_t row_bytes() const { return fp4 ? in / 2 : in; }
+  DSV41_HD float scale(int64_t r, int64_t c) const {
+    return ue8m0_value(scales[((phase + r) >> rows_log2) * scale_cols + (c >> cols_log2)]);
+  }
+  // Element (r, c) of a stored weight.
+  DSV41_HD float stored_at(int64_t r, int64_t c) const {
+    const float v = fp4 ? e2m1_value((c & 1) ? uint8_t(codes[r * (in / 2) + c / 2] >> 4)
+                                             : uint8_t(codes[r * (in / 2) + c / 2] & 0x0F))
+                        : e4m3_value(codes[r * in + c]);
+    return v * scale(r, c);
+  }
+  // Element i of the row-major matrix.
+  DSV41_HD float at(int64_t i) const {
+    if (codes) return stored_at(i / in, i % in);
+    return bf16 ? bf16_to_f32(bf16[i]) : f32[i];
+  }
+  // The view from element n on; for a stored weight n must be a whole number of rows.
+  DevWeight offset(int64_t n) const {
+    DevWeight w = *this;
+    if (codes) {
+      const int64_t r = n / in, first = phase + r;
+      w.codes = codes + r * row_bytes();
+      w.scales = scales + (first >> rows_log2) * scale_cols;
+      w.phase = int32_t(first & ((int64_t{1} << rows_log2) - 1));
+    } else if (bf16) {
+      w.bf16 = bf16 + n;
+    } else {
+      w.f32 = f32 + n;
+    }
+    return w;
+  }
 };
 
 DSV41_HD inline float sigmoidf_(float v) { return 1.0f / (1.0f + expf(-v)); }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cuda/device_kernels_check.h"
+#include "backends/cuda/device_kernels_check_stored.h"
 #include "backends/cuda/host_exec.h"
 
 namespace dsv41 {
@@ -13,6 +14,15 @@ namespace kc = kernel_checks;
 TEST(DeviceKernelsHost, Gemm) {
   HostExec ex;
   kc::check_gemm(ex);
+}
+// FP8 / FP4 weights as stored (device_kernels_check_stored.h): the bodies give the widened bits.
+TEST(DeviceKernelsHost, StoredWeightGemm) {
+  HostExec ex;
+  kc::check_stored_gemm(ex, true);
+}
+TEST(DeviceKernelsHost, StoredWeightExperts) {
+  HostExec ex;
+  kc::check_stored_experts(ex, true);
 }
 TEST(DeviceKernelsHost, RmsNormAndRope) {
   HostExec ex;
@@ -25,6 +35,10 @@ TEST(DeviceKernelsHost, MhcWithSinkhorn) {
 TEST(DeviceKernelsHost, CompressorPool) {
   HostExec ex;
   kc::check_pool(ex);
+}
+TEST(DeviceKernelsHost, BatchedCompressorBodies) {
+  HostExec ex;
+  kc::check_compress_bodies(ex);
 }
 TEST(DeviceKernelsHost, TopkAndCandidateBlocks) {
   HostExec ex;

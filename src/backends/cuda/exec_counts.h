@@ -1,6 +1,7 @@
 // What a device backend's executor was asked to do, counted by the executor (cuda_exec.cuh,
 // host_exec.h): kernel launches and copies. On the GPU an upload from pageable host memory and a
-// download both wait for the device (blocking); a device-to-device copy does not. Benchmarks and
+// download both wait for the device (blocking); a device-to-device copy and an asynchronous upload
+// from pinned staging (upload_async) do not. Benchmarks and
 // tests read the counts to see what a decode step costs in launches and host round trips.
 #pragma once
 
@@ -13,8 +14,10 @@ struct ExecCounts {
   int64_t uploads = 0;    // host → device copies
   int64_t downloads = 0;  // device → host copies
   int64_t copies = 0;     // device → device copies
+  int64_t async_uploads = 0;  // host → device copies from pinned staging, not waited for
   ExecCounts operator-(const ExecCounts& o) const {
-    return {launches - o.launches, uploads - o.uploads, downloads - o.downloads, copies - o.copies};
+    return {launches - o.launches, uploads - o.uploads, downloads - o.downloads, copies - o.copies,
+            async_uploads - o.async_uploads};
   }
 };
 

@@ -1,6 +1,7 @@
 // The fast kernels of fast_kernels.h (see there).
 #include "backends/cuda/fast_kernels.h"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,36 +42,106 @@ static __device__ inline float block_max(float v, float* sh) {
 static unsigned blocks_for(int64_t n, int64_t per_block) { return unsigned((n + per_block - 1) / per_block); }
 static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// ---- Weight loads -----------------------------------------------------------------------------
+// Kinds of row access: 0 one value per lane (any layout, DevWeight::at), 1 eight bf16 (16 B),
+// 2 four floats (16 B), 3 eight FP8 E4M3 codes (8 B), 4 eight FP4 E2M1 codes (4 B). The stored
+// kinds decode in registers to code value × UE8M0 scale, one float multiply: the bits of
+// DevWeight::stored_at (the widened matrix), by way of half floats: an E4M3 code's 7 magnitude bits
+// placed at bit 7 of a half are the value × 2^-8 (normal and subnormal alike), an E2M1 code's 3 at
+// bit 9 the value × 2^-14; the exact power-of-two rescale comes before the scale multiply, so a
+// huge scale cannot overflow an intermediate. E4M3 NaN codes (0x7F / 0xFF) give NaN; E2M1 −0
+// gives +0 (as the host tables).
+template <int kMode>
+struct WeightLoad {
+  static constexpr int kWidth = kMode == 0 ? 1 : kMode == 2 ? 4 : 8;
+};
+
+static __device__ inline float e4m3_fast(uint32_t code) {
+  const uint32_t mag = code & 0x7Fu;
+  const float h = __half2float(__ushort_as_half(static_cast<unsigned short>((code & 0x80u) << 8 | mag << 7)));
+  return mag == 0x7Fu ? __uint_as_float(0x7FC00000u) : h * 256.0f;
+}
+
+static __device__ inline float e2m1_fast(uint32_t code) {
+  const uint32_t mag = code & 0x7u;
+  const uint32_t sign = mag ? (code & 0x8u) << 12 : 0u;
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(sign | mag << 9))) * 16384.0f;
+}
+
+// kWidth values of row r, columns [c, c + kWidth), of a weight whose rows are `in` long.
+template <int kMode>
+static __device__ inline void load_weights(const dk::DevWeight& w, int64_t r, int64_t c, int64_t in, float* v) {
+  if constexpr (kMode == 1) {
+    const uint4 u = *reinterpret_cast<const uint4*>(w.bf16 + r * in + c);
+    const uint32_t p[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = __uint_as_float(p[j] << 16);
+      v[2 * j + 1] = __uint_as_float(p[j] & 0xffff0000u);
+    }
+  } else if constexpr (kMode == 2) {
+    const float4 f = *reinterpret_cast<const float4*>(w.f32 + r * in + c);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  } else if constexpr (kMode == 3) {
+    const uint2 u = *reinterpret_cast<const uint2*>(w.codes + r * in + c);
+    const float s = w.scale(r, c);  // eight columns of one scale block (block columns ≥ 8)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = e4m3_fast(((j < 4 ? u.x : u.y) >> (8 * (j & 3))) & 0xFFu) * s;
+  } else if constexpr (kMode == 4) {
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(w.codes + r * (in / 2) + c / 2);
+    const float s = w.scale(r, c);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = e2m1_fast((u >> (4 * j)) & 0xFu) * s;  // low nibble = even column
+  } else {
+    v[0] = w.at(r * in + c);
+  }
+}
+
+// The widest kind whose loads rows of `in` columns of w allow (alignment of every row start).
+static __host__ __device__ inline int load_kind(const dk::DevWeight& w, int64_t in) {
+  const auto aligned = [](const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; };
+  if (w.codes) {
+    if (in % 8 != 0 || w.cols_log2 < 3) return 0;
+    if (!w.fp4 && aligned(w.codes, 8)) return 3;
+    if (w.fp4 && aligned(w.codes, 4)) return 4;
+    return 0;
+  }
+  if (w.bf16) return in % 8 == 0 && aligned(w.bf16, 16) ? 1 : 0;
+  return in % 4 == 0 && aligned(w.f32, 16) ? 2 : 0;
+}
+
+template <int kMode>
+static __device__ inline double lane_dot_kind(const dk::DevWeight& w, int64_t r, int64_t n, const float* x, int lane) {
+  constexpr int V = WeightLoad<kMode>::kWidth;
+  double acc = 0;
+  for (int64_t c = int64_t(lane) * V; c < n; c += 32 * V) {
+    float v[V];
+    load_weights<kMode>(w, r, c, n, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc += double(v[j]) * x[c + j];
+  }
+  return acc;
+}
+
+// This lane's share of Σ_c W[r, c] · x[c] over a row of n columns (the warp's lanes together
+// cover the row; the kind is warp-uniform: every lane reads the same weight).
+static __device__ inline double lane_dot(const dk::DevWeight& w, int64_t r, int64_t n, const float* x, int lane) {
+  switch (load_kind(w, n)) {
+    case 1: return lane_dot_kind<1>(w, r, n, x, lane);
+    case 2: return lane_dot_kind<2>(w, r, n, x, lane);
+    case 3: return lane_dot_kind<3>(w, r, n, x, lane);
+    case 4: return lane_dot_kind<4>(w, r, n, x, lane);
+    default: return lane_dot_kind<0>(w, r, n, x, lane);
+  }
+}
+
 // ---- GEMM: one warp per output column o, a tile of up to kGemmRows rows per warp -----------------
 constexpr int kGemmRows = 8;
 constexpr int kWarpsPerBlock = 8;
 
-// Weight loads: kMode 0 one value (any layout), 1 eight bf16 (16 B), 2 four floats (16 B).
-template <int kMode>
-struct WeightLoad {
-  static constexpr int kWidth = kMode == 1 ? 8 : kMode == 2 ? 4 : 1;
-  __device__ static void load(const dk::DevWeight& w, int64_t i, float* v) {
-    if constexpr (kMode == 1) {
-      const uint4 u = *reinterpret_cast<const uint4*>(w.bf16 + i);
-      const uint32_t p[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[2 * j] = __uint_as_float(p[j] << 16);
-        v[2 * j + 1] = __uint_as_float(p[j] & 0xffff0000u);
-      }
-    } else if constexpr (kMode == 2) {
-      const float4 f = *reinterpret_cast<const float4*>(w.f32 + i);
-      v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-    } else {
-      v[0] = w.at(i);
-    }
-  }
-};
-
 template <int kMode>
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemm_kernel(const dk::GemmK k, int64_t rows) {
-  using L = WeightLoad<kMode>;
-  constexpr int V = L::kWidth;
+  constexpr int V = WeightLoad<kMode>::kWidth;
   const int lane = threadIdx.x & 31;
   const int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (o >= k.out) return;  // whole warps leave together
@@ -82,7 +153,7 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemm_kernel(const 
   for (int r = 0; r < kGemmRows; ++r) acc[r] = 0.0;
   for (int64_t i = int64_t(lane) * V; i < k.in; i += 32 * V) {
     float w[V];
-    L::load(k.w, o * k.in + i, w);
+    load_weights<kMode>(k.w, o, i, k.in, w);
 #pragma unroll
     for (int r = 0; r < kGemmRows; ++r) {
       if (r < nr) {
@@ -105,12 +176,12 @@ bool launch(int64_t n, const dk::GemmK& k) {
   if ((rows + kGemmRows - 1) / kGemmRows > 65535) return false;
   const dim3 grid(blocks_for(k.out, kWarpsPerBlock), blocks_for(rows, kGemmRows));
   const dim3 block(kWarpsPerBlock * 32);
-  if (k.w.bf16 && k.in % 8 == 0 && aligned16(k.w.bf16)) {
-    gemm_kernel<1><<<grid, block>>>(k, rows);
-  } else if (k.w.f32 && k.in % 4 == 0 && aligned16(k.w.f32)) {
-    gemm_kernel<2><<<grid, block>>>(k, rows);
-  } else {
-    gemm_kernel<0><<<grid, block>>>(k, rows);
+  switch (load_kind(k.w, k.in)) {
+    case 1: gemm_kernel<1><<<grid, block>>>(k, rows); break;
+    case 2: gemm_kernel<2><<<grid, block>>>(k, rows); break;
+    case 3: gemm_kernel<3><<<grid, block>>>(k, rows); break;
+    case 4: gemm_kernel<4><<<grid, block>>>(k, rows); break;
+    default: gemm_kernel<0><<<grid, block>>>(k, rows); break;
   }
   return true;
 }
@@ -146,13 +217,8 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_kernel(c
   const int64_t o = id % k.inter, tj = id / k.inter, t = tj / k.k;
   const dk::ExpertW& e = k.table[k.experts ? k.experts[tj] : 0];
   const float* xt = k.x + t * k.d;
-  double ga = 0, ua = 0;
-  for (int64_t c = lane; c < k.d; c += 32) {
-    ga += double(e.w1.at(o * k.d + c)) * xt[c];
-    ua += double(e.w3.at(o * k.d + c)) * xt[c];
-  }
-  ga = warp_sum(ga);
-  ua = warp_sum(ua);
+  const double ga = warp_sum(lane_dot(e.w1, o, k.d, xt, lane));
+  const double ua = warp_sum(lane_dot(e.w3, o, k.d, xt, lane));
   if (lane != 0) return;
   float g = float(ga), u = float(ua);
   if (k.lim > 0) {
@@ -177,15 +243,10 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_down_kernel
   for (int j = 0; j < k.k; ++j) {
     const dk::ExpertW& e = k.table[k.experts[t * k.k + j]];
     const float* hj = k.h + (t * k.k + j) * k.inter;
-    double s = 0;
-    for (int64_t o = lane; o < k.inter; o += 32) s += double(e.w2.at(c * k.inter + o)) * hj[o];
-    acc += float(warp_sum(s));
+    acc += float(warp_sum(lane_dot(e.w2, c, k.inter, hj, lane)));
   }
   if (k.shared) {
-    double s = 0;
-    for (int64_t o = lane; o < k.shared_inter; o += 32)
-      s += double(k.shared->w2.at(c * k.shared_inter + o)) * k.hs[t * k.shared_inter + o];
-    acc += float(warp_sum(s));
+    acc += float(warp_sum(lane_dot(k.shared->w2, c, k.shared_inter, k.hs + t * k.shared_inter, lane)));
   }
   if (lane == 0) k.y[id] = acc;
 }

@@ -3,7 +3,8 @@
 // `fast::launch_chain`) when one exists here for its type and shape, else the simple kernel (one
 // thread per index). Each computes the same function as its simple body with the work of one
 // output spread over a warp or a block: GEMM and the experts one warp per output (lanes over the
-// reduced dimension, coalesced, bf16 ×8 / float ×4 vector loads where aligned), RMSNorm one block
+// reduced dimension, coalesced, bf16 ×8 / float ×4 vector loads where aligned; stored FP8 / FP4
+// weights 8 codes per lane, decoded in registers to the widened bits), RMSNorm one block
 // per row, the mHC coefficients (rsqrt, mix, gates + Sinkhorn) one block per token, the sink
 // attention one block per (row, head) for logits, softmax and values. Sums stay in double where
 // the simple body sums in double, so only their order differs (results equal to the simple ones

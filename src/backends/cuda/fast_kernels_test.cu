@@ -16,6 +16,7 @@
 #include "backends/cuda/cuda_exec.cuh"
 #include "backends/cuda/cuda_test_util.cuh"
 #include "backends/cuda/device_kernels_check.h"
+#include "backends/cuda/device_kernels_check_stored.h"
 
 namespace dsv41 {
 namespace {
@@ -93,6 +94,70 @@ TEST(FastKernelsCuda, GemmMatchesSimple) {
           ex, [] {}, [&] { ex.for_each(rows * out, dk::GemmK{dx, xs, dw, in, out, y + out, ys}); }, y, rows * ys,
           1e-6, std::string("gemm strided ") + (bf16 ? "bf16 " : "f32 ") + shape({rows, in, out}));
     }
+  }
+}
+
+// Stored FP8 / FP4 weights (the fast kernels' in-register decode, device_kernels_check_stored.h):
+// fast against the simple body on the same bytes, at the load kinds' boundaries (8-code vector
+// loads, partial scale blocks, `in` not a multiple of 8: scalar, 128×128 blocks, row tiles) and at
+// fixed extreme scales: every block 2^-127 (all products subnormal), 2^-126, or 2^113 (codes < 2).
+// Bound per output: the double sums differ only in order, so a float rounding of nearly the same
+// double: 1e-6 |simple| + 1e-12 Σ|x·w| (+ one subnormal step).
+TEST(FastKernelsCuda, StoredGemmMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(47);
+  struct Case {
+    QuantFormat f;
+    int64_t rows, in, out, block;
+    int scale;
+  };
+  const QuantFormat F8 = QuantFormat::kFp8E4M3, F4 = QuantFormat::kFp4E2M1;
+  for (const Case& c : {Case{F8, 1, 1024, 300, 32, -1}, Case{F8, 8, 264, 65, 32, -1}, Case{F8, 9, 37, 19, 32, -1},
+                        Case{F8, 3, 520, 40, 128, -1}, Case{F8, 2, 512, 64, 32, 0}, Case{F8, 2, 512, 64, 32, 1},
+                        Case{F8, 2, 512, 64, 32, 240}, Case{F4, 1, 1024, 300, 1, -1}, Case{F4, 9, 40, 33, 1, -1},
+                        Case{F4, 3, 38, 17, 1, -1}, Case{F4, 2, 512, 64, 1, 0}, Case{F4, 2, 512, 64, 1, 240},
+                        Case{F4, 70, 256, 24, 1, -1}}) {
+    const testing::StoredQuant q = kc::random_stored(rng, c.f, c.out, c.in, c.block, false, c.scale);
+    const std::vector<float> wide = q.widened();
+    const auto x = kc::randn(rng, c.rows * c.in);
+    const float* dx = dev.up(x);
+    const dk::DevWeight w = kc::up_stored(dev, q);
+    float* y = dev.template zeros<float>(c.rows * c.out);
+    const std::string what = std::string(c.f == F8 ? "fp8 " : "fp4 ") + shape({c.rows, c.in, c.out}) + " scale " +
+                             std::to_string(c.scale);
+    ex.set_fast_kernels(false);
+    ex.for_each(c.rows * c.out, dk::GemmK{dx, c.in, w, c.in, c.out, y, c.out});
+    const std::vector<float> want = dev.down(y, c.rows * c.out);
+    ex.set_fast_kernels(true);
+    const int64_t before = ex.counts().launches;
+    ex.for_each(c.rows * c.out, dk::GemmK{dx, c.in, w, c.in, c.out, y, c.out});
+    const std::vector<float> got = dev.down(y, c.rows * c.out);
+    ex.sync();
+    ASSERT_TRUE(ex.status().ok()) << what << ": " << ex.status().to_string();
+    EXPECT_EQ(ex.counts().launches - before, 1) << what;
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t o = 0; o < c.out; ++o) {
+        double mag = 0;
+        for (int64_t i = 0; i < c.in; ++i) mag += std::fabs(double(x[r * c.in + i]) * wide[o * c.in + i]);
+        const double want_v = want[r * c.out + o], got_v = got[r * c.out + o];
+        ASSERT_TRUE(std::isfinite(want_v)) << what;
+        ASSERT_LE(std::fabs(got_v - want_v), 1e-6 * std::fabs(want_v) + 1e-12 * mag + 1e-44)
+            << what << " at (" << r << ", " << o << "): fast " << got_v << " vs simple " << want_v;
+      }
+  }
+  // NaN codes give NaN outputs on the fast path too.
+  const testing::StoredQuant q = kc::random_stored(rng, F8, 16, 256, 32, true);
+  const std::vector<float> wide = q.widened();
+  const auto x = kc::randn(rng, 256);
+  float* y = dev.template zeros<float>(16);
+  ex.for_each(16, dk::GemmK{dev.up(x), 256, kc::up_stored(dev, q), 256, 16, y, 16});
+  const std::vector<float> got = dev.down(y, 16);
+  for (int64_t o = 0; o < 16; ++o) {
+    bool nan = false;
+    for (int64_t i = 0; i < 256; ++i) nan = nan || std::isnan(wide[o * 256 + i]);
+    EXPECT_EQ(std::isnan(got[o]), nan) << "fp8 NaN codes, output " << o;
   }
 }
 

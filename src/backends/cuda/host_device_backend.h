@@ -13,9 +13,4 @@ namespace dsv41 {
 // The model is borrowed and must outlive the backend.
 std::unique_ptr<Backend> make_host_device_backend(const Model& model);
 
-// OK when the device backend can upload every weight of `model`: it takes float32 / bf16 views
-// only, so a model holding FP8 / FP4 matrices as stored (ModelLoadOptions::weights kStored, the
-// default since issue 13) is refused, naming the way out (load with --weights widened).
-Status device_backend_supports(const Model& model);
-
 }  // namespace dsv41

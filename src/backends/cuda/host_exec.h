@@ -25,6 +25,11 @@ class HostExec {
   void upload(void* dst, const void* src, int64_t bytes) { move(dst, src, bytes, counts_.uploads); }
   void download(void* dst, const void* src, int64_t bytes) { move(dst, src, bytes, counts_.downloads); }
   void copy(void* dst, const void* src, int64_t bytes) { move(dst, src, bytes, counts_.copies); }
+  // Staging host memory (pinned on a GPU) and the upload from it that the caller does not wait for
+  // (here it is done at once; the caller keeps the source unchanged until the next sync anyway).
+  void* alloc_host(int64_t bytes) { return std::malloc(static_cast<size_t>(bytes > 0 ? bytes : 1)); }
+  void release_host(void* p) { std::free(p); }
+  void upload_async(void* dst, const void* src, int64_t bytes) { move(dst, src, bytes, counts_.async_uploads); }
   template <class F>
   void for_each(int64_t n, const F& f) {
     if (n <= 0) return;

@@ -229,10 +229,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cpu greedy: %s\n", c.status().to_string().c_str());
       return 1;
     }
-    for (const auto& [name, fast] : cudas) {
+    for (const auto& [name, fast, batched_compress] : cudas) {
       auto b = make_cuda_backend(**model);
       if (!b.ok()) return 1;
       cuda_backend_set_fast_kernels(**b, fast);
+      cuda_backend_set_batched_compress(**b, batched_compress);
       auto g = greedy(std::move(*b), **model, prompt, greedy_steps);
       if (!g.ok()) {
         std::fprintf(stderr, "%s greedy: %s\n", name.c_str(), g.status().to_string().c_str());

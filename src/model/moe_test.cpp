@@ -10,60 +10,23 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/stored_quant_test_util.h"
+#include "model/moe_test_util.h"
 #include "model/weight_matrix.h"
 
 namespace dsv41 {
 namespace {
 
-std::vector<float> random_vec(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing_moe::make_random_moe;
+using testing_moe::random_vec;
+using testing_moe::RandomMoe;
 
-struct Model {
-  MoeShape shape;
-  std::vector<float> gate, bias, bias_vl;
-  std::vector<std::vector<float>> w1, w2, w3;
-  MoeWeights weights;
-};
-
-Model make(int dim, int inter, int experts, int k, int n_shared, ScoringFunc f, std::mt19937& rng) {
-  Model m;
-  m.shape.dim = dim;
-  m.shape.inter = inter;
-  m.shape.shared_inter = inter * n_shared;
-  m.shape.has_shared = n_shared > 0;
-  m.shape.n_experts = experts;
-  m.shape.top_k = k;
-  m.shape.scoring = f;
-  m.shape.gate_temp = 1.3f;
-  m.shape.routed_scaling_factor = 1.5f;
-  m.shape.swiglu_limit = 2.0f;  // low so the clamps bite on these inputs
-  m.gate = random_vec(experts * dim, rng, 0.5f);
-  m.bias = random_vec(experts, rng, 0.3f);
-  m.bias_vl = random_vec(experts, rng, 0.3f);
-  for (int e = 0; e <= experts; ++e) {
-    const int width = e == experts ? m.shape.shared_inter : inter;
-    m.w1.push_back(random_vec(width * dim, rng, 0.6f));
-    m.w3.push_back(random_vec(width * dim, rng, 0.6f));
-    m.w2.push_back(random_vec(dim * width, rng, 0.3f));
-  }
-  m.weights.gate = m.gate.data();
-  m.weights.bias = m.bias.data();
-  m.weights.bias_vl = m.bias_vl.data();
-  for (int e = 0; e < experts; ++e) m.weights.experts.push_back({m.w1[e].data(), m.w3[e].data(), m.w2[e].data()});
-  m.weights.shared = {m.w1[experts].data(), m.w3[experts].data(), m.w2[experts].data()};
-  return m;
-}
 
 class MoeShapes : public ::testing::TestWithParam<std::tuple<int, int, int, int, int, ScoringFunc>> {};
 
 TEST_P(MoeShapes, FastMatchesReference) {
   const auto [dim, inter, experts, k, shared, f] = GetParam();
   std::mt19937 rng(dim * 31 + inter);
-  Model m = make(dim, inter, experts, k, shared, f, rng);
+  RandomMoe m = make_random_moe(dim, inter, experts, k, shared, f, rng);
   const int T = 13;
   auto x = random_vec(T * dim, rng, 1.5f);
   std::vector<uint8_t> image(T, 0);
@@ -209,7 +172,7 @@ void one_expert_after_another(const CpuExec& ex, const MoeShape& s, const MoeWei
 TEST(Moe, FewTokensSameBitsAsOneExpertAfterAnother) {
   std::mt19937 rng(4242);
   const int dim = 256, inter = 96, experts = 9, k = 3;
-  Model m = make(dim, inter, experts, k, 1, ScoringFunc::kSqrtSoftplus, rng);
+  RandomMoe m = make_random_moe(dim, inter, experts, k, 1, ScoringFunc::kSqrtSoftplus, rng);
   // The same shapes with FP4 experts as a checkpoint stores them (per-32 UE8M0 scales).
   std::vector<testing::StoredQuant> stored;
   auto fp4 = [&](int64_t rows, int64_t in) {

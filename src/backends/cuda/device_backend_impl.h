@@ -137,6 +137,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
 
 template <class Exec>
 DeviceBackend<Exec>::~DeviceBackend() {
+  for (void* p : owned_) ex_.release(p);  // the weights (put)
   ex_.release_host(host_up_);
   ex_.release_host(host_down_);
 }

@@ -7,15 +7,17 @@ so the accepted length at an anchor s depends only on the greedy continuation; w
 inputs teacher-forced to those tokens the drafter's argmax at slot k is its real draft whenever
 the earlier slots were accepted, so one teacher-forced pass gives every anchor's accepted length.
 
-* teacher-forced: held-out text windows as context; targets = the target's greedy token at every
-  position given the text before it (what train_dspark.py trains on).
+* teacher-forced: held-out text windows as context, the block anchored on the text's next token;
+  slot k's target is the target's greedy token where the text agrees with the target's greedy
+  tokens before it (elsewhere the target's greedy continuation is not known from one pass: those
+  entries are left out, slot_inputs).
 * greedy decoding: the target's own greedy continuation of held-out prompts (incremental
   decoding), the drafter drafting along it — the case a speculative greedy decode meets. Also a
   simulated decode: from the prompt's end, each verification step accepts a tokens and moves
   a + 1 positions.
 
-Calibration: sigmoid(confidence_k) against the observed prefix survival (slots 1 … k all
-accepted), by bucket.
+Calibration: sigmoid(confidence_k) against the observed acceptance of draft k given drafts
+1 … k−1 were accepted (what the engine's planner reads it as: π_k = Π σ(c_u)), by bucket.
 
   python3 reference/eval_dspark.py -m models/dsv41-mini models/dsv41-mini/heldout/clang-14-doc.txt \\
       [--windows 24 --seq-len 512 --prompts 8 --prompt-len 128 --new 256] [--json out.json]
@@ -35,65 +37,112 @@ sys.path.insert(0, os.path.join(HERE, "data"))
 from dsv41_ref.dspark import load_with_drafter                  # noqa: E402
 
 
-def slot_inputs(g, B):
-    """Greedy tokens g [N, L] (g[:, p] = the target's choice for position p+1) → anchors s = 0 …
-    L−B−1: anchor ids [N, A], Markov inputs [N, A, B] (g[s+k]) and targets [N, A, B] (g[s+1+k])."""
-    A = g.shape[1] - B
-    prev = torch.stack([g[:, s:s + B] for s in range(A)], 1)
-    target = torch.stack([g[:, s + 1:s + 1 + B] for s in range(A)], 1)
-    return g[:, :A], prev, target
+def slot_inputs(x, g, B):
+    """Inputs x [N, L] and the target's greedy tokens g [N, L] on them (g[:, p] = its choice for
+    position p+1 given x[:, :p+1]) → anchors s = 0 … L−B−1: anchor ids [N, A] (x[s+1], the token
+    the target was fed at s+1, as at a decode step), Markov inputs [N, A, B] (x[s+1+k]), targets
+    [N, A, B] (g[s+1+k]) and valid [N, A, B] bool.
+
+    Slot k's target is the target's greedy token at s+2+k *after its own greedy tokens* at
+    s+2 … s+1+k; g gives it only where the inputs there are those tokens: valid[…, k] =
+    x[s+1+j] == g[s+j] for j = 1 … k (slot 0 is always valid). Along a greedy continuation every
+    slot is valid; on text, slot k is valid where the target predicted the text's next k tokens."""
+    A = x.shape[1] - B
+    anchor = x[:, 1:A + 1]
+    prev = torch.stack([x[:, 1 + k:1 + k + A] for k in range(B)], -1)
+    target = torch.stack([g[:, 1 + k:1 + k + A] for k in range(B)], -1)
+    agree = torch.stack([torch.ones_like(anchor, dtype=torch.bool)] +
+                        [x[:, 1 + k:1 + k + A] == g[:, k:k + A] for k in range(1, B)], -1)
+    valid = torch.cumprod(agree.int(), -1).bool()
+    return anchor, prev, target, valid
 
 
-def accepted(ids, target):
-    """Leading matches per anchor: survival [N, A, B] bool (slots 1 … k all equal) and length."""
-    surv = torch.cumprod((ids == target).int(), -1).bool()
-    return surv, surv.sum(-1)
+def accepted(ids, target, valid=None):
+    """Leading matches per anchor: survival [N, A, B] bool (slots 1 … k all equal), its length,
+    and known [N, A, B] bool: the survival of slot k is known where slot k's target is valid or
+    an earlier valid slot already failed (all known without `valid`)."""
+    hit = ids == target
+    surv = torch.cumprod(hit.int(), -1).bool()
+    if valid is None:
+        return surv, surv.sum(-1), torch.ones_like(surv)
+    failed = torch.cumsum((valid & ~hit).int(), -1) > 0
+    return surv, surv.sum(-1), valid | failed
 
 
 @torch.no_grad()
 def drafts_on(model, drafter, seqs, g=None, first=0, batch=4):
-    """Teacher-forced drafts over sequences seqs [N, L] → (surv [N, A, B], conf [N, A, B]) for
-    anchors s ≥ first; g: the greedy tokens to draft against (default: the target's argmax on
-    seqs)."""
+    """Teacher-forced drafts over sequences seqs [N, L] → (surv [N, A, B], conf [N, A, B], known
+    [N, A, B]) for anchors s ≥ first; g: the greedy tokens to draft against (default: the
+    target's argmax on seqs)."""
     B = drafter.dc.block
-    survs, confs = [], []
+    survs, confs, knowns = [], [], []
     for i in range(0, seqs.shape[0], batch):
         x = seqs[i:i + batch]
         logits, feats = model(x, capture_layers=drafter.dc.target_layers)
         gg = logits.argmax(-1) if g is None else g[i:i + batch]
-        anchor, prev, target = slot_inputs(gg, B)
+        anchor, prev, target, valid = slot_inputs(x, gg, B)
         _, ids, _, conf = drafter.forward_train(feats, anchor[:, first:], prev[:, first:], model.embed.weight,
                                                 model.head.weight, first=first)
-        survs.append(accepted(ids, target[:, first:])[0])
+        surv, _, known = accepted(ids, target[:, first:], valid[:, first:])
+        survs.append(surv)
         confs.append(conf.float())
-    return torch.cat(survs), torch.cat(confs)
+        knowns.append(known)
+    return torch.cat(survs), torch.cat(confs), torch.cat(knowns)
 
 
-def summarise(surv, conf):
+def summarise(surv, conf, known=None):
     """Per-slot acceptance (prefix survival), conditional match, mean accepted length and the
-    calibration table."""
+    calibration table. known [N, A, B] (drafts_on): entries whose survival the data determines;
+    the conditional match of slot k counts anchors whose slots < k survived and whose slot k is
+    known, and the survival of slot k is the product of the conditionals up to k (the plain
+    survival rate when every entry is known)."""
     B = surv.shape[-1]
     s = surv.reshape(-1, B).float()
+    kn = torch.ones_like(s) if known is None else known.reshape(-1, B).float()
     c = torch.sigmoid(conf.reshape(-1, B).float())
-    out = {"anchors": s.shape[0],
-           "survival_per_slot": [round(float(v), 4) for v in s.mean(0)],
-           "mean_accepted": round(float(s.sum(1).mean()), 4)}
     prev = torch.cat([torch.ones_like(s[:, :1]), s[:, :-1]], 1)
-    out["conditional_match_per_slot"] = [round(float((s[:, k] * prev[:, k]).sum() / prev[:, k].sum().clamp(min=1)), 4)
-                                         for k in range(B)]
+    cond = [float((s[:, k] * prev[:, k] * kn[:, k]).sum() / (prev[:, k] * kn[:, k]).sum().clamp(min=1))
+            for k in range(B)]
+    chain, run = [], 1.0
+    for v in cond:
+        run *= v
+        chain.append(run)
+    out = {"anchors": s.shape[0],
+           "survival_per_slot": [round(v, 4) for v in chain],
+           "mean_accepted": round(sum(chain), 4),
+           "conditional_match_per_slot": [round(v, 4) for v in cond]}
+    if known is not None:
+        out["known_fraction_per_slot"] = [round(float(v), 4) for v in kn.mean(0)]
+    # calibration of each σ(c_k) as the engine reads it: the acceptance of draft k given drafts < k
+    # were accepted (judged: those anchors, slot k known)
+    judged = (prev * kn) > 0
     edges = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0001]
     table, ece = [], 0.0
     for lo, hi in zip(edges[:-1], edges[1:]):
-        m = (c >= lo) & (c < hi)
+        m = (c >= lo) & (c < hi) & judged
         n = int(m.sum())
         if n:
             pred, obs = float(c[m].mean()), float(s[m].mean())
             table.append({"bucket": [lo, min(hi, 1.0)], "n": n, "predicted": round(pred, 4), "observed": round(obs, 4)})
             ece += n * abs(pred - obs)
     out["calibration"] = table
-    out["ece"] = round(ece / max(c.numel(), 1), 4)
+    out["ece"] = round(ece / max(float(judged.sum()), 1), 4)
     out["mean_predicted_per_slot"] = [round(float(v), 4) for v in c.mean(0)]
     return out
+
+
+def simulated_decode(length, K):
+    """Greedy speculative decode along anchors with accepted lengths length [N, A] (from the
+    first anchor), K drafts verified per step → emitted tokens per target step."""
+    steps, tokens = 0, 0
+    for row in length.tolist():
+        s = 0
+        while s < len(row):
+            a = min(int(row[s]), K)
+            steps += 1
+            tokens += a + 1
+            s += a + 1
+    return tokens / max(steps, 1)
 
 
 @torch.no_grad()
@@ -116,19 +165,13 @@ def greedy_decode_stats(model, drafter, prompts, n_new, batch=4):
     P = prompts.shape[1]
     seqs, last = greedy_continuations(model, prompts, n_new)
     g = torch.cat([seqs[:, 1:], last.argmax(-1)[:, None]], 1)
-    surv, conf = drafts_on(model, drafter, seqs, g=g, first=P - 1, batch=batch)
+    surv, conf, known = drafts_on(model, drafter, seqs, g=g, first=P - 1, batch=batch)
     # simulated speculative decode from s = P−1: each step accepts a and advances a + 1
-    steps, tokens = 0, 0
     length = surv.sum(-1)                                              # [N, A']
-    for n in range(length.shape[0]):
-        s = 0
-        while s < length.shape[1]:
-            a = int(length[n, s])
-            steps += 1
-            tokens += a + 1
-            s += a + 1
-    res = summarise(surv, conf)
-    res["simulated_tokens_per_step"] = round(tokens / max(steps, 1), 4)
+    res = summarise(surv, conf, known)
+    B = surv.shape[-1]
+    res["simulated_tokens_per_step"] = round(simulated_decode(length, B), 4)
+    res["simulated_tokens_per_step_by_k"] = [round(simulated_decode(length, k), 4) for k in range(1, B + 1)]
     res["distinct_ratio"] = round(float(torch.tensor([len(set(r.tolist())) / len(r) for r in seqs[:, P:]]).mean()), 4)
     return res
 

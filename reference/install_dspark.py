@@ -82,12 +82,19 @@ def card_section(summary, ev, model_dir, eval_cmd):
         "Markov and confidence heads; F32 mHC, sinks, router biases).",
         "",
         "Trained by `reference/train_dspark.py` with the backbone frozen (self-distillation): every position "
-        "of a training window is an anchor (teacher forced on corpus text); slot k's target is the frozen "
-        "backbone's own greedy token at s+2+k; loss = cross-entropy weighted γ^k "
-        f"(γ = {a['gamma']}) + {a['conf_weight']} × BCE of the confidence against prefix survival (slots 1…k all "
-        f"right). AdamW, lr {a['lr']}, batches of {a['batch']} × {a['seq_len']}; {summary['steps']} steps, "
-        f"{summary['positions'] / 1e6:.1f} M anchor positions in {summary['train_seconds']:.0f} s on "
-        f"{summary.get('gpu', summary['device'])} (PyTorch {summary['torch']}).",
+        "of a training window is an anchor, the block anchored on the token fed at s+1 as at a decode step; "
+        "slot k's target is the frozen backbone's greedy token at s+2+k, counted only where the window's tokens "
+        "before it are the backbone's own greedy tokens; windows are corpus text and, for "
+        f"{a.get('cont_frac', 0):.0%} of the steps, the backbone's own greedy continuations of corpus prompts "
+        f"({summary.get('continuations_generated', 0):,} generated during training, {a.get('gen_prompt', 0)} + "
+        f"{a.get('gen_new', 0)} tokens); loss = cross-entropy against the greedy token + "
+        f"{a.get('soft_weight', 0)} × cross-entropy against the backbone's distribution, weighted γ^k "
+        f"(γ = {a['gamma']}), + {a['conf_weight']} × BCE of the confidence against prefix survival (slots 1…k all "
+        f"right); from {a.get('qat_from', 2):.0%} of the schedule the forward uses the stored weight formats "
+        f"(straight-through). AdamW, lr {a['lr']}, batches of {a['batch']} × {a['seq_len']}"
+        + (f", started from the previous drafter" if a.get("init_from") else "") +
+        f"; {summary['steps']} steps, {summary['positions'] / 1e6:.1f} M anchor positions in "
+        f"{summary['train_seconds']:.0f} s on {summary.get('gpu', summary['device'])} (PyTorch {summary['torch']}).",
         "",
         f"Acceptance under greedy verification on `heldout/{ev['text']}` (never trained on), "
         f"measured by `{eval_cmd}` (the exported weights, fp32 CPU):",
@@ -105,15 +112,30 @@ def card_section(summary, ev, model_dir, eval_cmd):
         f"(each step accepts a drafts and emits a + 1 tokens) makes **{gd['simulated_tokens_per_step']:.2f} tokens "
         "per target step** (1.00 without a drafter).",
         "",
-        "Confidence calibration (sigmoid of the confidence logit vs the observed prefix survival, all slots, "
-        f"teacher forced; expected calibration error {tf['ece']:.3f}, greedy decoding {gd['ece']:.3f}):",
+        "Teacher forced, slot k counts the anchors whose slots < k survived and whose slot k's target is known "
+        "(the text followed the backbone's greedy path up to it); survival is the product of those conditionals.",
         "",
-        "| predicted bucket | anchors × slots | mean predicted | observed |",
-        "| --- | --- | --- | --- |",
+        "Confidence calibration: sigmoid of confidence k against the observed acceptance of draft k given "
+        "drafts < k were accepted (how the engine's planner reads it: π_k = Π σ(c_u)), all slots; expected "
+        f"calibration error teacher forced {tf['ece']:.3f}, greedy decoding {gd['ece']:.3f}. The engine "
+        "refines it online per slot (runtime/confidence_calibration.h).",
+        "",
+        "| predicted bucket | teacher forced: drafts | mean predicted | observed | greedy decoding: drafts | mean predicted | observed |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for r in tf["calibration"]:
-        lines.append(f"| {r['bucket'][0]:.1f}–{r['bucket'][1]:.1f} | {r['n']:,} | {r['predicted']:.3f} | "
-                     f"{r['observed']:.3f} |")
+    by = {}
+    for which, rows in (("tf", tf["calibration"]), ("gd", gd["calibration"])):
+        for r in rows:
+            by.setdefault(round(r["bucket"][0], 1), {})[which] = r
+    for lo in sorted(by):
+        cells = []
+        for which in ("tf", "gd"):
+            r = by[lo].get(which)
+            cells += ([f"{r['n']:,}", f"{r['predicted']:.3f}", f"{r['observed']:.3f}"] if r else ["0", "", ""])
+        lines.append(f"| {lo:.1f}–{lo + 0.1:.1f} | " + " | ".join(cells) + " |")
+    if "simulated_tokens_per_step_by_k" in gd:
+        lines += ["", "Simulated greedy speculative decode at fixed K = 1 … " + str(B) + ": " + ", ".join(
+            f"{v:.2f}" for v in gd["simulated_tokens_per_step_by_k"]) + " tokens per target step."]
     lines += [""]
     return "\n".join(lines) + "\n"
 

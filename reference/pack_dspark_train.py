@@ -31,6 +31,8 @@ FILES = ["train.py", "train_dspark.py", "eval_dspark.py", "install_dspark.py", "
 RUN_SH = r'''#!/bin/bash
 # bash run.sh SECONDS — train the dsv41-mini DSpark drafter for about SECONDS in all (start-up,
 # export and the held-out evaluation included: RESERVE seconds are kept for them), results in $OUT.
+# INIT=DIR starts from DIR's drafter; EVAL=0 skips the held-out evaluation (eval_dspark.py can
+# run it later on any machine); EXTRA= more train_dspark.py flags.
 set -eo pipefail
 BUDGET=${1:-480}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -42,10 +44,12 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), sys.version.split()[0])'
 [ -f "$MODEL/config.json" ] || { echo "no backbone at $MODEL (set MODEL=)"; exit 2; }
+EVAL_FLAGS=(--eval-text "$MODEL/heldout/clang-14-doc.txt"
+            --eval-args "${EVAL_ARGS:---windows 64 --seq-len 512 --prompts 32 --prompt-len 128 --new 256 --batch 16}")
+[ "${EVAL:-1}" = 0 ] && EVAL_FLAGS=()
 python3 "$HERE/reference/train_dspark.py" --model "$MODEL" --data "$HERE/data" --out "$OUT" \
     --device "$DEVICE" --time-budget $((BUDGET - RESERVE)) --batch ${BATCH:-32} --seq-len ${SEQ:-512} \
-    --lr ${LR:-2e-3} --log-every 20 --eval-text "$MODEL/heldout/clang-14-doc.txt" \
-    --eval-args "${EVAL_ARGS:---windows 64 --seq-len 512 --prompts 32 --prompt-len 128 --new 256 --batch 16}" \
+    --lr ${LR:-2e-3} --log-every 20 ${INIT:+--init-from "$INIT"} "${EVAL_FLAGS[@]}" $EXTRA \
     2>&1 | tee "$OUT/train.log"
 ls -la "$OUT"
 '''

@@ -8,14 +8,29 @@ Data: DATA/train.u16.xz (uint16 token ids, lzma, as reference/data/build_corpus.
 random windows of --seq-len tokens starting at position 0, as reference/train.py reads them.
 
 Per window the frozen target runs once (fp32, no gradient) and gives the target features of the
-drafter's layers and its greedy token g(p+1) at every position p. Every position s with a full
-block after it is an anchor (teacher-forced, dspark.forward_train): block input t_{s+1} = g(s+1),
-Markov inputs g(s+1+k), targets of slot k = g(s+2+k). Loss:
+drafter's layers, its logits and its greedy token g(p) for position p+1 at every position p. Every
+position s with a full block after it is an anchor (teacher-forced, dspark.forward_train), anchored
+as at a decode step on the token fed at s+1: block input x(s+1), Markov inputs x(s+1+k), targets
+of slot k = g(s+1+k) — valid only where the window's tokens x(s+2) … x(s+1+k) are the target's own
+greedy tokens (eval_dspark.slot_inputs); invalid slots carry no loss. Windows come from two
+sources, mixed per step (--cont-frac):
 
-  Σ_k γ^k · CE(logits_k, g(s+2+k)) / Σ_k γ^k  +  λ · BCE(confidence_k, survival_k)
+* corpus text (random windows): slot 0 always valid, deeper slots where the text follows the
+  target's greedy path;
+* the target's own greedy continuations of corpus prompts (what greedy speculative decoding
+  meets; every slot valid), generated on the device during training into a buffer of recent
+  continuations (--gen-time-frac of the wall time; --gen-batch, --gen-prompt, --gen-new).
 
-survival_k = the drafts of slots 0 … k all equal their targets (argmax, detached): sigmoid of the
-confidence is trained to the probability that greedy verification keeps the prefix through k.
+Loss over the valid (anchor, slot) pairs, slot weights γ^k:
+
+  Σ γ^k · [CE(logits_k, g) + μ · CE(logits_k, softmax(target logits))] / Σ γ^k  +  λ · BCE(confidence_k, hit_k)
+
+sigmoid of confidence k is trained to the probability that greedy verification accepts draft k
+given that it accepted drafts < k (confidence_targets: the factor of the prefix survival
+π_k = Π σ(c_u) that the engine's planner and calibrator assume; the drafts are argmax,
+detached), counted where slot k's target is valid and drafts < k were right. From --qat-from (fraction of the schedule) on, the
+forward uses the weights as they will be stored (FP8 blocks, FP4 experts, BF16; straight-through
+gradients), so the exported drafter is the one trained. --init-from DIR starts from DIR's drafter.
 
 Drafter geometry: the model's config keys when num_nextn_predict_layers > 0, else the flags
 (--stages, --target-layers, --experts, --top-k, --markov-rank; noise id = the config's
@@ -44,13 +59,155 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from dsv41_ref.config import load_config                       # noqa: E402
-from dsv41_ref.dspark import DSpark, drafter_tensors, load_drafter   # noqa: E402
+from dsv41_ref.dspark import DSpark, drafter_tensors, load_drafter, stored_format   # noqa: E402
+from dsv41_ref.quant import e2m1_round, e4m3_round              # noqa: E402
 from dsv41_ref.init import init_random                         # noqa: E402
 from dsv41_ref.io import load_model, read_state                # noqa: E402
 from dsv41_ref.safetensors_io import write_safetensors         # noqa: E402
-from eval_dspark import accepted, slot_inputs                  # noqa: E402
+from eval_dspark import accepted, greedy_continuations, slot_inputs   # noqa: E402
 from install_dspark import SHARD, install                      # noqa: E402
 from train import Batches, load_tokens                         # noqa: E402
+
+def _pow2_ceil(y):
+    """2^ceil(log2 y) for y > 0, exact (frexp), as safetensors_io's quantisers."""
+    m, e = torch.frexp(y)
+    return torch.ldexp(torch.ones_like(y), torch.where(m == 0.5, e - 1, e))
+
+
+def fp8_block_weight_qdq(w, block=32):
+    """w [rows, cols] → the values quantise_fp8_block stores (32×32 power-of-two scales, E4M3)."""
+    rows, cols = w.shape
+    br, bc = -(-rows // block), -(-cols // block)
+    pad = w.new_zeros(br * block, bc * block)
+    pad[:rows, :cols] = w
+    amax = pad.abs().view(br, block, bc, block).amax((1, 3))
+    scale = _pow2_ceil(amax.clamp(min=2.0 ** -100) / 448.0)
+    s_full = scale.repeat_interleave(block, 0).repeat_interleave(block, 1)[:rows, :cols]
+    return e4m3_round(torch.clamp(w / s_full, -448.0, 448.0)) * s_full
+
+
+def fp4_rows_weight_qdq(w, block=32):
+    """w [rows, cols] → the values quantise_fp4_rows stores (per row per 32 columns, E2M1)."""
+    rows, cols = w.shape
+    nb = -(-cols // block)
+    pad = w.new_zeros(rows, nb * block)
+    pad[:, :cols] = w
+    amax = pad.abs().view(rows, nb, block).amax(2)
+    s_full = _pow2_ceil(amax.clamp(min=2.0 ** -100) / 6.0).repeat_interleave(block, 1)[:, :cols]
+    return e2m1_round(torch.clamp(w / s_full, -6.0, 6.0)) * s_full
+
+
+def stored_values(name, w):
+    """A drafter parameter as the exported shard holds it (dspark.stored_format)."""
+    fmt = stored_format(name)
+    if fmt == "FP8" and w.dim() == 2:
+        return fp8_block_weight_qdq(w)
+    if fmt == "FP4" and w.dim() == 2:
+        return fp4_rows_weight_qdq(w)
+    if fmt == "BF16":
+        return w.to(torch.bfloat16).to(w.dtype)
+    return w
+
+
+def stored_params(drafter):
+    """{name: w + (stored(w) − w).detach()}: the forward sees the stored weights, the gradient
+    passes straight through to the float masters (quantisation-aware training)."""
+    out = {}
+    for n, w in drafter.named_parameters():
+        q = stored_values(n, w.detach().float()).to(w.dtype)
+        out[n] = w + (q - w).detach()
+    return out
+
+
+def functional_call(module, params, args):
+    try:
+        from torch.func import functional_call as call
+    except ImportError:                                    # PyTorch 1.13 (the CPU machine)
+        from torch.nn.utils.stateless import functional_call as call
+    return call(module, params, args)
+
+
+class Continuations:
+    """The target's own greedy continuations of corpus prompts, generated on the device in
+    chunks: the newest `capacity` sequences of prompt + new tokens, sampled at random."""
+
+    def __init__(self, model, tokens, prompt, new, batch, capacity, device, seed):
+        self.model, self.new, self.capacity = model, new, capacity
+        self.prompts = Batches(tokens, prompt, batch, device, seed + 1)
+        self.gen = torch.Generator(device=device).manual_seed(seed + 2)
+        self.data = None
+        self.generated = 0
+
+    def grow(self):
+        x, _ = self.prompts.next()
+        seqs, _ = greedy_continuations(self.model, x, self.new)
+        self.data = seqs if self.data is None else torch.cat([self.data, seqs])[-self.capacity:]
+        self.generated += seqs.shape[0]
+
+    def sample(self, n):
+        idx = torch.randint(0, self.data.shape[0], (n,), generator=self.gen, device=self.data.device)
+        return self.data[idx]
+
+
+def drafter_loss(drafter, params, model, x, args, slot_w):
+    """One batch of windows x [N, L] → (loss, hard CE, BCE, survival [N, A, B], valid, known)."""
+    dc = drafter.dc
+    B = dc.block
+    with torch.no_grad():
+        logits, feats = model(x, capture_layers=dc.target_layers)
+        g = logits.argmax(-1)                           # g[:, p] = the target's token for p+1
+    anchor, prev, target, valid = slot_inputs(x, g, B)
+    A = anchor.shape[1]
+    device = x.device
+    with (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
+          else torch.autocast("cpu", enabled=False)):
+        call_args = (feats, anchor, prev, model.embed.weight, model.head.weight)
+        if params is None:
+            _, ids, lg, conf = drafter.forward_train(*call_args)
+        else:
+            _, ids, lg, conf = functional_call(_TrainPath(drafter), {"d." + k: v for k, v in params.items()},
+                                               call_args)
+    w = slot_w.view(1, 1, B) * valid.float()
+    hard_sum = lg.new_zeros((), dtype=torch.float32)
+    total = lg.new_zeros((), dtype=torch.float32)
+    for k in range(B):
+        lsm = F.log_softmax(lg[:, :, k].float(), -1)
+        hard = -lsm.gather(-1, target[:, :, k:k + 1])[..., 0]
+        term = hard
+        if args.soft_weight > 0:
+            with torch.no_grad():
+                p = torch.softmax(logits[:, 1 + k:1 + k + A].float(), -1)
+            term = term + args.soft_weight * -(p * lsm).sum(-1)
+        total = total + (term * w[:, :, k]).sum()
+        hard_sum = hard_sum + (hard.detach() * w[:, :, k]).sum()
+    wsum = w.sum().clamp(min=1e-9)
+    surv, _, known = accepted(ids.detach(), target, valid)
+    hit, judged = confidence_targets(ids.detach(), target, valid)
+    bce = F.binary_cross_entropy_with_logits(conf.float(), hit.float(), weight=judged.float(), reduction="sum")
+    bce = bce / judged.float().sum().clamp(min=1)
+    return total / wsum + args.conf_weight * bce, hard_sum / wsum, bce, surv, valid, known
+
+
+def confidence_targets(ids, target, valid):
+    """What confidence k estimates (model.md §6.1, system.md §4: prefix survival π_k = Π_{u≤k}
+    σ(c_u), the engine's planner and calibrator read each σ(c_k) as a factor): the probability
+    that draft k is accepted given drafts < k were. → (hit [N, A, B] bool, judged [N, A, B] bool:
+    drafts < k all right and slot k's target valid)."""
+    hit = ids == target
+    prefix = torch.cat([torch.ones_like(hit[..., :1]), torch.cumprod(hit.int(), -1)[..., :-1].bool()], -1)
+    return hit, prefix & valid
+
+
+class _TrainPath(torch.nn.Module):
+    """forward = drafter.forward_train, so that functional_call can swap the drafter's weights."""
+
+    def __init__(self, drafter):
+        super().__init__()
+        self.d = drafter
+
+    def forward(self, *a):
+        return self.d.forward_train(*a)
+
 
 def drafter_keys(cfg, args):
     e = getattr(cfg, "_extra", {})
@@ -81,6 +238,19 @@ def main(argv=None):
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--gamma", type=float, default=0.7, help="slot weight γ^k of the cross-entropy")
     ap.add_argument("--conf-weight", type=float, default=0.2, help="λ of the confidence BCE")
+    ap.add_argument("--soft-weight", type=float, default=0.5,
+                    help="μ: weight of the cross-entropy against the target's whole distribution")
+    ap.add_argument("--cont-frac", type=float, default=0.5,
+                    help="share of steps on the target's greedy continuations (0: corpus windows only)")
+    ap.add_argument("--gen-time-frac", type=float, default=0.25,
+                    help="share of the wall time spent generating continuations")
+    ap.add_argument("--gen-batch", type=int, default=256, help="continuations generated at once")
+    ap.add_argument("--gen-prompt", type=int, default=128, help="prompt tokens of a continuation")
+    ap.add_argument("--gen-new", type=int, default=256, help="greedy tokens of a continuation")
+    ap.add_argument("--gen-capacity", type=int, default=4096, help="continuations kept (newest)")
+    ap.add_argument("--qat-from", type=float, default=0.5,
+                    help="fraction of the schedule from which the forward uses the stored weight formats (> 1: never)")
+    ap.add_argument("--init-from", help="model directory whose drafter the training starts from")
     ap.add_argument("--bias-gamma", type=float, default=1e-3, help="router selection-bias step")
     ap.add_argument("--stages", type=int, default=3)
     ap.add_argument("--block", type=int, default=5)
@@ -112,6 +282,9 @@ def main(argv=None):
         # heads that start neutral: no Markov bias, confidence logit 0 (sigmoid ½)
         drafter.mtp[-1].markov_head.head.weight.zero_()
         drafter.mtp[-1].confidence_head.proj.weight.zero_()
+    if args.init_from:
+        drafter.load_state_dict(load_drafter(args.init_from).state_dict(), strict=False)
+        print(f"drafter: starting from {args.init_from}", flush=True)
     state = read_state(args.model)
     model = load_model(args.model, state=state)
     for p in model.parameters():
@@ -157,30 +330,32 @@ def main(argv=None):
         q = min((p - args.warmup) / max(1 - args.warmup, 1e-9), 1.0)
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * q)))
 
-    step, seen = 0, 0
+    step, seen, seen_cont = 0, 0, 0
     t_train = time.time()
-    acc_ema = None
+    gen_s = 0.0
+    cont = None
+    if args.cont_frac > 0:
+        cont = Continuations(model, tokens, args.gen_prompt, args.gen_new, args.gen_batch, args.gen_capacity,
+                             device, args.seed)
+    pick = torch.Generator().manual_seed(args.seed + 3)
     while True:
         p = progress(step)
         if p >= 1.0:
             break
+        if cont is not None and (cont.data is None or gen_s < args.gen_time_frac * (time.time() - t_train)):
+            t0 = time.time()
+            cont.grow()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            gen_s += time.time() - t0
+            continue
         lr = lr_at(p)
         for g in opt.param_groups:
             g["lr"] = lr
-        x, _ = batches.next()                           # [Bt, seq_len] (the shifted targets unused)
-        with torch.no_grad():
-            logits, feats = model(x, capture_layers=dc.target_layers)
-            gt = logits.argmax(-1)                      # gt[:, p] = the target's token for p+1
-            del logits
-        anchor, prev, target = slot_inputs(gt, B)
-        with (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
-              else torch.autocast("cpu", enabled=False)):
-            _, ids, lg, conf = drafter.forward_train(feats, anchor, prev, model.embed.weight, model.head.weight)
-        ce = F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), target.reshape(-1), reduction="none")
-        ce = (ce.view(target.shape) * slot_w).sum(-1).mean()
-        surv, _ = accepted(ids.detach(), target)
-        bce = F.binary_cross_entropy_with_logits(conf.float(), surv.float())
-        loss = ce + args.conf_weight * bce
+        on_cont = cont is not None and float(torch.rand((), generator=pick)) < args.cont_frac
+        x = cont.sample(args.batch) if on_cont else batches.next()[0]
+        params = stored_params(drafter) if p >= args.qat_from else None
+        loss, ce, bce, surv, valid, known = drafter_loss(drafter, params, model, x, args, slot_w)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
@@ -192,20 +367,28 @@ def main(argv=None):
                     st.ffn.gate.bias.add_(args.bias_gamma * torch.sign(load.float().mean() - load.float()))
         step += 1
         seen += x.numel()
+        seen_cont += x.numel() if on_cont else 0
         if step % args.log_every == 0 or step == 1:
-            sv = surv.float().mean((0, 1))
-            acc_ema = sv if acc_ema is None else 0.8 * acc_ema + 0.2 * sv
-            rec = {"step": step, "positions": seen, "loss": float(loss), "ce": float(ce), "bce": float(bce),
-                   "survival": [round(float(v), 4) for v in sv], "lr": lr, "s": round(time.time() - t_start, 1)}
+            kn = known.float()
+            sv = (surv.float() * kn).sum((0, 1)) / kn.sum((0, 1)).clamp(min=1)
+            rec = {"step": step, "positions": seen, "continuation_positions": seen_cont,
+                   "source": "continuation" if on_cont else "corpus", "loss": float(loss), "ce": float(ce),
+                   "bce": float(bce), "survival_known": [round(float(v), 4) for v in sv],
+                   "valid": [round(float(v), 4) for v in valid.float().mean((0, 1))], "qat": params is not None,
+                   "lr": lr, "generated": cont.generated if cont else 0, "gen_s": round(gen_s, 1),
+                   "s": round(time.time() - t_start, 1)}
             if not math.isfinite(rec["loss"]):
                 raise RuntimeError(f"step {step}: loss is {rec['loss']}")
-            print(f"step {step:5d}  pos {seen / 1e6:6.2f}M  loss {rec['loss']:.4f}  ce {rec['ce']:.4f}  "
-                  f"bce {rec['bce']:.4f}  survival {rec['survival']}  lr {lr:.2e}  "
+            print(f"step {step:5d} {rec['source'][:4]}  pos {seen / 1e6:6.2f}M  loss {rec['loss']:.4f}  "
+                  f"ce {rec['ce']:.4f}  bce {rec['bce']:.4f}  survival {rec['survival_known']}  "
+                  f"valid {rec['valid']}  lr {lr:.2e}  gen {rec['generated']} ({gen_s:.0f}s)  "
                   f"{seen / (time.time() - t_train) / 1e3:.1f}K pos/s  {rec['s']:.0f}s", flush=True)
             log.write(json.dumps(rec) + "\n")
             log.flush()
     train_s = time.time() - t_train
-    summary = {"steps": step, "positions": seen, "train_seconds": round(train_s, 1),
+    summary = {"steps": step, "positions": seen, "continuation_positions": seen_cont,
+               "continuations_generated": cont.generated if cont else 0, "generation_seconds": round(gen_s, 1),
+               "train_seconds": round(train_s, 1),
                "positions_per_s": round(seen / max(train_s, 1e-9), 1), "args": vars(args), "config_keys": keys,
                "device": str(device), "torch": torch.__version__}
     if device.type == "cuda":

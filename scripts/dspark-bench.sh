@@ -14,6 +14,7 @@ trap 'rm -rf "$TMP"' EXIT
 MODES=${MODES:-"off 1 2 3 4 5 auto"}  # e.g. MODES="off auto"
 BACKEND=${BACKEND:-cpu}               # e.g. BACKEND=cuda (generate --backend)
 PARALLEL=${PARALLEL:-"1 8"}
+LOG=${LOG:-}                          # e.g. LOG=dspark.log: each run's `dspark` summary line (per-slot acceptance, drafting ms)
 for p in $PARALLEL; do
   for r in $(seq 1 "$ROUNDS"); do
     for m in $MODES; do
@@ -22,6 +23,7 @@ for p in $PARALLEL; do
       tps=$(sed -n 's/.*, \([0-9.]*\) generated tok\/s.*/\1/p' "$TMP/err")
       acc=$(sed -n 's/.*accepted (\([0-9.]*\) per step).*/\1/p' "$TMP/err")
       echo "$p $m $tps ${acc:-0}" >> "$TMP/rows"
+      [ -n "$LOG" ] && { echo "parallel $p --dspark $m: $tps tok/s"; grep '^dspark' "$TMP/err" || true; } >> "$LOG"
       if [ "$m" != off ] && ! cmp -s <(python3 -c 'import json,sys; print([json.loads(l)["ids"] for l in open(sys.argv[1])])' "$TMP/out_${p}_${m}.jsonl") \
                                  <(python3 -c 'import json,sys; print([json.loads(l)["ids"] for l in open(sys.argv[1])])' "$TMP/out_${p}_off.jsonl"); then
         echo "MISMATCH: parallel $p --dspark $m differs from off" >&2

@@ -63,6 +63,10 @@ void AutoDraftSwitch::record(bool drafted, bool decode_only, double ms, int64_t 
   if (!measuring_ || !decode_only || ms <= 0 || emitted == 0) return;
   measuring_ = false;
   Bucket& b = buckets_[current_];
+  if (drafted && b.warmup > 0) {
+    --b.warmup;
+    return;
+  }
   const int side = drafted ? 1 : 0;
   b.ms[side] += ms;
   b.tokens[side] += emitted;

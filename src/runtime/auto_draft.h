@@ -44,7 +44,14 @@ class AutoDraftSwitch {
   static double loss_bound(int64_t samples_per_side);
 
   // refill_steps: steps of fed rings before a bucket drafts (the drafter's window).
-  explicit AutoDraftSwitch(int64_t refill_steps) : refill_steps_(refill_steps), fed_run_(refill_steps) {}
+  // warmup_drafts: the first drafting steps of each bucket that are not counted — the first
+  // draft at a batch size pays first touches (scratch, the device's feature copies) that can
+  // make it look more than twice as slow, a false clear loss that one sample a side would take
+  // and that only the next measurement (≥ kFirstWait steps later) would mend.
+  explicit AutoDraftSwitch(int64_t refill_steps, int64_t warmup_drafts = 0)
+      : refill_steps_(refill_steps), fed_run_(refill_steps) {
+    for (Bucket& b : buckets_) b.warmup = warmup_drafts;
+  }
 
   // Before a step of `seqs` decoding sequences: whether it drafts. prefilling: the step carries
   // prefill chunks.
@@ -76,6 +83,7 @@ class AutoDraftSwitch {
     int64_t wait = kFirstWait;    // steps before the next measurement
     bool measured = false;        // a verdict was reached before
     bool last_won = false;        // the verdict of the previous measurement
+    int64_t warmup = 0;           // drafting steps still to run uncounted
   };
   static int bucket(int64_t seqs);
   void enter(Bucket& b, Phase phase);

@@ -144,6 +144,31 @@ TEST(AutoDraft, EachBatchBucketKeepsItsOwnVerdict) {
   EXPECT_EQ(a.phase(16), Phase::kMeasure) << "an unseen bucket starts by measuring";
 }
 
+TEST(AutoDraft, WarmupDraftsAreNotCounted) {
+  // The first drafting step of each bucket is 10× slower (first touches), the later ones win.
+  AutoDraftSwitch a(kRefill, /*warmup_drafts=*/1);
+  auto first_slow = [&](int64_t seqs) {
+    const bool d = a.want_draft(false, seqs);
+    ASSERT_TRUE(d) << "a measurement starts with a drafting step";
+    a.record(true, true, 10.0, seqs);
+    EXPECT_EQ(a.phase(seqs), Phase::kMeasure) << "the warm-up draft took no loss";
+    EXPECT_TRUE(a.want_draft(false, seqs)) << "the first counted sample drafts too";
+    a.record(true, true, 1.5, 3 * seqs);
+  };
+  first_slow(1);
+  run(a, 2 * AutoDraftSwitch::kSamples - 1, 1.5, 3);
+  EXPECT_EQ(a.phase(1), Phase::kDrafting);
+  first_slow(8);
+  run(a, 2 * AutoDraftSwitch::kSamples - 1, 1.5, 24, 8);
+  EXPECT_EQ(a.phase(8), Phase::kDrafting) << "each bucket has its own warm-up";
+  // Without the warm-up the same slow first draft is a clear loss after one sample a side.
+  AutoDraftSwitch b(kRefill);
+  ASSERT_TRUE(b.want_draft(false, 1));
+  b.record(true, true, 10.0, 1);
+  run(b, 1, 1.5, 3);
+  EXPECT_EQ(b.phase(1), Phase::kPlain);
+}
+
 TEST(AutoDraft, PrefillStepsNeitherDraftNorCountWhileMeasuring) {
   AutoDraftSwitch a(kRefill);
   for (int i = 0; i < 100; ++i) {

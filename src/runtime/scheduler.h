@@ -236,7 +236,7 @@ class Scheduler {
   StepCost step_cost_;
   DsparkStats dspark_;
   // Auto mode's measured choice (runtime/auto_draft.h); the window's steps refill the rings.
-  AutoDraftSwitch auto_{engine_.config().sliding_window};
+  AutoDraftSwitch auto_{engine_.config().sliding_window, /*warmup_drafts=*/1};
   bool drafted_this_step_ = false;
   int64_t emitted_this_step_ = 0;
   int64_t verified_this_step_ = 0;  // drafts the planner kept for verification

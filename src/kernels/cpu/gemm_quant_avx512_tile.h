@@ -133,21 +133,6 @@ struct Fp4Decoder {
   }
 };
 
-// The UE8M0 scales of up to 8 consecutive blocks (n ≤ 8) of rows a and b (no b: unused lanes) as
-// [a's 8 | b's 8] floats, the values of ue8m0_decode_table: 2^(e-127), 2^-127 for code 0 (the
-// one subnormal), NaN for 255.
-inline __m512 row_scales_of_8_blocks(const uint8_t* a, const uint8_t* b, int n) {
-  const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
-  const __m128i ea = _mm_maskz_loadu_epi8(m, a);
-  const __m128i eb = b ? _mm_maskz_loadu_epi8(m, b) : _mm_setzero_si128();
-  const __m512i e = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(ea, eb));
-  __m512i bits = _mm512_slli_epi32(e, 23);
-  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
-  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
-                               _mm512_set1_epi32(std::bit_cast<int32_t>(ue8m0_decode_table()[255])));
-  return _mm512_castsi512_ps(bits);
-}
-
 // The decoders every AVX-512 CPU runs (a `Fast` policy of tile()): FP8 blocks folded with x ·
 // 256 · s (the weights as value · 2^-8, the half of Fp8Decoder), FP4 blocks by Fp8Decoder's
 // sibling above. kBias: the folded 256 · s is 2^(e - kBias); usable: 256 · s is finite.
@@ -191,11 +176,6 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  // FP4 as the checkpoint stores it, one scale per row per 32 columns: each pair's scales of 8
-  // blocks widened at once (row_scales_of_8_blocks), one permute per block picks the block's.
-  const bool row_scales = F == QuantFormat::kFp4E2M1 && w.block_rows_log2 == 0 && w.block_cols_log2 == 5;
-  __m512 scales8[P];
-  __m512i pick = _mm512_setzero_si512();
   // The next tile's rows (they follow this tile's in memory), a block ahead: decode streams
   // several short rows at once, which the hardware prefetchers pick up late.
   const uint8_t* next = w.codes + O * w.row_bytes();
@@ -224,23 +204,11 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
     }
     __m512 s[P];
     bool big = false;
-    if (F == QuantFormat::kFp4E2M1 && row_scales) {
-      const int64_t block = i0 >> 5;
-      if ((block & 7) == 0) {
-        const int n = w.scale_cols - block < 8 ? static_cast<int>(w.scale_cols - block) : 8;
-        for (int p = 0; p < P; ++p)
-          scales8[p] = row_scales_of_8_blocks(scale_row[2 * p] + block, scale_row[2 * p + 1] ? scale_row[2 * p + 1] + block : nullptr, n);
-        pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
-      }
-      for (int p = 0; p < P; ++p) s[p] = _mm512_permutexvar_ps(pick, scales8[p]);
-      pick = _mm512_add_epi32(pick, _mm512_set1_epi32(1));
-    } else {
     for (int p = 0; p < P; ++p) {
       const int64_t sc = i0 >> w.block_cols_log2;
       const uint8_t ea = scale_row[2 * p][sc], eb = scale_row[2 * p + 1] ? scale_row[2 * p + 1][sc] : 127;
       big |= F == QuantFormat::kFp8E4M3 && (ea >= kBigScaleCode || eb >= kBigScaleCode);
       s[p] = _mm512_insertf32x8(_mm512_set1_ps(ue8m0[ea]), _mm256_set1_ps(ue8m0[eb]), 1);
-    }
     }
     if (F == QuantFormat::kFp8E4M3 && !big)
       for (int p = 0; p < P; ++p) s[p] = _mm512_mul_ps(s[p], k256);  // exact: s < 2^120

@@ -5,8 +5,8 @@
 // maps / byte lookups over 64 codes at once, then place them in the pair layout with one byte
 // permute per 16 weights (the low two bytes are zero for every E4M3 and E2M1 value), instead of
 // widening shuffles and float conversions. On one Zen 5 core from cache (a scratch loop, one row,
-// 8 outputs per tile): FP8 36–41 GB/s against the base decoders' 30–31, FP4 12.4 against 10.6–11.7
-// (before FP4's scales were widened 8 blocks at a time, which both variants now do).
+// 8 outputs per tile): FP8 36–41 GB/s against the base decoders' 30–31, FP4 12.1–13.5 against
+// 10.4–11.7.
 // - FP8 whole blocks folded onto x (NaN-free matrices): the float32 bits of value · 2^-120 are
 //   the code's bits moved into place (sign → bit 31, exponent and mantissa → bits 26..20; E4M3
 //   subnormals land on float32 subnormals: exact too), and x carries s · 2^120 = 2^(e-7) where

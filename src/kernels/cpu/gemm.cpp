@@ -90,6 +90,11 @@ void drive(const CpuExec& ex, const float* x, int64_t rows, int64_t in, Src w, i
 
 bool gemm_uses_avx2() { return cpu_has_avx2_fma(); }
 
+bool cpu_has_avx512_vbmi_gfni() {
+  static const bool has = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
+  return has;
+}
+
 void gemm_f32_reference(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
   reference<float>(x, rows, in, w, out, y);
 }
@@ -158,8 +163,11 @@ void gemm_quant(const CpuExec& ex, const float* x, int64_t rows, int64_t in, con
   // FP8 tiles scale x instead of the weights where exact (gemm_quant_fold.h): x's range, once.
   const FoldRange fold =
       w.format == QuantFormat::kFp8E4M3 && ex.gemm_isa() != CpuIsa::kPortable ? fold_range(x, rows * in) : FoldRange{};
-  auto avx512 = [&fold](const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
-                        int64_t o1, int64_t out, float* y) {
+  // The AVX-512 tiles with the VBMI / GFNI decoders where the CPU has them (same bits).
+  const bool vbmi = cpu_has_avx512_vbmi_gfni();
+  auto avx512 = [&fold, vbmi](const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
+                              int64_t o1, int64_t out, float* y) {
+    if (vbmi) return gemm_quant_avx512vbmi_block(x, r0, r1, in, w, o0, o1, out, y, fold);
     gemm_quant_avx512_block(x, r0, r1, in, w, o0, o1, out, y, fold);
   };
   auto avx2 = [&fold](const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,

@@ -48,6 +48,8 @@ void run_alone(const CpuExec& ex, const GemmJob& j) {
 void run_block(CpuIsa isa, const GemmJob& j, const FoldRange& fold, int64_t o0, int64_t o1) {
   const bool wide = isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx;
   if (j.quant) {
+    if (wide && cpu_has_avx512_vbmi_gfni())  // same bits, cheaper decoders (gemm_avx512.h)
+      return gemm_quant_avx512vbmi_block(j.x, 0, j.rows, j.in, *j.quant, o0, o1, j.out, j.y, fold);
     if (wide) return gemm_quant_avx512_block(j.x, 0, j.rows, j.in, *j.quant, o0, o1, j.out, j.y, fold);
     return gemm_quant_avx2_block(j.x, 0, j.rows, j.in, *j.quant, o0, o1, j.out, j.y, fold);
   }

@@ -17,6 +17,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/gemm_quant_fold.h"
 #include "kernels/cpu/stored_quant_test_util.h"
 #include "model/dequant.h"
@@ -68,6 +69,21 @@ std::vector<CpuIsa> vector_isas() {
   return v;
 }
 
+// Both AVX-512 tile variants called directly, whole product in one block, with the fold range
+// gemm.cpp gives them: the base decoders and, on a CPU with VBMI + GFNI, the byte-permute ones
+// (gemm_quant(kAvx512) runs only the latter there). want: the vector paths' bits.
+void check_avx512_blocks(const std::vector<float>& x, int64_t xrows, const QuantWeights& q, int64_t out,
+                         const std::vector<float>& want, const std::string& what) {
+  if (cpu_best_isa() < CpuIsa::kAvx512) return;
+  const FoldRange fold = q.format == QuantFormat::kFp8E4M3 ? fold_range(x.data(), xrows * q.in) : FoldRange{};
+  std::vector<float> got(xrows * out);
+  gemm_quant_avx512_block(x.data(), 0, xrows, q.in, q, 0, out, out, got.data(), fold);
+  expect_same_bits(got, want, what + " avx512 base decoders");
+  if (!cpu_has_avx512_vbmi_gfni()) return;
+  gemm_quant_avx512vbmi_block(x.data(), 0, xrows, q.in, q, 0, out, out, got.data(), fold);
+  expect_same_bits(got, want, what + " avx512 vbmi/gfni decoders");
+}
+
 // Every path on `s` (rows [first, rows) as a slice view) against the widened reference.
 // A NaN-free FP8 matrix is checked on both kernel paths (nan_free as scanned, and forced false).
 void check_all_paths(const Stored& s, int64_t first, int64_t xrows, std::mt19937& rng, const std::string& what,
@@ -89,6 +105,7 @@ void check_all_paths(const Stored& s, int64_t first, int64_t xrows, std::mt19937
     gemm_quant(ex, x.data(), xrows, s.in, q, out, got.data());
     expect_same_bits(got, want, what + " " + cpu_isa_name(isa));
   }
+  check_avx512_blocks(x, xrows, q, out, want, what);
 }
 
 TEST(GemmQuant, Fp8BlockScaledMatchesWidenedBitForBit) {
@@ -155,6 +172,7 @@ TEST(GemmQuant, Fp8ExtremeActivationsAndScalesMatchWidened) {
         gemm_quant(ex, x.data(), rows, in, s.view(), out, got.data());
         expect_same_bits(got, want, "trial " + std::to_string(trial) + " " + cpu_isa_name(isa));
       }
+      if (!vector_isas().empty()) check_avx512_blocks(x, rows, s.view(), out, want, "trial " + std::to_string(trial));
       gemm_f32_portable(x.data(), rows, in, wide.data(), out, want.data());
       gemm_quant_portable(x.data(), rows, in, s.view(), out, got.data());
       expect_same_bits(got, want, "trial " + std::to_string(trial) + " portable");

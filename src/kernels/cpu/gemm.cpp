@@ -10,6 +10,7 @@
 #include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_fp8_rows.h"
 #include "kernels/cpu/gemm_many.h"
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/gemm_quant_fold.h"
@@ -160,6 +161,8 @@ void gemm_quant(const CpuExec& ex, const float* x, int64_t rows, int64_t in, con
       w.format == QuantFormat::kFp8E4M3 && ex.gemm_isa() != CpuIsa::kPortable ? fold_range(x, rows * in) : FoldRange{};
   auto avx512 = [&fold](const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
                         int64_t o1, int64_t out, float* y) {
+    if (w.format == QuantFormat::kFp8E4M3 && r1 - r0 >= kFp8RowsMinRows)  // batched decode: x scaled once
+      return gemm_fp8_rows_avx512_block(x, r0, r1, in, w, o0, o1, out, y, fold);
     gemm_quant_avx512_block(x, r0, r1, in, w, o0, o1, out, y, fold);
   };
   auto avx2 = [&fold](const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,

@@ -9,6 +9,7 @@
 #include "kernels/cpu/attention_kernels.h"
 #include "model/indexer.h"
 #include "model/rmsnorm.h"
+#include "model/selected_rows.h"
 #include "model/weight_matrix.h"
 
 namespace dsv41 {
@@ -209,10 +210,37 @@ void attention_index_with_queries(const CpuExec& ex, const ModelConfig& config, 
   }
 }
 
-void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w, const WindowRing& ring,
-                           const float* kv, const KvSourceCache* compressed, const int32_t* topk, const float* q,
-                           const RopeRows& rope, int64_t rope_row0, int64_t T, int64_t start_pos, float* o,
-                           const AttentionOptions& options, AttentionScratch* scratch) {
+namespace {
+
+// Unpacks the main rows that topk [T, k] selects from `source` into `held`, unless it holds them
+// already (see selected_rows.h).
+void hold_selected_rows(const KvSourceCache& source, const int32_t* topk, int64_t T, int k, int64_t D,
+                        int64_t start_pos, SelectedRows& held) {
+  const size_t n = static_cast<size_t>(T * k);
+  if (held.source == &source && held.entries == source.entries() && held.start_pos == start_pos && held.rows == T &&
+      std::equal(topk, topk + n, held.topk.begin()))
+    return;
+  held.topk.assign(topk, topk + n);
+  held.count.resize(static_cast<size_t>(T));
+  held.values.resize(n * static_cast<size_t>(D));
+  for (int64_t i = 0; i < T; ++i) {
+    int nsel = 0;
+    float* dst = held.values.data() + i * k * D;
+    for (int j = 0; j < k; ++j)
+      if (topk[i * k + j] >= 0) source.read_main(topk[i * k + j], dst + (nsel++) * D);
+    held.count[static_cast<size_t>(i)] = nsel;
+  }
+  held.source = &source;
+  held.entries = source.entries();
+  held.start_pos = start_pos;
+  held.rows = T;
+}
+
+// Step 5; held (optional): the selection's rows unpacked once (sparse_sink_attention_selected).
+void sink_attention(const ModelConfig& config, const AttentionWeights& w, const WindowRing& ring, const float* kv,
+                    const KvSourceCache* compressed, const int32_t* topk, const float* q, const RopeRows& rope,
+                    int64_t rope_row0, int64_t T, int64_t start_pos, float* o, const AttentionOptions& options,
+                    AttentionScratch* scratch, SelectedRows* held) {
   AttentionScratch local;
   AttentionScratch& ws = scratch ? *scratch : local;
   const int64_t H = config.num_attention_heads, D = config.head_dim;
@@ -235,6 +263,8 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
   // does not depend on the thread count or the ranges.
   const float scaling = static_cast<float>(std::pow(static_cast<double>(D), -0.5));
   const int k = config.index_topk;
+  if (!(compressed && topk)) held = nullptr;
+  if (held) hold_selected_rows(*compressed, topk, T, k, D, start_pos, *held);
   std::fill(o, o + T * H * D, 0.0f);
   const int64_t items = T * H;
   // Roughly the multiply-adds per item; threads only when each gets ≥ ~2M of them.
@@ -268,7 +298,11 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
       const int64_t lo = std::max<int64_t>(floor, t - win + 1);
       const int64_t nwin = t - lo + 1;
       int nsel = 0;
-      if (compressed && topk) {
+      const float* sel_rows = sel;  // [nsel, D]: token i's selected entries, unpacked
+      if (held) {
+        nsel = held->count[static_cast<size_t>(i)];
+        sel_rows = held->values.data() + i * k * D;
+      } else if (compressed && topk) {
         const int32_t* row = topk + i * k;
         for (int j = 0; j < k; ++j)
           if (row[j] >= 0) compressed->read_main(row[j], sel + (nsel++) * D);
@@ -277,7 +311,7 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
       const float* q0 = q + (i * H + h0) * D;
       float* o0 = o + (i * H + h0) * D;
       dot_rows_heads(isa, q0, D, nh, win_rows, nwin, D, logits, lstride);
-      dot_rows_heads(isa, q0, D, nh, sel, nsel, D, logits + nwin, lstride);
+      dot_rows_heads(isa, q0, D, nh, sel_rows, nsel, D, logits + nwin, lstride);
       for (int64_t hh = 0; hh < nh; ++hh) {
         float* lg = logits + hh * lstride;
         const float sink = w.attn_sink[h0 + hh];
@@ -294,7 +328,7 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
         for (int64_t j = 0; j < nwin + nsel; ++j) lg[j] = static_cast<float>(lg[j] / denom);
       }
       weighted_sum_rows_heads(isa, logits, lstride, nh, win_rows, nwin, D, o0, D);
-      weighted_sum_rows_heads(isa, logits + nwin, lstride, nh, sel, nsel, D, o0, D);
+      weighted_sum_rows_heads(isa, logits + nwin, lstride, nh, sel_rows, nsel, D, o0, D);
       // The values carry RoPE on their tail; undo the query position's rotation.
       for (int64_t hh = 0; hh < nh; ++hh)
         rope_rotate(o0 + hh * D, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), true);
@@ -306,6 +340,23 @@ void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w,
   } else {
     options.exec.parallel_for(items, grain, attend_range);
   }
+}
+
+}  // namespace
+
+void sparse_sink_attention(const ModelConfig& config, const AttentionWeights& w, const WindowRing& ring,
+                           const float* kv, const KvSourceCache* compressed, const int32_t* topk, const float* q,
+                           const RopeRows& rope, int64_t rope_row0, int64_t T, int64_t start_pos, float* o,
+                           const AttentionOptions& options, AttentionScratch* scratch) {
+  sink_attention(config, w, ring, kv, compressed, topk, q, rope, rope_row0, T, start_pos, o, options, scratch, nullptr);
+}
+
+void sparse_sink_attention_selected(const ModelConfig& config, const AttentionWeights& w, const WindowRing& ring,
+                                    const float* kv, const KvSourceCache& compressed, const int32_t* topk,
+                                    const float* q, const RopeRows& rope, int64_t rope_row0, int64_t T,
+                                    int64_t start_pos, float* o, const AttentionOptions& options,
+                                    AttentionScratch* scratch, SelectedRows& held) {
+  sink_attention(config, w, ring, kv, &compressed, topk, q, rope, rope_row0, T, start_pos, o, options, scratch, &held);
 }
 
 void attention_output(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, const float* o, int64_t n,

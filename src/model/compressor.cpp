@@ -1,6 +1,7 @@
 // Compressor and compressed-entry publication (see compressor.h). Spec: model.md §3.4, §4.
 #include "model/compressor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -44,14 +45,26 @@ void compressor_pool_fast(const CpuExec& ex, const float* a, const float* b, int
 
 namespace {
 
+// The new tokens' projections: computed from x (fast: gemm_f32 on ex, else the reference), or
+// given (a backend's product over several segments' rows: compressor_step_projected).
+struct Projections {
+  const float* x = nullptr;  // [T, hidden], or null when a / b are given
+  const float* a = nullptr;  // [T, D] W_ckv x
+  const float* b = nullptr;  // [T, D] W_cg x (ratio ≥ 2)
+};
+
 // The step with the fast projections and pooling on ex (fast = true) or the references.
 void step(const CpuExec& ex, bool fast, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
-          const float* x, int64_t T, CompressedGroups& out, CompressorScratch& ws) {
-  auto gemm = [&](const float* in_rows, int64_t rows, int64_t in, const float* wt, int64_t n_out, float* y) {
-    if (fast) {
-      gemm_f32(ex, in_rows, rows, in, wt, n_out, y);
+          const Projections& in, int64_t T, CompressedGroups& out, CompressorScratch& ws) {
+  const float* x = in.x;
+  // y [T, D] = the projection by wt of the new tokens, or the given one.
+  auto gemm = [&](const float* given, int64_t rows, int64_t hid, const float* wt, int64_t n_out, float* y) {
+    if (!x) {
+      std::copy_n(given, rows * n_out, y);
+    } else if (fast) {
+      gemm_f32(ex, x, rows, hid, wt, n_out, y);
     } else {
-      gemm_f32_reference(in_rows, rows, in, wt, n_out, y);
+      gemm_f32_reference(x, rows, hid, wt, n_out, y);
     }
   };
   auto pool = [&](const float* a, const float* b, int64_t groups, int r, int64_t D, float* latents) {
@@ -70,7 +83,7 @@ void step(const CpuExec& ex, bool fast, const ModelConfig& config, const Attenti
     // One latent per token, no state.
     out.groups = T;
     out.latents.resize(static_cast<size_t>(T * D));
-    gemm(x, T, hidden, w.compressor_wkv.data(), D, out.latents.data());       // [T, D]
+    gemm(in.a, T, hidden, w.compressor_wkv.data(), D, out.latents.data());       // [T, D]
     rmsnorm_rows(out.latents.data(), T, D, w.compressor_norm.data(), config.rms_norm_eps, out.latents.data());
     return;
   }
@@ -82,8 +95,8 @@ void step(const CpuExec& ex, bool fast, const ModelConfig& config, const Attenti
   b.resize(static_cast<size_t>(n * D));
   std::copy(kv.pending_kv.begin(), kv.pending_kv.begin() + kv.pending * D, a.begin());
   std::copy(kv.pending_gate.begin(), kv.pending_gate.begin() + kv.pending * D, b.begin());
-  gemm(x, T, hidden, w.compressor_wkv.data(), D, a.data() + kv.pending * D);
-  gemm(x, T, hidden, w.compressor_wgate.data(), D, b.data() + kv.pending * D);
+  gemm(in.a, T, hidden, w.compressor_wkv.data(), D, a.data() + kv.pending * D);
+  gemm(in.b, T, hidden, w.compressor_wgate.data(), D, b.data() + kv.pending * D);
   // Rollback history: the new tokens sit at positions r·entries + pending … (cache/sequence_cache.h).
   const int64_t first_pos = kv.entries() * r + kv.pending;
   for (int64_t i = 0; i < T; ++i)
@@ -105,13 +118,20 @@ void step(const CpuExec& ex, bool fast, const ModelConfig& config, const Attenti
 void compressor_step_reference(const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
                                const float* x, int64_t T, CompressedGroups& out, CompressorScratch* scratch) {
   CompressorScratch local;
-  step(CpuExec{}, false, config, w, kv, x, T, out, scratch ? *scratch : local);
+  step(CpuExec{}, false, config, w, kv, Projections{x}, T, out, scratch ? *scratch : local);
 }
 
 void compressor_step_fast(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
                           const float* x, int64_t T, CompressedGroups& out, CompressorScratch* scratch) {
   CompressorScratch local;
-  step(ex, true, config, w, kv, x, T, out, scratch ? *scratch : local);
+  step(ex, true, config, w, kv, Projections{x}, T, out, scratch ? *scratch : local);
+}
+
+void compressor_step_projected(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w,
+                               KvSourceCache& kv, const float* a, const float* b, int64_t T,
+                               CompressedGroups& out, CompressorScratch* scratch) {
+  CompressorScratch local;
+  step(ex, true, config, w, kv, Projections{nullptr, a, b}, T, out, scratch ? *scratch : local);
 }
 
 void compressor_step(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,

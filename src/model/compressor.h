@@ -58,6 +58,15 @@ void compressor_step_fast(const CpuExec& ex, const ModelConfig& config, const At
 void compressor_step(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w, KvSourceCache& kv,
                      const float* x, int64_t T, CompressedGroups& out, CompressorScratch* scratch = nullptr);
 
+// The fast step with the new tokens' projections given instead of x: a = W_ckv x [T, D] and, for
+// ratio ≥ 2, b = W_cg x [T, D] (b unused at ratio 1), as gemm_f32 computes them. A backend computes
+// them for the rows of every decoding segment of a layer in one product (the same bits per row:
+// gemm.h's order does not depend on the rows of a call), then steps each segment's own state.
+// The same result as compressor_step_fast on those rows of x.
+void compressor_step_projected(const CpuExec& ex, const ModelConfig& config, const AttentionWeights& w,
+                               KvSourceCache& kv, const float* a, const float* b, int64_t T,
+                               CompressedGroups& out, CompressorScratch* scratch = nullptr);
+
 // The softmax-gated pooling of `groups` complete groups of r tokens (r ≥ 2), fp32, per channel c:
 //   out[g, c] = Σ_j a[g·r+j, c] · softmax_j(b[g·r+j, c])      a, b [groups·r, D] → out [groups, D]
 // The fast version (AVX2, threaded over groups; CPU with AVX2+FMA only) gives the reference's bits;

@@ -14,6 +14,7 @@
 #include "cache/page_pool.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/cpu_exec.h"
+#include "kernels/cpu/gemm.h"
 
 namespace dsv41 {
 namespace {
@@ -132,6 +133,44 @@ TEST(CompressorFast, StepsMatchReferenceAndIgnoreChunking) {
           EXPECT_TRUE(same_bits(split.pending_kv, one.pending_kv) && same_bits(split.pending_gate, one.pending_gate))
               << where << (f ? " fast" : " reference");
         }
+      }
+    }
+}
+
+// A backend's decode batch: the projections of every token computed as one product over all the
+// rows (gemm_f32, as the fast step computes them for its own rows), then fed in calls of a few
+// tokens through compressor_step_projected: the same bits as compressor_step_fast on those rows.
+TEST(CompressorFast, ProjectedStepsGiveTheFastStepBits) {
+  if (!cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  for (int r : {1, 2, 3})
+    for (auto [hidden, D] : {std::pair<int64_t, int64_t>{33, 17}, {256, 128}}) {
+      std::mt19937 rng(static_cast<uint32_t>(r * 77 + hidden + D));
+      CompressorSetup s(hidden, D, rng);
+      const int64_t T = 11;
+      auto x = random_vec(T * hidden, rng);
+      const CpuExec ex = CpuExec::serial();
+      std::vector<float> a(T * D), b(T * D);
+      gemm_f32(ex, x.data(), T, hidden, s.w.compressor_wkv.data(), D, a.data());
+      gemm_f32(ex, x.data(), T, hidden, s.w.compressor_wgate.data(), D, b.data());
+      for (const std::vector<int64_t>& calls : {std::vector<int64_t>{1}, {2, 3}, {T}}) {
+        const FeedResult want = feed(s, r, x, T, calls, true);
+        PagePool pool(4096);
+        KvSourceCache kv(0, r, D, 32, &pool, &pool, 8, 0);
+        std::vector<float> latents;
+        int64_t done = 0;
+        for (size_t i = 0; done < T; ++i) {
+          const int64_t n = std::min(T - done, calls[i % calls.size()]);
+          CompressedGroups out;
+          compressor_step_projected(ex, s.config, s.w, kv, a.data() + done * D, r >= 2 ? b.data() + done * D : nullptr,
+                                    n, out);
+          latents.insert(latents.end(), out.latents.begin(), out.latents.end());
+          done += n;
+        }
+        const std::string where = "r " + std::to_string(r) + " hidden " + std::to_string(hidden) + " calls of " +
+                                  std::to_string(calls[0]);
+        EXPECT_TRUE(same_bits(latents, want.latents)) << where;
+        EXPECT_EQ(kv.pending, want.pending) << where;
+        EXPECT_TRUE(same_bits(kv.pending_kv, want.pending_kv) && same_bits(kv.pending_gate, want.pending_gate)) << where;
       }
     }
 }

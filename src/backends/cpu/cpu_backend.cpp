@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/gemm.h"
 #include "model/compressor.h"
 #include "model/indexer.h"
 #include "model/rmsnorm.h"
@@ -51,6 +52,8 @@ void CpuBackend::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
   layout_.segments = segments_;
   trace_ = trace;
   shared_.resize(segments_.size());
+  selected_.resize(segments_.size());
+  for (SelectedRows& held : selected_) held.source = nullptr;  // storage kept
   for (size_t s = 0; s < segments_.size(); ++s) {
     shared_[s].begin_forward(segments_[s].start, segments_[s].rows);
     shared_[s].record_trace = trace != nullptr;
@@ -220,18 +223,46 @@ void CpuBackend::run_compress_jobs() {
     job_scratch_.resize(static_cast<size_t>(n));
   }
   const ModelConfig& c = config();
-  auto step = [&](int64_t k) {
-    const CompressJob& j = compress_jobs_[static_cast<size_t>(k)];
-    const SegmentRows& s = segments_[j.segment];
-    if (j.first_row >= s.rows) return;
-    compressor_step(ex_, c, model_.layer(j.layer).attn, *s.cache->kv_source(j.layer),
-                    row(h_, s.row0 + j.first_row, c.hidden_size), s.rows - j.first_row, job_groups_[k], &job_scratch_[k]);
-  };
   // Decoders (a few rows each) side by side, one segment per chunk, the products inside inline; a
   // prefill chunk threads its own products, so then all run one after another.
   constexpr int64_t kSmallRows = 16;
   bool small = n >= 2;
   for (const CompressJob& j : compress_jobs_) small = small && segments_[j.segment].rows - j.first_row < kSmallRows;
+  // Decoders' rows one after another in h_ (a decode batch): their projections as one product per
+  // weight instead of one short product per segment (the same bits per row, gemm.h).
+  const int64_t span_b = segments_[compress_jobs_[0].segment].row0 + compress_jobs_[0].first_row;
+  bool contiguous = small && ex_.use_fast();
+  int64_t span_e = span_b;
+  for (const CompressJob& j : compress_jobs_) {
+    const SegmentRows& s = segments_[j.segment];
+    contiguous = contiguous && j.first_row < s.rows && s.row0 + j.first_row == span_e;
+    span_e = s.row0 + s.rows;
+  }
+  const AttentionWeights& attn = model_.layer(compress_jobs_[0].layer).attn;
+  const int64_t D = c.head_dim;
+  const bool gated = segments_[compress_jobs_[0].segment].cache->kv_source(compress_jobs_[0].layer)->ratio >= 2;
+  if (contiguous) {
+    job_a_.resize(static_cast<size_t>((span_e - span_b) * D));
+    job_b_.resize(gated ? job_a_.size() : 0);
+    const float* x = row(h_, span_b, c.hidden_size);
+    gemm_f32(ex_, x, span_e - span_b, c.hidden_size, attn.compressor_wkv.data(), D, job_a_.data());
+    if (gated) gemm_f32(ex_, x, span_e - span_b, c.hidden_size, attn.compressor_wgate.data(), D, job_b_.data());
+  }
+  auto step = [&](int64_t k) {
+    const CompressJob& j = compress_jobs_[static_cast<size_t>(k)];
+    const SegmentRows& s = segments_[j.segment];
+    if (j.first_row >= s.rows) return;
+    const int64_t r0 = s.row0 + j.first_row;
+    KvSourceCache& kv = *s.cache->kv_source(j.layer);
+    if (contiguous) {
+      compressor_step_projected(ex_, c, attn, kv, row(job_a_, r0 - span_b, D),
+                                gated ? row(job_b_, r0 - span_b, D) : nullptr, s.rows - j.first_row, job_groups_[k],
+                                &job_scratch_[k]);
+    } else {
+      compressor_step(ex_, c, model_.layer(j.layer).attn, kv, row(h_, r0, c.hidden_size), s.rows - j.first_row,
+                      job_groups_[k], &job_scratch_[k]);
+    }
+  };
   if (small) {
     ex_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
       for (int64_t k = b; k < e; ++k) step(k);
@@ -361,9 +392,17 @@ void CpuBackend::attend_with(int layer, int segment, int64_t first_row, int kv_l
   const SharedAttentionState& shared = shared_[segment];
   // The latest top-k may have been published for an earlier first row of this segment.
   const int32_t* topk = compressed ? shared.topk.data() + (first_row - shared.topk_row0) * c.index_topk : nullptr;
-  sparse_sink_attention(c, model_.layer(layer).attn, ring, row(kv_, r0, c.head_dim), compressed, topk, row(q_, r0, HD),
-                        rope_rows_.at(plan().layers[layer].rope), r0, n, s.start + first_row, row(o_, r0, HD),
-                        attention_options_, scratch);
+  const RopeRows& rope = rope_rows_.at(plan().layers[layer].rope);
+  if (compressed && n == 1) {
+    // A decoding segment unpacks its selection once for the Reuse layer after it (selected_rows.h;
+    // index_topk · head_dim floats per segment, so one-row calls only).
+    sparse_sink_attention_selected(c, model_.layer(layer).attn, ring, row(kv_, r0, c.head_dim), *compressed, topk,
+                                   row(q_, r0, HD), rope, r0, n, s.start + first_row, row(o_, r0, HD), attention_options_,
+                                   scratch, selected_[segment]);
+  } else {
+    sparse_sink_attention(c, model_.layer(layer).attn, ring, row(kv_, r0, c.head_dim), compressed, topk,
+                          row(q_, r0, HD), rope, r0, n, s.start + first_row, row(o_, r0, HD), attention_options_, scratch);
+  }
   ring.push_rows(row(kv_, r0, c.head_dim), n);
 }
 

@@ -37,6 +37,7 @@
 #include "model/compressor.h"
 #include "model/dspark.h"
 #include "model/model.h"
+#include "model/selected_rows.h"
 #include "parallel/expert_parallel.h"
 
 namespace dsv41 {
@@ -152,6 +153,8 @@ class CpuBackend : public Backend {
   std::vector<CompressJob> compress_jobs_;           // noted by compress(), in call order
   std::vector<CompressedGroups> job_groups_;         // per job: the groups its step completes
   std::vector<CompressorScratch> job_scratch_;       // per job (kept across steps)
+  // The compressor projections W_ckv x, W_cg x [rows, D] of every noted job's rows, one product each.
+  std::vector<float> job_a_, job_b_;
   AttentionOptions attention_options_;
   std::vector<MoeWeights> moe_;  // per layer, built once (the views hold a vector)
   LayerHook hook_;
@@ -163,6 +166,7 @@ class CpuBackend : public Backend {
   std::vector<SegmentRows> segments_;
   ForwardTrace* trace_ = nullptr;
   std::vector<SharedAttentionState> shared_;  // per segment
+  std::vector<SelectedRows> selected_;        // per segment: its selection's main rows (one-row calls)
   std::map<RopeKind, RopeRows> rope_rows_;    // per RoPE kind the plan uses, [n, rope_dim/2]
   std::vector<float> x_, p_, h_, c_, q_, kv_, o_, a_, x2_, hidden_;
   std::vector<float> pre_a_, post_a_, comb_a_, pre_b_, post_b_, comb_b_;

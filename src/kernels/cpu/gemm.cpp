@@ -10,6 +10,7 @@
 #include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_fp8_rows.h"
 #include "kernels/cpu/gemm_many.h"
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/gemm_quant_fold.h"
@@ -163,10 +164,13 @@ void gemm_quant(const CpuExec& ex, const float* x, int64_t rows, int64_t in, con
   // FP8 tiles scale x instead of the weights where exact (gemm_quant_fold.h): x's range, once.
   const FoldRange fold =
       w.format == QuantFormat::kFp8E4M3 && ex.gemm_isa() != CpuIsa::kPortable ? fold_range(x, rows * in) : FoldRange{};
-  // The AVX-512 tiles with the VBMI / GFNI decoders where the CPU has them (same bits).
+  // The AVX-512 tiles: FP8 batches of 5–16 rows scale x once (gemm_fp8_rows.h), else the VBMI /
+  // GFNI decoders where the CPU has them; every choice gives the same bits.
   const bool vbmi = cpu_has_avx512_vbmi_gfni();
   auto avx512 = [&fold, vbmi](const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w, int64_t o0,
                               int64_t o1, int64_t out, float* y) {
+    if (w.format == QuantFormat::kFp8E4M3 && r1 - r0 >= kFp8RowsMinRows)  // batched decode: x scaled once
+      return gemm_fp8_rows_avx512_block(x, r0, r1, in, w, o0, o1, out, y, fold);
     if (vbmi) return gemm_quant_avx512vbmi_block(x, r0, r1, in, w, o0, o1, out, y, fold);
     gemm_quant_avx512_block(x, r0, r1, in, w, o0, o1, out, y, fold);
   };

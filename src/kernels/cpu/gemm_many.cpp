@@ -6,6 +6,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/gemm_avx512.h"
+#include "kernels/cpu/gemm_fp8_rows.h"
 #include "kernels/cpu/gemm_quant_fold.h"
 
 namespace dsv41 {
@@ -48,6 +49,8 @@ void run_alone(const CpuExec& ex, const GemmJob& j) {
 void run_block(CpuIsa isa, const GemmJob& j, const FoldRange& fold, int64_t o0, int64_t o1) {
   const bool wide = isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx;
   if (j.quant) {
+    if (wide && j.quant->format == QuantFormat::kFp8E4M3 && j.rows >= kFp8RowsMinRows)
+      return gemm_fp8_rows_avx512_block(j.x, 0, j.rows, j.in, *j.quant, o0, o1, j.out, j.y, fold);
     if (wide && cpu_has_avx512_vbmi_gfni())  // same bits, cheaper decoders (gemm_avx512.h)
       return gemm_quant_avx512vbmi_block(j.x, 0, j.rows, j.in, *j.quant, o0, o1, j.out, j.y, fold);
     if (wide) return gemm_quant_avx512_block(j.x, 0, j.rows, j.in, *j.quant, o0, o1, j.out, j.y, fold);

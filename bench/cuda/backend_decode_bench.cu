@@ -29,6 +29,7 @@
 #include "backends/cuda/cuda_exec.cuh"
 #include "backends/cuda/device_backend.h"
 #include "engine/engine.h"
+#include "plan/cache_plan.h"
 
 namespace {
 
@@ -49,7 +50,38 @@ struct Run {
   std::vector<float> last_logits;
   ExecCounts per_step;  // the CUDA backend's launches and copies per timed step (zeros for cpu)
   int steps = 0;
+  // The CUDA backend's device cache bytes after the last step (DeviceBackend::cache_bytes_*), and
+  // the positions each sequence then holds.
+  DeviceCacheBytes held, allocated;
+  int64_t positions = 0;
 };
+
+// The device cache bytes of a run: held (records × rows) and allocated, per token of context, and
+// the plan's sizing of the same caches (plan_cache_bytes at one record per page: records × rows).
+void print_cache_bytes(const Run& r, const Model& model, int batch) {
+  if (r.positions == 0 || r.held.total() == 0) return;
+  CacheOptions exact;
+  exact.rows_per_page = 1;
+  auto plan = plan_cache_bytes(model.config(), model.plan(), r.positions, exact);
+  if (!plan.ok()) return;
+  const double tokens = double(batch) * double(r.positions);
+  const bool equal = r.held.main == batch * plan->main && r.held.index == batch * plan->index &&
+                     r.held.window == batch * plan->window;
+  std::printf("  device cache bytes, %d × %lld positions: held main %lld + index %lld = %.1f B/token of context "
+              "(main %.1f, index %.1f); window %lld (%.1f KB per sequence, %.1f B/token here); plan (records × "
+              "rows): %s\n", batch, static_cast<long long>(r.positions), static_cast<long long>(r.held.main),
+              static_cast<long long>(r.held.index), double(r.held.global()) / tokens, double(r.held.main) / tokens,
+              double(r.held.index) / tokens, static_cast<long long>(r.held.window),
+              double(r.held.window) / batch / 1e3, double(r.held.window) / tokens, equal ? "equal" : "DIFFERS");
+  std::printf("  device cache bytes allocated: main %lld, index %lld, window %lld (%.1f B/token global)\n",
+              static_cast<long long>(r.allocated.main), static_cast<long long>(r.allocated.index),
+              static_cast<long long>(r.allocated.window), double(r.allocated.global()) / tokens);
+  // The config's global KV per token at a long context (the plan's pages; 890 for V4.1-Flash).
+  const int64_t far = int64_t(1) << 20;
+  if (auto p = plan_cache_bytes(model.config(), model.plan(), far); p.ok())
+    std::printf("  plan: %.2f B/token of global KV at 2^20 positions (main %.2f + index %.2f)\n",
+                double(p->global()) / double(far), double(p->main) / double(far), double(p->index) / double(far));
+}
 
 // Decodes the fixed token script (the same for every backend, so the logits compare).
 // profile > 0: after the timed steps, that many more steps with every kernel timed (cuda only),
@@ -99,6 +131,11 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
   }
   if (profile == 0) out.per_step = cuda_backend_counts((*engine)->backend()) - first;
   out.steps = steps;
+  if (const auto* d = dynamic_cast<const DeviceBackend<CudaExec>*>(&(*engine)->backend())) {
+    out.held = d->cache_bytes_held();
+    out.allocated = d->cache_bytes_allocated();
+    out.positions = context + steps + 2 + profile;
+  }
   if (profile > 0) {
     double total = 0;
     const std::vector<CudaKernelTime> k = cuda_backend_profile((*engine)->backend());
@@ -287,6 +324,7 @@ int main(int argc, char** argv) {
       std::printf("  per decode step: %.1f kernel launches, %.1f uploads + %.1f downloads (blocking), %.1f "
                   "asynchronous uploads, %.1f device copies\n", k.launches / n, k.uploads / n, k.downloads / n,
                   k.async_uploads / n, k.copies / n);
+      print_cache_bytes(gpu, **model, b);
       if (want_cpu) {
         double m = 0;
         for (size_t v = 0; v < cpu.last_logits.size(); ++v)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -24,10 +25,12 @@ struct Part {
 };
 // Cache-tier operations run before a step's forward, in this order: sequences removed, then new
 // ones made (each appended to the scenario's sequence list): fresh (from < 0), a fork of `from`
-// (prefix < 0) or a fork of its first `prefix` positions (windows cut there, engine.h).
+// (prefix < 0) or a fork of its first `prefix` positions (windows cut there, engine.h); restored:
+// a fork of all of `from`'s positions into which its window snapshot is restored (engine.h).
 struct NewSequence {
   int from = -1;
   int64_t prefix = -1;
+  bool restored = false;
 };
 struct Rollback {
   int sequence = 0;
@@ -51,10 +54,14 @@ inline int64_t max_rollback(const std::vector<Step>& steps) {
   return m;
 }
 
+// Called after each step's forward with the engine and the ids of the scenario's sequences so far
+// (removed ones included).
+using AfterStep = std::function<void(const Engine&, const std::vector<SequenceId>&)>;
+
 // Logits of every part of every step, in order: rows × vocab floats each.
 inline Result<std::vector<std::vector<float>>> run(std::unique_ptr<Backend> backend, const EngramHashTables* tables,
                                                    int sequences, const std::vector<Step>& steps,
-                                                   int64_t max_context = 1024) {
+                                                   int64_t max_context = 1024, const AfterStep& after = {}) {
   const int64_t V = backend->config().vocab_size;
   EngineOptions options;
   options.rollback_tokens = max_rollback(steps);
@@ -73,6 +80,16 @@ inline Result<std::vector<std::vector<float>>> run(std::unique_ptr<Backend> back
     for (int r : step.remove)
       if (Status st = (*engine)->remove_sequence(ids[r]); !st.ok()) return st;
     for (const NewSequence& n : step.add) {
+      if (n.restored) {
+        auto len = (*engine)->length(ids[n.from]);
+        auto snap = (*engine)->snapshot(ids[n.from]);
+        if (!len.ok() || !snap.ok()) return !len.ok() ? len.status() : snap.status();
+        auto id = (*engine)->fork_prefix(ids[n.from], *len);
+        if (!id.ok()) return id.status();
+        if (Status st = (*engine)->restore(*id, *snap); !st.ok()) return st;
+        ids.push_back(*id);
+        continue;
+      }
       auto id = n.from < 0       ? (*engine)->add_sequence(max_context)
                 : n.prefix < 0   ? (*engine)->fork(ids[n.from])
                                  : (*engine)->fork_prefix(ids[n.from], n.prefix);
@@ -95,6 +112,7 @@ inline Result<std::vector<std::vector<float>>> run(std::unique_ptr<Backend> back
       if (!r.status.ok()) return r.status;
       out.emplace_back(r.logits, r.logits + r.logit_rows * V);
     }
+    if (after) after(**engine, ids);
   }
   return out;
 }
@@ -146,6 +164,23 @@ inline std::vector<Step> rollbacks(int64_t vocab) {
   steps.push_back(Step({{0, tokens(87, 2, vocab), LogitRows::kAll}, {1, tokens(88, 2, vocab), LogitRows::kAll}}, {},
                        {}, {{0, 1}, {1, 2}}));
   for (int i = 0; i < 2; ++i) steps.push_back({{0, tokens(90 + i, 1, vocab)}, {1, tokens(95 + i, 1, vocab)}});
+  return steps;
+}
+
+// Window snapshots restored into forks of the whole prefix (the rings rebuilt from snapshot bytes,
+// the global KV shared), decoded beside their sources; one of them verifies 4 rows and is rolled
+// back by 2.
+inline std::vector<Step> restores(int64_t vocab) {
+  std::vector<Step> steps;
+  steps.push_back({{0, tokens(121, 75, vocab), LogitRows::kAll}, {1, tokens(122, 33, vocab), LogitRows::kAll}});
+  steps.push_back(Step({{0, tokens(123, 1, vocab)}, {2, tokens(124, 1, vocab)}, {3, tokens(125, 4, vocab), LogitRows::kAll},
+                        {1, tokens(126, 1, vocab)}},
+                       {}, {{0, -1, true}, {1, -1, true}}));
+  steps.push_back(Step({{3, tokens(127, 2, vocab), LogitRows::kAll}, {2, tokens(128, 1, vocab)}, {0, tokens(129, 1, vocab)}},
+                       {}, {}, {{3, 2}}));
+  for (int i = 0; i < 2; ++i)
+    steps.push_back({{0, tokens(130 + i, 1, vocab)}, {1, tokens(135 + i, 1, vocab)}, {2, tokens(140 + i, 1, vocab)},
+                     {3, tokens(145 + i, 1, vocab)}});
   return steps;
 }
 

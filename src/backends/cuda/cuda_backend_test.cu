@@ -17,6 +17,7 @@
 #include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/backend_dspark_check.h"
 #include "backends/cuda/backend_image_check.h"
+#include "backends/cuda/backend_records_check.h"
 #include "backends/cuda/backend_stored_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_exec.cuh"
@@ -50,6 +51,7 @@ DSV41_KERNEL_CHECK(RouterAndExperts, check_moe)
 DSV41_KERNEL_CHECK(Engram, check_engram)
 DSV41_KERNEL_CHECK(SinkAttentionAndIndexerScores, check_attention_and_scores)
 DSV41_KERNEL_CHECK(FakeQuantisersMatchRecordCodecs, check_fake_quant)
+DSV41_KERNEL_CHECK(RecordCodecsPackAndDecode, check_record_codecs)
 DSV41_KERNEL_CHECK(WindowRing, check_window_ring)
 DSV41_KERNEL_CHECK(WindowStore, check_window_store)
 
@@ -118,6 +120,17 @@ TEST(CudaBackend, MiniRollbacksMatchCpuBackend) {
   auto cuda = make_cuda_backend(**model);
   ASSERT_TRUE(cuda.ok()) << cuda.status().to_string();
   ts::check_against_cpu(**model, std::move(*cuda), ts::rollbacks((*model)->vocab_size()), 2, dir + " (rollbacks)");
+}
+
+// The device's packed caches hold the cache's records byte for byte after every step of the
+// scenarios (backend_records_check.h), on the GPU.
+TEST(CudaBackend, DeviceRecordsEqualCacheRecords) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ts::check_device_records<CudaExec>(**model, [&] { return fresh_cuda_backend(**model); }, "cuda");
 }
 
 // The device window copies against rebuilding from the host rings, bit for bit, on the GPU.

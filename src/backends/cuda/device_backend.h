@@ -14,24 +14,27 @@
 // - Caches. The engine's SequenceCache stays the authoritative copy in host memory, in its real
 //   packed records (so snapshots, forks, rollback and the SSD store work unchanged).
 //   Main rows + index keys are produced on the device as float32 rows; the device holds a mirror
-//   per (SequenceCache, kv-source layer) of them, dequantised to float32 (4× the bytes of the
-//   packed records; packed device records, with the record codecs of records.cu, are the next
-//   step). compress_segments runs the compressor of all segments of a layer in batched launches
-//   (the pending projections of each cache's open group kept on the device beside its mirror,
-//   checked against the cache's and uploaded again when they differ), appends the new entries to
-//   the mirrors on the device (fake-quantised: what unpacking the packed record gives) and stages
+//   per (SequenceCache, kv-source layer) of them in their packed records (288 B NVFP4 main rows,
+//   68 B MXFP4 index keys at the real widths; the cache's bytes, device_kernels_records.h), which
+//   the attention and indexer kernels decode on read. compress_segments runs the compressor of all
+//   segments of a layer in batched launches (the pending projections of each cache's open group
+//   kept on the device beside its mirror, checked against the cache's and uploaded again when
+//   they differ), packs the new entries into the mirrors on the device (dk::PackK, the bytes
+//   row_pack gives) and stages
 //   the float rows and the new projections; end_batch() downloads them with the window rows in one
 //   copy and packs them into the cache by the same codec the CPU engine uses (rows appended,
 //   pending group, rollback history). Until then the backend counts the staged entries as the
 //   cache's (entries_of). (compress, per segment, is the older path, kept as the reference the
 //   batched one is tested against: it downloads and packs at once.) A mirror whose newest record
 //   no longer matches the cache (rollback, a new cache at a freed address) is rebuilt from the
-//   cache; one unused for 256 batches is dropped.
+//   cache's record bytes (uploaded as they are); one unused for 256 batches is dropped.
 //   Window rows are fake-quantised on the device (FakeQuantK, bit-identical to row_fake_quant);
-//   attend reads the earlier ones from a device copy of each (cache, layer) ring (WindowCopy,
-//   appended from those rows, checked against the ring's newest packed record and rebuilt from
-//   the ring when it no longer matches), and stages the new ones; end_batch() downloads every
-//   layer's staged rows in one copy and pushes them into the rings.
+//   attend reads the earlier ones from a device copy of each (cache, layer) ring in its FP8
+//   records (WindowCopy, 528 B a row at the real width; appended by packing those rows on the
+//   device, checked against the ring's newest packed record and rebuilt from the ring's bytes
+//   when it no longer matches), and stages the new ones as floats; end_batch() downloads every
+//   layer's staged rows in one copy and pushes them into the rings (packed by the CPU codec).
+//   cache_bytes() counts what the backend allocates for these device caches, by kind.
 // - The MXFP4 indexer queries are fake-quantised on the device too.
 // - Host ↔ device copies of a step: the batch's tokens, RoPE tables (both kinds, and per compressor
 //   ratio the rows of the groups each row completes) in one upload at begin_batch; each Engram
@@ -76,20 +79,25 @@ class DeviceArray {
   explicit DeviceArray(Exec* ex) : ex_(ex) {}
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
-  DeviceArray(DeviceArray&& o) noexcept : ex_(o.ex_), p_(std::exchange(o.p_, nullptr)), cap_(std::exchange(o.cap_, 0)) {}
+  DeviceArray(DeviceArray&& o) noexcept
+      : ex_(o.ex_), counter_(o.counter_), p_(std::exchange(o.p_, nullptr)), cap_(std::exchange(o.cap_, 0)) {}
   DeviceArray& operator=(DeviceArray&& o) noexcept {
     if (this != &o) {
-      if (p_) ex_->release(p_);
+      free();
       ex_ = o.ex_;
+      counter_ = o.counter_;
       p_ = std::exchange(o.p_, nullptr);
       cap_ = std::exchange(o.cap_, 0);
     }
     return *this;
   }
-  ~DeviceArray() {
-    if (p_) ex_->release(p_);
+  ~DeviceArray() { free(); }
+  // counter (optional): a running total of the bytes this array holds allocated, kept up to date
+  // by every allocation and release (the backend's cache byte counts).
+  void bind(Exec* ex, int64_t* counter = nullptr) {
+    ex_ = ex;
+    counter_ = counter;
   }
-  void bind(Exec* ex) { ex_ = ex; }
   T* data() { return p_; }
   const T* data() const { return p_; }
   int64_t capacity() const { return cap_; }
@@ -100,9 +108,10 @@ class DeviceArray {
     T* q = static_cast<T*>(ex_->alloc(cap * int64_t(sizeof(T))));
     if (!q) return;
     if (p_ && keep > 0) ex_->copy(q, p_, keep * int64_t(sizeof(T)));
-    if (p_) ex_->release(p_);
+    free();
     p_ = q;
     cap_ = cap;
+    if (counter_) *counter_ += cap * int64_t(sizeof(T));
   }
   void upload(const T* src, int64_t n, int64_t at = 0) {
     reserve(at + n, at);
@@ -110,9 +119,27 @@ class DeviceArray {
   }
 
  private:
+  void free() {
+    if (!p_) return;
+    ex_->release(p_);
+    if (counter_) *counter_ -= cap_ * int64_t(sizeof(T));
+    p_ = nullptr;
+    cap_ = 0;
+  }
   Exec* ex_ = nullptr;
+  int64_t* counter_ = nullptr;
   T* p_ = nullptr;
   int64_t cap_ = 0;
+};
+
+// The device memory of the caches by kind (DeviceBackend::cache_bytes): `held` are the records in
+// use (mirrored main rows and index keys × their record bytes; every ring slot of the window
+// copies), `allocated` what the backend's allocations for them total (the arrays grow
+// geometrically, so allocated ≥ held).
+struct DeviceCacheBytes {
+  int64_t main = 0, index = 0, window = 0;
+  int64_t global() const { return main + index; }
+  int64_t total() const { return main + index + window; }
 };
 
 template <class Exec>
@@ -130,6 +157,19 @@ class DeviceBackend : public Backend {
   Status status() const { return ex_.status(); }
   // Bytes of weights held on the device.
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Device bytes of the caches (see DeviceCacheBytes): records in use, and allocated.
+  DeviceCacheBytes cache_bytes_held() const;
+  DeviceCacheBytes cache_bytes_allocated() const { return cache_alloc_; }
+  // Test support: the device's packed records, downloaded — the main rows (kind kMain) or index
+  // keys (kIndex) of the mirror of (cache, kv-source layer), all its rows (empty: no mirror); the
+  // window copy's record of position p of (cache, layer) (kWindow; empty unless the copy holds p).
+  std::vector<uint8_t> device_records(const SequenceCache* cache, int layer, RowKind kind, int64_t p = 0);
+  // Test support: whether the mirror of (cache, kv-source layer) was read by the last batch (one
+  // that was not may lag its cache until it is read again).
+  bool mirror_used(const SequenceCache* cache, int layer) {
+    const Mirror* m = find_mirror(cache, layer);
+    return m && m->last_used == batches_;
+  }
   // Kernel launches and copies so far (exec_counts.h).
   const ExecCounts& exec_counts() const { return ex_.counts(); }
   // The executor (for its diagnostics, e.g. CudaExec's per-kernel profile).
@@ -177,6 +217,7 @@ class DeviceBackend : public Backend {
  private:
   using F32 = DeviceArray<Exec, float>;
   using I32 = DeviceArray<Exec, int32_t>;
+  using U8 = DeviceArray<Exec, uint8_t>;
   struct LayerDev {
     dk::DevWeight wq_a, wq_b, wkv, wo_a, wo_b;
     const float *q_norm = nullptr, *kv_norm = nullptr, *sink = nullptr;
@@ -198,20 +239,20 @@ class DeviceBackend : public Backend {
     int64_t entries = 0, topk_row0 = 0, candidate_row0 = 0, call_row0 = 0;
     I32 topk, candidates;
   };
-  // The newest window rows of one (SequenceCache, layer) ring on the device, as float32 (the
-  // ring's records unpacked: what attend reads), position p in slot p mod slots; positions
-  // [lo, hi) held. Appended from the device's own fake-quantised rows at attend; `records` keeps
+  // The newest window rows of one (SequenceCache, layer) ring on the device, in the ring's FP8
+  // records (what attend decodes), position p in slot p mod slots; positions [lo, hi) held.
+  // Appended by packing the device's own fake-quantised rows at attend; `records` keeps
   // the packed records of those positions as the ring got them, so a ring changed behind the
   // backend's back (rollback past them, restore, a new cache at a freed address) is noticed and
   // the copy rebuilt from it.
   struct WindowCopy {
-    F32 rows;
+    U8 rows;  // [slots, record bytes]
     int64_t slots = 0, lo = 0, hi = 0;
     int64_t last_used = 0;
     std::vector<uint8_t> records;  // [slots, record bytes]
   };
   struct Mirror {
-    F32 main, index;
+    U8 main, index;  // [rows, record bytes] of each kind: the cache's records
     int64_t rows = 0;
     int64_t staged = 0;                           // of the rows, those not yet in the cache
     bool publishing = false;                      // compress_segments staged into it this batch
@@ -314,6 +355,7 @@ class DeviceBackend : public Backend {
   BatchLayout layout_;
   std::vector<SegmentRows> segments_;
   std::vector<std::unique_ptr<SegState>> seg_;
+  DeviceCacheBytes cache_alloc_;  // kept by the mirrors' and window copies' arrays (bind)
   std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<Mirror>> mirrors_;
   std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<WindowCopy>> windows_;
   bool keep_window_copies_ = true;
@@ -369,6 +411,7 @@ class DeviceBackend : public Backend {
   int64_t staged_ = 0;  // floats used in stage_
   F32 stage_;
   std::vector<float> host_tmp_;
+  std::vector<uint8_t> host_bytes_;
   // DSpark (see draft_stages): the host drafter, target_slot_[layer] = the layer's place among the
   // targets or −1, and the batch's features [n, targets·hidden] on the device and on the host.
   std::unique_ptr<Drafter> drafter_;

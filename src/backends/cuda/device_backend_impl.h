@@ -280,27 +280,28 @@ typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const Sequence
   std::unique_ptr<Mirror>& slot = mirrors_[{cache, kv.layer}];
   if (!slot) {
     slot = std::make_unique<Mirror>();
-    slot->main.bind(&ex_);
-    slot->index.bind(&ex_);
+    slot->main.bind(&ex_, &cache_alloc_.main);
+    slot->index.bind(&ex_, &cache_alloc_.index);
     slot->pend_kv.bind(&ex_);
     slot->pend_gate.bind(&ex_);
   }
   Mirror& m = *slot;
   m.last_used = batches_;
   if (m.staged > 0) return m;  // ahead of the cache by this batch's entries (published at end_batch)
-  const int64_t G = kv.entries(), D = kv.dim, Di = kv.index_dim;
+  const int64_t G = kv.entries();
   const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
   // Still the same cache? Its newest mirrored records must be unchanged; else rebuild.
   if (m.rows > G || (m.rows > 0 && (std::memcmp(kv.main.row(m.rows - 1), m.last_main.data(), size_t(mb)) != 0 ||
                                     std::memcmp(kv.index.row(m.rows - 1), m.last_index.data(), size_t(ib)) != 0)))
     m.rows = 0;
   if (m.rows == G) return m;
+  // The cache's records of rows [m.rows, G) as they are (its pages gathered), one upload per kind.
   const int64_t n = G - m.rows;
-  host_tmp_.resize(static_cast<size_t>(n * std::max(D, Di)));
-  for (int64_t g = m.rows; g < G; ++g) kv.read_main(g, host_tmp_.data() + (g - m.rows) * D);
-  m.main.upload(host_tmp_.data(), n * D, m.rows * D);
-  for (int64_t g = m.rows; g < G; ++g) kv.read_index(g, host_tmp_.data() + (g - m.rows) * Di);
-  m.index.upload(host_tmp_.data(), n * Di, m.rows * Di);
+  host_bytes_.resize(static_cast<size_t>(n * std::max(mb, ib)));
+  for (int64_t g = m.rows; g < G; ++g) std::memcpy(host_bytes_.data() + (g - m.rows) * mb, kv.main.row(g), size_t(mb));
+  m.main.upload(host_bytes_.data(), n * mb, m.rows * mb);
+  for (int64_t g = m.rows; g < G; ++g) std::memcpy(host_bytes_.data() + (g - m.rows) * ib, kv.index.row(g), size_t(ib));
+  m.index.upload(host_bytes_.data(), n * ib, m.rows * ib);
   m.rows = G;
   m.last_main.assign(kv.main.row(G - 1), kv.main.row(G - 1) + mb);
   m.last_index.assign(kv.index.row(G - 1), kv.index.row(G - 1) + ib);
@@ -312,12 +313,12 @@ typename DeviceBackend<Exec>::WindowCopy& DeviceBackend<Exec>::window_copy(const
                                                                           const WindowRing& ring, int64_t first,
                                                                           int64_t start) {
   std::unique_ptr<WindowCopy>& slot = windows_[{cache, layer}];
-  const int64_t D = ring.dim(), rb = ring.record_bytes();
+  const int64_t rb = ring.record_bytes();
   if (!slot || slot->slots != ring.slots()) {
     slot = std::make_unique<WindowCopy>();
-    slot->rows.bind(&ex_);
+    slot->rows.bind(&ex_, &cache_alloc_.window);
     slot->slots = ring.slots();  // ≥ window: rows a rollback of the ring keeps stay held
-    slot->rows.reserve(slot->slots * D);
+    slot->rows.reserve(slot->slots * rb);
     slot->records.assign(static_cast<size_t>(slot->slots * rb), 0);
   }
   WindowCopy& w = *slot;
@@ -334,16 +335,46 @@ typename DeviceBackend<Exec>::WindowCopy& DeviceBackend<Exec>::window_copy(const
     w.hi = start;
     return w;
   }
-  // Rebuilt from the ring: its rows [first, start), unpacked, in their slots.
-  host_tmp_.assign(static_cast<size_t>(w.slots * D), 0.0f);
-  for (int64_t p = first; p < start; ++p) {
-    ring.read(p, host_tmp_.data() + (p % w.slots) * D);
+  // Rebuilt from the ring: its records [first, start) as they are, in their slots.
+  for (int64_t p = first; p < start; ++p)
     std::memcpy(w.records.data() + (p % w.slots) * rb, ring.record(p), size_t(rb));
-  }
-  ex_.upload(w.rows.data(), host_tmp_.data(), w.slots * D * int64_t(sizeof(float)));
+  ex_.upload(w.rows.data(), w.records.data(), w.slots * rb);
   w.lo = first;
   w.hi = start;
   return w;
+}
+
+template <class Exec>
+DeviceCacheBytes DeviceBackend<Exec>::cache_bytes_held() const {
+  DeviceCacheBytes b;
+  const ModelConfig& c = config();
+  for (const auto& [key, m] : mirrors_) {
+    b.main += m->rows * dk::record_bytes(RowKind::kMain, c.head_dim);
+    b.index += m->rows * dk::record_bytes(RowKind::kIndex, c.index_head_dim);
+  }
+  for (const auto& [key, w] : windows_) b.window += w->slots * dk::record_bytes(RowKind::kWindow, c.head_dim);
+  return b;
+}
+
+template <class Exec>
+std::vector<uint8_t> DeviceBackend<Exec>::device_records(const SequenceCache* cache, int layer, RowKind kind, int64_t p) {
+  const ModelConfig& c = config();
+  std::vector<uint8_t> out;
+  if (kind == RowKind::kWindow) {
+    const auto it = windows_.find({cache, layer});
+    if (it == windows_.end() || p < it->second->lo || p >= it->second->hi) return out;
+    const WindowCopy& w = *it->second;
+    const int64_t rb = dk::record_bytes(kind, c.head_dim);
+    out.resize(size_t(rb));
+    ex_.download(out.data(), w.rows.data() + (p % w.slots) * rb, rb);
+    return out;
+  }
+  const Mirror* m = find_mirror(cache, layer);
+  if (!m) return out;
+  const int64_t rb = dk::record_bytes(kind, kind == RowKind::kMain ? c.head_dim : c.index_head_dim);
+  out.resize(size_t(m->rows * rb));
+  if (m->rows > 0) ex_.download(out.data(), (kind == RowKind::kMain ? m->main : m->index).data(), m->rows * rb);
+  return out;
 }
 
 template <class Exec>
@@ -658,8 +689,9 @@ void DeviceBackend<Exec>::compress_segments(int layer, std::span<const SegmentCo
       m.pend_kv.reserve((P + T) * D, P * D);  // room for the new open group (rows kept)
       m.pend_gate.reserve((P + T) * D, P * D);
     }
-    m.main.reserve((m.rows + g) * D, m.rows * D);
-    m.index.reserve((m.rows + g) * Di, m.rows * Di);
+    const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
+    m.main.reserve((m.rows + g) * mb, m.rows * mb);
+    m.index.reserve((m.rows + g) * ib, m.rows * ib);
     js.push_back({j.segment, &kv, &m, s.row0 + j.first_row, T, P, g, fed, groups});
     fed += T;
     groups += g;
@@ -726,14 +758,15 @@ void DeviceBackend<Exec>::compress_segments(int layer, std::span<const SegmentCo
     gather.flush(ex_);
     rope(ks, groups, 1, Di, cosd, sind, 0, false);
     rope(lt, groups, 1, D, cosd, sind, 0, false);
-    // The new entries into the mirrors, as the packed records read back.
-    Launches<dk::QuantCopyK> append;
+    // The new entries into the mirrors, packed (the records end_batch packs into the cache).
+    Launches<dk::PackK> append;
+    const int64_t mb = dk::record_bytes(RowKind::kMain, D), ib = dk::record_bytes(RowKind::kIndex, Di);
     for (const Job& j : js) {
       Mirror& m = *j.m;
       append.add(j.groups * D / dk::FakeQuantK::block(RowKind::kMain),
-                 dk::QuantCopyK{lt + j.group * D, m.main.data() + m.rows * D, RowKind::kMain});
+                 dk::PackK{lt + j.group * D, D, RowKind::kMain, m.main.data() + m.rows * mb});
       append.add(j.groups * Di / dk::FakeQuantK::block(RowKind::kIndex),
-                 dk::QuantCopyK{ks + j.group * Di, m.index.data() + m.rows * Di, RowKind::kIndex});
+                 dk::PackK{ks + j.group * Di, Di, RowKind::kIndex, m.index.data() + m.rows * ib});
     }
     append.flush(ex_);
   }
@@ -767,7 +800,7 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
   struct Job {
     SegState* st;
     int64_t r0, T, start, G, blocks;
-    const float* keys;
+    dk::KeyRows keys;
     bool restricted, candidates;
   };
   std::vector<Job> js;
@@ -776,12 +809,12 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
     const SegmentRows& s = segments_[a.segment];
     SegState& st = *seg_[a.segment];
     const KvSourceCache& kv = *s.cache->kv_source(a.index_kv_layer);
-    Job j{&st, s.row0 + a.first_row, s.rows - a.first_row, s.start + a.first_row, entries_of(s.cache, kv), 0, nullptr,
+    Job j{&st, s.row0 + a.first_row, s.rows - a.first_row, s.start + a.first_row, entries_of(s.cache, kv), 0, {},
           false, false};
     st.call_row0 = a.first_row;
     st.topk.reserve(j.T * k);  // the previous top-k is not read by this step: overwritten in place
     if (j.G > 0) {
-      j.keys = mirror(s.cache, kv).index.data();
+      j.keys = dk::KeyRows::records(mirror(s.cache, kv).index.data(), RowKind::kIndex, dh);
       j.restricted = a.restricted && st.candidate_layer >= 0;
       j.candidates = !j.restricted && info.candidate_source;
       // (A restricted job reads its pool from st.candidates; only an unrestricted one rewrites it.)
@@ -891,15 +924,15 @@ typename DeviceBackend<Exec>::AttendPrep DeviceBackend<Exec>::attend_prepare(int
   // Keys of the window: ring rows [first, start) read in place from the device copy, then the
   // segment's own rows from kv_ (AttnGeom's ring mode).
   WindowCopy& w = window_copy(s.cache, layer, ring, first, start);
-  const float* main = nullptr;
+  dk::KeyRows main;
   const int32_t* topk = nullptr;
   if (kv_layer >= 0) {
-    main = mirror(s.cache, *s.cache->kv_source(kv_layer)).main.data();
+    main = dk::KeyRows::records(mirror(s.cache, *s.cache->kv_source(kv_layer)).main.data(), RowKind::kMain, D);
     topk = st.topk.data() + (first_row - st.topk_row0) * k;
   }
   AttendPrep a;
   dk::AttnGeom g{T, H, D, win + k, start, win, floor, first, k, nullptr, main, topk};
-  g.ring = w.rows.data();
+  g.ring = dk::KeyRows::records(w.rows.data(), RowKind::kWindow, D);
   g.slots = w.slots;
   g.fresh = kv_.data() + r0 * D;
   a.job = {g, q_.data() + r0 * H * D, nullptr, o_.data() + r0 * H * D};
@@ -969,7 +1002,7 @@ void DeviceBackend<Exec>::attend_run(int layer, std::span<AttendPrep> preps) {
       pending_.push_back({&ring, continues ? &w : nullptr, layer, a.T, m, staged_});
       staged_ += m * D;
     }
-    ex_.for_each(values, store);
+    ex_.for_each(values / 32, store);  // one index per scale block (dk::WindowStoreK)
   }
 }
 

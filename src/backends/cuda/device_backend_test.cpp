@@ -14,11 +14,13 @@
 #include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/backend_dspark_check.h"
 #include "backends/cuda/backend_image_check.h"
+#include "backends/cuda/backend_records_check.h"
 #include "backends/cuda/backend_stored_check.h"
 #include "backends/cuda/device_backend.h"
 #include "backends/cuda/host_device_backend.h"
 #include "backends/cuda/host_exec.h"
 #include "engine/engine.h"
+#include "plan/cache_plan.h"
 
 namespace dsv41 {
 namespace {
@@ -119,6 +121,59 @@ TEST(DeviceBackendHost, MiniPackedRecordsMatchCpuEngine) {
   EXPECT_GT(rows, 0);
   EXPECT_GE(window_same * 10, window * 9);
   EXPECT_GE(rows_same * 10, rows * 9);
+}
+
+// The device's packed caches (mirrors of main rows and index keys, window-ring copies) hold the
+// cache's records byte for byte after every step: mixed prefill + decode, forks and a removal,
+// rollbacks, restored snapshots (backend_records_check.h).
+TEST(DeviceBackendHost, DeviceRecordsEqualCacheRecords) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  ts::check_device_records<HostExec>(
+      **model, [&] { return std::make_unique<DeviceBackend<HostExec>>(**model); }, "emulation");
+}
+
+// The device cache byte counts: what the mirrors and window copies hold is the record sizes times
+// the rows — for one sequence exactly the plan's cache sizing at one record per page
+// (plan_cache_bytes) — and what the backend allocated for them covers it (the arrays grow
+// geometrically: at most twice what they ever held, a ring copy exactly its slots).
+TEST(DeviceBackendHost, CacheBytesCountTheRecords) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  auto backend = std::make_unique<DeviceBackend<HostExec>>(**model);
+  DeviceBackend<HostExec>* dev = backend.get();
+  EXPECT_EQ(dev->cache_bytes_allocated().total(), 0);
+  auto e = Engine::create(std::move(backend), (*model)->engram_tables());
+  ASSERT_TRUE(e.ok());
+  const SequenceId id = *(*e)->add_sequence(512);
+  const int64_t V = (*model)->vocab_size();
+  int64_t tokens = 0;
+  for (int n : {75, 1, 1, 30, 1, 1, 1}) {
+    Segment s;
+    s.sequence = id;
+    s.start = tokens;
+    const std::vector<int32_t> t = ts::tokens(900 + tokens, n, V);
+    s.tokens = t;
+    ASSERT_TRUE((*e)->forward(std::span<const Segment>(&s, 1)).front().status.ok());
+    tokens += n;
+    CacheOptions one_per_page;
+    one_per_page.rows_per_page = 1;
+    auto plan = plan_cache_bytes((*model)->config(), (*model)->plan(), tokens, one_per_page);
+    ASSERT_TRUE(plan.ok());
+    const DeviceCacheBytes held = dev->cache_bytes_held(), alloc = dev->cache_bytes_allocated();
+    EXPECT_EQ(held.main, plan->main) << tokens << " tokens";
+    EXPECT_EQ(held.index, plan->index) << tokens << " tokens";
+    EXPECT_EQ(held.window, plan->window) << tokens << " tokens";
+    EXPECT_EQ(alloc.window, held.window);
+    for (auto [h, a] : {std::pair{held.main, alloc.main}, std::pair{held.index, alloc.index}}) {
+      EXPECT_GE(a, h);
+      EXPECT_LE(a, 2 * h);
+    }
+  }
 }
 
 // Verify chunks rolled back by 1–3 positions and decoded again: the device window copies and

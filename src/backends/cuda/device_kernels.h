@@ -8,4 +8,5 @@
 #include "backends/cuda/device_kernels_dspark.h"
 #include "backends/cuda/device_kernels_moe.h"
 #include "backends/cuda/device_kernels_quant.h"
+#include "backends/cuda/device_kernels_records.h"
 #include "backends/cuda/device_kernels_stream.h"

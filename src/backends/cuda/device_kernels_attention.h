@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backends/cuda/device_kernels_common.h"
+#include "backends/cuda/device_kernels_records.h"
 
 namespace dsv41::dk {
 
@@ -57,7 +58,7 @@ struct RingWriteK {  // ring row of position first + i = rows[i, :]; at most `sl
 struct IndexScoreK {
   const float* q;   // [rows, nh·dh]
   const float* hw;  // [rows, nh]
-  const float* keys;  // [G, dh]
+  KeyRows keys;  // [G, dh]: the cache's MXFP4 index records (or float32 rows)
   int64_t G, nh, dh, start;
   int ratio;
   float scale;
@@ -79,7 +80,8 @@ struct IndexScoreK {
     for (int64_t h = 0; h < nh; ++h) {
       const float* qh = q + (r * nh + h) * dh;
       double acc = 0;
-      for (int64_t c = 0; c < dh; ++c) acc += double(keys[g * dh + c]) * qh[c];
+      const KeyRow key = keys.row(g);
+      for (int64_t c = 0; c < dh; ++c) acc += double(key[c]) * qh[c];
       const float relu = fmaxf(float(acc), 0.0f) * scale;
       total += relu * hw[r * nh + h];
     }
@@ -142,34 +144,36 @@ struct RankPlaceK {
 // ---- Sink attention (attention_steps.cpp) ---------------------------------------------------
 // Work item (i, h, j) of T query rows × H heads × L = window + k key slots. Slot j < nwin(i) is the
 // window key of position lo(i) + j (keys [*, D] start at position `first`); slot nwin + s is the
-// s-th entry of topk row i (−1 = absent; main rows [G, D]); the rest are absent.
+// s-th entry of topk row i (−1 = absent; main rows [G, D], the cache's NVFP4 records on the
+// backend, decoded on read); the rest are absent.
 // With `ring` set, the window keys are read where they lie instead of from `keys`: positions
-// before `start` from the device window ring (position p in slot p mod slots), the segment's own
-// rows from `fresh` [T, D] (no gather of the window before attending).
+// before `start` from the device window ring (position p in slot p mod slots; the ring's FP8
+// records on the backend), the segment's own rows from `fresh` [T, D] (no gather of the window
+// before attending).
 struct AttnGeom {
   int64_t T, H, D, L, start, window, floor, first, k;
   const float* keys;
-  const float* main;
+  KeyRows main;
   const int32_t* topk;  // [T, k] or null
-  const float* ring = nullptr;
+  KeyRows ring = {};
   int64_t slots = 0;
   const float* fresh = nullptr;
   DSV41_HD int64_t lo(int64_t i) const {
     const int64_t t = start + i;
     return t - window + 1 > floor ? t - window + 1 : floor;
   }
-  // The key row of slot j of row i, or null when absent.
-  DSV41_HD const float* key(int64_t i, int64_t j) const {
+  // The key row of slot j of row i; empty when absent.
+  DSV41_HD KeyRow key(int64_t i, int64_t j) const {
     const int64_t nwin = start + i - lo(i) + 1;
     if (j < nwin) {
       const int64_t p = lo(i) + j;
-      if (!ring) return keys + (p - first) * D;
-      return p < start ? ring + (p % slots) * D : fresh + (p - start) * D;
+      if (ring.empty()) return {keys + (p - first) * D, nullptr, RowKind::kWindow, D};
+      return p < start ? ring.row(p % slots) : KeyRow{fresh + (p - start) * D, nullptr, RowKind::kWindow, D};
     }
     const int64_t s = j - nwin;
-    if (!topk || s >= k) return nullptr;
+    if (!topk || s >= k) return {};
     const int32_t e = topk[i * k + s];
-    return e >= 0 ? main + int64_t(e) * D : nullptr;
+    return e >= 0 ? main.row(e) : KeyRow{};
   }
 };
 
@@ -180,7 +184,7 @@ struct AttnLogitsK {
   float* logits;  // [T, H, L]
   DSV41_HD void operator()(int64_t id) const {
     const int64_t j = id % g.L, ih = id / g.L, i = ih / g.H;
-    const float* key = g.key(i, j);
+    const KeyRow key = g.key(i, j);
     if (!key) {
       logits[id] = -INFINITY;
       return;
@@ -222,7 +226,7 @@ struct AttnValuesK {  // o[i, h, c] = Σ_window p·v + Σ_selected p·v (two par
     const float* pr = p + ih * g.L;
     double win = 0, sel = 0;
     for (int64_t j = 0; j < g.L; ++j) {
-      const float* key = g.key(i, j);
+      const KeyRow key = g.key(i, j);
       if (!key) continue;
       if (j < nwin) {
         win += double(pr[j]) * key[c];
@@ -282,29 +286,31 @@ struct AttnBatch {
 };
 
 // The newest window rows of up to kMax segments, in one launch: job j's rows src[r, :] (r <
-// count) go to its device ring copy (slot (first + r) mod slots) and to its place in the staging
-// buffer of the ring pushes (stage[r, :]). Index id runs over the jobs' rows in order, D values
-// each.
+// count) go to its place in the staging buffer of the ring pushes (stage[r, :]) and, packed as
+// the ring packs them (PackK: FP8 records), to its device ring copy (record slot (first + r) mod
+// slots). Index id runs over the jobs' rows in order, D / 32 scale blocks each.
 struct WindowStoreK {
   static constexpr int kMax = 16;
   struct Job {
     const float* src;
-    float* ring;
+    uint8_t* ring;
     int64_t slots, first, count;
     float* stage;
   };
   int n = 0;
   int64_t D = 0;
   Job jobs[kMax];
+  DSV41_HD static int64_t blocks(int64_t D) { return D / 32; }
   DSV41_HD void operator()(int64_t id) const {
-    int64_t r = id / D;
-    const int64_t c = id % D;
+    const int64_t per_row = blocks(D);
+    int64_t r = id / per_row;
+    const int64_t b = id % per_row;
     int j = 0;
     while (j + 1 < n && r >= jobs[j].count) r -= jobs[j++].count;
-    const Job& b = jobs[j];
-    const float v = b.src[r * D + c];
-    b.ring[((b.first + r) % b.slots) * D + c] = v;
-    b.stage[r * D + c] = v;
+    const Job& J = jobs[j];
+    for (int64_t c = b * 32; c < (b + 1) * 32; ++c) J.stage[r * D + c] = J.src[r * D + c];
+    const int64_t slot = (J.first + r) % J.slots;
+    PackK{J.src + r * D, D, RowKind::kWindow, J.ring + slot * record_bytes(RowKind::kWindow, D)}(b);
   }
 };
 

@@ -199,8 +199,8 @@ void check_pool(Exec& ex) {
 }
 
 // The batched compressor's bodies against what the per-segment path runs, bit for bit: SplitPoolK
-// (pending rows apart from the new ones) against PoolK over the rows gathered; QuantCopyK against
-// a copy then FakeQuantK; StridedRowsK against the rows picked on the host.
+// (pending rows apart from the new ones) against PoolK over the rows gathered; StridedRowsK against
+// the rows picked on the host. (PackK, which appends the new entries: check_record_codecs.)
 template <class Exec>
 void check_compress_bodies(Exec& ex) {
   std::mt19937 rng(23);
@@ -219,16 +219,6 @@ void check_compress_bodies(Exec& ex) {
       ex.for_each(groups * D, dk::SplitPoolK{da, db, P, da + P * D, db + P * D, r, D, got});
       ASSERT_EQ(dev.down(got, groups * D), dev.down(want, groups * D)) << "split pool r " << r << " P " << P;
     }
-  }
-  for (RowKind kind : {RowKind::kMain, RowKind::kIndex, RowKind::kWindow}) {
-    const int64_t rows = 3, width = 64;
-    auto x = randn(rng, rows * width, 3.0f);
-    x[5] = 0.0f;
-    float* want = dev.up(x);
-    float* got = dev.template zeros<float>(rows * width);
-    ex.for_each(rows * width / dk::FakeQuantK::block(kind), dk::FakeQuantK{want, kind});
-    ex.for_each(rows * width / dk::FakeQuantK::block(kind), dk::QuantCopyK{dev.up(x), got, kind});
-    ASSERT_EQ(dev.down(got, rows * width), dev.down(want, rows * width)) << "quant copy";
   }
   const int64_t stride = 5, width = 3, n = 4;
   const auto src = randn(rng, (n - 1) * stride + width);
@@ -369,16 +359,69 @@ void check_engram(Exec& ex) {
   expect_close(dev.down(dx, T * s.hc * s.dim), want, kRel, "engram");
 }
 
+// Rows of `width` channels (blocks of blk) that stress the record codecs: random rows at scales
+// 1e-9 … 1e4 (subnormal scales included), rows of E4M3 / E2M1 ties (k/512, grid midpoints times a
+// power of two), all-zero and signed-zero blocks, NaN / ±Inf in one block of a row, huge values,
+// subnormal inputs.
+inline std::vector<float> fake_quant_inputs(std::mt19937& rng, int64_t width, int64_t blk) {
+  std::vector<float> x;
+  for (float scale : {1e-9f, 1e-6f, 1e-4f, 0.01f, 0.09f, 0.3f, 1.0f, 7.0f, 100.0f, 1e4f}) {
+    const auto r = randn(rng, width * 3, scale);
+    x.insert(x.end(), r.begin(), r.end());
+  }
+  std::uniform_int_distribution<int> code(0, 1023), exp(-12, 6);
+  for (int row = 0; row < 6; ++row)  // ties and grid points of both formats at random exponents
+    for (int64_t c = 0; c < width; ++c) {
+      const float base = (c % 2 ? 0.25f : 1.0f / 512.0f) * float(code(rng) % (c % 2 ? 25 : 1024));
+      x.push_back(std::ldexp(c % 3 ? base : -base, exp(rng)));
+    }
+  std::vector<float> special(static_cast<size_t>(width * 6), 0.0f);
+  special[width] = -0.0f;  // row 1: signed zeros
+  for (int64_t c = 0; c < width; ++c) special[width + c] = c % 2 ? -0.0f : 0.0f;
+  special[2 * width + 3] = NAN;                                            // row 2: NaN in block 0
+  special[3 * width + blk + 1] = INFINITY;                                 // row 3: +Inf in block 1
+  special[3 * width + 1] = 5.0f;
+  special[4 * width + blk] = -INFINITY;                                    // row 4: −Inf, huge elsewhere
+  for (int64_t c = 0; c < width; ++c) special[4 * width + c] += (c % 5) * 3e37f;
+  for (int64_t c = 0; c < width; ++c) special[5 * width + c] = float(c) * 1e-40f;  // row 5: subnormals
+  x.insert(x.end(), special.begin(), special.end());
+  return x;
+}
+
+inline std::vector<uint32_t> bits_of_floats(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+// Rows [n, width] of `kind` packed by the CPU codec (row_pack), one record after the other.
+inline std::vector<uint8_t> pack_rows(RowKind kind, const std::vector<float>& x, int64_t width) {
+  const int64_t rb = int64_t(row_bytes(kind, size_t(width))), n = int64_t(x.size()) / width;
+  std::vector<uint8_t> out(size_t(n * rb));
+  for (int64_t r = 0; r < n; ++r) row_pack(kind, x.data() + r * width, size_t(width), out.data() + r * rb);
+  return out;
+}
+
+// Rows [n, width] made what the cache holds of them: row_fake_quant of `kind` per row.
+inline std::vector<float> cached(RowKind kind, std::vector<float> x, int64_t width) {
+  for (size_t r = 0; r < x.size() / size_t(width); ++r) row_fake_quant(kind, x.data() + r * width, size_t(width));
+  return x;
+}
+
 // Sink attention and indexer scores against float64 loops written from model.md §3.4: window keys
-// cut at a floor, selected entries with −1 slots, a restricted pool.
+// cut at a floor, selected entries with −1 slots, a restricted pool. The keys are what the caches
+// hold (fake-quantised rows), so the kernels reading them as packed records (the backend's way:
+// FP8 window ring, NVFP4 main rows, MXFP4 index keys) must give the float32 rows' bits exactly.
 template <class Exec>
 void check_attention_and_scores(Exec& ex) {
   std::mt19937 rng(18);
   Dev<Exec> dev(ex);
-  const int64_t T = 5, H = 3, D = 16, win = 6, k = 4, G = 30, start = 9, floor = 5;
+  const int64_t T = 5, H = 3, D = 32, win = 6, k = 4, G = 30, start = 9, floor = 5;
   const int64_t first = std::max(floor, start - (win - 1));
   const int64_t nkeys = start + T - first;
-  const auto keys = randn(rng, nkeys * D), main = randn(rng, G * D), q = randn(rng, T * H * D), sink = randn(rng, H);
+  const auto keys = cached(RowKind::kWindow, randn(rng, nkeys * D), D);
+  const auto main = cached(RowKind::kMain, randn(rng, G * D), D);
+  const auto q = randn(rng, T * H * D), sink = randn(rng, H);
   std::vector<int32_t> topk(T * k);
   for (int64_t i = 0; i < T; ++i)
     for (int j = 0; j < k; ++j) topk[i * k + j] = (j == k - 1 && i % 2) ? -1 : int32_t((i * 7 + j * 5) % G);
@@ -408,24 +451,27 @@ void check_attention_and_scores(Exec& ex) {
       }
     }
   const int64_t L = win + k;
-  dk::AttnGeom g{T, H, D, L, start, win, floor, first, k, dev.up(keys), dev.up(main), dev.up(topk)};
+  dk::AttnGeom g{T, H, D, L, start, win, floor, first, k, dev.up(keys), dk::KeyRows::floats(dev.up(main), D),
+                 dev.up(topk)};
   float* logits = dev.template zeros<float>(T * H * L);
   float* o = dev.template zeros<float>(T * H * D);
   ex.run_chain(dk::AttnChain{dk::AttnLogitsK{g, dev.up(q), scaling, logits}, dk::AttnSoftmaxK{g, dev.up(sink), logits},
                             dk::AttnValuesK{g, logits, o}});
   expect_close(dev.down(o, T * H * D), want, 1e-5, "sink attention");
   // The same attention with the window read in place (AttnGeom's ring mode: positions before
-  // `start` from a ring of 7 slots, the rows from `start` on from their own buffer), alone and as
-  // the second job of an AttnBatch whose first job is the gathered one: the same bits each time.
+  // `start` from a ring of 7 slots of FP8 records, the rows from `start` on from their own buffer)
+  // and the selected rows from NVFP4 records, alone and as the second job of an AttnBatch whose
+  // first job is the gathered float one: the same bits each time.
   {
     const int64_t slots = 7;
-    std::vector<float> ring(slots * D, NAN);  // unheld slots must not be read
+    std::vector<float> ring(slots * D, NAN);  // unheld slots must not be read (NaN records)
     for (int64_t p = first; p < start; ++p)
       std::copy_n(keys.data() + (p - first) * D, D, ring.data() + (p % slots) * D);
     const std::vector<float> fresh(keys.begin() + (start - first) * D, keys.end());
     dk::AttnGeom gr = g;
     gr.keys = nullptr;
-    gr.ring = dev.up(ring);
+    gr.ring = dk::KeyRows::records(dev.up(pack_rows(RowKind::kWindow, ring, D)), RowKind::kWindow, D);
+    gr.main = dk::KeyRows::records(dev.up(pack_rows(RowKind::kMain, main, D)), RowKind::kMain, D);
     gr.slots = slots;
     gr.fresh = dev.up(fresh);
     const float* dq = dev.up(q);
@@ -451,6 +497,7 @@ void check_attention_and_scores(Exec& ex) {
   // Indexer scores: ratio 2, 3 heads × 16, a pool of 2 blocks of 8 for some rows.
   const int64_t nh = 3, dh = 16;
   const int ratio = 2, nb = 2, bs = 8;
+  const int64_t dhi = 32;  // index keys: whole MXFP4 blocks (the float run at dh, the records at dhi)
   const auto iq = randn(rng, T * nh * dh), hw = randn(rng, T * nh), ik = randn(rng, G * dh);
   std::vector<int32_t> kept = {0, 2, 1, -1, 3, 0, -1, -1, 2, 3};
   const int64_t istart = 50;  // visible: (t+1)/2 = 25 … 27 of 30
@@ -469,9 +516,52 @@ void check_attention_and_scores(Exec& ex) {
         ref[r * G + gi] = in ? float(total) : -INFINITY;
       }
     float* sc = dev.template zeros<float>(T * G);
-    ex.for_each(T * G, dk::IndexScoreK{dev.up(iq), dev.up(hw), dev.up(ik), G, nh, dh, istart, ratio,
-                                       float(1.0 / std::sqrt(double(dh))), pool ? dev.up(kept) : nullptr, nb, bs, sc});
+    ex.for_each(T * G, dk::IndexScoreK{dev.up(iq), dev.up(hw), dk::KeyRows::floats(dev.up(ik), dh), G, nh, dh,
+                                       istart, ratio, float(1.0 / std::sqrt(double(dh))), pool ? dev.up(kept) : nullptr,
+                                       nb, bs, sc});
     expect_close(dev.down(sc, T * G), ref, 1e-5, pool ? "indexer scores in a pool" : "indexer scores");
+    // Keys as MXFP4 records (what the cache holds) against their float32 rows: the same bits.
+    const auto ikq = cached(RowKind::kIndex, randn(rng, G * dhi), dhi), iqq = randn(rng, T * nh * dhi);
+    float* s_float = dev.template zeros<float>(T * G);
+    float* s_rec = dev.template zeros<float>(T * G);
+    const float* diq = dev.up(iqq);
+    const float* dhw = dev.up(hw);
+    const int32_t* dkept = pool ? dev.up(kept) : nullptr;
+    const float sc_i = float(1.0 / std::sqrt(double(dhi)));
+    ex.for_each(T * G, dk::IndexScoreK{diq, dhw, dk::KeyRows::floats(dev.up(ikq), dhi), G, nh, dhi, istart, ratio,
+                                       sc_i, dkept, nb, bs, s_float});
+    ex.for_each(T * G, dk::IndexScoreK{diq, dhw,
+                                       dk::KeyRows::records(dev.up(pack_rows(RowKind::kIndex, ikq, dhi)),
+                                                            RowKind::kIndex, dhi),
+                                       G, nh, dhi, istart, ratio, sc_i, dkept, nb, bs, s_rec});
+    ASSERT_EQ(bits_of_floats(dev.down(s_rec, T * G)), bits_of_floats(dev.down(s_float, T * G)))
+        << "indexer scores over MXFP4 records";
+  }
+}
+
+// Packing on the device (dk::PackK) equals row_pack byte for byte and decoding on read
+// (dk::record_value) equals row_unpack bit for bit, for every row kind, on the inputs of the
+// fake-quantiser check (random scales, ties, signed zeros, NaN / ±Inf blocks, huge, subnormal).
+template <class Exec>
+void check_record_codecs(Exec& ex) {
+  std::mt19937 rng(24);
+  Dev<Exec> dev(ex);
+  for (RowKind kind : {RowKind::kWindow, RowKind::kMain, RowKind::kIndex}) {
+    const int64_t width = 64, blk = dk::FakeQuantK::block(kind), rb = int64_t(row_bytes(kind, size_t(width)));
+    const std::vector<float> x = fake_quant_inputs(rng, width, blk);
+    const int64_t rows = int64_t(x.size()) / width;
+    const std::vector<uint8_t> want = pack_rows(kind, x, width);
+    uint8_t* d = dev.template zeros<uint8_t>(rows * rb);
+    ex.for_each(rows * width / blk, dk::PackK{dev.up(x), width, kind, d});
+    const std::vector<uint8_t> got = dev.down(d, rows * rb);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(int(got[i]), int(want[i])) << "pack kind " << int(kind) << " row " << i / rb << " byte " << i % rb;
+    // Decoding every record on the executor against row_unpack.
+    std::vector<float> unpacked(x.size());
+    for (int64_t r = 0; r < rows; ++r) row_unpack(kind, want.data() + r * rb, size_t(width), unpacked.data() + r * width);
+    float* out = dev.template zeros<float>(rows * width);
+    ex.for_each(rows * width, dk::DecodeK{d, kind, width, out});
+    ASSERT_EQ(bits_of_floats(dev.down(out, rows * width)), bits_of_floats(unpacked)) << "decode kind " << int(kind);
   }
 }
 
@@ -485,27 +575,7 @@ void check_fake_quant(Exec& ex) {
   Dev<Exec> dev(ex);
   for (RowKind kind : {RowKind::kWindow, RowKind::kMain, RowKind::kIndex}) {
     const int64_t width = 64, blk = dk::FakeQuantK::block(kind);
-    std::vector<float> x;
-    for (float scale : {1e-9f, 1e-6f, 1e-4f, 0.01f, 0.09f, 0.3f, 1.0f, 7.0f, 100.0f, 1e4f}) {
-      const auto r = randn(rng, width * 3, scale);
-      x.insert(x.end(), r.begin(), r.end());
-    }
-    std::uniform_int_distribution<int> code(0, 1023), exp(-12, 6);
-    for (int row = 0; row < 6; ++row)  // ties and grid points of both formats at random exponents
-      for (int64_t c = 0; c < width; ++c) {
-        const float base = (c % 2 ? 0.25f : 1.0f / 512.0f) * float(code(rng) % (c % 2 ? 25 : 1024));
-        x.push_back(std::ldexp(c % 3 ? base : -base, exp(rng)));
-      }
-    std::vector<float> special(static_cast<size_t>(width * 6), 0.0f);
-    special[width] = -0.0f;  // row 1: signed zeros
-    for (int64_t c = 0; c < width; ++c) special[width + c] = c % 2 ? -0.0f : 0.0f;
-    special[2 * width + 3] = NAN;                                            // row 2: NaN in block 0
-    special[3 * width + blk + 1] = INFINITY;                                 // row 3: +Inf in block 1
-    special[3 * width + 1] = 5.0f;
-    special[4 * width + blk] = -INFINITY;                                    // row 4: −Inf, huge elsewhere
-    for (int64_t c = 0; c < width; ++c) special[4 * width + c] += (c % 5) * 3e37f;
-    for (int64_t c = 0; c < width; ++c) special[5 * width + c] = float(c) * 1e-40f;  // row 5: subnormals
-    x.insert(x.end(), special.begin(), special.end());
+    const std::vector<float> x = fake_quant_inputs(rng, width, blk);
     const int64_t rows = int64_t(x.size()) / width;
     std::vector<float> want = x;
     for (int64_t r = 0; r < rows; ++r) row_fake_quant(kind, want.data() + r * width, size_t(width));
@@ -553,12 +623,12 @@ void check_window_ring(Exec& ex) {
 }
 
 // The batched window store: three rings (one given no rows) written in one launch, each ring
-// slot and each staged row against the host.
+// slot (FP8 records, packed as row_pack packs) and each staged row against the host.
 template <class Exec>
 void check_window_store(Exec& ex) {
   std::mt19937 rng(21);
   Dev<Exec> dev(ex);
-  const int64_t D = 3;
+  const int64_t D = 64, rb = int64_t(window_row_bytes(size_t(D)));
   struct Job {
     int64_t slots, first, count;
   };
@@ -568,24 +638,28 @@ void check_window_store(Exec& ex) {
   int64_t total = 0;
   for (const Job& j : jobs) total += j.count;
   float* stage = dev.template zeros<float>(total * D);
-  std::vector<std::vector<float>> want_rings, srcs;
-  std::vector<float*> rings;
+  std::vector<std::vector<uint8_t>> want_rings;
+  std::vector<std::vector<float>> srcs;
+  std::vector<uint8_t*> rings;
   int64_t at = 0;
+  std::uniform_int_distribution<int> byte(0, 255);
   for (const Job& j : jobs) {
-    srcs.push_back(randn(rng, std::max<int64_t>(j.count, 1) * D));
-    std::vector<float> r = randn(rng, j.slots * D);
-    float* dr = dev.up(r);
+    srcs.push_back(cached(RowKind::kWindow, randn(rng, std::max<int64_t>(j.count, 1) * D, 2.0f), D));
+    std::vector<uint8_t> r(size_t(j.slots * rb));
+    for (uint8_t& b : r) b = uint8_t(byte(rng));
+    uint8_t* dr = dev.up(r);
+    const std::vector<uint8_t> packed = pack_rows(RowKind::kWindow, srcs.back(), D);
     for (int64_t i = 0; i < j.count; ++i)
-      std::copy_n(srcs.back().data() + i * D, D, r.data() + ((j.first + i) % j.slots) * D);
+      std::copy_n(packed.data() + i * rb, rb, r.data() + ((j.first + i) % j.slots) * rb);
     want_rings.push_back(r);
     rings.push_back(dr);
     k.jobs[k.n++] = {dev.up(srcs.back()), dr, j.slots, j.first, j.count, stage + at * D};
     at += j.count;
   }
-  ex.for_each(total * D, k);
+  ex.for_each(total * D / 32, k);
   std::vector<float> want_stage;
   for (size_t j = 0; j < std::size(jobs); ++j) {
-    ASSERT_EQ(dev.down(rings[j], jobs[j].slots * D), want_rings[j]) << "window store, ring " << j;
+    ASSERT_EQ(dev.down(rings[j], jobs[j].slots * rb), want_rings[j]) << "window store, ring " << j;
     want_stage.insert(want_stage.end(), srcs[j].begin(), srcs[j].begin() + jobs[j].count * D);
   }
   ASSERT_EQ(dev.down(stage, total * D), want_stage) << "window store, staged rows";

@@ -1,8 +1,8 @@
 // Device kernel bodies of the batched compressor step (DeviceBackend::compress_segments): the
 // gated pooling over a group whose first rows are the cache's pending projections (held on the
 // device) and whose others are the batch's new ones, a strided row copy (RoPE rows of the groups,
-// the new pending remainder) and the copy of new entries into a device mirror, fake-quantised as
-// the packed record reads back. Each body is written to compute bit for bit what the per-segment
+// the new pending remainder); the new entries go into the device mirrors packed (dk::PackK,
+// device_kernels_records.h). Each body is written to compute bit for bit what the per-segment
 // path computes (PoolK over the concatenated rows; FakeQuantK in place). See
 // device_kernels_common.h for how kernel bodies run.
 #pragma once
@@ -50,19 +50,6 @@ struct StridedRowsK {  // dst[i, c] = src[i · stride + c], c < width
   DSV41_HD void operator()(int64_t id) const {
     const int64_t i = id / width, c = id % width;
     dst[id] = src[i * stride + c];
-  }
-};
-
-// One scale block of kind per index: dst block = src block, then fake-quantised in place there
-// (FakeQuantK: what row_unpack(row_pack(src)) gives, so what a mirror rebuilt from the cache holds).
-struct QuantCopyK {
-  const float* src;
-  float* dst;
-  RowKind kind;
-  DSV41_HD void operator()(int64_t id) const {
-    const int n = FakeQuantK::block(kind);
-    for (int i = 0; i < n; ++i) dst[id * n + i] = src[id * n + i];
-    FakeQuantK{dst, kind}(id);
   }
 };
 

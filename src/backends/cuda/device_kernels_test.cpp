@@ -62,6 +62,11 @@ TEST(DeviceKernelsHost, FakeQuantisersMatchRecordCodecs) {
   kc::check_fake_quant(ex);
 }
 
+TEST(DeviceKernelsHost, RecordCodecsPackAndDecode) {
+  HostExec ex;
+  kc::check_record_codecs(ex);
+}
+
 TEST(DeviceKernelsHost, WindowRing) {
   HostExec ex;
   kc::check_window_ring(ex);

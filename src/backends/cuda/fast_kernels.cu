@@ -373,12 +373,12 @@ static __device__ __forceinline__ void attn_block(const dk::AttnGeom& g, const f
   // overlap; each slot's sum in the same order as with one slot a pass.
   const float* qh = q + ih * g.D;
   for (int64_t j0 = warp; j0 < g.L; j0 += int64_t(kKeysPerPass) * warps) {
-    const float* key[kKeysPerPass];
+    dk::KeyRow key[kKeysPerPass];  // a window row: FP8 record or float; a selected one: NVFP4 record
     double acc[kKeysPerPass];
 #pragma unroll
     for (int u = 0; u < kKeysPerPass; ++u) {
       const int64_t j = j0 + int64_t(u) * warps;
-      key[u] = j < g.L ? g.key(i, j) : nullptr;
+      key[u] = j < g.L ? g.key(i, j) : dk::KeyRow{};
       acc[u] = 0;
     }
     for (int64_t q = lane; q < g.D; q += 32) {
@@ -419,7 +419,7 @@ static __device__ __forceinline__ void attn_block(const dk::AttnGeom& g, const f
     for (int s = 0; s < kChanPerLane; ++s) win[s] = sel[s] = 0;
     // A warp's slots in ascending order: the window ones (always present), then the selected.
     const auto add = [&](int64_t j, double(&acc)[kChanPerLane]) {
-      const float* key = g.key(i, j);
+      const dk::KeyRow key = g.key(i, j);
       if (!key) return;  // the same for the whole warp
       const double pj = p[j];
 #pragma unroll

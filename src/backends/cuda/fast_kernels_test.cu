@@ -245,6 +245,13 @@ TEST(FastKernelsCuda, ExpertsMatchSimple) {
   }
 }
 
+// The selected (main) rows of an attention test on the device: NVFP4 records of them (the
+// backend's mirrors; the kernels decode them on read) where D is whole blocks, else float rows.
+inline dk::KeyRows main_rows(kc::Dev<CudaExec>& dev, const std::vector<float>& main, int64_t D) {
+  if (D % 16 != 0) return dk::KeyRows::floats(dev.up(main), D);
+  return dk::KeyRows::records(dev.up(kc::pack_rows(RowKind::kMain, main, D)), RowKind::kMain, D);
+}
+
 TEST(FastKernelsCuda, SinkAttentionMatchesSimple) {
   DSV41_REQUIRE_CUDA_DEVICE();
   CudaExec ex;
@@ -266,7 +273,7 @@ TEST(FastKernelsCuda, SinkAttentionMatchesSimple) {
         topk[i * c.k + j] = (j % 7 == 3) ? -1 : int32_t((i * 13 + j * 5) % c.G);  // some absent slots
     const int64_t L = c.win + c.k;
     dk::AttnGeom g{c.T, c.H, c.D, L, c.start, c.win, c.floor, first, c.k, dev.up(keys),
-                   c.k ? dev.up(main) : nullptr, c.k ? dev.up(topk) : nullptr};
+                   c.k ? main_rows(dev, main, c.D) : dk::KeyRows{}, c.k ? dev.up(topk) : nullptr};
     float* logits = dev.template zeros<float>(c.T * c.H * L);
     float* o = dev.template zeros<float>(c.T * c.H * c.D);
     const float* dq = dev.up(q);
@@ -323,14 +330,17 @@ TEST(FastKernelsCuda, SinkAttentionBatchMatchesSimple) {
         for (int64_t j = 0; j < c.k && c.G > 0; ++j) topk[i * c.k + j] = (j % 7 == 3) ? -1 : int32_t((i * 13 + j * 5) % c.G);
       const int64_t L = c.win + c.k;
       dk::AttnGeom g{c.T, H, c.D, L, c.start, c.win, c.floor, first, c.k, dev.up(keys),
-                     c.k ? dev.up(main) : nullptr, c.k ? dev.up(topk) : nullptr};
+                     c.k ? main_rows(dev, main, c.D) : dk::KeyRows{}, c.k ? dev.up(topk) : nullptr};
       if (c.ring) {  // positions before start in slot p mod slots (slots ≥ window), the rest apart
         const int64_t slots = c.win + 3;
         std::vector<float> ring(slots * c.D, NAN);
         for (int64_t p = first; p < c.start; ++p)
           std::copy_n(keys.data() + (p - first) * c.D, c.D, ring.data() + (p % slots) * c.D);
         g.keys = nullptr;
-        g.ring = dev.up(ring);
+        // FP8 records (the backend's ring copies) where D is whole blocks, else float rows.
+        g.ring = c.D % 32 == 0 ? dk::KeyRows::records(dev.up(kc::pack_rows(RowKind::kWindow, ring, c.D)),
+                                                      RowKind::kWindow, c.D)
+                               : dk::KeyRows::floats(dev.up(ring), c.D);
         g.slots = slots;
         g.fresh = dev.up(std::vector<float>(keys.begin() + (c.start - first) * c.D, keys.end()));
       }

@@ -32,6 +32,7 @@ test: build
 test-asan: deps
 	@cmake -S . -B build-asan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV41_SANITIZE=ON $(LAUNCHER) >/dev/null
 	@cmake --build build-asan -j $(JOBS)
+	@scripts/install-server-client.sh $(CURDIR)/build-asan/server-client
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 # ThreadSanitizer over the code that shares state between threads: the engine and scheduler, the

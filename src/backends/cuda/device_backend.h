@@ -432,6 +432,9 @@ class DeviceBackend : public Backend {
   void upload_drafter(const DrafterWeights& w);
   void feed_rings_on_device(std::span<const DraftFeed> feeds);
   Status draft_on_device(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick);
+  void draft_tables(std::span<const DraftRequest> requests);
+  void draft_attention(int stage);
+  void draft_moe(int stage);
 };
 
 }  // namespace dsv41

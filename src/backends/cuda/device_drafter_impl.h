@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "backends/cuda/device_backend.h"
 #include "model/dspark_weights.h"
@@ -156,29 +157,22 @@ void DeviceBackend<Exec>::feed_rings_on_device(std::span<const DraftFeed> feeds)
   flush_staged();
 }
 
+// A draft's tables in one upload — block tokens (anchor, then noise) [R], RoPE cos then sin
+// [R, half] at positions last + 1 … last + B, the head's rows (each request's wanted slots) — and
+// each request's ring geometry per stage (its entries read in place from the device ring copies).
 template <class Exec>
-Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out,
-                                            const DraftPicker& pick) {
+void DeviceBackend<Exec>::draft_tables(std::span<const DraftRequest> requests) {
   DeviceDraftState<Exec>& S = *draft_dev_;
   const ModelConfig& c = config();
   const DrafterWeights& w = *model_.drafter();
-  const int64_t B = w.shape.block, d = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, H = c.num_attention_heads;
-  const int64_t D = c.head_dim, W = c.sliding_window, k = w.shape.moe.top_k, half = model_.rope().rope_dim() / 2;
+  const int64_t B = w.shape.block, D = c.head_dim, W = c.sliding_window, half = model_.rope().rope_dim() / 2;
   const int stages = int(S.stages.size());
-  const int64_t n = static_cast<int64_t>(requests.size()), R = n * B;
-  DSV41_RETURN_IF_ERROR(check_draft_requests(requests, stages, V));
-  if (n == 0) {
-    out.clear();
-    return ok_status();
-  }
-  flush_staged();  // rings first (a caller that skipped end_batch)
-  // Tables in one upload: block tokens (anchor, then noise) [R], RoPE cos then sin [R, half] at
-  // positions last + 1 … last + B, and the head's rows (each request's wanted slots) [≤ R].
+  const int64_t n = S.n, R = S.R;
   S.head_rows.assign(size_t(n + 1), 0);
   for (int64_t i = 0; i < n; ++i)
     S.head_rows[size_t(i + 1)] = S.head_rows[size_t(i)] + (requests[i].slots > 0 ? std::min<int64_t>(requests[i].slots, B) : B);
-  const int64_t want = S.head_rows[size_t(n)];
-  S.host_tables.resize(size_t(R + 2 * R * half + want));
+  S.want = S.head_rows[size_t(n)];
+  S.host_tables.resize(size_t(R + 2 * R * half + S.want));
   int32_t* tokens = reinterpret_cast<int32_t*>(S.host_tables.data());
   float* cos = S.host_tables.data() + R;
   float* sin = cos + R * half;
@@ -192,9 +186,12 @@ Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> reques
     }
   S.tables.reserve(int64_t(S.host_tables.size()));
   upload_staged(S.tables.data(), S.host_tables.data(), int64_t(S.host_tables.size() * sizeof(float)));
-  // Each request's ring entries per stage, read in place from the device ring copies.
+  S.tokens_dev = reinterpret_cast<const int32_t*>(S.tables.data());
+  S.cos_dev = S.tables.data() + R;
+  S.sin_dev = S.cos_dev + R * half;
+  S.head_dev = reinterpret_cast<const int32_t*>(S.sin_dev + R * half);
   S.host_rings.resize(size_t(stages * n));
-  int64_t longest = 0;
+  S.longest = 0;
   for (int s = 0; s < stages; ++s)
     for (int64_t i = 0; i < n; ++i) {
       const WindowRing& ring = requests[i].cache->draft_ring(s);
@@ -203,15 +200,96 @@ Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> reques
       WindowCopy& copy = window_copy(requests[i].cache, c.num_hidden_layers + s, ring, lo, last + 1);
       S.host_rings[size_t(s * n + i)] = {dk::KeyRows::records(copy.rows.data(), RowKind::kWindow, D), copy.slots, lo,
                                          last + 1 - lo};
-      longest = std::max(longest, last + 1 - lo);
+      S.longest = std::max(S.longest, last + 1 - lo);
     }
   S.rings.reserve(stages * n);
   upload_staged(S.rings.data(), S.host_rings.data(), stages * n * int64_t(sizeof(dk::DraftRing)));
-  const int32_t* tokens_dev = reinterpret_cast<const int32_t*>(S.tables.data());
-  const float* cos_dev = S.tables.data() + R;
-  const float* sin_dev = cos_dev + R * half;
-  const int32_t* head_dev = reinterpret_cast<const int32_t*>(sin_dev + R * half);
+}
 
+// Drafter::stage's attention site over the draft's R block rows (x → x2).
+template <class Exec>
+void DeviceBackend<Exec>::draft_attention(int s) {
+  DeviceDraftState<Exec>& S = *draft_dev_;
+  const ModelConfig& c = config();
+  const DraftStageDev& L = S.stages[size_t(s)];
+  const int64_t B = model_.drafter()->shape.block, d = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads;
+  const int64_t D = c.head_dim, R = S.R, ql = c.q_lora_rank;
+  mhc_coefficients(L.hca_fn, L.hca_base, L.hca_scale, S.x.data(), R, S.pre_a.data(), S.post_a.data(), S.comb_a.data());
+  ex_.for_each(R * d, dk::MhcCollapseK{S.x.data(), S.p.data(), nullptr, int(hc), d, S.h.data()});
+  rmsnorm(S.h.data(), R, d, L.attn_norm, S.h.data());
+  gemm(S.h.data(), R, d, L.wq_a, ql, S.c.data());
+  rmsnorm(S.c.data(), R, ql, L.q_norm, S.c.data());
+  gemm(S.c.data(), R, ql, L.wq_b, H * D, S.q.data());
+  rope(S.q.data(), R, H, D, S.cos_dev, S.sin_dev, 0, false);
+  gemm(S.h.data(), R, d, L.wkv, D, S.kv.data());
+  rmsnorm(S.kv.data(), R, D, L.kv_norm, S.kv.data());
+  rope(S.kv.data(), R, 1, D, S.cos_dev, S.sin_dev, 0, false);
+  fake_quant(S.kv.data(), R * D, RowKind::kWindow);
+  const dk::DraftAttnGeom g{S.rings.data() + s * S.n, B, H, D, S.longest + B, S.kv.data()};
+  ex_.for_each(R * H * g.L, dk::DraftAttnLogitsK{g, S.q.data(), float(std::pow(double(D), -0.5)), S.attn.data()});
+  ex_.for_each(R * H, dk::DraftAttnSoftmaxK{g, L.sink, S.attn.data()});
+  ex_.for_each(R * H * D, dk::DraftAttnValuesK{g, S.attn.data(), S.o.data()});
+  rope(S.o.data(), R, H, D, S.cos_dev, S.sin_dev, 0, true);
+  // attention_output: grouped wo_a, then wo_b; mHC expand.
+  const int64_t HD = H * D, groups = c.o_groups, olr = c.o_lora_rank, gin = HD / groups;
+  mid_.reserve(R * groups * olr);
+  for (int64_t gi = 0; gi < groups; ++gi)
+    gemm(S.o.data() + gi * gin, HD, R, gin, L.wo_a.offset(gi * olr * gin), olr, mid_.data() + gi * olr, groups * olr);
+  gemm(mid_.data(), R, groups * olr, L.wo_b, d, S.a.data());
+  ex_.for_each(R * hc * d, dk::MhcExpandK{S.a.data(), S.x.data(), S.post_a.data(), S.comb_a.data(), int(hc), d,
+                                          S.x2.data()});
+}
+
+// Drafter::stage's FFN site: the stage's MoE with text routing (x2 → x; p ← this site's pre).
+template <class Exec>
+void DeviceBackend<Exec>::draft_moe(int s) {
+  DeviceDraftState<Exec>& S = *draft_dev_;
+  const ModelConfig& c = config();
+  const DraftStageDev& L = S.stages[size_t(s)];
+  const MoeShape& ms = model_.drafter()->shape.moe;
+  const int64_t d = c.hidden_size, hc = c.hc_mult, E = ms.n_experts, k = ms.top_k, R = S.R;
+  mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, S.x2.data(), R, S.pre_b.data(), S.post_b.data(), S.comb_b.data());
+  ex_.for_each(R * d, dk::MhcCollapseK{S.x2.data(), S.pre_a.data(), nullptr, int(hc), d, S.h.data()});
+  rmsnorm(S.h.data(), R, d, L.ffn_norm, S.h.data());
+  S.router.reserve(R * E);
+  gemm(S.h.data(), R, d, {L.gate, nullptr}, E, S.router.data());
+  ex_.for_each(R * E, dk::ScaleK{S.router.data(), ms.gate_temp, true});
+  ex_.for_each(R, dk::RouteK{S.router.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)), ms.norm_topk_prob,
+                             ms.routed_scaling_factor, S.experts.data(), S.weights.data()});
+  S.hexp.reserve(R * k * ms.inter);
+  ex_.for_each(R * k * ms.inter, dk::ExpertUpK{S.h.data(), L.experts, S.experts.data(), S.weights.data(), int(k), d,
+                                               ms.inter, ms.swiglu_limit, S.hexp.data()});
+  if (L.shared) {
+    S.hshared.reserve(R * ms.shared_inter);
+    ex_.for_each(R * ms.shared_inter, dk::ExpertUpK{S.h.data(), L.shared, nullptr, nullptr, 1, d, ms.shared_inter,
+                                                    ms.swiglu_limit, S.hshared.data()});
+  }
+  ex_.for_each(R * d, dk::ExpertDownK{L.experts, S.experts.data(), int(k), d, ms.inter, S.hexp.data(), L.shared,
+                                      ms.shared_inter, S.hshared.data(), S.a.data()});
+  ex_.for_each(R * hc * d, dk::MhcExpandK{S.a.data(), S.x2.data(), S.post_b.data(), S.comb_b.data(), int(hc), d,
+                                          S.x.data()});
+  std::swap(S.p, S.pre_b);  // the next site's pre (the buffers have the same size)
+}
+
+template <class Exec>
+Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out,
+                                            const DraftPicker& pick) {
+  DeviceDraftState<Exec>& S = *draft_dev_;
+  const ModelConfig& c = config();
+  const DrafterWeights& w = *model_.drafter();
+  const int64_t B = w.shape.block, d = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, H = c.num_attention_heads;
+  const int64_t D = c.head_dim, k = w.shape.moe.top_k;
+  const int stages = int(S.stages.size());
+  DSV41_RETURN_IF_ERROR(check_draft_requests(requests, stages, V));
+  S.n = static_cast<int64_t>(requests.size());
+  S.R = S.n * B;
+  const int64_t n = S.n, R = S.R;
+  if (n == 0) {
+    out.clear();
+    return ok_status();
+  }
+  flush_staged();  // rings first (a caller that skipped end_batch)
+  draft_tables(requests);
   for (auto* b : {&S.x, &S.x2}) b->reserve(R * hc * d);
   for (auto* b : {&S.h, &S.a}) b->reserve(R * d);
   for (auto* b : {&S.p, &S.pre_a, &S.post_a, &S.pre_b, &S.post_b}) b->reserve(R * hc);
@@ -222,69 +300,22 @@ Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> reques
   S.kv.reserve(R * D);
   S.experts.reserve(R * k);
   S.weights.reserve(R * k);
-  S.attn.reserve(R * H * (longest + B));
-  ex_.for_each(R * d, dk::GatherRowsK{embed_, tokens_dev, d, S.h.data()});
+  S.attn.reserve(R * H * (S.longest + B));
+  ex_.for_each(R * d, dk::GatherRowsK{embed_, S.tokens_dev, d, S.h.data()});
   ex_.for_each(R * hc * d, dk::MhcInitK{S.h.data(), int(hc), d, S.x.data(), S.p.data()});
   for (int s = 0; s < stages; ++s) {
-    const DraftStageDev& L = S.stages[size_t(s)];
-    const MoeShape& ms = w.shape.moe;
-    const int64_t E = ms.n_experts;
-    // Attention site (Drafter::stage).
-    mhc_coefficients(L.hca_fn, L.hca_base, L.hca_scale, S.x.data(), R, S.pre_a.data(), S.post_a.data(), S.comb_a.data());
-    ex_.for_each(R * d, dk::MhcCollapseK{S.x.data(), S.p.data(), nullptr, int(hc), d, S.h.data()});
-    rmsnorm(S.h.data(), R, d, L.attn_norm, S.h.data());
-    gemm(S.h.data(), R, d, L.wq_a, c.q_lora_rank, S.c.data());
-    rmsnorm(S.c.data(), R, c.q_lora_rank, L.q_norm, S.c.data());
-    gemm(S.c.data(), R, c.q_lora_rank, L.wq_b, H * D, S.q.data());
-    rope(S.q.data(), R, H, D, cos_dev, sin_dev, 0, false);
-    gemm(S.h.data(), R, d, L.wkv, D, S.kv.data());
-    rmsnorm(S.kv.data(), R, D, L.kv_norm, S.kv.data());
-    rope(S.kv.data(), R, 1, D, cos_dev, sin_dev, 0, false);
-    fake_quant(S.kv.data(), R * D, RowKind::kWindow);
-    const dk::DraftAttnGeom g{S.rings.data() + s * n, B, H, D, longest + B, S.kv.data()};
-    ex_.for_each(R * H * g.L, dk::DraftAttnLogitsK{g, S.q.data(), float(std::pow(double(D), -0.5)), S.attn.data()});
-    ex_.for_each(R * H, dk::DraftAttnSoftmaxK{g, L.sink, S.attn.data()});
-    ex_.for_each(R * H * D, dk::DraftAttnValuesK{g, S.attn.data(), S.o.data()});
-    rope(S.o.data(), R, H, D, cos_dev, sin_dev, 0, true);
-    // attention_output: grouped wo_a, then wo_b; mHC expand.
-    const int64_t HD = H * D, groups = c.o_groups, olr = c.o_lora_rank, gin = HD / groups;
-    mid_.reserve(R * groups * olr);
-    for (int64_t gi = 0; gi < groups; ++gi)
-      gemm(S.o.data() + gi * gin, HD, R, gin, L.wo_a.offset(gi * olr * gin), olr, mid_.data() + gi * olr, groups * olr);
-    gemm(mid_.data(), R, groups * olr, L.wo_b, d, S.a.data());
-    ex_.for_each(R * hc * d, dk::MhcExpandK{S.a.data(), S.x.data(), S.post_a.data(), S.comb_a.data(), int(hc), d,
-                                            S.x2.data()});
-    // FFN site: the stage's MoE with text routing.
-    mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, S.x2.data(), R, S.pre_b.data(), S.post_b.data(), S.comb_b.data());
-    ex_.for_each(R * d, dk::MhcCollapseK{S.x2.data(), S.pre_a.data(), nullptr, int(hc), d, S.h.data()});
-    rmsnorm(S.h.data(), R, d, L.ffn_norm, S.h.data());
-    S.router.reserve(R * E);
-    gemm(S.h.data(), R, d, {L.gate, nullptr}, E, S.router.data());
-    ex_.for_each(R * E, dk::ScaleK{S.router.data(), ms.gate_temp, true});
-    ex_.for_each(R, dk::RouteK{S.router.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)),
-                               ms.norm_topk_prob, ms.routed_scaling_factor, S.experts.data(), S.weights.data()});
-    S.hexp.reserve(R * k * ms.inter);
-    ex_.for_each(R * k * ms.inter, dk::ExpertUpK{S.h.data(), L.experts, S.experts.data(), S.weights.data(), int(k), d,
-                                                 ms.inter, ms.swiglu_limit, S.hexp.data()});
-    if (L.shared) {
-      S.hshared.reserve(R * ms.shared_inter);
-      ex_.for_each(R * ms.shared_inter, dk::ExpertUpK{S.h.data(), L.shared, nullptr, nullptr, 1, d, ms.shared_inter,
-                                                      ms.swiglu_limit, S.hshared.data()});
-    }
-    ex_.for_each(R * d, dk::ExpertDownK{L.experts, S.experts.data(), int(k), d, ms.inter, S.hexp.data(), L.shared,
-                                        ms.shared_inter, S.hshared.data(), S.a.data()});
-    ex_.for_each(R * hc * d, dk::MhcExpandK{S.a.data(), S.x2.data(), S.post_b.data(), S.comb_b.data(), int(hc), d,
-                                            S.x.data()});
-    ex_.copy(S.p.data(), S.pre_b.data(), R * hc * int64_t(sizeof(float)));
+    draft_attention(s);
+    draft_moe(s);
   }
   // Head: collapse with the last FFN pre (kept for the confidence), norm, the wanted rows'
   // logits; one download of [want, V] logits then the collapsed rows [R, d].
+  const int64_t want = S.want;
   S.out.reserve(want * V + R * d);
   float* logits = S.out.data();
   float* xrows = logits + want * V;
   ex_.for_each(R * d, dk::MhcCollapseK{S.x.data(), S.p.data(), nullptr, int(hc), d, xrows});
   rmsnorm(xrows, R, d, S.norm, S.a.data());
-  ex_.for_each(want * d, dk::GatherRowsK{S.a.data(), head_dev, d, S.h.data()});
+  ex_.for_each(want * d, dk::GatherRowsK{S.a.data(), S.head_dev, d, S.h.data()});
   gemm(S.h.data(), want, d, head_, V, logits);
   S.host_out.resize(size_t(want * V + R * d));
   ex_.download(S.host_out.data(), S.out.data(), (want * V + R * d) * int64_t(sizeof(float)));

@@ -55,4 +55,11 @@ Status backend_status(const std::string& name, const Backend& backend) {
   return ok_status();
 }
 
+void set_device_drafter(const std::string& name, Backend& backend, bool on) {
+  if (name == "device-emulation") host_device_backend_set_device_drafter(backend, on);
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_device_drafter(backend, on);
+#endif
+}
+
 }  // namespace dsv41::app

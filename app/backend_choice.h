@@ -32,4 +32,8 @@ Result<VisionEncoder> make_vision_encoder(const std::string& name, const VisionM
 // keep their first error, cuda_backend.h); ok for the others.
 Status backend_status(const std::string& name, const Backend& backend);
 
+// Where DSpark's drafter runs on a device backend (cuda, device-emulation): on the device (the
+// default) or on the host from the downloaded target features (on = false). Nothing for cpu.
+void set_device_drafter(const std::string& name, Backend& backend, bool on);
+
 }  // namespace dsv41::app

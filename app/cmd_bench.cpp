@@ -21,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "app/backend_choice.h"
 #include "app/bench_batch.h"
+#include "app/bench_dspark.h"
 #include "app/bench_tiers.h"
 #include "app/command.h"
 #include "app/gpus_flag.h"
@@ -117,6 +119,27 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--group-rows", bo.group_rows,
                  "batched decode: rows per row group of the CPU backend's token-wise steps (0 = off; default 1: batches of >= 8 rows on >= 4 threads; for A/B runs, same results)")
       ->check(in_range<int64_t>(0, 4096));
+  // DSpark speculative decoding (app/bench_dspark.h) instead of the context sweep.
+  bool dspark = false;
+  DsparkBenchOptions dso;
+  cli.add_flag("--dspark", dspark,
+               "DSpark: tok/s with --dspark off, 1..block and auto at each --dspark-batches size, acceptance, "
+               "calibration (replaces the context sweep)");
+  cli.add_option("--dspark-requests", dso.requests, "with --dspark: JSONL requests (prompt text, max_tokens)");
+  cli.add_option("--dspark-batches", dso.batches, "with --dspark: batch sizes (--parallel), e.g. 1,8")
+      ->delimiter(',')
+      ->check(in_range(1, 256));
+  cli.add_option("--dspark-modes", dso.modes, "with --dspark: modes, e.g. off,4,auto (off first: the reference)")
+      ->delimiter(',');
+  cli.add_option("--dspark-rounds", dso.rounds, "with --dspark: rounds (medians)")->check(in_range(1, 100));
+  cli.add_option("--dspark-max-tokens", dso.max_tokens, "with --dspark: every request's max_tokens (0 = the file's)")
+      ->check(in_range<int64_t>(0, kMaxTokens));
+  cli.add_option("--dspark-auto-warmup", dso.auto_warmup,
+                 "with --dspark: auto's uncounted first drafting steps per batch bucket")
+      ->check(in_range(0, 64));
+  cli.add_option("--backend", dso.backend, std::string("with --dspark: ") + kBackendNames);
+  cli.add_flag("--host-drafter", dso.host_drafter,
+               "with --dspark on a device backend: the drafter on the host from downloaded features (the before)");
   GpusFlag gpus;
   gpus.add_to(cli);
   name_parse_errors(cli);
@@ -163,6 +186,16 @@ int bench_main(int argc, char** argv) {
         return fail(invalid_argument("--tiers: " + std::to_string(c) + " + " + std::to_string(to.suffix) +
                                      " new tokens exceeds max_position_embeddings"));
     return run_tier_bench_mode(**model, to, json);
+  }
+  if (dspark) {
+    for (const std::string& m : dso.modes)
+      if (m != "auto" && m != "off" && !(m.size() == 1 && m[0] >= '1' && m[0] <= '9'))
+        return fail(invalid_argument("--dspark-modes: '" + m + "' is not auto, off or a draft length"));
+    if (dso.modes.empty() || dso.modes.front() != "off")
+      return fail(invalid_argument("--dspark-modes must start with off (the reference every mode is checked against)"));
+    auto model = Model::load(dir, load);
+    if (!model.ok()) return fail(model.status());
+    return run_dspark_bench_mode(dir, **model, dso, json);
   }
   if (!bo.batches.empty()) {
     auto config = load_model_config(dir);

@@ -23,6 +23,49 @@ T* row(std::vector<T>& v, int64_t r, int64_t width) {
 
 }  // namespace
 
+Status check_draft_requests(std::span<const DraftRequest> requests, int stages, int64_t V) {
+  const int64_t n = static_cast<int64_t>(requests.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const DraftRequest& q = requests[i];
+    const std::string who = "draft request " + std::to_string(i);
+    if (!q.cache || q.cache->draft_stages() != stages)
+      return invalid_argument(who + ": the sequence's cache holds no drafter rings");
+    if (q.anchor < 0 || q.anchor >= V)
+      return invalid_argument(who + ": anchor token " + std::to_string(q.anchor) + " outside the vocabulary");
+    for (int s = 0; s < stages; ++s)
+      if (q.cache->draft_ring(s).length() != q.last + 1 || q.cache->draft_ring(s).start() > q.last)
+        return invalid_argument(who + ": stage " + std::to_string(s) + "'s ring ends at position " +
+                                std::to_string(q.cache->draft_ring(s).length() - 1) + " (restarted at " +
+                                std::to_string(q.cache->draft_ring(s).start()) + "), the draft continues " +
+                                std::to_string(q.last));
+  }
+  return ok_status();
+}
+
+void draft_block_tail(const DrafterWeights& w, int64_t d, int64_t V, int32_t anchor, const float* x, int64_t request,
+                      const DraftPicker& pick, DraftBlock& b) {
+  const int64_t r = w.shape.markov_rank, want = static_cast<int64_t>(b.ids.size());
+  int32_t prev = anchor;
+  for (int64_t j = 0; j < want; ++j) {
+    const float* e = w.markov_embed.data() + int64_t(prev) * r;
+    float* lj = b.logits.data() + j * V;
+    for (int64_t v = 0; v < V; ++v) {
+      const float* hv = w.markov_head.data() + v * r;
+      float acc = 0;
+      for (int64_t u = 0; u < r; ++u) acc += hv[u] * e[u];
+      lj[v] += acc;
+    }
+    const float* xj = x + j * d;
+    double conf = 0;
+    for (int64_t u = 0; u < d; ++u) conf += double(w.confidence[u]) * xj[u];
+    for (int64_t u = 0; u < r; ++u) conf += double(w.confidence[d + u]) * e[u];
+    b.confidence[j] = static_cast<float>(conf);
+    const std::span<const float> slot(lj, static_cast<size_t>(V));
+    prev = pick ? pick(request, static_cast<int>(j), slot) : argmax_logits(slot);
+    b.ids[j] = prev;
+  }
+}
+
 Drafter::Drafter(const Model& model, const CpuExec& exec) : model_(model), w_(*model.drafter()), ex_(exec) {
   for (const LayerWeights& L : w_.stages) moe_.push_back(L.moe());
   rows_.resize(w_.stages.size());
@@ -50,22 +93,9 @@ void Drafter::ring_rows(const float* features, const int64_t* positions, int64_t
 Status Drafter::draft(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick) {
   const ModelConfig& c = model_.config();
   const int64_t B = block(), d = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, H = c.num_attention_heads;
-  const int64_t D = c.head_dim, r = w_.shape.markov_rank, k = w_.shape.moe.top_k;
+  const int64_t D = c.head_dim, k = w_.shape.moe.top_k;
   const int64_t n = static_cast<int64_t>(requests.size()), R = n * B;
-  for (int64_t i = 0; i < n; ++i) {
-    const DraftRequest& q = requests[i];
-    const std::string who = "draft request " + std::to_string(i);
-    if (!q.cache || q.cache->draft_stages() != stages())
-      return invalid_argument(who + ": the sequence's cache holds no drafter rings");
-    if (q.anchor < 0 || q.anchor >= V)
-      return invalid_argument(who + ": anchor token " + std::to_string(q.anchor) + " outside the vocabulary");
-    for (int s = 0; s < stages(); ++s)
-      if (q.cache->draft_ring(s).length() != q.last + 1 || q.cache->draft_ring(s).start() > q.last)
-        return invalid_argument(who + ": stage " + std::to_string(s) + "'s ring ends at position " +
-                                std::to_string(q.cache->draft_ring(s).length() - 1) + " (restarted at " +
-                                std::to_string(q.cache->draft_ring(s).start()) + "), the draft continues " +
-                                std::to_string(q.last));
-  }
+  DSV41_RETURN_IF_ERROR(check_draft_requests(requests, stages(), V));
   // The block's rows: the anchor then noise tokens, at positions s+1 … s+B.
   positions_.resize(static_cast<size_t>(R));
   for (auto* v : {&x_, &x2_}) v->resize(static_cast<size_t>(R * hc * d));
@@ -113,25 +143,7 @@ Status Drafter::draft(std::span<const DraftRequest> requests, std::vector<DraftB
     b.ids.resize(static_cast<size_t>(want));
     b.logits.assign(logits_.begin() + first[i] * V, logits_.begin() + first[i + 1] * V);
     b.confidence.resize(static_cast<size_t>(want));
-    int32_t prev = requests[i].anchor;
-    for (int64_t j = 0; j < want; ++j) {
-      const float* e = w_.markov_embed.data() + int64_t(prev) * r;
-      float* lj = b.logits.data() + j * V;
-      for (int64_t v = 0; v < V; ++v) {
-        const float* hv = w_.markov_head.data() + v * r;
-        float acc = 0;
-        for (int64_t u = 0; u < r; ++u) acc += hv[u] * e[u];
-        lj[v] += acc;
-      }
-      const float* xj = row(a_, i * B + j, d);
-      double conf = 0;
-      for (int64_t u = 0; u < d; ++u) conf += double(w_.confidence[u]) * xj[u];
-      for (int64_t u = 0; u < r; ++u) conf += double(w_.confidence[d + u]) * e[u];
-      b.confidence[j] = static_cast<float>(conf);
-      const std::span<const float> slot(lj, static_cast<size_t>(V));
-      prev = pick ? pick(i, static_cast<int>(j), slot) : argmax_logits(slot);
-      b.ids[j] = prev;
-    }
+    draft_block_tail(w_, d, V, requests[i].anchor, row(a_, i * B, d), i, pick, b);
   }
   return ok_status();
 }

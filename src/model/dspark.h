@@ -59,6 +59,18 @@ struct DraftBlock {
 // Chooses slot `slot`'s token of request `request` from its logits (sampling); null = argmax.
 using DraftPicker = std::function<int32_t(int64_t request, int slot, std::span<const float> logits)>;
 
+// Fails, naming the request, when a request's rings do not end at its `last` position or its
+// anchor is outside the vocabulary [0, V) (what Drafter::draft checks first).
+Status check_draft_requests(std::span<const DraftRequest> requests, int stages, int64_t V);
+
+// The head's sequential tail of one request's draft, shared by the CPU drafter and the device
+// backend's: b.logits holds the head's logits of the request's first n slots [n, V] (n =
+// b.ids.size() = b.confidence.size()); x [n, d] their collapsed rows (before the final norm).
+// Per slot j in turn: logits_j += W_markov e(prev), confidence_j = w_conf · [x_j ‖ e(prev)],
+// prev = pick(request, j, logits_j) (argmax when pick is null), starting from prev = anchor.
+void draft_block_tail(const DrafterWeights& w, int64_t d, int64_t V, int32_t anchor, const float* x, int64_t request,
+                      const DraftPicker& pick, DraftBlock& b);
+
 class Drafter {
  public:
   // The model must have a drafter (model.drafter() non-null) and outlive this object.

@@ -41,6 +41,9 @@ void AutoDraftSwitch::decide(Bucket& b) {
   b.wait = b.measured && won == b.last_won ? std::min(2 * b.wait, kLongestWait) : kFirstWait;
   b.last_won = won;
   b.measured = true;
+  verdict_ = {int(&b - buckets_.data()), won, b.empty_run >= kEmptyLoss, {b.samples[0], b.samples[1]},
+              {b.ms[0] > 0 ? double(b.tokens[0]) / b.ms[0] : 0.0, b.ms[1] > 0 ? double(b.tokens[1]) / b.ms[1] : 0.0}};
+  ++verdicts_;
   enter(b, won ? Phase::kDrafting : Phase::kPlain);
 }
 

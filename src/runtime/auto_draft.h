@@ -71,6 +71,15 @@ class AutoDraftSwitch {
   Phase phase() const { return buckets_[current_].phase; }
   Phase phase(int64_t seqs) const { return buckets_[bucket(seqs)].phase; }
   int64_t wait() const { return buckets_[current_].wait; }
+  // The last measurement's verdict (diagnostics: `dsv41 bench --dspark` prints them).
+  struct Verdict {
+    int bucket = -1;
+    bool won = false, empty = false;  // empty: ended by kEmptyLoss drafting steps that kept nothing
+    int64_t samples[2] = {0, 0};      // [0] plain, [1] drafting
+    double tokens_per_ms[2] = {0, 0};
+  };
+  const Verdict& last_verdict() const { return verdict_; }
+  int64_t verdicts() const { return verdicts_; }
 
  private:
   struct Bucket {
@@ -94,6 +103,8 @@ class AutoDraftSwitch {
   std::array<Bucket, kBuckets> buckets_{};
   int current_ = 0;
   bool measuring_ = false;  // this step is a sample of the current bucket's measurement
+  Verdict verdict_;
+  int64_t verdicts_ = 0;
 };
 
 }  // namespace dsv41

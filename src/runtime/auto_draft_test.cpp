@@ -169,6 +169,25 @@ TEST(AutoDraft, WarmupDraftsAreNotCounted) {
   EXPECT_EQ(b.phase(1), Phase::kPlain);
 }
 
+// The last verdict says which bucket decided what, on how many samples and at what speeds.
+TEST(AutoDraft, LastVerdictReportsTheMeasurement) {
+  AutoDraftSwitch a(kRefill);
+  EXPECT_EQ(a.verdicts(), 0);
+  ASSERT_TRUE(a.want_draft(false, 8));
+  a.record(true, true, 10.0, 8);  // drafting: 0.8 tokens per ms
+  ASSERT_FALSE(a.want_draft(false, 8));
+  a.record(false, true, 2.0, 8);  // plain: 4 tokens per ms, a clear loss after one sample a side
+  ASSERT_EQ(a.verdicts(), 1);
+  const AutoDraftSwitch::Verdict& v = a.last_verdict();
+  EXPECT_EQ(v.bucket, 3);
+  EXPECT_FALSE(v.won);
+  EXPECT_FALSE(v.empty);
+  EXPECT_EQ(v.samples[0], 1);
+  EXPECT_EQ(v.samples[1], 1);
+  EXPECT_DOUBLE_EQ(v.tokens_per_ms[0], 4.0);
+  EXPECT_DOUBLE_EQ(v.tokens_per_ms[1], 0.8);
+}
+
 TEST(AutoDraft, PrefillStepsNeitherDraftNorCountWhileMeasuring) {
   AutoDraftSwitch a(kRefill);
   for (int i = 0; i < 100; ++i) {

@@ -32,7 +32,8 @@ Result<DsparkMode> parse_dspark_mode(std::string_view text, int block_size) {
 }
 
 DraftPlan plan_draft_lengths(std::span<const std::vector<double>> accept_probs, const StepCost& cost,
-                             const DsparkMode& mode) {
+                             const DsparkMode& mode, double sunk_ms) {
+  sunk_ms = std::isfinite(sunk_ms) ? std::max(sunk_ms, 0.0) : 0.0;
   const int seqs = int(accept_probs.size());
   DraftPlan plan;
   plan.k.assign(size_t(seqs), 0);
@@ -56,7 +57,7 @@ DraftPlan plan_draft_lengths(std::span<const std::vector<double>> accept_probs, 
     double tokens = seqs;
     int rows = seqs;
     size_t best_n = 0;
-    double best = tokens / cost.cost(rows, seqs);
+    double best = tokens / (sunk_ms + cost.cost(rows, seqs));
     while (!heap.empty()) {
       const auto [p, ns, ni] = heap.top();
       heap.pop();
@@ -65,14 +66,14 @@ DraftPlan plan_draft_lengths(std::span<const std::vector<double>> accept_probs, 
       rows += 1;
       admitted.push_back(s);
       if (size_t(i + 1) < pi[size_t(s)].size()) heap.emplace(pi[size_t(s)][size_t(i + 1)], -s, -(i + 1));
-      const double throughput = tokens / cost.cost(rows, seqs);
+      const double throughput = tokens / (sunk_ms + cost.cost(rows, seqs));
       if (throughput > best) best = throughput, best_n = admitted.size();
     }
     for (size_t a = 0; a < best_n; ++a) ++plan.k[size_t(admitted[a])];
   }
   const auto [tokens, rows] = totals(plan.k);
   plan.expected_tokens = tokens;
-  plan.cost_ms = seqs > 0 ? cost.cost(rows, seqs) : 0.0;
+  plan.cost_ms = seqs > 0 ? sunk_ms + cost.cost(rows, seqs) : 0.0;
   return plan;
 }
 

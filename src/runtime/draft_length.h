@@ -32,13 +32,15 @@ Result<DsparkMode> parse_dspark_mode(std::string_view text, int block_size);
 struct DraftPlan {
   std::vector<int> k;            // per sequence, 0 … its number of estimates
   double expected_tokens = 0;    // Σ E(k_s)
-  double cost_ms = 0;            // cost(Σ (k_s + 1), seqs)
+  double cost_ms = 0;            // sunk_ms + cost(Σ (k_s + 1), seqs)
 };
 
 // accept_probs[s] = p_1 … p_m of sequence s (m ≤ block size; empty: no drafts, k = 0). Values
 // outside [0, 1] are clamped, NaN counts as 0. kFixed gives every sequence min(K, m); kOff 0.
+// sunk_ms: time already spent this step whatever the plan (the drafter's), added to the cost of
+// every plan, k = 0 included: E / (sunk + cost) is the step's throughput once the drafts exist.
 DraftPlan plan_draft_lengths(std::span<const std::vector<double>> accept_probs, const StepCost& cost,
-                             const DsparkMode& mode);
+                             const DsparkMode& mode, double sunk_ms = 0);
 
 // The one-sequence case of plan_draft_lengths.
 int choose_draft_length(std::span<const double> accept_probs, const StepCost& cost, const DsparkMode& mode);

@@ -96,6 +96,24 @@ double brute_batch(const std::vector<std::vector<double>>& p, const StepCost& co
 
 // For a cost that depends on (total rows, seqs) only, taking the largest π first is optimal at
 // every total: the plan's modelled throughput must equal the exhaustive optimum.
+// The drafter's time, once spent, is a cost of every plan (k = 0 included): verification rows
+// that do not pay for themselves against a plain step pay once the drafter's cost is shared.
+TEST(DraftLength, SunkDraftCostCountsForEveryLength) {
+  const StepCost cost(StepCostPrior{.fixed_ms = 0.5, .per_row_ms = 0.5, .per_seq_ms = 0.0});  // 1 ms + 0.5 a row
+  const std::vector<std::vector<double>> probs = {{0.4, 0.4, 0.4, 0.4, 0.4}};
+  EXPECT_EQ(plan_draft_lengths(probs, cost, kAuto).k[0], 0);  // 1.4 / 1.5 < 1 / 1
+  const DraftPlan sunk = plan_draft_lengths(probs, cost, kAuto, 2.0);  // 1.4 / 3.5 > 1 / 3
+  EXPECT_GE(sunk.k[0], 1);
+  const double e = 1 + 0.4 * (sunk.k[0] >= 1) + 0.16 * (sunk.k[0] >= 2) + 0.064 * (sunk.k[0] >= 3);
+  EXPECT_NEAR(sunk.cost_ms, 2.0 + 1.0 + 0.5 * sunk.k[0], 1e-12);
+  EXPECT_GT(sunk.expected_tokens, 1.0);
+  for (int k = 0; k <= 5; ++k) {  // the plan is the best single length by E / (sunk + cost)
+    double ek = 1, pi = 1;
+    for (int i = 0; i < k; ++i) ek += pi *= 0.4;
+    EXPECT_LE(ek / (2.0 + 1.0 + 0.5 * k), e / sunk.cost_ms + 1e-12) << k;
+  }
+}
+
 TEST(DraftLength, BatchPlanIsOptimalForTotalRowCosts) {
   Xoshiro256 r(2);
   for (int trial = 0; trial < 300; ++trial) {

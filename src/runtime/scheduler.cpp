@@ -6,6 +6,8 @@
 #include "runtime/image_input.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cmath>
 #include <string>
 
 namespace dsv41 {
@@ -254,7 +256,16 @@ bool Scheduler::want_draft(bool prefilling, int64_t decoding) {
 
 void Scheduler::measure_step(double ms, bool decode_only) {
   if (options_.dspark.kind != DsparkMode::Kind::kAuto) return;
+  const int64_t before = auto_.verdicts();
   auto_.record(drafted_this_step_, decode_only, ms, emitted_this_step_, verified_this_step_);
+  if (auto_.verdicts() == before) return;
+  const AutoDraftSwitch::Verdict& v = auto_.last_verdict();
+  char line[200];
+  std::snprintf(line, sizeof line, "step %lld: bucket %d %s%s after %lld plain / %lld drafting samples (%.3f / %.3f tok/ms)",
+                static_cast<long long>(steps_), v.bucket, v.won ? "drafts" : "decodes plainly",
+                v.empty ? " (drafts all dropped)" : "", static_cast<long long>(v.samples[0]),
+                static_cast<long long>(v.samples[1]), v.tokens_per_ms[0], v.tokens_per_ms[1]);
+  dspark_.auto_verdicts.push_back(line);
 }
 
 bool Scheduler::emit_token(Active& a, int32_t token, const float* logits) {
@@ -312,7 +323,9 @@ bool Scheduler::draft_step() {
     return t;
   };
   const bool drafted = engine_.draft(draft_specs_, drafts_, pick).ok();
-  dspark_.draft_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  draft_ms_this_step_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  dspark_.draft_ms += draft_ms_this_step_;
+  ++dspark_.drafting_steps;
   if (!drafted) return false;  // a plain step
   if (options_.draft_override)
     for (size_t i = 0; i < drafting_.size(); ++i) {
@@ -322,7 +335,9 @@ bool Scheduler::draft_step() {
   const int B = engine_.draft_block();
   std::vector<std::vector<double>> probs(drafting_.size());
   for (size_t i = 0; i < drafting_.size(); ++i) probs[i] = calibrator_.probabilities(drafts_[i].confidence);
-  const DraftPlan plan = plan_draft_lengths(probs, step_cost_, options_.dspark);
+  // The drafter's time is paid whatever the plan keeps: every length, 0 included, carries it
+  // (the table holds verify-only costs, step() records them so).
+  const DraftPlan plan = plan_draft_lengths(probs, step_cost_, options_.dspark, draft_ms_this_step_);
   for (size_t i = 0; i < drafting_.size(); ++i) {
     Active& a = *drafting_[i];
     const int64_t left = a.request.max_tokens - static_cast<int64_t>(a.result.ids.size());
@@ -391,6 +406,11 @@ void Scheduler::take_verified(Active& a, const SegmentResult& r) {
   for (int i = 0; i < judged; ++i) {
     ++dspark_.slot_verified[i];
     dspark_.slot_accepted[i] += i < accepted;
+    const double estimate = 1.0 / (1.0 + std::exp(-double(a.confidence[size_t(i)])));
+    const int b = std::clamp(int(estimate * DsparkStats::kCalibrationBuckets), 0, DsparkStats::kCalibrationBuckets - 1);
+    ++dspark_.calibration_drafts[size_t(b)];
+    dspark_.calibration_accepted[size_t(b)] += i < accepted;
+    dspark_.calibration_estimate[size_t(b)] += estimate;
   }
   emit_verified(a, r, tokens, rows);
 }
@@ -469,6 +489,8 @@ bool Scheduler::step() {
                                          [](const std::unique_ptr<Active>& a) { return a->step == a->plan.steps.size(); });
   emitted_this_step_ = 0;
   verified_this_step_ = 0;
+  draft_ms_this_step_ = 0;
+  ++steps_;
   // A step counts as drafting when the drafter ran (its cost was paid), whatever the planner kept.
   drafted_this_step_ = options_.dspark.kind != DsparkMode::Kind::kOff && want_draft(prefilling, decoding) && draft_step();
   if (!drafted_this_step_)
@@ -526,7 +548,9 @@ bool Scheduler::step() {
   if (options_.dspark.kind != DsparkMode::Kind::kOff && decode_seqs > 0) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count();
     const bool decode_only = last_.prefill_tokens == 0;
-    if (decode_only) step_cost_.record(static_cast<int>(decode_rows), static_cast<int>(decode_seqs), ms);
+    // The verification's cost by shape: the drafter's time is not a cost of the rows verified.
+    if (decode_only)
+      step_cost_.record(static_cast<int>(decode_rows), static_cast<int>(decode_seqs), ms - draft_ms_this_step_);
     measure_step(ms, decode_only);
   }
   // Finished requests leave their slots (refilled at the next step).

@@ -25,12 +25,14 @@
 // leave the engine before the next step. Not thread-safe: one thread drives it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -99,6 +101,9 @@ struct SchedulerOptions {
   // kept, the tokens differ from plain decoding's for the same seed). False: sample-and-match for
   // every request (the tokens are plain decoding's, fewer drafts accepted).
   bool sampled_rejection = true;
+  // --dspark auto: the first drafting steps of each batch bucket that its measurement does not
+  // count (runtime/auto_draft.h): they pay first touches (buffers sized for more verify rows).
+  int dspark_auto_warmup = 1;
   // Test hooks: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker);
   // rewrites a sequence's drafts after drafting (history: the tokens it holds; anchor: the
   // token its next position takes), e.g. to force a known acceptance pattern.
@@ -117,6 +122,16 @@ struct DsparkStats {
   int64_t steps = 0, verified = 0, accepted = 0, emitted = 0;  // sequence-steps with drafts, drafts, tokens
   std::vector<int64_t> slot_verified, slot_accepted;             // per draft slot
   double draft_ms = 0;  // wall time in the drafter
+  // Calibration of the confidence head: verified drafts whose outcome the step judged, by the
+  // head's raw acceptance estimate σ(c) in tenths (bucket b: [b/10, (b+1)/10)) — how many, the
+  // sum of their estimates, how many were accepted (given the drafts before them were).
+  static constexpr int kCalibrationBuckets = 10;
+  std::array<int64_t, kCalibrationBuckets> calibration_drafts{}, calibration_accepted{};
+  std::array<double, kCalibrationBuckets> calibration_estimate{};
+  // Steps whose drafter ran.
+  int64_t drafting_steps = 0;
+  // Auto's verdicts, one line each: step, batch bucket, won / lost, samples and tokens per ms a side.
+  std::vector<std::string> auto_verdicts;
 };
 
 class Scheduler {
@@ -236,8 +251,10 @@ class Scheduler {
   StepCost step_cost_;
   DsparkStats dspark_;
   // Auto mode's measured choice (runtime/auto_draft.h); the window's steps refill the rings.
-  AutoDraftSwitch auto_{engine_.config().sliding_window, /*warmup_drafts=*/1};
+  AutoDraftSwitch auto_{engine_.config().sliding_window, options_.dspark_auto_warmup};
   bool drafted_this_step_ = false;
+  double draft_ms_this_step_ = 0;  // the drafter's wall time this step (not a verify cost)
+  int64_t steps_ = 0;               // steps with active requests (diagnostics)
   int64_t emitted_this_step_ = 0;
   int64_t verified_this_step_ = 0;  // drafts the planner kept for verification
   bool want_draft(bool prefilling, int64_t decoding);

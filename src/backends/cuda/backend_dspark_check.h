@@ -1,13 +1,14 @@
 // DSpark through a device backend (issue 15 on the device backend: the target features are taken
-// on the device and downloaded once per batch; the drafter runs on the host, model/dspark.h).
+// on the device, where the drafter runs too, device_drafter.h).
 // Shared by the host emulation's test (device_backend_test.cpp) and the GPU's
 // (cuda_backend_test.cu), like backend_compare_check.h.
 //
 // 1. Drafts: a prompt fed in chunks of 5 (so features come from prefill and from short chunks),
 //    then a draft after its last position, on the device backend and on the CPU backend. Under
-//    the host emulation the kernels are the CPU's arithmetic, so the drafts must be the same bits
-//    (draft_tol 0). On the GPU the features differ by rounding: confidence and draft logits are
-//    compared within draft_tol, and ids that differ are reported (a near tie may flip).
+//    the host emulation the features are the CPU backend's bits and the device drafter sums in
+//    another order (double sums against the CPU's float lanes): the ids must be equal and the
+//    logits and confidences within draft_tol (small: float rounding). On the GPU the features
+//    differ by rounding too: ids that differ are reported (a near tie may flip), not failed.
 // 2. Exactness: greedy decoding of two requests in one batch with a fixed K = 3 on the device
 //    backend emits exactly what plain greedy decoding on the same backend emits (the target
 //    verifies; rejected drafts leave no trace), with drafts rewritten to the true continuation at
@@ -107,7 +108,7 @@ inline void check_dspark_against_cpu(const Model& model, const std::function<std
               what.c_str(), conf, logit, differ, cpu->ids.size());
   EXPECT_LE(conf, draft_tol) << what;
   EXPECT_LE(logit, draft_tol) << what;
-  if (draft_tol == 0) {
+  if (draft_tol < 1e-3f) {
     EXPECT_EQ(cpu->ids, dev->ids) << what;
   }
 

@@ -38,5 +38,8 @@ void cuda_backend_set_fast_kernels(Backend& backend, bool on);
 // segment with blocking copies (DeviceBackend::set_batched_compress; the "before" in benchmarks).
 void cuda_backend_set_batched_compress(Backend& backend, bool on);
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
+// DSpark's drafter on the GPU (the default) or on the host from downloaded features
+// (DeviceBackend::set_device_drafter; the "before" in benchmarks). Nothing for another backend.
+void cuda_backend_set_device_drafter(Backend& backend, bool on);
 
 }  // namespace dsv41

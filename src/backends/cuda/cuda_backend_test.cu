@@ -16,6 +16,7 @@
 
 #include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/backend_dspark_check.h"
+#include "backends/cuda/backend_device_drafter_check.h"
 #include "backends/cuda/backend_image_check.h"
 #include "backends/cuda/backend_records_check.h"
 #include "backends/cuda/backend_stored_check.h"
@@ -204,6 +205,26 @@ TEST(CudaBackend, DsparkDraftsAndDecodesLikeTheCpuBackend) {
       **model,
       [&] { return fresh_cuda_backend(**model); },
       1.0f, "dsv41-mini (cuda)");
+}
+
+// The device drafter against the host drafter on the GPU (same target features; the rings'
+// FP8 codes may flip where the two round differently, hence the bound of the test above), on a
+// random drafter (dspark-micro) and the trained one (dsv41-mini).
+TEST(CudaBackend, DeviceDrafterMatchesHostDrafter) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
+    const std::string dir = model_dir(name, std::string(DSV41_SOURCE_DIR) +
+                                                (name == "dsv41-mini" ? "/models/" : "/tests/fixtures/") + name);
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    ts::check_device_drafter(
+        **model,
+        [&](bool device) {
+          return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_device_drafter(device); });
+        },
+        1.0, name + " (cuda)");
+  }
 }
 
 // A random FP8 / FP4 model uploaded as stored (backend_stored_check.h): against the CPU engine

@@ -61,6 +61,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/device_drafter.h"
 #include "backends/cuda/device_kernels.h"
 #include "backends/cuda/exec_counts.h"
 #include "cache/records.h"
@@ -204,15 +205,20 @@ class DeviceBackend : public Backend {
   void end_batch() override { flush_staged(); }
   void logits(std::span<const int64_t> rows, float* out) override;
 
-  // DSpark: the target features are taken on the device and downloaded once per batch for the
-  // drafter, which runs on the host (model/dspark.h, the CPU backend's) — not on the GPU yet.
+  // DSpark: the target features are taken on the device; the drafter runs there too
+  // (device_drafter.h), or, with set_device_drafter(false), on the host (model/dspark.h, the CPU
+  // backend's) from the features downloaded once per batch.
   int draft_stages() const override { return drafter_ ? drafter_->stages() : 0; }
   void set_feature_capture(bool on) override { capture_ = on && drafter_ != nullptr; }
   void feed_draft_rings(std::span<const DraftFeed> feeds) override;
   Status draft(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick) override {
     if (!drafter_) return Backend::draft(requests, out, pick);
+    if (draft_dev_ && device_drafter_) return draft_on_device(requests, out, pick);
     return drafter_->draft(requests, out, pick);
   }
+  // Test support and the "before" of benchmarks. Off: the host drafter (both feed the same
+  // SequenceCache rings, so a switch between drafts is allowed).
+  void set_device_drafter(bool on) { device_drafter_ = on; }
 
  private:
   using F32 = DeviceArray<Exec, float>;
@@ -420,6 +426,15 @@ class DeviceBackend : public Backend {
   F32 features_;
   std::vector<float> host_features_;
   DraftFeedScratch feed_scratch_;
+  // The device drafter (device_drafter.h, device_drafter_impl.h).
+  std::unique_ptr<DeviceDraftState<Exec>> draft_dev_;
+  bool device_drafter_ = true;
+  void upload_drafter(const DrafterWeights& w);
+  void feed_rings_on_device(std::span<const DraftFeed> feeds);
+  Status draft_on_device(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick);
+  void draft_tables(std::span<const DraftRequest> requests);
+  void draft_attention(int stage);
+  void draft_moe(int stage);
 };
 
 }  // namespace dsv41

@@ -78,6 +78,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
     drafter_ = std::make_unique<Drafter>(model, model.exec());
     target_slot_.assign(static_cast<size_t>(c.num_hidden_layers), -1);
     for (size_t i = 0; i < dw->shape.targets.size(); ++i) target_slot_[size_t(dw->shape.targets[i])] = int(i);
+    upload_drafter(*dw);
   }
   embed_ = put(model.embedding());
   final_norm_ = put(model.final_norm());
@@ -462,6 +463,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
 template <class Exec>
 void DeviceBackend<Exec>::feed_draft_rings(std::span<const DraftFeed> feeds) {
   if (!capture_ || feeds.empty()) return;
+  if (draft_dev_ && device_drafter_) return feed_rings_on_device(feeds);
   const int64_t values = layout_.rows * drafter_->feature_width();
   host_features_.resize(static_cast<size_t>(values));
   ex_.download(host_features_.data(), features_.data(), values * int64_t(sizeof(float)));
@@ -1107,3 +1109,5 @@ void DeviceBackend<Exec>::logits(std::span<const int64_t> rows, float* out) {
 }
 
 }  // namespace dsv41
+
+#include "backends/cuda/device_drafter_impl.h"

@@ -13,6 +13,7 @@
 
 #include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/backend_dspark_check.h"
+#include "backends/cuda/backend_device_drafter_check.h"
 #include "backends/cuda/backend_image_check.h"
 #include "backends/cuda/backend_records_check.h"
 #include "backends/cuda/backend_stored_check.h"
@@ -65,13 +66,34 @@ TEST(DeviceBackendHost, MiniForksAndRemovalMatchCpuBackend) {
 // bit for bit, except where a last-bit difference of the float before them crosses a rounding
 // boundary of the record's format (one FP8 window row in a few layers on this prompt, then rows
 // downstream of it): at least 90 % of the window rows and of the main / index rows are identical.
-// DSpark on the device backend: the host drafter fed from the device's target features drafts
-// the CPU backend's bits, and speculative greedy decoding equals plain (backend_dspark_check.h).
+// DSpark on the device backend: the device drafter drafts what the CPU backend's host drafter
+// does (within float rounding), and speculative greedy decoding equals plain
+// (backend_dspark_check.h).
 TEST(DeviceBackendHost, DsparkDraftsAndDecodesLikeTheCpuBackend) {
   auto model = Model::load(std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/dspark-micro");
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  ts::check_dspark_against_cpu(**model, [&] { return make_host_device_backend(**model); }, 0.0f,
+  ts::check_dspark_against_cpu(**model, [&] { return make_host_device_backend(**model); }, 1e-5f,
                                "dspark-micro (emulation)");
+}
+
+// The device drafter's kernel bodies and data flow (feeding its ring copies, drafting several
+// sequences at once, rebuilding copies after a rollback) against the host drafter, on a random
+// drafter in the release formats (dspark-micro) and the trained one (dsv41-mini).
+TEST(DeviceBackendHost, DeviceDrafterMatchesHostDrafter) {
+  for (const std::string name : {"tests/fixtures/dspark-micro", "models/dsv41-mini"}) {
+    const std::string dir = std::string(DSV41_SOURCE_DIR) + "/" + name;
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    ts::check_device_drafter(
+        **model,
+        [&](bool device) {
+          auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+          b->set_device_drafter(device);
+          return std::unique_ptr<Backend>(std::move(b));
+        },
+        1e-4, name + " (emulation)");
+  }
 }
 
 TEST(DeviceBackendHost, ImagePromptMatchesCpuBackend) {

@@ -12,4 +12,8 @@ std::unique_ptr<Backend> make_host_device_backend(const Model& model) {
   return std::make_unique<DeviceBackend<HostExec>>(model);
 }
 
+void host_device_backend_set_device_drafter(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<HostExec>*>(&backend)) b->set_device_drafter(on);
+}
+
 }  // namespace dsv41

@@ -13,4 +13,8 @@ namespace dsv41 {
 // The model is borrowed and must outlive the backend.
 std::unique_ptr<Backend> make_host_device_backend(const Model& model);
 
+// DSpark's drafter on the emulated device (the default) or the host drafter
+// (DeviceBackend::set_device_drafter). Nothing for another backend.
+void host_device_backend_set_device_drafter(Backend& backend, bool on);
+
 }  // namespace dsv41

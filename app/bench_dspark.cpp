@@ -1,0 +1,208 @@
+// `dsv41 bench --dspark` (see bench_dspark.h).
+#include "app/bench_dspark.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "app/backend_choice.h"
+#include "app/dspark_flag.h"
+#include "chat/raw_image_prompt.h"
+#include "engine/engine.h"
+#include "format/tokenizer.h"
+#include "runtime/scheduler.h"
+
+namespace dsv41::app {
+namespace {
+
+using json = nlohmann::json;
+
+// Greedy requests from the JSONL file: the text prompt (BOS first, as generate reads it) and
+// max_tokens (default 128), EOS ignored so that every mode decodes the same number of tokens.
+Result<std::vector<GenerationRequest>> read_requests(const std::string& path, const Tokenizer& tok, const Model& model,
+                                                     int64_t max_tokens) {
+  std::ifstream in(path);
+  if (!in) return io_error(path + ": cannot open");
+  std::vector<GenerationRequest> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
+      return invalid_argument(path + " line " + std::to_string(n) + ": expected an object with a \"prompt\" string");
+    GenerationRequest r;
+    DSV41_ASSIGN_OR_RETURN(r.prompt, chat::encode_raw_prompt(tok, int32_t(model.config().bos_token_id),
+                                                             j["prompt"].get<std::string>(), 0));
+    r.max_tokens = max_tokens > 0 ? max_tokens : j.value("max_tokens", int64_t{128});
+    r.ignore_eos = true;
+    out.push_back(std::move(r));
+  }
+  if (out.empty()) return invalid_argument(path + ": no requests");
+  return out;
+}
+
+struct Run {
+  double tok_s = 0;
+  std::vector<std::vector<int32_t>> ids;
+  DsparkStats stats;
+};
+
+Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std::vector<GenerationRequest>& reqs,
+                     int parallel, const std::string& mode_text) {
+  DSV41_ASSIGN_OR_RETURN(DsparkMode mode, parse_dspark_mode(mode_text, std::max(1, model.config().dspark_block_size)));
+  EngineOptions eo;
+  SchedulerOptions so;
+  so.parallel = parallel;
+  int64_t longest = 0;
+  for (const GenerationRequest& r : reqs) longest = std::max<int64_t>(longest, int64_t(r.prompt.size()) + r.max_tokens);
+  so.max_context = longest + 8;
+  so.eos_token_id = model.config().eos_token_id;
+  so.dspark_auto_warmup = o.auto_warmup;
+  apply_dspark(DsparkChoice{mode.kind != DsparkMode::Kind::kOff, mode}, model, eo, so);
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, model));
+  if (o.host_drafter) set_device_drafter(o.backend, *backend, false);
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(backend), model.engram_tables(), eo));
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, Scheduler::create(*engine, so));
+  std::vector<int64_t> tickets;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const GenerationRequest& r : reqs) tickets.push_back(sched->submit(r));
+  sched->run_to_completion();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  DSV41_RETURN_IF_ERROR(backend_status(o.backend, engine->backend()));
+  Run run;
+  int64_t tokens = 0;
+  for (int64_t t : tickets) {
+    auto res = sched->take(t);
+    if (!res) return internal_error("request " + std::to_string(t) + " did not finish");
+    DSV41_RETURN_IF_ERROR(res->status);
+    tokens += int64_t(res->ids.size());
+    run.ids.push_back(std::move(res->ids));
+  }
+  run.tok_s = tokens / std::max(s, 1e-9);
+  run.stats = sched->dspark_stats();
+  return run;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+}  // namespace
+
+int run_dspark_bench_mode(const std::string& dir, const Model& model, const DsparkBenchOptions& o, bool as_json) {
+  const auto fail = [](const Status& s) {
+    std::fprintf(stderr, "dsv41 bench --dspark: %s\n", s.to_string().c_str());
+    return 1;
+  };
+  if (!model.drafter())
+    return fail(invalid_argument(model.drafter_note().empty() ? "the model has no DSpark drafter (no mtp.* stages)"
+                                                              : model.drafter_note()));
+  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  if (!tok.ok()) return fail(tok.status());
+  auto reqs = read_requests(o.requests, *tok, model, o.max_tokens);
+  if (!reqs.ok()) return fail(reqs.status());
+  // Rounds interleaved (a noisy machine drifts between modes alike), then medians.
+  std::map<std::pair<int, std::string>, std::vector<double>> speed;
+  std::map<std::pair<int, std::string>, DsparkStats> stats;  // of the last round
+  std::map<int, std::vector<std::vector<int32_t>>> plain;
+  bool mismatch = false;
+  for (int round = 0; round < o.rounds; ++round)
+    for (int p : o.batches)
+      for (const std::string& m : o.modes) {
+        auto run = run_once(model, o, *reqs, p, m);
+        if (!run.ok()) return fail(run.status().with_context("batch " + std::to_string(p) + ", --dspark " + m));
+        speed[{p, m}].push_back(run->tok_s);
+        stats[{p, m}] = run->stats;
+        std::fprintf(stderr, "round %d, batch %d, --dspark %s: %.1f tok/s\n", round + 1, p, m.c_str(), run->tok_s);
+        if (m == "off") plain[p] = run->ids;
+        else if (plain.count(p) && plain[p] != run->ids) {
+          std::fprintf(stderr, "MISMATCH: batch %d, --dspark %s: output differs from --dspark off\n", p, m.c_str());
+          mismatch = true;
+        }
+      }
+  const int B = model.config().dspark_block_size;
+  json out;
+  out["backend"] = o.backend;
+  out["drafter"] = o.host_drafter || o.backend == "cpu" ? "host" : "device";
+  out["requests"] = reqs->size();
+  std::printf("| batch | --dspark | median tok/s | vs off | tokens per verify step | accepted per drafting step | "
+              "per-slot acceptance | drafting steps | drafter ms / drafting step |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (int p : o.batches) {
+    const double off = speed.count({p, "off"}) ? median(speed[{p, "off"}]) : 0.0;
+    for (const std::string& m : o.modes) {
+      const double v = median(speed[{p, m}]);
+      const DsparkStats& d = stats[{p, m}];
+      std::string slots;
+      json js = json::array();
+      for (size_t i = 0; i < d.slot_verified.size(); ++i) {
+        const double a = d.slot_verified[i] ? double(d.slot_accepted[i]) / double(d.slot_verified[i]) : 0.0;
+        if (i) slots += ' ';
+        slots += fmt("%.2f", a);
+        js.push_back(a);
+      }
+      const double per_step = d.steps ? double(d.accepted) / double(d.steps) : 0.0;
+      const double draft_ms = d.drafting_steps ? d.draft_ms / double(d.drafting_steps) : 0.0;
+      std::printf("| %d | %s | %.1f | %s | %s | %.3f | %s | %lld | %.3f |\n", p, m.c_str(), v,
+                  off > 0 ? (fmt("%.3f", v / off) + "×").c_str() : "—", m == "off" ? "1" : fmt("%.3f", 1 + per_step).c_str(),
+                  per_step, slots.empty() ? "—" : slots.c_str(), static_cast<long long>(d.drafting_steps), draft_ms);
+      out["runs"].push_back({{"batch", p}, {"mode", m}, {"tok_s", v}, {"vs_off", off > 0 ? v / off : 0.0},
+                             {"rounds", speed[{p, m}]}, {"accepted_per_verify_step", per_step},
+                             {"slot_acceptance", js}, {"drafting_steps", d.drafting_steps},
+                             {"draft_ms_per_drafting_step", draft_ms}});
+    }
+  }
+  for (int p : o.batches)
+    if (stats.count({p, "auto"}))
+      for (const std::string& v : stats[{p, "auto"}].auto_verdicts) std::fprintf(stderr, "auto, batch %d: %s\n", p, v.c_str());
+  // Calibration over the runs that verify every slot (K = block), all batches together.
+  const std::string full = std::to_string(B);
+  std::array<int64_t, DsparkStats::kCalibrationBuckets> n{}, acc{};
+  std::array<double, DsparkStats::kCalibrationBuckets> est{};
+  for (int p : o.batches)
+    if (stats.count({p, full}))
+      for (int b = 0; b < DsparkStats::kCalibrationBuckets; ++b) {
+        n[size_t(b)] += stats[{p, full}].calibration_drafts[size_t(b)];
+        acc[size_t(b)] += stats[{p, full}].calibration_accepted[size_t(b)];
+        est[size_t(b)] += stats[{p, full}].calibration_estimate[size_t(b)];
+      }
+  int64_t total = 0;
+  double ece = 0;
+  for (int b = 0; b < DsparkStats::kCalibrationBuckets; ++b) total += n[size_t(b)];
+  if (total > 0) {
+    std::printf("\nConfidence head calibration (--dspark %s, raw σ(c) vs the observed acceptance of the slot given "
+                "the slots before it were accepted):\n\n| σ(c) bucket | drafts | mean σ(c) | observed |\n| --- | --- | --- | --- |\n",
+                full.c_str());
+    for (int b = 0; b < DsparkStats::kCalibrationBuckets; ++b) {
+      if (n[size_t(b)] == 0) continue;
+      const double e = est[size_t(b)] / double(n[size_t(b)]), a = double(acc[size_t(b)]) / double(n[size_t(b)]);
+      ece += double(n[size_t(b)]) / double(total) * std::fabs(e - a);
+      std::printf("| %.1f–%.1f | %lld | %.3f | %.3f |\n", b / 10.0, (b + 1) / 10.0, static_cast<long long>(n[size_t(b)]),
+                  e, a);
+      out["calibration"].push_back({{"bucket", b}, {"drafts", n[size_t(b)]}, {"estimate", e}, {"observed", a}});
+    }
+    std::printf("\nexpected calibration error %.3f over %lld judged drafts\n", ece, static_cast<long long>(total));
+    out["ece"] = ece;
+  }
+  std::printf("%s\n", mismatch ? "outputs: MISMATCH (see stderr)" : "outputs: every mode equal to off, token for token");
+  if (as_json) std::printf("%s\n", out.dump().c_str());
+  return mismatch ? 1 : 0;
+}
+
+}  // namespace dsv41::app

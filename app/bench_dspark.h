@@ -1,0 +1,30 @@
+// `dsv41 bench --dspark`: DSpark's measurements in one command (issue 15 item 5) — decode tok/s
+// of the same requests with --dspark off, each fixed K and auto at each batch size (ROUNDS rounds
+// interleaved, medians), every mode's greedy output checked equal to off's token for token; the
+// acceptance length and the per-slot acceptance; the confidence head's calibration (its raw
+// estimate σ(c) against the observed acceptance, by tenth, over the K = block runs, which judge
+// every slot they reach). The requests go through the scheduler as `dsv41 generate` runs them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace dsv41::app {
+
+struct DsparkBenchOptions {
+  std::string requests = "bench/dspark_requests.jsonl";  // JSONL: prompt (text), max_tokens
+  std::vector<int> batches = {1, 8};
+  std::vector<std::string> modes = {"off", "1", "2", "3", "4", "5", "auto"};
+  int rounds = 2;
+  std::string backend = "cpu";
+  bool host_drafter = false;  // device backends: the drafter on the host (the "before")
+  int64_t max_tokens = 0;     // > 0: every request's max_tokens
+  int auto_warmup = 1;        // SchedulerOptions::dspark_auto_warmup
+};
+
+// Returns the exit code (1 on an error or when a mode's output differs from off's).
+int run_dspark_bench_mode(const std::string& dir, const Model& model, const DsparkBenchOptions& options, bool json);
+
+}  // namespace dsv41::app

@@ -1,0 +1,125 @@
+// The device drafter (device_drafter.h) against the host drafter (model/dspark.h) on the same
+// device backend, so both see the same target features: shared by the host emulation's test
+// (device_backend_test.cpp) and the GPU's (cuda_backend_test.cu), like backend_dspark_check.h.
+//
+// Three sequences of different lengths are prefilled in chunks (so the rings come from prefill
+// and from short chunks), then drafted together (slots 5, 3 and all) by each drafter; then a
+// verify-like step feeds 4 rows to every sequence, 3 are rolled back (the device ring copies no
+// longer match the rings and must be rebuilt), one decode row follows and both draft again.
+// The draft ids must be equal and the logits and confidences within `tol` of each other: the
+// two compute the same function in different summation orders (the device's double sums, the
+// CPU's float lanes), so they differ by float rounding as amplified by an FP8 ring code that a
+// last-bit difference flips.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace dsv41::testing_scenario {
+
+struct DraftDiff {
+  double logit = 0, confidence = 0, logit_scale = 0;
+  int ids_differ = 0, ids = 0;
+};
+
+inline void add_diff(const std::vector<DraftBlock>& a, const std::vector<DraftBlock>& b, DraftDiff& d) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t r = 0; r < a.size(); ++r) {
+    ASSERT_EQ(a[r].ids.size(), b[r].ids.size());
+    ASSERT_EQ(a[r].logits.size(), b[r].logits.size());
+    for (size_t i = 0; i < a[r].ids.size(); ++i) {
+      d.ids_differ += a[r].ids[i] != b[r].ids[i];
+      ++d.ids;
+      d.confidence = std::max(d.confidence, std::fabs(double(a[r].confidence[i]) - b[r].confidence[i]));
+    }
+    for (size_t i = 0; i < a[r].logits.size(); ++i) {
+      d.logit = std::max(d.logit, std::fabs(double(a[r].logits[i]) - b[r].logits[i]));
+      d.logit_scale = std::max(d.logit_scale, std::fabs(double(a[r].logits[i])));
+    }
+  }
+}
+
+// make_device(device_drafter) gives a fresh device backend of `model` with the device drafter on
+// or off. tol: the largest |difference| allowed in logits and confidences.
+inline void check_device_drafter(const Model& model, const std::function<std::unique_ptr<Backend>(bool)>& make_device,
+                                 double tol, const std::string& what) {
+  ASSERT_NE(model.drafter(), nullptr) << what << ": the model has no drafter";
+  const int32_t V = int32_t(model.vocab_size());
+  const int B = model.config().dspark_block_size;
+  std::mt19937 rng(21);
+  const std::vector<int64_t> lengths = {37, 12, 70};
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t n : lengths) {
+    prompts.emplace_back(size_t(n));
+    for (int32_t& t : prompts.back()) t = int32_t(rng() % uint32_t(std::min(V, 300)));
+  }
+  struct Run {
+    std::vector<DraftBlock> first, second;
+  };
+  const auto run = [&](bool device) -> Result<Run> {
+    EngineOptions eo;
+    eo.dspark = true;
+    eo.rollback_tokens = B;
+    DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::create(make_device(device), model.engram_tables(), eo));
+    std::vector<SequenceId> ids;
+    for (const auto& p : prompts) {
+      DSV41_ASSIGN_OR_RETURN(SequenceId id, e->add_sequence(int64_t(p.size()) + 16));
+      ids.push_back(id);
+    }
+    // Prefill in chunks of 7, all sequences in each forward.
+    for (size_t at = 0;; at += 7) {
+      std::vector<Segment> segs;
+      for (size_t s = 0; s < prompts.size(); ++s)
+        if (at < prompts[s].size())
+          segs.push_back({ids[s], int64_t(at),
+                          std::span<const int32_t>(prompts[s].data() + at, std::min<size_t>(7, prompts[s].size() - at)),
+                          LogitRows::kNone});
+      if (segs.empty()) break;
+      for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
+    }
+    Run out;
+    const std::vector<Engine::DraftSpec> specs = {{ids[0], 7, 5}, {ids[1], 11, 3}, {ids[2], 13, 0}};
+    DSV41_RETURN_IF_ERROR(e->draft(specs, out.first));
+    // A verify-like step of 4 rows each, 3 rolled back, then one decode row.
+    const std::vector<int32_t> rows = {5, 9, 2, 4};
+    std::vector<Segment> segs;
+    for (size_t s = 0; s < prompts.size(); ++s)
+      segs.push_back({ids[s], int64_t(prompts[s].size()), std::span<const int32_t>(rows), LogitRows::kNone});
+    for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
+    for (SequenceId id : ids) DSV41_RETURN_IF_ERROR(e->rollback(id, 3));
+    const int32_t next = 17;
+    segs.clear();
+    for (size_t s = 0; s < prompts.size(); ++s)
+      segs.push_back({ids[s], int64_t(prompts[s].size()) + 1, std::span<const int32_t>(&next, 1), LogitRows::kNone});
+    for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
+    const std::vector<Engine::DraftSpec> again = {{ids[0], 3, 0}, {ids[1], 4, 2}, {ids[2], 6, 0}};
+    DSV41_RETURN_IF_ERROR(e->draft(again, out.second));
+    return out;
+  };
+  auto host = run(false);
+  ASSERT_TRUE(host.ok()) << what << ": " << host.status().to_string();
+  auto dev = run(true);
+  ASSERT_TRUE(dev.ok()) << what << ": " << dev.status().to_string();
+  DraftDiff d;
+  add_diff(host->first, dev->first, d);
+  add_diff(host->second, dev->second, d);
+  std::printf("%s, device drafter vs host drafter (2 drafts of 3 sequences, after prefill and after a rollback): "
+              "max |dlogit| %.3g (logits up to %.3g), max |dconfidence| %.3g, %d of %d ids differ\n",
+              what.c_str(), d.logit, d.logit_scale, d.confidence, d.ids_differ, d.ids);
+  EXPECT_EQ(d.ids_differ, 0) << what;
+  EXPECT_LE(d.logit, tol) << what;
+  EXPECT_LE(d.confidence, tol) << what;
+  EXPECT_GT(d.logit_scale, 0.0) << what;
+}
+
+}  // namespace dsv41::testing_scenario

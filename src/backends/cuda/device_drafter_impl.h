@@ -1,0 +1,336 @@
+// DeviceBackend's drafter (see device_drafter.h), included at the end of device_backend_impl.h.
+// Each step follows Drafter (model/dspark.cpp) line by line with the backbone's kernel bodies;
+// the drafter's attention is its own (device_kernels_draft.h).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "backends/cuda/device_backend.h"
+#include "model/dspark_weights.h"
+
+namespace dsv41 {
+
+template <class Exec>
+void DeviceBackend<Exec>::upload_drafter(const DrafterWeights& w) {
+  auto st = std::make_unique<DeviceDraftState<Exec>>();
+  DeviceDraftState<Exec>& S = *st;
+  for (DeviceArray<Exec, float>* b : {&S.main, &S.x, &S.x2, &S.p, &S.h, &S.c, &S.q, &S.kv, &S.o, &S.a, &S.pre_a,
+                                      &S.post_a, &S.comb_a, &S.pre_b, &S.post_b, &S.comb_b, &S.router, &S.hexp,
+                                      &S.hshared, &S.weights, &S.attn, &S.out, &S.tables})
+    b->bind(&ex_);
+  S.experts.bind(&ex_);
+  S.ids.bind(&ex_);
+  S.rings.bind(&ex_);
+  S.rows.resize(w.stages.size());
+  for (auto& r : S.rows) r.bind(&ex_);
+  for (const LayerWeights& L : w.stages) {
+    const AttentionWeights& a = L.attn;
+    DraftStageDev D;
+    D.wq_a = put(a.wq_a, a.bf16.wq_a, a.quant_wq_a);
+    D.wq_b = put(a.wq_b, a.bf16.wq_b, a.quant_wq_b);
+    D.wkv = put(a.wkv, a.bf16.wkv, a.quant_wkv);
+    D.wo_a = put(a.wo_a, a.bf16.wo_a, a.quant_wo_a);
+    D.wo_b = put(a.wo_b, a.bf16.wo_b, a.quant_wo_b);
+    D.q_norm = put(a.q_norm);
+    D.kv_norm = put(a.kv_norm);
+    D.sink = put(a.attn_sink);
+    D.attn_norm = put(L.attn_norm);
+    D.ffn_norm = put(L.ffn_norm);
+    D.hca_fn = put(L.hc_attn_fn);
+    D.hca_base = put(L.hc_attn_base);
+    D.hca_scale = put(L.hc_attn_scale);
+    D.hcf_fn = put(L.hc_ffn_fn);
+    D.hcf_base = put(L.hc_ffn_base);
+    D.hcf_scale = put(L.hc_ffn_scale);
+    D.gate = put(L.gate);
+    D.gate_bias = put(L.gate_bias);
+    std::vector<dk::ExpertW> table;
+    for (const ExpertStore& e : L.experts)
+      table.push_back({put(e.w1.ref(), elements(e.w1)), put(e.w3.ref(), elements(e.w3)), put(e.w2.ref(), elements(e.w2))});
+    if (!table.empty()) D.experts = put(table.data(), int64_t(table.size()));
+    if (w.shape.moe.has_shared) {
+      const ExpertStore& s = L.shared;
+      const dk::ExpertW sw{put(s.w1.ref(), elements(s.w1)), put(s.w3.ref(), elements(s.w3)), put(s.w2.ref(), elements(s.w2))};
+      D.shared = put(&sw, 1);
+    }
+    S.stages.push_back(D);
+  }
+  S.main_proj = put(w.main_proj.ref(), elements(w.main_proj));
+  S.main_norm = put(w.main_norm);
+  S.norm = put(w.norm);
+  draft_dev_ = std::move(st);
+}
+
+// Drafter::ring_rows over the fed rows (their features gathered from the device's capture, their
+// RoPE rows uploaded), then each fed segment's rows into its rings' device copies and, through the
+// staging download, into the SequenceCache's rings (flush_staged).
+template <class Exec>
+void DeviceBackend<Exec>::feed_rings_on_device(std::span<const DraftFeed> feeds) {
+  DeviceDraftState<Exec>& S = *draft_dev_;
+  const ModelConfig& c = config();
+  const int64_t d = c.hidden_size, D = c.head_dim, win = c.sliding_window, width = drafter_->feature_width();
+  const int64_t half = model_.rope().rope_dim() / 2;
+  const int stages = int(S.stages.size());
+  // The fed rows (a decode batch's are all its rows; replays may feed a tail only): batch row ids,
+  // then RoPE cos and sin rows at their positions, in one upload.
+  S.host_ids.clear();
+  for (const DraftFeed& f : feeds) {
+    const SegmentRows& seg = segments_[size_t(f.segment)];
+    for (int64_t r = seg.row0 + f.first_row; r < seg.row0 + seg.rows; ++r) S.host_ids.push_back(int32_t(r));
+  }
+  const int64_t n = int64_t(S.host_ids.size());
+  if (n == 0) return;
+  S.host_tables.resize(size_t(n + 2 * n * half));
+  std::memcpy(S.host_tables.data(), S.host_ids.data(), size_t(n) * sizeof(int32_t));
+  float* cos = S.host_tables.data() + n;
+  for (int64_t i = 0; i < n; ++i)
+    model_.rope().cos_sin(RopeKind::kMain, layout_.positions[S.host_ids[size_t(i)]], cos + i * half,
+                          cos + (n + i) * half);
+  S.tables.reserve(int64_t(S.host_tables.size()));
+  upload_staged(S.tables.data(), S.host_tables.data(), int64_t(S.host_tables.size() * sizeof(float)));
+  const int32_t* ids = reinterpret_cast<const int32_t*>(S.tables.data());
+  const float* cos_dev = S.tables.data() + n;
+  const float* sin_dev = cos_dev + n * half;
+  S.x.reserve(n * width);
+  ex_.for_each(n * width, dk::GatherRowsK{features_.data(), ids, width, S.x.data()});
+  S.main.reserve(n * d);
+  gemm(S.x.data(), n, width, S.main_proj, d, S.main.data());
+  rmsnorm(S.main.data(), n, d, S.main_norm, S.main.data());
+  for (int s = 0; s < stages; ++s) {
+    const DraftStageDev& L = S.stages[size_t(s)];
+    S.rows[size_t(s)].reserve(n * D);
+    float* kv = S.rows[size_t(s)].data();
+    gemm(S.main.data(), n, d, L.wkv, D, kv);
+    rmsnorm(kv, n, D, L.kv_norm, kv);
+    rope(kv, n, 1, D, cos_dev, sin_dev, 0, false);
+    fake_quant(kv, n * D, RowKind::kWindow);
+  }
+  // Each fed segment's rows, per stage, into the ring copy (layer key num_hidden_layers + s) and
+  // the staging buffer (at most the ring's slots: the ring packs no more).
+  dk::WindowStoreK store;
+  store.D = D;
+  int64_t values = 0;
+  const auto launch = [&] {
+    ex_.for_each(values / 32, store);
+    store.n = 0;
+    values = 0;
+  };
+  int64_t total = 0;  // staging room for every push first (the store jobs point into it)
+  for (const DraftFeed& f : feeds)
+    for (int s = 0; s < stages; ++s) {
+      const SegmentRows& seg = segments_[size_t(f.segment)];
+      total += std::min<int64_t>(std::max<int64_t>(seg.rows - f.first_row, 0), seg.cache->draft_ring(s).slots()) * D;
+    }
+  stage_.reserve(staged_ + total, staged_);
+  int64_t r0 = 0;  // the feed's first row among the fed rows
+  for (const DraftFeed& f : feeds) {
+    const SegmentRows& seg = segments_[size_t(f.segment)];
+    const int64_t m = seg.rows - f.first_row, start = seg.start + f.first_row;
+    if (m <= 0) continue;
+    for (int s = 0; s < stages; ++s) {
+      WindowRing& ring = seg.cache->draft_ring(s);
+      const int layer = c.num_hidden_layers + s;
+      const int64_t kept = std::min<int64_t>(m, ring.slots());
+      const float* src = S.rows[size_t(s)].data() + (r0 + m - kept) * D;
+      WindowCopy* w = nullptr;
+      if (ring.length() == start) {
+        w = &window_copy(seg.cache, layer, ring, std::max<int64_t>(ring.start(), start - (win - 1)), start);
+        if (store.n == dk::WindowStoreK::kMax) launch();
+        store.jobs[store.n++] = {src, w->rows.data(), w->slots, start + m - kept, kept, stage_.data() + staged_};
+        values += kept * D;
+        w->hi = start + m;
+        w->lo = std::max(w->lo, w->hi - w->slots);
+      } else {
+        // A ring that does not continue here breaks the feeding contract; its rows are pushed
+        // all the same (as the host feed does) and no copy follows it (rebuilt when next read).
+        ex_.copy(stage_.data() + staged_, src, kept * D * int64_t(sizeof(float)));
+      }
+      pending_.push_back({&ring, w, layer, m, kept, staged_});
+      staged_ += kept * D;
+    }
+    r0 += m;
+  }
+  if (store.n > 0) launch();
+  flush_staged();
+}
+
+// A draft's tables in one upload — block tokens (anchor, then noise) [R], RoPE cos then sin
+// [R, half] at positions last + 1 … last + B, the head's rows (each request's wanted slots) — and
+// each request's ring geometry per stage (its entries read in place from the device ring copies).
+template <class Exec>
+void DeviceBackend<Exec>::draft_tables(std::span<const DraftRequest> requests) {
+  DeviceDraftState<Exec>& S = *draft_dev_;
+  const ModelConfig& c = config();
+  const DrafterWeights& w = *model_.drafter();
+  const int64_t B = w.shape.block, D = c.head_dim, W = c.sliding_window, half = model_.rope().rope_dim() / 2;
+  const int stages = int(S.stages.size());
+  const int64_t n = S.n, R = S.R;
+  S.head_rows.assign(size_t(n + 1), 0);
+  for (int64_t i = 0; i < n; ++i)
+    S.head_rows[size_t(i + 1)] = S.head_rows[size_t(i)] + (requests[i].slots > 0 ? std::min<int64_t>(requests[i].slots, B) : B);
+  S.want = S.head_rows[size_t(n)];
+  S.host_tables.resize(size_t(R + 2 * R * half + S.want));
+  int32_t* tokens = reinterpret_cast<int32_t*>(S.host_tables.data());
+  float* cos = S.host_tables.data() + R;
+  float* sin = cos + R * half;
+  int32_t* head = reinterpret_cast<int32_t*>(sin + R * half);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < B; ++j) {
+      const int64_t t = i * B + j;
+      tokens[t] = int32_t(j == 0 ? requests[i].anchor : w.shape.noise_id);
+      model_.rope().cos_sin(RopeKind::kMain, requests[i].last + 1 + j, cos + t * half, sin + t * half);
+      if (S.head_rows[size_t(i)] + j < S.head_rows[size_t(i + 1)]) head[S.head_rows[size_t(i)] + j] = int32_t(t);
+    }
+  S.tables.reserve(int64_t(S.host_tables.size()));
+  upload_staged(S.tables.data(), S.host_tables.data(), int64_t(S.host_tables.size() * sizeof(float)));
+  S.tokens_dev = reinterpret_cast<const int32_t*>(S.tables.data());
+  S.cos_dev = S.tables.data() + R;
+  S.sin_dev = S.cos_dev + R * half;
+  S.head_dev = reinterpret_cast<const int32_t*>(S.sin_dev + R * half);
+  S.host_rings.resize(size_t(stages * n));
+  S.longest = 0;
+  for (int s = 0; s < stages; ++s)
+    for (int64_t i = 0; i < n; ++i) {
+      const WindowRing& ring = requests[i].cache->draft_ring(s);
+      const int64_t last = requests[i].last;
+      const int64_t lo = std::max({ring.start(), ring.first_held(), last - W + 1});
+      WindowCopy& copy = window_copy(requests[i].cache, c.num_hidden_layers + s, ring, lo, last + 1);
+      S.host_rings[size_t(s * n + i)] = {dk::KeyRows::records(copy.rows.data(), RowKind::kWindow, D), copy.slots, lo,
+                                         last + 1 - lo};
+      S.longest = std::max(S.longest, last + 1 - lo);
+    }
+  S.rings.reserve(stages * n);
+  upload_staged(S.rings.data(), S.host_rings.data(), stages * n * int64_t(sizeof(dk::DraftRing)));
+}
+
+// Drafter::stage's attention site over the draft's R block rows (x → x2).
+template <class Exec>
+void DeviceBackend<Exec>::draft_attention(int s) {
+  DeviceDraftState<Exec>& S = *draft_dev_;
+  const ModelConfig& c = config();
+  const DraftStageDev& L = S.stages[size_t(s)];
+  const int64_t B = model_.drafter()->shape.block, d = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads;
+  const int64_t D = c.head_dim, R = S.R, ql = c.q_lora_rank;
+  mhc_coefficients(L.hca_fn, L.hca_base, L.hca_scale, S.x.data(), R, S.pre_a.data(), S.post_a.data(), S.comb_a.data());
+  ex_.for_each(R * d, dk::MhcCollapseK{S.x.data(), S.p.data(), nullptr, int(hc), d, S.h.data()});
+  rmsnorm(S.h.data(), R, d, L.attn_norm, S.h.data());
+  gemm(S.h.data(), R, d, L.wq_a, ql, S.c.data());
+  rmsnorm(S.c.data(), R, ql, L.q_norm, S.c.data());
+  gemm(S.c.data(), R, ql, L.wq_b, H * D, S.q.data());
+  rope(S.q.data(), R, H, D, S.cos_dev, S.sin_dev, 0, false);
+  gemm(S.h.data(), R, d, L.wkv, D, S.kv.data());
+  rmsnorm(S.kv.data(), R, D, L.kv_norm, S.kv.data());
+  rope(S.kv.data(), R, 1, D, S.cos_dev, S.sin_dev, 0, false);
+  fake_quant(S.kv.data(), R * D, RowKind::kWindow);
+  const dk::DraftAttnGeom g{S.rings.data() + s * S.n, B, H, D, S.longest + B, S.kv.data()};
+  ex_.for_each(R * H * g.L, dk::DraftAttnLogitsK{g, S.q.data(), float(std::pow(double(D), -0.5)), S.attn.data()});
+  ex_.for_each(R * H, dk::DraftAttnSoftmaxK{g, L.sink, S.attn.data()});
+  ex_.for_each(R * H * D, dk::DraftAttnValuesK{g, S.attn.data(), S.o.data()});
+  rope(S.o.data(), R, H, D, S.cos_dev, S.sin_dev, 0, true);
+  // attention_output: grouped wo_a, then wo_b; mHC expand.
+  const int64_t HD = H * D, groups = c.o_groups, olr = c.o_lora_rank, gin = HD / groups;
+  mid_.reserve(R * groups * olr);
+  for (int64_t gi = 0; gi < groups; ++gi)
+    gemm(S.o.data() + gi * gin, HD, R, gin, L.wo_a.offset(gi * olr * gin), olr, mid_.data() + gi * olr, groups * olr);
+  gemm(mid_.data(), R, groups * olr, L.wo_b, d, S.a.data());
+  ex_.for_each(R * hc * d, dk::MhcExpandK{S.a.data(), S.x.data(), S.post_a.data(), S.comb_a.data(), int(hc), d,
+                                          S.x2.data()});
+}
+
+// Drafter::stage's FFN site: the stage's MoE with text routing (x2 → x; p ← this site's pre).
+template <class Exec>
+void DeviceBackend<Exec>::draft_moe(int s) {
+  DeviceDraftState<Exec>& S = *draft_dev_;
+  const ModelConfig& c = config();
+  const DraftStageDev& L = S.stages[size_t(s)];
+  const MoeShape& ms = model_.drafter()->shape.moe;
+  const int64_t d = c.hidden_size, hc = c.hc_mult, E = ms.n_experts, k = ms.top_k, R = S.R;
+  mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, S.x2.data(), R, S.pre_b.data(), S.post_b.data(), S.comb_b.data());
+  ex_.for_each(R * d, dk::MhcCollapseK{S.x2.data(), S.pre_a.data(), nullptr, int(hc), d, S.h.data()});
+  rmsnorm(S.h.data(), R, d, L.ffn_norm, S.h.data());
+  S.router.reserve(R * E);
+  gemm(S.h.data(), R, d, {L.gate, nullptr}, E, S.router.data());
+  ex_.for_each(R * E, dk::ScaleK{S.router.data(), ms.gate_temp, true});
+  ex_.for_each(R, dk::RouteK{S.router.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)), ms.norm_topk_prob,
+                             ms.routed_scaling_factor, S.experts.data(), S.weights.data()});
+  S.hexp.reserve(R * k * ms.inter);
+  ex_.for_each(R * k * ms.inter, dk::ExpertUpK{S.h.data(), L.experts, S.experts.data(), S.weights.data(), int(k), d,
+                                               ms.inter, ms.swiglu_limit, S.hexp.data()});
+  if (L.shared) {
+    S.hshared.reserve(R * ms.shared_inter);
+    ex_.for_each(R * ms.shared_inter, dk::ExpertUpK{S.h.data(), L.shared, nullptr, nullptr, 1, d, ms.shared_inter,
+                                                    ms.swiglu_limit, S.hshared.data()});
+  }
+  ex_.for_each(R * d, dk::ExpertDownK{L.experts, S.experts.data(), int(k), d, ms.inter, S.hexp.data(), L.shared,
+                                      ms.shared_inter, S.hshared.data(), S.a.data()});
+  ex_.for_each(R * hc * d, dk::MhcExpandK{S.a.data(), S.x2.data(), S.post_b.data(), S.comb_b.data(), int(hc), d,
+                                          S.x.data()});
+  std::swap(S.p, S.pre_b);  // the next site's pre (the buffers have the same size)
+}
+
+template <class Exec>
+Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out,
+                                            const DraftPicker& pick) {
+  DeviceDraftState<Exec>& S = *draft_dev_;
+  const ModelConfig& c = config();
+  const DrafterWeights& w = *model_.drafter();
+  const int64_t B = w.shape.block, d = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, H = c.num_attention_heads;
+  const int64_t D = c.head_dim, k = w.shape.moe.top_k;
+  const int stages = int(S.stages.size());
+  DSV41_RETURN_IF_ERROR(check_draft_requests(requests, stages, V));
+  S.n = static_cast<int64_t>(requests.size());
+  S.R = S.n * B;
+  const int64_t n = S.n, R = S.R;
+  if (n == 0) {
+    out.clear();
+    return ok_status();
+  }
+  flush_staged();  // rings first (a caller that skipped end_batch)
+  draft_tables(requests);
+  for (auto* b : {&S.x, &S.x2}) b->reserve(R * hc * d);
+  for (auto* b : {&S.h, &S.a}) b->reserve(R * d);
+  for (auto* b : {&S.p, &S.pre_a, &S.post_a, &S.pre_b, &S.post_b}) b->reserve(R * hc);
+  for (auto* b : {&S.comb_a, &S.comb_b}) b->reserve(R * hc * hc);
+  S.c.reserve(R * c.q_lora_rank);
+  S.q.reserve(R * H * D);
+  S.o.reserve(R * H * D);
+  S.kv.reserve(R * D);
+  S.experts.reserve(R * k);
+  S.weights.reserve(R * k);
+  S.attn.reserve(R * H * (S.longest + B));
+  ex_.for_each(R * d, dk::GatherRowsK{embed_, S.tokens_dev, d, S.h.data()});
+  ex_.for_each(R * hc * d, dk::MhcInitK{S.h.data(), int(hc), d, S.x.data(), S.p.data()});
+  for (int s = 0; s < stages; ++s) {
+    draft_attention(s);
+    draft_moe(s);
+  }
+  // Head: collapse with the last FFN pre (kept for the confidence), norm, the wanted rows'
+  // logits; one download of [want, V] logits then the collapsed rows [R, d].
+  const int64_t want = S.want;
+  S.out.reserve(want * V + R * d);
+  float* logits = S.out.data();
+  float* xrows = logits + want * V;
+  ex_.for_each(R * d, dk::MhcCollapseK{S.x.data(), S.p.data(), nullptr, int(hc), d, xrows});
+  rmsnorm(xrows, R, d, S.norm, S.a.data());
+  ex_.for_each(want * d, dk::GatherRowsK{S.a.data(), S.head_dev, d, S.h.data()});
+  gemm(S.h.data(), want, d, head_, V, logits);
+  S.host_out.resize(size_t(want * V + R * d));
+  ex_.download(S.host_out.data(), S.out.data(), (want * V + R * d) * int64_t(sizeof(float)));
+  async_in_flight_ = false;
+  DSV41_RETURN_IF_ERROR(ex_.status());
+  out.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) {
+    DraftBlock& b = out[size_t(i)];
+    const int64_t first = S.head_rows[size_t(i)], m = S.head_rows[size_t(i + 1)] - first;
+    b.ids.resize(size_t(m));
+    b.confidence.resize(size_t(m));
+    b.logits.assign(S.host_out.begin() + first * V, S.host_out.begin() + (first + m) * V);
+    draft_block_tail(w, d, V, requests[i].anchor, S.host_out.data() + want * V + i * B * d, i, pick, b);
+  }
+  return ok_status();
+}
+
+}  // namespace dsv41

@@ -1,0 +1,83 @@
+// `dsv41 bench --dspark` end to end on dsv41-mini (it ships its drafter): one row per (batch,
+// mode) with the outputs checked equal to off's, the per-slot acceptance of the fixed-K runs, the
+// calibration table from the K = block runs; the device emulation runs it too (the device drafter,
+// and --host-drafter); bad options are errors.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/cli_runner.h"
+
+namespace dsv41 {
+namespace {
+
+const std::string kMini = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+
+std::string requests_file() {
+  const std::string path = (std::filesystem::temp_directory_path() / "dsv41_cli_bench_dspark.jsonl").string();
+  std::ofstream f(path);
+  f << R"({"prompt": "The compiler checks each function before it emits code for it.", "max_tokens": 24})" << "\n"
+    << R"({"prompt": "Once upon a time", "max_tokens": 24})" << "\n";
+  return path;
+}
+
+nlohmann::json run_json(const std::string& extra) {
+  const testing::CliResult r = testing::run_cli(
+      "bench -m " + kMini + " --dspark --dspark-requests " + requests_file() + " --dspark-rounds 1 --json" + extra,
+      testing::Stderr::kDiscard);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("outputs: every mode equal to off, token for token"), std::string::npos) << r.out;
+  const size_t at = r.out.rfind("\n{");
+  if (at == std::string::npos) return {};
+  return nlohmann::json::parse(r.out.substr(at + 1), nullptr, false);
+}
+
+TEST(CliBenchDspark, EveryModeAndBatchWithAcceptanceAndCalibration) {
+  if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
+  const nlohmann::json j = run_json(" --dspark-batches 1,2 --dspark-modes off,2,5,auto");
+  ASSERT_TRUE(j.is_object());
+  ASSERT_EQ(j["runs"].size(), 8u);
+  for (const auto& run : j["runs"]) {
+    EXPECT_GT(run["tok_s"].get<double>(), 0) << run;
+    if (run["mode"] == "off") {
+      EXPECT_EQ(run["drafting_steps"].get<int64_t>(), 0) << run;
+    } else if (run["mode"] != "auto") {
+      EXPECT_GT(run["drafting_steps"].get<int64_t>(), 0) << run;
+      EXPECT_EQ(run["slot_acceptance"].size(), size_t(std::stoi(run["mode"].get<std::string>()))) << run;
+    }
+  }
+  ASSERT_TRUE(j.contains("calibration"));
+  int64_t drafts = 0;
+  for (const auto& b : j["calibration"]) drafts += b["drafts"].get<int64_t>();
+  EXPECT_GT(drafts, 0);
+  EXPECT_GE(j["ece"].get<double>(), 0);
+}
+
+TEST(CliBenchDspark, DeviceEmulationWithTheDeviceAndTheHostDrafter) {
+  if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
+  for (const char* drafter : {"", " --host-drafter"}) {
+    const nlohmann::json j =
+        run_json(std::string(" --backend device-emulation --dspark-batches 2 --dspark-modes off,3 --dspark-max-tokens 8") +
+                 drafter);
+    ASSERT_TRUE(j.is_object()) << drafter;
+    EXPECT_EQ(j["drafter"], *drafter ? "host" : "device");
+    ASSERT_EQ(j["runs"].size(), 2u);
+    EXPECT_GT(j["runs"][1]["drafting_steps"].get<int64_t>(), 0);
+  }
+}
+
+TEST(CliBenchDspark, BadOptionsAreErrors) {
+  if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
+  for (const char* args : {" --dspark-modes 4,off", " --dspark-modes off,x", " --dspark-batches 0",
+                           " --dspark-rounds 0", " --dspark-requests /nonexistent.jsonl", " --dspark-modes off,9"}) {
+    const testing::CliResult r = testing::run_cli("bench -m " + kMini + " --dspark" + args, testing::Stderr::kMerge);
+    EXPECT_NE(r.code, 0) << args << ": " << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace dsv41

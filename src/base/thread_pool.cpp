@@ -17,9 +17,17 @@ thread_local bool t_inside_pool = false;
 
 // How long a worker spins for the next job before sleeping on the condition variable, and the
 // caller for the workers to leave a job before blocking. A decode token's jobs come every few to
-// a few hundred µs; a futex wake-up on a VM costs ~10–60 µs of latency per job, on each side.
-constexpr auto kWorkerSpin = std::chrono::microseconds(300);
-constexpr auto kJoinSpin = std::chrono::microseconds(1000);
+// a few hundred µs, most gaps between them are under 20 µs (the norms, copies and additions the
+// caller runs alone), and a futex wake-up of a thread whose vCPU went idle costs ≈ 30–40 µs on
+// the 2-vCPU VM (measured per job: the worker started that late in every job of a token, so
+// the short MoE regions ran at one thread's speed; docs/BENCHMARKS.md, issue 13). So every pool
+// spins briefly by default — enough to bridge those gaps and a last block at the join, little
+// enough that an oversubscribed machine loses at most about a gap's time per job — and long
+// with `spin` (ThreadPool(n, true), `--pool-spin`).
+constexpr auto kWorkerSpinShort = std::chrono::microseconds(100);
+constexpr auto kJoinSpinShort = std::chrono::microseconds(100);
+constexpr auto kWorkerSpinLong = std::chrono::microseconds(300);
+constexpr auto kJoinSpinLong = std::chrono::microseconds(1000);
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -72,7 +80,8 @@ void ThreadPool::run_chunks() {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    if (spin_) spin_until([&] { return published_generation_.load(std::memory_order_acquire) != seen; }, kWorkerSpin);
+    spin_until([&] { return published_generation_.load(std::memory_order_acquire) != seen; },
+               spin_ ? kWorkerSpinLong : kWorkerSpinShort);
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -122,7 +131,8 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t
   const auto t_join = join_wait_seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   // Workers that joined are usually a few blocks from done: spin for them before blocking (a
   // late joiner is still handled below, under the lock).
-  if (spin_) spin_until([&] { return active_workers_.load(std::memory_order_acquire) == 0; }, kJoinSpin);
+  spin_until([&] { return active_workers_.load(std::memory_order_acquire) == 0; },
+             spin_ ? kJoinSpinLong : kJoinSpinShort);
   // Close the job to workers still on their way (every chunk is taken), then wait for those that
   // joined to leave it before fn_ (the caller's object) goes out of scope.
   std::unique_lock<std::mutex> lock(mu_);

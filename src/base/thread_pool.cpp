@@ -35,20 +35,33 @@ void cpu_relax() {
 #endif
 }
 
-// Spins until done() or `limit` has passed; true when done() came first. Between rounds of
-// pauses it yields the core: on a quiet machine that returns at once (≈ 1 µs a round), on an
-// oversubscribed one it lets a thread waiting for this core run — often the very thread this
-// one waits for (a pool's caller and worker sharing one core), which a plain spin would keep
-// off the core for the whole `limit`.
+// A spin round (64 pauses, ≈ 1 µs) that took longer than this lost the core to another thread.
+constexpr auto kContendedRound = std::chrono::microseconds(50);
+// Jobs a worker sleeps through without spinning after it lost its core while spinning.
+constexpr int kContendedBackoffJobs = 64;
+
+enum class SpinEnd { kDone, kTimeout, kContended };
+
+// Spins until done() or `limit` has passed. Between rounds of pauses it yields the core: on a
+// quiet machine that returns at once, on an oversubscribed one it lets a thread waiting for this
+// core run — often the very thread this one waits for (a pool's caller and worker sharing one
+// core). A round that took much longer than its pauses means this thread was off its core: the
+// machine has more runnable threads than cores, where spinning only takes time slices the work
+// needs (docs/BENCHMARKS.md, issue 13), so the spin gives up (kContended) and the caller backs off.
 template <typename Done>
-bool spin_until(Done done, std::chrono::microseconds limit) {
+SpinEnd spin_until(Done done, std::chrono::microseconds limit) {
   const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
   for (;;) {
     for (int i = 0; i < 64; ++i) {
-      if (done()) return true;
+      if (done()) return SpinEnd::kDone;
       cpu_relax();
     }
-    if (std::chrono::steady_clock::now() - t0 > limit) return done();
+    const auto t = std::chrono::steady_clock::now();
+    if (done()) return SpinEnd::kDone;
+    if (t - last > kContendedRound) return SpinEnd::kContended;
+    if (t - t0 > limit) return SpinEnd::kTimeout;
+    last = t;
     std::this_thread::yield();
   }
 }
@@ -84,9 +97,14 @@ void ThreadPool::run_chunks() {
 
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
+  int backoff = 0;  // jobs left to sleep through without spinning (the machine was oversubscribed)
   for (;;) {
-    spin_until([&] { return published_generation_.load(std::memory_order_acquire) != seen; },
-               spin_ ? kWorkerSpinLong : kWorkerSpinShort);
+    if (backoff > 0) {
+      --backoff;
+    } else if (spin_until([&] { return published_generation_.load(std::memory_order_acquire) != seen; },
+                          spin_ ? kWorkerSpinLong : kWorkerSpinShort) == SpinEnd::kContended) {
+      backoff = kContendedBackoffJobs;
+    }
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });

@@ -80,7 +80,7 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--membw-passes", membw_passes, "bandwidth passes (best one counts)")->check(in_range(1, 1000));
   cli.add_flag("--json", json, "print the results as one JSON object");
   bool profile_steps = false, pool_spin = false;
-  cli.add_flag("--pool-spin", pool_spin, "the model's pool threads spin between jobs instead of sleeping (A/B; as DSV41_POOL_SPIN=1)");
+  cli.add_flag("--pool-spin", pool_spin, "the model's pool threads spin longer between jobs (300 µs / 1 ms, not 100 µs; A/B; as DSV41_POOL_SPIN=1)");
   cli.add_flag("--profile", profile_steps,
                "context sweep: also time each decode by backend step and the pool's fork/join (stderr; diagnostics)");
   std::string isa_name, weights_name;

@@ -7,8 +7,8 @@
 //                         value is named on stderr and ignored
 //   DSV41_WEIGHTS=stored|widened  FP8 / FP4 matrices read as stored (default) or widened at load
 //                         (ModelLoadOptions::weights; same bits, for A/B runs)
-//   DSV41_POOL_SPIN=1     the model's pool threads spin between jobs (ModelLoadOptions::pool_spin:
-//                         faster decode on cores of our own, slower on an oversubscribed machine)
+//   DSV41_POOL_SPIN=1     the model's pool threads spin longer between jobs (ModelLoadOptions::
+//                         pool_spin: 300 µs / 1 ms instead of 100 µs, base/thread_pool.h)
 // Any value other than empty or "0" turns a switch on.
 #pragma once
 

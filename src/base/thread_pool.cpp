@@ -17,9 +17,17 @@ thread_local bool t_inside_pool = false;
 
 // How long a worker spins for the next job before sleeping on the condition variable, and the
 // caller for the workers to leave a job before blocking. A decode token's jobs come every few to
-// a few hundred µs; a futex wake-up on a VM costs ~10–60 µs of latency per job, on each side.
-constexpr auto kWorkerSpin = std::chrono::microseconds(300);
-constexpr auto kJoinSpin = std::chrono::microseconds(1000);
+// a few hundred µs, most gaps between them are under 20 µs (the norms, copies and additions the
+// caller runs alone), and a futex wake-up of a thread whose vCPU went idle costs ≈ 30–40 µs on
+// the 2-vCPU VM (measured per job: the worker started that late in every job of a token, so
+// the short MoE regions ran at one thread's speed; docs/BENCHMARKS.md, issue 13). So every pool
+// spins briefly by default — enough to bridge those gaps and a last block at the join, little
+// enough that an oversubscribed machine loses at most about a gap's time per job — and long
+// with `spin` (ThreadPool(n, true), `--pool-spin`).
+constexpr auto kWorkerSpinShort = std::chrono::microseconds(100);
+constexpr auto kJoinSpinShort = std::chrono::microseconds(100);
+constexpr auto kWorkerSpinLong = std::chrono::microseconds(300);
+constexpr auto kJoinSpinLong = std::chrono::microseconds(1000);
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -27,16 +35,34 @@ void cpu_relax() {
 #endif
 }
 
-// Spins until done() or `limit` has passed; true when done() came first.
+// A spin round (64 pauses, ≈ 1 µs) that took longer than this lost the core to another thread.
+constexpr auto kContendedRound = std::chrono::microseconds(50);
+// Jobs a worker sleeps through without spinning after it lost its core while spinning.
+constexpr int kContendedBackoffJobs = 64;
+
+enum class SpinEnd { kDone, kTimeout, kContended };
+
+// Spins until done() or `limit` has passed. Between rounds of pauses it yields the core: on a
+// quiet machine that returns at once, on an oversubscribed one it lets a thread waiting for this
+// core run — often the very thread this one waits for (a pool's caller and worker sharing one
+// core). A round that took much longer than its pauses means this thread was off its core: the
+// machine has more runnable threads than cores, where spinning only takes time slices the work
+// needs (docs/BENCHMARKS.md, issue 13), so the spin gives up (kContended) and the caller backs off.
 template <typename Done>
-bool spin_until(Done done, std::chrono::microseconds limit) {
+SpinEnd spin_until(Done done, std::chrono::microseconds limit) {
   const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
   for (;;) {
     for (int i = 0; i < 64; ++i) {
-      if (done()) return true;
+      if (done()) return SpinEnd::kDone;
       cpu_relax();
     }
-    if (std::chrono::steady_clock::now() - t0 > limit) return done();
+    const auto t = std::chrono::steady_clock::now();
+    if (done()) return SpinEnd::kDone;
+    if (t - last > kContendedRound) return SpinEnd::kContended;
+    if (t - t0 > limit) return SpinEnd::kTimeout;
+    last = t;
+    std::this_thread::yield();
   }
 }
 }  // namespace
@@ -71,8 +97,14 @@ void ThreadPool::run_chunks() {
 
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
+  int backoff = 0;  // jobs left to sleep through without spinning (the machine was oversubscribed)
   for (;;) {
-    if (spin_) spin_until([&] { return published_generation_.load(std::memory_order_acquire) != seen; }, kWorkerSpin);
+    if (backoff > 0) {
+      --backoff;
+    } else if (spin_until([&] { return published_generation_.load(std::memory_order_acquire) != seen; },
+                          spin_ ? kWorkerSpinLong : kWorkerSpinShort) == SpinEnd::kContended) {
+      backoff = kContendedBackoffJobs;
+    }
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -122,7 +154,8 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t
   const auto t_join = join_wait_seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   // Workers that joined are usually a few blocks from done: spin for them before blocking (a
   // late joiner is still handled below, under the lock).
-  if (spin_) spin_until([&] { return active_workers_.load(std::memory_order_acquire) == 0; }, kJoinSpin);
+  spin_until([&] { return active_workers_.load(std::memory_order_acquire) == 0; },
+             spin_ ? kJoinSpinLong : kJoinSpinShort);
   // Close the job to workers still on their way (every chunk is taken), then wait for those that
   // joined to leave it before fn_ (the caller's object) goes out of scope.
   std::unique_lock<std::mutex> lock(mu_);

@@ -4,11 +4,11 @@
 // boundaries depend only on (n, grain), never on the thread count, so a kernel whose per-item
 // arithmetic is fixed gives the same bits with 1 or N threads.
 // Owns its worker threads (joined in the destructor). Nothing fancy: no work stealing, no nesting
-// (a parallel_for called from inside a chunk runs inline on that thread). With `spin`, workers
-// spin briefly before sleeping and the caller before blocking at the join: a decode step runs
-// ~100 short jobs back to back, and a sleep/wake round trip can cost more than a short product
-// (issue 13); on a machine with more runnable threads than cores the spinning steals the
-// time slices the work needs, so it is opt-in.
+// (a parallel_for called from inside a chunk runs inline on that thread). Workers spin ~100 µs
+// before sleeping and the caller as long at the join, yielding between rounds: a decode step runs
+// ~60 short jobs back to back, and a sleep/wake round trip (30–40 µs on the VM) can cost as much
+// as a short product (issue 13). `spin` lengthens both spins (300 µs / 1 ms; `--pool-spin`),
+// which costs an oversubscribed machine the time slices the work needs, so it is opt-in.
 #pragma once
 
 #include <atomic>

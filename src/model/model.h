@@ -123,9 +123,9 @@ struct ModelLoadOptions {
   // Borrowed step timing of CPU forwards (base/step_profile.h; app: `bench --profile`), null =
   // none; must outlive the model. Diagnostics only: nothing computed changes.
   StepProfile* profile = nullptr;
-  // The pool's threads spin between jobs instead of sleeping (base/thread_pool.h): faster
-  // decode on a machine whose cores are ours, slower on an oversubscribed one (app: bench
-  // --pool-spin).
+  // The pool's threads spin longer between jobs (300 µs / 1 ms, not 100 µs: base/thread_pool.h):
+  // can be faster on a machine whose cores are ours, slower on an oversubscribed one (app:
+  // bench --pool-spin).
   bool pool_spin = false;
   // Run the blocks' scalar references (mHC, Engram, compressor) instead of their fast paths:
   // a diagnostic that checks the fast path (app: --scalar, DSV41_FORCE_SCALAR=1).

@@ -273,10 +273,11 @@ void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, 
     for (std::vector<float>* v : {&es.g, &es.u, &es.h}) v->reserve(static_cast<size_t>(tokens) * inter);
   };
   if (tokens < kSideBySideTokens) {
-    // A decode step of one sequence (or two, three): every expert with rows in two parallel
-    // regions, w1 and w3 of all of them and then w2 of all (gemm_many), instead of three
-    // fork/joins per expert, each too short to keep the pool busy. Then the additions of the
-    // one-after-another path below, in its order: the same bits.
+    // A decode step of one sequence (or two, three): every expert with rows in one parallel
+    // region (gemm_many_staged): w1 and w3 of all of them, each expert's SwiGLU as soon as its
+    // two products are done, then w2 of all — instead of three fork/joins per expert, each too
+    // short to keep the pool busy. Then the additions of the one-after-another path below, in
+    // its order: the same bits.
     std::vector<int32_t>& active = ws.active;
     active.clear();
     for (int e = 0; e < experts_run; ++e)
@@ -285,13 +286,16 @@ void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, 
     const int64_t slots = tokens * k + (shape.has_shared ? tokens : 0);
     ws.out.resize(static_cast<size_t>(slots * shape.dim));
     auto slot_of = [&](int e) { return e < E ? ws.expert_begin[e] : tokens * k; };
+    auto inter_of = [&](int e) { return e < E ? shape.inter : shape.shared_inter; };
     if (ws.experts.size() < na) ws.experts.resize(na);
     std::vector<GemmJob>& jobs = ws.jobs;
+    std::vector<int32_t>& groups = ws.job_groups;
     jobs.clear();
+    groups.clear();
     for (size_t a = 0; a < na; ++a) {
       const int e = active[a];
       const ExpertWeights& ew = e < E ? w.experts[e] : w.shared;
-      const int64_t inter = e < E ? shape.inter : shape.shared_inter, n = count_of(e);
+      const int64_t inter = inter_of(e), n = count_of(e);
       ExpertScratch& es = ws.experts[a];
       reserve(es);
       es.xb.resize(static_cast<size_t>(n * shape.dim));
@@ -301,20 +305,30 @@ void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, 
         std::copy(x + rows[r] * shape.dim, x + (rows[r] + 1) * shape.dim, es.xb.data() + r * shape.dim);
       jobs.push_back(gemm_job(es.xb.data(), n, shape.dim, ew.w1, inter, es.g.data()));
       jobs.push_back(gemm_job(es.xb.data(), n, shape.dim, ew.w3, inter, es.u.data()));
+      groups.insert(groups.end(), 2, static_cast<int32_t>(a));
     }
-    gemm_many(ex, jobs);
-    jobs.clear();
     for (size_t a = 0; a < na; ++a) {
       const int e = active[a];
       const ExpertWeights& ew = e < E ? w.experts[e] : w.shared;
-      const int64_t inter = e < E ? shape.inter : shape.shared_inter, n = count_of(e);
-      const float* row_weight = e < E ? ws.expert_row_weights.data() + ws.expert_begin[e] : ws.ones.data();
       ExpertScratch& es = ws.experts[a];
-      for (int64_t r = 0; r < n; ++r)
-        swiglu(shape, es.g.data() + r * inter, es.u.data() + r * inter, inter, row_weight[r], es.h.data() + r * inter);
-      jobs.push_back(gemm_job(es.h.data(), n, inter, ew.w2, shape.dim, ws.out.data() + slot_of(e) * shape.dim));
+      jobs.push_back(gemm_job(es.h.data(), count_of(e), inter_of(e), ew.w2, shape.dim,
+                              ws.out.data() + slot_of(e) * shape.dim));
+      groups.push_back(static_cast<int32_t>(a));
     }
-    gemm_many(ex, jobs);
+    GemmStages stages;
+    stages.first = std::span<const GemmJob>(jobs.data(), 2 * na);
+    stages.second = std::span<const GemmJob>(jobs.data() + 2 * na, na);
+    stages.first_group = std::span<const int32_t>(groups.data(), 2 * na);
+    stages.second_group = std::span<const int32_t>(groups.data() + 2 * na, na);
+    stages.groups = static_cast<int32_t>(na);
+    gemm_many_staged(ex, stages, [&](int32_t a) {  // expert a's g, u → h (its w2's x)
+      const int e = active[static_cast<size_t>(a)];
+      const int64_t inter = inter_of(e);
+      const float* row_weight = e < E ? ws.expert_row_weights.data() + ws.expert_begin[e] : ws.ones.data();
+      ExpertScratch& es = ws.experts[static_cast<size_t>(a)];
+      for (int64_t r = 0; r < count_of(e); ++r)
+        swiglu(shape, es.g.data() + r * inter, es.u.data() + r * inter, inter, row_weight[r], es.h.data() + r * inter);
+    });
     for (size_t a = 0; a < na; ++a) {
       const int e = active[a];
       add_rows(shape, rows_of(e), ws.out.data() + slot_of(e) * shape.dim, count_of(e), y);

@@ -80,7 +80,8 @@ struct MoeScratch {
   std::vector<float> out;                    // [T·k (+ T), dim] every expert's output rows, by slot
   std::vector<ExpertScratch> experts;        // per expert (side by side / few tokens), or one
   std::vector<int32_t> active;               // few tokens: the experts with rows (E = shared), ascending
-  std::vector<GemmJob> jobs;                 // few tokens: one region's products
+  std::vector<GemmJob> jobs;                 // few tokens: w1 / w3 of every active expert, then w2
+  std::vector<int32_t> job_groups;           // few tokens: jobs' index into active
 };
 
 // Router only.  x [T, dim]; is_image [T] (null = all text) → experts [T, k] i32, weights [T, k].

@@ -2,6 +2,8 @@
 #include "kernels/cpu/gemm_many.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_avx2.h"
@@ -98,7 +100,97 @@ void run_region(const CpuExec& ex, std::span<const GemmJob> jobs) {
   ex.parallel_for(blocks, 1, run);
 }
 
+// gemm_many_staged's capacity: jobs of both stages and groups (a decode step of up to 3 tokens
+// with 6 routed + 1 shared expert each: 21 groups, 63 jobs). More run as three calls.
+constexpr size_t kMaxStagedJobs = 64;
+constexpr int32_t kMaxGroups = 32;
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Waits for a flag another running thread sets within about one block's time; yields after a
+// while so a descheduled setter (an oversubscribed machine) gets the core.
+void wait_until_set(const std::atomic<bool>& flag) {
+  for (int spins = 0; !flag.load(std::memory_order_acquire); ++spins) {
+    if (spins < 4096) cpu_relax();
+    else std::this_thread::yield();
+  }
+}
+
 }  // namespace
+
+void gemm_many_staged(const CpuExec& ex, const GemmStages& st, FunctionRef<void(int32_t)> between) {
+  const size_t nf = st.first.size(), n = nf + st.second.size();
+  bool fits = n <= kMaxStagedJobs && st.groups <= kMaxGroups;
+  for (size_t i = 0; fits && i < n; ++i) fits = shared_region_ok(ex, i < nf ? st.first[i] : st.second[i - nf]);
+  if (!fits) {
+    gemm_many(ex, st.first);
+    for (int32_t g = 0; g < st.groups; ++g) between(g);
+    gemm_many(ex, st.second);
+    return;
+  }
+  const CpuIsa isa = ex.gemm_isa();
+  const GemmJob* job[kMaxStagedJobs];
+  int32_t group[kMaxStagedJobs];
+  FoldRange fold[kMaxStagedJobs];
+  int64_t first_block[kMaxStagedJobs + 1];  // job i's blocks are [first_block[i], first_block[i + 1])
+  int64_t per_block[kMaxStagedJobs];
+  std::atomic<int64_t> pending[kMaxGroups];  // first-stage blocks of g not yet done
+  std::atomic<bool> ready[kMaxGroups];       // between(g) has returned
+  for (int32_t g = 0; g < st.groups; ++g) {
+    pending[g].store(0, std::memory_order_relaxed);
+    ready[g].store(false, std::memory_order_relaxed);
+  }
+  int64_t flops = 0;
+  first_block[0] = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const GemmJob& j = i < nf ? st.first[i] : st.second[i - nf];
+    job[i] = &j;
+    group[i] = i < nf ? st.first_group[i] : st.second_group[i - nf];
+    const bool empty = j.rows <= 0 || j.out <= 0 || j.in <= 0;
+    per_block[i] = block_outputs(j);
+    const int64_t blocks = empty ? 0 : (j.out + per_block[i] - 1) / per_block[i];
+    first_block[i + 1] = first_block[i] + blocks;
+    if (i < nf) pending[group[i]].fetch_add(blocks, std::memory_order_relaxed);
+    if (!empty) flops += 2 * j.rows * j.in * j.out;
+  }
+  // An FP8 product folds by its own x's range (gemm_many.h): the first stage's now, the second's
+  // once between() has written their x.
+  auto set_fold = [&](size_t i) {
+    const GemmJob& j = *job[i];
+    const bool empty = j.rows <= 0 || j.out <= 0 || j.in <= 0;
+    if (j.rows > 0 && j.out > 0 && j.in <= 0) std::fill(j.y, j.y + j.rows * j.out, 0.0f);  // as gemm.cpp
+    fold[i] = !empty && j.quant && j.quant->format == QuantFormat::kFp8E4M3 ? fold_range(j.x, j.rows * j.in)
+                                                                            : FoldRange{};
+  };
+  auto release = [&](int32_t g) {  // every first-stage block of g is done
+    between(g);
+    for (size_t i = nf; i < n; ++i)
+      if (group[i] == g) set_fold(i);
+    ready[g].store(true, std::memory_order_release);
+  };
+  for (size_t i = 0; i < nf; ++i) set_fold(i);
+  for (int32_t g = 0; g < st.groups; ++g)
+    if (pending[g].load(std::memory_order_relaxed) == 0) release(g);
+  const int64_t blocks = first_block[n];
+  auto run = [&](int64_t begin, int64_t end) {
+    size_t i = 0;
+    for (int64_t b = begin; b < end; ++b) {
+      while (first_block[i + 1] <= b) ++i;
+      const GemmJob& j = *job[i];
+      const int64_t o0 = (b - first_block[i]) * per_block[i];
+      if (i >= nf) wait_until_set(ready[group[i]]);
+      run_block(isa, j, fold[i], o0, std::min(j.out, o0 + per_block[i]));
+      if (i < nf && pending[group[i]].fetch_sub(1, std::memory_order_acq_rel) == 1) release(group[i]);
+    }
+  };
+  if (blocks == 0) return;
+  if (flops < kInlineFlops) return run(0, blocks);
+  ex.parallel_for(blocks, 1, run);
+}
 
 void gemm_many(const CpuExec& ex, std::span<const GemmJob> jobs) {
   // Consecutive qualifying jobs share a region (at most kMaxJobs each); the others run alone, in

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <span>
 
+#include "base/function_ref.h"
 #include "kernels/cpu/cpu_exec.h"
 #include "kernels/cpu/gemm_quant.h"
 
@@ -37,5 +38,21 @@ struct GemmJob {
 // Runs every job; the same bits as calling gemm_f32 / gemm_bf16w / gemm_quant on each in turn.
 // The y buffers must not overlap any job's x or each other. No allocation.
 void gemm_many(const CpuExec& ex, std::span<const GemmJob> jobs);
+
+// Two dependent stages of products in one parallel region (issue 13: a decode token's MoE step,
+// w1 / w3 of every expert, SwiGLU, w2, was two fork/joins per layer). Every job belongs to a
+// group g < groups: between(g) runs once, on whichever thread finishes the last block of g's
+// first-stage jobs (before the region when g has none), and g's second-stage jobs start only
+// after it returned; they may read what it wrote (their x), nothing of another group's. The
+// blocks are handed out first stage first, so a thread waits only for blocks other threads
+// have already taken. Same bits as gemm_many(first), between(0 … groups−1), gemm_many(second),
+// which is also what runs when the jobs do not fit one region (too many, or not all qualify).
+// between must not throw or touch another group's data; it may run on a pool thread.
+struct GemmStages {
+  std::span<const GemmJob> first, second;
+  std::span<const int32_t> first_group, second_group;  // one entry per job
+  int32_t groups = 0;
+};
+void gemm_many_staged(const CpuExec& ex, const GemmStages& stages, FunctionRef<void(int32_t)> between);
 
 }  // namespace dsv41

@@ -7,9 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/numerics.h"
@@ -125,6 +127,93 @@ TEST(GemmMany, SameBitsAsOneCallPerProduct) {
         for (const Product& p : ps)
           expect_same_bits(p, std::string("isa ") + cpu_isa_name(isa) + ", threads " + std::to_string(threads) +
                                   ", round " + std::to_string(round));
+      }
+    }
+  }
+}
+
+// gemm_many_staged against the three calls it promises the bits of: each group's second-stage x
+// is made by between(g) from its first-stage outputs (as the MoE's SwiGLU), so a second-stage
+// block that ran before its group was released would read stale x and differ. Groups of 0–3
+// first-stage products of every kind, one group with no first-stage product, second-stage
+// products of every kind (FP8 folds by the x between() writes), enough jobs in one round to
+// overflow one region (the fallback), on 1–3 threads and every ISA; group 0's between() is slow,
+// so other threads reach its second stage before it is released.
+TEST(GemmMany, StagedSameBitsAsStageByStage) {
+  std::mt19937 rng(20261202 + 13);
+  std::vector<CpuIsa> isas = {CpuIsa::kPortable};
+  if (cpu_best_isa() >= CpuIsa::kAvx2) isas.push_back(CpuIsa::kAvx2);
+  if (cpu_best_isa() >= CpuIsa::kAvx512) isas.push_back(CpuIsa::kAvx512);
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (CpuIsa isa : isas) {
+      CpuExec ex;
+      ex.pool = threads > 1 ? &pool : nullptr;
+      ex.fast = true;
+      ex.isa = isa;
+      for (int round = 0; round < 3; ++round) {
+        const int groups = round == 2 ? 30 : 7;  // round 2: 2·30 + 30 jobs > one region
+        std::uniform_int_distribution<int> kind(0, 4), rows(1, round == 1 ? 9 : 3), nfirst(0, 3);
+        std::vector<Product> first, second;
+        std::vector<int32_t> first_group, second_group;
+        std::vector<int64_t> in2(static_cast<size_t>(groups));
+        first.reserve(static_cast<size_t>(3 * groups));
+        second.reserve(static_cast<size_t>(groups));
+        for (int g = 0; g < groups; ++g) {
+          const int64_t r = rows(rng);
+          const int nf = g == 1 ? 0 : nfirst(rng);
+          for (int f = 0; f < nf; ++f) {
+            const int k = kind(rng);
+            const int64_t in = (k >= 2 ? 32 * (1 + f) : 19 + 8 * f) + (k == 4 ? 2 : 0);
+            first.push_back(make_product(k, r, in, 64 + 97 * f + g, rng));
+            first_group.push_back(g);
+          }
+          in2[static_cast<size_t>(g)] = 64 + 97 * std::max(nf - 1, 0) + g;  // the last first-stage out
+          const int k = kind(rng);
+          const int64_t in = k == 4 ? (in2[static_cast<size_t>(g)] + 1) / 2 * 2 : in2[static_cast<size_t>(g)];
+          second.push_back(make_product(k, r, in, 150 + 53 * (g % 3), rng));
+          second_group.push_back(g);
+        }
+        // between(g): the second-stage x of g from its last first-stage output (or a constant).
+        auto make_x = [&](int32_t g, const std::vector<Product>& f_outputs, bool want) {
+          Product& p = second[static_cast<size_t>(g)];
+          const Product* src = nullptr;
+          for (size_t i = 0; i < first.size(); ++i)
+            if (first_group[i] == g) src = &f_outputs[i];
+          for (int64_t r = 0; r < p.rows; ++r)
+            for (int64_t c = 0; c < p.in; ++c) {
+              const float v = src && c < src->out ? (want ? src->want : src->got)[static_cast<size_t>(r * src->out + c)]
+                                                  : 0.25f * static_cast<float>(c % 7);
+              p.x[static_cast<size_t>(r * p.in + c)] = 0.5f * v - 0.125f;
+            }
+        };
+        for (Product& p : first) run_alone(ex, p);
+        for (int32_t g = 0; g < groups; ++g) make_x(g, first, true);
+        for (Product& p : second) run_alone(ex, p);
+        // Scramble the second-stage x: the staged call must rebuild it before using it.
+        for (Product& p : second) std::fill(p.x.begin(), p.x.end(), 1e30f);
+        std::vector<GemmJob> jobs1, jobs2;
+        for (Product& p : first) jobs1.push_back(job_of(p));
+        for (Product& p : second) jobs2.push_back(job_of(p));
+        GemmStages st;
+        st.first = jobs1;
+        st.second = jobs2;
+        st.first_group = first_group;
+        st.second_group = second_group;
+        st.groups = groups;
+        std::vector<int> calls(static_cast<size_t>(groups), 0);
+        gemm_many_staged(ex, st, [&](int32_t g) {
+          ++calls[static_cast<size_t>(g)];
+          // Group 0's products come first: while its between() is slow, the other threads run
+          // out of first-stage blocks and reach group 0's second stage, which must wait.
+          if (g == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          make_x(g, first, false);
+        });
+        const std::string what = std::string("staged, isa ") + cpu_isa_name(isa) + ", threads " +
+                                 std::to_string(threads) + ", round " + std::to_string(round);
+        for (int c : calls) EXPECT_EQ(c, 1) << what;
+        for (const Product& p : first) expect_same_bits(p, what + ", first stage");
+        for (const Product& p : second) expect_same_bits(p, what + ", second stage");
       }
     }
   }

@@ -23,9 +23,17 @@ namespace dsv41::fast {
 // legacy default stream, and returns true; false (nothing launched) where the shape is outside
 // what the fast kernel handles. Kernels in fast_kernels.cu.
 bool launch(int64_t n, const dk::GemmK& k);
+bool launch(int64_t n, const dk::Batched<dk::GemmK>& b);  // one launch where the weights' kinds agree
 bool launch(int64_t n, const dk::RmsNormK& k);
+bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b);
 bool launch(int64_t n, const dk::ExpertUpK& k);
 bool launch(int64_t n, const dk::ExpertDownK& k);
+bool launch(int64_t n, const dk::EngramGateK& k);
+// The tiled GEMM (fast_gemm.cu) for `rows` rows: false where its 16-byte units do not fit the
+// weight or x (then the warp-per-output kernel runs). gemm_tiled_kind: the weight kind it would
+// read (1 bf16, 2 float32, 3 FP8, 4 FP4), 0 where it declines.
+bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k);
+int gemm_tiled_kind(const dk::GemmK& k);
 // Every other body: no fast kernel (the simple one runs).
 template <class F>
 bool launch(int64_t, const F&) {
@@ -36,6 +44,8 @@ bool launch(int64_t, const F&) {
 bool launch_chain(const dk::MhcCoeffChain& c);
 bool launch_chain(const dk::AttnChain& c);
 bool launch_chain(const dk::AttnBatch& b);  // every segment's (row, head) blocks in one kernel
+bool launch_chain(const dk::CollapseNormChain& c);  // one block per row
+bool launch_chain(const dk::RouterChain& c);        // one block per token
 template <class C>
 bool launch_chain(const C&) {
   return false;

@@ -745,6 +745,11 @@ constexpr int64_t kAttnMaxLogitBytes = 28 * 1024;
 
 bool launch_chain(const dk::AttnChain& c) {
   const dk::AttnGeom& g = c.logits.g;
+  dk::AttnBatch one;
+  one.sink = c.softmax.sink;
+  one.scaling = c.logits.scaling;
+  one.jobs[one.n++] = {g, c.logits.q, c.logits.logits, c.values.o};
+  if (launch_attn_split(one)) return true;
   const int64_t blocks = g.T * g.H;
   if (g.L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff) return false;
   if (blocks > 0) attn_kernel<<<unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float))>>>(c);
@@ -752,6 +757,7 @@ bool launch_chain(const dk::AttnChain& c) {
 }
 
 bool launch_chain(const dk::AttnBatch& b) {
+  if (launch_attn_split(b)) return true;
   int64_t blocks = 0, L = 0;
   for (int j = 0; j < b.n; ++j) {
     blocks += b.jobs[j].g.T * b.jobs[j].g.H;

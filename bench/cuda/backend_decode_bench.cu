@@ -142,7 +142,7 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
     for (const CudaKernelTime& t : k) total += t.ms;
     std::printf("  profile, %d steps, batch %d: %.3f ms of kernel time per step (each launch timed alone)\n", profile,
                 batch, total / profile);
-    for (size_t i = 0; i < k.size() && i < 14; ++i)
+    for (size_t i = 0; i < k.size() && i < 40; ++i)
       std::printf("    %7.3f ms %6.1f launches  %s\n", k[i].ms / profile, double(k[i].launches) / profile,
                   k[i].name.c_str());
   }

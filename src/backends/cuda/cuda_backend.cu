@@ -51,10 +51,12 @@ std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend) {
   std::vector<CudaKernelTime> out;
   auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend);
   if (!b) return out;
-  for (const auto& [mangled, t] : b->executor().profile()) {
+  for (const auto& [key, t] : b->executor().profile()) {
+    const size_t bar = key.find('|');
+    const std::string mangled = key.substr(0, bar), shape = bar == std::string::npos ? "" : " " + key.substr(bar + 1);
     int rc = 0;
     char* name = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &rc);
-    out.push_back({rc == 0 && name ? std::string(name) : mangled, t.launches, t.ms});
+    out.push_back({(rc == 0 && name ? std::string(name) : mangled) + shape, t.launches, t.ms});
     std::free(name);
   }
   std::sort(out.begin(), out.end(), [](const CudaKernelTime& a, const CudaKernelTime& b) { return a.ms > b.ms; });

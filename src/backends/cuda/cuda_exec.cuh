@@ -26,6 +26,17 @@ __global__ void dsv41_for_each_kernel(int64_t n, F f) {
   if (i < n) f(i);
 }
 
+// The profile's key of a launch: the body's mangled type name, and for the GEMM and expert bodies
+// "|" plus their shape (which projection it is; cuda_backend_profile demangles the part before "|").
+template <class F>
+std::string profile_label(const F&) {
+  return typeid(F).name();
+}
+inline std::string profile_label(const dk::GemmK& k) {
+  const char* kind = k.w.codes ? (k.w.fp4 ? "fp4" : "fp8") : k.w.bf16 ? "bf16" : "f32";
+  return std::string(typeid(dk::GemmK).name()) + "|" + std::to_string(k.in) + "->" + std::to_string(k.out) + " " + kind;
+}
+
 class CudaExec {
  public:
   std::string name() const { return "cuda"; }
@@ -83,7 +94,7 @@ class CudaExec {
     if (profiling_) check(cudaEventRecord(events_[0]), "cudaEventRecord");
     if (!(fast_ && fast::launch(n, f))) dsv41_for_each_kernel<<<static_cast<unsigned>(blocks), kThreads>>>(n, f);
     check(cudaGetLastError(), "kernel launch");
-    if (profiling_) add_time(typeid(F).name());
+    if (profiling_) add_time(profile_label(f));
   }
   // A chain of dependent launches (dk::MhcCoeffChain, dk::AttnChain): one fused kernel when fast
   // kernels are on and fast_kernels.h has one for it, else its simple launches.
@@ -133,7 +144,7 @@ class CudaExec {
       status_ = internal_error(std::string("cuda backend: ") + what + ": " + cudaGetErrorName(e) + " (" +
                                cudaGetErrorString(e) + ")");
   }
-  void add_time(const char* name) {
+  void add_time(const std::string& name) {
     check(cudaEventRecord(events_[1]), "cudaEventRecord");
     check(cudaEventSynchronize(events_[1]), "cudaEventSynchronize");
     float ms = 0;

@@ -282,6 +282,8 @@ class DeviceBackend : public Backend {
     gemm(x, in, rows, in, w, out, y, out);
   }
   void rmsnorm(const float* x, int64_t rows, int64_t n, const float* weight, float* y);
+  // MhcCollapseK into collapse.y, then RMSNorm of those rows in place (one launch with fast kernels).
+  void collapse_norm(const dk::MhcCollapseK& collapse, int64_t rows, const float* weight);
   void rope(float* x, int64_t rows, int64_t heads, int64_t dim, const float* cos, const float* sin, int64_t row0,
             bool inverse);
   void mhc_coefficients(const float* fn, const float* base, const float* scale, const float* x, int64_t n,
@@ -371,7 +373,7 @@ class DeviceBackend : public Backend {
   // cache goes; a dropped mirror of a live cache is rebuilt from it when next read).
   static constexpr int64_t kMirrorIdleBatches = 256;
   int64_t batches_ = 0;
-  F32 x_, x2_, p_, h_, c_, q_, kv_, o_, a_, pre_a_, post_a_, comb_a_, pre_b_, post_b_, comb_b_;
+  F32 x_, x2_, p_, h_, c_, q_, kv_, o_, a_, pre_a_, post_a_, comb_a_, post_b_, comb_b_;
   // The batch's tables (one upload, begin_batch): tokens, RoPE of both kinds per row, and per
   // compressor ratio r the compress RoPE of position + 1 − r per row (the group a row completes).
   F32 tables_;

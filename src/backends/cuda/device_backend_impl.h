@@ -62,7 +62,7 @@ dk::DevWeight DeviceBackend<Exec>::put(const std::vector<float>& f32, const std:
 
 template <class Exec>
 DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
-  for (F32* b : {&x_, &x2_, &p_, &h_, &c_, &q_, &kv_, &o_, &a_, &pre_a_, &post_a_, &comb_a_, &pre_b_, &post_b_,
+  for (F32* b : {&x_, &x2_, &p_, &h_, &c_, &q_, &kv_, &o_, &a_, &pre_a_, &post_a_, &comb_a_, &post_b_,
                  &comb_b_, &tables_, &scratch_r_, &scratch_m_, &mid_,
                  &logits_buf_, &cmp_ab_, &cmp_lat_, &cmp_cos_, &iq_,
                  &ihw_, &scores_, &bmax_, &router_, &hexp_, &hshared_, &engram_r_, &engram_kv_, &engram_gate_,
@@ -174,6 +174,13 @@ void DeviceBackend<Exec>::gemm(const float* x, int64_t xs, int64_t rows, int64_t
 template <class Exec>
 void DeviceBackend<Exec>::rmsnorm(const float* x, int64_t rows, int64_t n, const float* weight, float* y) {
   ex_.for_each(rows, dk::RmsNormK{x, n, weight, static_cast<float>(config().rms_norm_eps), y});
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::collapse_norm(const dk::MhcCollapseK& collapse, int64_t rows, const float* weight) {
+  ex_.run_chain(dk::CollapseNormChain{
+      collapse, dk::RmsNormK{collapse.y, collapse.d, weight, static_cast<float>(config().rms_norm_eps), collapse.y},
+      rows});
 }
 
 template <class Exec>
@@ -434,7 +441,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   for (size_t i = 0; i < ratios_.size(); ++i) ratio_cos_[i] = dtab + (4 + 2 * i) * n * half;
   for (F32* b : {&x_, &x2_}) b->reserve(n * hc * d);
   for (F32* b : {&h_, &a_}) b->reserve(n * d);
-  for (F32* b : {&p_, &pre_a_, &post_a_, &pre_b_, &post_b_}) b->reserve(n * hc);
+  for (F32* b : {&p_, &pre_a_, &post_a_, &post_b_}) b->reserve(n * hc);
   for (F32* b : {&comb_a_, &comb_b_}) b->reserve(n * hc * hc);
   c_.reserve(n * c.q_lora_rank);
   q_.reserve(n * H * D);
@@ -525,9 +532,8 @@ void DeviceBackend<Exec>::attention_input(int layer, std::span<const RowRange> r
     const int64_t n = r.end - r.begin, r0 = r.begin;
     mhc_coefficients(L.hca_fn, L.hca_base, L.hca_scale, x_.data() + r0 * hc * d, n, pre_a_.data() + r0 * hc,
                      post_a_.data() + r0 * hc, comb_a_.data() + r0 * hc * hc);
-    ex_.for_each(n * d, dk::MhcCollapseK{x_.data() + r0 * hc * d, p_.data() + r0 * hc, nullptr, int(hc), d,
-                                         h_.data() + r0 * d});
-    rmsnorm(h_.data() + r0 * d, n, d, L.attn_norm, h_.data() + r0 * d);
+    collapse_norm(dk::MhcCollapseK{x_.data() + r0 * hc * d, p_.data() + r0 * hc, nullptr, int(hc), d, h_.data() + r0 * d},
+                  n, L.attn_norm);
   }
 }
 
@@ -542,13 +548,22 @@ void DeviceBackend<Exec>::attention_projections(int layer, std::span<const RowRa
     float* cr = c_.data() + r0 * ql;
     float* qr = q_.data() + r0 * H * D;
     float* kvr = kv_.data() + r0 * D;
-    gemm(h_.data() + r0 * d, n, d, L.wq_a, ql, cr);
-    rmsnorm(cr, n, ql, L.q_norm, cr);
+    // wq_a and wkv read the same rows: one launch; their norms another (dk::Batched).
+    Launches<dk::GemmK> down;
+    down.add(n * ql, dk::GemmK{h_.data() + r0 * d, d, L.wq_a, d, ql, cr, ql});
+    down.add(n * D, dk::GemmK{h_.data() + r0 * d, d, L.wkv, d, D, kvr, D});
+    down.flush(ex_);
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    Launches<dk::RmsNormK> norms;
+    norms.add(n, dk::RmsNormK{cr, ql, L.q_norm, eps, cr});
+    norms.add(n, dk::RmsNormK{kvr, D, L.kv_norm, eps, kvr});
+    norms.flush(ex_);
     gemm(cr, n, ql, L.wq_b, H * D, qr);
-    rope(qr, n, H, D, rope_table(kind, false), rope_table(kind, true), r0, false);
-    gemm(h_.data() + r0 * d, n, d, L.wkv, D, kvr);
-    rmsnorm(kvr, n, D, L.kv_norm, kvr);
-    rope(kvr, n, 1, D, rope_table(kind, false), rope_table(kind, true), r0, false);
+    const int rd = model_.rope().rope_dim();
+    Launches<dk::RopeK> ropes;  // q and kv in one launch
+    ropes.add(n * H * (rd / 2), dk::RopeK{qr, H, D, rd, rope_table(kind, false), rope_table(kind, true), r0, false});
+    ropes.add(n * (rd / 2), dk::RopeK{kvr, 1, D, rd, rope_table(kind, false), rope_table(kind, true), r0, false});
+    ropes.flush(ex_);
     fake_quant(kvr, n * D, RowKind::kWindow);  // FP8 window values (what the ring packs)
   }
 }
@@ -1043,9 +1058,11 @@ void DeviceBackend<Exec>::attention_output(int layer, std::span<const RowRange> 
   for (const RowRange& r : rows) {
     const int64_t n = r.end - r.begin, r0 = r.begin;
     mid_.reserve(n * groups * olr);
+    Launches<dk::GemmK> group_gemms;  // one launch for the groups (dk::Batched)
     for (int64_t g = 0; g < groups; ++g)
-      gemm(o_.data() + r0 * HD + g * gin, HD, n, gin, L.wo_a.offset(g * olr * gin), olr, mid_.data() + g * olr,
-           groups * olr);
+      group_gemms.add(n * olr, dk::GemmK{o_.data() + r0 * HD + g * gin, HD, L.wo_a.offset(g * olr * gin), gin, olr,
+                                         mid_.data() + g * olr, groups * olr});
+    group_gemms.flush(ex_);
     gemm(mid_.data(), n, groups * olr, L.wo_b, d, a_.data() + r0 * d);
     ex_.for_each(n * hc * d, dk::MhcExpandK{a_.data() + r0 * d, x_.data() + r0 * hc * d, post_a_.data() + r0 * hc,
                                             comb_a_.data() + r0 * hc * hc, int(hc), d, x2_.data() + r0 * hc * d});
@@ -1062,19 +1079,20 @@ void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
     const int64_t m = r.end - r.begin, r0 = r.begin;
     float* x2 = x2_.data() + r0 * hc * d;
     float* h = h_.data() + r0 * d;
-    mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, x2, m, pre_b_.data() + r0 * hc, post_b_.data() + r0 * hc,
+    // pre straight into p_, where the next layer's collapse (and the head) read it: nothing reads
+    // p_ in between (this collapse takes the attention's pre_a_).
+    mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, x2, m, p_.data() + r0 * hc, post_b_.data() + r0 * hc,
                      comb_b_.data() + r0 * hc * hc);
-    ex_.for_each(m * d, dk::MhcCollapseK{x2, pre_a_.data() + r0 * hc, nullptr, int(hc), d, h});
-    rmsnorm(h, m, d, L.ffn_norm, h);
+    collapse_norm(dk::MhcCollapseK{x2, pre_a_.data() + r0 * hc, nullptr, int(hc), d, h}, m, L.ffn_norm);
     // Router (moe_forward_reference's order), routed experts, shared expert.
     router_.reserve(m * E);
-    gemm(h, m, d, {L.gate, nullptr}, E, router_.data());
-    ex_.for_each(m * E, dk::ScaleK{router_.data(), ms.gate_temp, true});
     int32_t* ex = experts_.data() + r0 * k;
     float* wt = weights_.data() + r0 * k;
-    ex_.for_each(m, dk::RouteK{router_.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)),
-                               ms.norm_topk_prob, ms.routed_scaling_factor, ex, wt, L.gate_bias_vl,
-                               is_image_.empty() ? nullptr : is_image_dev_.data() + r0});
+    ex_.run_chain(dk::RouterChain{
+        dk::GemmK{h, d, {L.gate, nullptr}, d, E, router_.data(), E}, dk::ScaleK{router_.data(), ms.gate_temp, true},
+        dk::RouteK{router_.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)), ms.norm_topk_prob,
+                   ms.routed_scaling_factor, ex, wt, L.gate_bias_vl, is_image_.empty() ? nullptr : is_image_dev_.data() + r0},
+        m});
     hexp_.reserve(m * k * ms.inter);
     ex_.for_each(m * k * ms.inter, dk::ExpertUpK{h, L.experts, ex, wt, int(k), d, ms.inter, ms.swiglu_limit,
                                                  hexp_.data()});
@@ -1087,7 +1105,6 @@ void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
                                         ms.shared_inter, hshared_.data(), a_.data() + r0 * d});
     ex_.for_each(m * hc * d, dk::MhcExpandK{a_.data() + r0 * d, x2, post_b_.data() + r0 * hc,
                                             comb_b_.data() + r0 * hc * hc, int(hc), d, x_.data() + r0 * hc * d});
-    ex_.copy(p_.data() + r0 * hc, pre_b_.data() + r0 * hc, m * hc * int64_t(sizeof(float)));
   }
 }
 

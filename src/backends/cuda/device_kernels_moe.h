@@ -69,6 +69,22 @@ struct RouteK {
   }
 };
 
+// The router of m tokens: logits (gate · h), divided by the temperature in place, then RouteK.
+// Simple path: the three launches; a fast executor runs one block per token (fast_kernels.h).
+// scale.x = route.s = gate.y, gate rows m × E.
+struct RouterChain {
+  GemmK gate;
+  ScaleK scale;
+  RouteK route;
+  int64_t m;
+  template <class Exec>
+  void run_simple(Exec& ex) const {
+    ex.for_each(m * gate.out, gate);
+    ex.for_each(m * gate.out, scale);
+    ex.for_each(m, route);
+  }
+};
+
 struct ExpertW {
   DevWeight w1, w3, w2;
 };

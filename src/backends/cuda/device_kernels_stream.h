@@ -139,6 +139,20 @@ struct MhcCollapseK {  // y[t, c] = Σ_j pre[t, j] · x[t, j, c]; rows picks the
   }
 };
 
+// mHC collapse then RMSNorm of its output in place (attention_input, ffn): the simple path is the
+// two launches; a fast executor runs one block per row (fast_kernels.h). norm.x = norm.y =
+// collapse.y, rows n.
+struct CollapseNormChain {
+  MhcCollapseK collapse;
+  RmsNormK norm;
+  int64_t n;
+  template <class Exec>
+  void run_simple(Exec& ex) const {
+    ex.for_each(n * collapse.d, collapse);
+    ex.for_each(n, norm);
+  }
+};
+
 struct MhcExpandK {  // out[t, i, c] = post[t, i] · a[t, c] + Σ_j comb[t, j, i] · x[t, j, c]
   const float* a;
   const float* x;

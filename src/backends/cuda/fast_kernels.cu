@@ -1,6 +1,8 @@
 // The fast kernels of fast_kernels.h (see there).
 #include "backends/cuda/fast_kernels.h"
 
+#include "backends/cuda/fast_units.cuh"
+
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -173,6 +175,7 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemm_kernel(const 
 bool launch(int64_t n, const dk::GemmK& k) {
   if (k.out <= 0 || n % k.out != 0) return false;
   const int64_t rows = n / k.out;
+  if (launch_gemm_tiled(rows, k)) return true;
   if ((rows + kGemmRows - 1) / kGemmRows > 65535) return false;
   const dim3 grid(blocks_for(k.out, kWarpsPerBlock), blocks_for(rows, kGemmRows));
   const dim3 block(kWarpsPerBlock * 32);
@@ -187,21 +190,23 @@ bool launch(int64_t n, const dk::GemmK& k) {
 }
 
 // ---- RMSNorm: one block per row ------------------------------------------------------------------
-static __global__ void __launch_bounds__(256) rmsnorm_kernel(const dk::RmsNormK k) {
+// Row r of k; each thread writes the elements it read (y may alias x).
+static __device__ inline void rmsnorm_row(const dk::RmsNormK& k, int64_t r) {
   __shared__ double sh[32];
-  const float* xr = k.x + int64_t(blockIdx.x) * k.n;
-  float* yr = k.y + int64_t(blockIdx.x) * k.n;
+  const float* xr = k.x + r * k.n;
+  float* yr = k.y + r * k.n;
   double ss = 0;
   for (int64_t i = threadIdx.x; i < k.n; i += blockDim.x) ss += double(xr[i]) * xr[i];
   ss = block_sum(ss, sh);
   const float mean_sq = float(ss / double(k.n));
   const float s = float(1.0 / sqrt(double(mean_sq + k.eps)));
-  // Each thread writes the elements it read: y may alias x.
   for (int64_t i = threadIdx.x; i < k.n; i += blockDim.x) {
     const float v = xr[i] * s;
     yr[i] = k.weight ? k.weight[i] * v : v;
   }
 }
+
+static __global__ void __launch_bounds__(256) rmsnorm_kernel(const dk::RmsNormK k) { rmsnorm_row(k, blockIdx.x); }
 
 bool launch(int64_t n, const dk::RmsNormK& k) {
   if (n > 0x7fffffff) return false;
@@ -209,50 +214,208 @@ bool launch(int64_t n, const dk::RmsNormK& k) {
   return true;
 }
 
-// ---- Experts: one warp per output ----------------------------------------------------------------
-static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_kernel(const dk::ExpertUpK k, int64_t n) {
-  const int lane = threadIdx.x & 31;
-  const int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (id >= n) return;
-  const int64_t o = id % k.inter, tj = id / k.inter, t = tj / k.k;
-  const dk::ExpertW& e = k.table[k.experts ? k.experts[tj] : 0];
-  const float* xt = k.x + t * k.d;
-  const double ga = warp_sum(lane_dot(e.w1, o, k.d, xt, lane));
-  const double ua = warp_sum(lane_dot(e.w3, o, k.d, xt, lane));
-  if (lane != 0) return;
-  float g = float(ga), u = float(ua);
-  if (k.lim > 0) {
-    u = fminf(fmaxf(u, -k.lim), k.lim);
-    g = fminf(g, k.lim);
-  }
-  const float w = k.experts ? k.weights[tj] : 1.0f;
-  k.h[id] = w * ((g / (1.0f + expf(-g))) * u);
+// Block b: the row of the first body whose rows it does not pass (as dk::Batched runs them).
+static __global__ void __launch_bounds__(256) rmsnorm_batch_kernel(const dk::Batched<dk::RmsNormK> b) {
+  int64_t r = blockIdx.x;
+  int j = 0;
+  while (j + 1 < b.n && r >= b.count[j]) r -= b.count[j++];
+  rmsnorm_row(b.body[j], r);
 }
 
-bool launch(int64_t n, const dk::ExpertUpK& k) {
-  expert_up_kernel<<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32>>>(k, n);
+bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b) {
+  if (n > 0x7fffffff) return false;
+  rmsnorm_batch_kernel<<<unsigned(n), 256>>>(b);
   return true;
 }
 
-static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_down_kernel(const dk::ExpertDownK k, int64_t n) {
+// ---- mHC collapse + RMSNorm: one block per row -----------------------------------------------------
+static __global__ void __launch_bounds__(256) collapse_norm_kernel(const dk::CollapseNormChain c) {
+  const dk::MhcCollapseK& k = c.collapse;
+  const int64_t i = blockIdx.x;
+  // Each thread collapses (MhcCollapseK's own sum) the elements it then normalises: rmsnorm_row
+  // walks a row with the same stride, so no barrier is needed between the two.
+  for (int64_t e = threadIdx.x; e < k.d; e += blockDim.x) k(i * k.d + e);
+  rmsnorm_row(c.norm, i);
+}
+
+bool launch_chain(const dk::CollapseNormChain& c) {
+  if (c.n > 0x7fffffff || c.norm.x != c.collapse.y || c.norm.n != c.collapse.d) return false;
+  if (c.n > 0) collapse_norm_kernel<<<unsigned(c.n), 256>>>(c);
+  return true;
+}
+
+// ---- Experts: a warp per kOuts adjacent outputs, 16-byte weight units --------------------------
+// Where a weight's rows take 16-byte units (units::unit_kind; the kind is read from the expert
+// table on the device, so it is chosen per warp) the warp reads kExpertOuts rows at once, each lane
+// one unit of each; else each output's row through lane_dot as before. Exact products summed in
+// double, as the simple bodies (only the order of the sums differs).
+constexpr int kExpertOuts = 4;
+
+struct ExpertSums {
+  double v[kExpertOuts];
+};
+
+template <int kMode>
+static __device__ inline ExpertSums lane_units(const dk::DevWeight& w, int64_t r0, int64_t out, int64_t n,
+                                               const float* x, int lane) {
+  constexpr int V = units::kUnit<kMode>;
+  double acc[kExpertOuts] = {};
+  for (int64_t c = int64_t(lane) * V; c < n; c += 32 * V) units::dot_units<kMode, kExpertOuts>(w, r0, out, c, n, x + c, acc);
+  ExpertSums s;
+#pragma unroll
+  for (int o = 0; o < kExpertOuts; ++o) s.v[o] = acc[o];
+  return s;
+}
+
+// This lane's shares of Σ_c W[r0 + o, c] · x[c] for o < kExpertOuts (rows ≥ out give 0).
+static __device__ inline ExpertSums lane_dots(const dk::DevWeight& w, int64_t r0, int64_t out, int64_t n,
+                                              const float* x, int lane) {
+  switch (units::aligned(x, 16) ? units::unit_kind(w, n) : 0) {
+    case 1: return lane_units<1>(w, r0, out, n, x, lane);
+    case 2: return lane_units<2>(w, r0, out, n, x, lane);
+    case 3: return lane_units<3>(w, r0, out, n, x, lane);
+    case 4: return lane_units<4>(w, r0, out, n, x, lane);
+    default: {
+      ExpertSums s;
+#pragma unroll
+      for (int o = 0; o < kExpertOuts; ++o) s.v[o] = r0 + o < out ? lane_dot(w, r0 + o, n, x, lane) : 0.0;
+      return s;
+    }
+  }
+}
+
+static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_kernel(const dk::ExpertUpK k, int64_t warps) {
   const int lane = threadIdx.x & 31;
   const int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (id >= n) return;
-  const int64_t t = id / k.d, c = id % k.d;
-  float acc = 0.0f;  // each partial sum rounded to float before it is added (ExpertDownK)
-  for (int j = 0; j < k.k; ++j) {
-    const dk::ExpertW& e = k.table[k.experts[t * k.k + j]];
-    const float* hj = k.h + (t * k.k + j) * k.inter;
-    acc += float(warp_sum(lane_dot(e.w2, c, k.inter, hj, lane)));
+  if (id >= warps) return;
+  const int64_t per = (k.inter + kExpertOuts - 1) / kExpertOuts;
+  const int64_t tj = id / per, o0 = (id % per) * kExpertOuts, t = tj / k.k;
+  const dk::ExpertW& e = k.table[k.experts ? k.experts[tj] : 0];
+  const float* xt = k.x + t * k.d;
+  const ExpertSums ga = lane_dots(e.w1, o0, k.inter, k.d, xt, lane);
+  const ExpertSums ua = lane_dots(e.w3, o0, k.inter, k.d, xt, lane);
+  const float wt = k.experts ? k.weights[tj] : 1.0f;
+#pragma unroll
+  for (int o = 0; o < kExpertOuts; ++o) {
+    float g = float(warp_sum(ga.v[o])), u = float(warp_sum(ua.v[o]));
+    if (lane != 0 || o0 + o >= k.inter) continue;
+    if (k.lim > 0) {
+      u = fminf(fmaxf(u, -k.lim), k.lim);
+      g = fminf(g, k.lim);
+    }
+    k.h[tj * k.inter + o0 + o] = wt * ((g / (1.0f + expf(-g))) * u);
   }
-  if (k.shared) {
-    acc += float(warp_sum(lane_dot(k.shared->w2, c, k.shared_inter, k.hs + t * k.shared_inter, lane)));
-  }
-  if (lane == 0) k.y[id] = acc;
+}
+
+bool launch(int64_t n, const dk::ExpertUpK& k) {
+  if (k.inter < 1) return false;
+  const int64_t warps = n / k.inter * ((k.inter + kExpertOuts - 1) / kExpertOuts);
+  expert_up_kernel<<<blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32>>>(k, warps);
+  return true;
+}
+
+static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_down_kernel(const dk::ExpertDownK k, int64_t warps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (id >= warps) return;
+  const int64_t per = (k.d + kExpertOuts - 1) / kExpertOuts;
+  const int64_t t = id / per, c0 = (id % per) * kExpertOuts;
+  float acc[kExpertOuts] = {};  // each expert's sum rounded to float before it is added (ExpertDownK)
+  const auto add = [&](const dk::DevWeight& w2, int64_t inter, const float* h) {
+    const ExpertSums s = lane_dots(w2, c0, k.d, inter, h, lane);
+#pragma unroll
+    for (int o = 0; o < kExpertOuts; ++o) acc[o] += float(warp_sum(s.v[o]));
+  };
+  for (int j = 0; j < k.k; ++j) add(k.table[k.experts[t * k.k + j]].w2, k.inter, k.h + (t * k.k + j) * k.inter);
+  if (k.shared) add(k.shared->w2, k.shared_inter, k.hs + t * k.shared_inter);
+  if (lane != 0) return;
+#pragma unroll
+  for (int o = 0; o < kExpertOuts; ++o)
+    if (c0 + o < k.d) k.y[t * k.d + c0 + o] = acc[o];
 }
 
 bool launch(int64_t n, const dk::ExpertDownK& k) {
-  expert_down_kernel<<<blocks_for(n, kWarpsPerBlock), kWarpsPerBlock * 32>>>(k, n);
+  if (k.d < 1) return false;
+  const int64_t warps = n / k.d * ((k.d + kExpertOuts - 1) / kExpertOuts);
+  expert_down_kernel<<<blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32>>>(k, warps);
+  return true;
+}
+
+// ---- Router: one block per token (logits, temperature, RouteK) ------------------------------------
+// The E logits one warp each (lane_dot: double sums, as GemmK's warp kernel), divided by the
+// temperature by ScaleK's body, then thread 0 runs RouteK's body (its code, unchanged) on copies
+// in shared memory — its loops re-read scores and choices many times, which from global memory
+// made the simple launch cost ≈ 25 µs — and the block writes scores, experts and weights back.
+constexpr int kRouterThreads = kWarpsPerBlock * 32;  // also the most experts it takes
+
+static __global__ void __launch_bounds__(kRouterThreads) router_kernel(const dk::RouterChain c) {
+  __shared__ float s[kRouterThreads], wt[kRouterThreads];
+  __shared__ int32_t ex[kRouterThreads];
+  const int64_t t = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, E = c.route.E, k = c.route.k;
+  const dk::GemmK& g = c.gate;
+  for (int o = warp; o < E; o += kWarpsPerBlock) {
+    const double sum = warp_sum(lane_dot(g.w, o, g.in, g.x + t * g.x_stride, lane));
+    if (lane == 0) s[o] = float(sum);
+  }
+  __syncthreads();
+  dk::ScaleK scale = c.scale;
+  scale.x = s;
+  if (int(threadIdx.x) < E) scale(threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    dk::RouteK r = c.route;
+    r.s = s;
+    r.experts = ex;
+    r.weights = wt;
+    r.is_image = c.route.is_image ? c.route.is_image + t : nullptr;
+    r(0);
+  }
+  __syncthreads();
+  if (int(threadIdx.x) < E) g.y[t * E + threadIdx.x] = s[threadIdx.x];
+  if (int(threadIdx.x) < k) {
+    c.route.experts[t * k + threadIdx.x] = ex[threadIdx.x];
+    c.route.weights[t * k + threadIdx.x] = wt[threadIdx.x];
+  }
+}
+
+bool launch_chain(const dk::RouterChain& c) {
+  const dk::GemmK& g = c.gate;
+  if (c.m > 0x7fffffff || g.out > kRouterThreads || c.route.E != g.out || c.route.k > c.route.E ||
+      g.y_stride != g.out || c.scale.x != g.y || c.route.s != g.y)
+    return false;
+  if (c.m > 0) router_kernel<<<unsigned(c.m), kRouterThreads>>>(c);
+  return true;
+}
+
+// ---- Engram gate: one block per (token, stream) --------------------------------------------------
+// EngramGateK's three double sums over d spread over the block (only their order changes), then
+// thread 0 forms the gate with the body's operations.
+static __global__ void __launch_bounds__(256) engram_gate_kernel(const dk::EngramGateK k) {
+  __shared__ double sh[32];
+  const int64_t ti = blockIdx.x, t = ti / k.hc, i = ti % k.hc;
+  const float* xi = k.x + ti * k.d;
+  const float* ki = k.kv + t * (k.hc + 1) * k.d + i * k.d;
+  double xx = 0, kk = 0, dot = 0;
+  for (int64_t c = threadIdx.x; c < k.d; c += blockDim.x) {
+    xx += double(xi[c]) * xi[c];
+    kk += double(ki[c]) * ki[c];
+    dot += double(xi[c]) * (double(k.qw[i * k.d + c]) * k.kw[i * k.d + c]) * ki[c];
+  }
+  xx = block_sum(xx, sh);
+  kk = block_sum(kk, sh);
+  dot = block_sum(dot, sh);
+  if (threadIdx.x != 0) return;
+  const double d = double(k.d);
+  const double rstd = (1.0 / sqrt(double(float(xx / d)) + double(k.eps))) * (1.0 / sqrt(double(float(kk / d)) + double(k.eps)));
+  const double g = dot * rstd / sqrt(d);
+  const double mag = sqrt(fmax(fabs(g), 1e-6));
+  k.gate[ti] = float(1.0 / (1.0 + exp(-copysign(mag, g))));
+}
+
+bool launch(int64_t n, const dk::EngramGateK& k) {
+  if (n > 0x7fffffff) return false;
+  engram_gate_kernel<<<unsigned(n), 256>>>(k);
   return true;
 }
 
@@ -346,7 +509,84 @@ static __global__ void __launch_bounds__(256) mhc_coeff_kernel(const dk::MhcCoef
   for (int e = lane; e < n; e += 32) k.comb[t * n + e] = cb[e];
 }
 
+// ---- mHC coefficients for hc = 4 (24 mix outputs): one block of 512 per token ------------------
+// Every thread takes flat / 512 elements of the token's streams and keeps all 24 mix outputs'
+// partial sums (doubles, each product as MhcMixK forms it), so the 24 weight rows stream through
+// the block at once instead of three outputs a warp in turn; the block adds the partials in a
+// fixed order. Gates and Sinkhorn in warp 0 with the 4 × 4 matrix in registers (lane 4j + i holds
+// element (j, i)); every row / column sum gathers its four values by shuffles and adds them in
+// MhcFinishK's order, so the float operations are the simple kernel's.
+constexpr int kMhcThreads = 512, kMhcMix = 24;
+
+static __global__ void __launch_bounds__(kMhcThreads) mhc4_coeff_kernel(const dk::MhcCoeffChain c) {
+  __shared__ double sh[32];
+  __shared__ double part[kMhcThreads / 32][kMhcMix];
+  __shared__ float m[kMhcMix];
+  const int64_t t = blockIdx.x, flat = c.rsqrt.flat;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const float* f = c.rsqrt.x + t * flat;
+  double ss = 0;
+  for (int64_t i = tid; i < flat; i += kMhcThreads) ss += double(f[i]) * f[i];
+  ss = block_sum(ss, sh);
+  const float rt = float(1.0 / sqrt(double(float(ss / double(flat))) + double(c.rsqrt.eps)));
+  if (tid == 0) c.rsqrt.r[t] = rt;
+  double acc[kMhcMix];
+#pragma unroll
+  for (int o = 0; o < kMhcMix; ++o) acc[o] = 0;
+#pragma unroll 2
+  for (int64_t i = tid; i < flat; i += kMhcThreads) {
+    const double v = double(f[i] * rt);
+#pragma unroll
+    for (int o = 0; o < kMhcMix; ++o) acc[o] += v * double(__ldg(c.mix.fn + o * flat + i));
+  }
+#pragma unroll
+  for (int o = 0; o < kMhcMix; ++o) {
+    const double s = warp_sum(acc[o]);
+    if (lane == 0) part[warp][o] = s;
+  }
+  __syncthreads();
+  if (tid < kMhcMix) {
+    double s = 0;
+    for (int w = 0; w < kMhcThreads / 32; ++w) s += part[w][tid];
+    m[tid] = float(s);
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const dk::MhcFinishK& k = c.finish;
+  const float eps = k.eps;
+  if (lane < 4) {
+    k.pre[t * 4 + lane] = dk::sigmoidf_(m[lane] * k.scale[0] + k.base[lane]) + eps;
+    k.post[t * 4 + lane] = 2.0f * dk::sigmoidf_(m[4 + lane] * k.scale[1] + k.base[4 + lane]);
+  }
+  // Lanes 16 … 31 mirror lanes 0 … 15 (shuffles need the whole warp); only 0 … 15 store.
+  const int e = lane & 15, j = e >> 2, i = e & 3;
+  float v = m[8 + e] * k.scale[2] + k.base[8 + e];
+  const auto row_sum = [&](float x) {  // Σ_q cb[j][q], q ascending
+    float s = 0;
+    for (int q = 0; q < 4; ++q) s += __shfl_sync(kFull, x, 4 * j + q);
+    return s;
+  };
+  const auto col_sum = [&](float x) {  // Σ_q cb[q][i], q ascending
+    float s = 0;
+    for (int q = 0; q < 4; ++q) s += __shfl_sync(kFull, x, 4 * q + i);
+    return s;
+  };
+  float mx = -INFINITY;
+  for (int q = 0; q < 4; ++q) mx = fmaxf(mx, __shfl_sync(kFull, v, 4 * j + q));
+  v = expf(v - mx);
+  v = v / row_sum(v) + eps;
+  for (int it = 0; it < k.iters; ++it) {
+    if (it > 0) v = v / (row_sum(v) + eps);
+    v = v / (col_sum(v) + eps);
+  }
+  if (lane < 16) k.comb[t * 16 + e] = v;
+}
+
 bool launch_chain(const dk::MhcCoeffChain& c) {
+  if (c.finish.hc == 4 && c.mix.mix == kMhcMix && c.n <= 0x7fffffff) {
+    if (c.n > 0) mhc4_coeff_kernel<<<unsigned(c.n), kMhcThreads>>>(c);
+    return true;
+  }
   if (c.finish.hc < 1 || c.finish.hc > kMaxHc || c.mix.mix != (2 + c.finish.hc) * c.finish.hc || c.n > 0x7fffffff)
     return false;
   if (c.n > 0) mhc_coeff_kernel<<<unsigned(c.n), 256>>>(c);
@@ -360,13 +600,41 @@ constexpr int kKeysPerPass = 4;   // key slots a warp's logits pass loads togeth
 constexpr int kChanPerLane = 4;   // value channels per lane in one chunk of 128
 constexpr int kChanChunk = 32 * kChanPerLane;
 
+// The record decode tables of a block (E4M3, UE8M0, E2M1: the values of dk::e4m3_value,
+// ue8m0_value, e2m1_value), so that a key element read from a packed record costs a byte load, a
+// table load and the multiply instead of the decode arithmetic.
+struct DecodeTables {
+  float e4m3[256], ue8m0[256], e2m1[16];
+  __device__ void fill() {
+    for (int c = threadIdx.x; c < 256; c += blockDim.x) {
+      e4m3[c] = dk::e4m3_value(uint8_t(c));
+      ue8m0[c] = dk::ue8m0_value(uint8_t(c));
+      if (c < 16) e2m1[c] = dk::e2m1_value(uint8_t(c));
+    }
+  }
+  // Channel q of key row k: dk::record_value's result (code value × scale, NaN for a NaN scale).
+  __device__ __forceinline__ float at(const dk::KeyRow& k, int64_t q) const {
+    if (k.f) return k.f[q];
+    if (k.kind == RowKind::kWindow) {
+      const float s = ue8m0[k.rec[k.D + (q >> 5)]];
+      return dk::is_nan(s) ? dk::q_nan() : e4m3[k.rec[q]] * s;
+    }
+    const uint8_t b = k.rec[q >> 1];
+    const float s = k.kind == RowKind::kMain ? e4m3[k.rec[(k.D >> 1) + (q >> 4)]] : ue8m0[k.rec[(k.D >> 1) + (q >> 5)]];
+    return dk::is_nan(s) ? dk::q_nan() : e2m1[(q & 1) ? (b >> 4) : (b & 0xF)] * s;
+  }
+};
+
 // Block ih = (row, head) of one segment's attention: geometry g, queries q, sink, outputs o.
 static __device__ __forceinline__ void attn_block(const dk::AttnGeom& g, const float* q, float scaling,
                                                   const float* sinks, float* o, int64_t ih) {
   __shared__ double part[kAttnThreads / 32][2][kChanChunk];  // per-warp window / selected sums
   __shared__ double shd[32];
   __shared__ float shf[32];
+  __shared__ DecodeTables tab;
   extern __shared__ float p[];  // [L] logits, then probabilities
+  tab.fill();
+  __syncthreads();
   const int64_t i = ih / g.H, h = ih % g.H;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
   // Logits (AttnLogitsK): one warp per key slot, kKeysPerPass slots a pass so that their loads
@@ -385,7 +653,7 @@ static __device__ __forceinline__ void attn_block(const dk::AttnGeom& g, const f
       const double qv = qh[q];
 #pragma unroll
       for (int u = 0; u < kKeysPerPass; ++u)
-        if (key[u]) acc[u] += qv * key[u][q];
+        if (key[u]) acc[u] += qv * tab.at(key[u], q);
     }
 #pragma unroll
     for (int u = 0; u < kKeysPerPass; ++u) {
@@ -425,7 +693,7 @@ static __device__ __forceinline__ void attn_block(const dk::AttnGeom& g, const f
 #pragma unroll
       for (int s = 0; s < kChanPerLane; ++s) {
         const int64_t q = q0 + lane + 32 * s;
-        if (q < g.D) acc[s] += pj * key[q];
+        if (q < g.D) acc[s] += pj * tab.at(key, q);
       }
     };
     int64_t j = warp;
@@ -471,11 +739,17 @@ static __global__ void __launch_bounds__(kAttnThreads) attn_batch_kernel(const d
   attn_block(job.g, job.q, b.scaling, b.sink, job.o, ih);
 }
 
-// Static shared memory: 16 KiB of partial sums + 384 B; the logits row must fit beside it.
-constexpr int64_t kAttnMaxLogitBytes = 30 * 1024;
+// Static shared memory: 16 KiB of partial sums + 384 B + 2,112 B of decode tables; the logits row
+// must fit beside it (48 KiB in all).
+constexpr int64_t kAttnMaxLogitBytes = 28 * 1024;
 
 bool launch_chain(const dk::AttnChain& c) {
   const dk::AttnGeom& g = c.logits.g;
+  dk::AttnBatch one;
+  one.sink = c.softmax.sink;
+  one.scaling = c.logits.scaling;
+  one.jobs[one.n++] = {g, c.logits.q, c.logits.logits, c.values.o};
+  if (launch_attn_split(one)) return true;
   const int64_t blocks = g.T * g.H;
   if (g.L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff) return false;
   if (blocks > 0) attn_kernel<<<unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float))>>>(c);
@@ -483,6 +757,7 @@ bool launch_chain(const dk::AttnChain& c) {
 }
 
 bool launch_chain(const dk::AttnBatch& b) {
+  if (launch_attn_split(b)) return true;
   int64_t blocks = 0, L = 0;
   for (int j = 0; j < b.n; ++j) {
     blocks += b.jobs[j].g.T * b.jobs[j].g.H;

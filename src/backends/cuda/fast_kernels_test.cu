@@ -3,7 +3,7 @@
 // inputs run once with CudaExec's fast kernels off and once on, at boundary shapes — 1 row, odd
 // sizes (scalar loads), vector-load sizes, many rows (several GEMM row tiles, many blocks),
 // strided rows, one and eight mHC streams, absent top-k slots, a window cut at a floor.
-// Tolerance: the fast kernels sum in double like the simple ones, in another order, so results
+// Tolerance: most fast kernels sum in double like the simple ones, in another order, so results
 // agree to a float rounding of the same double (≤ 1e-6 relative); Sinkhorn's 20 rounds may carry
 // one such difference further (1e-5).
 #include <gtest/gtest.h>
@@ -161,6 +161,233 @@ TEST(FastKernelsCuda, StoredGemmMatchesSimple) {
   }
 }
 
+// The tiled GEMM (fast_gemm.cu) against the simple body, every weight kind it reads (bf16,
+// float32, FP8 32×32 and 128×128 blocks, FP4), at the shapes that decide its paths: row tiles of
+// 1 / 2 / 4 / 8 and partial ones (3, 5, 9, 17 rows), outputs not a multiple of its four per warp,
+// `in` split over 2 … 8 warps (8192 × 24) or not at all, a last 16-byte step only partly inside
+// `in` (1280, 96), a weight row slice from inside a 128-row block, strided x and y. Bound per
+// output as StoredGemmMatchesSimple's: exact products summed in double in another order, so
+// 1e-6 |simple| + 1e-12 Σ|x·w| + one subnormal step.
+TEST(FastKernelsCuda, TiledGemmMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(48);
+  enum Kind { kF32, kBf16, kFp8, kFp8Big, kFp4 };
+  struct Case {
+    Kind kind;
+    int64_t rows, in, out;
+    int64_t x_pad = 0, y_pad = 0, row0 = 0;  // x, y row strides in + x_pad, out + y_pad; weight rows from row0
+  };
+  std::vector<Case> cases;
+  for (Kind kind : {kF32, kBf16, kFp8, kFp8Big, kFp4}) {
+    for (int64_t rows : {1, 2, 3, 4, 5, 8, 9, 17}) cases.push_back({kind, rows, 1024, 37});
+    cases.push_back({kind, 1, 8192, 24});
+    cases.push_back({kind, 9, 8192, 6});
+    cases.push_back({kind, 2, 1280, 130});
+    cases.push_back({kind, 3, 96, 5});
+    cases.push_back({kind, 1, 4096, 1030});
+    cases.push_back({kind, 5, 512, 70, 4, 3, kind == kFp8Big ? 120 : 5});
+  }
+  for (const Case& c : cases) {
+    const int64_t all_rows = c.row0 + c.out;
+    std::vector<float> wide;
+    dk::DevWeight w;
+    if (c.kind == kF32 || c.kind == kBf16) {
+      wide = kc::randn(rng, all_rows * c.in, 0.2f);
+      if (c.kind == kBf16) {
+        const std::vector<uint16_t> b = to_bf16(wide);
+        for (size_t i = 0; i < b.size(); ++i) wide[i] = bf16_to_f32(b[i]);
+        w = dk::DevWeight{nullptr, dev.up(b)};
+      } else {
+        w = dk::DevWeight{dev.up(wide), nullptr};
+      }
+    } else {
+      const QuantFormat f = c.kind == kFp4 ? QuantFormat::kFp4E2M1 : QuantFormat::kFp8E4M3;
+      const testing::StoredQuant q = kc::random_stored(rng, f, all_rows, c.in, c.kind == kFp8Big ? 128 : 32);
+      wide = q.widened();
+      w = kc::up_stored(dev, q);
+    }
+    w = w.offset(c.row0 * c.in);
+    const int64_t xs = c.in + c.x_pad, ys = c.out + c.y_pad;
+    const auto x = kc::randn(rng, c.rows * xs);
+    const float* dx = dev.up(x);
+    float* y = dev.template zeros<float>(c.rows * ys);
+    const dk::GemmK k{dx, xs, w, c.in, c.out, y, ys};
+    const std::string what = std::string("tiled gemm kind ") + std::to_string(int(c.kind)) + " " +
+                             shape({c.rows, c.in, c.out, c.x_pad, c.y_pad, c.row0});
+    ASSERT_NE(fast::gemm_tiled_kind(k), 0) << what << ": the tiled kernel must take this shape";
+    ex.set_fast_kernels(false);
+    ex.for_each(c.rows * c.out, k);
+    const std::vector<float> want = dev.down(y, c.rows * ys);
+    ex.set_fast_kernels(true);
+    const int64_t before = ex.counts().launches;
+    ex.for_each(c.rows * c.out, k);
+    const std::vector<float> got = dev.down(y, c.rows * ys);
+    ex.sync();
+    ASSERT_TRUE(ex.status().ok()) << what << ": " << ex.status().to_string();
+    EXPECT_EQ(ex.counts().launches - before, 1) << what;
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t o = 0; o < c.out; ++o) {
+        double mag = 0;
+        for (int64_t i = 0; i < c.in; ++i) mag += std::fabs(double(x[r * xs + i]) * wide[(c.row0 + o) * c.in + i]);
+        const double want_v = want[r * ys + o], got_v = got[r * ys + o];
+        ASSERT_TRUE(std::isfinite(want_v)) << what;
+        ASSERT_LE(std::fabs(got_v - want_v), 1e-6 * std::fabs(want_v) + 1e-12 * mag + 1e-44)
+            << what << " at (" << r << ", " << o << "): fast " << got_v << " vs simple " << want_v;
+      }
+  }
+  // Outside its shapes (`in` not a multiple of the unit, misaligned x) it declines: the warp kernel runs.
+  const dk::DevWeight wb{nullptr, dev.up(to_bf16(kc::randn(rng, 4 * 36)))};
+  const float* dx = dev.up(kc::randn(rng, 2 * 40));
+  EXPECT_EQ(fast::gemm_tiled_kind(dk::GemmK{dx, 36, wb, 36, 4, nullptr, 4}), 0);
+  EXPECT_EQ(fast::gemm_tiled_kind(dk::GemmK{dx + 1, 40, dk::DevWeight{nullptr, wb.bf16}, 32, 4, nullptr, 4}), 0);
+}
+
+// Several GEMMs in one launch (dk::Batched, as wo_a's groups and wq_a + wkv run): wo_a's shape —
+// x column slices of one row, weight row slices (FP8 32-blocks), y column slices — at 1 and 5
+// rows; bodies of two weight kinds (bf16 + FP8: the tiled kernel takes one kind a launch, so
+// each runs alone); and several RMSNorms of different widths in one launch.
+TEST(FastKernelsCuda, BatchedGemmsAndNormsMatchSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(49);
+  const int64_t groups = 8, gin = 256, olr = 64;
+  // Scales 2^0 (code 127): the relative bound then holds per output (the extreme blocks are
+  // StoredGemmMatchesSimple's and TiledGemmMatchesSimple's, with Σ|x·w| per output).
+  const testing::StoredQuant q = kc::random_stored(rng, QuantFormat::kFp8E4M3, groups * olr, gin, 32, false, 127);
+  const dk::DevWeight w = kc::up_stored(dev, q);
+  for (int64_t rows : {1, 5}) {
+    const float* o = dev.up(kc::randn(rng, rows * groups * gin));
+    float* mid = dev.template zeros<float>(rows * groups * olr);
+    dk::Batched<dk::GemmK> b;
+    int64_t total = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      b.count[b.n] = rows * olr;
+      b.body[b.n++] = dk::GemmK{o + g * gin, groups * gin, w.offset(g * olr * gin), gin, olr, mid + g * olr, groups * olr};
+      total += rows * olr;
+    }
+    fast_vs_simple(
+        ex, [] {}, [&] { ex.for_each(total, b); }, mid, rows * groups * olr, 1e-6,
+        "wo_a groups, rows " + std::to_string(rows));
+  }
+  {  // two kinds
+    const int64_t rows = 3, in = 512;
+    const float* x = dev.up(kc::randn(rng, rows * in));
+    const dk::DevWeight wb{nullptr, dev.up(to_bf16(kc::randn(rng, 40 * in, 0.2f)))};
+    const dk::DevWeight w8 = kc::up_stored(dev, kc::random_stored(rng, QuantFormat::kFp8E4M3, 24, in, 32, false, 127));
+    float* y = dev.template zeros<float>(rows * 64);
+    dk::Batched<dk::GemmK> b;
+    b.count[b.n] = rows * 40;
+    b.body[b.n++] = dk::GemmK{x, in, wb, in, 40, y, 64};
+    b.count[b.n] = rows * 24;
+    b.body[b.n++] = dk::GemmK{x, in, w8, in, 24, y + 40, 64};
+    fast_vs_simple(
+        ex, [] {}, [&] { ex.for_each(rows * 64, b); }, y, rows * 64, 1e-6, "bf16 + fp8 batched");
+  }
+  {  // norms: q_norm and kv_norm widths, in place
+    const int64_t rows = 5, n1 = 1280, n2 = 512;
+    const auto x1 = kc::randn(rng, rows * n1, 3.0f), x2 = kc::randn(rng, rows * n2, 3.0f);
+    float* d1 = dev.up(x1);
+    float* d2 = dev.up(x2);
+    const float* w1 = dev.up(kc::randn(rng, n1));
+    dk::Batched<dk::RmsNormK> b;
+    b.count[b.n] = rows;
+    b.body[b.n++] = dk::RmsNormK{d1, n1, w1, 1e-6f, d1};
+    b.count[b.n] = rows;
+    b.body[b.n++] = dk::RmsNormK{d2, n2, nullptr, 1e-6f, d2};
+    const auto reset = [&] {
+      ex.upload(d1, x1.data(), rows * n1 * int64_t(sizeof(float)));
+      ex.upload(d2, x2.data(), rows * n2 * int64_t(sizeof(float)));
+    };
+    fast_vs_simple(ex, reset, [&] { ex.for_each(2 * rows, b); }, d1, rows * n1, 1e-6, "batched rmsnorm, first");
+    fast_vs_simple(ex, reset, [&] { ex.for_each(2 * rows, b); }, d2, rows * n2, 1e-6, "batched rmsnorm, second");
+  }
+}
+
+// mHC collapse + RMSNorm in one kernel (dk::CollapseNormChain) against its two simple launches:
+// hc 4 × d 1024 (mini-flash) and odd widths, the head's row list, with and without a weight.
+TEST(FastKernelsCuda, CollapseNormMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(50);
+  for (auto [hc, d, T] : {std::tuple<int, int64_t, int64_t>{4, 1024, 1}, {4, 1024, 9}, {4, 37, 3}, {1, 300, 2}}) {
+    const float* x = dev.up(kc::randn(rng, T * hc * d, 2.0f));
+    const float* pre = dev.up(kc::randn(rng, T * hc));
+    const float* w = dev.up(kc::randn(rng, d));
+    const int64_t* rows = dev.up(std::vector<int64_t>{T - 1, 0});
+    for (bool pick : {false, true}) {
+      const int64_t n = pick ? 2 : T;
+      float* y = dev.template zeros<float>(n * d);
+      const dk::CollapseNormChain c{dk::MhcCollapseK{x, pre, pick ? rows : nullptr, hc, d, y},
+                                    dk::RmsNormK{y, d, pick ? nullptr : w, 1e-6f, y}, n};
+      fast_vs_simple(
+          ex, [] {}, [&] { ex.run_chain(c); }, y, n * d, 1e-6,
+          "collapse + norm " + shape({hc, d, T}) + (pick ? " rows" : ""));
+    }
+  }
+}
+
+// The router in one kernel (dk::RouterChain) against its three simple launches: mini-flash's 16
+// experts top-6 (sqrt-softplus, bias) and 8 top-2 (softmax), the image rows' bias, 1 … 9 tokens.
+// Experts must be the same; scores and weights within a float rounding.
+TEST(FastKernelsCuda, RouterMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(51);
+  struct Case {
+    int E, k;
+    dk::Scoring scoring;
+    int64_t T, d;
+    bool image;
+  };
+  for (const Case& c : {Case{16, 6, dk::Scoring::kSqrtSoftplus, 1, 1024, false}, Case{16, 6, dk::Scoring::kSqrtSoftplus, 9, 1024, true},
+                        Case{8, 2, dk::Scoring::kSoftmax, 5, 256, false}, Case{8, 1, dk::Scoring::kSigmoid, 3, 100, false}}) {
+    const float* h = dev.up(kc::randn(rng, c.T * c.d));
+    const float* gate = dev.up(kc::randn(rng, c.E * c.d, 0.05f));
+    const float* bias = dev.up(kc::randn(rng, c.E, 0.1f));
+    const float* bias_vl = dev.up(kc::randn(rng, c.E, 0.1f));
+    std::vector<uint8_t> img(c.T);
+    for (int64_t t = 0; t < c.T; ++t) img[t] = uint8_t(t % 2);
+    const uint8_t* is_image = dev.up(img);
+    float* out = dev.template zeros<float>(c.T * (c.E + c.k));  // scores, then weights
+    int32_t* experts = dev.template zeros<int32_t>(c.T * c.k);
+    const dk::RouterChain chain{
+        dk::GemmK{h, c.d, {gate, nullptr}, c.d, c.E, out, c.E}, dk::ScaleK{out, 1.3f, true},
+        dk::RouteK{out, bias, c.E, c.k, c.scoring, true, 1.5f, experts, out + c.T * c.E, c.image ? bias_vl : nullptr,
+                   c.image ? is_image : nullptr},
+        c.T};
+    const std::string what = "router " + shape({c.E, c.k, int64_t(c.scoring), c.T, c.d}) + (c.image ? " image" : "");
+    ex.set_fast_kernels(false);
+    ex.run_chain(chain);
+    const std::vector<int32_t> want = dev.down(experts, c.T * c.k);
+    fast_vs_simple(ex, [] {}, [&] { ex.run_chain(chain); }, out, c.T * (c.E + c.k), 1e-6, what);
+    EXPECT_EQ(dev.down(experts, c.T * c.k), want) << what;
+  }
+}
+
+// The Engram gate one block per (token, stream) against its simple body: mini-flash's 4 × 1024,
+// an odd width, 1 and 5 tokens.
+TEST(FastKernelsCuda, EngramGateMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(52);
+  for (auto [hc, d, T] : {std::tuple<int, int64_t, int64_t>{4, 1024, 1}, {4, 1024, 5}, {2, 37, 3}}) {
+    const float* x = dev.up(kc::randn(rng, T * hc * d));
+    const float* kv = dev.up(kc::randn(rng, T * (hc + 1) * d));
+    const float* qw = dev.up(kc::randn(rng, hc * d));
+    const float* kw = dev.up(kc::randn(rng, hc * d));
+    float* gate = dev.template zeros<float>(T * hc);
+    fast_vs_simple(
+        ex, [] {}, [&] { ex.for_each(T * hc, dk::EngramGateK{x, kv, qw, kw, hc, d, 1e-6f, gate}); }, gate, T * hc, 1e-6,
+        "engram gate " + shape({hc, d, T}));
+  }
+}
+
 TEST(FastKernelsCuda, RmsNormMatchesSimple) {
   DSV41_REQUIRE_CUDA_DEVICE();
   CudaExec ex;
@@ -184,7 +411,9 @@ TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
   CudaExec ex;
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(43);
-  for (auto [hc, dim, T] : {std::tuple<int, int64_t, int64_t>{4, 256, 1}, {4, 24, 9}, {1, 7, 3}, {8, 33, 2}, {4, 256, 70}}) {
+  // (hc 4: the 512-thread kernel, flat 96 … 4096 = mini-flash's; other hc: the general one.)
+  for (auto [hc, dim, T] : {std::tuple<int, int64_t, int64_t>{4, 256, 1}, {4, 24, 9}, {1, 7, 3}, {8, 33, 2}, {4, 256, 70},
+                            {4, 1024, 3}, {4, 33, 2}, {2, 64, 3}}) {
     const int64_t flat = hc * dim, mix = (2 + hc) * hc;
     const auto x = kc::randn(rng, T * flat), fn = kc::randn(rng, mix * flat, 0.1f), base = kc::randn(rng, mix);
     const std::vector<float> scale = {0.7f, 1.3f, 0.9f};

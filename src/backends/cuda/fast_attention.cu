@@ -1,0 +1,284 @@
+// Fast kernels of the decode step's attention-side bodies (fast_kernels.h): the indexer scores
+// (dk::IndexScoreK) and the sink attention split over many blocks (dk::AttnBatch / AttnChain).
+// Both repeat their simple bodies' arithmetic in the simple bodies' order — every sum a thread
+// forms runs over the same values in the same sequence — so the results are the simple kernels'
+// bits; what changes is who does the work: a key row is decoded once per block into shared memory
+// and then used by every head, instead of once per (row, head) or per (entry, head).
+#include "backends/cuda/fast_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+namespace dsv41::fast {
+
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr size_t kSmemLimit = 48 * 1024;  // dynamic + static shared memory without an opt-in
+
+__host__ __device__ inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+__device__ inline float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+// ---- Indexer scores: a block per (row, tile of 32 entries) ----------------------------------
+// The tile's keys decoded once into shared memory as doubles (KeyRow's values, widened); warp w
+// takes heads w, w + 8, …, its head's query staged as doubles beside them, lane e entry e of the
+// tile: IndexScoreK's per-head double sum over c = 0 … dh−1 in order (the same operands, so no
+// per-product conversions), its ReLU and scale; then thread e adds the heads' terms in head
+// order as IndexScoreK does.
+constexpr int kIdxTile = 32;
+constexpr size_t kSmemOptIn = 227 * 1024;  // the most dynamic shared memory a block may opt in to
+
+size_t index_smem(const dk::IndexScoreK& k) {
+  return size_t(kIdxTile * (k.dh + 1) + kWarps * k.dh) * sizeof(double) + size_t(kIdxTile * (k.nh + 1)) * sizeof(float);
+}
+
+__host__ __device__ inline int64_t index_blocks(int64_t count, const dk::IndexScoreK& k) {
+  return count / k.G * cdiv(k.G, kIdxTile);
+}
+
+__device__ void index_tile(const dk::IndexScoreK& k, int64_t blk) {
+  extern __shared__ double dyn_idx[];
+  const int dh = int(k.dh), nh = int(k.nh);
+  double* key = dyn_idx;                                     // [kIdxTile][dh + 1] (padded)
+  double* qs = key + kIdxTile * (dh + 1) + (threadIdx.x >> 5) * dh;  // this warp's head: [dh]
+  float* relu = reinterpret_cast<float*>(dyn_idx + kIdxTile * (dh + 1) + kWarps * dh);  // [kIdxTile][nh + 1]
+  __shared__ bool visible[kIdxTile];
+  const int64_t tiles = cdiv(k.G, kIdxTile), r = blk / tiles, g0 = (blk % tiles) * kIdxTile;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid < kIdxTile) {
+    const int64_t g = g0 + tid, t = k.start + r;
+    bool in = g < k.G && g < (t + 1) / k.ratio;
+    if (in && k.kept) {  // IndexScoreK's pool test
+      in = false;
+      for (int j = 0; j < k.nb && k.kept[r * k.nb + j] >= 0; ++j) in = in || k.kept[r * k.nb + j] == g / k.bs;
+    }
+    visible[tid] = in;
+  }
+  for (int x = tid; x < kIdxTile * dh; x += kThreads) {
+    const int e = x / dh, c = x % dh;
+    if (g0 + e < k.G) key[e * (dh + 1) + c] = double(k.keys.row(g0 + e)[c]);
+  }
+  __syncthreads();
+  const double* ke = key + lane * (dh + 1);
+  for (int h = warp; h < nh; h += kWarps) {
+    const float* qh = k.q + (r * k.nh + h) * k.dh;
+    __syncwarp();  // the previous head's query is read
+    for (int c = lane; c < dh; c += 32) qs[c] = double(qh[c]);
+    __syncwarp();
+    if (!visible[lane]) continue;
+    double acc = 0;
+#pragma unroll 8
+    for (int c = 0; c < dh; ++c) acc += ke[c] * qs[c];
+    relu[lane * (nh + 1) + h] = fmaxf(float(acc), 0.0f) * k.scale;
+  }
+  __syncthreads();
+  if (tid >= kIdxTile || g0 + tid >= k.G) return;
+  float score = -INFINITY;
+  if (visible[tid]) {
+    float total = 0.0f;
+    for (int h = 0; h < nh; ++h) total += relu[tid * (nh + 1) + h] * k.hw[r * k.nh + h];
+    score = total;
+  }
+  k.scores[r * k.G + g0 + tid] = score;
+}
+
+__global__ void __launch_bounds__(kThreads) index_kernel(const dk::IndexScoreK k) { index_tile(k, blockIdx.x); }
+
+// Block b: the tile of the first body whose blocks it does not pass.
+__global__ void __launch_bounds__(kThreads) index_batch_kernel(const dk::Batched<dk::IndexScoreK> b) {
+  int64_t blk = blockIdx.x;
+  int j = 0;
+  while (j + 1 < b.n && blk >= index_blocks(b.count[j], b.body[j])) {
+    blk -= index_blocks(b.count[j], b.body[j]);
+    ++j;
+  }
+  index_tile(b.body[j], blk);
+}
+
+bool index_fits(int64_t n, const dk::IndexScoreK& k) {
+  return k.G > 0 && k.nh > 0 && k.dh > 0 && n % k.G == 0 && index_smem(k) + kIdxTile <= kSmemOptIn;
+}
+
+// Dynamic shared memory beyond the default 48 KiB needs the kernel's opt-in (set per launch:
+// the backend keeps no process state).
+template <class Kernel>
+bool allow_smem(Kernel* kernel, size_t bytes) {
+  if (bytes + 64 <= kSmemLimit) return true;  // 64: the kernels' few static bytes
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) == cudaSuccess;
+}
+
+// ---- Sink attention in two launches ------------------------------------------------------------
+// Logits: a block per (row, 16 heads, 16 key slots); the queries and the 16 key rows staged as
+// doubles in chunks of 64 channels (each decoded and widened once per block), thread (head, slot)
+// forms AttnLogitsK's double sum over c = 0 … D−1 in order.
+// Values: a block per (row, 8 heads, 32 channels); warp w runs AttnSoftmaxK for its head (max by
+// a warp reduction — exact —, the denominator summed by lane 0 in slot order), then lane c forms
+// AttnValuesK's window and selected sums slot by slot from shared tiles of 32 decoded rows and
+// their probabilities, widened once per block. An absent slot enters the sums as 0 · 0 (the simple
+// body skips it): adding +0 changes nothing but the sign of a zero sum, which the output's
+// 0.0f + win + sel does not keep.
+constexpr int kLogitHeads = 16, kLogitSlots = 16, kLogitChunk = 64;
+constexpr int kValHeads = kWarps, kValChans = 32, kValSlots = 32;
+
+__host__ __device__ inline int64_t logit_blocks(const dk::AttnGeom& g) {
+  return g.T * cdiv(g.H, kLogitHeads) * cdiv(g.L, kLogitSlots);
+}
+__host__ __device__ inline int64_t value_blocks(const dk::AttnGeom& g) {
+  return g.T * cdiv(g.H, kValHeads) * cdiv(g.D, kValChans);
+}
+size_t value_smem(int64_t L) { return size_t(kValHeads * L) * sizeof(float) + size_t(L); }
+constexpr size_t kValueStatic = kValSlots * (kValChans + 1) * sizeof(double) + kValHeads * kValSlots * sizeof(double) +
+                                kValSlots * sizeof(dk::KeyRow) + 64;
+
+__global__ void __launch_bounds__(kThreads) attn_logits_kernel(const dk::AttnBatch b) {
+  __shared__ double qd[kLogitHeads][kLogitChunk + 1];
+  __shared__ double kd[kLogitSlots][kLogitChunk + 1];
+  __shared__ dk::KeyRow rows[kLogitSlots];
+  int64_t blk = blockIdx.x;
+  int j = 0;
+  while (j + 1 < b.n && blk >= logit_blocks(b.jobs[j].g)) blk -= logit_blocks(b.jobs[j++].g);
+  const dk::AttnGeom g = b.jobs[j].g;
+  const int64_t tiles = cdiv(g.L, kLogitSlots), groups = cdiv(g.H, kLogitHeads);
+  const int64_t s0 = (blk % tiles) * kLogitSlots, hg = (blk / tiles) % groups, i = blk / tiles / groups;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, D = int(g.D);
+  if (tid < kLogitSlots) rows[tid] = s0 + tid < g.L ? g.key(i, s0 + tid) : dk::KeyRow{};
+  const bool any = __syncthreads_or(tid < kLogitSlots && bool(rows[tid]));
+  const int s = lane & 15, hl = warp * 2 + (lane >> 4);
+  const int64_t h = hg * kLogitHeads + hl, slot = s0 + s;
+  const bool mine = h < g.H && slot < g.L;
+  float* out = b.jobs[j].logits + (i * g.H + h) * g.L + slot;
+  if (!any) {
+    if (mine) *out = -INFINITY;
+    return;
+  }
+  const float* q = b.jobs[j].q + (i * g.H + hg * kLogitHeads) * g.D;  // the group's first head
+  double acc = 0;
+  for (int c0 = 0; c0 < D; c0 += kLogitChunk) {
+    const int n = min(kLogitChunk, D - c0);
+    for (int x = tid; x < kLogitHeads * kLogitChunk; x += kThreads) {
+      const int a = x / kLogitChunk, c = x % kLogitChunk;  // a: a head of the group, a slot of the tile
+      if (c >= n) continue;
+      qd[a][c] = hg * kLogitHeads + a < g.H ? double(q[int64_t(a) * D + c0 + c]) : 0.0;
+      kd[a][c] = rows[a] ? double(rows[a][c0 + c]) : 0.0;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int c = 0; c < n; ++c) acc += qd[hl][c] * kd[s][c];
+    __syncthreads();
+  }
+  if (mine) *out = rows[s] ? float(acc) * b.scaling : -INFINITY;
+}
+
+__global__ void __launch_bounds__(kThreads) attn_values_kernel(const dk::AttnBatch b) {
+  extern __shared__ float4 dyn_value[];
+  __shared__ double vd[kValSlots][kValChans + 1];
+  __shared__ double pd[kValHeads][kValSlots];
+  __shared__ dk::KeyRow rows[kValSlots];
+  int64_t blk = blockIdx.x;
+  int j = 0;
+  while (j + 1 < b.n && blk >= value_blocks(b.jobs[j].g)) blk -= value_blocks(b.jobs[j++].g);
+  const dk::AttnGeom g = b.jobs[j].g;
+  const int64_t chunks = cdiv(g.D, kValChans), groups = cdiv(g.H, kValHeads);
+  const int64_t c0 = (blk % chunks) * kValChans, hg = (blk / chunks) % groups, i = blk / chunks / groups;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int L = int(g.L);
+  float* e = reinterpret_cast<float*>(dyn_value) + warp * L;                        // [kValHeads][L]
+  uint8_t* present = reinterpret_cast<uint8_t*>(reinterpret_cast<float*>(dyn_value) + kValHeads * L);  // [L]
+  for (int s = tid; s < L; s += kThreads) present[s] = g.key(i, s) ? 1 : 0;
+  __syncthreads();
+  const int64_t h = hg * kValHeads + warp;
+  const bool head = h < g.H;
+  double denom = 0;
+  if (head) {  // AttnSoftmaxK for (i, h): e = expf(l − m) where present, +0 elsewhere
+    const float* l = b.jobs[j].logits + (i * g.H + h) * g.L;
+    const float sink = b.sink[h];
+    float mx = -INFINITY;
+    for (int s = lane; s < L; s += 32)
+      if (present[s]) mx = fmaxf(mx, l[s]);
+    const float m = fmaxf(sink, warp_max(mx));
+    for (int s = lane; s < L; s += 32) e[s] = present[s] ? expf(l[s] - m) : 0.0f;
+    __syncwarp();
+    if (lane == 0) {
+      denom = exp(double(sink - m));
+#pragma unroll 8
+      for (int s = 0; s < L; ++s) denom += e[s];  // +0 for an absent slot: no change
+    }
+    denom = __shfl_sync(kFull, denom, 0);
+  }
+  // AttnValuesK for (i, h, c0 + lane): slots in ascending order, window and selected apart.
+  const int64_t nwin = g.start + i - g.lo(i) + 1;
+  const int64_t c = c0 + lane;
+  double win = 0, sel = 0;
+  for (int s0 = 0; s0 < L; s0 += kValSlots) {
+    const bool any = __syncthreads_or(tid < kValSlots && s0 + tid < L && present[s0 + tid]);
+    if (!any) continue;
+    if (tid < kValSlots) rows[tid] = s0 + tid < L && present[s0 + tid] ? g.key(i, s0 + tid) : dk::KeyRow{};
+    // Probabilities of the tile (AttnSoftmaxK's float(e / denom)): warp = head, lane = slot.
+    pd[warp][lane] = head && s0 + lane < L && present[s0 + lane] ? double(float(e[s0 + lane] / denom)) : 0.0;
+    __syncthreads();
+    for (int x = tid; x < kValSlots * kValChans; x += kThreads) {
+      const int s = x / kValChans, cc = x % kValChans;
+      vd[s][cc] = rows[s] && c0 + cc < g.D ? double(rows[s][c0 + cc]) : 0.0;
+    }
+    __syncthreads();
+    if (head && c < g.D) {
+      const int n = min(kValSlots, L - s0);
+      const int nw = nwin - s0 < 0 ? 0 : nwin - s0 > n ? n : int(nwin - s0);
+      for (int s = 0; s < nw; ++s) win += pd[warp][s] * vd[s][lane];
+      for (int s = nw; s < n; ++s) sel += pd[warp][s] * vd[s][lane];
+    }
+    __syncthreads();  // the tile is read before the next one is staged
+  }
+  if (!head || c >= g.D) return;
+  float out = 0.0f;
+  out += float(win);
+  out += float(sel);
+  b.jobs[j].o[(i * g.H + h) * g.D + c] = out;
+}
+
+}  // namespace
+
+bool launch(int64_t n, const dk::IndexScoreK& k) {
+  if (!index_fits(n, k)) return false;
+  const int64_t blocks = index_blocks(n, k);
+  if (blocks > 0x7fffffff || !allow_smem(index_kernel, index_smem(k))) return false;
+  if (blocks > 0) index_kernel<<<unsigned(blocks), kThreads, index_smem(k)>>>(k);
+  return true;
+}
+
+bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b) {
+  int64_t blocks = 0;
+  size_t smem = 0;
+  for (int j = 0; j < b.n; ++j) {
+    if (!index_fits(b.count[j], b.body[j])) return false;
+    blocks += index_blocks(b.count[j], b.body[j]);
+    smem = std::max(smem, index_smem(b.body[j]));
+  }
+  if (b.n < 1 || blocks > 0x7fffffff || !allow_smem(index_batch_kernel, smem)) return false;
+  if (blocks > 0) index_batch_kernel<<<unsigned(blocks), kThreads, smem>>>(b);
+  return true;
+}
+
+bool launch_attn_split(const dk::AttnBatch& b) {
+  int64_t lb = 0, vb = 0, L = 0;
+  for (int j = 0; j < b.n; ++j) {
+    const dk::AttnGeom& g = b.jobs[j].g;
+    if (!b.jobs[j].logits) return false;
+    lb += logit_blocks(g);
+    vb += value_blocks(g);
+    L = std::max(L, g.L);
+  }
+  if (b.n < 1 || b.n > dk::AttnBatch::kMax || lb > 0x7fffffff || vb > 0x7fffffff) return false;
+  if (value_smem(L) + kValueStatic > kSmemLimit) return false;
+  if (lb > 0) attn_logits_kernel<<<unsigned(lb), kThreads>>>(b);
+  if (vb > 0) attn_values_kernel<<<unsigned(vb), kThreads, value_smem(L)>>>(b);
+  return true;
+}
+
+}  // namespace dsv41::fast

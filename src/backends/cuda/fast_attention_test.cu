@@ -1,0 +1,210 @@
+// The indexer-score and split sink-attention kernels (fast_attention.cu) against their simple
+// bodies on random device inputs (each test skips without a CUDA device). Both kernels form every
+// sum of the simple bodies over the same values in the same order, so the bound is 0: the fast
+// results must be the simple ones' bits (−inf and NaN where they are). Shapes: mini-flash's
+// geometry (32 × 128 indexer heads, 64 × 512 attention heads, window 128, top-k 512, packed
+// records), entry counts and head counts off the kernels' tiles, entries hidden by the causal
+// bound and by a candidate pool, prefill rows, absent top-k slots, windows cut at a floor, and a
+// batch of segments of different shapes in one launch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_exec.cuh"
+#include "backends/cuda/cuda_test_util.cuh"
+#include "backends/cuda/device_kernels_check.h"
+
+namespace dsv41 {
+namespace {
+
+namespace kc = kernel_checks;
+
+// Runs `launch` with the fast kernels off, then on; the n floats at `out` must agree bit for bit,
+// and the fast run must be `launches` launches.
+void expect_same_bits(CudaExec& ex, const std::function<void()>& launch, const float* out, int64_t n,
+                      const std::string& what, int64_t launches = 1) {
+  kc::Dev<CudaExec> dev(ex);
+  ex.set_fast_kernels(false);
+  launch();
+  const std::vector<float> want = dev.down(out, n);
+  ex.set_fast_kernels(true);
+  const std::vector<float> poison(static_cast<size_t>(n), 12345.0f);
+  ex.upload(const_cast<float*>(out), poison.data(), n * int64_t(sizeof(float)));  // no stale pass
+  const int64_t before = ex.counts().launches;
+  launch();
+  const std::vector<float> got = dev.down(out, n);
+  ex.sync();
+  ASSERT_TRUE(ex.status().ok()) << what << ": " << ex.status().to_string();
+  EXPECT_EQ(ex.counts().launches - before, launches) << what;
+  int64_t finite = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    finite += std::isfinite(want[i]) ? 1 : 0;
+    if (std::isnan(want[i])) {
+      ASSERT_TRUE(std::isnan(got[i])) << what << " at " << i;
+      continue;
+    }
+    ASSERT_EQ(kc::bits_of_floats({got[i]})[0], kc::bits_of_floats({want[i]})[0])
+        << what << " at " << i << ": fast " << got[i] << " vs simple " << want[i];
+  }
+  EXPECT_GT(finite, 0) << what << ": nothing to compare";
+}
+
+struct IndexCase {
+  int64_t T, G, nh, dh, start;
+  int ratio;
+  bool pool, records;
+};
+
+// One IndexScoreK on fresh random inputs (queries MXFP4 fake-quantised as the backend's are).
+struct IndexInputs {
+  dk::IndexScoreK k;
+  IndexInputs(kc::Dev<CudaExec>& dev, std::mt19937& rng, const IndexCase& c) {
+    const int nb = 3, bs = 4;
+    auto q = kc::randn(rng, c.T * c.nh * c.dh);
+    if (c.dh % 32 == 0) q = kc::cached(RowKind::kIndex, q, c.dh);
+    const auto keys = kc::randn(rng, c.G * c.dh, 2.0f);
+    std::vector<int32_t> kept(c.T * nb, -1);
+    for (int64_t r = 0; r < c.T; ++r)
+      for (int j = 0; j < nb - int(r % 2); ++j) kept[r * nb + j] = int32_t((r * 5 + j * 3) % (c.G / bs + 1));
+    const dk::KeyRows rows = c.records ? dk::KeyRows::records(dev.up(kc::pack_rows(RowKind::kIndex, keys, c.dh)),
+                                                              RowKind::kIndex, c.dh)
+                                       : dk::KeyRows::floats(dev.up(keys), c.dh);
+    k = dk::IndexScoreK{dev.up(q), dev.up(kc::randn(rng, c.T * c.nh)), rows, c.G, c.nh, c.dh, c.start, c.ratio,
+                        float(1.0 / std::sqrt(double(c.dh))), c.pool ? dev.up(kept) : nullptr, nb, bs,
+                        dev.template zeros<float>(c.T * c.G)};
+  }
+};
+
+std::string index_name(const IndexCase& c) {
+  return "indexer T" + std::to_string(c.T) + " G" + std::to_string(c.G) + " " + std::to_string(c.nh) + "x" +
+         std::to_string(c.dh) + " start " + std::to_string(c.start) + " ratio " + std::to_string(c.ratio) +
+         (c.pool ? " pool" : "") + (c.records ? " MXFP4" : " f32");
+}
+
+TEST(FastAttentionCuda, IndexScoresEqualSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(71);
+  const std::vector<IndexCase> cases = {
+      {1, 290, 32, 128, 579, 2, false, true},  // mini-flash decode: 290 entries (9 tiles, the last of 2)
+      {1, 290, 32, 128, 400, 2, false, true},  // the newest 89 entries hidden by the causal bound
+      {5, 64, 32, 128, 120, 1, true, true},    // prefill rows in a candidate pool
+      {3, 1, 7, 32, 0, 1, false, true},        // one entry, heads off the 8 warps
+      {2, 33, 64, 128, 70, 2, false, true},    // the real config's 64 heads
+      {4, 45, 5, 40, 90, 2, true, false},      // float keys, dh off the MXFP4 blocks
+  };
+  for (const IndexCase& c : cases) {
+    IndexInputs in(dev, rng, c);
+    expect_same_bits(ex, [&] { ex.for_each(c.T * c.G, in.k); }, in.k.scores, c.T * c.G, index_name(c));
+  }
+  // The backend's form: several segments' bodies as one Batched launch.
+  dk::Batched<dk::IndexScoreK> b;
+  std::vector<IndexInputs> ins;
+  ins.reserve(cases.size());
+  int64_t total = 0;
+  for (const IndexCase& c : {cases[0], cases[2], cases[3], cases[1]}) {
+    ins.emplace_back(dev, rng, c);
+    b.count[b.n] = c.T * c.G;
+    b.body[b.n++] = ins.back().k;
+    total += c.T * c.G;
+  }
+  for (int j = 0; j < b.n; ++j)
+    expect_same_bits(ex, [&] { ex.for_each(total, b); }, b.body[j].scores, b.count[j],
+                     "batched indexer, body " + std::to_string(j));
+}
+
+struct AttnCase {
+  int64_t T, H, D, win, k, start, floor, G;
+  bool ring;
+};
+
+// One attention job on fresh random inputs: window keys as float rows or as a ring of FP8
+// records read in place, selected rows as NVFP4 records where D is whole blocks.
+struct AttnInputs {
+  dk::AttnBatch::Job job;
+  AttnInputs(kc::Dev<CudaExec>& dev, std::mt19937& rng, const AttnCase& c) {
+    const int64_t first = std::max(c.floor, c.start - (c.win - 1)), nkeys = c.start + c.T - first;
+    const auto keys = kc::randn(rng, nkeys * c.D), q = kc::randn(rng, c.T * c.H * c.D, 0.3f);
+    const auto main = kc::randn(rng, std::max<int64_t>(c.G, 1) * c.D);
+    std::vector<int32_t> topk(std::max<int64_t>(c.T * c.k, 1), -1);
+    for (int64_t i = 0; i < c.T; ++i)
+      for (int64_t j = 0; j < c.k && j < c.G + 5; ++j) topk[i * c.k + j] = (j % 7 == 3) ? -1 : int32_t((i * 13 + j * 5) % c.G);
+    const int64_t L = c.win + c.k;
+    const dk::KeyRows mains = c.D % 16 ? dk::KeyRows::floats(dev.up(main), c.D)
+                                       : dk::KeyRows::records(dev.up(kc::pack_rows(RowKind::kMain, main, c.D)),
+                                                              RowKind::kMain, c.D);
+    dk::AttnGeom g{c.T, c.H, c.D, L, c.start, c.win, c.floor, first, c.k, dev.up(keys),
+                   c.k ? mains : dk::KeyRows{}, c.k ? dev.up(topk) : nullptr};
+    if (c.ring) {
+      const int64_t slots = c.win + 3;
+      std::vector<float> ring(slots * c.D, NAN);
+      for (int64_t p = first; p < c.start; ++p)
+        std::copy_n(keys.data() + (p - first) * c.D, c.D, ring.data() + (p % slots) * c.D);
+      g.keys = nullptr;
+      g.ring = c.D % 32 == 0 ? dk::KeyRows::records(dev.up(kc::pack_rows(RowKind::kWindow, ring, c.D)),
+                                                    RowKind::kWindow, c.D)
+                             : dk::KeyRows::floats(dev.up(ring), c.D);
+      g.slots = slots;
+      g.fresh = dev.up(std::vector<float>(keys.begin() + (c.start - first) * c.D, keys.end()));
+    }
+    job = {g, dev.up(q), dev.template zeros<float>(c.T * c.H * L), dev.template zeros<float>(c.T * c.H * c.D)};
+  }
+};
+
+TEST(FastAttentionCuda, SplitSinkAttentionEqualsSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(72);
+  // T, H, D, window, top-k, start, floor, main rows G, ring.
+  const std::vector<AttnCase> alone = {
+      {1, 64, 512, 128, 512, 383, 0, 190, true},  // mini-flash decode: 190 of 512 top-k rows present
+      {1, 64, 512, 128, 512, 1500, 0, 900, true},  // every top-k slot present (bar the 7k+3 ones)
+      {7, 5, 96, 16, 9, 40, 30, 12, false},       // prefill rows, heads off the tiles, a floor
+      {2, 3, 33, 5, 0, 9, 0, 0, true},            // no top-k, D off the channel chunk
+      {1, 1, 16, 6, 4, 0, 0, 3, false},           // the first position
+      {40, 4, 128, 64, 64, 70, 0, 40, false},     // many rows
+  };
+  for (const AttnCase& c : alone) {
+    AttnInputs in(dev, rng, c);
+    dk::AttnBatch b;
+    b.sink = dev.up(kc::randn(rng, c.H));
+    b.scaling = float(1.0 / std::sqrt(double(c.D)));
+    b.jobs[b.n++] = in.job;
+    expect_same_bits(ex, [&] { ex.run_chain(b); }, in.job.o, c.T * c.H * c.D,
+                     "attention " + std::to_string(c.T) + "x" + std::to_string(c.H) + "x" + std::to_string(c.D) +
+                         " win " + std::to_string(c.win) + " k " + std::to_string(c.k) + " start " +
+                         std::to_string(c.start));
+    // AttnChain (one segment) takes the same kernels.
+    const dk::AttnChain chain = b.chain(0);
+    expect_same_bits(ex, [&] { ex.run_chain(chain); }, in.job.o, c.T * c.H * c.D, "attention chain");
+  }
+  // A decode batch of 16 sequences of mini-flash's geometry at different positions, and a mixed
+  // batch (different D, T, rings) in one launch pair.
+  std::vector<AttnCase> decode;
+  for (int j = 0; j < dk::AttnBatch::kMax; ++j) decode.push_back({1, 64, 512, 128, 512, 100 + 61 * j, 0, 20 + 30 * j, j % 3 != 0});
+  const std::vector<AttnCase> mixed = {alone[2], {1, 5, 64, 16, 9, 300, 0, 150, true}, alone[3], alone[4]};
+  for (const std::vector<AttnCase>& cases : {decode, mixed}) {
+    dk::AttnBatch b;
+    b.sink = dev.up(kc::randn(rng, cases[0].H));
+    b.scaling = 0.07f;
+    std::vector<AttnInputs> ins;
+    ins.reserve(cases.size());
+    for (AttnCase c : cases) {
+      c.H = cases[0].H;
+      ins.emplace_back(dev, rng, c);
+      b.jobs[b.n++] = ins.back().job;
+    }
+    for (int j = 0; j < b.n; ++j)
+      expect_same_bits(ex, [&] { ex.run_chain(b); }, b.jobs[j].o, b.jobs[j].g.T * b.jobs[j].g.H * b.jobs[j].g.D,
+                       "attention batch of " + std::to_string(b.n) + ", job " + std::to_string(j));
+  }
+}
+
+}  // namespace
+}  // namespace dsv41

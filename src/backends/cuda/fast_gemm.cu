@@ -1,0 +1,221 @@
+// The tiled GEMM of fast_kernels.h (`launch_gemm_tiled`, docs/CUDA.md "Fast kernels for decode
+// steps"): y = x · Wᵀ for the few rows of a decode step, reading the weight once at full width.
+// A warp computes kOuts outputs for a tile of up to kRows rows; each lane loads 16 bytes of each of
+// its kOuts weight rows per step (8 bf16, 4 floats, 16 FP8 or 32 FP4 codes), decodes them in
+// registers to the widened matrix's bits and multiplies them with the x values of every row of the
+// tile, so a weight byte is read once per tile and an x value once per kOuts outputs (4, or 2 for
+// 8-row tiles). Where a row is long against the outputs (wo_b, wo_a, the head), the warps of a
+// block split `in` between them (split-K, partial sums added in a fixed order in shared memory).
+// Sums: every product x · w is formed exactly in double and summed in double, as the simple body
+// does; only the order of the double additions differs, so a result equals the simple one up to a
+// float rounding of nearly the same double. (Float partial sums were tried first: within
+// 32 · 2^-24 · Σ|x·w| of the simple sums, but on the H200 dsv41-mini's rollback comparison against
+// the CPU engine then failed its bound (5.5e-2, was 3.75e-3; most likely a different FP8 / MXFP4
+// rounding flipping downstream), so the GEMM keeps the simple body's exact terms; docs/CUDA.md.)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backends/cuda/fast_kernels.h"
+#include "backends/cuda/fast_units.cuh"
+
+namespace dsv41::fast {
+namespace {
+
+using namespace units;
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+// Outputs per warp: 4, or 2 for tiles of 8 rows (so that the accumulators stay in registers).
+__host__ __device__ constexpr int outs_for(int64_t tile_rows) { return tile_rows >= 8 ? 2 : 4; }
+__host__ __device__ constexpr int tile_for(int64_t rows) { return rows >= 8 ? 8 : rows >= 4 ? 4 : rows >= 2 ? 2 : 1; }
+
+// One GEMM of a launch: its body, rows, warps per output group (split-K) and blocks.
+struct TiledJob {
+  dk::GemmK k;
+  int64_t rows;
+  int split;
+  unsigned blocks;
+};
+struct TiledJobs {  // up to dk::Batched's kMax GEMMs of one weight kind in one launch
+  int n = 0;
+  TiledJob job[dk::Batched<dk::GemmK>::kMax];
+};
+
+// Block (bx, tile) of one GEMM: kWarps / split output groups of outs_for(kRows) outputs, row tile
+// `tile`.
+template <int kMode, int kRows>
+__device__ inline void gemm_tile(const dk::GemmK& k, int64_t rows, int split, int64_t bx, int64_t tile) {
+  constexpr int kOuts = outs_for(kRows);
+  constexpr int V = kUnit<kMode>, C = V < 8 ? V : 8;  // values per unit, per decode
+  __shared__ double red[kWarps][kOuts * kRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int per_block = kWarps / split, wk = warp % split, wo = warp / split;
+  const int64_t o0 = (bx * per_block + wo) * kOuts;
+  const int64_t r0 = tile * kRows;
+  const int nr = rows - r0 < kRows ? int(rows - r0) : kRows;
+  const float* x0 = k.x + r0 * k.x_stride;
+  double acc[kOuts][kRows];
+#pragma unroll
+  for (int o = 0; o < kOuts; ++o)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[o][r] = 0.0;
+  const int64_t width = 32 * V, steps = (k.in + width - 1) / width;
+#pragma unroll 2
+  for (int64_t s = wk; s < steps; s += split) {
+    const int64_t c = s * width + int64_t(lane) * V;
+    if (c >= k.in) continue;  // `in` is a multiple of V: a unit is wholly in or out
+    uint4 u[kOuts];
+    float scale[kOuts];
+#pragma unroll
+    for (int o = 0; o < kOuts; ++o) {
+      const bool on = o0 + o < k.out;
+      u[o] = on ? load<kMode>(k.w, o0 + o, c, k.in) : make_uint4(0, 0, 0, 0);
+      scale[o] = on ? unit_scale<kMode>(k.w, o0 + o, c) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < V / C; ++j) {
+      float xv[kRows][C], w[kOuts][C];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int q = 0; q < C; q += 4) {
+          float4 f = make_float4(0, 0, 0, 0);
+          if (r < nr) f = *reinterpret_cast<const float4*>(x0 + r * k.x_stride + c + j * C + q);
+          xv[r][q] = f.x, xv[r][q + 1] = f.y, xv[r][q + 2] = f.z, xv[r][q + 3] = f.w;
+        }
+      }
+#pragma unroll
+      for (int o = 0; o < kOuts; ++o) decode<kMode>(u[o], j, scale[o], w[o]);
+      // Products of two floats are exact in double: acc gets the simple body's terms.
+#pragma unroll
+      for (int q = 0; q < C; ++q) {
+        double wd[kOuts];
+#pragma unroll
+        for (int o = 0; o < kOuts; ++o) wd[o] = double(w[o][q]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const double xd = double(xv[r][q]);
+#pragma unroll
+          for (int o = 0; o < kOuts; ++o) acc[o][r] = fma(xd, wd[o], acc[o][r]);
+        }
+      }
+    }
+  }
+  // Warp sums, then (split-K) the warps of an output group added in warp order.
+#pragma unroll
+  for (int o = 0; o < kOuts; ++o)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const double v = warp_sum(acc[o][r]);
+      if (split == 1) {
+        if (lane == 0 && r < nr && o0 + o < k.out) k.y[(r0 + r) * k.y_stride + o0 + o] = float(v);
+      } else if (lane == 0) {
+        red[warp][o * kRows + r] = v;
+      }
+    }
+  if (split == 1) return;
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t >= per_block * kOuts * kRows) return;
+  const int g = t / (kOuts * kRows), e = t % (kOuts * kRows), o = e / kRows, r = e % kRows;
+  const int64_t out = (bx * per_block + g) * kOuts + o;
+  if (r >= nr || out >= k.out) return;
+  double v = 0;
+  for (int q = 0; q < split; ++q) v += red[g * split + q][e];
+  k.y[(r0 + r) * k.y_stride + out] = float(v);
+}
+
+// grid: (blocks of the largest job, jobs, row tiles of the most rows).
+template <int kMode, int kRows>
+__global__ void __launch_bounds__(kThreads) gemm_tiled_kernel(const TiledJobs jobs) {
+  const TiledJob& j = jobs.job[blockIdx.y];
+  if (blockIdx.x >= j.blocks || int64_t(blockIdx.z) * kRows >= j.rows) return;  // whole blocks
+  gemm_tile<kMode, kRows>(j.k, j.rows, j.split, blockIdx.x, blockIdx.z);
+}
+
+// Split `in` over up to 8 warps while the GEMM has fewer than 4096 warps and every warp keeps at
+// least one 16-byte step.
+// (The tile, and so the outputs per warp, follow the most rows of the launch: `most`.)
+TiledJob plan(const dk::GemmK& k, int64_t rows, int64_t most, int kind) {
+  const int kOuts = outs_for(tile_for(most));
+  const int64_t width = 32 * int64_t(kind == 1 ? 8 : kind == 2 ? 4 : kind == 3 ? 16 : 32);
+  const int64_t steps = (k.in + width - 1) / width, groups = (k.out + kOuts - 1) / kOuts;
+  int split = 1;
+  while (split < kWarps && 2 * split <= steps && groups * split < 4096) split *= 2;
+  return {k, rows, split, unsigned((groups * split + kWarps - 1) / kWarps)};
+}
+
+template <int kMode>
+void launch_jobs(const TiledJobs& jobs) {
+  int64_t most = 0;
+  unsigned blocks = 0;
+  for (int j = 0; j < jobs.n; ++j) {
+    most = std::max(most, jobs.job[j].rows);
+    blocks = std::max(blocks, jobs.job[j].blocks);
+  }
+  const int tile = tile_for(most);
+  const dim3 grid(blocks, unsigned(jobs.n), unsigned((most + tile - 1) / tile));
+  switch (tile) {
+    case 8: gemm_tiled_kernel<kMode, 8><<<grid, kThreads>>>(jobs); break;
+    case 4: gemm_tiled_kernel<kMode, 4><<<grid, kThreads>>>(jobs); break;
+    case 2: gemm_tiled_kernel<kMode, 2><<<grid, kThreads>>>(jobs); break;
+    default: gemm_tiled_kernel<kMode, 1><<<grid, kThreads>>>(jobs); break;
+  }
+}
+
+void launch_kind(int kind, const TiledJobs& jobs) {
+  switch (kind) {
+    case 1: return launch_jobs<1>(jobs);
+    case 2: return launch_jobs<2>(jobs);
+    case 3: return launch_jobs<3>(jobs);
+    default: return launch_jobs<4>(jobs);
+  }
+}
+
+bool fits(int64_t rows, const TiledJob& j) {
+  return rows >= 1 && (rows + 7) / 8 <= 65535 && j.blocks <= 0x7fffffffu;
+}
+
+}  // namespace
+
+int gemm_tiled_kind(const dk::GemmK& k) {
+  if (k.out < 1 || !aligned(k.x, 16) || k.x_stride % 4 != 0) return 0;
+  return unit_kind(k.w, k.in);
+}
+
+bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k) {
+  const int kind = gemm_tiled_kind(k);
+  if (kind == 0) return false;
+  TiledJobs jobs;
+  jobs.job[jobs.n++] = plan(k, rows, rows, kind);
+  if (!fits(rows, jobs.job[0])) return false;
+  launch_kind(kind, jobs);
+  return true;
+}
+
+// Several GEMMs (dk::Batched) in one launch where the tiled kernel takes them all in one weight
+// kind; else each on its own (tiled or the warp kernel: then more than one launch).
+bool launch(int64_t, const dk::Batched<dk::GemmK>& b) {
+  const int kind = b.n > 0 ? gemm_tiled_kind(b.body[0]) : 0;
+  TiledJobs jobs;
+  bool together = kind != 0;
+  int64_t most = 0;
+  for (int j = 0; j < b.n; ++j) most = std::max(most, b.count[j] / std::max<int64_t>(b.body[j].out, 1));
+  for (int j = 0; j < b.n && together; ++j) {
+    const dk::GemmK& k = b.body[j];
+    const int64_t rows = b.count[j] / k.out;
+    together = gemm_tiled_kind(k) == kind && b.count[j] % k.out == 0;
+    if (together) jobs.job[jobs.n++] = plan(k, rows, most, kind);
+    together = together && fits(rows, jobs.job[j]);
+  }
+  if (together) {
+    launch_kind(kind, jobs);
+    return true;
+  }
+  for (int j = 0; j < b.n; ++j)
+    if (!launch(b.count[j], b.body[j])) return false;  // (the warp kernel takes every GemmK)
+  return true;
+}
+
+}  // namespace dsv41::fast

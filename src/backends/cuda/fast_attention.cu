@@ -124,7 +124,7 @@ bool allow_smem(Kernel* kernel, size_t bytes) {
 // body skips it): adding +0 changes nothing but the sign of a zero sum, which the output's
 // 0.0f + win + sel does not keep.
 constexpr int kLogitHeads = 16, kLogitSlots = 16, kLogitChunk = 64;
-constexpr int kValHeads = kWarps, kValChans = 32, kValSlots = 32;
+constexpr int kValHeads = kWarps, kValChans = 32, kValSlots = 64;
 
 __host__ __device__ inline int64_t logit_blocks(const dk::AttnGeom& g) {
   return g.T * cdiv(g.H, kLogitHeads) * cdiv(g.L, kLogitSlots);
@@ -132,9 +132,9 @@ __host__ __device__ inline int64_t logit_blocks(const dk::AttnGeom& g) {
 __host__ __device__ inline int64_t value_blocks(const dk::AttnGeom& g) {
   return g.T * cdiv(g.H, kValHeads) * cdiv(g.D, kValChans);
 }
-size_t value_smem(int64_t L) { return size_t(kValHeads * L) * sizeof(float) + size_t(L); }
+size_t value_smem(int64_t L) { return size_t(L); }
 constexpr size_t kValueStatic = kValSlots * (kValChans + 1) * sizeof(double) + kValHeads * kValSlots * sizeof(double) +
-                                kValSlots * sizeof(dk::KeyRow) + 64;
+                                kValSlots * sizeof(dk::KeyRow) + kValHeads * (32 * sizeof(float) + 12) + 64;
 
 __global__ void __launch_bounds__(kThreads) attn_logits_kernel(const dk::AttnBatch b) {
   __shared__ double qd[kLogitHeads][kLogitChunk + 1];
@@ -176,10 +176,13 @@ __global__ void __launch_bounds__(kThreads) attn_logits_kernel(const dk::AttnBat
 }
 
 __global__ void __launch_bounds__(kThreads) attn_values_kernel(const dk::AttnBatch b) {
-  extern __shared__ float4 dyn_value[];
+  extern __shared__ uint8_t present[];  // [L]
   __shared__ double vd[kValSlots][kValChans + 1];
   __shared__ double pd[kValHeads][kValSlots];
   __shared__ dk::KeyRow rows[kValSlots];
+  __shared__ float eb[kValHeads][32];
+  __shared__ float mh[kValHeads];
+  __shared__ double dh[kValHeads];
   int64_t blk = blockIdx.x;
   int j = 0;
   while (j + 1 < b.n && blk >= value_blocks(b.jobs[j].g)) blk -= value_blocks(b.jobs[j++].g);
@@ -188,28 +191,32 @@ __global__ void __launch_bounds__(kThreads) attn_values_kernel(const dk::AttnBat
   const int64_t c0 = (blk % chunks) * kValChans, hg = (blk / chunks) % groups, i = blk / chunks / groups;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int L = int(g.L);
-  float* e = reinterpret_cast<float*>(dyn_value) + warp * L;                        // [kValHeads][L]
-  uint8_t* present = reinterpret_cast<uint8_t*>(reinterpret_cast<float*>(dyn_value) + kValHeads * L);  // [L]
+  const float* logits = b.jobs[j].logits + (i * g.H + hg * kValHeads) * g.L;  // the group's first head
   for (int s = tid; s < L; s += kThreads) present[s] = g.key(i, s) ? 1 : 0;
   __syncthreads();
   const int64_t h = hg * kValHeads + warp;
   const bool head = h < g.H;
-  double denom = 0;
-  if (head) {  // AttnSoftmaxK for (i, h): e = expf(l − m) where present, +0 elsewhere
-    const float* l = b.jobs[j].logits + (i * g.H + h) * g.L;
+  if (head) {  // AttnSoftmaxK's max and denominator for (i, h); e = expf(l − m) where present
+    const float* l = logits + int64_t(warp) * g.L;
     const float sink = b.sink[h];
     float mx = -INFINITY;
     for (int s = lane; s < L; s += 32)
       if (present[s]) mx = fmaxf(mx, l[s]);
     const float m = fmaxf(sink, warp_max(mx));
-    for (int s = lane; s < L; s += 32) e[s] = present[s] ? expf(l[s] - m) : 0.0f;
-    __syncwarp();
-    if (lane == 0) {
-      denom = exp(double(sink - m));
-#pragma unroll 8
-      for (int s = 0; s < L; ++s) denom += e[s];  // +0 for an absent slot: no change
+    double denom = exp(double(sink - m));
+    for (int s0 = 0; s0 < L; s0 += 32) {  // 32 exps at a time, added by lane 0 in slot order
+      eb[warp][lane] = s0 + lane < L && present[s0 + lane] ? expf(l[s0 + lane] - m) : 0.0f;
+      __syncwarp();
+      if (lane == 0) {
+        const int n = min(32, L - s0);
+        for (int q = 0; q < n; ++q) denom += eb[warp][q];  // +0 for an absent slot: no change
+      }
+      __syncwarp();
     }
-    denom = __shfl_sync(kFull, denom, 0);
+    if (lane == 0) {
+      mh[warp] = m;
+      dh[warp] = denom;
+    }
   }
   // AttnValuesK for (i, h, c0 + lane): slots in ascending order, window and selected apart.
   const int64_t nwin = g.start + i - g.lo(i) + 1;
@@ -219,8 +226,14 @@ __global__ void __launch_bounds__(kThreads) attn_values_kernel(const dk::AttnBat
     const bool any = __syncthreads_or(tid < kValSlots && s0 + tid < L && present[s0 + tid]);
     if (!any) continue;
     if (tid < kValSlots) rows[tid] = s0 + tid < L && present[s0 + tid] ? g.key(i, s0 + tid) : dk::KeyRow{};
-    // Probabilities of the tile (AttnSoftmaxK's float(e / denom)): warp = head, lane = slot.
-    pd[warp][lane] = head && s0 + lane < L && present[s0 + lane] ? double(float(e[s0 + lane] / denom)) : 0.0;
+    // The tile's probabilities, AttnSoftmaxK's float(expf(l − m) / denom) (the same exps the
+    // denominator added).
+    for (int x = tid; x < kValHeads * kValSlots; x += kThreads) {
+      const int hh = x / kValSlots, s = s0 + x % kValSlots;
+      pd[hh][x % kValSlots] = hg * kValHeads + hh < g.H && s < L && present[s]
+                                  ? double(float(expf(logits[int64_t(hh) * g.L + s] - mh[hh]) / dh[hh]))
+                                  : 0.0;
+    }
     __syncthreads();
     for (int x = tid; x < kValSlots * kValChans; x += kThreads) {
       const int s = x / kValChans, cc = x % kValChans;
@@ -230,7 +243,9 @@ __global__ void __launch_bounds__(kThreads) attn_values_kernel(const dk::AttnBat
     if (head && c < g.D) {
       const int n = min(kValSlots, L - s0);
       const int nw = nwin - s0 < 0 ? 0 : nwin - s0 > n ? n : int(nwin - s0);
+#pragma unroll 4
       for (int s = 0; s < nw; ++s) win += pd[warp][s] * vd[s][lane];
+#pragma unroll 4
       for (int s = nw; s < n; ++s) sel += pd[warp][s] * vd[s][lane];
     }
     __syncthreads();  // the tile is read before the next one is staged

@@ -486,13 +486,13 @@ TEST(FastKernelsCuda, SinkAttentionMatchesSimple) {
   CudaExec ex;
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(45);
-  // T × H × D, window, top-k, start, floor, main rows G.
+  // T × H × D, window, top-k, start, floor, main rows G. The last case: a long top-k (L = 1,264).
   struct Case {
     int64_t T, H, D, win, k, start, floor, G;
   };
   for (const Case& c : {Case{1, 4, 128, 64, 64, 300, 0, 150}, Case{1, 1, 16, 6, 4, 0, 0, 3},
                         Case{6, 3, 130, 8, 5, 20, 17, 10}, Case{40, 4, 128, 64, 64, 70, 0, 40},
-                        Case{3, 2, 33, 5, 0, 9, 0, 0}}) {
+                        Case{3, 2, 33, 5, 0, 9, 0, 0}, Case{2, 4, 128, 64, 1200, 1500, 0, 1300}}) {
     const int64_t first = std::max(c.floor, c.start - (c.win - 1)), nkeys = c.start + c.T - first;
     const auto keys = kc::randn(rng, nkeys * c.D), q = kc::randn(rng, c.T * c.H * c.D, 0.3f);
     const auto main = kc::randn(rng, std::max<int64_t>(c.G, 1) * c.D), sink = kc::randn(rng, c.H);

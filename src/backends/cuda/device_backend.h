@@ -277,6 +277,8 @@ class DeviceBackend : public Backend {
   dk::DevWeight put(const WeightRef& w, int64_t n);  // n: elements of a float32 / bf16 view
   dk::DevWeight put(const QuantWeights& q);           // the stored bytes and scales as they are
   dk::DevWeight put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16, const QuantWeights& quant = {});
+  template <class BlockDev>
+  void put_block(const LayerWeights& L, bool has_shared, BlockDev& D);  // what layers and drafter stages share
   void gemm(const float* x, int64_t xs, int64_t rows, int64_t in, dk::DevWeight w, int64_t out, float* y, int64_t ys);
   void gemm(const float* x, int64_t rows, int64_t in, dk::DevWeight w, int64_t out, float* y) {
     gemm(x, in, rows, in, w, out, y, out);

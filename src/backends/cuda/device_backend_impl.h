@@ -60,6 +60,41 @@ dk::DevWeight DeviceBackend<Exec>::put(const std::vector<float>& f32, const std:
   return {put(f32), nullptr};
 }
 
+// The weights a backbone layer (LayerDev) and a drafter stage (DraftStageDev) have in common:
+// attention projections and norms, the sink, the block's norms, mHC, router and experts.
+template <class Exec>
+template <class BlockDev>
+void DeviceBackend<Exec>::put_block(const LayerWeights& L, bool has_shared, BlockDev& D) {
+  const AttentionWeights& a = L.attn;
+  D.wq_a = put(a.wq_a, a.bf16.wq_a, a.quant_wq_a);
+  D.wq_b = put(a.wq_b, a.bf16.wq_b, a.quant_wq_b);
+  D.wkv = put(a.wkv, a.bf16.wkv, a.quant_wkv);
+  D.wo_a = put(a.wo_a, a.bf16.wo_a, a.quant_wo_a);
+  D.wo_b = put(a.wo_b, a.bf16.wo_b, a.quant_wo_b);
+  D.q_norm = put(a.q_norm);
+  D.kv_norm = put(a.kv_norm);
+  D.sink = put(a.attn_sink);
+  D.attn_norm = put(L.attn_norm);
+  D.ffn_norm = put(L.ffn_norm);
+  D.hca_fn = put(L.hc_attn_fn);
+  D.hca_base = put(L.hc_attn_base);
+  D.hca_scale = put(L.hc_attn_scale);
+  D.hcf_fn = put(L.hc_ffn_fn);
+  D.hcf_base = put(L.hc_ffn_base);
+  D.hcf_scale = put(L.hc_ffn_scale);
+  D.gate = put(L.gate);
+  D.gate_bias = put(L.gate_bias);
+  std::vector<dk::ExpertW> table;
+  for (const ExpertStore& e : L.experts)
+    table.push_back({put(e.w1.ref(), elements(e.w1)), put(e.w3.ref(), elements(e.w3)), put(e.w2.ref(), elements(e.w2))});
+  if (!table.empty()) D.experts = put(table.data(), int64_t(table.size()));
+  if (has_shared) {
+    const ExpertStore& s = L.shared;
+    const dk::ExpertW sw{put(s.w1.ref(), elements(s.w1)), put(s.w3.ref(), elements(s.w3)), put(s.w2.ref(), elements(s.w2))};
+    D.shared = put(&sw, 1);
+  }
+}
+
 template <class Exec>
 DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
   for (F32* b : {&x_, &x2_, &p_, &h_, &c_, &q_, &kv_, &o_, &a_, &pre_a_, &post_a_, &comb_a_, &post_b_,
@@ -91,14 +126,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
     const LayerWeights& L = model.layer(l);
     const AttentionWeights& w = L.attn;
     LayerDev D;
-    D.wq_a = put(w.wq_a, w.bf16.wq_a, w.quant_wq_a);
-    D.wq_b = put(w.wq_b, w.bf16.wq_b, w.quant_wq_b);
-    D.wkv = put(w.wkv, w.bf16.wkv, w.quant_wkv);
-    D.wo_a = put(w.wo_a, w.bf16.wo_a, w.quant_wo_a);
-    D.wo_b = put(w.wo_b, w.bf16.wo_b, w.quant_wo_b);
-    D.q_norm = put(w.q_norm);
-    D.kv_norm = put(w.kv_norm);
-    D.sink = put(w.attn_sink);
+    put_block(L, model.moe_shape().has_shared, D);
     D.c_wkv = put(w.compressor_wkv);
     D.c_wgate = put(w.compressor_wgate);
     D.c_norm = put(w.compressor_norm);
@@ -106,26 +134,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
     D.i_knorm = put(w.indexer_k_norm);
     D.i_wqb = put(w.indexer_wq_b, {}, w.quant_indexer_wq_b);
     D.i_wproj = put(w.indexer_weights_proj);
-    D.attn_norm = put(L.attn_norm);
-    D.ffn_norm = put(L.ffn_norm);
-    D.hca_fn = put(L.hc_attn_fn);
-    D.hca_base = put(L.hc_attn_base);
-    D.hca_scale = put(L.hc_attn_scale);
-    D.hcf_fn = put(L.hc_ffn_fn);
-    D.hcf_base = put(L.hc_ffn_base);
-    D.hcf_scale = put(L.hc_ffn_scale);
-    D.gate = put(L.gate);
-    D.gate_bias = put(L.gate_bias);
     D.gate_bias_vl = put(L.gate_bias_vl);
-    std::vector<dk::ExpertW> table;
-    for (const ExpertStore& e : L.experts)
-      table.push_back({put(e.w1.ref(), elements(e.w1)), put(e.w3.ref(), elements(e.w3)), put(e.w2.ref(), elements(e.w2))});
-    if (!table.empty()) D.experts = put(table.data(), int64_t(table.size()));
-    if (model.moe_shape().has_shared) {
-      const ExpertStore& s = L.shared;
-      const dk::ExpertW sw{put(s.w1.ref(), elements(s.w1)), put(s.w3.ref(), elements(s.w3)), put(s.w2.ref(), elements(s.w2))};
-      D.shared = put(&sw, 1);
-    }
     const EngramWeights ew = L.engram();
     if (ew.wkv.f32 || ew.wkv.is_quant()) {  // float32 when widened, else the stored FP8 bytes
       D.e_wkv = put(ew.wkv, int64_t(es.hc + 1) * d * es.columns * es.head_dim);

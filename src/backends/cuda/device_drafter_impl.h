@@ -27,35 +27,8 @@ void DeviceBackend<Exec>::upload_drafter(const DrafterWeights& w) {
   S.rows.resize(w.stages.size());
   for (auto& r : S.rows) r.bind(&ex_);
   for (const LayerWeights& L : w.stages) {
-    const AttentionWeights& a = L.attn;
     DraftStageDev D;
-    D.wq_a = put(a.wq_a, a.bf16.wq_a, a.quant_wq_a);
-    D.wq_b = put(a.wq_b, a.bf16.wq_b, a.quant_wq_b);
-    D.wkv = put(a.wkv, a.bf16.wkv, a.quant_wkv);
-    D.wo_a = put(a.wo_a, a.bf16.wo_a, a.quant_wo_a);
-    D.wo_b = put(a.wo_b, a.bf16.wo_b, a.quant_wo_b);
-    D.q_norm = put(a.q_norm);
-    D.kv_norm = put(a.kv_norm);
-    D.sink = put(a.attn_sink);
-    D.attn_norm = put(L.attn_norm);
-    D.ffn_norm = put(L.ffn_norm);
-    D.hca_fn = put(L.hc_attn_fn);
-    D.hca_base = put(L.hc_attn_base);
-    D.hca_scale = put(L.hc_attn_scale);
-    D.hcf_fn = put(L.hc_ffn_fn);
-    D.hcf_base = put(L.hc_ffn_base);
-    D.hcf_scale = put(L.hc_ffn_scale);
-    D.gate = put(L.gate);
-    D.gate_bias = put(L.gate_bias);
-    std::vector<dk::ExpertW> table;
-    for (const ExpertStore& e : L.experts)
-      table.push_back({put(e.w1.ref(), elements(e.w1)), put(e.w3.ref(), elements(e.w3)), put(e.w2.ref(), elements(e.w2))});
-    if (!table.empty()) D.experts = put(table.data(), int64_t(table.size()));
-    if (w.shape.moe.has_shared) {
-      const ExpertStore& s = L.shared;
-      const dk::ExpertW sw{put(s.w1.ref(), elements(s.w1)), put(s.w3.ref(), elements(s.w3)), put(s.w2.ref(), elements(s.w2))};
-      D.shared = put(&sw, 1);
-    }
+    put_block(L, w.shape.moe.has_shared, D);
     S.stages.push_back(D);
   }
   S.main_proj = put(w.main_proj.ref(), elements(w.main_proj));

@@ -113,6 +113,10 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   if (!model.drafter())
     return fail(invalid_argument(model.drafter_note().empty() ? "the model has no DSpark drafter (no mtp.* stages)"
                                                               : model.drafter_note()));
+  // Every mode checked against the drafter's block before the first round, not after minutes of it.
+  for (const std::string& m : o.modes)
+    if (auto mode = parse_dspark_mode(m, std::max(1, model.config().dspark_block_size)); !mode.ok())
+      return fail(mode.status().with_context("--dspark-modes"));
   auto tok = Tokenizer::load(dir + "/tokenizer.json");
   if (!tok.ok()) return fail(tok.status());
   auto reqs = read_requests(o.requests, *tok, model, o.max_tokens);

@@ -77,6 +77,12 @@ TEST(CliBenchDspark, BadOptionsAreErrors) {
     const testing::CliResult r = testing::run_cli("bench -m " + kMini + " --dspark" + args, testing::Stderr::kMerge);
     EXPECT_NE(r.code, 0) << args << ": " << r.out;
   }
+  // A draft length beyond the drafter's block is refused before any round runs.
+  const testing::CliResult r =
+      testing::run_cli("bench -m " + kMini + " --dspark --dspark-modes off,9", testing::Stderr::kMerge);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--dspark-modes"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("round 1"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/backend_choice.h"
 #include "app/command.h"
 #include "app/dspark_flag.h"
 #include "app/gpus_flag.h"
@@ -25,7 +26,6 @@
 #include "app/load_options.h"
 #include "app/cache_open.h"
 #include "app/option_checks.h"
-#include "backends/cpu/cpu_backend.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
 #include "plan/replay_rule.h"
@@ -46,7 +46,7 @@ int serve_main(int argc, char** argv) {
   int64_t ping_ms = 2000;
   int64_t ctx = 4096, prefill_chunk = 512, max_queue = 64, max_body_mb = 8, shutdown_timeout = 10;
   bool quiet = false, cache_sync = false;
-  std::string cache_dir, image_dir;
+  std::string cache_dir, image_dir, backend_name = "cpu";
   int64_t cache_chunk = 256;
   int live_turns = 4;
   cli.add_option("-m,--model", dir, "model directory (config.json, safetensors, tokenizer.json)")->required();
@@ -74,6 +74,9 @@ int serve_main(int argc, char** argv) {
   cli.add_option("--sse-ping-ms", ping_ms, "a stream with nothing to send for this long gets a ': ping' comment")
       ->check(in_range<int64_t>(1, 3600000));
   cli.add_option("--threads", threads, "CPU threads for the model (0 = all cores)")->check(in_range(0, 1024));
+  cli.add_option("--backend", backend_name, std::string("what computes the forward: ") + kBackendNames +
+                 " (app/backend_choice.h); with cuda an image tower runs on the GPU too")
+      ->check(CLI::IsMember({"cpu", "cuda", "device-emulation"}));
   cli.add_option("--cache-dir", cache_dir, "prefix cache: serve prompts through the SSD store and DRAM pool (docs/STORE.md)");
   cli.add_option("--cache-chunk", cache_chunk, "tokens per cached chunk (even; a store per chunk size)")
       ->check(in_range<int64_t>(2, 65536));
@@ -98,7 +101,7 @@ int serve_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 serve: %s\n", m.c_str());
     return 2;
   };
-  if (Status st = gpus.apply("serve", nullptr); !st.ok()) return usage_error(st.to_string());
+  if (Status st = gpus.apply("serve", &backend_name); !st.ok()) return usage_error(st.to_string());
   auto depth = parse_prefill_depth(depth_name);
   if (!depth.ok()) return usage_error("--depth: " + depth.status().message());
   if (cache_chunk % 2 != 0) return usage_error("--cache-chunk " + std::to_string(cache_chunk) + " must be even");
@@ -189,7 +192,9 @@ int serve_main(int argc, char** argv) {
   lo.scheduler.max_prefill_tokens = prefill_chunk;
   lo.scheduler.eos_token_id = config.eos_token_id;
   apply_dspark(*dspark, **model, eo, lo.scheduler);
-  auto engine = Engine::create(std::make_unique<CpuBackend>(**model), (*model)->engram_tables(), eo);
+  auto backend = make_backend(backend_name, **model);
+  if (!backend.ok()) return fail(backend.status());
+  auto engine = Engine::create(std::move(*backend), (*model)->engram_tables(), eo);
   if (!engine.ok()) return fail(engine.status());
   lo.max_queue = max_queue;
   // The prefix-cache tiers: the SSD store (null when it cannot be opened: logged, served cold)
@@ -216,15 +221,21 @@ int serve_main(int argc, char** argv) {
     auto vm = load_vision_model(dir, config);
     if (!vm.ok()) return fail(vm.status());
     vision = std::move(*vm);
-    encoder = std::make_unique<server::VisionEncoder>(*vision, vision_threads > 0 ? vision_threads : hardware_threads());
+    std::string note;
+    auto tower = make_vision_encoder(backend_name, *vision, &note);
+    if (!tower.ok()) return fail(tower.status());
+    if (!note.empty()) std::fprintf(stderr, "dsv41 serve: %s\n", note.c_str());
+    encoder = std::make_unique<server::VisionEncoder>(*vision, vision_threads > 0 ? vision_threads : hardware_threads(),
+                                                      ImageLimits{}, std::move(*tower));
     api.set_vision(encoder.get());
   }
   auto loop = server::EngineLoop::start(**engine, lo, &api.metrics());
   if (!loop.ok()) return fail(loop.status());
   api.attach(*tok, **loop, config);
   loop_ptr = loop->get();
-  std::fprintf(stderr, "dsv41 serve: ready: http://%s:%d/v1 serves '%s' (parallel %d, context %lld)\n",
-               so.host.c_str(), api.port(), so.model_name.c_str(), parallel, static_cast<long long>(ctx));
+  std::fprintf(stderr, "dsv41 serve: ready: http://%s:%d/v1 serves '%s' (parallel %d, context %lld, backend %s)\n",
+               so.host.c_str(), api.port(), so.model_name.c_str(), parallel, static_cast<long long>(ctx),
+               (*engine)->backend().name().c_str());
   http.join();
   signals.join();
   loop->reset();

@@ -29,7 +29,7 @@ Status GpusFlag::apply(const std::string& command, std::string* backend) const {
                        "yet (docs/PARALLEL.md). Run on one GPU with --gpus 1");
   if (!backend)
     return unsupported(flag + ": dsv41 " + command +
-                       " runs the CPU engine only; the single-GPU backend is on run and generate (--gpus 1 or "
+                       " runs the CPU engine only; the single-GPU backend is on run, generate and serve (--gpus 1 or "
                        "--backend cuda)");
   if (*backend != "cpu" && *backend != "cuda")
     return invalid_argument(flag + " runs the cuda backend, not --backend " + *backend);

@@ -1,8 +1,8 @@
 // `--gpus N` of run, generate, bench and serve (issue 17; docs/PARALLEL.md): how many GPUs the
 // command runs on. Checked before anything is loaded:
 //   not given  what the command does today (the CPU engine, or --backend's choice)
-//   1          the single-GPU backend (run / generate: as --backend cuda; bench / serve run only
-//              the CPU engine and say so)
+//   1          the single-GPU backend (run / generate / serve: as --backend cuda; bench runs only
+//              the CPU engine and says so)
 //   N ≥ 2      refused with the reason: the expert-parallel MoE exchange is written and tested for
 //              the CPU engine's ranks and NCCL, but the CUDA backend does not run it yet
 //   N > the GPUs present (counted through the NVIDIA driver, loaded at run time): refused,

@@ -16,7 +16,7 @@ using testing::Stderr;
 
 TEST(CliGpus, EveryCommandRefusesWhatItCannotRun) {
   const char* cases[] = {"run -m /nonexistent -p hi --gpus 2", "generate -m /nonexistent --requests /nonexistent --gpus 3",
-                         "bench -m /nonexistent --gpus 1", "serve -m /nonexistent --gpus 1",
+                         "bench -m /nonexistent --gpus 1", "serve -m /nonexistent --gpus 2",
                          "run -m /nonexistent -p hi --gpus 1024"};
   for (const char* args : cases) {
     const auto r = run_cli(args, Stderr::kMerge);

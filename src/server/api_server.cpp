@@ -216,6 +216,10 @@ void ApiServer::routes() {
       g.sequences = s.pool.sequences;
       g.engine_steps = s.steps;
       g.engine_busy_seconds = s.busy_seconds;
+      g.dspark_drafting_steps = s.drafting_steps;
+      g.dspark_drafts_verified = s.drafts_verified;
+      g.dspark_drafts_accepted = s.drafts_accepted;
+      g.dspark_drafter_seconds = s.drafter_seconds;
     }
     metrics_.count_request("/metrics", 200);
     res.status = 200;

@@ -382,6 +382,11 @@ void EngineLoop::run() {
       stats_.running = scheduler_->active();
       stats_.waiting = scheduler_->queued() + static_cast<int64_t>(inbox_.size() + cache_queue_.size());
       stats_.pool = engine_.pool_stats();
+      const DsparkStats& d = scheduler_->dspark_stats();
+      stats_.drafting_steps = d.drafting_steps;
+      stats_.drafts_verified = d.verified;
+      stats_.drafts_accepted = d.accepted;
+      stats_.drafter_seconds = d.draft_ms / 1000.0;
     }
     if (stopping && live_.empty() && cache_queue_.empty()) {
       std::lock_guard lock(mu_);

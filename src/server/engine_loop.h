@@ -107,6 +107,9 @@ struct LoopStats {
   // server's overhead into engine work and everything around it (docs/SERVER.md).
   int64_t steps = 0;
   double busy_seconds = 0;
+  // DSpark (--dspark): steps whose drafter ran, drafts verified and accepted, the drafter's wall time.
+  int64_t drafting_steps = 0, drafts_verified = 0, drafts_accepted = 0;
+  double drafter_seconds = 0;
 };
 
 class EngineLoop {

@@ -138,6 +138,16 @@ std::string Metrics::render(const GaugeValues& g) const {
          static_cast<double>(g.engine_steps), &out);
   scalar("dsv41_engine_busy_seconds_total", "Wall time inside engine steps (utilisation = rate of this).", "counter",
          g.engine_busy_seconds, &out);
+  // DSpark (zero with --dspark off): acceptance = accepted / verified; the drafter's share of the
+  // engine's time = the rate of drafter seconds against that of busy seconds.
+  scalar("dsv41_dspark_drafting_steps_total", "Engine steps whose DSpark drafter ran.", "counter",
+         static_cast<double>(g.dspark_drafting_steps), &out);
+  scalar("dsv41_dspark_drafts_verified_total", "Draft tokens verified by the target model.", "counter",
+         static_cast<double>(g.dspark_drafts_verified), &out);
+  scalar("dsv41_dspark_drafts_accepted_total", "Draft tokens accepted (emitted without a step of their own).",
+         "counter", static_cast<double>(g.dspark_drafts_accepted), &out);
+  scalar("dsv41_dspark_drafter_seconds_total", "Wall time inside the DSpark drafter.", "counter",
+         g.dspark_drafter_seconds, &out);
   return out;
 }
 

@@ -38,6 +38,8 @@ struct GaugeValues {
   int64_t kv_main_bytes = 0, kv_index_bytes = 0, kv_budget_bytes = 0, sequences = 0;
   int64_t engine_steps = 0;
   double engine_busy_seconds = 0;
+  int64_t dspark_drafting_steps = 0, dspark_drafts_verified = 0, dspark_drafts_accepted = 0;
+  double dspark_drafter_seconds = 0;
 };
 
 class Metrics {

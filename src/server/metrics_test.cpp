@@ -27,6 +27,8 @@ TEST(Metrics, PrometheusTextFormat) {
   g.running = 2;
   g.kv_main_bytes = 1234;
   g.engine_steps = 7;
+  g.dspark_drafts_verified = 9;
+  g.dspark_drafts_accepted = 5;
   const std::string text = m.render(g);
   std::istringstream in(text);
   std::string line;
@@ -55,6 +57,8 @@ TEST(Metrics, PrometheusTextFormat) {
   EXPECT_NE(text.find("dsv41_requests_running 2\n"), std::string::npos);
   EXPECT_NE(text.find("dsv41_kv_main_bytes 1234\n"), std::string::npos);
   EXPECT_NE(text.find("dsv41_engine_steps_total 7\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv41_dspark_drafts_verified_total 9\n"), std::string::npos);
+  EXPECT_NE(text.find("dsv41_dspark_drafts_accepted_total 5\n"), std::string::npos);
 }
 
 TEST(Sse, Framing) {

@@ -5,8 +5,8 @@
 
 namespace dsv41::server {
 
-VisionEncoder::VisionEncoder(const VisionModel& model, int threads, ImageLimits limits)
-    : model_(model), limits_(limits), pool_(threads), worker_([this] { work(); }) {}
+VisionEncoder::VisionEncoder(const VisionModel& model, int threads, ImageLimits limits, dsv41::VisionEncoder tower)
+    : model_(model), limits_(limits), tower_(std::move(tower)), pool_(threads), worker_([this] { work(); }) {}
 
 VisionEncoder::~VisionEncoder() {
   {
@@ -38,7 +38,7 @@ void VisionEncoder::work() {
       continue;
     }
     lock.unlock();
-    auto r = encode_image(ex, model_, job->input.bytes, limits_, job->input.name);
+    auto r = encode_image(ex, model_, job->input.bytes, limits_, job->input.name, tower_);
     job->input.bytes = {};
     lock.lock();
     job->result = std::move(r);

@@ -9,7 +9,10 @@
 // result is dropped. Results do not depend on the thread count: the pool's chunk boundaries are
 // fixed (base/thread_pool.h), so the bits are those of the serial tower (tested).
 //
-// Owns the worker and the pool; the VisionModel is borrowed and must outlive the encoder.
+// `tower`, when given, runs the tower and aligner instead of the CPU pool (the GPU tower of
+// `dsv41 serve --backend cuda`: app/backend_choice.h make_vision_encoder); the decoding, resize
+// and placement stay on the worker. Owns the worker and the pool; the VisionModel is borrowed and
+// must outlive the encoder.
 // Thread-safe: encode() may be called from any number of threads.
 #pragma once
 
@@ -39,7 +42,8 @@ struct ImageInput {
 class VisionEncoder {
  public:
   // threads: the tower's pool, the worker thread included (< 1 means 1).
-  VisionEncoder(const VisionModel& model, int threads, ImageLimits limits = {});
+  VisionEncoder(const VisionModel& model, int threads, ImageLimits limits = {},
+                dsv41::VisionEncoder tower = {});
   // Queued images not started fail ("shutting down"); the running one finishes first.
   ~VisionEncoder();
   VisionEncoder(const VisionEncoder&) = delete;
@@ -72,6 +76,7 @@ class VisionEncoder {
 
   const VisionModel& model_;
   const ImageLimits limits_;
+  const dsv41::VisionEncoder tower_;
   ThreadPool pool_;
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable wake_;  // the worker: a job or stop

@@ -203,6 +203,10 @@ class DeviceBackend : public Backend {
   void attention_output(int layer, std::span<const RowRange> rows) override;
   void ffn(int layer, std::span<const RowRange> rows) override;
   void end_batch() override { flush_staged(); }
+  // A device error is sticky (the executor does nothing after it, logits() fills NaN): every
+  // forward from then on fails all its segments with it (the engine resets their sequences), so
+  // a caller such as the server answers each request with the error instead of NaN logits.
+  Status take_step_failure() override { return ex_.status(); }
   void logits(std::span<const int64_t> rows, float* out) override;
 
   // DSpark: the target features are taken on the device; the drafter runs there too
@@ -219,6 +223,8 @@ class DeviceBackend : public Backend {
   // Test support and the "before" of benchmarks. Off: the host drafter (both feed the same
   // SequenceCache rings, so a switch between drafts is allowed).
   void set_device_drafter(bool on) { device_drafter_ = on; }
+  // Test support: the executor (e.g. HostExec::fail, a device error in the emulation).
+  Exec& exec() { return ex_; }
 
  private:
   using F32 = DeviceArray<Exec, float>;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "backends/cuda/exec_counts.h"
 #include "base/status.h"
@@ -18,7 +19,14 @@ namespace dsv41 {
 class HostExec {
  public:
   std::string name() const { return "host (device-backend emulation)"; }
-  Status status() const { return ok_status(); }
+  // Sticky like CudaExec's: after a device error every launch and copy does nothing.
+  Status status() const { return failure_; }
+  // Test support: a device error (what a failed CUDA call does to CudaExec) at the launch that
+  // would be number `launch` of counts().launches (that launch and all after it do nothing).
+  void fail_at_launch(int64_t launch, Status error) {
+    fail_launch_ = launch;
+    pending_failure_ = std::move(error);
+  }
   const ExecCounts& counts() const { return counts_; }
   void* alloc(int64_t bytes) { return std::malloc(static_cast<size_t>(bytes > 0 ? bytes : 1)); }
   void release(void* p) { std::free(p); }
@@ -32,7 +40,11 @@ class HostExec {
   void upload_async(void* dst, const void* src, int64_t bytes) { move(dst, src, bytes, counts_.async_uploads); }
   template <class F>
   void for_each(int64_t n, const F& f) {
-    if (n <= 0) return;
+    if (n <= 0 || !failure_.ok()) return;
+    if (counts_.launches == fail_launch_) {
+      failure_ = pending_failure_;
+      return;
+    }
     ++counts_.launches;
     for (int64_t i = 0; i < n; ++i) f(i);
   }
@@ -45,11 +57,13 @@ class HostExec {
 
  private:
   void move(void* dst, const void* src, int64_t bytes, int64_t& count) {
-    if (bytes <= 0) return;
+    if (bytes <= 0 || !failure_.ok()) return;
     ++count;
     std::memcpy(dst, src, static_cast<size_t>(bytes));
   }
   ExecCounts counts_;
+  Status failure_ = ok_status(), pending_failure_ = ok_status();
+  int64_t fail_launch_ = -1;
 };
 
 }  // namespace dsv41

@@ -19,6 +19,13 @@ int64_t ConfigKeys::positive(const char* key, const char* why) {
   return v.get<int64_t>();
 }
 
+int64_t ConfigKeys::layer_count() {
+  const int64_t layers = positive("num_hidden_layers", "the layer count");
+  if (layers > kMaxLayers)
+    fail(invalid_argument(fmt::format("{}: num_hidden_layers {} is more than {}", source_, layers, kMaxLayers)));
+  return layers;
+}
+
 int64_t ConfigKeys::non_negative_or(const char* key, int64_t fallback) {
   if (!has(key)) return fallback;
   const auto& v = json_.at(key);

@@ -30,6 +30,8 @@ class ConfigKeys {
   // Optional non-negative integer ≤ kMaxCount: absent or null → `fallback`.
   int64_t non_negative_or(const char* key, int64_t fallback);
   std::string string_or(const char* key, const std::string& fallback);
+  // num_hidden_layers: required, positive, at most kMaxLayers.
+  int64_t layer_count();
   // Required list of non-negative integers ≤ kMaxCount, at most kMaxLayers of them.
   std::vector<int64_t> int_list(const char* key, const char* why);
 

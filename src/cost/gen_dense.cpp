@@ -12,27 +12,14 @@ namespace dsv41::cost_internal {
 Result<CostModel> build_dense_attention_cost(const nlohmann::json& json, const std::string& source) {
   ConfigKeys k(json, source);
   const int64_t d = k.positive("hidden_size", "the projection sizes");
-  const int64_t layers = k.positive("num_hidden_layers", "the layer count");
-  if (layers > kMaxLayers)
-    k.fail(invalid_argument(fmt::format("{}: num_hidden_layers {} is more than {}", source, layers, kMaxLayers)));
+  const int64_t layers = k.layer_count();
   const int64_t heads = k.positive("num_attention_heads", "the attention heads");
   const int64_t kv_heads = k.has("num_key_value_heads") ? k.positive("num_key_value_heads", "the KV cache") : heads;
   const int64_t head_dim = k.has("head_dim") ? k.positive("head_dim", "the KV cache") : d / heads;
   const int64_t inter = k.positive("intermediate_size", "the FFN size");
   const int64_t vocab = k.positive("vocab_size", "the output head");
-  FfnShape moe;
-  const bool has_moe = k.has("n_routed_experts");
-  int64_t first_dense = 0, moe_freq = 1;
-  if (has_moe) {
-    moe.moe = true;
-    moe.hidden = d;
-    moe.n_routed = k.positive("n_routed_experts", "the MoE router");
-    moe.top_k = k.positive("num_experts_per_tok", "the activated experts");
-    moe.moe_inter = k.positive("moe_intermediate_size", "the expert size");
-    moe.n_shared = k.non_negative_or("n_shared_experts", 0);
-    first_dense = k.non_negative_or("first_k_dense_replace", 0);
-    moe_freq = std::max<int64_t>(1, k.non_negative_or("moe_layer_freq", 1));
-  }
+  const auto [moe, first_dense, moe_freq] = read_moe_layers(k, d);
+  const bool has_moe = moe.moe;
   if (!k.status().ok()) return k.status();
   if (kv_heads > heads || heads % kv_heads != 0)
     return invalid_argument(fmt::format("{}: num_key_value_heads {} does not divide num_attention_heads {}",
@@ -76,6 +63,26 @@ Result<CostModel> build_dense_attention_cost(const nlohmann::json& json, const s
   if (has_moe) m.geometry += fmt::format(" · experts {}/{} + {} shared", moe.top_k, moe.n_routed, moe.n_shared);
   m.persistent_definition = "global KV only (every cached byte is per-token; no window state)";
   m.assumptions.push_back("KV cache in BF16 (the checkpoint dtype); no quantised KV cache in the release");
+  return m;
+}
+
+FfnShape read_routed_experts(ConfigKeys& k, int64_t hidden, int64_t shared_default) {
+  FfnShape moe;
+  moe.moe = true;
+  moe.hidden = hidden;
+  moe.n_routed = k.positive("n_routed_experts", "the MoE router");
+  moe.top_k = k.positive("num_experts_per_tok", "the activated experts");
+  moe.moe_inter = k.positive("moe_intermediate_size", "the expert size");
+  moe.n_shared = k.non_negative_or("n_shared_experts", shared_default);
+  return moe;
+}
+
+MoeLayers read_moe_layers(ConfigKeys& k, int64_t hidden) {
+  MoeLayers m;
+  if (!k.has("n_routed_experts")) return m;
+  m.moe = read_routed_experts(k, hidden, 0);
+  m.first_dense = k.non_negative_or("first_k_dense_replace", 0);
+  m.moe_freq = std::max<int64_t>(1, k.non_negative_or("moe_layer_freq", 1));
   return m;
 }
 

@@ -13,9 +13,7 @@ namespace dsv41::cost_internal {
 Result<CostModel> build_mla_cost(const nlohmann::json& json, const std::string& source, bool v32) {
   ConfigKeys k(json, source);
   const int64_t d = k.positive("hidden_size", "the projection sizes");
-  const int64_t layers = k.positive("num_hidden_layers", "the layer count");
-  if (layers > kMaxLayers)
-    k.fail(invalid_argument(fmt::format("{}: num_hidden_layers {} is more than {}", source, layers, kMaxLayers)));
+  const int64_t layers = k.layer_count();
   const int64_t heads = k.positive("num_attention_heads", "the attention heads");
   const int64_t kv_lora = k.positive("kv_lora_rank", "the MLA cache record");
   const int64_t rope = k.positive("qk_rope_head_dim", "the MLA cache record");
@@ -29,20 +27,10 @@ Result<CostModel> build_mla_cost(const nlohmann::json& json, const std::string& 
     idx_dim = k.positive("index_head_dim", "the indexer key record");
     idx_topk = k.positive("index_topk", "the sparse attention width");
   }
-  FfnShape moe;
   const bool has_moe = k.has("n_routed_experts");
-  int64_t first_dense = 0, moe_freq = 1, inter = 0;
+  int64_t inter = 0;
   if (!has_moe || k.has("first_k_dense_replace")) inter = k.non_negative_or("intermediate_size", 0);
-  if (has_moe) {
-    moe.moe = true;
-    moe.hidden = d;
-    moe.n_routed = k.positive("n_routed_experts", "the MoE router");
-    moe.top_k = k.positive("num_experts_per_tok", "the activated experts");
-    moe.moe_inter = k.positive("moe_intermediate_size", "the expert size");
-    moe.n_shared = k.non_negative_or("n_shared_experts", 0);
-    first_dense = k.non_negative_or("first_k_dense_replace", 0);
-    moe_freq = std::max<int64_t>(1, k.non_negative_or("moe_layer_freq", 1));
-  }
+  const auto [moe, first_dense, moe_freq] = read_moe_layers(k, d);
   if ((!has_moe || first_dense > 0) && inter == 0) k.positive("intermediate_size", "the dense FFN layers");
   if (!k.status().ok()) return k.status();
 

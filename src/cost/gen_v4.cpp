@@ -22,9 +22,7 @@ constexpr int64_t kV4CsaRatio = 4;
 Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& source, const CostOptions& options) {
   ConfigKeys k(json, source);
   const int64_t d = k.positive("hidden_size", "the projection sizes");
-  const int64_t layers = k.positive("num_hidden_layers", "the layer count");
-  if (layers > kMaxLayers)
-    k.fail(invalid_argument(fmt::format("{}: num_hidden_layers {} is more than {}", source, layers, kMaxLayers)));
+  const int64_t layers = k.layer_count();
   const int64_t heads = k.positive("num_attention_heads", "the attention heads");
   const int64_t head_dim = k.positive("head_dim", "the KV record");
   const int64_t rope = k.positive("qk_rope_head_dim", "the KV record (BF16 RoPE part)");
@@ -38,13 +36,7 @@ Result<CostModel> build_v4_cost(const nlohmann::json& json, const std::string& s
   const int64_t idx_topk = k.positive("index_topk", "the CSA sparse attention width");
   const int64_t hc = k.positive("hc_mult", "the mHC mixing");
   const int64_t vocab = k.positive("vocab_size", "the output head");
-  FfnShape moe;
-  moe.moe = true;
-  moe.hidden = d;
-  moe.n_routed = k.positive("n_routed_experts", "the MoE router");
-  moe.top_k = k.positive("num_experts_per_tok", "the activated experts");
-  moe.moe_inter = k.positive("moe_intermediate_size", "the expert size");
-  moe.n_shared = k.non_negative_or("n_shared_experts", 1);
+  FfnShape moe = read_routed_experts(k, d, 1);
   const int64_t hash_layers = k.non_negative_or("num_hash_layers", 0);
   if (!k.status().ok()) return k.status();
   // compress_ratios also lists the MTP/DSpark layers after the backbone; only the first

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cost/config_keys.h"
 #include "cost/cost_model.h"
 #include "format/config.h"
 #include "plan/layer_plan.h"
@@ -28,6 +29,16 @@ struct FfnShape {
   int64_t n_routed = 0, top_k = 0, n_shared = 0;
   bool gate_matmul = true;  // false for V4 hash-routed layers (expert ids looked up per token)
 };
+// The routed experts of a config in the V2/V3 keys (`n_routed_experts`, `num_experts_per_tok`,
+// `moe_intermediate_size`, `n_shared_experts` defaulting to `shared_default`): the MoE FFN's shape.
+FfnShape read_routed_experts(ConfigKeys& k, int64_t hidden, int64_t shared_default);
+// Which layers carry it, in the DeepSeek-MoE / V2 / V3 keys: the first `first_dense` are dense,
+// then every `moe_freq`-th; a config without `n_routed_experts` is dense throughout (moe.moe false).
+struct MoeLayers {
+  FfnShape moe;
+  int64_t first_dense = 0, moe_freq = 1;
+};
+MoeLayers read_moe_layers(ConfigKeys& k, int64_t hidden);
 // `dense`: operands of the dense FFN and shared experts; `experts`: of the routed experts. The
 // router is BF16 × BF16 (FP32 in the releases).
 void add_ffn_flops(OpLedger& f, const FfnShape& s, Operands dense, Operands experts);

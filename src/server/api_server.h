@@ -86,10 +86,12 @@ class ApiServer {
   // True when `model` is the one served; otherwise answers 404 (OpenAI's model_not_found).
   bool served_model(const httplib::Request& req, httplib::Response& res, const std::string& model);
 
-  // Checks the context, queues n choices of `prompt` and answers 400 / 429 itself on failure.
-  // `constraint` (may be null): constrained decoding of every choice.
+  // Checks each prompt against the context, queues n choices of every prompt (choice p·n + k is
+  // choice k of prompt p) and answers 400 / 429 itself on failure; errors name `prompt_param`
+  // (`prompt_param[p]` when there are several). `constraint` (may be null): constrained decoding
+  // of every choice.
   std::shared_ptr<Channel> submit(const httplib::Request& req, httplib::Response& res, const GenerationFields& gen,
-                                  const std::vector<int32_t>& prompt, const char* prompt_param,
+                                  std::span<const std::vector<int32_t>> prompts, const std::string& prompt_param,
                                   std::shared_ptr<const ConstraintFactory> constraint = nullptr, bool eager = true,
                                   std::shared_ptr<const ImagePrompt> images = nullptr);
 

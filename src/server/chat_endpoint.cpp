@@ -157,7 +157,7 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
   if (c.response_schema)
     constraint = std::make_shared<JsonConstraintFactory>(
         c.response_schema, trie_, JsonConstraintOptions{static_cast<int32_t>(config_->eos_token_id), thinking});
-  auto channel = submit(req, res, c.gen, prompt, "messages", constraint, c.gen.stream || !stops.empty(), images);
+  auto channel = submit(req, res, c.gen, {&prompt, 1}, "messages", constraint, c.gen.stream || !stops.empty(), images);
   if (!channel) return;
 
   std::vector<std::unique_ptr<ChoiceStream>> streams;

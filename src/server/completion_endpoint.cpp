@@ -1,5 +1,6 @@
-// POST /v1/completions (OpenAI's legacy text completions): a raw prompt (text, or token ids),
-// the same sampling options as chat, plain text out (no chat parsing).
+// POST /v1/completions (OpenAI's legacy text completions): raw prompts (text, or token ids; one
+// or a list, as evaluation harnesses send them), the same sampling options as chat, plain text
+// out (no chat parsing).
 #include <ctime>
 
 #include <nlohmann/json.hpp>
@@ -15,15 +16,18 @@ using chat::Json;
 
 class CompletionFormat final : public StreamFormat {
  public:
-  CompletionFormat(ResponseMeta meta, int choices, std::string echo, bool logprobs, bool include_usage, bool telemetry,
+  // echo: per choice, the prompt text its stream opens with (empty strings without echo).
+  CompletionFormat(ResponseMeta meta, std::vector<std::string> echo, bool logprobs, bool include_usage, bool telemetry,
                    const Tokenizer& tok)
-      : meta_(std::move(meta)), offsets_(static_cast<size_t>(choices), echo.size()), echo_(std::move(echo)),
-        logprobs_(logprobs), include_usage_(include_usage), telemetry_(telemetry), tok_(tok) {}
+      : meta_(std::move(meta)), echo_(std::move(echo)), logprobs_(logprobs), include_usage_(include_usage),
+        telemetry_(telemetry), tok_(tok) {
+    for (const std::string& e : echo_) offsets_.push_back(e.size());
+  }
 
   std::vector<std::string> opening() override {
     std::vector<std::string> out;
-    if (echo_.empty()) return out;
-    for (size_t i = 0; i < offsets_.size(); ++i) out.push_back(event(completion_chunk_json(meta_, static_cast<int>(i), echo_, Json(), "")));
+    for (size_t i = 0; i < echo_.size(); ++i)
+      if (!echo_[i].empty()) out.push_back(event(completion_chunk_json(meta_, static_cast<int>(i), echo_[i], Json(), "")));
     return out;
   }
   std::vector<std::string> delta(int choice, const ChoiceDelta& d) override {
@@ -50,11 +54,31 @@ class CompletionFormat final : public StreamFormat {
     return sse_data(dump(j));
   }
   ResponseMeta meta_;
+  std::vector<std::string> echo_;
   std::vector<size_t> offsets_;
-  std::string echo_;
   bool logprobs_, include_usage_, telemetry_;
   const Tokenizer& tok_;
 };
+
+// A prompt's token ids: text gets BOS in front, as the model was trained; token ids are taken as
+// given, checked against the vocabulary. Errors name `param`.
+std::variant<std::vector<int32_t>, ApiError> prompt_ids(const CompletionPrompt& p, const std::string& param,
+                                                        const Tokenizer& tok, const ModelConfig& config) {
+  std::vector<int32_t> prompt;
+  if (auto* text = std::get_if<std::string>(&p)) {
+    auto ids = tok.encode(*text);
+    if (!ids.ok()) return from_status(ids.status(), param);
+    prompt.push_back(static_cast<int32_t>(config.bos_token_id));
+    prompt.insert(prompt.end(), ids->begin(), ids->end());
+    return prompt;
+  }
+  prompt = std::get<std::vector<int32_t>>(p);
+  for (int32_t id : prompt)
+    if (id >= config.vocab_size)
+      return bad_field(param, param + ": token id " + std::to_string(id) + " outside the vocabulary (0.." +
+                                  std::to_string(config.vocab_size - 1) + ")");
+  return prompt;
+}
 
 }  // namespace
 
@@ -66,28 +90,22 @@ void ApiServer::completions(const httplib::Request& req, httplib::Response& res)
   if (auto* e = std::get_if<ApiError>(&parsed)) return reply_error(req, res, *e);
   CompletionRequest& c = std::get<CompletionRequest>(parsed);
   if (!served_model(req, res, c.gen.model)) return;
-  // A text prompt gets BOS in front, as the model was trained; token ids are taken as given.
-  std::vector<int32_t> prompt;
-  std::string echo;
-  if (auto* text = std::get_if<std::string>(&c.prompt)) {
-    auto ids = tokenizer_->encode(*text);
-    if (!ids.ok()) return reply_error(req, res, from_status(ids.status(), "prompt"));
-    prompt.push_back(static_cast<int32_t>(config_->bos_token_id));
-    prompt.insert(prompt.end(), ids->begin(), ids->end());
-    if (c.echo) echo = *text;
-  } else {
-    prompt = std::get<std::vector<int32_t>>(c.prompt);
-    for (int32_t id : prompt)
-      if (id >= config_->vocab_size)
-        return reply_error(req, res, bad_field("prompt", "prompt: token id " + std::to_string(id) +
-                                                             " outside the vocabulary (0.." +
-                                                             std::to_string(config_->vocab_size - 1) + ")"));
-    if (c.echo) echo = tokenizer_->decode_text(prompt);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echo;  // per choice
+  for (size_t p = 0; p < c.prompts.size(); ++p) {
+    const std::string param = c.prompts.size() == 1 ? "prompt" : "prompt[" + std::to_string(p) + "]";
+    auto ids = prompt_ids(c.prompts[p], param, *tokenizer_, *config_);
+    if (auto* e = std::get_if<ApiError>(&ids)) return reply_error(req, res, *e);
+    prompts.push_back(std::move(std::get<std::vector<int32_t>>(ids)));
+    const std::string text = !c.echo ? std::string()
+                             : std::holds_alternative<std::string>(c.prompts[p]) ? std::get<std::string>(c.prompts[p])
+                                                                                 : tokenizer_->decode_text(prompts.back());
+    echo.insert(echo.end(), static_cast<size_t>(c.gen.n), text);
   }
-  auto channel = submit(req, res, c.gen, prompt, "prompt", nullptr, c.gen.stream || !c.gen.stop.empty());
+  auto channel = submit(req, res, c.gen, prompts, "prompt", nullptr, c.gen.stream || !c.gen.stop.empty());
   if (!channel) return;
   std::vector<std::unique_ptr<ChoiceStream>> streams;
-  for (int i = 0; i < c.gen.n; ++i) {
+  for (size_t i = 0; i < echo.size(); ++i) {
     ChoiceOptions co;
     co.chat = false;
     co.stops = c.gen.stop;
@@ -96,12 +114,13 @@ void ApiServer::completions(const httplib::Request& req, httplib::Response& res)
   }
   auto driver = std::make_unique<GenerationDriver>(*loop_, channel, std::move(streams));
   ResponseMeta meta{random_id("cmpl-"), static_cast<int64_t>(std::time(nullptr)), options_.model_name, false};
-  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  int64_t n_prompt = 0;  // OpenAI's usage counts each prompt once, whatever n
+  for (const auto& p : prompts) n_prompt += static_cast<int64_t>(p.size());
   const bool logprobs = c.gen.top_logprobs >= 0;
   if (c.gen.stream) {
     metrics_.count_request("/v1/completions", 200);
     start_stream(res, std::move(driver),
-                 std::make_unique<CompletionFormat>(meta, c.gen.n, echo, logprobs, c.gen.include_usage, c.gen.telemetry, *tokenizer_),
+                 std::make_unique<CompletionFormat>(meta, std::move(echo), logprobs, c.gen.include_usage, c.gen.telemetry, *tokenizer_),
                  StreamSettings{n_prompt, c.gen.include_usage, options_.ping_interval});
     return;
   }

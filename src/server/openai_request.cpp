@@ -395,6 +395,52 @@ Parsed<ChatRequest> parse_chat_request(const Json& body, const ParseOptions& o) 
   return c;
 }
 
+namespace {
+
+// A token list (non-empty, ids in int32) at `param`.
+std::optional<ApiError> token_list(const Json& list, const std::string& param, std::vector<int32_t>* out) {
+  if (list.empty()) return bad_field(param, param + ": an empty token list");
+  for (const Json& t : list) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+      return bad_field(param, param + ": a token list must hold token ids");
+    out->push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> completion_prompts(const Json& p, int max_prompts, std::vector<CompletionPrompt>* out) {
+  const char* expected = "prompt: expected a string, a list of strings, a list of token ids or a list of token-id lists";
+  if (p.is_string()) {
+    out->push_back(p.get<std::string>());
+    return std::nullopt;
+  }
+  if (!p.is_array() || p.empty()) return bad_field("prompt", expected);
+  if (p[0].is_number_integer()) {
+    std::vector<int32_t> ids;
+    if (auto e = token_list(p, "prompt", &ids)) return e;
+    out->push_back(std::move(ids));
+    return std::nullopt;
+  }
+  if (p.size() > static_cast<size_t>(max_prompts))
+    return bad_field("prompt", "prompt: " + std::to_string(p.size()) + " prompts in one request; at most " +
+                                   std::to_string(max_prompts));
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::string param = "prompt[" + std::to_string(i) + "]";
+    if (p[i].is_string()) {
+      out->push_back(p[i].get<std::string>());
+    } else if (p[i].is_array()) {
+      std::vector<int32_t> ids;
+      if (auto e = token_list(p[i], param, &ids)) return e;
+      out->push_back(std::move(ids));
+    } else {
+      return bad_field(param, std::string(expected) + " (" + param + " is neither)");
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Parsed<CompletionRequest> parse_completion_request(const Json& body, const ParseOptions& o) {
   if (!body.is_object()) return bad_field("", "the request body must be a JSON object", "invalid_type");
   DSV41_TRY(unknown_fields(body, {"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p",
@@ -406,22 +452,7 @@ Parsed<CompletionRequest> parse_completion_request(const Json& body, const Parse
   if (c.gen.max_tokens < 0) c.gen.max_tokens = 16;  // OpenAI's default for completions
   const Json* p = find(body, "prompt");
   if (!p) return bad_field("prompt", "prompt: missing", "missing_required_parameter");
-  if (p->is_string()) {
-    c.prompt = p->get<std::string>();
-  } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
-    std::vector<int32_t> ids;
-    for (const Json& t : *p) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
-        return bad_field("prompt", "prompt: a token list must hold token ids");
-      ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
-    }
-    c.prompt = std::move(ids);
-  } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
-    c.prompt = (*p)[0].get<std::string>();
-  } else {
-    return bad_field("prompt", "prompt: expected a string, a list with one string, or a list of token ids "
-                               "(several prompts per request are not supported yet)");
-  }
+  DSV41_TRY(completion_prompts(*p, o.max_prompts, &c.prompts));
   DSV41_TRY(boolean(body, "echo", &c.echo));
   if (const Json* b = find(body, "best_of"); b && !(b->is_number_integer() && b->get<int64_t>() == c.gen.n))
     return bad_field("best_of", "best_of: not supported (only best_of = n)", "unsupported_value");

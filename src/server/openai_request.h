@@ -48,10 +48,14 @@ struct ChatRequest {
   std::shared_ptr<const JsonSchema> response_schema;
 };
 
+// One prompt of /v1/completions: text, or token ids.
+using CompletionPrompt = std::variant<std::string, std::vector<int32_t>>;
+
 struct CompletionRequest {
   GenerationFields gen;
-  // The prompt: text, or token ids.
-  std::variant<std::string, std::vector<int32_t>> prompt;
+  // OpenAI's `prompt`: a string, a list of strings, a token list or a list of token lists (as
+  // evaluation harnesses send a batch). Choice p·n + k of the answer is choice k of prompt p.
+  std::vector<CompletionPrompt> prompts;
   bool echo = false;
 };
 
@@ -60,6 +64,9 @@ struct ParseOptions {
   // OpenAI's chat models: a plain client then gets its answer in `content`.
   bool default_thinking = false;
   int max_n = 16;
+  // Prompts in one /v1/completions request (each with its n choices, all queued at once: the
+  // server's --parallel + --max-queue still bounds what one request may ask for).
+  int max_prompts = 256;
 };
 
 // Either the request or the error to answer with.

@@ -189,14 +189,36 @@ TEST(OpenAiRequest, CompletionPrompts) {
   auto a = parse_completion_request(body(R"({"model":"m","prompt":"hello","logprobs":2,"echo":true})"), o);
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(a));
   const auto& c = std::get<CompletionRequest>(a);
-  EXPECT_EQ(std::get<std::string>(c.prompt), "hello");
+  ASSERT_EQ(c.prompts.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(c.prompts[0]), "hello");
   EXPECT_EQ(c.gen.max_tokens, 16);
   EXPECT_EQ(c.gen.top_logprobs, 2);
   EXPECT_TRUE(c.echo);
   auto b = parse_completion_request(body(R"({"model":"m","prompt":[0,5,9]})"), o);
-  EXPECT_EQ(std::get<std::vector<int32_t>>(std::get<CompletionRequest>(b).prompt), (std::vector<int32_t>{0, 5, 9}));
-  auto bad = parse_completion_request(body(R"({"model":"m","prompt":["a","b"]})"), o);
-  EXPECT_EQ(std::get<ApiError>(bad).param, "prompt");
+  EXPECT_EQ(std::get<std::vector<int32_t>>(std::get<CompletionRequest>(b).prompts.at(0)), (std::vector<int32_t>{0, 5, 9}));
+  // Several prompts: strings and token lists, mixed, in order.
+  auto several = parse_completion_request(body(R"({"model":"m","prompt":["a",[3,4],"b"]})"), o);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(several));
+  const auto& ps = std::get<CompletionRequest>(several).prompts;
+  ASSERT_EQ(ps.size(), 3u);
+  EXPECT_EQ(std::get<std::string>(ps[0]), "a");
+  EXPECT_EQ(std::get<std::vector<int32_t>>(ps[1]), (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(std::get<std::string>(ps[2]), "b");
+  // Each bad one named by its index; empty lists, other types and too many prompts refused.
+  const std::pair<const char*, const char*> bad_prompts[] = {
+      {R"(["a",[1,-2]])", "prompt[1]"}, {R"(["a",7.5])", "prompt[1]"}, {R"([["x"]])", "prompt[0]"},
+      {R"([[]])", "prompt[0]"},         {R"([])", "prompt"},           {R"({"a":1})", "prompt"},
+      {R"(["a",{}])", "prompt[1]"},     {R"(null)", "prompt"}};
+  for (const auto& [prompt, param] : bad_prompts) {
+    auto bad = parse_completion_request(body(std::string(R"({"model":"m","prompt":)") + prompt + "}"), o);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(bad)) << prompt;
+    EXPECT_EQ(std::get<ApiError>(bad).param, param) << prompt;
+  }
+  ParseOptions two = o;
+  two.max_prompts = 2;
+  auto too_many = parse_completion_request(body(R"({"model":"m","prompt":["a","b","c"]})"), two);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(too_many));
+  EXPECT_NE(std::get<ApiError>(too_many).message.find("at most 2"), std::string::npos);
   auto bad2 = parse_completion_request(body(R"({"model":"m","prompt":"x","logprobs":true})"), o);
   EXPECT_EQ(std::get<ApiError>(bad2).param, "logprobs");
 }

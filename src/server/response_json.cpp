@@ -177,14 +177,14 @@ Json completion_logprobs_json(const std::vector<TokenEvent>& tokens, const Token
   return j;
 }
 
-Json completion_json(const ResponseMeta& m, const std::vector<ChoiceOutput>& out, const std::string& echo, bool logprobs,
-                     const Tokenizer& tok, const Usage& usage) {
+Json completion_json(const ResponseMeta& m, const std::vector<ChoiceOutput>& out, const std::vector<std::string>& echo,
+                     bool logprobs, const Tokenizer& tok, const Usage& usage) {
   Json choices = Json::array();
   for (size_t i = 0; i < out.size(); ++i) {
     Json c;
-    c["text"] = echo + out[i].content;
+    c["text"] = echo[i] + out[i].content;
     c["index"] = i;
-    c["logprobs"] = logprobs ? completion_logprobs_json(out[i].tokens, tok, echo.size()) : Json();
+    c["logprobs"] = logprobs ? completion_logprobs_json(out[i].tokens, tok, echo[i].size()) : Json();
     c["finish_reason"] = out[i].finish_reason;
     choices.push_back(std::move(c));
   }

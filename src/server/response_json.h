@@ -41,7 +41,8 @@ chat::Json chat_delta_json(const ChoiceDelta& d);
 
 // Text completions.
 chat::Json completion_logprobs_json(const std::vector<TokenEvent>& tokens, const Tokenizer& tok, size_t text_offset);
-chat::Json completion_json(const ResponseMeta& m, const std::vector<ChoiceOutput>& out, const std::string& echo,
+// echo: per choice, the prompt text put before its output (empty strings without echo).
+chat::Json completion_json(const ResponseMeta& m, const std::vector<ChoiceOutput>& out, const std::vector<std::string>& echo,
                            bool logprobs, const Tokenizer& tok, const Usage& usage);
 chat::Json completion_chunk_json(const ResponseMeta& m, int choice, const std::string& text, const chat::Json& logprobs,
                                  const std::string& finish_reason);

@@ -313,6 +313,37 @@ test('completions: text prompt, echo, stream and logprobs', async () => {
   assert.equal(text, full.choices[0].text);
 });
 
+test('completions: a list of prompts (as evaluation harnesses send) answers each as alone, in order', async () => {
+  const prompts = ['The quick brown', 'Once upon a', [1, 500, 600, 700]];
+  const alone = [];
+  for (const prompt of prompts) alone.push((await client.completions.create({ ...greedy, prompt })).choices[0]);
+  const batch = await client.completions.create({ ...greedy, prompt: prompts, echo: true });
+  assert.equal(batch.choices.length, 3);
+  for (const [i, c] of batch.choices.entries()) {
+    assert.equal(c.index, i);
+    const head = typeof prompts[i] === 'string' ? prompts[i] : '';
+    if (head) assert.equal(c.text, head + alone[i].text);
+    else assert.ok(c.text.endsWith(alone[i].text), c.text);
+  }
+  // Usage counts each prompt once; streamed chunks carry each choice's index.
+  const sampled = { model: MODEL_ID, max_tokens: 8, temperature: 1, seed: 5, n: 2 };
+  const two = await client.completions.create({ ...sampled, prompt: prompts.slice(0, 2) });
+  assert.deepEqual(two.choices.map((c) => c.index), [0, 1, 2, 3]);
+  // Seeded: a prompt's choices are the ones it gets alone.
+  const first = await client.completions.create({ ...sampled, prompt: prompts[0] });
+  const second = await client.completions.create({ ...sampled, prompt: prompts[1] });
+  assert.deepEqual(two.choices.map((c) => c.text), [...first.choices, ...second.choices].map((c) => c.text));
+  assert.equal(two.usage.prompt_tokens, first.usage.prompt_tokens + second.usage.prompt_tokens);
+  const texts = ['', '', '', ''];
+  for await (const c of await client.completions.create({ ...sampled, prompt: prompts.slice(0, 2), stream: true }))
+    for (const ch of c.choices) texts[ch.index] += ch.text;
+  assert.deepEqual(texts, two.choices.map((c) => c.text));
+  // More choices than --parallel + --max-queue (2 + 2): 429; a bad prompt is named by its index.
+  await assert.rejects(client.completions.create({ ...sampled, prompt: prompts }), (e) => e.status === 429);
+  await assert.rejects(client.completions.create({ ...greedy, prompt: ['a', [1, 99999999]] }),
+    (e) => e.status === 400 && e.param === 'prompt[1]');
+});
+
 test('errors: OpenAI shapes and statuses, the field named', async () => {
   const bad = async (req, status, param) =>
     assert.rejects(client.chat.completions.create(req), (e) => {

@@ -411,9 +411,13 @@ TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
   CudaExec ex;
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(43);
-  // (hc 4: the 512-thread kernel, flat 96 … 4096 = mini-flash's; other hc: the general one.)
+  // (hc 4: the 512-thread kernel, flat 96 … 4096, or with the partials scratch and few tokens the
+  // mix split over blocks: flat 1,024 … 16,384 = mini-flash's at 1 and 8 tokens, 2 … 32 slices, a
+  // last slice shorter; other hc: the general one.)
+  double* partials = dev.template zeros<double>(8 * dk::MhcCoeffChain::kMhcPartials);
   for (auto [hc, dim, T] : {std::tuple<int, int64_t, int64_t>{4, 256, 1}, {4, 24, 9}, {1, 7, 3}, {8, 33, 2}, {4, 256, 70},
-                            {4, 1024, 3}, {4, 33, 2}, {2, 64, 3}}) {
+                            {4, 1024, 3}, {4, 33, 2}, {2, 64, 3}, {4, 4096, 1}, {4, 4096, 8}, {4, 1000, 2},
+                            {4, 4096, 9}}) {
     const int64_t flat = hc * dim, mix = (2 + hc) * hc;
     const auto x = kc::randn(rng, T * flat), fn = kc::randn(rng, mix * flat, 0.1f), base = kc::randn(rng, mix);
     const std::vector<float> scale = {0.7f, 1.3f, 0.9f};
@@ -424,7 +428,7 @@ TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
     float *pre = outb, *post = pre + T * hc, *comb = post + T * hc, *r = comb + T * hc * hc;
     float* m = dev.template zeros<float>(T * mix);
     const dk::MhcCoeffChain c{dk::MhcRsqrtK{dx, flat, 1e-6f, r}, dk::MhcMixK{dx, r, dfn, flat, mix, m},
-                              dk::MhcFinishK{m, dbase, dscale, hc, 20, 1e-6f, pre, post, comb}, T};
+                              dk::MhcFinishK{m, dbase, dscale, hc, 20, 1e-6f, pre, post, comb}, T, partials, 8};
     fast_vs_simple(
         ex, [] {}, [&] { ex.run_chain(c); }, outb, n, 1e-5, "mhc coefficients " + shape({hc, dim, T}));
   }

@@ -343,13 +343,18 @@ TEST(FastKernelsCuda, RouterMatchesSimple) {
     dk::Scoring scoring;
     int64_t T, d;
     bool image;
+    bool ties = false;  // gate and bias zero: every expert scores the same (the lowest indices win)
   };
+  // (E ≤ 32 with sqrt-softplus or sigmoid: the warp selection; softmax and E 33: one thread.)
   for (const Case& c : {Case{16, 6, dk::Scoring::kSqrtSoftplus, 1, 1024, false}, Case{16, 6, dk::Scoring::kSqrtSoftplus, 9, 1024, true},
-                        Case{8, 2, dk::Scoring::kSoftmax, 5, 256, false}, Case{8, 1, dk::Scoring::kSigmoid, 3, 100, false}}) {
+                        Case{8, 2, dk::Scoring::kSoftmax, 5, 256, false}, Case{8, 1, dk::Scoring::kSigmoid, 3, 100, false},
+                        Case{32, 8, dk::Scoring::kSqrtSoftplus, 4, 64, false}, Case{33, 8, dk::Scoring::kSigmoid, 2, 64, true},
+                        Case{16, 6, dk::Scoring::kSqrtSoftplus, 2, 64, false, true},
+                        Case{20, 5, dk::Scoring::kSigmoid, 3, 64, true, true}}) {
     const float* h = dev.up(kc::randn(rng, c.T * c.d));
-    const float* gate = dev.up(kc::randn(rng, c.E * c.d, 0.05f));
-    const float* bias = dev.up(kc::randn(rng, c.E, 0.1f));
-    const float* bias_vl = dev.up(kc::randn(rng, c.E, 0.1f));
+    const float* gate = dev.up(c.ties ? std::vector<float>(size_t(c.E * c.d), 0.0f) : kc::randn(rng, c.E * c.d, 0.05f));
+    const float* bias = dev.up(c.ties ? std::vector<float>(size_t(c.E), 0.0f) : kc::randn(rng, c.E, 0.1f));
+    const float* bias_vl = dev.up(c.ties ? std::vector<float>(size_t(c.E), 0.0f) : kc::randn(rng, c.E, 0.1f));
     std::vector<uint8_t> img(c.T);
     for (int64_t t = 0; t < c.T; ++t) img[t] = uint8_t(t % 2);
     const uint8_t* is_image = dev.up(img);
@@ -364,6 +369,8 @@ TEST(FastKernelsCuda, RouterMatchesSimple) {
     ex.set_fast_kernels(false);
     ex.run_chain(chain);
     const std::vector<int32_t> want = dev.down(experts, c.T * c.k);
+    if (c.ties)
+      for (int64_t i = 0; i < c.T * c.k; ++i) EXPECT_EQ(want[size_t(i)], i % c.k) << "simple router, ties";
     fast_vs_simple(ex, [] {}, [&] { ex.run_chain(chain); }, out, c.T * (c.E + c.k), 1e-6, what);
     EXPECT_EQ(dev.down(experts, c.T * c.k), want) << what;
   }

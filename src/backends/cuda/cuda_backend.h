@@ -37,6 +37,10 @@ void cuda_backend_set_fast_kernels(Backend& backend, bool on);
 // The compressor of a layer's segments batched and published at end_batch (the default) or per
 // segment with blocking copies (DeviceBackend::set_batched_compress; the "before" in benchmarks).
 void cuda_backend_set_batched_compress(Backend& backend, bool on);
+// Decode steps as CUDA graphs (the default; DeviceBackend::set_graphs) or launched kernel by kernel
+// (the "before" in benchmarks); chunk: launches per graph (CudaExec::kGraphChunk by default), 0 for
+// the whole step. Nothing for another backend.
+void cuda_backend_set_graphs(Backend& backend, bool on, int64_t chunk = 32);
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
 // DSpark's drafter on the GPU (the default) or on the host from downloaded features
 // (DeviceBackend::set_device_drafter; the "before" in benchmarks). Nothing for another backend.

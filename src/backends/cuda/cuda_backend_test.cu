@@ -16,6 +16,7 @@
 
 #include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/backend_dspark_check.h"
+#include "backends/cuda/backend_graph_check.h"
 #include "backends/cuda/backend_device_drafter_check.h"
 #include "backends/cuda/backend_image_check.h"
 #include "backends/cuda/backend_records_check.h"
@@ -132,6 +133,24 @@ TEST(CudaBackend, DeviceRecordsEqualCacheRecords) {
   auto model = Model::load(dir);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   ts::check_device_records<CudaExec>(**model, [&] { return fresh_cuda_backend(**model); }, "cuda");
+}
+
+// Decode steps as CUDA graphs against kernel-by-kernel launches: the same logits bits and the
+// cache's records after every step (backend_graph_check.h), the whole step in one graph and cut
+// every 16 launches; 20 sequences in the last case.
+TEST(CudaBackend, DecodeGraphsEqualLaunches) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for (int64_t chunk : {0, 16})
+    ts::check_graphs<CudaExec>(
+        **model,
+        [&](bool graphs) {
+          return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_graphs(graphs, chunk); });
+        },
+        "cuda, chunk " + std::to_string(chunk), true);
 }
 
 // The device window copies against rebuilding from the host rings, bit for bit, on the GPU.

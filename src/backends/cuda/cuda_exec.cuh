@@ -1,7 +1,12 @@
-// CudaExec: the device backend's executor on a CUDA GPU. Memory from cudaMalloc, copies through
-// the legacy default stream (so every launch and copy is ordered after the previous one), one
-// thread per index of a launch running a kernel body of device_kernels.h, or the body's fast
-// kernel (fast_kernels.h) where one exists. Errors are sticky: the
+// CudaExec: the device backend's executor on a CUDA GPU. Memory from cudaMalloc; launches and
+// asynchronous uploads on the executor's own stream, blocking copies on the legacy default stream
+// (the executor's stream is a blocking one, so the two stay in order: every launch and copy runs
+// after the previous one); one thread per index of a launch running a kernel body of
+// device_kernels.h, or the body's fast kernel (fast_kernels.h) where one exists. Graphs (set_graphs,
+// on by default): between graph_begin and graph_end the launches and asynchronous uploads are
+// captured into a CUDA graph (cuda_graph.cuh) that is launched when the host next needs the device
+// (a blocking copy, an allocation, sync, graph_end, or every `chunk` launches); so a decode step
+// runs as one graph up to its logits download, with the same kernels in the same order. Errors are sticky: the
 // first failed CUDA call is kept (status()) and every later call does nothing, so a backend step
 // (which returns void, engine/backend.h) fails visibly at the next status check instead of
 // computing on garbage.
@@ -14,6 +19,7 @@
 #include <string>
 #include <typeinfo>
 
+#include "backends/cuda/cuda_graph.cuh"
 #include "backends/cuda/exec_counts.h"
 #include "backends/cuda/fast_kernels.h"
 #include "base/status.h"
@@ -44,24 +50,29 @@ class CudaExec {
   const ExecCounts& counts() const { return counts_; }
   void* alloc(int64_t bytes) {
     void* p = nullptr;
+    flush_graph();
     if (!status_.ok()) return nullptr;
     check(cudaMalloc(&p, static_cast<size_t>(bytes > 0 ? bytes : 1)), "cudaMalloc");
     return status_.ok() ? p : nullptr;
   }
   void release(void* p) {
+    flush_graph();
     if (p) cudaFree(p);
   }
   void upload(void* dst, const void* src, int64_t bytes) {
+    flush_graph();
     if (bytes <= 0 || !status_.ok()) return;
     ++counts_.uploads;
     check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyHostToDevice), "upload");
   }
   void download(void* dst, const void* src, int64_t bytes) {
+    flush_graph();
     if (bytes <= 0 || !status_.ok()) return;
     ++counts_.downloads;
     check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToHost), "download");
   }
   void copy(void* dst, const void* src, int64_t bytes) {
+    flush_graph();
     if (bytes <= 0 || !status_.ok()) return;
     ++counts_.copies;
     check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice), "copy");
@@ -71,17 +82,28 @@ class CudaExec {
   // device has run it (the caller syncs, or downloads, before reusing it).
   void* alloc_host(int64_t bytes) {
     void* p = nullptr;
+    flush_graph();
     if (!status_.ok()) return nullptr;
     check(cudaMallocHost(&p, static_cast<size_t>(bytes > 0 ? bytes : 1)), "cudaMallocHost");
     return status_.ok() ? p : nullptr;
   }
   void release_host(void* p) {
+    flush_graph();
     if (p) cudaFreeHost(p);
   }
+  // While capturing, the copy becomes a node of the graph that reads `src` when the graph runs (no
+  // earlier than now; the caller's rule above covers it); a pageable source cannot be captured and
+  // ends the capture first.
   void upload_async(void* dst, const void* src, int64_t bytes) {
     if (bytes <= 0 || !status_.ok()) return;
+    if (graph_armed_) {
+      if (pinned(src))
+        open_capture();
+      else
+        flush_graph();
+    }
     ++counts_.async_uploads;
-    check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, 0), "upload_async");
+    check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream()), "upload_async");
   }
   // Runs f for every index in [0, n): its fast kernel (fast_kernels.h) when one exists and fast
   // kernels are on, else one thread per index.
@@ -91,10 +113,13 @@ class CudaExec {
     constexpr int kThreads = 256;
     const int64_t blocks = (n + kThreads - 1) / kThreads;
     ++counts_.launches;
-    if (profiling_) check(cudaEventRecord(events_[0]), "cudaEventRecord");
-    if (!(fast_ && fast::launch(n, f))) dsv41_for_each_kernel<<<static_cast<unsigned>(blocks), kThreads>>>(n, f);
+    open_capture();
+    if (profiling_) check(cudaEventRecord(events_[0], stream()), "cudaEventRecord");
+    if (!(fast_ && fast::launch(n, f, stream())))
+      dsv41_for_each_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(n, f);
     check(cudaGetLastError(), "kernel launch");
     if (profiling_) add_time(profile_label(f));
+    count_captured();
   }
   // A chain of dependent launches (dk::MhcCoeffChain, dk::AttnChain): one fused kernel when fast
   // kernels are on and fast_kernels.h has one for it, else its simple launches.
@@ -102,11 +127,13 @@ class CudaExec {
   void run_chain(const C& c) {
     if (!status_.ok()) return;
     if (!fast_) return c.run_simple(*this);
-    if (profiling_) check(cudaEventRecord(events_[0]), "cudaEventRecord");
-    if (!fast::launch_chain(c)) return c.run_simple(*this);
+    open_capture();
+    if (profiling_) check(cudaEventRecord(events_[0], stream()), "cudaEventRecord");
+    if (!fast::launch_chain(c, stream())) return c.run_simple(*this);
     ++counts_.launches;
     check(cudaGetLastError(), "kernel launch");
     if (profiling_) add_time(typeid(C).name());
+    count_captured();
   }
   // Fast kernels on (the default) or off (every body as its simple kernel: the reference the fast
   // ones are checked against, and the "before" of benchmarks).
@@ -127,25 +154,81 @@ class CudaExec {
     profiling_ = on && status_.ok();
   }
   const std::map<std::string, KernelTime>& profile() const { return profile_; }
+  // CUDA graphs on (the default) or off (every launch on its own: the "before" of benchmarks), and
+  // the launches per graph (0: as many as come before the host needs the device). The default cuts
+  // a graph every kGraphChunk launches so that the device runs one graph while the host records the
+  // next: a whole decode step in one graph left the device idle while the host recorded it (on an
+  // H200, mini-flash batch 1: 5.04 ms a step against 3.18 launched one by one; every 32 launches:
+  // 3.19; dsv41-mini 1.74 against 1.97; docs/CUDA.md "CUDA graphs for the decode step").
+  static constexpr int64_t kGraphChunk = 32;
+  void set_graphs(bool on, int64_t chunk = kGraphChunk) {
+    graphs_on_ = on;
+    graph_chunk_ = chunk > 0 ? chunk : 0;
+  }
+  bool graphs() const { return graphs_on_; }
+  // The stretch the caller wants replayed as graphs (a decode step): launches from here until
+  // graph_end are captured (unless graphs or the executor are off, or profiling times launches).
+  void graph_begin() {
+    flush_graph();
+    graph_armed_ = graphs_on_ && !profiling_ && status_.ok();
+    graphs_.restart();
+  }
+  void graph_end() {
+    flush_graph();
+    graph_armed_ = false;
+  }
+  const StreamGraphs::Stats& graph_stats() const { return graphs_.stats(); }
   ~CudaExec() {
+    if (graphs_.capturing()) {
+      cudaGraph_t g = nullptr;
+      if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+    }
     for (cudaEvent_t e : events_)
       if (e) cudaEventDestroy(e);
+    if (stream_) cudaStreamDestroy(stream_);
   }
   CudaExec() = default;
   CudaExec(const CudaExec&) = delete;
   CudaExec& operator=(const CudaExec&) = delete;
   void sync() {
+    flush_graph();
     if (status_.ok()) check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
 
  private:
+  // The executor's stream, made at first use: a blocking stream (ordered with the legacy stream's
+  // copies), which unlike the legacy stream can be captured.
+  cudaStream_t stream() {
+    if (!stream_ && status_.ok()) check(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    return stream_;
+  }
+  static bool pinned(const void* p) {
+    cudaPointerAttributes a{};
+    const bool ok = cudaPointerGetAttributes(&a, p) == cudaSuccess;
+    if (!ok) cudaGetLastError();
+    return ok && a.type == cudaMemoryTypeHost;
+  }
+  void open_capture() {
+    if (!graph_armed_ || graphs_.capturing() || !status_.ok()) return;
+    captured_ = 0;
+    check(graphs_.begin(stream()), "cudaStreamBeginCapture");
+  }
+  void count_captured() {
+    if (graphs_.capturing() && graph_chunk_ > 0 && ++captured_ >= graph_chunk_) flush_graph();
+  }
+  // Ends an open capture and launches its graph (the device runs what was recorded so far).
+  void flush_graph() {
+    if (!graphs_.capturing()) return;
+    ++counts_.graph_launches;
+    check(graphs_.end_and_launch(stream()), "graph launch");
+  }
   void check(cudaError_t e, const char* what) {
     if (e != cudaSuccess && status_.ok())
       status_ = internal_error(std::string("cuda backend: ") + what + ": " + cudaGetErrorName(e) + " (" +
                                cudaGetErrorString(e) + ")");
   }
   void add_time(const std::string& name) {
-    check(cudaEventRecord(events_[1]), "cudaEventRecord");
+    check(cudaEventRecord(events_[1], stream()), "cudaEventRecord");
     check(cudaEventSynchronize(events_[1]), "cudaEventSynchronize");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, events_[0], events_[1]), "cudaEventElapsedTime");
@@ -158,6 +241,11 @@ class CudaExec {
   bool profiling_ = false;
   bool fast_ = true;
   cudaEvent_t events_[2] = {nullptr, nullptr};
+  cudaStream_t stream_ = nullptr;
+  StreamGraphs graphs_;
+  bool graphs_on_ = true;
+  bool graph_armed_ = false;
+  int64_t graph_chunk_ = kGraphChunk, captured_ = 0;
   std::map<std::string, KernelTime> profile_;
 };
 

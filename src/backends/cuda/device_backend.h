@@ -184,6 +184,10 @@ class DeviceBackend : public Backend {
   // Test support. Off: compress_segments runs compress per segment (download and pack at once)
   // instead of the batched, deferred path; the results are the same bits either way.
   void set_batched_compress(bool on) { batched_compress_ = on; }
+  // Decode steps as CUDA graphs (Exec::set_graphs: on by default on the GPU, emulated by deferral on
+  // HostExec where tests turn it on); off: every kernel launched on its own (the "before" of
+  // benchmarks). chunk: launches per graph (0: the whole step up to its logits download).
+  void set_graphs(bool on, int64_t chunk) { ex_.set_graphs(on, chunk); }
 
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
   Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
@@ -202,7 +206,10 @@ class DeviceBackend : public Backend {
   void index_and_attend(int layer, std::span<const SegmentAttention> jobs) override;
   void attention_output(int layer, std::span<const RowRange> rows) override;
   void ffn(int layer, std::span<const RowRange> rows) override;
-  void end_batch() override { flush_staged(); }
+  void end_batch() override {
+    flush_staged();
+    ex_.graph_end();
+  }
   // A device error is sticky (the executor does nothing after it, logits() fills NaN): every
   // forward from then on fails all its segments with it (the engine resets their sequences), so
   // a caller such as the server answers each request with the error instead of NaN logits.
@@ -396,7 +403,7 @@ class DeviceBackend : public Backend {
   bool async_in_flight_ = false;  // an upload_staged since the last blocking download / sync
   float* host_down_ = nullptr;
   int64_t host_down_cap_ = 0;
-  F32 scratch_r_, scratch_m_, mid_, logits_buf_, cmp_ab_, cmp_lat_, cmp_cos_, iq_, ihw_, scores_, bmax_, router_, hexp_, hshared_, engram_r_, engram_kv_, engram_gate_;
+  F32 scratch_r_, scratch_m_, scratch_mhc_, mid_, logits_buf_, cmp_ab_, cmp_lat_, cmp_cos_, iq_, ihw_, scores_, bmax_, router_, hexp_, hshared_, engram_r_, engram_kv_, engram_gate_;
   I32 experts_;
   DeviceArray<Exec, float> weights_;
   DeviceArray<Exec, uint8_t> mark_;

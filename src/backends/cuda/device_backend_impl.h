@@ -98,7 +98,7 @@ void DeviceBackend<Exec>::put_block(const LayerWeights& L, bool has_shared, Bloc
 template <class Exec>
 DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
   for (F32* b : {&x_, &x2_, &p_, &h_, &c_, &q_, &kv_, &o_, &a_, &pre_a_, &post_a_, &comb_a_, &post_b_,
-                 &comb_b_, &tables_, &scratch_r_, &scratch_m_, &mid_,
+                 &comb_b_, &tables_, &scratch_r_, &scratch_m_, &scratch_mhc_, &mid_,
                  &logits_buf_, &cmp_ab_, &cmp_lat_, &cmp_cos_, &iq_,
                  &ihw_, &scores_, &bmax_, &router_, &hexp_, &hshared_, &engram_r_, &engram_kv_, &engram_gate_,
                  &weights_, &stage_, &features_})
@@ -212,10 +212,14 @@ void DeviceBackend<Exec>::mhc_coefficients(const float* fn, const float* base, c
   const int64_t flat = s.hc * s.dim, mix = s.mix_width();
   scratch_r_.reserve(n);
   scratch_m_.reserve(n * mix);
+  // Partial sums for the split mix of a few tokens (decode at small batch; fast_kernels.cu).
+  constexpr int64_t kSplitTokens = 8, kFloats = kSplitTokens * dk::MhcCoeffChain::kMhcPartials * 2;
+  scratch_mhc_.reserve(kFloats);
   ex_.run_chain(dk::MhcCoeffChain{
       dk::MhcRsqrtK{x, flat, s.norm_eps, scratch_r_.data()},
       dk::MhcMixK{x, scratch_r_.data(), fn, flat, mix, scratch_m_.data()},
-      dk::MhcFinishK{scratch_m_.data(), base, scale, s.hc, s.sinkhorn_iters, s.hc_eps, pre, post, comb}, n});
+      dk::MhcFinishK{scratch_m_.data(), base, scale, s.hc, s.sinkhorn_iters, s.hc_eps, pre, post, comb}, n,
+      reinterpret_cast<double*>(scratch_mhc_.data()), kSplitTokens});
 }
 
 template <class Exec>
@@ -401,6 +405,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   const int64_t n = layout.rows, d = c.hidden_size, hc = c.hc_mult;
   const int64_t H = c.num_attention_heads, D = c.head_dim, k = model_.moe_shape().top_k;
   flush_staged();  // a caller that skipped end_batch: the caches first
+  ex_.graph_end();
   layout_ = layout;
   segments_.assign(layout.segments.begin(), layout.segments.end());
   layout_.segments = segments_;
@@ -422,6 +427,10 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   if (async_in_flight_) ex_.sync();
   async_in_flight_ = false;
   host_up_used_ = 0;
+  // A decode step (one row a segment, no image rows) is recorded as graphs and replayed from here
+  // to its logits download (Exec::graph_begin; the same launches, so the same bits); prefill and
+  // mixed batches launch kernel by kernel.
+  if (n == int64_t(segments_.size()) && !layout.types) ex_.graph_begin();
   // The batch's tables, computed on the host (Rope::cos_sin) and uploaded in one copy: tokens,
   // RoPE rows of both kinds, then per compressor ratio r the compress RoPE of the group a row
   // completes (position + 1 − r; compress_segments gathers the rows of the groups that do).

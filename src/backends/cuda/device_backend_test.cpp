@@ -15,6 +15,7 @@
 #include "backends/cuda/backend_dspark_check.h"
 #include "backends/cuda/backend_device_drafter_check.h"
 #include "backends/cuda/backend_image_check.h"
+#include "backends/cuda/backend_graph_check.h"
 #include "backends/cuda/backend_records_check.h"
 #include "backends/cuda/backend_stored_check.h"
 #include "backends/cuda/device_backend.h"
@@ -155,6 +156,26 @@ TEST(DeviceBackendHost, DeviceRecordsEqualCacheRecords) {
   ASSERT_TRUE(model.ok());
   ts::check_device_records<HostExec>(
       **model, [&] { return std::make_unique<DeviceBackend<HostExec>>(**model); }, "emulation");
+}
+
+// Decode steps as graphs (emulated on HostExec by deferring launches to the next point where the
+// host needs the device) give the launch path's logits bits and leave the cache's records, over
+// forks, a removal, rollbacks and restored snapshots; once with the whole step in one graph and
+// once (on the 12-step mixed scenario) cut every 5 launches (backend_graph_check.h).
+TEST(DeviceBackendHost, DecodeGraphsEqualLaunches) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  for (int64_t chunk : {0, 5})
+    ts::check_graphs<HostExec>(
+        **model,
+        [&](bool graphs) -> std::unique_ptr<Backend> {
+          auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+          b->set_graphs(graphs, chunk);
+          return b;
+        },
+        "emulation, chunk " + std::to_string(chunk), false, chunk != 0);
 }
 
 // The device cache byte counts: what the mirrors and window copies hold is the record sizes times

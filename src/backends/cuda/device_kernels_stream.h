@@ -115,6 +115,12 @@ struct MhcCoeffChain {
   MhcMixK mix;
   MhcFinishK finish;
   int64_t n;
+  // Scratch for a fast kernel that splits the mix over blocks (fast_kernels.cu): kMhcPartials
+  // doubles per token, for chains of up to partial_tokens tokens (null: not split). The simple
+  // launches do not use it.
+  double* partials = nullptr;
+  int64_t partial_tokens = 0;
+  static constexpr int64_t kMhcPartials = 64 * 24;
   template <class Exec>
   void run_simple(Exec& ex) const {
     ex.for_each(n, rsqrt);

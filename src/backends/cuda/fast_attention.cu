@@ -259,15 +259,15 @@ __global__ void __launch_bounds__(kThreads) attn_values_kernel(const dk::AttnBat
 
 }  // namespace
 
-bool launch(int64_t n, const dk::IndexScoreK& k) {
+bool launch(int64_t n, const dk::IndexScoreK& k, cudaStream_t s) {
   if (!index_fits(n, k)) return false;
   const int64_t blocks = index_blocks(n, k);
   if (blocks > 0x7fffffff || !allow_smem(index_kernel, index_smem(k))) return false;
-  if (blocks > 0) index_kernel<<<unsigned(blocks), kThreads, index_smem(k)>>>(k);
+  if (blocks > 0) index_kernel<<<unsigned(blocks), kThreads, index_smem(k), s>>>(k);
   return true;
 }
 
-bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b) {
+bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) {
   int64_t blocks = 0;
   size_t smem = 0;
   for (int j = 0; j < b.n; ++j) {
@@ -276,11 +276,11 @@ bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b) {
     smem = std::max(smem, index_smem(b.body[j]));
   }
   if (b.n < 1 || blocks > 0x7fffffff || !allow_smem(index_batch_kernel, smem)) return false;
-  if (blocks > 0) index_batch_kernel<<<unsigned(blocks), kThreads, smem>>>(b);
+  if (blocks > 0) index_batch_kernel<<<unsigned(blocks), kThreads, smem, s>>>(b);
   return true;
 }
 
-bool launch_attn_split(const dk::AttnBatch& b) {
+bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s) {
   int64_t lb = 0, vb = 0, L = 0;
   for (int j = 0; j < b.n; ++j) {
     const dk::AttnGeom& g = b.jobs[j].g;
@@ -291,8 +291,8 @@ bool launch_attn_split(const dk::AttnBatch& b) {
   }
   if (b.n < 1 || b.n > dk::AttnBatch::kMax || lb > 0x7fffffff || vb > 0x7fffffff) return false;
   if (value_smem(L) + kValueStatic > kSmemLimit) return false;
-  if (lb > 0) attn_logits_kernel<<<unsigned(lb), kThreads>>>(b);
-  if (vb > 0) attn_values_kernel<<<unsigned(vb), kThreads, value_smem(L)>>>(b);
+  if (lb > 0) attn_logits_kernel<<<unsigned(lb), kThreads, 0, s>>>(b);
+  if (vb > 0) attn_values_kernel<<<unsigned(vb), kThreads, value_smem(L), s>>>(b);
   return true;
 }
 

@@ -147,7 +147,7 @@ TiledJob plan(const dk::GemmK& k, int64_t rows, int64_t most, int kind) {
 }
 
 template <int kMode>
-void launch_jobs(const TiledJobs& jobs) {
+void launch_jobs(const TiledJobs& jobs, cudaStream_t s) {
   int64_t most = 0;
   unsigned blocks = 0;
   for (int j = 0; j < jobs.n; ++j) {
@@ -157,19 +157,19 @@ void launch_jobs(const TiledJobs& jobs) {
   const int tile = tile_for(most);
   const dim3 grid(blocks, unsigned(jobs.n), unsigned((most + tile - 1) / tile));
   switch (tile) {
-    case 8: gemm_tiled_kernel<kMode, 8><<<grid, kThreads>>>(jobs); break;
-    case 4: gemm_tiled_kernel<kMode, 4><<<grid, kThreads>>>(jobs); break;
-    case 2: gemm_tiled_kernel<kMode, 2><<<grid, kThreads>>>(jobs); break;
-    default: gemm_tiled_kernel<kMode, 1><<<grid, kThreads>>>(jobs); break;
+    case 8: gemm_tiled_kernel<kMode, 8><<<grid, kThreads, 0, s>>>(jobs); break;
+    case 4: gemm_tiled_kernel<kMode, 4><<<grid, kThreads, 0, s>>>(jobs); break;
+    case 2: gemm_tiled_kernel<kMode, 2><<<grid, kThreads, 0, s>>>(jobs); break;
+    default: gemm_tiled_kernel<kMode, 1><<<grid, kThreads, 0, s>>>(jobs); break;
   }
 }
 
-void launch_kind(int kind, const TiledJobs& jobs) {
+void launch_kind(int kind, const TiledJobs& jobs, cudaStream_t s) {
   switch (kind) {
-    case 1: return launch_jobs<1>(jobs);
-    case 2: return launch_jobs<2>(jobs);
-    case 3: return launch_jobs<3>(jobs);
-    default: return launch_jobs<4>(jobs);
+    case 1: return launch_jobs<1>(jobs, s);
+    case 2: return launch_jobs<2>(jobs, s);
+    case 3: return launch_jobs<3>(jobs, s);
+    default: return launch_jobs<4>(jobs, s);
   }
 }
 
@@ -184,19 +184,19 @@ int gemm_tiled_kind(const dk::GemmK& k) {
   return unit_kind(k.w, k.in);
 }
 
-bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k) {
+bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k, cudaStream_t s) {
   const int kind = gemm_tiled_kind(k);
   if (kind == 0) return false;
   TiledJobs jobs;
   jobs.job[jobs.n++] = plan(k, rows, rows, kind);
   if (!fits(rows, jobs.job[0])) return false;
-  launch_kind(kind, jobs);
+  launch_kind(kind, jobs, s);
   return true;
 }
 
 // Several GEMMs (dk::Batched) in one launch where the tiled kernel takes them all in one weight
 // kind; else each on its own (tiled or the warp kernel: then more than one launch).
-bool launch(int64_t, const dk::Batched<dk::GemmK>& b) {
+bool launch(int64_t, const dk::Batched<dk::GemmK>& b, cudaStream_t s) {
   const int kind = b.n > 0 ? gemm_tiled_kind(b.body[0]) : 0;
   TiledJobs jobs;
   bool together = kind != 0;
@@ -210,11 +210,11 @@ bool launch(int64_t, const dk::Batched<dk::GemmK>& b) {
     together = together && fits(rows, jobs.job[j]);
   }
   if (together) {
-    launch_kind(kind, jobs);
+    launch_kind(kind, jobs, s);
     return true;
   }
   for (int j = 0; j < b.n; ++j)
-    if (!launch(b.count[j], b.body[j])) return false;  // (the warp kernel takes every GemmK)
+    if (!launch(b.count[j], b.body[j], s)) return false;  // (the warp kernel takes every GemmK)
   return true;
 }
 

@@ -172,19 +172,19 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemm_kernel(const 
   }
 }
 
-bool launch(int64_t n, const dk::GemmK& k) {
+bool launch(int64_t n, const dk::GemmK& k, cudaStream_t s) {
   if (k.out <= 0 || n % k.out != 0) return false;
   const int64_t rows = n / k.out;
-  if (launch_gemm_tiled(rows, k)) return true;
+  if (launch_gemm_tiled(rows, k, s)) return true;
   if ((rows + kGemmRows - 1) / kGemmRows > 65535) return false;
   const dim3 grid(blocks_for(k.out, kWarpsPerBlock), blocks_for(rows, kGemmRows));
   const dim3 block(kWarpsPerBlock * 32);
   switch (load_kind(k.w, k.in)) {
-    case 1: gemm_kernel<1><<<grid, block>>>(k, rows); break;
-    case 2: gemm_kernel<2><<<grid, block>>>(k, rows); break;
-    case 3: gemm_kernel<3><<<grid, block>>>(k, rows); break;
-    case 4: gemm_kernel<4><<<grid, block>>>(k, rows); break;
-    default: gemm_kernel<0><<<grid, block>>>(k, rows); break;
+    case 1: gemm_kernel<1><<<grid, block, 0, s>>>(k, rows); break;
+    case 2: gemm_kernel<2><<<grid, block, 0, s>>>(k, rows); break;
+    case 3: gemm_kernel<3><<<grid, block, 0, s>>>(k, rows); break;
+    case 4: gemm_kernel<4><<<grid, block, 0, s>>>(k, rows); break;
+    default: gemm_kernel<0><<<grid, block, 0, s>>>(k, rows); break;
   }
   return true;
 }
@@ -208,9 +208,9 @@ static __device__ inline void rmsnorm_row(const dk::RmsNormK& k, int64_t r) {
 
 static __global__ void __launch_bounds__(256) rmsnorm_kernel(const dk::RmsNormK k) { rmsnorm_row(k, blockIdx.x); }
 
-bool launch(int64_t n, const dk::RmsNormK& k) {
+bool launch(int64_t n, const dk::RmsNormK& k, cudaStream_t s) {
   if (n > 0x7fffffff) return false;
-  rmsnorm_kernel<<<unsigned(n), 256>>>(k);
+  rmsnorm_kernel<<<unsigned(n), 256, 0, s>>>(k);
   return true;
 }
 
@@ -222,9 +222,9 @@ static __global__ void __launch_bounds__(256) rmsnorm_batch_kernel(const dk::Bat
   rmsnorm_row(b.body[j], r);
 }
 
-bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b) {
+bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b, cudaStream_t s) {
   if (n > 0x7fffffff) return false;
-  rmsnorm_batch_kernel<<<unsigned(n), 256>>>(b);
+  rmsnorm_batch_kernel<<<unsigned(n), 256, 0, s>>>(b);
   return true;
 }
 
@@ -238,9 +238,9 @@ static __global__ void __launch_bounds__(256) collapse_norm_kernel(const dk::Col
   rmsnorm_row(c.norm, i);
 }
 
-bool launch_chain(const dk::CollapseNormChain& c) {
+bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s) {
   if (c.n > 0x7fffffff || c.norm.x != c.collapse.y || c.norm.n != c.collapse.d) return false;
-  if (c.n > 0) collapse_norm_kernel<<<unsigned(c.n), 256>>>(c);
+  if (c.n > 0) collapse_norm_kernel<<<unsigned(c.n), 256, 0, s>>>(c);
   return true;
 }
 
@@ -307,10 +307,10 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_kernel(c
   }
 }
 
-bool launch(int64_t n, const dk::ExpertUpK& k) {
+bool launch(int64_t n, const dk::ExpertUpK& k, cudaStream_t s) {
   if (k.inter < 1) return false;
   const int64_t warps = n / k.inter * ((k.inter + kExpertOuts - 1) / kExpertOuts);
-  expert_up_kernel<<<blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32>>>(k, warps);
+  expert_up_kernel<<<blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(k, warps);
   return true;
 }
 
@@ -334,10 +334,10 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_down_kernel
     if (c0 + o < k.d) k.y[t * k.d + c0 + o] = acc[o];
 }
 
-bool launch(int64_t n, const dk::ExpertDownK& k) {
+bool launch(int64_t n, const dk::ExpertDownK& k, cudaStream_t s) {
   if (k.d < 1) return false;
   const int64_t warps = n / k.d * ((k.d + kExpertOuts - 1) / kExpertOuts);
-  expert_down_kernel<<<blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32>>>(k, warps);
+  expert_down_kernel<<<blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(k, warps);
   return true;
 }
 
@@ -347,6 +347,59 @@ bool launch(int64_t n, const dk::ExpertDownK& k) {
 // in shared memory — its loops re-read scores and choices many times, which from global memory
 // made the simple launch cost ≈ 25 µs — and the block writes scores, experts and weights back.
 constexpr int kRouterThreads = kWarpsPerBlock * 32;  // also the most experts it takes
+
+// RouteK's selection order: a candidate comes before another when it is not NaN and the other is,
+// or has the larger value, or (equal values, or both NaN) the lower index; -1 is no candidate. The
+// serial scan of RouteK (ties keep the first seen, NaN last) picks the first in this order.
+static __device__ bool route_before(int ai, float av, int bi, float bv) {
+  if (ai < 0) return false;
+  if (bi < 0) return true;
+  const bool an = dk::is_nan(av), bn = dk::is_nan(bv);
+  if (an != bn) return bn;
+  if (!an && av != bv) return av > bv;
+  return ai < bi;
+}
+
+// RouteK's body for E ≤ 32 experts (sqrt-softplus or sigmoid scoring) by one warp: lane i scores
+// expert i with RouteK's float operations, each of the k picks is a warp reduction in RouteK's
+// selection order, then lane 0 forms the weights as RouteK does. Same results as the one-thread
+// body, which took ≈ 25 µs of dependent steps on mini-flash (16 experts, top 6).
+static __device__ void route_warp(const dk::RouteK& r, int64_t t, float* s, int32_t* ex, float* wt, int lane) {
+  const float* bias = (r.is_image && r.is_image[t] && r.bias_vl) ? r.bias_vl : r.bias;
+  bool open = lane < r.E;
+  float key = 0;
+  if (open) {
+    const float x = s[lane];
+    const float v = r.scoring == dk::Scoring::kSqrtSoftplus ? sqrtf(x > 20.0f ? x : log1pf(expf(x)))
+                                                            : 1.0f / (1.0f + expf(-x));
+    s[lane] = v;
+    key = v + (bias ? bias[lane] : 0.0f);
+  }
+  for (int j = 0; j < r.k; ++j) {
+    int bi = open ? lane : -1;
+    float bv = key;
+    for (int off = 16; off > 0; off >>= 1) {
+      const int oi = __shfl_xor_sync(kFull, bi, off);
+      const float ov = __shfl_xor_sync(kFull, bv, off);
+      if (route_before(oi, ov, bi, bv)) {
+        bi = oi;
+        bv = ov;
+      }
+    }
+    if (lane == bi) open = false;
+    if (lane == 0) ex[j] = bi;
+  }
+  __syncwarp();
+  if (lane != 0) return;
+  float sum = 0;
+  for (int j = 0; j < r.k; ++j) {
+    wt[j] = s[ex[j]];
+    sum += wt[j];
+  }
+  if (r.norm && r.k > 1)
+    for (int j = 0; j < r.k; ++j) wt[j] /= (sum + 1e-20f);
+  for (int j = 0; j < r.k; ++j) wt[j] *= r.scaling;
+}
 
 static __global__ void __launch_bounds__(kRouterThreads) router_kernel(const dk::RouterChain c) {
   __shared__ float s[kRouterThreads], wt[kRouterThreads];
@@ -363,7 +416,9 @@ static __global__ void __launch_bounds__(kRouterThreads) router_kernel(const dk:
   scale.x = s;
   if (int(threadIdx.x) < E) scale(threadIdx.x);
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (c.route.scoring != dk::Scoring::kSoftmax && E <= 32) {
+    if (warp == 0) route_warp(c.route, t, s, ex, wt, lane);
+  } else if (threadIdx.x == 0) {
     dk::RouteK r = c.route;
     r.s = s;
     r.experts = ex;
@@ -379,12 +434,12 @@ static __global__ void __launch_bounds__(kRouterThreads) router_kernel(const dk:
   }
 }
 
-bool launch_chain(const dk::RouterChain& c) {
+bool launch_chain(const dk::RouterChain& c, cudaStream_t s) {
   const dk::GemmK& g = c.gate;
   if (c.m > 0x7fffffff || g.out > kRouterThreads || c.route.E != g.out || c.route.k > c.route.E ||
       g.y_stride != g.out || c.scale.x != g.y || c.route.s != g.y)
     return false;
-  if (c.m > 0) router_kernel<<<unsigned(c.m), kRouterThreads>>>(c);
+  if (c.m > 0) router_kernel<<<unsigned(c.m), kRouterThreads, 0, s>>>(c);
   return true;
 }
 
@@ -413,9 +468,9 @@ static __global__ void __launch_bounds__(256) engram_gate_kernel(const dk::Engra
   k.gate[ti] = float(1.0 / (1.0 + exp(-copysign(mag, g))));
 }
 
-bool launch(int64_t n, const dk::EngramGateK& k) {
+bool launch(int64_t n, const dk::EngramGateK& k, cudaStream_t s) {
   if (n > 0x7fffffff) return false;
-  engram_gate_kernel<<<unsigned(n), 256>>>(k);
+  engram_gate_kernel<<<unsigned(n), 256, 0, s>>>(k);
   return true;
 }
 
@@ -518,6 +573,48 @@ static __global__ void __launch_bounds__(256) mhc_coeff_kernel(const dk::MhcCoef
 // MhcFinishK's order, so the float operations are the simple kernel's.
 constexpr int kMhcThreads = 512, kMhcMix = 24;
 
+// Gates and Sinkhorn of token t from its 24 mix outputs m, in warp 0 (all 32 lanes).
+static __device__ void mhc4_finish(const dk::MhcFinishK& k, int64_t t, const float* m, int lane) {
+  const float eps = k.eps;
+  if (lane < 4) {
+    k.pre[t * 4 + lane] = dk::sigmoidf_(m[lane] * k.scale[0] + k.base[lane]) + eps;
+    k.post[t * 4 + lane] = 2.0f * dk::sigmoidf_(m[4 + lane] * k.scale[1] + k.base[4 + lane]);
+  }
+  // Lanes 16 … 31 mirror lanes 0 … 15 (shuffles need the whole warp); only 0 … 15 store.
+  const int e = lane & 15, j = e >> 2, i = e & 3;
+  float v = m[8 + e] * k.scale[2] + k.base[8 + e];
+  const auto row_sum = [&](float x) {  // Σ_q cb[j][q], q ascending
+    float s = 0;
+    for (int q = 0; q < 4; ++q) s += __shfl_sync(kFull, x, 4 * j + q);
+    return s;
+  };
+  const auto col_sum = [&](float x) {  // Σ_q cb[q][i], q ascending
+    float s = 0;
+    for (int q = 0; q < 4; ++q) s += __shfl_sync(kFull, x, 4 * q + i);
+    return s;
+  };
+  float mx = -INFINITY;
+  for (int q = 0; q < 4; ++q) mx = fmaxf(mx, __shfl_sync(kFull, v, 4 * j + q));
+  v = expf(v - mx);
+  v = v / row_sum(v) + eps;
+  for (int it = 0; it < k.iters; ++it) {
+    if (it > 0) v = v / (row_sum(v) + eps);
+    v = v / (col_sum(v) + eps);
+  }
+  if (lane < 16) k.comb[t * 16 + e] = v;
+}
+
+// r_t of token t (MhcRsqrtK's value), formed by the whole block in a fixed order: every block that
+// forms it gets the same bits.
+static __device__ float mhc_rsqrt(const dk::MhcCoeffChain& c, int64_t t, double* sh) {
+  const int64_t flat = c.rsqrt.flat;
+  const float* f = c.rsqrt.x + t * flat;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < flat; i += blockDim.x) ss += double(f[i]) * f[i];
+  ss = block_sum(ss, sh);
+  return float(1.0 / sqrt(double(float(ss / double(flat))) + double(c.rsqrt.eps)));
+}
+
 static __global__ void __launch_bounds__(kMhcThreads) mhc4_coeff_kernel(const dk::MhcCoeffChain c) {
   __shared__ double sh[32];
   __shared__ double part[kMhcThreads / 32][kMhcMix];
@@ -551,45 +648,82 @@ static __global__ void __launch_bounds__(kMhcThreads) mhc4_coeff_kernel(const dk
     m[tid] = float(s);
   }
   __syncthreads();
-  if (warp != 0) return;
-  const dk::MhcFinishK& k = c.finish;
-  const float eps = k.eps;
-  if (lane < 4) {
-    k.pre[t * 4 + lane] = dk::sigmoidf_(m[lane] * k.scale[0] + k.base[lane]) + eps;
-    k.post[t * 4 + lane] = 2.0f * dk::sigmoidf_(m[4 + lane] * k.scale[1] + k.base[4 + lane]);
-  }
-  // Lanes 16 … 31 mirror lanes 0 … 15 (shuffles need the whole warp); only 0 … 15 store.
-  const int e = lane & 15, j = e >> 2, i = e & 3;
-  float v = m[8 + e] * k.scale[2] + k.base[8 + e];
-  const auto row_sum = [&](float x) {  // Σ_q cb[j][q], q ascending
-    float s = 0;
-    for (int q = 0; q < 4; ++q) s += __shfl_sync(kFull, x, 4 * j + q);
-    return s;
-  };
-  const auto col_sum = [&](float x) {  // Σ_q cb[q][i], q ascending
-    float s = 0;
-    for (int q = 0; q < 4; ++q) s += __shfl_sync(kFull, x, 4 * q + i);
-    return s;
-  };
-  float mx = -INFINITY;
-  for (int q = 0; q < 4; ++q) mx = fmaxf(mx, __shfl_sync(kFull, v, 4 * j + q));
-  v = expf(v - mx);
-  v = v / row_sum(v) + eps;
-  for (int it = 0; it < k.iters; ++it) {
-    if (it > 0) v = v / (row_sum(v) + eps);
-    v = v / (col_sum(v) + eps);
-  }
-  if (lane < 16) k.comb[t * 16 + e] = v;
+  if (warp == 0) mhc4_finish(c.finish, t, m, lane);
 }
 
-bool launch_chain(const dk::MhcCoeffChain& c) {
+// ---- mHC coefficients for hc = 4 over few tokens: the mix split over blocks --------------------
+// One block of 512 per token reads the token's 24 weight rows (24 · hc · d floats, 1.5 MB on
+// mini-flash) through one SM: at batch 1 that took 34 µs. Here block (s, t) forms r_t itself (the
+// same bits in every block), then the 24 partial sums of slice s of the token's streams into
+// `partials` [t][s][24] (doubles, added in a fixed order); a second kernel adds the slices in order
+// and runs the gates and Sinkhorn. Same products as MhcMixK, sums in another fixed order.
+constexpr int kMhcSliceThreads = 256, kMhcMaxSlices = 64;
+static_assert(kMhcMaxSlices * kMhcMix == dk::MhcCoeffChain::kMhcPartials);
+
+static int64_t mhc_slices(const dk::MhcCoeffChain& c) {
+  // About 128 blocks in all (the H200 has 132 SMs), at least 512 elements a slice (2 a thread).
+  const int64_t by_work = c.rsqrt.flat / 512, by_grid = 128 / std::max<int64_t>(c.n, 1);
+  return std::min<int64_t>(kMhcMaxSlices, std::min(by_work, by_grid));
+}
+
+static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_slice_kernel(const dk::MhcCoeffChain c) {
+  __shared__ double sh[32];
+  __shared__ double part[kMhcSliceThreads / 32][kMhcMix];
+  const int64_t s = blockIdx.x, S = gridDim.x, t = blockIdx.y, flat = c.rsqrt.flat;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const float rt = mhc_rsqrt(c, t, sh);
+  if (tid == 0 && s == 0) c.rsqrt.r[t] = rt;
+  const float* f = c.rsqrt.x + t * flat;
+  const int64_t len = (flat + S - 1) / S, lo = s * len, hi = lo + len < flat ? lo + len : flat;
+  double acc[kMhcMix];
+#pragma unroll
+  for (int o = 0; o < kMhcMix; ++o) acc[o] = 0;
+#pragma unroll 2
+  for (int64_t i = lo + tid; i < hi; i += kMhcSliceThreads) {
+    const double v = double(f[i] * rt);
+#pragma unroll
+    for (int o = 0; o < kMhcMix; ++o) acc[o] += v * double(__ldg(c.mix.fn + o * flat + i));
+  }
+#pragma unroll
+  for (int o = 0; o < kMhcMix; ++o) {
+    const double w = warp_sum(acc[o]);
+    if (lane == 0) part[warp][o] = w;
+  }
+  __syncthreads();
+  if (tid < kMhcMix) {
+    double w = 0;
+    for (int q = 0; q < kMhcSliceThreads / 32; ++q) w += part[q][tid];
+    c.partials[(t * S + s) * kMhcMix + tid] = w;
+  }
+}
+
+static __global__ void __launch_bounds__(32) mhc4_gather_kernel(const dk::MhcCoeffChain c, int S) {
+  __shared__ float m[kMhcMix];
+  const int64_t t = blockIdx.x;
+  const int lane = threadIdx.x;
+  if (lane < kMhcMix) {
+    double w = 0;
+    for (int s = 0; s < S; ++s) w += c.partials[(t * S + s) * kMhcMix + lane];
+    m[lane] = float(w);
+  }
+  __syncwarp();
+  mhc4_finish(c.finish, t, m, lane);
+}
+
+bool launch_chain(const dk::MhcCoeffChain& c, cudaStream_t s) {
   if (c.finish.hc == 4 && c.mix.mix == kMhcMix && c.n <= 0x7fffffff) {
-    if (c.n > 0) mhc4_coeff_kernel<<<unsigned(c.n), kMhcThreads>>>(c);
+    const int64_t S = c.partials ? mhc_slices(c) : 0;
+    if (S >= 2 && c.n <= c.partial_tokens) {
+      mhc4_slice_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, 0, s>>>(c);
+      mhc4_gather_kernel<<<unsigned(c.n), 32, 0, s>>>(c, int(S));
+      return true;
+    }
+    if (c.n > 0) mhc4_coeff_kernel<<<unsigned(c.n), kMhcThreads, 0, s>>>(c);
     return true;
   }
   if (c.finish.hc < 1 || c.finish.hc > kMaxHc || c.mix.mix != (2 + c.finish.hc) * c.finish.hc || c.n > 0x7fffffff)
     return false;
-  if (c.n > 0) mhc_coeff_kernel<<<unsigned(c.n), 256>>>(c);
+  if (c.n > 0) mhc_coeff_kernel<<<unsigned(c.n), 256, 0, s>>>(c);
   return true;
 }
 
@@ -743,21 +877,21 @@ static __global__ void __launch_bounds__(kAttnThreads) attn_batch_kernel(const d
 // must fit beside it (48 KiB in all).
 constexpr int64_t kAttnMaxLogitBytes = 28 * 1024;
 
-bool launch_chain(const dk::AttnChain& c) {
+bool launch_chain(const dk::AttnChain& c, cudaStream_t s) {
   const dk::AttnGeom& g = c.logits.g;
   dk::AttnBatch one;
   one.sink = c.softmax.sink;
   one.scaling = c.logits.scaling;
   one.jobs[one.n++] = {g, c.logits.q, c.logits.logits, c.values.o};
-  if (launch_attn_split(one)) return true;
+  if (launch_attn_split(one, s)) return true;
   const int64_t blocks = g.T * g.H;
   if (g.L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff) return false;
-  if (blocks > 0) attn_kernel<<<unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float))>>>(c);
+  if (blocks > 0) attn_kernel<<<unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float)), s>>>(c);
   return true;
 }
 
-bool launch_chain(const dk::AttnBatch& b) {
-  if (launch_attn_split(b)) return true;
+bool launch_chain(const dk::AttnBatch& b, cudaStream_t s) {
+  if (launch_attn_split(b, s)) return true;
   int64_t blocks = 0, L = 0;
   for (int j = 0; j < b.n; ++j) {
     blocks += b.jobs[j].g.T * b.jobs[j].g.H;
@@ -765,7 +899,7 @@ bool launch_chain(const dk::AttnBatch& b) {
   }
   if (b.n < 1 || b.n > dk::AttnBatch::kMax || L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff)
     return false;
-  if (blocks > 0) attn_batch_kernel<<<unsigned(blocks), kAttnThreads, size_t(L * sizeof(float))>>>(b);
+  if (blocks > 0) attn_batch_kernel<<<unsigned(blocks), kAttnThreads, size_t(L * sizeof(float)), s>>>(b);
   return true;
 }
 

@@ -13,51 +13,54 @@
 // its simple body on random inputs at boundary shapes.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "backends/cuda/device_kernels.h"
 
 namespace dsv41::fast {
 
-// Each launches the fast kernel of one body for the n indices the simple kernel would run, on the
-// legacy default stream, and returns true; false (nothing launched) where the shape is outside
+// Each launches the fast kernel of one body for the n indices the simple kernel would run, on
+// stream s (0: the legacy default stream; CudaExec passes its own, which a CUDA graph can capture),
+// and returns true; false (nothing launched) where the shape is outside
 // what the fast kernel handles. Kernels in fast_kernels.cu.
-bool launch(int64_t n, const dk::GemmK& k);
-bool launch(int64_t n, const dk::Batched<dk::GemmK>& b);  // one launch where the weights' kinds agree
-bool launch(int64_t n, const dk::RmsNormK& k);
-bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b);
-bool launch(int64_t n, const dk::ExpertUpK& k);
-bool launch(int64_t n, const dk::ExpertDownK& k);
-bool launch(int64_t n, const dk::EngramGateK& k);
+bool launch(int64_t n, const dk::GemmK& k, cudaStream_t s = 0);
+bool launch(int64_t n, const dk::Batched<dk::GemmK>& b, cudaStream_t s = 0);  // one launch where the weights' kinds agree
+bool launch(int64_t n, const dk::RmsNormK& k, cudaStream_t s = 0);
+bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b, cudaStream_t s = 0);
+bool launch(int64_t n, const dk::ExpertUpK& k, cudaStream_t s = 0);
+bool launch(int64_t n, const dk::ExpertDownK& k, cudaStream_t s = 0);
+bool launch(int64_t n, const dk::EngramGateK& k, cudaStream_t s = 0);
 // Indexer scores (fast_attention.cu): a block per (row, 32 entries), the entries' keys decoded
 // once for every head; the simple body's sums in its order (the same bits).
-bool launch(int64_t n, const dk::IndexScoreK& k);
-bool launch(int64_t n, const dk::Batched<dk::IndexScoreK>& b);
+bool launch(int64_t n, const dk::IndexScoreK& k, cudaStream_t s = 0);
+bool launch(int64_t n, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s = 0);
 // The tiled GEMM (fast_gemm.cu) for `rows` rows: false where its 16-byte units do not fit the
 // weight or x (then the warp-per-output kernel runs). gemm_tiled_kind: the weight kind it would
 // read (1 bf16, 2 float32, 3 FP8, 4 FP4), 0 where it declines.
-bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k);
+bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k, cudaStream_t s = 0);
 int gemm_tiled_kind(const dk::GemmK& k);
 // Every other body: no fast kernel (the simple one runs).
 template <class F>
-bool launch(int64_t, const F&) {
+bool launch(int64_t, const F&, cudaStream_t = 0) {
   return false;
 }
 
 // A chain as one kernel (device_kernels_stream.h, _attention.h): true when launched.
-bool launch_chain(const dk::MhcCoeffChain& c);
-bool launch_chain(const dk::AttnChain& c);
-bool launch_chain(const dk::AttnBatch& b);  // every segment's (row, head) blocks in one kernel
+bool launch_chain(const dk::MhcCoeffChain& c, cudaStream_t s = 0);
+bool launch_chain(const dk::AttnChain& c, cudaStream_t s = 0);
+bool launch_chain(const dk::AttnBatch& b, cudaStream_t s = 0);  // every segment's (row, head) blocks in one kernel
 // The sink attention of AttnBatch / AttnChain as two kernels over many blocks (fast_attention.cu:
 // logits per (row, 16 heads, 16 slots), softmax + values per (row, 8 heads, 32 channels), each key
 // row decoded once per block for all its heads; the simple bodies' sums in their order, so the
 // same bits); false where its shared memory would not hold the shape (then the one-block-per-
 // (row, head) kernel runs). The jobs' logits scratch must be set.
-bool launch_attn_split(const dk::AttnBatch& b);
-bool launch_chain(const dk::CollapseNormChain& c);  // one block per row
-bool launch_chain(const dk::RouterChain& c);        // one block per token
+bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s = 0);
+bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s = 0);  // one block per row
+bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one block per token
 template <class C>
-bool launch_chain(const C&) {
+bool launch_chain(const C&, cudaStream_t = 0) {
   return false;
 }
 

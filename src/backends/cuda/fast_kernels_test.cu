@@ -343,13 +343,18 @@ TEST(FastKernelsCuda, RouterMatchesSimple) {
     dk::Scoring scoring;
     int64_t T, d;
     bool image;
+    bool ties = false;  // gate and bias zero: every expert scores the same (the lowest indices win)
   };
+  // (E ≤ 32 with sqrt-softplus or sigmoid: the warp selection; softmax and E 33: one thread.)
   for (const Case& c : {Case{16, 6, dk::Scoring::kSqrtSoftplus, 1, 1024, false}, Case{16, 6, dk::Scoring::kSqrtSoftplus, 9, 1024, true},
-                        Case{8, 2, dk::Scoring::kSoftmax, 5, 256, false}, Case{8, 1, dk::Scoring::kSigmoid, 3, 100, false}}) {
+                        Case{8, 2, dk::Scoring::kSoftmax, 5, 256, false}, Case{8, 1, dk::Scoring::kSigmoid, 3, 100, false},
+                        Case{32, 8, dk::Scoring::kSqrtSoftplus, 4, 64, false}, Case{33, 8, dk::Scoring::kSigmoid, 2, 64, true},
+                        Case{16, 6, dk::Scoring::kSqrtSoftplus, 2, 64, false, true},
+                        Case{20, 5, dk::Scoring::kSigmoid, 3, 64, true, true}}) {
     const float* h = dev.up(kc::randn(rng, c.T * c.d));
-    const float* gate = dev.up(kc::randn(rng, c.E * c.d, 0.05f));
-    const float* bias = dev.up(kc::randn(rng, c.E, 0.1f));
-    const float* bias_vl = dev.up(kc::randn(rng, c.E, 0.1f));
+    const float* gate = dev.up(c.ties ? std::vector<float>(size_t(c.E * c.d), 0.0f) : kc::randn(rng, c.E * c.d, 0.05f));
+    const float* bias = dev.up(c.ties ? std::vector<float>(size_t(c.E), 0.0f) : kc::randn(rng, c.E, 0.1f));
+    const float* bias_vl = dev.up(c.ties ? std::vector<float>(size_t(c.E), 0.0f) : kc::randn(rng, c.E, 0.1f));
     std::vector<uint8_t> img(c.T);
     for (int64_t t = 0; t < c.T; ++t) img[t] = uint8_t(t % 2);
     const uint8_t* is_image = dev.up(img);
@@ -364,6 +369,8 @@ TEST(FastKernelsCuda, RouterMatchesSimple) {
     ex.set_fast_kernels(false);
     ex.run_chain(chain);
     const std::vector<int32_t> want = dev.down(experts, c.T * c.k);
+    if (c.ties)
+      for (int64_t i = 0; i < c.T * c.k; ++i) EXPECT_EQ(want[size_t(i)], i % c.k) << "simple router, ties";
     fast_vs_simple(ex, [] {}, [&] { ex.run_chain(chain); }, out, c.T * (c.E + c.k), 1e-6, what);
     EXPECT_EQ(dev.down(experts, c.T * c.k), want) << what;
   }
@@ -411,9 +418,13 @@ TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
   CudaExec ex;
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(43);
-  // (hc 4: the 512-thread kernel, flat 96 … 4096 = mini-flash's; other hc: the general one.)
+  // (hc 4: the 512-thread kernel, flat 96 … 4096, or with the partials scratch and few tokens the
+  // mix split over blocks: flat 1,024 … 16,384 = mini-flash's at 1 and 8 tokens, 2 … 32 slices, a
+  // last slice shorter; other hc: the general one.)
+  double* partials = dev.template zeros<double>(8 * dk::MhcCoeffChain::kMhcPartials);
   for (auto [hc, dim, T] : {std::tuple<int, int64_t, int64_t>{4, 256, 1}, {4, 24, 9}, {1, 7, 3}, {8, 33, 2}, {4, 256, 70},
-                            {4, 1024, 3}, {4, 33, 2}, {2, 64, 3}}) {
+                            {4, 1024, 3}, {4, 33, 2}, {2, 64, 3}, {4, 4096, 1}, {4, 4096, 8}, {4, 1000, 2},
+                            {4, 4096, 9}}) {
     const int64_t flat = hc * dim, mix = (2 + hc) * hc;
     const auto x = kc::randn(rng, T * flat), fn = kc::randn(rng, mix * flat, 0.1f), base = kc::randn(rng, mix);
     const std::vector<float> scale = {0.7f, 1.3f, 0.9f};
@@ -424,7 +435,7 @@ TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
     float *pre = outb, *post = pre + T * hc, *comb = post + T * hc, *r = comb + T * hc * hc;
     float* m = dev.template zeros<float>(T * mix);
     const dk::MhcCoeffChain c{dk::MhcRsqrtK{dx, flat, 1e-6f, r}, dk::MhcMixK{dx, r, dfn, flat, mix, m},
-                              dk::MhcFinishK{m, dbase, dscale, hc, 20, 1e-6f, pre, post, comb}, T};
+                              dk::MhcFinishK{m, dbase, dscale, hc, 20, 1e-6f, pre, post, comb}, T, partials, 8};
     fast_vs_simple(
         ex, [] {}, [&] { ex.run_chain(c); }, outb, n, 1e-5, "mhc coefficients " + shape({hc, dim, T}));
   }

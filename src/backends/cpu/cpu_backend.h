@@ -15,6 +15,9 @@
 // attention_output + ffn (see CpuBackendOptions). The engine calls those steps in pairs
 // (engine/backend.h's order), so attention_input and attention_output only note their rows and
 // the next step runs both; any other call first runs what is pending, one step after the other.
+// Layer groups (CpuBackendOptions::layer_groups): when every segment is one decoding row, the
+// steps from attention_projections to attention_output only note themselves too, and ffn runs the
+// whole layer as one job of groups.
 // Likewise compress() only notes its segment: the next other call runs the noted segments'
 // compressor steps side by side on the pool (each segment's own cache state; small segments
 // only), then publishes their entries one by one in call order (the page pool is shared).

@@ -119,6 +119,8 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--group-rows", bo.group_rows,
                  "batched decode: rows per row group of the CPU backend's token-wise steps (0 = off; default 1: batches of >= 8 rows on >= 4 threads; for A/B runs, same results)")
       ->check(in_range<int64_t>(0, 4096));
+  cli.add_option("--layer-groups", bo.layer_groups,
+                 "batched decode: 1 = a layer's steps as one pool job when the row groups hold one decoding row per sequence (default), 0 = a job per step (A/B, same results)");
   // DSpark speculative decoding (app/bench_dspark.h) instead of the context sweep.
   bool dspark = false;
   DsparkBenchOptions dso;

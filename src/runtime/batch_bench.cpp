@@ -83,6 +83,7 @@ Result<BatchBenchResult> run_batch_bench(const Model& model, const BatchBenchOpt
   out.held = model.held_bytes();
   CpuBackendOptions backend_options;
   backend_options.group_rows = o.group_rows;
+  backend_options.layer_groups = o.layer_groups;
   const int64_t max_context = o.context + o.warmup_steps + o.steps + 2;
   for (int batch : o.batches) {
     auto backend = std::make_unique<CpuBackend>(model, nullptr, backend_options);

@@ -32,6 +32,8 @@ struct BatchBenchOptions {
   uint64_t seed = 1;
   // The CPU backend's row groups (CpuBackendOptions::group_rows): −1 = its default, 0 = off.
   int64_t group_rows = -1;
+  // CpuBackendOptions::layer_groups (one pool job a layer for decode batches in row groups).
+  bool layer_groups = true;
 };
 
 struct BatchPoint {

@@ -2,6 +2,7 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "kernels/cpu/gemm.h"
 #include "model/compressor.h"
@@ -34,6 +35,8 @@ CpuBackend::CpuBackend(const Model& model, const CpuExec* exec, const CpuBackend
   const Model::HeldBytes held = model.held_bytes();
   if (!experts_comm_ && held.dense + held.routed <= CpuBackendOptions::kMaxGroupedWeightBytes)
     group_rows_ = options.group_rows < 0 ? CpuBackendOptions::kDefaultGroupRows : options.group_rows;
+  // The groups' compressor steps take their rows' projections (the fast path's step).
+  layer_groups_on_ = options.layer_groups && ex_.use_fast();
   attention_options_.exec = ex_;
   if (const DrafterWeights* dw = model.drafter()) {
     drafter_ = std::make_unique<Drafter>(model, ex_);
@@ -54,9 +57,11 @@ void CpuBackend::begin_batch(const BatchLayout& layout, ForwardTrace* trace) {
   shared_.resize(segments_.size());
   selected_.resize(segments_.size());
   for (SelectedRows& held : selected_) held.source = nullptr;  // storage kept
+  batch_layer_groups_ = layer_groups_on_ && trace == nullptr;
   for (size_t s = 0; s < segments_.size(); ++s) {
     shared_[s].begin_forward(segments_[s].start, segments_[s].rows);
     shared_[s].record_trace = trace != nullptr;
+    batch_layer_groups_ = batch_layer_groups_ && segments_[s].rows == 1 && segments_[s].row0 == static_cast<int64_t>(s);
   }
   for (const LayerInfo& info : plan().layers) rope_rows_[info.rope].compute(model_.rope(), info.rope, layout.positions, n);
   x_.resize(n * hc * d);
@@ -127,6 +132,7 @@ void CpuBackend::flush_pending() {
 }
 
 void CpuBackend::flush_rows() {
+  if (layer_group_.layer >= 0) run_layer_group(false);
   if (pending_input_.layer >= 0) {
     const Pending p = pending_input_;
     pending_input_.layer = -1;
@@ -198,6 +204,10 @@ void CpuBackend::attention_projections(int layer, std::span<const RowRange> rows
   if (pending_input_.layer == layer && rows.size() == 1 && rows[0].begin == pending_input_.rows.begin &&
       rows[0].end == pending_input_.rows.end) {
     pending_input_.layer = -1;
+    if (batch_layer_groups_ && rows[0].begin == 0 && rows[0].end == layout_.rows) {
+      layer_group_ = {layer, false, false};  // the rest of the layer's steps join it (ffn runs it)
+      return;
+    }
     run_groups(rows[0], [&](RowScratch& s, int64_t r0, int64_t n) {
       input_rows(layer, r0, n, &s.mhc);
       projection_rows(layer, r0, n);
@@ -213,6 +223,20 @@ void CpuBackend::compress(int layer, int segment, int64_t first_row) {
   flush_rows();
   if (!compress_jobs_.empty() && compress_jobs_.front().layer != layer) run_compress_jobs();
   compress_jobs_.push_back({layer, segment, first_row});
+}
+
+void CpuBackend::compress_segments(int layer, std::span<const SegmentCompress> jobs) {
+  if (layer_group_.layer == layer && !layer_group_.attend && compress_jobs_.empty()) {
+    // The groups publish in segment order: the jobs must come in it (the engine's order).
+    bool ordered = true;
+    for (size_t k = 1; k < jobs.size(); ++k) ordered = ordered && jobs[k - 1].segment < jobs[k].segment;
+    if (ordered) {
+      StepScope timed(ex_.profile, StepPhase::kCompress);
+      for (const SegmentCompress& j : jobs) compress_jobs_.push_back({layer, j.segment, j.first_row});
+      return;
+    }
+  }
+  Backend::compress_segments(layer, jobs);
 }
 
 void CpuBackend::run_compress_jobs() {
@@ -294,6 +318,15 @@ void CpuBackend::attend(int layer, int segment, int64_t first_row, int kv_layer)
 
 void CpuBackend::index_and_attend(int layer, std::span<const SegmentAttention> jobs) {
   StepScope timed(ex_.profile, StepPhase::kIndexAttend);
+  if (layer_group_.layer == layer && !layer_group_.attend) {
+    bool whole = true;  // every job from the segment's (only) row
+    for (const SegmentAttention& j : jobs) whole = whole && j.first_row == 0;
+    if (whole) {
+      group_jobs_.assign(jobs.begin(), jobs.end());
+      layer_group_.attend = true;
+      return;
+    }
+  }
   flush_pending();
   if (segment_scratch_.size() < jobs.size()) segment_scratch_.resize(jobs.size());
   // A segment of many rows (a prefill chunk) runs alone on the caller, its kernels threaded over
@@ -370,6 +403,124 @@ void CpuBackend::index_and_attend(int layer, std::span<const SegmentAttention> j
   });
 }
 
+void CpuBackend::run_layer_group(bool with_ffn) {
+  const LayerGroup g = layer_group_;
+  layer_group_ = {};
+  const int layer = g.layer;
+  const ModelConfig& c = config();
+  const int64_t n = layout_.rows, S = static_cast<int64_t>(segments_.size()), D = c.head_dim;
+  segment_compress_.assign(static_cast<size_t>(S), -1);
+  segment_attend_.assign(static_cast<size_t>(S), -1);
+  // What the groups write row by row into shared buffers is sized here, before the job.
+  const int64_t jobs = static_cast<int64_t>(compress_jobs_.size());
+  if (jobs > 0) {
+    for (int64_t k = 0; k < jobs; ++k) segment_compress_[compress_jobs_[static_cast<size_t>(k)].segment] = static_cast<int32_t>(k);
+    if (static_cast<int64_t>(job_groups_.size()) < jobs) {
+      job_groups_.resize(static_cast<size_t>(jobs));
+      job_scratch_.resize(static_cast<size_t>(jobs));
+    }
+    job_a_.resize(static_cast<size_t>(n * D));
+    job_b_.resize(static_cast<size_t>(n * D));
+  }
+  if (g.attend) {
+    bool any_index = false;
+    for (size_t k = 0; k < group_jobs_.size(); ++k) {
+      segment_attend_[group_jobs_[k].segment] = static_cast<int32_t>(k);
+      any_index = any_index || group_jobs_[k].index;
+    }
+    if (any_index) {
+      attention_scratch_.indexer.q.resize(static_cast<size_t>(n * c.index_n_heads * c.index_head_dim));
+      attention_scratch_.indexer.head_weights.resize(static_cast<size_t>(n * c.index_n_heads));
+    }
+  }
+  published_.store(0, std::memory_order_relaxed);
+  ++layer_group_runs_;
+  run_groups({0, n}, [&](RowScratch& s, int64_t b, int64_t m) {
+    input_rows(layer, b, m, &s.mhc);
+    projection_rows(layer, b, m);
+    if (jobs > 0) layer_group_compress(layer, b, b + m);
+    if (g.attend) layer_group_attend(layer, b, b + m, &s.attention);
+    if (g.output) output_rows(layer, b, m, &s.attention);
+    if (with_ffn) ffn_rows(layer, b, m, &s.mhc, &s.moe);
+  });
+  compress_jobs_.clear();
+}
+
+// A group's compressor steps (segment r = row r): its rows' projections as one product (row by
+// row the bits of run_compress_jobs' whole-batch product), each segment's step, then its entries
+// into the shared page pool once every earlier job has published (call order, as
+// run_compress_jobs). Groups are handed out in row order and only wait for earlier ones, which
+// some thread has already taken, so the wait always ends.
+void CpuBackend::layer_group_compress(int layer, int64_t b, int64_t e) {
+  const ModelConfig& c = config();
+  const int64_t D = c.head_dim;
+  const AttentionWeights& attn = model_.layer(layer).attn;
+  const bool gated = segments_[compress_jobs_[0].segment].cache->kv_source(layer)->ratio >= 2;
+  const float* x = row(h_, b, c.hidden_size);
+  gemm_f32(ex_, x, e - b, c.hidden_size, attn.compressor_wkv.data(), D, row(job_a_, b, D));
+  if (gated) gemm_f32(ex_, x, e - b, c.hidden_size, attn.compressor_wgate.data(), D, row(job_b_, b, D));
+  for (int64_t r = b; r < e; ++r) {
+    const int32_t k = segment_compress_[static_cast<size_t>(r)];
+    if (k < 0) continue;
+    const CompressJob& j = compress_jobs_[static_cast<size_t>(k)];
+    const SegmentRows& s = segments_[j.segment];
+    KvSourceCache& kv = *s.cache->kv_source(j.layer);
+    if (j.first_row < s.rows)
+      compressor_step_projected(ex_, c, attn, kv, row(job_a_, r, D), gated ? row(job_b_, r, D) : nullptr,
+                                s.rows - j.first_row, job_groups_[k], &job_scratch_[k]);
+    for (int spins = 0; published_.load(std::memory_order_acquire) != k; ++spins) {
+      if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        std::this_thread::yield();
+      }
+    }
+    if (j.first_row < s.rows)
+      compressor_publish(ex_, c, attn, model_.rope(), kv, job_groups_[k], &job_scratch_[k]);
+    shared_[j.segment].kv_layer = j.layer;
+    shared_[j.segment].entries = kv.entries();
+    published_.store(k + 1, std::memory_order_release);
+  }
+}
+
+// A group's index queries (one product per run of indexing rows, row by row the bits of
+// index_and_attend's), then each of its segments' index and attention steps as run_job there.
+void CpuBackend::layer_group_attend(int layer, int64_t b, int64_t e, AttentionScratch* scratch) {
+  const ModelConfig& c = config();
+  const int64_t iw = int64_t{c.index_n_heads} * c.index_head_dim, nh = c.index_n_heads;
+  IndexerScratch& iq = attention_scratch_.indexer;  // only rows [b, e) of its q / head_weights
+  auto indexing = [&](int64_t r) {
+    const int32_t k = segment_attend_[static_cast<size_t>(r)];
+    return k >= 0 && group_jobs_[static_cast<size_t>(k)].index;
+  };
+  for (int64_t r = b; r < e;) {
+    if (!indexing(r)) {
+      ++r;
+      continue;
+    }
+    int64_t end = r + 1;
+    while (end < e && indexing(end)) ++end;
+    indexer_queries_at(ex_, c, model_.layer(layer).attn, model_.rope(), row(c_, r, c.q_lora_rank), row(h_, r, c.hidden_size),
+                       end - r, layout_.positions + r, row(iq.q, r, iw), row(iq.head_weights, r, nh), &scratch->indexer);
+    r = end;
+  }
+  for (int64_t r = b; r < e; ++r) {
+    const int32_t k = segment_attend_[static_cast<size_t>(r)];
+    if (k < 0) continue;
+    const SegmentAttention& j = group_jobs_[static_cast<size_t>(k)];
+    if (j.index) {
+      const SegmentRows& s = segments_[j.segment];
+      const KvSourceCache& kv = *s.cache->kv_source(j.index_kv_layer);
+      shared_[j.segment].call_row0 = 0;
+      attention_index_with_queries(ex_, c, plan().layers[layer], kv, j.restricted, row(iq.q, r, iw),
+                                   row(iq.head_weights, r, nh), s.rows, s.start, shared_[j.segment], scratch);
+    }
+    attend_with(layer, j.segment, 0, j.attend_kv_layer, scratch);
+  }
+}
+
 void CpuBackend::index_with(int layer, int segment, int64_t first_row, int kv_layer, bool restricted,
                             AttentionScratch* scratch) {
   const SegmentRows& s = segments_[segment];
@@ -444,6 +595,11 @@ void CpuBackend::ffn_rows(int layer, int64_t r0, int64_t m, MhcScratch* mhc_scra
 
 void CpuBackend::attention_output(int layer, std::span<const RowRange> rows) {
   StepScope timed(ex_.profile, StepPhase::kAttentionOutput);
+  if (layer_group_.layer == layer && layer_group_.attend && rows.size() == 1 && rows[0].begin == 0 &&
+      rows[0].end == layout_.rows) {
+    layer_group_.output = true;
+    return;
+  }
   flush_pending();
   if (rows.size() == 1 && row_groups(rows[0].end - rows[0].begin) > 1) {
     pending_output_ = {layer, rows[0]};  // ffn runs it in the groups
@@ -456,7 +612,10 @@ void CpuBackend::ffn(int layer, std::span<const RowRange> rows) {
   StepScope timed(ex_.profile, StepPhase::kFfn);
   const ModelConfig& c = config();
   const int64_t n = layout_.rows, d = c.hidden_size, hc = c.hc_mult, k = model_.moe_shape().top_k;
-  if (experts_comm_) {
+  if (layer_group_.layer == layer && layer_group_.output && rows.size() == 1 && rows[0].begin == 0 &&
+      rows[0].end == n) {
+    run_layer_group(true);
+  } else if (experts_comm_) {
     // Expert parallelism: the MoE of every range in one exchange (every rank makes the same calls).
     flush_pending();
     for (const RowRange& r : rows) ffn_input_rows(layer, r.begin, r.end - r.begin, &mhc_scratch_);

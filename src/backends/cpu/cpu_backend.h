@@ -15,6 +15,9 @@
 // attention_output + ffn (see CpuBackendOptions). The engine calls those steps in pairs
 // (engine/backend.h's order), so attention_input and attention_output only note their rows and
 // the next step runs both; any other call first runs what is pending, one step after the other.
+// Layer groups (CpuBackendOptions::layer_groups): when every segment is one decoding row, the
+// steps from attention_projections to attention_output only note themselves too, and ffn runs the
+// whole layer as one job of groups.
 // Likewise compress() only notes its segment: the next other call runs the noted segments'
 // compressor steps side by side on the pool (each segment's own cache state; small segments
 // only), then publishes their entries one by one in call order (the page pool is shared).
@@ -24,6 +27,7 @@
 // and scalar/fast path) or on the model's.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -58,6 +62,13 @@ struct CpuBackendOptions {
   // exchanges every layer's MoE rows with the other ranks' backends (borrowed, must outlive the
   // backend; no row groups then); null = every expert here.
   Communicator* experts = nullptr;
+  // Layer groups: when a batch runs as row groups and every segment is one decoding row (row s =
+  // segment s), a layer's steps from attention_input to ffn run as ONE pool job instead of 6–9
+  // (groups, compressor products and steps, index queries, segments' attention, groups again):
+  // each group takes its rows through mHC, projections, its segments' compressor steps, index,
+  // attention, output and FFN. The compressor's entries go into the shared page pool in call
+  // order (a group waits for the earlier segments' publishes). Same bits; false = off (A/B).
+  bool layer_groups = true;
   static constexpr int64_t kDefaultGroupRows = 1;
   static constexpr int64_t kMinGroupedRows = 8;
   static constexpr int kMinGroupedThreads = 4;
@@ -83,6 +94,7 @@ class CpuBackend : public Backend {
   void attention_input(int layer, std::span<const RowRange> rows) override;
   void attention_projections(int layer, std::span<const RowRange> rows) override;
   void compress(int layer, int segment, int64_t first_row) override;
+  void compress_segments(int layer, std::span<const SegmentCompress> jobs) override;
   void index(int layer, int segment, int64_t first_row, int kv_layer, bool restricted) override;
   void attend(int layer, int segment, int64_t first_row, int kv_layer) override;
   // Runs the jobs' segments concurrently on the pool (one per chunk, each with its own attention
@@ -107,6 +119,8 @@ class CpuBackend : public Backend {
   int64_t expert_reads() const { return expert_reads_; }
   void reset_expert_reads() { expert_reads_ = 0; }
   void set_layer_hook(LayerHook hook) { hook_ = std::move(hook); }
+  // Layers run as one layer-group job since construction (CpuBackendOptions::layer_groups).
+  int64_t layer_group_runs() const { return layer_group_runs_; }
   // Row groups a token-wise step over `rows` batch rows runs as (1: the whole batch at once).
   int64_t row_groups(int64_t rows) const;
 
@@ -135,6 +149,11 @@ class CpuBackend : public Backend {
   void flush_pending();
   void flush_rows();  // the noted attention_input / attention_output only
   void run_compress_jobs();
+  // Layer groups (CpuBackendOptions::layer_groups): the noted steps of layer_group_ as one pool
+  // job, the FFN too when with_ffn; and a group's share of it, rows [b, e).
+  void run_layer_group(bool with_ffn);
+  void layer_group_compress(int layer, int64_t b, int64_t e);
+  void layer_group_attend(int layer, int64_t b, int64_t e, AttentionScratch* scratch);
 
   const Model& model_;
   CpuExec ex_;
@@ -155,6 +174,19 @@ class CpuBackend : public Backend {
   std::vector<CompressorScratch> job_scratch_;       // per job (kept across steps)
   // The compressor projections W_ckv x, W_cg x [rows, D] of every noted job's rows, one product each.
   std::vector<float> job_a_, job_b_;
+  // Layer groups: whether this batch may run them (options, one decoding row per segment), the
+  // layer whose steps are noted (−1: none) and how far the engine got, the noted attention jobs,
+  // per segment its compress / attention job (−1: none), and the compress jobs published so far.
+  bool layer_groups_on_ = false, batch_layer_groups_ = false;
+  struct LayerGroup {
+    int layer = -1;
+    bool attend = false, output = false;
+  };
+  LayerGroup layer_group_;
+  std::vector<SegmentAttention> group_jobs_;
+  std::vector<int32_t> segment_compress_, segment_attend_;
+  std::atomic<int64_t> published_{0};
+  int64_t layer_group_runs_ = 0;
   AttentionOptions attention_options_;
   std::vector<MoeWeights> moe_;  // per layer, built once (the views hold a vector)
   LayerHook hook_;

@@ -2,7 +2,8 @@
 // compressor steps against everything on one thread: decode steps of many sequences, a prefill
 // chunk beside them, and a batch whose rows do not split evenly give the same bits whether the
 // token-wise steps run as one call or as groups side by side on the pool, and whether the
-// segments' compressor steps run one after another or concurrently.
+// segments' compressor steps run one after another or concurrently, and whether a decode step's
+// layer runs as one pool job (layer groups) or one per step.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -21,10 +22,11 @@ struct EngineRun {
   CpuBackend* backend = nullptr;
 };
 
-EngineRun make_run(const CpuExec& ex, int64_t group_rows) {
+EngineRun make_run(const CpuExec& ex, int64_t group_rows, bool layer_groups = true) {
   const Model& model = testing::engine_test_model();
   CpuBackendOptions o;
   o.group_rows = group_rows;
+  o.layer_groups = layer_groups;
   auto backend = std::make_unique<CpuBackend>(model, &ex, o);
   EngineRun r;
   r.backend = backend.get();
@@ -91,6 +93,36 @@ TEST(CpuBackendRowGroups, GroupsAndConcurrentCompressorsGiveTheBitsOfOneThread) 
       const auto got = run_steps(grouped, n, 6);
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << n << " sequences, group_rows " << g << ", segment " << i;
+    }
+  }
+}
+
+// Layer groups (CpuBackendOptions::layer_groups): a decode step's layers each as one pool job,
+// the groups' compressor steps publishing in segment order, against one thread and against the
+// row groups with a pool job per step. 11 sequences on 4 threads: groups of 2–3 segments, so a
+// group publishes several segments' entries and waits for the groups before it.
+TEST(CpuBackendRowGroups, LayerGroupsGiveTheBitsOfOneThread) {
+  ThreadPool pool(CpuBackendOptions::kMinGroupedThreads);
+  CpuExec ex = testing::engine_test_model().exec();
+  ex.pool = &pool;
+  CpuExec serial = ex;
+  serial.pool = nullptr;
+  for (int n : {8, 11}) {
+    EngineRun one_thread = make_run(serial, 0);
+    const auto want = run_steps(one_thread, n, 8);
+    ASSERT_FALSE(want.empty());
+    for (int64_t g : {1, 2}) {
+      EngineRun per_step = make_run(ex, g, false);
+      EXPECT_EQ(run_steps(per_step, n, 8), want) << n << " sequences, group_rows " << g << ", a job per step";
+      EXPECT_EQ(per_step.backend->layer_group_runs(), 0);
+      EngineRun fused = make_run(ex, g, true);
+      const auto got = run_steps(fused, n, 8);
+      // Every decode step but the one with a prefill chunk beside the decoders, every layer.
+      const int64_t layers = testing::engine_test_model().config().num_hidden_layers;
+      EXPECT_EQ(fused.backend->layer_group_runs(), 7 * layers) << n << " sequences, group_rows " << g;
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_EQ(got[i], want[i]) << n << " sequences, group_rows " << g << ", layer groups, result " << i;
     }
   }
 }

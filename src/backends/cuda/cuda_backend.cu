@@ -43,6 +43,10 @@ void cuda_backend_set_device_drafter(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_device_drafter(on);
 }
 
+void cuda_backend_set_draft_graphs(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_draft_graphs(on);
+}
+
 void cuda_backend_set_batched_compress(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_batched_compress(on);
 }

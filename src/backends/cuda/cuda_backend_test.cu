@@ -227,6 +227,28 @@ TEST(CudaBackend, DeviceDrafterMatchesHostDrafter) {
   }
 }
 
+// The device drafter's draft replayed as a CUDA graph against its launches: the same bits.
+TEST(CudaBackend, DraftGraphMatchesLaunches) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
+    const std::string dir = model_dir(name, std::string(DSV41_SOURCE_DIR) +
+                                                (name == "dsv41-mini" ? "/models/" : "/tests/fixtures/") + name);
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    ts::check_draft_graph(
+        **model,
+        [&](bool graphs) {
+          return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_draft_graphs(graphs); });
+        },
+        [](const Backend& b) {
+          const auto& d = dynamic_cast<const DeviceBackend<CudaExec>&>(b);
+          return ts::GraphCounts{d.draft_graph_captures(), d.exec_counts().graph_launches};
+        },
+        name + " (cuda)");
+  }
+}
+
 // A random FP8 / FP4 model uploaded as stored (backend_stored_check.h): against the CPU engine
 // with the fast kernels; and, with them off, the widening's logits bit for bit.
 TEST(CudaBackend, StoredFp8Fp4ModelMatchesCpuBackend) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <typeinfo>
 
+#include "backends/cuda/cuda_graph.cuh"
 #include "backends/cuda/exec_counts.h"
 #include "backends/cuda/fast_kernels.h"
 #include "base/status.h"
@@ -107,6 +108,23 @@ class CudaExec {
     ++counts_.launches;
     check(cudaGetLastError(), "kernel launch");
     if (profiling_) add_time(typeid(C).name());
+  }
+  // CUDA graphs (cuda_graph.cuh): the launches between begin_capture and end_capture are recorded,
+  // not run; replay runs them. Not while profiling (its per-launch waits cannot be captured).
+  using Graph = CudaGraph;
+  bool can_capture() const { return status_.ok() && !profiling_; }
+  void begin_capture() {
+    if (status_.ok()) check(CudaGraph::begin_capture(), "cudaStreamBeginCapture");
+  }
+  Graph end_capture() {
+    Graph g;
+    check(CudaGraph::end_capture(g), "cudaStreamEndCapture");
+    return g;
+  }
+  void replay(const Graph& g) {
+    if (!status_.ok()) return;
+    ++counts_.graph_launches;
+    check(g ? g.replay() : cudaErrorInvalidValue, "cudaGraphLaunch");
   }
   // Fast kernels on (the default) or off (every body as its simple kernel: the reference the fast
   // ones are checked against, and the "before" of benchmarks).

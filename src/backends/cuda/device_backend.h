@@ -219,6 +219,10 @@ class DeviceBackend : public Backend {
   // Test support and the "before" of benchmarks. Off: the host drafter (both feed the same
   // SequenceCache rings, so a switch between drafts is allowed).
   void set_device_drafter(bool on) { device_drafter_ = on; }
+  // The device drafter's draft as one replayed graph (the default; device_drafter.h) or launch by
+  // launch (off: the A/B of benchmarks and the reference of tests). The same bits either way.
+  void set_draft_graphs(bool on) { draft_graphs_ = on; }
+  int64_t draft_graph_captures() const { return draft_dev_ ? draft_dev_->captures : 0; }
 
  private:
   using F32 = DeviceArray<Exec, float>;
@@ -433,10 +437,14 @@ class DeviceBackend : public Backend {
   // The device drafter (device_drafter.h, device_drafter_impl.h).
   std::unique_ptr<DeviceDraftState<Exec>> draft_dev_;
   bool device_drafter_ = true;
+  bool draft_graphs_ = true;
   void upload_drafter(const DrafterWeights& w);
   void feed_rings_on_device(std::span<const DraftFeed> feeds);
   Status draft_on_device(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick);
   void draft_tables(std::span<const DraftRequest> requests);
+  void reserve_draft_buffers();
+  void draft_kernels();
+  Status draft_graph();
   void draft_attention(int stage);
   void draft_moe(int stage);
 };

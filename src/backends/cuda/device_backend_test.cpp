@@ -96,6 +96,29 @@ TEST(DeviceBackendHost, DeviceDrafterMatchesHostDrafter) {
   }
 }
 
+// The device drafter's draft as an (emulated) graph, recorded once per shape and replayed with
+// other tables and ring lengths, against its launches: the same bits, and the replay really used.
+TEST(DeviceBackendHost, DraftGraphMatchesLaunches) {
+  for (const std::string name : {"tests/fixtures/dspark-micro", "models/dsv41-mini"}) {
+    const std::string dir = std::string(DSV41_SOURCE_DIR) + "/" + name;
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    ts::check_draft_graph(
+        **model,
+        [&](bool graphs) {
+          auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+          b->set_draft_graphs(graphs);
+          return std::unique_ptr<Backend>(std::move(b));
+        },
+        [](const Backend& b) {
+          const auto& d = dynamic_cast<const DeviceBackend<HostExec>&>(b);
+          return ts::GraphCounts{d.draft_graph_captures(), d.exec_counts().graph_launches};
+        },
+        name + " (emulation)");
+  }
+}
+
 TEST(DeviceBackendHost, ImagePromptMatchesCpuBackend) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/vl-micro";
   auto model = Model::load(dir);

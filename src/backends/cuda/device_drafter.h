@@ -58,11 +58,23 @@ struct DeviceDraftState {
   std::vector<int32_t> host_ids;
   std::vector<dk::DraftRing> host_rings;
   std::vector<int64_t> head_rows;  // [requests + 1]
-  // The current draft: requests, block rows, head rows, the longest ring; its tables on the device.
-  int64_t n = 0, R = 0, want = 0, longest = 0;
+  // The current draft: requests, block rows, head rows, the longest ring, the attention's key slots
+  // per row; its tables on the device.
+  int64_t n = 0, R = 0, want = 0, longest = 0, key_slots = 0;
   const int32_t* tokens_dev = nullptr;
   const float *cos_dev = nullptr, *sin_dev = nullptr;
   const int32_t* head_dev = nullptr;
+  // Graph replay (draft_kernels in device_drafter_impl.h): one captured graph per (requests, head
+  // rows), replayable while every buffer it was captured on is where it was (`buffers`). What
+  // changes between drafts of one shape is read from the device: the tables, the ring geometries
+  // (the attention then spans the window's W + B key slots, absent ones skipped as before).
+  struct Graph {
+    int64_t n = 0, want = 0;
+    std::vector<const void*> buffers;
+    typename Exec::Graph graph;
+  };
+  std::vector<Graph> graphs;
+  int64_t captures = 0;
 };
 
 }  // namespace dsv41

@@ -15,9 +15,10 @@ struct ExecCounts {
   int64_t downloads = 0;  // device → host copies
   int64_t copies = 0;     // device → device copies
   int64_t async_uploads = 0;  // host → device copies from pinned staging, not waited for
+  int64_t graph_launches = 0;  // replays of a captured graph (its launches counted when captured)
   ExecCounts operator-(const ExecCounts& o) const {
     return {launches - o.launches, uploads - o.uploads, downloads - o.downloads, copies - o.copies,
-            async_uploads - o.async_uploads};
+            async_uploads - o.async_uploads, graph_launches - o.graph_launches};
   }
 };
 

@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/exec_counts.h"
 #include "base/status.h"
@@ -34,7 +37,38 @@ class HostExec {
   void for_each(int64_t n, const F& f) {
     if (n <= 0) return;
     ++counts_.launches;
+    if (capturing_) {
+      capturing_->steps.push_back([n, f] {
+        for (int64_t i = 0; i < n; ++i) f(i);
+      });
+      return;
+    }
     for (int64_t i = 0; i < n; ++i) f(i);
+  }
+  // The emulation of CudaExec's graphs (cuda_graph.cuh): the launches between begin_capture and
+  // end_capture are recorded with their arguments, not run, and replay runs them, so that a
+  // replay reads per-replay values only from "device" memory, as on the GPU. A copy during the
+  // capture (which the GPU cannot capture) leaves an empty graph, and replaying that fails.
+  struct Graph {
+    std::vector<std::function<void()>> steps;
+    bool valid = false;
+    explicit operator bool() const { return valid; }
+  };
+  bool can_capture() const { return true; }
+  void begin_capture() {
+    capturing_ = std::make_unique<Graph>();
+    capturing_->valid = true;
+  }
+  Graph end_capture() {
+    Graph g = std::move(*capturing_);
+    capturing_.reset();
+    if (!g.valid) g.steps.clear();
+    return g;
+  }
+  void replay(const Graph& g) {
+    ++counts_.graph_launches;
+    if (!g) std::abort();  // CudaExec's sticky error; a test sees the crash
+    for (const auto& step : g.steps) step();
   }
   // A chain of dependent launches (e.g. dk::MhcCoeffChain): here always its simple launches.
   template <class C>
@@ -46,10 +80,12 @@ class HostExec {
  private:
   void move(void* dst, const void* src, int64_t bytes, int64_t& count) {
     if (bytes <= 0) return;
+    if (capturing_) capturing_->valid = false;
     ++count;
     std::memcpy(dst, src, static_cast<size_t>(bytes));
   }
   ExecCounts counts_;
+  std::unique_ptr<Graph> capturing_;
 };
 
 }  // namespace dsv41

@@ -52,10 +52,11 @@ inline void add_diff(const std::vector<DraftBlock>& a, const std::vector<DraftBl
 
 // Three drafts of three sequences on a fresh engine over `backend`: after a prefill in chunks of 7
 // (slots 5, 3, all), after a 4-row verify-like step, a rollback of 3 and a decode row (rings longer,
-// copies rebuilt; slots all, 2, all), and after one more decode row with the same slots (the
-// second draft's shape again, with other tables and longer rings: a graph's replay).
+// copies rebuilt; slots all, 2, all), and after each of two more decode rows with the same slots
+// (the second draft's shape again, with other tables and longer rings: a graph's capture at the
+// shape's second draft, then its replay at the third).
 struct DraftRuns {
-  std::vector<DraftBlock> first, second, third;
+  std::vector<DraftBlock> first, second, third, fourth;
 };
 
 // inspect (if given) sees the backend after the last draft.
@@ -100,8 +101,8 @@ inline Result<DraftRuns> run_draft_scenario(const Model& model, std::unique_ptr<
     segs.push_back({ids[s], int64_t(prompts[s].size()), std::span<const int32_t>(rows), LogitRows::kNone});
   for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
   for (SequenceId id : ids) DSV41_RETURN_IF_ERROR(e->rollback(id, 3));
-  const int32_t next[2] = {17, 23};
-  for (int64_t step = 0; step < 2; ++step) {
+  const int32_t next[3] = {17, 23, 29};
+  for (int64_t step = 0; step < 3; ++step) {
     segs.clear();
     for (size_t s = 0; s < prompts.size(); ++s)
       segs.push_back(
@@ -109,7 +110,7 @@ inline Result<DraftRuns> run_draft_scenario(const Model& model, std::unique_ptr<
     for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
     const std::vector<Engine::DraftSpec> again = {{ids[0], int32_t(3 + step), 0}, {ids[1], int32_t(4 + step), 2},
                                                   {ids[2], int32_t(6 + step), 0}};
-    DSV41_RETURN_IF_ERROR(e->draft(again, step == 0 ? out.second : out.third));
+    DSV41_RETURN_IF_ERROR(e->draft(again, step == 0 ? out.second : step == 1 ? out.third : out.fourth));
   }
   if (inspect) inspect(e->backend());
   return out;
@@ -128,7 +129,8 @@ inline void check_device_drafter(const Model& model, const std::function<std::un
   add_diff(host->first, dev->first, d);
   add_diff(host->second, dev->second, d);
   add_diff(host->third, dev->third, d);
-  std::printf("%s, device drafter vs host drafter (3 drafts of 3 sequences, after prefill and after a rollback): "
+  add_diff(host->fourth, dev->fourth, d);
+  std::printf("%s, device drafter vs host drafter (4 drafts of 3 sequences, after prefill and after a rollback): "
               "max |dlogit| %.3g (logits up to %.3g), max |dconfidence| %.3g, %d of %d ids differ\n",
               what.c_str(), d.logit, d.logit_scale, d.confidence, d.ids_differ, d.ids);
   EXPECT_EQ(d.ids_differ, 0) << what;
@@ -138,10 +140,11 @@ inline void check_device_drafter(const Model& model, const std::function<std::un
 }
 
 // The device drafter's draft replayed as a graph (device_drafter_impl.h draft_graph) against its
-// launches: the same ids, logits and confidences bit for bit over the scenario's three drafts (two
-// captures, one replay with other tables and longer rings). make_device(graphs) gives a fresh
-// device backend with the device drafter on and graphs on or off; graphs(backend) gives the
-// drafter's graph captures and the executor's graph replays: 2 and 3 with graphs, none without.
+// launches: the same ids, logits and confidences bit for bit over the scenario's four drafts (the
+// second shape captured at its second draft and replayed at its third, with other tables and
+// longer rings). make_device(graphs) gives a fresh device backend with the device drafter on and
+// graphs on or off; graphs(backend) gives the drafter's graph captures and the executor's graph
+// replays: 1 and 2 with graphs, none without.
 using GraphCounts = std::pair<int64_t, int64_t>;
 inline void check_draft_graph(const Model& model, const std::function<std::unique_ptr<Backend>(bool)>& make_device,
                               const std::function<GraphCounts(const Backend&)>& graphs_of, const std::string& what) {
@@ -152,7 +155,7 @@ inline void check_draft_graph(const Model& model, const std::function<std::uniqu
     auto r = run_draft_scenario(model, make_device(graphs), [&](const Backend& b) { counts = graphs_of(b); });
     ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
     runs[graphs] = std::move(*r);
-    EXPECT_EQ(counts, (graphs ? GraphCounts{2, 3} : GraphCounts{0, 0})) << what << (graphs ? ", graphs" : ", launches");
+    EXPECT_EQ(counts, (graphs ? GraphCounts{1, 2} : GraphCounts{0, 0})) << what << (graphs ? ", graphs" : ", launches");
   }
   int differ = 0, values = 0;
   const auto same = [&](const std::vector<DraftBlock>& a, const std::vector<DraftBlock>& b) {
@@ -170,7 +173,8 @@ inline void check_draft_graph(const Model& model, const std::function<std::uniqu
   same(runs[0].first, runs[1].first);
   same(runs[0].second, runs[1].second);
   same(runs[0].third, runs[1].third);
-  std::printf("%s, draft graph vs launches (3 drafts of 3 sequences): %d of %d logits and confidences differ\n",
+  same(runs[0].fourth, runs[1].fourth);
+  std::printf("%s, draft graph vs launches (4 drafts of 3 sequences): %d of %d logits and confidences differ\n",
               what.c_str(), differ, values);
   EXPECT_EQ(differ, 0) << what;
 }

@@ -143,6 +143,9 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
     }
     layers_.push_back(D);
   }
+  // The uploads done before the backend is handed over: another thread (a server's engine loop)
+  // launches on its own default stream, not ordered after this one's (CMakeLists.txt: per-thread).
+  ex_.sync();
 }
 
 template <class Exec>

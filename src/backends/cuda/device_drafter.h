@@ -65,11 +65,13 @@ struct DeviceDraftState {
   const float *cos_dev = nullptr, *sin_dev = nullptr;
   const int32_t* head_dev = nullptr;
   // Graph replay (draft_kernels in device_drafter_impl.h): one captured graph per (requests, head
-  // rows), replayable while every buffer it was captured on is where it was (`buffers`). What
+  // rows), replayable while every buffer it was captured on is where it was (`buffers`); captured
+  // at a shape's second draft (`seen`), so that a shape met once (a batch size auto probes, a
+  // request's last short block) costs no capture. What
   // changes between drafts of one shape is read from the device: the tables, the ring geometries
   // (the attention then spans the window's W + B key slots, absent ones skipped as before).
   struct Graph {
-    int64_t n = 0, want = 0;
+    int64_t n = 0, want = 0, seen = 0;
     std::vector<const void*> buffers;
     typename Exec::Graph graph;
   };

@@ -292,9 +292,9 @@ void DeviceBackend<Exec>::draft_kernels() {
   gemm(S.h.data(), S.want, d, head_, V, logits);
 }
 
-// draft_kernels as a graph replay: captured on the first draft of its shape (or after a buffer
-// moved), replayed after. The stages swap S.p and S.pre_b on the host as they run, so the pair is
-// compared as a set (inside the graph both are scratch of one draft).
+// draft_kernels as a graph replay: launched on the first draft of its shape, captured on the
+// second (or after a buffer moved), replayed after. The stages swap S.p and S.pre_b on the host
+// as they run, so the pair is compared as a set (inside the graph both are scratch of one draft).
 template <class Exec>
 Status DeviceBackend<Exec>::draft_graph() {
   DeviceDraftState<Exec>& S = *draft_dev_;
@@ -306,18 +306,22 @@ Status DeviceBackend<Exec>::draft_graph() {
       S.experts.data(), S.weights.data(), S.attn.data(), S.router.data(), S.hexp.data(), S.hshared.data(),
       S.out.data(), S.tables.data(), S.rings.data(), mid_.data(), scratch_r_.data(), scratch_m_.data()};
   auto it = std::find_if(S.graphs.begin(), S.graphs.end(), [&](const auto& g) { return g.n == S.n && g.want == S.want; });
-  if (it != S.graphs.end() && it->buffers != buffers) {
-    S.graphs.erase(it);
-    it = S.graphs.end();
-  }
   if (it == S.graphs.end()) {
+    S.graphs.push_back({S.n, S.want, 0, buffers, {}});
+    it = S.graphs.end() - 1;
+  }
+  if (++it->seen < 2) {
+    draft_kernels();
+    return ok_status();
+  }
+  if (!it->graph || it->buffers != buffers) {
+    it->buffers = buffers;
     ex_.begin_capture();
     draft_kernels();
     ++S.captures;
-    S.graphs.push_back({S.n, S.want, buffers, ex_.end_capture()});
-    it = S.graphs.end() - 1;
+    it->graph = ex_.end_capture();
     if (!it->graph) {
-      S.graphs.pop_back();
+      S.graphs.erase(it);
       DSV41_RETURN_IF_ERROR(ex_.status());
       return internal_error("device drafter: the draft's launches could not be captured into a graph");
     }

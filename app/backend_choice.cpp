@@ -62,4 +62,11 @@ void set_device_drafter(const std::string& name, Backend& backend, bool on) {
 #endif
 }
 
+void set_draft_graphs(const std::string& name, Backend& backend, bool on) {
+  if (name == "device-emulation") host_device_backend_set_draft_graphs(backend, on);
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_draft_graphs(backend, on);
+#endif
+}
+
 }  // namespace dsv41::app

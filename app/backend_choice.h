@@ -35,5 +35,7 @@ Status backend_status(const std::string& name, const Backend& backend);
 // Where DSpark's drafter runs on a device backend (cuda, device-emulation): on the device (the
 // default) or on the host from the downloaded target features (on = false). Nothing for cpu.
 void set_device_drafter(const std::string& name, Backend& backend, bool on);
+// The device drafter's draft as one replayed graph (the default) or launch by launch (on = false).
+void set_draft_graphs(const std::string& name, Backend& backend, bool on);
 
 }  // namespace dsv41::app

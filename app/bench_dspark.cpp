@@ -69,6 +69,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   apply_dspark(DsparkChoice{mode.kind != DsparkMode::Kind::kOff, mode}, model, eo, so);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, model));
   if (o.host_drafter) set_device_drafter(o.backend, *backend, false);
+  if (o.no_draft_graph) set_draft_graphs(o.backend, *backend, false);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(backend), model.engram_tables(), eo));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, Scheduler::create(*engine, so));
   std::vector<int64_t> tickets;
@@ -144,6 +145,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   json out;
   out["backend"] = o.backend;
   out["drafter"] = o.host_drafter || o.backend == "cpu" ? "host" : "device";
+  out["draft_graph"] = !o.host_drafter && o.backend != "cpu" && !o.no_draft_graph;
   out["requests"] = reqs->size();
   std::printf("| batch | --dspark | median tok/s | vs off | tokens per verify step | accepted per drafting step | "
               "per-slot acceptance | drafting steps | drafter ms / drafting step |\n");

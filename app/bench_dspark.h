@@ -20,6 +20,7 @@ struct DsparkBenchOptions {
   int rounds = 2;
   std::string backend = "cpu";
   bool host_drafter = false;  // device backends: the drafter on the host (the "before")
+  bool no_draft_graph = false;  // device backends: the device drafter launch by launch (the "before")
   int64_t max_tokens = 0;     // > 0: every request's max_tokens
   int auto_warmup = 1;        // SchedulerOptions::dspark_auto_warmup
 };

@@ -142,6 +142,8 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--backend", dso.backend, std::string("with --dspark: ") + kBackendNames);
   cli.add_flag("--host-drafter", dso.host_drafter,
                "with --dspark on a device backend: the drafter on the host from downloaded features (the before)");
+  cli.add_flag("--dspark-no-graph", dso.no_draft_graph,
+               "with --dspark on a device backend: the device drafter launch by launch, not as one graph (the before)");
   GpusFlag gpus;
   gpus.add_to(cli);
   name_parse_errors(cli);

@@ -59,12 +59,12 @@ TEST(CliBenchDspark, EveryModeAndBatchWithAcceptanceAndCalibration) {
 
 TEST(CliBenchDspark, DeviceEmulationWithTheDeviceAndTheHostDrafter) {
   if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
-  for (const char* drafter : {"", " --host-drafter"}) {
+  for (const std::string drafter : {"", " --host-drafter", " --dspark-no-graph"}) {
     const nlohmann::json j =
-        run_json(std::string(" --backend device-emulation --dspark-batches 2 --dspark-modes off,3 --dspark-max-tokens 8") +
-                 drafter);
+        run_json(" --backend device-emulation --dspark-batches 2 --dspark-modes off,3 --dspark-max-tokens 8" + drafter);
     ASSERT_TRUE(j.is_object()) << drafter;
-    EXPECT_EQ(j["drafter"], *drafter ? "host" : "device");
+    EXPECT_EQ(j["drafter"], drafter == " --host-drafter" ? "host" : "device");
+    EXPECT_EQ(j["draft_graph"], drafter.empty()) << drafter;
     ASSERT_EQ(j["runs"].size(), 2u);
     EXPECT_GT(j["runs"][1]["drafting_steps"].get<int64_t>(), 0);
   }

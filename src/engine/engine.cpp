@@ -634,6 +634,9 @@ const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segme
     *trace = ForwardTrace{};
     trace->engram_rows.assign(engram_ids_.begin(), engram_ids_.begin() + rows * n_engram * cols);
   }
+  // The target features are captured only while the drafter's rings are fed (feed_draft_rings
+  // is their only reader): a plain stretch of `--dspark auto` does not pay for them.
+  if (options_.dspark) backend_->set_feature_capture(feeding_);
   backend_->begin_batch(layout, trace);
   forward_layers(trace);
   backend_->end_batch();

@@ -17,14 +17,20 @@ constexpr double kMaxLogit = 30;
 ConfidenceCalibrator::ConfidenceCalibrator(int slots, CalibrationOptions options) : options_(options) {
   if (!(options_.forgetting > 0 && options_.forgetting <= 1)) options_.forgetting = 0.999;
   if (!(options_.prior_weight > 0)) options_.prior_weight = 20;
+  if (!(options_.offset_prior_weight > 0)) options_.offset_prior_weight = 2;
   Slot s;
-  s.h = {options_.prior_weight, 0.0, options_.prior_weight};
+  s.h = {options_.prior_weight, 0.0, options_.offset_prior_weight};
   slots_.assign(size_t(std::max(slots, 0)), s);
+}
+
+const ConfidenceCalibrator::Slot& ConfidenceCalibrator::map_of(int slot) const {
+  while (slot > 0 && slots_[size_t(slot)].seen == 0) --slot;
+  return slots_[size_t(slot)];
 }
 
 double ConfidenceCalibrator::probability(int slot, float logit) const {
   if (slot < 0 || size_t(slot) >= slots_.size() || std::isnan(logit)) return 0.0;
-  const auto& t = slots_[size_t(slot)].theta;
+  const auto& t = map_of(slot).theta;
   const double c = std::clamp(double(logit), -kMaxLogit, kMaxLogit);
   return sigmoid(t[0] * c + t[1]);
 }
@@ -38,6 +44,7 @@ std::vector<double> ConfidenceCalibrator::probabilities(std::span<const float> l
 void ConfidenceCalibrator::observe_slot(int slot, float logit, bool accepted) {
   if (slot < 0 || size_t(slot) >= slots_.size() || std::isnan(logit)) return;
   Slot& s = slots_[size_t(slot)];
+  if (s.seen == 0) s.theta = map_of(slot).theta;  // starts where its estimates were
   const double c = std::clamp(double(logit), -kMaxLogit, kMaxLogit);
   const double p = sigmoid(s.theta[0] * c + s.theta[1]);
   // Curvature of the log-loss at this point, floored so a saturated prediction still moves.

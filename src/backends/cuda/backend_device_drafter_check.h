@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -49,77 +50,140 @@ inline void add_diff(const std::vector<DraftBlock>& a, const std::vector<DraftBl
   }
 }
 
-// make_device(device_drafter) gives a fresh device backend of `model` with the device drafter on
-// or off. tol: the largest |difference| allowed in logits and confidences.
-inline void check_device_drafter(const Model& model, const std::function<std::unique_ptr<Backend>(bool)>& make_device,
-                                 double tol, const std::string& what) {
-  ASSERT_NE(model.drafter(), nullptr) << what << ": the model has no drafter";
+// Three drafts of three sequences on a fresh engine over `backend`: after a prefill in chunks of 7
+// (slots 5, 3, all), after a 4-row verify-like step, a rollback of 3 and a decode row (rings longer,
+// copies rebuilt; slots all, 2, all), and after each of two more decode rows with the same slots
+// (the second draft's shape again, with other tables and longer rings: a graph's capture at the
+// shape's second draft, then its replay at the third).
+struct DraftRuns {
+  std::vector<DraftBlock> first, second, third, fourth;
+};
+
+// inspect (if given) sees the backend after the last draft. lengths: the three prompts'.
+inline Result<DraftRuns> run_draft_scenario(const Model& model, std::unique_ptr<Backend> backend,
+                                            const std::function<void(const Backend&)>& inspect = {},
+                                            const std::vector<int64_t>& lengths = {37, 12, 70}) {
   const int32_t V = int32_t(model.vocab_size());
   const int B = model.config().dspark_block_size;
   std::mt19937 rng(21);
-  const std::vector<int64_t> lengths = {37, 12, 70};
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t n : lengths) {
     prompts.emplace_back(size_t(n));
     for (int32_t& t : prompts.back()) t = int32_t(rng() % uint32_t(std::min(V, 300)));
   }
-  struct Run {
-    std::vector<DraftBlock> first, second;
-  };
-  const auto run = [&](bool device) -> Result<Run> {
-    EngineOptions eo;
-    eo.dspark = true;
-    eo.rollback_tokens = B;
-    DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::create(make_device(device), model.engram_tables(), eo));
-    std::vector<SequenceId> ids;
-    for (const auto& p : prompts) {
-      DSV41_ASSIGN_OR_RETURN(SequenceId id, e->add_sequence(int64_t(p.size()) + 16));
-      ids.push_back(id);
-    }
-    // Prefill in chunks of 7, all sequences in each forward.
-    for (size_t at = 0;; at += 7) {
-      std::vector<Segment> segs;
-      for (size_t s = 0; s < prompts.size(); ++s)
-        if (at < prompts[s].size())
-          segs.push_back({ids[s], int64_t(at),
-                          std::span<const int32_t>(prompts[s].data() + at, std::min<size_t>(7, prompts[s].size() - at)),
-                          LogitRows::kNone});
-      if (segs.empty()) break;
-      for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
-    }
-    Run out;
-    const std::vector<Engine::DraftSpec> specs = {{ids[0], 7, 5}, {ids[1], 11, 3}, {ids[2], 13, 0}};
-    DSV41_RETURN_IF_ERROR(e->draft(specs, out.first));
-    // A verify-like step of 4 rows each, 3 rolled back, then one decode row.
-    const std::vector<int32_t> rows = {5, 9, 2, 4};
+  EngineOptions eo;
+  eo.dspark = true;
+  eo.rollback_tokens = B;
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::create(std::move(backend), model.engram_tables(), eo));
+  std::vector<SequenceId> ids;
+  for (const auto& p : prompts) {
+    DSV41_ASSIGN_OR_RETURN(SequenceId id, e->add_sequence(int64_t(p.size()) + 16));
+    ids.push_back(id);
+  }
+  // Prefill in chunks of 7, all sequences in each forward.
+  for (size_t at = 0;; at += 7) {
     std::vector<Segment> segs;
     for (size_t s = 0; s < prompts.size(); ++s)
-      segs.push_back({ids[s], int64_t(prompts[s].size()), std::span<const int32_t>(rows), LogitRows::kNone});
+      if (at < prompts[s].size())
+        segs.push_back({ids[s], int64_t(at),
+                        std::span<const int32_t>(prompts[s].data() + at, std::min<size_t>(7, prompts[s].size() - at)),
+                        LogitRows::kNone});
+    if (segs.empty()) break;
     for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
-    for (SequenceId id : ids) DSV41_RETURN_IF_ERROR(e->rollback(id, 3));
-    const int32_t next = 17;
+  }
+  DraftRuns out;
+  const std::vector<Engine::DraftSpec> specs = {{ids[0], 7, 5}, {ids[1], 11, 3}, {ids[2], 13, 0}};
+  DSV41_RETURN_IF_ERROR(e->draft(specs, out.first));
+  // A verify-like step of 4 rows each, 3 rolled back, then one decode row.
+  const std::vector<int32_t> rows = {5, 9, 2, 4};
+  std::vector<Segment> segs;
+  for (size_t s = 0; s < prompts.size(); ++s)
+    segs.push_back({ids[s], int64_t(prompts[s].size()), std::span<const int32_t>(rows), LogitRows::kNone});
+  for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
+  for (SequenceId id : ids) DSV41_RETURN_IF_ERROR(e->rollback(id, 3));
+  const int32_t next[3] = {17, 23, 29};
+  for (int64_t step = 0; step < 3; ++step) {
     segs.clear();
     for (size_t s = 0; s < prompts.size(); ++s)
-      segs.push_back({ids[s], int64_t(prompts[s].size()) + 1, std::span<const int32_t>(&next, 1), LogitRows::kNone});
+      segs.push_back(
+          {ids[s], int64_t(prompts[s].size()) + 1 + step, std::span<const int32_t>(&next[step], 1), LogitRows::kNone});
     for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
-    const std::vector<Engine::DraftSpec> again = {{ids[0], 3, 0}, {ids[1], 4, 2}, {ids[2], 6, 0}};
-    DSV41_RETURN_IF_ERROR(e->draft(again, out.second));
-    return out;
-  };
-  auto host = run(false);
+    const std::vector<Engine::DraftSpec> again = {{ids[0], int32_t(3 + step), 0}, {ids[1], int32_t(4 + step), 2},
+                                                  {ids[2], int32_t(6 + step), 0}};
+    DSV41_RETURN_IF_ERROR(e->draft(again, step == 0 ? out.second : step == 1 ? out.third : out.fourth));
+  }
+  if (inspect) inspect(e->backend());
+  return out;
+}
+
+// make_device(device_drafter) gives a fresh device backend of `model` with the device drafter on
+// or off. tol: the largest |difference| allowed in logits and confidences.
+inline void check_device_drafter(const Model& model, const std::function<std::unique_ptr<Backend>(bool)>& make_device,
+                                 double tol, const std::string& what) {
+  ASSERT_NE(model.drafter(), nullptr) << what << ": the model has no drafter";
+  auto host = run_draft_scenario(model, make_device(false));
   ASSERT_TRUE(host.ok()) << what << ": " << host.status().to_string();
-  auto dev = run(true);
+  auto dev = run_draft_scenario(model, make_device(true));
   ASSERT_TRUE(dev.ok()) << what << ": " << dev.status().to_string();
   DraftDiff d;
   add_diff(host->first, dev->first, d);
   add_diff(host->second, dev->second, d);
-  std::printf("%s, device drafter vs host drafter (2 drafts of 3 sequences, after prefill and after a rollback): "
+  add_diff(host->third, dev->third, d);
+  add_diff(host->fourth, dev->fourth, d);
+  std::printf("%s, device drafter vs host drafter (4 drafts of 3 sequences, after prefill and after a rollback): "
               "max |dlogit| %.3g (logits up to %.3g), max |dconfidence| %.3g, %d of %d ids differ\n",
               what.c_str(), d.logit, d.logit_scale, d.confidence, d.ids_differ, d.ids);
   EXPECT_EQ(d.ids_differ, 0) << what;
   EXPECT_LE(d.logit, tol) << what;
   EXPECT_LE(d.confidence, tol) << what;
   EXPECT_GT(d.logit_scale, 0.0) << what;
+}
+
+// The device drafter's drafts as the executor's graphs (device_drafter_impl.h draft_on_device)
+// against its launches: the same ids, logits and confidences bit for bit over the scenario's four
+// drafts (rings growing between them). make_device(graphs, draft_graphs) gives a fresh device
+// backend with the device drafter on, the executor's graphs on or off and the drafter's use of
+// them on or off; graph_launches(backend) its executor's graph launches so far: none without
+// graphs, and more with the drafter's than with the decode steps' alone (so the drafts ran as
+// graphs).
+inline void check_draft_graph(const Model& model,
+                              const std::function<std::unique_ptr<Backend>(bool, bool)>& make_device,
+                              const std::function<int64_t(const Backend&)>& graph_launches, const std::string& what) {
+  ASSERT_NE(model.drafter(), nullptr) << what << ": the model has no drafter";
+  DraftRuns runs[3];
+  int64_t counts[3] = {-1, -1, -1};
+  // Prompts no longer than 50: on dsv41-mini (W = 64) every ring is shorter than the window and
+  // grows between drafts.
+  for (int mode = 0; mode < 3; ++mode) {
+    auto r = run_draft_scenario(
+        model, make_device(mode > 0, mode > 1), [&](const Backend& b) { counts[mode] = graph_launches(b); },
+        {37, 12, 50});
+    ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+    runs[mode] = std::move(*r);
+  }
+  EXPECT_EQ(counts[0], 0) << what << ": graph launches without graphs";
+  EXPECT_GT(counts[2], counts[1]) << what << ": the drafts added no graph launches";
+  runs[1] = std::move(runs[2]);
+  int differ = 0, values = 0;
+  const auto same = [&](const std::vector<DraftBlock>& a, const std::vector<DraftBlock>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t r = 0; r < a.size(); ++r) {
+      EXPECT_EQ(a[r].ids, b[r].ids) << what;
+      ASSERT_EQ(a[r].logits.size(), b[r].logits.size());
+      ASSERT_EQ(a[r].confidence.size(), b[r].confidence.size());
+      for (size_t i = 0; i < a[r].logits.size(); ++i, ++values)
+        differ += std::memcmp(&a[r].logits[i], &b[r].logits[i], sizeof(float)) != 0;
+      for (size_t i = 0; i < a[r].confidence.size(); ++i, ++values)
+        differ += std::memcmp(&a[r].confidence[i], &b[r].confidence[i], sizeof(float)) != 0;
+    }
+  };
+  same(runs[0].first, runs[1].first);
+  same(runs[0].second, runs[1].second);
+  same(runs[0].third, runs[1].third);
+  same(runs[0].fourth, runs[1].fourth);
+  std::printf("%s, draft graph vs launches (4 drafts of 3 sequences): %d of %d logits and confidences differ\n",
+              what.c_str(), differ, values);
+  EXPECT_EQ(differ, 0) << what;
 }
 
 }  // namespace dsv41::testing_scenario

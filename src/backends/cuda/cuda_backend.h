@@ -45,5 +45,8 @@ std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
 // DSpark's drafter on the GPU (the default) or on the host from downloaded features
 // (DeviceBackend::set_device_drafter; the "before" in benchmarks). Nothing for another backend.
 void cuda_backend_set_device_drafter(Backend& backend, bool on);
+// The device drafter's draft replayed as one CUDA graph (the default) or launched kernel by kernel
+// (DeviceBackend::set_draft_graphs; the A/B in benchmarks). Nothing for another backend.
+void cuda_backend_set_draft_graphs(Backend& backend, bool on);
 
 }  // namespace dsv41

@@ -8,6 +8,8 @@
 // directory (how scripts/gpu-suite.sh runs them on a GPU machine without the checkout).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -243,6 +245,88 @@ TEST(CudaBackend, DeviceDrafterMatchesHostDrafter) {
           return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_device_drafter(device); });
         },
         1.0, name + " (cuda)");
+  }
+}
+
+// The device drafter's draft replayed as a CUDA graph against its launches: the same bits.
+TEST(CudaBackend, DraftGraphMatchesLaunches) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
+    const std::string dir = model_dir(name, std::string(DSV41_SOURCE_DIR) +
+                                                (name == "dsv41-mini" ? "/models/" : "/tests/fixtures/") + name);
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    ts::check_draft_graph(
+        **model,
+        [&](bool graphs, bool draft_graphs) {
+          return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) {
+            b.set_graphs(graphs, CudaExec::kGraphChunk);
+            b.set_draft_graphs(draft_graphs);
+          });
+        },
+        [](const Backend& b) { return dynamic_cast<const DeviceBackend<CudaExec>&>(b).exec_counts().graph_launches; },
+        name + " (cuda)");
+  }
+}
+
+// Diagnostics, not a check (run with --gtest_also_run_disabled_tests): where a draft's time goes
+// on dsv41-mini at batch 1 and 8 — wall ms of a draft with the graph and launch by launch, and
+// the kernels' own device time (the executor's profile, launch by launch).
+TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for (int batch : {1, 8}) {
+    auto backend = fresh_cuda_backend(**model);
+    ASSERT_NE(backend, nullptr);
+    auto* dev = dynamic_cast<DeviceBackend<CudaExec>*>(backend.get());
+    EngineOptions eo;
+    eo.dspark = true;
+    eo.rollback_tokens = 5;
+    auto e = Engine::create(std::move(backend), (*model)->engram_tables(), eo);
+    ASSERT_TRUE(e.ok());
+    std::vector<int32_t> prompt(70);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(7 + 13 * i % 290);
+    std::vector<Engine::DraftSpec> specs;
+    std::vector<Segment> segs;
+    for (int b = 0; b < batch; ++b) {
+      auto id = (*e)->add_sequence(100);
+      ASSERT_TRUE(id.ok());
+      specs.push_back({*id, 11, 0});
+      segs.push_back({*id, 0, prompt, LogitRows::kNone, {}});
+    }
+    for (const SegmentResult& r : (*e)->forward(segs)) ASSERT_TRUE(r.status.ok());
+    std::vector<DraftBlock> out;
+    const auto wall = [&](bool graphs, int n) {
+      dev->set_draft_graphs(graphs);
+      for (int i = 0; i < 3; ++i) EXPECT_TRUE((*e)->draft(specs, out).ok());
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < n; ++i) EXPECT_TRUE((*e)->draft(specs, out).ok());
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
+    };
+    const double with_graph = wall(true, 50), launches = wall(false, 50);
+    dev->executor().set_profiling(true);
+    const int profiled = 10;
+    const double profiled_wall = wall(false, profiled);
+    dev->executor().set_profiling(false);
+    std::vector<std::pair<double, std::string>> kernels;
+    double device_ms = 0;
+    int64_t count = 0;
+    for (const auto& [name, t] : dev->executor().profile()) {
+      kernels.push_back({t.ms, name});
+      device_ms += t.ms;
+      count += t.launches;
+    }
+    const double per = 1.0 / (profiled + 3);  // the warm-ups were profiled too
+    std::printf("batch %d: a draft %.3f ms with the graph, %.3f ms launch by launch; profiled: %.1f launches, "
+                "%.3f ms of kernels (%.3f ms wall while profiling)\n",
+                batch, with_graph, launches, double(count) * per, device_ms * per, profiled_wall);
+    std::sort(kernels.rbegin(), kernels.rend());
+    for (size_t i = 0; i < std::min<size_t>(kernels.size(), 12); ++i)
+      std::printf("  %.4f ms  %s\n", kernels[i].first * per, kernels[i].second.c_str());
   }
 }
 

@@ -232,6 +232,9 @@ class DeviceBackend : public Backend {
   void set_device_drafter(bool on) { device_drafter_ = on; }
   // Test support: the executor (e.g. HostExec::fail, a device error in the emulation).
   Exec& exec() { return ex_; }
+  // The device drafter's draft as the executor's CUDA graphs (the default, when set_graphs is on)
+  // or launch by launch (off: the A/B of benchmarks and the reference of tests). The same bits.
+  void set_draft_graphs(bool on) { draft_graphs_ = on; }
 
  private:
   using F32 = DeviceArray<Exec, float>;
@@ -446,10 +449,13 @@ class DeviceBackend : public Backend {
   // The device drafter (device_drafter.h, device_drafter_impl.h).
   std::unique_ptr<DeviceDraftState<Exec>> draft_dev_;
   bool device_drafter_ = true;
+  bool draft_graphs_ = true;
   void upload_drafter(const DrafterWeights& w);
   void feed_rings_on_device(std::span<const DraftFeed> feeds);
   Status draft_on_device(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick);
   void draft_tables(std::span<const DraftRequest> requests);
+  void reserve_draft_buffers();
+  void draft_kernels();
   void draft_attention(int stage);
   void draft_moe(int stage);
 };

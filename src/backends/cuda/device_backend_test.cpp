@@ -97,6 +97,27 @@ TEST(DeviceBackendHost, DeviceDrafterMatchesHostDrafter) {
   }
 }
 
+// The device drafter's drafts as the executor's (emulated) graphs against its launches: the same
+// bits, and the drafts really went through graphs.
+TEST(DeviceBackendHost, DraftGraphMatchesLaunches) {
+  for (const std::string name : {"tests/fixtures/dspark-micro", "models/dsv41-mini"}) {
+    const std::string dir = std::string(DSV41_SOURCE_DIR) + "/" + name;
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    ts::check_draft_graph(
+        **model,
+        [&](bool graphs, bool draft_graphs) {
+          auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+          b->set_graphs(graphs, 0);
+          b->set_draft_graphs(draft_graphs);
+          return std::unique_ptr<Backend>(std::move(b));
+        },
+        [](const Backend& b) { return dynamic_cast<const DeviceBackend<HostExec>&>(b).exec_counts().graph_launches; },
+        name + " (emulation)");
+  }
+}
+
 TEST(DeviceBackendHost, ImagePromptMatchesCpuBackend) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/vl-micro";
   auto model = Model::load(dir);

@@ -58,8 +58,9 @@ struct DeviceDraftState {
   std::vector<int32_t> host_ids;
   std::vector<dk::DraftRing> host_rings;
   std::vector<int64_t> head_rows;  // [requests + 1]
-  // The current draft: requests, block rows, head rows, the longest ring; its tables on the device.
-  int64_t n = 0, R = 0, want = 0, longest = 0;
+  // The current draft: requests, block rows, head rows, the longest ring, the attention's key slots
+  // per row; its tables on the device.
+  int64_t n = 0, R = 0, want = 0, longest = 0, key_slots = 0;
   const int32_t* tokens_dev = nullptr;
   const float *cos_dev = nullptr, *sin_dev = nullptr;
   const int32_t* head_dev = nullptr;

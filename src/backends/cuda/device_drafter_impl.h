@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <utility>
+#include <vector>
 
 #include "backends/cuda/device_backend.h"
 #include "model/dspark_weights.h"
@@ -198,14 +200,13 @@ void DeviceBackend<Exec>::draft_attention(int s) {
   rmsnorm(S.kv.data(), R, D, L.kv_norm, S.kv.data());
   rope(S.kv.data(), R, 1, D, S.cos_dev, S.sin_dev, 0, false);
   fake_quant(S.kv.data(), R * D, RowKind::kWindow);
-  const dk::DraftAttnGeom g{S.rings.data() + s * S.n, B, H, D, S.longest + B, S.kv.data()};
+  const dk::DraftAttnGeom g{S.rings.data() + s * S.n, B, H, D, S.key_slots, S.kv.data()};
   ex_.for_each(R * H * g.L, dk::DraftAttnLogitsK{g, S.q.data(), float(std::pow(double(D), -0.5)), S.attn.data()});
   ex_.for_each(R * H, dk::DraftAttnSoftmaxK{g, L.sink, S.attn.data()});
   ex_.for_each(R * H * D, dk::DraftAttnValuesK{g, S.attn.data(), S.o.data()});
   rope(S.o.data(), R, H, D, S.cos_dev, S.sin_dev, 0, true);
   // attention_output: grouped wo_a, then wo_b; mHC expand.
   const int64_t HD = H * D, groups = c.o_groups, olr = c.o_lora_rank, gin = HD / groups;
-  mid_.reserve(R * groups * olr);
   for (int64_t gi = 0; gi < groups; ++gi)
     gemm(S.o.data() + gi * gin, HD, R, gin, L.wo_a.offset(gi * olr * gin), olr, mid_.data() + gi * olr, groups * olr);
   gemm(mid_.data(), R, groups * olr, L.wo_b, d, S.a.data());
@@ -224,16 +225,13 @@ void DeviceBackend<Exec>::draft_moe(int s) {
   mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, S.x2.data(), R, S.pre_b.data(), S.post_b.data(), S.comb_b.data());
   ex_.for_each(R * d, dk::MhcCollapseK{S.x2.data(), S.pre_a.data(), nullptr, int(hc), d, S.h.data()});
   rmsnorm(S.h.data(), R, d, L.ffn_norm, S.h.data());
-  S.router.reserve(R * E);
   gemm(S.h.data(), R, d, {L.gate, nullptr}, E, S.router.data());
   ex_.for_each(R * E, dk::ScaleK{S.router.data(), ms.gate_temp, true});
   ex_.for_each(R, dk::RouteK{S.router.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)), ms.norm_topk_prob,
                              ms.routed_scaling_factor, S.experts.data(), S.weights.data()});
-  S.hexp.reserve(R * k * ms.inter);
   ex_.for_each(R * k * ms.inter, dk::ExpertUpK{S.h.data(), L.experts, S.experts.data(), S.weights.data(), int(k), d,
                                                ms.inter, ms.swiglu_limit, S.hexp.data()});
   if (L.shared) {
-    S.hshared.reserve(R * ms.shared_inter);
     ex_.for_each(R * ms.shared_inter, dk::ExpertUpK{S.h.data(), L.shared, nullptr, nullptr, 1, d, ms.shared_inter,
                                                     ms.swiglu_limit, S.hshared.data()});
   }
@@ -244,14 +242,63 @@ void DeviceBackend<Exec>::draft_moe(int s) {
   std::swap(S.p, S.pre_b);  // the next site's pre (the buffers have the same size)
 }
 
+// Room for every buffer a draft of the current shape writes, before any launch: an allocation
+// between launches would end the executor's graph there (draft_on_device).
+template <class Exec>
+void DeviceBackend<Exec>::reserve_draft_buffers() {
+  DeviceDraftState<Exec>& S = *draft_dev_;
+  const ModelConfig& c = config();
+  const MoeShape& ms = model_.drafter()->shape.moe;
+  const int64_t R = S.R, d = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads, D = c.head_dim;
+  for (auto* b : {&S.x, &S.x2}) b->reserve(R * hc * d);
+  for (auto* b : {&S.h, &S.a}) b->reserve(R * d);
+  for (auto* b : {&S.p, &S.pre_a, &S.post_a, &S.pre_b, &S.post_b}) b->reserve(R * hc);
+  for (auto* b : {&S.comb_a, &S.comb_b}) b->reserve(R * hc * hc);
+  S.c.reserve(R * c.q_lora_rank);
+  S.q.reserve(R * H * D);
+  S.o.reserve(R * H * D);
+  S.kv.reserve(R * D);
+  S.experts.reserve(R * ms.top_k);
+  S.weights.reserve(R * ms.top_k);
+  S.attn.reserve(R * H * S.key_slots);
+  S.router.reserve(R * ms.n_experts);
+  S.hexp.reserve(R * ms.top_k * ms.inter);
+  if (ms.has_shared) S.hshared.reserve(R * ms.shared_inter);
+  S.out.reserve(S.want * c.vocab_size + R * d);
+  mid_.reserve(R * c.o_groups * c.o_lora_rank);
+  scratch_r_.reserve(R);
+  scratch_m_.reserve(R * model_.mhc_shape().mix_width());
+}
+
+// The draft's launches, from the block's embeddings to the wanted rows' logits [want, V] and the
+// collapsed rows [R, d] in S.out (no copies: they can be captured).
+template <class Exec>
+void DeviceBackend<Exec>::draft_kernels() {
+  DeviceDraftState<Exec>& S = *draft_dev_;
+  const ModelConfig& c = config();
+  const int64_t R = S.R, d = c.hidden_size, hc = c.hc_mult, V = c.vocab_size;
+  ex_.for_each(R * d, dk::GatherRowsK{embed_, S.tokens_dev, d, S.h.data()});
+  ex_.for_each(R * hc * d, dk::MhcInitK{S.h.data(), int(hc), d, S.x.data(), S.p.data()});
+  for (int s = 0; s < int(S.stages.size()); ++s) {
+    draft_attention(s);
+    draft_moe(s);
+  }
+  // Head: collapse with the last FFN pre (kept for the confidence), norm, the wanted rows' logits.
+  float* logits = S.out.data();
+  float* xrows = logits + S.want * V;
+  ex_.for_each(R * d, dk::MhcCollapseK{S.x.data(), S.p.data(), nullptr, int(hc), d, xrows});
+  rmsnorm(xrows, R, d, S.norm, S.a.data());
+  ex_.for_each(S.want * d, dk::GatherRowsK{S.a.data(), S.head_dev, d, S.h.data()});
+  gemm(S.h.data(), S.want, d, head_, V, logits);
+}
+
 template <class Exec>
 Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out,
                                             const DraftPicker& pick) {
   DeviceDraftState<Exec>& S = *draft_dev_;
   const ModelConfig& c = config();
   const DrafterWeights& w = *model_.drafter();
-  const int64_t B = w.shape.block, d = c.hidden_size, hc = c.hc_mult, V = c.vocab_size, H = c.num_attention_heads;
-  const int64_t D = c.head_dim, k = w.shape.moe.top_k;
+  const int64_t B = w.shape.block, d = c.hidden_size, V = c.vocab_size;
   const int stages = int(S.stages.size());
   DSV41_RETURN_IF_ERROR(check_draft_requests(requests, stages, V));
   S.n = static_cast<int64_t>(requests.size());
@@ -263,33 +310,17 @@ Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> reques
   }
   flush_staged();  // rings first (a caller that skipped end_batch)
   draft_tables(requests);
-  for (auto* b : {&S.x, &S.x2}) b->reserve(R * hc * d);
-  for (auto* b : {&S.h, &S.a}) b->reserve(R * d);
-  for (auto* b : {&S.p, &S.pre_a, &S.post_a, &S.pre_b, &S.post_b}) b->reserve(R * hc);
-  for (auto* b : {&S.comb_a, &S.comb_b}) b->reserve(R * hc * hc);
-  S.c.reserve(R * c.q_lora_rank);
-  S.q.reserve(R * H * D);
-  S.o.reserve(R * H * D);
-  S.kv.reserve(R * D);
-  S.experts.reserve(R * k);
-  S.weights.reserve(R * k);
-  S.attn.reserve(R * H * (S.longest + B));
-  ex_.for_each(R * d, dk::GatherRowsK{embed_, S.tokens_dev, d, S.h.data()});
-  ex_.for_each(R * hc * d, dk::MhcInitK{S.h.data(), int(hc), d, S.x.data(), S.p.data()});
-  for (int s = 0; s < stages; ++s) {
-    draft_attention(s);
-    draft_moe(s);
-  }
-  // Head: collapse with the last FFN pre (kept for the confidence), norm, the wanted rows'
-  // logits; one download of [want, V] logits then the collapsed rows [R, d].
+  // The draft's launches as CUDA graphs (the executor's, as a decode step's: recorded and
+  // replayed, Exec::graph_begin) or launch by launch; the same launches, so the same bits. Every
+  // buffer is reserved first: an allocation would end a graph early.
+  const bool graph = draft_graphs_ && ex_.graphs();
+  S.key_slots = S.longest + B;
+  reserve_draft_buffers();
+  if (graph) ex_.graph_begin();
+  draft_kernels();
+  if (graph) ex_.graph_end();
+  // One download of the [want, V] logits then the collapsed rows [R, d].
   const int64_t want = S.want;
-  S.out.reserve(want * V + R * d);
-  float* logits = S.out.data();
-  float* xrows = logits + want * V;
-  ex_.for_each(R * d, dk::MhcCollapseK{S.x.data(), S.p.data(), nullptr, int(hc), d, xrows});
-  rmsnorm(xrows, R, d, S.norm, S.a.data());
-  ex_.for_each(want * d, dk::GatherRowsK{S.a.data(), S.head_dev, d, S.h.data()});
-  gemm(S.h.data(), want, d, head_, V, logits);
   S.host_out.resize(size_t(want * V + R * d));
   ex_.download(S.host_out.data(), S.out.data(), (want * V + R * d) * int64_t(sizeof(float)));
   async_in_flight_ = false;

@@ -16,4 +16,8 @@ void host_device_backend_set_device_drafter(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<HostExec>*>(&backend)) b->set_device_drafter(on);
 }
 
+void host_device_backend_set_draft_graphs(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<HostExec>*>(&backend)) b->set_draft_graphs(on);
+}
+
 }  // namespace dsv41

@@ -16,5 +16,8 @@ std::unique_ptr<Backend> make_host_device_backend(const Model& model);
 // DSpark's drafter on the emulated device (the default) or the host drafter
 // (DeviceBackend::set_device_drafter). Nothing for another backend.
 void host_device_backend_set_device_drafter(Backend& backend, bool on);
+// The device drafter's draft through the emulated graph (recorded once, replayed; the default) or
+// launch by launch (DeviceBackend::set_draft_graphs). Nothing for another backend.
+void host_device_backend_set_draft_graphs(Backend& backend, bool on);
 
 }  // namespace dsv41

@@ -329,6 +329,28 @@ TEST(DsparkDecode, SeededSamplingEqualsPlain) {
   EXPECT_GT(spec.stats.accepted, 0);
 }
 
+// Penalties (repetition over prompt + output, presence, frequency) depend on what was returned
+// before each row: speculative output must still be the plain run's, greedy and sampled, and with
+// the rejection rule asked for (such requests fall back to sample-and-match: its distributions
+// know no prompt). The penalties must also change the output, or the test would prove nothing.
+TEST(DsparkDecode, PenalisedRequestsEqualPlain) {
+  for (bool sampled : {false, true}) {
+    auto reqs = requests(6, sampled);
+    const Decoded unpenalised = run(reqs, 6, kOff);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].sampling.repetition_penalty = i % 3 == 2 ? 1.0f : 1.3f;
+      reqs[i].sampling.presence_penalty = i % 3 == 1 ? 0.4f : 0.0f;
+      reqs[i].sampling.frequency_penalty = i % 3 == 2 ? 0.3f : 0.0f;
+    }
+    const Decoded plain = run(reqs, 6, kOff);
+    EXPECT_NE(plain.ids, unpenalised.ids) << "sampled " << sampled;
+    for (bool rejection : {false, true}) {
+      const Decoded spec = run(reqs, 4, DsparkMode{DsparkMode::Kind::kFixed, 3}, &plain.ids, rejection);
+      EXPECT_EQ(spec.ids, plain.ids) << "sampled " << sampled << ", rejection asked " << rejection;
+      EXPECT_GT(spec.stats.accepted, 0);
+    }
+  }
+}
 
 // ---- After the cache tiers: a restored turn, a bounded replay ----------------------------------
 

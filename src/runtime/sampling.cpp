@@ -17,7 +17,7 @@ int32_t argmax_logits(std::span<const float> logits) {
   return best;
 }
 
-Result<Sampler> Sampler::create(const SamplingParams& params) {
+Result<Sampler> Sampler::create(const SamplingParams& params, std::span<const int32_t> context) {
   if (!std::isfinite(params.temperature) || params.temperature < 0)
     return invalid_argument("sampling: temperature must be a finite value ≥ 0 (0 = greedy)");
   if (!(params.top_p > 0 && params.top_p <= 1)) return invalid_argument("sampling: top_p must be in (0, 1]");
@@ -25,16 +25,40 @@ Result<Sampler> Sampler::create(const SamplingParams& params) {
   if (!(params.min_p >= 0 && params.min_p <= 1)) return invalid_argument("sampling: min_p must be in [0, 1]");
   for (float pen : {params.presence_penalty, params.frequency_penalty})
     if (!(pen >= -2 && pen <= 2)) return invalid_argument("sampling: presence and frequency penalties must be in [-2, 2]");
+  if (!(params.repetition_penalty > 0 && std::isfinite(params.repetition_penalty)))
+    return invalid_argument("sampling: repetition_penalty must be a finite value > 0 (1 = off)");
   for (const auto& [id, bias] : params.logit_bias)
     if (id < 0 || !std::isfinite(bias))
       return invalid_argument("sampling: logit_bias needs token ids ≥ 0 and finite biases");
-  return Sampler(params);
+  Sampler s(params);
+  if (params.repetition_penalty != 1.0f) {
+    s.context_.assign(context.begin(), context.end());
+    std::sort(s.context_.begin(), s.context_.end());
+    s.context_.erase(std::unique(s.context_.begin(), s.context_.end()), s.context_.end());
+  }
+  return s;
+}
+
+bool Sampler::penalised() const {
+  return params_.presence_penalty != 0 || params_.frequency_penalty != 0 || params_.repetition_penalty != 1.0f;
+}
+
+// Every distinct id of the context and of the returned tokens once (biased_ holds the logits).
+void Sampler::penalise_repetitions() {
+  const float r = params_.repetition_penalty;
+  const auto scale = [&](int32_t id) {
+    if (id < 0 || static_cast<size_t>(id) >= biased_.size()) return;
+    float& v = biased_[size_t(id)];
+    v = v > 0 ? v / r : v * r;
+  };
+  for (int32_t id : context_) scale(id);
+  for (const auto& [id, n] : counts_)
+    if (!std::binary_search(context_.begin(), context_.end(), id)) scale(id);
 }
 
 int32_t Sampler::sample(std::span<const float> raw) {
-  const bool penalised = params_.presence_penalty != 0 || params_.frequency_penalty != 0;
   const int32_t token = pick(raw);
-  if (penalised && token >= 0) {
+  if (penalised() && token >= 0) {
     auto it = std::find_if(counts_.begin(), counts_.end(), [&](const auto& c) { return c.first == token; });
     if (it == counts_.end()) counts_.emplace_back(token, 1);
     else ++it->second;
@@ -44,10 +68,11 @@ int32_t Sampler::sample(std::span<const float> raw) {
 
 int32_t Sampler::pick(std::span<const float> raw) {
   std::span<const float> logits = raw;
-  if (!params_.logit_bias.empty() || !counts_.empty()) {
+  if (!params_.logit_bias.empty() || !counts_.empty() || !context_.empty()) {
     biased_.assign(raw.begin(), raw.end());
     for (const auto& [id, bias] : params_.logit_bias)
       if (static_cast<size_t>(id) < biased_.size()) biased_[id] += bias;
+    if (params_.repetition_penalty != 1.0f) penalise_repetitions();
     for (const auto& [id, n] : counts_)
       if (static_cast<size_t>(id) < biased_.size())
         biased_[id] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);

@@ -1,4 +1,5 @@
 #include "runtime/sampling.h"
+#include "runtime/speculative.h"
 
 #include <gtest/gtest.h>
 
@@ -94,6 +95,43 @@ TEST(Sampling, TopKMinPAndLogitBiasFilter) {
   bad = {};
   bad.logit_bias = {{-1, 1.0f}};
   EXPECT_FALSE(Sampler::create(bad).ok());
+}
+
+// repetition_penalty: the context's ids and the returned ones, each once, positive logits divided,
+// negative ones multiplied; after the bias, before presence / frequency; 1 changes nothing.
+TEST(Sampling, RepetitionPenaltyScalesContextAndReturnedTokens) {
+  const std::vector<float> l = {2.0f, 1.5f, -1.0f, 0.9f};
+  auto run = [](const std::vector<float>& logits, float r, std::vector<int32_t> context, int n, float presence = 0) {
+    SamplingParams p{};
+    p.repetition_penalty = r;
+    p.presence_penalty = presence;
+    auto s = Sampler::create(p, context);
+    EXPECT_TRUE(s.ok());
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) out.push_back(s->sample(logits));
+    return out;
+  };
+  EXPECT_EQ(run(l, 1, {0, 0, 1}, 3), (std::vector<int32_t>{0, 0, 0}));
+  // Context {0} (twice: scaled once): 2.0 / 2 = 1.0 < 1.5 → 1; then 1 is seen too: 1.0 vs 0.75
+  // vs 0.9 → 0, which is already seen (still 1.0, not 0.5) → 0 again.
+  EXPECT_EQ(run(l, 2, {0, 0}, 3), (std::vector<int32_t>{1, 0, 0}));
+  // No context: only returned tokens: 0 first, then 1.0 < 1.5 → 1, then 1.0 > 0.75 → 0.
+  EXPECT_EQ(run(l, 2, {}, 3), (std::vector<int32_t>{0, 1, 0}));
+  // A negative logit is multiplied: −1 · 4 = −4 < −2 → 1 (divided it would win).
+  EXPECT_EQ(run({-1.0f, -2.0f}, 4, {0}, 1), (std::vector<int32_t>{1}));
+  // Presence after the scaling: once 0 is returned, 2.0 / 2 − 0.6 = 0.4 < 0.55 → 1 (presence
+  // first would leave (2.0 − 0.6) / 2 = 0.7 and pick 0 again).
+  EXPECT_EQ(run({2.0f, 0.55f}, 2, {}, 2, 0.6f), (std::vector<int32_t>{0, 1}));
+  for (float bad : {0.0f, -1.0f, INFINITY}) {
+    SamplingParams p{};
+    p.repetition_penalty = bad;
+    EXPECT_FALSE(Sampler::create(p).ok()) << bad;
+  }
+  // The rejection rule's sampler refuses it (its distributions know no context).
+  SamplingParams p{};
+  p.repetition_penalty = 1.2f;
+  p.temperature = 1;
+  EXPECT_FALSE(SpeculativeSampler::create(p).ok());
 }
 
 TEST(Sampling, PresenceAndFrequencyPenaltiesLowerReturnedTokens) {

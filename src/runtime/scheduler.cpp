@@ -139,13 +139,13 @@ Status Scheduler::prepare(Active& a) {
                               std::to_string(a.span_before[N]) + " span rows of " +
                               std::to_string(engine_.config().hidden_size));
   }
-  auto sampler = Sampler::create(r.sampling);
+  auto sampler = Sampler::create(r.sampling, r.prompt);
   if (!sampler.ok()) return sampler.status();
   a.sampler = std::move(*sampler);
   if (r.constraint) a.constraint = r.constraint->start();  // this request's own state
   const SamplingParams& sp = r.sampling;
   if (options_.dspark.kind != DsparkMode::Kind::kOff && options_.sampled_rejection && sp.temperature > 0 &&
-      !r.constraint && sp.presence_penalty == 0 && sp.frequency_penalty == 0) {
+      !r.constraint && sp.presence_penalty == 0 && sp.frequency_penalty == 0 && sp.repetition_penalty == 1.0f) {
     auto spec = SpeculativeSampler::create(sp);
     if (!spec.ok()) return spec.status();
     a.spec = std::move(*spec);

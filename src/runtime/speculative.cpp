@@ -30,6 +30,10 @@ SpeculativeSampler::SpeculativeSampler(const SamplingParams& params)
 Result<SpeculativeSampler> SpeculativeSampler::create(const SamplingParams& params) {
   auto check = Sampler::create(params);  // one source of truth for valid parameters
   if (!check.ok()) return check.status();
+  // Its distributions (token_distribution.h) know no context; the scheduler verifies such requests
+  // by sample-and-match with their Sampler instead.
+  if (params.repetition_penalty != 1.0f)
+    return unsupported("speculative sampling: repetition_penalty is not applied under the rejection rule");
   return SpeculativeSampler(params);
 }
 

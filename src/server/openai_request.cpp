@@ -161,9 +161,9 @@ std::optional<ApiError> generation_fields(const Json& body, bool chat, const Par
   }
   DSV41_TRY(number_in(body, "presence_penalty", -2, 2, false, &g->sampling.presence_penalty));
   DSV41_TRY(number_in(body, "frequency_penalty", -2, 2, false, &g->sampling.frequency_penalty));
-  if (const Json* rp = find(body, "repetition_penalty"); rp && !(rp->is_number() && rp->get<double>() == 1.0))
-    return bad_field("repetition_penalty", "repetition_penalty: not supported yet (use presence_penalty / frequency_penalty)",
-                     "unsupported_value");
+  // vLLM's extension: the prompt's and the output's tokens, each once, logit / p if positive, · p
+  // if not (runtime/sampling.h); 1 = off.
+  DSV41_TRY(number_in(body, "repetition_penalty", 0, 10, true, &g->sampling.repetition_penalty));
   return std::nullopt;
 }
 

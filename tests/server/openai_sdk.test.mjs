@@ -123,6 +123,20 @@ test('chat: presence / frequency penalties stop a forced repetition, determinist
   assert.notEqual(a.choices[0].message.content, plain.choices[0].message.content);
 });
 
+test('chat: repetition_penalty (vLLM\'s) divides a seen token\'s positive logit: the forced repeat stops', async () => {
+  const base = { ...greedy, max_tokens: 24, messages: user('Repeat after me'), logit_bias: { 100: 30 } };
+  const lp = async (req) => (await client.chat.completions.create({ ...req, logprobs: true })).choices[0].logprobs.content.map((t) => t.bytes.join(','));
+  const plainTokens = await lp(base);
+  const pen = { ...base, repetition_penalty: 10 };
+  const a = await lp(pen), b = await lp(pen);
+  assert.equal(new Set(plainTokens).size, 1, 'without the penalty: one token, repeated');
+  assert.ok(new Set(a).size > 1, 'with it: the token loses once it has been returned');
+  assert.deepEqual(a, b);
+  assert.deepEqual(await lp({ ...base, repetition_penalty: 1 }), plainTokens);
+  await assert.rejects(client.chat.completions.create({ ...base, repetition_penalty: 0 }),
+    (e) => e.status === 400 && e.param === 'repetition_penalty');
+});
+
 test('chat: stop strings end the text before the stop', async () => {
   const free = await client.chat.completions.create({ ...greedy, max_tokens: 20, messages: user('Go on') });
   const text = free.choices[0].message.content;

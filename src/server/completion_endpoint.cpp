@@ -1,6 +1,8 @@
 // POST /v1/completions (OpenAI's legacy text completions): raw prompts (text, or token ids; one
 // or a list, as evaluation harnesses send them), the same sampling options as chat, plain text
 // out (no chat parsing).
+#include <algorithm>
+#include <cmath>
 #include <ctime>
 
 #include <nlohmann/json.hpp>
@@ -80,6 +82,26 @@ std::variant<std::vector<int32_t>, ApiError> prompt_ids(const CompletionPrompt& 
   return prompt;
 }
 
+// best_of: of each prompt's `best_of` choices (choice p·best_of + k is choice k of prompt p), the
+// n with the highest mean log probability per token (OpenAI's rule), best first; ties to the
+// lower index. Empty choices rank last.
+std::vector<size_t> best_choices(const std::vector<ChoiceOutput>& out, size_t prompts, int best_of, int n) {
+  std::vector<size_t> keep;
+  for (size_t p = 0; p < prompts; ++p) {
+    std::vector<std::pair<double, size_t>> ranked;
+    for (int k = 0; k < best_of; ++k) {
+      const size_t i = p * static_cast<size_t>(best_of) + static_cast<size_t>(k);
+      double sum = 0;
+      for (const TokenEvent& t : out[i].tokens) sum += t.logprob;
+      const double mean = out[i].tokens.empty() ? -INFINITY : sum / static_cast<double>(out[i].tokens.size());
+      ranked.emplace_back(mean, i);
+    }
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (int k = 0; k < n; ++k) keep.push_back(ranked[static_cast<size_t>(k)].second);
+  }
+  return keep;
+}
+
 }  // namespace
 
 void ApiServer::completions(const httplib::Request& req, httplib::Response& res) {
@@ -100,9 +122,13 @@ void ApiServer::completions(const httplib::Request& req, httplib::Response& res)
     const std::string text = !c.echo ? std::string()
                              : std::holds_alternative<std::string>(c.prompts[p]) ? std::get<std::string>(c.prompts[p])
                                                                                  : tokenizer_->decode_text(prompts.back());
-    echo.insert(echo.end(), static_cast<size_t>(c.gen.n), text);
+    echo.insert(echo.end(), static_cast<size_t>(c.best_of), text);
   }
-  auto channel = submit(req, res, c.gen, prompts, "prompt", nullptr, c.gen.stream || !c.gen.stop.empty());
+  // best_of > n: best_of choices a prompt, each with its tokens' log probabilities for the ranking.
+  GenerationFields gen = c.gen;
+  gen.n = c.best_of;
+  if (c.best_of > c.gen.n) gen.top_logprobs = std::max(gen.top_logprobs, 0);
+  auto channel = submit(req, res, gen, prompts, "prompt", nullptr, c.gen.stream || !c.gen.stop.empty());
   if (!channel) return;
   std::vector<std::unique_ptr<ChoiceStream>> streams;
   for (size_t i = 0; i < echo.size(); ++i) {
@@ -129,9 +155,21 @@ void ApiServer::completions(const httplib::Request& req, httplib::Response& res)
     return;
   }
   if (!driver->error().ok()) return reply_error(req, res, engine_error(driver->error()));
+  // Usage counts every generated token, the choices best_of dropped included (as OpenAI bills them).
   const Usage usage{n_prompt, driver->completion_tokens(), driver->cached_tokens()};
-  Json out = completion_json(meta, driver->outputs(), echo, logprobs, *tokenizer_, usage);
-  if (c.gen.telemetry) out["dsv41"] = telemetry_json(driver->outputs());
+  std::vector<ChoiceOutput> outputs = driver->outputs();
+  if (c.best_of > c.gen.n) {
+    std::vector<ChoiceOutput> best;
+    std::vector<std::string> best_echo;
+    for (size_t i : best_choices(outputs, prompts.size(), c.best_of, c.gen.n)) {
+      best.push_back(std::move(outputs[i]));
+      best_echo.push_back(echo[i]);
+    }
+    outputs = std::move(best);
+    echo = std::move(best_echo);
+  }
+  Json out = completion_json(meta, outputs, echo, logprobs, *tokenizer_, usage);
+  if (c.gen.telemetry) out["dsv41"] = telemetry_json(outputs);
   reply(req, res, 200, dump(out));
 }
 

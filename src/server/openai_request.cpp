@@ -454,8 +454,11 @@ Parsed<CompletionRequest> parse_completion_request(const Json& body, const Parse
   if (!p) return bad_field("prompt", "prompt: missing", "missing_required_parameter");
   DSV41_TRY(completion_prompts(*p, o.max_prompts, &c.prompts));
   DSV41_TRY(boolean(body, "echo", &c.echo));
-  if (const Json* b = find(body, "best_of"); b && !(b->is_number_integer() && b->get<int64_t>() == c.gen.n))
-    return bad_field("best_of", "best_of: not supported (only best_of = n)", "unsupported_value");
+  int64_t best_of = c.gen.n;
+  DSV41_TRY(integer_in(body, "best_of", c.gen.n, o.max_n, &best_of));
+  if (best_of > c.gen.n && c.gen.stream)
+    return bad_field("best_of", "best_of: the choices are ranked once all are done, so they cannot be streamed");
+  c.best_of = static_cast<int>(best_of);
   if (const Json* s = find(body, "suffix"); s && !(s->is_string() && s->get<std::string>().empty()))
     return bad_field("suffix", "suffix: not supported", "unsupported_value");
   return c;

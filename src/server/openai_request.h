@@ -57,6 +57,9 @@ struct CompletionRequest {
   // evaluation harnesses send a batch). Choice p·n + k of the answer is choice k of prompt p.
   std::vector<CompletionPrompt> prompts;
   bool echo = false;
+  // OpenAI's best_of (n ≤ best_of ≤ max_n; not with stream): best_of choices generated a prompt,
+  // the n with the highest mean log probability per token returned.
+  int best_of = 1;
 };
 
 struct ParseOptions {

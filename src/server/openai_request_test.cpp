@@ -215,6 +215,16 @@ TEST(OpenAiRequest, CompletionPrompts) {
     ASSERT_TRUE(std::holds_alternative<ApiError>(bad)) << prompt;
     EXPECT_EQ(std::get<ApiError>(bad).param, param) << prompt;
   }
+  // best_of: n ≤ best_of ≤ max_n, not streamed.
+  auto best = parse_completion_request(body(R"({"model":"m","prompt":"a","best_of":3})"), o);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(best));
+  EXPECT_EQ(std::get<CompletionRequest>(best).best_of, 3);
+  EXPECT_EQ(std::get<CompletionRequest>(best).gen.n, 1);
+  for (const char* bad_best : {R"("n":2,"best_of":1)", R"("best_of":17)", R"("best_of":2,"stream":true)", R"("best_of":"2")"}) {
+    auto bad = parse_completion_request(body(std::string(R"({"model":"m","prompt":"a",)") + bad_best + "}"), o);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(bad)) << bad_best;
+    EXPECT_EQ(std::get<ApiError>(bad).param, "best_of") << bad_best;
+  }
   ParseOptions two = o;
   two.max_prompts = 2;
   auto too_many = parse_completion_request(body(R"({"model":"m","prompt":["a","b","c"]})"), two);

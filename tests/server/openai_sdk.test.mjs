@@ -358,6 +358,22 @@ test('completions: a list of prompts (as evaluation harnesses send) answers each
     (e) => e.status === 400 && e.param === 'prompt[1]');
 });
 
+test('completions: best_of returns the choice with the highest mean log probability per token', async () => {
+  const req = { model: MODEL_ID, prompt: 'Once upon a', max_tokens: 8, temperature: 1.2, seed: 3 };
+  // The same seed gives the same three candidates as n = 3 (choice k samples with seed + k).
+  const all = await client.completions.create({ ...req, n: 3, logprobs: 0 });
+  const mean = (c) => c.logprobs.token_logprobs.reduce((a, b) => a + b, 0) / c.logprobs.token_logprobs.length;
+  const means = all.choices.map(mean);
+  const best = all.choices[means.indexOf(Math.max(...means))];
+  const one = await client.completions.create({ ...req, best_of: 3 });
+  assert.equal(one.choices.length, 1);
+  assert.equal(one.choices[0].index, 0);
+  assert.equal(one.choices[0].text, best.text);
+  assert.equal(one.choices[0].logprobs, null, 'no logprobs unless asked');
+  assert.equal(one.usage.completion_tokens, all.usage.completion_tokens, 'every candidate counts');
+  await assert.rejects(client.completions.create({ ...req, best_of: 2, stream: true }), (e) => e.status === 400 && e.param === 'best_of');
+});
+
 test('errors: OpenAI shapes and statuses, the field named', async () => {
   const bad = async (req, status, param) =>
     assert.rejects(client.chat.completions.create(req), (e) => {

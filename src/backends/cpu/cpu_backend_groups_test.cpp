@@ -22,6 +22,18 @@ struct EngineRun {
   CpuBackend* backend = nullptr;
 };
 
+// The test model's exec on a pool big enough for row groups, and the same exec on one thread (the
+// bits every grouping must give).
+struct PooledAndSerial {
+  ThreadPool pool{CpuBackendOptions::kMinGroupedThreads};
+  CpuExec pooled = with_pool(&pool), serial = with_pool(nullptr);
+  static CpuExec with_pool(ThreadPool* p) {
+    CpuExec ex = testing::engine_test_model().exec();
+    ex.pool = p;
+    return ex;
+  }
+};
+
 EngineRun make_run(const CpuExec& ex, int64_t group_rows, bool layer_groups = true) {
   const Model& model = testing::engine_test_model();
   CpuBackendOptions o;
@@ -74,13 +86,10 @@ std::vector<std::vector<float>> run_steps(EngineRun& r, int n, int steps) {
 }
 
 TEST(CpuBackendRowGroups, GroupsAndConcurrentCompressorsGiveTheBitsOfOneThread) {
-  ThreadPool pool(CpuBackendOptions::kMinGroupedThreads);
-  CpuExec ex = testing::engine_test_model().exec();
-  ex.pool = &pool;
-  CpuExec serial = ex;
-  serial.pool = nullptr;
+  PooledAndSerial x;
+  const CpuExec& ex = x.pooled;
   for (int n : {8, 11}) {
-    EngineRun one_thread = make_run(serial, 0);
+    EngineRun one_thread = make_run(x.serial, 0);
     const auto want = run_steps(one_thread, n, 6);
     ASSERT_FALSE(want.empty());
     EngineRun whole = make_run(ex, 0);
@@ -102,13 +111,10 @@ TEST(CpuBackendRowGroups, GroupsAndConcurrentCompressorsGiveTheBitsOfOneThread) 
 // row groups with a pool job per step. 11 sequences on 4 threads: groups of 2–3 segments, so a
 // group publishes several segments' entries and waits for the groups before it.
 TEST(CpuBackendRowGroups, LayerGroupsGiveTheBitsOfOneThread) {
-  ThreadPool pool(CpuBackendOptions::kMinGroupedThreads);
-  CpuExec ex = testing::engine_test_model().exec();
-  ex.pool = &pool;
-  CpuExec serial = ex;
-  serial.pool = nullptr;
+  PooledAndSerial x;
+  const CpuExec& ex = x.pooled;
   for (int n : {8, 11}) {
-    EngineRun one_thread = make_run(serial, 0);
+    EngineRun one_thread = make_run(x.serial, 0);
     const auto want = run_steps(one_thread, n, 8);
     ASSERT_FALSE(want.empty());
     for (int64_t g : {1, 2}) {

@@ -16,7 +16,9 @@ let server, client;
 
 before(async () => {
   server = await startServer(['--api-key', KEY, '--parallel', '2', '--ctx', '2048', '--max-queue', '2', '--max-body-mb', '1', '--thinking', 'off']);
-  client = new OpenAI({ baseURL: server.base + '/v1', apiKey: KEY, maxRetries: 0, timeout: 60000 });
+  // 5 minutes a request: under ThreadSanitizer on a loaded 2-core machine a constrained n = 3
+  // request took over a minute; a server that hangs is still caught by ctest's timeout.
+  client = new OpenAI({ baseURL: server.base + '/v1', apiKey: KEY, maxRetries: 0, timeout: 300000 });
 });
 after(async () => {
   const { code } = await server.stop();

@@ -47,15 +47,14 @@ void check_graphs(const Model& model, const std::function<std::unique_ptr<Backen
       std::unique_ptr<Backend> b = make(graphs == 1);
       auto* dev = dynamic_cast<DeviceBackend<Exec>*>(b.get());
       ASSERT_NE(dev, nullptr) << what;
-      AfterStep after;
-      if (graphs == 1)
-        after = [&](const Engine& e, const std::vector<SequenceId>& ids) {
-          compare_device_records(*dev, e, ids, n, what + " " + c.name);
-        };
+      // The counts are read after each step: `run` owns (and destroys) the backend.
+      AfterStep after = [&](const Engine& e, const std::vector<SequenceId>& ids) {
+        graph_launches[graphs] = dev->exec_counts().graph_launches;
+        if (graphs == 1) compare_device_records(*dev, e, ids, n, what + " " + c.name);
+      };
       auto r = run(std::move(b), model.engram_tables(), c.sequences, c.steps, 1024, after);
       ASSERT_TRUE(r.ok()) << what << " " << c.name << ": " << r.status().to_string();
       logits[graphs] = std::move(*r);
-      graph_launches[graphs] = dev->exec_counts().graph_launches;
     }
     int64_t decode_steps = 0;
     for (const Step& s : c.steps) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -39,6 +40,31 @@ TEST(RmsNorm, UnweightedInPlaceAndTinyEps) {
   std::vector<float> z(8, 0.f), out(8, 1.f);
   rmsnorm_row(z.data(), 8, nullptr, 1e-20, out.data());
   for (float v : out) EXPECT_EQ(v, 0.f);
+}
+
+
+// rmsnorm_rows runs four rows' sums side by side: every row must keep rmsnorm_row's bits, for
+// row counts around the block of four, in place too, weighted or not.
+TEST(RmsNorm, RowsGiveTheBitsOfOneRowAtATime) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  for (int64_t n : {1, 3, 64, 256, 257}) {
+    for (int64_t rows : {1, 3, 4, 5, 8, 9, 16}) {
+      std::vector<float> x(rows * n), w(n), want(rows * n), got(rows * n);
+      for (auto& v : x) v = nd(rng) * std::exp(nd(rng));  // magnitudes spread over a few decades
+      for (auto& v : w) v = nd(rng);
+      for (const float* weight : {static_cast<const float*>(w.data()), static_cast<const float*>(nullptr)}) {
+        for (int64_t r = 0; r < rows; ++r) rmsnorm_row(x.data() + r * n, n, weight, 1e-6, want.data() + r * n);
+        rmsnorm_rows(x.data(), rows, n, weight, 1e-6, got.data());
+        std::vector<float> inplace = x;
+        rmsnorm_rows(inplace.data(), rows, n, weight, 1e-6, inplace.data());
+        for (int64_t i = 0; i < rows * n; ++i) {
+          ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0) << "n=" << n << " rows=" << rows << " i=" << i;
+          ASSERT_EQ(std::memcmp(&inplace[i], &want[i], sizeof(float)), 0) << "in place, n=" << n << " rows=" << rows;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

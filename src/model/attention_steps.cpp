@@ -312,21 +312,9 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
       float* o0 = o + (i * H + h0) * D;
       dot_rows_heads(isa, q0, D, nh, win_rows, nwin, D, logits, lstride);
       dot_rows_heads(isa, q0, D, nh, sel_rows, nsel, D, logits + nwin, lstride);
-      for (int64_t hh = 0; hh < nh; ++hh) {
-        float* lg = logits + hh * lstride;
-        const float sink = w.attn_sink[h0 + hh];
-        float m = sink;  // the sink joins the max and the denominator, never the values
-        for (int64_t j = 0; j < nwin + nsel; ++j) {
-          lg[j] *= scaling;
-          m = std::max(m, lg[j]);
-        }
-        double denom = std::exp(static_cast<double>(sink - m));
-        for (int64_t j = 0; j < nwin + nsel; ++j) {
-          lg[j] = std::exp(lg[j] - m);
-          denom += lg[j];
-        }
-        for (int64_t j = 0; j < nwin + nsel; ++j) lg[j] = static_cast<float>(lg[j] / denom);
-      }
+      // The sink joins the max and the denominator, never the values (attention_kernels.h).
+      for (int64_t hh = 0; hh < nh; ++hh)
+        sink_softmax(isa, logits + hh * lstride, nwin + nsel, scaling, w.attn_sink[h0 + hh]);
       weighted_sum_rows_heads(isa, logits, lstride, nh, win_rows, nwin, D, o0, D);
       weighted_sum_rows_heads(isa, logits + nwin, lstride, nh, sel_rows, nsel, D, o0, D);
       // The values carry RoPE on their tail; undo the query position's rotation.

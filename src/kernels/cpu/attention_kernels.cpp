@@ -1,6 +1,9 @@
 // Scalar references and runtime dispatch of the attention inner loops (see attention_kernels.h).
 #include "kernels/cpu/attention_kernels.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace dsv41 {
 
 // Defined in attention_kernels_avx2.cpp (built with -mavx2 -mfma); only called when the CPU
@@ -13,6 +16,13 @@ void dot_rows_heads_avx512(const float* q, int64_t q_stride, int64_t heads, cons
                            float* y, int64_t y_stride);
 void weighted_sum_rows_heads_avx512(const float* p, int64_t p_stride, int64_t heads, const float* rows, int64_t n,
                                     int64_t D, float* out, int64_t out_stride);
+
+// The vector parts of sink_softmax (attention_kernels_avx2.cpp / _avx512.cpp): the scaling with
+// the max (returned, m ≥ sink), then the division by denom.
+float scale_and_max_avx2(float* lg, int64_t n, float scaling, float sink);
+void divide_avx2(float* lg, int64_t n, double denom);
+float scale_and_max_avx512(float* lg, int64_t n, float scaling, float sink);
+void divide_avx512(float* lg, int64_t n, double denom);
 
 void dot_rows_reference(const float* a, const float* rows, int64_t n, int64_t D, float* y) {
   for (int64_t j = 0; j < n; ++j) {
@@ -28,6 +38,44 @@ void weighted_sum_rows_reference(const float* p, const float* rows, int64_t n, i
     double acc = 0;
     for (int64_t j = 0; j < n; ++j) acc += static_cast<double>(p[j]) * rows[j * D + d];
     out[d] += static_cast<float>(acc);
+  }
+}
+
+namespace {
+
+// exp(sink − m) + Σ_j e_j in double, lg_j ← e_j = exp(lg_j − m): the part of the softmax that
+// stays in j order on every ISA.
+double exps_and_denominator(float* lg, int64_t n, float m, float sink) {
+  double denom = std::exp(static_cast<double>(sink - m));
+  for (int64_t j = 0; j < n; ++j) {
+    lg[j] = std::exp(lg[j] - m);
+    denom += lg[j];
+  }
+  return denom;
+}
+
+}  // namespace
+
+void sink_softmax_reference(float* lg, int64_t n, float scaling, float sink) {
+  float m = sink;  // the sink joins the max and the denominator, never the values
+  for (int64_t j = 0; j < n; ++j) {
+    lg[j] *= scaling;
+    m = std::max(m, lg[j]);
+  }
+  const double denom = exps_and_denominator(lg, n, m, sink);
+  for (int64_t j = 0; j < n; ++j) lg[j] = static_cast<float>(lg[j] / denom);
+}
+
+void sink_softmax(CpuIsa isa, float* lg, int64_t n, float scaling, float sink) {
+  const CpuIsa use = std::min(isa, cpu_best_isa());
+  if (use >= CpuIsa::kAvx512) {
+    const float m = scale_and_max_avx512(lg, n, scaling, sink);
+    divide_avx512(lg, n, exps_and_denominator(lg, n, m, sink));
+  } else if (use >= CpuIsa::kAvx2 && attention_kernels_use_avx2()) {
+    const float m = scale_and_max_avx2(lg, n, scaling, sink);
+    divide_avx2(lg, n, exps_and_denominator(lg, n, m, sink));
+  } else {
+    sink_softmax_reference(lg, n, scaling, sink);
   }
 }
 

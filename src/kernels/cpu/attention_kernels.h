@@ -30,6 +30,17 @@ void dot_rows_heads(CpuIsa isa, const float* q, int64_t q_stride, int64_t heads,
 void weighted_sum_rows_heads(CpuIsa isa, const float* p, int64_t p_stride, int64_t heads, const float* rows,
                              int64_t n, int64_t D, float* out, int64_t out_stride);
 
+// The sink softmax of one head (model.md §3.5), in place over its logits lg[n]:
+//   lg_j ← lg_j · scaling;  m = max(sink, lg_0 … lg_{n−1});
+//   e_j = exp(lg_j − m) in float;  denom = exp(sink − m) + Σ_j e_j in double, in j order;
+//   lg_j ← e_j / denom rounded once to float.
+// The reference is that loop; sink_softmax gives its bits on every ISA: with isa ≥ kAvx2 (capped
+// by the CPU) the scaling, the max and the division run on vector lanes — each exact per element,
+// and a max does not depend on the order of its inputs but for the sign of a zero, which
+// exp(x − m) does not see — while the exps and the double sum stay in j order.
+void sink_softmax_reference(float* lg, int64_t n, float scaling, float sink);
+void sink_softmax(CpuIsa isa, float* lg, int64_t n, float scaling, float sink);
+
 // Whether the fast versions run AVX2 code on this machine.
 bool attention_kernels_use_avx2();
 

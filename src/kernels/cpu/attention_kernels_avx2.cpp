@@ -65,4 +65,34 @@ void weighted_sum_rows_avx2(const float* p, const float* rows, int64_t n, int64_
   }
 }
 
+// sink_softmax's vector parts (attention_kernels.h): _mm256_max_ps(v, m) is v > m ? v : m, the
+// reference's std::max(m, v) lane by lane (a NaN logit never becomes the max).
+float scale_and_max_avx2(float* lg, int64_t n, float scaling, float sink) {
+  const __m256 s = _mm256_set1_ps(scaling);
+  __m256 m = _mm256_set1_ps(sink);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(lg + j), s);
+    _mm256_storeu_ps(lg + j, v);
+    m = _mm256_max_ps(v, m);
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, m);
+  float best = sink;
+  for (float v : lanes) best = v > best ? v : best;
+  for (; j < n; ++j) {
+    lg[j] *= scaling;
+    best = lg[j] > best ? lg[j] : best;
+  }
+  return best;
+}
+
+void divide_avx2(float* lg, int64_t n, double denom) {
+  const __m256d d = _mm256_set1_pd(denom);
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    _mm_storeu_ps(lg + j, _mm256_cvtpd_ps(_mm256_div_pd(_mm256_cvtps_pd(_mm_loadu_ps(lg + j)), d)));
+  for (; j < n; ++j) lg[j] = static_cast<float>(lg[j] / denom);
+}
+
 }  // namespace dsv41

@@ -128,4 +128,31 @@ void weighted_sum_rows_heads_avx512(const float* p, int64_t p_stride, int64_t he
   }
 }
 
+// sink_softmax's vector parts (attention_kernels.h): _mm512_max_ps(v, m) is v > m ? v : m, the
+// reference's std::max(m, v) lane by lane (a NaN logit never becomes the max); the tail masked.
+float scale_and_max_avx512(float* lg, int64_t n, float scaling, float sink) {
+  const __m512 s = _mm512_set1_ps(scaling);
+  __m512 m = _mm512_set1_ps(sink);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, lg + j), s);
+    _mm512_mask_storeu_ps(lg + j, k, v);
+    m = _mm512_mask_max_ps(m, k, v, m);
+  }
+  float lanes[16];
+  _mm512_storeu_ps(lanes, m);
+  float best = sink;
+  for (float v : lanes) best = v > best ? v : best;
+  return best;
+}
+
+void divide_avx512(float* lg, int64_t n, double denom) {
+  const __m512d d = _mm512_set1_pd(denom);
+  for (int64_t j = 0; j < n; j += 8) {
+    const __mmask8 k = n - j >= 8 ? __mmask8(0xFF) : static_cast<__mmask8>((1u << (n - j)) - 1);
+    const __m512d q = _mm512_div_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, lg + j)), d);
+    _mm256_mask_storeu_ps(lg + j, k, _mm512_cvtpd_ps(q));
+  }
+}
+
 }  // namespace dsv41

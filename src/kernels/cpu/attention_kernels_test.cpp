@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -63,6 +64,43 @@ TEST(AttentionKernels, HeadsMatchOneHeadAtATimeBitForBit) {
           for (size_t i = 0; i < out.size(); ++i)
             ASSERT_EQ(bits(out[i]), bits(out1[i])) << cpu_isa_name(isa) << " D " << D << " heads " << heads << " n " << n;
         }
+      }
+    }
+  }
+}
+
+
+// sink_softmax gives the reference's bits on every ISA cap, at lengths around the vector widths
+// (4, 8, 16), with −inf logits (masked keys), a max that is a zero of either sign, a max from the
+// sink or from a logit, and logits spread far enough that exps underflow.
+TEST(AttentionKernels, SinkSoftmaxMatchesReferenceBitForBit) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t n : {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 127, 128, 129}) {
+    for (int variant = 0; variant < 5; ++variant) {
+      std::vector<float> lg(n);
+      for (auto& v : lg) v = nd(rng) * (variant == 3 ? 60.0f : 3.0f);
+      float sink = nd(rng);
+      if (variant == 1) {
+        for (int64_t j = 0; j < n; j += 3) lg[j] = ninf;
+      } else if (variant == 2) {  // the max is a zero of each sign, the sink below it
+        for (auto& v : lg) v = -std::fabs(v) - 1.0f;
+        if (n > 0) lg[0] = -0.0f;
+        if (n > 1) lg[n - 1] = 0.0f;
+        sink = -2.0f;
+      } else if (variant == 4) {
+        sink = 50.0f;  // the sink is the max
+      }
+      std::vector<float> want = lg;
+      sink_softmax_reference(want.data(), n, 0.088f, sink);
+      for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+        std::vector<float> got = lg;
+        sink_softmax(isa, got.data(), n, 0.088f, sink);
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(std::memcmp(&got[j], &want[j], sizeof(float)), 0)
+              << "n=" << n << " variant " << variant << " isa " << int(isa) << " j=" << j << ": " << got[j] << " vs "
+              << want[j];
       }
     }
   }

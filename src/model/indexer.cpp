@@ -143,11 +143,11 @@ namespace {
 
 // Keys [g0, g0 + n) of `kv`, unpacked and transposed into ws.key_t (the tile layout of
 // kernels/cpu/index_score.h).
-void load_key_tile(const KvSourceCache& kv, int64_t g0, int n, int dh, IndexerScratch& ws) {
+void load_key_tile(const KvSourceCache& kv, int64_t g0, int n, int dh, IndexerScratch& ws, CpuIsa isa) {
   ws.key.resize(static_cast<size_t>(kIndexKeyTile * dh));
   ws.key_t.resize(static_cast<size_t>(kIndexKeyTile * dh));
   for (int j = 0; j < n; ++j) kv.read_index(g0 + j, ws.key.data() + int64_t{j} * dh);
-  transpose_key_tile(ws.key.data(), n, dh, ws.key_t.data());
+  transpose_key_tile(isa, ws.key.data(), n, dh, ws.key_t.data());
 }
 
 }  // namespace
@@ -164,7 +164,7 @@ void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t 
   // order, so the rows that see nothing of a tile yet lead: they only get −inf.
   for (int64_t g0 = 0; g0 < G; g0 += kIndexKeyTile) {
     const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, G - g0));
-    load_key_tile(kv, g0, n, dh, ws);
+    load_key_tile(kv, g0, n, dh, ws, isa);
     int64_t r = 0;
     for (; r < rows && (start_pos + row0 + r + 1) / ratio <= g0; ++r) std::fill_n(scores + r * G + g0, n, kNegInf);
     for (int64_t r0 = r; r0 < rows; r0 += kIndexTileRows) {
@@ -194,7 +194,7 @@ void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, 
     const int64_t end = std::min<int64_t>(visible, (int64_t{kept[j]} + 1) * block_size);
     for (int64_t g0 = int64_t{kept[j]} * block_size; g0 < end; g0 += kIndexKeyTile) {
       const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, end - g0));
-      load_key_tile(kv, g0, n, dh, ws);
+      load_key_tile(kv, g0, n, dh, ws, isa);
       index_score_tile(isa, q + i * nh * dh, head_weights + i * nh, 1, nh, dh, ws.key_t.data(), softmax_scale,
                        row + g0, G, n);
     }

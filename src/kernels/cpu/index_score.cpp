@@ -13,6 +13,9 @@ void index_score_tile_avx512(const float* q, const float* w, int64_t rows, int n
 void index_score_tile_avx2(const float* q, const float* w, int64_t rows, int nh, int dh, const float* keys_t,
                            float scale, float* out, int64_t out_stride, int cols);
 
+// The channels [0, 16·⌊dh / 16⌋) of transpose_key_tile; returns how many it did.
+int transpose_key_tile_avx512(const float* keys, int n, int dh, float* keys_t);
+
 namespace {
 
 // q_h · key with the channels read at key[d · stride] (1: a key row; kIndexKeyTile: a tile column).
@@ -39,8 +42,10 @@ float index_score_reference(const float* q, const float* w, int nh, int dh, cons
   return score(q, w, nh, dh, key, 1, scale);
 }
 
-void transpose_key_tile(const float* keys, int n, int dh, float* keys_t) {
-  for (int d = 0; d < dh; ++d)
+void transpose_key_tile(CpuIsa isa, const float* keys, int n, int dh, float* keys_t) {
+  int d0 = 0;
+  if (std::min(isa, cpu_best_isa()) >= CpuIsa::kAvx512) d0 = transpose_key_tile_avx512(keys, n, dh, keys_t);
+  for (int d = d0; d < dh; ++d)
     for (int j = 0; j < kIndexKeyTile; ++j) keys_t[d * kIndexKeyTile + j] = j < n ? keys[int64_t{j} * dh + d] : 0.0f;
 }
 

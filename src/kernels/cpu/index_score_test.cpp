@@ -39,7 +39,7 @@ struct Inputs {
       for (int j = 0; j < c.cols; ++j) row_fake_quant(RowKind::kIndex, keys.data() + int64_t{j} * c.dh, c.dh);
     }
     keys_t.resize(static_cast<size_t>(kIndexKeyTile * c.dh));
-    transpose_key_tile(keys.data(), c.cols, c.dh, keys_t.data());
+    transpose_key_tile(CpuIsa::kPortable, keys.data(), c.cols, c.dh, keys_t.data());
   }
 };
 
@@ -125,6 +125,30 @@ TEST(IndexScore, NanPropagatesOnEveryPath) {
     for (int64_t r = 0; r < c.rows; ++r) {
       EXPECT_TRUE(std::isnan(got[r * kIndexKeyTile + 3])) << cpu_isa_name(isa);
       EXPECT_FALSE(std::isnan(got[r * kIndexKeyTile + 2])) << cpu_isa_name(isa);
+    }
+  }
+}
+
+
+// The tile transpose on every ISA cap against its definition, at key counts and channel counts
+// around the 16 × 16 register blocks (and a tail of channels the blocks leave), the unused
+// columns zeroed over whatever the buffer held.
+TEST(IndexScore, TransposeKeyTileMatchesDefinitionOnEveryIsa) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  for (int dh : {1, 15, 16, 17, 32, 64, 72, 128}) {
+    for (int n : {0, 1, 5, 15, 16}) {
+      std::vector<float> keys(static_cast<size_t>(n * dh));
+      for (auto& v : keys) v = nd(rng);
+      for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+        std::vector<float> keys_t(static_cast<size_t>(kIndexKeyTile * dh), -9.0f);
+        transpose_key_tile(isa, keys.data(), n, dh, keys_t.data());
+        for (int d = 0; d < dh; ++d)
+          for (int j = 0; j < kIndexKeyTile; ++j)
+            ASSERT_EQ(keys_t[static_cast<size_t>(d * kIndexKeyTile + j)],
+                      j < n ? keys[static_cast<size_t>(j * dh + d)] : 0.0f)
+                << "dh=" << dh << " n=" << n << " isa " << int(isa) << " d=" << d << " j=" << j;
+      }
     }
   }
 }

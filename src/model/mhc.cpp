@@ -74,8 +74,7 @@ void mhc_coefficients_fast(const CpuExec& ex, const MhcShape& shape, const MhcWe
   gemm_f32(ex, normed.data(), tokens, flat, w.fn, mix, m.data());
   // Gates + Sinkhorn: ≈ 4·iters·hc² operations per token.
   ex.parallel_items(tokens, 4 * int64_t(shape.sinkhorn_iters) * hc * hc, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t)
-      mhc_finish(shape, w, m.data() + t * mix, pre + t * hc, post + t * hc, comb + t * hc * hc);
+    mhc_finish_rows(shape, w, m.data() + t0 * mix, t1 - t0, pre + t0 * hc, post + t0 * hc, comb + t0 * hc * hc);
   });
 }
 

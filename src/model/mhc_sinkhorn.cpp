@@ -66,33 +66,69 @@ void mhc_finish_reference(const MhcShape& shape, const MhcWeights& w, const floa
   }
 }
 
-void mhc_finish(const MhcShape& shape, const MhcWeights& w, const float* m, float* pre, float* post, float* comb) {
-  if (shape.hc != 4) return mhc_finish_reference(shape, w, m, pre, post, comb);
-  gates_and_softmax(shape, w, m, pre, post, comb);
+namespace {
+
+// The hc = 4 normalisation rounds of K tokens' matrices side by side: each token's matrix goes
+// through mhc_finish's chain of sums and divisions unchanged (so its bits), but K independent
+// chains overlap in the pipelines instead of each token waiting on its own division latency.
+template <int K>
+void sinkhorn4(const MhcShape& shape, float* const* comb) {
   const __m128 eps = _mm_set1_ps(shape.hc_eps);
   // Column pass on rows r0..r3: lane i of ((r0 + r1) + r2) + r3 is column i's sum in the
   // reference's order (its s = 0 start adds exactly); every element divided by its column's
   // sum + eps. The row pass is the same on the transpose (transposes move bits exactly).
-  auto columns = [&](__m128& r0, __m128& r1, __m128& r2, __m128& r3) {
-    const __m128 d = _mm_add_ps(_mm_add_ps(_mm_add_ps(_mm_add_ps(r0, r1), r2), r3), eps);
-    r0 = _mm_div_ps(r0, d);
-    r1 = _mm_div_ps(r1, d);
-    r2 = _mm_div_ps(r2, d);
-    r3 = _mm_div_ps(r3, d);
+  auto columns = [&](__m128* r) {
+    const __m128 d = _mm_add_ps(_mm_add_ps(_mm_add_ps(_mm_add_ps(r[0], r[1]), r[2]), r[3]), eps);
+    for (int i = 0; i < 4; ++i) r[i] = _mm_div_ps(r[i], d);
   };
-  __m128 r0 = _mm_loadu_ps(comb), r1 = _mm_loadu_ps(comb + 4), r2 = _mm_loadu_ps(comb + 8),
-         r3 = _mm_loadu_ps(comb + 12);
-  columns(r0, r1, r2, r3);
-  for (int it = 1; it < shape.sinkhorn_iters; ++it) {
-    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-    columns(r0, r1, r2, r3);  // the rows of comb
-    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-    columns(r0, r1, r2, r3);
+  auto transpose = [](__m128* r) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); };
+  __m128 r[K][4];
+  for (int k = 0; k < K; ++k) {
+    for (int i = 0; i < 4; ++i) r[k][i] = _mm_loadu_ps(comb[k] + 4 * i);
+    columns(r[k]);
   }
-  _mm_storeu_ps(comb, r0);
-  _mm_storeu_ps(comb + 4, r1);
-  _mm_storeu_ps(comb + 8, r2);
-  _mm_storeu_ps(comb + 12, r3);
+  for (int it = 1; it < shape.sinkhorn_iters; ++it) {
+    for (int k = 0; k < K; ++k) {
+      transpose(r[k]);
+      columns(r[k]);  // the rows of comb
+      transpose(r[k]);
+      columns(r[k]);
+    }
+  }
+  for (int k = 0; k < K; ++k)
+    for (int i = 0; i < 4; ++i) _mm_storeu_ps(comb[k] + 4 * i, r[k][i]);
+}
+
+}  // namespace
+
+void mhc_finish(const MhcShape& shape, const MhcWeights& w, const float* m, float* pre, float* post, float* comb) {
+  if (shape.hc != 4) return mhc_finish_reference(shape, w, m, pre, post, comb);
+  gates_and_softmax(shape, w, m, pre, post, comb);
+  float* const one[1] = {comb};
+  sinkhorn4<1>(shape, one);
+}
+
+void mhc_finish_rows(const MhcShape& shape, const MhcWeights& w, const float* m, int64_t tokens, float* pre,
+                     float* post, float* comb) {
+  const int hc = shape.hc;
+  const int64_t mix = shape.mix_width();
+  if (hc != 4) {
+    for (int64_t t = 0; t < tokens; ++t)
+      mhc_finish_reference(shape, w, m + t * mix, pre + t * hc, post + t * hc, comb + t * hc * hc);
+    return;
+  }
+  constexpr int kTokens = 4;  // 16 matrix rows in flight: the 16 SSE registers, a few spilled
+  int64_t t = 0;
+  for (; t + kTokens <= tokens; t += kTokens) {
+    float* combs[kTokens];
+    for (int k = 0; k < kTokens; ++k) {
+      const int64_t u = t + k;
+      gates_and_softmax(shape, w, m + u * mix, pre + u * hc, post + u * hc, comb + u * hc * hc);
+      combs[k] = comb + u * hc * hc;
+    }
+    sinkhorn4<kTokens>(shape, combs);
+  }
+  for (; t < tokens; ++t) mhc_finish(shape, w, m + t * mix, pre + t * hc, post + t * hc, comb + t * hc * hc);
 }
 
 }  // namespace dsv41

@@ -17,5 +17,10 @@ void mhc_finish_reference(const MhcShape& shape, const MhcWeights& w, const floa
 // each sum in the reference's order and each quotient the same IEEE division, so the same bits
 // (tested); other hc: the reference.
 void mhc_finish(const MhcShape& shape, const MhcWeights& w, const float* m, float* pre, float* post, float* comb);
+// mhc_finish of `tokens` tokens: m [tokens, (2+hc)·hc], pre / post [tokens, hc], comb
+// [tokens, hc, hc]. The same bits token by token; hc = 4 runs four tokens' rounds side by side
+// (a decode batch's rows; one token's rounds are a chain of dependent divisions).
+void mhc_finish_rows(const MhcShape& shape, const MhcWeights& w, const float* m, int64_t tokens, float* pre,
+                     float* post, float* comb);
 
 }  // namespace dsv41

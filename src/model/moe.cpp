@@ -202,10 +202,13 @@ void add_rows(const MoeShape& shape, const int64_t* rows, const float* out, int6
     for (int64_t c = 0; c < shape.dim; ++c) y[rows[r] * shape.dim + c] += out[r * shape.dim + c];
 }
 
-// Below this many tokens the experts' products share two parallel regions (gemm_many).
+// Below this many tokens the experts' products share two parallel regions (gemm_many): up to
+// kGemmManyMaxRows, so the shared expert's product of every row still qualifies. (A batch of 8
+// decoders on a few threads ran its ≤ 9 experts one per chunk instead, the shared expert's 8
+// rows beside routed experts of 1–3 rows: the chunks unequal and the last one alone.)
 // Above kSideBySideMaxTokens (prefill) each expert has rows enough for the products' own
 // threading, and one output buffer for every (token, expert) pair would be large.
-constexpr int64_t kSideBySideTokens = 4;
+constexpr int64_t kSideBySideTokens = kGemmManyMaxRows + 1;
 constexpr int64_t kSideBySideMaxTokens = 64;
 
 }  // namespace

@@ -200,7 +200,7 @@ TEST(Moe, FewTokensSameBitsAsOneExpertAfterAnother) {
   pooled.pool = &pool;
   for (const CpuExec& ex : {pooled, CpuExec::serial()})
     for (const MoeWeights* w : {&m.weights, &quant})
-      for (int64_t T : {1, 2, 3}) {
+      for (int64_t T : {1, 2, 3, 4, 5, 8, 9}) {
         auto x = random_vec(T * dim, rng, 1.5f);
         std::vector<float> got(T * dim), want(T * dim);
         MoeScratch scratch;

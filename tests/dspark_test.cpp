@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cuda/host_device_backend.h"
 #include "engine/engine.h"
 #include "model/dspark_weights.h"
 #include "model/model.h"
@@ -208,6 +210,60 @@ TEST(DsparkEngine, DraftNeedsRingsAtTheLastPosition) {
   const Status st = e->draft(std::span<const Engine::DraftSpec>(&spec, 1), out);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("ring"), std::string::npos) << st.message();
+}
+
+// `--dspark auto` pauses the rings' feeding (and the target features' capture) while it decodes
+// plainly and resumes it a window before it drafts again: a sequence whose feeding paused mid-decode
+// drafts, once a window's worth of positions has been fed since, exactly what a sequence fed all
+// along drafts (the rings restart at the first fed position and refill); while paused it cannot
+// draft. On the CPU backend and on the device backend's emulation (its ring copies rebuilt).
+void check_pause_resume(const std::function<std::unique_ptr<Backend>()>& make_backend, const std::string& what) {
+  const Model& m = micro();
+  const int64_t W = m.config().sliding_window;
+  EngineOptions eo;
+  eo.dspark = true;
+  eo.rollback_tokens = m.config().dspark_block_size;
+  auto fed = Engine::create(make_backend(), m.engram_tables(), eo);
+  auto paused = Engine::create(make_backend(), m.engram_tables(), eo);
+  ASSERT_TRUE(fed.ok() && paused.ok()) << what;
+  const auto prompt = tokens(20, 31), steps = tokens(int(12 + 2 * W), 32);
+  Engine* engines[2] = {fed->get(), paused->get()};
+  SequenceId seqs[2];
+  for (int k = 0; k < 2; ++k) {
+    seqs[k] = *engines[k]->add_sequence(128);
+    draft_after(*engines[k], seqs[k], prompt, 7, 3);
+  }
+  const int64_t pause_at = 2, resume_at = 10;  // decode steps [pause_at, resume_at) unfed
+  for (int64_t t = 0; t < int64_t(steps.size()); ++t) {
+    paused->get()->set_draft_feeding(t < pause_at || t >= resume_at);
+    for (int k = 0; k < 2; ++k) {
+      Segment s;
+      s.sequence = seqs[k];
+      s.start = *engines[k]->length(seqs[k]);
+      s.tokens = std::span<const int32_t>(&steps[size_t(t)], 1);
+      s.logits = LogitRows::kLast;
+      ASSERT_TRUE(engines[k]->forward(std::span<const Segment>(&s, 1)).front().status.ok()) << what;
+    }
+    const bool fed_now = t < pause_at || t >= resume_at;
+    EXPECT_EQ(paused->get()->can_draft(seqs[1]), fed_now) << what << " step " << t;
+    if (t < pause_at || t >= resume_at + W - 1) {  // a full window fed since the resume (or never paused)
+      std::vector<DraftBlock> a, b;
+      const int32_t anchor = int32_t(t % 250);
+      const Engine::DraftSpec sa{seqs[0], anchor}, sb{seqs[1], anchor};
+      ASSERT_TRUE(fed->get()->draft(std::span<const Engine::DraftSpec>(&sa, 1), a).ok()) << what;
+      ASSERT_TRUE(paused->get()->draft(std::span<const Engine::DraftSpec>(&sb, 1), b).ok()) << what << " step " << t;
+      expect_same(a.front(), b.front());
+      if (::testing::Test::HasFatalFailure()) {
+        ADD_FAILURE() << what << ": drafts differ at decode step " << t;
+        return;
+      }
+    }
+  }
+}
+
+TEST(DsparkEngine, PausedFeedingRefillsTheWindowOnResume) {
+  check_pause_resume([] { return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(micro())); }, "cpu");
+  check_pause_resume([] { return make_host_device_backend(micro()); }, "device emulation");
 }
 
 // ---- Speculative decoding through the scheduler ------------------------------------------------

@@ -70,7 +70,7 @@ Status Engine::draft(std::span<const DraftSpec> specs, std::vector<DraftBlock>& 
   for (const DraftSpec& d : specs) {
     DSV41_ASSIGN_OR_RETURN(const Sequence* s, find(d.sequence));
     if (s->tokens.empty()) return invalid_argument(seq_name(d.sequence) + ": nothing to draft from (empty)");
-    draft_requests_.push_back({s->cache.get(), static_cast<int64_t>(s->tokens.size()) - 1, d.anchor, d.slots});
+    draft_requests_.push_back({s->cache.get(), static_cast<int64_t>(s->tokens.size()) - 1, d.anchor, d.slots, d.logits});
   }
   return backend_->draft(draft_requests_, out, pick);
 }

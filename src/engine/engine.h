@@ -208,6 +208,7 @@ class Engine {
     SequenceId sequence = -1;
     int32_t anchor = 0;
     int slots = 0;  // draft slots wanted (0 = the whole block; model/dspark.h DraftRequest)
+    bool logits = true;  // the caller reads DraftBlock::logits (false: they may be left empty)
   };
   Status draft(std::span<const DraftSpec> specs, std::vector<DraftBlock>& out, const DraftPicker& pick = {});
   int draft_block() const { return config().dspark_block_size; }

@@ -46,6 +46,9 @@ struct DraftRequest {
   // caller verifying k ≤ slots drafts does not pay for the others. The slots given are the same
   // values as in a full draft.
   int slots = 0;
+  // Whether the caller reads the block's logits (DraftBlock::logits): a greedy caller does not, and
+  // the device drafter then downloads only the picks and confidences (the logits left empty).
+  bool logits = true;
 };
 
 // One request's draft: ids [n] (d_1 … d_n, predicting positions s+2 … s+n+1), the Markov-corrected

@@ -55,11 +55,21 @@ bool AutoDraftSwitch::want_draft(bool prefilling, int64_t seqs) {
   const bool ready = fed_run_ >= refill_steps_;
   fed_run_ = feeding() ? fed_run_ + 1 : 0;
   measuring_ = false;
+  const bool pair = pair_open_ && pair_bucket_ == current_;
+  pair_open_ = false;
   if (!ready) return false;
   if (b.phase == Phase::kDrafting) return true;
   if (b.phase != Phase::kMeasure || prefilling) return false;
-  measuring_ = true;
-  return b.samples[1] <= b.samples[0];
+  // The side with fewer samples goes next (drafting on a tie); with settle, twice in a row, the
+  // second counted.
+  const bool side = pair ? pair_side_ : b.samples[1] <= b.samples[0];
+  measuring_ = !settle_ || pair;
+  if (settle_ && !pair) {
+    pair_open_ = true;
+    pair_side_ = side;
+    pair_bucket_ = current_;
+  }
+  return side;
 }
 
 void AutoDraftSwitch::record(bool drafted, bool decode_only, double ms, int64_t emitted, int64_t verified) {

@@ -20,6 +20,13 @@
 // a window's worth of steps before its next measurement, so that the probe's drafter sees what it
 // normally sees; a bucket only drafts once the rings have been fed that long without a break.
 // Steps that carry prefill chunks neither draft nor count while a bucket measures.
+// With `settle` on, a measurement runs its sides in pairs of steps and counts only each pair's
+// second step: the first step after a change of side pays for the change (on the device backend,
+// graphs re-recorded for another sequence of launches, window copies rebuilt after the drafting
+// step's rollback: on an H200 with dsv41-mini, plain samples taken between drafting steps ran
+// ≈ 1.1 ms slower than plain steps in a row), which plain decoding or steady drafting never pay;
+// strict alternation charged it to every sample, more to the plain side than to drafting, so at
+// batch 8 a near tie (fixed K = 2: 1.05× off) measured as a 1.4× win.
 // Pure state, no clock: the scheduler reports each step's time (testable with made-up times).
 #pragma once
 
@@ -48,8 +55,8 @@ class AutoDraftSwitch {
   // draft at a batch size pays first touches (scratch, the device's feature copies) that can
   // make it look more than twice as slow, a false clear loss that one sample a side would take
   // and that only the next measurement (≥ kFirstWait steps later) would mend.
-  explicit AutoDraftSwitch(int64_t refill_steps, int64_t warmup_drafts = 0)
-      : refill_steps_(refill_steps), fed_run_(refill_steps) {
+  explicit AutoDraftSwitch(int64_t refill_steps, int64_t warmup_drafts = 0, bool settle = false)
+      : refill_steps_(refill_steps), fed_run_(refill_steps), settle_(settle) {
     for (Bucket& b : buckets_) b.warmup = warmup_drafts;
   }
 
@@ -103,6 +110,10 @@ class AutoDraftSwitch {
   std::array<Bucket, kBuckets> buckets_{};
   int current_ = 0;
   bool measuring_ = false;  // this step is a sample of the current bucket's measurement
+  // settle: the measurement's open pair (its first step ran on pair_side_ in bucket pair_bucket_).
+  bool settle_ = false, pair_open_ = false;
+  bool pair_side_ = false;
+  int pair_bucket_ = -1;
   Verdict verdict_;
   int64_t verdicts_ = 0;
 };

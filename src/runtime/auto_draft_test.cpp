@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace dsv41 {
 namespace {
 
@@ -196,6 +198,31 @@ TEST(AutoDraft, PrefillStepsNeitherDraftNorCountWhileMeasuring) {
   }
   EXPECT_EQ(a.phase(), Phase::kMeasure);
   EXPECT_TRUE(a.want_draft(false, 1)) << "the first decode-only step measures drafting";
+}
+
+// With settle, each side runs twice in a row and only the second step counts: a cost paid on the
+// first step after a change of side (here 1 ms after a drafting step, 0.2 ms after a plain one) no
+// longer decides the verdict. Drafting ties with plain decoding on steady steps: plain wins (no
+// 15 % lead), where strict alternation, charged the switches, measures drafting 1.6× ahead.
+TEST(AutoDraft, SettleCountsTheSecondStepOfEachSide) {
+  const auto measure = [](bool settle, std::vector<bool>* sides) {
+    AutoDraftSwitch a(kRefill, 0, settle);
+    bool last = false;
+    for (int i = 0; i < 64 && a.phase(1) == Phase::kMeasure; ++i) {
+      const bool d = a.want_draft(false, 1);
+      if (sides) sides->push_back(d);
+      const double switch_ms = i == 0 || d == last ? 0.0 : (d ? 0.2 : 1.0);
+      a.record(d, true, (d ? 1.05 : 1.0) + switch_ms, d ? 1 : 1);
+      last = d;
+    }
+    return a.phase(1);
+  };
+  std::vector<bool> sides;
+  EXPECT_EQ(measure(true, &sides), Phase::kPlain);
+  ASSERT_GE(sides.size(), 4u);
+  for (size_t i = 0; i + 1 < sides.size(); i += 2) EXPECT_EQ(sides[i], sides[i + 1]) << "pair " << i / 2;
+  EXPECT_TRUE(sides[0]) << "drafting is measured first";
+  EXPECT_EQ(measure(false, nullptr), Phase::kDrafting) << "alternation charged the switches (the old measurement)";
 }
 
 }  // namespace

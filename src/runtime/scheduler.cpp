@@ -322,7 +322,12 @@ bool Scheduler::draft_step() {
     a.drafted.push_back(t);
     return t;
   };
-  const bool drafted = engine_.draft(draft_specs_, drafts_, pick).ok();
+  // Greedy drafts need no picker: without one a device drafter picks on the device too.
+  const bool picks = options_.draft_pick || std::any_of(drafting_.begin(), drafting_.end(), [](const Active* a) {
+                       return a->spec.has_value();
+                     });
+  for (Engine::DraftSpec& d : draft_specs_) d.logits = picks;  // the rejection rule reads q's logits
+  const bool drafted = engine_.draft(draft_specs_, drafts_, picks ? pick : DraftPicker{}).ok();
   draft_ms_this_step_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   dspark_.draft_ms += draft_ms_this_step_;
   ++dspark_.drafting_steps;

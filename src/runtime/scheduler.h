@@ -104,6 +104,9 @@ struct SchedulerOptions {
   // --dspark auto: the first drafting steps of each batch bucket that its measurement does not
   // count (runtime/auto_draft.h): they pay first touches (buffers sized for more verify rows).
   int dspark_auto_warmup = 1;
+  // --dspark auto: measure each side in pairs of steps and count the second (runtime/auto_draft.h
+  // `settle`), so that neither side is charged for switching from the other.
+  bool dspark_auto_settle = true;
   // Test hooks: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker);
   // rewrites a sequence's drafts after drafting (history: the tokens it holds; anchor: the
   // token its next position takes), e.g. to force a known acceptance pattern.
@@ -251,7 +254,7 @@ class Scheduler {
   StepCost step_cost_;
   DsparkStats dspark_;
   // Auto mode's measured choice (runtime/auto_draft.h); the window's steps refill the rings.
-  AutoDraftSwitch auto_{engine_.config().sliding_window, options_.dspark_auto_warmup};
+  AutoDraftSwitch auto_{engine_.config().sliding_window, options_.dspark_auto_warmup, options_.dspark_auto_settle};
   bool drafted_this_step_ = false;
   double draft_ms_this_step_ = 0;  // the drafter's wall time this step (not a verify cost)
   int64_t steps_ = 0;               // steps with active requests (diagnostics)

@@ -59,10 +59,11 @@ struct DraftRuns {
   std::vector<DraftBlock> first, second, third, fourth;
 };
 
-// inspect (if given) sees the backend after the last draft. lengths: the three prompts'.
+// inspect (if given) sees the backend after the last draft. lengths: the three prompts'. logits:
+// whether the drafts ask for their logits (DraftSpec::logits).
 inline Result<DraftRuns> run_draft_scenario(const Model& model, std::unique_ptr<Backend> backend,
                                             const std::function<void(const Backend&)>& inspect = {},
-                                            const std::vector<int64_t>& lengths = {37, 12, 70}) {
+                                            const std::vector<int64_t>& lengths = {37, 12, 70}, bool logits = true) {
   const int32_t V = int32_t(model.vocab_size());
   const int B = model.config().dspark_block_size;
   std::mt19937 rng(21);
@@ -92,7 +93,7 @@ inline Result<DraftRuns> run_draft_scenario(const Model& model, std::unique_ptr<
     for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
   }
   DraftRuns out;
-  const std::vector<Engine::DraftSpec> specs = {{ids[0], 7, 5}, {ids[1], 11, 3}, {ids[2], 13, 0}};
+  const std::vector<Engine::DraftSpec> specs = {{ids[0], 7, 5, logits}, {ids[1], 11, 3, logits}, {ids[2], 13, 0, logits}};
   DSV41_RETURN_IF_ERROR(e->draft(specs, out.first));
   // A verify-like step of 4 rows each, 3 rolled back, then one decode row.
   const std::vector<int32_t> rows = {5, 9, 2, 4};
@@ -108,12 +109,35 @@ inline Result<DraftRuns> run_draft_scenario(const Model& model, std::unique_ptr<
       segs.push_back(
           {ids[s], int64_t(prompts[s].size()) + 1 + step, std::span<const int32_t>(&next[step], 1), LogitRows::kNone});
     for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
-    const std::vector<Engine::DraftSpec> again = {{ids[0], int32_t(3 + step), 0}, {ids[1], int32_t(4 + step), 2},
-                                                  {ids[2], int32_t(6 + step), 0}};
+    const std::vector<Engine::DraftSpec> again = {
+        {ids[0], int32_t(3 + step), 0, logits}, {ids[1], int32_t(4 + step), 2, logits}, {ids[2], int32_t(6 + step), 0, logits}};
     DSV41_RETURN_IF_ERROR(e->draft(again, step == 0 ? out.second : step == 1 ? out.third : out.fourth));
   }
   if (inspect) inspect(e->backend());
   return out;
+}
+
+// Values of two runs' drafts that differ bit for bit (ids, logits, confidences); `values` counts
+// the logits and confidences compared.
+inline int bits_differ(const DraftRuns& x, const DraftRuns& y, int& values, const std::string& what) {
+  int differ = 0;
+  const auto same = [&](const std::vector<DraftBlock>& a, const std::vector<DraftBlock>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t r = 0; r < a.size(); ++r) {
+      EXPECT_EQ(a[r].ids, b[r].ids) << what;
+      ASSERT_EQ(a[r].logits.size(), b[r].logits.size());
+      ASSERT_EQ(a[r].confidence.size(), b[r].confidence.size());
+      for (size_t i = 0; i < a[r].logits.size(); ++i, ++values)
+        differ += std::memcmp(&a[r].logits[i], &b[r].logits[i], sizeof(float)) != 0;
+      for (size_t i = 0; i < a[r].confidence.size(); ++i, ++values)
+        differ += std::memcmp(&a[r].confidence[i], &b[r].confidence[i], sizeof(float)) != 0;
+    }
+  };
+  same(x.first, y.first);
+  same(x.second, y.second);
+  same(x.third, y.third);
+  same(x.fourth, y.fourth);
+  return differ;
 }
 
 // make_device(device_drafter) gives a fresh device backend of `model` with the device drafter on
@@ -163,27 +187,49 @@ inline void check_draft_graph(const Model& model,
   }
   EXPECT_EQ(counts[0], 0) << what << ": graph launches without graphs";
   EXPECT_GT(counts[2], counts[1]) << what << ": the drafts added no graph launches";
-  runs[1] = std::move(runs[2]);
-  int differ = 0, values = 0;
-  const auto same = [&](const std::vector<DraftBlock>& a, const std::vector<DraftBlock>& b) {
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t r = 0; r < a.size(); ++r) {
-      EXPECT_EQ(a[r].ids, b[r].ids) << what;
-      ASSERT_EQ(a[r].logits.size(), b[r].logits.size());
-      ASSERT_EQ(a[r].confidence.size(), b[r].confidence.size());
-      for (size_t i = 0; i < a[r].logits.size(); ++i, ++values)
-        differ += std::memcmp(&a[r].logits[i], &b[r].logits[i], sizeof(float)) != 0;
-      for (size_t i = 0; i < a[r].confidence.size(); ++i, ++values)
-        differ += std::memcmp(&a[r].confidence[i], &b[r].confidence[i], sizeof(float)) != 0;
-    }
-  };
-  same(runs[0].first, runs[1].first);
-  same(runs[0].second, runs[1].second);
-  same(runs[0].third, runs[1].third);
-  same(runs[0].fourth, runs[1].fourth);
+  int values = 0;
+  const int differ = bits_differ(runs[0], runs[2], values, what);
   std::printf("%s, draft graph vs launches (4 drafts of 3 sequences): %d of %d logits and confidences differ\n",
               what.c_str(), differ, values);
   EXPECT_EQ(differ, 0) << what;
+}
+
+// The greedy tail on the device (Markov bias, argmax picks slot after slot, confidences:
+// device_drafter_impl.h draft_tail_kernels) against the host's draft_block_tail over the same
+// device-computed logits and rows: the same ids, logits and confidences bit for bit (the bias in
+// float as two rounded operations, the confidence in double in the host's order).
+// make_device(tail_on_device) gives a fresh device backend with the device drafter on.
+inline void check_draft_tail(const Model& model, const std::function<std::unique_ptr<Backend>(bool)>& make_device,
+                             const std::string& what) {
+  ASSERT_NE(model.drafter(), nullptr) << what << ": the model has no drafter";
+  auto host = run_draft_scenario(model, make_device(false));
+  ASSERT_TRUE(host.ok()) << what << ": " << host.status().to_string();
+  auto dev = run_draft_scenario(model, make_device(true));
+  ASSERT_TRUE(dev.ok()) << what << ": " << dev.status().to_string();
+  int values = 0;
+  const int differ = bits_differ(*host, *dev, values, what);
+  std::printf("%s, draft tail on the device vs on the host (4 drafts of 3 sequences): %d of %d logits and "
+              "confidences differ\n",
+              what.c_str(), differ, values);
+  EXPECT_EQ(differ, 0) << what;
+  EXPECT_GT(values, 0) << what;
+  // Without logits (a greedy caller): the same picks and confidences, no logits downloaded.
+  auto lean = run_draft_scenario(model, make_device(true), {}, {37, 12, 70}, false);
+  ASSERT_TRUE(lean.ok()) << what << ": " << lean.status().to_string();
+  const auto same_picks = [&](const std::vector<DraftBlock>& a, const std::vector<DraftBlock>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t r = 0; r < a.size(); ++r) {
+      EXPECT_EQ(a[r].ids, b[r].ids) << what;
+      EXPECT_TRUE(b[r].logits.empty()) << what;
+      ASSERT_EQ(a[r].confidence.size(), b[r].confidence.size());
+      EXPECT_EQ(0, std::memcmp(a[r].confidence.data(), b[r].confidence.data(), a[r].confidence.size() * sizeof(float)))
+          << what;
+    }
+  };
+  same_picks(dev->first, lean->first);
+  same_picks(dev->second, lean->second);
+  same_picks(dev->third, lean->third);
+  same_picks(dev->fourth, lean->fourth);
 }
 
 }  // namespace dsv41::testing_scenario

@@ -29,6 +29,7 @@
 #include "backends/cuda/device_backend.h"
 #include "backends/cuda/device_kernels_check.h"
 #include "backends/cuda/device_kernels_check_stored.h"
+#include "runtime/sampling.h"
 
 namespace dsv41 {
 namespace {
@@ -270,6 +271,85 @@ TEST(CudaBackend, DraftGraphMatchesLaunches) {
   }
 }
 
+// The greedy draft's tail on the GPU (the fused slot kernel: Markov bias + argmax per request;
+// the confidences) against the host's over the same logits: the same bits.
+TEST(CudaBackend, DraftTailOnDeviceMatchesHost) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
+    const std::string dir = model_dir(name, std::string(DSV41_SOURCE_DIR) +
+                                                (name == "dsv41-mini" ? "/models/" : "/tests/fixtures/") + name);
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    ts::check_draft_tail(
+        **model,
+        [&](bool tail) {
+          return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_draft_tail_on_device(tail); });
+        },
+        name + " (cuda)");
+  }
+}
+
+// Diagnostics, not a check (run with --gtest_also_run_disabled_tests): what a plain decode step
+// of 8 sequences costs on dsv41-mini with DSpark off, on with the rings fed (the target features
+// captured, the rings fed after each forward) and on with the feeding paused (what `--dspark
+// auto` does while it decodes plainly). The three engines step in turn, 5 rounds of 40 steps.
+TEST(CudaBackend, DISABLED_PlainStepCostWithDspark) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const int batch = 8, rounds = 5, steps = 40;
+  struct Run {
+    const char* name;
+    std::unique_ptr<Engine> e;
+    std::vector<SequenceId> ids;
+    std::vector<int32_t> next;
+    double ms = 0;
+  };
+  Run runs[3] = {{"off", nullptr, {}, {}, 0}, {"on, fed", nullptr, {}, {}, 0}, {"on, paused", nullptr, {}, {}, 0}};
+  std::vector<int32_t> prompt(70);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(7 + 13 * i % 290);
+  for (int k = 0; k < 3; ++k) {
+    EngineOptions eo;
+    eo.dspark = k > 0;
+    eo.rollback_tokens = k > 0 ? 5 : 0;
+    auto e = Engine::create(fresh_cuda_backend(**model), (*model)->engram_tables(), eo);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    runs[k].e = std::move(*e);
+    std::vector<Segment> segs;
+    for (int b = 0; b < batch; ++b) {
+      auto id = runs[k].e->add_sequence(int64_t(prompt.size()) + rounds * steps + 8);
+      ASSERT_TRUE(id.ok());
+      runs[k].ids.push_back(*id);
+      segs.push_back({*id, 0, prompt, LogitRows::kNone, {}});
+    }
+    for (const SegmentResult& r : runs[k].e->forward(segs)) ASSERT_TRUE(r.status.ok());
+    runs[k].next.assign(batch, 11);
+    if (k == 2) runs[k].e->set_draft_feeding(false);
+  }
+  for (int round = 0; round < rounds; ++round)
+    for (Run& r : runs) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int t = 0; t < steps; ++t) {
+        std::vector<Segment> segs;
+        for (int b = 0; b < batch; ++b)
+          segs.push_back({r.ids[size_t(b)], *r.e->length(r.ids[size_t(b)]),
+                          std::span<const int32_t>(&r.next[size_t(b)], 1), LogitRows::kLast, {}});
+        const std::vector<SegmentResult>& res = r.e->forward(segs);
+        for (int b = 0; b < batch; ++b) {
+          ASSERT_TRUE(res[size_t(b)].status.ok());
+          r.next[size_t(b)] = argmax_logits(std::span<const float>(res[size_t(b)].logits, size_t((*model)->vocab_size())));
+        }
+      }
+      if (round > 0) r.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+  for (const Run& r : runs)
+    std::printf("plain decode step of %d sequences, DSpark %s: %.3f ms (%d steps after a warm-up round)\n", batch, r.name,
+                r.ms / ((rounds - 1) * steps), (rounds - 1) * steps);
+}
+
 // Diagnostics, not a check (run with --gtest_also_run_disabled_tests): where a draft's time goes
 // on dsv41-mini at batch 1 and 8 — wall ms of a draft with the graph and launch by launch, and
 // the kernels' own device time (the executor's profile, launch by launch).
@@ -307,6 +387,9 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
       for (int i = 0; i < n; ++i) EXPECT_TRUE((*e)->draft(specs, out).ok());
       return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
     };
+    dev->set_draft_tail_on_device(false);
+    const double host_tail = wall(true, 50);
+    dev->set_draft_tail_on_device(true);
     const double with_graph = wall(true, 50), launches = wall(false, 50);
     dev->executor().set_profiling(true);
     const int profiled = 10;
@@ -321,9 +404,9 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
       count += t.launches;
     }
     const double per = 1.0 / (profiled + 3);  // the warm-ups were profiled too
-    std::printf("batch %d: a draft %.3f ms with the graph, %.3f ms launch by launch; profiled: %.1f launches, "
-                "%.3f ms of kernels (%.3f ms wall while profiling)\n",
-                batch, with_graph, launches, double(count) * per, device_ms * per, profiled_wall);
+    std::printf("batch %d: a draft %.3f ms with the graph (%.3f ms with the tail on the host), %.3f ms launch by "
+                "launch; profiled: %.1f launches, %.3f ms of kernels (%.3f ms wall while profiling)\n",
+                batch, with_graph, host_tail, launches, double(count) * per, device_ms * per, profiled_wall);
     std::sort(kernels.rbegin(), kernels.rend());
     for (size_t i = 0; i < std::min<size_t>(kernels.size(), 12); ++i)
       std::printf("  %.4f ms  %s\n", kernels[i].first * per, kernels[i].second.c_str());

@@ -235,6 +235,9 @@ class DeviceBackend : public Backend {
   // The device drafter's draft as the executor's CUDA graphs (the default, when set_graphs is on)
   // or launch by launch (off: the A/B of benchmarks and the reference of tests). The same bits.
   void set_draft_graphs(bool on) { draft_graphs_ = on; }
+  // Greedy drafts' tail (Markov bias, argmax picks, confidences) on the device (the default) or on
+  // the host after downloading the logits and collapsed rows (off: the A/B and the tests' reference).
+  void set_draft_tail_on_device(bool on) { draft_tail_on_device_ = on; }
 
  private:
   using F32 = DeviceArray<Exec, float>;
@@ -450,12 +453,14 @@ class DeviceBackend : public Backend {
   std::unique_ptr<DeviceDraftState<Exec>> draft_dev_;
   bool device_drafter_ = true;
   bool draft_graphs_ = true;
+  bool draft_tail_on_device_ = true;
   void upload_drafter(const DrafterWeights& w);
   void feed_rings_on_device(std::span<const DraftFeed> feeds);
   Status draft_on_device(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick);
   void draft_tables(std::span<const DraftRequest> requests);
   void reserve_draft_buffers();
   void draft_kernels();
+  void draft_tail_kernels();
   void draft_attention(int stage);
   void draft_moe(int stage);
 };

@@ -118,6 +118,25 @@ TEST(DeviceBackendHost, DraftGraphMatchesLaunches) {
   }
 }
 
+// The greedy draft's tail (Markov bias, picks, confidences) on the (emulated) device against the
+// host's: the same bits.
+TEST(DeviceBackendHost, DraftTailOnDeviceMatchesHost) {
+  for (const std::string name : {"tests/fixtures/dspark-micro", "models/dsv41-mini"}) {
+    const std::string dir = std::string(DSV41_SOURCE_DIR) + "/" + name;
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    ts::check_draft_tail(
+        **model,
+        [&](bool tail) {
+          auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+          b->set_draft_tail_on_device(tail);
+          return std::unique_ptr<Backend>(std::move(b));
+        },
+        name + " (emulation)");
+  }
+}
+
 TEST(DeviceBackendHost, ImagePromptMatchesCpuBackend) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/vl-micro";
   auto model = Model::load(dir);

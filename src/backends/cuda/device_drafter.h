@@ -45,6 +45,8 @@ struct DeviceDraftState {
   std::vector<DraftStageDev> stages;
   dk::DevWeight main_proj;
   const float *main_norm = nullptr, *norm = nullptr;
+  // The Markov head and the confidence head, for the greedy tail on the device.
+  const float *markov_embed = nullptr, *markov_head = nullptr, *confidence = nullptr;
   // Feeding: main rows [n, d], each stage's ring rows [n, D].
   F32 main;
   std::vector<F32> rows;
@@ -59,11 +61,14 @@ struct DeviceDraftState {
   std::vector<dk::DraftRing> host_rings;
   std::vector<int64_t> head_rows;  // [requests + 1]
   // The current draft: requests, block rows, head rows, the longest ring, the attention's key slots
-  // per row; its tables on the device.
+  // per row; its tables on the device; whether its tail (Markov bias, picks, confidence) runs on
+  // the device (greedy drafts).
   int64_t n = 0, R = 0, want = 0, longest = 0, key_slots = 0;
+  bool tail = false;
   const int32_t* tokens_dev = nullptr;
   const float *cos_dev = nullptr, *sin_dev = nullptr;
   const int32_t* head_dev = nullptr;
+  const int32_t *anchors_dev = nullptr, *head_rows_dev = nullptr;  // [n], [n + 1]
 };
 
 }  // namespace dsv41

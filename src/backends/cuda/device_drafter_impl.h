@@ -36,6 +36,9 @@ void DeviceBackend<Exec>::upload_drafter(const DrafterWeights& w) {
   S.main_proj = put(w.main_proj.ref(), elements(w.main_proj));
   S.main_norm = put(w.main_norm);
   S.norm = put(w.norm);
+  S.markov_embed = put(w.markov_embed);
+  S.markov_head = put(w.markov_head);
+  S.confidence = put(w.confidence);
   draft_dev_ = std::move(st);
 }
 
@@ -147,7 +150,7 @@ void DeviceBackend<Exec>::draft_tables(std::span<const DraftRequest> requests) {
   for (int64_t i = 0; i < n; ++i)
     S.head_rows[size_t(i + 1)] = S.head_rows[size_t(i)] + (requests[i].slots > 0 ? std::min<int64_t>(requests[i].slots, B) : B);
   S.want = S.head_rows[size_t(n)];
-  S.host_tables.resize(size_t(R + 2 * R * half + S.want));
+  S.host_tables.resize(size_t(R + 2 * R * half + S.want + n + n + 1));
   int32_t* tokens = reinterpret_cast<int32_t*>(S.host_tables.data());
   float* cos = S.host_tables.data() + R;
   float* sin = cos + R * half;
@@ -159,12 +162,18 @@ void DeviceBackend<Exec>::draft_tables(std::span<const DraftRequest> requests) {
       model_.rope().cos_sin(RopeKind::kMain, requests[i].last + 1 + j, cos + t * half, sin + t * half);
       if (S.head_rows[size_t(i)] + j < S.head_rows[size_t(i + 1)]) head[S.head_rows[size_t(i)] + j] = int32_t(t);
     }
+  int32_t* anchors = head + S.want;
+  int32_t* head_rows = anchors + n;
+  for (int64_t i = 0; i < n; ++i) anchors[i] = requests[i].anchor;
+  for (int64_t i = 0; i <= n; ++i) head_rows[i] = int32_t(S.head_rows[size_t(i)]);
   S.tables.reserve(int64_t(S.host_tables.size()));
   upload_staged(S.tables.data(), S.host_tables.data(), int64_t(S.host_tables.size() * sizeof(float)));
   S.tokens_dev = reinterpret_cast<const int32_t*>(S.tables.data());
   S.cos_dev = S.tables.data() + R;
   S.sin_dev = S.cos_dev + R * half;
   S.head_dev = reinterpret_cast<const int32_t*>(S.sin_dev + R * half);
+  S.anchors_dev = S.head_dev + S.want;
+  S.head_rows_dev = S.anchors_dev + n;
   S.host_rings.resize(size_t(stages * n));
   S.longest = 0;
   for (int s = 0; s < stages; ++s)
@@ -201,9 +210,9 @@ void DeviceBackend<Exec>::draft_attention(int s) {
   rope(S.kv.data(), R, 1, D, S.cos_dev, S.sin_dev, 0, false);
   fake_quant(S.kv.data(), R * D, RowKind::kWindow);
   const dk::DraftAttnGeom g{S.rings.data() + s * S.n, B, H, D, S.key_slots, S.kv.data()};
-  ex_.for_each(R * H * g.L, dk::DraftAttnLogitsK{g, S.q.data(), float(std::pow(double(D), -0.5)), S.attn.data()});
-  ex_.for_each(R * H, dk::DraftAttnSoftmaxK{g, L.sink, S.attn.data()});
-  ex_.for_each(R * H * D, dk::DraftAttnValuesK{g, S.attn.data(), S.o.data()});
+  ex_.run_chain(dk::DraftAttnChain{dk::DraftAttnLogitsK{g, S.q.data(), float(std::pow(double(D), -0.5)), S.attn.data()},
+                                   dk::DraftAttnSoftmaxK{g, L.sink, S.attn.data()},
+                                   dk::DraftAttnValuesK{g, S.attn.data(), S.o.data()}, R});
   rope(S.o.data(), R, H, D, S.cos_dev, S.sin_dev, 0, true);
   // attention_output: grouped wo_a, then wo_b; mHC expand.
   const int64_t HD = H * D, groups = c.o_groups, olr = c.o_lora_rank, gin = HD / groups;
@@ -264,14 +273,15 @@ void DeviceBackend<Exec>::reserve_draft_buffers() {
   S.router.reserve(R * ms.n_experts);
   S.hexp.reserve(R * ms.top_k * ms.inter);
   if (ms.has_shared) S.hshared.reserve(R * ms.shared_inter);
-  S.out.reserve(S.want * c.vocab_size + R * d);
+  S.out.reserve(S.want * c.vocab_size + R * d + S.want + S.n * model_.drafter()->shape.block);
   mid_.reserve(R * c.o_groups * c.o_lora_rank);
   scratch_r_.reserve(R);
   scratch_m_.reserve(R * model_.mhc_shape().mix_width());
 }
 
 // The draft's launches, from the block's embeddings to the wanted rows' logits [want, V] and the
-// collapsed rows [R, d] in S.out (no copies: they can be captured).
+// collapsed rows [R, d] in S.out (no copies: they can be captured). S.out: [want, V] logits, [want]
+// confidences and [n, B] picks (the device tail's), then [R, d] collapsed rows.
 template <class Exec>
 void DeviceBackend<Exec>::draft_kernels() {
   DeviceDraftState<Exec>& S = *draft_dev_;
@@ -285,11 +295,32 @@ void DeviceBackend<Exec>::draft_kernels() {
   }
   // Head: collapse with the last FFN pre (kept for the confidence), norm, the wanted rows' logits.
   float* logits = S.out.data();
-  float* xrows = logits + S.want * V;
+  float* xrows = logits + S.want * V + S.want + S.n * model_.drafter()->shape.block;
   ex_.for_each(R * d, dk::MhcCollapseK{S.x.data(), S.p.data(), nullptr, int(hc), d, xrows});
   rmsnorm(xrows, R, d, S.norm, S.a.data());
   ex_.for_each(S.want * d, dk::GatherRowsK{S.a.data(), S.head_dev, d, S.h.data()});
   gemm(S.h.data(), S.want, d, head_, V, logits);
+}
+
+// The greedy tail on the device (draft_block_tail without a picker): each slot's Markov bias and
+// argmax in turn (slot j's bias follows slot j − 1's pick), then every slot's confidence.
+template <class Exec>
+void DeviceBackend<Exec>::draft_tail_kernels() {
+  DeviceDraftState<Exec>& S = *draft_dev_;
+  const ModelConfig& c = config();
+  const DrafterWeights& w = *model_.drafter();
+  const int64_t B = w.shape.block, d = c.hidden_size, V = c.vocab_size;
+  float* logits = S.out.data();
+  float* conf = logits + S.want * V;
+  int32_t* ids = reinterpret_cast<int32_t*>(conf + S.want);
+  const float* xrows = conf + S.want + S.n * B;
+  dk::DraftSlot slot{S.markov_embed, S.markov_head, S.anchors_dev, S.head_rows_dev, V, w.shape.markov_rank, B, 0,
+                     logits, ids};
+  for (int j = 0; j < B; ++j) {
+    slot.j = j;
+    ex_.run_chain(dk::DraftSlotChain{dk::DraftMarkovK{slot}, dk::DraftPickK{slot}, S.n});
+  }
+  ex_.for_each(S.want, dk::DraftConfidenceK{slot, S.confidence, xrows, S.n, d, conf});
 }
 
 template <class Exec>
@@ -316,13 +347,20 @@ Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> reques
   const bool graph = draft_graphs_ && ex_.graphs();
   S.key_slots = S.longest + B;
   reserve_draft_buffers();
+  S.tail = !pick && draft_tail_on_device_;
   if (graph) ex_.graph_begin();
   draft_kernels();
+  if (S.tail) draft_tail_kernels();
   if (graph) ex_.graph_end();
-  // One download of the [want, V] logits then the collapsed rows [R, d].
-  const int64_t want = S.want;
-  S.host_out.resize(size_t(want * V + R * d));
-  ex_.download(S.host_out.data(), S.out.data(), (want * V + R * d) * int64_t(sizeof(float)));
+  // One download: with the tail on the device the [want] confidences and [n, B] picks, after the
+  // [want, V] logits where a request reads them; else the logits and the collapsed rows [R, d]
+  // (S.out's layout, draft_kernels).
+  const int64_t want = S.want, picks = want * V + want, rows = picks + n * B;
+  const bool logits =
+      !S.tail || std::any_of(requests.begin(), requests.end(), [](const DraftRequest& r) { return r.logits; });
+  const int64_t from = logits ? 0 : want * V, to = S.tail ? rows : rows + R * d;
+  S.host_out.resize(size_t(to));
+  ex_.download(S.host_out.data() + from, S.out.data() + from, (to - from) * int64_t(sizeof(float)));
   async_in_flight_ = false;
   DSV41_RETURN_IF_ERROR(ex_.status());
   out.resize(size_t(n));
@@ -331,8 +369,14 @@ Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> reques
     const int64_t first = S.head_rows[size_t(i)], m = S.head_rows[size_t(i + 1)] - first;
     b.ids.resize(size_t(m));
     b.confidence.resize(size_t(m));
-    b.logits.assign(S.host_out.begin() + first * V, S.host_out.begin() + (first + m) * V);
-    draft_block_tail(w, d, V, requests[i].anchor, S.host_out.data() + want * V + i * B * d, i, pick, b);
+    if (logits) b.logits.assign(S.host_out.begin() + first * V, S.host_out.begin() + (first + m) * V);
+    else b.logits.clear();
+    if (!S.tail) {
+      draft_block_tail(w, d, V, requests[i].anchor, S.host_out.data() + rows + i * B * d, i, pick, b);
+      continue;
+    }
+    std::copy_n(S.host_out.data() + want * V + first, m, b.confidence.begin());
+    std::memcpy(b.ids.data(), S.host_out.data() + picks + i * B, size_t(m) * sizeof(int32_t));
   }
   return ok_status();
 }

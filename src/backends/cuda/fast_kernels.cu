@@ -903,4 +903,146 @@ bool launch_chain(const dk::AttnBatch& b, cudaStream_t s) {
   return true;
 }
 
+// ---- DSpark drafter's block attention: one block per (block row, head) ------------------------
+// DraftAttnLogitsK / SoftmaxK / ValuesK fused: the warps walk the key slots in parallel (a warp
+// per slot for the logits, lanes over the channels; a warp per slot for the values, lanes over
+// the channels, the warps' partial sums added in warp order), the probabilities in shared memory.
+// The sums are the simple bodies' in another fixed order (deterministic; within a float rounding).
+static __global__ void __launch_bounds__(kAttnThreads) draft_attn_kernel(const dk::DraftAttnChain c) {
+  __shared__ double part[kAttnThreads / 32][kChanChunk];
+  __shared__ double shd[32];
+  __shared__ float shf[32];
+  __shared__ DecodeTables tab;
+  extern __shared__ float p[];  // [L] logits, then probabilities
+  tab.fill();
+  __syncthreads();
+  const dk::DraftAttnGeom& g = c.logits.g;
+  const int64_t rh = blockIdx.x, request = rh / g.H / g.B, h = rh % g.H;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+  const float* qh = c.logits.q + rh * g.D;
+  for (int64_t j0 = warp; j0 < g.L; j0 += int64_t(kKeysPerPass) * warps) {
+    dk::KeyRow key[kKeysPerPass];
+    double acc[kKeysPerPass];
+#pragma unroll
+    for (int u = 0; u < kKeysPerPass; ++u) {
+      const int64_t j = j0 + int64_t(u) * warps;
+      key[u] = j < g.L ? g.key(request, j) : dk::KeyRow{};
+      acc[u] = 0;
+    }
+    for (int64_t q = lane; q < g.D; q += 32) {
+      const double qv = qh[q];
+#pragma unroll
+      for (int u = 0; u < kKeysPerPass; ++u)
+        if (key[u]) acc[u] += qv * tab.at(key[u], q);
+    }
+#pragma unroll
+    for (int u = 0; u < kKeysPerPass; ++u) {
+      const int64_t j = j0 + int64_t(u) * warps;
+      const double a = warp_sum(acc[u]);
+      if (lane == 0 && j < g.L) p[j] = key[u] ? float(a) * c.logits.scaling : -INFINITY;
+    }
+  }
+  __syncthreads();
+  // Softmax: an absent slot's −inf leaves the max alone and becomes 0 (as DraftAttnSoftmaxK).
+  const float sink = c.softmax.sink[h];
+  float mx = -INFINITY;
+  for (int64_t j = tid; j < g.L; j += blockDim.x) mx = fmaxf(mx, p[j]);
+  const float m = fmaxf(sink, block_max(mx, shf));
+  double den = 0;
+  for (int64_t j = tid; j < g.L; j += blockDim.x) {
+    p[j] = expf(p[j] - m);
+    den += p[j];
+  }
+  const double denom = exp(double(sink - m)) + block_sum(den, shd);
+  for (int64_t j = tid; j < g.L; j += blockDim.x) p[j] = float(p[j] / denom);
+  __syncthreads();
+  float* o = c.values.o + rh * g.D;
+  for (int64_t q0 = 0; q0 < g.D; q0 += kChanChunk) {
+    double acc[kChanPerLane];
+#pragma unroll
+    for (int s = 0; s < kChanPerLane; ++s) acc[s] = 0;
+    for (int64_t j = warp; j < g.L; j += warps) {
+      const dk::KeyRow key = g.key(request, j);
+      if (!key) continue;  // the same for the whole warp
+      const double pj = p[j];
+#pragma unroll
+      for (int s = 0; s < kChanPerLane; ++s) {
+        const int64_t q = q0 + lane + 32 * s;
+        if (q < g.D) acc[s] += pj * tab.at(key, q);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kChanPerLane; ++s) part[warp][lane + 32 * s] = acc[s];
+    __syncthreads();
+    for (int q = tid; q < kChanChunk && q0 + q < g.D; q += blockDim.x) {
+      double sum = 0;
+      for (int wp = 0; wp < warps; ++wp) sum += part[wp][q];
+      o[q0 + q] = float(sum);
+    }
+    __syncthreads();
+  }
+}
+
+bool launch_chain(const dk::DraftAttnChain& c, cudaStream_t s) {
+  const int64_t blocks = c.rows * c.logits.g.H;
+  if (c.logits.g.L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff) return false;
+  if (blocks > 0)
+    draft_attn_kernel<<<unsigned(blocks), kAttnThreads, size_t(c.logits.g.L * sizeof(float)), s>>>(c);
+  return true;
+}
+
+// ---- DSpark draft slot (greedy): Markov bias and argmax, one block per request ------------------
+// DraftMarkovK then DraftPickK for one slot: each thread biases its vocabulary entries (the simple
+// body's float operations, so the same bits) and keeps the best of them; the block then reduces
+// (larger first, NaN never, ties to the lower id: argmax_logits's rule, exact).
+constexpr int kSlotThreads = 256;
+
+struct Best {
+  float v;
+  int32_t id;  // −1: none yet
+};
+
+static __device__ __forceinline__ Best better(Best a, Best b) {
+  if (b.id < 0) return a;
+  if (a.id < 0 || b.v > a.v || (b.v == a.v && b.id < a.id)) return b;
+  return a;
+}
+
+static __device__ __forceinline__ Best warp_best(Best b) {
+  for (int o = 16; o > 0; o >>= 1) {
+    Best other{__shfl_xor_sync(kFull, b.v, o), __shfl_xor_sync(kFull, b.id, o)};
+    b = better(b, other);
+  }
+  return b;
+}
+
+static __global__ void __launch_bounds__(kSlotThreads) draft_slot_kernel(const dk::DraftSlotChain c) {
+  __shared__ Best sh[kSlotThreads / 32];
+  const dk::DraftSlot& s = c.bias.s;
+  const int64_t i = blockIdx.x;
+  if (!s.wanted(i)) return;  // the same for the whole block
+  float* row = s.row(i);
+  Best best{0.0f, -1};
+  for (int64_t v = threadIdx.x; v < s.V; v += blockDim.x) {
+    c.bias(i * s.V + v);
+    const float x = row[v];
+    if (!dk::is_nan(x) && (best.id < 0 || x > best.v)) best = {x, int32_t(v)};
+  }
+  best = warp_best(best);
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  if (l == 0) sh[w] = best;
+  __syncthreads();
+  if (w == 0) {
+    best = l < int(blockDim.x >> 5) ? sh[l] : Best{0.0f, -1};
+    best = warp_best(best);
+    if (l == 0) s.ids[i * s.B + s.j] = best.id;
+  }
+}
+
+bool launch_chain(const dk::DraftSlotChain& c, cudaStream_t s) {
+  if (c.n > 0x7fffffff) return false;
+  if (c.n > 0) draft_slot_kernel<<<unsigned(c.n), kSlotThreads, 0, s>>>(c);
+  return true;
+}
+
 }  // namespace dsv41::fast

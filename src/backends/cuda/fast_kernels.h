@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "backends/cuda/device_kernels.h"
+#include "backends/cuda/device_kernels_draft.h"
 
 namespace dsv41::fast {
 
@@ -59,6 +60,11 @@ bool launch_chain(const dk::AttnBatch& b, cudaStream_t s = 0);  // every segment
 bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s = 0);
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s = 0);  // one block per row
 bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one block per token
+// The DSpark drafter's block attention, one block per (block row, head) (logits, softmax, values;
+// the simple sums in another fixed order), and a greedy draft slot's Markov bias + argmax, one
+// block per request (the same bits as the simple bodies).
+bool launch_chain(const dk::DraftAttnChain& c, cudaStream_t s = 0);
+bool launch_chain(const dk::DraftSlotChain& c, cudaStream_t s = 0);
 template <class C>
 bool launch_chain(const C&, cudaStream_t = 0) {
   return false;

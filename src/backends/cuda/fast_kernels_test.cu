@@ -8,7 +8,9 @@
 // one such difference further (1e-5).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -590,6 +592,105 @@ TEST(FastKernelsCuda, SinkAttentionBatchMatchesSimple) {
     }
     fast_vs_simple(
         ex, [] {}, [&] { ex.run_chain(b); }, o, outs, 1e-6, "sink attention batch of " + std::to_string(b.n));
+  }
+}
+
+// The DSpark drafter's block attention (dk::DraftAttnChain: one block per (block row, head))
+// against its simple bodies: requests whose rings are empty, shorter than the longest (absent
+// slots past them), wrapped around their slots and cut at a low bound; FP8 record rings (D whole
+// blocks) and float rings (D = 33, scalar); one request of one block row; a batch of 16 requests.
+TEST(FastKernelsCuda, DraftAttentionMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(47);
+  struct Case {
+    int64_t requests, B, H, D, window;
+  };
+  for (const Case& c : {Case{1, 5, 4, 128, 64}, Case{3, 5, 4, 128, 64}, Case{1, 1, 1, 32, 4}, Case{4, 3, 2, 33, 9},
+                        Case{16, 5, 4, 128, 64}, Case{2, 5, 3, 64, 200}}) {
+    const int64_t R = c.requests * c.B, slots = c.window + 5;
+    std::vector<dk::DraftRing> rings;
+    int64_t longest = 0;
+    for (int64_t i = 0; i < c.requests; ++i) {
+      // Ring lengths: empty, short, full (wrapped: lo past the slots), the window cut at lo.
+      const int64_t n = i % 4 == 0 ? (i == 0 && c.requests > 1 ? 0 : c.window) : (i * 7) % (c.window + 1);
+      const int64_t lo = 3 * slots + 11 * i;
+      const auto rows = kc::randn(rng, slots * c.D);
+      const dk::KeyRows kr = c.D % 32 == 0
+                                 ? dk::KeyRows::records(dev.up(kc::pack_rows(RowKind::kWindow, rows, c.D)),
+                                                        RowKind::kWindow, c.D)
+                                 : dk::KeyRows::floats(dev.up(rows), c.D);
+      rings.push_back({kr, slots, lo, n});
+      longest = std::max(longest, n);
+    }
+    const int64_t L = longest + c.B;
+    const dk::DraftAttnGeom g{dev.up(rings), c.B, c.H, c.D, L, dev.up(kc::randn(rng, R * c.D))};
+    const float* q = dev.up(kc::randn(rng, R * c.H * c.D, 0.3f));
+    const float* sink = dev.up(kc::randn(rng, c.H));
+    float* logits = dev.template zeros<float>(R * c.H * L);
+    float* o = dev.template zeros<float>(R * c.H * c.D);
+    const dk::DraftAttnChain chain{dk::DraftAttnLogitsK{g, q, 1.0f / std::sqrt(float(c.D)), logits},
+                                   dk::DraftAttnSoftmaxK{g, sink, logits}, dk::DraftAttnValuesK{g, logits, o}, R};
+    fast_vs_simple(
+        ex, [] {}, [&] { ex.run_chain(chain); }, o, R * c.H * c.D, 1e-6,
+        "draft attention " + shape({c.requests, c.B, c.H, c.D, c.window}));
+  }
+}
+
+// A greedy draft slot on the device (dk::DraftSlotChain: Markov bias + argmax, one block per
+// request) against its simple bodies, slot after slot (each slot's bias follows the previous
+// pick): the biased logits and the picks bit for bit; requests wanting fewer slots, ties (a
+// repeated maximum must pick the lower id), NaN entries (skipped) and an all-NaN row (−1, and no
+// bias after it).
+TEST(FastKernelsCuda, DraftSlotMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(48);
+  for (const int64_t V : {int64_t(8192), int64_t(37), int64_t(1000)}) {
+    const int64_t n = 5, B = 5, r = 16;
+    const std::vector<int32_t> wanted = {5, 1, 3, 5, 2};
+    std::vector<int32_t> head_rows = {0};
+    for (int32_t w : wanted) head_rows.push_back(head_rows.back() + w);
+    const int64_t want = head_rows.back();
+    auto logits = kc::randn(rng, want * V);
+    // Request 1 (one slot, anchor V − 1 with a zero embedding): a repeated maximum, ties to the lower
+    // id; request 2: NaN entries; request 4's slot 0: all NaN.
+    logits[size_t(head_rows[1] * V + V / 3)] = 50.0f;
+    logits[size_t(head_rows[1] * V + V / 2)] = 50.0f;
+    for (int64_t v = 0; v < V; v += 3) logits[size_t(head_rows[2] * V + v)] = NAN;
+    for (int64_t v = 0; v < V; ++v) logits[size_t(head_rows[4] * V + v)] = NAN;
+    const std::vector<int32_t> anchors = {1, int32_t(V - 1), 0, 7, 3};
+    auto embed_rows = kc::randn(rng, V * r);
+    std::fill_n(embed_rows.begin() + (V - 1) * r, r, 0.0f);  // request 1's anchor: no bias, so its tie stays
+    const float* embed = dev.up(embed_rows);
+    const float* head = dev.up(kc::randn(rng, V * r, 0.05f));
+    float* dlogits = dev.up(logits);
+    int32_t* ids = dev.template zeros<int32_t>(n * B);
+    dk::DraftSlot slot{embed, head, dev.up(anchors), dev.up(head_rows), V, r, B, 0, dlogits, ids};
+    std::vector<float> got_l[2];
+    std::vector<int32_t> got_ids[2];
+    for (int fast = 0; fast < 2; ++fast) {
+      ex.set_fast_kernels(fast == 1);
+      ex.copy(dlogits, dev.up(logits), want * V * int64_t(sizeof(float)));
+      ex.copy(ids, dev.template zeros<int32_t>(n * B), n * B * int64_t(sizeof(int32_t)));
+      for (int j = 0; j < B; ++j) {
+        slot.j = j;
+        ex.run_chain(dk::DraftSlotChain{dk::DraftMarkovK{slot}, dk::DraftPickK{slot}, n});
+      }
+      got_l[fast] = dev.down(dlogits, want * V);
+      got_ids[fast] = dev.down(ids, n * B);
+      ex.sync();
+      ASSERT_TRUE(ex.status().ok()) << ex.status().to_string();
+    }
+    EXPECT_EQ(got_ids[0], got_ids[1]) << "V " << V;
+    EXPECT_EQ(got_ids[1][size_t(1 * B)], int32_t(V / 3)) << "V " << V << ": a tie must pick the lower id";
+    EXPECT_EQ(got_ids[1][size_t(4 * B)], -1) << "V " << V << ": an all-NaN row picks nothing";
+    int differ = 0;
+    for (int64_t i = 0; i < want * V; ++i)
+      differ += std::memcmp(&got_l[0][size_t(i)], &got_l[1][size_t(i)], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0) << "V " << V;
   }
 }
 

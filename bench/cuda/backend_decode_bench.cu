@@ -2,7 +2,7 @@
 // first slice): B sequences prefilled with C random tokens each, then S timed decode steps of
 // all B together (one engine forward per step, greedy next tokens), per backend and batch size.
 //   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32]
-//                            [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-gN]
+//                            [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-gN]
 //                            [--profile STEPS]
 //                            [--weights stored|widened] [--greedy N]
 // cuda-simple is the CUDA backend with its fast kernels off (every step in its simple kernel,
@@ -10,7 +10,8 @@
 // compressor per segment with blocking copies (the path before compress_segments); cuda-nograph
 // launches every kernel on its own (decode steps are CUDA graphs by default, cuda_exec.cuh);
 // cuda-gN records a graph every N launches (cuda: every 32; cuda-g0: the whole step up to its
-// logits download).
+// logits download); cuda-unfused launches each body on its own (fused launches are the default,
+// DeviceBackend::set_fused).
 // --weights: how the model holds its FP8 / FP4 matrices (default stored: the device backend
 // uploads those bytes as they are; widened: float32 / bf16, as the backend did before).
 // --greedy N: first a same-function check: a 24-token prompt then N greedy steps on the CPU and
@@ -209,7 +210,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--weights") && i + 1 < argc) weights = argv[++i];
     else if (!std::strcmp(argv[i], "--greedy") && i + 1 < argc) greedy_steps = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-gN] [--profile STEPS] [--weights stored|widened] [--greedy N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-gN] [--profile STEPS] [--weights stored|widened] [--greedy N]\n", argv[0]);
       return 2;
     }
   }
@@ -240,20 +241,23 @@ int main(int argc, char** argv) {
     std::string name;
     bool fast, batched_compress, graphs;
     int64_t chunk;
+    bool fused = true;
   };
   std::vector<Variant> cudas;
   constexpr int64_t kChunk = CudaExec::kGraphChunk;
   if (wants("cuda-simple")) cudas.push_back({"cuda-simple", false, true, true, kChunk});
   if (wants("cuda-segcomp")) cudas.push_back({"cuda-segcomp", true, false, true, kChunk});
   if (wants("cuda-nograph")) cudas.push_back({"cuda-nograph", true, true, false, kChunk});
+  if (wants("cuda-unfused")) cudas.push_back({"cuda-unfused", true, true, true, kChunk, false});
   if (wants("cuda")) cudas.push_back({"cuda", true, true, true, kChunk});
   for (const std::string& n : names) {
     if (n.rfind("cuda-g", 0) == 0 && n.size() > 6 && n.find_first_not_of("0123456789", 6) == std::string::npos) {
       cudas.push_back({n, true, true, true, std::atoll(n.c_str() + 6)});
       continue;
     }
-    if (n != "cpu" && n != "cuda" && n != "cuda-simple" && n != "cuda-segcomp" && n != "cuda-nograph") {
-      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple, cuda-segcomp, cuda-nograph, cuda-gN)\n",
+    if (n != "cpu" && n != "cuda" && n != "cuda-simple" && n != "cuda-segcomp" && n != "cuda-nograph" &&
+        n != "cuda-unfused") {
+      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple, cuda-segcomp, cuda-nograph, cuda-unfused, cuda-gN)\n",
                    argv[0], n.c_str());
       return 2;
     }
@@ -279,12 +283,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cpu greedy: %s\n", c.status().to_string().c_str());
       return 1;
     }
-    for (const auto& [name, fast, batched_compress, graphs, chunk] : cudas) {
+    for (const auto& [name, fast, batched_compress, graphs, chunk, fused] : cudas) {
       auto b = make_cuda_backend(**model);
       if (!b.ok()) return 1;
       cuda_backend_set_fast_kernels(**b, fast);
       cuda_backend_set_batched_compress(**b, batched_compress);
       cuda_backend_set_graphs(**b, graphs, chunk);
+      cuda_backend_set_fused(**b, fused);
       auto g = greedy(std::move(*b), **model, prompt, greedy_steps);
       if (!g.ok()) {
         std::fprintf(stderr, "%s greedy: %s\n", name.c_str(), g.status().to_string().c_str());
@@ -317,7 +322,7 @@ int main(int argc, char** argv) {
       std::printf("backend cpu  batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / cpu.median_step_s,
                   cpu.median_step_s * 1e3);
     }
-    for (const auto& [name, fast, batched_compress, graphs, chunk] : cudas) {
+    for (const auto& [name, fast, batched_compress, graphs, chunk, fused] : cudas) {
       auto backend = make_cuda_backend(**model);
       if (!backend.ok()) {
         std::fprintf(stderr, "cuda: %s\n", backend.status().to_string().c_str());
@@ -326,6 +331,7 @@ int main(int argc, char** argv) {
       cuda_backend_set_fast_kernels(**backend, fast);
       cuda_backend_set_batched_compress(**backend, batched_compress);
       cuda_backend_set_graphs(**backend, graphs, chunk);
+      cuda_backend_set_fused(**backend, fused);
       auto r = run(std::move(*backend), **model, b, context, steps, profile);
       if (!r.ok()) {
         std::fprintf(stderr, "%s batch %d: %s\n", name.c_str(), b, r.status().to_string().c_str());

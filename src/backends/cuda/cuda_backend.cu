@@ -47,6 +47,10 @@ void cuda_backend_set_graphs(Backend& backend, bool on, int64_t chunk) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_graphs(on, chunk);
 }
 
+void cuda_backend_set_fused(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_fused(on);
+}
+
 void cuda_backend_set_draft_graphs(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_draft_graphs(on);
 }

@@ -41,6 +41,9 @@ void cuda_backend_set_batched_compress(Backend& backend, bool on);
 // (the "before" in benchmarks); chunk: launches per graph (CudaExec::kGraphChunk by default), 0 for
 // the whole step. Nothing for another backend.
 void cuda_backend_set_graphs(Backend& backend, bool on, int64_t chunk = 32);
+// Fused launches (the default; DeviceBackend::set_fused) or each body launched on its own (the
+// "before" of benchmarks; the same bits).
+void cuda_backend_set_fused(Backend& backend, bool on);
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
 // DSpark's drafter on the GPU (the default) or on the host from downloaded features
 // (DeviceBackend::set_device_drafter; the "before" in benchmarks). Nothing for another backend.

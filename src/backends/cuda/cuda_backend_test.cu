@@ -18,6 +18,7 @@
 
 #include "backends/cuda/backend_compare_check.h"
 #include "backends/cuda/backend_dspark_check.h"
+#include "backends/cuda/backend_fused_check.h"
 #include "backends/cuda/backend_graph_check.h"
 #include "backends/cuda/backend_device_drafter_check.h"
 #include "backends/cuda/backend_image_check.h"
@@ -57,6 +58,7 @@ DSV41_KERNEL_CHECK(Engram, check_engram)
 DSV41_KERNEL_CHECK(SinkAttentionAndIndexerScores, check_attention_and_scores)
 DSV41_KERNEL_CHECK(FakeQuantisersMatchRecordCodecs, check_fake_quant)
 DSV41_KERNEL_CHECK(RecordCodecsPackAndDecode, check_record_codecs)
+DSV41_KERNEL_CHECK(RopeQuantFusedEqualsSeparate, check_rope_quant)
 DSV41_KERNEL_CHECK(WindowRing, check_window_ring)
 DSV41_KERNEL_CHECK(WindowStore, check_window_store)
 
@@ -136,6 +138,22 @@ TEST(CudaBackend, DeviceRecordsEqualCacheRecords) {
   auto model = Model::load(dir);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   ts::check_device_records<CudaExec>(**model, [&] { return fresh_cuda_backend(**model); }, "cuda");
+}
+
+// The fused launches (DeviceBackend::set_fused; on the GPU also the experts' down projection +
+// mHC expand as one kernel and the routed + shared up projections as one) against each body
+// launched on its own: the same logits bits, the cache's records, fewer launches; 20 sequences in
+// the last case (backend_fused_check.h).
+TEST(CudaBackend, FusedLaunchesEqualSeparate) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ts::check_fused<CudaExec>(
+      **model,
+      [&](bool fused) { return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_fused(fused); }); },
+      "cuda", true);
 }
 
 // Decode steps as CUDA graphs against kernel-by-kernel launches: the same logits bits and the

@@ -184,6 +184,11 @@ class DeviceBackend : public Backend {
   // Test support. Off: compress_segments runs compress per segment (download and pack at once)
   // instead of the batched, deferred path; the results are the same bits either way.
   void set_batched_compress(bool on) { batched_compress_ = on; }
+  // Fused launches (on by default): neighbouring small launches of a step as one where the same
+  // float operations run in the same order (RoPE + FakeQuant, inverse RoPE + window stores, the
+  // routed and shared experts' up projections, the experts' down projection + mHC expand); off,
+  // each on its own (the "before" of benchmarks). The results are the same bits either way.
+  void set_fused(bool on) { fused_ = on; }
   // Decode steps as CUDA graphs (Exec::set_graphs: on by default on the GPU, emulated by deferral on
   // HostExec where tests turn it on); off: every kernel launched on its own (the "before" of
   // benchmarks). chunk: launches per graph (0: the whole step up to its logits download).
@@ -207,6 +212,7 @@ class DeviceBackend : public Backend {
   void attention_output(int layer, std::span<const RowRange> rows) override;
   void ffn(int layer, std::span<const RowRange> rows) override;
   void end_batch() override {
+    flush_expands();
     flush_staged();
     ex_.graph_end();
   }
@@ -307,6 +313,14 @@ class DeviceBackend : public Backend {
   void collapse_norm(const dk::MhcCollapseK& collapse, int64_t rows, const float* weight);
   void rope(float* x, int64_t rows, int64_t heads, int64_t dim, const float* cos, const float* sin, int64_t row0,
             bool inverse);
+  // attention_output's mHC expands, deferred while fused so that ffn's coefficient chain of the
+  // same rows forms them (dk::ExpandCoeffChain); flush_expands launches any left on their own.
+  struct PendingExpand {
+    dk::MhcExpandK k;
+    int64_t rows;
+  };
+  std::vector<PendingExpand> pending_expands_;
+  void flush_expands();
   void mhc_coefficients(const float* fn, const float* base, const float* scale, const float* x, int64_t n,
                         float* pre, float* post, float* comb);
   // Row fake-quantiser of `kind` over `values` floats on the device (rows of a multiple of the
@@ -351,6 +365,8 @@ class DeviceBackend : public Backend {
   // The attention, inverse RoPE and window-row stores of prepared segments of `layer`.
   void attend_run(int layer, std::span<AttendPrep> preps);
   std::vector<AttendPrep> preps_;
+  std::vector<dk::RopeK> inverse_ropes_;  // attend_run's inverse RoPE per run of rows, and the runs' rows
+  std::vector<int64_t> inverse_rows_;
   // Pushes the window rows staged by this batch's attend calls into their rings and packs the
   // entries staged by compress_segments into their caches (one download for both).
   void flush_staged();
@@ -390,6 +406,7 @@ class DeviceBackend : public Backend {
   bool keep_window_copies_ = true;
   bool batched_segments_ = true;
   bool batched_compress_ = true;
+  bool fused_ = true;
   // Mirrors unused for this many batches are dropped (the engine does not tell a backend when a
   // cache goes; a dropped mirror of a live cache is rebuilt from it when next read).
   static constexpr int64_t kMirrorIdleBatches = 256;

@@ -215,11 +215,26 @@ void DeviceBackend<Exec>::mhc_coefficients(const float* fn, const float* base, c
   // Partial sums for the split mix of a few tokens (decode at small batch; fast_kernels.cu).
   constexpr int64_t kSplitTokens = 8, kFloats = kSplitTokens * dk::MhcCoeffChain::kMhcPartials * 2;
   scratch_mhc_.reserve(kFloats);
-  ex_.run_chain(dk::MhcCoeffChain{
+  const dk::MhcCoeffChain chain{
       dk::MhcRsqrtK{x, flat, s.norm_eps, scratch_r_.data()},
       dk::MhcMixK{x, scratch_r_.data(), fn, flat, mix, scratch_m_.data()},
       dk::MhcFinishK{scratch_m_.data(), base, scale, s.hc, s.sinkhorn_iters, s.hc_eps, pre, post, comb}, n,
-      reinterpret_cast<double*>(scratch_mhc_.data()), kSplitTokens});
+      reinterpret_cast<double*>(scratch_mhc_.data()), kSplitTokens};
+  // An expand deferred by attention_output that writes these streams runs in front of them.
+  for (auto e = pending_expands_.begin(); e != pending_expands_.end(); ++e)
+    if (e->k.out == x && e->rows == n) {
+      const dk::MhcExpandK expand = e->k;
+      pending_expands_.erase(e);
+      return ex_.run_chain(dk::ExpandCoeffChain{expand, chain});
+    }
+  flush_expands();  // (none expected: attention_output's expands are ffn's inputs, read here first)
+  ex_.run_chain(chain);
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::flush_expands() {
+  for (const PendingExpand& e : pending_expands_) ex_.for_each(e.rows * e.k.hc * e.k.d, e.k);
+  pending_expands_.clear();
 }
 
 template <class Exec>
@@ -404,6 +419,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   const ModelConfig& c = config();
   const int64_t n = layout.rows, d = c.hidden_size, hc = c.hc_mult;
   const int64_t H = c.num_attention_heads, D = c.head_dim, k = model_.moe_shape().top_k;
+  flush_expands();
   flush_staged();  // a caller that skipped end_batch: the caches first
   ex_.graph_end();
   layout_ = layout;
@@ -537,6 +553,7 @@ Status DeviceBackend<Exec>::engram_run(int layer, const int64_t* row_ids, int64_
 
 template <class Exec>
 void DeviceBackend<Exec>::attention_input(int layer, std::span<const RowRange> rows) {
+  flush_expands();
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size, hc = c.hc_mult;
   const LayerDev& L = layers_[layer];
@@ -578,9 +595,17 @@ void DeviceBackend<Exec>::attention_projections(int layer, std::span<const RowRa
     norms.flush(ex_);
     gemm(cr, n, ql, L.wq_b, H * D, qr);
     const int rd = model_.rope().rope_dim();
+    const dk::RopeK q_rope{qr, H, D, rd, rope_table(kind, false), rope_table(kind, true), r0, false};
+    const dk::RopeK kv_rope{kvr, 1, D, rd, rope_table(kind, false), rope_table(kind, true), r0, false};
+    const dk::RopeQuantK kv_quant{kv_rope, dk::FakeQuantK{kvr, RowKind::kWindow}};  // FP8 window values
+    if (fused_ && kv_quant.fits()) {  // q's RoPE and kv's RoPE + FakeQuant in one launch
+      const int64_t nq = n * H * (rd / 2);
+      ex_.for_each(nq + kv_quant.blocks(n), dk::Both<dk::RopeK, dk::RopeQuantK>{q_rope, nq, kv_quant});
+      continue;
+    }
     Launches<dk::RopeK> ropes;  // q and kv in one launch
-    ropes.add(n * H * (rd / 2), dk::RopeK{qr, H, D, rd, rope_table(kind, false), rope_table(kind, true), r0, false});
-    ropes.add(n * (rd / 2), dk::RopeK{kvr, 1, D, rd, rope_table(kind, false), rope_table(kind, true), r0, false});
+    ropes.add(n * H * (rd / 2), q_rope);
+    ropes.add(n * (rd / 2), kv_rope);
     ropes.flush(ex_);
     fake_quant(kvr, n * D, RowKind::kWindow);  // FP8 window values (what the ring packs)
   }
@@ -879,9 +904,18 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
     float* hw = ihw_.data() + r0 * nh;
     gemm(c_.data() + r0 * ql, n, ql, L.i_wqb, nh * dh, q);
     gemm(h_.data() + r0 * d, n, d, {L.i_wproj, nullptr}, nh, hw);
+    const int rd = model_.rope().rope_dim();
+    const dk::RopeQuantK q_quant{dk::RopeK{q, nh, dh, rd, cos_comp_, sin_comp_, r0, false},
+                                 dk::FakeQuantK{q, RowKind::kIndex}};  // MXFP4 per head
+    const dk::ScaleK head_scale{hw, static_cast<float>(std::pow(double(nh), -0.5)), false};
+    if (fused_ && q_quant.fits()) {  // RoPE + FakeQuant of q and the head weights' scale in one launch
+      const int64_t nb = q_quant.blocks(n);
+      ex_.for_each(nb + n * nh, dk::Both<dk::RopeQuantK, dk::ScaleK>{q_quant, nb, head_scale});
+      continue;
+    }
     rope(q, n, nh, dh, cos_comp_, sin_comp_, r0, false);
-    fake_quant(q, n * nh * dh, RowKind::kIndex);  // MXFP4 per head
-    ex_.for_each(n * nh, dk::ScaleK{hw, static_cast<float>(std::pow(double(nh), -0.5)), false});
+    fake_quant(q, n * nh * dh, RowKind::kIndex);
+    ex_.for_each(n * nh, head_scale);
   }
   scores_.reserve(scores);
   bmax_.reserve(bmaxes);
@@ -1008,13 +1042,22 @@ void DeviceBackend<Exec>::attend_run(int layer, std::span<AttendPrep> preps) {
     ex_.run_chain(batch);
   }
   // Inverse RoPE of the outputs, once per run of adjacent rows (the same table rows either way).
+  // Fused: a single run goes with the window stores' launch below (they touch other memory).
   const RopeKind kind = plan().layers[layer].rope;
+  const int rd = model_.rope().rope_dim();
+  std::vector<dk::RopeK>& inverse = inverse_ropes_;
+  inverse.clear();
+  inverse_rows_.clear();
   for (size_t j = 0; j < preps.size();) {
     const int64_t r0 = preps[j].r0;
     int64_t r1 = r0 + preps[j].T;
     for (++j; j < preps.size() && preps[j].r0 == r1; ++j) r1 += preps[j].T;
-    rope(o_.data() + r0 * H * D, r1 - r0, H, D, rope_table(kind, false), rope_table(kind, true), r0, true);
+    inverse.push_back({o_.data() + r0 * H * D, H, D, rd, rope_table(kind, false), rope_table(kind, true), r0, true});
+    inverse_rows_.push_back(r1 - r0);
   }
+  const bool pair = fused_ && inverse.size() == 1 && preps.size() <= size_t(dk::WindowStoreK::kMax);
+  for (size_t j = 0; j < inverse.size() && !pair; ++j)
+    ex_.for_each(inverse_rows_[j] * H * (rd / 2), inverse[j]);
   // Each segment's newest rows (positions start … start + T − 1; at most the ring's slots, which
   // the ring packs no more of) into its device copy and, for end_batch, the staging buffer.
   // (A ring that does not continue at `start` breaks the engine's contract; its copy is dropped
@@ -1037,8 +1080,14 @@ void DeviceBackend<Exec>::attend_run(int layer, std::span<AttendPrep> preps) {
       pending_.push_back({&ring, continues ? &w : nullptr, layer, a.T, m, staged_});
       staged_ += m * D;
     }
-    ex_.for_each(values / 32, store);  // one index per scale block (dk::WindowStoreK)
+    if (pair) {  // the inverse RoPE and the stores (one index per scale block) in one launch
+      const int64_t nr = inverse_rows_[0] * H * (rd / 2);
+      ex_.for_each(nr + values / 32, dk::Both<dk::RopeK, dk::WindowStoreK>{inverse[0], nr, store});
+    } else {
+      ex_.for_each(values / 32, store);  // one index per scale block (dk::WindowStoreK)
+    }
   }
+  inverse_rows_.clear();
 }
 
 template <class Exec>
@@ -1069,6 +1118,7 @@ void DeviceBackend<Exec>::index_and_attend(int layer, std::span<const SegmentAtt
 
 template <class Exec>
 void DeviceBackend<Exec>::attention_output(int layer, std::span<const RowRange> rows) {
+  flush_expands();
   const ModelConfig& c = config();
   const LayerDev& L = layers_[layer];
   const int64_t d = c.hidden_size, hc = c.hc_mult, HD = c.num_attention_heads * c.head_dim;
@@ -1082,8 +1132,12 @@ void DeviceBackend<Exec>::attention_output(int layer, std::span<const RowRange> 
                                          mid_.data() + g * olr, groups * olr});
     group_gemms.flush(ex_);
     gemm(mid_.data(), n, groups * olr, L.wo_b, d, a_.data() + r0 * d);
-    ex_.for_each(n * hc * d, dk::MhcExpandK{a_.data() + r0 * d, x_.data() + r0 * hc * d, post_a_.data() + r0 * hc,
-                                            comb_a_.data() + r0 * hc * hc, int(hc), d, x2_.data() + r0 * hc * d});
+    const dk::MhcExpandK expand{a_.data() + r0 * d, x_.data() + r0 * hc * d, post_a_.data() + r0 * hc,
+                                comb_a_.data() + r0 * hc * hc, int(hc), d, x2_.data() + r0 * hc * d};
+    if (fused_)  // deferred to ffn's mHC coefficients of these rows, which read x2_ first
+      pending_expands_.push_back({expand, n});
+    else
+      ex_.for_each(n * hc * d, expand);
   }
 }
 
@@ -1112,22 +1166,32 @@ void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
                    ms.routed_scaling_factor, ex, wt, L.gate_bias_vl, is_image_.empty() ? nullptr : is_image_dev_.data() + r0},
         m});
     hexp_.reserve(m * k * ms.inter);
-    ex_.for_each(m * k * ms.inter, dk::ExpertUpK{h, L.experts, ex, wt, int(k), d, ms.inter, ms.swiglu_limit,
-                                                 hexp_.data()});
-    if (L.shared) {
-      hshared_.reserve(m * ms.shared_inter);
-      ex_.for_each(m * ms.shared_inter, dk::ExpertUpK{h, L.shared, nullptr, nullptr, 1, d, ms.shared_inter,
-                                                      ms.swiglu_limit, hshared_.data()});
+    if (L.shared) hshared_.reserve(m * ms.shared_inter);
+    const dk::ExpertUpK up{h, L.experts, ex, wt, int(k), d, ms.inter, ms.swiglu_limit, hexp_.data()};
+    const dk::ExpertUpK shared_up{h, L.shared, nullptr, nullptr, 1, d, ms.shared_inter, ms.swiglu_limit,
+                                  hshared_.data()};
+    const dk::ExpertDownK down{L.experts, ex, int(k), d, ms.inter, hexp_.data(), L.shared,
+                               ms.shared_inter, hshared_.data(), a_.data() + r0 * d};
+    const dk::MhcExpandK expand{a_.data() + r0 * d, x2, post_b_.data() + r0 * hc,
+                                comb_b_.data() + r0 * hc * hc, int(hc), d, x_.data() + r0 * hc * d};
+    if (fused_) {  // routed + shared up in one launch; down + expand as one chain
+      Launches<dk::ExpertUpK> ups;
+      ups.add(m * k * ms.inter, up);
+      if (L.shared) ups.add(m * ms.shared_inter, shared_up);
+      ups.flush(ex_);
+      ex_.run_chain(dk::DownExpandChain{down, expand, m});
+      continue;
     }
-    ex_.for_each(m * d, dk::ExpertDownK{L.experts, ex, int(k), d, ms.inter, hexp_.data(), L.shared,
-                                        ms.shared_inter, hshared_.data(), a_.data() + r0 * d});
-    ex_.for_each(m * hc * d, dk::MhcExpandK{a_.data() + r0 * d, x2, post_b_.data() + r0 * hc,
-                                            comb_b_.data() + r0 * hc * hc, int(hc), d, x_.data() + r0 * hc * d});
+    ex_.for_each(m * k * ms.inter, up);
+    if (L.shared) ex_.for_each(m * ms.shared_inter, shared_up);
+    ex_.for_each(m * d, down);
+    ex_.for_each(m * hc * d, expand);
   }
 }
 
 template <class Exec>
 void DeviceBackend<Exec>::logits(std::span<const int64_t> rows, float* out) {
+  flush_expands();
   const ModelConfig& c = config();
   const int64_t d = c.hidden_size, hc = c.hc_mult, n = static_cast<int64_t>(rows.size()), V = c.vocab_size;
   if (n == 0) return;

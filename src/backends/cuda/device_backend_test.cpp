@@ -15,6 +15,7 @@
 #include "backends/cuda/backend_dspark_check.h"
 #include "backends/cuda/backend_device_drafter_check.h"
 #include "backends/cuda/backend_image_check.h"
+#include "backends/cuda/backend_fused_check.h"
 #include "backends/cuda/backend_graph_check.h"
 #include "backends/cuda/backend_records_check.h"
 #include "backends/cuda/backend_stored_check.h"
@@ -216,6 +217,25 @@ TEST(DeviceBackendHost, DecodeGraphsEqualLaunches) {
           return b;
         },
         "emulation, chunk " + std::to_string(chunk), false, chunk != 0);
+}
+
+// The fused launches (RoPE + FakeQuant, inverse RoPE + window stores, routed + shared expert up;
+// DeviceBackend::set_fused) give the separate launches' logits bits and leave the cache's records,
+// in fewer launches, over forks, a removal, rollbacks, restored snapshots and a batch of 20
+// sequences (backend_fused_check.h).
+TEST(DeviceBackendHost, FusedLaunchesEqualSeparate) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  ts::check_fused<HostExec>(
+      **model,
+      [&](bool fused) -> std::unique_ptr<Backend> {
+        auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+        b->set_fused(fused);
+        return b;
+      },
+      "emulation", true);
 }
 
 // The device cache byte counts: what the mirrors and window copies hold is the record sizes times

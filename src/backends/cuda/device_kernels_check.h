@@ -592,6 +592,67 @@ void check_fake_quant(Exec& ex) {
   }
 }
 
+// RoPE + FakeQuant in one launch (dk::RopeQuantK, beside an independent RoPE or scale in a
+// dk::Both) against the separate launches the backend makes without fusion: the same bits. Shapes:
+// the kv row (1 head of 512, rope dim 64, FP8 window blocks of 32), the indexer queries (32 heads
+// of 128, MXFP4 blocks of 32), a rotated tail starting inside a block (96 wide, rope 48: the tail
+// starts at 48), the whole row rotated (rope dim = dim), main-kind blocks of 16, several rows.
+template <class Exec>
+void check_rope_quant(Exec& ex) {
+  std::mt19937 rng(23);
+  Dev<Exec> dev(ex);
+  struct Shape {
+    int64_t rows, heads, dim;
+    int rd;
+    RowKind kind;
+  };
+  for (const Shape& s : {Shape{1, 1, 512, 64, RowKind::kWindow}, Shape{3, 32, 128, 64, RowKind::kIndex},
+                         Shape{5, 1, 96, 48, RowKind::kWindow}, Shape{2, 3, 64, 64, RowKind::kMain},
+                         Shape{4, 2, 48, 16, RowKind::kMain}}) {
+    const int64_t n = s.rows * s.heads * s.dim, half = s.rd / 2, other_heads = 5, other_dim = s.rd + 8;
+    const auto x = randn(rng, n, 4.0f), o = randn(rng, s.rows * other_heads * other_dim);
+    const auto cs = randn(rng, (s.rows + 2) * half), sn = randn(rng, (s.rows + 2) * half);
+    const float *dc = dev.up(cs), *ds = dev.up(sn);
+    float* dx[2] = {dev.up(x), dev.up(x)};
+    float* dout[2] = {dev.up(o), dev.up(o)};
+    float* dsc[2] = {dev.up(x), dev.up(x)};
+    const auto rope = [&](float* p, int64_t heads, int64_t dim) {
+      return dk::RopeK{p, heads, dim, s.rd, dc, ds, 2, false};
+    };
+    // Separate: the other RoPE, the RoPE, the fake quantiser, the scale.
+    const int64_t no = s.rows * other_heads * half;
+    ex.for_each(no, rope(dout[0], other_heads, other_dim));
+    ex.for_each(s.rows * s.heads * half, rope(dx[0], s.heads, s.dim));
+    ex.for_each(n / dk::FakeQuantK::block(s.kind), dk::FakeQuantK{dx[0], s.kind});
+    ex.for_each(n, dk::ScaleK{dsc[0], 0.375f, false});
+    // Fused: the other RoPE beside RoPE + quant; RoPE + quant beside the scale (on a second input).
+    const dk::RopeQuantK rq{rope(dx[1], s.heads, s.dim), dk::FakeQuantK{dx[1], s.kind}};
+    ASSERT_TRUE(rq.fits());
+    ex.for_each(no + rq.blocks(s.rows), dk::Both<dk::RopeK, dk::RopeQuantK>{rope(dout[1], other_heads, other_dim), no, rq});
+    std::vector<float> fused_first = dev.down(dx[1], n);
+    float* dx2 = dev.up(x);
+    const dk::RopeQuantK rq2{rope(dx2, s.heads, s.dim), dk::FakeQuantK{dx2, s.kind}};
+    ex.for_each(rq2.blocks(s.rows) + n, dk::Both<dk::RopeQuantK, dk::ScaleK>{rq2, rq2.blocks(s.rows), {dsc[1], 0.375f, false}});
+    const std::string what = "rope + quant " + std::to_string(s.rows) + "x" + std::to_string(s.heads) + "x" +
+                             std::to_string(s.dim) + " rope " + std::to_string(s.rd) + " kind " + std::to_string(int(s.kind));
+    const std::vector<float> want = dev.down(dx[0], n);
+    const std::pair<std::vector<float>, std::vector<float>> pairs[] = {
+        {fused_first, want},
+        {dev.down(dx2, n), want},
+        {dev.down(dout[1], s.rows * other_heads * other_dim), dev.down(dout[0], s.rows * other_heads * other_dim)},
+        {dev.down(dsc[1], n), dev.down(dsc[0], n)}};
+    const char* names[] = {"beside a rope", "beside a scale", "the other rope", "the scale"};
+    for (int p = 0; p < 4; ++p) {
+      ASSERT_EQ(pairs[p].first.size(), pairs[p].second.size());
+      ASSERT_EQ(std::memcmp(pairs[p].first.data(), pairs[p].second.data(), pairs[p].first.size() * sizeof(float)), 0)
+          << what << ": " << names[p] << " differs from the separate launches";
+    }
+    bool rotated = false;  // the check must see RoPE at work: some rotated values differ from x
+    for (int64_t i = 0; i < n && !rotated; ++i) rotated = want[size_t(i)] != x[size_t(i)];
+    EXPECT_TRUE(rotated) << what;
+  }
+}
+
 // The device window ring: writes that wrap around the slots, then reads of any run of held
 // positions, against a host ring of the same slots.
 template <class Exec>

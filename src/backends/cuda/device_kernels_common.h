@@ -219,4 +219,21 @@ struct Batched {
   }
 };
 
+// Two launches whose bodies touch disjoint memory (neither reads what the other writes) as one:
+// indices [0, na) run a, the rest run b from its index 0. Each index computes exactly what it
+// would in its own launch, so the results are the two launches' bits. For bodies that have no fast
+// kernel of their own (the pair runs as the simple one-thread-per-index kernel).
+template <class A, class B>
+struct Both {
+  A a;
+  int64_t na;
+  B b;
+  DSV41_HD void operator()(int64_t id) const {
+    if (id < na)
+      a(id);
+    else
+      b(id - na);
+  }
+};
+
 }  // namespace dsv41::dk

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backends/cuda/device_kernels_common.h"
+#include "backends/cuda/device_kernels_stream.h"
 
 namespace dsv41::dk {
 
@@ -147,6 +148,21 @@ struct ExpertDownK {
       acc += float(s);
     }
     y[id] = acc;
+  }
+};
+
+// The experts' down projection and the mHC expand that reads it (ffn's last two launches):
+// simple, the two launches; fused (fast_kernels.cu), the routed and shared experts of an output
+// group summed by warps of one block in parallel (each expert's float sum as ExpertDownK's, added
+// in its order) and the expand of those columns by the thread that wrote them.
+struct DownExpandChain {
+  ExpertDownK down;
+  MhcExpandK expand;  // expand.a == down.y
+  int64_t m;          // tokens
+  template <class Exec>
+  void run_simple(Exec& ex) const {
+    ex.for_each(m * down.d, down);
+    ex.for_each(m * expand.hc * expand.d, expand);
   }
 };
 

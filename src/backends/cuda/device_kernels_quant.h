@@ -143,4 +143,26 @@ struct FakeQuantK {
   }
 };
 
+// RoPE then the fake-quantiser over the same rows, one index per quantiser block: the block's
+// rotated pairs first (RopeK's body for each pair inside it), then FakeQuantK's body for it — the
+// two launches' float operations on every element in their order, so their bits, in one launch.
+// Needs quant.x == rope.x, rows of rope.dim holding whole quantiser blocks and an even start of the
+// rotated tail (fits()); a pair never straddles two blocks then.
+struct RopeQuantK {
+  RopeK rope;
+  FakeQuantK quant;
+  DSV41_HD bool fits() const {
+    const int n = FakeQuantK::block(quant.kind);
+    return quant.x == rope.x && rope.dim % n == 0 && (rope.dim - rope.rope_dim) % 2 == 0 && rope.rope_dim % 2 == 0;
+  }
+  // Quantiser blocks of `rows` rows (of rope.heads heads each).
+  DSV41_HD int64_t blocks(int64_t rows) const { return rows * rope.heads * rope.dim / FakeQuantK::block(quant.kind); }
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t n = FakeQuantK::block(quant.kind), half = rope.rope_dim / 2, tail = rope.dim - rope.rope_dim;
+    const int64_t rh = id * n / rope.dim, c0 = id * n % rope.dim;
+    for (int64_t c = c0 > tail ? c0 : tail; c < c0 + n; c += 2) rope(rh * half + (c - tail) / 2);
+    quant(id);
+  }
+};
+
 }  // namespace dsv41::dk

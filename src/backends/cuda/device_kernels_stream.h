@@ -167,11 +167,26 @@ struct MhcExpandK {  // out[t, i, c] = post[t, i] · a[t, c] + Σ_j comb[t, j, i
   int hc;
   int64_t d;
   float* out;
-  DSV41_HD void operator()(int64_t id) const {
+  DSV41_HD float value(int64_t id) const {
     const int64_t c = id % d, ti = id / d, t = ti / hc, i = ti % hc;
     float acc = 0;
     for (int j = 0; j < hc; ++j) acc += comb[(t * hc + j) * hc + i] * x[(t * hc + j) * d + c];
-    out[id] = post[ti] * a[t * d + c] + acc;
+    return post[ti] * a[t * d + c] + acc;
+  }
+  DSV41_HD void operator()(int64_t id) const { out[id] = value(id); }
+};
+
+// The mHC expand and the coefficients of the streams it writes (attention_output's last launch and
+// ffn's first chain): simple, the expand then the coefficient chain; fused (fast_kernels.cu, the
+// split mix of few tokens), every block forms its token's expanded streams itself (MhcExpandK's
+// value, so the same bits), writes its slice of them and reads the rest from shared memory.
+struct ExpandCoeffChain {
+  MhcExpandK expand;
+  MhcCoeffChain coeff;  // coeff.rsqrt.x == expand.out, coeff.n tokens
+  template <class Exec>
+  void run_simple(Exec& ex) const {
+    ex.for_each(coeff.n * expand.hc * expand.d, expand);
+    ex.run_chain(coeff);  // its own fast kernel where the fused one declined
   }
 };
 

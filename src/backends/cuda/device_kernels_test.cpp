@@ -62,6 +62,10 @@ TEST(DeviceKernelsHost, FakeQuantisersMatchRecordCodecs) {
   kc::check_fake_quant(ex);
 }
 
+TEST(DeviceKernelsHost, RopeQuantFusedEqualsSeparate) {
+  HostExec ex;
+  kc::check_rope_quant(ex);
+}
 TEST(DeviceKernelsHost, RecordCodecsPackAndDecode) {
   HostExec ex;
   kc::check_record_codecs(ex);

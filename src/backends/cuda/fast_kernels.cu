@@ -284,10 +284,8 @@ static __device__ inline ExpertSums lane_dots(const dk::DevWeight& w, int64_t r0
   }
 }
 
-static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_kernel(const dk::ExpertUpK k, int64_t warps) {
-  const int lane = threadIdx.x & 31;
-  const int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (id >= warps) return;
+// Warp `id` of an ExpertUpK launch: kExpertOuts adjacent outputs of one (token, expert).
+static __device__ inline void expert_up_warp(const dk::ExpertUpK& k, int64_t id, int lane) {
   const int64_t per = (k.inter + kExpertOuts - 1) / kExpertOuts;
   const int64_t tj = id / per, o0 = (id % per) * kExpertOuts, t = tj / k.k;
   const dk::ExpertW& e = k.table[k.experts ? k.experts[tj] : 0];
@@ -307,10 +305,47 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_kernel(c
   }
 }
 
+static int64_t expert_up_warps(int64_t n, const dk::ExpertUpK& k) {
+  return n / k.inter * ((k.inter + kExpertOuts - 1) / kExpertOuts);
+}
+
+static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_kernel(const dk::ExpertUpK k, int64_t warps) {
+  const int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (id < warps) expert_up_warp(k, id, threadIdx.x & 31);
+}
+
 bool launch(int64_t n, const dk::ExpertUpK& k, cudaStream_t s) {
   if (k.inter < 1) return false;
-  const int64_t warps = n / k.inter * ((k.inter + kExpertOuts - 1) / kExpertOuts);
+  const int64_t warps = expert_up_warps(n, k);
   expert_up_kernel<<<blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(k, warps);
+  return true;
+}
+
+// Several ExpertUpK (the routed experts and the shared one) in one launch: the warps of body j
+// after those of the bodies before it, each warp as in its own launch.
+struct UpWarps {
+  int64_t warps[dk::Batched<dk::ExpertUpK>::kMax];
+};
+
+static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_batch_kernel(
+    const dk::Batched<dk::ExpertUpK> b, const UpWarps w, int64_t total) {
+  int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (id >= total) return;
+  int j = 0;
+  while (j + 1 < b.n && id >= w.warps[j]) id -= w.warps[j++];
+  expert_up_warp(b.body[j], id, threadIdx.x & 31);
+}
+
+bool launch(int64_t, const dk::Batched<dk::ExpertUpK>& b, cudaStream_t s) {
+  UpWarps w{};
+  int64_t total = 0;
+  for (int j = 0; j < b.n; ++j) {
+    if (b.body[j].inter < 1 || b.count[j] % b.body[j].inter != 0) return false;
+    w.warps[j] = expert_up_warps(b.count[j], b.body[j]);
+    total += w.warps[j];
+  }
+  if (b.n < 1 || blocks_for(total, kWarpsPerBlock) > 0x7fffffffu) return false;
+  if (total > 0) expert_up_batch_kernel<<<blocks_for(total, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(b, w, total);
   return true;
 }
 
@@ -338,6 +373,52 @@ bool launch(int64_t n, const dk::ExpertDownK& k, cudaStream_t s) {
   if (k.d < 1) return false;
   const int64_t warps = n / k.d * ((k.d + kExpertOuts - 1) / kExpertOuts);
   expert_down_kernel<<<blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(k, warps);
+  return true;
+}
+
+// ---- Experts' down projection + mHC expand: a block per (token, kExpertOuts columns) ------------
+// Warp w sums the columns' rows of experts w, w + 8, … (the shared expert last) as the warp kernel
+// above does for each expert — the same lane shares, the same warp sum, rounded to float — into
+// shared memory; then thread o of warp 0 adds them in ExpertDownK's order (routed 0 … k−1, then
+// the shared), writes column c0 + o and runs MhcExpandK's body for that column's hc outputs.
+// The same bits as the two launches; up to kDownParts experts (else the two launches).
+constexpr int kDownParts = 64;
+
+static __global__ void __launch_bounds__(kWarpsPerBlock * 32) down_expand_kernel(const dk::DownExpandChain c) {
+  __shared__ float part[kDownParts][kExpertOuts];
+  const dk::ExpertDownK& k = c.down;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t per = (k.d + kExpertOuts - 1) / kExpertOuts;
+  const int64_t t = blockIdx.x / per, c0 = (blockIdx.x % per) * kExpertOuts;
+  const int parts = k.k + (k.shared ? 1 : 0);
+  for (int j = warp; j < parts; j += kWarpsPerBlock) {
+    const bool routed = j < k.k;
+    const dk::DevWeight& w2 = routed ? k.table[k.experts[t * k.k + j]].w2 : k.shared->w2;
+    const int64_t inter = routed ? k.inter : k.shared_inter;
+    const float* h = routed ? k.h + (t * k.k + j) * k.inter : k.hs + t * k.shared_inter;
+    const ExpertSums s = lane_dots(w2, c0, k.d, inter, h, lane);
+#pragma unroll
+    for (int o = 0; o < kExpertOuts; ++o) {
+      const float v = float(warp_sum(s.v[o]));
+      if (lane == 0) part[j][o] = v;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x >= kExpertOuts || c0 + threadIdx.x >= k.d) return;
+  const int64_t col = c0 + threadIdx.x;
+  float acc = 0.0f;
+  for (int j = 0; j < parts; ++j) acc += part[j][threadIdx.x];
+  k.y[t * k.d + col] = acc;
+  const dk::MhcExpandK& e = c.expand;
+  for (int i = 0; i < e.hc; ++i) e((t * e.hc + i) * e.d + col);
+}
+
+bool launch_chain(const dk::DownExpandChain& c, cudaStream_t s) {
+  const dk::ExpertDownK& k = c.down;
+  if (k.d < 1 || k.k + 1 > kDownParts || c.expand.a != k.y || c.expand.d != k.d) return false;
+  const int64_t blocks = c.m * ((k.d + kExpertOuts - 1) / kExpertOuts);
+  if (blocks > 0x7fffffff) return false;
+  if (blocks > 0) down_expand_kernel<<<unsigned(blocks), kWarpsPerBlock * 32, 0, s>>>(c);
   return true;
 }
 
@@ -604,11 +685,10 @@ static __device__ void mhc4_finish(const dk::MhcFinishK& k, int64_t t, const flo
   if (lane < 16) k.comb[t * 16 + e] = v;
 }
 
-// r_t of token t (MhcRsqrtK's value), formed by the whole block in a fixed order: every block that
-// forms it gets the same bits.
-static __device__ float mhc_rsqrt(const dk::MhcCoeffChain& c, int64_t t, double* sh) {
+// r_t of a token (MhcRsqrtK's value) from its streams f, formed by the whole block in a fixed
+// order: every block that forms it gets the same bits.
+static __device__ float mhc_rsqrt_of(const dk::MhcCoeffChain& c, const float* f, double* sh) {
   const int64_t flat = c.rsqrt.flat;
-  const float* f = c.rsqrt.x + t * flat;
   double ss = 0;
   for (int64_t i = threadIdx.x; i < flat; i += blockDim.x) ss += double(f[i]) * f[i];
   ss = block_sum(ss, sh);
@@ -666,14 +746,15 @@ static int64_t mhc_slices(const dk::MhcCoeffChain& c) {
   return std::min<int64_t>(kMhcMaxSlices, std::min(by_work, by_grid));
 }
 
-static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_slice_kernel(const dk::MhcCoeffChain c) {
+// Block (s, t)'s part of the split mix: r_t from the token's streams f (the whole block, the same
+// bits in every block), then the 24 partial sums of slice s into c.partials.
+static __device__ void mhc4_slice(const dk::MhcCoeffChain& c, const float* f, int64_t s, int64_t S, int64_t t) {
   __shared__ double sh[32];
   __shared__ double part[kMhcSliceThreads / 32][kMhcMix];
-  const int64_t s = blockIdx.x, S = gridDim.x, t = blockIdx.y, flat = c.rsqrt.flat;
+  const int64_t flat = c.rsqrt.flat;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const float rt = mhc_rsqrt(c, t, sh);
+  const float rt = mhc_rsqrt_of(c, f, sh);
   if (tid == 0 && s == 0) c.rsqrt.r[t] = rt;
-  const float* f = c.rsqrt.x + t * flat;
   const int64_t len = (flat + S - 1) / S, lo = s * len, hi = lo + len < flat ? lo + len : flat;
   double acc[kMhcMix];
 #pragma unroll
@@ -697,6 +778,28 @@ static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_slice_kernel(con
   }
 }
 
+static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_slice_kernel(const dk::MhcCoeffChain c) {
+  mhc4_slice(c, c.rsqrt.x + int64_t(blockIdx.y) * c.rsqrt.flat, blockIdx.x, gridDim.x, blockIdx.y);
+}
+
+// The same with the mHC expand in front (dk::ExpandCoeffChain): block (s, t) forms token t's
+// expanded streams into shared memory (MhcExpandK's value: the expand launch's bits), writes slice
+// s of them to expand.out, and runs the split mix on the shared copy (the same values the unfused
+// kernel reads back from memory).
+static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_expand_slice_kernel(const dk::ExpandCoeffChain e) {
+  extern __shared__ float streams[];  // [flat]
+  const dk::MhcCoeffChain& c = e.coeff;
+  const int64_t s = blockIdx.x, S = gridDim.x, t = blockIdx.y, flat = c.rsqrt.flat;
+  const int64_t len = (flat + S - 1) / S, lo = s * len, hi = lo + len < flat ? lo + len : flat;
+  for (int64_t i = threadIdx.x; i < flat; i += kMhcSliceThreads) {
+    const float v = e.expand.value(t * flat + i);
+    streams[i] = v;
+    if (i >= lo && i < hi) e.expand.out[t * flat + i] = v;
+  }
+  __syncthreads();
+  mhc4_slice(c, streams, s, S, t);
+}
+
 static __global__ void __launch_bounds__(32) mhc4_gather_kernel(const dk::MhcCoeffChain c, int S) {
   __shared__ float m[kMhcMix];
   const int64_t t = blockIdx.x;
@@ -708,6 +811,21 @@ static __global__ void __launch_bounds__(32) mhc4_gather_kernel(const dk::MhcCoe
   }
   __syncwarp();
   mhc4_finish(c.finish, t, m, lane);
+}
+
+// Expand + coefficients where the split mix runs and the token's streams fit in shared memory
+// (flat ≤ 10,240 floats: mini-flash's 4,096); else false (the two launches).
+bool launch_chain(const dk::ExpandCoeffChain& e, cudaStream_t s) {
+  const dk::MhcCoeffChain& c = e.coeff;
+  constexpr int64_t kMaxFlat = 10240;
+  if (c.finish.hc != 4 || c.mix.mix != kMhcMix || !c.partials || c.n < 1 || c.n > c.partial_tokens) return false;
+  if (e.expand.out != c.rsqrt.x || e.expand.hc * e.expand.d != c.rsqrt.flat || c.rsqrt.flat > kMaxFlat) return false;
+  const int64_t S = mhc_slices(c);
+  if (S < 2) return false;
+  const size_t smem = size_t(c.rsqrt.flat) * sizeof(float);
+  mhc4_expand_slice_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, smem, s>>>(e);
+  mhc4_gather_kernel<<<unsigned(c.n), 32, 0, s>>>(c, int(S));
+  return true;
 }
 
 bool launch_chain(const dk::MhcCoeffChain& c, cudaStream_t s) {

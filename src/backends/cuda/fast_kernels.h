@@ -31,6 +31,7 @@ bool launch(int64_t n, const dk::Batched<dk::GemmK>& b, cudaStream_t s = 0);  //
 bool launch(int64_t n, const dk::RmsNormK& k, cudaStream_t s = 0);
 bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b, cudaStream_t s = 0);
 bool launch(int64_t n, const dk::ExpertUpK& k, cudaStream_t s = 0);
+bool launch(int64_t n, const dk::Batched<dk::ExpertUpK>& b, cudaStream_t s = 0);  // routed + shared in one launch
 bool launch(int64_t n, const dk::ExpertDownK& k, cudaStream_t s = 0);
 bool launch(int64_t n, const dk::EngramGateK& k, cudaStream_t s = 0);
 // Indexer scores (fast_attention.cu): a block per (row, 32 entries), the entries' keys decoded
@@ -65,6 +66,12 @@ bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one b
 // block per request (the same bits as the simple bodies).
 bool launch_chain(const dk::DraftAttnChain& c, cudaStream_t s = 0);
 bool launch_chain(const dk::DraftSlotChain& c, cudaStream_t s = 0);
+// A block per (token, 4 columns): the experts' sums by warps in parallel, added in order, and the
+// mHC expand of those columns (the same bits as the two launches).
+bool launch_chain(const dk::DownExpandChain& c, cudaStream_t s = 0);
+// The mHC expand in the split mix's blocks (each forms its token's streams in shared memory and
+// writes its slice of them); false outside the split mix's shapes (then the two launches).
+bool launch_chain(const dk::ExpandCoeffChain& c, cudaStream_t s = 0);
 template <class C>
 bool launch_chain(const C&, cudaStream_t = 0) {
   return false;

@@ -53,6 +53,24 @@ void fast_vs_simple(CudaExec& ex, const std::function<void()>& reset, const std:
   }
 }
 
+// Runs `a` and `b` (fast kernels on, after `reset` each time) and requires the n floats at `out`
+// to be the same bits; `b` must make `b_launches` launches.
+void same_bits(CudaExec& ex, const std::function<void()>& reset, const std::function<void()>& a,
+               const std::function<void()>& b, const float* out, int64_t n, const std::string& what,
+               int64_t b_launches = 1) {
+  kc::Dev<CudaExec> dev(ex);
+  reset();
+  a();
+  const std::vector<float> want = dev.down(out, n);
+  reset();
+  const int64_t before = ex.counts().launches;
+  b();
+  const std::vector<float> got = dev.down(out, n);
+  ASSERT_TRUE(ex.status().ok()) << what << ": " << ex.status().to_string();
+  EXPECT_EQ(ex.counts().launches - before, b_launches) << what;
+  ASSERT_EQ(std::memcmp(got.data(), want.data(), size_t(n) * sizeof(float)), 0) << what << ": bits differ";
+}
+
 std::string shape(std::initializer_list<int64_t> v) {
   std::string s;
   for (int64_t x : v) s += (s.empty() ? "" : "x") + std::to_string(x);
@@ -443,6 +461,46 @@ TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
   }
 }
 
+// The mHC expand in front of the split coefficient kernel (dk::ExpandCoeffChain) against the
+// expand launch followed by the coefficient chain: the same bits for the expanded streams, pre,
+// post, comb and the rsqrt. mini-flash's flat 4,096 at 1 and 8 tokens, flat 4,000 (a shorter last
+// slice), 9 tokens and hc 8 (the fused kernel declines: the two launches), 2 tokens of flat 1,024.
+TEST(FastKernelsCuda, ExpandCoefficientsEqualSeparate) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(46);
+  double* partials = dev.template zeros<double>(8 * dk::MhcCoeffChain::kMhcPartials);
+  for (auto [hc, dim, T, fused] : {std::tuple<int, int64_t, int64_t, bool>{4, 1024, 1, true}, {4, 1024, 8, true},
+                                   {4, 1000, 3, true}, {4, 256, 2, true}, {4, 1024, 9, false}, {8, 64, 2, false}}) {
+    const int64_t flat = hc * dim, mix = (2 + hc) * hc;
+    const float* a = dev.up(kc::randn(rng, T * dim));
+    const float* x = dev.up(kc::randn(rng, T * flat));
+    const float* post_in = dev.up(kc::randn(rng, T * hc));
+    const float* comb_in = dev.up(kc::randn(rng, T * hc * hc, 0.5f));
+    const auto fn = kc::randn(rng, mix * flat, 0.1f), base = kc::randn(rng, mix);
+    const std::vector<float> scale = {0.7f, 1.3f, 0.9f};
+    const float *dfn = dev.up(fn), *dbase = dev.up(base), *dscale = dev.up(scale);
+    // The expanded streams, then pre, post, comb and the rsqrt, side by side in one buffer.
+    const int64_t n = T * (flat + hc + hc + hc * hc + 1);
+    float* outb = dev.template zeros<float>(n);
+    float *x2 = outb, *pre = x2 + T * flat, *post = pre + T * hc, *comb = post + T * hc, *r = comb + T * hc * hc;
+    float* m = dev.template zeros<float>(T * mix);
+    const dk::MhcExpandK expand{a, x, post_in, comb_in, hc, dim, x2};
+    const dk::MhcCoeffChain c{dk::MhcRsqrtK{x2, flat, 1e-6f, r}, dk::MhcMixK{x2, r, dfn, flat, mix, m},
+                              dk::MhcFinishK{m, dbase, dscale, hc, 20, 1e-6f, pre, post, comb}, T, partials, 8};
+    const std::string what = "expand + mhc coefficients " + shape({hc, dim, T});
+    const auto poison = [&] { ex.upload(outb, std::vector<float>(size_t(n), NAN).data(), n * int64_t(sizeof(float))); };
+    same_bits(
+        ex, poison,
+        [&] {
+          ex.for_each(T * flat, expand);
+          ex.run_chain(c);
+        },
+        [&] { ex.run_chain(dk::ExpandCoeffChain{expand, c}); }, outb, n, what, fused ? 1 : 2);
+  }
+}
+
 TEST(FastKernelsCuda, ExpertsMatchSimple) {
   DSV41_REQUIRE_CUDA_DEVICE();
   CudaExec ex;
@@ -484,6 +542,93 @@ TEST(FastKernelsCuda, ExpertsMatchSimple) {
             ex.for_each(T * d, dk::ExpertDownK{dt, dexp, k, d, inter, h, shared ? ds : nullptr, inter, hs, y});
           },
           y, T * d, 1e-6, "expert down " + s + (shared ? " + shared" : ""));
+  }
+}
+
+// The fused expert launches against the separate ones (same bits) and the simple bodies (a float
+// rounding): the routed and shared up projections as one dk::Batched launch, and the down
+// projection + mHC expand as one kernel (dk::DownExpandChain). Shapes: mini-flash (d 1024, inter
+// 512, top-6 + shared, FP4 experts, hc 4) at 1 and 3 tokens; 9 experts + shared (more experts
+// than the block's 8 warps), d 31 (a partial group of 4 columns), no shared expert, 70 tokens,
+// bf16 / f32 tables, hc 1.
+TEST(FastKernelsCuda, FusedExpertsEqualSeparate) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(45);
+  const int E = 12;
+  struct Shape {
+    int64_t T;
+    int k;
+    int64_t d, inter;
+    int hc;
+    bool fp4, shared;
+  };
+  for (const Shape& c : {Shape{1, 6, 1024, 512, 4, true, true}, Shape{3, 6, 1024, 512, 4, true, true},
+                         Shape{2, 9, 64, 40, 4, false, true}, Shape{7, 2, 31, 5, 2, false, true},
+                         Shape{70, 3, 64, 96, 1, false, false}}) {
+    std::vector<dk::ExpertW> table;
+    for (int e = 0; e <= E; ++e) {
+      if (c.fp4) {
+        const auto w = [&](int64_t rows, int64_t in) {
+          return kc::up_stored(dev, kc::random_stored(rng, QuantFormat::kFp4E2M1, rows, in, 1, false, 124));
+        };
+        table.push_back({w(c.inter, c.d), w(c.inter, c.d), w(c.d, c.inter)});
+        continue;
+      }
+      const auto w1 = kc::randn(rng, c.inter * c.d, 0.3f), w3 = kc::randn(rng, c.inter * c.d, 0.3f),
+                 w2 = kc::randn(rng, c.d * c.inter, 0.3f);
+      if (e % 2)
+        table.push_back({{dev.up(w1), nullptr}, {dev.up(w3), nullptr}, {dev.up(w2), nullptr}});
+      else
+        table.push_back({{nullptr, dev.up(to_bf16(w1))}, {nullptr, dev.up(to_bf16(w3))}, {nullptr, dev.up(to_bf16(w2))}});
+    }
+    const dk::ExpertW* dt = dev.up(table);
+    const dk::ExpertW* ds = c.shared ? dt + E : nullptr;
+    const int64_t T = c.T, k = c.k, d = c.d, inter = c.inter, hc = c.hc;
+    std::vector<int32_t> experts(T * k);
+    for (int64_t i = 0; i < T * k; ++i) experts[i] = int32_t((i * 5 + i / k) % E);
+    const float* dx = dev.up(kc::randn(rng, T * d));
+    const float* dw = dev.up(kc::randn(rng, T * k));
+    const int32_t* dexp = dev.up(experts);
+    float* h = dev.template zeros<float>(T * k * inter);
+    float* hs = dev.template zeros<float>(T * inter);
+    const dk::ExpertUpK up{dx, dt, dexp, dw, int(k), d, inter, 10.0f, h};
+    const dk::ExpertUpK sup{dx, ds, nullptr, nullptr, 1, d, inter, 10.0f, hs};
+    dk::Batched<dk::ExpertUpK> ups;
+    ups.count[ups.n] = T * k * inter;
+    ups.body[ups.n++] = up;
+    if (c.shared) {
+      ups.count[ups.n] = T * inter;
+      ups.body[ups.n++] = sup;
+    }
+    const int64_t nup = T * k * inter + (c.shared ? T * inter : 0);
+    const std::string s = shape({T, k, d, inter, hc}) + (c.fp4 ? " fp4" : "") + (c.shared ? " + shared" : "");
+    const auto separate_up = [&] {
+      ex.for_each(T * k * inter, up);
+      if (c.shared) ex.for_each(T * inter, sup);
+    };
+    same_bits(ex, [] {}, separate_up, [&] { ex.for_each(nup, ups); }, h, T * k * inter, "batched up, routed " + s);
+    if (c.shared) same_bits(ex, [] {}, separate_up, [&] { ex.for_each(nup, ups); }, hs, T * inter, "batched up, shared " + s);
+    fast_vs_simple(ex, [] {}, [&] { ex.for_each(nup, ups); }, h, T * k * inter, 1e-6, "batched up vs simple " + s);
+    // Down + expand: h and hs as the up projections left them.
+    const float* x = dev.up(kc::randn(rng, T * hc * d));
+    const float* post = dev.up(kc::randn(rng, T * hc));
+    const float* comb = dev.up(kc::randn(rng, T * hc * hc));
+    float* a = dev.template zeros<float>(T * d);
+    float* out = dev.template zeros<float>(T * hc * d);
+    const dk::ExpertDownK down{dt, dexp, int(k), d, inter, h, ds, inter, hs, a};
+    const dk::MhcExpandK expand{a, x, post, comb, int(hc), d, out};
+    const dk::DownExpandChain chain{down, expand, T};
+    const auto separate = [&] {
+      ex.for_each(T * d, down);
+      ex.for_each(T * hc * d, expand);
+    };
+    same_bits(ex, [] {}, separate, [&] { ex.run_chain(chain); }, a, T * d, "down " + s);
+    same_bits(ex, [] {}, separate, [&] { ex.run_chain(chain); }, out, T * hc * d, "down + expand " + s);
+    // (Against the simple bodies the down sums differ by a float rounding; the expand after them is
+    // the same body either way, so only the down output is compared.)
+    fast_vs_simple(ex, [] {}, [&] { ex.run_chain(chain); }, a, T * d, 1e-6, "down vs simple " + s);
   }
 }
 

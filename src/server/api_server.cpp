@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/markers.h"
 #include "chat/render.h"
 #include "chat/request_json.h"
 #include "server/response_json.h"
@@ -85,6 +86,7 @@ void ApiServer::attach(const Tokenizer& tokenizer, EngineLoop& loop, const Model
   // Non-special added tokens are markup pieces (V4.1: "｜DSML｜"); a forced call may write them.
   for (const AddedToken& t : tokenizer.added_tokens())
     if (!t.special) dsml_tokens_.push_back(t.id);
+  think_close_ = tokenizer.token_to_id(chat::kThinkClose).value_or(-1);
   loop_ = &loop;
   config_ = &config;
   ready_ = true;

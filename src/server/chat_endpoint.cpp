@@ -13,6 +13,7 @@
 #include "server/vision_encoder.h"
 #include "runtime/image_input.h"
 #include "runtime/json_constraint.h"
+#include "runtime/thinking_budget.h"
 #include "server/tool_call_acceptor.h"
 #include "server/api_server.h"
 #include "server/sse.h"
@@ -157,6 +158,14 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
   if (c.response_schema)
     constraint = std::make_shared<JsonConstraintFactory>(
         c.response_schema, trie_, JsonConstraintOptions{static_cast<int32_t>(config_->eos_token_id), thinking});
+  // thinking.budget_tokens: the reasoning is cut at the budget by forcing "</think>"; the answer
+  // (and any constraint on it) follows as usual.
+  if (c.thinking_budget >= 0 && thinking) {
+    if (think_close_ < 0)
+      return reply_error(req, res, bad_field("thinking.budget_tokens", "thinking.budget_tokens: this model's tokenizer has no \"</think>\" token",
+                                             "unsupported_value"));
+    constraint = std::make_shared<ThinkingBudgetFactory>(constraint, trie_, c.thinking_budget, think_close_);
+  }
   auto channel = submit(req, res, c.gen, {&prompt, 1}, "messages", constraint, c.gen.stream || !stops.empty(), images);
   if (!channel) return;
 

@@ -15,6 +15,8 @@ namespace {
 
 using chat::Json;
 
+constexpr int64_t kMaxTokens = int64_t{1} << 40;  // bounds max_tokens and budget_tokens (the context bounds them later)
+
 const Json* find(const Json& obj, const char* key) {
   auto it = obj.find(key);
   return it == obj.end() || it->is_null() ? nullptr : &*it;
@@ -77,7 +79,6 @@ std::optional<ApiError> generation_fields(const Json& body, bool chat, const Par
   if (!model) return bad_field("model", "model: missing (GET /v1/models lists the served model)", "missing_required_parameter");
   if (!model->is_string()) return bad_field("model", "model: expected a string", "invalid_type");
   g->model = model->get<std::string>();
-  constexpr int64_t kMaxTokens = int64_t{1} << 40;
   if (chat && find(body, "max_completion_tokens")) {
     DSV41_TRY(integer_in(body, "max_completion_tokens", 1, kMaxTokens, &g->max_tokens));
   } else {
@@ -167,7 +168,23 @@ std::optional<ApiError> generation_fields(const Json& body, bool chat, const Par
   return std::nullopt;
 }
 
-std::optional<ApiError> thinking_fields(const Json& body, const ParseOptions& o, chat::RenderRequest* r) {
+// thinking.budget_tokens (with "type": "enabled"): at most that many reasoning tokens, then
+// "</think>" is forced (runtime/thinking_budget.h).
+std::optional<ApiError> thinking_budget(const Json& thinking, bool enabled, int64_t* budget) {
+  const Json* b = find(thinking, "budget_tokens");
+  if (!b) return std::nullopt;
+  const char* param = "thinking.budget_tokens";
+  if (!b->is_number_integer())
+    return bad_field(param, std::string(param) + ": expected an integer, got " + b->dump(), "invalid_type");
+  if (!enabled) return bad_field(param, std::string(param) + ": only with \"type\": \"enabled\"");
+  if (b->is_number_unsigned() ? b->get<uint64_t>() > static_cast<uint64_t>(kMaxTokens) : b->get<int64_t>() < 0)
+    return bad_field(param, std::string(param) + ": " + b->dump() + " is outside 0.." + std::to_string(kMaxTokens));
+  *budget = b->get<int64_t>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> thinking_fields(const Json& body, const ParseOptions& o, chat::RenderRequest* r,
+                                        int64_t* budget) {
   bool thinking = o.default_thinking;
   bool said = false;
   if (const Json* t = find(body, "thinking")) {
@@ -176,10 +193,8 @@ std::optional<ApiError> thinking_fields(const Json& body, const ParseOptions& o,
         (type->get<std::string>() != "enabled" && type->get<std::string>() != "disabled"))
       return bad_field("thinking", "thinking: expected {\"type\": \"enabled\"} or {\"type\": \"disabled\"}");
     DSV41_TRY(unknown_fields(*t, {"type", "budget_tokens"}, "thinking."));
-    if (find(*t, "budget_tokens"))
-      return bad_field("thinking.budget_tokens", "thinking.budget_tokens: not supported (use reasoning_effort)",
-                       "unsupported_value");
     thinking = type->get<std::string>() == "enabled";
+    DSV41_TRY(thinking_budget(*t, thinking, budget));
     said = true;
   }
   if (const Json* k = find(body, "chat_template_kwargs")) {
@@ -385,7 +400,7 @@ Parsed<ChatRequest> parse_chat_request(const Json& body, const ParseOptions& o) 
       }
     c.render.messages.push_back(std::move(*msg));
   }
-  DSV41_TRY(thinking_fields(body, o, &c.render));
+  DSV41_TRY(thinking_fields(body, o, &c.render, &c.thinking_budget));
   DSV41_TRY(tool_fields(body, &c));
   DSV41_TRY(response_format(body, &c));
   if (const Json* mod = find(body, "modalities")) {

@@ -46,6 +46,8 @@ struct ChatRequest {
   // response_format json_object / json_schema: what the answer must be an instance of (null:
   // free text). The request's response_format is also rendered on the system message.
   std::shared_ptr<const JsonSchema> response_schema;
+  // thinking.budget_tokens: the most reasoning tokens before "</think>" is forced (−1: no limit).
+  int64_t thinking_budget = -1;
 };
 
 // One prompt of /v1/completions: text, or token ids.

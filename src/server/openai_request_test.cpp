@@ -108,6 +108,12 @@ TEST(OpenAiRequest, BadFieldsAreNamed) {
       {R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"text":"b"}]}]})",
        "messages[0].content[1].type"},
       {"{" + kMsgs + R"(,"thinking":{"type":"on"}})", "thinking"},
+      {"{" + kMsgs + R"(,"thinking":{"type":"disabled","budget_tokens":10}})", "thinking.budget_tokens"},
+      {"{" + kMsgs + R"(,"thinking":{"type":"enabled","budget_tokens":-1}})", "thinking.budget_tokens"},
+      {"{" + kMsgs + R"(,"thinking":{"type":"enabled","budget_tokens":"10"}})", "thinking.budget_tokens"},
+      {"{" + kMsgs + R"(,"thinking":{"type":"enabled","budget_tokens":1.5}})", "thinking.budget_tokens"},
+      {"{" + kMsgs + R"(,"thinking":{"type":"enabled","budget_tokens":18446744073709551615}})", "thinking.budget_tokens"},
+      {"{" + kMsgs + R"(,"thinking":{"type":"enabled","budget":10}})", "thinking.budget"},
       {"{" + kMsgs + R"(,"tool_choice":"required"})", "tool_choice"},
       {"{" + kMsgs + R"(,"tools":[{"type":"function","function":{}}]})", "tools[0].function.name"},
       {R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", "messages[0].role"},
@@ -119,6 +125,16 @@ TEST(OpenAiRequest, BadFieldsAreNamed) {
     EXPECT_EQ(e.param, param) << text << " -> " << e.message;
     EXPECT_NE(e.json().find("\"param\":\"" + param + "\""), std::string::npos) << e.json();
   }
+}
+
+TEST(OpenAiRequest, ThinkingBudgetTokens) {
+  EXPECT_EQ(chat_ok("{" + kMsgs + R"(,"thinking":{"type":"enabled"}})").thinking_budget, -1);
+  ChatRequest zero = chat_ok("{" + kMsgs + R"(,"thinking":{"type":"enabled","budget_tokens":0}})");
+  EXPECT_EQ(zero.thinking_budget, 0);
+  EXPECT_EQ(zero.render.thinking_mode, chat::ThinkingMode::kThinking);
+  EXPECT_EQ(chat_ok("{" + kMsgs + R"(,"thinking":{"type":"enabled","budget_tokens":1024},"reasoning_effort":"low"})")
+                .thinking_budget,
+            1024);
 }
 
 TEST(OpenAiRequest, ResponseFormatCompilesTheSchemaAndRendersItOnTheSystemMessage) {

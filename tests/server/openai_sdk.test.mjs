@@ -298,6 +298,22 @@ test('chat: thinking on gives reasoning_content, in the message and in deltas', 
   await assert.rejects(client.chat.completions.create({ ...req, reasoning_effort: 'extreme' }), (e) => e.status === 400 && e.param === 'reasoning_effort');
 });
 
+test('chat: thinking.budget_tokens cuts the reasoning and the answer follows', async () => {
+  const req = { ...greedy, max_tokens: 16, messages: user('Think'), thinking: { type: 'enabled', budget_tokens: 3 } };
+  const full = await client.chat.completions.create(req);
+  const rt = full.usage.completion_tokens_details.reasoning_tokens;
+  assert.ok(rt <= 4, `reasoning tokens ${rt}: three and the closing "</think>" at most`);
+  assert.ok(full.usage.completion_tokens > rt, 'an answer follows the cut reasoning');
+  assert.equal(typeof full.choices[0].message.content, 'string');
+  const r = reassemble(await collect(await client.chat.completions.create({ ...req, stream: true })))[0];
+  assert.equal(r.reasoning, full.choices[0].message.reasoning_content);
+  assert.equal(r.content, full.choices[0].message.content);
+  const zero = await client.chat.completions.create({ ...req, thinking: { type: 'enabled', budget_tokens: 0 } });
+  assert.equal(zero.choices[0].message.reasoning_content ?? '', '');
+  await assert.rejects(client.chat.completions.create({ ...req, thinking: { type: 'disabled', budget_tokens: 3 } }),
+    (e) => e.status === 400 && e.param === 'thinking.budget_tokens');
+});
+
 test('chat: logprobs with top alternatives; greedy picks the most likely', async () => {
   const full = await client.chat.completions.create({ ...greedy, messages: user('Hi'), logprobs: true, top_logprobs: 3 });
   const lp = full.choices[0].logprobs.content;

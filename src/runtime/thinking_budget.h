@@ -2,12 +2,15 @@
 // `budget` tokens; then only the "</think>" token may come, so the answer follows. Before that
 // point, and once the reasoning has closed, it is the wrapped constraint (a JSON answer, forced
 // tool calls) or no constraint at all. The reasoning counts as closed when its bytes contain
-// "</think>", however the tokens spelled it (as the server's output parser reads it).
+// "</think>", however the tokens spelled it (as the server's output parser reads it); the close
+// is forced as the tokenizer's single "</think>" token where it has one, else as the tokens that
+// encode the text.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/token_constraint.h"
 #include "runtime/token_trie.h"
@@ -16,9 +19,9 @@ namespace dsv41 {
 
 class ThinkingBudget final : public TokenConstraint {
  public:
-  // inner may be null; close_token must spell "</think>".
+  // inner may be null; close_tokens (non-empty) must spell "</think>".
   ThinkingBudget(std::unique_ptr<TokenConstraint> inner, std::shared_ptr<const TokenTrie> trie, int64_t budget,
-                 int32_t close_token);
+                 std::vector<int32_t> close_tokens);
   int64_t mask(std::span<float> logits) override;
   void advance(int32_t token) override;
   bool closed() const { return closed_; }
@@ -28,8 +31,9 @@ class ThinkingBudget final : public TokenConstraint {
   std::unique_ptr<TokenConstraint> inner_;
   std::shared_ptr<const TokenTrie> trie_;
   int64_t budget_;
-  int32_t close_;
-  int64_t used_ = 0;     // tokens of reasoning so far (the closing one not counted)
+  std::vector<int32_t> close_;
+  size_t forced_ = 0;    // close tokens forced so far
+  int64_t used_ = 0;     // tokens of reasoning so far (the forced close not counted)
   bool closed_ = false;  // "</think>" seen
   std::string tail_;     // the reasoning's last bytes (a marker split over tokens)
 };
@@ -37,8 +41,8 @@ class ThinkingBudget final : public TokenConstraint {
 class ThinkingBudgetFactory final : public ConstraintFactory {
  public:
   ThinkingBudgetFactory(std::shared_ptr<const ConstraintFactory> inner, std::shared_ptr<const TokenTrie> trie,
-                        int64_t budget, int32_t close_token)
-      : inner_(std::move(inner)), trie_(std::move(trie)), budget_(budget), close_(close_token) {}
+                        int64_t budget, std::vector<int32_t> close_tokens)
+      : inner_(std::move(inner)), trie_(std::move(trie)), budget_(budget), close_(std::move(close_tokens)) {}
   std::unique_ptr<TokenConstraint> start() const override {
     return std::make_unique<ThinkingBudget>(inner_ ? inner_->start() : nullptr, trie_, budget_, close_);
   }
@@ -47,7 +51,7 @@ class ThinkingBudgetFactory final : public ConstraintFactory {
   std::shared_ptr<const ConstraintFactory> inner_;
   std::shared_ptr<const TokenTrie> trie_;
   int64_t budget_;
-  int32_t close_;
+  std::vector<int32_t> close_;
 };
 
 }  // namespace dsv41

@@ -42,7 +42,7 @@ std::vector<int> allowed(TokenConstraint& c, float close_logit = 1.0f) {
 }
 
 TEST(ThinkingBudget, ForcesTheCloseAfterTheBudget) {
-  ThinkingBudget c(nullptr, trie(), 3, kClose);
+  ThinkingBudget c(nullptr, trie(), 3, {kClose});
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(allowed(c).size(), 6u) << i;
     c.advance(i % 2);
@@ -57,7 +57,7 @@ TEST(ThinkingBudget, ForcesTheCloseAfterTheBudget) {
 }
 
 TEST(ThinkingBudget, ZeroBudgetClosesAtOnceEvenWhenTheCloseWasMaskedOut) {
-  ThinkingBudget c(nullptr, trie(), 0, kClose);
+  ThinkingBudget c(nullptr, trie(), 0, {kClose});
   std::vector<float> logits(6, 1.0f);
   logits[kClose] = -INFINITY;  // e.g. a logit_bias of -100 on "</think>"
   EXPECT_EQ(c.mask(logits), 1);
@@ -67,7 +67,7 @@ TEST(ThinkingBudget, ZeroBudgetClosesAtOnceEvenWhenTheCloseWasMaskedOut) {
 }
 
 TEST(ThinkingBudget, AMarkerSpelledByTwoTokensCloses) {
-  ThinkingBudget c(nullptr, trie(), 4, kClose);
+  ThinkingBudget c(nullptr, trie(), 4, {kClose});
   c.advance(0);
   c.advance(3);  // "</"
   c.advance(4);  // "think>"
@@ -79,9 +79,23 @@ TEST(ThinkingBudget, AMarkerSpelledByTwoTokensCloses) {
   EXPECT_EQ(allowed(c).size(), 6u);  // past the budget, but the reasoning had closed
 }
 
+TEST(ThinkingBudget, ForcesACloseOfSeveralTokensOneAtATime) {
+  // A tokenizer without a "</think>" token: the close is the text's tokens, "</" then "think>".
+  ThinkingBudget c(nullptr, trie(), 1, {3, 4});
+  c.advance(0);
+  EXPECT_EQ(allowed(c), std::vector<int>{3});
+  c.advance(3);
+  EXPECT_FALSE(c.closed());
+  EXPECT_EQ(allowed(c), std::vector<int>{4});
+  c.advance(4);
+  EXPECT_TRUE(c.closed());
+  EXPECT_EQ(c.reasoning_tokens(), 1);
+  EXPECT_EQ(allowed(c).size(), 6u);
+}
+
 TEST(ThinkingBudget, WrapsTheInnerConstraintBeforeAndAfterTheCut) {
   std::vector<int32_t> fed;
-  ThinkingBudget c(std::make_unique<OnlyX>(&fed), trie(), 1, kClose);
+  ThinkingBudget c(std::make_unique<OnlyX>(&fed), trie(), 1, {kClose});
   EXPECT_EQ(allowed(c), std::vector<int>{5});
   c.advance(5);
   EXPECT_EQ(allowed(c), std::vector<int>{kClose});  // the budget overrides the inner mask
@@ -92,7 +106,7 @@ TEST(ThinkingBudget, WrapsTheInnerConstraintBeforeAndAfterTheCut) {
 }
 
 TEST(ThinkingBudgetFactory, EachStartHasItsOwnCount) {
-  ThinkingBudgetFactory f(nullptr, trie(), 1, kClose);
+  ThinkingBudgetFactory f(nullptr, trie(), 1, {kClose});
   auto a = f.start();
   auto b = f.start();
   a->advance(0);

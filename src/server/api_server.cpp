@@ -86,7 +86,12 @@ void ApiServer::attach(const Tokenizer& tokenizer, EngineLoop& loop, const Model
   // Non-special added tokens are markup pieces (V4.1: "｜DSML｜"); a forced call may write them.
   for (const AddedToken& t : tokenizer.added_tokens())
     if (!t.special) dsml_tokens_.push_back(t.id);
-  think_close_ = tokenizer.token_to_id(chat::kThinkClose).value_or(-1);
+  // What a thinking budget forces: the "</think>" token, or the tokens of the text.
+  if (auto id = tokenizer.token_to_id(chat::kThinkClose)) {
+    think_close_ = {*id};
+  } else if (auto ids = tokenizer.encode(chat::kThinkClose); ids.ok()) {
+    think_close_.assign(ids->begin(), ids->end());
+  }
   loop_ = &loop;
   config_ = &config;
   ready_ = true;

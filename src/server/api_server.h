@@ -113,7 +113,7 @@ class ApiServer {
   const ModelConfig* config_ = nullptr;
   std::shared_ptr<const TokenTrie> trie_;  // the tokenizer's token bytes, for constrained decoding
   std::vector<int32_t> dsml_tokens_;       // added tokens a forced tool call may use ("｜DSML｜")
-  int32_t think_close_ = -1;               // the "</think>" token a thinking budget forces (−1: none)
+  std::vector<int32_t> think_close_;       // what a thinking budget forces: "</think>"'s token(s)
   VisionEncoder* vision_ = nullptr;
   int64_t created_ = 0;
 };

@@ -161,8 +161,8 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
   // thinking.budget_tokens: the reasoning is cut at the budget by forcing "</think>"; the answer
   // (and any constraint on it) follows as usual.
   if (c.thinking_budget >= 0 && thinking) {
-    if (think_close_ < 0)
-      return reply_error(req, res, bad_field("thinking.budget_tokens", "thinking.budget_tokens: this model's tokenizer has no \"</think>\" token",
+    if (think_close_.empty())
+      return reply_error(req, res, bad_field("thinking.budget_tokens", "thinking.budget_tokens: this model's tokenizer cannot write \"</think>\"",
                                              "unsupported_value"));
     constraint = std::make_shared<ThinkingBudgetFactory>(constraint, trie_, c.thinking_budget, think_close_);
   }

@@ -55,7 +55,13 @@ ChoiceDelta ChoiceStream::push(const TokenEvent& token) {
     return out;
   }
   const std::string text = matcher_.feed(decoder_.push(token.token));
-  if (!reasoning_closed_ && text.find(chat::kThinkClose) != std::string::npos) reasoning_closed_ = true;
+  if (!reasoning_closed_) {
+    // The marker may come in pieces (a tokenizer without a "</think>" token spells it).
+    think_tail_ += text;
+    if (think_tail_.find(chat::kThinkClose) != std::string::npos) reasoning_closed_ = true;
+    else if (think_tail_.size() >= chat::kThinkClose.size())
+      think_tail_.erase(0, think_tail_.size() - (chat::kThinkClose.size() - 1));
+  }
   feed_text(text, &out);
   return out;
 }

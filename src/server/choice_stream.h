@@ -77,6 +77,7 @@ class ChoiceStream {
   int calls_ = 0;
   bool eos_ = false;
   bool reasoning_closed_ = false;  // thinking mode: "</think>" seen
+  std::string think_tail_;         // thinking mode: the reasoning's last bytes, for a marker in pieces
   std::string finish_reason_, format_error_;
 };
 

@@ -173,6 +173,22 @@ TEST(ChoiceStream, ReasoningTokensEndWithTheThinkClose) {
   EXPECT_EQ(c.reasoning_tokens(), 0);
 }
 
+TEST(ChoiceStream, ReasoningTokensEndWithAThinkCloseInPieces) {
+  // A tokenizer without a "</think>" token (or a forced close) spells it over several tokens.
+  TokenizerEncodeOptions plain;
+  plain.match_special_tokens = false;
+  auto r_ids = tok().encode("Let me see, step by step");
+  auto close = tok().encode("</think>", plain);
+  auto answer = tok().encode("The answer." + std::string(chat::kEos));
+  ASSERT_TRUE(r_ids.ok() && close.ok() && answer.ok());
+  ASSERT_GT(close->size(), 1u);
+  ChoiceStream s(tok(), opts(chat::ThinkingMode::kThinking), [] { return std::string("x"); });
+  for (const auto* part : {&*r_ids, &*close, &*answer})
+    for (int32_t id : *part) s.push(TokenEvent{0, id, 0.0f, {}});
+  s.finish(FinishReason::kStop);
+  EXPECT_EQ(s.reasoning_tokens(), static_cast<int64_t>(r_ids->size() + close->size()));
+}
+
 TEST(ChoiceStream, PlainCompletionsDropEos) {
   ChoiceOptions o;
   o.chat = false;

@@ -41,7 +41,7 @@ void cuda_backend_set_batched_compress(Backend& backend, bool on);
 // (the "before" in benchmarks); chunk: launches per graph (CudaExec::kGraphChunk by default), 0 for
 // the whole step. Nothing for another backend.
 void cuda_backend_set_graphs(Backend& backend, bool on, int64_t chunk = 32);
-// Fused launches (DeviceBackend::set_fused; off by default until they have run on a GPU) or each
+// Fused launches (DeviceBackend::set_fused; on by default) or each
 // body launched on its own (the same bits).
 void cuda_backend_set_fused(Backend& backend, bool on);
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);

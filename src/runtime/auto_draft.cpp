@@ -23,7 +23,17 @@ void AutoDraftSwitch::enter(Bucket& b, Phase phase) {
   b.ms[0] = b.ms[1] = 0;
   b.tokens[0] = b.tokens[1] = 0;
   b.samples[0] = b.samples[1] = 0;
+  b.yield_steps = b.yield_tokens = 0;
+  b.trace_size = 0;
   b.empty_run = 0;
+}
+
+// The counted drafting steps' time against the yield of every drafting step of the measurement.
+double AutoDraftSwitch::drafting_tokens_per_ms(const Bucket& b) {
+  if (b.ms[1] <= 0) return 0.0;
+  const double yield = b.yield_steps > 0 ? double(b.yield_tokens) / double(b.yield_steps)
+                                         : double(b.tokens[1]) / double(std::max<int64_t>(b.samples[1], 1));
+  return yield * double(b.samples[1]) / b.ms[1];
 }
 
 void AutoDraftSwitch::decide(Bucket& b) {
@@ -31,7 +41,7 @@ void AutoDraftSwitch::decide(Bucket& b) {
   bool won = false;
   if (b.empty_run < kEmptyLoss) {
     if (n < 1) return;
-    const double plain = double(b.tokens[0]) / b.ms[0], drafting = double(b.tokens[1]) / b.ms[1];
+    const double plain = double(b.tokens[0]) / b.ms[0], drafting = drafting_tokens_per_ms(b);
     const bool lost = drafting < loss_bound(n) * plain;
     if (!lost && n < kSamples) return;
     won = !lost && drafting > kMargin * plain;
@@ -41,8 +51,14 @@ void AutoDraftSwitch::decide(Bucket& b) {
   b.wait = b.measured && won == b.last_won ? std::min(2 * b.wait, kLongestWait) : kFirstWait;
   b.last_won = won;
   b.measured = true;
-  verdict_ = {int(&b - buckets_.data()), won, b.empty_run >= kEmptyLoss, {b.samples[0], b.samples[1]},
-              {b.ms[0] > 0 ? double(b.tokens[0]) / b.ms[0] : 0.0, b.ms[1] > 0 ? double(b.tokens[1]) / b.ms[1] : 0.0}};
+  verdict_ = {int(&b - buckets_.data()),
+              won,
+              b.empty_run >= kEmptyLoss,
+              {b.samples[0], b.samples[1]},
+              {b.ms[0] > 0 ? double(b.tokens[0]) / b.ms[0] : 0.0, drafting_tokens_per_ms(b)},
+              b.yield_steps > 0 ? double(b.yield_tokens) / double(b.yield_steps) : 0.0,
+              b.trace_size,
+              b.trace};
   ++verdicts_;
   enter(b, won ? Phase::kDrafting : Phase::kPlain);
 }
@@ -54,28 +70,37 @@ bool AutoDraftSwitch::want_draft(bool prefilling, int64_t seqs) {
   if (b.phase != Phase::kMeasure && b.steps > b.wait) enter(b, Phase::kMeasure);
   const bool ready = fed_run_ >= refill_steps_;
   fed_run_ = feeding() ? fed_run_ + 1 : 0;
-  measuring_ = false;
-  const bool pair = pair_open_ && pair_bucket_ == current_;
-  pair_open_ = false;
+  measuring_ = in_measurement_ = false;
+  const bool in_run = run_left_ > 0 && run_bucket_ == current_;
+  const int64_t carried = run_left_;
+  run_left_ = 0;  // a run continues only through the steps that measure, in one bucket
   if (!ready) return false;
   if (b.phase == Phase::kDrafting) return true;
   if (b.phase != Phase::kMeasure || prefilling) return false;
-  // The side with fewer samples goes next (drafting on a tie); with settle, twice in a row, the
-  // second counted.
-  const bool side = pair ? pair_side_ : b.samples[1] <= b.samples[0];
-  measuring_ = !settle_ || pair;
-  if (settle_ && !pair) {
-    pair_open_ = true;
-    pair_side_ = side;
-    pair_bucket_ = current_;
-  }
+  // The side with fewer samples goes next (drafting on a tie); with settle, kRunSteps times in a
+  // row, all but the first counted.
+  const int64_t left = in_run ? carried : (settle_ ? kRunSteps : 1);
+  const bool side = in_run ? run_side_ : b.samples[1] <= b.samples[0];
+  measuring_ = !settle_ || in_run;
+  in_measurement_ = true;
+  run_side_ = side;
+  run_bucket_ = current_;
+  run_left_ = left - 1;
   return side;
 }
 
 void AutoDraftSwitch::record(bool drafted, bool decode_only, double ms, int64_t emitted, int64_t verified) {
-  if (!measuring_ || !decode_only || ms <= 0 || emitted == 0) return;
-  measuring_ = false;
+  if (!in_measurement_ || !decode_only || ms <= 0 || emitted == 0) return;
+  in_measurement_ = false;
   Bucket& b = buckets_[current_];
+  const bool counted = measuring_ && !(drafted && b.warmup > 0);
+  if (b.trace_size < kTraceSamples) b.trace[b.trace_size++] = {drafted, counted, float(ms), int32_t(emitted)};
+  if (drafted) {
+    ++b.yield_steps;
+    b.yield_tokens += emitted;
+  }
+  if (!measuring_) return;
+  measuring_ = false;
   if (drafted && b.warmup > 0) {
     --b.warmup;
     return;

@@ -20,13 +20,20 @@
 // a window's worth of steps before its next measurement, so that the probe's drafter sees what it
 // normally sees; a bucket only drafts once the rings have been fed that long without a break.
 // Steps that carry prefill chunks neither draft nor count while a bucket measures.
-// With `settle` on, a measurement runs its sides in pairs of steps and counts only each pair's
-// second step: the first step after a change of side pays for the change (on the device backend,
-// graphs re-recorded for another sequence of launches, window copies rebuilt after the drafting
-// step's rollback: on an H200 with dsv41-mini, plain samples taken between drafting steps ran
-// ≈ 1.1 ms slower than plain steps in a row), which plain decoding or steady drafting never pay;
-// strict alternation charged it to every sample, more to the plain side than to drafting, so at
-// batch 8 a near tie (fixed K = 2: 1.05× off) measured as a 1.4× win.
+// With `settle` on, a measurement runs each side kRunSteps steps in a row and counts all but the
+// first: the first step after a change of side pays for the change (on the device backend, graphs
+// re-recorded for another sequence of launches, window copies rebuilt after the drafting step's
+// rollback: on an H200 with dsv41-mini, plain samples taken between drafting steps ran ≈ 1.1 ms
+// slower than plain steps in a row), which plain decoding or steady drafting never pay; strict
+// alternation charged it to every sample, more to the plain side than to drafting, so at batch 8
+// a near tie (fixed K = 2: 1.05× off) measured as a 1.4× win. (Pairs of steps, the second counted,
+// were tried first, session 13: on the H200 at batch 1 they read drafting as a loss, 0.563 against
+// 0.586 tok/ms after 4 samples a side, where steady drafting ran 1.29× plain decoding: runs of
+// kRunSteps give more samples per switch.)
+// Drafting's tokens per step vary far more than its step times (1 to K + 1 tokens: a few samples
+// of a 1.3× win read as a loss about one time in eight), so a drafting sample's yield is taken as
+// the mean tokens of every decode-only drafting step of the measurement, counted or not (a switch
+// or a first touch costs time, not accepted tokens), over the counted steps' time.
 // Pure state, no clock: the scheduler reports each step's time (testable with made-up times).
 #pragma once
 
@@ -46,6 +53,7 @@ class AutoDraftSwitch {
   // 1.5–2.5×, while a near tie over a few steps of a noisy machine is as likely a loss.
   static constexpr double kMargin = 1.15;
   static constexpr int64_t kEmptyLoss = 2;
+  static constexpr int64_t kRunSteps = 4;       // with settle: steps a side in a row, the first not counted
   // The loss that ends a measurement after n samples a side: a clear one (½ as fast) after one,
   // then less clear ones as the evidence grows, down to "not ahead at all" after four.
   static double loss_bound(int64_t samples_per_side);
@@ -79,11 +87,20 @@ class AutoDraftSwitch {
   Phase phase(int64_t seqs) const { return buckets_[bucket(seqs)].phase; }
   int64_t wait() const { return buckets_[current_].wait; }
   // The last measurement's verdict (diagnostics: `dsv41 bench --dspark` prints them).
+  struct Sample {  // one decode-only step of a measurement, as recorded
+    bool drafted = false, counted = false;
+    float ms = 0;
+    int32_t emitted = 0;
+  };
+  static constexpr int kTraceSamples = 48;  // the first steps of a measurement kept for its verdict
   struct Verdict {
     int bucket = -1;
     bool won = false, empty = false;  // empty: ended by kEmptyLoss drafting steps that kept nothing
     int64_t samples[2] = {0, 0};      // [0] plain, [1] drafting
     double tokens_per_ms[2] = {0, 0};
+    double draft_yield = 0;           // mean tokens of the measurement's drafting steps
+    int trace_size = 0;
+    std::array<Sample, kTraceSamples> trace{};
   };
   const Verdict& last_verdict() const { return verdict_; }
   int64_t verdicts() const { return verdicts_; }
@@ -94,6 +111,9 @@ class AutoDraftSwitch {
     double ms[2] = {0, 0};  // [0] plain, [1] drafting
     int64_t tokens[2] = {0, 0};
     int64_t samples[2] = {0, 0};
+    int64_t yield_steps = 0, yield_tokens = 0;  // every decode-only drafting step of the measurement
+    int trace_size = 0;
+    std::array<Sample, kTraceSamples> trace{};
     int64_t empty_run = 0;        // drafting samples in a row whose drafts were all dropped
     int64_t steps = 0;            // steps in this phase
     int64_t wait = kFirstWait;    // steps before the next measurement
@@ -104,16 +124,19 @@ class AutoDraftSwitch {
   static int bucket(int64_t seqs);
   void enter(Bucket& b, Phase phase);
   void decide(Bucket& b);
+  static double drafting_tokens_per_ms(const Bucket& b);
 
   int64_t refill_steps_;
   int64_t fed_run_;  // steps in a row so far with the rings fed (prefill feeds them from the start)
   std::array<Bucket, kBuckets> buckets_{};
   int current_ = 0;
-  bool measuring_ = false;  // this step is a sample of the current bucket's measurement
-  // settle: the measurement's open pair (its first step ran on pair_side_ in bucket pair_bucket_).
-  bool settle_ = false, pair_open_ = false;
-  bool pair_side_ = false;
-  int pair_bucket_ = -1;
+  bool measuring_ = false;  // this step is a counted sample of the current bucket's measurement
+  bool in_measurement_ = false;  // this step belongs to a measurement (counted or not)
+  // settle: the measurement's open run (run_left_ more steps on run_side_ in bucket run_bucket_).
+  bool settle_ = false;
+  int64_t run_left_ = 0;
+  bool run_side_ = false;
+  int run_bucket_ = -1;
   Verdict verdict_;
   int64_t verdicts_ = 0;
 };

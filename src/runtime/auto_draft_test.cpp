@@ -200,29 +200,57 @@ TEST(AutoDraft, PrefillStepsNeitherDraftNorCountWhileMeasuring) {
   EXPECT_TRUE(a.want_draft(false, 1)) << "the first decode-only step measures drafting";
 }
 
-// With settle, each side runs twice in a row and only the second step counts: a cost paid on the
-// first step after a change of side (here 1 ms after a drafting step, 0.2 ms after a plain one) no
-// longer decides the verdict. Drafting ties with plain decoding on steady steps: plain wins (no
-// 15 % lead), where strict alternation, charged the switches, measures drafting 1.6× ahead.
-TEST(AutoDraft, SettleCountsTheSecondStepOfEachSide) {
+// With settle, each side runs kRunSteps steps in a row and the first of each run does not count:
+// a cost paid on the first step after a change of side (here 1 ms after a drafting step, 0.2 ms
+// after a plain one) no longer decides the verdict. Drafting ties with plain decoding on steady
+// steps: plain wins (no 15 % lead), where strict alternation, charged the switches, measures
+// drafting 1.6× ahead.
+TEST(AutoDraft, SettleCountsAllButTheFirstStepOfEachRun) {
   const auto measure = [](bool settle, std::vector<bool>* sides) {
     AutoDraftSwitch a(kRefill, 0, settle);
     bool last = false;
-    for (int i = 0; i < 64 && a.phase(1) == Phase::kMeasure; ++i) {
+    for (int i = 0; i < 128 && a.phase(1) == Phase::kMeasure; ++i) {
       const bool d = a.want_draft(false, 1);
       if (sides) sides->push_back(d);
       const double switch_ms = i == 0 || d == last ? 0.0 : (d ? 0.2 : 1.0);
-      a.record(d, true, (d ? 1.05 : 1.0) + switch_ms, d ? 1 : 1);
+      a.record(d, true, (d ? 1.05 : 1.0) + switch_ms, 1);
       last = d;
     }
     return a.phase(1);
   };
   std::vector<bool> sides;
   EXPECT_EQ(measure(true, &sides), Phase::kPlain);
-  ASSERT_GE(sides.size(), 4u);
-  for (size_t i = 0; i + 1 < sides.size(); i += 2) EXPECT_EQ(sides[i], sides[i + 1]) << "pair " << i / 2;
+  const size_t run = AutoDraftSwitch::kRunSteps;
+  ASSERT_GE(sides.size(), 2 * run);
+  for (size_t i = 0; i < sides.size(); ++i) EXPECT_EQ(sides[i], sides[i - i % run]) << "step " << i;
   EXPECT_TRUE(sides[0]) << "drafting is measured first";
+  EXPECT_NE(sides[0], sides[run]) << "then the other side";
   EXPECT_EQ(measure(false, nullptr), Phase::kDrafting) << "alternation charged the switches (the old measurement)";
+}
+
+// A drafting sample's tokens are the mean of every drafting step of the measurement, the uncounted
+// first step of each run included: here it emits 4 tokens and the counted ones 2, in 2 ms each
+// (2.5 tokens a step: 1.25 tokens per ms against plain's 1, a win), where the counted steps alone
+// (1 per ms) read as no lead.
+TEST(AutoDraft, DraftingYieldCountsEveryDraftingStep) {
+  AutoDraftSwitch a(kRefill, 0, /*settle=*/true);
+  bool last = false;
+  int64_t in_run = 0;
+  for (int i = 0; i < 128 && a.phase(1) == Phase::kMeasure; ++i) {
+    const bool d = a.want_draft(false, 1);
+    in_run = i > 0 && d == last ? in_run + 1 : 0;
+    a.record(d, true, d ? 2.0 : 1.0, d ? (in_run == 0 ? 4 : 2) : 1);
+    last = d;
+  }
+  EXPECT_EQ(a.phase(1), Phase::kDrafting);
+  const AutoDraftSwitch::Verdict& v = a.last_verdict();
+  EXPECT_DOUBLE_EQ(v.draft_yield, 2.5);
+  EXPECT_DOUBLE_EQ(v.tokens_per_ms[1], 1.25);
+  ASSERT_GT(v.trace_size, 0);
+  EXPECT_TRUE(v.trace[0].drafted);
+  EXPECT_FALSE(v.trace[0].counted) << "the first step of a run is not counted";
+  EXPECT_TRUE(v.trace[1].counted);
+  EXPECT_EQ(v.trace[0].emitted, 4);
 }
 
 }  // namespace

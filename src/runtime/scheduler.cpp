@@ -265,7 +265,18 @@ void Scheduler::measure_step(double ms, bool decode_only) {
                 static_cast<long long>(steps_), v.bucket, v.won ? "drafts" : "decodes plainly",
                 v.empty ? " (drafts all dropped)" : "", static_cast<long long>(v.samples[0]),
                 static_cast<long long>(v.samples[1]), v.tokens_per_ms[0], v.tokens_per_ms[1]);
-  dspark_.auto_verdicts.push_back(line);
+  // The measurement's steps as recorded (D / P counted drafting / plain, d / p not counted;
+  // tokens emitted @ ms), so that a verdict can be checked against the steps it saw.
+  std::string verdict = line;
+  std::snprintf(line, sizeof line, "; drafting yield %.2f tokens a step; steps:", v.draft_yield);
+  verdict += line;
+  for (int i = 0; i < v.trace_size; ++i) {
+    const AutoDraftSwitch::Sample& t = v.trace[size_t(i)];
+    std::snprintf(line, sizeof line, " %c%d@%.2f", t.drafted ? (t.counted ? 'D' : 'd') : (t.counted ? 'P' : 'p'),
+                  static_cast<int>(t.emitted), static_cast<double>(t.ms));
+    verdict += line;
+  }
+  dspark_.auto_verdicts.push_back(std::move(verdict));
 }
 
 bool Scheduler::emit_token(Active& a, int32_t token, const float* logits) {

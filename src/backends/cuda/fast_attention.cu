@@ -3,9 +3,7 @@
 // Both repeat their simple bodies' arithmetic in the simple bodies' order — every sum a thread
 // forms runs over the same values in the same sequence — so the results are the simple kernels'
 // bits; what changes is who does the work: a key row is decoded once per block into shared memory
-// and then used by every head, instead of once per (row, head) or per (entry, head). The attention
-// has two pairs of kernels: the wide pair (few staging passes, small blocks; the default) and the
-// tiled pair (bounded shared memory, for long top-k selections).
+// and then used by every head, instead of once per (row, head) or per (entry, head).
 #include "backends/cuda/fast_kernels.h"
 
 #include <cuda_runtime.h>
@@ -115,7 +113,7 @@ bool allow_smem(Kernel* kernel, size_t bytes) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) == cudaSuccess;
 }
 
-// ---- Sink attention in two launches, tiled (the fallback for long L) ----------------------------
+// ---- Sink attention in two launches ------------------------------------------------------------
 // Logits: a block per (row, 16 heads, 16 key slots); the queries and the 16 key rows staged as
 // doubles in chunks of 64 channels (each decoded and widened once per block), thread (head, slot)
 // forms AttnLogitsK's double sum over c = 0 … D−1 in order.
@@ -259,206 +257,6 @@ __global__ void __launch_bounds__(kThreads) attn_values_kernel(const dk::AttnBat
   b.jobs[j].o[(i * g.H + h) * g.D + c] = out;
 }
 
-// ---- Sink attention, wide blocks: everything a block needs staged in one pass -------------------
-// The kernels above stage their operands in small chunks (64 channels, 64 slots) between
-// __syncthreads, on about one block per SM at batch 1: each chunk waits for its loads (the key
-// records' bytes, the logits) and then runs a short double chain, so the launch is a series of
-// memory round trips, not arithmetic (≈ 89 µs a mini-flash layer). These two stage far more per
-// pass — a block issues all its loads before the first barrier, 16 at a time per thread — and use
-// smaller blocks (more of them per SM, so that one block's loads overlap another's sums):
-// Logits: a block of 128 threads per (row, 8 heads, 16 slots); the 8 queries and 16 key rows
-// staged as doubles kWideChunk channels at a time (one pass for D ≤ 256, two for mini-flash's 512);
-// thread (head, slot) forms AttnLogitsK's double sum over c = 0 … D−1 in order.
-// Values: a block of 128 threads per (row, 8 heads, 16 channels); the row's L key rows looked up
-// once (shared), each half-warp runs AttnSoftmaxK for one head over all L slots (max by a
-// half-warp reduction, exact; the exps as doubles in shared memory; the denominator summed by one
-// lane in slot order; the probabilities float(e / denom) widened, stored once for every tile),
-// then lane c of the half-warp forms AttnValuesK's window and selected sums slot by slot over
-// tiles of 128 decoded rows. Same operations in the same order as the simple bodies: the same
-// bits (the absent slots enter as 0 · 0, as in the kernels above).
-constexpr int kWideThreads = 128, kWideHeads = 8, kWideSlots = 16, kWideChunk = 256;
-constexpr int kWideChans = 16, kWideTile = 128, kWideBatch = 16;
-
-__host__ __device__ inline int64_t wide_logit_blocks(const dk::AttnGeom& g) {
-  return g.T * cdiv(g.H, kWideHeads) * cdiv(g.L, kWideSlots);
-}
-__host__ __device__ inline int64_t wide_value_blocks(const dk::AttnGeom& g) {
-  return g.T * cdiv(g.H, kWideHeads) * cdiv(g.D, kWideChans);
-}
-// Dynamic shared memory: logits [8 + 16][C + 1] doubles for chunks of C channels; values the
-// probabilities [8][L + 1] (padded: two heads of a warp in different banks), a tile [128][17] of
-// decoded values and the L key rows.
-size_t wide_logit_smem(int64_t C) { return size_t(kWideHeads + kWideSlots) * size_t(C + 1) * sizeof(double); }
-size_t wide_value_smem(int64_t L) {
-  return size_t(kWideHeads) * size_t(L + 1) * sizeof(double) + size_t(kWideTile) * (kWideChans + 1) * sizeof(double) +
-         size_t(L) * sizeof(dk::KeyRow);
-}
-
-__device__ inline float half_max(float v) {  // over the 16 lanes of a half-warp
-  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
-  return v;
-}
-
-// dst[x] = value(x) for x < n, the loads of kWideBatch values in flight before any store (the
-// stores go to shared memory, the loads through generic pointers the compiler cannot keep apart).
-template <class Value>
-__device__ inline void stage(double* dst, int n, int tid, int threads, Value value) {
-  for (int x0 = 0; x0 < n; x0 += threads * kWideBatch) {
-    double v[kWideBatch];
-#pragma unroll
-    for (int u = 0; u < kWideBatch; ++u) {
-      const int x = x0 + u * threads + tid;
-      v[u] = x < n ? value(x) : 0.0;
-    }
-#pragma unroll
-    for (int u = 0; u < kWideBatch; ++u) {
-      const int x = x0 + u * threads + tid;
-      if (x < n) dst[x] = v[u];
-    }
-  }
-}
-
-__global__ void __launch_bounds__(kWideThreads) attn_logits_wide_kernel(const dk::AttnBatch b) {
-  extern __shared__ double dyn_logit[];  // [kWideHeads + kWideSlots][P]: the queries, then the keys
-  __shared__ dk::KeyRow rows[kWideSlots];
-  int64_t blk = blockIdx.x;
-  int j = 0;
-  while (j + 1 < b.n && blk >= wide_logit_blocks(b.jobs[j].g)) blk -= wide_logit_blocks(b.jobs[j++].g);
-  const dk::AttnGeom g = b.jobs[j].g;
-  const int64_t tiles = cdiv(g.L, kWideSlots), groups = cdiv(g.H, kWideHeads);
-  const int64_t s0 = (blk % tiles) * kWideSlots, hg = (blk / tiles) % groups, i = blk / tiles / groups;
-  const int tid = threadIdx.x, D = int(g.D), C = min(D, kWideChunk), P = C + 1;
-  if (tid < kWideSlots) rows[tid] = s0 + tid < g.L ? g.key(i, s0 + tid) : dk::KeyRow{};
-  const bool any = __syncthreads_or(tid < kWideSlots && bool(rows[tid]));
-  const int s = tid % kWideSlots, hl = tid / kWideSlots;
-  const int64_t h = hg * kWideHeads + hl, slot = s0 + s;
-  const bool mine = h < g.H && slot < g.L;
-  float* out = b.jobs[j].logits + (i * g.H + h) * g.L + slot;
-  if (!any) {
-    if (mine) *out = -INFINITY;
-    return;
-  }
-  const float* q = b.jobs[j].q + (i * g.H + hg * kWideHeads) * g.D;  // the group's first head
-  const int heads = int(g.H - hg * kWideHeads < kWideHeads ? g.H - hg * kWideHeads : kWideHeads);
-  const double* qh = dyn_logit + hl * P;
-  const double* ks = dyn_logit + (kWideHeads + s) * P;
-  double acc = 0;
-  for (int c0 = 0; c0 < D; c0 += C) {
-    const int n = min(C, D - c0);
-    // Row a of the staging area: query a (0 past the group's heads), then key row a − 8 (0 when absent).
-    stage(dyn_logit, (kWideHeads + kWideSlots) * P, tid, kWideThreads, [&](int x) {
-      const int a = x / P, c = x % P;
-      if (c >= n) return 0.0;
-      if (a < kWideHeads) return a < heads ? double(q[int64_t(a) * D + c0 + c]) : 0.0;
-      const dk::KeyRow& r = rows[a - kWideHeads];
-      return r ? double(r[c0 + c]) : 0.0;
-    });
-    __syncthreads();
-#pragma unroll 8
-    for (int c = 0; c < n; ++c) acc += qh[c] * ks[c];
-    __syncthreads();  // read before the next chunk is staged
-  }
-  if (mine) *out = rows[s] ? float(acc) * b.scaling : -INFINITY;
-}
-
-__global__ void __launch_bounds__(kWideThreads) attn_values_wide_kernel(const dk::AttnBatch b) {
-  extern __shared__ double dyn_val[];
-  __shared__ double denoms[kWideHeads];
-  int64_t blk = blockIdx.x;
-  int j = 0;
-  while (j + 1 < b.n && blk >= wide_value_blocks(b.jobs[j].g)) blk -= wide_value_blocks(b.jobs[j++].g);
-  const dk::AttnGeom g = b.jobs[j].g;
-  const int64_t chunks = cdiv(g.D, kWideChans), groups = cdiv(g.H, kWideHeads);
-  const int64_t c0 = (blk % chunks) * kWideChans, hg = (blk / chunks) % groups, i = blk / chunks / groups;
-  const int tid = threadIdx.x, hl = tid >> 4, cl = tid & 15;
-  const int L = int(g.L), PL = L + 1;
-  double* pd = dyn_val;                                // [kWideHeads][PL]: exps, then probabilities
-  double* vd = pd + kWideHeads * PL;                   // [kWideTile][kWideChans + 1]
-  dk::KeyRow* rows = reinterpret_cast<dk::KeyRow*>(vd + kWideTile * (kWideChans + 1));  // [L]
-  for (int s = tid; s < L; s += kWideThreads) rows[s] = g.key(i, s);
-  __syncthreads();
-  const int64_t h = hg * kWideHeads + hl;
-  const bool head = h < g.H;
-  double* p = pd + hl * PL;
-  // AttnSoftmaxK for (i, h) by this half-warp. The two half-warps of a warp may differ in `head`
-  // (H not a multiple of 8): the shuffles and warp barriers stay outside the head tests.
-  const float* l = b.jobs[j].logits + (i * g.H + (head ? h : 0)) * g.L;
-  const float sink = head ? b.sink[h] : 0.0f;
-  float mx = -INFINITY;
-  if (head)
-    for (int s = cl; s < L; s += 16)
-      if (rows[s]) mx = fmaxf(mx, l[s]);
-  const float m = fmaxf(sink, half_max(mx));
-  if (head) stage(p, L, cl, 16, [&](int s) { return rows[s] ? double(expf(l[s] - m)) : 0.0; });
-  __syncwarp();
-  if (head && cl == 0) {
-    double denom = exp(double(sink - m));
-#pragma unroll 8
-    for (int s = 0; s < L; ++s) denom += p[s];  // +0 for an absent slot: no change
-    denoms[hl] = denom;
-  }
-  __syncwarp();
-  if (head) {
-    const double denom = denoms[hl];
-    for (int s = cl; s < L; s += 16) p[s] = rows[s] ? double(float(p[s] / denom)) : 0.0;
-  }
-  // AttnValuesK for (i, h, c0 + cl): slots in ascending order, window and selected apart.
-  const int64_t nwin = g.start + i - g.lo(i) + 1;
-  const int64_t c = c0 + cl;
-  const int width = int(g.D - c0 < kWideChans ? g.D - c0 : kWideChans);
-  double win = 0, sel = 0;
-  for (int s0 = 0; s0 < L; s0 += kWideTile) {
-    const int n = min(kWideTile, L - s0);
-    bool mine = false;
-    for (int s = tid; s < n; s += kWideThreads) mine = mine || bool(rows[s0 + s]);
-    // (the barrier also orders the probabilities and the previous tile's reads before the staging)
-    if (!__syncthreads_or(mine)) continue;
-    stage(vd, n * (kWideChans + 1), tid, kWideThreads, [&](int x) {
-      const int s = x / (kWideChans + 1), cc = x % (kWideChans + 1);
-      const dk::KeyRow& r = rows[s0 + s];
-      return r && cc < width ? double(r[c0 + cc]) : 0.0;
-    });
-    __syncthreads();
-    if (head && c < g.D) {
-      const int nw = nwin - s0 < 0 ? 0 : nwin - s0 > n ? n : int(nwin - s0);
-      const double* ps = p + s0;
-#pragma unroll 4
-      for (int s = 0; s < nw; ++s) win += ps[s] * vd[s * (kWideChans + 1) + cl];
-#pragma unroll 4
-      for (int s = nw; s < n; ++s) sel += ps[s] * vd[s * (kWideChans + 1) + cl];
-    }
-  }
-  if (!head || c >= g.D) return;
-  float out = 0.0f;
-  out += float(win);
-  out += float(sel);
-  b.jobs[j].o[(i * g.H + h) * g.D + c] = out;
-}
-
-// The wide kernels where their shared memory fits (L up to ≈ 2,000 slots); false otherwise.
-bool launch_attn_wide(const dk::AttnBatch& b, cudaStream_t s) {
-  int64_t lb = 0, vb = 0, L = 0, C = 0;
-  for (int j = 0; j < b.n; ++j) {
-    const dk::AttnGeom& g = b.jobs[j].g;
-    if (!b.jobs[j].logits) return false;
-    lb += wide_logit_blocks(g);
-    vb += wide_value_blocks(g);
-    L = std::max(L, g.L);
-    C = std::max(C, std::min<int64_t>(g.D, kWideChunk));
-  }
-  if (b.n < 1 || b.n > dk::AttnBatch::kMax || lb > 0x7fffffff || vb > 0x7fffffff || L > 0x7fffffff) return false;
-  const size_t ls = wide_logit_smem(C), vs = wide_value_smem(L), kStatic = 1024;
-  if (ls + kStatic > kSmemOptIn || vs + kStatic > kSmemOptIn) return false;
-  // Always opted in: allow_smem's 64-byte allowance is less than the logits kernel's static rows.
-  const auto opt_in = [](auto* kernel, size_t bytes) {
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) == cudaSuccess;
-  };
-  if (!opt_in(attn_logits_wide_kernel, ls) || !opt_in(attn_values_wide_kernel, vs)) return false;
-  if (lb > 0) attn_logits_wide_kernel<<<unsigned(lb), kWideThreads, ls, s>>>(b);
-  if (vb > 0) attn_values_wide_kernel<<<unsigned(vb), kWideThreads, vs, s>>>(b);
-  return true;
-}
-
 }  // namespace
 
 bool launch(int64_t n, const dk::IndexScoreK& k, cudaStream_t s) {
@@ -483,7 +281,6 @@ bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) {
 }
 
 bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s) {
-  if (launch_attn_wide(b, s)) return true;
   int64_t lb = 0, vb = 0, L = 0;
   for (int j = 0; j < b.n; ++j) {
     const dk::AttnGeom& g = b.jobs[j].g;

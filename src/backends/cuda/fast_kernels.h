@@ -54,12 +54,10 @@ bool launch_chain(const dk::MhcCoeffChain& c, cudaStream_t s = 0);
 bool launch_chain(const dk::AttnChain& c, cudaStream_t s = 0);
 bool launch_chain(const dk::AttnBatch& b, cudaStream_t s = 0);  // every segment's (row, head) blocks in one kernel
 // The sink attention of AttnBatch / AttnChain as two kernels over many blocks (fast_attention.cu:
-// the wide pair — logits per (row, 8 heads, 16 slots), softmax + values per (row, 8 heads, 16
-// channels), operands staged in few passes — where its shared memory holds L (≈ 2,000 slots), else
-// the tiled pair — per (row, 16 heads, 16 slots) and (row, 8 heads, 32 channels); each key row
-// decoded once per block for all its heads; the simple bodies' sums in their order, so the same
-// bits); false where neither fits (then the one-block-per-(row, head) kernel runs). The jobs'
-// logits scratch must be set.
+// logits per (row, 16 heads, 16 slots), softmax + values per (row, 8 heads, 32 channels), each key
+// row decoded once per block for all its heads; the simple bodies' sums in their order, so the
+// same bits); false where its shared memory would not hold the shape (then the one-block-per-
+// (row, head) kernel runs). The jobs' logits scratch must be set.
 bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s = 0);
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s = 0);  // one block per row
 bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one block per token

@@ -90,12 +90,26 @@ TEST(AutoDraft, AWinNeedsAFullMeasurementAndDraftsUntilTheWaitEnds) {
 }
 
 TEST(AutoDraft, ANearWinStaysPlain) {
-  for (double speed : {1.1, 1.05, 1.0}) {
+  for (double speed : {1.07, 1.05, 1.0}) {
     AutoDraftSwitch a(kRefill);
-    run(a, 2 * AutoDraftSwitch::kSamples, 1.0 / speed, 1);
+    run(a, 2 * AutoDraftSwitch::kMaxSamples, 1.0 / speed, 1);
     EXPECT_EQ(a.phase(), Phase::kPlain) << speed;
     EXPECT_FALSE(a.feeding()) << speed;
   }
+}
+
+// A lead short of kMargin after kSamples a side is not yet a loss: the measurement goes on, and a
+// steady 12 % lead wins once the margin has shrunk below it (margin(n) < 1.12 from n = 13 a side).
+TEST(AutoDraft, AModestLeadMeasuresOnAndWins) {
+  AutoDraftSwitch a(kRefill);
+  run(a, 2 * AutoDraftSwitch::kSamples, 1.0 / 1.12, 1);
+  EXPECT_EQ(a.phase(), Phase::kMeasure) << "1.12× after 8 a side: neither a win nor a loss yet";
+  run(a, 2 * (AutoDraftSwitch::kMaxSamples - AutoDraftSwitch::kSamples), 1.0 / 1.12, 1);
+  EXPECT_EQ(a.phase(), Phase::kDrafting);
+  EXPECT_EQ(a.last_verdict().samples[1], 13);
+  EXPECT_GT(AutoDraftSwitch::margin(12), 1.12);
+  EXPECT_LT(AutoDraftSwitch::margin(13), 1.12);
+  EXPECT_DOUBLE_EQ(AutoDraftSwitch::margin(8), AutoDraftSwitch::kMargin);
 }
 
 TEST(AutoDraft, EachConfirmedLossDoublesTheWaitAfterRefillingTheRings) {

@@ -289,8 +289,8 @@ TEST(CudaBackend, DraftGraphMatchesLaunches) {
   }
 }
 
-// The greedy draft's tail on the GPU (the fused slot kernel: Markov bias + argmax per request;
-// the confidences) against the host's over the same logits: the same bits.
+// The greedy draft's tail on the GPU (each slot's Markov bias over n·V threads, then its argmax a
+// block per request; the confidences) against the host's over the same logits: the same bits.
 TEST(CudaBackend, DraftTailOnDeviceMatchesHost) {
   DSV41_REQUIRE_CUDA_DEVICE();
   for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
@@ -304,6 +304,25 @@ TEST(CudaBackend, DraftTailOnDeviceMatchesHost) {
         [&](bool tail) {
           return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_draft_tail_on_device(tail); });
         },
+        name + " (cuda)");
+  }
+}
+
+// The device drafter's stages and ring feeding with the backbone's fused kernels (collapse + norm,
+// router, batched GEMMs and norms, RoPE + FakeQuant, experts' up, down + expand, expand +
+// coefficients) against a launch per body: the same bits, fewer launches in the drafts.
+TEST(CudaBackend, DraftFusedMatchesUnfused) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
+    const std::string dir = model_dir(name, std::string(DSV41_SOURCE_DIR) +
+                                                (name == "dsv41-mini" ? "/models/" : "/tests/fixtures/") + name);
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    ts::check_draft_fused(
+        **model,
+        [&](bool fused) { return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_fused(fused); }); },
+        [](const Backend& b) { return dynamic_cast<const DeviceBackend<CudaExec>&>(b).exec_counts().launches; },
         name + " (cuda)");
   }
 }
@@ -408,7 +427,16 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
     dev->set_draft_tail_on_device(false);
     const double host_tail = wall(true, 50);
     dev->set_draft_tail_on_device(true);
-    const double with_graph = wall(true, 50), launches = wall(false, 50);
+    // The drafter's stages with a launch per body (set_fused(false)), against the default.
+    dev->set_fused(false);
+    const int64_t unfused_before = dev->exec_counts().launches;
+    const double unfused = wall(true, 50);
+    const double unfused_launches = double(dev->exec_counts().launches - unfused_before) / 53;
+    dev->set_fused(true);
+    const int64_t fused_before = dev->exec_counts().launches;
+    const double with_graph = wall(true, 50);
+    const double fused_launches = double(dev->exec_counts().launches - fused_before) / 53;
+    const double launches = wall(false, 50);
     dev->executor().set_profiling(true);
     const int profiled = 10;
     const double profiled_wall = wall(false, profiled);
@@ -422,9 +450,11 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
       count += t.launches;
     }
     const double per = 1.0 / (profiled + 3);  // the warm-ups were profiled too
-    std::printf("batch %d: a draft %.3f ms with the graph (%.3f ms with the tail on the host), %.3f ms launch by "
-                "launch; profiled: %.1f launches, %.3f ms of kernels (%.3f ms wall while profiling)\n",
-                batch, with_graph, host_tail, launches, double(count) * per, device_ms * per, profiled_wall);
+    std::printf("batch %d: a draft %.3f ms with the graph (%.3f ms with the tail on the host; %.3f ms unfused, %.1f "
+                "launches a draft against %.1f fused), %.3f ms launch by launch; profiled: %.1f launches, %.3f ms of "
+                "kernels (%.3f ms wall while profiling)\n",
+                batch, with_graph, host_tail, unfused, unfused_launches, fused_launches, launches, double(count) * per,
+                device_ms * per, profiled_wall);
     std::sort(kernels.rbegin(), kernels.rend());
     for (size_t i = 0; i < std::min<size_t>(kernels.size(), 12); ++i)
       std::printf("  %.4f ms  %s\n", kernels[i].first * per, kernels[i].second.c_str());

@@ -273,7 +273,7 @@ void DeviceBackend<Exec>::draft_attention(int s) {
 // Drafter::stage's FFN site: the stage's MoE with text routing (x2 → x; p ← this site's pre),
 // launched as the backbone's (ffn): the collapse and its norm as one chain, the router as one
 // chain; with fused launches (set_fused) also the routed and shared up projections in one launch
-// and the down projection with the mHC expand as one chain (the same bits).
+// and, for a few rows, the down projection with the mHC expand as one chain (the same bits).
 template <class Exec>
 void DeviceBackend<Exec>::draft_moe(int s) {
   DeviceDraftState<Exec>& S = *draft_dev_;
@@ -302,10 +302,17 @@ void DeviceBackend<Exec>::draft_moe(int s) {
     ups.add(R * k * ms.inter, up);
     if (L.shared) ups.add(R * ms.shared_inter, shared_up);
     ups.flush(ex_);
-    ex_.run_chain(dk::DownExpandChain{down, expand, R});
   } else {
     ex_.for_each(R * k * ms.inter, up);
     if (L.shared) ex_.for_each(R * ms.shared_inter, shared_up);
+  }
+  // The down + expand chain only for a few rows (batches of up to 3 drafts): on the H200 (session
+  // 14's profile) it took 19 µs a stage at batch 1 (R = 5) but 59 µs at batch 8 (R = 40), where
+  // the down launch alone had taken about 25 µs (session 13's profile) and the expand a few.
+  constexpr int64_t kDownExpandRows = 16;
+  if (fused_ && R <= kDownExpandRows) {
+    ex_.run_chain(dk::DownExpandChain{down, expand, R});
+  } else {
     ex_.for_each(R * d, down);
     ex_.for_each(R * hc * d, expand);
   }

@@ -327,6 +327,60 @@ TEST(CudaBackend, DraftFusedMatchesUnfused) {
   }
 }
 
+// Decode steps and drafts in turn, as DSpark runs them: each kind of step updates its own
+// executable graphs (StreamGraphs' programs), so once both have run, graph launches are updates,
+// not instantiations (sharing them, each stretch would find the other kind's kernels: about one
+// instantiation per graph launch).
+TEST(CudaBackend, DraftsAndDecodeStepsKeepTheirOwnGraphs) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto backend = fresh_cuda_backend(**model);
+  ASSERT_NE(backend, nullptr);
+  auto* dev = dynamic_cast<DeviceBackend<CudaExec>*>(backend.get());
+  EngineOptions eo;
+  eo.dspark = true;
+  eo.rollback_tokens = 5;
+  auto e = Engine::create(std::move(backend), (*model)->engram_tables(), eo);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  const int batch = 3, warmup = 3, rounds = 8;
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(5 + 11 * i % 280);
+  std::vector<SequenceId> ids;
+  std::vector<Segment> segs;
+  for (int b = 0; b < batch; ++b) {
+    auto id = (*e)->add_sequence(int64_t(prompt.size()) + rounds + 8);
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+    segs.push_back({*id, 0, prompt, LogitRows::kNone, {}});
+  }
+  for (const SegmentResult& r : (*e)->forward(segs)) ASSERT_TRUE(r.status.ok());
+  std::vector<int32_t> next(batch, 17);
+  std::vector<DraftBlock> out;
+  StreamGraphs::Stats before{};
+  for (int round = 0; round < rounds; ++round) {
+    if (round == warmup) before = dev->executor().graph_stats();
+    segs.clear();
+    for (int b = 0; b < batch; ++b)
+      segs.push_back({ids[size_t(b)], *(*e)->length(ids[size_t(b)]), std::span<const int32_t>(&next[size_t(b)], 1),
+                      LogitRows::kLast, {}});
+    for (const SegmentResult& r : (*e)->forward(segs)) ASSERT_TRUE(r.status.ok());
+    std::vector<Engine::DraftSpec> specs;
+    for (int b = 0; b < batch; ++b) specs.push_back({ids[size_t(b)], next[size_t(b)], 0});
+    ASSERT_TRUE((*e)->draft(specs, out).ok());
+  }
+  const StreamGraphs::Stats& after = dev->executor().graph_stats();
+  const int64_t launched = after.launches - before.launches, made = after.instantiations - before.instantiations;
+  std::printf("decode steps and drafts in turn, %d rounds after %d: %lld graph launches, %lld updates, %lld "
+              "instantiations\n",
+              rounds - warmup, warmup, static_cast<long long>(launched),
+              static_cast<long long>(after.updates - before.updates), static_cast<long long>(made));
+  EXPECT_GE(launched, 2 * (rounds - warmup)) << "decode steps and drafts ran as graphs";
+  EXPECT_LE(4 * made, launched) << "graphs instantiated anew in steady alternation";
+}
+
 // Diagnostics, not a check (run with --gtest_also_run_disabled_tests): what a plain decode step
 // of 8 sequences costs on dsv41-mini with DSpark off, on with the rings fed (the target features
 // captured, the rings fed after each forward) and on with the feeding paused (what `--dspark

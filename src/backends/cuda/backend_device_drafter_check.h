@@ -60,10 +60,12 @@ struct DraftRuns {
 };
 
 // inspect (if given) sees the backend after the last draft. lengths: the three prompts'. logits:
-// whether the drafts ask for their logits (DraftSpec::logits).
+// whether the drafts ask for their logits (DraftSpec::logits). around (if given) sees the backend
+// just before (false) and just after (true) each draft.
 inline Result<DraftRuns> run_draft_scenario(const Model& model, std::unique_ptr<Backend> backend,
                                             const std::function<void(const Backend&)>& inspect = {},
-                                            const std::vector<int64_t>& lengths = {37, 12, 70}, bool logits = true) {
+                                            const std::vector<int64_t>& lengths = {37, 12, 70}, bool logits = true,
+                                            const std::function<void(const Backend&, bool)>& around = {}) {
   const int32_t V = int32_t(model.vocab_size());
   const int B = model.config().dspark_block_size;
   std::mt19937 rng(21);
@@ -93,8 +95,14 @@ inline Result<DraftRuns> run_draft_scenario(const Model& model, std::unique_ptr<
     for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
   }
   DraftRuns out;
+  const auto draft = [&](std::span<const Engine::DraftSpec> specs, std::vector<DraftBlock>& blocks) {
+    if (around) around(e->backend(), false);
+    const Status st = e->draft(specs, blocks);
+    if (around) around(e->backend(), true);
+    return st;
+  };
   const std::vector<Engine::DraftSpec> specs = {{ids[0], 7, 5, logits}, {ids[1], 11, 3, logits}, {ids[2], 13, 0, logits}};
-  DSV41_RETURN_IF_ERROR(e->draft(specs, out.first));
+  DSV41_RETURN_IF_ERROR(draft(specs, out.first));
   // A verify-like step of 4 rows each, 3 rolled back, then one decode row.
   const std::vector<int32_t> rows = {5, 9, 2, 4};
   std::vector<Segment> segs;
@@ -111,7 +119,7 @@ inline Result<DraftRuns> run_draft_scenario(const Model& model, std::unique_ptr<
     for (const SegmentResult& r : e->forward(segs)) DSV41_RETURN_IF_ERROR(r.status);
     const std::vector<Engine::DraftSpec> again = {
         {ids[0], int32_t(3 + step), 0, logits}, {ids[1], int32_t(4 + step), 2, logits}, {ids[2], int32_t(6 + step), 0, logits}};
-    DSV41_RETURN_IF_ERROR(e->draft(again, step == 0 ? out.second : step == 1 ? out.third : out.fourth));
+    DSV41_RETURN_IF_ERROR(draft(again, step == 0 ? out.second : step == 1 ? out.third : out.fourth));
   }
   if (inspect) inspect(e->backend());
   return out;
@@ -192,6 +200,37 @@ inline void check_draft_graph(const Model& model,
   std::printf("%s, draft graph vs launches (4 drafts of 3 sequences): %d of %d logits and confidences differ\n",
               what.c_str(), differ, values);
   EXPECT_EQ(differ, 0) << what;
+}
+
+// The device drafter with fused launches (DeviceBackend::set_fused: the backbone's chains and
+// batched launches in its stages and ring feeding, device_drafter_impl.h) against the same drafter
+// launching each body on its own: the same ids, logits and confidences bit for bit over the
+// scenario's four drafts, and fewer launches in the drafts. make_device(fused) gives a fresh
+// device backend with the device drafter on and fused launches on or off; launches(backend) its
+// executor's launches so far.
+inline void check_draft_fused(const Model& model, const std::function<std::unique_ptr<Backend>(bool)>& make_device,
+                              const std::function<int64_t(const Backend&)>& launches, const std::string& what) {
+  ASSERT_NE(model.drafter(), nullptr) << what << ": the model has no drafter";
+  DraftRuns runs[2];
+  int64_t in_drafts[2] = {0, 0};
+  for (int fused = 0; fused < 2; ++fused) {
+    int64_t before = 0;
+    const auto around = [&](const Backend& b, bool after) {
+      if (after) in_drafts[fused] += launches(b) - before;
+      else before = launches(b);
+    };
+    auto r = run_draft_scenario(model, make_device(fused == 1), {}, {37, 12, 70}, true, around);
+    ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+    runs[fused] = std::move(*r);
+  }
+  int values = 0;
+  const int differ = bits_differ(runs[0], runs[1], values, what);
+  std::printf("%s, drafts with fused launches vs without (4 drafts of 3 sequences): %d of %d logits and confidences "
+              "differ; %lld launches in the drafts fused, %lld unfused\n",
+              what.c_str(), differ, values, static_cast<long long>(in_drafts[1]), static_cast<long long>(in_drafts[0]));
+  EXPECT_EQ(differ, 0) << what;
+  EXPECT_GT(values, 0) << what;
+  EXPECT_LT(in_drafts[1], in_drafts[0]) << what << ": fused launches saved nothing in the drafts";
 }
 
 // The greedy tail on the device (Markov bias, argmax picks slot after slot, confidences:

@@ -289,8 +289,8 @@ TEST(CudaBackend, DraftGraphMatchesLaunches) {
   }
 }
 
-// The greedy draft's tail on the GPU (the fused slot kernel: Markov bias + argmax per request;
-// the confidences) against the host's over the same logits: the same bits.
+// The greedy draft's tail on the GPU (each slot's Markov bias over n·V threads, then its argmax a
+// block per request; the confidences) against the host's over the same logits: the same bits.
 TEST(CudaBackend, DraftTailOnDeviceMatchesHost) {
   DSV41_REQUIRE_CUDA_DEVICE();
   for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
@@ -306,6 +306,87 @@ TEST(CudaBackend, DraftTailOnDeviceMatchesHost) {
         },
         name + " (cuda)");
   }
+}
+
+// The device drafter's stages and ring feeding with the backbone's fused kernels (collapse + norm,
+// router, batched GEMMs and norms, RoPE + FakeQuant, experts' up, down + expand, expand +
+// coefficients) against a launch per body: the same bits, fewer launches in the drafts.
+TEST(CudaBackend, DraftFusedMatchesUnfused) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
+    const std::string dir = model_dir(name, std::string(DSV41_SOURCE_DIR) +
+                                                (name == "dsv41-mini" ? "/models/" : "/tests/fixtures/") + name);
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    ts::check_draft_fused(
+        **model,
+        [&](bool fused) { return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_fused(fused); }); },
+        [](const Backend& b) { return dynamic_cast<const DeviceBackend<CudaExec>&>(b).exec_counts().launches; },
+        name + " (cuda)");
+  }
+}
+
+// Decode steps and drafts in turn, as DSpark runs them: drafts update their own executable graphs
+// (StreamGraphs' programs), so once they have run, a draft's graph launches are updates, not
+// instantiations (sharing the decode steps' graphs, each draft stretch would find the decode
+// step's kernels and nodes). Decode steps' own instantiations are printed, not checked (their
+// launches can differ from step to step, e.g. a compressor's group every other token).
+TEST(CudaBackend, DraftsAndDecodeStepsKeepTheirOwnGraphs) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto backend = fresh_cuda_backend(**model);
+  ASSERT_NE(backend, nullptr);
+  auto* dev = dynamic_cast<DeviceBackend<CudaExec>*>(backend.get());
+  EngineOptions eo;
+  eo.dspark = true;
+  eo.rollback_tokens = 5;
+  auto e = Engine::create(std::move(backend), (*model)->engram_tables(), eo);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  const int batch = 3, warmup = 3, rounds = 8;
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(5 + 11 * i % 280);
+  std::vector<SequenceId> ids;
+  std::vector<Segment> segs;
+  for (int b = 0; b < batch; ++b) {
+    auto id = (*e)->add_sequence(int64_t(prompt.size()) + rounds + 8);
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+    segs.push_back({*id, 0, prompt, LogitRows::kNone, {}});
+  }
+  for (const SegmentResult& r : (*e)->forward(segs)) ASSERT_TRUE(r.status.ok());
+  std::vector<int32_t> next(batch, 17);
+  std::vector<DraftBlock> out;
+  int64_t step_launches = 0, step_made = 0, draft_launches = 0, draft_updates = 0, draft_made = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const StreamGraphs::Stats s0 = dev->executor().graph_stats();
+    segs.clear();
+    for (int b = 0; b < batch; ++b)
+      segs.push_back({ids[size_t(b)], *(*e)->length(ids[size_t(b)]), std::span<const int32_t>(&next[size_t(b)], 1),
+                      LogitRows::kLast, {}});
+    for (const SegmentResult& r : (*e)->forward(segs)) ASSERT_TRUE(r.status.ok());
+    const StreamGraphs::Stats s1 = dev->executor().graph_stats();
+    std::vector<Engine::DraftSpec> specs;
+    for (int b = 0; b < batch; ++b) specs.push_back({ids[size_t(b)], next[size_t(b)], 0});
+    ASSERT_TRUE((*e)->draft(specs, out).ok());
+    const StreamGraphs::Stats s2 = dev->executor().graph_stats();
+    if (round < warmup) continue;
+    step_launches += s1.launches - s0.launches;
+    step_made += s1.instantiations - s0.instantiations;
+    draft_launches += s2.launches - s1.launches;
+    draft_updates += s2.updates - s1.updates;
+    draft_made += s2.instantiations - s1.instantiations;
+  }
+  std::printf("decode steps and drafts in turn, %d rounds after %d: drafts %lld graph launches, %lld updates, %lld "
+              "instantiations; decode steps %lld graph launches, %lld instantiations\n",
+              rounds - warmup, warmup, static_cast<long long>(draft_launches), static_cast<long long>(draft_updates),
+              static_cast<long long>(draft_made), static_cast<long long>(step_launches),
+              static_cast<long long>(step_made));
+  EXPECT_GE(draft_launches, rounds - warmup) << "the drafts ran as graphs";
+  EXPECT_LE(4 * draft_made, draft_launches) << "draft graphs instantiated anew in steady alternation";
 }
 
 // Diagnostics, not a check (run with --gtest_also_run_disabled_tests): what a plain decode step
@@ -408,26 +489,59 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
     dev->set_draft_tail_on_device(false);
     const double host_tail = wall(true, 50);
     dev->set_draft_tail_on_device(true);
-    const double with_graph = wall(true, 50), launches = wall(false, 50);
-    dev->executor().set_profiling(true);
+    // The drafter's stages with a launch per body (set_fused(false)) against the default, in turn
+    // twice (the faster of each kept), with the launches a draft.
+    double unfused = 1e30, with_graph = 1e30, unfused_launches = 0, fused_launches = 0;
+    for (int round = 0; round < 2; ++round)
+      for (bool fused : {false, true}) {
+        dev->set_fused(fused);
+        const int64_t before = dev->exec_counts().launches;
+        const double ms = wall(true, 50);
+        (fused ? fused_launches : unfused_launches) = double(dev->exec_counts().launches - before) / 53;
+        double& best = fused ? with_graph : unfused;
+        best = std::min(best, ms);
+      }
+    const double launches = wall(false, 50);
+    // Each kernel's device time (the executor's profile, launch by launch), fused and unfused.
+    struct Profile {
+      std::vector<std::pair<double, std::string>> kernels;
+      double device_ms = 0, wall_ms = 0;
+      int64_t count = 0;
+    };
     const int profiled = 10;
-    const double profiled_wall = wall(false, profiled);
-    dev->executor().set_profiling(false);
-    std::vector<std::pair<double, std::string>> kernels;
-    double device_ms = 0;
-    int64_t count = 0;
-    for (const auto& [name, t] : dev->executor().profile()) {
-      kernels.push_back({t.ms, name});
-      device_ms += t.ms;
-      count += t.launches;
+    const double per = 1.0 / (profiled + 3);  // the warm-ups are profiled too
+    const auto profile = [&](bool fused) {
+      const auto before = dev->executor().profile();
+      dev->set_fused(fused);
+      dev->executor().set_profiling(true);
+      Profile p;
+      p.wall_ms = wall(false, profiled);
+      dev->executor().set_profiling(false);
+      dev->set_fused(true);
+      for (const auto& [name, t] : dev->executor().profile()) {
+        const auto b = before.find(name);
+        const double ms = t.ms - (b == before.end() ? 0.0 : b->second.ms);
+        const int64_t n = t.launches - (b == before.end() ? 0 : b->second.launches);
+        if (n == 0) continue;
+        p.kernels.push_back({ms * per, name});
+        p.device_ms += ms * per;
+        p.count += n;
+      }
+      std::sort(p.kernels.rbegin(), p.kernels.rend());
+      return p;
+    };
+    const Profile fused = profile(true), separate = profile(false);
+    std::printf("batch %d: a draft %.3f ms with the graph (%.3f ms with the tail on the host; %.3f ms unfused, %.1f "
+                "launches a draft against %.1f fused), %.3f ms launch by launch; profiled: %.1f launches, %.3f ms of "
+                "kernels (%.3f ms wall while profiling); unfused %.1f launches, %.3f ms of kernels\n",
+                batch, with_graph, host_tail, unfused, unfused_launches, fused_launches, launches,
+                double(fused.count) * per, fused.device_ms, fused.wall_ms, double(separate.count) * per,
+                separate.device_ms);
+    for (const Profile* p : {&fused, &separate}) {
+      if (p == &separate) std::printf("batch %d unfused, its largest kernels:\n", batch);
+      for (size_t i = 0; i < std::min<size_t>(p->kernels.size(), 12); ++i)
+        std::printf("  %.4f ms  %s\n", p->kernels[i].first, p->kernels[i].second.c_str());
     }
-    const double per = 1.0 / (profiled + 3);  // the warm-ups were profiled too
-    std::printf("batch %d: a draft %.3f ms with the graph (%.3f ms with the tail on the host), %.3f ms launch by "
-                "launch; profiled: %.1f launches, %.3f ms of kernels (%.3f ms wall while profiling)\n",
-                batch, with_graph, host_tail, launches, double(count) * per, device_ms * per, profiled_wall);
-    std::sort(kernels.rbegin(), kernels.rend());
-    for (size_t i = 0; i < std::min<size_t>(kernels.size(), 12); ++i)
-      std::printf("  %.4f ms  %s\n", kernels[i].first * per, kernels[i].second.c_str());
   }
 }
 

@@ -168,10 +168,11 @@ class CudaExec {
   bool graphs() const { return graphs_on_; }
   // The stretch the caller wants replayed as graphs (a decode step): launches from here until
   // graph_end are captured (unless graphs or the executor are off, or profiling times launches).
-  void graph_begin() {
+  // program: which kind of step (StreamGraphs::restart), each updating its own executable graphs.
+  void graph_begin(int program = 0) {
     flush_graph();
     graph_armed_ = graphs_on_ && !profiling_ && status_.ok();
-    graphs_.restart();
+    graphs_.restart(program);
   }
   void graph_end() {
     flush_graph();

@@ -1,7 +1,7 @@
 // StreamGraphs: replays a stretch of launches as one CUDA graph. The caller opens a capture on its
 // stream (begin), launches as usual (the kernels and copies are recorded, not run), and closes it
 // (end_and_launch): the recorded graph updates the executable graph kept for this stretch's place
-// in the step (the k-th stretch since restart()), or is instantiated where there is none yet or
+// in the step (the k-th stretch since restart(), among the graphs of the step's program), or is instantiated where there is none yet or
 // the update is refused (other kernels or another shape of graph), and then launched on the stream.
 // A steady decode records the same kernels step after step with new parameters (positions, lengths,
 // pointers), so every step after the first is one update and one graph launch: the device runs the
@@ -28,13 +28,21 @@ class StreamGraphs {
   StreamGraphs(const StreamGraphs&) = delete;
   StreamGraphs& operator=(const StreamGraphs&) = delete;
   ~StreamGraphs() {
-    for (cudaGraphExec_t e : execs_)
-      if (e) cudaGraphExecDestroy(e);
+    for (const auto& execs : execs_)
+      for (cudaGraphExec_t e : execs)
+        if (e) cudaGraphExecDestroy(e);
   }
   bool capturing() const { return capturing_; }
   const Stats& stats() const { return stats_; }
-  // A new step: the next stretch is the step's first again.
-  void restart() { next_ = 0; }
+  // A new step: the next stretch is the step's first again. `program` names which executable
+  // graphs the step's stretches update (kPrograms kinds of step, each with its own: a step that
+  // updated another kind's graphs would find other kernels and instantiate anew, twice a cycle
+  // when two kinds alternate — decode steps and DSpark drafts).
+  static constexpr int kPrograms = 2;
+  void restart(int program = 0) {
+    program_ = program >= 0 && program < kPrograms ? program : 0;
+    next_ = 0;
+  }
   // Relaxed mode: calls of this thread that are unsafe during capture (cudaMalloc, a cudaMemcpy on
   // the legacy stream) are not made while capturing — the executor ends the capture first.
   cudaError_t begin(cudaStream_t s) {
@@ -47,8 +55,9 @@ class StreamGraphs {
     cudaGraph_t graph = nullptr;
     cudaError_t e = cudaStreamEndCapture(s, &graph);
     if (e != cudaSuccess) return e;
-    if (next_ == execs_.size()) execs_.push_back(nullptr);
-    cudaGraphExec_t& exec = execs_[next_++];
+    std::vector<cudaGraphExec_t>& execs = execs_[program_];
+    if (next_ == execs.size()) execs.push_back(nullptr);
+    cudaGraphExec_t& exec = execs[next_++];
     e = replace(exec, graph);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) return e;
@@ -73,7 +82,8 @@ class StreamGraphs {
     return cudaGraphInstantiate(&exec, graph, 0);
   }
 
-  std::vector<cudaGraphExec_t> execs_;
+  std::vector<cudaGraphExec_t> execs_[kPrograms];
+  int program_ = 0;
   size_t next_ = 0;
   bool capturing_ = false;
   Stats stats_;

@@ -138,6 +138,26 @@ TEST(DeviceBackendHost, DraftTailOnDeviceMatchesHost) {
   }
 }
 
+// The device drafter's stages and ring feeding with the backbone's fused and batched launches
+// against a launch per body: the same bits, fewer launches.
+TEST(DeviceBackendHost, DraftFusedMatchesUnfused) {
+  for (const std::string name : {"tests/fixtures/dspark-micro", "models/dsv41-mini"}) {
+    const std::string dir = std::string(DSV41_SOURCE_DIR) + "/" + name;
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    ts::check_draft_fused(
+        **model,
+        [&](bool fused) {
+          auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+          b->set_fused(fused);
+          return std::unique_ptr<Backend>(std::move(b));
+        },
+        [](const Backend& b) { return dynamic_cast<const DeviceBackend<HostExec>&>(b).exec_counts().launches; },
+        name + " (emulation)");
+  }
+}
+
 TEST(DeviceBackendHost, ImagePromptMatchesCpuBackend) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/tests/fixtures/vl-micro";
   auto model = Model::load(dir);

@@ -77,14 +77,35 @@ void DeviceBackend<Exec>::feed_rings_on_device(std::span<const DraftFeed> feeds)
   S.main.reserve(n * d);
   gemm(S.x.data(), n, width, S.main_proj, d, S.main.data());
   rmsnorm(S.main.data(), n, d, S.main_norm, S.main.data());
+  // Each stage's window rows; with fused launches the stages' projections in one launch, their
+  // norms in another and their RoPE + FakeQuant in a third (the same bits as a launch each).
+  const int rd = model_.rope().rope_dim();
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  Launches<dk::GemmK> projections;
+  Launches<dk::RmsNormK> norms;
+  Launches<dk::RopeQuantK> quants;
+  bool quants_fit = true;
   for (int s = 0; s < stages; ++s) {
-    const DraftStageDev& L = S.stages[size_t(s)];
     S.rows[size_t(s)].reserve(n * D);
     float* kv = S.rows[size_t(s)].data();
-    gemm(S.main.data(), n, d, L.wkv, D, kv);
-    rmsnorm(kv, n, D, L.kv_norm, kv);
-    rope(kv, n, 1, D, cos_dev, sin_dev, 0, false);
-    fake_quant(kv, n * D, RowKind::kWindow);
+    const dk::RopeQuantK q{dk::RopeK{kv, 1, D, rd, cos_dev, sin_dev, 0, false}, dk::FakeQuantK{kv, RowKind::kWindow}};
+    quants_fit = quants_fit && q.fits();
+    projections.add(n * D, dk::GemmK{S.main.data(), d, S.stages[size_t(s)].wkv, d, D, kv, D});
+    norms.add(n, dk::RmsNormK{kv, D, S.stages[size_t(s)].kv_norm, eps, kv});
+    quants.add(q.blocks(n), q);
+  }
+  if (fused_ && quants_fit) {
+    projections.flush(ex_);
+    norms.flush(ex_);
+    quants.flush(ex_);
+  } else {
+    for (int s = 0; s < stages; ++s) {
+      const auto& p = projections.bodies[size_t(s)];
+      ex_.for_each(p.first, p.second);
+      ex_.for_each(n, norms.bodies[size_t(s)].second);
+      ex_.for_each(n * (rd / 2), quants.bodies[size_t(s)].second.rope);
+      fake_quant(S.rows[size_t(s)].data(), n * D, RowKind::kWindow);
+    }
   }
   // Each fed segment's rows, per stage, into the ring copy (layer key num_hidden_layers + s) and
   // the staging buffer (at most the ring's slots: the ring packs no more).
@@ -190,7 +211,11 @@ void DeviceBackend<Exec>::draft_tables(std::span<const DraftRequest> requests) {
   upload_staged(S.rings.data(), S.host_rings.data(), stages * n * int64_t(sizeof(dk::DraftRing)));
 }
 
-// Drafter::stage's attention site over the draft's R block rows (x → x2).
+// Drafter::stage's attention site over the draft's R block rows (x → x2), launched as the
+// backbone's (attention_projections, attention_output): the collapse and its norm as one chain,
+// wq_a and wkv in one launch (they read the same rows) and their norms in another, the wo_a groups
+// in one launch; with fused launches (set_fused) also q's RoPE with kv's RoPE + FakeQuant in one
+// launch and the mHC expand deferred into the FFN site's coefficient chain (the same bits).
 template <class Exec>
 void DeviceBackend<Exec>::draft_attention(int s) {
   DeviceDraftState<Exec>& S = *draft_dev_;
@@ -198,17 +223,33 @@ void DeviceBackend<Exec>::draft_attention(int s) {
   const DraftStageDev& L = S.stages[size_t(s)];
   const int64_t B = model_.drafter()->shape.block, d = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads;
   const int64_t D = c.head_dim, R = S.R, ql = c.q_lora_rank;
+  const int rd = model_.rope().rope_dim();
+  const float eps = static_cast<float>(c.rms_norm_eps);
   mhc_coefficients(L.hca_fn, L.hca_base, L.hca_scale, S.x.data(), R, S.pre_a.data(), S.post_a.data(), S.comb_a.data());
-  ex_.for_each(R * d, dk::MhcCollapseK{S.x.data(), S.p.data(), nullptr, int(hc), d, S.h.data()});
-  rmsnorm(S.h.data(), R, d, L.attn_norm, S.h.data());
-  gemm(S.h.data(), R, d, L.wq_a, ql, S.c.data());
-  rmsnorm(S.c.data(), R, ql, L.q_norm, S.c.data());
+  const dk::MhcCollapseK collapse{S.x.data(), S.p.data(), nullptr, int(hc), d, S.h.data()};
+  const dk::GemmK q_down{S.h.data(), d, L.wq_a, d, ql, S.c.data(), ql}, kv_down{S.h.data(), d, L.wkv, d, D, S.kv.data(), D};
+  const dk::RmsNormK q_norm{S.c.data(), ql, L.q_norm, eps, S.c.data()}, kv_norm{S.kv.data(), D, L.kv_norm, eps, S.kv.data()};
+  const dk::RopeK q_rope{S.q.data(), H, D, rd, S.cos_dev, S.sin_dev, 0, false};
+  const dk::RopeQuantK kv_quant{dk::RopeK{S.kv.data(), 1, D, rd, S.cos_dev, S.sin_dev, 0, false},
+                                dk::FakeQuantK{S.kv.data(), RowKind::kWindow}};  // FP8 window values
+  collapse_norm(collapse, R, L.attn_norm);
+  Launches<dk::GemmK> down;
+  down.add(R * ql, q_down);
+  down.add(R * D, kv_down);
+  down.flush(ex_);
+  Launches<dk::RmsNormK> norms;
+  norms.add(R, q_norm);
+  norms.add(R, kv_norm);
+  norms.flush(ex_);
   gemm(S.c.data(), R, ql, L.wq_b, H * D, S.q.data());
-  rope(S.q.data(), R, H, D, S.cos_dev, S.sin_dev, 0, false);
-  gemm(S.h.data(), R, d, L.wkv, D, S.kv.data());
-  rmsnorm(S.kv.data(), R, D, L.kv_norm, S.kv.data());
-  rope(S.kv.data(), R, 1, D, S.cos_dev, S.sin_dev, 0, false);
-  fake_quant(S.kv.data(), R * D, RowKind::kWindow);
+  if (fused_ && kv_quant.fits()) {  // q's RoPE and kv's RoPE + FakeQuant in one launch
+    const int64_t nq = R * H * (rd / 2);
+    ex_.for_each(nq + kv_quant.blocks(R), dk::Both<dk::RopeK, dk::RopeQuantK>{q_rope, nq, kv_quant});
+  } else {
+    ex_.for_each(R * H * (rd / 2), q_rope);
+    ex_.for_each(R * (rd / 2), kv_quant.rope);
+    fake_quant(S.kv.data(), R * D, RowKind::kWindow);
+  }
   const dk::DraftAttnGeom g{S.rings.data() + s * S.n, B, H, D, S.key_slots, S.kv.data()};
   ex_.run_chain(dk::DraftAttnChain{dk::DraftAttnLogitsK{g, S.q.data(), float(std::pow(double(D), -0.5)), S.attn.data()},
                                    dk::DraftAttnSoftmaxK{g, L.sink, S.attn.data()},
@@ -216,14 +257,23 @@ void DeviceBackend<Exec>::draft_attention(int s) {
   rope(S.o.data(), R, H, D, S.cos_dev, S.sin_dev, 0, true);
   // attention_output: grouped wo_a, then wo_b; mHC expand.
   const int64_t HD = H * D, groups = c.o_groups, olr = c.o_lora_rank, gin = HD / groups;
+  Launches<dk::GemmK> group_gemms;  // one launch for the groups (dk::Batched)
   for (int64_t gi = 0; gi < groups; ++gi)
-    gemm(S.o.data() + gi * gin, HD, R, gin, L.wo_a.offset(gi * olr * gin), olr, mid_.data() + gi * olr, groups * olr);
+    group_gemms.add(R * olr, dk::GemmK{S.o.data() + gi * gin, HD, L.wo_a.offset(gi * olr * gin), gin, olr,
+                                       mid_.data() + gi * olr, groups * olr});
+  group_gemms.flush(ex_);
   gemm(mid_.data(), R, groups * olr, L.wo_b, d, S.a.data());
-  ex_.for_each(R * hc * d, dk::MhcExpandK{S.a.data(), S.x.data(), S.post_a.data(), S.comb_a.data(), int(hc), d,
-                                          S.x2.data()});
+  const dk::MhcExpandK expand{S.a.data(), S.x.data(), S.post_a.data(), S.comb_a.data(), int(hc), d, S.x2.data()};
+  if (fused_)  // deferred to draft_moe's mHC coefficients, which read x2 first
+    pending_expands_.push_back({expand, R});
+  else
+    ex_.for_each(R * hc * d, expand);
 }
 
-// Drafter::stage's FFN site: the stage's MoE with text routing (x2 → x; p ← this site's pre).
+// Drafter::stage's FFN site: the stage's MoE with text routing (x2 → x; p ← this site's pre),
+// launched as the backbone's (ffn): the collapse and its norm as one chain, the router as one
+// chain; with fused launches (set_fused) also the routed and shared up projections in one launch
+// and, for a few rows, the down projection with the mHC expand as one chain (the same bits).
 template <class Exec>
 void DeviceBackend<Exec>::draft_moe(int s) {
   DeviceDraftState<Exec>& S = *draft_dev_;
@@ -232,22 +282,40 @@ void DeviceBackend<Exec>::draft_moe(int s) {
   const MoeShape& ms = model_.drafter()->shape.moe;
   const int64_t d = c.hidden_size, hc = c.hc_mult, E = ms.n_experts, k = ms.top_k, R = S.R;
   mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, S.x2.data(), R, S.pre_b.data(), S.post_b.data(), S.comb_b.data());
-  ex_.for_each(R * d, dk::MhcCollapseK{S.x2.data(), S.pre_a.data(), nullptr, int(hc), d, S.h.data()});
-  rmsnorm(S.h.data(), R, d, L.ffn_norm, S.h.data());
-  gemm(S.h.data(), R, d, {L.gate, nullptr}, E, S.router.data());
-  ex_.for_each(R * E, dk::ScaleK{S.router.data(), ms.gate_temp, true});
-  ex_.for_each(R, dk::RouteK{S.router.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)), ms.norm_topk_prob,
-                             ms.routed_scaling_factor, S.experts.data(), S.weights.data()});
-  ex_.for_each(R * k * ms.inter, dk::ExpertUpK{S.h.data(), L.experts, S.experts.data(), S.weights.data(), int(k), d,
-                                               ms.inter, ms.swiglu_limit, S.hexp.data()});
-  if (L.shared) {
-    ex_.for_each(R * ms.shared_inter, dk::ExpertUpK{S.h.data(), L.shared, nullptr, nullptr, 1, d, ms.shared_inter,
-                                                    ms.swiglu_limit, S.hshared.data()});
+  const dk::MhcCollapseK collapse{S.x2.data(), S.pre_a.data(), nullptr, int(hc), d, S.h.data()};
+  const dk::RouterChain router{
+      dk::GemmK{S.h.data(), d, {L.gate, nullptr}, d, E, S.router.data(), E}, dk::ScaleK{S.router.data(), ms.gate_temp, true},
+      dk::RouteK{S.router.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)), ms.norm_topk_prob,
+                 ms.routed_scaling_factor, S.experts.data(), S.weights.data()},
+      R};
+  const dk::ExpertUpK up{S.h.data(), L.experts, S.experts.data(), S.weights.data(), int(k), d, ms.inter,
+                         ms.swiglu_limit, S.hexp.data()};
+  const dk::ExpertUpK shared_up{S.h.data(), L.shared, nullptr, nullptr, 1, d, ms.shared_inter, ms.swiglu_limit,
+                                S.hshared.data()};
+  const dk::ExpertDownK down{L.experts, S.experts.data(), int(k), d, ms.inter, S.hexp.data(), L.shared,
+                             ms.shared_inter, S.hshared.data(), S.a.data()};
+  const dk::MhcExpandK expand{S.a.data(), S.x2.data(), S.post_b.data(), S.comb_b.data(), int(hc), d, S.x.data()};
+  collapse_norm(collapse, R, L.ffn_norm);
+  ex_.run_chain(router);
+  if (fused_) {
+    Launches<dk::ExpertUpK> ups;
+    ups.add(R * k * ms.inter, up);
+    if (L.shared) ups.add(R * ms.shared_inter, shared_up);
+    ups.flush(ex_);
+  } else {
+    ex_.for_each(R * k * ms.inter, up);
+    if (L.shared) ex_.for_each(R * ms.shared_inter, shared_up);
   }
-  ex_.for_each(R * d, dk::ExpertDownK{L.experts, S.experts.data(), int(k), d, ms.inter, S.hexp.data(), L.shared,
-                                      ms.shared_inter, S.hshared.data(), S.a.data()});
-  ex_.for_each(R * hc * d, dk::MhcExpandK{S.a.data(), S.x2.data(), S.post_b.data(), S.comb_b.data(), int(hc), d,
-                                          S.x.data()});
+  // The down + expand chain only for a few rows (batches of up to 3 drafts): on the H200 (session
+  // 14's profile) it took 19 µs a stage at batch 1 (R = 5) but 59 µs at batch 8 (R = 40), where
+  // the down launch alone had taken about 25 µs (session 13's profile) and the expand a few.
+  constexpr int64_t kDownExpandRows = 16;
+  if (fused_ && R <= kDownExpandRows) {
+    ex_.run_chain(dk::DownExpandChain{down, expand, R});
+  } else {
+    ex_.for_each(R * d, down);
+    ex_.for_each(R * hc * d, expand);
+  }
   std::swap(S.p, S.pre_b);  // the next site's pre (the buffers have the same size)
 }
 
@@ -348,7 +416,9 @@ Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> reques
   S.key_slots = S.longest + B;
   reserve_draft_buffers();
   S.tail = !pick && draft_tail_on_device_;
-  if (graph) ex_.graph_begin();
+  // Program 1: the drafts' own executable graphs, so a draft and the decode step after it each
+  // update theirs instead of instantiating the other's anew (StreamGraphs::restart).
+  if (graph) ex_.graph_begin(1);
   draft_kernels();
   if (S.tail) draft_tail_kernels();
   if (graph) ex_.graph_end();

@@ -171,7 +171,8 @@ struct DraftPickK {  // id over n: ids[i·B + j] = argmax of row(i) (NaN skipped
   }
 };
 
-// Slot j of every request: bias, then pick (a fast executor fuses them, one block per request).
+// Slot j of every request: bias, then pick (a fast executor runs the pick as one block per
+// request instead of one thread).
 struct DraftSlotChain {
   DraftMarkovK bias;
   DraftPickK pick;

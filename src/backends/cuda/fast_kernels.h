@@ -62,8 +62,8 @@ bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s = 0);
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s = 0);  // one block per row
 bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one block per token
 // The DSpark drafter's block attention, one block per (block row, head) (logits, softmax, values;
-// the simple sums in another fixed order), and a greedy draft slot's Markov bias + argmax, one
-// block per request (the same bits as the simple bodies).
+// the simple sums in another fixed order), and a greedy draft slot: the Markov bias over many
+// blocks, then the argmax one block per request (two launches; the same bits as the simple bodies).
 bool launch_chain(const dk::DraftAttnChain& c, cudaStream_t s = 0);
 bool launch_chain(const dk::DraftSlotChain& c, cudaStream_t s = 0);
 // A block per (token, 4 columns): the experts' sums by warps in parallel, added in order, and the

@@ -783,11 +783,11 @@ TEST(FastKernelsCuda, DraftAttentionMatchesSimple) {
   }
 }
 
-// A greedy draft slot on the device (dk::DraftSlotChain: Markov bias + argmax, one block per
-// request) against its simple bodies, slot after slot (each slot's bias follows the previous
-// pick): the biased logits and the picks bit for bit; requests wanting fewer slots, ties (a
-// repeated maximum must pick the lower id), NaN entries (skipped) and an all-NaN row (−1, and no
-// bias after it).
+// A greedy draft slot on the device (dk::DraftSlotChain: the Markov bias over many blocks, the
+// argmax one block per request) against its simple bodies, slot after slot (each slot's bias
+// follows the previous pick): the biased logits and the picks bit for bit; requests wanting fewer
+// slots, ties (a repeated maximum must pick the lower id), NaN entries (skipped) and an all-NaN
+// row (−1, and no bias after it).
 TEST(FastKernelsCuda, DraftSlotMatchesSimple) {
   DSV41_REQUIRE_CUDA_DEVICE();
   CudaExec ex;

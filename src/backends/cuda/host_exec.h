@@ -86,7 +86,7 @@ class HostExec {
     graph_chunk_ = chunk > 0 ? chunk : 0;
   }
   bool graphs() const { return graphs_on_; }
-  void graph_begin() {
+  void graph_begin(int /*program*/ = 0) {  // (CudaExec's executable graphs per program: none here)
     flush_graph();
     graph_armed_ = graphs_on_;
   }

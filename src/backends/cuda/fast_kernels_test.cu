@@ -451,7 +451,7 @@ TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
   // (hc 4: the 512-thread kernel, flat 96 … 4096, or with the partials scratch and few tokens the
   // mix split over blocks — S = min(64, flat / 64, 128 / tokens) slices: flat 128 (2 slices, the
   // least split), flat 64 (1: not split), flat 4,096 = mini-flash's at 1 token (64 slices of 64), 3
-  // tokens (42 of 98, the last 78) and 8 tokens (16), flat 4,100 (64 slices, the last of 4),
+  // tokens (42 of 98, the last 78) and 8 tokens (16), flat 4,100 (64 slices, the last of 5),
   // 8,192 × 2 (64 of 128), 16,384 × 1 and × 8, 4,000 × 2 (62 of 65, the last 35); other hc: the
   // general one.)
   double* partials = dev.template zeros<double>(8 * dk::MhcCoeffChain::kMhcPartials);
@@ -479,8 +479,9 @@ TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
 // expand launch followed by the coefficient chain: the same bits for the expanded streams, pre,
 // post, comb and the rsqrt. mini-flash's flat 4,096 at 1 and 8 tokens (64 and 16 slices), flat 4,000
 // (a shorter last slice), 9 tokens and hc 8 (the fused kernel declines: the two launches), 2 tokens
-// of flat 1,024, flat 4,100 (64 slices, the last of 4; the batched expand's last 4 values a thread
-// in its one-at-a-time tail), flat 128 (2 slices, only the tail), flat 64 (1 slice: declined).
+// of flat 1,024, flat 4,100 (64 slices, the last of 5; the token's last 4 values formed one at a
+// time by threads 0 … 3 after the batched groups of 8; at 4,000 threads ≥ 160 take that tail one
+// group early), flat 128 (2 slices, only the one-at-a-time tail), flat 64 (1 slice: declined).
 TEST(FastKernelsCuda, ExpandCoefficientsEqualSeparate) {
   DSV41_REQUIRE_CUDA_DEVICE();
   CudaExec ex;

@@ -925,6 +925,9 @@ static __global__ void __launch_bounds__(32) mhc4_gather_kernel(const dk::MhcCoe
   __shared__ float m[kMhcMix];
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x;
+  // The token's S × 24 partials asked for at once (at 64 slices the batches below would otherwise
+  // wait a round trip each).
+  prefetch_l1(c.partials + t * S * kMhcMix, int64_t(S) * kMhcMix * int64_t(sizeof(double)));
   if (lane < kMhcMix) {
     const double* p = c.partials + t * S * kMhcMix + lane;
     double w = 0;

@@ -42,6 +42,34 @@ static __device__ inline float block_max(float v, float* sh) {
 }
 
 static unsigned blocks_for(int64_t n, int64_t per_block) { return unsigned((n + per_block - 1) / per_block); }
+
+// The latency-bound chains at few tokens (docs/CUDA.md "Chains at batch 1"): true runs them with
+// the loads of a block issued up front (L1 prefetches, loads batched before the stores and sums
+// that wait on them) and the mHC mix split into slices of ≥ 64 elements; false runs them as before
+// (slices of ≥ 512, one load round trip per loop step). Prefetches and batched loads leave every
+// sum's order as it was (the same bits); the smaller slices change the mix's sum order (within
+// MhcCoefficientsMatchSimple's bound; the fused and separate chains still split alike).
+constexpr bool kBatchedChains = true;
+constexpr int kChainBatch = 8;  // loads a thread has in flight in the batched loops
+
+// Asks for the 128-byte lines of [p, p + bytes) in this SM's L1 (and L2), the block's threads
+// taking every blockDim.x-th line: a hint with no result to wait for, so the loads that follow
+// find the lines on chip instead of each paying a memory round trip in turn.
+static __device__ inline void prefetch_l1(const void* p, int64_t bytes) {
+  if (!kBatchedChains || !p || bytes <= 0) return;
+  // Every line holds a byte of [p, p + bytes), so none lies outside the allocation's pages.
+  const size_t g = __cvta_generic_to_global(p), begin = g & ~size_t(127), end = g + size_t(bytes);
+  for (size_t a = begin + size_t(threadIdx.x) * 128; a < end; a += size_t(blockDim.x) * 128)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
+}
+
+// The stored bytes of `rows` rows of `in` columns of w (the codes of a stored weight; its scales
+// are few and stay unfetched); nothing where they are more than `most` bytes.
+static __device__ inline void prefetch_weight_rows(const dk::DevWeight& w, int64_t rows, int64_t in, int64_t most) {
+  const void* p = w.codes ? static_cast<const void*>(w.codes) : w.bf16 ? static_cast<const void*>(w.bf16) : w.f32;
+  const int64_t bytes = w.codes ? (w.fp4 ? rows * in / 2 : rows * in) : rows * in * (w.bf16 ? 2 : 4);
+  if (bytes <= most) prefetch_l1(p, bytes);
+}
 static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // ---- Weight loads -----------------------------------------------------------------------------
@@ -232,6 +260,11 @@ bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b, cudaStream_t s) {
 static __global__ void __launch_bounds__(256) collapse_norm_kernel(const dk::CollapseNormChain c) {
   const dk::MhcCollapseK& k = c.collapse;
   const int64_t i = blockIdx.x;
+  if (kBatchedChains) {  // the row's hc streams and the norm weight, asked for at once
+    const int64_t t = k.rows ? k.rows[i] : i;
+    prefetch_l1(k.x + t * k.hc * k.d, k.hc * k.d * int64_t(sizeof(float)));
+    prefetch_l1(c.norm.weight, c.norm.weight ? k.d * int64_t(sizeof(float)) : 0);
+  }
   // Each thread collapses (MhcCollapseK's own sum) the elements it then normalises: rmsnorm_row
   // walks a row with the same stride, so no barrier is needed between the two.
   for (int64_t e = threadIdx.x; e < k.d; e += blockDim.x) k(i * k.d + e);
@@ -428,6 +461,8 @@ bool launch_chain(const dk::DownExpandChain& c, cudaStream_t s) {
 // in shared memory — its loops re-read scores and choices many times, which from global memory
 // made the simple launch cost ≈ 25 µs — and the block writes scores, experts and weights back.
 constexpr int kRouterThreads = kWarpsPerBlock * 32;  // also the most experts it takes
+constexpr int kRouterWarpQ = kRouterThreads / 32;     // experts a lane holds in the warp selection
+constexpr int64_t kRouterPrefetch = 128 << 10;
 
 // RouteK's selection order: a candidate comes before another when it is not NaN and the other is,
 // or has the larger value, or (equal values, or both NaN) the lower index; -1 is no candidate. The
@@ -441,24 +476,39 @@ static __device__ bool route_before(int ai, float av, int bi, float bv) {
   return ai < bi;
 }
 
-// RouteK's body for E ≤ 32 experts (sqrt-softplus or sigmoid scoring) by one warp: lane i scores
-// expert i with RouteK's float operations, each of the k picks is a warp reduction in RouteK's
-// selection order, then lane 0 forms the weights as RouteK does. Same results as the one-thread
-// body, which took ≈ 25 µs of dependent steps on mini-flash (16 experts, top 6).
+// RouteK's body for E ≤ 32 · Q experts (sqrt-softplus or sigmoid scoring) by one warp: lane i
+// scores experts i, i + 32, … with RouteK's float operations, each of the k picks is the lane's
+// first open candidate in RouteK's selection order, then a warp reduction in that order (a total
+// order, so any grouping finds the one the serial scan keeps), then lane 0 forms the weights as
+// RouteK does. Same results as the one-thread body, which took ≈ 25 µs of dependent steps on
+// mini-flash (16 experts, top 6) and takes its E · k steps for the 256 experts of V4.1-Flash.
+template <int Q>
 static __device__ void route_warp(const dk::RouteK& r, int64_t t, float* s, int32_t* ex, float* wt, int lane) {
   const float* bias = (r.is_image && r.is_image[t] && r.bias_vl) ? r.bias_vl : r.bias;
-  bool open = lane < r.E;
-  float key = 0;
-  if (open) {
-    const float x = s[lane];
+  unsigned open = 0;  // bit q: expert lane + 32 q not yet taken
+  float key[Q];
+#pragma unroll
+  for (int q = 0; q < Q; ++q) {
+    const int e = lane + 32 * q;
+    key[q] = 0;
+    if (e >= r.E) continue;
+    const float x = s[e];
     const float v = r.scoring == dk::Scoring::kSqrtSoftplus ? sqrtf(x > 20.0f ? x : log1pf(expf(x)))
                                                             : 1.0f / (1.0f + expf(-x));
-    s[lane] = v;
-    key = v + (bias ? bias[lane] : 0.0f);
+    s[e] = v;
+    key[q] = v + (bias ? bias[e] : 0.0f);
+    open |= 1u << q;
   }
   for (int j = 0; j < r.k; ++j) {
-    int bi = open ? lane : -1;
-    float bv = key;
+    int bi = -1;
+    float bv = 0;
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      if ((open >> q & 1u) && route_before(lane + 32 * q, key[q], bi, bv)) {
+        bi = lane + 32 * q;
+        bv = key[q];
+      }
+    }
     for (int off = 16; off > 0; off >>= 1) {
       const int oi = __shfl_xor_sync(kFull, bi, off);
       const float ov = __shfl_xor_sync(kFull, bv, off);
@@ -467,7 +517,7 @@ static __device__ void route_warp(const dk::RouteK& r, int64_t t, float* s, int3
         bv = ov;
       }
     }
-    if (lane == bi) open = false;
+    if (bi >= 0 && (bi & 31) == lane) open &= ~(1u << (bi >> 5));
     if (lane == 0) ex[j] = bi;
   }
   __syncwarp();
@@ -488,6 +538,12 @@ static __global__ void __launch_bounds__(kRouterThreads) router_kernel(const dk:
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, E = c.route.E, k = c.route.k;
   const dk::GemmK& g = c.gate;
+  // The E gate rows (up to kRouterPrefetch bytes: more would push each other out of L1) and the
+  // token's input, asked for at once.
+  if (kBatchedChains) {
+    prefetch_weight_rows(g.w, E, g.in, kRouterPrefetch);
+    prefetch_l1(g.x + t * g.x_stride, g.in * int64_t(sizeof(float)));
+  }
   for (int o = warp; o < E; o += kWarpsPerBlock) {
     const double sum = warp_sum(lane_dot(g.w, o, g.in, g.x + t * g.x_stride, lane));
     if (lane == 0) s[o] = float(sum);
@@ -497,8 +553,11 @@ static __global__ void __launch_bounds__(kRouterThreads) router_kernel(const dk:
   scale.x = s;
   if (int(threadIdx.x) < E) scale(threadIdx.x);
   __syncthreads();
+  // (The warp selection for up to 256 experts; before, up to 32 and one thread above that.)
   if (c.route.scoring != dk::Scoring::kSoftmax && E <= 32) {
-    if (warp == 0) route_warp(c.route, t, s, ex, wt, lane);
+    if (warp == 0) route_warp<1>(c.route, t, s, ex, wt, lane);
+  } else if (kBatchedChains && c.route.scoring != dk::Scoring::kSoftmax && E <= 32 * kRouterWarpQ) {
+    if (warp == 0) route_warp<kRouterWarpQ>(c.route, t, s, ex, wt, lane);
   } else if (threadIdx.x == 0) {
     dk::RouteK r = c.route;
     r.s = s;
@@ -688,9 +747,19 @@ static __device__ void mhc4_finish(const dk::MhcFinishK& k, int64_t t, const flo
 // r_t of a token (MhcRsqrtK's value) from its streams f, formed by the whole block in a fixed
 // order: every block that forms it gets the same bits.
 static __device__ float mhc_rsqrt_of(const dk::MhcCoeffChain& c, const float* f, double* sh) {
-  const int64_t flat = c.rsqrt.flat;
+  const int64_t flat = c.rsqrt.flat, step = blockDim.x;
   double ss = 0;
-  for (int64_t i = threadIdx.x; i < flat; i += blockDim.x) ss += double(f[i]) * f[i];
+  int64_t i = threadIdx.x;
+  if (kBatchedChains) {  // kChainBatch loads in flight, then their squares added in the same order
+    for (; i + (kChainBatch - 1) * step < flat; i += kChainBatch * step) {
+      float v[kChainBatch];
+#pragma unroll
+      for (int u = 0; u < kChainBatch; ++u) v[u] = f[i + u * step];
+#pragma unroll
+      for (int u = 0; u < kChainBatch; ++u) ss += double(v[u]) * v[u];
+    }
+  }
+  for (; i < flat; i += step) ss += double(f[i]) * f[i];
   ss = block_sum(ss, sh);
   return float(1.0 / sqrt(double(float(ss / double(flat))) + double(c.rsqrt.eps)));
 }
@@ -741,9 +810,30 @@ constexpr int kMhcSliceThreads = 256, kMhcMaxSlices = 64;
 static_assert(kMhcMaxSlices * kMhcMix == dk::MhcCoeffChain::kMhcPartials);
 
 static int64_t mhc_slices(const dk::MhcCoeffChain& c) {
-  // About 128 blocks in all (the H200 has 132 SMs), at least 512 elements a slice (2 a thread).
-  const int64_t by_work = c.rsqrt.flat / 512, by_grid = 128 / std::max<int64_t>(c.n, 1);
+  // About 128 blocks in all (the H200 has 132 SMs), at least kMhcMinSlice elements a slice: 64 (a
+  // quarter of the block's threads; every block forms r_t over the whole token anyway, so smaller
+  // slices only shorten the part that streams weights), or 512 as before (2 a thread; at
+  // mini-flash's flat 4,096 that was 8 blocks at batch 1).
+  constexpr int64_t kMhcMinSlice = kBatchedChains ? 64 : 512;
+  const int64_t by_work = c.rsqrt.flat / kMhcMinSlice, by_grid = 128 / std::max<int64_t>(c.n, 1);
   return std::min<int64_t>(kMhcMaxSlices, std::min(by_work, by_grid));
+}
+
+// Slice s of S of a token's flat streams: [lo, hi).
+struct MhcSlice {
+  int64_t lo, hi;
+};
+static __device__ inline MhcSlice mhc_slice_range(int64_t flat, int64_t s, int64_t S) {
+  const int64_t len = (flat + S - 1) / S, lo = s * len;
+  return {lo, lo + len < flat ? lo + len : flat};
+}
+
+// Asks for slice [lo, hi) of the 24 mix weight rows before the block forms r_t, so that the mix
+// finds them on chip (they come from memory once a step; r_t takes a few barriers first).
+static __device__ inline void prefetch_mix_slice(const dk::MhcCoeffChain& c, MhcSlice sl) {
+  if (!kBatchedChains || sl.hi <= sl.lo) return;
+  for (int o = 0; o < kMhcMix; ++o)
+    prefetch_l1(c.mix.fn + o * c.rsqrt.flat + sl.lo, (sl.hi - sl.lo) * int64_t(sizeof(float)));
 }
 
 // Block (s, t)'s part of the split mix: r_t from the token's streams f (the whole block, the same
@@ -755,7 +845,8 @@ static __device__ void mhc4_slice(const dk::MhcCoeffChain& c, const float* f, in
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const float rt = mhc_rsqrt_of(c, f, sh);
   if (tid == 0 && s == 0) c.rsqrt.r[t] = rt;
-  const int64_t len = (flat + S - 1) / S, lo = s * len, hi = lo + len < flat ? lo + len : flat;
+  const MhcSlice sl = mhc_slice_range(flat, s, S);
+  const int64_t lo = sl.lo, hi = sl.hi;
   double acc[kMhcMix];
 #pragma unroll
   for (int o = 0; o < kMhcMix; ++o) acc[o] = 0;
@@ -779,7 +870,13 @@ static __device__ void mhc4_slice(const dk::MhcCoeffChain& c, const float* f, in
 }
 
 static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_slice_kernel(const dk::MhcCoeffChain c) {
-  mhc4_slice(c, c.rsqrt.x + int64_t(blockIdx.y) * c.rsqrt.flat, blockIdx.x, gridDim.x, blockIdx.y);
+  const int64_t flat = c.rsqrt.flat;
+  const float* f = c.rsqrt.x + int64_t(blockIdx.y) * flat;
+  if (kBatchedChains) {
+    prefetch_l1(f, flat * int64_t(sizeof(float)));
+    prefetch_mix_slice(c, mhc_slice_range(flat, blockIdx.x, gridDim.x));
+  }
+  mhc4_slice(c, f, blockIdx.x, gridDim.x, blockIdx.y);
 }
 
 // The same with the mHC expand in front (dk::ExpandCoeffChain): block (s, t) forms token t's
@@ -790,8 +887,32 @@ static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_expand_slice_ker
   extern __shared__ float streams[];  // [flat]
   const dk::MhcCoeffChain& c = e.coeff;
   const int64_t s = blockIdx.x, S = gridDim.x, t = blockIdx.y, flat = c.rsqrt.flat;
-  const int64_t len = (flat + S - 1) / S, lo = s * len, hi = lo + len < flat ? lo + len : flat;
-  for (int64_t i = threadIdx.x; i < flat; i += kMhcSliceThreads) {
+  const MhcSlice sl = mhc_slice_range(flat, s, S);
+  const int64_t lo = sl.lo, hi = sl.hi;
+  int64_t i = threadIdx.x;
+  if (kBatchedChains) {
+    // The token's streams x [hc, d] and a [d] (read by every thread, several times each), and this
+    // slice's weights, asked for at once; then kChainBatch expanded values a thread formed before
+    // any is stored (a store may alias the next value's inputs for all the compiler knows, so
+    // forming and storing one at a time waited a round trip per value). Values and stores as
+    // below, so the same bits.
+    const dk::MhcExpandK& ek = e.expand;
+    prefetch_l1(ek.x + t * flat, flat * int64_t(sizeof(float)));
+    prefetch_l1(ek.a + t * ek.d, ek.d * int64_t(sizeof(float)));
+    prefetch_mix_slice(c, sl);
+    for (; i + (kChainBatch - 1) * kMhcSliceThreads < flat; i += kChainBatch * kMhcSliceThreads) {
+      float v[kChainBatch];
+#pragma unroll
+      for (int u = 0; u < kChainBatch; ++u) v[u] = ek.value(t * flat + i + u * kMhcSliceThreads);
+#pragma unroll
+      for (int u = 0; u < kChainBatch; ++u) {
+        const int64_t j = i + u * kMhcSliceThreads;
+        streams[j] = v[u];
+        if (j >= lo && j < hi) ek.out[t * flat + j] = v[u];
+      }
+    }
+  }
+  for (; i < flat; i += kMhcSliceThreads) {
     const float v = e.expand.value(t * flat + i);
     streams[i] = v;
     if (i >= lo && i < hi) e.expand.out[t * flat + i] = v;
@@ -804,9 +925,23 @@ static __global__ void __launch_bounds__(32) mhc4_gather_kernel(const dk::MhcCoe
   __shared__ float m[kMhcMix];
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x;
+  // The token's S × 24 partials asked for at once (at 64 slices the batches below would otherwise
+  // wait a round trip each).
+  prefetch_l1(c.partials + t * S * kMhcMix, int64_t(S) * kMhcMix * int64_t(sizeof(double)));
   if (lane < kMhcMix) {
+    const double* p = c.partials + t * S * kMhcMix + lane;
     double w = 0;
-    for (int s = 0; s < S; ++s) w += c.partials[(t * S + s) * kMhcMix + lane];
+    int s = 0;
+    if (kBatchedChains) {  // kChainBatch slices' loads in flight, added in slice order
+      for (; s + kChainBatch <= S; s += kChainBatch) {
+        double v[kChainBatch];
+#pragma unroll
+        for (int u = 0; u < kChainBatch; ++u) v[u] = p[(s + u) * kMhcMix];
+#pragma unroll
+        for (int u = 0; u < kChainBatch; ++u) w += v[u];
+      }
+    }
+    for (; s < S; ++s) w += p[s * kMhcMix];
     m[lane] = float(w);
   }
   __syncwarp();

@@ -364,15 +364,24 @@ TEST(FastKernelsCuda, RouterMatchesSimple) {
     int64_t T, d;
     bool image;
     bool ties = false;  // gate and bias zero: every expert scores the same (the lowest indices win)
+    bool bf16 = false;  // the gate stored as bf16 (else float)
   };
-  // (E ≤ 32 with sqrt-softplus or sigmoid: the warp selection; softmax and E 33: one thread.)
+  // (E ≤ 32 with sqrt-softplus or sigmoid: the warp selection, one expert a lane; E 33 … 256: the
+  // warp selection with up to 8 experts a lane — 33 puts a second one on lane 0 alone, 256 is
+  // V4.1-Flash's; softmax: one thread. The gate float or bf16, both prefetched.)
   for (const Case& c : {Case{16, 6, dk::Scoring::kSqrtSoftplus, 1, 1024, false}, Case{16, 6, dk::Scoring::kSqrtSoftplus, 9, 1024, true},
                         Case{8, 2, dk::Scoring::kSoftmax, 5, 256, false}, Case{8, 1, dk::Scoring::kSigmoid, 3, 100, false},
                         Case{32, 8, dk::Scoring::kSqrtSoftplus, 4, 64, false}, Case{33, 8, dk::Scoring::kSigmoid, 2, 64, true},
                         Case{16, 6, dk::Scoring::kSqrtSoftplus, 2, 64, false, true},
-                        Case{20, 5, dk::Scoring::kSigmoid, 3, 64, true, true}}) {
+                        Case{20, 5, dk::Scoring::kSigmoid, 3, 64, true, true},
+                        Case{256, 8, dk::Scoring::kSqrtSoftplus, 2, 128, false},
+                        Case{64, 8, dk::Scoring::kSqrtSoftplus, 3, 64, true, true},
+                        Case{100, 7, dk::Scoring::kSigmoid, 1, 96, true},
+                        Case{16, 6, dk::Scoring::kSqrtSoftplus, 1, 1024, false, false, true}}) {
     const float* h = dev.up(kc::randn(rng, c.T * c.d));
-    const float* gate = dev.up(c.ties ? std::vector<float>(size_t(c.E * c.d), 0.0f) : kc::randn(rng, c.E * c.d, 0.05f));
+    const std::vector<float> gate_f =
+        c.ties ? std::vector<float>(size_t(c.E * c.d), 0.0f) : kc::randn(rng, c.E * c.d, 0.05f);
+    const dk::DevWeight gate = c.bf16 ? dk::DevWeight{nullptr, dev.up(to_bf16(gate_f))} : dk::DevWeight{dev.up(gate_f), nullptr};
     const float* bias = dev.up(c.ties ? std::vector<float>(size_t(c.E), 0.0f) : kc::randn(rng, c.E, 0.1f));
     const float* bias_vl = dev.up(c.ties ? std::vector<float>(size_t(c.E), 0.0f) : kc::randn(rng, c.E, 0.1f));
     std::vector<uint8_t> img(c.T);
@@ -381,11 +390,12 @@ TEST(FastKernelsCuda, RouterMatchesSimple) {
     float* out = dev.template zeros<float>(c.T * (c.E + c.k));  // scores, then weights
     int32_t* experts = dev.template zeros<int32_t>(c.T * c.k);
     const dk::RouterChain chain{
-        dk::GemmK{h, c.d, {gate, nullptr}, c.d, c.E, out, c.E}, dk::ScaleK{out, 1.3f, true},
+        dk::GemmK{h, c.d, gate, c.d, c.E, out, c.E}, dk::ScaleK{out, 1.3f, true},
         dk::RouteK{out, bias, c.E, c.k, c.scoring, true, 1.5f, experts, out + c.T * c.E, c.image ? bias_vl : nullptr,
                    c.image ? is_image : nullptr},
         c.T};
-    const std::string what = "router " + shape({c.E, c.k, int64_t(c.scoring), c.T, c.d}) + (c.image ? " image" : "");
+    const std::string what = "router " + shape({c.E, c.k, int64_t(c.scoring), c.T, c.d}) + (c.image ? " image" : "") +
+                             (c.bf16 ? " bf16" : "");
     ex.set_fast_kernels(false);
     ex.run_chain(chain);
     const std::vector<int32_t> want = dev.down(experts, c.T * c.k);
@@ -439,12 +449,16 @@ TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(43);
   // (hc 4: the 512-thread kernel, flat 96 … 4096, or with the partials scratch and few tokens the
-  // mix split over blocks: flat 1,024 … 16,384 = mini-flash's at 1 and 8 tokens, 2 … 32 slices, a
-  // last slice shorter; other hc: the general one.)
+  // mix split over blocks — S = min(64, flat / 64, 128 / tokens) slices: flat 128 (2 slices, the
+  // least split), flat 64 (1: not split), flat 4,096 = mini-flash's at 1 token (64 slices of 64), 3
+  // tokens (42 of 98, the last 78) and 8 tokens (16), flat 4,100 (64 slices, the last of 5),
+  // 8,192 × 2 (64 of 128), 16,384 × 1 and × 8, 4,000 × 2 (62 of 65, the last 35); other hc: the
+  // general one.)
   double* partials = dev.template zeros<double>(8 * dk::MhcCoeffChain::kMhcPartials);
   for (auto [hc, dim, T] : {std::tuple<int, int64_t, int64_t>{4, 256, 1}, {4, 24, 9}, {1, 7, 3}, {8, 33, 2}, {4, 256, 70},
                             {4, 1024, 3}, {4, 33, 2}, {2, 64, 3}, {4, 4096, 1}, {4, 4096, 8}, {4, 1000, 2},
-                            {4, 4096, 9}}) {
+                            {4, 4096, 9}, {4, 32, 1}, {4, 16, 1}, {4, 1024, 1}, {4, 1024, 8}, {4, 1025, 1},
+                            {4, 2048, 2}}) {
     const int64_t flat = hc * dim, mix = (2 + hc) * hc;
     const auto x = kc::randn(rng, T * flat), fn = kc::randn(rng, mix * flat, 0.1f), base = kc::randn(rng, mix);
     const std::vector<float> scale = {0.7f, 1.3f, 0.9f};
@@ -463,8 +477,11 @@ TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
 
 // The mHC expand in front of the split coefficient kernel (dk::ExpandCoeffChain) against the
 // expand launch followed by the coefficient chain: the same bits for the expanded streams, pre,
-// post, comb and the rsqrt. mini-flash's flat 4,096 at 1 and 8 tokens, flat 4,000 (a shorter last
-// slice), 9 tokens and hc 8 (the fused kernel declines: the two launches), 2 tokens of flat 1,024.
+// post, comb and the rsqrt. mini-flash's flat 4,096 at 1 and 8 tokens (64 and 16 slices), flat 4,000
+// (a shorter last slice), 9 tokens and hc 8 (the fused kernel declines: the two launches), 2 tokens
+// of flat 1,024, flat 4,100 (64 slices, the last of 5; the token's last 4 values formed one at a
+// time by threads 0 … 3 after the batched groups of 8; at 4,000 threads ≥ 160 take that tail one
+// group early), flat 128 (2 slices, only the one-at-a-time tail), flat 64 (1 slice: declined).
 TEST(FastKernelsCuda, ExpandCoefficientsEqualSeparate) {
   DSV41_REQUIRE_CUDA_DEVICE();
   CudaExec ex;
@@ -472,7 +489,8 @@ TEST(FastKernelsCuda, ExpandCoefficientsEqualSeparate) {
   std::mt19937 rng(46);
   double* partials = dev.template zeros<double>(8 * dk::MhcCoeffChain::kMhcPartials);
   for (auto [hc, dim, T, fused] : {std::tuple<int, int64_t, int64_t, bool>{4, 1024, 1, true}, {4, 1024, 8, true},
-                                   {4, 1000, 3, true}, {4, 256, 2, true}, {4, 1024, 9, false}, {8, 64, 2, false}}) {
+                                   {4, 1000, 3, true}, {4, 256, 2, true}, {4, 1024, 9, false}, {8, 64, 2, false},
+                                   {4, 1025, 1, true}, {4, 32, 1, true}, {4, 16, 1, false}}) {
     const int64_t flat = hc * dim, mix = (2 + hc) * hc;
     const float* a = dev.up(kc::randn(rng, T * dim));
     const float* x = dev.up(kc::randn(rng, T * flat));

@@ -85,10 +85,11 @@ bool AutoDraftSwitch::want_draft(bool prefilling, int64_t seqs) {
   if (b.phase == Phase::kDrafting) return true;
   if (b.phase != Phase::kMeasure || prefilling) return false;
   // The side with fewer samples goes next (drafting on a tie); with settle, kRunSteps times in a
-  // row, all but the first counted.
-  const int64_t left = in_run ? carried : (settle_ ? kRunSteps : 1);
+  // row, all but the first kSettleSteps counted.
+  const int64_t run = settle_ ? kRunSteps : 1;
+  const int64_t left = in_run ? carried : run;
   const bool side = in_run ? run_side_ : b.samples[1] <= b.samples[0];
-  measuring_ = !settle_ || in_run;
+  measuring_ = run - left >= (settle_ ? kSettleSteps : 0);
   in_measurement_ = true;
   run_side_ = side;
   run_bucket_ = current_;

@@ -22,7 +22,7 @@
 // normally sees; a bucket only drafts once the rings have been fed that long without a break.
 // Steps that carry prefill chunks neither draft nor count while a bucket measures.
 // With `settle` on, a measurement runs each side kRunSteps steps in a row and counts all but the
-// first: the first step after a change of side pays for the change (on the device backend, graphs
+// first kSettleSteps: the first steps after a change of side pay for the change (on the device backend, graphs
 // re-recorded for another sequence of launches, window copies rebuilt after the drafting step's
 // rollback: on an H200 with dsv41-mini, plain samples taken between drafting steps ran ≈ 1.1 ms
 // slower than plain steps in a row), which plain decoding or steady drafting never pay; strict
@@ -30,7 +30,9 @@
 // a near tie (fixed K = 2: 1.05× off) measured as a 1.4× win. (Pairs of steps, the second counted,
 // were tried first, session 13: on the H200 at batch 1 they read drafting as a loss, 0.563 against
 // 0.586 tok/ms after 4 samples a side, where steady drafting ran 1.29× plain decoding: runs of
-// kRunSteps give more samples per switch.)
+// kRunSteps give more samples per switch. On the H200 at batch 8 the second plain step after a
+// drafting one still ran ≈ 0.5 ms slower than the third, 3.09 against 2.60 ms, and a near tie
+// read as a 1.19× win: two steps settle.)
 // Drafting's tokens per step vary far more than its step times (1 to K + 1 tokens: a few samples
 // of a 1.3× win read as a loss about one time in eight), so a drafting sample's yield is taken as
 // the mean tokens of every decode-only drafting step of the measurement, counted or not (a switch
@@ -60,7 +62,8 @@ class AutoDraftSwitch {
   static constexpr int64_t kMaxSamples = 32;
   static double margin(int64_t samples_per_side);
   static constexpr int64_t kEmptyLoss = 2;
-  static constexpr int64_t kRunSteps = 4;       // with settle: steps a side in a row, the first not counted
+  static constexpr int64_t kRunSteps = 6;       // with settle: steps a side in a row,
+  static constexpr int64_t kSettleSteps = 2;    // the first kSettleSteps of them not counted
   // The loss that ends a measurement after n samples a side: a clear one (½ as fast) after one,
   // then less clear ones as the evidence grows, down to "not ahead at all" after four.
   static double loss_bound(int64_t samples_per_side);

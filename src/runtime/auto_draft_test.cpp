@@ -214,19 +214,21 @@ TEST(AutoDraft, PrefillStepsNeitherDraftNorCountWhileMeasuring) {
   EXPECT_TRUE(a.want_draft(false, 1)) << "the first decode-only step measures drafting";
 }
 
-// With settle, each side runs kRunSteps steps in a row and the first of each run does not count:
-// a cost paid on the first step after a change of side (here 1 ms after a drafting step, 0.2 ms
-// after a plain one) no longer decides the verdict. Drafting ties with plain decoding on steady
+// With settle, each side runs kRunSteps steps in a row and the first kSettleSteps of each run do
+// not count: a cost paid on the first two steps after a change of side (here 1 ms each after
+// drafting steps, 0.2 ms after plain ones) no longer decides the verdict. Drafting ties with plain decoding on steady
 // steps: plain wins (no 15 % lead), where strict alternation, charged the switches, measures
 // drafting 1.6× ahead.
-TEST(AutoDraft, SettleCountsAllButTheFirstStepOfEachRun) {
+TEST(AutoDraft, SettleCountsAllButTheFirstStepsOfEachRun) {
   const auto measure = [](bool settle, std::vector<bool>* sides) {
     AutoDraftSwitch a(kRefill, 0, settle);
     bool last = false;
-    for (int i = 0; i < 128 && a.phase(1) == Phase::kMeasure; ++i) {
+    int64_t since_switch = 0;
+    for (int i = 0; i < 256 && a.phase(1) == Phase::kMeasure; ++i) {
       const bool d = a.want_draft(false, 1);
       if (sides) sides->push_back(d);
-      const double switch_ms = i == 0 || d == last ? 0.0 : (d ? 0.2 : 1.0);
+      since_switch = i > 0 && d != last ? 0 : since_switch + 1;
+      const double switch_ms = i == 0 || since_switch > 1 ? 0.0 : (d ? 0.2 : 1.0);
       a.record(d, true, (d ? 1.05 : 1.0) + switch_ms, 1);
       last = d;
     }
@@ -243,8 +245,8 @@ TEST(AutoDraft, SettleCountsAllButTheFirstStepOfEachRun) {
 }
 
 // A drafting sample's tokens are the mean of every drafting step of the measurement, the uncounted
-// first step of each run included: here it emits 4 tokens and the counted ones 2, in 2 ms each
-// (2.5 tokens a step: 1.25 tokens per ms against plain's 1, a win), where the counted steps alone
+// first steps of each run included: here they emit 4 tokens and the counted ones 2, in 2 ms each
+// (8 + 8 of 6 steps: 1.33 tokens per ms against plain's 1, a win), where the counted steps alone
 // (1 per ms) read as no lead.
 TEST(AutoDraft, DraftingYieldCountsEveryDraftingStep) {
   AutoDraftSwitch a(kRefill, 0, /*settle=*/true);
@@ -253,17 +255,18 @@ TEST(AutoDraft, DraftingYieldCountsEveryDraftingStep) {
   for (int i = 0; i < 128 && a.phase(1) == Phase::kMeasure; ++i) {
     const bool d = a.want_draft(false, 1);
     in_run = i > 0 && d == last ? in_run + 1 : 0;
-    a.record(d, true, d ? 2.0 : 1.0, d ? (in_run == 0 ? 4 : 2) : 1);
+    a.record(d, true, d ? 2.0 : 1.0, d ? (in_run < AutoDraftSwitch::kSettleSteps ? 4 : 2) : 1);
     last = d;
   }
   EXPECT_EQ(a.phase(1), Phase::kDrafting);
   const AutoDraftSwitch::Verdict& v = a.last_verdict();
-  EXPECT_DOUBLE_EQ(v.draft_yield, 2.5);
-  EXPECT_DOUBLE_EQ(v.tokens_per_ms[1], 1.25);
-  ASSERT_GT(v.trace_size, 0);
+  EXPECT_DOUBLE_EQ(v.draft_yield, 16.0 / 6.0);
+  EXPECT_DOUBLE_EQ(v.tokens_per_ms[1], 4.0 / 3.0);
+  ASSERT_GT(v.trace_size, 2);
   EXPECT_TRUE(v.trace[0].drafted);
-  EXPECT_FALSE(v.trace[0].counted) << "the first step of a run is not counted";
-  EXPECT_TRUE(v.trace[1].counted);
+  EXPECT_FALSE(v.trace[0].counted) << "the first steps of a run are not counted";
+  EXPECT_FALSE(v.trace[1].counted);
+  EXPECT_TRUE(v.trace[2].counted);
   EXPECT_EQ(v.trace[0].emitted, 4);
 }
 

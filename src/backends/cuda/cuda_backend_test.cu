@@ -247,65 +247,64 @@ TEST(CudaBackend, DsparkDraftsAndDecodesLikeTheCpuBackend) {
       1.0f, "dsv41-mini (cuda)");
 }
 
+// Runs check(model, name) on each drafter model the DSpark GPU tests use that is present: a random
+// drafter (dspark-micro) and the trained one (dsv41-mini).
+template <class Check>
+void for_each_drafter_model(Check&& check) {
+  for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
+    const std::string dir = model_dir(name, std::string(DSV41_SOURCE_DIR) +
+                                                (name == "dsv41-mini" ? "/models/" : "/tests/fixtures/") + name);
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    check(**model, name);
+  }
+}
+
 // The device drafter against the host drafter on the GPU (same target features; the rings'
 // FP8 codes may flip where the two round differently, hence the bound of the test above), on a
 // random drafter (dspark-micro) and the trained one (dsv41-mini).
 TEST(CudaBackend, DeviceDrafterMatchesHostDrafter) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
-    const std::string dir = model_dir(name, std::string(DSV41_SOURCE_DIR) +
-                                                (name == "dsv41-mini" ? "/models/" : "/tests/fixtures/") + name);
-    if (!std::filesystem::exists(dir + "/config.json")) continue;
-    auto model = Model::load(dir);
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for_each_drafter_model([](const Model& model, const std::string& name) {
     ts::check_device_drafter(
-        **model,
+        model,
         [&](bool device) {
-          return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_device_drafter(device); });
+          return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) { b.set_device_drafter(device); });
         },
         1.0, name + " (cuda)");
-  }
+  });
 }
 
 // The device drafter's draft replayed as a CUDA graph against its launches: the same bits.
 TEST(CudaBackend, DraftGraphMatchesLaunches) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
-    const std::string dir = model_dir(name, std::string(DSV41_SOURCE_DIR) +
-                                                (name == "dsv41-mini" ? "/models/" : "/tests/fixtures/") + name);
-    if (!std::filesystem::exists(dir + "/config.json")) continue;
-    auto model = Model::load(dir);
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for_each_drafter_model([](const Model& model, const std::string& name) {
     ts::check_draft_graph(
-        **model,
+        model,
         [&](bool graphs, bool draft_graphs) {
-          return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) {
+          return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) {
             b.set_graphs(graphs, CudaExec::kGraphChunk);
             b.set_draft_graphs(draft_graphs);
           });
         },
         [](const Backend& b) { return dynamic_cast<const DeviceBackend<CudaExec>&>(b).exec_counts().graph_launches; },
         name + " (cuda)");
-  }
+  });
 }
 
 // The greedy draft's tail on the GPU (each slot's Markov bias over n·V threads, then its argmax a
 // block per request; the confidences) against the host's over the same logits: the same bits.
 TEST(CudaBackend, DraftTailOnDeviceMatchesHost) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
-    const std::string dir = model_dir(name, std::string(DSV41_SOURCE_DIR) +
-                                                (name == "dsv41-mini" ? "/models/" : "/tests/fixtures/") + name);
-    if (!std::filesystem::exists(dir + "/config.json")) continue;
-    auto model = Model::load(dir);
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for_each_drafter_model([](const Model& model, const std::string& name) {
     ts::check_draft_tail(
-        **model,
+        model,
         [&](bool tail) {
-          return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_draft_tail_on_device(tail); });
+          return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) { b.set_draft_tail_on_device(tail); });
         },
         name + " (cuda)");
-  }
+  });
 }
 
 // The device drafter's stages and ring feeding with the backbone's fused kernels (collapse + norm,
@@ -313,18 +312,13 @@ TEST(CudaBackend, DraftTailOnDeviceMatchesHost) {
 // coefficients) against a launch per body: the same bits, fewer launches in the drafts.
 TEST(CudaBackend, DraftFusedMatchesUnfused) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  for (const std::string name : {"dspark-micro", "dsv41-mini"}) {
-    const std::string dir = model_dir(name, std::string(DSV41_SOURCE_DIR) +
-                                                (name == "dsv41-mini" ? "/models/" : "/tests/fixtures/") + name);
-    if (!std::filesystem::exists(dir + "/config.json")) continue;
-    auto model = Model::load(dir);
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for_each_drafter_model([](const Model& model, const std::string& name) {
     ts::check_draft_fused(
-        **model,
-        [&](bool fused) { return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_fused(fused); }); },
+        model,
+        [&](bool fused) { return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) { b.set_fused(fused); }); },
         [](const Backend& b) { return dynamic_cast<const DeviceBackend<CudaExec>&>(b).exec_counts().launches; },
         name + " (cuda)");
-  }
+  });
 }
 
 // Decode steps and drafts in turn, as DSpark runs them: drafts update their own executable graphs

@@ -5,8 +5,9 @@
 // registers to the widened matrix's bits and multiplies them with the x values of every row of the
 // tile, so a weight byte is read once per tile and an x value once per kOuts outputs (4, or 2 for
 // 8-row tiles; tiles of 2 … 8 rows whose x chunk fits shared memory widen x to double once per
-// block there instead, "the staged path" below, 4 outputs a warp). Where a row is long against the outputs (wo_b, wo_a, the head), the warps of a
-// block split `in` between them (split-K, partial sums added in a fixed order in shared memory).
+// block there instead, "the staged path" below, 4 outputs a warp). Where a row is long against
+// the outputs (wo_b, wo_a, the head), the warps of a block split `in` between them (split-K,
+// partial sums added in a fixed order in shared memory).
 // Sums: every product x · w is formed exactly in double and summed in double, as the simple body
 // does; only the order of the double additions differs, so a result equals the simple one up to a
 // float rounding of nearly the same double. (Float partial sums were tried first: within

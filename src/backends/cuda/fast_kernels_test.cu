@@ -256,7 +256,8 @@ TEST(FastKernelsCuda, TiledGemmMatchesSimple) {
     ASSERT_TRUE(fast::launch_gemm_tiled(c.rows, k, 0, false)) << what;
     DSV41_CUDA_OK(cudaDeviceSynchronize());
     const std::vector<float> reg = dev.down(y, c.rows * ys);
-    ASSERT_EQ(std::memcmp(reg.data(), got.data(), got.size() * sizeof(float)), 0) << what << ": staged vs register path bits";
+    ASSERT_EQ(std::memcmp(reg.data(), got.data(), got.size() * sizeof(float)), 0)
+        << what << ": staged vs register path bits";
     for (int64_t r = 0; r < c.rows; ++r)
       for (int64_t o = 0; o < c.out; ++o) {
         double mag = 0;

@@ -4,8 +4,10 @@
 // its kOuts weight rows per step (8 bf16, 4 floats, 16 FP8 or 32 FP4 codes), decodes them in
 // registers to the widened matrix's bits and multiplies them with the x values of every row of the
 // tile, so a weight byte is read once per tile and an x value once per kOuts outputs (4, or 2 for
-// 8-row tiles). Where a row is long against the outputs (wo_b, wo_a, the head), the warps of a
-// block split `in` between them (split-K, partial sums added in a fixed order in shared memory).
+// 8-row tiles; tiles of 2 … 8 rows whose x chunk fits shared memory widen x to double once per
+// block there instead, "the staged path" below, 4 outputs a warp). Where a row is long against
+// the outputs (wo_b, wo_a, the head), the warps of a block split `in` between them (split-K,
+// partial sums added in a fixed order in shared memory).
 // Sums: every product x · w is formed exactly in double and summed in double, as the simple body
 // does; only the order of the double additions differs, so a result equals the simple one up to a
 // float rounding of nearly the same double. (Float partial sums were tried first: within
@@ -30,11 +32,24 @@ constexpr int kThreads = 256, kWarps = kThreads / 32;
 __host__ __device__ constexpr int outs_for(int64_t tile_rows) { return tile_rows >= 8 ? 2 : 4; }
 __host__ __device__ constexpr int tile_for(int64_t rows) { return rows >= 8 ? 8 : rows >= 4 ? 4 : rows >= 2 ? 2 : 1; }
 
-// One GEMM of a launch: its body, rows, warps per output group (split-K) and blocks.
+// The staged path (tiles of 2 … 8 rows, fewer than kWarps warps per output group): the block's x
+// values for the current step(s) are widened to double once, into shared memory, and every warp of
+// the block reads them there; a warp then computes kStagedOuts outputs. (The register path widens
+// each x value in every warp, once per 2 or 4 outputs: on the H200 those float → double
+// conversions, a quarter of the DFMA rate, took most of an 8-row tile's time.) Same products, same
+// order of sums as the register path, so the same bits.
+constexpr int kStagedOuts = 4;
+constexpr int kStageDoubles = 4096;  // 32 KB: kRows × split × 32 lanes × C values
+__host__ __device__ constexpr bool stages(int64_t tile_rows, int split, int64_t chunk) {
+  return tile_rows >= 2 && split < kWarps && tile_rows * split * 32 * chunk <= kStageDoubles;
+}
+
+// One GEMM of a launch: its body, rows, warps per output group (split-K), path and blocks.
 struct TiledJob {
   dk::GemmK k;
   int64_t rows;
   int split;
+  bool staged;
   unsigned blocks;
 };
 struct TiledJobs {  // up to dk::Batched's kMax GEMMs of one weight kind in one launch
@@ -42,11 +57,47 @@ struct TiledJobs {  // up to dk::Batched's kMax GEMMs of one weight kind in one 
   TiledJob job[dk::Batched<dk::GemmK>::kMax];
 };
 
-// Block (bx, tile) of one GEMM: kWarps / split output groups of outs_for(kRows) outputs, row tile
-// `tile`.
+// The staged path's x chunks: chunk (it, j) holds, for every row of the tile, warp wk < split of an
+// output group and lane, the C values [j·C, j·C + C) of the lane's unit at step it · split + wk;
+// as doubles at xs[((r · split + wk) · C + q) · 32 + lane] (lane-contiguous: no bank conflicts).
+// A thread fetches up to kSlots (row, wk, lane) pieces into registers, then stores them widened.
 template <int kMode, int kRows>
+struct XStage {
+  static constexpr int V = kUnit<kMode>, C = V < 8 ? V : 8, kSlots = kStageDoubles / (C * kThreads);
+  float4 f[kSlots][C / 4];
+
+  __device__ void fetch(const dk::GemmK& k, const float* x0, int nr, int split, int64_t it, int j) {
+    const int64_t width = 32 * V;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      const int e = int(threadIdx.x) + i * kThreads, l = e % 32, ws = (e / 32) % split, r = e / (32 * split);
+      const int64_t col = (it * split + ws) * width + int64_t(l) * V + j * C;
+      const bool on = r < kRows && r < nr && col < k.in;
+#pragma unroll
+      for (int q = 0; q < C / 4; ++q)
+        f[i][q] = on ? *reinterpret_cast<const float4*>(x0 + r * k.x_stride + col + 4 * q) : make_float4(0, 0, 0, 0);
+    }
+  }
+
+  __device__ void store(double* xs, int split) const {
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+      const int e = int(threadIdx.x) + i * kThreads, l = e % 32, ws = (e / 32) % split, r = e / (32 * split);
+      if (r >= kRows) continue;
+      double* at = xs + (int64_t(r * split + ws) * C) * 32 + l;
+#pragma unroll
+      for (int q = 0; q < C / 4; ++q) {
+        at[(4 * q) * 32] = f[i][q].x, at[(4 * q + 1) * 32] = f[i][q].y;
+        at[(4 * q + 2) * 32] = f[i][q].z, at[(4 * q + 3) * 32] = f[i][q].w;
+      }
+    }
+  }
+};
+
+// Block (bx, tile) of one GEMM: kWarps / split output groups of kOuts outputs, row tile `tile`;
+// x from registers (widened per warp) or, kStaged, from the block's shared chunks.
+template <int kMode, int kRows, int kOuts, bool kStaged>
 __device__ inline void gemm_tile(const dk::GemmK& k, int64_t rows, int split, int64_t bx, int64_t tile) {
-  constexpr int kOuts = outs_for(kRows);
   constexpr int V = kUnit<kMode>, C = V < 8 ? V : 8;  // values per unit, per decode
   __shared__ double red[kWarps][kOuts * kRows];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -61,44 +112,80 @@ __device__ inline void gemm_tile(const dk::GemmK& k, int64_t rows, int split, in
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[o][r] = 0.0;
   const int64_t width = 32 * V, steps = (k.in + width - 1) / width;
-#pragma unroll 2
-  for (int64_t s = wk; s < steps; s += split) {
-    const int64_t c = s * width + int64_t(lane) * V;
-    if (c >= k.in) continue;  // `in` is a multiple of V: a unit is wholly in or out
-    uint4 u[kOuts];
-    float scale[kOuts];
+  // acc[o][r] += x · w over C values (xd(r, q): x of row r, value q), the simple body's terms.
+  auto add = [&](const uint4* u, const float* scale, int j, auto&& xd) {
+    float w[kOuts][C];
+#pragma unroll
+    for (int o = 0; o < kOuts; ++o) decode<kMode>(u[o], j, scale[o], w[o]);
+    // Products of two floats are exact in double: acc gets the simple body's terms.
+#pragma unroll
+    for (int q = 0; q < C; ++q) {
+      double wd[kOuts];
+#pragma unroll
+      for (int o = 0; o < kOuts; ++o) wd[o] = double(w[o][q]);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const double x = xd(r, q);
+#pragma unroll
+        for (int o = 0; o < kOuts; ++o) acc[o][r] = fma(x, wd[o], acc[o][r]);
+      }
+    }
+  };
+  auto load_units = [&](int64_t c, uint4* u, float* scale) {
 #pragma unroll
     for (int o = 0; o < kOuts; ++o) {
       const bool on = o0 + o < k.out;
       u[o] = on ? load<kMode>(k.w, o0 + o, c, k.in) : make_uint4(0, 0, 0, 0);
       scale[o] = on ? unit_scale<kMode>(k.w, o0 + o, c) : 0.0f;
     }
+  };
+  if constexpr (kStaged) {
+    // Every warp runs every round (the block's barriers); a lane past `in` only skips its sums.
+    __shared__ double xs[kStageDoubles];
+    XStage<kMode, kRows> stage;
+    const int64_t rounds = (steps + split - 1) / split;
+    stage.fetch(k, x0, nr, split, 0, 0);
+    for (int64_t it = 0; it < rounds; ++it) {
+      const int64_t c = (it * split + wk) * width + int64_t(lane) * V;
+      const bool on = c < k.in;  // `in` is a multiple of V: a unit is wholly in or out
+      uint4 u[kOuts];
+      float scale[kOuts];
+      if (on) load_units(c, u, scale);
 #pragma unroll
-    for (int j = 0; j < V / C; ++j) {
-      float xv[kRows][C], w[kOuts][C];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-        for (int q = 0; q < C; q += 4) {
-          float4 f = make_float4(0, 0, 0, 0);
-          if (r < nr) f = *reinterpret_cast<const float4*>(x0 + r * k.x_stride + c + j * C + q);
-          xv[r][q] = f.x, xv[r][q + 1] = f.y, xv[r][q + 2] = f.z, xv[r][q + 3] = f.w;
+      for (int j = 0; j < V / C; ++j) {
+        __syncthreads();  // the previous chunk's readers are done
+        stage.store(xs, split);
+        __syncthreads();
+        if (j + 1 < V / C) {
+          stage.fetch(k, x0, nr, split, it, j + 1);
+        } else if (it + 1 < rounds) {
+          stage.fetch(k, x0, nr, split, it + 1, 0);
         }
+        const double* xw = xs + int64_t(wk) * C * 32 + lane;
+        if (on) add(u, scale, j, [&](int r, int q) { return xw[(int64_t(r) * split * C + q) * 32]; });
       }
+    }
+  } else {
+#pragma unroll 2
+    for (int64_t s = wk; s < steps; s += split) {
+      const int64_t c = s * width + int64_t(lane) * V;
+      if (c >= k.in) continue;  // `in` is a multiple of V: a unit is wholly in or out
+      uint4 u[kOuts];
+      float scale[kOuts];
+      load_units(c, u, scale);
 #pragma unroll
-      for (int o = 0; o < kOuts; ++o) decode<kMode>(u[o], j, scale[o], w[o]);
-      // Products of two floats are exact in double: acc gets the simple body's terms.
-#pragma unroll
-      for (int q = 0; q < C; ++q) {
-        double wd[kOuts];
-#pragma unroll
-        for (int o = 0; o < kOuts; ++o) wd[o] = double(w[o][q]);
+      for (int j = 0; j < V / C; ++j) {
+        float xv[kRows][C];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-          const double xd = double(xv[r][q]);
 #pragma unroll
-          for (int o = 0; o < kOuts; ++o) acc[o][r] = fma(xd, wd[o], acc[o][r]);
+          for (int q = 0; q < C; q += 4) {
+            float4 f = make_float4(0, 0, 0, 0);
+            if (r < nr) f = *reinterpret_cast<const float4*>(x0 + r * k.x_stride + c + j * C + q);
+            xv[r][q] = f.x, xv[r][q + 1] = f.y, xv[r][q + 2] = f.z, xv[r][q + 3] = f.w;
+          }
         }
+        add(u, scale, j, [&](int r, int q) { return double(xv[r][q]); });
       }
     }
   }
@@ -131,19 +218,26 @@ template <int kMode, int kRows>
 __global__ void __launch_bounds__(kThreads) gemm_tiled_kernel(const TiledJobs jobs) {
   const TiledJob& j = jobs.job[blockIdx.y];
   if (blockIdx.x >= j.blocks || int64_t(blockIdx.z) * kRows >= j.rows) return;  // whole blocks
-  gemm_tile<kMode, kRows>(j.k, j.rows, j.split, blockIdx.x, blockIdx.z);
+  if constexpr (kRows >= 2) {
+    if (j.staged) return gemm_tile<kMode, kRows, kStagedOuts, true>(j.k, j.rows, j.split, blockIdx.x, blockIdx.z);
+  }
+  gemm_tile<kMode, kRows, outs_for(kRows), false>(j.k, j.rows, j.split, blockIdx.x, blockIdx.z);
 }
 
 // Split `in` over up to 8 warps while the GEMM has fewer than 4096 warps and every warp keeps at
 // least one 16-byte step.
-// (The tile, and so the outputs per warp, follow the most rows of the launch: `most`.)
-TiledJob plan(const dk::GemmK& k, int64_t rows, int64_t most, int kind) {
-  const int kOuts = outs_for(tile_for(most));
-  const int64_t width = 32 * int64_t(kind == 1 ? 8 : kind == 2 ? 4 : kind == 3 ? 16 : 32);
-  const int64_t steps = (k.in + width - 1) / width, groups = (k.out + kOuts - 1) / kOuts;
+// (The tile, and so the outputs per warp, follow the most rows of the launch: `most`. The split
+// counts the register path's output groups on both paths, so that both add in the same order.)
+TiledJob plan(const dk::GemmK& k, int64_t rows, int64_t most, int kind, bool may_stage = true) {
+  const int64_t tile = tile_for(most), unit = kind == 1 ? 8 : kind == 2 ? 4 : kind == 3 ? 16 : 32;
+  const int64_t width = 32 * unit, steps = (k.in + width - 1) / width;
+  const int64_t register_groups = (k.out + outs_for(tile) - 1) / outs_for(tile);
   int split = 1;
-  while (split < kWarps && 2 * split <= steps && groups * split < 4096) split *= 2;
-  return {k, rows, split, unsigned((groups * split + kWarps - 1) / kWarps)};
+  while (split < kWarps && 2 * split <= steps && register_groups * split < 4096) split *= 2;
+  const bool staged = may_stage && stages(tile, split, std::min<int64_t>(unit, 8));
+  const int kOuts = staged ? kStagedOuts : outs_for(tile);
+  const int64_t groups = (k.out + kOuts - 1) / kOuts;
+  return {k, rows, split, staged, unsigned((groups * split + kWarps - 1) / kWarps)};
 }
 
 template <int kMode>
@@ -184,11 +278,11 @@ int gemm_tiled_kind(const dk::GemmK& k) {
   return unit_kind(k.w, k.in);
 }
 
-bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k, cudaStream_t s) {
+bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k, cudaStream_t s, bool staged) {
   const int kind = gemm_tiled_kind(k);
   if (kind == 0) return false;
   TiledJobs jobs;
-  jobs.job[jobs.n++] = plan(k, rows, rows, kind);
+  jobs.job[jobs.n++] = plan(k, rows, rows, kind, staged);
   if (!fits(rows, jobs.job[0])) return false;
   launch_kind(kind, jobs, s);
   return true;

@@ -40,8 +40,10 @@ bool launch(int64_t n, const dk::IndexScoreK& k, cudaStream_t s = 0);
 bool launch(int64_t n, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s = 0);
 // The tiled GEMM (fast_gemm.cu) for `rows` rows: false where its 16-byte units do not fit the
 // weight or x (then the warp-per-output kernel runs). gemm_tiled_kind: the weight kind it would
-// read (1 bf16, 2 float32, 3 FP8, 4 FP4), 0 where it declines.
-bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k, cudaStream_t s = 0);
+// read (1 bf16, 2 float32, 3 FP8, 4 FP4), 0 where it declines. `staged` false: tiles of 2 … 8 rows
+// keep x in registers (widened per warp) instead of the block's shared copy; the same bits, slower
+// (for the tests and the old/new comparison only).
+bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k, cudaStream_t s = 0, bool staged = true);
 int gemm_tiled_kind(const dk::GemmK& k);
 // Every other body: no fast kernel (the simple one runs).
 template <class F>

@@ -201,7 +201,11 @@ TEST(FastKernelsCuda, TiledGemmMatchesSimple) {
   };
   std::vector<Case> cases;
   for (Kind kind : {kF32, kBf16, kFp8, kFp8Big, kFp4}) {
-    for (int64_t rows : {1, 2, 3, 4, 5, 8, 9, 17}) cases.push_back({kind, rows, 1024, 37});
+    for (int64_t rows : {1, 2, 3, 4, 5, 8, 9, 16, 17}) cases.push_back({kind, rows, 1024, 37});
+    // `in` not a multiple of any kind's step, split over at most 2 warps: the staged path (x widened
+    // once per block in shared memory) for every kind at tiles of 2 … 8 rows.
+    for (int64_t rows : {2, 4, 5, 8, 9, 16}) cases.push_back({kind, rows, 352, 70});
+    cases.push_back({kind, 8, 1280, 4102});  // the head's shape at batch 8: no split, partial last group
     cases.push_back({kind, 1, 8192, 24});
     cases.push_back({kind, 9, 8192, 6});
     cases.push_back({kind, 2, 1280, 130});
@@ -247,6 +251,13 @@ TEST(FastKernelsCuda, TiledGemmMatchesSimple) {
     ex.sync();
     ASSERT_TRUE(ex.status().ok()) << what << ": " << ex.status().to_string();
     EXPECT_EQ(ex.counts().launches - before, 1) << what;
+    // The staged path (the default) adds the same terms in the same order as the register path.
+    DSV41_CUDA_OK(cudaMemset(y, 0, c.rows * ys * sizeof(float)));
+    ASSERT_TRUE(fast::launch_gemm_tiled(c.rows, k, 0, false)) << what;
+    DSV41_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> reg = dev.down(y, c.rows * ys);
+    ASSERT_EQ(std::memcmp(reg.data(), got.data(), got.size() * sizeof(float)), 0)
+        << what << ": staged vs register path bits";
     for (int64_t r = 0; r < c.rows; ++r)
       for (int64_t o = 0; o < c.out; ++o) {
         double mag = 0;

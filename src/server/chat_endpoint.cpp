@@ -53,9 +53,10 @@ class ChatFormat final : public StreamFormat {
   }
 
  private:
-  // With include_usage, OpenAI puts "usage": null on every chunk but the last.
+  // With include_usage, OpenAI puts "usage": null on every chunk but the last (the usage so far
+  // with continuous_usage_stats).
   std::string event(Json j) {
-    if (include_usage_) j["usage"] = nullptr;
+    if (include_usage_) j["usage"] = chunk_usage();
     return sse_data(dump(j));
   }
   ResponseMeta meta_;
@@ -188,7 +189,7 @@ void ApiServer::chat_completions(const httplib::Request& req, httplib::Response&
     metrics_.count_request("/v1/chat/completions", 200);
     start_stream(res, std::move(driver),
                  std::make_unique<ChatFormat>(meta, c.gen.n, logprobs, c.gen.include_usage, c.gen.telemetry, *tokenizer_),
-                 StreamSettings{n_prompt, c.gen.include_usage, options_.ping_interval, true});
+                 StreamSettings{n_prompt, c.gen.include_usage, options_.ping_interval, true, c.gen.continuous_usage});
     return;
   }
   if (!wait_for_all(*driver)) {

@@ -52,7 +52,7 @@ class CompletionFormat final : public StreamFormat {
 
  private:
   std::string event(Json j) {
-    if (include_usage_) j["usage"] = nullptr;
+    if (include_usage_) j["usage"] = chunk_usage();
     return sse_data(dump(j));
   }
   ResponseMeta meta_;
@@ -147,7 +147,7 @@ void ApiServer::completions(const httplib::Request& req, httplib::Response& res)
     metrics_.count_request("/v1/completions", 200);
     start_stream(res, std::move(driver),
                  std::make_unique<CompletionFormat>(meta, std::move(echo), logprobs, c.gen.include_usage, c.gen.telemetry, *tokenizer_),
-                 StreamSettings{n_prompt, c.gen.include_usage, options_.ping_interval});
+                 StreamSettings{n_prompt, c.gen.include_usage, options_.ping_interval, false, c.gen.continuous_usage});
     return;
   }
   if (!wait_for_all(*driver)) {

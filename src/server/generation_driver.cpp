@@ -60,6 +60,18 @@ int64_t GenerationDriver::reasoning_tokens() const {
   return n;
 }
 
+int64_t GenerationDriver::completion_tokens_so_far() const {
+  int64_t n = 0;
+  for (const auto& s : streams_) n += s->completion_tokens();
+  return n;
+}
+
+int64_t GenerationDriver::reasoning_tokens_so_far() const {
+  int64_t n = 0;
+  for (const auto& s : streams_) n += s->reasoning_tokens();
+  return n;
+}
+
 int64_t GenerationDriver::completion_tokens() const {
   int64_t n = 0;
   for (const auto& o : out_) n += o.completion_tokens;

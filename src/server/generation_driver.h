@@ -45,6 +45,9 @@ class GenerationDriver {
   const std::vector<ChoiceOutput>& outputs() const { return out_; }
   int64_t completion_tokens() const;
   int64_t reasoning_tokens() const;
+  // The same counted while the choices run (stream_options.continuous_usage_stats).
+  int64_t completion_tokens_so_far() const;
+  int64_t reasoning_tokens_so_far() const;
   // Prompt tokens found in the cache (choice 0's hit; 0 without the cache tiers).
   int64_t cached_tokens() const { return out_.empty() || !out_[0].turn ? 0 : out_[0].turn->global_hit_tokens; }
   // The first engine error of any choice (ok when none).

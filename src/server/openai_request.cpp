@@ -148,9 +148,15 @@ std::optional<ApiError> generation_fields(const Json& body, bool chat, const Par
       if (!iu->is_boolean()) return bad_field("stream_options.include_usage", "stream_options.include_usage: expected true or false");
       g->include_usage = iu->get<bool>();
     }
-    if (const Json* cu = find(*so, "continuous_usage_stats"); cu && cu->is_boolean() && cu->get<bool>())
-      return bad_field("stream_options.continuous_usage_stats", "stream_options.continuous_usage_stats: not supported yet",
-                       "unsupported_value");
+    if (const Json* cu = find(*so, "continuous_usage_stats")) {
+      if (!cu->is_boolean())
+        return bad_field("stream_options.continuous_usage_stats", "stream_options.continuous_usage_stats: expected true or false",
+                         "invalid_type");
+      g->continuous_usage = cu->get<bool>();
+      if (g->continuous_usage && !g->include_usage)
+        return bad_field("stream_options.continuous_usage_stats",
+                         "stream_options.continuous_usage_stats: needs \"include_usage\": true (the usage goes on the chunks it makes carry one)");
+    }
   }
   if (const Json* ext = find(body, "dsv41")) {
     if (!ext->is_object()) return bad_field("dsv41", "dsv41: expected an object", "invalid_type");

@@ -29,6 +29,7 @@ struct GenerationFields {
   int top_logprobs = -1;    // −1: no logprobs
   bool stream = false;
   bool include_usage = false;
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (needs include_usage)
   bool telemetry = false;   // "dsv41": {"telemetry": true}: the SERVE_TURN record of each choice
 };
 

@@ -67,6 +67,9 @@ TEST(OpenAiRequest, ReadsSamplingAndStreamingFields) {
   ASSERT_EQ(c.gen.sampling.logit_bias.size(), 2u);
   EXPECT_EQ(c.gen.sampling.logit_bias[1].first, 7);
   EXPECT_TRUE(c.gen.stream && c.gen.include_usage);
+  EXPECT_FALSE(c.gen.continuous_usage);
+  EXPECT_TRUE(chat_ok("{" + kMsgs + R"(,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}})")
+                  .gen.continuous_usage);
 }
 
 TEST(OpenAiRequest, BadFieldsAreNamed) {
@@ -87,6 +90,9 @@ TEST(OpenAiRequest, BadFieldsAreNamed) {
       {"{" + kMsgs + R"(,"logit_bias":{"x":1}})", "logit_bias"},
       {"{" + kMsgs + R"(,"logit_bias":{"3":101}})", "logit_bias"},
       {"{" + kMsgs + R"(,"stream_options":{"include_usage":true}})", "stream_options"},
+      {"{" + kMsgs + R"(,"stream":true,"stream_options":{"continuous_usage_stats":true}})", "stream_options.continuous_usage_stats"},
+      {"{" + kMsgs + R"(,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":1}})",
+       "stream_options.continuous_usage_stats"},
       {"{" + kMsgs + R"(,"frobnicate":1})", "frobnicate"},
       {"{" + kMsgs + R"(,"presence_penalty":2.5})", "presence_penalty"},
       {"{" + kMsgs + R"(,"repetition_penalty":0})", "repetition_penalty"},

@@ -1,6 +1,8 @@
 // JSON and SSE delivery of a generation (see stream_writer.h).
 #include "server/stream_writer.h"
 
+#include <nlohmann/json.hpp>
+
 #include "server/api_error.h"
 #include "server/http_transport.h"
 #include "server/sse.h"
@@ -18,7 +20,17 @@ struct StreamState {
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
 
+// The usage of a stream's tokens so far (its chunks carry it with continuous_usage_stats).
+Usage usage_so_far(const StreamState& s) {
+  return Usage{s.settings.prompt_tokens, s.driver->completion_tokens_so_far(), s.driver->cached_tokens(),
+               s.settings.reasoning_tokens ? s.driver->reasoning_tokens_so_far() : -1};
+}
+
 }  // namespace
+
+chat::Json StreamFormat::chunk_usage() const {
+  return usage_so_far_ ? usage_json(*usage_so_far_) : chat::Json(nullptr);
+}
 
 bool wait_for_all(GenerationDriver& driver) {
   while (!driver.done()) {
@@ -44,6 +56,7 @@ void start_stream(httplib::Response& res, std::unique_ptr<GenerationDriver> driv
       [state](size_t, httplib::DataSink& sink) {
         StreamState& s = *state;
         std::string out;
+        if (s.settings.continuous_usage) s.format->set_usage_so_far(usage_so_far(s));
         if (!s.opened) {
           s.opened = true;
           for (const auto& e : s.format->opening()) out += e;
@@ -53,6 +66,7 @@ void start_stream(httplib::Response& res, std::unique_ptr<GenerationDriver> driv
             return false;
           }
           GenerationDriver::Update u = s.driver->poll(kPollSlice);
+          if (s.settings.continuous_usage) s.format->set_usage_so_far(usage_so_far(s));
           for (const auto& [choice, d] : u.deltas)
             for (const auto& e : s.format->delta(choice, d)) out += e;
           for (int choice : u.finished) out += s.format->finished(choice, s.driver->outputs()[choice]);

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,17 @@ class StreamFormat {
   virtual std::vector<std::string> delta(int choice, const ChoiceDelta& d) = 0;
   virtual std::string finished(int choice, const ChoiceOutput& o) = 0;
   virtual std::string usage(const Usage& u) = 0;
+
+  // stream_options.continuous_usage_stats: the usage so far, which chunks then carry instead of
+  // the null of include_usage (start_stream sets it before each batch of events).
+  void set_usage_so_far(const Usage& u) { usage_so_far_ = u; }
+
+ protected:
+  // A chunk's "usage" under include_usage: null, or the usage so far.
+  chat::Json chunk_usage() const;
+
+ private:
+  std::optional<Usage> usage_so_far_;
 };
 
 // Waits until every choice finished; false when the client went away first (then the
@@ -37,6 +49,7 @@ struct StreamSettings {
   bool include_usage = false;
   std::chrono::milliseconds ping_interval{2000};
   bool reasoning_tokens = false;  // chat: usage.completion_tokens_details.reasoning_tokens
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats: usage on every chunk
 };
 
 void start_stream(httplib::Response& res, std::unique_ptr<GenerationDriver> driver, std::unique_ptr<StreamFormat> format,

@@ -94,6 +94,26 @@ test('chat: stream reassembles to the non-stream answer, usage adds up', async (
   const r = reassemble(chunks)[0];
   assert.equal(r.content, msg.content);
   assert.equal(r.finish_reason, full.choices[0].finish_reason);
+
+  // continuous_usage_stats: every chunk carries the usage so far, its completion tokens never
+  // falling, the prompt's from the start; the last chunk is the whole usage.
+  const running = await collect(
+    await client.chat.completions.create({
+      ...greedy, messages: user('Hello there'), stream: true, stream_options: { include_usage: true, continuous_usage_stats: true },
+    }),
+  );
+  assert.ok(running.every((c) => c.usage && c.usage.prompt_tokens === u.prompt_tokens), 'usage on every chunk');
+  const counts = running.map((c) => c.usage.completion_tokens);
+  assert.ok(counts.every((n, i) => i === 0 || n >= counts[i - 1]), `completion tokens never fall: ${counts}`);
+  assert.equal(counts[0], 0, 'the role chunk comes before any token');
+  assert.deepEqual(running.at(-1).usage, u);
+  const finish = running.find((c) => c.choices.length && c.choices[0].finish_reason);
+  assert.equal(finish.usage.completion_tokens, u.completion_tokens, 'the finishing chunk counts every token');
+  assert.equal(reassemble(running)[0].content, msg.content);
+  await assert.rejects(
+    client.chat.completions.create({ ...greedy, messages: user('x'), stream: true, stream_options: { continuous_usage_stats: true } }),
+    (e) => e.status === 400 && /include_usage/.test(e.message),
+  );
 });
 
 test('chat: n choices, seeded sampling is reproducible and streams the same', async () => {

@@ -35,12 +35,14 @@ void AutoDraftSwitch::enter(Bucket& b, Phase phase) {
   b.empty_run = 0;
 }
 
-// The counted drafting steps' time against the yield of every drafting step of the measurement.
+double AutoDraftSwitch::draft_yield(const Bucket& b) {
+  return b.yield_steps > 0 ? double(b.yield_tokens) / double(b.yield_steps) : 0.0;
+}
+
+// The counted drafting steps' time against the yield of every drafting step of the measurement
+// (each counted step is one of them, so the yield is there once there is time).
 double AutoDraftSwitch::drafting_tokens_per_ms(const Bucket& b) {
-  if (b.ms[1] <= 0) return 0.0;
-  const double yield = b.yield_steps > 0 ? double(b.yield_tokens) / double(b.yield_steps)
-                                         : double(b.tokens[1]) / double(std::max<int64_t>(b.samples[1], 1));
-  return yield * double(b.samples[1]) / b.ms[1];
+  return b.ms[1] > 0 ? draft_yield(b) * double(b.samples[1]) / b.ms[1] : 0.0;
 }
 
 void AutoDraftSwitch::decide(Bucket& b) {
@@ -63,7 +65,7 @@ void AutoDraftSwitch::decide(Bucket& b) {
               b.empty_run >= kEmptyLoss,
               {b.samples[0], b.samples[1]},
               {b.ms[0] > 0 ? double(b.tokens[0]) / b.ms[0] : 0.0, drafting_tokens_per_ms(b)},
-              b.yield_steps > 0 ? double(b.yield_tokens) / double(b.yield_steps) : 0.0,
+              draft_yield(b),
               b.trace_size,
               b.trace};
   ++verdicts_;
@@ -101,18 +103,16 @@ void AutoDraftSwitch::record(bool drafted, bool decode_only, double ms, int64_t 
   if (!in_measurement_ || !decode_only || ms <= 0 || emitted == 0) return;
   in_measurement_ = false;
   Bucket& b = buckets_[current_];
-  const bool counted = measuring_ && !(drafted && b.warmup > 0);
+  const bool warmup = measuring_ && drafted && b.warmup > 0;  // a sample's place, not counted
+  const bool counted = measuring_ && !warmup;
   if (b.trace_size < kTraceSamples) b.trace[b.trace_size++] = {drafted, counted, float(ms), int32_t(emitted)};
   if (drafted) {
     ++b.yield_steps;
     b.yield_tokens += emitted;
   }
-  if (!measuring_) return;
   measuring_ = false;
-  if (drafted && b.warmup > 0) {
-    --b.warmup;
-    return;
-  }
+  if (warmup) --b.warmup;
+  if (!counted) return;
   const int side = drafted ? 1 : 0;
   b.ms[side] += ms;
   b.tokens[side] += emitted;

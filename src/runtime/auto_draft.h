@@ -134,6 +134,7 @@ class AutoDraftSwitch {
   static int bucket(int64_t seqs);
   void enter(Bucket& b, Phase phase);
   void decide(Bucket& b);
+  static double draft_yield(const Bucket& b);
   static double drafting_tokens_per_ms(const Bucket& b);
 
   int64_t refill_steps_;

@@ -261,6 +261,18 @@ void for_each_drafter_model(Check&& check) {
   }
 }
 
+// A DSpark engine (rollbacks of up to 5 tokens) over a fresh CUDA backend of `model`; *dev is
+// that backend.
+Result<std::unique_ptr<Engine>> dspark_engine_on_cuda(const Model& model, DeviceBackend<CudaExec>** dev) {
+  auto backend = fresh_cuda_backend(model);
+  if (!backend) return internal_error("no CUDA backend could be made");
+  *dev = dynamic_cast<DeviceBackend<CudaExec>*>(backend.get());
+  EngineOptions eo;
+  eo.dspark = true;
+  eo.rollback_tokens = 5;
+  return Engine::create(std::move(backend), model.engram_tables(), eo);
+}
+
 // The device drafter against the host drafter on the GPU (same target features; the rings'
 // FP8 codes may flip where the two round differently, hence the bound of the test above), on a
 // random drafter (dspark-micro) and the trained one (dsv41-mini).
@@ -332,13 +344,8 @@ TEST(CudaBackend, DraftsAndDecodeStepsKeepTheirOwnGraphs) {
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
   auto model = Model::load(dir);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  auto backend = fresh_cuda_backend(**model);
-  ASSERT_NE(backend, nullptr);
-  auto* dev = dynamic_cast<DeviceBackend<CudaExec>*>(backend.get());
-  EngineOptions eo;
-  eo.dspark = true;
-  eo.rollback_tokens = 5;
-  auto e = Engine::create(std::move(backend), (*model)->engram_tables(), eo);
+  DeviceBackend<CudaExec>* dev = nullptr;
+  auto e = dspark_engine_on_cuda(**model, &dev);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   const int batch = 3, warmup = 3, rounds = 8;
   std::vector<int32_t> prompt(40);
@@ -453,14 +460,9 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
   auto model = Model::load(dir);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   for (int batch : {1, 8}) {
-    auto backend = fresh_cuda_backend(**model);
-    ASSERT_NE(backend, nullptr);
-    auto* dev = dynamic_cast<DeviceBackend<CudaExec>*>(backend.get());
-    EngineOptions eo;
-    eo.dspark = true;
-    eo.rollback_tokens = 5;
-    auto e = Engine::create(std::move(backend), (*model)->engram_tables(), eo);
-    ASSERT_TRUE(e.ok());
+    DeviceBackend<CudaExec>* dev = nullptr;
+    auto e = dspark_engine_on_cuda(**model, &dev);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
     std::vector<int32_t> prompt(70);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(7 + 13 * i % 290);
     std::vector<Engine::DraftSpec> specs;

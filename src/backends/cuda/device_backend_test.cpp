@@ -78,84 +78,81 @@ TEST(DeviceBackendHost, DsparkDraftsAndDecodesLikeTheCpuBackend) {
                                "dspark-micro (emulation)");
 }
 
-// The device drafter's kernel bodies and data flow (feeding its ring copies, drafting several
-// sequences at once, rebuilding copies after a rollback) against the host drafter, on a random
-// drafter in the release formats (dspark-micro) and the trained one (dsv41-mini).
-TEST(DeviceBackendHost, DeviceDrafterMatchesHostDrafter) {
+// Runs check(model, name) on each drafter model present: a random drafter in the release formats
+// (dspark-micro) and the trained one (dsv41-mini).
+template <class Check>
+void for_each_drafter_model(Check&& check) {
   for (const std::string name : {"tests/fixtures/dspark-micro", "models/dsv41-mini"}) {
     const std::string dir = std::string(DSV41_SOURCE_DIR) + "/" + name;
     if (!std::filesystem::exists(dir + "/config.json")) continue;
     auto model = Model::load(dir);
     ASSERT_TRUE(model.ok()) << model.status().to_string();
+    check(**model, name);
+  }
+}
+
+// The device drafter's kernel bodies and data flow (feeding its ring copies, drafting several
+// sequences at once, rebuilding copies after a rollback) against the host drafter, on a random
+// drafter in the release formats (dspark-micro) and the trained one (dsv41-mini).
+TEST(DeviceBackendHost, DeviceDrafterMatchesHostDrafter) {
+  for_each_drafter_model([](const Model& model, const std::string& name) {
     ts::check_device_drafter(
-        **model,
+        model,
         [&](bool device) {
-          auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+          auto b = std::make_unique<DeviceBackend<HostExec>>(model);
           b->set_device_drafter(device);
           return std::unique_ptr<Backend>(std::move(b));
         },
         1e-4, name + " (emulation)");
-  }
+  });
 }
 
 // The device drafter's drafts as the executor's (emulated) graphs against its launches: the same
 // bits, and the drafts really went through graphs.
 TEST(DeviceBackendHost, DraftGraphMatchesLaunches) {
-  for (const std::string name : {"tests/fixtures/dspark-micro", "models/dsv41-mini"}) {
-    const std::string dir = std::string(DSV41_SOURCE_DIR) + "/" + name;
-    if (!std::filesystem::exists(dir + "/config.json")) continue;
-    auto model = Model::load(dir);
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for_each_drafter_model([](const Model& model, const std::string& name) {
     ts::check_draft_graph(
-        **model,
+        model,
         [&](bool graphs, bool draft_graphs) {
-          auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+          auto b = std::make_unique<DeviceBackend<HostExec>>(model);
           b->set_graphs(graphs, 0);
           b->set_draft_graphs(draft_graphs);
           return std::unique_ptr<Backend>(std::move(b));
         },
         [](const Backend& b) { return dynamic_cast<const DeviceBackend<HostExec>&>(b).exec_counts().graph_launches; },
         name + " (emulation)");
-  }
+  });
 }
 
 // The greedy draft's tail (Markov bias, picks, confidences) on the (emulated) device against the
 // host's: the same bits.
 TEST(DeviceBackendHost, DraftTailOnDeviceMatchesHost) {
-  for (const std::string name : {"tests/fixtures/dspark-micro", "models/dsv41-mini"}) {
-    const std::string dir = std::string(DSV41_SOURCE_DIR) + "/" + name;
-    if (!std::filesystem::exists(dir + "/config.json")) continue;
-    auto model = Model::load(dir);
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for_each_drafter_model([](const Model& model, const std::string& name) {
     ts::check_draft_tail(
-        **model,
+        model,
         [&](bool tail) {
-          auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+          auto b = std::make_unique<DeviceBackend<HostExec>>(model);
           b->set_draft_tail_on_device(tail);
           return std::unique_ptr<Backend>(std::move(b));
         },
         name + " (emulation)");
-  }
+  });
 }
 
 // The device drafter's stages and ring feeding with the backbone's fused and batched launches
 // against a launch per body: the same bits, fewer launches.
 TEST(DeviceBackendHost, DraftFusedMatchesUnfused) {
-  for (const std::string name : {"tests/fixtures/dspark-micro", "models/dsv41-mini"}) {
-    const std::string dir = std::string(DSV41_SOURCE_DIR) + "/" + name;
-    if (!std::filesystem::exists(dir + "/config.json")) continue;
-    auto model = Model::load(dir);
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for_each_drafter_model([](const Model& model, const std::string& name) {
     ts::check_draft_fused(
-        **model,
+        model,
         [&](bool fused) {
-          auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+          auto b = std::make_unique<DeviceBackend<HostExec>>(model);
           b->set_fused(fused);
           return std::unique_ptr<Backend>(std::move(b));
         },
         [](const Backend& b) { return dynamic_cast<const DeviceBackend<HostExec>&>(b).exec_counts().launches; },
         name + " (emulation)");
-  }
+  });
 }
 
 TEST(DeviceBackendHost, ImagePromptMatchesCpuBackend) {

@@ -66,6 +66,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   so.max_context = longest + 8;
   so.eos_token_id = model.config().eos_token_id;
   so.dspark_auto_warmup = o.auto_warmup;
+  so.dspark_step_trace = !o.trace.empty();
   apply_dspark(DsparkChoice{mode.kind != DsparkMode::Kind::kOff, mode}, model, eo, so);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, model));
   if (o.host_drafter) set_device_drafter(o.backend, *backend, false);
@@ -90,6 +91,19 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   run.tok_s = tokens / std::max(s, 1e-9);
   run.stats = sched->dspark_stats();
   return run;
+}
+
+// One JSON line per decoding step of a run (the scheduler's step trace).
+void write_trace(std::ofstream& out, int round, int batch, const std::string& mode, const DsparkStats& d) {
+  for (size_t i = 0; i < d.step_trace.size(); ++i) {
+    const DsparkStats::Step& t = d.step_trace[i];
+    out << json{{"round", round},       {"batch", batch},     {"mode", mode},         {"step", i},
+                {"seqs", t.seqs},       {"rows", t.rows},     {"emitted", t.emitted}, {"drafted", t.drafted},
+                {"decode_only", t.decode_only}, {"phase", std::string(1, t.phase)}, {"ms", t.ms},
+                {"draft_ms", t.draft_ms}}
+               .dump()
+        << '\n';
+  }
 }
 
 double median(std::vector<double> v) {
@@ -122,6 +136,11 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   if (!tok.ok()) return fail(tok.status());
   auto reqs = read_requests(o.requests, *tok, model, o.max_tokens);
   if (!reqs.ok()) return fail(reqs.status());
+  std::ofstream trace;
+  if (!o.trace.empty()) {
+    trace.open(o.trace);
+    if (!trace) return fail(io_error(o.trace + ": cannot open for writing (--dspark-trace)"));
+  }
   // Rounds interleaved (a noisy machine drifts between modes alike), then medians.
   std::map<std::pair<int, std::string>, std::vector<double>> speed;
   std::map<std::pair<int, std::string>, DsparkStats> stats;  // of the last round
@@ -135,6 +154,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
         speed[{p, m}].push_back(run->tok_s);
         stats[{p, m}] = run->stats;
         std::fprintf(stderr, "round %d, batch %d, --dspark %s: %.1f tok/s\n", round + 1, p, m.c_str(), run->tok_s);
+        if (trace.is_open()) write_trace(trace, round + 1, p, m, run->stats);
         if (m == "off") plain[p] = run->ids;
         else if (plain.count(p) && plain[p] != run->ids) {
           std::fprintf(stderr, "MISMATCH: batch %d, --dspark %s: output differs from --dspark off\n", p, m.c_str());

@@ -23,6 +23,7 @@ struct DsparkBenchOptions {
   bool no_draft_graph = false;  // device backends: the device drafter launch by launch (the "before")
   int64_t max_tokens = 0;     // > 0: every request's max_tokens
   int auto_warmup = 1;        // SchedulerOptions::dspark_auto_warmup
+  std::string trace;          // non-empty: every decoding step of every run, one JSON line each
 };
 
 // Returns the exit code (1 on an error or when a mode's output differs from off's).

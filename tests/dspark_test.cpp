@@ -294,7 +294,7 @@ struct Decoded {
 // Plain (mode off) or speculative decoding of `reqs`. With `truth` (a plain run's outputs) the
 // drafts are rewritten to the true continuation at some slots, so acceptance is mixed.
 Decoded run(const std::vector<GenerationRequest>& reqs, int parallel, DsparkMode mode,
-        const std::vector<std::vector<int32_t>>* truth = nullptr, bool rejection = false) {
+        const std::vector<std::vector<int32_t>>* truth = nullptr, bool rejection = false, bool step_trace = false) {
   auto e = dspark_engine();
   SchedulerOptions o;
   o.parallel = parallel;
@@ -304,6 +304,7 @@ Decoded run(const std::vector<GenerationRequest>& reqs, int parallel, DsparkMode
   o.eos_token_id = 1;
   o.dspark = mode;
   o.sampled_rejection = rejection;
+  o.dspark_step_trace = step_trace;
   std::mt19937 coin(5);
   if (truth) o.draft_override = testing::truth_drafts(reqs, *truth, coin, 80);  // right 80 % of the time
   auto s = Scheduler::create(*e, o);
@@ -347,6 +348,32 @@ TEST(DsparkDecode, GreedyEqualsPlainAtBatchOneAndEight) {
       }
     }
   }
+}
+
+// The step trace (bench --dspark-trace) accounts for every decoded token, in plain and drafting
+// runs, and says which steps drafted.
+TEST(DsparkDecode, StepTraceAccountsForEveryToken) {
+  const auto reqs = requests(6, false);
+  for (DsparkMode mode : {kOff, DsparkMode{DsparkMode::Kind::kFixed, 3}, DsparkMode{DsparkMode::Kind::kAuto, 0}}) {
+    const Decoded d = run(reqs, 4, mode, nullptr, false, true);
+    int64_t emitted = 0, drafted = 0;
+    for (const DsparkStats::Step& t : d.stats.step_trace) {
+      emitted += t.emitted;
+      drafted += t.drafted;
+      EXPECT_GE(t.seqs, t.decode_only ? 1 : 0);  // a prefill-only step emits a prompt's first token
+      EXPECT_LE(t.seqs, 4);
+      EXPECT_GE(t.rows, t.seqs);
+      EXPECT_LE(t.rows, t.seqs * 6);
+      EXPECT_GT(t.ms, 0);
+      if (t.seqs > 0) EXPECT_EQ(t.phase != '-', mode.kind == DsparkMode::Kind::kAuto);
+      if (!t.drafted) EXPECT_EQ(t.rows, t.seqs);
+    }
+    EXPECT_EQ(emitted, total(d)) << "mode " << int(mode.kind);
+    EXPECT_EQ(drafted, d.stats.drafting_steps);
+    if (mode.kind == DsparkMode::Kind::kOff) EXPECT_EQ(drafted, 0);
+    if (mode.kind == DsparkMode::Kind::kFixed) EXPECT_GT(drafted, 0);
+  }
+  EXPECT_TRUE(run(reqs, 4, kOff).stats.step_trace.empty()) << "off by default";
 }
 
 TEST(DsparkDecode, OwnDraftsGreedyEqualsPlain) {

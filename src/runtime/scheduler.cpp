@@ -279,6 +279,17 @@ void Scheduler::measure_step(double ms, bool decode_only) {
   dspark_.auto_verdicts.push_back(std::move(verdict));
 }
 
+void Scheduler::trace_step(double ms, bool decode_only, int64_t seqs, int64_t rows) {
+  char phase = '-';
+  if (options_.dspark.kind == DsparkMode::Kind::kAuto && seqs > 0) {
+    constexpr char kPhase[] = {'M', 'P', 'D'};  // AutoDraftSwitch::Phase order
+    phase = kPhase[static_cast<int>(auto_.phase(seqs))];
+  }
+  dspark_.step_trace.push_back({static_cast<int32_t>(seqs), static_cast<int32_t>(rows),
+                                static_cast<int32_t>(emitted_this_step_), drafted_this_step_, decode_only, phase,
+                                static_cast<float>(ms), static_cast<float>(drafted_this_step_ ? draft_ms_this_step_ : 0.0)});
+}
+
 bool Scheduler::emit_token(Active& a, int32_t token, const float* logits) {
   ++emitted_this_step_;
   if (token < 0) {
@@ -561,14 +572,16 @@ bool Scheduler::step() {
     else take_token(a, r.logits);
   }
   // The step's cost by shape, for the auto draft length (decode-only steps measure cleanly).
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count();
+  const bool decode_only = last_.prefill_tokens == 0;
   if (options_.dspark.kind != DsparkMode::Kind::kOff && decode_seqs > 0) {
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count();
-    const bool decode_only = last_.prefill_tokens == 0;
     // The verification's cost by shape: the drafter's time is not a cost of the rows verified.
     if (decode_only)
       step_cost_.record(static_cast<int>(decode_rows), static_cast<int>(decode_seqs), ms - draft_ms_this_step_);
     measure_step(ms, decode_only);
   }
+  if (options_.dspark_step_trace && (decode_seqs > 0 || emitted_this_step_ > 0))
+    trace_step(ms, decode_only, decode_seqs, decode_rows);
   // Finished requests leave their slots (refilled at the next step).
   active_.erase(std::remove_if(active_.begin(), active_.end(), [](const std::unique_ptr<Active>& a) {
                   return a->sequence < 0;

@@ -107,6 +107,8 @@ struct SchedulerOptions {
   // --dspark auto: measure each side in pairs of steps and count the second (runtime/auto_draft.h
   // `settle`), so that neither side is charged for switching from the other.
   bool dspark_auto_settle = true;
+  // Keep a record of every decoding step in DsparkStats::step_trace (diagnostics; grows by one a step).
+  bool dspark_step_trace = false;
   // Test hooks: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker);
   // rewrites a sequence's drafts after drafting (history: the tokens it holds; anchor: the
   // token its next position takes), e.g. to force a known acceptance pattern.
@@ -135,6 +137,18 @@ struct DsparkStats {
   int64_t drafting_steps = 0;
   // Auto's verdicts, one line each: step, batch bucket, won / lost, samples and tokens per ms a side.
   std::vector<std::string> auto_verdicts;
+  // Every step that decoded or emitted (a prompt's first token comes from a prefill step: seqs 0),
+  // when SchedulerOptions::dspark_step_trace is on (diagnostics:
+  // `dsv41 bench --dspark --dspark-trace FILE`), so that a mode's tok/s can be taken apart.
+  struct Step {
+    int32_t seqs = 0, rows = 0;      // decoding sequences, verify rows (anchors + drafts)
+    int32_t emitted = 0;             // tokens the step emitted
+    bool drafted = false;            // the drafter ran (its drafts may all have been dropped)
+    bool decode_only = false;        // no prefill chunk rode along
+    char phase = '-';                // auto's verdict for the step's bucket: M(easure), P(lain), D(rafting); '-' otherwise
+    float ms = 0, draft_ms = 0;      // the whole step (drafting included), the drafter alone
+  };
+  std::vector<Step> step_trace;
 };
 
 class Scheduler {
@@ -262,6 +276,7 @@ class Scheduler {
   int64_t verified_this_step_ = 0;  // drafts the planner kept for verification
   bool want_draft(bool prefilling, int64_t decoding);
   void measure_step(double ms, bool decode_only);
+  void trace_step(double ms, bool decode_only, int64_t seqs, int64_t rows);
   std::vector<Engine::DraftSpec> draft_specs_;
   std::vector<Active*> drafting_;
   std::vector<DraftBlock> drafts_;

@@ -24,6 +24,14 @@ int AutoDraftSwitch::bucket(int64_t seqs) {
   return std::min(kBuckets - 1, static_cast<int>(std::bit_width(static_cast<uint64_t>(seqs))) - 1);
 }
 
+AutoDraftSwitch::Phase AutoDraftSwitch::implied_verdict(int i) const {
+  bool draft = false, plain = false;
+  for (int j = i + 1; j < kBuckets && !draft; ++j) draft = buckets_[j].measured && buckets_[j].last_won;
+  for (int j = i - 1; j >= 0 && !plain; --j) plain = buckets_[j].measured && !buckets_[j].last_won;
+  if (draft == plain) return Phase::kMeasure;
+  return draft ? Phase::kDrafting : Phase::kPlain;
+}
+
 void AutoDraftSwitch::enter(Bucket& b, Phase phase) {
   b.phase = phase;
   b.steps = 0;
@@ -60,6 +68,7 @@ void AutoDraftSwitch::decide(Bucket& b) {
   b.wait = b.measured && won == b.last_won ? std::min(2 * b.wait, kLongestWait) : kFirstWait;
   b.last_won = won;
   b.measured = true;
+  b.inherited = false;
   verdict_ = {int(&b - buckets_.data()),
               won,
               b.empty_run >= kEmptyLoss,
@@ -77,6 +86,17 @@ bool AutoDraftSwitch::want_draft(bool prefilling, int64_t seqs) {
   Bucket& b = buckets_[current_];
   ++b.steps;
   if (b.phase != Phase::kMeasure && b.steps > b.wait) enter(b, Phase::kMeasure);
+  // A bucket that never measured and has not started to takes its neighbours' verdict, if they imply one.
+  if (!b.measured && !b.inherited && b.phase == Phase::kMeasure && b.trace_size == 0 &&
+      (run_left_ == 0 || run_bucket_ != current_)) {
+    const Phase implied = implied_verdict(current_);
+    if (implied != Phase::kMeasure) {
+      enter(b, implied);
+      b.inherited = true;
+      b.wait = kFirstWait;
+      b.steps = 1;
+    }
+  }
   const bool ready = fed_run_ >= refill_steps_;
   fed_run_ = feeding() ? fed_run_ + 1 : 0;
   measuring_ = in_measurement_ = false;

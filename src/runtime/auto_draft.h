@@ -17,6 +17,14 @@
 //   (on the CPU the first drafting step measured no slower than the next);
 // - a measurement that confirms the current choice doubles the wait before the next one (up to
 //   kLongestWait steps of that bucket); one that changes it starts again from kFirstWait.
+// A bucket's first verdict may come from its neighbours instead of a measurement: drafting pays
+// less as the batch grows (a step's rows cost more once it stops being bound by reading the
+// weights, while the drafter's gain per sequence stays), so a larger bucket that drafts says a
+// smaller one would, and a smaller bucket that decodes plainly says a larger one would. A bucket
+// that has never measured takes such a verdict (the nearest bucket that implies one; none where
+// they disagree) and measures only after kFirstWait of its steps: a batch that drains as its
+// requests finish (8 → 7 → … → 1) keeps drafting instead of measuring each bucket on its way
+// down, paying plain runs at every size.
 // While a bucket decodes plainly the drafter's rings are not fed (feeding() is false), except for
 // a window's worth of steps before its next measurement, so that the probe's drafter sees what it
 // normally sees; a bucket only drafts once the rings have been fed that long without a break.
@@ -129,9 +137,12 @@ class AutoDraftSwitch {
     int64_t wait = kFirstWait;    // steps before the next measurement
     bool measured = false;        // a verdict was reached before
     bool last_won = false;        // the verdict of the previous measurement
+    bool inherited = false;       // the current verdict came from neighbours (implied_verdict)
     int64_t warmup = 0;           // drafting steps still to run uncounted
   };
   static int bucket(int64_t seqs);
+  // The verdict bucket i's measured neighbours imply (kMeasure: none, or they disagree).
+  Phase implied_verdict(int i) const;
   void enter(Bucket& b, Phase phase);
   void decide(Bucket& b);
   static double draft_yield(const Bucket& b);

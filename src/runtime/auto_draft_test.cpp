@@ -160,6 +160,46 @@ TEST(AutoDraft, EachBatchBucketKeepsItsOwnVerdict) {
   EXPECT_EQ(a.phase(16), Phase::kMeasure) << "an unseen bucket starts by measuring";
 }
 
+// Drafting pays less as the batch grows: a drafting bucket's verdict holds for the smaller
+// buckets a draining batch passes through, a plain one's for the larger ones, until each has
+// waited kFirstWait of its own steps and measures.
+TEST(AutoDraft, ABucketTakesTheVerdictItsNeighboursImplyUntilItMeasures) {
+  AutoDraftSwitch a(kRefill);
+  run(a, 2 * AutoDraftSwitch::kSamples, 1.5, 24, 8);  // batch 8 drafts
+  ASSERT_EQ(a.phase(8), Phase::kDrafting);
+  const int64_t verdicts = a.verdicts();
+  EXPECT_EQ(run(a, 10, 1.5, 12, 4), 10) << "batch 4 drafts at once, no plain samples";
+  EXPECT_EQ(a.phase(4), Phase::kDrafting);
+  EXPECT_EQ(run(a, 3, 1.5, 3, 1), 3) << "so does batch 1";
+  EXPECT_EQ(a.verdicts(), verdicts) << "nothing measured";
+  // Batch 4's own measurement comes after its wait (steps at batch 4 only).
+  run(a, AutoDraftSwitch::kFirstWait - 10, 1.5, 12, 4);
+  EXPECT_EQ(a.phase(4), Phase::kDrafting);
+  a.want_draft(false, 4);
+  EXPECT_EQ(a.phase(4), Phase::kMeasure) << "an inherited verdict is measured after kFirstWait";
+  // A bucket never takes a verdict the other way: a drafting batch 1 says nothing of batch 8.
+  AutoDraftSwitch b(kRefill);
+  run(b, 2 * AutoDraftSwitch::kSamples, 1.5, 3, 1);
+  ASSERT_EQ(b.phase(1), Phase::kDrafting);
+  b.want_draft(false, 8);
+  EXPECT_EQ(b.phase(8), Phase::kMeasure);
+  // A plain batch 1 says batch 8 is plain too.
+  AutoDraftSwitch c(kRefill);
+  run(c, 2, 2.5, 1, 1);
+  ASSERT_EQ(c.phase(1), Phase::kPlain);
+  EXPECT_EQ(run(c, 20, 1.5, 24, 8), 0) << "inherited plain: no drafting sample";
+  EXPECT_EQ(c.phase(8), Phase::kPlain);
+  // Neighbours that disagree imply nothing: batch 16 drafts, batch 1 (after its inherited
+  // drafting and its own measurement) decodes plainly, so batch 4 measures.
+  AutoDraftSwitch d(kRefill);
+  run(d, 2 * AutoDraftSwitch::kSamples, 1.5, 48, 16);
+  ASSERT_EQ(d.phase(16), Phase::kDrafting);
+  run(d, AutoDraftSwitch::kFirstWait + 2, 2.5, 1, 1);
+  ASSERT_EQ(d.phase(1), Phase::kPlain);
+  d.want_draft(false, 4);
+  EXPECT_EQ(d.phase(4), Phase::kMeasure);
+}
+
 TEST(AutoDraft, WarmupDraftsAreNotCounted) {
   // The first drafting step of each bucket is 10× slower (first touches), the later ones win.
   AutoDraftSwitch a(kRefill, /*warmup_drafts=*/1);

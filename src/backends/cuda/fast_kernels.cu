@@ -51,6 +51,11 @@ static unsigned blocks_for(int64_t n, int64_t per_block) { return unsigned((n + 
 // MhcCoefficientsMatchSimple's bound; the fused and separate chains still split alike).
 constexpr bool kBatchedChains = true;
 constexpr int kChainBatch = 8;  // loads a thread has in flight in the batched loops
+// The L1 prefetches of the fused expand (its token's streams, `a`, the slice's mix weights) and of
+// the router (its gate rows and input): on the H200 both chains measured 10–15 % slower with them
+// (docs/CUDA.md "Chains at batch 1"), so they are off; the other chains keep theirs. Hints only:
+// either setting gives the same bits.
+constexpr bool kPrefetchExpand = false, kPrefetchRouter = false;
 
 // Asks for the 128-byte lines of [p, p + bytes) in this SM's L1 (and L2), the block's threads
 // taking every blockDim.x-th line: a hint with no result to wait for, so the loads that follow
@@ -540,7 +545,7 @@ static __global__ void __launch_bounds__(kRouterThreads) router_kernel(const dk:
   const dk::GemmK& g = c.gate;
   // The E gate rows (up to kRouterPrefetch bytes: more would push each other out of L1) and the
   // token's input, asked for at once.
-  if (kBatchedChains) {
+  if (kBatchedChains && kPrefetchRouter) {
     prefetch_weight_rows(g.w, E, g.in, kRouterPrefetch);
     prefetch_l1(g.x + t * g.x_stride, g.in * int64_t(sizeof(float)));
   }
@@ -891,15 +896,17 @@ static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_expand_slice_ker
   const int64_t lo = sl.lo, hi = sl.hi;
   int64_t i = threadIdx.x;
   if (kBatchedChains) {
-    // The token's streams x [hc, d] and a [d] (read by every thread, several times each), and this
-    // slice's weights, asked for at once; then kChainBatch expanded values a thread formed before
-    // any is stored (a store may alias the next value's inputs for all the compiler knows, so
-    // forming and storing one at a time waited a round trip per value). Values and stores as
-    // below, so the same bits.
+    // (With kPrefetchExpand: the token's streams x [hc, d] and a [d], read by every thread several
+    // times each, and this slice's weights, asked for at once.) Then kChainBatch expanded values a
+    // thread formed before any is stored (a store may alias the next value's inputs for all the
+    // compiler knows, so forming and storing one at a time waited a round trip per value). Values
+    // and stores as below, so the same bits.
     const dk::MhcExpandK& ek = e.expand;
-    prefetch_l1(ek.x + t * flat, flat * int64_t(sizeof(float)));
-    prefetch_l1(ek.a + t * ek.d, ek.d * int64_t(sizeof(float)));
-    prefetch_mix_slice(c, sl);
+    if (kPrefetchExpand) {
+      prefetch_l1(ek.x + t * flat, flat * int64_t(sizeof(float)));
+      prefetch_l1(ek.a + t * ek.d, ek.d * int64_t(sizeof(float)));
+      prefetch_mix_slice(c, sl);
+    }
     for (; i + (kChainBatch - 1) * kMhcSliceThreads < flat; i += kChainBatch * kMhcSliceThreads) {
       float v[kChainBatch];
 #pragma unroll

@@ -275,6 +275,134 @@ TEST(FastKernelsCuda, TiledGemmMatchesSimple) {
   EXPECT_EQ(fast::gemm_tiled_kind(dk::GemmK{dx + 1, 40, dk::DevWeight{nullptr, wb.bf16}, 32, 4, nullptr, 4}), 0);
 }
 
+// GEMMs whose split-K takes all 8 warps of an output group, in launches with blocks enough for the
+// serial split (fast_gemm.cu; wo_a's 8 groups at 2 … 8 rows): every warp forms the 8 parts of its
+// outputs in turn over x staged for the block. Against each GEMM on the register path (one warp a
+// part), bit for bit, and against the simple body within the tiled test's bound. `in` is 8 steps
+// and a half (part 0 takes steps 0 and 8, whose upper lanes are past `in`), `out` 1030 (a partial
+// output group and warps past `out` in the last block), 4 GEMMs a launch (132 blocks a row tile);
+// rows 2, 3, 4, 5, 8, 9 (a second tile of one row), 16; every weight kind (f32, bf16, FP8 32/128, FP4).
+TEST(FastKernelsCuda, SerialSplitGemmEqualsRegisterPath) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(49);
+  enum Kind { kF32, kBf16, kFp8, kFp8Big, kFp4 };
+  constexpr int64_t kGemms = 4, kOut = 1030;
+  for (Kind kind : {kF32, kBf16, kFp8, kFp8Big, kFp4}) {
+    const int64_t unit = kind == kF32 ? 4 : kind == kBf16 ? 8 : kind == kFp4 ? 32 : 16;
+    const int64_t in = 8 * 32 * unit + 16 * unit;
+    std::vector<float> wide;
+    dk::DevWeight w;
+    if (kind == kF32 || kind == kBf16) {
+      wide = kc::randn(rng, kGemms * kOut * in, 0.2f);
+      if (kind == kBf16) {
+        const std::vector<uint16_t> b = to_bf16(wide);
+        for (size_t i = 0; i < b.size(); ++i) wide[i] = bf16_to_f32(b[i]);
+        w = dk::DevWeight{nullptr, dev.up(b)};
+      } else {
+        w = dk::DevWeight{dev.up(wide), nullptr};
+      }
+    } else {
+      const QuantFormat f = kind == kFp4 ? QuantFormat::kFp4E2M1 : QuantFormat::kFp8E4M3;
+      const testing::StoredQuant q = kc::random_stored(rng, f, kGemms * kOut, in, kind == kFp8Big ? 128 : 32);
+      wide = q.widened();
+      w = kc::up_stored(dev, q);
+    }
+    for (int64_t rows : {2, 3, 4, 5, 8, 9, 16}) {
+      const std::string what = "serial split kind " + std::to_string(int(kind)) + " rows " + std::to_string(rows);
+      // x: rows of kGemms slices of `in` (as wo_a reads the attention output); y likewise.
+      const int64_t xs = kGemms * in, ys = kGemms * kOut;
+      const auto x = kc::randn(rng, rows * xs);
+      const float* dx = dev.up(x);
+      float* y = dev.template zeros<float>(rows * ys);
+      dk::Batched<dk::GemmK> b;
+      for (int64_t g = 0; g < kGemms; ++g) {
+        b.count[b.n] = rows * kOut;
+        b.body[b.n++] = dk::GemmK{dx + g * in, xs, w.offset(g * kOut * in), in, kOut, y + g * kOut, ys};
+      }
+      ASSERT_TRUE(fast::launch(rows * ys, b)) << what;
+      DSV41_CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<float> got = dev.down(y, rows * ys);
+      DSV41_CUDA_OK(cudaMemset(y, 0, rows * ys * sizeof(float)));
+      for (int64_t g = 0; g < kGemms; ++g) ASSERT_TRUE(fast::launch_gemm_tiled(rows, b.body[g], 0, false)) << what;
+      DSV41_CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<float> reg = dev.down(y, rows * ys);
+      ASSERT_EQ(std::memcmp(reg.data(), got.data(), got.size() * sizeof(float)), 0)
+          << what << ": serial split vs register path bits";
+      if (rows != 9) continue;  // the simple body's values, at one shape a kind (host sums are slow)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < ys; ++o) {
+          const int64_t g = o / kOut;
+          double want = 0, mag = 0;
+          for (int64_t i = 0; i < in; ++i) {
+            const double t = double(x[r * xs + g * in + i]) * wide[o * in + i];
+            want += t;
+            mag += std::fabs(t);
+          }
+          ASSERT_LE(std::fabs(got[r * ys + o] - want), 1e-6 * std::fabs(want) + 1e-12 * mag + 1e-44)
+              << what << " at (" << r << ", " << o << ")";
+        }
+    }
+  }
+}
+
+// Random inputs hardly show a change of the order of the double sums once a result is rounded to
+// float (a part-order mutant of the serial split passed SerialSplitGemmEqualsRegisterPath on the
+// H200). Here f32 weights of 2^-20 · N(0, 1) hold pairs of ±2^20 that cancel, their x values made
+// equal: between parts (step 0 lane 0 against step 1 lane 3: split-K order) and inside one step
+// (lanes 5 and 22: the warp-sum tree). A sum then keeps only the small terms' rounding on the 2^-32
+// grid of the large ones, which a float result shows: another order of the parts or of the lanes
+// gives other bits. The staged / serial paths (default) against the register path, bit for bit:
+// the serial split (4 GEMMs of 8½ steps → 1030, rows 2 and 8) and the staged path with split 2
+// (one GEMM of 3 steps → 70, rows 8) and without split (one step of 100 values → 70, rows 4: the
+// lane pair only).
+TEST(FastKernelsCuda, TiledGemmSumOrderEqualsRegisterPath) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(50);
+  struct Case {
+    int64_t gemms, rows, in, out;
+  };
+  constexpr int64_t kWidth = 32 * 4;  // f32: 4 values a lane, 128 a step
+  for (const Case& c : {Case{4, 2, 8 * kWidth + 64, 1030}, Case{4, 8, 8 * kWidth + 64, 1030},
+                        Case{1, 8, 3 * kWidth, 70}, Case{1, 4, 100, 70}}) {
+    const std::string what = "sum order, gemms " + std::to_string(c.gemms) + " rows " + std::to_string(c.rows) +
+                             " in " + std::to_string(c.in);
+    // Column pairs (a, b) with w[a] = +2^20, w[b] = -2^20 and x[a] = x[b].
+    const int64_t lane_step = c.in >= 3 * kWidth ? 2 : 0;  // the step of the lane pair
+    std::vector<std::pair<int64_t, int64_t>> pairs = {{lane_step * kWidth + 5 * 4, lane_step * kWidth + 22 * 4 + 2}};
+    if (c.in > kWidth + 3 * 4 + 1) pairs.push_back({0, kWidth + 3 * 4 + 1});
+    std::vector<float> w = kc::randn(rng, c.gemms * c.out * c.in, 1.0f / 1048576);
+    for (int64_t o = 0; o < c.gemms * c.out; ++o)
+      for (const auto& [a, b] : pairs) w[o * c.in + a] = 1048576.0f, w[o * c.in + b] = -1048576.0f;
+    const int64_t xs = c.gemms * c.in, ys = c.gemms * c.out;
+    std::vector<float> x = kc::randn(rng, c.rows * xs);
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t g = 0; g < c.gemms; ++g)
+        for (const auto& [a, b] : pairs) x[r * xs + g * c.in + b] = x[r * xs + g * c.in + a];
+    const dk::DevWeight dw{dev.up(w), nullptr};
+    const float* dx = dev.up(x);
+    float* y = dev.template zeros<float>(c.rows * ys);
+    dk::Batched<dk::GemmK> b;
+    for (int64_t g = 0; g < c.gemms; ++g) {
+      b.count[b.n] = c.rows * c.out;
+      b.body[b.n++] = dk::GemmK{dx + g * c.in, xs, dw.offset(g * c.out * c.in), c.in, c.out, y + g * c.out, ys};
+    }
+    ASSERT_TRUE(fast::launch(c.rows * ys, b)) << what;
+    DSV41_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> got = dev.down(y, c.rows * ys);
+    DSV41_CUDA_OK(cudaMemset(y, 0, c.rows * ys * sizeof(float)));
+    for (int64_t g = 0; g < c.gemms; ++g) ASSERT_TRUE(fast::launch_gemm_tiled(c.rows, b.body[g], 0, false)) << what;
+    DSV41_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> reg = dev.down(y, c.rows * ys);
+    for (int64_t i = 0; i < c.rows * ys; ++i)
+      ASSERT_EQ(std::memcmp(&reg[i], &got[i], sizeof(float)), 0)
+          << what << " at (" << i / ys << ", " << i % ys << "): " << got[i] << " vs register path " << reg[i];
+  }
+}
+
 // Several GEMMs in one launch (dk::Batched, as wo_a's groups and wq_a + wkv run): wo_a's shape —
 // x column slices of one row, weight row slices (FP8 32-blocks), y column slices — at 1 and 5
 // rows; bodies of two weight kinds (bf16 + FP8: the tiled kernel takes one kind a launch, so

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 namespace dsv41 {
@@ -28,19 +29,19 @@ class StreamGraphs {
   StreamGraphs(const StreamGraphs&) = delete;
   StreamGraphs& operator=(const StreamGraphs&) = delete;
   ~StreamGraphs() {
-    for (const auto& execs : execs_)
+    for (const auto& [program, execs] : execs_)
       for (cudaGraphExec_t e : execs)
         if (e) cudaGraphExecDestroy(e);
   }
   bool capturing() const { return capturing_; }
   const Stats& stats() const { return stats_; }
-  // A new step: the next stretch is the step's first again. `program` names which executable
-  // graphs the step's stretches update (kPrograms kinds of step, each with its own: a step that
-  // updated another kind's graphs would find other kernels and instantiate anew, twice a cycle
-  // when two kinds alternate — decode steps and DSpark drafts).
-  static constexpr int kPrograms = 2;
+  // A new step: the next stretch is the step's first again. `program` (≥ 0) names which
+  // executable graphs the step's stretches update, each kind of step its own: a step that updated
+  // another kind's graphs would find other kernels and instantiate anew, twice a cycle when two
+  // kinds alternate — decode steps, DSpark drafts and verify steps of each row count (the device
+  // backend numbers them). A program's graphs are kept until the StreamGraphs goes.
   void restart(int program = 0) {
-    program_ = program >= 0 && program < kPrograms ? program : 0;
+    program_ = program >= 0 ? program : 0;
     next_ = 0;
   }
   // Relaxed mode: calls of this thread that are unsafe during capture (cudaMalloc, a cudaMemcpy on
@@ -82,7 +83,7 @@ class StreamGraphs {
     return cudaGraphInstantiate(&exec, graph, 0);
   }
 
-  std::vector<cudaGraphExec_t> execs_[kPrograms];
+  std::map<int, std::vector<cudaGraphExec_t>> execs_;  // per program
   int program_ = 0;
   size_t next_ = 0;
   bool capturing_ = false;

@@ -600,7 +600,7 @@ TEST(CudaBackend, DISABLED_VerifyStepBreakdown) {
     // One step of every sequence: rows = 1 (plain, the argmax goes on) or 5 (after a draft: the
     // anchor and 4 drafted tokens, all logits; 2 rows rolled back after). Returns the forward's ms.
     const auto step = [&](int rows, bool profile = false) -> double {
-      std::vector<std::vector<int32_t>> tok(size_t(batch));
+      std::vector<std::vector<int32_t>> tok(static_cast<size_t>(batch));
       if (rows > 1) {
         std::vector<Engine::DraftSpec> specs;
         for (int b = 0; b < batch; ++b) specs.push_back({ids[size_t(b)], next[size_t(b)], rows - 1, false});

@@ -257,6 +257,21 @@ TEST(DeviceBackendHost, VerifyStepsFollowRollbacks) {
           return b;
         },
         "emulation, chunk " + std::to_string(chunk));
+  // Groups of 4 rows: a rollback leaves an open group that is the first rows of the device's.
+  const std::string ratio4 = ts::write_ratio4_model(std::string(DSV41_SOURCE_DIR) + "/models/tiny-random/config.json");
+  ASSERT_FALSE(ratio4.empty());
+  auto random = Model::load(ratio4);
+  ASSERT_TRUE(random.ok()) << random.status().to_string();
+  ts::check_verify_steps<HostExec>(
+      **random,
+      [&](bool new_path) -> std::unique_ptr<Backend> {
+        auto b = std::make_unique<DeviceBackend<HostExec>>(**random);
+        b->set_graphs(true, 0);
+        b->set_follow_rollbacks(new_path);
+        b->set_short_step_graphs(new_path);
+        return b;
+      },
+      "emulation, groups of 4 (random model)");
 }
 
 // The fused launches (RoPE + FakeQuant, inverse RoPE + window stores, routed + shared expert up;

@@ -24,6 +24,7 @@
 #include "backends/cuda/backend_image_check.h"
 #include "backends/cuda/backend_records_check.h"
 #include "backends/cuda/backend_stored_check.h"
+#include "backends/cuda/backend_verify_check.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_exec.cuh"
 #include "backends/cuda/cuda_test_util.cuh"
@@ -172,6 +173,39 @@ TEST(CudaBackend, DecodeGraphsEqualLaunches) {
           return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_graphs(graphs, chunk); });
         },
         "cuda, chunk " + std::to_string(chunk), true);
+}
+
+// DSpark-shaped verify steps on the GPU (backend_verify_check.h): mirrors and open groups that
+// follow rollbacks and verify steps as CUDA graphs against rebuilt mirrors and launches: the same
+// bits, the cache's records, no blocking upload after the prefill.
+TEST(CudaBackend, VerifyStepsFollowRollbacks) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const auto check = [](const Model& m, const std::string& what) {
+    ts::check_verify_steps<CudaExec>(
+        m,
+        [&](bool new_path) {
+          return fresh_cuda_backend(m, [&](DeviceBackend<CudaExec>& b) {
+            b.set_follow_rollbacks(new_path);
+            b.set_short_step_graphs(new_path);
+          });
+        },
+        what);
+  };
+  check(**model, "cuda");
+  // Groups of 4 rows (a random model): a rollback leaves an open group that is the first rows of
+  // the device's.
+  const std::string config =
+      model_dir("tiny-random", std::string(DSV41_SOURCE_DIR) + "/models/tiny-random") + "/config.json";
+  if (!std::filesystem::exists(config)) GTEST_SKIP() << config << " is absent";
+  const std::string ratio4 = ts::write_ratio4_model(config);
+  ASSERT_FALSE(ratio4.empty());
+  auto random = Model::load(ratio4);
+  ASSERT_TRUE(random.ok()) << random.status().to_string();
+  check(**random, "cuda, groups of 4 (random model)");
 }
 
 // The device window copies against rebuilding from the host rings, bit for bit, on the GPU.
@@ -336,8 +370,8 @@ TEST(CudaBackend, DraftFusedMatchesUnfused) {
 // Decode steps and drafts in turn, as DSpark runs them: drafts update their own executable graphs
 // (StreamGraphs' programs), so once they have run, a draft's graph launches are updates, not
 // instantiations (sharing the decode steps' graphs, each draft stretch would find the decode
-// step's kernels and nodes). Decode steps' own instantiations are printed, not checked (their
-// launches can differ from step to step, e.g. a compressor's group every other token).
+// step's kernels and nodes). Decode steps' launches differ from step to step (a compressor's
+// group every other token): with a graph per stretch and shape they update too.
 TEST(CudaBackend, DraftsAndDecodeStepsKeepTheirOwnGraphs) {
   DSV41_REQUIRE_CUDA_DEVICE();
   const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
@@ -388,6 +422,11 @@ TEST(CudaBackend, DraftsAndDecodeStepsKeepTheirOwnGraphs) {
               static_cast<long long>(step_made));
   EXPECT_GE(draft_launches, rounds - warmup) << "the drafts ran as graphs";
   EXPECT_LE(4 * draft_made, draft_launches) << "draft graphs instantiated anew in steady alternation";
+  // Decode steps' stretches differ between steps (a compressor group completes every other
+  // token): each stretch keeps an executable graph per shape (StreamGraphs::kShapes), so once both
+  // shapes have run, decode steps update too (one graph per stretch and shape: 25 of 40
+  // instantiated on the H200 before, session 15).
+  EXPECT_LE(4 * step_made, step_launches) << "decode-step graphs instantiated anew in steady decoding";
 }
 
 // Diagnostics, not a check (run with --gtest_also_run_disabled_tests): what a plain decode step
@@ -537,6 +576,151 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
       if (p == &separate) std::printf("batch %d unfused, its largest kernels:\n", batch);
       for (size_t i = 0; i < std::min<size_t>(p->kernels.size(), 12); ++i)
         std::printf("  %.4f ms  %s\n", p->kernels[i].first, p->kernels[i].second.c_str());
+    }
+  }
+}
+
+// Diagnostics, not a check (run with --gtest_also_run_disabled_tests): where a verify step's time
+// goes on dsv41-mini, against a plain step. A DSpark engine (features captured, drafter rings fed)
+// at batch 1 and 8: plain decode steps (one row a sequence), and verify steps of 5 rows a sequence
+// after a draft, each rolled back by 2 rows (3 of 5 kept) as the scheduler does. The verify
+// step's forward (feeding and logits included) is timed on the old path (rebuilt mirrors, launched
+// kernel by kernel), the new one (mirrors following rollbacks, graphs per row count), and the new
+// one with the experts' down + expand chain up to 8 rows, in turn over 4 rounds (the median
+// kept); with each step's launches and copies, then every kernel's device time for a plain and a
+// verify step's forward (the executor's profile: each launch timed alone, no graphs).
+TEST(CudaBackend, DISABLED_VerifyStepBreakdown) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const int64_t V = (*model)->vocab_size();
+  for (int batch : {1, 8}) {
+    DeviceBackend<CudaExec>* dev = nullptr;
+    auto e = dspark_engine_on_cuda(**model, &dev);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    std::vector<int32_t> prompt(70);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(7 + 13 * i % 290);
+    std::vector<SequenceId> ids;
+    std::vector<Segment> segs;
+    for (int b = 0; b < batch; ++b) {
+      auto id = (*e)->add_sequence(4096);
+      ASSERT_TRUE(id.ok());
+      ids.push_back(*id);
+      segs.push_back({*id, 0, prompt, LogitRows::kNone, {}});
+    }
+    for (const SegmentResult& r : (*e)->forward(segs)) ASSERT_TRUE(r.status.ok());
+    std::vector<int32_t> next(size_t(batch), 11);
+    std::vector<DraftBlock> drafts;
+    ExecCounts forward_counts;  // the forwards' launches and copies (the drafts' not)
+    int64_t forward_updates = 0, forward_made = 0;
+    // One step of every sequence: rows = 1 (plain, the argmax goes on) or 5 (after a draft: the
+    // anchor and 4 drafted tokens, all logits; 2 rows rolled back after). Returns the forward's ms.
+    const auto step = [&](int rows, bool profile = false) -> double {
+      std::vector<std::vector<int32_t>> tok(static_cast<size_t>(batch));
+      if (rows > 1) {
+        std::vector<Engine::DraftSpec> specs;
+        for (int b = 0; b < batch; ++b) specs.push_back({ids[size_t(b)], next[size_t(b)], rows - 1, false});
+        EXPECT_TRUE((*e)->draft(specs, drafts).ok());
+      }
+      segs.clear();
+      for (int b = 0; b < batch; ++b) {
+        tok[size_t(b)].push_back(next[size_t(b)]);
+        for (int i = 1; i < rows; ++i)
+          tok[size_t(b)].push_back(i - 1 < int(drafts[size_t(b)].ids.size()) ? drafts[size_t(b)].ids[size_t(i - 1)] : 5);
+        segs.push_back({ids[size_t(b)], *(*e)->length(ids[size_t(b)]), tok[size_t(b)],
+                        rows > 1 ? LogitRows::kAll : LogitRows::kLast, {}});
+      }
+      if (profile) dev->executor().set_profiling(true);  // the forward's kernels only, not the draft's
+      const ExecCounts c0 = dev->exec_counts();
+      const StreamGraphs::Stats g0 = dev->executor().graph_stats();
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::vector<SegmentResult>& res = (*e)->forward(segs);
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (profile) dev->executor().set_profiling(false);
+      const ExecCounts d = dev->exec_counts() - c0;
+      forward_counts = {forward_counts.launches + d.launches, forward_counts.uploads + d.uploads,
+                        forward_counts.downloads + d.downloads, forward_counts.copies + d.copies,
+                        forward_counts.async_uploads + d.async_uploads, forward_counts.graph_launches + d.graph_launches};
+      forward_updates += dev->executor().graph_stats().updates - g0.updates;
+      forward_made += dev->executor().graph_stats().instantiations - g0.instantiations;
+      for (int b = 0; b < batch; ++b) {
+        EXPECT_TRUE(res[size_t(b)].status.ok());
+        const int keep = rows > 1 ? 3 : 1;  // the row whose logits give the next token
+        next[size_t(b)] = argmax_logits(std::span<const float>(res[size_t(b)].logits + (keep - 1) * V, size_t(V)));
+        if (rows > 1) EXPECT_TRUE((*e)->rollback(ids[size_t(b)], rows - keep).ok());
+      }
+      return ms;
+    };
+    struct Variant {
+      const char* name;
+      int rows;
+      bool new_path;
+      int64_t down_expand;
+      std::vector<double> ms;
+      ExecCounts counts;
+      int64_t updates = 0, instantiations = 0;
+    };
+    Variant variants[] = {{"plain step (1 row a sequence)", 1, true, 4, {}, {}, 0, 0},
+                          {"verify step, old path", 5, false, 4, {}, {}, 0, 0},
+                          {"verify step, new path", 5, true, 4, {}, {}, 0, 0},
+                          {"verify step, new path, down+expand chain up to 8 rows", 5, true, 8, {}, {}, 0, 0}};
+    const int rounds = 4, steps = 24;
+    for (int round = 0; round < rounds; ++round)
+      for (Variant& v : variants) {
+        dev->set_follow_rollbacks(v.new_path);
+        dev->set_short_step_graphs(v.new_path);
+        dev->set_down_expand_rows(v.down_expand);
+        for (int t = 0; t < 4; ++t) step(v.rows);  // settle (graphs made, mirrors in step)
+        double total = 0;
+        forward_counts = {};
+        forward_updates = forward_made = 0;
+        for (int t = 0; t < steps; ++t) total += step(v.rows);
+        v.counts = forward_counts;
+        v.updates = forward_updates;
+        v.instantiations = forward_made;
+        v.ms.push_back(total / steps);
+      }
+    dev->set_follow_rollbacks(true);
+    dev->set_short_step_graphs(true);
+    dev->set_down_expand_rows(4);
+    for (Variant& v : variants) {
+      std::sort(v.ms.begin(), v.ms.end());
+      const ExecCounts& c = v.counts;
+      std::printf("batch %d, %s: %.3f ms a forward (median of %d rounds of %d; rounds %.3f … %.3f); a forward: %.1f "
+                  "launches, %.2f blocking uploads, %.2f downloads, %.2f async uploads, %.2f graphs (%.2f updated, "
+                  "%.2f instantiated)\n",
+                  batch, v.name, (v.ms[1] + v.ms[2]) / 2, rounds, steps, v.ms.front(), v.ms.back(),
+                  double(c.launches) / steps, double(c.uploads) / steps, double(c.downloads) / steps,
+                  double(c.async_uploads) / steps, double(c.graph_launches) / steps, double(v.updates) / steps,
+                  double(v.instantiations) / steps);
+    }
+    // Each kernel's device time for a plain and a verify step (the new path), 8 steps each.
+    for (int rows : {1, 5}) {
+      for (int t = 0; t < 4; ++t) step(rows);
+      const auto before = dev->executor().profile();
+      const int profiled = 8;
+      double wall = 0;
+      for (int t = 0; t < profiled; ++t) wall += step(rows, true) / profiled;
+      std::vector<std::pair<double, std::string>> kernels;
+      double device_ms = 0;
+      int64_t launches = 0;
+      for (const auto& [name, t] : dev->executor().profile()) {
+        const auto b = before.find(name);
+        const double ms = (t.ms - (b == before.end() ? 0.0 : b->second.ms)) / profiled;
+        const int64_t n = t.launches - (b == before.end() ? 0 : b->second.launches);
+        if (n == 0) continue;
+        kernels.push_back({ms, name + " ×" + std::to_string(n / profiled)});
+        device_ms += ms;
+        launches += n;
+      }
+      std::sort(kernels.rbegin(), kernels.rend());
+      std::printf("batch %d, %d row(s) a sequence, profiled forward: %.1f launches, %.3f ms of kernels a step (%.3f "
+                  "ms wall while profiling); the largest:\n",
+                  batch, rows, double(launches) / profiled, device_ms, wall);
+      for (size_t i = 0; i < std::min<size_t>(kernels.size(), 14); ++i)
+        std::printf("  %.4f ms  %s\n", kernels[i].first, kernels[i].second.c_str());
     }
   }
 }

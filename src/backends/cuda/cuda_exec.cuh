@@ -103,6 +103,7 @@ class CudaExec {
         flush_graph();
     }
     ++counts_.async_uploads;
+    if (graphs_.capturing()) graphs_.note(kCopyNode);
     check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream()), "upload_async");
   }
   // Runs f for every index in [0, n): its fast kernel (fast_kernels.h) when one exists and fast
@@ -115,8 +116,9 @@ class CudaExec {
     ++counts_.launches;
     open_capture();
     if (profiling_) check(cudaEventRecord(events_[0], stream()), "cudaEventRecord");
-    if (!(fast_ && fast::launch(n, f, stream())))
-      dsv41_for_each_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(n, f);
+    const bool fast = fast_ && fast::launch(n, f, stream());
+    if (!fast) dsv41_for_each_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(n, f);
+    if (graphs_.capturing()) graphs_.note(typeid(F).hash_code() ^ (fast ? kFastNode : 0));
     check(cudaGetLastError(), "kernel launch");
     if (profiling_) add_time(profile_label(f));
     count_captured();
@@ -130,6 +132,7 @@ class CudaExec {
     open_capture();
     if (profiling_) check(cudaEventRecord(events_[0], stream()), "cudaEventRecord");
     if (!fast::launch_chain(c, stream())) return c.run_simple(*this);
+    if (graphs_.capturing()) graphs_.note(typeid(C).hash_code() ^ kFastNode);
     ++counts_.launches;
     check(cudaGetLastError(), "kernel launch");
     if (profiling_) add_time(typeid(C).name());
@@ -237,6 +240,8 @@ class CudaExec {
     ++t.launches;
     t.ms += ms;
   }
+  // StreamGraphs::note's names besides the bodies' type hashes: a copy, and a body's fast kernel.
+  static constexpr uint64_t kCopyNode = 0x9e3779b97f4a7c15ULL, kFastNode = 0x5bd1e9955bd1e995ULL;
   Status status_ = ok_status();
   ExecCounts counts_;
   bool profiling_ = false;

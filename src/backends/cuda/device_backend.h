@@ -25,9 +25,13 @@
 //   copy and packs them into the cache by the same codec the CPU engine uses (rows appended,
 //   pending group, rollback history). Until then the backend counts the staged entries as the
 //   cache's (entries_of). (compress, per segment, is the older path, kept as the reference the
-//   batched one is tested against: it downloads and packs at once.) A mirror whose newest record
-//   no longer matches the cache (rollback, a new cache at a freed address) is rebuilt from the
-//   cache's record bytes (uploaded as they are); one unused for 256 batches is dropped.
+//   batched one is tested against: it downloads and packs at once.) A mirror follows a rollback
+//   of its cache (fewer entries, the cache's newest equal to the record the mirror holds at that
+//   row: its row count is cut back, nothing uploaded; Mirror::tail); one whose newest record no
+//   longer matches the cache otherwise (a restore, a new cache at a freed address) is rebuilt
+//   from the cache's record bytes (uploaded as they are); one unused for 256 batches is dropped.
+//   Likewise the open group: a rolled-back cache's group that is the first rows of the device's
+//   is kept; any other is uploaded from staging.
 //   Window rows are fake-quantised on the device (FakeQuantK, bit-identical to row_fake_quant);
 //   attend reads the earlier ones from a device copy of each (cache, layer) ring in its FP8
 //   records (WindowCopy, 528 B a row at the real width; appended by packing those rows on the
@@ -38,9 +42,9 @@
 // - The MXFP4 indexer queries are fake-quantised on the device too.
 // - Host ↔ device copies of a step: the batch's tokens, RoPE tables (both kinds, and per compressor
 //   ratio the rows of the groups each row completes) in one upload at begin_batch; each Engram
-//   layer's rows; the logit rows — all asynchronous, from pinned staging (upload_staged). Two
-//   blocking downloads: the staged rows at end_batch and the logits. (Rebuilding a mirror, a
-//   window copy or a pending group the device does not hold any more uploads at once.)
+//   layer's rows; the logit rows; an open group the device does not hold — all asynchronous, from
+//   pinned staging (upload_staged). Two blocking downloads: the staged rows at end_batch and the
+//   logits. (Rebuilding a mirror or a window copy uploads at once: DSpark's rollbacks do not.)
 // - Engram rows are gathered on the host from the table (dense or stored, as the CPU engine
 //   reads it) and uploaded; projection and gate run on the device.
 // - Steps 4–5 of a layer (index_and_attend) run for all segments of the batch together: the
@@ -184,6 +188,11 @@ class DeviceBackend : public Backend {
   // Test support. Off: compress_segments runs compress per segment (download and pack at once)
   // instead of the batched, deferred path; the results are the same bits either way.
   void set_batched_compress(bool on) { batched_compress_ = on; }
+  // Test support. Off: a rolled-back cache's mirror is rebuilt (every record uploaded again) and
+  // its open group uploaded whenever it differs from the device's, as before rollbacks were
+  // followed; on (the default), a mirror whose cache lost only its newest entries keeps the rest
+  // and an open group cut to a prefix of the device's is kept. The same bits either way.
+  void set_follow_rollbacks(bool on) { follow_rollbacks_ = on; }
   // Fused launches: neighbouring small launches of a step as one where the same float operations
   // run in the same order (RoPE + FakeQuant, inverse RoPE + window stores, the routed and shared
   // experts' up projections, the experts' down projection + mHC expand); off, each on its own.
@@ -191,10 +200,23 @@ class DeviceBackend : public Backend {
   // default since their first H200 run (session 14: mini-flash batch 1 2.95 → 2.66 ms a step);
   // the bench's `cuda-unfused` is the old path.
   void set_fused(bool on) { fused_ = on; }
+  // With fused launches, the experts' down projection + mHC expand run as one chain for steps of
+  // up to this many rows (ffn), else as two launches; the same bits either way. Benchmark support
+  // (the limit was measured on mini-flash only; docs/CUDA.md).
+  void set_down_expand_rows(int64_t rows) { down_expand_rows_ = rows; }
   // Decode steps as CUDA graphs (Exec::set_graphs: on by default on the GPU, emulated by deferral on
   // HostExec where tests turn it on); off: every kernel launched on its own (the "before" of
   // benchmarks). chunk: launches per graph (0: the whole step up to its logits download).
   void set_graphs(bool on, int64_t chunk) { ex_.set_graphs(on, chunk); }
+  // Short multi-row steps (DSpark's verify steps: k + 1 rows of each decoding sequence; any batch
+  // of at most kShortRows rows a segment and kShortBatchRows in all, without image rows) recorded
+  // as graphs like decode steps, each row count with its own executable graphs (on by default;
+  // off: launched kernel by kernel as before, the A/B of benchmarks). The same bits either way.
+  void set_short_step_graphs(bool on) { short_step_graphs_ = on; }
+  static constexpr int64_t kShortRows = 8, kShortBatchRows = 64;
+  // The executor's graph programs (StreamGraphs::restart): decode steps, drafts, then one per row
+  // count of a short step.
+  static constexpr int kDecodeProgram = 0, kDraftProgram = 1, kShortStepPrograms = 2;
 
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
   Status engram(int layer, const int64_t* row_ids, int64_t row0, int64_t rows) override;
@@ -290,7 +312,11 @@ class DeviceBackend : public Backend {
     int64_t staged = 0;                           // of the rows, those not yet in the cache
     bool publishing = false;                      // compress_segments staged into it this batch
     int64_t last_used = 0;                        // the batch that last read it
-    std::vector<uint8_t> last_main, last_index;  // the newest mirrored records, as packed
+    // The newest mirrored records as the cache packed them, rows [rows − tail, rows) oldest first:
+    // the newest one tells a cache changed behind the backend's back; the older ones let a rollback
+    // (the cache cut back by at most what a rollback can undo) be followed without an upload.
+    std::vector<uint8_t> tail_main, tail_index;
+    int64_t tail = 0;
     // The compressor's open group on the device ([pend_rows, dim] projections and gates, ratio ≥ 2)
     // and the cache's values they were made from (−1: none held).
     F32 pend_kv, pend_gate;
@@ -373,6 +399,11 @@ class DeviceBackend : public Backend {
   // entries staged by compress_segments into their caches (one download for both).
   void flush_staged();
   Mirror& mirror(const SequenceCache* cache, const KvSourceCache& kv);
+  // Mirror::tail refreshed from the cache's newest records (m.rows of them in the mirror).
+  static void remember_tail(Mirror& m, const SequenceCache& cache, const KvSourceCache& kv);
+  // The mirror follows its cache cut back by a rollback: true when the cache's newest record is
+  // the one the mirror holds at that row (then m.rows is cut back too, nothing uploaded).
+  bool follow_rollback(Mirror& m, const KvSourceCache& kv) const;
   Mirror* find_mirror(const SequenceCache* cache, int layer) {
     auto it = mirrors_.find({cache, layer});
     return it == mirrors_.end() ? nullptr : it->second.get();
@@ -382,8 +413,14 @@ class DeviceBackend : public Backend {
     const Mirror* m = find_mirror(cache, kv.layer);
     return kv.entries() + (m ? m->staged : 0);
   }
-  // The device's pending group of kv made equal to the cache's (uploaded when it is not).
+  // The device's pending group of kv made equal to the cache's: kept when the cache's is the
+  // device's or (after a rollback) its first rows, else uploaded from staging without waiting.
   void sync_pending(Mirror& m, const KvSourceCache& kv);
+  // At begin_batch, before the step's graphs are recorded: the open groups of the batch's
+  // mirrored caches that the device does not hold (a rollback reopened a group) uploaded from
+  // staging. Inside a recorded stretch the copy would change its graph's shape, so that the stretch
+  // is instantiated anew instead of updated, and again at the next step without one.
+  void sync_open_groups();
   // Copies `bytes` from host memory into pinned staging and queues their upload to dst without
   // waiting (the staging is reused after the batch's blocking download, or a sync).
   void upload_staged(void* dst, const void* src, int64_t bytes);
@@ -408,7 +445,11 @@ class DeviceBackend : public Backend {
   bool keep_window_copies_ = true;
   bool batched_segments_ = true;
   bool batched_compress_ = true;
+  bool follow_rollbacks_ = true;  // see set_follow_rollbacks
   bool fused_ = true;  // see set_fused
+  // See set_down_expand_rows. On the H200 (mini-flash, session 14) the chain took 0.115 ms a step
+  // at batch 1 against 0.31 ms for the separate launches, but 0.471 against 0.34 ms at batch 8.
+  int64_t down_expand_rows_ = 4;
   // Mirrors unused for this many batches are dropped (the engine does not tell a backend when a
   // cache goes; a dropped mirror of a live cache is rebuilt from it when next read).
   static constexpr int64_t kMirrorIdleBatches = 256;
@@ -450,6 +491,7 @@ class DeviceBackend : public Backend {
   // Entries compress_segments staged (offsets in floats into stage_): the new projections (ratio
   // ≥ 2: kv then gate rows, T each), the latents then the index keys (groups each).
   struct PendingCompress {
+    const SequenceCache* cache = nullptr;
     KvSourceCache* kv = nullptr;
     Mirror* mirror = nullptr;
     int64_t T = 0, P = 0, groups = 0, first_pos = 0;
@@ -472,6 +514,7 @@ class DeviceBackend : public Backend {
   std::unique_ptr<DeviceDraftState<Exec>> draft_dev_;
   bool device_drafter_ = true;
   bool draft_graphs_ = true;
+  bool short_step_graphs_ = true;  // see set_short_step_graphs
   bool draft_tail_on_device_ = true;
   void upload_drafter(const DrafterWeights& w);
   void feed_rings_on_device(std::span<const DraftFeed> feeds);

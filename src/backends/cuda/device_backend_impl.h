@@ -287,11 +287,7 @@ void DeviceBackend<Exec>::flush_staged() {
       row_pack(RowKind::kIndex, host + pc.keys + i * Di, size_t(Di), kv.index.append());
       row_pack(RowKind::kMain, host + pc.lat + i * D, size_t(D), kv.main.append());
     }
-    if (pc.groups > 0) {
-      const int64_t G = kv.entries();
-      m.last_main.assign(kv.main.row(G - 1), kv.main.row(G - 1) + kv.main.record_bytes());
-      m.last_index.assign(kv.index.row(G - 1), kv.index.row(G - 1) + kv.index.record_bytes());
-    }
+    if (pc.groups > 0) remember_tail(m, *pc.cache, kv);
   }
   compressed_.clear();
   for (const PendingPush& p : pending_) {
@@ -326,9 +322,13 @@ typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const Sequence
   if (m.staged > 0) return m;  // ahead of the cache by this batch's entries (published at end_batch)
   const int64_t G = kv.entries();
   const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
-  // Still the same cache? Its newest mirrored records must be unchanged; else rebuild.
-  if (m.rows > G || (m.rows > 0 && (std::memcmp(kv.main.row(m.rows - 1), m.last_main.data(), size_t(mb)) != 0 ||
-                                    std::memcmp(kv.index.row(m.rows - 1), m.last_index.data(), size_t(ib)) != 0)))
+  // Still the same cache? Its newest mirrored records must be unchanged (or, rolled back, the
+  // cache's newest must be the mirror's record of that row); else rebuild.
+  if (m.rows > G ? !follow_rollback(m, kv)
+                 : m.rows > 0 && (std::memcmp(kv.main.row(m.rows - 1), &m.tail_main[size_t((m.tail - 1) * mb)],
+                                              size_t(mb)) != 0 ||
+                                  std::memcmp(kv.index.row(m.rows - 1), &m.tail_index[size_t((m.tail - 1) * ib)],
+                                              size_t(ib)) != 0))
     m.rows = 0;
   if (m.rows == G) return m;
   // The cache's records of rows [m.rows, G) as they are (its pages gathered), one upload per kind.
@@ -339,9 +339,47 @@ typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const Sequence
   for (int64_t g = m.rows; g < G; ++g) std::memcpy(host_bytes_.data() + (g - m.rows) * ib, kv.index.row(g), size_t(ib));
   m.index.upload(host_bytes_.data(), n * ib, m.rows * ib);
   m.rows = G;
-  m.last_main.assign(kv.main.row(G - 1), kv.main.row(G - 1) + mb);
-  m.last_index.assign(kv.index.row(G - 1), kv.index.row(G - 1) + ib);
+  remember_tail(m, *cache, kv);
   return m;
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::remember_tail(Mirror& m, const SequenceCache& cache, const KvSourceCache& kv) {
+  // What one rollback can take back (k ≤ rollback_tokens positions: at most ⌈k / r⌉ entries),
+  // plus the row before them that the check compares.
+  const int64_t r = std::max(kv.ratio, 1), undo = (cache.rollback_tokens() + r - 1) / r;
+  if (m.rows != kv.entries()) {  // not in step with the cache: rebuilt when next read
+    m.rows = m.tail = 0;
+    return;
+  }
+  m.tail = std::min(m.rows, undo + 1);
+  const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
+  m.tail_main.resize(size_t(m.tail * mb));
+  m.tail_index.resize(size_t(m.tail * ib));
+  for (int64_t i = 0; i < m.tail; ++i) {
+    const int64_t g = m.rows - m.tail + i;
+    std::memcpy(&m.tail_main[size_t(i * mb)], kv.main.row(g), size_t(mb));
+    std::memcpy(&m.tail_index[size_t(i * ib)], kv.index.row(g), size_t(ib));
+  }
+}
+
+template <class Exec>
+bool DeviceBackend<Exec>::follow_rollback(Mirror& m, const KvSourceCache& kv) const {
+  const int64_t G = kv.entries(), back = m.rows - G;
+  if (G == 0) {  // nothing left to keep or to upload
+    m.rows = m.tail = 0;
+    return true;
+  }
+  if (!follow_rollbacks_ || back >= m.tail) return false;
+  const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes(), i = m.tail - 1 - back;  // row G − 1
+  if (std::memcmp(kv.main.row(G - 1), &m.tail_main[size_t(i * mb)], size_t(mb)) != 0 ||
+      std::memcmp(kv.index.row(G - 1), &m.tail_index[size_t(i * ib)], size_t(ib)) != 0)
+    return false;
+  m.rows = G;
+  m.tail -= back;
+  m.tail_main.resize(size_t(m.tail * mb));
+  m.tail_index.resize(size_t(m.tail * ib));
+  return true;
 }
 
 template <class Exec>
@@ -444,9 +482,18 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   async_in_flight_ = false;
   host_up_used_ = 0;
   // A decode step (one row a segment, no image rows) is recorded as graphs and replayed from here
-  // to its logits download (Exec::graph_begin; the same launches, so the same bits); prefill and
+  // to its logits download (Exec::graph_begin; the same launches, so the same bits); so is a short
+  // step (a verify step of DSpark), with graphs of its own per row count; longer prefill and
   // mixed batches launch kernel by kernel.
-  if (n == int64_t(segments_.size()) && !layout.types) ex_.graph_begin();
+  sync_open_groups();
+  if (!layout.types) {
+    bool short_step = short_step_graphs_ && n <= kShortBatchRows;
+    for (const SegmentRows& s : segments_) short_step = short_step && s.rows <= kShortRows;
+    if (n == int64_t(segments_.size()))
+      ex_.graph_begin(kDecodeProgram);
+    else if (short_step)
+      ex_.graph_begin(kShortStepPrograms + int(n));
+  }
   // The batch's tables, computed on the host (Rope::cos_sin) and uploaded in one copy: tokens,
   // RoPE rows of both kinds, then per compressor ratio r the compress RoPE of the group a row
   // completes (position + 1 − r; compress_segments gathers the rows of the groups that do).
@@ -499,6 +546,15 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
     is_image_dev_.upload(is_image_.data(), n);
   }
   ex_.for_each(n * hc * d, dk::MhcInitK{h_.data(), int(hc), d, x_.data(), p_.data()});
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::sync_open_groups() {
+  if (!follow_rollbacks_) return;
+  for (const SegmentRows& s : segments_)
+    for (int l = 0; l < s.cache->num_layers(); ++l)
+      if (const KvSourceCache* kv = s.cache->kv_source(l); kv && kv->ratio > 1)
+        if (Mirror* m = find_mirror(s.cache, l); m && m->pend_rows >= 0) sync_pending(*m, *kv);
 }
 
 template <class Exec>
@@ -691,15 +747,28 @@ void DeviceBackend<Exec>::compress(int layer, int segment, int64_t first_row) {
 template <class Exec>
 void DeviceBackend<Exec>::sync_pending(Mirror& m, const KvSourceCache& kv) {
   const int64_t values = kv.pending * kv.dim;
-  const bool same = m.pend_rows == kv.pending && m.pend_kv_host.size() == size_t(values) &&
-                    m.pend_gate_host.size() == size_t(values) && int64_t(kv.pending_kv.size()) == values &&
-                    int64_t(kv.pending_gate.size()) == values &&
-                    std::equal(kv.pending_kv.begin(), kv.pending_kv.end(), m.pend_kv_host.begin()) &&
-                    std::equal(kv.pending_gate.begin(), kv.pending_gate.end(), m.pend_gate_host.begin());
-  if (same) return;
-  // A cache the device did not follow (rolled back, restored, forked, new): its group uploaded.
-  m.pend_kv.upload(kv.pending_kv.data(), values);
-  m.pend_gate.upload(kv.pending_gate.data(), values);
+  // The device's rows [0, kv.pending) are the cache's group: the same group, or (a rollback that
+  // reopened no group: the cache's group cut back) the first rows of the device's.
+  const bool cut = follow_rollbacks_ && m.pend_rows > kv.pending;
+  const auto starts_with = [&](const std::vector<float>& device, const std::vector<float>& cache) {
+    return int64_t(cache.size()) == values && (cut ? device.size() >= cache.size() : device.size() == cache.size()) &&
+           std::equal(cache.begin(), cache.end(), device.begin());
+  };
+  if ((m.pend_rows == kv.pending || cut) && starts_with(m.pend_kv_host, kv.pending_kv) &&
+      starts_with(m.pend_gate_host, kv.pending_gate)) {
+    m.pend_rows = kv.pending;
+    m.pend_kv_host.resize(size_t(values));
+    m.pend_gate_host.resize(size_t(values));
+    return;
+  }
+  // A cache the device did not follow (a rollback that reopened a group, restored, forked, new):
+  // its group uploaded from staging, queued before the launches that read it (no wait).
+  m.pend_kv.reserve(values);
+  m.pend_gate.reserve(values);
+  if (m.pend_kv.data() && m.pend_gate.data()) {
+    upload_staged(m.pend_kv.data(), kv.pending_kv.data(), values * int64_t(sizeof(float)));
+    upload_staged(m.pend_gate.data(), kv.pending_gate.data(), values * int64_t(sizeof(float)));
+  }
   m.pend_kv_host = kv.pending_kv;
   m.pend_gate_host = kv.pending_gate;
   m.pend_rows = kv.pending;
@@ -836,8 +905,9 @@ void DeviceBackend<Exec>::compress_segments(int layer, std::span<const SegmentCo
     j.m->staged += j.groups;
     // Published at end_batch even when no group completed (the open group, the history).
     j.m->publishing = true;
-    compressed_.push_back({&kv, j.m, j.T, j.P, j.groups, kv.next_position(), r > 1 ? proj + j.fed * D : -1,
-                           r > 1 ? proj + (fed + j.fed) * D : -1, lat + j.group * D, keys + j.group * Di});
+    compressed_.push_back({segments_[j.segment].cache, &kv, j.m, j.T, j.P, j.groups, kv.next_position(),
+                           r > 1 ? proj + j.fed * D : -1, r > 1 ? proj + (fed + j.fed) * D : -1, lat + j.group * D,
+                           keys + j.group * Di});
     seg_[j.segment]->kv_layer = layer;
     seg_[j.segment]->entries = kv.entries() + j.m->staged;
   }
@@ -1174,16 +1244,14 @@ void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
                                ms.shared_inter, hshared_.data(), a_.data() + r0 * d};
     const dk::MhcExpandK expand{a_.data() + r0 * d, x2, post_b_.data() + r0 * hc,
                                 comb_b_.data() + r0 * hc * hc, int(hc), d, x_.data() + r0 * hc * d};
-    // Routed + shared up in one launch; down + expand as one chain for a few rows only: on the
-    // H200 (mini-flash, session 14) the chain took 0.115 ms a step at batch 1 against 0.31 ms for
-    // the separate launches, but 0.471 against 0.34 ms at batch 8.
-    constexpr int64_t kDownExpandRows = 4;
+    // Routed + shared up in one launch; down + expand as one chain for a few rows only
+    // (down_expand_rows_).
     if (fused_) {
       Launches<dk::ExpertUpK> ups;
       ups.add(m * k * ms.inter, up);
       if (L.shared) ups.add(m * ms.shared_inter, shared_up);
       ups.flush(ex_);
-      if (m <= kDownExpandRows) {
+      if (m <= down_expand_rows_) {
         ex_.run_chain(dk::DownExpandChain{down, expand, m});
         continue;
       }

@@ -19,6 +19,7 @@
 #include "backends/cuda/backend_graph_check.h"
 #include "backends/cuda/backend_records_check.h"
 #include "backends/cuda/backend_stored_check.h"
+#include "backends/cuda/backend_verify_check.h"
 #include "backends/cuda/device_backend.h"
 #include "backends/cuda/host_device_backend.h"
 #include "backends/cuda/host_exec.h"
@@ -234,6 +235,43 @@ TEST(DeviceBackendHost, DecodeGraphsEqualLaunches) {
           return b;
         },
         "emulation, chunk " + std::to_string(chunk), false, chunk != 0);
+}
+
+// DSpark-shaped verify steps (5 and 3 rows, rollbacks of 0 … 4 rows between) with the mirrors and
+// open groups following the rollbacks and the short steps as (deferred) graphs, against rebuilt
+// mirrors and kernel-by-kernel launches: the same bits, the cache's records, and no blocking upload
+// after the prefill (backend_verify_check.h); the graphs cut every 5 launches and not at all.
+TEST(DeviceBackendHost, VerifyStepsFollowRollbacks) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  for (int64_t chunk : {0, 5})
+    ts::check_verify_steps<HostExec>(
+        **model,
+        [&](bool new_path) -> std::unique_ptr<Backend> {
+          auto b = std::make_unique<DeviceBackend<HostExec>>(**model);
+          b->set_graphs(true, chunk);
+          b->set_follow_rollbacks(new_path);
+          b->set_short_step_graphs(new_path);
+          return b;
+        },
+        "emulation, chunk " + std::to_string(chunk));
+  // Groups of 4 rows: a rollback leaves an open group that is the first rows of the device's.
+  const std::string ratio4 = ts::write_ratio4_model(std::string(DSV41_SOURCE_DIR) + "/models/tiny-random/config.json");
+  ASSERT_FALSE(ratio4.empty());
+  auto random = Model::load(ratio4);
+  ASSERT_TRUE(random.ok()) << random.status().to_string();
+  ts::check_verify_steps<HostExec>(
+      **random,
+      [&](bool new_path) -> std::unique_ptr<Backend> {
+        auto b = std::make_unique<DeviceBackend<HostExec>>(**random);
+        b->set_graphs(true, 0);
+        b->set_follow_rollbacks(new_path);
+        b->set_short_step_graphs(new_path);
+        return b;
+      },
+      "emulation, groups of 4 (random model)");
 }
 
 // The fused launches (RoPE + FakeQuant, inverse RoPE + window stores, routed + shared expert up;

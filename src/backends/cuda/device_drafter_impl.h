@@ -416,9 +416,9 @@ Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> reques
   S.key_slots = S.longest + B;
   reserve_draft_buffers();
   S.tail = !pick && draft_tail_on_device_;
-  // Program 1: the drafts' own executable graphs, so a draft and the decode step after it each
-  // update theirs instead of instantiating the other's anew (StreamGraphs::restart).
-  if (graph) ex_.graph_begin(1);
+  // The drafts' own executable graphs, so a draft and the decode step after it each update
+  // theirs instead of instantiating the other's anew (StreamGraphs::restart).
+  if (graph) ex_.graph_begin(kDraftProgram);
   draft_kernels();
   if (S.tail) draft_tail_kernels();
   if (graph) ex_.graph_end();

@@ -10,10 +10,8 @@
 //   3. online softmax per head row (the sink seeds the running max and the denominator);
 //   4. O += P·V [32, D]: warp w owns row block w / 8, columns [(w%8)·D/8, (w%8+1)·D/8); P in
 //      bf16, V = the same tile.
-// K = V and one KV head for all 64 query heads. At D 512 with an even number of head groups the
-// two head-group CTAs of a token form a cluster (a pair): each loads and decodes half of every
-// tile's rows and stores the bf16 rows into both CTAs' shared memory (distributed shared memory),
-// so each record is read and decoded once per token; otherwise once per 32 heads.
+// K = V and one KV head for all 64 query heads, so each record is read and decoded once per 32
+// heads (the 2 head-group CTAs of a token meet in L2), and the work is tensor-core MMAs.
 // Measured on the H200 (2026-12-01): with 16 heads per CTA (8 warps, two CTAs per SM) a sparse
 // layer at batch 64 took 0.103 ms, about half of its instructions decoding records that the
 // token's other head groups decoded too.
@@ -93,11 +91,11 @@ __device__ __forceinline__ RawUnit load_unit(const uint8_t* rec, int kind, int c
   return u;
 }
 
-// The unit as 16 bf16 values (8 registers of pairs; exact; absent rows as zeros).
-__device__ __forceinline__ void decode_unit(const RawUnit& u, int kind, uint32_t (&o)[8]) {
+// The unit as 16 bf16 values in shared memory (exact; absent rows as zeros).
+__device__ __forceinline__ void store_unit(const RawUnit& u, int kind, __nv_bfloat16* dst) {
+  __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dst);
   if (kind == 2) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) o[i] = 0;
+    for (int i = 0; i < 8; ++i) d2[i] = __floats2bfloat162_rn(0.0f, 0.0f);
     return;
   }
   uint32_t w[4];
@@ -108,7 +106,6 @@ __device__ __forceinline__ void decode_unit(const RawUnit& u, int kind, uint32_t
     w[0] = u.w[0], w[1] = u.w[1], w[2] = u.w[2], w[3] = u.w[3];
   } else {
     // E2M1 → E4M3 holding value·2^-6 (mma.cuh), in channel order: interleave even/odd bytes.
-#pragma unroll
     for (int i = 0; i < 2; ++i) {
       uint32_t even, odd;
       e2m1x8_to_e4m3(u.w[i], even, odd);
@@ -118,45 +115,10 @@ __device__ __forceinline__ void decode_unit(const RawUnit& u, int kind, uint32_t
     const __half_raw hs = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(u.scale), __NV_E4M3);
     scale = __half2float(__half(hs)) * 64.0f;  // exact: undoes the 2^-6
   }
-#pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 lo = e4m3x2_scaled(w[i], scale), hi = e4m3x2_scaled(w[i] >> 16, scale);
-    o[2 * i] = *reinterpret_cast<const uint32_t*>(&lo);
-    o[2 * i + 1] = *reinterpret_cast<const uint32_t*>(&hi);
+    d2[2 * i] = e4m3x2_scaled(w[i], scale);
+    d2[2 * i + 1] = e4m3x2_scaled(w[i] >> 16, scale);
   }
-}
-
-// The decoded unit into this CTA's shared memory (4-byte stores, as measured fastest there).
-__device__ __forceinline__ void store_unit(const uint32_t (&o)[8], __nv_bfloat16* dst) {
-  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) d[i] = o[i];
-}
-
-// ---- Thread block clusters (the paired head groups of a token) ----
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-// The address of the same shared-memory location in CTA `rank` of the cluster.
-__device__ __forceinline__ unsigned peer_address(const void* local, unsigned rank) {
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-               : "=r"(r)
-               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(local))), "r"(rank));
-  return r;
-}
-// The decoded unit into the peer CTA's shared memory (two 16-byte remote stores).
-__device__ __forceinline__ void store_unit_remote(const uint32_t (&o)[8], unsigned addr) {
-  asm volatile("st.shared::cluster.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(o[0]), "r"(o[1]), "r"(o[2]),
-               "r"(o[3])
-               : "memory");
-  asm volatile("st.shared::cluster.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr + 16), "r"(o[4]), "r"(o[5]), "r"(o[6]),
-               "r"(o[7])
-               : "memory");
 }
 
 // Four 8×8 bf16 matrices from shared memory, each lane giving one row address (rows of lanes
@@ -185,9 +147,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
                : "r"(s));
 }
 
-// kPair: the CTA is one of a cluster of two (head groups 2c and 2c + 1 of the token) that share
-// the decoding of every tile (see the header).
-template <int D, bool kPair>
+template <int D>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAttentionParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   AttnSmem<D>& sm = *reinterpret_cast<AttnSmem<D>*>(smem_raw);
@@ -273,12 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAtt
   // Rows of a tile are decoded in passes: pass j covers rows j·RP .. j·RP+RP−1, one 16-channel
   // unit per thread (a warp reads 512 contiguous bytes of a window row, 256 of a main row).
   // (At D 64 a pass covers more rows than a tile: threads past the tile's rows sit out.)
-  // Paired, this CTA decodes rows [32·rank, 32·rank + 32) of each tile and stores them into both.
-  constexpr int kOwnRows = kPair ? kTile / 2 : kTile;
-  constexpr int U = D / 16, RP = kThreads / U, kPasses = kOwnRows / RP > 0 ? kOwnRows / RP : 1;
-  static_assert(!kPair || kOwnRows % RP == 0, "paired decode: whole passes per CTA");
-  const unsigned rank = kPair ? cluster_rank() : 0u;
-  const int row0 = static_cast<int>(rank) * kOwnRows;
+  constexpr int U = D / 16, RP = kThreads / U, kPasses = kTile / RP > 0 ? kTile / RP : 1;
   const int unit_row = tid / U, unit_c0 = (tid % U) * 16;
   const bool decodes = unit_row < kTile;
   auto row_source = [&](int kk, int* kind) -> const uint8_t* {
@@ -302,14 +257,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAtt
 #pragma unroll
     for (int j = 0; j < kPasses; ++j) {
       int kind;
-      const uint8_t* src = row_source(k0 + row0 + j * RP + unit_row, &kind);
+      const uint8_t* src = row_source(k0 + j * RP + unit_row, &kind);
       raw[j] = load_unit<D>(src, decodes ? kind : 2, unit_c0);
     }
   };
   if (nkeys > 0) load_tile(0);
-  // Paired: the peer may write into this CTA's keys only once it has started (and, in the
-  // loop, once this CTA's P·V of the previous tile is done): arrive here, wait before storing.
-  if constexpr (kPair) cluster_arrive();
 
   for (int k0 = 0; k0 < nkeys; k0 += kTile) {
     // ---- 1. decode the tile loaded during the previous tile's math ---------------------------
@@ -318,29 +270,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAtt
       row_source(k0 + tid, &kind);
       sm.row_kind[tid] = kind;
     }
-    uint32_t dec[kPasses][8];
 #pragma unroll
     for (int j = 0; j < kPasses; ++j) {
       int kind;
-      row_source(k0 + row0 + j * RP + unit_row, &kind);
-      decode_unit(raw[j], decodes ? kind : 2, dec[j]);
+      const int r = j * RP + unit_row;
+      row_source(k0 + r, &kind);
+      if (decodes) store_unit(raw[j], kind, &sm.keys[r * S + unit_c0]);
     }
-    if constexpr (kPair) cluster_wait();  // the peer is done reading its keys (previous tile)
-#pragma unroll
-    for (int j = 0; j < kPasses; ++j) {
-      const int r = row0 + j * RP + unit_row;
-      if (decodes) {
-        __nv_bfloat16* dst = &sm.keys[r * S + unit_c0];
-        store_unit(dec[j], dst);
-        if constexpr (kPair) store_unit_remote(dec[j], peer_address(dst, rank ^ 1u));
-      }
-    }
-    if constexpr (kPair) {
-      cluster_arrive();  // both halves of the tile are in both CTAs
-      cluster_wait();
-    } else {
-      __syncthreads();
-    }
+    __syncthreads();
 
     // ---- 2. S = Q·Kᵀ ----------------------------------------------------------------------------
     if constexpr (kSplitQK) {
@@ -487,9 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAtt
       }
     }
     __syncthreads();  // the next tile overwrites keys, s and p
-    if constexpr (kPair) cluster_arrive();  // … and the peer's half of keys (waited for above)
   }
-  if constexpr (kPair) cluster_wait();  // the last arrive's phase; no remote access after this
 
   // ---- output: O / l for the real heads ---------------------------------------------------------
   const int hr = h0 + mt * 16 + g;  // head of accumulator rows g (and g + 8)
@@ -507,29 +442,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_kernel(SparseAtt
   }
 }
 
-template <int D, bool kPair>
+template <int D>
 Status launch(const SparseAttentionParams& p, cudaStream_t stream) {
   const int bytes = static_cast<int>(sizeof(AttnSmem<D>));
-  auto kernel = sparse_attention_kernel<D, kPair>;
-  DSV41_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  DSV41_CUDA_TRY(cudaFuncSetAttribute(sparse_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.heads + kRows - 1) / kRows));
-  if constexpr (!kPair) {
-    kernel<<<grid, kThreads, bytes, stream>>>(p);
-  } else {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid, cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = static_cast<size_t>(bytes);
-    cfg.stream = stream;
-    cudaLaunchAttribute cluster[1];
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = 1, cluster[0].val.clusterDim.y = 2, cluster[0].val.clusterDim.z = 1;
-    cfg.attrs = cluster, cfg.numAttrs = 1;
-    DSV41_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p));
-  }
+  sparse_attention_kernel<D><<<grid, kThreads, bytes, stream>>>(p);
   return launch_status("sparse_attention_kernel");
 }
-
-// Head groups of 32 paired in clusters when each token has an even number of them (D 512).
-bool paired_head_groups(const SparseAttentionParams& p) { return ((p.heads + kRows - 1) / kRows) % 2 == 0; }
 
 }  // namespace
 
@@ -542,8 +462,8 @@ Status sparse_attention_decode(const SparseAttentionParams& p, cudaStream_t stre
   if (!p.q || !p.sink || !p.positions || !p.window_rings || !p.out || (p.topk > 0 && (!p.main_rows || !p.topk_ids)))
     return invalid_argument(what + ": null pointer");
   switch (p.head_dim) {
-    case 64: return launch<64, false>(p, stream);
-    case 512: return paired_head_groups(p) ? launch<512, true>(p, stream) : launch<512, false>(p, stream);
+    case 64: return launch<64>(p, stream);
+    case 512: return launch<512>(p, stream);
     default: return unsupported(what + ": head_dim " + std::to_string(p.head_dim) + " (built for 64 and 512)");
   }
 }

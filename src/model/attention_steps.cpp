@@ -265,7 +265,6 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
   const int k = config.index_topk;
   if (!(compressed && topk)) held = nullptr;
   if (held) hold_selected_rows(*compressed, topk, T, k, D, start_pos, *held);
-  std::fill(o, o + T * H * D, 0.0f);
   const int64_t items = T * H;
   // Roughly the multiply-adds per item; threads only when each gets ≥ ~2M of them.
   const int64_t per_item = (std::min<int64_t>(win, start_pos + T) + k) * D * 2;
@@ -275,6 +274,11 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
   } else {
     const int64_t hw = options.exec.threads();
     chunks = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 21))});
+    // Threaded over many tokens: up to 4 ranges a thread (each at least one token's heads, so
+    // the kernels still read a key row once for 4 heads), taken as threads free up. A prefill's
+    // tokens differ in work (the window and the selected entries fill up over the first
+    // positions): one equal range a thread left the early ranges' threads idle.
+    if (chunks > 1) chunks = std::max(chunks, std::min<int64_t>(T, 4 * chunks));
   }
   chunks = std::max<int64_t>(chunks, 1);
   const int64_t grain = chunks <= 1 ? items : (items + chunks - 1) / chunks;
@@ -310,6 +314,7 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
       const float* win_rows = keys.data() + (lo - first) * D;  // [nwin, D], contiguous
       const float* q0 = q + (i * H + h0) * D;
       float* o0 = o + (i * H + h0) * D;
+      std::fill(o0, o0 + nh * D, 0.0f);  // here, not for all items on the caller beforehand
       dot_rows_heads(isa, q0, D, nh, win_rows, nwin, D, logits, lstride);
       dot_rows_heads(isa, q0, D, nh, sel_rows, nsel, D, logits + nwin, lstride);
       // The sink joins the max and the denominator, never the values (attention_kernels.h).

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -42,19 +43,22 @@ namespace {
 
 constexpr double kMB = 1e6;
 
-// `--profile`: per decoded token, the wall time of each backend step and of the pool's jobs.
-void print_step_profile(const StepProfile& prof, double decode_seconds, int64_t tokens) {
+// `--profile`: the wall time of each backend step and of the pool's jobs over `tokens` tokens
+// (`what`: "decode" or "prefill"), in ms per token.
+void print_step_profile(const char* what, const StepProfile& prof, double seconds, int64_t tokens) {
   const double per = 1e3 / static_cast<double>(tokens);
-  std::fprintf(stderr, "  decode profile, ms per token (of %.2f):", decode_seconds * per);
+  std::fprintf(stderr, "  %s profile, ms per token (of %.3f):", what, seconds * per);
   double steps = 0;
   for (int i = 0; i < static_cast<int>(StepPhase::kCount); ++i) {
     const auto phase = static_cast<StepPhase>(i);
     if (prof.calls[i] == 0) continue;
-    std::fprintf(stderr, " %s %.2f", step_phase_name(phase), prof.seconds[i] * per);
-    if (phase != StepPhase::kMoeRoute && phase != StepPhase::kMoeExperts) steps += prof.seconds[i];
+    std::fprintf(stderr, " %s %.3f", step_phase_name(phase), prof.seconds[i] * per);
+    const bool nested = phase == StepPhase::kMoeRoute || phase == StepPhase::kMoeExperts ||
+                        phase == StepPhase::kIndexer || phase == StepPhase::kSparseAttention;
+    if (!nested) steps += prof.seconds[i];
   }
-  std::fprintf(stderr, "; outside the steps %.2f\n", (decode_seconds - steps) * per);
-  std::fprintf(stderr, "  pool: %.1f jobs per token, %.2f ms in jobs, %.2f ms of it waiting at the join\n",
+  std::fprintf(stderr, "; outside the steps %.3f\n", (seconds - steps) * per);
+  std::fprintf(stderr, "  pool: %.1f jobs per token, %.3f ms in jobs, %.3f ms of it waiting at the join\n",
                static_cast<double>(prof.pool_jobs) / static_cast<double>(tokens), prof.pool_seconds * per,
                prof.join_wait_seconds * per);
 }
@@ -82,7 +86,7 @@ int bench_main(int argc, char** argv) {
   bool profile_steps = false, pool_spin = false;
   cli.add_flag("--pool-spin", pool_spin, "the model's pool threads spin longer between jobs (300 µs / 1 ms, not 100 µs; A/B; as DSV41_POOL_SPIN=1)");
   cli.add_flag("--profile", profile_steps,
-               "context sweep: also time each decode by backend step and the pool's fork/join (stderr; diagnostics)");
+               "context sweep: also time each prefill and decode by backend step and the pool's fork/join (stderr; diagnostics)");
   std::string isa_name, weights_name;
   int pool_threads = 0;
   cli.add_option("--weights", weights_name, "FP8/FP4 matrices: stored (default: read in place) | widened (at load; A/B)");
@@ -259,14 +263,23 @@ int bench_main(int argc, char** argv) {
                  bw.threads, bw.all_threads / 1e9);
     o.before_decode = [&](int64_t context) { decode_bw[context] = measure(2); };
   }
-  if (profile_steps) {  // the decode's steps only: reset after the prefill and the bandwidth
+  // Each prefill's steps (printed before its bandwidth measurement), then the decode's steps
+  // (reset after the prefill and the bandwidth).
+  std::chrono::steady_clock::time_point prefill_start;
+  if (profile_steps) {
+    o.before_prefill = [&](int64_t) {
+      profile.reset();
+      prefill_start = std::chrono::steady_clock::now();
+    };
     o.before_decode = [&, measure_bw = std::move(o.before_decode)](int64_t context) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - prefill_start).count();
+      print_step_profile("prefill", profile, s, context);
       if (measure_bw) measure_bw(context);
       profile.reset();
     };
   }
   auto on_point = [&](const SpeedPoint& p) {
-    if (profile_steps && p.decode_tokens > 0) print_step_profile(profile, p.decode_seconds, p.decode_tokens);
+    if (profile_steps && p.decode_tokens > 0) print_step_profile("decode", profile, p.decode_seconds, p.decode_tokens);
     std::fprintf(stderr, "context %lld: prefill (%s) %.1f tok/s, %lld token-layers of %lld at full depth; decode %.2f tok/s\n",
                  static_cast<long long>(p.context), prefill_depth_name(p.effective_depth), p.prefill_tokens_per_s(),
                  static_cast<long long>(p.prefill_work.encoder + p.prefill_work.decoder + p.prefill_work.replay),

@@ -14,6 +14,8 @@ const char* step_phase_name(StepPhase p) {
     case StepPhase::kFfn: return "ffn";
     case StepPhase::kMoeRoute: return "moe_route";
     case StepPhase::kMoeExperts: return "moe_experts";
+    case StepPhase::kIndexer: return "indexer";
+    case StepPhase::kSparseAttention: return "sparse_attention";
     case StepPhase::kLogits: return "logits";
     case StepPhase::kCount: break;
   }

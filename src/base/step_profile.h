@@ -11,7 +11,8 @@
 namespace dsv41 {
 
 // The backend steps of a layer walk (backends/cpu/cpu_backend.h) and, inside the FFN, the MoE's
-// parts. kMoe* are nested inside kFfn (their time is counted in both).
+// parts. kMoe* are nested inside kFfn, kIndexer and kSparseAttention inside kIndexAttend (their
+// time is counted in both; the nested ones only where the caller runs them, not in pool jobs).
 enum class StepPhase : uint8_t {
   kEngram,
   kAttentionInput,     // mHC coefficients + collapse + norm
@@ -22,6 +23,8 @@ enum class StepPhase : uint8_t {
   kFfn,                // mHC + norm + MoE + expand
   kMoeRoute,           // inside kFfn: router product and selection
   kMoeExperts,         // inside kFfn: the routed and shared experts
+  kIndexer,            // inside kIndexAttend: index queries, scores, top-k
+  kSparseAttention,    // inside kIndexAttend: sparse sink attention
   kLogits,             // final collapse, norm, head
   kCount
 };

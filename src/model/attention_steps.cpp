@@ -265,7 +265,6 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
   const int k = config.index_topk;
   if (!(compressed && topk)) held = nullptr;
   if (held) hold_selected_rows(*compressed, topk, T, k, D, start_pos, *held);
-  std::fill(o, o + T * H * D, 0.0f);
   const int64_t items = T * H;
   // Roughly the multiply-adds per item; threads only when each gets ≥ ~2M of them.
   const int64_t per_item = (std::min<int64_t>(win, start_pos + T) + k) * D * 2;
@@ -275,6 +274,11 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
   } else {
     const int64_t hw = options.exec.threads();
     chunks = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 21))});
+    // Threaded over many tokens: up to 4 ranges a thread (each at least one token's heads, so
+    // the kernels still read a key row once for 4 heads), taken as threads free up. A prefill's
+    // tokens differ in work (the window and the selected entries fill up over the first
+    // positions): one equal range a thread left the early ranges' threads idle.
+    if (chunks > 1) chunks = std::max(chunks, std::min<int64_t>(T, 4 * chunks));
   }
   chunks = std::max<int64_t>(chunks, 1);
   const int64_t grain = chunks <= 1 ? items : (items + chunks - 1) / chunks;
@@ -310,6 +314,7 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
       const float* win_rows = keys.data() + (lo - first) * D;  // [nwin, D], contiguous
       const float* q0 = q + (i * H + h0) * D;
       float* o0 = o + (i * H + h0) * D;
+      std::fill(o0, o0 + nh * D, 0.0f);  // here, not for all items on the caller beforehand
       dot_rows_heads(isa, q0, D, nh, win_rows, nwin, D, logits, lstride);
       dot_rows_heads(isa, q0, D, nh, sel_rows, nsel, D, logits + nwin, lstride);
       // The sink joins the max and the denominator, never the values (attention_kernels.h).
@@ -381,12 +386,16 @@ void attention_output(const CpuExec& ex, const ModelConfig& config, const Attent
   }
   gin.resize(static_cast<size_t>(n * group_in));
   gout.resize(static_cast<size_t>(n * olr));
+  // A prefill's group copies move n · H · D floats a layer (256 MiB at 2K tokens on mini-flash):
+  // on the caller alone they were a serial phase between the products; threaded over rows.
   for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t i = 0; i < n; ++i)
-      std::copy(o + i * H * D + g * group_in, o + i * H * D + (g + 1) * group_in, gin.begin() + i * group_in);
+    ex.parallel_items(n, group_in, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) std::copy_n(o + i * H * D + g * group_in, group_in, gin.begin() + i * group_in);
+    });
     matmul(ex, gin.data(), n, group_in, wo_a.offset(g * olr * group_in), olr, gout.data());
-    for (int64_t i = 0; i < n; ++i)
-      std::copy(gout.begin() + i * olr, gout.begin() + (i + 1) * olr, mid.begin() + i * groups * olr + g * olr);
+    ex.parallel_items(n, olr, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) std::copy_n(gout.begin() + i * olr, olr, mid.begin() + i * groups * olr + g * olr);
+    });
   }
   matmul(ex, mid.data(), n, groups * olr, weight_ref(w.wo_b, w.bf16.wo_b, w.quant_wo_b), hidden, out);
 }

@@ -97,7 +97,7 @@ TEST(AttentionStepsDecode, SameBitsAsOneProductAtATime) {
     const ModelConfig& c = s.config;
     const int64_t hidden = c.hidden_size, HD = c.num_attention_heads * c.head_dim, D = c.head_dim;
     const int64_t ql = c.q_lora_rank, G = c.o_groups, olr = c.o_lora_rank, group_in = HD / G;
-    for (int64_t n : {1, 2, 8, 9}) {
+    for (int64_t n : {1, 2, 8, 9, 3000}) {  // 3000: a prefill whose group copies run threaded
       std::vector<int64_t> pos(n);
       for (int64_t i = 0; i < n; ++i) pos[i] = 17 + 5 * i;
       RopeRows rr;

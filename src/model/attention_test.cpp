@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "cache/sequence_cache.h"
 #include "model/attention.h"
 #include "testing/random_model.h"
@@ -82,10 +83,12 @@ struct ChainRun {
 };
 
 ChainRun run(const Model& m, const std::vector<std::vector<float>>& x, int64_t L, const std::vector<int64_t>& chunks,
-             int threads = 0) {
+             int threads = 0, ThreadPool* pool = nullptr) {
   const ModelConfig& c = m.config;
   ChainRun r;
-  r.cache = std::move(SequenceCache::create(c, m.plan, 256).value());
+  r.cache = std::move(SequenceCache::create(c, m.plan, std::max<int64_t>(256, L)).value());
+  AttentionOptions options{threads};
+  options.exec.pool = pool;
   r.out.assign(c.num_hidden_layers, std::vector<float>(L * c.hidden_size));
   r.topk.assign(c.num_hidden_layers, std::vector<int32_t>(L * c.index_topk, -2));
   SharedAttentionState shared;
@@ -96,7 +99,7 @@ ChainRun run(const Model& m, const std::vector<std::vector<float>>& x, int64_t L
     for (const LayerInfo& l : m.plan.layers) {
       Status st = attention_forward(c, l, m.weights[l.index], m.rope, shared, *r.cache,
                                     x[l.index].data() + pos * c.hidden_size, T, pos,
-                                    r.out[l.index].data() + pos * c.hidden_size, AttentionOptions{threads});
+                                    r.out[l.index].data() + pos * c.hidden_size, options);
       EXPECT_TRUE(st.ok()) << st.to_string();
       if (l.ratio > 0 && shared.index_layer >= 0)
         std::copy(shared.topk.begin(), shared.topk.end(), r.topk[l.index].begin() + pos * c.index_topk);
@@ -153,6 +156,20 @@ TEST(Attention, ThreadCountDoesNotChangeResults) {
     ChainRun d = run(m, x, L, {1}, threads);  // one token: threads split the heads
     ChainRun d1 = run(m, x, L, {1}, 1);
     for (int l = 0; l < m.config.num_hidden_layers; ++l) EXPECT_EQ(d1.out[l], d.out[l]) << threads << " threads, layer " << l;
+  }
+}
+
+// A long prefill on a pool with the automatic split (threads = 0): 4 ranges a thread, run as
+// threads free up, against one range on the caller.
+TEST(Attention, PoolSplitOfALongPrefillDoesNotChangeResults) {
+  Model m;
+  const int64_t L = 1500;  // enough work a token for the automatic split to thread
+  auto x = random_inputs(m.config, L, 43);
+  ChainRun one = run(m, x, L, {L}, 1);
+  for (int n : {2, 3}) {
+    ThreadPool pool(n);
+    ChainRun r = run(m, x, L, {L}, 0, &pool);
+    for (int l = 0; l < m.config.num_hidden_layers; ++l) EXPECT_EQ(one.out[l], r.out[l]) << n << " threads, layer " << l;
   }
 }
 

@@ -190,10 +190,17 @@ void expert_rows(const CpuExec& ex, const MoeShape& shape, const ExpertWeights& 
   ws.u.resize(static_cast<size_t>(n * inter));
   ws.h.resize(static_cast<size_t>(n * inter));
   float *xb = ws.xb.data(), *g = ws.g.data(), *u = ws.u.data(), *h = ws.h.data();
-  for (int64_t r = 0; r < n; ++r) std::copy(x + rows[r] * shape.dim, x + (rows[r] + 1) * shape.dim, xb + r * shape.dim);
+  // The row gather and the SwiGLU threaded over rows (a prefill's experts have hundreds of rows:
+  // on the caller alone they were serial phases between the threaded products); row by row the
+  // same arithmetic. Inside a pool chunk (experts side by side) they run inline.
+  ex.parallel_items(n, shape.dim, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) std::copy_n(x + rows[r] * shape.dim, shape.dim, xb + r * shape.dim);
+  });
   matmul(ex, xb, n, shape.dim, ew.w1, inter, g);
   matmul(ex, xb, n, shape.dim, ew.w3, inter, u);
-  for (int64_t r = 0; r < n; ++r) swiglu(shape, g + r * inter, u + r * inter, inter, row_weight[r], h + r * inter);
+  ex.parallel_items(n, 8 * inter, [&](int64_t b, int64_t e) {  // ≈ 8 units a channel: exp, divide, clamps
+    for (int64_t r = b; r < e; ++r) swiglu(shape, g + r * inter, u + r * inter, inter, row_weight[r], h + r * inter);
+  });
   matmul(ex, h, n, inter, ew.w2, shape.dim, out);
 }
 
@@ -343,7 +350,12 @@ void moe_forward(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, 
     for (int e = 0; e < experts_run; ++e) {
       ws.out.resize(static_cast<size_t>(count_of(e) * shape.dim));
       run_expert(e, ws.out.data(), ws.experts[0]);
-      add_rows(shape, rows_of(e), ws.out.data(), count_of(e), y);
+      // An expert's rows are distinct tokens: its additions split over rows without races, and
+      // each y element still gets the experts' terms in ascending order.
+      const int64_t* rows = rows_of(e);
+      ex.parallel_items(count_of(e), shape.dim, [&](int64_t b, int64_t end) {
+        add_rows(shape, rows + b, ws.out.data() + b * shape.dim, end - b, y);
+      });
     }
   } else {
     // Side by side on the pool, one expert per chunk with its own scratch (the products inside a

@@ -79,6 +79,7 @@ Result<std::vector<SpeedPoint>> run_speed_bench(const Model& model, const SpeedB
     const std::vector<int32_t> prompt = speed_bench_prompt(model.vocab_size(), c, o.seed);
     SpeedPoint p;
     p.context = c;
+    if (o.before_prefill) o.before_prefill(c);
     const auto t0 = std::chrono::steady_clock::now();
     PrefillOptions po;
     po.depth = o.depth;

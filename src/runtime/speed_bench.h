@@ -35,6 +35,8 @@ struct SpeedBenchOptions {
   // next to the decode it bounds (on a shared machine the bandwidth left to us changes by 2×
   // within minutes).
   std::function<void(int64_t context)> before_decode;
+  // Called just before each prefill's clock starts, untimed (e.g. a profile's reset).
+  std::function<void(int64_t context)> before_prefill;
 };
 
 // One returning turn: window replay + suffix + decoder tail, timed to its first logits.

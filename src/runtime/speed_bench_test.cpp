@@ -21,6 +21,11 @@ TEST(SpeedBench, OnePointPerContext) {
   o.chunk = 16;
   int calls = 0;
   std::vector<int64_t> before;
+  std::vector<int64_t> before_prefill;
+  o.before_prefill = [&](int64_t c) {
+    before_prefill.push_back(c);
+    EXPECT_EQ(before.size() + 1, before_prefill.size());  // each prefill's hook before its decode's
+  };
   o.before_decode = [&](int64_t c) {
     before.push_back(c);
     EXPECT_EQ(calls, static_cast<int>(before.size()) - 1);  // after the previous point, before this one
@@ -30,6 +35,7 @@ TEST(SpeedBench, OnePointPerContext) {
   ASSERT_EQ(r->size(), 2u);
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(before, o.contexts);
+  EXPECT_EQ(before_prefill, o.contexts);
   for (size_t i = 0; i < 2; ++i) {
     const SpeedPoint& p = (*r)[i];
     EXPECT_EQ(p.context, o.contexts[i]);

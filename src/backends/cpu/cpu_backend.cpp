@@ -346,7 +346,10 @@ void CpuBackend::index_and_attend(int layer, std::span<const SegmentAttention> j
   IndexerScratch& iq = attention_scratch_.indexer;
   bool any_index = false;
   for (const SegmentAttention& j : jobs) any_index = any_index || j.index;
+  // Nested phases are timed only on the caller (a pool job's clock would race the profile).
+  StepProfile* const profile = ThreadPool::inside_job() ? nullptr : ex_.profile;
   if (any_index) {
+    StepScope timed_queries(profile, StepPhase::kIndexer);
     iq.q.resize(static_cast<size_t>(layout_.rows * iw));
     iq.head_weights.resize(static_cast<size_t>(layout_.rows * c.index_n_heads));
     auto queries = [&](int64_t b, int64_t e) {
@@ -372,7 +375,9 @@ void CpuBackend::index_and_attend(int layer, std::span<const SegmentAttention> j
   auto run_job = [&](int64_t k) {
     const SegmentAttention& j = jobs[static_cast<size_t>(k)];
     AttentionScratch* scratch = &segment_scratch_[static_cast<size_t>(k)];
+    StepProfile* const job_profile = ThreadPool::inside_job() ? nullptr : profile;
     if (j.index) {
+      StepScope timed_index(job_profile, StepPhase::kIndexer);
       const SegmentRows& s = segments_[j.segment];
       const KvSourceCache& kv = *s.cache->kv_source(j.index_kv_layer);
       const int64_t r0 = s.row0 + j.first_row;
@@ -381,6 +386,7 @@ void CpuBackend::index_and_attend(int layer, std::span<const SegmentAttention> j
                                    row(iq.head_weights, r0, c.index_n_heads), s.rows - j.first_row, s.start + j.first_row,
                                    shared_[j.segment], scratch);
     }
+    StepScope timed_attend(job_profile, StepPhase::kSparseAttention);
     attend_with(layer, j.segment, j.first_row, j.attend_kv_layer, scratch);
   };
   // A trace records per-segment state in order; it only comes with single-segment batches.

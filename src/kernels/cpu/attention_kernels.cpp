@@ -16,6 +16,10 @@ void dot_rows_heads_avx512(const float* q, int64_t q_stride, int64_t heads, cons
                            float* y, int64_t y_stride);
 void weighted_sum_rows_heads_avx512(const float* p, int64_t p_stride, int64_t heads, const float* rows, int64_t n,
                                     int64_t D, float* out, int64_t out_stride);
+void dot_rows_heads_avx2(const float* q, int64_t q_stride, int64_t heads, const float* rows, int64_t n, int64_t D,
+                         float* y, int64_t y_stride);
+void weighted_sum_rows_heads_avx2(const float* p, int64_t p_stride, int64_t heads, const float* rows, int64_t n,
+                                  int64_t D, float* out, int64_t out_stride);
 
 // The vector parts of sink_softmax (attention_kernels_avx2.cpp / _avx512.cpp): the scaling with
 // the max (returned, m ≥ sink), then the division by denom.
@@ -101,6 +105,8 @@ namespace {
 bool use_heads_avx512(CpuIsa isa, int64_t D) {
   return isa >= CpuIsa::kAvx512 && cpu_best_isa() >= CpuIsa::kAvx512 && attention_kernels_use_avx2() && D % 16 == 0;
 }
+// The multi-head AVX2 loops (the same bits again) where the path is capped at AVX2.
+bool use_heads_avx2(CpuIsa isa, int64_t D) { return isa >= CpuIsa::kAvx2 && attention_kernels_use_avx2() && D % 16 == 0; }
 
 }  // namespace
 
@@ -108,6 +114,7 @@ void dot_rows_heads(CpuIsa isa, const float* q, int64_t q_stride, int64_t heads,
                     int64_t D, float* y, int64_t y_stride) {
   if (heads <= 0 || n <= 0) return;
   if (use_heads_avx512(isa, D)) return dot_rows_heads_avx512(q, q_stride, heads, rows, n, D, y, y_stride);
+  if (use_heads_avx2(isa, D)) return dot_rows_heads_avx2(q, q_stride, heads, rows, n, D, y, y_stride);
   for (int64_t h = 0; h < heads; ++h) dot_rows(q + h * q_stride, rows, n, D, y + h * y_stride);
 }
 
@@ -115,6 +122,7 @@ void weighted_sum_rows_heads(CpuIsa isa, const float* p, int64_t p_stride, int64
                              int64_t n, int64_t D, float* out, int64_t out_stride) {
   if (heads <= 0 || n <= 0) return;
   if (use_heads_avx512(isa, D)) return weighted_sum_rows_heads_avx512(p, p_stride, heads, rows, n, D, out, out_stride);
+  if (use_heads_avx2(isa, D)) return weighted_sum_rows_heads_avx2(p, p_stride, heads, rows, n, D, out, out_stride);
   for (int64_t h = 0; h < heads; ++h) weighted_sum_rows(p + h * p_stride, rows, n, D, out + h * out_stride);
 }
 

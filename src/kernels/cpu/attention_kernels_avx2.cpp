@@ -65,6 +65,95 @@ void weighted_sum_rows_avx2(const float* p, const float* rows, int64_t n, int64_
   }
 }
 
+// Several query heads at once (attention_kernels.h, dot_rows_heads / weighted_sum_rows_heads),
+// D a multiple of 16. Each key row is read once for NH heads instead of once per head, and the
+// heads' chains are independent, so the FMA pipes are not waiting on one chain's latency. The
+// bits are those of dot_rows_avx2 / weighted_sum_rows_avx2 head by head: the same two chains
+// (channels ≡ 0..7 and 8..15 mod 16) and reduction per (head, row); every output channel of the
+// weighted sum its own chain in row order.
+namespace {
+
+// NH heads (≤ 2), rows two at a time: 8 accumulators.
+template <int NH>
+void dot_heads(const float* q, int64_t q_stride, const float* rows, int64_t n, int64_t D, float* y, int64_t y_stride) {
+  int64_t j = 0;
+  for (; j + 2 <= n; j += 2) {
+    const float* r0 = rows + j * D;
+    const float* r1 = r0 + D;
+    __m256 a[NH][2][2];
+    for (int h = 0; h < NH; ++h)
+      for (int k = 0; k < 2; ++k) a[h][k][0] = a[h][k][1] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d += 16) {
+      const __m256 x00 = _mm256_loadu_ps(r0 + d), x01 = _mm256_loadu_ps(r0 + d + 8);
+      const __m256 x10 = _mm256_loadu_ps(r1 + d), x11 = _mm256_loadu_ps(r1 + d + 8);
+      for (int h = 0; h < NH; ++h) {
+        const __m256 q0 = _mm256_loadu_ps(q + h * q_stride + d), q1 = _mm256_loadu_ps(q + h * q_stride + d + 8);
+        a[h][0][0] = _mm256_fmadd_ps(q0, x00, a[h][0][0]);
+        a[h][0][1] = _mm256_fmadd_ps(q1, x01, a[h][0][1]);
+        a[h][1][0] = _mm256_fmadd_ps(q0, x10, a[h][1][0]);
+        a[h][1][1] = _mm256_fmadd_ps(q1, x11, a[h][1][1]);
+      }
+    }
+    for (int h = 0; h < NH; ++h) {
+      y[h * y_stride + j] = hsum(_mm256_add_ps(a[h][0][0], a[h][0][1]));
+      y[h * y_stride + j + 1] = hsum(_mm256_add_ps(a[h][1][0], a[h][1][1]));
+    }
+  }
+  if (j < n)
+    for (int h = 0; h < NH; ++h) dot_rows_avx2(q + h * q_stride, rows + j * D, 1, D, y + h * y_stride + j);
+}
+
+// NH heads (≤ 2), channel strips of 32 (then of 8): 8 accumulators.
+template <int NH>
+void wsum_heads(const float* p, int64_t p_stride, const float* rows, int64_t n, int64_t D, float* out,
+                int64_t out_stride) {
+  int64_t d = 0;
+  for (; d + 32 <= D; d += 32) {
+    __m256 a[NH][4];
+    for (int h = 0; h < NH; ++h)
+      for (int k = 0; k < 4; ++k) a[h][k] = _mm256_loadu_ps(out + h * out_stride + d + 8 * k);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* r = rows + j * D + d;
+      const __m256 x0 = _mm256_loadu_ps(r), x1 = _mm256_loadu_ps(r + 8);
+      const __m256 x2 = _mm256_loadu_ps(r + 16), x3 = _mm256_loadu_ps(r + 24);
+      for (int h = 0; h < NH; ++h) {
+        const __m256 pj = _mm256_set1_ps(p[h * p_stride + j]);
+        a[h][0] = _mm256_fmadd_ps(pj, x0, a[h][0]);
+        a[h][1] = _mm256_fmadd_ps(pj, x1, a[h][1]);
+        a[h][2] = _mm256_fmadd_ps(pj, x2, a[h][2]);
+        a[h][3] = _mm256_fmadd_ps(pj, x3, a[h][3]);
+      }
+    }
+    for (int h = 0; h < NH; ++h)
+      for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + h * out_stride + d + 8 * k, a[h][k]);
+  }
+  for (; d < D; d += 8) {
+    __m256 a[NH];
+    for (int h = 0; h < NH; ++h) a[h] = _mm256_loadu_ps(out + h * out_stride + d);
+    for (int64_t j = 0; j < n; ++j) {
+      const __m256 x = _mm256_loadu_ps(rows + j * D + d);
+      for (int h = 0; h < NH; ++h) a[h] = _mm256_fmadd_ps(_mm256_set1_ps(p[h * p_stride + j]), x, a[h]);
+    }
+    for (int h = 0; h < NH; ++h) _mm256_storeu_ps(out + h * out_stride + d, a[h]);
+  }
+}
+
+}  // namespace
+
+void dot_rows_heads_avx2(const float* q, int64_t q_stride, int64_t heads, const float* rows, int64_t n, int64_t D,
+                         float* y, int64_t y_stride) {
+  int64_t h = 0;
+  for (; h + 2 <= heads; h += 2) dot_heads<2>(q + h * q_stride, q_stride, rows, n, D, y + h * y_stride, y_stride);
+  if (h < heads) dot_heads<1>(q + h * q_stride, q_stride, rows, n, D, y + h * y_stride, y_stride);
+}
+
+void weighted_sum_rows_heads_avx2(const float* p, int64_t p_stride, int64_t heads, const float* rows, int64_t n,
+                                  int64_t D, float* out, int64_t out_stride) {
+  int64_t h = 0;
+  for (; h + 2 <= heads; h += 2) wsum_heads<2>(p + h * p_stride, p_stride, rows, n, D, out + h * out_stride, out_stride);
+  if (h < heads) wsum_heads<1>(p + h * p_stride, p_stride, rows, n, D, out + h * out_stride, out_stride);
+}
+
 // sink_softmax's vector parts (attention_kernels.h): _mm256_max_ps(v, m) is v > m ? v : m, the
 // reference's std::max(m, v) lane by lane (a NaN logit never becomes the max).
 float scale_and_max_avx2(float* lg, int64_t n, float scaling, float sink) {

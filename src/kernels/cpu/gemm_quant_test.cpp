@@ -253,5 +253,41 @@ TEST(GemmQuant, ThreadedLargeProductMatchesWidened) {
   }
 }
 
+// Prefill-sized products (more than 8 rows: the widening driver, whose tasks span several row
+// blocks of one widened output block) against gemm_f32 on the widened weights, bit for bit: row
+// counts around the 64-row blocks and the spans, partial output blocks, odd `in`, 1 and 3
+// threads (different spans), FP8 and FP4.
+TEST(GemmQuant, PrefillWideningSpansMatchWidened) {
+  std::mt19937 rng(1305);
+  ThreadPool pool(3);
+  struct Shape {
+    QuantFormat f;
+    int64_t out, in;
+  };
+  const Shape shapes[] = {{QuantFormat::kFp8E4M3, 100, 37}, {QuantFormat::kFp8E4M3, 131, 1100},
+                          {QuantFormat::kFp4E2M1, 150, 64}, {QuantFormat::kFp4E2M1, 110, 1090}};
+  for (const Shape& sh : shapes) {
+    const Stored s = sh.f == QuantFormat::kFp8E4M3 ? random_stored(sh.f, sh.out, sh.in, 32, 32, false, false, rng)
+                                                   : random_stored(sh.f, sh.out, sh.in, 1, 32, false, true, rng);
+    const std::vector<float> wide = s.widened();
+    for (int64_t rows : {9, 63, 64, 65, 129, 517}) {
+      const std::vector<float> x = random_x(rows * s.in, rng);
+      std::vector<float> want(rows * s.rows), got(rows * s.rows);
+      for (CpuIsa isa : vector_isas())
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          CpuExec ex = CpuExec::serial();
+          ex.pool = p;
+          ex.isa = isa;
+          gemm_f32(ex, x.data(), rows, s.in, wide.data(), s.rows, want.data());
+          std::fill(got.begin(), got.end(), -1.0f);
+          gemm_quant(ex, x.data(), rows, s.in, s.view(), s.rows, got.data());
+          expect_same_bits(got, want, std::string(cpu_isa_name(isa)) + " rows " + std::to_string(rows) + " " +
+                                          std::to_string(s.rows) + "x" + std::to_string(s.in) +
+                                          (p ? " 3 threads" : " serial"));
+        }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -136,7 +136,8 @@ TEST(DraftLength, BatchPlanIsOptimalForTotalRowCosts) {
 TEST(DraftLength, BatchSharesRowsByConfidence) {
   // Cost flat up to 8 rows, then steep: 4 sequences have 4 extra rows to share.
   StepCost cost({0.0, 0.0, 0.0});
-  for (int rows = 4; rows <= 24; ++rows) cost.record(rows, 4, rows <= 8 ? 10.0 : 10.0 + 5 * (rows - 8));
+  for (int rows = 4; rows <= 24; ++rows)
+    for (int i = 0; i < 2; ++i) cost.record(rows, 4, rows <= 8 ? 10.0 : 10.0 + 5 * (rows - 8));  // past the first touch
   const std::vector<std::vector<double>> p = {
       {0.95, 0.9, 0.9, 0.5, 0.5}, {0.2, 0.9}, {0.99, 0.99, 0.1}, {}};
   const DraftPlan plan = plan_draft_lengths(p, cost, kAuto);
@@ -156,7 +157,7 @@ TEST(DraftLength, BackendShapeDecidesWhatAMeasuredPlainStepImplies) {
   const std::vector<std::vector<double>> sure(8, std::vector<double>{0.97, 0.97, 0.2});
   for (const bool compute_bound : {false, true}) {
     StepCost cost(step_cost_prior(compute_bound ? kComputeBoundStep : kStreamingStep));
-    cost.record(8, 8, 6.0);  // only plain batch-8 steps measured so far
+    for (int i = 0; i < 2; ++i) cost.record(8, 8, 6.0);  // only plain batch-8 steps measured so far
     const DraftPlan on_even = plan_draft_lengths(even, cost, kAuto);
     const DraftPlan on_sure = plan_draft_lengths(sure, cost, kAuto);
     int even_rows = 0;

@@ -18,6 +18,9 @@ TEST(StepCost, PriorBeforeMeasurements) {
 
 TEST(StepCost, EmaExactInterpolatedAndScaled) {
   StepCost c({10.0, 1.0, 0.0}, 0.5);
+  EXPECT_TRUE(c.record(2, 1, 99.0));  // first touches: not stored
+  EXPECT_TRUE(c.record(6, 1, 99.0));
+  EXPECT_EQ(c.measured_points(), 0u);
   EXPECT_TRUE(c.record(2, 1, 10.0));
   EXPECT_TRUE(c.record(2, 1, 20.0));
   EXPECT_DOUBLE_EQ(c.cost(2, 1), 15.0);  // EMA with α = 0.5
@@ -31,10 +34,26 @@ TEST(StepCost, EmaExactInterpolatedAndScaled) {
 
 TEST(StepCost, BatchBucketsArePowersOfTwo) {
   StepCost c({10.0, 1.0, 0.0});
+  c.record(8, 4, 90.0);  // a first touch
   c.record(8, 4, 50.0);
   EXPECT_DOUBLE_EQ(c.cost(8, 7), 50.0);     // 4 … 7 share a bucket
   EXPECT_DOUBLE_EQ(c.cost(8, 8), 10 + 8.0);  // 8 … 15 is empty: the prior
   EXPECT_DOUBLE_EQ(c.cost(4, 1), 14.0);
+}
+
+// A shape's first step (a CUDA graph instantiated, buffers first touched) is not its cost: were
+// it stored, a shape that measured high once would never be picked, so never measured again.
+TEST(StepCost, TheFirstStepOfAShapeIsNotStored) {
+  StepCost c({10.0, 0.0, 0.0}, 0.1);
+  EXPECT_TRUE(c.record(24, 8, 55.0));
+  EXPECT_EQ(c.measured_points(), 0u);
+  EXPECT_DOUBLE_EQ(c.cost(24, 8), 10.0) << "still the prior";
+  EXPECT_TRUE(c.record(24, 8, 31.0));
+  EXPECT_DOUBLE_EQ(c.cost(24, 8), 31.0);
+  EXPECT_TRUE(c.record(24, 4, 40.0)) << "another bucket: its own first touch";
+  EXPECT_DOUBLE_EQ(c.cost(24, 4), 10.0);
+  EXPECT_TRUE(c.record(21, 8, 30.0));
+  EXPECT_EQ(c.measured_points(), 1u);
 }
 
 TEST(StepCost, RecordIgnoresBadMeasurements) {

@@ -54,11 +54,15 @@ void StepCost::store(int rows, int seqs, double ms, bool replace) {
   ++e.samples;
 }
 
-bool StepCost::record(int rows, int seqs, double ms) {
-  if (!(std::isfinite(ms) && ms > 0) || seqs < 1 || rows < seqs) return false;
+bool StepCost::touch(int rows, int seqs) {
   const size_t b = size_t(bucket(seqs));
   if (b >= touched_.size()) touched_.resize(b + 1);
-  if (touched_[b].insert(rows).second) return true;  // a first touch: noted only
+  return touched_[b].insert(rows).second;
+}
+
+bool StepCost::record(int rows, int seqs, double ms) {
+  if (!(std::isfinite(ms) && ms > 0) || seqs < 1 || rows < seqs) return false;
+  if (touch(rows, seqs)) return true;  // a first touch: noted only
   store(rows, seqs, ms, false);
   return true;
 }
@@ -75,8 +79,7 @@ Status StepCost::profile(std::span<const int> batch_sizes, int max_rows_per_seq,
         return invalid_argument("step cost profile: step of " + std::to_string(seqs) + " × " + std::to_string(r) +
                                 " rows returned " + std::to_string(*ms) + " ms (must be finite and > 0)");
       store(r * seqs, seqs, *ms, true);
-      if (size_t(bucket(seqs)) >= touched_.size()) touched_.resize(size_t(bucket(seqs)) + 1);
-      touched_[size_t(bucket(seqs))].insert(r * seqs);  // a profiled shape is past its first touch
+      touch(r * seqs, seqs);  // a profiled shape is past its first touch
     }
   }
   return ok_status();

@@ -70,6 +70,7 @@ class StepCost {
   };
   static int bucket(int seqs);
   void store(int rows, int seqs, double ms, bool replace);
+  bool touch(int rows, int seqs);  // marks the shape seen; true the first time
 
   StepCostPrior prior_;
   double alpha_;

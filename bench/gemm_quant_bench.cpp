@@ -165,7 +165,8 @@ void BM_GemmPrefill(benchmark::State& state) {
 }
 
 // {rows, in, out, kind, isa}: 2048 prompt rows through mini-flash's wq_b (1280 → 32768, FP8), one
-// wo_a group (4096 → 1024, FP8), wq_a-sized (1024 → 1280, FP8 and bf16), one expert's w1 (FP4).
+// wo_a group (4096 → 1024, FP8), wq_a-sized (1024 → 1280, FP8 and bf16), one expert's w1 (FP4);
+// wo_b (8192 → 1024, FP8) and an expert's w2 at its average 768 rows (512 → 1024, FP4).
 void PrefillShapes(benchmark::internal::Benchmark* b) {
   for (int64_t isa : {1, 2, 3}) {
     b->Args({2048, 1280, 32768, kFp8, isa});
@@ -173,6 +174,8 @@ void PrefillShapes(benchmark::internal::Benchmark* b) {
     b->Args({2048, 1024, 1280, kFp8, isa});
     b->Args({2048, 1024, 1280, kBf16, isa});
     b->Args({2048, 1024, 512, kFp4, isa});
+    b->Args({2048, 8192, 1024, kFp8, isa});
+    b->Args({768, 512, 1024, kFp4, isa});
   }
 }
 BENCHMARK(BM_GemmPrefill)->Apply(PrefillShapes)->ArgNames({"rows", "in", "out", "kind", "isa"})

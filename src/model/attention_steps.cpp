@@ -7,6 +7,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention_kernels.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "model/indexer.h"
 #include "model/rmsnorm.h"
 #include "model/selected_rows.h"
@@ -236,6 +237,41 @@ void hold_selected_rows(const KvSourceCache& source, const int32_t* topk, int64_
   held.rows = T;
 }
 
+// One token's heads h0 … h0 + nh − 1 on the vector loops: o0 [nh, D] = softmax(q·keys) · keys
+// over the window rows then the selected rows (the sink in the softmax only).
+void attend_heads_on_vectors(CpuIsa isa, const float* q0, int64_t nh, int64_t D, const float* win_rows, int64_t nwin,
+                             const float* sel_rows, int64_t nsel, float scaling, const float* sinks, float* logits,
+                             int64_t lstride, float* o0) {
+  std::fill(o0, o0 + nh * D, 0.0f);  // here, not for all items on the caller beforehand
+  dot_rows_heads(isa, q0, D, nh, win_rows, nwin, D, logits, lstride);
+  dot_rows_heads(isa, q0, D, nh, sel_rows, nsel, D, logits + nwin, lstride);
+  // The sink joins the max and the denominator, never the values (attention_kernels.h).
+  for (int64_t hh = 0; hh < nh; ++hh) sink_softmax(isa, logits + hh * lstride, nwin + nsel, scaling, sinks[hh]);
+  weighted_sum_rows_heads(isa, logits, lstride, nh, win_rows, nwin, D, o0, D);
+  weighted_sum_rows_heads(isa, logits + nwin, lstride, nh, sel_rows, nsel, D, o0, D);
+}
+
+// All H heads of one token on the AMX tiles (attention_amx.h); false: they did not run.
+bool attend_token_on_tiles(const float* q0, int64_t H, int64_t D, const float* win_rows, int64_t nwin,
+                           const float* sel_rows, int64_t nsel, float scaling, const float* sinks, CpuIsa isa,
+                           float* logits, int64_t lstride, float* o0, SinkTokenBuffers& buffers) {
+  SinkTokenArgs a;
+  a.q = q0;
+  a.heads = H;
+  a.D = D;
+  a.win_rows = win_rows;
+  a.nwin = nwin;
+  a.sel_rows = sel_rows;
+  a.nsel = nsel;
+  a.scaling = scaling;
+  a.sinks = sinks;
+  a.isa = isa;
+  a.logits = logits;
+  a.lstride = lstride;
+  a.o = o0;
+  return sink_attention_token_amx(a, buffers);
+}
+
 // Step 5; held (optional): the selection's rows unpacked once (sparse_sink_attention_selected).
 void sink_attention(const ModelConfig& config, const AttentionWeights& w, const WindowRing& ring, const float* kv,
                     const KvSourceCache* compressed, const int32_t* topk, const float* q, const RopeRows& rope,
@@ -281,7 +317,13 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
     if (chunks > 1) chunks = std::max(chunks, std::min<int64_t>(T, 4 * chunks));
   }
   chunks = std::max<int64_t>(chunks, 1);
-  const int64_t grain = chunks <= 1 ? items : (items + chunks - 1) / chunks;
+  // With AMX a prefill's tokens (≥ kAmxMinRows of them, as for the products: a decode step keeps
+  // its heads spread over the threads) go through the tiles a token at a time, all its heads
+  // together (attention_amx.h), so ranges hold whole tokens.
+  const bool tiles = options.exec.use_amx() && T >= kAmxMinRows && sink_attention_tiles_fit(H, D);
+  int64_t grain = chunks <= 1 ? items : (items + chunks - 1) / chunks;
+  if (tiles) grain = (grain + H - 1) / H * H;
+  chunks = (items + grain - 1) / grain;
   // Each range of items (range = begin / grain, fixed by the chunking) has its own slice of the
   // scratch: the dequantised selected entries [k, D] and the logits of one token's heads
   // [H, window + k]. The heads of one token in a range go through the kernels together (each key
@@ -292,6 +334,7 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
   ws.ranges.reserve(static_cast<size_t>(std::max<int64_t>(chunks, options.exec.threads()) * range_floats));
   ws.ranges.resize(static_cast<size_t>(chunks * range_floats));
   const CpuIsa isa = options.exec.gemm_isa();
+  if (tiles) ws.tile_ranges.resize(static_cast<size_t>(std::max<int64_t>(chunks, ws.tile_ranges.size())));
   auto attend_range = [&](int64_t begin, int64_t end) {
     float* const sel = ws.ranges.data() + (begin / grain) * range_floats;  // [k, D]
     float* const logits = sel + int64_t{k} * D;                              // [H, window + k]
@@ -314,14 +357,11 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
       const float* win_rows = keys.data() + (lo - first) * D;  // [nwin, D], contiguous
       const float* q0 = q + (i * H + h0) * D;
       float* o0 = o + (i * H + h0) * D;
-      std::fill(o0, o0 + nh * D, 0.0f);  // here, not for all items on the caller beforehand
-      dot_rows_heads(isa, q0, D, nh, win_rows, nwin, D, logits, lstride);
-      dot_rows_heads(isa, q0, D, nh, sel_rows, nsel, D, logits + nwin, lstride);
-      // The sink joins the max and the denominator, never the values (attention_kernels.h).
-      for (int64_t hh = 0; hh < nh; ++hh)
-        sink_softmax(isa, logits + hh * lstride, nwin + nsel, scaling, w.attn_sink[h0 + hh]);
-      weighted_sum_rows_heads(isa, logits, lstride, nh, win_rows, nwin, D, o0, D);
-      weighted_sum_rows_heads(isa, logits + nwin, lstride, nh, sel_rows, nsel, D, o0, D);
+      if (!(tiles && nh == H && attend_token_on_tiles(q0, H, D, win_rows, nwin, sel_rows, nsel, scaling,
+                                                       w.attn_sink.data(), isa, logits, lstride, o0,
+                                                       ws.tile_ranges[static_cast<size_t>(begin / grain)])))
+        attend_heads_on_vectors(isa, q0, nh, D, win_rows, nwin, sel_rows, nsel, scaling, w.attn_sink.data() + h0,
+                                logits, lstride, o0);
       // The values carry RoPE on their tail; undo the query position's rotation.
       for (int64_t hh = 0; hh < nh; ++hh)
         rope_rotate(o0 + hh * D, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), true);

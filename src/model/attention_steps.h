@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/attention_amx.h"
+
 #include "cache/sequence_cache.h"
 #include "format/config.h"
 #include "model/attention.h"
@@ -47,6 +49,7 @@ struct AttentionScratch {
   std::vector<IndexerScratch> indexer_tasks;  // step 4, prefill: one per task of query rows
   std::vector<float> keys;   // step 5: [window keys, D] the segment's window rows, dequantised
   std::vector<float> ranges; // step 5: per range of work items, [k·D] selected entries + [window + k] logits
+  std::vector<SinkTokenBuffers> tile_ranges;  // step 5 with AMX tiles: per range, the packed operands
   std::vector<float> mid, gin, gout;  // step 6: [n, groups·o_lora], [n, H·D/groups], [n, o_lora] (×groups: decode)
 };
 

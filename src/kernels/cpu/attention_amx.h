@@ -1,0 +1,57 @@
+// One prompt token's sparse sink attention (model.md §3.5) for all its query heads on AMX-BF16
+// tiles: mini-flash's 64 heads share one key/value head (MQA), so per token the logits are a
+// [H × D] · [D × L] product over its L = window + selected keys and the output a [H × L] · [L × D]
+// product, which is what the tiles are for.
+//
+// Same function, another summation order (the `--isa amx` contract of gemm_amx.h): the key/value
+// rows are cache rows, exact in bf16 (records.h: every value the reference keeps is), used as
+// they are; the query heads and the probabilities are float32, each split into three bf16 parts
+// hi + mid + lo (exact), so every product is exact and only the float32 additions are ordered
+// differently from dot_rows / weighted_sum_rows (all L keys in one sum, window then selected). The
+// sink softmax between the two products is sink_softmax's, bit for bit. Denormals flush (as in
+// gemm_amx.h). A token whose key rows are not all exact in bf16 is refused (returns false, its
+// output untouched) and runs the vector loops.
+//
+// Call sink_attention_token_amx only when cpu_has_amx(); the emulated version (amx_emulated.h)
+// runs the same packing and loops on a scalar model of the tiles, for tests anywhere.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/cpu_exec.h"
+
+namespace dsv41 {
+
+// One token's inputs; every pointer borrowed for the call.
+struct SinkTokenArgs {
+  const float* q = nullptr;         // [heads, D]: the token's query heads
+  int64_t heads = 0, D = 0;
+  const float* win_rows = nullptr;  // [nwin, D]: window keys (= values)
+  int64_t nwin = 0;
+  const float* sel_rows = nullptr;  // [nsel, D]: selected compressed entries
+  int64_t nsel = 0;
+  float scaling = 1.0f;             // the logits' scale (D^-0.5)
+  const float* sinks = nullptr;     // [heads]: each head's sink logit
+  CpuIsa isa = CpuIsa::kAvx512;     // sink_softmax's path
+  float* logits = nullptr;          // [heads, lstride] scratch, lstride ≥ nwin + nsel: the probabilities after
+  int64_t lstride = 0;
+  float* o = nullptr;               // [heads, D]: the output, overwritten (before the value RoPE is undone)
+};
+
+// The calling thread's packed operands, reused token after token (grow only).
+struct SinkTokenBuffers {
+  std::vector<uint16_t> keys, values, queries, probs;
+  std::vector<uint32_t> zeros;  // a padding key row
+};
+
+// Whether the tile loops take this geometry: heads a multiple of 32, D a multiple of 32.
+inline bool sink_attention_tiles_fit(int64_t heads, int64_t D) {
+  return heads > 0 && D > 0 && heads % 32 == 0 && D % 32 == 0;
+}
+
+// true: a.o and a.logits written. false: a geometry the tiles do not take, or a key row not exact
+// in bf16; a.o untouched.
+bool sink_attention_token_amx(const SinkTokenArgs& a, SinkTokenBuffers& buffers);
+
+}  // namespace dsv41

@@ -64,6 +64,9 @@ struct Model {
   Model() {
     for (const LayerInfo& l : plan.layers) weights.push_back(random_attention_weights(config, l, 11));
   }
+  explicit Model(const ModelConfig& c) : config(c), plan(small_plan(c)), rope(Rope::create(c).value()) {
+    for (const LayerInfo& l : plan.layers) weights.push_back(random_attention_weights(config, l, 11));
+  }
 };
 
 // Independent inputs per layer and token: [layers][L, hidden].
@@ -83,12 +86,13 @@ struct ChainRun {
 };
 
 ChainRun run(const Model& m, const std::vector<std::vector<float>>& x, int64_t L, const std::vector<int64_t>& chunks,
-             int threads = 0, ThreadPool* pool = nullptr) {
+             int threads = 0, ThreadPool* pool = nullptr, CpuIsa isa = CpuIsa::kAvx512) {
   const ModelConfig& c = m.config;
   ChainRun r;
   r.cache = std::move(SequenceCache::create(c, m.plan, std::max<int64_t>(256, L)).value());
   AttentionOptions options{threads};
   options.exec.pool = pool;
+  options.exec.isa = isa;
   r.out.assign(c.num_hidden_layers, std::vector<float>(L * c.hidden_size));
   r.topk.assign(c.num_hidden_layers, std::vector<int32_t>(L * c.index_topk, -2));
   SharedAttentionState shared;
@@ -171,6 +175,31 @@ TEST(Attention, PoolSplitOfALongPrefillDoesNotChangeResults) {
     ChainRun r = run(m, x, L, {L}, 0, &pool);
     for (int l = 0; l < m.config.num_hidden_layers; ++l) EXPECT_EQ(one.out[l], r.out[l]) << n << " threads, layer " << l;
   }
+}
+
+// `--isa amx` (gemm_amx.h, attention_amx.h): with 32 heads a prompt's sink attention runs on the
+// tiles, its products too; against the vector paths the layers agree to float rounding. Layer 0
+// (window only) is compared tightly; the others go through the indexer's top-k, where a score
+// that moves by a rounding may pick another entry, so they are only checked finite.
+TEST(Attention, AmxTilesAgreeWithTheVectorPaths) {
+  if (!cpu_has_amx()) GTEST_SKIP() << "no AMX here: " << amx_unavailable_reason();
+  ModelConfig c = small_config();
+  c.num_attention_heads = 32;
+  const Model m(c);
+  const int64_t L = 40;  // ≥ kAmxMinRows tokens in the call
+  auto x = random_inputs(m.config, L, 47);
+  ThreadPool pool(3);
+  ChainRun vec = run(m, x, L, {L}, 0, &pool, CpuIsa::kAvx512);
+  ChainRun amx = run(m, x, L, {L}, 0, &pool, CpuIsa::kAmx);
+  double scale = 0, diff = 0;
+  for (size_t i = 0; i < vec.out[0].size(); ++i) {
+    scale = std::max(scale, std::fabs(double(vec.out[0][i])));
+    diff = std::max(diff, std::fabs(double(vec.out[0][i]) - amx.out[0][i]));
+  }
+  EXPECT_GT(diff, 0.0) << "the tiles did not run";
+  EXPECT_LE(diff, 1e-5 * scale) << "layer 0: max |amx - avx512| " << diff << " of max |out| " << scale;
+  for (int l = 1; l < c.num_hidden_layers; ++l)
+    for (float v : amx.out[l]) ASSERT_TRUE(std::isfinite(v)) << "layer " << l;
 }
 
 TEST(Attention, AllocatorAgreesWithSizingPlan) {

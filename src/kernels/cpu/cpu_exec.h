@@ -26,8 +26,9 @@ bool cpu_has_avx2_fma();
 //   kAvx2:     AVX2 + FMA
 //   kAvx512:   AVX-512 F/BW/DQ/VL (512-bit registers, 32 of them)
 //   kAmx:      kAvx512's vector loops, plus AMX-BF16 tiles for multi-row (prefill) products from
-//              bf16 / FP8 / FP4 weights (kernels/cpu/gemm_amx.h). Opt-in only (never chosen by
-//              "auto"): its summation order differs from the vector paths', so its bits do too.
+//              bf16 / FP8 / FP4 weights (kernels/cpu/gemm_amx.h) and for a prefill's sparse sink
+//              attention (kernels/cpu/attention_amx.h). Opt-in only (never chosen by "auto"): its
+//              summation order differs from the vector paths', so its bits do too.
 enum class CpuIsa : uint8_t { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 
 // The best vector ISA (kPortable..kAvx512) this CPU (and its OS, for the 512-bit register state)

@@ -1,5 +1,8 @@
 // The sink attention of a decode / verify step (dk::AttnBatch) with FP64 tensor-core MMAs
 // (fast_kernels.h launch_attn_mma; docs/CUDA.md "Sink attention on FP64 MMAs, session 16").
+// Measured slower than the split pair on the H200 (why is not known yet), so launch_chain does
+// not take it (kMmaAttention in fast_kernels.cu); FastAttentionCuda.MmaSinkAttentionEqualsSimple
+// keeps it tested.
 //
 // The model's attention is MQA: every head of a row reads the same key rows. So a block decodes
 // each key row it needs ONCE into shared memory (as doubles) and serves 16 heads from it, and both

@@ -206,8 +206,8 @@ TEST(FastAttentionCuda, SplitSinkAttentionEqualsSimple) {
   }
 }
 
-// The FP64-MMA attention (fast::launch_attn_mma, called directly: launch_chain takes it first
-// and the test above goes through launch_chain) against the simple chain, bit for bit, at the
+// The FP64-MMA attention (fast::launch_attn_mma, called directly: launch_chain takes it only
+// with kMmaAttention on) against the simple chain, bit for bit, at the
 // shapes its tiles make boundaries: L = 1, L off the 32-slot logits tile and the 64-slot values
 // tile, the window alone (no top-k), the window / selected boundary inside a 4-slot MMA step,
 // heads off the 16-head group (5, 20, 33), D off the 4-channel step and the 32-channel chunk,

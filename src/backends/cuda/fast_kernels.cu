@@ -1133,10 +1133,11 @@ static __global__ void __launch_bounds__(kAttnThreads) attn_batch_kernel(const d
   attn_block(job.g, job.q, b.scaling, b.sink, job.o, ih);
 }
 
-// The sink attention's kernels, fastest first: the FP64-MMA pair (fast_attention_mma.cu), the
-// split pair (fast_attention.cu), then the block per (row, head) below. false: skip the MMA pair
-// (kept for the old / new comparison; docs/CUDA.md "Sink attention on FP64 MMAs, session 16").
-constexpr bool kMmaAttention = true;
+// The sink attention's kernels: the FP64-MMA pair (fast_attention_mma.cu) when on, the split
+// pair (fast_attention.cu), then the block per (row, head) below. Off: the MMA pair measured
+// slower on the H200 (mini-flash AttnBatch 0.745 → 0.88 ms a step at batch 1, 1.98 → 2.74 ms at
+// batch 8; docs/CUDA.md "Sink attention on FP64 MMAs, session 16"); its test calls it directly.
+constexpr bool kMmaAttention = false;
 
 static bool launch_attn_fast(const dk::AttnBatch& b, cudaStream_t s) {
   return (kMmaAttention && launch_attn_mma(b, s)) || launch_attn_split(b, s);

@@ -206,5 +206,82 @@ TEST(FastAttentionCuda, SplitSinkAttentionEqualsSimple) {
   }
 }
 
+// The FP64-MMA attention (fast::launch_attn_mma, called directly: launch_chain takes it only
+// with kMmaAttention on) against the simple chain, bit for bit, at the
+// shapes its tiles make boundaries: L = 1, L off the 32-slot logits tile and the 64-slot values
+// tile, the window alone (no top-k), the window / selected boundary inside a 4-slot MMA step,
+// heads off the 16-head group (5, 20, 33), D off the 4-channel step and the 32-channel chunk,
+// many rows, a verify step (5 rows of one sequence) and a decode batch of 16 sequences.
+TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(1606);
+  const auto check = [&](const dk::AttnBatch& b, const std::string& what) {
+    ex.set_fast_kernels(false);
+    ex.run_chain(b);
+    std::vector<std::vector<float>> want;
+    for (int j = 0; j < b.n; ++j) want.push_back(dev.down(b.jobs[j].o, b.jobs[j].g.T * b.jobs[j].g.H * b.jobs[j].g.D));
+    ex.set_fast_kernels(true);
+    for (int j = 0; j < b.n; ++j) {
+      const std::vector<float> poison(want[size_t(j)].size(), 12345.0f);
+      ex.upload(b.jobs[j].o, poison.data(), int64_t(poison.size() * sizeof(float)));
+    }
+    ex.sync();
+    ASSERT_TRUE(fast::launch_attn_mma(b)) << what;  // the legacy stream: ordered with ex's blocking stream
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+    for (int j = 0; j < b.n; ++j) {
+      const std::vector<float> got = dev.down(b.jobs[j].o, int64_t(want[size_t(j)].size()));
+      int64_t finite = 0;
+      for (size_t x = 0; x < got.size(); ++x) {
+        const float w = want[size_t(j)][x];
+        finite += std::isfinite(w) ? 1 : 0;
+        if (std::isnan(w)) {
+          ASSERT_TRUE(std::isnan(got[x])) << what << " job " << j << " at " << x;
+          continue;
+        }
+        ASSERT_EQ(kc::bits_of_floats({got[x]})[0], kc::bits_of_floats({w})[0])
+            << what << " job " << j << " at " << x << ": mma " << got[x] << " vs simple " << w;
+      }
+      EXPECT_GT(finite, 0) << what << ": nothing to compare";
+    }
+  };
+  // T, H, D, window, top-k, start, floor, main rows G, ring.
+  const std::vector<AttnCase> alone = {
+      {1, 64, 512, 128, 512, 383, 0, 190, true},   // mini-flash decode: 190 of 512 top-k rows present
+      {1, 64, 512, 128, 512, 1500, 0, 900, true},  // every top-k slot present (bar the 7k+3 ones)
+      {5, 64, 512, 128, 512, 700, 0, 300, true},   // a verify step: 5 rows of one sequence
+      {2, 64, 512, 128, 0, 300, 0, 0, true},       // the window alone
+      {1, 16, 64, 1, 0, 5, 0, 0, false},           // L = 1
+      {1, 1, 16, 6, 4, 0, 0, 3, false},            // the first position (one window key), one head
+      {3, 20, 96, 13, 7, 50, 0, 30, false},        // L 20: off both tiles; nwin 13 inside a step
+      {2, 33, 512, 37, 30, 90, 0, 40, true},       // 33 heads; L 67 (a second values tile of 3)
+      {7, 5, 96, 16, 9, 40, 30, 12, false},        // prefill rows, a floor
+      {2, 3, 33, 5, 0, 9, 0, 0, true},             // D 33: off the 4-channel step and the chunk
+      {40, 4, 128, 64, 64, 70, 0, 40, false},      // many rows
+  };
+  for (const AttnCase& c : alone) {
+    AttnInputs in(dev, rng, c);
+    dk::AttnBatch b;
+    b.sink = dev.up(kc::randn(rng, c.H));
+    b.scaling = float(1.0 / std::sqrt(double(c.D)));
+    b.jobs[b.n++] = in.job;
+    check(b, "mma attention " + std::to_string(c.T) + "x" + std::to_string(c.H) + "x" + std::to_string(c.D) + " win " +
+                 std::to_string(c.win) + " k " + std::to_string(c.k) + " start " + std::to_string(c.start));
+  }
+  std::vector<AttnCase> decode;
+  for (int j = 0; j < dk::AttnBatch::kMax; ++j) decode.push_back({1, 64, 512, 128, 512, 100 + 61 * j, 0, 20 + 30 * j, j % 3 != 0});
+  dk::AttnBatch b;
+  b.sink = dev.up(kc::randn(rng, 64));
+  b.scaling = 0.07f;
+  std::vector<AttnInputs> ins;
+  ins.reserve(decode.size());
+  for (const AttnCase& c : decode) {
+    ins.emplace_back(dev, rng, c);
+    b.jobs[b.n++] = ins.back().job;
+  }
+  check(b, "mma attention, a decode batch of 16");
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -1133,6 +1133,16 @@ static __global__ void __launch_bounds__(kAttnThreads) attn_batch_kernel(const d
   attn_block(job.g, job.q, b.scaling, b.sink, job.o, ih);
 }
 
+// The sink attention's kernels: the FP64-MMA pair (fast_attention_mma.cu) when on, the split
+// pair (fast_attention.cu), then the block per (row, head) below. Off: the MMA pair measured
+// slower on the H200 (mini-flash AttnBatch 0.745 → 0.88 ms a step at batch 1, 1.98 → 2.74 ms at
+// batch 8; docs/CUDA.md "Sink attention on FP64 MMAs, session 16"); its test calls it directly.
+constexpr bool kMmaAttention = false;
+
+static bool launch_attn_fast(const dk::AttnBatch& b, cudaStream_t s) {
+  return (kMmaAttention && launch_attn_mma(b, s)) || launch_attn_split(b, s);
+}
+
 // Static shared memory: 16 KiB of partial sums + 384 B + 2,112 B of decode tables; the logits row
 // must fit beside it (48 KiB in all).
 constexpr int64_t kAttnMaxLogitBytes = 28 * 1024;
@@ -1143,7 +1153,7 @@ bool launch_chain(const dk::AttnChain& c, cudaStream_t s) {
   one.sink = c.softmax.sink;
   one.scaling = c.logits.scaling;
   one.jobs[one.n++] = {g, c.logits.q, c.logits.logits, c.values.o};
-  if (launch_attn_split(one, s)) return true;
+  if (launch_attn_fast(one, s)) return true;
   const int64_t blocks = g.T * g.H;
   if (g.L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff) return false;
   if (blocks > 0) attn_kernel<<<unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float)), s>>>(c);
@@ -1151,7 +1161,7 @@ bool launch_chain(const dk::AttnChain& c, cudaStream_t s) {
 }
 
 bool launch_chain(const dk::AttnBatch& b, cudaStream_t s) {
-  if (launch_attn_split(b, s)) return true;
+  if (launch_attn_fast(b, s)) return true;
   int64_t blocks = 0, L = 0;
   for (int j = 0; j < b.n; ++j) {
     blocks += b.jobs[j].g.T * b.jobs[j].g.H;

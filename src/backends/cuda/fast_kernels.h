@@ -61,6 +61,14 @@ bool launch_chain(const dk::AttnBatch& b, cudaStream_t s = 0);  // every segment
 // same bits); false where its shared memory would not hold the shape (then the one-block-per-
 // (row, head) kernel runs). The jobs' logits scratch must be set.
 bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s = 0);
+// The same attention on FP64 tensor-core MMAs (fast_attention_mma.cu): logits a block per (row,
+// 16 heads, 32 key slots), softmax + values a block per (row, 16 heads, 32 channels), each key row
+// decoded once per block for its 16 heads (MQA); the products exact in double, only the order of
+// the double sums differs from the simple bodies (float results equal but at rare rounding ties).
+// Off in launch_chain (kMmaAttention in fast_kernels.cu: measured slower than the split pair);
+// false where its shared memory would not hold the shape (D ≲ 560, L ≲ 1,400). The jobs' logits
+// scratch must be set.
+bool launch_attn_mma(const dk::AttnBatch& b, cudaStream_t s = 0);
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s = 0);  // one block per row
 bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one block per token
 // The DSpark drafter's block attention, one block per (block row, head) (logits, softmax, values;

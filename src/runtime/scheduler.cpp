@@ -364,7 +364,7 @@ bool Scheduler::draft_step() {
   for (size_t i = 0; i < drafting_.size(); ++i) probs[i] = calibrator_.probabilities(drafts_[i].confidence);
   // The drafter's time is paid whatever the plan keeps: every length, 0 included, carries it
   // (the table holds verify-only costs, step() records them so).
-  const DraftPlan plan = plan_draft_lengths(probs, step_cost_, options_.dspark, draft_ms_this_step_);
+  const DraftPlan plan = plan_draft_lengths(probs, step_cost_, options_.dspark, draft_ms_this_step_, options_.dspark_auto_plan);
   for (size_t i = 0; i < drafting_.size(); ++i) {
     Active& a = *drafting_[i];
     const int64_t left = a.request.max_tokens - static_cast<int64_t>(a.result.ids.size());

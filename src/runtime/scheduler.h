@@ -107,6 +107,11 @@ struct SchedulerOptions {
   // --dspark auto: measure each side in pairs of steps and count the second (runtime/auto_draft.h
   // `settle`), so that neither side is charged for switching from the other.
   bool dspark_auto_settle = true;
+  // --dspark auto: the counted plain steps a measurement takes (runtime/auto_draft.h
+  // plain_samples; AutoDraftSwitch::kMaxSamples: as many as drafting's, the rule before session 16).
+  int64_t dspark_auto_plain_samples = 4;
+  // --dspark auto: how the k* planner shares a step's rows (runtime/draft_length.h DraftPlanRule).
+  DraftPlanRule dspark_auto_plan{.uniform_cap = true, .charge_first_touch = true};
   // Keep a record of every decoding step in DsparkStats::step_trace (diagnostics; grows by one a step).
   bool dspark_step_trace = false;
   // Test hooks: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker);
@@ -268,7 +273,8 @@ class Scheduler {
   StepCost step_cost_;
   DsparkStats dspark_;
   // Auto mode's measured choice (runtime/auto_draft.h); the window's steps refill the rings.
-  AutoDraftSwitch auto_{engine_.config().sliding_window, options_.dspark_auto_warmup, options_.dspark_auto_settle};
+  AutoDraftSwitch auto_{engine_.config().sliding_window, options_.dspark_auto_warmup, options_.dspark_auto_settle,
+                       options_.dspark_auto_plain_samples};
   bool drafted_this_step_ = false;
   double draft_ms_this_step_ = 0;  // the drafter's wall time this step (not a verify cost)
   int64_t steps_ = 0;               // steps with active requests (diagnostics)

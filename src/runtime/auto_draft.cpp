@@ -118,9 +118,8 @@ bool AutoDraftSwitch::want_draft(bool prefilling, int64_t seqs) {
   const int64_t run = settle_ ? kRunSteps : 1;
   const int64_t left = in_run ? carried : run;
   const bool side = in_run ? run_side_ : b.samples[1] <= b.samples[0] || plain_is_full(b);
-  const bool same_side = !in_run && side && after_drafting_run;
-  measuring_ = same_side || run - left >= (settle_ ? kSettleSteps : 0) || (in_run && run_counts_);
-  run_counts_ = same_side || (in_run && run_counts_);
+  run_counts_ = in_run ? run_counts_ : side && after_drafting_run;
+  measuring_ = run_counts_ || run - left >= (settle_ ? kSettleSteps : 0);
   last_measured_drafting_ = side;
   in_measurement_ = true;
   run_side_ = side;

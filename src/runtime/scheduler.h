@@ -108,10 +108,12 @@ struct SchedulerOptions {
   // `settle`), so that neither side is charged for switching from the other.
   bool dspark_auto_settle = true;
   // --dspark auto: the counted plain steps a measurement takes (runtime/auto_draft.h
-  // plain_samples; AutoDraftSwitch::kMaxSamples: as many as drafting's, the rule before session 16).
-  int64_t dspark_auto_plain_samples = 4;
-  // --dspark auto: how the k* planner shares a step's rows (runtime/draft_length.h DraftPlanRule).
-  DraftPlanRule dspark_auto_plan{.uniform_cap = true, .charge_first_touch = true};
+  // plain_samples; AutoDraftSwitch::kMaxSamples: as many as drafting's). 4 measured no faster on
+  // the H200 (docs/DSPARK.md, session 16), so the default keeps the sides even.
+  int64_t dspark_auto_plain_samples = AutoDraftSwitch::kMaxSamples;
+  // --dspark auto: how the k* planner shares a step's rows (runtime/draft_length.h DraftPlanRule;
+  // the one-cap rule and the first-touch charge measured no faster: off by default).
+  DraftPlanRule dspark_auto_plan{};
   // Keep a record of every decoding step in DsparkStats::step_trace (diagnostics; grows by one a step).
   bool dspark_step_trace = false;
   // Test hooks: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker);

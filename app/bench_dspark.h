@@ -29,6 +29,7 @@ struct DsparkBenchOptions {
   std::string auto_plan = "greedy";
   bool auto_first_touch = false;
   int auto_plain_samples = 0;
+  bool auto_laggards = false;  // SchedulerOptions::dspark_auto_weigh_laggards
   std::string trace;          // non-empty: every decoding step of every run, one JSON line each
 };
 

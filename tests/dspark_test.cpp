@@ -352,13 +352,15 @@ TEST(DsparkDecode, GreedyEqualsPlainAtBatchOneAndEight) {
 }
 
 // auto with session 16's rules (one draft cap a batch, first touches charged, a plain side of
-// four samples; off by default) decodes exactly what plain decoding does, at batch 1 and 8.
-TEST(DsparkDecode, GreedyEqualsPlainUnderAutosUniformCapRule) {
+// four samples, drafts weighed by remaining tokens; off by default) decodes exactly what plain
+// decoding does, at batch 1 and 8.
+TEST(DsparkDecode, GreedyEqualsPlainUnderSession16AutoRules) {
   const auto reqs = requests(12, false);
   const Decoded plain = run(reqs, 8, kOff);
   SchedulerOptions rules;
   rules.dspark_auto_plan = {.uniform_cap = true, .charge_first_touch = true};
   rules.dspark_auto_plain_samples = 4;
+  rules.dspark_auto_weigh_laggards = true;
   for (int parallel : {1, 8}) {
     const Decoded spec = run(reqs, parallel, DsparkMode{DsparkMode::Kind::kAuto, 0}, &plain.ids, false, true, rules);
     EXPECT_EQ(spec.ids, plain.ids) << "parallel " << parallel;

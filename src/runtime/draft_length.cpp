@@ -114,6 +114,15 @@ DraftPlan plan_draft_lengths(std::span<const std::vector<double>> accept_probs, 
   return plan;
 }
 
+void weigh_by_remaining(std::span<std::vector<double>> accept_probs, std::span<const int64_t> remaining) {
+  int64_t most = 0;
+  for (int64_t r : remaining) most = std::max(most, r);
+  if (most <= 0) return;
+  for (size_t s = 0; s < accept_probs.size() && s < remaining.size(); ++s)
+    if (!accept_probs[s].empty())
+      accept_probs[s][0] = clamp_prob(accept_probs[s][0]) * double(std::max<int64_t>(remaining[s], 0)) / double(most);
+}
+
 int choose_draft_length(std::span<const double> accept_probs, const StepCost& cost, const DsparkMode& mode) {
   const std::vector<std::vector<double>> one = {std::vector<double>(accept_probs.begin(), accept_probs.end())};
   return plan_draft_lengths(one, cost, mode).k[0];

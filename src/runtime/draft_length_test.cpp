@@ -235,5 +235,28 @@ TEST(DraftLength, TheFirstTouchChargeKeepsToSeenShapes) {
   }
 }
 
+// Weighed by remaining tokens, a sequence 10 tokens from done (of a batch whose slowest has 100
+// left) is worth a tenth: at 1 ms a row its drafts no longer pay, the laggard's still do.
+TEST(DraftLength, RemainingTokensWeighTheLeadersDraftsDown) {
+  const StepCost cost(StepCostPrior{.fixed_ms = 10.0, .per_row_ms = 1.0, .per_seq_ms = 0.0});
+  std::vector<std::vector<double>> p = {{0.9, 0.9, 0.9}, {0.9, 0.9, 0.9}};
+  EXPECT_EQ(plan_draft_lengths(p, cost, kAuto).k, (std::vector<int>{3, 3}));
+  const std::vector<int64_t> remaining = {100, 10};
+  weigh_by_remaining(p, remaining);
+  EXPECT_DOUBLE_EQ(p[0][0], 0.9);
+  EXPECT_DOUBLE_EQ(p[1][0], 0.09);
+  EXPECT_DOUBLE_EQ(p[1][1], 0.9) << "the first estimate carries the weight into every π";
+  EXPECT_EQ(plan_draft_lengths(p, cost, kAuto).k, (std::vector<int>{3, 0}));
+  std::vector<std::vector<double>> q = {{NAN, 0.5}, {}, {0.5}};
+  const std::vector<int64_t> done = {0, 0, -3};
+  weigh_by_remaining(q, done);  // nothing left anywhere: unchanged
+  EXPECT_TRUE(std::isnan(q[0][0]));
+  EXPECT_DOUBLE_EQ(q[2][0], 0.5);
+  const std::vector<int64_t> some = {4, 9, -3};
+  weigh_by_remaining(q, some);
+  EXPECT_DOUBLE_EQ(q[0][0], 0.0) << "NaN counts as 0";
+  EXPECT_DOUBLE_EQ(q[2][0], 0.0) << "a negative remainder counts as 0";
+}
+
 }  // namespace
 }  // namespace dsv41

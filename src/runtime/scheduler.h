@@ -114,6 +114,10 @@ struct SchedulerOptions {
   // --dspark auto: how the k* planner shares a step's rows (runtime/draft_length.h DraftPlanRule;
   // the one-cap rule and the first-touch charge measured no faster: off by default).
   DraftPlanRule dspark_auto_plan{};
+  // --dspark auto: value each sequence's drafts by its remaining tokens against the batch's most
+  // (runtime/draft_length.h weigh_by_remaining): a closed batch finishes together. Not measured
+  // yet (session 16): off.
+  bool dspark_auto_weigh_laggards = false;
   // Keep a record of every decoding step in DsparkStats::step_trace (diagnostics; grows by one a step).
   bool dspark_step_trace = false;
   // Test hooks: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker);

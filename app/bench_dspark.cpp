@@ -66,6 +66,9 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   so.max_context = longest + 8;
   so.eos_token_id = model.config().eos_token_id;
   so.dspark_auto_warmup = o.auto_warmup;
+  so.dspark_auto_plan = {.uniform_cap = o.auto_plan == "uniform", .charge_first_touch = o.auto_first_touch};
+  so.dspark_auto_plain_samples = o.auto_plain_samples > 0 ? o.auto_plain_samples : AutoDraftSwitch::kMaxSamples;
+  so.dspark_auto_weigh_laggards = o.auto_laggards;
   so.dspark_step_trace = !o.trace.empty();
   apply_dspark(DsparkChoice{mode.kind != DsparkMode::Kind::kOff, mode}, model, eo, so);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, model));

@@ -23,6 +23,13 @@ struct DsparkBenchOptions {
   bool no_draft_graph = false;  // device backends: the device drafter launch by launch (the "before")
   int64_t max_tokens = 0;     // > 0: every request's max_tokens
   int auto_warmup = 1;        // SchedulerOptions::dspark_auto_warmup
+  // Session 16's auto rules, off by default (SchedulerOptions::dspark_auto_*; measured no faster):
+  // plan "uniform" (one cap a batch) or "greedy" (slots by confidence); the first-touch charge;
+  // plain samples of a measurement (0: as many as drafting's).
+  std::string auto_plan = "greedy";
+  bool auto_first_touch = false;
+  int auto_plain_samples = 0;
+  bool auto_laggards = false;  // SchedulerOptions::dspark_auto_weigh_laggards
   std::string trace;          // non-empty: every decoding step of every run, one JSON line each
 };
 

@@ -145,6 +145,16 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--dspark-auto-warmup", dso.auto_warmup,
                  "with --dspark: auto's uncounted first drafting steps per batch bucket")
       ->check(in_range(0, 64));
+  cli.add_option("--dspark-auto-plan", dso.auto_plan,
+                 "with --dspark: auto's planner, uniform (one draft cap a batch) or greedy (slots by confidence)")
+      ->check(CLI::IsMember({"uniform", "greedy"}));
+  cli.add_option("--dspark-auto-first-touch", dso.auto_first_touch,
+                 "with --dspark: auto charges a step shape never seen its learned first-touch cost (true/false)");
+  cli.add_option("--dspark-auto-plain-samples", dso.auto_plain_samples,
+                 "with --dspark: auto's counted plain steps a measurement (0: as many as drafting's)")
+      ->check(in_range(0, 32));
+  cli.add_flag("--dspark-auto-laggards", dso.auto_laggards,
+               "with --dspark: auto values each sequence's drafts by its remaining tokens (a closed batch finishes together)");
   cli.add_option("--backend", dso.backend, std::string("with --dspark: ") + kBackendNames);
   cli.add_flag("--host-drafter", dso.host_drafter,
                "with --dspark on a device backend: the drafter on the host from downloaded features (the before)");

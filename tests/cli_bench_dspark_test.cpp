@@ -73,7 +73,8 @@ TEST(CliBenchDspark, DeviceEmulationWithTheDeviceAndTheHostDrafter) {
 TEST(CliBenchDspark, BadOptionsAreErrors) {
   if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
   for (const char* args : {" --dspark-modes 4,off", " --dspark-modes off,x", " --dspark-batches 0",
-                           " --dspark-rounds 0", " --dspark-requests /nonexistent.jsonl", " --dspark-modes off,9"}) {
+                           " --dspark-rounds 0", " --dspark-requests /nonexistent.jsonl", " --dspark-modes off,9",
+                           " --dspark-auto-plan even", " --dspark-auto-plain-samples 33"}) {
     const testing::CliResult r = testing::run_cli("bench -m " + kMini + " --dspark" + args, testing::Stderr::kMerge);
     EXPECT_NE(r.code, 0) << args << ": " << r.out;
   }

@@ -294,9 +294,10 @@ struct Decoded {
 // Plain (mode off) or speculative decoding of `reqs`. With `truth` (a plain run's outputs) the
 // drafts are rewritten to the true continuation at some slots, so acceptance is mixed.
 Decoded run(const std::vector<GenerationRequest>& reqs, int parallel, DsparkMode mode,
-        const std::vector<std::vector<int32_t>>* truth = nullptr, bool rejection = false, bool step_trace = false) {
+        const std::vector<std::vector<int32_t>>* truth = nullptr, bool rejection = false, bool step_trace = false,
+        const SchedulerOptions& base = {}) {
   auto e = dspark_engine();
-  SchedulerOptions o;
+  SchedulerOptions o = base;
   o.parallel = parallel;
   o.prefill_chunk = 16;
   o.max_prefill_tokens = 32;
@@ -347,6 +348,23 @@ TEST(DsparkDecode, GreedyEqualsPlainAtBatchOneAndEight) {
         EXPECT_LT(spec.stats.accepted, spec.stats.verified);
       }
     }
+  }
+}
+
+// auto with session 16's rules (one draft cap a batch, first touches charged, a plain side of
+// four samples, drafts weighed by remaining tokens; off by default) decodes exactly what plain
+// decoding does, at batch 1 and 8.
+TEST(DsparkDecode, GreedyEqualsPlainUnderSession16AutoRules) {
+  const auto reqs = requests(12, false);
+  const Decoded plain = run(reqs, 8, kOff);
+  SchedulerOptions rules;
+  rules.dspark_auto_plan = {.uniform_cap = true, .charge_first_touch = true};
+  rules.dspark_auto_plain_samples = 4;
+  rules.dspark_auto_weigh_laggards = true;
+  for (int parallel : {1, 8}) {
+    const Decoded spec = run(reqs, parallel, DsparkMode{DsparkMode::Kind::kAuto, 0}, &plain.ids, false, true, rules);
+    EXPECT_EQ(spec.ids, plain.ids) << "parallel " << parallel;
+    EXPECT_GT(spec.stats.verified, 0);
   }
 }
 

@@ -53,8 +53,12 @@ double AutoDraftSwitch::drafting_tokens_per_ms(const Bucket& b) {
   return b.ms[1] > 0 ? draft_yield(b) * double(b.samples[1]) / b.ms[1] : 0.0;
 }
 
+int64_t AutoDraftSwitch::evidence(const Bucket& b) const {
+  return plain_is_full(b) ? b.samples[1] : std::min(b.samples[0], b.samples[1]);
+}
+
 void AutoDraftSwitch::decide(Bucket& b) {
-  const int64_t n = std::min(b.samples[0], b.samples[1]);
+  const int64_t n = evidence(b);
   bool won = false;
   if (b.empty_run < kEmptyLoss) {
     if (n < 1) return;
@@ -102,16 +106,21 @@ bool AutoDraftSwitch::want_draft(bool prefilling, int64_t seqs) {
   measuring_ = in_measurement_ = false;
   const bool in_run = run_left_ > 0 && run_bucket_ == current_;
   const int64_t carried = run_left_;
+  const bool after_drafting_run = last_measured_drafting_ && run_bucket_ == current_;
   run_left_ = 0;  // a run continues only through the steps that measure, in one bucket
+  last_measured_drafting_ = false;
   if (!ready) return false;
   if (b.phase == Phase::kDrafting) return true;
   if (b.phase != Phase::kMeasure || prefilling) return false;
-  // The side with fewer samples goes next (drafting on a tie); with settle, kRunSteps times in a
-  // row, all but the first kSettleSteps counted.
+  // The side with fewer samples goes next (drafting on a tie, and once plain has plain_samples_);
+  // with settle, kRunSteps times in a row, all but the first kSettleSteps counted — except a
+  // drafting run right after one (plain full): there is no change of side to settle.
   const int64_t run = settle_ ? kRunSteps : 1;
   const int64_t left = in_run ? carried : run;
-  const bool side = in_run ? run_side_ : b.samples[1] <= b.samples[0];
-  measuring_ = run - left >= (settle_ ? kSettleSteps : 0);
+  const bool side = in_run ? run_side_ : b.samples[1] <= b.samples[0] || plain_is_full(b);
+  run_counts_ = in_run ? run_counts_ : side && after_drafting_run;
+  measuring_ = run_counts_ || run - left >= (settle_ ? kSettleSteps : 0);
+  last_measured_drafting_ = side;
   in_measurement_ = true;
   run_side_ = side;
   run_bucket_ = current_;

@@ -48,6 +48,7 @@
 // Pure state, no clock: the scheduler reports each step's time (testable with made-up times).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -81,8 +82,15 @@ class AutoDraftSwitch {
   // draft at a batch size pays first touches (scratch, the device's feature copies) that can
   // make it look more than twice as slow, a false clear loss that one sample a side would take
   // and that only the next measurement (≥ kFirstWait steps later) would mend.
-  explicit AutoDraftSwitch(int64_t refill_steps, int64_t warmup_drafts = 0, bool settle = false)
-      : refill_steps_(refill_steps), fed_run_(refill_steps), settle_(settle) {
+  // plain_samples: the counted plain steps a measurement takes at most; once it has them, only
+  // drafting is sampled and the evidence is the drafting samples (the default, kMaxSamples, keeps
+  // both sides even). The noise of a measurement is in drafting's yield (1 to K + 1 tokens a
+  // step), not in a plain step's time: on the H200 at batch 8, a measurement of 8 + 8 samples in
+  // runs of kRunSteps took 24 of a 128-token run's ≈ 80 steps, 12 of them plain.
+  explicit AutoDraftSwitch(int64_t refill_steps, int64_t warmup_drafts = 0, bool settle = false,
+                           int64_t plain_samples = kMaxSamples)
+      : refill_steps_(refill_steps), fed_run_(refill_steps), settle_(settle),
+        plain_samples_(std::max<int64_t>(plain_samples, 1)) {
     for (Bucket& b : buckets_) b.warmup = warmup_drafts;
   }
 
@@ -147,6 +155,10 @@ class AutoDraftSwitch {
   void decide(Bucket& b);
   static double draft_yield(const Bucket& b);
   static double drafting_tokens_per_ms(const Bucket& b);
+  // Samples a side that the verdict rests on: the fewer side's, or drafting's once plain has all
+  // it takes (plain_samples_).
+  int64_t evidence(const Bucket& b) const;
+  bool plain_is_full(const Bucket& b) const { return b.samples[0] >= plain_samples_; }
 
   int64_t refill_steps_;
   int64_t fed_run_;  // steps in a row so far with the rings fed (prefill feeds them from the start)
@@ -156,7 +168,10 @@ class AutoDraftSwitch {
   bool in_measurement_ = false;  // this step belongs to a measurement (counted or not)
   // settle: the measurement's open run (run_left_ more steps on run_side_ in bucket run_bucket_).
   bool settle_ = false;
+  int64_t plain_samples_ = kMaxSamples;
   int64_t run_left_ = 0;
+  bool run_counts_ = false;  // the open run counts from its first step (no change of side)
+  bool last_measured_drafting_ = false;  // the last step was a measurement's drafting step
   bool run_side_ = false;
   int run_bucket_ = -1;
   Verdict verdict_;

@@ -310,5 +310,55 @@ TEST(AutoDraft, DraftingYieldCountsEveryDraftingStep) {
   EXPECT_EQ(v.trace[0].emitted, 4);
 }
 
+// With plain_samples = 4 a settled measurement takes one plain run (4 counted steps) and then
+// samples only drafting: a 2× win is taken after runs D, P, D (8 drafting samples, 4 plain; 6
+// plain steps of 18), where even sides take runs D, P, D, P (12 plain steps of 24).
+TEST(AutoDraft, APlainSideOfFourSamplesLetsDraftingDecide) {
+  const auto measure = [](int64_t plain_samples, int* plain_steps) {
+    AutoDraftSwitch a(kRefill, 0, /*settle=*/true, plain_samples);
+    int steps = 0;
+    *plain_steps = 0;
+    for (; steps < 256 && a.phase(8) == Phase::kMeasure; ++steps) {
+      const bool d = a.want_draft(false, 8);
+      *plain_steps += !d;
+      a.record(d, true, d ? 1.5 : 1.0, d ? 24 : 8);
+    }
+    EXPECT_EQ(a.phase(8), Phase::kDrafting) << plain_samples;
+    return steps;
+  };
+  int plain = 0;
+  const int64_t run = AutoDraftSwitch::kRunSteps;
+  EXPECT_EQ(measure(4, &plain), 3 * run);
+  EXPECT_EQ(plain, run);
+  EXPECT_EQ(measure(AutoDraftSwitch::kMaxSamples, &plain), 4 * run);
+  EXPECT_EQ(plain, 2 * run);
+}
+
+// The evidence is drafting's samples once plain has its four: a modest lead measures on with
+// drafting alone (no further plain steps) and a loss is still taken from the first plain run.
+TEST(AutoDraft, AFullPlainSideStillTakesLossesAndMeasuresModestLeadsOn) {
+  AutoDraftSwitch lose(kRefill, 0, /*settle=*/true, 4);
+  int plain_steps = 0, steps = 0;
+  for (; steps < 256 && lose.phase(8) == Phase::kMeasure; ++steps) {
+    const bool d = lose.want_draft(false, 8);
+    plain_steps += !d;
+    lose.record(d, true, d ? 1.0 / 0.95 : 1.0, 8);  // drafting 0.95× plain
+  }
+  EXPECT_EQ(lose.phase(8), Phase::kPlain);
+  EXPECT_EQ(plain_steps, AutoDraftSwitch::kRunSteps) << "decided at the end of the first plain run";
+  AutoDraftSwitch modest(kRefill, 0, /*settle=*/true, 4);
+  plain_steps = 0;
+  for (steps = 0; steps < 512 && modest.phase(8) == Phase::kMeasure; ++steps) {
+    const bool d = modest.want_draft(false, 8);
+    plain_steps += !d;
+    modest.record(d, true, d ? 1.0 / 1.12 : 1.0, 8);
+  }
+  EXPECT_EQ(modest.phase(8), Phase::kDrafting);
+  EXPECT_EQ(plain_steps, AutoDraftSwitch::kRunSteps);
+  EXPECT_EQ(steps, 3 * AutoDraftSwitch::kRunSteps + 5) << "drafting runs after drafting runs count every step";
+  EXPECT_EQ(modest.last_verdict().samples[0], 4);
+  EXPECT_EQ(modest.last_verdict().samples[1], 13) << "margin(13) < 1.12 ≤ margin(12)";
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -31,50 +31,96 @@ Result<DsparkMode> parse_dspark_mode(std::string_view text, int block_size) {
                           std::to_string(block_size) + " (the drafter's block size is " + std::to_string(block_size) + ")");
 }
 
+namespace {
+
+// The modelled cost of a step of `rows` rows over `seqs` sequences under `rule`.
+double step_ms(const StepCost& cost, int rows, int seqs, double sunk_ms, const DraftPlanRule& rule) {
+  const double first = rule.charge_first_touch ? cost.first_touch_ms(rows, seqs) / DraftPlanRule::kFirstTouchSteps : 0.0;
+  return sunk_ms + cost.cost(rows, seqs) + first;
+}
+
+// kAuto, one sequence (sequence, slot) pair at a time in decreasing π; the best prefix.
+std::vector<int> admit_by_confidence(const std::vector<std::vector<double>>& pi, const StepCost& cost, double sunk_ms,
+                                     const DraftPlanRule& rule) {
+  const int seqs = int(pi.size());
+  std::vector<int> k(size_t(seqs), 0);
+  // Max-heap on π; ties to the lower sequence, then the lower slot (keeps prefixes).
+  using Cand = std::tuple<double, int, int>;  // (π, −seq, −slot)
+  std::priority_queue<Cand> heap;
+  for (int s = 0; s < seqs; ++s)
+    if (!pi[size_t(s)].empty()) heap.emplace(pi[size_t(s)][0], -s, 0);
+  std::vector<int> admitted;  // sequence of each admission, in order
+  double tokens = seqs;
+  int rows = seqs;
+  size_t best_n = 0;
+  double best = tokens / step_ms(cost, rows, seqs, sunk_ms, rule);
+  while (!heap.empty()) {
+    const auto [p, ns, ni] = heap.top();
+    heap.pop();
+    const int s = -ns, i = -ni;
+    tokens += p;
+    rows += 1;
+    admitted.push_back(s);
+    if (size_t(i + 1) < pi[size_t(s)].size()) heap.emplace(pi[size_t(s)][size_t(i + 1)], -s, -(i + 1));
+    const double throughput = tokens / step_ms(cost, rows, seqs, sunk_ms, rule);
+    if (throughput > best) best = throughput, best_n = admitted.size();
+  }
+  for (size_t a = 0; a < best_n; ++a) ++k[size_t(admitted[a])];
+  return k;
+}
+
+// kAuto with one cap for the batch: the best K = 0 … longest (ties keep the smaller).
+std::vector<int> best_uniform_cap(const std::vector<std::vector<double>>& pi, const StepCost& cost, double sunk_ms,
+                                  const DraftPlanRule& rule) {
+  const int seqs = int(pi.size());
+  size_t longest = 0;
+  for (const auto& p : pi) longest = std::max(longest, p.size());
+  int best_cap = 0;
+  double best = -1;
+  for (size_t cap = 0; cap <= longest; ++cap) {
+    double tokens = seqs;
+    int rows = seqs;
+    for (const auto& p : pi)
+      for (size_t i = 0; i < std::min(cap, p.size()); ++i) tokens += p[i], ++rows;
+    const double throughput = tokens / step_ms(cost, rows, seqs, sunk_ms, rule);
+    if (throughput > best) best = throughput, best_cap = int(cap);
+  }
+  std::vector<int> k(static_cast<size_t>(seqs));
+  for (int s = 0; s < seqs; ++s) k[size_t(s)] = std::min(best_cap, int(pi[size_t(s)].size()));
+  return k;
+}
+
+}  // namespace
+
 DraftPlan plan_draft_lengths(std::span<const std::vector<double>> accept_probs, const StepCost& cost,
-                             const DsparkMode& mode, double sunk_ms) {
+                             const DsparkMode& mode, double sunk_ms, const DraftPlanRule& rule) {
   sunk_ms = std::isfinite(sunk_ms) ? std::max(sunk_ms, 0.0) : 0.0;
   const int seqs = int(accept_probs.size());
   DraftPlan plan;
   plan.k.assign(size_t(seqs), 0);
   std::vector<std::vector<double>> pi;
   for (const auto& p : accept_probs) pi.push_back(prefix_products(p));
-  auto totals = [&](const std::vector<int>& k) {
-    double tokens = seqs, rows = seqs;
-    for (int s = 0; s < seqs; ++s)
-      for (int i = 0; i < k[size_t(s)]; ++i) tokens += pi[size_t(s)][size_t(i)], rows += 1;
-    return std::pair(tokens, int(rows));
-  };
   if (mode.kind == DsparkMode::Kind::kFixed)
     for (int s = 0; s < seqs; ++s) plan.k[size_t(s)] = std::min(mode.k, int(pi[size_t(s)].size()));
-  if (mode.kind == DsparkMode::Kind::kAuto && seqs > 0) {
-    // Max-heap on π; ties to the lower sequence, then the lower slot (keeps prefixes).
-    using Cand = std::tuple<double, int, int>;  // (π, −seq, −slot)
-    std::priority_queue<Cand> heap;
-    for (int s = 0; s < seqs; ++s)
-      if (!pi[size_t(s)].empty()) heap.emplace(pi[size_t(s)][0], -s, 0);
-    std::vector<int> admitted;  // sequence of each admission, in order
-    double tokens = seqs;
-    int rows = seqs;
-    size_t best_n = 0;
-    double best = tokens / (sunk_ms + cost.cost(rows, seqs));
-    while (!heap.empty()) {
-      const auto [p, ns, ni] = heap.top();
-      heap.pop();
-      const int s = -ns, i = -ni;
-      tokens += p;
-      rows += 1;
-      admitted.push_back(s);
-      if (size_t(i + 1) < pi[size_t(s)].size()) heap.emplace(pi[size_t(s)][size_t(i + 1)], -s, -(i + 1));
-      const double throughput = tokens / (sunk_ms + cost.cost(rows, seqs));
-      if (throughput > best) best = throughput, best_n = admitted.size();
-    }
-    for (size_t a = 0; a < best_n; ++a) ++plan.k[size_t(admitted[a])];
-  }
-  const auto [tokens, rows] = totals(plan.k);
+  if (mode.kind == DsparkMode::Kind::kAuto && seqs > 0)
+    plan.k = rule.uniform_cap ? best_uniform_cap(pi, cost, sunk_ms, rule) : admit_by_confidence(pi, cost, sunk_ms, rule);
+  double tokens = seqs;
+  int rows = seqs;
+  for (int s = 0; s < seqs; ++s)
+    for (int i = 0; i < plan.k[size_t(s)]; ++i) tokens += pi[size_t(s)][size_t(i)], ++rows;
   plan.expected_tokens = tokens;
-  plan.cost_ms = seqs > 0 ? sunk_ms + cost.cost(rows, seqs) : 0.0;
+  const DraftPlanRule charged = mode.kind == DsparkMode::Kind::kAuto ? rule : DraftPlanRule{};
+  plan.cost_ms = seqs > 0 ? step_ms(cost, rows, seqs, sunk_ms, charged) : 0.0;
   return plan;
+}
+
+void weigh_by_remaining(std::span<std::vector<double>> accept_probs, std::span<const int64_t> remaining) {
+  int64_t most = 0;
+  for (int64_t r : remaining) most = std::max(most, r);
+  if (most <= 0) return;
+  for (size_t s = 0; s < accept_probs.size() && s < remaining.size(); ++s)
+    if (!accept_probs[s].empty())
+      accept_probs[s][0] = clamp_prob(accept_probs[s][0]) * double(std::max<int64_t>(remaining[s], 0)) / double(most);
 }
 
 int choose_draft_length(std::span<const double> accept_probs, const StepCost& cost, const DsparkMode& mode) {

@@ -11,6 +11,7 @@
 // (e.g. a new tile) that later rows amortise is not mistaken for the end. Ties keep fewer rows.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -29,10 +30,24 @@ struct DsparkMode {
 // "auto", "off" or a draft length "1" … block_size; anything else is an error naming them.
 Result<DsparkMode> parse_dspark_mode(std::string_view text, int block_size);
 
+// How kAuto plans a batch (the defaults are the planner above).
+struct DraftPlanRule {
+  // One cap K for every sequence (k_s = min(K, m_s)), the K of the highest modelled throughput,
+  // instead of admitting (sequence, slot) pairs one by one: at batch b the steps then take at most
+  // B + 1 shapes (b·(K + 1) rows) instead of any row count from b to b·(B + 1), and each new shape
+  // pays a first touch on the device backend (a CUDA graph instantiated per row count).
+  bool uniform_cap = false;
+  // A plan whose shape (total rows, batch bucket) was never stepped pays StepCost::first_touch_ms
+  // once; it is charged as a share 1 / kFirstTouchSteps of it, as if spread over the steps that
+  // will reuse the shape (a guess: charged in full, the first shape picked would stay forever).
+  bool charge_first_touch = false;
+  static constexpr double kFirstTouchSteps = 8;
+};
+
 struct DraftPlan {
   std::vector<int> k;            // per sequence, 0 … its number of estimates
   double expected_tokens = 0;    // Σ E(k_s)
-  double cost_ms = 0;            // sunk_ms + cost(Σ (k_s + 1), seqs)
+  double cost_ms = 0;            // sunk_ms + cost(Σ (k_s + 1), seqs) (+ the first-touch share)
 };
 
 // accept_probs[s] = p_1 … p_m of sequence s (m ≤ block size; empty: no drafts, k = 0). Values
@@ -40,7 +55,15 @@ struct DraftPlan {
 // sunk_ms: time already spent this step whatever the plan (the drafter's), added to the cost of
 // every plan, k = 0 included: E / (sunk + cost) is the step's throughput once the drafts exist.
 DraftPlan plan_draft_lengths(std::span<const std::vector<double>> accept_probs, const StepCost& cost,
-                             const DsparkMode& mode, double sunk_ms = 0);
+                             const DsparkMode& mode, double sunk_ms = 0, const DraftPlanRule& rule = {});
+
+// A closed batch (every request admitted together, none waiting) ends when its slowest sequence
+// is done, and on a weight-bound step a token of a sequence that is ahead shortens nothing: its
+// drafts only make its step rows dearer and the batch drain sooner (session 16's H200 traces: auto
+// left 35 % of a 128-token batch-8 run to steps of fewer than 8 sequences, K = 2 17 %). Scales
+// each sequence's estimates by remaining_s / max remaining (its first p, so every π of it), so
+// the planner values a leader's tokens less than a laggard's. remaining[s] ≤ 0 counts as 0.
+void weigh_by_remaining(std::span<std::vector<double>> accept_probs, std::span<const int64_t> remaining);
 
 // The one-sequence case of plan_draft_lengths.
 int choose_draft_length(std::span<const double> accept_probs, const StepCost& cost, const DsparkMode& mode);

@@ -172,5 +172,91 @@ TEST(DraftLength, BackendShapeDecidesWhatAMeasuredPlainStepImplies) {
   }
 }
 
+// The uniform rule gives every sequence one cap K (its own estimates permitting), the best K by
+// modelled throughput; the greedy rule shares the rows by confidence instead.
+TEST(DraftLength, UniformCapIsTheBestSingleCapForTheBatch) {
+  const DraftPlanRule uniform{.uniform_cap = true};
+  Xoshiro256 r(3);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + int(r.next() % 8);
+    StepCost cost({r.uniform() * 20, r.uniform() * 4, r.uniform()});
+    for (int rows = n; rows <= 6 * n; ++rows)
+      if (r.uniform() < 0.3) {
+        const double ms = 1 + r.uniform() * 40;
+        cost.record(rows, n, ms);
+        cost.record(rows, n, ms);  // stored (past the first touch)
+      }
+    std::vector<std::vector<double>> p(static_cast<size_t>(n));
+    for (auto& v : p) {
+      v.resize(r.next() % 6);
+      for (double& x : v) x = r.uniform();
+    }
+    const DraftPlan plan = plan_draft_lengths(p, cost, kAuto, 0.5, uniform);
+    double best = 0;
+    for (int cap = 0; cap <= 5; ++cap) {
+      const DraftPlan fixed = plan_draft_lengths(p, cost, {DsparkMode::Kind::kFixed, std::max(cap, 1)}, 0.5);
+      const double tokens = cap == 0 ? n : fixed.expected_tokens, ms = cap == 0 ? 0.5 + cost.cost(n, n) : fixed.cost_ms;
+      best = std::max(best, tokens / ms);
+    }
+    EXPECT_NEAR(plan.expected_tokens / plan.cost_ms, best, 1e-12);
+    int cap = 0;
+    for (int s = 0; s < n; ++s) cap = std::max(cap, plan.k[size_t(s)]);
+    for (int s = 0; s < n; ++s) EXPECT_EQ(plan.k[size_t(s)], std::min(cap, int(p[size_t(s)].size()))) << trial;
+  }
+  // The same case as BatchSharesRowsByConfidence: 8 rows flat, then steep.
+  StepCost cost({0.0, 0.0, 0.0});
+  for (int rows = 4; rows <= 24; ++rows)
+    for (int i = 0; i < 2; ++i) cost.record(rows, 4, rows <= 8 ? 10.0 : 10.0 + 5 * (rows - 8));
+  const std::vector<std::vector<double>> p = {{0.95, 0.9, 0.9, 0.5, 0.5}, {0.2, 0.9}, {0.99, 0.99, 0.1}, {}};
+  EXPECT_EQ(plan_draft_lengths(p, cost, kAuto, 0, uniform).k, (std::vector<int>{1, 1, 1, 0}));
+  EXPECT_EQ(plan_draft_lengths(p, cost, kAuto).k, (std::vector<int>{2, 0, 2, 0}));
+}
+
+// With the first-touch charge a plan keeps to a shape already seen unless an unseen one wins by
+// more than its share of the learned first touch: at batch 8, 24 rows seen at 3.10 ms, 32 rows
+// modelled at 3.19 ms (never stepped), a 1.0 ms first touch learned → 32 rows would yield 1.9 %
+// more tokens a ms, less than its 0.125 ms share (3.9 %).
+TEST(DraftLength, TheFirstTouchChargeKeepsToSeenShapes) {
+  StepCost cost(StepCostPrior{3.0, 0.0125, 0.0});  // 24 rows 3.3, 32 rows 3.4
+  cost.record(16, 8, 4.0);
+  cost.record(16, 8, 3.0);  // learns a 1.0 ms first touch
+  cost.record(24, 8, 4.1);
+  cost.record(24, 8, 3.1);
+  // 32 rows: the prior's slope from 24 measured rows: 3.1 · 3.4 / 3.3 ≈ 3.19 ms.
+  const std::vector<std::vector<double>> p(8, std::vector<double>{0.9, 0.8, 0.18, 0.05, 0.05});
+  for (const bool uniform : {false, true}) {
+    const DraftPlan free_plan = plan_draft_lengths(p, cost, kAuto, 0, {.uniform_cap = uniform});
+    const DraftPlan charged = plan_draft_lengths(p, cost, kAuto, 0, {.uniform_cap = uniform, .charge_first_touch = true});
+    int free_rows = 0, charged_rows = 0;
+    for (int s = 0; s < 8; ++s) free_rows += free_plan.k[size_t(s)] + 1, charged_rows += charged.k[size_t(s)] + 1;
+    EXPECT_EQ(free_rows, 32) << uniform;
+    EXPECT_EQ(charged_rows, 24) << uniform;
+    EXPECT_NEAR(charged.cost_ms, 3.1, 1e-12) << "a seen shape pays no share";
+  }
+}
+
+// Weighed by remaining tokens, a sequence 10 tokens from done (of a batch whose slowest has 100
+// left) is worth a tenth: at 1 ms a row its drafts no longer pay, the laggard's still do.
+TEST(DraftLength, RemainingTokensWeighTheLeadersDraftsDown) {
+  const StepCost cost(StepCostPrior{.fixed_ms = 10.0, .per_row_ms = 1.0, .per_seq_ms = 0.0});
+  std::vector<std::vector<double>> p = {{0.9, 0.9, 0.9}, {0.9, 0.9, 0.9}};
+  EXPECT_EQ(plan_draft_lengths(p, cost, kAuto).k, (std::vector<int>{3, 3}));
+  const std::vector<int64_t> remaining = {100, 10};
+  weigh_by_remaining(p, remaining);
+  EXPECT_DOUBLE_EQ(p[0][0], 0.9);
+  EXPECT_DOUBLE_EQ(p[1][0], 0.09);
+  EXPECT_DOUBLE_EQ(p[1][1], 0.9) << "the first estimate carries the weight into every π";
+  EXPECT_EQ(plan_draft_lengths(p, cost, kAuto).k, (std::vector<int>{3, 0}));
+  std::vector<std::vector<double>> q = {{NAN, 0.5}, {}, {0.5}};
+  const std::vector<int64_t> done = {0, 0, -3};
+  weigh_by_remaining(q, done);  // nothing left anywhere: unchanged
+  EXPECT_TRUE(std::isnan(q[0][0]));
+  EXPECT_DOUBLE_EQ(q[2][0], 0.5);
+  const std::vector<int64_t> some = {4, 9, -3};
+  weigh_by_remaining(q, some);
+  EXPECT_DOUBLE_EQ(q[0][0], 0.0) << "NaN counts as 0";
+  EXPECT_DOUBLE_EQ(q[2][0], 0.0) << "a negative remainder counts as 0";
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -107,6 +107,17 @@ struct SchedulerOptions {
   // --dspark auto: measure each side in pairs of steps and count the second (runtime/auto_draft.h
   // `settle`), so that neither side is charged for switching from the other.
   bool dspark_auto_settle = true;
+  // --dspark auto: the counted plain steps a measurement takes (runtime/auto_draft.h
+  // plain_samples; AutoDraftSwitch::kMaxSamples: as many as drafting's). 4 measured no faster on
+  // the H200 (docs/DSPARK.md, session 16), so the default keeps the sides even.
+  int64_t dspark_auto_plain_samples = AutoDraftSwitch::kMaxSamples;
+  // --dspark auto: how the k* planner shares a step's rows (runtime/draft_length.h DraftPlanRule;
+  // the one-cap rule and the first-touch charge measured no faster: off by default).
+  DraftPlanRule dspark_auto_plan{};
+  // --dspark auto: value each sequence's drafts by its remaining tokens against the batch's most
+  // (runtime/draft_length.h weigh_by_remaining): a closed batch finishes together. Not measured
+  // yet (session 16): off.
+  bool dspark_auto_weigh_laggards = false;
   // Keep a record of every decoding step in DsparkStats::step_trace (diagnostics; grows by one a step).
   bool dspark_step_trace = false;
   // Test hooks: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker);
@@ -268,7 +279,8 @@ class Scheduler {
   StepCost step_cost_;
   DsparkStats dspark_;
   // Auto mode's measured choice (runtime/auto_draft.h); the window's steps refill the rings.
-  AutoDraftSwitch auto_{engine_.config().sliding_window, options_.dspark_auto_warmup, options_.dspark_auto_settle};
+  AutoDraftSwitch auto_{engine_.config().sliding_window, options_.dspark_auto_warmup, options_.dspark_auto_settle,
+                       options_.dspark_auto_plain_samples};
   bool drafted_this_step_ = false;
   double draft_ms_this_step_ = 0;  // the drafter's wall time this step (not a verify cost)
   int64_t steps_ = 0;               // steps with active requests (diagnostics)

@@ -54,15 +54,32 @@ void StepCost::store(int rows, int seqs, double ms, bool replace) {
   ++e.samples;
 }
 
-bool StepCost::touch(int rows, int seqs) {
+bool StepCost::touch(int rows, int seqs, double ms) {
   const size_t b = size_t(bucket(seqs));
   if (b >= touched_.size()) touched_.resize(b + 1);
-  return touched_[b].insert(rows).second;
+  return touched_[b].emplace(rows, ms).second;
+}
+
+void StepCost::learn_first_touch(int rows, int seqs, double stored_ms) {
+  const size_t b = size_t(bucket(seqs));
+  if ((b < table_.size() && table_[b].count(rows)) || b >= touched_.size()) return;  // not the first store
+  const auto first = touched_[b].find(rows);
+  if (first == touched_[b].end() || !std::isfinite(first->second)) return;  // profiled: no first touch seen
+  const double extra = std::max(first->second - stored_ms, 0.0);
+  first_touch_extra_ms_ = first_touch_samples_++ == 0 ? extra : (1 - alpha_) * first_touch_extra_ms_ + alpha_ * extra;
+}
+
+double StepCost::first_touch_ms(int rows, int seqs) const {
+  seqs = std::max(seqs, 1);
+  const size_t b = size_t(bucket(seqs));
+  const bool seen = b < touched_.size() && touched_[b].count(rows);
+  return seen ? 0.0 : first_touch_extra_ms_;
 }
 
 bool StepCost::record(int rows, int seqs, double ms) {
   if (!(std::isfinite(ms) && ms > 0) || seqs < 1 || rows < seqs) return false;
-  if (touch(rows, seqs)) return true;  // a first touch: noted only
+  if (touch(rows, seqs, ms)) return true;  // a first touch: noted only
+  learn_first_touch(rows, seqs, ms);
   store(rows, seqs, ms, false);
   return true;
 }
@@ -79,7 +96,7 @@ Status StepCost::profile(std::span<const int> batch_sizes, int max_rows_per_seq,
         return invalid_argument("step cost profile: step of " + std::to_string(seqs) + " × " + std::to_string(r) +
                                 " rows returned " + std::to_string(*ms) + " ms (must be finite and > 0)");
       store(r * seqs, seqs, *ms, true);
-      touch(r * seqs, seqs);  // a profiled shape is past its first touch
+      touch(r * seqs, seqs, NAN);  // a profiled shape is past its first touch
     }
   }
   return ok_status();

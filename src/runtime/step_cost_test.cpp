@@ -112,5 +112,26 @@ TEST(StepCost, ProfileReportsErrors) {
   EXPECT_FALSE(c.profile(batches, 0, nan_step).ok());
 }
 
+// A first touch's surcharge is learned from shapes seen twice (first step − the first stored
+// one) and charged only to shapes never seen; a profiled shape counts as seen.
+TEST(StepCost, AFirstTouchSurchargeIsLearnedAndChargedToUnseenShapes) {
+  StepCost c(StepCostPrior{1.0, 0.0, 0.0});
+  EXPECT_EQ(c.first_touch_ms(24, 8), 0.0) << "nothing learned yet";
+  c.record(24, 8, 5.5);  // a graph instantiated
+  EXPECT_EQ(c.first_touch_ms(32, 8), 0.0) << "one step of a shape teaches nothing";
+  c.record(24, 8, 3.1);
+  EXPECT_NEAR(c.first_touch_ms(32, 8), 2.4, 1e-12);
+  EXPECT_EQ(c.first_touch_ms(24, 8), 0.0) << "seen";
+  EXPECT_NEAR(c.first_touch_ms(4, 2), 2.4, 1e-12) << "learned across buckets";
+  c.record(24, 8, 3.0);  // a later step of a stored shape is not a first touch
+  EXPECT_NEAR(c.first_touch_ms(32, 8), 2.4, 1e-12);
+  c.record(16, 8, 3.0);
+  c.record(16, 8, 3.4);  // a first step faster than the next: no surcharge, floored at 0
+  EXPECT_NEAR(c.first_touch_ms(32, 8), 0.9 * 2.4, 1e-12);
+  const int batch[] = {8};
+  ASSERT_TRUE(c.profile(batch, 5, [](int, int) -> Result<double> { return 3.0; }).ok());
+  EXPECT_EQ(c.first_touch_ms(40, 8), 0.0) << "profiled";
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -85,7 +85,7 @@ void check_wide_decode(std::mt19937& rng) {
   std::uniform_int_distribution<int> byte(0, 255);
   for (int i = 0; i < 16 * 64; ++i) bytes.push_back(uint8_t(byte(rng)));  // random units besides
   const int n = int(bytes.size() / 16);
-  std::vector<uint4> units(size_t(n));
+  std::vector<uint4> units(static_cast<size_t>(n));
   std::memcpy(units.data(), bytes.data(), bytes.size());
   std::vector<float> scales;
   for (int e : {1, 2, 60, 100, 120, 126, 127, 128, 133, 134, 0, 135, 136, 200, 254, 255}) scales.push_back(dk::ue8m0_value(uint8_t(e)));
@@ -259,10 +259,10 @@ TEST(FastGemmCuda, DISABLED_WeightProductBandwidth) {
     const int64_t scale_bytes = sh.fp4 ? rows_all * (sh.in / 32) : ((rows_all + 31) / 32) * ((sh.in + 31) / 32);
     const int64_t bytes = code_bytes + scale_bytes;
     const int copies = int(std::max<int64_t>(2, (int64_t(200) << 20) / bytes + 1));
-    std::vector<uint8_t> codes(size_t(code_bytes));
+    std::vector<uint8_t> codes(static_cast<size_t>(code_bytes));
     std::uniform_int_distribution<int> byte(0, 255), sc(118, 124);
     for (auto& v : codes) v = uint8_t(byte(rng) & 0xEF);  // no NaN codes
-    std::vector<uint8_t> scales(size_t(scale_bytes));
+    std::vector<uint8_t> scales(static_cast<size_t>(scale_bytes));
     for (auto& v : scales) v = uint8_t(sc(rng));
     std::vector<dk::DevWeight> ws;
     for (int i = 0; i < copies; ++i) {

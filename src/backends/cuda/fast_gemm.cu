@@ -338,18 +338,18 @@ __device__ inline void gemm_tile_serial(const dk::GemmK& k, int64_t rows, int sp
     k.y[(r0 + share.r) * k.y_stride + o0 + share.o] = float(total);
 }
 
-// grid: (blocks of the largest job, jobs, row tiles of the most rows). 1-row tiles are held to 64
-// registers, so that 4 blocks (32 warps) an SM keep their weight loads in flight (a batch-1 GEMM
-// reads each weight byte once and does little else: docs/CUDA.md "Batch-1 GEMMs at the weight
-// bandwidth"; FP8 spills 28 bytes a thread there, FP4 — no dense weight of the model — 92);
-// 2-row tiles to 128 (2 blocks, as before the wide decode); larger tiles keep their accumulators
-// in registers, one block an SM.
+// grid: (blocks of the largest job, jobs, row tiles of the most rows). kLeanOneRow (off): 1-row
+// tiles held to 64 registers (4 blocks, 32 warps an SM) and 2-row tiles to 128; with the staged
+// x chunks as dynamic shared memory (below) a 1-row launch is then no longer held to 7 blocks an
+// SM by 32 KB it never uses. Measured with the wide decode on the H200 (docs/CUDA.md "Batch-1
+// GEMMs at the weight bandwidth"): not faster (the 1-row GEMMs 9–12 % slower), so off.
+constexpr bool kLeanOneRow = false;
 template <int kRows>
-constexpr int kMinBlocks = kRows == 1 ? 4 : kRows == 2 ? 2 : 1;
+constexpr int kMinBlocks = !kLeanOneRow ? 1 : kRows == 1 ? 4 : kRows == 2 ? 2 : 1;
 template <int kMode, int kRows>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemm_tiled_kernel(const TiledJobs jobs) {
   // The staged and serial paths' x chunks: kStageDoubles (32 KB) given at launch to tiles of 2 …
-  // 8 rows only, so that 1-row launches are not held to 7 blocks an SM by memory they never use.
+  // 8 rows (and, kLeanOneRow off, to 1-row tiles as well, as when it was a static array).
   extern __shared__ double xs[];
   const TiledJob& j = jobs.job[blockIdx.y];
   if (blockIdx.x >= j.blocks || int64_t(blockIdx.z) * kRows >= j.rows) return;  // whole blocks
@@ -397,7 +397,7 @@ void launch_jobs(const TiledJobs& jobs, cudaStream_t s) {
     case 8: gemm_tiled_kernel<kMode, 8><<<grid, kThreads, kStage, s>>>(jobs); break;
     case 4: gemm_tiled_kernel<kMode, 4><<<grid, kThreads, kStage, s>>>(jobs); break;
     case 2: gemm_tiled_kernel<kMode, 2><<<grid, kThreads, kStage, s>>>(jobs); break;
-    default: gemm_tiled_kernel<kMode, 1><<<grid, kThreads, 0, s>>>(jobs); break;
+    default: gemm_tiled_kernel<kMode, 1><<<grid, kThreads, kLeanOneRow ? 0 : kStage, s>>>(jobs); break;
   }
 }
 

@@ -1,8 +1,9 @@
 // Batch-1 weight products (fast_gemm.cu, fast_units.cuh; docs/CUDA.md "Batch-1 GEMMs at the weight
-// bandwidth"): the wide decode (stored codes straight to double, no float → double conversions)
-// against the float decode, every code at every kind of scale, bit for bit; 1-row tiled GEMMs at
-// boundary shapes against the simple body; and (DISABLED_, run by hand on the GPU) the achieved
-// bandwidth of the mini-flash shapes at 1 and 8 rows against a device copy.
+// bandwidth"): the wide decode (stored codes straight to double, no float → double conversions;
+// off by default, units::kWideDecode, as it measured slower) against the float decode, every code
+// at every kind of scale, bit for bit; 1-row tiled GEMMs at boundary shapes against the simple
+// body; and (DISABLED_, run by hand on the GPU) the achieved bandwidth of the mini-flash shapes at
+// 1 and 8 rows against a device copy.
 #include <gtest/gtest.h>
 
 #include <algorithm>

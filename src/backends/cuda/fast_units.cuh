@@ -160,10 +160,16 @@ __device__ inline E4m3Word wide_word(const uint4& u, int j, int g) {
 // conversion per weight costs more than its multiply by the scale; from 4 rows on, the DFMAs
 // (one per row) bound the tile and the conversion (another unit) overlaps them, while the wide
 // decode's multiply would add a DFMA-unit instruction per weight.
+//
+// Off (kWideDecode false): on the H200 (gemv16's call, 2026-12-03 13:05 UTC) the wide decode
+// with the 1-row launch changes made the batch-1 GEMMs 9–12 % and the expert kernels 14–18 %
+// slower, not faster: the conversions were not what bounded them (docs/CUDA.md "Batch-1 GEMMs at
+// the weight bandwidth"). Kept, tested, for the next attempt.
+constexpr bool kWideDecode = false;
 template <int kMode, int kRows, int kOuts, class XD>
 __device__ inline void fma_chunk(double (&acc)[kOuts][kRows], const uint4* u, const float* scale, int j, XD&& x) {
   constexpr int V = kUnit<kMode>, C = V < 8 ? V : 8;
-  if constexpr (kMode >= 3 && kRows <= 2) {
+  if constexpr (kWideDecode && kMode >= 3 && kRows <= 2) {
     double s[kOuts];
     bool wide = true;
 #pragma unroll

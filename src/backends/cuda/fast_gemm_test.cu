@@ -89,7 +89,8 @@ void check_wide_decode(std::mt19937& rng) {
   std::vector<uint4> units(static_cast<size_t>(n));
   std::memcpy(units.data(), bytes.data(), bytes.size());
   std::vector<float> scales;
-  for (int e : {1, 2, 60, 100, 120, 126, 127, 128, 133, 134, 0, 135, 136, 200, 254, 255}) scales.push_back(dk::ue8m0_value(uint8_t(e)));
+  for (int e : {1, 2, 60, 100, 120, 126, 127, 128, 133, 134, 0, 135, 136, 200, 254, 255})
+    scales.push_back(dk::ue8m0_value(uint8_t(e)));
   scales.push_back(0.0f);
   std::vector<float> x = kc::randn(rng, 32);
   for (int q = 0; q < 32; q += 5) x[size_t(q)] *= 1e-30f;  // terms far below the sum's last bit
@@ -297,8 +298,8 @@ TEST(FastGemmCuda, DISABLED_WeightProductBandwidth) {
       const double us = time_us(40, launch);
       DSV41_CUDA_OK(cudaGetLastError());
       const double gbs = double(bytes) / us * 1e-3;
-      std::printf("%-36s rows %ld: %8.2f us, %7.1f GB/s weights, %.2f of the copy rate (%.1f MB)\n", sh.name, long(rows),
-                  us, gbs, gbs / copy_gbs, double(bytes) * 1e-6);
+      std::printf("%-36s rows %ld: %8.2f us, %7.1f GB/s weights, %.2f of the copy rate (%.1f MB)\n", sh.name,
+                  long(rows), us, gbs, gbs / copy_gbs, double(bytes) * 1e-6);
     }
   }
   cudaEventDestroy(t0);

@@ -49,8 +49,17 @@ Result<std::vector<GenerationRequest>> read_requests(const std::string& path, co
   return out;
 }
 
+// The requests cycled to n of them (--dspark-queue).
+std::vector<GenerationRequest> cycle_requests(const std::vector<GenerationRequest>& reqs, int64_t n) {
+  std::vector<GenerationRequest> out;
+  out.reserve(size_t(n));
+  for (int64_t i = 0; i < n; ++i) out.push_back(reqs[size_t(i) % reqs.size()]);
+  return out;
+}
+
 struct Run {
   double tok_s = 0;
+  int64_t tokens = 0;  // generated, all requests
   std::vector<std::vector<int32_t>> ids;
   DsparkStats stats;
 };
@@ -91,6 +100,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
     tokens += int64_t(res->ids.size());
     run.ids.push_back(std::move(res->ids));
   }
+  run.tokens = tokens;
   run.tok_s = tokens / std::max(s, 1e-9);
   run.stats = sched->dspark_stats();
   return run;
@@ -139,6 +149,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   if (!tok.ok()) return fail(tok.status());
   auto reqs = read_requests(o.requests, *tok, model, o.max_tokens);
   if (!reqs.ok()) return fail(reqs.status());
+  if (o.queue > 0) *reqs = cycle_requests(*reqs, o.queue);
   std::ofstream trace;
   if (!o.trace.empty()) {
     trace.open(o.trace);
@@ -147,6 +158,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   // Rounds interleaved (a noisy machine drifts between modes alike), then medians.
   std::map<std::pair<int, std::string>, std::vector<double>> speed;
   std::map<std::pair<int, std::string>, DsparkStats> stats;  // of the last round
+  std::map<std::pair<int, std::string>, int64_t> tokens;     // generated in a run (every round alike)
   std::map<int, std::vector<std::vector<int32_t>>> plain;
   bool mismatch = false;
   for (int round = 0; round < o.rounds; ++round)
@@ -156,6 +168,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
         if (!run.ok()) return fail(run.status().with_context("batch " + std::to_string(p) + ", --dspark " + m));
         speed[{p, m}].push_back(run->tok_s);
         stats[{p, m}] = run->stats;
+        tokens[{p, m}] = run->tokens;
         std::fprintf(stderr, "round %d, batch %d, --dspark %s: %.1f tok/s\n", round + 1, p, m.c_str(), run->tok_s);
         if (trace.is_open()) write_trace(trace, round + 1, p, m, run->stats);
         if (m == "off") plain[p] = run->ids;
@@ -170,6 +183,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   out["drafter"] = o.host_drafter || o.backend == "cpu" ? "host" : "device";
   out["draft_graph"] = !o.host_drafter && o.backend != "cpu" && !o.no_draft_graph;
   out["requests"] = reqs->size();
+  out["queue"] = o.queue > 0;
   std::printf("| batch | --dspark | median tok/s | vs off | tokens per verify step | accepted per drafting step | "
               "per-slot acceptance | drafting steps | drafter ms / drafting step |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -192,6 +206,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
                   off > 0 ? (fmt("%.3f", v / off) + "×").c_str() : "—", m == "off" ? "1" : fmt("%.3f", 1 + per_step).c_str(),
                   per_step, slots.empty() ? "—" : slots.c_str(), static_cast<long long>(d.drafting_steps), draft_ms);
       out["runs"].push_back({{"batch", p}, {"mode", m}, {"tok_s", v}, {"vs_off", off > 0 ? v / off : 0.0},
+                             {"tokens", tokens[{p, m}]},
                              {"rounds", speed[{p, m}]}, {"accepted_per_verify_step", per_step},
                              {"slot_acceptance", js}, {"drafting_steps", d.drafting_steps},
                              {"draft_ms_per_drafting_step", draft_ms}});

@@ -22,6 +22,10 @@ struct DsparkBenchOptions {
   bool host_drafter = false;  // device backends: the drafter on the host (the "before")
   bool no_draft_graph = false;  // device backends: the device drafter launch by launch (the "before")
   int64_t max_tokens = 0;     // > 0: every request's max_tokens
+  // > 0: the file's requests cycled to this many, all submitted at once, so that a batch's slots
+  // refill as sequences finish (continuous batching, as a server under load runs them) instead of
+  // the batch draining to its slowest sequence; 0: the file's requests as they are.
+  int64_t queue = 0;
   int auto_warmup = 1;        // SchedulerOptions::dspark_auto_warmup
   // Session 16's auto rules, off by default (SchedulerOptions::dspark_auto_*; measured no faster):
   // plan "uniform" (one cap a batch) or "greedy" (slots by confidence); the first-touch charge;

@@ -70,11 +70,24 @@ TEST(CliBenchDspark, DeviceEmulationWithTheDeviceAndTheHostDrafter) {
   }
 }
 
+// --dspark-queue cycles the file's two 24-token requests to five, all through the batch's slots:
+// every run generates 5 × 24 tokens (a closed batch of the file's requests would generate 48).
+TEST(CliBenchDspark, AQueueCyclesTheRequestsThroughTheSlots) {
+  if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
+  const nlohmann::json j = run_json(" --dspark-batches 2 --dspark-modes off,3 --dspark-queue 5");
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["requests"].get<int64_t>(), 5);
+  EXPECT_TRUE(j["queue"].get<bool>());
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (const auto& run : j["runs"]) EXPECT_EQ(run["tokens"].get<int64_t>(), 5 * 24) << run;
+}
+
 TEST(CliBenchDspark, BadOptionsAreErrors) {
   if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
   for (const char* args : {" --dspark-modes 4,off", " --dspark-modes off,x", " --dspark-batches 0",
                            " --dspark-rounds 0", " --dspark-requests /nonexistent.jsonl", " --dspark-modes off,9",
-                           " --dspark-auto-plan even", " --dspark-auto-plain-samples 33"}) {
+                            " --dspark-auto-plan even", " --dspark-auto-plain-samples 33",
+                           " --dspark-queue -1"}) {
     const testing::CliResult r = testing::run_cli("bench -m " + kMini + " --dspark" + args, testing::Stderr::kMerge);
     EXPECT_NE(r.code, 0) << args << ": " << r.out;
   }

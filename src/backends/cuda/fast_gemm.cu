@@ -133,10 +133,25 @@ __device__ inline double warp_sums(double (&v)[kN], int lane) {
 }
 
 // acc[o][r] += x · w over C values of chunk j of the kOuts units u (xd(r, q): x of row r, value
-// q): the simple body's terms (a product of two floats is exact in double), units::fma_chunk.
+// q): the simple body's terms (a product of two floats is exact in double).
 template <int kMode, int kRows, int kOuts, class XD>
 __device__ inline void add_terms(double (&acc)[kOuts][kRows], const uint4* u, const float* scale, int j, XD&& xd) {
-  fma_chunk<kMode, kRows, kOuts>(acc, u, scale, j, xd);
+  constexpr int V = kUnit<kMode>, C = V < 8 ? V : 8;
+  float w[kOuts][C];
+#pragma unroll
+  for (int o = 0; o < kOuts; ++o) decode<kMode>(u[o], j, scale[o], w[o]);
+#pragma unroll
+  for (int q = 0; q < C; ++q) {
+    double wd[kOuts];
+#pragma unroll
+    for (int o = 0; o < kOuts; ++o) wd[o] = double(w[o][q]);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const double x = xd(r, q);
+#pragma unroll
+      for (int o = 0; o < kOuts; ++o) acc[o][r] = fma(x, wd[o], acc[o][r]);
+    }
+  }
 }
 
 // The units and scales of outputs o0 … o0 + kOuts − 1 at column c (zeros past `out`).
@@ -338,19 +353,10 @@ __device__ inline void gemm_tile_serial(const dk::GemmK& k, int64_t rows, int sp
     k.y[(r0 + share.r) * k.y_stride + o0 + share.o] = float(total);
 }
 
-// grid: (blocks of the largest job, jobs, row tiles of the most rows). kLeanOneRow (off): 1-row
-// tiles held to 64 registers (4 blocks, 32 warps an SM) and 2-row tiles to 128; with the staged
-// x chunks as dynamic shared memory (below) a 1-row launch is then no longer held to 7 blocks an
-// SM by 32 KB it never uses. Measured with the wide decode on the H200 (docs/CUDA.md "Batch-1
-// GEMMs at the weight bandwidth"): not faster (the 1-row GEMMs 9–12 % slower), so off.
-constexpr bool kLeanOneRow = false;
-template <int kRows>
-constexpr int kMinBlocks = !kLeanOneRow ? 1 : kRows == 1 ? 4 : kRows == 2 ? 2 : 1;
+// grid: (blocks of the largest job, jobs, row tiles of the most rows).
 template <int kMode, int kRows>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<kRows>) gemm_tiled_kernel(const TiledJobs jobs) {
-  // The staged and serial paths' x chunks: kStageDoubles (32 KB) given at launch to tiles of 2 …
-  // 8 rows (and, kLeanOneRow off, to 1-row tiles as well, as when it was a static array).
-  extern __shared__ double xs[];
+__global__ void __launch_bounds__(kThreads) gemm_tiled_kernel(const TiledJobs jobs) {
+  __shared__ double xs[kStageDoubles];  // the staged and serial paths' x chunks
   const TiledJob& j = jobs.job[blockIdx.y];
   if (blockIdx.x >= j.blocks || int64_t(blockIdx.z) * kRows >= j.rows) return;  // whole blocks
   if constexpr (kRows >= 2) {
@@ -392,12 +398,11 @@ void launch_jobs(const TiledJobs& jobs, cudaStream_t s) {
   }
   const int tile = tile_for(most);
   const dim3 grid(blocks, unsigned(jobs.n), unsigned((most + tile - 1) / tile));
-  constexpr size_t kStage = kStageDoubles * sizeof(double);
   switch (tile) {
-    case 8: gemm_tiled_kernel<kMode, 8><<<grid, kThreads, kStage, s>>>(jobs); break;
-    case 4: gemm_tiled_kernel<kMode, 4><<<grid, kThreads, kStage, s>>>(jobs); break;
-    case 2: gemm_tiled_kernel<kMode, 2><<<grid, kThreads, kStage, s>>>(jobs); break;
-    default: gemm_tiled_kernel<kMode, 1><<<grid, kThreads, kLeanOneRow ? 0 : kStage, s>>>(jobs); break;
+    case 8: gemm_tiled_kernel<kMode, 8><<<grid, kThreads, 0, s>>>(jobs); break;
+    case 4: gemm_tiled_kernel<kMode, 4><<<grid, kThreads, 0, s>>>(jobs); break;
+    case 2: gemm_tiled_kernel<kMode, 2><<<grid, kThreads, 0, s>>>(jobs); break;
+    default: gemm_tiled_kernel<kMode, 1><<<grid, kThreads, 0, s>>>(jobs); break;
   }
 }
 

@@ -280,8 +280,9 @@ bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) {
   return true;
 }
 
-bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s) {
-  int64_t lb = 0, vb = 0, L = 0;
+// The jobs' block counts and longest key list; false where the batch cannot launch at all.
+static bool split_blocks(const dk::AttnBatch& b, int64_t& lb, int64_t& vb, int64_t& L) {
+  lb = vb = L = 0;
   for (int j = 0; j < b.n; ++j) {
     const dk::AttnGeom& g = b.jobs[j].g;
     if (!b.jobs[j].logits) return false;
@@ -289,11 +290,21 @@ bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s) {
     vb += value_blocks(g);
     L = std::max(L, g.L);
   }
-  if (b.n < 1 || b.n > dk::AttnBatch::kMax || lb > 0x7fffffff || vb > 0x7fffffff) return false;
-  if (value_smem(L) + kValueStatic > kSmemLimit) return false;
-  if (lb > 0) attn_logits_kernel<<<unsigned(lb), kThreads, 0, s>>>(b);
+  return b.n >= 1 && b.n <= dk::AttnBatch::kMax && lb <= 0x7fffffff && vb <= 0x7fffffff;
+}
+
+bool launch_attn_split_values(const dk::AttnBatch& b, cudaStream_t s) {
+  int64_t lb, vb, L;
+  if (!split_blocks(b, lb, vb, L) || value_smem(L) + kValueStatic > kSmemLimit) return false;
   if (vb > 0) attn_values_kernel<<<unsigned(vb), kThreads, value_smem(L), s>>>(b);
   return true;
+}
+
+bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s) {
+  int64_t lb, vb, L;
+  if (!split_blocks(b, lb, vb, L) || value_smem(L) + kValueStatic > kSmemLimit) return false;
+  if (lb > 0) attn_logits_kernel<<<unsigned(lb), kThreads, 0, s>>>(b);
+  return launch_attn_split_values(b, s);
 }
 
 }  // namespace dsv41::fast

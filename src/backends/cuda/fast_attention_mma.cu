@@ -377,9 +377,9 @@ bool allow_smem(Kernel* kernel, size_t bytes) {
 
 }  // namespace
 
-bool launch_attn_mma(const dk::AttnBatch& b, cudaStream_t s) {
-  static_assert(kValChans == 32 && kHeads == 2 * 8 && kLogitSlots == 4 * 8 && kWarps == 8, "warp ↔ tile map");
-  int64_t lb = 0, vb = 0, L = 0, D = 0;
+// The jobs' block counts, longest key list and widest row; false where the batch cannot launch.
+static bool mma_blocks(const dk::AttnBatch& b, int64_t& lb, int64_t& vb, int64_t& L, int64_t& D) {
+  lb = vb = L = D = 0;
   for (int j = 0; j < b.n; ++j) {
     const dk::AttnGeom& g = b.jobs[j].g;
     if (!b.jobs[j].logits) return false;
@@ -388,14 +388,30 @@ bool launch_attn_mma(const dk::AttnBatch& b, cudaStream_t s) {
     L = std::max(L, g.L);
     D = std::max(D, g.D);
   }
-  if (b.n < 1 || b.n > dk::AttnBatch::kMax || lb > 0x7fffffff || vb > 0x7fffffff) return false;
-  // Static shared memory of each kernel (and a margin), beside its dynamic part.
-  constexpr size_t kLogitStatic = sizeof(DecodeTablesD) + kLogitSlots * sizeof(dk::KeyRow) + 256;
-  constexpr size_t kValueStatic = sizeof(DecodeTablesD) + kValSlots * kValStride * sizeof(double) + 256;
-  const size_t ls = logit_smem(D), vs = value_smem(L);
-  if (ls + kLogitStatic > kSmemOptIn || vs + kValueStatic > kSmemOptIn) return false;
-  if (!allow_smem(mma_logits_kernel, ls) || !allow_smem(mma_values_kernel, vs)) return false;
+  return b.n >= 1 && b.n <= dk::AttnBatch::kMax && lb <= 0x7fffffff && vb <= 0x7fffffff;
+}
+
+// Static shared memory of each kernel (and a margin), beside its dynamic part.
+constexpr size_t kLogitStatic = sizeof(DecodeTablesD) + kLogitSlots * sizeof(dk::KeyRow) + 256;
+constexpr size_t kValueStatic = sizeof(DecodeTablesD) + kValSlots * kValStride * sizeof(double) + 256;
+
+bool launch_attn_mma_logits(const dk::AttnBatch& b, cudaStream_t s) {
+  static_assert(kHeads == 2 * 8 && kLogitSlots == 4 * 8 && kWarps == 8, "warp ↔ tile map");
+  int64_t lb, vb, L, D;
+  if (!mma_blocks(b, lb, vb, L, D)) return false;
+  const size_t ls = logit_smem(D);
+  if (ls + kLogitStatic > kSmemOptIn || !allow_smem(mma_logits_kernel, ls)) return false;
   if (lb > 0) mma_logits_kernel<<<unsigned(lb), kThreads, ls, s>>>(b);
+  return true;
+}
+
+bool launch_attn_mma(const dk::AttnBatch& b, cudaStream_t s) {
+  static_assert(kValChans == 32 && kHeads == 2 * 8 && kWarps == 8, "warp ↔ tile map");
+  int64_t lb, vb, L, D;
+  if (!mma_blocks(b, lb, vb, L, D)) return false;
+  const size_t vs = value_smem(L);
+  if (logit_smem(D) + kLogitStatic > kSmemOptIn || vs + kValueStatic > kSmemOptIn) return false;
+  if (!allow_smem(mma_values_kernel, vs) || !launch_attn_mma_logits(b, s)) return false;
   if (vb > 0) mma_values_kernel<<<unsigned(vb), kThreads, vs, s>>>(b);
   return true;
 }

@@ -207,7 +207,8 @@ TEST(FastAttentionCuda, SplitSinkAttentionEqualsSimple) {
 }
 
 // The FP64-MMA attention (fast::launch_attn_mma, called directly: launch_chain takes it only
-// with kMmaAttention on) against the simple chain, bit for bit, at the
+// with kMmaAttention on) and the mixed pair (its logits kernel, then the split pair's softmax +
+// values: launch_chain's first choice, kMmaLogits) against the simple chain, bit for bit, at the
 // shapes its tiles make boundaries: L = 1, L off the 32-slot logits tile and the 64-slot values
 // tile, the window alone (no top-k), the window / selected boundary inside a 4-slot MMA step,
 // heads off the 16-head group (5, 20, 33), D off the 4-channel step and the 32-channel chunk,
@@ -217,6 +218,7 @@ TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
   CudaExec ex;
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(1606);
+  bool mixed = false;
   const auto check = [&](const dk::AttnBatch& b, const std::string& what) {
     ex.set_fast_kernels(false);
     ex.run_chain(b);
@@ -228,7 +230,12 @@ TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
       ex.upload(b.jobs[j].o, poison.data(), int64_t(poison.size() * sizeof(float)));
     }
     ex.sync();
-    ASSERT_TRUE(fast::launch_attn_mma(b)) << what;  // the legacy stream: ordered with ex's blocking stream
+    if (mixed) {  // the MMA logits, then the split pair's softmax + values
+      ASSERT_TRUE(fast::launch_attn_mma_logits(b)) << what;
+      ASSERT_TRUE(fast::launch_attn_split_values(b)) << what;
+    } else {
+      ASSERT_TRUE(fast::launch_attn_mma(b)) << what;  // the legacy stream: ordered with ex's blocking stream
+    }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
     for (int j = 0; j < b.n; ++j) {
       const std::vector<float> got = dev.down(b.jobs[j].o, int64_t(want[size_t(j)].size()));
@@ -260,27 +267,32 @@ TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
       {2, 3, 33, 5, 0, 9, 0, 0, true},             // D 33: off the 4-channel step and the chunk
       {40, 4, 128, 64, 64, 70, 0, 40, false},      // many rows
   };
-  for (const AttnCase& c : alone) {
-    AttnInputs in(dev, rng, c);
+  for (const bool m : {false, true}) {  // the MMA pair, then the mixed pair
+    mixed = m;
+    for (const AttnCase& c : alone) {
+      AttnInputs in(dev, rng, c);
+      dk::AttnBatch b;
+      b.sink = dev.up(kc::randn(rng, c.H));
+      b.scaling = float(1.0 / std::sqrt(double(c.D)));
+      b.jobs[b.n++] = in.job;
+      check(b, std::string(mixed ? "mixed" : "mma") + " attention " + std::to_string(c.T) + "x" + std::to_string(c.H) +
+                   "x" + std::to_string(c.D) + " win " + std::to_string(c.win) + " k " + std::to_string(c.k) +
+                   " start " + std::to_string(c.start));
+    }
+    std::vector<AttnCase> decode;
+    for (int j = 0; j < dk::AttnBatch::kMax; ++j)
+      decode.push_back({1, 64, 512, 128, 512, 100 + 61 * j, 0, 20 + 30 * j, j % 3 != 0});
     dk::AttnBatch b;
-    b.sink = dev.up(kc::randn(rng, c.H));
-    b.scaling = float(1.0 / std::sqrt(double(c.D)));
-    b.jobs[b.n++] = in.job;
-    check(b, "mma attention " + std::to_string(c.T) + "x" + std::to_string(c.H) + "x" + std::to_string(c.D) + " win " +
-                 std::to_string(c.win) + " k " + std::to_string(c.k) + " start " + std::to_string(c.start));
+    b.sink = dev.up(kc::randn(rng, 64));
+    b.scaling = 0.07f;
+    std::vector<AttnInputs> ins;
+    ins.reserve(decode.size());
+    for (const AttnCase& c : decode) {
+      ins.emplace_back(dev, rng, c);
+      b.jobs[b.n++] = ins.back().job;
+    }
+    check(b, std::string(mixed ? "mixed" : "mma") + " attention, a decode batch of 16");
   }
-  std::vector<AttnCase> decode;
-  for (int j = 0; j < dk::AttnBatch::kMax; ++j) decode.push_back({1, 64, 512, 128, 512, 100 + 61 * j, 0, 20 + 30 * j, j % 3 != 0});
-  dk::AttnBatch b;
-  b.sink = dev.up(kc::randn(rng, 64));
-  b.scaling = 0.07f;
-  std::vector<AttnInputs> ins;
-  ins.reserve(decode.size());
-  for (const AttnCase& c : decode) {
-    ins.emplace_back(dev, rng, c);
-    b.jobs[b.n++] = ins.back().job;
-  }
-  check(b, "mma attention, a decode batch of 16");
 }
 
 }  // namespace

@@ -1138,9 +1138,17 @@ static __global__ void __launch_bounds__(kAttnThreads) attn_batch_kernel(const d
 // slower on the H200 (mini-flash AttnBatch 0.745 → 0.88 ms a step at batch 1, 1.98 → 2.74 ms at
 // batch 8; docs/CUDA.md "Sink attention on FP64 MMAs, session 16"); its test calls it directly.
 constexpr bool kMmaAttention = false;
+// The mixed pair: the MMA logits kernel (ncu, 2026-12-03: 22 µs against the split logits
+// kernel's 41 at a mini-flash decode row) and the split pair's softmax + values (31 µs against the
+// MMA values kernel's 79). Both halves are bit-equal to the simple bodies' results but at rare
+// rounding ties, so the pair is too. Where the values cannot launch after the logits did, the
+// split pair cannot either, and the block per (row, head) runs (it needs no logits).
+constexpr bool kMmaLogits = true;
 
 static bool launch_attn_fast(const dk::AttnBatch& b, cudaStream_t s) {
-  return (kMmaAttention && launch_attn_mma(b, s)) || launch_attn_split(b, s);
+  if (kMmaAttention && launch_attn_mma(b, s)) return true;
+  if (kMmaLogits && launch_attn_mma_logits(b, s) && launch_attn_split_values(b, s)) return true;
+  return launch_attn_split(b, s);
 }
 
 // Static shared memory: 16 KiB of partial sums + 384 B + 2,112 B of decode tables; the logits row

@@ -69,6 +69,10 @@ bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s = 0);
 // false where its shared memory would not hold the shape (D ≲ 560, L ≲ 1,400). The jobs' logits
 // scratch must be set.
 bool launch_attn_mma(const dk::AttnBatch& b, cudaStream_t s = 0);
+// The two halves, for the mixed pair (kMmaLogits in fast_kernels.cu): the MMA logits kernel alone,
+// and the split pair's softmax + values kernel alone (it reads the logits either kernel wrote).
+bool launch_attn_mma_logits(const dk::AttnBatch& b, cudaStream_t s = 0);
+bool launch_attn_split_values(const dk::AttnBatch& b, cudaStream_t s = 0);
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s = 0);  // one block per row
 bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one block per token
 // The DSpark drafter's block attention, one block per (block row, head) (logits, softmax, values;

@@ -1133,9 +1133,9 @@ static __global__ void __launch_bounds__(kAttnThreads) attn_batch_kernel(const d
   attn_block(job.g, job.q, b.scaling, b.sink, job.o, ih);
 }
 
-// The sink attention's kernels: the FP64-MMA pair (fast_attention_mma.cu) when on, the split
-// pair (fast_attention.cu), then the block per (row, head) below. Off: the MMA pair measured
-// slower on the H200 (mini-flash AttnBatch 0.745 → 0.88 ms a step at batch 1, 1.98 → 2.74 ms at
+// The sink attention's kernels: the FP64-MMA pair (fast_attention_mma.cu) when on, the mixed
+// pair (below), the split pair (fast_attention.cu), then the block per (row, head) above. The
+// MMA pair is off: it measured slower on the H200 (mini-flash AttnBatch 0.745 → 0.88 ms a step at batch 1, 1.98 → 2.74 ms at
 // batch 8; docs/CUDA.md "Sink attention on FP64 MMAs, session 16"); its test calls it directly.
 constexpr bool kMmaAttention = false;
 // The mixed pair: the MMA logits kernel (ncu, 2026-12-03: 22 µs against the split logits

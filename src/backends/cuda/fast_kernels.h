@@ -65,7 +65,8 @@ bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s = 0);
 // 16 heads, 32 key slots), softmax + values a block per (row, 16 heads, 32 channels), each key row
 // decoded once per block for its 16 heads (MQA); the products exact in double, only the order of
 // the double sums differs from the simple bodies (float results equal but at rare rounding ties).
-// Off in launch_chain (kMmaAttention in fast_kernels.cu: measured slower than the split pair);
+// Off in launch_chain as a pair (kMmaAttention in fast_kernels.cu: measured slower than the split
+// pair); its logits kernel is launch_chain's first choice (below);
 // false where its shared memory would not hold the shape (D ≲ 560, L ≲ 1,400). The jobs' logits
 // scratch must be set.
 bool launch_attn_mma(const dk::AttnBatch& b, cudaStream_t s = 0);

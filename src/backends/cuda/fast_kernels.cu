@@ -1135,12 +1135,13 @@ static __global__ void __launch_bounds__(kAttnThreads) attn_batch_kernel(const d
 
 // The sink attention's kernels: the FP64-MMA pair (fast_attention_mma.cu) when on, the mixed
 // pair (below), the split pair (fast_attention.cu), then the block per (row, head) above. The
-// MMA pair is off: it measured slower on the H200 (mini-flash AttnBatch 0.745 → 0.88 ms a step at batch 1, 1.98 → 2.74 ms at
-// batch 8; docs/CUDA.md "Sink attention on FP64 MMAs, session 16"); its test calls it directly.
+// MMA pair is off: it measured slower on the H200 (mini-flash AttnBatch 0.745 → 0.88 ms a step
+// at batch 1, 1.98 → 2.74 ms at batch 8; docs/CUDA.md "Sink attention on FP64 MMAs, session
+// 16"); its test calls it directly.
 constexpr bool kMmaAttention = false;
-// The mixed pair: the MMA logits kernel (ncu, 2026-12-03: 22 µs against the split logits
-// kernel's 41 at a mini-flash decode row) and the split pair's softmax + values (31 µs against the
-// MMA values kernel's 79). Both halves are bit-equal to the simple bodies' results but at rare
+// The mixed pair: the MMA logits kernel (the faster half of the MMA pair) and the split pair's
+// softmax + values (the faster half of that pair): mini-flash AttnBatch 0.73 → 0.60 ms a step at
+// batch 1, 1.97 → 1.87 at batch 8 (docs/CUDA.md "The mixed attention pair"). Both halves are bit-equal to the simple bodies' results but at rare
 // rounding ties, so the pair is too. Where the values cannot launch after the logits did, the
 // split pair cannot either, and the block per (row, head) runs (it needs no logits).
 constexpr bool kMmaLogits = true;

@@ -3,7 +3,9 @@
 // in the release dtypes, index, tokenizer.json) for tests and benchmarks of any shape, then
 // re-opens it and checks every tensor against the layer plan. See model/random_init.h.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <thread>
 #include <string>
 
 #include "app/command.h"
@@ -27,6 +29,9 @@ int run_init_random(int argc, char** argv) {
   cli.add_option("--dtype", dtype, "float format for configs without quantization_config")
       ->check(CLI::IsMember({"bf16", "f32"}));
   cli.add_flag("--force", force, "write into a non-empty directory (old shards are removed)");
+  int threads = 0;
+  cli.add_option("--threads", threads, "tensors drawn at once (0 = one per core; the bytes do not depend on it)")
+      ->check(in_range(0, 4096));
   name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
@@ -38,6 +43,7 @@ int run_init_random(int argc, char** argv) {
   opt.shard_bytes = shard_mb << 20;
   opt.force = force;
   opt.float32 = dtype == "f32";
+  opt.threads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   opt.progress = [](const std::string& line) {
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);

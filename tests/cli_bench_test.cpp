@@ -54,6 +54,25 @@ TEST(CliBench, BadOptionsAreErrors) {
     EXPECT_NE(r.out.find("dsv41 bench:"), std::string::npos) << args << ": " << r.out;
   }
   EXPECT_NE(testing::run_cli("bench -m /nonexistent", testing::Stderr::kDiscard).code, 0);
+  // A device backend runs the context sweep and --dspark only: refused with the others, not ignored.
+  for (const char* args : {" --backend device-emulation --batches 1", " --backend cuda --tiers 64 --cache-dir /tmp",
+                           " --backend bogus --contexts 8"}) {
+    const testing::CliResult r = testing::run_cli("bench -m " + kDir + args, testing::Stderr::kMerge);
+    EXPECT_NE(r.code, 0) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("--backend"), std::string::npos) << args << ": " << r.out;
+  }
+}
+
+// The context sweep on a device backend (emulated on the CPU): the same table, no host roofline.
+TEST(CliBench, ContextSweepOnADeviceBackend) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
+  const testing::CliResult r = testing::run_cli("bench -m " + kDir + " --contexts 8 --decode 2 --backend device-emulation --json",
+                                                testing::Stderr::kDiscard);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["points"].size(), 1u);
+  EXPECT_EQ(j["points"][0]["decode_tokens"], 2);
+  EXPECT_FALSE(j.contains("read_bandwidth"));
 }
 
 }  // namespace

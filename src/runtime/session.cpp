@@ -10,8 +10,13 @@ namespace dsv41 {
 
 Result<std::unique_ptr<Session>> Session::create(const Model& model, int64_t max_context,
                                                  const EngineOptions& options) {
+  return create(std::make_unique<CpuBackend>(model), model, max_context, options);
+}
+
+Result<std::unique_ptr<Session>> Session::create(std::unique_ptr<Backend> backend, const Model& model,
+                                                 int64_t max_context, const EngineOptions& options) {
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                         Engine::create(std::make_unique<CpuBackend>(model), model.engram_tables(), options));
+                         Engine::create(std::move(backend), model.engram_tables(), options));
   DSV41_ASSIGN_OR_RETURN(SequenceId id, engine->add_sequence(max_context));
   return std::unique_ptr<Session>(new Session(std::move(engine), id));
 }

@@ -1,5 +1,5 @@
 // One sequence being generated, for the CLI and tests that need no batching: a thin wrapper over
-// an Engine (engine/engine.h) with a CPU backend and one sequence. Borrows the Model (which must
+// an Engine (engine/engine.h) with one sequence, on a CPU backend unless given another. Borrows the Model (which must
 // outlive it). Spec: issue 3 "Runtime", issue 9 item 6.
 //
 // Every call continues the sequence where the previous one stopped; prefill in chunks of any
@@ -24,6 +24,9 @@ class Session {
   // A session able to hold max_context positions (≤ max_position_embeddings).
   static Result<std::unique_ptr<Session>> create(const Model& model, int64_t max_context,
                                                  const EngineOptions& options = {});
+  // The same on the given backend (e.g. the device backend, app/backend_choice.h).
+  static Result<std::unique_ptr<Session>> create(std::unique_ptr<Backend> backend, const Model& model,
+                                                 int64_t max_context, const EngineOptions& options = {});
 
   // Appends `tokens`, `chunk` tokens per forward (0 = all at once). Returns the logits [V] of the
   // last token; all_logits (optional) receives [tokens, V]; trace (optional, only with one chunk)

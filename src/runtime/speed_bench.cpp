@@ -74,8 +74,14 @@ Result<std::vector<SpeedPoint>> run_speed_bench(const Model& model, const SpeedB
   DSV41_RETURN_IF_ERROR(check_speed_bench_options(model.config(), o));
   std::vector<SpeedPoint> points;
   for (int64_t c : o.contexts) {
-    DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
-                           Session::create(model, c + std::max(o.decode_tokens, o.returning_suffix)));
+    const int64_t capacity = c + std::max(o.decode_tokens, o.returning_suffix);
+    std::unique_ptr<Session> session;
+    if (o.make_backend) {
+      DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, o.make_backend());
+      DSV41_ASSIGN_OR_RETURN(session, Session::create(std::move(backend), model, capacity));
+    } else {
+      DSV41_ASSIGN_OR_RETURN(session, Session::create(model, capacity));
+    }
     const std::vector<int32_t> prompt = speed_bench_prompt(model.vocab_size(), c, o.seed);
     SpeedPoint p;
     p.context = c;
@@ -95,10 +101,14 @@ Result<std::vector<SpeedPoint>> run_speed_bench(const Model& model, const SpeedB
     if (o.before_decode) o.before_decode(c);
     const auto t1 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < o.decode_tokens; ++i) {
-      DSV41_ASSIGN_OR_RETURN(logits, session->decode(argmax_logits(logits)));
+      p.decoded.push_back(argmax_logits(logits));
+      DSV41_ASSIGN_OR_RETURN(logits, session->decode(p.decoded.back()));
       ++p.decode_tokens;
     }
     p.decode_seconds = seconds_since(t1);
+    if (o.backend_status)
+      if (Status st = o.backend_status(session->engine().backend()); !st.ok())
+        return st.with_context("context " + std::to_string(c));
     p.cache = session->cache_bytes();
     p.positions = session->length();
     if (progress) progress(p);

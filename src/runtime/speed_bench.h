@@ -5,7 +5,8 @@
 // Prompt: C pseudo-random token ids (xoshiro256** from `seed`, uniform over the vocabulary
 // minus the first three ids — BOS/EOS/pad in every config we ship), not text: speed does not
 // depend on the ids except through MoE routing, which random weights spread anyway. Decode feeds
-// back the greedy argmax, as `dsv41 run` does. Each context gets a fresh Session sized C + decode.
+// back the greedy argmax, as `dsv41 run` does. Each context gets a fresh Session sized C + decode,
+// on a fresh backend from `make_backend` (the CPU backend when it is empty; made untimed).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include "base/status.h"
 #include "cache/sequence_cache.h"
+#include "engine/backend.h"
 #include "model/model.h"
 #include "plan/replay_rule.h"
 
@@ -37,6 +39,11 @@ struct SpeedBenchOptions {
   std::function<void(int64_t context)> before_decode;
   // Called just before each prefill's clock starts, untimed (e.g. a profile's reset).
   std::function<void(int64_t context)> before_prefill;
+  // The backend of each context's session (e.g. the device backend); empty = the CPU backend.
+  std::function<Result<std::unique_ptr<Backend>>()> make_backend;
+  // Checked after each context's decode (a device backend keeps its first error instead of
+  // failing a step: app/backend_choice.h backend_status); empty = nothing to check.
+  std::function<Status(const Backend&)> backend_status;
 };
 
 // One returning turn: window replay + suffix + decoder tail, timed to its first logits.
@@ -51,6 +58,7 @@ struct SpeedPoint {
   double prefill_seconds = 0;
   int64_t decode_tokens = 0;
   double decode_seconds = 0;
+  std::vector<int32_t> decoded;  // the greedy ids fed back (backends compared in tests)
   CacheFootprint cache;  // after the last decoded token
   int64_t positions = 0;  // tokens in the cache at that point
   PrefillDepth effective_depth = PrefillDepth::kFull;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/cuda/host_device_backend.h"
 #include "tests/golden_file.h"
 
 namespace dsv41 {
@@ -47,6 +48,46 @@ TEST(SpeedBench, OnePointPerContext) {
   }
   EXPECT_GT((*r)[1].cache.main + (*r)[1].cache.index, 0);
   EXPECT_GE((*r)[1].cache.total(), (*r)[0].cache.total());
+}
+
+// `dsv41 bench --backend`: each context's session on a fresh backend from the factory, its status
+// checked after the decode; the device backend (emulated here) decodes the CPU engine's ids.
+TEST(SpeedBench, RunsOnTheGivenBackend) {
+  auto model = Model::load(std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini").value();
+  SpeedBenchOptions o;
+  o.contexts = {24, 9};
+  o.decode_tokens = 4;
+  auto cpu = run_speed_bench(*model, o);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  int made = 0, checked = 0;
+  o.make_backend = [&]() -> Result<std::unique_ptr<Backend>> {
+    ++made;
+    return make_host_device_backend(*model);
+  };
+  o.backend_status = [&](const Backend&) {
+    ++checked;
+    return ok_status();
+  };
+  auto device = run_speed_bench(*model, o);
+  ASSERT_TRUE(device.ok()) << device.status().to_string();
+  EXPECT_EQ(made, 2);
+  EXPECT_EQ(checked, 2);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ((*device)[i].decoded.size(), 4u);
+    EXPECT_EQ((*device)[i].decoded, (*cpu)[i].decoded) << "context " << o.contexts[i];
+    EXPECT_EQ((*device)[i].positions, (*cpu)[i].positions);
+  }
+  // A backend that cannot be made, or one that reports an error, fails the run naming it.
+  o.make_backend = []() -> Result<std::unique_ptr<Backend>> { return unsupported("no device here"); };
+  auto failed = run_speed_bench(*model, o);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("no device here"), std::string::npos);
+  o.make_backend = [&]() -> Result<std::unique_ptr<Backend>> { return make_host_device_backend(*model); };
+  o.backend_status = [](const Backend&) { return internal_error("a kernel failed"); };
+  failed = run_speed_bench(*model, o);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().to_string().find("a kernel failed"), std::string::npos) << failed.status().to_string();
+  EXPECT_NE(failed.status().to_string().find("context 24"), std::string::npos) << failed.status().to_string();
 }
 
 TEST(SpeedBench, PromptIsDeterministicAndAvoidsSpecialIds) {

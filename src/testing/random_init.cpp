@@ -4,11 +4,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
+#include <thread>
 
 #include "base/file_io.h"
 #include "base/numerics.h"
@@ -260,6 +264,27 @@ std::vector<float> random_tensor_values(const ExpectedTensor& t, const ModelConf
   return v;
 }
 
+namespace {
+
+// Draws and encodes `part` into weights / scales (same index), opt.threads tensors at a time.
+// Each tensor's values come from its own seed (random_tensor_values), so the bytes do not depend
+// on the thread count or the order.
+void encode_all(std::span<const Stored> part, const ModelConfig& config, const RandomInitOptions& opt,
+                std::vector<std::vector<uint8_t>>& weights, std::vector<std::vector<uint8_t>>& scales) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t j; (j = next.fetch_add(1)) < part.size();)
+      encode(part[j], random_tensor_values(part[j].e, config, opt.seed), weights[j], scales[j]);
+  };
+  const size_t helpers = std::min<size_t>(part.size(), static_cast<size_t>(std::max(opt.threads, 1))) - 1;
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < helpers && part.size() > 1; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace
+
 Result<RandomInitReport> write_random_model(const std::string& config_path, const std::string& out_dir,
                                             const RandomInitOptions& opt) {
   auto say = [&](const std::string& s) {
@@ -345,20 +370,21 @@ Result<RandomInitReport> write_random_model(const std::string& config_path, cons
   int64_t written = 0, count = 0;
   size_t i = 0;
   for (int k = 0; k < shards; ++k) {
+    const size_t first = i;
+    while (i < stored.size() && shard_of[i] == k) ++i;
+    std::vector<std::vector<uint8_t>> weights(i - first), scales(i - first);
+    encode_all(std::span<const Stored>(stored).subspan(first, i - first), config, opt, weights, scales);
+    if (stored.size() > 2000) say(fmt::format("  weight {}/{}", i, stored.size()));
     std::vector<std::vector<uint8_t>> buffers;
     std::vector<TensorView> views;
     std::vector<std::pair<size_t, bool>> owners;  // (stored index, is scale) per view
-    for (; i < stored.size() && shard_of[i] == k; ++i) {
-      const Stored& s = stored[i];
-      std::vector<uint8_t> w, sc;
-      encode(s, random_tensor_values(s.e, config, opt.seed), w, sc);
-      buffers.push_back(std::move(w));
-      owners.emplace_back(i, false);
-      if (s.has_scale()) {
-        buffers.push_back(std::move(sc));
-        owners.emplace_back(i, true);
+    for (size_t j = first; j < i; ++j) {
+      buffers.push_back(std::move(weights[j - first]));
+      owners.emplace_back(j, false);
+      if (stored[j].has_scale()) {
+        buffers.push_back(std::move(scales[j - first]));
+        owners.emplace_back(j, true);
       }
-      if (stored.size() > 2000 && (i + 1) % 1000 == 0) say(fmt::format("  weight {}/{}", i + 1, stored.size()));
     }
     for (size_t v = 0; v < buffers.size(); ++v) {
       const Stored& s = stored[owners[v].first];

@@ -44,6 +44,7 @@ struct RandomInitOptions {
   int64_t shard_bytes = int64_t{1024} << 20;
   bool force = false;    // write into a non-empty directory (removes old shards and index)
   bool float32 = false;  // unquantized configs: F32 instead of BF16
+  int threads = 1;       // tensors drawn and encoded at once (each from its own seed: same bytes for any count)
   std::function<void(const std::string&)> progress;  // progress lines, may be empty
 };
 

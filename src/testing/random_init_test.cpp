@@ -149,7 +149,9 @@ TEST(RandomInit, SameSeedSameBytesOtherSeedOtherBytes) {
   RandomInitOptions small;
   small.shard_bytes = 512 << 10;  // several shards
   RandomInitReport a = write_or_die(kTinyConfig, tmp.sub("a"), small);
-  write_or_die(kTinyConfig, tmp.sub("b"), small);
+  RandomInitOptions threaded = small;  // tensors drawn 3 at a time: the same bytes
+  threaded.threads = 3;
+  write_or_die(kTinyConfig, tmp.sub("b"), threaded);
   RandomInitOptions other = small;
   other.seed = 1;
   write_or_die(kTinyConfig, tmp.sub("c"), other);
@@ -399,6 +401,35 @@ TEST(RandomInit, ShippedConfigsParsePlanAndHaveEveryRole) {
   EXPECT_EQ(mini->o_groups * mini->o_lora_rank, 8 * 1024);
   EXPECT_EQ(mini->index_topk, 512);
   EXPECT_EQ(mini->candidate_topk_blocks * mini->candidate_block_size, 2048 * 8);
+}
+
+// bench/configs/flash-synthetic.json: the release's V4.1-Flash config (data/configs) with only the
+// sizes that make it fit one GPU changed (routed experts, the drafter's experts, the Engram tables
+// and their hash vocabulary); every width, the layer plan and the cache geometry are the release's.
+TEST(RandomInit, FlashSyntheticIsTheReleaseGeometryWithFewerExperts) {
+  auto read_json = [](const std::string& path) { return nlohmann::json::parse(read_or_die(path)); };
+  nlohmann::json release = read_json(kRepo + "/data/configs/deepseek-v4.1-flash.json");
+  nlohmann::json synthetic = read_json(kRepo + "/bench/configs/flash-synthetic.json");
+  const std::set<std::string> changed = {"n_routed_experts", "engram_num_embeddings", "engram_vocab_size",
+                                         "dspark_n_routed_experts"};
+  for (const auto& [key, value] : release["text_config"].items()) {
+    if (changed.count(key)) continue;
+    EXPECT_EQ(synthetic["text_config"][key], value) << key;
+  }
+  EXPECT_EQ(synthetic["text_config"].size(), release["text_config"].size());
+  EXPECT_EQ(synthetic["quantization_config"], release["quantization_config"]);
+  Result<ModelConfig> c = load_model_config(kRepo + "/bench/configs/flash-synthetic.json");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  Result<LayerPlan> plan = build_layer_plan(*c);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_EQ(c->n_routed_experts, 32);
+  int64_t params = 0;
+  for (const ExpectedTensor& e : expected_tensors(*c, *plan)) {
+    int64_t n = 1;
+    for (int64_t d : e.shape) n *= d;
+    params += n;
+  }
+  EXPECT_LT(params, int64_t{80} << 30);  // ≈ 40 GB as stored (FP4 experts): fits one 141 GB H200
 }
 
 }  // namespace

@@ -163,14 +163,6 @@ void pack_panel(const T* src, int64_t in, int64_t ncols, int64_t groups, int64_t
 // x parts (192 KiB) and a 128-output weight slice (256 KiB) stay in L2 across the block loops.
 constexpr int64_t kKChunkSteps = 32;
 
-// The K steps of each chunk: about kKChunkSteps, the steps shared evenly (so no short tail chunk
-// reloads every partial-sum tile for a few steps: wq_b's K = 1280 was 32 + 8 steps, now one
-// chunk of 40).
-inline int64_t k_chunk_steps(int64_t steps) {
-  const int64_t chunks = std::max<int64_t>(1, (steps + kKChunkSteps / 2) / kKChunkSteps);
-  return (steps + chunks - 1) / chunks;
-}
-
 // One task: y rows of 16-row blocks [rb0, rb1) (an even count) × outputs of 16-output groups
 // [g0, g1) (an even count), from the packed x (steps K steps) and the packed weights wp. acc holds
 // the task's float32 partial sums between K chunks, tile by tile: (rb1-rb0)·(g1-g0)·256 floats.
@@ -178,11 +170,10 @@ template <class Tiles>
 void gemm_tile_task(Tiles& t, const uint16_t* xp, int64_t steps, int64_t rb0, int64_t rb1, const uint16_t* wp,
                     int64_t g0, int64_t g1, int64_t rows, int64_t out, float* y, float* acc) {
   const int64_t ng = g1 - g0, gstride = steps * kTileElems;  // one weight group: steps tiles
-  const int64_t chunk = k_chunk_steps(steps);
   auto acc_tile = [&](int64_t rb, int64_t g) { return acc + ((rb - rb0) * ng + (g - g0)) * 256; };
   auto x_tile = [&](int64_t rb, int64_t s, int p) { return xp + ((rb * steps + s) * kParts + p) * kTileElems; };
-  for (int64_t s0 = 0; s0 < steps; s0 += chunk) {
-    const int64_t s1 = std::min(steps, s0 + chunk);
+  for (int64_t s0 = 0; s0 < steps; s0 += kKChunkSteps) {
+    const int64_t s1 = std::min(steps, s0 + kKChunkSteps);
     for (int64_t rb = rb0; rb < rb1; rb += 2)
       for (int64_t g = g0; g < g1; g += 2) {
         if (s0 == 0) {
@@ -228,14 +219,6 @@ void gemm_tile_task(Tiles& t, const uint16_t* xp, int64_t steps, int64_t rb0, in
 // Outputs per task: 128, or fewer where that leaves a thread with fewer than 2 tasks' outputs.
 constexpr int64_t kPanelCols = 128;
 
-// Outputs per task for `out` outputs on `threads` threads: a task reads its rows' x parts once per
-// K chunk, so with many panels per thread (wq_b: 256 of 128 on 16 threads, each task all 2048
-// rows) every panel streamed the whole packed x again; two panels a task halve that, the weight
-// slice (≤ 512 KiB a K chunk) still in L2.
-inline int64_t panel_cols(int64_t out, int threads) {
-  return (out + kPanelCols - 1) / kPanelCols >= 8 * int64_t{threads} ? 2 * kPanelCols : kPanelCols;
-}
-
 // The driver. x split once (threaded over 32-row blocks); W packed once per call (threaded over
 // 32-output units, fill(o0, o1, dst, groups, kpad) writing pack_panel's layout), so no task
 // dequantises weights another task already did — the old driver re-dequantised a 128-output panel
@@ -260,8 +243,7 @@ void gemm_tiles(const CpuExec& ex, const float* x, int64_t rows, int64_t in, int
   ex.parallel_for(n_pad / 32, 1, [&](int64_t b, int64_t e) {
     for (int64_t u = b; u < e; ++u) fill(u * 32, std::min(out, u * 32 + 32), wp + u * 32 * kpad, 2, kpad);
   });
-  const int64_t cols = panel_cols(n_pad, ex.threads());
-  const int64_t n_panels = (n_pad + cols - 1) / cols;
+  const int64_t n_panels = (n_pad + kPanelCols - 1) / kPanelCols;
   const int64_t want_row_blocks = std::max<int64_t>(1, (4 * ex.threads() + n_panels - 1) / n_panels);
   const int64_t m_block = round_up(std::max<int64_t>(32, m_pad / want_row_blocks), 32);
   const int64_t n_row_blocks = (m_pad + m_block - 1) / m_block;
@@ -269,10 +251,10 @@ void gemm_tiles(const CpuExec& ex, const float* x, int64_t rows, int64_t in, int
     [[maybe_unused]] typename Tiles::Scope scope;
     Tiles tiles;
     thread_local std::vector<float> acc;  // this thread's partial sums (not state)
-    if (acc.size() < static_cast<size_t>(m_block * cols)) acc.resize(m_block * cols);
+    if (acc.size() < static_cast<size_t>(m_block * kPanelCols)) acc.resize(m_block * kPanelCols);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pi = t / n_row_blocks, rb = t % n_row_blocks;
-      const int64_t g0 = pi * cols / 16, g1 = std::min(n_pad, (pi + 1) * cols) / 16;
+      const int64_t g0 = pi * kPanelCols / 16, g1 = std::min(n_pad, (pi + 1) * kPanelCols) / 16;
       const int64_t r0 = rb * m_block, r1 = std::min(m_pad, r0 + m_block);
       gemm_tile_task(tiles, xp, steps, r0 / 16, r1 / 16, wp, g0, g1, rows, out, y, acc.data());
     }

@@ -252,7 +252,6 @@ void attend_heads_on_vectors(CpuIsa isa, const float* q0, int64_t nh, int64_t D,
   weighted_sum_rows_heads(isa, logits + nwin, lstride, nh, sel_rows, nsel, D, o0, D);
 }
 
-// All H heads of one token on the AMX tiles (attention_amx.h); false: they did not run.
 // The key rows as bf16 (SinkTokenArgs::win_bf16 …; win_bf16 null: the float rows).
 struct KeyRowsBf16 {
   const uint16_t* win_bf16 = nullptr;
@@ -260,6 +259,7 @@ struct KeyRowsBf16 {
   const int32_t* sel_ids = nullptr;
 };
 
+// All H heads of one token on the AMX tiles (attention_amx.h); false: they did not run.
 bool attend_token_on_tiles(const float* q0, int64_t H, int64_t D, const float* win_rows, int64_t nwin,
                            const float* sel_rows, int64_t nsel, const KeyRowsBf16& bf16, float scaling,
                            const float* sinks, CpuIsa isa, float* logits, int64_t lstride, float* o0,

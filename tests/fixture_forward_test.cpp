@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_exec.h"
 #include "model/model.h"
 #include "runtime/sampling.h"
 #include "runtime/session.h"
@@ -115,6 +116,21 @@ testing::GoldenFile* FixtureForward::ref_ = nullptr;
 
 TEST_F(FixtureForward, PrefillLogitsMatchReference) {
   for (int s = 0; s < kPrompts; ++s) expect_prefill_close(s, 0, 0);
+}
+
+// The same bounds with the AMX tiles (`--isa amx`): the fixture's BF16 projections and experts
+// are held as bf16, so every product of ≥ kAmxMinRows rows (prompt s1, 36 tokens) runs on the
+// tiles; s0 (14 tokens) stays on the vectors. Only where the CPU has AMX.
+TEST_F(FixtureForward, AmxPrefillLogitsMatchReference) {
+  if (!cpu_has_amx()) GTEST_SKIP() << "no AMX here: " << amx_unavailable_reason();
+  ModelLoadOptions options;
+  options.isa = CpuIsa::kAmx;
+  auto m = Model::load(kDir, options);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_TRUE((*m)->exec().use_amx());
+  model_ = std::move(*m);
+  for (int s = 0; s < kPrompts; ++s) expect_prefill_close(s, 0, 0);
+  expect_prefill_close(1, 0, 20);  // 20 rows on the tiles, then decoded steps on the vectors
 }
 
 TEST_F(FixtureForward, ChunkedPrefillLogitsMatchReference) {

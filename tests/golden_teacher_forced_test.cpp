@@ -17,6 +17,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "engine/engine.h"
+#include "kernels/cpu/cpu_exec.h"
 #include "model/model.h"
 #include "tests/golden_file.h"
 
@@ -28,6 +29,7 @@ struct Case {
   double stream_rtol;      // per-token bound for most tokens
   double flip_rtol;        // bound for every token
   bool routing_exact;
+  bool amx = false;        // --isa amx (only where the CPU has it): bf16 products of ≥ 16 rows on the tiles
 };
 
 class GoldenTeacherForced : public ::testing::TestWithParam<Case> {};
@@ -38,8 +40,12 @@ TEST_P(GoldenTeacherForced, EachLayerOnReferenceInputs) {
   const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/" + cs.fixture;
   testing::GoldenFile g(dir + "/golden.safetensors");
   ASSERT_TRUE(g.ok());
-  auto model = Model::load(dir);
+  if (cs.amx && !cpu_has_amx()) GTEST_SKIP() << "no AMX here: " << amx_unavailable_reason();
+  ModelLoadOptions options;
+  if (cs.amx) options.isa = CpuIsa::kAmx;
+  auto model = Model::load(dir, options);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ASSERT_EQ((*model)->exec().use_amx(), cs.amx);
   const ModelConfig& c = (*model)->config();
   const int64_t hc = c.hc_mult, row = hc * c.hidden_size;
   for (int s = 0; s < 4; ++s) {
@@ -116,8 +122,11 @@ TEST_P(GoldenTeacherForced, EachLayerOnReferenceInputs) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTeacherForced,
                          ::testing::Values(Case{"v41-tiny-f32", 1e-4, 5e-3, true},
-                                           Case{"v41-tiny-bf16", 5e-2, 1e30, false}),
-                         [](const auto& info) { return std::string(info.param.routing_exact ? "f32" : "bf16"); });
+                                           Case{"v41-tiny-bf16", 5e-2, 1e30, false},
+                                           Case{"v41-tiny-bf16", 5e-2, 1e30, false, true}),
+                         [](const auto& info) {
+                           return std::string(info.param.routing_exact ? "f32" : "bf16") + (info.param.amx ? "_amx" : "");
+                         });
 
 }  // namespace
 }  // namespace dsv41

@@ -2,6 +2,7 @@
 #include "model/attention_steps.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <span>
 
@@ -251,11 +252,22 @@ void attend_heads_on_vectors(CpuIsa isa, const float* q0, int64_t nh, int64_t D,
   weighted_sum_rows_heads(isa, logits + nwin, lstride, nh, sel_rows, nsel, D, o0, D);
 }
 
+// The key rows as bf16 (SinkTokenArgs::win_bf16 …; win_bf16 null: the float rows).
+struct KeyRowsBf16 {
+  const uint16_t* win_bf16 = nullptr;
+  const uint16_t* table_bf16 = nullptr;
+  const int32_t* sel_ids = nullptr;
+};
+
 // All H heads of one token on the AMX tiles (attention_amx.h); false: they did not run.
 bool attend_token_on_tiles(const float* q0, int64_t H, int64_t D, const float* win_rows, int64_t nwin,
-                           const float* sel_rows, int64_t nsel, float scaling, const float* sinks, CpuIsa isa,
-                           float* logits, int64_t lstride, float* o0, SinkTokenBuffers& buffers) {
+                           const float* sel_rows, int64_t nsel, const KeyRowsBf16& bf16, float scaling,
+                           const float* sinks, CpuIsa isa, float* logits, int64_t lstride, float* o0,
+                           SinkTokenBuffers& buffers) {
   SinkTokenArgs a;
+  a.win_bf16 = bf16.win_bf16;
+  a.table_bf16 = bf16.table_bf16;
+  a.sel_ids = bf16.sel_ids;
   a.q = q0;
   a.heads = H;
   a.D = D;
@@ -270,6 +282,28 @@ bool attend_token_on_tiles(const float* q0, int64_t H, int64_t D, const float* w
   a.lstride = lstride;
   a.o = o0;
   return sink_attention_token_amx(a, buffers);
+}
+
+// With the tiles: the window keys [rows, D] and the compressed entries [G, D] of this call as bf16
+// (SinkTokenArgs::win_bf16), converted once, threaded over rows. False (use the float rows) when a
+// row is not exact in bf16 — cache rows always are (records.h), so that is a safety net only.
+bool key_rows_as_bf16(const CpuExec& ex, const std::vector<float>& keys, const KvSourceCache* compressed,
+                      int64_t D, AttentionScratch& ws) {
+  const int64_t rows = static_cast<int64_t>(keys.size()) / D, G = compressed ? compressed->entries() : 0;
+  ws.win_bf16.resize(keys.size());
+  ws.table_bf16.resize(static_cast<size_t>(G * D));
+  std::atomic<bool> exact{true};
+  ex.parallel_items(rows, D, [&](int64_t b, int64_t e) {
+    if (!key_rows_to_bf16(keys.data() + b * D, e - b, D, ws.win_bf16.data() + b * D)) exact = false;
+  });
+  ex.parallel_items(G, 8 * D, [&](int64_t b, int64_t e) {  // unpacking a record costs more than a copy
+    std::vector<float> row(static_cast<size_t>(D));
+    for (int64_t g = b; g < e; ++g) {
+      compressed->read_main(g, row.data());
+      if (!key_rows_to_bf16(row.data(), 1, D, ws.table_bf16.data() + g * D)) exact = false;
+    }
+  });
+  return exact;
 }
 
 // Step 5; held (optional): the selection's rows unpacked once (sparse_sink_attention_selected).
@@ -335,6 +369,10 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
   ws.ranges.resize(static_cast<size_t>(chunks * range_floats));
   const CpuIsa isa = options.exec.gemm_isa();
   if (tiles) ws.tile_ranges.resize(static_cast<size_t>(std::max<int64_t>(chunks, ws.tile_ranges.size())));
+  // Tokens take their key rows from one bf16 copy of the call's window and entries, unless there
+  // are fewer selections (T·k) than entries to convert, or a held selection already has them.
+  const bool from_bf16 = tiles && !held && (!(compressed && topk) || T * k >= compressed->entries()) &&
+                         key_rows_as_bf16(options.exec, keys, compressed && topk ? compressed : nullptr, D, ws);
   auto attend_range = [&](int64_t begin, int64_t end) {
     float* const sel = ws.ranges.data() + (begin / grain) * range_floats;  // [k, D]
     float* const logits = sel + int64_t{k} * D;                              // [H, window + k]
@@ -346,22 +384,40 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
       const int64_t nwin = t - lo + 1;
       int nsel = 0;
       const float* sel_rows = sel;  // [nsel, D]: token i's selected entries, unpacked
+      const int32_t* selected = compressed && topk ? topk + i * k : nullptr;
+      auto unpack_selected = [&] {
+        nsel = 0;
+        for (int j = 0; j < k; ++j)
+          if (selected[j] >= 0) compressed->read_main(selected[j], sel + (nsel++) * D);
+      };
       if (held) {
         nsel = held->count[static_cast<size_t>(i)];
         sel_rows = held->values.data() + i * k * D;
-      } else if (compressed && topk) {
-        const int32_t* row = topk + i * k;
-        for (int j = 0; j < k; ++j)
-          if (row[j] >= 0) compressed->read_main(row[j], sel + (nsel++) * D);
+      } else if (selected && !from_bf16) {
+        unpack_selected();
       }
       const float* win_rows = keys.data() + (lo - first) * D;  // [nwin, D], contiguous
       const float* q0 = q + (i * H + h0) * D;
       float* o0 = o + (i * H + h0) * D;
-      if (!(tiles && nh == H && attend_token_on_tiles(q0, H, D, win_rows, nwin, sel_rows, nsel, scaling,
-                                                       w.attn_sink.data(), isa, logits, lstride, o0,
-                                                       ws.tile_ranges[static_cast<size_t>(begin / grain)])))
+      bool on_tiles = false;
+      if (tiles && nh == H) {
+        SinkTokenBuffers& tb = ws.tile_ranges[static_cast<size_t>(begin / grain)];
+        KeyRowsBf16 bf16;
+        if (from_bf16) {
+          tb.sel_ids.clear();
+          for (int j = 0; selected && j < k; ++j)
+            if (selected[j] >= 0) tb.sel_ids.push_back(selected[j]);
+          nsel = static_cast<int>(tb.sel_ids.size());
+          bf16 = {ws.win_bf16.data() + (lo - first) * D, ws.table_bf16.data(), tb.sel_ids.data()};
+        }
+        on_tiles = attend_token_on_tiles(q0, H, D, win_rows, nwin, sel_rows, nsel, bf16, scaling, w.attn_sink.data(),
+                                         isa, logits, lstride, o0, tb);
+      }
+      if (!on_tiles) {
+        if (from_bf16 && selected) unpack_selected();
         attend_heads_on_vectors(isa, q0, nh, D, win_rows, nwin, sel_rows, nsel, scaling, w.attn_sink.data() + h0,
                                 logits, lstride, o0);
+      }
       // The values carry RoPE on their tail; undo the query position's rotation.
       for (int64_t hh = 0; hh < nh; ++hh)
         rope_rotate(o0 + hh * D, D, rd, rope.cos_row(rope_row0 + i), rope.sin_row(rope_row0 + i), true);

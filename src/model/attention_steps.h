@@ -50,6 +50,7 @@ struct AttentionScratch {
   std::vector<float> keys;   // step 5: [window keys, D] the segment's window rows, dequantised
   std::vector<float> ranges; // step 5: per range of work items, [k·D] selected entries + [window + k] logits
   std::vector<SinkTokenBuffers> tile_ranges;  // step 5 with AMX tiles: per range, the packed operands
+  std::vector<uint16_t> win_bf16, table_bf16;  // step 5 with AMX tiles: the window keys and the entries as bf16
   std::vector<float> mid, gin, gout;  // step 6: [n, groups·o_lora], [n, H·D/groups], [n, o_lora] (×groups: decode)
 };
 

@@ -6,11 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "cache/records.h"
+#include "kernels/cpu/cpu_exec.h"
 
 namespace dsv41 {
 namespace {
@@ -88,6 +91,62 @@ TEST(SelectedRows, HeldSelectionGivesTheBitsOfUnpackingEveryCall) {
     b.add(rng, 1);
     check(b, other, "the source grown by an entry");
     check(a, topk, "back to the first");
+  }
+}
+
+// `--isa amx` (attention_amx.h): a prompt's tokens (≥ 16 rows, 32 heads) run on the tiles, their
+// key rows from one bf16 copy of the call's window and entries when the selections outnumber the
+// entries (T·k ≥ entries), else unpacked per token as float rows. Both agree with the vector
+// loops to float rounding, with gaps (−1) among the selections and scratch reused between calls.
+TEST(SelectedRows, AmxTilesAgreeWithTheVectorLoopsFromEitherKeySource) {
+  if (!cpu_has_amx()) GTEST_SKIP() << "no AMX here: " << amx_unavailable_reason();
+  ModelConfig c = small_config();
+  c.num_attention_heads = 32;
+  auto rope = Rope::create(c);
+  ASSERT_TRUE(rope.ok()) << rope.status().to_string();
+  AttentionWeights w;
+  const int64_t H = 32, D = 32, k = 4, start = 9, T = 20;
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd(0, 1);
+  for (int64_t h = 0; h < H; ++h) w.attn_sink.push_back(nd(rng));
+  WindowRing ring(6, 8, D);
+  std::vector<float> row(D), chunk(T * D), q(T * H * D);
+  for (int64_t p = 0; p < start; ++p) {
+    for (float& v : row) v = nd(rng);
+    row_fake_quant(RowKind::kWindow, row.data(), D);
+    ring.push(row.data());
+  }
+  for (float& v : chunk) v = nd(rng);
+  for (int64_t i = 0; i < T; ++i) row_fake_quant(RowKind::kWindow, chunk.data() + i * D, D);
+  for (float& v : q) v = nd(rng);
+  std::vector<int64_t> positions(T);
+  for (int64_t i = 0; i < T; ++i) positions[i] = start + i;
+  RopeRows rope_rows;
+  rope_rows.compute(*rope, RopeKind::kMain, positions.data(), T);
+  AttentionOptions vec, amx;
+  vec.exec.isa = CpuIsa::kAvx512;
+  amx.exec.isa = CpuIsa::kAmx;
+  AttentionScratch scratch;  // shared by the calls, as a layer's is
+  for (int entries : {10, 81}) {  // 10 ≤ T·k = 80: from bf16; 81 > 80: float rows per token
+    Source src;
+    src.add(rng, entries);
+    std::vector<int32_t> topk(T * k, -1);
+    std::uniform_int_distribution<int32_t> pick(0, entries - 1);
+    for (int64_t i = 0; i < T; ++i)
+      for (int j = 0; j < k; ++j)
+        if ((i + j) % 3 != 1) topk[i * k + j] = pick(rng);  // gaps anywhere in the row
+    std::vector<float> want(T * H * D), got(T * H * D, -1.0f);
+    sparse_sink_attention(c, w, ring, chunk.data(), &src.kv, topk.data(), q.data(), rope_rows, 0, T, start,
+                          want.data(), vec);
+    sparse_sink_attention(c, w, ring, chunk.data(), &src.kv, topk.data(), q.data(), rope_rows, 0, T, start,
+                          got.data(), amx, &scratch);
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, std::fabs(double(want[i])));
+      diff = std::max(diff, std::fabs(double(want[i]) - got[i]));
+    }
+    EXPECT_GT(diff, 0.0) << entries << " entries: the tiles did not run";
+    EXPECT_LE(diff, 1e-5 * scale) << entries << " entries: max |amx - avx512| " << diff << " of " << scale;
   }
 }
 

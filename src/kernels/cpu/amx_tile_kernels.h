@@ -334,6 +334,31 @@ inline bool pack_token_keys(const SinkTokenArgs& a, int64_t L, int64_t Lp, const
   return inexact == 0;
 }
 
+// pack_token_keys' layouts from key rows already in bf16 (SinkTokenArgs::win_bf16): the same
+// bits, without the float32 rows — key tile rows are 64-byte copies, value pairs two 16-bit rows
+// zipped. zeros: D zero bf16 (the padding keys' row).
+inline void pack_token_keys_bf16(const SinkTokenArgs& a, int64_t L, int64_t Lp, const uint16_t* zeros, uint16_t* k,
+                                 uint16_t* v) {
+  const int64_t D = a.D, ds = D / kKStep, dblocks = D / 16;
+  auto row = [&](int64_t j) -> const uint16_t* {
+    if (j >= L) return zeros;
+    return j < a.nwin ? a.win_bf16 + j * D : a.table_bf16 + int64_t{a.sel_ids[j - a.nwin]} * D;
+  };
+  for (int64_t j = 0; j < Lp; j += 2) {
+    const uint16_t* r0 = row(j);
+    const uint16_t* r1 = row(j + 1);
+    for (int64_t e = 0; e < 2; ++e) {
+      const uint16_t* r = e ? r1 : r0;
+      uint16_t* kr = k + (((j + e) / 16) * ds) * kTileElems + ((j + e) % 16) * kKStep;
+      for (int64_t st = 0; st < ds; ++st) std::memcpy(kr + st * kTileElems, r + st * kKStep, kKStep * 2);
+    }
+    AliasU32* vr = reinterpret_cast<AliasU32*>(v + ((j / 32) * dblocks) * kTileElems) + ((j % 32) / 2) * 16;
+    for (int64_t db = 0; db < dblocks; ++db)
+      for (int64_t n = 0; n < 16; ++n)
+        vr[db * (kTileElems / 2) + n] = uint32_t{r0[db * 16 + n]} | (uint32_t{r1[db * 16 + n]} << 16);
+  }
+}
+
 // Query channel pairs (2kp, 2kp + 1) of head h as one 32-bit lane per part: row kp, column h % 16.
 inline void pack_token_queries(const float* q, int64_t H, int64_t D, uint16_t* qp) {
   const int64_t ds = D / kKStep, words = kTileElems / 2;
@@ -441,8 +466,13 @@ bool sink_attention_token_tiles(const SinkTokenArgs& a, SinkTokenBuffers& b) {
   b.values.resize(static_cast<size_t>(Lp * D));
   b.queries.resize(static_cast<size_t>(H * D * kParts));
   b.probs.resize(static_cast<size_t>(H * Lp * kParts));
-  b.zeros.assign(static_cast<size_t>(D), 0u);
-  if (!pack_token_keys(a, L, Lp, b.zeros.data(), b.keys.data(), b.values.data())) return false;
+  if (a.win_bf16) {
+    b.zero_bf16.assign(static_cast<size_t>(D), 0);
+    pack_token_keys_bf16(a, L, Lp, b.zero_bf16.data(), b.keys.data(), b.values.data());
+  } else {
+    b.zeros.assign(static_cast<size_t>(D), 0u);
+    if (!pack_token_keys(a, L, Lp, b.zeros.data(), b.keys.data(), b.values.data())) return false;
+  }
   pack_token_queries(a.q, H, D, b.queries.data());
   [[maybe_unused]] typename Tiles::Scope scope;
   Tiles t;

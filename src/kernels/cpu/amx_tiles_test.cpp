@@ -8,6 +8,7 @@
 //   - a key row not exact in bf16 is refused and the output untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -233,6 +234,55 @@ TEST(AmxTilesEmulated, KeyNotExactInBf16IsRefused) {
     SinkTokenArgs odd = args_of(random_token(48, 64, 3, 0, rng), logits2, o2);  // 48 heads: not a tile shape
     EXPECT_FALSE(fn(odd, buffers));
   }
+}
+
+// The key rows given as bf16 (the window rows, and the selected rows as ids into a bigger table in
+// another order: SinkTokenArgs::win_bf16) pack the same bits as the float rows, so the token's
+// logits and output are the same bits; at every boundary shape, emulated and (with AMX) real.
+TEST(AmxTilesEmulated, Bf16KeyRowsGiveTheBitsOfTheFloatRows) {
+  std::mt19937 rng(1608);
+  for (TokenFn fn : {TokenFn{sink_attention_token_amx_emulated}, TokenFn{sink_attention_token_amx}}) {
+    if (fn == TokenFn{sink_attention_token_amx} && !cpu_has_amx()) continue;
+    SinkTokenBuffers buffers;  // shared by both forms and every shape, as a range's are
+    for (const TokenShape& s : kTokenShapes) {
+      const Token t = random_token(s.H, s.D, s.nwin, s.nsel, rng);
+      std::vector<float> logits, o, logits16, o16;
+      ASSERT_TRUE(fn(args_of(t, logits, o), buffers));
+      // The table: the selected rows at shuffled places among 7 other rows.
+      const int64_t entries = s.nsel + 7;
+      std::vector<int32_t> slot(static_cast<size_t>(entries));
+      for (int64_t g = 0; g < entries; ++g) slot[g] = static_cast<int32_t>(g);
+      std::shuffle(slot.begin(), slot.end(), rng);
+      std::vector<float> table = random_x(entries * s.D, rng);
+      for (float& v : table) v = to_bf16_exact(v);
+      for (int64_t j = 0; j < s.nsel; ++j)
+        std::copy_n(t.sel.begin() + j * s.D, s.D, table.begin() + slot[j] * s.D);
+      std::vector<uint16_t> win16(t.win.size()), table16(table.size());
+      ASSERT_TRUE(key_rows_to_bf16(t.win.data(), s.nwin, s.D, win16.data()));
+      ASSERT_TRUE(key_rows_to_bf16(table.data(), entries, s.D, table16.data()));
+      SinkTokenArgs a = args_of(t, logits16, o16);
+      a.win_rows = a.sel_rows = nullptr;  // not read
+      a.win_bf16 = win16.data();
+      a.table_bf16 = table16.data();
+      a.sel_ids = slot.data();
+      ASSERT_TRUE(fn(a, buffers));
+      const std::string what = "H" + std::to_string(s.H) + " D" + std::to_string(s.D) + " win" +
+                               std::to_string(s.nwin) + " sel" + std::to_string(s.nsel);
+      for (size_t i = 0; i < o.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(o16[i]), std::bit_cast<uint32_t>(o[i])) << what << " o[" << i << "]";
+      for (size_t i = 0; i < logits.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(logits16[i]), std::bit_cast<uint32_t>(logits[i])) << what << " p[" << i << "]";
+    }
+  }
+}
+
+TEST(AmxTilesEmulated, KeyRowsToBf16FlagsAnInexactValue) {
+  std::vector<float> rows = {1.0f, -2.5f, 0.0f, std::ldexp(1.0f, -130), 3.0f, 7.0f};
+  std::vector<uint16_t> out(rows.size());
+  EXPECT_TRUE(key_rows_to_bf16(rows.data(), 2, 3, out.data()));
+  EXPECT_EQ(out[1], f32_to_bf16(-2.5f));
+  rows[4] = std::nextafter(3.0f, 4.0f);
+  EXPECT_FALSE(key_rows_to_bf16(rows.data(), 2, 3, out.data()));
 }
 
 // Keys one-hot on channel c_j with a power-of-two weight: logit[h, j] = q[h, c_j] · 2^e_j exactly,

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/cpu_exec.h"
@@ -37,21 +38,46 @@ struct SinkTokenArgs {
   float* logits = nullptr;          // [heads, lstride] scratch, lstride ≥ nwin + nsel: the probabilities after
   int64_t lstride = 0;
   float* o = nullptr;               // [heads, D]: the output, overwritten (before the value RoPE is undone)
+  // Optional, in place of win_rows / sel_rows (set win_bf16 to take it): the same key rows
+  // already as bf16 — the window rows win_bf16 [nwin, D] and rows sel_ids[0 … nsel) of
+  // table_bf16 [entries, D] — made once per call by the caller (key_rows_to_bf16, which checks
+  // they are exact). A prefill's window rows serve up to 128 tokens each and a compressed entry
+  // every token that selects it: per token, unpacking 512 selected entries to float32 and packing
+  // them from float32 again cost more than the tile products (the packed bits are the same).
+  const uint16_t* win_bf16 = nullptr;
+  const uint16_t* table_bf16 = nullptr;
+  const int32_t* sel_ids = nullptr;
 };
 
 // The calling thread's packed operands, reused token after token (grow only).
 struct SinkTokenBuffers {
   std::vector<uint16_t> keys, values, queries, probs;
   std::vector<uint32_t> zeros;  // a padding key row
+  std::vector<uint16_t> zero_bf16;  // a padding key row (bf16 rows)
+  std::vector<int32_t> sel_ids;  // the caller's: a token's selected entry ids (SinkTokenArgs::sel_ids)
 };
+
+// rows [n, D] float32 → out [n, D] bf16 (the high halves); false when a value is not exact in bf16
+// (out then holds the truncations: not for the tiles). For SinkTokenArgs::win_bf16 / table_bf16.
+inline bool key_rows_to_bf16(const float* rows, int64_t n, int64_t D, uint16_t* out) {
+  uint32_t inexact = 0;
+  for (int64_t i = 0; i < n * D; ++i) {
+    uint32_t b;
+    std::memcpy(&b, rows + i, 4);
+    inexact |= b & 0xFFFFu;
+    out[i] = static_cast<uint16_t>(b >> 16);
+  }
+  return inexact == 0;
+}
 
 // Whether the tile loops take this geometry: heads a multiple of 32, D a multiple of 32.
 inline bool sink_attention_tiles_fit(int64_t heads, int64_t D) {
   return heads > 0 && D > 0 && heads % 32 == 0 && D % 32 == 0;
 }
 
-// true: a.o and a.logits written. false: a geometry the tiles do not take, or a key row not exact
-// in bf16; a.o untouched.
+// true: a.o and a.logits written. false: a geometry the tiles do not take, or (float rows) a key
+// row not exact in bf16; a.o untouched. With win_bf16 the rows are taken as exact (checked when
+// they were made).
 bool sink_attention_token_amx(const SinkTokenArgs& a, SinkTokenBuffers& buffers);
 
 }  // namespace dsv41

@@ -86,11 +86,14 @@ static __device__ inline void prefetch_weight_rows(const dk::DevWeight& w, int64
 //  - kStagedCollapse: the collapse + norm chain loads its row's streams, pre and norm weight into
 //    shared memory at once and runs both bodies on the copies;
 //  - kStagedDownExpand: the down + expand chain loads the expand's operands while its warps sum
-//    the experts, and forms the hc outputs of a column in hc threads.
-constexpr bool kLaneBlocks = true, kStagedExpand = true, kRouterAhead = true;
-//  - kStagedNorm: RMSNorm rows (the fast kernels' and the collapse chain's) with each thread's
+//    the experts, and forms the hc outputs of a column in hc threads;
+//  - kStagedNorm: the RMSNorm kernels' rows (and the staged collapse chain's) with each thread's
 //    elements and weights loaded at once.
-constexpr bool kStagedCollapse = true, kStagedDownExpand = true, kStagedNorm = true;
+// Measured on the H200 (docs/CUDA.md "Small decode launches, session 17"): kLaneBlocks,
+// kStagedExpand, kStagedDownExpand and kStagedNorm faster; kRouterAhead and kStagedCollapse not
+// (within ±4 % of main's kernels), so off: the router and the collapse + norm chain run main's code.
+constexpr bool kLaneBlocks = true, kStagedExpand = true, kRouterAhead = false;
+constexpr bool kStagedCollapse = false, kStagedDownExpand = true, kStagedNorm = true;
 // The most dynamic shared memory the staged kernels take (else their old kernels run): room for
 // their static shared memory within the 48 KB a block gets without opting in.
 constexpr size_t kStagedSmem = 40u * 1024u;
@@ -317,10 +320,10 @@ static __device__ inline void rmsnorm_row_ahead(const dk::RmsNormK& k, int64_t r
   }
 }
 
-// Row r of k; each thread writes the elements it read (y may alias x).
+// Row r of k; each thread writes the elements it read (y may alias x). (Main's loops: the unstaged
+// collapse + norm chain runs them.)
 static __device__ inline void rmsnorm_row(const dk::RmsNormK& k, int64_t r) {
   __shared__ double sh[32];
-  if (kStagedNorm && k.n <= kNormAhead * int64_t(blockDim.x)) return rmsnorm_row_ahead(k, r, sh);
   const float* xr = k.x + r * k.n;
   float* yr = k.y + r * k.n;
   double ss = 0;
@@ -334,7 +337,17 @@ static __device__ inline void rmsnorm_row(const dk::RmsNormK& k, int64_t r) {
   }
 }
 
-static __global__ void __launch_bounds__(256) rmsnorm_kernel(const dk::RmsNormK k) { rmsnorm_row(k, blockIdx.x); }
+// The row by rmsnorm_row_ahead where kStagedNorm and it fits (the RMSNorm kernels and the staged
+// collapse + norm chain), else rmsnorm_row.
+static __device__ inline void rmsnorm_row_fast(const dk::RmsNormK& k, int64_t r) {
+  __shared__ double sh[32];
+  if (kStagedNorm && k.n <= kNormAhead * int64_t(blockDim.x))
+    rmsnorm_row_ahead(k, r, sh);
+  else
+    rmsnorm_row(k, r);
+}
+
+static __global__ void __launch_bounds__(256) rmsnorm_kernel(const dk::RmsNormK k) { rmsnorm_row_fast(k, blockIdx.x); }
 
 bool launch(int64_t n, const dk::RmsNormK& k, cudaStream_t s) {
   if (n > 0x7fffffff) return false;
@@ -347,7 +360,7 @@ static __global__ void __launch_bounds__(256) rmsnorm_batch_kernel(const dk::Bat
   int64_t r = blockIdx.x;
   int j = 0;
   while (j + 1 < b.n && r >= b.count[j]) r -= b.count[j++];
-  rmsnorm_row(b.body[j], r);
+  rmsnorm_row_fast(b.body[j], r);
 }
 
 bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b, cudaStream_t s) {
@@ -412,7 +425,7 @@ static __global__ void __launch_bounds__(256) collapse_norm_staged_kernel(const 
   norm.x = row;
   norm.weight = c.norm.weight ? weight : nullptr;
   norm.y = c.norm.y + i * d;
-  rmsnorm_row(norm, 0);
+  rmsnorm_row_fast(norm, 0);
 }
 
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s) {

@@ -750,7 +750,8 @@ static __global__ void __launch_bounds__(kRouterThreads) router_kernel(const dk:
   }
   for (int o = warp; o < E; o += kWarpsPerBlock) {
     const float* xt = g.x + t * g.x_stride;
-    const double sum = warp_sum(kRouterAhead ? lane_dot_ahead(g.w, o, g.in, xt, lane) : lane_dot(g.w, o, g.in, xt, lane));
+    const double lane_sum = kRouterAhead ? lane_dot_ahead(g.w, o, g.in, xt, lane) : lane_dot(g.w, o, g.in, xt, lane);
+    const double sum = warp_sum(lane_sum);
     if (lane == 0) s[o] = float(sum);
   }
   __syncthreads();

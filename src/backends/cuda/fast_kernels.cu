@@ -75,6 +75,29 @@ static __device__ inline void prefetch_weight_rows(const dk::DevWeight& w, int64
   const int64_t bytes = w.codes ? (w.fp4 ? rows * in / 2 : rows * in) : rows * in * (w.bf16 ? 2 : 4);
   if (bytes <= most) prefetch_l1(p, bytes);
 }
+// Session 17's batch-1 chain changes (docs/CUDA.md "Small decode launches, session 17"); each
+// false restores main's kernel (88ec7e1). All leave every float operation and sum order as it was
+// (the same bits):
+//  - kLaneBlocks: RopeQuantK and WindowStoreK beside a RoPE or a scale (dk::Both) a warp per
+//    quantiser / scale block, lane l taking element l, instead of one thread walking the block;
+//  - kStagedExpand: the fused expand of ExpandCoeffChain reads its token's streams, `a`, comb and
+//    post from a shared copy loaded at once, instead of four dependent loads a value;
+//  - kRouterAhead: the router's gate rows read kChainBatch loads ahead of the sums;
+//  - kStagedCollapse: the collapse + norm chain loads its row's streams, pre and norm weight into
+//    shared memory at once and runs both bodies on the copies;
+//  - kStagedDownExpand: the down + expand chain loads the expand's operands while its warps sum
+//    the experts, and forms the hc outputs of a column in hc threads;
+//  - kStagedNorm: the RMSNorm kernels' rows (and the staged collapse chain's) with each thread's
+//    elements and weights loaded at once.
+// Measured on the H200 (docs/CUDA.md "Small decode launches, session 17"): kLaneBlocks,
+// kStagedExpand, kStagedDownExpand and kStagedNorm faster; kRouterAhead and kStagedCollapse not
+// (within ±4 % of main's kernels), so off: the router and the collapse + norm chain run main's code.
+constexpr bool kLaneBlocks = true, kStagedExpand = true, kRouterAhead = false;
+constexpr bool kStagedCollapse = false, kStagedDownExpand = true, kStagedNorm = true;
+// The most dynamic shared memory the staged kernels take (else their old kernels run): room for
+// their static shared memory within the 48 KB a block gets without opting in.
+constexpr size_t kStagedSmem = 40u * 1024u;
+
 static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // ---- Weight loads -----------------------------------------------------------------------------
@@ -170,6 +193,47 @@ static __device__ inline double lane_dot(const dk::DevWeight& w, int64_t r, int6
   }
 }
 
+// lane_dot_kind's sum with kChainBatch steps' weight loads issued before their products are
+// added (in the same order: the same bits). In lane_dot_kind each step's loads wait for the sum
+// of the step before (the loop is not unrolled), so a 1,024-wide row took 8 memory round trips.
+template <int kMode>
+static __device__ inline double lane_dot_ahead_kind(const dk::DevWeight& w, int64_t r, int64_t n, const float* x,
+                                                    int lane) {
+  constexpr int V = WeightLoad<kMode>::kWidth, kStep = 32 * V;
+  double acc = 0;
+  int64_t c = int64_t(lane) * V;
+  for (; c + (kChainBatch - 1) * kStep < n; c += kChainBatch * kStep) {
+    float v[kChainBatch][V], xv[kChainBatch][V];
+#pragma unroll
+    for (int u = 0; u < kChainBatch; ++u) {
+      load_weights<kMode>(w, r, c + u * kStep, n, v[u]);
+#pragma unroll
+      for (int j = 0; j < V; ++j) xv[u][j] = x[c + u * kStep + j];
+    }
+#pragma unroll
+    for (int u = 0; u < kChainBatch; ++u)
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc += double(v[u][j]) * xv[u][j];
+  }
+  for (; c < n; c += kStep) {
+    float v[V];
+    load_weights<kMode>(w, r, c, n, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc += double(v[j]) * x[c + j];
+  }
+  return acc;
+}
+
+static __device__ inline double lane_dot_ahead(const dk::DevWeight& w, int64_t r, int64_t n, const float* x, int lane) {
+  switch (load_kind(w, n)) {
+    case 1: return lane_dot_ahead_kind<1>(w, r, n, x, lane);
+    case 2: return lane_dot_ahead_kind<2>(w, r, n, x, lane);
+    case 3: return lane_dot_ahead_kind<3>(w, r, n, x, lane);
+    case 4: return lane_dot_ahead_kind<4>(w, r, n, x, lane);
+    default: return lane_dot_ahead_kind<0>(w, r, n, x, lane);
+  }
+}
+
 // ---- GEMM: one warp per output column o, a tile of up to kGemmRows rows per warp -----------------
 constexpr int kGemmRows = 8;
 constexpr int kWarpsPerBlock = 8;
@@ -223,7 +287,41 @@ bool launch(int64_t n, const dk::GemmK& k, cudaStream_t s) {
 }
 
 // ---- RMSNorm: one block per row ------------------------------------------------------------------
-// Row r of k; each thread writes the elements it read (y may alias x).
+// kStagedNorm: rows of up to kNormAhead · blockDim.x elements with each thread's elements and
+// weights loaded at once into registers, then the loops below on them: the same operations in the
+// same order. The loops below wait a round trip per element (the sum's loop is not unrolled; the
+// stores may alias the next loads): ≈ 6 µs a launch at mini-flash batch 1 (ncu, session 17).
+constexpr int kNormAhead = 8;
+
+static __device__ inline void rmsnorm_row_ahead(const dk::RmsNormK& k, int64_t r, double* sh) {
+  const float* xr = k.x + r * k.n;
+  float* yr = k.y + r * k.n;
+  const int64_t step = blockDim.x;
+  float xv[kNormAhead], wv[kNormAhead];
+#pragma unroll
+  for (int u = 0; u < kNormAhead; ++u) {
+    const int64_t i = threadIdx.x + u * step;
+    xv[u] = i < k.n ? xr[i] : 0.0f;
+    wv[u] = i < k.n && k.weight ? k.weight[i] : 0.0f;
+  }
+  double ss = 0;
+#pragma unroll
+  for (int u = 0; u < kNormAhead; ++u)
+    if (threadIdx.x + u * step < k.n) ss += double(xv[u]) * xv[u];
+  ss = block_sum(ss, sh);
+  const float mean_sq = float(ss / double(k.n));
+  const float s = float(1.0 / sqrt(double(mean_sq + k.eps)));
+#pragma unroll
+  for (int u = 0; u < kNormAhead; ++u) {
+    const int64_t i = threadIdx.x + u * step;
+    if (i >= k.n) continue;
+    const float v = xv[u] * s;
+    yr[i] = k.weight ? wv[u] * v : v;
+  }
+}
+
+// Row r of k; each thread writes the elements it read (y may alias x). (Main's loops: the unstaged
+// collapse + norm chain runs them.)
 static __device__ inline void rmsnorm_row(const dk::RmsNormK& k, int64_t r) {
   __shared__ double sh[32];
   const float* xr = k.x + r * k.n;
@@ -239,7 +337,17 @@ static __device__ inline void rmsnorm_row(const dk::RmsNormK& k, int64_t r) {
   }
 }
 
-static __global__ void __launch_bounds__(256) rmsnorm_kernel(const dk::RmsNormK k) { rmsnorm_row(k, blockIdx.x); }
+// The row by rmsnorm_row_ahead where kStagedNorm and it fits (the RMSNorm kernels and the staged
+// collapse + norm chain), else rmsnorm_row.
+static __device__ inline void rmsnorm_row_fast(const dk::RmsNormK& k, int64_t r) {
+  __shared__ double sh[32];
+  if (kStagedNorm && k.n <= kNormAhead * int64_t(blockDim.x))
+    rmsnorm_row_ahead(k, r, sh);
+  else
+    rmsnorm_row(k, r);
+}
+
+static __global__ void __launch_bounds__(256) rmsnorm_kernel(const dk::RmsNormK k) { rmsnorm_row_fast(k, blockIdx.x); }
 
 bool launch(int64_t n, const dk::RmsNormK& k, cudaStream_t s) {
   if (n > 0x7fffffff) return false;
@@ -252,7 +360,7 @@ static __global__ void __launch_bounds__(256) rmsnorm_batch_kernel(const dk::Bat
   int64_t r = blockIdx.x;
   int j = 0;
   while (j + 1 < b.n && r >= b.count[j]) r -= b.count[j++];
-  rmsnorm_row(b.body[j], r);
+  rmsnorm_row_fast(b.body[j], r);
 }
 
 bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b, cudaStream_t s) {
@@ -276,9 +384,58 @@ static __global__ void __launch_bounds__(256) collapse_norm_kernel(const dk::Col
   rmsnorm_row(c.norm, i);
 }
 
+// kStagedCollapse: the kernel above costs 5.8 µs a launch at mini-flash batch 1 (ncu, session 17)
+// for 16 KB: each thread's collapse sums and stores, the norm's loads and its stores wait on one
+// another (they may alias). Here the block loads the row's hc streams, pre and the norm weight into
+// shared memory at once, runs MhcCollapseK's body on those copies (token 0 of them) into a shared
+// row, and rmsnorm_row from that row into the output: both bodies' operations on the same floats.
+// Needs norm.y == collapse.y (the collapsed row is never stored, only its norm).
+static size_t staged_collapse_smem(const dk::CollapseNormChain& c) {
+  return size_t(c.collapse.hc + 2) * size_t(c.collapse.d) * sizeof(float) + size_t(c.collapse.hc) * sizeof(float);
+}
+
+static __global__ void __launch_bounds__(256) collapse_norm_staged_kernel(const dk::CollapseNormChain c) {
+  extern __shared__ float sm[];  // streams [hc, d], collapsed row [d], norm weight [d], pre [hc]
+  const dk::MhcCollapseK& k = c.collapse;
+  const int64_t i = blockIdx.x, d = k.d, flat = k.hc * d, t = k.rows ? k.rows[i] : i;
+  const int tid = threadIdx.x;
+  float *xs = sm, *row = sm + flat, *weight = row + d, *pre = weight + d;
+  const float* xt = k.x + t * flat;
+  int64_t e = tid;
+  for (; e + (kChainBatch - 1) * 256 < flat; e += kChainBatch * 256) {
+    float v[kChainBatch];
+#pragma unroll
+    for (int u = 0; u < kChainBatch; ++u) v[u] = xt[e + u * 256];
+#pragma unroll
+    for (int u = 0; u < kChainBatch; ++u) xs[e + u * 256] = v[u];
+  }
+  for (; e < flat; e += 256) xs[e] = xt[e];
+  if (c.norm.weight)
+    for (int64_t q = tid; q < d; q += 256) weight[q] = c.norm.weight[q];
+  if (tid < k.hc) pre[tid] = k.pre[t * k.hc + tid];
+  __syncthreads();
+  dk::MhcCollapseK view = k;  // token 0 of the copies
+  view.x = xs;
+  view.pre = pre;
+  view.rows = nullptr;
+  view.y = row;
+  // Each thread collapses the elements it then normalises (rmsnorm_row's stride): no barrier.
+  for (int64_t q = tid; q < d; q += 256) view(q);
+  dk::RmsNormK norm = c.norm;
+  norm.x = row;
+  norm.weight = c.norm.weight ? weight : nullptr;
+  norm.y = c.norm.y + i * d;
+  rmsnorm_row_fast(norm, 0);
+}
+
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s) {
   if (c.n > 0x7fffffff || c.norm.x != c.collapse.y || c.norm.n != c.collapse.d) return false;
-  if (c.n > 0) collapse_norm_kernel<<<unsigned(c.n), 256, 0, s>>>(c);
+  if (c.n <= 0) return true;
+  const size_t smem = staged_collapse_smem(c);
+  if (kStagedCollapse && c.norm.y == c.collapse.y && smem <= kStagedSmem)
+    collapse_norm_staged_kernel<<<unsigned(c.n), 256, smem, s>>>(c);
+  else
+    collapse_norm_kernel<<<unsigned(c.n), 256, 0, s>>>(c);
   return true;
 }
 
@@ -421,14 +578,39 @@ bool launch(int64_t n, const dk::ExpertDownK& k, cudaStream_t s) {
 // the shared), writes column c0 + o and runs MhcExpandK's body for that column's hc outputs.
 // The same bits as the two launches; up to kDownParts experts (else the two launches).
 constexpr int kDownParts = 64;
+constexpr int kMaxHcDown = 8;  // the staged expand's most streams (hc · kExpertOuts ≤ the block's threads)
+
+// kStagedDownExpand: the thread of a column formed its hc expand outputs one after another, each
+// MhcExpandK::value's hc dependent loads waiting for the store before (11.5 µs a launch at
+// mini-flash batch 1, ncu, session 17). Staged, the block loads the expand's operands of its
+// columns (x, comb, post) into shared memory before the experts' sums, and thread (i, o) of the
+// first hc · kExpertOuts forms output i of column c0 + o with MhcExpandK::value on a view of them
+// (the same function of the same floats); `a` is the column's sum, which each of those threads
+// adds in ExpertDownK's order itself.
+struct ExpandOperands {
+  float x[kMaxHcDown][kExpertOuts], a[kMaxHcDown][kExpertOuts], comb[kMaxHcDown * kMaxHcDown], post[kMaxHcDown];
+};
+
+static __device__ void stage_expand_operands(const dk::MhcExpandK& e, int64_t t, int64_t c0, ExpandOperands& sh) {
+  const int hc = e.hc;
+  for (int q = threadIdx.x; q < hc * kExpertOuts; q += blockDim.x) {
+    const int j = q / kExpertOuts, o = q % kExpertOuts;
+    sh.x[j][o] = c0 + o < e.d ? e.x[(t * hc + j) * e.d + c0 + o] : 0.0f;
+  }
+  for (int q = threadIdx.x; q < hc * hc; q += blockDim.x) sh.comb[q] = e.comb[t * hc * hc + q];
+  if (int(threadIdx.x) < hc) sh.post[threadIdx.x] = e.post[t * hc + threadIdx.x];
+}
 
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32) down_expand_kernel(const dk::DownExpandChain c) {
   __shared__ float part[kDownParts][kExpertOuts];
+  __shared__ ExpandOperands ops;
   const dk::ExpertDownK& k = c.down;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t per = (k.d + kExpertOuts - 1) / kExpertOuts;
   const int64_t t = blockIdx.x / per, c0 = (blockIdx.x % per) * kExpertOuts;
   const int parts = k.k + (k.shared ? 1 : 0);
+  const bool staged = kStagedDownExpand && c.expand.hc <= kMaxHcDown;
+  if (staged) stage_expand_operands(c.expand, t, c0, ops);
   for (int j = warp; j < parts; j += kWarpsPerBlock) {
     const bool routed = j < k.k;
     const dk::DevWeight& w2 = routed ? k.table[k.experts[t * k.k + j]].w2 : k.shared->w2;
@@ -442,6 +624,23 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) down_expand_kernel
     }
   }
   __syncthreads();
+  if (staged) {
+    const dk::MhcExpandK& e = c.expand;
+    const int o = threadIdx.x % kExpertOuts, i = threadIdx.x / kExpertOuts;
+    if (i >= e.hc || c0 + o >= k.d) return;
+    float acc = 0.0f;
+    for (int j = 0; j < parts; ++j) acc += part[j][o];
+    if (i == 0) k.y[t * k.d + c0 + o] = acc;
+    ops.a[i][o] = acc;  // this thread's own row of `a`
+    dk::MhcExpandK view = e;  // token 0, columns c0 … c0 + 3 of the copies
+    view.x = &ops.x[0][0];
+    view.a = ops.a[i];
+    view.comb = ops.comb;
+    view.post = ops.post;
+    view.d = kExpertOuts;
+    e.out[(t * e.hc + i) * e.d + c0 + o] = view.value(i * kExpertOuts + o);
+    return;
+  }
   if (threadIdx.x >= kExpertOuts || c0 + threadIdx.x >= k.d) return;
   const int64_t col = c0 + threadIdx.x;
   float acc = 0.0f;
@@ -550,7 +749,9 @@ static __global__ void __launch_bounds__(kRouterThreads) router_kernel(const dk:
     prefetch_l1(g.x + t * g.x_stride, g.in * int64_t(sizeof(float)));
   }
   for (int o = warp; o < E; o += kWarpsPerBlock) {
-    const double sum = warp_sum(lane_dot(g.w, o, g.in, g.x + t * g.x_stride, lane));
+    const float* xt = g.x + t * g.x_stride;
+    const double lane_sum = kRouterAhead ? lane_dot_ahead(g.w, o, g.in, xt, lane) : lane_dot(g.w, o, g.in, xt, lane);
+    const double sum = warp_sum(lane_sum);
     if (lane == 0) s[o] = float(sum);
   }
   __syncthreads();
@@ -884,6 +1085,61 @@ static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_slice_kernel(con
   mhc4_slice(c, f, blockIdx.x, gridDim.x, blockIdx.y);
 }
 
+// kStagedExpand: the expand for hc = 4 with every operand on chip. MhcExpandK::value walks the 4
+// source streams one dependent load after another (its loop's bound is a runtime hc), so forming
+// 16 values a thread from memory took ≈ 11 µs of the kernel's 18.5 µs at mini-flash batch 1 (ncu,
+// session 17). Here the block first loads token t's streams x [4, d] into `streams`, `a` [d] into
+// the d floats after them, comb [4, 4] and post [4] (all loads at once), then thread c forms the
+// 4 values of its columns c, c + 256, … with MhcExpandK::value on a view of those copies (token 0
+// of it: the same function of the same floats, so the expand launch's bits), and only then
+// overwrites its own columns of `streams` with them — each column is read and written by one
+// thread alone, so no barrier is needed in between.
+constexpr int kStagedHc = 4;
+
+// (The launch sizes the block's shared memory by the same test.)
+static __host__ __device__ bool staged_expand_fits(const dk::ExpandCoeffChain& e) {
+  return e.expand.hc == kStagedHc && size_t(e.coeff.rsqrt.flat + e.expand.d) * sizeof(float) <= kStagedSmem;
+}
+
+static __device__ void expand_staged(const dk::ExpandCoeffChain& e, float* streams, MhcSlice sl, int64_t t) {
+  __shared__ float comb[kStagedHc * kStagedHc], post[kStagedHc];
+  const dk::MhcExpandK& ek = e.expand;
+  const int64_t d = ek.d, flat = kStagedHc * d;
+  float* a = streams + flat;
+  const int tid = threadIdx.x;
+  const float* xt = ek.x + t * flat;
+  int64_t i = tid;
+  for (; i + (kChainBatch - 1) * kMhcSliceThreads < flat; i += kChainBatch * kMhcSliceThreads) {
+    float v[kChainBatch];
+#pragma unroll
+    for (int u = 0; u < kChainBatch; ++u) v[u] = xt[i + u * kMhcSliceThreads];
+#pragma unroll
+    for (int u = 0; u < kChainBatch; ++u) streams[i + u * kMhcSliceThreads] = v[u];
+  }
+  for (; i < flat; i += kMhcSliceThreads) streams[i] = xt[i];
+  for (int64_t c = tid; c < d; c += kMhcSliceThreads) a[c] = ek.a[t * d + c];
+  if (tid < kStagedHc * kStagedHc) comb[tid] = ek.comb[t * kStagedHc * kStagedHc + tid];
+  if (tid < kStagedHc) post[tid] = ek.post[t * kStagedHc + tid];
+  __syncthreads();
+  dk::MhcExpandK view = ek;  // token 0 of the shared copies
+  view.x = streams;
+  view.a = a;
+  view.comb = comb;
+  view.post = post;
+  for (int64_t c = tid; c < d; c += kMhcSliceThreads) {
+    float v[kStagedHc];
+#pragma unroll
+    for (int s = 0; s < kStagedHc; ++s) v[s] = view.value(s * d + c);
+#pragma unroll
+    for (int s = 0; s < kStagedHc; ++s) {
+      const int64_t j = s * d + c;
+      streams[j] = v[s];
+      if (j >= sl.lo && j < sl.hi) ek.out[t * flat + j] = v[s];
+    }
+  }
+  __syncthreads();
+}
+
 // The same with the mHC expand in front (dk::ExpandCoeffChain): block (s, t) forms token t's
 // expanded streams into shared memory (MhcExpandK's value: the expand launch's bits), writes slice
 // s of them to expand.out, and runs the split mix on the shared copy (the same values the unfused
@@ -894,6 +1150,11 @@ static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_expand_slice_ker
   const int64_t s = blockIdx.x, S = gridDim.x, t = blockIdx.y, flat = c.rsqrt.flat;
   const MhcSlice sl = mhc_slice_range(flat, s, S);
   const int64_t lo = sl.lo, hi = sl.hi;
+  if (kStagedExpand && staged_expand_fits(e)) {
+    expand_staged(e, streams, sl, t);
+    mhc4_slice(c, streams, s, S, t);
+    return;
+  }
   int64_t i = threadIdx.x;
   if (kBatchedChains) {
     // (With kPrefetchExpand: the token's streams x [hc, d] and a [d], read by every thread several
@@ -964,7 +1225,8 @@ bool launch_chain(const dk::ExpandCoeffChain& e, cudaStream_t s) {
   if (e.expand.out != c.rsqrt.x || e.expand.hc * e.expand.d != c.rsqrt.flat || c.rsqrt.flat > kMaxFlat) return false;
   const int64_t S = mhc_slices(c);
   if (S < 2) return false;
-  const size_t smem = size_t(c.rsqrt.flat) * sizeof(float);
+  const bool staged = kStagedExpand && staged_expand_fits(e);
+  const size_t smem = size_t(c.rsqrt.flat + (staged ? e.expand.d : 0)) * sizeof(float);
   mhc4_expand_slice_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, smem, s>>>(e);
   mhc4_gather_kernel<<<unsigned(c.n), 32, 0, s>>>(c, int(S));
   return true;
@@ -1332,6 +1594,146 @@ bool launch_chain(const dk::DraftSlotChain& c, cudaStream_t s) {
   draft_bias_kernel<<<blocks_for(n, kBiasThreads), kBiasThreads, 0, s>>>(c.bias, n);
   draft_pick_kernel<<<unsigned(c.n), kPickThreads, 0, s>>>(c.pick);
   return true;
+}
+
+// ---- RoPE + fake quantiser and window stores beside a RoPE or a scale: a warp per block ----------
+// (kLaneBlocks.) The simple bodies of RopeQuantK and WindowStoreK give one thread a whole
+// quantiser / scale block: it rotates the block's pairs, then finds the block's amax and writes
+// its 16–32 values (or codes), each load waiting for the store before it (they may alias) — at
+// mini-flash batch 1 13.8 µs (kv RoPE + FP8), 18.6 µs (index queries + MXFP4, one block of
+// threads) and 9.9 µs (inverse RoPE + window store) a launch on the H200 (ncu, session 17) for a
+// few KB each. Here lane l of a warp takes element l of its block: the rotation of its pair with
+// RopeK's operations (its partner's value by a shuffle), the block's finiteness and amax by warp
+// reductions (a maximum of magnitudes: any order gives the same float), then its element with
+// FakeQuantK's / PackK's operations. The RoPE and scale halves keep one thread an index (their
+// bodies); the pair's halves run in disjoint warps of one launch, as dk::Both runs them.
+
+// The block's finiteness and largest magnitude over lanes < n (the others pass v = 0).
+struct BlockMax {
+  bool finite;
+  float amax;
+};
+static __device__ inline BlockMax block_amax(float v, bool on) {
+  const bool finite = __all_sync(kFull, !on || dk::q_finite(v));
+  float amax = on ? dk::q_fabs(v) : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFull, amax, o));
+  return {finite, amax};
+}
+
+// Index id of a RopeQuantK (its quantiser block), lane l element l of it (the whole warp).
+static __device__ void rope_quant_lanes(const dk::RopeQuantK& k, int64_t id, int lane) {
+  const dk::RopeK& r = k.rope;
+  const RowKind kind = k.quant.kind;
+  const int n = dk::FakeQuantK::block(kind);
+  const int64_t half = r.rope_dim / 2, tail = r.dim - r.rope_dim;
+  const int64_t rh = id * n / r.dim, c = id * n % r.dim + lane;  // c even ⇔ lane even (fits())
+  const bool on = lane < n;
+  float* xb = k.quant.x + id * n;
+  float v = on ? xb[lane] : 0.0f;
+  const float partner = __shfl_xor_sync(kFull, v, 1);
+  if (on && c >= tail) {  // RopeK's body for pair (c − tail) / 2 of row-head rh
+    const int64_t p = (c - tail) / 2, row = rh / r.heads;
+    const float cs = r.cos[(r.row0 + row) * half + p], s0 = r.sin[(r.row0 + row) * half + p];
+    const float s = r.inverse ? -s0 : s0;
+    const float even = (lane & 1) ? partner : v, odd = (lane & 1) ? v : partner;
+    if (lane & 1)
+      v = even * s + odd * cs;
+    else
+      v = even * cs - odd * s;
+  }
+  const BlockMax m = block_amax(v, on);
+  if (!on) return;
+  if (!m.finite) {
+    xb[lane] = dk::q_nan();
+    return;
+  }
+  if (kind == RowKind::kWindow) {  // FakeQuantK's operations
+    const float s = dk::q_pow2(dk::q_ceil_pow2_exponent(dk::q_max(m.amax, 1e-4f) * (1.0f / 448.0f)));
+    xb[lane] = dk::q_e4m3_to_f32(dk::q_f32_to_e4m3(dk::q_clamp_sym(v / s, 448.0f))) * s;
+  } else {
+    const float s = kind == RowKind::kMain
+                        ? dk::q_e4m3_to_f32(dk::q_f32_to_e4m3(dk::q_max(m.amax, 6.0f * 0x1p-9f) / 6.0f))
+                        : dk::q_pow2(dk::q_ceil_pow2_exponent(dk::q_max(m.amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f)));
+    xb[lane] = dk::q_e2m1_round(dk::q_clamp_sym(v / s, 6.0f)) * s;
+  }
+}
+
+// Index id of a WindowStoreK (scale block b of a row), lane l its channel b · 32 + l: the staging
+// copy, then PackK's window record (E4M3 code, lane 0 the UE8M0 scale byte).
+static __device__ void window_store_lanes(const dk::WindowStoreK& k, int64_t id, int lane) {
+  const int64_t per_row = dk::WindowStoreK::blocks(k.D), b = id % per_row;
+  int64_t r = id / per_row;
+  int j = 0;
+  while (j + 1 < k.n && r >= k.jobs[j].count) r -= k.jobs[j++].count;
+  const dk::WindowStoreK::Job& J = k.jobs[j];
+  const int64_t c = b * 32 + lane;
+  const float v = J.src[r * k.D + c];
+  J.stage[r * k.D + c] = v;
+  uint8_t* rec = J.ring + ((J.first + r) % J.slots) * dk::record_bytes(RowKind::kWindow, k.D);
+  const BlockMax m = block_amax(v, true);
+  if (!m.finite) {
+    rec[c] = 0;
+    if (lane == 0) rec[k.D + b] = 0xFF;
+    return;
+  }
+  const int e = dk::q_ceil_pow2_exponent(dk::q_max(m.amax, 1e-4f) * (1.0f / 448.0f));
+  rec[c] = dk::q_f32_to_e4m3(dk::q_clamp_sym(v / dk::q_pow2(e), 448.0f));
+  if (lane == 0) rec[k.D + b] = static_cast<uint8_t>(e + 127);
+}
+
+// Threads an index of each body: 32 (a warp) for the two above, 1 for the rest (their bodies).
+template <class K>
+struct IndexLanes {
+  static constexpr int kLanes = 1;
+  static __device__ void run(const K& k, int64_t id, int) { k(id); }
+};
+template <>
+struct IndexLanes<dk::RopeQuantK> {
+  static constexpr int kLanes = 32;
+  static __device__ void run(const dk::RopeQuantK& k, int64_t id, int lane) { rope_quant_lanes(k, id, lane); }
+};
+template <>
+struct IndexLanes<dk::WindowStoreK> {
+  static constexpr int kLanes = 32;
+  static __device__ void run(const dk::WindowStoreK& k, int64_t id, int lane) { window_store_lanes(k, id, lane); }
+};
+
+// Threads [0, a_threads) run f.a (a multiple of 32, so each half is whole warps), the rest f.b.
+template <class A, class B>
+static __global__ void __launch_bounds__(256) both_lanes_kernel(const dk::Both<A, B> f, int64_t a_threads, int64_t nb) {
+  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g < a_threads) {
+    constexpr int L = IndexLanes<A>::kLanes;
+    if (g / L < f.na) IndexLanes<A>::run(f.a, g / L, int(g % L));  // whole warps where L = 32
+    return;
+  }
+  constexpr int L = IndexLanes<B>::kLanes;
+  const int64_t h = g - a_threads;
+  if (h / L < nb) IndexLanes<B>::run(f.b, h / L, int(h % L));
+}
+
+template <class A, class B>
+static bool launch_both_lanes(int64_t n, const dk::Both<A, B>& f, cudaStream_t s) {
+  if (!kLaneBlocks || n < f.na) return false;
+  const int64_t nb = n - f.na;
+  const int64_t a_threads = (f.na * IndexLanes<A>::kLanes + 31) / 32 * 32;
+  const int64_t total = a_threads + nb * IndexLanes<B>::kLanes;
+  if (total <= 0) return true;
+  if (blocks_for(total, 256) > 0x7fffffffu) return false;
+  both_lanes_kernel<<<blocks_for(total, 256), 256, 0, s>>>(f, a_threads, nb);
+  return true;
+}
+
+static bool lanes_fit(const dk::RopeQuantK& k) { return k.fits() && dk::FakeQuantK::block(k.quant.kind) <= 32; }
+
+bool launch(int64_t n, const dk::Both<dk::RopeK, dk::RopeQuantK>& f, cudaStream_t s) {
+  return lanes_fit(f.b) && launch_both_lanes(n, f, s);
+}
+bool launch(int64_t n, const dk::Both<dk::RopeQuantK, dk::ScaleK>& f, cudaStream_t s) {
+  return lanes_fit(f.a) && launch_both_lanes(n, f, s);
+}
+bool launch(int64_t n, const dk::Both<dk::RopeK, dk::WindowStoreK>& f, cudaStream_t s) {
+  return f.b.D % 32 == 0 && launch_both_lanes(n, f, s);
 }
 
 }  // namespace dsv41::fast

@@ -45,6 +45,11 @@ bool launch(int64_t n, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s = 0
 // (for the tests and the old/new comparison only).
 bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k, cudaStream_t s = 0, bool staged = true);
 int gemm_tiled_kind(const dk::GemmK& k);
+// RoPE + fake quantiser (or the window stores) beside a RoPE or a scale: a warp per quantiser /
+// scale block, one thread per RoPE pair or scaled value (the same bits as the simple bodies).
+bool launch(int64_t n, const dk::Both<dk::RopeK, dk::RopeQuantK>& f, cudaStream_t s = 0);
+bool launch(int64_t n, const dk::Both<dk::RopeQuantK, dk::ScaleK>& f, cudaStream_t s = 0);
+bool launch(int64_t n, const dk::Both<dk::RopeK, dk::WindowStoreK>& f, cudaStream_t s = 0);
 // Every other body: no fast kernel (the simple one runs).
 template <class F>
 bool launch(int64_t, const F&, cudaStream_t = 0) {

@@ -489,6 +489,64 @@ TEST(FastKernelsCuda, CollapseNormMatchesSimple) {
   }
 }
 
+// The inverse RoPE beside the window stores (dk::Both<RopeK, WindowStoreK>, attend_run's fused
+// launch) a warp per scale block against the simple one-thread-per-index kernel, bit for bit: the
+// rotated rows, the staging copy and the packed FP8 ring records (codes and scale bytes). Two
+// jobs (one row into the last of 4 slots, two rows wrapping from slot 2 of 3 to slot 0), D 512
+// (the kv row) and 96, a block holding an Inf (codes 0, the NaN scale byte), a block of zeros
+// (the scale floor), the RoPE part an odd number of indices (not whole warps).
+TEST(FastKernelsCuda, RopeWindowStoreEqualsSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(57);
+  for (const int64_t D : {int64_t{512}, int64_t{96}}) {
+    const int64_t rows = 3, rec = dk::record_bytes(RowKind::kWindow, D), slots[2] = {4, 3};
+    auto src = kc::randn(rng, rows * D, 4.0f);
+    src[size_t(2 * D + 37)] = INFINITY;                                 // row 2 (job 1's second), block 1
+    for (int64_t c = 64; c < 96; ++c) src[size_t(D + c)] = 0.0f;        // row 1 (job 1's first), block 2
+    const float* dsrc = dev.up(src);
+    const int64_t heads = 3, dim = 40, rd = 18, half = rd / 2, nrope = 2 * heads * half;  // 54 indices
+    const auto x = kc::randn(rng, 2 * heads * dim);
+    const float *cs = dev.up(kc::randn(rng, 4 * half)), *sn = dev.up(kc::randn(rng, 4 * half));
+    struct Out {
+      float* x;
+      float* stage;
+      uint8_t* ring[2];
+    };
+    const auto run = [&](bool fast) {
+      Out o{dev.up(x), dev.template zeros<float>(rows * D), {}};
+      for (int j = 0; j < 2; ++j) o.ring[j] = dev.template zeros<uint8_t>(slots[j] * rec);
+      dk::WindowStoreK w;
+      w.n = 2;
+      w.D = D;
+      w.jobs[0] = {dsrc, o.ring[0], slots[0], 3, 1, o.stage};
+      w.jobs[1] = {dsrc + D, o.ring[1], slots[1], 2, 2, o.stage + D};
+      const dk::RopeK rope{o.x, heads, dim, rd, cs, sn, 1, true};
+      ex.set_fast_kernels(fast);
+      const int64_t before = ex.counts().launches;
+      ex.for_each(nrope + rows * dk::WindowStoreK::blocks(D), dk::Both<dk::RopeK, dk::WindowStoreK>{rope, nrope, w});
+      EXPECT_EQ(ex.counts().launches - before, 1);
+      return o;
+    };
+    const Out want = run(false), got = run(true);
+    ex.sync();
+    ASSERT_TRUE(ex.status().ok()) << ex.status().to_string();
+    const std::string what = "rope + window store D " + std::to_string(D);
+    EXPECT_EQ(dev.down(got.x, 2 * heads * dim), dev.down(want.x, 2 * heads * dim)) << what << ": rope";
+    const auto gs = dev.down(got.stage, rows * D), ws = dev.down(want.stage, rows * D);
+    EXPECT_EQ(std::memcmp(gs.data(), ws.data(), gs.size() * sizeof(float)), 0) << what << ": staging";
+    for (int j = 0; j < 2; ++j) {
+      const auto g = dev.down(got.ring[j], slots[j] * rec), wr = dev.down(want.ring[j], slots[j] * rec);
+      EXPECT_EQ(g, wr) << what << ": ring of job " << j;
+      EXPECT_NE(wr, std::vector<uint8_t>(wr.size(), 0)) << what << ": job " << j << " wrote nothing";
+    }
+    const auto r1 = dev.down(want.ring[1], slots[1] * rec);  // row 2 went to slot 0: block 1 not finite
+    EXPECT_EQ(r1[size_t(D + 1)], 0xFF) << what;
+  }
+  ex.set_fast_kernels(true);
+}
+
 // The router in one kernel (dk::RouterChain) against its three simple launches: mini-flash's 16
 // experts top-6 (sqrt-softplus, bias) and 8 top-2 (softmax), the image rows' bias, 1 … 9 tokens.
 // Experts must be the same; scores and weights within a float rounding.
@@ -516,7 +574,11 @@ TEST(FastKernelsCuda, RouterMatchesSimple) {
                         Case{256, 8, dk::Scoring::kSqrtSoftplus, 2, 128, false},
                         Case{64, 8, dk::Scoring::kSqrtSoftplus, 3, 64, true, true},
                         Case{100, 7, dk::Scoring::kSigmoid, 1, 96, true},
-                        Case{16, 6, dk::Scoring::kSqrtSoftplus, 1, 1024, false, false, true}}) {
+                        Case{16, 6, dk::Scoring::kSqrtSoftplus, 1, 1024, false, false, true},
+                        // (kRouterAhead: 8 steps a batch — 1,024 floats / 2,048 bf16 a lane row — then
+                        // the tail one step at a time: two batches and 32 / 64 more, lanes 0 … 7 only.)
+                        Case{16, 6, dk::Scoring::kSqrtSoftplus, 2, 2080, false},
+                        Case{16, 6, dk::Scoring::kSqrtSoftplus, 1, 4160, false, false, true}}) {
     const float* h = dev.up(kc::randn(rng, c.T * c.d));
     const std::vector<float> gate_f =
         c.ties ? std::vector<float>(size_t(c.E * c.d), 0.0f) : kc::randn(rng, c.E * c.d, 0.05f);
@@ -569,7 +631,10 @@ TEST(FastKernelsCuda, RmsNormMatchesSimple) {
   CudaExec ex;
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(42);
-  for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 1}, {1, 256}, {5, 7}, {3, 1031}, {300, 128}}) {
+  // (kStagedNorm: rows of up to 2,048 with every element loaded at once — 1,280 the q norm's, 2,048
+  // 8 a thread —, 2,049 the loop.)
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 1}, {1, 256}, {5, 7}, {3, 1031}, {300, 128}, {2, 1280},
+                         {1, 2048}, {2, 2049}}) {
     const auto x = kc::randn(rng, rows * n, 3.0f), w = kc::randn(rng, n);
     float* dx = dev.up(x);
     const float* dw = dev.up(w);

@@ -320,36 +320,78 @@ __global__ void __launch_bounds__(kThreads) attn_probs_kernel(const dk::AttnBatc
 }
 
 // The present slots of row i in order: rows[x], slot[x] for x < the returned count (block-
-// uniform); *nwin_listed = how many of them are window slots (they come first).
+// uniform); *nwin_listed = how many of them are window slots (they come first). Every slot's row
+// is looked up first (kListPer a thread, their top-k loads in flight together), then listed in
+// passes of kThreads slots (a ballot a warp, the warps' counts added in order).
+constexpr int kListPer = kProbPer * 32 / kThreads;  // L ≤ 1,024
 __device__ int list_present(const dk::AttnGeom& g, int64_t i, dk::KeyRow* rows, int* slot, int* nwin_listed) {
   __shared__ int counts[kWarps];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t nwin = g.start + i - g.lo(i) + 1;
+  dk::KeyRow r[kListPer];
+#pragma unroll
+  for (int k = 0; k < kListPer; ++k) {
+    const int s = k * kThreads + tid;
+    r[k] = s < g.L ? g.key(i, s) : dk::KeyRow{};
+  }
   int n = 0, nw = 0;
-  for (int s0 = 0; s0 < int(g.L); s0 += kThreads) {
-    const int s = s0 + tid;
-    const dk::KeyRow r = s < g.L ? g.key(i, s) : dk::KeyRow{};
-    const unsigned ballot = __ballot_sync(kFull, bool(r));
+#pragma unroll
+  for (int k = 0; k < kListPer; ++k) {
+    if (k * kThreads >= g.L) break;
+    const int s = k * kThreads + tid;
+    const unsigned ballot = __ballot_sync(kFull, bool(r[k]));
     if (lane == 0) counts[warp] = __popc(ballot);
-    nw += __syncthreads_count(bool(r) && s < nwin);
+    nw += __syncthreads_count(bool(r[k]) && s < nwin);
     int before = n, total = n;
     for (int w = 0; w < kWarps; ++w) {
       before += w < warp ? counts[w] : 0;
       total += counts[w];
     }
-    if (r) {
+    if (r[k]) {
       const int x = before + __popc(ballot & ((1u << lane) - 1u));
-      rows[x] = r;
+      rows[x] = r[k];
       slot[x] = s;
     }
-    __syncthreads();  // counts are read before the next pass writes them
+    __syncthreads();  // counts are read before the next pass writes them; the list is complete
     n = total;
   }
   *nwin_listed = nw;
   return n;
 }
 
-__global__ void __launch_bounds__(kThreads) attn_pv_kernel(const dk::AttnBatch b) {
+// One tile of the values block in registers: listed rows x0 + warp + 8k at channel c0 + lane, and
+// the probabilities of (head tid / kPvTile + …, listed row x0 + tid % kPvTile); loaded while the
+// previous tile's sums run, then stored to shared memory.
+struct PvTile {
+  static constexpr int kRows = kPvTile / kWarps, kProbs = kPvHeads * kPvTile / kThreads;
+  float v[kRows], p[kProbs];
+  __device__ void load(const dk::KeyRow* rows, const int* slot, int x0, int m, int64_t c, int64_t D, const float* probs,
+                       int64_t L, int heads) {
+    const int tid = threadIdx.x, warp = tid >> 5;
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      const int u = warp + k * kWarps;
+      v[k] = u < m && c < D ? rows[x0 + u][c] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kProbs; ++k) {
+      const int x = tid + k * kThreads, hh = x / kPvTile, u = x % kPvTile;
+      p[k] = u < m && hh < heads ? probs[int64_t(hh) * L + slot[x0 + u]] : 0.0f;
+    }
+  }
+  __device__ void store(float (*vd)[kPvChans + 1], float (*pd)[kPvTile]) const {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) vd[warp + k * kWarps][lane] = v[k];
+#pragma unroll
+    for (int k = 0; k < kProbs; ++k) {
+      const int x = tid + k * kThreads;
+      pd[x / kPvTile][x % kPvTile] = p[k];
+    }
+  }
+};
+
+__global__ void __launch_bounds__(kThreads, 3) attn_pv_kernel(const dk::AttnBatch b) {
   extern __shared__ __align__(16) uint8_t pv_dyn[];
   __shared__ float vd[kPvTile][kPvChans + 1];
   __shared__ float pd[kPvHeads][kPvTile];
@@ -361,26 +403,21 @@ __global__ void __launch_bounds__(kThreads) attn_pv_kernel(const dk::AttnBatch b
   int* slot = reinterpret_cast<int*>(rows + g.L);            // [L]
   const int64_t chunks = cdiv(g.D, kPvChans), groups = cdiv(g.H, kPvHeads);
   const int64_t c0 = (blk % chunks) * kPvChans, hg = (blk / chunks) % groups, i = blk / chunks / groups;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int nwin = 0;
   const int n = list_present(g, i, rows, slot, &nwin);
   const float* p = b.jobs[j].logits + (i * g.H + hg * kPvHeads) * g.L;  // the group's first head
+  const int heads = int(min(int64_t(kPvHeads), g.H - hg * kPvHeads));
   const int64_t c = c0 + lane;
-  const bool mine = hg * kPvHeads + warp < g.H && c < g.D;
+  const bool mine = warp < heads && c < g.D;
   double win = 0, sel = 0;
+  PvTile next;
+  next.load(rows, slot, 0, min(kPvTile, n), c, g.D, p, g.L, heads);
   for (int x0 = 0; x0 < n; x0 += kPvTile) {
     const int m = min(kPvTile, n - x0);
-#pragma unroll
-    for (int k = 0; k < kPvTile / kWarps; ++k) {  // listed row warp + 8k, channel lane
-      const int u = warp + k * kWarps;
-      if (u < m) vd[u][lane] = c < g.D ? rows[x0 + u][c] : 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < kPvHeads * kPvTile / kThreads; ++k) {
-      const int x = tid + k * kThreads, hh = x / kPvTile, u = x % kPvTile;
-      if (u < m && hg * kPvHeads + hh < g.H) pd[hh][u] = p[int64_t(hh) * g.L + slot[x0 + u]];
-    }
+    next.store(vd, pd);
     __syncthreads();
+    if (x0 + kPvTile < n) next.load(rows, slot, x0 + kPvTile, min(kPvTile, n - x0 - kPvTile), c, g.D, p, g.L, heads);
     if (mine) {
       const int nw = min(max(nwin - x0, 0), m);
 #pragma unroll 4
@@ -388,7 +425,7 @@ __global__ void __launch_bounds__(kThreads) attn_pv_kernel(const dk::AttnBatch b
 #pragma unroll 4
       for (int u = nw; u < m; ++u) sel += double(pd[warp][u]) * double(vd[u][lane]);
     }
-    __syncthreads();  // the tile is read before the next one is staged
+    __syncthreads();  // the tile is read before the next one is stored
   }
   if (!mine) return;
   float out = 0.0f;

@@ -257,6 +257,183 @@ __global__ void __launch_bounds__(kThreads) attn_values_kernel(const dk::AttnBat
   b.jobs[j].o[(i * g.H + h) * g.D + c] = out;
 }
 
+
+// ---- Softmax once per (row, head), then the values from the probabilities ---------------------
+// Probabilities: a warp per (row, head) runs AttnSoftmaxK in place over the logits: its L slots
+// in registers (kProbPer a lane, slot 32k + lane), the max by a warp reduction (exact), the
+// denominator one double chain in slot order as AttnSoftmaxK adds it (every lane forms the same
+// chain from shuffled exps; an absent slot adds +0, a group of 32 absent slots is skipped), then
+// p = float(e / denom). Values: a block per (row, 8 heads, 32 channels) lists the present slots
+// in order once (key rows and slot ids in shared memory), then stages tiles of kPvTile listed
+// rows — each value decoded once per block for its 8 heads, each probability loaded once — and
+// lane c of warp w forms AttnValuesK's window and selected double sums over the listed slots in
+// order: the simple bodies' operations in their order, so their bits.
+constexpr int kProbPer = 32;  // slots a lane holds: L ≤ 1,024
+constexpr int kPvHeads = kWarps, kPvChans = 32, kPvTile = 128;
+
+__host__ __device__ inline int64_t prob_blocks(const dk::AttnGeom& g) { return cdiv(g.T * g.H, kWarps); }
+__host__ __device__ inline int64_t pv_blocks(const dk::AttnGeom& g) {
+  return g.T * cdiv(g.H, kPvHeads) * cdiv(g.D, kPvChans);
+}
+size_t pv_smem(int64_t L) { return size_t(L) * (sizeof(dk::KeyRow) + sizeof(int)); }
+constexpr size_t kPvStatic = kPvTile * (kPvChans + 1) * sizeof(float) + kPvHeads * kPvTile * sizeof(float) + 64;
+
+__global__ void __launch_bounds__(kThreads) attn_probs_kernel(const dk::AttnBatch b) {
+  int64_t blk = blockIdx.x;
+  int j = 0;
+  while (j + 1 < b.n && blk >= prob_blocks(b.jobs[j].g)) blk -= prob_blocks(b.jobs[j++].g);
+  const dk::AttnGeom g = b.jobs[j].g;
+  const int lane = threadIdx.x & 31, L = int(g.L);
+  const int64_t ih = blk * kWarps + (threadIdx.x >> 5);
+  if (ih >= g.T * g.H) return;
+  const int64_t i = ih / g.H;
+  float* l = b.jobs[j].logits + ih * g.L;
+  const float sink = b.sink[ih % g.H];
+  float e[kProbPer];
+  unsigned present = 0;
+  float mx = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kProbPer; ++k) {
+    const int s = k * 32 + lane;
+    e[k] = 0.0f;
+    if (s < L && g.key(i, s)) {
+      present |= 1u << k;
+      e[k] = l[s];
+      mx = fmaxf(mx, e[k]);
+    }
+  }
+  const float m = fmaxf(sink, warp_max(mx));
+#pragma unroll
+  for (int k = 0; k < kProbPer; ++k) e[k] = present >> k & 1 ? expf(e[k] - m) : 0.0f;
+  double denom = exp(double(sink - m));
+#pragma unroll
+  for (int k = 0; k < kProbPer; ++k) {
+    if (!__any_sync(kFull, present >> k & 1)) continue;
+#pragma unroll
+    for (int q = 0; q < 32; ++q) denom += __shfl_sync(kFull, e[k], q);  // slot 32k + q
+  }
+#pragma unroll
+  for (int k = 0; k < kProbPer; ++k) {
+    const int s = k * 32 + lane;
+    if (s < L) l[s] = present >> k & 1 ? float(e[k] / denom) : 0.0f;
+  }
+}
+
+// The present slots of row i in order: rows[x], slot[x] for x < the returned count (block-
+// uniform); *nwin_listed = how many of them are window slots (they come first). Every slot's row
+// is looked up first (kListPer a thread, their top-k loads in flight together), then listed in
+// passes of kThreads slots (a ballot a warp, the warps' counts added in order).
+constexpr int kListPer = kProbPer * 32 / kThreads;  // L ≤ 1,024
+__device__ int list_present(const dk::AttnGeom& g, int64_t i, dk::KeyRow* rows, int* slot, int* nwin_listed) {
+  __shared__ int counts[kWarps];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t nwin = g.start + i - g.lo(i) + 1;
+  dk::KeyRow r[kListPer];
+#pragma unroll
+  for (int k = 0; k < kListPer; ++k) {
+    const int s = k * kThreads + tid;
+    r[k] = s < g.L ? g.key(i, s) : dk::KeyRow{};
+  }
+  int n = 0, nw = 0;
+#pragma unroll
+  for (int k = 0; k < kListPer; ++k) {
+    if (k * kThreads >= g.L) break;
+    const int s = k * kThreads + tid;
+    const unsigned ballot = __ballot_sync(kFull, bool(r[k]));
+    if (lane == 0) counts[warp] = __popc(ballot);
+    nw += __syncthreads_count(bool(r[k]) && s < nwin);
+    int before = n, total = n;
+    for (int w = 0; w < kWarps; ++w) {
+      before += w < warp ? counts[w] : 0;
+      total += counts[w];
+    }
+    if (r[k]) {
+      const int x = before + __popc(ballot & ((1u << lane) - 1u));
+      rows[x] = r[k];
+      slot[x] = s;
+    }
+    __syncthreads();  // counts are read before the next pass writes them; the list is complete
+    n = total;
+  }
+  *nwin_listed = nw;
+  return n;
+}
+
+// One tile of the values block in registers: listed rows x0 + warp + 8k at channel c0 + lane, and
+// the probabilities of (head tid / kPvTile + …, listed row x0 + tid % kPvTile); loaded while the
+// previous tile's sums run, then stored to shared memory.
+struct PvTile {
+  static constexpr int kRows = kPvTile / kWarps, kProbs = kPvHeads * kPvTile / kThreads;
+  float v[kRows], p[kProbs];
+  __device__ void load(const dk::KeyRow* rows, const int* slot, int x0, int m, int64_t c, int64_t D, const float* probs,
+                       int64_t L, int heads) {
+    const int tid = threadIdx.x, warp = tid >> 5;
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      const int u = warp + k * kWarps;
+      v[k] = u < m && c < D ? rows[x0 + u][c] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kProbs; ++k) {
+      const int x = tid + k * kThreads, hh = x / kPvTile, u = x % kPvTile;
+      p[k] = u < m && hh < heads ? probs[int64_t(hh) * L + slot[x0 + u]] : 0.0f;
+    }
+  }
+  __device__ void store(float (*vd)[kPvChans + 1], float (*pd)[kPvTile]) const {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) vd[warp + k * kWarps][lane] = v[k];
+#pragma unroll
+    for (int k = 0; k < kProbs; ++k) {
+      const int x = tid + k * kThreads;
+      pd[x / kPvTile][x % kPvTile] = p[k];
+    }
+  }
+};
+
+__global__ void __launch_bounds__(kThreads, 3) attn_pv_kernel(const dk::AttnBatch b) {
+  extern __shared__ __align__(16) uint8_t pv_dyn[];
+  __shared__ float vd[kPvTile][kPvChans + 1];
+  __shared__ float pd[kPvHeads][kPvTile];
+  int64_t blk = blockIdx.x;
+  int j = 0;
+  while (j + 1 < b.n && blk >= pv_blocks(b.jobs[j].g)) blk -= pv_blocks(b.jobs[j++].g);
+  const dk::AttnGeom g = b.jobs[j].g;
+  dk::KeyRow* rows = reinterpret_cast<dk::KeyRow*>(pv_dyn);  // [L]
+  int* slot = reinterpret_cast<int*>(rows + g.L);            // [L]
+  const int64_t chunks = cdiv(g.D, kPvChans), groups = cdiv(g.H, kPvHeads);
+  const int64_t c0 = (blk % chunks) * kPvChans, hg = (blk / chunks) % groups, i = blk / chunks / groups;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int nwin = 0;
+  const int n = list_present(g, i, rows, slot, &nwin);
+  const float* p = b.jobs[j].logits + (i * g.H + hg * kPvHeads) * g.L;  // the group's first head
+  const int heads = int(min(int64_t(kPvHeads), g.H - hg * kPvHeads));
+  const int64_t c = c0 + lane;
+  const bool mine = warp < heads && c < g.D;
+  double win = 0, sel = 0;
+  PvTile next;
+  next.load(rows, slot, 0, min(kPvTile, n), c, g.D, p, g.L, heads);
+  for (int x0 = 0; x0 < n; x0 += kPvTile) {
+    const int m = min(kPvTile, n - x0);
+    next.store(vd, pd);
+    __syncthreads();
+    if (x0 + kPvTile < n) next.load(rows, slot, x0 + kPvTile, min(kPvTile, n - x0 - kPvTile), c, g.D, p, g.L, heads);
+    if (mine) {
+      const int nw = min(max(nwin - x0, 0), m);
+#pragma unroll 4
+      for (int u = 0; u < nw; ++u) win += double(pd[warp][u]) * double(vd[u][lane]);
+#pragma unroll 4
+      for (int u = nw; u < m; ++u) sel += double(pd[warp][u]) * double(vd[u][lane]);
+    }
+    __syncthreads();  // the tile is read before the next one is stored
+  }
+  if (!mine) return;
+  float out = 0.0f;
+  out += float(win);
+  out += float(sel);
+  b.jobs[j].o[(i * g.H + hg * kPvHeads + warp) * g.D + c] = out;
+}
+
 }  // namespace
 
 bool launch(int64_t n, const dk::IndexScoreK& k, cudaStream_t s) {
@@ -297,6 +474,21 @@ bool launch_attn_split_values(const dk::AttnBatch& b, cudaStream_t s) {
   int64_t lb, vb, L;
   if (!split_blocks(b, lb, vb, L) || value_smem(L) + kValueStatic > kSmemLimit) return false;
   if (vb > 0) attn_values_kernel<<<unsigned(vb), kThreads, value_smem(L), s>>>(b);
+  return true;
+}
+
+bool launch_attn_probs_values(const dk::AttnBatch& b, cudaStream_t s) {
+  int64_t lb, vb, L, pb = 0, qb = 0;
+  if (!split_blocks(b, lb, vb, L) || L > int64_t(kProbPer) * 32) return false;
+  for (int j = 0; j < b.n; ++j) {
+    pb += prob_blocks(b.jobs[j].g);
+    qb += pv_blocks(b.jobs[j].g);
+  }
+  if (pb > 0x7fffffff || qb > 0x7fffffff || pv_smem(L) + kPvStatic > kSmemOptIn ||
+      !allow_smem(attn_pv_kernel, pv_smem(L) + kPvStatic))  // the static part counted: a large L needs the opt-in
+    return false;
+  if (pb > 0) attn_probs_kernel<<<unsigned(pb), kThreads, 0, s>>>(b);
+  if (qb > 0) attn_pv_kernel<<<unsigned(qb), kThreads, pv_smem(L), s>>>(b);
   return true;
 }
 

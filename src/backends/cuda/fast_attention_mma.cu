@@ -102,6 +102,57 @@ struct DecodeTablesD {
   }
 };
 
+// The logits block decodes its key rows two channels a lane (c = 2 lane + 64 t), the row's form
+// tested once a row, instead of one element a lane through load_raw / of() (which test it for
+// every element): session 17, docs/CUDA.md "Softmax once, values over the listed slots".
+constexpr bool kPairDecode = true;
+
+__device__ __forceinline__ double finite_or_inf(double v) {  // of()'s float overflow
+  return fabs(v) > double(FLT_MAX) ? copysign(double(INFINITY), v) : v;
+}
+
+// Row k's D values as doubles at dst (16-byte aligned): of()'s values for every element; false
+// (nothing written) where the row is not a float row, a window or a main record, or is not
+// aligned for the paired loads, or D % 64 ≠ 0 (then the element loop runs).
+__device__ bool decode_row_pairs(const DecodeTablesD& tab, const dk::KeyRow& k, int D, double* dst) {
+  const int lane = threadIdx.x & 31;
+  const auto put = [&](int c, double a, double b) { *reinterpret_cast<double2*>(dst + c) = make_double2(a, b); };
+  if (D % 64 != 0) return false;
+  if (!k) {
+    for (int c = 2 * lane; c < D; c += 64) put(c, 0.0, 0.0);
+    return true;
+  }
+  if (k.f) {
+    if (reinterpret_cast<uintptr_t>(k.f) & 7) return false;
+#pragma unroll 4
+    for (int c = 2 * lane; c < D; c += 64) {
+      const float2 v = *reinterpret_cast<const float2*>(k.f + c);
+      put(c, v.x, v.y);
+    }
+    return true;
+  }
+  if (k.kind == RowKind::kWindow) {  // E4M3 codes, a UE8M0 scale a 32
+    if (reinterpret_cast<uintptr_t>(k.rec) & 1) return false;
+#pragma unroll 4
+    for (int c = 2 * lane; c < D; c += 64) {
+      const uint32_t b = *reinterpret_cast<const uint16_t*>(k.rec + c);
+      const double sc = tab.ue8m0[k.rec[D + (c >> 5)]];
+      put(c, finite_or_inf(tab.e4m3[b & 0xFF] * sc), finite_or_inf(tab.e4m3[b >> 8] * sc));
+    }
+    return true;
+  }
+  if (k.kind == RowKind::kMain) {  // E2M1 codes (low nibble first), an E4M3 scale a 16
+#pragma unroll 4
+    for (int c = 2 * lane; c < D; c += 64) {
+      const uint32_t b = k.rec[c >> 1];
+      const double sc = tab.e4m3[k.rec[(D >> 1) + (c >> 4)]];
+      put(c, finite_or_inf(tab.e2m1[b & 0xF] * sc), finite_or_inf(tab.e2m1[b >> 4] * sc));
+    }
+    return true;
+  }
+  return false;
+}
+
 __host__ __device__ inline int64_t logit_blocks(const dk::AttnGeom& g) {
   return g.T * cdiv(g.H, kHeads) * cdiv(g.L, kLogitSlots);
 }
@@ -201,7 +252,7 @@ __device__ void stage_records(dk::KeyRow* rows, int64_t D, uint8_t* raw) {
 // 8 (w / 2) …, over the channels in steps of 4 on two accumulators (even and odd steps) so that
 // the dependent MMA chain is half as long.
 __global__ void __launch_bounds__(kThreads) mma_logits_kernel(const dk::AttnBatch b) {
-  extern __shared__ double dyn_logits[];
+  extern __shared__ __align__(16) double dyn_logits[];
   __shared__ DecodeTablesD tab;
   __shared__ dk::KeyRow rows[kLogitSlots];
   int64_t blk = blockIdx.x;
@@ -230,6 +281,7 @@ __global__ void __launch_bounds__(kThreads) mma_logits_kernel(const dk::AttnBatc
   __syncthreads();  // the copies, the tables and rows[]
   for (int s = warp; s < kLogitSlots; s += kWarps) {
     const dk::KeyRow key = rows[s];
+    if (kPairDecode && decode_row_pairs(tab, key, D, kd + s * S)) continue;
 #pragma unroll 4
     for (int c = lane; c < Dp; c += 32) kd[s * S + c] = key && c < D ? tab.of(key, load_raw(key, c)) : 0.0;
   }

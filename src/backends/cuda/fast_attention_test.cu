@@ -207,8 +207,10 @@ TEST(FastAttentionCuda, SplitSinkAttentionEqualsSimple) {
 }
 
 // The FP64-MMA attention (fast::launch_attn_mma, called directly: launch_chain takes it only
-// with kMmaAttention on) and the mixed pair (its logits kernel, then the split pair's softmax +
-// values: launch_chain's first choice, kMmaLogits) against the simple chain, bit for bit, at the
+// with kMmaAttention on), the mixed pair (its logits kernel, then the split pair's softmax +
+// values: kMmaLogits) and the probabilities path (the MMA logits, the softmax a warp per (row,
+// head), the values over the listed present slots: launch_chain's first choice, kProbsValues)
+// against the simple chain, bit for bit, at the
 // shapes its tiles make boundaries: L = 1, L off the 32-slot logits tile and the 64-slot values
 // tile, the window alone (no top-k), the window / selected boundary inside a 4-slot MMA step,
 // heads off the 16-head group (5, 20, 33), D off the 4-channel step and the 32-channel chunk,
@@ -218,7 +220,7 @@ TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
   CudaExec ex;
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(1606);
-  bool mixed = false;
+  enum class Pair { kMma, kMixed, kProbs } pair = Pair::kMma;
   const auto check = [&](const dk::AttnBatch& b, const std::string& what) {
     ex.set_fast_kernels(false);
     ex.run_chain(b);
@@ -230,9 +232,12 @@ TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
       ex.upload(b.jobs[j].o, poison.data(), int64_t(poison.size() * sizeof(float)));
     }
     ex.sync();
-    if (mixed) {  // the MMA logits, then the split pair's softmax + values
+    if (pair == Pair::kMixed) {  // the MMA logits, then the split pair's softmax + values
       ASSERT_TRUE(fast::launch_attn_mma_logits(b)) << what;
       ASSERT_TRUE(fast::launch_attn_split_values(b)) << what;
+    } else if (pair == Pair::kProbs) {  // the MMA logits, the probabilities, the values
+      ASSERT_TRUE(fast::launch_attn_mma_logits(b)) << what;
+      ASSERT_TRUE(fast::launch_attn_probs_values(b)) << what;
     } else {
       ASSERT_TRUE(fast::launch_attn_mma(b)) << what;  // the legacy stream: ordered with ex's blocking stream
     }
@@ -266,16 +271,20 @@ TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
       {7, 5, 96, 16, 9, 40, 30, 12, false},        // prefill rows, a floor
       {2, 3, 33, 5, 0, 9, 0, 0, true},             // D 33: off the 4-channel step and the chunk
       {40, 4, 128, 64, 64, 70, 0, 40, false},      // many rows
+      {2, 16, 64, 100, 200, 500, 0, 300, false},   // the window ends inside a listed 128-row tile
+      {1, 8, 64, 128, 800, 2000, 0, 900, true},    // L 928: 29 of 32 slot groups, shared memory past 48 KiB
   };
-  for (const bool m : {false, true}) {  // the MMA pair, then the mixed pair
-    mixed = m;
+  const char* const names[] = {"mma", "mixed", "probs"};
+  for (const Pair p : {Pair::kMma, Pair::kMixed, Pair::kProbs}) {
+    pair = p;
+    const std::string name = names[int(p)];
     for (const AttnCase& c : alone) {
       AttnInputs in(dev, rng, c);
       dk::AttnBatch b;
       b.sink = dev.up(kc::randn(rng, c.H));
       b.scaling = float(1.0 / std::sqrt(double(c.D)));
       b.jobs[b.n++] = in.job;
-      check(b, std::string(mixed ? "mixed" : "mma") + " attention " + std::to_string(c.T) + "x" + std::to_string(c.H) +
+      check(b, name + " attention " + std::to_string(c.T) + "x" + std::to_string(c.H) +
                    "x" + std::to_string(c.D) + " win " + std::to_string(c.win) + " k " + std::to_string(c.k) +
                    " start " + std::to_string(c.start));
     }
@@ -291,7 +300,7 @@ TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
       ins.emplace_back(dev, rng, c);
       b.jobs[b.n++] = ins.back().job;
     }
-    check(b, std::string(mixed ? "mixed" : "mma") + " attention, a decode batch of 16");
+    check(b, name + " attention, a decode batch of 16");
   }
 }
 

@@ -1407,10 +1407,21 @@ constexpr bool kMmaAttention = false;
 // rounding ties, so the pair is too. Where the values cannot launch after the logits did, the
 // split pair cannot either, and the block per (row, head) runs (it needs no logits).
 constexpr bool kMmaLogits = true;
+// After the MMA logits: the softmax once per (row, head) then the values from the probabilities
+// (fast_attention.cu launch_attn_probs_values) instead of the split pair's values kernel, which
+// redoes its heads' softmax in every channel block (docs/CUDA.md "Softmax once, values over the
+// listed slots, session 17"). The same bits as the simple bodies (tested on the H200 by direct
+// calls). Off: not yet measured inside the backend (session 17's timed build ran a stale
+// dispatch object, so its "on" rows timed the split values).
+constexpr bool kProbsValues = false;
+
+static bool launch_attn_values(const dk::AttnBatch& b, cudaStream_t s) {
+  return (kProbsValues && launch_attn_probs_values(b, s)) || launch_attn_split_values(b, s);
+}
 
 static bool launch_attn_fast(const dk::AttnBatch& b, cudaStream_t s) {
   if (kMmaAttention && launch_attn_mma(b, s)) return true;
-  if (kMmaLogits && launch_attn_mma_logits(b, s) && launch_attn_split_values(b, s)) return true;
+  if (kMmaLogits && launch_attn_mma_logits(b, s) && launch_attn_values(b, s)) return true;
   return launch_attn_split(b, s);
 }
 

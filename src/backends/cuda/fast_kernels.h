@@ -79,6 +79,11 @@ bool launch_attn_mma(const dk::AttnBatch& b, cudaStream_t s = 0);
 // and the split pair's softmax + values kernel alone (it reads the logits either kernel wrote).
 bool launch_attn_mma_logits(const dk::AttnBatch& b, cudaStream_t s = 0);
 bool launch_attn_split_values(const dk::AttnBatch& b, cudaStream_t s = 0);
+// The softmax + values half in two kernels (fast_attention.cu): the probabilities once per (row,
+// head) in place of the logits (a warp each), then the values a block per (row, 8 heads, 32
+// channels) over the present slots listed once per block; the simple bodies' sums in their order,
+// so the same bits. False where L > 1,024 or its shared memory would not hold L rows.
+bool launch_attn_probs_values(const dk::AttnBatch& b, cudaStream_t s = 0);
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s = 0);  // one block per row
 bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one block per token
 // The DSpark drafter's block attention, one block per (block row, head) (logits, softmax, values;

@@ -83,7 +83,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, model));
   if (o.host_drafter) set_device_drafter(o.backend, *backend, false);
   if (o.no_draft_graph) set_draft_graphs(o.backend, *backend, false);
-  if (o.draft_replay) set_draft_replay(o.backend, *backend, true);
+  set_draft_replay(o.backend, *backend, o.draft_replay);
   if (o.publish_with_feeding) set_publish_with_feeding(o.backend, *backend, true);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(backend), model.engram_tables(), eo));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, Scheduler::create(*engine, so));

@@ -332,6 +332,7 @@ TEST(CudaBackend, DraftGraphMatchesLaunches) {
           return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) {
             b.set_graphs(graphs, CudaExec::kGraphChunk);
             b.set_draft_graphs(draft_graphs);
+            b.set_draft_replay(false);  // the recorded path (kept graphs: DraftReplayMatchesLaunches)
           });
         },
         [](const Backend& b) { return dynamic_cast<const DeviceBackend<CudaExec>&>(b).exec_counts().graph_launches; },
@@ -419,6 +420,7 @@ TEST(CudaBackend, DraftsAndDecodeStepsKeepTheirOwnGraphs) {
   DeviceBackend<CudaExec>* dev = nullptr;
   auto e = dspark_engine_on_cuda(**model, &dev);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
+  dev->set_draft_replay(false);  // drafts recorded into the executor's graphs (kept graphs bypass them)
   const int batch = 3, warmup = 3, rounds = 8;
   std::vector<int32_t> prompt(40);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(5 + 11 * i % 280);
@@ -578,7 +580,7 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
             splits[replay] = split;
           }
         }
-      dev->set_draft_replay(false);
+      dev->set_draft_replay(false);  // the measurements below: the recorded path, as before
       std::printf("batch %d: a draft recorded into graphs %.3f ms (host %.3f until the download, wait %.3f); replayed "
                   "from its kept graph %.3f ms (host %.3f, wait %.3f)\n",
                   batch, best[0], splits[0].host_ms, splits[0].wait_ms, best[1], splits[1].host_ms, splits[1].wait_ms);

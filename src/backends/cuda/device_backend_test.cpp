@@ -118,6 +118,7 @@ TEST(DeviceBackendHost, DraftGraphMatchesLaunches) {
           auto b = std::make_unique<DeviceBackend<HostExec>>(model);
           b->set_graphs(graphs, 0);
           b->set_draft_graphs(draft_graphs);
+          b->set_draft_replay(false);  // the recorded path (kept graphs: DraftReplayMatchesLaunches)
           return std::unique_ptr<Backend>(std::move(b));
         },
         [](const Backend& b) { return dynamic_cast<const DeviceBackend<HostExec>&>(b).exec_counts().graph_launches; },

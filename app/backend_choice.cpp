@@ -69,4 +69,18 @@ void set_draft_graphs(const std::string& name, Backend& backend, bool on) {
 #endif
 }
 
+void set_draft_replay(const std::string& name, Backend& backend, bool on) {
+  if (name == "device-emulation") host_device_backend_set_draft_replay(backend, on);
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_draft_replay(backend, on);
+#endif
+}
+
+void set_publish_with_feeding(const std::string& name, Backend& backend, bool on) {
+  if (name == "device-emulation") host_device_backend_set_publish_with_feeding(backend, on);
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_publish_with_feeding(backend, on);
+#endif
+}
+
 }  // namespace dsv41::app

@@ -37,5 +37,10 @@ Status backend_status(const std::string& name, const Backend& backend);
 void set_device_drafter(const std::string& name, Backend& backend, bool on);
 // The device drafter's draft as one replayed graph (the default) or launch by launch (on = false).
 void set_draft_graphs(const std::string& name, Backend& backend, bool on);
+// Each draft shape's graph captured once and replayed as it is (on, the default) or recorded at
+// every draft.
+void set_draft_replay(const std::string& name, Backend& backend, bool on);
+// While DSpark feeds the drafter's rings: a forward's cache rows published with the rings' rows.
+void set_publish_with_feeding(const std::string& name, Backend& backend, bool on);
 
 }  // namespace dsv41::app

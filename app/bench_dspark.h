@@ -21,6 +21,8 @@ struct DsparkBenchOptions {
   std::string backend = "cpu";
   bool host_drafter = false;  // device backends: the drafter on the host (the "before")
   bool no_draft_graph = false;  // device backends: the device drafter launch by launch (the "before")
+  bool draft_replay = true;     // device backends: each draft shape's graph captured once, replayed as is
+  bool publish_with_feeding = false;  // device backends: a forward's cache rows published with the rings'
   int64_t max_tokens = 0;     // > 0: every request's max_tokens
   // > 0: the file's requests cycled to this many, all submitted at once, so that a batch's slots
   // refill as sequences finish (continuous batching, as a server under load runs them) instead of

@@ -166,6 +166,11 @@ int bench_main(int argc, char** argv) {
                "with --dspark on a device backend: the drafter on the host from downloaded features (the before)");
   cli.add_flag("--dspark-no-graph", dso.no_draft_graph,
                "with --dspark on a device backend: the device drafter launch by launch, not as one graph (the before)");
+  cli.add_option("--dspark-draft-replay", dso.draft_replay,
+                 "with --dspark on a device backend: each draft shape captured once as a graph and replayed as it is "
+                 "(true, the default) or recorded at every draft (false)");
+  cli.add_flag("--dspark-publish-with-feeding", dso.publish_with_feeding,
+               "with --dspark on a device backend: a forward's cache rows downloaded with the drafter's ring rows (one wait)");
   GpusFlag gpus;
   gpus.add_to(cli);
   name_parse_errors(cli);

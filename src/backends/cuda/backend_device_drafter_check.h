@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/sequence_cache.h"
 #include "engine/engine.h"
 #include "model/model.h"
 
@@ -200,6 +201,171 @@ inline void check_draft_graph(const Model& model,
   std::printf("%s, draft graph vs launches (4 drafts of 3 sequences): %d of %d logits and confidences differ\n",
               what.c_str(), differ, values);
   EXPECT_EQ(differ, 0) << what;
+}
+
+// The device drafter's drafts replayed from kept graphs (DeviceBackend::set_draft_replay: each
+// draft shape's launches captured once, then replayed as they are, Exec::run_kept) against the
+// same drafts launch by launch and recorded into the executor's graphs at every draft: the same
+// ids, logits and confidences bit for bit over the scenario's four drafts. The rings grow between
+// the drafts (prompts of 37, 12 and 50 tokens, W = 64 on dsv41-mini) and the tables change, so a
+// replay that read a value baked into its capture would differ. make_device(graphs, replay) gives
+// a fresh device backend with the device drafter on, the executor's graphs on or off and replay
+// on or off; kept(backend) its executor's {kept captures, kept replays} so far.
+inline void check_draft_replay(const Model& model, const std::function<std::unique_ptr<Backend>(bool, bool)>& make_device,
+                               const std::function<std::pair<int64_t, int64_t>(const Backend&)>& kept,
+                               const std::string& what) {
+  ASSERT_NE(model.drafter(), nullptr) << what << ": the model has no drafter";
+  DraftRuns runs[3];
+  std::pair<int64_t, int64_t> counts[3];
+  for (int mode = 0; mode < 3; ++mode) {
+    auto r = run_draft_scenario(
+        model, make_device(mode > 0, mode > 1), [&](const Backend& b) { counts[mode] = kept(b); }, {37, 12, 50});
+    ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+    runs[mode] = std::move(*r);
+  }
+  int values = 0, recorded_values = 0;
+  const int differ = bits_differ(runs[0], runs[2], values, what);
+  const int differ_recorded = bits_differ(runs[1], runs[2], recorded_values, what);
+  std::printf("%s, kept draft graphs vs launches (4 drafts of 3 sequences, rings growing): %d of %d logits and "
+              "confidences differ (%d against recorded graphs); %lld captures, %lld replays\n",
+              what.c_str(), differ, values, differ_recorded, static_cast<long long>(counts[2].first),
+              static_cast<long long>(counts[2].second));
+  EXPECT_EQ(differ, 0) << what;
+  EXPECT_EQ(differ_recorded, 0) << what;
+  EXPECT_GT(values, 0) << what;
+  EXPECT_EQ(counts[0].first + counts[0].second + counts[1].first + counts[1].second, 0) << what << ": kept graphs unasked";
+  // Drafts 2–4 share a shape; the stages swap two buffers, so drafts 2 and 3 each capture and
+  // draft 4 replays draft 2's graph.
+  EXPECT_GE(counts[2].second, 1) << what << ": no draft was replayed";
+}
+
+// A sequence cache's whole state as bytes: every ring's (backbone and drafter) positions and
+// records, every kv source's compressed records and open group.
+inline std::vector<uint8_t> cache_state_bytes(const SequenceCache& c) {
+  std::vector<uint8_t> out;
+  const auto add = [&out](const void* p, size_t n) {
+    out.insert(out.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+  };
+  const auto ring = [&](const WindowRing& r) {
+    const int64_t pos[2] = {r.start(), r.length()};
+    add(pos, sizeof pos);
+    add(r.raw().data(), r.raw().size());
+  };
+  for (int l = 0; l < c.num_layers(); ++l) {
+    ring(c.window(l));
+    if (const KvSourceCache* kv = c.kv_source(l)) {
+      for (const PagedRows* rows : {&kv->main, &kv->index})
+        for (int64_t g = 0; g < rows->size(); ++g) add(rows->row(g), size_t(rows->record_bytes()));
+      add(kv->pending_kv.data(), kv->pending_kv.size() * sizeof(float));
+    }
+  }
+  for (int s = 0; s < c.draft_stages(); ++s) ring(c.draft_ring(s));
+  return out;
+}
+
+// DeviceBackend::set_publish_with_feeding (a forward's cache rows downloaded with the drafter's
+// ring rows) against the default: after every forward — prefill chunks without logits, 5-row
+// verify steps after a draft, each rolled back by 2, plain steps, and plain steps with the
+// feeding paused — both sequences' caches byte for byte, the logits and the drafts bit for bit.
+// With the device drafter and with the host drafter (whose feeding downloads nothing of its own).
+// make_device(publish, device_drafter): a fresh device backend.
+inline void check_publish_with_feeding(const Model& model,
+                                       const std::function<std::unique_ptr<Backend>(bool, bool)>& make_device,
+                                       const std::string& what) {
+  ASSERT_NE(model.drafter(), nullptr) << what << ": the model has no drafter";
+  const int32_t V = int32_t(model.vocab_size());
+  const int B = model.config().dspark_block_size;
+  struct Trace {
+    std::vector<std::vector<uint8_t>> caches;
+    std::vector<std::vector<float>> logits;
+    std::vector<std::vector<int32_t>> drafts;
+  };
+  const auto run = [&](bool publish, bool device_drafter) -> Result<Trace> {
+    EngineOptions eo;
+    eo.dspark = true;
+    eo.rollback_tokens = B;
+    DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e,
+                           Engine::create(make_device(publish, device_drafter), model.engram_tables(), eo));
+    std::mt19937 rng(5);
+    std::vector<std::vector<int32_t>> prompts = {std::vector<int32_t>(30), std::vector<int32_t>(17)};
+    std::vector<SequenceId> ids;
+    for (auto& p : prompts) {
+      for (int32_t& t : p) t = int32_t(rng() % uint32_t(std::min(V, 300)));
+      DSV41_ASSIGN_OR_RETURN(SequenceId id, e->add_sequence(int64_t(p.size()) + 64));
+      ids.push_back(id);
+    }
+    Trace t;
+    const auto forward = [&](const std::vector<Segment>& segs) -> Status {
+      const std::vector<SegmentResult>& res = e->forward(segs);
+      for (const SegmentResult& r : res) {
+        DSV41_RETURN_IF_ERROR(r.status);
+        if (r.logit_rows > 0) t.logits.emplace_back(r.logits, r.logits + r.logit_rows * V);
+      }
+      for (SequenceId id : ids) t.caches.push_back(cache_state_bytes(*e->cache(id)));  // before any other call
+      return ok_status();
+    };
+    for (size_t at = 0; at < prompts[0].size(); at += 7) {  // prefill chunks, the last with logits
+      std::vector<Segment> segs;
+      for (size_t s = 0; s < prompts.size(); ++s)
+        if (at < prompts[s].size()) {
+          const size_t n = std::min<size_t>(7, prompts[s].size() - at);
+          segs.push_back({ids[s], int64_t(at), std::span<const int32_t>(prompts[s].data() + at, n),
+                          at + n == prompts[s].size() ? LogitRows::kLast : LogitRows::kNone});
+        }
+      DSV41_RETURN_IF_ERROR(forward(segs));
+    }
+    std::vector<int32_t> next = {7, 9};
+    std::vector<std::vector<int32_t>> rows(ids.size());
+    std::vector<DraftBlock> blocks;
+    for (int round = 0; round < 6; ++round) {
+      e->set_draft_feeding(round < 4);  // rounds 4, 5: plain steps without feeding
+      const bool verify = round % 2 == 0 && round < 4;
+      std::vector<Segment> segs;
+      if (verify) {
+        std::vector<Engine::DraftSpec> specs;
+        for (size_t s = 0; s < ids.size(); ++s) specs.push_back({ids[s], next[s], B, false});
+        DSV41_RETURN_IF_ERROR(e->draft(specs, blocks));
+        for (size_t s = 0; s < ids.size(); ++s) {
+          t.drafts.push_back(blocks[s].ids);
+          rows[s] = {next[s]};
+          rows[s].insert(rows[s].end(), blocks[s].ids.begin(), blocks[s].ids.begin() + 4);
+        }
+      } else {
+        for (size_t s = 0; s < ids.size(); ++s) rows[s] = {next[s]};
+      }
+      for (size_t s = 0; s < ids.size(); ++s)
+        segs.push_back({ids[s], *e->length(ids[s]), rows[s], verify ? LogitRows::kAll : LogitRows::kLast});
+      DSV41_RETURN_IF_ERROR(forward(segs));
+      for (size_t s = 0; s < ids.size(); ++s) {
+        next[s] = int32_t((next[s] * 31 + round) % std::min(V, 300));
+        if (verify) DSV41_RETURN_IF_ERROR(e->rollback(ids[s], 2));
+      }
+      if (verify)
+        for (SequenceId id : ids) t.caches.push_back(cache_state_bytes(*e->cache(id)));  // after the rollback
+    }
+    return t;
+  };
+  for (bool device_drafter : {true, false}) {
+    const std::string name = what + (device_drafter ? ", device drafter" : ", host drafter");
+    auto off = run(false, device_drafter);
+    ASSERT_TRUE(off.ok()) << name << ": " << off.status().to_string();
+    auto on = run(true, device_drafter);
+    ASSERT_TRUE(on.ok()) << name << ": " << on.status().to_string();
+    ASSERT_EQ(off->caches.size(), on->caches.size()) << name;
+    int caches_differ = 0, logits_differ = 0;
+    for (size_t i = 0; i < off->caches.size(); ++i) caches_differ += off->caches[i] != on->caches[i];
+    ASSERT_EQ(off->logits.size(), on->logits.size()) << name;
+    for (size_t i = 0; i < off->logits.size(); ++i)
+      logits_differ += std::memcmp(off->logits[i].data(), on->logits[i].data(), off->logits[i].size() * sizeof(float)) != 0;
+    std::printf("%s, cache rows published with the feeding's vs at end_batch: %d of %zu cache states and %d of %zu "
+                "logit blocks differ; drafts %s\n",
+                name.c_str(), caches_differ, off->caches.size(), logits_differ, off->logits.size(),
+                off->drafts == on->drafts ? "equal" : "differ");
+    EXPECT_EQ(caches_differ, 0) << name;
+    EXPECT_EQ(logits_differ, 0) << name;
+    EXPECT_EQ(off->drafts, on->drafts) << name;
+    EXPECT_FALSE(off->drafts.empty()) << name;
+  }
 }
 
 // The device drafter with fused launches (DeviceBackend::set_fused: the backbone's chains and

@@ -55,6 +55,14 @@ void cuda_backend_set_draft_graphs(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_draft_graphs(on);
 }
 
+void cuda_backend_set_draft_replay(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_draft_replay(on);
+}
+
+void cuda_backend_set_publish_with_feeding(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_publish_with_feeding(on);
+}
+
 void cuda_backend_set_batched_compress(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_batched_compress(on);
 }

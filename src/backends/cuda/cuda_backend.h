@@ -51,5 +51,11 @@ void cuda_backend_set_device_drafter(Backend& backend, bool on);
 // The device drafter's draft replayed as one CUDA graph (the default) or launched kernel by kernel
 // (DeviceBackend::set_draft_graphs; the A/B in benchmarks). Nothing for another backend.
 void cuda_backend_set_draft_graphs(Backend& backend, bool on);
+// Each draft shape's launches captured once as a CUDA graph and replayed as they are, not recorded
+// and updated at every draft (the default; DeviceBackend::set_draft_replay). Nothing for another backend.
+void cuda_backend_set_draft_replay(Backend& backend, bool on);
+// While DSpark feeds the drafter's rings: a forward's cache rows downloaded with the rings' rows,
+// one wait instead of two (DeviceBackend::set_publish_with_feeding). Nothing for another backend.
+void cuda_backend_set_publish_with_feeding(Backend& backend, bool on);
 
 }  // namespace dsv41

@@ -332,9 +332,48 @@ TEST(CudaBackend, DraftGraphMatchesLaunches) {
           return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) {
             b.set_graphs(graphs, CudaExec::kGraphChunk);
             b.set_draft_graphs(draft_graphs);
+            b.set_draft_replay(false);  // the recorded path (kept graphs: DraftReplayMatchesLaunches)
           });
         },
         [](const Backend& b) { return dynamic_cast<const DeviceBackend<CudaExec>&>(b).exec_counts().graph_launches; },
+        name + " (cuda)");
+  });
+}
+
+// Drafts replayed from kept CUDA graphs (captured once per shape, replayed as they are) against
+// launches and recorded graphs: the same bits, and a draft was replayed.
+TEST(CudaBackend, DraftReplayMatchesLaunches) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for_each_drafter_model([](const Model& model, const std::string& name) {
+    ts::check_draft_replay(
+        model,
+        [&](bool graphs, bool replay) {
+          return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) {
+            b.set_graphs(graphs, CudaExec::kGraphChunk);
+            b.set_draft_replay(replay);
+          });
+        },
+        [](const Backend& b) {
+          const ExecCounts& c = dynamic_cast<const DeviceBackend<CudaExec>&>(b).exec_counts();
+          return std::pair<int64_t, int64_t>{c.kept_captures, c.kept_replays};
+        },
+        name + " (cuda)");
+  });
+}
+
+// A forward's cache rows published with the drafter's ring rows (one download a forward): the
+// same caches after every forward, logits and drafts as publishing at end_batch.
+TEST(CudaBackend, PublishWithFeedingLeavesTheSameCaches) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for_each_drafter_model([](const Model& model, const std::string& name) {
+    ts::check_publish_with_feeding(
+        model,
+        [&](bool publish, bool device_drafter) {
+          return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) {
+            b.set_publish_with_feeding(publish);
+            b.set_device_drafter(device_drafter);
+          });
+        },
         name + " (cuda)");
   });
 }
@@ -381,6 +420,7 @@ TEST(CudaBackend, DraftsAndDecodeStepsKeepTheirOwnGraphs) {
   DeviceBackend<CudaExec>* dev = nullptr;
   auto e = dspark_engine_on_cuda(**model, &dev);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
+  dev->set_draft_replay(false);  // drafts recorded into the executor's graphs (kept graphs bypass them)
   const int batch = 3, warmup = 3, rounds = 8;
   std::vector<int32_t> prompt(40);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(5 + 11 * i % 280);
@@ -514,13 +554,37 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
     }
     for (const SegmentResult& r : (*e)->forward(segs)) ASSERT_TRUE(r.status.ok());
     std::vector<DraftBlock> out;
+    DraftTiming split;  // the last wall()'s host and wait time a draft
     const auto wall = [&](bool graphs, int n) {
       dev->set_draft_graphs(graphs);
       for (int i = 0; i < 3; ++i) EXPECT_TRUE((*e)->draft(specs, out).ok());
-      const auto t0 = std::chrono::steady_clock::now();
+      const DraftTiming t0 = dev->draft_timing();
+      const auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < n; ++i) EXPECT_TRUE((*e)->draft(specs, out).ok());
-      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
+      const DraftTiming t1 = dev->draft_timing();
+      split = {n, (t1.host_ms - t0.host_ms) / n, (t1.wait_ms - t0.wait_ms) / n};
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / n;
     };
+    // Session 17: a draft recorded into the executor's graphs at every draft against its kept graph
+    // replayed as it is (set_draft_replay), in turn 3 times (the faster kept), with where the wall
+    // time went: the host until the download (tables, launches or the replay) and the wait for it.
+    {
+      double best[2] = {1e30, 1e30};
+      DraftTiming splits[2];
+      for (int round = 0; round < 3; ++round)
+        for (int replay = 0; replay < 2; ++replay) {
+          dev->set_draft_replay(replay == 1);
+          const double ms = wall(true, 50);
+          if (ms < best[replay]) {
+            best[replay] = ms;
+            splits[replay] = split;
+          }
+        }
+      dev->set_draft_replay(false);  // the measurements below: the recorded path, as before
+      std::printf("batch %d: a draft recorded into graphs %.3f ms (host %.3f until the download, wait %.3f); replayed "
+                  "from its kept graph %.3f ms (host %.3f, wait %.3f)\n",
+                  batch, best[0], splits[0].host_ms, splits[0].wait_ms, best[1], splits[1].host_ms, splits[1].wait_ms);
+    }
     dev->set_draft_tail_on_device(false);
     const double host_tail = wall(true, 50);
     dev->set_draft_tail_on_device(true);
@@ -537,6 +601,9 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
         best = std::min(best, ms);
       }
     const double launches = wall(false, 50);
+    const DraftTiming launch_split = split;
+    std::printf("batch %d: launch by launch, host %.3f ms until the download, wait %.3f\n", batch, launch_split.host_ms,
+                launch_split.wait_ms);
     // Each kernel's device time (the executor's profile, launch by launch), fused and unfused.
     struct Profile {
       std::vector<std::pair<double, std::string>> kernels;
@@ -658,20 +725,24 @@ TEST(CudaBackend, DISABLED_VerifyStepBreakdown) {
       int rows;
       bool new_path;
       int64_t down_expand;
+      bool publish = false;  // set_publish_with_feeding (session 17)
       std::vector<double> ms;
       ExecCounts counts;
       int64_t updates = 0, instantiations = 0;
     };
-    Variant variants[] = {{"plain step (1 row a sequence)", 1, true, 4, {}, {}, 0, 0},
-                          {"verify step, old path", 5, false, 4, {}, {}, 0, 0},
-                          {"verify step, new path", 5, true, 4, {}, {}, 0, 0},
-                          {"verify step, new path, down+expand chain up to 8 rows", 5, true, 8, {}, {}, 0, 0}};
+    Variant variants[] = {{"plain step (1 row a sequence)", 1, true, 4, false, {}, {}, 0, 0},
+                          {"plain step, cache rows published with the feeding's", 1, true, 4, true, {}, {}, 0, 0},
+                          {"verify step, old path", 5, false, 4, false, {}, {}, 0, 0},
+                          {"verify step, new path", 5, true, 4, false, {}, {}, 0, 0},
+                          {"verify step, new path, cache rows published with the feeding's", 5, true, 4, true, {}, {}, 0, 0},
+                          {"verify step, new path, down+expand chain up to 8 rows", 5, true, 8, false, {}, {}, 0, 0}};
     const int rounds = 4, steps = 24;
     for (int round = 0; round < rounds; ++round)
       for (Variant& v : variants) {
         dev->set_follow_rollbacks(v.new_path);
         dev->set_short_step_graphs(v.new_path);
         dev->set_down_expand_rows(v.down_expand);
+        dev->set_publish_with_feeding(v.publish);
         for (int t = 0; t < 4; ++t) step(v.rows);  // settle (graphs made, mirrors in step)
         double total = 0;
         forward_counts = {};
@@ -685,6 +756,7 @@ TEST(CudaBackend, DISABLED_VerifyStepBreakdown) {
     dev->set_follow_rollbacks(true);
     dev->set_short_step_graphs(true);
     dev->set_down_expand_rows(4);
+    dev->set_publish_with_feeding(false);
     for (Variant& v : variants) {
       std::sort(v.ms.begin(), v.ms.end());
       const ExecCounts& c = v.counts;

@@ -18,6 +18,7 @@
 #include <map>
 #include <string>
 #include <typeinfo>
+#include <vector>
 
 #include "backends/cuda/cuda_graph.cuh"
 #include "backends/cuda/exec_counts.h"
@@ -182,11 +183,42 @@ class CudaExec {
     graph_armed_ = false;
   }
   const StreamGraphs::Stats& graph_stats() const { return graphs_.stats(); }
+  // Kept graphs: the stretch record() launches, captured once as one CUDA graph kept under `key`
+  // and from then on replayed as it is — nothing recorded again, no update, one graph launch — for
+  // work whose every varying input the device reads from memory at run time (a DSpark draft: its
+  // tables uploaded first, its buffers at the addresses hashed into the key). record() must not
+  // allocate or copy blocking: that ends the capture (what was captured runs once and is not kept,
+  // the rest runs launch by launch). With graphs off or while profiling, record() runs launch by
+  // launch. Returns whether a kept graph was replayed.
+  template <class F>
+  bool run_kept(uint64_t key, const F& record) {
+    if (!graphs_on_ || profiling_ || !status_.ok()) {
+      record();
+      return false;
+    }
+    flush_graph();
+    const bool armed = graph_armed_;
+    graph_armed_ = false;  // record() goes into the kept capture, not StreamGraphs' stretches
+    const auto kept = kept_.find(key);
+    if (kept != kept_.end()) {
+      ++counts_.graph_launches;
+      ++counts_.kept_replays;
+      check(cudaGraphLaunch(kept->second, stream()), "kept graph launch");
+    } else {
+      check(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+      keeping_ = status_.ok();
+      record();
+      if (keeping_) keep(key, end_kept_capture());
+    }
+    graph_armed_ = armed;
+    return kept != kept_.end();
+  }
   ~CudaExec() {
     if (graphs_.capturing()) {
       cudaGraph_t g = nullptr;
       if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
     }
+    for (const auto& [key, exec] : kept_) cudaGraphExecDestroy(exec);
     for (cudaEvent_t e : events_)
       if (e) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
@@ -220,8 +252,42 @@ class CudaExec {
   void count_captured() {
     if (graphs_.capturing() && graph_chunk_ > 0 && ++captured_ >= graph_chunk_) flush_graph();
   }
-  // Ends an open capture and launches its graph (the device runs what was recorded so far).
+  // Ends a kept capture (run_kept) and instantiates its graph; null on failure.
+  cudaGraphExec_t end_kept_capture() {
+    keeping_ = false;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    if (graph && status_.ok()) check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    if (graph) cudaGraphDestroy(graph);
+    return status_.ok() ? exec : nullptr;
+  }
+  // Launches a kept capture's graph and keeps it under key (the oldest dropped beyond kKeptGraphs).
+  static constexpr size_t kKeptGraphs = 32;
+  void keep(uint64_t key, cudaGraphExec_t exec) {
+    if (!exec) return;
+    ++counts_.graph_launches;
+    ++counts_.kept_captures;
+    check(cudaGraphLaunch(exec, stream()), "kept graph launch");
+    if (kept_order_.size() == kKeptGraphs) {
+      cudaGraphExecDestroy(kept_.at(kept_order_.front()));  // a launched graph finishes all the same
+      kept_.erase(kept_order_.front());
+      kept_order_.erase(kept_order_.begin());
+    }
+    kept_[key] = exec;
+    kept_order_.push_back(key);
+  }
+  // Ends an open capture and launches its graph (the device runs what was recorded so far). A kept
+  // capture that the host needs the device in runs once and is not kept.
   void flush_graph() {
+    if (keeping_) {
+      if (cudaGraphExec_t exec = end_kept_capture()) {
+        ++counts_.graph_launches;
+        check(cudaGraphLaunch(exec, stream()), "graph launch");
+        cudaGraphExecDestroy(exec);
+      }
+      return;
+    }
     if (!graphs_.capturing()) return;
     ++counts_.graph_launches;
     check(graphs_.end_and_launch(stream()), "graph launch");
@@ -252,6 +318,9 @@ class CudaExec {
   bool graphs_on_ = true;
   bool graph_armed_ = false;
   int64_t graph_chunk_ = kGraphChunk, captured_ = 0;
+  bool keeping_ = false;  // run_kept is capturing
+  std::map<uint64_t, cudaGraphExec_t> kept_;
+  std::vector<uint64_t> kept_order_;  // oldest first
   std::map<std::string, KernelTime> profile_;
 };
 

@@ -237,6 +237,13 @@ class DeviceBackend : public Backend {
   void ffn(int layer, std::span<const RowRange> rows) override;
   void end_batch() override {
     flush_expands();
+    // The drafter's rings are fed after this batch (the engine feeds whenever it captures the
+    // features): with set_publish_with_feeding the caches' rows wait for the feeding's, one
+    // download (feed_draft_rings).
+    if (publish_with_feeding_ && capture_) {
+      publish_at_feed_ = true;
+      return;
+    }
     flush_staged();
     ex_.graph_end();
   }
@@ -268,6 +275,20 @@ class DeviceBackend : public Backend {
   // Greedy drafts' tail (Markov bias, argmax picks, confidences) on the device (the default) or on
   // the host after downloading the logits and collapsed rows (off: the A/B and the tests' reference).
   void set_draft_tail_on_device(bool on) { draft_tail_on_device_ = on; }
+  // With draft graphs on: each draft shape's launches captured once and replayed as they are
+  // (Exec::run_kept; the attention then spans the window's W + B key slots, absent ones skipped,
+  // so the same bits), instead of recorded and updated into the executor's graphs at every draft.
+  // On by default since measured on the H200 (a batch-1 draft 0.530 → 0.462 ms; docs/DSPARK.md,
+  // session 17); off: the A/B.
+  void set_draft_replay(bool on) { draft_replay_ = on; }
+  // While the drafter's rings are fed (DSpark, set_feature_capture): the batch's cache rows are
+  // published with the rings' rows after the feeding (one download, one wait for the device a
+  // forward; the feeding's launches recorded into the step's graphs) instead of at end_batch and
+  // again after the feeding. The same rows either way. Needs feed_draft_rings after end_batch,
+  // as Engine::forward calls them. Off: measured no faster on the H200 (docs/DSPARK.md, session 17).
+  void set_publish_with_feeding(bool on) { publish_with_feeding_ = on; }
+  // Diagnostics: the device drafter's host and wait time so far (zero without it).
+  DraftTiming draft_timing() const { return draft_dev_ ? draft_dev_->timing : DraftTiming{}; }
 
  private:
   using F32 = DeviceArray<Exec, float>;
@@ -516,11 +537,15 @@ class DeviceBackend : public Backend {
   bool draft_graphs_ = true;
   bool short_step_graphs_ = true;  // see set_short_step_graphs
   bool draft_tail_on_device_ = true;
+  bool draft_replay_ = true;  // see set_draft_replay
+  bool publish_with_feeding_ = false;  // see set_publish_with_feeding
+  bool publish_at_feed_ = false;       // end_batch left the batch's rows to feed_draft_rings
   void upload_drafter(const DrafterWeights& w);
   void feed_rings_on_device(std::span<const DraftFeed> feeds);
   Status draft_on_device(std::span<const DraftRequest> requests, std::vector<DraftBlock>& out, const DraftPicker& pick);
   void draft_tables(std::span<const DraftRequest> requests);
   void reserve_draft_buffers();
+  uint64_t draft_graph_key() const;
   void draft_kernels();
   void draft_tail_kernels();
   void draft_attention(int stage);

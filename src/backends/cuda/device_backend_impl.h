@@ -458,8 +458,9 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   const int64_t n = layout.rows, d = c.hidden_size, hc = c.hc_mult;
   const int64_t H = c.num_attention_heads, D = c.head_dim, k = model_.moe_shape().top_k;
   flush_expands();
-  flush_staged();  // a caller that skipped end_batch: the caches first
+  flush_staged();  // a caller that skipped end_batch (or feed_draft_rings): the caches first
   ex_.graph_end();
+  publish_at_feed_ = false;
   layout_ = layout;
   segments_.assign(layout.segments.begin(), layout.segments.end());
   layout_.segments = segments_;
@@ -559,13 +560,23 @@ void DeviceBackend<Exec>::sync_open_groups() {
 
 template <class Exec>
 void DeviceBackend<Exec>::feed_draft_rings(std::span<const DraftFeed> feeds) {
-  if (!capture_ || feeds.empty()) return;
-  if (draft_dev_ && device_drafter_) return feed_rings_on_device(feeds);
-  const int64_t values = layout_.rows * drafter_->feature_width();
-  host_features_.resize(static_cast<size_t>(values));
-  ex_.download(host_features_.data(), features_.data(), values * int64_t(sizeof(float)));
-  feed_drafter_rings(*drafter_, config().head_dim, segments_, layout_.positions, host_features_.data(), feeds,
-                     feed_scratch_);
+  const bool publish = publish_at_feed_;  // end_batch's publication, left to here
+  publish_at_feed_ = false;
+  if (capture_ && !feeds.empty()) {
+    if (draft_dev_ && device_drafter_) {
+      feed_rings_on_device(feeds);  // its rows and the batch's in one download
+    } else {
+      const int64_t values = layout_.rows * drafter_->feature_width();
+      host_features_.resize(static_cast<size_t>(values));
+      ex_.download(host_features_.data(), features_.data(), values * int64_t(sizeof(float)));
+      feed_drafter_rings(*drafter_, config().head_dim, segments_, layout_.positions, host_features_.data(), feeds,
+                         feed_scratch_);
+    }
+  }
+  if (publish) {
+    flush_staged();
+    ex_.graph_end();
+  }
 }
 
 template <class Exec>

@@ -118,9 +118,48 @@ TEST(DeviceBackendHost, DraftGraphMatchesLaunches) {
           auto b = std::make_unique<DeviceBackend<HostExec>>(model);
           b->set_graphs(graphs, 0);
           b->set_draft_graphs(draft_graphs);
+          b->set_draft_replay(false);  // the recorded path (kept graphs: DraftReplayMatchesLaunches)
           return std::unique_ptr<Backend>(std::move(b));
         },
         [](const Backend& b) { return dynamic_cast<const DeviceBackend<HostExec>&>(b).exec_counts().graph_launches; },
+        name + " (emulation)");
+  });
+}
+
+// Drafts replayed from kept graphs (captured once per shape, replayed as they are) against launches
+// and recorded graphs: the same bits, and a draft was replayed.
+TEST(DeviceBackendHost, DraftReplayMatchesLaunches) {
+  for_each_drafter_model([](const Model& model, const std::string& name) {
+    ts::check_draft_replay(
+        model,
+        [&](bool graphs, bool replay) {
+          auto b = std::make_unique<DeviceBackend<HostExec>>(model);
+          b->set_graphs(graphs, 0);
+          b->set_draft_replay(replay);
+          return std::unique_ptr<Backend>(std::move(b));
+        },
+        [](const Backend& b) {
+          const ExecCounts& c = dynamic_cast<const DeviceBackend<HostExec>&>(b).exec_counts();
+          return std::pair<int64_t, int64_t>{c.kept_captures, c.kept_replays};
+        },
+        name + " (emulation)");
+  });
+}
+
+// A forward's cache rows published with the drafter's ring rows (one download) leave the same
+// caches after every forward, the same logits and drafts; graphs on (deferral, chunks of 5), so a
+// row read before the work that writes it has run shows.
+TEST(DeviceBackendHost, PublishWithFeedingLeavesTheSameCaches) {
+  for_each_drafter_model([](const Model& model, const std::string& name) {
+    ts::check_publish_with_feeding(
+        model,
+        [&](bool publish, bool device_drafter) {
+          auto b = std::make_unique<DeviceBackend<HostExec>>(model);
+          b->set_graphs(true, 5);
+          b->set_publish_with_feeding(publish);
+          b->set_device_drafter(device_drafter);
+          return std::unique_ptr<Backend>(std::move(b));
+        },
         name + " (emulation)");
   });
 }

@@ -38,6 +38,14 @@ struct DraftStageDev {
 template <class Exec, typename T>
 class DeviceArray;
 
+// Where the device drafter's wall time went, summed over drafts (diagnostics: a draft bound by the
+// host's launching shows host_ms ≈ its whole time and a short wait for the download).
+struct DraftTiming {
+  int64_t drafts = 0;
+  double host_ms = 0;  // from the call to the download: tables, uploads, launches or replay
+  double wait_ms = 0;  // the download: the device finishing the draft, then the copy
+};
+
 // Weights and workspace of the device drafter (owned by DeviceBackend; device_drafter_impl.h).
 template <class Exec>
 struct DeviceDraftState {
@@ -69,6 +77,7 @@ struct DeviceDraftState {
   const float *cos_dev = nullptr, *sin_dev = nullptr;
   const int32_t* head_dev = nullptr;
   const int32_t *anchors_dev = nullptr, *head_rows_dev = nullptr;  // [n], [n + 1]
+  DraftTiming timing;
 };
 
 }  // namespace dsv41

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -347,6 +348,40 @@ void DeviceBackend<Exec>::reserve_draft_buffers() {
   scratch_m_.reserve(R * model_.mhc_shape().mix_width());
 }
 
+// An executor's fast-kernel switch where it has one (CudaExec), else 0 (HostExec runs the simple bodies).
+template <class E>
+auto executor_fast_kernels(const E& e, int) -> decltype(bool(e.fast_kernels())) {
+  return e.fast_kernels();
+}
+template <class E>
+bool executor_fast_kernels(const E&, long) {
+  return false;
+}
+
+// What a kept draft graph (set_draft_replay) was captured for: the draft's shape, the switches
+// that change its launches, and the address of every buffer its launches read or write (the
+// stages swap p and pre_b, so two keys alternate; a buffer that grew elsewhere means a new capture).
+template <class Exec>
+uint64_t DeviceBackend<Exec>::draft_graph_key() const {
+  const DeviceDraftState<Exec>& S = *draft_dev_;
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a over the words below
+  const auto mix = [&h](uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ULL;
+  };
+  const int64_t words[] = {S.n, S.R, S.want, S.key_slots, int64_t(S.tail), int64_t(fused_),
+                           int64_t(executor_fast_kernels(ex_, 0))};
+  for (int64_t v : words) mix(uint64_t(v));
+  const void* buffers[] = {S.x.data(),      S.x2.data(),     S.p.data(),       S.h.data(),      S.c.data(),
+                           S.q.data(),      S.kv.data(),     S.o.data(),       S.a.data(),      S.pre_a.data(),
+                           S.post_a.data(), S.comb_a.data(), S.pre_b.data(),   S.post_b.data(), S.comb_b.data(),
+                           S.router.data(), S.hexp.data(),   S.hshared.data(), S.weights.data(), S.attn.data(),
+                           S.out.data(),    S.tables.data(), S.experts.data(), S.rings.data(),  mid_.data(),
+                           scratch_r_.data(), scratch_m_.data(), scratch_mhc_.data()};
+  for (const void* p : buffers) mix(uint64_t(reinterpret_cast<uintptr_t>(p)));
+  return h;
+}
+
 // The draft's launches, from the block's embeddings to the wanted rows' logits [want, V] and the
 // collapsed rows [R, d] in S.out (no copies: they can be captured). S.out: [want, V] logits, [want]
 // confidences and [n, B] picks (the device tail's), then [R, d] collapsed rows.
@@ -400,6 +435,7 @@ Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> reques
   const int64_t B = w.shape.block, d = c.hidden_size, V = c.vocab_size;
   const int stages = int(S.stages.size());
   DSV41_RETURN_IF_ERROR(check_draft_requests(requests, stages, V));
+  const auto t0 = std::chrono::steady_clock::now();
   S.n = static_cast<int64_t>(requests.size());
   S.R = S.n * B;
   const int64_t n = S.n, R = S.R;
@@ -413,15 +449,26 @@ Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> reques
   // replayed, Exec::graph_begin) or launch by launch; the same launches, so the same bits. Every
   // buffer is reserved first: an allocation would end a graph early.
   const bool graph = draft_graphs_ && ex_.graphs();
-  S.key_slots = S.longest + B;
+  // A kept graph is replayed while the rings grow: its attention spans the window's W + B key
+  // slots, the slots beyond a ring's entries and the block's rows absent (−inf logits, skipped
+  // values: the same bits as spanning the longest ring + B).
+  const bool replay = graph && draft_replay_;
+  S.key_slots = (replay ? std::max<int64_t>(c.sliding_window, S.longest) : S.longest) + B;
   reserve_draft_buffers();
   S.tail = !pick && draft_tail_on_device_;
-  // The drafts' own executable graphs, so a draft and the decode step after it each update
-  // theirs instead of instantiating the other's anew (StreamGraphs::restart).
-  if (graph) ex_.graph_begin(kDraftProgram);
-  draft_kernels();
-  if (S.tail) draft_tail_kernels();
-  if (graph) ex_.graph_end();
+  const auto launches = [&] {
+    draft_kernels();
+    if (S.tail) draft_tail_kernels();
+  };
+  if (replay) {
+    ex_.run_kept(draft_graph_key(), launches);
+  } else {
+    // The drafts' own executable graphs, so a draft and the decode step after it each update
+    // theirs instead of instantiating the other's anew (StreamGraphs::restart).
+    if (graph) ex_.graph_begin(kDraftProgram);
+    launches();
+    if (graph) ex_.graph_end();
+  }
   // One download: with the tail on the device the [want] confidences and [n, B] picks, after the
   // [want, V] logits where a request reads them; else the logits and the collapsed rows [R, d]
   // (S.out's layout, draft_kernels).
@@ -430,8 +477,13 @@ Status DeviceBackend<Exec>::draft_on_device(std::span<const DraftRequest> reques
       !S.tail || std::any_of(requests.begin(), requests.end(), [](const DraftRequest& r) { return r.logits; });
   const int64_t from = logits ? 0 : want * V, to = S.tail ? rows : rows + R * d;
   S.host_out.resize(size_t(to));
+  const auto t1 = std::chrono::steady_clock::now();
   ex_.download(S.host_out.data() + from, S.out.data() + from, (to - from) * int64_t(sizeof(float)));
   async_in_flight_ = false;
+  const auto t2 = std::chrono::steady_clock::now();
+  S.timing.host_ms += std::chrono::duration<double, std::milli>(t1 - t0).count();
+  S.timing.wait_ms += std::chrono::duration<double, std::milli>(t2 - t1).count();
+  ++S.timing.drafts;
   DSV41_RETURN_IF_ERROR(ex_.status());
   out.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) {

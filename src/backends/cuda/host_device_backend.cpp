@@ -20,4 +20,12 @@ void host_device_backend_set_draft_graphs(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<HostExec>*>(&backend)) b->set_draft_graphs(on);
 }
 
+void host_device_backend_set_draft_replay(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<HostExec>*>(&backend)) b->set_draft_replay(on);
+}
+
+void host_device_backend_set_publish_with_feeding(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<HostExec>*>(&backend)) b->set_publish_with_feeding(on);
+}
+
 }  // namespace dsv41

@@ -19,5 +19,10 @@ void host_device_backend_set_device_drafter(Backend& backend, bool on);
 // The device drafter's draft through the emulated graph (recorded once, replayed; the default) or
 // launch by launch (DeviceBackend::set_draft_graphs). Nothing for another backend.
 void host_device_backend_set_draft_graphs(Backend& backend, bool on);
+// Each draft shape's launches captured once and replayed as they are (the default with graphs on;
+// DeviceBackend::set_draft_replay).
+void host_device_backend_set_draft_replay(Backend& backend, bool on);
+// The batch's cache rows published with the drafter's ring rows (DeviceBackend::set_publish_with_feeding).
+void host_device_backend_set_publish_with_feeding(Backend& backend, bool on);
 
 }  // namespace dsv41

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,6 +95,42 @@ class HostExec {
     flush_graph();
     graph_armed_ = false;
   }
+  // CudaExec's kept graphs (run_kept): the first time a key is met, record()'s launches are queued
+  // (deferred as a graph's, unchunked), kept with their arguments and run; after that the kept
+  // launches run again as they were captured. So a replay reads what the "device" memory holds
+  // then, and computes from stale values wherever the caller baked one into a launch: what a CUDA
+  // graph replayed as it is does. A blocking call during record() ends the capture (run, not
+  // kept), as on the GPU. Graphs off (the default here): record() runs launch by launch.
+  template <class F>
+  bool run_kept(uint64_t key, const F& record) {
+    if (!graphs_on_ || !failure_.ok()) {
+      record();
+      return false;
+    }
+    flush_graph();
+    const auto kept = kept_.find(key);
+    if (kept != kept_.end()) {
+      ++counts_.graph_launches;
+      ++counts_.kept_replays;
+      for (const auto& f : kept->second) f();
+      return true;
+    }
+    const bool armed = graph_armed_;
+    const int64_t chunk = graph_chunk_;
+    graph_armed_ = true;
+    graph_chunk_ = 0;
+    keeping_ = true;
+    record();
+    if (keeping_) {
+      keeping_ = false;
+      ++counts_.kept_captures;
+      kept_[key] = queued_;
+    }
+    flush_graph();
+    graph_armed_ = armed;
+    graph_chunk_ = chunk;
+    return false;
+  }
   // A chain of dependent launches (e.g. dk::MhcCoeffChain): here always its simple launches.
   template <class C>
   void run_chain(const C& c) {
@@ -104,6 +141,7 @@ class HostExec {
  private:
   // Runs what was queued since the last flush, in order (a graph launched and waited for).
   void flush_graph() {
+    keeping_ = false;  // a kept capture the host needs the device in is not kept
     if (queued_.empty()) return;
     ++counts_.graph_launches;
     std::vector<std::function<void()>> run;
@@ -126,6 +164,8 @@ class HostExec {
   bool graph_armed_ = false;
   int64_t graph_chunk_ = 0;
   std::vector<std::function<void()>> queued_;
+  bool keeping_ = false;  // run_kept is capturing
+  std::map<uint64_t, std::vector<std::function<void()>>> kept_;
 };
 
 }  // namespace dsv41

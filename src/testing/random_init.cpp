@@ -23,6 +23,7 @@
 #include "model/engram_token_map.h"
 #include "plan/layer_plan.h"
 #include "testing/random_tokenizer.h"
+#include "testing/ordered_object.h"
 
 namespace dsv41 {
 namespace fs = std::filesystem;
@@ -366,7 +367,7 @@ Result<RandomInitReport> write_random_model(const std::string& config_path, cons
   DSV41_RETURN_IF_ERROR(write_text((fs::path(out_dir) / "tokenizer.json").string(), tok.json));
   for (const std::string& note : rep.notes) say("note: config.json: " + note);
 
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  OrderedObjectBuilder weight_map;
   int64_t written = 0, count = 0;
   size_t i = 0;
   for (int k = 0; k < shards; ++k) {
@@ -394,7 +395,7 @@ Result<RandomInitReport> write_random_model(const std::string& config_path, cons
       tv.dtype = is_scale ? (s.kind == Kind::kFloatTable ? DType::kF32 : DType::kF8E8M0) : s.wdtype;
       tv.shape = is_scale ? s.sshape : s.wshape;
       tv.bytes = std::span<const uint8_t>(buffers[v]);
-      weight_map[tv.name] = shard_name(k);
+      weight_map.set(tv.name, shard_name(k));
       written += static_cast<int64_t>(buffers[v].size());
       views.push_back(std::move(tv));
     }
@@ -405,7 +406,7 @@ Result<RandomInitReport> write_random_model(const std::string& config_path, cons
     say(fmt::format("shard {}/{} {}: weights {}/{}, {:.1f} of {:.1f} MiB", k + 1, shards, shard_name(k), i,
                     stored.size(), written / 1048576.0, total / 1048576.0));
   }
-  nlohmann::ordered_json index = {{"metadata", {{"total_size", written}}}, {"weight_map", weight_map}};
+  nlohmann::ordered_json index = {{"metadata", {{"total_size", written}}}, {"weight_map", weight_map.take()}};
   DSV41_RETURN_IF_ERROR(write_text((fs::path(out_dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n"));
 
   // Known loadable: re-open as a release checkpoint and check against the plan.

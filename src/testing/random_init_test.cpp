@@ -22,6 +22,8 @@
 #include "model/engram_token_map.h"
 #include "plan/layer_plan.h"
 #include "testing/random_tokenizer.h"
+#include "testing/ordered_object.h"
+#include "testing/random_stream.h"
 #include "model/dspark_weights.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -401,6 +403,20 @@ TEST(RandomInit, ShippedConfigsParsePlanAndHaveEveryRole) {
   EXPECT_EQ(mini->o_groups * mini->o_lora_rank, 8 * 1024);
   EXPECT_EQ(mini->index_topk, 512);
   EXPECT_EQ(mini->candidate_topk_blocks * mini->candidate_block_size, 2048 * 8);
+}
+
+// The vocabulary's and the weight map's builder gives what ordered_json's operator[] gives (order
+// of first insertion, a repeated key's last value), without its linear search.
+TEST(RandomInit, OrderedObjectBuilderEqualsOrderedJsonInsertion) {
+  RandomStream rng(7);
+  nlohmann::ordered_json slow = nlohmann::ordered_json::object();
+  OrderedObjectBuilder fast;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string key = "k" + std::to_string(rng.next() % 1000);  // many repeats
+    slow[key] = i;
+    fast.set(key, i);
+  }
+  EXPECT_EQ(fast.take().dump(), slow.dump());
 }
 
 // bench/configs/flash-synthetic.json: the release's V4.1-Flash config (data/configs) with only the

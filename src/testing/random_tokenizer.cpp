@@ -1,5 +1,6 @@
 // Byte-level BPE tokenizer for random models. See header.
 #include "testing/random_tokenizer.h"
+#include "testing/ordered_object.h"
 
 #include <fmt/format.h>
 #include <utf8proc.h>
@@ -177,13 +178,14 @@ Result<RandomTokenizer> make_random_tokenizer(const ModelConfig& c) {
 
   using nlohmann::ordered_json;
   ordered_json added = ordered_json::array();
-  ordered_json vocab = ordered_json::object();
+  OrderedObjectBuilder vocab_items;
   for (int64_t id = 0; id < V; ++id) {
-    vocab[t.raw[id]] = id;
+    vocab_items.set(t.raw[id], id);
     if (special[id])
       added.push_back({{"id", id}, {"content", t.raw[id]}, {"single_word", false}, {"lstrip", false},
                        {"rstrip", false}, {"normalized", false}, {"special", true}});
   }
+  ordered_json vocab = vocab_items.take();
   ordered_json merge_list = ordered_json::array();
   for (const auto& [a, b] : merges.pairs) merge_list.push_back({a, b});
   ordered_json root = {

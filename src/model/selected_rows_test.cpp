@@ -44,6 +44,17 @@ struct Source {
   }
 };
 
+// `count` random window rows of width D, as the cache stores them (FP8 window records).
+void push_window_rows(WindowRing& ring, int64_t count, int64_t D, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> row(D);
+  for (int64_t p = 0; p < count; ++p) {
+    for (float& v : row) v = nd(rng);
+    row_fake_quant(RowKind::kWindow, row.data(), D);
+    ring.push(row.data());
+  }
+}
+
 TEST(SelectedRows, HeldSelectionGivesTheBitsOfUnpackingEveryCall) {
   const ModelConfig c = small_config();
   auto rope = Rope::create(c);
@@ -58,12 +69,8 @@ TEST(SelectedRows, HeldSelectionGivesTheBitsOfUnpackingEveryCall) {
   b.add(rng, 10);
   for (int64_t T : {1, 3}) {
     WindowRing ring(6, 8, D);
-    std::vector<float> row(D), chunk(T * D), q(T * H * D);
-    for (int64_t p = 0; p < start; ++p) {
-      for (float& v : row) v = nd(rng);
-      row_fake_quant(RowKind::kWindow, row.data(), D);
-      ring.push(row.data());
-    }
+    std::vector<float> chunk(T * D), q(T * H * D);
+    push_window_rows(ring, start, D, rng);
     for (float& v : chunk) v = nd(rng);
     for (float& v : q) v = nd(rng);
     std::vector<int64_t> positions(T);
@@ -110,12 +117,8 @@ TEST(SelectedRows, AmxTilesAgreeWithTheVectorLoopsFromEitherKeySource) {
   std::normal_distribution<float> nd(0, 1);
   for (int64_t h = 0; h < H; ++h) w.attn_sink.push_back(nd(rng));
   WindowRing ring(6, 8, D);
-  std::vector<float> row(D), chunk(T * D), q(T * H * D);
-  for (int64_t p = 0; p < start; ++p) {
-    for (float& v : row) v = nd(rng);
-    row_fake_quant(RowKind::kWindow, row.data(), D);
-    ring.push(row.data());
-  }
+  std::vector<float> chunk(T * D), q(T * H * D);
+  push_window_rows(ring, start, D, rng);
   for (float& v : chunk) v = nd(rng);
   for (int64_t i = 0; i < T; ++i) row_fake_quant(RowKind::kWindow, chunk.data() + i * D, D);
   for (float& v : q) v = nd(rng);

@@ -154,7 +154,20 @@ struct AttnInputs {
     }
     job = {g, dev.up(q), dev.template zeros<float>(c.T * c.H * L), dev.template zeros<float>(c.T * c.H * c.D)};
   }
+  // A batch of this case alone: its job, random sinks, the 1/√D scaling.
+  dk::AttnBatch alone(kc::Dev<CudaExec>& dev, std::mt19937& rng, const AttnCase& c) const {
+    dk::AttnBatch b;
+    b.sink = dev.up(kc::randn(rng, c.H));
+    b.scaling = float(1.0 / std::sqrt(double(c.D)));
+    b.jobs[b.n++] = job;
+    return b;
+  }
 };
+
+std::string case_name(const AttnCase& c) {
+  return "attention " + std::to_string(c.T) + "x" + std::to_string(c.H) + "x" + std::to_string(c.D) + " win " +
+         std::to_string(c.win) + " k " + std::to_string(c.k) + " start " + std::to_string(c.start);
+}
 
 TEST(FastAttentionCuda, SplitSinkAttentionEqualsSimple) {
   DSV41_REQUIRE_CUDA_DEVICE();
@@ -172,14 +185,8 @@ TEST(FastAttentionCuda, SplitSinkAttentionEqualsSimple) {
   };
   for (const AttnCase& c : alone) {
     AttnInputs in(dev, rng, c);
-    dk::AttnBatch b;
-    b.sink = dev.up(kc::randn(rng, c.H));
-    b.scaling = float(1.0 / std::sqrt(double(c.D)));
-    b.jobs[b.n++] = in.job;
-    expect_same_bits(ex, [&] { ex.run_chain(b); }, in.job.o, c.T * c.H * c.D,
-                     "attention " + std::to_string(c.T) + "x" + std::to_string(c.H) + "x" + std::to_string(c.D) +
-                         " win " + std::to_string(c.win) + " k " + std::to_string(c.k) + " start " +
-                         std::to_string(c.start));
+    const dk::AttnBatch b = in.alone(dev, rng, c);
+    expect_same_bits(ex, [&] { ex.run_chain(b); }, in.job.o, c.T * c.H * c.D, case_name(c));
     // AttnChain (one segment) takes the same kernels.
     const dk::AttnChain chain = b.chain(0);
     expect_same_bits(ex, [&] { ex.run_chain(chain); }, in.job.o, c.T * c.H * c.D, "attention chain");
@@ -280,13 +287,7 @@ TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
     const std::string name = names[int(p)];
     for (const AttnCase& c : alone) {
       AttnInputs in(dev, rng, c);
-      dk::AttnBatch b;
-      b.sink = dev.up(kc::randn(rng, c.H));
-      b.scaling = float(1.0 / std::sqrt(double(c.D)));
-      b.jobs[b.n++] = in.job;
-      check(b, name + " attention " + std::to_string(c.T) + "x" + std::to_string(c.H) +
-                   "x" + std::to_string(c.D) + " win " + std::to_string(c.win) + " k " + std::to_string(c.k) +
-                   " start " + std::to_string(c.start));
+      check(in.alone(dev, rng, c), name + " " + case_name(c));
     }
     std::vector<AttnCase> decode;
     for (int j = 0; j < dk::AttnBatch::kMax; ++j)

@@ -90,6 +90,26 @@ TEST(SpeedBench, RunsOnTheGivenBackend) {
   EXPECT_NE(failed.status().to_string().find("context 24"), std::string::npos) << failed.status().to_string();
 }
 
+// The same on the golden fixtures: the device backend (emulated) against a cold, full-depth,
+// single-sequence CPU run, prefill in chunks.
+TEST(SpeedBench, GivenBackendDecodesTheCpuIdsOnTheGoldenFixtures) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
+  for (const char* name : {"v41-tiny-f32", "v41-tiny-bf16"}) {
+    auto model = Model::load(std::string(DSV41_GOLDEN_DIR) + "/" + name).value();
+    SpeedBenchOptions o;
+    o.contexts = {33};
+    o.decode_tokens = 6;
+    o.chunk = 16;
+    auto cpu = run_speed_bench(*model, o);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+    o.make_backend = [&]() -> Result<std::unique_ptr<Backend>> { return make_host_device_backend(*model); };
+    auto device = run_speed_bench(*model, o);
+    ASSERT_TRUE(device.ok()) << device.status().to_string();
+    EXPECT_EQ((*device)[0].decoded, (*cpu)[0].decoded) << name;
+    EXPECT_EQ((*device)[0].decoded.size(), 6u) << name;
+  }
+}
+
 TEST(SpeedBench, PromptIsDeterministicAndAvoidsSpecialIds) {
   const auto a = speed_bench_prompt(643, 500, 9), b = speed_bench_prompt(643, 500, 9);
   EXPECT_EQ(a, b);

@@ -5,8 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include "app/command.h"
 #include "app/option_checks.h"

@@ -277,9 +277,10 @@ void encode_all(std::span<const Stored> part, const ModelConfig& config, const R
     for (size_t j; (j = next.fetch_add(1)) < part.size();)
       encode(part[j], random_tensor_values(part[j].e, config, opt.seed), weights[j], scales[j]);
   };
-  const size_t helpers = std::min<size_t>(part.size(), static_cast<size_t>(std::max(opt.threads, 1))) - 1;
+  const size_t wanted = static_cast<size_t>(std::max(opt.threads, 1));
+  const size_t helpers = part.empty() ? 0 : std::min(part.size(), wanted) - 1;  // the caller is one
   std::vector<std::thread> threads;
-  for (size_t t = 0; t < helpers && part.size() > 1; ++t) threads.emplace_back(work);
+  for (size_t t = 0; t < helpers; ++t) threads.emplace_back(work);
   work();
   for (std::thread& t : threads) t.join();
 }

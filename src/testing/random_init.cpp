@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 #include <span>
 #include <thread>
@@ -131,8 +133,10 @@ Result<Stored> plan_storage(const ExpectedTensor& e, const ModelConfig& c, bool 
 
 // Block-scaled encoding: scale = 2^ceil(log2(amax / max_code)) per [br × bc] block (UE8M0),
 // codes = encode(x / scale). A zero block gets scale 1.
+// `put(r, c, scaled)` stores one code (a template, not std::function: it runs once per value).
+template <class Put>
 void encode_blocks(const std::vector<float>& v, int64_t rows, int64_t cols, int br, int bc, float max_code,
-                   const std::function<void(int64_t r, int64_t c, float scaled)>& put, std::vector<uint8_t>& scale) {
+                   const Put& put, std::vector<uint8_t>& scale) {
   const int64_t sr = ceil_div(rows, br), sc = ceil_div(cols, bc);
   scale.assign(static_cast<size_t>(sr * sc), 0);
   for (int64_t bi = 0; bi < sr; ++bi) {
@@ -267,15 +271,21 @@ std::vector<float> random_tensor_values(const ExpectedTensor& t, const ModelConf
 
 namespace {
 
-// Draws and encodes `part` into weights / scales (same index), opt.threads tensors at a time.
+// Draws and encodes `part` into weights / scales (same index), opt.threads tensors at a time,
+// the largest first (so that a large tensor taken last does not leave the other threads idle).
 // Each tensor's values come from its own seed (random_tensor_values), so the bytes do not depend
 // on the thread count or the order.
 void encode_all(std::span<const Stored> part, const ModelConfig& config, const RandomInitOptions& opt,
                 std::vector<std::vector<uint8_t>>& weights, std::vector<std::vector<uint8_t>>& scales) {
+  std::vector<size_t> order(part.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return part[a].wbytes > part[b].wbytes; });
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t j; (j = next.fetch_add(1)) < part.size();)
+    for (size_t n; (n = next.fetch_add(1)) < part.size();) {
+      const size_t j = order[n];
       encode(part[j], random_tensor_values(part[j].e, config, opt.seed), weights[j], scales[j]);
+    }
   };
   const size_t wanted = static_cast<size_t>(std::max(opt.threads, 1));
   const size_t helpers = part.empty() ? 0 : std::min(part.size(), wanted) - 1;  // the caller is one
@@ -368,14 +378,30 @@ Result<RandomInitReport> write_random_model(const std::string& config_path, cons
   DSV41_RETURN_IF_ERROR(write_text((fs::path(out_dir) / "tokenizer.json").string(), tok.json));
   for (const std::string& note : rep.notes) say("note: config.json: " + note);
 
+  // Shard k + 1 is drawn and encoded (on other threads) while shard k is written.
+  std::vector<size_t> shard_first(static_cast<size_t>(shards) + 1, stored.size());
+  for (size_t j = stored.size(); j-- > 0;) shard_first[static_cast<size_t>(shard_of[j])] = j;
+  struct Encoded {
+    std::vector<std::vector<uint8_t>> weights, scales;
+  };
+  auto encode_shard = [&](int k) {
+    const size_t first = shard_first[static_cast<size_t>(k)], end = shard_first[static_cast<size_t>(k) + 1];
+    Encoded e{std::vector<std::vector<uint8_t>>(end - first), std::vector<std::vector<uint8_t>>(end - first)};
+    encode_all(std::span<const Stored>(stored).subspan(first, end - first), config, opt, e.weights, e.scales);
+    return e;
+  };
+  std::future<Encoded> ahead = std::async(std::launch::async, encode_shard, 0);
+
   OrderedObjectBuilder weight_map;
   int64_t written = 0, count = 0;
   size_t i = 0;
   for (int k = 0; k < shards; ++k) {
     const size_t first = i;
     while (i < stored.size() && shard_of[i] == k) ++i;
-    std::vector<std::vector<uint8_t>> weights(i - first), scales(i - first);
-    encode_all(std::span<const Stored>(stored).subspan(first, i - first), config, opt, weights, scales);
+    Encoded encoded = ahead.get();
+    if (k + 1 < shards) ahead = std::async(std::launch::async, encode_shard, k + 1);
+    std::vector<std::vector<uint8_t>>& weights = encoded.weights;
+    std::vector<std::vector<uint8_t>>& scales = encoded.scales;
     if (stored.size() > 2000) say(fmt::format("  weight {}/{}", i, stored.size()));
     std::vector<std::vector<uint8_t>> buffers;
     std::vector<TensorView> views;

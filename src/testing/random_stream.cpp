@@ -9,13 +9,4 @@ uint64_t fnv1a64(std::string_view s) {
   return h;
 }
 
-uint64_t RandomStream::next() { return gen_.next(); }
-float RandomStream::uniform() { return gen_.uniform24(); }
-
-float RandomStream::normal() {
-  // Sum of 4 U(0,1): mean 2, variance 4/12; scaled by sqrt(3) to unit variance.
-  const float s = uniform() + uniform() + uniform() + uniform();
-  return (s - 2.0f) * 1.7320508f;
-}
-
 }  // namespace dsv41

@@ -15,9 +15,15 @@ namespace dsv41 {
 class RandomStream {
  public:
   explicit RandomStream(uint64_t seed) : gen_(seed) {}
-  uint64_t next();
-  float uniform();  // [0, 1), 24-bit resolution
-  float normal();   // mean 0, variance 1 (Irwin–Hall of 4 uniforms)
+  // Inline: a random model draws billions of these.
+  uint64_t next() { return gen_.next(); }
+  float uniform() { return gen_.uniform24(); }  // [0, 1), 24-bit resolution
+  float normal() {  // mean 0, variance 1 (Irwin–Hall of 4 uniforms)
+    // Sum of 4 U(0,1): mean 2, variance 4/12; scaled by sqrt(3) to unit variance. Drawn one
+    // after another (the order the bytes of every written model depend on).
+    const float u0 = uniform(), u1 = uniform(), u2 = uniform(), u3 = uniform();
+    return (u0 + u1 + u2 + u3 - 2.0f) * 1.7320508f;
+  }
  private:
   Xoshiro256 gen_;
 };

@@ -406,6 +406,24 @@ TEST(CudaBackend, DraftFusedMatchesUnfused) {
   });
 }
 
+// Session 18's fewer draft kernels (every greedy slot in one launch, the attention's keys staged in
+// shared memory) against session 17's kernels: the same bits, fewer launches in the drafts.
+TEST(CudaBackend, DraftSlotsInOneLaunchMatchSlotBySlot) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for_each_drafter_model([](const Model& model, const std::string& name) {
+    ts::check_draft_fused(
+        model,
+        [&](bool on) {
+          return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) {
+            b.set_draft_slots_one_launch(on);
+            b.set_draft_keys_in_shared(on);
+          });
+        },
+        [](const Backend& b) { return dynamic_cast<const DeviceBackend<CudaExec>&>(b).exec_counts().launches; },
+        name + " (cuda)", "the slots in one launch and staged keys");
+  });
+}
+
 // Decode steps and drafts in turn, as DSpark runs them: drafts update their own executable graphs
 // (StreamGraphs' programs), so once they have run, a draft's graph launches are updates, not
 // instantiations (sharing the decode steps' graphs, each draft stretch would find the decode

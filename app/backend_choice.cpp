@@ -76,6 +76,13 @@ void set_draft_replay(const std::string& name, Backend& backend, bool on) {
 #endif
 }
 
+void set_fewer_draft_kernels(const std::string& name, Backend& backend, bool on) {
+  if (name == "device-emulation") host_device_backend_set_fewer_draft_kernels(backend, on);
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_fewer_draft_kernels(backend, on);
+#endif
+}
+
 void set_publish_with_feeding(const std::string& name, Backend& backend, bool on) {
   if (name == "device-emulation") host_device_backend_set_publish_with_feeding(backend, on);
 #if defined(DSV41_WITH_CUDA)

@@ -42,5 +42,8 @@ void set_draft_graphs(const std::string& name, Backend& backend, bool on);
 void set_draft_replay(const std::string& name, Backend& backend, bool on);
 // While DSpark feeds the drafter's rings: a forward's cache rows published with the rings' rows.
 void set_publish_with_feeding(const std::string& name, Backend& backend, bool on);
+// A draft's greedy slots in one launch and its attention's keys in shared memory (on, the
+// default) or session 17's kernels; the same bits either way.
+void set_fewer_draft_kernels(const std::string& name, Backend& backend, bool on);
 
 }  // namespace dsv41::app

@@ -85,6 +85,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   if (o.no_draft_graph) set_draft_graphs(o.backend, *backend, false);
   set_draft_replay(o.backend, *backend, o.draft_replay);
   if (o.publish_with_feeding) set_publish_with_feeding(o.backend, *backend, true);
+  set_fewer_draft_kernels(o.backend, *backend, o.fewer_draft_kernels);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(backend), model.engram_tables(), eo));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, Scheduler::create(*engine, so));
   std::vector<int64_t> tickets;
@@ -186,6 +187,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   out["draft_graph"] = !o.host_drafter && o.backend != "cpu" && !o.no_draft_graph;
   out["draft_replay"] = o.draft_replay;
   out["publish_with_feeding"] = o.publish_with_feeding;
+  out["fewer_draft_kernels"] = o.fewer_draft_kernels;
   out["requests"] = reqs->size();
   out["queue"] = o.queue > 0;
   std::printf("| batch | --dspark | median tok/s | vs off | tokens per verify step | accepted per drafting step | "

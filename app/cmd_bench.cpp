@@ -169,6 +169,9 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--dspark-draft-replay", dso.draft_replay,
                  "with --dspark on a device backend: each draft shape captured once as a graph and replayed as it is "
                  "(true, the default) or recorded at every draft (false)");
+  cli.add_option("--dspark-fewer-draft-kernels", dso.fewer_draft_kernels,
+                 "with --dspark on a device backend: a draft's greedy slots in one launch and its attention's keys "
+                 "in shared memory (true, the default) or session 17's kernels (false)");
   cli.add_flag("--dspark-publish-with-feeding", dso.publish_with_feeding,
                "with --dspark on a device backend: a forward's cache rows downloaded with the drafter's ring rows (one wait)");
   GpusFlag gpus;

@@ -373,9 +373,11 @@ inline void check_publish_with_feeding(const Model& model,
 // launching each body on its own: the same ids, logits and confidences bit for bit over the
 // scenario's four drafts, and fewer launches in the drafts. make_device(fused) gives a fresh
 // device backend with the device drafter on and fused launches on or off; launches(backend) its
-// executor's launches so far.
+// executor's launches so far. `change`: what make_device(true) changes (for the printed line; other
+// launch-saving switches use the same check).
 inline void check_draft_fused(const Model& model, const std::function<std::unique_ptr<Backend>(bool)>& make_device,
-                              const std::function<int64_t(const Backend&)>& launches, const std::string& what) {
+                              const std::function<int64_t(const Backend&)>& launches, const std::string& what,
+                              const std::string& change = "fused launches") {
   ASSERT_NE(model.drafter(), nullptr) << what << ": the model has no drafter";
   DraftRuns runs[2];
   int64_t in_drafts[2] = {0, 0};
@@ -391,12 +393,13 @@ inline void check_draft_fused(const Model& model, const std::function<std::uniqu
   }
   int values = 0;
   const int differ = bits_differ(runs[0], runs[1], values, what);
-  std::printf("%s, drafts with fused launches vs without (4 drafts of 3 sequences): %d of %d logits and confidences "
-              "differ; %lld launches in the drafts fused, %lld unfused\n",
-              what.c_str(), differ, values, static_cast<long long>(in_drafts[1]), static_cast<long long>(in_drafts[0]));
+  std::printf("%s, drafts with %s vs without (4 drafts of 3 sequences): %d of %d logits and confidences "
+              "differ; %lld launches in the drafts with, %lld without\n",
+              what.c_str(), change.c_str(), differ, values, static_cast<long long>(in_drafts[1]),
+              static_cast<long long>(in_drafts[0]));
   EXPECT_EQ(differ, 0) << what;
   EXPECT_GT(values, 0) << what;
-  EXPECT_LT(in_drafts[1], in_drafts[0]) << what << ": fused launches saved nothing in the drafts";
+  EXPECT_LT(in_drafts[1], in_drafts[0]) << what << ": " << change << " saved nothing in the drafts";
 }
 
 // The greedy tail on the device (Markov bias, argmax picks slot after slot, confidences:

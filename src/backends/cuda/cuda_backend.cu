@@ -63,6 +63,13 @@ void cuda_backend_set_publish_with_feeding(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_publish_with_feeding(on);
 }
 
+void cuda_backend_set_fewer_draft_kernels(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) {
+    b->set_draft_slots_one_launch(on);
+    b->set_draft_keys_in_shared(on);
+  }
+}
+
 void cuda_backend_set_batched_compress(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_batched_compress(on);
 }

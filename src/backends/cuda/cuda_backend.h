@@ -57,5 +57,8 @@ void cuda_backend_set_draft_replay(Backend& backend, bool on);
 // While DSpark feeds the drafter's rings: a forward's cache rows downloaded with the rings' rows,
 // one wait instead of two (DeviceBackend::set_publish_with_feeding). Nothing for another backend.
 void cuda_backend_set_publish_with_feeding(Backend& backend, bool on);
+// A draft's greedy slots in one launch and its attention's keys in shared memory (the default;
+// DeviceBackend::set_draft_slots_one_launch, set_draft_keys_in_shared). Nothing for another backend.
+void cuda_backend_set_fewer_draft_kernels(Backend& backend, bool on);
 
 }  // namespace dsv41

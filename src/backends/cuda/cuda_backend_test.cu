@@ -406,6 +406,24 @@ TEST(CudaBackend, DraftFusedMatchesUnfused) {
   });
 }
 
+// Session 18's fewer draft kernels (every greedy slot in one launch, the attention's keys staged in
+// shared memory) against session 17's kernels: the same bits, fewer launches in the drafts.
+TEST(CudaBackend, DraftSlotsInOneLaunchMatchSlotBySlot) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for_each_drafter_model([](const Model& model, const std::string& name) {
+    ts::check_draft_fused(
+        model,
+        [&](bool on) {
+          return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) {
+            b.set_draft_slots_one_launch(on);
+            b.set_draft_keys_in_shared(on);
+          });
+        },
+        [](const Backend& b) { return dynamic_cast<const DeviceBackend<CudaExec>&>(b).exec_counts().launches; },
+        name + " (cuda)", "the slots in one launch and staged keys");
+  });
+}
+
 // Decode steps and drafts in turn, as DSpark runs them: drafts update their own executable graphs
 // (StreamGraphs' programs), so once they have run, a draft's graph launches are updates, not
 // instantiations (sharing the decode steps' graphs, each draft stretch would find the decode
@@ -585,6 +603,30 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
                   "from its kept graph %.3f ms (host %.3f, wait %.3f)\n",
                   batch, best[0], splits[0].host_ms, splits[0].wait_ms, best[1], splits[1].host_ms, splits[1].wait_ms);
     }
+    // Session 18: the greedy slots in one launch and the attention's keys staged in shared memory,
+    // off (session 17's kernels) against on, replayed from kept graphs, in turn 3 times (the faster kept).
+    {
+      const auto fewer = [&](bool on) {
+        dev->set_draft_slots_one_launch(on);
+        dev->set_draft_keys_in_shared(on);
+      };
+      dev->set_draft_replay(true);
+      double best[2] = {1e30, 1e30};
+      DraftTiming splits[2];
+      for (int round = 0; round < 3; ++round)
+        for (int on = 0; on < 2; ++on) {
+          fewer(on == 1);
+          const double ms = wall(true, 50);
+          if (ms < best[on]) {
+            best[on] = ms;
+            splits[on] = split;
+          }
+        }
+      dev->set_draft_replay(false);
+      std::printf("batch %d: a replayed draft with session 17's slots and attention %.3f ms (wait %.3f); with the slots "
+                  "in one launch and the keys in shared memory %.3f ms (wait %.3f)\n",
+                  batch, best[0], splits[0].wait_ms, best[1], splits[1].wait_ms);
+    }
     dev->set_draft_tail_on_device(false);
     const double host_tail = wall(true, 50);
     dev->set_draft_tail_on_device(true);
@@ -633,14 +675,22 @@ TEST(CudaBackend, DISABLED_DraftTimeBreakdown) {
       return p;
     };
     const Profile fused = profile(true), separate = profile(false);
+    dev->set_draft_slots_one_launch(false);  // session 17's slots and attention, for their kernels' times
+    dev->set_draft_keys_in_shared(false);
+    const Profile before18 = profile(true);
+    dev->set_draft_slots_one_launch(true);
+    dev->set_draft_keys_in_shared(true);
     std::printf("batch %d: a draft %.3f ms with the graph (%.3f ms with the tail on the host; %.3f ms unfused, %.1f "
                 "launches a draft against %.1f fused), %.3f ms launch by launch; profiled: %.1f launches, %.3f ms of "
                 "kernels (%.3f ms wall while profiling); unfused %.1f launches, %.3f ms of kernels\n",
                 batch, with_graph, host_tail, unfused, unfused_launches, fused_launches, launches,
                 double(fused.count) * per, fused.device_ms, fused.wall_ms, double(separate.count) * per,
                 separate.device_ms);
-    for (const Profile* p : {&fused, &separate}) {
+    std::printf("batch %d: with session 17's slots and attention %.1f launches, %.3f ms of kernels\n", batch,
+                double(before18.count) * per, before18.device_ms);
+    for (const Profile* p : {&fused, &separate, &before18}) {
       if (p == &separate) std::printf("batch %d unfused, its largest kernels:\n", batch);
+      if (p == &before18) std::printf("batch %d with session 17's slots and attention, its largest kernels:\n", batch);
       for (size_t i = 0; i < std::min<size_t>(p->kernels.size(), 12); ++i)
         std::printf("  %.4f ms  %s\n", p->kernels[i].first, p->kernels[i].second.c_str());
     }

@@ -281,6 +281,13 @@ class DeviceBackend : public Backend {
   // On by default since measured on the H200 (a batch-1 draft 0.530 → 0.462 ms; docs/DSPARK.md,
   // session 17); off: the A/B.
   void set_draft_replay(bool on) { draft_replay_ = on; }
+  // Fewer draft kernels (fast executors; the same bits either way, tests compare both ways):
+  // every greedy slot of the device tail in one launch (dk::DraftSlotsChain: a cluster of blocks
+  // per request) instead of two launches a slot; and the block attention's values pass reading
+  // the key rows its logits pass decoded into shared memory (DraftAttnChain::keys_in_shared).
+  // Off: session 17's kernels (the A/B). docs/DSPARK.md, session 18.
+  void set_draft_slots_one_launch(bool on) { draft_slots_one_launch_ = on; }
+  void set_draft_keys_in_shared(bool on) { draft_keys_in_shared_ = on; }
   // While the drafter's rings are fed (DSpark, set_feature_capture): the batch's cache rows are
   // published with the rings' rows after the feeding (one download, one wait for the device a
   // forward; the feeding's launches recorded into the step's graphs) instead of at end_batch and
@@ -538,6 +545,8 @@ class DeviceBackend : public Backend {
   bool short_step_graphs_ = true;  // see set_short_step_graphs
   bool draft_tail_on_device_ = true;
   bool draft_replay_ = true;  // see set_draft_replay
+  bool draft_slots_one_launch_ = true;  // see set_draft_slots_one_launch
+  bool draft_keys_in_shared_ = true;    // see set_draft_keys_in_shared
   bool publish_with_feeding_ = false;  // see set_publish_with_feeding
   bool publish_at_feed_ = false;       // end_batch left the batch's rows to feed_draft_rings
   void upload_drafter(const DrafterWeights& w);

@@ -254,7 +254,8 @@ void DeviceBackend<Exec>::draft_attention(int s) {
   const dk::DraftAttnGeom g{S.rings.data() + s * S.n, B, H, D, S.key_slots, S.kv.data()};
   ex_.run_chain(dk::DraftAttnChain{dk::DraftAttnLogitsK{g, S.q.data(), float(std::pow(double(D), -0.5)), S.attn.data()},
                                    dk::DraftAttnSoftmaxK{g, L.sink, S.attn.data()},
-                                   dk::DraftAttnValuesK{g, S.attn.data(), S.o.data()}, R});
+                                   dk::DraftAttnValuesK{g, S.attn.data(), S.o.data()}, R,
+                                   draft_keys_in_shared_});
   rope(S.o.data(), R, H, D, S.cos_dev, S.sin_dev, 0, true);
   // attention_output: grouped wo_a, then wo_b; mHC expand.
   const int64_t HD = H * D, groups = c.o_groups, olr = c.o_lora_rank, gin = HD / groups;
@@ -369,8 +370,15 @@ uint64_t DeviceBackend<Exec>::draft_graph_key() const {
     h ^= v;
     h *= 1099511628211ULL;
   };
-  const int64_t words[] = {S.n, S.R, S.want, S.key_slots, int64_t(S.tail), int64_t(fused_),
-                           int64_t(executor_fast_kernels(ex_, 0))};
+  const int64_t words[] = {S.n,
+                           S.R,
+                           S.want,
+                           S.key_slots,
+                           int64_t(S.tail),
+                           int64_t(fused_),
+                           int64_t(executor_fast_kernels(ex_, 0)),
+                           int64_t(draft_slots_one_launch_),
+                           int64_t(draft_keys_in_shared_)};
   for (int64_t v : words) mix(uint64_t(v));
   const void* buffers[] = {S.x.data(),      S.x2.data(),     S.p.data(),       S.h.data(),      S.c.data(),
                            S.q.data(),      S.kv.data(),     S.o.data(),       S.a.data(),      S.pre_a.data(),
@@ -419,9 +427,13 @@ void DeviceBackend<Exec>::draft_tail_kernels() {
   const float* xrows = conf + S.want + S.n * B;
   dk::DraftSlot slot{S.markov_embed, S.markov_head, S.anchors_dev, S.head_rows_dev, V, w.shape.markov_rank, B, 0,
                      logits, ids};
-  for (int j = 0; j < B; ++j) {
-    slot.j = j;
-    ex_.run_chain(dk::DraftSlotChain{dk::DraftMarkovK{slot}, dk::DraftPickK{slot}, S.n});
+  if (draft_slots_one_launch_) {
+    ex_.run_chain(dk::DraftSlotsChain{slot, S.n});
+  } else {
+    for (int j = 0; j < B; ++j) {
+      slot.j = j;
+      ex_.run_chain(dk::DraftSlotChain{dk::DraftMarkovK{slot}, dk::DraftPickK{slot}, S.n});
+    }
   }
   ex_.for_each(S.want, dk::DraftConfidenceK{slot, S.confidence, xrows, S.n, d, conf});
 }

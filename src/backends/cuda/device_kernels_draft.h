@@ -104,6 +104,11 @@ struct DraftAttnChain {
   DraftAttnSoftmaxK softmax;
   DraftAttnValuesK values;
   int64_t rows = 0;  // R
+  // Fast executor only: the logits pass keeps each present key slot's decoded row in shared memory
+  // and the values pass reads it there instead of looking the slot's ring entry up and decoding
+  // its record again (a serial walk of dependent global loads per warp). The same values in the
+  // same order, so the same bits; used where the L·D floats fit (fast_kernels.cu), else ignored.
+  bool keys_in_shared = false;
   template <class Exec>
   void run_simple(Exec& ex) const {
     const DraftAttnGeom& g = logits.g;
@@ -181,6 +186,24 @@ struct DraftSlotChain {
   void run_simple(Exec& ex) const {
     ex.for_each(n * bias.s.V, bias);
     ex.for_each(n, pick);
+  }
+};
+
+// Every slot of a greedy draft's tail, 0 … B − 1 in turn (slot.j unused): the simple path runs
+// DraftSlotChain's two bodies slot by slot; a fast executor runs one kernel in which a cluster of
+// blocks per request biases and ranks the request's vocabulary, shares the slot's pick through
+// the blocks' shared memory and goes on to the next slot (one launch instead of 2·B; the same
+// float operations per entry and the same argmax rule, so the same bits and picks).
+struct DraftSlotsChain {
+  DraftSlot slot;
+  int64_t n = 0;  // requests
+  template <class Exec>
+  void run_simple(Exec& ex) const {
+    DraftSlot s = slot;
+    for (int j = 0; j < int(s.B); ++j) {
+      s.j = j;
+      DraftSlotChain{DraftMarkovK{s}, DraftPickK{s}, n}.run_simple(ex);
+    }
   }
 };
 

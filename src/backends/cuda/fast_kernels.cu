@@ -3,6 +3,7 @@
 
 #include "backends/cuda/fast_units.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -1460,15 +1461,22 @@ bool launch_chain(const dk::AttnBatch& b, cudaStream_t s) {
 // per slot for the logits, lanes over the channels; a warp per slot for the values, lanes over
 // the channels, the warps' partial sums added in warp order), the probabilities in shared memory.
 // The sums are the simple bodies' in another fixed order (deterministic; within a float rounding).
+// kStaged (DraftAttnChain::keys_in_shared): the logits pass also writes every present slot's
+// decoded key row to shared memory (ks [L, D] after the probabilities, `present` after them), and
+// the values pass reads it there: the same floats in the same order, so the same bits, without a
+// second walk of each slot's ring entry and record (dependent global loads, serial per warp).
+template <bool kStaged>
 static __global__ void __launch_bounds__(kAttnThreads) draft_attn_kernel(const dk::DraftAttnChain c) {
   __shared__ double part[kAttnThreads / 32][kChanChunk];
   __shared__ double shd[32];
   __shared__ float shf[32];
   __shared__ DecodeTables tab;
-  extern __shared__ float p[];  // [L] logits, then probabilities
+  extern __shared__ float p[];  // [L] logits, then probabilities; kStaged: then ks [L, D], present [L]
   tab.fill();
   __syncthreads();
   const dk::DraftAttnGeom& g = c.logits.g;
+  float* ks = p + g.L;
+  unsigned char* present = reinterpret_cast<unsigned char*>(ks + g.L * g.D);
   const int64_t rh = blockIdx.x, request = rh / g.H / g.B, h = rh % g.H;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
   const float* qh = c.logits.q + rh * g.D;
@@ -1485,13 +1493,19 @@ static __global__ void __launch_bounds__(kAttnThreads) draft_attn_kernel(const d
       const double qv = qh[q];
 #pragma unroll
       for (int u = 0; u < kKeysPerPass; ++u)
-        if (key[u]) acc[u] += qv * tab.at(key[u], q);
+        if (key[u]) {
+          const float kv = tab.at(key[u], q);
+          acc[u] += qv * kv;
+          if constexpr (kStaged) ks[(j0 + int64_t(u) * warps) * g.D + q] = kv;
+        }
     }
 #pragma unroll
     for (int u = 0; u < kKeysPerPass; ++u) {
       const int64_t j = j0 + int64_t(u) * warps;
       const double a = warp_sum(acc[u]);
       if (lane == 0 && j < g.L) p[j] = key[u] ? float(a) * c.logits.scaling : -INFINITY;
+      if constexpr (kStaged)
+        if (lane == 0 && j < g.L) present[j] = key[u] ? 1 : 0;
     }
   }
   __syncthreads();
@@ -1514,13 +1528,24 @@ static __global__ void __launch_bounds__(kAttnThreads) draft_attn_kernel(const d
 #pragma unroll
     for (int s = 0; s < kChanPerLane; ++s) acc[s] = 0;
     for (int64_t j = warp; j < g.L; j += warps) {
-      const dk::KeyRow key = g.key(request, j);
-      if (!key) continue;  // the same for the whole warp
-      const double pj = p[j];
+      if constexpr (kStaged) {
+        if (!present[j]) continue;  // the same for the whole warp
+        const double pj = p[j];
+        const float* kj = ks + j * g.D;
 #pragma unroll
-      for (int s = 0; s < kChanPerLane; ++s) {
-        const int64_t q = q0 + lane + 32 * s;
-        if (q < g.D) acc[s] += pj * tab.at(key, q);
+        for (int s = 0; s < kChanPerLane; ++s) {
+          const int64_t q = q0 + lane + 32 * s;
+          if (q < g.D) acc[s] += pj * kj[q];
+        }
+      } else {
+        const dk::KeyRow key = g.key(request, j);
+        if (!key) continue;  // the same for the whole warp
+        const double pj = p[j];
+#pragma unroll
+        for (int s = 0; s < kChanPerLane; ++s) {
+          const int64_t q = q0 + lane + 32 * s;
+          if (q < g.D) acc[s] += pj * tab.at(key, q);
+        }
       }
     }
 #pragma unroll
@@ -1535,11 +1560,21 @@ static __global__ void __launch_bounds__(kAttnThreads) draft_attn_kernel(const d
   }
 }
 
+// The staged kernel's dynamic shared memory is kept within the default 48 KB a block (no
+// cudaFuncSetAttribute) beside the static ≈ 10.5 KB: dsv41-mini's L = 69, D = 128 take 35.7 KB.
+constexpr int64_t kDraftStagedBytes = 36 * 1024;
+
 bool launch_chain(const dk::DraftAttnChain& c, cudaStream_t s) {
-  const int64_t blocks = c.rows * c.logits.g.H;
-  if (c.logits.g.L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff) return false;
-  if (blocks > 0)
-    draft_attn_kernel<<<unsigned(blocks), kAttnThreads, size_t(c.logits.g.L * sizeof(float)), s>>>(c);
+  const dk::DraftAttnGeom& g = c.logits.g;
+  const int64_t blocks = c.rows * g.H;
+  if (g.L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff) return false;
+  if (blocks == 0) return true;
+  const int64_t staged = g.L * int64_t(sizeof(float)) * (1 + g.D) + g.L;
+  if (c.keys_in_shared && staged <= kDraftStagedBytes) {
+    draft_attn_kernel<true><<<unsigned(blocks), kAttnThreads, size_t(staged), s>>>(c);
+  } else {
+    draft_attn_kernel<false><<<unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float)), s>>>(c);
+  }
   return true;
 }
 
@@ -1604,6 +1639,78 @@ bool launch_chain(const dk::DraftSlotChain& c, cudaStream_t s) {
   if (c.n == 0) return true;
   draft_bias_kernel<<<blocks_for(n, kBiasThreads), kBiasThreads, 0, s>>>(c.bias, n);
   draft_pick_kernel<<<unsigned(c.n), kPickThreads, 0, s>>>(c.pick);
+  return true;
+}
+
+// Every slot of a greedy draft in one kernel: a cluster of kSlotBlocks blocks per request. Each
+// thread biases its strided vocabulary entries (DraftMarkovK's operations: the same floats) and
+// keeps the best of them (larger first, NaN never, ties to the lower id); the block reduces to
+// one candidate, the cluster's blocks read each other's candidates through distributed shared
+// memory and reduce them (an exact total order: the pick does not depend on the order), so every
+// block knows the pick, which the next slot's bias follows. Slots a request does not want end its
+// loop (the same for the whole cluster). One launch and two cluster barriers a slot, against two
+// launches a slot (≈ 7 µs each in a replayed draft on the H200, session 17).
+namespace cg = cooperative_groups;
+constexpr int kSlotBlocks = 8;      // a portable cluster size
+constexpr int kSlotThreads = 1024;  // 8 · 1,024 threads: dsv41-mini's 8,192 entries one a thread
+
+static __global__ void __cluster_dims__(kSlotBlocks, 1, 1) __launch_bounds__(kSlotThreads)
+    draft_slots_kernel(const dk::DraftSlotsChain c) {
+  __shared__ Best warp_part[kSlotThreads / 32];
+  __shared__ Best block_part[2];  // this block's candidate for slot j at j % 2 (read by the cluster)
+  __shared__ int32_t picked;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank());
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  const int64_t i = blockIdx.x / kSlotBlocks;  // the request
+  dk::DraftSlot s = c.slot;
+  const int64_t stride = int64_t(kSlotBlocks) * blockDim.x;
+  int32_t prev = s.anchors[i];
+  for (int j = 0; j < int(s.B); ++j) {
+    s.j = j;
+    if (!s.wanted(i)) break;  // the same for the whole cluster: no barrier skipped by some blocks
+    float* row = s.row(i);
+    const float* e = prev >= 0 ? s.embed + int64_t(prev) * s.r : nullptr;
+    Best best{0.0f, -1};
+    for (int64_t v = int64_t(rank) * blockDim.x + threadIdx.x; v < s.V; v += stride) {
+      float x = row[v];
+      if (e) {  // DraftMarkovK: row(i)[v] += Σ_u head[v, u]·embed[prev, u], float, in u order
+        const float* hv = s.head + v * s.r;
+        float acc = 0;
+        for (int64_t u = 0; u < s.r; ++u) acc = dk::mul_add_rn(hv[u], e[u], acc);
+        x += acc;
+        row[v] = x;
+      }
+      if (!dk::is_nan(x) && (best.id < 0 || x > best.v)) best = {x, int32_t(v)};
+    }
+    best = warp_best(best);
+    if (l == 0) warp_part[w] = best;
+    __syncthreads();
+    if (w == 0) {
+      best = warp_best(l < int(blockDim.x >> 5) ? warp_part[l] : Best{0.0f, -1});
+      if (l == 0) block_part[j & 1] = best;
+    }
+    cluster.sync();  // every block's candidate of slot j is written
+    if (w == 0) {
+      best = l < kSlotBlocks ? *cluster.map_shared_rank(&block_part[j & 1], l) : Best{0.0f, -1};
+      best = warp_best(best);
+      if (l == 0) picked = best.id;
+    }
+    __syncthreads();
+    prev = picked;
+    if (rank == 0 && threadIdx.x == 0) s.ids[i * s.B + j] = prev;
+    // block_part[j & 1] is written again at slot j + 2, after slot j + 1's cluster barrier, which
+    // every block reaches only after reading slot j's candidates; `picked` after slot j + 1's
+    // first block barrier, after every thread here has read it.
+  }
+  cluster.sync();  // no block leaves while another may still read its candidate
+}
+
+bool launch_chain(const dk::DraftSlotsChain& c, cudaStream_t s) {
+  const dk::DraftSlot& slot = c.slot;
+  if (c.n == 0) return true;
+  if (c.n > 0x7fffffff / kSlotBlocks || slot.B > 0x7fffffff) return false;
+  draft_slots_kernel<<<unsigned(c.n * kSlotBlocks), kSlotThreads, 0, s>>>(c);
   return true;
 }
 

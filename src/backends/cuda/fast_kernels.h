@@ -91,6 +91,9 @@ bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one b
 // blocks, then the argmax one block per request (two launches; the same bits as the simple bodies).
 bool launch_chain(const dk::DraftAttnChain& c, cudaStream_t s = 0);
 bool launch_chain(const dk::DraftSlotChain& c, cudaStream_t s = 0);
+// Every greedy slot of a draft in one launch: a cluster of blocks per request (bias, argmax, the
+// pick shared in the cluster, next slot); the same bits and picks as the slots' two launches each.
+bool launch_chain(const dk::DraftSlotsChain& c, cudaStream_t s = 0);
 // A block per (token, 4 columns): the experts' sums by warps in parallel, added in order, and the
 // mHC expand of those columns (the same bits as the two launches).
 bool launch_chain(const dk::DownExpandChain& c, cudaStream_t s = 0);

@@ -997,11 +997,21 @@ TEST(FastKernelsCuda, DraftAttentionMatchesSimple) {
     const float* sink = dev.up(kc::randn(rng, c.H));
     float* logits = dev.template zeros<float>(R * c.H * L);
     float* o = dev.template zeros<float>(R * c.H * c.D);
-    const dk::DraftAttnChain chain{dk::DraftAttnLogitsK{g, q, 1.0f / std::sqrt(float(c.D)), logits},
-                                   dk::DraftAttnSoftmaxK{g, sink, logits}, dk::DraftAttnValuesK{g, logits, o}, R};
-    fast_vs_simple(
-        ex, [] {}, [&] { ex.run_chain(chain); }, o, R * c.H * c.D, 1e-6,
-        "draft attention " + shape({c.requests, c.B, c.H, c.D, c.window}));
+    dk::DraftAttnChain chain{dk::DraftAttnLogitsK{g, q, 1.0f / std::sqrt(float(c.D)), logits},
+                             dk::DraftAttnSoftmaxK{g, sink, logits}, dk::DraftAttnValuesK{g, logits, o}, R};
+    const std::string what = "draft attention " + shape({c.requests, c.B, c.H, c.D, c.window});
+    for (bool staged : {false, true}) {
+      chain.keys_in_shared = staged;
+      fast_vs_simple(
+          ex, [] {}, [&] { ex.run_chain(chain); }, o, R * c.H * c.D, 1e-6, what + (staged ? " staged" : ""));
+    }
+    // The keys staged in shared memory: the same values in the same order as decoding them again.
+    dk::DraftAttnChain unstaged = chain;
+    unstaged.keys_in_shared = false;
+    ex.set_fast_kernels(true);
+    same_bits(
+        ex, [] {}, [&] { ex.run_chain(unstaged); }, [&] { ex.run_chain(chain); }, o, R * c.H * c.D,
+        what + " staged vs not");
   }
 }
 
@@ -1058,6 +1068,81 @@ TEST(FastKernelsCuda, DraftSlotMatchesSimple) {
     for (int64_t i = 0; i < want * V; ++i)
       differ += std::memcmp(&got_l[0][size_t(i)], &got_l[1][size_t(i)], sizeof(float)) != 0;
     EXPECT_EQ(differ, 0) << "V " << V;
+  }
+}
+
+// Every greedy slot in one launch (dk::DraftSlotsChain: a cluster of blocks per request) against
+// the slots one by one, simple bodies and fast kernels (two launches a slot): the picks and the
+// biased logits bit for bit. Vocabularies below, at and past the cluster's 8,192 threads and
+// several strides of them; requests wanting 5, 1, 3, 5 and 2 slots (and one request alone
+// wanting 4, then none); a tie, NaN entries, an all-NaN row as in DraftSlotMatchesSimple.
+TEST(FastKernelsCuda, DraftSlotsInOneLaunchMatchSlotBySlot) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(49);
+  struct Case {
+    int64_t V;
+    std::vector<int32_t> wanted;
+  };
+  const std::vector<int32_t> mixed = {5, 1, 3, 5, 2};
+  for (const Case& c : {Case{8192, mixed}, Case{37, mixed}, Case{8191, mixed}, Case{8193, mixed}, Case{20000, mixed},
+                        Case{1000, {4}}, Case{1000, {0, 3}}}) {
+    const int64_t V = c.V, n = int64_t(c.wanted.size()), B = 5, r = 16;
+    std::vector<int32_t> head_rows = {0};
+    for (int32_t w : c.wanted) head_rows.push_back(head_rows.back() + w);
+    const int64_t want = head_rows.back();
+    auto logits = kc::randn(rng, want * V);
+    std::vector<int32_t> anchors(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) anchors[size_t(i)] = int32_t((7 * i + 1) % V);
+    auto embed_rows = kc::randn(rng, V * r);
+    if (n == 5) {  // the cases of DraftSlotMatchesSimple: a tie (no bias: a zero anchor row), NaNs, all NaN
+      anchors[1] = int32_t(V - 1);
+      std::fill_n(embed_rows.begin() + (V - 1) * r, r, 0.0f);
+      logits[size_t(head_rows[1] * V + V / 3)] = 50.0f;
+      logits[size_t(head_rows[1] * V + V / 2)] = 50.0f;
+      for (int64_t v = 0; v < V; v += 3) logits[size_t(head_rows[2] * V + v)] = NAN;
+      for (int64_t v = 0; v < V; ++v) logits[size_t(head_rows[4] * V + v)] = NAN;
+    }
+    const float* embed = dev.up(embed_rows);
+    const float* head = dev.up(kc::randn(rng, V * r, 0.05f));
+    float* dlogits = dev.up(logits);
+    int32_t* ids = dev.template zeros<int32_t>(n * B);
+    const dk::DraftSlot slot{embed, head, dev.up(anchors), dev.up(head_rows), V, r, B, 0, dlogits, ids};
+    const std::string what = "V " + std::to_string(V) + ", " + std::to_string(n) + " requests";
+    std::vector<float> got_l[3];
+    std::vector<int32_t> got_ids[3];
+    for (int mode = 0; mode < 3; ++mode) {  // simple slot by slot, fast slot by slot, one launch
+      ex.set_fast_kernels(mode > 0);
+      ex.copy(dlogits, dev.up(logits), want * V * int64_t(sizeof(float)));
+      ex.copy(ids, dev.template zeros<int32_t>(n * B), n * B * int64_t(sizeof(int32_t)));
+      const int64_t before = ex.counts().launches;
+      if (mode == 2) {
+        ex.run_chain(dk::DraftSlotsChain{slot, n});
+        EXPECT_EQ(ex.counts().launches - before, 1) << what;
+      } else {
+        dk::DraftSlot s = slot;
+        for (int j = 0; j < B; ++j) {
+          s.j = j;
+          ex.run_chain(dk::DraftSlotChain{dk::DraftMarkovK{s}, dk::DraftPickK{s}, n});
+        }
+      }
+      got_l[mode] = dev.down(dlogits, want * V);
+      got_ids[mode] = dev.down(ids, n * B);
+      ex.sync();
+      ASSERT_TRUE(ex.status().ok()) << what << ": " << ex.status().to_string();
+    }
+    for (int mode = 1; mode < 3; ++mode) {
+      EXPECT_EQ(got_ids[0], got_ids[mode]) << what << ", mode " << mode;
+      int differ = 0;
+      for (int64_t i = 0; i < want * V; ++i)
+        differ += std::memcmp(&got_l[0][size_t(i)], &got_l[mode][size_t(i)], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << what << ", mode " << mode << ": biased logits differ";
+    }
+    if (n == 5) {
+      EXPECT_EQ(got_ids[2][size_t(1 * B)], int32_t(V / 3)) << what << ": a tie must pick the lower id";
+      EXPECT_EQ(got_ids[2][size_t(4 * B)], -1) << what << ": an all-NaN row picks nothing";
+    }
   }
 }
 

@@ -24,6 +24,13 @@ void host_device_backend_set_draft_replay(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<HostExec>*>(&backend)) b->set_draft_replay(on);
 }
 
+void host_device_backend_set_fewer_draft_kernels(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<HostExec>*>(&backend)) {
+    b->set_draft_slots_one_launch(on);
+    b->set_draft_keys_in_shared(on);
+  }
+}
+
 void host_device_backend_set_publish_with_feeding(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<HostExec>*>(&backend)) b->set_publish_with_feeding(on);
 }

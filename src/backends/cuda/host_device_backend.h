@@ -24,5 +24,9 @@ void host_device_backend_set_draft_graphs(Backend& backend, bool on);
 void host_device_backend_set_draft_replay(Backend& backend, bool on);
 // The batch's cache rows published with the drafter's ring rows (DeviceBackend::set_publish_with_feeding).
 void host_device_backend_set_publish_with_feeding(Backend& backend, bool on);
+// A draft's greedy slots in one launch and its attention's keys in shared memory
+// (DeviceBackend::set_draft_slots_one_launch, set_draft_keys_in_shared; the emulation runs the
+// simple bodies either way).
+void host_device_backend_set_fewer_draft_kernels(Backend& backend, bool on);
 
 }  // namespace dsv41

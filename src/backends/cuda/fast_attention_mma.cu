@@ -108,7 +108,9 @@ struct DecodeTablesD {
 constexpr bool kPairDecode = true;
 // The logits block's slot count chosen by the block count (attn_logit_slots: 8 or 16 slots a
 // block where 32 would leave SMs idle, session 18, docs/CUDA.md "Slot-split values"); off: 32.
-constexpr bool kLogitSlotsByRows = true;
+// Off until measured: written in session 18 without a GPU call (launch_attn_mma_logits' slots
+// argument reaches the 8- and 16-slot kernels for the tests and the timing).
+constexpr bool kLogitSlotsByRows = false;
 
 __device__ __forceinline__ double finite_or_inf(double v) {  // of()'s float overflow
   return fabs(v) > double(FLT_MAX) ? copysign(double(INFINITY), v) : v;

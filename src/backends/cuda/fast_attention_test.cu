@@ -338,7 +338,8 @@ TEST(FastAttentionCuda, DISABLED_DecodeAttentionTiming) {
     std::function<bool(const dk::AttnBatch&)> run;
   };
   const std::vector<Variant> variants = {
-      {"mma logits alone, auto slots", [](const dk::AttnBatch& b) { return fast::launch_attn_mma_logits(b); }},
+      {"mma logits alone, slots by rows",
+       [](const dk::AttnBatch& b) { return fast::launch_attn_mma_logits(b, 0, fast::attn_logit_slots(b)); }},
       {"mma logits alone, 32 slots (main)", [](const dk::AttnBatch& b) { return fast::launch_attn_mma_logits(b, 0, 32); }},
       {"mma logits alone, 16 slots", [](const dk::AttnBatch& b) { return fast::launch_attn_mma_logits(b, 0, 16); }},
       {"mma logits alone, 8 slots", [](const dk::AttnBatch& b) { return fast::launch_attn_mma_logits(b, 0, 8); }},
@@ -350,8 +351,10 @@ TEST(FastAttentionCuda, DISABLED_DecodeAttentionTiming) {
       {"slot values alone, 4 parts", [](const dk::AttnBatch& b) { return fast::launch_attn_slot_values(b, 0, 4); }},
       {"main: mma logits + split values",
        [](const dk::AttnBatch& b) { return fast::launch_attn_mma_logits(b, 0, 32) && fast::launch_attn_split_values(b); }},
-      {"new: mma logits + slot values",
-       [](const dk::AttnBatch& b) { return fast::launch_attn_mma_logits(b) && fast::launch_attn_slot_values(b); }},
+      {"new: mma logits by rows + slot values",
+       [](const dk::AttnBatch& b) {
+         return fast::launch_attn_mma_logits(b, 0, fast::attn_logit_slots(b)) && fast::launch_attn_slot_values(b);
+       }},
   };
   // T, H, D, window, top-k, start, floor, main rows G, ring.
   const AttnCase ratio1 = {1, 64, 512, 128, 512, 256, 0, 256, true}, window = {1, 64, 512, 128, 0, 256, 0, 0, true};

@@ -77,8 +77,9 @@ bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s = 0);
 bool launch_attn_mma(const dk::AttnBatch& b, cudaStream_t s = 0);
 // The two halves, for the mixed pair (kMmaLogits in fast_kernels.cu): the MMA logits kernel alone,
 // and the split pair's softmax + values kernel alone (it reads the logits either kernel wrote).
-// slots: key slots a logits block (8, 16 or 32; 0: by the block count, attn_logit_slots); 8 and
-// 16 split each block's channels over 4 or 2 warps whose double sums are added in order.
+// slots: key slots a logits block (8, 16 or 32; 0: 32, or by the block count — attn_logit_slots —
+// where kLogitSlotsByRows is on); 8 and 16 split each block's channels over 4 or 2 warps whose
+// double sums are added in order.
 bool launch_attn_mma_logits(const dk::AttnBatch& b, cudaStream_t s = 0, int slots = 0);
 int attn_logit_slots(const dk::AttnBatch& b);
 bool launch_attn_split_values(const dk::AttnBatch& b, cudaStream_t s = 0);

@@ -434,6 +434,177 @@ __global__ void __launch_bounds__(kThreads, 3) attn_pv_kernel(const dk::AttnBatc
   b.jobs[j].o[(i * g.H + hg * kPvHeads + warp) * g.D + c] = out;
 }
 
+// ---- Softmax and values in one block, the slots split over parts of the block ---------------
+// A block per (row, 8 heads, 32 channels) of Q × 256 threads (Q = 1, 2, 4 "parts"): every slot's
+// key row looked up once into shared memory; warps 0 … 7 run AttnSoftmaxK for the 8 heads from
+// the logits (the max by a warp reduction, the denominator one double chain in slot order, as
+// attn_probs_kernel) into shared probabilities; then part q sums the slots of its range of
+// [0, last present slot] (contiguous, whole tiles of kSvTile) — lane c of warp h the window and
+// the selected double sums of (head h, channel c) slot by slot, an absent slot as +0 (p = 0,
+// v = 0) — and part 0 adds the parts' sums in part order. With Q = 1 that is AttnValuesK's order
+// (the simple bits); with Q > 1 the double sums are re-associated at Q − 1 points, so a float
+// result can differ only where the two double sums round to different sides of a float tie
+// (products of a float probability and a ≤ 6-bit decoded value are exact in double, so most sums
+// are exact anyway). Q is chosen by the block count (few rows: more parts, so that one row's
+// 128 blocks keep 32 warps an SM busy instead of 8). Why: at mini-flash batch 1 the split
+// values kernel ran one 8-warp block an SM, each redoing a serial softmax per 32-slot step and
+// walking all L slots in 64-slot steps of two global round trips (ncu 31 µs a layer).
+constexpr int kSvHeads = kWarps, kSvChans = 32, kSvTile = 64, kSvMaxL = 1024;
+
+__host__ __device__ inline int64_t sv_blocks(const dk::AttnGeom& g) {
+  return g.T * cdiv(g.H, kSvHeads) * cdiv(g.D, kSvChans);
+}
+// Dynamic shared memory: the parts' partial sums [Q − 1][256][2] doubles, the key rows [L], the
+// probabilities [8][L padded to 32] and the value tiles [Q][kSvTile][kSvChans + 1].
+__host__ __device__ inline int64_t sv_padded(int64_t L) { return cdiv(L, 32) * 32; }
+size_t sv_smem(int64_t L, int parts) {
+  return size_t(parts - 1) * kThreads * 2 * sizeof(double) + size_t(L) * sizeof(dk::KeyRow) +
+         size_t(kSvHeads * sv_padded(L)) * sizeof(float) + size_t(parts) * kSvTile * (kSvChans + 1) * sizeof(float);
+}
+
+// AttnSoftmaxK for one (row, head) by a warp: p[s] = float(expf(l[s] − m) / denom) where slot s
+// has a key row, else 0, for s < L padded to 32 (p 16-byte aligned, not aliasing l). The logits
+// are read once (coalesced) into p, the exps formed in place, then every lane adds the exps of
+// each slot group holding a present slot in slot order from shared memory (broadcast float4
+// loads issued ahead of the dependent double adds; an absent slot adds +0): AttnSoftmaxK's
+// denominator chain, the same bits.
+__device__ void warp_head_probs(const float* l, const dk::KeyRow* rows, int L, float sink, float* p) {
+  const int lane = threadIdx.x & 31, Lp = int(sv_padded(L));
+  float mx = -INFINITY;
+  unsigned groups = 0;  // bit k: slot group k (slots 32k …) holds a present slot
+#pragma unroll 4
+  for (int s = lane; s < Lp; s += 32) {
+    const bool in = s < L && bool(rows[s]);
+    const float x = in ? l[s] : 0.0f;
+    if (in) mx = fmaxf(mx, x);
+    p[s] = x;
+    groups |= (__ballot_sync(kFull, in) != 0 ? 1u : 0u) << (s >> 5);
+  }
+  const float m = fmaxf(sink, warp_max(mx));
+  for (int s = lane; s < Lp; s += 32) p[s] = s < L && rows[s] ? expf(p[s] - m) : 0.0f;
+  __syncwarp();
+  double denom = exp(double(sink - m));
+  for (int k = 0; k < Lp / 32; ++k) {
+    if (!(groups >> k & 1)) continue;
+    const float4* v = reinterpret_cast<const float4*>(p + 32 * k);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float4 x[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) x[u] = v[4 * half + u];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        denom += x[u].x;
+        denom += x[u].y;
+        denom += x[u].z;
+        denom += x[u].w;
+      }
+    }
+  }
+  __syncwarp();  // every lane has read the exps before they are overwritten
+  for (int s = lane; s < Lp; s += 32) p[s] = s < L && rows[s] ? float(double(p[s]) / denom) : 0.0f;
+}
+
+// The values of kSvTile slots at channel c of one part: slots base + warp + 8k (0 past `end`, an
+// absent row or D), loaded into registers while the previous tile's sums run.
+struct SvTile {
+  static constexpr int kRows = kSvTile / kWarps;
+  float v[kRows];
+  __device__ void load(const dk::KeyRow* rows, int base, int end, int64_t c, int64_t D) {
+    const int warp = (threadIdx.x & 255) >> 5;
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      const int s = base + warp + k * kWarps;
+      v[k] = s < end && c < D && rows[s] ? rows[s][c] : 0.0f;
+    }
+  }
+  __device__ void store(float (*vd)[kSvChans + 1]) const {
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x & 255) >> 5;
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) vd[warp + k * kWarps][lane] = v[k];
+  }
+};
+
+template <int Q>
+__global__ void __launch_bounds__(kThreads * Q) attn_slot_values_kernel(const dk::AttnBatch b) {
+  extern __shared__ __align__(16) uint8_t sv_dyn[];
+  __shared__ int last_present;
+  int64_t blk = blockIdx.x;
+  int j = 0;
+  while (j + 1 < b.n && blk >= sv_blocks(b.jobs[j].g)) blk -= sv_blocks(b.jobs[j++].g);
+  const dk::AttnGeom g = b.jobs[j].g;
+  const int L = int(g.L), Lp = int(sv_padded(g.L));
+  double* parts = reinterpret_cast<double*>(sv_dyn);                      // [Q − 1][kThreads][2]
+  dk::KeyRow* rows = reinterpret_cast<dk::KeyRow*>(parts + (Q - 1) * kThreads * 2);  // [L]
+  float* probs = reinterpret_cast<float*>(rows + L);                      // [kSvHeads][Lp]
+  auto* tiles = reinterpret_cast<float (*)[kSvChans + 1]>(probs + kSvHeads * Lp);  // [Q][kSvTile]
+  const int64_t chunks = cdiv(g.D, kSvChans), groups = cdiv(g.H, kSvHeads);
+  const int64_t c0 = (blk % chunks) * kSvChans, hg = (blk / chunks) % groups, i = blk / chunks / groups;
+  const int tid = threadIdx.x, q = tid / kThreads, t = tid % kThreads, lane = tid & 31, warp = t >> 5;
+  if (tid == 0) last_present = 0;
+  __syncthreads();
+  int last = 0;  // this thread's slots: one past the last present one
+  for (int s = tid; s < L; s += kThreads * Q) {
+    rows[s] = g.key(i, s);
+    if (rows[s]) last = s + 1;
+  }
+  last = __reduce_max_sync(kFull, last);
+  if (lane == 0 && last > 0) atomicMax(&last_present, last);
+  __syncthreads();
+  // Part q's slots [lo, hi): whole tiles, the same count for every part.
+  const int per = int(cdiv(cdiv(last_present, Q), kSvTile) * kSvTile), ntiles = per / kSvTile;
+  const int lo = q * per, hi = min(lo + per, last_present);
+  const int64_t c = c0 + lane, h = hg * kSvHeads + warp;
+  SvTile next;
+  if (ntiles > 0) next.load(rows, lo, hi, c, g.D);
+  if (q == 0) {  // the 8 heads' probabilities (zeros past H)
+    float* p = probs + warp * Lp;
+    if (h < g.H) {
+      warp_head_probs(b.jobs[j].logits + (i * g.H + h) * g.L, rows, L, b.sink[h], p);
+    } else {
+      for (int s = lane; s < Lp; s += 32) p[s] = 0.0f;
+    }
+  }
+  const bool mine = h < g.H && c < g.D;
+  const int64_t nwin = g.start + i - g.lo(i) + 1;
+  const float* pw = probs + warp * Lp;
+  float (*vd)[kSvChans + 1] = tiles + q * kSvTile;
+  double win = 0, sel = 0;
+  for (int k = 0; k < ntiles; ++k) {
+    const int base = lo + k * kSvTile;
+    __syncthreads();  // the probabilities (first tile) / the previous tile read
+    next.store(vd);
+    __syncthreads();
+    if (k + 1 < ntiles) next.load(rows, base + kSvTile, hi, c, g.D);
+    if (mine) {
+      const int n = max(min(hi - base, kSvTile), 0);
+      const int nw = int(min(max(nwin - base, int64_t(0)), int64_t(n)));
+#pragma unroll 4
+      for (int u = 0; u < nw; ++u) win += double(pw[base + u]) * double(vd[u][lane]);
+#pragma unroll 4
+      for (int u = nw; u < n; ++u) sel += double(pw[base + u]) * double(vd[u][lane]);
+    }
+  }
+  if (Q > 1) {
+    if (q > 0) {
+      parts[((q - 1) * kThreads + t) * 2] = win;
+      parts[((q - 1) * kThreads + t) * 2 + 1] = sel;
+    }
+    __syncthreads();
+    if (q > 0) return;
+#pragma unroll
+    for (int r = 1; r < Q; ++r) {  // in part order
+      win += parts[((r - 1) * kThreads + t) * 2];
+      sel += parts[((r - 1) * kThreads + t) * 2 + 1];
+    }
+  }
+  if (!mine) return;
+  float out = 0.0f;
+  out += float(win);
+  out += float(sel);
+  b.jobs[j].o[(i * g.H + h) * g.D + c] = out;
+}
+
 }  // namespace
 
 bool launch(int64_t n, const dk::IndexScoreK& k, cudaStream_t s) {
@@ -490,6 +661,36 @@ bool launch_attn_probs_values(const dk::AttnBatch& b, cudaStream_t s) {
   if (pb > 0) attn_probs_kernel<<<unsigned(pb), kThreads, 0, s>>>(b);
   if (qb > 0) attn_pv_kernel<<<unsigned(qb), kThreads, pv_smem(L), s>>>(b);
   return true;
+}
+
+template <int Q>
+static bool launch_slot_values(const dk::AttnBatch& b, int64_t blocks, size_t smem, cudaStream_t s) {
+  if (!allow_smem(attn_slot_values_kernel<Q>, smem + 64)) return false;  // 64: the static bytes
+  if (blocks > 0) attn_slot_values_kernel<Q><<<unsigned(blocks), kThreads * Q, smem, s>>>(b);
+  return true;
+}
+
+int attn_slot_parts(const dk::AttnBatch& b) {
+  int64_t blocks = 0;
+  for (int j = 0; j < b.n; ++j) blocks += sv_blocks(b.jobs[j].g);
+  // Up to two rows of mini-flash (128 blocks a row) run 4 parts, up to four 2, more rows 1: about
+  // 2 × 132 SMs' worth of blocks (one 1,024-thread or four 256-thread blocks an SM hold 32 warps).
+  return blocks <= 256 ? 4 : blocks <= 512 ? 2 : 1;
+}
+
+bool launch_attn_slot_values(const dk::AttnBatch& b, cudaStream_t s, int parts) {
+  int64_t lb, vb, L, blocks = 0;
+  if (!split_blocks(b, lb, vb, L) || L > kSvMaxL) return false;
+  for (int j = 0; j < b.n; ++j) blocks += sv_blocks(b.jobs[j].g);
+  if (parts == 0) parts = attn_slot_parts(b);
+  const size_t smem = sv_smem(L, parts == 4 || parts == 2 ? parts : 1);
+  if (blocks > 0x7fffffff || smem + 64 > kSmemOptIn) return false;
+  switch (parts) {
+    case 1: return launch_slot_values<1>(b, blocks, smem, s);
+    case 2: return launch_slot_values<2>(b, blocks, smem, s);
+    case 4: return launch_slot_values<4>(b, blocks, smem, s);
+    default: return false;
+  }
 }
 
 bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s) {

@@ -106,6 +106,11 @@ struct DecodeTablesD {
 // tested once a row, instead of one element a lane through load_raw / of() (which test it for
 // every element): session 17, docs/CUDA.md "Softmax once, values over the listed slots".
 constexpr bool kPairDecode = true;
+// The logits block's slot count chosen by the block count (attn_logit_slots: 8 or 16 slots a
+// block where 32 would leave SMs idle, session 18, docs/CUDA.md "Slot-split values"); off: 32.
+// Off until measured: written in session 18 without a GPU call (launch_attn_mma_logits' slots
+// argument reaches the 8- and 16-slot kernels for the tests and the timing).
+constexpr bool kLogitSlotsByRows = false;
 
 __device__ __forceinline__ double finite_or_inf(double v) {  // of()'s float overflow
   return fabs(v) > double(FLT_MAX) ? copysign(double(INFINITY), v) : v;
@@ -153,8 +158,9 @@ __device__ bool decode_row_pairs(const DecodeTablesD& tab, const dk::KeyRow& k, 
   return false;
 }
 
+template <int Slots = kLogitSlots>
 __host__ __device__ inline int64_t logit_blocks(const dk::AttnGeom& g) {
-  return g.T * cdiv(g.H, kHeads) * cdiv(g.L, kLogitSlots);
+  return g.T * cdiv(g.H, kHeads) * cdiv(g.L, Slots);
 }
 __host__ __device__ inline int64_t value_blocks(const dk::AttnGeom& g) {
   return g.T * cdiv(g.H, kHeads) * cdiv(g.D, kValChans);
@@ -164,10 +170,12 @@ __host__ __device__ inline int raw_stride(int64_t D) {
   const int64_t window = dk::record_bytes(RowKind::kWindow, D), main = dk::record_bytes(RowKind::kMain, D);
   return int(cdiv(window > main ? window : main, 16) * 16);
 }
-// The logits block's queries [16][stride] and keys [32][stride] as doubles (channels padded to 4
-// with zeros), then the tile's records as read [32][raw_stride].
-size_t logit_smem(int64_t D) {
-  return size_t(kHeads + kLogitSlots) * operand_stride(D) * sizeof(double) + size_t(kLogitSlots) * raw_stride(D);
+// The logits block's queries [16][stride] and keys [Slots][stride] as doubles (channels padded to 4
+// with zeros), then the tile's records as read [Slots][raw_stride], then (Slots < 32) the channel
+// parts' sums [8 − 8 · Slots / 32 warps][32 lanes][2].
+size_t logit_smem(int64_t D, int slots = kLogitSlots) {
+  return size_t(kHeads + slots) * operand_stride(D) * sizeof(double) + size_t(slots) * raw_stride(D) +
+         size_t(kWarps - kWarps * slots / kLogitSlots) * 32 * 2 * sizeof(double);
 }
 // The values block's logits, then probabilities [16][stride] over L padded to whole tiles, and each
 // slot's top-k entry [L padded] (−2 a window slot, −1 absent).
@@ -223,8 +231,9 @@ __device__ void stage_queries(const float* q, int nh, int D, int Dp, int S, doub
 // The tile's record rows copied into shared memory as they are (16-byte units, all of a thread's
 // in flight at once; rows whose records are not whole aligned units, and float rows, stay where
 // they are), then rows[s] pointed at the copies.
+template <int Slots>
 __device__ void stage_records(dk::KeyRow* rows, int64_t D, uint8_t* raw) {
-  const int RB = raw_stride(D), units = RB / 16, total = kLogitSlots * units, tid = threadIdx.x;
+  const int RB = raw_stride(D), units = RB / 16, total = Slots * units, tid = threadIdx.x;
   const auto copied = [&](const dk::KeyRow& r) {
     return r.rec && aligned16(r.rec) && dk::record_bytes(r.kind, D) % 16 == 0;
   };
@@ -244,64 +253,86 @@ __device__ void stage_records(dk::KeyRow* rows, int64_t D, uint8_t* raw) {
     }
   }
   __syncthreads();  // every thread has read rows[] for the copy
-  if (tid < kLogitSlots && copied(rows[tid])) rows[tid].rec = raw + tid * RB;
+  if (tid < Slots && copied(rows[tid])) rows[tid].rec = raw + tid * RB;
 }
 
-// Logits of (row i, heads 16 hg …, slots s0 … s0 + 31): the queries widened and the tile's keys
-// decoded once into shared memory; warp w computes the 8 × 8 tile of heads 8 (w % 2) … and slots
-// 8 (w / 2) …, over the channels in steps of 4 on two accumulators (even and odd steps) so that
-// the dependent MMA chain is half as long.
+// Logits of (row i, heads 16 hg …, slots s0 … s0 + Slots − 1): the queries widened and the tile's
+// keys decoded once into shared memory; the 2 × Slots / 8 tiles of 8 heads × 8 slots go to the 8
+// warps — warp w the tile of heads 8 (w % 2) … and slots 8 (w / 2 % (Slots / 8)) … over channel
+// part w / (Slots / 4) of KS = 32 / Slots parts (whole 4-channel steps) — each over its channels in
+// steps of 4 on two accumulators (even and odd steps) so that the dependent MMA chain is half as
+// long; the parts' sums are added in part order by the part-0 warp. Slots = 32: one part (the
+// session 16 kernel); 16 or 8: 2 or 4 parts, two or four times the blocks at batch 1 with a
+// quarter or half of the work each (session 18) and, at 8, shared memory for two blocks an SM.
+template <int Slots>
 __global__ void __launch_bounds__(kThreads) mma_logits_kernel(const dk::AttnBatch b) {
+  static_assert(Slots == 8 || Slots == 16 || Slots == 32, "2 head tiles × Slots / 8 slot tiles × parts = 8 warps");
+  constexpr int kTiles = Slots / 8, kParts = kWarps / (2 * kTiles);
   extern __shared__ __align__(16) double dyn_logits[];
   __shared__ DecodeTablesD tab;
-  __shared__ dk::KeyRow rows[kLogitSlots];
+  __shared__ dk::KeyRow rows[Slots];
   int64_t blk = blockIdx.x;
-  const int j = job_of(b, blk, [](const dk::AttnGeom& g) { return logit_blocks(g); });
+  const int j = job_of(b, blk, [](const dk::AttnGeom& g) { return logit_blocks<Slots>(g); });
   const dk::AttnGeom g = b.jobs[j].g;
-  const int64_t tiles = cdiv(g.L, kLogitSlots), groups = cdiv(g.H, kHeads);
-  const int64_t s0 = (blk % tiles) * kLogitSlots, hg = (blk / tiles) % groups, i = blk / tiles / groups;
+  const int64_t tiles = cdiv(g.L, Slots), groups = cdiv(g.H, kHeads);
+  const int64_t s0 = (blk % tiles) * Slots, hg = (blk / tiles) % groups, i = blk / tiles / groups;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   float* logits = b.jobs[j].logits + i * g.H * g.L;
-  if (tid < kLogitSlots) rows[tid] = s0 + tid < g.L ? g.key(i, s0 + tid) : dk::KeyRow{};
-  if (!__syncthreads_or(tid < kLogitSlots && bool(rows[tid]))) {  // no key in the tile: all −inf
-    for (int x = tid; x < kHeads * kLogitSlots; x += kThreads) {
-      const int64_t h = hg * kHeads + x / kLogitSlots, s = s0 + x % kLogitSlots;
+  if (tid < Slots) rows[tid] = s0 + tid < g.L ? g.key(i, s0 + tid) : dk::KeyRow{};
+  if (!__syncthreads_or(tid < Slots && bool(rows[tid]))) {  // no key in the tile: all −inf
+    for (int x = tid; x < kHeads * Slots; x += kThreads) {
+      const int64_t h = hg * kHeads + x / Slots, s = s0 + x % Slots;
       if (h < g.H && s < g.L) logits[h * g.L + s] = -INFINITY;
     }
     return;
   }
   const int S = operand_stride(g.D), Dp = int(cdiv(g.D, 4) * 4), D = int(g.D);
   double* qd = dyn_logits;        // [kHeads][S]: the group's queries, widened
-  double* kd = qd + kHeads * S;   // [kLogitSlots][S]: the tile's keys, decoded once
-  uint8_t* raw = reinterpret_cast<uint8_t*>(kd + kLogitSlots * S);  // [kLogitSlots][raw_stride]
+  double* kd = qd + kHeads * S;   // [Slots][S]: the tile's keys, decoded once
+  uint8_t* raw = reinterpret_cast<uint8_t*>(kd + Slots * S);  // [Slots][raw_stride]
+  double* part_sums = reinterpret_cast<double*>(raw + Slots * raw_stride(g.D));  // [warps of parts ≥ 1][32][2]
   tab.fill();
   const int nh = g.H - hg * kHeads < kHeads ? int(g.H - hg * kHeads) : kHeads;
   stage_queries(b.jobs[j].q + (i * g.H + hg * kHeads) * g.D, nh, D, Dp, S, qd);
-  stage_records(rows, g.D, raw);
+  stage_records<Slots>(rows, g.D, raw);
   __syncthreads();  // the copies, the tables and rows[]
-  for (int s = warp; s < kLogitSlots; s += kWarps) {
+  for (int s = warp; s < Slots; s += kWarps) {
     const dk::KeyRow key = rows[s];
     if (kPairDecode && decode_row_pairs(tab, key, D, kd + s * S)) continue;
 #pragma unroll 4
     for (int c = lane; c < Dp; c += 32) kd[s * S + c] = key && c < D ? tab.of(key, load_raw(key, c)) : 0.0;
   }
   __syncthreads();
-  const double* qa = qd + (8 * (warp & 1) + (lane >> 2)) * S + (lane & 3);
-  const double* kb = kd + (8 * (warp >> 1) + (lane >> 2)) * S + (lane & 3);
+  const int ht = warp & 1, st = (warp >> 1) % kTiles, part = warp / (2 * kTiles);
+  const double* qa = qd + (8 * ht + (lane >> 2)) * S + (lane & 3);
+  const double* kb = kd + (8 * st + (lane >> 2)) * S + (lane & 3);
+  const int steps = Dp / 4, c_begin = 4 * (steps * part / kParts), c_end = 4 * (steps * (part + 1) / kParts);
   double acc[2][2] = {{0, 0}, {0, 0}};
-  int c = 0;
+  int c = c_begin;
 #pragma unroll 4
-  for (; c + 8 <= Dp; c += 8) {
+  for (; c + 8 <= c_end; c += 8) {
     dmma(acc[0], qa[c], kb[c]);
     dmma(acc[1], qa[c + 4], kb[c + 4]);
   }
-  if (c < Dp) dmma(acc[0], qa[c], kb[c]);
-  const int64_t h = hg * kHeads + 8 * (warp & 1) + (lane >> 2);
+  if (c < c_end) dmma(acc[0], qa[c], kb[c]);
+  double sum[2] = {acc[0][0] + acc[1][0], acc[0][1] + acc[1][1]};
+  if (kParts > 1) {
+    if (part > 0) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) part_sums[((warp - 2 * kTiles) * 32 + lane) * 2 + e] = sum[e];
+    }
+    __syncthreads();
+    if (part > 0) return;
+#pragma unroll
+    for (int p = 1; p < kParts; ++p)  // in part order
+#pragma unroll
+      for (int e = 0; e < 2; ++e) sum[e] += part_sums[((warp + (p - 1) * 2 * kTiles) * 32 + lane) * 2 + e];
+  }
+  const int64_t h = hg * kHeads + 8 * ht + (lane >> 2);
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
-    const int sl = 8 * (warp >> 1) + 2 * (lane & 3) + e;
-    if (h < g.H && s0 + sl < g.L)
-      logits[h * g.L + s0 + sl] = rows[sl] ? float(acc[0][e] + acc[1][e]) * b.scaling : -INFINITY;
+    const int sl = 8 * st + 2 * (lane & 3) + e;
+    if (h < g.H && s0 + sl < g.L) logits[h * g.L + s0 + sl] = rows[sl] ? float(sum[e]) * b.scaling : -INFINITY;
   }
 }
 
@@ -447,14 +478,34 @@ static bool mma_blocks(const dk::AttnBatch& b, int64_t& lb, int64_t& vb, int64_t
 constexpr size_t kLogitStatic = sizeof(DecodeTablesD) + kLogitSlots * sizeof(dk::KeyRow) + 256;
 constexpr size_t kValueStatic = sizeof(DecodeTablesD) + kValSlots * kValStride * sizeof(double) + 256;
 
-bool launch_attn_mma_logits(const dk::AttnBatch& b, cudaStream_t s) {
+template <int Slots>
+static bool launch_logits(const dk::AttnBatch& b, int64_t D, cudaStream_t s) {
+  int64_t blocks = 0;
+  for (int j = 0; j < b.n; ++j) blocks += logit_blocks<Slots>(b.jobs[j].g);
+  const size_t ls = logit_smem(D, Slots);
+  if (blocks > 0x7fffffff || ls + kLogitStatic > kSmemOptIn || !allow_smem(mma_logits_kernel<Slots>, ls)) return false;
+  if (blocks > 0) mma_logits_kernel<Slots><<<unsigned(blocks), kThreads, ls, s>>>(b);
+  return true;
+}
+
+int attn_logit_slots(const dk::AttnBatch& b) {
+  int64_t blocks = 0;  // at 32 slots a block
+  for (int j = 0; j < b.n; ++j) blocks += logit_blocks(b.jobs[j].g);
+  // About one H200 wave (132 SMs) of 32-slot blocks or less: 8-slot blocks (4× the blocks, two an
+  // SM); up to two waves: 16-slot blocks; more: 32 (fewer staged query copies).
+  return blocks <= 160 ? 8 : blocks <= 320 ? 16 : 32;
+}
+
+bool launch_attn_mma_logits(const dk::AttnBatch& b, cudaStream_t s, int slots) {
   static_assert(kHeads == 2 * 8 && kLogitSlots == 4 * 8 && kWarps == 8, "warp ↔ tile map");
   int64_t lb, vb, L, D;
   if (!mma_blocks(b, lb, vb, L, D)) return false;
-  const size_t ls = logit_smem(D);
-  if (ls + kLogitStatic > kSmemOptIn || !allow_smem(mma_logits_kernel, ls)) return false;
-  if (lb > 0) mma_logits_kernel<<<unsigned(lb), kThreads, ls, s>>>(b);
-  return true;
+  switch (slots == 0 ? (kLogitSlotsByRows ? attn_logit_slots(b) : kLogitSlots) : slots) {
+    case 8: return launch_logits<8>(b, D, s);
+    case 16: return launch_logits<16>(b, D, s);
+    case 32: return launch_logits<32>(b, D, s);
+    default: return false;
+  }
 }
 
 bool launch_attn_mma(const dk::AttnBatch& b, cudaStream_t s) {

@@ -1412,12 +1412,22 @@ constexpr bool kMmaLogits = true;
 // (fast_attention.cu launch_attn_probs_values) instead of the split pair's values kernel, which
 // redoes its heads' softmax in every channel block (docs/CUDA.md "Softmax once, values over the
 // listed slots, session 17"). The same bits as the simple bodies (tested on the H200 by direct
-// calls). Off: not yet measured inside the backend (session 17's timed build ran a stale
-// dispatch object, so its "on" rows timed the split values).
+// calls). Off: measured slower at batch 1 (session 17 merged call: mini-flash AttnBatch 0.525 →
+// 0.737 ms a step; batch 8 1.654 → 1.508).
 constexpr bool kProbsValues = false;
+// After the MMA logits: the softmax and the values in one kernel whose blocks split their slots
+// over 1, 2 or 4 parts chosen by the row count (fast_attention.cu launch_attn_slot_values;
+// docs/CUDA.md "Slot-split values, session 18"): batch 1 runs 4 × 256 threads a (row, 8 heads,
+// 32 channels) block instead of 256 walking every slot. With more than one part the double sums
+// are re-associated (equal to the simple bodies' floats but at rare rounding ties, as the MMA
+// logits). Off: written and built in session 18 but not yet run on a GPU (the session's device
+// budget was spent before this branch's call); the merged call's script
+// (/work/notes/s18/attn18-gpu.sh) tests it and times it against the split values.
+constexpr bool kSlotValues = false;
 
 static bool launch_attn_values(const dk::AttnBatch& b, cudaStream_t s) {
-  return (kProbsValues && launch_attn_probs_values(b, s)) || launch_attn_split_values(b, s);
+  return (kSlotValues && launch_attn_slot_values(b, s)) || (kProbsValues && launch_attn_probs_values(b, s)) ||
+         launch_attn_split_values(b, s);
 }
 
 static bool launch_attn_fast(const dk::AttnBatch& b, cudaStream_t s) {

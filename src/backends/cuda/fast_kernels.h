@@ -77,13 +77,25 @@ bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s = 0);
 bool launch_attn_mma(const dk::AttnBatch& b, cudaStream_t s = 0);
 // The two halves, for the mixed pair (kMmaLogits in fast_kernels.cu): the MMA logits kernel alone,
 // and the split pair's softmax + values kernel alone (it reads the logits either kernel wrote).
-bool launch_attn_mma_logits(const dk::AttnBatch& b, cudaStream_t s = 0);
+// slots: key slots a logits block (8, 16 or 32; 0: 32, or by the block count — attn_logit_slots —
+// where kLogitSlotsByRows is on); 8 and 16 split each block's channels over 4 or 2 warps whose
+// double sums are added in order.
+bool launch_attn_mma_logits(const dk::AttnBatch& b, cudaStream_t s = 0, int slots = 0);
+int attn_logit_slots(const dk::AttnBatch& b);
 bool launch_attn_split_values(const dk::AttnBatch& b, cudaStream_t s = 0);
 // The softmax + values half in two kernels (fast_attention.cu): the probabilities once per (row,
 // head) in place of the logits (a warp each), then the values a block per (row, 8 heads, 32
 // channels) over the present slots listed once per block; the simple bodies' sums in their order,
 // so the same bits. False where L > 1,024 or its shared memory would not hold L rows.
 bool launch_attn_probs_values(const dk::AttnBatch& b, cudaStream_t s = 0);
+// The softmax + values half in one kernel (fast_attention.cu): a block per (row, 8 heads, 32
+// channels) of `parts` × 256 threads (1, 2 or 4; 0: chosen by the block count, attn_slot_parts)
+// that computes its 8 heads' probabilities (the simple softmax's operations in its order) into
+// shared memory and splits the slots up to the last present one over its parts, whose double sums
+// are added in part order: with 1 part the simple bits; with more, equal but at rare rounding ties
+// (the re-associated double sum). False where L > 1,024 or its shared memory would not hold L rows.
+bool launch_attn_slot_values(const dk::AttnBatch& b, cudaStream_t s = 0, int parts = 0);
+int attn_slot_parts(const dk::AttnBatch& b);
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s = 0);  // one block per row
 bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one block per token
 // The DSpark drafter's block attention, one block per (block row, head) (logits, softmax, values;

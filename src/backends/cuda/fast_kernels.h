@@ -84,6 +84,10 @@ bool launch_attn_split_values(const dk::AttnBatch& b, cudaStream_t s = 0);
 // channels) over the present slots listed once per block; the simple bodies' sums in their order,
 // so the same bits. False where L > 1,024 or its shared memory would not hold L rows.
 bool launch_attn_probs_values(const dk::AttnBatch& b, cudaStream_t s = 0);
+// The top-k of every row (fast_topk.cu): a block per 4096 entries of a row (radix select), then a
+// block per longer row merging its chunks' candidates; linear in the row length, the simple
+// path's ids. False (the simple path runs) for widths above 2048.
+bool launch_chain(const dk::TopkBatch& t, cudaStream_t s = 0);
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s = 0);  // one block per row
 bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one block per token
 // The DSpark drafter's block attention, one block per (block row, head) (logits, softmax, values;

@@ -1,7 +1,7 @@
 // The device backend's top-k (dk::TopkBatch) as a selection linear in the row length, on the
 // kernel library's radix select (topk_select.cuh, the indexer's): the simple path ranks every
 // entry against every other one of its row (O(size²): 5.6× the per-token time of mini-flash's
-// decode at 64K against 4K). docs/CUDA.md "Top-k in the backend".
+// decode at 64K against 4K). docs/CUDA.md "Top-k in the backend, linear in the row".
 // 1. A block per (job, row, chunk of TopkBatch::kChunk entries): the chunk's scores as ordered keys
 //    in shared memory (−inf and NaN as the ineligible key 0), then block_select_topk. A row of one
 //    chunk is done: its ids go straight to out. Otherwise the chunk's best `width` (key, id) pairs
@@ -9,8 +9,8 @@
 // 2. A block per row of more than one chunk: block_select_topk over the concatenated candidates.
 //    Chunks are contiguous and each list is ascending by id, so the concatenation is too, and its
 //    top-k (ties → earlier in the list) is the row's top-k (ties → lower id).
-// The same ids as the simple path, bit for bit (fast_kernels_test / cuda_backend_test check both
-// against select_topk).
+// The same ids as the simple path, bit for bit (DeviceKernelsCuda.TopkBatchEqualsSelectTopk checks
+// both against select_topk, device_kernels_check.h).
 #include <cuda_runtime.h>
 
 #include <cstdint>

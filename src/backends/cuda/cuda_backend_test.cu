@@ -63,6 +63,20 @@ DSV41_KERNEL_CHECK(RopeQuantFusedEqualsSeparate, check_rope_quant)
 DSV41_KERNEL_CHECK(WindowRing, check_window_ring)
 DSV41_KERNEL_CHECK(WindowStore, check_window_store)
 
+// The backend's top-k unit: the linear selection (fast_topk.cu, one launch a unit) at every
+// boundary shape up to 64K + 1 entries, and the quadratic simple one (three launches) at the short
+// ones, each against select_topk.
+TEST(DeviceKernelsCuda, TopkBatchEqualsSelectTopk) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  for (bool fast : {true, false}) {
+    CudaExec ex;
+    ex.set_fast_kernels(fast);
+    kc::check_topk_batch(ex, fast, fast ? 1 : 3);
+    ex.sync();
+    ASSERT_TRUE(ex.status().ok()) << ex.status().to_string();
+  }
+}
+
 // FP8 / FP4 weights as stored (device_kernels_check_stored.h): the simple bodies bit for bit as on
 // the widened matrix, and with the fast kernels on within the bounds of the CPU references.
 TEST(DeviceKernelsCuda, StoredWeightGemmAndExperts) {

@@ -417,6 +417,7 @@ class DeviceBackend : public Backend {
     }
   };
   std::vector<SegmentAttention> index_jobs_;
+  std::vector<dk::TopkBatch::Job> topk_jobs_;  // index_batch's selections of one call
   AttendPrep attend_prepare(int layer, int segment, int64_t first_row, int kv_layer);
   // The attention, inverse RoPE and window-row stores of prepared segments of `layer`.
   void attend_run(int layer, std::span<AttendPrep> preps);
@@ -500,7 +501,7 @@ class DeviceBackend : public Backend {
   F32 scratch_r_, scratch_m_, scratch_mhc_, mid_, logits_buf_, cmp_ab_, cmp_lat_, cmp_cos_, iq_, ihw_, scores_, bmax_, router_, hexp_, hshared_, engram_r_, engram_kv_, engram_gate_;
   I32 experts_;
   DeviceArray<Exec, float> weights_;
-  DeviceArray<Exec, uint8_t> mark_;
+  DeviceArray<Exec, uint8_t> select_scratch_;  // index_batch's top-k selections (dk::TopkBatch::Job::scratch)
   // Image-span rows of the batch (BatchLayout::types ≥ 0): empty for a text batch; on the device
   // for the router's bias_vl selection.
   std::vector<uint8_t> is_image_;

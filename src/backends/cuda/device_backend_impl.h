@@ -104,7 +104,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
                  &weights_, &stage_, &features_})
     b->bind(&ex_);
   experts_.bind(&ex_);
-  mark_.bind(&ex_);
+  select_scratch_.bind(&ex_);
   is_image_dev_.bind(&ex_);
   rows_.bind(&ex_);
   const ModelConfig& c = model.config();
@@ -945,7 +945,7 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
     bool restricted, candidates;
   };
   std::vector<Job> js;
-  int64_t scores = 0, bmaxes = 0;
+  int64_t scores = 0, bmaxes = 0, select_bytes = 0;
   for (const SegmentAttention& a : jobs) {
     const SegmentRows& s = segments_[a.segment];
     SegState& st = *seg_[a.segment];
@@ -963,8 +963,10 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
         j.blocks = (j.G + bs - 1) / bs;
         st.candidates.reserve(j.T * nb);
         bmaxes += j.T * j.blocks;
+        select_bytes += dk::TopkBatch::scratch_bytes(j.T, j.blocks, nb);
       }
       scores += j.T * j.G;
+      select_bytes += dk::TopkBatch::scratch_bytes(j.T, j.G, k);
     }
     js.push_back(j);
   }
@@ -1000,21 +1002,18 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
   }
   scores_.reserve(scores);
   bmax_.reserve(bmaxes);
-  mark_.reserve(scores + bmaxes);
+  select_scratch_.reserve(select_bytes);
   Launches<dk::IndexScoreK> score;
   Launches<dk::BlockMaxK> bmax;
   Launches<dk::FillK<int32_t>> fill;
-  Launches<dk::RankMarkK> rank;
-  Launches<dk::RankPlaceK> place;
-  // The n largest of each of `rows` rows of v [rows, size] into out [rows, width] (indexer.h):
-  // out filled with −1, then the two counting passes.
-  int64_t marks = 0;
-  const auto select = [&](const float* v, int64_t rows, int64_t size, int64_t n, int width, int32_t* out) {
-    uint8_t* mark = mark_.data() + marks;
-    marks += rows * size;
-    fill.add(rows * width, dk::FillK<int32_t>{out, -1});
-    rank.add(rows * size, dk::RankMarkK{v, size, n, mark});
-    place.add(rows * size, dk::RankPlaceK{mark, size, width, out});
+  // The min(width, size) largest of each of `rows` rows of v [rows, size] into out [rows, width]
+  // (indexer.h), run after the scores and block maxima as dk::TopkBatch units.
+  std::vector<dk::TopkBatch::Job>& selects = topk_jobs_;
+  selects.clear();
+  int64_t at_select = 0;
+  const auto select = [&](const float* v, int64_t rows, int64_t size, int width, int32_t* out) {
+    selects.push_back({v, rows, size, width, out, select_scratch_.data() + at_select});
+    at_select += dk::TopkBatch::scratch_bytes(rows, size, width);
   };
   const float scale = static_cast<float>(std::pow(double(dh), -0.5));
   int64_t at_s = 0, at_b = 0;
@@ -1033,15 +1032,18 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
       float* bm = bmax_.data() + at_b;
       at_b += j.T * j.blocks;
       bmax.add(j.T * j.blocks, dk::BlockMaxK{sc, j.G, j.blocks, j.start, bs, info.ratio, bm});
-      select(bm, j.T, j.blocks, std::min<int64_t>(nb, j.blocks), nb, st.candidates.data());
+      select(bm, j.T, j.blocks, nb, st.candidates.data());
     }
-    select(sc, j.T, j.G, std::min<int64_t>(k, j.G), k, st.topk.data());
+    select(sc, j.T, j.G, k, st.topk.data());
   }
   score.flush(ex_);
   bmax.flush(ex_);
   fill.flush(ex_);
-  rank.flush(ex_);
-  place.flush(ex_);
+  for (size_t a = 0; a < selects.size(); a += dk::TopkBatch::kMax) {
+    dk::TopkBatch unit;
+    for (size_t j = a; j < selects.size() && unit.n < dk::TopkBatch::kMax; ++j) unit.jobs[unit.n++] = selects[j];
+    ex_.run_chain(unit);
+  }
   for (const Job& j : js) {
     j.st->index_layer = layer;
     j.st->topk_row0 = j.st->call_row0;

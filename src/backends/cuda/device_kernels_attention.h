@@ -107,9 +107,10 @@ struct BlockMaxK {  // bmax[r, b] = max of scores[r, b·bs …], the newest visi
   }
 };
 
-// Selection of the n largest of each row (larger first, ties → lower index; −inf never kept),
-// in two passes of plain counting: mark[r, a] = 1 when a is one of the n best and > −inf; then
-// each marked a goes to out[r, #marked before a] (ascending ids; out pre-filled with −1).
+// Selection of the n largest of each row (larger first, ties → lower index; −inf and NaN never
+// kept), in two passes of plain counting: mark[r, a] = 1 when a is one of the n best and > −inf;
+// then each marked a goes to out[r, #marked before a] (ascending ids; out pre-filled with −1).
+// Quadratic in the row length: the reference (TopkBatch's simple path), not for long rows.
 struct RankMarkK {
   const float* v;
   int64_t size, n;
@@ -138,6 +139,61 @@ struct RankPlaceK {
     int64_t before = 0;
     for (int64_t b = 0; b < a; ++b) before += mark[r * size + b];
     if (before < width) out[r * width + before] = int32_t(a);
+  }
+};
+
+// The top-k of every row of up to kMax score matrices (each job its own rows, row length and
+// width) as one unit of work, with select_topk's contract (indexer.h): out[r, 0 .. width) holds
+// the ids of the min(width, finite) largest of row r, larger first and equal values → lower id
+// (−0 == +0), −inf and NaN never kept, in ascending id order, −1 padded. The simple path is the
+// counting pair above (O(size²) per row; HostExec always runs it); a fast executor runs a linear
+// radix selection instead (fast_topk.cu: a block per kChunk entries of a row, then a block per
+// row of more than one chunk merging the chunks' candidates). Each job's scratch holds
+// scratch_bytes(rows, size, width) bytes: the marks of the simple path or the fast path's
+// candidates, whichever runs.
+struct TopkBatch {
+  static constexpr int kMax = 16;
+  static constexpr int64_t kChunk = 4096;  // fast path: entries one block selects from
+  struct Job {
+    const float* v;  // [rows, size]
+    int64_t rows, size;
+    int width;
+    int32_t* out;  // [rows, width]
+    uint8_t* scratch;
+    DSV41_HD int64_t chunks() const { return (size + kChunk - 1) / kChunk; }
+    // Fast path, rows of more than one chunk: each chunk's best `width` (key, id) pairs.
+    DSV41_HD uint32_t* candidate_keys() const { return reinterpret_cast<uint32_t*>(scratch); }
+    DSV41_HD int32_t* candidate_ids() const { return reinterpret_cast<int32_t*>(scratch) + rows * chunks() * width; }
+  };
+  // A multiple of 16 bytes, so that jobs' scratch placed one after another stays aligned.
+  DSV41_HD static int64_t scratch_bytes(int64_t rows, int64_t size, int width) {
+    const int64_t chunks = (size + kChunk - 1) / kChunk;
+    const int64_t marks = rows * size, candidates = chunks > 1 ? rows * chunks * width * 8 : 0;
+    return ((marks > candidates ? marks : candidates) + 15) / 16 * 16;
+  }
+  int n = 0;
+  Job jobs[kMax];
+  template <class Exec>
+  void run_simple(Exec& ex) const {
+    Batched<FillK<int32_t>> fill;
+    Batched<RankMarkK> rank;
+    Batched<RankPlaceK> place;
+    int64_t outs = 0, entries = 0;
+    for (int j = 0; j < n; ++j) {
+      const Job& J = jobs[j];
+      const int64_t cells = J.rows * J.size;
+      fill.count[j] = J.rows * J.width;
+      fill.body[j] = {J.out, -1};
+      rank.count[j] = place.count[j] = cells;
+      rank.body[j] = {J.v, J.size, J.width < J.size ? J.width : J.size, J.scratch};
+      place.body[j] = {J.scratch, J.size, J.width, J.out};
+      outs += J.rows * J.width;
+      entries += cells;
+    }
+    fill.n = rank.n = place.n = n;
+    ex.for_each(outs, fill);
+    ex.for_each(entries, rank);
+    ex.for_each(entries, place);
   }
 };
 

@@ -267,6 +267,93 @@ void check_selection(Exec& ex) {
   ASSERT_EQ(dev.down(out, rows * nb), want) << "candidate blocks";
 }
 
+// One score row of the top-k checks, by pattern: 0 gaussian; 1 heavy ties (8 values, −inf every
+// 5th); 2 all −inf; 3 only ±0 and ±1; 4 NaN of both signs and ±inf among gaussian values; 5 three
+// finite values, the rest −inf; 6 ±(1 + up to 300 ulps), ties on the low bits; 7 subnormals and ±0.
+inline void topk_row(std::mt19937& rng, int pattern, float* row, int64_t size) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> small(0, 7), ulps(0, 300);
+  for (int64_t g = 0; g < size; ++g) {
+    float v = normal(rng);
+    switch (pattern) {
+      case 1: v = g % 5 == 4 ? -INFINITY : float(small(rng)) * 0.5f; break;
+      case 2: v = -INFINITY; break;
+      case 3: v = (small(rng) & 1 ? -1.0f : 1.0f) * float(small(rng) < 6 ? 0 : 1); break;
+      case 4:
+        if (g % 7 == 3) {
+          const uint32_t nan = small(rng) & 1 ? 0xFFC00000u : 0x7FC00001u;  // −NaN, +NaN
+          std::memcpy(&v, &nan, sizeof v);
+        }
+        if (g % 11 == 5) v = small(rng) & 1 ? INFINITY : -INFINITY;
+        break;
+      case 5: v = g % (size / 3 + 1) == 1 ? v : -INFINITY; break;
+      case 6: {
+        const uint32_t bits = 0x3F800000u + uint32_t(ulps(rng)) + (small(rng) & 1 ? 0x80000000u : 0u);
+        std::memcpy(&v, &bits, sizeof v);
+        break;
+      }
+      case 7: {
+        const uint32_t bits = uint32_t(ulps(rng) % 4) + (small(rng) & 1 ? 0x80000000u : 0u);
+        std::memcpy(&v, &bits, sizeof v);
+        break;
+      }
+      default: break;
+    }
+    row[g] = v;
+  }
+}
+
+// dk::TopkBatch against select_topk (indexer.h), ids bit for bit, on units of jobs of mixed shapes
+// (rows of different lengths and widths in one launch: n < k, n = k, n = k + 1, one entry), every
+// row pattern of topk_row; with long_rows (the fast path: the simple one is quadratic) also
+// 16K, 32K and 64K + 1 entries, rows of 1 and 2 chunks ± 1, and a prefill-like job of many rows
+// of several chunks beside decode rows. `launches`: what one unit must cost on this executor
+// (the simple path 3, the fast one 1: so a fast executor that fell back would fail).
+template <class Exec>
+void check_topk_batch(Exec& ex, bool long_rows, int64_t launches) {
+  struct Shape {
+    int64_t rows, size;
+    int width;
+  };
+  const std::vector<Shape> small = {{3, 5, 8},       {2, 1, 4},    {2, 64, 64}, {2, 65, 64},
+                                    {8, 203, 16},    {3, 700, 256}, {2, 257, 256}, {2, 255, 256}};
+  const std::vector<Shape> large = {{1, 16384, 512}, {1, 32768, 512}, {1, 65537, 512}, {1, 4096, 512},
+                                    {1, 4097, 512},  {2, 4095, 2048}, {2, 2049, 2048}, {24, 9000, 512},
+                                    {1, 20000, 2048}, {3, 513, 512},  {3, 512, 512},  {3, 511, 512},
+                                    {16, 12289, 512}, {2, 8192, 512}, {1, 8193, 4}};
+  std::vector<std::vector<Shape>> units = {small};
+  if (long_rows) units.push_back(large);
+  std::mt19937 rng(31);
+  for (size_t u = 0; u < units.size(); ++u) {
+    Dev<Exec> dev(ex);
+    dk::TopkBatch unit;
+    std::vector<std::vector<int32_t>> want;
+    for (const Shape& s : units[u]) {
+      std::vector<float> v(size_t(s.rows * s.size));
+      std::vector<int32_t> w(size_t(s.rows * s.width));
+      for (int64_t r = 0; r < s.rows; ++r) {
+        topk_row(rng, int((r + 3 * unit.n) % 8), v.data() + r * s.size, s.size);
+        select_topk(v.data() + r * s.size, s.size, s.width, w.data() + r * s.width);
+      }
+      want.push_back(w);
+      unit.jobs[unit.n++] = {dev.up(v), s.rows, s.size, s.width, dev.template zeros<int32_t>(s.rows * s.width),
+                             dev.template zeros<uint8_t>(dk::TopkBatch::scratch_bytes(s.rows, s.size, s.width))};
+    }
+    const int64_t before = ex.counts().launches;
+    ex.run_chain(unit);
+    ASSERT_EQ(ex.counts().launches - before, launches) << "unit " << u;
+    for (int j = 0; j < unit.n; ++j) {
+      const dk::TopkBatch::Job& J = unit.jobs[j];
+      const std::vector<int32_t> got = dev.down(J.out, J.rows * J.width);
+      for (int64_t r = 0; r < J.rows; ++r)
+        ASSERT_TRUE(std::equal(got.begin() + r * J.width, got.begin() + (r + 1) * J.width,
+                               want[j].begin() + r * J.width))
+            << "unit " << u << " job " << j << " (" << J.rows << " × " << J.size << ", width " << J.width
+            << ") row " << r << " pattern " << (r + 3 * j) % 8;
+    }
+  }
+}
+
 template <class Exec>
 void check_moe(Exec& ex) {
   std::mt19937 rng(16);

@@ -44,6 +44,11 @@ TEST(DeviceKernelsHost, TopkAndCandidateBlocks) {
   HostExec ex;
   kc::check_selection(ex);
 }
+// The backend's top-k unit (dk::TopkBatch): here its simple path, at the short boundary shapes.
+TEST(DeviceKernelsHost, TopkBatchEqualsSelectTopk) {
+  HostExec ex;
+  kc::check_topk_batch(ex, false, 3);
+}
 TEST(DeviceKernelsHost, RouterAndExperts) {
   HostExec ex;
   kc::check_moe(ex);

@@ -96,6 +96,10 @@ bool launch_attn_probs_values(const dk::AttnBatch& b, cudaStream_t s = 0);
 // (the re-associated double sum). False where L > 1,024 or its shared memory would not hold L rows.
 bool launch_attn_slot_values(const dk::AttnBatch& b, cudaStream_t s = 0, int parts = 0);
 int attn_slot_parts(const dk::AttnBatch& b);
+// The top-k of every row (fast_topk.cu): a block per 4096 entries of a row (radix select), then a
+// block per longer row merging its chunks' candidates; linear in the row length, the simple
+// path's ids. False (the simple path runs) for widths above 2048.
+bool launch_chain(const dk::TopkBatch& t, cudaStream_t s = 0);
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s = 0);  // one block per row
 bool launch_chain(const dk::RouterChain& c, cudaStream_t s = 0);        // one block per token
 // The DSpark drafter's block attention, one block per (block row, head) (logits, softmax, values;

@@ -1,0 +1,110 @@
+// The device backend's top-k (dk::TopkBatch) as a selection linear in the row length, on the
+// kernel library's radix select (topk_select.cuh, the indexer's): the simple path ranks every
+// entry against every other one of its row (O(size²): 5.6× the per-token time of mini-flash's
+// decode at 64K against 4K). docs/CUDA.md "Top-k in the backend, linear in the row".
+// 1. A block per (job, row, chunk of TopkBatch::kChunk entries): the chunk's scores as ordered keys
+//    in shared memory (−inf and NaN as the ineligible key 0), then block_select_topk. A row of one
+//    chunk is done: its ids go straight to out. Otherwise the chunk's best `width` (key, id) pairs
+//    go to the job's scratch, padded with key 0 / id −1.
+// 2. A block per row of more than one chunk: block_select_topk over the concatenated candidates.
+//    Chunks are contiguous and each list is ascending by id, so the concatenation is too, and its
+//    top-k (ties → earlier in the list) is the row's top-k (ties → lower id).
+// The same ids as the simple path, bit for bit (DeviceKernelsCuda.TopkBatchEqualsSelectTopk checks
+// both against select_topk, device_kernels_check.h).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/fast_kernels.h"
+#include "backends/cuda/topk_select.cuh"
+
+namespace dsv41::fast {
+namespace {
+
+constexpr int kTopkThreads = 512;
+constexpr int kMaxWidth = 2048;  // wider jobs run the simple path
+constexpr int64_t kChunk = dk::TopkBatch::kChunk;
+
+// −inf and NaN are never selected (select_topk): both map to the ineligible key. (ordered_key
+// alone would rank a positive NaN above +inf.)
+__device__ __forceinline__ uint32_t selection_key(float v) { return v > -INFINITY ? cuda::ordered_key(v) : 0u; }
+
+struct ChunkShared {
+  uint32_t keys[kChunk];
+  uint32_t out_keys[kMaxWidth];  // the selected keys of a one-chunk row (only the ids are kept)
+  cuda::SelectShared<kTopkThreads> sel;
+};
+
+// Block b of the chunk kernel: jobs' (row, chunk) blocks one job after another, row-major.
+struct ChunkPlace {
+  int job;
+  int64_t row, chunk;
+};
+__device__ ChunkPlace chunk_place(const dk::TopkBatch& t, int64_t b) {
+  int j = 0;
+  for (; j + 1 < t.n; ++j) {
+    const int64_t blocks = t.jobs[j].rows * t.jobs[j].chunks();
+    if (b < blocks) break;
+    b -= blocks;
+  }
+  const int64_t chunks = t.jobs[j].chunks();
+  return {j, b / chunks, b % chunks};
+}
+
+__global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const dk::TopkBatch t) {
+  __shared__ ChunkShared sm;
+  const ChunkPlace p = chunk_place(t, blockIdx.x);
+  const dk::TopkBatch::Job job = t.jobs[p.job];
+  const int64_t p0 = p.chunk * kChunk;
+  const int n = static_cast<int>(job.size - p0 < kChunk ? job.size - p0 : kChunk);
+  const float* scores = job.v + p.row * job.size + p0;
+  for (int i = threadIdx.x; i < n; i += kTopkThreads) sm.keys[i] = selection_key(scores[i]);
+  __syncthreads();
+  if (job.chunks() == 1) {
+    cuda::block_select_topk<kTopkThreads>(sm.keys, nullptr, 0, n, job.width, sm.out_keys,
+                                          job.out + p.row * job.width, sm.sel);
+    return;
+  }
+  const int64_t at = (p.row * job.chunks() + p.chunk) * job.width;
+  cuda::block_select_topk<kTopkThreads>(sm.keys, nullptr, p0, n, job.width, job.candidate_keys() + at,
+                                        job.candidate_ids() + at, sm.sel);
+}
+
+// Block b of the merge kernel: the rows of the jobs of more than one chunk, one job after another.
+__global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const dk::TopkBatch t) {
+  __shared__ uint32_t out_keys[kMaxWidth];
+  __shared__ cuda::SelectShared<kTopkThreads> sel;
+  int64_t row = blockIdx.x;
+  int j = 0;
+  for (; j + 1 < t.n; ++j) {
+    if (t.jobs[j].chunks() == 1) continue;
+    if (row < t.jobs[j].rows) break;
+    row -= t.jobs[j].rows;
+  }
+  const dk::TopkBatch::Job job = t.jobs[j];
+  const int64_t list = job.chunks() * job.width, at = row * list;
+  cuda::block_select_topk<kTopkThreads>(job.candidate_keys() + at, job.candidate_ids() + at, 0,
+                                        static_cast<int>(list), job.width, out_keys, job.out + row * job.width,
+                                        sel);
+}
+
+}  // namespace
+
+bool launch_chain(const dk::TopkBatch& t, cudaStream_t s) {
+  int64_t chunk_blocks = 0, merge_blocks = 0;
+  for (int j = 0; j < t.n; ++j) {
+    const dk::TopkBatch::Job& job = t.jobs[j];
+    if (job.rows == 0) continue;
+    if (job.rows < 0 || job.size < 1 || job.width < 1 || job.width > kMaxWidth ||
+        job.chunks() * job.width > (int64_t{1} << 30))
+      return false;
+    chunk_blocks += job.rows * job.chunks();
+    merge_blocks += job.chunks() > 1 ? job.rows : 0;
+  }
+  if (chunk_blocks == 0 || chunk_blocks > 0x7FFFFFFF) return false;  // (nothing to do: neither path launches)
+  topk_chunk_kernel<<<static_cast<unsigned>(chunk_blocks), kTopkThreads, 0, s>>>(t);
+  if (merge_blocks > 0) topk_merge_kernel<<<static_cast<unsigned>(merge_blocks), kTopkThreads, 0, s>>>(t);
+  return true;
+}
+
+}  // namespace dsv41::fast

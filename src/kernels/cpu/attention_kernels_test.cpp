@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -104,6 +105,71 @@ TEST(AttentionKernels, SinkSoftmaxMatchesReferenceBitForBit) {
       }
     }
   }
+}
+
+// exps_shifted gives std::exp's bits on every ISA cap: a million differences spread over the
+// vector range [-87, 0] (where ~1.6 % of results land near a rounding midpoint and take the
+// fallback) and past its ends (denormal and overflowing results, ±Inf, NaN), a shift m that is
+// not zero (the difference is taken in float first), and lengths off the 8-lane width.
+TEST(AttentionKernels, ExpsShiftedGiveTheBitsOfStdExp) {
+  std::mt19937 rng(18);
+  std::uniform_real_distribution<float> in_range(-87.5f, 0.0f), wide(-110.0f, 95.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x(1000003);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 10 == 9 ? wide(rng) : in_range(rng);
+  const float specials[] = {0.0f, -0.0f, -inf, inf, std::numeric_limits<float>::quiet_NaN(), -87.0f,
+                            std::nextafter(-87.0f, -inf), 80.0f, std::nextafter(80.0f, inf), -1e-30f,
+                            std::numeric_limits<float>::denorm_min(), -103.9f, 88.7f, 89.0f};
+  for (size_t i = 0; i < std::size(specials); ++i) x[i * 7919] = specials[i];
+  for (float m : {0.0f, 2.75f}) {
+    std::vector<float> lg = x;
+    if (m != 0.0f)
+      for (float& v : lg) v = v + m;  // lg − m in float then differs from x by rounding only
+    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{9}, static_cast<int64_t>(lg.size())}) {
+        std::vector<float> got(lg.begin(), lg.begin() + n);
+        exps_shifted(isa, got.data(), n, m);
+        for (int64_t j = 0; j < n; ++j) {
+          const float want = std::exp(lg[j] - m);
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(got[j])) << "j=" << j;
+            continue;
+          }
+          ASSERT_EQ(std::memcmp(&got[j], &want, sizeof(float)), 0)
+              << "isa " << int(isa) << " m=" << m << " n=" << n << " j=" << j << " x=" << lg[j] - m << ": "
+              << got[j] << " vs " << want;
+        }
+      }
+    }
+  }
+}
+
+// sink_softmax_heads gives sink_softmax's bits head by head: 64 heads (8 full groups of summed
+// chains) and 13 (a partial group), lengths around the lane widths and the tile path's 640, a
+// stride past n (cells beyond n untouched), −inf logits and a sink that is the max.
+TEST(AttentionKernels, SinkSoftmaxHeadsMatchesOneHeadAtATime) {
+  std::mt19937 rng(19);
+  std::normal_distribution<float> nd;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t heads : {64, 13})
+    for (int64_t n : {1, 7, 8, 17, 640}) {
+      const int64_t lstride = n + 5;
+      std::vector<float> lg(heads * lstride), sinks(heads);
+      for (float& v : lg) v = nd(rng) * 30.0f;
+      for (int64_t h = 0; h < heads; ++h) {
+        sinks[h] = h % 5 == 4 ? 5000.0f : nd(rng);
+        if (h % 7 == 3) lg[h * lstride + n / 2] = ninf;
+      }
+      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+        std::vector<float> want = lg, got = lg;
+        for (int64_t h = 0; h < heads; ++h) sink_softmax(isa, want.data() + h * lstride, n, 0.044f, sinks[h]);
+        sink_softmax_heads(isa, got.data(), lstride, heads, n, 0.044f, sinks.data());
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+              << "heads " << heads << " n=" << n << " isa " << int(isa) << " h=" << i / lstride << " j=" << i % lstride
+              << ": " << got[i] << " vs " << want[i];
+      }
+    }
 }
 
 }  // namespace

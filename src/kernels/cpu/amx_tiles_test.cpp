@@ -369,7 +369,7 @@ TEST(AmxTilesEmulated, TileOptionsGiveTheSameBits) {
       a0.isa = CpuIsa::kAvx512;  // the softmax's vector path where the CPU has it (capped otherwise)
       a0.tile = {false, false};
       ASSERT_TRUE(fn(a0, buffers));
-      for (const SinkTileOptions opt : {SinkTileOptions{true, false}, SinkTileOptions{false, true}, SinkTileOptions{}}) {
+      for (const SinkTileOptions opt : {SinkTileOptions{true, false}, SinkTileOptions{false, true}, SinkTileOptions{true, true}}) {
         std::vector<float> logits, o;
         SinkTokenArgs a = args_of(t, logits, o);
         a.isa = CpuIsa::kAvx512;

@@ -28,6 +28,7 @@ void divide_avx2(float* lg, int64_t n, double denom);
 float scale_and_max_avx512(float* lg, int64_t n, float scaling, float sink);
 void divide_avx512(float* lg, int64_t n, double denom);
 void exps_avx512(float* lg, int64_t n, float m);
+void divide_by_reciprocal_avx512(float* lg, int64_t n, double denom);
 
 void dot_rows_reference(const float* a, const float* rows, int64_t n, int64_t D, float* y) {
   for (int64_t j = 0; j < n; ++j) {
@@ -92,6 +93,14 @@ void exps_shifted(CpuIsa isa, float* lg, int64_t n, float m) {
   }
 }
 
+void divide_by_denominator(CpuIsa isa, float* lg, int64_t n, double denom) {
+  if (std::min(isa, cpu_best_isa()) >= CpuIsa::kAvx512) {
+    divide_by_reciprocal_avx512(lg, n, denom);
+  } else {
+    for (int64_t j = 0; j < n; ++j) lg[j] = static_cast<float>(lg[j] / denom);
+  }
+}
+
 void sink_softmax_heads(CpuIsa isa, float* lg, int64_t lstride, int64_t heads, int64_t n, float scaling,
                         const float* sinks) {
   if (std::min(isa, cpu_best_isa()) < CpuIsa::kAvx512) {
@@ -117,7 +126,7 @@ void sink_softmax_heads(CpuIsa isa, float* lg, int64_t lstride, int64_t heads, i
       for (int64_t i = 0; i < nh; ++i)
         for (int64_t j = 0; j < n; ++j) denom[i] += row0[i * lstride + j];
     }
-    for (int64_t i = 0; i < nh; ++i) divide_avx512(lg + (h0 + i) * lstride, n, denom[i]);
+    for (int64_t i = 0; i < nh; ++i) divide_by_reciprocal_avx512(lg + (h0 + i) * lstride, n, denom[i]);
   }
 }
 

@@ -146,7 +146,8 @@ TEST(AttentionKernels, ExpsShiftedGiveTheBitsOfStdExp) {
 
 // sink_softmax_heads gives sink_softmax's bits head by head: 64 heads (8 full groups of summed
 // chains) and 13 (a partial group), lengths around the lane widths and the tile path's 640, a
-// stride past n (cells beyond n untouched), −inf logits and a sink that is the max.
+// stride past n (cells beyond n untouched), −inf logits, a sink that is the max, and logits
+// spread so far that exps and probabilities underflow.
 TEST(AttentionKernels, SinkSoftmaxHeadsMatchesOneHeadAtATime) {
   std::mt19937 rng(19);
   std::normal_distribution<float> nd;
@@ -160,15 +161,54 @@ TEST(AttentionKernels, SinkSoftmaxHeadsMatchesOneHeadAtATime) {
         sinks[h] = h % 5 == 4 ? 5000.0f : nd(rng);
         if (h % 7 == 3) lg[h * lstride + n / 2] = ninf;
       }
-      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-        std::vector<float> want = lg, got = lg;
-        for (int64_t h = 0; h < heads; ++h) sink_softmax(isa, want.data() + h * lstride, n, 0.044f, sinks[h]);
-        sink_softmax_heads(isa, got.data(), lstride, heads, n, 0.044f, sinks.data());
-        for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
-              << "heads " << heads << " n=" << n << " isa " << int(isa) << " h=" << i / lstride << " j=" << i % lstride
-              << ": " << got[i] << " vs " << want[i];
-      }
+      // scaling 1: exps spread over [-200, 0], so many underflow to subnormals and zeros (and
+      // their quotients with them).
+      for (float scaling : {0.044f, 1.0f})
+        for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+          std::vector<float> want = lg, got = lg;
+          for (int64_t h = 0; h < heads; ++h) sink_softmax(isa, want.data() + h * lstride, n, scaling, sinks[h]);
+          sink_softmax_heads(isa, got.data(), lstride, heads, n, scaling, sinks.data());
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+                << "heads " << heads << " n=" << n << " scaling " << scaling << " isa " << int(isa)
+                << " h=" << i / lstride << " j=" << i % lstride << ": " << got[i] << " vs " << want[i];
+        }
+    }
+}
+
+// divide_by_denominator gives the division's bits where the multiply by 1/denom alone would not:
+// quotients built to land on (or next to) a float rounding midpoint M = f + half a step, where
+// the product and the double quotient can round to different floats; then random quotients.
+TEST(AttentionKernels, DivideByDenominatorGivesTheBitsOfTheDivision) {
+  std::mt19937 rng(20);
+  std::uniform_real_distribution<float> unit(0.001f, 1.0f);
+  std::vector<float> e;
+  std::vector<double> denoms;
+  int64_t product_differs = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const float x = unit(rng), f = unit(rng);
+    const double mid = static_cast<double>(f) + 0.5 * (static_cast<double>(std::nextafter(f, 2.0f)) - f);
+    double d = static_cast<double>(x) / mid;
+    d = std::nextafter(d, i % 3 == 0 ? 0.0 : i % 3 == 1 ? 10.0 : d);
+    e.push_back(x);
+    denoms.push_back(d);
+    const float by_div = static_cast<float>(x / d), by_mul = static_cast<float>(x * (1.0 / d));
+    if (std::memcmp(&by_div, &by_mul, sizeof(float)) != 0) ++product_differs;
+  }
+  ASSERT_GT(product_differs, 0) << "no case where the reciprocal alone rounds differently: the test checks nothing";
+  for (int i = 0; i < 2000; ++i) {
+    e.push_back(unit(rng) * std::ldexp(1.0f, -static_cast<int>(rng() % 140)));  // subnormal quotients too
+    denoms.push_back(1.0 + 600.0 * unit(rng));
+  }
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512})
+    for (size_t i = 0; i < e.size(); ++i) {
+      float got[9];
+      for (float& g : got) g = e[i];
+      divide_by_denominator(isa, got, 9, denoms[i]);  // 8 lanes and a tail
+      const float want = static_cast<float>(e[i] / denoms[i]);
+      for (float g : got)
+        ASSERT_EQ(std::memcmp(&g, &want, sizeof(float)), 0)
+            << "isa " << int(isa) << " case " << i << ": " << e[i] << " / " << denoms[i] << " = " << g << " vs " << want;
     }
 }
 

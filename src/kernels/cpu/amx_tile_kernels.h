@@ -375,25 +375,7 @@ inline void pack_token_keys_bf16(const SinkTokenArgs& a, int64_t L, int64_t Lp, 
 }
 
 // Query channel pairs (2kp, 2kp + 1) of head h as one 32-bit lane per part: row kp, column h % 16.
-// 32 channels of a head split at once into three contiguous rows of bf16 (the split3 loop
-// vectorises, as pack_x_tiles' does), whose little-endian pairs are the lanes; then stored.
 inline void pack_token_queries(const float* q, int64_t H, int64_t D, uint16_t* qp) {
-  const int64_t ds = D / kKStep, words = kTileElems / 2;
-  AliasU32* q32 = reinterpret_cast<AliasU32*>(qp);
-  alignas(64) uint16_t parts[kParts][kKStep];
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t st = 0; st < ds; ++st) {
-      const float* src = q + h * D + st * kKStep;
-      for (int64_t kk = 0; kk < kKStep; ++kk) split3(src[kk], &parts[0][kk], &parts[1][kk], &parts[2][kk]);
-      AliasU32* t = q32 + ((h / 16) * ds + st) * kParts * words + h % 16;
-      for (int p = 0; p < kParts; ++p)
-        for (int64_t kp = 0; kp < 16; ++kp)
-          t[p * words + kp * 16] = uint32_t{parts[p][2 * kp]} | (uint32_t{parts[p][2 * kp + 1]} << 16);
-    }
-}
-
-// pack_token_queries a channel pair at a time (SinkTileOptions::split_query_rows off): the same bits.
-inline void pack_token_queries_by_pairs(const float* q, int64_t H, int64_t D, uint16_t* qp) {
   const int64_t ds = D / kKStep, words = kTileElems / 2;
   AliasU32* q32 = reinterpret_cast<AliasU32*>(qp);
   for (int64_t h = 0; h < H; ++h)
@@ -532,11 +514,7 @@ bool sink_attention_token_tiles(const SinkTokenArgs& a, SinkTokenBuffers& b) {
     if (!pack_token_keys(a, L, Lp, b.zeros.data(), b.keys.data(), b.values.data())) return false;
   }
   clock.mark(kPackKeys);
-  if (a.tile.split_query_rows) {
-    pack_token_queries(a.q, H, D, b.queries.data());
-  } else {
-    pack_token_queries_by_pairs(a.q, H, D, b.queries.data());
-  }
+  pack_token_queries(a.q, H, D, b.queries.data());
   clock.mark(kPackQueries);
   [[maybe_unused]] typename Tiles::Scope scope;
   Tiles t;

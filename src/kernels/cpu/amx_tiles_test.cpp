@@ -352,9 +352,9 @@ TEST(AmxTilesEmulated, OutputsCarryEveryBitOfTheProbabilities) {
     }
 }
 
-// Each switch of SinkTileOptions gives the same bits (the softmax's vector exps and summed
-// chains; the query split by rows), at every boundary shape, emulated and (with AMX) real; and
-// the part clock counts the tokens it timed.
+// Each setting of SinkTileOptions gives the same bits (the softmax's vector exps, summed chains
+// and reciprocal), at every boundary shape, emulated and (with AMX) real; and the part clock
+// counts the tokens it timed.
 TEST(AmxTilesEmulated, TileOptionsGiveTheSameBits) {
   std::mt19937 rng(1809);
   for (TokenFn fn : {TokenFn{sink_attention_token_amx_emulated}, TokenFn{sink_attention_token_amx}}) {
@@ -367,20 +367,19 @@ TEST(AmxTilesEmulated, TileOptionsGiveTheSameBits) {
       std::vector<float> logits0, o0;
       SinkTokenArgs a0 = args_of(t, logits0, o0);
       a0.isa = CpuIsa::kAvx512;  // the softmax's vector path where the CPU has it (capped otherwise)
-      a0.tile = {false, false};
+      a0.tile.softmax_heads = false;
       ASSERT_TRUE(fn(a0, buffers));
-      for (const SinkTileOptions opt : {SinkTileOptions{true, false}, SinkTileOptions{false, true}, SinkTileOptions{true, true}}) {
+      for (const bool softmax_heads : {false, true}) {
         std::vector<float> logits, o;
         SinkTokenArgs a = args_of(t, logits, o);
         a.isa = CpuIsa::kAvx512;
-        a.tile = opt;
+        a.tile.softmax_heads = softmax_heads;
         a.times = &times;
         ASSERT_TRUE(fn(a, buffers));
         ++runs;
         const std::string what = "H" + std::to_string(s.H) + " D" + std::to_string(s.D) + " win" +
                                  std::to_string(s.nwin) + " sel" + std::to_string(s.nsel) + " softmax_heads " +
-                                 std::to_string(opt.softmax_heads) + " split_query_rows " +
-                                 std::to_string(opt.split_query_rows);
+                                 std::to_string(softmax_heads);
         for (size_t i = 0; i < o.size(); ++i)
           ASSERT_EQ(std::bit_cast<uint32_t>(o[i]), std::bit_cast<uint32_t>(o0[i])) << what << " o[" << i << "]";
         for (size_t i = 0; i < logits.size(); ++i)
@@ -395,22 +394,6 @@ TEST(AmxTilesEmulated, TileOptionsGiveTheSameBits) {
     }
     EXPECT_GT(total, 0.0);
   }
-}
-
-// The query split by rows lays out the bits of the split a pair at a time, for every float kind
-// (normal, denormal, zero of each sign, ±Inf, NaN).
-TEST(AmxTilesEmulated, QuerySplitByRowsGivesTheBitsOfThePairs) {
-  std::mt19937 rng(1810);
-  const int64_t H = 48, D = 96;
-  std::vector<float> q = random_x(H * D, rng);
-  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(),
-                            -std::ldexp(1.0f, -120), 3.0e38f};
-  for (size_t i = 0; i < std::size(specials); ++i) q[i * 577 % q.size()] = specials[i];
-  std::vector<uint16_t> rows(H * D * amx::kParts, 1), pairs(H * D * amx::kParts, 2);
-  amx::pack_token_queries(q.data(), H, D, rows.data());
-  amx::pack_token_queries_by_pairs(q.data(), H, D, pairs.data());
-  for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(rows[i], pairs[i]) << "element " << i;
 }
 
 }  // namespace

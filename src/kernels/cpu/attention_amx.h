@@ -42,15 +42,13 @@ struct SinkTokenTimes {
   int64_t tokens = 0;
 };
 
-// Switches for the A/B of each change to the tile path (either setting gives the same bits).
+// Switches for the A/B of each change to the tile path (either setting gives the same bits). A
+// query split by rows was tried and dropped: no gain on the Xeon (72 → 75–81 µs a token-layer).
 struct SinkTileOptions {
   // The softmax's exps on vector lanes and 8 heads' sums side by side (sink_softmax_heads), not
   // sink_softmax head by head with a std::exp call per key. On: on the Xeon (2026-12-03) the
   // softmax part of a token-layer fell 215 → 157 µs with the first version (docs/BENCHMARKS.md).
   bool softmax_heads = true;
-  // The query heads split 32 channels at a time into three rows, then laid out as pairs
-  // (pack_token_queries), not a pair at a time. Off: no gain measured (72 → 75–81 µs a token-layer).
-  bool split_query_rows = false;
 };
 
 // One token's inputs; every pointer borrowed for the call.

@@ -188,8 +188,7 @@ inline __mmask8 near_float_midpoint(__m512d y) {
 // from a midpoint than that, glibc returns the correctly rounded float too — subnormal results
 // included (the same double → float rounding). x < -104 gives +0 (exp(x) < 2^-150, as glibc
 // returns below -103.97). Lanes near a midpoint (≈ 1.6 %), and x > 80, Inf or NaN, take std::exp
-// itself. A softmax's logits spread widely enough that many exps underflow: the first version
-// sent x < -87 to std::exp and kept most of its cost (bench/amx_parts_bench.cpp, 2026-12-03).
+// itself (a peaked softmax has many underflowing exps, so those stay on the lanes).
 void exps_avx512(float* lg, int64_t n, float m) {
   const __m256 mv = _mm256_set1_ps(m);
   const __m512d inv_ln2 = _mm512_set1_pd(1.4426950408889634), ln2_hi = _mm512_set1_pd(0.6931471805599453),

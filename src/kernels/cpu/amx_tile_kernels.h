@@ -20,6 +20,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "kernels/cpu/attention_amx.h"
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/cpu_exec.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/gemm_quant.h"
 
@@ -225,8 +227,17 @@ constexpr int64_t kPanelCols = 128;
 // in each of its row-block tasks (8 times per wo_a group at 2K rows on 16 threads); then tasks of
 // (output panel × row block).
 template <class Tiles, class Fill>
-void gemm_tiles(const CpuExec& ex, const float* x, int64_t rows, int64_t in, int64_t out, float* y, Fill fill) {
+void gemm_tiles(const CpuExec& ex, const float* x, int64_t rows, int64_t in, int64_t out, float* y, Fill fill,
+                GemmTileTimes* times = nullptr) {
   if (rows <= 0 || out <= 0) return;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last = times ? Clock::now() : Clock::time_point{};
+  auto lap = [&](double GemmTileTimes::*phase) {
+    if (!times) return;
+    const Clock::time_point now = Clock::now();
+    times->*phase += std::chrono::duration<double, std::nano>(now - last).count();
+    last = now;
+  };
   if (in <= 0) {
     std::fill(y, y + rows * out, 0.0f);
     return;
@@ -240,9 +251,11 @@ void gemm_tiles(const CpuExec& ex, const float* x, int64_t rows, int64_t in, int
   uint16_t* xp = xp_buf.data();
   uint16_t* wp = wp_buf.data();
   ex.parallel_for(m_pad / 32, 1, [&](int64_t b, int64_t e) { pack_x_tiles(x, rows, in, steps, 2 * b, 2 * e, xp); });
+  lap(&GemmTileTimes::pack_x_ns);
   ex.parallel_for(n_pad / 32, 1, [&](int64_t b, int64_t e) {
     for (int64_t u = b; u < e; ++u) fill(u * 32, std::min(out, u * 32 + 32), wp + u * 32 * kpad, 2, kpad);
   });
+  lap(&GemmTileTimes::fill_w_ns);
   const int64_t n_panels = (n_pad + kPanelCols - 1) / kPanelCols;
   const int64_t want_row_blocks = std::max<int64_t>(1, (4 * ex.threads() + n_panels - 1) / n_panels);
   const int64_t m_block = round_up(std::max<int64_t>(32, m_pad / want_row_blocks), 32);
@@ -259,6 +272,8 @@ void gemm_tiles(const CpuExec& ex, const float* x, int64_t rows, int64_t in, int
       gemm_tile_task(tiles, xp, steps, r0 / 16, r1 / 16, wp, g0, g1, rows, out, y, acc.data());
     }
   });
+  lap(&GemmTileTimes::tiles_ns);
+  if (times) ++times->calls;
 }
 
 // gemm_tiles' fill for bf16 weights w [out, in].
@@ -457,10 +472,35 @@ void token_values_tiles(Tiles& t, const uint16_t* pp, const uint16_t* v, int64_t
     }
 }
 
+// Adds each part's wall time to SinkTokenArgs::times (when set): mark(part) closes the part that
+// began at the previous mark.
+class TokenPartClock {
+ public:
+  explicit TokenPartClock(SinkTokenTimes* times) : times_(times) {
+    if (times_) last_ = std::chrono::steady_clock::now();
+  }
+  void mark(SinkTokenPart part) {
+    if (!times_) return;
+    const auto now = std::chrono::steady_clock::now();
+    times_->ns[part] += std::chrono::duration<double, std::nano>(now - last_).count();
+    last_ = now;
+  }
+  ~TokenPartClock() {
+    if (times_) ++times_->tokens;
+  }
+  TokenPartClock(const TokenPartClock&) = delete;
+  TokenPartClock& operator=(const TokenPartClock&) = delete;
+
+ private:
+  SinkTokenTimes* times_;
+  std::chrono::steady_clock::time_point last_;
+};
+
 // The whole token (attention_amx.h's contract). The buffers are the calling thread's.
 template <class Tiles>
 bool sink_attention_token_tiles(const SinkTokenArgs& a, SinkTokenBuffers& b) {
   if (!sink_attention_tiles_fit(a.heads, a.D)) return false;
+  TokenPartClock clock(a.times);
   const int64_t H = a.heads, D = a.D, L = a.nwin + a.nsel, Lp = round_up(std::max<int64_t>(L, 1), 32);
   b.keys.resize(static_cast<size_t>(Lp * D));
   b.values.resize(static_cast<size_t>(Lp * D));
@@ -473,14 +513,24 @@ bool sink_attention_token_tiles(const SinkTokenArgs& a, SinkTokenBuffers& b) {
     b.zeros.assign(static_cast<size_t>(D), 0u);
     if (!pack_token_keys(a, L, Lp, b.zeros.data(), b.keys.data(), b.values.data())) return false;
   }
+  clock.mark(kPackKeys);
   pack_token_queries(a.q, H, D, b.queries.data());
+  clock.mark(kPackQueries);
   [[maybe_unused]] typename Tiles::Scope scope;
   Tiles t;
   token_logits_tiles(t, b.keys.data(), b.queries.data(), H, D, L, Lp, a.logits, a.lstride);
+  clock.mark(kLogits);
   // The sink joins the max and the denominator, never the values (attention_kernels.h).
-  for (int64_t h = 0; h < H; ++h) sink_softmax(a.isa, a.logits + h * a.lstride, L, a.scaling, a.sinks[h]);
+  if (a.tile.softmax_heads) {
+    sink_softmax_heads(a.isa, a.logits, a.lstride, H, L, a.scaling, a.sinks);
+  } else {
+    for (int64_t h = 0; h < H; ++h) sink_softmax(a.isa, a.logits + h * a.lstride, L, a.scaling, a.sinks[h]);
+  }
+  clock.mark(kSoftmax);
   pack_token_probs(a.logits, a.lstride, H, L, Lp, b.probs.data());
+  clock.mark(kPackProbs);
   token_values_tiles(t, b.probs.data(), b.values.data(), H, D, Lp, a.o);
+  clock.mark(kValues);
   return true;
 }
 

@@ -12,6 +12,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -348,6 +350,50 @@ TEST(AmxTilesEmulated, OutputsCarryEveryBitOfTheProbabilities) {
       const float want = d < L ? std::ldexp(p[h * L + d], e[d]) : 0.0f;
       ASSERT_EQ(std::bit_cast<uint32_t>(o[h * D + d]), std::bit_cast<uint32_t>(want)) << "h=" << h << " d=" << d;
     }
+}
+
+// Each setting of SinkTileOptions gives the same bits (the softmax's vector exps, summed chains
+// and reciprocal), at every boundary shape, emulated and (with AMX) real; and the part clock
+// counts the tokens it timed.
+TEST(AmxTilesEmulated, TileOptionsGiveTheSameBits) {
+  std::mt19937 rng(1809);
+  for (TokenFn fn : {TokenFn{sink_attention_token_amx_emulated}, TokenFn{sink_attention_token_amx}}) {
+    if (fn == TokenFn{sink_attention_token_amx} && !cpu_has_amx()) continue;
+    SinkTokenBuffers buffers;
+    SinkTokenTimes times;
+    int64_t runs = 0;
+    for (const TokenShape& s : kTokenShapes) {
+      const Token t = random_token(s.H, s.D, s.nwin, s.nsel, rng);
+      std::vector<float> logits0, o0;
+      SinkTokenArgs a0 = args_of(t, logits0, o0);
+      a0.isa = CpuIsa::kAvx512;  // the softmax's vector path where the CPU has it (capped otherwise)
+      a0.tile.softmax_heads = false;
+      ASSERT_TRUE(fn(a0, buffers));
+      for (const bool softmax_heads : {false, true}) {
+        std::vector<float> logits, o;
+        SinkTokenArgs a = args_of(t, logits, o);
+        a.isa = CpuIsa::kAvx512;
+        a.tile.softmax_heads = softmax_heads;
+        a.times = &times;
+        ASSERT_TRUE(fn(a, buffers));
+        ++runs;
+        const std::string what = "H" + std::to_string(s.H) + " D" + std::to_string(s.D) + " win" +
+                                 std::to_string(s.nwin) + " sel" + std::to_string(s.nsel) + " softmax_heads " +
+                                 std::to_string(softmax_heads);
+        for (size_t i = 0; i < o.size(); ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(o[i]), std::bit_cast<uint32_t>(o0[i])) << what << " o[" << i << "]";
+        for (size_t i = 0; i < logits.size(); ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(logits[i]), std::bit_cast<uint32_t>(logits0[i])) << what << " p[" << i << "]";
+      }
+    }
+    EXPECT_EQ(times.tokens, runs);
+    double total = 0;
+    for (double ns : times.ns) {
+      EXPECT_GE(ns, 0.0);
+      total += ns;
+    }
+    EXPECT_GT(total, 0.0);
+  }
 }
 
 }  // namespace

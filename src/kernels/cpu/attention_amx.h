@@ -24,6 +24,33 @@
 
 namespace dsv41 {
 
+// The parts of one token on the tiles, in order (SinkTokenTimes).
+enum SinkTokenPart : int {
+  kPackKeys,     // key and value tiles from the token's rows
+  kPackQueries,  // the query heads split in three bf16 parts
+  kLogits,       // keys · queries on the tiles, scattered into [heads, lstride]
+  kSoftmax,      // the sink softmax of every head
+  kPackProbs,    // the probabilities split in three bf16 parts
+  kValues,       // probabilities · values on the tiles
+  kSinkTokenParts
+};
+
+// Wall nanoseconds per part, summed over the tokens run with SinkTokenArgs::times set (a
+// diagnostic for the bench: the release path with a clock read between parts).
+struct SinkTokenTimes {
+  double ns[kSinkTokenParts] = {};
+  int64_t tokens = 0;
+};
+
+// Switches for the A/B of each change to the tile path (either setting gives the same bits). A
+// query split by rows was tried and dropped: no gain on the Xeon (72 → 75–81 µs a token-layer).
+struct SinkTileOptions {
+  // The softmax's exps on vector lanes and 8 heads' sums side by side (sink_softmax_heads), not
+  // sink_softmax head by head with a std::exp call per key. On: on the Xeon (2026-12-03) the
+  // softmax part of a token-layer fell 215 → 157 µs with the first version (docs/BENCHMARKS.md).
+  bool softmax_heads = true;
+};
+
 // One token's inputs; every pointer borrowed for the call.
 struct SinkTokenArgs {
   const float* q = nullptr;         // [heads, D]: the token's query heads
@@ -47,6 +74,8 @@ struct SinkTokenArgs {
   const uint16_t* win_bf16 = nullptr;
   const uint16_t* table_bf16 = nullptr;
   const int32_t* sel_ids = nullptr;
+  SinkTileOptions tile;
+  SinkTokenTimes* times = nullptr;  // optional: each part's wall time added here
 };
 
 // The calling thread's packed operands, reused token after token (grow only).

@@ -27,6 +27,8 @@ float scale_and_max_avx2(float* lg, int64_t n, float scaling, float sink);
 void divide_avx2(float* lg, int64_t n, double denom);
 float scale_and_max_avx512(float* lg, int64_t n, float scaling, float sink);
 void divide_avx512(float* lg, int64_t n, double denom);
+void exps_avx512(float* lg, int64_t n, float m);
+void divide_by_reciprocal_avx512(float* lg, int64_t n, double denom);
 
 void dot_rows_reference(const float* a, const float* rows, int64_t n, int64_t D, float* y) {
   for (int64_t j = 0; j < n; ++j) {
@@ -80,6 +82,51 @@ void sink_softmax(CpuIsa isa, float* lg, int64_t n, float scaling, float sink) {
     divide_avx2(lg, n, exps_and_denominator(lg, n, m, sink));
   } else {
     sink_softmax_reference(lg, n, scaling, sink);
+  }
+}
+
+void exps_shifted(CpuIsa isa, float* lg, int64_t n, float m) {
+  if (std::min(isa, cpu_best_isa()) >= CpuIsa::kAvx512) {
+    exps_avx512(lg, n, m);
+  } else {
+    for (int64_t j = 0; j < n; ++j) lg[j] = std::exp(lg[j] - m);
+  }
+}
+
+void divide_by_denominator(CpuIsa isa, float* lg, int64_t n, double denom) {
+  if (std::min(isa, cpu_best_isa()) >= CpuIsa::kAvx512) {
+    divide_by_reciprocal_avx512(lg, n, denom);
+  } else {
+    for (int64_t j = 0; j < n; ++j) lg[j] = static_cast<float>(lg[j] / denom);
+  }
+}
+
+void sink_softmax_heads(CpuIsa isa, float* lg, int64_t lstride, int64_t heads, int64_t n, float scaling,
+                        const float* sinks) {
+  if (std::min(isa, cpu_best_isa()) < CpuIsa::kAvx512) {
+    for (int64_t h = 0; h < heads; ++h) sink_softmax(isa, lg + h * lstride, n, scaling, sinks[h]);
+    return;
+  }
+  constexpr int64_t kChains = 8;  // heads whose sums run side by side (8 double chains keep the adders busy)
+  for (int64_t h0 = 0; h0 < heads; h0 += kChains) {
+    const int64_t nh = std::min(kChains, heads - h0);
+    double denom[kChains];
+    for (int64_t i = 0; i < nh; ++i) {
+      float* row = lg + (h0 + i) * lstride;
+      const float sink = sinks[h0 + i];
+      const float m = scale_and_max_avx512(row, n, scaling, sink);
+      exps_avx512(row, n, m);
+      denom[i] = std::exp(static_cast<double>(sink - m));  // as exps_and_denominator starts
+    }
+    const float* row0 = lg + h0 * lstride;
+    if (nh == kChains) {
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < kChains; ++i) denom[i] += row0[i * lstride + j];
+    } else {
+      for (int64_t i = 0; i < nh; ++i)
+        for (int64_t j = 0; j < n; ++j) denom[i] += row0[i * lstride + j];
+    }
+    for (int64_t i = 0; i < nh; ++i) divide_by_reciprocal_avx512(lg + (h0 + i) * lstride, n, denom[i]);
   }
 }
 

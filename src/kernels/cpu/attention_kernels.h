@@ -41,6 +41,27 @@ void weighted_sum_rows_heads(CpuIsa isa, const float* p, int64_t p_stride, int64
 void sink_softmax_reference(float* lg, int64_t n, float scaling, float sink);
 void sink_softmax(CpuIsa isa, float* lg, int64_t n, float scaling, float sink);
 
+// sink_softmax of `heads` heads at once, head h over lg + h·lstride [n] with sink sinks[h]: the
+// same bits, head by head. With isa ≥ kAvx512 (capped by the CPU) the exps run on vector lanes
+// (exps_shifted), the double sums of up to 8 heads run side by side, each still in j order (one
+// head's sum is a chain of n dependent additions), and the division is a multiply by 1/denom
+// with the division kept for lanes near a float rounding midpoint (attention_kernels_avx512.cpp);
+// otherwise sink_softmax per head. The tile path spent a quarter of its time here: 64 heads × 640
+// keys of std::exp calls a token and layer.
+void sink_softmax_heads(CpuIsa isa, float* lg, int64_t lstride, int64_t heads, int64_t n, float scaling,
+                        const float* sinks);
+
+// lg_j ← std::exp(lg_j − m) (the difference in float) for j < n, with std::exp's bits on every
+// ISA: with isa ≥ kAvx512 on vector lanes in double, rounded once, lanes that land within 2^-7
+// ULP of a rounding midpoint (or x > 80, Inf, NaN) through std::exp itself
+// (attention_kernels_avx512.cpp says why that gives its bits: glibc's expf is within 0.502 ULP).
+void exps_shifted(CpuIsa isa, float* lg, int64_t n, float m);
+
+// lg_j ← float(lg_j / denom), the quotient rounded to double and then to float (sink_softmax's
+// last step), for lg_j ≥ 0 and denom > 0, with the same bits on every ISA: with isa ≥ kAvx512 a
+// multiply by 1/denom, dividing only the lanes whose product lies near a float rounding midpoint.
+void divide_by_denominator(CpuIsa isa, float* lg, int64_t n, double denom);
+
 // Whether the fast versions run AVX2 code on this machine.
 bool attention_kernels_use_avx2();
 

@@ -13,6 +13,7 @@
 // gives the FMA pipes independent chains instead of one latency-bound chain per head.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace dsv41 {
@@ -151,6 +152,95 @@ void divide_avx512(float* lg, int64_t n, double denom) {
   for (int64_t j = 0; j < n; j += 8) {
     const __mmask8 k = n - j >= 8 ? __mmask8(0xFF) : static_cast<__mmask8>((1u << (n - j)) - 1);
     const __m512d q = _mm512_div_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, lg + j)), d);
+    _mm256_mask_storeu_ps(lg + j, k, _mm512_cvtpd_ps(q));
+  }
+}
+
+namespace {
+
+// Lanes of y (finite, ≥ 0) that lie within 2^-7 of a float step from a float rounding midpoint,
+// where rounding a double known to ~1e-14 relative could go either way. Normal floats: the 29
+// mantissa bits the double → float rounding drops, against their midpoint 2^28. Subnormal floats
+// (y < 2^-126): y on the 2^-149 grid, its fraction against 1/2.
+inline __mmask8 near_float_midpoint(__m512d y) {
+  const __m512i below = _mm512_and_si512(_mm512_castpd_si512(y), _mm512_set1_epi64((int64_t{1} << 29) - 1));
+  const __mmask8 normal_near = _mm512_cmp_epi64_mask(
+      _mm512_abs_epi64(_mm512_sub_epi64(below, _mm512_set1_epi64(int64_t{1} << 28))), _mm512_set1_epi64(int64_t{1} << 22),
+      _MM_CMPINT_LT);
+  const __mmask8 sub = _mm512_cmp_pd_mask(y, _mm512_set1_pd(0x1p-126), _CMP_LT_OQ);
+  if (!sub) return normal_near;
+  const __m512d s = _mm512_mul_pd(y, _mm512_set1_pd(0x1p149));  // exact: a power of two
+  const __m512d frac = _mm512_sub_pd(s, _mm512_roundscale_pd(s, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+  const __mmask8 sub_near =
+      _mm512_cmp_pd_mask(_mm512_abs_pd(_mm512_sub_pd(frac, _mm512_set1_pd(0.5))), _mm512_set1_pd(0x1p-7), _CMP_LT_OQ);
+  return static_cast<__mmask8>((normal_near & ~sub) | (sub_near & sub));
+}
+
+}  // namespace
+
+// e_j = std::exp(lg_j − m) for j < n (lg_j − m in float, as the scalar loop), with std::exp's bits.
+// Eight lanes at a time in double: t = round(x / ln 2), r = x − t·ln 2 (two FMAs with ln 2 as
+// hi + lo, |r| ≤ 0.35), exp(r) by its Taylor series to r^11/11! (truncation 7e-15 relative) and
+// 2^t from the exponent bits, so y is within ~1e-14 relative of the exact value. Rounding y to
+// float then gives the correctly rounded result unless y lies within 2^-7 of a float step from a
+// rounding midpoint; glibc's expf is documented at 0.502 ULP (its double result before the
+// rounding is within 2^-33 relative, < 0.002 of a step), so wherever the exact value is farther
+// from a midpoint than that, glibc returns the correctly rounded float too — subnormal results
+// included (the same double → float rounding). x < -104 gives +0 (exp(x) < 2^-150, as glibc
+// returns below -103.97). Lanes near a midpoint (≈ 1.6 %), and x > 80, Inf or NaN, take std::exp
+// itself (a peaked softmax has many underflowing exps, so those stay on the lanes).
+void exps_avx512(float* lg, int64_t n, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  const __m512d inv_ln2 = _mm512_set1_pd(1.4426950408889634), ln2_hi = _mm512_set1_pd(0.6931471805599453),
+                ln2_lo = _mm512_set1_pd(2.3190468138462996e-17);
+  // 1/k! for k = 11 … 1.
+  static constexpr double kInvFact[11] = {1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
+                                          1.0 / 720,      1.0 / 120,     1.0 / 24,     1.0 / 6,     0.5,
+                                          1.0};
+  for (int64_t j = 0; j < n; j += 8) {
+    const __mmask8 k = n - j >= 8 ? __mmask8(0xFF) : static_cast<__mmask8>((1u << (n - j)) - 1);
+    const __m256 xf = _mm256_sub_ps(_mm256_maskz_loadu_ps(k, lg + j), mv);
+    const __m512d x0 = _mm512_cvtps_pd(xf);
+    const __mmask8 in_range = _mm512_mask_cmp_pd_mask(k, x0, _mm512_set1_pd(-104.0), _CMP_GE_OQ) &
+                              _mm512_cmp_pd_mask(x0, _mm512_set1_pd(80.0), _CMP_LE_OQ);
+    const __mmask8 zero = _mm512_mask_cmp_pd_mask(k, x0, _mm512_set1_pd(-104.0), _CMP_LT_OQ);  // −Inf too
+    const __m512d x = _mm512_maskz_mov_pd(in_range, x0);  // other lanes: exp(0), not used
+    const __m512d t = _mm512_roundscale_pd(_mm512_mul_pd(x, inv_ln2), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512d r = _mm512_fnmadd_pd(t, ln2_lo, _mm512_fnmadd_pd(t, ln2_hi, x));
+    // Σ r^k / k! for k ≤ 11 in Estrin's order (pairs, then r², r⁴, r⁸): 4 dependent FMAs deep
+    // instead of Horner's 12, so the lanes of neighbouring iterations overlap.
+    auto c = [&](int i) { return _mm512_set1_pd(kInvFact[11 - i]); };  // 1/i!
+    const __m512d r2 = _mm512_mul_pd(r, r), r4 = _mm512_mul_pd(r2, r2), r8 = _mm512_mul_pd(r4, r4);
+    const __m512d q0 = _mm512_add_pd(_mm512_set1_pd(1.0), r), q1 = _mm512_fmadd_pd(c(3), r, c(2)),
+                  q2 = _mm512_fmadd_pd(c(5), r, c(4)), q3 = _mm512_fmadd_pd(c(7), r, c(6)),
+                  q4 = _mm512_fmadd_pd(c(9), r, c(8)), q5 = _mm512_fmadd_pd(c(11), r, c(10));
+    const __m512d s0 = _mm512_fmadd_pd(q1, r2, q0), s1 = _mm512_fmadd_pd(q3, r2, q2), s2 = _mm512_fmadd_pd(q5, r2, q4);
+    const __m512d p = _mm512_fmadd_pd(s2, r8, _mm512_fmadd_pd(s1, r4, s0));
+    const __m512i two_t = _mm512_slli_epi64(_mm512_add_epi64(_mm512_cvtpd_epi64(t), _mm512_set1_epi64(1023)), 52);
+    const __m512d y = _mm512_mul_pd(p, _mm512_castsi512_pd(two_t));
+    const __mmask8 vec = in_range & static_cast<__mmask8>(~near_float_midpoint(y));
+    _mm256_mask_storeu_ps(lg + j, vec, _mm512_cvtpd_ps(y));
+    _mm256_mask_storeu_ps(lg + j, zero, _mm256_setzero_ps());
+    if (const unsigned rest = k & static_cast<__mmask8>(~(vec | zero))) {
+      alignas(32) float xs[8];
+      _mm256_store_ps(xs, xf);
+      for (int i = 0; i < 8; ++i)
+        if (rest >> i & 1u) lg[j + i] = std::exp(xs[i]);
+    }
+  }
+}
+
+// divide_avx512's bits (lg_j ← float(lg_j / denom), the quotient rounded to double first) by a
+// multiply with 1/denom: that product is within 2^-52 relative of the quotient, so both round to
+// the same float unless the product lies near a float rounding midpoint (near_float_midpoint);
+// those lanes divide. For lg_j ≥ 0 (exps), denom > 0. VDIVPD is ~4× the cost of VMULPD.
+void divide_by_reciprocal_avx512(float* lg, int64_t n, double denom) {
+  const __m512d d = _mm512_set1_pd(denom), inv = _mm512_set1_pd(1.0 / denom);
+  for (int64_t j = 0; j < n; j += 8) {
+    const __mmask8 k = n - j >= 8 ? __mmask8(0xFF) : static_cast<__mmask8>((1u << (n - j)) - 1);
+    const __m512d e = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, lg + j));
+    __m512d q = _mm512_mul_pd(e, inv);
+    if (const __mmask8 near = k & near_float_midpoint(q)) q = _mm512_mask_div_pd(q, near, e, d);
     _mm256_mask_storeu_ps(lg + j, k, _mm512_cvtpd_ps(q));
   }
 }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -104,6 +105,111 @@ TEST(AttentionKernels, SinkSoftmaxMatchesReferenceBitForBit) {
       }
     }
   }
+}
+
+// exps_shifted gives std::exp's bits on every ISA cap: a million differences spread over the
+// vector range [-87, 0] (where ~1.6 % of results land near a rounding midpoint and take the
+// fallback) and past its ends (denormal and overflowing results, ±Inf, NaN), a shift m that is
+// not zero (the difference is taken in float first), and lengths off the 8-lane width.
+TEST(AttentionKernels, ExpsShiftedGiveTheBitsOfStdExp) {
+  std::mt19937 rng(18);
+  std::uniform_real_distribution<float> in_range(-87.5f, 0.0f), wide(-110.0f, 95.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x(1000003);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 10 == 9 ? wide(rng) : in_range(rng);
+  const float specials[] = {0.0f, -0.0f, -inf, inf, std::numeric_limits<float>::quiet_NaN(), -87.0f,
+                            std::nextafter(-87.0f, -inf), 80.0f, std::nextafter(80.0f, inf), -1e-30f,
+                            std::numeric_limits<float>::denorm_min(), -103.9f, 88.7f, 89.0f};
+  for (size_t i = 0; i < std::size(specials); ++i) x[i * 7919] = specials[i];
+  for (float m : {0.0f, 2.75f}) {
+    std::vector<float> lg = x;
+    if (m != 0.0f)
+      for (float& v : lg) v = v + m;  // lg − m in float then differs from x by rounding only
+    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{9}, static_cast<int64_t>(lg.size())}) {
+        std::vector<float> got(lg.begin(), lg.begin() + n);
+        exps_shifted(isa, got.data(), n, m);
+        for (int64_t j = 0; j < n; ++j) {
+          const float want = std::exp(lg[j] - m);
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(got[j])) << "j=" << j;
+            continue;
+          }
+          ASSERT_EQ(std::memcmp(&got[j], &want, sizeof(float)), 0)
+              << "isa " << int(isa) << " m=" << m << " n=" << n << " j=" << j << " x=" << lg[j] - m << ": "
+              << got[j] << " vs " << want;
+        }
+      }
+    }
+  }
+}
+
+// sink_softmax_heads gives sink_softmax's bits head by head: 64 heads (8 full groups of summed
+// chains) and 13 (a partial group), lengths around the lane widths and the tile path's 640, a
+// stride past n (cells beyond n untouched), −inf logits, a sink that is the max, and logits
+// spread so far that exps and probabilities underflow.
+TEST(AttentionKernels, SinkSoftmaxHeadsMatchesOneHeadAtATime) {
+  std::mt19937 rng(19);
+  std::normal_distribution<float> nd;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t heads : {64, 13})
+    for (int64_t n : {1, 7, 8, 17, 640}) {
+      const int64_t lstride = n + 5;
+      std::vector<float> lg(heads * lstride), sinks(heads);
+      for (float& v : lg) v = nd(rng) * 30.0f;
+      for (int64_t h = 0; h < heads; ++h) {
+        sinks[h] = h % 5 == 4 ? 5000.0f : nd(rng);
+        if (h % 7 == 3) lg[h * lstride + n / 2] = ninf;
+      }
+      // scaling 1: exps spread over [-200, 0], so many underflow to subnormals and zeros (and
+      // their quotients with them).
+      for (float scaling : {0.044f, 1.0f})
+        for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+          std::vector<float> want = lg, got = lg;
+          for (int64_t h = 0; h < heads; ++h) sink_softmax(isa, want.data() + h * lstride, n, scaling, sinks[h]);
+          sink_softmax_heads(isa, got.data(), lstride, heads, n, scaling, sinks.data());
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+                << "heads " << heads << " n=" << n << " scaling " << scaling << " isa " << int(isa)
+                << " h=" << i / lstride << " j=" << i % lstride << ": " << got[i] << " vs " << want[i];
+        }
+    }
+}
+
+// divide_by_denominator gives the division's bits where the multiply by 1/denom alone would not:
+// quotients built to land on (or next to) a float rounding midpoint M = f + half a step, where
+// the product and the double quotient can round to different floats; then random quotients.
+TEST(AttentionKernels, DivideByDenominatorGivesTheBitsOfTheDivision) {
+  std::mt19937 rng(20);
+  std::uniform_real_distribution<float> unit(0.001f, 1.0f);
+  std::vector<float> e;
+  std::vector<double> denoms;
+  int64_t product_differs = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const float x = unit(rng), f = unit(rng);
+    const double mid = static_cast<double>(f) + 0.5 * (static_cast<double>(std::nextafter(f, 2.0f)) - f);
+    double d = static_cast<double>(x) / mid;
+    d = std::nextafter(d, i % 3 == 0 ? 0.0 : i % 3 == 1 ? 10.0 : d);
+    e.push_back(x);
+    denoms.push_back(d);
+    const float by_div = static_cast<float>(x / d), by_mul = static_cast<float>(x * (1.0 / d));
+    if (std::memcmp(&by_div, &by_mul, sizeof(float)) != 0) ++product_differs;
+  }
+  ASSERT_GT(product_differs, 0) << "no case where the reciprocal alone rounds differently: the test checks nothing";
+  for (int i = 0; i < 2000; ++i) {
+    e.push_back(unit(rng) * std::ldexp(1.0f, -static_cast<int>(rng() % 140)));  // subnormal quotients too
+    denoms.push_back(1.0 + 600.0 * unit(rng));
+  }
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512})
+    for (size_t i = 0; i < e.size(); ++i) {
+      float got[9];
+      for (float& g : got) g = e[i];
+      divide_by_denominator(isa, got, 9, denoms[i]);  // 8 lanes and a tail
+      const float want = static_cast<float>(e[i] / denoms[i]);
+      for (float g : got)
+        ASSERT_EQ(std::memcmp(&g, &want, sizeof(float)), 0)
+            << "isa " << int(isa) << " case " << i << ": " << e[i] << " / " << denoms[i] << " = " << g << " vs " << want;
+    }
 }
 
 }  // namespace

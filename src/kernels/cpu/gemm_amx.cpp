@@ -11,13 +11,13 @@
 namespace dsv41 {
 
 void gemm_bf16w_amx(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
-                    float* y) {
-  amx::gemm_tiles<amx::AmxTiles>(ex, x, rows, in, out, y, amx::Bf16Fill{w, in});
+                    float* y, GemmTileTimes* times) {
+  amx::gemm_tiles<amx::AmxTiles>(ex, x, rows, in, out, y, amx::Bf16Fill{w, in}, times);
 }
 
 void gemm_quant_amx(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const QuantWeights& w, int64_t out,
-                    float* y) {
-  amx::gemm_tiles<amx::AmxTiles>(ex, x, rows, in, out, y, amx::QuantFill{&w, in});
+                    float* y, GemmTileTimes* times) {
+  amx::gemm_tiles<amx::AmxTiles>(ex, x, rows, in, out, y, amx::QuantFill{&w, in}, times);
 }
 
 }  // namespace dsv41

@@ -35,9 +35,18 @@ namespace dsv41 {
 // Below this many rows a product stays on the vector loops: a tile is 16 rows tall.
 constexpr int64_t kAmxMinRows = 16;
 
+// Wall nanoseconds of a product's three phases, summed over the calls made with it (a diagnostic
+// for the bench: the release path with a clock read between the phases).
+struct GemmTileTimes {
+  double pack_x_ns = 0;  // x split into its three bf16 parts, tile by tile (threaded)
+  double fill_w_ns = 0;  // W dequantised / laid out as B tiles (threaded)
+  double tiles_ns = 0;   // the tile products (threaded)
+  int64_t calls = 0;
+};
+
 void gemm_bf16w_amx(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
-                    float* y);
+                    float* y, GemmTileTimes* times = nullptr);
 void gemm_quant_amx(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const QuantWeights& w, int64_t out,
-                    float* y);
+                    float* y, GemmTileTimes* times = nullptr);
 
 }  // namespace dsv41

@@ -30,6 +30,7 @@
 #include "base/numerics.h"
 #include "base/thread_pool.h"
 #include "bench/bench_exec.h"
+#include "bench/bench_weights.h"
 #include "kernels/cpu/attention_amx.h"
 #include "kernels/cpu/cpu_exec.h"
 #include "kernels/cpu/gemm_amx.h"
@@ -162,38 +163,13 @@ BENCHMARK(BM_AmxTileProbe)
 
 enum WeightKind : int64_t { kFp8 = 0, kFp4 = 1 };
 
-// Random stored weights [out, in] (FP8 in 32 × 32 blocks, or FP4 with per-32 scales), as
-// gemm_quant_bench makes them.
-struct StoredWeights {
-  std::vector<uint8_t> codes, scales;
-  QuantWeights q;
-  StoredWeights(int64_t out, int64_t in, bool fp8) {
-    codes.resize(fp8 ? out * in : out * in / 2);
-    scales.resize(fp8 ? ((out + 31) / 32) * ((in + 31) / 32) : out * ((in + 31) / 32));
-    uint32_t s = 777;
-    for (uint8_t& c : codes) {
-      s = s * 1664525u + 1013904223u;
-      c = static_cast<uint8_t>(s >> 24);
-      if (fp8 && (c & 0x7F) == 0x7F) c ^= 1;
-    }
-    for (uint8_t& c : scales) c = 120 + (s = s * 1664525u + 1013904223u) % 8;
-    q.format = fp8 ? QuantFormat::kFp8E4M3 : QuantFormat::kFp4E2M1;
-    q.codes = codes.data();
-    q.scales = scales.data();
-    q.rows = out;
-    q.in = in;
-    q.scale_cols = (in + 31) / 32;
-    q.block_rows_log2 = fp8 ? 5 : 0;
-  }
-};
-
 void BM_GemmAmxParts(benchmark::State& state) {
   if (!cpu_has_amx()) {
     state.SkipWithError(amx_unavailable_reason());
     return;
   }
   const int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
-  const StoredWeights w(out, in, state.range(3) == kFp8);
+  const BenchStoredWeights w(out, in, state.range(3) == kFp8);
   std::vector<float> x(rows * in), y(rows * out);
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;

@@ -13,6 +13,7 @@
 
 #include "base/numerics.h"
 #include "bench/bench_exec.h"
+#include "bench/bench_weights.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/gemm_quant.h"
@@ -128,24 +129,9 @@ void BM_GemmPrefill(benchmark::State& state) {
   }
   CpuExec ex = bench_exec();
   ex.isa = isa;
-  const bool fp8 = kind != kFp4;
-  std::vector<uint8_t> codes(fp8 ? out * in : out * in / 2), scales(fp8 ? ((out + 31) / 32) * ((in + 31) / 32)
-                                                                        : out * ((in + 31) / 32));
-  uint32_t s = 777;
-  for (uint8_t& c : codes) {
-    s = s * 1664525u + 1013904223u;
-    c = static_cast<uint8_t>(s >> 24);
-    if (fp8 && (c & 0x7F) == 0x7F) c ^= 1;
-  }
-  for (uint8_t& c : scales) c = 120 + (s = s * 1664525u + 1013904223u) % 8;
-  QuantWeights q;
-  q.format = fp8 ? QuantFormat::kFp8E4M3 : QuantFormat::kFp4E2M1;
-  q.codes = codes.data();
-  q.scales = scales.data();
-  q.rows = out;
-  q.in = in;
-  q.scale_cols = (in + 31) / 32;
-  q.block_rows_log2 = fp8 ? 5 : 0;
+  const BenchStoredWeights w(out, in, kind != kFp4);
+  const QuantWeights& q = w.q;
+  uint32_t s = w.lcg;
   std::vector<uint16_t> wb;
   if (kind == kBf16) {
     wb.resize(out * in);

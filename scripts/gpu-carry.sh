@@ -2,7 +2,8 @@
 # Here (no GPU): assemble the folder a GPU run needs from a CUDA build dir, for `run` with
 # carry [".devcarry"] (docs/CUDA.md "Reproducing on the GPU machine").
 #   usage: scripts/gpu-carry.sh BUILD_DIR DEST   (e.g. build /work/main/.devcarry)
-# Copies the stripped CUDA binaries, the Debian shared libraries they need that a bare GPU machine
+# Copies the stripped CUDA binaries (and `dsv41_bench`, the CPU kernel benchmarks, for the host's
+# Xeon), the Debian shared libraries they need that a bare GPU machine
 # lacks (every `ldd` line outside libc/libm/libstdc++/libgcc_s/ld-linux goes to DEST/lib; run
 # there with LD_LIBRARY_PATH=lib), gpu-suite.sh, and the small test models: the golden fixture
 # models (config, weights, tokenizer) and a link test-models/dsv41-mini -> ../../models/dsv41-mini
@@ -12,7 +13,7 @@ BUILD="$1"
 DEST="$2"
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$DEST/lib" "$DEST/test-models"
-for b in dsv41_cuda_tests dsv41_cuda_bench dsv41_cuda_backend_bench dsv41_cuda_vision_bench dsv41; do
+for b in dsv41_cuda_tests dsv41_cuda_bench dsv41_cuda_backend_bench dsv41_cuda_vision_bench dsv41 dsv41_bench; do
   [ -x "$BUILD/$b" ] || continue
   cp "$BUILD/$b" "$DEST/$b"
   strip "$DEST/$b"

@@ -309,16 +309,21 @@ TEST(AmxTilesEmulated, LogitsCarryEveryBitOfTheQuery) {
   std::vector<uint16_t> kp(Lp * D), vp(Lp * D), qp(H * D * amx::kParts);
   const std::vector<uint32_t> zeros(D, 0u);
   ASSERT_TRUE(amx::pack_token_keys(a, L, Lp, zeros.data(), kp.data(), vp.data()));
-  amx::pack_token_queries(q.data(), H, D, qp.data());
-  const int64_t ls = L + 1;
-  std::vector<float> logits(H * ls, -1.0f);
-  amx::EmulatedTiles tiles;
-  amx::token_logits_tiles(tiles, kp.data(), qp.data(), H, D, L, Lp, logits.data(), ls);
-  for (int64_t h = 0; h < H; ++h) {
-    for (int64_t j = 0; j < L; ++j)
-      ASSERT_EQ(std::bit_cast<uint32_t>(logits[h * ls + j]), std::bit_cast<uint32_t>(std::ldexp(q[h * D + c[j]], e[j])))
-          << "h=" << h << " j=" << j;
-    ASSERT_EQ(logits[h * ls + L], -1.0f) << "wrote past the keys, h=" << h;
+  // Both query packs and logits scatters: the plain loops, and amx_pack.h's where AVX-512 runs.
+  for (const bool avx512 : {false, true}) {
+    if (avx512 && cpu_best_isa() < CpuIsa::kAvx512) continue;
+    if (avx512) pack_token_queries_avx512(q.data(), H, D, qp.data());
+    else amx::pack_token_queries(q.data(), H, D, qp.data());
+    const int64_t ls = L + 1;
+    std::vector<float> logits(H * ls, -1.0f);
+    amx::EmulatedTiles tiles;
+    amx::token_logits_tiles(tiles, kp.data(), qp.data(), H, D, L, Lp, logits.data(), ls, avx512);
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t j = 0; j < L; ++j)
+        ASSERT_EQ(std::bit_cast<uint32_t>(logits[h * ls + j]), std::bit_cast<uint32_t>(std::ldexp(q[h * D + c[j]], e[j])))
+            << "avx512 " << avx512 << " h=" << h << " j=" << j;
+      ASSERT_EQ(logits[h * ls + L], -1.0f) << "wrote past the keys, avx512 " << avx512 << " h=" << h;
+    }
   }
 }
 
@@ -353,7 +358,7 @@ TEST(AmxTilesEmulated, OutputsCarryEveryBitOfTheProbabilities) {
 }
 
 // Each setting of SinkTileOptions gives the same bits (the softmax's vector exps, summed chains
-// and reciprocal), at every boundary shape, emulated and (with AMX) real; and the part clock
+// and reciprocal; the query pack's and the logits scatter's AVX-512 transposes), at every boundary shape, emulated and (with AMX) real; and the part clock
 // counts the tokens it timed.
 TEST(AmxTilesEmulated, TileOptionsGiveTheSameBits) {
   std::mt19937 rng(1809);
@@ -368,18 +373,22 @@ TEST(AmxTilesEmulated, TileOptionsGiveTheSameBits) {
       SinkTokenArgs a0 = args_of(t, logits0, o0);
       a0.isa = CpuIsa::kAvx512;  // the softmax's vector path where the CPU has it (capped otherwise)
       a0.tile.softmax_heads = false;
+      a0.tile.vector_pack = false;
       ASSERT_TRUE(fn(a0, buffers));
-      for (const bool softmax_heads : {false, true}) {
+      for (const int setting : {0, 1, 2, 3}) {
+        const bool softmax_heads = setting & 1, vector_pack = setting & 2;
         std::vector<float> logits, o;
         SinkTokenArgs a = args_of(t, logits, o);
         a.isa = CpuIsa::kAvx512;
         a.tile.softmax_heads = softmax_heads;
+        a.tile.vector_pack = vector_pack;
         a.times = &times;
         ASSERT_TRUE(fn(a, buffers));
         ++runs;
         const std::string what = "H" + std::to_string(s.H) + " D" + std::to_string(s.D) + " win" +
                                  std::to_string(s.nwin) + " sel" + std::to_string(s.nsel) + " softmax_heads " +
-                                 std::to_string(softmax_heads);
+                                 std::to_string(softmax_heads) + " vector_pack " +
+                                 std::to_string(vector_pack);
         for (size_t i = 0; i < o.size(); ++i)
           ASSERT_EQ(std::bit_cast<uint32_t>(o[i]), std::bit_cast<uint32_t>(o0[i])) << what << " o[" << i << "]";
         for (size_t i = 0; i < logits.size(); ++i)

@@ -49,6 +49,11 @@ struct SinkTileOptions {
   // sink_softmax head by head with a std::exp call per key. On: on the Xeon (2026-12-03) the
   // softmax part of a token-layer fell 215 → 157 µs with the first version (docs/BENCHMARKS.md).
   bool softmax_heads = true;
+  // The query heads' split and B-tile layout on AVX-512 lanes with a 16 × 16 transpose of the
+  // channel pairs (pack_token_queries_avx512), not pack_token_queries' 4-byte column stores, and
+  // the logits tiles transposed in registers (store_logits_tile_avx512), not scattered float by
+  // float; taken where min(isa, cpu_best_isa()) ≥ kAvx512.
+  bool vector_pack = true;
 };
 
 // One token's inputs; every pointer borrowed for the call.

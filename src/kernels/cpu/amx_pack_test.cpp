@@ -89,6 +89,7 @@ TEST(AmxPack, QuantPanelGivesTheWidenedPanelsBits) {
   };
   const Shape shapes[] = {{QuantFormat::kFp8E4M3, 70, 100, 32}, {QuantFormat::kFp8E4M3, 40, 300, 128},
                           {QuantFormat::kFp8E4M3, 33, 1, 32},   {QuantFormat::kFp8E4M3, 64, 1056, 32},
+                          {QuantFormat::kFp8E4M3, 256, 1024, 32},  // 8 × 32 blocks: every scale code
                           {QuantFormat::kFp4E2M1, 50, 98, 32},  {QuantFormat::kFp4E2M1, 33, 2, 32},
                           {QuantFormat::kFp4E2M1, 64, 1024, 32}};
   for (const Shape& sh : shapes) {

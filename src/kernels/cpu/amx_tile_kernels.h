@@ -362,14 +362,26 @@ inline bool pack_token_keys(const SinkTokenArgs& a, int64_t L, int64_t Lp, const
 // pack_token_keys' layouts from key rows already in bf16 (SinkTokenArgs::win_bf16): the same
 // bits, without the float32 rows — key tile rows are 64-byte copies, value pairs two 16-bit rows
 // zipped. zeros: D zero bf16 (the padding keys' row).
+// prefetch: the rows kPrefetchRows ahead are asked for while a pair is packed — the selected rows
+// are scattered over the entry table (2 MiB a layer at 2K), so the hardware's stream prefetch
+// does not see them coming.
+constexpr int64_t kPrefetchRows = 4;
+
 inline void pack_token_keys_bf16(const SinkTokenArgs& a, int64_t L, int64_t Lp, const uint16_t* zeros, uint16_t* k,
-                                 uint16_t* v) {
+                                 uint16_t* v, bool prefetch) {
   const int64_t D = a.D, ds = D / kKStep, dblocks = D / 16;
   auto row = [&](int64_t j) -> const uint16_t* {
     if (j >= L) return zeros;
     return j < a.nwin ? a.win_bf16 + j * D : a.table_bf16 + int64_t{a.sel_ids[j - a.nwin]} * D;
   };
   for (int64_t j = 0; j < Lp; j += 2) {
+    if (prefetch)
+      for (int64_t e = 0; e < 2; ++e) {
+        const int64_t ahead = j + kPrefetchRows + e;
+        if (ahead >= L) break;
+        const char* p = reinterpret_cast<const char*>(row(ahead));
+        for (int64_t b = 0; b < D * 2; b += 64) __builtin_prefetch(p + b);
+      }
     const uint16_t* r0 = row(j);
     const uint16_t* r1 = row(j + 1);
     for (int64_t e = 0; e < 2; ++e) {
@@ -523,7 +535,7 @@ bool sink_attention_token_tiles(const SinkTokenArgs& a, SinkTokenBuffers& b) {
   b.probs.resize(static_cast<size_t>(H * Lp * kParts));
   if (a.win_bf16) {
     b.zero_bf16.assign(static_cast<size_t>(D), 0);
-    pack_token_keys_bf16(a, L, Lp, b.zero_bf16.data(), b.keys.data(), b.values.data());
+    pack_token_keys_bf16(a, L, Lp, b.zero_bf16.data(), b.keys.data(), b.values.data(), a.tile.prefetch_rows);
   } else {
     b.zeros.assign(static_cast<size_t>(D), 0u);
     if (!pack_token_keys(a, L, Lp, b.zeros.data(), b.keys.data(), b.values.data())) return false;

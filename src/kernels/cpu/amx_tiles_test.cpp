@@ -374,21 +374,23 @@ TEST(AmxTilesEmulated, TileOptionsGiveTheSameBits) {
       a0.isa = CpuIsa::kAvx512;  // the softmax's vector path where the CPU has it (capped otherwise)
       a0.tile.softmax_heads = false;
       a0.tile.vector_pack = false;
+      a0.tile.prefetch_rows = false;
       ASSERT_TRUE(fn(a0, buffers));
-      for (const int setting : {0, 1, 2, 3}) {
-        const bool softmax_heads = setting & 1, vector_pack = setting & 2;
+      for (const int setting : {0, 1, 2, 3, 4, 7}) {
+        const bool softmax_heads = setting & 1, vector_pack = setting & 2, prefetch_rows = setting & 4;
         std::vector<float> logits, o;
         SinkTokenArgs a = args_of(t, logits, o);
         a.isa = CpuIsa::kAvx512;
         a.tile.softmax_heads = softmax_heads;
         a.tile.vector_pack = vector_pack;
+        a.tile.prefetch_rows = prefetch_rows;
         a.times = &times;
         ASSERT_TRUE(fn(a, buffers));
         ++runs;
         const std::string what = "H" + std::to_string(s.H) + " D" + std::to_string(s.D) + " win" +
                                  std::to_string(s.nwin) + " sel" + std::to_string(s.nsel) + " softmax_heads " +
                                  std::to_string(softmax_heads) + " vector_pack " +
-                                 std::to_string(vector_pack);
+                                 std::to_string(vector_pack) + " prefetch " + std::to_string(prefetch_rows);
         for (size_t i = 0; i < o.size(); ++i)
           ASSERT_EQ(std::bit_cast<uint32_t>(o[i]), std::bit_cast<uint32_t>(o0[i])) << what << " o[" << i << "]";
         for (size_t i = 0; i < logits.size(); ++i)

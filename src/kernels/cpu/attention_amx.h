@@ -54,6 +54,9 @@ struct SinkTileOptions {
   // the logits tiles transposed in registers (store_logits_tile_avx512), not scattered float by
   // float; taken where min(isa, cpu_best_isa()) ≥ kAvx512.
   bool vector_pack = true;
+  // Software prefetch of the key rows a few rows ahead while the keys and values are packed from
+  // the bf16 rows (the selected rows are scattered over the entry table).
+  bool prefetch_rows = true;
 };
 
 // One token's inputs; every pointer borrowed for the call.

@@ -362,9 +362,9 @@ inline bool pack_token_keys(const SinkTokenArgs& a, int64_t L, int64_t Lp, const
 // pack_token_keys' layouts from key rows already in bf16 (SinkTokenArgs::win_bf16): the same
 // bits, without the float32 rows — key tile rows are 64-byte copies, value pairs two 16-bit rows
 // zipped. zeros: D zero bf16 (the padding keys' row).
-// prefetch: the rows kPrefetchRows ahead are asked for while a pair is packed — the selected rows
-// are scattered over the entry table (2 MiB a layer at 2K), so the hardware's stream prefetch
-// does not see them coming.
+// prefetch (SinkTileOptions::prefetch_rows, off: no gain on the Xeon): the rows kPrefetchRows
+// ahead are asked for while a pair is packed — the selected rows are scattered over the entry
+// table (2 MiB a layer at 2K), so the hardware's stream prefetch does not see them coming.
 constexpr int64_t kPrefetchRows = 4;
 
 inline void pack_token_keys_bf16(const SinkTokenArgs& a, int64_t L, int64_t Lp, const uint16_t* zeros, uint16_t* k,

@@ -262,18 +262,22 @@ TEST(AmxTilesEmulated, Bf16KeyRowsGiveTheBitsOfTheFloatRows) {
       std::vector<uint16_t> win16(t.win.size()), table16(table.size());
       ASSERT_TRUE(key_rows_to_bf16(t.win.data(), s.nwin, s.D, win16.data()));
       ASSERT_TRUE(key_rows_to_bf16(table.data(), entries, s.D, table16.data()));
-      SinkTokenArgs a = args_of(t, logits16, o16);
-      a.win_rows = a.sel_rows = nullptr;  // not read
-      a.win_bf16 = win16.data();
-      a.table_bf16 = table16.data();
-      a.sel_ids = slot.data();
-      ASSERT_TRUE(fn(a, buffers));
-      const std::string what = "H" + std::to_string(s.H) + " D" + std::to_string(s.D) + " win" +
-                               std::to_string(s.nwin) + " sel" + std::to_string(s.nsel);
-      for (size_t i = 0; i < o.size(); ++i)
-        ASSERT_EQ(std::bit_cast<uint32_t>(o16[i]), std::bit_cast<uint32_t>(o[i])) << what << " o[" << i << "]";
-      for (size_t i = 0; i < logits.size(); ++i)
-        ASSERT_EQ(std::bit_cast<uint32_t>(logits16[i]), std::bit_cast<uint32_t>(logits[i])) << what << " p[" << i << "]";
+      for (const bool prefetch : {false, true}) {  // SinkTileOptions::prefetch_rows either way
+        SinkTokenArgs a = args_of(t, logits16, o16);
+        a.win_rows = a.sel_rows = nullptr;  // not read
+        a.win_bf16 = win16.data();
+        a.table_bf16 = table16.data();
+        a.sel_ids = slot.data();
+        a.tile.prefetch_rows = prefetch;
+        ASSERT_TRUE(fn(a, buffers));
+        const std::string what = "H" + std::to_string(s.H) + " D" + std::to_string(s.D) + " win" +
+                                 std::to_string(s.nwin) + " sel" + std::to_string(s.nsel) + " prefetch " +
+                                 std::to_string(prefetch);
+        for (size_t i = 0; i < o.size(); ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(o16[i]), std::bit_cast<uint32_t>(o[i])) << what << " o[" << i << "]";
+        for (size_t i = 0; i < logits.size(); ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(logits16[i]), std::bit_cast<uint32_t>(logits[i])) << what << " p[" << i << "]";
+      }
     }
   }
 }

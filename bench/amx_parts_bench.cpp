@@ -6,7 +6,8 @@
 // 2K prefill's compressed layers) through sink_attention_token_amx with SinkTokenArgs::times set,
 // on 1 thread and on every core at once (each thread its own tokens, the table shared, as the
 // engine's ranges run). Counters: µs per token of each part (attention_amx.h's SinkTokenPart),
-// averaged over the threads; arg softmax_heads is SinkTileOptions::softmax_heads (1 = on).
+// averaged over the threads; args softmax_heads, vector_pack and prefetch are SinkTileOptions'
+// switches (1 = on, the default).
 // The tile products of one such token are 15,360 TDPBF16PS (2 × 7,680: logits and values, three
 // parts each), ≈ 0.25 M cycles at one per 16 cycles.
 //
@@ -103,6 +104,8 @@ void BM_AmxSinkTokenParts(benchmark::State& state) {
   a.o = o.data();
   a.table_bf16 = rows.table.data();
   a.tile.softmax_heads = state.range(0) != 0;
+  a.tile.vector_pack = state.range(1) != 0;
+  a.tile.prefetch_rows = state.range(2) != 0;
   a.times = &times;
   int64_t token = 0;
   for (auto _ : state) {
@@ -126,9 +129,11 @@ void BM_AmxSinkTokenParts(benchmark::State& state) {
   state.counters["parts_us"] = benchmark::Counter(total, benchmark::Counter::kAvgThreads);
 }
 BENCHMARK(BM_AmxSinkTokenParts)
-    ->ArgNames({"softmax_heads"})
-    ->Arg(0)
-    ->Arg(1)
+    ->ArgNames({"softmax_heads", "vector_pack", "prefetch"})
+    ->Args({0, 1, 1})
+    ->Args({1, 0, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
     ->Threads(1)
     ->Threads(hardware_threads())
     ->Unit(benchmark::kMicrosecond)

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/amx_pack.h"
 #include "kernels/cpu/attention_amx.h"
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/cpu_exec.h"
@@ -276,21 +277,30 @@ void gemm_tiles(const CpuExec& ex, const float* x, int64_t rows, int64_t in, int
   if (times) ++times->calls;
 }
 
-// gemm_tiles' fill for bf16 weights w [out, in].
+// gemm_tiles' fill for bf16 weights w [out, in]. avx512: the panel through amx_pack.h's transpose
+// (same bits; only where cpu_best_isa() ≥ kAvx512), not pack_panel's element-by-element stores.
 struct Bf16Fill {
   const uint16_t* w;
   int64_t in;
+  bool avx512 = false;
   void operator()(int64_t o0, int64_t o1, uint16_t* dst, int64_t groups, int64_t kpad) const {
-    pack_panel<uint16_t>(w + o0 * in, in, o1 - o0, groups, kpad, dst);
+    if (avx512) pack_panel_bf16_avx512(w + o0 * in, in, o1 - o0, groups, kpad, dst);
+    else pack_panel<uint16_t>(w + o0 * in, in, o1 - o0, groups, kpad, dst);
   }
 };
 
 // gemm_tiles' fill for stored FP8 / FP4 weights: widened by the AVX2 path's dequantiser (the values
 // dequant.h gives), then laid out as bf16 (exact).
+// avx512: dequantised by fill_quant_panel_avx512 straight into the panel (same bits).
 struct QuantFill {
   const QuantWeights* w;
   int64_t in;
+  bool avx512 = false;
   void operator()(int64_t o0, int64_t o1, uint16_t* dst, int64_t groups, int64_t kpad) const {
+    if (avx512) {  // straight from the codes: no float32 rows in between
+      fill_quant_panel_avx512(*w, o0, o1, groups, kpad, dst);
+      return;
+    }
     thread_local std::vector<float> wide;  // this thread's widened rows (not state)
     if (wide.size() < static_cast<size_t>((o1 - o0) * in)) wide.resize((o1 - o0) * in);
     gemm_quant_avx2_widen(*w, o0, o1, wide.data());
@@ -352,14 +362,26 @@ inline bool pack_token_keys(const SinkTokenArgs& a, int64_t L, int64_t Lp, const
 // pack_token_keys' layouts from key rows already in bf16 (SinkTokenArgs::win_bf16): the same
 // bits, without the float32 rows — key tile rows are 64-byte copies, value pairs two 16-bit rows
 // zipped. zeros: D zero bf16 (the padding keys' row).
+// prefetch (SinkTileOptions::prefetch_rows, off: no gain on the Xeon): the rows kPrefetchRows
+// ahead are asked for while a pair is packed — the selected rows are scattered over the entry
+// table (2 MiB a layer at 2K), so the hardware's stream prefetch does not see them coming.
+constexpr int64_t kPrefetchRows = 4;
+
 inline void pack_token_keys_bf16(const SinkTokenArgs& a, int64_t L, int64_t Lp, const uint16_t* zeros, uint16_t* k,
-                                 uint16_t* v) {
+                                 uint16_t* v, bool prefetch) {
   const int64_t D = a.D, ds = D / kKStep, dblocks = D / 16;
   auto row = [&](int64_t j) -> const uint16_t* {
     if (j >= L) return zeros;
     return j < a.nwin ? a.win_bf16 + j * D : a.table_bf16 + int64_t{a.sel_ids[j - a.nwin]} * D;
   };
   for (int64_t j = 0; j < Lp; j += 2) {
+    if (prefetch)
+      for (int64_t e = 0; e < 2; ++e) {
+        const int64_t ahead = j + kPrefetchRows + e;
+        if (ahead >= L) break;
+        const char* p = reinterpret_cast<const char*>(row(ahead));
+        for (int64_t b = 0; b < D * 2; b += 64) __builtin_prefetch(p + b);
+      }
     const uint16_t* r0 = row(j);
     const uint16_t* r1 = row(j + 1);
     for (int64_t e = 0; e < 2; ++e) {
@@ -403,10 +425,11 @@ inline void pack_token_probs(const float* logits, int64_t lstride, int64_t H, in
     }
 }
 
-// logits[h, j] for h < H, j < L: keys (A) · queries (B), 32 keys × 32 heads per pass.
+// logits[h, j] for h < H, j < L: keys (A) · queries (B), 32 keys × 32 heads per pass. avx512: each
+// transposed tile scattered by store_logits_tile_avx512 (16-key rows), not element by element.
 template <class Tiles>
 void token_logits_tiles(Tiles& t, const uint16_t* k, const uint16_t* qp, int64_t H, int64_t D, int64_t L, int64_t Lp,
-                        float* logits, int64_t lstride) {
+                        float* logits, int64_t lstride, bool avx512) {
   const int64_t ds = D / kKStep;
   alignas(64) float c[256];
   for (int64_t kb = 0; kb < Lp / 16; kb += 2)
@@ -436,6 +459,10 @@ void token_logits_tiles(Tiles& t, const uint16_t* k, const uint16_t* qp, int64_t
         }
         const int64_t j0 = (kb + (tile >> 1)) * 16, h0 = (hb + (tile & 1)) * 16;
         const int64_t nj = std::clamp<int64_t>(L - j0, 0, 16);
+        if (avx512) {
+          if (nj > 0) store_logits_tile_avx512(c, nj, logits + h0 * lstride + j0, lstride);
+          continue;
+        }
         for (int64_t m = 0; m < nj; ++m)
           for (int64_t n = 0; n < 16; ++n) logits[(h0 + n) * lstride + j0 + m] = c[m * 16 + n];
       }
@@ -508,17 +535,22 @@ bool sink_attention_token_tiles(const SinkTokenArgs& a, SinkTokenBuffers& b) {
   b.probs.resize(static_cast<size_t>(H * Lp * kParts));
   if (a.win_bf16) {
     b.zero_bf16.assign(static_cast<size_t>(D), 0);
-    pack_token_keys_bf16(a, L, Lp, b.zero_bf16.data(), b.keys.data(), b.values.data());
+    pack_token_keys_bf16(a, L, Lp, b.zero_bf16.data(), b.keys.data(), b.values.data(), a.tile.prefetch_rows);
   } else {
     b.zeros.assign(static_cast<size_t>(D), 0u);
     if (!pack_token_keys(a, L, Lp, b.zeros.data(), b.keys.data(), b.values.data())) return false;
   }
   clock.mark(kPackKeys);
-  pack_token_queries(a.q, H, D, b.queries.data());
+  const bool avx512 = std::min(a.isa, cpu_best_isa()) >= CpuIsa::kAvx512;
+  if (a.tile.vector_pack && avx512) {
+    pack_token_queries_avx512(a.q, H, D, b.queries.data());
+  } else {
+    pack_token_queries(a.q, H, D, b.queries.data());
+  }
   clock.mark(kPackQueries);
   [[maybe_unused]] typename Tiles::Scope scope;
   Tiles t;
-  token_logits_tiles(t, b.keys.data(), b.queries.data(), H, D, L, Lp, a.logits, a.lstride);
+  token_logits_tiles(t, b.keys.data(), b.queries.data(), H, D, L, Lp, a.logits, a.lstride, a.tile.vector_pack && avx512);
   clock.mark(kLogits);
   // The sink joins the max and the denominator, never the values (attention_kernels.h).
   if (a.tile.softmax_heads) {

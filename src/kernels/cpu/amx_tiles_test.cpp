@@ -262,18 +262,22 @@ TEST(AmxTilesEmulated, Bf16KeyRowsGiveTheBitsOfTheFloatRows) {
       std::vector<uint16_t> win16(t.win.size()), table16(table.size());
       ASSERT_TRUE(key_rows_to_bf16(t.win.data(), s.nwin, s.D, win16.data()));
       ASSERT_TRUE(key_rows_to_bf16(table.data(), entries, s.D, table16.data()));
-      SinkTokenArgs a = args_of(t, logits16, o16);
-      a.win_rows = a.sel_rows = nullptr;  // not read
-      a.win_bf16 = win16.data();
-      a.table_bf16 = table16.data();
-      a.sel_ids = slot.data();
-      ASSERT_TRUE(fn(a, buffers));
-      const std::string what = "H" + std::to_string(s.H) + " D" + std::to_string(s.D) + " win" +
-                               std::to_string(s.nwin) + " sel" + std::to_string(s.nsel);
-      for (size_t i = 0; i < o.size(); ++i)
-        ASSERT_EQ(std::bit_cast<uint32_t>(o16[i]), std::bit_cast<uint32_t>(o[i])) << what << " o[" << i << "]";
-      for (size_t i = 0; i < logits.size(); ++i)
-        ASSERT_EQ(std::bit_cast<uint32_t>(logits16[i]), std::bit_cast<uint32_t>(logits[i])) << what << " p[" << i << "]";
+      for (const bool prefetch : {false, true}) {  // SinkTileOptions::prefetch_rows either way
+        SinkTokenArgs a = args_of(t, logits16, o16);
+        a.win_rows = a.sel_rows = nullptr;  // not read
+        a.win_bf16 = win16.data();
+        a.table_bf16 = table16.data();
+        a.sel_ids = slot.data();
+        a.tile.prefetch_rows = prefetch;
+        ASSERT_TRUE(fn(a, buffers));
+        const std::string what = "H" + std::to_string(s.H) + " D" + std::to_string(s.D) + " win" +
+                                 std::to_string(s.nwin) + " sel" + std::to_string(s.nsel) + " prefetch " +
+                                 std::to_string(prefetch);
+        for (size_t i = 0; i < o.size(); ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(o16[i]), std::bit_cast<uint32_t>(o[i])) << what << " o[" << i << "]";
+        for (size_t i = 0; i < logits.size(); ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(logits16[i]), std::bit_cast<uint32_t>(logits[i])) << what << " p[" << i << "]";
+      }
     }
   }
 }
@@ -309,16 +313,21 @@ TEST(AmxTilesEmulated, LogitsCarryEveryBitOfTheQuery) {
   std::vector<uint16_t> kp(Lp * D), vp(Lp * D), qp(H * D * amx::kParts);
   const std::vector<uint32_t> zeros(D, 0u);
   ASSERT_TRUE(amx::pack_token_keys(a, L, Lp, zeros.data(), kp.data(), vp.data()));
-  amx::pack_token_queries(q.data(), H, D, qp.data());
-  const int64_t ls = L + 1;
-  std::vector<float> logits(H * ls, -1.0f);
-  amx::EmulatedTiles tiles;
-  amx::token_logits_tiles(tiles, kp.data(), qp.data(), H, D, L, Lp, logits.data(), ls);
-  for (int64_t h = 0; h < H; ++h) {
-    for (int64_t j = 0; j < L; ++j)
-      ASSERT_EQ(std::bit_cast<uint32_t>(logits[h * ls + j]), std::bit_cast<uint32_t>(std::ldexp(q[h * D + c[j]], e[j])))
-          << "h=" << h << " j=" << j;
-    ASSERT_EQ(logits[h * ls + L], -1.0f) << "wrote past the keys, h=" << h;
+  // Both query packs and logits scatters: the plain loops, and amx_pack.h's where AVX-512 runs.
+  for (const bool avx512 : {false, true}) {
+    if (avx512 && cpu_best_isa() < CpuIsa::kAvx512) continue;
+    if (avx512) pack_token_queries_avx512(q.data(), H, D, qp.data());
+    else amx::pack_token_queries(q.data(), H, D, qp.data());
+    const int64_t ls = L + 1;
+    std::vector<float> logits(H * ls, -1.0f);
+    amx::EmulatedTiles tiles;
+    amx::token_logits_tiles(tiles, kp.data(), qp.data(), H, D, L, Lp, logits.data(), ls, avx512);
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t j = 0; j < L; ++j)
+        ASSERT_EQ(std::bit_cast<uint32_t>(logits[h * ls + j]), std::bit_cast<uint32_t>(std::ldexp(q[h * D + c[j]], e[j])))
+            << "avx512 " << avx512 << " h=" << h << " j=" << j;
+      ASSERT_EQ(logits[h * ls + L], -1.0f) << "wrote past the keys, avx512 " << avx512 << " h=" << h;
+    }
   }
 }
 
@@ -353,7 +362,7 @@ TEST(AmxTilesEmulated, OutputsCarryEveryBitOfTheProbabilities) {
 }
 
 // Each setting of SinkTileOptions gives the same bits (the softmax's vector exps, summed chains
-// and reciprocal), at every boundary shape, emulated and (with AMX) real; and the part clock
+// and reciprocal; the query pack's and the logits scatter's AVX-512 transposes), at every boundary shape, emulated and (with AMX) real; and the part clock
 // counts the tokens it timed.
 TEST(AmxTilesEmulated, TileOptionsGiveTheSameBits) {
   std::mt19937 rng(1809);
@@ -368,18 +377,24 @@ TEST(AmxTilesEmulated, TileOptionsGiveTheSameBits) {
       SinkTokenArgs a0 = args_of(t, logits0, o0);
       a0.isa = CpuIsa::kAvx512;  // the softmax's vector path where the CPU has it (capped otherwise)
       a0.tile.softmax_heads = false;
+      a0.tile.vector_pack = false;
+      a0.tile.prefetch_rows = false;
       ASSERT_TRUE(fn(a0, buffers));
-      for (const bool softmax_heads : {false, true}) {
+      for (const int setting : {0, 1, 2, 3, 4, 7}) {
+        const bool softmax_heads = setting & 1, vector_pack = setting & 2, prefetch_rows = setting & 4;
         std::vector<float> logits, o;
         SinkTokenArgs a = args_of(t, logits, o);
         a.isa = CpuIsa::kAvx512;
         a.tile.softmax_heads = softmax_heads;
+        a.tile.vector_pack = vector_pack;
+        a.tile.prefetch_rows = prefetch_rows;
         a.times = &times;
         ASSERT_TRUE(fn(a, buffers));
         ++runs;
         const std::string what = "H" + std::to_string(s.H) + " D" + std::to_string(s.D) + " win" +
                                  std::to_string(s.nwin) + " sel" + std::to_string(s.nsel) + " softmax_heads " +
-                                 std::to_string(softmax_heads);
+                                 std::to_string(softmax_heads) + " vector_pack " +
+                                 std::to_string(vector_pack) + " prefetch " + std::to_string(prefetch_rows);
         for (size_t i = 0; i < o.size(); ++i)
           ASSERT_EQ(std::bit_cast<uint32_t>(o[i]), std::bit_cast<uint32_t>(o0[i])) << what << " o[" << i << "]";
         for (size_t i = 0; i < logits.size(); ++i)

@@ -47,8 +47,20 @@ struct SinkTokenTimes {
 struct SinkTileOptions {
   // The softmax's exps on vector lanes and 8 heads' sums side by side (sink_softmax_heads), not
   // sink_softmax head by head with a std::exp call per key. On: on the Xeon (2026-12-03) the
-  // softmax part of a token-layer fell 215 → 157 µs with the first version (docs/BENCHMARKS.md).
+  // softmax part of a token-layer fell 215 → 157 µs with the first version and 285–291 → 189–191
+  // µs with this one (23:27 UTC, 16 threads; docs/BENCHMARKS.md).
   bool softmax_heads = true;
+  // The query heads' split and B-tile layout on AVX-512 lanes with a 16 × 16 transpose of the
+  // channel pairs (pack_token_queries_avx512), not pack_token_queries' 4-byte column stores, and
+  // the logits tiles transposed in registers (store_logits_tile_avx512), not scattered float by
+  // float; taken where min(isa, cpu_best_isa()) ≥ kAvx512. On: on the Xeon (2026-12-03 23:27 UTC,
+  // 16 threads) the query pack fell 95 → 24 µs a token-layer and the logits part 318 → 279.
+  bool vector_pack = true;
+  // Software prefetch of the key rows a few rows ahead while the keys and values are packed from
+  // the bf16 rows (the selected rows are scattered over the entry table). Off: faster on the
+  // development VM with an 8 MB table (171 → 114–124 µs a token), but not on the Xeon (key pack
+  // 144 → 154 µs a token-layer at 16 threads, 2026-12-03 23:27 UTC; its 2 MiB table sits in L2/L3).
+  bool prefetch_rows = false;
 };
 
 // One token's inputs; every pointer borrowed for the call.

@@ -62,6 +62,7 @@ struct Run {
   int64_t tokens = 0;  // generated, all requests
   std::vector<std::vector<int32_t>> ids;
   DsparkStats stats;
+  GraphCounts graphs;  // the run's CUDA graphs (launched, updated, made anew; zeros off the GPU)
 };
 
 Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std::vector<GenerationRequest>& reqs,
@@ -86,6 +87,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   set_draft_replay(o.backend, *backend, o.draft_replay);
   if (o.publish_with_feeding) set_publish_with_feeding(o.backend, *backend, true);
   set_fewer_draft_kernels(o.backend, *backend, o.fewer_draft_kernels);
+  set_verify_graphs_by_sequences(o.backend, *backend, o.verify_graphs_by_sequences);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(backend), model.engram_tables(), eo));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, Scheduler::create(*engine, so));
   std::vector<int64_t> tickets;
@@ -106,6 +108,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   run.tokens = tokens;
   run.tok_s = tokens / std::max(s, 1e-9);
   run.stats = sched->dspark_stats();
+  run.graphs = graph_counts(o.backend, engine->backend());
   return run;
 }
 
@@ -172,7 +175,12 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
         speed[{p, m}].push_back(run->tok_s);
         stats[{p, m}] = run->stats;
         tokens[{p, m}] = run->tokens;
-        std::fprintf(stderr, "round %d, batch %d, --dspark %s: %.1f tok/s\n", round + 1, p, m.c_str(), run->tok_s);
+        std::fprintf(stderr, "round %d, batch %d, --dspark %s: %.1f tok/s", round + 1, p, m.c_str(), run->tok_s);
+        if (run->graphs.launches > 0)
+          std::fprintf(stderr, " (CUDA graphs: %lld launched, %lld updated, %lld made anew)",
+                       static_cast<long long>(run->graphs.launches), static_cast<long long>(run->graphs.updates),
+                       static_cast<long long>(run->graphs.instantiations));
+        std::fprintf(stderr, "\n");
         if (trace.is_open()) write_trace(trace, round + 1, p, m, run->stats);
         if (m == "off") plain[p] = run->ids;
         else if (plain.count(p) && plain[p] != run->ids) {
@@ -188,6 +196,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   out["draft_replay"] = o.draft_replay;
   out["publish_with_feeding"] = o.publish_with_feeding;
   out["fewer_draft_kernels"] = o.fewer_draft_kernels;
+  out["verify_graphs_by_sequences"] = o.verify_graphs_by_sequences;
   out["requests"] = reqs->size();
   out["queue"] = o.queue > 0;
   std::printf("| batch | --dspark | median tok/s | vs off | tokens per verify step | accepted per drafting step | "

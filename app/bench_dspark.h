@@ -24,6 +24,7 @@ struct DsparkBenchOptions {
   bool draft_replay = true;     // device backends: each draft shape's graph captured once, replayed as is
   bool publish_with_feeding = false;  // device backends: a forward's cache rows published with the rings'
   bool fewer_draft_kernels = true;    // device backends: the greedy slots in one launch, keys in shared memory
+  bool verify_graphs_by_sequences = true;  // cuda: verify steps' graphs per sequence count (false: per row count)
   int64_t max_tokens = 0;     // > 0: every request's max_tokens
   // > 0: the file's requests cycled to this many, all submitted at once, so that a batch's slots
   // refill as sequences finish (continuous batching, as a server under load runs them) instead of

@@ -172,6 +172,9 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--dspark-fewer-draft-kernels", dso.fewer_draft_kernels,
                  "with --dspark on a device backend: a draft's greedy slots in one launch and its attention's keys "
                  "in shared memory (true, the default) or session 17's kernels (false)");
+  cli.add_option("--dspark-verify-graphs-by-sequences", dso.verify_graphs_by_sequences,
+                 "with --dspark on cuda: verify steps update the CUDA graphs of their sequence count (true, the "
+                 "default) or of their row count (false, session 15's keying); the same bits either way");
   cli.add_flag("--dspark-publish-with-feeding", dso.publish_with_feeding,
                "with --dspark on a device backend: a forward's cache rows downloaded with the drafter's ring rows (one wait)");
   GpusFlag gpus;

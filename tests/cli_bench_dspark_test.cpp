@@ -59,12 +59,16 @@ TEST(CliBenchDspark, EveryModeAndBatchWithAcceptanceAndCalibration) {
 
 TEST(CliBenchDspark, DeviceEmulationWithTheDeviceAndTheHostDrafter) {
   if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
-  for (const std::string drafter : {"", " --host-drafter", " --dspark-no-graph", " --dspark-fewer-draft-kernels false"}) {
+  for (const std::string drafter : {"", " --host-drafter", " --dspark-no-graph", " --dspark-fewer-draft-kernels false",
+                                    " --dspark-verify-graphs-by-sequences false"}) {
     const nlohmann::json j =
         run_json(" --backend device-emulation --dspark-batches 2 --dspark-modes off,3 --dspark-max-tokens 8" + drafter);
     ASSERT_TRUE(j.is_object()) << drafter;
     EXPECT_EQ(j["drafter"], drafter == " --host-drafter" ? "host" : "device");
-    EXPECT_EQ(j["draft_graph"], drafter.empty() || drafter == " --dspark-fewer-draft-kernels false") << drafter;
+    EXPECT_EQ(j["draft_graph"], drafter.empty() || drafter == " --dspark-fewer-draft-kernels false" ||
+                                    drafter == " --dspark-verify-graphs-by-sequences false")
+        << drafter;
+    EXPECT_EQ(j["verify_graphs_by_sequences"], drafter != " --dspark-verify-graphs-by-sequences false") << drafter;
     EXPECT_EQ(j["fewer_draft_kernels"], drafter != " --dspark-fewer-draft-kernels false") << drafter;
     ASSERT_EQ(j["runs"].size(), 2u);
     EXPECT_GT(j["runs"][1]["drafting_steps"].get<int64_t>(), 0);

@@ -65,6 +65,29 @@ struct Run {
   GraphCounts graphs;  // the run's CUDA graphs (launched, updated, made anew; zeros off the GPU)
 };
 
+// What a scheduler's DSpark totals gained since `before` (the timed pass of a warm run).
+DsparkStats since(const DsparkStats& now, const DsparkStats& before) {
+  DsparkStats d = now;
+  d.steps -= before.steps;
+  d.verified -= before.verified;
+  d.accepted -= before.accepted;
+  d.emitted -= before.emitted;
+  for (size_t i = 0; i < before.slot_verified.size() && i < d.slot_verified.size(); ++i) {
+    d.slot_verified[i] -= before.slot_verified[i];
+    d.slot_accepted[i] -= before.slot_accepted[i];
+  }
+  d.draft_ms -= before.draft_ms;
+  for (size_t b = 0; b < d.calibration_drafts.size(); ++b) {
+    d.calibration_drafts[b] -= before.calibration_drafts[b];
+    d.calibration_accepted[b] -= before.calibration_accepted[b];
+    d.calibration_estimate[b] -= before.calibration_estimate[b];
+  }
+  d.drafting_steps -= before.drafting_steps;
+  d.auto_verdicts.erase(d.auto_verdicts.begin(), d.auto_verdicts.begin() + ptrdiff_t(before.auto_verdicts.size()));
+  d.step_trace.erase(d.step_trace.begin(), d.step_trace.begin() + ptrdiff_t(before.step_trace.size()));
+  return d;
+}
+
 Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std::vector<GenerationRequest>& reqs,
                      int parallel, const std::string& mode_text) {
   DSV41_ASSIGN_OR_RETURN(DsparkMode mode, parse_dspark_mode(mode_text, std::max(1, model.config().dspark_block_size)));
@@ -90,6 +113,18 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   set_verify_graphs_by_sequences(o.backend, *backend, o.verify_graphs_by_sequences);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(backend), model.engram_tables(), eo));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, Scheduler::create(*engine, so));
+  if (o.warm) {  // untimed: the same requests once, their results dropped
+    std::vector<int64_t> first;
+    for (const GenerationRequest& r : reqs) first.push_back(sched->submit(r));
+    sched->run_to_completion();
+    for (int64_t t : first) {
+      auto res = sched->take(t);
+      if (!res) return internal_error("request " + std::to_string(t) + " did not finish (warm-up)");
+      DSV41_RETURN_IF_ERROR(res->status);
+    }
+  }
+  const DsparkStats before = sched->dspark_stats();
+  const GraphCounts graphs_before = graph_counts(o.backend, engine->backend());
   std::vector<int64_t> tickets;
   const auto t0 = std::chrono::steady_clock::now();
   for (const GenerationRequest& r : reqs) tickets.push_back(sched->submit(r));
@@ -107,8 +142,10 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   }
   run.tokens = tokens;
   run.tok_s = tokens / std::max(s, 1e-9);
-  run.stats = sched->dspark_stats();
-  run.graphs = graph_counts(o.backend, engine->backend());
+  run.stats = since(sched->dspark_stats(), before);
+  const GraphCounts g = graph_counts(o.backend, engine->backend());
+  run.graphs = {g.launches - graphs_before.launches, g.updates - graphs_before.updates,
+                g.instantiations - graphs_before.instantiations};
   return run;
 }
 
@@ -199,6 +236,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   out["verify_graphs_by_sequences"] = o.verify_graphs_by_sequences;
   out["requests"] = reqs->size();
   out["queue"] = o.queue > 0;
+  out["warm"] = o.warm;
   std::printf("| batch | --dspark | median tok/s | vs off | tokens per verify step | accepted per drafting step | "
               "per-slot acceptance | drafting steps | drafter ms / drafting step |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");

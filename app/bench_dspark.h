@@ -30,6 +30,11 @@ struct DsparkBenchOptions {
   // refill as sequences finish (continuous batching, as a server under load runs them) instead of
   // the batch draining to its slowest sequence; 0: the file's requests as they are.
   int64_t queue = 0;
+  // A warm run: the same requests once through the same engine and scheduler before the timed
+  // pass (graphs recorded, the confidence map fitted, auto's verdicts and step costs measured), as
+  // a server that has run for a while has them; stats and traces are the timed pass's. False:
+  // every run starts cold (a fresh backend and scheduler), what a closed batch measures by default.
+  bool warm = false;
   int auto_warmup = 1;        // SchedulerOptions::dspark_auto_warmup
   // Session 16's auto rules, off by default (SchedulerOptions::dspark_auto_*; measured no faster):
   // plan "uniform" (one cap a batch) or "greedy" (slots by confidence); the first-touch charge;

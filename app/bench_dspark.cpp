@@ -76,6 +76,10 @@ DsparkStats since(const DsparkStats& now, const DsparkStats& before) {
     d.slot_verified[i] -= before.slot_verified[i];
     d.slot_accepted[i] -= before.slot_accepted[i];
   }
+  while (!d.slot_verified.empty() && d.slot_verified.back() == 0) {  // slots only the warm-up verified
+    d.slot_verified.pop_back();
+    d.slot_accepted.pop_back();
+  }
   d.draft_ms -= before.draft_ms;
   for (size_t b = 0; b < d.calibration_drafts.size(); ++b) {
     d.calibration_drafts[b] -= before.calibration_drafts[b];

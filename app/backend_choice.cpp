@@ -83,6 +83,27 @@ void set_fewer_draft_kernels(const std::string& name, Backend& backend, bool on)
 #endif
 }
 
+void set_verify_graphs_by_sequences(const std::string& name, Backend& backend, bool on) {
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_verify_graphs_by_sequences(backend, on);
+#endif
+  (void)name;
+  (void)backend;
+  (void)on;
+}
+
+GraphCounts graph_counts(const std::string& name, const Backend& backend) {
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") {
+    const CudaGraphCounts c = cuda_backend_graph_counts(backend);
+    return {c.launches, c.updates, c.instantiations};
+  }
+#endif
+  (void)name;
+  (void)backend;
+  return {};
+}
+
 void set_publish_with_feeding(const std::string& name, Backend& backend, bool on) {
   if (name == "device-emulation") host_device_backend_set_publish_with_feeding(backend, on);
 #if defined(DSV41_WITH_CUDA)

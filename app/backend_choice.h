@@ -45,5 +45,13 @@ void set_publish_with_feeding(const std::string& name, Backend& backend, bool on
 // A draft's greedy slots in one launch and its attention's keys in shared memory (on, the
 // default) or session 17's kernels; the same bits either way.
 void set_fewer_draft_kernels(const std::string& name, Backend& backend, bool on);
+// Verify steps' graphs per sequence count (on, the default) or per row count (session 15's).
+void set_verify_graphs_by_sequences(const std::string& name, Backend& backend, bool on);
+// The CUDA graphs a cuda backend launched so far, and how many of them it updated and made anew
+// (diagnostics; zeros for the other backends).
+struct GraphCounts {
+  int64_t launches = 0, updates = 0, instantiations = 0;
+};
+GraphCounts graph_counts(const std::string& name, const Backend& backend);
 
 }  // namespace dsv41::app

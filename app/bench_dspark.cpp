@@ -62,7 +62,35 @@ struct Run {
   int64_t tokens = 0;  // generated, all requests
   std::vector<std::vector<int32_t>> ids;
   DsparkStats stats;
+  GraphCounts graphs;  // the run's CUDA graphs (launched, updated, made anew; zeros off the GPU)
 };
+
+// What a scheduler's DSpark totals gained since `before` (the timed pass of a warm run).
+DsparkStats since(const DsparkStats& now, const DsparkStats& before) {
+  DsparkStats d = now;
+  d.steps -= before.steps;
+  d.verified -= before.verified;
+  d.accepted -= before.accepted;
+  d.emitted -= before.emitted;
+  for (size_t i = 0; i < before.slot_verified.size() && i < d.slot_verified.size(); ++i) {
+    d.slot_verified[i] -= before.slot_verified[i];
+    d.slot_accepted[i] -= before.slot_accepted[i];
+  }
+  while (!d.slot_verified.empty() && d.slot_verified.back() == 0) {  // slots only the warm-up verified
+    d.slot_verified.pop_back();
+    d.slot_accepted.pop_back();
+  }
+  d.draft_ms -= before.draft_ms;
+  for (size_t b = 0; b < d.calibration_drafts.size(); ++b) {
+    d.calibration_drafts[b] -= before.calibration_drafts[b];
+    d.calibration_accepted[b] -= before.calibration_accepted[b];
+    d.calibration_estimate[b] -= before.calibration_estimate[b];
+  }
+  d.drafting_steps -= before.drafting_steps;
+  d.auto_verdicts.erase(d.auto_verdicts.begin(), d.auto_verdicts.begin() + ptrdiff_t(before.auto_verdicts.size()));
+  d.step_trace.erase(d.step_trace.begin(), d.step_trace.begin() + ptrdiff_t(before.step_trace.size()));
+  return d;
+}
 
 Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std::vector<GenerationRequest>& reqs,
                      int parallel, const std::string& mode_text) {
@@ -86,8 +114,21 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   set_draft_replay(o.backend, *backend, o.draft_replay);
   if (o.publish_with_feeding) set_publish_with_feeding(o.backend, *backend, true);
   set_fewer_draft_kernels(o.backend, *backend, o.fewer_draft_kernels);
+  set_verify_graphs_by_sequences(o.backend, *backend, o.verify_graphs_by_sequences);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(backend), model.engram_tables(), eo));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, Scheduler::create(*engine, so));
+  if (o.warm) {  // untimed: the same requests once, their results dropped
+    std::vector<int64_t> first;
+    for (const GenerationRequest& r : reqs) first.push_back(sched->submit(r));
+    sched->run_to_completion();
+    for (int64_t t : first) {
+      auto res = sched->take(t);
+      if (!res) return internal_error("request " + std::to_string(t) + " did not finish (warm-up)");
+      DSV41_RETURN_IF_ERROR(res->status);
+    }
+  }
+  const DsparkStats before = sched->dspark_stats();
+  const GraphCounts graphs_before = graph_counts(o.backend, engine->backend());
   std::vector<int64_t> tickets;
   const auto t0 = std::chrono::steady_clock::now();
   for (const GenerationRequest& r : reqs) tickets.push_back(sched->submit(r));
@@ -105,7 +146,10 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   }
   run.tokens = tokens;
   run.tok_s = tokens / std::max(s, 1e-9);
-  run.stats = sched->dspark_stats();
+  run.stats = since(sched->dspark_stats(), before);
+  const GraphCounts g = graph_counts(o.backend, engine->backend());
+  run.graphs = {g.launches - graphs_before.launches, g.updates - graphs_before.updates,
+                g.instantiations - graphs_before.instantiations};
   return run;
 }
 
@@ -172,7 +216,12 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
         speed[{p, m}].push_back(run->tok_s);
         stats[{p, m}] = run->stats;
         tokens[{p, m}] = run->tokens;
-        std::fprintf(stderr, "round %d, batch %d, --dspark %s: %.1f tok/s\n", round + 1, p, m.c_str(), run->tok_s);
+        std::fprintf(stderr, "round %d, batch %d, --dspark %s: %.1f tok/s", round + 1, p, m.c_str(), run->tok_s);
+        if (run->graphs.launches > 0)
+          std::fprintf(stderr, " (CUDA graphs: %lld launched, %lld updated, %lld made anew)",
+                       static_cast<long long>(run->graphs.launches), static_cast<long long>(run->graphs.updates),
+                       static_cast<long long>(run->graphs.instantiations));
+        std::fprintf(stderr, "\n");
         if (trace.is_open()) write_trace(trace, round + 1, p, m, run->stats);
         if (m == "off") plain[p] = run->ids;
         else if (plain.count(p) && plain[p] != run->ids) {
@@ -188,8 +237,10 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   out["draft_replay"] = o.draft_replay;
   out["publish_with_feeding"] = o.publish_with_feeding;
   out["fewer_draft_kernels"] = o.fewer_draft_kernels;
+  out["verify_graphs_by_sequences"] = o.verify_graphs_by_sequences;
   out["requests"] = reqs->size();
   out["queue"] = o.queue > 0;
+  out["warm"] = o.warm;
   std::printf("| batch | --dspark | median tok/s | vs off | tokens per verify step | accepted per drafting step | "
               "per-slot acceptance | drafting steps | drafter ms / drafting step |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");

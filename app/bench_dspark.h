@@ -24,11 +24,17 @@ struct DsparkBenchOptions {
   bool draft_replay = true;     // device backends: each draft shape's graph captured once, replayed as is
   bool publish_with_feeding = false;  // device backends: a forward's cache rows published with the rings'
   bool fewer_draft_kernels = true;    // device backends: the greedy slots in one launch, keys in shared memory
+  bool verify_graphs_by_sequences = true;  // cuda: verify steps' graphs per sequence count (false: per row count)
   int64_t max_tokens = 0;     // > 0: every request's max_tokens
   // > 0: the file's requests cycled to this many, all submitted at once, so that a batch's slots
   // refill as sequences finish (continuous batching, as a server under load runs them) instead of
   // the batch draining to its slowest sequence; 0: the file's requests as they are.
   int64_t queue = 0;
+  // A warm run: the same requests once through the same engine and scheduler before the timed
+  // pass (graphs recorded, the confidence map fitted, auto's verdicts and step costs measured), as
+  // a server that has run for a while has them; stats and traces are the timed pass's. False:
+  // every run starts cold (a fresh backend and scheduler), what a closed batch measures by default.
+  bool warm = false;
   int auto_warmup = 1;        // SchedulerOptions::dspark_auto_warmup
   // Session 16's auto rules, off by default (SchedulerOptions::dspark_auto_*; measured no faster):
   // plan "uniform" (one cap a batch) or "greedy" (slots by confidence); the first-touch charge;

@@ -140,6 +140,9 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--dspark-rounds", dso.rounds, "with --dspark: rounds (medians)")->check(in_range(1, 100));
   cli.add_option("--dspark-max-tokens", dso.max_tokens, "with --dspark: every request's max_tokens (0 = the file's)")
       ->check(in_range<int64_t>(0, kMaxTokens));
+  cli.add_flag("--dspark-warm", dso.warm,
+               "with --dspark: each run passes its requests once untimed through the same engine and scheduler "
+               "first (graphs, calibration, auto's verdicts warm, as in a running server), then times a second pass");
   cli.add_option("--dspark-queue", dso.queue,
                  "with --dspark: the requests cycled to N, all submitted at once (a batch's slots refill as sequences "
                  "finish: continuous batching; 0 = the file's requests, one closed batch each)")
@@ -172,6 +175,9 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--dspark-fewer-draft-kernels", dso.fewer_draft_kernels,
                  "with --dspark on a device backend: a draft's greedy slots in one launch and its attention's keys "
                  "in shared memory (true, the default) or session 17's kernels (false)");
+  cli.add_option("--dspark-verify-graphs-by-sequences", dso.verify_graphs_by_sequences,
+                 "with --dspark on cuda: verify steps update the CUDA graphs of their sequence count (true, the "
+                 "default) or of their row count (false, session 15's keying); the same bits either way");
   cli.add_flag("--dspark-publish-with-feeding", dso.publish_with_feeding,
                "with --dspark on a device backend: a forward's cache rows downloaded with the drafter's ring rows (one wait)");
   GpusFlag gpus;

@@ -59,12 +59,16 @@ TEST(CliBenchDspark, EveryModeAndBatchWithAcceptanceAndCalibration) {
 
 TEST(CliBenchDspark, DeviceEmulationWithTheDeviceAndTheHostDrafter) {
   if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
-  for (const std::string drafter : {"", " --host-drafter", " --dspark-no-graph", " --dspark-fewer-draft-kernels false"}) {
+  for (const std::string drafter : {"", " --host-drafter", " --dspark-no-graph", " --dspark-fewer-draft-kernels false",
+                                    " --dspark-verify-graphs-by-sequences false"}) {
     const nlohmann::json j =
         run_json(" --backend device-emulation --dspark-batches 2 --dspark-modes off,3 --dspark-max-tokens 8" + drafter);
     ASSERT_TRUE(j.is_object()) << drafter;
     EXPECT_EQ(j["drafter"], drafter == " --host-drafter" ? "host" : "device");
-    EXPECT_EQ(j["draft_graph"], drafter.empty() || drafter == " --dspark-fewer-draft-kernels false") << drafter;
+    EXPECT_EQ(j["draft_graph"], drafter.empty() || drafter == " --dspark-fewer-draft-kernels false" ||
+                                    drafter == " --dspark-verify-graphs-by-sequences false")
+        << drafter;
+    EXPECT_EQ(j["verify_graphs_by_sequences"], drafter != " --dspark-verify-graphs-by-sequences false") << drafter;
     EXPECT_EQ(j["fewer_draft_kernels"], drafter != " --dspark-fewer-draft-kernels false") << drafter;
     ASSERT_EQ(j["runs"].size(), 2u);
     EXPECT_GT(j["runs"][1]["drafting_steps"].get<int64_t>(), 0);
@@ -81,6 +85,33 @@ TEST(CliBenchDspark, AQueueCyclesTheRequestsThroughTheSlots) {
   EXPECT_TRUE(j["queue"].get<bool>());
   ASSERT_EQ(j["runs"].size(), 2u);
   for (const auto& run : j["runs"]) EXPECT_EQ(run["tokens"].get<int64_t>(), 5 * 24) << run;
+}
+
+// --dspark-warm passes the requests once untimed through the same engine and scheduler: the run's
+// tokens, drafting steps and trace are the timed pass's alone (a greedy fixed-K run drafts the
+// same steps cold and warm, so the counts match a cold run's exactly).
+TEST(CliBenchDspark, AWarmRunReportsItsTimedPassOnly) {
+  if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
+  const std::string trace = (std::filesystem::temp_directory_path() / "dsv41_cli_bench_dspark_warm.jsonl").string();
+  const nlohmann::json cold = run_json(" --dspark-batches 2 --dspark-modes off,3");
+  const nlohmann::json warm = run_json(" --dspark-batches 2 --dspark-modes off,3 --dspark-warm --dspark-trace " + trace);
+  ASSERT_TRUE(cold.is_object());
+  ASSERT_TRUE(warm.is_object());
+  EXPECT_FALSE(cold["warm"].get<bool>());
+  EXPECT_TRUE(warm["warm"].get<bool>());
+  ASSERT_EQ(warm["runs"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(warm["runs"][i]["tokens"].get<int64_t>(), 48) << warm["runs"][i];
+    EXPECT_EQ(warm["runs"][i]["drafting_steps"], cold["runs"][i]["drafting_steps"]) << warm["runs"][i];
+    EXPECT_EQ(warm["runs"][i]["accepted_per_verify_step"], cold["runs"][i]["accepted_per_verify_step"]);
+  }
+  // The trace holds the timed pass's steps: 24 emitting steps of off at batch 2 (its first token
+  // from the prefill), not 48.
+  std::ifstream in(trace);
+  int64_t off_steps = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"mode\":\"off\"") != std::string::npos) ++off_steps;
+  EXPECT_EQ(off_steps, 24);
 }
 
 TEST(CliBenchDspark, BadOptionsAreErrors) {

@@ -63,6 +63,17 @@ void cuda_backend_set_publish_with_feeding(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_publish_with_feeding(on);
 }
 
+void cuda_backend_set_verify_graphs_by_sequences(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_verify_graphs_by_sequences(on);
+}
+
+CudaGraphCounts cuda_backend_graph_counts(const Backend& backend) {
+  const auto* b = dynamic_cast<const DeviceBackend<CudaExec>*>(&backend);
+  if (!b) return {};
+  const StreamGraphs::Stats& s = b->executor().graph_stats();
+  return {s.launches, s.updates, s.instantiations};
+}
+
 void cuda_backend_set_fewer_draft_kernels(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) {
     b->set_draft_slots_one_launch(on);

@@ -60,5 +60,14 @@ void cuda_backend_set_publish_with_feeding(Backend& backend, bool on);
 // A draft's greedy slots in one launch and its attention's keys in shared memory (the default;
 // DeviceBackend::set_draft_slots_one_launch, set_draft_keys_in_shared). Nothing for another backend.
 void cuda_backend_set_fewer_draft_kernels(Backend& backend, bool on);
+// DSpark verify steps update the executable graphs of their sequence count (the default) or of
+// their row count (DeviceBackend::set_verify_graphs_by_sequences; the A/B). Nothing for another backend.
+void cuda_backend_set_verify_graphs_by_sequences(Backend& backend, bool on);
+// The executor's CUDA graphs so far (StreamGraphs: launched, of which updated, of which made
+// anew); zeros for another backend. Diagnostics: what a run paid in graph instantiations.
+struct CudaGraphCounts {
+  int64_t launches = 0, updates = 0, instantiations = 0;
+};
+CudaGraphCounts cuda_backend_graph_counts(const Backend& backend);
 
 }  // namespace dsv41

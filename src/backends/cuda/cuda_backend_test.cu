@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -499,6 +500,102 @@ TEST(CudaBackend, DraftsAndDecodeStepsKeepTheirOwnGraphs) {
   // shapes have run, decode steps update too (one graph per stretch and shape: 25 of 40
   // instantiated on the H200 before, session 15).
   EXPECT_LE(4 * step_made, step_launches) << "decode-step graphs instantiated anew in steady decoding";
+}
+
+// DSpark verify steps whose row counts change from step to step, as auto's k* makes them (each
+// sequence its own k): three engines on dsv41-mini (DSpark on, rings fed) run the same steps —
+// verify steps' graphs per sequence count (the default), per row count (session 15's keying) and
+// no graphs for short steps (the reference) — each step followed by a rollback to the anchor row.
+// Every logit equal bit for bit across the three (an update that left a stale grid or pointer
+// would show); and with graphs per sequence count, steps of a row count not seen before update
+// the graphs of earlier row counts instead of making them anew: warm-up steps of 6–8 rows, then
+// 9, 10, …, 18 rows, each count once (per row count, every one of those steps makes all its graphs).
+TEST(CudaBackend, VerifyStepsOfNewRowCountsUpdateGraphs) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const int64_t V = (*model)->vocab_size();
+  const int batch = 3, warmup = 3;
+  std::vector<int> totals = {6, 7, 8};  // rows of a step, all sequences: warm-up, then one step of each count
+  for (int t = 9; t <= 18; ++t) totals.push_back(t);
+  struct Run {
+    const char* name;
+    bool short_graphs, by_sequences;
+    std::unique_ptr<Engine> e;
+    DeviceBackend<CudaExec>* dev = nullptr;
+    std::vector<SequenceId> ids;
+    int64_t launches = 0, made = 0;  // graphs of the steps after the warm-up
+  };
+  Run runs[] = {{"per sequence count", true, true, nullptr, nullptr, {}, 0, 0},
+                {"per row count", true, false, nullptr, nullptr, {}, 0, 0},
+                {"no short-step graphs", false, true, nullptr, nullptr, {}, 0, 0}};
+  for (Run& r : runs) {
+    auto backend = fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) {
+      b.set_short_step_graphs(r.short_graphs);
+      b.set_verify_graphs_by_sequences(r.by_sequences);
+    });
+    ASSERT_TRUE(backend);
+    r.dev = dynamic_cast<DeviceBackend<CudaExec>*>(backend.get());
+    EngineOptions eo;
+    eo.dspark = true;
+    eo.rollback_tokens = 8;
+    auto e = Engine::create(std::move(backend), (*model)->engram_tables(), eo);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    r.e = std::move(*e);
+    std::vector<Segment> segs;
+    std::vector<std::vector<int32_t>> prompts(batch);
+    for (int b = 0; b < batch; ++b) {
+      for (int i = 0; i < 40 + 7 * b; ++i) prompts[size_t(b)].push_back(int32_t(5 + (11 * i + 29 * b) % 280));
+      auto id = r.e->add_sequence(256);
+      ASSERT_TRUE(id.ok());
+      r.ids.push_back(*id);
+      segs.push_back({*id, 0, prompts[size_t(b)], LogitRows::kNone, {}});
+    }
+    for (const SegmentResult& res : r.e->forward(segs)) ASSERT_TRUE(res.status.ok());
+  }
+  for (size_t step = 0; step < totals.size(); ++step) {
+    std::vector<int> rows(batch, 2);  // ≥ 2 rows a sequence (1 would be a plain decode row)
+    for (int extra = totals[step] - 2 * batch, b = 0; extra > 0; --extra, b = (b + 1) % batch) ++rows[size_t(b)];
+    std::vector<std::vector<int32_t>> tok(batch);
+    for (int b = 0; b < batch; ++b)
+      for (int j = 0; j < rows[size_t(b)]; ++j) tok[size_t(b)].push_back(int32_t(9 + (17 * int(step) + 5 * b + 3 * j) % 270));
+    std::vector<std::vector<float>> logits[3];
+    for (int k = 0; k < 3; ++k) {
+      Run& r = runs[k];
+      std::vector<Segment> segs;
+      for (int b = 0; b < batch; ++b)
+        segs.push_back({r.ids[size_t(b)], *r.e->length(r.ids[size_t(b)]), tok[size_t(b)], LogitRows::kAll, {}});
+      const StreamGraphs::Stats g0 = r.dev->executor().graph_stats();
+      const std::vector<SegmentResult>& res = r.e->forward(segs);
+      const StreamGraphs::Stats g1 = r.dev->executor().graph_stats();
+      if (int(step) >= warmup) {
+        r.launches += g1.launches - g0.launches;
+        r.made += g1.instantiations - g0.instantiations;
+      }
+      for (int b = 0; b < batch; ++b) {
+        ASSERT_TRUE(res[size_t(b)].status.ok()) << r.name;
+        ASSERT_EQ(res[size_t(b)].logit_rows, rows[size_t(b)]);
+        logits[k].emplace_back(res[size_t(b)].logits, res[size_t(b)].logits + rows[size_t(b)] * V);
+      }
+      for (int b = 0; b < batch; ++b) ASSERT_TRUE(r.e->rollback(r.ids[size_t(b)], rows[size_t(b)] - 1).ok());
+      ASSERT_TRUE(cuda_backend_status(r.e->backend()).ok()) << r.name;
+    }
+    for (int k = 0; k < 2; ++k)
+      for (int b = 0; b < batch; ++b) {
+        int64_t differ = 0;
+        for (size_t i = 0; i < logits[2][size_t(b)].size(); ++i)
+          differ += std::memcmp(&logits[k][size_t(b)][i], &logits[2][size_t(b)][i], sizeof(float)) != 0;
+        EXPECT_EQ(differ, 0) << runs[k].name << ", step " << step << " (" << totals[step] << " rows), sequence " << b;
+      }
+  }
+  for (const Run& r : runs)
+    std::printf("verify steps of new row counts, graphs %s: %lld graph launches, %lld made anew\n", r.name,
+                static_cast<long long>(r.launches), static_cast<long long>(r.made));
+  EXPECT_GT(runs[0].launches, 0) << "the verify steps ran as graphs";
+  EXPECT_EQ(runs[1].made, runs[1].launches) << "per row count, a new count makes every graph of its step";
+  EXPECT_LE(4 * runs[0].made, runs[0].launches) << "per sequence count, new row counts should update graphs";
 }
 
 // Diagnostics, not a check (run with --gtest_also_run_disabled_tests): what a plain decode step

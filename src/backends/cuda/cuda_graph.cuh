@@ -66,6 +66,11 @@ class StreamGraphs {
     cudaGraph_t graph = nullptr;
     cudaError_t e = cudaStreamEndCapture(s, &graph);
     if (e != cudaSuccess) return e;
+    // The recorded node count joins the shape: a fast kernel may launch more than one kernel for
+    // a body at some sizes, and an update across node counts is always refused (a topology
+    // change), so graphs of different counts must not share an executable graph.
+    size_t nodes = 0;
+    if (cudaGraphGetNodes(graph, nullptr, &nodes) == cudaSuccess) note(uint64_t(nodes));
     std::vector<std::vector<Shaped>>& stretches = execs_[program_];
     if (next_ == stretches.size()) stretches.emplace_back();
     cudaGraphExec_t& exec = kept_for(stretches[next_++], shape_);
@@ -87,7 +92,9 @@ class StreamGraphs {
   // moves to another place): an update across shapes is refused and the graph instantiated anew,
   // each step. So each stretch keeps up to kShapes executable graphs, one per shape (note), and
   // updates the one of its shape (a refused update still instantiates: the shape is a hint).
-  static constexpr size_t kShapes = 4;
+  // 8: a program of DSpark verify steps serves every row count of its sequence count (device
+  // backend), whose stretches differ where a sequence's rows complete a compressor group or not.
+  static constexpr size_t kShapes = 8;
   // The stretch's executable graph of `shape` (a null one added when it has none; the oldest of
   // kShapes dropped to make room).
   cudaGraphExec_t& kept_for(std::vector<Shaped>& kept, uint64_t shape) {

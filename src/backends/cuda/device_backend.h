@@ -179,6 +179,7 @@ class DeviceBackend : public Backend {
   const ExecCounts& exec_counts() const { return ex_.counts(); }
   // The executor (for its diagnostics, e.g. CudaExec's per-kernel profile).
   Exec& executor() { return ex_; }
+  const Exec& executor() const { return ex_; }
   // Test support. Off: every attend rebuilds the window rows it reads from the host ring (the data
   // path before the device window copies); the results are the same bits either way.
   void set_window_copies(bool keep) { keep_window_copies_ = keep; }
@@ -210,12 +211,21 @@ class DeviceBackend : public Backend {
   void set_graphs(bool on, int64_t chunk) { ex_.set_graphs(on, chunk); }
   // Short multi-row steps (DSpark's verify steps: k + 1 rows of each decoding sequence; any batch
   // of at most kShortRows rows a segment and kShortBatchRows in all, without image rows) recorded
-  // as graphs like decode steps, each row count with its own executable graphs (on by default;
-  // off: launched kernel by kernel as before, the A/B of benchmarks). The same bits either way.
+  // as graphs like decode steps (on by default; off: launched kernel by kernel as before, the A/B
+  // of benchmarks). The same bits either way.
   void set_short_step_graphs(bool on) { short_step_graphs_ = on; }
+  // Which executable graphs a short step updates: those of its number of sequences (on, the
+  // default) or of its number of rows (off, session 15's keying). A step's kernels follow its
+  // segments (attention, index and compressor launches are per segment), not its rows, whose
+  // count only changes grids, which an update takes. Keyed by rows, every new total of verify
+  // rows (auto's k* gives each sequence its own k, so at batch 8 a run meets 20–40 of them) made
+  // all of the step's graphs anew — on an H200 a first-seen row count cost ≈ 0.35 ms more a step
+  // at 8 sequences and ≈ 0.7 ms at 1–3 (docs/DSPARK.md, session 19) — where an update of the
+  // sequence count's graphs serves. The same launches either way, so the same bits.
+  void set_verify_graphs_by_sequences(bool on) { verify_graphs_by_sequences_ = on; }
   static constexpr int64_t kShortRows = 8, kShortBatchRows = 64;
-  // The executor's graph programs (StreamGraphs::restart): decode steps, drafts, then one per row
-  // count of a short step.
+  // The executor's graph programs (StreamGraphs::restart): decode steps, drafts, then one per
+  // sequence count (or row count, above) of a short step.
   static constexpr int kDecodeProgram = 0, kDraftProgram = 1, kShortStepPrograms = 2;
 
   void begin_batch(const BatchLayout& layout, ForwardTrace* trace) override;
@@ -544,6 +554,7 @@ class DeviceBackend : public Backend {
   bool device_drafter_ = true;
   bool draft_graphs_ = true;
   bool short_step_graphs_ = true;  // see set_short_step_graphs
+  bool verify_graphs_by_sequences_ = true;  // see set_verify_graphs_by_sequences
   bool draft_tail_on_device_ = true;
   bool draft_replay_ = true;  // see set_draft_replay
   bool draft_slots_one_launch_ = true;  // see set_draft_slots_one_launch

@@ -484,8 +484,8 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   host_up_used_ = 0;
   // A decode step (one row a segment, no image rows) is recorded as graphs and replayed from here
   // to its logits download (Exec::graph_begin; the same launches, so the same bits); so is a short
-  // step (a verify step of DSpark), with graphs of its own per row count; longer prefill and
-  // mixed batches launch kernel by kernel.
+  // step (a verify step of DSpark), with graphs of its own per sequence count
+  // (set_verify_graphs_by_sequences); longer prefill and mixed batches launch kernel by kernel.
   sync_open_groups();
   if (!layout.types) {
     bool short_step = short_step_graphs_ && n <= kShortBatchRows;
@@ -493,7 +493,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
     if (n == int64_t(segments_.size()))
       ex_.graph_begin(kDecodeProgram);
     else if (short_step)
-      ex_.graph_begin(kShortStepPrograms + int(n));
+      ex_.graph_begin(kShortStepPrograms + int(verify_graphs_by_sequences_ ? int64_t(segments_.size()) : n));
   }
   // The batch's tables, computed on the host (Rope::cos_sin) and uploaded in one copy: tokens,
   // RoPE rows of both kinds, then per compressor ratio r the compress RoPE of the group a row

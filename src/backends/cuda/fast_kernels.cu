@@ -1,6 +1,7 @@
 // The fast kernels of fast_kernels.h (see there).
 #include "backends/cuda/fast_kernels.h"
 
+#include "backends/cuda/exact_units.cuh"
 #include "backends/cuda/fast_units.cuh"
 
 #include <cooperative_groups.h>
@@ -480,14 +481,65 @@ static __device__ inline ExpertSums lane_dots(const dk::DevWeight& w, int64_t r0
   }
 }
 
+// The stored experts' sums (docs/CUDA.md "Batch-1 experts without conversions"): kFloatUnits
+// decodes each code to float and converts it and x to double (units::dot_units); kPlaced* sum the
+// same products in the same order with the codes placed in doubles by byte permutes
+// (exact_units.cuh: the same bits, no 64-bit conversion a weight), kPlacedAhead with the next
+// step's units loaded before this step's sums. ExpertDecode (fast_kernels.h) names them.
+// Measured on the H200 (23:20 UTC, synthetic shapes, DISABLED_SyntheticExpertBandwidth): placed
+// 99 against 103 µs for the up projection at 1 token, 532 against 680 µs at 8, the down + expand
+// chain the same (71 / 72 µs); placed-ahead slower (125 µs up), and on mini-flash (as the default)
+// slower too (up 0.20 against 0.18 ms a step). The conversions are not what holds the batch-1
+// experts to ≈ 0.2 of the copy rate, so the default stays the float decode (main's kernels) until
+// placed is measured on mini-flash; every path gives the same bits.
+constexpr int kFloatUnits = 0, kPlaced = 1, kPlacedAhead = 2;
+constexpr int kExpertPath = kFloatUnits;
+
+static int expert_path(ExpertDecode d) {
+  switch (d) {
+    case ExpertDecode::kFloat: return kFloatUnits;
+    case ExpertDecode::kPlaced: return kPlaced;
+    case ExpertDecode::kPlacedAhead: return kPlacedAhead;
+    default: return kExpertPath;
+  }
+}
+
+// acc[m · kExpertOuts + o] (zeros on entry) = this lane's shares of rows rs.r0 + o of the kMats
+// weights by the placed decode; false (nothing read) where it does not take them (not FP8 / FP4
+// units of one kind, x not 16-byte aligned, or kPath kFloatUnits).
+template <int kPath, int kMats>
+static __device__ inline bool placed_sums(const exact::RowSet& rs, int64_t n, const float* x, int lane, double* acc) {
+  if (kPath == kFloatUnits || !units::aligned(x, 16)) return false;
+  const int kind = units::unit_kind(*rs.w[0], n);
+  if (kMats == 2 && units::unit_kind(*rs.w[1], n) != kind) return false;
+  constexpr bool kAhead = kPath == kPlacedAhead;
+  if (kind == 4) {
+    exact::lane_rows<4, kMats, kExpertOuts, kAhead>(rs, n, x, lane, acc);
+    return true;
+  }
+  if (kind == 3) {
+    exact::lane_rows<3, kMats, kExpertOuts, kAhead>(rs, n, x, lane, acc);
+    return true;
+  }
+  return false;
+}
+
 // Warp `id` of an ExpertUpK launch: kExpertOuts adjacent outputs of one (token, expert).
+template <int kPath = kExpertPath>
 static __device__ inline void expert_up_warp(const dk::ExpertUpK& k, int64_t id, int lane) {
   const int64_t per = (k.inter + kExpertOuts - 1) / kExpertOuts;
   const int64_t tj = id / per, o0 = (id % per) * kExpertOuts, t = tj / k.k;
   const dk::ExpertW& e = k.table[k.experts ? k.experts[tj] : 0];
   const float* xt = k.x + t * k.d;
-  const ExpertSums ga = lane_dots(e.w1, o0, k.inter, k.d, xt, lane);
-  const ExpertSums ua = lane_dots(e.w3, o0, k.inter, k.d, xt, lane);
+  ExpertSums ga, ua;
+  double acc[2 * kExpertOuts] = {};
+  if (placed_sums<kPath, 2>(exact::RowSet{{&e.w1, &e.w3}, o0, k.inter}, k.d, xt, lane, acc)) {
+#pragma unroll
+    for (int o = 0; o < kExpertOuts; ++o) ga.v[o] = acc[o], ua.v[o] = acc[kExpertOuts + o];
+  } else {
+    ga = lane_dots(e.w1, o0, k.inter, k.d, xt, lane);
+    ua = lane_dots(e.w3, o0, k.inter, k.d, xt, lane);
+  }
   const float wt = k.experts ? k.weights[tj] : 1.0f;
 #pragma unroll
   for (int o = 0; o < kExpertOuts; ++o) {
@@ -523,16 +575,21 @@ struct UpWarps {
   int64_t warps[dk::Batched<dk::ExpertUpK>::kMax];
 };
 
+template <int kPath>
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_batch_kernel(
     const dk::Batched<dk::ExpertUpK> b, const UpWarps w, int64_t total) {
   int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (id >= total) return;
   int j = 0;
   while (j + 1 < b.n && id >= w.warps[j]) id -= w.warps[j++];
-  expert_up_warp(b.body[j], id, threadIdx.x & 31);
+  expert_up_warp<kPath>(b.body[j], id, threadIdx.x & 31);
 }
 
 bool launch(int64_t, const dk::Batched<dk::ExpertUpK>& b, cudaStream_t s) {
+  return launch_experts_up(b, ExpertDecode::kDefault, s);
+}
+
+bool launch_experts_up(const dk::Batched<dk::ExpertUpK>& b, ExpertDecode decode, cudaStream_t s) {
   UpWarps w{};
   int64_t total = 0;
   for (int j = 0; j < b.n; ++j) {
@@ -541,7 +598,13 @@ bool launch(int64_t, const dk::Batched<dk::ExpertUpK>& b, cudaStream_t s) {
     total += w.warps[j];
   }
   if (b.n < 1 || blocks_for(total, kWarpsPerBlock) > 0x7fffffffu) return false;
-  if (total > 0) expert_up_batch_kernel<<<blocks_for(total, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(b, w, total);
+  if (total <= 0) return true;
+  const unsigned blocks = blocks_for(total, kWarpsPerBlock);
+  switch (expert_path(decode)) {
+    case kFloatUnits: expert_up_batch_kernel<kFloatUnits><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
+    case kPlaced: expert_up_batch_kernel<kPlaced><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
+    default: expert_up_batch_kernel<kPlacedAhead><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
+  }
   return true;
 }
 
@@ -602,6 +665,7 @@ static __device__ void stage_expand_operands(const dk::MhcExpandK& e, int64_t t,
   if (int(threadIdx.x) < hc) sh.post[threadIdx.x] = e.post[t * hc + threadIdx.x];
 }
 
+template <int kPath>
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32) down_expand_kernel(const dk::DownExpandChain c) {
   __shared__ float part[kDownParts][kExpertOuts];
   __shared__ ExpandOperands ops;
@@ -617,7 +681,8 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) down_expand_kernel
     const dk::DevWeight& w2 = routed ? k.table[k.experts[t * k.k + j]].w2 : k.shared->w2;
     const int64_t inter = routed ? k.inter : k.shared_inter;
     const float* h = routed ? k.h + (t * k.k + j) * k.inter : k.hs + t * k.shared_inter;
-    const ExpertSums s = lane_dots(w2, c0, k.d, inter, h, lane);
+    ExpertSums s{};
+    if (!placed_sums<kPath, 1>(exact::RowSet{{&w2, &w2}, c0, k.d}, inter, h, lane, s.v)) s = lane_dots(w2, c0, k.d, inter, h, lane);
 #pragma unroll
     for (int o = 0; o < kExpertOuts; ++o) {
       const float v = float(warp_sum(s.v[o]));
@@ -651,12 +716,20 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) down_expand_kernel
   for (int i = 0; i < e.hc; ++i) e((t * e.hc + i) * e.d + col);
 }
 
-bool launch_chain(const dk::DownExpandChain& c, cudaStream_t s) {
+bool launch_chain(const dk::DownExpandChain& c, cudaStream_t s) { return launch_down_expand(c, ExpertDecode::kDefault, s); }
+
+bool launch_down_expand(const dk::DownExpandChain& c, ExpertDecode decode, cudaStream_t s) {
   const dk::ExpertDownK& k = c.down;
   if (k.d < 1 || k.k + 1 > kDownParts || c.expand.a != k.y || c.expand.d != k.d) return false;
   const int64_t blocks = c.m * ((k.d + kExpertOuts - 1) / kExpertOuts);
   if (blocks > 0x7fffffff) return false;
-  if (blocks > 0) down_expand_kernel<<<unsigned(blocks), kWarpsPerBlock * 32, 0, s>>>(c);
+  if (blocks <= 0) return true;
+  const unsigned grid = unsigned(blocks);
+  switch (expert_path(decode)) {
+    case kFloatUnits: down_expand_kernel<kFloatUnits><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
+    case kPlaced: down_expand_kernel<kPlaced><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
+    default: down_expand_kernel<kPlacedAhead><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
+  }
   return true;
 }
 
@@ -737,7 +810,17 @@ static __device__ void route_warp(const dk::RouteK& r, int64_t t, float* s, int3
   for (int j = 0; j < r.k; ++j) wt[j] *= r.scaling;
 }
 
-static __global__ void __launch_bounds__(kRouterThreads) router_kernel(const dk::RouterChain c) {
+// kRouterWide: a warp per gate row up to 32 warps (the synthetic model's 32 experts × 5,120: each
+// warp one row of 40 steps, its loads kChainBatch steps ahead) instead of the 8 warps taking 4 rows
+// each with a round trip a step (≈ 54 µs a launch there, 160 dependent loads a warp). The same
+// lane shares and warp sums per row (the same bits).
+constexpr bool kRouterWide = true;
+
+static unsigned router_threads(int E) {
+  return kRouterWide ? 32u * unsigned(std::clamp(E, kWarpsPerBlock, 32)) : unsigned(kRouterThreads);
+}
+
+static __global__ void __launch_bounds__(1024) router_kernel(const dk::RouterChain c) {
   __shared__ float s[kRouterThreads], wt[kRouterThreads];
   __shared__ int32_t ex[kRouterThreads];
   const int64_t t = blockIdx.x;
@@ -749,9 +832,9 @@ static __global__ void __launch_bounds__(kRouterThreads) router_kernel(const dk:
     prefetch_weight_rows(g.w, E, g.in, kRouterPrefetch);
     prefetch_l1(g.x + t * g.x_stride, g.in * int64_t(sizeof(float)));
   }
-  for (int o = warp; o < E; o += kWarpsPerBlock) {
+  for (int o = warp; o < E; o += int(blockDim.x >> 5)) {
     const float* xt = g.x + t * g.x_stride;
-    const double lane_sum = kRouterAhead ? lane_dot_ahead(g.w, o, g.in, xt, lane) : lane_dot(g.w, o, g.in, xt, lane);
+    const double lane_sum = kRouterAhead || kRouterWide ? lane_dot_ahead(g.w, o, g.in, xt, lane) : lane_dot(g.w, o, g.in, xt, lane);
     const double sum = warp_sum(lane_sum);
     if (lane == 0) s[o] = float(sum);
   }
@@ -786,7 +869,7 @@ bool launch_chain(const dk::RouterChain& c, cudaStream_t s) {
   if (c.m > 0x7fffffff || g.out > kRouterThreads || c.route.E != g.out || c.route.k > c.route.E ||
       g.y_stride != g.out || c.scale.x != g.y || c.route.s != g.y)
     return false;
-  if (c.m > 0) router_kernel<<<unsigned(c.m), kRouterThreads, 0, s>>>(c);
+  if (c.m > 0) router_kernel<<<unsigned(c.m), router_threads(c.route.E), 0, s>>>(c);
   return true;
 }
 

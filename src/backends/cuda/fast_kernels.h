@@ -33,6 +33,15 @@ bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b, cudaStream_t s = 0);
 bool launch(int64_t n, const dk::ExpertUpK& k, cudaStream_t s = 0);
 bool launch(int64_t n, const dk::Batched<dk::ExpertUpK>& b, cudaStream_t s = 0);  // routed + shared in one launch
 bool launch(int64_t n, const dk::ExpertDownK& k, cudaStream_t s = 0);
+// How the batch-1 expert kernels (the batched up projection, the down + expand chain) read stored
+// FP8 / FP4 units (docs/CUDA.md "Batch-1 experts without conversions"): kFloat, each code widened
+// to float then double (before); kPlaced, the codes placed in doubles by byte permutes; kPlacedAhead,
+// that with the next step's units loaded before the current step's sums; kDefault, the one launch()
+// and launch_chain() take (kFloat: the others were not faster where it counts, fast_kernels.cu).
+// All give the same bits. For the tests and the old / new bench.
+enum class ExpertDecode { kDefault, kFloat, kPlaced, kPlacedAhead };
+bool launch_experts_up(const dk::Batched<dk::ExpertUpK>& b, ExpertDecode decode, cudaStream_t s = 0);
+bool launch_down_expand(const dk::DownExpandChain& c, ExpertDecode decode, cudaStream_t s = 0);
 bool launch(int64_t n, const dk::EngramGateK& k, cudaStream_t s = 0);
 // Indexer scores (fast_attention.cu): a block per (row, 32 entries), the entries' keys decoded
 // once for every head; the simple body's sums in its order (the same bits).

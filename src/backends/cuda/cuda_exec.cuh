@@ -23,6 +23,7 @@
 #include "backends/cuda/cuda_graph.cuh"
 #include "backends/cuda/exec_counts.h"
 #include "backends/cuda/fast_kernels.h"
+#include "backends/cuda/mma_gemm_launch.h"
 #include "base/status.h"
 
 namespace dsv41 {

@@ -45,8 +45,8 @@ void set_publish_with_feeding(const std::string& name, Backend& backend, bool on
 // A draft's greedy slots in one launch and its attention's keys in shared memory (on, the
 // default) or session 17's kernels; the same bits either way.
 void set_fewer_draft_kernels(const std::string& name, Backend& backend, bool on);
-// The experts of many-row steps (prefill chunks, batches of ≥ 16 rows) as grouped GEMMs on tensor
-// cores (cuda only: DeviceBackend::set_mma_gemm); nothing for the others.
+// The experts and stored / bf16 GEMMs of many-row steps (prefill chunks, batches of ≥ 64 rows) on
+// tensor cores (cuda only: DeviceBackend::set_mma_gemm); nothing for the others.
 void set_mma_gemm(const std::string& name, Backend& backend, bool on);
 
 }  // namespace dsv41::app

@@ -164,7 +164,7 @@ int bench_main(int argc, char** argv) {
                  std::string("the context sweep and --dspark: ") + kBackendNames +
                      " (a device backend: the host's bandwidth roofline is skipped)");
   cli.add_flag("--mma-gemm", mma_gemm,
-               "on the cuda backend: the experts of many-row steps as grouped GEMMs on tensor cores (the after)");
+               "on the cuda backend: the experts and stored / bf16 GEMMs of steps of ≥ 64 rows on tensor cores (the after)");
   cli.add_flag("--host-drafter", dso.host_drafter,
                "with --dspark on a device backend: the drafter on the host from downloaded features (the before)");
   cli.add_flag("--dspark-no-graph", dso.no_draft_graph,

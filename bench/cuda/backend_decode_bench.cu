@@ -11,8 +11,8 @@
 // launches every kernel on its own (decode steps are CUDA graphs by default, cuda_exec.cuh);
 // cuda-gN records a graph every N launches (cuda: every 32; cuda-g0: the whole step up to its
 // logits download); cuda-unfused launches each body on its own (fused launches are the default,
-// DeviceBackend::set_fused); cuda-mma runs the experts of steps of ≥ 16 rows as grouped GEMMs on
-// tensor cores (DeviceBackend::set_mma_gemm, mma_gemm.h).
+// DeviceBackend::set_fused); cuda-mma runs the experts and the stored / bf16 GEMMs of steps of ≥ 64
+// rows on tensor cores (DeviceBackend::set_mma_gemm, mma_gemm.h).
 // --weights: how the model holds its FP8 / FP4 matrices (default stored: the device backend
 // uploads those bytes as they are; widened: float32 / bf16, as the backend did before).
 // --greedy N: first a same-function check: a 24-token prompt then N greedy steps on the CPU and

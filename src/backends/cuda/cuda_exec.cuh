@@ -45,6 +45,10 @@ inline std::string profile_label(const dk::GemmK& k) {
   return std::string(typeid(dk::GemmK).name()) + "|" + std::to_string(k.in) + "->" + std::to_string(k.out) + " " + kind;
 }
 
+inline std::string profile_label(const dk::MmaGemmChain& c) {
+  return std::string(typeid(dk::MmaGemmChain).name()) + "|" + profile_label(c.gemm).substr(profile_label(c.gemm).find('|') + 1);
+}
+
 class CudaExec {
  public:
   std::string name() const { return "cuda"; }
@@ -137,7 +141,7 @@ class CudaExec {
     if (graphs_.capturing()) graphs_.note(typeid(C).hash_code() ^ kFastNode);
     ++counts_.launches;
     check(cudaGetLastError(), "kernel launch");
-    if (profiling_) add_time(typeid(C).name());
+    if (profiling_) add_time(profile_label(c));
     count_captured();
   }
   // Fast kernels on (the default) or off (every body as its simple kernel: the reference the fast

@@ -189,7 +189,7 @@ template <class Exec>
 void DeviceBackend<Exec>::gemm(const float* x, int64_t xs, int64_t rows, int64_t in, dk::DevWeight w, int64_t out,
                                float* y, int64_t ys) {
   const dk::GemmK k{x, xs, w, in, out, y, ys};
-  if (mma_gemm_ && rows >= mma_min_rows_ && fast::mma_gemm_fits(k)) return ex_.run_chain(dk::MmaGemmChain{k, rows});
+  if (mma_gemm_ && rows >= mma_min_rows_ && fast::mma_gemm_worth(k, rows)) return ex_.run_chain(dk::MmaGemmChain{k, rows});
   ex_.for_each(rows * out, k);
 }
 
@@ -198,7 +198,7 @@ void DeviceBackend<Exec>::gemm(const float* x, int64_t xs, int64_t rows, int64_t
 template <class Exec>
 void DeviceBackend<Exec>::flush_gemms(Launches<dk::GemmK>& gemms, int64_t rows) {
   bool tiles = mma_gemm_ && rows >= mma_min_rows_;
-  for (const auto& [n, k] : gemms.bodies) tiles = tiles && fast::mma_gemm_fits(k);
+  for (const auto& [n, k] : gemms.bodies) tiles = tiles && fast::mma_gemm_worth(k, rows);
   if (!tiles) return gemms.flush(ex_);
   for (const auto& [n, k] : gemms.bodies) ex_.run_chain(dk::MmaGemmChain{k, rows});
   gemms.bodies.clear();

@@ -1,5 +1,6 @@
-// Grouped expert GEMMs on bf16 tensor cores (mma_gemm.h; docs/CUDA.md "Expert GEMMs on tensor
-// cores"). Three launches a chain:
+// Grouped expert GEMMs and dense GEMMs on bf16 tensor cores (mma_gemm.h; docs/CUDA.md "Experts
+// and GEMMs of many-row steps on tensor cores"). An expert chain is three launches (a dense GEMM
+// the tile kernel alone):
 //   1. group_rows_kernel (one block): the slots counted per expert, prefix sums, slots scattered
 //      into their group (the order inside a group does not matter: rows are independent);
 //   2. the tile kernel: a block per (64-row tile of one group, column tile); grid.y bounds the
@@ -105,7 +106,8 @@ struct BRegs {
   bool valid;
 };
 
-__device__ __forceinline__ void load_b(const dk::DevWeight& w, int64_t row, bool valid, int64_t c0, BRegs& r) {
+// K: the row length (a bf16 weight carries none; a stored one's is w.in).
+__device__ __forceinline__ void load_b(const dk::DevWeight& w, int64_t K, int64_t row, bool valid, int64_t c0, BRegs& r) {
   r.valid = valid;
   if (!valid) return;
   if (w.codes) {
@@ -118,7 +120,7 @@ __device__ __forceinline__ void load_b(const dk::DevWeight& w, int64_t row, bool
     }
     r.scale = w.scale(row, c0);
   } else {
-    const uint4* p = reinterpret_cast<const uint4*>(w.bf16 + row * w.in + c0);
+    const uint4* p = reinterpret_cast<const uint4*>(w.bf16 + row * K + c0);
     r.raw[0] = __ldg(p);
     r.raw[1] = __ldg(p + 1);
   }
@@ -174,7 +176,7 @@ __device__ void tile_products(TileSmem& sm, const dk::DevWeight& w0, const dk::D
       const float* row = sm.arow[ar + 32 * h];
       av[h] = row ? *reinterpret_cast<const float4*>(row + int64_t(kt) * kBk + ac) : make_float4(0, 0, 0, 0);
     }
-    load_b(w, brow, bvalid, int64_t(kt) * kBk + bc, bv);
+    load_b(w, K, brow, bvalid, int64_t(kt) * kBk + bc, bv);
   };
   const auto stage = [&](int buf) {
 #pragma unroll
@@ -417,7 +419,7 @@ bool launch_chain(const dk::GroupedDownChain& c, cudaStream_t s) {
 }
 
 bool launch_chain(const dk::MmaGemmChain& c, cudaStream_t s) {
-  if (!mma_gemm_fits(c.gemm)) return false;
+  if (!mma_gemm_fits(c.gemm)) return false;  // (whether worth it is the caller's choice: mma_gemm_worth)
   const int64_t row_tiles = (c.rows + kBm - 1) / kBm, col_tiles = (c.gemm.out + kBn - 1) / kBn;
   if (row_tiles > 65535 || col_tiles > 0x7fffffff) return false;
   if (c.rows <= 0 || c.gemm.out <= 0) return true;

@@ -1,6 +1,7 @@
 // Tensor-core (mma.sync bf16) paths for the device backend's many-row products: the routed +
-// shared experts grouped by expert (up projection with SwiGLU, down projection), and later the
-// stored dense GEMMs (docs/CUDA.md "Expert GEMMs on tensor cores"). Kernels in mma_gemm.cu.
+// shared experts grouped by expert (up projection with SwiGLU, down projection) and the GEMMs of
+// stored FP8 / FP4 or bf16 weights (docs/CUDA.md "Experts and GEMMs of many-row steps on tensor
+// cores"). Kernels in mma_gemm.cu; DeviceBackend::set_mma_gemm turns them on (off by default).
 //
 // Why a grouped GEMM: the warp kernels (fast_kernels.cu) read an expert's whole weight once per
 // (token, expert) pair, so a batch of 64 tokens streams ≈ 64 · 7 expert matrices a layer; grouped,
@@ -11,11 +12,12 @@
 // into three bf16 parts hi + mid + lo (truncations of 8 significant bits each, exact for every
 // normal float, as the CPU engine's AMX path: kernels/cpu/gemm_amx.h), so each product of the
 // tensor core is exact and only the fp32 accumulation differs from the CPU engine's float32 sums
-// (different order) and from the simple bodies' double sums (≤ ≈ K · 2^-24 · Σ|x·w|).
+// (different order) and from the simple bodies' double sums (tested to (K/16 + 1) · 2^-21 · Σ|x·w|:
+// the tensor core truncates, mma_gemm_test.cu).
 //
 // The chains (run by CudaExec::run_chain) fall back to their simple launches (run_simple: the
 // bodies of device_kernels_moe.h, one launch each) where the fast path declines: fast kernels off,
-// HostExec, or a shape the tiles do not take (mma_experts_fit false, checked by the caller on the
+// HostExec, or a shape the tiles do not take (mma_expert_fits false, checked by the caller on the
 // host since the expert tables live on the device).
 // This header is CUDA-free (the backend's HostExec build includes it); the launches are declared in
 // mma_gemm_launch.h.
@@ -96,6 +98,15 @@ DSV41_HD inline bool mma_weight_fits(const dk::DevWeight& w, int64_t in) {
 DSV41_HD inline bool mma_gemm_fits(const dk::GemmK& k) {
   if (!mma_weight_fits(k.w, k.in) || (k.w.codes && k.w.in != k.in)) return false;
   return (reinterpret_cast<uintptr_t>(k.x) & 15) == 0 && k.x_stride % 4 == 0;
+}
+// Whether the dense tiles are worth it: they fit, and the grid has at least kMmaMinDenseTiles
+// blocks. Each block walks the whole K one 32-wide step at a time with one step of loads in
+// flight, so a narrow grid is latency-bound: on the H200 (2026-12-03) 8 blocks of K 4096 / 8192
+// (mini-flash's wo_a groups and wo_b at 64 rows) ran slower than the warp kernels, 40 blocks of K
+// 8192 (V4.1-Flash's wo_b at 64 rows) 1.2× faster, 256 (wq_b) 5.5× faster.
+constexpr int64_t kMmaMinDenseTiles = 32;
+DSV41_HD inline bool mma_gemm_worth(const dk::GemmK& k, int64_t rows) {
+  return mma_gemm_fits(k) && ((rows + 63) / 64) * ((k.out + 127) / 128) >= kMmaMinDenseTiles;
 }
 // All of an expert's weights (w1, w3 of d columns; w2 of inter columns).
 DSV41_HD inline bool mma_expert_fits(const dk::ExpertW& e, int64_t d, int64_t inter) {

@@ -13,7 +13,8 @@ namespace dsv41::fast {
 // 16-byte aligned). The weights must fit (mma_expert_fits; not checked: they are on the device).
 bool launch_chain(const dk::GroupedUpChain& c, cudaStream_t s = 0);
 bool launch_chain(const dk::GroupedDownChain& c, cudaStream_t s = 0);
-// The dense tiles (false where mma_gemm_fits is, or the rows exceed 65,535 tiles).
+// The dense tiles (false where mma_gemm_fits is not, or the rows exceed 65,535 tiles), whatever
+// the grid (the backend launches them only where mma_gemm_worth).
 bool launch_chain(const dk::MmaGemmChain& c, cudaStream_t s = 0);
 
 }  // namespace dsv41::fast

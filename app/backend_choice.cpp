@@ -111,4 +111,13 @@ void set_publish_with_feeding(const std::string& name, Backend& backend, bool on
 #endif
 }
 
+void set_mma_gemm(const std::string& name, Backend& backend, bool on) {
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_mma_gemm(backend, on);
+#endif
+  (void)name;
+  (void)backend;
+  (void)on;
+}
+
 }  // namespace dsv41::app

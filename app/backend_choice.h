@@ -53,5 +53,8 @@ struct GraphCounts {
   int64_t launches = 0, updates = 0, instantiations = 0;
 };
 GraphCounts graph_counts(const std::string& name, const Backend& backend);
+// The experts and stored / bf16 GEMMs of many-row steps (prefill chunks, batches of ≥ 64 rows) on
+// tensor cores (cuda only: DeviceBackend::set_mma_gemm); nothing for the others.
+void set_mma_gemm(const std::string& name, Backend& backend, bool on);
 
 }  // namespace dsv41::app

@@ -51,6 +51,10 @@ void cuda_backend_set_fused(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_fused(on);
 }
 
+void cuda_backend_set_mma_gemm(Backend& backend, bool on, int64_t min_rows) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_mma_gemm(on, min_rows);
+}
+
 void cuda_backend_set_draft_graphs(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_draft_graphs(on);
 }

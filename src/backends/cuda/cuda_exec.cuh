@@ -23,6 +23,7 @@
 #include "backends/cuda/cuda_graph.cuh"
 #include "backends/cuda/exec_counts.h"
 #include "backends/cuda/fast_kernels.h"
+#include "backends/cuda/mma_gemm_launch.h"
 #include "base/status.h"
 
 namespace dsv41 {
@@ -42,6 +43,10 @@ std::string profile_label(const F&) {
 inline std::string profile_label(const dk::GemmK& k) {
   const char* kind = k.w.codes ? (k.w.fp4 ? "fp4" : "fp8") : k.w.bf16 ? "bf16" : "f32";
   return std::string(typeid(dk::GemmK).name()) + "|" + std::to_string(k.in) + "->" + std::to_string(k.out) + " " + kind;
+}
+
+inline std::string profile_label(const dk::MmaGemmChain& c) {
+  return std::string(typeid(dk::MmaGemmChain).name()) + "|" + profile_label(c.gemm).substr(profile_label(c.gemm).find('|') + 1);
 }
 
 class CudaExec {
@@ -136,7 +141,7 @@ class CudaExec {
     if (graphs_.capturing()) graphs_.note(typeid(C).hash_code() ^ kFastNode);
     ++counts_.launches;
     check(cudaGetLastError(), "kernel launch");
-    if (profiling_) add_time(typeid(C).name());
+    if (profiling_) add_time(profile_label(c));
     count_captured();
   }
   // Fast kernels on (the default) or off (every body as its simple kernel: the reference the fast

@@ -205,6 +205,17 @@ class DeviceBackend : public Backend {
   // up to this many rows (ffn), else as two launches; the same bits either way. Benchmark support
   // (the limit was measured on mini-flash only; docs/CUDA.md).
   void set_down_expand_rows(int64_t rows) { down_expand_rows_ = rows; }
+  // Steps of at least min_rows rows on bf16 tensor cores (mma_gemm.h: fp32 sums of exact products,
+  // activations split in three bf16 parts) instead of the warp kernels' double sums: the routed +
+  // shared experts as grouped GEMMs, and the GEMMs of stored FP8 / FP4 or bf16 weights (float32
+  // weights and shapes the tiles do not take keep the old path). Off (the default until measured):
+  // as before.
+  void set_mma_gemm(bool on, int64_t min_rows = kMmaMinRows) {
+    mma_gemm_ = on;
+    mma_min_rows_ = min_rows;
+  }
+  // The smallest measured win (H200, synthetic model's experts: 0.8× at 16 tokens, 3.0× at 64).
+  static constexpr int64_t kMmaMinRows = 64;
   // Decode steps as CUDA graphs (Exec::set_graphs: on by default on the GPU, emulated by deferral on
   // HostExec where tests turn it on); off: every kernel launched on its own (the "before" of
   // benchmarks). chunk: launches per graph (0: the whole step up to its logits download).
@@ -323,6 +334,7 @@ class DeviceBackend : public Backend {
     const float *gate = nullptr, *gate_bias = nullptr, *gate_bias_vl = nullptr;
     const dk::ExpertW* experts = nullptr;  // [E] on the device
     const dk::ExpertW* shared = nullptr;   // [1] on the device, or null
+    bool experts_mma = false;              // every expert weight fits the tensor-core tiles
     dk::DevWeight e_wkv;
     const float *e_q = nullptr, *e_k = nullptr;
   };
@@ -426,6 +438,7 @@ class DeviceBackend : public Backend {
       bodies.clear();
     }
   };
+  void flush_gemms(Launches<dk::GemmK>& gemms, int64_t rows);
   std::vector<SegmentAttention> index_jobs_;
   std::vector<dk::TopkBatch::Job> topk_jobs_;  // index_batch's selections of one call
   AttendPrep attend_prepare(int layer, int segment, int64_t first_row, int kv_layer);
@@ -489,6 +502,12 @@ class DeviceBackend : public Backend {
   // See set_down_expand_rows. On the H200 (mini-flash, session 14) the chain took 0.115 ms a step
   // at batch 1 against 0.31 ms for the separate launches, but 0.471 against 0.34 ms at batch 8.
   int64_t down_expand_rows_ = 4;
+  bool mma_gemm_ = false;  // see set_mma_gemm
+  int64_t mma_min_rows_ = kMmaMinRows;
+  // Grouped experts in rounds of at most this many tokens (bounds the parts buffer: tokens ·
+  // (k + 1) · hidden floats, 147 MB at 1024 tokens of V4.1-Flash's shape).
+  static constexpr int64_t kMmaRoundTokens = 1024;
+  void ffn_grouped(const LayerDev& L, const float* h, int32_t* ex, float* wt, int64_t m, float* y);
   // Mirrors unused for this many batches are dropped (the engine does not tell a backend when a
   // cache goes; a dropped mirror of a live cache is rebuilt from it when next read).
   static constexpr int64_t kMirrorIdleBatches = 256;
@@ -510,6 +529,8 @@ class DeviceBackend : public Backend {
   int64_t host_down_cap_ = 0;
   F32 scratch_r_, scratch_m_, scratch_mhc_, mid_, logits_buf_, cmp_ab_, cmp_lat_, cmp_cos_, iq_, ihw_, scores_, bmax_, router_, hexp_, hshared_, engram_r_, engram_kv_, engram_gate_;
   I32 experts_;
+  I32 mma_groups_;  // dk::ExpertGroups of a grouped round
+  F32 mma_parts_;   // GroupedDownChain's parts
   DeviceArray<Exec, float> weights_;
   DeviceArray<Exec, uint8_t> select_scratch_;  // index_batch's top-k selections (dk::TopkBatch::Job::scratch)
   // Image-span rows of the batch (BatchLayout::types ≥ 0): empty for a text batch; on the device

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backends/cuda/device_backend.h"
+#include "backends/cuda/mma_gemm.h"
 #include "model/attention_steps.h"
 
 namespace dsv41 {
@@ -88,10 +89,18 @@ void DeviceBackend<Exec>::put_block(const LayerWeights& L, bool has_shared, Bloc
   for (const ExpertStore& e : L.experts)
     table.push_back({put(e.w1.ref(), elements(e.w1)), put(e.w3.ref(), elements(e.w3)), put(e.w2.ref(), elements(e.w2))});
   if (!table.empty()) D.experts = put(table.data(), int64_t(table.size()));
+  dk::ExpertW sw{};
   if (has_shared) {
     const ExpertStore& s = L.shared;
-    const dk::ExpertW sw{put(s.w1.ref(), elements(s.w1)), put(s.w3.ref(), elements(s.w3)), put(s.w2.ref(), elements(s.w2))};
+    sw = {put(s.w1.ref(), elements(s.w1)), put(s.w3.ref(), elements(s.w3)), put(s.w2.ref(), elements(s.w2))};
     D.shared = put(&sw, 1);
+  }
+  if constexpr (requires { D.experts_mma; }) {  // the grouped tensor-core experts (set_mma_gemm)
+    const MoeShape& ms = model_.moe_shape();
+    const int64_t d = model_.config().hidden_size;
+    bool fits = !table.empty();
+    for (const dk::ExpertW& e : table) fits = fits && fast::mma_expert_fits(e, d, ms.inter);
+    D.experts_mma = fits && (!has_shared || fast::mma_expert_fits(sw, d, ms.shared_inter));
   }
 }
 
@@ -104,6 +113,8 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
                  &weights_, &stage_, &features_})
     b->bind(&ex_);
   experts_.bind(&ex_);
+  mma_groups_.bind(&ex_);
+  mma_parts_.bind(&ex_);
   select_scratch_.bind(&ex_);
   is_image_dev_.bind(&ex_);
   rows_.bind(&ex_);
@@ -177,7 +188,20 @@ void DeviceBackend<Exec>::upload_staged(void* dst, const void* src, int64_t byte
 template <class Exec>
 void DeviceBackend<Exec>::gemm(const float* x, int64_t xs, int64_t rows, int64_t in, dk::DevWeight w, int64_t out,
                                float* y, int64_t ys) {
-  ex_.for_each(rows * out, dk::GemmK{x, xs, w, in, out, y, ys});
+  const dk::GemmK k{x, xs, w, in, out, y, ys};
+  if (mma_gemm_ && rows >= mma_min_rows_ && fast::mma_gemm_worth(k, rows)) return ex_.run_chain(dk::MmaGemmChain{k, rows});
+  ex_.for_each(rows * out, k);
+}
+
+// Gathered GEMMs of `rows` rows each: on the tensor-core tiles one by one where set_mma_gemm takes
+// them all, else as Batched launches.
+template <class Exec>
+void DeviceBackend<Exec>::flush_gemms(Launches<dk::GemmK>& gemms, int64_t rows) {
+  bool tiles = mma_gemm_ && rows >= mma_min_rows_;
+  for (const auto& [n, k] : gemms.bodies) tiles = tiles && fast::mma_gemm_worth(k, rows);
+  if (!tiles) return gemms.flush(ex_);
+  for (const auto& [n, k] : gemms.bodies) ex_.run_chain(dk::MmaGemmChain{k, rows});
+  gemms.bodies.clear();
 }
 
 template <class Exec>
@@ -654,7 +678,7 @@ void DeviceBackend<Exec>::attention_projections(int layer, std::span<const RowRa
     Launches<dk::GemmK> down;
     down.add(n * ql, dk::GemmK{h_.data() + r0 * d, d, L.wq_a, d, ql, cr, ql});
     down.add(n * D, dk::GemmK{h_.data() + r0 * d, d, L.wkv, d, D, kvr, D});
-    down.flush(ex_);
+    flush_gemms(down, n);
     const float eps = static_cast<float>(c.rms_norm_eps);
     Launches<dk::RmsNormK> norms;
     norms.add(n, dk::RmsNormK{cr, ql, L.q_norm, eps, cr});
@@ -1213,7 +1237,7 @@ void DeviceBackend<Exec>::attention_output(int layer, std::span<const RowRange> 
     for (int64_t g = 0; g < groups; ++g)
       group_gemms.add(n * olr, dk::GemmK{o_.data() + r0 * HD + g * gin, HD, L.wo_a.offset(g * olr * gin), gin, olr,
                                          mid_.data() + g * olr, groups * olr});
-    group_gemms.flush(ex_);
+    flush_gemms(group_gemms, n);
     gemm(mid_.data(), n, groups * olr, L.wo_b, d, a_.data() + r0 * d);
     const dk::MhcExpandK expand{a_.data() + r0 * d, x_.data() + r0 * hc * d, post_a_.data() + r0 * hc,
                                 comb_a_.data() + r0 * hc * hc, int(hc), d, x2_.data() + r0 * hc * d};
@@ -1257,6 +1281,11 @@ void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
                                ms.shared_inter, hshared_.data(), a_.data() + r0 * d};
     const dk::MhcExpandK expand{a_.data() + r0 * d, x2, post_b_.data() + r0 * hc,
                                 comb_b_.data() + r0 * hc * hc, int(hc), d, x_.data() + r0 * hc * d};
+    if (mma_gemm_ && m >= mma_min_rows_ && L.experts_mma) {  // grouped on tensor cores (set_mma_gemm)
+      ffn_grouped(L, h, ex, wt, m, a_.data() + r0 * d);
+      ex_.for_each(m * hc * d, expand);
+      continue;
+    }
     // Routed + shared up in one launch; down + expand as one chain for a few rows only
     // (down_expand_rows_).
     if (fused_) {
@@ -1274,6 +1303,34 @@ void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
     }
     ex_.for_each(m * d, down);
     ex_.for_each(m * hc * d, expand);
+  }
+}
+
+// The experts of m tokens (rows h, choices ex, weights wt) into y [m, hidden] as grouped GEMMs
+// (mma_gemm.h), in rounds of kMmaRoundTokens tokens: each round's up then down chain (their simple
+// launches where the tiles decline, e.g. on HostExec: the unfused bodies, the same bits as ffn's).
+template <class Exec>
+void DeviceBackend<Exec>::ffn_grouped(const LayerDev& L, const float* h, int32_t* ex, float* wt, int64_t m,
+                                      float* y) {
+  const MoeShape& ms = model_.moe_shape();
+  const int64_t d = config().hidden_size, k = ms.top_k, E = ms.n_experts;
+  const int64_t round = std::min(m, kMmaRoundTokens);
+  mma_groups_.reserve(round * (k + 1) + 2 * (E + 2));
+  mma_parts_.reserve(round * (k + 1) * d);
+  hexp_.reserve(round * k * ms.inter);
+  if (L.shared) hshared_.reserve(round * ms.shared_inter);
+  const dk::ExpertGroups groups{mma_groups_.data(), mma_groups_.data() + round * (k + 1),
+                                mma_groups_.data() + round * (k + 1) + (E + 2)};
+  for (int64_t t0 = 0; t0 < m; t0 += round) {
+    const int64_t n = std::min(round, m - t0);
+    const dk::ExpertUpK up{h + t0 * d, L.experts, ex + t0 * k, wt + t0 * k, int(k), d, ms.inter,
+                           ms.swiglu_limit, hexp_.data()};
+    const dk::ExpertUpK shared_up{h + t0 * d, L.shared, nullptr, nullptr, 1, d, ms.shared_inter,
+                                  ms.swiglu_limit, hshared_.data()};
+    const dk::ExpertDownK down{L.experts, ex + t0 * k, int(k), d, ms.inter, hexp_.data(), L.shared,
+                               ms.shared_inter, hshared_.data(), y + t0 * d};
+    ex_.run_chain(dk::GroupedUpChain{up, shared_up, n, int(E), groups});
+    ex_.run_chain(dk::GroupedDownChain{down, n, int(E), groups, mma_parts_.data()});
   }
 }
 

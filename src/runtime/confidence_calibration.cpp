@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
+#include "base/file_io.h"
+
 namespace dsv41 {
 namespace {
 
@@ -18,14 +22,55 @@ ConfidenceCalibrator::ConfidenceCalibrator(int slots, CalibrationOptions options
   if (!(options_.forgetting > 0 && options_.forgetting <= 1)) options_.forgetting = 0.999;
   if (!(options_.prior_weight > 0)) options_.prior_weight = 20;
   if (!(options_.offset_prior_weight > 0)) options_.offset_prior_weight = 2;
+  if (!(options_.measured_weight > 0)) options_.measured_weight = 20;
   Slot s;
   s.h = {options_.prior_weight, 0.0, options_.offset_prior_weight};
   slots_.assign(size_t(std::max(slots, 0)), s);
+  for (size_t i = 0; i < slots_.size() && i < options_.measured.size(); ++i) {
+    const SlotMap& m = options_.measured[i];
+    if (!std::isfinite(m.scale) || !std::isfinite(m.offset)) break;  // the slots after it fall back too
+    slots_[i].theta = {m.scale, m.offset};
+    slots_[i].h = {options_.measured_weight, 0.0, options_.measured_weight};
+    slots_[i].measured = true;
+  }
 }
 
 const ConfidenceCalibrator::Slot& ConfidenceCalibrator::map_of(int slot) const {
-  while (slot > 0 && slots_[size_t(slot)].seen == 0) --slot;
+  while (slot > 0 && slots_[size_t(slot)].seen == 0 && !slots_[size_t(slot)].measured) --slot;
   return slots_[size_t(slot)];
+}
+
+SlotMap ConfidenceCalibrator::map(int slot) const {
+  if (slot < 0 || size_t(slot) >= slots_.size()) return {};
+  const auto& t = map_of(slot).theta;
+  return {t[0], t[1]};
+}
+
+std::string ConfidenceCalibrator::to_json(int slots, const std::string& note) const {
+  nlohmann::json out = {{"what", note}, {"slots", nlohmann::json::array()}};
+  for (int i = 0; i < std::min(slots, int(slots_.size())); ++i) {
+    const SlotMap m = map(i);
+    out["slots"].push_back({{"scale", m.scale}, {"offset", m.offset}, {"judged", slots_[size_t(i)].seen}});
+  }
+  return out.dump(1) + "\n";
+}
+
+Result<std::vector<SlotMap>> load_calibration(const std::string& path) {
+  if (!is_regular_file(path)) return std::vector<SlotMap>{};
+  DSV41_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("slots") || !doc["slots"].is_array())
+    return corrupt(path + ": not a DSpark calibration (an object with a \"slots\" array)");
+  std::vector<SlotMap> maps;
+  for (const nlohmann::json& slot : doc["slots"]) {
+    const bool numbers = slot.is_object() && slot.contains("scale") && slot.contains("offset") &&
+                         slot["scale"].is_number() && slot["offset"].is_number();
+    const SlotMap m = numbers ? SlotMap{slot["scale"].get<double>(), slot["offset"].get<double>()} : SlotMap{NAN, NAN};
+    if (!std::isfinite(m.scale) || !std::isfinite(m.offset))
+      return corrupt(path + ": slot " + std::to_string(maps.size() + 1) + " needs finite numbers \"scale\" and \"offset\"");
+    maps.push_back(m);
+  }
+  return maps;
 }
 
 double ConfidenceCalibrator::probability(int slot, float logit) const {
@@ -44,7 +89,7 @@ std::vector<double> ConfidenceCalibrator::probabilities(std::span<const float> l
 void ConfidenceCalibrator::observe_slot(int slot, float logit, bool accepted) {
   if (slot < 0 || size_t(slot) >= slots_.size() || std::isnan(logit)) return;
   Slot& s = slots_[size_t(slot)];
-  if (s.seen == 0) s.theta = map_of(slot).theta;  // starts where its estimates were
+  if (s.seen == 0) s.theta = map_of(slot).theta;  // starts where its estimates were (its own if measured)
   const double c = std::clamp(double(logit), -kMaxLogit, kMaxLogit);
   const double p = sigmoid(s.theta[0] * c + s.theta[1]);
   // Curvature of the log-loss at this point, floored so a saturated prediction still moves.

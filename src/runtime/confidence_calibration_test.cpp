@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "base/rng.h"
@@ -104,6 +106,73 @@ TEST(ConfidenceCalibration, MovesWithinAMeasurementsOutcomes) {
   ConfidenceCalibrator slow(5, CalibrationOptions{.prior_weight = 20, .offset_prior_weight = 20});  // before
   for (int i = 0; i < 10; ++i) slow.observe_slot(0, c, i % 5 < 2);
   EXPECT_LT(slow.probability(0, c), 0.2);
+}
+
+// A model's measured maps (session 20): each slot they cover starts from its own, slots past
+// them from the last measured one; they weigh more than the identity's few outcomes, yet a
+// text whose acceptance differs still moves them.
+TEST(ConfidenceCalibration, StartsFromMeasuredMaps) {
+  const std::vector<SlotMap> measured = {{0.1, 1.0}, {0.2, 0.5}, {0.0, -0.5}};
+  ConfidenceCalibrator cal(5, CalibrationOptions{.measured = measured});
+  for (int s = 0; s < 5; ++s) {
+    const SlotMap m = measured[size_t(std::min(s, 2))];
+    for (float c : {-3.0f, 0.0f, 2.0f}) EXPECT_NEAR(cal.probability(s, c), sigmoid(m.scale * c + m.offset), 1e-12) << s;
+  }
+  // Slot 1's first outcome moves its own map, not one copied from slot 0.
+  cal.observe_slot(1, 0.0f, false);
+  EXPECT_LT(cal.probability(1, 0.0f), sigmoid(0.5));
+  EXPECT_GT(cal.probability(1, 0.0f), sigmoid(0.5) - 0.05) << "a measured map is worth more than one outcome";
+  // Ten contrary outcomes move a measured map less than the identity's.
+  ConfidenceCalibrator identity(1), primed(1, CalibrationOptions{.measured = {{1.0, 0.0}}});
+  for (int i = 0; i < 10; ++i) {
+    identity.observe_slot(0, 0.0f, true);
+    primed.observe_slot(0, 0.0f, true);
+  }
+  EXPECT_GT(primed.probability(0, 0.0f), 0.5);
+  EXPECT_LT(primed.probability(0, 0.0f), identity.probability(0, 0.0f));
+  // Many outcomes of another map win over the measured one.
+  Xoshiro256 r(6);
+  for (int n = 0; n < 20000; ++n) {
+    const double c = 2 * normal(r);
+    primed.observe_slot(0, float(c), r.uniform() < sigmoid(0.5 * c - 1.0));
+  }
+  EXPECT_LT(max_error(primed, 0, 0.5, -1.0), 0.05);
+  // A map that is not finite ends the measured ones there.
+  ConfidenceCalibrator partial(3, CalibrationOptions{.measured = {{0.0, 2.0}, {NAN, 0.0}, {0.0, -2.0}}});
+  EXPECT_NEAR(partial.probability(2, 1.0f), sigmoid(2.0), 1e-12);
+}
+
+// A fitted calibration saved as a model's file reads back as the same maps; a model without the
+// file has none; a malformed one is an error.
+TEST(ConfidenceCalibration, FileRoundTrip) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "dsv41_calibration_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / kCalibrationFile).string();
+  std::filesystem::remove(path);
+  auto none = load_calibration(path);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  ConfidenceCalibrator cal(5);
+  Xoshiro256 r(7);
+  for (int n = 0; n < 500; ++n) {
+    std::vector<float> logits(5);
+    for (float& c : logits) c = float(normal(r));
+    cal.observe(logits, 5, int(r.next() % 6));
+  }
+  std::ofstream(path) << cal.to_json(4, "test");
+  auto back = load_calibration(path);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_EQ(back->size(), 4u);
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_NEAR((*back)[size_t(s)].scale, cal.map(s).scale, 1e-9 * (1 + std::abs(cal.map(s).scale))) << s;
+    EXPECT_NEAR((*back)[size_t(s)].offset, cal.map(s).offset, 1e-9 * (1 + std::abs(cal.map(s).offset))) << s;
+  }
+  for (const char* bad : {"[]", "{\"slots\": 3}", "{\"slots\": [{\"scale\": 1}]}",
+                          "{\"slots\": [{\"scale\": \"1\", \"offset\": 0}]}", "{\"slots\": [", ""}) {
+    std::ofstream(path) << bad;
+    EXPECT_FALSE(load_calibration(path).ok()) << bad;
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace

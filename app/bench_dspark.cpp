@@ -63,6 +63,7 @@ struct Run {
   std::vector<std::vector<int32_t>> ids;
   DsparkStats stats;
   GraphCounts graphs;  // the run's CUDA graphs (launched, updated, made anew; zeros off the GPU)
+  std::string fitted_calibration;  // the maps the run ended with (--dspark-calibration-out)
 };
 
 // What a scheduler's DSpark totals gained since `before` (the timed pass of a warm run).
@@ -93,7 +94,7 @@ DsparkStats since(const DsparkStats& now, const DsparkStats& before) {
 }
 
 Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std::vector<GenerationRequest>& reqs,
-                     int parallel, const std::string& mode_text) {
+                     const std::vector<SlotMap>& calibration, int parallel, const std::string& mode_text) {
   DSV41_ASSIGN_OR_RETURN(DsparkMode mode, parse_dspark_mode(mode_text, std::max(1, model.config().dspark_block_size)));
   EngineOptions eo;
   SchedulerOptions so;
@@ -107,7 +108,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   so.dspark_auto_plain_samples = o.auto_plain_samples > 0 ? o.auto_plain_samples : AutoDraftSwitch::kMaxSamples;
   so.dspark_auto_weigh_laggards = o.auto_laggards;
   so.dspark_step_trace = !o.trace.empty();
-  apply_dspark(DsparkChoice{mode.kind != DsparkMode::Kind::kOff, mode}, model, eo, so);
+  apply_dspark(DsparkChoice{mode.kind != DsparkMode::Kind::kOff, mode, calibration}, model, eo, so);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, model));
   if (o.host_drafter) set_device_drafter(o.backend, *backend, false);
   if (o.no_draft_graph) set_draft_graphs(o.backend, *backend, false);
@@ -150,6 +151,11 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   const GraphCounts g = graph_counts(o.backend, engine->backend());
   run.graphs = {g.launches - graphs_before.launches, g.updates - graphs_before.updates,
                 g.instantiations - graphs_before.instantiations};
+  if (!o.calibration_out.empty())
+    run.fitted_calibration = sched->confidence_calibration().to_json(
+        model.config().dspark_block_size, "DSpark confidence maps fitted online by dsv41 bench --dspark (batch " +
+                                              std::to_string(parallel) + ", --dspark " + mode_text + ", requests " +
+                                              o.requests + ")");
   return run;
 }
 
@@ -197,6 +203,18 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   auto reqs = read_requests(o.requests, *tok, model, o.max_tokens);
   if (!reqs.ok()) return fail(reqs.status());
   if (o.queue > 0) *reqs = cycle_requests(*reqs, o.queue);
+  const std::string calibration_path = o.calibration.empty() ? dir + "/" + kCalibrationFile : o.calibration;
+  std::vector<SlotMap> calibration;
+  if (o.calibration != "none") {
+    auto loaded = load_calibration(calibration_path);
+    if (!loaded.ok()) return fail(loaded.status().with_context("--dspark-calibration"));
+    if (loaded->empty() && !o.calibration.empty())
+      return fail(not_found(o.calibration + ": no such calibration file (--dspark-calibration)"));
+    calibration = std::move(*loaded);
+  }
+  std::fprintf(stderr, "dsv41 bench --dspark: confidence maps start from %s\n",
+               calibration.empty() ? "the identity" : (calibration_path + " (" + std::to_string(calibration.size()) + " slots)").c_str());
+  std::string fitted_calibration;
   std::ofstream trace;
   if (!o.trace.empty()) {
     trace.open(o.trace);
@@ -211,7 +229,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   for (int round = 0; round < o.rounds; ++round)
     for (int p : o.batches)
       for (const std::string& m : o.modes) {
-        auto run = run_once(model, o, *reqs, p, m);
+        auto run = run_once(model, o, *reqs, calibration, p, m);
         if (!run.ok()) return fail(run.status().with_context("batch " + std::to_string(p) + ", --dspark " + m));
         speed[{p, m}].push_back(run->tok_s);
         stats[{p, m}] = run->stats;
@@ -223,12 +241,17 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
                        static_cast<long long>(run->graphs.instantiations));
         std::fprintf(stderr, "\n");
         if (trace.is_open()) write_trace(trace, round + 1, p, m, run->stats);
+        if (m != "off") fitted_calibration = run->fitted_calibration;
         if (m == "off") plain[p] = run->ids;
         else if (plain.count(p) && plain[p] != run->ids) {
           std::fprintf(stderr, "MISMATCH: batch %d, --dspark %s: output differs from --dspark off\n", p, m.c_str());
           mismatch = true;
         }
       }
+  if (!o.calibration_out.empty()) {
+    std::ofstream file(o.calibration_out);
+    if (!(file << fitted_calibration)) return fail(io_error(o.calibration_out + ": cannot write (--dspark-calibration-out)"));
+  }
   const int B = model.config().dspark_block_size;
   json out;
   out["backend"] = o.backend;
@@ -238,6 +261,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   out["publish_with_feeding"] = o.publish_with_feeding;
   out["fewer_draft_kernels"] = o.fewer_draft_kernels;
   out["verify_graphs_by_sequences"] = o.verify_graphs_by_sequences;
+  out["calibration_start"] = calibration.empty() ? "none" : calibration_path;
   out["requests"] = reqs->size();
   out["queue"] = o.queue > 0;
   out["warm"] = o.warm;

@@ -44,6 +44,12 @@ struct DsparkBenchOptions {
   int auto_plain_samples = 0;
   bool auto_laggards = false;  // SchedulerOptions::dspark_auto_weigh_laggards
   std::string trace;          // non-empty: every decoding step of every run, one JSON line each
+  // Where auto's confidence maps start: "" the model's measured calibration (`<dir>/dspark_calibration.json`,
+  // the identity when it has none), "none" the identity, else that file.
+  std::string calibration;
+  // Non-empty: the maps the last run fitted, written there as a calibration file (to measure a
+  // model's calibration: a fixed K = block run judges every slot it reaches).
+  std::string calibration_out;
 };
 
 // Returns the exit code (1 on an error or when a mode's output differs from off's).

@@ -148,6 +148,11 @@ int bench_main(int argc, char** argv) {
                  "with --dspark: the requests cycled to N, all submitted at once (a batch's slots refill as sequences "
                  "finish: continuous batching; 0 = the file's requests, one closed batch each)")
       ->check(in_range<int64_t>(0, 100000));
+  cli.add_option("--dspark-calibration", dso.calibration,
+                 "with --dspark: where auto's confidence maps start: FILE, or none (the identity); default: the "
+                 "model's dspark_calibration.json when it has one");
+  cli.add_option("--dspark-calibration-out", dso.calibration_out,
+                 "with --dspark: write the confidence maps the last drafting run fitted to FILE (a calibration file)");
   cli.add_option("--dspark-trace", dso.trace,
                  "with --dspark: write every decoding step of every run to FILE (JSON lines: batch, mode, rows, ms, ...)");
   cli.add_option("--dspark-auto-warmup", dso.auto_warmup,

@@ -355,7 +355,7 @@ int generate_main(int argc, char** argv) {
     }
     p.request.images = std::make_shared<const ImagePrompt>(std::move(*placed));
   }
-  auto dspark = resolve_dspark(dspark_text, **model, "dsv41 generate");
+  auto dspark = resolve_dspark(dspark_text, **model, dir, "dsv41 generate");
   if (!dspark.ok()) return fail(dspark.status());
   EngineOptions eo;
   SchedulerOptions so;

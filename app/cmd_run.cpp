@@ -168,7 +168,7 @@ int run_main(int argc, char** argv) {
   if (!load_options.ok()) return fail(load_options.status());
   auto model = Model::load(dir, *load_options);
   if (!model.ok()) return fail(model.status());
-  auto dspark = resolve_dspark(dspark_text, **model, "dsv41 run");
+  auto dspark = resolve_dspark(dspark_text, **model, dir, "dsv41 run");
   if (!dspark.ok()) return fail(dspark.status());
   if (dspark->on && dump.any()) return fail(invalid_argument("--dump records a plain prefill: leave out --dspark"));
   EngineOptions engine_options;

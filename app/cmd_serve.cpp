@@ -181,7 +181,7 @@ int serve_main(int argc, char** argv) {
   if (ctx > config.max_position_embeddings)
     return fail(out_of_range("--ctx " + std::to_string(ctx) + " exceeds the model's max_position_embeddings " +
                              std::to_string(config.max_position_embeddings)));
-  auto dspark = resolve_dspark(dspark_text, **model, "dsv41 serve");
+  auto dspark = resolve_dspark(dspark_text, **model, dir, "dsv41 serve");
   if (!dspark.ok()) return fail(dspark.status());
   EngineOptions eo;
   eo.page_budget_bytes = static_cast<int64_t>(kv_budget_mb * 1048576.0);

@@ -6,7 +6,7 @@
 
 namespace dsv41::app {
 
-Result<DsparkChoice> resolve_dspark(const std::string& text, const Model& model, const char* cmd) {
+Result<DsparkChoice> resolve_dspark(const std::string& text, const Model& model, const std::string& dir, const char* cmd) {
   const int block = std::max(1, model.config().dspark_block_size);
   auto mode = parse_dspark_mode(text, block);
   if (!mode.ok()) return mode.status().with_context("--dspark");
@@ -20,6 +20,9 @@ Result<DsparkChoice> resolve_dspark(const std::string& text, const Model& model,
   }
   c.on = true;
   c.mode = *mode;
+  auto calibration = load_calibration(dir + "/" + kCalibrationFile);
+  if (!calibration.ok()) return calibration.status().with_context("--dspark");
+  c.calibration = std::move(*calibration);
   // Exact, but not yet faster here: say so where it runs (docs/DSPARK.md, "Measurements").
   std::fprintf(stderr,
                "%s: DSpark %s: drafts verified exactly (greedy output is plain decoding's, sampled output keeps its "
@@ -34,6 +37,7 @@ void apply_dspark(const DsparkChoice& choice, const Model& model, EngineOptions&
   engine.dspark = true;
   engine.rollback_tokens = std::max<int64_t>(engine.rollback_tokens, model.config().dspark_block_size);
   scheduler.dspark = choice.mode;
+  scheduler.dspark_calibration = choice.calibration;
 }
 
 }  // namespace dsv41::app

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "engine/engine.h"
@@ -15,10 +16,14 @@ namespace dsv41::app {
 struct DsparkChoice {
   bool on = false;   // the engine keeps the drafter's rings, the scheduler drafts
   DsparkMode mode{DsparkMode::Kind::kOff, 0};
+  // The model's measured confidence maps (`<dir>/dspark_calibration.json`, none when absent):
+  // where the scheduler's calibration starts (runtime/confidence_calibration.h).
+  std::vector<SlotMap> calibration;
 };
 
-// text: the flag's value; cmd: "dsv41 generate" etc., for the log line.
-Result<DsparkChoice> resolve_dspark(const std::string& text, const Model& model, const char* cmd);
+// text: the flag's value; dir: the model's directory (its calibration file); cmd: "dsv41
+// generate" etc., for the log line. A calibration file that exists but cannot be read is an error.
+Result<DsparkChoice> resolve_dspark(const std::string& text, const Model& model, const std::string& dir, const char* cmd);
 
 // Sets the engine's and the scheduler's DSpark options from a choice.
 void apply_dspark(const DsparkChoice& choice, const Model& model, EngineOptions& engine, SchedulerOptions& scheduler);

@@ -394,6 +394,30 @@ TEST(DsparkDecode, StepTraceAccountsForEveryToken) {
   EXPECT_TRUE(run(reqs, 4, kOff).stats.step_trace.empty()) << "off by default";
 }
 
+// auto started from a measured calibration (session 20: the model's dspark_calibration.json):
+// the maps decide how many drafts a step verifies — all of them where every slot is near-certain,
+// none where every slot is near-hopeless — and never which tokens come out.
+TEST(DsparkDecode, AMeasuredCalibrationSetsThePlansNotTheTokens) {
+  const auto reqs = requests(6, false);
+  const Decoded plain = run(reqs, 4, kOff);
+  const auto first_drafting_rows = [](const Decoded& d) {
+    for (const DsparkStats::Step& t : d.stats.step_trace)
+      if (t.drafted && t.decode_only) return std::pair<int, int>{t.rows, t.seqs};
+    return std::pair<int, int>{0, 0};
+  };
+  std::pair<int, int> rows[2];
+  for (int i = 0; i < 2; ++i) {
+    SchedulerOptions o;
+    o.dspark_calibration.assign(5, SlotMap{0.0, i == 0 ? 8.0 : -8.0});  // σ = 0.9997 or 0.0003
+    const Decoded spec = run(reqs, 4, DsparkMode{DsparkMode::Kind::kAuto, 0}, &plain.ids, false, true, o);
+    EXPECT_EQ(spec.ids, plain.ids) << (i == 0 ? "near-certain" : "near-hopeless");
+    rows[i] = first_drafting_rows(spec);
+    ASSERT_GT(rows[i].second, 0) << "auto drafted at least once";
+  }
+  EXPECT_GT(rows[0].first, 2 * rows[0].second) << "near-certain slots: several drafts a sequence";
+  EXPECT_EQ(rows[1].first, rows[1].second) << "near-hopeless slots: no drafts";
+}
+
 TEST(DsparkDecode, OwnDraftsGreedyEqualsPlain) {
   const auto reqs = requests(4, false);
   const Decoded plain = run(reqs, 4, kOff);

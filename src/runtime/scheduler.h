@@ -118,6 +118,10 @@ struct SchedulerOptions {
   // (runtime/draft_length.h weigh_by_remaining): a closed batch finishes together. Not measured
   // yet (session 16): off.
   bool dspark_auto_weigh_laggards = false;
+  // The confidence maps to start from (runtime/confidence_calibration.h: the model's measured
+  // calibration, `dspark_calibration.json`; empty: the identity). Sets only how many drafts are
+  // verified: the tokens emitted are the same either way.
+  std::vector<SlotMap> dspark_calibration;
   // Keep a record of every decoding step in DsparkStats::step_trace (diagnostics; grows by one a step).
   bool dspark_step_trace = false;
   // Test hooks: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker);
@@ -216,6 +220,8 @@ class Scheduler {
   const StepStats& last_step() const { return last_; }
   int active() const { return static_cast<int>(active_.size()); }
   const DsparkStats& dspark_stats() const { return dspark_; }
+  // The confidence maps as fitted so far (`dsv41 bench --dspark-calibration-out` saves them).
+  const ConfidenceCalibrator& confidence_calibration() const { return calibrator_; }
   int64_t queued() const { return static_cast<int64_t>(queue_.size()); }
 
  private:
@@ -275,7 +281,7 @@ class Scheduler {
   std::vector<Segment> segments_;
   std::vector<Active*> owners_;
   // DSpark state: calibrated confidences, measured step costs, totals, and the step's drafts.
-  ConfidenceCalibrator calibrator_{16};
+  ConfidenceCalibrator calibrator_{16, CalibrationOptions{.measured = options_.dspark_calibration}};
   StepCost step_cost_;
   DsparkStats dspark_;
   // Auto mode's measured choice (runtime/auto_draft.h); the window's steps refill the rings.

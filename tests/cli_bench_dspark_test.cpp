@@ -114,6 +114,29 @@ TEST(CliBenchDspark, AWarmRunReportsItsTimedPassOnly) {
   EXPECT_EQ(off_steps, 24);
 }
 
+// auto starts from the model's measured maps (dsv41-mini ships dspark_calibration.json) unless
+// told otherwise; --dspark-calibration-out writes the maps a run fitted, which load as a start.
+TEST(CliBenchDspark, TheCalibrationStartsFromTheModelsFileOrAsAsked) {
+  if (!std::filesystem::exists(kMini + "/dspark_calibration.json")) GTEST_SKIP() << "no calibration file";
+  const std::string fitted = (std::filesystem::temp_directory_path() / "dsv41_cli_bench_fitted.json").string();
+  std::filesystem::remove(fitted);
+  const nlohmann::json shipped = run_json(" --dspark-batches 2 --dspark-modes off,5 --dspark-calibration-out " + fitted);
+  ASSERT_TRUE(shipped.is_object());
+  EXPECT_EQ(shipped["calibration_start"], kMini + "/dspark_calibration.json");
+  std::ifstream in(fitted);
+  const nlohmann::json maps = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(maps.is_object()) << fitted;
+  EXPECT_EQ(maps["slots"].size(), 5u);
+  const nlohmann::json from_fitted = run_json(" --dspark-batches 2 --dspark-modes off,auto --dspark-calibration " + fitted);
+  EXPECT_EQ(from_fitted["calibration_start"], fitted);
+  EXPECT_EQ(run_json(" --dspark-batches 2 --dspark-modes off,auto --dspark-calibration none")["calibration_start"], "none");
+  const testing::CliResult r = testing::run_cli(
+      "bench -m " + kMini + " --dspark --dspark-calibration /nonexistent.json", testing::Stderr::kMerge);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--dspark-calibration"), std::string::npos) << r.out;
+  std::filesystem::remove(fitted);
+}
+
 TEST(CliBenchDspark, BadOptionsAreErrors) {
   if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
   for (const char* args : {" --dspark-modes 4,off", " --dspark-modes off,x", " --dspark-batches 0",

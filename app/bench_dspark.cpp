@@ -107,6 +107,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   so.dspark_auto_plan = {.uniform_cap = o.auto_plan == "uniform", .charge_first_touch = o.auto_first_touch};
   so.dspark_auto_plain_samples = o.auto_plain_samples > 0 ? o.auto_plain_samples : AutoDraftSwitch::kMaxSamples;
   so.dspark_auto_weigh_laggards = o.auto_laggards;
+  so.dspark_cost_unstored_steps = o.cost_unstored_steps;
   so.dspark_step_trace = !o.trace.empty();
   apply_dspark(DsparkChoice{mode.kind != DsparkMode::Kind::kOff, mode, calibration}, model, eo, so);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend(o.backend, model));
@@ -262,6 +263,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   out["fewer_draft_kernels"] = o.fewer_draft_kernels;
   out["verify_graphs_by_sequences"] = o.verify_graphs_by_sequences;
   out["calibration_start"] = calibration.empty() ? "none" : calibration_path;
+  out["cost_unstored_steps"] = o.cost_unstored_steps;
   out["requests"] = reqs->size();
   out["queue"] = o.queue > 0;
   out["warm"] = o.warm;

@@ -166,6 +166,10 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--dspark-auto-plain-samples", dso.auto_plain_samples,
                  "with --dspark: auto's counted plain steps a measurement (0: as many as drafting's)")
       ->check(in_range(0, 32));
+  cli.add_option("--dspark-cost-unstored-steps", dso.cost_unstored_steps,
+                 "with --dspark: the first steps of each verify shape the step-cost table leaves unstored (1, the "
+                 "default; 2 also skips the second, which still pays first touches on the GPU)")
+      ->check(in_range(1, 8));
   cli.add_flag("--dspark-auto-laggards", dso.auto_laggards,
                "with --dspark: auto values each sequence's drafts by its remaining tokens (a closed batch finishes together)");
   cli.add_option("--backend", dso.backend,

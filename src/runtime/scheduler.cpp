@@ -40,7 +40,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(Engine& engine, const Sched
 // The planner's prior is the backend's step shape: rows nearly free on a streaming-bound step,
 // about a row each on a compute-bound one.
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
-    : engine_(engine), options_(options), step_cost_(step_cost_prior(engine.backend().step_shape())) {}
+    : engine_(engine), options_(options),
+      step_cost_(step_cost_prior(engine.backend().step_shape()), 0.1, options.dspark_cost_unstored_steps) {}
 
 int64_t Scheduler::submit(GenerationRequest request) {
   const int64_t ticket = next_ticket_++;

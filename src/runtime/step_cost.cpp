@@ -12,8 +12,9 @@ StepCostPrior step_cost_prior(const StepShape& shape) {
   return {.fixed_ms = shape.fixed, .per_row_ms = shape.per_row, .per_seq_ms = shape.per_seq};
 }
 
-StepCost::StepCost(StepCostPrior prior, double ema_alpha)
-    : prior_(prior), alpha_(std::isfinite(ema_alpha) ? std::clamp(ema_alpha, 1e-6, 1.0) : 0.1) {}
+StepCost::StepCost(StepCostPrior prior, double ema_alpha, int unstored_steps)
+    : prior_(prior), alpha_(std::isfinite(ema_alpha) ? std::clamp(ema_alpha, 1e-6, 1.0) : 0.1),
+      unstored_steps_(std::max(unstored_steps, 1)) {}
 
 int StepCost::bucket(int seqs) { return std::bit_width(unsigned(std::max(seqs, 1))) - 1; }
 
@@ -57,15 +58,17 @@ void StepCost::store(int rows, int seqs, double ms, bool replace) {
 bool StepCost::touch(int rows, int seqs, double ms) {
   const size_t b = size_t(bucket(seqs));
   if (b >= touched_.size()) touched_.resize(b + 1);
-  return touched_[b].emplace(rows, ms).second;
+  const auto it = touched_[b].emplace(rows, Seen{ms, 0}).first;
+  if (std::isnan(ms)) it->second.steps = std::max(it->second.steps, unstored_steps_);  // profiled: past its first steps
+  return ++it->second.steps <= unstored_steps_;
 }
 
 void StepCost::learn_first_touch(int rows, int seqs, double stored_ms) {
   const size_t b = size_t(bucket(seqs));
   if ((b < table_.size() && table_[b].count(rows)) || b >= touched_.size()) return;  // not the first store
   const auto first = touched_[b].find(rows);
-  if (first == touched_[b].end() || !std::isfinite(first->second)) return;  // profiled: no first touch seen
-  const double extra = std::max(first->second - stored_ms, 0.0);
+  if (first == touched_[b].end() || !std::isfinite(first->second.first_ms)) return;  // profiled: no first touch seen
+  const double extra = std::max(first->second.first_ms - stored_ms, 0.0);
   first_touch_extra_ms_ = first_touch_samples_++ == 0 ? extra : (1 - alpha_) * first_touch_extra_ms_ + alpha_ * extra;
 }
 
@@ -78,7 +81,7 @@ double StepCost::first_touch_ms(int rows, int seqs) const {
 
 bool StepCost::record(int rows, int seqs, double ms) {
   if (!(std::isfinite(ms) && ms > 0) || seqs < 1 || rows < seqs) return false;
-  if (touch(rows, seqs, ms)) return true;  // a first touch: noted only
+  if (touch(rows, seqs, ms)) return true;  // one of its first steps: noted only
   learn_first_touch(rows, seqs, ms);
   store(rows, seqs, ms, false);
   return true;

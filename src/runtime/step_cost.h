@@ -38,7 +38,8 @@ StepCostPrior step_cost_prior(const StepShape& shape);
 class StepCost {
  public:
   // ema_alpha ∈ (0, 1]: the weight of a new measurement (1 = keep only the latest).
-  explicit StepCost(StepCostPrior prior = {}, double ema_alpha = 0.1);
+  // unstored_steps ≥ 1: the first steps of each shape that record() only notes (see there).
+  explicit StepCost(StepCostPrior prior = {}, double ema_alpha = 0.1, int unstored_steps = 1);
 
   // Estimated ms of a step of `rows` total rows over `seqs` sequences (rows ≥ seqs ≥ 1).
   double cost(int rows, int seqs) const;
@@ -50,6 +51,10 @@ class StepCost {
   // the same 24-row step later, H200), and a shape whose table entry is too high is never picked
   // again, so never re-measured — at batch 8 the planner kept verifying 13 drafts, never the 16
   // that cost the same, because its one 24-row sample was a first touch.
+  // With unstored_steps = 2 the second step is only noted too: on the H200 at batch 1 (session
+  // 20's traces) the first two steps of a new row count both ran 2.4–2.8 ms against 1.6 later, the
+  // planner stored the second, priced that count out and never verified it again (k = 3 in ≈ 390
+  // of ≈ 410 steps where k = 4 cost the same).
   bool record(int rows, int seqs, double ms);
 
   // What a step of a shape never seen costs on top of cost() (its first touch), learned from the
@@ -76,14 +81,20 @@ class StepCost {
   };
   static int bucket(int seqs);
   void store(int rows, int seqs, double ms, bool replace);
-  // Marks the shape seen with its first step's ms (NaN: profiled); true the first time.
+  // Counts a step of the shape (its first step's ms kept; NaN: profiled, past its first steps);
+  // true while it is one of the first unstored_steps_.
   bool touch(int rows, int seqs, double ms);
   void learn_first_touch(int rows, int seqs, double stored_ms);  // at a shape's first stored step
 
   StepCostPrior prior_;
   double alpha_;
   std::vector<std::map<int, Entry>> table_;  // [bucket] → rows → EMA of ms
-  std::vector<std::map<int, double>> touched_;  // [bucket] → rows seen → its first step's ms (not stored)
+  struct Seen {
+    double first_ms = 0;  // the shape's first step (not stored)
+    int steps = 0;        // steps of the shape so far
+  };
+  std::vector<std::map<int, Seen>> touched_;  // [bucket] → rows seen
+  int unstored_steps_ = 1;
   double first_touch_extra_ms_ = 0;  // EMA of a first touch's surcharge (first_touch_ms)
   long first_touch_samples_ = 0;
 };

@@ -56,6 +56,26 @@ TEST(StepCost, TheFirstStepOfAShapeIsNotStored) {
   EXPECT_EQ(c.measured_points(), 1u);
 }
 
+// unstored_steps = 2 (session 20): a shape's first two steps (both slow on the H200 at a new row
+// count) are only noted, the third is the first stored; a profiled shape stores at once.
+TEST(StepCost, TheFirstTwoStepsOfAShapeCanBeLeftUnstored) {
+  StepCost c({10.0, 0.0, 0.0}, 0.1, 2);
+  EXPECT_TRUE(c.record(5, 1, 2.6));
+  EXPECT_TRUE(c.record(5, 1, 2.4));
+  EXPECT_EQ(c.measured_points(), 0u);
+  EXPECT_DOUBLE_EQ(c.cost(5, 1), 10.0) << "still the prior";
+  EXPECT_TRUE(c.record(5, 1, 1.6));
+  EXPECT_DOUBLE_EQ(c.cost(5, 1), 1.6);
+  EXPECT_DOUBLE_EQ(c.first_touch_ms(5, 1), 0.0) << "seen";
+  EXPECT_TRUE(c.profile(std::vector<int>{8}, 1, [](int, int) -> Result<double> { return 3.0; }).ok());
+  EXPECT_TRUE(c.record(8, 8, 3.5));
+  EXPECT_DOUBLE_EQ(c.cost(8, 8), 0.9 * 3.0 + 0.1 * 3.5) << "a profiled shape stores its next step";
+  StepCost one({10.0, 0.0, 0.0}, 0.1);  // the default: only the first
+  one.record(5, 1, 2.6);
+  one.record(5, 1, 2.4);
+  EXPECT_DOUBLE_EQ(one.cost(5, 1), 2.4);
+}
+
 TEST(StepCost, RecordIgnoresBadMeasurements) {
   StepCost c;
   EXPECT_FALSE(c.record(2, 1, NAN));

@@ -129,7 +129,13 @@ TEST(CliBenchDspark, TheCalibrationStartsFromTheModelsFileOrAsAsked) {
   EXPECT_EQ(maps["slots"].size(), 5u);
   const nlohmann::json from_fitted = run_json(" --dspark-batches 2 --dspark-modes off,auto --dspark-calibration " + fitted);
   EXPECT_EQ(from_fitted["calibration_start"], fitted);
-  EXPECT_EQ(run_json(" --dspark-batches 2 --dspark-modes off,auto --dspark-calibration none")["calibration_start"], "none");
+  // From the identity, and with a shape's first two steps unstored (--dspark-cost-unstored-steps
+  // 2): outputs still equal to off's (run_json checks).
+  const nlohmann::json none =
+      run_json(" --dspark-batches 2 --dspark-modes off,auto --dspark-calibration none --dspark-cost-unstored-steps 2");
+  EXPECT_EQ(none["calibration_start"], "none");
+  EXPECT_EQ(none["cost_unstored_steps"], 2);
+  EXPECT_EQ(from_fitted["cost_unstored_steps"], 1);
   const testing::CliResult r = testing::run_cli(
       "bench -m " + kMini + " --dspark --dspark-calibration /nonexistent.json", testing::Stderr::kMerge);
   EXPECT_NE(r.code, 0);

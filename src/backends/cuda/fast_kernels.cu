@@ -496,8 +496,15 @@ static __device__ inline ExpertSums lane_dots(const dk::DevWeight& w, int64_t r0
 // kStreamUnits (session 20, expert_stream.cuh): the placed decode on units each lane copies into
 // its own shared-memory ring 3 steps ahead (cp.async: no registers held by the loads in flight),
 // in kernels limited to 128 registers (two blocks of 8 warps an SM); kStreamShort the same with 2.
+// Measured on the H200 (session 20, 04:36 UTC, BENCHMARKS.md "Batch-1 experts streamed"): at the
+// synthetic shapes stream-2 / stream take the up launch 164 → 112 / 119 µs and down + expand
+// 120 → 90 µs at 1 token (−32 % / −26 %; that call's GPU ran everything ≈ 1.5× slower than
+// session 19's), 8 tokens −43 % / −31 %; at mini-flash's d 1,024 the up launch is slower (19.0 →
+// 22–24 µs) and mini-flash end to end slower (batch 1 up 0.18 → 0.23 ms a step). The stream
+// paths' bits were not yet compared on the GPU (the call's test run stopped at an illegal address
+// of the single-body launch, fixed above it since), so the default stays the float decode.
 constexpr int kFloatUnits = 0, kPlaced = 1, kPlacedAhead = 2, kStreamUnits = 3, kStreamShort = 4;
-constexpr int kExpertPath = kStreamUnits;
+constexpr int kExpertPath = kFloatUnits;
 
 __host__ __device__ constexpr bool is_stream(int path) { return path == kStreamUnits || path == kStreamShort; }
 __host__ __device__ constexpr int stream_stages(int path) { return path == kStreamShort ? 2 : 3; }
@@ -545,8 +552,8 @@ static __device__ inline bool decode_sums(const exact::RowSet& rs, int64_t n, co
     return placed_sums<kPath, kMats>(rs, n, x, lane, acc);
 }
 
-template <int kPath = kExpertPath>
-static __device__ inline void expert_up_warp(const dk::ExpertUpK& k, int64_t id, int lane, uint4* ring = nullptr) {
+template <int kPath>
+static __device__ inline void expert_up_warp(const dk::ExpertUpK& k, int64_t id, int lane, uint4* ring) {
   const int64_t per = (k.inter + kExpertOuts - 1) / kExpertOuts;
   const int64_t tj = id / per, o0 = (id % per) * kExpertOuts, t = tj / k.k;
   const dk::ExpertW& e = k.table[k.experts ? k.experts[tj] : 0];
@@ -577,9 +584,14 @@ static int64_t expert_up_warps(int64_t n, const dk::ExpertUpK& k) {
   return n / k.inter * ((k.inter + kExpertOuts - 1) / kExpertOuts);
 }
 
+// The single-body launch has no ring (no dynamic shared memory): a stream default reads the
+// float decode here. (moe20's GPU call ran the stream path with a null ring here: an illegal
+// address in DeviceKernelsCuda.StoredWeightGemmAndExperts.)
+constexpr int kSingleUpPath = is_stream(kExpertPath) ? kFloatUnits : kExpertPath;
+
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_kernel(const dk::ExpertUpK k, int64_t warps) {
   const int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (id < warps) expert_up_warp(k, id, threadIdx.x & 31);
+  if (id < warps) expert_up_warp<kSingleUpPath>(k, id, threadIdx.x & 31, nullptr);
 }
 
 bool launch(int64_t n, const dk::ExpertUpK& k, cudaStream_t s) {

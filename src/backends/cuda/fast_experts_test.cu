@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ namespace {
 namespace kc = kernel_checks;
 
 constexpr fast::ExpertDecode kDecodes[] = {fast::ExpertDecode::kPlaced, fast::ExpertDecode::kPlacedAhead,
+                                           fast::ExpertDecode::kStream, fast::ExpertDecode::kStreamShort,
                                            fast::ExpertDecode::kDefault};
 
 const char* decode_name(fast::ExpertDecode d) {
@@ -34,6 +36,8 @@ const char* decode_name(fast::ExpertDecode d) {
     case fast::ExpertDecode::kFloat: return "float";
     case fast::ExpertDecode::kPlaced: return "placed";
     case fast::ExpertDecode::kPlacedAhead: return "placed-ahead";
+    case fast::ExpertDecode::kStream: return "stream";
+    case fast::ExpertDecode::kStreamShort: return "stream-2";
     default: return "default";
   }
 }
@@ -377,24 +381,26 @@ TEST(FastExpertsCuda, DISABLED_SyntheticExpertBandwidth) {
         return dk::DownExpandChain{down, dk::MhcExpandK{a, xs, post, comb, hc, d, out}, T};
       };
       const fast::ExpertDecode decodes[] = {fast::ExpertDecode::kFloat, fast::ExpertDecode::kPlaced,
-                                            fast::ExpertDecode::kPlacedAhead};
-      std::vector<double> up_us(3), down_us(3);
+                                            fast::ExpertDecode::kPlacedAhead, fast::ExpertDecode::kStream,
+                                            fast::ExpertDecode::kStreamShort};
+      constexpr int kVariants = int(std::size(decodes));
+      std::vector<double> up_us(kVariants), down_us(kVariants);
       for (int i = 0; i < 2; ++i)  // warm-up
         for (fast::ExpertDecode dc : decodes) {
           fast::launch_experts_up(up_of(i, i % kShared), dc);
           fast::launch_down_expand(chain_of(i, (i + 1) % kShared), dc);
         }
       for (int i = 0; i < launches; ++i)
-        for (int v = 0; v < 3; ++v) {
+        for (int v = 0; v < kVariants; ++v) {
           // Each launch on other experts (and another shared copy) than the launch before.
-          const int li = (i + v * 8) % launches, sh = (3 * i + v) % kShared;
+          const int li = (i + v * 6) % launches, sh = (3 * i + v) % kShared;
           up_us[size_t(v)] += time_us([&] { fast::launch_experts_up(up_of(li, sh), decodes[v]); });
           down_us[size_t(v)] += time_us([&] { fast::launch_down_expand(chain_of(li, (sh + 2) % kShared), decodes[v]); });
         }
       DSV41_CUDA_OK(cudaGetLastError());
       // Bytes a launch reads at most (T = 1: 6 routed + the shared expert).
       const int64_t up_bytes = distinct_max * routed_up + shared_up, down_bytes = distinct_max * routed_down + shared_down;
-      for (int v = 0; v < 3; ++v) {
+      for (int v = 0; v < kVariants; ++v) {
         const double uu = up_us[size_t(v)] / launches, du = down_us[size_t(v)] / launches;
         const double ug = double(up_bytes) / uu * 1e-3, dg = double(down_bytes) / du * 1e-3;
         std::printf(

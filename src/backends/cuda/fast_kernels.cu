@@ -2,6 +2,7 @@
 #include "backends/cuda/fast_kernels.h"
 
 #include "backends/cuda/exact_units.cuh"
+#include "backends/cuda/expert_stream.cuh"
 #include "backends/cuda/fast_units.cuh"
 
 #include <cooperative_groups.h>
@@ -492,14 +493,29 @@ static __device__ inline ExpertSums lane_dots(const dk::DevWeight& w, int64_t r0
 // slower too (up 0.20 against 0.18 ms a step). The conversions are not what holds the batch-1
 // experts to ≈ 0.2 of the copy rate, so the default stays the float decode (main's kernels) until
 // placed is measured on mini-flash; every path gives the same bits.
-constexpr int kFloatUnits = 0, kPlaced = 1, kPlacedAhead = 2;
+// kStreamUnits (session 20, expert_stream.cuh): the placed decode on units each lane copies into
+// its own shared-memory ring 3 steps ahead (cp.async: no registers held by the loads in flight),
+// in kernels limited to 128 registers (two blocks of 8 warps an SM); kStreamShort the same with 2.
+// Measured on the H200 (session 20, 04:36 UTC, BENCHMARKS.md "Batch-1 experts streamed"): at the
+// synthetic shapes stream-2 / stream take the up launch 164 → 112 / 119 µs and down + expand
+// 120 → 90 µs at 1 token (−32 % / −26 %; that call's GPU ran everything ≈ 1.5× slower than
+// session 19's), 8 tokens −43 % / −31 %; at mini-flash's d 1,024 the up launch is slower (19.0 →
+// 22–24 µs) and mini-flash end to end slower (batch 1 up 0.18 → 0.23 ms a step). The stream
+// paths' bits were not yet compared on the GPU (the call's test run stopped at an illegal address
+// of the single-body launch, fixed above it since), so the default stays the float decode.
+constexpr int kFloatUnits = 0, kPlaced = 1, kPlacedAhead = 2, kStreamUnits = 3, kStreamShort = 4;
 constexpr int kExpertPath = kFloatUnits;
+
+__host__ __device__ constexpr bool is_stream(int path) { return path == kStreamUnits || path == kStreamShort; }
+__host__ __device__ constexpr int stream_stages(int path) { return path == kStreamShort ? 2 : 3; }
 
 static int expert_path(ExpertDecode d) {
   switch (d) {
     case ExpertDecode::kFloat: return kFloatUnits;
     case ExpertDecode::kPlaced: return kPlaced;
     case ExpertDecode::kPlacedAhead: return kPlacedAhead;
+    case ExpertDecode::kStream: return kStreamUnits;
+    case ExpertDecode::kStreamShort: return kStreamShort;
     default: return kExpertPath;
   }
 }
@@ -509,7 +525,7 @@ static int expert_path(ExpertDecode d) {
 // units of one kind, x not 16-byte aligned, or kPath kFloatUnits).
 template <int kPath, int kMats>
 static __device__ inline bool placed_sums(const exact::RowSet& rs, int64_t n, const float* x, int lane, double* acc) {
-  if (kPath == kFloatUnits || !units::aligned(x, 16)) return false;
+  if (kPath == kFloatUnits || is_stream(kPath) || !units::aligned(x, 16)) return false;
   const int kind = units::unit_kind(*rs.w[0], n);
   if (kMats == 2 && units::unit_kind(*rs.w[1], n) != kind) return false;
   constexpr bool kAhead = kPath == kPlacedAhead;
@@ -525,15 +541,26 @@ static __device__ inline bool placed_sums(const exact::RowSet& rs, int64_t n, co
 }
 
 // Warp `id` of an ExpertUpK launch: kExpertOuts adjacent outputs of one (token, expert).
-template <int kPath = kExpertPath>
-static __device__ inline void expert_up_warp(const dk::ExpertUpK& k, int64_t id, int lane) {
+// The warp's sums by kPath: kStreamUnits through `ring` (this warp's stream::kRingUnits), the
+// others as placed_sums; false where they do not take the rows (then lane_dots).
+template <int kPath, int kMats>
+static __device__ inline bool decode_sums(const exact::RowSet& rs, int64_t n, const float* x, int lane, uint4* ring,
+                                          double* acc) {
+  if constexpr (is_stream(kPath))
+    return stream::stream_sums<kMats, kExpertOuts, stream_stages(kPath)>(rs, n, x, lane, ring, acc);
+  else
+    return placed_sums<kPath, kMats>(rs, n, x, lane, acc);
+}
+
+template <int kPath>
+static __device__ inline void expert_up_warp(const dk::ExpertUpK& k, int64_t id, int lane, uint4* ring) {
   const int64_t per = (k.inter + kExpertOuts - 1) / kExpertOuts;
   const int64_t tj = id / per, o0 = (id % per) * kExpertOuts, t = tj / k.k;
   const dk::ExpertW& e = k.table[k.experts ? k.experts[tj] : 0];
   const float* xt = k.x + t * k.d;
   ExpertSums ga, ua;
   double acc[2 * kExpertOuts] = {};
-  if (placed_sums<kPath, 2>(exact::RowSet{{&e.w1, &e.w3}, o0, k.inter}, k.d, xt, lane, acc)) {
+  if (decode_sums<kPath, 2>(exact::RowSet{{&e.w1, &e.w3}, o0, k.inter}, k.d, xt, lane, ring, acc)) {
 #pragma unroll
     for (int o = 0; o < kExpertOuts; ++o) ga.v[o] = acc[o], ua.v[o] = acc[kExpertOuts + o];
   } else {
@@ -557,9 +584,14 @@ static int64_t expert_up_warps(int64_t n, const dk::ExpertUpK& k) {
   return n / k.inter * ((k.inter + kExpertOuts - 1) / kExpertOuts);
 }
 
+// The single-body launch has no ring (no dynamic shared memory): a stream default reads the
+// float decode here. (moe20's GPU call ran the stream path with a null ring here: an illegal
+// address in DeviceKernelsCuda.StoredWeightGemmAndExperts.)
+constexpr int kSingleUpPath = is_stream(kExpertPath) ? kFloatUnits : kExpertPath;
+
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_kernel(const dk::ExpertUpK k, int64_t warps) {
   const int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (id < warps) expert_up_warp(k, id, threadIdx.x & 31);
+  if (id < warps) expert_up_warp<kSingleUpPath>(k, id, threadIdx.x & 31, nullptr);
 }
 
 bool launch(int64_t n, const dk::ExpertUpK& k, cudaStream_t s) {
@@ -575,14 +607,42 @@ struct UpWarps {
   int64_t warps[dk::Batched<dk::ExpertUpK>::kMax];
 };
 
+// Dynamic shared memory of the stream kernels: each warp's ring of `rows` rows.
+constexpr size_t stream_smem(int path, int rows) {
+  return size_t(kWarpsPerBlock) * size_t(stream_stages(path)) * 32 * size_t(rows) * sizeof(uint4);
+}
+
+// Beyond the default 48 KiB of shared memory a kernel needs the opt-in, set per launch (the backend
+// keeps no process state).
+template <class Kernel>
+static bool allow_smem(Kernel* kernel, size_t dynamic_bytes, size_t static_bytes) {
+  if (dynamic_bytes + static_bytes <= 48u * 1024u) return true;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_bytes)) == cudaSuccess;
+}
+
 template <int kPath>
-static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_batch_kernel(
+static __global__ void __launch_bounds__(kWarpsPerBlock * 32, is_stream(kPath) ? 2 : 1) expert_up_batch_kernel(
     const dk::Batched<dk::ExpertUpK> b, const UpWarps w, int64_t total) {
+  extern __shared__ uint4 stream_ring[];
   int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (id >= total) return;
   int j = 0;
   while (j + 1 < b.n && id >= w.warps[j]) id -= w.warps[j++];
-  expert_up_warp<kPath>(b.body[j], id, threadIdx.x & 31);
+  uint4* ring = stream_ring + (threadIdx.x >> 5) * stream::kRingUnits<2 * kExpertOuts, stream_stages(kPath)>;
+  expert_up_warp<kPath>(b.body[j], id, threadIdx.x & 31, is_stream(kPath) ? ring : nullptr);
+}
+
+template <int kPath>
+static bool launch_up_stream(const dk::Batched<dk::ExpertUpK>& b, const UpWarps& w, int64_t total, cudaStream_t s) {
+  const size_t smem = stream_smem(kPath, 2 * kExpertOuts);
+  if (!allow_smem(expert_up_batch_kernel<kPath>, smem, 0)) return false;
+  expert_up_batch_kernel<kPath><<<blocks_for(total, kWarpsPerBlock), kWarpsPerBlock * 32, smem, s>>>(b, w, total);
+  return true;
+}
+
+static bool launch_up_stream(const dk::Batched<dk::ExpertUpK>& b, const UpWarps& w, int64_t total, bool short_ring,
+                             cudaStream_t s) {
+  return short_ring ? launch_up_stream<kStreamShort>(b, w, total, s) : launch_up_stream<kStreamUnits>(b, w, total, s);
 }
 
 bool launch(int64_t, const dk::Batched<dk::ExpertUpK>& b, cudaStream_t s) {
@@ -603,7 +663,8 @@ bool launch_experts_up(const dk::Batched<dk::ExpertUpK>& b, ExpertDecode decode,
   switch (expert_path(decode)) {
     case kFloatUnits: expert_up_batch_kernel<kFloatUnits><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
     case kPlaced: expert_up_batch_kernel<kPlaced><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
-    default: expert_up_batch_kernel<kPlacedAhead><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
+    case kPlacedAhead: expert_up_batch_kernel<kPlacedAhead><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
+    default: return launch_up_stream(b, w, total, expert_path(decode) == kStreamShort, s);
   }
   return true;
 }
@@ -666,9 +727,11 @@ static __device__ void stage_expand_operands(const dk::MhcExpandK& e, int64_t t,
 }
 
 template <int kPath>
-static __global__ void __launch_bounds__(kWarpsPerBlock * 32) down_expand_kernel(const dk::DownExpandChain c) {
+static __global__ void __launch_bounds__(kWarpsPerBlock * 32, is_stream(kPath) ? 2 : 1) down_expand_kernel(
+    const dk::DownExpandChain c) {
   __shared__ float part[kDownParts][kExpertOuts];
   __shared__ ExpandOperands ops;
+  extern __shared__ uint4 stream_ring[];
   const dk::ExpertDownK& k = c.down;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t per = (k.d + kExpertOuts - 1) / kExpertOuts;
@@ -682,7 +745,9 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) down_expand_kernel
     const int64_t inter = routed ? k.inter : k.shared_inter;
     const float* h = routed ? k.h + (t * k.k + j) * k.inter : k.hs + t * k.shared_inter;
     ExpertSums s{};
-    if (!placed_sums<kPath, 1>(exact::RowSet{{&w2, &w2}, c0, k.d}, inter, h, lane, s.v)) s = lane_dots(w2, c0, k.d, inter, h, lane);
+    uint4* ring = stream_ring + warp * stream::kRingUnits<kExpertOuts, stream_stages(kPath)>;
+    if (!decode_sums<kPath, 1>(exact::RowSet{{&w2, &w2}, c0, k.d}, inter, h, lane, ring, s.v))
+      s = lane_dots(w2, c0, k.d, inter, h, lane);
 #pragma unroll
     for (int o = 0; o < kExpertOuts; ++o) {
       const float v = float(warp_sum(s.v[o]));
@@ -718,6 +783,15 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) down_expand_kernel
 
 bool launch_chain(const dk::DownExpandChain& c, cudaStream_t s) { return launch_down_expand(c, ExpertDecode::kDefault, s); }
 
+template <int kPath>
+static bool launch_down_stream(const dk::DownExpandChain& c, unsigned grid, cudaStream_t s) {
+  const size_t smem = stream_smem(kPath, kExpertOuts);
+  const size_t static_smem = sizeof(float) * kDownParts * kExpertOuts + sizeof(ExpandOperands);
+  if (!allow_smem(down_expand_kernel<kPath>, smem, static_smem)) return false;
+  down_expand_kernel<kPath><<<grid, kWarpsPerBlock * 32, smem, s>>>(c);
+  return true;
+}
+
 bool launch_down_expand(const dk::DownExpandChain& c, ExpertDecode decode, cudaStream_t s) {
   const dk::ExpertDownK& k = c.down;
   if (k.d < 1 || k.k + 1 > kDownParts || c.expand.a != k.y || c.expand.d != k.d) return false;
@@ -728,7 +802,9 @@ bool launch_down_expand(const dk::DownExpandChain& c, ExpertDecode decode, cudaS
   switch (expert_path(decode)) {
     case kFloatUnits: down_expand_kernel<kFloatUnits><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
     case kPlaced: down_expand_kernel<kPlaced><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
-    default: down_expand_kernel<kPlacedAhead><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
+    case kPlacedAhead: down_expand_kernel<kPlacedAhead><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
+    case kStreamShort: return launch_down_stream<kStreamShort>(c, grid, s);
+    default: return launch_down_stream<kStreamUnits>(c, grid, s);
   }
   return true;
 }

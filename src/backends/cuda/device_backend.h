@@ -68,6 +68,7 @@
 #include "backends/cuda/device_drafter.h"
 #include "backends/cuda/device_kernels.h"
 #include "backends/cuda/exec_counts.h"
+#include "backends/cuda/mma_gemm.h"
 #include "cache/records.h"
 #include "engine/backend.h"
 #include "engine/draft_feed.h"
@@ -216,6 +217,14 @@ class DeviceBackend : public Backend {
   }
   // The smallest measured win (H200, synthetic model's experts: 0.8× at 16 tokens, 3.0× at 64).
   static constexpr int64_t kMmaMinRows = 64;
+  // What set_mma_gemm puts on the tiles (the experts, the dense GEMMs) and how the tiles sum
+  // (dk::MmaSums): diagnostics and A/B (MmaGemmCuda.DISABLED_MiniTilesDiagnostics). Default: both,
+  // kPer16.
+  struct MmaScope {
+    bool experts = true, dense = true;
+    dk::MmaSums sums = dk::MmaSums::kPer16;
+  };
+  void set_mma_scope(const MmaScope& scope) { mma_scope_ = scope; }
   // Decode steps as CUDA graphs (Exec::set_graphs: on by default on the GPU, emulated by deferral on
   // HostExec where tests turn it on); off: every kernel launched on its own (the "before" of
   // benchmarks). chunk: launches per graph (0: the whole step up to its logits download).
@@ -504,6 +513,7 @@ class DeviceBackend : public Backend {
   int64_t down_expand_rows_ = 4;
   bool mma_gemm_ = false;  // see set_mma_gemm
   int64_t mma_min_rows_ = kMmaMinRows;
+  MmaScope mma_scope_;
   // Grouped experts in rounds of at most this many tokens (bounds the parts buffer: tokens ·
   // (k + 1) · hidden floats, 147 MB at 1024 tokens of V4.1-Flash's shape).
   static constexpr int64_t kMmaRoundTokens = 1024;

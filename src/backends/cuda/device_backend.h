@@ -208,9 +208,10 @@ class DeviceBackend : public Backend {
   void set_down_expand_rows(int64_t rows) { down_expand_rows_ = rows; }
   // Steps of at least min_rows rows on bf16 tensor cores (mma_gemm.h: fp32 sums of exact products,
   // activations split in three bf16 parts) instead of the warp kernels' double sums: the routed +
-  // shared experts as grouped GEMMs, and the GEMMs of stored FP8 / FP4 or bf16 weights (float32
-  // weights and shapes the tiles do not take keep the old path). Off (the default until measured):
-  // as before.
+  // shared experts as grouped GEMMs, and the GEMMs of stored FP8 / FP4 or bf16 weights where the
+  // grid is wide enough (float32 weights and shapes the tiles do not take keep the old path). On by
+  // default since session 20 (H200: mini-flash 4K prefill and batch-64 decode faster, dsv41-mini
+  // within the CPU engine's own spread; docs/CUDA.md); off: the warp kernels, the A/B's before.
   void set_mma_gemm(bool on, int64_t min_rows = kMmaMinRows) {
     mma_gemm_ = on;
     mma_min_rows_ = min_rows;
@@ -511,7 +512,7 @@ class DeviceBackend : public Backend {
   // See set_down_expand_rows. On the H200 (mini-flash, session 14) the chain took 0.115 ms a step
   // at batch 1 against 0.31 ms for the separate launches, but 0.471 against 0.34 ms at batch 8.
   int64_t down_expand_rows_ = 4;
-  bool mma_gemm_ = false;  // see set_mma_gemm
+  bool mma_gemm_ = true;  // see set_mma_gemm
   int64_t mma_min_rows_ = kMmaMinRows;
   MmaScope mma_scope_;
   // Grouped experts in rounds of at most this many tokens (bounds the parts buffer: tokens ·

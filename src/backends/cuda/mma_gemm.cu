@@ -13,6 +13,8 @@
 // holds g and u of the same (row, output) for the SwiGLU. Operands go global → registers (the
 // next step's loads in flight during this step's MMAs) → decoded / split → shared memory, two
 // buffers, one barrier a step; rows padded to 40 bf16 so that ldmatrix's 8 rows hit distinct banks.
+// Sums (dk::MmaSums): each 16-deep step's three MMAs into a fresh accumulator, added to the running
+// one rounded to nearest (kPer16), or all into the running one (kChained, session 19's).
 #include <cuda_runtime.h>
 
 #include <cstdint>

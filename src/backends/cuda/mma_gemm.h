@@ -1,7 +1,8 @@
 // Tensor-core (mma.sync bf16) paths for the device backend's many-row products: the routed +
 // shared experts grouped by expert (up projection with SwiGLU, down projection) and the GEMMs of
 // stored FP8 / FP4 or bf16 weights (docs/CUDA.md "Experts and GEMMs of many-row steps on tensor
-// cores"). Kernels in mma_gemm.cu; DeviceBackend::set_mma_gemm turns them on (off by default).
+// cores", "Tensor-core sums rounded to nearest"). Kernels in mma_gemm.cu; DeviceBackend::set_mma_gemm
+// (on by default since session 20) turns them on or off.
 //
 // Why a grouped GEMM: the warp kernels (fast_kernels.cu) read an expert's whole weight once per
 // (token, expert) pair, so a batch of 64 tokens streams ≈ 64 · 7 expert matrices a layer; grouped,
@@ -36,7 +37,7 @@ namespace dsv41::dk {
 // fp32 add (round to nearest), as the CPU engine's float sums round. kChained (session 19's
 // kernels, kept for the diagnostic A/B of docs/CUDA.md): every MMA adds into the running sum, so
 // each of the 3 · K / 16 MMAs truncates the whole sum toward zero; on dsv41-mini that bias was
-// enough to move logits by 0.24 against the CPU engine (MmaGemmCuda.MiniTilesDiagnostics).
+// enough to move logits by 0.24 against the CPU engine (MmaGemmCuda.DISABLED_MiniTilesDiagnostics).
 enum class MmaSums : uint8_t { kPer16, kChained };
 
 // Workspace of a grouped expert launch, from the caller (kernels never allocate). Slots: the

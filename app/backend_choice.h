@@ -54,7 +54,7 @@ struct GraphCounts {
 };
 GraphCounts graph_counts(const std::string& name, const Backend& backend);
 // The experts and stored / bf16 GEMMs of many-row steps (prefill chunks, batches of ≥ 64 rows) on
-// tensor cores (cuda only: DeviceBackend::set_mma_gemm); nothing for the others.
+// tensor cores (cuda only: DeviceBackend::set_mma_gemm, on by default); nothing for the others.
 void set_mma_gemm(const std::string& name, Backend& backend, bool on);
 
 }  // namespace dsv41::app

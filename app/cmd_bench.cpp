@@ -128,7 +128,7 @@ int bench_main(int argc, char** argv) {
   // DSpark speculative decoding (app/bench_dspark.h) instead of the context sweep.
   bool dspark = false;
   DsparkBenchOptions dso;
-  bool mma_gemm = false;  // --mma-gemm
+  bool mma_gemm = false, no_mma_gemm = false;  // --mma-gemm (the default), --no-mma-gemm
   cli.add_flag("--dspark", dspark,
                "DSpark: tok/s with --dspark off, 1..block and auto at each --dspark-batches size, acceptance, "
                "calibration (replaces the context sweep)");
@@ -176,7 +176,11 @@ int bench_main(int argc, char** argv) {
                  std::string("the context sweep and --dspark: ") + kBackendNames +
                      " (a device backend: the host's bandwidth roofline is skipped)");
   cli.add_flag("--mma-gemm", mma_gemm,
-               "on the cuda backend: the experts and stored / bf16 GEMMs of steps of ≥ 64 rows on tensor cores (the after)");
+               "on the cuda backend: the experts and stored / bf16 GEMMs of steps of ≥ 64 rows on tensor cores (the "
+               "default; kept for old scripts)");
+  cli.add_flag("--no-mma-gemm", no_mma_gemm,
+               "on the cuda backend: those steps on the warp kernels instead of tensor cores (the before of an A/B)")
+      ->excludes("--mma-gemm");
   cli.add_flag("--host-drafter", dso.host_drafter,
                "with --dspark on a device backend: the drafter on the host from downloaded features (the before)");
   cli.add_flag("--dspark-no-graph", dso.no_draft_graph,
@@ -342,7 +346,7 @@ int bench_main(int argc, char** argv) {
   if (on_device) {
     o.make_backend = [&]() -> Result<std::unique_ptr<Backend>> {
       DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, make_backend(dso.backend, **model));
-      if (mma_gemm) set_mma_gemm(dso.backend, *b, true);
+      if (mma_gemm || no_mma_gemm) set_mma_gemm(dso.backend, *b, !no_mma_gemm);
       return b;
     };
     o.backend_status = [&](const Backend& b) { return backend_status(dso.backend, b); };

@@ -2,7 +2,7 @@
 // first slice): B sequences prefilled with C random tokens each, then S timed decode steps of
 // all B together (one engine forward per step, greedy next tokens), per backend and batch size.
 //   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32]
-//                            [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-gN]
+//                            [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-gN]
 //                            [--profile STEPS]
 //                            [--weights stored|widened] [--greedy N]
 // cuda-simple is the CUDA backend with its fast kernels off (every step in its simple kernel,
@@ -11,8 +11,10 @@
 // launches every kernel on its own (decode steps are CUDA graphs by default, cuda_exec.cuh);
 // cuda-gN records a graph every N launches (cuda: every 32; cuda-g0: the whole step up to its
 // logits download); cuda-unfused launches each body on its own (fused launches are the default,
-// DeviceBackend::set_fused); cuda-mma runs the experts and the stored / bf16 GEMMs of steps of ≥ 64
-// rows on tensor cores (DeviceBackend::set_mma_gemm, mma_gemm.h).
+// DeviceBackend::set_fused); cuda-nomma runs the experts and the stored / bf16 GEMMs of steps of
+// ≥ 64 rows on the warp kernels instead of tensor cores (DeviceBackend::set_mma_gemm, mma_gemm.h:
+// on by default since session 20, so `cuda` and `cuda-mma` are the same backend; cuda-nomma is
+// the before of that A/B).
 // --weights: how the model holds its FP8 / FP4 matrices (default stored: the device backend
 // uploads those bytes as they are; widened: float32 / bf16, as the backend did before).
 // --greedy N: first a same-function check: a 24-token prompt then N greedy steps on the CPU and
@@ -213,7 +215,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--weights") && i + 1 < argc) weights = argv[++i];
     else if (!std::strcmp(argv[i], "--greedy") && i + 1 < argc) greedy_steps = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-gN] [--profile STEPS] [--weights stored|widened] [--greedy N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-gN] [--profile STEPS] [--weights stored|widened] [--greedy N]\n", argv[0]);
       return 2;
     }
   }
@@ -245,7 +247,7 @@ int main(int argc, char** argv) {
     bool fast, batched_compress, graphs;
     int64_t chunk;
     bool fused = true;
-    bool mma = false;
+    bool mma = true;  // set_mma_gemm (the backend's default)
   };
   std::vector<Variant> cudas;
   constexpr int64_t kChunk = CudaExec::kGraphChunk;
@@ -253,6 +255,7 @@ int main(int argc, char** argv) {
   if (wants("cuda-segcomp")) cudas.push_back({"cuda-segcomp", true, false, true, kChunk});
   if (wants("cuda-nograph")) cudas.push_back({"cuda-nograph", true, true, false, kChunk});
   if (wants("cuda-unfused")) cudas.push_back({"cuda-unfused", true, true, true, kChunk, false});
+  if (wants("cuda-nomma")) cudas.push_back({"cuda-nomma", true, true, true, kChunk, true, false});
   if (wants("cuda-mma")) cudas.push_back({"cuda-mma", true, true, true, kChunk, true, true});
   if (wants("cuda")) cudas.push_back({"cuda", true, true, true, kChunk});
   for (const std::string& n : names) {
@@ -261,8 +264,8 @@ int main(int argc, char** argv) {
       continue;
     }
     if (n != "cpu" && n != "cuda" && n != "cuda-simple" && n != "cuda-segcomp" && n != "cuda-nograph" &&
-        n != "cuda-unfused" && n != "cuda-mma") {
-      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple, cuda-segcomp, cuda-nograph, cuda-unfused, cuda-mma, cuda-gN)\n",
+        n != "cuda-unfused" && n != "cuda-mma" && n != "cuda-nomma") {
+      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple, cuda-segcomp, cuda-nograph, cuda-unfused, cuda-mma, cuda-nomma, cuda-gN)\n",
                    argv[0], n.c_str());
       return 2;
     }

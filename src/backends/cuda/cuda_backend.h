@@ -45,7 +45,7 @@ void cuda_backend_set_graphs(Backend& backend, bool on, int64_t chunk = 32);
 // body launched on its own (the same bits).
 void cuda_backend_set_fused(Backend& backend, bool on);
 // The experts and stored / bf16 GEMMs of steps of at least min_rows rows on tensor cores
-// (DeviceBackend::set_mma_gemm; off by default). Nothing for another backend.
+// (DeviceBackend::set_mma_gemm; on by default, off for A/B). Nothing for another backend.
 void cuda_backend_set_mma_gemm(Backend& backend, bool on, int64_t min_rows = 64);
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
 // DSpark's drafter on the GPU (the default) or on the host from downloaded features

@@ -68,6 +68,7 @@
 #include "backends/cuda/device_drafter.h"
 #include "backends/cuda/device_kernels.h"
 #include "backends/cuda/exec_counts.h"
+#include "backends/cuda/mma_gemm.h"
 #include "cache/records.h"
 #include "engine/backend.h"
 #include "engine/draft_feed.h"
@@ -207,15 +208,24 @@ class DeviceBackend : public Backend {
   void set_down_expand_rows(int64_t rows) { down_expand_rows_ = rows; }
   // Steps of at least min_rows rows on bf16 tensor cores (mma_gemm.h: fp32 sums of exact products,
   // activations split in three bf16 parts) instead of the warp kernels' double sums: the routed +
-  // shared experts as grouped GEMMs, and the GEMMs of stored FP8 / FP4 or bf16 weights (float32
-  // weights and shapes the tiles do not take keep the old path). Off (the default until measured):
-  // as before.
+  // shared experts as grouped GEMMs, and the GEMMs of stored FP8 / FP4 or bf16 weights where the
+  // grid is wide enough (float32 weights and shapes the tiles do not take keep the old path). On by
+  // default since session 20 (H200: mini-flash 4K prefill and batch-64 decode faster, dsv41-mini
+  // within the CPU engine's own spread; docs/CUDA.md); off: the warp kernels, the A/B's before.
   void set_mma_gemm(bool on, int64_t min_rows = kMmaMinRows) {
     mma_gemm_ = on;
     mma_min_rows_ = min_rows;
   }
   // The smallest measured win (H200, synthetic model's experts: 0.8× at 16 tokens, 3.0× at 64).
   static constexpr int64_t kMmaMinRows = 64;
+  // What set_mma_gemm puts on the tiles (the experts, the dense GEMMs) and how the tiles sum
+  // (dk::MmaSums): diagnostics and A/B (MmaGemmCuda.DISABLED_MiniTilesDiagnostics). Default: both,
+  // kPer16.
+  struct MmaScope {
+    bool experts = true, dense = true;
+    dk::MmaSums sums = dk::MmaSums::kPer16;
+  };
+  void set_mma_scope(const MmaScope& scope) { mma_scope_ = scope; }
   // Decode steps as CUDA graphs (Exec::set_graphs: on by default on the GPU, emulated by deferral on
   // HostExec where tests turn it on); off: every kernel launched on its own (the "before" of
   // benchmarks). chunk: launches per graph (0: the whole step up to its logits download).
@@ -502,8 +512,9 @@ class DeviceBackend : public Backend {
   // See set_down_expand_rows. On the H200 (mini-flash, session 14) the chain took 0.115 ms a step
   // at batch 1 against 0.31 ms for the separate launches, but 0.471 against 0.34 ms at batch 8.
   int64_t down_expand_rows_ = 4;
-  bool mma_gemm_ = false;  // see set_mma_gemm
+  bool mma_gemm_ = true;  // see set_mma_gemm
   int64_t mma_min_rows_ = kMmaMinRows;
+  MmaScope mma_scope_;
   // Grouped experts in rounds of at most this many tokens (bounds the parts buffer: tokens ·
   // (k + 1) · hidden floats, 147 MB at 1024 tokens of V4.1-Flash's shape).
   static constexpr int64_t kMmaRoundTokens = 1024;

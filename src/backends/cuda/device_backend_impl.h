@@ -189,7 +189,8 @@ template <class Exec>
 void DeviceBackend<Exec>::gemm(const float* x, int64_t xs, int64_t rows, int64_t in, dk::DevWeight w, int64_t out,
                                float* y, int64_t ys) {
   const dk::GemmK k{x, xs, w, in, out, y, ys};
-  if (mma_gemm_ && rows >= mma_min_rows_ && fast::mma_gemm_worth(k, rows)) return ex_.run_chain(dk::MmaGemmChain{k, rows});
+  if (mma_gemm_ && mma_scope_.dense && rows >= mma_min_rows_ && fast::mma_gemm_worth(k, rows))
+    return ex_.run_chain(dk::MmaGemmChain{k, rows, mma_scope_.sums});
   ex_.for_each(rows * out, k);
 }
 
@@ -197,10 +198,10 @@ void DeviceBackend<Exec>::gemm(const float* x, int64_t xs, int64_t rows, int64_t
 // them all, else as Batched launches.
 template <class Exec>
 void DeviceBackend<Exec>::flush_gemms(Launches<dk::GemmK>& gemms, int64_t rows) {
-  bool tiles = mma_gemm_ && rows >= mma_min_rows_;
+  bool tiles = mma_gemm_ && mma_scope_.dense && rows >= mma_min_rows_;
   for (const auto& [n, k] : gemms.bodies) tiles = tiles && fast::mma_gemm_worth(k, rows);
   if (!tiles) return gemms.flush(ex_);
-  for (const auto& [n, k] : gemms.bodies) ex_.run_chain(dk::MmaGemmChain{k, rows});
+  for (const auto& [n, k] : gemms.bodies) ex_.run_chain(dk::MmaGemmChain{k, rows, mma_scope_.sums});
   gemms.bodies.clear();
 }
 
@@ -1281,7 +1282,7 @@ void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
                                ms.shared_inter, hshared_.data(), a_.data() + r0 * d};
     const dk::MhcExpandK expand{a_.data() + r0 * d, x2, post_b_.data() + r0 * hc,
                                 comb_b_.data() + r0 * hc * hc, int(hc), d, x_.data() + r0 * hc * d};
-    if (mma_gemm_ && m >= mma_min_rows_ && L.experts_mma) {  // grouped on tensor cores (set_mma_gemm)
+    if (mma_gemm_ && mma_scope_.experts && m >= mma_min_rows_ && L.experts_mma) {  // grouped on tensor cores (set_mma_gemm)
       ffn_grouped(L, h, ex, wt, m, a_.data() + r0 * d);
       ex_.for_each(m * hc * d, expand);
       continue;
@@ -1329,8 +1330,8 @@ void DeviceBackend<Exec>::ffn_grouped(const LayerDev& L, const float* h, int32_t
                                   ms.swiglu_limit, hshared_.data()};
     const dk::ExpertDownK down{L.experts, ex + t0 * k, int(k), d, ms.inter, hexp_.data(), L.shared,
                                ms.shared_inter, hshared_.data(), y + t0 * d};
-    ex_.run_chain(dk::GroupedUpChain{up, shared_up, n, int(E), groups});
-    ex_.run_chain(dk::GroupedDownChain{down, n, int(E), groups, mma_parts_.data()});
+    ex_.run_chain(dk::GroupedUpChain{up, shared_up, n, int(E), groups, mma_scope_.sums});
+    ex_.run_chain(dk::GroupedDownChain{down, n, int(E), groups, mma_parts_.data(), mma_scope_.sums});
   }
 }
 

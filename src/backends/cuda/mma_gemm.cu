@@ -13,6 +13,8 @@
 // holds g and u of the same (row, output) for the SwiGLU. Operands go global → registers (the
 // next step's loads in flight during this step's MMAs) → decoded / split → shared memory, two
 // buffers, one barrier a step; rows padded to 40 bf16 so that ldmatrix's 8 rows hit distinct banks.
+// Sums (dk::MmaSums): each 16-deep step's three MMAs into a fresh accumulator, added to the running
+// one rounded to nearest (kPer16), or all into the running one (kChained, session 19's).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -158,7 +160,8 @@ __device__ __forceinline__ void decode_b(const dk::DevWeight& w, const BRegs& r,
 // ---- 2. The tile loop --------------------------------------------------------------------------
 // acc[mi][ni]: the warp's m16n8 fragments. w1 (kDual only): B-rows 64 … 127 from w1's row
 // n0 + r − 64, B-rows 0 … 63 from w0's; else B-row r from w0's row n0 + r. K a multiple of 32.
-template <bool kDual>
+// kChained: dk::MmaSums::kChained (every MMA into acc), else kPer16 (mma_gemm.h).
+template <bool kDual, bool kChained>
 __device__ void tile_products(TileSmem& sm, const dk::DevWeight& w0, const dk::DevWeight& w1, int64_t K,
                               int64_t n0, int64_t N, float (&acc)[2][4][4]) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wm = warp / 4, wn = warp % 4;
@@ -218,13 +221,21 @@ __device__ void tile_products(TileSmem& sm, const dk::DevWeight& w0, const dk::D
         cuda::tiles::ldmatrix_x4(r, &sm.b[buf][base + lane % 8 + (lane / 16) * 8][kk + ((lane / 8) % 2) * 8]);
         b[2 * nj][0] = r[0], b[2 * nj][1] = r[1], b[2 * nj + 1][0] = r[2], b[2 * nj + 1][1] = r[3];
       }
+      // Per (16 rows, 8 columns): the three parts' MMAs, smallest first, into a fresh partial sum
+      // then added to acc (kPer16), or straight into acc (kChained; mma_gemm.h's MmaSums).
 #pragma unroll
-      for (int q = kParts - 1; q >= 0; --q)  // smallest parts first
+      for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
+        for (int ni = 0; ni < 4; ++ni) {
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          float(&sum)[4] = kChained ? acc[mi][ni] : part;
 #pragma unroll
-          for (int ni = 0; ni < 4; ++ni)
-            cuda::mma_bf16_16816(acc[mi][ni], a[q][mi][0], a[q][mi][1], a[q][mi][2], a[q][mi][3], b[ni][0], b[ni][1]);
+          for (int q = kParts - 1; q >= 0; --q)
+            cuda::mma_bf16_16816(sum, a[q][mi][0], a[q][mi][1], a[q][mi][2], a[q][mi][3], b[ni][0], b[ni][1]);
+          if constexpr (!kChained)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mi][ni][i] += part[i];  // rounded to nearest
+        }
     }
     if (kt + 1 < steps) stage(1 - buf);
     __syncthreads();
@@ -246,6 +257,7 @@ __device__ bool place_tile(const dk::ExpertGroups& g, int E, TilePlace& p) {
 
 // Up: x rows gathered per slot, B = w1 / w3 rows n0 … n0 + 63, SwiGLU into h (ExpertUpK's float
 // operations on the fp32 sums).
+template <bool kChained>
 __global__ void __launch_bounds__(kThreads, 2) grouped_up_kernel(const dk::GroupedUpChain c) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   TileSmem& sm = *reinterpret_cast<TileSmem*>(smem_raw);
@@ -265,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_up_kernel(const dk::Group
   __syncthreads();
   float acc[2][4][4] = {};
   const dk::DevWeight w1 = ew.w1, w3 = ew.w3;
-  tile_products<true>(sm, w1, w3, c.up.d, n0, k.inter, acc);
+  tile_products<true, kChained>(sm, w1, w3, c.up.d, n0, k.inter, acc);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
@@ -293,6 +305,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_up_kernel(const dk::Group
 }
 
 // Down: h rows per slot, B = w2 rows n0 … n0 + 127, each (slot, column) sum into parts.
+template <bool kChained>
 __global__ void __launch_bounds__(kThreads, 2) grouped_down_kernel(const dk::GroupedDownChain c) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   TileSmem& sm = *reinterpret_cast<TileSmem*>(smem_raw);
@@ -310,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_down_kernel(const dk::Gro
   }
   __syncthreads();
   float acc[2][4][4] = {};
-  tile_products<false>(sm, w2, w2, K, n0, k.d, acc);
+  tile_products<false, kChained>(sm, w2, w2, K, n0, k.d, acc);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
@@ -330,6 +343,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_down_kernel(const dk::Gro
 }
 
 // Dense: x rows r0 … r0 + 63 (strided), B = W rows n0 … n0 + 127, y strided.
+template <bool kChained>
 __global__ void __launch_bounds__(kThreads, 2) dense_kernel(const dk::MmaGemmChain c) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   TileSmem& sm = *reinterpret_cast<TileSmem*>(smem_raw);
@@ -339,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_kernel(const dk::MmaGemmCha
   __syncthreads();
   float acc[2][4][4] = {};
   const dk::DevWeight w = k.w;
-  tile_products<false>(sm, w, w, k.in, n0, k.out, acc);
+  tile_products<false, kChained>(sm, w, w, k.in, n0, k.out, acc);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
@@ -400,7 +414,9 @@ bool launch_chain(const dk::GroupedUpChain& c, cudaStream_t s) {
   const int64_t tiles = group_slots(u.experts, c.m, u.k, shared, c.E, c.groups, s);
   if (tiles == 0) return false;
   const int64_t outs = shared && c.shared_up.inter > u.inter ? c.shared_up.inter : u.inter;
-  launch_tiles(grouped_up_kernel, c, (outs + kBn / 2 - 1) / (kBn / 2), tiles, s);
+  const int64_t col_tiles = (outs + kBn / 2 - 1) / (kBn / 2);
+  if (c.sums == dk::MmaSums::kChained) launch_tiles(grouped_up_kernel<true>, c, col_tiles, tiles, s);
+  else launch_tiles(grouped_up_kernel<false>, c, col_tiles, tiles, s);
   return true;
 }
 
@@ -412,7 +428,9 @@ bool launch_chain(const dk::GroupedDownChain& c, cudaStream_t s) {
   if (c.m <= 0) return true;
   const int64_t tiles = group_slots(k.experts, c.m, k.k, shared, c.E, c.groups, s);
   if (tiles == 0) return false;
-  launch_tiles(grouped_down_kernel, c, (k.d + kBn - 1) / kBn, tiles, s);
+  const int64_t col_tiles = (k.d + kBn - 1) / kBn;
+  if (c.sums == dk::MmaSums::kChained) launch_tiles(grouped_down_kernel<true>, c, col_tiles, tiles, s);
+  else launch_tiles(grouped_down_kernel<false>, c, col_tiles, tiles, s);
   const int64_t n = c.m * k.d;
   sum_parts_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(c);
   return true;
@@ -423,7 +441,8 @@ bool launch_chain(const dk::MmaGemmChain& c, cudaStream_t s) {
   const int64_t row_tiles = (c.rows + kBm - 1) / kBm, col_tiles = (c.gemm.out + kBn - 1) / kBn;
   if (row_tiles > 65535 || col_tiles > 0x7fffffff) return false;
   if (c.rows <= 0 || c.gemm.out <= 0) return true;
-  launch_tiles(dense_kernel, c, col_tiles, row_tiles, s);
+  if (c.sums == dk::MmaSums::kChained) launch_tiles(dense_kernel<true>, c, col_tiles, row_tiles, s);
+  else launch_tiles(dense_kernel<false>, c, col_tiles, row_tiles, s);
   return true;
 }
 

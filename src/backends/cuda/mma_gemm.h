@@ -1,7 +1,8 @@
 // Tensor-core (mma.sync bf16) paths for the device backend's many-row products: the routed +
 // shared experts grouped by expert (up projection with SwiGLU, down projection) and the GEMMs of
 // stored FP8 / FP4 or bf16 weights (docs/CUDA.md "Experts and GEMMs of many-row steps on tensor
-// cores"). Kernels in mma_gemm.cu; DeviceBackend::set_mma_gemm turns them on (off by default).
+// cores", "Tensor-core sums rounded to nearest"). Kernels in mma_gemm.cu; DeviceBackend::set_mma_gemm
+// (on by default since session 20) turns them on or off.
 //
 // Why a grouped GEMM: the warp kernels (fast_kernels.cu) read an expert's whole weight once per
 // (token, expert) pair, so a batch of 64 tokens streams ≈ 64 · 7 expert matrices a layer; grouped,
@@ -12,8 +13,9 @@
 // into three bf16 parts hi + mid + lo (truncations of 8 significant bits each, exact for every
 // normal float, as the CPU engine's AMX path: kernels/cpu/gemm_amx.h), so each product of the
 // tensor core is exact and only the fp32 accumulation differs from the CPU engine's float32 sums
-// (different order) and from the simple bodies' double sums (tested to (K/16 + 1) · 2^-21 · Σ|x·w|:
-// the tensor core truncates, mma_gemm_test.cu).
+// (different order) and from the simple bodies' double sums: each 16-deep partial sum is truncated
+// once by the tensor core and added to the running sum rounded to nearest (MmaSums; tested to
+// (K/16 + 8) · 2^-24 · Σ|x·w|, mma_gemm_test.cu).
 //
 // The chains (run by CudaExec::run_chain) fall back to their simple launches (run_simple: the
 // bodies of device_kernels_moe.h, one launch each) where the fast path declines: fast kernels off,
@@ -28,6 +30,15 @@
 #include "backends/cuda/device_kernels.h"
 
 namespace dsv41::dk {
+
+// How the tiles add up the MMAs of a sum. kPer16 (the default): each 16-deep step's three
+// activation parts go into a fresh accumulator (lo, mid, then hi: the tensor core's truncation of
+// that small partial sum is all the error it adds), which is then added to the running sum by an
+// fp32 add (round to nearest), as the CPU engine's float sums round. kChained (session 19's
+// kernels, kept for the diagnostic A/B of docs/CUDA.md): every MMA adds into the running sum, so
+// each of the 3 · K / 16 MMAs truncates the whole sum toward zero; on dsv41-mini that bias was
+// enough to move logits by 0.24 against the CPU engine (MmaGemmCuda.DISABLED_MiniTilesDiagnostics).
+enum class MmaSums : uint8_t { kPer16, kChained };
 
 // Workspace of a grouped expert launch, from the caller (kernels never allocate). Slots: the
 // routed (token, choice) pairs tj = t · k + j in [0, m · k), then the shared expert's rows
@@ -49,6 +60,7 @@ struct GroupedUpChain {
   int64_t m;
   int E;
   ExpertGroups groups;
+  MmaSums sums = MmaSums::kPer16;
   template <class Exec>
   void run_simple(Exec& ex) const {
     ex.for_each(m * up.k * up.inter, up);
@@ -65,6 +77,7 @@ struct GroupedDownChain {
   int E;
   ExpertGroups groups;
   float* parts;
+  MmaSums sums = MmaSums::kPer16;
   template <class Exec>
   void run_simple(Exec& ex) const {
     ex.for_each(m * down.d, down);
@@ -76,6 +89,7 @@ struct GroupedDownChain {
 struct MmaGemmChain {
   GemmK gemm;
   int64_t rows;
+  MmaSums sums = MmaSums::kPer16;
   template <class Exec>
   void run_simple(Exec& ex) const {
     ex.for_each(rows * gemm.out, gemm);

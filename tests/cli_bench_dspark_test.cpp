@@ -137,7 +137,8 @@ TEST(CliBenchDspark, TheCalibrationStartsFromTheModelsFileOrAsAsked) {
   EXPECT_EQ(none["cost_unstored_steps"], 2);
   EXPECT_EQ(from_fitted["cost_unstored_steps"], 1);
   const testing::CliResult r = testing::run_cli(
-      "bench -m " + kMini + " --dspark --dspark-calibration /nonexistent.json", testing::Stderr::kMerge);
+      "bench -m " + kMini + " --dspark --dspark-requests " + requests_file() + " --dspark-calibration /nonexistent.json",
+      testing::Stderr::kMerge);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("--dspark-calibration"), std::string::npos) << r.out;
   std::filesystem::remove(fitted);
@@ -145,13 +146,22 @@ TEST(CliBenchDspark, TheCalibrationStartsFromTheModelsFileOrAsAsked) {
 
 TEST(CliBenchDspark, BadOptionsAreErrors) {
   if (!std::filesystem::exists(kMini + "/config.json")) GTEST_SKIP() << kMini << " is absent";
-  for (const char* args : {" --dspark-modes 4,off", " --dspark-modes off,x", " --dspark-batches 0",
-                           " --dspark-rounds 0", " --dspark-requests /nonexistent.jsonl", " --dspark-modes off,9",
-                            " --dspark-auto-plan even", " --dspark-auto-plain-samples 33",
-                           " --dspark-queue -1"}) {
-    const testing::CliResult r = testing::run_cli("bench -m " + kMini + " --dspark" + args, testing::Stderr::kMerge);
+  // Each with a readable requests file, so that the error is the bad option's (named), not the
+  // default requests path's (relative to the working directory).
+  const std::string requests = " --dspark-requests " + requests_file();
+  for (const std::string& args : {" --dspark-modes 4,off", " --dspark-modes off,x", " --dspark-batches 0",
+                                  " --dspark-rounds 0", " --dspark-modes off,9", " --dspark-auto-plan even",
+                                  " --dspark-auto-plain-samples 33", " --dspark-queue -1"}) {
+    const testing::CliResult r =
+        testing::run_cli("bench -m " + kMini + " --dspark" + requests + args, testing::Stderr::kMerge);
     EXPECT_NE(r.code, 0) << args << ": " << r.out;
+    const std::string option = args.substr(1, args.find(' ', 1) - 1);
+    EXPECT_NE(r.out.find(option), std::string::npos) << args << ": " << r.out;
   }
+  const testing::CliResult missing =
+      testing::run_cli("bench -m " + kMini + " --dspark --dspark-requests /nonexistent.jsonl", testing::Stderr::kMerge);
+  EXPECT_NE(missing.code, 0) << missing.out;
+  EXPECT_NE(missing.out.find("/nonexistent.jsonl"), std::string::npos) << missing.out;
   // A draft length beyond the drafter's block is refused before any round runs.
   const testing::CliResult r =
       testing::run_cli("bench -m " + kMini + " --dspark --dspark-modes off,9", testing::Stderr::kMerge);

@@ -362,9 +362,16 @@ TEST(DsparkDecode, GreedyEqualsPlainUnderSession16AutoRules) {
   rules.dspark_auto_plain_samples = 4;
   rules.dspark_auto_weigh_laggards = true;
   for (int parallel : {1, 8}) {
-    const Decoded spec = run(reqs, parallel, DsparkMode{DsparkMode::Kind::kAuto, 0}, &plain.ids, false, true, rules);
-    EXPECT_EQ(spec.ids, plain.ids) << "parallel " << parallel;
-    EXPECT_GT(spec.stats.verified, 0);
+    // auto decides from measured step times whether drafting is worth measuring; on a loaded
+    // machine one run may verify no draft at all (seen once at load average 6.7, session 20), so
+    // a run that drafted nothing is retried (at most 3 runs) before the check counts it.
+    Decoded spec;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      spec = run(reqs, parallel, DsparkMode{DsparkMode::Kind::kAuto, 0}, &plain.ids, false, true, rules);
+      EXPECT_EQ(spec.ids, plain.ids) << "parallel " << parallel << " attempt " << attempt;
+      if (spec.stats.verified > 0) break;
+    }
+    EXPECT_GT(spec.stats.verified, 0) << "parallel " << parallel << ": no draft verified in 3 runs";
   }
 }
 

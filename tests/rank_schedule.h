@@ -80,8 +80,13 @@ inline Trace run_schedule(const Schedule& plan, int64_t vocab, int ranks, const 
   return out;
 }
 
-inline Trace run_one_engine(const Model& model, const Schedule& plan, const EngineOptions& options) {
-  auto engine = Engine::create(std::make_unique<CpuBackend>(model), model.engram_tables(), options);
+// A rank's backend (RankGroupOptions::backend); empty: the CPU backend.
+using BackendFactory = std::function<std::unique_ptr<Backend>(const Model&, int rank, Communicator* experts)>;
+
+inline Trace run_one_engine(const Model& model, const Schedule& plan, const EngineOptions& options,
+                            const BackendFactory& backend = {}) {
+  auto engine = Engine::create(backend ? backend(model, 0, nullptr) : std::make_unique<CpuBackend>(model),
+                               model.engram_tables(), options);
   EXPECT_TRUE(engine.ok()) << engine.status().to_string();
   std::vector<std::pair<int, SequenceId>> where;
   for (size_t s = 0; s < plan.prompts.size(); ++s) where.push_back({0, (*engine)->add_sequence(256).value()});
@@ -93,11 +98,12 @@ inline Trace run_one_engine(const Model& model, const Schedule& plan, const Engi
 // collectives: the loopback group's completed calls (null, or with the caller's communicators: not read).
 inline Trace run_ranks_group(const Model& model, const Schedule& plan, const EngineOptions& options, int ranks,
                       int64_t* collectives, std::vector<Communicator*> comms = {},
-                      std::vector<const Model*> models = {}) {
+                      std::vector<const Model*> models = {}, const BackendFactory& backend = {}) {
   RankGroupOptions o;
   o.ranks = ranks;
   o.engine = options;
   o.communicators = std::move(comms);
+  o.backend = backend;
   auto group = models.empty() ? RankGroup::create(model, o) : RankGroup::create(models, o);
   EXPECT_TRUE(group.ok()) << group.status().to_string();
   std::vector<std::pair<int, SequenceId>> where;

@@ -70,29 +70,21 @@ MoeWeights shard_moe_weights(const MoeWeights& w, const ExpertShard& shard) {
   return out;
 }
 
-Status moe_forward_ep(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, Communicator& comm,
-                      const float* x, int64_t tokens, const uint8_t* is_image, float* y, int32_t* experts_out,
-                      float* weights_out, ExpertParallelScratch* scratch) {
-  ExpertParallelScratch local;
-  ExpertParallelScratch& ws = scratch ? *scratch : local;
-  const int k = shape.top_k, E = shape.n_experts, n = comm.size();
-  const int64_t dim = shape.dim;
+Status ep_dispatch(Communicator& comm, int n_experts, int k, int64_t dim, const int32_t* chosen, const float* weights,
+                   const float* x, int64_t tokens, ExpertParallelScratch& ws, int64_t* pairs) {
+  const int n = comm.size(), E = n_experts;
   const ExpertShard shard{comm.rank(), n};
   const int64_t header = 1 + 2 * int64_t(k);  // words: c, k expert ids, k weights
   const int64_t record = header + dim;        // words of one dispatch record
   const int64_t word = sizeof(float);
-  if (static_cast<int>(w.experts.size()) != E)
-    return invalid_argument("expert parallelism: " + std::to_string(w.experts.size()) + " expert views for " +
-                            std::to_string(E) + " experts");
-
-  // ---- Route this rank's tokens (the router is replicated). ----------------------------------
-  ws.chosen.resize(static_cast<size_t>(tokens * k));
-  ws.weights.resize(static_cast<size_t>(tokens * k));
-  if (tokens > 0) moe_route(ex, shape, w, x, tokens, is_image, ws.chosen.data(), ws.weights.data(), &ws.moe);
-  DSV41_RETURN_IF_ERROR(plan_dispatch(shard, E, k, ws.chosen.data(), tokens, ws.plan));
+  const Status planned = plan_dispatch(shard, E, k, chosen, tokens, ws.plan);
+  if (!planned.ok()) {  // take part with no tokens (the error is returned after the exchange)
+    tokens = 0;
+    DSV41_RETURN_IF_ERROR(plan_dispatch(shard, E, k, chosen, 0, ws.plan));
+  }
   const DispatchPlan& plan = ws.plan;
 
-  // ---- Dispatch: one record per (token, destination rank). -----------------------------------
+  // One record per (token, destination rank).
   ws.send.resize(static_cast<size_t>(plan.records() * record));
   for (int64_t r = 0; r < plan.records(); ++r) {
     float* rec = ws.send.data() + r * record;
@@ -103,10 +95,10 @@ Status moe_forward_ep(const CpuExec& ex, const MoeShape& shape, const MoeWeights
     int32_t c = 0;
     std::fill(rec, rec + header, int_as_word(-1));
     for (int j = 0; j < k; ++j) {
-      const int32_t e = ws.chosen[t * k + j];
+      const int32_t e = chosen[t * k + j];
       if (shard.owner(e) != q) continue;
       rec[1 + c] = int_as_word(e);
-      rec[1 + k + c] = ws.weights[t * k + j];
+      rec[1 + k + c] = weights[t * k + j];
       ++c;
     }
     rec[0] = int_as_word(c);
@@ -126,11 +118,13 @@ Status moe_forward_ep(const CpuExec& ex, const MoeShape& shape, const MoeWeights
                                           ws.send_offsets, reinterpret_cast<std::byte*>(ws.recv.data()),
                                           ws.recv_bytes, ws.recv_offsets));
 
-  // ---- This rank's experts on the received records. ------------------------------------------
-  // Return rows: per received record, its c outputs in its own order (records by source rank,
-  // as received), so the sender finds them at its plan's pair rows.
-  int64_t ret_rows = 0;
+  // The received rows and the pairs this rank computes, in return-row order: per received record
+  // its c slots in its own order (records by source rank, as received), so each sender finds its
+  // outputs at its plan's pair rows.
   ws.xr.resize(static_cast<size_t>(R * dim));
+  ws.pair_record.clear();
+  ws.pair_expert.clear();
+  ws.pair_weight.clear();
   for (int64_t r = 0; r < R; ++r) {
     const float* rec = ws.recv.data() + r * record;
     const int32_t c = word_as_int(rec[0]);
@@ -142,28 +136,101 @@ Status moe_forward_ep(const CpuExec& ex, const MoeShape& shape, const MoeWeights
       if (e < 0 || e >= E || !shard.owns(e))
         return internal_error("expert parallelism: rank " + std::to_string(shard.rank) + " received a token for expert " +
                               std::to_string(e) + ", which it does not hold");
+      ws.pair_record.push_back(r);
+      ws.pair_expert.push_back(e);
+      ws.pair_weight.push_back(rec[1 + k + s]);
     }
     std::copy_n(rec + header, dim, ws.xr.data() + r * dim);
-    ret_rows += c;
   }
-  ws.ret_send.resize(static_cast<size_t>(ret_rows * dim));
-  ws.expert_out.reserve(static_cast<size_t>(R * dim));
-  for (int e = shard.rank; e < E; e += n) {
+  *pairs = static_cast<int64_t>(ws.pair_record.size());
+  return planned;
+}
+
+Status ep_return(Communicator& comm, int k, int64_t dim, ExpertParallelScratch& ws, bool failed) {
+  const int n = comm.size();
+  const int64_t record_bytes = (1 + 2 * int64_t(k) + dim) * int64_t(sizeof(float));
+  const int64_t word = sizeof(float);
+  const DispatchPlan& plan = ws.plan;
+  // What goes back to rank p: the rows of p's records (received in p's block); what comes back
+  // from rank q: the rows of the records sent to q (the plan's c per record).
+  ws.ret_send_bytes.resize(static_cast<size_t>(n));
+  ws.ret_recv_bytes.resize(static_cast<size_t>(n));
+  int64_t send_rows = 0;
+  for (int64_t p = 0, r = 0; p < n; ++p) {
+    const int64_t records = ws.recv_bytes[p] / record_bytes;
+    int64_t rows = 0;
+    for (int64_t i = 0; i < records; ++i, ++r) rows += std::clamp(word_as_int(ws.recv[r * (record_bytes / word)]), 0, k);
+    ws.ret_send_bytes[p] = (1 + rows * dim) * word;
+    send_rows += rows;
+  }
+  if (static_cast<int64_t>(ws.ret_send.size()) < send_rows * dim) ws.ret_send.resize(static_cast<size_t>(send_rows * dim), 0.0f);
+  for (int q = 0; q < n; ++q) {
+    int64_t rows = 0;
+    for (int64_t i = 0; i < plan.rank_records[q]; ++i) rows += plan.record_slots[plan.rank_begin[q] + i];
+    ws.ret_recv_bytes[q] = (1 + rows * dim) * word;
+  }
+  const int64_t send_total = offsets_of(ws.ret_send_bytes, ws.ret_send_offsets);
+  const int64_t back_total = offsets_of(ws.ret_recv_bytes, ws.ret_recv_offsets);
+  // On the wire each block is [status word, its rows]; ret_send / ret_recv hold the rows only.
+  ws.ret_wire.resize(static_cast<size_t>(send_total / word));
+  for (int64_t p = 0, row = 0; p < n; ++p) {
+    float* block = ws.ret_wire.data() + ws.ret_send_offsets[p] / word;
+    const int64_t floats = ws.ret_send_bytes[p] / word - 1;
+    block[0] = int_as_word(failed ? 1 : 0);
+    std::copy_n(ws.ret_send.data() + row, floats, block + 1);
+    row += floats;
+  }
+  ws.ret_wire_in.resize(static_cast<size_t>(back_total / word));
+  DSV41_RETURN_IF_ERROR(comm.all_to_all_v(reinterpret_cast<const std::byte*>(ws.ret_wire.data()), ws.ret_send_bytes,
+                                          ws.ret_send_offsets, reinterpret_cast<std::byte*>(ws.ret_wire_in.data()),
+                                          ws.ret_recv_bytes, ws.ret_recv_offsets));
+  ws.ret_recv.resize(static_cast<size_t>(back_total / word - n));
+  for (int64_t q = 0, row = 0; q < n; ++q) {
+    const float* block = ws.ret_wire_in.data() + ws.ret_recv_offsets[q] / word;
+    if (word_as_int(block[0]) != 0)
+      return internal_error("expert parallelism: rank " + std::to_string(q) +
+                            " failed to compute its experts (e.g. a device error); the rows it returned are not used");
+    const int64_t floats = ws.ret_recv_bytes[q] / word - 1;
+    std::copy_n(block + 1, floats, ws.ret_recv.data() + row);
+    row += floats;
+  }
+  return ok_status();
+}
+
+Status moe_forward_ep(const CpuExec& ex, const MoeShape& shape, const MoeWeights& w, Communicator& comm,
+                      const float* x, int64_t tokens, const uint8_t* is_image, float* y, int32_t* experts_out,
+                      float* weights_out, ExpertParallelScratch* scratch) {
+  ExpertParallelScratch local;
+  ExpertParallelScratch& ws = scratch ? *scratch : local;
+  const int k = shape.top_k, E = shape.n_experts, n = comm.size();
+  const int64_t dim = shape.dim;
+  const ExpertShard shard{comm.rank(), n};
+  if (static_cast<int>(w.experts.size()) != E)
+    return invalid_argument("expert parallelism: " + std::to_string(w.experts.size()) + " expert views for " +
+                            std::to_string(E) + " experts");
+
+  // Route this rank's tokens (the router is replicated), then send them to their experts' ranks.
+  ws.chosen.resize(static_cast<size_t>(tokens * k));
+  ws.weights.resize(static_cast<size_t>(tokens * k));
+  if (tokens > 0) moe_route(ex, shape, w, x, tokens, is_image, ws.chosen.data(), ws.weights.data(), &ws.moe);
+  int64_t pairs = 0;
+  const Status dispatched =
+      ep_dispatch(comm, E, k, dim, ws.chosen.data(), ws.weights.data(), x, tokens, ws, &pairs);
+  const DispatchPlan& plan = ws.plan;
+
+  // This rank's experts on the received rows, each expert's rows ascending.
+  ws.ret_send.assign(static_cast<size_t>(pairs * dim), 0.0f);
+  ws.expert_out.reserve(static_cast<size_t>(pairs * dim));
+  for (int e = shard.rank; dispatched.ok() && e < E; e += n) {
     ws.rows.clear();
     ws.row_weights.clear();
     ws.out_row.clear();
-    int64_t row = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      const float* rec = ws.recv.data() + r * record;
-      const int32_t c = word_as_int(rec[0]);
-      for (int32_t s = 0; s < c; ++s)
-        if (word_as_int(rec[1 + s]) == e) {
-          ws.rows.push_back(r);
-          ws.row_weights.push_back(rec[1 + k + s]);
-          ws.out_row.push_back(row + s);
-        }
-      row += c;
-    }
+    for (int64_t p = 0; p < pairs; ++p)
+      if (ws.pair_expert[p] == e) {
+        ws.rows.push_back(ws.pair_record[p]);
+        ws.row_weights.push_back(ws.pair_weight[p]);
+        ws.out_row.push_back(p);
+      }
     const int64_t m = static_cast<int64_t>(ws.rows.size());
     if (m == 0) continue;
     ws.expert_out.resize(static_cast<size_t>(m * dim));
@@ -172,29 +239,9 @@ Status moe_forward_ep(const CpuExec& ex, const MoeShape& shape, const MoeWeights
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(ws.expert_out.data() + i * dim, dim, ws.ret_send.data() + ws.out_row[i] * dim);
   }
-
-  // ---- Combine: the outputs go back to their tokens' ranks. -----------------------------------
-  // What goes back to rank p: the rows of p's records (received in p's block); what comes back
-  // from rank q: the rows of the records sent to q (the plan's c per record).
-  ws.ret_send_bytes.resize(static_cast<size_t>(n));
-  ws.ret_recv_bytes.resize(static_cast<size_t>(n));
-  for (int64_t p = 0, r = 0; p < n; ++p) {
-    const int64_t records = ws.recv_bytes[p] / (record * word);
-    int64_t rows = 0;
-    for (int64_t i = 0; i < records; ++i, ++r) rows += word_as_int(ws.recv[r * record]);
-    ws.ret_send_bytes[p] = rows * dim * word;
-  }
-  for (int q = 0; q < n; ++q) {
-    int64_t rows = 0;
-    for (int64_t i = 0; i < plan.rank_records[q]; ++i) rows += plan.record_slots[plan.rank_begin[q] + i];
-    ws.ret_recv_bytes[q] = rows * dim * word;
-  }
-  offsets_of(ws.ret_send_bytes, ws.ret_send_offsets);
-  const int64_t back_total = offsets_of(ws.ret_recv_bytes, ws.ret_recv_offsets);
-  ws.ret_recv.resize(static_cast<size_t>(back_total / word));
-  DSV41_RETURN_IF_ERROR(comm.all_to_all_v(reinterpret_cast<const std::byte*>(ws.ret_send.data()), ws.ret_send_bytes,
-                                          ws.ret_send_offsets, reinterpret_cast<std::byte*>(ws.ret_recv.data()),
-                                          ws.ret_recv_bytes, ws.ret_recv_offsets));
+  const Status returned = ep_return(comm, k, dim, ws, !dispatched.ok());
+  DSV41_RETURN_IF_ERROR(dispatched);
+  DSV41_RETURN_IF_ERROR(returned);
 
   // y_t = 0 + routed outputs by ascending expert + shared: moe_forward's order (see the header).
   ws.order.resize(static_cast<size_t>(k));

@@ -71,11 +71,36 @@ struct ExpertParallelScratch {
   std::vector<float> row_weights;
   std::vector<float> expert_out;          // [rows, dim]
   std::vector<float> ret_send, ret_recv;  // combine: expert output rows
+  std::vector<float> ret_wire, ret_wire_in;  // the same with each block's leading status word
   std::vector<int64_t> all_rows;          // [T] the shared expert
   std::vector<float> ones, shared_out;
   std::vector<int32_t> order;             // [k] a token's slots by ascending expert
+  std::vector<int64_t> pair_record;       // [pairs] the received record of each computed pair
+  std::vector<int32_t> pair_expert;       // [pairs] its expert
+  std::vector<float> pair_weight;         // [pairs] its routing weight
   ExpertScratch expert;
 };
+
+// The exchange of moe_forward_ep in two halves, for a backend that runs its own router and
+// experts (the device backend). Collective, like moe_forward_ep.
+//
+// ep_dispatch: this rank's tokens (rows x [T, dim], their top-k chosen / weights [T, k]) to the
+// ranks of their experts. After it: ws.plan is this rank's plan, ws.recv the R received records
+// (by source rank, as sent), ws.xr [R, dim] their rows, and *pairs the (record, slot) pairs this
+// rank computes, ws.pair_record / pair_expert / pair_weight [pairs] in return-row order (each
+// received record's c slots in its own order, records as received). Received records naming an
+// expert this rank does not hold are an error. A bad routing of this rank's own tokens (an expert
+// id out of range or chosen twice) is an error too, returned after taking part with no tokens, so
+// that no peer is left waiting: after any error from ep_dispatch, call ep_return with failed = true.
+Status ep_dispatch(Communicator& comm, int n_experts, int k, int64_t dim, const int32_t* chosen, const float* weights,
+                   const float* x, int64_t tokens, ExpertParallelScratch& ws, int64_t* pairs);
+// ep_return: ws.ret_send [pairs, dim] (pair p's expert output, weight applied) back to the ranks
+// that sent the records; after it ws.ret_recv holds this rank's (token, slot) outputs at the rows
+// ws.plan.pair_row gives ([T · k], row of pair (t, j)). ws.ret_send is sized to what the received
+// records ask for (zeros added when short, e.g. after a failure). Each block leads with one word saying
+// whether its sender computed it: `failed` (e.g. a device error) goes to every rank, and a rank
+// told so by a peer returns an error naming it (its rows would be wrong) — no rank is left waiting.
+Status ep_return(Communicator& comm, int k, int64_t dim, ExpertParallelScratch& ws, bool failed = false);
 
 // moe_forward (model/moe.h) of this rank's tokens x [T, dim] → y [T, dim], with routed expert e
 // run on rank shard.owner(e) of comm. w.experts has all E entries; only this rank's are read

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <set>
@@ -170,6 +171,63 @@ TEST(ExpertParallel, WrongExpertCountIsAnError) {
   std::vector<float> x(8), y(8);
   Status st = moe_forward_ep(CpuExec::serial(), m.shape, m.weights, (*g)->communicator(0), x.data(), 1, nullptr, y.data());
   EXPECT_NE(st.message().find("3 expert views for 4 experts"), std::string::npos) << st.to_string();
+}
+
+// A rank whose own routing is bad (an expert chosen twice) or whose experts could not run (a
+// device error) still takes part in both exchanges: it gets its error, every peer learns from the
+// returned blocks' status word that that rank's rows are not to be used, and nobody waits for a
+// timeout. The next call on the same communicator works again.
+TEST(ExpertParallel, AFailingRankFailsEveryRankWithoutAWait) {
+  constexpr int kRanks = 3, kExperts = 6, kK = 2, kDim = 4;
+  auto group = LoopbackGroup::create(kRanks, std::chrono::seconds(30));
+  ASSERT_TRUE(group.ok()) << group.status().to_string();
+  const std::vector<float> x(2 * kDim, 0.5f);
+  const std::vector<float> weights = {0.25f, 0.75f, 0.5f, 0.5f};
+  for (int failing : {0, 2}) {
+    for (bool device_error : {false, true}) {
+      std::vector<Status> dispatched(kRanks), returned(kRanks);
+      const auto start = std::chrono::steady_clock::now();
+      run_ranks(kRanks, [&](int r) {
+        // Two tokens on every rank; the failing rank's first token chose expert 1 twice unless the
+        // failure is its device's (then its routing is fine and its experts "fail").
+        std::vector<int32_t> chosen = {1, 4, 0, 5};
+        if (r == failing && !device_error) chosen = {1, 1, 0, 5};
+        ExpertParallelScratch ws;
+        int64_t pairs = 0;
+        Communicator& comm = (*group)->communicator(r);
+        dispatched[r] = ep_dispatch(comm, kExperts, kK, kDim, chosen.data(), weights.data(), x.data(), 2, ws, &pairs);
+        ws.ret_send.assign(static_cast<size_t>(pairs * kDim), 1.0f);
+        returned[r] = ep_return(comm, kK, kDim, ws, !dispatched[r].ok() || (device_error && r == failing));
+      });
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(waited, 10.0) << "a rank waited for the timeout";
+      for (int r = 0; r < kRanks; ++r) {
+        const std::string what = "failing " + std::to_string(failing) + (device_error ? " (device)" : " (routing)") +
+                                 ", rank " + std::to_string(r);
+        if (r == failing && !device_error) {
+          EXPECT_NE(dispatched[r].message().find("twice"), std::string::npos) << what << ": " << dispatched[r].to_string();
+        } else {
+          EXPECT_TRUE(dispatched[r].ok()) << what << ": " << dispatched[r].to_string();
+        }
+        EXPECT_NE(returned[r].message().find("rank " + std::to_string(failing) + " failed to compute its experts"),
+                  std::string::npos)
+            << what << ": " << returned[r].to_string();
+      }
+    }
+  }
+  // The group did not fail for good: a clean round succeeds on every rank.
+  std::vector<Status> ok(kRanks);
+  run_ranks(kRanks, [&](int r) {
+    const std::vector<int32_t> chosen = {1, 4, 0, 5};
+    ExpertParallelScratch ws;
+    int64_t pairs = 0;
+    Communicator& comm = (*group)->communicator(r);
+    ok[r] = ep_dispatch(comm, kExperts, kK, kDim, chosen.data(), weights.data(), x.data(), 2, ws, &pairs);
+    ws.ret_send.assign(static_cast<size_t>(pairs * kDim), 1.0f);
+    if (ok[r].ok()) ok[r] = ep_return(comm, kK, kDim, ws);
+    if (ok[r].ok()) EXPECT_EQ(ws.ret_recv.size(), size_t(2 * kK * kDim)) << "rank " << r;
+  });
+  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(ok[r].ok()) << "rank " << r << ": " << ok[r].to_string();
 }
 
 }  // namespace

@@ -51,9 +51,15 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(std::span<const Model* cons
   }
   for (int r = 0; r < options.ranks; ++r) {
     const Model& model = *models[r];
-    CpuBackendOptions backend_options;
-    backend_options.experts = comms[r];
-    auto backend = std::make_unique<CpuBackend>(model, &g->execs_[static_cast<size_t>(r)], backend_options);
+    std::unique_ptr<Backend> backend;
+    if (options.backend) {
+      backend = options.backend(model, r, comms[r]);
+      if (!backend) return invalid_argument("rank group: no backend for rank " + std::to_string(r));
+    } else {
+      CpuBackendOptions backend_options;
+      backend_options.experts = comms[r];
+      backend = std::make_unique<CpuBackend>(model, &g->execs_[static_cast<size_t>(r)], backend_options);
+    }
     DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e,
                            Engine::create(std::move(backend), model.engram_tables(), options.engine));
     g->engines_.push_back(std::move(e));

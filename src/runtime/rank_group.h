@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -36,6 +37,9 @@ struct RankGroupOptions {
   // The ranks' communicators (rank r uses communicators[r], whose rank() must be r; borrowed,
   // must outlive the group): e.g. NcclCommunicator ranks. Empty: a LoopbackGroup of `ranks`.
   std::vector<Communicator*> communicators;
+  // Each rank's backend, given its model, rank and communicator (for its MoE exchange): e.g. the
+  // device backend, one per GPU. Null: the CPU backend over the rank's own pool.
+  std::function<std::unique_ptr<Backend>(const Model& model, int rank, Communicator* experts)> backend;
 };
 
 class RankGroup {

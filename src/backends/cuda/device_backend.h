@@ -74,6 +74,7 @@
 #include "engine/draft_feed.h"
 #include "model/dspark.h"
 #include "model/model.h"
+#include "parallel/expert_parallel.h"
 
 namespace dsv41 {
 
@@ -153,7 +154,17 @@ class DeviceBackend : public Backend {
  public:
   // The model is borrowed (its config, plan, RoPE, Engram tables and host-side weights for the
   // host steps above) and must outlive the backend.
-  explicit DeviceBackend(const Model& model);
+  //
+  // experts (borrowed, optional): expert parallelism (issue 17, docs/PARALLEL.md) — this backend is
+  // rank experts->rank() of experts->size(), uploads only its own routed experts (e ≡ rank mod
+  // size) and runs each layer's MoE through parallel/expert_parallel.h's exchange: the batch's
+  // FFN inputs and routing downloaded, the records exchanged on the host, this rank's experts run
+  // on the device over what it received (one row per (token, expert) pair), their outputs sent
+  // back and combined on the device in the one-rank kernels' order (dk::ExpertCombineK), so the
+  // same bits as one rank where the one-rank step runs the simple or warp expert kernels (not the
+  // grouped tensor-core ones, which take steps of ≥ kMmaMinRows rows there). Host-staged: two
+  // blocking downloads and three uploads per layer; NCCL's device-pointer exchange is not used yet.
+  explicit DeviceBackend(const Model& model, Communicator* experts = nullptr);
   ~DeviceBackend() override;
 
   std::string name() const override { return ex_.name(); }
@@ -281,7 +292,16 @@ class DeviceBackend : public Backend {
   // A device error is sticky (the executor does nothing after it, logits() fills NaN): every
   // forward from then on fails all its segments with it (the engine resets their sequences), so
   // a caller such as the server answers each request with the error instead of NaN logits.
-  Status take_step_failure() override { return ex_.status(); }
+  // A failed expert-parallel exchange (a peer that never came, a transport error) fails the
+  // forward it happened in the same way, and is then cleared.
+  Status take_step_failure() override {
+    if (!ex_.status().ok()) return ex_.status();
+    Status st = ep_failure_;
+    ep_failure_ = ok_status();
+    return st;
+  }
+  // With expert parallelism: the exchanges of a forward without rows (one per layer, as ffn makes).
+  void idle_forward() override;
   void logits(std::span<const int64_t> rows, float* out) override;
 
   // DSpark: the target features are taken on the device; the drafter runs there too
@@ -391,7 +411,7 @@ class DeviceBackend : public Backend {
   dk::DevWeight put(const QuantWeights& q);           // the stored bytes and scales as they are
   dk::DevWeight put(const std::vector<float>& f32, const std::vector<uint16_t>& bf16, const QuantWeights& quant = {});
   template <class BlockDev>
-  void put_block(const LayerWeights& L, bool has_shared, BlockDev& D);  // what layers and drafter stages share
+  void put_block(const LayerWeights& L, bool has_shared, BlockDev& D, bool only_own_experts = false);  // what layers and drafter stages share
   void gemm(const float* x, int64_t xs, int64_t rows, int64_t in, dk::DevWeight w, int64_t out, float* y, int64_t ys);
   void gemm(const float* x, int64_t rows, int64_t in, dk::DevWeight w, int64_t out, float* y) {
     gemm(x, in, rows, in, w, out, y, out);
@@ -519,6 +539,19 @@ class DeviceBackend : public Backend {
   // (k + 1) · hidden floats, 147 MB at 1024 tokens of V4.1-Flash's shape).
   static constexpr int64_t kMmaRoundTokens = 1024;
   void ffn_grouped(const LayerDev& L, const float* h, int32_t* ex, float* wt, int64_t m, float* y);
+  // Expert parallelism (see the constructor): ffn's MoE for every range in one exchange, and the
+  // exchange itself (m packed rows of ep_h_ / ep_chosen_ / ep_weights_ out, this rank's experts on
+  // what came in, the returned parts into ep_ret_ at ep_pair_row_; false after a failure).
+  void ffn_expert_parallel(int layer, std::span<const RowRange> rows);
+  bool ep_exchange(int layer, int64_t m);
+  Communicator* ep_comm_ = nullptr;
+  Status ep_failure_ = ok_status();  // the forward's first failed exchange (take_step_failure)
+  ExpertParallelScratch ep_;
+  std::vector<float> ep_h_, ep_weights_, ep_pair_x_;
+  std::vector<int32_t> ep_chosen_;
+  F32 ep_x_, ep_wt_, ep_parts_, ep_ret_;
+  I32 ep_ex_;
+  DeviceArray<Exec, int64_t> ep_pair_row_;
   // Mirrors unused for this many batches are dropped (the engine does not tell a backend when a
   // cache goes; a dropped mirror of a live cache is rebuilt from it when next read).
   static constexpr int64_t kMirrorIdleBatches = 256;

@@ -65,7 +65,7 @@ dk::DevWeight DeviceBackend<Exec>::put(const std::vector<float>& f32, const std:
 // attention projections and norms, the sink, the block's norms, mHC, router and experts.
 template <class Exec>
 template <class BlockDev>
-void DeviceBackend<Exec>::put_block(const LayerWeights& L, bool has_shared, BlockDev& D) {
+void DeviceBackend<Exec>::put_block(const LayerWeights& L, bool has_shared, BlockDev& D, bool only_own_experts) {
   const AttentionWeights& a = L.attn;
   D.wq_a = put(a.wq_a, a.bf16.wq_a, a.quant_wq_a);
   D.wq_b = put(a.wq_b, a.bf16.wq_b, a.quant_wq_b);
@@ -86,8 +86,16 @@ void DeviceBackend<Exec>::put_block(const LayerWeights& L, bool has_shared, Bloc
   D.gate = put(L.gate);
   D.gate_bias = put(L.gate_bias);
   std::vector<dk::ExpertW> table;
-  for (const ExpertStore& e : L.experts)
+  // With expert parallelism only this rank's routed experts come to the device (others' entries
+  // stay empty: no kernel of this rank reads them).
+  const ExpertShard shard{ep_comm_ ? ep_comm_->rank() : 0, ep_comm_ ? ep_comm_->size() : 1};
+  for (const ExpertStore& e : L.experts) {
+    if (only_own_experts && !shard.owns(static_cast<int>(table.size()))) {
+      table.push_back({});
+      continue;
+    }
     table.push_back({put(e.w1.ref(), elements(e.w1)), put(e.w3.ref(), elements(e.w3)), put(e.w2.ref(), elements(e.w2))});
+  }
   if (!table.empty()) D.experts = put(table.data(), int64_t(table.size()));
   dk::ExpertW sw{};
   if (has_shared) {
@@ -98,14 +106,14 @@ void DeviceBackend<Exec>::put_block(const LayerWeights& L, bool has_shared, Bloc
   if constexpr (requires { D.experts_mma; }) {  // the grouped tensor-core experts (set_mma_gemm)
     const MoeShape& ms = model_.moe_shape();
     const int64_t d = model_.config().hidden_size;
-    bool fits = !table.empty();
+    bool fits = !table.empty() && !only_own_experts;  // the exchange's experts run the warp kernels
     for (const dk::ExpertW& e : table) fits = fits && fast::mma_expert_fits(e, d, ms.inter);
     D.experts_mma = fits && (!has_shared || fast::mma_expert_fits(sw, d, ms.shared_inter));
   }
 }
 
 template <class Exec>
-DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
+DeviceBackend<Exec>::DeviceBackend(const Model& model, Communicator* experts) : model_(model), ep_comm_(experts) {
   for (F32* b : {&x_, &x2_, &p_, &h_, &c_, &q_, &kv_, &o_, &a_, &pre_a_, &post_a_, &comb_a_, &post_b_,
                  &comb_b_, &tables_, &scratch_r_, &scratch_m_, &scratch_mhc_, &mid_,
                  &logits_buf_, &cmp_ab_, &cmp_lat_, &cmp_cos_, &iq_,
@@ -113,6 +121,9 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
                  &weights_, &stage_, &features_})
     b->bind(&ex_);
   experts_.bind(&ex_);
+  for (F32* b : {&ep_x_, &ep_wt_, &ep_parts_, &ep_ret_}) b->bind(&ex_);
+  ep_ex_.bind(&ex_);
+  ep_pair_row_.bind(&ex_);
   mma_groups_.bind(&ex_);
   mma_parts_.bind(&ex_);
   select_scratch_.bind(&ex_);
@@ -137,7 +148,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model) : model_(model) {
     const LayerWeights& L = model.layer(l);
     const AttentionWeights& w = L.attn;
     LayerDev D;
-    put_block(L, model.moe_shape().has_shared, D);
+    put_block(L, model.moe_shape().has_shared, D, ep_comm_ != nullptr);
     D.c_wkv = put(w.compressor_wkv);
     D.c_wgate = put(w.compressor_wgate);
     D.c_norm = put(w.compressor_norm);
@@ -1255,6 +1266,7 @@ void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
   const MoeShape& ms = model_.moe_shape();
   const LayerDev& L = layers_[layer];
   const int64_t d = c.hidden_size, hc = c.hc_mult, k = ms.top_k, E = ms.n_experts;
+  if (ep_comm_) return ffn_expert_parallel(layer, rows);
   for (const RowRange& r : rows) {
     const int64_t m = r.end - r.begin, r0 = r.begin;
     float* x2 = x2_.data() + r0 * hc * d;
@@ -1305,6 +1317,121 @@ void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
     ex_.for_each(m * d, down);
     ex_.for_each(m * hc * d, expand);
   }
+}
+
+// ffn with expert parallelism: per range the mHC coefficients, the collapse + norm and the router
+// as ffn runs them; the FFN inputs and routing of every range downloaded and exchanged at once
+// (every rank makes the same calls per layer); per range the combine of the returned expert rows
+// with the shared expert, and the mHC expand.
+template <class Exec>
+void DeviceBackend<Exec>::ffn_expert_parallel(int layer, std::span<const RowRange> rows) {
+  const ModelConfig& c = config();
+  const MoeShape& ms = model_.moe_shape();
+  const LayerDev& L = layers_[layer];
+  const int64_t d = c.hidden_size, hc = c.hc_mult, k = ms.top_k, E = ms.n_experts;
+  int64_t m = 0;
+  for (const RowRange& r : rows) m += r.end - r.begin;
+  ep_h_.resize(static_cast<size_t>(m * d));
+  ep_chosen_.resize(static_cast<size_t>(m * k));
+  ep_weights_.resize(static_cast<size_t>(m * k));
+  int64_t at = 0;
+  for (const RowRange& r : rows) {
+    const int64_t n = r.end - r.begin, r0 = r.begin;
+    float* x2 = x2_.data() + r0 * hc * d;
+    float* h = h_.data() + r0 * d;
+    mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, x2, n, p_.data() + r0 * hc, post_b_.data() + r0 * hc,
+                     comb_b_.data() + r0 * hc * hc);
+    collapse_norm(dk::MhcCollapseK{x2, pre_a_.data() + r0 * hc, nullptr, int(hc), d, h}, n, L.ffn_norm);
+    router_.reserve(n * E);
+    int32_t* ex = experts_.data() + r0 * k;
+    float* wt = weights_.data() + r0 * k;
+    ex_.run_chain(dk::RouterChain{
+        dk::GemmK{h, d, {L.gate, nullptr}, d, E, router_.data(), E}, dk::ScaleK{router_.data(), ms.gate_temp, true},
+        dk::RouteK{router_.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)), ms.norm_topk_prob,
+                   ms.routed_scaling_factor, ex, wt, L.gate_bias_vl, is_image_.empty() ? nullptr : is_image_dev_.data() + r0},
+        n});
+    ex_.download(ep_h_.data() + at * d, h, n * d * int64_t(sizeof(float)));
+    ex_.download(ep_chosen_.data() + at * k, ex, n * k * int64_t(sizeof(int32_t)));
+    ex_.download(ep_weights_.data() + at * k, wt, n * k * int64_t(sizeof(float)));
+    at += n;
+  }
+  // After a failed exchange the rows' FFN output is left as it was: the forward fails
+  // (take_step_failure) and its results are not used.
+  if (!ep_exchange(layer, m)) return;
+  at = 0;
+  for (const RowRange& r : rows) {
+    const int64_t n = r.end - r.begin, r0 = r.begin;
+    if (L.shared) {
+      hshared_.reserve(n * ms.shared_inter);
+      ex_.for_each(n * ms.shared_inter, dk::ExpertUpK{h_.data() + r0 * d, L.shared, nullptr, nullptr, 1, d,
+                                                      ms.shared_inter, ms.swiglu_limit, hshared_.data()});
+    }
+    ex_.for_each(n * d, dk::ExpertCombineK{ep_ret_.data(), ep_pair_row_.data() + at * k, int(k), d, L.shared,
+                                           ms.shared_inter, hshared_.data(), a_.data() + r0 * d});
+    ex_.for_each(n * hc * d, dk::MhcExpandK{a_.data() + r0 * d, x2_.data() + r0 * hc * d, post_b_.data() + r0 * hc,
+                                            comb_b_.data() + r0 * hc * hc, int(hc), d, x_.data() + r0 * hc * d});
+    at += n;
+  }
+}
+
+// The exchange of one layer's MoE (parallel/expert_parallel.h's ep_dispatch / ep_return): every
+// rank calls it once per layer and forward, with its m rows (0 when idle). The pairs this rank
+// computes run as one row each (k = 1: ExpertUpK weights the row, ExpertDownK's float sum is the
+// pair's output), their rows gathered on the host from the received records.
+template <class Exec>
+bool DeviceBackend<Exec>::ep_exchange(int layer, int64_t m) {
+  const MoeShape& ms = model_.moe_shape();
+  const LayerDev& L = layers_[layer];
+  const int64_t d = config().hidden_size, k = ms.top_k;
+  // After a failed exchange of this forward nothing more is exchanged (the communicator stays
+  // failed); a device error sends no tokens and flags this rank's returned rows as failed.
+  if (!ep_failure_.ok()) return false;
+  const bool device_failed = !ex_.status().ok();
+  int64_t pairs = 0;
+  const Status dispatched = ep_dispatch(*ep_comm_, ms.n_experts, int(k), d, ep_chosen_.data(), ep_weights_.data(),
+                                        ep_h_.data(), device_failed ? 0 : m, ep_, &pairs);
+  ep_.ret_send.assign(static_cast<size_t>(pairs * d), 0.0f);
+  if (dispatched.ok() && pairs > 0) {
+    ep_pair_x_.resize(static_cast<size_t>(pairs * d));
+    for (int64_t p = 0; p < pairs; ++p)
+      std::copy_n(ep_.xr.data() + ep_.pair_record[p] * d, d, ep_pair_x_.data() + p * d);
+    ep_x_.reserve(pairs * d);
+    ep_ex_.reserve(pairs);
+    ep_wt_.reserve(pairs);
+    hexp_.reserve(pairs * ms.inter);
+    ep_parts_.reserve(pairs * d);
+    ex_.upload(ep_x_.data(), ep_pair_x_.data(), pairs * d * int64_t(sizeof(float)));
+    ex_.upload(ep_ex_.data(), ep_.pair_expert.data(), pairs * int64_t(sizeof(int32_t)));
+    ex_.upload(ep_wt_.data(), ep_.pair_weight.data(), pairs * int64_t(sizeof(float)));
+    ex_.for_each(pairs * ms.inter, dk::ExpertUpK{ep_x_.data(), L.experts, ep_ex_.data(), ep_wt_.data(), 1, d, ms.inter,
+                                                 ms.swiglu_limit, hexp_.data()});
+    ex_.for_each(pairs * d, dk::ExpertDownK{L.experts, ep_ex_.data(), 1, d, ms.inter, hexp_.data(), nullptr, 0,
+                                            nullptr, ep_parts_.data()});
+    ex_.download(ep_.ret_send.data(), ep_parts_.data(), pairs * d * int64_t(sizeof(float)));
+  }
+  // The return runs whatever happened, flagged failed after an error, so that no peer waits for
+  // this rank and none uses its rows (ep_return); the device's status fails this rank's forward.
+  const Status returned = ep_return(*ep_comm_, int(k), d, ep_, !dispatched.ok() || !ex_.status().ok());
+  const Status st = !dispatched.ok() ? dispatched : returned;
+  if (!st.ok()) {
+    if (ep_failure_.ok()) ep_failure_ = st.with_context("layer " + std::to_string(layer) + " expert-parallel MoE");
+    return false;
+  }
+  const int64_t ret_rows = static_cast<int64_t>(ep_.ret_recv.size()) / std::max<int64_t>(d, 1);
+  ep_ret_.reserve(ret_rows * d);
+  ep_pair_row_.reserve(m * k);
+  ex_.upload(ep_ret_.data(), ep_.ret_recv.data(), ret_rows * d * int64_t(sizeof(float)));
+  ex_.upload(ep_pair_row_.data(), ep_.plan.pair_row.data(), m * k * int64_t(sizeof(int64_t)));
+  return true;
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::idle_forward() {
+  if (!ep_comm_) return;
+  ep_h_.clear();
+  ep_chosen_.clear();
+  ep_weights_.clear();
+  for (const LayerInfo& info : plan().layers) ep_exchange(info.index, 0);
 }
 
 // The experts of m tokens (rows h, choices ex, weights wt) into y [m, hidden] as grouped GEMMs

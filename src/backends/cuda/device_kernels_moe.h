@@ -151,6 +151,32 @@ struct ExpertDownK {
   }
 };
 
+// Expert parallelism (parallel/expert_parallel.h): token t's routed experts ran on their ranks,
+// each returning its output row (ExpertDownK with k = 1: that expert's float sum, weight applied)
+// at parts[pair_row[t · k + j]]; y[t, c] adds them in the token's choice order, then the shared
+// expert's sum — ExpertDownK's arithmetic in its order, so the same bits as one rank.
+struct ExpertCombineK {
+  const float* parts;
+  const int64_t* pair_row;  // [T, k]
+  int k;
+  int64_t d;
+  const ExpertW* shared;  // or null
+  int64_t shared_inter;
+  const float* hs;
+  float* y;
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t t = id / d, c = id % d;
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) acc += parts[pair_row[t * k + j] * d + c];
+    if (shared) {
+      double s = 0;
+      for (int64_t o = 0; o < shared_inter; ++o) s += double(shared->w2.at(c * shared_inter + o)) * hs[t * shared_inter + o];
+      acc += float(s);
+    }
+    y[id] = acc;
+  }
+};
+
 // The experts' down projection and the mHC expand that reads it (ffn's last two launches):
 // simple, the two launches; fused (fast_kernels.cu), the routed and shared experts of an output
 // group summed by warps of one block in parallel (each expert's float sum as ExpertDownK's, added

@@ -8,8 +8,8 @@ namespace dsv41 {
 
 template class DeviceBackend<HostExec>;
 
-std::unique_ptr<Backend> make_host_device_backend(const Model& model) {
-  return std::make_unique<DeviceBackend<HostExec>>(model);
+std::unique_ptr<Backend> make_host_device_backend(const Model& model, Communicator* experts) {
+  return std::make_unique<DeviceBackend<HostExec>>(model, experts);
 }
 
 void host_device_backend_set_device_drafter(Backend& backend, bool on) {

@@ -7,11 +7,13 @@
 
 #include "engine/backend.h"
 #include "model/model.h"
+#include "parallel/communicator.h"
 
 namespace dsv41 {
 
-// The model is borrowed and must outlive the backend.
-std::unique_ptr<Backend> make_host_device_backend(const Model& model);
+// The model is borrowed and must outlive the backend. experts (borrowed, optional): expert
+// parallelism over that communicator (DeviceBackend's constructor).
+std::unique_ptr<Backend> make_host_device_backend(const Model& model, Communicator* experts = nullptr);
 
 // DSpark's drafter on the emulated device (the default) or the host drafter
 // (DeviceBackend::set_device_drafter). Nothing for another backend.

@@ -39,6 +39,7 @@
 #include <optional>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -52,7 +53,10 @@
 #include "format/record_layout.h"
 #include "format/tokenizer.h"
 #include "model/model.h"
+#include "backends/cuda/host_device_backend.h"
 #include "runtime/image_input.h"
+#include "runtime/rank_group.h"
+#include "runtime/rank_scheduler.h"
 #include "runtime/scheduler.h"
 #include "runtime/serve_turn.h"
 #include "store/dram_pool.h"
@@ -247,6 +251,84 @@ void serve_cached(Engine& engine, Scheduler& scheduler, const ServeTurnTiers& ti
   }
 }
 
+// One JSON line per request (ids and text, or the error) to out_path (empty: stdout), in input
+// order: a result from `served`, else taken from the scheduler by its ticket. Returns the number
+// of failed requests, or −1 when out_path cannot be written; *generated counts the tokens.
+int write_results(std::vector<Parsed>& parsed, std::vector<std::optional<GenerationResult>>& served,
+                  Scheduler* scheduler, const std::vector<int64_t>& tickets, const Tokenizer& tok,
+                  const std::string& out_path, int64_t* generated_out = nullptr) {
+  std::ofstream out_file;
+  std::ostream* out = &std::cout;
+  if (!out_path.empty()) {
+    out_file.open(out_path);
+    if (!out_file) return -1;
+    out = &out_file;
+  }
+  int failures = 0;
+  int64_t generated = 0;
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    json o;
+    o["id"] = parsed[i].id;
+    Status st = parsed[i].status;
+    std::optional<GenerationResult> r;
+    if (st.ok()) {
+      if (served[i]) r = std::move(served[i]);
+      else if (scheduler) r = scheduler->take(tickets[i]);
+      st = r ? r->status : internal_error("request did not finish");
+    }
+    if (!st.ok()) {
+      ++failures;
+      o["line"] = parsed[i].line;
+      o["error"] = st.message();
+      std::fprintf(stderr, "dsv41 generate: request \"%s\" (line %d): %s\n", parsed[i].id.c_str(), parsed[i].line,
+                   st.message().c_str());
+    } else {
+      generated += static_cast<int64_t>(r->ids.size());
+      o["ids"] = r->ids;
+      o["text"] = tok.decode(r->ids);
+      o["finish_reason"] = finish_reason_name(r->finish);
+      o["prompt_tokens"] = r->prompt_tokens;
+      o["prefill"] = {{"depth", prefill_depth_name(r->effective_depth)},
+                      {"encoder_token_layers", r->prefill_work.encoder},
+                      {"decoder_token_layers", r->prefill_work.decoder},
+                      {"replay_token_layers", r->prefill_work.replay},
+                      {"full_depth_token_layers", r->prefill_work.full_depth}};
+    }
+    *out << o.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  }
+  out->flush();
+  if (generated_out) *generated_out = generated;
+  return failures;
+}
+
+// --ranks N: a RankGroup over the one loaded model (each rank's backend reaching only its own
+// routed experts, its own pool of threads / N), the requests through a RankScheduler in lockstep
+// rounds; the results into `served` in input order.
+Status generate_over_ranks(const Model& model, int ranks, const std::string& backend_name, int threads,
+                           const EngineOptions& eo, const SchedulerOptions& so, std::vector<Parsed>& parsed,
+                           std::vector<std::optional<GenerationResult>>& served, int64_t& steps) {
+  RankGroupOptions go;
+  go.ranks = ranks;
+  go.engine = eo;
+  const int cores = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  go.threads_per_rank = std::max(1, cores / ranks);
+  if (backend_name == "device-emulation")
+    go.backend = [](const Model& m, int, Communicator* comm) { return make_host_device_backend(m, comm); };
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<RankGroup> group, RankGroup::create(model, go));
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<RankScheduler> scheduler, RankScheduler::create(*group, so));
+  std::vector<int64_t> tickets(parsed.size(), -1);
+  for (size_t i = 0; i < parsed.size(); ++i)
+    if (parsed[i].status.ok()) tickets[i] = scheduler->submit(parsed[i].request);
+  for (;;) {
+    DSV41_ASSIGN_OR_RETURN(bool more, scheduler->step());
+    if (!more) break;
+    ++steps;
+  }
+  for (size_t i = 0; i < parsed.size(); ++i)
+    if (tickets[i] >= 0) served[i] = scheduler->take(tickets[i]);
+  return ok_status();
+}
+
 int generate_main(int argc, char** argv) {
   CLI::App cli{"Generate for many requests at once (continuous batching over one engine)"};
   std::string dir, requests_path, out_path;
@@ -257,6 +339,7 @@ int generate_main(int argc, char** argv) {
   std::string cache_dir, telemetry_path;
   int64_t cache_chunk = 256;
   int live_turns = 4;
+  int ranks = 1;
   cli.add_option("-m,--model", dir, "model directory")->required();
   cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin): id, prompt or prompt_ids, optional images [paths], max_tokens, temperature, top_p, seed, ignore_eos")->required();
   cli.add_option("--parallel", parallel, "sequences decoded together (1..256)")->check(CLI::Range(1, 256));
@@ -281,6 +364,9 @@ int generate_main(int argc, char** argv) {
   cli.add_option("--threads", threads, "CPU threads (0 = all cores; 1..1024)")->check(CLI::Range(0, 1024));
   cli.add_option("--backend", backend_name, std::string("what computes the forward: ") + app::kBackendNames +
                                                 " (app/backend_choice.h)");
+  cli.add_option("--ranks", ranks, "engine ranks in this process (1..64): the routed experts spread over them, "
+                 "each rank its own requests and caches, MoE rows exchanged (docs/PARALLEL.md); --parallel is per rank")
+      ->check(CLI::Range(1, 64));
   GpusFlag gpus;
   gpus.add_to(cli);
   try {
@@ -298,6 +384,11 @@ int generate_main(int argc, char** argv) {
   if (cache_chunk % 2 != 0) {
     std::fprintf(stderr, "dsv41 generate: --cache-chunk %lld must be even (a ratio-2 group never straddles chunks)\n",
                  static_cast<long long>(cache_chunk));
+    return 2;
+  }
+  if (ranks > 1 && (!cache_dir.empty() || dspark_text != "off" || (backend_name != "cpu" && backend_name != "device-emulation"))) {
+    std::fprintf(stderr, "dsv41 generate: --ranks %d runs the CPU backend or device-emulation, without --cache-dir and "
+                 "with --dspark off (not supported across ranks yet)\n", ranks);
     return 2;
   }
   if (!telemetry_path.empty() && cache_dir.empty()) {
@@ -365,16 +456,35 @@ int generate_main(int argc, char** argv) {
   so.max_prefill_tokens = prefill_chunk;
   so.eos_token_id = config.eos_token_id;
   apply_dspark(*dspark, **model, eo, so);
+  std::vector<int64_t> tickets(parsed.size(), -1);
+  std::vector<std::optional<GenerationResult>> served(parsed.size());
+  int64_t prompt_tokens = 0;
+  int64_t steps = 0;
+  if (ranks > 1) {
+    for (Parsed& p : parsed) {
+      if (!p.status.ok()) continue;
+      prompt_tokens += static_cast<int64_t>(p.request.prompt.size());
+      p.request.depth = *depth;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (Status st = generate_over_ranks(**model, ranks, backend_name, threads, eo, so, parsed, served, steps); !st.ok())
+      return fail(st);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int64_t generated = 0;
+    const int failures = write_results(parsed, served, nullptr, {}, *tok, out_path, &generated);
+    if (failures < 0) return fail(io_error(out_path + ": cannot write"));
+    std::fprintf(stderr, "generate: %zu requests (%d failed), %lld prompt + %lld generated tokens in %.3f s "
+                 "(%lld steps, %.1f generated tok/s), %d ranks, parallel %d per rank\n",
+                 parsed.size(), failures, static_cast<long long>(prompt_tokens), static_cast<long long>(generated),
+                 seconds, static_cast<long long>(steps), generated / std::max(seconds, 1e-9), ranks, parallel);
+    return failures == 0 ? 0 : 1;
+  }
   auto backend = app::make_backend(backend_name, **model);
   if (!backend.ok()) return fail(backend.status());
   auto engine = Engine::create(std::move(*backend), (*model)->engram_tables(), eo);
   if (!engine.ok()) return fail(engine.status());
   auto scheduler = Scheduler::create(**engine, so);
   if (!scheduler.ok()) return fail(scheduler.status());
-  std::vector<int64_t> tickets(parsed.size(), -1);
-  std::vector<std::optional<GenerationResult>> served(parsed.size());
-  int64_t prompt_tokens = 0;
-  int64_t steps = 0;
   const auto t0 = std::chrono::steady_clock::now();
   if (cache_dir.empty()) {
     for (size_t i = 0; i < parsed.size(); ++i) {
@@ -417,45 +527,9 @@ int generate_main(int argc, char** argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  std::ofstream out_file;
-  std::ostream* out = &std::cout;
-  if (!out_path.empty()) {
-    out_file.open(out_path);
-    if (!out_file) return fail(io_error(out_path + ": cannot write"));
-    out = &out_file;
-  }
-  int failures = 0;
   int64_t generated = 0;
-  for (size_t i = 0; i < parsed.size(); ++i) {
-    json o;
-    o["id"] = parsed[i].id;
-    Status st = parsed[i].status;
-    std::optional<GenerationResult> r;
-    if (st.ok()) {
-      r = served[i] ? std::move(served[i]) : (*scheduler)->take(tickets[i]);
-      st = r ? r->status : internal_error("request did not finish");
-    }
-    if (!st.ok()) {
-      ++failures;
-      o["line"] = parsed[i].line;
-      o["error"] = st.message();
-      std::fprintf(stderr, "dsv41 generate: request \"%s\" (line %d): %s\n", parsed[i].id.c_str(), parsed[i].line,
-                   st.message().c_str());
-    } else {
-      generated += static_cast<int64_t>(r->ids.size());
-      o["ids"] = r->ids;
-      o["text"] = tok->decode(r->ids);
-      o["finish_reason"] = finish_reason_name(r->finish);
-      o["prompt_tokens"] = r->prompt_tokens;
-      o["prefill"] = {{"depth", prefill_depth_name(r->effective_depth)},
-                      {"encoder_token_layers", r->prefill_work.encoder},
-                      {"decoder_token_layers", r->prefill_work.decoder},
-                      {"replay_token_layers", r->prefill_work.replay},
-                      {"full_depth_token_layers", r->prefill_work.full_depth}};
-    }
-    *out << o.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-  }
-  out->flush();
+  const int failures = write_results(parsed, served, scheduler->get(), tickets, *tok, out_path, &generated);
+  if (failures < 0) return fail(io_error(out_path + ": cannot write"));
   if (Status st = app::backend_status(backend_name, (*engine)->backend()); !st.ok()) return fail(st);
   std::fprintf(stderr, "generate: %zu requests (%d failed), %lld prompt + %lld generated tokens in %.3f s "
                "(%lld steps, %.1f generated tok/s), parallel %d\n",

@@ -72,9 +72,31 @@ TEST(CliGenerate, GoldenFixtureSameIdsWhateverTheParallelism) {
   expect_parallel_invariant(dir);
 }
 
+// --ranks N (expert parallelism + attention data parallelism in one process, docs/PARALLEL.md):
+// the same output lines as one engine, bad requests included, for 2 and 3 ranks of the CPU
+// backend and 2 ranks of the device backend's emulation; what it does not run yet is refused.
+TEST(CliGenerate, RanksGiveOneEnginesOutput) {
+  const std::string model = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  const std::string req = write_requests(kRequests);
+  const auto one = run_cli("generate -m " + model + " --requests " + req + " --parallel 2", Stderr::kDiscard);
+  EXPECT_EQ(one.code, 1) << "some requests fail";
+  EXPECT_NE(one.out.find("\"id\":\"greedy\",\"ids\":["), std::string::npos) << one.out;
+  for (const char* ranks : {"--parallel 2 --ranks 2", "--parallel 1 --ranks 3", "--parallel 2 --ranks 2 --backend device-emulation"}) {
+    const auto got = run_cli("generate -m " + model + " --requests " + req + " " + ranks, Stderr::kDiscard);
+    EXPECT_EQ(got.code, 1) << ranks;
+    EXPECT_EQ(got.out, one.out) << ranks;
+  }
+  for (const char* refused : {"--ranks 2 --dspark 2", "--ranks 2 --cache-dir /tmp/dsv41-unused", "--ranks 2 --backend cuda"}) {
+    const auto r = run_cli("generate -m " + model + " --requests " + req + " " + refused, Stderr::kMerge);
+    EXPECT_EQ(r.code, 2) << refused << ": " << r.out;
+    EXPECT_NE(r.out.find("not supported across ranks yet"), std::string::npos) << refused << ": " << r.out;
+  }
+  std::filesystem::remove(req);
+}
+
 TEST(CliGenerate, BadOptionsFailBeforeTheModelLoads) {
   const std::string req = write_requests("{\"id\": \"a\", \"prompt\": \"x\"}\n");
-  for (const char* bad : {"--parallel 0", "--parallel 100000", "--prefill-chunk 0", "--ctx -3"}) {
+  for (const char* bad : {"--parallel 0", "--parallel 100000", "--prefill-chunk 0", "--ctx -3", "--ranks 0", "--ranks 65"}) {
     const auto r = run_cli("generate -m /nonexistent --requests " + req + " " + bad, Stderr::kMerge);
     EXPECT_NE(r.code, 0) << bad;
     EXPECT_EQ(r.out.find("/nonexistent"), std::string::npos) << bad << ": " << r.out;

@@ -518,6 +518,7 @@ Status Engine::check_replay(const Segment& s, const Sequence& seq) const {
 }
 
 const std::vector<SegmentResult>& Engine::forward(std::span<const Segment> segments, ForwardTrace* trace) {
+  ++forward_calls_;
   results_.assign(segments.size(), SegmentResult{});
   admitted_.clear();
   rows_.clear();

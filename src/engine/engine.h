@@ -228,6 +228,9 @@ class Engine {
   // trace: named intermediates, only for a batch of one segment.
   const std::vector<SegmentResult>& forward(std::span<const Segment> segments, ForwardTrace* trace = nullptr);
 
+  // forward calls so far (a caller driving ranks in lockstep checks that a step made one).
+  int64_t forward_calls() const { return forward_calls_; }
+
   PoolStats pool_stats() const;
   // The timing of the last forward (zero before the first, or when nothing was admitted).
   const ForwardTiming& last_timing() const { return timing_; }
@@ -290,6 +293,7 @@ class Engine {
   std::vector<SegmentCompress> compress_jobs_;       // of the current layer (capacity kept)
   std::vector<float> logits_;
   std::vector<SegmentResult> results_;
+  int64_t forward_calls_ = 0;
   std::vector<DraftRequest> draft_requests_;
   double feed_ms_ = 0;
   bool feeding_ = true;

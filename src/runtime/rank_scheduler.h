@@ -1,0 +1,50 @@
+// Continuous batching over several ranks (issue 17, docs/PARALLEL.md): one Scheduler per rank of a
+// RankGroup, each with its own requests and sequences (attention data parallelism), all stepped in
+// lockstep so that every rank makes each step's MoE exchanges (expert parallelism): a rank with
+// nothing to run takes part with an empty forward. Requests go to the rank holding the fewest
+// (ties: the lowest), so a request's tokens do not depend on the number of ranks: each rank's
+// engine computes what one engine holding every sequence computes, bit for bit.
+//
+// One forward per rank per round: a Scheduler step runs at most one Engine::forward, which holds
+// without DSpark (create refuses it: its drafts and verify steps are not checked over ranks yet)
+// and without a prefix cache (serve_turn's imports forward outside a step).
+// Not thread-safe: one thread drives it (each round runs the ranks on their own threads).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/rank_group.h"
+#include "runtime/scheduler.h"
+
+namespace dsv41 {
+
+class RankScheduler {
+ public:
+  // group is borrowed and must outlive the scheduler.
+  static Result<std::unique_ptr<RankScheduler>> create(RankGroup& group, const SchedulerOptions& options);
+
+  // Queues a request on the rank with the fewest requests so far; returns its ticket.
+  int64_t submit(GenerationRequest request);
+  // One round: every rank's scheduler steps at once (an idle rank runs an empty forward). Returns
+  // false when no rank had work left. An error here is a broken lockstep (a step that ran more
+  // than one forward), reported rather than left to hang a later exchange.
+  Result<bool> step();
+  std::optional<GenerationResult> take(int64_t ticket);
+  int rank_of(int64_t ticket) const { return tickets_[static_cast<size_t>(ticket)].rank; }
+
+ private:
+  RankScheduler() = default;
+  struct Ticket {
+    int rank = 0;
+    int64_t ticket = -1;  // in that rank's scheduler
+  };
+  RankGroup* group_ = nullptr;
+  std::vector<std::unique_ptr<Scheduler>> schedulers_;
+  std::vector<int64_t> submitted_;  // per rank
+  std::vector<Ticket> tickets_;
+};
+
+}  // namespace dsv41

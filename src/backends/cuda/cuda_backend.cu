@@ -14,14 +14,16 @@ namespace dsv41 {
 
 template class DeviceBackend<CudaExec>;
 
-Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model) {
+Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model) { return make_cuda_backend(model, nullptr); }
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model, Communicator* experts) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess)
     return unsupported(std::string("cuda backend: no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) +
                        ")");
   if (count < 1) return unsupported("cuda backend: no CUDA device found");
-  auto backend = std::make_unique<DeviceBackend<CudaExec>>(model);
+  auto backend = std::make_unique<DeviceBackend<CudaExec>>(model, experts);
   if (Status s = backend->status(); !s.ok()) return s;  // e.g. the weights did not fit
   return std::unique_ptr<Backend>(std::move(backend));
 }

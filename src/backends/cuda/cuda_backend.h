@@ -10,12 +10,17 @@
 #include "base/status.h"
 #include "engine/backend.h"
 #include "model/model.h"
+#include "parallel/communicator.h"
 
 namespace dsv41 {
 
 // Fails (saying why) when no CUDA device is usable or the weights do not fit; the model is
 // borrowed and must outlive the backend.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model);
+// The same as rank experts->rank() of an expert-parallel group (DeviceBackend's constructor: only
+// that rank's routed experts uploaded, the MoE rows exchanged through `experts`, borrowed). On the
+// current CUDA device of the calling thread.
+Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model, Communicator* experts);
 
 // The first device error of a backend made by make_cuda_backend (sticky; ok when none). Steps
 // return nothing (engine/backend.h), so callers check this after a forward.

@@ -386,9 +386,9 @@ int generate_main(int argc, char** argv) {
                  static_cast<long long>(cache_chunk));
     return 2;
   }
-  if (ranks > 1 && (!cache_dir.empty() || dspark_text != "off" || (backend_name != "cpu" && backend_name != "device-emulation"))) {
-    std::fprintf(stderr, "dsv41 generate: --ranks %d runs the CPU backend or device-emulation, without --cache-dir and "
-                 "with --dspark off (not supported across ranks yet)\n", ranks);
+  if (ranks > 1 && (!cache_dir.empty() || (backend_name != "cpu" && backend_name != "device-emulation"))) {
+    std::fprintf(stderr, "dsv41 generate: --ranks %d runs the CPU backend or device-emulation, without --cache-dir "
+                 "(not supported across ranks yet)\n", ranks);
     return 2;
   }
   if (!telemetry_path.empty() && cache_dir.empty()) {

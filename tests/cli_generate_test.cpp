@@ -74,7 +74,9 @@ TEST(CliGenerate, GoldenFixtureSameIdsWhateverTheParallelism) {
 
 // --ranks N (expert parallelism + attention data parallelism in one process, docs/PARALLEL.md):
 // the same output lines as one engine, bad requests included, for 2 and 3 ranks of the CPU
-// backend and 2 ranks of the device backend's emulation; what it does not run yet is refused.
+// backend, 2 ranks of the device backend's emulation, and with DSpark (against one engine with the
+// same --dspark: sampled requests verify by the rejection rule, whose tokens are not plain
+// decoding's); what it does not run yet is refused.
 TEST(CliGenerate, RanksGiveOneEnginesOutput) {
   const std::string model = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
   const std::string req = write_requests(kRequests);
@@ -86,7 +88,12 @@ TEST(CliGenerate, RanksGiveOneEnginesOutput) {
     EXPECT_EQ(got.code, 1) << ranks;
     EXPECT_EQ(got.out, one.out) << ranks;
   }
-  for (const char* refused : {"--ranks 2 --dspark 2", "--ranks 2 --cache-dir /tmp/dsv41-unused", "--ranks 2 --backend cuda"}) {
+  const auto one_dspark = run_cli("generate -m " + model + " --requests " + req + " --parallel 2 --dspark 2", Stderr::kDiscard);
+  const auto ranks_dspark =
+      run_cli("generate -m " + model + " --requests " + req + " --parallel 2 --dspark 2 --ranks 2", Stderr::kDiscard);
+  EXPECT_EQ(ranks_dspark.code, 1);
+  EXPECT_EQ(ranks_dspark.out, one_dspark.out);
+  for (const char* refused : {"--ranks 2 --cache-dir /tmp/dsv41-unused", "--ranks 2 --backend cuda"}) {
     const auto r = run_cli("generate -m " + model + " --requests " + req + " " + refused, Stderr::kMerge);
     EXPECT_EQ(r.code, 2) << refused << ": " << r.out;
     EXPECT_NE(r.out.find("not supported across ranks yet"), std::string::npos) << refused << ": " << r.out;

@@ -9,8 +9,6 @@
 namespace dsv41 {
 
 Result<std::unique_ptr<RankScheduler>> RankScheduler::create(RankGroup& group, const SchedulerOptions& options) {
-  if (options.dspark.kind != DsparkMode::Kind::kOff)
-    return invalid_argument("several ranks: DSpark is not supported across ranks yet (use --dspark off)");
   std::unique_ptr<RankScheduler> s(new RankScheduler());
   s->group_ = &group;
   for (int r = 0; r < group.ranks(); ++r) {

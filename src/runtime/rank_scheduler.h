@@ -5,9 +5,10 @@
 // (ties: the lowest), so a request's tokens do not depend on the number of ranks: each rank's
 // engine computes what one engine holding every sequence computes, bit for bit.
 //
-// One forward per rank per round: a Scheduler step runs at most one Engine::forward, which holds
-// without DSpark (create refuses it: its drafts and verify steps are not checked over ranks yet)
-// and without a prefix cache (serve_turn's imports forward outside a step).
+// One forward per rank per round: a Scheduler step runs at most one Engine::forward (DSpark's
+// drafts run the rank's own replicated drafter, its rollbacks touch only the rank's sequences; a
+// round that breaks the rule is reported by step()). The prefix cache is not driven here
+// (serve_turn's imports forward outside a step).
 // Not thread-safe: one thread drives it (each round runs the ranks on their own threads).
 #pragma once
 

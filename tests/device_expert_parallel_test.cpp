@@ -40,10 +40,7 @@ testing::BackendFactory device_backend(std::vector<DeviceBackend<HostExec>*>* ma
 // Engram, 4 experts (top 2) — 8 ranks leave 4 without an expert, and 5 sequences leave ranks idle.
 TEST(DeviceExpertParallel, RandomModelMatchesOneDeviceEngine) {
   const Model& m = testing::engine_test_model();
-  Schedule plan;
-  for (int s = 0; s < 5; ++s) plan.prompts.push_back(random_prompt(std::vector<int>{9, 4, 13, 6, 11}[s], 89, 40 + s));
-  plan.chunk = 4;
-  plan.steps = 11;
+  const Schedule plan = testing::engine_test_schedule();
   EngineOptions o;
   o.rows_per_page = 2;
   const Trace one = testing::run_one_engine(m, plan, o, device_backend());

@@ -45,10 +45,7 @@ void expect_ranks_match_one_engine(const Model& model, const Schedule& plan, con
 // Engram, 4 experts (top 2) — so 8 ranks leave 4 without an expert.
 TEST(ExpertParallelEngine, RandomModelMatchesOneEngine) {
   const Model& m = testing::engine_test_model();
-  Schedule plan;
-  for (int s = 0; s < 5; ++s) plan.prompts.push_back(random_prompt(std::vector<int>{9, 4, 13, 6, 11}[s], 89, 40 + s));
-  plan.chunk = 4;
-  plan.steps = 11;
+  const Schedule plan = testing::engine_test_schedule();
   EngineOptions o;
   o.rows_per_page = 2;
   expect_ranks_match_one_engine(m, plan, o);

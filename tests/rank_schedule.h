@@ -139,4 +139,14 @@ inline std::vector<int32_t> random_prompt(int n, int64_t vocab, uint32_t seed) {
   return t;
 }
 
+// The schedule the rank tests of the random engine-test model share: 5 sequences of 9, 4, 13, 6
+// and 11 prompt tokens (its vocabulary of 89), 4 prompt tokens a step, 11 steps.
+inline Schedule engine_test_schedule() {
+  Schedule plan;
+  for (int s = 0; s < 5; ++s) plan.prompts.push_back(random_prompt(std::vector<int>{9, 4, 13, 6, 11}[s], 89, 40 + s));
+  plan.chunk = 4;
+  plan.steps = 11;
+  return plan;
+}
+
 }  // namespace dsv41::testing

@@ -543,6 +543,7 @@ class DeviceBackend : public Backend {
   // exchange itself (m packed rows of ep_h_ / ep_chosen_ / ep_weights_ out, this rank's experts on
   // what came in, the returned parts into ep_ret_ at ep_pair_row_; false after a failure).
   void ffn_expert_parallel(int layer, std::span<const RowRange> rows);
+  void ffn_route(const LayerDev& L, int64_t r0, int64_t m);
   bool ep_exchange(int layer, int64_t m);
   Communicator* ep_comm_ = nullptr;
   Status ep_failure_ = ok_status();  // the forward's first failed exchange (take_step_failure)

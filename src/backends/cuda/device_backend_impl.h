@@ -1260,31 +1260,44 @@ void DeviceBackend<Exec>::attention_output(int layer, std::span<const RowRange> 
   }
 }
 
+// ffn's first steps for rows [r0, r0 + m): the mHC coefficients, the collapse + RMSNorm into h_,
+// and the router (moe_forward_reference's order) into experts_ / weights_.
+template <class Exec>
+void DeviceBackend<Exec>::ffn_route(const LayerDev& L, int64_t r0, int64_t m) {
+  const ModelConfig& c = config();
+  const MoeShape& ms = model_.moe_shape();
+  const int64_t d = c.hidden_size, hc = c.hc_mult, k = ms.top_k, E = ms.n_experts;
+  float* x2 = x2_.data() + r0 * hc * d;
+  float* h = h_.data() + r0 * d;
+  // pre straight into p_, where the next layer's collapse (and the head) read it: nothing reads
+  // p_ in between (this collapse takes the attention's pre_a_).
+  mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, x2, m, p_.data() + r0 * hc, post_b_.data() + r0 * hc,
+                   comb_b_.data() + r0 * hc * hc);
+  collapse_norm(dk::MhcCollapseK{x2, pre_a_.data() + r0 * hc, nullptr, int(hc), d, h}, m, L.ffn_norm);
+  router_.reserve(m * E);
+  ex_.run_chain(dk::RouterChain{
+      dk::GemmK{h, d, {L.gate, nullptr}, d, E, router_.data(), E}, dk::ScaleK{router_.data(), ms.gate_temp, true},
+      dk::RouteK{router_.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)), ms.norm_topk_prob,
+                 ms.routed_scaling_factor, experts_.data() + r0 * k, weights_.data() + r0 * k, L.gate_bias_vl,
+                 is_image_.empty() ? nullptr : is_image_dev_.data() + r0},
+      m});
+}
+
 template <class Exec>
 void DeviceBackend<Exec>::ffn(int layer, std::span<const RowRange> rows) {
   const ModelConfig& c = config();
   const MoeShape& ms = model_.moe_shape();
   const LayerDev& L = layers_[layer];
-  const int64_t d = c.hidden_size, hc = c.hc_mult, k = ms.top_k, E = ms.n_experts;
+  const int64_t d = c.hidden_size, hc = c.hc_mult, k = ms.top_k;
   if (ep_comm_) return ffn_expert_parallel(layer, rows);
   for (const RowRange& r : rows) {
     const int64_t m = r.end - r.begin, r0 = r.begin;
     float* x2 = x2_.data() + r0 * hc * d;
     float* h = h_.data() + r0 * d;
-    // pre straight into p_, where the next layer's collapse (and the head) read it: nothing reads
-    // p_ in between (this collapse takes the attention's pre_a_).
-    mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, x2, m, p_.data() + r0 * hc, post_b_.data() + r0 * hc,
-                     comb_b_.data() + r0 * hc * hc);
-    collapse_norm(dk::MhcCollapseK{x2, pre_a_.data() + r0 * hc, nullptr, int(hc), d, h}, m, L.ffn_norm);
-    // Router (moe_forward_reference's order), routed experts, shared expert.
-    router_.reserve(m * E);
+    ffn_route(L, r0, m);
+    // Routed experts, shared expert.
     int32_t* ex = experts_.data() + r0 * k;
     float* wt = weights_.data() + r0 * k;
-    ex_.run_chain(dk::RouterChain{
-        dk::GemmK{h, d, {L.gate, nullptr}, d, E, router_.data(), E}, dk::ScaleK{router_.data(), ms.gate_temp, true},
-        dk::RouteK{router_.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)), ms.norm_topk_prob,
-                   ms.routed_scaling_factor, ex, wt, L.gate_bias_vl, is_image_.empty() ? nullptr : is_image_dev_.data() + r0},
-        m});
     hexp_.reserve(m * k * ms.inter);
     if (L.shared) hshared_.reserve(m * ms.shared_inter);
     const dk::ExpertUpK up{h, L.experts, ex, wt, int(k), d, ms.inter, ms.swiglu_limit, hexp_.data()};
@@ -1328,7 +1341,7 @@ void DeviceBackend<Exec>::ffn_expert_parallel(int layer, std::span<const RowRang
   const ModelConfig& c = config();
   const MoeShape& ms = model_.moe_shape();
   const LayerDev& L = layers_[layer];
-  const int64_t d = c.hidden_size, hc = c.hc_mult, k = ms.top_k, E = ms.n_experts;
+  const int64_t d = c.hidden_size, hc = c.hc_mult, k = ms.top_k;
   int64_t m = 0;
   for (const RowRange& r : rows) m += r.end - r.begin;
   ep_h_.resize(static_cast<size_t>(m * d));
@@ -1337,22 +1350,10 @@ void DeviceBackend<Exec>::ffn_expert_parallel(int layer, std::span<const RowRang
   int64_t at = 0;
   for (const RowRange& r : rows) {
     const int64_t n = r.end - r.begin, r0 = r.begin;
-    float* x2 = x2_.data() + r0 * hc * d;
-    float* h = h_.data() + r0 * d;
-    mhc_coefficients(L.hcf_fn, L.hcf_base, L.hcf_scale, x2, n, p_.data() + r0 * hc, post_b_.data() + r0 * hc,
-                     comb_b_.data() + r0 * hc * hc);
-    collapse_norm(dk::MhcCollapseK{x2, pre_a_.data() + r0 * hc, nullptr, int(hc), d, h}, n, L.ffn_norm);
-    router_.reserve(n * E);
-    int32_t* ex = experts_.data() + r0 * k;
-    float* wt = weights_.data() + r0 * k;
-    ex_.run_chain(dk::RouterChain{
-        dk::GemmK{h, d, {L.gate, nullptr}, d, E, router_.data(), E}, dk::ScaleK{router_.data(), ms.gate_temp, true},
-        dk::RouteK{router_.data(), L.gate_bias, int(E), int(k), dk::Scoring(int(ms.scoring)), ms.norm_topk_prob,
-                   ms.routed_scaling_factor, ex, wt, L.gate_bias_vl, is_image_.empty() ? nullptr : is_image_dev_.data() + r0},
-        n});
-    ex_.download(ep_h_.data() + at * d, h, n * d * int64_t(sizeof(float)));
-    ex_.download(ep_chosen_.data() + at * k, ex, n * k * int64_t(sizeof(int32_t)));
-    ex_.download(ep_weights_.data() + at * k, wt, n * k * int64_t(sizeof(float)));
+    ffn_route(L, r0, n);
+    ex_.download(ep_h_.data() + at * d, h_.data() + r0 * d, n * d * int64_t(sizeof(float)));
+    ex_.download(ep_chosen_.data() + at * k, experts_.data() + r0 * k, n * k * int64_t(sizeof(int32_t)));
+    ex_.download(ep_weights_.data() + at * k, weights_.data() + r0 * k, n * k * int64_t(sizeof(float)));
     at += n;
   }
   // After a failed exchange the rows' FFN output is left as it was: the forward fails

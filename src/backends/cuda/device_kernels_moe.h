@@ -120,6 +120,13 @@ struct ExpertUpK {
   }
 };
 
+// One expert's down projection of output c: W2[c] · h in double, rounded to float.
+DSV41_HD inline float down_sum(const ExpertW& e, int64_t inter, const float* h, int64_t c) {
+  double s = 0;
+  for (int64_t o = 0; o < inter; ++o) s += double(e.w2.at(c * inter + o)) * h[o];
+  return float(s);
+}
+
 // y[t, c] = Σ_j W2_{e_j}[c] · h[t, j] then + W2_shared[c] · hs[t] (each sum rounded to float
 // before it is added, as expert_reference does).
 struct ExpertDownK {
@@ -135,18 +142,8 @@ struct ExpertDownK {
   DSV41_HD void operator()(int64_t id) const {
     const int64_t t = id / d, c = id % d;
     float acc = 0.0f;
-    for (int j = 0; j < k; ++j) {
-      const ExpertW& e = table[experts[t * k + j]];
-      const float* hj = h + (t * k + j) * inter;
-      double s = 0;
-      for (int64_t o = 0; o < inter; ++o) s += double(e.w2.at(c * inter + o)) * hj[o];
-      acc += float(s);
-    }
-    if (shared) {
-      double s = 0;
-      for (int64_t o = 0; o < shared_inter; ++o) s += double(shared->w2.at(c * shared_inter + o)) * hs[t * shared_inter + o];
-      acc += float(s);
-    }
+    for (int j = 0; j < k; ++j) acc += down_sum(table[experts[t * k + j]], inter, h + (t * k + j) * inter, c);
+    if (shared) acc += down_sum(*shared, shared_inter, hs + t * shared_inter, c);
     y[id] = acc;
   }
 };
@@ -168,11 +165,7 @@ struct ExpertCombineK {
     const int64_t t = id / d, c = id % d;
     float acc = 0.0f;
     for (int j = 0; j < k; ++j) acc += parts[pair_row[t * k + j] * d + c];
-    if (shared) {
-      double s = 0;
-      for (int64_t o = 0; o < shared_inter; ++o) s += double(shared->w2.at(c * shared_inter + o)) * hs[t * shared_inter + o];
-      acc += float(s);
-    }
+    if (shared) acc += down_sum(*shared, shared_inter, hs + t * shared_inter, c);
     y[id] = acc;
   }
 };

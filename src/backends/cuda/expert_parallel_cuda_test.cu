@@ -31,11 +31,7 @@ std::unique_ptr<Backend> cuda_rank(const Model& m, Communicator* comm, bool grap
 TEST(CudaExpertParallel, TwoRanksOnOneDeviceMatchOneCudaEngine) {
   DSV41_REQUIRE_CUDA_DEVICE();
   const Model& m = testing::engine_test_model();
-  testing::Schedule plan;
-  for (int s = 0; s < 5; ++s)
-    plan.prompts.push_back(testing::random_prompt(std::vector<int>{9, 4, 13, 6, 11}[s], 89, 40 + s));
-  plan.chunk = 4;
-  plan.steps = 11;
+  const testing::Schedule plan = testing::engine_test_schedule();
   EngineOptions o;
   o.rows_per_page = 2;
   const testing::Trace one = testing::run_one_engine(

@@ -91,17 +91,9 @@ TEST(DeviceExpertParallel, MiniRanksLoadingOnlyTheirExpertsMatchOneDeviceEngine)
   plan.steps = 5;
   const Trace one = testing::run_one_engine(**full, plan, EngineOptions{}, device_backend());
   const int ranks = 2;
-  std::vector<std::unique_ptr<Model>> shards;
-  std::vector<const Model*> ptrs;
-  for (int r = 0; r < ranks; ++r) {
-    ModelLoadOptions lo;
-    lo.expert_rank = r;
-    lo.expert_ranks = ranks;
-    auto m = Model::load(dir, lo);
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
-    ptrs.push_back(m->get());
-    shards.push_back(std::move(*m));
-  }
+  const std::vector<std::unique_ptr<Model>> shards = testing::load_expert_shards(dir, ranks);
+  ASSERT_EQ(shards.size(), size_t(ranks));
+  const std::vector<const Model*> ptrs = testing::pointers(shards);
   int64_t collectives = 0;
   testing::expect_same(one, testing::run_ranks_group(**full, plan, EngineOptions{}, ranks, &collectives, {}, ptrs, device_backend()),
                        ranks);

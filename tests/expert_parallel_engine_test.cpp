@@ -77,19 +77,13 @@ TEST(ExpertParallelEngine, MiniRanksLoadingOnlyTheirExpertsMatchOneEngine) {
   plan.steps = 7;
   const Trace one = run_one_engine(**full, plan, EngineOptions{});
   for (int ranks : {2, 3}) {
-    std::vector<std::unique_ptr<Model>> shards;
-    std::vector<const Model*> ptrs;
+    const std::vector<std::unique_ptr<Model>> shards = testing::load_expert_shards(dir, ranks);
+    ASSERT_EQ(shards.size(), size_t(ranks));
+    const std::vector<const Model*> ptrs = testing::pointers(shards);
     for (int r = 0; r < ranks; ++r) {
-      ModelLoadOptions lo;
-      lo.expert_rank = r;
-      lo.expert_ranks = ranks;
-      auto m = Model::load(dir, lo);
-      ASSERT_TRUE(m.ok()) << m.status().to_string();
       const int64_t local = ExpertShard{r, ranks}.local_experts(static_cast<int>(E));
-      EXPECT_EQ((*m)->held_bytes().routed, routed / E * local) << ranks << " ranks, rank " << r;
-      EXPECT_EQ((*m)->held_bytes().per_expert, (*full)->held_bytes().per_expert);
-      ptrs.push_back(m->get());
-      shards.push_back(std::move(*m));
+      EXPECT_EQ(shards[r]->held_bytes().routed, routed / E * local) << ranks << " ranks, rank " << r;
+      EXPECT_EQ(shards[r]->held_bytes().per_expert, (*full)->held_bytes().per_expert);
     }
     int64_t collectives = 0;
     testing::expect_same(one, run_ranks_group(**full, plan, EngineOptions{}, ranks, &collectives, {}, ptrs), ranks);

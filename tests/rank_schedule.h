@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,28 @@ inline std::vector<int32_t> random_prompt(int n, int64_t vocab, uint32_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
   return t;
+}
+
+// The model in `dir` loaded once per rank, each load holding only that rank's routed experts
+// (ModelLoadOptions expert_rank / expert_ranks); empty after a load error (a test failure).
+inline std::vector<std::unique_ptr<Model>> load_expert_shards(const std::string& dir, int ranks) {
+  std::vector<std::unique_ptr<Model>> shards;
+  for (int r = 0; r < ranks; ++r) {
+    ModelLoadOptions lo;
+    lo.expert_rank = r;
+    lo.expert_ranks = ranks;
+    auto m = Model::load(dir, lo);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    if (!m.ok()) return {};
+    shards.push_back(std::move(*m));
+  }
+  return shards;
+}
+
+inline std::vector<const Model*> pointers(const std::vector<std::unique_ptr<Model>>& models) {
+  std::vector<const Model*> out;
+  for (const auto& m : models) out.push_back(m.get());
+  return out;
 }
 
 // The schedule the rank tests of the random engine-test model share: 5 sequences of 9, 4, 13, 6

@@ -38,6 +38,7 @@
 #include <fstream>
 #include <optional>
 #include <iostream>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -54,6 +55,10 @@
 #include "format/tokenizer.h"
 #include "model/model.h"
 #include "backends/cuda/host_device_backend.h"
+#if defined(DSV41_WITH_CUDA)
+#include "backends/cuda/cuda_backend.h"
+#endif
+#include "parallel/nccl_communicator.h"
 #include "runtime/image_input.h"
 #include "runtime/rank_group.h"
 #include "runtime/rank_scheduler.h"
@@ -301,6 +306,30 @@ int write_results(std::vector<Parsed>& parsed, std::vector<std::optional<Generat
   return failures;
 }
 
+// --gpus N (N ≥ 2): rank r on GPU r (its thread's current device whenever it works), the ranks'
+// NCCL communicators (one process drives all; NCCL_NVLS_ENABLE=0 set first, as the lent machines
+// require: the library never touches the environment, the app does).
+Status use_gpu_ranks(int ranks, RankGroupOptions& go, std::vector<std::unique_ptr<NcclCommunicator>>& nccl) {
+#if defined(DSV41_WITH_CUDA)
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  DSV41_ASSIGN_OR_RETURN(std::shared_ptr<NcclLibrary> lib, NcclLibrary::load());
+  std::vector<int> devices(static_cast<size_t>(ranks));
+  std::iota(devices.begin(), devices.end(), 0);
+  DSV41_ASSIGN_OR_RETURN(nccl, NcclCommunicator::create_all(lib, devices));
+  for (const auto& c : nccl) go.communicators.push_back(c.get());
+  go.bind_rank_thread = [](int r) {
+    if (Status st = cuda_use_device(r); !st.ok()) std::fprintf(stderr, "dsv41 generate: %s\n", st.to_string().c_str());
+  };
+  go.backend = [](const Model& m, int, Communicator* comm) { return make_cuda_backend(m, comm); };
+  return ok_status();
+#else
+  (void)ranks;
+  (void)go;
+  (void)nccl;
+  return unsupported("--gpus: this build has no CUDA backend (configure with nvcc present, -DDSV41_CUDA=ON)");
+#endif
+}
+
 // --ranks N: a RankGroup over the one loaded model (each rank's backend reaching only its own
 // routed experts, its own pool of threads / N), the requests through a RankScheduler in lockstep
 // rounds; the results into `served` in input order.
@@ -314,6 +343,8 @@ Status generate_over_ranks(const Model& model, int ranks, const std::string& bac
   go.threads_per_rank = std::max(1, cores / ranks);
   if (backend_name == "device-emulation")
     go.backend = [](const Model& m, int, Communicator* comm) { return make_host_device_backend(m, comm); };
+  std::vector<std::unique_ptr<NcclCommunicator>> nccl;  // outlives the group (declared first)
+  if (backend_name == "cuda") DSV41_RETURN_IF_ERROR(use_gpu_ranks(ranks, go, nccl));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<RankGroup> group, RankGroup::create(model, go));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<RankScheduler> scheduler, RankScheduler::create(*group, so));
   std::vector<int64_t> tickets(parsed.size(), -1);
@@ -378,7 +409,17 @@ int generate_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 generate: %s\n", s.to_string().c_str());
     return 1;
   };
-  if (Status st = gpus.apply("generate", &backend_name); !st.ok()) return fail(st);
+  int gpu_ranks = 0;
+  if (Status st = gpus.apply("generate", &backend_name, &gpu_ranks); !st.ok()) return fail(st);
+  if (gpu_ranks > 1) {
+    if (ranks > 1) {
+      std::fprintf(stderr, "dsv41 generate: --gpus %d runs one rank per GPU; do not give --ranks as well\n", gpu_ranks);
+      return 2;
+    }
+    ranks = gpu_ranks;
+    std::fprintf(stderr, "dsv41 generate: --gpus %d: one expert-parallel rank per GPU over NCCL. NEVER RUN ON SEVERAL "
+                 "GPUS YET: checked on the CPU and the device emulation only (docs/PARALLEL.md)\n", gpu_ranks);
+  }
   auto depth = parse_prefill_depth(depth_name);
   if (!depth.ok()) return fail(depth.status().with_context("--depth"));
   if (cache_chunk % 2 != 0) {
@@ -386,7 +427,8 @@ int generate_main(int argc, char** argv) {
                  static_cast<long long>(cache_chunk));
     return 2;
   }
-  if (ranks > 1 && (!cache_dir.empty() || (backend_name != "cpu" && backend_name != "device-emulation"))) {
+  const bool rank_backend = backend_name == "cpu" || backend_name == "device-emulation" || gpu_ranks > 1;
+  if (ranks > 1 && (!cache_dir.empty() || !rank_backend)) {
     std::fprintf(stderr, "dsv41 generate: --ranks %d runs the CPU backend or device-emulation, without --cache-dir "
                  "(not supported across ranks yet)\n", ranks);
     return 2;

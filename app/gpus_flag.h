@@ -3,8 +3,9 @@
 //   not given  what the command does today (the CPU engine, or --backend's choice)
 //   1          the single-GPU backend (run / generate / serve: as --backend cuda; bench runs only
 //              the CPU engine and says so)
-//   N ≥ 2      refused with the reason: the expert-parallel MoE exchange is written and tested for
-//              the CPU engine's ranks and NCCL, but the CUDA backend does not run it yet
+//   N ≥ 2      generate: N ranks of the CUDA backend, one per GPU, the routed experts spread over
+//              them and the MoE rows exchanged over NCCL (docs/PARALLEL.md; NEVER RUN on several
+//              GPUs yet: it says so when it starts); other commands refuse it, saying why
 //   N > the GPUs present (counted through the NVIDIA driver, loaded at run time): refused,
 //              naming both numbers
 #pragma once
@@ -21,9 +22,10 @@ struct GpusFlag {
   int gpus = 0;  // 0: not given
 
   void add_to(CLI::App& cli);
-  // After parsing. backend: the command's --backend choice (set to "cuda" for --gpus 1), or null
-  // for a command that runs only the CPU engine.
-  Status apply(const std::string& command, std::string* backend) const;
+  // After parsing. backend: the command's --backend choice (set to "cuda" for --gpus N), or null
+  // for a command that runs only the CPU engine. ranks: where the command runs several GPUs as
+  // ranks (set to N for N ≥ 2), or null where it does not.
+  Status apply(const std::string& command, std::string* backend, int* ranks = nullptr) const;
 };
 
 }  // namespace dsv41::app

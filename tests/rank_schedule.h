@@ -82,12 +82,14 @@ inline Trace run_schedule(const Schedule& plan, int64_t vocab, int ranks, const 
 }
 
 // A rank's backend (RankGroupOptions::backend); empty: the CPU backend.
-using BackendFactory = std::function<std::unique_ptr<Backend>(const Model&, int rank, Communicator* experts)>;
+using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const Model&, int rank, Communicator* experts)>;
 
 inline Trace run_one_engine(const Model& model, const Schedule& plan, const EngineOptions& options,
                             const BackendFactory& backend = {}) {
-  auto engine = Engine::create(backend ? backend(model, 0, nullptr) : std::make_unique<CpuBackend>(model),
-                               model.engram_tables(), options);
+  auto made = backend ? backend(model, 0, nullptr) : Result<std::unique_ptr<Backend>>(std::make_unique<CpuBackend>(model));
+  EXPECT_TRUE(made.ok()) << made.status().to_string();
+  if (!made.ok()) return {};
+  auto engine = Engine::create(std::move(*made), model.engram_tables(), options);
   EXPECT_TRUE(engine.ok()) << engine.status().to_string();
   std::vector<std::pair<int, SequenceId>> where;
   for (size_t s = 0; s < plan.prompts.size(); ++s) where.push_back({0, (*engine)->add_sequence(256).value()});

@@ -30,6 +30,7 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(std::span<const Model* cons
                               std::to_string(m.expert_rank()) + " of " + std::to_string(m.expert_ranks()));
   }
   std::unique_ptr<RankGroup> g(new RankGroup());
+  g->bind_ = options.bind_rank_thread;
   std::vector<Communicator*> comms = options.communicators;
   if (comms.empty()) {
     DSV41_ASSIGN_OR_RETURN(g->group_, LoopbackGroup::create(options.ranks, options.timeout));
@@ -52,8 +53,11 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(std::span<const Model* cons
   for (int r = 0; r < options.ranks; ++r) {
     const Model& model = *models[r];
     std::unique_ptr<Backend> backend;
+    g->bind_thread(r);
     if (options.backend) {
-      backend = options.backend(model, r, comms[r]);
+      auto made = options.backend(model, r, comms[r]);
+      if (!made.ok()) return made.status().with_context("rank group: rank " + std::to_string(r) + "'s backend");
+      backend = std::move(*made);
       if (!backend) return invalid_argument("rank group: no backend for rank " + std::to_string(r));
     } else {
       CpuBackendOptions backend_options;
@@ -67,7 +71,13 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(std::span<const Model* cons
   return g;
 }
 
-RankGroup::~RankGroup() = default;
+RankGroup::~RankGroup() {
+  // Each engine (and its backend's device memory) released on its rank's binding.
+  for (int r = ranks() - 1; r >= 0; --r) {
+    bind_thread(r);
+    engines_[static_cast<size_t>(r)].reset();
+  }
+}
 
 Result<RankGroup::Placed> RankGroup::add_sequence(int64_t max_context) {
   int best = 0;
@@ -83,7 +93,10 @@ Status RankGroup::forward(std::span<const std::span<const Segment>> batches,
     return invalid_argument("rank group: " + std::to_string(batches.size()) + " batches for " +
                             std::to_string(ranks()) + " ranks (one per rank, empty for an idle rank)");
   out.assign(static_cast<size_t>(ranks()), nullptr);
-  run_ranks(ranks(), [&](int r) { out[r] = &engines_[r]->forward(batches[r]); });
+  run_ranks(ranks(), [&](int r) {
+    bind_thread(r);
+    out[r] = &engines_[r]->forward(batches[r]);
+  });
   return ok_status();
 }
 

@@ -39,7 +39,11 @@ struct RankGroupOptions {
   std::vector<Communicator*> communicators;
   // Each rank's backend, given its model, rank and communicator (for its MoE exchange): e.g. the
   // device backend, one per GPU. Null: the CPU backend over the rank's own pool.
-  std::function<std::unique_ptr<Backend>(const Model& model, int rank, Communicator* experts)> backend;
+  std::function<Result<std::unique_ptr<Backend>>(const Model& model, int rank, Communicator* experts)> backend;
+  // Called on the thread that is about to work for rank r — before its backend is made, before
+  // each of its steps, before its engine is destroyed: e.g. making GPU r the thread's current
+  // CUDA device (one rank per GPU). Null: nothing.
+  std::function<void(int rank)> bind_rank_thread;
 };
 
 class RankGroup {
@@ -53,6 +57,11 @@ class RankGroup {
   ~RankGroup();
 
   int ranks() const { return static_cast<int>(engines_.size()); }
+  // RankGroupOptions::bind_rank_thread for rank r on the calling thread (a caller that drives the
+  // engines itself, e.g. RankScheduler, calls it before working for r).
+  void bind_thread(int rank) const {
+    if (bind_) bind_(rank);
+  }
   Engine& engine(int rank) { return *engines_[static_cast<size_t>(rank)]; }
   // The loopback group the ranks exchange through (null with the caller's communicators).
   LoopbackGroup* loopback() { return group_.get(); }
@@ -77,6 +86,7 @@ class RankGroup {
   std::vector<CpuExec> execs_;
   std::unique_ptr<LoopbackGroup> group_;
   std::vector<std::unique_ptr<Engine>> engines_;
+  std::function<void(int rank)> bind_;
 };
 
 }  // namespace dsv41

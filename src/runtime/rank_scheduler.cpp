@@ -31,6 +31,7 @@ Result<bool> RankScheduler::step() {
   std::vector<char> more(static_cast<size_t>(n), 0);
   std::vector<int64_t> forwards(static_cast<size_t>(n), 0);
   run_ranks(n, [&](int r) {
+    group_->bind_thread(r);
     Engine& engine = group_->engine(r);
     const int64_t before = engine.forward_calls();
     more[r] = schedulers_[static_cast<size_t>(r)]->step();

@@ -28,6 +28,13 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model, Communica
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
+Status cuda_use_device(int device) {
+  const cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess)
+    return unsupported("cuda backend: device " + std::to_string(device) + " (cudaSetDevice: " + cudaGetErrorString(e) + ")");
+  return ok_status();
+}
+
 Status cuda_backend_status(const Backend& backend) {
   const auto* b = dynamic_cast<const DeviceBackend<CudaExec>*>(&backend);
   return b ? b->status() : invalid_argument("cuda_backend_status: not a CUDA backend (" + backend.name() + ")");

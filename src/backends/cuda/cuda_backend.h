@@ -19,8 +19,13 @@ namespace dsv41 {
 Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model);
 // The same as rank experts->rank() of an expert-parallel group (DeviceBackend's constructor: only
 // that rank's routed experts uploaded, the MoE rows exchanged through `experts`, borrowed). On the
-// current CUDA device of the calling thread.
+// current CUDA device of the calling thread (cuda_use_device), which must be current whenever the
+// backend is used or destroyed.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const Model& model, Communicator* experts);
+
+// Makes CUDA device `device` the calling thread's current device (a rank's thread, one rank per
+// GPU: the backends it makes and drives then live there). Fails naming the device.
+Status cuda_use_device(int device);
 
 // The first device error of a backend made by make_cuda_backend (sticky; ok when none). Steps
 // return nothing (engine/backend.h), so callers check this after a forward.

@@ -160,9 +160,10 @@ class DeviceBackend : public Backend {
   // size) and runs each layer's MoE through parallel/expert_parallel.h's exchange: the batch's
   // FFN inputs and routing downloaded, the records exchanged on the host, this rank's experts run
   // on the device over what it received (one row per (token, expert) pair), their outputs sent
-  // back and combined on the device in the one-rank kernels' order (dk::ExpertCombineK), so the
-  // same bits as one rank where the one-rank step runs the simple or warp expert kernels (not the
-  // grouped tensor-core ones, which take steps of ≥ kMmaMinRows rows there). Host-staged: two
+  // back and combined on the device in the one-rank kernels' order (dk::ExpertCombineK; each
+  // expert's sum, the shared one's included, formed by the same ExpertDownK kernel as one rank's),
+  // so the same bits as one rank where the one-rank step runs the simple or warp expert kernels
+  // (not the grouped tensor-core ones, which take steps of ≥ kMmaMinRows rows there). Host-staged: two
   // blocking downloads and three uploads per layer; NCCL's device-pointer exchange is not used yet.
   explicit DeviceBackend(const Model& model, Communicator* experts = nullptr);
   ~DeviceBackend() override;
@@ -550,7 +551,7 @@ class DeviceBackend : public Backend {
   ExpertParallelScratch ep_;
   std::vector<float> ep_h_, ep_weights_, ep_pair_x_;
   std::vector<int32_t> ep_chosen_;
-  F32 ep_x_, ep_wt_, ep_parts_, ep_ret_;
+  F32 ep_x_, ep_wt_, ep_parts_, ep_ret_, ep_shared_;
   I32 ep_ex_;
   DeviceArray<Exec, int64_t> ep_pair_row_;
   // Mirrors unused for this many batches are dropped (the engine does not tell a backend when a

@@ -121,7 +121,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model, Communicator* experts) : 
                  &weights_, &stage_, &features_})
     b->bind(&ex_);
   experts_.bind(&ex_);
-  for (F32* b : {&ep_x_, &ep_wt_, &ep_parts_, &ep_ret_}) b->bind(&ex_);
+  for (F32* b : {&ep_x_, &ep_wt_, &ep_parts_, &ep_ret_, &ep_shared_}) b->bind(&ex_);
   ep_ex_.bind(&ex_);
   ep_pair_row_.bind(&ex_);
   mma_groups_.bind(&ex_);
@@ -1362,13 +1362,16 @@ void DeviceBackend<Exec>::ffn_expert_parallel(int layer, std::span<const RowRang
   at = 0;
   for (const RowRange& r : rows) {
     const int64_t n = r.end - r.begin, r0 = r.begin;
-    if (L.shared) {
+    if (L.shared) {  // the shared expert's row as ExpertDownK sums it (k = 0: the shared alone)
       hshared_.reserve(n * ms.shared_inter);
+      ep_shared_.reserve(n * d);
       ex_.for_each(n * ms.shared_inter, dk::ExpertUpK{h_.data() + r0 * d, L.shared, nullptr, nullptr, 1, d,
                                                       ms.shared_inter, ms.swiglu_limit, hshared_.data()});
+      ex_.for_each(n * d, dk::ExpertDownK{L.experts, nullptr, 0, d, ms.inter, nullptr, L.shared, ms.shared_inter,
+                                          hshared_.data(), ep_shared_.data()});
     }
-    ex_.for_each(n * d, dk::ExpertCombineK{ep_ret_.data(), ep_pair_row_.data() + at * k, int(k), d, L.shared,
-                                           ms.shared_inter, hshared_.data(), a_.data() + r0 * d});
+    ex_.for_each(n * d, dk::ExpertCombineK{ep_ret_.data(), ep_pair_row_.data() + at * k, int(k), d,
+                                           L.shared ? ep_shared_.data() : nullptr, a_.data() + r0 * d});
     ex_.for_each(n * hc * d, dk::MhcExpandK{a_.data() + r0 * d, x2_.data() + r0 * hc * d, post_b_.data() + r0 * hc,
                                             comb_b_.data() + r0 * hc * hc, int(hc), d, x_.data() + r0 * hc * d});
     at += n;

@@ -151,21 +151,20 @@ struct ExpertDownK {
 // Expert parallelism (parallel/expert_parallel.h): token t's routed experts ran on their ranks,
 // each returning its output row (ExpertDownK with k = 1: that expert's float sum, weight applied)
 // at parts[pair_row[t · k + j]]; y[t, c] adds them in the token's choice order, then the shared
-// expert's sum — ExpertDownK's arithmetic in its order, so the same bits as one rank.
+// expert's row (ExpertDownK with k = 0: its float sum) — ExpertDownK's additions in its order, of
+// the sums its simple and warp kernels form, so the same bits as one rank.
 struct ExpertCombineK {
   const float* parts;
   const int64_t* pair_row;  // [T, k]
   int k;
   int64_t d;
-  const ExpertW* shared;  // or null
-  int64_t shared_inter;
-  const float* hs;
+  const float* shared;  // [T, d], or null
   float* y;
   DSV41_HD void operator()(int64_t id) const {
     const int64_t t = id / d, c = id % d;
     float acc = 0.0f;
     for (int j = 0; j < k; ++j) acc += parts[pair_row[t * k + j] * d + c];
-    if (shared) acc += down_sum(*shared, shared_inter, hs + t * shared_inter, c);
+    if (shared) acc += shared[id];
     y[id] = acc;
   }
 };

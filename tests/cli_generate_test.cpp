@@ -77,17 +77,31 @@ TEST(CliGenerate, GoldenFixtureSameIdsWhateverTheParallelism) {
 // backend, 2 ranks of the device backend's emulation, and with DSpark (against one engine with the
 // same --dspark: sampled requests verify by the rejection rule, whose tokens are not plain
 // decoding's); what it does not run yet is refused.
-TEST(CliGenerate, RanksGiveOneEnginesOutput) {
-  const std::string model = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
-  const std::string req = write_requests(kRequests);
+// The output lines of `generate --ranks N` against one engine's, for model directory `model`.
+void expect_ranks_match_one_engine(const std::string& model, const std::string& req) {
   const auto one = run_cli("generate -m " + model + " --requests " + req + " --parallel 2", Stderr::kDiscard);
   EXPECT_EQ(one.code, 1) << "some requests fail";
   EXPECT_NE(one.out.find("\"id\":\"greedy\",\"ids\":["), std::string::npos) << one.out;
   for (const char* ranks : {"--parallel 2 --ranks 2", "--parallel 1 --ranks 3", "--parallel 2 --ranks 2 --backend device-emulation"}) {
     const auto got = run_cli("generate -m " + model + " --requests " + req + " " + ranks, Stderr::kDiscard);
     EXPECT_EQ(got.code, 1) << ranks;
-    EXPECT_EQ(got.out, one.out) << ranks;
+    EXPECT_EQ(got.out, one.out) << model << " " << ranks;
   }
+}
+
+// The golden fixture (an independent implementation's model, ../shared): the same.
+TEST(CliGenerate, GoldenFixtureRanksGiveOneEnginesOutput) {
+  const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " is absent (a plain clone has no ../shared)";
+  const std::string req = write_requests(kRequests);
+  expect_ranks_match_one_engine(dir, req);
+  std::filesystem::remove(req);
+}
+
+TEST(CliGenerate, RanksGiveOneEnginesOutput) {
+  const std::string model = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  const std::string req = write_requests(kRequests);
+  expect_ranks_match_one_engine(model, req);
   const auto one_dspark = run_cli("generate -m " + model + " --requests " + req + " --parallel 2 --dspark 2", Stderr::kDiscard);
   const auto ranks_dspark =
       run_cli("generate -m " + model + " --requests " + req + " --parallel 2 --dspark 2 --ranks 2", Stderr::kDiscard);

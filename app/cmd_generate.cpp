@@ -317,9 +317,7 @@ Status use_gpu_ranks(int ranks, RankGroupOptions& go, std::vector<std::unique_pt
   std::iota(devices.begin(), devices.end(), 0);
   DSV41_ASSIGN_OR_RETURN(nccl, NcclCommunicator::create_all(lib, devices));
   for (const auto& c : nccl) go.communicators.push_back(c.get());
-  go.bind_rank_thread = [](int r) {
-    if (Status st = cuda_use_device(r); !st.ok()) std::fprintf(stderr, "dsv41 generate: %s\n", st.to_string().c_str());
-  };
+  go.bind_rank_thread = [](int r) { return cuda_use_device(r); };
   go.backend = [](const Model& m, int, Communicator* comm) { return make_cuda_backend(m, comm); };
   return ok_status();
 #else

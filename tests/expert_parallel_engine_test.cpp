@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -206,6 +208,56 @@ TEST(ExpertParallelEngine, MissingRankFailsTheBatchNotTheProcess) {
   std::vector<std::span<const Segment>> batches(2);
   std::vector<const std::vector<SegmentResult>*> out;
   EXPECT_FALSE((*group)->forward(std::span<const std::span<const Segment>>(batches.data(), 1), out).ok());
+}
+
+// A thread binding that fails (RankGroupOptions::bind_rank_thread: a GPU rank's cudaSetDevice)
+// fails the group's creation, or a later step, with the rank named — and every rank still runs its
+// part of that step (no rank waits out the exchange's timeout for it), so the group stays usable.
+TEST(ExpertParallelEngine, AFailedThreadBindingFailsCreationOrTheStepNamingTheRank) {
+  const Model& m = testing::engine_test_model();
+  auto failing = std::make_shared<std::atomic<int>>(1);  // the rank whose binding fails; -1: none
+  RankGroupOptions o;
+  o.ranks = 3;
+  o.timeout = std::chrono::seconds(600);  // a rank left waiting would hang the test, not time out
+  o.bind_rank_thread = [failing](int r) {
+    return r == failing->load() ? internal_error("device " + std::to_string(r) + " is gone") : ok_status();
+  };
+  auto refused = RankGroup::create(m, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rank 1's thread"), std::string::npos) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("device 1 is gone"), std::string::npos) << refused.status().to_string();
+
+  failing->store(-1);
+  auto group = RankGroup::create(m, o);
+  ASSERT_TRUE(group.ok()) << group.status().to_string();
+  RankGroup& g = **group;
+  std::vector<std::vector<Segment>> segs(3);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  for (int r = 0; r < 3; ++r) {
+    Segment s;
+    s.sequence = g.engine(r).add_sequence(64).value();
+    s.tokens = prompt;
+    segs[static_cast<size_t>(r)].push_back(s);
+  }
+  const auto step = [&] {
+    std::vector<std::span<const Segment>> batches;
+    for (const auto& b : segs) batches.emplace_back(b);
+    std::vector<const std::vector<SegmentResult>*> out;
+    Status st = g.forward(batches, out);
+    for (const auto* res : out) EXPECT_NE(res, nullptr) << "every rank ran its part";
+    return st;
+  };
+  failing->store(2);
+  const Status st = step();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("rank 2's thread"), std::string::npos) << st.to_string();
+  failing->store(-1);
+  for (auto& b : segs) {  // the failed step ran on every rank: each sequence is 3 tokens long
+    ASSERT_EQ(g.engine(static_cast<int>(&b - segs.data())).length(b[0].sequence).value(), 3);
+    b[0].start = 3;
+    b[0].tokens = std::span<const int32_t>(prompt.data() + 2, 1);
+  }
+  EXPECT_TRUE(step().ok()) << "the group is usable after a failed binding";
 }
 
 TEST(ExpertParallelEngine, RejectsBadGroups) {

@@ -2,6 +2,8 @@
 #include "runtime/rank_group.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "parallel/run_ranks.h"
@@ -53,7 +55,7 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(std::span<const Model* cons
   for (int r = 0; r < options.ranks; ++r) {
     const Model& model = *models[r];
     std::unique_ptr<Backend> backend;
-    g->bind_thread(r);
+    DSV41_RETURN_IF_ERROR(g->bind_thread(r));
     if (options.backend) {
       auto made = options.backend(model, r, comms[r]);
       if (!made.ok()) return made.status().with_context("rank group: rank " + std::to_string(r) + "'s backend");
@@ -72,11 +74,18 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(std::span<const Model* cons
 }
 
 RankGroup::~RankGroup() {
-  // Each engine (and its backend's device memory) released on its rank's binding.
+  // Each engine (and its backend's device memory) released on its rank's binding (where that
+  // fails there is no better place to release it: the error is dropped).
   for (int r = ranks() - 1; r >= 0; --r) {
-    bind_thread(r);
+    (void)bind_thread(r);
     engines_[static_cast<size_t>(r)].reset();
   }
+}
+
+Status RankGroup::bind_thread(int rank) const {
+  if (!bind_) return ok_status();
+  Status st = bind_(rank);
+  return st.ok() ? st : st.with_context("rank " + std::to_string(rank) + "'s thread");
 }
 
 Result<RankGroup::Placed> RankGroup::add_sequence(int64_t max_context) {
@@ -93,10 +102,12 @@ Status RankGroup::forward(std::span<const std::span<const Segment>> batches,
     return invalid_argument("rank group: " + std::to_string(batches.size()) + " batches for " +
                             std::to_string(ranks()) + " ranks (one per rank, empty for an idle rank)");
   out.assign(static_cast<size_t>(ranks()), nullptr);
+  std::vector<Status> bound(static_cast<size_t>(ranks()));
   run_ranks(ranks(), [&](int r) {
-    bind_thread(r);
-    out[r] = &engines_[r]->forward(batches[r]);
+    bound[r] = bind_thread(r);
+    out[r] = &engines_[r]->forward(batches[r]);  // even unbound: the other ranks wait for its part
   });
+  for (const Status& st : bound) DSV41_RETURN_IF_ERROR(st);
   return ok_status();
 }
 

@@ -42,8 +42,10 @@ struct RankGroupOptions {
   std::function<Result<std::unique_ptr<Backend>>(const Model& model, int rank, Communicator* experts)> backend;
   // Called on the thread that is about to work for rank r — before its backend is made, before
   // each of its steps, before its engine is destroyed: e.g. making GPU r the thread's current
-  // CUDA device (one rank per GPU). Null: nothing.
-  std::function<void(int rank)> bind_rank_thread;
+  // CUDA device (one rank per GPU). An error fails the group's creation or that step (naming the
+  // rank); a rank whose binding failed in a step still runs its part of it, so that no other rank
+  // waits for it at an exchange. Null: nothing.
+  std::function<Status(int rank)> bind_rank_thread;
 };
 
 class RankGroup {
@@ -58,10 +60,8 @@ class RankGroup {
 
   int ranks() const { return static_cast<int>(engines_.size()); }
   // RankGroupOptions::bind_rank_thread for rank r on the calling thread (a caller that drives the
-  // engines itself, e.g. RankScheduler, calls it before working for r).
-  void bind_thread(int rank) const {
-    if (bind_) bind_(rank);
-  }
+  // engines itself, e.g. RankScheduler, calls it before working for r); its error names the rank.
+  Status bind_thread(int rank) const;
   Engine& engine(int rank) { return *engines_[static_cast<size_t>(rank)]; }
   // The loopback group the ranks exchange through (null with the caller's communicators).
   LoopbackGroup* loopback() { return group_.get(); }
@@ -75,7 +75,7 @@ class RankGroup {
 
   // One step: rank r's engine runs forward(batches[r]) for every rank at once (batches.size() must
   // be ranks(); an empty batch is an idle rank). out[r] = rank r's results (valid until the next
-  // call).
+  // call). A failed thread binding fails the step (the results are then not to be trusted).
   Status forward(std::span<const std::span<const Segment>> batches,
                  std::vector<const std::vector<SegmentResult>*>& out);
 
@@ -86,7 +86,7 @@ class RankGroup {
   std::vector<CpuExec> execs_;
   std::unique_ptr<LoopbackGroup> group_;
   std::vector<std::unique_ptr<Engine>> engines_;
-  std::function<void(int rank)> bind_;
+  std::function<Status(int rank)> bind_;
 };
 
 }  // namespace dsv41

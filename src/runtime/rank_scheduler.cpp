@@ -30,8 +30,9 @@ Result<bool> RankScheduler::step() {
   const int n = group_->ranks();
   std::vector<char> more(static_cast<size_t>(n), 0);
   std::vector<int64_t> forwards(static_cast<size_t>(n), 0);
+  std::vector<Status> bound(static_cast<size_t>(n));
   run_ranks(n, [&](int r) {
-    group_->bind_thread(r);
+    bound[r] = group_->bind_thread(r);  // a failure still runs the round: the others wait for its part
     Engine& engine = group_->engine(r);
     const int64_t before = engine.forward_calls();
     more[r] = schedulers_[static_cast<size_t>(r)]->step();
@@ -39,6 +40,7 @@ Result<bool> RankScheduler::step() {
     if (engine.forward_calls() == before) engine.forward({});
     forwards[r] = engine.forward_calls() - before;
   });
+  for (const Status& st : bound) DSV41_RETURN_IF_ERROR(st);
   for (int r = 0; r < n; ++r)
     if (forwards[r] != 1)
       return internal_error("several ranks: rank " + std::to_string(r) + " ran " + std::to_string(forwards[r]) +

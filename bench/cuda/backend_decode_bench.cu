@@ -2,7 +2,7 @@
 // first slice): B sequences prefilled with C random tokens each, then S timed decode steps of
 // all B together (one engine forward per step, greedy next tokens), per backend and batch size.
 //   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32]
-//                            [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-gN]
+//                            [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-gN]
 //                            [--profile STEPS]
 //                            [--weights stored|widened] [--greedy N]
 // cuda-simple is the CUDA backend with its fast kernels off (every step in its simple kernel,
@@ -14,7 +14,8 @@
 // DeviceBackend::set_fused); cuda-nomma runs the experts and the stored / bf16 GEMMs of steps of
 // ≥ 64 rows on the warp kernels instead of tensor cores (DeviceBackend::set_mma_gemm, mma_gemm.h:
 // on by default since session 20, so `cuda` and `cuda-mma` are the same backend; cuda-nomma is
-// the before of that A/B).
+// the before of that A/B); cuda-floatexp reads the warp expert kernels' stored units by the float
+// decode (cuda_backend_set_float_experts: the default before session 22's rule by width).
 // --weights: how the model holds its FP8 / FP4 matrices (default stored: the device backend
 // uploads those bytes as they are; widened: float32 / bf16, as the backend did before).
 // --greedy N: first a same-function check: a 24-token prompt then N greedy steps on the CPU and
@@ -215,7 +216,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--weights") && i + 1 < argc) weights = argv[++i];
     else if (!std::strcmp(argv[i], "--greedy") && i + 1 < argc) greedy_steps = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-gN] [--profile STEPS] [--weights stored|widened] [--greedy N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-gN] [--profile STEPS] [--weights stored|widened] [--greedy N]\n", argv[0]);
       return 2;
     }
   }
@@ -248,6 +249,7 @@ int main(int argc, char** argv) {
     int64_t chunk;
     bool fused = true;
     bool mma = true;  // set_mma_gemm (the backend's default)
+    bool float_experts = false;  // cuda_backend_set_float_experts
   };
   std::vector<Variant> cudas;
   constexpr int64_t kChunk = CudaExec::kGraphChunk;
@@ -257,6 +259,7 @@ int main(int argc, char** argv) {
   if (wants("cuda-unfused")) cudas.push_back({"cuda-unfused", true, true, true, kChunk, false});
   if (wants("cuda-nomma")) cudas.push_back({"cuda-nomma", true, true, true, kChunk, true, false});
   if (wants("cuda-mma")) cudas.push_back({"cuda-mma", true, true, true, kChunk, true, true});
+  if (wants("cuda-floatexp")) cudas.push_back({"cuda-floatexp", true, true, true, kChunk, true, true, true});
   if (wants("cuda")) cudas.push_back({"cuda", true, true, true, kChunk});
   for (const std::string& n : names) {
     if (n.rfind("cuda-g", 0) == 0 && n.size() > 6 && n.find_first_not_of("0123456789", 6) == std::string::npos) {
@@ -264,8 +267,8 @@ int main(int argc, char** argv) {
       continue;
     }
     if (n != "cpu" && n != "cuda" && n != "cuda-simple" && n != "cuda-segcomp" && n != "cuda-nograph" &&
-        n != "cuda-unfused" && n != "cuda-mma" && n != "cuda-nomma") {
-      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple, cuda-segcomp, cuda-nograph, cuda-unfused, cuda-mma, cuda-nomma, cuda-gN)\n",
+        n != "cuda-unfused" && n != "cuda-mma" && n != "cuda-nomma" && n != "cuda-floatexp") {
+      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple, cuda-segcomp, cuda-nograph, cuda-unfused, cuda-mma, cuda-nomma, cuda-floatexp, cuda-gN)\n",
                    argv[0], n.c_str());
       return 2;
     }
@@ -291,7 +294,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cpu greedy: %s\n", c.status().to_string().c_str());
       return 1;
     }
-    for (const auto& [name, fast, batched_compress, graphs, chunk, fused, mma] : cudas) {
+    for (const auto& [name, fast, batched_compress, graphs, chunk, fused, mma, float_experts] : cudas) {
       auto b = make_cuda_backend(**model);
       if (!b.ok()) return 1;
       cuda_backend_set_fast_kernels(**b, fast);
@@ -299,6 +302,7 @@ int main(int argc, char** argv) {
       cuda_backend_set_graphs(**b, graphs, chunk);
       cuda_backend_set_fused(**b, fused);
       cuda_backend_set_mma_gemm(**b, mma);
+      cuda_backend_set_float_experts(**b, float_experts);
       auto g = greedy(std::move(*b), **model, prompt, greedy_steps);
       if (!g.ok()) {
         std::fprintf(stderr, "%s greedy: %s\n", name.c_str(), g.status().to_string().c_str());
@@ -331,7 +335,7 @@ int main(int argc, char** argv) {
       std::printf("backend cpu  batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / cpu.median_step_s,
                   cpu.median_step_s * 1e3);
     }
-    for (const auto& [name, fast, batched_compress, graphs, chunk, fused, mma] : cudas) {
+    for (const auto& [name, fast, batched_compress, graphs, chunk, fused, mma, float_experts] : cudas) {
       auto backend = make_cuda_backend(**model);
       if (!backend.ok()) {
         std::fprintf(stderr, "cuda: %s\n", backend.status().to_string().c_str());
@@ -342,6 +346,7 @@ int main(int argc, char** argv) {
       cuda_backend_set_graphs(**backend, graphs, chunk);
       cuda_backend_set_fused(**backend, fused);
       cuda_backend_set_mma_gemm(**backend, mma);
+      cuda_backend_set_float_experts(**backend, float_experts);
       auto r = run(std::move(*backend), **model, b, context, steps, profile);
       if (!r.ok()) {
         std::fprintf(stderr, "%s batch %d: %s\n", name.c_str(), b, r.status().to_string().c_str());

@@ -57,6 +57,10 @@ void cuda_backend_set_fused(Backend& backend, bool on);
 // The experts and stored / bf16 GEMMs of steps of at least min_rows rows on tensor cores
 // (DeviceBackend::set_mma_gemm; on by default, off for A/B). Nothing for another backend.
 void cuda_backend_set_mma_gemm(Backend& backend, bool on, int64_t min_rows = 64);
+// The warp expert kernels read every stored unit by the float decode (on: the decode before session
+// 22) instead of the default rule by width (fast_kernels.h ExpertDecode; the same bits, for A/B).
+// Nothing for another backend.
+void cuda_backend_set_float_experts(Backend& backend, bool on);
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
 // DSpark's drafter on the GPU (the default) or on the host from downloaded features
 // (DeviceBackend::set_device_drafter; the "before" in benchmarks). Nothing for another backend.

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <typeinfo>
 #include <vector>
 
@@ -122,7 +123,7 @@ class CudaExec {
     ++counts_.launches;
     open_capture();
     if (profiling_) check(cudaEventRecord(events_[0], stream()), "cudaEventRecord");
-    const bool fast = fast_ && fast::launch(n, f, stream());
+    const bool fast = fast_ && launch_fast(n, f);
     if (!fast) dsv41_for_each_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream()>>>(n, f);
     if (graphs_.capturing()) graphs_.note(typeid(F).hash_code() ^ (fast ? kFastNode : 0));
     check(cudaGetLastError(), "kernel launch");
@@ -137,7 +138,7 @@ class CudaExec {
     if (!fast_) return c.run_simple(*this);
     open_capture();
     if (profiling_) check(cudaEventRecord(events_[0], stream()), "cudaEventRecord");
-    if (!fast::launch_chain(c, stream())) return c.run_simple(*this);
+    if (!launch_fast_chain(c)) return c.run_simple(*this);
     if (graphs_.capturing()) graphs_.note(typeid(C).hash_code() ^ kFastNode);
     ++counts_.launches;
     check(cudaGetLastError(), "kernel launch");
@@ -148,6 +149,10 @@ class CudaExec {
   // ones are checked against, and the "before" of benchmarks).
   void set_fast_kernels(bool on) { fast_ = on; }
   bool fast_kernels() const { return fast_; }
+  // How the warp expert kernels (the batched up projection, the down + expand chain) read stored
+  // FP8 / FP4 units: kDefault (fast_kernels.h, a rule by width) or one decode for all (the same
+  // bits; the "before" of benchmarks).
+  void set_expert_decode(fast::ExpertDecode d) { expert_decode_ = d; }
   // Diagnostics for benchmarks: while on, every launch is timed by events around it (and waited
   // for, so a profiled step is slower than a plain one) and the device time is summed per kernel
   // body type (mangled type name → launches, milliseconds).
@@ -249,6 +254,20 @@ class CudaExec {
     if (!ok) cudaGetLastError();
     return ok && a.type == cudaMemoryTypeHost;
   }
+  template <class F>
+  bool launch_fast(int64_t n, const F& f) {
+    if constexpr (std::is_same_v<F, dk::Batched<dk::ExpertUpK>>)
+      return fast::launch_experts_up(f, expert_decode_, stream());
+    else
+      return fast::launch(n, f, stream());
+  }
+  template <class C>
+  bool launch_fast_chain(const C& c) {
+    if constexpr (std::is_same_v<C, dk::DownExpandChain>)
+      return fast::launch_down_expand(c, expert_decode_, stream());
+    else
+      return fast::launch_chain(c, stream());
+  }
   void open_capture() {
     if (!graph_armed_ || graphs_.capturing() || !status_.ok()) return;
     captured_ = 0;
@@ -317,6 +336,7 @@ class CudaExec {
   ExecCounts counts_;
   bool profiling_ = false;
   bool fast_ = true;
+  fast::ExpertDecode expert_decode_ = fast::ExpertDecode::kDefault;
   cudaEvent_t events_[2] = {nullptr, nullptr};
   cudaStream_t stream_ = nullptr;
   StreamGraphs graphs_;

@@ -136,13 +136,14 @@ struct MhcCollapseK {  // y[t, c] = Σ_j pre[t, j] · x[t, j, c]; rows picks the
   int hc;
   int64_t d;
   float* y;
-  DSV41_HD void operator()(int64_t id) const {
+  DSV41_HD float value(int64_t id) const {
     const int64_t i = id / d, c = id % d;
     const int64_t t = rows ? rows[i] : i;
     float acc = 0;
     for (int j = 0; j < hc; ++j) acc += pre[t * hc + j] * x[(t * hc + j) * d + c];
-    y[id] = acc;
+    return acc;
   }
+  DSV41_HD void operator()(int64_t id) const { y[id] = value(id); }
 };
 
 // mHC collapse then RMSNorm of its output in place (attention_input, ffn): the simple path is the

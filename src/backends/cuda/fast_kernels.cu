@@ -44,6 +44,8 @@ static __device__ inline float block_max(float v, float* sh) {
   return warp_max(l < int(blockDim.x >> 5) ? sh[l] : -INFINITY);
 }
 
+namespace cg = cooperative_groups;
+
 static unsigned blocks_for(int64_t n, int64_t per_block) { return unsigned((n + per_block - 1) / per_block); }
 
 // The latency-bound chains at few tokens (docs/CUDA.md "Chains at batch 1"): true runs them with
@@ -95,6 +97,9 @@ static __device__ inline void prefetch_weight_rows(const dk::DevWeight& w, int64
 // Measured on the H200 (docs/CUDA.md "Small decode launches, session 17"): kLaneBlocks,
 // kStagedExpand, kStagedDownExpand and kStagedNorm faster; kRouterAhead and kStagedCollapse not
 // (within ±4 % of main's kernels), so off: the router and the collapse + norm chain run main's code.
+// kSplitCollapseNorm (session 22): the collapse + norm chain of few wide rows (d ≥ 2,048) over a
+// cluster of blocks per row (collapse_norm_split_kernel); false: one block per row as before.
+constexpr bool kSplitCollapseNorm = true;
 constexpr bool kLaneBlocks = true, kStagedExpand = true, kRouterAhead = false;
 constexpr bool kStagedCollapse = false, kStagedDownExpand = true, kStagedNorm = true;
 // The most dynamic shared memory the staged kernels take (else their old kernels run): room for
@@ -199,13 +204,16 @@ static __device__ inline double lane_dot(const dk::DevWeight& w, int64_t r, int6
 // lane_dot_kind's sum with kChainBatch steps' weight loads issued before their products are
 // added (in the same order: the same bits). In lane_dot_kind each step's loads wait for the sum
 // of the step before (the loop is not unrolled), so a 1,024-wide row took 8 memory round trips.
+// (lo, hi: only columns [lo, hi) of the row, lo a multiple of 32 · 8 — router_split_kernel's
+// share of it; by default the whole row.)
 template <int kMode>
 static __device__ inline double lane_dot_ahead_kind(const dk::DevWeight& w, int64_t r, int64_t n, const float* x,
-                                                    int lane) {
+                                                    int lane, int64_t lo = 0, int64_t hi = -1) {
   constexpr int V = WeightLoad<kMode>::kWidth, kStep = 32 * V;
+  const int64_t end = hi < 0 ? n : hi;
   double acc = 0;
-  int64_t c = int64_t(lane) * V;
-  for (; c + (kChainBatch - 1) * kStep < n; c += kChainBatch * kStep) {
+  int64_t c = lo + int64_t(lane) * V;
+  for (; c + (kChainBatch - 1) * kStep < end; c += kChainBatch * kStep) {
     float v[kChainBatch][V], xv[kChainBatch][V];
 #pragma unroll
     for (int u = 0; u < kChainBatch; ++u) {
@@ -218,7 +226,7 @@ static __device__ inline double lane_dot_ahead_kind(const dk::DevWeight& w, int6
 #pragma unroll
       for (int j = 0; j < V; ++j) acc += double(v[u][j]) * xv[u][j];
   }
-  for (; c < n; c += kStep) {
+  for (; c < end; c += kStep) {
     float v[V];
     load_weights<kMode>(w, r, c, n, v);
 #pragma unroll
@@ -227,13 +235,14 @@ static __device__ inline double lane_dot_ahead_kind(const dk::DevWeight& w, int6
   return acc;
 }
 
-static __device__ inline double lane_dot_ahead(const dk::DevWeight& w, int64_t r, int64_t n, const float* x, int lane) {
+static __device__ inline double lane_dot_ahead(const dk::DevWeight& w, int64_t r, int64_t n, const float* x, int lane,
+                                               int64_t lo = 0, int64_t hi = -1) {
   switch (load_kind(w, n)) {
-    case 1: return lane_dot_ahead_kind<1>(w, r, n, x, lane);
-    case 2: return lane_dot_ahead_kind<2>(w, r, n, x, lane);
-    case 3: return lane_dot_ahead_kind<3>(w, r, n, x, lane);
-    case 4: return lane_dot_ahead_kind<4>(w, r, n, x, lane);
-    default: return lane_dot_ahead_kind<0>(w, r, n, x, lane);
+    case 1: return lane_dot_ahead_kind<1>(w, r, n, x, lane, lo, hi);
+    case 2: return lane_dot_ahead_kind<2>(w, r, n, x, lane, lo, hi);
+    case 3: return lane_dot_ahead_kind<3>(w, r, n, x, lane, lo, hi);
+    case 4: return lane_dot_ahead_kind<4>(w, r, n, x, lane, lo, hi);
+    default: return lane_dot_ahead_kind<0>(w, r, n, x, lane, lo, hi);
   }
 }
 
@@ -431,9 +440,70 @@ static __global__ void __launch_bounds__(256) collapse_norm_staged_kernel(const 
   rmsnorm_row_fast(norm, 0);
 }
 
+// Wide rows, few of them (session 22): one block per row reads the row's hc streams (80 KB at the
+// synthetic model's d 5,120) through one SM, one dependent round trip after another (the collapse
+// stores, the norm reads back): ≈ 20 µs a launch there, 80 launches a step at batch 1. Here a
+// cluster of kSplitNormBlocks blocks takes a row: block b collapses columns [b·w, b·w + w) into
+// registers (MhcCollapseK::value: the collapse's bits), sums their squares (double), and the
+// blocks read each other's sums through distributed shared memory and add them in block order
+// (every block the same total); then each scales its own columns as RmsNormK does. The norm's
+// sum in another order than rmsnorm_row's (within CollapseNormMatchesSimple's bound).
+constexpr int kSplitNormBlocks = 8;  // a portable cluster size
+constexpr int kSplitNormThreads = 256, kSplitNormCols = 4;  // columns a thread holds
+constexpr int64_t kSplitNormMinD = 2048, kSplitNormMaxRows = 16;
+
+static __global__ void __cluster_dims__(kSplitNormBlocks, 1, 1) __launch_bounds__(kSplitNormThreads)
+    collapse_norm_split_kernel(const dk::CollapseNormChain c) {
+  __shared__ double sh[32];
+  __shared__ double block_ss;
+  cg::cluster_group cluster = cg::this_cluster();
+  const dk::MhcCollapseK& k = c.collapse;
+  const dk::RmsNormK& norm = c.norm;
+  const int rank = int(cluster.block_rank());
+  const int64_t i = blockIdx.x / kSplitNormBlocks, d = k.d;
+  const int64_t width = (d + kSplitNormBlocks - 1) / kSplitNormBlocks, lo = rank * width;
+  const int64_t hi = lo + width < d ? lo + width : d;
+  float v[kSplitNormCols];
+  double ss = 0;
+#pragma unroll
+  for (int u = 0; u < kSplitNormCols; ++u) {
+    const int64_t col = lo + threadIdx.x + u * kSplitNormThreads;
+    v[u] = col < hi ? k.value(i * d + col) : 0.0f;
+  }
+#pragma unroll
+  for (int u = 0; u < kSplitNormCols; ++u)
+    if (lo + threadIdx.x + u * kSplitNormThreads < hi) ss += double(v[u]) * v[u];
+  ss = block_sum(ss, sh);
+  if (threadIdx.x == 0) block_ss = ss;
+  cluster.sync();  // every block's sum is written
+  double total = 0;
+  for (int b = 0; b < kSplitNormBlocks; ++b) total += *cluster.map_shared_rank(&block_ss, b);
+  const float mean_sq = float(total / double(d));
+  const float scale = float(1.0 / sqrt(double(mean_sq + norm.eps)));
+#pragma unroll
+  for (int u = 0; u < kSplitNormCols; ++u) {
+    const int64_t col = lo + threadIdx.x + u * kSplitNormThreads;
+    if (col >= hi) continue;
+    if (norm.y != k.y) k.y[i * d + col] = v[u];
+    const float x = v[u] * scale;
+    norm.y[i * d + col] = norm.weight ? norm.weight[col] * x : x;
+  }
+  cluster.sync();  // no block leaves while another may still read its sum
+}
+
+static bool split_collapse_norm(const dk::CollapseNormChain& c) {
+  const int64_t d = c.collapse.d;
+  return kSplitCollapseNorm && c.n <= kSplitNormMaxRows && d >= kSplitNormMinD &&
+         d <= int64_t(kSplitNormBlocks) * kSplitNormThreads * kSplitNormCols;
+}
+
 bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s) {
   if (c.n > 0x7fffffff || c.norm.x != c.collapse.y || c.norm.n != c.collapse.d) return false;
   if (c.n <= 0) return true;
+  if (split_collapse_norm(c)) {
+    collapse_norm_split_kernel<<<unsigned(c.n * kSplitNormBlocks), kSplitNormThreads, 0, s>>>(c);
+    return true;
+  }
   const size_t smem = staged_collapse_smem(c);
   if (kStagedCollapse && c.norm.y == c.collapse.y && smem <= kStagedSmem)
     collapse_norm_staged_kernel<<<unsigned(c.n), 256, smem, s>>>(c);
@@ -501,22 +571,29 @@ static __device__ inline ExpertSums lane_dots(const dk::DevWeight& w, int64_t r0
 // 120 → 90 µs at 1 token (−32 % / −26 %; that call's GPU ran everything ≈ 1.5× slower than
 // session 19's), 8 tokens −43 % / −31 %; at mini-flash's d 1,024 the up launch is slower (19.0 →
 // 22–24 µs) and mini-flash end to end slower (batch 1 up 0.18 → 0.23 ms a step). The stream
-// paths' bits were not yet compared on the GPU (the call's test run stopped at an illegal address
-// of the single-body launch, fixed above it since), so the default stays the float decode.
+// paths' bits were not yet compared on the GPU then (the call's test run stopped at an illegal
+// address of the single-body launch, fixed above it since).
+// Session 22: the stream paths' bits were compared on the GPU since (FastExpertsCuda.*, 5 of 5 bit
+// for bit at session 20's merged call), so the default is a rule by the sums' length (kExpertPath
+// below it, the single-body launch always): stream-2 where a warp's rows are at least
+// kStreamMinDot long (the synthetic model's up 5,120 and down 2,304: −33 % / −27 % a launch),
+// the float decode below (mini-flash's up 1,024, where stream was slower).
 constexpr int kFloatUnits = 0, kPlaced = 1, kPlacedAhead = 2, kStreamUnits = 3, kStreamShort = 4;
 constexpr int kExpertPath = kFloatUnits;
+constexpr int64_t kStreamMinDot = 2048;
 
 __host__ __device__ constexpr bool is_stream(int path) { return path == kStreamUnits || path == kStreamShort; }
 __host__ __device__ constexpr int stream_stages(int path) { return path == kStreamShort ? 2 : 3; }
 
-static int expert_path(ExpertDecode d) {
+// dot: the length of the rows the launch's warps sum (the shortest where they differ).
+static int expert_path(ExpertDecode d, int64_t dot) {
   switch (d) {
     case ExpertDecode::kFloat: return kFloatUnits;
     case ExpertDecode::kPlaced: return kPlaced;
     case ExpertDecode::kPlacedAhead: return kPlacedAhead;
     case ExpertDecode::kStream: return kStreamUnits;
     case ExpertDecode::kStreamShort: return kStreamShort;
-    default: return kExpertPath;
+    default: return dot >= kStreamMinDot ? kStreamShort : kExpertPath;
   }
 }
 
@@ -651,20 +728,22 @@ bool launch(int64_t, const dk::Batched<dk::ExpertUpK>& b, cudaStream_t s) {
 
 bool launch_experts_up(const dk::Batched<dk::ExpertUpK>& b, ExpertDecode decode, cudaStream_t s) {
   UpWarps w{};
-  int64_t total = 0;
+  int64_t total = 0, dot = INT64_MAX;
   for (int j = 0; j < b.n; ++j) {
     if (b.body[j].inter < 1 || b.count[j] % b.body[j].inter != 0) return false;
     w.warps[j] = expert_up_warps(b.count[j], b.body[j]);
     total += w.warps[j];
+    dot = std::min(dot, b.body[j].d);
   }
   if (b.n < 1 || blocks_for(total, kWarpsPerBlock) > 0x7fffffffu) return false;
   if (total <= 0) return true;
   const unsigned blocks = blocks_for(total, kWarpsPerBlock);
-  switch (expert_path(decode)) {
+  const int path = expert_path(decode, dot);
+  switch (path) {
     case kFloatUnits: expert_up_batch_kernel<kFloatUnits><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
     case kPlaced: expert_up_batch_kernel<kPlaced><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
     case kPlacedAhead: expert_up_batch_kernel<kPlacedAhead><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
-    default: return launch_up_stream(b, w, total, expert_path(decode) == kStreamShort, s);
+    default: return launch_up_stream(b, w, total, path == kStreamShort, s);
   }
   return true;
 }
@@ -799,7 +878,7 @@ bool launch_down_expand(const dk::DownExpandChain& c, ExpertDecode decode, cudaS
   if (blocks > 0x7fffffff) return false;
   if (blocks <= 0) return true;
   const unsigned grid = unsigned(blocks);
-  switch (expert_path(decode)) {
+  switch (expert_path(decode, k.shared ? std::min(k.inter, k.shared_inter) : k.inter)) {
     case kFloatUnits: down_expand_kernel<kFloatUnits><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
     case kPlaced: down_expand_kernel<kPlaced><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
     case kPlacedAhead: down_expand_kernel<kPlacedAhead><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
@@ -896,25 +975,11 @@ static unsigned router_threads(int E) {
   return kRouterWide ? 32u * unsigned(std::clamp(E, kWarpsPerBlock, 32)) : unsigned(kRouterThreads);
 }
 
-static __global__ void __launch_bounds__(1024) router_kernel(const dk::RouterChain c) {
-  __shared__ float s[kRouterThreads], wt[kRouterThreads];
-  __shared__ int32_t ex[kRouterThreads];
-  const int64_t t = blockIdx.x;
+// The temperature, RouteK's selection and the stores of token t from its E logits s (shared
+// memory), by a block of at least E threads (all of them call it).
+static __device__ void router_finish(const dk::RouterChain& c, int64_t t, float* s, int32_t* ex, float* wt) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, E = c.route.E, k = c.route.k;
   const dk::GemmK& g = c.gate;
-  // The E gate rows (up to kRouterPrefetch bytes: more would push each other out of L1) and the
-  // token's input, asked for at once.
-  if (kBatchedChains && kPrefetchRouter) {
-    prefetch_weight_rows(g.w, E, g.in, kRouterPrefetch);
-    prefetch_l1(g.x + t * g.x_stride, g.in * int64_t(sizeof(float)));
-  }
-  for (int o = warp; o < E; o += int(blockDim.x >> 5)) {
-    const float* xt = g.x + t * g.x_stride;
-    const double lane_sum = kRouterAhead || kRouterWide ? lane_dot_ahead(g.w, o, g.in, xt, lane) : lane_dot(g.w, o, g.in, xt, lane);
-    const double sum = warp_sum(lane_sum);
-    if (lane == 0) s[o] = float(sum);
-  }
-  __syncthreads();
   dk::ScaleK scale = c.scale;
   scale.x = s;
   if (int(threadIdx.x) < E) scale(threadIdx.x);
@@ -940,12 +1005,79 @@ static __global__ void __launch_bounds__(1024) router_kernel(const dk::RouterCha
   }
 }
 
+static __global__ void __launch_bounds__(1024) router_kernel(const dk::RouterChain c) {
+  __shared__ float s[kRouterThreads], wt[kRouterThreads];
+  __shared__ int32_t ex[kRouterThreads];
+  const int64_t t = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, E = c.route.E;
+  const dk::GemmK& g = c.gate;
+  // The E gate rows (up to kRouterPrefetch bytes: more would push each other out of L1) and the
+  // token's input, asked for at once.
+  if (kBatchedChains && kPrefetchRouter) {
+    prefetch_weight_rows(g.w, E, g.in, kRouterPrefetch);
+    prefetch_l1(g.x + t * g.x_stride, g.in * int64_t(sizeof(float)));
+  }
+  for (int o = warp; o < E; o += int(blockDim.x >> 5)) {
+    const float* xt = g.x + t * g.x_stride;
+    const double lane_sum = kRouterAhead || kRouterWide ? lane_dot_ahead(g.w, o, g.in, xt, lane) : lane_dot(g.w, o, g.in, xt, lane);
+    const double sum = warp_sum(lane_sum);
+    if (lane == 0) s[o] = float(sum);
+  }
+  __syncthreads();
+  router_finish(c, t, s, ex, wt);
+}
+
+// Wide gate rows at few tokens (session 22): one block per token read the synthetic model's 32 ×
+// 5,120 float gate (640 KB) through one SM, ≈ 28 µs a launch (40 a step at batch 1). Here a
+// cluster of kSplitRouterBlocks blocks takes a token: block b forms every row's lane shares over
+// columns [b·w, b·w + w) (lane_dot_ahead's, w a multiple of 256), the warp sums them, and block 0
+// adds the blocks' sums in block order (doubles: the logit's float the one-block kernel's but for
+// a sum in another order) and runs router_finish.
+constexpr bool kSplitRouter = true;
+constexpr int kSplitRouterBlocks = 8;  // a portable cluster size
+constexpr int64_t kSplitRouterMinIn = 2048, kSplitRouterMaxTokens = 16;
+
+static __global__ void __cluster_dims__(kSplitRouterBlocks, 1, 1) __launch_bounds__(1024)
+    router_split_kernel(const dk::RouterChain c) {
+  __shared__ float s[kRouterThreads], wt[kRouterThreads];
+  __shared__ int32_t ex[kRouterThreads];
+  __shared__ double part[32];  // this block's share of each row's sum (E ≤ 32)
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank());
+  const int64_t t = blockIdx.x / kSplitRouterBlocks;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, E = c.route.E;
+  const dk::GemmK& g = c.gate;
+  const int64_t width = (g.in + kSplitRouterBlocks * 256 - 1) / (kSplitRouterBlocks * 256) * 256;
+  const int64_t lo = rank * width, hi = lo + width < g.in ? lo + width : g.in;
+  const float* xt = g.x + t * g.x_stride;
+  for (int o = warp; o < E; o += int(blockDim.x >> 5)) {
+    const double sum = warp_sum(lo < hi ? lane_dot_ahead(g.w, o, g.in, xt, lane, lo, hi) : 0.0);
+    if (lane == 0) part[o] = sum;
+  }
+  cluster.sync();  // every block's shares are written
+  if (rank == 0 && int(threadIdx.x) < E) {
+    double sum = 0;
+    for (int b = 0; b < kSplitRouterBlocks; ++b) sum += cluster.map_shared_rank(part, b)[threadIdx.x];
+    s[threadIdx.x] = float(sum);
+  }
+  cluster.sync();  // block 0 has read every block's shares (the others may leave)
+  if (rank == 0) router_finish(c, t, s, ex, wt);
+}
+
+static bool split_router(const dk::RouterChain& c) {
+  return kSplitRouter && c.gate.in >= kSplitRouterMinIn && c.route.E <= 32 && c.m <= kSplitRouterMaxTokens;
+}
+
 bool launch_chain(const dk::RouterChain& c, cudaStream_t s) {
   const dk::GemmK& g = c.gate;
   if (c.m > 0x7fffffff || g.out > kRouterThreads || c.route.E != g.out || c.route.k > c.route.E ||
       g.y_stride != g.out || c.scale.x != g.y || c.route.s != g.y)
     return false;
-  if (c.m > 0) router_kernel<<<unsigned(c.m), router_threads(c.route.E), 0, s>>>(c);
+  if (c.m <= 0) return true;
+  if (split_router(c))
+    router_split_kernel<<<unsigned(c.m * kSplitRouterBlocks), router_threads(c.route.E), 0, s>>>(c);
+  else
+    router_kernel<<<unsigned(c.m), router_threads(c.route.E), 0, s>>>(c);
   return true;
 }
 
@@ -1204,12 +1336,20 @@ static __device__ inline void prefetch_mix_slice(const dk::MhcCoeffChain& c, Mhc
 
 // Block (s, t)'s part of the split mix: r_t from the token's streams f (the whole block, the same
 // bits in every block), then the 24 partial sums of slice s into c.partials.
+static __device__ void mhc4_slice_mix(const dk::MhcCoeffChain& c, const float* f, int64_t s, int64_t S, int64_t t,
+                                       float rt);
+
 static __device__ void mhc4_slice(const dk::MhcCoeffChain& c, const float* f, int64_t s, int64_t S, int64_t t) {
   __shared__ double sh[32];
+  mhc4_slice_mix(c, f, s, S, t, mhc_rsqrt_of(c, f, sh));
+}
+
+// The mix part of block (s, t): r_t given (the same in every block of the token).
+static __device__ void mhc4_slice_mix(const dk::MhcCoeffChain& c, const float* f, int64_t s, int64_t S, int64_t t,
+                                       float rt) {
   __shared__ double part[kMhcSliceThreads / 32][kMhcMix];
   const int64_t flat = c.rsqrt.flat;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const float rt = mhc_rsqrt_of(c, f, sh);
   if (tid == 0 && s == 0) c.rsqrt.r[t] = rt;
   const MhcSlice sl = mhc_slice_range(flat, s, S);
   const int64_t lo = sl.lo, hi = sl.hi;
@@ -1233,6 +1373,47 @@ static __device__ void mhc4_slice(const dk::MhcCoeffChain& c, const float* f, in
     for (int q = 0; q < kMhcSliceThreads / 32; ++q) w += part[q][tid];
     c.partials[(t * S + s) * kMhcMix + tid] = w;
   }
+}
+
+// Wide tokens (session 22; flat above the fused chain's 10,240, the synthetic model's 20,480):
+// every block of mhc4_slice_kernel forms r_t over the whole token, 80 loads a thread, 10 round
+// trips. Here the slices run in clusters of kMhcClusterBlocks: block q of a cluster sums the
+// squares of part q of the token, the cluster's blocks add the parts in order through distributed
+// shared memory (every cluster the same bits: the same parts, the same order), then each block
+// runs its slice's mix. r_t's sum in another order than mhc_rsqrt_of's (within
+// MhcCoefficientsMatchSimple's bound).
+constexpr bool kMhcClusterRsqrt = true;
+constexpr int kMhcClusterBlocks = 8;  // a portable cluster size
+constexpr int64_t kMhcClusterMinFlat = 10241;
+
+static __global__ void __cluster_dims__(kMhcClusterBlocks, 1, 1) __launch_bounds__(kMhcSliceThreads)
+    mhc4_slice_cluster_kernel(const dk::MhcCoeffChain c) {
+  __shared__ double sh[32];
+  __shared__ double block_ss;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank());
+  const int64_t flat = c.rsqrt.flat, t = blockIdx.y;
+  const float* f = c.rsqrt.x + t * flat;
+  prefetch_mix_slice(c, mhc_slice_range(flat, blockIdx.x, gridDim.x));
+  const MhcSlice part = mhc_slice_range(flat, rank, kMhcClusterBlocks);
+  double ss = 0;
+  int64_t i = part.lo + threadIdx.x;
+  for (; i + (kChainBatch - 1) * kMhcSliceThreads < part.hi; i += kChainBatch * kMhcSliceThreads) {
+    float v[kChainBatch];
+#pragma unroll
+    for (int u = 0; u < kChainBatch; ++u) v[u] = f[i + u * kMhcSliceThreads];
+#pragma unroll
+    for (int u = 0; u < kChainBatch; ++u) ss += double(v[u]) * v[u];
+  }
+  for (; i < part.hi; i += kMhcSliceThreads) ss += double(f[i]) * f[i];
+  ss = block_sum(ss, sh);
+  if (threadIdx.x == 0) block_ss = ss;
+  cluster.sync();  // every block's part is written
+  double total = 0;
+  for (int b = 0; b < kMhcClusterBlocks; ++b) total += *cluster.map_shared_rank(&block_ss, b);
+  cluster.sync();  // every block has read the parts (each may leave)
+  const float rt = float(1.0 / sqrt(double(float(total / double(flat))) + double(c.rsqrt.eps)));
+  mhc4_slice_mix(c, f, blockIdx.x, gridDim.x, t, rt);
 }
 
 static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_slice_kernel(const dk::MhcCoeffChain c) {
@@ -1396,7 +1577,10 @@ bool launch_chain(const dk::MhcCoeffChain& c, cudaStream_t s) {
   if (c.finish.hc == 4 && c.mix.mix == kMhcMix && c.n <= 0x7fffffff) {
     const int64_t S = c.partials ? mhc_slices(c) : 0;
     if (S >= 2 && c.n <= c.partial_tokens) {
-      mhc4_slice_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, 0, s>>>(c);
+      if (kMhcClusterRsqrt && c.rsqrt.flat >= kMhcClusterMinFlat && S % kMhcClusterBlocks == 0)
+        mhc4_slice_cluster_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, 0, s>>>(c);
+      else
+        mhc4_slice_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, 0, s>>>(c);
       mhc4_gather_kernel<<<unsigned(c.n), 32, 0, s>>>(c, int(S));
       return true;
     }
@@ -1818,7 +2002,6 @@ bool launch_chain(const dk::DraftSlotChain& c, cudaStream_t s) {
 // block knows the pick, which the next slot's bias follows. Slots a request does not want end its
 // loop (the same for the whole cluster). One launch and two cluster barriers a slot, against two
 // launches a slot (≈ 7 µs each in a replayed draft on the H200, session 17).
-namespace cg = cooperative_groups;
 constexpr int kSlotBlocks = 8;      // a portable cluster size
 constexpr int kSlotThreads = 1024;  // 8 · 1,024 threads: dsv41-mini's 8,192 entries one a thread
 

@@ -37,7 +37,8 @@ bool launch(int64_t n, const dk::ExpertDownK& k, cudaStream_t s = 0);
 // FP8 / FP4 units (docs/CUDA.md "Batch-1 experts without conversions"): kFloat, each code widened
 // to float then double (before); kPlaced, the codes placed in doubles by byte permutes; kPlacedAhead,
 // that with the next step's units loaded before the current step's sums; kDefault, the one launch()
-// and launch_chain() take (kFloat: the others were not faster where it counts, fast_kernels.cu);
+// and launch_chain() take (a rule by the rows' length, fast_kernels.cu: kStreamShort where they are
+// at least 2,048 long, else kFloat);
 // kStream / kStreamShort (session 20, expert_stream.cuh), the placed decode on units streamed
 // through a shared-memory ring 3 / 2 steps deep. All give the same bits. For the tests and the
 // old / new bench.

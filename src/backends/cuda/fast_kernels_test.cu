@@ -466,13 +466,17 @@ TEST(FastKernelsCuda, BatchedGemmsAndNormsMatchSimple) {
 }
 
 // mHC collapse + RMSNorm in one kernel (dk::CollapseNormChain) against its two simple launches:
-// hc 4 × d 1024 (mini-flash) and odd widths, the head's row list, with and without a weight.
+// hc 4 × d 1024 (mini-flash), 5120 (the synthetic model) and odd widths, the head's row list,
+// with and without a weight.
 TEST(FastKernelsCuda, CollapseNormMatchesSimple) {
   DSV41_REQUIRE_CUDA_DEVICE();
   CudaExec ex;
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(50);
-  for (auto [hc, d, T] : {std::tuple<int, int64_t, int64_t>{4, 1024, 1}, {4, 1024, 9}, {4, 37, 3}, {1, 300, 2}}) {
+  // (d ≥ 2,048 at ≤ 16 rows: the cluster split of session 22, the synthetic model's 5,120 and an
+  // odd width whose last block holds a partial share.)
+  for (auto [hc, d, T] : {std::tuple<int, int64_t, int64_t>{4, 1024, 1}, {4, 1024, 9}, {4, 37, 3}, {1, 300, 2},
+                          {4, 5120, 1}, {4, 5120, 8}, {4, 2048 + 37, 3}, {2, 8192, 2}, {4, 5120, 17}}) {
     const float* x = dev.up(kc::randn(rng, T * hc * d, 2.0f));
     const float* pre = dev.up(kc::randn(rng, T * hc));
     const float* w = dev.up(kc::randn(rng, d));
@@ -578,7 +582,15 @@ TEST(FastKernelsCuda, RouterMatchesSimple) {
                         // (kRouterAhead: 8 steps a batch — 1,024 floats / 2,048 bf16 a lane row — then
                         // the tail one step at a time: two batches and 32 / 64 more, lanes 0 … 7 only.)
                         Case{16, 6, dk::Scoring::kSqrtSoftplus, 2, 2080, false},
-                        Case{16, 6, dk::Scoring::kSqrtSoftplus, 1, 4160, false, false, true}}) {
+                        Case{16, 6, dk::Scoring::kSqrtSoftplus, 1, 4160, false, false, true},
+                        // (Gate rows ≥ 2,048 at ≤ 16 tokens: the cluster split of session 22 — the
+                        // synthetic model's 32 × 5,120, an odd width whose last blocks hold nothing,
+                        // bf16, the one-block kernel again at 17 tokens.)
+                        Case{32, 6, dk::Scoring::kSqrtSoftplus, 1, 5120, false},
+                        Case{32, 6, dk::Scoring::kSqrtSoftplus, 8, 5120, true},
+                        Case{20, 4, dk::Scoring::kSigmoid, 3, 2056, false, false, true},
+                        Case{32, 6, dk::Scoring::kSqrtSoftplus, 2, 2048, false, true},
+                        Case{32, 6, dk::Scoring::kSqrtSoftplus, 17, 5120, false}}) {
     const float* h = dev.up(kc::randn(rng, c.T * c.d));
     const std::vector<float> gate_f =
         c.ties ? std::vector<float>(size_t(c.E * c.d), 0.0f) : kc::randn(rng, c.E * c.d, 0.05f);
@@ -657,12 +669,13 @@ TEST(FastKernelsCuda, MhcCoefficientsMatchSimple) {
   // least split), flat 64 (1: not split), flat 4,096 = mini-flash's at 1 token (64 slices of 64), 3
   // tokens (42 of 98, the last 78) and 8 tokens (16), flat 4,100 (64 slices, the last of 5),
   // 8,192 × 2 (64 of 128), 16,384 × 1 and × 8, 4,000 × 2 (62 of 65, the last 35); other hc: the
-  // general one.)
+  // general one. Flat above 10,240 with slices in multiples of 8: r_t by clusters of 8 — 16,384 × 1
+  // and × 8, the synthetic model's 20,480 × 1, 10,400 × 4 (32 slices); 20,480 × 3 (42 slices) not.)
   double* partials = dev.template zeros<double>(8 * dk::MhcCoeffChain::kMhcPartials);
   for (auto [hc, dim, T] : {std::tuple<int, int64_t, int64_t>{4, 256, 1}, {4, 24, 9}, {1, 7, 3}, {8, 33, 2}, {4, 256, 70},
                             {4, 1024, 3}, {4, 33, 2}, {2, 64, 3}, {4, 4096, 1}, {4, 4096, 8}, {4, 1000, 2},
                             {4, 4096, 9}, {4, 32, 1}, {4, 16, 1}, {4, 1024, 1}, {4, 1024, 8}, {4, 1025, 1},
-                            {4, 2048, 2}}) {
+                            {4, 2048, 2}, {4, 5120, 1}, {4, 2600, 4}, {4, 5120, 3}}) {
     const int64_t flat = hc * dim, mix = (2 + hc) * hc;
     const auto x = kc::randn(rng, T * flat), fn = kc::randn(rng, mix * flat, 0.1f), base = kc::randn(rng, mix);
     const std::vector<float> scale = {0.7f, 1.3f, 0.9f};

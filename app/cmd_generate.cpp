@@ -333,7 +333,8 @@ Status use_gpu_ranks(int ranks, RankGroupOptions& go, std::vector<std::unique_pt
 // rounds; the results into `served` in input order.
 Status generate_over_ranks(const Model& model, int ranks, const std::string& backend_name, int threads,
                            const EngineOptions& eo, const SchedulerOptions& so, std::vector<Parsed>& parsed,
-                           std::vector<std::optional<GenerationResult>>& served, int64_t& steps) {
+                           std::vector<std::optional<GenerationResult>>& served, int64_t& steps, DsparkStats& dspark,
+                           double& draft_feed_ms) {
   RankGroupOptions go;
   go.ranks = ranks;
   go.engine = eo;
@@ -355,7 +356,21 @@ Status generate_over_ranks(const Model& model, int ranks, const std::string& bac
   }
   for (size_t i = 0; i < parsed.size(); ++i)
     if (tickets[i] >= 0) served[i] = scheduler->take(tickets[i]);
+  dspark = scheduler->dspark_stats();
+  draft_feed_ms = scheduler->draft_feed_ms();
   return ok_status();
+}
+
+// The DSpark line of a run (every rank's counts summed).
+void print_dspark_summary(const std::string& mode, const DsparkStats& d, double feed_ms) {
+  std::string slots;
+  for (size_t i = 0; i < d.slot_verified.size(); ++i)
+    slots += (i ? " " : "") + std::to_string(d.slot_verified[i] ? double(d.slot_accepted[i]) / d.slot_verified[i] : 0.0).substr(0, 5);
+  std::fprintf(stderr, "dspark %s: %lld drafting steps, %lld drafts verified, %lld accepted (%.3f per step), "
+               "per-slot acceptance [%s], %.1f ms drafting, %.1f ms feeding the rings\n",
+               mode.c_str(), static_cast<long long>(d.steps), static_cast<long long>(d.verified),
+               static_cast<long long>(d.accepted), d.steps ? double(d.accepted) / d.steps : 0.0, slots.c_str(), d.draft_ms,
+               feed_ms);
 }
 
 int generate_main(int argc, char** argv) {
@@ -499,15 +514,19 @@ int generate_main(int argc, char** argv) {
   std::vector<int64_t> tickets(parsed.size(), -1);
   std::vector<std::optional<GenerationResult>> served(parsed.size());
   int64_t prompt_tokens = 0;
+  for (Parsed& p : parsed) {
+    if (!p.status.ok()) continue;
+    prompt_tokens += static_cast<int64_t>(p.request.prompt.size());
+    p.request.depth = *depth;
+  }
   int64_t steps = 0;
   if (ranks > 1) {
-    for (Parsed& p : parsed) {
-      if (!p.status.ok()) continue;
-      prompt_tokens += static_cast<int64_t>(p.request.prompt.size());
-      p.request.depth = *depth;
-    }
     const auto t0 = std::chrono::steady_clock::now();
-    if (Status st = generate_over_ranks(**model, ranks, backend_name, threads, eo, so, parsed, served, steps); !st.ok())
+    DsparkStats rank_dspark;
+    double feed_ms = 0;
+    if (Status st = generate_over_ranks(**model, ranks, backend_name, threads, eo, so, parsed, served, steps,
+                                        rank_dspark, feed_ms);
+        !st.ok())
       return fail(st);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     int64_t generated = 0;
@@ -517,6 +536,7 @@ int generate_main(int argc, char** argv) {
                  "(%lld steps, %.1f generated tok/s), %d ranks, parallel %d per rank\n",
                  parsed.size(), failures, static_cast<long long>(prompt_tokens), static_cast<long long>(generated),
                  seconds, static_cast<long long>(steps), generated / std::max(seconds, 1e-9), ranks, parallel);
+    if (dspark->on) print_dspark_summary(dspark_text, rank_dspark, feed_ms);
     return failures == 0 ? 0 : 1;
   }
   auto backend = app::make_backend(backend_name, **model);
@@ -527,12 +547,8 @@ int generate_main(int argc, char** argv) {
   if (!scheduler.ok()) return fail(scheduler.status());
   const auto t0 = std::chrono::steady_clock::now();
   if (cache_dir.empty()) {
-    for (size_t i = 0; i < parsed.size(); ++i) {
-      if (!parsed[i].status.ok()) continue;
-      prompt_tokens += static_cast<int64_t>(parsed[i].request.prompt.size());
-      parsed[i].request.depth = *depth;
-      tickets[i] = (*scheduler)->submit(parsed[i].request);
-    }
+    for (size_t i = 0; i < parsed.size(); ++i)
+      if (parsed[i].status.ok()) tickets[i] = (*scheduler)->submit(parsed[i].request);
     while ((*scheduler)->step()) ++steps;
   } else {
     ServeTurnTiers tiers;
@@ -550,11 +566,6 @@ int generate_main(int argc, char** argv) {
       if (!telemetry) return fail(io_error(telemetry_path + ": cannot write"));
     }
     std::vector<std::optional<ServeTurnRecord>> records(parsed.size());
-    for (Parsed& p : parsed) {
-      if (!p.status.ok()) continue;
-      prompt_tokens += static_cast<int64_t>(p.request.prompt.size());
-      p.request.depth = *depth;
-    }
     serve_cached(**engine, **scheduler, tiers, live, parsed, parallel, ctx, prefill_chunk, tickets, served, records,
                  steps);
     for (const auto& r : records)
@@ -576,16 +587,7 @@ int generate_main(int argc, char** argv) {
                parsed.size(), failures, static_cast<long long>(prompt_tokens), static_cast<long long>(generated),
                seconds, static_cast<long long>(steps), generated / std::max(seconds, 1e-9),
                parallel);
-  if (dspark->on) {
-    const DsparkStats& d = (*scheduler)->dspark_stats();
-    std::string slots;
-    for (size_t i = 0; i < d.slot_verified.size(); ++i)
-      slots += (i ? " " : "") + std::to_string(d.slot_verified[i] ? double(d.slot_accepted[i]) / d.slot_verified[i] : 0.0).substr(0, 5);
-    std::fprintf(stderr, "dspark %s: %lld drafting steps, %lld drafts verified, %lld accepted (%.3f per step), "
-                 "per-slot acceptance [%s], %.1f ms drafting, %.1f ms feeding the rings\n",
-                 dspark_text.c_str(), static_cast<long long>(d.steps), static_cast<long long>(d.verified),
-                 static_cast<long long>(d.accepted), d.steps ? double(d.accepted) / d.steps : 0.0, slots.c_str(), d.draft_ms, (*engine)->draft_feed_ms());
-  }
+  if (dspark->on) print_dspark_summary(dspark_text, (*scheduler)->dspark_stats(), (*engine)->draft_feed_ms());
   return failures == 0 ? 0 : 1;
 }
 

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <regex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -77,6 +79,11 @@ TEST(CliGenerate, GoldenFixtureSameIdsWhateverTheParallelism) {
 // backend, 2 ranks of the device backend's emulation, and with DSpark (against one engine with the
 // same --dspark: sampled requests verify by the rejection rule, whose tokens are not plain
 // decoding's); what it does not run yet is refused.
+std::string file_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
 // The output lines of `generate --ranks N` against one engine's, for model directory `model`.
 void expect_ranks_match_one_engine(const std::string& model, const std::string& req) {
   const auto one = run_cli("generate -m " + model + " --requests " + req + " --parallel 2", Stderr::kDiscard);
@@ -102,11 +109,26 @@ TEST(CliGenerate, RanksGiveOneEnginesOutput) {
   const std::string model = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
   const std::string req = write_requests(kRequests);
   expect_ranks_match_one_engine(model, req);
-  const auto one_dspark = run_cli("generate -m " + model + " --requests " + req + " --parallel 2 --dspark 2", Stderr::kDiscard);
-  const auto ranks_dspark =
-      run_cli("generate -m " + model + " --requests " + req + " --parallel 2 --dspark 2 --ranks 2", Stderr::kDiscard);
+  // With DSpark (fixed K = 2: every decoding sequence drafts 2 at every step, so the drafts
+  // verified and accepted do not depend on which rank holds a sequence): the same lines, and the
+  // summary line (every rank's counts summed) the same counts as one engine's.
+  const std::string one_out = req + ".one", ranks_out = req + ".ranks";
+  const auto one_dspark = run_cli("generate -m " + model + " --requests " + req + " --parallel 2 --dspark 2 --out " + one_out,
+                                  Stderr::kMerge);
+  const auto ranks_dspark = run_cli(
+      "generate -m " + model + " --requests " + req + " --parallel 2 --dspark 2 --ranks 2 --out " + ranks_out, Stderr::kMerge);
   EXPECT_EQ(ranks_dspark.code, 1);
-  EXPECT_EQ(ranks_dspark.out, one_dspark.out);
+  EXPECT_NE(file_text(one_out), "");
+  EXPECT_EQ(file_text(ranks_out), file_text(one_out));
+  const auto counts = [](const std::string& err) {
+    const std::regex line(R"(dspark 2: (\d+) drafting steps, (\d+) drafts verified, (\d+) accepted)");
+    std::smatch m;
+    return std::regex_search(err, m, line) ? m[1].str() + " " + m[2].str() + " " + m[3].str() : std::string("none");
+  };
+  EXPECT_NE(counts(one_dspark.out), "none") << one_dspark.out;
+  EXPECT_EQ(counts(ranks_dspark.out), counts(one_dspark.out)) << ranks_dspark.out;
+  std::filesystem::remove(one_out);
+  std::filesystem::remove(ranks_out);
   for (const char* refused : {"--ranks 2 --cache-dir /tmp/dsv41-unused", "--ranks 2 --backend cuda"}) {
     const auto r = run_cli("generate -m " + model + " --requests " + req + " " + refused, Stderr::kMerge);
     EXPECT_EQ(r.code, 2) << refused << ": " << r.out;

@@ -49,6 +49,18 @@ Result<bool> RankScheduler::step() {
   return std::any_of(more.begin(), more.end(), [](char m) { return m != 0; });
 }
 
+DsparkStats RankScheduler::dspark_stats() const {
+  DsparkStats total;
+  for (const auto& s : schedulers_) total.add(s->dspark_stats());
+  return total;
+}
+
+double RankScheduler::draft_feed_ms() const {
+  double ms = 0;
+  for (int r = 0; r < group_->ranks(); ++r) ms += group_->engine(r).draft_feed_ms();
+  return ms;
+}
+
 std::optional<GenerationResult> RankScheduler::take(int64_t ticket) {
   if (ticket < 0 || ticket >= static_cast<int64_t>(tickets_.size())) return std::nullopt;
   const Ticket& t = tickets_[static_cast<size_t>(ticket)];

@@ -35,6 +35,10 @@ class RankScheduler {
   Result<bool> step();
   std::optional<GenerationResult> take(int64_t ticket);
   int rank_of(int64_t ticket) const { return tickets_[static_cast<size_t>(ticket)].rank; }
+  // DSpark's counts summed over the ranks (DsparkStats::add), and the ranks' engines' time feeding
+  // the drafters' rings.
+  DsparkStats dspark_stats() const;
+  double draft_feed_ms() const;
 
  private:
   RankScheduler() = default;

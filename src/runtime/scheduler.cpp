@@ -597,4 +597,24 @@ bool Scheduler::step() {
   return true;
 }
 
+void DsparkStats::add(const DsparkStats& other) {
+  steps += other.steps;
+  verified += other.verified;
+  accepted += other.accepted;
+  emitted += other.emitted;
+  const auto add_slots = [](std::vector<int64_t>& into, const std::vector<int64_t>& from) {
+    if (into.size() < from.size()) into.resize(from.size(), 0);
+    for (size_t i = 0; i < from.size(); ++i) into[i] += from[i];
+  };
+  add_slots(slot_verified, other.slot_verified);
+  add_slots(slot_accepted, other.slot_accepted);
+  draft_ms += other.draft_ms;
+  for (int b = 0; b < kCalibrationBuckets; ++b) {
+    calibration_drafts[b] += other.calibration_drafts[b];
+    calibration_accepted[b] += other.calibration_accepted[b];
+    calibration_estimate[b] += other.calibration_estimate[b];
+  }
+  drafting_steps += other.drafting_steps;
+}
+
 }  // namespace dsv41

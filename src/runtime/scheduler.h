@@ -168,6 +168,9 @@ struct DsparkStats {
     float ms = 0, draft_ms = 0;      // the whole step (drafting included), the drafter alone
   };
   std::vector<Step> step_trace;
+  // Adds another scheduler's counts (several ranks' totals): counters, per-slot and calibration
+  // counts and times summed; verdicts and step traces stay per scheduler (not added).
+  void add(const DsparkStats& other);
 };
 
 class Scheduler {

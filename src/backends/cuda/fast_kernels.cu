@@ -1530,31 +1530,23 @@ static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_expand_slice_ker
   mhc4_slice(c, streams, s, S, t);
 }
 
-static __global__ void __launch_bounds__(32) mhc4_gather_kernel(const dk::MhcCoeffChain c, int S) {
+// The gather (session 22): one lane adding a token's S slices of an output in turn waited S /
+// kChainBatch round trips (8 at S = 64); now warp o of kMhcMix adds output o's slices, lane l
+// taking slices l, l + 32 (all loads at once), then the warp sum: one round trip. A fixed order
+// (the same bits in every run, and for the fused and separate chains alike), another than before.
+constexpr int kMhcGatherThreads = 32 * kMhcMix;
+static_assert(kMhcMaxSlices <= 64, "mhc4_gather_kernel: two slices a lane");
+
+static __global__ void __launch_bounds__(kMhcGatherThreads) mhc4_gather_kernel(const dk::MhcCoeffChain c, int S) {
   __shared__ float m[kMhcMix];
   const int64_t t = blockIdx.x;
-  const int lane = threadIdx.x;
-  // The token's S × 24 partials asked for at once (at 64 slices the batches below would otherwise
-  // wait a round trip each).
-  prefetch_l1(c.partials + t * S * kMhcMix, int64_t(S) * kMhcMix * int64_t(sizeof(double)));
-  if (lane < kMhcMix) {
-    const double* p = c.partials + t * S * kMhcMix + lane;
-    double w = 0;
-    int s = 0;
-    if (kBatchedChains) {  // kChainBatch slices' loads in flight, added in slice order
-      for (; s + kChainBatch <= S; s += kChainBatch) {
-        double v[kChainBatch];
-#pragma unroll
-        for (int u = 0; u < kChainBatch; ++u) v[u] = p[(s + u) * kMhcMix];
-#pragma unroll
-        for (int u = 0; u < kChainBatch; ++u) w += v[u];
-      }
-    }
-    for (; s < S; ++s) w += p[s * kMhcMix];
-    m[lane] = float(w);
-  }
-  __syncwarp();
-  mhc4_finish(c.finish, t, m, lane);
+  const int lane = threadIdx.x & 31, o = threadIdx.x >> 5;
+  const double* p = c.partials + t * S * kMhcMix + o;
+  const double a = lane < S ? p[lane * kMhcMix] : 0.0, b = lane + 32 < S ? p[(lane + 32) * kMhcMix] : 0.0;
+  const double w = warp_sum(a + b);
+  if (lane == 0) m[o] = float(w);
+  __syncthreads();
+  if (o == 0) mhc4_finish(c.finish, t, m, lane);
 }
 
 // Expand + coefficients where the split mix runs and the token's streams fit in shared memory
@@ -1569,7 +1561,7 @@ bool launch_chain(const dk::ExpandCoeffChain& e, cudaStream_t s) {
   const bool staged = kStagedExpand && staged_expand_fits(e);
   const size_t smem = size_t(c.rsqrt.flat + (staged ? e.expand.d : 0)) * sizeof(float);
   mhc4_expand_slice_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, smem, s>>>(e);
-  mhc4_gather_kernel<<<unsigned(c.n), 32, 0, s>>>(c, int(S));
+  mhc4_gather_kernel<<<unsigned(c.n), kMhcGatherThreads, 0, s>>>(c, int(S));
   return true;
 }
 
@@ -1581,7 +1573,7 @@ bool launch_chain(const dk::MhcCoeffChain& c, cudaStream_t s) {
         mhc4_slice_cluster_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, 0, s>>>(c);
       else
         mhc4_slice_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, 0, s>>>(c);
-      mhc4_gather_kernel<<<unsigned(c.n), 32, 0, s>>>(c, int(S));
+      mhc4_gather_kernel<<<unsigned(c.n), kMhcGatherThreads, 0, s>>>(c, int(S));
       return true;
     }
     if (c.n > 0) mhc4_coeff_kernel<<<unsigned(c.n), kMhcThreads, 0, s>>>(c);

@@ -32,8 +32,14 @@
 #include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/gemm_quant.h"
+#include "kernels/cpu/thread_scratch.h"
 
 namespace dsv41::amx {
+// Internal linkage: this header is compiled with AMX / AVX-512 flags in the *_amx.cpp files and
+// without them in amx_emulated.cpp; with external linkage the two compilations of an inline
+// function here would be one function to the linker, which keeps either copy for both callers —
+// and the emulated path would run AVX-512 code on a CPU without it (thread_scratch.h).
+namespace {
 
 constexpr int64_t kTileRows = 16;    // rows of every tile
 constexpr int64_t kKStep = 32;       // bf16 per tile row (64 bytes)
@@ -245,12 +251,9 @@ void gemm_tiles(const CpuExec& ex, const float* x, int64_t rows, int64_t in, int
   }
   const int64_t kpad = round_up(in, kKStep), steps = kpad / kKStep;
   const int64_t m_pad = round_up(rows, 32), n_pad = round_up(out, 32);
-  // The caller's scratch, reused across calls on its thread (not state).
-  thread_local std::vector<uint16_t> xp_buf, wp_buf;
-  if (xp_buf.size() < static_cast<size_t>(m_pad * kpad * kParts)) xp_buf.resize(m_pad * kpad * kParts);
-  if (wp_buf.size() < static_cast<size_t>(n_pad * kpad)) wp_buf.resize(n_pad * kpad);
-  uint16_t* xp = xp_buf.data();
-  uint16_t* wp = wp_buf.data();
+  // The calling thread's scratch (thread_scratch.h: not state).
+  uint16_t* xp = thread_scratch_u16(ScratchSlot::kAmxX, static_cast<size_t>(m_pad * kpad * kParts));
+  uint16_t* wp = thread_scratch_u16(ScratchSlot::kAmxW, static_cast<size_t>(n_pad * kpad));
   ex.parallel_for(m_pad / 32, 1, [&](int64_t b, int64_t e) { pack_x_tiles(x, rows, in, steps, 2 * b, 2 * e, xp); });
   lap(&GemmTileTimes::pack_x_ns);
   ex.parallel_for(n_pad / 32, 1, [&](int64_t b, int64_t e) {
@@ -264,13 +267,12 @@ void gemm_tiles(const CpuExec& ex, const float* x, int64_t rows, int64_t in, int
   ex.parallel_for(n_panels * n_row_blocks, 1, [&](int64_t begin, int64_t end) {
     [[maybe_unused]] typename Tiles::Scope scope;
     Tiles tiles;
-    thread_local std::vector<float> acc;  // this thread's partial sums (not state)
-    if (acc.size() < static_cast<size_t>(m_block * kPanelCols)) acc.resize(m_block * kPanelCols);
+    float* const acc = thread_scratch_f32(ScratchSlot::kAmxAcc, static_cast<size_t>(m_block * kPanelCols));
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pi = t / n_row_blocks, rb = t % n_row_blocks;
       const int64_t g0 = pi * kPanelCols / 16, g1 = std::min(n_pad, (pi + 1) * kPanelCols) / 16;
       const int64_t r0 = rb * m_block, r1 = std::min(m_pad, r0 + m_block);
-      gemm_tile_task(tiles, xp, steps, r0 / 16, r1 / 16, wp, g0, g1, rows, out, y, acc.data());
+      gemm_tile_task(tiles, xp, steps, r0 / 16, r1 / 16, wp, g0, g1, rows, out, y, acc);
     }
   });
   lap(&GemmTileTimes::tiles_ns);
@@ -301,10 +303,9 @@ struct QuantFill {
       fill_quant_panel_avx512(*w, o0, o1, groups, kpad, dst);
       return;
     }
-    thread_local std::vector<float> wide;  // this thread's widened rows (not state)
-    if (wide.size() < static_cast<size_t>((o1 - o0) * in)) wide.resize((o1 - o0) * in);
-    gemm_quant_avx2_widen(*w, o0, o1, wide.data());
-    pack_panel<float>(wide.data(), in, o1 - o0, groups, kpad, dst);
+    float* const wide = thread_scratch_f32(ScratchSlot::kAmxWide, static_cast<size_t>((o1 - o0) * in));
+    gemm_quant_avx2_widen(*w, o0, o1, wide);
+    pack_panel<float>(wide, in, o1 - o0, groups, kpad, dst);
   }
 };
 
@@ -529,15 +530,15 @@ bool sink_attention_token_tiles(const SinkTokenArgs& a, SinkTokenBuffers& b) {
   if (!sink_attention_tiles_fit(a.heads, a.D)) return false;
   TokenPartClock clock(a.times);
   const int64_t H = a.heads, D = a.D, L = a.nwin + a.nsel, Lp = round_up(std::max<int64_t>(L, 1), 32);
-  b.keys.resize(static_cast<size_t>(Lp * D));
-  b.values.resize(static_cast<size_t>(Lp * D));
-  b.queries.resize(static_cast<size_t>(H * D * kParts));
-  b.probs.resize(static_cast<size_t>(H * Lp * kParts));
+  resize_buffer(b.keys, static_cast<size_t>(Lp * D));
+  resize_buffer(b.values, static_cast<size_t>(Lp * D));
+  resize_buffer(b.queries, static_cast<size_t>(H * D * kParts));
+  resize_buffer(b.probs, static_cast<size_t>(H * Lp * kParts));
   if (a.win_bf16) {
-    b.zero_bf16.assign(static_cast<size_t>(D), 0);
+    assign_buffer(b.zero_bf16, static_cast<size_t>(D), uint16_t{0});
     pack_token_keys_bf16(a, L, Lp, b.zero_bf16.data(), b.keys.data(), b.values.data(), a.tile.prefetch_rows);
   } else {
-    b.zeros.assign(static_cast<size_t>(D), 0u);
+    assign_buffer(b.zeros, static_cast<size_t>(D), 0u);
     if (!pack_token_keys(a, L, Lp, b.zeros.data(), b.keys.data(), b.values.data())) return false;
   }
   clock.mark(kPackKeys);
@@ -566,4 +567,5 @@ bool sink_attention_token_tiles(const SinkTokenArgs& a, SinkTokenBuffers& b) {
   return true;
 }
 
+}  // namespace
 }  // namespace dsv41::amx

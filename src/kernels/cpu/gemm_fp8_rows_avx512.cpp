@@ -12,6 +12,7 @@
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/gemm_avx512_lanes.h"
 #include "kernels/cpu/gemm_fp8_rows.h"
+#include "kernels/cpu/thread_scratch.h"
 
 namespace dsv41 {
 namespace {
@@ -112,9 +113,8 @@ bool scale_rows(const float* x, int rn, int64_t in, const uint8_t* scale_row, in
 void gemm_fp8_rows_avx512_block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeights& w,
                                 int64_t o0, int64_t o1, int64_t out, float* y, const FoldRange& fold) {
   if (!w.nan_free) return gemm_quant_avx512_block(x, r0, r1, in, w, o0, o1, out, y, fold);
-  // Scratch reused across calls on this thread (≤ 8 rows of x): not state.
-  thread_local std::vector<float> xs;
-  if (xs.size() < static_cast<size_t>(kTileRows * in)) xs.resize(static_cast<size_t>(kTileRows * in));
+  // The calling thread's scratch for ≤ 8 rows of x (thread_scratch.h: not state).
+  float* const xs = thread_scratch_f32(ScratchSlot::kFp8Rows, static_cast<size_t>(kTileRows * in));
   const int64_t rows = r1 - r0, groups = (rows + kTileRows - 1) / kTileRows;
   const int rg = static_cast<int>((rows + groups - 1) / groups);  // balanced: 12 → 6 + 6
   const int64_t block_rows = int64_t{1} << w.block_rows_log2;
@@ -125,12 +125,12 @@ void gemm_fp8_rows_avx512_block(const float* x, int64_t r0, int64_t r1, int64_t 
       const int64_t phase = (w.row_phase + o) & (block_rows - 1);
       const int64_t e = std::min(o1, o + block_rows - phase);
       const uint8_t* scale_row = w.scales + ((w.row_phase + o) >> w.block_rows_log2) * w.scale_cols;
-      if (!scale_rows(x + r * in, rn, in, scale_row, w.block_cols_log2, fold, xs.data())) {
+      if (!scale_rows(x + r * in, rn, in, scale_row, w.block_cols_log2, fold, xs)) {
         gemm_quant_avx512_block(x, r, r + rn, in, w, o, e, out, y, fold);
       } else {
         for (int64_t t = o; t < e; t += kTileOut) {
           const int on = static_cast<int>(e - t < kTileOut ? e - t : kTileOut);
-          tile_for(rn, on)(xs.data(), w.codes + t * w.row_bytes(), w.row_bytes(), in, y + r * out + t, out);
+          tile_for(rn, on)(xs, w.codes + t * w.row_bytes(), w.row_bytes(), in, y + r * out + t, out);
         }
       }
       o = e;

@@ -88,6 +88,16 @@ Status RankGroup::bind_thread(int rank) const {
   return st.ok() ? st : st.with_context("rank " + std::to_string(rank) + "'s thread");
 }
 
+Status RankGroup::run_bound(FunctionRef<void(int)> fn) const {
+  std::vector<Status> bound(static_cast<size_t>(ranks()));
+  run_ranks(ranks(), [&](int r) {
+    bound[r] = bind_thread(r);
+    fn(r);
+  });
+  for (const Status& st : bound) DSV41_RETURN_IF_ERROR(st);
+  return ok_status();
+}
+
 Result<RankGroup::Placed> RankGroup::add_sequence(int64_t max_context) {
   int best = 0;
   for (int r = 1; r < ranks(); ++r)
@@ -102,13 +112,7 @@ Status RankGroup::forward(std::span<const std::span<const Segment>> batches,
     return invalid_argument("rank group: " + std::to_string(batches.size()) + " batches for " +
                             std::to_string(ranks()) + " ranks (one per rank, empty for an idle rank)");
   out.assign(static_cast<size_t>(ranks()), nullptr);
-  std::vector<Status> bound(static_cast<size_t>(ranks()));
-  run_ranks(ranks(), [&](int r) {
-    bound[r] = bind_thread(r);
-    out[r] = &engines_[r]->forward(batches[r]);  // even unbound: the other ranks wait for its part
-  });
-  for (const Status& st : bound) DSV41_RETURN_IF_ERROR(st);
-  return ok_status();
+  return run_bound([&](int r) { out[r] = &engines_[r]->forward(batches[r]); });
 }
 
 }  // namespace dsv41

@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "base/function_ref.h"
 #include "base/thread_pool.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -62,6 +63,10 @@ class RankGroup {
   // RankGroupOptions::bind_rank_thread for rank r on the calling thread (a caller that drives the
   // engines itself, e.g. RankScheduler, calls it before working for r); its error names the rank.
   Status bind_thread(int rank) const;
+  // fn(r) for every rank at once, each on its own thread bound first (bind_thread); a rank whose
+  // binding failed still runs fn (the others would wait for its part of an exchange). Returns the
+  // first binding error, naming its rank.
+  Status run_bound(FunctionRef<void(int)> fn) const;
   Engine& engine(int rank) { return *engines_[static_cast<size_t>(rank)]; }
   // The loopback group the ranks exchange through (null with the caller's communicators).
   LoopbackGroup* loopback() { return group_.get(); }

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <string>
 
-#include "parallel/run_ranks.h"
 
 namespace dsv41 {
 
@@ -30,9 +29,7 @@ Result<bool> RankScheduler::step() {
   const int n = group_->ranks();
   std::vector<char> more(static_cast<size_t>(n), 0);
   std::vector<int64_t> forwards(static_cast<size_t>(n), 0);
-  std::vector<Status> bound(static_cast<size_t>(n));
-  run_ranks(n, [&](int r) {
-    bound[r] = group_->bind_thread(r);  // a failure still runs the round: the others wait for its part
+  const Status bound = group_->run_bound([&](int r) {
     Engine& engine = group_->engine(r);
     const int64_t before = engine.forward_calls();
     more[r] = schedulers_[static_cast<size_t>(r)]->step();
@@ -40,7 +37,7 @@ Result<bool> RankScheduler::step() {
     if (engine.forward_calls() == before) engine.forward({});
     forwards[r] = engine.forward_calls() - before;
   });
-  for (const Status& st : bound) DSV41_RETURN_IF_ERROR(st);
+  DSV41_RETURN_IF_ERROR(bound);
   for (int r = 0; r < n; ++r)
     if (forwards[r] != 1)
       return internal_error("several ranks: rank " + std::to_string(r) + " ran " + std::to_string(forwards[r]) +

@@ -46,6 +46,21 @@ static __device__ inline float block_max(float v, float* sh) {
 
 namespace cg = cooperative_groups;
 
+// Sum over a thread-block cluster, the result in every thread of every block: each block's
+// block_sum, then the blocks' sums added in rank order (so every block gets the same bits). Every
+// thread of every block must call it; it waits for the cluster twice (the second time so that no
+// block leaves while another still reads its sum).
+static __device__ double cluster_sum(cg::cluster_group& cluster, double v, double* sh) {
+  __shared__ double block_total;
+  v = block_sum(v, sh);
+  if (threadIdx.x == 0) block_total = v;
+  cluster.sync();
+  double total = 0;
+  for (unsigned b = 0; b < cluster.num_blocks(); ++b) total += *cluster.map_shared_rank(&block_total, b);
+  cluster.sync();
+  return total;
+}
+
 static unsigned blocks_for(int64_t n, int64_t per_block) { return unsigned((n + per_block - 1) / per_block); }
 
 // The latency-bound chains at few tokens (docs/CUDA.md "Chains at batch 1"): true runs them with
@@ -455,7 +470,6 @@ constexpr int64_t kSplitNormMinD = 2048, kSplitNormMaxRows = 16;
 static __global__ void __cluster_dims__(kSplitNormBlocks, 1, 1) __launch_bounds__(kSplitNormThreads)
     collapse_norm_split_kernel(const dk::CollapseNormChain c) {
   __shared__ double sh[32];
-  __shared__ double block_ss;
   cg::cluster_group cluster = cg::this_cluster();
   const dk::MhcCollapseK& k = c.collapse;
   const dk::RmsNormK& norm = c.norm;
@@ -473,11 +487,7 @@ static __global__ void __cluster_dims__(kSplitNormBlocks, 1, 1) __launch_bounds_
 #pragma unroll
   for (int u = 0; u < kSplitNormCols; ++u)
     if (lo + threadIdx.x + u * kSplitNormThreads < hi) ss += double(v[u]) * v[u];
-  ss = block_sum(ss, sh);
-  if (threadIdx.x == 0) block_ss = ss;
-  cluster.sync();  // every block's sum is written
-  double total = 0;
-  for (int b = 0; b < kSplitNormBlocks; ++b) total += *cluster.map_shared_rank(&block_ss, b);
+  const double total = cluster_sum(cluster, ss, sh);
   const float mean_sq = float(total / double(d));
   const float scale = float(1.0 / sqrt(double(mean_sq + norm.eps)));
 #pragma unroll
@@ -488,7 +498,6 @@ static __global__ void __cluster_dims__(kSplitNormBlocks, 1, 1) __launch_bounds_
     const float x = v[u] * scale;
     norm.y[i * d + col] = norm.weight ? norm.weight[col] * x : x;
   }
-  cluster.sync();  // no block leaves while another may still read its sum
 }
 
 static bool split_collapse_norm(const dk::CollapseNormChain& c) {
@@ -1389,7 +1398,6 @@ constexpr int64_t kMhcClusterMinFlat = 10241;
 static __global__ void __cluster_dims__(kMhcClusterBlocks, 1, 1) __launch_bounds__(kMhcSliceThreads)
     mhc4_slice_cluster_kernel(const dk::MhcCoeffChain c) {
   __shared__ double sh[32];
-  __shared__ double block_ss;
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank());
   const int64_t flat = c.rsqrt.flat, t = blockIdx.y;
@@ -1406,12 +1414,7 @@ static __global__ void __cluster_dims__(kMhcClusterBlocks, 1, 1) __launch_bounds
     for (int u = 0; u < kChainBatch; ++u) ss += double(v[u]) * v[u];
   }
   for (; i < part.hi; i += kMhcSliceThreads) ss += double(f[i]) * f[i];
-  ss = block_sum(ss, sh);
-  if (threadIdx.x == 0) block_ss = ss;
-  cluster.sync();  // every block's part is written
-  double total = 0;
-  for (int b = 0; b < kMhcClusterBlocks; ++b) total += *cluster.map_shared_rank(&block_ss, b);
-  cluster.sync();  // every block has read the parts (each may leave)
+  const double total = cluster_sum(cluster, ss, sh);
   const float rt = float(1.0 / sqrt(double(float(total / double(flat))) + double(c.rsqrt.eps)));
   mhc4_slice_mix(c, f, blockIdx.x, gridDim.x, t, rt);
 }

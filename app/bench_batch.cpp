@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "app/rank_flags.h"
 #include "kernels/cpu/membw.h"
+#include "runtime/rank_batch_bench.h"
 
 namespace dsv41::app {
 
@@ -81,6 +83,45 @@ int run_batch_bench_mode(const std::string& dir, const Model& model, const Batch
                   {"step_seconds", res.mixed.step_seconds},
                   {"decode_only_seconds", res.mixed.decode_only_seconds}};
   std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+int run_rank_batch_bench_mode(const std::string& dir, const Model& model, const BatchBenchOptions& options, int ranks,
+                              const std::string& backend, int threads, bool json) {
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "dsv41 bench: %s\n", s.to_string().c_str());
+    return 1;
+  };
+  auto setup = make_rank_group(model, ranks, backend, threads, EngineOptions{});
+  if (!setup.ok()) return fail(setup.status());
+  auto points = run_rank_batch_bench(*setup->group, options);
+  if (!points.ok()) return fail(points.status());
+  const double base = points->empty() ? 0 : points->front().tokens_per_s();
+  const std::string computes = setup->group->engine(0).backend().name();
+  if (!json) {
+    std::printf("batched decode over %d ranks (%s), %s: %lld-token contexts, %lld timed rounds per batch size; the "
+                "sequences spread over the ranks, every round one forward per rank with the MoE exchanges\n",
+                ranks, computes.c_str(), dir.c_str(), static_cast<long long>(options.context),
+                static_cast<long long>(options.steps));
+    std::printf("%6s %6s %10s %10s %12s\n", "batch", "ranks", "agg tok/s", "vs batch 1", "median tok/s");
+    for (const RankBatchPoint& p : *points)
+      std::printf("%6d %6d %10.1f %9.2fx %12.1f\n", p.batch, p.ranks, p.tokens_per_s(),
+                  base > 0 ? p.tokens_per_s() / base : 0.0, p.median_tokens_per_s());
+    return 0;
+  }
+  nlohmann::json j;
+  j["model"] = dir;
+  j["ranks"] = ranks;
+  j["backend"] = computes;
+  j["context"] = options.context;
+  j["steps"] = options.steps;
+  j["batches"] = nlohmann::json::array();
+  for (const RankBatchPoint& p : *points)
+    j["batches"].push_back({{"batch", p.batch},
+                            {"decode_tok_s", p.tokens_per_s()},
+                            {"median_decode_tok_s", p.median_tokens_per_s()},
+                            {"seconds", p.seconds}});
+  std::printf("%s\n", j.dump().c_str());
   return 0;
 }
 

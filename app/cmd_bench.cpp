@@ -28,6 +28,7 @@
 #include "app/bench_tiers.h"
 #include "app/command.h"
 #include "app/gpus_flag.h"
+#include "app/rank_flags.h"
 #include "app/load_options.h"
 #include "app/option_checks.h"
 #include "base/step_profile.h"
@@ -196,8 +197,8 @@ int bench_main(int argc, char** argv) {
                  "default) or of their row count (false, session 15's keying); the same bits either way");
   cli.add_flag("--dspark-publish-with-feeding", dso.publish_with_feeding,
                "with --dspark on a device backend: a forward's cache rows downloaded with the drafter's ring rows (one wait)");
-  GpusFlag gpus;
-  gpus.add_to(cli);
+  RankFlags rank_flags;  // --ranks N, --gpus N: the batched decode over ranks
+  rank_flags.add_to(cli);
   name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
@@ -209,9 +210,12 @@ int bench_main(int argc, char** argv) {
     return 1;
   };
   // Cheap checks first: the model load and the bandwidth passes take seconds.
-  if (Status st = gpus.apply("bench", &dso.backend); !st.ok()) return fail(st);
+  if (Status st = rank_flags.apply("bench", &dso.backend); !st.ok()) return fail(st);
+  const int ranks = rank_flags.ranks;
+  if (ranks > 1 && (bo.batches.empty() || dspark || !to.contexts.empty()))
+    return fail(unsupported("--ranks " + std::to_string(ranks) + " measures the batched decode (--batches) only"));
   const bool on_device = dso.backend != "cpu";
-  if (on_device && (!to.contexts.empty() || !bo.batches.empty()))
+  if (on_device && ranks <= 1 && (!to.contexts.empty() || !bo.batches.empty()))
     return fail(unsupported("not implemented yet: --backend " + dso.backend +
                             " with --tiers or --batches (the CPU engine only); the context sweep and --dspark run on it"));
   if (on_device && membw_mib > 0) membw_mib = 0;  // the host's read bandwidth bounds nothing on a device
@@ -264,6 +268,10 @@ int bench_main(int argc, char** argv) {
     if (Status s = check_batch_bench_options(*config, bo); !s.ok()) return fail(s);
     auto model = Model::load(dir, load);
     if (!model.ok()) return fail(model.status());
+    if (ranks > 1) {
+      std::fprintf(stderr, "%s\n", rank_flags.banner("bench").c_str());
+      return run_rank_batch_bench_mode(dir, **model, bo, ranks, dso.backend, pool_threads, json);
+    }
     return run_batch_bench_mode(dir, **model, bo, membw_mib, membw_passes, json);
   }
   auto depth = parse_prefill_depth(depth_name);

@@ -49,6 +49,7 @@
 #include "app/command.h"
 #include "app/dspark_flag.h"
 #include "app/gpus_flag.h"
+#include "app/rank_flags.h"
 #include "app/load_options.h"
 #include "chat/raw_image_prompt.h"
 #include "format/record_layout.h"
@@ -306,28 +307,6 @@ int write_results(std::vector<Parsed>& parsed, std::vector<std::optional<Generat
   return failures;
 }
 
-// --gpus N (N ≥ 2): rank r on GPU r (its thread's current device whenever it works), the ranks'
-// NCCL communicators (one process drives all; NCCL_NVLS_ENABLE=0 set first, as the lent machines
-// require: the library never touches the environment, the app does).
-Status use_gpu_ranks(int ranks, RankGroupOptions& go, std::vector<std::unique_ptr<NcclCommunicator>>& nccl) {
-#if defined(DSV41_WITH_CUDA)
-  setenv("NCCL_NVLS_ENABLE", "0", 1);
-  DSV41_ASSIGN_OR_RETURN(std::shared_ptr<NcclLibrary> lib, NcclLibrary::load());
-  std::vector<int> devices(static_cast<size_t>(ranks));
-  std::iota(devices.begin(), devices.end(), 0);
-  DSV41_ASSIGN_OR_RETURN(nccl, NcclCommunicator::create_all(lib, devices));
-  for (const auto& c : nccl) go.communicators.push_back(c.get());
-  go.bind_rank_thread = [](int r) { return cuda_use_device(r); };
-  go.backend = [](const Model& m, int, Communicator* comm) { return make_cuda_backend(m, comm); };
-  return ok_status();
-#else
-  (void)ranks;
-  (void)go;
-  (void)nccl;
-  return unsupported("--gpus: this build has no CUDA backend (configure with nvcc present, -DDSV41_CUDA=ON)");
-#endif
-}
-
 // --ranks N: a RankGroup over the one loaded model (each rank's backend reaching only its own
 // routed experts, its own pool of threads / N), the requests through a RankScheduler in lockstep
 // rounds; the results into `served` in input order.
@@ -335,16 +314,8 @@ Status generate_over_ranks(const Model& model, int ranks, const std::string& bac
                            const EngineOptions& eo, const SchedulerOptions& so, std::vector<Parsed>& parsed,
                            std::vector<std::optional<GenerationResult>>& served, int64_t& steps, DsparkStats& dspark,
                            double& draft_feed_ms) {
-  RankGroupOptions go;
-  go.ranks = ranks;
-  go.engine = eo;
-  const int cores = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  go.threads_per_rank = std::max(1, cores / ranks);
-  if (backend_name == "device-emulation")
-    go.backend = [](const Model& m, int, Communicator* comm) { return make_host_device_backend(m, comm); };
-  std::vector<std::unique_ptr<NcclCommunicator>> nccl;  // outlives the group (declared first)
-  if (backend_name == "cuda") DSV41_RETURN_IF_ERROR(use_gpu_ranks(ranks, go, nccl));
-  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<RankGroup> group, RankGroup::create(model, go));
+  DSV41_ASSIGN_OR_RETURN(RankSetup setup, make_rank_group(model, ranks, backend_name, threads, eo));
+  RankGroup* group = setup.group.get();
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<RankScheduler> scheduler, RankScheduler::create(*group, so));
   std::vector<int64_t> tickets(parsed.size(), -1);
   for (size_t i = 0; i < parsed.size(); ++i)
@@ -383,7 +354,6 @@ int generate_main(int argc, char** argv) {
   std::string cache_dir, telemetry_path;
   int64_t cache_chunk = 256;
   int live_turns = 4;
-  int ranks = 1;
   cli.add_option("-m,--model", dir, "model directory")->required();
   cli.add_option("--requests", requests_path, "JSONL file of requests (- = stdin): id, prompt or prompt_ids, optional images [paths], max_tokens, temperature, top_p, seed, ignore_eos")->required();
   cli.add_option("--parallel", parallel, "sequences decoded together (1..256)")->check(CLI::Range(1, 256));
@@ -408,11 +378,8 @@ int generate_main(int argc, char** argv) {
   cli.add_option("--threads", threads, "CPU threads (0 = all cores; 1..1024)")->check(CLI::Range(0, 1024));
   cli.add_option("--backend", backend_name, std::string("what computes the forward: ") + app::kBackendNames +
                                                 " (app/backend_choice.h)");
-  cli.add_option("--ranks", ranks, "engine ranks in this process (1..64): the routed experts spread over them, "
-                 "each rank its own requests and caches, MoE rows exchanged (docs/PARALLEL.md); --parallel is per rank")
-      ->check(CLI::Range(1, 64));
-  GpusFlag gpus;
-  gpus.add_to(cli);
+  RankFlags rank_flags;  // --ranks, --gpus (--parallel is per rank)
+  rank_flags.add_to(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -422,17 +389,12 @@ int generate_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 generate: %s\n", s.to_string().c_str());
     return 1;
   };
-  int gpu_ranks = 0;
-  if (Status st = gpus.apply("generate", &backend_name, &gpu_ranks); !st.ok()) return fail(st);
-  if (gpu_ranks > 1) {
-    if (ranks > 1) {
-      std::fprintf(stderr, "dsv41 generate: --gpus %d runs one rank per GPU; do not give --ranks as well\n", gpu_ranks);
-      return 2;
-    }
-    ranks = gpu_ranks;
-    std::fprintf(stderr, "dsv41 generate: --gpus %d: one expert-parallel rank per GPU over NCCL. NEVER RUN ON SEVERAL "
-                 "GPUS YET: checked on the CPU and the device emulation only (docs/PARALLEL.md)\n", gpu_ranks);
+  if (Status st = rank_flags.apply("generate", &backend_name); !st.ok()) {
+    std::fprintf(stderr, "dsv41 generate: %s\n", st.message().c_str());
+    return 2;
   }
+  const int ranks = rank_flags.ranks;
+  if (ranks > 1) std::fprintf(stderr, "%s\n", rank_flags.banner("generate").c_str());
   auto depth = parse_prefill_depth(depth_name);
   if (!depth.ok()) return fail(depth.status().with_context("--depth"));
   if (cache_chunk % 2 != 0) {
@@ -440,10 +402,9 @@ int generate_main(int argc, char** argv) {
                  static_cast<long long>(cache_chunk));
     return 2;
   }
-  const bool rank_backend = backend_name == "cpu" || backend_name == "device-emulation" || gpu_ranks > 1;
-  if (ranks > 1 && (!cache_dir.empty() || !rank_backend)) {
-    std::fprintf(stderr, "dsv41 generate: --ranks %d runs the CPU backend or device-emulation, without --cache-dir "
-                 "(not supported across ranks yet)\n", ranks);
+  if (ranks > 1 && !cache_dir.empty()) {
+    std::fprintf(stderr, "dsv41 generate: --ranks %d runs without --cache-dir (the prefix cache is not served across "
+                 "ranks yet)\n", ranks);
     return 2;
   }
   if (!telemetry_path.empty() && cache_dir.empty()) {

@@ -46,6 +46,7 @@
 #include "app/progress.h"
 #include "app/backend_choice.h"
 #include "app/gpus_flag.h"
+#include "app/rank_flags.h"
 #include "backends/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "format/tokenizer.h"
@@ -54,6 +55,7 @@
 #include "chat/raw_image_prompt.h"
 #include "runtime/dump.h"
 #include "runtime/image_input.h"
+#include "runtime/rank_scheduler.h"
 #include "runtime/sampling.h"
 #include "runtime/scheduler.h"
 #include "runtime/serve_turn.h"
@@ -102,6 +104,75 @@ void print_prefill_work(const ServeTurnRecord& r, PrefillDepth asked, PrefillDep
                 static_cast<unsigned long long>(r.ssd_written_bytes));
 }
 
+// `run --ranks N` / `--gpus N`: the prompt through a RankScheduler over N ranks (its sequence
+// on rank 0, the other ranks joining every layer's exchange with empty batches), the tokens
+// printed as they come: the same text as one engine.
+struct RankRun {
+  const Model& model;
+  const Tokenizer& tok;
+  const RankFlags& flags;
+  const std::string& backend;
+  int threads;
+  const EngineOptions& engine;
+  SchedulerOptions scheduler;
+  std::string dspark_text;  // --dspark, for its summary line
+};
+
+Status run_over_ranks(RankRun& rr, GenerationRequest request, int64_t chunk, const std::string& echo, bool print_ids) {
+  std::fprintf(stderr, "%s\n", rr.flags.banner("run").c_str());
+  DSV41_ASSIGN_OR_RETURN(RankSetup setup, make_rank_group(rr.model, rr.flags.ranks, rr.backend, rr.threads, rr.engine));
+  SchedulerOptions& so = rr.scheduler;
+  so.parallel = 1;
+  so.prefill_chunk = chunk;
+  so.max_prefill_tokens = chunk;
+  so.max_context = static_cast<int64_t>(request.prompt.size()) + std::max<int64_t>(request.max_tokens, 1);
+  const int64_t eos = rr.model.config().eos_token_id;
+  so.eos_token_id = request.ignore_eos ? -1 : eos;
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<RankScheduler> sched, RankScheduler::create(*setup.group, so));
+  std::fputs(echo.c_str(), stdout);
+  std::fflush(stdout);
+  StreamDecoder stream(rr.tok);
+  std::vector<int32_t> generated;
+  const auto t0 = std::chrono::steady_clock::now();
+  double prefill_s = 0;
+  sched->on_token([&](int64_t, int32_t token, std::span<const float>) {
+    if (generated.empty()) prefill_s = seconds_since(t0);  // the first token follows the prompt's last forward
+    generated.push_back(token);
+    if (token == eos && so.eos_token_id >= 0) return;
+    std::fputs(stream.push(token).c_str(), stdout);
+    std::fflush(stdout);
+  });
+  const size_t prompt_tokens = request.prompt.size();
+  const int64_t ticket = sched->submit(std::move(request));
+  int64_t rounds = 0;
+  for (;;) {
+    DSV41_ASSIGN_OR_RETURN(bool more, sched->step());
+    if (!more) break;
+    ++rounds;
+  }
+  const auto result = sched->take(ticket);
+  if (!result) return internal_error("the ranks' run ended without a result");
+  DSV41_RETURN_IF_ERROR(result->status);
+  std::fputs(stream.flush().c_str(), stdout);
+  std::printf("\n");
+  const double total_s = seconds_since(t0), decode_s = total_s - prefill_s;
+  const int64_t decoded = std::max<int64_t>(static_cast<int64_t>(generated.size()) - 1, 0);
+  if (!generated.empty() && generated.back() == eos && so.eos_token_id >= 0)
+    std::fprintf(stderr, "[end of sequence after %zu tokens]\n", generated.size());
+  std::printf("prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s); %d ranks, "
+              "%lld rounds\n",
+              prompt_tokens, prefill_s, prompt_tokens / std::max(prefill_s, 1e-9), static_cast<long long>(decoded),
+              decode_s, decoded / std::max(decode_s, 1e-9), rr.flags.ranks, static_cast<long long>(rounds));
+  if (so.dspark.kind != DsparkMode::Kind::kOff) {  // (the line of one engine's run, counts over the ranks)
+    const DsparkStats d = sched->dspark_stats();
+    std::fprintf(stderr, "dspark %s: %lld forward passes for %zu tokens, %lld drafts verified, %lld accepted\n",
+                 rr.dspark_text.c_str(), static_cast<long long>(rounds), generated.size(),
+                 static_cast<long long>(d.verified), static_cast<long long>(d.accepted));
+  }
+  if (print_ids) std::printf("%s\n", format_token_ids(generated).c_str());
+  return ok_status();
+}
+
 int run_main(int argc, char** argv) {
   CLI::App cli{"Generate tokens from a prompt (fp32 CPU forward pass with packed caches)"};
   std::string dir, text, ids_text, cache_dir, telemetry_path;
@@ -135,8 +206,8 @@ int run_main(int argc, char** argv) {
                  "(docs/DSPARK.md)");
   ForwardFlags flags;
   flags.add_to(cli);
-  GpusFlag gpus;
-  gpus.add_to(cli);
+  RankFlags rank_flags;  // --ranks N, --gpus N
+  rank_flags.add_to(cli);
   name_parse_errors(cli);
   try {
     cli.parse(argc, argv);
@@ -147,7 +218,7 @@ int run_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 run: %s\n", s.to_string().c_str());
     return 1;
   };
-  if (Status st = gpus.apply("run", &flags.backend); !st.ok()) return fail(st);
+  if (Status st = rank_flags.apply("run", &flags.backend); !st.ok()) return fail(st);
   auto selection = flags.apply();
   if (!selection.ok()) return fail(selection.status());
   const DumpSelection dump = *selection;
@@ -160,6 +231,9 @@ int run_main(int argc, char** argv) {
     return fail(invalid_argument("--dump records one cold single-chunk prefill: leave out --cache-dir and --telemetry"));
   if (dump.any() && chunk > 0) return fail(invalid_argument("--dump records one single-chunk prefill: leave out --chunk"));
   if (text.empty() && ids_text.empty()) return fail(invalid_argument("give a prompt with -p TEXT or --ids 0,5,7"));
+  if (rank_flags.ranks > 1 && (dump.any() || !cache_dir.empty() || !telemetry_path.empty()))
+    return fail(unsupported("--ranks " + std::to_string(rank_flags.ranks) + " runs without --dump, --cache-dir and "
+                            "--telemetry (not across ranks yet)"));
   auto sampler = Sampler::create(sp);
   if (!sampler.ok()) return fail(sampler.status());
   auto tok = Tokenizer::load(dir + "/tokenizer.json");
@@ -201,6 +275,14 @@ int run_main(int argc, char** argv) {
     placed = std::move(*p);
   }
   const int64_t max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(n, 1);
+  if (rank_flags.ranks > 1) {
+    RankRun rr{**model, *tok, rank_flags, flags.backend, load_options->threads, engine_options, spec_options, dspark_text};
+    GenerationRequest request{prompt, n, sp, ignore_eos, *depth};
+    if (!image_paths.empty()) request.images = std::make_shared<const ImagePrompt>(std::move(placed));
+    const std::string echo = no_echo ? "" : ids_text.empty() ? text : tok->decode_text(prompt, /*skip_special=*/true);
+    Status st = run_over_ranks(rr, std::move(request), chunk > 0 ? chunk : kPrefillPiece, echo, print_ids);
+    return st.ok() ? 0 : fail(st);
+  }
 
   // The engine and its one sequence: a Session for --dump (its trace), serve_turn otherwise.
   std::unique_ptr<Session> session;

@@ -22,6 +22,7 @@
 #include "app/command.h"
 #include "app/dspark_flag.h"
 #include "app/gpus_flag.h"
+#include "app/rank_flags.h"
 #include "runtime/image_input.h"
 #include "app/load_options.h"
 #include "app/cache_open.h"
@@ -89,8 +90,8 @@ int serve_main(int argc, char** argv) {
   cli.add_option("--vision-threads", vision_threads, "threads of the vision tower (a model with one): images are "
                  "encoded one at a time on a pool of this many threads (0 = all cores)")->check(in_range(0, 1024));
   cli.add_flag("--quiet", quiet, "no access log on stderr");
-  GpusFlag gpus;
-  gpus.add_to(cli);
+  RankFlags rank_flags;  // --ranks N, --gpus N (--parallel is per rank)
+  rank_flags.add_to(cli);
   so.http_threads = 0;
   try {
     cli.parse(argc, argv);
@@ -101,7 +102,11 @@ int serve_main(int argc, char** argv) {
     std::fprintf(stderr, "dsv41 serve: %s\n", m.c_str());
     return 2;
   };
-  if (Status st = gpus.apply("serve", &backend_name); !st.ok()) return usage_error(st.to_string());
+  if (Status st = rank_flags.apply("serve", &backend_name); !st.ok()) return usage_error(st.to_string());
+  const int ranks = rank_flags.ranks;
+  if (ranks > 1 && !cache_dir.empty())
+    return usage_error("--ranks " + std::to_string(ranks) + " runs without --cache-dir (the prefix cache is not served "
+                       "across ranks yet)");
   auto depth = parse_prefill_depth(depth_name);
   if (!depth.ok()) return usage_error("--depth: " + depth.status().message());
   if (cache_chunk % 2 != 0) return usage_error("--cache-chunk " + std::to_string(cache_chunk) + " must be even");
@@ -126,7 +131,7 @@ int serve_main(int argc, char** argv) {
   so.cache = !cache_dir.empty();
   so.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
   so.parse.default_thinking = thinking == "on";
-  if (so.http_threads == 0) so.http_threads = static_cast<int>(std::min<int64_t>(parallel + max_queue + 16, 4096));
+  if (so.http_threads == 0) so.http_threads = static_cast<int>(std::min<int64_t>(int64_t{parallel} * ranks + max_queue + 16, 4096));
 
   // Signals go to one thread (sigwait), never to a handler running on an arbitrary thread;
   // SIGPIPE is ignored (a closed client shows up as a failed write).
@@ -192,10 +197,21 @@ int serve_main(int argc, char** argv) {
   lo.scheduler.max_prefill_tokens = prefill_chunk;
   lo.scheduler.eos_token_id = config.eos_token_id;
   apply_dspark(*dspark, **model, eo, lo.scheduler);
-  auto backend = make_backend(backend_name, **model);
-  if (!backend.ok()) return fail(backend.status());
-  auto engine = Engine::create(std::move(*backend), (*model)->engram_tables(), eo);
-  if (!engine.ok()) return fail(engine.status());
+  // One engine, or (--ranks / --gpus) a group of ranks over the model.
+  std::unique_ptr<Engine> engine;
+  RankSetup ranked;
+  if (ranks > 1) {
+    std::fprintf(stderr, "%s\n", rank_flags.banner("serve").c_str());
+    auto setup = make_rank_group(**model, ranks, backend_name, threads, eo);
+    if (!setup.ok()) return fail(setup.status());
+    ranked = std::move(*setup);
+  } else {
+    auto backend = make_backend(backend_name, **model);
+    if (!backend.ok()) return fail(backend.status());
+    auto e = Engine::create(std::move(*backend), (*model)->engram_tables(), eo);
+    if (!e.ok()) return fail(e.status());
+    engine = std::move(*e);
+  }
   lo.max_queue = max_queue;
   // The prefix-cache tiers: the SSD store (null when it cannot be opened: logged, served cold)
   // and a DRAM pool of window snapshots.
@@ -229,13 +245,16 @@ int serve_main(int argc, char** argv) {
                                                       ImageLimits{}, std::move(*tower));
     api.set_vision(encoder.get());
   }
-  auto loop = server::EngineLoop::start(**engine, lo, &api.metrics());
+  auto loop = ranked.group ? server::EngineLoop::start(*ranked.group, lo, &api.metrics())
+                           : server::EngineLoop::start(*engine, lo, &api.metrics());
   if (!loop.ok()) return fail(loop.status());
+  const std::string computes = ranked.group ? ranked.group->engine(0).backend().name() + " × " + std::to_string(ranks) + " ranks"
+                                            : engine->backend().name();
   api.attach(*tok, **loop, config);
   loop_ptr = loop->get();
-  std::fprintf(stderr, "dsv41 serve: ready: http://%s:%d/v1 serves '%s' (parallel %d, context %lld, backend %s)\n",
-               so.host.c_str(), api.port(), so.model_name.c_str(), parallel, static_cast<long long>(ctx),
-               (*engine)->backend().name().c_str());
+  std::fprintf(stderr, "dsv41 serve: ready: http://%s:%d/v1 serves '%s' (parallel %d%s, context %lld, backend %s)\n",
+               so.host.c_str(), api.port(), so.model_name.c_str(), parallel, ranks > 1 ? " per rank" : "",
+               static_cast<long long>(ctx), computes.c_str());
   http.join();
   signals.join();
   loop->reset();

@@ -7,9 +7,8 @@ namespace dsv41::app {
 
 void GpusFlag::add_to(CLI::App& cli) {
   cli.add_option("--gpus", gpus,
-                 "GPUs to run on: 1 = the CUDA backend; 2 or more (generate only) = one expert-parallel rank "
-                 "per GPU over NCCL, never run on several GPUs yet (docs/PARALLEL.md); more than the GPUs "
-                 "present is an error")
+                 "GPUs to run on: 1 = the CUDA backend; 2 or more = one expert-parallel rank per GPU over NCCL, "
+                 "never run on several GPUs yet (docs/PARALLEL.md); more than the GPUs present is an error")
       ->check(CLI::Range(1, 1024));
 }
 
@@ -24,12 +23,10 @@ Status GpusFlag::apply(const std::string& command, std::string* backend, int* ra
                             " present");
   if (gpus >= 2 && !ranks)
     return unsupported(flag + ": " + std::to_string(present) + " GPUs are present, but dsv41 " + command +
-                       " runs on one GPU: several GPUs (one expert-parallel rank per GPU) are on generate only "
-                       "(docs/PARALLEL.md). Run on one GPU with --gpus 1");
+                       " runs on one GPU at most here. Run on one GPU with --gpus 1");
   if (!backend)
     return unsupported(flag + ": dsv41 " + command +
-                       " runs the CPU engine only; the single-GPU backend is on run, generate and serve (--gpus 1 or "
-                       "--backend cuda)");
+                       " runs the CPU engine only here (--gpus N: see --help)");
   if (*backend != "cpu" && *backend != "cuda")
     return invalid_argument(flag + " runs the cuda backend, not --backend " + *backend);
   *backend = "cuda";

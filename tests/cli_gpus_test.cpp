@@ -1,8 +1,8 @@
 // `--gpus N` on run, generate, bench and serve (app/gpus_flag.h): checked before any model is
 // loaded (the model paths here do not exist), each refusal naming the flag and the reason. On a
 // machine without the NVIDIA driver (every build machine) the reason is that no GPU is usable;
-// with a driver, the GPUs present are counted and N ≥ 2 is refused beyond them, and on run, bench
-// and serve (generate runs one rank per GPU: docs/PARALLEL.md).
+// with a driver, the GPUs present are counted and N is refused beyond them (N ≥ 2 runs one rank per
+// GPU on every command: app/rank_flags.h, docs/PARALLEL.md).
 #include <gtest/gtest.h>
 
 #include <string>

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <string>
 
-
 namespace dsv41 {
 
 Result<std::unique_ptr<RankScheduler>> RankScheduler::create(RankGroup& group, const SchedulerOptions& options) {
@@ -12,17 +11,52 @@ Result<std::unique_ptr<RankScheduler>> RankScheduler::create(RankGroup& group, c
   s->group_ = &group;
   for (int r = 0; r < group.ranks(); ++r) {
     DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> one, Scheduler::create(group.engine(r), options));
+    // Tokens reach the caller's callback with the caller's ticket, one rank at a time.
+    one->on_token([s = s.get(), r](int64_t ticket, int32_t token, std::span<const float> logits) {
+      std::lock_guard lock(s->on_token_mu_);
+      if (s->on_token_) s->on_token_(s->global_[static_cast<size_t>(r)][static_cast<size_t>(ticket)], token, logits);
+    });
     s->schedulers_.push_back(std::move(one));
   }
-  s->submitted_.assign(static_cast<size_t>(group.ranks()), 0);
+  s->global_.resize(static_cast<size_t>(group.ranks()));
   return s;
 }
 
+void RankScheduler::on_token(Scheduler::TokenCallback callback) {
+  std::lock_guard lock(on_token_mu_);
+  on_token_ = std::move(callback);
+}
+
 int64_t RankScheduler::submit(GenerationRequest request) {
-  const int rank = static_cast<int>(std::min_element(submitted_.begin(), submitted_.end()) - submitted_.begin());
-  ++submitted_[static_cast<size_t>(rank)];
-  tickets_.push_back({rank, schedulers_[static_cast<size_t>(rank)]->submit(std::move(request))});
-  return static_cast<int64_t>(tickets_.size()) - 1;
+  int rank = 0;
+  int64_t fewest = INT64_MAX;
+  for (int r = 0; r < group_->ranks(); ++r) {
+    const Scheduler& s = *schedulers_[static_cast<size_t>(r)];
+    const int64_t in_flight = s.active() + s.queued();
+    if (in_flight < fewest) fewest = in_flight, rank = r;
+  }
+  const int64_t local = schedulers_[static_cast<size_t>(rank)]->submit(std::move(request));
+  const int64_t ticket = static_cast<int64_t>(tickets_.size());
+  tickets_.push_back({rank, local});
+  std::vector<int64_t>& map = global_[static_cast<size_t>(rank)];
+  if (static_cast<int64_t>(map.size()) <= local) map.resize(static_cast<size_t>(local) + 1, -1);
+  map[static_cast<size_t>(local)] = ticket;
+  return ticket;
+}
+
+const RankScheduler::Ticket* RankScheduler::find(int64_t ticket) const {
+  if (ticket < 0 || ticket >= static_cast<int64_t>(tickets_.size())) return nullptr;
+  return &tickets_[static_cast<size_t>(ticket)];
+}
+
+bool RankScheduler::cancel(int64_t ticket, FinishReason reason) {
+  const Ticket* t = find(ticket);
+  return t && schedulers_[static_cast<size_t>(t->rank)]->cancel(t->ticket, reason);
+}
+
+bool RankScheduler::fail(int64_t ticket, Status status) {
+  const Ticket* t = find(ticket);
+  return t && schedulers_[static_cast<size_t>(t->rank)]->fail(t->ticket, std::move(status));
 }
 
 Result<bool> RankScheduler::step() {
@@ -46,6 +80,24 @@ Result<bool> RankScheduler::step() {
   return std::any_of(more.begin(), more.end(), [](char m) { return m != 0; });
 }
 
+int RankScheduler::active() const {
+  int n = 0;
+  for (const auto& s : schedulers_) n += s->active();
+  return n;
+}
+
+int64_t RankScheduler::queued() const {
+  int64_t n = 0;
+  for (const auto& s : schedulers_) n += s->queued();
+  return n;
+}
+
+PoolStats RankScheduler::pool_stats() const {
+  PoolStats total = group_->engine(0).pool_stats();
+  for (int r = 1; r < group_->ranks(); ++r) total = add_pool_stats(total, group_->engine(r).pool_stats());
+  return total;
+}
+
 DsparkStats RankScheduler::dspark_stats() const {
   DsparkStats total;
   for (const auto& s : schedulers_) total.add(s->dspark_stats());
@@ -59,9 +111,9 @@ double RankScheduler::draft_feed_ms() const {
 }
 
 std::optional<GenerationResult> RankScheduler::take(int64_t ticket) {
-  if (ticket < 0 || ticket >= static_cast<int64_t>(tickets_.size())) return std::nullopt;
-  const Ticket& t = tickets_[static_cast<size_t>(ticket)];
-  return schedulers_[static_cast<size_t>(t.rank)]->take(t.ticket);
+  const Ticket* t = find(ticket);
+  if (!t) return std::nullopt;
+  return schedulers_[static_cast<size_t>(t->rank)]->take(t->ticket);
 }
 
 }  // namespace dsv41

@@ -172,11 +172,19 @@ void Scheduler::finish(Active& a, FinishReason reason, Status status) {
   results_[a.ticket] = std::move(a.result);
 }
 
-bool Scheduler::cancel(int64_t ticket, FinishReason reason) {
+bool Scheduler::cancel(int64_t ticket, FinishReason reason) { return end(ticket, reason, ok_status()); }
+
+bool Scheduler::fail(int64_t ticket, Status status) {
+  if (status.ok()) status = internal_error("request failed");
+  return end(ticket, FinishReason::kError, std::move(status));
+}
+
+bool Scheduler::end(int64_t ticket, FinishReason reason, Status status) {
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     if (it->first != ticket) continue;
     GenerationResult r;
-    r.finish = reason;
+    r.finish = status.ok() ? reason : FinishReason::kError;
+    r.status = std::move(status);
     r.prompt_tokens = static_cast<int64_t>(it->second.prompt.size());
     results_[ticket] = std::move(r);
     queue_.erase(it);
@@ -184,7 +192,7 @@ bool Scheduler::cancel(int64_t ticket, FinishReason reason) {
   }
   for (auto it = active_.begin(); it != active_.end(); ++it) {
     if ((*it)->ticket != ticket) continue;
-    finish(**it, reason);
+    finish(**it, reason, std::move(status));
     active_.erase(it);
     return true;
   }

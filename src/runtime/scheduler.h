@@ -214,6 +214,9 @@ class Scheduler {
   // far stay in its result, its sequence leaves the engine. False when the ticket is unknown or
   // already finished. Not during step() (see on_token).
   bool cancel(int64_t ticket, FinishReason reason = FinishReason::kCancelled);
+  // Ends a queued or running request now with kError and `status` (e.g. a round of the ranks
+  // that could not run: server/engine_loop.h); like cancel otherwise.
+  bool fail(int64_t ticket, Status status);
 
   // One engine step; false when there was nothing left to do.
   bool step();
@@ -258,6 +261,7 @@ class Scheduler {
   Scheduler(Engine& engine, const SchedulerOptions& options);
   void admit();
   void finish(Active& a, FinishReason reason, Status status = ok_status());
+  bool end(int64_t ticket, FinishReason reason, Status status);
   // Validates a request against the engine and makes its sampler (the same checks for every path).
   Status prepare(Active& a);
   // The request's next prefill chunk as a segment (start, tokens, replay, depth, logits).

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "runtime/image_input.h"
+#include "runtime/rank_scheduler.h"
 
 namespace dsv41::server {
 
@@ -41,14 +42,16 @@ void Channel::finish(ChoiceResult result) {
   cv_.notify_all();
 }
 
-EngineLoop::EngineLoop(Engine& engine, const LoopOptions& options, Metrics* metrics)
+EngineLoop::EngineLoop(Engine* engine, const LoopOptions& options, Metrics* metrics)
     : engine_(engine), options_(options), metrics_(metrics) {}
 
 Result<std::unique_ptr<EngineLoop>> EngineLoop::start(Engine& engine, const LoopOptions& options, Metrics* metrics) {
   if (options.max_queue < 0) return invalid_argument("max_queue must be ≥ 0");
-  std::unique_ptr<EngineLoop> loop(new EngineLoop(engine, options, metrics));
-  DSV41_ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::create(engine, options.scheduler));
-  loop->scheduler_->on_token(
+  std::unique_ptr<EngineLoop> loop(new EngineLoop(&engine, options, metrics));
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<OneEngineBatching> one, OneEngineBatching::create(engine, options.scheduler));
+  loop->scheduler_ = &one->scheduler();
+  loop->batching_ = std::move(one);
+  loop->batching_->on_token(
       [l = loop.get()](int64_t ticket, int32_t token, std::span<const float> logits) { l->on_token(ticket, token, logits); });
   if (options.tiers) {
     loop->scheduler_->on_finished(
@@ -61,6 +64,21 @@ Result<std::unique_ptr<EngineLoop>> EngineLoop::start(Engine& engine, const Loop
   return loop;
 }
 
+Result<std::unique_ptr<EngineLoop>> EngineLoop::start(RankGroup& group, const LoopOptions& options, Metrics* metrics) {
+  if (options.max_queue < 0) return invalid_argument("max_queue must be ≥ 0");
+  if (options.tiers || options.live_turns > 0)
+    return unsupported("the prefix-cache tiers are not served across ranks yet (leave out --cache-dir)");
+  std::unique_ptr<EngineLoop> loop(new EngineLoop(nullptr, options, metrics));
+  DSV41_ASSIGN_OR_RETURN(loop->batching_, RankScheduler::create(group, options.scheduler));
+  loop->ranks_ = group.ranks();
+  // (Called from the ranks' threads one at a time, while the engine thread waits in step().)
+  loop->batching_->on_token(
+      [l = loop.get()](int64_t ticket, int32_t token, std::span<const float> logits) { l->on_token(ticket, token, logits); });
+  loop->stats_.pool = loop->batching_->pool_stats();
+  loop->thread_ = std::thread([l = loop.get()] { l->run(); });
+  return loop;
+}
+
 EngineLoop::~EngineLoop() { stop(false); }
 
 Result<std::shared_ptr<Channel>> EngineLoop::submit(std::vector<Job> jobs, bool eager) {
@@ -68,9 +86,10 @@ Result<std::shared_ptr<Channel>> EngineLoop::submit(std::vector<Job> jobs, bool 
   channel->set_eager(eager);
   {
     std::lock_guard lock(mu_);
+    if (!failed_.ok()) return failed_;
     if (stopping_ || refusing_) return unsupported("the server is shutting down");
     const int64_t n = static_cast<int64_t>(jobs.size());
-    const int64_t capacity = options_.scheduler.parallel + options_.max_queue;
+    const int64_t capacity = int64_t{options_.scheduler.parallel} * ranks_ + options_.max_queue;
     if (in_flight_ + n > capacity)
       return out_of_range("the queue is full (" + std::to_string(in_flight_) + " choices in flight, capacity " +
                           std::to_string(capacity) + "); retry later");
@@ -158,7 +177,7 @@ void EngineLoop::on_token(int64_t ticket, int32_t token, std::span<const float> 
 
 void EngineLoop::deliver_finished() {
   for (auto it = live_.begin(); it != live_.end();) {
-    auto r = scheduler_->take(it->first);
+    auto r = batching_->take(it->first);
     if (!r) {
       ++it;
       continue;
@@ -205,23 +224,23 @@ bool EngineLoop::keep_finished(int64_t ticket, SequenceId sequence) {
   // A prompt with images keys its chunks by their content too.
   if (auto it = live_.find(ticket); it != live_.end() && it->second.images) so.images = it->second.images->marks;
   // The answer's whole chunks to the store, the windows at the turn's end to the DRAM pool.
-  (void)end_turn(engine_, *options_.tiers, sequence, so);
+  (void)end_turn(*engine_, *options_.tiers, sequence, so);
   if (options_.live_turns <= 0) return false;
   kept_.push_back(sequence);
   while (static_cast<int>(kept_.size()) > options_.live_turns) {
-    (void)engine_.remove_sequence(kept_.front());
+    (void)engine_->remove_sequence(kept_.front());
     kept_.pop_front();
   }
   return true;
 }
 
 void EngineLoop::drop_kept() {
-  for (SequenceId id : kept_) (void)engine_.remove_sequence(id);
+  for (SequenceId id : kept_) (void)engine_->remove_sequence(id);
   kept_.clear();
 }
 
 void EngineLoop::serve_from_cache() {
-  while (!cache_queue_.empty() && scheduler_->active() < options_.scheduler.parallel) {
+  while (!cache_queue_.empty() && batching_->active() < options_.scheduler.parallel) {
     CacheJob j = std::move(cache_queue_.front());
     cache_queue_.pop_front();
     GenerationRequest& r = j.job.request;
@@ -241,7 +260,7 @@ void EngineLoop::serve_from_cache() {
     // it prefilled in the batch (submit_opened; the chunks carry their span rows).
     std::optional<OpenedTurn> opened;
     auto attempt = [&]() -> Status {
-      auto t = open_turn(engine_, tiers, r.prompt, so);
+      auto t = open_turn(*engine_, tiers, r.prompt, so);
       if (t.ok()) opened = std::move(*t);
       return t.status();
     };
@@ -293,9 +312,9 @@ void EngineLoop::close_opened(int64_t ticket, const GenerationResult& so_far) {
   so.log = [](const std::string& m) { std::fprintf(stderr, "dsv41 serve: cache: %s\n", m.c_str()); };
   if (live.images) so.images = live.images->marks;  // the window snapshot's key carries them
   // The sequence holds exactly the prompt now (the first token is sampled after this call).
-  auto prompt = engine_.tokens(turn.sequence);
+  auto prompt = engine_->tokens(turn.sequence);
   if (!prompt.ok()) return;  // cannot happen for a live sequence; the turn then stays unrecorded
-  close_prompt(engine_, *options_.tiers, turn, *prompt, so_far.effective_depth, so_far.prefill_work,
+  close_prompt(*engine_, *options_.tiers, turn, *prompt, so_far.effective_depth, so_far.prefill_work,
                so_far.prefill_timing, so);
   if (options_.sync_store && options_.tiers->ssd) {
     Status synced = options_.tiers->ssd->flush();
@@ -304,6 +323,15 @@ void EngineLoop::close_opened(int64_t ticket, const GenerationResult& so_far) {
   if (metrics_) metrics_->observe_turn(turn.record);
   live.turn = std::move(turn.record);
   live.opening.reset();
+}
+
+void EngineLoop::fail_all(const Status& status) {
+  std::fprintf(stderr, "dsv41 serve: a step failed, ending every request: %s\n", status.to_string().c_str());
+  {
+    std::lock_guard lock(mu_);
+    failed_ = status;
+  }
+  for (auto& [ticket, live] : live_) batching_->fail(ticket, status);
 }
 
 void EngineLoop::run() {
@@ -329,7 +357,7 @@ void EngineLoop::run() {
           cache_queue_.push_back(CacheJob{channel, static_cast<int>(i), std::move(jobs[i]), now});
           continue;
         }
-        const int64_t ticket = scheduler_->submit(std::move(jobs[i].request));
+        const int64_t ticket = batching_->submit(std::move(jobs[i].request));
         channel->tickets_[i] = ticket;
         Live live;
         live.channel = channel;
@@ -358,19 +386,20 @@ void EngineLoop::run() {
       drop_waiting(&c.channel, c.choice, c.reason);
       const auto& tickets = c.channel->tickets_;
       for (size_t i = 0; i < tickets.size(); ++i)
-        if (tickets[i] >= 0 && (c.choice < 0 || c.choice == static_cast<int>(i))) scheduler_->cancel(tickets[i], c.reason);
+        if (tickets[i] >= 0 && (c.choice < 0 || c.choice == static_cast<int>(i))) batching_->cancel(tickets[i], c.reason);
     }
     if (stopping && !drain) {
       drop_waiting(nullptr, -1, FinishReason::kCancelled);
-      for (auto& [ticket, live] : live_) scheduler_->cancel(ticket);
+      for (auto& [ticket, live] : live_) batching_->cancel(ticket);
     }
     deliver_finished();
     serve_from_cache();
     double step_seconds = 0;
     if (!live_.empty()) {
       const auto t0 = std::chrono::steady_clock::now();
-      scheduler_->step();
+      const Result<bool> stepped = batching_->step();
       step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!stepped.ok()) fail_all(stepped.status());
       deliver_finished();
     }
     {
@@ -379,10 +408,10 @@ void EngineLoop::run() {
         ++stats_.steps;
         stats_.busy_seconds += step_seconds;
       }
-      stats_.running = scheduler_->active();
-      stats_.waiting = scheduler_->queued() + static_cast<int64_t>(inbox_.size() + cache_queue_.size());
-      stats_.pool = engine_.pool_stats();
-      const DsparkStats& d = scheduler_->dspark_stats();
+      stats_.running = batching_->active();
+      stats_.waiting = batching_->queued() + static_cast<int64_t>(inbox_.size() + cache_queue_.size());
+      stats_.pool = batching_->pool_stats();
+      const DsparkStats d = batching_->dspark_totals();
       stats_.drafting_steps = d.drafting_steps;
       stats_.drafts_verified = d.verified;
       stats_.drafts_accepted = d.accepted;

@@ -5,7 +5,10 @@
 //
 // Thread contract: submit(), cancel() and stats() may be called from any thread; Channel's
 // consumer side from one HTTP thread at a time; everything else runs on the engine thread.
-// Owns the Scheduler and the thread; the Engine must outlive the loop.
+// Owns the scheduler and the thread; the Engine (or RankGroup) must outlive the loop. Over a
+// RankGroup (issue 17: `dsv41 serve --ranks N` / `--gpus N`) the requests spread over the ranks'
+// schedulers (runtime/rank_scheduler.h), stepped in lockstep; the cache tiers are not driven
+// there (refused at start).
 #pragma once
 
 #include <atomic>
@@ -23,6 +26,8 @@
 
 #include "base/status.h"
 #include "engine/engine.h"
+#include "runtime/batching.h"
+#include "runtime/rank_group.h"
 #include "runtime/scheduler.h"
 #include "runtime/serve_turn.h"
 #include "server/metrics.h"
@@ -116,10 +121,14 @@ class EngineLoop {
  public:
   // Starts the engine thread. `metrics` (may be null) must outlive the loop.
   static Result<std::unique_ptr<EngineLoop>> start(Engine& engine, const LoopOptions& options, Metrics* metrics);
+  // Over the ranks of `group` (borrowed; outlives the loop): each rank runs up to `parallel`
+  // requests (a request goes to the rank with the fewest in flight), so ranks × parallel run at
+  // once and max_queue more wait. Refuses options.tiers (not driven across ranks yet).
+  static Result<std::unique_ptr<EngineLoop>> start(RankGroup& group, const LoopOptions& options, Metrics* metrics);
   ~EngineLoop();  // stop(false)
 
   // Queues one request of jobs.size() choices. out_of_range when the queue is full (HTTP 429),
-  // unsupported after stop().
+  // unsupported after stop(); after a step that could not run (ranks), that step's error.
   // `eager`: see Channel::set_eager.
   Result<std::shared_ptr<Channel>> submit(std::vector<Job> jobs, bool eager = true);
   // Ends the request's choices that are still queued or running (client gone, or a stop string
@@ -134,8 +143,10 @@ class EngineLoop {
   LoopStats stats() const;
 
  private:
-  EngineLoop(Engine& engine, const LoopOptions& options, Metrics* metrics);
+  EngineLoop(Engine* engine, const LoopOptions& options, Metrics* metrics);
   void run();
+  // A step that could not run: every request in flight ends with its error, and so do later ones.
+  void fail_all(const Status& status);
   // A finished turn with the tiers: its answer stored (end_turn), the sequence kept for the
   // engine tier when live_turns > 0. True when kept.
   bool keep_finished(int64_t ticket, SequenceId sequence);
@@ -171,10 +182,12 @@ class EngineLoop {
     bool retried = false;  // already queued again once after a lack of pages
   };
 
-  Engine& engine_;
+  Engine* engine_;  // one engine (null over ranks): the cache tiers' engine
   LoopOptions options_;
   Metrics* metrics_;
-  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Batching> batching_;
+  Scheduler* scheduler_ = nullptr;  // one engine's (the tiers' submit_opened and callbacks)
+  int ranks_ = 1;                   // engines stepped together (each runs `parallel` requests)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -186,6 +199,7 @@ class EngineLoop {
   };
   std::vector<Cancel> cancels_;
   bool refusing_ = false;
+  Status failed_;  // a step that could not run (ranks): later requests get this error
   bool stopping_ = false, drain_ = false;
   int64_t in_flight_ = 0;  // choices submitted and not yet finished
   LoopStats stats_;

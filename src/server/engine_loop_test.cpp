@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "backends/cpu/cpu_backend.h"
 #include "runtime/prefill.h"
+#include "runtime/rank_group.h"
 #include "store/store_test_util.h"
 #include "tests/test_models.h"
 
@@ -109,6 +111,121 @@ TEST(EngineLoop, FullQueueCancelAndStop) {
   EXPECT_TRUE(rb[0].result.finish == FinishReason::kCancelled || rb[0].result.finish == FinishReason::kLength);
   EXPECT_EQ(engine->pool_stats().sequences, 0);
   EXPECT_FALSE((*loop)->submit(job(5)).ok()) << "stopped";
+}
+
+// Over a RankGroup (issue 17, `serve --ranks N`): requests from several threads get the tokens
+// they get alone on one engine (sampled, with logprobs), spread over the ranks; a cancel ends a
+// request on whichever rank it runs; the pools are empty at the end; the tiers are refused.
+TEST(EngineLoop, RanksGiveEachRequestItsTokensAlone) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 5; ++i)
+    reqs.push_back(GenerationRequest{testing::test_tokens(3 + 4 * i, 60 + i), 5 + i, {0.8f, 0.9f, uint64_t(i)}, true});
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& r : reqs) {
+    auto e = testing::make_test_engine();
+    auto s = Scheduler::create(*e, options(1, 0).scheduler);
+    const int64_t t = (*s)->submit(r);
+    (*s)->run_to_completion();
+    want.push_back((*s)->take(t)->ids);
+  }
+  for (int ranks : {2, 3}) {
+    RankGroupOptions go;
+    go.ranks = ranks;
+    go.engine.rows_per_page = 2;
+    auto group = RankGroup::create(testing::engine_test_model(), go);
+    ASSERT_TRUE(group.ok()) << group.status().to_string();
+    Metrics metrics;
+    LoopOptions o = options(1, 8);
+    o.scheduler.max_context = 1024;
+    auto loop = EngineLoop::start(**group, o, &metrics);
+    ASSERT_TRUE(loop.ok()) << loop.status().to_string();
+    // A long request, cancelled once it has tokens (it runs on rank 0: the first submitted).
+    std::vector<Job> long_job(1);
+    long_job[0].request = GenerationRequest{testing::test_tokens(4, 9), 900, {}, true};
+    auto cancelled = (*loop)->submit(std::move(long_job));
+    ASSERT_TRUE(cancelled.ok());
+    std::vector<std::thread> threads;
+    std::vector<std::vector<int32_t>> got(reqs.size()), streamed(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      threads.emplace_back([&, i] {
+        std::vector<Job> jobs(1);
+        jobs[0].request = reqs[i];
+        jobs[0].top_logprobs = 2;
+        auto ch = (*loop)->submit(std::move(jobs));
+        ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+        std::vector<TokenEvent> tokens;
+        auto results = wait_all(**ch, &tokens);
+        EXPECT_TRUE(results[0].result.status.ok()) << results[0].result.status.to_string();
+        got[i] = results[0].result.ids;
+        for (const auto& t : tokens) {
+          streamed[i].push_back(t.token);
+          EXPECT_LE(t.logprob, 0.0f);
+          EXPECT_EQ(t.top.size(), 2u);
+        }
+      });
+    }
+    std::vector<TokenEvent> long_tokens;
+    std::vector<ChoiceResult> long_results;
+    while (long_tokens.empty()) (*cancelled)->wait(&long_tokens, &long_results, std::chrono::milliseconds(50));
+    (*loop)->cancel(*cancelled);
+    auto rc = wait_all(**cancelled, &long_tokens);
+    EXPECT_EQ(rc[0].result.finish, FinishReason::kCancelled);
+    EXPECT_LT(rc[0].result.ids.size(), 900u);
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_EQ(got[i], want[i]) << ranks << " ranks, request " << i;
+      EXPECT_EQ(streamed[i], want[i]) << ranks << " ranks, request " << i;
+    }
+    EXPECT_EQ((*loop)->in_flight(), 0);
+    EXPECT_GE((*loop)->stats().steps, 9);
+    (*loop)->stop(true);
+    for (int r = 0; r < ranks; ++r) EXPECT_EQ((*group)->engine(r).pool_stats().sequences, 0) << "rank " << r;
+  }
+  RankGroupOptions go;
+  auto group = RankGroup::create(testing::engine_test_model(), go);
+  ASSERT_TRUE(group.ok());
+  ServeTurnTiers tiers;
+  LoopOptions o = options(1, 8);
+  o.tiers = &tiers;
+  auto refused = EngineLoop::start(**group, o, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("not served across ranks"), std::string::npos);
+}
+
+// A round of the ranks that cannot run (here rank 1's device binding fails) ends every request in
+// flight with that error, and later requests are refused with it, instead of hanging.
+TEST(EngineLoop, AFailedRoundOfTheRanksEndsTheRequestsWithItsError) {
+  std::atomic<bool> broken{false};
+  RankGroupOptions go;
+  go.ranks = 2;
+  go.bind_rank_thread = [&](int rank) {
+    return rank == 1 && broken.load() ? internal_error("device 1 is gone") : ok_status();
+  };
+  auto group = RankGroup::create(testing::engine_test_model(), go);
+  ASSERT_TRUE(group.ok()) << group.status().to_string();
+  LoopOptions o = options(1, 8);
+  o.scheduler.max_context = 1024;
+  auto loop = EngineLoop::start(**group, o, nullptr);
+  ASSERT_TRUE(loop.ok());
+  std::vector<Job> jobs(1);
+  jobs[0].request = GenerationRequest{testing::test_tokens(4, 3), 900, {}, true};
+  auto ch = (*loop)->submit(std::move(jobs));
+  ASSERT_TRUE(ch.ok());
+  std::vector<TokenEvent> tokens;
+  std::vector<ChoiceResult> results;
+  while (tokens.empty()) (*ch)->wait(&tokens, &results, std::chrono::milliseconds(50));
+  broken = true;
+  results = wait_all(**ch, &tokens);
+  EXPECT_EQ(results[0].result.finish, FinishReason::kError);
+  EXPECT_NE(results[0].result.status.message().find("device 1 is gone"), std::string::npos)
+      << results[0].result.status.to_string();
+  EXPECT_NE(results[0].result.status.message().find("rank 1"), std::string::npos) << results[0].result.status.to_string();
+  std::vector<Job> later(1);
+  later[0].request = GenerationRequest{testing::test_tokens(4, 4), 3, {}, true};
+  auto refused = (*loop)->submit(std::move(later));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("device 1 is gone"), std::string::npos);
+  EXPECT_EQ((*loop)->in_flight(), 0);
 }
 
 // Ids of `r` alone through a plain scheduler (cold).

@@ -1,0 +1,34 @@
+// Batched decode over the ranks of a RankGroup (issue 17 item 2: `dsv41 bench --batches 1,8
+// --ranks N` / `--gpus N`): for each batch size B, B sequences placed on the ranks (the fewest
+// first), each prefilled with `context` pseudo-random ids (speed_bench_prompt, the seeds of
+// batch_bench.h), then `steps` timed rounds in which every rank decodes its sequences' greedy
+// argmax in one forward while the ranks exchange the MoE rows. Aggregate rate = B · steps / time.
+// The ids each sequence generated are returned, so that a run on N ranks can be checked against
+// one engine's (the same, bit for bit, on the CPU).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/batch_bench.h"
+#include "runtime/rank_group.h"
+
+namespace dsv41 {
+
+struct RankBatchPoint {
+  int batch = 0;
+  int ranks = 0;
+  int64_t steps = 0;
+  double seconds = 0;
+  double median_step_seconds = 0;
+  std::vector<std::vector<int32_t>> generated;  // per sequence, warm-up and timed steps
+  double tokens_per_s() const { return seconds > 0 ? double(batch) * double(steps) / seconds : 0; }
+  double median_tokens_per_s() const { return median_step_seconds > 0 ? double(batch) / median_step_seconds : 0; }
+};
+
+// options.batches, context, steps, warmup_steps and seed count; the mixed step is not measured.
+// The sequences leave the engines after each batch size.
+Result<std::vector<RankBatchPoint>> run_rank_batch_bench(RankGroup& group, const BatchBenchOptions& options);
+
+}  // namespace dsv41

@@ -4,7 +4,7 @@
 //   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32]
 //                            [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-gN]
 //                            [--profile STEPS]
-//                            [--weights stored|widened] [--greedy N]
+//                            [--weights stored|widened] [--greedy N] [--greedy-prompt P]
 // cuda-simple is the CUDA backend with its fast kernels off (every step in its simple kernel,
 // fast_kernels.h), the "before" of the fast kernels in the same run; cuda-segcomp has its
 // compressor per segment with blocking copies (the path before compress_segments); cuda-nograph
@@ -18,7 +18,7 @@
 // decode (cuda_backend_set_float_experts: the default before session 22's rule by width).
 // --weights: how the model holds its FP8 / FP4 matrices (default stored: the device backend
 // uploads those bytes as they are; widened: float32 / bf16, as the backend did before).
-// --greedy N: first a same-function check: a 24-token prompt then N greedy steps on the CPU and
+// --greedy N: first a same-function check: a 24-token prompt (--greedy-prompt P: P tokens) then N greedy steps on the CPU and
 // each CUDA backend, the generated ids compared and the max |Δlogit| over the steps printed.
 // Prints one line per (backend, batch): decode tok/s (B tokens per step / median step time),
 // for cuda the kernel launches and host copies per decode step (exec_counts.h),
@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
   int64_t context = 256;
   int steps = 32;
   std::string backends = "cpu,cuda";
-  int profile = 0, greedy_steps = 0;
+  int profile = 0, greedy_steps = 0, greedy_prompt = 24;
   std::string weights = "stored";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "-m") && i + 1 < argc) dir = argv[++i];
@@ -215,8 +215,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) profile = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--weights") && i + 1 < argc) weights = argv[++i];
     else if (!std::strcmp(argv[i], "--greedy") && i + 1 < argc) greedy_steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--greedy-prompt") && i + 1 < argc) greedy_prompt = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-gN] [--profile STEPS] [--weights stored|widened] [--greedy N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-gN] [--profile STEPS] [--weights stored|widened] [--greedy N] [--greedy-prompt P]\n", argv[0]);
       return 2;
     }
   }
@@ -288,7 +289,7 @@ int main(int argc, char** argv) {
                 double(device_weight_bytes(**b)) / 1e6);
   }
   if (greedy_steps > 0 && want_cpu && want_cuda) {
-    const std::vector<int32_t> prompt = testing_scenario::tokens(7, 24, (*model)->vocab_size());
+    const std::vector<int32_t> prompt = testing_scenario::tokens(7, greedy_prompt, (*model)->vocab_size());
     auto c = greedy(std::make_unique<CpuBackend>(**model), **model, prompt, greedy_steps);
     if (!c.ok()) {
       std::fprintf(stderr, "cpu greedy: %s\n", c.status().to_string().c_str());
@@ -313,12 +314,28 @@ int main(int argc, char** argv) {
       double m = 0;  // over the steps both fed the same tokens
       for (size_t v = 0; v < size_t(same + (same < greedy_steps ? 1 : 0)) * size_t((*model)->vocab_size()); ++v)
         m = std::max(m, std::fabs(double(c->second[v]) - g->second[v]));
-      std::printf("greedy %d steps after a 24-token prompt, cpu vs %s: ids %s (%d equal before the first "
-                  "difference), max |dlogit| %.3g\n  cpu ids:", greedy_steps, name.c_str(),
+      std::printf("greedy %d steps after a %d-token prompt, cpu vs %s: ids %s (%d equal before the first "
+                  "difference), max |dlogit| %.3g\n  cpu ids:", greedy_steps, greedy_prompt, name.c_str(),
                   same == greedy_steps ? "EQUAL" : "DIFFER", same, m);
       for (int32_t t : c->first) std::printf(" %d", t);
       std::printf("\n  %s ids:", name.c_str());
       for (int32_t t : g->first) std::printf(" %d", t);
+      // Per step while both were fed the same tokens: max |dlogit| and the CPU's top-1 minus
+      // top-2 logit (a flip within that gap is rounding, not a wrong function).
+      std::printf("\n  per step max |dlogit| (cpu top-2 gap):");
+      const int64_t V = (*model)->vocab_size();
+      for (int st = 0; st < same + (same < greedy_steps ? 1 : 0); ++st) {
+        const float* cr = c->second.data() + st * V;
+        const float* gr = g->second.data() + st * V;
+        double dm = 0;
+        float top1 = -INFINITY, top2 = -INFINITY;
+        for (int64_t v = 0; v < V; ++v) {
+          dm = std::max(dm, std::fabs(double(cr[v]) - gr[v]));
+          if (cr[v] > top1) top2 = top1, top1 = cr[v];
+          else if (cr[v] > top2) top2 = cr[v];
+        }
+        std::printf(" %.3g (%.3g)", dm, double(top1 - top2));
+      }
       std::printf("\n");
       if (same != greedy_steps) rc = 1;
     }

@@ -33,23 +33,19 @@ std::vector<ChoiceResult> wait_all(Channel& c, std::vector<TokenEvent>* tokens) 
   return results;
 }
 
-TEST(EngineLoop, ThreadsGetTheSchedulersTokens) {
-  std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 6; ++i)
-    reqs.push_back(GenerationRequest{testing::test_tokens(3 + 4 * i, 40 + i), 6 + i, {0.8f, 0.9f, uint64_t(i)}, true});
-  // Alone, through the scheduler.
-  std::vector<std::vector<int32_t>> want;
-  for (const auto& r : reqs) {
-    auto e = testing::make_test_engine();
-    auto s = Scheduler::create(*e, options(1, 0).scheduler);
-    const int64_t t = (*s)->submit(r);
-    (*s)->run_to_completion();
-    want.push_back((*s)->take(t)->ids);
-  }
-  auto engine = testing::make_test_engine();
-  Metrics metrics;
-  auto loop = EngineLoop::start(*engine, options(2, 8), &metrics);
-  ASSERT_TRUE(loop.ok());
+// Ids of `r` alone through a plain scheduler (cold).
+std::vector<int32_t> alone(const GenerationRequest& r) {
+  auto e = testing::make_test_engine();
+  auto s = Scheduler::create(*e, options(1, 0).scheduler);
+  const int64_t t = (*s)->submit(r);
+  (*s)->run_to_completion();
+  return (*s)->take(t)->ids;
+}
+
+// Each request submitted from its own thread with two top logprobs: every one gets `want[i]`,
+// whole and streamed, with plausible logprobs.
+void expect_tokens_alone(EngineLoop& loop, const std::vector<GenerationRequest>& reqs,
+                         const std::vector<std::vector<int32_t>>& want, const std::string& what) {
   std::vector<std::thread> threads;
   std::vector<std::vector<int32_t>> got(reqs.size()), streamed(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -57,10 +53,11 @@ TEST(EngineLoop, ThreadsGetTheSchedulersTokens) {
       std::vector<Job> jobs(1);
       jobs[0].request = reqs[i];
       jobs[0].top_logprobs = 2;
-      auto ch = (*loop)->submit(std::move(jobs));
-      ASSERT_TRUE(ch.ok());
+      auto ch = loop.submit(std::move(jobs));
+      ASSERT_TRUE(ch.ok()) << ch.status().to_string();
       std::vector<TokenEvent> tokens;
       auto results = wait_all(**ch, &tokens);
+      EXPECT_TRUE(results[0].result.status.ok()) << results[0].result.status.to_string();
       got[i] = results[0].result.ids;
       for (const auto& t : tokens) {
         streamed[i].push_back(t.token);
@@ -71,9 +68,23 @@ TEST(EngineLoop, ThreadsGetTheSchedulersTokens) {
   }
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < reqs.size(); ++i) {
-    EXPECT_EQ(got[i], want[i]) << i;
-    EXPECT_EQ(streamed[i], want[i]) << i;
+    EXPECT_EQ(got[i], want[i]) << what << "request " << i;
+    EXPECT_EQ(streamed[i], want[i]) << what << "request " << i;
   }
+}
+
+TEST(EngineLoop, ThreadsGetTheSchedulersTokens) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 6; ++i)
+    reqs.push_back(GenerationRequest{testing::test_tokens(3 + 4 * i, 40 + i), 6 + i, {0.8f, 0.9f, uint64_t(i)}, true});
+  // Alone, through the scheduler.
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& r : reqs) want.push_back(alone(r));
+  auto engine = testing::make_test_engine();
+  Metrics metrics;
+  auto loop = EngineLoop::start(*engine, options(2, 8), &metrics);
+  ASSERT_TRUE(loop.ok());
+  expect_tokens_alone(**loop, reqs, want, "");
   EXPECT_EQ((*loop)->in_flight(), 0);
   // The longest request alone takes a step per token; every step is timed.
   EXPECT_GE((*loop)->stats().steps, 11);
@@ -121,13 +132,7 @@ TEST(EngineLoop, RanksGiveEachRequestItsTokensAlone) {
   for (int i = 0; i < 5; ++i)
     reqs.push_back(GenerationRequest{testing::test_tokens(3 + 4 * i, 60 + i), 5 + i, {0.8f, 0.9f, uint64_t(i)}, true});
   std::vector<std::vector<int32_t>> want;
-  for (const auto& r : reqs) {
-    auto e = testing::make_test_engine();
-    auto s = Scheduler::create(*e, options(1, 0).scheduler);
-    const int64_t t = (*s)->submit(r);
-    (*s)->run_to_completion();
-    want.push_back((*s)->take(t)->ids);
-  }
+  for (const auto& r : reqs) want.push_back(alone(r));
   for (int ranks : {2, 3}) {
     RankGroupOptions go;
     go.ranks = ranks;
@@ -144,26 +149,8 @@ TEST(EngineLoop, RanksGiveEachRequestItsTokensAlone) {
     long_job[0].request = GenerationRequest{testing::test_tokens(4, 9), 900, {}, true};
     auto cancelled = (*loop)->submit(std::move(long_job));
     ASSERT_TRUE(cancelled.ok());
-    std::vector<std::thread> threads;
-    std::vector<std::vector<int32_t>> got(reqs.size()), streamed(reqs.size());
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      threads.emplace_back([&, i] {
-        std::vector<Job> jobs(1);
-        jobs[0].request = reqs[i];
-        jobs[0].top_logprobs = 2;
-        auto ch = (*loop)->submit(std::move(jobs));
-        ASSERT_TRUE(ch.ok()) << ch.status().to_string();
-        std::vector<TokenEvent> tokens;
-        auto results = wait_all(**ch, &tokens);
-        EXPECT_TRUE(results[0].result.status.ok()) << results[0].result.status.to_string();
-        got[i] = results[0].result.ids;
-        for (const auto& t : tokens) {
-          streamed[i].push_back(t.token);
-          EXPECT_LE(t.logprob, 0.0f);
-          EXPECT_EQ(t.top.size(), 2u);
-        }
-      });
-    }
+    // Meanwhile, from threads, the sampled requests with logprobs.
+    std::thread clients([&] { expect_tokens_alone(**loop, reqs, want, std::to_string(ranks) + " ranks, "); });
     std::vector<TokenEvent> long_tokens;
     std::vector<ChoiceResult> long_results;
     while (long_tokens.empty()) (*cancelled)->wait(&long_tokens, &long_results, std::chrono::milliseconds(50));
@@ -171,11 +158,7 @@ TEST(EngineLoop, RanksGiveEachRequestItsTokensAlone) {
     auto rc = wait_all(**cancelled, &long_tokens);
     EXPECT_EQ(rc[0].result.finish, FinishReason::kCancelled);
     EXPECT_LT(rc[0].result.ids.size(), 900u);
-    for (auto& t : threads) t.join();
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      EXPECT_EQ(got[i], want[i]) << ranks << " ranks, request " << i;
-      EXPECT_EQ(streamed[i], want[i]) << ranks << " ranks, request " << i;
-    }
+    clients.join();
     EXPECT_EQ((*loop)->in_flight(), 0);
     EXPECT_GE((*loop)->stats().steps, 9);
     (*loop)->stop(true);
@@ -226,15 +209,6 @@ TEST(EngineLoop, AFailedRoundOfTheRanksEndsTheRequestsWithItsError) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("device 1 is gone"), std::string::npos);
   EXPECT_EQ((*loop)->in_flight(), 0);
-}
-
-// Ids of `r` alone through a plain scheduler (cold).
-std::vector<int32_t> alone(const GenerationRequest& r) {
-  auto e = testing::make_test_engine();
-  auto s = Scheduler::create(*e, options(1, 0).scheduler);
-  const int64_t t = (*s)->submit(r);
-  (*s)->run_to_completion();
-  return (*s)->take(t)->ids;
 }
 
 std::vector<ChoiceResult> submit_and_wait(EngineLoop& loop, const GenerationRequest& r) {

@@ -9,7 +9,7 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, metrics, BINARY, MODEL, MODEL_ID } from './harness.mjs';
+import { startServer, metrics, streamedAndWholeChat, BINARY, MODEL, MODEL_ID } from './harness.mjs';
 
 const PROMPT = [1, 500, 600, 700, 800, 900];
 const MAX_TOKENS = 12;
@@ -58,18 +58,8 @@ test('a completion equals dsv41 generate on the same backend', async () => {
 });
 
 test('streamed and whole chat answers are the same', async () => {
-  const body = { model: MODEL_ID, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 8, temperature: 0 };
-  const whole = await (await fetch(plain.base + '/v1/chat/completions', {
-    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
-  })).json();
-  const r = await fetch(plain.base + '/v1/chat/completions', {
-    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }),
-  });
-  assert.equal(r.status, 200);
-  let text = '';
-  for (const line of (await r.text()).split('\n'))
-    if (line.startsWith('data: {')) text += JSON.parse(line.slice(6)).choices[0]?.delta?.content ?? '';
-  assert.equal(text, whole.choices[0].message.content);
+  const [streamed, whole] = await streamedAndWholeChat(plain.base);
+  assert.equal(streamed, whole);
 });
 
 test('DSpark on the device drafter does not change the output', async (t) => {

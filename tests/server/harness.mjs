@@ -77,3 +77,18 @@ export async function waitFor(predicate, ms = 10000) {
   }
   return false;
 }
+
+// A chat answer streamed (SSE) and whole, greedy, from the server at `base`: [streamed, whole].
+export async function streamedAndWholeChat(base, content = 'Hello', maxTokens = 8) {
+  const body = { model: MODEL_ID, messages: [{ role: 'user', content }], max_tokens: maxTokens, temperature: 0 };
+  const post = (b) => fetch(base + '/v1/chat/completions', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(b),
+  });
+  const whole = await (await post(body)).json();
+  const r = await post({ ...body, stream: true });
+  if (r.status !== 200) throw new Error(`streamed chat: HTTP ${r.status}: ${await r.text()}`);
+  let text = '';
+  for (const line of (await r.text()).split('\n'))
+    if (line.startsWith('data: {')) text += JSON.parse(line.slice(6)).choices[0]?.delta?.content ?? '';
+  return [text, whole.choices[0].message.content];
+}

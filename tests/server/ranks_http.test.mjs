@@ -10,7 +10,7 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, metrics, BINARY, MODEL, MODEL_ID } from './harness.mjs';
+import { startServer, metrics, streamedAndWholeChat, BINARY, MODEL, MODEL_ID } from './harness.mjs';
 
 const REQUESTS = [
   { id: 'a', prompt_ids: [1, 500, 600, 700], max_tokens: 10 },
@@ -80,18 +80,8 @@ for (const which of ['two', 'three']) {
 }
 
 test('a streamed answer over ranks equals the whole one', async () => {
-  const body = { model: MODEL_ID, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 8, temperature: 0 };
-  const whole = await (await fetch(two.base + '/v1/chat/completions', {
-    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
-  })).json();
-  const r = await fetch(two.base + '/v1/chat/completions', {
-    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }),
-  });
-  assert.equal(r.status, 200);
-  let text = '';
-  for (const line of (await r.text()).split('\n'))
-    if (line.startsWith('data: {')) text += JSON.parse(line.slice(6)).choices[0]?.delta?.content ?? '';
-  assert.equal(text, whole.choices[0].message.content);
+  const [streamed, whole] = await streamedAndWholeChat(two.base);
+  assert.equal(streamed, whole);
 });
 
 test('--ranks with --cache-dir is refused before the model loads', async () => {

@@ -26,7 +26,7 @@ std::string text_and_ids(const std::string& out) {
 }
 
 TEST(CliRanks, RunOverRanksPrintsOneEnginesText) {
-  for (const std::string flags : {"-n 12", "-n 12 --temp 0.8 --seed 5", "-n 12 --dspark 2"}) {
+  for (const std::string flags : {"-n 12", "-n 12 --temp 0.8 --seed 5", "-n 12 --dspark 2", "-n 0"}) {
     const std::string args = "run -m " + kMini + " -p 'Once upon a time' --print-ids --threads 2 " + flags;
     const auto one = run_cli(args, Stderr::kDiscard);
     ASSERT_EQ(one.code, 0) << args << ": " << one.out;

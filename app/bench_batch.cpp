@@ -92,7 +92,7 @@ int run_rank_batch_bench_mode(const std::string& dir, const Model& model, const 
     std::fprintf(stderr, "dsv41 bench: %s\n", s.to_string().c_str());
     return 1;
   };
-  auto setup = make_rank_group(model, ranks, backend, threads, EngineOptions{});
+  auto setup = make_rank_group(model, ranks, backend, threads, EngineOptions{}, /*time_exchanges=*/true);
   if (!setup.ok()) return fail(setup.status());
   auto points = run_rank_batch_bench(*setup->group, options);
   if (!points.ok()) return fail(points.status());
@@ -103,10 +103,18 @@ int run_rank_batch_bench_mode(const std::string& dir, const Model& model, const 
                 "sequences spread over the ranks, every round one forward per rank with the MoE exchanges\n",
                 ranks, computes.c_str(), dir.c_str(), static_cast<long long>(options.context),
                 static_cast<long long>(options.steps));
-    std::printf("%6s %6s %10s %10s %12s\n", "batch", "ranks", "agg tok/s", "vs batch 1", "median tok/s");
-    for (const RankBatchPoint& p : *points)
-      std::printf("%6d %6d %10.1f %9.2fx %12.1f\n", p.batch, p.ranks, p.tokens_per_s(),
-                  base > 0 ? p.tokens_per_s() / base : 0.0, p.median_tokens_per_s());
+    std::printf("%6s %6s %10s %10s %12s %14s %15s %13s %9s\n", "batch", "ranks", "agg tok/s", "vs batch 1",
+                "median tok/s", "exch ms/step", "max rank ms", "ms/collective", "MB/step");
+    for (const RankBatchPoint& p : *points) {
+      const double steps = double(std::max<int64_t>(p.steps, 1)), calls = double(std::max<int64_t>(p.exchanges.calls, 1));
+      std::printf("%6d %6d %10.1f %9.2fx %12.1f %14.3f %15.3f %13.4f %9.3f\n", p.batch, p.ranks, p.tokens_per_s(),
+                  base > 0 ? p.tokens_per_s() / base : 0.0, p.median_tokens_per_s(),
+                  p.exchanges.seconds * 1e3 / steps / ranks, p.max_rank_exchange_seconds * 1e3 / steps,
+                  p.exchanges.seconds * 1e3 / calls, double(p.exchanges.bytes_sent) / steps / 1e6);
+    }
+    std::printf("exch ms/step = a rank's mean wall time inside the MoE collectives a step (three a MoE layer: the "
+                "counts, the rows out, the rows back), waits for the other ranks included; max rank ms = the most "
+                "any rank spent; MB/step = bytes sent to other ranks, all ranks\n");
     return 0;
   }
   nlohmann::json j;
@@ -120,7 +128,11 @@ int run_rank_batch_bench_mode(const std::string& dir, const Model& model, const 
     j["batches"].push_back({{"batch", p.batch},
                             {"decode_tok_s", p.tokens_per_s()},
                             {"median_decode_tok_s", p.median_tokens_per_s()},
-                            {"seconds", p.seconds}});
+                            {"seconds", p.seconds},
+                            {"exchange_calls", p.exchanges.calls},
+                            {"exchange_seconds_all_ranks", p.exchanges.seconds},
+                            {"exchange_seconds_max_rank", p.max_rank_exchange_seconds},
+                            {"exchange_bytes_sent", p.exchanges.bytes_sent}});
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

@@ -70,10 +70,11 @@ Status use_gpu_ranks(int ranks, RankGroupOptions& go, std::vector<std::unique_pt
 }  // namespace
 
 Result<RankSetup> make_rank_group(const Model& model, int ranks, const std::string& backend, int threads,
-                                  const EngineOptions& engine) {
+                                  const EngineOptions& engine, bool time_exchanges) {
   RankGroupOptions go;
   go.ranks = ranks;
   go.engine = engine;
+  go.time_exchanges = time_exchanges;
   const int cores = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   go.threads_per_rank = std::max(1, cores / ranks);
   if (backend == "device-emulation")

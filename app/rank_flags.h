@@ -46,8 +46,8 @@ struct RankSetup {
 };
 
 // `ranks` ranks over `model` on `backend` (cpu, device-emulation, or cuda: one rank per GPU over
-// NCCL), `threads` CPU threads shared out (0: all cores).
+// NCCL), `threads` CPU threads shared out (0: all cores); time_exchanges: RankGroupOptions'.
 Result<RankSetup> make_rank_group(const Model& model, int ranks, const std::string& backend, int threads,
-                                  const EngineOptions& engine);
+                                  const EngineOptions& engine, bool time_exchanges = false);
 
 }  // namespace dsv41::app

@@ -48,7 +48,12 @@ TEST(CliRanks, BenchMeasuresTheBatchedDecodeOverRanks) {
   EXPECT_EQ(j["ranks"], 2);
   ASSERT_EQ(j["batches"].size(), 2u);
   EXPECT_EQ(j["batches"][1]["batch"], 3);
-  for (const auto& p : j["batches"]) EXPECT_GT(p["decode_tok_s"].get<double>(), 0.0);
+  for (const auto& p : j["batches"]) {
+    EXPECT_GT(p["decode_tok_s"].get<double>(), 0.0);
+    EXPECT_GT(p["exchange_calls"].get<int64_t>(), 0) << "the exchanges are timed";
+    EXPECT_GT(p["exchange_bytes_sent"].get<int64_t>(), 0);
+    EXPECT_GT(p["exchange_seconds_max_rank"].get<double>(), 0.0);
+  }
 }
 
 TEST(CliRanks, WhatDoesNotRunAcrossRanksIsRefusedBeforeTheModelLoads) {

@@ -72,6 +72,7 @@ Result<std::vector<RankBatchPoint>> run_rank_batch_bench(RankGroup& group, const
     if (st.ok()) st = round(group, seqs, /*prefill=*/true);
     for (int64_t s = 0; s < o.warmup_steps && st.ok(); ++s) st = round(group, seqs, false);
     std::vector<double> step_seconds;
+    group.reset_exchange_totals();
     const double t0 = now_seconds();
     for (int64_t s = 0; s < o.steps && st.ok(); ++s) {
       const double ts = now_seconds();
@@ -83,6 +84,11 @@ Result<std::vector<RankBatchPoint>> run_rank_batch_bench(RankGroup& group, const
     p.ranks = group.ranks();
     p.steps = o.steps;
     p.seconds = now_seconds() - t0;
+    for (int r = 0; r < group.ranks(); ++r) {
+      const ExchangeTotals t = group.exchange_totals(r);
+      p.exchanges.add(t);
+      p.max_rank_exchange_seconds = std::max(p.max_rank_exchange_seconds, t.seconds);
+    }
     for (Placed& s : seqs) {
       if (s.at.id >= 0) (void)group.engine(s.at.rank).remove_sequence(s.at.id);
       p.generated.push_back(std::move(s.generated));

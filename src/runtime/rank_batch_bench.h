@@ -4,7 +4,8 @@
 // batch_bench.h), then `steps` timed rounds in which every rank decodes its sequences' greedy
 // argmax in one forward while the ranks exchange the MoE rows. Aggregate rate = B · steps / time.
 // The ids each sequence generated are returned, so that a run on N ranks can be checked against
-// one engine's (the same, bit for bit, on the CPU).
+// one engine's (the same, bit for bit, on the CPU), and, with a timed group, what the exchanges
+// cost (issue 17 item 4's all-to-all time per layer: three collectives per MoE layer a step).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,11 @@ struct RankBatchPoint {
   double seconds = 0;
   double median_step_seconds = 0;
   std::vector<std::vector<int32_t>> generated;  // per sequence, warm-up and timed steps
+  // Over the timed steps, when the group times its exchanges (RankGroupOptions::time_exchanges):
+  // every rank's collectives added (calls, wall time inside them, bytes to and from the others),
+  // and the most any one rank spent in them.
+  ExchangeTotals exchanges;
+  double max_rank_exchange_seconds = 0;
   double tokens_per_s() const { return seconds > 0 ? double(batch) * double(steps) / seconds : 0; }
   double median_tokens_per_s() const { return median_step_seconds > 0 ? double(batch) / median_step_seconds : 0; }
 };

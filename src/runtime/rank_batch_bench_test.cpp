@@ -19,6 +19,7 @@ TEST(RankBatchBench, RanksGenerateOneEnginesIds) {
   for (int ranks : {1, 2, 3}) {
     RankGroupOptions go;
     go.ranks = ranks;
+    go.time_exchanges = true;
     auto group = RankGroup::create(testing::engine_test_model(), go);
     ASSERT_TRUE(group.ok()) << group.status().to_string();
     auto points = run_rank_batch_bench(**group, o);
@@ -27,6 +28,12 @@ TEST(RankBatchBench, RanksGenerateOneEnginesIds) {
     for (const RankBatchPoint& p : *points) {
       EXPECT_EQ(p.ranks, ranks);
       EXPECT_GT(p.tokens_per_s(), 0.0);
+      // Three collectives a layer a timed step on every rank; bytes cross ranks only with two or more.
+      EXPECT_EQ(p.exchanges.calls, int64_t{3} * ranks * testing::engine_test_model().config().num_hidden_layers * o.steps);
+      EXPECT_GT(p.exchanges.seconds, 0.0);
+      EXPECT_GE(p.exchanges.seconds, p.max_rank_exchange_seconds);
+      if (ranks == 1) EXPECT_EQ(p.exchanges.bytes_sent, 0);
+      else EXPECT_GT(p.exchanges.bytes_sent, 0);
       ASSERT_EQ(p.generated.size(), size_t(p.batch));
       for (const auto& g : p.generated) EXPECT_EQ(g.size(), 1u + 1u + 3u) << "prefill + warm-up + timed";
     }

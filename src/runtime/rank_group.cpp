@@ -45,6 +45,11 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(std::span<const Model* cons
     if (!comms[r] || comms[r]->rank() != r || comms[r]->size() != options.ranks)
       return invalid_argument("rank group: communicator " + std::to_string(r) + " is not rank " + std::to_string(r) +
                               " of " + std::to_string(options.ranks));
+  if (options.time_exchanges)
+    for (int r = 0; r < options.ranks; ++r) {
+      g->timed_.push_back(std::make_unique<TimedCommunicator>(*comms[r]));
+      comms[r] = g->timed_.back().get();
+    }
   g->execs_.reserve(static_cast<size_t>(options.ranks));
   for (int r = 0; r < options.ranks; ++r) {
     g->pools_.push_back(std::make_unique<ThreadPool>(options.threads_per_rank));
@@ -96,6 +101,14 @@ Status RankGroup::run_bound(FunctionRef<void(int)> fn) const {
   });
   for (const Status& st : bound) DSV41_RETURN_IF_ERROR(st);
   return ok_status();
+}
+
+ExchangeTotals RankGroup::exchange_totals(int rank) const {
+  return timed_.empty() ? ExchangeTotals{} : timed_[static_cast<size_t>(rank)]->totals();
+}
+
+void RankGroup::reset_exchange_totals() {
+  for (auto& t : timed_) t->reset();
 }
 
 Result<RankGroup::Placed> RankGroup::add_sequence(int64_t max_context) {

@@ -26,6 +26,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "parallel/loopback_communicator.h"
+#include "parallel/timed_communicator.h"
 
 namespace dsv41 {
 
@@ -47,6 +48,9 @@ struct RankGroupOptions {
   // rank); a rank whose binding failed in a step still runs its part of it, so that no other rank
   // waits for it at an exchange. Null: nothing.
   std::function<Status(int rank)> bind_rank_thread;
+  // Time every rank's exchanges (parallel/timed_communicator.h): exchange_totals() then says what
+  // each rank's collectives cost it (wall time inside them, bytes to and from the others).
+  bool time_exchanges = false;
 };
 
 class RankGroup {
@@ -70,6 +74,10 @@ class RankGroup {
   Engine& engine(int rank) { return *engines_[static_cast<size_t>(rank)]; }
   // The loopback group the ranks exchange through (null with the caller's communicators).
   LoopbackGroup* loopback() { return group_.get(); }
+  // With RankGroupOptions::time_exchanges: rank r's exchange totals since creation or the last
+  // reset (zeros without it). Read between steps.
+  ExchangeTotals exchange_totals(int rank) const;
+  void reset_exchange_totals();
 
   // A new sequence on the rank that holds the fewest (ties: the lowest rank).
   struct Placed {
@@ -90,6 +98,7 @@ class RankGroup {
   std::vector<std::unique_ptr<ThreadPool>> pools_;
   std::vector<CpuExec> execs_;
   std::unique_ptr<LoopbackGroup> group_;
+  std::vector<std::unique_ptr<TimedCommunicator>> timed_;  // time_exchanges: one per rank, over the group's
   std::vector<std::unique_ptr<Engine>> engines_;
   std::function<Status(int rank)> bind_;
 };

@@ -57,6 +57,22 @@ struct Fp8Decoder {
       return _mm256_or_ps(_mm256_cvtph_ps(h), _mm256_castsi256_ps(_mm256_cvtepi16_epi32(nan)));
     }
   }
+  // 16 codes at p (all present) as two groups of 8, load()'s values: one widening of 16 bytes to
+  // 16 halves instead of two of 8 (≈ 7 instructions for 16 weights, not 10) — the batch-1 products
+  // are instruction-bound on AVX2 (docs/BENCHMARKS.md, session 23).
+  template <bool NanFree = false>
+  void load16(const uint8_t* row, int64_t i, __m256 out[2]) const {
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i));
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(c), 7), _mm256_set1_epi16(static_cast<short>(0xBFFF)));
+    const __m128i lo = _mm256_castsi256_si128(h), hi = _mm256_extracti128_si256(h, 1);
+    out[0] = _mm256_cvtph_ps(lo);
+    out[1] = _mm256_cvtph_ps(hi);
+    if constexpr (!NanFree) {
+      const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x3F80)), _mm256_set1_epi16(0x3F80));
+      out[0] = _mm256_or_ps(out[0], _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(nan))));
+      out[1] = _mm256_or_ps(out[1], _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(nan, 1))));
+    }
+  }
 };
 
 struct Fp4Decoder {
@@ -121,6 +137,18 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
       const uint8_t e = scale_row[0][i0 >> w.block_cols_log2];
       if (shared && i0 + 32 <= in && e < kBigScaleCode && fold.contains(e - 119)) {
         const __m256 s1 = _mm256_set1_ps(ue8m0[e] * 256.0f);
+        if constexpr (R <= 2) {  // 16 columns a step (load16); the same products in the same order
+          for (int64_t i = i0; i < i0 + 32; i += 16) {
+            __m256 wv[O][2];
+            for (int o = 0; o < O; ++o) dec.template load16<NanFree>(code_row[o], i, wv[o]);
+            for (int half = 0; half < 2; ++half)
+              for (int r = 0; r < R; ++r) {
+                const __m256 xs = _mm256_mul_ps(_mm256_loadu_ps(x + r * in + i + 8 * half), s1);
+                for (int o = 0; o < O; ++o) acc[r][o] = _mm256_fmadd_ps(xs, wv[o][half], acc[r][o]);
+              }
+          }
+          continue;
+        }
         for (int64_t i = i0; i < i0 + 32; i += 8) {
           __m256 wv[O];
           for (int o = 0; o < O; ++o) wv[o] = dec.template load<NanFree>(code_row[o], i, 8);

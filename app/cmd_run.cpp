@@ -136,7 +136,9 @@ Status run_over_ranks(RankRun& rr, GenerationRequest request, int64_t chunk, con
   const auto t0 = std::chrono::steady_clock::now();
   double prefill_s = 0;
   bool prompt_done = false;
-  bool prefill_only = false;  // (set below, before the first step)
+  // -n 0: the prompt is still prefilled (as one engine's run does); its first token is not shown.
+  const bool prefill_only = request.max_tokens == 0;
+  if (prefill_only) request.max_tokens = 1;
   sched->on_token([&](int64_t, int32_t token, std::span<const float>) {
     if (!prompt_done) prefill_s = seconds_since(t0);  // the first token follows the prompt's last forward
     prompt_done = true;
@@ -147,9 +149,6 @@ Status run_over_ranks(RankRun& rr, GenerationRequest request, int64_t chunk, con
     std::fflush(stdout);
   });
   const size_t prompt_tokens = request.prompt.size();
-  // -n 0: the prompt is still prefilled (as one engine's run does); its first token is not shown.
-  prefill_only = request.max_tokens == 0;
-  if (prefill_only) request.max_tokens = 1;
   const int64_t ticket = sched->submit(std::move(request));
   int64_t rounds = 0;
   for (;;) {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <string>
 
 #include "tests/cli_runner.h"
@@ -37,6 +38,21 @@ TEST(CliRanks, RunOverRanksPrintsOneEnginesText) {
       const auto plain = run_cli(args + ranks, Stderr::kDiscard);
       EXPECT_EQ(text_and_ids(plain.out), text_and_ids(one.out)) << args << ranks;
     }
+  }
+}
+
+// The golden fixture (the independent implementation's model; CliRun ties one engine's `run` to
+// its generated ids): over 2 and 3 ranks, `run` prints one engine's text and ids.
+TEST(CliRanks, GoldenFixtureRunOverRanksPrintsOneEnginesIds) {
+  const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/v41-tiny-f32";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " is absent (a plain clone has no ../shared)";
+  const std::string args = "run -m " + dir + " --ids 0,17,42,99,7,3 -n 10 --ignore-eos --print-ids --threads 2";
+  const auto one = run_cli(args, Stderr::kDiscard);
+  ASSERT_EQ(one.code, 0) << one.out;
+  for (const char* ranks : {" --ranks 2", " --ranks 3"}) {
+    const auto r = run_cli(args + ranks, Stderr::kDiscard);
+    ASSERT_EQ(r.code, 0) << ranks << ": " << r.out;
+    EXPECT_EQ(text_and_ids(r.out), text_and_ids(one.out)) << ranks;
   }
 }
 

@@ -61,6 +61,13 @@ Status decode_step(Engine& engine, Decoders& d, std::vector<Segment>& segs) {
 
 }  // namespace
 
+double median_seconds(std::vector<double>& step_seconds) {
+  if (step_seconds.empty()) return 0;
+  std::sort(step_seconds.begin(), step_seconds.end());
+  const size_t mid = step_seconds.size() / 2;
+  return step_seconds.size() % 2 ? step_seconds[mid] : 0.5 * (step_seconds[mid - 1] + step_seconds[mid]);
+}
+
 Status check_batch_bench_options(const ModelConfig& config, const BatchBenchOptions& o) {
   if (o.batches.empty()) return invalid_argument("--batches: give at least one batch size");
   for (int b : o.batches)
@@ -106,10 +113,7 @@ Result<BatchBenchResult> run_batch_bench(const Model& model, const BatchBenchOpt
     p.steps = o.steps;
     p.seconds = now_seconds() - t0;
     p.cpu_seconds = process_cpu_seconds() - c0;
-    std::sort(step_seconds.begin(), step_seconds.end());
-    const size_t mid = step_seconds.size() / 2;
-    p.median_step_seconds =
-        step_seconds.size() % 2 ? step_seconds[mid] : 0.5 * (step_seconds[mid - 1] + step_seconds[mid]);
+    p.median_step_seconds = median_seconds(step_seconds);
     p.distinct_experts_per_step = double(cpu->expert_reads()) / double(o.steps);
     int64_t cache = 0;
     for (SequenceId id : d.ids) cache += engine->cache(id)->bytes_in_use().total();

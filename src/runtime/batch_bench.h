@@ -36,20 +36,28 @@ struct BatchBenchOptions {
   bool layer_groups = true;
 };
 
-struct BatchPoint {
+// A batch size's timed decode steps and the rates they give (BatchPoint here, RankBatchPoint in
+// rank_batch_bench.h).
+struct DecodeRate {
   int batch = 0;
   int64_t steps = 0;
   double seconds = 0;
   // The median step's wall time: on a shared machine, a step that another process preempted
   // moves the mean (seconds / steps) but hardly the median.
   double median_step_seconds = 0;
+  double tokens_per_s() const { return seconds > 0 ? double(batch) * double(steps) / seconds : 0; }
+  double median_tokens_per_s() const { return median_step_seconds > 0 ? double(batch) / median_step_seconds : 0; }
+};
+
+// The median of the steps' wall times (0 for none); sorts them.
+double median_seconds(std::vector<double>& step_seconds);
+
+struct BatchPoint : DecodeRate {
   // CPU time of the whole process over the timed steps (every thread): on a machine shared with
   // other work, tokens per CPU-second (with one thread) measure the work itself, whoever else ran.
   double cpu_seconds = 0;
   double distinct_experts_per_step = 0;  // summed over layers
   double bytes_per_step = 0;             // weights as held + caches (upper bound)
-  double tokens_per_s() const { return seconds > 0 ? double(batch) * double(steps) / seconds : 0; }
-  double median_tokens_per_s() const { return median_step_seconds > 0 ? double(batch) / median_step_seconds : 0; }
   double tokens_per_cpu_s() const { return cpu_seconds > 0 ? double(batch) * double(steps) / cpu_seconds : 0; }
   double bytes_per_s() const { return seconds > 0 ? bytes_per_step * double(steps) / seconds : 0; }
 };

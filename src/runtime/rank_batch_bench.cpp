@@ -94,10 +94,7 @@ Result<std::vector<RankBatchPoint>> run_rank_batch_bench(RankGroup& group, const
       p.generated.push_back(std::move(s.generated));
     }
     DSV41_RETURN_IF_ERROR(st);
-    std::sort(step_seconds.begin(), step_seconds.end());
-    const size_t mid = step_seconds.size() / 2;
-    p.median_step_seconds =
-        step_seconds.size() % 2 ? step_seconds[mid] : 0.5 * (step_seconds[mid - 1] + step_seconds[mid]);
+    p.median_step_seconds = median_seconds(step_seconds);
     points.push_back(std::move(p));
   }
   return points;

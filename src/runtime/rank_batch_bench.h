@@ -17,20 +17,14 @@
 
 namespace dsv41 {
 
-struct RankBatchPoint {
-  int batch = 0;
+struct RankBatchPoint : DecodeRate {
   int ranks = 0;
-  int64_t steps = 0;
-  double seconds = 0;
-  double median_step_seconds = 0;
   std::vector<std::vector<int32_t>> generated;  // per sequence, warm-up and timed steps
   // Over the timed steps, when the group times its exchanges (RankGroupOptions::time_exchanges):
   // every rank's collectives added (calls, wall time inside them, bytes to and from the others),
   // and the most any one rank spent in them.
   ExchangeTotals exchanges;
   double max_rank_exchange_seconds = 0;
-  double tokens_per_s() const { return seconds > 0 ? double(batch) * double(steps) / seconds : 0; }
-  double median_tokens_per_s() const { return median_step_seconds > 0 ? double(batch) / median_step_seconds : 0; }
 };
 
 // options.batches, context, steps, warmup_steps and seed count; the mixed step is not measured.

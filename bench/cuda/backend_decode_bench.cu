@@ -61,7 +61,7 @@ struct Run {
   int steps = 0;
   // The CUDA backend's device cache bytes after the last step (DeviceBackend::cache_bytes_*), and
   // the positions each sequence then holds.
-  DeviceCacheBytes held, allocated;
+  DeviceCacheBytes held, allocated, reserved;
   int64_t positions = 0;
 };
 
@@ -82,9 +82,12 @@ void print_cache_bytes(const Run& r, const Model& model, int batch) {
               static_cast<long long>(r.held.index), double(r.held.global()) / tokens, double(r.held.main) / tokens,
               double(r.held.index) / tokens, static_cast<long long>(r.held.window),
               double(r.held.window) / batch / 1e3, double(r.held.window) / tokens, equal ? "equal" : "DIFFERS");
-  std::printf("  device cache bytes allocated: main %lld, index %lld, window %lld (%.1f B/token global)\n",
+  std::printf("  device cache bytes allocated (whole pages): main %lld, index %lld, window %lld (%.1f B/token global); "
+              "the page pools reserve %lld + %lld (%.1f B/token global)\n",
               static_cast<long long>(r.allocated.main), static_cast<long long>(r.allocated.index),
-              static_cast<long long>(r.allocated.window), double(r.allocated.global()) / tokens);
+              static_cast<long long>(r.allocated.window), double(r.allocated.global()) / tokens,
+              static_cast<long long>(r.reserved.main), static_cast<long long>(r.reserved.index),
+              double(r.reserved.global()) / tokens);
   // The config's global KV per token at a long context (the plan's pages; 890 for V4.1-Flash).
   const int64_t far = int64_t(1) << 20;
   if (auto p = plan_cache_bytes(model.config(), model.plan(), far); p.ok())
@@ -145,6 +148,7 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
   if (const auto* d = dynamic_cast<const DeviceBackend<CudaExec>*>(&(*engine)->backend())) {
     out.held = d->cache_bytes_held();
     out.allocated = d->cache_bytes_allocated();
+    out.reserved = d->cache_bytes_reserved();
     out.positions = context + steps + 2 + profile;
   }
   if (profile > 0) {

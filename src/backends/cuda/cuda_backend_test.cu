@@ -156,6 +156,22 @@ TEST(CudaBackend, DeviceRecordsEqualCacheRecords) {
   ts::check_device_records<CudaExec>(**model, [&] { return fresh_cuda_backend(**model); }, "cuda");
 }
 
+// Mirrors in pages of 1 and 2 rows (a page boundary at nearly every entry; the default is 64):
+// the forward over rollbacks is the CPU backend's, the device's records the cache's, on the GPU.
+TEST(CudaBackend, SmallPagesMatchCpuBackend) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto cuda = fresh_cuda_backend(**model, [](DeviceBackend<CudaExec>& b) { b.set_page_rows(1); });
+  ASSERT_TRUE(cuda);
+  ts::check_against_cpu(**model, std::move(cuda), ts::rollbacks((*model)->vocab_size()), 2, dir + " (1 row a page)");
+  ts::check_device_records<CudaExec>(
+      **model, [&] { return fresh_cuda_backend(**model, [](DeviceBackend<CudaExec>& b) { b.set_page_rows(2); }); },
+      "cuda, 2 rows a page");
+}
+
 // The fused launches (DeviceBackend::set_fused; on the GPU also the experts' down projection +
 // mHC expand as one kernel and the routed + shared up projections as one) against each body
 // launched on its own: the same logits bits, the cache's records, fewer launches; 20 sequences in

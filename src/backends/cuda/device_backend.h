@@ -67,6 +67,7 @@
 
 #include "backends/cuda/device_drafter.h"
 #include "backends/cuda/device_kernels.h"
+#include "backends/cuda/device_pages.h"
 #include "backends/cuda/exec_counts.h"
 #include "backends/cuda/mma_gemm.h"
 #include "cache/records.h"
@@ -139,10 +140,11 @@ class DeviceArray {
   int64_t cap_ = 0;
 };
 
-// The device memory of the caches by kind (DeviceBackend::cache_bytes): `held` are the records in
+// The device memory of the caches by kind (DeviceBackend::cache_bytes_*): `held` are the records in
 // use (mirrored main rows and index keys × their record bytes; every ring slot of the window
-// copies), `allocated` what the backend's allocations for them total (the arrays grow
-// geometrically, so allocated ≥ held).
+// copies), `allocated` what the sequences hold for them (whole pages of the mirrors: held rounded
+// up to a page per mirror), `reserved` what the backend took from the device (the page pools'
+// slabs, free pages included).
 struct DeviceCacheBytes {
   int64_t main = 0, index = 0, window = 0;
   int64_t global() const { return main + index; }
@@ -177,7 +179,20 @@ class DeviceBackend : public Backend {
   int64_t weight_bytes() const { return weight_bytes_; }
   // Device bytes of the caches (see DeviceCacheBytes): records in use, and allocated.
   DeviceCacheBytes cache_bytes_held() const;
-  DeviceCacheBytes cache_bytes_allocated() const { return cache_alloc_; }
+  // What the sequences' device caches hold allocated: the mirrors' pages (whole pages) and the
+  // window copies (their slots).
+  DeviceCacheBytes cache_bytes_allocated() const;
+  // What the backend took from the device for them: the page pools' slabs (pages in use and free)
+  // and the window copies.
+  DeviceCacheBytes cache_bytes_reserved() const;
+  // Rows of the compressed-cache mirrors per device page (a power of two; before the first step,
+  // tests: small pages put page boundaries everywhere). Default 2^kDevicePageShift.
+  static constexpr int kDevicePageShift = 6;
+  void set_page_rows(int64_t rows) {
+    int shift = 0;
+    while ((int64_t(1) << (shift + 1)) <= rows) ++shift;
+    if (!main_pages_) page_shift_ = shift;
+  }
   // Test support: the device's packed records, downloaded — the main rows (kind kMain) or index
   // keys (kIndex) of the mirror of (cache, kv-source layer), all its rows (empty: no mirror); the
   // window copy's record of position p of (cache, layer) (kWindow; empty unless the copy holds p).
@@ -388,7 +403,7 @@ class DeviceBackend : public Backend {
     std::vector<uint8_t> records;  // [slots, record bytes]
   };
   struct Mirror {
-    U8 main, index;  // [rows, record bytes] of each kind: the cache's records
+    DevicePagedRows<Exec> main, index;  // [rows, record bytes] of each kind in pages: the cache's records
     int64_t rows = 0;
     int64_t staged = 0;                           // of the rows, those not yet in the cache
     bool publishing = false;                      // compress_segments staged into it this batch
@@ -482,6 +497,8 @@ class DeviceBackend : public Backend {
   // entries staged by compress_segments into their caches (one download for both).
   void flush_staged();
   Mirror& mirror(const SequenceCache* cache, const KvSourceCache& kv);
+  // Pages for the mirror's rows [0, rows) (after a device error: none, the mirror emptied).
+  void reserve_rows(Mirror& m, int64_t rows);
   // Mirror::tail refreshed from the cache's newest records (m.rows of them in the mirror).
   static void remember_tail(Mirror& m, const SequenceCache& cache, const KvSourceCache& kv);
   // The mirror follows its cache cut back by a rollback: true when the cache's newest record is
@@ -504,6 +521,11 @@ class DeviceBackend : public Backend {
   // staging. Inside a recorded stretch the copy would change its graph's shape, so that the stretch
   // is instantiated anew instead of updated, and again at the next step without one.
   void sync_open_groups();
+  // At begin_batch, before the step's graphs are recorded: each mirror of the batch's caches gets
+  // the pages the batch's entries will need (at most (open group + rows) / ratio of them), so that
+  // compress_segments takes no page inside a recorded stretch (a page-table upload there would
+  // change its graph's shape: instantiated anew instead of updated).
+  void reserve_batch_pages();
   // Copies `bytes` from host memory into pinned staging and queues their upload to dst without
   // waiting (the staging is reused after the batch's blocking download, or a sync).
   void upload_staged(void* dst, const void* src, int64_t bytes);
@@ -522,7 +544,11 @@ class DeviceBackend : public Backend {
   BatchLayout layout_;
   std::vector<SegmentRows> segments_;
   std::vector<std::unique_ptr<SegState>> seg_;
-  DeviceCacheBytes cache_alloc_;  // kept by the mirrors' and window copies' arrays (bind)
+  DeviceCacheBytes cache_alloc_;  // the window copies' arrays (bind)
+  // The mirrors' pages (made at the first mirror, rows per page 2^page_shift_); declared before
+  // mirrors_, which give their pages back when they go.
+  int page_shift_ = kDevicePageShift;
+  std::unique_ptr<DevicePagePool<Exec>> main_pages_, index_pages_;
   std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<Mirror>> mirrors_;
   std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<WindowCopy>> windows_;
   bool keep_window_copies_ = true;

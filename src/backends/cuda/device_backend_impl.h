@@ -346,10 +346,15 @@ void DeviceBackend<Exec>::flush_staged() {
 template <class Exec>
 typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const SequenceCache* cache, const KvSourceCache& kv) {
   std::unique_ptr<Mirror>& slot = mirrors_[{cache, kv.layer}];
+  const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
   if (!slot) {
+    if (!main_pages_) {
+      main_pages_ = std::make_unique<DevicePagePool<Exec>>(&ex_, mb << page_shift_);
+      index_pages_ = std::make_unique<DevicePagePool<Exec>>(&ex_, ib << page_shift_);
+    }
     slot = std::make_unique<Mirror>();
-    slot->main.bind(&ex_, &cache_alloc_.main);
-    slot->index.bind(&ex_, &cache_alloc_.index);
+    slot->main.bind(&ex_, main_pages_.get(), mb, page_shift_);
+    slot->index.bind(&ex_, index_pages_.get(), ib, page_shift_);
     slot->pend_kv.bind(&ex_);
     slot->pend_gate.bind(&ex_);
   }
@@ -357,26 +362,40 @@ typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const Sequence
   m.last_used = batches_;
   if (m.staged > 0) return m;  // ahead of the cache by this batch's entries (published at end_batch)
   const int64_t G = kv.entries();
-  const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
   // Still the same cache? Its newest mirrored records must be unchanged (or, rolled back, the
   // cache's newest must be the mirror's record of that row); else rebuild.
-  if (m.rows > G ? !follow_rollback(m, kv)
+  const bool rebuild =
+      m.rows > G ? !follow_rollback(m, kv)
                  : m.rows > 0 && (std::memcmp(kv.main.row(m.rows - 1), &m.tail_main[size_t((m.tail - 1) * mb)],
                                               size_t(mb)) != 0 ||
                                   std::memcmp(kv.index.row(m.rows - 1), &m.tail_index[size_t((m.tail - 1) * ib)],
-                                              size_t(ib)) != 0))
-    m.rows = 0;
-  if (m.rows == G) return m;
-  // The cache's records of rows [m.rows, G) as they are (its pages gathered), one upload per kind.
-  const int64_t n = G - m.rows;
-  host_bytes_.resize(static_cast<size_t>(n * std::max(mb, ib)));
-  for (int64_t g = m.rows; g < G; ++g) std::memcpy(host_bytes_.data() + (g - m.rows) * mb, kv.main.row(g), size_t(mb));
-  m.main.upload(host_bytes_.data(), n * mb, m.rows * mb);
-  for (int64_t g = m.rows; g < G; ++g) std::memcpy(host_bytes_.data() + (g - m.rows) * ib, kv.index.row(g), size_t(ib));
-  m.index.upload(host_bytes_.data(), n * ib, m.rows * ib);
-  m.rows = G;
-  remember_tail(m, *cache, kv);
+                                              size_t(ib)) != 0);
+  if (rebuild) m.rows = 0;
+  if (m.rows != G) {
+    // The cache's records of rows [m.rows, G) as they are (its pages gathered), an upload per page.
+    const int64_t n = G - m.rows;
+    reserve_rows(m, G);
+    host_bytes_.resize(static_cast<size_t>(n * std::max(mb, ib)));
+    for (int64_t g = m.rows; g < G; ++g) std::memcpy(host_bytes_.data() + (g - m.rows) * mb, kv.main.row(g), size_t(mb));
+    m.main.upload_rows(host_bytes_.data(), n, m.rows);
+    for (int64_t g = m.rows; g < G; ++g) std::memcpy(host_bytes_.data() + (g - m.rows) * ib, kv.index.row(g), size_t(ib));
+    m.index.upload_rows(host_bytes_.data(), n, m.rows);
+    m.rows = G;
+    remember_tail(m, *cache, kv);
+  }
+  // A rebuilt mirror gives back the pages past its rows. One that followed a rollback keeps them
+  // (at most the rows a rollback takes back: re-taken by the next verify step, no churn).
+  if (rebuild) {
+    m.main.trim(m.rows);
+    m.index.trim(m.rows);
+  }
   return m;
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::reserve_rows(Mirror& m, int64_t rows) {
+  const auto up = [&](void* dst, const void* src, int64_t bytes) { upload_staged(dst, src, bytes); };
+  if (!m.main.reserve(rows, up) || !m.index.reserve(rows, up)) m.rows = m.tail = 0;  // the device error is sticky
 }
 
 template <class Exec>
@@ -467,6 +486,26 @@ DeviceCacheBytes DeviceBackend<Exec>::cache_bytes_held() const {
 }
 
 template <class Exec>
+DeviceCacheBytes DeviceBackend<Exec>::cache_bytes_allocated() const {
+  DeviceCacheBytes b;
+  for (const auto& [key, m] : mirrors_) {
+    b.main += m->main.bytes_held();
+    b.index += m->index.bytes_held();
+  }
+  b.window = cache_alloc_.window;
+  return b;
+}
+
+template <class Exec>
+DeviceCacheBytes DeviceBackend<Exec>::cache_bytes_reserved() const {
+  DeviceCacheBytes b;
+  b.main = main_pages_ ? main_pages_->bytes_reserved() : 0;
+  b.index = index_pages_ ? index_pages_->bytes_reserved() : 0;
+  b.window = cache_alloc_.window;
+  return b;
+}
+
+template <class Exec>
 std::vector<uint8_t> DeviceBackend<Exec>::device_records(const SequenceCache* cache, int layer, RowKind kind, int64_t p) {
   const ModelConfig& c = config();
   std::vector<uint8_t> out;
@@ -483,7 +522,7 @@ std::vector<uint8_t> DeviceBackend<Exec>::device_records(const SequenceCache* ca
   if (!m) return out;
   const int64_t rb = dk::record_bytes(kind, kind == RowKind::kMain ? c.head_dim : c.index_head_dim);
   out.resize(size_t(m->rows * rb));
-  if (m->rows > 0) ex_.download(out.data(), (kind == RowKind::kMain ? m->main : m->index).data(), m->rows * rb);
+  (kind == RowKind::kMain ? m->main : m->index).download_rows(out.data(), m->rows);
   return out;
 }
 
@@ -523,6 +562,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   // step (a verify step of DSpark), with graphs of its own per sequence count
   // (set_verify_graphs_by_sequences); longer prefill and mixed batches launch kernel by kernel.
   sync_open_groups();
+  reserve_batch_pages();
   if (!layout.types) {
     bool short_step = short_step_graphs_ && n <= kShortBatchRows;
     for (const SegmentRows& s : segments_) short_step = short_step && s.rows <= kShortRows;
@@ -592,6 +632,19 @@ void DeviceBackend<Exec>::sync_open_groups() {
     for (int l = 0; l < s.cache->num_layers(); ++l)
       if (const KvSourceCache* kv = s.cache->kv_source(l); kv && kv->ratio > 1)
         if (Mirror* m = find_mirror(s.cache, l); m && m->pend_rows >= 0) sync_pending(*m, *kv);
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::reserve_batch_pages() {
+  for (const SegmentRows& s : segments_)
+    for (int l = 0; l < s.cache->num_layers(); ++l) {
+      const KvSourceCache* kv = s.cache->kv_source(l);
+      if (!kv || kv->layer != l) continue;  // a layer reading another's cache: reserved at its source
+      Mirror* m = find_mirror(s.cache, l);
+      if (!m || m->staged > 0) continue;
+      const int64_t r = std::max(kv->ratio, 1), open = r > 1 ? kv->pending : 0;
+      reserve_rows(*m, kv->entries() + (open + s.rows) / r);
+    }
 }
 
 template <class Exec>
@@ -865,9 +918,7 @@ void DeviceBackend<Exec>::compress_segments(int layer, std::span<const SegmentCo
       m.pend_kv.reserve((P + T) * D, P * D);  // room for the new open group (rows kept)
       m.pend_gate.reserve((P + T) * D, P * D);
     }
-    const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
-    m.main.reserve((m.rows + g) * mb, m.rows * mb);
-    m.index.reserve((m.rows + g) * ib, m.rows * ib);
+    reserve_rows(m, m.rows + g);
     js.push_back({j.segment, &kv, &m, s.row0 + j.first_row, T, P, g, fed, groups});
     fed += T;
     groups += g;
@@ -935,14 +986,13 @@ void DeviceBackend<Exec>::compress_segments(int layer, std::span<const SegmentCo
     rope(ks, groups, 1, Di, cosd, sind, 0, false);
     rope(lt, groups, 1, D, cosd, sind, 0, false);
     // The new entries into the mirrors, packed (the records end_batch packs into the cache).
-    Launches<dk::PackK> append;
-    const int64_t mb = dk::record_bytes(RowKind::kMain, D), ib = dk::record_bytes(RowKind::kIndex, Di);
+    Launches<dk::PackPagedK> append;
     for (const Job& j : js) {
       Mirror& m = *j.m;
       append.add(j.groups * D / dk::FakeQuantK::block(RowKind::kMain),
-                 dk::PackK{lt + j.group * D, D, RowKind::kMain, m.main.data() + m.rows * mb});
+                 dk::PackPagedK{lt + j.group * D, D, RowKind::kMain, m.main.table(), m.main.shift(), m.rows});
       append.add(j.groups * Di / dk::FakeQuantK::block(RowKind::kIndex),
-                 dk::PackK{ks + j.group * Di, Di, RowKind::kIndex, m.index.data() + m.rows * ib});
+                 dk::PackPagedK{ks + j.group * Di, Di, RowKind::kIndex, m.index.table(), m.index.shift(), m.rows});
     }
     append.flush(ex_);
   }
@@ -991,7 +1041,8 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
     st.call_row0 = a.first_row;
     st.topk.reserve(j.T * k);  // the previous top-k is not read by this step: overwritten in place
     if (j.G > 0) {
-      j.keys = dk::KeyRows::records(mirror(s.cache, kv).index.data(), RowKind::kIndex, dh);
+      const Mirror& m = mirror(s.cache, kv);
+      j.keys = dk::KeyRows::paged(m.index.table(), m.index.shift(), RowKind::kIndex, dh);
       j.restricted = a.restricted && st.candidate_layer >= 0;
       j.candidates = !j.restricted && info.candidate_source;
       // (A restricted job reads its pool from st.candidates; only an unrestricted one rewrites it.)
@@ -1115,7 +1166,8 @@ typename DeviceBackend<Exec>::AttendPrep DeviceBackend<Exec>::attend_prepare(int
   dk::KeyRows main;
   const int32_t* topk = nullptr;
   if (kv_layer >= 0) {
-    main = dk::KeyRows::records(mirror(s.cache, *s.cache->kv_source(kv_layer)).main.data(), RowKind::kMain, D);
+    const Mirror& m = mirror(s.cache, *s.cache->kv_source(kv_layer));
+    main = dk::KeyRows::paged(m.main.table(), m.main.shift(), RowKind::kMain, D);
     topk = st.topk.data() + (first_row - st.topk_row0) * k;
   }
   AttendPrep a;

@@ -334,43 +334,74 @@ TEST(DeviceBackendHost, FusedLaunchesEqualSeparate) {
 
 // The device cache byte counts: what the mirrors and window copies hold is the record sizes times
 // the rows — for one sequence exactly the plan's cache sizing at one record per page
-// (plan_cache_bytes) — and what the backend allocated for them covers it (the arrays grow
-// geometrically: at most twice what they ever held, a ring copy exactly its slots).
+// (plan_cache_bytes) — and what the sequence holds allocated is the plan's sizing at the device's
+// page size (the mirrors' rows in whole pages, nothing more); the pools reserve whole slabs.
 TEST(DeviceBackendHost, CacheBytesCountTheRecords) {
   const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
   auto model = Model::load(dir);
   ASSERT_TRUE(model.ok());
-  auto backend = std::make_unique<DeviceBackend<HostExec>>(**model);
-  DeviceBackend<HostExec>* dev = backend.get();
-  EXPECT_EQ(dev->cache_bytes_allocated().total(), 0);
-  auto e = Engine::create(std::move(backend), (*model)->engram_tables());
-  ASSERT_TRUE(e.ok());
-  const SequenceId id = *(*e)->add_sequence(512);
-  const int64_t V = (*model)->vocab_size();
-  int64_t tokens = 0;
-  for (int n : {75, 1, 1, 30, 1, 1, 1}) {
-    Segment s;
-    s.sequence = id;
-    s.start = tokens;
-    const std::vector<int32_t> t = ts::tokens(900 + tokens, n, V);
-    s.tokens = t;
-    ASSERT_TRUE((*e)->forward(std::span<const Segment>(&s, 1)).front().status.ok());
-    tokens += n;
-    CacheOptions one_per_page;
-    one_per_page.rows_per_page = 1;
-    auto plan = plan_cache_bytes((*model)->config(), (*model)->plan(), tokens, one_per_page);
-    ASSERT_TRUE(plan.ok());
-    const DeviceCacheBytes held = dev->cache_bytes_held(), alloc = dev->cache_bytes_allocated();
-    EXPECT_EQ(held.main, plan->main) << tokens << " tokens";
-    EXPECT_EQ(held.index, plan->index) << tokens << " tokens";
-    EXPECT_EQ(held.window, plan->window) << tokens << " tokens";
-    EXPECT_EQ(alloc.window, held.window);
-    for (auto [h, a] : {std::pair{held.main, alloc.main}, std::pair{held.index, alloc.index}}) {
-      EXPECT_GE(a, h);
-      EXPECT_LE(a, 2 * h);
+  for (int64_t page_rows : {int64_t(64), int64_t(4)}) {
+    auto backend = std::make_unique<DeviceBackend<HostExec>>(**model);
+    DeviceBackend<HostExec>* dev = backend.get();
+    dev->set_page_rows(page_rows);
+    EXPECT_EQ(dev->cache_bytes_allocated().total(), 0);
+    EXPECT_EQ(dev->cache_bytes_reserved().total(), 0);
+    auto e = Engine::create(std::move(backend), (*model)->engram_tables());
+    ASSERT_TRUE(e.ok());
+    const SequenceId id = *(*e)->add_sequence(512);
+    const int64_t V = (*model)->vocab_size();
+    int64_t tokens = 0;
+    for (int n : {75, 1, 1, 30, 1, 1, 1, 200}) {
+      Segment s;
+      s.sequence = id;
+      s.start = tokens;
+      const std::vector<int32_t> t = ts::tokens(900 + tokens, n, V);
+      s.tokens = t;
+      ASSERT_TRUE((*e)->forward(std::span<const Segment>(&s, 1)).front().status.ok());
+      tokens += n;
+      CacheOptions one_per_page, device_pages;
+      one_per_page.rows_per_page = 1;
+      device_pages.rows_per_page = page_rows;
+      auto exact = plan_cache_bytes((*model)->config(), (*model)->plan(), tokens, one_per_page);
+      auto paged = plan_cache_bytes((*model)->config(), (*model)->plan(), tokens, device_pages);
+      ASSERT_TRUE(exact.ok() && paged.ok());
+      const DeviceCacheBytes held = dev->cache_bytes_held(), alloc = dev->cache_bytes_allocated(),
+                             reserved = dev->cache_bytes_reserved();
+      EXPECT_EQ(held.main, exact->main) << tokens << " tokens";
+      EXPECT_EQ(held.index, exact->index) << tokens << " tokens";
+      EXPECT_EQ(held.window, exact->window) << tokens << " tokens";
+      EXPECT_EQ(alloc.main, paged->main) << tokens << " tokens, " << page_rows << " rows a page";
+      EXPECT_EQ(alloc.index, paged->index) << tokens << " tokens, " << page_rows << " rows a page";
+      EXPECT_EQ(alloc.window, held.window);
+      EXPECT_GE(reserved.main, alloc.main);
+      EXPECT_GE(reserved.index, alloc.index);
+      EXPECT_EQ(reserved.window, held.window);
     }
   }
+}
+
+// Pages of 1, 2 and 4 rows (a page boundary at nearly every entry): the forward, rollbacks and the
+// device's records are those of the default pages (the CPU backend's function; the cache's bytes).
+TEST(DeviceBackendHost, SmallPagesMatchCpuBackend) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  for (int64_t page_rows : {1, 2, 4}) {
+    SCOPED_TRACE(page_rows);
+    auto dev = std::make_unique<DeviceBackend<HostExec>>(**model);
+    dev->set_page_rows(page_rows);
+    ts::check_against_cpu(**model, std::move(dev), ts::rollbacks((*model)->vocab_size()), 2, dir);
+  }
+  ts::check_device_records<HostExec>(
+      **model,
+      [&] {
+        auto dev = std::make_unique<DeviceBackend<HostExec>>(**model);
+        dev->set_page_rows(2);
+        return dev;
+      },
+      "emulation, 2 rows a page");
 }
 
 // Verify chunks rolled back by 1–3 positions and decoded again: the device window copies and

@@ -42,17 +42,30 @@ struct KeyRow {
   DSV41_HD float operator[](int64_t c) const { return f ? f[c] : record_value(kind, rec, D, c); }
 };
 
-// Rows [n, D] of keys: float32 (kernel tests, the float reference) or packed records of `kind`.
+// Where row r of paged records lies: page r >> shift of the table, record r mod 2^shift in it
+// (the backend's mirrors, device_pages.h).
+DSV41_HD inline uint8_t* paged_row(uint8_t* const* pages, int shift, int64_t record_bytes, int64_t r) {
+  return pages[r >> shift] + (r & ((int64_t(1) << shift) - 1)) * record_bytes;
+}
+
+// Rows [n, D] of keys: float32 (kernel tests, the float reference) or packed records of `kind`,
+// contiguous (rec) or in pages (pages, page_shift: paged_row).
 struct KeyRows {
   const float* f = nullptr;
   const uint8_t* rec = nullptr;
   RowKind kind = RowKind::kMain;
   int64_t D = 0;
+  uint8_t* const* pages = nullptr;
+  int page_shift = 0;
   static KeyRows floats(const float* f, int64_t D) { return {f, nullptr, RowKind::kMain, D}; }
   static KeyRows records(const uint8_t* rec, RowKind kind, int64_t D) { return {nullptr, rec, kind, D}; }
-  DSV41_HD bool empty() const { return f == nullptr && rec == nullptr; }
+  static KeyRows paged(uint8_t* const* pages, int shift, RowKind kind, int64_t D) {
+    return {nullptr, nullptr, kind, D, pages, shift};
+  }
+  DSV41_HD bool empty() const { return f == nullptr && rec == nullptr && pages == nullptr; }
   DSV41_HD KeyRow row(int64_t r) const {
     if (f) return {f + r * D, nullptr, kind, D};
+    if (pages) return {nullptr, paged_row(pages, page_shift, record_bytes(kind, D), r), kind, D};
     return {nullptr, rec ? rec + r * record_bytes(kind, D) : nullptr, kind, D};
   }
 };
@@ -122,6 +135,21 @@ struct PackK {
       const uint8_t hi = q_f32_to_e2m1(q_clamp_sym(xb[i + 1] / s, 6.0f));
       codes[i / 2] = static_cast<uint8_t>(lo | (hi << 4));
     }
+  }
+};
+
+// PackK into paged records: block b of row r of src [rows, D] into row first_row + r of the pages
+// (paged_row), the same bytes PackK writes.
+struct PackPagedK {
+  const float* src;
+  int64_t D;
+  RowKind kind;
+  uint8_t* const* pages;
+  int shift;
+  int64_t first_row;
+  DSV41_HD void operator()(int64_t id) const {
+    const int64_t per_row = D / FakeQuantK::block(kind), r = id / per_row;
+    PackK{src + r * D, D, kind, paged_row(pages, shift, record_bytes(kind, D), first_row + r)}(id % per_row);
   }
 };
 

@@ -144,6 +144,9 @@ class Backend {
   // themselves return nothing). Defaults: a backend of one rank, nothing to do, never fails.
   virtual void idle_forward() {}
   virtual Status take_step_failure() { return ok_status(); }
+  // The engine is about to destroy this cache (its sequence removed): what the backend keeps for
+  // it (a device backend's mirrors and ring copies) can go now. Default: nothing kept.
+  virtual void forget_cache(const SequenceCache* cache) { (void)cache; }
 
   // DSpark (issue 15, model/dspark.h). Stages of the model's drafter this backend runs (0: none).
   virtual int draft_stages() const { return 0; }

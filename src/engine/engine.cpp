@@ -208,7 +208,10 @@ Engine::LivePrefix Engine::longest_live_prefix(std::span<const int32_t> tokens) 
 }
 
 Status Engine::remove_sequence(SequenceId id) {
-  if (sequences_.erase(id) == 0) return not_found(seq_name(id) + ": no such sequence");
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return not_found(seq_name(id) + ": no such sequence");
+  backend_->forget_cache(it->second.cache.get());
+  sequences_.erase(it);
   return ok_status();
 }
 

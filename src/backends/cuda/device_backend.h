@@ -179,6 +179,13 @@ class DeviceBackend : public Backend {
   int64_t weight_bytes() const { return weight_bytes_; }
   // Device bytes of the caches (see DeviceCacheBytes): records in use, and allocated.
   DeviceCacheBytes cache_bytes_held() const;
+  // Drops the mirrors and window copies of the cache (their pages back to the pools at once,
+  // instead of after kMirrorIdleBatches unused batches).
+  void forget_cache(const SequenceCache* cache) override {
+    flush_staged();  // nothing staged between forwards; stay right if a caller did stage
+    std::erase_if(mirrors_, [&](const auto& kv) { return kv.first.first == cache; });
+    std::erase_if(windows_, [&](const auto& kv) { return kv.first.first == cache; });
+  }
   // What the sequences' device caches hold allocated: the mirrors' pages (whole pages) and the
   // window copies (their slots).
   DeviceCacheBytes cache_bytes_allocated() const;

@@ -378,6 +378,12 @@ TEST(DeviceBackendHost, CacheBytesCountTheRecords) {
       EXPECT_GE(reserved.index, alloc.index);
       EXPECT_EQ(reserved.window, held.window);
     }
+    // The sequence removed: its pages go back to the pools at once (the pools keep their slabs).
+    const DeviceCacheBytes reserved = dev->cache_bytes_reserved();
+    ASSERT_TRUE((*e)->remove_sequence(id).ok());
+    EXPECT_EQ(dev->cache_bytes_allocated().total(), 0);
+    EXPECT_EQ(dev->cache_bytes_reserved().main, reserved.main);
+    EXPECT_EQ(dev->cache_bytes_reserved().index, reserved.index);
   }
 }
 

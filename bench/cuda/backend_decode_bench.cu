@@ -4,7 +4,11 @@
 //   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32]
 //                            [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-gN]
 //                            [--profile STEPS]
-//                            [--weights stored|widened] [--greedy N] [--greedy-prompt P]
+//                            [--weights stored|widened] [--greedy N] [--greedy-prompt P] [--shared-prompt]
+// --shared-prompt: one sequence prefilled (chunks of 4,096 tokens), the others forked from it (the
+// cache's pages shared on the host; each fork gets its own device mirrors and window copies), so
+// that a long context at a large batch prefills inside one device call; the decode steps then
+// feed each sequence its own tokens (the step's cost does not depend on the cached values).
 // cuda-simple is the CUDA backend with its fast kernels off (every step in its simple kernel,
 // fast_kernels.h), the "before" of the fast kernels in the same run; cuda-segcomp has its
 // compressor per segment with blocking copies (the path before compress_segments); cuda-nograph
@@ -99,7 +103,7 @@ void print_cache_bytes(const Run& r, const Model& model, int batch) {
 // profile > 0: after the timed steps, that many more steps with every kernel timed (cuda only),
 // printed as device time per step by kernel body.
 Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch, int64_t context, int steps,
-                int profile = 0) {
+                int profile = 0, bool shared_prompt = false) {
   const int64_t V = model.vocab_size();
   auto engine = Engine::create(std::move(backend), model.engram_tables());
   if (!engine.ok()) return engine.status();
@@ -108,6 +112,26 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
   std::vector<SequenceId> ids;
   std::vector<std::vector<int32_t>> prompts(batch);
   std::vector<Segment> prefill(batch);
+  const int64_t room = context + steps + profile + 8;
+  if (shared_prompt) {
+    auto id = (*engine)->add_sequence(room);
+    if (!id.ok()) return id.status();
+    const std::vector<int32_t> prompt = testing_scenario::tokens(100, int(context), V);
+    for (int64_t at = 0; at < context; at += 4096) {
+      Segment s;
+      s.sequence = *id;
+      s.start = at;
+      s.tokens = std::span<const int32_t>(prompt).subspan(size_t(at), size_t(std::min<int64_t>(4096, context - at)));
+      if (Status st = (*engine)->forward(std::span<const Segment>(&s, 1)).front().status; !st.ok()) return st;
+    }
+    ids.push_back(*id);
+    for (int b = 1; b < batch; ++b) {
+      auto f = (*engine)->fork(*id, room);
+      if (!f.ok()) return f.status();
+      ids.push_back(*f);
+    }
+    batch = 0;  // nothing left to prefill below
+  }
   for (int b = 0; b < batch; ++b) {
     auto id = (*engine)->add_sequence(context + steps + profile + 8);
     if (!id.ok()) return id.status();
@@ -117,8 +141,10 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
     prefill[b].start = 0;
     prefill[b].tokens = prompts[b];
   }
-  for (const SegmentResult& r : (*engine)->forward(prefill))
-    if (!r.status.ok()) return r.status;
+  if (batch > 0)
+    for (const SegmentResult& r : (*engine)->forward(prefill))
+      if (!r.status.ok()) return r.status;
+  batch = int(ids.size());
   std::vector<double> times;
   Run out;
   ExecCounts first;
@@ -209,6 +235,7 @@ int main(int argc, char** argv) {
   int steps = 32;
   std::string backends = "cpu,cuda";
   int profile = 0, greedy_steps = 0, greedy_prompt = 24;
+  bool shared_prompt = false;
   std::string weights = "stored";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "-m") && i + 1 < argc) dir = argv[++i];
@@ -217,11 +244,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--backends") && i + 1 < argc) backends = argv[++i];
     else if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) profile = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--shared-prompt")) shared_prompt = true;
     else if (!std::strcmp(argv[i], "--weights") && i + 1 < argc) weights = argv[++i];
     else if (!std::strcmp(argv[i], "--greedy") && i + 1 < argc) greedy_steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--greedy-prompt") && i + 1 < argc) greedy_prompt = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-gN] [--profile STEPS] [--weights stored|widened] [--greedy N] [--greedy-prompt P]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-gN] [--profile STEPS] [--weights stored|widened] [--greedy N] [--greedy-prompt P] [--shared-prompt]\n", argv[0]);
       return 2;
     }
   }
@@ -347,7 +375,7 @@ int main(int argc, char** argv) {
   for (int b : batches) {
     Run cpu, gpu;
     if (want_cpu) {
-      auto r = run(std::make_unique<CpuBackend>(**model), **model, b, context, steps);
+      auto r = run(std::make_unique<CpuBackend>(**model), **model, b, context, steps, 0, shared_prompt);
       if (!r.ok()) {
         std::fprintf(stderr, "cpu batch %d: %s\n", b, r.status().to_string().c_str());
         return 1;
@@ -368,7 +396,7 @@ int main(int argc, char** argv) {
       cuda_backend_set_fused(**backend, fused);
       cuda_backend_set_mma_gemm(**backend, mma);
       cuda_backend_set_float_experts(**backend, float_experts);
-      auto r = run(std::move(*backend), **model, b, context, steps, profile);
+      auto r = run(std::move(*backend), **model, b, context, steps, profile, shared_prompt);
       if (!r.ok()) {
         std::fprintf(stderr, "%s batch %d: %s\n", name.c_str(), b, r.status().to_string().c_str());
         return 1;

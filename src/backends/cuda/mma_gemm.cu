@@ -161,10 +161,14 @@ __device__ __forceinline__ void decode_b(const dk::DevWeight& w, const BRegs& r,
 // acc[mi][ni]: the warp's m16n8 fragments. w1 (kDual only): B-rows 64 … 127 from w1's row
 // n0 + r − 64, B-rows 0 … 63 from w0's; else B-row r from w0's row n0 + r. K a multiple of 32.
 // kChained: dk::MmaSums::kChained (every MMA into acc), else kPer16 (mma_gemm.h).
+// rows: the tile's rows that hold activations (the rest are zeros whose sums nobody reads): a
+// 16-row fragment past them runs no MMA (warp-uniform; an expert group of a decode batch fills
+// 6–12 of its tile's 64 rows), which leaves every read sum's operations as they were.
 template <bool kDual, bool kChained>
 __device__ void tile_products(TileSmem& sm, const dk::DevWeight& w0, const dk::DevWeight& w1, int64_t K,
-                              int64_t n0, int64_t N, float (&acc)[2][4][4]) {
+                              int64_t n0, int64_t N, int64_t rows, float (&acc)[2][4][4]) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wm = warp / 4, wn = warp % 4;
+  const bool live[2] = {wm * 32 < rows, wm * 32 + 16 < rows};
   // This thread's loads: activation rows ar, ar + 32 (4 floats at ac), B-row br (16 at bc).
   const int ar = tid / 8, ac = (tid % 8) * 4, br = tid / 2, bc = (tid % 2) * 16;
   const bool second = kDual && br >= kBn / 2;
@@ -207,13 +211,13 @@ __device__ void tile_products(TileSmem& sm, const dk::DevWeight& w0, const dk::D
     const int buf = kt % 2;
     if (kt + 1 < steps) load(kt + 1);
 #pragma unroll
-    for (int kk = 0; kk < kBk; kk += 16) {
+    for (int kk = 0; kk < kBk && live[0]; kk += 16) {  // a warp of no live rows only loads and stages
       uint32_t a[kParts][2][4], b[4][2];
 #pragma unroll
       for (int q = 0; q < kParts; ++q)
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
-          cuda::tiles::ldmatrix_x4(a[q][mi], &sm.a[buf][q][wm * 32 + mi * 16 + lane % 16][kk + (lane / 16) * 8]);
+          if (live[mi]) cuda::tiles::ldmatrix_x4(a[q][mi], &sm.a[buf][q][wm * 32 + mi * 16 + lane % 16][kk + (lane / 16) * 8]);
 #pragma unroll
       for (int nj = 0; nj < 2; ++nj) {
         const int base = kDual ? nj * (kBn / 2) + wn * 16 : wn * 32 + nj * 16;
@@ -224,7 +228,8 @@ __device__ void tile_products(TileSmem& sm, const dk::DevWeight& w0, const dk::D
       // Per (16 rows, 8 columns): the three parts' MMAs, smallest first, into a fresh partial sum
       // then added to acc (kPer16), or straight into acc (kChained; mma_gemm.h's MmaSums).
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+      for (int mi = 0; mi < 2; ++mi) {
+        if (!live[mi]) continue;
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
           float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -236,6 +241,7 @@ __device__ void tile_products(TileSmem& sm, const dk::DevWeight& w0, const dk::D
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[mi][ni][i] += part[i];  // rounded to nearest
         }
+      }
     }
     if (kt + 1 < steps) stage(1 - buf);
     __syncthreads();
@@ -277,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_up_kernel(const dk::Group
   __syncthreads();
   float acc[2][4][4] = {};
   const dk::DevWeight w1 = ew.w1, w3 = ew.w3;
-  tile_products<true, kChained>(sm, w1, w3, c.up.d, n0, k.inter, acc);
+  tile_products<true, kChained>(sm, w1, w3, c.up.d, n0, k.inter, p.rows, acc);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
@@ -323,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_down_kernel(const dk::Gro
   }
   __syncthreads();
   float acc[2][4][4] = {};
-  tile_products<false, kChained>(sm, w2, w2, K, n0, k.d, acc);
+  tile_products<false, kChained>(sm, w2, w2, K, n0, k.d, p.rows, acc);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
@@ -353,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_kernel(const dk::MmaGemmCha
   __syncthreads();
   float acc[2][4][4] = {};
   const dk::DevWeight w = k.w;
-  tile_products<false, kChained>(sm, w, w, k.in, n0, k.out, acc);
+  tile_products<false, kChained>(sm, w, w, k.in, n0, k.out, c.rows - r0, acc);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 4, wn = warp % 4;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)

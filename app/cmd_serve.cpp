@@ -252,6 +252,10 @@ int serve_main(int argc, char** argv) {
                                             : engine->backend().name();
   api.attach(*tok, **loop, config);
   loop_ptr = loop->get();
+  if (engine && engine->backend().cache_capacity_bytes() > 0 &&
+      engine->pool_stats().budget_bytes == engine->backend().cache_capacity_bytes())
+    std::fprintf(stderr, "dsv41 serve: global-KV budget %.0f MiB: what the device can hold for caches (--kv-budget-mb for less)\n",
+                 double(engine->pool_stats().budget_bytes) / 1048576.0);
   std::fprintf(stderr, "dsv41 serve: ready: http://%s:%d/v1 serves '%s' (parallel %d%s, context %lld, backend %s)\n",
                so.host.c_str(), api.port(), so.model_name.c_str(), parallel, ranks > 1 ? " per rank" : "",
                static_cast<long long>(ctx), computes.c_str());

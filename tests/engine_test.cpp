@@ -164,6 +164,28 @@ TEST(Engine, PageBudgetRejectsWhatDoesNotFitBeforeAnyCompute) {
   EXPECT_LE(e->pool_stats().main_bytes + e->pool_stats().index_bytes, eight_tokens);
 }
 
+// A backend that can hold only so many cache bytes (a device's memory) caps the engine's budget:
+// the caller's when smaller, else the backend's, and an unlimited caller gets the backend's.
+TEST(Engine, PageBudgetIsCappedByWhatTheBackendCanHold) {
+  struct Holding : CpuBackend {
+    int64_t capacity;
+    Holding(const Model& m, int64_t c) : CpuBackend(m), capacity(c) {}
+    int64_t cache_capacity_bytes() const override { return capacity; }
+  };
+  const auto budget = [](int64_t asked, int64_t capacity) {
+    EngineOptions o;
+    o.page_budget_bytes = asked;
+    auto e = Engine::create(std::make_unique<Holding>(test_model(), capacity), test_model().engram_tables(), o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? (*e)->pool_stats().budget_bytes : -1;
+  };
+  EXPECT_EQ(budget(0, 0), 0);
+  EXPECT_EQ(budget(5000, 0), 5000);
+  EXPECT_EQ(budget(0, 7000), 7000);
+  EXPECT_EQ(budget(5000, 7000), 5000);
+  EXPECT_EQ(budget(9000, 7000), 7000);
+}
+
 TEST(Engine, ForkSharesFullPagesAndForksContinueIndependently) {
   const int V = 89;
   const auto prompt = random_tokens(21, 41);

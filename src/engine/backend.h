@@ -147,6 +147,11 @@ class Backend {
   // The engine is about to destroy this cache (its sequence removed): what the backend keeps for
   // it (a device backend's mirrors and ring copies) can go now. Default: nothing kept.
   virtual void forget_cache(const SequenceCache* cache) { (void)cache; }
+  // Bytes of global KV (main rows + index keys of all sequences together) this backend can hold
+  // beside its weights and workspace — a device backend: what its device had free after the
+  // weights, less a reserve —, or 0 when it sets no bound of its own (host memory). The engine's
+  // page budget is capped by it, so that what the engine admits fits where the backend keeps it.
+  virtual int64_t cache_capacity_bytes() const { return 0; }
 
   // DSpark (issue 15, model/dspark.h). Stages of the model's drafter this backend runs (0: none).
   virtual int draft_stages() const { return 0; }

@@ -49,9 +49,11 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Backend> backend,
     return invalid_argument("engine: DSpark verification needs rollback_tokens ≥ dspark_block_size (" +
                             std::to_string(backend->config().dspark_block_size) + ")");
   if (options.dspark) backend->set_feature_capture(true);
+  // The budget: the caller's, capped by what the backend can hold (a device's memory).
+  int64_t budget = options.page_budget_bytes;
+  if (const int64_t cap = backend->cache_capacity_bytes(); cap > 0 && (budget == 0 || budget > cap)) budget = cap;
   std::unique_ptr<Engine> e(new Engine(std::move(backend), tables, options));
-  DSV41_ASSIGN_OR_RETURN(e->pools_,
-                         CachePools::create(e->config(), options.rows_per_page, options.page_budget_bytes));
+  DSV41_ASSIGN_OR_RETURN(e->pools_, CachePools::create(e->config(), options.rows_per_page, budget));
   e->fingerprint_ = options.model_fingerprint != 0 ? options.model_fingerprint : config_fingerprint(e->config());
   return e;
 }

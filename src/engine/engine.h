@@ -116,7 +116,7 @@ struct PrefillTiming {
 
 struct EngineOptions {
   int64_t rows_per_page = 256;      // cache records per page
-  int64_t page_budget_bytes = 0;    // global-KV bytes all sequences may hold together (0 = unlimited)
+  int64_t page_budget_bytes = 0;    // global-KV bytes all sequences may hold together (0 = unlimited; capped by Backend::cache_capacity_bytes)
   int64_t rollback_tokens = 0;      // positions a sequence can be rolled back by (speculative decoding)
   // DSpark (issue 15): every sequence keeps the drafter's rings, fed from every forward, so
   // draft() can run after any position. Needs a backend with the model's drafter.

@@ -55,6 +55,13 @@ class CudaExec {
   std::string name() const { return "cuda"; }
   Status status() const { return status_; }
   const ExecCounts& counts() const { return counts_; }
+  // The device's free memory now (cudaMemGetInfo), 0 after an error.
+  int64_t free_bytes() {
+    flush_graph();
+    size_t free = 0, total = 0;
+    if (!status_.ok() || cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+    return int64_t(free);
+  }
   void* alloc(int64_t bytes) {
     void* p = nullptr;
     flush_graph();

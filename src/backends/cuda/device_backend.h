@@ -179,6 +179,12 @@ class DeviceBackend : public Backend {
   int64_t weight_bytes() const { return weight_bytes_; }
   // Device bytes of the caches (see DeviceCacheBytes): records in use, and allocated.
   DeviceCacheBytes cache_bytes_held() const;
+  // Global-KV bytes the device can hold (Backend::cache_capacity_bytes): its free memory at
+  // construction less max(kDeviceReserveBytes, 1/8 of it); 0 where the executor cannot tell
+  // (HostExec). Counted as the host's pages count them: sequences forked from one prefix share
+  // pages on the host but each has its own device mirrors, so forks can take more than this says.
+  static constexpr int64_t kDeviceReserveBytes = int64_t(4) << 30;
+  int64_t cache_capacity_bytes() const override { return cache_capacity_; }
   // Drops the mirrors and window copies of the cache (their pages back to the pools at once,
   // instead of after kMirrorIdleBatches unused batches).
   void forget_cache(const SequenceCache* cache) override {
@@ -554,6 +560,7 @@ class DeviceBackend : public Backend {
   DeviceCacheBytes cache_alloc_;  // the window copies' arrays (bind)
   // The mirrors' pages (made at the first mirror, rows per page 2^page_shift_); declared before
   // mirrors_, which give their pages back when they go.
+  int64_t cache_capacity_ = 0;  // see cache_capacity_bytes
   int page_shift_ = kDevicePageShift;
   std::unique_ptr<DevicePagePool<Exec>> main_pages_, index_pages_;
   std::map<std::pair<const SequenceCache*, int>, std::unique_ptr<Mirror>> mirrors_;

@@ -165,6 +165,11 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model, Communicator* experts) : 
     }
     layers_.push_back(D);
   }
+  // What the caches may take: the device's free memory after the weights, less a reserve for the
+  // step's workspace (activations of a 4,096-row prefill chunk, the experts' parts, graphs) and the
+  // window copies (a sequence's fixed rings, outside the global-KV budget).
+  if (const int64_t free = ex_.free_bytes(); free > 0)
+    cache_capacity_ = std::max<int64_t>(1, free - std::max(kDeviceReserveBytes, free / 8));
 }
 
 template <class Exec>

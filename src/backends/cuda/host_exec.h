@@ -36,6 +36,8 @@ class HostExec {
     pending_failure_ = std::move(error);
   }
   const ExecCounts& counts() const { return counts_; }
+  // Host memory sets no bound of its own here: 0 (unknown).
+  int64_t free_bytes() { return 0; }
   void* alloc(int64_t bytes) {
     flush_graph();
     return std::malloc(static_cast<size_t>(bytes > 0 ? bytes : 1));

@@ -510,8 +510,8 @@ class DeviceBackend : public Backend {
   // entries staged by compress_segments into their caches (one download for both).
   void flush_staged();
   Mirror& mirror(const SequenceCache* cache, const KvSourceCache& kv);
-  // Pages for the mirror's rows [0, rows) (after a device error: none, the mirror emptied).
-  void reserve_rows(Mirror& m, int64_t rows);
+  // Pages for the mirror's rows [0, rows); false after a device error (the mirror emptied).
+  bool reserve_rows(Mirror& m, int64_t rows);
   // Mirror::tail refreshed from the cache's newest records (m.rows of them in the mirror).
   static void remember_tail(Mirror& m, const SequenceCache& cache, const KvSourceCache& kv);
   // The mirror follows its cache cut back by a rollback: true when the cache's newest record is

@@ -379,7 +379,7 @@ typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const Sequence
   if (m.rows != G) {
     // The cache's records of rows [m.rows, G) as they are (its pages gathered), an upload per page.
     const int64_t n = G - m.rows;
-    reserve_rows(m, G);
+    if (!reserve_rows(m, G)) return m;  // a device error (sticky): nothing to upload into
     host_bytes_.resize(static_cast<size_t>(n * std::max(mb, ib)));
     for (int64_t g = m.rows; g < G; ++g) std::memcpy(host_bytes_.data() + (g - m.rows) * mb, kv.main.row(g), size_t(mb));
     m.main.upload_rows(host_bytes_.data(), n, m.rows);
@@ -398,9 +398,11 @@ typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const Sequence
 }
 
 template <class Exec>
-void DeviceBackend<Exec>::reserve_rows(Mirror& m, int64_t rows) {
+bool DeviceBackend<Exec>::reserve_rows(Mirror& m, int64_t rows) {
   const auto up = [&](void* dst, const void* src, int64_t bytes) { upload_staged(dst, src, bytes); };
-  if (!m.main.reserve(rows, up) || !m.index.reserve(rows, up)) m.rows = m.tail = 0;  // the device error is sticky
+  if (m.main.reserve(rows, up) && m.index.reserve(rows, up)) return true;
+  m.rows = m.tail = 0;  // the device error is sticky: every later step fails
+  return false;
 }
 
 template <class Exec>

@@ -75,5 +75,42 @@ TEST(DeviceFailure, EveryForwardAfterADeviceErrorFailsItsSegments) {
   EXPECT_FALSE(e.forward(fresh).front().status.ok());
 }
 
+// The device out of memory when a mirror needs a page (its page table grows: pages of one row, so
+// every new entry takes one): that step and every later one fail naming the error; nothing
+// crashes, no NaN logits come back.
+TEST(DeviceFailure, AFailedPageAllocationFailsTheStepNotTheProcess) {
+  const Model& model = testing::engine_test_model();
+  auto backend = std::make_unique<DeviceBackend<HostExec>>(model);
+  backend->set_page_rows(1);
+  HostExec& ex = backend->exec();
+  auto made = Engine::create(std::move(backend), model.engram_tables(), EngineOptions{});
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  Engine& e = **made;
+  const SequenceId a = *e.add_sequence(128);
+  const std::vector<int32_t> prompt = testing::test_tokens(9, 4), next = {7};
+  const Segment prefill[] = {{a, 0, prompt, LogitRows::kLast}};
+  ASSERT_TRUE(e.forward(prefill).front().status.ok());
+  // A fork not yet stepped: its mirrors are made (from the cache's records) after the failure.
+  const SequenceId f = *e.fork(a);
+  ex.fail_allocs(internal_error("cuda backend: cudaMalloc: cudaErrorMemoryAllocation (injected)"));
+  int64_t failed_at = -1;
+  for (int64_t p = 9; p < 60 && failed_at < 0; ++p) {
+    const Segment step[] = {{a, p, next, LogitRows::kLast}};
+    const SegmentResult& r = e.forward(step).front();
+    if (r.status.ok()) {
+      ASSERT_TRUE(std::isfinite(r.logits[0]));
+      continue;
+    }
+    EXPECT_NE(r.status.message().find("cudaErrorMemoryAllocation"), std::string::npos) << r.status.to_string();
+    failed_at = p;
+  }
+  ASSERT_GE(failed_at, 0) << "no step needed a new allocation";
+  const Segment forked[] = {{f, 9, next, LogitRows::kLast}};
+  EXPECT_FALSE(e.forward(forked).front().status.ok());
+  const SequenceId b = *e.add_sequence(64);
+  const Segment fresh[] = {{b, 0, prompt, LogitRows::kLast}};
+  EXPECT_FALSE(e.forward(fresh).front().status.ok());
+}
+
 }  // namespace
 }  // namespace dsv41

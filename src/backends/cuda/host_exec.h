@@ -38,8 +38,15 @@ class HostExec {
   const ExecCounts& counts() const { return counts_; }
   // Host memory sets no bound of its own here: 0 (unknown).
   int64_t free_bytes() { return 0; }
+  // Test support: every later allocation fails with `error` (what a cudaMalloc out of memory does
+  // to CudaExec: a null pointer and a sticky error).
+  void fail_allocs(Status error) { alloc_failure_ = std::move(error); }
   void* alloc(int64_t bytes) {
     flush_graph();
+    if (!alloc_failure_.ok()) {
+      if (failure_.ok()) failure_ = alloc_failure_;
+      return nullptr;
+    }
     return std::malloc(static_cast<size_t>(bytes > 0 ? bytes : 1));
   }
   void release(void* p) {
@@ -161,6 +168,7 @@ class HostExec {
   }
   ExecCounts counts_;
   Status failure_ = ok_status(), pending_failure_ = ok_status();
+  Status alloc_failure_;
   int64_t fail_launch_ = -1;
   bool graphs_on_ = false;
   bool graph_armed_ = false;

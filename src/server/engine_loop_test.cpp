@@ -34,6 +34,15 @@ std::vector<ChoiceResult> wait_all(Channel& c, std::vector<TokenEvent>* tokens) 
 }
 
 // Ids of `r` alone through a plain scheduler (cold).
+// n sampled requests with logprobs: prompt i of 3 + 4i tokens (seed seed + i), 5 + extra + i tokens.
+std::vector<GenerationRequest> sampled_requests(int n, uint32_t seed, int64_t extra) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < n; ++i)
+    reqs.push_back(GenerationRequest{testing::test_tokens(3 + 4 * i, seed + uint32_t(i)), 5 + extra + i,
+                                     {0.8f, 0.9f, uint64_t(i)}, true});
+  return reqs;
+}
+
 std::vector<int32_t> alone(const GenerationRequest& r) {
   auto e = testing::make_test_engine();
   auto s = Scheduler::create(*e, options(1, 0).scheduler);
@@ -74,9 +83,7 @@ void expect_tokens_alone(EngineLoop& loop, const std::vector<GenerationRequest>&
 }
 
 TEST(EngineLoop, ThreadsGetTheSchedulersTokens) {
-  std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 6; ++i)
-    reqs.push_back(GenerationRequest{testing::test_tokens(3 + 4 * i, 40 + i), 6 + i, {0.8f, 0.9f, uint64_t(i)}, true});
+  const std::vector<GenerationRequest> reqs = sampled_requests(6, 40, 1);
   // Alone, through the scheduler.
   std::vector<std::vector<int32_t>> want;
   for (const auto& r : reqs) want.push_back(alone(r));
@@ -128,9 +135,7 @@ TEST(EngineLoop, FullQueueCancelAndStop) {
 // they get alone on one engine (sampled, with logprobs), spread over the ranks; a cancel ends a
 // request on whichever rank it runs; the pools are empty at the end; the tiers are refused.
 TEST(EngineLoop, RanksGiveEachRequestItsTokensAlone) {
-  std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 5; ++i)
-    reqs.push_back(GenerationRequest{testing::test_tokens(3 + 4 * i, 60 + i), 5 + i, {0.8f, 0.9f, uint64_t(i)}, true});
+  const std::vector<GenerationRequest> reqs = sampled_requests(5, 60, 0);
   std::vector<std::vector<int32_t>> want;
   for (const auto& r : reqs) want.push_back(alone(r));
   for (int ranks : {2, 3}) {

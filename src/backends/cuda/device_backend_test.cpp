@@ -592,6 +592,21 @@ TEST(DeviceBackendHost, DecodeStepHostCopies) {
   }
 }
 
+// The golden fixture models (the independent implementation's checkpoints) over mirrors in pages
+// of one row: the mixed batch against the CPU backend, as with the default pages.
+TEST(DeviceBackendHost, SmallPagesGoldenFixturesMatchCpuBackend) {
+  for (const char* name : {"v41-tiny-f32", "v41-tiny-bf16"}) {
+    const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/" + name;
+    if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent (no ../shared)";
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok());
+    auto dev = std::make_unique<DeviceBackend<HostExec>>(**model);
+    dev->set_page_rows(1);
+    ts::check_against_cpu(**model, std::move(dev), ts::mixed_batch((*model)->vocab_size(), 3), 3,
+                          dir + " (1 row a page)");
+  }
+}
+
 TEST(DeviceBackendHost, GoldenFixturesMatchCpuBackend) {
   for (const char* name : {"v41-tiny-f32", "v41-tiny-bf16"}) {
     const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/" + name;

@@ -529,16 +529,12 @@ class DeviceBackend : public Backend {
   // The device's pending group of kv made equal to the cache's: kept when the cache's is the
   // device's or (after a rollback) its first rows, else uploaded from staging without waiting.
   void sync_pending(Mirror& m, const KvSourceCache& kv);
-  // At begin_batch, before the step's graphs are recorded: the open groups of the batch's
-  // mirrored caches that the device does not hold (a rollback reopened a group) uploaded from
-  // staging. Inside a recorded stretch the copy would change its graph's shape, so that the stretch
-  // is instantiated anew instead of updated, and again at the next step without one.
-  void sync_open_groups();
-  // At begin_batch, before the step's graphs are recorded: each mirror of the batch's caches gets
-  // the pages the batch's entries will need (at most (open group + rows) / ratio of them), so that
-  // compress_segments takes no page inside a recorded stretch (a page-table upload there would
-  // change its graph's shape: instantiated anew instead of updated).
-  void reserve_batch_pages();
+  // At begin_batch, before the step's graphs are recorded, for each mirror of the batch's caches
+  // (one pass): the open group the device does not hold (a rollback reopened a group) uploaded
+  // from staging, then the pages the batch's entries will need (at most (open group + rows) /
+  // ratio of them). Inside a recorded stretch either copy would change its graph's shape, so that
+  // the stretch is instantiated anew instead of updated, and again at the next step without one.
+  void prepare_mirrors();
   // Copies `bytes` from host memory into pinned staging and queues their upload to dst without
   // waiting (the staging is reused after the batch's blocking download, or a sync).
   void upload_staged(void* dst, const void* src, int64_t bytes);

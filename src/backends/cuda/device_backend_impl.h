@@ -568,8 +568,7 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
   // to its logits download (Exec::graph_begin; the same launches, so the same bits); so is a short
   // step (a verify step of DSpark), with graphs of its own per sequence count
   // (set_verify_graphs_by_sequences); longer prefill and mixed batches launch kernel by kernel.
-  sync_open_groups();
-  reserve_batch_pages();
+  prepare_mirrors();
   if (!layout.types) {
     bool short_step = short_step_graphs_ && n <= kShortBatchRows;
     for (const SegmentRows& s : segments_) short_step = short_step && s.rows <= kShortRows;
@@ -633,22 +632,15 @@ void DeviceBackend<Exec>::begin_batch(const BatchLayout& layout, ForwardTrace* t
 }
 
 template <class Exec>
-void DeviceBackend<Exec>::sync_open_groups() {
-  if (!follow_rollbacks_) return;
-  for (const SegmentRows& s : segments_)
-    for (int l = 0; l < s.cache->num_layers(); ++l)
-      if (const KvSourceCache* kv = s.cache->kv_source(l); kv && kv->ratio > 1)
-        if (Mirror* m = find_mirror(s.cache, l); m && m->pend_rows >= 0) sync_pending(*m, *kv);
-}
-
-template <class Exec>
-void DeviceBackend<Exec>::reserve_batch_pages() {
+void DeviceBackend<Exec>::prepare_mirrors() {
   for (const SegmentRows& s : segments_)
     for (int l = 0; l < s.cache->num_layers(); ++l) {
       const KvSourceCache* kv = s.cache->kv_source(l);
-      if (!kv || kv->layer != l) continue;  // a layer reading another's cache: reserved at its source
+      if (!kv || kv->layer != l) continue;  // a layer reading another's cache: done at its source
       Mirror* m = find_mirror(s.cache, l);
-      if (!m || m->staged > 0) continue;
+      if (!m) continue;
+      if (follow_rollbacks_ && kv->ratio > 1 && m->pend_rows >= 0) sync_pending(*m, *kv);
+      if (m->staged > 0) continue;
       const int64_t r = std::max(kv->ratio, 1), open = r > 1 ? kv->pending : 0;
       reserve_rows(*m, kv->entries() + (open + s.rows) / r);
     }

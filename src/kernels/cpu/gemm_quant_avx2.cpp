@@ -75,6 +75,20 @@ struct Fp8Decoder {
   }
 };
 
+// FP8 E4M3 → float32 bits straight, for NaN-free whole blocks whose scale folds onto x as
+// s · 2^120 (gemm_quant_fold.h): the code sign-extended to 32 bits and shifted left 20 puts its
+// exponent and mantissa in the float's low exponent bits and top mantissa bits, sign | 0000 eeee
+// mmm 0…0, which is exactly value × 2^-120 for every finite code — subnormal codes become float
+// subnormals of the same ratio (the FMA takes them as they are: nothing here sets DAZ). Three
+// instructions for 8 weights against load16's ≈ 5 (no vcvtph2ps).
+struct Fp8BitsDecoder {
+  __m256i mask = _mm256_set1_epi32(static_cast<int>(0x87F00000u));  // sign and the 7 code bits
+  __m256 load8(const uint8_t* row, int64_t i) const {
+    const __m256i c = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i)));
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(c, 20), mask));
+  }
+};
+
 struct Fp4Decoder {
   __m256 pos = _mm256_loadu_ps(e2m1_decode_table()), neg = _mm256_loadu_ps(e2m1_decode_table() + 8);
   __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);  // even column: low nibble
@@ -135,6 +149,20 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
       // A whole block with the tile's one scale, exact to move onto x (gemm_quant_fold.h): x ·
       // 256 · s once per 8 columns per row, the weights as value · 2^-8.
       const uint8_t e = scale_row[0][i0 >> w.block_cols_log2];
+      // x · s · 2^120 = x · 2^(e − 7), finite for e ≤ 134: the weights as value · 2^-120.
+      if (NanFree && shared && i0 + 32 <= in && e <= 134 && fold.contains(e - 7)) {
+        const Fp8BitsDecoder bits;
+        const __m256 s1 = _mm256_castsi256_ps(_mm256_set1_epi32((e + 120) << 23));  // 2^(e − 7)
+        for (int64_t i = i0; i < i0 + 32; i += 8) {
+          __m256 wv[O];
+          for (int o = 0; o < O; ++o) wv[o] = bits.load8(code_row[o], i);
+          for (int r = 0; r < R; ++r) {
+            const __m256 xs = _mm256_mul_ps(_mm256_loadu_ps(x + r * in + i), s1);
+            for (int o = 0; o < O; ++o) acc[r][o] = _mm256_fmadd_ps(xs, wv[o], acc[r][o]);
+          }
+        }
+        continue;
+      }
       if (shared && i0 + 32 <= in && e < kBigScaleCode && fold.contains(e - 119)) {
         const __m256 s1 = _mm256_set1_ps(ue8m0[e] * 256.0f);
         if constexpr (R <= 2) {  // 16 columns a step (load16); the same products in the same order

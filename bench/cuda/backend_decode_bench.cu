@@ -6,7 +6,8 @@
 //                            [--profile STEPS]
 //                            [--weights stored|widened] [--greedy N] [--greedy-prompt P] [--shared-prompt]
 // --shared-prompt: one sequence prefilled (chunks of 4,096 tokens), the others forked from it (the
-// cache's pages shared on the host; each fork gets its own device mirrors and window copies), so
+// cache's pages shared on the host, and the device mirrors' pages too — DeviceBackend::fork_cache;
+// each fork gets its own window copies and the pages it writes into), so
 // that a long context at a large batch prefills inside one device call; the decode steps then
 // feed each sequence its own tokens (the step's cost does not depend on the cached values).
 // cuda-simple is the CUDA backend with its fast kernels off (every step in its simple kernel,
@@ -86,7 +87,7 @@ void print_cache_bytes(const Run& r, const Model& model, int batch) {
               static_cast<long long>(r.held.index), double(r.held.global()) / tokens, double(r.held.main) / tokens,
               double(r.held.index) / tokens, static_cast<long long>(r.held.window),
               double(r.held.window) / batch / 1e3, double(r.held.window) / tokens, equal ? "equal" : "DIFFERS");
-  std::printf("  device cache bytes allocated (whole pages): main %lld, index %lld, window %lld (%.1f B/token global); "
+  std::printf("  device cache bytes allocated (whole pages, a page that forks share counted once): main %lld, index %lld, window %lld (%.1f B/token global); "
               "the page pools reserve %lld + %lld (%.1f B/token global)\n",
               static_cast<long long>(r.allocated.main), static_cast<long long>(r.allocated.index),
               static_cast<long long>(r.allocated.window), double(r.allocated.global()) / tokens,

@@ -147,6 +147,13 @@ class Backend {
   // The engine is about to destroy this cache (its sequence removed): what the backend keeps for
   // it (a device backend's mirrors and ring copies) can go now. Default: nothing kept.
   virtual void forget_cache(const SequenceCache* cache) { (void)cache; }
+  // `to` was just forked from `from` (Engine::fork, fork_prefix: its records are the first ones
+  // of `from`'s, on shared host pages): a backend that keeps copies of caches may share them too.
+  // Default: nothing kept.
+  virtual void fork_cache(const SequenceCache& from, const SequenceCache& to) {
+    (void)from;
+    (void)to;
+  }
   // Bytes of global KV (main rows + index keys of all sequences together) this backend can hold
   // beside its weights and workspace — a device backend: what its device had free after the
   // weights, less a reserve —, or 0 when it sets no bound of its own (host memory). The engine's

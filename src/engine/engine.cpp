@@ -167,6 +167,7 @@ Result<SequenceId> Engine::fork(SequenceId from, int64_t max_context) {
   if (max_context > 0) DSV41_RETURN_IF_ERROR(check_fork_context(max_context, held));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCache> cache, src->cache->fork());
   if (max_context > 0) cache->set_max_context(max_context);
+  backend_->fork_cache(*src->cache, *cache);
   Sequence s = make_sequence(std::move(cache));
   if (s.hasher) s.hasher->set_history(src->hasher->history());
   s.tokens.assign(src->tokens.begin(), src->tokens.end());  // keeps the reserved capacity
@@ -180,6 +181,7 @@ Result<SequenceId> Engine::fork_prefix(SequenceId from, int64_t prefix, int64_t 
   if (max_context > 0) DSV41_RETURN_IF_ERROR(check_fork_context(max_context, prefix));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCache> cache, src->cache->fork_global(prefix));
   if (max_context > 0) cache->set_max_context(max_context);
+  backend_->fork_cache(*src->cache, *cache);
   Sequence s = make_sequence(std::move(cache));
   s.tokens.assign(src->tokens.begin(), src->tokens.begin() + prefix);
   // The Engram look-back of the prefix comes from its real tokens (never pads).

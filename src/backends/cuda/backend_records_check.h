@@ -13,9 +13,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backends/cuda/backend_scenario.h"
 #include "backends/cuda/device_backend.h"
+#include "plan/cache_plan.h"
 
 namespace dsv41::testing_scenario {
 
@@ -90,6 +93,67 @@ void check_device_records(const Model& model, const std::function<std::unique_pt
     total.main += n.main;
   }
   EXPECT_GT(total.main, 1000);
+}
+
+// Forks share their parent's device pages (DeviceBackend::fork_cache). `backend`: a fresh
+// DeviceBackend<Exec> with 4-row pages. A whole fork and a fork at a prefix take no new page;
+// decoding all three (and a rollback back into a shared page) copies only the pages a fork writes
+// into, each mirror holding its own cache's records byte for byte after every step, and the three
+// hold less than 2/3 of what each on pages of its own would; the parent removed, the forks keep
+// their shared pages; every page back at the end.
+template <class Exec>
+void check_forks_share_pages(const Model& model, std::unique_ptr<Backend> backend, const std::string& what) {
+  const int64_t V = model.vocab_size();
+  auto* dev = dynamic_cast<DeviceBackend<Exec>*>(backend.get());
+  ASSERT_NE(dev, nullptr);
+  EngineOptions options;
+  options.rollback_tokens = 8;
+  auto e = Engine::create(std::move(backend), model.engram_tables(), options);
+  ASSERT_TRUE(e.ok());
+  Engine& engine = **e;
+  const auto feed = [&](std::vector<std::pair<SequenceId, int>> parts, int seed) {
+    std::vector<std::vector<int32_t>> toks;
+    std::vector<Segment> segs;
+    for (const auto& [id, n] : parts) toks.push_back(tokens(seed++, n, V));
+    for (size_t i = 0; i < parts.size(); ++i) {
+      Segment s;
+      s.sequence = parts[i].first;
+      s.start = *engine.length(parts[i].first);
+      s.tokens = toks[i];
+      segs.push_back(s);
+    }
+    for (const SegmentResult& r : engine.forward(segs)) ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  };
+  RecordCounts n;
+  const auto records_equal = [&](const std::vector<SequenceId>& ids, const std::string& when) {
+    compare_device_records(*dev, engine, ids, n, what + ", " + when);
+  };
+  const SequenceId a = *engine.add_sequence(512);
+  feed({{a, 150}}, 300);
+  const int64_t alone = dev->cache_bytes_allocated().total();
+  const SequenceId b = *engine.fork(a), c = *engine.fork_prefix(a, 97);
+  EXPECT_EQ(dev->cache_bytes_allocated().total(), alone) << what << ": a fork took pages of its own";
+  for (int step = 0; step < 3; ++step) {
+    feed({{a, 1}, {b, 1}, {c, 1}}, 400 + 10 * step);
+    records_equal({a, b, c}, "decode step " + std::to_string(step));
+  }
+  feed({{b, 8}}, 500);  // across a page boundary of the ratio-4 caches, then back into the shared page
+  ASSERT_TRUE(engine.rollback(b, 2).ok());
+  feed({{b, 1}, {c, 2}}, 510);
+  records_equal({b, c}, "after b's rollback");
+  CacheOptions pages;  // each sequence on pages of its own would take `unshared`
+  pages.rows_per_page = 4;
+  int64_t unshared = 0;
+  for (SequenceId id : {a, b, c})
+    unshared += plan_cache_bytes(model.config(), model.plan(), *engine.length(id), pages)->main;
+  EXPECT_LT(dev->cache_bytes_allocated().main, unshared * 2 / 3) << what << ": the forks' prefix pages are not shared";
+  ASSERT_TRUE(engine.remove_sequence(a).ok());
+  feed({{b, 1}, {c, 1}}, 520);
+  records_equal({b, c}, "after the parent went");
+  EXPECT_GT(n.main, 1000) << what;
+  ASSERT_TRUE(engine.remove_sequence(b).ok());
+  ASSERT_TRUE(engine.remove_sequence(c).ok());
+  EXPECT_EQ(dev->cache_bytes_allocated().total(), 0) << what;
 }
 
 }  // namespace dsv41::testing_scenario

@@ -172,6 +172,20 @@ TEST(CudaBackend, SmallPagesMatchCpuBackend) {
       "cuda, 2 rows a page");
 }
 
+// Forks share their parent's device pages on the GPU as on the emulation (backend_records_check.h).
+TEST(CudaBackend, ForksShareTheirPrefixPages) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const auto make = [&] { return fresh_cuda_backend(**model, [](DeviceBackend<CudaExec>& b) { b.set_page_rows(4); }); };
+  auto first = make();
+  ASSERT_TRUE(first);
+  ts::check_forks_share_pages<CudaExec>(**model, std::move(first), "cuda");
+  ts::check_against_cpu(**model, make(), ts::forks_and_removal((*model)->vocab_size()), 1, dir + " (4 rows a page)");
+}
+
 // The fused launches (DeviceBackend::set_fused; on the GPU also the experts' down projection +
 // mHC expand as one kernel and the routed + shared up projections as one) against each body
 // launched on its own: the same logits bits, the cache's records, fewer launches; 20 sequences in

@@ -181,8 +181,8 @@ class DeviceBackend : public Backend {
   DeviceCacheBytes cache_bytes_held() const;
   // Global-KV bytes the device can hold (Backend::cache_capacity_bytes): its free memory at
   // construction less max(kDeviceReserveBytes, 1/8 of it); 0 where the executor cannot tell
-  // (HostExec). Counted as the host's pages count them: sequences forked from one prefix share
-  // pages on the host but each has its own device mirrors, so forks can take more than this says.
+  // (HostExec). Counted as the host's pages count them (forks share their prefix's pages on the
+  // device as on the host: fork_cache).
   static constexpr int64_t kDeviceReserveBytes = int64_t(4) << 30;
   int64_t cache_capacity_bytes() const override { return cache_capacity_; }
   // Drops the mirrors and window copies of the cache (their pages back to the pools at once,
@@ -192,8 +192,12 @@ class DeviceBackend : public Backend {
     std::erase_if(mirrors_, [&](const auto& kv) { return kv.first.first == cache; });
     std::erase_if(windows_, [&](const auto& kv) { return kv.first.first == cache; });
   }
-  // What the sequences' device caches hold allocated: the mirrors' pages (whole pages) and the
-  // window copies (their slots).
+  // A fork's mirrors share its parent's device pages (the parent's mirrors, where they are in
+  // step with its cache; a page is copied when either side writes into it). Window copies and
+  // open groups are not shared: they are made from the fork's cache when it is next read.
+  void fork_cache(const SequenceCache& from, const SequenceCache& to) override;
+  // What the sequences' device caches hold allocated: the mirrors' pages (whole pages, a page
+  // that forks share once) and the window copies (their slots).
   DeviceCacheBytes cache_bytes_allocated() const;
   // What the backend took from the device for them: the page pools' slabs (pages in use and free)
   // and the window copies.
@@ -510,8 +514,13 @@ class DeviceBackend : public Backend {
   // entries staged by compress_segments into their caches (one download for both).
   void flush_staged();
   Mirror& mirror(const SequenceCache* cache, const KvSourceCache& kv);
+  // The mirror of (cache, kv's layer), made empty when there is none yet.
+  Mirror& mirror_slot(const SequenceCache* cache, const KvSourceCache& kv);
   // Pages for the mirror's rows [0, rows); false after a device error (the mirror emptied).
   bool reserve_rows(Mirror& m, int64_t rows);
+  // Whether the mirror holds the cache's entries as they are (none staged, as many, the newest the
+  // same record; what mirror() would keep without an upload).
+  static bool in_step(const Mirror& m, const KvSourceCache& kv);
   // Mirror::tail refreshed from the cache's newest records (m.rows of them in the mirror).
   static void remember_tail(Mirror& m, const SequenceCache& cache, const KvSourceCache& kv);
   // The mirror follows its cache cut back by a rollback: true when the cache's newest record is

@@ -350,20 +350,8 @@ void DeviceBackend<Exec>::flush_staged() {
 
 template <class Exec>
 typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const SequenceCache* cache, const KvSourceCache& kv) {
-  std::unique_ptr<Mirror>& slot = mirrors_[{cache, kv.layer}];
+  Mirror& m = mirror_slot(cache, kv);
   const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
-  if (!slot) {
-    if (!main_pages_) {
-      main_pages_ = std::make_unique<DevicePagePool<Exec>>(&ex_, mb << page_shift_);
-      index_pages_ = std::make_unique<DevicePagePool<Exec>>(&ex_, ib << page_shift_);
-    }
-    slot = std::make_unique<Mirror>();
-    slot->main.bind(&ex_, main_pages_.get(), mb, page_shift_);
-    slot->index.bind(&ex_, index_pages_.get(), ib, page_shift_);
-    slot->pend_kv.bind(&ex_);
-    slot->pend_gate.bind(&ex_);
-  }
-  Mirror& m = *slot;
   m.last_used = batches_;
   if (m.staged > 0) return m;  // ahead of the cache by this batch's entries (published at end_batch)
   const int64_t G = kv.entries();
@@ -398,9 +386,62 @@ typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror(const Sequence
 }
 
 template <class Exec>
+typename DeviceBackend<Exec>::Mirror& DeviceBackend<Exec>::mirror_slot(const SequenceCache* cache,
+                                                                      const KvSourceCache& kv) {
+  std::unique_ptr<Mirror>& slot = mirrors_[{cache, kv.layer}];
+  if (slot) return *slot;
+  const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
+  if (!main_pages_) {
+    main_pages_ = std::make_unique<DevicePagePool<Exec>>(&ex_, mb << page_shift_);
+    index_pages_ = std::make_unique<DevicePagePool<Exec>>(&ex_, ib << page_shift_);
+  }
+  slot = std::make_unique<Mirror>();
+  slot->main.bind(&ex_, main_pages_.get(), mb, page_shift_);
+  slot->index.bind(&ex_, index_pages_.get(), ib, page_shift_);
+  slot->pend_kv.bind(&ex_);
+  slot->pend_gate.bind(&ex_);
+  return *slot;
+}
+
+template <class Exec>
+void DeviceBackend<Exec>::fork_cache(const SequenceCache& from, const SequenceCache& to) {
+  flush_staged();  // nothing staged between forwards; stay right if a caller did stage
+  const auto up = [&](void* dst, const void* src, int64_t bytes) { upload_staged(dst, src, bytes); };
+  for (int l = 0; l < to.num_layers(); ++l) {
+    const KvSourceCache* kv = to.kv_source(l);
+    const KvSourceCache* parent_kv = from.kv_source(l);
+    if (!kv || kv->layer != l || !parent_kv) continue;
+    Mirror* parent = find_mirror(&from, l);
+    const int64_t n = kv->entries();
+    // Only a mirror in step with its cache, holding at least the fork's entries (the fork's
+    // records are the parent's first n: the host shares those pages too).
+    if (!parent || !in_step(*parent, *parent_kv) || parent->rows < n || n == 0) continue;
+    Mirror& m = mirror_slot(&to, *kv);
+    m.last_used = batches_;
+    if (!m.main.share_from(parent->main, n, up) || !m.index.share_from(parent->index, n, up)) {
+      m.rows = m.tail = 0;  // a device error (sticky)
+      continue;
+    }
+    m.rows = n;
+    remember_tail(m, to, *kv);
+  }
+}
+
+template <class Exec>
+bool DeviceBackend<Exec>::in_step(const Mirror& m, const KvSourceCache& kv) {
+  const int64_t mb = kv.main.record_bytes(), ib = kv.index.record_bytes();
+  return m.staged == 0 && m.rows == kv.entries() && m.tail > 0 &&
+         std::memcmp(kv.main.row(m.rows - 1), &m.tail_main[size_t((m.tail - 1) * mb)], size_t(mb)) == 0 &&
+         std::memcmp(kv.index.row(m.rows - 1), &m.tail_index[size_t((m.tail - 1) * ib)], size_t(ib)) == 0;
+}
+
+template <class Exec>
 bool DeviceBackend<Exec>::reserve_rows(Mirror& m, int64_t rows) {
   const auto up = [&](void* dst, const void* src, int64_t bytes) { upload_staged(dst, src, bytes); };
-  if (m.main.reserve(rows, up) && m.index.reserve(rows, up)) return true;
+  // Rows from m.rows on are written next (packed entries, uploaded records): their pages private.
+  if (m.main.own_from(m.rows, up) && m.index.own_from(m.rows, up) && m.main.reserve(rows, up) &&
+      m.index.reserve(rows, up))
+    return true;
   m.rows = m.tail = 0;  // the device error is sticky: every later step fails
   return false;
 }
@@ -494,11 +535,9 @@ DeviceCacheBytes DeviceBackend<Exec>::cache_bytes_held() const {
 
 template <class Exec>
 DeviceCacheBytes DeviceBackend<Exec>::cache_bytes_allocated() const {
-  DeviceCacheBytes b;
-  for (const auto& [key, m] : mirrors_) {
-    b.main += m->main.bytes_held();
-    b.index += m->index.bytes_held();
-  }
+  DeviceCacheBytes b;  // a page that forks share counted once
+  b.main = main_pages_ ? main_pages_->pages_in_use() * main_pages_->page_bytes() : 0;
+  b.index = index_pages_ ? index_pages_->pages_in_use() * index_pages_->page_bytes() : 0;
   b.window = cache_alloc_.window;
   return b;
 }

@@ -387,6 +387,23 @@ TEST(DeviceBackendHost, CacheBytesCountTheRecords) {
   }
 }
 
+// Forks share their parent's device pages: no page taken at a fork, only the pages a fork writes
+// into copied, each mirror its cache's records; then the forks scenario over 4-row pages against
+// the CPU backend (backend_records_check.h).
+TEST(DeviceBackendHost, ForksShareTheirPrefixPages) {
+  const std::string dir = std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  const auto make = [&] {
+    auto dev = std::make_unique<DeviceBackend<HostExec>>(**model);
+    dev->set_page_rows(4);
+    return dev;
+  };
+  ts::check_forks_share_pages<HostExec>(**model, make(), "emulation");
+  ts::check_against_cpu(**model, make(), ts::forks_and_removal((*model)->vocab_size()), 1, dir + " (4 rows a page)");
+}
+
 // Pages of 1, 2 and 4 rows (a page boundary at nearly every entry): the forward, rollbacks and the
 // device's records are those of the default pages (the CPU backend's function; the cache's bytes).
 TEST(DeviceBackendHost, SmallPagesMatchCpuBackend) {

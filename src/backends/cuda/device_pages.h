@@ -10,12 +10,17 @@
 // pointer, never by copying its rows into a bigger array.
 // Reuse is safe without waiting: the device runs the backend's work in issue order on one
 // stream, so a page's next owner writes it after every earlier read of it.
+// Sharing (forked sequences, as the host's PagedRows share theirs): share_from() gives a second
+// array over another's first pages, each page counted once more in the pool; own_from(row) makes
+// the pages that writes from `row` on would touch private again first (copy on write: a shared
+// page is copied up to `row` into a fresh one), so a page is written only while one array holds it.
 // Ownership: the pool owns the slabs; a DevicePagedRows borrows pages from a pool that must
 // outlive it and gives them back on trim() and destruction. Not thread-safe (one engine thread).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -43,10 +48,19 @@ class DevicePagePool {
     ++in_use_;
     return p;
   }
+  // One more holder of an acquired page; release() then gives it back only after the last one.
+  void retain(uint8_t* page) { ++extra_holders_[page]; }
+  bool shared(uint8_t* page) const { return extra_holders_.count(page) != 0; }
   void release(uint8_t* page) {
+    const auto it = extra_holders_.find(page);
+    if (it != extra_holders_.end()) {
+      if (--it->second == 0) extra_holders_.erase(it);
+      return;
+    }
     free_.push_back(page);
     --in_use_;
   }
+  // Pages held by some array (a shared page counted once).
   int64_t pages_in_use() const { return in_use_; }
   // Device bytes the pool took from the executor (pages in use and free ones).
   int64_t bytes_reserved() const { return int64_t(slabs_.size()) * slab_pages_ * stride_; }
@@ -65,6 +79,7 @@ class DevicePagePool {
   int64_t in_use_ = 0;
   std::vector<void*> slabs_;
   std::vector<uint8_t*> free_;
+  std::unordered_map<uint8_t*, int32_t> extra_holders_;  // pages held by more than one array
 };
 
 template <class Exec>
@@ -103,19 +118,41 @@ class DevicePagedRows {
       if (!p) return false;
       pages_.push_back(p);
     }
-    int64_t from = had;
-    if (need > table_cap_) {  // a bigger table: every entry goes up again
-      if (table_) ex_->release(table_);
-      table_cap_ = std::max<int64_t>(need, 2 * table_cap_);
-      table_ = static_cast<uint8_t**>(ex_->alloc(table_cap_ * int64_t(sizeof(uint8_t*))));
-      if (!table_) {
-        table_cap_ = 0;
-        return false;
-      }
-      from = 0;
+    return publish(had, upload);
+  }
+  // This array's rows become `other`'s first `rows` rows, on the same pages (no copy; what the
+  // array held before is given back). Same pool and geometry. False after a device error.
+  template <class Upload>
+  bool share_from(const DevicePagedRows& other, int64_t rows, Upload&& upload) {
+    trim(0);
+    const int64_t need = std::min(other.pages(), (rows + rows_per_page() - 1) >> shift_);
+    for (int64_t p = 0; p < need; ++p) {
+      pool_->retain(other.pages_[size_t(p)]);
+      pages_.push_back(other.pages_[size_t(p)]);
     }
-    upload(table_ + from, pages_.data() + from, (need - from) * int64_t(sizeof(uint8_t*)));
+    return publish(0, upload);
+  }
+  // Before writing rows from `row` on: every held page from row's on that another array holds
+  // too is replaced by a fresh one holding the same rows below `row` (a blocking device copy).
+  // False after a device error.
+  template <class Upload>
+  bool own_from(int64_t row, Upload&& upload) {
+    for (int64_t p = row >> shift_; p < pages(); ++p) {
+      uint8_t*& page = pages_[size_t(p)];
+      if (!pool_->shared(page)) continue;
+      uint8_t* fresh = pool_->acquire();
+      if (!fresh) return false;
+      const int64_t keep = std::max<int64_t>(0, row - (p << shift_));
+      if (keep > 0) ex_->copy(fresh, page, keep * record_bytes_);
+      pool_->release(page);
+      page = fresh;
+      upload(table_ + p, pages_.data() + p, int64_t(sizeof(uint8_t*)));
+    }
     return true;
+  }
+  // Held pages that another array holds too.
+  int64_t shared_pages() const {
+    return std::count_if(pages_.begin(), pages_.end(), [&](uint8_t* p) { return pool_->shared(p); });
   }
   // Gives back the pages past those rows [0, rows) need (their table entries are left stale: no
   // kernel reads rows past the mirror's count).
@@ -149,6 +186,25 @@ class DevicePagedRows {
   }
 
  private:
+  // The table entries of pages [from, pages()) to the device (a bigger table: all of them).
+  template <class Upload>
+  bool publish(int64_t from, Upload& upload) {
+    const int64_t need = pages();
+    if (need <= from) return true;
+    if (need > table_cap_) {
+      if (table_) ex_->release(table_);
+      table_cap_ = std::max<int64_t>(need, 2 * table_cap_);
+      table_ = static_cast<uint8_t**>(ex_->alloc(table_cap_ * int64_t(sizeof(uint8_t*))));
+      if (!table_) {
+        table_cap_ = 0;
+        return false;
+      }
+      from = 0;
+    }
+    upload(table_ + from, pages_.data() + from, (need - from) * int64_t(sizeof(uint8_t*)));
+    return true;
+  }
+
   Exec* ex_ = nullptr;
   DevicePagePool<Exec>* pool_ = nullptr;
   int64_t record_bytes_ = 0;

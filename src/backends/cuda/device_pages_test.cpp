@@ -76,6 +76,53 @@ TEST(DevicePages, RowsCrossPagesAndTheTableNamesThem) {
   EXPECT_EQ(pool.pages_in_use(), 2);
 }
 
+// Two arrays over the same pages (a fork): a shared page counted once; writing from a row inside
+// a shared page copies that page's rows below it first and leaves the other array's bytes alone;
+// the pages go back only when the last holder lets go.
+TEST(DevicePages, SharedPagesAreCopiedBeforeAWrite) {
+  HostExec ex;
+  const int64_t rb = 68;
+  DevicePagePool<HostExec> pool(&ex, rb * 4, 4 * 256);
+  DevicePagedRows<HostExec> parent, fork;
+  parent.bind(&ex, &pool, rb, 2);
+  fork.bind(&ex, &pool, rb, 2);
+  ASSERT_TRUE(parent.reserve(10, BlockingUpload{&ex}));
+  const std::vector<uint8_t> src = random_bytes(size_t(10 * rb), 11);
+  parent.upload_rows(src.data(), 10, 0);
+  ASSERT_TRUE(fork.share_from(parent, 9, BlockingUpload{&ex}));  // rows 0 … 8: all 3 pages
+  EXPECT_EQ(fork.pages(), 3);
+  EXPECT_EQ(pool.pages_in_use(), 3);
+  EXPECT_EQ(fork.shared_pages(), 3);
+  for (int64_t p = 0; p < 3; ++p) EXPECT_EQ(fork.table()[p], parent.table()[p]) << p;
+  // The fork writes from row 6 on: page 1 (rows 4 … 7) gets a copy of rows 4, 5; page 2 a fresh page.
+  ASSERT_TRUE(fork.own_from(6, BlockingUpload{&ex}));
+  EXPECT_EQ(fork.shared_pages(), 1);
+  EXPECT_EQ(pool.pages_in_use(), 5);
+  EXPECT_EQ(fork.table()[0], parent.table()[0]);
+  EXPECT_NE(fork.table()[1], parent.table()[1]);
+  EXPECT_NE(fork.table()[2], parent.table()[2]);
+  const std::vector<uint8_t> mine = random_bytes(size_t(3 * rb), 12);
+  fork.upload_rows(mine.data(), 3, 6);
+  std::vector<uint8_t> back(size_t(10 * rb));
+  parent.download_rows(back.data(), 10);
+  EXPECT_EQ(back, src) << "the parent's rows changed";
+  fork.download_rows(back.data(), 9);
+  EXPECT_EQ(std::memcmp(back.data(), src.data(), size_t(6 * rb)), 0) << "the fork lost its shared rows";
+  EXPECT_EQ(std::memcmp(back.data() + 6 * rb, mine.data(), size_t(3 * rb)), 0);
+  // Owning again changes nothing; the parent gone, page 0 stays with the fork.
+  uint8_t* first = fork.table()[0];
+  ASSERT_TRUE(fork.own_from(6, BlockingUpload{&ex}));
+  EXPECT_EQ(pool.pages_in_use(), 5);
+  parent.trim(0);
+  EXPECT_EQ(pool.pages_in_use(), 3);
+  EXPECT_EQ(fork.shared_pages(), 0);
+  EXPECT_EQ(fork.table()[0], first);
+  fork.download_rows(back.data(), 4);
+  EXPECT_EQ(std::memcmp(back.data(), src.data(), size_t(4 * rb)), 0);
+  fork.trim(0);
+  EXPECT_EQ(pool.pages_in_use(), 0);
+}
+
 // PackPagedK writes the bytes PackK writes, row by row into the pages; KeyRows::paged reads each
 // row where it lies and decodes the values KeyRows::records gives for the contiguous copy.
 TEST(DevicePages, PagedPackAndReadEqualContiguous) {

@@ -120,8 +120,57 @@ struct Fp4Decoder {
   }
 };
 
+// A NaN-free FP8 tile whose outputs share one scale row, every block whole and every scale
+// foldable as 2^(e − 7) (fast_fp8_tile_fits): the weights as value · 2^-120 (Fp8BitsDecoder), x
+// scaled once per 8 columns, no per-block checks left in the loop. The products and their order
+// are tile()'s for such blocks, so the bits are too.
+template <int R, int O>
+void fast_fp8_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy) {
+  const Fp8BitsDecoder bits;
+  const uint8_t* code_row[O];
+  for (int o = 0; o < O; ++o) code_row[o] = w.codes + o * w.row_bytes();
+  const uint8_t* scales = w.scales + (w.row_phase >> w.block_rows_log2) * w.scale_cols;
+  const uint8_t* next = w.codes + O * w.row_bytes();  // as tile(): the next tile's rows a block ahead
+  __m256 acc[R][O];
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) acc[r][o] = _mm256_setzero_ps();
+  for (int64_t i0 = 0; i0 < in; i0 += 32) {
+    if ((i0 & 63) == 0)
+      for (int o = 0; o < O; ++o) _mm_prefetch(reinterpret_cast<const char*>(next + o * w.row_bytes() + i0), _MM_HINT_T0);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_set1_epi32((scales[i0 >> w.block_cols_log2] + 120) << 23));
+    for (int64_t i = i0; i < i0 + 32; i += 8) {
+      __m256 wv[O];
+      for (int o = 0; o < O; ++o) wv[o] = bits.load8(code_row[o], i);
+      for (int r = 0; r < R; ++r) {
+        const __m256 xs = _mm256_mul_ps(_mm256_loadu_ps(x + r * in + i), s1);
+        for (int o = 0; o < O; ++o) acc[r][o] = _mm256_fmadd_ps(xs, wv[o], acc[r][o]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) y[r * ldy + o] = hsum(acc[r][o]);
+}
+
+// Whether fast_fp8_tile computes the tile: whole blocks only, O outputs in one scale row, every
+// scale code of that row ≤ 134 with x · 2^(e − 7) exact (FoldRange: checked at the row's extremes).
+bool fast_fp8_tile_fits(const QuantWeights& w, int o_count, int64_t in, const FoldRange& fold) {
+  if (in % 32 != 0 || (w.row_phase >> w.block_rows_log2) != ((w.row_phase + o_count - 1) >> w.block_rows_log2))
+    return false;
+  const uint8_t* scales = w.scales + (w.row_phase >> w.block_rows_log2) * w.scale_cols;
+  const int64_t blocks = (in + (int64_t(1) << w.block_cols_log2) - 1) >> w.block_cols_log2;
+  int lo = 255, hi = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    lo = std::min<int>(lo, scales[b]);
+    hi = std::max<int>(hi, scales[b]);
+  }
+  return hi <= 134 && fold.contains(lo - 7) && fold.contains(hi - 7);
+}
+
 template <int R, int O, QuantFormat F, bool NanFree>
 void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy, const FoldRange& fold) {
+  if constexpr (F == QuantFormat::kFp8E4M3 && NanFree) {
+    if (fast_fp8_tile_fits(w, O, in, fold)) return fast_fp8_tile<R, O>(x, w, in, y, ldy);
+  }
   using Decoder = std::conditional_t<F == QuantFormat::kFp8E4M3, Fp8Decoder, Fp4Decoder>;
   const Decoder dec;
   const float* ue8m0 = ue8m0_decode_table();

@@ -35,7 +35,7 @@ struct DsparkBenchOptions {
   // a server that has run for a while has them; stats and traces are the timed pass's. False:
   // every run starts cold (a fresh backend and scheduler), what a closed batch measures by default.
   bool warm = false;
-  int auto_warmup = 1;        // SchedulerOptions::dspark_auto_warmup
+  int auto_warmup = -1;       // SchedulerOptions::dspark_auto_warmup (−1: by the backend)
   // Session 16's auto rules, off by default (SchedulerOptions::dspark_auto_*; measured no faster):
   // plan "uniform" (one cap a batch) or "greedy" (slots by confidence); the first-touch charge;
   // plain samples of a measurement (0: as many as drafting's).

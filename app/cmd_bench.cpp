@@ -157,8 +157,9 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--dspark-trace", dso.trace,
                  "with --dspark: write every decoding step of every run to FILE (JSON lines: batch, mode, rows, ms, ...)");
   cli.add_option("--dspark-auto-warmup", dso.auto_warmup,
-                 "with --dspark: auto's uncounted first drafting steps per batch bucket")
-      ->check(in_range(0, 64));
+                 "with --dspark: auto's uncounted first drafting steps per batch bucket (-1: 1 on the device "
+                 "backend, 0 on the CPU)")
+      ->check(in_range(-1, 64));
   cli.add_option("--dspark-auto-plan", dso.auto_plan,
                  "with --dspark: auto's planner, uniform (one draft cap a batch) or greedy (slots by confidence)")
       ->check(CLI::IsMember({"uniform", "greedy"}));

@@ -401,6 +401,29 @@ TEST(DsparkDecode, StepTraceAccountsForEveryToken) {
   EXPECT_TRUE(run(reqs, 4, kOff).stats.step_trace.empty()) << "off by default";
 }
 
+// auto on the CPU backend (StepShape::switch_cost false: nothing recorded or rebuilt per shape)
+// counts every step of its measurement — no warmup draft, no settling runs —, while the options
+// still force them (the device backend's defaults).
+TEST(DsparkDecode, AutoCountsEveryMeasuredStepWhereSwitchingIsFree) {
+  const auto reqs = requests(8, false);
+  const auto steps_of = [](const Decoded& d) {
+    std::string all;
+    for (const std::string& v : d.stats.auto_verdicts) all += v.substr(v.find("steps:") + 6) + "\n";
+    return all;
+  };
+  const Decoded cpu = run(reqs, 4, DsparkMode{DsparkMode::Kind::kAuto, 0});
+  ASSERT_FALSE(cpu.stats.auto_verdicts.empty()) << "auto measured";
+  const std::string by_backend = steps_of(cpu);
+  EXPECT_EQ(by_backend.find_first_of("dp"), std::string::npos) << by_backend;
+  SchedulerOptions forced;
+  forced.dspark_auto_warmup = 1;
+  forced.dspark_auto_settle = 1;
+  const Decoded settled = run(reqs, 4, DsparkMode{DsparkMode::Kind::kAuto, 0}, nullptr, false, false, forced);
+  ASSERT_FALSE(settled.stats.auto_verdicts.empty()) << "auto measured";
+  const std::string with_settling = steps_of(settled);
+  EXPECT_NE(with_settling.find('d'), std::string::npos) << with_settling;
+}
+
 // auto started from a measured calibration (session 20: the model's dspark_calibration.json):
 // the maps decide how many drafts a step verifies — all of them where every slot is near-certain,
 // none where every slot is near-hopeless — and never which tokens come out.

@@ -103,10 +103,13 @@ struct SchedulerOptions {
   bool sampled_rejection = true;
   // --dspark auto: the first drafting steps of each batch bucket that its measurement does not
   // count (runtime/auto_draft.h): they pay first touches (buffers sized for more verify rows).
-  int dspark_auto_warmup = 1;
-  // --dspark auto: measure each side in pairs of steps and count the second (runtime/auto_draft.h
-  // `settle`), so that neither side is charged for switching from the other.
-  bool dspark_auto_settle = true;
+  // −1: 1 where the backend's steps pay for a switch (StepShape::switch_cost: the device
+  // backend), else 0 (the CPU backend).
+  int dspark_auto_warmup = -1;
+  // --dspark auto: measure each side in runs of steps and count only the settled ones
+  // (runtime/auto_draft.h `settle`), so that neither side is charged for switching from the other.
+  // −1: where the backend's steps pay for a switch (StepShape::switch_cost); 0 off; 1 on.
+  int dspark_auto_settle = -1;
   // --dspark auto: the counted plain steps a measurement takes (runtime/auto_draft.h
   // plain_samples; AutoDraftSwitch::kMaxSamples: as many as drafting's). 4 measured no faster on
   // the H200 (docs/DSPARK.md, session 16), so the default keeps the sides even.
@@ -281,6 +284,15 @@ class Scheduler {
 
   Engine& engine_;
   SchedulerOptions options_;
+  // The auto switch's warmup drafts and settling as the options give them, −1 by the backend.
+  int auto_warmup() const {
+    return options_.dspark_auto_warmup >= 0 ? options_.dspark_auto_warmup
+                                            : engine_.backend().step_shape().switch_cost ? 1 : 0;
+  }
+  bool auto_settle() const {
+    return options_.dspark_auto_settle >= 0 ? options_.dspark_auto_settle != 0
+                                            : engine_.backend().step_shape().switch_cost;
+  }
   std::deque<std::pair<int64_t, GenerationRequest>> queue_;
   std::vector<std::unique_ptr<Active>> active_;
   std::unordered_map<int64_t, GenerationResult> results_;
@@ -296,8 +308,7 @@ class Scheduler {
   StepCost step_cost_;
   DsparkStats dspark_;
   // Auto mode's measured choice (runtime/auto_draft.h); the window's steps refill the rings.
-  AutoDraftSwitch auto_{engine_.config().sliding_window, options_.dspark_auto_warmup, options_.dspark_auto_settle,
-                       options_.dspark_auto_plain_samples};
+  AutoDraftSwitch auto_{engine_.config().sliding_window, auto_warmup(), auto_settle(), options_.dspark_auto_plain_samples};
   bool drafted_this_step_ = false;
   double draft_ms_this_step_ = 0;  // the drafter's wall time this step (not a verify cost)
   int64_t steps_ = 0;               // steps with active requests (diagnostics)

@@ -609,29 +609,37 @@ TEST(DeviceBackendHost, DecodeStepHostCopies) {
   }
 }
 
-// The golden fixture models (the independent implementation's checkpoints) over mirrors in pages
-// of one row: the mixed batch against the CPU backend, as with the default pages.
-TEST(DeviceBackendHost, SmallPagesGoldenFixturesMatchCpuBackend) {
+// Runs check(model, dir) on each golden fixture model (the independent implementation's
+// checkpoints); skips without ../shared.
+template <class Check>
+void for_each_golden_model(Check&& check) {
   for (const char* name : {"v41-tiny-f32", "v41-tiny-bf16"}) {
     const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/" + name;
     if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent (no ../shared)";
     auto model = Model::load(dir);
-    ASSERT_TRUE(model.ok());
-    auto dev = std::make_unique<DeviceBackend<HostExec>>(**model);
-    dev->set_page_rows(1);
-    ts::check_against_cpu(**model, std::move(dev), ts::mixed_batch((*model)->vocab_size(), 3), 3,
-                          dir + " (1 row a page)");
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    check(**model, dir);
   }
 }
 
+// The golden fixture models over mirrors in pages of one row (the mixed batch), and forks sharing
+// 4-row device pages (the forks scenario), against the CPU backend, as with the default pages.
+TEST(DeviceBackendHost, SmallPagesGoldenFixturesMatchCpuBackend) {
+  for_each_golden_model([](const Model& model, const std::string& dir) {
+    auto dev = std::make_unique<DeviceBackend<HostExec>>(model);
+    dev->set_page_rows(1);
+    ts::check_against_cpu(model, std::move(dev), ts::mixed_batch(model.vocab_size(), 3), 3, dir + " (1 row a page)");
+    auto forks = std::make_unique<DeviceBackend<HostExec>>(model);
+    forks->set_page_rows(4);
+    ts::check_against_cpu(model, std::move(forks), ts::forks_and_removal(model.vocab_size()), 1,
+                          dir + " (forks, 4 rows a page)");
+  });
+}
+
 TEST(DeviceBackendHost, GoldenFixturesMatchCpuBackend) {
-  for (const char* name : {"v41-tiny-f32", "v41-tiny-bf16"}) {
-    const std::string dir = std::string(DSV41_GOLDEN_DIR) + "/" + name;
-    if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent (no ../shared)";
-    auto model = Model::load(dir);
-    ASSERT_TRUE(model.ok());
-    compare_backends(dir, ts::mixed_batch((*model)->vocab_size(), 3), 3);
-  }
+  for_each_golden_model([](const Model& model, const std::string& dir) {
+    compare_backends(dir, ts::mixed_batch(model.vocab_size(), 3), 3);
+  });
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ class DevicePagePool {
   // One more holder of an acquired page; release() then gives it back only after the last one.
   void retain(uint8_t* page) { ++extra_holders_[page]; }
   bool shared(uint8_t* page) const { return extra_holders_.count(page) != 0; }
+  bool any_shared() const { return !extra_holders_.empty(); }
   void release(uint8_t* page) {
     const auto it = extra_holders_.find(page);
     if (it != extra_holders_.end()) {
@@ -137,6 +138,7 @@ class DevicePagedRows {
   // False after a device error.
   template <class Upload>
   bool own_from(int64_t row, Upload&& upload) {
+    if (!pool_->any_shared()) return true;  // every step calls this; without forks, nothing to look up
     for (int64_t p = row >> shift_; p < pages(); ++p) {
       uint8_t*& page = pages_[size_t(p)];
       if (!pool_->shared(page)) continue;

@@ -99,7 +99,8 @@ void BM_GemmQuantDecode(benchmark::State& state) {
 }
 
 // {rows, in, out, kind, isa, threads, cold}: mini-flash's wq_b (32768 × 1280), one expert's w1
-// (512 × 1024); from cache: 512 × 1280 FP8 (655 KB), the expert w1.
+// (512 × 1024); from cache: 512 × 1280 FP8 (655 KB), the expert w1 at 1–3 rows (the AVX2 FP4
+// bits tiles take ≤ 2).
 void Shapes(benchmark::internal::Benchmark* b) {
   for (int64_t threads : {1, 0})
     for (int64_t isa : {1, 2})
@@ -110,7 +111,7 @@ void Shapes(benchmark::internal::Benchmark* b) {
   for (int64_t kind : {kBf16, kFp8}) b->Args({4, 1280, 32768, kind, 2, 0, 1});
   for (int64_t isa : {1, 2}) {
     b->Args({1, 1280, 512, kFp8, isa, 1, 0});
-    b->Args({1, 1024, 512, kFp4, isa, 1, 0});
+    for (int64_t rows : {1, 2, 3}) b->Args({rows, 1024, 512, kFp4, isa, 1, 0});
   }
 }
 BENCHMARK(BM_GemmQuantDecode)->Apply(Shapes)->ArgNames({"rows", "in", "out", "kind", "isa", "threads", "cold"})

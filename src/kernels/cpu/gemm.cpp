@@ -185,6 +185,12 @@ void drive_widened(const CpuExec& ex, const float* x, int64_t rows, int64_t in, 
 
 }  // namespace
 
+FoldRange product_fold_range(const float* x, int64_t rows, int64_t in, QuantFormat f, CpuIsa isa) {
+  const bool folds = isa != CpuIsa::kPortable &&
+                     (f == QuantFormat::kFp8E4M3 || (f == QuantFormat::kFp4E2M1 && isa == CpuIsa::kAvx2 && rows <= 2));
+  return folds && rows > 0 && in > 0 ? fold_range(x, rows * in) : FoldRange{};
+}
+
 void gemm_quant(const CpuExec& ex, const float* x, int64_t rows, int64_t in, const QuantWeights& w, int64_t out,
                 float* y) {
   if (rows >= kAmxMinRows && ex.use_amx()) return gemm_quant_amx(ex, x, rows, in, w, out, y);
@@ -196,9 +202,8 @@ void gemm_quant(const CpuExec& ex, const float* x, int64_t rows, int64_t in, con
       case CpuIsa::kPortable: break;
     }
   }
-  // FP8 tiles scale x instead of the weights where exact (gemm_quant_fold.h): x's range, once.
-  const FoldRange fold =
-      w.format == QuantFormat::kFp8E4M3 && ex.gemm_isa() != CpuIsa::kPortable ? fold_range(x, rows * in) : FoldRange{};
+  // Tiles that scale x instead of the weights where exact (gemm_quant_fold.h): x's range, once.
+  const FoldRange fold = product_fold_range(x, rows, in, w.format, ex.gemm_isa());
   // The AVX-512 tiles: FP8 batches of 5–16 rows scale x once (gemm_fp8_rows.h), else the VBMI /
   // GFNI decoders where the CPU has them; every choice gives the same bits.
   const bool vbmi = cpu_has_avx512_vbmi_gfni();

@@ -78,9 +78,8 @@ void run_region(const CpuExec& ex, std::span<const GemmJob> jobs) {
     const GemmJob& j = jobs[i];
     const bool empty = j.rows <= 0 || j.out <= 0 || j.in <= 0;
     if (j.rows > 0 && j.out > 0 && j.in <= 0) std::fill(j.y, j.y + j.rows * j.out, 0.0f);  // as gemm.cpp
-    // FP8 blocks scale x instead of the weights where exact: x's range, once per product.
-    fold[i] = !empty && j.quant && j.quant->format == QuantFormat::kFp8E4M3 ? fold_range(j.x, j.rows * j.in)
-                                                                            : FoldRange{};
+    // Tiles that scale x instead of the weights where exact: x's range, once per product.
+    fold[i] = !empty && j.quant ? product_fold_range(j.x, j.rows, j.in, j.quant->format, isa) : FoldRange{};
     per_block[i] = block_outputs(j);
     first_block[i + 1] = first_block[i] + (empty ? 0 : (j.out + per_block[i] - 1) / per_block[i]);
     if (!empty) flops += 2 * j.rows * j.in * j.out;
@@ -157,14 +156,13 @@ void gemm_many_staged(const CpuExec& ex, const GemmStages& st, FunctionRef<void(
     if (i < nf) pending[group[i]].fetch_add(blocks, std::memory_order_relaxed);
     if (!empty) flops += 2 * j.rows * j.in * j.out;
   }
-  // An FP8 product folds by its own x's range (gemm_many.h): the first stage's now, the second's
+  // A product folds by its own x's range (gemm_many.h): the first stage's now, the second's
   // once between() has written their x.
   auto set_fold = [&](size_t i) {
     const GemmJob& j = *job[i];
     const bool empty = j.rows <= 0 || j.out <= 0 || j.in <= 0;
     if (j.rows > 0 && j.out > 0 && j.in <= 0) std::fill(j.y, j.y + j.rows * j.out, 0.0f);  // as gemm.cpp
-    fold[i] = !empty && j.quant && j.quant->format == QuantFormat::kFp8E4M3 ? fold_range(j.x, j.rows * j.in)
-                                                                            : FoldRange{};
+    fold[i] = !empty && j.quant ? product_fold_range(j.x, j.rows, j.in, j.quant->format, isa) : FoldRange{};
   };
   auto release = [&](int32_t g) {  // every first-stage block of g is done
     between(g);

@@ -11,7 +11,8 @@
 // Only the weight bytes read change: 1 (FP8) or ½ (FP4) byte per weight instead of 4.
 // Two shortcuts keep those bits: matrices scanned NaN-free at load (nan_free) skip the NaN merge,
 // and an FP8 block whose scale a whole tile shares scales x once instead of every weight where
-// x · 2^k is exact (gemm_quant_fold.h), the FMA then forming the same exact product.
+// x · 2^k is exact (gemm_quant_fold.h), the FMA then forming the same exact product (so do the
+// AVX2 FP4 tiles of ≤ 2 rows, per output and block).
 // Owns nothing: a QuantWeights view borrows the mapped checkpoint.
 #pragma once
 

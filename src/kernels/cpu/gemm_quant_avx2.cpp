@@ -12,9 +12,10 @@
 // (E4M3 bias 7 vs half bias 15); vcvtph2ps widens it exactly and the 2^8 is folded into the
 // scale (256 · s is exact while s < 2^120; larger scales take two multiplies). Codes 0x7F / 0xFF
 // (NaN in E4M3, 480 · 2^-8 as a half) are forced to NaN.
-// FP4 E2M1: whole blocks through a byte shuffle of 2 · value (block32_twice); partial blocks
-// through the 16-entry table (dequant's, +0 for code 8) as two 8-lane permutes and a blend on
-// the sign bit.
+// FP4 E2M1: at 1–2 rows, where every scale of the call folds onto x, the codes shifted straight
+// into float bits (Fp4BitsDecoder, fast_fp4_tile); else whole blocks through a byte shuffle of
+// 2 · value (block32_twice); partial blocks through the 16-entry table (dequant's, +0 for code 8)
+// as two 8-lane permutes and a blend on the sign bit.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -120,6 +121,23 @@ struct Fp4Decoder {
   }
 };
 
+// FP4 E2M1 → float32 bits straight: the 4 bytes of 8 columns broadcast to every lane, column j's
+// nibble (bits 4j … 4j + 3, even columns in the low nibbles) shifted to the top of lane j, then
+// shifted right 6 with its sign and masked to sign | 000000 ee m 0…0, which is exactly
+// value × 2^-126 for every code (the E2M1 subnormal 0.5 becomes the float subnormal 2^-127; code 8
+// gives −0, which adds as the table's +0 into sums that start at +0). Three instructions for 8
+// weights against block32_twice's ≈ 5 (nibble split, interleave, table, widen, convert).
+struct Fp4BitsDecoder {
+  __m256i shifts = _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0);
+  __m256i mask = _mm256_set1_epi32(static_cast<int>(0x81C00000u));  // sign, exponent 1–0, mantissa 1
+  __m256 load8(const uint8_t* row, int64_t i) const {
+    int32_t b;
+    std::memcpy(&b, row + i / 2, 4);
+    const __m256i t = _mm256_srai_epi32(_mm256_sllv_epi32(_mm256_set1_epi32(b), shifts), 6);
+    return _mm256_castsi256_ps(_mm256_and_si256(t, mask));
+  }
+};
+
 // A NaN-free FP8 tile whose outputs share one scale row, every block whole and every scale
 // foldable as 2^(e − 7) (fast_fp8_tile_fits): the weights as value · 2^-120 (Fp8BitsDecoder), x
 // scaled once per 8 columns, no per-block checks left in the loop. The products and their order
@@ -166,6 +184,61 @@ bool fast_fp8_tile_fits(const QuantWeights& w, int o_count, int64_t in, const Fo
     hi = std::max<int>(hi, scales[b]);
   }
   return hi <= 134 && fold.contains(lo - 7) && fold.contains(hi - 7);
+}
+
+// An FP4 tile of ≤ 2 rows, every block whole and every scale s = 2^(e − 127) of its O rows
+// foldable onto x as 2^(e − 1) (fast_fp4_rows_fit): x · 2^(e − 1) times value · 2^-126
+// (Fp4BitsDecoder) is x · (value × s), the table path's exact product, added in its order, so the
+// same bits. No per-block checks: the accumulators stay in registers (a per-output branch in
+// the loop kept them on the stack, each FMA waiting on a store).
+template <int R, int O>
+void fast_fp4_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy, const FoldRange&) {
+  const Fp4BitsDecoder bits;
+  const uint8_t* code_row[O];
+  const uint8_t* scale_row[O];
+  for (int o = 0; o < O; ++o) {
+    code_row[o] = w.codes + o * w.row_bytes();
+    scale_row[o] = w.scales + ((w.row_phase + o) >> w.block_rows_log2) * w.scale_cols;
+  }
+  const uint8_t* next = w.codes + O * w.row_bytes();  // as tile(): the next tile's rows a block ahead
+  __m256 acc[R][O];
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) acc[r][o] = _mm256_setzero_ps();
+  for (int64_t i0 = 0; i0 < in; i0 += 32) {
+    if ((i0 & 127) == 0)
+      for (int o = 0; o < O; ++o) _mm_prefetch(reinterpret_cast<const char*>(next + o * w.row_bytes() + i0 / 2), _MM_HINT_T0);
+    const int64_t b = i0 >> w.block_cols_log2;
+    __m256 s1[O];
+#pragma GCC unroll 4
+    for (int o = 0; o < O; ++o) s1[o] = _mm256_castsi256_ps(_mm256_set1_epi32((scale_row[o][b] + 126) << 23));  // 2^(e − 1)
+#pragma GCC unroll 4
+    for (int64_t i = i0; i < i0 + 32; i += 8) {
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const __m256 xv = _mm256_loadu_ps(x + r * in + i);
+#pragma GCC unroll 4
+        for (int o = 0; o < O; ++o)
+          acc[r][o] = _mm256_fmadd_ps(_mm256_mul_ps(xv, s1[o]), bits.load8(code_row[o], i), acc[r][o]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < O; ++o) y[r * ldy + o] = hsum(acc[r][o]);
+}
+
+// Whether fast_fp4_tile computes every tile of outputs [o0, o1): whole blocks only, every scale
+// code e of those rows ≤ 128 with x · 2^(e − 1) exact (FoldRange: checked at the extremes of their
+// scale rows, which lie next to each other — one pass per call, not one per tile).
+bool fast_fp4_rows_fit(const QuantWeights& w, int64_t o0, int64_t o1, int64_t in, const FoldRange& fold) {
+  if (in % 32 != 0 || fold.lo > fold.hi || o1 <= o0) return false;
+  const uint8_t* first = w.scales + ((w.row_phase + o0) >> w.block_rows_log2) * w.scale_cols;
+  const uint8_t* last = w.scales + (((w.row_phase + o1 - 1) >> w.block_rows_log2) + 1) * w.scale_cols;
+  uint8_t lo = 255, hi = 0;
+  for (const uint8_t* p = first; p < last; ++p) {
+    lo = std::min(lo, *p);
+    hi = std::max(hi, *p);
+  }
+  return hi <= 128 && fold.contains(lo - 1) && fold.contains(hi - 1);  // 2^(e − 1) finite
 }
 
 template <int R, int O, QuantFormat F, bool NanFree>
@@ -313,6 +386,16 @@ TileFn tile_for(int r, int o) {
   }
 }
 
+template <int R>
+TileFn fast_fp4_tile_for(int o) {
+  switch (o) {
+    case 1: return &fast_fp4_tile<R, 1>;
+    case 2: return &fast_fp4_tile<R, 2>;
+    case 3: return &fast_fp4_tile<R, 3>;
+    default: return &fast_fp4_tile<R, 4>;
+  }
+}
+
 // The float block's row / output grouping (gemm_avx2.cpp), with 2 outputs at 3–4 rows: the
 // decoder's constants take the registers the third output's weights had. NF: no NaN codes.
 template <QuantFormat F, bool NF>
@@ -321,11 +404,14 @@ void block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeight
   const int64_t rows = r1 - r0, groups = (rows + 3) / 4;
   const int rg = rows <= 16 ? static_cast<int>((rows + groups - 1) / groups) : 4;
   const int og = rg <= 2 ? 4 : 2;
+  // FP4 at 1–2 rows: the bits decoder's tiles when every block's scale folds onto x.
+  const bool fp4_bits = F == QuantFormat::kFp4E2M1 && rg <= 2 && fast_fp4_rows_fit(w, o0, o1, in, fold);
   for (int64_t r = r0; r < r1; r += rg) {
     const int rn = static_cast<int>(r1 - r < rg ? r1 - r : rg);
     for (int64_t o = o0; o < o1; o += og) {
       const int on = static_cast<int>(o1 - o < og ? o1 - o : og);
-      tile_for<F, NF>(rn, on)(x + r * in, w.rows_from(o), in, y + r * out + o, out, fold);
+      const TileFn fn = !fp4_bits ? tile_for<F, NF>(rn, on) : rn == 1 ? fast_fp4_tile_for<1>(on) : fast_fp4_tile_for<2>(on);
+      fn(x + r * in, w.rows_from(o), in, y + r * out + o, out, fold);
     }
   }
 }

@@ -10,6 +10,9 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/cpu_exec.h"
+#include "kernels/cpu/gemm_quant.h"
+
 namespace dsv41 {
 
 struct FoldRange {
@@ -21,5 +24,10 @@ struct FoldRange {
 // Empty when some x is infinite; NaN x ignored (a NaN product is NaN either way). AVX2 code
 // (gemm_quant_avx2.cpp): call it on the vector paths only.
 FoldRange fold_range(const float* x, int64_t n);
+
+// fold_range for a product of `rows` rows of x against a matrix stored as `f`, on `isa`, where a
+// tile there scales x (FP8 tiles on every vector ISA, AVX2 FP4 tiles of ≤ 2 rows); empty (and
+// not computed) elsewhere. Baseline code (gemm.cpp): the one rule for gemm.cpp and gemm_many.cpp.
+FoldRange product_fold_range(const float* x, int64_t rows, int64_t in, QuantFormat f, CpuIsa isa);
 
 }  // namespace dsv41

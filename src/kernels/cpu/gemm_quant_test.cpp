@@ -143,27 +143,29 @@ TEST(GemmQuant, Fp8LargeBlocksSlicesExtremesAndNaN) {
 }
 
 // Activations at the edges of float32 (subnormal, near the largest finite, zeros of both signs,
-// infinities, NaN) against scales at the edges: the AVX-512 kernel scales x instead of the
-// weights only where that is exact (FoldRange), so every mix must still give the widened bits.
-TEST(GemmQuant, Fp8ExtremeActivationsAndScalesMatchWidened) {
-  std::mt19937 rng(1305);
+// infinities, NaN, all zero) against scales at the edges: the FP8 tiles and the AVX2 FP4 tiles of
+// ≤ 2 rows scale x instead of the weights only where that is exact (FoldRange), so every mix
+// must still give the widened bits.
+void check_extreme_activations_and_scales(QuantFormat f, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const bool fp8 = f == QuantFormat::kFp8E4M3;
   const float specials[] = {1e-40f, -3e-45f, 1.2e-38f, 3e38f, -1.7e38f, 0.0f, -0.0f, 1e-30f, 1e30f};
   const float nonfinite[] = {__builtin_inff(), -__builtin_inff(), __builtin_nanf("")};
   std::uniform_int_distribution<int> pick(0, 99);
   for (int trial = 0; trial < 24; ++trial) {
-    const int64_t out = 8 + trial % 11, in = 64 + 32 * (trial % 3) + (trial % 5 == 0 ? 7 : 0);
-    const Stored s = random_stored(QuantFormat::kFp8E4M3, out, in, trial % 2 ? 32 : 128, trial % 2 ? 32 : 128,
-                                   trial % 4 == 3, trial % 3 != 0, rng);
+    const int64_t out = 8 + trial % 11, in = 64 + 32 * (trial % 3) + (trial % 5 == 0 ? (fp8 ? 7 : 6) : 0);
+    const int64_t block_rows = fp8 ? (trial % 2 ? 32 : 128) : 1, block_cols = fp8 && trial % 2 == 0 ? 128 : 32;
+    const Stored s = random_stored(f, out, in, block_rows, block_cols, fp8 && trial % 4 == 3, trial % 3 != 0, rng);
     const std::vector<float> wide = s.widened();
-    for (int64_t rows : {1, 3}) {
+    for (int64_t rows : {1, 2, 3}) {
       std::vector<float> x = random_x(rows * in, rng);
-      const int mode = trial % 4;  // 0: plain, 1: tiny / huge finite, 2: + non-finite, 3: all zero but one
+      const int mode = trial % 4;  // 0: plain, 1: tiny / huge finite, 2: + non-finite, 3: all zero (but one)
       for (float& v : x) {
         if (mode == 1 && pick(rng) < 10) v = specials[pick(rng) % 9];
         if (mode == 2 && pick(rng) < 3) v = nonfinite[pick(rng) % 3];
         if (mode == 3) v = 0.0f;
       }
-      if (mode == 3) x[in / 2] = 1e-39f;
+      if (mode == 3 && trial % 8 == 3) x[in / 2] = 1e-39f;
       std::vector<float> want(rows * out), got(rows * out);
       for (CpuIsa isa : vector_isas()) {
         CpuExec ex = CpuExec::serial();
@@ -178,6 +180,14 @@ TEST(GemmQuant, Fp8ExtremeActivationsAndScalesMatchWidened) {
       expect_same_bits(got, want, "trial " + std::to_string(trial) + " portable");
     }
   }
+}
+
+TEST(GemmQuant, Fp8ExtremeActivationsAndScalesMatchWidened) {
+  check_extreme_activations_and_scales(QuantFormat::kFp8E4M3, 1305);
+}
+
+TEST(GemmQuant, Fp4ExtremeActivationsAndScalesMatchWidened) {
+  check_extreme_activations_and_scales(QuantFormat::kFp4E2M1, 1306);
 }
 
 TEST(GemmQuant, FoldRangeIsTheExactScalingRange) {

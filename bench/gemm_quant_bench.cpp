@@ -6,8 +6,11 @@
 // reuses one copy (small shapes: from cache), the kernel's compute ceiling. Wbytes/s counts the
 // bytes as held (codes + scales for the stored formats); W/s the weights.
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -24,21 +27,56 @@ namespace {
 enum Kind : int64_t { kF32 = 0, kBf16 = 1, kFp8 = 2, kFp4 = 3 };
 constexpr int64_t kColdBytes = int64_t{1} << 30;
 
+// Bytes on 2-MiB-aligned memory advised onto transparent huge pages (huge = true), as the engine's
+// weight mapping is (base/file_io.cpp), or on ordinary 4-KiB pages.
+class PagedBytes {
+ public:
+  PagedBytes(size_t n, bool huge) : n_(n) {
+    const size_t align = huge ? size_t{1} << 21 : 64;
+    p_ = static_cast<uint8_t*>(std::aligned_alloc(align, (n + align - 1) / align * align));
+    if (p_ != nullptr) (void)::madvise(p_, n, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  }
+  ~PagedBytes() { std::free(p_); }
+  PagedBytes(const PagedBytes&) = delete;
+  PagedBytes& operator=(const PagedBytes&) = delete;
+  uint8_t* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  size_t n_;
+  uint8_t* p_ = nullptr;
+};
+
+void decode_product(benchmark::State& state, int64_t rows, int64_t in, int64_t out, int64_t kind_arg, CpuIsa isa,
+                    bool one_thread, bool cold, bool huge);
+
 void BM_GemmQuantDecode(benchmark::State& state) {
-  const int64_t rows = state.range(0), in = state.range(1), out = state.range(2);
-  const Kind kind = static_cast<Kind>(state.range(3));
-  const CpuIsa isa = static_cast<CpuIsa>(state.range(4));
+  decode_product(state, state.range(0), state.range(1), state.range(2), state.range(3),
+                 static_cast<CpuIsa>(state.range(4)), state.range(5) == 1, state.range(6) != 0, false);
+}
+
+// The wq_b shape streamed cold from FP8 copies on 4-KiB pages (huge = 0) or on transparent huge
+// pages (huge = 1): what the engine's huge-page advice buys a decode product.
+void BM_GemmQuantDecodePages(benchmark::State& state) {
+  decode_product(state, 1, 1280, 32768, 2, CpuIsa::kAvx2, state.range(0) == 1, true, state.range(1) != 0);
+}
+BENCHMARK(BM_GemmQuantDecodePages)->ArgsProduct({{1, 0}, {0, 1}})->ArgNames({"threads", "huge"})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime()->MeasureProcessCPUTime();
+
+void decode_product(benchmark::State& state, int64_t rows, int64_t in, int64_t out, int64_t kind_arg, CpuIsa isa,
+                    bool one_thread, bool cold, bool huge) {
+  const Kind kind = static_cast<Kind>(kind_arg);
   if (isa > cpu_best_isa()) {
     state.SkipWithError("ISA not on this CPU");
     return;
   }
-  CpuExec ex = state.range(5) == 1 ? CpuExec::serial() : bench_exec();
+  CpuExec ex = one_thread ? CpuExec::serial() : bench_exec();
   ex.isa = isa;
   const bool fp8 = kind != kFp4;  // f32 / bf16 hold the FP8 matrix's values
   const int64_t code_bytes = fp8 ? out * in : out * in / 2;
   const int64_t scale_bytes = fp8 ? ((out + 31) / 32) * ((in + 31) / 32) : out * ((in + 31) / 32);
   const int64_t held = kind == kF32 ? 4 * out * in : kind == kBf16 ? 2 * out * in : code_bytes + scale_bytes;
-  const int64_t copies = state.range(6) ? (kColdBytes + held - 1) / held : 1;
+  const int64_t copies = cold ? (kColdBytes + held - 1) / held : 1;
   std::vector<uint8_t> codes(code_bytes), scales(scale_bytes);
   uint32_t s = 12345;
   for (uint8_t& c : codes) {
@@ -55,12 +93,18 @@ void BM_GemmQuantDecode(benchmark::State& state) {
   q.block_rows_log2 = fp8 ? 5 : 0;
   q.block_cols_log2 = 5;
   q.nan_free = fp8 && e4m3_codes_nan_free(codes.data(), code_bytes);  // as the loader sets it
-  std::vector<uint8_t> qc, qs;  // copies of codes / scales
+  const bool stored = kind == kFp8 || kind == kFp4;
+  PagedBytes qc(stored ? static_cast<size_t>(copies * code_bytes) : 0, huge);  // copies of codes / scales
+  std::vector<uint8_t> qs;
   std::vector<float> wf;
   std::vector<uint16_t> wb;
-  if (kind == kFp8 || kind == kFp4) {
+  if (stored) {
+    if (qc.data() == nullptr) {
+      state.SkipWithError("cannot allocate the weight copies");
+      return;
+    }
     for (int64_t c = 0; c < copies; ++c) {
-      qc.insert(qc.end(), codes.begin(), codes.end());
+      std::memcpy(qc.data() + c * code_bytes, codes.data(), static_cast<size_t>(code_bytes));
       qs.insert(qs.end(), scales.begin(), scales.end());
     }
   } else {

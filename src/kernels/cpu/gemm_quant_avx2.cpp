@@ -397,6 +397,9 @@ TileFn fast_fp4_tile_for(int o) {
   }
 }
 
+// fast_fp4_tile for 1 or 2 rows (its only row counts) and 1–4 outputs.
+TileFn fast_fp4_tile_for(int r, int o) { return r == 1 ? fast_fp4_tile_for<1>(o) : fast_fp4_tile_for<2>(o); }
+
 // The float block's row / output grouping (gemm_avx2.cpp), with 2 outputs at 3–4 rows: the
 // decoder's constants take the registers the third output's weights had. NF: no NaN codes.
 template <QuantFormat F, bool NF>
@@ -411,7 +414,7 @@ void block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeight
     const int rn = static_cast<int>(r1 - r < rg ? r1 - r : rg);
     for (int64_t o = o0; o < o1; o += og) {
       const int on = static_cast<int>(o1 - o < og ? o1 - o : og);
-      const TileFn fn = !fp4_bits ? tile_for<F, NF>(rn, on) : rn == 1 ? fast_fp4_tile_for<1>(on) : fast_fp4_tile_for<2>(on);
+      const TileFn fn = fp4_bits ? fast_fp4_tile_for(rn, on) : tile_for<F, NF>(rn, on);
       fn(x + r * in, w.rows_from(o), in, y + r * out + o, out, fold);
     }
   }

@@ -111,6 +111,15 @@ void set_publish_with_feeding(const std::string& name, Backend& backend, bool on
 #endif
 }
 
+void set_tensor_attention(const std::string& name, Backend& backend, bool on) {
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_tensor_attention(backend, on);
+#endif
+  (void)name;
+  (void)backend;
+  (void)on;
+}
+
 void set_mma_gemm(const std::string& name, Backend& backend, bool on) {
 #if defined(DSV41_WITH_CUDA)
   if (name == "cuda") cuda_backend_set_mma_gemm(backend, on);

@@ -56,5 +56,8 @@ GraphCounts graph_counts(const std::string& name, const Backend& backend);
 // The experts and stored / bf16 GEMMs of many-row steps (prefill chunks, batches of ≥ 64 rows) on
 // tensor cores (cuda only: DeviceBackend::set_mma_gemm, on by default); nothing for the others.
 void set_mma_gemm(const std::string& name, Backend& backend, bool on);
+// The sink attention of steps of ≥ 2 rows on bf16 tensor cores at head_dim 512 (cuda only:
+// DeviceBackend::set_tensor_attention, on by default); nothing for the others.
+void set_tensor_attention(const std::string& name, Backend& backend, bool on);
 
 }  // namespace dsv41::app

@@ -130,6 +130,7 @@ int bench_main(int argc, char** argv) {
   bool dspark = false;
   DsparkBenchOptions dso;
   bool mma_gemm = false, no_mma_gemm = false;  // --mma-gemm (the default), --no-mma-gemm
+  bool no_tensor_attention = false;
   cli.add_flag("--dspark", dspark,
                "DSpark: tok/s with --dspark off, 1..block and auto at each --dspark-batches size, acceptance, "
                "calibration (replaces the context sweep)");
@@ -183,6 +184,9 @@ int bench_main(int argc, char** argv) {
   cli.add_flag("--no-mma-gemm", no_mma_gemm,
                "on the cuda backend: those steps on the warp kernels instead of tensor cores (the before of an A/B)")
       ->excludes("--mma-gemm");
+  cli.add_flag("--no-tensor-attention", no_tensor_attention,
+               "on the cuda backend: the sink attention of steps of ≥ 2 rows on the split kernels' double sums instead "
+               "of bf16 tensor cores (the before of an A/B)");
   cli.add_flag("--host-drafter", dso.host_drafter,
                "with --dspark on a device backend: the drafter on the host from downloaded features (the before)");
   cli.add_flag("--dspark-no-graph", dso.no_draft_graph,
@@ -356,6 +360,7 @@ int bench_main(int argc, char** argv) {
     o.make_backend = [&]() -> Result<std::unique_ptr<Backend>> {
       DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, make_backend(dso.backend, **model));
       if (mma_gemm || no_mma_gemm) set_mma_gemm(dso.backend, *b, !no_mma_gemm);
+      if (no_tensor_attention) set_tensor_attention(dso.backend, *b, false);
       return b;
     };
     o.backend_status = [&](const Backend& b) { return backend_status(dso.backend, b); };

@@ -64,6 +64,10 @@ void cuda_backend_set_mma_gemm(Backend& backend, bool on, int64_t min_rows) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_mma_gemm(on, min_rows);
 }
 
+void cuda_backend_set_tensor_attention(Backend& backend, bool on, int64_t min_rows) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_tensor_attention(on, min_rows);
+}
+
 void cuda_backend_set_float_experts(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend))
     b->executor().set_expert_decode(on ? fast::ExpertDecode::kFloat : fast::ExpertDecode::kDefault);

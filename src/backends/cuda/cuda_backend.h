@@ -57,6 +57,9 @@ void cuda_backend_set_fused(Backend& backend, bool on);
 // The experts and stored / bf16 GEMMs of steps of at least min_rows rows on tensor cores
 // (DeviceBackend::set_mma_gemm; on by default, off for A/B). Nothing for another backend.
 void cuda_backend_set_mma_gemm(Backend& backend, bool on, int64_t min_rows = 64);
+// The sink attention of steps of at least min_rows rows on bf16 tensor cores (DeviceBackend::
+// set_tensor_attention; on by default at head_dim 512, off for A/B). Nothing for another backend.
+void cuda_backend_set_tensor_attention(Backend& backend, bool on, int64_t min_rows = 2);
 // The warp expert kernels read every stored unit by the float decode (on: the decode before session
 // 22) instead of the default rule by width (fast_kernels.h ExpertDecode; the same bits, for A/B).
 // Nothing for another backend.

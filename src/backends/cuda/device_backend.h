@@ -262,6 +262,18 @@ class DeviceBackend : public Backend {
   }
   // The smallest measured win (H200, synthetic model's experts: 0.8× at 16 tokens, 3.0× at 64).
   static constexpr int64_t kMmaMinRows = 64;
+  // The sink attention of steps of at least min_rows rows (all segments of a layer together) on
+  // bf16 tensor cores (fast_kernels.h launch_attn_tensor: head_dim 512, fp32 sums within a bound of
+  // the simple bodies, not their bits) instead of the split kernels' double sums. Other head_dims,
+  // and HostExec, keep the simple path.
+  void set_tensor_attention(bool on, int64_t min_rows = kTensorAttentionMinRows) {
+    tensor_attention_ = on;
+    tensor_attention_min_rows_ = min_rows;
+  }
+  // From 2 rows (H200, session 27, mini-flash at 1K: batch 8 1.35×, 16 1.42×, 64 1.88× the split
+  // kernels; 4K prefill 2.92×; batch 1 equal within noise, so a single decode row keeps the exact
+  // path: batch-1 logits stay the simple bodies' bits).
+  static constexpr int64_t kTensorAttentionMinRows = 2;
   // What set_mma_gemm puts on the tiles (the experts, the dense GEMMs) and how the tiles sum
   // (dk::MmaSums): diagnostics and A/B (MmaGemmCuda.DISABLED_MiniTilesDiagnostics). Default: both,
   // kPer16.
@@ -580,6 +592,8 @@ class DeviceBackend : public Backend {
   int64_t down_expand_rows_ = 4;
   bool mma_gemm_ = true;  // see set_mma_gemm
   int64_t mma_min_rows_ = kMmaMinRows;
+  bool tensor_attention_ = true;  // see set_tensor_attention
+  int64_t tensor_attention_min_rows_ = kTensorAttentionMinRows;
   MmaScope mma_scope_;
   // Grouped experts in rounds of at most this many tokens (bounds the parts buffer: tokens ·
   // (k + 1) · hidden floats, 147 MB at 1024 tokens of V4.1-Flash's shape).

@@ -1229,11 +1229,13 @@ void DeviceBackend<Exec>::attend_run(int layer, std::span<AttendPrep> preps) {
   const int64_t H = c.num_attention_heads, D = c.head_dim;
   if (preps.empty()) return;
   // Logits scratch [T, H, L] per segment, one after the other.
-  int64_t scratch = 0, rows = 0;
+  int64_t scratch = 0, rows = 0, query_rows = 0;
   for (const AttendPrep& a : preps) {
     scratch += a.T * H * a.job.g.L;
     rows += std::min<int64_t>(a.T, a.ring->slots());
+    query_rows += a.T;
   }
+  const bool tensor = tensor_attention_ && query_rows >= tensor_attention_min_rows_;
   logits_buf_.reserve(scratch);
   stage_.reserve(staged_ + rows * D, staged_);
   const float scaling = static_cast<float>(std::pow(double(D), -0.5));
@@ -1242,6 +1244,7 @@ void DeviceBackend<Exec>::attend_run(int layer, std::span<AttendPrep> preps) {
     dk::AttnBatch batch;
     batch.sink = L.sink;
     batch.scaling = scaling;
+    batch.tensor = tensor;
     for (size_t j = b; j < preps.size() && batch.n < dk::AttnBatch::kMax; ++j) {
       dk::AttnBatch::Job job = preps[j].job;
       job.logits = logits_buf_.data() + at;

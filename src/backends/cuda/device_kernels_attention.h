@@ -330,6 +330,10 @@ struct AttnBatch {
   int n = 0;
   const float* sink = nullptr;
   float scaling = 0.0f;
+  // A fast executor may run these jobs on bf16 tensor cores (fast_kernels.h launch_attn_tensor:
+  // fp32 sums, so not the simple bodies' bits); the backend sets it for steps of many rows
+  // (DeviceBackend::set_tensor_attention). The simple path ignores it.
+  bool tensor = false;
   Job jobs[kMax];
   DSV41_HD AttnChain chain(int j) const {
     const Job& b = jobs[j];

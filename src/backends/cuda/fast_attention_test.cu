@@ -123,6 +123,7 @@ TEST(FastAttentionCuda, IndexScoresEqualSimple) {
 struct AttnCase {
   int64_t T, H, D, win, k, start, floor, G;
   bool ring;
+  bool quantised = false;  // window rows FP8 fake-quantised, as the backend's are
 };
 
 // One attention job on fresh random inputs: window keys as float rows or as a ring of FP8
@@ -131,7 +132,8 @@ struct AttnInputs {
   dk::AttnBatch::Job job;
   AttnInputs(kc::Dev<CudaExec>& dev, std::mt19937& rng, const AttnCase& c) {
     const int64_t first = std::max(c.floor, c.start - (c.win - 1)), nkeys = c.start + c.T - first;
-    const auto keys = kc::randn(rng, nkeys * c.D), q = kc::randn(rng, c.T * c.H * c.D, 0.3f);
+    const auto raw = kc::randn(rng, nkeys * c.D), q = kc::randn(rng, c.T * c.H * c.D, 0.3f);
+    const auto keys = c.quantised ? kc::cached(RowKind::kWindow, raw, c.D) : raw;
     const auto main = kc::randn(rng, std::max<int64_t>(c.G, 1) * c.D);
     std::vector<int32_t> topk(std::max<int64_t>(c.T * c.k, 1), -1);
     for (int64_t i = 0; i < c.T; ++i)
@@ -398,6 +400,90 @@ TEST(FastAttentionCuda, DISABLED_DecodeAttentionTiming) {
       cudaEventDestroy(e1);
     }
   }
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// The tensor-core attention (fast::launch_attn_tensor, through launch_chain with `tensor` set)
+// against the simple chain. Its sums are fp32 and its queries and probabilities carry ≈ 16
+// significant bits (two bf16 parts), so the bound is not 0: |fast − simple| ≤ 2e-5 · (1 + |simple|)
+// — about 20× the differences it shows (printed), and ≈ 10× below what one bf16 part of the
+// queries or the probabilities gives. Window rows fake-quantised as the backend's (the kernel
+// reads float rows as bf16: exact for those); head_dim 512 (the only one it takes): a decode row
+// with absent top-k slots, every slot present, prefill rows with a floor and float window rows, no
+// top-k with heads off the 32-head block, the first position, a 40-row chunk over a ring, and a
+// decode batch of 16 sequences at different positions in one launch.
+TEST(FastAttentionCuda, TensorSinkAttentionMatchesSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(2705);
+  const auto check = [&](dk::AttnBatch b, const std::string& what) {
+    ex.set_fast_kernels(false);
+    ex.run_chain(b);
+    std::vector<std::vector<float>> want;
+    for (int j = 0; j < b.n; ++j) want.push_back(dev.down(b.jobs[j].o, b.jobs[j].g.T * b.jobs[j].g.H * b.jobs[j].g.D));
+    ex.set_fast_kernels(true);
+    for (int j = 0; j < b.n; ++j) {
+      const std::vector<float> poison(want[size_t(j)].size(), 12345.0f);
+      ex.upload(b.jobs[j].o, poison.data(), int64_t(poison.size() * sizeof(float)));
+    }
+    b.tensor = true;
+    const int64_t before = ex.counts().launches;
+    ex.run_chain(b);
+    EXPECT_EQ(ex.counts().launches - before, 1) << what;
+    double worst = 0;
+    int64_t finite = 0;
+    for (int j = 0; j < b.n; ++j) {
+      const std::vector<float> got = dev.down(b.jobs[j].o, int64_t(want[size_t(j)].size()));
+      ASSERT_TRUE(ex.status().ok()) << what << ": " << ex.status().to_string();
+      for (size_t e = 0; e < got.size(); ++e) {
+        const float w = want[size_t(j)][e];
+        if (std::isnan(w)) {
+          ASSERT_TRUE(std::isnan(got[e])) << what << " job " << j << " at " << e;
+          continue;
+        }
+        finite += std::isfinite(w) ? 1 : 0;
+        const double d = std::fabs(double(got[e]) - w);
+        worst = std::max(worst, d / (1 + std::fabs(double(w))));
+        ASSERT_LE(d, 2e-5 * (1 + std::fabs(double(w)))) << what << " job " << j << " at " << e << ": tensor " << got[e]
+                                                         << " vs simple " << w;
+      }
+    }
+    EXPECT_GT(finite, 0) << what;
+    std::printf("%s: max |tensor - simple| / (1 + |simple|) = %.3g\n", what.c_str(), worst);
+  };
+  // T, H, D, window, top-k, start, floor, main rows G, ring, quantised.
+  const std::vector<AttnCase> alone = {
+      {1, 64, 512, 128, 512, 383, 0, 190, true, true},    // mini-flash decode: 190 of 512 top-k rows present
+      {1, 64, 512, 128, 512, 1500, 0, 900, true, true},   // every top-k slot present (bar the 7k+3 ones)
+      {7, 64, 512, 128, 512, 40, 30, 12, false, true},    // prefill rows, a floor, float window rows
+      {3, 33, 512, 128, 0, 9, 0, 0, true, true},          // no top-k, heads off the 32-head block
+      {1, 5, 512, 16, 9, 0, 0, 3, false, true},           // the first position
+      {40, 64, 512, 128, 512, 700, 0, 300, true, true},   // a 40-row chunk over a ring
+  };
+  for (const AttnCase& c : alone) {
+    AttnInputs in(dev, rng, c);
+    check(in.alone(dev, rng, c), case_name(c));
+  }
+  dk::AttnBatch b;
+  b.sink = dev.up(kc::randn(rng, 64));
+  b.scaling = float(1.0 / std::sqrt(512.0));
+  std::vector<AttnInputs> ins;
+  ins.reserve(dk::AttnBatch::kMax);
+  for (int j = 0; j < dk::AttnBatch::kMax; ++j) {
+    ins.emplace_back(dev, rng, AttnCase{1, 64, 512, 128, 512, 100 + 61 * j, 0, 20 + 30 * j, j % 3 != 0, true});
+    b.jobs[b.n++] = ins.back().job;
+  }
+  check(b, "tensor attention, decode batch of 16");
+  // Not taken where the head_dim is not 512: launch_chain falls back to the split kernels.
+  const AttnCase other{1, 64, 128, 128, 64, 300, 0, 100, true, true};
+  AttnInputs small(dev, rng, other);
+  EXPECT_FALSE(fast::launch_attn_tensor(small.alone(dev, rng, other)));
 }
 
 }  // namespace

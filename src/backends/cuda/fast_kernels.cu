@@ -1768,6 +1768,7 @@ static bool launch_attn_values(const dk::AttnBatch& b, cudaStream_t s) {
 }
 
 static bool launch_attn_fast(const dk::AttnBatch& b, cudaStream_t s) {
+  if (b.tensor && launch_attn_tensor(b, s)) return true;
   if (kMmaAttention && launch_attn_mma(b, s)) return true;
   if (kMmaLogits && launch_attn_mma_logits(b, s) && launch_attn_values(b, s)) return true;
   return launch_attn_split(b, s);

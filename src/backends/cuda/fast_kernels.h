@@ -108,6 +108,14 @@ bool launch_attn_probs_values(const dk::AttnBatch& b, cudaStream_t s = 0);
 // (the re-associated double sum). False where L > 1,024 or its shared memory would not hold L rows.
 bool launch_attn_slot_values(const dk::AttnBatch& b, cudaStream_t s = 0, int parts = 0);
 int attn_slot_parts(const dk::AttnBatch& b);
+// The same attention on bf16 tensor cores (fast_attention_tc.cu), a block per (row, 32 heads) over
+// tiles of 64 key slots, each record decoded once per block to bf16 (exact for cached values and
+// fake-quantised window rows), queries and probabilities split into two bf16 parts, an online
+// softmax seeded by the sink: fp32 sums, so equal to the simple bodies within a bound
+// (FastAttentionCuda.TensorSinkAttentionMatchesSimple), not bit for bit. launch_chain takes it
+// for an AttnBatch with `tensor` set. False where a job is not head_dim 512 with FP8 window /
+// NVFP4 main records or float rows, or the jobs' head counts differ. Needs no logits scratch.
+bool launch_attn_tensor(const dk::AttnBatch& b, cudaStream_t s = 0);
 // The top-k of every row (fast_topk.cu): a block per 4096 entries of a row (radix select), then a
 // block per longer row merging its chunks' candidates; linear in the row length, the simple
 // path's ids. False (the simple path runs) for widths above 2048.

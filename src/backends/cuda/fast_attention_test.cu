@@ -217,6 +217,22 @@ TEST(FastAttentionCuda, SplitSinkAttentionEqualsSimple) {
   }
 }
 
+// Each job's outputs from the simple chain (fast kernels off), then the outputs poisoned and the
+// fast kernels on, so that a fast run that skips an output cannot pass on stale values.
+std::vector<std::vector<float>> simple_outputs_then_poison(CudaExec& ex, kc::Dev<CudaExec>& dev, const dk::AttnBatch& b) {
+  ex.set_fast_kernels(false);
+  ex.run_chain(b);
+  std::vector<std::vector<float>> want;
+  for (int j = 0; j < b.n; ++j) want.push_back(dev.down(b.jobs[j].o, b.jobs[j].g.T * b.jobs[j].g.H * b.jobs[j].g.D));
+  ex.set_fast_kernels(true);
+  for (int j = 0; j < b.n; ++j) {
+    const std::vector<float> poison(want[size_t(j)].size(), 12345.0f);
+    ex.upload(b.jobs[j].o, poison.data(), int64_t(poison.size() * sizeof(float)));
+  }
+  ex.sync();
+  return want;
+}
+
 // The FP64-MMA attention (fast::launch_attn_mma, called directly: launch_chain takes it only
 // with kMmaAttention on), the mixed pair (its logits kernel, then the split pair's softmax +
 // values: kMmaLogits) and the probabilities path (the MMA logits, the softmax a warp per (row,
@@ -233,16 +249,7 @@ TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
   std::mt19937 rng(1606);
   enum class Pair { kMma, kMixed, kProbs, kSlots1, kSlots2, kSlots4 } pair = Pair::kMma;
   const auto check = [&](const dk::AttnBatch& b, const std::string& what) {
-    ex.set_fast_kernels(false);
-    ex.run_chain(b);
-    std::vector<std::vector<float>> want;
-    for (int j = 0; j < b.n; ++j) want.push_back(dev.down(b.jobs[j].o, b.jobs[j].g.T * b.jobs[j].g.H * b.jobs[j].g.D));
-    ex.set_fast_kernels(true);
-    for (int j = 0; j < b.n; ++j) {
-      const std::vector<float> poison(want[size_t(j)].size(), 12345.0f);
-      ex.upload(b.jobs[j].o, poison.data(), int64_t(poison.size() * sizeof(float)));
-    }
-    ex.sync();
+    const std::vector<std::vector<float>> want = simple_outputs_then_poison(ex, dev, b);
     if (pair == Pair::kMixed) {  // the MMA logits, then the split pair's softmax + values
       ASSERT_TRUE(fast::launch_attn_mma_logits(b)) << what;
       ASSERT_TRUE(fast::launch_attn_split_values(b)) << what;
@@ -423,15 +430,7 @@ TEST(FastAttentionCuda, TensorSinkAttentionMatchesSimple) {
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(2705);
   const auto check = [&](dk::AttnBatch b, const std::string& what) {
-    ex.set_fast_kernels(false);
-    ex.run_chain(b);
-    std::vector<std::vector<float>> want;
-    for (int j = 0; j < b.n; ++j) want.push_back(dev.down(b.jobs[j].o, b.jobs[j].g.T * b.jobs[j].g.H * b.jobs[j].g.D));
-    ex.set_fast_kernels(true);
-    for (int j = 0; j < b.n; ++j) {
-      const std::vector<float> poison(want[size_t(j)].size(), 12345.0f);
-      ex.upload(b.jobs[j].o, poison.data(), int64_t(poison.size() * sizeof(float)));
-    }
+    const std::vector<std::vector<float>> want = simple_outputs_then_poison(ex, dev, b);
     b.tensor = true;
     const int64_t before = ex.counts().launches;
     ex.run_chain(b);

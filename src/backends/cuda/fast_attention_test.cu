@@ -195,7 +195,7 @@ TEST(FastAttentionCuda, SplitSinkAttentionEqualsSimple) {
     const dk::AttnChain chain = b.chain(0);
     expect_same_bits(ex, [&] { ex.run_chain(chain); }, in.job.o, c.T * c.H * c.D, "attention chain");
   }
-  // A decode batch of 16 sequences of mini-flash's geometry at different positions, and a mixed
+  // A decode batch of AttnBatch::kMax (64) sequences of mini-flash's geometry at different positions, and a mixed
   // batch (different D, T, rings) in one launch pair.
   std::vector<AttnCase> decode;
   for (int j = 0; j < dk::AttnBatch::kMax; ++j) decode.push_back({1, 64, 512, 128, 512, 100 + 61 * j, 0, 20 + 30 * j, j % 3 != 0});
@@ -241,7 +241,7 @@ std::vector<std::vector<float>> simple_outputs_then_poison(CudaExec& ex, kc::Dev
 // shapes its tiles make boundaries: L = 1, L off the 32-slot logits tile and the 64-slot values
 // tile, the window alone (no top-k), the window / selected boundary inside a 4-slot MMA step,
 // heads off the 16-head group (5, 20, 33), D off the 4-channel step and the 32-channel chunk,
-// many rows, a verify step (5 rows of one sequence) and a decode batch of 16 sequences.
+// many rows, a verify step (5 rows of one sequence) and a decode batch of AttnBatch::kMax sequences.
 TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
   DSV41_REQUIRE_CUDA_DEVICE();
   CudaExec ex;
@@ -329,7 +329,7 @@ TEST(FastAttentionCuda, MmaSinkAttentionEqualsSimple) {
       ins.emplace_back(dev, rng, c);
       b.jobs[b.n++] = ins.back().job;
     }
-    check(b, name + " attention, a decode batch of 16");
+    check(b, name + " attention, a decode batch of " + std::to_string(dk::AttnBatch::kMax));
   }
 }
 
@@ -423,7 +423,7 @@ namespace {
 // reads float rows as bf16: exact for those); head_dim 512 (the only one it takes): a decode row
 // with absent top-k slots, every slot present, prefill rows with a floor and float window rows, no
 // top-k with heads off the 32-head block, the first position, a 40-row chunk over a ring, and a
-// decode batch of 16 sequences at different positions in one launch.
+// decode batch of AttnBatch::kMax (64) sequences at different positions in one launch.
 TEST(FastAttentionCuda, TensorSinkAttentionMatchesSimple) {
   DSV41_REQUIRE_CUDA_DEVICE();
   CudaExec ex;
@@ -478,7 +478,7 @@ TEST(FastAttentionCuda, TensorSinkAttentionMatchesSimple) {
     ins.emplace_back(dev, rng, AttnCase{1, 64, 512, 128, 512, 100 + 61 * j, 0, 20 + 30 * j, j % 3 != 0, true});
     b.jobs[b.n++] = ins.back().job;
   }
-  check(b, "tensor attention, decode batch of 16");
+  check(b, "tensor attention, decode batch of " + std::to_string(dk::AttnBatch::kMax));
   // Not taken where the head_dim is not 512: launch_chain falls back to the split kernels.
   const AttnCase other{1, 64, 128, 128, 64, 300, 0, 100, true, true};
   AttnInputs small(dev, rng, other);

@@ -2,8 +2,9 @@
 // backend's decode batches and prefill chunks at head_dim 512 (mini-flash, the real geometry).
 // The split kernels (fast_attention.cu) repeat the simple bodies' double sums in their order, and
 // at batch 64 their values pass is instruction-bound: ≈ 2 ms a layer of a 280-ms synthetic step
-// (docs/CUDA.md "Tensor-core attention"). This kernel is bench/cuda's sparse attention
-// (sparse_attention.cu) taught the backend's geometry (dk::AttnGeom: window rows from the ring or
+// (docs/CUDA.md "Tensor-core attention, session 27"). This kernel is the kernel-level sparse
+// attention (sparse_attention.cu, bench/cuda's decode step; the tile code both use lives in
+// attention_tiles.cuh) taught the backend's geometry (dk::AttnGeom: window rows from the ring or
 // the segment's own fake-quantised rows, selected rows from paged NVFP4 records, absent slots, a
 // floor) and made more exact: the queries and the probabilities go in as two bf16 parts each.
 //

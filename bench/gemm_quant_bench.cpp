@@ -143,7 +143,7 @@ void decode_product(benchmark::State& state, int64_t rows, int64_t in, int64_t o
 }
 
 // {rows, in, out, kind, isa, threads, cold}: mini-flash's wq_b (32768 × 1280), one expert's w1
-// (512 × 1024); from cache: 512 × 1280 FP8 (655 KB), the expert w1 at 1–3 rows (the AVX2 FP4
+// (512 × 1024), a wo_a group and wo_b; from cache: 512 × 1280 FP8 (655 KB), the expert w1 at 1–3 rows (the AVX2 FP4
 // bits tiles take ≤ 2).
 void Shapes(benchmark::internal::Benchmark* b) {
   for (int64_t threads : {1, 0})
@@ -153,6 +153,9 @@ void Shapes(benchmark::internal::Benchmark* b) {
     for (int64_t isa : {1, 2})
       for (int64_t kind : {kBf16, kFp4}) b->Args({1, 1024, 512, kind, isa, threads, 1});
   for (int64_t kind : {kBf16, kFp8}) b->Args({4, 1280, 32768, kind, 2, 0, 1});
+  // attention_output's FP8 matrices: one wo_a group (1024 × 4096) and wo_b (1024 × 8192).
+  for (int64_t threads : {1, 0})
+    for (int64_t in : {4096, 8192}) b->Args({1, in, 1024, kFp8, 2, threads, 1});
   for (int64_t isa : {1, 2}) {
     b->Args({1, 1280, 512, kFp8, isa, 1, 0});
     for (int64_t rows : {1, 2, 3}) b->Args({rows, 1024, 512, kFp4, isa, 1, 0});

@@ -13,6 +13,7 @@
 #include "kernels/cpu/gemm_avx512_lanes.h"
 #include "kernels/cpu/gemm_fp8_rows.h"
 #include "kernels/cpu/thread_scratch.h"
+#include "kernels/cpu/weight_prefetch.h"
 
 namespace dsv41 {
 namespace {
@@ -47,12 +48,8 @@ void tile(const float* xs, const uint8_t* codes, int64_t row_bytes, int64_t in, 
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  // The next tile's rows (they follow this tile's in memory), a block ahead, as the one-call tile
-  // does: several short rows streamed at once are picked up late by the hardware prefetchers.
-  const uint8_t* next = codes + O * row_bytes;
   for (int64_t i0 = 0; i0 < in; i0 += 32) {
-    if ((i0 & 63) == 0)
-      for (int o = 0; o < O; ++o) _mm_prefetch(reinterpret_cast<const char*>(next + o * row_bytes + i0), _MM_HINT_T0);
+    if ((i0 & 63) == 0) prefetch_rows_ahead<O>(codes, row_bytes, i0);  // weight_prefetch.h
     __m512 wv[P][4];
     for (int p = 0; p < P; ++p)
       decode_block(codes + 2 * p * row_bytes + i0, 2 * p + 1 < O ? codes + (2 * p + 1) * row_bytes + i0 : nullptr, wv[p]);

@@ -28,6 +28,7 @@
 #include "kernels/cpu/gemm_avx512_lanes.h"
 #include "kernels/cpu/gemm_quant.h"
 #include "kernels/cpu/gemm_quant_fold.h"
+#include "kernels/cpu/weight_prefetch.h"
 
 namespace dsv41 {
 namespace {
@@ -176,13 +177,9 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
-  // The next tile's rows (they follow this tile's in memory), a block ahead: decode streams
-  // several short rows at once, which the hardware prefetchers pick up late.
-  const uint8_t* next = w.codes + O * w.row_bytes();
   const int64_t step = F == QuantFormat::kFp8E4M3 ? 32 : 16;  // bytes per 32 columns
   for (int64_t i0 = 0; i0 < in; i0 += 32) {
-    if ((i0 & 63) == 0)
-      for (int o = 0; o < O; ++o) _mm_prefetch(reinterpret_cast<const char*>(next + o * w.row_bytes() + i0 / 32 * step), _MM_HINT_T0);
+    if ((i0 & 63) == 0) prefetch_rows_ahead<O>(w.codes, w.row_bytes(), i0 / 32 * step);
     if constexpr (F == QuantFormat::kFp8E4M3) {
       // A whole block with the tile's one scale, exact to move onto x (gemm_quant_fold.h): x ·
       // 2^k once per 8 columns per row, the weights as value · s / 2^k (Fold8::kBias).

@@ -1,0 +1,34 @@
+// Where the decode tiles of gemm_quant and gemm_fp8_rows fetch their weight rows ahead (issue 13).
+// A decode tile streams its O weight rows side by side, several short streams at once, which the
+// hardware prefetchers pick up late, so the tile prefetches each row's own stream a fixed distance
+// ahead: inside the row while it lasts, then in the same row of the next tile (tiles follow each
+// other in memory). Before, a tile fetched the next tile's rows at its own current offset: with
+// rows of 4096 or 8192 bytes (mini-flash's wo_a and wo_b) those lines lie a multiple of 4 KiB from
+// the ones being read, so all of them share one L1 set, and the products streamed ≈ 1/4 slower
+// than the 1280-byte rows of wq_b (docs/BENCHMARKS.md, session 28).
+// Internal linkage: included by the ISA-flag files only (see thread_scratch.h for why).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace dsv41 {
+namespace {
+
+// Bytes ahead of the tile's current offset in each row's stream: 1024 measured best of 512–2048
+// on Zen 5 (2 threads streaming, 4096 worse); the distance in the tile's whole stream is O times that.
+constexpr int64_t kPrefetchAheadBytes = 1024;
+
+// For each of the O rows of a tile at `codes` (row_bytes apart), the line kPrefetchAheadBytes past
+// `offset` in that row's stream. Past the matrix's last row it names memory the tile never reads:
+// a prefetch is only a hint and never faults.
+template <int O>
+inline void prefetch_rows_ahead(const uint8_t* codes, int64_t row_bytes, int64_t offset) {
+  const int64_t at = offset + kPrefetchAheadBytes;
+  const uint8_t* first = at < row_bytes ? codes + at : codes + O * row_bytes + (at - row_bytes);
+  for (int o = 0; o < O; ++o) _mm_prefetch(reinterpret_cast<const char*>(first + o * row_bytes), _MM_HINT_T0);
+}
+
+}  // namespace
+}  // namespace dsv41

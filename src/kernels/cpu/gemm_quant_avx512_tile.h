@@ -155,6 +155,18 @@ struct BaseDecoders {
   using Fp4Full = Fp4Decoder;
 };
 
+// Stores the R × O sums of a tile's pair-layout accumulators (gemm_avx512_lanes.h's lane tree).
+template <int R, int O, int P>
+inline void store_tile(const __m512 (&acc)[R][P], float* y, int64_t ldy) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; p += 4) {
+      const int n = O - 2 * p < 8 ? O - 2 * p : 8;
+      reduce_store(acc[r][p], p + 1 < P ? acc[r][p + 1] : zero, p + 2 < P ? acc[r][p + 2] : zero,
+                   p + 3 < P ? acc[r][p + 3] : zero, y + r * ldy + 2 * p, n);
+    }
+}
+
 template <int R, int O, QuantFormat F, bool NanFree, class Fast>
 void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy, const FoldRange& fold) {
   using Decoder = std::conditional_t<F == QuantFormat::kFp8E4M3, Fp8Decoder, Fp4Decoder>;
@@ -250,13 +262,56 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
       else full ? group.template operator()<true, false>(i) : group.template operator()<false, false>(i);
     }
   }
-  const __m512 zero = _mm512_setzero_ps();
+  store_tile<R, O>(acc, y, ldy);
+}
+
+// tile()'s folded FP8 branch alone, for a NaN-free tile where that branch takes every block
+// (fold_tile_fits): no per-block scale checks, branches or fallbacks left in the loop, so the
+// row pointers and constants stay in registers (in tile() they were reloaded from the stack every
+// block). The same decoder, products and order as tile(): the same bits.
+template <int R, int O, class Fold>
+void fold_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy, const FoldRange&) {
+  constexpr int P = (O + 1) / 2;
+  const Fold fold_dec;
+  const int64_t rb = w.row_bytes();
+  const uint8_t* codes = w.codes;
+  const uint8_t* scales = w.scales + (w.row_phase >> w.block_rows_log2) * w.scale_cols;
+  __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; p += 4) {
-      const int n = O - 2 * p < 8 ? O - 2 * p : 8;
-      reduce_store(acc[r][p], p + 1 < P ? acc[r][p + 1] : zero, p + 2 < P ? acc[r][p + 2] : zero,
-                   p + 3 < P ? acc[r][p + 3] : zero, y + r * ldy + 2 * p, n);
-    }
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (int64_t i0 = 0; i0 < in; i0 += 32) {
+    if ((i0 & 63) == 0) prefetch_rows_ahead<O>(codes, rb, i0);
+    const int e = scales[i0 >> w.block_cols_log2];
+    const __m512 s1 = _mm512_castsi512_ps(_mm512_set1_epi32((e - Fold::kBias + 127) << 23));  // 2^(e - kBias)
+    __m512 wv[P][4];
+    [&]<int... p>(std::integer_sequence<int, p...>) {
+      (fold_dec.template block<(2 * p + 1 < O)>(codes + 2 * p * rb + i0, codes + (2 * p + 1) * rb + i0, wv[p]), ...);
+    }(std::make_integer_sequence<int, P>{});
+    for (int g = 0; g < 4; ++g)
+      for (int r = 0; r < R; ++r) {
+        const __m512 xs = _mm512_mul_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(x + r * in + i0 + 8 * g)), s1);
+        for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(xs, wv[p][g], acc[r][p]);
+      }
+  }
+  store_tile<R, O>(acc, y, ldy);
+}
+
+// Whether tile() would take its folded branch for every block of these o_count outputs: whole
+// blocks, one scale row, every code usable and x · 2^(e - kBias) exact (checked at the row's
+// extremes: usable and FoldRange are intervals).
+template <class Fold>
+bool fold_tile_fits(const QuantWeights& w, int o_count, int64_t in, const FoldRange& fold) {
+  if (in % 32 != 0 || (w.row_phase >> w.block_rows_log2) != ((w.row_phase + o_count - 1) >> w.block_rows_log2))
+    return false;
+  const uint8_t* scales = w.scales + (w.row_phase >> w.block_rows_log2) * w.scale_cols;
+  const int64_t blocks = (in + (int64_t{1} << w.block_cols_log2) - 1) >> w.block_cols_log2;
+  int lo = 255, hi = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    lo = scales[b] < lo ? scales[b] : lo;
+    hi = scales[b] > hi ? scales[b] : hi;
+  }
+  return Fold::usable(static_cast<uint8_t>(hi)) && Fold::usable(static_cast<uint8_t>(lo)) &&
+         fold.contains(lo - Fold::kBias) && fold.contains(hi - Fold::kBias);
 }
 
 // Widest output group per row count: R·⌈O/2⌉ accumulators + ⌈O/2⌉ weights + scales + decoder
@@ -275,6 +330,27 @@ template <QuantFormat F, bool NF, class Fast, int R>
 TileFn tile_for_rows(int o) {
   static constexpr auto table = row_table<F, NF, Fast, R>(std::make_integer_sequence<int, kMaxOut[R]>{});
   return table[o - 1];
+}
+
+// fold_tile for 1–4 rows (FP8 products of 5 or more rows take gemm_fp8_rows) and its outputs.
+constexpr int kFoldMaxRows = 4;
+template <class Fold, int R, int... Os>
+constexpr std::array<TileFn, sizeof...(Os)> fold_row_table(std::integer_sequence<int, Os...>) {
+  return {&fold_tile<R, Os + 1, Fold>...};
+}
+template <class Fold, int R>
+TileFn fold_tile_for_rows(int o) {
+  static constexpr auto table = fold_row_table<Fold, R>(std::make_integer_sequence<int, kMaxOut[R]>{});
+  return table[o - 1];
+}
+template <class Fold>
+TileFn fold_tile_for(int r, int o) {
+  switch (r) {
+    case 1: return fold_tile_for_rows<Fold, 1>(o);
+    case 2: return fold_tile_for_rows<Fold, 2>(o);
+    case 3: return fold_tile_for_rows<Fold, 3>(o);
+    default: return fold_tile_for_rows<Fold, 4>(o);
+  }
 }
 
 template <QuantFormat F, bool NF, class Fast>
@@ -304,7 +380,13 @@ void block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeight
     const int rn = static_cast<int>(r1 - r < rg ? r1 - r : rg);
     for (int64_t o = o0; o < o1; o += og) {
       const int on = static_cast<int>(o1 - o < og ? o1 - o : og);
-      tile_for<F, NF, Fast>(rn, on)(x + r * in, w.rows_from(o), in, y + r * out + o, out, fold);
+      const QuantWeights tw = w.rows_from(o);
+      TileFn fn = tile_for<F, NF, Fast>(rn, on);
+      if constexpr (F == QuantFormat::kFp8E4M3 && NF) {
+        using Fold = typename Fast::template Fp8Fold<true>;
+        if (rn <= kFoldMaxRows && fold_tile_fits<Fold>(tw, on, in, fold)) fn = fold_tile_for<Fold>(rn, on);
+      }
+      fn(x + r * in, tw, in, y + r * out + o, out, fold);
     }
   }
 }

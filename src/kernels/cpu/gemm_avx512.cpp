@@ -75,13 +75,7 @@ void tile(const float* x, const W* w, int64_t in, float* y, int64_t ldy) {
       for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(xv, wv[p], acc[r][p]);
     }
   }
-  const __m512 zero = _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; p += 4) {
-      const int n = O - 2 * p < 8 ? O - 2 * p : 8;
-      reduce_store(acc[r][p], p + 1 < P ? acc[r][p + 1] : zero, p + 2 < P ? acc[r][p + 2] : zero,
-                   p + 3 < P ? acc[r][p + 3] : zero, y + r * ldy + 2 * p, n);
-    }
+  store_pair_tile<R, O>(acc, y, ldy);
 }
 
 // Widest output group per row count: accumulators R·ceil(O/2) + ceil(O/2) weights + 1 x ≤ 32.

@@ -1,9 +1,11 @@
-// The AVX-512 GEMM's pair-accumulator reduction, shared by gemm_avx512.cpp and
-// gemm_quant_avx512.cpp so both reduce in the one order of gemm.h. Include only from files built
+// The AVX-512 GEMM's pair-accumulator reduction, shared by gemm_avx512.cpp and the quantised
+// tiles (gemm_quant_avx512_tile.h) so all reduce in the one order of gemm.h. Include only from files built
 // with the AVX-512 flags (file-local functions).
 #pragma once
 
 #include <immintrin.h>
+
+#include <cstdint>
 
 namespace dsv41 {
 namespace {
@@ -22,6 +24,18 @@ inline void reduce_store(__m512 z0, __m512 z1, __m512 z2, __m512 z3, float* y, i
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m256 r = _mm512_castps512_ps256(_mm512_permutexvar_ps(order, t));
   _mm256_mask_storeu_ps(y, static_cast<__mmask8>((1u << n) - 1), r);
+}
+
+// Stores the R × O sums of a tile's P = ⌈O/2⌉ pair accumulators per row, y's rows ldy apart.
+template <int R, int O, int P>
+inline void store_pair_tile(const __m512 (&acc)[R][P], float* y, int64_t ldy) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; p += 4) {
+      const int n = O - 2 * p < 8 ? O - 2 * p : 8;
+      reduce_store(acc[r][p], p + 1 < P ? acc[r][p + 1] : zero, p + 2 < P ? acc[r][p + 2] : zero,
+                   p + 3 < P ? acc[r][p + 3] : zero, y + r * ldy + 2 * p, n);
+    }
 }
 
 }  // namespace

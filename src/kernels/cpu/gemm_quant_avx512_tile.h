@@ -155,18 +155,6 @@ struct BaseDecoders {
   using Fp4Full = Fp4Decoder;
 };
 
-// Stores the R × O sums of a tile's pair-layout accumulators (gemm_avx512_lanes.h's lane tree).
-template <int R, int O, int P>
-inline void store_tile(const __m512 (&acc)[R][P], float* y, int64_t ldy) {
-  const __m512 zero = _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; p += 4) {
-      const int n = O - 2 * p < 8 ? O - 2 * p : 8;
-      reduce_store(acc[r][p], p + 1 < P ? acc[r][p + 1] : zero, p + 2 < P ? acc[r][p + 2] : zero,
-                   p + 3 < P ? acc[r][p + 3] : zero, y + r * ldy + 2 * p, n);
-    }
-}
-
 template <int R, int O, QuantFormat F, bool NanFree, class Fast>
 void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy, const FoldRange& fold) {
   using Decoder = std::conditional_t<F == QuantFormat::kFp8E4M3, Fp8Decoder, Fp4Decoder>;
@@ -262,7 +250,7 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
       else full ? group.template operator()<true, false>(i) : group.template operator()<false, false>(i);
     }
   }
-  store_tile<R, O>(acc, y, ldy);
+  store_pair_tile<R, O>(acc, y, ldy);
 }
 
 // tile()'s folded FP8 branch alone, for a NaN-free tile where that branch takes every block
@@ -293,7 +281,7 @@ void fold_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int6
         for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(xs, wv[p][g], acc[r][p]);
       }
   }
-  store_tile<R, O>(acc, y, ldy);
+  store_pair_tile<R, O>(acc, y, ldy);
 }
 
 // Whether tile() would take its folded branch for every block of a tile: whole blocks, the tile's

@@ -254,7 +254,7 @@ void tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t l
 }
 
 // tile()'s folded FP8 branch alone, for a NaN-free tile where that branch takes every block
-// (fold_tile_fits): no per-block scale checks, branches or fallbacks left in the loop, so the
+// (FoldTileCheck): no per-block scale checks, branches or fallbacks left in the loop, so the
 // row pointers and constants stay in registers (in tile() they were reloaded from the stack every
 // block). The same decoder, products and order as tile(): the same bits.
 template <int R, int O, class Fold>
@@ -287,8 +287,8 @@ void fold_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int6
 // Whether tile() would take its folded branch for every block of a tile: whole blocks, the tile's
 // outputs in one scale row, every scale code of that row usable and x · 2^(e - kBias) exact
 // (checked at the row's extremes: both conditions are intervals). A row's answer is kept for the
-// tiles that follow in it (a 32-row block row holds four tiles of 8 outputs): scanning the row
-// for every tile took 3 % of a mini-flash decode token.
+// tiles that follow in it (a 32-row block row holds four tiles of 8 outputs), so the row is
+// scanned once, not once per tile.
 template <class Fold>
 class FoldTileCheck {
  public:

@@ -120,6 +120,15 @@ void set_tensor_attention(const std::string& name, Backend& backend, bool on) {
   (void)on;
 }
 
+void set_integer_index(const std::string& name, Backend& backend, bool on) {
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_integer_index(backend, on);
+#endif
+  (void)name;
+  (void)backend;
+  (void)on;
+}
+
 void set_mma_gemm(const std::string& name, Backend& backend, bool on) {
 #if defined(DSV41_WITH_CUDA)
   if (name == "cuda") cuda_backend_set_mma_gemm(backend, on);

@@ -59,5 +59,8 @@ void set_mma_gemm(const std::string& name, Backend& backend, bool on);
 // The sink attention of steps of ≥ 2 rows on bf16 tensor cores at head_dim 512 (cuda only:
 // DeviceBackend::set_tensor_attention, on by default); nothing for the others.
 void set_tensor_attention(const std::string& name, Backend& backend, bool on);
+// The indexer's scores on integer tensor cores where its keys are MXFP4 records (cuda only:
+// cuda_backend_set_integer_index, on by default); nothing for the others.
+void set_integer_index(const std::string& name, Backend& backend, bool on);
 
 }  // namespace dsv41::app

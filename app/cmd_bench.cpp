@@ -131,6 +131,7 @@ int bench_main(int argc, char** argv) {
   DsparkBenchOptions dso;
   bool mma_gemm = false, no_mma_gemm = false;  // --mma-gemm (the default), --no-mma-gemm
   bool no_tensor_attention = false;
+  bool no_integer_index = false, integer_index = false;
   cli.add_flag("--dspark", dspark,
                "DSpark: tok/s with --dspark off, 1..block and auto at each --dspark-batches size, acceptance, "
                "calibration (replaces the context sweep)");
@@ -187,6 +188,12 @@ int bench_main(int argc, char** argv) {
   cli.add_flag("--no-tensor-attention", no_tensor_attention,
                "on the cuda backend: the sink attention of steps of ≥ 2 rows on the split kernels' double sums instead "
                "of bf16 tensor cores (the before of an A/B)");
+  cli.add_flag("--integer-index", integer_index,
+               "on the cuda backend: the indexer's scores on integer tensor cores where its keys are MXFP4 records "
+               "(the same bits as the double tiles)");
+  cli.add_flag("--no-integer-index", no_integer_index,
+               "on the cuda backend: the indexer's scores on the double tiles (the before of an A/B)")
+      ->excludes("--integer-index");
   cli.add_flag("--host-drafter", dso.host_drafter,
                "with --dspark on a device backend: the drafter on the host from downloaded features (the before)");
   cli.add_flag("--dspark-no-graph", dso.no_draft_graph,
@@ -361,6 +368,7 @@ int bench_main(int argc, char** argv) {
       DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, make_backend(dso.backend, **model));
       if (mma_gemm || no_mma_gemm) set_mma_gemm(dso.backend, *b, !no_mma_gemm);
       if (no_tensor_attention) set_tensor_attention(dso.backend, *b, false);
+      if (integer_index || no_integer_index) set_integer_index(dso.backend, *b, integer_index);
       return b;
     };
     o.backend_status = [&](const Backend& b) { return backend_status(dso.backend, b); };

@@ -73,6 +73,10 @@ void cuda_backend_set_float_experts(Backend& backend, bool on) {
     b->executor().set_expert_decode(on ? fast::ExpertDecode::kFloat : fast::ExpertDecode::kDefault);
 }
 
+void cuda_backend_set_integer_index(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->executor().set_integer_index(on);
+}
+
 void cuda_backend_set_draft_graphs(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_draft_graphs(on);
 }

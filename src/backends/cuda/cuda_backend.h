@@ -64,6 +64,9 @@ void cuda_backend_set_tensor_attention(Backend& backend, bool on, int64_t min_ro
 // 22) instead of the default rule by width (fast_kernels.h ExpertDecode; the same bits, for A/B).
 // Nothing for another backend.
 void cuda_backend_set_float_experts(Backend& backend, bool on);
+// The indexer's scores on integer tensor cores where its keys are MXFP4 records (on, the default)
+// or on the double tiles of before (off; the same bits, for A/B). Nothing for another backend.
+void cuda_backend_set_integer_index(Backend& backend, bool on);
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
 // DSpark's drafter on the GPU (the default) or on the host from downloaded features
 // (DeviceBackend::set_device_drafter; the "before" in benchmarks). Nothing for another backend.

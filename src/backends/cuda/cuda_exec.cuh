@@ -160,6 +160,9 @@ class CudaExec {
   // FP8 / FP4 units: kDefault (fast_kernels.h, a rule by width) or one decode for all (the same
   // bits; the "before" of benchmarks).
   void set_expert_decode(fast::ExpertDecode d) { expert_decode_ = d; }
+  // Indexer scores on integer tensor cores where the keys are MXFP4 records, or (off, the
+  // default until it has run on a GPU) always the double tiles (the same bits).
+  void set_integer_index(bool on) { integer_index_ = on; }
   // Diagnostics for benchmarks: while on, every launch is timed by events around it (and waited
   // for, so a profiled step is slower than a plain one) and the device time is summed per kernel
   // body type (mangled type name → launches, milliseconds).
@@ -265,6 +268,10 @@ class CudaExec {
   bool launch_fast(int64_t n, const F& f) {
     if constexpr (std::is_same_v<F, dk::Batched<dk::ExpertUpK>>)
       return fast::launch_experts_up(f, expert_decode_, stream());
+    else if constexpr (std::is_same_v<F, dk::Batched<dk::IndexScoreK>>)
+      return fast::launch_index(f, integer_index_, stream());
+    else if constexpr (std::is_same_v<F, dk::IndexScoreK>)
+      return fast::launch_index(dk::Batched<dk::IndexScoreK>::one(n, f), integer_index_, stream());
     else
       return fast::launch(n, f, stream());
   }
@@ -344,6 +351,7 @@ class CudaExec {
   bool profiling_ = false;
   bool fast_ = true;
   fast::ExpertDecode expert_decode_ = fast::ExpertDecode::kDefault;
+  bool integer_index_ = false;
   cudaEvent_t events_[2] = {nullptr, nullptr};
   cudaStream_t stream_ = nullptr;
   StreamGraphs graphs_;

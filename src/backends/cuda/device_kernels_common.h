@@ -212,6 +212,13 @@ struct Batched {
   int n = 0;
   int64_t count[kMax] = {};
   K body[kMax];
+  static Batched one(int64_t count, const K& body) {  // a batch of one body
+    Batched b;
+    b.n = 1;
+    b.count[0] = count;
+    b.body[0] = body;
+    return b;
+  }
   DSV41_HD void operator()(int64_t id) const {
     int j = 0;
     while (j + 1 < n && id >= count[j]) id -= count[j++];

@@ -88,8 +88,6 @@ __device__ void index_tile(const dk::IndexScoreK& k, int64_t blk) {
   k.scores[r * k.G + g0 + tid] = score;
 }
 
-__global__ void __launch_bounds__(kThreads) index_kernel(const dk::IndexScoreK k) { index_tile(k, blockIdx.x); }
-
 // Block b: the tile of the first body whose blocks it does not pass.
 __global__ void __launch_bounds__(kThreads) index_batch_kernel(const dk::Batched<dk::IndexScoreK> b) {
   int64_t blk = blockIdx.x;
@@ -607,15 +605,7 @@ __global__ void __launch_bounds__(kThreads * Q) attn_slot_values_kernel(const dk
 
 }  // namespace
 
-bool launch(int64_t n, const dk::IndexScoreK& k, cudaStream_t s) {
-  if (!index_fits(n, k)) return false;
-  const int64_t blocks = index_blocks(n, k);
-  if (blocks > 0x7fffffff || !allow_smem(index_kernel, index_smem(k))) return false;
-  if (blocks > 0) index_kernel<<<unsigned(blocks), kThreads, index_smem(k), s>>>(k);
-  return true;
-}
-
-bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) {
+bool launch_index_f64(const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) {
   int64_t blocks = 0;
   size_t smem = 0;
   for (int j = 0; j < b.n; ++j) {
@@ -626,6 +616,16 @@ bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) {
   if (b.n < 1 || blocks > 0x7fffffff || !allow_smem(index_batch_kernel, smem)) return false;
   if (blocks > 0) index_batch_kernel<<<unsigned(blocks), kThreads, smem, s>>>(b);
   return true;
+}
+
+bool launch(int64_t n, const dk::IndexScoreK& k, cudaStream_t s) {
+  return launch_index_f64(dk::Batched<dk::IndexScoreK>::one(n, k), s);
+}
+
+bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) { return launch_index_f64(b, s); }
+
+bool launch_index(const dk::Batched<dk::IndexScoreK>& b, bool integer, cudaStream_t s) {
+  return (integer && launch_index_int(b, s)) || launch_index_f64(b, s);
 }
 
 // The jobs' block counts and longest key list; false where the batch cannot launch at all.

@@ -121,6 +121,108 @@ TEST(FastAttentionCuda, IndexScoresEqualSimple) {
                      "batched indexer, body " + std::to_string(j));
 }
 
+// The integer tensor-core scores (index_scores_int.cu) on MXFP4 records, bit for bit against the
+// simple body, including the inputs it must hand to the simple body's double chain: key blocks
+// with a NaN scale or one near float's overflow, key and query blocks whose exponents span too far
+// for an exact sum, a query head that is not MXFP4 at all, all-zero blocks; records in pages
+// (last page first in memory) and the 17-byte records of dh 32 (unaligned words).
+struct IntIndexCase {
+  int64_t T, G, nh, dh, start;
+  int ratio;
+  bool pool, paged, hard;
+};
+
+struct IntIndexInputs {
+  dk::IndexScoreK k;
+  IntIndexInputs(kc::Dev<CudaExec>& dev, std::mt19937& rng, const IntIndexCase& c) {
+    const int nb = 40, bs = 8;
+    auto q = kc::cached(RowKind::kIndex, kc::randn(rng, c.T * c.nh * c.dh), c.dh);
+    auto keys = kc::randn(rng, c.G * c.dh, 2.0f);
+    if (c.hard) {
+      const int64_t blocks = c.dh / 32;
+      for (int64_t g = 0; g < c.G; ++g) {
+        float* row = keys.data() + g * c.dh;
+        const int64_t b = g % blocks;
+        switch (g % 7) {
+          case 1: row[b * 32 + 5] = NAN; break;                                         // scale byte 0xFF
+          case 2: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1.5e38f / 6.0f; break;  // byte 253
+          case 3: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1e12f; break;           // a 40-bit span
+          case 4: for (int i = 0; i < 32; ++i) row[b * 32 + i] = 0.0f; break;             // a zero block
+          default: break;
+        }
+      }
+      for (int64_t r = 0; r < c.T; ++r)
+        for (int64_t h = 0; h < c.nh; ++h) {
+          float* qh = q.data() + (r * c.nh + h) * c.dh;
+          if (h % 5 == 1) qh[3] = 0.3f;                                         // not an MXFP4 value
+          if (h % 5 == 2) for (int i = 0; i < 32; ++i) qh[i] = 0.0f;           // a zero block
+          if (h % 5 == 3) for (int i = 0; i < 32; ++i) qh[32 % c.dh + i] *= 0x1p-30f;  // span (with dh 32: scaled)
+          if (h % 11 == 4) qh[c.dh - 1] = NAN;                                  // FakeQuant's NaN block
+        }
+    }
+    std::vector<int32_t> kept(c.T * nb, -1);
+    for (int64_t r = 0; r < c.T; ++r)
+      for (int j = 0; j < nb - 3 * int(r % 3); ++j) kept[r * nb + j] = int32_t((r * 7 + j * 13) % (c.G / bs + 1));
+    const std::vector<uint8_t> rec = kc::pack_rows(RowKind::kIndex, keys, c.dh);
+    dk::KeyRows rows = dk::KeyRows::records(dev.up(rec), RowKind::kIndex, c.dh);
+    if (c.paged) {
+      const int shift = 3;
+      const int64_t per = int64_t(1) << shift, bytes = dk::record_bytes(RowKind::kIndex, c.dh);
+      const int64_t pages = (c.G + per - 1) / per;
+      std::vector<uint8_t> memory(size_t(pages * per * bytes), 0);
+      for (int64_t p = 0; p < pages; ++p)  // page p at slot pages − 1 − p
+        for (int64_t i = 0; i < per * bytes && p * per * bytes + i < int64_t(rec.size()); ++i)
+          memory[size_t((pages - 1 - p) * per * bytes + i)] = rec[size_t(p * per * bytes + i)];
+      uint8_t* base = dev.up(memory);
+      std::vector<uint8_t*> table(static_cast<size_t>(pages));
+      for (int64_t p = 0; p < pages; ++p) table[size_t(p)] = base + (pages - 1 - p) * per * bytes;
+      rows = dk::KeyRows::paged(dev.up(table), shift, RowKind::kIndex, c.dh);
+    }
+    k = dk::IndexScoreK{dev.up(q), dev.up(kc::randn(rng, c.T * c.nh)), rows, c.G, c.nh, c.dh, c.start, c.ratio,
+                        float(1.0 / std::sqrt(double(c.dh))), c.pool ? dev.up(kept) : nullptr, nb, bs,
+                        dev.template zeros<float>(c.T * c.G)};
+  }
+};
+
+TEST(FastAttentionCuda, IntegerIndexScoresEqualSimple) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(97);
+  ex.set_integer_index(true);
+  const std::vector<IntIndexCase> cases = {
+      {1, 290, 32, 128, 579, 2, false, false, false},   // mini-flash decode (a part chunk)
+      {1, 3000, 32, 128, 2999, 1, true, true, false},   // a pool over 12 chunks, paged
+      {1, 700, 32, 128, 900, 2, false, false, true},    // the hard inputs
+      {6, 520, 32, 128, 515, 1, false, true, true},     // prefill rows at the causal edge, paged, hard
+      {3, 257, 64, 128, 600, 1, true, false, true},     // 64 heads, a pool, hard
+      {2, 77, 16, 32, 200, 1, false, false, true},      // dh 32: 17-byte records
+      {2, 300, 48, 96, 250, 2, false, true, false},     // three m tiles, three blocks
+      {1, 600, 32, 128, 100, 2, false, false, false},   // only the first 50 entries visible
+  };
+  for (const IntIndexCase& c : cases) {
+    IntIndexInputs in(dev, rng, c);
+    const std::string what = "integer indexer T" + std::to_string(c.T) + " G" + std::to_string(c.G) + " " +
+                             std::to_string(c.nh) + "x" + std::to_string(c.dh) + (c.pool ? " pool" : "") +
+                             (c.paged ? " paged" : "") + (c.hard ? " hard" : "");
+    ASSERT_TRUE(fast::index_int_fits(c.T * c.G, in.k)) << what;
+    expect_same_bits(ex, [&] { ex.for_each(c.T * c.G, in.k); }, in.k.scores, c.T * c.G, what);
+  }
+  dk::Batched<dk::IndexScoreK> b;  // several bodies in one launch
+  std::vector<IntIndexInputs> ins;
+  ins.reserve(4);
+  int64_t total = 0;
+  for (const IntIndexCase& c : {cases[0], cases[3], cases[5], cases[1]}) {
+    ins.emplace_back(dev, rng, c);
+    b.count[b.n] = c.T * c.G;
+    b.body[b.n++] = ins.back().k;
+    total += c.T * c.G;
+  }
+  for (int j = 0; j < b.n; ++j)
+    expect_same_bits(ex, [&] { ex.for_each(total, b); }, b.body[j].scores, b.count[j],
+                     "batched integer indexer, body " + std::to_string(j));
+}
+
 struct AttnCase {
   int64_t T, H, D, win, k, start, floor, G;
   bool ring;

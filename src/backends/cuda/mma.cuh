@@ -32,6 +32,39 @@ __device__ __forceinline__ void mma_f16_16816(float (&c)[4], uint32_t a0, uint32
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// C += A·B on signed 8-bit integers, int32 accumulation (exact), 16×8×32. Fragments as above
+// with four 8-bit k per register: a0 (row g, k 4t…4t+3), a1 (row g+8, same k), a2 (row g,
+// k 16+4t…), a3 (row g+8, k 16+4t…); b0 (k 4t…4t+3, col g), b1 (k 16+4t…, col g).
+__device__ __forceinline__ void mma_s8_16832(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Eight E2M1 codes (one word of a packed FP4 row: channel 2i in the low nibble of byte i, 2i+1 in
+// the high nibble) as eight int8 holding 2·value (0, ±1, ±2, ±3, ±4, ±6, ±8, ±12): lo = channels
+// 0…3, hi = channels 4…7, one per byte in channel order. The magnitudes and their negations come
+// from two byte-permute tables; the sign mask from prmt's sign-replicating mode on the code bits.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+__device__ __forceinline__ void e2m1x8_to_s8(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  constexpr uint32_t kPosLo = 0x03020100u, kPosHi = 0x0C080604u;  // 0 1 2 3 | 4 6 8 12
+  constexpr uint32_t kNegLo = 0xFDFEFF00u, kNegHi = 0xF4F8FAFCu;  // their negations
+  const uint32_t sel_lo = w & 0x7777u, sel_hi = (w >> 16) & 0x7777u;
+  // Sign of channel j: bit 3 (even j) or bit 7 (odd j) of byte j/2; prmt's mode bit 3 replicates
+  // bit 7 of the chosen byte of {w << 4, w}.
+  const uint32_t shifted = w << 4;
+  const uint32_t neg_lo = prmt(shifted, w, 0xD9C8u), neg_hi = prmt(shifted, w, 0xFBEAu);
+  lo = (prmt(kPosLo, kPosHi, sel_lo) & ~neg_lo) | (prmt(kNegLo, kNegHi, sel_lo) & neg_lo);
+  hi = (prmt(kPosLo, kPosHi, sel_hi) & ~neg_hi) | (prmt(kNegLo, kNegHi, sel_hi) & neg_hi);
+}
+
 // Eight E2M1 codes (one word, nibble j = channel j) as four fp16 pairs holding value·2^-14
 // exactly: the code's exponent and mantissa bits land in fp16's low exponent bits and top
 // mantissa bit (0.5 becomes the fp16 subnormal 2^-15). Pair i = channels (i, i+4).

@@ -151,6 +151,22 @@ TEST(IndexExact, TheSpanBoundHoldsAtItsEdge) {
     }
 }
 
+// Why the bound is needed at all: a sum whose exponents span 45 bits, built so that the chain's
+// partial sums lose a low bit (block 0 odd, block 3 at the top): the chain's double differs from
+// the exact value — the kernel refuses it and runs the chain.
+TEST(IndexExact, AWiderSpanRoundsTheChainAndIsRefused) {
+  const int dh = 128;
+  std::vector<float> q(dh);
+  for (int c = 0; c < dh; ++c)
+    q[size_t(c)] = c == 0 ? 0x1p-20f * 15 : c < 31 ? 0x1p-20f : c == 31 ? 0x1p-19f : c < 96 ? 0x1p-10f * 15 : 0x1p24f * 15;
+  std::vector<uint8_t> rec(static_cast<size_t>(dk::record_bytes(RowKind::kIndex, dh)), 0x77);
+  for (int i = 0; i < 16; ++i) rec[size_t(i)] = 0x11;  // block 0: codes 0.5 (nk = 1)
+  for (int b = 0; b < 4; ++b) rec[size_t(dh / 2 + b)] = b == 3 ? 128 : 127;
+  const Exact e = exact_dot(rec.data(), q.data(), dh);
+  EXPECT_FALSE(e.eligible);
+  EXPECT_NE(bits(e.acc), bits(simple_dot(rec.data(), q.data(), dh)));
+}
+
 // Key scale bytes the kernel must refuse: 0xFF (a NaN block) and ≥ 253 (its float overflows).
 TEST(IndexExact, KeyScalesNearOverflowOrNaNAreRefused) {
   const uint8_t ok[4] = {1, 100, 200, 252}, big[4] = {120, 121, 253, 122}, nan[4] = {120, 0xFF, 121, 122};

@@ -56,6 +56,25 @@ void expect_same_bits(CudaExec& ex, const std::function<void()>& launch, const f
   EXPECT_GT(finite, 0) << what << ": nothing to compare";
 }
 
+// Indexer bodies made from `cases` by Inputs, launched as one Batched (the backend's form): each
+// body's scores bit for bit against the simple kernel's.
+template <class Inputs, class Case>
+void expect_batched_index_bits(CudaExec& ex, kc::Dev<CudaExec>& dev, std::mt19937& rng, const std::vector<Case>& cases,
+                               const std::string& what) {
+  dk::Batched<dk::IndexScoreK> b;
+  std::vector<Inputs> ins;
+  ins.reserve(cases.size());
+  int64_t total = 0;
+  for (const Case& c : cases) {
+    ins.emplace_back(dev, rng, c);
+    b.count[b.n] = c.T * c.G;
+    b.body[b.n++] = ins.back().k;
+    total += c.T * c.G;
+  }
+  for (int j = 0; j < b.n; ++j)
+    expect_same_bits(ex, [&] { ex.for_each(total, b); }, b.body[j].scores, b.count[j], what + ", body " + std::to_string(j));
+}
+
 struct IndexCase {
   int64_t T, G, nh, dh, start;
   int ratio;
@@ -106,19 +125,7 @@ TEST(FastAttentionCuda, IndexScoresEqualSimple) {
     expect_same_bits(ex, [&] { ex.for_each(c.T * c.G, in.k); }, in.k.scores, c.T * c.G, index_name(c));
   }
   // The backend's form: several segments' bodies as one Batched launch.
-  dk::Batched<dk::IndexScoreK> b;
-  std::vector<IndexInputs> ins;
-  ins.reserve(cases.size());
-  int64_t total = 0;
-  for (const IndexCase& c : {cases[0], cases[2], cases[3], cases[1]}) {
-    ins.emplace_back(dev, rng, c);
-    b.count[b.n] = c.T * c.G;
-    b.body[b.n++] = ins.back().k;
-    total += c.T * c.G;
-  }
-  for (int j = 0; j < b.n; ++j)
-    expect_same_bits(ex, [&] { ex.for_each(total, b); }, b.body[j].scores, b.count[j],
-                     "batched indexer, body " + std::to_string(j));
+  expect_batched_index_bits<IndexInputs, IndexCase>(ex, dev, rng, {cases[0], cases[2], cases[3], cases[1]}, "batched indexer");
 }
 
 // The integer tensor-core scores (index_scores_int.cu) on MXFP4 records, bit for bit against the
@@ -208,19 +215,8 @@ TEST(FastAttentionCuda, IntegerIndexScoresEqualSimple) {
     ASSERT_TRUE(fast::index_int_fits(c.T * c.G, in.k)) << what;
     expect_same_bits(ex, [&] { ex.for_each(c.T * c.G, in.k); }, in.k.scores, c.T * c.G, what);
   }
-  dk::Batched<dk::IndexScoreK> b;  // several bodies in one launch
-  std::vector<IntIndexInputs> ins;
-  ins.reserve(4);
-  int64_t total = 0;
-  for (const IntIndexCase& c : {cases[0], cases[3], cases[5], cases[1]}) {
-    ins.emplace_back(dev, rng, c);
-    b.count[b.n] = c.T * c.G;
-    b.body[b.n++] = ins.back().k;
-    total += c.T * c.G;
-  }
-  for (int j = 0; j < b.n; ++j)
-    expect_same_bits(ex, [&] { ex.for_each(total, b); }, b.body[j].scores, b.count[j],
-                     "batched integer indexer, body " + std::to_string(j));
+  expect_batched_index_bits<IntIndexInputs, IntIndexCase>(ex, dev, rng, {cases[0], cases[3], cases[5], cases[1]},
+                                            "batched integer indexer");
 }
 
 struct AttnCase {

@@ -78,14 +78,19 @@ struct IndexScoreK {
     }
     float total = 0.0f;
     for (int64_t h = 0; h < nh; ++h) {
-      const float* qh = q + (r * nh + h) * dh;
-      double acc = 0;
-      const KeyRow key = keys.row(g);
-      for (int64_t c = 0; c < dh; ++c) acc += double(key[c]) * qh[c];
-      const float relu = fmaxf(float(acc), 0.0f) * scale;
+      const float relu = fmaxf(float(head_dot(r, g, h)), 0.0f) * scale;
       total += relu * hw[r * nh + h];
     }
     scores[id] = total;
+  }
+  // q_h · I_g of row r as one chain of doubles in channel order (the fast kernels' reference, and
+  // the integer kernel's fallback).
+  DSV41_HD double head_dot(int64_t r, int64_t g, int64_t h) const {
+    const float* qh = q + (r * nh + h) * dh;
+    const KeyRow key = keys.row(g);
+    double acc = 0;
+    for (int64_t c = 0; c < dh; ++c) acc += double(key[c]) * qh[c];
+    return acc;
   }
 };
 

@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cuda/device_kernels_attention.h"
 #include "backends/cuda/device_kernels_check.h"
 #include "backends/cuda/device_kernels_records.h"
 
@@ -28,11 +29,14 @@ uint64_t bits(double d) {
   return u;
 }
 
-// The simple body's chain for one (record, query row).
+// The simple body's chain (IndexScoreK::head_dot) for one record and one query row.
 double simple_dot(const uint8_t* rec, const float* q, int dh) {
-  double acc = 0;
-  for (int c = 0; c < dh; ++c) acc += double(dk::record_value(RowKind::kIndex, rec, dh, c)) * q[c];
-  return acc;
+  dk::IndexScoreK k{};
+  k.q = q;
+  k.keys = dk::KeyRows::records(rec, RowKind::kIndex, dh);
+  k.nh = 1;
+  k.dh = dh;
+  return k.head_dot(0, 0, 0);
 }
 
 struct Exact {

@@ -49,15 +49,6 @@ struct Shared {
   int pool_end;
 };
 
-// The simple body's double chain for one (entry, head): the fallback.
-__device__ float relu_simple(const dk::IndexScoreK& k, int64_t r, int64_t g, int h) {
-  const float* qh = k.q + (r * k.nh + h) * k.dh;
-  const dk::KeyRow key = k.keys.row(g);
-  double acc = 0;
-  for (int64_t c = 0; c < k.dh; ++c) acc += double(key[c]) * qh[c];
-  return fmaxf(float(acc), 0.0f) * k.scale;
-}
-
 // Thread (h, b): query block b of head h as 32 int8 into the A fragments and its unit (index_exact.h);
 // then per head the span of its units (past kIndexExactSpan where a block is not exact) and its weight.
 __device__ void stage_queries(const dk::IndexScoreK& k, int64_t r, Shared& sh) {
@@ -173,7 +164,7 @@ __device__ void score_warp(const dk::IndexScoreK& k, int64_t r, int64_t e0, int6
         for (int i = 0; i < 4; ++i) {
           const int h = mt * 16 + g + (i >= 2 ? 8 : 0), col = nt * 8 + 2 * t + (i & 1);
           if (!(any >> col & 1u)) continue;
-          float v;
+          double acc;
           if (sh.qspan[h] + span[i & 1] <= dk::kIndexExactSpan) {
             int sums[kMaxBlocks];
             uint8_t sc[kMaxBlocks];
@@ -182,11 +173,11 @@ __device__ void score_warp(const dk::IndexScoreK& k, int64_t r, int64_t e0, int6
               sums[b] = s[b][i];
               sc[b] = uint8_t(scales[i & 1] >> (8 * b));
             }
-            v = fmaxf(float(dk::index_exact_dot(sums, sh.qexp[h], sc, nb)), 0.0f) * k.scale;
+            acc = dk::index_exact_dot(sums, sh.qexp[h], sc, nb);
           } else {
-            v = relu_simple(k, r, e0 + col, h);
+            acc = k.head_dot(r, e0 + col, h);  // the simple body's chain
           }
-          relu[col][h] = v;
+          relu[col][h] = fmaxf(float(acc), 0.0f) * k.scale;
         }
       }
     }

@@ -190,7 +190,7 @@ int bench_main(int argc, char** argv) {
                "of bf16 tensor cores (the before of an A/B)");
   cli.add_flag("--integer-index", integer_index,
                "on the cuda backend: the indexer's scores on integer tensor cores where its keys are MXFP4 records "
-               "(the same bits as the double tiles; not yet run on a GPU, off by default)");
+               "(the default; the same bits as the double tiles)");
   cli.add_flag("--no-integer-index", no_integer_index,
                "on the cuda backend: the indexer's scores on the double tiles (the before of an A/B)")
       ->excludes("--integer-index");
@@ -369,10 +369,6 @@ int bench_main(int argc, char** argv) {
       if (mma_gemm || no_mma_gemm) set_mma_gemm(dso.backend, *b, !no_mma_gemm);
       if (no_tensor_attention) set_tensor_attention(dso.backend, *b, false);
       if (integer_index || no_integer_index) set_integer_index(dso.backend, *b, integer_index);
-      if (integer_index)
-        std::fprintf(stderr, "note: --integer-index runs a kernel that has not yet run on a GPU in this project's "
-                     "tests (docs/CUDA.md \"Indexer scores on integer tensor cores\"): run dsv41_cuda_tests "
-                     "--gtest_filter='FastAttentionCuda.Integer*' on this device first\n");
       return b;
     };
     o.backend_status = [&](const Backend& b) { return backend_status(dso.backend, b); };

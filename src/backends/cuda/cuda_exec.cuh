@@ -160,8 +160,8 @@ class CudaExec {
   // FP8 / FP4 units: kDefault (fast_kernels.h, a rule by width) or one decode for all (the same
   // bits; the "before" of benchmarks).
   void set_expert_decode(fast::ExpertDecode d) { expert_decode_ = d; }
-  // Indexer scores on integer tensor cores where the keys are MXFP4 records, or (off, the
-  // default until it has run on a GPU) always the double tiles (the same bits).
+  // Indexer scores on integer tensor cores where the keys are MXFP4 records (the default), or
+  // (off) always the double tiles: the same bits, the "before" of benchmarks.
   void set_integer_index(bool on) { integer_index_ = on; }
   // Diagnostics for benchmarks: while on, every launch is timed by events around it (and waited
   // for, so a profiled step is slower than a plain one) and the device time is summed per kernel
@@ -269,11 +269,20 @@ class CudaExec {
     if constexpr (std::is_same_v<F, dk::Batched<dk::ExpertUpK>>)
       return fast::launch_experts_up(f, expert_decode_, stream());
     else if constexpr (std::is_same_v<F, dk::Batched<dk::IndexScoreK>>)
-      return fast::launch_index(f, integer_index_, stream());
+      return launch_index(f);
     else if constexpr (std::is_same_v<F, dk::IndexScoreK>)
-      return fast::launch_index(dk::Batched<dk::IndexScoreK>::one(n, f), integer_index_, stream());
+      return launch_index(dk::Batched<dk::IndexScoreK>::one(n, f));
     else
       return fast::launch(n, f, stream());
+  }
+  // The indexer's scores: on integer tensor cores where that is on and the kernel takes every body
+  // (counted: tests and benchmarks see which kernel ran), else on the double tiles.
+  bool launch_index(const dk::Batched<dk::IndexScoreK>& b) {
+    if (integer_index_ && fast::launch_index_int(b, stream())) {
+      ++counts_.integer_index;
+      return true;
+    }
+    return fast::launch_index_f64(b, stream());
   }
   template <class C>
   bool launch_fast_chain(const C& c) {
@@ -351,7 +360,7 @@ class CudaExec {
   bool profiling_ = false;
   bool fast_ = true;
   fast::ExpertDecode expert_decode_ = fast::ExpertDecode::kDefault;
-  bool integer_index_ = false;
+  bool integer_index_ = true;
   cudaEvent_t events_[2] = {nullptr, nullptr};
   cudaStream_t stream_ = nullptr;
   StreamGraphs graphs_;

@@ -624,10 +624,6 @@ bool launch(int64_t n, const dk::IndexScoreK& k, cudaStream_t s) {
 
 bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) { return launch_index_f64(b, s); }
 
-bool launch_index(const dk::Batched<dk::IndexScoreK>& b, bool integer, cudaStream_t s) {
-  return (integer && launch_index_int(b, s)) || launch_index_f64(b, s);
-}
-
 // The jobs' block counts and longest key list; false where the batch cannot launch at all.
 static bool split_blocks(const dk::AttnBatch& b, int64_t& lb, int64_t& vb, int64_t& L) {
   lb = vb = L = 0;

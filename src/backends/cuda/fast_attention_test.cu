@@ -112,6 +112,7 @@ TEST(FastAttentionCuda, IndexScoresEqualSimple) {
   CudaExec ex;
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(71);
+  ex.set_integer_index(false);  // the double tiles (the integer kernel, the default: the next test)
   const std::vector<IndexCase> cases = {
       {1, 290, 32, 128, 579, 2, false, true},  // mini-flash decode: 290 entries (9 tiles, the last of 2)
       {1, 290, 32, 128, 400, 2, false, true},  // the newest 89 entries hidden by the causal bound

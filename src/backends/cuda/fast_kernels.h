@@ -51,13 +51,11 @@ bool launch(int64_t n, const dk::EngramGateK& k, cudaStream_t s = 0);
 // launch_index_int: on integer tensor cores where the keys are MXFP4 index records
 // (index_scores_int.cu: a block per (row, 256 entries), each 32-channel block's products summed
 // exactly as int32; the same bits, index_exact.h says why); false where index_int_fits declines.
-// launch_index: the integer kernel first when `integer`, else (or where it declines) the doubles.
 bool launch(int64_t n, const dk::IndexScoreK& k, cudaStream_t s = 0);
 bool launch(int64_t n, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s = 0);
 bool index_int_fits(int64_t n, const dk::IndexScoreK& k);
 bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s = 0);
 bool launch_index_f64(const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s = 0);
-bool launch_index(const dk::Batched<dk::IndexScoreK>& b, bool integer, cudaStream_t s = 0);
 // The tiled GEMM (fast_gemm.cu) for `rows` rows: false where its 16-byte units do not fit the
 // weight or x (then the warp-per-output kernel runs). gemm_tiled_kind: the weight kind it would
 // read (1 bf16, 2 float32, 3 FP8, 4 FP4), 0 where it declines. `staged` false: tiles of 2 … 8 rows

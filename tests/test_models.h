@@ -54,6 +54,16 @@ inline ModelConfig engine_test_config() {
   return c;
 }
 
+// engine_test_config with a wider indexer, 16 heads × 64: the CUDA backend's integer index kernel
+// takes multiples of 16 heads and of 32 channels, engine_test_config's 2 × 32 is under it.
+inline ModelConfig wide_index_test_config() {
+  ModelConfig c = engine_test_config();
+  c.source = "wide-index-test-config";
+  c.index_n_heads = 16;
+  c.index_head_dim = 64;
+  return c;
+}
+
 // One model per process (read-only, shared by the tests).
 inline const Model& engine_test_model() {
   static std::unique_ptr<Model> model = [] {

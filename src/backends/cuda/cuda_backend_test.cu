@@ -33,6 +33,7 @@
 #include "backends/cuda/device_kernels_check.h"
 #include "backends/cuda/device_kernels_check_stored.h"
 #include "runtime/sampling.h"
+#include "tests/test_models.h"
 
 namespace dsv41 {
 namespace {
@@ -218,6 +219,38 @@ TEST(CudaBackend, DecodeGraphsEqualLaunches) {
           return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.set_graphs(graphs, chunk); });
         },
         "cuda, chunk " + std::to_string(chunk), true);
+}
+
+// The indexer's scores on integer tensor cores (the default) against the double tiles: the same
+// logits bits over prefill chunks, decode rows, forks, a removal, rollbacks and 20 sequences in one
+// step (check_window_copies' cases), and argmax-equal to the CPU engine, on a random model whose
+// indexer the integer kernel takes (16 heads × 64). dsv41-mini's 4 index heads and the golden
+// models' 8 are fewer than its 16-row fragments, so every other end-to-end test scores them on
+// the double tiles.
+TEST(CudaBackend, IntegerIndexEqualsDoubleTiles) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const ModelConfig c = dsv41::testing::wide_index_test_config();
+  auto model = Model::create_random(c, 29);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const auto make = [&](bool integer) {
+    return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.executor().set_integer_index(integer); });
+  };
+  int64_t integer_launches = 0;
+  {
+    std::unique_ptr<Backend> b = make(true);
+    auto* dev = dynamic_cast<DeviceBackend<CudaExec>*>(b.get());
+    ASSERT_NE(dev, nullptr);
+    const ts::AfterStep after = [&](const Engine&, const std::vector<SequenceId>&) {
+      integer_launches = dev->exec_counts().integer_index;
+    };
+    auto r = ts::run(std::move(b), (*model)->engram_tables(), 3, ts::mixed_batch(c.vocab_size, 2), 1024, after);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+  }
+  ASSERT_GT(integer_launches, 0) << "the integer kernel never ran: the check below would compare the double "
+                                    "tiles with themselves";
+  ts::check_window_copies(**model, make, "integer index against double tiles", true);
+  ts::check_against_cpu(**model, make(true), ts::mixed_batch(c.vocab_size), 3, "16 × 64 indexer (integer)");
+  std::printf("integer indexer: %lld launches in the mixed batch\n", static_cast<long long>(integer_launches));
 }
 
 // DSpark-shaped verify steps on the GPU (backend_verify_check.h): mirrors and open groups that

@@ -25,6 +25,7 @@
 #include "backends/cuda/host_exec.h"
 #include "engine/engine.h"
 #include "plan/cache_plan.h"
+#include "tests/test_models.h"
 
 namespace dsv41 {
 namespace {
@@ -43,6 +44,15 @@ TEST(DeviceBackendHost, MiniMixedBatchMatchesCpuBackend) {
   auto model = Model::load(dir);
   ASSERT_TRUE(model.ok());
   compare_backends(dir, ts::mixed_batch((*model)->vocab_size()), 3);
+}
+
+// The 16 × 64 indexer of cuda_backend_test's IntegerIndexEqualsDoubleTiles (which runs the
+// integer kernel on the GPU) through the simple bodies: the model and its scenario are valid here.
+TEST(DeviceBackendHost, WideIndexerMatchesCpuBackend) {
+  auto model = Model::create_random(dsv41::testing::wide_index_test_config(), 29);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  ts::check_against_cpu(**model, make_host_device_backend(**model), ts::mixed_batch((*model)->vocab_size()), 3,
+                        "16 × 64 indexer (emulation)");
 }
 
 // Forks (whole and at a prefix), a removed sequence and a fresh one: the device mirrors of the

@@ -112,11 +112,13 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
   const int64_t V = model.vocab_size();
   auto engine = Engine::create(std::move(backend), model.engram_tables());
   if (!engine.ok()) return engine.status();
-  // The prompts are prefilled as one batch of segments (one after another, a batch of 64 on the
-  // synthetic real-geometry model took longer than a device call).
+  // The prompts are prefilled together, every sequence's next chunk in one forward (one sequence
+  // after another, a batch of 64 on the synthetic real-geometry model took longer than a device
+  // call), at most kPrefillRows rows a forward (one forward of 8 × 16K rows ran out of device
+  // memory for its step buffers on an H100).
+  constexpr int64_t kPrefillRows = 16384;
   std::vector<SequenceId> ids;
   std::vector<std::vector<int32_t>> prompts(batch);
-  std::vector<Segment> prefill(batch);
   const int64_t room = context + steps + profile + 8;
   if (shared_prompt) {
     auto id = (*engine)->add_sequence(room);
@@ -142,13 +144,18 @@ Result<Run> run(std::unique_ptr<Backend> backend, const Model& model, int batch,
     if (!id.ok()) return id.status();
     ids.push_back(*id);
     prompts[b] = testing_scenario::tokens(100 + b, int(context), V);
-    prefill[b].sequence = *id;
-    prefill[b].start = 0;
-    prefill[b].tokens = prompts[b];
   }
-  if (batch > 0)
+  const int64_t chunk = std::max<int64_t>(1, kPrefillRows / std::max(batch, 1));
+  for (int64_t at = 0; batch > 0 && at < context; at += chunk) {
+    std::vector<Segment> prefill(batch);
+    for (int b = 0; b < batch; ++b) {
+      prefill[b].sequence = ids[size_t(b)];
+      prefill[b].start = at;
+      prefill[b].tokens = std::span<const int32_t>(prompts[b]).subspan(size_t(at), size_t(std::min(chunk, context - at)));
+    }
     for (const SegmentResult& r : (*engine)->forward(prefill))
       if (!r.status.ok()) return r.status;
+  }
   batch = int(ids.size());
   std::vector<double> times;
   Run out;

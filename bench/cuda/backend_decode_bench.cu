@@ -435,9 +435,10 @@ int main(int argc, char** argv) {
                   gpu.median_step_s * 1e3);
       const ExecCounts& k = gpu.per_step;
       const double n = gpu.steps;
-      std::printf("  per decode step: %.1f kernel launches, %.1f uploads + %.1f downloads (blocking), %.1f "
-                  "asynchronous uploads, %.1f device copies, %.1f graphs\n", k.launches / n, k.uploads / n,
-                  k.downloads / n, k.async_uploads / n, k.copies / n, k.graph_launches / n);
+      std::printf("  per decode step: %.1f kernel launches (%.1f of them the indexer on integer tensor cores), %.1f "
+                  "uploads + %.1f downloads (blocking), %.1f asynchronous uploads, %.1f device copies, %.1f graphs\n",
+                  k.launches / n, k.integer_index / n, k.uploads / n, k.downloads / n, k.async_uploads / n,
+                  k.copies / n, k.graph_launches / n);
       print_cache_bytes(gpu, **model, b);
       if (want_cpu) {
         double m = 0;

@@ -150,6 +150,21 @@ void load_key_tile(const KvSourceCache& kv, int64_t g0, int n, int dh, IndexerSc
   transpose_key_tile(isa, ws.key.data(), n, dh, ws.key_t.data());
 }
 
+// Keys [g0, g0 + n) of `kv` as integers (index_score_int.h) if they keep the integer path exact
+// for the call's queries; false: the float path must score this tile.
+bool load_int_key_tile(const KvSourceCache& kv, int64_t g0, int n, IndexerScratch& ws) {
+  const uint8_t* records[kIndexKeyTile];
+  for (int j = 0; j < n; ++j) records[j] = kv.index.row(g0 + j);
+  index_key_tile_ints(records, n, ws.query_ints.dh, ws.key_ints);
+  return index_int_tile_fits(ws.query_ints, ws.key_ints);
+}
+
+// Query rows [0, rows) of q scored on integers (index_score_int.h) where this CPU can and the
+// rows are on their MXFP4 grid (always, for the indexer's fake-quantised queries).
+bool use_int_queries(CpuIsa isa, const float* q, int64_t rows, int nh, int dh, IndexerScratch& ws) {
+  return index_int_supported(isa, dh) && index_query_ints(q, rows, nh, dh, ws.query_ints);
+}
+
 }  // namespace
 
 void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
@@ -160,17 +175,23 @@ void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t 
   IndexerScratch local;
   IndexerScratch& ws = scratch ? *scratch : local;
   const int64_t vec = int64_t{nh} * dh;
+  const bool ints = use_int_queries(isa, q + row0 * vec, rows, nh, dh, ws);
   // Key tiles outer (each packed key is unpacked once per call), rows inner. Rows are in position
   // order, so the rows that see nothing of a tile yet lead: they only get −inf.
   for (int64_t g0 = 0; g0 < G; g0 += kIndexKeyTile) {
     const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, G - g0));
-    load_key_tile(kv, g0, n, dh, ws, isa);
     int64_t r = 0;
     for (; r < rows && (start_pos + row0 + r + 1) / ratio <= g0; ++r) std::fill_n(scores + r * G + g0, n, kNegInf);
-    for (int64_t r0 = r; r0 < rows; r0 += kIndexTileRows) {
-      const int64_t m = std::min(kIndexTileRows, rows - r0);
-      index_score_tile(isa, q + (row0 + r0) * vec, head_weights + (row0 + r0) * nh, m, nh, dh, ws.key_t.data(),
-                       softmax_scale, scores + r0 * G + g0, G, n);
+    if (r < rows && ints && load_int_key_tile(kv, g0, n, ws)) {
+      index_score_tile_ints(ws.query_ints, r, rows - r, head_weights + (row0 + r) * nh, ws.key_ints, softmax_scale,
+                            scores + r * G + g0, G, n);
+    } else if (r < rows) {
+      load_key_tile(kv, g0, n, dh, ws, isa);
+      for (int64_t r0 = r; r0 < rows; r0 += kIndexTileRows) {
+        const int64_t m = std::min(kIndexTileRows, rows - r0);
+        index_score_tile(isa, q + (row0 + r0) * vec, head_weights + (row0 + r0) * nh, m, nh, dh, ws.key_t.data(),
+                         softmax_scale, scores + r0 * G + g0, G, n);
+      }
     }
     // Entries whose group ends after the row's position: not visible yet.
     for (; r < rows; ++r) {
@@ -190,10 +211,15 @@ void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, 
   IndexerScratch& ws = scratch ? *scratch : local;
   std::fill(row, row + G, kNegInf);
   const int64_t visible = std::min<int64_t>(G, (start_pos + i + 1) / ratio);
+  const bool ints = visible > 0 && use_int_queries(isa, q + i * nh * dh, 1, nh, dh, ws);
   for (int j = 0; j < topk_blocks && kept[j] >= 0; ++j) {
     const int64_t end = std::min<int64_t>(visible, (int64_t{kept[j]} + 1) * block_size);
     for (int64_t g0 = int64_t{kept[j]} * block_size; g0 < end; g0 += kIndexKeyTile) {
       const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, end - g0));
+      if (ints && load_int_key_tile(kv, g0, n, ws)) {
+        index_score_tile_ints(ws.query_ints, 0, 1, head_weights + i * nh, ws.key_ints, softmax_scale, row + g0, G, n);
+        continue;
+      }
       load_key_tile(kv, g0, n, dh, ws, isa);
       index_score_tile(isa, q + i * nh * dh, head_weights + i * nh, 1, nh, dh, ws.key_t.data(), softmax_scale,
                        row + g0, G, n);

@@ -21,6 +21,7 @@
 #include "cache/sequence_cache.h"
 #include "format/config.h"
 #include "kernels/cpu/cpu_exec.h"
+#include "kernels/cpu/index_score_int.h"
 #include "model/attention.h"
 #include "model/rope.h"
 
@@ -34,6 +35,8 @@ struct IndexerScratch {
   std::vector<float> scores;               // [rows, G] one block of query rows (attention_index)
   std::vector<int32_t> topk, blocks_kept;  // [T, k], [T, topk_blocks]: swapped into the shared state
   std::vector<float> key, key_t;           // [16, dh] one tile of unpacked keys, and transposed
+  IndexQueryInts query_ints;               // the call's query rows as integers (index_score_int.h)
+  IndexKeyTileInts key_ints;               // one tile of keys as integers, from their records
   std::vector<float> cos, sin;             // [rope_dim/2] of one query position
   std::vector<float> block_scores;         // [blocks] candidate block scores of one row
   std::vector<std::pair<float, int32_t>> heap;  // [k] or [topk_blocks] the best so far (selection)

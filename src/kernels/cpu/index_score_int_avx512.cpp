@@ -1,0 +1,123 @@
+// Indexer scoring on integer instructions, AVX-512 BW (see index_score_int.h): a key tile's codes
+// become bytes m + 12 by one table lookup per 64 channels and are transposed so that four channels
+// of the 16 keys are one register; a query's four channels are one broadcast dword, so
+// vpmaddubsw + vpaddw sum a block's 32 products of all 16 keys in 16-bit lanes (|sum| ≤ 5,760)
+// and one vpmaddwd widens them. Per lane the float operations after that are index_score_tile's.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cpu/index_score_int.h"
+
+namespace dsv41 {
+namespace {
+
+// E2M1 code → 2 · value + 12 (codes 8 … 15 are the negatives of 0 … 7).
+constexpr uint8_t kCodeBytes[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+// 16 rows of 16 dwords → out row c (64 bytes) = dword c of rows 0 … 15: the 16 × 16 transpose of
+// transpose_key_tile_avx512, on dwords.
+void transpose16(const __m512i* rows, uint8_t* out) {
+  __m512 r[16], t[16], u[16];
+  for (int j = 0; j < 16; ++j) r[j] = _mm512_castsi512_ps(rows[j]);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  float* o = reinterpret_cast<float*>(out);
+  for (int k = 0; k < 4; ++k) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88), v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD);
+    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
+    _mm512_store_ps(o + (0 + k) * 16, _mm512_shuffle_f32x4(v0, w0, 0x88));
+    _mm512_store_ps(o + (8 + k) * 16, _mm512_shuffle_f32x4(v0, w0, 0xDD));
+    _mm512_store_ps(o + (4 + k) * 16, _mm512_shuffle_f32x4(v1, w1, 0x88));
+    _mm512_store_ps(o + (12 + k) * 16, _mm512_shuffle_f32x4(v1, w1, 0xDD));
+  }
+}
+
+}  // namespace
+
+void index_key_tile_ints_avx512(const uint8_t* const* records, int n, int dh, IndexKeyTileInts& out) {
+  const int half = dh / 2, blocks = dh / kIndexDotBlock;
+  out.n = n;
+  out.dh = dh;
+  out.nan_scale = false;
+  out.k_min = 1 << 30;
+  out.k_max = -(1 << 30);
+  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kCodeBytes)));
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __mmask64 codes = half >= 64 ? ~__mmask64{0} : (__mmask64{1} << half) - 1;
+  // Each key's dh bytes (the low nibbles' channels, then the high ones') as 1 or 2 rows of 64.
+  alignas(64) uint8_t row[16][128];
+  if (dh % 64 != 0) std::fill_n(&row[0][0], sizeof row, uint8_t{12});  // the last row of 64 is partly read
+  for (int j = 0; j < kIndexKeyTile; ++j) {
+    if (j >= n) {
+      std::fill_n(row[j], 128, uint8_t{12});
+      for (int b = 0; b < blocks; ++b) out.k[b * kIndexKeyTile + j] = 0;
+      continue;
+    }
+    const __m512i v = _mm512_maskz_loadu_epi8(codes, records[j]);
+    const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low));
+    const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+    _mm512_mask_storeu_epi8(row[j], codes, lo);
+    _mm512_mask_storeu_epi8(row[j] + half, codes, hi);
+    const uint8_t* scales = records[j] + half;
+    for (int b = 0; b < blocks; ++b) {
+      const int k = int{scales[b]} - 128;
+      out.nan_scale |= scales[b] == 0xFF;
+      out.k_min = std::min(out.k_min, k);
+      out.k_max = std::max(out.k_max, k);
+      out.k[b * kIndexKeyTile + j] = k;
+    }
+  }
+  for (int c = 0; c < dh; c += 64) {  // dword groups [c/4, c/4 + 16) of the 16 keys
+    __m512i r[16];
+    for (int j = 0; j < 16; ++j) r[j] = _mm512_load_si512(row[j] + c);
+    transpose16(r, out.bytes + c * kIndexKeyTile);
+  }
+}
+
+void index_score_tile_ints_avx512(const IndexQueryInts& q, int64_t r0, int64_t rows, const float* w,
+                                  const IndexKeyTileInts& k, float scale, float* out, int64_t out_stride, int cols) {
+  const int nh = q.nh, dh = q.dh, blocks = dh / kIndexDotBlock, half_dwords = dh / 8;
+  const __m512 vscale = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
+  const __m512i ones = _mm512_set1_epi16(1), bias = _mm512_set1_epi32(127);
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
+  for (int64_t r = 0; r < rows; ++r) {
+    __m512 total = _mm512_setzero_ps();
+    for (int h = 0; h < nh; ++h) {
+      const int64_t v = (r0 + r) * nh + h;
+      const int8_t* a = q.a.data() + v * dh;
+      __m512 s = zero;
+      for (int b = 0; b < blocks; ++b) {
+        __m512i acc = _mm512_setzero_si512();
+        for (int half = 0; half < 2; ++half)
+          for (int t = half * half_dwords + 4 * b, e = t + 4; t < e; ++t) {
+            int32_t qd;
+            __builtin_memcpy(&qd, a + 4 * t, 4);
+            const __m512i kt = _mm512_load_si512(k.bytes + t * 64);
+            acc = _mm512_add_epi16(acc, _mm512_maddubs_epi16(kt, _mm512_set1_epi32(qd)));
+          }
+        const size_t vb = static_cast<size_t>(v * blocks + b);
+        const __m512i sum = _mm512_sub_epi32(_mm512_madd_epi16(acc, ones), _mm512_set1_epi32(12 * q.asum[vb]));
+        const __m512i e = _mm512_add_epi32(_mm512_set1_epi32(q.u[vb]), _mm512_load_si512(k.k + b * kIndexKeyTile));
+        const __m512 pow2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(e, bias), 23));
+        const __m512 block = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), pow2);
+        s = b == 0 ? block : _mm512_add_ps(s, block);
+      }
+      const __m512 relu = _mm512_mul_ps(_mm512_max_ps(zero, s), vscale);
+      total = _mm512_fmadd_ps(relu, _mm512_set1_ps(w[r * nh + h]), total);
+    }
+    _mm512_mask_storeu_ps(out + r * out_stride, mask, total);
+  }
+}
+
+}  // namespace dsv41

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/index_score.h"
+#include "kernels/cpu/transpose16_avx512.h"
 
 namespace dsv41 {
 namespace {
@@ -59,35 +60,15 @@ void index_score_tile_avx512(const float* q, const float* w, int64_t rows, int n
   for (int64_t r = 0; r < rows; ++r) _mm512_mask_storeu_ps(out + r * out_stride, mask, total[r]);
 }
 
-// transpose_key_tile's blocks of 16 channels × the 16 keys (rows past n zero): the usual 16 × 16
-// transpose in registers — pairs of rows interleaved, then quadruples, then 128-bit lanes — so
-// output register c holds channel d0 + c of keys 0 … 15.
+// transpose_key_tile's blocks of 16 channels × the 16 keys (rows past n zero), in registers
+// (transpose16_avx512.h): output row c holds channel d0 + c of keys 0 … 15.
 int transpose_key_tile_avx512(const float* keys, int n, int dh, float* keys_t) {
   const int blocks = dh / 16;
   for (int b = 0; b < blocks; ++b) {
     const int d0 = b * 16;
-    __m512 r[16], t[16], u[16];
+    __m512 r[16];
     for (int j = 0; j < 16; ++j) r[j] = j < n ? _mm512_loadu_ps(keys + int64_t{j} * dh + d0) : _mm512_setzero_ps();
-    for (int i = 0; i < 8; ++i) {  // per 128-bit lane L: (a4L, b4L, a4L+1, b4L+1), (a4L+2, b4L+2, …)
-      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; ++i) {  // u[4i + k], lane L: channel 4L + k of keys 4i … 4i + 3
-      u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-      u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-      u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-      u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-    float* out = keys_t + int64_t{d0} * 16;
-    for (int k = 0; k < 4; ++k) {  // channel 4L + k: lane L of u[k], u[4 + k], u[8 + k], u[12 + k]
-      const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88), v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD);
-      const __m512 w0 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
-      const __m512 w1 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
-      _mm512_storeu_ps(out + (0 + k) * 16, _mm512_shuffle_f32x4(v0, w0, 0x88));
-      _mm512_storeu_ps(out + (8 + k) * 16, _mm512_shuffle_f32x4(v0, w0, 0xDD));
-      _mm512_storeu_ps(out + (4 + k) * 16, _mm512_shuffle_f32x4(v1, w1, 0x88));
-      _mm512_storeu_ps(out + (12 + k) * 16, _mm512_shuffle_f32x4(v1, w1, 0xDD));
-    }
+    transpose16x16(r, keys_t + int64_t{d0} * 16);
   }
   return blocks * 16;
 }

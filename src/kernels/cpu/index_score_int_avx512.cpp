@@ -9,39 +9,13 @@
 #include <cstdint>
 
 #include "kernels/cpu/index_score_int.h"
+#include "kernels/cpu/transpose16_avx512.h"
 
 namespace dsv41 {
 namespace {
 
 // E2M1 code → 2 · value + 12 (codes 8 … 15 are the negatives of 0 … 7).
 constexpr uint8_t kCodeBytes[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
-
-// 16 rows of 16 dwords → out row c (64 bytes) = dword c of rows 0 … 15: the 16 × 16 transpose of
-// transpose_key_tile_avx512, on dwords.
-void transpose16(const __m512i* rows, uint8_t* out) {
-  __m512 r[16], t[16], u[16];
-  for (int j = 0; j < 16; ++j) r[j] = _mm512_castsi512_ps(rows[j]);
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-  float* o = reinterpret_cast<float*>(out);
-  for (int k = 0; k < 4; ++k) {
-    const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88), v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD);
-    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
-    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
-    _mm512_store_ps(o + (0 + k) * 16, _mm512_shuffle_f32x4(v0, w0, 0x88));
-    _mm512_store_ps(o + (8 + k) * 16, _mm512_shuffle_f32x4(v0, w0, 0xDD));
-    _mm512_store_ps(o + (4 + k) * 16, _mm512_shuffle_f32x4(v1, w1, 0x88));
-    _mm512_store_ps(o + (12 + k) * 16, _mm512_shuffle_f32x4(v1, w1, 0xDD));
-  }
-}
 
 }  // namespace
 
@@ -79,9 +53,9 @@ void index_key_tile_ints_avx512(const uint8_t* const* records, int n, int dh, In
     }
   }
   for (int c = 0; c < dh; c += 64) {  // dword groups [c/4, c/4 + 16) of the 16 keys
-    __m512i r[16];
-    for (int j = 0; j < 16; ++j) r[j] = _mm512_load_si512(row[j] + c);
-    transpose16(r, out.bytes + c * kIndexKeyTile);
+    __m512 r[16];
+    for (int j = 0; j < 16; ++j) r[j] = _mm512_castsi512_ps(_mm512_load_si512(row[j] + c));
+    transpose16x16(r, reinterpret_cast<float*>(out.bytes + c * kIndexKeyTile));
   }
 }
 

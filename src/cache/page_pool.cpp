@@ -57,6 +57,14 @@ int64_t PagedRows::pages_to_append(int64_t more) const {
   return fresh;
 }
 
+void PagedRows::rows(int64_t first, int64_t n, const uint8_t** out) const {
+  int64_t page = first / rows_per_page_, slot = first % rows_per_page_;
+  for (int64_t j = 0; j < n; ++j) {
+    out[j] = pages_[page]->bytes.get() + slot * record_bytes_;
+    if (++slot == rows_per_page_) slot = 0, ++page;
+  }
+}
+
 uint8_t* PagedRows::append() {
   const int64_t slot = size_ % rows_per_page_;
   if (size_ == pages() * rows_per_page_) {

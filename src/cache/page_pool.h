@@ -82,6 +82,8 @@ class PagedRows {
   const uint8_t* row(int64_t i) const {
     return pages_[i / rows_per_page_]->bytes.get() + (i % rows_per_page_) * record_bytes_;
   }
+  // out[j] = row(first + j) for j < n, with one division for all (a tile of keys read per step).
+  void rows(int64_t first, int64_t n, const uint8_t** out) const;
   void truncate(int64_t rows);  // drop rows ≥ `rows`, giving back emptied pages
   void clear() { truncate(0); }
   // Replaces this array's rows by `other`'s first `rows` rows, sharing their pages (no copy).

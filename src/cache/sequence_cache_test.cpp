@@ -94,6 +94,9 @@ TEST(PagePool, FreeListReusesPagesAndCounts) {
   EXPECT_EQ(pool.pages_in_use(), 3);
   EXPECT_EQ(pool.bytes_in_use(), 3 * 64);
   EXPECT_EQ(rows.row(5)[0], 6);
+  const uint8_t* tile[7];
+  rows.rows(2, 7, tile);  // across two page boundaries
+  for (int j = 0; j < 7; ++j) EXPECT_EQ(tile[j], rows.row(2 + j)) << j;
   rows.truncate(4);
   EXPECT_EQ(rows.pages(), 1);
   EXPECT_EQ(pool.pages_free(), 2);

@@ -154,7 +154,7 @@ void load_key_tile(const KvSourceCache& kv, int64_t g0, int n, int dh, IndexerSc
 // for the call's queries; false: the float path must score this tile.
 bool load_int_key_tile(const KvSourceCache& kv, int64_t g0, int n, IndexerScratch& ws) {
   const uint8_t* records[kIndexKeyTile];
-  for (int j = 0; j < n; ++j) records[j] = kv.index.row(g0 + j);
+  kv.index.rows(g0, n, records);
   index_key_tile_ints(records, n, ws.query_ints.dh, ws.key_ints);
   return index_int_tile_fits(ws.query_ints, ws.key_ints);
 }

@@ -1,6 +1,7 @@
 // The 16 × 16 transpose of 32-bit elements in AVX-512 registers, shared by the indexer's float and
 // integer key tiles (index_score_avx512.cpp, index_score_int_avx512.cpp): pairs of rows
-// interleaved, then quadruples, then 128-bit lanes. Include only from files built with AVX-512.
+// interleaved, then quadruples, then 128-bit lanes. Include only from files built with AVX-512
+// (internal linkage: no symbol shared with another object, docs/ARCHITECTURE.md).
 #pragma once
 
 #include <immintrin.h>
@@ -8,7 +9,7 @@
 namespace dsv41 {
 
 // out[c · 16 + j] = element c of r[j], for c, j < 16 (out need not be aligned).
-inline void transpose16x16(const __m512* r, float* out) {
+static inline void transpose16x16(const __m512* r, float* out) {
   __m512 t[16], u[16];
   for (int i = 0; i < 8; ++i) {  // per 128-bit lane L: (a4L, b4L, a4L+1, b4L+1), (a4L+2, b4L+2, …)
     t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);

@@ -40,8 +40,10 @@ struct IndexKeyTileInts {
   int n = 0, dh = 0;
   int k_min = 0, k_max = 0;  // over the tile's n keys and blocks
   bool nan_scale = false;    // a key block with scale byte 0xFF (its values are NaN)
-  alignas(64) uint8_t bytes[128 * kIndexKeyTile] = {};
-  alignas(64) int32_t k[4 * kIndexKeyTile] = {};
+  // Not zeroed on construction (an IndexerScratch is made per call): index_key_tile_ints writes
+  // every byte and exponent the scoring reads.
+  alignas(64) uint8_t bytes[128 * kIndexKeyTile];
+  alignas(64) int32_t k[4 * kIndexKeyTile];
 };
 
 // Whether this CPU and isa run the integer path (AVX-512 BW), and dh fits it (a multiple of 32, ≤ 128).

@@ -5,6 +5,7 @@
 #include "backends/cuda/host_device_backend.h"
 #if defined(DSV41_WITH_CUDA)
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/vision_tower.h"
 #endif
 
@@ -136,6 +137,15 @@ void set_mma_gemm(const std::string& name, Backend& backend, bool on) {
   (void)name;
   (void)backend;
   (void)on;
+}
+
+Result<double> device_copy_bandwidth(const std::string& name, int64_t bytes, int passes) {
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") return cuda::copy_bandwidth(bytes, passes);
+#endif
+  (void)bytes;
+  (void)passes;
+  return unsupported("--backend " + name + " has no device memory of its own to measure");
 }
 
 }  // namespace dsv41::app

@@ -62,5 +62,8 @@ void set_tensor_attention(const std::string& name, Backend& backend, bool on);
 // The indexer's scores on integer tensor cores where its keys are MXFP4 records (cuda only:
 // cuda_backend_set_integer_index, on by default); nothing for the others.
 void set_integer_index(const std::string& name, Backend& backend, bool on);
+// The device's copy bandwidth (bytes read + written a second, best of `passes` copies of `bytes`)
+// for a backend with device memory (cuda); an error for the others.
+Result<double> device_copy_bandwidth(const std::string& name, int64_t bytes, int passes);
 
 }  // namespace dsv41::app

@@ -6,7 +6,8 @@
 // Per context: prefill tok/s, decode tok/s at that context, cache bytes in use, the streaming-
 // read bandwidth measured just before that decode, and the decode floor = (weight bytes read per
 // decoded token + cache bytes in use) / the best bandwidth of the run, for the weights as the
-// engine holds them (float32) and as stored in the checkpoint (runtime/decode_traffic.h).
+// engine holds them and as stored in the checkpoint (runtime/decode_traffic.h). With --backend
+// cuda the bandwidth is the device's copy bandwidth (read + written) instead of the host's read.
 // --membw-mib 0 skips the bandwidth measurement (and the floor). --depth: the prefill depth of the
 // sweep (default bounded, as `run`; docs/REPLAY.md). --returning S: after each prefill, the
 // returning turn — the prompt + S new tokens served as after an SSD hit of the whole prompt
@@ -230,7 +231,10 @@ int bench_main(int argc, char** argv) {
   if (on_device && ranks <= 1 && (!to.contexts.empty() || !bo.batches.empty()))
     return fail(unsupported("not implemented yet: --backend " + dso.backend +
                             " with --tiers or --batches (the CPU engine only); the context sweep and --dspark run on it"));
-  if (on_device && membw_mib > 0) membw_mib = 0;  // the host's read bandwidth bounds nothing on a device
+  // On a device the floor is the device's own copy bandwidth (cuda); the host's read bounds nothing
+  // there, and the emulation has no device memory to measure.
+  const bool device_bandwidth = dso.backend == "cuda";
+  if (on_device && !device_bandwidth && membw_mib > 0) membw_mib = 0;
   ModelLoadOptions load = load_options_from_env();
   load.threads = pool_threads;
   load.pool_spin = load.pool_spin || pool_spin;  // --pool-spin or DSV41_POOL_SPIN=1
@@ -322,10 +326,22 @@ int bench_main(int argc, char** argv) {
   };
   // Arguments were checked by the first call; a later failure (allocation) just leaves a 0.
   auto measure = [&](int passes) -> double {
+    if (device_bandwidth) {
+      auto d = device_copy_bandwidth(dso.backend, membw_mib << 20, passes);
+      return d.ok() ? note(ReadBandwidth{.all_threads = *d}) : 0.0;
+    }
     auto m = measure_read_bandwidth(ex, membw_mib << 20, passes);
     return m.ok() ? note(*m) : 0.0;
   };
-  if (membw_mib > 0) {
+  if (membw_mib > 0 && device_bandwidth) {
+    auto first = device_copy_bandwidth(dso.backend, membw_mib << 20, membw_passes);
+    if (!first.ok())
+      return fail(first.status().with_context("--backend cuda: measuring the device's copy bandwidth (--membw-mib 0 skips it)"));
+    note(ReadBandwidth{.all_threads = *first});
+    std::fprintf(stderr, "device copy bandwidth (%lld MiB copied, read + written, best of %d): %.1f GB/s\n",
+                 static_cast<long long>(membw_mib), membw_passes, *first / 1e9);
+    o.before_decode = [&](int64_t context) { decode_bw[context] = measure(2); };
+  } else if (membw_mib > 0) {
     auto first = measure_read_bandwidth(ex, membw_mib << 20, membw_passes);
     if (!first.ok()) return fail(first.status());
     note(*first);
@@ -372,16 +388,27 @@ int bench_main(int argc, char** argv) {
       return b;
     };
     o.backend_status = [&](const Backend& b) { return backend_status(dso.backend, b); };
-    std::fprintf(stderr, "backend %s: prefill and decode on the device; the floor columns below are the host's "
-                 "(not measured: 0)\n", dso.backend.c_str());
+    std::fprintf(stderr, "backend %s: prefill and decode on the device; %s\n", dso.backend.c_str(),
+                 !device_bandwidth ? "the floor columns below are not measured (0): no device memory to measure"
+                 : membw_mib > 0   ? "read GB/s and the floors below are the device's copy bandwidth"
+                                   : "the floor columns below are not measured (0): --membw-mib 0");
   }
   auto points = run_speed_bench(**model, o, on_point);
   if (!points.ok()) return fail(points.status());
-  if (membw_mib > 0) {
+  if (membw_mib > 0 && device_bandwidth) {
+    measure(membw_passes);
+    std::fprintf(stderr, "device copy bandwidth at the end: %.1f GB/s; best of the run %.1f GB/s\n", bw.all_threads / 1e9,
+                 best_bw / 1e9);
+  } else if (membw_mib > 0) {
     measure(membw_passes);
     std::fprintf(stderr, "streaming read at the end: 1 thread %.2f GB/s, %d threads %.2f GB/s; best of the run %.2f GB/s\n",
                  bw.one_thread / 1e9, bw.threads, bw.all_threads / 1e9, best_bw / 1e9);
   }
+  // What this load reads per decoded token: the stored bytes, or the float32 widening (bf16-held
+  // matrices read half of that; engine_bytes is the upper bound). The device backend uploads what
+  // the model holds.
+  const bool stored = load.weights == WeightHolding::kStored;
+  const double weight_bytes = stored ? traffic->stored_bytes : traffic->engine_bytes;
   // Decode floor at a point: bytes per token over the best bandwidth of the run.
   auto bytes_per_token = [&](double weight_bytes, const SpeedPoint& p) {
     return weight_bytes + decode_cache_bytes_upper_bound(p.cache);
@@ -393,14 +420,17 @@ int bench_main(int argc, char** argv) {
     std::printf("%7s %13s %12s %12s %12s %11s %11s %12s %12s\n", "context", "prefill tok/s", "decode tok/s",
                 "cache bytes", "decode GB/s", "read GB/s", "floor tok/s", "floor(disk)", "decode/floor");
     for (const SpeedPoint& p : *points) {
-      const double f32 = floor_tok_s(traffic->engine_bytes, p), disk = floor_tok_s(traffic->stored_bytes, p);
+      const double held = floor_tok_s(weight_bytes, p), disk = floor_tok_s(traffic->stored_bytes, p);
       std::printf("%7lld %13.1f %12.2f %12lld %12.2f %11.2f %11.2f %12.2f %11.1f%%\n", static_cast<long long>(p.context),
                   p.prefill_tokens_per_s(), p.decode_tokens_per_s(), static_cast<long long>(p.cache.total()),
-                  p.decode_tokens_per_s() * bytes_per_token(traffic->engine_bytes, p) / 1e9, decode_bw[p.context] / 1e9,
-                  f32, disk, f32 > 0 ? 100.0 * p.decode_tokens_per_s() / f32 : 0.0);
+                  p.decode_tokens_per_s() * bytes_per_token(weight_bytes, p) / 1e9, decode_bw[p.context] / 1e9,
+                  held, disk, held > 0 ? 100.0 * p.decode_tokens_per_s() / held : 0.0);
     }
-    std::printf("decode GB/s = decode tok/s × (float32 weights + cache) bytes per token; read GB/s = streaming read "
-                "measured before that decode; floors use the best read of the run, %.2f GB/s\n", best_bw / 1e9);
+    std::printf("decode GB/s = decode tok/s × (weights %s + cache) bytes per token; read GB/s = %s measured before that "
+                "decode; floor tok/s = those bytes at the best %s of the run, %.2f GB/s (floor(disk): the weights as "
+                "stored)\n",
+                stored ? "as stored" : "widened to float32", device_bandwidth ? "the device's copy bandwidth" : "streaming read",
+                device_bandwidth ? "copy" : "read", best_bw / 1e9);
   }
   if (!json) return 0;
   nlohmann::json j;
@@ -412,12 +442,10 @@ int bench_main(int argc, char** argv) {
                          {"stored_bytes", traffic->stored_bytes},
                          {"checkpoint_params", traffic->checkpoint_params}};
   if (membw_mib > 0)
-    j["read_bandwidth"] = {{"buffer_bytes", bw.buffer_bytes}, {"avx2", bw.avx2}, {"threads", bw.threads},
+    j["read_bandwidth"] = {{"buffer_bytes", device_bandwidth ? membw_mib << 20 : bw.buffer_bytes},
+                           {"device_copy", device_bandwidth}, {"avx2", bw.avx2}, {"threads", bw.threads},
                            {"end_one_thread", bw.one_thread}, {"end_all_threads", bw.all_threads}, {"best", best_bw}};
-  // What this load reads per decoded token: the stored bytes, or the float32 widening (bf16-held
-  // matrices read half of that; engine_bytes is the upper bound).
-  const double weight_bytes = load.weights == WeightHolding::kStored ? traffic->stored_bytes : traffic->engine_bytes;
-  j["weights"] = load.weights == WeightHolding::kStored ? "stored" : "widened";
+  j["weights"] = stored ? "stored" : "widened";
   j["isa"] = ex.use_amx() ? "amx" : cpu_isa_name(ex.gemm_isa());
   j["points"] = nlohmann::json::array();
   for (const SpeedPoint& p : *points) {

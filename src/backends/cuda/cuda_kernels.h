@@ -29,6 +29,10 @@ namespace dsv41::cuda {
 Result<int> device_count();
 // "NVIDIA H200, sm_90, 132 SMs, 139.8 GiB" for device `device`.
 Result<std::string> device_summary(int device);
+// The current device's copy bandwidth in bytes per second, counted as bytes read + bytes written
+// (the convention of docs/CUDA.md's "copy rate"): the best of `passes` device-to-device copies of
+// `bytes` after one unmeasured copy. What a decode step that streams its weights can at most read.
+Result<double> copy_bandwidth(int64_t bytes, int passes);
 
 // ---- Record codecs (a) ------------------------------------------------------------------------
 // rows records of `kind` with `channels` channels each: x/out [rows, channels] fp32,

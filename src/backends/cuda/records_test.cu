@@ -3,6 +3,7 @@
 // random record bytes (every code, NaN codes and every scale code).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -111,6 +112,20 @@ INSTANTIATE_TEST_SUITE_P(Kinds, RecordsCuda,
                          ::testing::Values(std::tuple{RowKind::kWindow, 64}, std::tuple{RowKind::kWindow, 512},
                                            std::tuple{RowKind::kMain, 64}, std::tuple{RowKind::kMain, 512},
                                            std::tuple{RowKind::kIndex, 64}, std::tuple{RowKind::kIndex, 128}));
+
+// The floor `dsv41 bench --backend cuda` reports: a measured copy rate in the range of any
+// Hopper part (H100 PCIe ≈ 2 TB/s .. H200 ≈ 4.8 TB/s read + written; a broken timer or a copy of
+// the wrong size lands far outside), and arguments it cannot measure refused.
+TEST(DeviceQueries, CopyBandwidthIsMeasured) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const Result<double> bw = copy_bandwidth(int64_t(256) << 20, 3);
+  ASSERT_TRUE(bw.ok()) << bw.status().to_string();
+  std::printf("device copy bandwidth (256 MiB, read + written): %.1f GB/s\n", *bw / 1e9);
+  EXPECT_GT(*bw, 1.0e12);
+  EXPECT_LT(*bw, 1.0e13);
+  EXPECT_FALSE(copy_bandwidth(1024, 3).ok());
+  EXPECT_FALSE(copy_bandwidth(int64_t(64) << 20, 0).ok());
+}
 
 }  // namespace
 }  // namespace dsv41::cuda

@@ -179,6 +179,11 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
+// The K of a fixed --dspark-modes entry ("1" … "9"); 0 for off and auto.
+int fixed_draft_length(const std::string& mode) {
+  return mode.size() == 1 && mode[0] >= '1' && mode[0] <= '9' ? mode[0] - '0' : 0;
+}
+
 std::string fmt(const char* f, double v) {
   char b[64];
   std::snprintf(b, sizeof b, f, v);
@@ -275,11 +280,20 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
     for (const std::string& m : o.modes) {
       const double v = median(speed[{p, m}]);
       const DsparkStats& d = stats[{p, m}];
+      // A fixed K lists all K slots: one that no drafting step reached (every draft before it
+      // rejected, as in a short run) is unknown — "—" and null, not an acceptance of 0.
       std::string slots;
       json js = json::array();
-      for (size_t i = 0; i < d.slot_verified.size(); ++i) {
-        const double a = d.slot_verified[i] ? double(d.slot_accepted[i]) / double(d.slot_verified[i]) : 0.0;
+      const size_t listed = std::max(d.slot_verified.size(), size_t(fixed_draft_length(m)));
+      for (size_t i = 0; i < listed; ++i) {
+        const bool judged = i < d.slot_verified.size() && d.slot_verified[i] > 0;
         if (i) slots += ' ';
+        if (!judged) {
+          slots += "—";
+          js.push_back(nullptr);
+          continue;
+        }
+        const double a = double(d.slot_accepted[i]) / double(d.slot_verified[i]);
         slots += fmt("%.2f", a);
         js.push_back(a);
       }

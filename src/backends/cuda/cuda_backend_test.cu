@@ -396,7 +396,7 @@ TEST(CudaBackend, DeviceDrafterMatchesHostDrafter) {
         [&](bool device) {
           return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) { b.set_device_drafter(device); });
         },
-        1.0, name + " (cuda)");
+        1.0, name + " (cuda)", /*ring_flips=*/1000);
   });
 }
 

@@ -104,7 +104,10 @@ void for_each_drafter_model(Check&& check) {
 
 // The device drafter's kernel bodies and data flow (feeding its ring copies, drafting several
 // sequences at once, rebuilding copies after a rollback) against the host drafter, on a random
-// drafter in the release formats (dspark-micro) and the trained one (dsv41-mini).
+// drafter in the release formats (dspark-micro) and the trained one (dsv41-mini). The two sum in
+// different orders, so a ring value on an FP8 rounding boundary can take the neighbouring code
+// (the check counts those and allows a few); 2e-3 bounds what one such code does to the logits
+// (session 31's drafter: 7.9e-4 from one flipped code; every value unflipped agrees to ≈ 7e-6).
 TEST(DeviceBackendHost, DeviceDrafterMatchesHostDrafter) {
   for_each_drafter_model([](const Model& model, const std::string& name) {
     ts::check_device_drafter(
@@ -114,7 +117,7 @@ TEST(DeviceBackendHost, DeviceDrafterMatchesHostDrafter) {
           b->set_device_drafter(device);
           return std::unique_ptr<Backend>(std::move(b));
         },
-        1e-4, name + " (emulation)");
+        2e-3, name + " (emulation)");
   });
 }
 

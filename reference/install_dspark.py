@@ -89,8 +89,8 @@ def card_section(summary, ev, model_dir, eval_cmd):
         f"({summary.get('continuations_generated', 0):,} generated during training, {a.get('gen_prompt', 0)} + "
         f"{a.get('gen_new', 0)} tokens); loss = cross-entropy against the greedy token + "
         f"{a.get('soft_weight', 0)} × cross-entropy against the backbone's distribution, weighted γ^k "
-        f"(γ = {a['gamma']}), + {a['conf_weight']} × BCE of the confidence against prefix survival (slots 1…k all "
-        f"right); from {a.get('qat_from', 2):.0%} of the schedule the forward uses the stored weight formats "
+        f"(γ = {a['gamma']}), + {a['conf_weight']} × BCE of the confidence against the conditional acceptance (draft k "
+        f"right given drafts < k were: one factor of the prefix survival); from {a.get('qat_from', 2):.0%} of the schedule the forward uses the stored weight formats "
         f"(straight-through). AdamW, lr {a['lr']}, batches of {a['batch']} × {a['seq_len']}"
         + (f", started from the previous drafter" if a.get("init_from") else "") +
         f"; {summary['steps']} steps, {summary['positions'] / 1e6:.1f} M anchor positions in "

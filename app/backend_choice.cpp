@@ -10,6 +10,14 @@
 #endif
 
 namespace dsv41::app {
+namespace {
+
+#if !defined(DSV41_WITH_CUDA)
+constexpr const char* kBuiltWithoutCuda =
+    "--backend cuda: this dsv41 was built without CUDA (configure with nvcc present, -DDSV41_CUDA=ON; docs/CUDA.md)";
+#endif
+
+}  // namespace
 
 Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const Model& model) {
   if (name == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(model));
@@ -18,8 +26,7 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& name, const Mod
 #if defined(DSV41_WITH_CUDA)
     return make_cuda_backend(model);
 #else
-    return unsupported("--backend cuda: this dsv41 was built without CUDA (configure with nvcc present, "
-                       "-DDSV41_CUDA=ON; docs/CUDA.md)");
+    return unsupported(kBuiltWithoutCuda);
 #endif
   }
   return invalid_argument("--backend: unknown backend '" + name + "' (expected " + kBackendNames + ")");
@@ -140,9 +147,13 @@ void set_mma_gemm(const std::string& name, Backend& backend, bool on) {
 }
 
 Result<double> device_copy_bandwidth(const std::string& name, int64_t bytes, int passes) {
+  if (name == "cuda") {
 #if defined(DSV41_WITH_CUDA)
-  if (name == "cuda") return cuda::copy_bandwidth(bytes, passes);
+    return cuda::copy_bandwidth(bytes, passes);
+#else
+    return unsupported(kBuiltWithoutCuda);
 #endif
+  }
   (void)bytes;
   (void)passes;
   return unsupported("--backend " + name + " has no device memory of its own to measure");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <string>
 
 #include "tests/cli_runner.h"
@@ -60,6 +61,21 @@ TEST(CliBench, BadOptionsAreErrors) {
     const testing::CliResult r = testing::run_cli("bench -m " + kDir + args, testing::Stderr::kMerge);
     EXPECT_NE(r.code, 0) << args << ": " << r.out;
     EXPECT_NE(r.out.find("--backend"), std::string::npos) << args << ": " << r.out;
+  }
+}
+
+// `--backend cuda` where no GPU can be used (this machine: built with or without CUDA): a clear
+// error naming the backend before any work, not a table of zeros.
+TEST(CliBench, CudaWithoutADeviceFailsNamingIt) {
+  DSV41_SKIP_WITHOUT_GOLDEN();
+  if (std::filesystem::exists("/dev/nvidia0")) GTEST_SKIP() << "a GPU is present: the sweep would run";
+  for (const char* membw : {"", " --membw-mib 0"}) {
+    const testing::CliResult r =
+        testing::run_cli("bench -m " + kDir + " --contexts 8 --decode 2 --backend cuda" + membw, testing::Stderr::kMerge);
+    EXPECT_NE(r.code, 0) << membw << ": " << r.out;
+    EXPECT_TRUE(r.out.find("--backend cuda") != std::string::npos || r.out.find("cuda backend") != std::string::npos)
+        << membw << ": " << r.out;
+    EXPECT_EQ(r.out.find("context prefill tok/s"), std::string::npos) << membw << ": " << r.out;
   }
 }
 

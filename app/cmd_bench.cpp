@@ -324,30 +324,30 @@ int bench_main(int argc, char** argv) {
     best_bw = std::max(best_bw, b);
     return b;
   };
+  // The device's copy bandwidth (cuda) or the host's streaming read, best of `passes`.
+  auto read_once = [&](int passes) -> Result<ReadBandwidth> {
+    if (!device_bandwidth) return measure_read_bandwidth(ex, membw_mib << 20, passes);
+    DSV41_ASSIGN_OR_RETURN(double copy, device_copy_bandwidth(dso.backend, membw_mib << 20, passes));
+    return ReadBandwidth{.all_threads = copy};
+  };
   // Arguments were checked by the first call; a later failure (allocation) just leaves a 0.
   auto measure = [&](int passes) -> double {
-    if (device_bandwidth) {
-      auto d = device_copy_bandwidth(dso.backend, membw_mib << 20, passes);
-      return d.ok() ? note(ReadBandwidth{.all_threads = *d}) : 0.0;
-    }
-    auto m = measure_read_bandwidth(ex, membw_mib << 20, passes);
+    auto m = read_once(passes);
     return m.ok() ? note(*m) : 0.0;
   };
-  if (membw_mib > 0 && device_bandwidth) {
-    auto first = device_copy_bandwidth(dso.backend, membw_mib << 20, membw_passes);
-    if (!first.ok())
+  if (membw_mib > 0) {
+    auto first = read_once(membw_passes);
+    if (!first.ok() && device_bandwidth)
       return fail(first.status().with_context("--backend cuda: measuring the device's copy bandwidth (--membw-mib 0 skips it)"));
-    note(ReadBandwidth{.all_threads = *first});
-    std::fprintf(stderr, "device copy bandwidth (%lld MiB copied, read + written, best of %d): %.1f GB/s\n",
-                 static_cast<long long>(membw_mib), membw_passes, *first / 1e9);
-    o.before_decode = [&](int64_t context) { decode_bw[context] = measure(2); };
-  } else if (membw_mib > 0) {
-    auto first = measure_read_bandwidth(ex, membw_mib << 20, membw_passes);
     if (!first.ok()) return fail(first.status());
     note(*first);
-    std::fprintf(stderr, "streaming read (%s, %lld MiB, best of %d): 1 thread %.2f GB/s, %d threads %.2f GB/s\n",
-                 bw.avx2 ? "AVX2" : "portable", static_cast<long long>(membw_mib), bw.passes, bw.one_thread / 1e9,
-                 bw.threads, bw.all_threads / 1e9);
+    if (device_bandwidth)
+      std::fprintf(stderr, "device copy bandwidth (%lld MiB copied, read + written, best of %d): %.1f GB/s\n",
+                   static_cast<long long>(membw_mib), membw_passes, bw.all_threads / 1e9);
+    else
+      std::fprintf(stderr, "streaming read (%s, %lld MiB, best of %d): 1 thread %.2f GB/s, %d threads %.2f GB/s\n",
+                   bw.avx2 ? "AVX2" : "portable", static_cast<long long>(membw_mib), bw.passes, bw.one_thread / 1e9,
+                   bw.threads, bw.all_threads / 1e9);
     o.before_decode = [&](int64_t context) { decode_bw[context] = measure(2); };
   }
   // Each prefill's steps (printed before its bandwidth measurement), then the decode's steps
@@ -395,12 +395,11 @@ int bench_main(int argc, char** argv) {
   }
   auto points = run_speed_bench(**model, o, on_point);
   if (!points.ok()) return fail(points.status());
+  if (membw_mib > 0) measure(membw_passes);
   if (membw_mib > 0 && device_bandwidth) {
-    measure(membw_passes);
     std::fprintf(stderr, "device copy bandwidth at the end: %.1f GB/s; best of the run %.1f GB/s\n", bw.all_threads / 1e9,
                  best_bw / 1e9);
   } else if (membw_mib > 0) {
-    measure(membw_passes);
     std::fprintf(stderr, "streaming read at the end: 1 thread %.2f GB/s, %d threads %.2f GB/s; best of the run %.2f GB/s\n",
                  bw.one_thread / 1e9, bw.threads, bw.all_threads / 1e9, best_bw / 1e9);
   }

@@ -268,7 +268,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   out["fewer_draft_kernels"] = o.fewer_draft_kernels;
   out["verify_graphs_by_sequences"] = o.verify_graphs_by_sequences;
   out["calibration_start"] = calibration.empty() ? "none" : calibration_path;
-  out["cost_unstored_steps"] = o.cost_unstored_steps;
+  out["cost_unstored_steps"] = unstored_steps_for(o.cost_unstored_steps, o.backend != "cpu");
   out["requests"] = reqs->size();
   out["queue"] = o.queue > 0;
   out["warm"] = o.warm;

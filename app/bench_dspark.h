@@ -43,7 +43,7 @@ struct DsparkBenchOptions {
   bool auto_first_touch = false;
   int auto_plain_samples = 0;
   bool auto_laggards = false;  // SchedulerOptions::dspark_auto_weigh_laggards
-  int cost_unstored_steps = 1;  // SchedulerOptions::dspark_cost_unstored_steps
+  int cost_unstored_steps = -1;  // SchedulerOptions::dspark_cost_unstored_steps (−1: by the backend)
   std::string trace;          // non-empty: every decoding step of every run, one JSON line each
   // Where auto's confidence maps start: "" the model's measured calibration (`<dir>/dspark_calibration.json`,
   // the identity when it has none), "none" the identity, else that file.

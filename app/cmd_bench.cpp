@@ -172,8 +172,8 @@ int bench_main(int argc, char** argv) {
                  "with --dspark: auto's counted plain steps a measurement (0: as many as drafting's)")
       ->check(in_range(0, 32));
   cli.add_option("--dspark-cost-unstored-steps", dso.cost_unstored_steps,
-                 "with --dspark: the first steps of each verify shape the step-cost table leaves unstored (1, the "
-                 "default; 2 also skips the second, which still pays first touches on the GPU)")
+                 "with --dspark: the first steps of each verify shape the step-cost table leaves unstored (default "
+                 "by the backend: 2 on a device, whose second step of a new shape still pays first touches; 1 on the CPU)")
       ->check(in_range(1, 8));
   cli.add_flag("--dspark-auto-laggards", dso.auto_laggards,
                "with --dspark: auto values each sequence's drafts by its remaining tokens (a closed batch finishes together)");

@@ -74,7 +74,9 @@ class AutoDraftSwitch {
   static constexpr int64_t kRunSteps = 6;       // with settle: steps a side in a row,
   static constexpr int64_t kSettleSteps = 2;    // the first kSettleSteps of them not counted
   // The loss that ends a measurement after n samples a side: a clear one (½ as fast) after one,
-  // then less clear ones as the evidence grows, down to "not ahead at all" after four.
+  // then less clear ones as the evidence grows, 1 − kNearTie·√(4 / n) from four on; between it
+  // and margin(n) the measurement goes on (after kMaxSamples a side, not a win is plain).
+  static constexpr double kNearTie = 0.15;
   static double loss_bound(int64_t samples_per_side);
 
   // refill_steps: steps of fed rings before a bucket drafts (the drafter's window).

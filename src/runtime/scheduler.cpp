@@ -41,7 +41,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(Engine& engine, const Sched
 // about a row each on a compute-bound one.
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
     : engine_(engine), options_(options),
-      step_cost_(step_cost_prior(engine.backend().step_shape()), 0.1, options.dspark_cost_unstored_steps) {}
+      step_cost_(step_cost_prior(engine.backend().step_shape()), 0.1,
+                 unstored_steps_for(options.dspark_cost_unstored_steps, engine.backend().step_shape().switch_cost)) {}
 
 int64_t Scheduler::submit(GenerationRequest request) {
   const int64_t ticket = next_ticket_++;

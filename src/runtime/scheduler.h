@@ -126,9 +126,10 @@ struct SchedulerOptions {
   // verified: the tokens emitted are the same either way.
   std::vector<SlotMap> dspark_calibration;
   // --dspark auto/K: the first steps of each verify shape (rows, batch bucket) whose time the
-  // step-cost table does not store (runtime/step_cost.h record): 1 as before; 2 also skips the
-  // second, which on the H200 still paid first touches (not measured yet: off by default).
-  int dspark_cost_unstored_steps = 1;
+  // step-cost table does not store (runtime/step_cost.h record, unstored_steps_for): −1 by the
+  // backend (2 where its steps pay for a switch: the device backend, whose second step of a new
+  // shape still pays first touches; 1 on the CPU); ≥ 1 as given.
+  int dspark_cost_unstored_steps = -1;
   // Keep a record of every decoding step in DsparkStats::step_trace (diagnostics; grows by one a step).
   bool dspark_step_trace = false;
   // Test hooks: picks the drafter's tokens instead of its argmax (model/dspark.h DraftPicker);

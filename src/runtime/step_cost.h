@@ -35,6 +35,14 @@ struct StepCostPrior {
 // A backend's step shape as the prior (the scale is arbitrary: the planner compares ratios).
 StepCostPrior step_cost_prior(const StepShape& shape);
 
+// StepCost's unstored_steps for an option value (≥ 1: as given; otherwise by the backend): 2
+// where steps pay for a switch (StepShape::switch_cost, the device backend) — on the H100
+// (session 32, dsv41-mini, batch 1) the first two steps of each new verify row count both ran
+// 1.3–1.7× the later ones (6 rows: 3.8 and 3.6 ms, then 2.3; 5 rows: 3.8 and 3.4, then 2.2), and a
+// stored second step priced that count out for the rest of the run (auto verified 2 drafts a step
+// where 5 cost the same: 1.51× off against K = 5's 1.71×) — else 1.
+inline int unstored_steps_for(int option, bool switch_cost) { return option >= 1 ? option : switch_cost ? 2 : 1; }
+
 class StepCost {
  public:
   // ema_alpha ∈ (0, 1]: the weight of a new measurement (1 = keep only the latest).

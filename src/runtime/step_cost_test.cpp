@@ -76,6 +76,15 @@ TEST(StepCost, TheFirstTwoStepsOfAShapeCanBeLeftUnstored) {
   EXPECT_DOUBLE_EQ(one.cost(5, 1), 2.4);
 }
 
+// The scheduler's default (session 32): two unstored steps where a backend's steps pay for a
+// switch (the device backend), one on the CPU; an explicit option wins.
+TEST(StepCost, UnstoredStepsByTheBackendUnlessGiven) {
+  EXPECT_EQ(unstored_steps_for(-1, kStreamingStep.switch_cost), 2);
+  EXPECT_EQ(unstored_steps_for(-1, kComputeBoundStep.switch_cost), 1);
+  EXPECT_EQ(unstored_steps_for(1, true), 1);
+  EXPECT_EQ(unstored_steps_for(3, false), 3);
+}
+
 TEST(StepCost, RecordIgnoresBadMeasurements) {
   StepCost c;
   EXPECT_FALSE(c.record(2, 1, NAN));

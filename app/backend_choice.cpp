@@ -104,9 +104,14 @@ GraphCounts graph_counts(const std::string& name, const Backend& backend) {
 #if defined(DSV41_WITH_CUDA)
   if (name == "cuda") {
     const CudaGraphCounts c = cuda_backend_graph_counts(backend);
-    return {c.launches, c.updates, c.instantiations};
+    const ExecCounts e = cuda_backend_counts(backend);
+    return {c.launches, c.updates, c.instantiations, e.uploads, e.downloads};
   }
 #endif
+  if (name == "device-emulation") {  // deferred stretches for graphs; no updates or instantiations
+    const ExecCounts e = host_device_backend_counts(backend);
+    return {e.graph_launches, 0, 0, e.uploads, e.downloads};
+  }
   (void)name;
   (void)backend;
   return {};

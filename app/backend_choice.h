@@ -47,10 +47,13 @@ void set_publish_with_feeding(const std::string& name, Backend& backend, bool on
 void set_fewer_draft_kernels(const std::string& name, Backend& backend, bool on);
 // Verify steps' graphs per sequence count (on, the default) or per row count (session 15's).
 void set_verify_graphs_by_sequences(const std::string& name, Backend& backend, bool on);
-// The CUDA graphs a cuda backend launched so far, and how many of them it updated and made anew
-// (diagnostics; zeros for the other backends).
+// The CUDA graphs a cuda backend launched so far, and how many of them it updated and made anew,
+// and its blocking copies (each waits for the device to drain: a step that has one cannot run
+// ahead of its kernels); the emulated device's stretches and copies; zeros for the CPU backend
+// (diagnostics).
 struct GraphCounts {
   int64_t launches = 0, updates = 0, instantiations = 0;
+  int64_t blocking_uploads = 0, downloads = 0;
 };
 GraphCounts graph_counts(const std::string& name, const Backend& backend);
 // The experts and stored / bf16 GEMMs of many-row steps (prefill chunks, batches of ≥ 64 rows) on

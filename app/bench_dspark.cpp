@@ -151,7 +151,8 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   run.stats = since(sched->dspark_stats(), before);
   const GraphCounts g = graph_counts(o.backend, engine->backend());
   run.graphs = {g.launches - graphs_before.launches, g.updates - graphs_before.updates,
-                g.instantiations - graphs_before.instantiations};
+                g.instantiations - graphs_before.instantiations, g.blocking_uploads - graphs_before.blocking_uploads,
+                g.downloads - graphs_before.downloads};
   if (!o.calibration_out.empty())
     run.fitted_calibration = sched->confidence_calibration().to_json(
         model.config().dspark_block_size, "DSpark confidence maps fitted online by dsv41 bench --dspark (batch " +
@@ -167,7 +168,7 @@ void write_trace(std::ofstream& out, int round, int batch, const std::string& mo
     out << json{{"round", round},       {"batch", batch},     {"mode", mode},         {"step", i},
                 {"seqs", t.seqs},       {"rows", t.rows},     {"emitted", t.emitted}, {"drafted", t.drafted},
                 {"decode_only", t.decode_only}, {"phase", std::string(1, t.phase)}, {"ms", t.ms},
-                {"draft_ms", t.draft_ms}}
+                {"draft_ms", t.draft_ms}, {"forward_ms", t.forward_ms}}
                .dump()
         << '\n';
   }
@@ -241,10 +242,12 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
         stats[{p, m}] = run->stats;
         tokens[{p, m}] = run->tokens;
         std::fprintf(stderr, "round %d, batch %d, --dspark %s: %.1f tok/s", round + 1, p, m.c_str(), run->tok_s);
-        if (run->graphs.launches > 0)
-          std::fprintf(stderr, " (CUDA graphs: %lld launched, %lld updated, %lld made anew)",
+        if (run->graphs.launches > 0 || run->graphs.blocking_uploads > 0 || run->graphs.downloads > 0)
+          std::fprintf(stderr, " (CUDA graphs: %lld launched, %lld updated, %lld made anew; %lld blocking uploads, %lld downloads)",
                        static_cast<long long>(run->graphs.launches), static_cast<long long>(run->graphs.updates),
-                       static_cast<long long>(run->graphs.instantiations));
+                       static_cast<long long>(run->graphs.instantiations),
+                       static_cast<long long>(run->graphs.blocking_uploads),
+                       static_cast<long long>(run->graphs.downloads));
         std::fprintf(stderr, "\n");
         if (trace.is_open()) write_trace(trace, round + 1, p, m, run->stats);
         if (m != "off") fitted_calibration = run->fitted_calibration;

@@ -390,6 +390,8 @@ TEST(DsparkDecode, StepTraceAccountsForEveryToken) {
       EXPECT_GE(t.rows, t.seqs);
       EXPECT_LE(t.rows, t.seqs * 6);
       EXPECT_GT(t.ms, 0);
+      EXPECT_GT(t.forward_ms, 0);
+      EXPECT_LE(t.forward_ms + t.draft_ms, t.ms * 1.0001f) << "the forward and the draft are parts of the step";
       if (t.seqs > 0) EXPECT_EQ(t.phase != '-', mode.kind == DsparkMode::Kind::kAuto);
       if (!t.drafted) EXPECT_EQ(t.rows, t.seqs);
     }

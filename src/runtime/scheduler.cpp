@@ -297,7 +297,8 @@ void Scheduler::trace_step(double ms, bool decode_only, int64_t seqs, int64_t ro
   }
   dspark_.step_trace.push_back({static_cast<int32_t>(seqs), static_cast<int32_t>(rows),
                                 static_cast<int32_t>(emitted_this_step_), drafted_this_step_, decode_only, phase,
-                                static_cast<float>(ms), static_cast<float>(drafted_this_step_ ? draft_ms_this_step_ : 0.0)});
+                                static_cast<float>(ms), static_cast<float>(drafted_this_step_ ? draft_ms_this_step_ : 0.0),
+                                static_cast<float>(forward_ms_this_step_)});
 }
 
 bool Scheduler::emit_token(Active& a, int32_t token, const float* logits) {
@@ -566,7 +567,9 @@ bool Scheduler::step() {
     owners_.push_back(&a);
   }
   last_.segments = static_cast<int64_t>(segments_.size());
+  const auto forward_start = std::chrono::steady_clock::now();
   const std::vector<SegmentResult>& results = engine_.forward(segments_);
+  forward_ms_this_step_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - forward_start).count();
   for (size_t i = 0; i < results.size(); ++i) {
     Active& a = *owners_[i];
     const SegmentResult& r = results[i];

@@ -170,6 +170,8 @@ struct DsparkStats {
     bool decode_only = false;        // no prefill chunk rode along
     char phase = '-';                // auto's verdict for the step's bucket: M(easure), P(lain), D(rafting); '-' otherwise
     float ms = 0, draft_ms = 0;      // the whole step (drafting included), the drafter alone
+    float forward_ms = 0;            // the engine's forward alone (the rest: building the batch, accepting,
+                                     // rolling back and emitting on the host)
   };
   std::vector<Step> step_trace;
   // Adds another scheduler's counts (several ranks' totals): counters, per-slot and calibration
@@ -312,6 +314,7 @@ class Scheduler {
   AutoDraftSwitch auto_{engine_.config().sliding_window, auto_warmup(), auto_settle(), options_.dspark_auto_plain_samples};
   bool drafted_this_step_ = false;
   double draft_ms_this_step_ = 0;  // the drafter's wall time this step (not a verify cost)
+  double forward_ms_this_step_ = 0;  // the engine's forward this step (the step trace)
   int64_t steps_ = 0;               // steps with active requests (diagnostics)
   int64_t emitted_this_step_ = 0;
   int64_t verified_this_step_ = 0;  // drafts the planner kept for verification

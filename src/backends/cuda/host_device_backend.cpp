@@ -35,4 +35,9 @@ void host_device_backend_set_publish_with_feeding(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<HostExec>*>(&backend)) b->set_publish_with_feeding(on);
 }
 
+ExecCounts host_device_backend_counts(const Backend& backend) {
+  const auto* b = dynamic_cast<const DeviceBackend<HostExec>*>(&backend);
+  return b ? b->exec_counts() : ExecCounts{};
+}
+
 }  // namespace dsv41

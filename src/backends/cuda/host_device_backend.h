@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "backends/cuda/exec_counts.h"
 #include "engine/backend.h"
 #include "model/model.h"
 #include "parallel/communicator.h"
@@ -30,5 +31,7 @@ void host_device_backend_set_publish_with_feeding(Backend& backend, bool on);
 // (DeviceBackend::set_draft_slots_one_launch, set_draft_keys_in_shared; the emulation runs the
 // simple bodies either way).
 void host_device_backend_set_fewer_draft_kernels(Backend& backend, bool on);
+// Its emulated launches and copies so far (exec_counts.h); zeros for another backend.
+ExecCounts host_device_backend_counts(const Backend& backend);
 
 }  // namespace dsv41

@@ -88,6 +88,10 @@ DsparkStats since(const DsparkStats& now, const DsparkStats& before) {
     d.calibration_estimate[b] -= before.calibration_estimate[b];
   }
   d.drafting_steps -= before.drafting_steps;
+  for (size_t k = 0; k < 2; ++k) {
+    d.decode_forward_ms[k] -= before.decode_forward_ms[k];
+    d.decode_forward_steps[k] -= before.decode_forward_steps[k];
+  }
   d.auto_verdicts.erase(d.auto_verdicts.begin(), d.auto_verdicts.begin() + ptrdiff_t(before.auto_verdicts.size()));
   d.step_trace.erase(d.step_trace.begin(), d.step_trace.begin() + ptrdiff_t(before.step_trace.size()));
   return d;
@@ -276,8 +280,8 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   out["queue"] = o.queue > 0;
   out["warm"] = o.warm;
   std::printf("| batch | --dspark | median tok/s | vs off | tokens per verify step | accepted per drafting step | "
-              "per-slot acceptance | drafting steps | drafter ms / drafting step |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+              "per-slot acceptance | drafting steps | drafter ms / drafting step | forward ms: plain / drafting step |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (int p : o.batches) {
     const double off = speed.count({p, "off"}) ? median(speed[{p, "off"}]) : 0.0;
     for (const std::string& m : o.modes) {
@@ -302,14 +306,24 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
       }
       const double per_step = d.steps ? double(d.accepted) / double(d.steps) : 0.0;
       const double draft_ms = d.drafting_steps ? d.draft_ms / double(d.drafting_steps) : 0.0;
-      std::printf("| %d | %s | %.1f | %s | %s | %.3f | %s | %lld | %.3f |\n", p, m.c_str(), v,
+      // The forward of a decode-only step, plain and verifying (−1 / "—": no such step).
+      std::array<double, 2> forward{-1.0, -1.0};
+      std::string forwards;
+      for (size_t k = 0; k < 2; ++k) {
+        if (d.decode_forward_steps[k] > 0) forward[k] = d.decode_forward_ms[k] / double(d.decode_forward_steps[k]);
+        forwards += (k ? " / " : "") + (forward[k] < 0 ? std::string("—") : fmt("%.3f", forward[k]));
+      }
+      std::printf("| %d | %s | %.1f | %s | %s | %.3f | %s | %lld | %.3f | %s |\n", p, m.c_str(), v,
                   off > 0 ? (fmt("%.3f", v / off) + "×").c_str() : "—", m == "off" ? "1" : fmt("%.3f", 1 + per_step).c_str(),
-                  per_step, slots.empty() ? "—" : slots.c_str(), static_cast<long long>(d.drafting_steps), draft_ms);
+                  per_step, slots.empty() ? "—" : slots.c_str(), static_cast<long long>(d.drafting_steps), draft_ms,
+                  forwards.c_str());
       out["runs"].push_back({{"batch", p}, {"mode", m}, {"tok_s", v}, {"vs_off", off > 0 ? v / off : 0.0},
                              {"tokens", tokens[{p, m}]},
                              {"rounds", speed[{p, m}]}, {"accepted_per_verify_step", per_step},
                              {"slot_acceptance", js}, {"drafting_steps", d.drafting_steps},
-                             {"draft_ms_per_drafting_step", draft_ms}});
+                             {"draft_ms_per_drafting_step", draft_ms},
+                             {"forward_ms_plain_step", forward[0] < 0 ? json(nullptr) : json(forward[0])},
+                             {"forward_ms_drafting_step", forward[1] < 0 ? json(nullptr) : json(forward[1])}});
     }
   }
   for (int p : o.batches)

@@ -45,8 +45,12 @@ TEST(CliBenchDspark, EveryModeAndBatchWithAcceptanceAndCalibration) {
     EXPECT_GT(run["tok_s"].get<double>(), 0) << run;
     if (run["mode"] == "off") {
       EXPECT_EQ(run["drafting_steps"].get<int64_t>(), 0) << run;
+      EXPECT_GT(run["forward_ms_plain_step"].get<double>(), 0) << run;
+      EXPECT_TRUE(run["forward_ms_drafting_step"].is_null()) << run;
     } else if (run["mode"] != "auto") {
       EXPECT_GT(run["drafting_steps"].get<int64_t>(), 0) << run;
+      // Every decode step of a fixed K drafts (the requests leave room for it but near their end).
+      EXPECT_GT(run["forward_ms_drafting_step"].get<double>(), 0) << run;
       // All K slots listed; slot 1 is judged at every drafting step, later ones may be unknown (null)
       // when no step reached them.
       ASSERT_EQ(run["slot_acceptance"].size(), size_t(std::stoi(run["mode"].get<std::string>()))) << run;

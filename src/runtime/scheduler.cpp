@@ -599,6 +599,10 @@ bool Scheduler::step() {
       step_cost_.record(static_cast<int>(decode_rows), static_cast<int>(decode_seqs), ms - draft_ms_this_step_);
     measure_step(ms, decode_only);
   }
+  if (decode_only && decode_seqs > 0) {
+    dspark_.decode_forward_ms[drafted_this_step_] += forward_ms_this_step_;
+    ++dspark_.decode_forward_steps[drafted_this_step_];
+  }
   if (options_.dspark_step_trace && (decode_seqs > 0 || emitted_this_step_ > 0))
     trace_step(ms, decode_only, decode_seqs, decode_rows);
   // Finished requests leave their slots (refilled at the next step).
@@ -627,6 +631,10 @@ void DsparkStats::add(const DsparkStats& other) {
     calibration_estimate[b] += other.calibration_estimate[b];
   }
   drafting_steps += other.drafting_steps;
+  for (size_t k = 0; k < 2; ++k) {
+    decode_forward_ms[k] += other.decode_forward_ms[k];
+    decode_forward_steps[k] += other.decode_forward_steps[k];
+  }
 }
 
 }  // namespace dsv41

@@ -158,6 +158,11 @@ struct DsparkStats {
   std::array<double, kCalibrationBuckets> calibration_estimate{};
   // Steps whose drafter ran.
   int64_t drafting_steps = 0;
+  // The engine's forward in decode-only steps, by kind: [0] plain (nothing drafted), [1] drafting
+  // (the verify rows): the sums and the steps (a verify forward against a plain one is what
+  // drafting costs on top of the drafter).
+  std::array<double, 2> decode_forward_ms{};
+  std::array<int64_t, 2> decode_forward_steps{};
   // Auto's verdicts, one line each: step, batch bucket, won / lost, samples and tokens per ms a side.
   std::vector<std::string> auto_verdicts;
   // Every step that decoded or emitted (a prompt's first token comes from a prefill step: seqs 0),

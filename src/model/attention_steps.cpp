@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <span>
 
 #include "base/thread_pool.h"
@@ -21,6 +22,11 @@ namespace {
 // the [rows, G] score buffer stays ≤ 2^22 floats (16 MiB) however long the context.
 constexpr int64_t kIndexerRowBlock = 256;
 constexpr int64_t kIndexerTaskRows = 16;  // query rows per parallel task of the indexer
+// A block of query rows too few for a task each (decode: one row) scores its keys in parallel
+// instead, in ranges of whole key tiles, once the rows see at least this many entries: at 64K
+// dsv41-mini's decode spent half a token in one thread's scoring (docs/BENCHMARKS.md "Session 30").
+constexpr int64_t kParallelScoreEntries = 1024;
+constexpr int64_t kScoreTilesPerTask = 16;  // key tiles (of kIndexKeyTile) per parallel task
 constexpr int64_t kIndexerScoreFloats = int64_t{1} << 22;
 // Output groups whose wo_a products a decode step runs in one region (a table on the stack).
 constexpr int64_t kMaxOutputGroups = 64;
@@ -123,6 +129,52 @@ void attention_index(const CpuExec& ex, const ModelConfig& config, const LayerIn
                                shared, &as);
 }
 
+namespace {
+
+// Scores a block of few query rows [row0, row0 + rows) into scores [rows, G] in parallel over the
+// keys: whole key tiles a task (a restricted layer: each row's pool blocks, a range a task), each
+// task with its own scratch — every tile is scored as the serial loop scores it, so the bits are
+// indexer_scores' (indexer_scores_in_pool's). False, nothing done, where the rows see fewer than
+// kParallelScoreEntries entries (a task would cost more than it saves).
+bool score_in_parallel(const CpuExec& ex, const ModelConfig& config, const LayerInfo& layer, const KvSourceCache& kv,
+                       int64_t G, bool restricted, const float* q, const float* head_weights, int64_t row0,
+                       int64_t rows, int64_t start_pos, const SharedAttentionState& shared, float* scores,
+                       std::vector<IndexerScratch>& task_scratch, CpuIsa isa) {
+  const int nb = config.candidate_topk_blocks, bs = config.candidate_block_size;
+  const auto scratch_for = [&](int64_t tasks) {
+    if (static_cast<int64_t>(task_scratch.size()) < tasks) task_scratch.resize(static_cast<size_t>(tasks));
+  };
+  if (!restricted) {
+    if (std::min<int64_t>(G, (start_pos + row0 + rows) / layer.ratio) < kParallelScoreEntries) return false;
+    const int64_t tiles = (G + kIndexKeyTile - 1) / kIndexKeyTile;
+    scratch_for((tiles + kScoreTilesPerTask - 1) / kScoreTilesPerTask);
+    ex.parallel_for(tiles, kScoreTilesPerTask, [&](int64_t b, int64_t e) {
+      indexer_score_tiles(config, kv, G, b * kIndexKeyTile, std::min<int64_t>(e * kIndexKeyTile, G), layer.ratio, q,
+                          head_weights, row0, rows, start_pos, scores,
+                          &task_scratch[static_cast<size_t>(b / kScoreTilesPerTask)], isa);
+    });
+    return true;
+  }
+  const int32_t* first = shared.candidate_blocks.data() + (shared.call_row0 - shared.candidate_row0 + row0) * nb;
+  if (int64_t(std::find(first, first + nb, -1) - first) * bs < kParallelScoreEntries) return false;
+  const int grain = static_cast<int>(std::max<int64_t>(1, kScoreTilesPerTask * kIndexKeyTile / bs));
+  scratch_for((nb + grain - 1) / grain);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = row0 + r;
+    const int32_t* kept = shared.candidate_blocks.data() + (shared.call_row0 - shared.candidate_row0 + i) * nb;
+    const int count = static_cast<int>(std::find(kept, kept + nb, -1) - kept);
+    float* row = scores + r * G;
+    std::fill(row, row + G, -std::numeric_limits<float>::infinity());
+    ex.parallel_for(count, grain, [&](int64_t b, int64_t e) {
+      indexer_score_pool_blocks(config, kv, G, layer.ratio, q, head_weights, i, start_pos, kept, static_cast<int>(b),
+                                static_cast<int>(e), bs, row, &task_scratch[static_cast<size_t>(b / grain)], isa);
+    });
+  }
+  return true;
+}
+
+}  // namespace
+
 void attention_index_with_queries(const CpuExec& ex, const ModelConfig& config, const LayerInfo& layer,
                                   const KvSourceCache& kv, bool restricted, const float* q, const float* head_weights,
                                   int64_t T, int64_t start_pos, SharedAttentionState& shared,
@@ -166,18 +218,24 @@ void attention_index_with_queries(const CpuExec& ex, const ModelConfig& config, 
     scores.resize(static_cast<size_t>(rows * G));
     // Rows [b, e) of this block: their scores (a restricted layer scores only inside the pool,
     // ≤ topk_blocks·block_size entries per query), candidate blocks and top-k. Rows are
-    // independent, so tasks of rows run in parallel (decode: one row, on the caller).
+    // independent, so tasks of rows run in parallel; a block of few rows (decode: one row) has
+    // its scores made in parallel over key tiles first (scored), then the rest on the caller.
+    const int64_t tasks = (rows + kIndexerTaskRows - 1) / kIndexerTaskRows;
+    const bool scored = tasks == 1 && ex.threads() > 1 &&
+                        score_in_parallel(ex, config, layer, kv, G, restricted, q, head_weights, row0, rows, start_pos,
+                                          shared, scores.data(), as.indexer_tasks, isa);
     auto run_rows = [&](int64_t b, int64_t e, IndexerScratch& ts) {
-      if (!restricted)
+      if (!restricted && !scored)
         indexer_scores(config, kv, G, layer.ratio, q, head_weights, row0 + b, e - b, start_pos,
                        scores.data() + b * G, &ts, isa);
       for (int64_t r = b; r < e; ++r) {
         const int64_t i = row0 + r, t = start_pos + i;
         float* row = scores.data() + r * G;
         if (restricted) {
-          indexer_scores_in_pool(config, kv, G, layer.ratio, q, head_weights, i, start_pos,
-                                 shared.candidate_blocks.data() + (shared.call_row0 - shared.candidate_row0 + i) * nb,
-                                 nb, bs, row, &ts, isa);
+          if (!scored)
+            indexer_scores_in_pool(config, kv, G, layer.ratio, q, head_weights, i, start_pos,
+                                   shared.candidate_blocks.data() + (shared.call_row0 - shared.candidate_row0 + i) * nb,
+                                   nb, bs, row, &ts, isa);
         } else if (layer.candidate_source) {
           int32_t* kept = blocks_kept.data() + i * nb;
           select_candidate_blocks(row, G, (t + 1) / layer.ratio, bs, nb, kept, &ts);
@@ -192,7 +250,6 @@ void attention_index_with_queries(const CpuExec& ex, const ModelConfig& config, 
         select_topk(row, G, k, topk.data() + i * k, &ts);
       }
     };
-    const int64_t tasks = (rows + kIndexerTaskRows - 1) / kIndexerTaskRows;
     if (tasks == 1 || ex.threads() == 1) {
       run_rows(0, rows, ws);
       continue;

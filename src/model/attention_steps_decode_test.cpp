@@ -10,9 +10,12 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "cache/records.h"
+#include "model/indexer.h"
 #include "kernels/cpu/stored_quant_test_util.h"
 #include "model/weight_matrix.h"
 
@@ -125,6 +128,72 @@ TEST(AttentionStepsDecode, SameBitsAsOneProductAtATime) {
       for (int rep = 0; rep < 2; ++rep) {  // again with the scratch at its size
         attention_output(ex, c, s.w, o.data(), n, got.data(), &scratch);
         expect_same_bits(got, want, quant ? "attention output (FP8 wo_a)" : "attention output", n);
+      }
+    }
+  }
+}
+
+// The indexer of a block of few query rows (a decode step, a verify step) scores its keys in
+// parallel over key tiles once the rows see ≥ 1,024 entries (attention_steps.cpp, session 32), a
+// restricted layer over its pool's blocks: the top-k, the candidate pool and every score equal
+// the serial scoring's bit for bit, at ratio 1 and 2, for 1 and 5 rows, on a 3-thread pool.
+TEST(AttentionIndexDecode, ParallelKeyScoringEqualsSerial) {
+  ModelConfig c;
+  c.index_n_heads = 4;
+  c.index_head_dim = 64;
+  c.index_topk = 64;
+  c.candidate_topk_blocks = 160;  // a pool of 1,280 entries: the restricted layer scores in parallel too
+  c.candidate_block_size = 8;
+  std::mt19937 rng(32);
+  std::normal_distribution<float> nd;
+  ThreadPool pool(3);
+  CpuExec parallel = CpuExec::serial();
+  parallel.pool = &pool;
+  const CpuExec serial = CpuExec::serial();
+  const int64_t G = 2500, vec = int64_t{c.index_n_heads} * c.index_head_dim;
+  for (int ratio : {1, 2}) {
+    PagePool main_pool(1 << 14), index_pool(1 << 14);
+    KvSourceCache kv(0, ratio, 32, c.index_head_dim, &main_pool, &index_pool, 64);
+    std::vector<float> key(static_cast<size_t>(c.index_head_dim));
+    for (int64_t g = 0; g < G; ++g) {
+      for (float& v : key) v = nd(rng);
+      index_row_pack(key.data(), key.size(), kv.index.append());
+      kv.main.append();  // entries() counts the main rows; the indexer reads only the index rows
+    }
+    for (int64_t rows : {1, 5}) {
+      const int64_t start = G * ratio - rows;  // the last row sees every entry
+      std::vector<float> q(static_cast<size_t>(rows * vec)), w(static_cast<size_t>(rows * c.index_n_heads));
+      for (float& v : q) v = nd(rng);
+      for (float& v : w) v = nd(rng);
+      for (int64_t i = 0; i < rows * c.index_n_heads; ++i)
+        row_fake_quant(RowKind::kIndex, q.data() + i * c.index_head_dim, static_cast<size_t>(c.index_head_dim));
+      // The candidate source (unrestricted, builds the pool), then a layer restricted to that pool.
+      const auto run = [&](const CpuExec& ex, SharedAttentionState& shared, bool restricted, AttentionScratch& as) {
+        LayerInfo layer;
+        layer.index = restricted ? 3 : 2;
+        layer.ratio = ratio;
+        layer.candidate_source = !restricted;
+        shared.record_trace = true;
+        shared.call_row0 = 0;
+        attention_index_with_queries(ex, c, layer, kv, restricted, q.data(), w.data(), rows, start, shared, &as);
+      };
+      SharedAttentionState one, three;
+      one.begin_forward(start, rows);
+      three.begin_forward(start, rows);
+      for (bool restricted : {false, true}) {
+        AttentionScratch as_one, as_three;
+        run(serial, one, restricted, as_one);
+        run(parallel, three, restricted, as_three);
+        const std::string what = "ratio " + std::to_string(ratio) + ", rows " + std::to_string(rows) +
+                                 (restricted ? ", restricted" : ", candidate source");
+        EXPECT_GE(as_three.indexer_tasks.size(), 2u) << what << ": the parallel scoring ran";
+        EXPECT_EQ(one.topk, three.topk) << what;
+        EXPECT_EQ(one.candidate_blocks, three.candidate_blocks) << what;
+        ASSERT_EQ(one.trace_index_scores.size(), three.trace_index_scores.size()) << what;
+        EXPECT_EQ(std::memcmp(one.trace_index_scores.data(), three.trace_index_scores.data(),
+                              one.trace_index_scores.size() * sizeof(float)),
+                  0)
+            << what;
       }
     }
   }

@@ -170,6 +170,12 @@ bool use_int_queries(CpuIsa isa, const float* q, int64_t rows, int nh, int dh, I
 void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                     const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores,
                     IndexerScratch* scratch, CpuIsa isa) {
+  indexer_score_tiles(config, kv, G, 0, G, ratio, q, head_weights, row0, rows, start_pos, scores, scratch, isa);
+}
+
+void indexer_score_tiles(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int64_t g_begin, int64_t g_end,
+                         int ratio, const float* q, const float* head_weights, int64_t row0, int64_t rows,
+                         int64_t start_pos, float* scores, IndexerScratch* scratch, CpuIsa isa) {
   const int nh = config.index_n_heads, dh = config.index_head_dim;
   const float softmax_scale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5));
   IndexerScratch local;
@@ -178,8 +184,8 @@ void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t 
   const bool ints = use_int_queries(isa, q + row0 * vec, rows, nh, dh, ws);
   // Key tiles outer (each packed key is unpacked once per call), rows inner. Rows are in position
   // order, so the rows that see nothing of a tile yet lead: they only get −inf.
-  for (int64_t g0 = 0; g0 < G; g0 += kIndexKeyTile) {
-    const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, G - g0));
+  for (int64_t g0 = g_begin; g0 < g_end; g0 += kIndexKeyTile) {
+    const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, g_end - g0));
     int64_t r = 0;
     for (; r < rows && (start_pos + row0 + r + 1) / ratio <= g0; ++r) std::fill_n(scores + r * G + g0, n, kNegInf);
     if (r < rows && ints && load_int_key_tile(kv, g0, n, ws)) {
@@ -205,14 +211,22 @@ void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t 
 void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                             const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
                             int topk_blocks, int block_size, float* row, IndexerScratch* scratch, CpuIsa isa) {
+  std::fill(row, row + G, kNegInf);
+  indexer_score_pool_blocks(config, kv, G, ratio, q, head_weights, i, start_pos, kept, 0, topk_blocks, block_size, row,
+                            scratch, isa);
+}
+
+void indexer_score_pool_blocks(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
+                               const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
+                               int j_begin, int j_end, int block_size, float* row, IndexerScratch* scratch,
+                               CpuIsa isa) {
   const int nh = config.index_n_heads, dh = config.index_head_dim;
   const float softmax_scale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5));
   IndexerScratch local;
   IndexerScratch& ws = scratch ? *scratch : local;
-  std::fill(row, row + G, kNegInf);
   const int64_t visible = std::min<int64_t>(G, (start_pos + i + 1) / ratio);
   const bool ints = visible > 0 && use_int_queries(isa, q + i * nh * dh, 1, nh, dh, ws);
-  for (int j = 0; j < topk_blocks && kept[j] >= 0; ++j) {
+  for (int j = j_begin; j < j_end && kept[j] >= 0; ++j) {
     const int64_t end = std::min<int64_t>(visible, (int64_t{kept[j]} + 1) * block_size);
     for (int64_t g0 = int64_t{kept[j]} * block_size; g0 < end; g0 += kIndexKeyTile) {
       const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, end - g0));

@@ -139,35 +139,44 @@ namespace {
 bool score_in_parallel(const CpuExec& ex, const ModelConfig& config, const LayerInfo& layer, const KvSourceCache& kv,
                        int64_t G, bool restricted, const float* q, const float* head_weights, int64_t row0,
                        int64_t rows, int64_t start_pos, const SharedAttentionState& shared, float* scores,
-                       std::vector<IndexerScratch>& task_scratch, CpuIsa isa) {
+                       IndexerScratch& ws, std::vector<IndexerScratch>& task_scratch, CpuIsa isa) {
   const int nb = config.candidate_topk_blocks, bs = config.candidate_block_size;
-  const auto scratch_for = [&](int64_t tasks) {
+  // Two ranges a thread: few enough that a task's fixed cost (a wake-up, its first cold tiles)
+  // stays small against its keys.
+  const auto grain_for = [&](int64_t units, int64_t least) {
+    return std::max<int64_t>(least, (units + 2 * ex.threads() - 1) / (2 * ex.threads()));
+  };
+  const auto scratch_for = [&](int64_t units, int64_t grain) {
+    const int64_t tasks = (units + grain - 1) / grain;
     if (static_cast<int64_t>(task_scratch.size()) < tasks) task_scratch.resize(static_cast<size_t>(tasks));
   };
   if (!restricted) {
     if (std::min<int64_t>(G, (start_pos + row0 + rows) / layer.ratio) < kParallelScoreEntries) return false;
-    const int64_t tiles = (G + kIndexKeyTile - 1) / kIndexKeyTile;
-    scratch_for((tiles + kScoreTilesPerTask - 1) / kScoreTilesPerTask);
-    ex.parallel_for(tiles, kScoreTilesPerTask, [&](int64_t b, int64_t e) {
+    const IndexQueryInts* ints = indexer_query_ints(config, q, row0, rows, isa, ws) ? &ws.query_ints : nullptr;
+    const int64_t tiles = (G + kIndexKeyTile - 1) / kIndexKeyTile, grain = grain_for(tiles, kScoreTilesPerTask);
+    scratch_for(tiles, grain);
+    ex.parallel_for(tiles, grain, [&](int64_t b, int64_t e) {
       indexer_score_tiles(config, kv, G, b * kIndexKeyTile, std::min<int64_t>(e * kIndexKeyTile, G), layer.ratio, q,
-                          head_weights, row0, rows, start_pos, scores,
-                          &task_scratch[static_cast<size_t>(b / kScoreTilesPerTask)], isa);
+                          head_weights, row0, rows, start_pos, scores, ints,
+                          task_scratch[static_cast<size_t>(b / grain)], isa);
     });
     return true;
   }
   const int32_t* first = shared.candidate_blocks.data() + (shared.call_row0 - shared.candidate_row0 + row0) * nb;
   if (int64_t(std::find(first, first + nb, -1) - first) * bs < kParallelScoreEntries) return false;
-  const int grain = static_cast<int>(std::max<int64_t>(1, kScoreTilesPerTask * kIndexKeyTile / bs));
-  scratch_for((nb + grain - 1) / grain);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = row0 + r;
     const int32_t* kept = shared.candidate_blocks.data() + (shared.call_row0 - shared.candidate_row0 + i) * nb;
     const int count = static_cast<int>(std::find(kept, kept + nb, -1) - kept);
     float* row = scores + r * G;
     std::fill(row, row + G, -std::numeric_limits<float>::infinity());
+    const bool visible = std::min<int64_t>(G, (start_pos + i + 1) / layer.ratio) > 0;
+    const IndexQueryInts* ints = visible && indexer_query_ints(config, q, i, 1, isa, ws) ? &ws.query_ints : nullptr;
+    const int64_t grain = grain_for(count, std::max<int64_t>(1, kScoreTilesPerTask * kIndexKeyTile / bs));
+    scratch_for(count, grain);
     ex.parallel_for(count, grain, [&](int64_t b, int64_t e) {
       indexer_score_pool_blocks(config, kv, G, layer.ratio, q, head_weights, i, start_pos, kept, static_cast<int>(b),
-                                static_cast<int>(e), bs, row, &task_scratch[static_cast<size_t>(b / grain)], isa);
+                                static_cast<int>(e), bs, row, ints, task_scratch[static_cast<size_t>(b / grain)], isa);
     });
   }
   return true;
@@ -223,7 +232,7 @@ void attention_index_with_queries(const CpuExec& ex, const ModelConfig& config, 
     const int64_t tasks = (rows + kIndexerTaskRows - 1) / kIndexerTaskRows;
     const bool scored = tasks == 1 && ex.threads() > 1 &&
                         score_in_parallel(ex, config, layer, kv, G, restricted, q, head_weights, row0, rows, start_pos,
-                                          shared, scores.data(), as.indexer_tasks, isa);
+                                          shared, scores.data(), ws, as.indexer_tasks, isa);
     auto run_rows = [&](int64_t b, int64_t e, IndexerScratch& ts) {
       if (!restricted && !scored)
         indexer_scores(config, kv, G, layer.ratio, q, head_weights, row0 + b, e - b, start_pos,

@@ -151,12 +151,12 @@ void load_key_tile(const KvSourceCache& kv, int64_t g0, int n, int dh, IndexerSc
 }
 
 // Keys [g0, g0 + n) of `kv` as integers (index_score_int.h) if they keep the integer path exact
-// for the call's queries; false: the float path must score this tile.
-bool load_int_key_tile(const KvSourceCache& kv, int64_t g0, int n, IndexerScratch& ws) {
+// for the call's queries qi; false: the float path must score this tile.
+bool load_int_key_tile(const KvSourceCache& kv, int64_t g0, int n, const IndexQueryInts& qi, IndexerScratch& ws) {
   const uint8_t* records[kIndexKeyTile];
   kv.index.rows(g0, n, records);
-  index_key_tile_ints(records, n, ws.query_ints.dh, ws.key_ints);
-  return index_int_tile_fits(ws.query_ints, ws.key_ints);
+  index_key_tile_ints(records, n, qi.dh, ws.key_ints);
+  return index_int_tile_fits(qi, ws.key_ints);
 }
 
 // Query rows [0, rows) of q scored on integers (index_score_int.h) where this CPU can and the
@@ -170,26 +170,36 @@ bool use_int_queries(CpuIsa isa, const float* q, int64_t rows, int nh, int dh, I
 void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                     const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores,
                     IndexerScratch* scratch, CpuIsa isa) {
-  indexer_score_tiles(config, kv, G, 0, G, ratio, q, head_weights, row0, rows, start_pos, scores, scratch, isa);
+  IndexerScratch local;
+  IndexerScratch& ws = scratch ? *scratch : local;
+  const int nh = config.index_n_heads, dh = config.index_head_dim;
+  const bool ints = use_int_queries(isa, q + row0 * int64_t{nh} * dh, rows, nh, dh, ws);
+  indexer_score_tiles(config, kv, G, 0, G, ratio, q, head_weights, row0, rows, start_pos, scores,
+                      ints ? &ws.query_ints : nullptr, ws, isa);
+}
+
+bool indexer_query_ints(const ModelConfig& config, const float* q, int64_t row0, int64_t rows, CpuIsa isa,
+                        IndexerScratch& ws) {
+  const int nh = config.index_n_heads, dh = config.index_head_dim;
+  return use_int_queries(isa, q + row0 * int64_t{nh} * dh, rows, nh, dh, ws);
 }
 
 void indexer_score_tiles(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int64_t g_begin, int64_t g_end,
                          int ratio, const float* q, const float* head_weights, int64_t row0, int64_t rows,
-                         int64_t start_pos, float* scores, IndexerScratch* scratch, CpuIsa isa) {
+                         int64_t start_pos, float* scores, const IndexQueryInts* query_ints, IndexerScratch& ws,
+                         CpuIsa isa) {
   const int nh = config.index_n_heads, dh = config.index_head_dim;
   const float softmax_scale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5));
-  IndexerScratch local;
-  IndexerScratch& ws = scratch ? *scratch : local;
   const int64_t vec = int64_t{nh} * dh;
-  const bool ints = use_int_queries(isa, q + row0 * vec, rows, nh, dh, ws);
+  const bool ints = query_ints != nullptr;
   // Key tiles outer (each packed key is unpacked once per call), rows inner. Rows are in position
   // order, so the rows that see nothing of a tile yet lead: they only get −inf.
   for (int64_t g0 = g_begin; g0 < g_end; g0 += kIndexKeyTile) {
     const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, g_end - g0));
     int64_t r = 0;
     for (; r < rows && (start_pos + row0 + r + 1) / ratio <= g0; ++r) std::fill_n(scores + r * G + g0, n, kNegInf);
-    if (r < rows && ints && load_int_key_tile(kv, g0, n, ws)) {
-      index_score_tile_ints(ws.query_ints, r, rows - r, head_weights + (row0 + r) * nh, ws.key_ints, softmax_scale,
+    if (r < rows && ints && load_int_key_tile(kv, g0, n, *query_ints, ws)) {
+      index_score_tile_ints(*query_ints, r, rows - r, head_weights + (row0 + r) * nh, ws.key_ints, softmax_scale,
                             scores + r * G + g0, G, n);
     } else if (r < rows) {
       load_key_tile(kv, g0, n, dh, ws, isa);
@@ -211,27 +221,29 @@ void indexer_score_tiles(const ModelConfig& config, const KvSourceCache& kv, int
 void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                             const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
                             int topk_blocks, int block_size, float* row, IndexerScratch* scratch, CpuIsa isa) {
+  IndexerScratch local;
+  IndexerScratch& ws = scratch ? *scratch : local;
   std::fill(row, row + G, kNegInf);
+  const int64_t visible = std::min<int64_t>(G, (start_pos + i + 1) / ratio);
+  const bool ints = visible > 0 && indexer_query_ints(config, q, i, 1, isa, ws);
   indexer_score_pool_blocks(config, kv, G, ratio, q, head_weights, i, start_pos, kept, 0, topk_blocks, block_size, row,
-                            scratch, isa);
+                            ints ? &ws.query_ints : nullptr, ws, isa);
 }
 
 void indexer_score_pool_blocks(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                                const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
-                               int j_begin, int j_end, int block_size, float* row, IndexerScratch* scratch,
-                               CpuIsa isa) {
+                               int j_begin, int j_end, int block_size, float* row, const IndexQueryInts* query_ints,
+                               IndexerScratch& ws, CpuIsa isa) {
   const int nh = config.index_n_heads, dh = config.index_head_dim;
   const float softmax_scale = static_cast<float>(std::pow(static_cast<double>(dh), -0.5));
-  IndexerScratch local;
-  IndexerScratch& ws = scratch ? *scratch : local;
   const int64_t visible = std::min<int64_t>(G, (start_pos + i + 1) / ratio);
-  const bool ints = visible > 0 && use_int_queries(isa, q + i * nh * dh, 1, nh, dh, ws);
+  const bool ints = query_ints != nullptr;
   for (int j = j_begin; j < j_end && kept[j] >= 0; ++j) {
     const int64_t end = std::min<int64_t>(visible, (int64_t{kept[j]} + 1) * block_size);
     for (int64_t g0 = int64_t{kept[j]} * block_size; g0 < end; g0 += kIndexKeyTile) {
       const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, end - g0));
-      if (ints && load_int_key_tile(kv, g0, n, ws)) {
-        index_score_tile_ints(ws.query_ints, 0, 1, head_weights + i * nh, ws.key_ints, softmax_scale, row + g0, G, n);
+      if (ints && load_int_key_tile(kv, g0, n, *query_ints, ws)) {
+        index_score_tile_ints(*query_ints, 0, 1, head_weights + i * nh, ws.key_ints, softmax_scale, row + g0, G, n);
         continue;
       }
       load_key_tile(kv, g0, n, dh, ws, isa);

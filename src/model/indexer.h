@@ -63,12 +63,18 @@ void indexer_queries_at(const CpuExec& ex, const ModelConfig& config, const Atte
 void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                     const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores,
                     IndexerScratch* scratch = nullptr, CpuIsa isa = CpuIsa::kAvx512);
-// The same for entries [g_begin, g_end) only (g_begin a multiple of kIndexKeyTile): each tile of
-// 16 keys is scored on its own, so ranges scored apart (in parallel, each with its own scratch)
+// Query rows [row0, row0 + rows) of q as integers in ws.query_ints (index_score_int.h), made once
+// for many calls below; false where they cannot take the integer path (then pass null).
+bool indexer_query_ints(const ModelConfig& config, const float* q, int64_t row0, int64_t rows, CpuIsa isa,
+                        IndexerScratch& ws);
+// The same scores for entries [g_begin, g_end) only (g_begin a multiple of kIndexKeyTile), the
+// queries' integers made beforehand (indexer_query_ints; null: the float path): each tile of 16
+// keys is scored on its own, so ranges scored apart (in parallel, each with its own scratch ws)
 // give indexer_scores' bits.
 void indexer_score_tiles(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int64_t g_begin, int64_t g_end,
                          int ratio, const float* q, const float* head_weights, int64_t row0, int64_t rows,
-                         int64_t start_pos, float* scores, IndexerScratch* scratch, CpuIsa isa);
+                         int64_t start_pos, float* scores, const IndexQueryInts* query_ints, IndexerScratch& ws,
+                         CpuIsa isa);
 
 // The same scores for ONE query row (chunk row i) but only inside the candidate pool `kept`
 // (ascending block ids, −1 padded, blocks of block_size entries); every other entry is −inf.
@@ -79,11 +85,13 @@ void indexer_scores_in_pool(const ModelConfig& config, const KvSourceCache& kv, 
                             int topk_blocks, int block_size, float* row, IndexerScratch* scratch = nullptr,
                             CpuIsa isa = CpuIsa::kAvx512);
 // The same scores for the pool's blocks kept[j_begin … j_end) only, written into `row` (which the
-// caller filled with −inf first): blocks scored apart give indexer_scores_in_pool's bits.
+// caller filled with −inf first), the row's integers made beforehand (indexer_query_ints for row
+// i; null where there are none or nothing is visible): blocks scored apart give
+// indexer_scores_in_pool's bits.
 void indexer_score_pool_blocks(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                                const float* head_weights, int64_t i, int64_t start_pos, const int32_t* kept,
-                               int j_begin, int j_end, int block_size, float* row, IndexerScratch* scratch,
-                               CpuIsa isa);
+                               int j_begin, int j_end, int block_size, float* row, const IndexQueryInts* query_ints,
+                               IndexerScratch& ws, CpuIsa isa);
 
 // Candidate blocks of one score row: kept[topk_blocks] ascending block ids, −1 padded.
 // visible = ⌊(t+1)/r⌋ (its newest block is pinned).

@@ -167,21 +167,20 @@ bool use_int_queries(CpuIsa isa, const float* q, int64_t rows, int nh, int dh, I
 
 }  // namespace
 
+bool indexer_query_ints(const ModelConfig& config, const float* q, int64_t row0, int64_t rows, CpuIsa isa,
+                        IndexerScratch& ws) {
+  const int nh = config.index_n_heads, dh = config.index_head_dim;
+  return use_int_queries(isa, q + row0 * int64_t{nh} * dh, rows, nh, dh, ws);
+}
+
 void indexer_scores(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int ratio, const float* q,
                     const float* head_weights, int64_t row0, int64_t rows, int64_t start_pos, float* scores,
                     IndexerScratch* scratch, CpuIsa isa) {
   IndexerScratch local;
   IndexerScratch& ws = scratch ? *scratch : local;
-  const int nh = config.index_n_heads, dh = config.index_head_dim;
-  const bool ints = use_int_queries(isa, q + row0 * int64_t{nh} * dh, rows, nh, dh, ws);
+  const bool ints = indexer_query_ints(config, q, row0, rows, isa, ws);
   indexer_score_tiles(config, kv, G, 0, G, ratio, q, head_weights, row0, rows, start_pos, scores,
                       ints ? &ws.query_ints : nullptr, ws, isa);
-}
-
-bool indexer_query_ints(const ModelConfig& config, const float* q, int64_t row0, int64_t rows, CpuIsa isa,
-                        IndexerScratch& ws) {
-  const int nh = config.index_n_heads, dh = config.index_head_dim;
-  return use_int_queries(isa, q + row0 * int64_t{nh} * dh, rows, nh, dh, ws);
 }
 
 void indexer_score_tiles(const ModelConfig& config, const KvSourceCache& kv, int64_t G, int64_t g_begin, int64_t g_end,

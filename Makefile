@@ -39,7 +39,7 @@ test-asan: deps
 # CPU backend's row groups and gemm_many jobs, the loopback ranks of expert parallelism, the
 # SSD store's writer thread, the server's engine loop and HTTP threads (C++ tests, and the real
 # server driven by the SDK and curl tests). build-tsan/; docs/SERVER.md.
-TSAN_TESTS := Engine\.|DeviceExpertParallel\.|CliGenerate\.Ranks|CliRanks\.|RankBatchBench\.|TimedCommunicator\.|CpuBackendRowGroups\.|GemmMany\.|Loopback\.|ExpertParallel\.|ExpertParallelEngine\.|EngineLoop\.|Scheduler\.|ServerImage\.|SsdStore\.|DramPool\.|ServeTurn\.|ThreadPool\.|TwoEngines\.|ChoiceStream\.|StopMatcher\.|OpenAiRequest\.|Metrics\.|server_
+TSAN_TESTS := Engine\.|AttentionIndexDecode\.|DeviceExpertParallel\.|CliGenerate\.Ranks|CliRanks\.|RankBatchBench\.|TimedCommunicator\.|CpuBackendRowGroups\.|GemmMany\.|Loopback\.|ExpertParallel\.|ExpertParallelEngine\.|EngineLoop\.|Scheduler\.|ServerImage\.|SsdStore\.|DramPool\.|ServeTurn\.|ThreadPool\.|TwoEngines\.|ChoiceStream\.|StopMatcher\.|OpenAiRequest\.|Metrics\.|server_
 test-tsan: deps
 	@cmake -S . -B build-tsan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSV41_TSAN=ON $(LAUNCHER) >/dev/null
 	@cmake --build build-tsan -j $(JOBS) --target dsv41 dsv41_tests

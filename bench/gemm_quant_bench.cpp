@@ -164,6 +164,61 @@ void Shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_GemmQuantDecode)->Apply(Shapes)->ArgNames({"rows", "in", "out", "kind", "isa", "threads", "cold"})
     ->Unit(benchmark::kMicrosecond)->UseRealTime()->MeasureProcessCPUTime();
 
+// One mini-flash layer's FP8 decode products in a decode step's order — wq_b (32768 × 1280), the
+// eight wo_a groups (1024 × 4096), wo_b (1024 × 8192), 84 MB — on the machine's pool, from
+// copies on huge pages cycled over ≥ 1 GiB so that every product streams from DRAM as in the
+// model: the kernel-level figure behind mini-flash's batch-1 decode (docs/BENCHMARKS.md, session
+// 33: tuning the weight prefetch on one shape moved this, and not the model, on the noisy VM).
+void BM_GemmQuantDecodeLayer(benchmark::State& state) {
+  struct Shape {
+    int64_t out, in;
+  };
+  constexpr Shape kLayer[] = {{32768, 1280}, {1024, 4096}, {1024, 4096}, {1024, 4096}, {1024, 4096},
+                              {1024, 4096},  {1024, 4096}, {1024, 4096}, {1024, 4096}, {1024, 8192}};
+  int64_t layer_bytes = 0;
+  for (const Shape& sh : kLayer) layer_bytes += sh.out * sh.in;
+  const int64_t copies = (kColdBytes + layer_bytes - 1) / layer_bytes;
+  PagedBytes codes(static_cast<size_t>(copies * layer_bytes), true);
+  if (codes.data() == nullptr) {
+    state.SkipWithError("cannot allocate the weight copies");
+    return;
+  }
+  uint32_t s = 12345;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    codes.data()[i] = static_cast<uint8_t>(s >> 24);
+    if ((codes.data()[i] & 0x7F) == 0x7F) codes.data()[i] ^= 1;  // no NaN codes
+  }
+  std::vector<uint8_t> scales(static_cast<size_t>((32768 / 32) * (8192 / 32)));
+  for (uint8_t& c : scales) c = 120 + (s = s * 1664525u + 1013904223u) % 8;
+  const CpuExec& ex = bench_exec();
+  std::vector<float> x(8192, 0.25f), y(32768);
+  int64_t c = 0;
+  for (auto _ : state) {
+    const uint8_t* at = codes.data() + c * layer_bytes;
+    for (const Shape& sh : kLayer) {
+      QuantWeights q;
+      q.format = QuantFormat::kFp8E4M3;
+      q.codes = at;
+      q.scales = scales.data();
+      q.rows = sh.out;
+      q.in = sh.in;
+      q.scale_cols = sh.in / 32;
+      q.block_rows_log2 = 5;
+      q.block_cols_log2 = 5;
+      q.nan_free = true;  // no NaN codes written above
+      gemm_quant(ex, x.data(), 1, sh.in, q, sh.out, y.data());
+      at += sh.out * sh.in;
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    if (++c == copies) c = 0;
+  }
+  state.counters["Wbytes/s"] = benchmark::Counter(static_cast<double>(layer_bytes), benchmark::Counter::kIsIterationInvariantRate,
+                                                  benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_GemmQuantDecodeLayer)->Unit(benchmark::kMicrosecond)->UseRealTime()->MeasureProcessCPUTime();
+
 // Prefill-shaped y = x · Wᵀ (issue 13 item 4): `rows` prompt rows against one stored matrix, on
 // isa 1 = AVX2, 2 = AVX-512, 3 = AMX-BF16 (gemm_amx.h), all threads. Compute-bound: one copy of
 // the weights, warm. GFLOP/s counts 2 · rows · in · out per call.

@@ -20,43 +20,48 @@ constexpr uint8_t kCodeBytes[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 
 }  // namespace
 
 void index_key_tile_ints_avx512(const uint8_t* const* records, int n, int dh, IndexKeyTileInts& out) {
-  const int half = dh / 2, blocks = dh / kIndexDotBlock;
+  const int half = dh / 2, blocks = dh / kIndexDotBlock, code_dwords = half / 4;
   out.n = n;
   out.dh = dh;
-  out.nan_scale = false;
-  out.k_min = 1 << 30;
-  out.k_max = -(1 << 30);
+  // The codes: the 16 keys' code bytes transposed as dwords first (dword u of every key in one
+  // row: code bytes 4u … 4u + 3, keys past n all zero), then each row's low and high nibbles
+  // looked up at once — dword group u and dh/8 + u of the tile. One transpose of the packed bytes
+  // and a lookup per 64 codes of the tile, instead of a lookup per key and a transpose of the
+  // looked-up bytes (twice the data). Code 0 looks up 12, so the keys past n get m = 0.
   const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kCodeBytes)));
   const __m512i low = _mm512_set1_epi8(0x0F);
   const __mmask64 codes = half >= 64 ? ~__mmask64{0} : (__mmask64{1} << half) - 1;
-  // Each key's dh bytes (the low nibbles' channels, then the high ones') as 1 or 2 rows of 64.
-  alignas(64) uint8_t row[16][128];
-  if (dh % 64 != 0) std::fill_n(&row[0][0], sizeof row, uint8_t{12});  // the last row of 64 is partly read
-  for (int j = 0; j < kIndexKeyTile; ++j) {
-    if (j >= n) {
-      std::fill_n(row[j], 128, uint8_t{12});
-      for (int b = 0; b < blocks; ++b) out.k[b * kIndexKeyTile + j] = 0;
-      continue;
-    }
-    const __m512i v = _mm512_maskz_loadu_epi8(codes, records[j]);
+  __m512 r[16];
+  for (int j = 0; j < kIndexKeyTile; ++j)
+    r[j] = j < n ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi8(codes, records[j])) : _mm512_setzero_ps();
+  alignas(64) uint32_t packed[16 * 16];
+  transpose16x16(r, reinterpret_cast<float*>(packed));
+  for (int u = 0; u < code_dwords; ++u) {
+    const __m512i v = _mm512_load_si512(packed + 16 * u);
     const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low));
     const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
-    _mm512_mask_storeu_epi8(row[j], codes, lo);
-    _mm512_mask_storeu_epi8(row[j] + half, codes, hi);
-    const uint8_t* scales = records[j] + half;
-    for (int b = 0; b < blocks; ++b) {
-      const int k = int{scales[b]} - 128;
-      out.nan_scale |= scales[b] == 0xFF;
-      out.k_min = std::min(out.k_min, k);
-      out.k_max = std::max(out.k_max, k);
-      out.k[b * kIndexKeyTile + j] = k;
-    }
+    _mm512_store_si512(out.bytes + u * 64, lo);
+    _mm512_store_si512(out.bytes + (code_dwords + u) * 64, hi);
   }
-  for (int c = 0; c < dh; c += 64) {  // dword groups [c/4, c/4 + 16) of the 16 keys
-    __m512 r[16];
-    for (int j = 0; j < 16; ++j) r[j] = _mm512_castsi512_ps(_mm512_load_si512(row[j] + c));
-    transpose16x16(r, reinterpret_cast<float*>(out.bytes + c * kIndexKeyTile));
+  // The scales: K = s − 128 per (block, key), 0 past n; then their range and the NaN code (0xFF,
+  // K = 127) over the n keys in registers. (Tracked in out's fields as the bytes were read, each
+  // field was stored again after every byte: a byte may alias them.)
+  for (int j = 0; j < kIndexKeyTile; ++j) {
+    const uint8_t* scales = j < n ? records[j] + half : nullptr;
+    for (int b = 0; b < blocks; ++b) out.k[b * kIndexKeyTile + j] = scales ? int{scales[b]} - 128 : 0;
   }
+  const __mmask16 keys = static_cast<__mmask16>((1u << n) - 1u);
+  __m512i k_lo = _mm512_set1_epi32(1 << 30), k_hi = _mm512_set1_epi32(-(1 << 30));
+  __mmask16 nan = 0;
+  for (int b = 0; b < blocks; ++b) {
+    const __m512i k = _mm512_load_si512(out.k + b * kIndexKeyTile);
+    k_lo = _mm512_mask_min_epi32(k_lo, keys, k_lo, k);
+    k_hi = _mm512_mask_max_epi32(k_hi, keys, k_hi, k);
+    nan |= _mm512_mask_cmpeq_epi32_mask(keys, k, _mm512_set1_epi32(0xFF - 128));
+  }
+  out.k_min = _mm512_reduce_min_epi32(k_lo);
+  out.k_max = _mm512_reduce_max_epi32(k_hi);
+  out.nan_scale = nan != 0;
 }
 
 void index_score_tile_ints_avx512(const IndexQueryInts& q, int64_t r0, int64_t rows, const float* w,

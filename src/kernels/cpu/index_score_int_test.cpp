@@ -154,6 +154,30 @@ TEST(IndexScoreInt, TheExponentRangeHoldsAtItsEdges) {
   }
 }
 
+// The tile's exponent range and NaN flag cover its n keys only, not the padding past n (K = 0),
+// and every block of them.
+TEST(IndexScoreInt, KeyRangeCoversTheTilesKeysOnly) {
+  DSV41_REQUIRE_INT_INDEX(64);
+  for (const int n : {1, 3, 16}) {
+    const Case c{1, 1, 64, n, 0};
+    Inputs in(c, 5);
+    for (int j = 0; j < n; ++j) {
+      in.records[j][32] = static_cast<uint8_t>(200 + j);  // K = 72 + j
+      in.records[j][33] = static_cast<uint8_t>(190 - j);  // K = 62 − j
+    }
+    IndexKeyTileInts k;
+    const std::vector<const uint8_t*> p = in.pointers();
+    index_key_tile_ints(p.data(), n, c.dh, k);
+    EXPECT_EQ(k.k_min, 62 - (n - 1)) << n;
+    EXPECT_EQ(k.k_max, 72 + (n - 1)) << n;
+    EXPECT_FALSE(k.nan_scale) << n;
+    for (int j = n; j < kIndexKeyTile; ++j) EXPECT_EQ(k.k[j], 0) << n;
+    in.records[n - 1][33] = 0xFF;
+    index_key_tile_ints(p.data(), n, c.dh, k);
+    EXPECT_TRUE(k.nan_scale) << n;
+  }
+}
+
 TEST(IndexScoreInt, RefusesWhatItCannotSumExactly) {
   DSV41_REQUIRE_INT_INDEX(64);
   const Case c{2, 2, 64, 4, 1};

@@ -214,8 +214,8 @@ void BM_GemmQuantDecodeLayer(benchmark::State& state) {
     benchmark::ClobberMemory();
     if (++c == copies) c = 0;
   }
-  state.counters["Wbytes/s"] = benchmark::Counter(static_cast<double>(layer_bytes), benchmark::Counter::kIsIterationInvariantRate,
-                                                  benchmark::Counter::kIs1000);
+  state.counters["Wbytes/s"] = benchmark::Counter(static_cast<double>(layer_bytes),
+                                                  benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_GemmQuantDecodeLayer)->Unit(benchmark::kMicrosecond)->UseRealTime()->MeasureProcessCPUTime();
 

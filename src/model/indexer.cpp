@@ -152,10 +152,11 @@ void load_key_tile(const KvSourceCache& kv, int64_t g0, int n, int dh, IndexerSc
 
 // Keys [g0, g0 + n) of `kv` as integers (index_score_int.h) if they keep the integer path exact
 // for the call's queries qi; false: the float path must score this tile.
-bool load_int_key_tile(const KvSourceCache& kv, int64_t g0, int n, const IndexQueryInts& qi, IndexerScratch& ws) {
+bool load_int_key_tile(const KvSourceCache& kv, int64_t g0, int n, const IndexQueryInts& qi, IndexerScratch& ws,
+                       CpuIsa isa) {
   const uint8_t* records[kIndexKeyTile];
   kv.index.rows(g0, n, records);
-  index_key_tile_ints(records, n, qi.dh, ws.key_ints);
+  index_key_tile_ints(isa, records, n, qi.dh, ws.key_ints);
   return index_int_tile_fits(qi, ws.key_ints);
 }
 
@@ -197,8 +198,8 @@ void indexer_score_tiles(const ModelConfig& config, const KvSourceCache& kv, int
     const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, g_end - g0));
     int64_t r = 0;
     for (; r < rows && (start_pos + row0 + r + 1) / ratio <= g0; ++r) std::fill_n(scores + r * G + g0, n, kNegInf);
-    if (r < rows && ints && load_int_key_tile(kv, g0, n, *query_ints, ws)) {
-      index_score_tile_ints(*query_ints, r, rows - r, head_weights + (row0 + r) * nh, ws.key_ints, softmax_scale,
+    if (r < rows && ints && load_int_key_tile(kv, g0, n, *query_ints, ws, isa)) {
+      index_score_tile_ints(isa, *query_ints, r, rows - r, head_weights + (row0 + r) * nh, ws.key_ints, softmax_scale,
                             scores + r * G + g0, G, n);
     } else if (r < rows) {
       load_key_tile(kv, g0, n, dh, ws, isa);
@@ -241,8 +242,9 @@ void indexer_score_pool_blocks(const ModelConfig& config, const KvSourceCache& k
     const int64_t end = std::min<int64_t>(visible, (int64_t{kept[j]} + 1) * block_size);
     for (int64_t g0 = int64_t{kept[j]} * block_size; g0 < end; g0 += kIndexKeyTile) {
       const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, end - g0));
-      if (ints && load_int_key_tile(kv, g0, n, *query_ints, ws)) {
-        index_score_tile_ints(*query_ints, 0, 1, head_weights + i * nh, ws.key_ints, softmax_scale, row + g0, G, n);
+      if (ints && load_int_key_tile(kv, g0, n, *query_ints, ws, isa)) {
+        index_score_tile_ints(isa, *query_ints, 0, 1, head_weights + i * nh, ws.key_ints, softmax_scale, row + g0, G,
+                              n);
         continue;
       }
       load_key_tile(kv, g0, n, dh, ws, isa);

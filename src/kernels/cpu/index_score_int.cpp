@@ -1,5 +1,5 @@
 // Indexer scoring on integer instructions: the queries' decomposition and the checks (see
-// index_score_int.h); the tile kernels are in index_score_int_avx512.cpp.
+// index_score_int.h); the tile kernels are in index_score_int_avx512.cpp and index_score_int_avx2.cpp.
 #include "kernels/cpu/index_score_int.h"
 
 #include <algorithm>
@@ -7,10 +7,14 @@
 
 namespace dsv41 {
 
-// In index_score_int_avx512.cpp (built for AVX-512; called only when the CPU has it).
+// In index_score_int_avx512.cpp and index_score_int_avx2.cpp (built for their ISA; called only
+// when the CPU has it).
 void index_key_tile_ints_avx512(const uint8_t* const* records, int n, int dh, IndexKeyTileInts& out);
 void index_score_tile_ints_avx512(const IndexQueryInts& q, int64_t r0, int64_t rows, const float* w,
                                   const IndexKeyTileInts& k, float scale, float* out, int64_t out_stride, int cols);
+void index_key_tile_ints_avx2(const uint8_t* const* records, int n, int dh, IndexKeyTileInts& out);
+void index_score_tile_ints_avx2(const IndexQueryInts& q, int64_t r0, int64_t rows, const float* w,
+                                const IndexKeyTileInts& k, float scale, float* out, int64_t out_stride, int cols);
 
 namespace {
 
@@ -37,7 +41,9 @@ bool block_as_ints(const float* x, int& u, int8_t* a) {
 }  // namespace
 
 bool index_int_supported(CpuIsa isa, int dh) {
-  return std::min(isa, cpu_best_isa()) >= CpuIsa::kAvx512 && dh > 0 && dh % kIndexDotBlock == 0 && dh <= kMaxIntDh;
+  const CpuIsa run = std::min(isa, cpu_best_isa());
+  const bool cpu = run >= CpuIsa::kAvx512 || (run == CpuIsa::kAvx2 && cpu_has_avx2_fma());
+  return cpu && dh > 0 && dh % kIndexDotBlock == 0 && dh <= kMaxIntDh;
 }
 
 bool index_query_ints(const float* q, int64_t rows, int nh, int dh, IndexQueryInts& out) {
@@ -71,8 +77,9 @@ bool index_query_ints(const float* q, int64_t rows, int nh, int dh, IndexQueryIn
   return true;
 }
 
-void index_key_tile_ints(const uint8_t* const* records, int n, int dh, IndexKeyTileInts& out) {
-  index_key_tile_ints_avx512(records, n, dh, out);
+void index_key_tile_ints(CpuIsa isa, const uint8_t* const* records, int n, int dh, IndexKeyTileInts& out) {
+  if (std::min(isa, cpu_best_isa()) >= CpuIsa::kAvx512) return index_key_tile_ints_avx512(records, n, dh, out);
+  index_key_tile_ints_avx2(records, n, dh, out);
 }
 
 bool index_int_tile_fits(const IndexQueryInts& q, const IndexKeyTileInts& k) {
@@ -81,9 +88,11 @@ bool index_int_tile_fits(const IndexQueryInts& q, const IndexKeyTileInts& k) {
   return q.u_min + k.k_min >= -126 && q.u_max + k.k_max <= 114;
 }
 
-void index_score_tile_ints(const IndexQueryInts& q, int64_t r0, int64_t rows, const float* w,
+void index_score_tile_ints(CpuIsa isa, const IndexQueryInts& q, int64_t r0, int64_t rows, const float* w,
                            const IndexKeyTileInts& k, float scale, float* out, int64_t out_stride, int cols) {
-  index_score_tile_ints_avx512(q, r0, rows, w, k, scale, out, out_stride, cols);
+  if (std::min(isa, cpu_best_isa()) >= CpuIsa::kAvx512)
+    return index_score_tile_ints_avx512(q, r0, rows, w, k, scale, out, out_stride, cols);
+  index_score_tile_ints_avx2(q, r0, rows, w, k, scale, out, out_stride, cols);
 }
 
 }  // namespace dsv41

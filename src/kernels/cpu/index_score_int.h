@@ -46,7 +46,8 @@ struct IndexKeyTileInts {
   alignas(64) int32_t k[4 * kIndexKeyTile];
 };
 
-// Whether this CPU and isa run the integer path (AVX-512 BW), and dh fits it (a multiple of 32, ≤ 128).
+// Whether this CPU and isa run the integer path (AVX2, or AVX-512 BW), and dh fits it (a multiple of
+// 32, ≤ 128).
 bool index_int_supported(CpuIsa isa, int dh);
 
 // rows query rows q [rows, nh, dh] → out; false where a block is not a · 2^U with integers |a| < 16
@@ -54,16 +55,16 @@ bool index_int_supported(CpuIsa isa, int dh);
 bool index_query_ints(const float* q, int64_t rows, int nh, int dh, IndexQueryInts& out);
 
 // Keys records[0 … n) (MXFP4 index records of dh channels: dh/2 code bytes, dh/32 scale bytes),
-// n ≤ kIndexKeyTile → out. Needs index_int_supported.
-void index_key_tile_ints(const uint8_t* const* records, int n, int dh, IndexKeyTileInts& out);
+// n ≤ kIndexKeyTile → out, on isa's kernel (the same bytes on each). Needs index_int_supported(isa, dh).
+void index_key_tile_ints(CpuIsa isa, const uint8_t* const* records, int n, int dh, IndexKeyTileInts& out);
 
 // Whether every (row, head, block) × key of the tile keeps the chain exact (above).
 bool index_int_tile_fits(const IndexQueryInts& q, const IndexKeyTileInts& k);
 
 // index_score_tile's scores of query rows [r0, r0 + rows) of q (w [rows, nh] their head weights,
-// already offset) against the tile: out[r · out_stride + j] for j < cols. Needs
-// index_int_tile_fits.
-void index_score_tile_ints(const IndexQueryInts& q, int64_t r0, int64_t rows, const float* w,
+// already offset) against the tile: out[r · out_stride + j] for j < cols, on isa's kernel (the same
+// bits on each). Needs index_int_supported(isa, dh) and index_int_tile_fits.
+void index_score_tile_ints(CpuIsa isa, const IndexQueryInts& q, int64_t r0, int64_t rows, const float* w,
                            const IndexKeyTileInts& k, float scale, float* out, int64_t out_stride, int cols);
 
 }  // namespace dsv41

@@ -1,6 +1,6 @@
-// Indexer scoring on integer instructions, AVX-512 BW (see index_score_int.h): a key tile's codes
-// become bytes m + 12 by one table lookup per 64 channels and are transposed so that four channels
-// of the 16 keys are one register; a query's four channels are one broadcast dword, so
+// Indexer scoring on integer instructions, AVX-512 BW (see index_score_int.h): a key tile's packed
+// codes are transposed so that four channels of the 16 keys are one register, then become bytes
+// m + 12 by one table lookup per 64 codes; a query's four channels are one broadcast dword, so
 // vpmaddubsw + vpaddw sum a block's 32 products of all 16 keys in 16-bit lanes (|sum| ≤ 5,760)
 // and one vpmaddwd widens them. Per lane the float operations after that are index_score_tile's.
 #include <immintrin.h>

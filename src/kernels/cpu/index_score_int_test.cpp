@@ -1,11 +1,13 @@
 // The integer indexer path (index_score_int.h) against the float path it replaces: the same bits
 // on MXFP4 queries and records at every head dim it takes, ragged tiles and row counts, block
 // exponents spread far apart; the range check at its edges; the cases it must refuse (off-grid
-// or NaN queries, NaN key scales, exponents whose float chain would round).
+// or NaN queries, NaN key scales, exponents whose float chain would round) — on each ISA this CPU
+// runs it on (AVX2, AVX-512 BW).
 #include "kernels/cpu/index_score_int.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -77,15 +79,15 @@ std::vector<float> float_scores(const Case& c, const Inputs& in, float scale) {
 }
 
 // The integer path; false where it declines the tile.
-bool int_scores(const Case& c, const Inputs& in, float scale, std::vector<float>& out) {
+bool int_scores(CpuIsa isa, const Case& c, const Inputs& in, float scale, std::vector<float>& out) {
   IndexQueryInts q;
   if (!index_query_ints(in.q.data(), c.rows, c.nh, c.dh, q)) return false;
   IndexKeyTileInts k;
   const std::vector<const uint8_t*> p = in.pointers();
-  index_key_tile_ints(p.data(), c.n, c.dh, k);
+  index_key_tile_ints(isa, p.data(), c.n, c.dh, k);
   if (!index_int_tile_fits(q, k)) return false;
   out.assign(static_cast<size_t>(c.rows * kIndexKeyTile), -1.0f);
-  index_score_tile_ints(q, 0, c.rows, in.w.data(), k, scale, out.data(), kIndexKeyTile, c.n);
+  index_score_tile_ints(isa, q, 0, c.rows, in.w.data(), k, scale, out.data(), kIndexKeyTile, c.n);
   return true;
 }
 
@@ -94,11 +96,21 @@ std::string name(const Case& c) {
          " keys " + std::to_string(c.n) + " shift " + std::to_string(c.shift);
 }
 
-#define DSV41_REQUIRE_INT_INDEX(dh) \
-  if (!index_int_supported(CpuIsa::kAvx512, dh)) GTEST_SKIP() << "this CPU has no AVX-512: no integer path"
+// The ISAs whose integer kernels this CPU runs.
+std::vector<CpuIsa> int_isas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512})
+    if (std::min(isa, cpu_best_isa()) == isa && index_int_supported(isa, 32)) isas.push_back(isa);
+  return isas;
+}
+
+std::string isa_name(CpuIsa isa) { return isa == CpuIsa::kAvx2 ? "AVX2" : "AVX-512"; }
+
+#define DSV41_REQUIRE_INT_INDEX() \
+  if (int_isas().empty()) GTEST_SKIP() << "this CPU has no AVX2: no integer path"
 
 TEST(IndexScoreInt, CodeTableIsTwiceTheE2m1ValuePlus12) {
-  DSV41_REQUIRE_INT_INDEX(32);
+  DSV41_REQUIRE_INT_INDEX();
   // One record per code: every channel holds it, scale byte 128 (2^1): value = e2m1 · 2 = m.
   for (int code = 0; code < 16; ++code) {
     std::vector<uint8_t> rec(index_record_bytes(32), static_cast<uint8_t>(code | code << 4));
@@ -106,41 +118,47 @@ TEST(IndexScoreInt, CodeTableIsTwiceTheE2m1ValuePlus12) {
     std::vector<float> v(32);
     row_unpack(RowKind::kIndex, rec.data(), 32, v.data());
     const uint8_t* p = rec.data();
-    IndexKeyTileInts k;
-    index_key_tile_ints(&p, 1, 32, k);
-    EXPECT_EQ(k.k[0], 0);
-    for (int t = 0; t < 8; ++t)
-      for (int b = 0; b < 4; ++b) EXPECT_EQ(int{k.bytes[t * 64 + b]} - 12, static_cast<int>(v[0])) << code;
+    for (CpuIsa isa : int_isas()) {
+      IndexKeyTileInts k;
+      index_key_tile_ints(isa, &p, 1, 32, k);
+      EXPECT_EQ(k.k[0], 0) << isa_name(isa);
+      for (int t = 0; t < 8; ++t)
+        for (int b = 0; b < 4; ++b)
+          EXPECT_EQ(int{k.bytes[t * 64 + b]} - 12, static_cast<int>(v[0])) << code << " " << isa_name(isa);
+    }
   }
 }
 
 TEST(IndexScoreInt, SameBitsAsTheFloatPath) {
-  DSV41_REQUIRE_INT_INDEX(32);
+  DSV41_REQUIRE_INT_INDEX();
   const std::vector<Case> cases = {
       {1, 4, 64, 16, 2},  {1, 4, 64, 5, 6},   {3, 3, 32, 16, 4},  {70, 4, 64, 16, 3}, {2, 16, 128, 16, 8},
       {5, 1, 96, 9, 12},  {1, 32, 128, 1, 1}, {9, 2, 32, 16, 20}, {1, 64, 128, 16, 5},
   };
-  int tiles = 0, taken = 0;
-  for (uint32_t seed = 1; seed <= 6; ++seed)
-    for (const Case& c : cases) {
-      const Inputs in(c, seed * 31 + uint32_t(c.dh));
-      const float scale = 1.0f / std::sqrt(float(c.dh));
-      const std::vector<float> want = float_scores(c, in, scale);
-      std::vector<float> got;
-      ++tiles;
-      if (!int_scores(c, in, scale, got)) continue;
-      ++taken;
-      for (int64_t r = 0; r < c.rows; ++r)
-        ASSERT_EQ(std::memcmp(got.data() + r * kIndexKeyTile, want.data() + r * kIndexKeyTile, c.n * sizeof(float)), 0)
-            << name(c) << " seed " << seed << " row " << r;
-    }
-  EXPECT_GE(taken * 10, tiles * 9) << taken << " of " << tiles << " tiles on the integer path";
+  for (CpuIsa isa : int_isas()) {
+    int tiles = 0, taken = 0;
+    for (uint32_t seed = 1; seed <= 6; ++seed)
+      for (const Case& c : cases) {
+        const Inputs in(c, seed * 31 + uint32_t(c.dh));
+        const float scale = 1.0f / std::sqrt(float(c.dh));
+        const std::vector<float> want = float_scores(c, in, scale);
+        std::vector<float> got;
+        ++tiles;
+        if (!int_scores(isa, c, in, scale, got)) continue;
+        ++taken;
+        for (int64_t r = 0; r < c.rows; ++r)
+          ASSERT_EQ(std::memcmp(got.data() + r * kIndexKeyTile, want.data() + r * kIndexKeyTile, c.n * sizeof(float)),
+                    0)
+              << name(c) << " seed " << seed << " row " << r << " " << isa_name(isa);
+      }
+    EXPECT_GE(taken * 10, tiles * 9) << taken << " of " << tiles << " tiles on the integer path, " << isa_name(isa);
+  }
 }
 
 // Query block exponent u = −3 (values of magnitude [1, 2): u = ilogb − 3) against key scale bytes
 // that put u + K exactly at the range's ends (−126, 114): taken, the same bits; one further: refused.
 TEST(IndexScoreInt, TheExponentRangeHoldsAtItsEdges) {
-  DSV41_REQUIRE_INT_INDEX(32);
+  DSV41_REQUIRE_INT_INDEX();
   const Case c{1, 2, 32, 3, 0};
   for (const int sb : {5, 4, 245, 246}) {  // K = sb − 128: u + K = −126, −127, 114, 115
     Inputs in(c, 7);
@@ -148,38 +166,46 @@ TEST(IndexScoreInt, TheExponentRangeHoldsAtItsEdges) {
     for (auto& rec : in.records) rec[16] = static_cast<uint8_t>(sb);
     const std::vector<float> want = float_scores(c, in, 0.25f);
     std::vector<float> got;
-    const bool taken = int_scores(c, in, 0.25f, got);
-    EXPECT_EQ(taken, sb == 5 || sb == 245) << "scale byte " << sb;
-    if (taken) EXPECT_EQ(std::memcmp(got.data(), want.data(), c.n * sizeof(float)), 0) << "scale byte " << sb;
+    for (CpuIsa isa : int_isas()) {
+      const bool taken = int_scores(isa, c, in, 0.25f, got);
+      EXPECT_EQ(taken, sb == 5 || sb == 245) << "scale byte " << sb << " " << isa_name(isa);
+      if (taken) {
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), c.n * sizeof(float)), 0)
+            << "scale byte " << sb << " " << isa_name(isa);
+      }
+    }
   }
 }
 
 // The tile's exponent range and NaN flag cover its n keys only, not the padding past n (K = 0),
 // and every block of them.
 TEST(IndexScoreInt, KeyRangeCoversTheTilesKeysOnly) {
-  DSV41_REQUIRE_INT_INDEX(64);
-  for (const int n : {1, 3, 16}) {
-    const Case c{1, 1, 64, n, 0};
-    Inputs in(c, 5);
-    for (int j = 0; j < n; ++j) {
-      in.records[j][32] = static_cast<uint8_t>(200 + j);  // K = 72 + j
-      in.records[j][33] = static_cast<uint8_t>(190 - j);  // K = 62 − j
+  DSV41_REQUIRE_INT_INDEX();
+  for (CpuIsa isa : int_isas()) {
+    for (const int n : {1, 3, 16}) {
+      const Case c{1, 1, 64, n, 0};
+      Inputs in(c, 5);
+      for (int j = 0; j < n; ++j) {
+        in.records[j][32] = static_cast<uint8_t>(200 + j);  // K = 72 + j
+        in.records[j][33] = static_cast<uint8_t>(190 - j);  // K = 62 − j
+      }
+      const std::string what = std::to_string(n) + " keys, " + isa_name(isa);
+      IndexKeyTileInts k;
+      const std::vector<const uint8_t*> p = in.pointers();
+      index_key_tile_ints(isa, p.data(), n, c.dh, k);
+      EXPECT_EQ(k.k_min, 62 - (n - 1)) << what;
+      EXPECT_EQ(k.k_max, 72 + (n - 1)) << what;
+      EXPECT_FALSE(k.nan_scale) << what;
+      for (int j = n; j < kIndexKeyTile; ++j) EXPECT_EQ(k.k[j], 0) << what;
+      in.records[n - 1][33] = 0xFF;
+      index_key_tile_ints(isa, p.data(), n, c.dh, k);
+      EXPECT_TRUE(k.nan_scale) << what;
     }
-    IndexKeyTileInts k;
-    const std::vector<const uint8_t*> p = in.pointers();
-    index_key_tile_ints(p.data(), n, c.dh, k);
-    EXPECT_EQ(k.k_min, 62 - (n - 1)) << n;
-    EXPECT_EQ(k.k_max, 72 + (n - 1)) << n;
-    EXPECT_FALSE(k.nan_scale) << n;
-    for (int j = n; j < kIndexKeyTile; ++j) EXPECT_EQ(k.k[j], 0) << n;
-    in.records[n - 1][33] = 0xFF;
-    index_key_tile_ints(p.data(), n, c.dh, k);
-    EXPECT_TRUE(k.nan_scale) << n;
   }
 }
 
 TEST(IndexScoreInt, RefusesWhatItCannotSumExactly) {
-  DSV41_REQUIRE_INT_INDEX(64);
+  DSV41_REQUIRE_INT_INDEX();
   const Case c{2, 2, 64, 4, 1};
   const Inputs base(c, 11);
   IndexQueryInts q;
@@ -192,12 +218,14 @@ TEST(IndexScoreInt, RefusesWhatItCannotSumExactly) {
   }
   Inputs in = base;
   in.records[2][32 + 1] = 0xFF;  // the second block's scale of key 2: NaN values
-  IndexKeyTileInts k;
   const std::vector<const uint8_t*> p = in.pointers();
-  index_key_tile_ints(p.data(), c.n, c.dh, k);
   ASSERT_TRUE(index_query_ints(in.q.data(), c.rows, c.nh, c.dh, q));
-  EXPECT_TRUE(k.nan_scale);
-  EXPECT_FALSE(index_int_tile_fits(q, k));
+  for (CpuIsa isa : int_isas()) {
+    IndexKeyTileInts k;
+    index_key_tile_ints(isa, p.data(), c.n, c.dh, k);
+    EXPECT_TRUE(k.nan_scale) << isa_name(isa);
+    EXPECT_FALSE(index_int_tile_fits(q, k)) << isa_name(isa);
+  }
 }
 
 }  // namespace

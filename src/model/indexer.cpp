@@ -141,6 +141,27 @@ void indexer_queries_at(const CpuExec& ex, const ModelConfig& config, const Atte
 
 namespace {
 
+// Tiles ahead of the one being scored whose records are asked for (below).
+constexpr int64_t kPrefetchTiles = 4;
+
+// Asks the memory for the records of keys [g0, g0 + n) before their tile is read. A decode step
+// reads each record once and the weights it streams between steps push them out of the caches,
+// so a tile's loads would otherwise wait on memory a record at a time. The records of a page lie
+// side by side: one request per line of the run. A prefetch is a hint and never faults.
+void prefetch_key_records(const KvSourceCache& kv, int64_t g0, int64_t n) {
+  if (n <= 0) return;
+  const uint8_t* records[kIndexKeyTile];
+  kv.index.rows(g0, n, records);
+  const int64_t bytes = kv.index.record_bytes();
+  for (int64_t j = 0; j < n;) {
+    int64_t e = j + 1;  // [j, e): records side by side
+    while (e < n && records[e] == records[e - 1] + bytes) ++e;
+    for (const uint8_t* p = records[j]; p < records[e - 1] + bytes; p += 64) __builtin_prefetch(p);
+    __builtin_prefetch(records[e - 1] + bytes - 1);
+    j = e;
+  }
+}
+
 // Keys [g0, g0 + n) of `kv`, unpacked and transposed into ws.key_t (the tile layout of
 // kernels/cpu/index_score.h).
 void load_key_tile(const KvSourceCache& kv, int64_t g0, int n, int dh, IndexerScratch& ws, CpuIsa isa) {
@@ -196,6 +217,8 @@ void indexer_score_tiles(const ModelConfig& config, const KvSourceCache& kv, int
   // order, so the rows that see nothing of a tile yet lead: they only get −inf.
   for (int64_t g0 = g_begin; g0 < g_end; g0 += kIndexKeyTile) {
     const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, g_end - g0));
+    const int64_t ahead = g0 + kPrefetchTiles * kIndexKeyTile;
+    prefetch_key_records(kv, ahead, std::min<int64_t>(kIndexKeyTile, g_end - ahead));
     int64_t r = 0;
     for (; r < rows && (start_pos + row0 + r + 1) / ratio <= g0; ++r) std::fill_n(scores + r * G + g0, n, kNegInf);
     if (r < rows && ints && load_int_key_tile(kv, g0, n, *query_ints, ws, isa)) {
@@ -240,6 +263,10 @@ void indexer_score_pool_blocks(const ModelConfig& config, const KvSourceCache& k
   const bool ints = query_ints != nullptr;
   for (int j = j_begin; j < j_end && kept[j] >= 0; ++j) {
     const int64_t end = std::min<int64_t>(visible, (int64_t{kept[j]} + 1) * block_size);
+    if (const int a = j + int{kPrefetchTiles}; a < j_end && kept[a] >= 0) {  // a block ahead, as the tiles above
+      const int64_t first = int64_t{kept[a]} * block_size;
+      prefetch_key_records(kv, first, std::min<int64_t>({kIndexKeyTile, block_size, visible - first}));
+    }
     for (int64_t g0 = int64_t{kept[j]} * block_size; g0 < end; g0 += kIndexKeyTile) {
       const int n = static_cast<int>(std::min<int64_t>(kIndexKeyTile, end - g0));
       if (ints && load_int_key_tile(kv, g0, n, *query_ints, ws, isa)) {

@@ -1,6 +1,7 @@
 // Reference-counted page pool and append-only paged rows with copy on write (see page_pool.h).
 #include "cache/page_pool.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -38,9 +39,11 @@ PagedRows::PagedRows(PagedRows&& other) noexcept
       record_bytes_(other.record_bytes_),
       rows_per_page_(other.rows_per_page_),
       size_(other.size_),
-      pages_(std::move(other.pages_)) {
+      pages_(std::move(other.pages_)),
+      bases_(std::move(other.bases_)) {
   other.size_ = 0;
   other.pages_.clear();
+  other.bases_.clear();
 }
 
 int64_t PagedRows::shared_pages() const {
@@ -59,9 +62,13 @@ int64_t PagedRows::pages_to_append(int64_t more) const {
 
 void PagedRows::rows(int64_t first, int64_t n, const uint8_t** out) const {
   int64_t page = first / rows_per_page_, slot = first % rows_per_page_;
-  for (int64_t j = 0; j < n; ++j) {
-    out[j] = pages_[page]->bytes.get() + slot * record_bytes_;
-    if (++slot == rows_per_page_) slot = 0, ++page;
+  // A page's base once for its run of rows: stored through out, the base would be read again for
+  // every row (out may alias it, as far as the compiler knows).
+  for (int64_t j = 0; j < n; ++page, slot = 0) {
+    const uint8_t* at = bases_[page] + slot * record_bytes_;
+    const int64_t run = std::min(n - j, rows_per_page_ - slot);
+    for (int64_t k = 0; k < run; ++k, at += record_bytes_) out[j + k] = at;
+    j += run;
   }
 }
 
@@ -69,6 +76,7 @@ uint8_t* PagedRows::append() {
   const int64_t slot = size_ % rows_per_page_;
   if (size_ == pages() * rows_per_page_) {
     pages_.push_back(pool_->acquire());
+    bases_.push_back(pages_.back()->bytes.get());
   } else if (pages_.back()->refs > 1) {
     // The partial last page is shared with a fork: give this array its own copy before writing,
     // so the other array's rows (and any rows it appends later) stay as they are.
@@ -76,9 +84,10 @@ uint8_t* PagedRows::append() {
     std::memcpy(copy->bytes.get(), pages_.back()->bytes.get(), static_cast<size_t>(slot * record_bytes_));
     pool_->release(pages_.back());
     pages_.back() = copy;
+    bases_.back() = copy->bytes.get();
   }
   ++size_;
-  return pages_.back()->bytes.get() + slot * record_bytes_;
+  return bases_.back() + slot * record_bytes_;
 }
 
 void PagedRows::truncate(int64_t rows) {
@@ -88,6 +97,7 @@ void PagedRows::truncate(int64_t rows) {
   while (pages() > keep) {
     pool_->release(pages_.back());
     pages_.pop_back();
+    bases_.pop_back();
   }
 }
 
@@ -98,6 +108,7 @@ void PagedRows::share_from(const PagedRows& other, int64_t rows) {
   for (int64_t p = 0; p < n; ++p) {
     pool_->retain(other.pages_[p]);
     pages_.push_back(other.pages_[p]);
+    bases_.push_back(other.bases_[p]);
   }
   size_ = rows;
 }

@@ -79,9 +79,7 @@ class PagedRows {
   int64_t shared_pages() const;
 
   uint8_t* append();  // room for one more record (takes a page when needed; copies a shared page)
-  const uint8_t* row(int64_t i) const {
-    return pages_[i / rows_per_page_]->bytes.get() + (i % rows_per_page_) * record_bytes_;
-  }
+  const uint8_t* row(int64_t i) const { return bases_[i / rows_per_page_] + (i % rows_per_page_) * record_bytes_; }
   // out[j] = row(first + j) for j < n, with one division for all (a tile of keys read per step).
   void rows(int64_t first, int64_t n, const uint8_t** out) const;
   void truncate(int64_t rows);  // drop rows ≥ `rows`, giving back emptied pages
@@ -101,6 +99,9 @@ class PagedRows {
   int64_t record_bytes_, rows_per_page_;
   int64_t size_ = 0;
   std::vector<PagePool::Page*> pages_;
+  // pages_[p]->bytes, side by side: a row's address without reading its page's header, which a
+  // decode step's weight stream has usually pushed out of the caches (one dependent miss a page).
+  std::vector<uint8_t*> bases_;
 };
 
 }  // namespace dsv41

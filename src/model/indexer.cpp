@@ -141,7 +141,8 @@ void indexer_queries_at(const CpuExec& ex, const ModelConfig& config, const Atte
 
 namespace {
 
-// Tiles ahead of the one being scored whose records are asked for (below).
+// Tiles (candidate-pool blocks) ahead of the one being scored whose records are asked for
+// (below): of two and four, four decoded faster (docs/BENCHMARKS.md, session 33).
 constexpr int64_t kPrefetchTiles = 4;
 
 // Asks the memory for the records of keys [g0, g0 + n) before their tile is read. A decode step
@@ -263,7 +264,7 @@ void indexer_score_pool_blocks(const ModelConfig& config, const KvSourceCache& k
   const bool ints = query_ints != nullptr;
   for (int j = j_begin; j < j_end && kept[j] >= 0; ++j) {
     const int64_t end = std::min<int64_t>(visible, (int64_t{kept[j]} + 1) * block_size);
-    if (const int a = j + int{kPrefetchTiles}; a < j_end && kept[a] >= 0) {  // a block ahead, as the tiles above
+    if (const int a = j + int{kPrefetchTiles}; a < j_end && kept[a] >= 0) {  // blocks ahead, as tiles above
       const int64_t first = int64_t{kept[a]} * block_size;
       prefetch_key_records(kv, first, std::min<int64_t>({kIndexKeyTile, block_size, visible - first}));
     }

@@ -22,6 +22,10 @@
 
 namespace dsv41 {
 
+// E2M1 code → 2 · value + 12, the byte a key tile holds for it (codes 8 … 15 are the negatives of
+// 0 … 7); each ISA's tile builder looks codes up in it.
+inline constexpr uint8_t kIndexCodeBytes[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
 // Query rows as integers: per (row, head) dh bytes a (int8) in the keys' byte order below, and per
 // (row, head, block) the exponent U and Σ a over the block.
 struct IndexQueryInts {

@@ -15,9 +15,6 @@
 namespace dsv41 {
 namespace {
 
-// E2M1 code → 2 · value + 12 (codes 8 … 15 are the negatives of 0 … 7), in each 128-bit lane.
-constexpr uint8_t kCodeBytes[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
-
 // r[i] = row i of an 8 × 8 matrix of dwords → r[i] = column i.
 inline void transpose8x8(__m256i r[8]) {
   __m256i t[8], u[8];
@@ -51,7 +48,7 @@ void index_key_tile_ints_avx2(const uint8_t* const* records, int n, int dh, Inde
   const int half = dh / 2, blocks = dh / kIndexDotBlock, code_dwords_per_key = half / 4;
   out.n = n;
   out.dh = dh;
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kCodeBytes)));
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIndexCodeBytes)));
   const __m256i low = _mm256_set1_epi8(0x0F);
   // Code dwords [u0, u0 + 8) of keys [8h, 8h + 8): transposed, dword u of the 8 keys is one row;
   // looked up, its low nibbles are dword group u of the tile and its high ones group dh/8 + u

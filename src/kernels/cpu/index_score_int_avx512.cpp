@@ -12,12 +12,6 @@
 #include "kernels/cpu/transpose16_avx512.h"
 
 namespace dsv41 {
-namespace {
-
-// E2M1 code → 2 · value + 12 (codes 8 … 15 are the negatives of 0 … 7).
-constexpr uint8_t kCodeBytes[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
-
-}  // namespace
 
 void index_key_tile_ints_avx512(const uint8_t* const* records, int n, int dh, IndexKeyTileInts& out) {
   const int half = dh / 2, blocks = dh / kIndexDotBlock, code_dwords = half / 4;
@@ -28,7 +22,7 @@ void index_key_tile_ints_avx512(const uint8_t* const* records, int n, int dh, In
   // looked up at once — dword group u and dh/8 + u of the tile. One transpose of the packed bytes
   // and a lookup per 64 codes of the tile, instead of a lookup per key and a transpose of the
   // looked-up bytes (twice the data). Code 0 looks up 12, so the keys past n get m = 0.
-  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kCodeBytes)));
+  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIndexCodeBytes)));
   const __m512i low = _mm512_set1_epi8(0x0F);
   const __mmask64 codes = half >= 64 ? ~__mmask64{0} : (__mmask64{1} << half) - 1;
   __m512 r[16];

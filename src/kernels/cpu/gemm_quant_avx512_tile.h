@@ -11,7 +11,8 @@
 // gemm_f32's. Whole 32-column blocks (the common case) decode two rows at once with 32 codes per
 // instruction: FP8 through an IEEE half (value × 2^-8, exact; 2^8 folded into the scale below
 // 2^120), with the NaN merge only for matrices that hold NaN codes (QuantWeights::nan_free); FP4
-// split into nibbles bytewise, then one 16-entry permute of dequant's table per 16 weights.
+// as each row's 4 code bytes broadcast, shifted per lane to its nibble, then one 16-entry
+// permute of dequant's table per 16 weights (Fp4BroadcastDecoder; fp4_tile).
 // Partial blocks and the largest FP8 scales take the 8-column group loads. Scales are fetched
 // once per 32 columns per output.
 #pragma once
@@ -110,33 +111,39 @@ struct Fp4Decoder {
     const __m512i idx = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(twice), shifts);
     return _mm512_permutexvar_ps(idx, table);
   }
-  // A whole 32-column block (16 bytes) of rows a and b, as block32 of Fp8Decoder: the four pair
-  // groups of columns 0–7, 8–15, 16–23, 24–31, × the pair's scale s. The nibbles are split and
-  // interleaved back into column order bytewise (32 codes per instruction), then each group's
-  // 16 codes widen to lane indices of the table permute.
+};
+
+// Whole FP4 blocks without byte shuffles (both `Fast` policies): for each 8-column group, row a's
+// 4 code bytes broadcast to lanes 0–7 and row b's to lanes 8–15 (a masked broadcast load: no
+// shuffle), each lane shifted right to its own nibble (lane j: 4j bits; the permute reads the
+// index's low 4 bits only, so the higher nibbles left above it do not matter), then one
+// 16-entry table permute of dequant's E2M1 values × the pair's scales, as Fp4Decoder rounds them.
+// One shuffle per 16 weights, where the decoders before took two (a nibble split and widening,
+// then the permute) or, with VBMI / GFNI, seven per 64 (a bit-map split, two byte lookups, four
+// byte permutes): in fp4_tile, one Zen 5 core from cache, 9.7–12.9 → 14.1–15.4 GB/s (512 × 1024
+// and 1024 × 512 products, session 34).
+struct Fp4BroadcastDecoder {
+  __m512 table = _mm512_loadu_ps(e2m1_decode_table());
+  __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+  // One 8-column group: a and b point at the group's 4 code bytes of each row.
+  template <bool HasB>
+  __m512 group(const uint8_t* a, const uint8_t* b, __m512 s) const {
+    int32_t wa, wb = 0;
+    std::memcpy(&wa, a, 4);
+    if constexpr (HasB) std::memcpy(&wb, b, 4);
+    const __m512i v = HasB ? _mm512_mask_set1_epi32(_mm512_set1_epi32(wa), 0xFF00, wb)
+                           : _mm512_maskz_set1_epi32(0x00FF, wa);  // no row b: code 0 = +0
+    return _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(v, shifts), table), s);
+  }
   template <bool HasB>
   void block32(const uint8_t* a, const uint8_t* b, __m512 s, __m512 out[4]) const {
-    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
-    const __m128i vb = HasB ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)) : _mm_setzero_si128();
-    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(va), vb, 1);  // [a bytes | b bytes]
-    const __m256i k0f = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(v, k0f), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), k0f);
-    // Columns 0–15 and 16–31 of a (low lane) and b (high lane), one code per byte; the quadword
-    // permute then orders each as [a 0–7, b 0–7, a 8–15, b 8–15] (resp. 16–31).
-    const __m256i c[2] = {_mm256_permute4x64_epi64(_mm256_unpacklo_epi8(lo, hi), 0xD8),
-                          _mm256_permute4x64_epi64(_mm256_unpackhi_epi8(lo, hi), 0xD8)};
-    for (int h = 0; h < 2; ++h) {
-      const __m512i i0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(c[h]));
-      const __m512i i1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(c[h], 1));
-      out[2 * h] = _mm512_mul_ps(_mm512_permutexvar_ps(i0, table), s);
-      out[2 * h + 1] = _mm512_mul_ps(_mm512_permutexvar_ps(i1, table), s);
-    }
+    for (int g = 0; g < 4; ++g) out[g] = group<HasB>(a + 4 * g, b + 4 * g, s);
   }
 };
 
 // The decoders every AVX-512 CPU runs (a `Fast` policy of tile()): FP8 blocks folded with x ·
-// 256 · s (the weights as value · 2^-8, the half of Fp8Decoder), FP4 blocks by Fp8Decoder's
-// sibling above. kBias: the folded 256 · s is 2^(e - kBias); usable: 256 · s is finite.
+// 256 · s (the weights as value · 2^-8, the half of Fp8Decoder), FP4 blocks by
+// Fp4BroadcastDecoder. kBias: the folded 256 · s is 2^(e - kBias); usable: 256 · s is finite.
 struct BaseFp8Fold {
   static constexpr int kBias = 119;
   static bool usable(uint8_t e) { return e < kBigScaleCode; }
@@ -152,7 +159,7 @@ struct BaseFp8FoldDecoder : BaseFp8Fold {
 struct BaseDecoders {
   template <bool NanFree>
   using Fp8Fold = BaseFp8FoldDecoder<NanFree>;
-  using Fp4Full = Fp4Decoder;
+  using Fp4Full = Fp4BroadcastDecoder;
 };
 
 template <int R, int O, QuantFormat F, bool NanFree, class Fast>
@@ -284,6 +291,47 @@ void fold_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int6
   store_pair_tile<R, O>(acc, y, ldy);
 }
 
+// tile()'s whole-block FP4 path alone, for matrices of whole 32-column blocks: each group decoded
+// just before its FMAs (tile() decodes a block's four groups of every pair first, which on Zen 5
+// ran the broadcast decoder slower than the split decoder before it), and no per-block branches. The same decoder,
+// products and order as tile(): the same bits.
+template <int R, int O>
+void fp4_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy, const FoldRange&) {
+  constexpr int P = (O + 1) / 2;
+  const Fp4BroadcastDecoder dec;
+  const float* ue8m0 = ue8m0_decode_table();
+  const int64_t rb = w.row_bytes();
+  const uint8_t* scale_row[2 * P];  // the missing odd row of an odd O: scale 1, codes never read
+  for (int o = 0; o < 2 * P; ++o)
+    scale_row[o] = o < O ? w.scales + ((w.row_phase + o) >> w.block_rows_log2) * w.scale_cols : nullptr;
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (int64_t i0 = 0; i0 < in; i0 += 32) {
+    if ((i0 & 127) == 0) prefetch_rows_ahead<O>(w.codes, rb, i0 / 2);  // a line per 128 columns
+    const int64_t sc = i0 >> w.block_cols_log2;
+    __m512 s[P];
+    for (int p = 0; p < P; ++p) {
+      const float sb = scale_row[2 * p + 1] ? ue8m0[scale_row[2 * p + 1][sc]] : 1.0f;
+      s[p] = _mm512_mask_mov_ps(_mm512_set1_ps(ue8m0[scale_row[2 * p][sc]]), 0xFF00, _mm512_set1_ps(sb));
+    }
+    const uint8_t* at = w.codes + i0 / 2;
+    for (int g = 0; g < 4; ++g) {
+      __m512 xv[R];
+      for (int r = 0; r < R; ++r) xv[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + r * in + i0 + 8 * g));
+      [&]<int... p>(std::integer_sequence<int, p...>) {
+        (
+            [&] {
+              const __m512 wv = dec.template group<(2 * p + 1 < O)>(at + 2 * p * rb + 4 * g, at + (2 * p + 1) * rb + 4 * g, s[p]);
+              for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(xv[r], wv, acc[r][p]);
+            }(),
+            ...);
+      }(std::make_integer_sequence<int, P>{});
+    }
+  }
+  store_pair_tile<R, O>(acc, y, ldy);
+}
+
 // Whether tile() would take its folded branch for every block of a tile: whole blocks, the tile's
 // outputs in one scale row, every scale code of that row usable and x · 2^(e - kBias) exact
 // (checked at the row's extremes: both conditions are intervals). A row's answer is kept for the
@@ -349,6 +397,23 @@ TileFn fold_tile_for_rows(int o) {
   static constexpr auto table = fold_row_table<Fold, R>(std::make_integer_sequence<int, kMaxOut[R]>{});
   return table[o - 1];
 }
+template <int R, int... Os>
+constexpr std::array<TileFn, sizeof...(Os)> fp4_row_table(std::integer_sequence<int, Os...>) {
+  return {&fp4_tile<R, Os + 1>...};
+}
+template <int R>
+TileFn fp4_tile_for_rows(int o) {
+  static constexpr auto table = fp4_row_table<R>(std::make_integer_sequence<int, kMaxOut[R]>{});
+  return table[o - 1];
+}
+inline TileFn fp4_tile_for(int r, int o) {
+  switch (r) {
+    case 1: return fp4_tile_for_rows<1>(o);
+    case 2: return fp4_tile_for_rows<2>(o);
+    case 3: return fp4_tile_for_rows<3>(o);
+    default: return fp4_tile_for_rows<4>(o);
+  }
+}
 template <class Fold>
 TileFn fold_tile_for(int r, int o) {
   switch (r) {
@@ -392,6 +457,8 @@ void block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeight
       TileFn fn = tile_for<F, NF, Fast>(rn, on);
       if constexpr (F == QuantFormat::kFp8E4M3 && NF)
         if (rn <= kFoldMaxRows && fold_check.fits(tw, on)) fn = fold_tile_for<Fold>(rn, on);
+      if constexpr (F == QuantFormat::kFp4E2M1)
+        if (rn <= kFoldMaxRows && in % 32 == 0 && w.block_cols_log2 == 5) fn = fp4_tile_for(rn, on);
       fn(x + r * in, tw, in, y + r * out + o, out, fold);
     }
   }

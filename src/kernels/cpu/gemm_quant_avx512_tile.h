@@ -12,7 +12,8 @@
 // instruction: FP8 through an IEEE half (value × 2^-8, exact; 2^8 folded into the scale below
 // 2^120), with the NaN merge only for matrices that hold NaN codes (QuantWeights::nan_free); FP4
 // as each row's 4 code bytes broadcast, shifted per lane to its nibble, then one 16-entry
-// permute of dequant's table per 16 weights (Fp4BroadcastDecoder; fp4_tile).
+// permute of dequant's table per 16 weights at one row (Fp4BroadcastDecoder, fp4_tile); at more
+// rows split into nibbles bytewise, then one 16-entry permute of dequant's table per 16 weights.
 // Partial blocks and the largest FP8 scales take the 8-column group loads. Scales are fetched
 // once per 32 columns per output.
 #pragma once
@@ -111,17 +112,39 @@ struct Fp4Decoder {
     const __m512i idx = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(twice), shifts);
     return _mm512_permutexvar_ps(idx, table);
   }
+  // A whole 32-column block (16 bytes) of rows a and b, as block32 of Fp8Decoder: the four pair
+  // groups of columns 0–7, 8–15, 16–23, 24–31, × the pair's scale s. The nibbles are split and
+  // interleaved back into column order bytewise (32 codes per instruction), then each group's
+  // 16 codes widen to lane indices of the table permute.
+  template <bool HasB>
+  void block32(const uint8_t* a, const uint8_t* b, __m512 s, __m512 out[4]) const {
+    const __m128i va = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+    const __m128i vb = HasB ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)) : _mm_setzero_si128();
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(va), vb, 1);  // [a bytes | b bytes]
+    const __m256i k0f = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(v, k0f), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), k0f);
+    // Columns 0–15 and 16–31 of a (low lane) and b (high lane), one code per byte; the quadword
+    // permute then orders each as [a 0–7, b 0–7, a 8–15, b 8–15] (resp. 16–31).
+    const __m256i c[2] = {_mm256_permute4x64_epi64(_mm256_unpacklo_epi8(lo, hi), 0xD8),
+                          _mm256_permute4x64_epi64(_mm256_unpackhi_epi8(lo, hi), 0xD8)};
+    for (int h = 0; h < 2; ++h) {
+      const __m512i i0 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(c[h]));
+      const __m512i i1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(c[h], 1));
+      out[2 * h] = _mm512_mul_ps(_mm512_permutexvar_ps(i0, table), s);
+      out[2 * h + 1] = _mm512_mul_ps(_mm512_permutexvar_ps(i1, table), s);
+    }
+  }
 };
 
-// Whole FP4 blocks without byte shuffles (both `Fast` policies): for each 8-column group, row a's
-// 4 code bytes broadcast to lanes 0–7 and row b's to lanes 8–15 (a masked broadcast load: no
-// shuffle), each lane shifted right to its own nibble (lane j: 4j bits; the permute reads the
-// index's low 4 bits only, so the higher nibbles left above it do not matter), then one
-// 16-entry table permute of dequant's E2M1 values × the pair's scales, as Fp4Decoder rounds them.
-// One shuffle per 16 weights, where the decoders before took two (a nibble split and widening,
-// then the permute) or, with VBMI / GFNI, seven per 64 (a bit-map split, two byte lookups, four
-// byte permutes): in fp4_tile, one Zen 5 core from cache, 9.7–12.9 → 14.1–15.4 GB/s (512 × 1024
-// and 1024 × 512 products, session 34).
+// Whole FP4 blocks of one-row products (fp4_tile: a decode step's experts) without byte
+// shuffles: for each 8-column group, row a's 4 code bytes broadcast to lanes 0–7 and row b's to
+// lanes 8–15 (a masked broadcast load), each lane shifted right to its own nibble (lane j: 4j
+// bits; the permute reads the index's low 4 bits only, so the higher nibbles left above it do not
+// matter), then one 16-entry table permute of dequant's E2M1 values × the pair's scales, as
+// Fp4Decoder rounds them. One shuffle per 16 weights where Fp4Decoder::block32 takes two and the
+// VBMI decoder seven per 64; one Zen 5 core from cache, a 512 × 1024 product at one row 20.8 →
+// 19.0 µs (session 34). At more rows the block decoders stay ahead (the decode is shared by the
+// rows, and their four groups at once suit tile()): 2 rows 26.4 → 28.1 µs, 5–6 rows 5–12 % slower.
 struct Fp4BroadcastDecoder {
   __m512 table = _mm512_loadu_ps(e2m1_decode_table());
   __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
@@ -135,15 +158,10 @@ struct Fp4BroadcastDecoder {
                            : _mm512_maskz_set1_epi32(0x00FF, wa);  // no row b: code 0 = +0
     return _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srlv_epi32(v, shifts), table), s);
   }
-  template <bool HasB>
-  void block32(const uint8_t* a, const uint8_t* b, __m512 s, __m512 out[4]) const {
-    for (int g = 0; g < 4; ++g) out[g] = group<HasB>(a + 4 * g, b + 4 * g, s);
-  }
 };
 
 // The decoders every AVX-512 CPU runs (a `Fast` policy of tile()): FP8 blocks folded with x ·
-// 256 · s (the weights as value · 2^-8, the half of Fp8Decoder), FP4 blocks by
-// Fp4BroadcastDecoder. kBias: the folded 256 · s is 2^(e - kBias); usable: 256 · s is finite.
+// 256 · s (the weights as value · 2^-8, the half of Fp8Decoder), FP4 blocks by Fp4Decoder. kBias: the folded 256 · s is 2^(e - kBias); usable: 256 · s is finite.
 struct BaseFp8Fold {
   static constexpr int kBias = 119;
   static bool usable(uint8_t e) { return e < kBigScaleCode; }
@@ -159,7 +177,7 @@ struct BaseFp8FoldDecoder : BaseFp8Fold {
 struct BaseDecoders {
   template <bool NanFree>
   using Fp8Fold = BaseFp8FoldDecoder<NanFree>;
-  using Fp4Full = Fp4BroadcastDecoder;
+  using Fp4Full = Fp4Decoder;
 };
 
 template <int R, int O, QuantFormat F, bool NanFree, class Fast>
@@ -291,10 +309,10 @@ void fold_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int6
   store_pair_tile<R, O>(acc, y, ldy);
 }
 
-// tile()'s whole-block FP4 path alone, for matrices of whole 32-column blocks: each group decoded
-// just before its FMAs (tile() decodes a block's four groups of every pair first, which on Zen 5
-// ran the broadcast decoder slower than the split decoder before it), and no per-block branches. The same decoder,
-// products and order as tile(): the same bits.
+// One-row FP4 products of whole 32-column blocks by Fp4BroadcastDecoder, each group decoded just
+// before its FMAs (inside tile(), which decodes a block's four groups of every pair first, the
+// broadcast decoder ran slower than Fp4Decoder), no per-block branches. tile()'s products in its
+// order: the same bits. Dispatched at one row only (the body is written for R rows).
 template <int R, int O>
 void fp4_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy, const FoldRange&) {
   constexpr int P = (O + 1) / 2;
@@ -397,22 +415,14 @@ TileFn fold_tile_for_rows(int o) {
   static constexpr auto table = fold_row_table<Fold, R>(std::make_integer_sequence<int, kMaxOut[R]>{});
   return table[o - 1];
 }
-template <int R, int... Os>
+template <int... Os>
 constexpr std::array<TileFn, sizeof...(Os)> fp4_row_table(std::integer_sequence<int, Os...>) {
-  return {&fp4_tile<R, Os + 1>...};
+  return {&fp4_tile<1, Os + 1>...};
 }
-template <int R>
-TileFn fp4_tile_for_rows(int o) {
-  static constexpr auto table = fp4_row_table<R>(std::make_integer_sequence<int, kMaxOut[R]>{});
+// fp4_tile for one row (a decode step's experts) and its outputs.
+inline TileFn fp4_tile_for(int o) {
+  static constexpr auto table = fp4_row_table(std::make_integer_sequence<int, kMaxOut[1]>{});
   return table[o - 1];
-}
-inline TileFn fp4_tile_for(int r, int o) {
-  switch (r) {
-    case 1: return fp4_tile_for_rows<1>(o);
-    case 2: return fp4_tile_for_rows<2>(o);
-    case 3: return fp4_tile_for_rows<3>(o);
-    default: return fp4_tile_for_rows<4>(o);
-  }
 }
 template <class Fold>
 TileFn fold_tile_for(int r, int o) {
@@ -458,7 +468,7 @@ void block(const float* x, int64_t r0, int64_t r1, int64_t in, const QuantWeight
       if constexpr (F == QuantFormat::kFp8E4M3 && NF)
         if (rn <= kFoldMaxRows && fold_check.fits(tw, on)) fn = fold_tile_for<Fold>(rn, on);
       if constexpr (F == QuantFormat::kFp4E2M1)
-        if (rn <= kFoldMaxRows && in % 32 == 0 && w.block_cols_log2 == 5) fn = fp4_tile_for(rn, on);
+        if (rn == 1 && in % 32 == 0 && w.block_cols_log2 == 5) fn = fp4_tile_for(on);
       fn(x + r * in, tw, in, y + r * out + o, out, fold);
     }
   }

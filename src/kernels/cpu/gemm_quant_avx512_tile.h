@@ -144,7 +144,8 @@ struct Fp4Decoder {
 // Fp4Decoder rounds them. One shuffle per 16 weights where Fp4Decoder::block32 takes two and the
 // VBMI decoder seven per 64; one Zen 5 core from cache, a 512 × 1024 product at one row 20.8 →
 // 19.0 µs (session 34). At more rows the block decoders stay ahead (the decode is shared by the
-// rows, and their four groups at once suit tile()): 2 rows 26.4 → 28.1 µs, 5–6 rows 5–12 % slower.
+// rows, and their four groups at once suit tile()): at 2 rows this decoder took 28.1 µs against
+// their 26.4, at 5–6 rows 5–12 % longer.
 struct Fp4BroadcastDecoder {
   __m512 table = _mm512_loadu_ps(e2m1_decode_table());
   __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
@@ -161,7 +162,8 @@ struct Fp4BroadcastDecoder {
 };
 
 // The decoders every AVX-512 CPU runs (a `Fast` policy of tile()): FP8 blocks folded with x ·
-// 256 · s (the weights as value · 2^-8, the half of Fp8Decoder), FP4 blocks by Fp4Decoder. kBias: the folded 256 · s is 2^(e - kBias); usable: 256 · s is finite.
+// 256 · s (the weights as value · 2^-8, the half of Fp8Decoder), FP4 blocks by Fp4Decoder.
+// kBias: the folded 256 · s is 2^(e - kBias); usable: 256 · s is finite.
 struct BaseFp8Fold {
   static constexpr int kBias = 119;
   static bool usable(uint8_t e) { return e < kBigScaleCode; }
@@ -312,8 +314,8 @@ void fold_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int6
 // One-row FP4 products of whole 32-column blocks by Fp4BroadcastDecoder, each group decoded just
 // before its FMAs (inside tile(), which decodes a block's four groups of every pair first, the
 // broadcast decoder ran slower than Fp4Decoder), no per-block branches. tile()'s products in its
-// order: the same bits. Dispatched at one row only (the body is written for R rows).
-template <int R, int O>
+// order: the same bits.
+template <int O>
 void fp4_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64_t ldy, const FoldRange&) {
   constexpr int P = (O + 1) / 2;
   const Fp4BroadcastDecoder dec;
@@ -322,9 +324,8 @@ void fp4_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64
   const uint8_t* scale_row[2 * P];  // the missing odd row of an odd O: scale 1, codes never read
   for (int o = 0; o < 2 * P; ++o)
     scale_row[o] = o < O ? w.scales + ((w.row_phase + o) >> w.block_rows_log2) * w.scale_cols : nullptr;
-  __m512 acc[R][P];
-  for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  __m512 acc[1][P];
+  for (int p = 0; p < P; ++p) acc[0][p] = _mm512_setzero_ps();
   for (int64_t i0 = 0; i0 < in; i0 += 32) {
     if ((i0 & 127) == 0) prefetch_rows_ahead<O>(w.codes, rb, i0 / 2);  // a line per 128 columns
     const int64_t sc = i0 >> w.block_cols_log2;
@@ -335,19 +336,18 @@ void fp4_tile(const float* x, const QuantWeights& w, int64_t in, float* y, int64
     }
     const uint8_t* at = w.codes + i0 / 2;
     for (int g = 0; g < 4; ++g) {
-      __m512 xv[R];
-      for (int r = 0; r < R; ++r) xv[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + r * in + i0 + 8 * g));
+      const __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(x + i0 + 8 * g));
       [&]<int... p>(std::integer_sequence<int, p...>) {
         (
             [&] {
               const __m512 wv = dec.template group<(2 * p + 1 < O)>(at + 2 * p * rb + 4 * g, at + (2 * p + 1) * rb + 4 * g, s[p]);
-              for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(xv[r], wv, acc[r][p]);
+              acc[0][p] = _mm512_fmadd_ps(xv, wv, acc[0][p]);
             }(),
             ...);
       }(std::make_integer_sequence<int, P>{});
     }
   }
-  store_pair_tile<R, O>(acc, y, ldy);
+  store_pair_tile<1, O>(acc, y, ldy);
 }
 
 // Whether tile() would take its folded branch for every block of a tile: whole blocks, the tile's
@@ -417,7 +417,7 @@ TileFn fold_tile_for_rows(int o) {
 }
 template <int... Os>
 constexpr std::array<TileFn, sizeof...(Os)> fp4_row_table(std::integer_sequence<int, Os...>) {
-  return {&fp4_tile<1, Os + 1>...};
+  return {&fp4_tile<Os + 1>...};
 }
 // fp4_tile for one row (a decode step's experts) and its outputs.
 inline TileFn fp4_tile_for(int o) {

@@ -117,6 +117,15 @@ GraphCounts graph_counts(const std::string& name, const Backend& backend) {
   return {};
 }
 
+void set_early_start(const std::string& name, Backend& backend, bool on) {
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_early_start(backend, on);
+#endif
+  (void)name;
+  (void)backend;
+  (void)on;
+}
+
 void set_publish_with_feeding(const std::string& name, Backend& backend, bool on) {
   if (name == "device-emulation") host_device_backend_set_publish_with_feeding(backend, on);
 #if defined(DSV41_WITH_CUDA)

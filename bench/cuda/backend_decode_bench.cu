@@ -2,7 +2,7 @@
 // first slice): B sequences prefilled with C random tokens each, then S timed decode steps of
 // all B together (one engine forward per step, greedy next tokens), per backend and batch size.
 //   dsv41_cuda_backend_bench -m DIR [--batches 1,8] [--context 256] [--steps 32]
-//                            [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-f64idx,cuda-intidx,cuda-gN,cuda-notca,cuda-tcaN]
+//                            [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-f64idx,cuda-intidx,cuda-late,cuda-early,cuda-gN,cuda-notca,cuda-tcaN]
 //                            [--profile STEPS]
 //                            [--weights stored|widened] [--greedy N] [--greedy-prompt P] [--shared-prompt]
 // --shared-prompt: one sequence prefilled (chunks of 4,096 tokens), the others forked from it (the
@@ -24,7 +24,9 @@
 // cuda-notca runs the sink attention on the split kernels' double sums at every step size, and
 // cuda-tcaN on bf16 tensor cores at steps of ≥ N rows (cuda_backend_set_tensor_attention; the
 // default: on from 2 rows, head_dim 512 only); cuda-f64idx / cuda-intidx score the indexer on the
-// double tiles / on integer tensor cores (cuda_backend_set_integer_index; the same bits).
+// double tiles / on integer tensor cores (cuda_backend_set_integer_index; the same bits); cuda-early
+// / cuda-late place each kernel before the one it follows has ended / launch it only once that one
+// has (cuda_backend_set_early_start; the same bits).
 // --weights: how the model holds its FP8 / FP4 matrices (default stored: the device backend
 // uploads those bytes as they are; widened: float32 / bf16, as the backend did before).
 // --greedy N: first a same-function check: a 24-token prompt (--greedy-prompt P: P tokens) then N greedy steps on the CPU and
@@ -261,7 +263,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--greedy") && i + 1 < argc) greedy_steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--greedy-prompt") && i + 1 < argc) greedy_prompt = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-f64idx,cuda-intidx,cuda-gN,cuda-notca,cuda-tcaN] [--profile STEPS] [--weights stored|widened] [--greedy N] [--greedy-prompt P] [--shared-prompt]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s -m DIR [--batches 1,8] [--context N] [--steps N] [--backends cpu,cuda,cuda-simple,cuda-segcomp,cuda-nograph,cuda-unfused,cuda-mma,cuda-nomma,cuda-floatexp,cuda-f64idx,cuda-intidx,cuda-late,cuda-early,cuda-gN,cuda-notca,cuda-tcaN] [--profile STEPS] [--weights stored|widened] [--greedy N] [--greedy-prompt P] [--shared-prompt]\n", argv[0]);
       return 2;
     }
   }
@@ -297,6 +299,7 @@ int main(int argc, char** argv) {
     bool float_experts = false;  // cuda_backend_set_float_experts
     int64_t tensor_attention = -1;  // -1: the backend's default; 0: off; N: steps of ≥ N rows
     int integer_index = -1;  // cuda_backend_set_integer_index: -1 the backend's default, 0 off, 1 on
+    int early_start = -1;  // cuda_backend_set_early_start: -1 the backend's default, 0 off, 1 on
   };
   std::vector<Variant> cudas;
   constexpr int64_t kChunk = CudaExec::kGraphChunk;
@@ -310,6 +313,8 @@ int main(int argc, char** argv) {
   if (wants("cuda")) cudas.push_back({"cuda", true, true, true, kChunk});
   if (wants("cuda-f64idx")) cudas.push_back({"cuda-f64idx", true, true, true, kChunk, true, true, false, -1, 0});
   if (wants("cuda-intidx")) cudas.push_back({"cuda-intidx", true, true, true, kChunk, true, true, false, -1, 1});
+  if (wants("cuda-late")) cudas.push_back({"cuda-late", true, true, true, kChunk, true, true, false, -1, -1, 0});
+  if (wants("cuda-early")) cudas.push_back({"cuda-early", true, true, true, kChunk, true, true, false, -1, -1, 1});
   for (const std::string& n : names) {
     if (n.rfind("cuda-g", 0) == 0 && n.size() > 6 && n.find_first_not_of("0123456789", 6) == std::string::npos) {
       cudas.push_back({n, true, true, true, std::atoll(n.c_str() + 6)});
@@ -325,8 +330,8 @@ int main(int argc, char** argv) {
     }
     if (n != "cpu" && n != "cuda" && n != "cuda-simple" && n != "cuda-segcomp" && n != "cuda-nograph" &&
         n != "cuda-unfused" && n != "cuda-mma" && n != "cuda-nomma" && n != "cuda-floatexp" && n != "cuda-f64idx" &&
-        n != "cuda-intidx") {
-      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple, cuda-segcomp, cuda-nograph, cuda-unfused, cuda-mma, cuda-nomma, cuda-floatexp, cuda-f64idx, cuda-intidx, cuda-gN, cuda-notca, cuda-tcaN)\n",
+        n != "cuda-intidx" && n != "cuda-late" && n != "cuda-early") {
+      std::fprintf(stderr, "%s: unknown backend '%s' (cpu, cuda, cuda-simple, cuda-segcomp, cuda-nograph, cuda-unfused, cuda-mma, cuda-nomma, cuda-floatexp, cuda-f64idx, cuda-intidx, cuda-late, cuda-early, cuda-gN, cuda-notca, cuda-tcaN)\n",
                    argv[0], n.c_str());
       return 2;
     }
@@ -352,7 +357,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cpu greedy: %s\n", c.status().to_string().c_str());
       return 1;
     }
-    for (const auto& [name, fast, batched_compress, graphs, chunk, fused, mma, float_experts, tca, integer_index] : cudas) {
+    for (const auto& [name, fast, batched_compress, graphs, chunk, fused, mma, float_experts, tca, integer_index, early] : cudas) {
       auto b = make_cuda_backend(**model);
       if (!b.ok()) return 1;
       cuda_backend_set_fast_kernels(**b, fast);
@@ -362,6 +367,7 @@ int main(int argc, char** argv) {
       cuda_backend_set_mma_gemm(**b, mma);
       cuda_backend_set_float_experts(**b, float_experts);
       if (integer_index >= 0) cuda_backend_set_integer_index(**b, integer_index > 0);
+      if (early >= 0) cuda_backend_set_early_start(**b, early > 0);
       if (tca >= 0) cuda_backend_set_tensor_attention(**b, tca > 0, tca > 0 ? tca : 1);
       auto g = greedy(std::move(*b), **model, prompt, greedy_steps);
       if (!g.ok()) {
@@ -411,7 +417,7 @@ int main(int argc, char** argv) {
       std::printf("backend cpu  batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / cpu.median_step_s,
                   cpu.median_step_s * 1e3);
     }
-    for (const auto& [name, fast, batched_compress, graphs, chunk, fused, mma, float_experts, tca, integer_index] : cudas) {
+    for (const auto& [name, fast, batched_compress, graphs, chunk, fused, mma, float_experts, tca, integer_index, early] : cudas) {
       auto backend = make_cuda_backend(**model);
       if (!backend.ok()) {
         std::fprintf(stderr, "cuda: %s\n", backend.status().to_string().c_str());
@@ -424,6 +430,7 @@ int main(int argc, char** argv) {
       cuda_backend_set_mma_gemm(**backend, mma);
       cuda_backend_set_float_experts(**backend, float_experts);
       if (integer_index >= 0) cuda_backend_set_integer_index(**backend, integer_index > 0);
+      if (early >= 0) cuda_backend_set_early_start(**backend, early > 0);
       if (tca >= 0) cuda_backend_set_tensor_attention(**backend, tca > 0, tca > 0 ? tca : 1);
       auto r = run(std::move(*backend), **model, b, context, steps, profile, shared_prompt);
       if (!r.ok()) {

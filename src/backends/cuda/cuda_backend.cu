@@ -77,6 +77,10 @@ void cuda_backend_set_integer_index(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->executor().set_integer_index(on);
 }
 
+void cuda_backend_set_early_start(Backend& backend, bool on) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->executor().set_early_start(on);
+}
+
 void cuda_backend_set_draft_graphs(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_draft_graphs(on);
 }

@@ -253,6 +253,28 @@ TEST(CudaBackend, IntegerIndexEqualsDoubleTiles) {
   std::printf("integer indexer: %lld launches in the mixed batch\n", static_cast<long long>(integer_launches));
 }
 
+// Kernels placed before the kernel they follow has ended (the default, kernel_launch.cuh) against
+// each launched once the one before has ended: the same logits bits over prefill chunks, decode
+// rows, forks, a removal, rollbacks and 20 sequences in one step (check_window_copies' cases), on
+// dsv41-mini and on the random model whose indexer runs on integer tensor cores.
+TEST(CudaBackend, EarlyStartEqualsLaunchesInTurn) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const auto check = [](const Model& model, const std::string& name) {
+    const auto make = [&](bool early) {
+      return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) { b.executor().set_early_start(early); });
+    };
+    ts::check_window_copies(model, make, name + ": early start against launches in turn", true);
+  };
+  auto wide = Model::create_random(dsv41::testing::wide_index_test_config(), 29);
+  ASSERT_TRUE(wide.ok()) << wide.status().to_string();
+  check(**wide, "16 x 64 indexer");
+  const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
+  auto mini = Model::load(dir);
+  ASSERT_TRUE(mini.ok()) << mini.status().to_string();
+  check(**mini, "dsv41-mini");
+}
+
 // DSpark-shaped verify steps on the GPU (backend_verify_check.h): mirrors and open groups that
 // follow rollbacks and verify steps as CUDA graphs against rebuilt mirrors and launches: the same
 // bits, the cache's records, no blocking upload after the prefill.

@@ -90,6 +90,7 @@ __device__ void index_tile(const dk::IndexScoreK& k, int64_t blk) {
 
 // Block b: the tile of the first body whose blocks it does not pass.
 __global__ void __launch_bounds__(kThreads) index_batch_kernel(const dk::Batched<dk::IndexScoreK> b) {
+  await_previous_kernel();
   int64_t blk = blockIdx.x;
   int j = 0;
   while (j + 1 < b.n && blk >= index_blocks(b.count[j], b.body[j])) {
@@ -135,6 +136,7 @@ constexpr size_t kValueStatic = kValSlots * (kValChans + 1) * sizeof(double) + k
                                 kValSlots * sizeof(dk::KeyRow) + kValHeads * (32 * sizeof(float) + 12) + 64;
 
 __global__ void __launch_bounds__(kThreads) attn_logits_kernel(const dk::AttnBatch b) {
+  await_previous_kernel();
   __shared__ double qd[kLogitHeads][kLogitChunk + 1];
   __shared__ double kd[kLogitSlots][kLogitChunk + 1];
   __shared__ dk::KeyRow rows[kLogitSlots];
@@ -174,6 +176,7 @@ __global__ void __launch_bounds__(kThreads) attn_logits_kernel(const dk::AttnBat
 }
 
 __global__ void __launch_bounds__(kThreads) attn_values_kernel(const dk::AttnBatch b) {
+  await_previous_kernel();
   extern __shared__ uint8_t present[];  // [L]
   __shared__ double vd[kValSlots][kValChans + 1];
   __shared__ double pd[kValHeads][kValSlots];
@@ -277,6 +280,7 @@ size_t pv_smem(int64_t L) { return size_t(L) * (sizeof(dk::KeyRow) + sizeof(int)
 constexpr size_t kPvStatic = kPvTile * (kPvChans + 1) * sizeof(float) + kPvHeads * kPvTile * sizeof(float) + 64;
 
 __global__ void __launch_bounds__(kThreads) attn_probs_kernel(const dk::AttnBatch b) {
+  await_previous_kernel();
   int64_t blk = blockIdx.x;
   int j = 0;
   while (j + 1 < b.n && blk >= prob_blocks(b.jobs[j].g)) blk -= prob_blocks(b.jobs[j++].g);
@@ -390,6 +394,7 @@ struct PvTile {
 };
 
 __global__ void __launch_bounds__(kThreads, 3) attn_pv_kernel(const dk::AttnBatch b) {
+  await_previous_kernel();
   extern __shared__ __align__(16) uint8_t pv_dyn[];
   __shared__ float vd[kPvTile][kPvChans + 1];
   __shared__ float pd[kPvHeads][kPvTile];
@@ -525,6 +530,7 @@ struct SvTile {
 
 template <int Q>
 __global__ void __launch_bounds__(kThreads * Q) attn_slot_values_kernel(const dk::AttnBatch b) {
+  await_previous_kernel();
   extern __shared__ __align__(16) uint8_t sv_dyn[];
   __shared__ int last_present;
   int64_t blk = blockIdx.x;
@@ -605,7 +611,7 @@ __global__ void __launch_bounds__(kThreads * Q) attn_slot_values_kernel(const dk
 
 }  // namespace
 
-bool launch_index_f64(const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) {
+bool launch_index_f64(const dk::Batched<dk::IndexScoreK>& b, Stream s) {
   int64_t blocks = 0;
   size_t smem = 0;
   for (int j = 0; j < b.n; ++j) {
@@ -614,15 +620,15 @@ bool launch_index_f64(const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) {
     smem = std::max(smem, index_smem(b.body[j]));
   }
   if (b.n < 1 || blocks > 0x7fffffff || !allow_smem(index_batch_kernel, smem)) return false;
-  if (blocks > 0) index_batch_kernel<<<unsigned(blocks), kThreads, smem, s>>>(b);
+  if (blocks > 0) launch_kernel(&index_batch_kernel, unsigned(blocks), kThreads, smem, s, b);
   return true;
 }
 
-bool launch(int64_t n, const dk::IndexScoreK& k, cudaStream_t s) {
+bool launch(int64_t n, const dk::IndexScoreK& k, Stream s) {
   return launch_index_f64(dk::Batched<dk::IndexScoreK>::one(n, k), s);
 }
 
-bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) { return launch_index_f64(b, s); }
+bool launch(int64_t, const dk::Batched<dk::IndexScoreK>& b, Stream s) { return launch_index_f64(b, s); }
 
 // The jobs' block counts and longest key list; false where the batch cannot launch at all.
 static bool split_blocks(const dk::AttnBatch& b, int64_t& lb, int64_t& vb, int64_t& L) {
@@ -637,14 +643,14 @@ static bool split_blocks(const dk::AttnBatch& b, int64_t& lb, int64_t& vb, int64
   return b.n >= 1 && b.n <= dk::AttnBatch::kMax && lb <= 0x7fffffff && vb <= 0x7fffffff;
 }
 
-bool launch_attn_split_values(const dk::AttnBatch& b, cudaStream_t s) {
+bool launch_attn_split_values(const dk::AttnBatch& b, Stream s) {
   int64_t lb, vb, L;
   if (!split_blocks(b, lb, vb, L) || value_smem(L) + kValueStatic > kSmemLimit) return false;
-  if (vb > 0) attn_values_kernel<<<unsigned(vb), kThreads, value_smem(L), s>>>(b);
+  if (vb > 0) launch_kernel(&attn_values_kernel, unsigned(vb), kThreads, value_smem(L), s, b);
   return true;
 }
 
-bool launch_attn_probs_values(const dk::AttnBatch& b, cudaStream_t s) {
+bool launch_attn_probs_values(const dk::AttnBatch& b, Stream s) {
   int64_t lb, vb, L, pb = 0, qb = 0;
   if (!split_blocks(b, lb, vb, L) || L > int64_t(kProbPer) * 32) return false;
   for (int j = 0; j < b.n; ++j) {
@@ -654,15 +660,15 @@ bool launch_attn_probs_values(const dk::AttnBatch& b, cudaStream_t s) {
   if (pb > 0x7fffffff || qb > 0x7fffffff || pv_smem(L) + kPvStatic > kSmemOptIn ||
       !allow_smem(attn_pv_kernel, pv_smem(L) + kPvStatic))  // the static part counted: a large L needs the opt-in
     return false;
-  if (pb > 0) attn_probs_kernel<<<unsigned(pb), kThreads, 0, s>>>(b);
-  if (qb > 0) attn_pv_kernel<<<unsigned(qb), kThreads, pv_smem(L), s>>>(b);
+  if (pb > 0) launch_kernel(&attn_probs_kernel, unsigned(pb), kThreads, 0, s, b);
+  if (qb > 0) launch_kernel(&attn_pv_kernel, unsigned(qb), kThreads, pv_smem(L), s, b);
   return true;
 }
 
 template <int Q>
-static bool launch_slot_values(const dk::AttnBatch& b, int64_t blocks, size_t smem, cudaStream_t s) {
+static bool launch_slot_values(const dk::AttnBatch& b, int64_t blocks, size_t smem, Stream s) {
   if (!allow_smem(attn_slot_values_kernel<Q>, smem + 64)) return false;  // 64: the static bytes
-  if (blocks > 0) attn_slot_values_kernel<Q><<<unsigned(blocks), kThreads * Q, smem, s>>>(b);
+  if (blocks > 0) launch_kernel(&attn_slot_values_kernel<Q>, unsigned(blocks), kThreads * Q, smem, s, b);
   return true;
 }
 
@@ -674,7 +680,7 @@ int attn_slot_parts(const dk::AttnBatch& b) {
   return blocks <= 256 ? 4 : blocks <= 512 ? 2 : 1;
 }
 
-bool launch_attn_slot_values(const dk::AttnBatch& b, cudaStream_t s, int parts) {
+bool launch_attn_slot_values(const dk::AttnBatch& b, Stream s, int parts) {
   int64_t lb, vb, L, blocks = 0;
   if (!split_blocks(b, lb, vb, L) || L > kSvMaxL) return false;
   for (int j = 0; j < b.n; ++j) blocks += sv_blocks(b.jobs[j].g);
@@ -689,10 +695,10 @@ bool launch_attn_slot_values(const dk::AttnBatch& b, cudaStream_t s, int parts) 
   }
 }
 
-bool launch_attn_split(const dk::AttnBatch& b, cudaStream_t s) {
+bool launch_attn_split(const dk::AttnBatch& b, Stream s) {
   int64_t lb, vb, L;
   if (!split_blocks(b, lb, vb, L) || value_smem(L) + kValueStatic > kSmemLimit) return false;
-  if (lb > 0) attn_logits_kernel<<<unsigned(lb), kThreads, 0, s>>>(b);
+  if (lb > 0) launch_kernel(&attn_logits_kernel, unsigned(lb), kThreads, 0, s, b);
   return launch_attn_split_values(b, s);
 }
 

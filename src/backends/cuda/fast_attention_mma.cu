@@ -267,6 +267,7 @@ __device__ void stage_records(dk::KeyRow* rows, int64_t D, uint8_t* raw) {
 // quarter or half of the work each (session 18) and, at 8, shared memory for two blocks an SM.
 template <int Slots>
 __global__ void __launch_bounds__(kThreads) mma_logits_kernel(const dk::AttnBatch b) {
+  await_previous_kernel();
   static_assert(Slots == 8 || Slots == 16 || Slots == 32, "2 head tiles × Slots / 8 slot tiles × parts = 8 warps");
   constexpr int kTiles = Slots / 8, kParts = kWarps / (2 * kTiles);
   extern __shared__ __align__(16) double dyn_logits[];
@@ -379,6 +380,7 @@ __device__ void group_softmax(const dk::AttnGeom& g, const float* sinks, int64_t
 // selected ones into `sel` (a 4-slot step across nwin feeds both, each with the other's
 // probabilities zeroed; an absent slot is p = 0 and v = 0).
 __global__ void __launch_bounds__(kThreads) mma_values_kernel(const dk::AttnBatch b) {
+  await_previous_kernel();
   extern __shared__ double dyn_values[];
   __shared__ DecodeTablesD tab;
   __shared__ double vd[kValSlots * kValStride];
@@ -480,12 +482,12 @@ constexpr size_t kLogitStatic = sizeof(DecodeTablesD) + kLogitSlots * sizeof(dk:
 constexpr size_t kValueStatic = sizeof(DecodeTablesD) + kValSlots * kValStride * sizeof(double) + 256;
 
 template <int Slots>
-static bool launch_logits(const dk::AttnBatch& b, int64_t D, cudaStream_t s) {
+static bool launch_logits(const dk::AttnBatch& b, int64_t D, Stream s) {
   int64_t blocks = 0;
   for (int j = 0; j < b.n; ++j) blocks += logit_blocks<Slots>(b.jobs[j].g);
   const size_t ls = logit_smem(D, Slots);
   if (blocks > 0x7fffffff || ls + kLogitStatic > kSmemOptIn || !allow_smem(mma_logits_kernel<Slots>, ls)) return false;
-  if (blocks > 0) mma_logits_kernel<Slots><<<unsigned(blocks), kThreads, ls, s>>>(b);
+  if (blocks > 0) launch_kernel(&mma_logits_kernel<Slots>, unsigned(blocks), kThreads, ls, s, b);
   return true;
 }
 
@@ -497,7 +499,7 @@ int attn_logit_slots(const dk::AttnBatch& b) {
   return blocks <= 160 ? 8 : blocks <= 320 ? 16 : 32;
 }
 
-bool launch_attn_mma_logits(const dk::AttnBatch& b, cudaStream_t s, int slots) {
+bool launch_attn_mma_logits(const dk::AttnBatch& b, Stream s, int slots) {
   static_assert(kHeads == 2 * 8 && kLogitSlots == 4 * 8 && kWarps == 8, "warp ↔ tile map");
   int64_t lb, vb, L, D;
   if (!mma_blocks(b, lb, vb, L, D)) return false;
@@ -509,14 +511,14 @@ bool launch_attn_mma_logits(const dk::AttnBatch& b, cudaStream_t s, int slots) {
   }
 }
 
-bool launch_attn_mma(const dk::AttnBatch& b, cudaStream_t s) {
+bool launch_attn_mma(const dk::AttnBatch& b, Stream s) {
   static_assert(kValChans == 32 && kHeads == 2 * 8 && kWarps == 8, "warp ↔ tile map");
   int64_t lb, vb, L, D;
   if (!mma_blocks(b, lb, vb, L, D)) return false;
   const size_t vs = value_smem(L);
   if (logit_smem(D) + kLogitStatic > kSmemOptIn || vs + kValueStatic > kSmemOptIn) return false;
   if (!allow_smem(mma_values_kernel, vs) || !launch_attn_mma_logits(b, s)) return false;
-  if (vb > 0) mma_values_kernel<<<unsigned(vb), kThreads, vs, s>>>(b);
+  if (vb > 0) launch_kernel(&mma_values_kernel, unsigned(vb), kThreads, vs, s, b);
   return true;
 }
 

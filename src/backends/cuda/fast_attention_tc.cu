@@ -89,6 +89,7 @@ __device__ __forceinline__ void find_slot(const dk::AttnGeom& g, int64_t i, int6
 }
 
 __global__ void __launch_bounds__(kThreads, 1) attn_tensor_kernel(const dk::AttnBatch b) {
+  await_previous_kernel();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   constexpr int S = Smem::kStride, PS = Smem::kPStride;
@@ -190,7 +191,7 @@ bool tensor_fits(const dk::AttnGeom& g) {
 
 }  // namespace
 
-bool launch_attn_tensor(const dk::AttnBatch& b, cudaStream_t s) {
+bool launch_attn_tensor(const dk::AttnBatch& b, Stream s) {
   if (b.n < 1 || b.n > dk::AttnBatch::kMax) return false;
   int64_t rows = 0;
   for (int j = 0; j < b.n; ++j) {
@@ -203,7 +204,7 @@ bool launch_attn_tensor(const dk::AttnBatch& b, cudaStream_t s) {
     return false;
   if (rows == 0) return true;
   const dim3 grid(unsigned(rows), unsigned((b.jobs[0].g.H + kRows - 1) / kRows));
-  attn_tensor_kernel<<<grid, kThreads, bytes, s>>>(b);
+  launch_kernel(&attn_tensor_kernel, grid, kThreads, bytes, s, b);
   return true;
 }
 

@@ -356,6 +356,7 @@ __device__ inline void gemm_tile_serial(const dk::GemmK& k, int64_t rows, int sp
 // grid: (blocks of the largest job, jobs, row tiles of the most rows).
 template <int kMode, int kRows>
 __global__ void __launch_bounds__(kThreads) gemm_tiled_kernel(const TiledJobs jobs) {
+  await_previous_kernel();
   __shared__ double xs[kStageDoubles];  // the staged and serial paths' x chunks
   const TiledJob& j = jobs.job[blockIdx.y];
   if (blockIdx.x >= j.blocks || int64_t(blockIdx.z) * kRows >= j.rows) return;  // whole blocks
@@ -389,7 +390,7 @@ TiledJob plan(const dk::GemmK& k, int64_t rows, int64_t most, int kind, int64_t 
 }
 
 template <int kMode>
-void launch_jobs(const TiledJobs& jobs, cudaStream_t s) {
+void launch_jobs(const TiledJobs& jobs, Stream s) {
   int64_t most = 0;
   unsigned blocks = 0;
   for (int j = 0; j < jobs.n; ++j) {
@@ -399,14 +400,14 @@ void launch_jobs(const TiledJobs& jobs, cudaStream_t s) {
   const int tile = tile_for(most);
   const dim3 grid(blocks, unsigned(jobs.n), unsigned((most + tile - 1) / tile));
   switch (tile) {
-    case 8: gemm_tiled_kernel<kMode, 8><<<grid, kThreads, 0, s>>>(jobs); break;
-    case 4: gemm_tiled_kernel<kMode, 4><<<grid, kThreads, 0, s>>>(jobs); break;
-    case 2: gemm_tiled_kernel<kMode, 2><<<grid, kThreads, 0, s>>>(jobs); break;
-    default: gemm_tiled_kernel<kMode, 1><<<grid, kThreads, 0, s>>>(jobs); break;
+    case 8: launch_kernel(&gemm_tiled_kernel<kMode, 8>, grid, kThreads, 0, s, jobs); break;
+    case 4: launch_kernel(&gemm_tiled_kernel<kMode, 4>, grid, kThreads, 0, s, jobs); break;
+    case 2: launch_kernel(&gemm_tiled_kernel<kMode, 2>, grid, kThreads, 0, s, jobs); break;
+    default: launch_kernel(&gemm_tiled_kernel<kMode, 1>, grid, kThreads, 0, s, jobs); break;
   }
 }
 
-void launch_kind(int kind, const TiledJobs& jobs, cudaStream_t s) {
+void launch_kind(int kind, const TiledJobs& jobs, Stream s) {
   switch (kind) {
     case 1: return launch_jobs<1>(jobs, s);
     case 2: return launch_jobs<2>(jobs, s);
@@ -426,7 +427,7 @@ int gemm_tiled_kind(const dk::GemmK& k) {
   return unit_kind(k.w, k.in);
 }
 
-bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k, cudaStream_t s, bool staged) {
+bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k, Stream s, bool staged) {
   const int kind = gemm_tiled_kind(k);
   if (kind == 0) return false;
   TiledJobs jobs;
@@ -438,7 +439,7 @@ bool launch_gemm_tiled(int64_t rows, const dk::GemmK& k, cudaStream_t s, bool st
 
 // Several GEMMs (dk::Batched) in one launch where the tiled kernel takes them all in one weight
 // kind; else each on its own (tiled or the warp kernel: then more than one launch).
-bool launch(int64_t, const dk::Batched<dk::GemmK>& b, cudaStream_t s) {
+bool launch(int64_t, const dk::Batched<dk::GemmK>& b, Stream s) {
   const int kind = b.n > 0 ? gemm_tiled_kind(b.body[0]) : 0;
   TiledJobs jobs;
   bool together = kind != 0;

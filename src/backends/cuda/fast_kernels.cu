@@ -267,6 +267,7 @@ constexpr int kWarpsPerBlock = 8;
 
 template <int kMode>
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemm_kernel(const dk::GemmK k, int64_t rows) {
+  await_previous_kernel();
   constexpr int V = WeightLoad<kMode>::kWidth;
   const int lane = threadIdx.x & 31;
   const int64_t o = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
@@ -296,7 +297,7 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) gemm_kernel(const 
   }
 }
 
-bool launch(int64_t n, const dk::GemmK& k, cudaStream_t s) {
+bool launch(int64_t n, const dk::GemmK& k, Stream s) {
   if (k.out <= 0 || n % k.out != 0) return false;
   const int64_t rows = n / k.out;
   if (launch_gemm_tiled(rows, k, s)) return true;
@@ -304,11 +305,11 @@ bool launch(int64_t n, const dk::GemmK& k, cudaStream_t s) {
   const dim3 grid(blocks_for(k.out, kWarpsPerBlock), blocks_for(rows, kGemmRows));
   const dim3 block(kWarpsPerBlock * 32);
   switch (load_kind(k.w, k.in)) {
-    case 1: gemm_kernel<1><<<grid, block, 0, s>>>(k, rows); break;
-    case 2: gemm_kernel<2><<<grid, block, 0, s>>>(k, rows); break;
-    case 3: gemm_kernel<3><<<grid, block, 0, s>>>(k, rows); break;
-    case 4: gemm_kernel<4><<<grid, block, 0, s>>>(k, rows); break;
-    default: gemm_kernel<0><<<grid, block, 0, s>>>(k, rows); break;
+    case 1: launch_kernel(&gemm_kernel<1>, grid, block, 0, s, k, rows); break;
+    case 2: launch_kernel(&gemm_kernel<2>, grid, block, 0, s, k, rows); break;
+    case 3: launch_kernel(&gemm_kernel<3>, grid, block, 0, s, k, rows); break;
+    case 4: launch_kernel(&gemm_kernel<4>, grid, block, 0, s, k, rows); break;
+    default: launch_kernel(&gemm_kernel<0>, grid, block, 0, s, k, rows); break;
   }
   return true;
 }
@@ -374,30 +375,35 @@ static __device__ inline void rmsnorm_row_fast(const dk::RmsNormK& k, int64_t r)
     rmsnorm_row(k, r);
 }
 
-static __global__ void __launch_bounds__(256) rmsnorm_kernel(const dk::RmsNormK k) { rmsnorm_row_fast(k, blockIdx.x); }
+static __global__ void __launch_bounds__(256) rmsnorm_kernel(const dk::RmsNormK k) {
+  await_previous_kernel();
+  rmsnorm_row_fast(k, blockIdx.x);
+}
 
-bool launch(int64_t n, const dk::RmsNormK& k, cudaStream_t s) {
+bool launch(int64_t n, const dk::RmsNormK& k, Stream s) {
   if (n > 0x7fffffff) return false;
-  rmsnorm_kernel<<<unsigned(n), 256, 0, s>>>(k);
+  launch_kernel(&rmsnorm_kernel, unsigned(n), 256, 0, s, k);
   return true;
 }
 
 // Block b: the row of the first body whose rows it does not pass (as dk::Batched runs them).
 static __global__ void __launch_bounds__(256) rmsnorm_batch_kernel(const dk::Batched<dk::RmsNormK> b) {
+  await_previous_kernel();
   int64_t r = blockIdx.x;
   int j = 0;
   while (j + 1 < b.n && r >= b.count[j]) r -= b.count[j++];
   rmsnorm_row_fast(b.body[j], r);
 }
 
-bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b, cudaStream_t s) {
+bool launch(int64_t n, const dk::Batched<dk::RmsNormK>& b, Stream s) {
   if (n > 0x7fffffff) return false;
-  rmsnorm_batch_kernel<<<unsigned(n), 256, 0, s>>>(b);
+  launch_kernel(&rmsnorm_batch_kernel, unsigned(n), 256, 0, s, b);
   return true;
 }
 
 // ---- mHC collapse + RMSNorm: one block per row -----------------------------------------------------
 static __global__ void __launch_bounds__(256) collapse_norm_kernel(const dk::CollapseNormChain c) {
+  await_previous_kernel();
   const dk::MhcCollapseK& k = c.collapse;
   const int64_t i = blockIdx.x;
   if (kBatchedChains) {  // the row's hc streams and the norm weight, asked for at once
@@ -422,6 +428,7 @@ static size_t staged_collapse_smem(const dk::CollapseNormChain& c) {
 }
 
 static __global__ void __launch_bounds__(256) collapse_norm_staged_kernel(const dk::CollapseNormChain c) {
+  await_previous_kernel();
   extern __shared__ float sm[];  // streams [hc, d], collapsed row [d], norm weight [d], pre [hc]
   const dk::MhcCollapseK& k = c.collapse;
   const int64_t i = blockIdx.x, d = k.d, flat = k.hc * d, t = k.rows ? k.rows[i] : i;
@@ -469,6 +476,7 @@ constexpr int64_t kSplitNormMinD = 2048, kSplitNormMaxRows = 16;
 
 static __global__ void __cluster_dims__(kSplitNormBlocks, 1, 1) __launch_bounds__(kSplitNormThreads)
     collapse_norm_split_kernel(const dk::CollapseNormChain c) {
+  await_previous_kernel();
   __shared__ double sh[32];
   cg::cluster_group cluster = cg::this_cluster();
   const dk::MhcCollapseK& k = c.collapse;
@@ -506,18 +514,18 @@ static bool split_collapse_norm(const dk::CollapseNormChain& c) {
          d <= int64_t(kSplitNormBlocks) * kSplitNormThreads * kSplitNormCols;
 }
 
-bool launch_chain(const dk::CollapseNormChain& c, cudaStream_t s) {
+bool launch_chain(const dk::CollapseNormChain& c, Stream s) {
   if (c.n > 0x7fffffff || c.norm.x != c.collapse.y || c.norm.n != c.collapse.d) return false;
   if (c.n <= 0) return true;
   if (split_collapse_norm(c)) {
-    collapse_norm_split_kernel<<<unsigned(c.n * kSplitNormBlocks), kSplitNormThreads, 0, s>>>(c);
+    launch_kernel(&collapse_norm_split_kernel, unsigned(c.n * kSplitNormBlocks), kSplitNormThreads, 0, s, c);
     return true;
   }
   const size_t smem = staged_collapse_smem(c);
   if (kStagedCollapse && c.norm.y == c.collapse.y && smem <= kStagedSmem)
-    collapse_norm_staged_kernel<<<unsigned(c.n), 256, smem, s>>>(c);
+    launch_kernel(&collapse_norm_staged_kernel, unsigned(c.n), 256, smem, s, c);
   else
-    collapse_norm_kernel<<<unsigned(c.n), 256, 0, s>>>(c);
+    launch_kernel(&collapse_norm_kernel, unsigned(c.n), 256, 0, s, c);
   return true;
 }
 
@@ -676,14 +684,15 @@ static int64_t expert_up_warps(int64_t n, const dk::ExpertUpK& k) {
 constexpr int kSingleUpPath = is_stream(kExpertPath) ? kFloatUnits : kExpertPath;
 
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_up_kernel(const dk::ExpertUpK k, int64_t warps) {
+  await_previous_kernel();
   const int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (id < warps) expert_up_warp<kSingleUpPath>(k, id, threadIdx.x & 31, nullptr);
 }
 
-bool launch(int64_t n, const dk::ExpertUpK& k, cudaStream_t s) {
+bool launch(int64_t n, const dk::ExpertUpK& k, Stream s) {
   if (k.inter < 1) return false;
   const int64_t warps = expert_up_warps(n, k);
-  expert_up_kernel<<<blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(k, warps);
+  launch_kernel(&expert_up_kernel, blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, k, warps);
   return true;
 }
 
@@ -709,6 +718,7 @@ static bool allow_smem(Kernel* kernel, size_t dynamic_bytes, size_t static_bytes
 template <int kPath>
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32, is_stream(kPath) ? 2 : 1) expert_up_batch_kernel(
     const dk::Batched<dk::ExpertUpK> b, const UpWarps w, int64_t total) {
+  await_previous_kernel();
   extern __shared__ uint4 stream_ring[];
   int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (id >= total) return;
@@ -719,23 +729,23 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32, is_stream(kPath) ?
 }
 
 template <int kPath>
-static bool launch_up_stream(const dk::Batched<dk::ExpertUpK>& b, const UpWarps& w, int64_t total, cudaStream_t s) {
+static bool launch_up_stream(const dk::Batched<dk::ExpertUpK>& b, const UpWarps& w, int64_t total, Stream s) {
   const size_t smem = stream_smem(kPath, 2 * kExpertOuts);
   if (!allow_smem(expert_up_batch_kernel<kPath>, smem, 0)) return false;
-  expert_up_batch_kernel<kPath><<<blocks_for(total, kWarpsPerBlock), kWarpsPerBlock * 32, smem, s>>>(b, w, total);
+  launch_kernel(&expert_up_batch_kernel<kPath>, blocks_for(total, kWarpsPerBlock), kWarpsPerBlock * 32, smem, s, b, w, total);
   return true;
 }
 
 static bool launch_up_stream(const dk::Batched<dk::ExpertUpK>& b, const UpWarps& w, int64_t total, bool short_ring,
-                             cudaStream_t s) {
+                             Stream s) {
   return short_ring ? launch_up_stream<kStreamShort>(b, w, total, s) : launch_up_stream<kStreamUnits>(b, w, total, s);
 }
 
-bool launch(int64_t, const dk::Batched<dk::ExpertUpK>& b, cudaStream_t s) {
+bool launch(int64_t, const dk::Batched<dk::ExpertUpK>& b, Stream s) {
   return launch_experts_up(b, ExpertDecode::kDefault, s);
 }
 
-bool launch_experts_up(const dk::Batched<dk::ExpertUpK>& b, ExpertDecode decode, cudaStream_t s) {
+bool launch_experts_up(const dk::Batched<dk::ExpertUpK>& b, ExpertDecode decode, Stream s) {
   UpWarps w{};
   int64_t total = 0, dot = INT64_MAX;
   for (int j = 0; j < b.n; ++j) {
@@ -749,15 +759,16 @@ bool launch_experts_up(const dk::Batched<dk::ExpertUpK>& b, ExpertDecode decode,
   const unsigned blocks = blocks_for(total, kWarpsPerBlock);
   const int path = expert_path(decode, dot);
   switch (path) {
-    case kFloatUnits: expert_up_batch_kernel<kFloatUnits><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
-    case kPlaced: expert_up_batch_kernel<kPlaced><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
-    case kPlacedAhead: expert_up_batch_kernel<kPlacedAhead><<<blocks, kWarpsPerBlock * 32, 0, s>>>(b, w, total); break;
+    case kFloatUnits: launch_kernel(&expert_up_batch_kernel<kFloatUnits>, blocks, kWarpsPerBlock * 32, 0, s, b, w, total); break;
+    case kPlaced: launch_kernel(&expert_up_batch_kernel<kPlaced>, blocks, kWarpsPerBlock * 32, 0, s, b, w, total); break;
+    case kPlacedAhead: launch_kernel(&expert_up_batch_kernel<kPlacedAhead>, blocks, kWarpsPerBlock * 32, 0, s, b, w, total); break;
     default: return launch_up_stream(b, w, total, path == kStreamShort, s);
   }
   return true;
 }
 
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_down_kernel(const dk::ExpertDownK k, int64_t warps) {
+  await_previous_kernel();
   const int lane = threadIdx.x & 31;
   const int64_t id = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (id >= warps) return;
@@ -777,10 +788,10 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32) expert_down_kernel
     if (c0 + o < k.d) k.y[t * k.d + c0 + o] = acc[o];
 }
 
-bool launch(int64_t n, const dk::ExpertDownK& k, cudaStream_t s) {
+bool launch(int64_t n, const dk::ExpertDownK& k, Stream s) {
   if (k.d < 1) return false;
   const int64_t warps = n / k.d * ((k.d + kExpertOuts - 1) / kExpertOuts);
-  expert_down_kernel<<<blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s>>>(k, warps);
+  launch_kernel(&expert_down_kernel, blocks_for(warps, kWarpsPerBlock), kWarpsPerBlock * 32, 0, s, k, warps);
   return true;
 }
 
@@ -817,6 +828,7 @@ static __device__ void stage_expand_operands(const dk::MhcExpandK& e, int64_t t,
 template <int kPath>
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32, is_stream(kPath) ? 2 : 1) down_expand_kernel(
     const dk::DownExpandChain c) {
+  await_previous_kernel();
   __shared__ float part[kDownParts][kExpertOuts];
   __shared__ ExpandOperands ops;
   extern __shared__ uint4 stream_ring[];
@@ -869,18 +881,18 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32, is_stream(kPath) ?
   for (int i = 0; i < e.hc; ++i) e((t * e.hc + i) * e.d + col);
 }
 
-bool launch_chain(const dk::DownExpandChain& c, cudaStream_t s) { return launch_down_expand(c, ExpertDecode::kDefault, s); }
+bool launch_chain(const dk::DownExpandChain& c, Stream s) { return launch_down_expand(c, ExpertDecode::kDefault, s); }
 
 template <int kPath>
-static bool launch_down_stream(const dk::DownExpandChain& c, unsigned grid, cudaStream_t s) {
+static bool launch_down_stream(const dk::DownExpandChain& c, unsigned grid, Stream s) {
   const size_t smem = stream_smem(kPath, kExpertOuts);
   const size_t static_smem = sizeof(float) * kDownParts * kExpertOuts + sizeof(ExpandOperands);
   if (!allow_smem(down_expand_kernel<kPath>, smem, static_smem)) return false;
-  down_expand_kernel<kPath><<<grid, kWarpsPerBlock * 32, smem, s>>>(c);
+  launch_kernel(&down_expand_kernel<kPath>, grid, kWarpsPerBlock * 32, smem, s, c);
   return true;
 }
 
-bool launch_down_expand(const dk::DownExpandChain& c, ExpertDecode decode, cudaStream_t s) {
+bool launch_down_expand(const dk::DownExpandChain& c, ExpertDecode decode, Stream s) {
   const dk::ExpertDownK& k = c.down;
   if (k.d < 1 || k.k + 1 > kDownParts || c.expand.a != k.y || c.expand.d != k.d) return false;
   const int64_t blocks = c.m * ((k.d + kExpertOuts - 1) / kExpertOuts);
@@ -888,9 +900,9 @@ bool launch_down_expand(const dk::DownExpandChain& c, ExpertDecode decode, cudaS
   if (blocks <= 0) return true;
   const unsigned grid = unsigned(blocks);
   switch (expert_path(decode, k.shared ? std::min(k.inter, k.shared_inter) : k.inter)) {
-    case kFloatUnits: down_expand_kernel<kFloatUnits><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
-    case kPlaced: down_expand_kernel<kPlaced><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
-    case kPlacedAhead: down_expand_kernel<kPlacedAhead><<<grid, kWarpsPerBlock * 32, 0, s>>>(c); break;
+    case kFloatUnits: launch_kernel(&down_expand_kernel<kFloatUnits>, grid, kWarpsPerBlock * 32, 0, s, c); break;
+    case kPlaced: launch_kernel(&down_expand_kernel<kPlaced>, grid, kWarpsPerBlock * 32, 0, s, c); break;
+    case kPlacedAhead: launch_kernel(&down_expand_kernel<kPlacedAhead>, grid, kWarpsPerBlock * 32, 0, s, c); break;
     case kStreamShort: return launch_down_stream<kStreamShort>(c, grid, s);
     default: return launch_down_stream<kStreamUnits>(c, grid, s);
   }
@@ -1015,6 +1027,7 @@ static __device__ void router_finish(const dk::RouterChain& c, int64_t t, float*
 }
 
 static __global__ void __launch_bounds__(1024) router_kernel(const dk::RouterChain c) {
+  await_previous_kernel();
   __shared__ float s[kRouterThreads], wt[kRouterThreads];
   __shared__ int32_t ex[kRouterThreads];
   const int64_t t = blockIdx.x;
@@ -1048,6 +1061,7 @@ constexpr int64_t kSplitRouterMinIn = 2048, kSplitRouterMaxTokens = 16;
 
 static __global__ void __cluster_dims__(kSplitRouterBlocks, 1, 1) __launch_bounds__(1024)
     router_split_kernel(const dk::RouterChain c) {
+  await_previous_kernel();
   __shared__ float s[kRouterThreads], wt[kRouterThreads];
   __shared__ int32_t ex[kRouterThreads];
   __shared__ double part[32];  // this block's share of each row's sum (E ≤ 32)
@@ -1077,16 +1091,16 @@ static bool split_router(const dk::RouterChain& c) {
   return kSplitRouter && c.gate.in >= kSplitRouterMinIn && c.route.E <= 32 && c.m <= kSplitRouterMaxTokens;
 }
 
-bool launch_chain(const dk::RouterChain& c, cudaStream_t s) {
+bool launch_chain(const dk::RouterChain& c, Stream s) {
   const dk::GemmK& g = c.gate;
   if (c.m > 0x7fffffff || g.out > kRouterThreads || c.route.E != g.out || c.route.k > c.route.E ||
       g.y_stride != g.out || c.scale.x != g.y || c.route.s != g.y)
     return false;
   if (c.m <= 0) return true;
   if (split_router(c))
-    router_split_kernel<<<unsigned(c.m * kSplitRouterBlocks), router_threads(c.route.E), 0, s>>>(c);
+    launch_kernel(&router_split_kernel, unsigned(c.m * kSplitRouterBlocks), router_threads(c.route.E), 0, s, c);
   else
-    router_kernel<<<unsigned(c.m), router_threads(c.route.E), 0, s>>>(c);
+    launch_kernel(&router_kernel, unsigned(c.m), router_threads(c.route.E), 0, s, c);
   return true;
 }
 
@@ -1094,6 +1108,7 @@ bool launch_chain(const dk::RouterChain& c, cudaStream_t s) {
 // EngramGateK's three double sums over d spread over the block (only their order changes), then
 // thread 0 forms the gate with the body's operations.
 static __global__ void __launch_bounds__(256) engram_gate_kernel(const dk::EngramGateK k) {
+  await_previous_kernel();
   __shared__ double sh[32];
   const int64_t ti = blockIdx.x, t = ti / k.hc, i = ti % k.hc;
   const float* xi = k.x + ti * k.d;
@@ -1115,9 +1130,9 @@ static __global__ void __launch_bounds__(256) engram_gate_kernel(const dk::Engra
   k.gate[ti] = float(1.0 / (1.0 + exp(-copysign(mag, g))));
 }
 
-bool launch(int64_t n, const dk::EngramGateK& k, cudaStream_t s) {
+bool launch(int64_t n, const dk::EngramGateK& k, Stream s) {
   if (n > 0x7fffffff) return false;
-  engram_gate_kernel<<<unsigned(n), 256, 0, s>>>(k);
+  launch_kernel(&engram_gate_kernel, unsigned(n), 256, 0, s, k);
   return true;
 }
 
@@ -1125,6 +1140,7 @@ bool launch(int64_t n, const dk::EngramGateK& k, cudaStream_t s) {
 constexpr int kMaxHc = 8;
 
 static __global__ void __launch_bounds__(256) mhc_coeff_kernel(const dk::MhcCoeffChain c) {
+  await_previous_kernel();
   __shared__ double sh[32];
   __shared__ float m[(2 + kMaxHc) * kMaxHc];
   __shared__ float cb[kMaxHc * kMaxHc];
@@ -1272,6 +1288,7 @@ static __device__ float mhc_rsqrt_of(const dk::MhcCoeffChain& c, const float* f,
 }
 
 static __global__ void __launch_bounds__(kMhcThreads) mhc4_coeff_kernel(const dk::MhcCoeffChain c) {
+  await_previous_kernel();
   __shared__ double sh[32];
   __shared__ double part[kMhcThreads / 32][kMhcMix];
   __shared__ float m[kMhcMix];
@@ -1397,6 +1414,7 @@ constexpr int64_t kMhcClusterMinFlat = 10241;
 
 static __global__ void __cluster_dims__(kMhcClusterBlocks, 1, 1) __launch_bounds__(kMhcSliceThreads)
     mhc4_slice_cluster_kernel(const dk::MhcCoeffChain c) {
+  await_previous_kernel();
   __shared__ double sh[32];
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank());
@@ -1420,6 +1438,7 @@ static __global__ void __cluster_dims__(kMhcClusterBlocks, 1, 1) __launch_bounds
 }
 
 static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_slice_kernel(const dk::MhcCoeffChain c) {
+  await_previous_kernel();
   const int64_t flat = c.rsqrt.flat;
   const float* f = c.rsqrt.x + int64_t(blockIdx.y) * flat;
   if (kBatchedChains) {
@@ -1489,6 +1508,7 @@ static __device__ void expand_staged(const dk::ExpandCoeffChain& e, float* strea
 // s of them to expand.out, and runs the split mix on the shared copy (the same values the unfused
 // kernel reads back from memory).
 static __global__ void __launch_bounds__(kMhcSliceThreads) mhc4_expand_slice_kernel(const dk::ExpandCoeffChain e) {
+  await_previous_kernel();
   extern __shared__ float streams[];  // [flat]
   const dk::MhcCoeffChain& c = e.coeff;
   const int64_t s = blockIdx.x, S = gridDim.x, t = blockIdx.y, flat = c.rsqrt.flat;
@@ -1541,6 +1561,7 @@ constexpr int kMhcGatherThreads = 32 * kMhcMix;
 static_assert(kMhcMaxSlices <= 64, "mhc4_gather_kernel: two slices a lane");
 
 static __global__ void __launch_bounds__(kMhcGatherThreads) mhc4_gather_kernel(const dk::MhcCoeffChain c, int S) {
+  await_previous_kernel();
   __shared__ float m[kMhcMix];
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31, o = threadIdx.x >> 5;
@@ -1554,7 +1575,7 @@ static __global__ void __launch_bounds__(kMhcGatherThreads) mhc4_gather_kernel(c
 
 // Expand + coefficients where the split mix runs and the token's streams fit in shared memory
 // (flat ≤ 10,240 floats: mini-flash's 4,096); else false (the two launches).
-bool launch_chain(const dk::ExpandCoeffChain& e, cudaStream_t s) {
+bool launch_chain(const dk::ExpandCoeffChain& e, Stream s) {
   const dk::MhcCoeffChain& c = e.coeff;
   constexpr int64_t kMaxFlat = 10240;
   if (c.finish.hc != 4 || c.mix.mix != kMhcMix || !c.partials || c.n < 1 || c.n > c.partial_tokens) return false;
@@ -1563,28 +1584,28 @@ bool launch_chain(const dk::ExpandCoeffChain& e, cudaStream_t s) {
   if (S < 2) return false;
   const bool staged = kStagedExpand && staged_expand_fits(e);
   const size_t smem = size_t(c.rsqrt.flat + (staged ? e.expand.d : 0)) * sizeof(float);
-  mhc4_expand_slice_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, smem, s>>>(e);
-  mhc4_gather_kernel<<<unsigned(c.n), kMhcGatherThreads, 0, s>>>(c, int(S));
+  launch_kernel(&mhc4_expand_slice_kernel, dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, smem, s, e);
+  launch_kernel(&mhc4_gather_kernel, unsigned(c.n), kMhcGatherThreads, 0, s, c, int(S));
   return true;
 }
 
-bool launch_chain(const dk::MhcCoeffChain& c, cudaStream_t s) {
+bool launch_chain(const dk::MhcCoeffChain& c, Stream s) {
   if (c.finish.hc == 4 && c.mix.mix == kMhcMix && c.n <= 0x7fffffff) {
     const int64_t S = c.partials ? mhc_slices(c) : 0;
     if (S >= 2 && c.n <= c.partial_tokens) {
       if (kMhcClusterRsqrt && c.rsqrt.flat >= kMhcClusterMinFlat && S % kMhcClusterBlocks == 0)
-        mhc4_slice_cluster_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, 0, s>>>(c);
+        launch_kernel(&mhc4_slice_cluster_kernel, dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, 0, s, c);
       else
-        mhc4_slice_kernel<<<dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, 0, s>>>(c);
-      mhc4_gather_kernel<<<unsigned(c.n), kMhcGatherThreads, 0, s>>>(c, int(S));
+        launch_kernel(&mhc4_slice_kernel, dim3(unsigned(S), unsigned(c.n)), kMhcSliceThreads, 0, s, c);
+      launch_kernel(&mhc4_gather_kernel, unsigned(c.n), kMhcGatherThreads, 0, s, c, int(S));
       return true;
     }
-    if (c.n > 0) mhc4_coeff_kernel<<<unsigned(c.n), kMhcThreads, 0, s>>>(c);
+    if (c.n > 0) launch_kernel(&mhc4_coeff_kernel, unsigned(c.n), kMhcThreads, 0, s, c);
     return true;
   }
   if (c.finish.hc < 1 || c.finish.hc > kMaxHc || c.mix.mix != (2 + c.finish.hc) * c.finish.hc || c.n > 0x7fffffff)
     return false;
-  if (c.n > 0) mhc_coeff_kernel<<<unsigned(c.n), 256, 0, s>>>(c);
+  if (c.n > 0) launch_kernel(&mhc_coeff_kernel, unsigned(c.n), 256, 0, s, c);
   return true;
 }
 
@@ -1718,12 +1739,14 @@ static __device__ __forceinline__ void attn_block(const dk::AttnGeom& g, const f
 }
 
 static __global__ void __launch_bounds__(kAttnThreads) attn_kernel(const dk::AttnChain c) {
+  await_previous_kernel();
   attn_block(c.logits.g, c.logits.q, c.logits.scaling, c.softmax.sink, c.values.o, blockIdx.x);
 }
 
 // Every segment's (row, head) blocks in turn: block b belongs to the first job whose T·H blocks
 // it does not pass.
 static __global__ void __launch_bounds__(kAttnThreads) attn_batch_kernel(const dk::AttnBatch b) {
+  await_previous_kernel();
   int64_t ih = blockIdx.x;
   int j = 0;
   while (j + 1 < b.n && ih >= b.jobs[j].g.T * b.jobs[j].g.H) {
@@ -1762,12 +1785,12 @@ constexpr bool kProbsValues = false;
 // main): AttnBatch 0.56 -> 0.39 ms a batch-1 step, 1.69 -> 1.37 ms at batch 8.
 constexpr bool kSlotValues = true;
 
-static bool launch_attn_values(const dk::AttnBatch& b, cudaStream_t s) {
+static bool launch_attn_values(const dk::AttnBatch& b, Stream s) {
   return (kSlotValues && launch_attn_slot_values(b, s)) || (kProbsValues && launch_attn_probs_values(b, s)) ||
          launch_attn_split_values(b, s);
 }
 
-static bool launch_attn_fast(const dk::AttnBatch& b, cudaStream_t s) {
+static bool launch_attn_fast(const dk::AttnBatch& b, Stream s) {
   if (b.tensor && launch_attn_tensor(b, s)) return true;
   if (kMmaAttention && launch_attn_mma(b, s)) return true;
   if (kMmaLogits && launch_attn_mma_logits(b, s) && launch_attn_values(b, s)) return true;
@@ -1778,7 +1801,7 @@ static bool launch_attn_fast(const dk::AttnBatch& b, cudaStream_t s) {
 // must fit beside it (48 KiB in all).
 constexpr int64_t kAttnMaxLogitBytes = 28 * 1024;
 
-bool launch_chain(const dk::AttnChain& c, cudaStream_t s) {
+bool launch_chain(const dk::AttnChain& c, Stream s) {
   const dk::AttnGeom& g = c.logits.g;
   dk::AttnBatch one;
   one.sink = c.softmax.sink;
@@ -1787,11 +1810,11 @@ bool launch_chain(const dk::AttnChain& c, cudaStream_t s) {
   if (launch_attn_fast(one, s)) return true;
   const int64_t blocks = g.T * g.H;
   if (g.L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff) return false;
-  if (blocks > 0) attn_kernel<<<unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float)), s>>>(c);
+  if (blocks > 0) launch_kernel(&attn_kernel, unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float)), s, c);
   return true;
 }
 
-bool launch_chain(const dk::AttnBatch& b, cudaStream_t s) {
+bool launch_chain(const dk::AttnBatch& b, Stream s) {
   if (launch_attn_fast(b, s)) return true;
   int64_t blocks = 0, L = 0;
   for (int j = 0; j < b.n; ++j) {
@@ -1800,7 +1823,7 @@ bool launch_chain(const dk::AttnBatch& b, cudaStream_t s) {
   }
   if (b.n < 1 || b.n > dk::AttnBatch::kMax || L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff)
     return false;
-  if (blocks > 0) attn_batch_kernel<<<unsigned(blocks), kAttnThreads, size_t(L * sizeof(float)), s>>>(b);
+  if (blocks > 0) launch_kernel(&attn_batch_kernel, unsigned(blocks), kAttnThreads, size_t(L * sizeof(float)), s, b);
   return true;
 }
 
@@ -1815,6 +1838,7 @@ bool launch_chain(const dk::AttnBatch& b, cudaStream_t s) {
 // second walk of each slot's ring entry and record (dependent global loads, serial per warp).
 template <bool kStaged>
 static __global__ void __launch_bounds__(kAttnThreads) draft_attn_kernel(const dk::DraftAttnChain c) {
+  await_previous_kernel();
   __shared__ double part[kAttnThreads / 32][kChanChunk];
   __shared__ double shd[32];
   __shared__ float shf[32];
@@ -1912,16 +1936,16 @@ static __global__ void __launch_bounds__(kAttnThreads) draft_attn_kernel(const d
 // cudaFuncSetAttribute) beside the static ≈ 10.5 KB: dsv41-mini's L = 69, D = 128 take 35.7 KB.
 constexpr int64_t kDraftStagedBytes = 36 * 1024;
 
-bool launch_chain(const dk::DraftAttnChain& c, cudaStream_t s) {
+bool launch_chain(const dk::DraftAttnChain& c, Stream s) {
   const dk::DraftAttnGeom& g = c.logits.g;
   const int64_t blocks = c.rows * g.H;
   if (g.L * int64_t(sizeof(float)) > kAttnMaxLogitBytes || blocks > 0x7fffffff) return false;
   if (blocks == 0) return true;
   const int64_t staged = g.L * int64_t(sizeof(float)) * (1 + g.D) + g.L;
   if (c.keys_in_shared && staged <= kDraftStagedBytes) {
-    draft_attn_kernel<true><<<unsigned(blocks), kAttnThreads, size_t(staged), s>>>(c);
+    launch_kernel(&draft_attn_kernel<true>, unsigned(blocks), kAttnThreads, size_t(staged), s, c);
   } else {
-    draft_attn_kernel<false><<<unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float)), s>>>(c);
+    launch_kernel(&draft_attn_kernel<false>, unsigned(blocks), kAttnThreads, size_t(g.L * sizeof(float)), s, c);
   }
   return true;
 }
@@ -1955,11 +1979,13 @@ static __device__ __forceinline__ Best warp_best(Best b) {
 }
 
 static __global__ void __launch_bounds__(kBiasThreads) draft_bias_kernel(const dk::DraftMarkovK k, int64_t n) {
+  await_previous_kernel();
   const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id < n) k(id);
 }
 
 static __global__ void __launch_bounds__(kPickThreads) draft_pick_kernel(const dk::DraftPickK k) {
+  await_previous_kernel();
   __shared__ Best sh[kPickThreads / 32];
   const dk::DraftSlot& s = k.s;
   const int64_t i = blockIdx.x;
@@ -1981,12 +2007,12 @@ static __global__ void __launch_bounds__(kPickThreads) draft_pick_kernel(const d
   }
 }
 
-bool launch_chain(const dk::DraftSlotChain& c, cudaStream_t s) {
+bool launch_chain(const dk::DraftSlotChain& c, Stream s) {
   const int64_t n = c.n * c.bias.s.V;
   if (c.n > 0x7fffffff || n / kBiasThreads >= 0x7fffffff) return false;
   if (c.n == 0) return true;
-  draft_bias_kernel<<<blocks_for(n, kBiasThreads), kBiasThreads, 0, s>>>(c.bias, n);
-  draft_pick_kernel<<<unsigned(c.n), kPickThreads, 0, s>>>(c.pick);
+  launch_kernel(&draft_bias_kernel, blocks_for(n, kBiasThreads), kBiasThreads, 0, s, c.bias, n);
+  launch_kernel(&draft_pick_kernel, unsigned(c.n), kPickThreads, 0, s, c.pick);
   return true;
 }
 
@@ -2003,6 +2029,7 @@ constexpr int kSlotThreads = 1024;  // 8 · 1,024 threads: dsv41-mini's 8,192 en
 
 static __global__ void __cluster_dims__(kSlotBlocks, 1, 1) __launch_bounds__(kSlotThreads)
     draft_slots_kernel(const dk::DraftSlotsChain c) {
+  await_previous_kernel();
   __shared__ Best warp_part[kSlotThreads / 32];
   __shared__ Best block_part[2];  // this block's candidate for slot j at j % 2 (read by the cluster)
   __shared__ int32_t picked;
@@ -2053,11 +2080,11 @@ static __global__ void __cluster_dims__(kSlotBlocks, 1, 1) __launch_bounds__(kSl
   cluster.sync();  // no block leaves while another may still read its candidate
 }
 
-bool launch_chain(const dk::DraftSlotsChain& c, cudaStream_t s) {
+bool launch_chain(const dk::DraftSlotsChain& c, Stream s) {
   const dk::DraftSlot& slot = c.slot;
   if (c.n == 0) return true;
   if (c.n > 0x7fffffff / kSlotBlocks || slot.B > 0x7fffffff) return false;
-  draft_slots_kernel<<<unsigned(c.n * kSlotBlocks), kSlotThreads, 0, s>>>(c);
+  launch_kernel(&draft_slots_kernel, unsigned(c.n * kSlotBlocks), kSlotThreads, 0, s, c);
   return true;
 }
 
@@ -2166,6 +2193,7 @@ struct IndexLanes<dk::WindowStoreK> {
 // Threads [0, a_threads) run f.a (a multiple of 32, so each half is whole warps), the rest f.b.
 template <class A, class B>
 static __global__ void __launch_bounds__(256) both_lanes_kernel(const dk::Both<A, B> f, int64_t a_threads, int64_t nb) {
+  await_previous_kernel();
   const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g < a_threads) {
     constexpr int L = IndexLanes<A>::kLanes;
@@ -2178,26 +2206,26 @@ static __global__ void __launch_bounds__(256) both_lanes_kernel(const dk::Both<A
 }
 
 template <class A, class B>
-static bool launch_both_lanes(int64_t n, const dk::Both<A, B>& f, cudaStream_t s) {
+static bool launch_both_lanes(int64_t n, const dk::Both<A, B>& f, Stream s) {
   if (!kLaneBlocks || n < f.na) return false;
   const int64_t nb = n - f.na;
   const int64_t a_threads = (f.na * IndexLanes<A>::kLanes + 31) / 32 * 32;
   const int64_t total = a_threads + nb * IndexLanes<B>::kLanes;
   if (total <= 0) return true;
   if (blocks_for(total, 256) > 0x7fffffffu) return false;
-  both_lanes_kernel<<<blocks_for(total, 256), 256, 0, s>>>(f, a_threads, nb);
+  launch_kernel(&both_lanes_kernel<A, B>, blocks_for(total, 256), 256, 0, s, f, a_threads, nb);
   return true;
 }
 
 static bool lanes_fit(const dk::RopeQuantK& k) { return k.fits() && dk::FakeQuantK::block(k.quant.kind) <= 32; }
 
-bool launch(int64_t n, const dk::Both<dk::RopeK, dk::RopeQuantK>& f, cudaStream_t s) {
+bool launch(int64_t n, const dk::Both<dk::RopeK, dk::RopeQuantK>& f, Stream s) {
   return lanes_fit(f.b) && launch_both_lanes(n, f, s);
 }
-bool launch(int64_t n, const dk::Both<dk::RopeQuantK, dk::ScaleK>& f, cudaStream_t s) {
+bool launch(int64_t n, const dk::Both<dk::RopeQuantK, dk::ScaleK>& f, Stream s) {
   return lanes_fit(f.a) && launch_both_lanes(n, f, s);
 }
-bool launch(int64_t n, const dk::Both<dk::RopeK, dk::WindowStoreK>& f, cudaStream_t s) {
+bool launch(int64_t n, const dk::Both<dk::RopeK, dk::WindowStoreK>& f, Stream s) {
   return f.b.D % 32 == 0 && launch_both_lanes(n, f, s);
 }
 

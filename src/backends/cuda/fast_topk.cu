@@ -52,6 +52,7 @@ __device__ ChunkPlace chunk_place(const dk::TopkBatch& t, int64_t b) {
 }
 
 __global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const dk::TopkBatch t) {
+  await_previous_kernel();
   __shared__ ChunkShared sm;
   const ChunkPlace p = chunk_place(t, blockIdx.x);
   const dk::TopkBatch::Job job = t.jobs[p.job];
@@ -72,6 +73,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const dk::Topk
 
 // Block b of the merge kernel: the rows of the jobs of more than one chunk, one job after another.
 __global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const dk::TopkBatch t) {
+  await_previous_kernel();
   __shared__ uint32_t out_keys[kMaxWidth];
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t row = blockIdx.x;
@@ -90,7 +92,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const dk::Topk
 
 }  // namespace
 
-bool launch_chain(const dk::TopkBatch& t, cudaStream_t s) {
+bool launch_chain(const dk::TopkBatch& t, Stream s) {
   int64_t chunk_blocks = 0, merge_blocks = 0;
   for (int j = 0; j < t.n; ++j) {
     const dk::TopkBatch::Job& job = t.jobs[j];
@@ -102,8 +104,8 @@ bool launch_chain(const dk::TopkBatch& t, cudaStream_t s) {
     merge_blocks += job.chunks() > 1 ? job.rows : 0;
   }
   if (chunk_blocks == 0 || chunk_blocks > 0x7FFFFFFF) return false;  // (nothing to do: neither path launches)
-  topk_chunk_kernel<<<static_cast<unsigned>(chunk_blocks), kTopkThreads, 0, s>>>(t);
-  if (merge_blocks > 0) topk_merge_kernel<<<static_cast<unsigned>(merge_blocks), kTopkThreads, 0, s>>>(t);
+  launch_kernel(&topk_chunk_kernel, static_cast<unsigned>(chunk_blocks), kTopkThreads, 0, s, t);
+  if (merge_blocks > 0) launch_kernel(&topk_merge_kernel, static_cast<unsigned>(merge_blocks), kTopkThreads, 0, s, t);
   return true;
 }
 

@@ -194,6 +194,7 @@ __device__ void score_warp(const dk::IndexScoreK& k, int64_t r, int64_t e0, int6
 }
 
 __global__ void __launch_bounds__(kThreads) index_int_kernel(const dk::Batched<dk::IndexScoreK> b) {
+  await_previous_kernel();
   __shared__ Shared sh;
   int64_t blk = blockIdx.x;
   int j = 0;
@@ -224,14 +225,14 @@ bool index_int_fits(int64_t n, const dk::IndexScoreK& k) {
          k.nh <= kMaxHeads && k.dh > 0 && k.dh % 32 == 0 && k.dh <= 32 * kMaxBlocks && k.ratio > 0;
 }
 
-bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, cudaStream_t s) {
+bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, Stream s) {
   int64_t blocks = 0;
   for (int j = 0; j < b.n; ++j) {
     if (!index_int_fits(b.count[j], b.body[j])) return false;
     blocks += int_blocks(b.count[j], b.body[j]);
   }
   if (b.n < 1 || blocks > 0x7fffffff) return false;
-  if (blocks > 0) index_int_kernel<<<unsigned(blocks), kThreads, 0, s>>>(b);
+  if (blocks > 0) launch_kernel(&index_int_kernel, unsigned(blocks), kThreads, 0, s, b);
   return true;
 }
 

@@ -39,6 +39,7 @@ struct TileSmem {
 // ---- 1. Slots grouped by expert ----------------------------------------------------------------
 __global__ void __launch_bounds__(1024) group_rows_kernel(const int32_t* experts, int64_t mk, int64_t m,
                                                           bool shared, int E, dk::ExpertGroups g) {
+  await_previous_kernel();
   __shared__ int count[kMaxGroups], cursor[kMaxGroups];
   const int tid = threadIdx.x;
   for (int e = tid; e <= E; e += blockDim.x) count[e] = 0;
@@ -265,6 +266,7 @@ __device__ bool place_tile(const dk::ExpertGroups& g, int E, TilePlace& p) {
 // operations on the fp32 sums).
 template <bool kChained>
 __global__ void __launch_bounds__(kThreads, 2) grouped_up_kernel(const dk::GroupedUpChain c) {
+  await_previous_kernel();
   extern __shared__ __align__(16) uint8_t smem_raw[];
   TileSmem& sm = *reinterpret_cast<TileSmem*>(smem_raw);
   TilePlace p;
@@ -313,6 +315,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_up_kernel(const dk::Group
 // Down: h rows per slot, B = w2 rows n0 … n0 + 127, each (slot, column) sum into parts.
 template <bool kChained>
 __global__ void __launch_bounds__(kThreads, 2) grouped_down_kernel(const dk::GroupedDownChain c) {
+  await_previous_kernel();
   extern __shared__ __align__(16) uint8_t smem_raw[];
   TileSmem& sm = *reinterpret_cast<TileSmem*>(smem_raw);
   TilePlace p;
@@ -351,6 +354,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_down_kernel(const dk::Gro
 // Dense: x rows r0 … r0 + 63 (strided), B = W rows n0 … n0 + 127, y strided.
 template <bool kChained>
 __global__ void __launch_bounds__(kThreads, 2) dense_kernel(const dk::MmaGemmChain c) {
+  await_previous_kernel();
   extern __shared__ __align__(16) uint8_t smem_raw[];
   TileSmem& sm = *reinterpret_cast<TileSmem*>(smem_raw);
   const dk::GemmK& k = c.gemm;
@@ -379,6 +383,7 @@ __global__ void __launch_bounds__(kThreads, 2) dense_kernel(const dk::MmaGemmCha
 
 // 3. y[t, c] = parts of choices 0 … k − 1, then the shared part, added in that order from 0.
 __global__ void sum_parts_kernel(const dk::GroupedDownChain c) {
+  await_previous_kernel();
   const dk::ExpertDownK& k = c.down;
   const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (id >= c.m * k.d) return;
@@ -393,25 +398,25 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 // Groups the slots and returns the bound on the tiles (grid.y); 0 where the shape is not taken.
 int64_t group_slots(const int32_t* experts, int64_t m, int k, bool shared, int E, const dk::ExpertGroups& g,
-                    cudaStream_t s) {
+                    Stream s) {
   const int64_t slots = m * k + (shared ? m : 0);
   if (E < 1 || E + 1 > kMaxGroups || slots >= (int64_t{1} << 31)) return 0;
   const int64_t tiles = slots / kBm + E + 1;
   if (tiles > 65535) return 0;
-  group_rows_kernel<<<1, 1024, 0, s>>>(experts, m * k, m, shared, E, g);
+  launch_kernel(&group_rows_kernel, 1, 1024, 0, s, experts, m * k, m, shared, E, g);
   return tiles;
 }
 
 template <class Kernel, class Chain>
-void launch_tiles(Kernel kernel, const Chain& c, int64_t col_tiles, int64_t tiles, cudaStream_t s) {
+void launch_tiles(Kernel kernel, const Chain& c, int64_t col_tiles, int64_t tiles, Stream s) {
   constexpr int bytes = int(sizeof(TileSmem));
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  kernel<<<dim3(unsigned(col_tiles), unsigned(tiles)), kThreads, bytes, s>>>(c);
+  launch_kernel(kernel, dim3(unsigned(col_tiles), unsigned(tiles)), kThreads, bytes, s, c);
 }
 
 }  // namespace
 
-bool launch_chain(const dk::GroupedUpChain& c, cudaStream_t s) {
+bool launch_chain(const dk::GroupedUpChain& c, Stream s) {
   const dk::ExpertUpK& u = c.up;
   const bool shared = c.shared_up.table != nullptr;
   if (u.experts == nullptr || u.d % kBk != 0 || !aligned16(u.x)) return false;
@@ -426,7 +431,7 @@ bool launch_chain(const dk::GroupedUpChain& c, cudaStream_t s) {
   return true;
 }
 
-bool launch_chain(const dk::GroupedDownChain& c, cudaStream_t s) {
+bool launch_chain(const dk::GroupedDownChain& c, Stream s) {
   const dk::ExpertDownK& k = c.down;
   const bool shared = k.shared != nullptr;
   if (k.inter % kBk != 0 || (shared && k.shared_inter % kBk != 0) || !aligned16(k.h) || (shared && !aligned16(k.hs)))
@@ -438,11 +443,11 @@ bool launch_chain(const dk::GroupedDownChain& c, cudaStream_t s) {
   if (c.sums == dk::MmaSums::kChained) launch_tiles(grouped_down_kernel<true>, c, col_tiles, tiles, s);
   else launch_tiles(grouped_down_kernel<false>, c, col_tiles, tiles, s);
   const int64_t n = c.m * k.d;
-  sum_parts_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(c);
+  launch_kernel(&sum_parts_kernel, unsigned((n + 255) / 256), 256, 0, s, c);
   return true;
 }
 
-bool launch_chain(const dk::MmaGemmChain& c, cudaStream_t s) {
+bool launch_chain(const dk::MmaGemmChain& c, Stream s) {
   if (!mma_gemm_fits(c.gemm)) return false;  // (whether worth it is the caller's choice: mma_gemm_worth)
   const int64_t row_tiles = (c.rows + kBm - 1) / kBm, col_tiles = (c.gemm.out + kBn - 1) / kBn;
   if (row_tiles > 65535 || col_tiles > 0x7fffffff) return false;

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include "backends/cuda/kernel_launch.cuh"
 #include "backends/cuda/mma_gemm.h"
 
 namespace dsv41::fast {
@@ -11,10 +12,10 @@ namespace dsv41::fast {
 // nothing launched, where the shape is outside the kernels: E + 1 > 1024 groups, more than 2^31
 // slots or 65,535 row tiles, a reduced dimension not a multiple of 32, or activation rows not
 // 16-byte aligned). The weights must fit (mma_expert_fits; not checked: they are on the device).
-bool launch_chain(const dk::GroupedUpChain& c, cudaStream_t s = 0);
-bool launch_chain(const dk::GroupedDownChain& c, cudaStream_t s = 0);
+bool launch_chain(const dk::GroupedUpChain& c, Stream s = {});
+bool launch_chain(const dk::GroupedDownChain& c, Stream s = {});
 // The dense tiles (false where mma_gemm_fits is not, or the rows exceed 65,535 tiles), whatever
 // the grid (the backend launches them only where mma_gemm_worth).
-bool launch_chain(const dk::MmaGemmChain& c, cudaStream_t s = 0);
+bool launch_chain(const dk::MmaGemmChain& c, Stream s = {});
 
 }  // namespace dsv41::fast

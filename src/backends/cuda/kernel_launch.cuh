@@ -1,0 +1,56 @@
+// How the fast kernels are launched: on a stream that may let a kernel start before the kernel it
+// follows has ended (Hopper's programmatic dependent launch). A decode step at batch 1 is hundreds
+// of small kernels back to back in a CUDA graph, each a few microseconds; between two of them the
+// device otherwise drains the first grid before it begins to place the second. With an early
+// start the next kernel's blocks are placed while the previous kernel finishes, and wait at their
+// first instruction (await_previous_kernel) until it has ended and its writes are visible: the
+// same kernels on the same data in the same order, so the same bits, with less idle time between
+// them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace dsv41::fast {
+
+// A stream, and whether kernels launched on it through launch_kernel may start early. Converts
+// from a plain cudaStream_t (no early start), so a caller with only a stream gets the ordinary
+// launches.
+struct Stream {
+  cudaStream_t s = nullptr;
+  bool early = false;
+  Stream() = default;
+  Stream(cudaStream_t stream, bool early_start = false) : s(stream), early(early_start) {}  // NOLINT: implicit
+  operator cudaStream_t() const { return s; }                                              // NOLINT: implicit
+};
+
+#ifdef __CUDACC__
+// The first statement of every kernel launch_kernel starts: waits until the kernel before it on
+// the stream has ended and its writes are visible (at once in a kernel launched the ordinary
+// way), then lets the kernel after it be placed. Nothing may be read before it.
+__device__ __forceinline__ void await_previous_kernel() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// kernel<<<grid, block, smem, st>>>(args...), with the early start where st asks for it. Only for
+// kernels that begin with await_previous_kernel(). Errors are left for cudaGetLastError, as with
+// <<< >>>.
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Stream st, Args&&... args) {
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = st.s;
+  config.attrs = st.early ? &early : nullptr;
+  config.numAttrs = st.early ? 1 : 0;
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+#endif
+
+}  // namespace dsv41::fast

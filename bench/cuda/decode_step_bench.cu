@@ -7,9 +7,12 @@
 //              24, 28, 32, 36 (Reindex: the candidate pool, 2048 blocks × 8 = 16384 entries,
 //              selected at layer 20 from its block maxima: top-2048 of C/8 blocks).
 // Every sequence of the batch has its own context of C tokens (distinct memory), each decodes
-// one token at position C−1. One step = the 48 launches above in layer order, captured in a
-// CUDA graph; timed with CUDA events after warm-up, median of N replays. Per-kernel times are
-// medians of single launches. Bytes per step count each record read once, against the
+// one token at position C−1. Two kernel sets (--kernels): "standalone", the fused kernels of
+// cuda_kernels.h below (one step = the 48 launches above in layer order), and "engine" /
+// "engine-late", the device backend's kernels as a decode step runs them (decode_step_engine.cu:
+// scores, then top-k selections, then the attention; kernels placed early or launched in turn).
+// Each step is captured in a CUDA graph; timed with CUDA events after warm-up, median of N
+// replays. Per-kernel times are medians of single launches. Bytes per step count each record read once, against the
 // device-to-device copy bandwidth measured in the same run (bytes read + written).
 // Not in the step: the compressor, projections, inverse RoPE.
 #include <cuda_runtime.h>
@@ -22,139 +25,19 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/cuda_kernels.h"
+#include "bench/cuda/decode_step_common.cuh"
+#include "bench/cuda/decode_step_engine.h"
 
 namespace {
 
-using dsv41::Status;
-namespace cu = dsv41::cuda;
-
-constexpr int kLayers = 40, kHeads = 64, kDim = 512, kWindow = 128, kTopk = 512;
-constexpr int kIdxHeads = 32, kIdxDim = 128, kPoolBlocks = 2048, kPoolBlock = 8;
-constexpr int kWinBytes = 528, kMainBytes = 288, kIdxBytes = 68;
-
-void die(const char* what, const std::string& msg) {
-  std::fprintf(stderr, "dsv41_cuda_bench: %s: %s\n", what, msg.c_str());
-  std::exit(1);
-}
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) die(what, cudaGetErrorString(e));
-}
-void check(const Status& s, const char* what) {
-  if (!s.ok()) die(what, s.to_string());
-}
-
-// Random but valid records: codes anywhere except NaN codes, scales in a narrow normal range,
-// so the arithmetic is that of real data (never zeros, never NaN).
-__global__ void fill_records(uint8_t* base, int64_t rows, int row_bytes, int code_bytes, int kind, uint64_t seed) {
-  const int64_t total = rows * row_bytes;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    uint64_t x = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    const int off = static_cast<int>(i % row_bytes);
-    uint8_t b = static_cast<uint8_t>(x);
-    if (off >= code_bytes) {
-      b = kind == 1 ? static_cast<uint8_t>(0x30 + (b & 0x0F))   // E4M3 scale ≈ 0.5..1
-                    : static_cast<uint8_t>(120 + (b & 0x07));   // UE8M0 2^-7..2^0
-    } else if (kind == 0 && (b & 0x7F) == 0x7F) {
-      b ^= 1;  // E4M3 NaN code → 448
-    }
-    base[i] = b;
-  }
-}
-
-__global__ void fill_floats(float* p, int64_t n, uint64_t seed, float scale) {
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    uint64_t x = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
-    x ^= x >> 31;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 29;
-    p[i] = (static_cast<float>(x & 0xFFFFFF) / 16777216.0f - 0.5f) * scale;
-  }
-}
-
-void fill(uint8_t* p, int64_t rows, int row_bytes, int code_bytes, int kind, uint64_t seed) {
-  fill_records<<<4096, 256>>>(p, rows, row_bytes, code_bytes, kind, seed);
-  check(cudaGetLastError(), "fill_records");
-}
-
-template <typename T>
-T* dalloc(size_t n, const char* what) {
-  void* p = nullptr;
-  check(cudaMalloc(&p, std::max<size_t>(n * sizeof(T), 16)), what);
-  return static_cast<T*>(p);
-}
-
-template <typename T>
-T* upload(const std::vector<T>& h, const char* what) {
-  T* d = dalloc<T>(h.size(), what);
-  check(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), what);
-  return d;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-template <typename F>
-double time_ms(cudaStream_t s, int warm, int iters, F&& f) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "cudaEventCreate");
-  check(cudaEventCreate(&b), "cudaEventCreate");
-  for (int i = 0; i < warm; ++i) f();
-  std::vector<double> ms;
-  for (int i = 0; i < iters; ++i) {
-    check(cudaEventRecord(a, s), "cudaEventRecord");
-    f();
-    check(cudaEventRecord(b, s), "cudaEventRecord");
-    check(cudaEventSynchronize(b), "cudaEventSynchronize");
-    float m = 0;
-    check(cudaEventElapsedTime(&m, a, b), "cudaEventElapsedTime");
-    ms.push_back(m);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return median(ms);
-}
-
-// Device copy bandwidth (GB/s, read + written) over a 2 GiB buffer.
-double copy_bandwidth(cudaStream_t s) {
-  const size_t bytes = size_t{2} << 30;
-  uint8_t* a = dalloc<uint8_t>(bytes, "copy src");
-  uint8_t* b = dalloc<uint8_t>(bytes, "copy dst");
-  fill(a, 1 << 20, 2048, 2048, 2, 1);
-  const double ms = time_ms(s, 3, 20, [&] { check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "copy"); });
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
-}
-
-struct Result {
-  int batch;
-  int64_t context;
-  bool ran;
-  std::string note;
-  double step_ms, attn_window_ms, attn_sparse_ms, idx_r2_ms, idx_r1_ms, idx_pool_ms, cand_ms;
-  double step_bytes, attn_bytes, idx_bytes;
-};
+using namespace dsv41::step_bench;
 
 Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
   Result r{};
+  r.kernels = "standalone";
   r.batch = B, r.context = C;
   const int64_t g2 = C / 2, g1 = C;  // entries of the ratio-2 and ratio-1 kv sources
-  const double need = static_cast<double>(B) *
-                      (kLayers * kWindow * kWinBytes + 3.0 * g2 * (kMainBytes + kIdxBytes) + g1 * (kMainBytes + kIdxBytes));
-  size_t free_b = 0, total_b = 0;
-  check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-  if (need + 6e9 > static_cast<double>(free_b)) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "skipped: needs %.1f GB of records, %.1f GB free", need / 1e9, free_b / 1e9);
-    r.note = buf;
-    return r;
-  }
+  if (!records_fit(r, B, C)) return r;
   // ---- cache records (distinct per sequence) -----------------------------------------------
   uint8_t* rings = dalloc<uint8_t>(size_t(kLayers) * B * kWindow * kWinBytes, "rings");
   fill(rings, int64_t{kLayers} * B * kWindow, kWinBytes, kDim, 0, 11);
@@ -195,24 +78,8 @@ Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
   const uint8_t** didx_ptrs = upload(idx_ptrs, "idx ptrs");
   // Candidate pools of the Reindex layers: filled by layer 20's selection in every step; start
   // from 2048 random blocks so the per-kernel timings below have a pool of the right shape.
-  std::mt19937 rng(42);
   const int64_t blocks = (g1 + kPoolBlock - 1) / kPoolBlock;
-  std::vector<int32_t> pool(size_t(B) * kPoolBlocks, -1);
-  for (int b = 0; b < B; ++b) {
-    std::vector<int32_t> pick;
-    if (blocks <= kPoolBlocks) {
-      for (int64_t i = 0; i < blocks; ++i) pick.push_back(static_cast<int32_t>(i));
-    } else {
-      std::uniform_int_distribution<int64_t> any(0, blocks - 1);
-      std::vector<char> used(blocks, 0);
-      while (static_cast<int>(pick.size()) < kPoolBlocks) {
-        const int64_t x = any(rng);
-        if (!used[x]) used[x] = 1, pick.push_back(static_cast<int32_t>(x));
-      }
-      std::sort(pick.begin(), pick.end());
-    }
-    std::copy(pick.begin(), pick.end(), pool.begin() + size_t(b) * kPoolBlocks);
-  }
+  const std::vector<int32_t> pool = random_pools(B, blocks, kPoolBlocks);
   int32_t* dpool = upload(pool, "pool");
   int32_t* topk = dalloc<int32_t>(size_t(B) * kTopk, "topk");
   check(cudaMemset(topk, 0xFF, size_t(B) * kTopk * 4), "memset topk");
@@ -243,16 +110,15 @@ Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
     cu::SparseAttentionParams p;
     p.tokens = B, p.heads = kHeads, p.head_dim = kDim, p.window = kWindow;
     p.topk = layer >= 2 ? kTopk : 0;
-    const int src = layer < 8 ? 0 : layer < 14 ? 1 : layer < 20 ? 2 : 3;
+    const int src = index_source(layer);
     p.q = q, p.sink = sink, p.positions = dpos, p.window_rings = dring_ptrs + size_t(layer) * B;
     p.main_rows = dmain_ptrs + size_t(src) * B, p.topk_ids = topk, p.out = out;
     return p;
   };
   auto step = [&] {
     for (int l = 0; l < kLayers; ++l) {
-      const bool full = l == 2 || l == 8 || l == 14 || l == 20;
-      const bool reindex = l == 24 || l == 28 || l == 32 || l == 36;
-      if (full || reindex) {
+      const bool reindex = reindex_layer(l);
+      if (full_index_layer(l) || reindex) {
         const int k = l == 2 ? 0 : l == 8 ? 1 : l == 14 ? 2 : 3;
         check(cu::indexer_topk(idx_params(k, reindex), ws, ws_bytes, s), "indexer_topk");
         if (l == 20) select_pool();
@@ -279,14 +145,7 @@ Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
   r.idx_pool_ms = time_ms(s, 2, iters, [&] { check(cu::indexer_topk(idx_params(3, true), ws, ws_bytes, s), "idx"); });
   check(cudaDeviceSynchronize(), "timing");
 
-  // Bytes each step must read at least once: window rows (128 per layer, or fewer at short
-  // contexts), the selected main rows, q, and every index row the indexers score.
-  const double nwin = static_cast<double>(std::min<int64_t>(C, kWindow));
-  const double sel = static_cast<double>(std::min<int64_t>(kTopk, g2));
-  const double pool_entries = static_cast<double>(std::min<int64_t>(int64_t{kPoolBlocks} * kPoolBlock, g1));
-  r.attn_bytes = B * (kLayers * (nwin * kWinBytes + kHeads * kDim * 4.0 * 2) + (kLayers - 2) * sel * kMainBytes);
-  r.idx_bytes = B * kIdxBytes * (3.0 * g2 + g1 + 4 * pool_entries);
-  r.step_bytes = r.attn_bytes + r.idx_bytes;
+  count_bytes(r, B, C);
   r.ran = true;
 
   cudaGraphExecDestroy(exec);
@@ -297,6 +156,21 @@ Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
   for (int k = 0; k < 4; ++k) cudaFree(mains[k]), cudaFree(idx[k]);
   check(cudaDeviceSynchronize(), "free");
   return r;
+}
+
+std::vector<std::string> parse_names(const char* s) {
+  std::vector<std::string> v;
+  std::string cur;
+  for (const char* p = s;; ++p) {
+    if (*p == ',' || *p == 0) {
+      if (!cur.empty()) v.push_back(cur);
+      cur.clear();
+      if (*p == 0) break;
+    } else {
+      cur += *p;
+    }
+  }
+  return v;
 }
 
 std::vector<int64_t> parse_list(const char* s) {
@@ -310,20 +184,32 @@ std::vector<int64_t> parse_list(const char* s) {
 
 }  // namespace
 
+using namespace dsv41::step_bench;
+
 int main(int argc, char** argv) {
   std::vector<int64_t> batches = {1, 64, 256}, contexts = {4096, 131072, 1048576};
   int iters = 20;
   const char* json = nullptr;
+  std::vector<std::string> kernels = {"engine", "standalone"};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) batches = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!std::strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = parse_names(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: dsv41_cuda_bench [--batches 1,64,256] [--contexts 4096,...] [--iters N] [--json F]\n");
+      std::fprintf(stderr, "usage: dsv41_cuda_bench [--batches 1,64,256] [--contexts 4096,...] [--iters N] [--json F] "
+                           "[--kernels engine,engine-late,standalone]\n"
+                           "  engine: the device backend's kernels as a decode step runs them (engine-late: each kernel "
+                           "launched once the one before has ended); standalone: the fused kernels of cuda_kernels.h\n");
       return 2;
     }
   }
+  for (const std::string& k : kernels)
+    if (k != "engine" && k != "engine-late" && k != "standalone") {
+      std::fprintf(stderr, "dsv41_cuda_bench: --kernels takes engine, engine-late and standalone (not '%s')\n", k.c_str());
+      return 2;
+    }
   const auto n = cu::device_count();
   if (!n.ok() || *n == 0) {
     std::fprintf(stderr, "dsv41_cuda_bench: no CUDA device (%s)\n", n.ok() ? "0 devices" : n.status().to_string().c_str());
@@ -336,31 +222,38 @@ int main(int argc, char** argv) {
   const double bw = copy_bandwidth(s);
   std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw);
   std::vector<Result> results;
+  const auto report = [&](const Result& r) {
+    if (!r.ran) {
+      std::printf("%-10s batch %4d ctx %8lld: %s\n", r.kernels, r.batch, static_cast<long long>(r.context), r.note.c_str());
+    } else {
+      std::printf("%-10s batch %4d ctx %8lld: step %.3f ms (%.2f GB, floor %.3f ms) | attn win %.4f sparse %.4f | "
+                  "idx r2 %.4f r1 %.4f cand %.4f pool %.4f select %.4f ms | index launches int %lld f64 %lld\n",
+                  r.kernels, r.batch, static_cast<long long>(r.context), r.step_ms, r.step_bytes / 1e9,
+                  r.step_bytes / (bw * 1e9) * 1e3, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms, r.idx_r1_ms,
+                  r.cand_ms, r.idx_pool_ms, r.select_ms, static_cast<long long>(r.int_index_launches),
+                  static_cast<long long>(r.f64_index_launches));
+    }
+    std::fflush(stdout);
+  };
   for (int64_t B : batches)
     for (int64_t C : contexts) {
-      results.push_back(run_one(static_cast<int>(B), C, iters, s));
-      const Result& r = results.back();
-      if (!r.ran) {
-        std::printf("batch %4d ctx %8lld: %s\n", r.batch, static_cast<long long>(r.context), r.note.c_str());
-      } else {
-        std::printf("batch %4d ctx %8lld: step %.3f ms (%.2f GB, floor %.3f ms) | attn win %.4f sparse %.4f | "
-                    "idx r2 %.4f r1 %.4f cand %.4f pool %.4f ms\n",
-                    r.batch, static_cast<long long>(r.context), r.step_ms, r.step_bytes / 1e9,
-                    r.step_bytes / (bw * 1e9) * 1e3, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms, r.idx_r1_ms,
-                    r.cand_ms, r.idx_pool_ms);
+      for (const std::string& k : kernels) {
+        results.push_back(k == "standalone" ? run_one(static_cast<int>(B), C, iters, s)
+                                            : run_engine(static_cast<int>(B), C, iters, s, k == "engine"));
+        report(results.back());
       }
-      std::fflush(stdout);
     }
-  std::printf("\n| batch | context | step ms | GB read | floor ms | step/floor | attn win ms | attn sparse ms | idx r2 ms "
-              "| idx r1 ms | cand ms | idx pool ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| kernels | batch | context | step ms | GB read | floor ms | step/floor | attn win ms | attn sparse ms "
+              "| idx r2 ms | idx r1 ms | cand ms | idx pool ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Result& r : results) {
     if (!r.ran) {
-      std::printf("| %d | %lld | %s | | | | | | | | | |\n", r.batch, static_cast<long long>(r.context), r.note.c_str());
+      std::printf("| %s | %d | %lld | %s | | | | | | | | | |\n", r.kernels, r.batch, static_cast<long long>(r.context),
+                  r.note.c_str());
       continue;
     }
     const double floor_ms = r.step_bytes / (bw * 1e9) * 1e3;
-    std::printf("| %d | %lld | %.3f | %.3f | %.3f | %.2f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n", r.batch,
-                static_cast<long long>(r.context), r.step_ms, r.step_bytes / 1e9, floor_ms, r.step_ms / floor_ms,
+    std::printf("| %s | %d | %lld | %.3f | %.3f | %.3f | %.2f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n", r.kernels,
+                r.batch, static_cast<long long>(r.context), r.step_ms, r.step_bytes / 1e9, floor_ms, r.step_ms / floor_ms,
                 r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms, r.idx_r1_ms, r.cand_ms, r.idx_pool_ms);
   }
   if (json) {
@@ -370,12 +263,15 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       std::fprintf(f,
-                   "  {\"batch\": %d, \"context\": %lld, \"ran\": %s, \"note\": \"%s\", \"step_ms\": %.5f, "
-                   "\"step_bytes\": %.0f, \"attn_bytes\": %.0f, \"indexer_bytes\": %.0f, \"attn_window_ms\": %.5f, "
-                   "\"attn_sparse_ms\": %.5f, \"idx_ratio2_ms\": %.5f, \"idx_ratio1_ms\": %.5f, \"candidate_ms\": %.5f, \"idx_pool_ms\": %.5f}%s\n",
-                   r.batch, static_cast<long long>(r.context), r.ran ? "true" : "false", r.note.c_str(), r.step_ms,
-                   r.step_bytes, r.attn_bytes, r.idx_bytes, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms,
-                   r.idx_r1_ms, r.cand_ms, r.idx_pool_ms, i + 1 < results.size() ? "," : "");
+                   "  {\"kernels\": \"%s\", \"batch\": %d, \"context\": %lld, \"ran\": %s, \"note\": \"%s\", "
+                   "\"step_ms\": %.5f, \"step_bytes\": %.0f, \"attn_bytes\": %.0f, \"indexer_bytes\": %.0f, "
+                   "\"attn_window_ms\": %.5f, \"attn_sparse_ms\": %.5f, \"idx_ratio2_ms\": %.5f, \"idx_ratio1_ms\": %.5f, "
+                   "\"candidate_ms\": %.5f, \"idx_pool_ms\": %.5f, \"select_ms\": %.5f, \"int_index_launches\": %lld, "
+                   "\"f64_index_launches\": %lld}%s\n",
+                   r.kernels, r.batch, static_cast<long long>(r.context), r.ran ? "true" : "false", r.note.c_str(),
+                   r.step_ms, r.step_bytes, r.attn_bytes, r.idx_bytes, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms,
+                   r.idx_r1_ms, r.cand_ms, r.idx_pool_ms, r.select_ms, static_cast<long long>(r.int_index_launches),
+                   static_cast<long long>(r.f64_index_launches), i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

@@ -1,0 +1,17 @@
+// The kernel-level decode step on the device backend's own kernels (decode_step_engine.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "bench/cuda/decode_step_common.cuh"
+
+namespace dsv41::step_bench {
+
+// One decode step of B sequences at context C as the engine runs it (the same geometry, plan and
+// records as run_one's standalone kernels), timed as a CUDA graph: median of `iters` replays.
+// early: kernels placed before the kernel they follow has ended (CudaExec's default).
+Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early);
+
+}  // namespace dsv41::step_bench

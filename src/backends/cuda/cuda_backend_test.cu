@@ -253,26 +253,43 @@ TEST(CudaBackend, IntegerIndexEqualsDoubleTiles) {
   std::printf("integer indexer: %lld launches in the mixed batch\n", static_cast<long long>(integer_launches));
 }
 
-// Kernels placed before the kernel they follow has ended (the default, kernel_launch.cuh) against
-// each launched once the one before has ended: the same logits bits over prefill chunks, decode
-// rows, forks, a removal, rollbacks and 20 sequences in one step (check_window_copies' cases), on
-// dsv41-mini and on the random model whose indexer runs on integer tensor cores.
+// Kernels placed before the kernel they follow has ended (kernel_launch.cuh) against each launched
+// once the one before has ended: the same logits bits over prefill chunks, decode rows, forks, a
+// removal, rollbacks and 20 sequences in one step (check_window_copies' cases) on dsv41-mini, the
+// random model whose indexer runs on integer tensor cores and the golden checkpoints; placed early,
+// the golden checkpoints against the CPU engine (whose batched steps are each sequence's own bits,
+// tests/engine_test.cpp) and DSpark's drafts and decoding on dsv41-mini against the CPU engine.
 TEST(CudaBackend, EarlyStartEqualsLaunchesInTurn) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  const auto check = [](const Model& model, const std::string& name) {
-    const auto make = [&](bool early) {
+  const auto maker = [](const Model& model) {
+    return [&model](bool early) {
       return fresh_cuda_backend(model, [&](DeviceBackend<CudaExec>& b) { b.executor().set_early_start(early); });
     };
-    ts::check_window_copies(model, make, name + ": early start against launches in turn", true);
+  };
+  const auto check = [&](const Model& model, const std::string& name) {
+    ts::check_window_copies(model, maker(model), name + ": early start against launches in turn", true);
   };
   auto wide = Model::create_random(dsv41::testing::wide_index_test_config(), 29);
   ASSERT_TRUE(wide.ok()) << wide.status().to_string();
   check(**wide, "16 x 64 indexer");
+  for (const char* golden : {"v41-tiny-bf16", "v41-tiny-f32"}) {
+    const std::string dir = model_dir(golden, std::string(DSV41_SOURCE_DIR) + "/../shared/golden/" + golden);
+    if (!std::filesystem::exists(dir + "/config.json")) {
+      std::printf("%s is absent: not checked here\n", dir.c_str());
+      continue;
+    }
+    auto model = Model::load(dir);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    check(**model, golden);
+    const int64_t V = (*model)->vocab_size();
+    ts::check_against_cpu(**model, maker(**model)(true), ts::mixed_batch(V), 3, dir + " (early start)");
+  }
   const std::string dir = model_dir("dsv41-mini", std::string(DSV41_SOURCE_DIR) + "/models/dsv41-mini");
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << dir << " is absent";
   auto mini = Model::load(dir);
   ASSERT_TRUE(mini.ok()) << mini.status().to_string();
   check(**mini, "dsv41-mini");
+  ts::check_dspark_against_cpu(**mini, [&] { return maker(**mini)(true); }, 1.0f, "dsv41-mini (cuda, early start)");
 }
 
 // DSpark-shaped verify steps on the GPU (backend_verify_check.h): mirrors and open groups that

@@ -132,7 +132,8 @@ class CudaExec {
     open_capture();
     if (profiling_) check(cudaEventRecord(events_[0], stream()), "cudaEventRecord");
     const bool fast = fast_ && launch_fast(n, f);
-    if (!fast) fast::launch_kernel(&dsv41_for_each_kernel<F>, static_cast<unsigned>(blocks), kThreads, 0, launch_stream(), n, f);
+    if (!fast)
+      fast::launch_kernel(&dsv41_for_each_kernel<F>, static_cast<unsigned>(blocks), kThreads, 0, launch_stream(), n, f);
     if (graphs_.capturing()) graphs_.note(typeid(F).hash_code() ^ (fast ? kFastNode : 0));
     check(cudaGetLastError(), "kernel launch");
     if (profiling_) add_time(profile_label(f));
@@ -166,7 +167,7 @@ class CudaExec {
   void set_integer_index(bool on) { integer_index_ = on; }
   // Kernels may start before the kernel they follow has ended (kernel_launch.cuh: placed early,
   // waiting at their first instruction; the same kernels in the same order, so the same bits), or
-  // (off) each only once the one before has ended: the "before" of benchmarks.
+  // (off, the default for now) each only once the one before has ended.
   void set_early_start(bool on) { early_start_ = on; }
   // Diagnostics for benchmarks: while on, every launch is timed by events around it (and waited
   // for, so a profiled step is slower than a plain one) and the device time is summed per kernel

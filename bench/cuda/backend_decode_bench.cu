@@ -301,6 +301,19 @@ int main(int argc, char** argv) {
     int integer_index = -1;  // cuda_backend_set_integer_index: -1 the backend's default, 0 off, 1 on
     int early_start = -1;  // cuda_backend_set_early_start: -1 the backend's default, 0 off, 1 on
   };
+  // A variant's switches on a fresh CUDA backend.
+  const auto configure = [](Backend& b, const Variant& v) {
+    cuda_backend_set_fast_kernels(b, v.fast);
+    cuda_backend_set_batched_compress(b, v.batched_compress);
+    cuda_backend_set_graphs(b, v.graphs, v.chunk);
+    cuda_backend_set_fused(b, v.fused);
+    cuda_backend_set_mma_gemm(b, v.mma);
+    cuda_backend_set_float_experts(b, v.float_experts);
+    if (v.integer_index >= 0) cuda_backend_set_integer_index(b, v.integer_index > 0);
+    if (v.early_start >= 0) cuda_backend_set_early_start(b, v.early_start > 0);
+    if (v.tensor_attention >= 0)
+      cuda_backend_set_tensor_attention(b, v.tensor_attention > 0, std::max<int64_t>(1, v.tensor_attention));
+  };
   std::vector<Variant> cudas;
   constexpr int64_t kChunk = CudaExec::kGraphChunk;
   if (wants("cuda-simple")) cudas.push_back({"cuda-simple", false, true, true, kChunk});
@@ -357,18 +370,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cpu greedy: %s\n", c.status().to_string().c_str());
       return 1;
     }
-    for (const auto& [name, fast, batched_compress, graphs, chunk, fused, mma, float_experts, tca, integer_index, early] : cudas) {
+    for (const Variant& v : cudas) {
+      const std::string& name = v.name;
       auto b = make_cuda_backend(**model);
       if (!b.ok()) return 1;
-      cuda_backend_set_fast_kernels(**b, fast);
-      cuda_backend_set_batched_compress(**b, batched_compress);
-      cuda_backend_set_graphs(**b, graphs, chunk);
-      cuda_backend_set_fused(**b, fused);
-      cuda_backend_set_mma_gemm(**b, mma);
-      cuda_backend_set_float_experts(**b, float_experts);
-      if (integer_index >= 0) cuda_backend_set_integer_index(**b, integer_index > 0);
-      if (early >= 0) cuda_backend_set_early_start(**b, early > 0);
-      if (tca >= 0) cuda_backend_set_tensor_attention(**b, tca > 0, tca > 0 ? tca : 1);
+      configure(**b, v);
       auto g = greedy(std::move(*b), **model, prompt, greedy_steps);
       if (!g.ok()) {
         std::fprintf(stderr, "%s greedy: %s\n", name.c_str(), g.status().to_string().c_str());
@@ -417,21 +423,14 @@ int main(int argc, char** argv) {
       std::printf("backend cpu  batch %3d: %9.1f tok/s (step %.3f ms)\n", b, b / cpu.median_step_s,
                   cpu.median_step_s * 1e3);
     }
-    for (const auto& [name, fast, batched_compress, graphs, chunk, fused, mma, float_experts, tca, integer_index, early] : cudas) {
+    for (const Variant& v : cudas) {
+      const std::string& name = v.name;
       auto backend = make_cuda_backend(**model);
       if (!backend.ok()) {
         std::fprintf(stderr, "cuda: %s\n", backend.status().to_string().c_str());
         return 1;
       }
-      cuda_backend_set_fast_kernels(**backend, fast);
-      cuda_backend_set_batched_compress(**backend, batched_compress);
-      cuda_backend_set_graphs(**backend, graphs, chunk);
-      cuda_backend_set_fused(**backend, fused);
-      cuda_backend_set_mma_gemm(**backend, mma);
-      cuda_backend_set_float_experts(**backend, float_experts);
-      if (integer_index >= 0) cuda_backend_set_integer_index(**backend, integer_index > 0);
-      if (early >= 0) cuda_backend_set_early_start(**backend, early > 0);
-      if (tca >= 0) cuda_backend_set_tensor_attention(**backend, tca > 0, tca > 0 ? tca : 1);
+      configure(**backend, v);
       auto r = run(std::move(*backend), **model, b, context, steps, profile, shared_prompt);
       if (!r.ok()) {
         std::fprintf(stderr, "%s batch %d: %s\n", name.c_str(), b, r.status().to_string().c_str());

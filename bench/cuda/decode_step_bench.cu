@@ -121,7 +121,7 @@ Result run_one(int B, int64_t C, int iters, cudaStream_t s) {
       if (full_index_layer(l) || reindex) {
         const int k = l == 2 ? 0 : l == 8 ? 1 : l == 14 ? 2 : 3;
         check(cu::indexer_topk(idx_params(k, reindex), ws, ws_bytes, s), "indexer_topk");
-        if (l == 20) select_pool();
+        if (candidate_layer(l)) select_pool();
       }
       check(cu::sparse_attention_decode(attn_params(l), s), "sparse_attention_decode");
     }

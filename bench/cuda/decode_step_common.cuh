@@ -187,6 +187,7 @@ inline bool records_fit(Result& r, int B, int64_t C) {
 // The 40-layer plan of the step: which index source a layer scores (-1: none) and how.
 inline bool full_index_layer(int l) { return l == 2 || l == 8 || l == 14 || l == 20; }
 inline bool reindex_layer(int l) { return l == 24 || l == 28 || l == 32 || l == 36; }
+inline bool candidate_layer(int l) { return l == 20; }  // writes block maxima; the Reindex pool from them
 inline int index_source(int l) { return l < 8 ? 0 : l < 14 ? 1 : l < 20 ? 2 : 3; }  // also the attention's main rows
 
 

@@ -100,7 +100,7 @@ class EngineStep {
   // The index step of layer l: scores, block maxima (layer 20), selections.
   void index_layer(int l) {
     const int k = index_source(l);
-    const bool restricted = reindex_layer(l), candidates = l == 20;
+    const bool restricted = reindex_layer(l), candidates = candidate_layer(l);
     score(k, restricted);
     if (candidates) block_maxima(k);
     select(k, candidates, true);

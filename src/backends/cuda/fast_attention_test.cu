@@ -207,6 +207,8 @@ TEST(FastAttentionCuda, IntegerIndexScoresEqualSimple) {
       {2, 77, 16, 32, 200, 1, false, false, true},      // dh 32: 17-byte records
       {2, 300, 48, 96, 250, 2, false, true, false},     // three m tiles, three blocks
       {1, 600, 32, 128, 100, 2, false, false, false},   // only the first 50 entries visible
+      {2, 5000, 32, 128, 4000, 1, false, false, false}, // 20 chunks a row, the last 4 past what it sees
+      {2, 3000, 32, 128, 1000, 1, true, true, false},   // a pool partly past what the rows see
   };
   for (const IntIndexCase& c : cases) {
     IntIndexInputs in(dev, rng, c);
@@ -218,6 +220,43 @@ TEST(FastAttentionCuda, IntegerIndexScoresEqualSimple) {
   }
   expect_batched_index_bits<IntIndexInputs, IntIndexCase>(ex, dev, rng, {cases[0], cases[3], cases[5], cases[1]},
                                             "batched integer indexer");
+  // A block taking several chunks of its row (long decode rows do), the pool rows beside them.
+  std::vector<IntIndexInputs> ins;
+  dk::Batched<dk::IndexScoreK> b;
+  int64_t total = 0;
+  for (const IntIndexCase& c : {cases[8], cases[3], cases[7], cases[9], cases[2]}) {
+    ins.emplace_back(dev, rng, c);
+    b.count[b.n] = c.T * c.G;
+    b.body[b.n++] = ins.back().k;
+    total += c.T * c.G;
+  }
+  ex.set_fast_kernels(false);
+  ex.for_each(total, b);
+  std::vector<std::vector<float>> want;
+  for (int j = 0; j < b.n; ++j) want.push_back(dev.down(b.body[j].scores, b.count[j]));
+  for (const int per : {1, 2, 3, 7, 40}) {
+    for (int j = 0; j < b.n; ++j) {
+      const std::vector<float> poison(static_cast<size_t>(b.count[j]), 12345.0f);
+      ex.upload(b.body[j].scores, poison.data(), b.count[j] * int64_t(sizeof(float)));
+    }
+    ex.sync();
+    ASSERT_TRUE(fast::launch_index_int(b, {}, per)) << per;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (int j = 0; j < b.n; ++j) {
+      const std::vector<float> got = dev.down(b.body[j].scores, b.count[j]);
+      for (int64_t i = 0; i < b.count[j]; ++i) {
+        const float w = want[size_t(j)][size_t(i)], g = got[size_t(i)];
+        const std::string at = "integer indexer, " + std::to_string(per) + " chunks a block, body " +
+                               std::to_string(j) + " at " + std::to_string(i);
+        if (std::isnan(w)) {
+          ASSERT_TRUE(std::isnan(g)) << at;
+          continue;
+        }
+        ASSERT_EQ(kc::bits_of_floats({g})[0], kc::bits_of_floats({w})[0]) << at;
+      }
+    }
+  }
+  ex.set_fast_kernels(true);
 }
 
 struct AttnCase {

@@ -50,12 +50,14 @@ bool launch(int64_t n, const dk::EngramGateK& k, Stream s = {});
 // Indexer scores. launch(): a block per (row, 32 entries), the entries' keys decoded once for
 // every head as doubles, the simple body's sums in its order (fast_attention.cu; the same bits).
 // launch_index_int: on integer tensor cores where the keys are MXFP4 index records
-// (index_scores_int.cu: a block per (row, 256 entries), each 32-channel block's products summed
-// exactly as int32; the same bits, index_exact.h says why); false where index_int_fits declines.
+// (index_scores_int.cu: a block per (row, chunks_per_block × 256 entries) — 0: chosen by the
+// launch's size — or per (row, 256 entries of its candidate pool); each 32-channel block's products
+// summed exactly as int32; the same bits, index_exact.h says why); false, launching nothing, where
+// index_int_fits declines.
 bool launch(int64_t n, const dk::IndexScoreK& k, Stream s = {});
 bool launch(int64_t n, const dk::Batched<dk::IndexScoreK>& b, Stream s = {});
 bool index_int_fits(int64_t n, const dk::IndexScoreK& k);
-bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, Stream s = {});
+bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, Stream s = {}, int chunks_per_block = 0);
 bool launch_index_f64(const dk::Batched<dk::IndexScoreK>& b, Stream s = {});
 // The tiled GEMM (fast_gemm.cu) for `rows` rows: false where its 16-byte units do not fit the
 // weight or x (then the warp-per-output kernel runs). gemm_tiled_kind: the weight kind it would

@@ -10,12 +10,16 @@
 // query block that is not an MXFP4 value — takes the simple body's chain in place: the simple
 // kernel's bits everywhere.
 //
-// Work: a block of 4 warps per (row, 256 entries); the row's queries converted to the A fragments
-// once per block in shared memory; a warp takes 32 entries at a time: their records' code words
+// Work: blocks of 4 warps. A row without a candidate pool: a block per (row, `per` chunks of 256
+// entries), `per` chosen by the launch's size so that a long decode row stages its queries once
+// for thousands of entries (the staging — 4 MXFP4 blocks × 32 heads converted to A fragments —
+// otherwise costs as much as the 256 entries' scores). A row with a pool: its −∞ row written by one
+// fill launch first, then a block per (row, 256 of the kept list's entries), so a reindex layer's
+// work is the pool (2,048 blocks × 8), not the context. In a block the row's queries become the A
+// fragments once, in shared memory; a warp takes 32 entries at a time: their records' code words
 // straight from global memory into B fragments (8 codes per lane per block), 2 × 4 MMAs per 8
 // entries, the per-(entry, head) ReLU terms through shared memory, then lane e adds entry e's
-// heads in head order. A candidate pool is marked per block from the kept list once (the simple
-// body scans the list per entry). Entries no row can see are written −inf without work.
+// heads in head order. Entries no row can see are written −∞ without work.
 #include "backends/cuda/fast_kernels.h"
 #include "backends/cuda/index_exact.h"
 #include "backends/cuda/mma.cuh"
@@ -35,9 +39,21 @@ constexpr int kMaxHeads = 64, kMaxBlocks = 4;               // nh ≤ 64 (whole 
 
 __host__ __device__ inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-__host__ __device__ inline int64_t int_blocks(int64_t count, const dk::IndexScoreK& k) {
-  return count / k.G * cdiv(k.G, kChunk);
+constexpr int64_t kTargetBlocks = 2048;  // a launch's blocks before a block takes several chunks
+constexpr int kMaxChunksPerBlock = 16;
+
+__host__ __device__ inline int64_t chunks_of(const dk::IndexScoreK& k) { return cdiv(k.G, kChunk); }
+// Blocks per row: a full row's chunks in groups of `per`, or a pool row's kept entries (nb · bs) in chunks.
+__host__ __device__ inline int64_t row_blocks(const dk::IndexScoreK& k, int per) {
+  return k.kept ? cdiv(int64_t(k.nb) * k.bs, kChunk) : cdiv(chunks_of(k), per);
 }
+
+// Where each body's blocks begin in the launch (first[n]: the total), and how many chunks a block
+// of a row without a pool scores.
+struct IntPlan {
+  int first[dk::Batched<dk::IndexScoreK>::kMax + 1];
+  int per;
+};
 
 struct Shared {
   uint4 a[kMaxHeads / 16 * kMaxBlocks * 32];  // A fragments [m tile][block][lane]
@@ -45,8 +61,7 @@ struct Shared {
   int qspan[kMaxHeads];                       // index_query_span: past kIndexExactSpan, not exact
   float hw[kMaxHeads];
   float relu[kWarps][32][kMaxHeads + 1];      // a warp's 32 entries × heads
-  bool pool[kChunk];
-  int pool_end;
+  int pool_end;                               // the kept list's first −1 (or nb)
 };
 
 // Thread (h, b): query block b of head h as 32 int8 into the A fragments and its unit (index_exact.h);
@@ -81,21 +96,6 @@ __device__ void stage_queries(const dk::IndexScoreK& k, int64_t r, Shared& sh) {
   }
 }
 
-// The candidate pool's entries inside [g0, g0 + kChunk): the kept list up to its first −1.
-__device__ void stage_pool(const dk::IndexScoreK& k, int64_t r, int64_t g0, Shared& sh) {
-  for (int i = threadIdx.x; i < kChunk; i += kThreads) sh.pool[i] = false;
-  if (threadIdx.x == 0) sh.pool_end = k.nb;
-  __syncthreads();
-  const int32_t* kept = k.kept + r * k.nb;
-  for (int j = threadIdx.x; j < k.nb; j += kThreads)
-    if (kept[j] < 0) atomicMin(&sh.pool_end, j);
-  __syncthreads();
-  for (int j = threadIdx.x; j < sh.pool_end; j += kThreads) {
-    const int64_t first = int64_t(kept[j]) * k.bs;
-    for (int64_t g = max(first, g0); g < first + k.bs && g < g0 + kChunk; ++g) sh.pool[g - g0] = true;
-  }
-}
-
 // Entry g's key record as the lanes of its quad see it: the B fragments of its blocks (lane t:
 // code word t of each block), its scale bytes, and the span of its nonzero blocks' exponents.
 struct KeyTile {
@@ -108,7 +108,7 @@ __device__ KeyTile load_keys(const dk::IndexScoreK& k, int64_t g, int t) {
   const int nb = int(k.dh / 32);
   KeyTile kt{};
   uint32_t nonzero = 0;
-  if (g < k.G) {  // (every lane goes on to the quad's shuffles)
+  if (g >= 0 && g < k.G) {  // (every lane goes on to the quad's shuffles)
     const uint8_t* rec = k.keys.row(g).rec;
     const bool aligned = (reinterpret_cast<uintptr_t>(rec) & 3) == 0;  // 68-byte records are
 #pragma unroll
@@ -124,33 +124,44 @@ __device__ KeyTile load_keys(const dk::IndexScoreK& k, int64_t g, int t) {
   }
   nonzero |= __shfl_xor_sync(kFull, nonzero, 1);
   nonzero |= __shfl_xor_sync(kFull, nonzero, 2);
-  uint8_t scales[kMaxBlocks];
+  // dk::index_key_span, unrolled (an array of the scales would live in local memory).
+  int lo = 1 << 20, hi = -(1 << 20);
+  bool wide = false;
 #pragma unroll
-  for (int b = 0; b < kMaxBlocks; ++b) scales[b] = uint8_t(kt.scales >> (8 * b));
-  kt.span = dk::index_key_span(scales, nonzero, nb);
+  for (int b = 0; b < kMaxBlocks; ++b) {
+    if (b >= nb) break;
+    const int scale = int(kt.scales >> (8 * b) & 0xFFu);
+    wide = wide || scale > 252;
+    if (nonzero >> b & 1u) {
+      lo = min(lo, scale);
+      hi = max(hi, scale);
+    }
+  }
+  kt.span = wide ? 1 << 20 : hi >= lo ? hi - lo : 0;
   return kt;
 }
 
-// One warp: entries [e0, e0 + 32) of row r, lane e's score at the end.
-__device__ void score_warp(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t g0, const Shared& sh,
-                           float (&relu)[32][kMaxHeads + 1]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+// One warp, 32 entries: lane e's entry g (−1: none) and whether its row sees it; lane e's score at
+// the end (−∞ where unseen). The lanes of a quad load the keys of the entry their tile column names.
+__device__ float score_warp(const dk::IndexScoreK& k, int64_t r, int64_t g, bool seen, const Shared& sh,
+                            float (&relu)[32][kMaxHeads + 1]) {
+  const int lane = threadIdx.x & 31, q = lane >> 2, t = lane & 3;
   const int nh = int(k.nh), nb = int(k.dh / 32), mts = nh / 16;
   __syncwarp();  // the previous pass's head sums have read `relu`
-  const int64_t e = e0 + lane, visible = (k.start + r + 1) / k.ratio;
-  const bool seen = e < k.G && e < visible && (!k.kept || sh.pool[e - g0]);
   const unsigned any = __ballot_sync(kFull, seen);
   if (any) {
     for (int nt = 0; nt < 4; ++nt) {
       if (!(any >> (nt * 8) & 0xFFu)) continue;
-      const KeyTile kt = load_keys(k, e0 + nt * 8 + g, t);
+      const KeyTile kt = load_keys(k, __shfl_sync(kFull, g, nt * 8 + q), t);
       // Columns 2t, 2t + 1 of this tile: entries of the quads 2t and 2t + 1.
       uint32_t scales[2];
       int span[2];
+      int64_t entry[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         scales[j] = __shfl_sync(kFull, kt.scales, (2 * t + j) * 4);
         span[j] = __shfl_sync(kFull, kt.span, (2 * t + j) * 4);
+        entry[j] = __shfl_sync(kFull, g, nt * 8 + 2 * t + j);
       }
       for (int mt = 0; mt < mts; ++mt) {
         int s[kMaxBlocks][4] = {};
@@ -162,20 +173,18 @@ __device__ void score_warp(const dk::IndexScoreK& k, int64_t r, int64_t e0, int6
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int h = mt * 16 + g + (i >= 2 ? 8 : 0), col = nt * 8 + 2 * t + (i & 1);
+          const int h = mt * 16 + q + (i >= 2 ? 8 : 0), col = nt * 8 + 2 * t + (i & 1);
           if (!(any >> col & 1u)) continue;
-          double acc;
+          double acc = 0;
           if (sh.qspan[h] + span[i & 1] <= dk::kIndexExactSpan) {
-            int sums[kMaxBlocks];
-            uint8_t sc[kMaxBlocks];
+            // dk::index_exact_dot's sum, unrolled over the blocks: its arrays, indexed up to a
+            // runtime count, would live in local memory.
 #pragma unroll
-            for (int b = 0; b < kMaxBlocks; ++b) {
-              sums[b] = s[b][i];
-              sc[b] = uint8_t(scales[i & 1] >> (8 * b));
-            }
-            acc = dk::index_exact_dot(sums, sh.qexp[h], sc, nb);
+            for (int b = 0; b < kMaxBlocks; ++b)
+              if (b < nb)
+                acc += double(s[b][i]) * dk::index_pow2(sh.qexp[h][b] + int(scales[i & 1] >> (8 * b) & 0xFFu) - 128);
           } else {
-            acc = k.head_dot(r, e0 + col, h);  // the simple body's chain
+            acc = k.head_dot(r, entry[i & 1], h);  // the simple body's chain
           }
           relu[col][h] = fmaxf(float(acc), 0.0f) * k.scale;
         }
@@ -183,38 +192,85 @@ __device__ void score_warp(const dk::IndexScoreK& k, int64_t r, int64_t e0, int6
     }
   }
   __syncwarp();
-  if (e >= k.G) return;
-  float score = -INFINITY;
-  if (seen) {
-    float total = 0.0f;
-    for (int h = 0; h < nh; ++h) total += relu[lane][h] * sh.hw[h];
-    score = total;
-  }
-  k.scores[r * k.G + e] = score;
+  if (!seen) return -INFINITY;
+  float total = 0.0f;
+  for (int h = 0; h < nh; ++h) total += relu[lane][h] * sh.hw[h];
+  return total;
 }
 
-__global__ void __launch_bounds__(kThreads) index_int_kernel(const dk::Batched<dk::IndexScoreK> b) {
+// Chunks [c0, c1) of a row without a pool: every entry's score, −∞ past what the row sees.
+__device__ void score_chunks(const dk::IndexScoreK& k, int64_t r, int64_t c0, int64_t c1, Shared& sh) {
+  const int64_t visible = min(k.G, (k.start + r + 1) / k.ratio);
+  float* out = k.scores + r * k.G;
+  if (c0 * kChunk < visible) {
+    stage_queries(k, r, sh);
+    __syncthreads();
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t c = c0; c < c1; ++c) {
+    const int64_t g0 = c * kChunk;
+    if (g0 >= visible) {  // no entry of the chunk is visible to this row
+      for (int64_t g = g0 + threadIdx.x; g < min(k.G, g0 + kChunk); g += kThreads) out[g] = -INFINITY;
+      continue;
+    }
+    for (int p = 0; p < kPasses; ++p) {
+      const int64_t e = g0 + (p * kWarps + warp) * 32 + lane;
+      const float score = score_warp(k, r, e < k.G ? e : -1, e < visible, sh, sh.relu[warp]);
+      if (e < k.G) out[e] = score;
+    }
+  }
+}
+
+// Positions [p0, p0 + kChunk) of a pool row's kept entries (position p: entry kept[p / bs] · bs +
+// p % bs, up to the list's first −1), each scored where the row sees it; the rest of the row holds
+// fill_pool_rows' −∞ (an entry the list names twice gets the same value twice).
+__device__ void score_pool(const dk::IndexScoreK& k, int64_t r, int64_t p0, Shared& sh) {
+  const int32_t* kept = k.kept + r * k.nb;
+  if (threadIdx.x == 0) sh.pool_end = k.nb;
+  __syncthreads();
+  for (int j = threadIdx.x; j < k.nb; j += kThreads)
+    if (kept[j] < 0) atomicMin(&sh.pool_end, j);
+  __syncthreads();
+  const int64_t used = int64_t(sh.pool_end) * k.bs;
+  if (p0 >= used) return;
+  stage_queries(k, r, sh);
+  __syncthreads();
+  const int64_t visible = min(k.G, (k.start + r + 1) / k.ratio);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int p = 0; p < kPasses; ++p) {
+    const int64_t pos = p0 + (p * kWarps + warp) * 32 + lane;
+    const int64_t g = pos < used ? int64_t(kept[pos / k.bs]) * k.bs + pos % k.bs : -1;
+    const bool seen = g >= 0 && g < visible;
+    const float score = score_warp(k, r, g < k.G ? g : -1, seen, sh, sh.relu[warp]);
+    if (seen) k.scores[r * k.G + g] = score;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) index_int_kernel(const dk::Batched<dk::IndexScoreK> b, const IntPlan plan) {
   await_previous_kernel();
   __shared__ Shared sh;
-  int64_t blk = blockIdx.x;
-  int j = 0;
-  while (j + 1 < b.n && blk >= int_blocks(b.count[j], b.body[j])) {
-    blk -= int_blocks(b.count[j], b.body[j]);
-    ++j;
-  }
+  const int blk = int(blockIdx.x);
+  int j = 0, first = 0;  // the body holding block blk (unrolled: no copy of the plan in local memory)
+#pragma unroll
+  for (int i = 1; i < dk::Batched<dk::IndexScoreK>::kMax; ++i)
+    if (i < b.n && blk >= plan.first[i]) j = i, first = plan.first[i];
   const dk::IndexScoreK& k = b.body[j];
-  const int64_t chunks = cdiv(k.G, kChunk), r = blk / chunks, g0 = (blk % chunks) * kChunk;
-  const int64_t visible = min(k.G, (k.start + r + 1) / k.ratio);
-  if (g0 >= visible) {  // no entry of the chunk is visible to this row
-    for (int64_t g = g0 + threadIdx.x; g < min(k.G, g0 + kChunk); g += kThreads) k.scores[r * k.G + g] = -INFINITY;
-    return;
+  const int64_t per_row = row_blocks(k, plan.per), x = (blk - first) % per_row, r = (blk - first) / per_row;
+  if (k.kept)
+    score_pool(k, r, x * kChunk, sh);
+  else
+    score_chunks(k, r, x * plan.per, min(chunks_of(k), (x + 1) * plan.per), sh);
+}
+
+// Every score of the rows with a pool −∞ (index_int_kernel then writes the pool's entries).
+__global__ void fill_pool_rows(const dk::Batched<dk::IndexScoreK> b) {
+  await_previous_kernel();
+  for (int j = 0; j < b.n; ++j) {
+    if (!b.body[j].kept) continue;
+    float* out = b.body[j].scores;
+    for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < b.count[j]; i += int64_t{gridDim.x} * blockDim.x)
+      out[i] = -INFINITY;
   }
-  stage_queries(k, r, sh);
-  if (k.kept) stage_pool(k, r, g0, sh);
-  __syncthreads();
-  const int warp = threadIdx.x >> 5;
-  for (int p = 0; p < kPasses; ++p)
-    score_warp(k, r, g0 + (p * kWarps + warp) * 32, g0, sh, sh.relu[warp]);
 }
 
 }  // namespace
@@ -225,14 +281,32 @@ bool index_int_fits(int64_t n, const dk::IndexScoreK& k) {
          k.nh <= kMaxHeads && k.dh > 0 && k.dh % 32 == 0 && k.dh <= 32 * kMaxBlocks && k.ratio > 0;
 }
 
-bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, Stream s) {
+bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, Stream s, int chunks_per_block) {
+  if (b.n < 1) return false;
+  int64_t full_chunks = 0, pool_scores = 0;
+  for (int j = 0; j < b.n; ++j) {
+    const dk::IndexScoreK& k = b.body[j];
+    if (!index_int_fits(b.count[j], k)) return false;
+    if (k.kept)
+      pool_scores += b.count[j];
+    else
+      full_chunks += b.count[j] / k.G * chunks_of(k);
+  }
+  IntPlan plan{};
+  plan.per = chunks_per_block > 0 ? chunks_per_block
+                                  : int(std::clamp<int64_t>(full_chunks / kTargetBlocks, 1, kMaxChunksPerBlock));
   int64_t blocks = 0;
   for (int j = 0; j < b.n; ++j) {
-    if (!index_int_fits(b.count[j], b.body[j])) return false;
-    blocks += int_blocks(b.count[j], b.body[j]);
+    plan.first[j] = int(blocks);
+    blocks += b.count[j] / b.body[j].G * row_blocks(b.body[j], plan.per);
+    if (blocks > 0x7fffffff) return false;
   }
-  if (b.n < 1 || blocks > 0x7fffffff) return false;
-  if (blocks > 0) launch_kernel(&index_int_kernel, unsigned(blocks), kThreads, 0, s, b);
+  plan.first[b.n] = int(blocks);
+  if (pool_scores > 0) {
+    const int64_t fill_blocks = std::min<int64_t>(cdiv(pool_scores, 256), 2048);
+    launch_kernel(&fill_pool_rows, unsigned(fill_blocks), 256, 0, s, b);
+  }
+  if (blocks > 0) launch_kernel(&index_int_kernel, unsigned(blocks), kThreads, 0, s, b, plan);
   return true;
 }
 

@@ -43,7 +43,7 @@ void set_draft_replay(const std::string& name, Backend& backend, bool on);
 // While DSpark feeds the drafter's rings: a forward's cache rows published with the rings' rows.
 void set_publish_with_feeding(const std::string& name, Backend& backend, bool on);
 // cuda: kernels placed before the kernel they follow has ended (on) or each launched once it has
-// (off, the default for now; cuda_backend_set_early_start); nothing for another backend.
+// (off; on is the default since session 36, cuda_backend_set_early_start); nothing for another backend.
 void set_early_start(const std::string& name, Backend& backend, bool on);
 // A draft's greedy slots in one launch and its attention's keys in shared memory (on, the
 // default) or session 17's kernels; the same bits either way.

@@ -210,7 +210,7 @@ int bench_main(int argc, char** argv) {
                  "default) or of their row count (false, session 15's keying); the same bits either way");
   cli.add_option("--dspark-early-start", dso.early_start,
                  "with --dspark on cuda: kernels placed before the kernel they follow has ended (true) or each "
-                 "launched once it has (false); the same bits either way (default: the backend's, off for now)");
+                 "launched once it has (false); the same bits either way (default: the backend's, on)");
   cli.add_flag("--dspark-publish-with-feeding", dso.publish_with_feeding,
                "with --dspark on a device backend: a forward's cache rows downloaded with the drafter's ring rows (one wait)");
   RankFlags rank_flags;  // --ranks N, --gpus N: the batched decode over ranks

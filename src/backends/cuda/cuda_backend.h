@@ -67,9 +67,9 @@ void cuda_backend_set_float_experts(Backend& backend, bool on);
 // The indexer's scores on integer tensor cores where its keys are MXFP4 records (on, the default)
 // or on the double tiles of before (off; the same bits, for A/B). Nothing for another backend.
 void cuda_backend_set_integer_index(Backend& backend, bool on);
-// Kernels placed before the kernel they follow has ended, waiting at their first instruction (on;
-// kernel_launch.cuh) or each launched only once the one before has ended (off, the default until
-// the GPU suite has run with it on; the same bits). Nothing for another backend.
+// Kernels placed before the kernel they follow has ended, waiting at their first instruction (on,
+// the default since the GPU suite passed with it in session 36; kernel_launch.cuh) or each launched
+// only once the one before has ended (off; the same bits). Nothing for another backend.
 void cuda_backend_set_early_start(Backend& backend, bool on);
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
 // DSpark's drafter on the GPU (the default) or on the host from downloaded features

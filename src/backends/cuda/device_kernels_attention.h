@@ -152,13 +152,15 @@ struct RankPlaceK {
 // the ids of the min(width, finite) largest of row r, larger first and equal values → lower id
 // (−0 == +0), −inf and NaN never kept, in ascending id order, −1 padded. The simple path is the
 // counting pair above (O(size²) per row; HostExec always runs it); a fast executor runs a linear
-// radix selection instead (fast_topk.cu: a block per kChunk entries of a row, then a block per
-// row of more than one chunk merging the chunks' candidates). Each job's scratch holds
+// radix selection instead (fast_topk.cu: a block per kChunk entries of a row; for a row of more
+// than kGroup chunks a block per group of kGroup chunks merging their candidates; then a block per
+// row of more than one chunk merging the chunks' or groups' candidates). Each job's scratch holds
 // scratch_bytes(rows, size, width) bytes: the marks of the simple path or the fast path's
 // candidates, whichever runs.
 struct TopkBatch {
   static constexpr int kMax = 16;
   static constexpr int64_t kChunk = 4096;  // fast path: entries one block selects from
+  static constexpr int64_t kGroup = 16;    // fast path: chunks whose candidates one block merges
   struct Job {
     const float* v;  // [rows, size]
     int64_t rows, size;
@@ -166,14 +168,21 @@ struct TopkBatch {
     int32_t* out;  // [rows, width]
     uint8_t* scratch;
     DSV41_HD int64_t chunks() const { return (size + kChunk - 1) / kChunk; }
+    DSV41_HD int64_t groups() const { return (chunks() + kGroup - 1) / kGroup; }
     // Fast path, rows of more than one chunk: each chunk's best `width` (key, id) pairs.
     DSV41_HD uint32_t* candidate_keys() const { return reinterpret_cast<uint32_t*>(scratch); }
     DSV41_HD int32_t* candidate_ids() const { return reinterpret_cast<int32_t*>(scratch) + rows * chunks() * width; }
+    // Rows of more than kGroup chunks: each group's best `width` pairs, after the chunks' ones.
+    DSV41_HD uint32_t* group_keys() const {
+      return reinterpret_cast<uint32_t*>(candidate_ids() + rows * chunks() * width);
+    }
+    DSV41_HD int32_t* group_ids() const { return reinterpret_cast<int32_t*>(group_keys() + rows * groups() * width); }
   };
   // A multiple of 16 bytes, so that jobs' scratch placed one after another stays aligned.
   DSV41_HD static int64_t scratch_bytes(int64_t rows, int64_t size, int width) {
-    const int64_t chunks = (size + kChunk - 1) / kChunk;
-    const int64_t marks = rows * size, candidates = chunks > 1 ? rows * chunks * width * 8 : 0;
+    const int64_t chunks = (size + kChunk - 1) / kChunk, groups = (chunks + kGroup - 1) / kGroup;
+    const int64_t marks = rows * size,
+                  candidates = chunks > 1 ? rows * (chunks + (chunks > kGroup ? groups : 0)) * width * 8 : 0;
     return ((marks > candidates ? marks : candidates) + 15) / 16 * 16;
   }
   int n = 0;

@@ -306,7 +306,8 @@ inline void topk_row(std::mt19937& rng, int pattern, float* row, int64_t size) {
 // dk::TopkBatch against select_topk (indexer.h), ids bit for bit, on units of jobs of mixed shapes
 // (rows of different lengths and widths in one launch: n < k, n = k, n = k + 1, one entry), every
 // row pattern of topk_row; with long_rows (the fast path: the simple one is quadratic) also
-// 16K, 32K and 64K + 1 entries, rows of 1 and 2 chunks ± 1, and a prefill-like job of many rows
+// 16K, 32K, 64K and 64K + 1 entries (16 chunks, and 17: two groups), 300K and 200K + 1 (groups of
+// 16 chunks and a part group), rows of 1 and 2 chunks ± 1, and a prefill-like job of many rows
 // of several chunks beside decode rows. `launches`: what one unit must cost on this executor
 // (the simple path 3, the fast one 1: so a fast executor that fell back would fail).
 template <class Exec>
@@ -321,10 +322,12 @@ void check_topk_batch(Exec& ex, bool long_rows, int64_t launches) {
                                     {1, 4097, 512},  {2, 4095, 2048}, {2, 2049, 2048}, {24, 9000, 512},
                                     {1, 20000, 2048}, {3, 513, 512},  {3, 512, 512},  {3, 511, 512},
                                     {16, 12289, 512}, {2, 8192, 512}, {1, 8193, 4}};
+  const std::vector<Shape> longer = {{1, 65536, 512}, {1, 300000, 512}, {2, 200001, 2048}, {3, 9000, 512}};
   std::vector<std::vector<Shape>> units = {small};
-  if (long_rows) units.push_back(large);
+  if (long_rows) units.push_back(large), units.push_back(longer);
   std::mt19937 rng(31);
   for (size_t u = 0; u < units.size(); ++u) {
+    ASSERT_LE(units[u].size(), size_t(dk::TopkBatch::kMax)) << "unit " << u;
     Dev<Exec> dev(ex);
     dk::TopkBatch unit;
     std::vector<std::vector<int32_t>> want;

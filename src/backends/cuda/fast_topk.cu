@@ -6,9 +6,14 @@
 //    in shared memory (−inf and NaN as the ineligible key 0), then block_select_topk. A row of one
 //    chunk is done: its ids go straight to out. Otherwise the chunk's best `width` (key, id) pairs
 //    go to the job's scratch, padded with key 0 / id −1.
-// 2. A block per row of more than one chunk: block_select_topk over the concatenated candidates.
-//    Chunks are contiguous and each list is ascending by id, so the concatenation is too, and its
-//    top-k (ties → earlier in the list) is the row's top-k (ties → lower id).
+// 2. For a row of more than kGroup chunks, a block per (row, group of kGroup chunks):
+//    block_select_topk over the group's concatenated candidates, its best `width` pairs to the
+//    job's group scratch (so that no single block merges a long row's 256 × width candidates: at
+//    1M entries that one block was most of the selection's time).
+// 3. A block per row of more than one chunk: block_select_topk over the concatenated candidates
+//    of its chunks or groups. Chunks (and groups) are contiguous and each list is ascending by
+//    id, so the concatenation is too, and its top-k (ties → earlier in the list) is the row's
+//    top-k (ties → lower id).
 // The same ids as the simple path, bit for bit (DeviceKernelsCuda.TopkBatchEqualsSelectTopk checks
 // both against select_topk, device_kernels_check.h).
 #include <cuda_runtime.h>
@@ -23,7 +28,7 @@ namespace {
 
 constexpr int kTopkThreads = 512;
 constexpr int kMaxWidth = 2048;  // wider jobs run the simple path
-constexpr int64_t kChunk = dk::TopkBatch::kChunk;
+constexpr int64_t kChunk = dk::TopkBatch::kChunk, kGroup = dk::TopkBatch::kGroup;
 
 // −inf and NaN are never selected (select_topk): both map to the ineligible key. (ordered_key
 // alone would rank a positive NaN above +inf.)
@@ -71,6 +76,28 @@ __global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const dk::Topk
                                         job.candidate_ids() + at, sm.sel);
 }
 
+// Block b of the group kernel: the (row, group) pairs of the jobs of more than kGroup chunks, one
+// job after another, row-major.
+__global__ void __launch_bounds__(kTopkThreads) topk_group_kernel(const dk::TopkBatch t) {
+  await_previous_kernel();
+  __shared__ cuda::SelectShared<kTopkThreads> sel;
+  int64_t b = blockIdx.x;
+  int j = 0;
+  for (; j + 1 < t.n; ++j) {
+    if (t.jobs[j].chunks() <= kGroup) continue;
+    const int64_t blocks = t.jobs[j].rows * t.jobs[j].groups();
+    if (b < blocks) break;
+    b -= blocks;
+  }
+  const dk::TopkBatch::Job job = t.jobs[j];
+  const int64_t chunks = job.chunks(), groups = job.groups(), row = b / groups, group = b % groups;
+  const int64_t first = group * kGroup, count = min(kGroup, chunks - first);
+  const int64_t at = (row * chunks + first) * job.width, out = (row * groups + group) * job.width;
+  cuda::block_select_topk<kTopkThreads>(job.candidate_keys() + at, job.candidate_ids() + at, 0,
+                                        static_cast<int>(count * job.width), job.width, job.group_keys() + out,
+                                        job.group_ids() + out, sel);
+}
+
 // Block b of the merge kernel: the rows of the jobs of more than one chunk, one job after another.
 __global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const dk::TopkBatch t) {
   await_previous_kernel();
@@ -84,8 +111,10 @@ __global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const dk::Topk
     row -= t.jobs[j].rows;
   }
   const dk::TopkBatch::Job job = t.jobs[j];
-  const int64_t list = job.chunks() * job.width, at = row * list;
-  cuda::block_select_topk<kTopkThreads>(job.candidate_keys() + at, job.candidate_ids() + at, 0,
+  const bool grouped = job.chunks() > kGroup;
+  const int64_t list = (grouped ? job.groups() : job.chunks()) * job.width, at = row * list;
+  cuda::block_select_topk<kTopkThreads>((grouped ? job.group_keys() : job.candidate_keys()) + at,
+                                        (grouped ? job.group_ids() : job.candidate_ids()) + at, 0,
                                         static_cast<int>(list), job.width, out_keys, job.out + row * job.width,
                                         sel);
 }
@@ -93,7 +122,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const dk::Topk
 }  // namespace
 
 bool launch_chain(const dk::TopkBatch& t, Stream s) {
-  int64_t chunk_blocks = 0, merge_blocks = 0;
+  int64_t chunk_blocks = 0, group_blocks = 0, merge_blocks = 0;
   for (int j = 0; j < t.n; ++j) {
     const dk::TopkBatch::Job& job = t.jobs[j];
     if (job.rows == 0) continue;
@@ -101,10 +130,12 @@ bool launch_chain(const dk::TopkBatch& t, Stream s) {
         job.chunks() * job.width > (int64_t{1} << 30))
       return false;
     chunk_blocks += job.rows * job.chunks();
+    group_blocks += job.chunks() > kGroup ? job.rows * job.groups() : 0;
     merge_blocks += job.chunks() > 1 ? job.rows : 0;
   }
   if (chunk_blocks == 0 || chunk_blocks > 0x7FFFFFFF) return false;  // (nothing to do: neither path launches)
   launch_kernel(&topk_chunk_kernel, static_cast<unsigned>(chunk_blocks), kTopkThreads, 0, s, t);
+  if (group_blocks > 0) launch_kernel(&topk_group_kernel, static_cast<unsigned>(group_blocks), kTopkThreads, 0, s, t);
   if (merge_blocks > 0) launch_kernel(&topk_merge_kernel, static_cast<unsigned>(merge_blocks), kTopkThreads, 0, s, t);
   return true;
 }

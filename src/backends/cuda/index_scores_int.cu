@@ -104,23 +104,43 @@ struct KeyTile {
   int span;
 };
 
-__device__ KeyTile load_keys(const dk::IndexScoreK& k, int64_t g, int t) {
+// Entry g's code words (lane t: word t of each block) and scale bytes, as loaded: fetched one
+// tile ahead of their use (score_warp), so that the loads' latency hides behind a tile's MMAs.
+struct KeyWords {
+  uint32_t w[kMaxBlocks];
+  uint32_t scales;
+};
+
+__device__ KeyWords fetch_keys(const dk::IndexScoreK& k, int64_t g, int t) {
+  const int nb = int(k.dh / 32);
+  KeyWords kw{};
+  if (g < 0 || g >= k.G) return kw;
+  const uint8_t* rec = k.keys.row(g).rec;
+  const bool aligned = (reinterpret_cast<uintptr_t>(rec) & 3) == 0;  // 68-byte records are
+#pragma unroll
+  for (int b = 0; b < kMaxBlocks; ++b) {
+    if (b >= nb) break;
+    const uint8_t* at = rec + b * 16 + t * 4;
+    kw.w[b] = aligned ? *reinterpret_cast<const uint32_t*>(at)
+                      : uint32_t(at[0]) | uint32_t(at[1]) << 8 | uint32_t(at[2]) << 16 | uint32_t(at[3]) << 24;
+    if (!aligned || nb != kMaxBlocks) kw.scales |= uint32_t(rec[k.dh / 2 + b]) << (8 * b);
+  }
+  // dh 128: the four scale bytes as one word (at byte 64 of an aligned record).
+  if (aligned && nb == kMaxBlocks) kw.scales = *reinterpret_cast<const uint32_t*>(rec + k.dh / 2);
+  return kw;
+}
+
+// The tile of fetched words: B fragments, scales, span. All lanes call it (the quad's shuffles).
+__device__ KeyTile decode_keys(const dk::IndexScoreK& k, const KeyWords& kw) {
   const int nb = int(k.dh / 32);
   KeyTile kt{};
+  kt.scales = kw.scales;
   uint32_t nonzero = 0;
-  if (g >= 0 && g < k.G) {  // (every lane goes on to the quad's shuffles)
-    const uint8_t* rec = k.keys.row(g).rec;
-    const bool aligned = (reinterpret_cast<uintptr_t>(rec) & 3) == 0;  // 68-byte records are
 #pragma unroll
-    for (int b = 0; b < kMaxBlocks; ++b) {
-      if (b >= nb) break;
-      const uint8_t* at = rec + b * 16 + t * 4;
-      const uint32_t w = aligned ? *reinterpret_cast<const uint32_t*>(at)
-                                 : uint32_t(at[0]) | uint32_t(at[1]) << 8 | uint32_t(at[2]) << 16 | uint32_t(at[3]) << 24;
-      dsv41::cuda::e2m1x8_to_s8(w, kt.lo[b], kt.hi[b]);
-      nonzero |= (w & 0x77777777u) ? 1u << b : 0u;
-      kt.scales |= uint32_t(rec[k.dh / 2 + b]) << (8 * b);
-    }
+  for (int b = 0; b < kMaxBlocks; ++b) {
+    if (b >= nb) break;
+    dsv41::cuda::e2m1x8_to_s8(kw.w[b], kt.lo[b], kt.hi[b]);
+    nonzero |= (kw.w[b] & 0x77777777u) ? 1u << b : 0u;
   }
   nonzero |= __shfl_xor_sync(kFull, nonzero, 1);
   nonzero |= __shfl_xor_sync(kFull, nonzero, 2);
@@ -150,9 +170,12 @@ __device__ float score_warp(const dk::IndexScoreK& k, int64_t r, int64_t g, bool
   __syncwarp();  // the previous pass's head sums have read `relu`
   const unsigned any = __ballot_sync(kFull, seen);
   if (any) {
+    KeyWords ahead = fetch_keys(k, __shfl_sync(kFull, g, q), t);
     for (int nt = 0; nt < 4; ++nt) {
+      const KeyWords words = ahead;
+      if (nt + 1 < 4) ahead = fetch_keys(k, __shfl_sync(kFull, g, (nt + 1) * 8 + q), t);
       if (!(any >> (nt * 8) & 0xFFu)) continue;
-      const KeyTile kt = load_keys(k, __shfl_sync(kFull, g, nt * 8 + q), t);
+      const KeyTile kt = decode_keys(k, words);
       // Columns 2t, 2t + 1 of this tile: entries of the quads 2t and 2t + 1.
       uint32_t scales[2];
       int span[2];

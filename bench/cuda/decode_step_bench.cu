@@ -197,13 +197,18 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = parse_names(argv[++i]);
+    else if (!std::strcmp(argv[i], "--index-scale-span") && i + 1 < argc) index_scale_span = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: dsv41_cuda_bench [--batches 1,64,256] [--contexts 4096,...] [--iters N] [--json F] "
-                           "[--kernels engine,engine-late,standalone]\n"
+                           "[--kernels engine,engine-late,standalone] [--index-scale-span 0..7]\n"
                            "  engine: the device backend's kernels as a decode step runs them (engine-late: each kernel "
                            "launched once the one before has ended); standalone: the fused kernels of cuda_kernels.h\n");
       return 2;
     }
+  }
+  if (index_scale_span < 0 || index_scale_span > 7) {
+    std::fprintf(stderr, "dsv41_cuda_bench: --index-scale-span takes 0 … 7 (binades between an index record's block scales)\n");
+    return 2;
   }
   for (const std::string& k : kernels)
     if (k != "engine" && k != "engine-late" && k != "standalone") {
@@ -221,6 +226,7 @@ int main(int argc, char** argv) {
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   const double bw = copy_bandwidth(s);
   std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw);
+  std::printf("index records' block scales within %d binade(s) of each other (--index-scale-span)\n", index_scale_span);
   std::vector<Result> results;
   const auto report = [&](const Result& r) {
     if (!r.ran) {

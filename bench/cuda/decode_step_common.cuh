@@ -35,9 +35,19 @@ inline void check(const Status& s, const char* what) {
   if (!s.ok()) die(what, s.to_string());
 }
 
+// How far apart (in binades) an index record's four MXFP4 block scales may be: 1 by default, as a
+// trained model's are (dsv41-mini's index keys after k_norm and RoPE: spans ≤ 1 for 99.8 %, ≤ 2
+// for all; docs/CUDA.md "Fused index sums, tried"); 7, the uniform 2^-7 … 2^0 per block of
+// sessions 15–36. The engine's integer indexer and the standalone one take the same time at
+// either (session 36, H100); a kernel whose work depends on the spread is measured at both.
+// --index-scale-span N.
+inline int index_scale_span = 1;
+
 // Random but valid records: codes anywhere except NaN codes, scales in a narrow normal range,
-// so the arithmetic is that of real data (never zeros, never NaN).
-static __global__ void fill_records(uint8_t* base, int64_t rows, int row_bytes, int code_bytes, int kind, uint64_t seed) {
+// so the arithmetic is that of real data (never zeros, never NaN). Index records (kind 2): a
+// row's scale bytes in [base, base + span], base per row in 120 … 127 − span.
+static __global__ void fill_records(uint8_t* base, int64_t rows, int row_bytes, int code_bytes, int kind, uint64_t seed,
+                                    int span) {
   const int64_t total = rows * row_bytes;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     uint64_t x = (static_cast<uint64_t>(i) + seed) * 0x9E3779B97F4A7C15ull;
@@ -47,8 +57,10 @@ static __global__ void fill_records(uint8_t* base, int64_t rows, int row_bytes, 
     const int off = static_cast<int>(i % row_bytes);
     uint8_t b = static_cast<uint8_t>(x);
     if (off >= code_bytes) {
-      b = kind == 1 ? static_cast<uint8_t>(0x30 + (b & 0x0F))   // E4M3 scale ≈ 0.5..1
-                    : static_cast<uint8_t>(120 + (b & 0x07));   // UE8M0 2^-7..2^0
+      const uint64_t row = static_cast<uint64_t>(i / row_bytes) * 0x9E3779B97F4A7C15ull + seed;
+      const int row_base = static_cast<int>((row >> 40) % static_cast<uint64_t>(8 - span));
+      b = kind == 1 ? static_cast<uint8_t>(0x30 + (b & 0x0F))                      // E4M3 scale ≈ 0.5..1
+                    : static_cast<uint8_t>(120 + row_base + b % (span + 1));       // UE8M0 2^-7..2^0
     } else if (kind == 0 && (b & 0x7F) == 0x7F) {
       b ^= 1;  // E4M3 NaN code → 448
     }
@@ -67,7 +79,7 @@ static __global__ void fill_floats(float* p, int64_t n, uint64_t seed, float sca
 }
 
 inline void fill(uint8_t* p, int64_t rows, int row_bytes, int code_bytes, int kind, uint64_t seed) {
-  fill_records<<<4096, 256>>>(p, rows, row_bytes, code_bytes, kind, seed);
+  fill_records<<<4096, 256>>>(p, rows, row_bytes, code_bytes, kind, seed, index_scale_span);
   check(cudaGetLastError(), "fill_records");
 }
 

@@ -38,8 +38,9 @@ inline void check(const Status& s, const char* what) {
 // How far apart (in binades) an index record's four MXFP4 block scales may be: 1 by default, as a
 // trained model's are (dsv41-mini's index keys after k_norm and RoPE: spans ≤ 1 for 99.8 %, ≤ 2
 // for all; docs/CUDA.md "Fused index sums, tried"); 7, the uniform 2^-7 … 2^0 per block of
-// sessions 15–36. The engine's integer indexer and the standalone one take the same time at
-// either (session 36, H100); a kernel whose work depends on the spread is measured at both.
+// sessions 15–36. The engine's integer indexer (per-block sums) does the same work at either, the
+// standalone one took the same time at both (session 36, H100); a kernel whose work depends on the
+// spread is to be measured at both.
 // --index-scale-span N.
 inline int index_scale_span = 1;
 

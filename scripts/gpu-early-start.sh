@@ -4,6 +4,8 @@
 # early start can be on by default. Binaries from scripts/gpu-carry.sh, unpacked in BIN_DIR (its
 # test-models links resolve from a folder one level below the checkout, e.g. ./gx).
 #   usage: OUT=/some/dir scripts/gpu-early-start.sh BIN_DIR
+# (Ran in session 36, docs/BENCHMARKS.md "Session 36", call A; early start has been on since. For a
+# session's first call use scripts/gpu-checkpoint.sh.)
 # Writes logs into $OUT: the early-start test and the whole GPU suite, the decode A/B on dsv41-mini
 # (batch 1, 8) and mini-flash (batch 1; made here by init-random), the kernel-level step at batch
 # 64 / 1M on the engine's kernels (early, in turn) and the standalone ones, DSpark K = 5 both ways.

@@ -126,6 +126,15 @@ void set_early_start(const std::string& name, Backend& backend, bool on) {
   (void)on;
 }
 
+void set_down_expand_rows(const std::string& name, Backend& backend, int64_t rows) {
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_down_expand_rows(backend, rows);
+#endif
+  (void)name;
+  (void)backend;
+  (void)rows;
+}
+
 void set_publish_with_feeding(const std::string& name, Backend& backend, bool on) {
   if (name == "device-emulation") host_device_backend_set_publish_with_feeding(backend, on);
 #if defined(DSV41_WITH_CUDA)

@@ -45,6 +45,9 @@ void set_publish_with_feeding(const std::string& name, Backend& backend, bool on
 // cuda: kernels placed before the kernel they follow has ended (on) or each launched once it has
 // (off; on is the default since session 36, cuda_backend_set_early_start); nothing for another backend.
 void set_early_start(const std::string& name, Backend& backend, bool on);
+// cuda: the experts' down projection + mHC expand as one chain in steps of at most `rows` rows
+// (cuda_backend_set_down_expand_rows); nothing for another backend.
+void set_down_expand_rows(const std::string& name, Backend& backend, int64_t rows);
 // A draft's greedy slots in one launch and its attention's keys in shared memory (on, the
 // default) or session 17's kernels; the same bits either way.
 void set_fewer_draft_kernels(const std::string& name, Backend& backend, bool on);

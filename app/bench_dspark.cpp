@@ -122,6 +122,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   set_fewer_draft_kernels(o.backend, *backend, o.fewer_draft_kernels);
   set_verify_graphs_by_sequences(o.backend, *backend, o.verify_graphs_by_sequences);
   if (o.early_start) set_early_start(o.backend, *backend, *o.early_start);
+  if (o.down_expand_rows) set_down_expand_rows(o.backend, *backend, *o.down_expand_rows);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(backend), model.engram_tables(), eo));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, Scheduler::create(*engine, so));
   if (o.warm) {  // untimed: the same requests once, their results dropped
@@ -275,6 +276,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   out["publish_with_feeding"] = o.publish_with_feeding;
   out["fewer_draft_kernels"] = o.fewer_draft_kernels;
   if (o.early_start) out["early_start"] = *o.early_start;
+  if (o.down_expand_rows) out["down_expand_rows"] = *o.down_expand_rows;
   out["verify_graphs_by_sequences"] = o.verify_graphs_by_sequences;
   out["calibration_start"] = calibration.empty() ? "none" : calibration_path;
   out["cost_unstored_steps"] = unstored_steps_for(o.cost_unstored_steps, o.backend != "cpu");

@@ -211,6 +211,10 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--dspark-early-start", dso.early_start,
                  "with --dspark on cuda: kernels placed before the kernel they follow has ended (true) or each "
                  "launched once it has (false); the same bits either way (default: the backend's, on)");
+  cli.add_option("--dspark-down-expand-rows", dso.down_expand_rows,
+                 "with --dspark on cuda: the experts' down projection and mHC expand as one chain in steps of at "
+                 "most N rows, separate launches above; the same bits either way (default: the backend's)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   cli.add_flag("--dspark-publish-with-feeding", dso.publish_with_feeding,
                "with --dspark on a device backend: a forward's cache rows downloaded with the drafter's ring rows (one wait)");
   RankFlags rank_flags;  // --ranks N, --gpus N: the batched decode over ranks

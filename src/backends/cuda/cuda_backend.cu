@@ -81,6 +81,10 @@ void cuda_backend_set_early_start(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->executor().set_early_start(on);
 }
 
+void cuda_backend_set_down_expand_rows(Backend& backend, int64_t rows) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_down_expand_rows(rows);
+}
+
 void cuda_backend_set_draft_graphs(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_draft_graphs(on);
 }

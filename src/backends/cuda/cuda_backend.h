@@ -71,6 +71,10 @@ void cuda_backend_set_integer_index(Backend& backend, bool on);
 // the default since the GPU suite passed with it in session 36; kernel_launch.cuh) or each launched
 // only once the one before has ended (off; the same bits). Nothing for another backend.
 void cuda_backend_set_early_start(Backend& backend, bool on);
+// The routed experts' down projection and the mHC expand as one chain in steps of at most `rows`
+// rows, separate launches above (DeviceBackend::set_down_expand_rows; the same bits either way).
+// Nothing for another backend.
+void cuda_backend_set_down_expand_rows(Backend& backend, int64_t rows);
 std::vector<CudaKernelTime> cuda_backend_profile(Backend& backend);
 // DSpark's drafter on the GPU (the default) or on the host from downloaded features
 // (DeviceBackend::set_device_drafter; the "before" in benchmarks). Nothing for another backend.

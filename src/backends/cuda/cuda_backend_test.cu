@@ -1008,7 +1008,10 @@ TEST(CudaBackend, DISABLED_VerifyStepBreakdown) {
                           {"verify step, new path, cache rows published with the feeding's", 5, true, 4, true, false, {}, {}, 0, 0},
                           {"verify step, new path, down+expand chain up to 8 rows", 5, true, 8, false, false, {}, {}, 0, 0},
                           {"K = 5 verify step (6 rows), 3 kept", 6, true, 4, false, false, {}, {}, 0, 0},
-                          {"K = 5 verify step (6 rows), 1 … 6 kept in a cycle", 6, true, 4, false, true, {}, {}, 0, 0}};
+                          {"K = 5 verify step (6 rows), 1 … 6 kept in a cycle", 6, true, 4, false, true, {}, {}, 0, 0},
+                          {"K = 5 verify step (6 rows), 1 … 6 kept, down+expand chain up to 6 rows", 6, true, 6, false,
+                           true, {}, {}, 0, 0},
+                          {"plain step, batch's down+expand chain up to 8 rows", 1, true, 8, false, false, {}, {}, 0, 0}};
     const int rounds = 4, steps = 24;
     for (int round = 0; round < rounds; ++round)
       for (Variant& v : variants) {

@@ -17,9 +17,10 @@
 // fill launch first, then a block per (row, 256 of the kept list's entries), so a reindex layer's
 // work is the pool (2,048 blocks × 8), not the context. In a block the row's queries become the A
 // fragments once, in shared memory; a warp takes 32 entries at a time: their records' code words
-// straight from global memory into B fragments (8 codes per lane per block), 2 × 4 MMAs per 8
-// entries, the per-(entry, head) ReLU terms through shared memory, then lane e adds entry e's
-// heads in head order. Entries no row can see are written −∞ without work.
+// straight from global memory into B fragments (8 codes per lane per block; a tile's words are
+// fetched while the tile before is scored, a pass's first tile during the previous pass's last),
+// 2 × 4 MMAs per 8 entries, the per-(entry, head) ReLU terms through shared memory, then lane e
+// adds entry e's heads in head order. Entries no row can see are written −∞ without work.
 #include "backends/cuda/fast_kernels.h"
 #include "backends/cuda/index_exact.h"
 #include "backends/cuda/mma.cuh"
@@ -36,6 +37,11 @@ constexpr unsigned kFull = 0xffffffffu;
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kPasses = 2, kChunk = kWarps * 32 * kPasses;  // entries a block scores
 constexpr int kMaxHeads = 64, kMaxBlocks = 4;               // nh ≤ 64 (whole 16-row tiles), dh ≤ 128
+// A relu row's stride: ≡ 4 (mod 16) words, so that a fragment's stores (lane (q, t): entry 2t or
+// 2t + 1, head q or q + 8) fall in 32 different banks, and rows of 16 bytes, so that the head sums
+// read four heads at once with no conflict between the 8 lanes of a quarter warp (stride 65 put
+// up to four lanes of a store in one bank).
+constexpr int kReluStride = kMaxHeads + 4;
 
 __host__ __device__ inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -57,12 +63,17 @@ struct IntPlan {
 
 struct Shared {
   uint4 a[kMaxHeads / 16 * kMaxBlocks * 32];  // A fragments [m tile][block][lane]
-  int qexp[kMaxHeads][kMaxBlocks];            // block unit exponents u
+  int qexp[kMaxHeads][kMaxBlocks];            // block unit exponents u, then u · 2^20 (exponent_field)
   int qspan[kMaxHeads];                       // index_query_span: past kIndexExactSpan, not exact
-  float hw[kMaxHeads];
-  float relu[kWarps][32][kMaxHeads + 1];      // a warp's 32 entries × heads
+  alignas(16) float hw[kMaxHeads];
+  alignas(16) float relu[kWarps][32][kReluStride];  // a warp's 32 entries × heads
   int pool_end;                               // the kept list's first −1 (or nb)
 };
+
+// e as the high word of a double's exponent field: 2^(u + s − 128) for a query unit u and a key
+// scale byte s is the double with high word exponent_field(u) + exponent_field(s − 128 + 1023) and
+// low word 0 (dk::index_pow2's bits, as one integer add a pair and block).
+__device__ __forceinline__ int exponent_field(int e) { return int(uint32_t(e) << 20); }
 
 // Thread (h, b): query block b of head h as 32 int8 into the A fragments and its unit (index_exact.h);
 // then per head the span of its units (past kIndexExactSpan where a block is not exact) and its weight.
@@ -91,7 +102,8 @@ __device__ void stage_queries(const dk::IndexScoreK& k, int64_t r, Shared& sh) {
   for (int h = threadIdx.x; h < nh; h += kThreads) {
     sh.qspan[h] = dk::index_query_span(sh.qexp[h], nb);
     for (int b = 0; b < nb; ++b)
-      if (sh.qexp[h][b] == dk::kIndexZeroBlock || sh.qexp[h][b] == dk::kIndexNotExact) sh.qexp[h][b] = 0;
+      sh.qexp[h][b] = exponent_field(
+          sh.qexp[h][b] == dk::kIndexZeroBlock || sh.qexp[h][b] == dk::kIndexNotExact ? 0 : sh.qexp[h][b]);
     sh.hw[h] = k.hw[r * k.nh + h];
   }
 }
@@ -161,31 +173,48 @@ __device__ KeyTile decode_keys(const dk::IndexScoreK& k, const KeyWords& kw) {
   return kt;
 }
 
+// The words of a pass's first tile (entries 0 … 7 of the warp's 32; lane e's entry g), as the
+// lanes of each quad fetch them. All lanes call it.
+__device__ KeyWords fetch_first_tile(const dk::IndexScoreK& k, int64_t g) {
+  const int lane = threadIdx.x & 31;
+  return fetch_keys(k, __shfl_sync(kFull, g, lane >> 2), lane & 3);
+}
+
 // One warp, 32 entries: lane e's entry g (−1: none) and whether its row sees it; lane e's score at
 // the end (−∞ where unseen). The lanes of a quad load the keys of the entry their tile column names.
-__device__ float score_warp(const dk::IndexScoreK& k, int64_t r, int64_t g, bool seen, const Shared& sh,
-                            float (&relu)[32][kMaxHeads + 1]) {
+// `ahead` holds this pass's first tile (fetch_first_tile) and is left holding the first tile of the
+// pass whose lane e has entry g_next (−1: none), fetched during this pass's last tile: a pass's
+// first loads wait a whole memory round trip otherwise.
+__device__ __forceinline__ float score_warp(const dk::IndexScoreK& k, int64_t r, int64_t g, bool seen,
+                                            const Shared& sh, float (&relu)[32][kReluStride], KeyWords& ahead,
+                                            int64_t g_next) {
   const int lane = threadIdx.x & 31, q = lane >> 2, t = lane & 3;
   const int nh = int(k.nh), nb = int(k.dh / 32), mts = nh / 16;
   __syncwarp();  // the previous pass's head sums have read `relu`
   const unsigned any = __ballot_sync(kFull, seen);
+  if (!any) ahead = fetch_first_tile(k, g_next);
   if (any) {
-    KeyWords ahead = fetch_keys(k, __shfl_sync(kFull, g, q), t);
     for (int nt = 0; nt < 4; ++nt) {
       const KeyWords words = ahead;
-      if (nt + 1 < 4) ahead = fetch_keys(k, __shfl_sync(kFull, g, (nt + 1) * 8 + q), t);
+      ahead = nt + 1 < 4 ? fetch_keys(k, __shfl_sync(kFull, g, (nt + 1) * 8 + q), t) : fetch_first_tile(k, g_next);
       if (!(any >> (nt * 8) & 0xFFu)) continue;
       const KeyTile kt = decode_keys(k, words);
       // Columns 2t, 2t + 1 of this tile: entries of the quads 2t and 2t + 1.
       uint32_t scales[2];
       int span[2];
-      int64_t entry[2];
+      int entry[2];  // G < 2^31 (index_int_fits)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         scales[j] = __shfl_sync(kFull, kt.scales, (2 * t + j) * 4);
         span[j] = __shfl_sync(kFull, kt.span, (2 * t + j) * 4);
-        entry[j] = __shfl_sync(kFull, g, nt * 8 + 2 * t + j);
+        entry[j] = __shfl_sync(kFull, int(g), nt * 8 + 2 * t + j);
       }
+      int kfield[2][kMaxBlocks];  // the columns' scales as exponent fields (exponent_field)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int b = 0; b < kMaxBlocks; ++b)
+          kfield[j][b] = exponent_field(int(scales[j] >> (8 * b) & 0xFFu) - 128 + 1023);
       for (int mt = 0; mt < mts; ++mt) {
         int s[kMaxBlocks][4] = {};
 #pragma unroll
@@ -194,22 +223,31 @@ __device__ float score_warp(const dk::IndexScoreK& k, int64_t r, int64_t g, bool
           const uint4 a = sh.a[(mt * kMaxBlocks + b) * 32 + lane];
           dsv41::cuda::mma_s8_16832(s[b], a.x, a.y, a.z, a.w, kt.lo[b], kt.hi[b]);
         }
+        // The four (entry, head) pairs of this lane's fragment: each pair's exact sum formed
+        // unconditionally, with no branch between the four chains, so that they interleave (one
+        // pair's chain is four dependent conversions and DFMAs; a branch per pair ran them one
+        // after another); a pair outside the exact span (rare: index_exact.h) then replaces its
+        // sum with the simple body's chain, and only the pairs the row sees are stored.
+        double acc[4];
+        bool exact[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int h = mt * 16 + q + (i >= 2 ? 8 : 0);
+          exact[i] = sh.qspan[h] + span[i & 1] <= dk::kIndexExactSpan;
+          // dk::index_exact_dot's sum, unrolled over the blocks: its arrays, indexed up to a
+          // runtime count, would live in local memory.
+          double a = 0;
+#pragma unroll
+          for (int b = 0; b < kMaxBlocks; ++b)
+            if (b < nb) a += double(s[b][i]) * __hiloint2double(sh.qexp[h][b] + kfield[i & 1][b], 0);
+          acc[i] = a;
+        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int h = mt * 16 + q + (i >= 2 ? 8 : 0), col = nt * 8 + 2 * t + (i & 1);
-          if (!(any >> col & 1u)) continue;
-          double acc = 0;
-          if (sh.qspan[h] + span[i & 1] <= dk::kIndexExactSpan) {
-            // dk::index_exact_dot's sum, unrolled over the blocks: its arrays, indexed up to a
-            // runtime count, would live in local memory.
-#pragma unroll
-            for (int b = 0; b < kMaxBlocks; ++b)
-              if (b < nb)
-                acc += double(s[b][i]) * dk::index_pow2(sh.qexp[h][b] + int(scales[i & 1] >> (8 * b) & 0xFFu) - 128);
-          } else {
-            acc = k.head_dot(r, entry[i & 1], h);  // the simple body's chain
-          }
-          relu[col][h] = fmaxf(float(acc), 0.0f) * k.scale;
+          // The simple body's chain; an unseen column's row is stored too but never read.
+          if (!exact[i] && (any >> col & 1u)) acc[i] = k.head_dot(r, entry[i & 1], h);
+          relu[col][h] = fmaxf(float(acc[i]), 0.0f) * k.scale;
         }
       }
     }
@@ -217,7 +255,14 @@ __device__ float score_warp(const dk::IndexScoreK& k, int64_t r, int64_t g, bool
   __syncwarp();
   if (!seen) return -INFINITY;
   float total = 0.0f;
-  for (int h = 0; h < nh; ++h) total += relu[lane][h] * sh.hw[h];
+  for (int h = 0; h < nh; h += 4) {  // nh % 16 == 0 (index_int_fits); the sum in head order
+    const float4 v = *reinterpret_cast<const float4*>(&relu[lane][h]);
+    const float4 w = *reinterpret_cast<const float4*>(&sh.hw[h]);
+    total += v.x * w.x;
+    total += v.y * w.y;
+    total += v.z * w.z;
+    total += v.w * w.w;
+  }
   return total;
 }
 
@@ -225,21 +270,29 @@ __device__ float score_warp(const dk::IndexScoreK& k, int64_t r, int64_t g, bool
 __device__ void score_chunks(const dk::IndexScoreK& k, int64_t r, int64_t c0, int64_t c1, Shared& sh) {
   const int64_t visible = min(k.G, (k.start + r + 1) / k.ratio);
   float* out = k.scores + r * k.G;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // Pass i of the block (chunk c0 + i / kPasses, pass i % kPasses): this lane's entry, −1 past the
+  // block's chunks or the row.
+  const auto entry = [&](int64_t i) -> int64_t {
+    const int64_t e = (c0 + i / kPasses) * kChunk + ((i % kPasses) * kWarps + warp) * 32 + lane;
+    return i < (c1 - c0) * kPasses && e < k.G ? e : -1;
+  };
+  KeyWords ahead{};
   if (c0 * kChunk < visible) {
+    ahead = fetch_first_tile(k, entry(0));  // in flight while the queries are staged
     stage_queries(k, r, sh);
     __syncthreads();
   }
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int64_t c = c0; c < c1; ++c) {
     const int64_t g0 = c * kChunk;
-    if (g0 >= visible) {  // no entry of the chunk is visible to this row
+    if (g0 >= visible) {  // no entry of the chunk (nor of a later one) is visible to this row
       for (int64_t g = g0 + threadIdx.x; g < min(k.G, g0 + kChunk); g += kThreads) out[g] = -INFINITY;
       continue;
     }
     for (int p = 0; p < kPasses; ++p) {
-      const int64_t e = g0 + (p * kWarps + warp) * 32 + lane;
-      const float score = score_warp(k, r, e < k.G ? e : -1, e < visible, sh, sh.relu[warp]);
-      if (e < k.G) out[e] = score;
+      const int64_t i = (c - c0) * kPasses + p, e = entry(i);
+      const float score = score_warp(k, r, e, e >= 0 && e < visible, sh, sh.relu[warp], ahead, entry(i + 1));
+      if (e >= 0) out[e] = score;
     }
   }
 }
@@ -260,16 +313,24 @@ __device__ void score_pool(const dk::IndexScoreK& k, int64_t r, int64_t p0, Shar
   __syncthreads();
   const int64_t visible = min(k.G, (k.start + r + 1) / k.ratio);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int p = 0; p < kPasses; ++p) {
+  const auto entry = [&](int p) -> int64_t {  // this lane's entry in pass p, −1 where none
     const int64_t pos = p0 + (p * kWarps + warp) * 32 + lane;
-    const int64_t g = pos < used ? int64_t(kept[pos / k.bs]) * k.bs + pos % k.bs : -1;
+    const int64_t g = p < kPasses && pos < used ? int64_t(kept[pos / k.bs]) * k.bs + pos % k.bs : -1;
+    return g < k.G ? g : -1;
+  };
+  KeyWords ahead = fetch_first_tile(k, entry(0));
+  for (int p = 0; p < kPasses; ++p) {
+    const int64_t g = entry(p);
     const bool seen = g >= 0 && g < visible;
-    const float score = score_warp(k, r, g < k.G ? g : -1, seen, sh, sh.relu[warp]);
+    const float score = score_warp(k, r, g, seen, sh, sh.relu[warp], ahead, entry(p + 1));
     if (seen) k.scores[r * k.G + g] = score;
   }
 }
 
-__global__ void __launch_bounds__(kThreads) index_int_kernel(const dk::Batched<dk::IndexScoreK> b, const IntPlan plan) {
+// At most 96 registers, 5 blocks an SM (ptxas spilled more without the bound; ncu, session 37:
+// 4.7 warps a scheduler, 63 % of issue slots busy, the integer ALU the busiest pipe at 52 %).
+__global__ void __launch_bounds__(kThreads, 5)
+    index_int_kernel(const dk::Batched<dk::IndexScoreK> b, const IntPlan plan) {
   await_previous_kernel();
   __shared__ Shared sh;
   const int blk = int(blockIdx.x);
@@ -300,8 +361,8 @@ __global__ void fill_pool_rows(const dk::Batched<dk::IndexScoreK> b) {
 
 bool index_int_fits(int64_t n, const dk::IndexScoreK& k) {
   const bool records = (k.keys.rec || k.keys.pages) && !k.keys.f && k.keys.kind == RowKind::kIndex;
-  return records && k.keys.D == k.dh && k.G > 0 && n % k.G == 0 && k.nh > 0 && k.nh % 16 == 0 &&
-         k.nh <= kMaxHeads && k.dh > 0 && k.dh % 32 == 0 && k.dh <= 32 * kMaxBlocks && k.ratio > 0;
+  return records && k.keys.D == k.dh && k.G > 0 && k.G < (int64_t{1} << 31) && n % k.G == 0 && k.nh > 0 &&
+         k.nh % 16 == 0 && k.nh <= kMaxHeads && k.dh > 0 && k.dh % 32 == 0 && k.dh <= 32 * kMaxBlocks && k.ratio > 0;
 }
 
 bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, Stream s, int chunks_per_block) {

@@ -950,14 +950,18 @@ TEST(CudaBackend, DISABLED_VerifyStepBreakdown) {
     int64_t forward_updates = 0, forward_made = 0;
     // One step of every sequence: rows = 1 (plain, the argmax goes on) or more (after a draft: the
     // anchor and rows − 1 drafted tokens, all logits; all but `keep` rows rolled back after, 3 by
-    // default, or a cycle of 1 … rows with vary_keep). Returns the forward's ms.
+    // default, or a cycle of 1 … rows with vary_keep). Returns the forward's ms. profile: each
+    // kernel of the forward (kForward) or of the draft (kDraft) timed alone.
+    enum Profile { kNone, kForward, kDraft };
     int64_t cycle = 0;
-    const auto step = [&](int rows, bool profile = false, bool vary_keep = false) -> double {
+    const auto step = [&](int rows, Profile profile = kNone, bool vary_keep = false) -> double {
       std::vector<std::vector<int32_t>> tok(static_cast<size_t>(batch));
       if (rows > 1) {
         std::vector<Engine::DraftSpec> specs;
         for (int b = 0; b < batch; ++b) specs.push_back({ids[size_t(b)], next[size_t(b)], rows - 1, false});
+        if (profile == kDraft) dev->executor().set_profiling(true);
         EXPECT_TRUE((*e)->draft(specs, drafts).ok());
+        if (profile == kDraft) dev->executor().set_profiling(false);
       }
       segs.clear();
       for (int b = 0; b < batch; ++b) {
@@ -967,13 +971,13 @@ TEST(CudaBackend, DISABLED_VerifyStepBreakdown) {
         segs.push_back({ids[size_t(b)], *(*e)->length(ids[size_t(b)]), tok[size_t(b)],
                         rows > 1 ? LogitRows::kAll : LogitRows::kLast, {}});
       }
-      if (profile) dev->executor().set_profiling(true);  // the forward's kernels only, not the draft's
+      if (profile == kForward) dev->executor().set_profiling(true);  // the forward's kernels only
       const ExecCounts c0 = dev->exec_counts();
       const StreamGraphs::Stats g0 = dev->executor().graph_stats();
       const auto t0 = std::chrono::steady_clock::now();
       const std::vector<SegmentResult>& res = (*e)->forward(segs);
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (profile) dev->executor().set_profiling(false);
+      if (profile == kForward) dev->executor().set_profiling(false);
       const ExecCounts d = dev->exec_counts() - c0;
       forward_counts = {forward_counts.launches + d.launches, forward_counts.uploads + d.uploads,
                         forward_counts.downloads + d.downloads, forward_counts.copies + d.copies,
@@ -1019,11 +1023,11 @@ TEST(CudaBackend, DISABLED_VerifyStepBreakdown) {
         dev->set_short_step_graphs(v.new_path);
         dev->set_down_expand_rows(v.down_expand);
         dev->set_publish_with_feeding(v.publish);
-        for (int t = 0; t < 4; ++t) step(v.rows, false, v.vary_keep);  // settle (graphs made, mirrors in step)
+        for (int t = 0; t < 4; ++t) step(v.rows, kNone, v.vary_keep);  // settle (graphs made, mirrors in step)
         double total = 0;
         forward_counts = {};
         forward_updates = forward_made = 0;
-        for (int t = 0; t < steps; ++t) total += step(v.rows, false, v.vary_keep);
+        for (int t = 0; t < steps; ++t) total += step(v.rows, kNone, v.vary_keep);
         v.counts = forward_counts;
         v.updates = forward_updates;
         v.instantiations = forward_made;
@@ -1044,13 +1048,14 @@ TEST(CudaBackend, DISABLED_VerifyStepBreakdown) {
                   double(c.async_uploads) / steps, double(c.graph_launches) / steps, double(v.updates) / steps,
                   double(v.instantiations) / steps);
     }
-    // Each kernel's device time for a plain and a verify step (the new path), 8 steps each.
-    for (int rows : {1, 6}) {  // 6: a K = 5 verify step
+    // Each kernel's device time for a plain and a verify step (the new path), and for a K = 5
+    // draft, 8 steps each.
+    for (const auto& [rows, what] : {std::pair{1, kForward}, std::pair{6, kForward}, std::pair{6, kDraft}}) {
       for (int t = 0; t < 4; ++t) step(rows);
       const auto before = dev->executor().profile();
       const int profiled = 8;
       double wall = 0;
-      for (int t = 0; t < profiled; ++t) wall += step(rows, true) / profiled;
+      for (int t = 0; t < profiled; ++t) wall += step(rows, what) / profiled;
       std::vector<std::pair<double, std::string>> kernels;
       double device_ms = 0;
       int64_t launches = 0;
@@ -1064,10 +1069,10 @@ TEST(CudaBackend, DISABLED_VerifyStepBreakdown) {
         launches += n;
       }
       std::sort(kernels.rbegin(), kernels.rend());
-      std::printf("batch %d, %d row(s) a sequence, profiled forward: %.1f launches, %.3f ms of kernels a step (%.3f "
-                  "ms wall while profiling); the largest:\n",
-                  batch, rows, double(launches) / profiled, device_ms, wall);
-      for (size_t i = 0; i < std::min<size_t>(kernels.size(), 28); ++i)
+      std::printf("batch %d, %d row(s) a sequence, profiled %s: %.1f launches, %.3f ms of kernels a step (%.3f "
+                  "ms wall of the forward while profiling); the largest:\n",
+                  batch, rows, what == kDraft ? "draft" : "forward", double(launches) / profiled, device_ms, wall);
+      for (size_t i = 0; i < std::min<size_t>(kernels.size(), 40); ++i)
         std::printf("  %.4f ms  %s\n", kernels[i].first, kernels[i].second.c_str());
     }
   }

@@ -15,9 +15,10 @@
 //   the float chain over ≤ 4 blocks: within γ_4·A_h (its products are exact);
 //   each side's float(dot), ReLU·scale: one or two roundings of values ≤ |scale|·A_h;
 //   each side's head sum (FMA or not, any order): within γ_2H·Σ_h |w_h·r_h|.
-// Together |approx − simple| ≤ |scale|·Σ_h |w_h|·A_h·(2γ_2H + 12u)·(1 + 2^-10) + (underflow slack),
-// computed in double. A query block off the MXFP4 grid or a key scale byte ≥ 253 (the simple body's
-// values are then not the integer form's) gives an infinite bound: that entry is scored exactly.
+// Together |approx − simple| ≤ |scale|·Σ_h |w_h|·A_h·(2γ_2H + γ_4 + 12u)·(1 + 2^-10) + the chain's
+// term + (underflow slack), computed in double. A query block off the MXFP4 grid, a key scale byte
+// ≥ 253 (the simple body's values are then not the integer form's) or a dot past float's range gives
+// an infinite bound: that entry is scored exactly.
 #pragma once
 
 #include <algorithm>

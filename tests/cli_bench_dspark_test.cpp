@@ -160,7 +160,8 @@ TEST(CliBenchDspark, BadOptionsAreErrors) {
   const std::string requests = " --dspark-requests " + requests_file();
   for (const std::string& args : {" --dspark-modes 4,off", " --dspark-modes off,x", " --dspark-batches 0",
                                   " --dspark-rounds 0", " --dspark-modes off,9", " --dspark-auto-plan even",
-                                  " --dspark-auto-plain-samples 33", " --dspark-queue -1"}) {
+                                  " --dspark-auto-plain-samples 33", " --dspark-queue -1",
+                                  " --dspark-down-expand-rows -1"}) {
     const testing::CliResult r =
         testing::run_cli("bench -m " + kMini + " --dspark" + requests + args, testing::Stderr::kMerge);
     EXPECT_NE(r.code, 0) << args << ": " << r.out;

@@ -91,13 +91,11 @@ void set_fewer_draft_kernels(const std::string& name, Backend& backend, bool on)
 #endif
 }
 
-void set_verify_graphs_by_sequences(const std::string& name, Backend& backend, bool on) {
+void set_verify_graphs_by_sequences([[maybe_unused]] const std::string& name, [[maybe_unused]] Backend& backend,
+          [[maybe_unused]] bool on) {
 #if defined(DSV41_WITH_CUDA)
   if (name == "cuda") cuda_backend_set_verify_graphs_by_sequences(backend, on);
 #endif
-  (void)name;
-  (void)backend;
-  (void)on;
 }
 
 GraphCounts graph_counts(const std::string& name, const Backend& backend) {
@@ -117,22 +115,18 @@ GraphCounts graph_counts(const std::string& name, const Backend& backend) {
   return {};
 }
 
-void set_early_start(const std::string& name, Backend& backend, bool on) {
+void set_early_start([[maybe_unused]] const std::string& name, [[maybe_unused]] Backend& backend,
+          [[maybe_unused]] bool on) {
 #if defined(DSV41_WITH_CUDA)
   if (name == "cuda") cuda_backend_set_early_start(backend, on);
 #endif
-  (void)name;
-  (void)backend;
-  (void)on;
 }
 
-void set_down_expand_rows(const std::string& name, Backend& backend, int64_t rows) {
+void set_down_expand_rows([[maybe_unused]] const std::string& name, [[maybe_unused]] Backend& backend,
+          [[maybe_unused]] int64_t rows) {
 #if defined(DSV41_WITH_CUDA)
   if (name == "cuda") cuda_backend_set_down_expand_rows(backend, rows);
 #endif
-  (void)name;
-  (void)backend;
-  (void)rows;
 }
 
 void set_publish_with_feeding(const std::string& name, Backend& backend, bool on) {

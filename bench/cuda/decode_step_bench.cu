@@ -200,9 +200,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--index-scale-span") && i + 1 < argc) index_scale_span = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: dsv41_cuda_bench [--batches 1,64,256] [--contexts 4096,...] [--iters N] [--json F] "
-                           "[--kernels engine,engine-late,standalone] [--index-scale-span 0..7]\n"
+                           "[--kernels engine,engine-late,engine-exact,standalone] [--index-scale-span 0..7]\n"
                            "  engine: the device backend's kernels as a decode step runs them (engine-late: each kernel "
-                           "launched once the one before has ended); standalone: the fused kernels of cuda_kernels.h\n");
+                           "launched once the one before has ended; engine-exact: every indexer score exact before the "
+                           "selections, no filter and refine); standalone: the fused kernels of cuda_kernels.h\n");
       return 2;
     }
   }
@@ -211,8 +212,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const std::string& k : kernels)
-    if (k != "engine" && k != "engine-late" && k != "standalone") {
-      std::fprintf(stderr, "dsv41_cuda_bench: --kernels takes engine, engine-late and standalone (not '%s')\n", k.c_str());
+    if (k != "engine" && k != "engine-late" && k != "engine-exact" && k != "standalone") {
+      std::fprintf(stderr, "dsv41_cuda_bench: --kernels takes engine, engine-late, engine-exact and standalone (not '%s')\n",
+                   k.c_str());
       return 2;
     }
   const auto n = cu::device_count();
@@ -233,11 +235,13 @@ int main(int argc, char** argv) {
       std::printf("%-10s batch %4d ctx %8lld: %s\n", r.kernels, r.batch, static_cast<long long>(r.context), r.note.c_str());
     } else {
       std::printf("%-10s batch %4d ctx %8lld: step %.3f ms (%.2f GB, floor %.3f ms) | attn win %.4f sparse %.4f | "
-                  "idx r2 %.4f r1 %.4f cand %.4f pool %.4f select %.4f ms | index launches int %lld f64 %lld\n",
+                  "idx r2 %.4f r1 %.4f cand %.4f pool %.4f select %.4f ms | index launches int %lld f64 %lld refine %lld "
+                  "| scored again a row: r2 %.0f r1 %.0f\n",
                   r.kernels, r.batch, static_cast<long long>(r.context), r.step_ms, r.step_bytes / 1e9,
                   r.step_bytes / (bw * 1e9) * 1e3, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms, r.idx_r1_ms,
                   r.cand_ms, r.idx_pool_ms, r.select_ms, static_cast<long long>(r.int_index_launches),
-                  static_cast<long long>(r.f64_index_launches));
+                  static_cast<long long>(r.f64_index_launches), static_cast<long long>(r.refine_launches), r.rescored_r2,
+                  r.rescored_r1);
     }
     std::fflush(stdout);
   };
@@ -245,7 +249,8 @@ int main(int argc, char** argv) {
     for (int64_t C : contexts) {
       for (const std::string& k : kernels) {
         results.push_back(k == "standalone" ? run_one(static_cast<int>(B), C, iters, s)
-                                            : run_engine(static_cast<int>(B), C, iters, s, k == "engine"));
+                                            : run_engine(static_cast<int>(B), C, iters, s, k != "engine-late",
+                                                         k != "engine-exact"));
         report(results.back());
       }
     }
@@ -273,11 +278,12 @@ int main(int argc, char** argv) {
                    "\"step_ms\": %.5f, \"step_bytes\": %.0f, \"attn_bytes\": %.0f, \"indexer_bytes\": %.0f, "
                    "\"attn_window_ms\": %.5f, \"attn_sparse_ms\": %.5f, \"idx_ratio2_ms\": %.5f, \"idx_ratio1_ms\": %.5f, "
                    "\"candidate_ms\": %.5f, \"idx_pool_ms\": %.5f, \"select_ms\": %.5f, \"int_index_launches\": %lld, "
-                   "\"f64_index_launches\": %lld}%s\n",
+                   "\"f64_index_launches\": %lld, \"refine_launches\": %lld, \"rescored_r2\": %.1f, \"rescored_r1\": %.1f}%s\n",
                    r.kernels, r.batch, static_cast<long long>(r.context), r.ran ? "true" : "false", r.note.c_str(),
                    r.step_ms, r.step_bytes, r.attn_bytes, r.idx_bytes, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms,
                    r.idx_r1_ms, r.cand_ms, r.idx_pool_ms, r.select_ms, static_cast<long long>(r.int_index_launches),
-                   static_cast<long long>(r.f64_index_launches), i + 1 < results.size() ? "," : "");
+                   static_cast<long long>(r.f64_index_launches), static_cast<long long>(r.refine_launches),
+                   r.rescored_r2, r.rescored_r1, i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

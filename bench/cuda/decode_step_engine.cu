@@ -8,13 +8,17 @@
 // placed before the one it follows has ended, as CudaExec launches them (or, "engine-late", once
 // it has). The standalone
 // kernels of cuda_kernels.h (run_one) fuse scoring and selection; these write the scores as a
-// float row per sequence and select from it, as the engine does.
+// float row per sequence and select from it, as the engine does. The layers without a pool run as
+// dk::IndexSelectChain units, by filter and refine where index_refine.cu takes them under
+// CudaExec's rule (chains of at least kIndexRefineMinScores scores), as the backend runs them; with
+// "engine-exact", every score exact first (the integer kernel, then the selections).
 // Not in the step, as in run_one: the projections, the queries' RoPE and fake quantisation, the
 // compressor, inverse RoPE and the window stores.
 #include "bench/cuda/decode_step_engine.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backends/cuda/cuda_exec.cuh"
@@ -39,7 +43,7 @@ struct Buffers {
   uint8_t *mains[4] = {}, *idx[4] = {};   // per kv source [B, G] NVFP4 main / MXFP4 index records
   float *q = nullptr, *fresh = nullptr;   // [B, H, D] queries, [B, D] each sequence's newest kv row
   float *sink = nullptr, *iq = nullptr, *ihw = nullptr;  // [H]; [B, nh·dh] MXFP4 values; [B, nh]
-  float *scores = nullptr, *bmax = nullptr, *logits = nullptr, *out = nullptr;
+  float *scores = nullptr, *bmax = nullptr, *logits = nullptr, *out = nullptr, *work = nullptr;
   int32_t *topk = nullptr, *candidates = nullptr;
   uint8_t* scratch = nullptr;
   std::vector<void*> owned;
@@ -58,7 +62,10 @@ class EngineStep {
  public:
   // early: kernels placed before the kernel they follow has ended, as CudaExec launches them by
   // default (kernel_launch.cuh); false, each once the one before has ended.
-  EngineStep(int B, int64_t C, cudaStream_t s, bool early) : B_(B), C_(C), s_(s, early) {}
+  // refine: the layers without a pool as IndexSelectChain units (filter and refine where it takes
+  // them); false, every score exact first.
+  EngineStep(int B, int64_t C, cudaStream_t s, bool early, bool refine)
+      : B_(B), C_(C), s_(s, early), refine_(refine) {}
 
   void setup() {
     Buffers& b = buf_;
@@ -88,6 +95,7 @@ class EngineStep {
     b.bmax = b.take<float>(size_t(B_) * blocks(), "block maxima");
     b.logits = b.take<float>(size_t(B_) * kHeads * kL, "logits");
     b.out = b.take<float>(size_t(B_) * kHeads * kDim, "out");
+    b.work = b.take<float>(size_t(B_) * dk::IndexSelectChain::kWorkFloats, "refine work");
     b.topk = b.take<int32_t>(size_t(B_) * kTopk, "topk");
     check(cudaMemset(b.topk, 0xFF, size_t(B_) * kTopk * 4), "memset topk");
     b.candidates = upload(random_pools(B_, blocks(), kPoolBlocks), "candidates");
@@ -101,6 +109,7 @@ class EngineStep {
   void index_layer(int l) {
     const int k = index_source(l);
     const bool restricted = reindex_layer(l), candidates = candidate_layer(l);
+    if (!restricted && refine_ && chained(k, candidates)) return;
     score(k, restricted);
     if (candidates) block_maxima(k);
     select(k, candidates, true);
@@ -128,6 +137,53 @@ class EngineStep {
       }
       check(cudaGetLastError(), "index scores");
     }
+  }
+  // Scores and selections of kv source k as IndexSelectChain units of 16 sequences; false (nothing
+  // launched) where filter and refine declines them.
+  bool chained(int k, bool candidates) {
+    const int64_t G = entries(k), nb = blocks();
+    const float scale = static_cast<float>(std::pow(double(kIdxDim), -0.5));
+    for (int a = 0; a < B_; a += dk::IndexSelectChain::kMax) {
+      dk::IndexSelectChain chain;
+      chain.k = kTopk;
+      for (int b = a; b < B_ && chain.n < dk::IndexSelectChain::kMax; ++b) {
+        uint8_t* scratch = buf_.scratch + size_t(b) * scratch_per_seq_;
+        dk::IndexSelectChain::Job& j = chain.jobs[chain.n++];
+        j.score = {buf_.iq + size_t(b) * kIdxHeads * kIdxDim, buf_.ihw + size_t(b) * kIdxHeads,
+                   dk::KeyRows::records(buf_.idx[k] + size_t(b) * G * kIdxBytes, RowKind::kIndex, kIdxDim), G,
+                   kIdxHeads, kIdxDim, C_ - 1, k < 3 ? 2 : 1, scale, nullptr, kPoolBlocks, kPoolBlock,
+                   buf_.scores + size_t(b) * G};
+        j.rows = 1;
+        j.topk = buf_.topk + size_t(b) * kTopk;
+        j.topk_scratch = scratch;
+        j.work = buf_.work + size_t(b) * dk::IndexSelectChain::kWorkFloats;
+        if (candidates) {
+          j.blocks = nb, j.bs = kPoolBlock, j.nb = kPoolBlocks;
+          j.bmax = buf_.bmax + size_t(b) * nb;
+          j.candidates = buf_.candidates + size_t(b) * kPoolBlocks;
+          j.cand_scratch = scratch + dk::TopkBatch::scratch_bytes(1, C_, kTopk);
+        }
+      }
+      if (!fast::launch_chain(chain, s_, CudaExec::kIndexRefineMinScores)) {
+        if (a == 0) return false;
+        die("indexer", "filter and refine took some of the step's sequences but not all");
+      }
+      ++refine_launches_;
+      check(cudaGetLastError(), "filter and refine");
+    }
+    return true;
+  }
+  // Entries scored again a row (mean over the batch) by the last chain of kv source k's layer.
+  double rescored_per_row() {
+    std::vector<float> w(size_t(B_) * dk::IndexSelectChain::kWorkFloats);
+    check(cudaMemcpy(w.data(), buf_.work, w.size() * sizeof(float), cudaMemcpyDeviceToHost), "work");
+    double total = 0;
+    for (int b = 0; b < B_; ++b) {
+      uint32_t n = 0;
+      std::memcpy(&n, &w[size_t(b) * dk::IndexSelectChain::kWorkFloats + 3], 4);
+      total += n;
+    }
+    return total / B_;
   }
   void block_maxima(int k) {
     const int64_t G = entries(k), nb = blocks();
@@ -196,7 +252,7 @@ class EngineStep {
     }
   }
 
-  int64_t int_launches_ = 0, f64_launches_ = 0;
+  int64_t int_launches_ = 0, f64_launches_ = 0, refine_launches_ = 0;
 
  private:
   static constexpr int64_t kL = kWindow + kTopk;  // key slots a row attends (the backend's win + k)
@@ -206,21 +262,22 @@ class EngineStep {
   int64_t C_;
   fast::Stream s_;
   Buffers buf_;
+  bool refine_ = true;
   int64_t scratch_per_seq_ = 0;
 };
 
 }  // namespace
 
-Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early) {
+Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early, bool refine) {
   Result r{};
-  r.kernels = early ? "engine" : "engine-late";
+  r.kernels = !refine ? "engine-exact" : early ? "engine" : "engine-late";
   r.batch = B, r.context = C;
   if (!records_fit(r, B, C)) return r;
-  EngineStep e(B, C, s, early);
+  EngineStep e(B, C, s, early, refine);
   e.setup();
   e.step();  // first run outside capture: kernel attributes, every launch checked
   check(cudaStreamSynchronize(s), "first step");
-  const int64_t int0 = e.int_launches_, f640 = e.f64_launches_;
+  const int64_t int0 = e.int_launches_, f640 = e.f64_launches_, refine0 = e.refine_launches_;
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   check(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "begin capture");
@@ -229,11 +286,14 @@ Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early) {
   check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
   r.int_index_launches = e.int_launches_ - int0;
   r.f64_index_launches = e.f64_launches_ - f640;
+  r.refine_launches = e.refine_launches_ - refine0;
   r.step_ms = time_ms(s, 3, iters, [&] { check(cudaGraphLaunch(exec, s), "graph launch"); });
   r.attn_window_ms = time_ms(s, 2, iters, [&] { e.attend(0); });
   r.attn_sparse_ms = time_ms(s, 2, iters, [&] { e.attend(21); });
   r.idx_r2_ms = time_ms(s, 2, iters, [&] { e.index_layer(2); });
+  if (r.refine_launches > 0) r.rescored_r2 = e.rescored_per_row();
   r.idx_r1_ms = time_ms(s, 2, iters, [&] { e.index_layer(20); });
+  if (r.refine_launches > 0) r.rescored_r1 = e.rescored_per_row();
   r.cand_ms = time_ms(s, 2, iters, [&] { e.select(3, true, false); });
   r.idx_pool_ms = time_ms(s, 2, iters, [&] { e.index_layer(24); });
   r.select_ms = time_ms(s, 2, iters, [&] { e.select(3, false, true); });

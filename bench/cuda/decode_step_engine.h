@@ -12,6 +12,8 @@ namespace dsv41::step_bench {
 // One decode step of B sequences at context C as the engine runs it (the same geometry, plan and
 // records as run_one's standalone kernels), timed as a CUDA graph: median of `iters` replays.
 // early: kernels placed before the kernel they follow has ended (CudaExec's default).
-Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early);
+// refine: the layers without a pool by filter and refine where it takes them (the backend's way);
+// false ("engine-exact"), every score exact first.
+Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early, bool refine = true);
 
 }  // namespace dsv41::step_bench

@@ -253,6 +253,35 @@ TEST(CudaBackend, IntegerIndexEqualsDoubleTiles) {
   std::printf("integer indexer: %lld launches in the mixed batch\n", static_cast<long long>(integer_launches));
 }
 
+// The indexer's selections by filter and refine (index_refine.cu; refining every row, however
+// short) against every score exact first: the same logits bits over prefill chunks, decode rows,
+// forks, a removal, rollbacks and 20 sequences in one step (check_window_copies' cases), on the
+// random model with 16 × 64 index heads (dsv41-mini's 4 heads are fewer than the kernel's 8-head
+// tiles: it never refines).
+TEST(CudaBackend, IndexRefineEqualsExactScores) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  const ModelConfig c = dsv41::testing::wide_index_test_config();
+  auto model = Model::create_random(c, 31);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const auto make = [&](bool refine) {
+    return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.executor().set_index_refine(refine, 1); });
+  };
+  int64_t refined = 0;
+  {
+    std::unique_ptr<Backend> b = make(true);
+    auto* dev = dynamic_cast<DeviceBackend<CudaExec>*>(b.get());
+    ASSERT_NE(dev, nullptr);
+    const ts::AfterStep after = [&](const Engine&, const std::vector<SequenceId>&) {
+      refined = dev->exec_counts().index_refine;
+    };
+    auto r = ts::run(std::move(b), (*model)->engram_tables(), 3, ts::mixed_batch(c.vocab_size, 2), 1024, after);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+  }
+  ASSERT_GT(refined, 0) << "filter and refine never ran: the check below would compare exact scores with themselves";
+  ts::check_window_copies(**model, make, "filter and refine against exact scores", true);
+  std::printf("filter and refine: %lld chains in the mixed batch\n", static_cast<long long>(refined));
+}
+
 // Kernels placed before the kernel they follow has ended (kernel_launch.cuh) against each launched
 // once the one before has ended: the same logits bits over prefill chunks, decode rows, forks, a
 // removal, rollbacks and 20 sequences in one step (check_window_copies' cases) on dsv41-mini, the

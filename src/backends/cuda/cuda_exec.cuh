@@ -165,6 +165,17 @@ class CudaExec {
   // Indexer scores on integer tensor cores where the keys are MXFP4 records (the default), or
   // (off) always the double tiles: the same bits, the "before" of benchmarks.
   void set_integer_index(bool on) { integer_index_ = on; }
+  // The indexer's selections by filter and refine where a chain holds at least min_scores scores
+  // (rows × entries; index_refine.cu, the same ids), or (off) every score exact first: the "before"
+  // of benchmarks. Measured on an H100 (docs/CUDA.md "Filter and refine on the GPU"): the decode step
+  // at batch 64 / 1M 23 % faster (16 rows × 512K–1M entries a chain), but at batch 1 / 1M and batch
+  // 64 / 128K (≤ 2M scores a chain) slower — the extra launches and the second selection cost more
+  // than the scores save. Tests pass 1 to refine every chain.
+  void set_index_refine(bool on, int64_t min_scores = kIndexRefineMinScores) {
+    index_refine_ = on;
+    index_refine_min_ = min_scores;
+  }
+  static constexpr int64_t kIndexRefineMinScores = int64_t{1} << 22;
   // Kernels may start before the kernel they follow has ended (kernel_launch.cuh: placed early,
   // waiting at their first instruction; the same kernels in the same order, so the same bits), or
   // (off) each only once the one before has ended. On by default since session 36 (the GPU suite
@@ -295,10 +306,15 @@ class CudaExec {
   }
   template <class C>
   bool launch_fast_chain(const C& c) {
-    if constexpr (std::is_same_v<C, dk::DownExpandChain>)
+    if constexpr (std::is_same_v<C, dk::DownExpandChain>) {
       return fast::launch_down_expand(c, expert_decode_, launch_stream());
-    else
+    } else if constexpr (std::is_same_v<C, dk::IndexSelectChain>) {
+      if (!index_refine_ || !fast::launch_chain(c, launch_stream(), index_refine_min_)) return false;
+      ++counts_.index_refine;
+      return true;
+    } else {
       return fast::launch_chain(c, launch_stream());
+    }
   }
   void open_capture() {
     if (!graph_armed_ || graphs_.capturing() || !status_.ok()) return;
@@ -370,6 +386,8 @@ class CudaExec {
   bool fast_ = true;
   fast::ExpertDecode expert_decode_ = fast::ExpertDecode::kDefault;
   bool integer_index_ = true;
+  bool index_refine_ = true;
+  int64_t index_refine_min_ = kIndexRefineMinScores;
   // See set_early_start.
   bool early_start_ = true;
   cudaEvent_t events_[2] = {nullptr, nullptr};

@@ -632,7 +632,7 @@ class DeviceBackend : public Backend {
   bool async_in_flight_ = false;  // an upload_staged since the last blocking download / sync
   float* host_down_ = nullptr;
   int64_t host_down_cap_ = 0;
-  F32 scratch_r_, scratch_m_, scratch_mhc_, mid_, logits_buf_, cmp_ab_, cmp_lat_, cmp_cos_, iq_, ihw_, scores_, bmax_, router_, hexp_, hshared_, engram_r_, engram_kv_, engram_gate_;
+  F32 scratch_r_, scratch_m_, scratch_mhc_, mid_, logits_buf_, cmp_ab_, cmp_lat_, cmp_cos_, iq_, ihw_, scores_, bmax_, index_work_, router_, hexp_, hshared_, engram_r_, engram_kv_, engram_gate_;
   I32 experts_;
   I32 mma_groups_;  // dk::ExpertGroups of a grouped round
   F32 mma_parts_;   // GroupedDownChain's parts

@@ -117,7 +117,7 @@ DeviceBackend<Exec>::DeviceBackend(const Model& model, Communicator* experts) : 
   for (F32* b : {&x_, &x2_, &p_, &h_, &c_, &q_, &kv_, &o_, &a_, &pre_a_, &post_a_, &comb_a_, &post_b_,
                  &comb_b_, &tables_, &scratch_r_, &scratch_m_, &scratch_mhc_, &mid_,
                  &logits_buf_, &cmp_ab_, &cmp_lat_, &cmp_cos_, &iq_,
-                 &ihw_, &scores_, &bmax_, &router_, &hexp_, &hshared_, &engram_r_, &engram_kv_, &engram_gate_,
+                 &ihw_, &scores_, &bmax_, &index_work_, &router_, &hexp_, &hshared_, &engram_r_, &engram_kv_, &engram_gate_,
                  &weights_, &stage_, &features_})
     b->bind(&ex_);
   experts_.bind(&ex_);
@@ -1069,7 +1069,7 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
     bool restricted, candidates;
   };
   std::vector<Job> js;
-  int64_t scores = 0, bmaxes = 0, select_bytes = 0;
+  int64_t scores = 0, bmaxes = 0, select_bytes = 0, chained_rows = 0;
   for (const SegmentAttention& a : jobs) {
     const SegmentRows& s = segments_[a.segment];
     SegState& st = *seg_[a.segment];
@@ -1092,6 +1092,7 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
       }
       scores += j.T * j.G;
       select_bytes += dk::TopkBatch::scratch_bytes(j.T, j.G, k);
+      if (!j.restricted) chained_rows += j.T;
     }
     js.push_back(j);
   }
@@ -1128,20 +1129,27 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
   scores_.reserve(scores);
   bmax_.reserve(bmaxes);
   select_scratch_.reserve(select_bytes);
+  index_work_.reserve(chained_rows * dk::IndexSelectChain::kWorkFloats);
   Launches<dk::IndexScoreK> score;
-  Launches<dk::BlockMaxK> bmax;
   Launches<dk::FillK<int32_t>> fill;
   // The min(width, size) largest of each of `rows` rows of v [rows, size] into out [rows, width]
   // (indexer.h), run after the scores and block maxima as dk::TopkBatch units.
   std::vector<dk::TopkBatch::Job>& selects = topk_jobs_;
   selects.clear();
   int64_t at_select = 0;
-  const auto select = [&](const float* v, int64_t rows, int64_t size, int width, int32_t* out) {
-    selects.push_back({v, rows, size, width, out, select_scratch_.data() + at_select});
+  const auto scratch = [&](int64_t rows, int64_t size, int width) {
+    uint8_t* at = select_scratch_.data() + at_select;
     at_select += dk::TopkBatch::scratch_bytes(rows, size, width);
+    return at;
   };
+  const auto select = [&](const float* v, int64_t rows, int64_t size, int width, int32_t* out) {
+    selects.push_back({v, rows, size, width, out, scratch(rows, size, width)});
+  };
+  // Jobs without a pool: their scores and both selections as IndexSelectChain units, which a fast
+  // executor runs by filter and refine (the same ids).
+  std::vector<dk::IndexSelectChain> chains;
   const float scale = static_cast<float>(std::pow(double(dh), -0.5));
-  int64_t at_s = 0, at_b = 0;
+  int64_t at_s = 0, at_b = 0, at_w = 0;
   for (const Job& j : js) {
     SegState& st = *j.st;
     if (j.G == 0) {  // nothing to select from yet: an all −1 top-k (attention_index)
@@ -1151,24 +1159,36 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
     const int32_t* pool = j.restricted ? st.candidates.data() + (st.call_row0 - st.candidate_row0) * nb : nullptr;
     float* sc = scores_.data() + at_s;
     at_s += j.T * j.G;
-    score.add(j.T * j.G, dk::IndexScoreK{iq_.data() + j.r0 * nh * dh, ihw_.data() + j.r0 * nh, j.keys, j.G, nh, dh,
-                                               j.start, info.ratio, scale, pool, nb, bs, sc});
-    if (j.candidates) {
-      float* bm = bmax_.data() + at_b;
-      at_b += j.T * j.blocks;
-      bmax.add(j.T * j.blocks, dk::BlockMaxK{sc, j.G, j.blocks, j.start, bs, info.ratio, bm});
-      select(bm, j.T, j.blocks, nb, st.candidates.data());
+    const dk::IndexScoreK body{iq_.data() + j.r0 * nh * dh, ihw_.data() + j.r0 * nh, j.keys, j.G, nh, dh,
+                               j.start, info.ratio, scale, pool, nb, bs, sc};
+    if (!j.restricted) {
+      if (chains.empty() || chains.back().n == dk::IndexSelectChain::kMax) chains.push_back({});
+      dk::IndexSelectChain& chain = chains.back();
+      chain.k = k;
+      dk::IndexSelectChain::Job& cj = chain.jobs[chain.n++];
+      cj = {body, j.T, st.topk.data(), scratch(j.T, j.G, k), 0, bs, nb, nullptr, nullptr, nullptr,
+            index_work_.data() + at_w};
+      at_w += j.T * dk::IndexSelectChain::kWorkFloats;
+      if (j.candidates) {
+        cj.blocks = j.blocks;
+        cj.bmax = bmax_.data() + at_b;
+        at_b += j.T * j.blocks;
+        cj.candidates = st.candidates.data();
+        cj.cand_scratch = scratch(j.T, j.blocks, nb);
+      }
+      continue;
     }
+    score.add(j.T * j.G, body);
     select(sc, j.T, j.G, k, st.topk.data());
   }
   score.flush(ex_);
-  bmax.flush(ex_);
   fill.flush(ex_);
   for (size_t a = 0; a < selects.size(); a += dk::TopkBatch::kMax) {
     dk::TopkBatch unit;
     for (size_t j = a; j < selects.size() && unit.n < dk::TopkBatch::kMax; ++j) unit.jobs[unit.n++] = selects[j];
     ex_.run_chain(unit);
   }
+  for (const dk::IndexSelectChain& chain : chains) ex_.run_chain(chain);
   for (const Job& j : js) {
     j.st->index_layer = layer;
     j.st->topk_row0 = j.st->call_row0;

@@ -211,6 +211,73 @@ struct TopkBatch {
   }
 };
 
+// The indexer's scores of up to kMax jobs without a candidate pool and the selections made from
+// them (DeviceBackend::index_batch): each job's top-k of its scores and, for the candidate source,
+// the nb best of its block maxima. Nothing reads these scores but the two selections, whose
+// outputs are sets, so a fast executor may select from fast scores with a bound on their error
+// and score exactly again only the entries the bounds leave open (index_refine.cu: filter and
+// refine, the same ids). The simple path is the three steps every executor can run: the scores
+// (IndexScoreK), the block maxima (BlockMaxK), the selections (TopkBatch).
+struct IndexSelectChain {
+  static constexpr int kMax = 16;
+  struct Job {
+    IndexScoreK score{};  // kept == nullptr; rows = the job's rows, scores [rows, G]
+    int64_t rows = 0;
+    int32_t* topk = nullptr;           // [rows, k]
+    uint8_t* topk_scratch = nullptr;   // TopkBatch::scratch_bytes(rows, G, k)
+    int64_t blocks = 0;                // the candidate source's block maxima [rows, blocks], else 0
+    int bs = 0;                        // entries a block
+    int nb = 0;                        // blocks kept
+    float* bmax = nullptr;             // [rows, blocks]
+    int32_t* candidates = nullptr;     // [rows, nb]
+    uint8_t* cand_scratch = nullptr;   // TopkBatch::scratch_bytes(rows, blocks, nb)
+    float* work = nullptr;  // [rows, kWorkFloats]: the fast path's thresholds and bound (unused by the simple path)
+  };
+  static constexpr int kWorkFloats = 8;
+  int k = 0;  // the top-k's width (every job's)
+  int n = 0;
+  bool exact_rows = false;  // set by the fast path: rows it may score exactly instead (index_refine.cu)
+  Job jobs[kMax];
+  // Both selections of every job as TopkBatch jobs, in job order (candidates first, as the
+  // backend queued them).
+  template <class F>
+  void for_each_selection(F&& f) const {
+    for (int j = 0; j < n; ++j) {
+      const Job& J = jobs[j];
+      if (J.blocks > 0) f(TopkBatch::Job{J.bmax, J.rows, J.blocks, J.nb, J.candidates, J.cand_scratch});
+      f(TopkBatch::Job{J.score.scores, J.rows, J.score.G, k, J.topk, J.topk_scratch});
+    }
+  }
+  template <class Exec>
+  void run_simple(Exec& ex) const {
+    Batched<IndexScoreK> score;
+    Batched<BlockMaxK> bmax;
+    int64_t scores = 0, maxima = 0;
+    for (int j = 0; j < n; ++j) {
+      const Job& J = jobs[j];
+      score.count[score.n] = J.rows * J.score.G;
+      score.body[score.n++] = J.score;
+      scores += J.rows * J.score.G;
+      if (J.blocks > 0) {
+        bmax.count[bmax.n] = J.rows * J.blocks;
+        bmax.body[bmax.n++] = BlockMaxK{J.score.scores, J.score.G, J.blocks, J.score.start, J.bs, J.score.ratio, J.bmax};
+        maxima += J.rows * J.blocks;
+      }
+    }
+    if (scores > 0) ex.for_each(scores, score);
+    if (maxima > 0) ex.for_each(maxima, bmax);
+    TopkBatch unit;
+    for_each_selection([&](const TopkBatch::Job& t) {
+      if (unit.n == TopkBatch::kMax) {
+        ex.run_chain(unit);
+        unit = TopkBatch{};
+      }
+      unit.jobs[unit.n++] = t;
+    });
+    if (unit.n > 0) ex.run_chain(unit);
+  }
+};
+
 // ---- Sink attention (attention_steps.cpp) ---------------------------------------------------
 // Work item (i, h, j) of T query rows × H heads × L = window + k key slots. Slot j < nwin(i) is the
 // window key of position lo(i) + j (keys [*, D] start at position `first`); slot nwin + s is the

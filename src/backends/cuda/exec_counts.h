@@ -19,12 +19,13 @@ struct ExecCounts {
   int64_t kept_captures = 0;   // run_kept: stretches captured and kept
   int64_t kept_replays = 0;    // run_kept: kept graphs replayed as they are (also graph launches)
   int64_t integer_index = 0;   // indexer launches that scored on integer tensor cores (CudaExec)
+  int64_t index_refine = 0;    // indexer scores + selections by filter and refine (CudaExec)
   ExecCounts operator-(const ExecCounts& o) const {
     return {launches - o.launches,         uploads - o.uploads,
             downloads - o.downloads,       copies - o.copies,
             async_uploads - o.async_uploads, graph_launches - o.graph_launches,
             kept_captures - o.kept_captures, kept_replays - o.kept_replays,
-            integer_index - o.integer_index};
+            integer_index - o.integer_index, index_refine - o.index_refine};
   }
 };
 

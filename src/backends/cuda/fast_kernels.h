@@ -57,8 +57,24 @@ bool launch(int64_t n, const dk::EngramGateK& k, Stream s = {});
 bool launch(int64_t n, const dk::IndexScoreK& k, Stream s = {});
 bool launch(int64_t n, const dk::Batched<dk::IndexScoreK>& b, Stream s = {});
 bool index_int_fits(int64_t n, const dk::IndexScoreK& k);
-bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, Stream s = {}, int chunks_per_block = 0);
+// gate (optional): body j's row r is scored only where gate.at[j][r · gate.stride] is nonzero (the
+// device decides which rows; filter and refine's fallback, index_refine.cu).
+struct RowGate {
+  const float* at[dk::Batched<dk::IndexScoreK>::kMax] = {};
+  int stride = 0;
+};
+bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, Stream s = {}, int chunks_per_block = 0,
+                      const RowGate& gate = {});
 bool launch_index_f64(const dk::Batched<dk::IndexScoreK>& b, Stream s = {});
+// The indexer's scores and selections (dk::IndexSelectChain) by filter and refine
+// (index_refine.cu): fast scores with a bound each on integer tensor cores, the selections of
+// those, the entries the bounds leave open scored again exactly, the selections again — the simple
+// path's ids. False, launching nothing, where index_refine_fits declines: keys that are not MXFP4
+// index records, heads not a multiple of 8 (≤ 64), dh not a multiple of 32 (≤ 128), a pool, a block
+// size not dividing 32, jobs of different dh, or fewer than min_scores scores (rows × entries) in
+// all (fewer are cheaper exactly: CudaExec::kIndexRefineMinScores).
+bool index_refine_fits(const dk::IndexSelectChain& c, int64_t min_scores);
+bool launch_chain(const dk::IndexSelectChain& c, Stream s = {}, int64_t min_scores = 0);
 // The tiled GEMM (fast_gemm.cu) for `rows` rows: false where its 16-byte units do not fit the
 // weight or x (then the warp-per-output kernel runs). gemm_tiled_kind: the weight kind it would
 // read (1 bf16, 2 float32, 3 FP8, 4 FP4), 0 where it declines. `staged` false: tiles of 2 … 8 rows

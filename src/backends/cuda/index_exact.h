@@ -23,6 +23,10 @@
 namespace dsv41::dk {
 
 constexpr int kIndexExactSpan = 38;
+// Filter and refine's fused form (index_refine.h): a head's (or key's) nonzero blocks within this
+// many binades of each other, so that shifting each block's integers to the least exponent keeps
+// them within int8.
+constexpr int kIndexFusedSpan = 3;
 // A query block's unit exponent, or one of these marks (real units lie within ±160).
 constexpr int kIndexZeroBlock = 1 << 16, kIndexNotExact = 1 << 17;
 

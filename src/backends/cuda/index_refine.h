@@ -1,24 +1,30 @@
-// Filter and refine for the indexer's selections (docs/CUDA.md, "The integer indexer's epilogue,
-// session 37"): nothing reads an indexer score but two top-k selections, and their outputs are
-// sets, so the exact sets can come from fast fp32 scores if each carries a bound on its distance
-// from the simple body's float (dk::IndexScoreK): the entries the bounds place for certain need no
-// exact score, and only the few near the k-th are scored again exactly.
+// Filter and refine for the indexer's selections (docs/CUDA.md "Filter and refine on the GPU"):
+// nothing reads an indexer score but two top-k selections, and their outputs are sets, so the
+// exact sets can come from fast scores if each carries a bound on its distance from the simple
+// body's float (dk::IndexScoreK): the entries the bounds place for certain need no exact score,
+// and only the few near the k-th are scored again exactly. index_refine.cu runs it on the GPU;
+// this file is the fast score's arithmetic and its bound on the CPU (index_refine_test.cpp checks
+// the bound on fresh random rows and that a selection built on it is exact).
 //
-// NOT YET USED BY A KERNEL: the bound and the selection are checked on the CPU first
-// (index_refine_test.cpp). The fp32 score is formed as a GPU kernel would form it from the integer
-// MMA's per-block sums (index_exact.h): per head a float chain over the blocks, ReLU, the scale,
-// then the weighted head sum in any order.
+// The fast score, the fused form. A query head's nonzero MXFP4 blocks hold n·2^u (|n| < 16) and a
+// key's nonzero blocks nk·2^(s − 128) (nk = 2·E2M1, |nk| ≤ 12). Where a head's units span ≤
+// kIndexFusedSpan binades and so do the key's scale bytes, shifting each block's integers to the
+// least exponent keeps them within int8 (15·8 = 120, 12·8 = 96), and one integer dot over all
+// channels gives X with q_h·I_g = X·2^(U + S − 128) exactly (U, S the least unit and scale; |X| ≤
+// 128·120·96 < 2^21, so float(X) is exact). That product is the simple body's double chain exactly
+// (index_exact.h: spans ≤ 6 ≪ 38) and float's exactly, so ReLU_h = ReLU(float(X))·(2^U·scale)·2^(S − 128)
+// is the simple body's ReLU term bit for bit (2^U·scale and the factor 2^(S − 128) are exact
+// power-of-two scalings while the values stay normal). Only the head sum differs: the fast score
+// adds w_h·ReLU_h in another order (and scales the sum by 2^(S − 128) after it, exact while normal).
 //
-// The bound, for one (row, entry) with H heads and per head A_h = Σ_b |S_b|·2^(E_b) (S_b the block's
-// integer sum, E_b = unit + scale byte − 128; |d_h| ≤ A_h for the exact dot d_h), u = 2^-24:
-//   the simple body's dot is a double chain over the channels: within 2^-53·128·5760·Σ_b 2^(E_b);
-//   the float chain over ≤ 4 blocks: within γ_4·A_h (its products are exact);
-//   each side's float(dot), ReLU·scale: one or two roundings of values ≤ |scale|·A_h;
-//   each side's head sum (FMA or not, any order): within γ_2H·Σ_h |w_h·r_h|.
-// Together |approx − simple| ≤ |scale|·Σ_h |w_h|·A_h·(2γ_2H + γ_4 + 12u)·(1 + 2^-10) + the chain's
-// term + (underflow slack), computed in double. A query block off the MXFP4 grid, a key scale byte
-// ≥ 253 (the simple body's values are then not the integer form's) or a dot past float's range gives
-// an infinite bound: that entry is scored exactly.
+// The bound: two sums of the same H products, each within γ_H·Σ_h |w_h·ReLU_h| of the exact sum
+// (recursive summation, FMA or not: γ_2H covers both), so
+//   |fast − simple| ≤ index_refine_error(H)·Σ_h |w_h|·ReLU_h·(1 + 2^-10) + (20·(1 + Σ|w|) + 4H + 8)·2^-149,
+// the second term for roundings in float's subnormals (where the power-of-two scalings are not
+// exact). Σ|w|·ReLU is formed in float beside the score (its own rounding ≪ 2^-10). A head or key
+// wider than kIndexFusedSpan, a query block off the MXFP4 grid, a key scale byte past 252 or
+// values near float's overflow (a term above 2^105, a sum of magnitudes at 2^126) give an infinite
+// bound: that entry is scored exactly.
 #pragma once
 
 #include <algorithm>
@@ -33,14 +39,21 @@
 
 namespace dsv41::dk {
 
+// 2·γ_2H (u = 2^-24): the relative error of two head sums of H terms in different orders.
+inline double index_refine_error(int64_t H) {
+  constexpr double u = 0x1p-24;
+  return 2 * (2 * double(H) * u / (1 - 2 * double(H) * u));
+}
+
 struct IndexApprox {
   float score = 0;   // the fast score (−inf where the row does not see the entry)
   double bound = 0;  // |score − the simple body's| ≤ bound (+inf: unknown)
 };
 
-// Entry g of row r of k (visible, no pool: the caller handles visibility) scored the fast way.
+// Entry g of row r of k (visible, no pool: the caller handles visibility) scored the fast way, in
+// the fused form, with the head sum in head order (the GPU adds in another order: the bound holds
+// for any).
 inline IndexApprox index_approx_score(const IndexScoreK& k, int64_t r, int64_t g) {
-  constexpr double u = 0x1p-24;
   const int nb = int(k.dh / 32);
   const uint8_t* rec = k.keys.row(g).rec;
   IndexApprox out;
@@ -48,44 +61,61 @@ inline IndexApprox index_approx_score(const IndexScoreK& k, int64_t r, int64_t g
     out.bound = std::numeric_limits<double>::infinity();
     return out;
   }
-  float total = 0.0f;
-  double weighted = 0, powers = 0, weights = 0;
+  // The key: integers, nonzero blocks, their least scale and span.
+  int nk[128];
+  int kscale[4];
+  uint32_t nonzero = 0;
+  int least = 255, most = 0;
   bool known = true;
+  for (int b = 0; b < nb; ++b) {
+    kscale[b] = rec[k.dh / 2 + b];
+    known = known && kscale[b] <= 252;
+    for (int c = 0; c < 32; ++c) {
+      const int ch = b * 32 + c;
+      const uint8_t code = (ch & 1) ? uint8_t(rec[ch / 2] >> 4) : uint8_t(rec[ch / 2] & 0xF);
+      nk[ch] = index_key_value(code);
+      if (nk[ch] != 0) nonzero |= 1u << b;
+    }
+    if (nonzero >> b & 1u) least = std::min(least, kscale[b]), most = std::max(most, kscale[b]);
+  }
+  known = known && (!nonzero || most - least <= kIndexFusedSpan);
+  const float kf = nonzero ? std::ldexp(1.0f, least - 128) : 1.0f;
+  float total = 0.0f, magnitude = 0.0f, weights = 0.0f, cmax = 0.0f;
   for (int64_t h = 0; h < k.nh; ++h) {
     const float* qh = k.q + (r * k.nh + h) * k.dh;
-    float dot = 0.0f;
-    double a = 0;
-    for (int b = 0; b < nb; ++b) {
-      int8_t n[32];
-      const int unit = index_query_block(qh + b * 32, n);
-      const int scale = rec[k.dh / 2 + b];
-      if (unit == kIndexNotExact || scale > 252) known = false;
-      if (unit == kIndexZeroBlock || unit == kIndexNotExact) continue;
-      int sum = 0;
-      for (int c = 0; c < 32; ++c) {
-        const int ch = b * 32 + c;
-        const uint8_t code = (ch & 1) ? uint8_t(rec[ch / 2] >> 4) : uint8_t(rec[ch / 2] & 0xF);
-        sum += int(n[c]) * index_key_value(code);
-      }
-      const int e = unit + scale - 128;
-      dot = std::fmaf(float(sum), std::ldexp(1.0f, std::clamp(e, -200, 200)), dot);
-      a += std::abs(double(sum)) * std::ldexp(1.0, e);
-      powers += std::ldexp(1.0, e);
+    int8_t n[128];
+    int unit[4];
+    for (int b = 0; b < nb; ++b) unit[b] = index_query_block(qh + b * 32, n + b * 32);
+    const int span = index_query_span(unit, nb);
+    int qleast = 1 << 20;
+    for (int b = 0; b < nb; ++b)
+      if (unit[b] != kIndexZeroBlock) qleast = std::min(qleast, unit[b]);
+    known = known && span <= kIndexFusedSpan;
+    const float c = qleast > 200 ? 0.0f : std::ldexp(k.scale, std::max(qleast, -300));
+    if (qleast <= 200 && !(std::fabs(c) >= std::numeric_limits<float>::min() && std::isfinite(c))) known = false;
+    cmax = std::max(cmax, std::fabs(c));
+    int64_t x = 0;  // the fused dot: each side's blocks shifted to its least exponent
+    for (int b = 0; b < nb && known; ++b) {
+      if (unit[b] == kIndexZeroBlock || !(nonzero >> b & 1u)) continue;
+      const int qs = unit[b] - qleast, ks = kscale[b] - least;
+      for (int c2 = 0; c2 < 32; ++c2) x += int64_t(n[b * 32 + c2] * (1 << qs)) * int64_t(nk[b * 32 + c2] * (1 << ks));
     }
-    if (!std::isfinite(dot)) known = false;  // fmaxf would turn a NaN into 0, as a product past float's range
-    const float relu = std::fmaxf(dot, 0.0f) * k.scale;
-    total = std::fmaf(relu, k.hw[r * k.nh + h], total);
-    weighted += std::abs(double(k.hw[r * k.nh + h])) * a;
-    weights += std::abs(double(k.hw[r * k.nh + h]));
+    const float w = k.hw[r * k.nh + h];
+    const float relu = std::fmaxf(float(x), 0.0f) * c;
+    total = std::fmaf(relu, w, total);
+    magnitude = std::fmaf(relu, std::fabs(w), magnitude);
+    weights += std::fabs(w);
   }
-  out.score = total;
+  out.score = total * kf;
   const double H = double(k.nh);
-  const double gamma_2h = 2 * H * u / (1 - 2 * H * u), gamma_4 = 4 * u / (1 - 4 * u);
-  const double scale = std::abs(double(k.scale));
-  const double chain = 0x1p-53 * 128 * 5760 * powers;  // the simple body's double chain
-  const double slack = (20 * (1 + scale * weights) + 2 * H) * 0x1p-149;  // roundings in float's subnormals
-  out.bound = scale * (weighted * (2 * gamma_2h + 12 * u + gamma_4) + weights * chain) * (1 + 0x1p-10) + slack;
-  if (!known || !std::isfinite(total) || !std::isfinite(out.bound)) out.bound = std::numeric_limits<double>::infinity();
+  out.bound = double(magnitude) * double(kf) * index_refine_error(k.nh) * (1 + 0x1p-10) +
+              (20 * (1 + double(weights)) + 4 * H + 8) * 0x1p-149;
+  // Near float's overflow the simple body's terms ReLU_h = ReLU(X)·c_h·2^(S − 128) or its partial sums
+  // may overflow where the fast sum, scaled after, does not: unknown unless every term stays below
+  // 2^21·c_max·2^(S − 128) ≤ 2^105 and the sum of their magnitudes below 2^126.
+  if (double(cmax) * double(kf) > 0x1p105 || double(magnitude) * double(kf) >= 0x1p126) known = false;
+  if (!known || !std::isfinite(out.score) || !std::isfinite(out.bound))
+    out.bound = std::numeric_limits<double>::infinity();
   return out;
 }
 
@@ -135,6 +165,91 @@ std::vector<int32_t> refine_topk(std::span<const IndexApprox> approx, int k, Exa
   std::sort(in.begin(), in.end());
   in.resize(size_t(k), -1);
   return in;
+}
+
+// The GPU's band rule (index_refine.cu, steps 2–4) on one row, on the CPU: the row holds the fast
+// scores (NaN where unknown, −inf where unseen); β is their largest finite bound (as a float,
+// rounded up), t the k-th largest fast score (−inf where fewer than k), tb the nb-th largest fast
+// block maximum; an entry is scored again (exact(g)) where it is unknown, at or above t − 2β, or
+// within 2β of the fast maximum of a block that is not out for certain (tb − 2β, both rounded
+// down); then the block maxima (the newest visible block +inf) and both selections are taken over
+// the row as refined, fast scores left in place. select(v, n, width, out) is select_topk's contract.
+struct RefinedRow {
+  std::vector<int32_t> topk, candidates;
+  int64_t rescored = 0;
+};
+
+inline float index_refine_round_down(double x) {  // as __fsub_rd gives it
+  float f = float(x);
+  if (double(f) > x) f = std::nextafter(f, -INFINITY);
+  return f;
+}
+
+template <class Exact, class Select>
+RefinedRow refine_row(std::span<const IndexApprox> approx, int k, int bs, int nb, int64_t visible, Exact&& exact,
+                      Select&& select) {
+  const int64_t G = int64_t(approx.size());
+  std::vector<float> v(static_cast<size_t>(G));
+  float beta = 0.0f;
+  for (int64_t g = 0; g < G; ++g) {
+    const IndexApprox& a = approx[size_t(g)];
+    const bool unseen = a.score == -INFINITY && a.bound == 0;
+    v[size_t(g)] = unseen ? -INFINITY : std::isfinite(a.bound) ? a.score : NAN;
+    if (!unseen && std::isfinite(a.bound)) {
+      float b = float(a.bound);
+      if (double(b) < a.bound) b = std::nextafter(b, INFINITY);
+      beta = std::max(beta, b);
+    }
+  }
+  const int64_t blocks = nb > 0 ? (G + bs - 1) / bs : 0;
+  const auto maxima = [&](const std::vector<float>& row) {
+    std::vector<float> m(size_t(blocks), -INFINITY);
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (visible >= 1 && (visible - 1) / bs == b) {
+        m[size_t(b)] = INFINITY;
+        continue;
+      }
+      for (int64_t g = b * bs; g < std::min(G, (b + 1) * bs); ++g) m[size_t(b)] = std::fmax(m[size_t(b)], row[size_t(g)]);
+    }
+    return m;
+  };
+  const auto kth = [&](const std::vector<float>& row, int width) {  // the smallest of the selected
+    std::vector<int32_t> ids(static_cast<size_t>(width));
+    select(row.data(), int64_t(row.size()), width, ids.data());
+    float t = INFINITY;
+    for (int32_t id : ids) t = std::min(t, id < 0 ? -INFINITY : row[size_t(id)]);
+    return t;
+  };
+  const std::vector<float> bmax = maxima(v);
+  const float t = kth(v, k), tb = nb > 0 ? kth(bmax, nb) : INFINITY;
+  const float cut = index_refine_round_down(double(t) - 2.0 * double(beta));
+  const float block_cut = index_refine_round_down(double(tb) - 2.0 * double(beta));
+  RefinedRow out;
+  std::vector<float> refined = v;
+  for (int64_t g = 0; g < G; ++g) {
+    const float a = v[size_t(g)];
+    const bool unknown = std::isnan(a), seen = unknown || a > -INFINITY;
+    bool need = seen && (unknown || a >= cut);
+    if (nb > 0 && seen) {
+      const int64_t b = g / bs;
+      bool block_unknown = false;
+      for (int64_t e = b * bs; e < std::min(G, (b + 1) * bs); ++e) block_unknown = block_unknown || std::isnan(v[size_t(e)]);
+      const float top = bmax[size_t(b)];
+      const bool block_in = block_unknown || !(top < block_cut);
+      need = need || (block_in && (unknown || a >= index_refine_round_down(double(top) - 2.0 * double(beta))));
+    }
+    if (!need) continue;
+    refined[size_t(g)] = exact(g);
+    ++out.rescored;
+  }
+  out.topk.resize(size_t(k));
+  select(refined.data(), G, k, out.topk.data());
+  if (nb > 0) {
+    const std::vector<float> m = maxima(refined);
+    out.candidates.resize(size_t(nb));
+    select(m.data(), blocks, nb, out.candidates.data());
+  }
+  return out;
 }
 
 }  // namespace dsv41::dk

@@ -30,7 +30,7 @@ struct Rows {
 // 0–2; 7 is wide), keys repeated every `repeat` entries when > 0 (equal scores), a query block of
 // row 1 pushed off its grid when `off_grid`.
 Rows make_rows(std::mt19937& rng, int64_t rows, int64_t G, int nh, int dh, int spread, int base, int repeat,
-               bool off_grid) {
+               bool off_grid, bool hard) {
   std::uniform_int_distribution<int> shift(0, spread);
   const auto scaled = [&](int64_t n, float sd) {
     std::vector<float> x = kc::randn(rng, n * dh, sd);
@@ -46,6 +46,17 @@ Rows make_rows(std::mt19937& rng, int64_t rows, int64_t G, int nh, int dh, int s
   std::vector<float> keys = scaled(G, 1.0f);
   if (repeat > 0)
     for (int64_t g = repeat; g < G; ++g) std::copy_n(keys.begin() + (g % repeat) * dh, dh, keys.begin() + g * dh);
+  for (int64_t g = 0; hard && g < G; g += 37) {  // keys the fused form cannot take, or huge ones
+    float* row = keys.data() + g * dh;
+    const int64_t b = (g / 37) % (dh / 32);
+    switch ((g / 37) % 5) {
+      case 1: row[b * 32 + 5] = NAN; break;                                         // scale byte 0xFF
+      case 2: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1.5e38f / 6.0f; break;  // byte 253
+      case 3: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1e12f; break;           // a 40-bit span
+      case 4: for (int i = 0; i < 32; ++i) row[b * 32 + i] = 0.0f; break;             // a zero block
+      default: break;
+    }
+  }
   out.records = kc::pack_rows(RowKind::kIndex, keys, dh);
   out.hw = kc::randn(rng, rows * nh, 0.5f);
   return out;
@@ -55,6 +66,8 @@ struct Case {
   int64_t rows, G;
   int nh, dh, k, spread, base, repeat;
   bool off_grid;
+  bool hard = false;
+  int bs = 8, nb = 16;  // candidate blocks for the band rule (refine_row)
 };
 
 TEST(IndexRefine, FastScoresStayWithinTheirBoundsAndTheSelectionIsExact) {
@@ -62,8 +75,10 @@ TEST(IndexRefine, FastScoresStayWithinTheirBoundsAndTheSelectionIsExact) {
   for (const Case& c : {Case{3, 4000, 64, 128, 512, 1, 0, 0, false}, Case{4, 3000, 16, 64, 64, 2, -3, 0, false},
                         Case{3, 2500, 64, 128, 256, 7, -4, 0, false}, Case{3, 2000, 16, 128, 64, 1, 0, 37, false},
                         Case{3, 1500, 16, 128, 100, 1, -130, 0, false}, Case{3, 1500, 16, 128, 100, 1, 100, 0, false},
-                        Case{3, 1200, 16, 128, 40, 1, 0, 0, true}, Case{2, 30, 16, 64, 64, 1, 0, 0, false}}) {
-    const Rows in = make_rows(rng, c.rows, c.G, c.nh, c.dh, c.spread, c.base, c.repeat, c.off_grid);
+                        Case{3, 1200, 16, 128, 40, 1, 0, 0, true}, Case{2, 30, 16, 64, 64, 1, 0, 0, false},
+                        Case{2, 3000, 16, 32, 128, 1, 0, 0, false, true, 32, 16},
+                        Case{2, 3000, 32, 128, 128, 1, 0, 0, false, true, 8, 64}}) {
+    const Rows in = make_rows(rng, c.rows, c.G, c.nh, c.dh, c.spread, c.base, c.repeat, c.off_grid, c.hard);
     std::vector<float> exact(size_t(c.rows * c.G));
     dk::IndexScoreK k{in.q.data(), in.hw.data(), dk::KeyRows::records(in.records.data(), RowKind::kIndex, c.dh),
                       c.G,         c.nh,         c.dh,
@@ -71,7 +86,7 @@ TEST(IndexRefine, FastScoresStayWithinTheirBoundsAndTheSelectionIsExact) {
                       nullptr,     0,            0,
                       exact.data()};
     for (int64_t id = 0; id < c.rows * c.G; ++id) k(id);
-    int64_t live = 0, rescored_all = 0;
+    int64_t live = 0, rescored_all = 0, banded_all = 0;
     for (int64_t r = 0; r < c.rows; ++r) {
       const int64_t visible = std::min(c.G, (k.start + r + 1) / k.ratio);
       std::vector<dk::IndexApprox> approx(size_t(c.G), dk::IndexApprox{-INFINITY, 0});
@@ -90,17 +105,35 @@ TEST(IndexRefine, FastScoresStayWithinTheirBoundsAndTheSelectionIsExact) {
       select_topk(exact.data() + r * c.G, c.G, c.k, want.data());
       ASSERT_EQ(got, want) << "row " << r << " G " << c.G << " k " << c.k << " spread " << c.spread << " repeat "
                            << c.repeat;
+      // The GPU's band rule (β, the k-th fast score, block maxima) gives both selections exactly.
+      int64_t banded = 0;
+      {
+        const dk::RefinedRow band = dk::refine_row(
+            approx, c.k, c.bs, c.nb, visible, [&](int64_t g) { return exact[size_t(r * c.G + g)]; },
+            [](const float* v, int64_t n, int width, int32_t* out) { select_topk(v, n, width, out); });
+        ASSERT_EQ(band.topk, want) << "band rule, row " << r << " G " << c.G << " k " << c.k << " spread " << c.spread;
+        const int64_t blocks = (c.G + c.bs - 1) / c.bs;
+        std::vector<float> bmax(static_cast<size_t>(blocks));
+        for (int64_t b = 0; b < blocks; ++b)
+          dk::BlockMaxK{exact.data() + r * c.G, c.G, blocks, k.start, c.bs, k.ratio, bmax.data()}(b);
+        std::vector<int32_t> want_blocks(static_cast<size_t>(c.nb));
+        select_topk(bmax.data(), blocks, c.nb, want_blocks.data());
+        ASSERT_EQ(band.candidates, want_blocks) << "band rule's blocks, row " << r << " G " << c.G;
+        banded = band.rescored;
+      }
       live += visible;
       rescored_all += rescored;
+      banded_all += banded;
       if (c.off_grid && r == 1) {
         EXPECT_GT(rescored, 0) << "a row off the MXFP4 grid has no bound to go by";
       }
     }
-    std::printf("G %lld, %d heads × %d, top %d, spread %d, base %d, repeat %d%s: %lld of %lld entries scored "
-                "again exactly\n",
+    std::printf("G %lld, %d heads × %d, top %d, spread %d, base %d, repeat %d%s%s: %lld of %lld entries scored "
+                "again exactly (the band rule, %d blocks of %d kept too: %lld)\n",
                 static_cast<long long>(c.G), c.nh, c.dh, c.k, c.spread, c.base, c.repeat,
-                c.off_grid ? ", a query off its grid" : "", static_cast<long long>(rescored_all),
-                static_cast<long long>(live));
+                c.off_grid ? ", a query off its grid" : "", c.hard ? ", hard keys" : "",
+                static_cast<long long>(rescored_all), static_cast<long long>(live), c.nb, c.bs,
+                static_cast<long long>(banded_all));
   }
 }
 

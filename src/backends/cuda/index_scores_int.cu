@@ -59,6 +59,7 @@ __host__ __device__ inline int64_t row_blocks(const dk::IndexScoreK& k, int per)
 struct IntPlan {
   int first[dk::Batched<dk::IndexScoreK>::kMax + 1];
   int per;
+  RowGate gate;
 };
 
 struct Shared {
@@ -340,6 +341,7 @@ __global__ void __launch_bounds__(kThreads, 5)
     if (i < b.n && blk >= plan.first[i]) j = i, first = plan.first[i];
   const dk::IndexScoreK& k = b.body[j];
   const int64_t per_row = row_blocks(k, plan.per), x = (blk - first) % per_row, r = (blk - first) / per_row;
+  if (plan.gate.at[j] && plan.gate.at[j][r * plan.gate.stride] == 0.0f) return;  // a row the caller left out
   if (k.kept)
     score_pool(k, r, x * kChunk, sh);
   else
@@ -365,7 +367,7 @@ bool index_int_fits(int64_t n, const dk::IndexScoreK& k) {
          k.nh % 16 == 0 && k.nh <= kMaxHeads && k.dh > 0 && k.dh % 32 == 0 && k.dh <= 32 * kMaxBlocks && k.ratio > 0;
 }
 
-bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, Stream s, int chunks_per_block) {
+bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, Stream s, int chunks_per_block, const RowGate& gate) {
   if (b.n < 1) return false;
   int64_t full_chunks = 0, pool_scores = 0;
   for (int j = 0; j < b.n; ++j) {
@@ -377,6 +379,7 @@ bool launch_index_int(const dk::Batched<dk::IndexScoreK>& b, Stream s, int chunk
       full_chunks += b.count[j] / k.G * chunks_of(k);
   }
   IntPlan plan{};
+  plan.gate = gate;
   plan.per = chunks_per_block > 0 ? chunks_per_block
                                   : int(std::clamp<int64_t>(full_chunks / kTargetBlocks, 1, kMaxChunksPerBlock));
   int64_t blocks = 0;

@@ -1,0 +1,723 @@
+// Filter and refine on the GPU: the fast path of dk::IndexSelectChain (the indexer's scores and the
+// selections made from them). docs/CUDA.md "Filter and refine on the GPU".
+//
+// Nothing reads an indexer score but the top-k of the scores and, for the candidate source, the
+// nb best block maxima; both outputs are sets. So:
+// 1. Fast scores (approx_kernel): index_refine.h's fused form — a key's and a query head's nonzero
+//    MXFP4 blocks shifted to their least exponent, one int32 dot over all channels on integer
+//    tensor cores (keys as the MMA's 16 rows, 8 heads as its columns, so a head sum stays in
+//    registers), whose ReLU terms are the simple body's bit for bit; only the head sum's order
+//    differs, so each entry's bound is 2γ_2H·Σ_h |w_h|·ReLU_h (+ subnormal slack). An entry outside
+//    the form (a block span past kIndexFusedSpan, a query block off the MXFP4 grid, a key scale byte
+//    past 252, values near float's overflow) is written NaN: unknown. β, the row's largest finite
+//    bound, and the count of unknown entries go to the row's work floats.
+// 2. The selections of the fast scores (the backend's own top-k kernels): t, the k-th largest fast
+//    score of the row, and tb, the nb-th largest fast block maximum (threshold_kernel). A row with
+//    more than 1/kFallbackShare unknown entries is scored exactly by the integer kernel instead (its
+//    blocks check the row's flag: the others leave at once).
+// 3. band_kernel: an entry with a fast score below t − 2β is out for certain (its exact score is
+//    below t − β, and k entries score at least t − β); a block whose fast maximum is below tb − 2β
+//    (and that holds no unknown entry) is out for certain the same way, and in a block that is not,
+//    only entries within 2β of its fast maximum can hold its exact maximum. Every other entry the
+//    row sees — unknown, near t or above, or near its block's maximum — is scored again exactly (the
+//    integer kernel's rule: per-block int32 sums combined in double where that is exact, else the
+//    simple chain; the head sum in head order: the simple body's bits), a warp an entry while few
+//    of a warp's 32 need it, a lane an entry from kLanesFrom on. Thresholds are rounded down, so
+//    rounding only adds entries.
+// 4. The block maxima and the selections again, on the refined rows: the exact top-k and the exact
+//    nb best blocks, the simple path's ids. The fast scores left in place cannot move either: each
+//    lies below t − 2β ≤ T − β, under the exact score of every entry the top-k keeps (T, the exact
+//    k-th, is at least t − β), and below its block's exact maximum or, for a block out for
+//    certain, below tb − 2β, under the exact maximum of every block kept.
+// refine_row (index_refine.h) is this rule on the CPU, checked there against select_topk.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/cuda/fast_kernels.h"
+#include "backends/cuda/index_exact.h"
+#include "backends/cuda/index_refine.h"
+#include "backends/cuda/mma.cuh"
+
+namespace dsv41::fast {
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+constexpr int kTile = 16;  // entries a warp scores at once (the MMA's rows)
+constexpr int kMaxHeads = 64, kMaxBlocks = 4;
+constexpr int64_t kTargetBlocks = 2048;  // a launch's blocks before a block takes a longer span
+constexpr int kWork = dk::IndexSelectChain::kWorkFloats;
+// A row's work floats: t, tb, β (bits), entries scored again (count), entries unknown (count), and
+// whether the row is scored exactly instead (1.0: too many unknown entries, see kFallbackShare).
+enum Work { kThreshold = 0, kBlockThreshold = 1, kBound = 2, kRescored = 3, kUnknown = 4, kFallback = 5 };
+// A row whose unknown entries exceed 1/kFallbackShare of it is scored by the integer kernel instead
+// of the band (its exact scores a warp per 32 entries, against a lane an entry in the band: keys
+// whose block scales span more than kIndexFusedSpan binades, docs/CUDA.md).
+constexpr int64_t kFallbackShare = 16;
+using Chain = dk::IndexSelectChain;
+
+__host__ __device__ inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A launch over (job, row, span of entries): where each job's blocks begin, and the span.
+struct Plan {
+  int first[Chain::kMax + 1];
+  int span;
+  float error[Chain::kMax];  // per job index_refine_error (index_refine.h), rounded up
+};
+
+// The job and (row, span) of block blk.
+struct Place {
+  int job;
+  int64_t row, span;
+};
+__device__ __forceinline__ Place place_of(const Chain& c, const Plan& plan, int blk) {
+  int j = 0;
+#pragma unroll
+  for (int i = 1; i < Chain::kMax; ++i)
+    if (i < c.n && blk >= plan.first[i]) j = i;
+  const int64_t spans = cdiv(c.jobs[j].score.G, plan.span), x = blk - plan.first[j];
+  return {j, x / spans, x % spans};
+}
+
+__host__ __device__ inline int64_t visible_of(const dk::IndexScoreK& k, int64_t r) {
+  const int64_t v = (k.start + r + 1) / k.ratio;
+  return v < k.G ? v : k.G;
+}
+
+// ---- 1. Fast scores -----------------------------------------------------------------------------
+
+struct ApproxShared {
+  uint2 bq[kMaxHeads / 8][kMaxBlocks][32];  // the shifted queries as B fragments [head tile][block][lane]
+  int8_t n[kMaxHeads][32 * kMaxBlocks];     // the queries as integers (q_c = n_c · 2^unit of its block)
+  int unit[kMaxHeads][kMaxBlocks];          // index_query_block's units (or its marks)
+  float4 head[kMaxHeads];                   // per head {c_h = 2^(least unit) · scale, w_h, |w_h|, 0}
+  float weights;                            // Σ_h |w_h|
+  float cmax;                               // max_h |c_h|
+  int unknown;                              // the row's queries are outside the fused form: every entry unknown
+  unsigned bound;                           // the block's largest finite bound (float bits, ≥ 0)
+};
+
+__device__ __forceinline__ uint32_t pack4(const int8_t* n, int shift) {
+  uint32_t w = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) w |= uint32_t(uint8_t(int8_t(n[i] * (1 << shift)))) << (8 * i);
+  return w;
+}
+
+// Row r's queries in the fused form (index_refine.h): per head, every nonzero block's integers
+// shifted to the head's least unit (|n| · 2^shift ≤ 120 while the units span ≤ kFusedSpan), as B
+// fragments (channel 8t + i is k = 4t + i of the MMA, 8t + 4 + i is k = 16 + 4t + i: the keys'
+// e2m1x8_to_s8 order); the row is unknown where a head spans wider or a block is off the MXFP4 grid.
+__device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh) {
+  const int nh = int(k.nh), nb = int(k.dh / 32);
+  if (threadIdx.x == 0) sh.unknown = 0, sh.bound = 0;
+  for (int x = threadIdx.x; x < nh * nb; x += kThreads) {
+    const int h = x / nb, b = x % nb;
+    sh.unit[h][b] = dk::index_query_block(k.q + (r * k.nh + h) * k.dh + b * 32, &sh.n[h][b * 32]);
+  }
+  __syncthreads();
+  for (int h = threadIdx.x; h < nh; h += kThreads) {
+    const int span = dk::index_query_span(sh.unit[h], nb);
+    int least = 1 << 20;
+    for (int b = 0; b < nb; ++b)
+      if (sh.unit[h][b] != dk::kIndexZeroBlock) least = min(least, sh.unit[h][b]);
+    const float w = k.hw[r * k.nh + h];
+    const float c = least > 200 ? 0.0f : ldexpf(k.scale, max(least, -300));  // no nonzero block: X = 0
+    if (span > dk::kIndexFusedSpan || (least <= 200 && !(fabsf(c) >= 0x1p-126f && isfinite(c)))) atomicOr(&sh.unknown, 1);
+    sh.head[h] = make_float4(c, w, fabsf(w), 0.0f);
+    for (int b = 0; b < nb; ++b)  // the block's shift in place of its unit
+      sh.unit[h][b] = sh.unit[h][b] == dk::kIndexZeroBlock || span > dk::kIndexFusedSpan ? 0 : sh.unit[h][b] - least;
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < nh * nb * 4; x += kThreads) {
+    const int h = x / (nb * 4), b = x / 4 % nb, t = x % 4;
+    const int8_t* n = &sh.n[h][b * 32 + 8 * t];
+    const int shift = sh.unit[h][b];
+    sh.bq[h / 8][b][(h % 8) * 4 + t] = make_uint2(pack4(n, shift), pack4(n + 4, shift));
+  }
+  if (threadIdx.x == 32) {
+    float w = 0.0f, c = 0.0f;
+    for (int h = 0; h < nh; ++h) w += fabsf(sh.head[h].y), c = fmaxf(c, fabsf(sh.head[h].x));
+    sh.weights = w;
+    sh.cmax = c;
+  }
+  __syncthreads();
+}
+
+// Where entry e's MXFP4 index record lies (KeyRows::row without its general cases, in 32-bit
+// entry arithmetic: G < 2^31): in pages or one array; `words` where every record is 4-byte aligned
+// (dh 128: 68-byte records) so that its words load as words.
+template <int NB>
+struct Records {
+  static constexpr int kBytes = NB * 17;  // dh/2 codes + dh/32 scales, dh = 32·NB
+  static constexpr bool kWords = kBytes % 4 == 0;
+  const uint8_t* rec;
+  uint8_t* const* pages;
+  int shift;
+  __device__ explicit Records(const dk::KeyRows& k) : rec(k.rec), pages(k.pages), shift(k.page_shift) {}
+  __device__ __forceinline__ const uint8_t* operator()(int e) const {
+    return pages ? pages[e >> shift] + (e & ((1 << shift) - 1)) * kBytes : rec + int64_t(e) * kBytes;
+  }
+  __device__ __forceinline__ static uint32_t word(const uint8_t* at) {
+    if constexpr (kWords) return *reinterpret_cast<const uint32_t*>(at);
+    return uint32_t(at[0]) | uint32_t(at[1]) << 8 | uint32_t(at[2]) << 16 | uint32_t(at[3]) << 24;
+  }
+};
+
+// The same for any dh (the band's exact scores: few, so the record's width is read at run time).
+struct AnyRecords {
+  const uint8_t* rec;
+  uint8_t* const* pages;
+  int shift, bytes, nb;
+  __device__ AnyRecords(const dk::KeyRows& k, int64_t dh)
+      : rec(k.rec), pages(k.pages), shift(k.page_shift), bytes(int(dh / 2 + dh / 32)), nb(int(dh / 32)) {}
+  __device__ const uint8_t* operator()(int e) const {
+    return pages ? pages[e >> shift] + (e & ((1 << shift) - 1)) * bytes : rec + int64_t(e) * bytes;
+  }
+  __device__ static uint32_t word(const uint8_t* at) {
+    return uint32_t(at[0]) | uint32_t(at[1]) << 8 | uint32_t(at[2]) << 16 | uint32_t(at[3]) << 24;
+  }
+};
+
+// The key records of a tile's rows g and g + 8 as lane (g, t) needs them: word t of each block
+// and the scale bytes (zeros past `end`).
+struct KeyPair {
+  uint32_t w[2][kMaxBlocks];
+  uint32_t scales[2];
+};
+
+template <int NB>
+__device__ __forceinline__ KeyPair fetch_pair(const Records<NB>& at, int e0, int end, int t) {
+  KeyPair p{};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int e = e0 + 8 * i;
+    if (e >= end) continue;
+    const uint8_t* rec = at(e);
+#pragma unroll
+    for (int b = 0; b < NB; ++b) p.w[i][b] = at.word(rec + b * 16 + t * 4);
+    if constexpr (Records<NB>::kWords && NB == 4) {
+      p.scales[i] = *reinterpret_cast<const uint32_t*>(rec + 64);  // dh 128: the four scale bytes at byte 64
+    } else {
+#pragma unroll
+      for (int b = 0; b < NB; ++b) p.scales[i] |= uint32_t(rec[NB * 16 + b]) << (8 * b);
+    }
+  }
+  return p;
+}
+
+// 2^(s − 128) for a scale byte s ≤ 252, exactly (2^-127 and 2^-128 are float subnormals).
+__device__ __forceinline__ float key_factor(uint32_t s) {
+  return s >= 2 ? __int_as_float(int(s - 1) << 23) : __int_as_float(0x00200000 << s);
+}
+
+// An int32 below 2^22 in magnitude as a float, exactly, on the integer and FMA pipes (I2F issues
+// at a quarter of their rate): 1.5·2^23 + s has s in its low mantissa bits.
+__device__ __forceinline__ float small_int_float(int s) { return __int_as_float(s + 0x4B400000) - 12582912.0f; }
+
+// Four int8 in a word, each shifted left by `shift` (0 … 3; the values stay within int8).
+__device__ __forceinline__ uint32_t shift_bytes(uint32_t w, int shift) {
+  return (w << shift) & ((0xFFu << shift & 0xFFu) * 0x01010101u);
+}
+
+// One warp's tile: entries e0 … e0 + 15 of row r (lane (g, t): e0 + g and e0 + g + 8), written to
+// the scores where e < end (fast score, NaN where unknown, −inf where the row does not see it).
+// Each key's nonzero blocks are shifted to its least scale (span ≤ kIndexFusedSpan), so one int32
+// per (entry, head) holds the exact dot over all channels (index_refine.h's fused form). Returns
+// the lane's largest finite bound.
+template <int NB>
+__device__ float score_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t end, int64_t visible,
+                            const KeyPair& keys, float error, const ApproxShared& sh, unsigned& unknowns) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int nh = int(k.nh);
+  uint32_t a[NB][4];
+  float kf[2];
+  bool unknown[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    uint32_t nonzero = 0;
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+      if (keys.w[i][b] & 0x77777777u) nonzero |= 1u << b;
+    nonzero |= __shfl_xor_sync(kFull, nonzero, 1);
+    nonzero |= __shfl_xor_sync(kFull, nonzero, 2);
+    uint32_t least = 255, most = 0;
+    bool wide = false;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      const uint32_t s = keys.scales[i] >> (8 * b) & 0xFFu;
+      wide = wide || s > 252;
+      if (nonzero >> b & 1u) least = min(least, s), most = max(most, s);
+    }
+    unknown[i] = sh.unknown != 0 || wide || (nonzero && most - least > uint32_t(dk::kIndexFusedSpan));
+    kf[i] = nonzero && !unknown[i] ? key_factor(least) : 1.0f;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      const int shift = (nonzero >> b & 1u) && !unknown[i] ? int((keys.scales[i] >> (8 * b) & 0xFFu) - least) : 0;
+      uint32_t lo, hi;
+      cuda::e2m1x8_to_s8(keys.w[i][b], lo, hi);
+      a[b][i] = shift_bytes(lo, shift);      // a0 (row g) / a1 (row g + 8): k 4t … 4t + 3
+      a[b][2 + i] = shift_bytes(hi, shift);  // a2 / a3: k 16 + 4t …
+    }
+  }
+  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
+  for (int nt = 0; nt < nh / 8; ++nt) {
+    int x[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      const uint2 bf = sh.bq[nt][b][lane];
+      cuda::mma_s8_16832(x, a[b][0], a[b][1], a[b][2], a[b][3], bf.x, bf.y);
+    }
+    // Elements (row g, head 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) of the tile: ReLU(X)·c_h
+    // is the simple body's ReLU term over 2^(least scale − 128) (a power of two, applied after the sum).
+    const float4 h0 = sh.head[nt * 8 + 2 * t], h1 = sh.head[nt * 8 + 2 * t + 1];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 hd = (i & 1) ? h1 : h0;
+      const float relu = fmaxf(small_int_float(x[i]), 0.0f) * hd.x;
+      total[i >> 1] = fmaf(relu, hd.y, total[i >> 1]);
+      magnitude[i >> 1] = fmaf(relu, hd.z, magnitude[i >> 1]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    total[i] += __shfl_xor_sync(kFull, total[i], 1);
+    total[i] += __shfl_xor_sync(kFull, total[i], 2);
+    magnitude[i] += __shfl_xor_sync(kFull, magnitude[i], 1);
+    magnitude[i] += __shfl_xor_sync(kFull, magnitude[i], 2);
+  }
+  // Lane t = 0 writes row g, t = 1 row g + 8. The bound (index_refine.h), rounded upward:
+  //   2^(least − 128)·Σ_h |w_h|·ReLU_h · error · (1 + 2^-10) + (20·(1 + Σ|w|) + 4H + 8)·2^-149
+  float largest = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int64_t e = e0 + g + 8 * i;
+    if (t != i || e >= end) continue;
+    float* out = k.scores + r * k.G + e;
+    if (e >= visible) {
+      *out = -INFINITY;
+      continue;
+    }
+    const float score = total[i] * kf[i];
+    // Near float's overflow the simple body's terms or partial sums may overflow where this sum,
+    // scaled after, does not (index_refine.h): unknown there.
+    const bool in_range = sh.cmax * kf[i] <= 0x1p105f && magnitude[i] * kf[i] < 0x1p126f;
+    const float body = __fmul_ru(__fmul_ru(__fmul_ru(magnitude[i], kf[i]), error), 1.0f + 0x1p-10f);
+    const float slack = __fmul_ru(__fmaf_ru(20.0f, 1.0f + sh.weights, 4.0f * float(nh) + 8.0f), 0x1p-149f);
+    const float bound = __fadd_ru(body, slack);
+    const bool known = !unknown[i] && in_range && isfinite(score) && isfinite(bound);
+    *out = known ? score : __int_as_float(0x7FC00000);
+    if (known) largest = bound;
+    unknowns += known ? 0u : 1u;
+  }
+  return largest;
+}
+
+// Entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …, the next tile's keys
+// fetched while the current one is scored.
+template <int NB>
+__global__ void __launch_bounds__(kThreads, 6) approx_kernel(const Chain c, const Plan plan) {
+  await_previous_kernel();
+  __shared__ ApproxShared sh;
+  const Place p = place_of(c, plan, int(blockIdx.x));
+  const dk::IndexScoreK& k = c.jobs[p.job].score;
+  const int64_t r = p.row, begin = p.span * plan.span, end = min(k.G, begin + plan.span);
+  const int64_t visible = visible_of(k, r);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t seen_end = min(end, visible);
+  if (begin >= seen_end) {  // nothing the row sees: −inf without work
+    for (int64_t e = begin + threadIdx.x; e < end; e += kThreads) k.scores[r * k.G + e] = -INFINITY;
+    return;
+  }
+  stage_row(k, r, sh);
+  if (sh.unknown) {  // no entry has a bound (a query head outside the fused form): all unknown, no MMAs
+    for (int64_t e = begin + threadIdx.x; e < end; e += kThreads)
+      k.scores[r * k.G + e] = e < visible ? __int_as_float(0x7FC00000) : -INFINITY;
+    if (threadIdx.x == 0)
+      atomicAdd(reinterpret_cast<unsigned*>(c.jobs[p.job].work + r * kWork + kUnknown), unsigned(seen_end - begin));
+    return;
+  }
+  const Records<NB> at(k.keys);
+  float largest = 0.0f;
+  unsigned unknowns = 0;
+  int e0 = int(begin) + warp * kTile;
+  KeyPair next = fetch_pair(at, e0 + g, int(seen_end), t);
+  for (; e0 < end; e0 += kWarps * kTile) {
+    const KeyPair cur = next;
+    next = fetch_pair(at, e0 + kWarps * kTile + g, int(seen_end), t);
+    largest = fmaxf(largest, score_tile<NB>(k, r, e0, end, visible, cur, plan.error[p.job], sh, unknowns));
+  }
+  const unsigned warp_largest = __reduce_max_sync(kFull, __float_as_uint(largest));
+  const unsigned warp_unknowns = __reduce_add_sync(kFull, unknowns);
+  if (lane == 0) atomicMax(&sh.bound, warp_largest);
+  if (lane == 0 && warp_unknowns > 0)
+    atomicAdd(reinterpret_cast<unsigned*>(c.jobs[p.job].work + r * kWork + kUnknown), warp_unknowns);
+  __syncthreads();
+  if (threadIdx.x == 0 && sh.bound > 0)
+    atomicMax(reinterpret_cast<unsigned*>(c.jobs[p.job].work + r * kWork + kBound), sh.bound);
+}
+
+// ---- 2. Thresholds ------------------------------------------------------------------------------
+
+// The work floats of every row to 0 (β accumulates by atomicMax from 0).
+__global__ void reset_kernel(const Chain c) {
+  await_previous_kernel();
+  int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  for (int j = 0; j < c.n; ++j) {
+    const int64_t n = c.jobs[j].rows * kWork;
+    if (i < n) {
+      c.jobs[j].work[i] = 0.0f;
+      return;
+    }
+    i -= n;
+  }
+}
+
+// A warp per (job, row): t = the smallest fast score of the fast top-k (−inf where it keeps fewer
+// than k), tb likewise over the fast block maxima of the selected blocks.
+__global__ void threshold_kernel(const Chain c) {
+  await_previous_kernel();
+  int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  int j = 0;
+  for (; j < c.n && row >= c.jobs[j].rows; ++j) row -= c.jobs[j].rows;
+  if (j >= c.n) return;
+  const Chain::Job& J = c.jobs[j];
+  float t = INFINITY, tb = INFINITY;
+  for (int i = lane; i < c.k; i += 32) {
+    const int32_t id = J.topk[row * c.k + i];
+    t = fminf(t, id < 0 ? -INFINITY : J.score.scores[row * J.score.G + id]);
+  }
+  for (int i = lane; J.blocks > 0 && i < J.nb; i += 32) {
+    const int32_t id = J.candidates[row * J.nb + i];
+    tb = fminf(tb, id < 0 ? -INFINITY : J.bmax[row * J.blocks + id]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    t = fminf(t, __shfl_xor_sync(kFull, t, o));
+    tb = fminf(tb, __shfl_xor_sync(kFull, tb, o));
+  }
+  if (lane == 0) {
+    float* work = J.work + row * kWork;
+    work[kThreshold] = t;
+    work[kBlockThreshold] = J.blocks > 0 ? tb : INFINITY;
+    const unsigned unknown = __float_as_uint(work[kUnknown]);
+    work[kFallback] = c.exact_rows && int64_t(unknown) * kFallbackShare > J.score.G ? 1.0f : 0.0f;
+  }
+}
+
+// ---- 3. The band --------------------------------------------------------------------------------
+
+// The row's queries as integers and units (index_exact.h), staged once a block for the entries it
+// scores again.
+struct BandShared {
+  int8_t n[kMaxHeads][32 * kMaxBlocks];
+  int unit[kMaxHeads][kMaxBlocks];  // units, 0 for an all-zero block (its sums are 0)
+  int span[kMaxHeads];              // index_query_span: past kIndexExactSpan, not exact
+  float hw[kMaxHeads];
+};
+
+__device__ void stage_band(const dk::IndexScoreK& k, int64_t r, BandShared& sh) {
+  const int nh = int(k.nh), nb = int(k.dh / 32);
+  for (int x = threadIdx.x; x < nh * nb; x += kThreads) {
+    const int h = x / nb, b = x % nb;
+    sh.unit[h][b] = dk::index_query_block(k.q + (r * k.nh + h) * k.dh + b * 32, &sh.n[h][b * 32]);
+  }
+  __syncthreads();
+  for (int h = threadIdx.x; h < nh; h += kThreads) {
+    sh.span[h] = dk::index_query_span(sh.unit[h], nb);
+    for (int b = 0; b < nb; ++b)
+      if (sh.unit[h][b] == dk::kIndexZeroBlock || sh.unit[h][b] == dk::kIndexNotExact) sh.unit[h][b] = 0;
+    sh.hw[h] = k.hw[r * k.nh + h];
+  }
+  __syncthreads();
+}
+
+// Entry g of row r scored as IndexScoreK scores it, by the integer kernel's rule (index_exact.h):
+// each block's products summed as int32, the blocks combined in double where the exponents' span
+// makes that the simple chain's exact value, else the simple chain itself; float, ReLU, scale, the
+// head sum in head order: the simple body's bits. Lane j < 4·nb decodes code word j of the record;
+// lanes then take a head each (and h + 32). All lanes call it.
+__device__ float exact_score(const dk::IndexScoreK& k, const AnyRecords& at, int64_t r, int g, const BandShared& sh) {
+  const int lane = threadIdx.x & 31, nh = int(k.nh), nb = at.nb;
+  const uint8_t* rec = at(g);
+  uint32_t lo = 0, hi = 0;
+  bool nz = false;
+  if (lane < 4 * nb) {
+    const uint32_t w = at.word(rec + lane * 4);
+    cuda::e2m1x8_to_s8(w, lo, hi);
+    nz = (w & 0x77777777u) != 0;
+  }
+  const unsigned words = __ballot_sync(kFull, nz);
+  uint8_t scales[kMaxBlocks] = {0, 0, 0, 0};
+  uint32_t nonzero = 0;
+#pragma unroll
+  for (int b = 0; b < kMaxBlocks; ++b)
+    if (b < nb) {
+      scales[b] = rec[nb * 16 + b];
+      if (words >> (4 * b) & 0xFu) nonzero |= 1u << b;
+    }
+  const int kspan = dk::index_key_span(scales, nonzero, nb);
+  uint32_t klo[kMaxBlocks][4], khi[kMaxBlocks][4];
+#pragma unroll
+  for (int b = 0; b < kMaxBlocks; ++b)
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      klo[b][w] = __shfl_sync(kFull, lo, (b * 4 + w) & 31);
+      khi[b][w] = __shfl_sync(kFull, hi, (b * 4 + w) & 31);
+    }
+  float mine[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int h = lane + 32 * j;
+    if (h >= nh) continue;
+    double acc;
+    if (sh.span[h] + kspan <= dk::kIndexExactSpan) {
+      int sums[kMaxBlocks] = {0, 0, 0, 0};
+#pragma unroll
+      for (int b = 0; b < kMaxBlocks; ++b) {
+        if (b >= nb) break;
+        const int* q = reinterpret_cast<const int*>(&sh.n[h][b * 32]);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          sums[b] = __dp4a(q[2 * w], int(klo[b][w]), sums[b]);
+          sums[b] = __dp4a(q[2 * w + 1], int(khi[b][w]), sums[b]);
+        }
+      }
+      acc = dk::index_exact_dot(sums, sh.unit[h], scales, nb);
+    } else {
+      acc = k.head_dot(r, g, h);
+    }
+    mine[j] = fmaxf(float(acc), 0.0f) * k.scale;
+  }
+  float total = 0.0f;
+  for (int h = 0; h < nh; ++h) {
+    const float relu = __shfl_sync(kFull, h < 32 ? mine[0] : mine[1], h & 31);
+    total += relu * sh.hw[h];
+  }
+  return total;
+}
+
+// The same score by one lane alone (its heads one after another, so the head sum is in head order
+// as it goes): where many of a warp's 32 entries need their exact scores (keys or queries the fused
+// form cannot take), a lane an entry costs one entry's time, not one per entry. Lanes without an
+// entry pass g < 0.
+__device__ float lane_exact_score(const dk::IndexScoreK& k, const AnyRecords& at, int64_t r, int g,
+                                  const BandShared& sh) {
+  if (g < 0) return 0.0f;
+  const int nh = int(k.nh), nb = at.nb;
+  const uint8_t* rec = at(g);
+  uint32_t lo[kMaxBlocks][4], hi[kMaxBlocks][4];
+  uint8_t scales[kMaxBlocks] = {0, 0, 0, 0};
+  uint32_t nonzero = 0;
+#pragma unroll
+  for (int b = 0; b < kMaxBlocks; ++b) {
+    if (b >= nb) break;
+    scales[b] = rec[nb * 16 + b];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t word = at.word(rec + b * 16 + w * 4);
+      cuda::e2m1x8_to_s8(word, lo[b][w], hi[b][w]);
+      if (word & 0x77777777u) nonzero |= 1u << b;
+    }
+  }
+  const int kspan = dk::index_key_span(scales, nonzero, nb);
+  float total = 0.0f;
+  for (int h = 0; h < nh; ++h) {
+    double acc;
+    if (sh.span[h] + kspan <= dk::kIndexExactSpan) {
+      int sums[kMaxBlocks] = {0, 0, 0, 0};
+#pragma unroll
+      for (int b = 0; b < kMaxBlocks; ++b) {
+        if (b >= nb) break;
+        const int* q = reinterpret_cast<const int*>(&sh.n[h][b * 32]);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          sums[b] = __dp4a(q[2 * w], int(lo[b][w]), sums[b]);
+          sums[b] = __dp4a(q[2 * w + 1], int(hi[b][w]), sums[b]);
+        }
+      }
+      acc = dk::index_exact_dot(sums, sh.unit[h], scales, nb);
+    } else {
+      acc = k.head_dot(r, g, h);
+    }
+    const float relu = fmaxf(float(acc), 0.0f) * k.scale;
+    total += relu * sh.hw[h];
+  }
+  return total;
+}
+
+// A warp's entries needing exact scores: a warp each while few, a lane each from kLanesFrom on.
+constexpr int kLanesFrom = 6;
+
+// Entries [x·span, (x + 1)·span) of row r, 32 at a time a warp (a warp's entries start at a
+// multiple of 32, so with bs dividing 32 its blocks lie whole in it).
+__global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Plan plan) {
+  await_previous_kernel();
+  __shared__ BandShared sh;
+  const Place p = place_of(c, plan, int(blockIdx.x));
+  const Chain::Job& J = c.jobs[p.job];
+  const dk::IndexScoreK& k = J.score;
+  const int64_t r = p.row, begin = p.span * plan.span, end = min(k.G, begin + plan.span);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float* work = J.work + r * kWork;
+  if (work[kFallback] != 0.0f) return;       // the integer kernel scored the row exactly
+  const float beta2 = 2.0f * work[kBound];  // exact (a power-of-two product) or +inf
+  const float cut = __fsub_rd(work[kThreshold], beta2);
+  const float block_cut = __fsub_rd(work[kBlockThreshold], beta2);
+  stage_band(k, r, sh);
+  const AnyRecords at(k.keys, k.dh);
+  float* row = k.scores + r * k.G;
+  unsigned rescored = 0;
+  for (int base = int(begin) + warp * 32; base < end; base += kWarps * 32) {
+    const int e = base + lane;
+    const float a = e < end ? row[e] : -INFINITY;
+    const bool unknown = isnan(a), seen = unknown || a > -INFINITY;
+    bool need = seen && (unknown || a >= cut);
+    if (J.blocks > 0) {
+      const unsigned unknowns = __ballot_sync(kFull, unknown);
+      const unsigned mine = (J.bs == 32 ? kFull : (1u << J.bs) - 1u) << ((lane / J.bs) * J.bs);
+      const float top = e < end ? J.bmax[r * J.blocks + e / J.bs] : -INFINITY;
+      const bool block_in = (unknowns & mine) != 0 || !(top < block_cut);
+      need = need || (seen && block_in && (unknown || a >= __fsub_rd(top, beta2)));
+    }
+    unsigned todo = __ballot_sync(kFull, need);
+    rescored += __popc(todo);
+    if (__popc(todo) >= kLanesFrom) {
+      const float s = lane_exact_score(k, at, r, need ? e : -1, sh);
+      if (need) row[e] = s;
+      continue;
+    }
+    while (todo) {
+      const int i = __ffs(todo) - 1;
+      todo &= todo - 1;
+      const float s = exact_score(k, at, r, base + i, sh);
+      if (lane == 0) row[base + i] = s;
+    }
+  }
+  if (lane == 0 && rescored > 0) atomicAdd(reinterpret_cast<unsigned*>(J.work + r * kWork + kRescored), rescored);
+}
+
+// ---- 4. The block maxima (and the selections: fast_topk.cu) -------------------------------------
+
+__global__ void block_max_kernel(const dk::Batched<dk::BlockMaxK> b, int64_t n) {
+  await_previous_kernel();
+  for (int64_t id = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; id < n; id += int64_t{gridDim.x} * blockDim.x)
+    b(id);
+}
+
+void block_maxima(const Chain& c, Stream s) {
+  dk::Batched<dk::BlockMaxK> b;
+  int64_t n = 0;
+  for (int j = 0; j < c.n; ++j) {
+    const Chain::Job& J = c.jobs[j];
+    if (J.blocks == 0) continue;
+    b.count[b.n] = J.rows * J.blocks;
+    b.body[b.n++] = {J.score.scores, J.score.G, J.blocks, J.score.start, J.bs, J.score.ratio, J.bmax};
+    n += J.rows * J.blocks;
+  }
+  if (n > 0) launch_kernel(&block_max_kernel, unsigned(std::min<int64_t>(cdiv(n, 256), 4096)), 256, 0, s, b, n);
+}
+
+void selections(const Chain& c, Stream s) {
+  dk::TopkBatch unit;
+  c.for_each_selection([&](const dk::TopkBatch::Job& t) {
+    if (unit.n == dk::TopkBatch::kMax) {
+      launch_chain(unit, s);
+      unit = dk::TopkBatch{};
+    }
+    unit.jobs[unit.n++] = t;
+  });
+  if (unit.n > 0) launch_chain(unit, s);
+}
+
+// index_refine_error (index_refine.h) for H heads, as a float not below it.
+float error_factor(int64_t H) {
+  return std::nextafter(float(dk::index_refine_error(H)), std::numeric_limits<float>::infinity());
+}
+
+bool plan_spans(const Chain& c, int64_t target, int64_t unit, int64_t most, Plan& plan) {
+  int64_t total = 0;
+  for (int j = 0; j < c.n; ++j) total += c.jobs[j].rows * c.jobs[j].score.G;
+  plan.span = int(std::clamp<int64_t>(cdiv(cdiv(total, target), unit) * unit, unit, most));
+  int64_t blocks = 0;
+  for (int j = 0; j < c.n; ++j) {
+    plan.first[j] = int(blocks);
+    plan.error[j] = error_factor(c.jobs[j].score.nh);
+    blocks += c.jobs[j].rows * cdiv(c.jobs[j].score.G, plan.span);
+    if (blocks > 0x7fffffff) return false;
+  }
+  plan.first[c.n] = int(blocks);
+  return blocks > 0;
+}
+
+bool topk_takes(int64_t rows, int64_t size, int width) {
+  const int64_t chunks = cdiv(size, dk::TopkBatch::kChunk);
+  return rows > 0 && size > 0 && width >= 1 && width <= 2048 && chunks * width <= (int64_t{1} << 30);
+}
+
+}  // namespace
+
+bool index_refine_fits(const dk::IndexSelectChain& c, int64_t min_scores) {
+  if (c.n < 1 || c.n > Chain::kMax || c.k < 1) return false;
+  int64_t scores = 0;
+  for (int j = 0; j < c.n; ++j) {
+    const Chain::Job& J = c.jobs[j];
+    const dk::IndexScoreK& k = J.score;
+    const bool records = (k.keys.rec || k.keys.pages) && !k.keys.f && k.keys.kind == RowKind::kIndex;
+    if (!records || k.keys.D != k.dh || k.kept || k.G < 1 || k.G >= (int64_t{1} << 31) || k.nh < 8 ||
+        k.nh % 8 != 0 || k.nh > kMaxHeads || k.dh < 32 || k.dh % 32 != 0 || k.dh > 32 * kMaxBlocks ||
+        k.ratio < 1 || J.rows < 1 || !J.work || !topk_takes(J.rows, k.G, c.k))
+      return false;
+    if (J.blocks > 0 && (32 % std::max(J.bs, 1) != 0 || J.bs < 1 || J.blocks != cdiv(k.G, J.bs) ||
+                         !topk_takes(J.rows, J.blocks, J.nb)))
+      return false;
+    scores += J.rows * k.G;
+    if (k.dh != c.jobs[0].score.dh) return false;  // one approx kernel (by blocks a record) for all
+  }
+  return scores >= min_scores;
+}
+
+bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
+  if (!index_refine_fits(c, min_scores)) return false;
+  Plan approx{}, band{};
+  if (!plan_spans(c, kTargetBlocks, kWarps * kTile, 16384, approx) || !plan_spans(c, kTargetBlocks, kWarps * 32, 32768, band))
+    return false;
+  int64_t rows = 0;
+  for (int j = 0; j < c.n; ++j) rows += c.jobs[j].rows;
+  launch_kernel(&reset_kernel, unsigned(cdiv(rows * kWork, 256)), 256, 0, s, c);
+  const unsigned blocks = unsigned(approx.first[c.n]);
+  switch (c.jobs[0].score.dh / 32) {  // every job's (index_refine_fits)
+    case 1: launch_kernel(&approx_kernel<1>, blocks, kThreads, 0, s, c, approx); break;
+    case 2: launch_kernel(&approx_kernel<2>, blocks, kThreads, 0, s, c, approx); break;
+    case 3: launch_kernel(&approx_kernel<3>, blocks, kThreads, 0, s, c, approx); break;
+    default: launch_kernel(&approx_kernel<4>, blocks, kThreads, 0, s, c, approx); break;
+  }
+  block_maxima(c, s);
+  selections(c, s);
+  // Rows with too many unknown entries: every score exact on integer tensor cores (the other rows'
+  // blocks leave at once), where that kernel takes the jobs.
+  dk::Batched<dk::IndexScoreK> exact;
+  RowGate gate;
+  gate.stride = kWork;
+  for (int j = 0; j < c.n; ++j) {
+    exact.count[exact.n] = c.jobs[j].rows * c.jobs[j].score.G;
+    exact.body[exact.n++] = c.jobs[j].score;
+    gate.at[j] = c.jobs[j].work + kFallback;
+  }
+  bool fits = true;
+  for (int j = 0; j < exact.n; ++j) fits = fits && index_int_fits(exact.count[j], exact.body[j]);
+  Chain gated = c;
+  gated.exact_rows = fits;
+  launch_kernel(&threshold_kernel, unsigned(cdiv(rows, kWarps)), kThreads, 0, s, gated);
+  if (fits) launch_index_int(exact, s, 0, gate);
+  launch_kernel(&band_kernel, unsigned(band.first[c.n]), kThreads, 0, s, c, band);
+  block_maxima(c, s);
+  selections(c, s);
+  return true;
+}
+
+}  // namespace dsv41::fast

@@ -1,0 +1,209 @@
+// The indexer's selections by filter and refine (index_refine.cu) against the exact scores'
+// selections (dk::IndexSelectChain's simple path: the integer kernel's scores, the block maxima,
+// the radix top-k — each the simple bodies' bits, their own tests say so): the same top-k ids and
+// candidate blocks on every row, on rows long enough that the band is a small part of them, on rows
+// that tie at the k-th score (every key repeated), on inputs the bound cannot cover (key blocks with
+// a NaN or near-overflow scale, spans too wide, a query head off the MXFP4 grid, all-zero blocks),
+// prefill rows at the causal edge, paged records, 8 and 64 heads, dh 32 / 64 / 128 and several jobs
+// in one chain. Where a row keeps fewer than k fast scores every entry it sees is scored again, so
+// there the refined scores must be the exact ones bit for bit. Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_exec.cuh"
+#include "backends/cuda/cuda_test_util.cuh"
+#include "backends/cuda/device_kernels_check.h"
+
+namespace dsv41 {
+namespace {
+
+namespace kc = kernel_checks;
+using Chain = dk::IndexSelectChain;
+
+struct RefineCase {
+  int64_t T, G, nh, dh, start;
+  int ratio, k;
+  int bs, nb;      // candidate blocks (nb 0: not a candidate source)
+  int repeat;      // every key repeated this often (exact ties), 1: none
+  bool hard, paged;
+  float spread;    // the keys' scale
+};
+
+std::string name_of(const RefineCase& c) {
+  return "T" + std::to_string(c.T) + " G" + std::to_string(c.G) + " " + std::to_string(c.nh) + "x" +
+         std::to_string(c.dh) + " k" + std::to_string(c.k) + (c.nb ? " nb" + std::to_string(c.nb) : "") +
+         (c.repeat > 1 ? " ties" : "") + (c.hard ? " hard" : "") + (c.paged ? " paged" : "");
+}
+
+// One job's device inputs and outputs.
+struct RefineJob {
+  Chain::Job job{};
+  RefineJob(kc::Dev<CudaExec>& dev, std::mt19937& rng, const RefineCase& c) {
+    auto q = kc::cached(RowKind::kIndex, kc::randn(rng, c.T * c.nh * c.dh), c.dh);
+    const int64_t distinct = (c.G + c.repeat - 1) / c.repeat;
+    const auto base = kc::randn(rng, distinct * c.dh, c.spread);
+    std::vector<float> keys(size_t(c.G * c.dh));
+    for (int64_t g = 0; g < c.G; ++g)
+      for (int64_t i = 0; i < c.dh; ++i) keys[size_t(g * c.dh + i)] = base[size_t((g % distinct) * c.dh + i)];
+    if (c.hard) {
+      const int64_t blocks = c.dh / 32;
+      for (int64_t g = 0; g < c.G; g += 37) {
+        float* row = keys.data() + g * c.dh;
+        const int64_t b = (g / 37) % blocks;
+        switch ((g / 37) % 5) {
+          case 1: row[b * 32 + 5] = NAN; break;                                         // scale byte 0xFF
+          case 2: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1.5e38f / 6.0f; break;  // byte 253
+          case 3: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1e12f; break;           // a 40-bit span
+          case 4: for (int i = 0; i < 32; ++i) row[b * 32 + i] = 0.0f; break;             // a zero block
+          default: break;
+        }
+      }
+      for (int64_t r = 0; r < c.T; ++r) {
+        float* qh = q.data() + (r * c.nh + (r % c.nh)) * c.dh;
+        if (r % 3 == 1) qh[3] = 0.3f;                                // not an MXFP4 value: the row unknown
+        if (r % 3 == 2) for (int i = 0; i < 32; ++i) qh[i] = 0.0f;  // a zero block
+      }
+    }
+    const std::vector<uint8_t> rec = kc::pack_rows(RowKind::kIndex, keys, c.dh);
+    dk::KeyRows rows = dk::KeyRows::records(dev.up(rec), RowKind::kIndex, c.dh);
+    if (c.paged) {  // pages of 8 records, page p at slot pages − 1 − p
+      const int shift = 3;
+      const int64_t per = int64_t(1) << shift, bytes = dk::record_bytes(RowKind::kIndex, c.dh);
+      const int64_t pages = (c.G + per - 1) / per;
+      std::vector<uint8_t> memory(size_t(pages * per * bytes), 0);
+      for (int64_t p = 0; p < pages; ++p)
+        for (int64_t i = 0; i < per * bytes && p * per * bytes + i < int64_t(rec.size()); ++i)
+          memory[size_t((pages - 1 - p) * per * bytes + i)] = rec[size_t(p * per * bytes + i)];
+      uint8_t* mem = dev.up(memory);
+      std::vector<uint8_t*> table(static_cast<size_t>(pages));
+      for (int64_t p = 0; p < pages; ++p) table[size_t(p)] = mem + (pages - 1 - p) * per * bytes;
+      rows = dk::KeyRows::paged(dev.up(table), shift, RowKind::kIndex, c.dh);
+    }
+    job.score = dk::IndexScoreK{dev.up(q), dev.up(kc::randn(rng, c.T * c.nh)), rows, c.G, c.nh, c.dh, c.start,
+                                c.ratio, float(1.0 / std::sqrt(double(c.dh))), nullptr, 0, 0,
+                                dev.template zeros<float>(c.T * c.G)};
+    job.rows = c.T;
+    job.topk = dev.template zeros<int32_t>(c.T * c.k);
+    job.topk_scratch = dev.template zeros<uint8_t>(dk::TopkBatch::scratch_bytes(c.T, c.G, c.k));
+    job.work = dev.template zeros<float>(c.T * Chain::kWorkFloats);
+    if (c.nb > 0) {
+      job.bs = c.bs;
+      job.nb = c.nb;
+      job.blocks = (c.G + c.bs - 1) / c.bs;
+      job.bmax = dev.template zeros<float>(c.T * job.blocks);
+      job.candidates = dev.template zeros<int32_t>(c.T * c.nb);
+      job.cand_scratch = dev.template zeros<uint8_t>(dk::TopkBatch::scratch_bytes(c.T, job.blocks, c.nb));
+    }
+  }
+};
+
+struct Outputs {
+  std::vector<std::vector<int32_t>> topk, candidates;
+  std::vector<std::vector<float>> scores, work;
+};
+
+Outputs run(CudaExec& ex, kc::Dev<CudaExec>& dev, const Chain& chain) {
+  ex.run_chain(chain);
+  ex.sync();
+  Outputs o;
+  for (int j = 0; j < chain.n; ++j) {
+    const Chain::Job& J = chain.jobs[j];
+    o.topk.push_back(dev.down(J.topk, J.rows * chain.k));
+    o.candidates.push_back(J.blocks > 0 ? dev.down(J.candidates, J.rows * J.nb) : std::vector<int32_t>{});
+    o.scores.push_back(dev.down(J.score.scores, J.rows * J.score.G));
+    o.work.push_back(dev.down(J.work, J.rows * Chain::kWorkFloats));
+  }
+  return o;
+}
+
+// Runs the chain exactly (refine off) and by filter and refine; the selections must be equal.
+// *rescored: the entries scored again over all rows.
+void check_chain(CudaExec& ex, kc::Dev<CudaExec>& dev, std::mt19937& rng, const std::vector<RefineCase>& cases,
+                 int64_t* rescored) {
+  std::vector<RefineJob> jobs;
+  Chain chain;
+  std::string what;
+  for (const RefineCase& c : cases) {
+    jobs.emplace_back(dev, rng, c);
+    chain.k = c.k;
+    chain.jobs[chain.n++] = jobs.back().job;
+    what += (what.empty() ? "" : " + ") + name_of(c);
+  }
+  ex.set_index_refine(false);
+  const Outputs want = run(ex, dev, chain);
+  const int64_t before = ex.counts().index_refine;
+  ex.set_index_refine(true, 1);
+  const Outputs got = run(ex, dev, chain);
+  EXPECT_EQ(ex.counts().index_refine, before + 1) << what << ": filter and refine did not run";
+  *rescored = 0;
+  for (int j = 0; j < chain.n; ++j) {
+    const RefineCase& c = cases[size_t(j)];
+    for (int64_t r = 0; r < c.T; ++r) {
+      const std::string at = what + ", job " + std::to_string(j) + " row " + std::to_string(r);
+      for (int i = 0; i < c.k; ++i)
+        ASSERT_EQ(got.topk[size_t(j)][size_t(r * c.k + i)], want.topk[size_t(j)][size_t(r * c.k + i)])
+            << at << ": top-k slot " << i;
+      for (int i = 0; i < c.nb; ++i)
+        ASSERT_EQ(got.candidates[size_t(j)][size_t(r * c.nb + i)], want.candidates[size_t(j)][size_t(r * c.nb + i)])
+            << at << ": candidate slot " << i;
+      uint32_t n = 0;
+      std::memcpy(&n, &got.work[size_t(j)][size_t(r * Chain::kWorkFloats + 3)], 4);
+      *rescored += n;
+      if (got.work[size_t(j)][size_t(r * Chain::kWorkFloats + 5)] != 0.0f) std::printf("  %s: exact row\n", at.c_str());
+      const bool short_row = got.topk[size_t(j)][size_t(r * c.k + c.k - 1)] < 0;  // fewer than k: all scored again
+      if (!short_row) continue;
+      for (int64_t g = 0; g < c.G; ++g) {
+        const float w = want.scores[size_t(j)][size_t(r * c.G + g)], s = got.scores[size_t(j)][size_t(r * c.G + g)];
+        if (std::isnan(w)) {
+          ASSERT_TRUE(std::isnan(s)) << at << " entry " << g;
+          continue;
+        }
+        ASSERT_EQ(kc::bits_of_floats({s})[0], kc::bits_of_floats({w})[0]) << at << " entry " << g << ": " << s << " vs " << w;
+      }
+    }
+  }
+}
+
+TEST(IndexRefineCuda, SelectionsEqualTheExactScores) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(131);
+  //                   T  G       nh  dh   start  ratio k    bs nb  rep hard   paged  spread
+  const RefineCase decode{1, 20000, 32, 128, 19999, 1, 512, 8, 64, 1, false, false, 2.0f};  // mini-flash widths
+  int64_t rescored = 0;
+  check_chain(ex, dev, rng, {decode}, &rescored);
+  if (::testing::Test::HasFatalFailure()) return;
+  std::printf("filter and refine: %lld of %lld entries scored again (top 512 and 64 blocks of 8)\n",
+              static_cast<long long>(rescored), static_cast<long long>(decode.G));
+  EXPECT_LT(rescored, decode.G / 4) << "the band is most of the row: the bound is far looser than it should be";
+  const std::vector<std::vector<RefineCase>> chains = {
+      {{1, 9000, 32, 128, 17999, 2, 512, 0, 0, 1, false, true, 2.0f}},                      // ratio 2, paged
+      {{1, 6000, 32, 128, 5999, 1, 512, 8, 64, 6, false, false, 2.0f}},                    // ties at the k-th
+      {{3, 5000, 32, 128, 4998, 1, 512, 8, 64, 1, true, false, 2.0f}},                     // the hard inputs
+      {{6, 4100, 64, 128, 4094, 1, 300, 4, 40, 1, false, true, 7.0f}},                     // prefill at the edge
+      {{2, 700, 8, 64, 699, 1, 512, 0, 0, 1, false, false, 2.0f}},                         // fewer than k: all again
+      {{2, 3000, 16, 32, 2999, 1, 128, 32, 16, 1, true, false, 2.0f}},                     // dh 32 (17-byte records)
+      {{3, 3000, 8, 64, 2999, 1, 128, 8, 16, 1, true, true, 2.0f}},   // 8 heads: no integer kernel, a lane an entry
+      {{1, 5000, 32, 128, 4999, 1, 512, 8, 64, 1, false, false, 2.0f},                     // three jobs in one chain
+       {2, 3000, 32, 128, 2999, 1, 512, 0, 0, 3, false, true, 2.0f},
+       {1, 400, 32, 128, 399, 1, 512, 8, 64, 1, false, false, 2.0f}},
+      {{2, 8000, 32, 96, 5000, 1, 256, 2, 100, 1, false, false, 0.5f}},                    // entries past what the rows see
+  };
+  for (const auto& c : chains) {
+    check_chain(ex, dev, rng, c, &rescored);
+    std::printf("  %s: %lld scored again\n", c[0].hard ? "hard" : "case", static_cast<long long>(rescored));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  ASSERT_TRUE(ex.status().ok()) << ex.status().to_string();
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -72,7 +72,8 @@ bool launch_index_f64(const dk::Batched<dk::IndexScoreK>& b, Stream s = {});
 // path's ids. False, launching nothing, where index_refine_fits declines: keys that are not MXFP4
 // index records, heads not a multiple of 8 (≤ 64), dh not a multiple of 32 (≤ 128), a pool, a block
 // size not dividing 32, jobs of different dh, or fewer than min_scores scores (rows × entries) in
-// all (fewer are cheaper exactly: CudaExec::kIndexRefineMinScores).
+// all, twice that for a chain with a candidate source (fewer are cheaper exactly:
+// CudaExec::kIndexRefineMinScores).
 bool index_refine_fits(const dk::IndexSelectChain& c, int64_t min_scores);
 bool launch_chain(const dk::IndexSelectChain& c, Stream s = {}, int64_t min_scores = 0);
 // The tiled GEMM (fast_gemm.cu) for `rows` rows: false where its 16-byte units do not fit the

@@ -14,7 +14,8 @@
 // 2. The selections of the fast scores (the backend's own top-k kernels): t, the k-th largest fast
 //    score of the row, and tb, the nb-th largest fast block maximum (threshold_kernel). A row with
 //    more than 1/kFallbackShare unknown entries is scored exactly by the integer kernel instead (its
-//    blocks check the row's flag: the others leave at once).
+//    blocks check the row's flag: the others leave at once); a sample of the row's keys taken before
+//    the fast scores (precheck_kernel) flags most such rows early, and the fast scorer skips them.
 // 3. band_kernel: an entry with a fast score below t − 2β is out for certain (its exact score is
 //    below t − β, and k entries score at least t − β); a block whose fast maximum is below tb − 2β
 //    (and that holds no unknown entry) is out for certain the same way, and in a block that is not,
@@ -328,6 +329,7 @@ __global__ void __launch_bounds__(kThreads, 6) approx_kernel(const Chain c, cons
   const int64_t visible = visible_of(k, r);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t seen_end = min(end, visible);
+  if (c.jobs[p.job].work[r * kWork + kFallback] != 0.0f) return;  // the integer kernel scores the row
   if (begin >= seen_end) {  // nothing the row sees: −inf without work
     for (int64_t e = begin + threadIdx.x; e < end; e += kThreads) k.scores[r * k.G + e] = -INFINITY;
     return;
@@ -358,6 +360,41 @@ __global__ void __launch_bounds__(kThreads, 6) approx_kernel(const Chain c, cons
   __syncthreads();
   if (threadIdx.x == 0 && sh.bound > 0)
     atomicMax(reinterpret_cast<unsigned*>(c.jobs[p.job].work + r * kWork + kBound), sh.bound);
+}
+
+// A warp per (job, row), before the fast scores: kSamples keys spread over what the row sees,
+// counted outside the fused form (a scale byte past 252, nonzero blocks more than kIndexFusedSpan
+// binades apart). Where more than 1/kFallbackShare of them are, the row is flagged for the integer
+// kernel at once and the fast scorer skips it (rows past the sample are still caught by the count).
+constexpr int kSamples = 256;
+__global__ void precheck_kernel(const Chain c) {
+  await_previous_kernel();
+  int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  int j = 0;
+  for (; j < c.n && row >= c.jobs[j].rows; ++j) row -= c.jobs[j].rows;
+  if (j >= c.n) return;
+  const dk::IndexScoreK& k = c.jobs[j].score;
+  const AnyRecords at(k.keys, k.dh);
+  const int64_t visible = visible_of(k, row);
+  if (visible < 1) return;
+  const int samples = visible < kSamples ? int(visible) : kSamples;
+  unsigned wide = 0;
+  for (int i = lane; i < samples; i += 32) {
+    const uint8_t* rec = at(int(int64_t(i) * visible / samples));
+    int least = 255, most = 0;
+    bool out = false;
+    for (int b = 0; b < at.nb; ++b) {
+      const int scale = rec[at.nb * 16 + b];
+      bool nonzero = false;
+      for (int w = 0; w < 4; ++w) nonzero = nonzero || (at.word(rec + b * 16 + w * 4) & 0x77777777u);
+      out = out || scale > 252;
+      if (nonzero) least = min(least, scale), most = max(most, scale);
+    }
+    wide += out || most - least > dk::kIndexFusedSpan ? 1u : 0u;
+  }
+  wide = __reduce_add_sync(kFull, wide);
+  if (lane == 0 && int64_t(wide) * kFallbackShare > samples) c.jobs[j].work[row * kWork + kFallback] = 1.0f;
 }
 
 // ---- 2. Thresholds ------------------------------------------------------------------------------
@@ -405,7 +442,7 @@ __global__ void threshold_kernel(const Chain c) {
     work[kThreshold] = t;
     work[kBlockThreshold] = J.blocks > 0 ? tb : INFINITY;
     const unsigned unknown = __float_as_uint(work[kUnknown]);
-    work[kFallback] = c.exact_rows && int64_t(unknown) * kFallbackShare > J.score.G ? 1.0f : 0.0f;
+    if (c.exact_rows && int64_t(unknown) * kFallbackShare > J.score.G) work[kFallback] = 1.0f;  // (or the pre-check's)
   }
 }
 
@@ -693,18 +730,9 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
     return false;
   int64_t rows = 0;
   for (int j = 0; j < c.n; ++j) rows += c.jobs[j].rows;
-  launch_kernel(&reset_kernel, unsigned(cdiv(rows * kWork, 256)), 256, 0, s, c);
-  const unsigned blocks = unsigned(approx.first[c.n]);
-  switch (c.jobs[0].score.dh / 32) {  // every job's (index_refine_fits)
-    case 1: launch_kernel(&approx_kernel<1>, blocks, kThreads, 0, s, c, approx); break;
-    case 2: launch_kernel(&approx_kernel<2>, blocks, kThreads, 0, s, c, approx); break;
-    case 3: launch_kernel(&approx_kernel<3>, blocks, kThreads, 0, s, c, approx); break;
-    default: launch_kernel(&approx_kernel<4>, blocks, kThreads, 0, s, c, approx); break;
-  }
-  block_maxima(c, s);
-  selections(c, s);
-  // Rows with too many unknown entries: every score exact on integer tensor cores (the other rows'
-  // blocks leave at once), where that kernel takes the jobs.
+  // Rows the fast form cannot take are scored exactly on integer tensor cores (the other rows'
+  // blocks leave at once), where that kernel takes the jobs: flagged by a sample of their keys
+  // before the fast scores, or by the count of unknown entries after them.
   dk::Batched<dk::IndexScoreK> exact;
   RowGate gate;
   gate.stride = kWork;
@@ -717,6 +745,17 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   for (int j = 0; j < exact.n; ++j) fits = fits && index_int_fits(exact.count[j], exact.body[j]);
   Chain gated = c;
   gated.exact_rows = fits;
+  launch_kernel(&reset_kernel, unsigned(cdiv(rows * kWork, 256)), 256, 0, s, c);
+  if (fits) launch_kernel(&precheck_kernel, unsigned(cdiv(rows, kWarps)), kThreads, 0, s, c);
+  const unsigned blocks = unsigned(approx.first[c.n]);
+  switch (c.jobs[0].score.dh / 32) {  // every job's (index_refine_fits)
+    case 1: launch_kernel(&approx_kernel<1>, blocks, kThreads, 0, s, c, approx); break;
+    case 2: launch_kernel(&approx_kernel<2>, blocks, kThreads, 0, s, c, approx); break;
+    case 3: launch_kernel(&approx_kernel<3>, blocks, kThreads, 0, s, c, approx); break;
+    default: launch_kernel(&approx_kernel<4>, blocks, kThreads, 0, s, c, approx); break;
+  }
+  block_maxima(c, s);
+  selections(c, s);
   launch_kernel(&threshold_kernel, unsigned(cdiv(rows, kWarps)), kThreads, 0, s, gated);
   if (fits) launch_index_int(exact, s, 0, gate);
   launch_kernel(&band_kernel, unsigned(band.first[c.n]), kThreads, 0, s, c, band);

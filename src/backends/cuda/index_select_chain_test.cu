@@ -34,6 +34,7 @@ struct RefineCase {
   int repeat;      // every key repeated this often (exact ties), 1: none
   bool hard, paged;
   float spread;    // the keys' scale
+  int block_span = 0;  // key blocks scaled by 2^(0 … block_span): past 3, outside the fused form
 };
 
 std::string name_of(const RefineCase& c) {
@@ -48,7 +49,12 @@ struct RefineJob {
   RefineJob(kc::Dev<CudaExec>& dev, std::mt19937& rng, const RefineCase& c) {
     auto q = kc::cached(RowKind::kIndex, kc::randn(rng, c.T * c.nh * c.dh), c.dh);
     const int64_t distinct = (c.G + c.repeat - 1) / c.repeat;
-    const auto base = kc::randn(rng, distinct * c.dh, c.spread);
+    auto base = kc::randn(rng, distinct * c.dh, c.spread);
+    std::uniform_int_distribution<int> binades(0, c.block_span);
+    for (int64_t b = 0; c.block_span > 0 && b < distinct * c.dh / 32; ++b) {
+      const float f = std::ldexp(1.0f, binades(rng));
+      for (int i = 0; i < 32; ++i) base[size_t(b * 32 + i)] *= f;
+    }
     std::vector<float> keys(size_t(c.G * c.dh));
     for (int64_t g = 0; g < c.G; ++g)
       for (int64_t i = 0; i < c.dh; ++i) keys[size_t(g * c.dh + i)] = base[size_t((g % distinct) * c.dh + i)];
@@ -192,6 +198,9 @@ TEST(IndexRefineCuda, SelectionsEqualTheExactScores) {
       {{2, 700, 8, 64, 699, 1, 512, 0, 0, 1, false, false, 2.0f}},                         // fewer than k: all again
       {{2, 3000, 16, 32, 2999, 1, 128, 32, 16, 1, true, false, 2.0f}},                     // dh 32 (17-byte records)
       {{3, 3000, 8, 64, 2999, 1, 128, 8, 16, 1, true, true, 2.0f}},   // 8 heads: no integer kernel, a lane an entry
+      {{2, 6000, 32, 128, 5999, 1, 512, 8, 64, 1, false, false, 2.0f, 7},  // key blocks 7 binades apart: the
+       {1, 6000, 32, 128, 5999, 1, 512, 8, 64, 1, false, true, 2.0f, 0}},  // pre-check's rows beside a plain one
+      {{2, 5000, 16, 64, 4999, 1, 256, 0, 0, 1, false, false, 2.0f, 7}},   // the same, 2-block records
       {{1, 5000, 32, 128, 4999, 1, 512, 8, 64, 1, false, false, 2.0f},                     // three jobs in one chain
        {2, 3000, 32, 128, 2999, 1, 512, 0, 0, 3, false, true, 2.0f},
        {1, 400, 32, 128, 399, 1, 512, 8, 64, 1, false, false, 2.0f}},

@@ -492,6 +492,40 @@ inline std::vector<uint8_t> pack_rows(RowKind kind, const std::vector<float>& x,
   return out;
 }
 
+// Records [G] of `kind` (rec, packed) on the device in pages of 2^shift records, page p stored at
+// slot pages − 1 − p (a reader that ignores the page table reads the wrong rows), as KeyRows::paged.
+template <class Exec>
+dk::KeyRows paged_records(Dev<Exec>& dev, const std::vector<uint8_t>& rec, RowKind kind, int64_t D, int64_t G,
+                          int shift) {
+  const int64_t per = int64_t(1) << shift, bytes = dk::record_bytes(kind, D);
+  const int64_t pages = (G + per - 1) / per;
+  std::vector<uint8_t> memory(size_t(pages * per * bytes), 0);
+  for (int64_t p = 0; p < pages; ++p)
+    for (int64_t i = 0; i < per * bytes && p * per * bytes + i < int64_t(rec.size()); ++i)
+      memory[size_t((pages - 1 - p) * per * bytes + i)] = rec[size_t(p * per * bytes + i)];
+  uint8_t* base = dev.up(memory);
+  std::vector<uint8_t*> table(static_cast<size_t>(pages));
+  for (int64_t p = 0; p < pages; ++p) table[size_t(p)] = base + (pages - 1 - p) * per * bytes;
+  return dk::KeyRows::paged(dev.up(table), shift, kind, D);
+}
+
+// Keys [G, dh] made hard for an MXFP4 indexer every 37th row, in turn: a NaN value (scale byte 0xFF),
+// a block near float's overflow (byte 253), a block 2^40 above the rest, an all-zero block (the
+// block of each in turn).
+inline void harden_index_keys(std::vector<float>& keys, int64_t G, int64_t dh) {
+  for (int64_t g = 0; g < G; g += 37) {
+    float* row = keys.data() + g * dh;
+    const int64_t b = (g / 37) % (dh / 32);
+    switch ((g / 37) % 5) {
+      case 1: row[b * 32 + 5] = NAN; break;
+      case 2: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1.5e38f / 6.0f; break;
+      case 3: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1e12f; break;
+      case 4: for (int i = 0; i < 32; ++i) row[b * 32 + i] = 0.0f; break;
+      default: break;
+    }
+  }
+}
+
 // Rows [n, width] made what the cache holds of them: row_fake_quant of `kind` per row.
 inline std::vector<float> cached(RowKind kind, std::vector<float> x, int64_t width) {
   for (size_t r = 0; r < x.size() / size_t(width); ++r) row_fake_quant(kind, x.data() + r * width, size_t(width));

@@ -173,19 +173,7 @@ struct IntIndexInputs {
       for (int j = 0; j < nb - 3 * int(r % 3); ++j) kept[r * nb + j] = int32_t((r * 7 + j * 13) % (c.G / bs + 1));
     const std::vector<uint8_t> rec = kc::pack_rows(RowKind::kIndex, keys, c.dh);
     dk::KeyRows rows = dk::KeyRows::records(dev.up(rec), RowKind::kIndex, c.dh);
-    if (c.paged) {
-      const int shift = 3;
-      const int64_t per = int64_t(1) << shift, bytes = dk::record_bytes(RowKind::kIndex, c.dh);
-      const int64_t pages = (c.G + per - 1) / per;
-      std::vector<uint8_t> memory(size_t(pages * per * bytes), 0);
-      for (int64_t p = 0; p < pages; ++p)  // page p at slot pages − 1 − p
-        for (int64_t i = 0; i < per * bytes && p * per * bytes + i < int64_t(rec.size()); ++i)
-          memory[size_t((pages - 1 - p) * per * bytes + i)] = rec[size_t(p * per * bytes + i)];
-      uint8_t* base = dev.up(memory);
-      std::vector<uint8_t*> table(static_cast<size_t>(pages));
-      for (int64_t p = 0; p < pages; ++p) table[size_t(p)] = base + (pages - 1 - p) * per * bytes;
-      rows = dk::KeyRows::paged(dev.up(table), shift, RowKind::kIndex, c.dh);
-    }
+    if (c.paged) rows = kc::paged_records(dev, rec, RowKind::kIndex, c.dh, c.G, 3);  // pages of 8, last first
     k = dk::IndexScoreK{dev.up(q), dev.up(kc::randn(rng, c.T * c.nh)), rows, c.G, c.nh, c.dh, c.start, c.ratio,
                         float(1.0 / std::sqrt(double(c.dh))), c.pool ? dev.up(kept) : nullptr, nb, bs,
                         dev.template zeros<float>(c.T * c.G)};

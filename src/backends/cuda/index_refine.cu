@@ -362,6 +362,14 @@ __global__ void __launch_bounds__(kThreads, 6) approx_kernel(const Chain c, cons
     atomicMax(reinterpret_cast<unsigned*>(c.jobs[p.job].work + r * kWork + kBound), sh.bound);
 }
 
+// The (job j, row) of this warp in a launch of a warp per row of the chain's jobs, in order; false
+// past the last.
+__device__ __forceinline__ bool warp_row(const Chain& c, int& j, int64_t& row) {
+  row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  for (j = 0; j < c.n && row >= c.jobs[j].rows; ++j) row -= c.jobs[j].rows;
+  return j < c.n;
+}
+
 // A warp per (job, row), before the fast scores: kSamples keys spread over what the row sees,
 // counted outside the fused form (a scale byte past 252, nonzero blocks more than kIndexFusedSpan
 // binades apart). Where more than 1/kFallbackShare of them are, the row is flagged for the integer
@@ -369,11 +377,10 @@ __global__ void __launch_bounds__(kThreads, 6) approx_kernel(const Chain c, cons
 constexpr int kSamples = 256;
 __global__ void precheck_kernel(const Chain c) {
   await_previous_kernel();
-  int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
   int j = 0;
-  for (; j < c.n && row >= c.jobs[j].rows; ++j) row -= c.jobs[j].rows;
-  if (j >= c.n) return;
+  int64_t row = 0;
+  if (!warp_row(c, j, row)) return;
+  const int lane = threadIdx.x & 31;
   const dk::IndexScoreK& k = c.jobs[j].score;
   const AnyRecords at(k.keys, k.dh);
   const int64_t visible = visible_of(k, row);
@@ -417,11 +424,10 @@ __global__ void reset_kernel(const Chain c) {
 // than k), tb likewise over the fast block maxima of the selected blocks.
 __global__ void threshold_kernel(const Chain c) {
   await_previous_kernel();
-  int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
   int j = 0;
-  for (; j < c.n && row >= c.jobs[j].rows; ++j) row -= c.jobs[j].rows;
-  if (j >= c.n) return;
+  int64_t row = 0;
+  if (!warp_row(c, j, row)) return;
+  const int lane = threadIdx.x & 31;
   const Chain::Job& J = c.jobs[j];
   float t = INFINITY, tb = INFINITY;
   for (int i = lane; i < c.k; i += 32) {
@@ -473,6 +479,28 @@ __device__ void stage_band(const dk::IndexScoreK& k, int64_t r, BandShared& sh) 
   __syncthreads();
 }
 
+// q_h · I_g of row r as IndexScoreK's double, by the integer kernel's rule (index_exact.h): each
+// block's products summed as int32 (the key's int8 words lo / hi: channels 8w … 8w + 3 / + 4 … + 7
+// of block b), the blocks combined in double where the exponents' span makes that the simple
+// chain's exact value, else the simple chain itself.
+__device__ double head_exact(const dk::IndexScoreK& k, int64_t r, int g, int h, const uint32_t (&lo)[kMaxBlocks][4],
+                             const uint32_t (&hi)[kMaxBlocks][4], const uint8_t* scales, int kspan, int nb,
+                             const BandShared& sh) {
+  if (sh.span[h] + kspan > dk::kIndexExactSpan) return k.head_dot(r, g, h);
+  int sums[kMaxBlocks] = {0, 0, 0, 0};
+#pragma unroll
+  for (int b = 0; b < kMaxBlocks; ++b) {
+    if (b >= nb) break;
+    const int* q = reinterpret_cast<const int*>(&sh.n[h][b * 32]);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      sums[b] = __dp4a(q[2 * w], int(lo[b][w]), sums[b]);
+      sums[b] = __dp4a(q[2 * w + 1], int(hi[b][w]), sums[b]);
+    }
+  }
+  return dk::index_exact_dot(sums, sh.unit[h], scales, nb);
+}
+
 // Entry g of row r scored as IndexScoreK scores it, by the integer kernel's rule (index_exact.h):
 // each block's products summed as int32, the blocks combined in double where the exponents' span
 // makes that the simple chain's exact value, else the simple chain itself; float, ReLU, scale, the
@@ -511,24 +539,7 @@ __device__ float exact_score(const dk::IndexScoreK& k, const AnyRecords& at, int
   for (int j = 0; j < 2; ++j) {
     const int h = lane + 32 * j;
     if (h >= nh) continue;
-    double acc;
-    if (sh.span[h] + kspan <= dk::kIndexExactSpan) {
-      int sums[kMaxBlocks] = {0, 0, 0, 0};
-#pragma unroll
-      for (int b = 0; b < kMaxBlocks; ++b) {
-        if (b >= nb) break;
-        const int* q = reinterpret_cast<const int*>(&sh.n[h][b * 32]);
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          sums[b] = __dp4a(q[2 * w], int(klo[b][w]), sums[b]);
-          sums[b] = __dp4a(q[2 * w + 1], int(khi[b][w]), sums[b]);
-        }
-      }
-      acc = dk::index_exact_dot(sums, sh.unit[h], scales, nb);
-    } else {
-      acc = k.head_dot(r, g, h);
-    }
-    mine[j] = fmaxf(float(acc), 0.0f) * k.scale;
+    mine[j] = fmaxf(float(head_exact(k, r, g, h, klo, khi, scales, kspan, nb, sh)), 0.0f) * k.scale;
   }
   float total = 0.0f;
   for (int h = 0; h < nh; ++h) {
@@ -564,24 +575,7 @@ __device__ float lane_exact_score(const dk::IndexScoreK& k, const AnyRecords& at
   const int kspan = dk::index_key_span(scales, nonzero, nb);
   float total = 0.0f;
   for (int h = 0; h < nh; ++h) {
-    double acc;
-    if (sh.span[h] + kspan <= dk::kIndexExactSpan) {
-      int sums[kMaxBlocks] = {0, 0, 0, 0};
-#pragma unroll
-      for (int b = 0; b < kMaxBlocks; ++b) {
-        if (b >= nb) break;
-        const int* q = reinterpret_cast<const int*>(&sh.n[h][b * 32]);
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          sums[b] = __dp4a(q[2 * w], int(lo[b][w]), sums[b]);
-          sums[b] = __dp4a(q[2 * w + 1], int(hi[b][w]), sums[b]);
-        }
-      }
-      acc = dk::index_exact_dot(sums, sh.unit[h], scales, nb);
-    } else {
-      acc = k.head_dot(r, g, h);
-    }
-    const float relu = fmaxf(float(acc), 0.0f) * k.scale;
+    const float relu = fmaxf(float(head_exact(k, r, g, h, lo, hi, scales, kspan, nb, sh)), 0.0f) * k.scale;
     total += relu * sh.hw[h];
   }
   return total;

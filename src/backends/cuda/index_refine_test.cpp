@@ -46,17 +46,7 @@ Rows make_rows(std::mt19937& rng, int64_t rows, int64_t G, int nh, int dh, int s
   std::vector<float> keys = scaled(G, 1.0f);
   if (repeat > 0)
     for (int64_t g = repeat; g < G; ++g) std::copy_n(keys.begin() + (g % repeat) * dh, dh, keys.begin() + g * dh);
-  for (int64_t g = 0; hard && g < G; g += 37) {  // keys the fused form cannot take, or huge ones
-    float* row = keys.data() + g * dh;
-    const int64_t b = (g / 37) % (dh / 32);
-    switch ((g / 37) % 5) {
-      case 1: row[b * 32 + 5] = NAN; break;                                         // scale byte 0xFF
-      case 2: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1.5e38f / 6.0f; break;  // byte 253
-      case 3: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1e12f; break;           // a 40-bit span
-      case 4: for (int i = 0; i < 32; ++i) row[b * 32 + i] = 0.0f; break;             // a zero block
-      default: break;
-    }
-  }
+  if (hard) kc::harden_index_keys(keys, G, dh);  // keys the fused form cannot take, or huge ones
   out.records = kc::pack_rows(RowKind::kIndex, keys, dh);
   out.hw = kc::randn(rng, rows * nh, 0.5f);
   return out;

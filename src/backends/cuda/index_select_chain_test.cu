@@ -59,18 +59,7 @@ struct RefineJob {
     for (int64_t g = 0; g < c.G; ++g)
       for (int64_t i = 0; i < c.dh; ++i) keys[size_t(g * c.dh + i)] = base[size_t((g % distinct) * c.dh + i)];
     if (c.hard) {
-      const int64_t blocks = c.dh / 32;
-      for (int64_t g = 0; g < c.G; g += 37) {
-        float* row = keys.data() + g * c.dh;
-        const int64_t b = (g / 37) % blocks;
-        switch ((g / 37) % 5) {
-          case 1: row[b * 32 + 5] = NAN; break;                                         // scale byte 0xFF
-          case 2: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1.5e38f / 6.0f; break;  // byte 253
-          case 3: for (int i = 0; i < 32; ++i) row[b * 32 + i] *= 1e12f; break;           // a 40-bit span
-          case 4: for (int i = 0; i < 32; ++i) row[b * 32 + i] = 0.0f; break;             // a zero block
-          default: break;
-        }
-      }
+      kc::harden_index_keys(keys, c.G, c.dh);
       for (int64_t r = 0; r < c.T; ++r) {
         float* qh = q.data() + (r * c.nh + (r % c.nh)) * c.dh;
         if (r % 3 == 1) qh[3] = 0.3f;                                // not an MXFP4 value: the row unknown
@@ -79,19 +68,7 @@ struct RefineJob {
     }
     const std::vector<uint8_t> rec = kc::pack_rows(RowKind::kIndex, keys, c.dh);
     dk::KeyRows rows = dk::KeyRows::records(dev.up(rec), RowKind::kIndex, c.dh);
-    if (c.paged) {  // pages of 8 records, page p at slot pages − 1 − p
-      const int shift = 3;
-      const int64_t per = int64_t(1) << shift, bytes = dk::record_bytes(RowKind::kIndex, c.dh);
-      const int64_t pages = (c.G + per - 1) / per;
-      std::vector<uint8_t> memory(size_t(pages * per * bytes), 0);
-      for (int64_t p = 0; p < pages; ++p)
-        for (int64_t i = 0; i < per * bytes && p * per * bytes + i < int64_t(rec.size()); ++i)
-          memory[size_t((pages - 1 - p) * per * bytes + i)] = rec[size_t(p * per * bytes + i)];
-      uint8_t* mem = dev.up(memory);
-      std::vector<uint8_t*> table(static_cast<size_t>(pages));
-      for (int64_t p = 0; p < pages; ++p) table[size_t(p)] = mem + (pages - 1 - p) * per * bytes;
-      rows = dk::KeyRows::paged(dev.up(table), shift, RowKind::kIndex, c.dh);
-    }
+    if (c.paged) rows = kc::paged_records(dev, rec, RowKind::kIndex, c.dh, c.G, 3);  // pages of 8, last first
     job.score = dk::IndexScoreK{dev.up(q), dev.up(kc::randn(rng, c.T * c.nh)), rows, c.G, c.nh, c.dh, c.start,
                                 c.ratio, float(1.0 / std::sqrt(double(c.dh))), nullptr, 0, 0,
                                 dev.template zeros<float>(c.T * c.G)};

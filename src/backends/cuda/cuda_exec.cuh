@@ -168,7 +168,7 @@ class CudaExec {
   // The indexer's selections by filter and refine where a chain holds at least min_scores scores
   // (rows × entries; index_refine.cu, the same ids), or (off) every score exact first: the "before"
   // of benchmarks. Measured on an H100 (docs/CUDA.md "Filter and refine on the GPU"): the decode step
-  // at batch 64 / 1M 23 % faster (16 rows × 512K–1M entries a chain), but at batch 1 / 1M and batch
+  // at batch 64 / 1M 22 % faster (16 rows × 512K–1M entries a chain), but at batch 1 / 1M and batch
   // 64 / 128K (≤ 2M scores a chain) slower — the extra launches and the second selection cost more
   // than the scores save. Tests pass 1 to refine every chain.
   void set_index_refine(bool on, int64_t min_scores = kIndexRefineMinScores) {

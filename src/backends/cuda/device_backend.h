@@ -516,6 +516,7 @@ class DeviceBackend : public Backend {
   void flush_gemms(Launches<dk::GemmK>& gemms, int64_t rows);
   std::vector<SegmentAttention> index_jobs_;
   std::vector<dk::TopkBatch::Job> topk_jobs_;  // index_batch's selections of one call
+  std::vector<dk::IndexSelectChain> index_chains_;  // index_batch's jobs without a pool (kept: no allocation a step)
   AttendPrep attend_prepare(int layer, int segment, int64_t first_row, int kv_layer);
   // The attention, inverse RoPE and window-row stores of prepared segments of `layer`.
   void attend_run(int layer, std::span<AttendPrep> preps);

@@ -1147,7 +1147,8 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
   };
   // Jobs without a pool: their scores and both selections as IndexSelectChain units, which a fast
   // executor runs by filter and refine (the same ids).
-  std::vector<dk::IndexSelectChain> chains;
+  std::vector<dk::IndexSelectChain>& chains = index_chains_;
+  chains.clear();
   const float scale = static_cast<float>(std::pow(double(dh), -0.5));
   int64_t at_s = 0, at_b = 0, at_w = 0;
   for (const Job& j : js) {

@@ -248,24 +248,37 @@ struct IndexSelectChain {
       f(TopkBatch::Job{J.score.scores, J.rows, J.score.G, k, J.topk, J.topk_scratch});
     }
   }
-  template <class Exec>
-  void run_simple(Exec& ex) const {
-    Batched<IndexScoreK> score;
-    Batched<BlockMaxK> bmax;
-    int64_t scores = 0, maxima = 0;
+  // Every job's exact scores as one batch (*count: the scores in all).
+  Batched<IndexScoreK> scores(int64_t* count) const {
+    Batched<IndexScoreK> b;
+    *count = 0;
+    for (int j = 0; j < n; ++j) {
+      b.count[b.n] = jobs[j].rows * jobs[j].score.G;
+      b.body[b.n++] = jobs[j].score;
+      *count += b.count[b.n - 1];
+    }
+    return b;
+  }
+  // The candidate sources' block maxima as one batch (*count: the maxima in all).
+  Batched<BlockMaxK> block_maxima(int64_t* count) const {
+    Batched<BlockMaxK> b;
+    *count = 0;
     for (int j = 0; j < n; ++j) {
       const Job& J = jobs[j];
-      score.count[score.n] = J.rows * J.score.G;
-      score.body[score.n++] = J.score;
-      scores += J.rows * J.score.G;
-      if (J.blocks > 0) {
-        bmax.count[bmax.n] = J.rows * J.blocks;
-        bmax.body[bmax.n++] = BlockMaxK{J.score.scores, J.score.G, J.blocks, J.score.start, J.bs, J.score.ratio, J.bmax};
-        maxima += J.rows * J.blocks;
-      }
+      if (J.blocks == 0) continue;
+      b.count[b.n] = J.rows * J.blocks;
+      b.body[b.n++] = BlockMaxK{J.score.scores, J.score.G, J.blocks, J.score.start, J.bs, J.score.ratio, J.bmax};
+      *count += J.rows * J.blocks;
     }
-    if (scores > 0) ex.for_each(scores, score);
-    if (maxima > 0) ex.for_each(maxima, bmax);
+    return b;
+  }
+  template <class Exec>
+  void run_simple(Exec& ex) const {
+    int64_t count = 0;
+    const Batched<IndexScoreK> score = scores(&count);
+    if (count > 0) ex.for_each(count, score);
+    const Batched<BlockMaxK> bmax = block_maxima(&count);
+    if (count > 0) ex.for_each(count, bmax);
     TopkBatch unit;
     for_each_selection([&](const TopkBatch::Job& t) {
       if (unit.n == TopkBatch::kMax) {

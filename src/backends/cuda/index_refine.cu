@@ -641,15 +641,8 @@ __global__ void block_max_kernel(const dk::Batched<dk::BlockMaxK> b, int64_t n) 
 }
 
 void block_maxima(const Chain& c, Stream s) {
-  dk::Batched<dk::BlockMaxK> b;
   int64_t n = 0;
-  for (int j = 0; j < c.n; ++j) {
-    const Chain::Job& J = c.jobs[j];
-    if (J.blocks == 0) continue;
-    b.count[b.n] = J.rows * J.blocks;
-    b.body[b.n++] = {J.score.scores, J.score.G, J.blocks, J.score.start, J.bs, J.score.ratio, J.bmax};
-    n += J.rows * J.blocks;
-  }
+  const dk::Batched<dk::BlockMaxK> b = c.block_maxima(&n);
   if (n > 0) launch_kernel(&block_max_kernel, unsigned(std::min<int64_t>(cdiv(n, 256), 4096)), 256, 0, s, b, n);
 }
 
@@ -727,14 +720,11 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   // Rows the fast form cannot take are scored exactly on integer tensor cores (the other rows'
   // blocks leave at once), where that kernel takes the jobs: flagged by a sample of their keys
   // before the fast scores, or by the count of unknown entries after them.
-  dk::Batched<dk::IndexScoreK> exact;
+  [[maybe_unused]] int64_t total = 0;
+  const dk::Batched<dk::IndexScoreK> exact = c.scores(&total);
   RowGate gate;
   gate.stride = kWork;
-  for (int j = 0; j < c.n; ++j) {
-    exact.count[exact.n] = c.jobs[j].rows * c.jobs[j].score.G;
-    exact.body[exact.n++] = c.jobs[j].score;
-    gate.at[j] = c.jobs[j].work + kFallback;
-  }
+  for (int j = 0; j < c.n; ++j) gate.at[j] = c.jobs[j].work + kFallback;
   bool fits = true;
   for (int j = 0; j < exact.n; ++j) fits = fits && index_int_fits(exact.count[j], exact.body[j]);
   Chain gated = c;

@@ -125,6 +125,11 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   if (o.down_expand_rows) set_down_expand_rows(o.backend, *backend, *o.down_expand_rows);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(backend), model.engram_tables(), eo));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, Scheduler::create(*engine, so));
+  if (o.profile) {
+    DSV41_ASSIGN_OR_RETURN(ShapeProfile profile, sched->profile_shapes(parallel));
+    std::fprintf(stderr, "batch %d, --dspark %s: %zu step shapes profiled in %.1f ms\n", parallel, mode_text.c_str(),
+                 profile.points.size(), profile.wall_ms);
+  }
   if (o.warm) {  // untimed: the same requests once, their results dropped
     std::vector<int64_t> first;
     for (const GenerationRequest& r : reqs) first.push_back(sched->submit(r));
@@ -283,6 +288,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   out["requests"] = reqs->size();
   out["queue"] = o.queue > 0;
   out["warm"] = o.warm;
+  out["profile"] = o.profile;
   std::printf("| batch | --dspark | median tok/s | vs off | tokens per verify step | accepted per drafting step | "
               "per-slot acceptance | drafting steps | drafter ms / drafting step | forward ms: plain / drafting step |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");

@@ -38,6 +38,10 @@ struct DsparkBenchOptions {
   // a server that has run for a while has them; stats and traces are the timed pass's. False:
   // every run starts cold (a fresh backend and scheduler), what a closed batch measures by default.
   bool warm = false;
+  // Every run's scheduler profiles its step shapes before the timed pass, as a server does at
+  // start-up (Scheduler::profile_shapes: every mode, off included, so every mode starts with its
+  // shapes warm); false: the scheduler learns them while timed (before session 39).
+  bool profile = true;
   int auto_warmup = -1;       // SchedulerOptions::dspark_auto_warmup (−1: by the backend)
   // Session 16's auto rules, off by default (SchedulerOptions::dspark_auto_*; measured no faster):
   // plan "uniform" (one cap a batch) or "greedy" (slots by confidence); the first-touch charge;

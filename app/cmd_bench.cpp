@@ -159,6 +159,9 @@ int bench_main(int argc, char** argv) {
                  "with --dspark: write the confidence maps the last drafting run fitted to FILE (a calibration file)");
   cli.add_option("--dspark-trace", dso.trace,
                  "with --dspark: write every decoding step of every run to FILE (JSON lines: batch, mode, rows, ms, ...)");
+  cli.add_option("--dspark-profile", dso.profile,
+                 "with --dspark: each run's scheduler profiles its step shapes before it is timed, as a server does "
+                 "at start-up (true, the default) or learns them while timed (false)");
   cli.add_option("--dspark-auto-warmup", dso.auto_warmup,
                  "with --dspark: auto's uncounted first drafting steps per batch bucket (-1: 1 on the device "
                  "backend, 0 on the CPU)")

@@ -57,6 +57,10 @@ int serve_main(int argc, char** argv) {
   cli.add_option("--parallel", parallel, "sequences generated at once (continuous batching)")->check(in_range(1, 1024));
   std::string dspark_text = "off";
   cli.add_option("--dspark", dspark_text, "DSpark speculative decoding: auto, off or a draft length 1..block (needs the model's mtp.* drafter)");
+  bool dspark_profile = true;
+  cli.add_option("--dspark-profile", dspark_profile,
+                 "with --dspark auto: profile the step shapes at start-up (batch sizes 1 … min(--parallel, 8)) instead of "
+                 "learning them while serving (one engine; default true)");
   cli.add_option("--ctx", ctx, "context per request: prompt + max_tokens")->check(in_range<int64_t>(1, kMaxTokens));
   cli.add_option("--depth", depth_name, "prefill depth: full, exact or bounded (docs/REPLAY.md)");
   cli.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per engine step")->check(in_range<int64_t>(1, kMaxTokens));
@@ -213,6 +217,7 @@ int serve_main(int argc, char** argv) {
     engine = std::move(*e);
   }
   lo.max_queue = max_queue;
+  lo.profile_shapes = dspark_profile && dspark->on && dspark->mode.kind == DsparkMode::Kind::kAuto;
   // The prefix-cache tiers: the SSD store (null when it cannot be opened: logged, served cold)
   // and a DRAM pool of window snapshots.
   ServeTurnTiers tiers;

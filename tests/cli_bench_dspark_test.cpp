@@ -108,6 +108,11 @@ TEST(CliBenchDspark, AWarmRunReportsItsTimedPassOnly) {
   ASSERT_TRUE(warm.is_object());
   EXPECT_FALSE(cold["warm"].get<bool>());
   EXPECT_TRUE(warm["warm"].get<bool>());
+  EXPECT_TRUE(cold["profile"].get<bool>()) << "each run's shapes profiled before it is timed, by default";
+  const nlohmann::json unprofiled = run_json(" --dspark-batches 2 --dspark-modes off,3 --dspark-profile false");
+  ASSERT_TRUE(unprofiled.is_object());
+  EXPECT_FALSE(unprofiled["profile"].get<bool>());
+  EXPECT_EQ(unprofiled["runs"][1]["drafting_steps"], cold["runs"][1]["drafting_steps"]) << "the same greedy steps";
   ASSERT_EQ(warm["runs"].size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(warm["runs"][i]["tokens"].get<int64_t>(), 48) << warm["runs"][i];

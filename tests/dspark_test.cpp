@@ -403,6 +403,54 @@ TEST(DsparkDecode, StepTraceAccountsForEveryToken) {
   EXPECT_TRUE(run(reqs, 4, kOff).stats.step_trace.empty()) << "off by default";
 }
 
+// The start-up profile (Scheduler::profile_shapes) runs every shape its mode runs at batch sizes
+// 1, 2, 4, … parallel — plain steps, verify steps of up to K + 1 rows (auto: block + 1) after the
+// drafter —, leaves no sequence behind and changes no token: greedy decoding after it equals plain
+// decoding, at batch 1 and 4, for off, K = 3 and auto. It is refused once requests are queued.
+TEST(DsparkDecode, AStartUpProfileChangesNoTokenAndLeavesNothingBehind) {
+  const auto reqs = requests(6, false);
+  const Decoded plain = run(reqs, 4, kOff);
+  for (int parallel : {1, 4}) {
+    for (DsparkMode mode : {kOff, DsparkMode{DsparkMode::Kind::kFixed, 3}, DsparkMode{DsparkMode::Kind::kAuto, 0}}) {
+      SCOPED_TRACE("parallel " + std::to_string(parallel) + ", mode " + std::to_string(int(mode.kind)));
+      auto e = dspark_engine();
+      SchedulerOptions o;
+      o.parallel = parallel;
+      o.prefill_chunk = 16;
+      o.max_prefill_tokens = 32;
+      o.max_context = 256;
+      o.eos_token_id = 1;
+      o.dspark = mode;
+      auto s = Scheduler::create(*e, o);
+      ASSERT_TRUE(s.ok());
+      auto profile = (*s)->profile_shapes();
+      ASSERT_TRUE(profile.ok()) << profile.status().to_string();
+      const int rows = mode.kind == DsparkMode::Kind::kOff ? 1 : mode.kind == DsparkMode::Kind::kFixed ? 4 : e->draft_block() + 1;
+      const std::vector<int> sizes = parallel == 1 ? std::vector<int>{1} : std::vector<int>{1, 2, 4};
+      ASSERT_EQ(profile->points.size(), sizes.size() * size_t(rows));
+      for (int seqs : sizes)
+        for (int r = 1; r <= rows; ++r) {
+          const ShapeProfile::Point* p = profile->find(seqs, r);
+          ASSERT_NE(p, nullptr) << seqs << " × " << r;
+          EXPECT_GT(p->step_ms, 0);
+          EXPECT_EQ(p->draft_ms > 0, r > 1) << seqs << " × " << r << ": the drafter ran before each verify step";
+        }
+      EXPECT_EQ(e->pool_stats().sequences, 0) << "the scratch sequences are gone";
+      std::vector<int64_t> tickets;
+      for (const auto& r : reqs) tickets.push_back((*s)->submit(r));
+      EXPECT_FALSE((*s)->profile_shapes().ok()) << "refused with requests queued";
+      (*s)->run_to_completion();
+      std::vector<std::vector<int32_t>> ids;
+      for (int64_t t : tickets) {
+        auto res = (*s)->take(t);
+        ASSERT_TRUE(res && res->status.ok());
+        ids.push_back(res->ids);
+      }
+      EXPECT_EQ(ids, plain.ids);
+    }
+  }
+}
+
 // auto on the CPU backend (StepShape::switch_cost false: nothing recorded or rebuilt per shape)
 // counts every step of its measurement — no warmup draft, no settling runs —, while the options
 // still force them (the device backend's defaults).

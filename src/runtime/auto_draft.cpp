@@ -26,6 +26,26 @@ double AutoDraftSwitch::margin(int64_t samples_per_side) {
   return 1.0 + (kMargin - 1.0) * std::sqrt(double(kSamples) / n);
 }
 
+void AutoDraftSwitch::set_profiled_plain(std::vector<std::pair<int64_t, double>> points) {
+  std::erase_if(points, [](const auto& p) { return p.first < 1 || !(std::isfinite(p.second) && p.second > 0); });
+  std::sort(points.begin(), points.end());
+  profiled_plain_ = std::move(points);
+}
+
+double AutoDraftSwitch::profiled_plain_ms(int64_t seqs) const {
+  const auto& p = profiled_plain_;
+  if (p.empty() || seqs < p.front().first || seqs > p.back().first) return NAN;
+  const auto hi = std::lower_bound(p.begin(), p.end(), seqs, [](const auto& q, int64_t s) { return q.first < s; });
+  if (hi->first == seqs) return hi->second;
+  const auto lo = std::prev(hi);
+  const double t = double(seqs - lo->first) / double(hi->first - lo->first);
+  return lo->second + t * (hi->second - lo->second);
+}
+
+bool AutoDraftSwitch::plain_from_profile(const Bucket& b) const {
+  return b.profiled && !b.measured && std::isfinite(profiled_plain_ms(seqs_));
+}
+
 int AutoDraftSwitch::bucket(int64_t seqs) {
   if (seqs <= 1) return 0;
   return std::min(kBuckets - 1, static_cast<int>(std::bit_width(static_cast<uint64_t>(seqs))) - 1);
@@ -79,6 +99,7 @@ void AutoDraftSwitch::decide(Bucket& b) {
   b.wait = b.measured && won == b.last_won ? std::min(2 * b.wait, kLongestWait) : kFirstWait;
   b.last_won = won;
   b.measured = true;
+  b.profiled = false;
   b.inherited = false;
   verdict_ = {int(&b - buckets_.data()),
               won,
@@ -94,6 +115,7 @@ void AutoDraftSwitch::decide(Bucket& b) {
 
 bool AutoDraftSwitch::want_draft(bool prefilling, int64_t seqs) {
   current_ = bucket(seqs);
+  seqs_ = std::max<int64_t>(seqs, 1);
   Bucket& b = buckets_[current_];
   ++b.steps;
   if (b.phase != Phase::kMeasure && b.steps > b.wait) enter(b, Phase::kMeasure);
@@ -124,7 +146,7 @@ bool AutoDraftSwitch::want_draft(bool prefilling, int64_t seqs) {
   // drafting run right after one (plain full): there is no change of side to settle.
   const int64_t run = settle_ ? kRunSteps : 1;
   const int64_t left = in_run ? carried : run;
-  const bool side = in_run ? run_side_ : b.samples[1] <= b.samples[0] || plain_is_full(b);
+  const bool side = in_run ? run_side_ : b.samples[1] <= b.samples[0] || plain_is_full(b) || plain_from_profile(b);
   run_counts_ = in_run ? run_counts_ : side && after_drafting_run;
   measuring_ = run_counts_ || run - left >= (settle_ ? kSettleSteps : 0);
   last_measured_drafting_ = side;
@@ -153,6 +175,11 @@ void AutoDraftSwitch::record(bool drafted, bool decode_only, double ms, int64_t 
   b.ms[side] += ms;
   b.tokens[side] += emitted;
   ++b.samples[side];
+  if (drafted && plain_from_profile(b)) {  // the plain step of as many sequences, as profiled
+    b.ms[0] += profiled_plain_ms(seqs_);
+    b.tokens[0] += seqs_;
+    ++b.samples[0];
+  }
   if (drafted) b.empty_run = verified > 0 ? 0 : b.empty_run + 1;
   decide(b);
 }

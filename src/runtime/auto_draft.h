@@ -51,6 +51,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace dsv41 {
 
@@ -110,6 +112,17 @@ class AutoDraftSwitch {
     const Bucket& b = buckets_[current_];
     return b.phase != Phase::kPlain || b.steps > b.wait - refill_steps_;
   }
+  // Plain steps' cost measured before serving (runtime/shape_profile.h): (sequences, ms of a
+  // plain step) points, ascending sequences. A bucket's first measurement then samples drafting
+  // only and compares each drafting sample of s sequences with the profiled plain step of s
+  // sequences (linear between the points; sizes outside them sample plain steps as before): on
+  // the H100 at batch 1 the plain side of a cold measurement was 19 plain steps of a 1,024-token
+  // run in which drafting emits 2.9 tokens a step. Later measurements sample both sides again
+  // (the profile's context is short, and a context that grows makes plain steps dearer).
+  void set_profiled_plain(std::vector<std::pair<int64_t, double>> points);
+  // The profiled plain step of `seqs` sequences (ms), NaN outside the profiled sizes.
+  double profiled_plain_ms(int64_t seqs) const;
+
   // The verdict of the bucket of the last want_draft (of `seqs` when given).
   Phase phase() const { return buckets_[current_].phase; }
   Phase phase(int64_t seqs) const { return buckets_[bucket(seqs)].phase; }
@@ -148,6 +161,7 @@ class AutoDraftSwitch {
     bool measured = false;        // a verdict was reached before
     bool last_won = false;        // the verdict of the previous measurement
     bool inherited = false;       // the current verdict came from neighbours (implied_verdict)
+    bool profiled = true;         // its first measurement may take plain steps from the profile
     int64_t warmup = 0;           // drafting steps still to run uncounted
   };
   static int bucket(int64_t seqs);
@@ -161,11 +175,16 @@ class AutoDraftSwitch {
   // it takes (plain_samples_).
   int64_t evidence(const Bucket& b) const;
   bool plain_is_full(const Bucket& b) const { return b.samples[0] >= plain_samples_; }
+  // Whether the current step's plain side comes from the profile (its bucket's first
+  // measurement, a profiled batch size).
+  bool plain_from_profile(const Bucket& b) const;
 
   int64_t refill_steps_;
   int64_t fed_run_;  // steps in a row so far with the rings fed (prefill feeds them from the start)
   std::array<Bucket, kBuckets> buckets_{};
   int current_ = 0;
+  int64_t seqs_ = 1;  // sequences of the last want_draft
+  std::vector<std::pair<int64_t, double>> profiled_plain_;
   bool measuring_ = false;  // this step is a counted sample of the current bucket's measurement
   bool in_measurement_ = false;  // this step belongs to a measurement (counted or not)
   // settle: the measurement's open run (run_left_ more steps on run_side_ in bucket run_bucket_).

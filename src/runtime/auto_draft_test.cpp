@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 namespace dsv41 {
@@ -383,6 +384,69 @@ TEST(AutoDraft, AFullPlainSideStillTakesLossesAndMeasuresModestLeadsOn) {
   EXPECT_EQ(steps, 3 * AutoDraftSwitch::kRunSteps + 5) << "drafting runs after drafting runs count every step";
   EXPECT_EQ(modest.last_verdict().samples[0], 4);
   EXPECT_EQ(modest.last_verdict().samples[1], 13) << "margin(13) < 1.12 ≤ margin(12)";
+}
+
+// A profiled plain side (the scheduler's start-up profile, runtime/shape_profile.h): the points
+// interpolate linearly and say nothing outside their sizes.
+TEST(AutoDraft, ProfiledPlainStepsInterpolateBetweenTheirSizes) {
+  AutoDraftSwitch a(kRefill);
+  EXPECT_TRUE(std::isnan(a.profiled_plain_ms(1))) << "no profile";
+  a.set_profiled_plain({{4, 2.0}, {1, 1.0}, {8, -1.0}});  // unordered; a bad point dropped
+  EXPECT_DOUBLE_EQ(a.profiled_plain_ms(1), 1.0);
+  EXPECT_DOUBLE_EQ(a.profiled_plain_ms(2), 1.0 + 1.0 / 3);
+  EXPECT_DOUBLE_EQ(a.profiled_plain_ms(4), 2.0);
+  EXPECT_TRUE(std::isnan(a.profiled_plain_ms(5)));
+  EXPECT_TRUE(std::isnan(a.profiled_plain_ms(0)));
+}
+
+// With the plain side profiled, a bucket's first measurement runs no plain step: a win (3 tokens
+// in 1.5 ms against the profile's 1 in 1 ms) is taken after kSamples drafting steps, a clear loss
+// after one. Its next measurement samples plain steps again (a profile's context is short).
+TEST(AutoDraft, AProfiledPlainSideMeasuresDraftingAlone) {
+  AutoDraftSwitch win(kRefill);
+  win.set_profiled_plain({{1, 1.0}});
+  EXPECT_EQ(run(win, AutoDraftSwitch::kSamples, 1.5, 3), AutoDraftSwitch::kSamples) << "every step drafted";
+  EXPECT_EQ(win.phase(), Phase::kDrafting);
+  EXPECT_EQ(win.last_verdict().samples[0], AutoDraftSwitch::kSamples) << "one profiled plain step a drafting sample";
+  EXPECT_NEAR(win.last_verdict().tokens_per_ms[0], 1.0, 1e-12);
+  EXPECT_NEAR(win.last_verdict().tokens_per_ms[1], 2.0, 1e-12);
+  // The next measurement (after the wait) alternates with real plain steps.
+  run(win, win.wait(), 1.5, 3);
+  EXPECT_EQ(run(win, 2 * AutoDraftSwitch::kSamples, 1.5, 3), AutoDraftSwitch::kSamples);
+  EXPECT_EQ(win.phase(), Phase::kDrafting);
+
+  AutoDraftSwitch lose(kRefill);
+  lose.set_profiled_plain({{1, 1.0}});
+  EXPECT_EQ(run(lose, 1, 2.5, 1), 1);
+  EXPECT_EQ(lose.phase(), Phase::kPlain) << "a clear loss against the profile after one drafting sample";
+  // The same loss against a profile that makes plain steps dear is a win: the profile decides.
+  AutoDraftSwitch dear(kRefill);
+  dear.set_profiled_plain({{1, 4.0}});
+  EXPECT_EQ(run(dear, AutoDraftSwitch::kSamples, 2.5, 1), AutoDraftSwitch::kSamples);
+  EXPECT_EQ(dear.phase(), Phase::kDrafting);
+}
+
+// A batch size outside the profiled ones measures both sides as before; one inside compares each
+// drafting sample with the plain step of as many sequences.
+TEST(AutoDraft, OnlyProfiledBatchSizesTakeTheirPlainSideFromTheProfile) {
+  AutoDraftSwitch a(kRefill);
+  a.set_profiled_plain({{1, 1.0}, {2, 1.0}});
+  int plain_steps = 0;
+  for (int i = 0; i < 8; ++i) {
+    const bool d = a.want_draft(false, 3);  // bucket 1 (2–3 sequences), 3 not profiled
+    plain_steps += !d;
+    a.record(d, true, 1.0, 3);  // a tie: the measurement goes on
+  }
+  EXPECT_EQ(plain_steps, 4) << "alternating";
+  AutoDraftSwitch b(kRefill);
+  b.set_profiled_plain({{1, 1.0}, {2, 2.0}});
+  // Two sequences: drafting emits 3 tokens in 1.5 ms (2 / ms) against the profile's 2 in 2 ms.
+  for (int i = 0; i < AutoDraftSwitch::kSamples; ++i) {
+    ASSERT_TRUE(b.want_draft(false, 2)) << i;
+    b.record(true, true, 1.5, 3);
+  }
+  EXPECT_EQ(b.phase(2), Phase::kDrafting);
+  EXPECT_NEAR(b.last_verdict().tokens_per_ms[0], 1.0, 1e-12) << "the profiled plain step of 2 sequences";
 }
 
 }  // namespace

@@ -44,6 +44,34 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options)
       step_cost_(step_cost_prior(engine.backend().step_shape()), 0.1,
                  unstored_steps_for(options.dspark_cost_unstored_steps, engine.backend().step_shape().switch_cost)) {}
 
+Result<ShapeProfile> Scheduler::profile_shapes(int max_batch) {
+  if (!active_.empty() || !queue_.empty())
+    return invalid_argument("step profile: the scheduler already has requests (profile before serving)");
+  const DsparkMode& mode = options_.dspark;
+  const bool dspark = mode.kind != DsparkMode::Kind::kOff;
+  ShapeProfileOptions o;
+  const int top = std::max(1, std::min(options_.parallel, max_batch));
+  o.batch_sizes.clear();
+  for (int b = 1; b < top; b *= 2) o.batch_sizes.push_back(b);
+  o.batch_sizes.push_back(top);
+  o.draft = dspark;
+  o.max_rows_per_seq = 1 + (!dspark ? 0 : mode.kind == DsparkMode::Kind::kFixed ? mode.k : engine_.draft_block());
+  const int64_t room = options_.max_context - int64_t(o.warm_steps + o.timed_steps + 1) * o.max_rows_per_seq - 1;
+  o.context = std::clamp<int64_t>(room, 1, 96);
+  engine_.set_draft_feeding(true);
+  DSV41_ASSIGN_OR_RETURN(ShapeProfile profile, dsv41::profile_shapes(engine_, o));
+  if (dspark)
+    DSV41_RETURN_IF_ERROR(step_cost_.profile(o.batch_sizes, o.max_rows_per_seq, [&](int rows, int seqs) -> Result<double> {
+      return profile.find(seqs, rows)->step_ms;
+    }));
+  if (mode.kind == DsparkMode::Kind::kAuto) {
+    std::vector<std::pair<int64_t, double>> plain;
+    for (int seqs : o.batch_sizes) plain.emplace_back(seqs, profile.find(seqs, 1)->step_ms);
+    auto_.set_profiled_plain(std::move(plain));
+  }
+  return profile;
+}
+
 int64_t Scheduler::submit(GenerationRequest request) {
   const int64_t ticket = next_ticket_++;
   queue_.emplace_back(ticket, std::move(request));

@@ -45,6 +45,7 @@
 #include "runtime/sampling.h"
 #include "runtime/speculative.h"
 #include "runtime/step_cost.h"
+#include "runtime/shape_profile.h"
 #include "runtime/token_constraint.h"
 
 namespace dsv41 {
@@ -228,6 +229,15 @@ class Scheduler {
   // Ends a queued or running request now with kError and `status` (e.g. a round of the ranks
   // that could not run: server/engine_loop.h); like cancel otherwise.
   bool fail(int64_t ticket, Status status);
+
+  // Start-up profile (runtime/shape_profile.h) of the shapes this scheduler's mode runs, at batch
+  // sizes 1, 2, 4, … up to min(parallel, max_batch) (and that bound itself): plain steps and,
+  // with DSpark, verify steps of up to K + 1 rows a sequence (auto: block + 1) after the drafter's
+  // own drafts. It seeds the k* planner's step costs (StepCost::profile) and, in auto mode, the
+  // plain side of each bucket's first measurement (AutoDraftSwitch::set_profiled_plain), and warms
+  // what the backend keeps per shape. Before anything is submitted (refused after): its scratch
+  // sequences take room in the engine. Tokens emitted later do not depend on it.
+  Result<ShapeProfile> profile_shapes(int max_batch = 8);
 
   // One engine step; false when there was nothing left to do.
   bool step();

@@ -102,6 +102,10 @@ struct LoopOptions {
   // oldest dropped first; they count against the engine's page budget, and are all dropped when
   // a prompt cannot be served for lack of pages (then it is tried once more).
   int live_turns = 0;
+  // Profile the scheduler's step shapes before serving (Scheduler::profile_shapes: the k* planner's
+  // costs and auto's plain side measured at start-up; `dsv41 serve --dspark auto` turns it on).
+  // One engine only: ranks step in lockstep, so a group of ranks learns its shapes while serving.
+  bool profile_shapes = false;
 };
 
 struct LoopStats {

@@ -103,7 +103,7 @@ GraphCounts graph_counts(const std::string& name, const Backend& backend) {
   if (name == "cuda") {
     const CudaGraphCounts c = cuda_backend_graph_counts(backend);
     const ExecCounts e = cuda_backend_counts(backend);
-    return {c.launches, c.updates, c.instantiations, e.uploads, e.downloads};
+    return {c.launches, c.updates, c.instantiations, e.uploads, e.downloads, double(e.download_wait_ns) * 1e-6};
   }
 #endif
   if (name == "device-emulation") {  // deferred stretches for graphs; no updates or instantiations

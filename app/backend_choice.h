@@ -60,6 +60,7 @@ void set_verify_graphs_by_sequences(const std::string& name, Backend& backend, b
 struct GraphCounts {
   int64_t launches = 0, updates = 0, instantiations = 0;
   int64_t blocking_uploads = 0, downloads = 0;
+  double download_wait_ms = 0;  // cuda: the host blocked in downloads (ExecCounts::download_wait_ns)
 };
 GraphCounts graph_counts(const std::string& name, const Backend& backend);
 // The experts and stored / bf16 GEMMs of many-row steps (prefill chunks, batches of ≥ 64 rows) on

@@ -163,7 +163,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   const GraphCounts g = graph_counts(o.backend, engine->backend());
   run.graphs = {g.launches - graphs_before.launches, g.updates - graphs_before.updates,
                 g.instantiations - graphs_before.instantiations, g.blocking_uploads - graphs_before.blocking_uploads,
-                g.downloads - graphs_before.downloads};
+                g.downloads - graphs_before.downloads, g.download_wait_ms - graphs_before.download_wait_ms};
   if (!o.calibration_out.empty())
     run.fitted_calibration = sched->confidence_calibration().to_json(
         model.config().dspark_block_size, "DSpark confidence maps fitted online by dsv41 bench --dspark (batch " +
@@ -254,11 +254,12 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
         tokens[{p, m}] = run->tokens;
         std::fprintf(stderr, "round %d, batch %d, --dspark %s: %.1f tok/s", round + 1, p, m.c_str(), run->tok_s);
         if (run->graphs.launches > 0 || run->graphs.blocking_uploads > 0 || run->graphs.downloads > 0)
-          std::fprintf(stderr, " (CUDA graphs: %lld launched, %lld updated, %lld made anew; %lld blocking uploads, %lld downloads)",
+          std::fprintf(stderr, " (CUDA graphs: %lld launched, %lld updated, %lld made anew; %lld blocking uploads, %lld downloads, "
+                       "%.1f ms waiting in them)",
                        static_cast<long long>(run->graphs.launches), static_cast<long long>(run->graphs.updates),
                        static_cast<long long>(run->graphs.instantiations),
                        static_cast<long long>(run->graphs.blocking_uploads),
-                       static_cast<long long>(run->graphs.downloads));
+                       static_cast<long long>(run->graphs.downloads), run->graphs.download_wait_ms);
         std::fprintf(stderr, "\n");
         if (trace.is_open()) write_trace(trace, round + 1, p, m, run->stats);
         if (m != "off") fitted_calibration = run->fitted_calibration;

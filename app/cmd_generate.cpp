@@ -31,6 +31,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -360,6 +361,10 @@ int generate_main(int argc, char** argv) {
   std::string dspark_text = "off";
   std::string backend_name = "cpu";
   cli.add_option("--dspark", dspark_text, "DSpark speculative decoding: auto, off or a draft length 1..block (needs the model's mtp.* drafter)");
+  bool dspark_profile = true;
+  cli.add_option("--dspark-profile", dspark_profile,
+                 "with --dspark auto: profile the step shapes before decoding (batch sizes 1 … min(--parallel, requests, 8); one "
+                 "engine; default true) instead of learning them while decoding");
   cli.add_option("--out", out_path, "JSONL output file (default stdout)");
   cli.add_option("--ctx", ctx, "context per request: prompt + max_tokens (1..max_position_embeddings)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
@@ -506,6 +511,13 @@ int generate_main(int argc, char** argv) {
   if (!engine.ok()) return fail(engine.status());
   auto scheduler = Scheduler::create(**engine, so);
   if (!scheduler.ok()) return fail(scheduler.status());
+  if (dspark_profile && dspark->on && dspark->mode.kind == DsparkMode::Kind::kAuto) {
+    // No larger batch than the requests can make (one request: batch 1's shapes only).
+    const int64_t requests = std::count_if(parsed.begin(), parsed.end(), [](const Parsed& p) { return p.status.ok(); });
+    auto profile = (*scheduler)->profile_shapes(int(std::clamp<int64_t>(requests, 1, 8)));
+    if (!profile.ok()) return fail(profile.status());
+    std::fprintf(stderr, "dsv41 generate: %zu step shapes profiled in %.0f ms\n", profile->points.size(), profile->wall_ms);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   if (cache_dir.empty()) {
     for (size_t i = 0; i < parsed.size(); ++i)

@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -84,7 +85,9 @@ class CudaExec {
     flush_graph();
     if (bytes <= 0 || !status_.ok()) return;
     ++counts_.downloads;
+    const auto t0 = std::chrono::steady_clock::now();
     check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyDeviceToHost), "download");
+    counts_.download_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   }
   void copy(void* dst, const void* src, int64_t bytes) {
     flush_graph();

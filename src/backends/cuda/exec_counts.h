@@ -20,12 +20,17 @@ struct ExecCounts {
   int64_t kept_replays = 0;    // run_kept: kept graphs replayed as they are (also graph launches)
   int64_t integer_index = 0;   // indexer launches that scored on integer tensor cores (CudaExec)
   int64_t index_refine = 0;    // indexer scores + selections by filter and refine (CudaExec)
+  // Host time blocked in downloads (CudaExec; 0 on HostExec): the device finishing what was queued
+  // before, then the copy. A forward's time less this is the host's own (recording graphs,
+  // launching, building tables): when that is most of the forward, the device waits for the host.
+  int64_t download_wait_ns = 0;
   ExecCounts operator-(const ExecCounts& o) const {
     return {launches - o.launches,         uploads - o.uploads,
             downloads - o.downloads,       copies - o.copies,
             async_uploads - o.async_uploads, graph_launches - o.graph_launches,
             kept_captures - o.kept_captures, kept_replays - o.kept_replays,
-            integer_index - o.integer_index, index_refine - o.index_refine};
+            integer_index - o.integer_index, index_refine - o.index_refine,
+            download_wait_ns - o.download_wait_ns};
   }
 };
 

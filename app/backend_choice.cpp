@@ -122,6 +122,13 @@ void set_early_start([[maybe_unused]] const std::string& name, [[maybe_unused]] 
 #endif
 }
 
+void set_graph_first_chunk([[maybe_unused]] const std::string& name, [[maybe_unused]] Backend& backend,
+                           [[maybe_unused]] int64_t first) {
+#if defined(DSV41_WITH_CUDA)
+  if (name == "cuda") cuda_backend_set_graph_first_chunk(backend, first);
+#endif
+}
+
 void set_down_expand_rows([[maybe_unused]] const std::string& name, [[maybe_unused]] Backend& backend,
           [[maybe_unused]] int64_t rows) {
 #if defined(DSV41_WITH_CUDA)

@@ -48,6 +48,9 @@ void set_early_start(const std::string& name, Backend& backend, bool on);
 // cuda: the experts' down projection + mHC expand as one chain in steps of at most `rows` rows
 // (cuda_backend_set_down_expand_rows); nothing for another backend.
 void set_down_expand_rows(const std::string& name, Backend& backend, int64_t rows);
+// A step's first CUDA graphs shorter (cuda_backend_set_graph_first_chunk; 0 = off); nothing for
+// another backend.
+void set_graph_first_chunk(const std::string& name, Backend& backend, int64_t first);
 // A draft's greedy slots in one launch and its attention's keys in shared memory (on, the
 // default) or session 17's kernels; the same bits either way.
 void set_fewer_draft_kernels(const std::string& name, Backend& backend, bool on);

@@ -123,6 +123,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   set_verify_graphs_by_sequences(o.backend, *backend, o.verify_graphs_by_sequences);
   if (o.early_start) set_early_start(o.backend, *backend, *o.early_start);
   if (o.down_expand_rows) set_down_expand_rows(o.backend, *backend, *o.down_expand_rows);
+  if (o.graph_first_chunk) set_graph_first_chunk(o.backend, *backend, *o.graph_first_chunk);
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(backend), model.engram_tables(), eo));
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> sched, Scheduler::create(*engine, so));
   if (o.profile) {

@@ -28,6 +28,7 @@ struct DsparkBenchOptions {
   bool verify_graphs_by_sequences = true;  // cuda: verify steps' graphs per sequence count (false: per row count)
   std::optional<bool> early_start;  // cuda: kernels placed before the one they follow ends (unset: the backend's default)
   std::optional<int64_t> down_expand_rows;  // cuda: the experts' down + expand chain up to this many rows (unset: default)
+  std::optional<int64_t> graph_first_chunk;  // cuda: a step's first graphs shorter (CudaExec::set_graph_first_chunk)
   int64_t max_tokens = 0;     // > 0: every request's max_tokens
   // > 0: the file's requests cycled to this many, all submitted at once, so that a batch's slots
   // refill as sequences finish (continuous batching, as a server under load runs them) instead of

@@ -211,6 +211,10 @@ int bench_main(int argc, char** argv) {
   cli.add_option("--dspark-verify-graphs-by-sequences", dso.verify_graphs_by_sequences,
                  "with --dspark on cuda: verify steps update the CUDA graphs of their sequence count (true, the "
                  "default) or of their row count (false, session 15's keying); the same bits either way");
+  cli.add_option("--graph-first-chunk", dso.graph_first_chunk,
+                 "cuda: a step's first CUDA graphs shorter, N, 2N, 4N, ... launches up to 32 (0: every graph 32; "
+                 "the context sweep and --dspark runs)")
+      ->check(in_range<int64_t>(0, 32));
   cli.add_option("--dspark-early-start", dso.early_start,
                  "with --dspark on cuda: kernels placed before the kernel they follow has ended (true) or each "
                  "launched once it has (false); the same bits either way (default: the backend's, on)");
@@ -395,6 +399,7 @@ int bench_main(int argc, char** argv) {
       if (mma_gemm || no_mma_gemm) set_mma_gemm(dso.backend, *b, !no_mma_gemm);
       if (no_tensor_attention) set_tensor_attention(dso.backend, *b, false);
       if (integer_index || no_integer_index) set_integer_index(dso.backend, *b, integer_index);
+      if (dso.graph_first_chunk) set_graph_first_chunk(dso.backend, *b, *dso.graph_first_chunk);
       return b;
     };
     o.backend_status = [&](const Backend& b) { return backend_status(dso.backend, b); };

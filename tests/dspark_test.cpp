@@ -291,12 +291,8 @@ struct Decoded {
   DsparkStats stats;
 };
 
-// Plain (mode off) or speculative decoding of `reqs`. With `truth` (a plain run's outputs) the
-// drafts are rewritten to the true continuation at some slots, so acceptance is mixed.
-Decoded run(const std::vector<GenerationRequest>& reqs, int parallel, DsparkMode mode,
-        const std::vector<std::vector<int32_t>>* truth = nullptr, bool rejection = false, bool step_trace = false,
-        const SchedulerOptions& base = {}) {
-  auto e = dspark_engine();
+// The scheduler options of these tests' decoding runs, on top of `base`.
+SchedulerOptions decode_options(int parallel, DsparkMode mode, const SchedulerOptions& base = {}) {
   SchedulerOptions o = base;
   o.parallel = parallel;
   o.prefill_chunk = 16;
@@ -304,6 +300,16 @@ Decoded run(const std::vector<GenerationRequest>& reqs, int parallel, DsparkMode
   o.max_context = 256;
   o.eos_token_id = 1;
   o.dspark = mode;
+  return o;
+}
+
+// Plain (mode off) or speculative decoding of `reqs`. With `truth` (a plain run's outputs) the
+// drafts are rewritten to the true continuation at some slots, so acceptance is mixed.
+Decoded run(const std::vector<GenerationRequest>& reqs, int parallel, DsparkMode mode,
+        const std::vector<std::vector<int32_t>>* truth = nullptr, bool rejection = false, bool step_trace = false,
+        const SchedulerOptions& base = {}) {
+  auto e = dspark_engine();
+  SchedulerOptions o = decode_options(parallel, mode, base);
   o.sampled_rejection = rejection;
   o.dspark_step_trace = step_trace;
   std::mt19937 coin(5);
@@ -414,14 +420,7 @@ TEST(DsparkDecode, AStartUpProfileChangesNoTokenAndLeavesNothingBehind) {
     for (DsparkMode mode : {kOff, DsparkMode{DsparkMode::Kind::kFixed, 3}, DsparkMode{DsparkMode::Kind::kAuto, 0}}) {
       SCOPED_TRACE("parallel " + std::to_string(parallel) + ", mode " + std::to_string(int(mode.kind)));
       auto e = dspark_engine();
-      SchedulerOptions o;
-      o.parallel = parallel;
-      o.prefill_chunk = 16;
-      o.max_prefill_tokens = 32;
-      o.max_context = 256;
-      o.eos_token_id = 1;
-      o.dspark = mode;
-      auto s = Scheduler::create(*e, o);
+      auto s = Scheduler::create(*e, decode_options(parallel, mode));
       ASSERT_TRUE(s.ok());
       auto profile = (*s)->profile_shapes();
       ASSERT_TRUE(profile.ok()) << profile.status().to_string();

@@ -56,6 +56,10 @@ void cuda_backend_set_graphs(Backend& backend, bool on, int64_t chunk) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_graphs(on, chunk);
 }
 
+void cuda_backend_set_graph_first_chunk(Backend& backend, int64_t first) {
+  if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->executor().set_graph_first_chunk(first);
+}
+
 void cuda_backend_set_fused(Backend& backend, bool on) {
   if (auto* b = dynamic_cast<DeviceBackend<CudaExec>*>(&backend)) b->set_fused(on);
 }

@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -210,12 +211,17 @@ class CudaExec {
     graphs_on_ = on;
     graph_chunk_ = chunk > 0 ? chunk : 0;
   }
+  // A step's first stretches shorter: f, 2f, 4f, … launches until the chunk (0: every stretch the
+  // chunk). The device waits for the host to record a step's first stretch before it runs
+  // anything; the host then stays ahead while the device runs the stretches it has.
+  void set_graph_first_chunk(int64_t first) { graph_first_chunk_ = first > 0 ? first : 0; }
   bool graphs() const { return graphs_on_; }
   // The stretch the caller wants replayed as graphs (a decode step): launches from here until
   // graph_end are captured (unless graphs or the executor are off, or profiling times launches).
   // program: which kind of step (StreamGraphs::restart), each updating its own executable graphs.
   void graph_begin(int program = 0) {
     flush_graph();
+    stretch_ = 0;
     graph_armed_ = graphs_on_ && !profiling_ && status_.ok();
     graphs_.restart(program);
   }
@@ -322,10 +328,14 @@ class CudaExec {
   void open_capture() {
     if (!graph_armed_ || graphs_.capturing() || !status_.ok()) return;
     captured_ = 0;
+    stretch_limit_ = graph_chunk_;
+    if (graph_first_chunk_ > 0 && graph_chunk_ > 0 && stretch_ < 16)
+      stretch_limit_ = std::min(graph_chunk_, graph_first_chunk_ << stretch_);
+    ++stretch_;
     check(graphs_.begin(stream()), "cudaStreamBeginCapture");
   }
   void count_captured() {
-    if (graphs_.capturing() && graph_chunk_ > 0 && ++captured_ >= graph_chunk_) flush_graph();
+    if (graphs_.capturing() && graph_chunk_ > 0 && ++captured_ >= stretch_limit_) flush_graph();
   }
   // Ends a kept capture (run_kept) and instantiates its graph; null on failure.
   cudaGraphExec_t end_kept_capture() {
@@ -399,6 +409,7 @@ class CudaExec {
   bool graphs_on_ = true;
   bool graph_armed_ = false;
   int64_t graph_chunk_ = kGraphChunk, captured_ = 0;
+  int64_t graph_first_chunk_ = 0, stretch_limit_ = kGraphChunk, stretch_ = 0;  // set_graph_first_chunk
   bool keeping_ = false;  // run_kept is capturing
   std::map<uint64_t, cudaGraphExec_t> kept_;
   std::vector<uint64_t> kept_order_;  // oldest first

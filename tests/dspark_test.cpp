@@ -450,6 +450,46 @@ TEST(DsparkDecode, AStartUpProfileChangesNoTokenAndLeavesNothingBehind) {
   }
 }
 
+// A profile that does not fit the engine's page budget fails, naming what it was profiling, and
+// leaves the engine as it was (no scratch sequence, no page held): the scheduler then decodes as it
+// would have without it (serve and generate go on unprofiled).
+TEST(DsparkDecode, AStartUpProfileThatDoesNotFitLeavesTheEngineAsItWas) {
+  const Model& m = micro();
+  EngineOptions eo;
+  eo.dspark = true;
+  eo.rollback_tokens = m.config().dspark_block_size;
+  int64_t budget = 0;
+  {
+    auto probe = Engine::create(std::make_unique<CpuBackend>(m), m.engram_tables(), eo);
+    ASSERT_TRUE(probe.ok());
+    const SequenceId s = *(*probe)->add_sequence(256);
+    const auto t = tokens(80, 9);
+    const Segment seg{.sequence = s, .start = 0, .tokens = t, .logits = LogitRows::kNone};
+    ASSERT_TRUE((*probe)->forward(std::span<const Segment>(&seg, 1)).front().status.ok());
+    budget = (*probe)->pool_stats().main_bytes + (*probe)->pool_stats().index_bytes;  // 80 positions
+  }
+  ASSERT_GT(budget, 0);
+  eo.page_budget_bytes = budget;
+  auto e = Engine::create(std::make_unique<CpuBackend>(m), m.engram_tables(), eo);
+  ASSERT_TRUE(e.ok());
+  auto s = Scheduler::create(**e, decode_options(4, DsparkMode{DsparkMode::Kind::kAuto, 0}));
+  ASSERT_TRUE(s.ok());
+  auto profile = (*s)->profile_shapes();
+  ASSERT_FALSE(profile.ok());
+  EXPECT_NE(profile.status().message().find("step profile"), std::string::npos) << profile.status().to_string();
+  EXPECT_EQ((*e)->pool_stats().sequences, 0);
+  EXPECT_EQ((*e)->pool_stats().main_bytes + (*e)->pool_stats().index_bytes, 0);
+  GenerationRequest r;
+  r.prompt = tokens(10, 21);
+  r.max_tokens = 30;
+  r.ignore_eos = true;
+  const int64_t ticket = (*s)->submit(r);
+  (*s)->run_to_completion();
+  auto res = (*s)->take(ticket);
+  ASSERT_TRUE(res && res->status.ok()) << (res ? res->status.to_string() : "no result");
+  EXPECT_EQ(res->ids, run({r}, 1, kOff).ids.front());
+}
+
 // auto on the CPU backend (StepShape::switch_cost false: nothing recorded or rebuilt per shape)
 // counts every step of its measurement — no warmup draft, no settling runs —, while the options
 // still force them (the device backend's defaults).

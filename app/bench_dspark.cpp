@@ -118,7 +118,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   if (o.host_drafter) set_device_drafter(o.backend, *backend, false);
   if (o.no_draft_graph) set_draft_graphs(o.backend, *backend, false);
   set_draft_replay(o.backend, *backend, o.draft_replay);
-  if (o.publish_with_feeding) set_publish_with_feeding(o.backend, *backend, true);
+  set_publish_with_feeding(o.backend, *backend, o.publish_with_feeding);
   set_fewer_draft_kernels(o.backend, *backend, o.fewer_draft_kernels);
   set_verify_graphs_by_sequences(o.backend, *backend, o.verify_graphs_by_sequences);
   if (o.early_start) set_early_start(o.backend, *backend, *o.early_start);

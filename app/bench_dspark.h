@@ -23,7 +23,7 @@ struct DsparkBenchOptions {
   bool host_drafter = false;  // device backends: the drafter on the host (the "before")
   bool no_draft_graph = false;  // device backends: the device drafter launch by launch (the "before")
   bool draft_replay = true;     // device backends: each draft shape's graph captured once, replayed as is
-  bool publish_with_feeding = false;  // device backends: a forward's cache rows published with the rings'
+  bool publish_with_feeding = true;  // device backends: a forward's cache rows published with the rings' (default since session 39)
   bool fewer_draft_kernels = true;    // device backends: the greedy slots in one launch, keys in shared memory
   bool verify_graphs_by_sequences = true;  // cuda: verify steps' graphs per sequence count (false: per row count)
   std::optional<bool> early_start;  // cuda: kernels placed before the one they follow ends (unset: the backend's default)

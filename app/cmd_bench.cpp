@@ -212,8 +212,8 @@ int bench_main(int argc, char** argv) {
                  "with --dspark on cuda: verify steps update the CUDA graphs of their sequence count (true, the "
                  "default) or of their row count (false, session 15's keying); the same bits either way");
   cli.add_option("--graph-first-chunk", dso.graph_first_chunk,
-                 "cuda: a step's first CUDA graphs shorter, N, 2N, 4N, ... launches up to 32 (0: every graph 32; "
-                 "the context sweep and --dspark runs)")
+                 "cuda: a step's first CUDA graphs shorter, N, 2N, 4N, ... launches up to 32 (default 8; 0: every "
+                 "graph 32; the context sweep and --dspark runs)")
       ->check(in_range<int64_t>(0, 32));
   cli.add_option("--dspark-early-start", dso.early_start,
                  "with --dspark on cuda: kernels placed before the kernel they follow has ended (true) or each "
@@ -222,8 +222,9 @@ int bench_main(int argc, char** argv) {
                  "with --dspark on cuda: the experts' down projection and mHC expand as one chain in steps of at "
                  "most N rows, separate launches above; the same bits either way (default: the backend's)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
-  cli.add_flag("--dspark-publish-with-feeding", dso.publish_with_feeding,
-               "with --dspark on a device backend: a forward's cache rows downloaded with the drafter's ring rows (one wait)");
+  cli.add_option("--dspark-publish-with-feeding", dso.publish_with_feeding,
+                 "with --dspark on a device backend: a forward's cache rows downloaded with the drafter's ring rows, one "
+                 "wait (true, the default) or at the end of the forward (false)");
   RankFlags rank_flags;  // --ranks N, --gpus N: the batched decode over ranks
   rank_flags.add_to(cli);
   name_parse_errors(cli);

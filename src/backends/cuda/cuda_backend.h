@@ -52,7 +52,7 @@ void cuda_backend_set_batched_compress(Backend& backend, bool on);
 // the whole step. Nothing for another backend.
 void cuda_backend_set_graphs(Backend& backend, bool on, int64_t chunk = 32);
 // A step's first graphs shorter (CudaExec::set_graph_first_chunk: first, 2·first, … launches up to
-// the chunk; 0 = off, the default). Nothing for another backend.
+// the chunk; 8 by default, 0 = every graph the chunk). Nothing for another backend.
 void cuda_backend_set_graph_first_chunk(Backend& backend, int64_t first);
 // Fused launches (DeviceBackend::set_fused; on by default) or each
 // body launched on its own (the same bits).

@@ -388,7 +388,9 @@ class DeviceBackend : public Backend {
   // published with the rings' rows after the feeding (one download, one wait for the device a
   // forward; the feeding's launches recorded into the step's graphs) instead of at end_batch and
   // again after the feeding. The same rows either way. Needs feed_draft_rings after end_batch,
-  // as Engine::forward calls them. Off: measured no faster on the H200 (docs/DSPARK.md, session 17).
+  // as Engine::forward calls them. Measured no faster on the H200 in session 17; on by default since
+  // session 39 (H100: the 6-row verify 0.015 ms shorter, K = 5 1.75 against 1.74× off at batch 1,
+  // batch 8 1.10 against 1.09×; docs/DSPARK.md).
   void set_publish_with_feeding(bool on) { publish_with_feeding_ = on; }
   // Diagnostics: the device drafter's host and wait time so far (zero without it).
   DraftTiming draft_timing() const { return draft_dev_ ? draft_dev_->timing : DraftTiming{}; }
@@ -686,7 +688,7 @@ class DeviceBackend : public Backend {
   bool draft_replay_ = true;  // see set_draft_replay
   bool draft_slots_one_launch_ = true;  // see set_draft_slots_one_launch
   bool draft_keys_in_shared_ = true;    // see set_draft_keys_in_shared
-  bool publish_with_feeding_ = false;  // see set_publish_with_feeding
+  bool publish_with_feeding_ = true;  // see set_publish_with_feeding (on since session 39)
   bool publish_at_feed_ = false;       // end_batch left the batch's rows to feed_draft_rings
   void upload_drafter(const DrafterWeights& w);
   void feed_rings_on_device(std::span<const DraftFeed> feeds);

@@ -772,7 +772,9 @@ TEST(DsparkGolden, SpeculativeGreedyEqualsTheReferencesGreedyRun) {
     want.push_back(g);
   }
   for (int parallel : {1, 4}) {
-    for (int k : {1, 3, 5, 0}) {  // 0: auto (its measured switch drafts at least while measuring)
+    // 0: auto (its measured switch drafts at least while measuring); −1: auto after the start-up
+    // profile of its step shapes (Scheduler::profile_shapes), which must change no token.
+    for (int k : {1, 3, 5, 0, -1}) {
       EngineOptions eo;
       eo.dspark = true;
       eo.rollback_tokens = 5;
@@ -790,10 +792,11 @@ TEST(DsparkGolden, SpeculativeGreedyEqualsTheReferencesGreedyRun) {
         truth(history, anchor, block);
         // Auto verifies only what its planner keeps, and the random drafter is not confident:
         // confident slots make it verify while it measures.
-        if (k == 0) std::fill(block.confidence.begin(), block.confidence.end(), 8.0f);
+        if (k <= 0) std::fill(block.confidence.begin(), block.confidence.end(), 8.0f);
       };
       auto sch = Scheduler::create(**e, o);
       ASSERT_TRUE(sch.ok());
+      if (k < 0) ASSERT_TRUE((*sch)->profile_shapes().ok());
       std::vector<int64_t> tickets;
       for (const auto& r : reqs) tickets.push_back((*sch)->submit(r));
       (*sch)->run_to_completion();

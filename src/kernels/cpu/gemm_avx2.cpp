@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/gemm_avx2.h"
 #include "kernels/cpu/gemm_avx2_lanes.h"
+#include "kernels/cpu/weight_prefetch.h"
 
 namespace dsv41 {
 namespace {
@@ -35,7 +36,10 @@ void tile(const float* x, const W* w, int64_t in, float* y, int64_t ldy) {
   for (int r = 0; r < R; ++r)
     for (int o = 0; o < O; ++o) acc[r][o] = _mm256_setzero_ps();
   int64_t i = 0;
+  constexpr int64_t kLine = 64 / sizeof(W);  // columns per cache line of a weight row
+  const uint8_t* w_bytes = reinterpret_cast<const uint8_t*>(w);
   for (; i + 8 <= in; i += 8) {
+    if (i % kLine == 0) prefetch_rows_ahead<O>(w_bytes, in * int64_t(sizeof(W)), i * int64_t(sizeof(W)));
     __m256 wv[O];
     for (int o = 0; o < O; ++o) wv[o] = load_w(w + o * in + i);
     for (int r = 0; r < R; ++r) {

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/gemm_avx512.h"
 #include "kernels/cpu/gemm_avx512_lanes.h"
+#include "kernels/cpu/weight_prefetch.h"
 
 namespace dsv41 {
 namespace {
@@ -57,7 +58,10 @@ void tile(const float* x, const W* w, int64_t in, float* y, int64_t ldy) {
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   int64_t i = 0;
+  constexpr int64_t kLine = 64 / sizeof(W);  // columns per cache line of a weight row
+  const uint8_t* w_bytes = reinterpret_cast<const uint8_t*>(w);
   for (; i + 8 <= in; i += 8) {
+    if (i % kLine == 0) prefetch_rows_ahead<O>(w_bytes, in * int64_t(sizeof(W)), i * int64_t(sizeof(W)));
     __m512 wv[P];
     for (int p = 0; p < P; ++p) wv[p] = load_pair(w + 2 * p * in + i, 2 * p + 1 < O ? w + (2 * p + 1) * in + i : nullptr);
     for (int r = 0; r < R; ++r) {

@@ -1,4 +1,5 @@
-// Where the decode tiles of gemm_quant and gemm_fp8_rows fetch their weight rows ahead (issue 13).
+// Where the tiles of gemm_quant, gemm_fp8_rows and the float32 / bf16 products (gemm_avx2.cpp,
+// gemm_avx512.cpp) fetch their weight rows ahead (issue 13).
 // A decode tile streams its O weight rows side by side, several short streams at once, which the
 // hardware prefetchers pick up late, so the tile prefetches each row's own stream a fixed distance
 // ahead: inside the row while it lasts, then in the same row of the next tile (tiles follow each
@@ -6,6 +7,9 @@
 // rows of 4096 or 8192 bytes (mini-flash's wo_a and wo_b) those lines lie a multiple of 4 KiB from
 // the ones being read, so all of them share one L1 set, and the products streamed ≈ 1/4 slower
 // than the 1280-byte rows of wq_b (docs/BENCHMARKS.md, session 28).
+// The float32 / bf16 tiles had no prefetch until session 40: dsv41-mini's bf16 products (rows of
+// 256 weights, 512 bytes, 16 rows a tile) streamed 6.7–7.7 GB/s cold on one thread, and 17.5–18.9
+// with it (BM_GemmSmallBatch, AVX-512; AVX2 6.9 → 13.5–13.8), the default model's decode 1.2–1.8×.
 // The lines go to L2 (prefetcht1), not L1: on a Zen 4 (session 39) the L1 hint capped one thread's
 // cold FP8 product at 11.4 GB/s where it computes 20.8 from cache — each prefetch holds one of
 // L1's few miss buffers until its line arrives, so O rows × 16 lines ahead could not all be in

@@ -291,13 +291,30 @@ void hold_selected_rows(const KvSourceCache& source, const int32_t* topk, int64_
   held.topk.assign(topk, topk + n);
   held.count.resize(static_cast<size_t>(T));
   held.values.resize(n * static_cast<size_t>(D));
+  if (held.slot_of.size() < static_cast<size_t>(source.entries()))
+    held.slot_of.resize(static_cast<size_t>(source.entries()), -1);
+  held.set.clear();
   for (int64_t i = 0; i < T; ++i) {
     int nsel = 0;
-    float* dst = held.values.data() + i * k * D;
-    for (int j = 0; j < k; ++j)
-      if (topk[i * k + j] >= 0) source.read_main(topk[i * k + j], dst + (nsel++) * D);
+    float* row = held.values.data() + i * k * D;
+    for (int j = 0; j < k; ++j) {
+      const int32_t e = topk[i * k + j];
+      if (e < 0) continue;
+      float* dst = row + (nsel++) * D;
+      const int32_t slot = e < source.entries() ? held.slot_of[static_cast<size_t>(e)] : -1;
+      if (slot >= 0) {  // unpacked for an earlier row (or slot) of this selection: the same floats
+        std::copy_n(held.values.data() + int64_t{slot} * D, D, dst);
+        continue;
+      }
+      source.read_main(e, dst);
+      if (e < source.entries()) {
+        held.slot_of[static_cast<size_t>(e)] = static_cast<int32_t>(i * k + nsel - 1);
+        held.set.push_back(e);
+      }
+    }
     held.count[static_cast<size_t>(i)] = nsel;
   }
+  for (const int32_t e : held.set) held.slot_of[static_cast<size_t>(e)] = -1;
   held.source = &source;
   held.entries = source.entries();
   held.start_pos = start_pos;

@@ -1,8 +1,9 @@
 // The selected compressed entries of a decoding segment, unpacked once per selection (issue 9 item
 // 8: a batch-8 decode step spends about a fifth of its time on per-token attention work, and a
 // Reuse layer attends exactly the entries of the same kv source that the layer before it
-// selected: model.md §3.5, plan/layer_plan.h). Spec of the attention itself: attention_steps.h
-// step 5.
+// selected: model.md §3.5, plan/layer_plan.h), and each entry once per selection: the rows of a
+// verify step (a decode token and its drafts, consecutive positions) select mostly the same
+// entries. Spec of the attention itself: attention_steps.h step 5.
 // Owns: the unpacked rows and the tag that says which selection they are. Valid for one forward
 // (the owner resets `source` at each batch); the KvSourceCache is borrowed for that forward.
 #pragma once
@@ -17,12 +18,21 @@
 
 namespace dsv41 {
 
+// The most rows a segment holds its selection for: decode steps and verify steps (a token and up
+// to its drafts); a prefill chunk's rows unpack per call (held, they would take rows · index_topk ·
+// head_dim floats).
+constexpr int64_t kSelectedRowsMax = 8;
+
 struct SelectedRows {
   const KvSourceCache* source = nullptr;  // null: nothing held
   int64_t entries = 0, start_pos = 0, rows = 0;
   std::vector<int32_t> topk;   // [rows, index_topk] the selection the values unpack
   std::vector<int32_t> count;  // [rows] entries selected per row (topk's non-negative ones)
   std::vector<float> values;   // [rows, index_topk, head_dim]: row i's entries from values + i·k·D
+  // Unpacking's bookkeeping: for each entry of the source, the slot (i·k + n) of `values` that
+  // already holds it in this selection, or −1 (reset after each unpacking), and the entries set.
+  std::vector<int32_t> slot_of;
+  std::vector<int32_t> set;
 };
 
 // sparse_sink_attention (attention_steps.h) with the selection's main rows taken from `held` when

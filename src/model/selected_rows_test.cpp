@@ -101,6 +101,46 @@ TEST(SelectedRows, HeldSelectionGivesTheBitsOfUnpackingEveryCall) {
   }
 }
 
+// A verify step's rows select mostly the same entries (and a row may name one twice): each entry
+// is unpacked once and copied to every slot that names it. The bits of unpacking per call, for 1,
+// 6 and 8 rows, whichever slots repeat, and after a selection with other repeats.
+TEST(SelectedRows, EntriesSharedByRowsGiveTheBitsOfUnpackingEveryCall) {
+  const ModelConfig c = small_config();
+  auto rope = Rope::create(c);
+  ASSERT_TRUE(rope.ok()) << rope.status().to_string();
+  AttentionWeights w;
+  w.attn_sink = {0.1f, 0.5f, -0.4f};
+  const int64_t H = 3, D = 32, k = 4, start = 12;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0, 1);
+  Source src;
+  src.add(rng, 9);
+  SelectedRows held;
+  for (int64_t T : {1, 6, 8}) {
+    WindowRing ring(6, 8, D);
+    std::vector<float> chunk(T * D), q(T * H * D);
+    push_window_rows(ring, start, D, rng);
+    for (float& v : chunk) v = nd(rng);
+    for (float& v : q) v = nd(rng);
+    std::vector<int64_t> positions(T);
+    for (int64_t i = 0; i < T; ++i) positions[i] = start + i;
+    RopeRows rope_rows;
+    rope_rows.compute(*rope, RopeKind::kMain, positions.data(), T);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<int32_t> sel(T * k);
+      std::uniform_int_distribution<int32_t> pick(-1, round == 0 ? 3 : 8);  // round 0: few entries, many repeats
+      for (int32_t& e : sel) e = pick(rng);
+      std::vector<float> want(T * H * D), got(T * H * D, -1.0f);
+      sparse_sink_attention(c, w, ring, chunk.data(), &src.kv, sel.data(), q.data(), rope_rows, 0, T, start, want.data());
+      sparse_sink_attention_selected(c, w, ring, chunk.data(), src.kv, sel.data(), q.data(), rope_rows, 0, T, start,
+                                     got.data(), {}, nullptr, held);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "T " << T << ", round " << round;
+      // Nothing of this selection's bookkeeping is left for the next one.
+      EXPECT_TRUE(std::all_of(held.slot_of.begin(), held.slot_of.end(), [](int32_t s) { return s == -1; }));
+    }
+  }
+}
+
 // `--isa amx` (attention_amx.h): a prompt's tokens (≥ 16 rows, 32 heads) run on the tiles, their
 // key rows from one bf16 copy of the call's window and entries when the selections outnumber the
 // entries (T·k ≥ entries), else unpacked per token as float rows. Both agree with the vector

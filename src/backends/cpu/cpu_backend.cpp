@@ -550,9 +550,9 @@ void CpuBackend::attend_with(int layer, int segment, int64_t first_row, int kv_l
   // The latest top-k may have been published for an earlier first row of this segment.
   const int32_t* topk = compressed ? shared.topk.data() + (first_row - shared.topk_row0) * c.index_topk : nullptr;
   const RopeRows& rope = rope_rows_.at(plan().layers[layer].rope);
-  if (compressed && n == 1) {
-    // A decoding segment unpacks its selection once for the Reuse layer after it (selected_rows.h;
-    // index_topk · head_dim floats per segment, so one-row calls only).
+  if (compressed && n <= kSelectedRowsMax) {
+    // A decoding or verifying segment unpacks its selection once for the Reuse layer after it, and
+    // each entry once for all its rows (selected_rows.h).
     sparse_sink_attention_selected(c, model_.layer(layer).attn, ring, row(kv_, r0, c.head_dim), *compressed, topk,
                                    row(q_, r0, HD), rope, r0, n, s.start + first_row, row(o_, r0, HD), attention_options_,
                                    scratch, selected_[segment]);

@@ -5,6 +5,7 @@
 // checked against the PyTorch reference by reference/tests/test_dspark.py).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -122,6 +123,34 @@ TEST(DsparkShape, DrafterShapesThatDisagreeWithTheConfigNameTheTensor) {
   EXPECT_EQ((*bare)->drafter(), nullptr);
   EXPECT_NE((*bare)->drafter_note().find("no mtp.* tensors"), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// The Markov bias over the rank-major copy of the head (the CPU drafter's) gives the plain loop's
+// ids, logits and confidences bit for bit: the micro model's whole vocabulary and a prefix of it
+// that ends inside a block of lanes.
+TEST(DsparkTail, TheRankMajorMarkovBiasGivesThePlainLoopsBits) {
+  const DrafterWeights& w = *micro().drafter();
+  const int64_t d = micro().config().hidden_size, n = micro().config().dspark_block_size;
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd(0, 1);
+  for (const int64_t V : {micro().config().vocab_size, micro().config().vocab_size - 37}) {
+    std::vector<float> x(static_cast<size_t>(n * d)), logits(static_cast<size_t>(n * V));
+    for (float& v : x) v = nd(rng);
+    for (float& v : logits) v = nd(rng);
+    auto run = [&](const float* head_by_rank) {
+      DraftBlock b;
+      b.ids.resize(static_cast<size_t>(n));
+      b.confidence.resize(static_cast<size_t>(n));
+      b.logits = logits;
+      draft_block_tail(w, d, V, 3, x.data(), 0, nullptr, b, head_by_rank);
+      return b;
+    };
+    const std::vector<float> by_rank = markov_head_by_rank(w, V);
+    const DraftBlock plain = run(nullptr), fast = run(by_rank.data());
+    EXPECT_EQ(fast.ids, plain.ids) << "V " << V;
+    EXPECT_EQ(std::memcmp(fast.logits.data(), plain.logits.data(), plain.logits.size() * sizeof(float)), 0) << "V " << V;
+    EXPECT_EQ(fast.confidence, plain.confidence) << "V " << V;
+  }
 }
 
 TEST(DsparkEngine, EngineRefusesDsparkWithoutRollbackRoom) {

@@ -42,19 +42,51 @@ Status check_draft_requests(std::span<const DraftRequest> requests, int stages, 
   return ok_status();
 }
 
+std::vector<float> markov_head_by_rank(const DrafterWeights& w, int64_t V) {
+  const int64_t r = w.shape.markov_rank;
+  std::vector<float> t(static_cast<size_t>(r * V));
+  for (int64_t v = 0; v < V; ++v)
+    for (int64_t u = 0; u < r; ++u) t[u * V + v] = w.markov_head[v * r + u];
+  return t;
+}
+
+namespace {
+
+// logits[v] += Σ_u head[v, u] · e[u], each v's sum from 0 over u in order.
+void add_markov_bias(const DrafterWeights& w, const float* head_by_rank, int64_t V, const float* e, float* logits) {
+  const int64_t r = w.shape.markov_rank;
+  if (!head_by_rank) {
+    for (int64_t v = 0; v < V; ++v) {
+      const float* hv = w.markov_head.data() + v * r;
+      float acc = 0;
+      for (int64_t u = 0; u < r; ++u) acc += hv[u] * e[u];
+      logits[v] += acc;
+    }
+    return;
+  }
+  constexpr int64_t kLanes = 64;  // a block of v's sums on the stack, the u loop outside
+  for (int64_t v0 = 0; v0 < V; v0 += kLanes) {
+    const int64_t n = std::min(kLanes, V - v0);
+    float acc[kLanes] = {};
+    for (int64_t u = 0; u < r; ++u) {
+      const float* hu = head_by_rank + u * V + v0;
+      const float eu = e[u];
+      for (int64_t i = 0; i < n; ++i) acc[i] += hu[i] * eu;
+    }
+    for (int64_t i = 0; i < n; ++i) logits[v0 + i] += acc[i];
+  }
+}
+
+}  // namespace
+
 void draft_block_tail(const DrafterWeights& w, int64_t d, int64_t V, int32_t anchor, const float* x, int64_t request,
-                      const DraftPicker& pick, DraftBlock& b) {
+                      const DraftPicker& pick, DraftBlock& b, const float* head_by_rank) {
   const int64_t r = w.shape.markov_rank, want = static_cast<int64_t>(b.ids.size());
   int32_t prev = anchor;
   for (int64_t j = 0; j < want; ++j) {
     const float* e = w.markov_embed.data() + int64_t(prev) * r;
     float* lj = b.logits.data() + j * V;
-    for (int64_t v = 0; v < V; ++v) {
-      const float* hv = w.markov_head.data() + v * r;
-      float acc = 0;
-      for (int64_t u = 0; u < r; ++u) acc += hv[u] * e[u];
-      lj[v] += acc;
-    }
+    add_markov_bias(w, head_by_rank, V, e, lj);
     const float* xj = x + j * d;
     double conf = 0;
     for (int64_t u = 0; u < d; ++u) conf += double(w.confidence[u]) * xj[u];
@@ -68,6 +100,7 @@ void draft_block_tail(const DrafterWeights& w, int64_t d, int64_t V, int32_t anc
 
 Drafter::Drafter(const Model& model, const CpuExec& exec) : model_(model), w_(*model.drafter()), ex_(exec) {
   for (const LayerWeights& L : w_.stages) moe_.push_back(L.moe());
+  markov_head_by_rank_ = markov_head_by_rank(w_, model.config().vocab_size);
   rows_.resize(w_.stages.size());
 }
 
@@ -143,7 +176,7 @@ Status Drafter::draft(std::span<const DraftRequest> requests, std::vector<DraftB
     b.ids.resize(static_cast<size_t>(want));
     b.logits.assign(logits_.begin() + first[i] * V, logits_.begin() + first[i + 1] * V);
     b.confidence.resize(static_cast<size_t>(want));
-    draft_block_tail(w_, d, V, requests[i].anchor, row(a_, i * B, d), i, pick, b);
+    draft_block_tail(w_, d, V, requests[i].anchor, row(a_, i * B, d), i, pick, b, markov_head_by_rank_.data());
   }
   return ok_status();
 }

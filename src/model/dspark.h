@@ -71,8 +71,12 @@ Status check_draft_requests(std::span<const DraftRequest> requests, int stages, 
 // b.ids.size() = b.confidence.size()); x [n, d] their collapsed rows (before the final norm).
 // Per slot j in turn: logits_j += W_markov e(prev), confidence_j = w_conf · [x_j ‖ e(prev)],
 // prev = pick(request, j, logits_j) (argmax when pick is null), starting from prev = anchor.
+// head_by_rank (optional): markov_head transposed, [r, V] (markov_head_by_rank); the same sums in
+// the same order, with V's lanes side by side (≈ 4× fewer instructions on a plain x86-64 build).
 void draft_block_tail(const DrafterWeights& w, int64_t d, int64_t V, int32_t anchor, const float* x, int64_t request,
-                      const DraftPicker& pick, DraftBlock& b);
+                      const DraftPicker& pick, DraftBlock& b, const float* head_by_rank = nullptr);
+// w.markov_head [V, r] as [r, V].
+std::vector<float> markov_head_by_rank(const DrafterWeights& w, int64_t V);
 
 class Drafter {
  public:
@@ -100,6 +104,7 @@ class Drafter {
   const DrafterWeights& w_;
   CpuExec ex_;
   std::vector<MoeWeights> moe_;
+  std::vector<float> markov_head_by_rank_;  // [r, V]
   std::vector<std::vector<float>> rows_;  // [stage][n, D]
   std::vector<float> main_;                // [n, d]
   RopeRows rope_;

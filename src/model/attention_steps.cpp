@@ -426,7 +426,7 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
     chunks = std::min<int64_t>(options.threads, items);  // an explicit count wins
   } else {
     const int64_t hw = options.exec.threads();
-    chunks = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 21))});
+    chunks = std::min<int64_t>({hw, items, std::max<int64_t>(1, items * per_item / (int64_t{1} << 18))});
     // Threaded over many tokens: up to 4 ranges a thread (each at least one token's heads, so
     // the kernels still read a key row once for 4 heads), taken as threads free up. A prefill's
     // tokens differ in work (the window and the selected entries fill up over the first

@@ -108,7 +108,9 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
   so.max_context = longest + 8;
   so.eos_token_id = model.config().eos_token_id;
   so.dspark_auto_warmup = o.auto_warmup;
-  so.dspark_auto_plan = {.uniform_cap = o.auto_plan == "uniform", .charge_first_touch = o.auto_first_touch};
+  so.dspark_auto_plan = {.uniform_cap = o.auto_plan == "uniform",
+                         .charge_first_touch = o.auto_first_touch,
+                         .explore_after = o.auto_explore_after};
   so.dspark_auto_plain_samples = o.auto_plain_samples > 0 ? o.auto_plain_samples : AutoDraftSwitch::kMaxSamples;
   so.dspark_auto_weigh_laggards = o.auto_laggards;
   so.dspark_cost_unstored_steps = o.cost_unstored_steps;
@@ -286,6 +288,7 @@ int run_dspark_bench_mode(const std::string& dir, const Model& model, const Dspa
   if (o.down_expand_rows) out["down_expand_rows"] = *o.down_expand_rows;
   out["verify_graphs_by_sequences"] = o.verify_graphs_by_sequences;
   out["calibration_start"] = calibration.empty() ? "none" : calibration_path;
+  out["auto_explore_after"] = o.auto_explore_after;
   out["cost_unstored_steps"] = unstored_steps_for(o.cost_unstored_steps, o.backend != "cpu");
   out["requests"] = reqs->size();
   out["queue"] = o.queue > 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/draft_length.h"
 
 namespace dsv41::app {
 
@@ -50,6 +51,7 @@ struct DsparkBenchOptions {
   std::string auto_plan = "greedy";
   bool auto_first_touch = false;
   int auto_plain_samples = 0;
+  int auto_explore_after = DraftPlanRule{}.explore_after;  // 0: never
   bool auto_laggards = false;  // SchedulerOptions::dspark_auto_weigh_laggards
   int cost_unstored_steps = -1;  // SchedulerOptions::dspark_cost_unstored_steps (−1: by the backend)
   std::string trace;          // non-empty: every decoding step of every run, one JSON line each

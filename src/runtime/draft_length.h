@@ -42,6 +42,14 @@ struct DraftPlanRule {
   // will reuse the shape (a guess: charged in full, the first shape picked would stay forever).
   bool charge_first_touch = false;
   static constexpr double kFirstTouchSteps = 8;
+  // > 0: a plan whose next larger shape (one more row; one more slot per sequence under
+  // uniform_cap) has an estimate not refreshed for explore_after steps of its bucket
+  // (StepCost::steps_since_refresh) takes it instead — the smallest such shape —, so an estimate
+  // that is too high is measured again instead of pricing its shape out for good. Session 40's
+  // traces (H100, batch 1): after slow steps, auto verified 5 rows (or 2) for runs of 20–100 steps
+  // where 6 rows cost the same (1.485 against 1.500 ms). Plans of one sequence only (draft_length.cpp
+  // explores()). 0: never.
+  int explore_after = 16;
 };
 
 struct DraftPlan {

@@ -47,6 +47,41 @@ int brute_single(const std::vector<double>& p, const StepCost& cost) {
   return best_k;
 }
 
+// An estimate priced too high (a slow step stored) keeps the planner one row short; once the
+// bucket has stored explore_after steps since that estimate, the plan takes the row once, and the
+// step it records (at its real cost) brings the planner back to it. Not at more sequences, nor
+// with explore_after = 0.
+TEST(DraftLength, AStaleEstimateAboveThePlanIsSteppedOnce) {
+  StepCost cost({1, 0.01, 0}, 1.0);  // α = 1: the latest step is the estimate
+  const int one[] = {1};
+  ASSERT_TRUE(cost.profile(one, 6, [](int rows, int) -> Result<double> { return 1.0 + 0.01 * rows; }).ok());
+  const std::vector<double> p = {0.9, 0.9, 0.9, 0.9, 0.3};
+  EXPECT_EQ(choose_draft_length(p, cost, kAuto), 5);
+  ASSERT_TRUE(cost.record(6, 1, 5.0));  // a slow 6-row step
+  DraftPlanRule never;
+  never.explore_after = 0;
+  const std::vector<std::vector<double>> batch = {p};
+  int explored_at = -1;
+  for (int step = 0; step < 40 && explored_at < 0; ++step) {
+    EXPECT_EQ(plan_draft_lengths(batch, cost, kAuto, 0, never).k[0], 4);
+    const int k = choose_draft_length(p, cost, kAuto);
+    if (k == 5) explored_at = step;
+    else ASSERT_TRUE(cost.record(k + 1, 1, 1.05));
+  }
+  EXPECT_EQ(explored_at, DraftPlanRule{}.explore_after) << "the 6-row estimate aged explore_after steps first";
+  ASSERT_TRUE(cost.record(6, 1, 1.06));
+  EXPECT_EQ(choose_draft_length(p, cost, kAuto), 5) << "measured again at its real cost";
+  // Two sequences: no exploration, however stale.
+  StepCost two({1, 0.01, 0}, 1.0);
+  const int b2[] = {2};
+  ASSERT_TRUE(two.profile(b2, 6, [](int rows, int seqs) -> Result<double> { return 1.0 + 0.01 * rows * seqs; }).ok());
+  ASSERT_TRUE(two.record(12, 2, 9.0));
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(two.record(10, 2, 1.1));
+  const std::vector<std::vector<double>> pair = {{0.9, 0.9, 0.9, 0.9, 0.9}, {0.9, 0.9, 0.9, 0.9, 0.9}};
+  const DraftPlan plan = plan_draft_lengths(pair, two, kAuto);
+  EXPECT_LT(plan.k[0] + plan.k[1], 10);
+}
+
 TEST(DraftLength, SingleSequenceMatchesBruteForce) {
   Xoshiro256 r(1);
   for (int trial = 0; trial < 500; ++trial) {

@@ -49,10 +49,18 @@ double StepCost::cost(int rows, int seqs) const {
 
 void StepCost::store(int rows, int seqs, double ms, bool replace) {
   const size_t b = size_t(bucket(seqs));
-  if (b >= table_.size()) table_.resize(b + 1);
+  if (b >= table_.size()) table_.resize(b + 1), stored_.resize(b + 1, 0);
   Entry& e = table_[b][rows];
   e.ms = (replace || e.samples == 0) ? ms : (1 - alpha_) * e.ms + alpha_ * ms;
   ++e.samples;
+  e.stamp = ++stored_[b];
+}
+
+long StepCost::steps_since_refresh(int rows, int seqs) const {
+  const size_t b = size_t(bucket(std::max(seqs, 1)));
+  if (b >= table_.size()) return -1;
+  const auto it = table_[b].find(rows);
+  return it == table_[b].end() ? -1 : stored_[b] - it->second.stamp;
 }
 
 bool StepCost::touch(int rows, int seqs, double ms) {

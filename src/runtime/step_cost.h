@@ -82,10 +82,18 @@ class StepCost {
   double prior(int rows, int seqs) const;
   size_t measured_points() const;
 
+  // Steps stored in the shape's bucket since its estimate was last refreshed (stored by a step or
+  // the profile); −1 for a shape without an estimate. An estimate is refreshed only when its shape
+  // is stepped, so one that is too high (a slow step stored, a profile taken in a noisy moment)
+  // prices its shape out for good unless the planner steps it now and then
+  // (DraftPlanRule::explore_after).
+  long steps_since_refresh(int rows, int seqs) const;
+
  private:
   struct Entry {
     double ms = 0;
     long samples = 0;
+    long stamp = 0;  // stored_[bucket] when last stored
   };
   static int bucket(int seqs);
   void store(int rows, int seqs, double ms, bool replace);
@@ -97,6 +105,7 @@ class StepCost {
   StepCostPrior prior_;
   double alpha_;
   std::vector<std::map<int, Entry>> table_;  // [bucket] → rows → EMA of ms
+  std::vector<long> stored_;                 // [bucket] → steps stored so far
   struct Seen {
     double first_ms = 0;  // the shape's first step (not stored)
     int steps = 0;        // steps of the shape so far

@@ -122,6 +122,24 @@ TEST(StepCost, ProfileMeasuresEveryShape) {
   EXPECT_DOUBLE_EQ(c.cost(3, 1), 8.0);
 }
 
+// A shape's estimate ages by the steps its bucket stores after it was last stored (by a step or
+// the profile); other buckets do not age it; a shape without an estimate has no age.
+TEST(StepCost, StepsSinceRefreshCountTheBucketsStoredSteps) {
+  StepCost c({1, 1, 0}, 0.5);
+  const int batches[] = {1, 4};
+  ASSERT_TRUE(c.profile(batches, 6, [](int rows, int seqs) -> Result<double> { return 1.0 + rows * seqs; }).ok());
+  EXPECT_EQ(c.steps_since_refresh(6, 1), 0);
+  EXPECT_EQ(c.steps_since_refresh(1, 1), 5);  // the profile's five later shapes of the bucket
+  EXPECT_EQ(c.steps_since_refresh(7, 1), -1);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(c.record(5, 1, 3.0));
+  EXPECT_EQ(c.steps_since_refresh(6, 1), 10);
+  EXPECT_EQ(c.steps_since_refresh(5, 1), 0);
+  EXPECT_EQ(c.steps_since_refresh(24, 4), 0) << "another bucket";
+  ASSERT_TRUE(c.record(6, 1, 3.0));
+  EXPECT_EQ(c.steps_since_refresh(6, 1), 0);
+  EXPECT_EQ(c.steps_since_refresh(5, 1), 1);
+}
+
 TEST(StepCost, ProfileReportsErrors) {
   StepCost c;
   const std::vector<int> batches = {1, 2};

@@ -55,6 +55,24 @@ void push_window_rows(WindowRing& ring, int64_t count, int64_t D, std::mt19937& 
   }
 }
 
+// One call's inputs for T rows at positions start … start + T − 1: a ring of `start` random
+// window rows, the segment's own rows, its queries and their RoPE rows.
+struct CallInputs {
+  WindowRing ring;
+  std::vector<float> chunk, q;
+  RopeRows rope_rows;
+  CallInputs(const Rope& rope, int64_t T, int64_t H, int64_t D, int64_t start, std::mt19937& rng)
+      : ring(6, 8, D), chunk(static_cast<size_t>(T * D)), q(static_cast<size_t>(T * H * D)) {
+    std::normal_distribution<float> nd(0, 1);
+    push_window_rows(ring, start, D, rng);
+    for (float& v : chunk) v = nd(rng);
+    for (float& v : q) v = nd(rng);
+    std::vector<int64_t> positions(static_cast<size_t>(T));
+    for (int64_t i = 0; i < T; ++i) positions[static_cast<size_t>(i)] = start + i;
+    rope_rows.compute(rope, RopeKind::kMain, positions.data(), T);
+  }
+};
+
 TEST(SelectedRows, HeldSelectionGivesTheBitsOfUnpackingEveryCall) {
   const ModelConfig c = small_config();
   auto rope = Rope::create(c);
@@ -63,20 +81,14 @@ TEST(SelectedRows, HeldSelectionGivesTheBitsOfUnpackingEveryCall) {
   w.attn_sink = {0.3f, -0.7f, 1.1f};
   const int64_t H = 3, D = 32, k = 4, start = 9;
   std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0, 1);
   Source a, b;
   a.add(rng, 10);
   b.add(rng, 10);
   for (int64_t T : {1, 3}) {
-    WindowRing ring(6, 8, D);
-    std::vector<float> chunk(T * D), q(T * H * D);
-    push_window_rows(ring, start, D, rng);
-    for (float& v : chunk) v = nd(rng);
-    for (float& v : q) v = nd(rng);
-    std::vector<int64_t> positions(T);
-    for (int64_t i = 0; i < T; ++i) positions[i] = start + i;
-    RopeRows rope_rows;
-    rope_rows.compute(*rope, RopeKind::kMain, positions.data(), T);
+    CallInputs in(*rope, T, H, D, start, rng);
+    WindowRing& ring = in.ring;
+    const std::vector<float>&chunk = in.chunk, &q = in.q;
+    const RopeRows& rope_rows = in.rope_rows;
     std::vector<int32_t> topk(T * k, -1), other(T * k, -1);
     for (int64_t i = 0; i < T; ++i)
       for (int j = 0; j <= i % 3; ++j) {
@@ -112,20 +124,14 @@ TEST(SelectedRows, EntriesSharedByRowsGiveTheBitsOfUnpackingEveryCall) {
   w.attn_sink = {0.1f, 0.5f, -0.4f};
   const int64_t H = 3, D = 32, k = 4, start = 12;
   std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0, 1);
   Source src;
   src.add(rng, 9);
   SelectedRows held;
   for (int64_t T : {1, 6, 8}) {
-    WindowRing ring(6, 8, D);
-    std::vector<float> chunk(T * D), q(T * H * D);
-    push_window_rows(ring, start, D, rng);
-    for (float& v : chunk) v = nd(rng);
-    for (float& v : q) v = nd(rng);
-    std::vector<int64_t> positions(T);
-    for (int64_t i = 0; i < T; ++i) positions[i] = start + i;
-    RopeRows rope_rows;
-    rope_rows.compute(*rope, RopeKind::kMain, positions.data(), T);
+    CallInputs in(*rope, T, H, D, start, rng);
+    WindowRing& ring = in.ring;
+    const std::vector<float>&chunk = in.chunk, &q = in.q;
+    const RopeRows& rope_rows = in.rope_rows;
     for (int round = 0; round < 3; ++round) {
       std::vector<int32_t> sel(T * k);
       std::uniform_int_distribution<int32_t> pick(-1, round == 0 ? 3 : 8);  // round 0: few entries, many repeats

@@ -291,9 +291,11 @@ void hold_selected_rows(const KvSourceCache& source, const int32_t* topk, int64_
   held.topk.assign(topk, topk + n);
   held.count.resize(static_cast<size_t>(T));
   held.values.resize(n * static_cast<size_t>(D));
-  if (held.slot_of.size() < static_cast<size_t>(source.entries()))
-    held.slot_of.resize(static_cast<size_t>(source.entries()), -1);
-  held.set.clear();
+  size_t cells = 16;
+  while (cells < 2 * n) cells *= 2;
+  held.unpacked_entry.assign(cells, -1);  // no allocation once the shape has been seen
+  held.unpacked_slot.resize(cells);
+  const size_t mask = cells - 1;
   for (int64_t i = 0; i < T; ++i) {
     int nsel = 0;
     float* row = held.values.data() + i * k * D;
@@ -301,20 +303,18 @@ void hold_selected_rows(const KvSourceCache& source, const int32_t* topk, int64_
       const int32_t e = topk[i * k + j];
       if (e < 0) continue;
       float* dst = row + (nsel++) * D;
-      const int32_t slot = e < source.entries() ? held.slot_of[static_cast<size_t>(e)] : -1;
-      if (slot >= 0) {  // unpacked for an earlier row (or slot) of this selection: the same floats
-        std::copy_n(held.values.data() + int64_t{slot} * D, D, dst);
+      size_t c = (uint32_t(e) * 2654435761u) & mask;  // Knuth's multiplicative hash, linear probing
+      while (held.unpacked_entry[c] >= 0 && held.unpacked_entry[c] != e) c = (c + 1) & mask;
+      if (held.unpacked_entry[c] == e) {  // unpacked for an earlier row (or slot): the same floats
+        std::copy_n(held.values.data() + int64_t{held.unpacked_slot[c]} * D, D, dst);
         continue;
       }
       source.read_main(e, dst);
-      if (e < source.entries()) {
-        held.slot_of[static_cast<size_t>(e)] = static_cast<int32_t>(i * k + nsel - 1);
-        held.set.push_back(e);
-      }
+      held.unpacked_entry[c] = e;
+      held.unpacked_slot[c] = static_cast<int32_t>(i * k + nsel - 1);
     }
     held.count[static_cast<size_t>(i)] = nsel;
   }
-  for (const int32_t e : held.set) held.slot_of[static_cast<size_t>(e)] = -1;
   held.source = &source;
   held.entries = source.entries();
   held.start_pos = start_pos;

@@ -29,10 +29,10 @@ struct SelectedRows {
   std::vector<int32_t> topk;   // [rows, index_topk] the selection the values unpack
   std::vector<int32_t> count;  // [rows] entries selected per row (topk's non-negative ones)
   std::vector<float> values;   // [rows, index_topk, head_dim]: row i's entries from values + i·k·D
-  // Unpacking's bookkeeping: for each entry of the source, the slot (i·k + n) of `values` that
-  // already holds it in this selection, or −1 (reset after each unpacking), and the entries set.
-  std::vector<int32_t> slot_of;
-  std::vector<int32_t> set;
+  // Unpacking's bookkeeping: an open-addressing table from an entry to the slot (i·k + n) of
+  // `values` that already holds it in this selection (2^m ≥ 2·rows·k cells, key −1 = empty), sized
+  // by the selection's shape, never by the context, so a decode step allocates nothing.
+  std::vector<int32_t> unpacked_entry, unpacked_slot;
 };
 
 // sparse_sink_attention (attention_steps.h) with the selection's main rows taken from `held` when

@@ -419,7 +419,9 @@ void sink_attention(const ModelConfig& config, const AttentionWeights& w, const 
   if (!(compressed && topk)) held = nullptr;
   if (held) hold_selected_rows(*compressed, topk, T, k, D, start_pos, *held);
   const int64_t items = T * H;
-  // Roughly the multiply-adds per item; threads only when each gets ≥ ~2M of them.
+  // Roughly the multiply-adds per item; threads only when each gets ≥ ~256K of them: a verify
+  // step's 6 rows of dsv41-mini (≈ 786K) take both threads, a decode row (≈ 131K) stays on one
+  // (the pool's workers spin between jobs, so waking them costs little; was 2M until session 40).
   const int64_t per_item = (std::min<int64_t>(win, start_pos + T) + k) * D * 2;
   int64_t chunks;
   if (options.threads > 0) {

@@ -44,6 +44,17 @@ double step_ms(const StepCost& cost, int rows, int seqs, double sunk_ms, const D
 // total row count is a shape of its own and most are stepped rarely, so staleness says little.
 bool explores(const DraftPlanRule& rule, int seqs) { return rule.explore_after > 0 && seqs == 1; }
 
+// The plan to step instead of plan `best` of 0 … `most` (plan n has rows_of(n) rows): the smallest
+// larger one whose shape's estimate is stale (DraftPlanRule::explore_after), else `best`.
+template <typename RowsOf>
+size_t explore_above(size_t best, size_t most, RowsOf rows_of, const StepCost& cost, int seqs,
+                     const DraftPlanRule& rule) {
+  if (!explores(rule, seqs)) return best;
+  for (size_t n = best + 1; n <= most; ++n)
+    if (cost.steps_since_refresh(rows_of(n), seqs) >= rule.explore_after) return n;
+  return best;
+}
+
 // kAuto, one sequence (sequence, slot) pair at a time in decreasing π; the best prefix.
 std::vector<int> admit_by_confidence(const std::vector<std::vector<double>>& pi, const StepCost& cost, double sunk_ms,
                                      const DraftPlanRule& rule) {
@@ -70,11 +81,7 @@ std::vector<int> admit_by_confidence(const std::vector<std::vector<double>>& pi,
     const double throughput = tokens / step_ms(cost, rows, seqs, sunk_ms, rule);
     if (throughput > best) best = throughput, best_n = admitted.size();
   }
-  for (size_t n = best_n + 1; explores(rule, seqs) && n <= admitted.size(); ++n)
-    if (cost.steps_since_refresh(seqs + int(n), seqs) >= rule.explore_after) {
-      best_n = n;  // a stale estimate above the best plan: step it once (DraftPlanRule::explore_after)
-      break;
-    }
+  best_n = explore_above(best_n, admitted.size(), [seqs](size_t n) { return seqs + int(n); }, cost, seqs, rule);
   for (size_t a = 0; a < best_n; ++a) ++k[size_t(admitted[a])];
   return k;
 }
@@ -87,21 +94,20 @@ std::vector<int> best_uniform_cap(const std::vector<std::vector<double>>& pi, co
   for (const auto& p : pi) longest = std::max(longest, p.size());
   int best_cap = 0;
   double best = -1;
-  std::vector<int> rows_of_cap(longest + 1);
   for (size_t cap = 0; cap <= longest; ++cap) {
     double tokens = seqs;
     int rows = seqs;
     for (const auto& p : pi)
       for (size_t i = 0; i < std::min(cap, p.size()); ++i) tokens += p[i], ++rows;
-    rows_of_cap[cap] = rows;
     const double throughput = tokens / step_ms(cost, rows, seqs, sunk_ms, rule);
     if (throughput > best) best = throughput, best_cap = int(cap);
   }
-  for (size_t cap = size_t(best_cap) + 1; explores(rule, seqs) && cap <= longest; ++cap)
-    if (cost.steps_since_refresh(rows_of_cap[cap], seqs) >= rule.explore_after) {
-      best_cap = int(cap);  // a stale estimate above the best cap: step it once
-      break;
-    }
+  const auto rows_of_cap = [&pi, seqs](size_t cap) {
+    int rows = seqs;
+    for (const auto& p : pi) rows += int(std::min(cap, p.size()));
+    return rows;
+  };
+  best_cap = int(explore_above(size_t(best_cap), longest, rows_of_cap, cost, seqs, rule));
   std::vector<int> k(static_cast<size_t>(seqs));
   for (int s = 0; s < seqs; ++s) k[size_t(s)] = std::min(best_cap, int(pi[size_t(s)].size()));
   return k;

@@ -82,6 +82,23 @@ TEST(DraftLength, AStaleEstimateAboveThePlanIsSteppedOnce) {
   EXPECT_LT(plan.k[0] + plan.k[1], 10);
 }
 
+// The one-cap rule explores the same way: the cap one above its best once that shape is stale.
+TEST(DraftLength, TheOneCapRuleStepsAStaleLargerCapOnce) {
+  StepCost cost({1, 0.01, 0}, 1.0);
+  const int one[] = {1};
+  ASSERT_TRUE(cost.profile(one, 6, [](int rows, int) -> Result<double> { return 1.0 + 0.01 * rows; }).ok());
+  ASSERT_TRUE(cost.record(6, 1, 5.0));  // a slow 6-row step
+  const std::vector<std::vector<double>> batch = {{0.9, 0.9, 0.9, 0.9, 0.3}};
+  DraftPlanRule cap, never;
+  cap.uniform_cap = never.uniform_cap = true;
+  never.explore_after = 0;
+  for (int i = 0; i + 1 < cap.explore_after; ++i) ASSERT_TRUE(cost.record(5, 1, 1.05));
+  EXPECT_EQ(plan_draft_lengths(batch, cost, kAuto, 0, cap).k[0], 4) << "15 steps old: not yet";
+  ASSERT_TRUE(cost.record(5, 1, 1.05));
+  EXPECT_EQ(plan_draft_lengths(batch, cost, kAuto, 0, cap).k[0], 5);
+  EXPECT_EQ(plan_draft_lengths(batch, cost, kAuto, 0, never).k[0], 4);
+}
+
 TEST(DraftLength, SingleSequenceMatchesBruteForce) {
   Xoshiro256 r(1);
   for (int trial = 0; trial < 500; ++trial) {

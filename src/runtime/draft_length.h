@@ -48,8 +48,12 @@ struct DraftPlanRule {
   // that is too high is measured again instead of pricing its shape out for good. Session 40's
   // traces (H100, batch 1): after slow steps, auto verified 5 rows (or 2) for runs of 20–100 steps
   // where 6 rows cost the same (1.485 against 1.500 ms). Plans of one sequence only (draft_length.cpp
-  // explores()). 0: never.
-  int explore_after = 16;
+  // explores()). 0: never — the default, since session 41's A/B on the H100 (two alternations,
+  // batch 1: auto 1.782 / 1.750× with 16 against 1.783 / 1.815× with 0; docs/DSPARK.md): the
+  // explored steps cost more than the stale estimates they corrected. kExploreAfter is the
+  // setting measured (`dsv41 bench --dspark-auto-explore-after`).
+  int explore_after = 0;
+  static constexpr int kExploreAfter = 16;
 };
 
 struct DraftPlan {

@@ -50,7 +50,7 @@ int brute_single(const std::vector<double>& p, const StepCost& cost) {
 // An estimate priced too high (a slow step stored) keeps the planner one row short; once the
 // bucket has stored explore_after steps since that estimate, the plan takes the row once, and the
 // step it records (at its real cost) brings the planner back to it. Not at more sequences, nor
-// with explore_after = 0.
+// with explore_after = 0 (the default).
 TEST(DraftLength, AStaleEstimateAboveThePlanIsSteppedOnce) {
   StepCost cost({1, 0.01, 0}, 1.0);  // α = 1: the latest step is the estimate
   const int one[] = {1};
@@ -60,15 +60,18 @@ TEST(DraftLength, AStaleEstimateAboveThePlanIsSteppedOnce) {
   ASSERT_TRUE(cost.record(6, 1, 5.0));  // a slow 6-row step
   DraftPlanRule never;
   never.explore_after = 0;
+  DraftPlanRule exploring;
+  exploring.explore_after = DraftPlanRule::kExploreAfter;
   const std::vector<std::vector<double>> batch = {p};
   int explored_at = -1;
   for (int step = 0; step < 40 && explored_at < 0; ++step) {
     EXPECT_EQ(plan_draft_lengths(batch, cost, kAuto, 0, never).k[0], 4);
-    const int k = choose_draft_length(p, cost, kAuto);
+    const int k = plan_draft_lengths(batch, cost, kAuto, 0, exploring).k[0];
     if (k == 5) explored_at = step;
     else ASSERT_TRUE(cost.record(k + 1, 1, 1.05));
   }
-  EXPECT_EQ(explored_at, DraftPlanRule{}.explore_after) << "the 6-row estimate aged explore_after steps first";
+  EXPECT_EQ(explored_at, exploring.explore_after) << "the 6-row estimate aged explore_after steps first";
+  EXPECT_EQ(choose_draft_length(p, cost, kAuto), 4) << "the default rule never explores";
   ASSERT_TRUE(cost.record(6, 1, 1.06));
   EXPECT_EQ(choose_draft_length(p, cost, kAuto), 5) << "measured again at its real cost";
   // Two sequences: no exploration, however stale.
@@ -78,7 +81,7 @@ TEST(DraftLength, AStaleEstimateAboveThePlanIsSteppedOnce) {
   ASSERT_TRUE(two.record(12, 2, 9.0));
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(two.record(10, 2, 1.1));
   const std::vector<std::vector<double>> pair = {{0.9, 0.9, 0.9, 0.9, 0.9}, {0.9, 0.9, 0.9, 0.9, 0.9}};
-  const DraftPlan plan = plan_draft_lengths(pair, two, kAuto);
+  const DraftPlan plan = plan_draft_lengths(pair, two, kAuto, 0, exploring);
   EXPECT_LT(plan.k[0] + plan.k[1], 10);
 }
 
@@ -91,7 +94,7 @@ TEST(DraftLength, TheOneCapRuleStepsAStaleLargerCapOnce) {
   const std::vector<std::vector<double>> batch = {{0.9, 0.9, 0.9, 0.9, 0.3}};
   DraftPlanRule cap, never;
   cap.uniform_cap = never.uniform_cap = true;
-  never.explore_after = 0;
+  cap.explore_after = DraftPlanRule::kExploreAfter;
   for (int i = 0; i + 1 < cap.explore_after; ++i) ASSERT_TRUE(cost.record(5, 1, 1.05));
   EXPECT_EQ(plan_draft_lengths(batch, cost, kAuto, 0, cap).k[0], 4) << "15 steps old: not yet";
   ASSERT_TRUE(cost.record(5, 1, 1.05));

@@ -132,6 +132,9 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
     DSV41_ASSIGN_OR_RETURN(ShapeProfile profile, sched->profile_shapes(parallel));
     std::fprintf(stderr, "batch %d, --dspark %s: %zu step shapes profiled in %.1f ms\n", parallel, mode_text.c_str(),
                  profile.points.size(), profile.wall_ms);
+    if (const double p = sched->predicted_draft_speedup(parallel); std::isfinite(p))
+      std::fprintf(stderr, "batch %d, --dspark %s: drafting predicted at %.2fx plain decoding (%s)\n", parallel,
+                   mode_text.c_str(), p, p < AutoDraftSwitch::kPredictedLoss ? "a clear loss: plain until measured" : "measured");
   }
   if (o.warm) {  // untimed: the same requests once, their results dropped
     std::vector<int64_t> first;

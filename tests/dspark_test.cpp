@@ -479,6 +479,51 @@ TEST(DsparkDecode, AStartUpProfileChangesNoTokenAndLeavesNothingBehind) {
   }
 }
 
+// With the model's measured acceptance known, auto's start-up prediction spares a clear loss its
+// measurement: drafts that are never accepted (every rate 0) cannot pay — a drafting step emits
+// a token a sequence for the drafter and a longer verify —, so at batch 4 auto decodes plainly
+// from its first step, drafts nothing, says why in its verdicts, and emits plain decoding's
+// tokens. Rates of 1 predict a gain (or too little loss to skip): auto measures as before.
+TEST(DsparkDecode, AutoSkipsTheMeasurementOfAPredictedClearLoss) {
+  const auto reqs = requests(6, false);
+  const Decoded plain = run(reqs, 4, kOff);
+  double never_accepted = NAN;
+  for (double rate : {0.0, 1.0}) {
+    SCOPED_TRACE("acceptance " + std::to_string(rate));
+    auto e = dspark_engine();
+    SchedulerOptions o = decode_options(4, DsparkMode{DsparkMode::Kind::kAuto, 0});
+    o.dspark_calibration.assign(size_t(e->draft_block()), SlotMap{1.0, 0.0, rate});
+    auto s = Scheduler::create(*e, o);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->profile_shapes().ok());
+    const double predicted = (*s)->predicted_draft_speedup(4);
+    ASSERT_TRUE(std::isfinite(predicted));
+    std::vector<int64_t> tickets;
+    for (const auto& r : reqs) tickets.push_back((*s)->submit(r));
+    (*s)->run_to_completion();
+    std::vector<std::vector<int32_t>> ids;
+    for (int64_t t : tickets) {
+      auto res = (*s)->take(t);
+      ASSERT_TRUE(res && res->status.ok());
+      ids.push_back(res->ids);
+    }
+    EXPECT_EQ(ids, plain.ids);
+    const DsparkStats& st = (*s)->dspark_stats();
+    const bool predicted_line = std::any_of(st.auto_verdicts.begin(), st.auto_verdicts.end(), [](const std::string& v) {
+      return v.find("without a measurement") != std::string::npos;
+    });
+    if (rate == 0.0) {
+      EXPECT_LT(predicted, AutoDraftSwitch::kPredictedLoss) << "one token a sequence for a dearer step";
+      EXPECT_EQ(st.drafting_steps, 0) << "no drafting sample at batch 4";
+      EXPECT_TRUE(predicted_line);
+    } else {
+      EXPECT_GT(predicted, never_accepted) << "certain drafts predict more than useless ones";
+      EXPECT_EQ(predicted_line, predicted < AutoDraftSwitch::kPredictedLoss);
+    }
+    never_accepted = predicted;
+  }
+}
+
 // A profile that does not fit the engine's page budget fails, naming what it was profiling, and
 // leaves the engine as it was (no scratch sequence, no page held): the scheduler then decodes as it
 // would have without it (serve and generate go on unprofiled).

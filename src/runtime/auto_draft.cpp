@@ -26,14 +26,15 @@ double AutoDraftSwitch::margin(int64_t samples_per_side) {
   return 1.0 + (kMargin - 1.0) * std::sqrt(double(kSamples) / n);
 }
 
-void AutoDraftSwitch::set_profiled_plain(std::vector<std::pair<int64_t, double>> points) {
+// Points with a batch size ≥ 1 and a finite positive value, ascending.
+static std::vector<std::pair<int64_t, double>> valid_points(std::vector<std::pair<int64_t, double>> points) {
   std::erase_if(points, [](const auto& p) { return p.first < 1 || !(std::isfinite(p.second) && p.second > 0); });
   std::sort(points.begin(), points.end());
-  profiled_plain_ = std::move(points);
+  return points;
 }
 
-double AutoDraftSwitch::profiled_plain_ms(int64_t seqs) const {
-  const auto& p = profiled_plain_;
+// Linear between the points, NaN outside them.
+static double interpolate(const std::vector<std::pair<int64_t, double>>& p, int64_t seqs) {
   if (p.empty() || seqs < p.front().first || seqs > p.back().first) return NAN;
   const auto hi = std::lower_bound(p.begin(), p.end(), seqs, [](const auto& q, int64_t s) { return q.first < s; });
   if (hi->first == seqs) return hi->second;
@@ -41,6 +42,18 @@ double AutoDraftSwitch::profiled_plain_ms(int64_t seqs) const {
   const double t = double(seqs - lo->first) / double(hi->first - lo->first);
   return lo->second + t * (hi->second - lo->second);
 }
+
+void AutoDraftSwitch::set_profiled_plain(std::vector<std::pair<int64_t, double>> points) {
+  profiled_plain_ = valid_points(std::move(points));
+}
+
+double AutoDraftSwitch::profiled_plain_ms(int64_t seqs) const { return interpolate(profiled_plain_, seqs); }
+
+void AutoDraftSwitch::set_predicted_speedup(std::vector<std::pair<int64_t, double>> points) {
+  predicted_speedup_ = valid_points(std::move(points));
+}
+
+double AutoDraftSwitch::predicted_speedup(int64_t seqs) const { return interpolate(predicted_speedup_, seqs); }
 
 bool AutoDraftSwitch::plain_from_profile(const Bucket& b) const {
   return b.profiled && !b.measured && std::isfinite(profiled_plain_ms(seqs_));
@@ -119,10 +132,16 @@ bool AutoDraftSwitch::want_draft(bool prefilling, int64_t seqs) {
   Bucket& b = buckets_[current_];
   ++b.steps;
   if (b.phase != Phase::kMeasure && b.steps > b.wait) enter(b, Phase::kMeasure);
-  // A bucket that never measured and has not started to takes its neighbours' verdict, if they imply one.
+  // A bucket that never measured and has not started to takes its neighbours' verdict, if they
+  // imply one, else plain decoding where the profile predicts a clear loss.
   if (!b.measured && !b.inherited && b.phase == Phase::kMeasure && b.trace_size == 0 &&
       (run_left_ == 0 || run_bucket_ != current_)) {
-    const Phase implied = implied_verdict(current_);
+    Phase implied = implied_verdict(current_);
+    if (implied == Phase::kMeasure && predicted_speedup(seqs_) < kPredictedLoss) {
+      implied = Phase::kPlain;
+      ++predicted_verdicts_;
+      last_predicted_bucket_ = current_;
+    }
     if (implied != Phase::kMeasure) {
       enter(b, implied);
       b.inherited = true;

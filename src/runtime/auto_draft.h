@@ -122,6 +122,22 @@ class AutoDraftSwitch {
   void set_profiled_plain(std::vector<std::pair<int64_t, double>> points);
   // The profiled plain step of `seqs` sequences (ms), NaN outside the profiled sizes.
   double profiled_plain_ms(int64_t seqs) const;
+  // Drafting's predicted speed against plain decoding at profiled batch sizes ((sequences,
+  // ratio) points; runtime/shape_profile.h predicted_draft_speedup: the profiled step costs and the
+  // model's measured acceptance rates). A bucket that has never measured, and whose neighbours
+  // imply no verdict, decodes plainly without a measurement where the prediction is a clear loss
+  // (below kPredictedLoss; linear between the profiled sizes), and measures after kFirstWait of
+  // its steps as an inherited verdict does. Why: a measurement's drafting step costs what it
+  // costs whatever the verdict — on this project's 2-vCPU VM at batch 8 a drafting step took ≈ 16
+  // ms against a 2.7-ms plain one, and the one or two a measurement needs to see the loss were
+  // 4–7 % of a 128-step run (auto 0.93–0.96× off, session 41), a loss the profile predicted at
+  // ≈ 0.5× before the first request.
+  static constexpr double kPredictedLoss = 0.8;
+  void set_predicted_speedup(std::vector<std::pair<int64_t, double>> points);
+  double predicted_speedup(int64_t seqs) const;  // NaN outside the profiled sizes
+  // Buckets that decoded plainly on a prediction (diagnostics), and the last one's bucket.
+  int64_t predicted_verdicts() const { return predicted_verdicts_; }
+  int last_predicted_bucket() const { return last_predicted_bucket_; }
 
   // The verdict of the bucket of the last want_draft (of `seqs` when given).
   Phase phase() const { return buckets_[current_].phase; }
@@ -160,7 +176,7 @@ class AutoDraftSwitch {
     int64_t wait = kFirstWait;    // steps before the next measurement
     bool measured = false;        // a verdict was reached before
     bool last_won = false;        // the verdict of the previous measurement
-    bool inherited = false;       // the current verdict came from neighbours (implied_verdict)
+    bool inherited = false;       // the current verdict came from neighbours (implied_verdict) or the prediction
     bool profiled = true;         // its first measurement may take plain steps from the profile
     int64_t warmup = 0;           // drafting steps still to run uncounted
   };
@@ -184,7 +200,9 @@ class AutoDraftSwitch {
   std::array<Bucket, kBuckets> buckets_{};
   int current_ = 0;
   int64_t seqs_ = 1;  // sequences of the last want_draft
-  std::vector<std::pair<int64_t, double>> profiled_plain_;
+  std::vector<std::pair<int64_t, double>> profiled_plain_, predicted_speedup_;
+  int64_t predicted_verdicts_ = 0;
+  int last_predicted_bucket_ = -1;
   bool measuring_ = false;  // this step is a counted sample of the current bucket's measurement
   bool in_measurement_ = false;  // this step belongs to a measurement (counted or not)
   // settle: the measurement's open run (run_left_ more steps on run_side_ in bucket run_bucket_).

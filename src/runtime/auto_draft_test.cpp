@@ -225,6 +225,44 @@ TEST(AutoDraft, ABucketTakesTheVerdictItsNeighboursImplyUntilItMeasures) {
   EXPECT_EQ(d.phase(4), Phase::kMeasure);
 }
 
+// A predicted clear loss (below kPredictedLoss) decodes plainly without a drafting sample until
+// the bucket's wait is over, then measures; a near prediction, a size outside the profile, or a
+// neighbour's measured verdict leave the bucket as it was.
+TEST(AutoDraft, APredictedClearLossDecodesPlainlyUntilTheBucketMeasures) {
+  AutoDraftSwitch a(kRefill);
+  a.set_predicted_speedup({{1, 1.9}, {2, 0.9}, {8, 0.45}});
+  EXPECT_DOUBLE_EQ(a.predicted_speedup(4), 0.9 + (0.45 - 0.9) * 2.0 / 6.0);
+  EXPECT_TRUE(std::isnan(a.predicted_speedup(16)));
+  EXPECT_EQ(run(a, 100, 20.0, 16, 8), 0) << "batch 8: plain from the first step, no drafting sample";
+  EXPECT_EQ(a.phase(8), Phase::kPlain);
+  EXPECT_EQ(a.verdicts(), 0) << "nothing measured";
+  EXPECT_EQ(a.predicted_verdicts(), 1);
+  EXPECT_EQ(a.last_predicted_bucket(), 3);
+  EXPECT_EQ(run(a, 2, 20.0, 16, 4), 0) << "batch 4 (0.75x predicted): plain as well";
+  run(a, AutoDraftSwitch::kFirstWait - 100, 20.0, 16, 8);
+  a.want_draft(false, 8);
+  EXPECT_EQ(a.phase(8), Phase::kMeasure) << "measured after kFirstWait, as an inherited verdict";
+  EXPECT_EQ(a.predicted_verdicts(), 2) << "the measurement does not predict again";
+  // Batch 2 (0.9x: not a clear loss) and batch 16 (not profiled) measure as before.
+  AutoDraftSwitch b(kRefill);
+  b.set_predicted_speedup({{1, 1.9}, {2, 0.9}, {8, 0.45}});
+  b.want_draft(false, 2);
+  EXPECT_EQ(b.phase(2), Phase::kMeasure);
+  b.want_draft(false, 16);
+  EXPECT_EQ(b.phase(16), Phase::kMeasure);
+  EXPECT_EQ(b.predicted_verdicts(), 0);
+  // A measured neighbour's verdict comes first: batch 16 drafts, so batch 8 drafts however the
+  // profile predicted it.
+  AutoDraftSwitch c(kRefill);
+  c.set_predicted_speedup({{8, 0.45}, {16, 0.45}});
+  c.set_predicted_speedup({});  // cleared: batch 16 measures
+  run(c, 2 * AutoDraftSwitch::kSamples, 1.5, 48, 16);
+  ASSERT_EQ(c.phase(16), Phase::kDrafting);
+  c.set_predicted_speedup({{8, 0.45}});
+  EXPECT_EQ(run(c, 10, 1.5, 24, 8), 10);
+  EXPECT_EQ(c.predicted_verdicts(), 0);
+}
+
 TEST(AutoDraft, WarmupDraftsAreNotCounted) {
   // The first drafting step of each bucket is 10× slower (first touches), the later ones win.
   AutoDraftSwitch a(kRefill, /*warmup_drafts=*/1);

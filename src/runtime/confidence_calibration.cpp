@@ -50,9 +50,22 @@ std::string ConfidenceCalibrator::to_json(int slots, const std::string& note) co
   nlohmann::json out = {{"what", note}, {"slots", nlohmann::json::array()}};
   for (int i = 0; i < std::min(slots, int(slots_.size())); ++i) {
     const SlotMap m = map(i);
-    out["slots"].push_back({{"scale", m.scale}, {"offset", m.offset}, {"judged", slots_[size_t(i)].seen}});
+    out["slots"].push_back({{"scale", m.scale}, {"offset", m.offset}, {"judged", slots_[size_t(i)].seen},
+                            {"accepted", slots_[size_t(i)].accepted}});
   }
   return out.dump(1) + "\n";
+}
+
+// A slot's "accepted" / "judged" (NaN without "accepted", or when nothing was judged); an error
+// for counts that are not whole numbers with 0 ≤ accepted ≤ judged.
+static Result<double> recorded_acceptance(const std::string& path, const nlohmann::json& slot, int number) {
+  if (!slot.contains("accepted")) return double(NAN);
+  const auto& a = slot["accepted"];
+  const auto& j = slot.contains("judged") ? slot["judged"] : nlohmann::json();
+  if (!a.is_number_integer() || !j.is_number_integer() || a.get<int64_t>() < 0 || a.get<int64_t>() > j.get<int64_t>())
+    return corrupt(path + ": slot " + std::to_string(number) +
+                   " needs whole numbers 0 ≤ \"accepted\" ≤ \"judged\"");
+  return j.get<int64_t>() > 0 ? double(a.get<int64_t>()) / double(j.get<int64_t>()) : double(NAN);
 }
 
 Result<std::vector<SlotMap>> load_calibration(const std::string& path) {
@@ -69,6 +82,7 @@ Result<std::vector<SlotMap>> load_calibration(const std::string& path) {
     if (!std::isfinite(m.scale) || !std::isfinite(m.offset))
       return corrupt(path + ": slot " + std::to_string(maps.size() + 1) + " needs finite numbers \"scale\" and \"offset\"");
     maps.push_back(m);
+    DSV41_ASSIGN_OR_RETURN(maps.back().acceptance, recorded_acceptance(path, slot, int(maps.size())));
   }
   return maps;
 }
@@ -96,6 +110,7 @@ void ConfidenceCalibrator::observe_slot(int slot, float logit, bool accepted) {
   const double w = std::max(p * (1 - p), 1e-3), lam = options_.forgetting;
   s.h = {lam * s.h[0] + w * c * c, lam * s.h[1] + w * c, lam * s.h[2] + w};
   ++s.seen;
+  s.accepted += accepted ? 1 : 0;
   const double g = p - (accepted ? 1.0 : 0.0);  // gradient = g · (c, 1)
   const double det = s.h[0] * s.h[2] - s.h[1] * s.h[1];
   if (!(det > 0)) return;

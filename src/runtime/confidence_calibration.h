@@ -29,6 +29,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,9 +38,13 @@
 
 namespace dsv41 {
 
-// One slot's Platt map p = σ(scale · c + offset).
+// One slot's Platt map p = σ(scale · c + offset), and the slot's observed rate of acceptance in
+// the run that fitted it (accepted / judged: P(accepted | the slots before it were); NaN where the
+// file does not record it). The rate is a prior for a draft whose confidence is not known yet:
+// auto's start-up prediction (runtime/shape_profile.h predicted_draft_speedup).
 struct SlotMap {
   double scale = 1, offset = 0;
+  double acceptance = NAN;
 };
 
 struct CalibrationOptions {
@@ -56,7 +61,8 @@ struct CalibrationOptions {
 };
 
 // The file a model ships its measured maps in (`<model dir>/dspark_calibration.json`):
-// {"slots": [{"scale": a, "offset": b, "judged": n}, …], …}; other keys are notes.
+// {"slots": [{"scale": a, "offset": b, "judged": n, "accepted": m}, …], …}; other keys are notes
+// ("accepted" is optional: files written before session 41 lack it).
 inline constexpr const char* kCalibrationFile = "dspark_calibration.json";
 // The maps of `path`; an empty list when the file does not exist, an error when it is unreadable
 // or malformed (a slot without finite scale and offset).
@@ -83,18 +89,19 @@ class ConfidenceCalibrator {
   // Outcomes seen for a slot. A slot the plan never verifies is never corrected: a caller can
   // verify one more slot now and then while this is small (cheap where the step cost is flat).
   long observations(int slot) const { return slots_[size_t(slot)].seen; }
+  long acceptances(int slot) const { return slots_[size_t(slot)].accepted; }  // of those outcomes
   int slots() const { return int(slots_.size()); }
   // The map slot `slot` uses now (see map_of).
   SlotMap map(int slot) const;
   // The first `slots` maps as a calibration file's text (kCalibrationFile), with `note` as its
-  // "what" and each slot's observations as "judged".
+  // "what", each slot's observations as "judged" and its acceptances as "accepted".
   std::string to_json(int slots, const std::string& note) const;
 
  private:
   struct Slot {
     std::array<double, 2> theta = {1.0, 0.0};  // (a, b)
     std::array<double, 3> h;                   // curvature (h_aa, h_ab, h_bb)
-    long seen = 0;
+    long seen = 0, accepted = 0;
     bool measured = false;  // started from a measured map: its own from the start
   };
   // The slot whose map `slot` uses: itself once judged or measured, else the nearest such slot

@@ -166,9 +166,21 @@ TEST(ConfidenceCalibration, FileRoundTrip) {
   for (int s = 0; s < 4; ++s) {
     EXPECT_NEAR((*back)[size_t(s)].scale, cal.map(s).scale, 1e-9 * (1 + std::abs(cal.map(s).scale))) << s;
     EXPECT_NEAR((*back)[size_t(s)].offset, cal.map(s).offset, 1e-9 * (1 + std::abs(cal.map(s).offset))) << s;
+    ASSERT_GT(cal.observations(s), 0) << s;
+    EXPECT_DOUBLE_EQ((*back)[size_t(s)].acceptance, double(cal.acceptances(s)) / double(cal.observations(s))) << s;
   }
+  // Slot 1 is judged on every observation and accepted where at least one draft was (5 of 6 draws).
+  EXPECT_NEAR((*back)[0].acceptance, 5.0 / 6.0, 0.06);
+  // Files without "accepted" (before session 41) load with an unknown rate.
+  std::ofstream(path) << "{\"slots\": [{\"scale\": 1, \"offset\": 0, \"judged\": 4}]}";
+  auto old = load_calibration(path);
+  ASSERT_TRUE(old.ok()) << old.status().to_string();
+  EXPECT_TRUE(std::isnan((*old)[0].acceptance));
   for (const char* bad : {"[]", "{\"slots\": 3}", "{\"slots\": [{\"scale\": 1}]}",
-                          "{\"slots\": [{\"scale\": \"1\", \"offset\": 0}]}", "{\"slots\": [", ""}) {
+                          "{\"slots\": [{\"scale\": \"1\", \"offset\": 0}]}", "{\"slots\": [", "",
+                          "{\"slots\": [{\"scale\": 1, \"offset\": 0, \"judged\": 4, \"accepted\": 5}]}",
+                          "{\"slots\": [{\"scale\": 1, \"offset\": 0, \"accepted\": 1}]}",
+                          "{\"slots\": [{\"scale\": 1, \"offset\": 0, \"judged\": 4, \"accepted\": 0.5}]}"}) {
     std::ofstream(path) << bad;
     EXPECT_FALSE(load_calibration(path).ok()) << bad;
   }

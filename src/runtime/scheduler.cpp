@@ -68,6 +68,11 @@ Result<ShapeProfile> Scheduler::profile_shapes(int max_batch) {
     std::vector<std::pair<int64_t, double>> plain;
     for (int seqs : o.batch_sizes) plain.emplace_back(seqs, profile.find(seqs, 1)->step_ms);
     auto_.set_profiled_plain(std::move(plain));
+    std::vector<double> acceptance;
+    for (const SlotMap& m : options_.dspark_calibration) acceptance.push_back(m.acceptance);
+    std::vector<std::pair<int64_t, double>> predicted;
+    for (int seqs : o.batch_sizes) predicted.emplace_back(seqs, dsv41::predicted_draft_speedup(profile, seqs, acceptance));
+    auto_.set_predicted_speedup(std::move(predicted));
   }
   return profile;
 }
@@ -287,8 +292,18 @@ int32_t Scheduler::pick_token(Active& a, const float* logits) {
 
 bool Scheduler::want_draft(bool prefilling, int64_t decoding) {
   if (options_.dspark.kind != DsparkMode::Kind::kAuto) return true;
+  const int64_t predicted = auto_.predicted_verdicts();
   const bool draft = auto_.want_draft(prefilling, std::max<int64_t>(decoding, 1));
   engine_.set_draft_feeding(auto_.feeding());
+  if (auto_.predicted_verdicts() != predicted) {
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "step %lld: bucket %d decodes plainly without a measurement: drafting predicted at %.2fx plain "
+                  "(start-up profile, the model's measured acceptance)",
+                  static_cast<long long>(steps_), auto_.last_predicted_bucket(),
+                  auto_.predicted_speedup(std::max<int64_t>(decoding, 1)));
+    dspark_.auto_verdicts.emplace_back(line);
+  }
   return draft;
 }
 

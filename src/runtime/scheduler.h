@@ -234,10 +234,15 @@ class Scheduler {
   // sizes 1, 2, 4, … up to min(parallel, max_batch) (and that bound itself): plain steps and,
   // with DSpark, verify steps of up to K + 1 rows a sequence (auto: block + 1) after the drafter's
   // own drafts. It seeds the k* planner's step costs (StepCost::profile) and, in auto mode, the
-  // plain side of each bucket's first measurement (AutoDraftSwitch::set_profiled_plain), and warms
-  // what the backend keeps per shape. Before anything is submitted (refused after): its scratch
-  // sequences take room in the engine. Tokens emitted later do not depend on it.
+  // plain side of each bucket's first measurement (AutoDraftSwitch::set_profiled_plain) and the
+  // prediction that spares a clear loss its measurement (set_predicted_speedup, from the model's
+  // measured acceptance: SchedulerOptions::dspark_calibration), and warms what the backend keeps
+  // per shape. Before anything is submitted (refused after): its scratch sequences take room in
+  // the engine. Tokens emitted later do not depend on it.
   Result<ShapeProfile> profile_shapes(int max_batch = 8);
+  // Auto's prediction of drafting's speed against plain decoding at `seqs` sequences (NaN
+  // unprofiled, or without measured acceptance rates).
+  double predicted_draft_speedup(int64_t seqs) const { return auto_.predicted_speedup(seqs); }
 
   // One engine step; false when there was nothing left to do.
   bool step();

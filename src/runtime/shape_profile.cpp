@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 
 #include "runtime/sampling.h"
@@ -156,6 +157,21 @@ Result<ShapeProfile> profile_shapes(Engine& engine, const ShapeProfileOptions& o
   }
   profile.wall_ms = ms_since(t0);
   return profile;
+}
+
+double predicted_draft_speedup(const ShapeProfile& profile, int seqs, std::span<const double> acceptance) {
+  const ShapeProfile::Point* plain = profile.find(seqs, 1);
+  if (plain == nullptr || !(plain->step_ms > 0)) return NAN;
+  double best = NAN, survival = 1, tokens = 1;
+  for (size_t slot = 0; slot < acceptance.size() && std::isfinite(acceptance[slot]); ++slot) {
+    survival *= std::clamp(acceptance[slot], 0.0, 1.0);
+    tokens += survival;
+    const ShapeProfile::Point* verify = profile.find(seqs, int(slot) + 2);
+    if (verify == nullptr || !(verify->step_ms + verify->draft_ms > 0)) continue;
+    const double speedup = tokens / (verify->draft_ms + verify->step_ms) * plain->step_ms;
+    if (std::isnan(best) || speedup > best) best = speedup;
+  }
+  return best;
 }
 
 }  // namespace dsv41

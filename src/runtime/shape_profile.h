@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "base/status.h"
@@ -54,5 +55,15 @@ struct ShapeProfile {
 // must have room for the largest batch beside what it holds). Fails, naming the shape, on a
 // forward or draft error; the scratch sequences are removed either way.
 Result<ShapeProfile> profile_shapes(Engine& engine, const ShapeProfileOptions& options);
+
+// Drafting's predicted speed against plain decoding at `seqs` sequences a step, from the profile
+// and the drafts' chances alone — before any confidence is seen: the best, over the profiled verify
+// shapes of r rows a sequence, of
+//   (1 + Σ_{i < r} Π_{u ≤ i} acceptance[u−1]) tokens a sequence / (draft_ms + step_ms)
+// against 1 / the plain step's ms, acceptance[u] being slot u+1's rate of acceptance given the
+// slots before it were accepted (the model's measured rates: SlotMap::acceptance). Shapes past the
+// known rates are not counted. NaN when the plain step or every verify shape of `seqs` is
+// missing, or the first rate is unknown.
+double predicted_draft_speedup(const ShapeProfile& profile, int seqs, std::span<const double> acceptance);
 
 }  // namespace dsv41

@@ -97,6 +97,20 @@ DsparkStats since(const DsparkStats& now, const DsparkStats& before) {
   return d;
 }
 
+// The profiled shapes of the largest batch, one line: the plain step, then each verify shape's
+// step + drafter ms (what auto's prediction and the k* planner start from).
+static void print_profile_at(const ShapeProfile& profile, int seqs, const std::string& mode_text) {
+  std::string line;
+  char part[64];
+  for (const ShapeProfile::Point& p : profile.points) {
+    if (p.seqs != seqs) continue;
+    if (p.rows_per_seq == 1) std::snprintf(part, sizeof part, " plain %.3f", p.step_ms);
+    else std::snprintf(part, sizeof part, ", %d rows %.3f + %.3f", p.rows_per_seq, p.step_ms, p.draft_ms);
+    line += part;
+  }
+  std::fprintf(stderr, "batch %d, --dspark %s: profiled ms a step:%s\n", seqs, mode_text.c_str(), line.c_str());
+}
+
 Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std::vector<GenerationRequest>& reqs,
                      const std::vector<SlotMap>& calibration, int parallel, const std::string& mode_text) {
   DSV41_ASSIGN_OR_RETURN(DsparkMode mode, parse_dspark_mode(mode_text, std::max(1, model.config().dspark_block_size)));
@@ -132,6 +146,7 @@ Result<Run> run_once(const Model& model, const DsparkBenchOptions& o, const std:
     DSV41_ASSIGN_OR_RETURN(ShapeProfile profile, sched->profile_shapes(parallel));
     std::fprintf(stderr, "batch %d, --dspark %s: %zu step shapes profiled in %.1f ms\n", parallel, mode_text.c_str(),
                  profile.points.size(), profile.wall_ms);
+    print_profile_at(profile, parallel, mode_text);
     if (const double p = sched->predicted_draft_speedup(parallel); std::isfinite(p))
       std::fprintf(stderr, "batch %d, --dspark %s: drafting predicted at %.2fx plain decoding (%s)\n", parallel,
                    mode_text.c_str(), p, p < AutoDraftSwitch::kPredictedLoss ? "a clear loss: plain until measured" : "measured");

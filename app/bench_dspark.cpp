@@ -104,7 +104,8 @@ static void print_profile_at(const ShapeProfile& profile, int seqs, const std::s
   char part[64];
   for (const ShapeProfile::Point& p : profile.points) {
     if (p.seqs != seqs) continue;
-    if (p.rows_per_seq == 1) std::snprintf(part, sizeof part, " plain %.3f", p.step_ms);
+    if (p.rows_per_seq == 1 && p.unfed_ms != p.step_ms) std::snprintf(part, sizeof part, " plain %.3f (rings fed %.3f)", p.unfed_ms, p.step_ms);
+    else if (p.rows_per_seq == 1) std::snprintf(part, sizeof part, " plain %.3f", p.step_ms);
     else std::snprintf(part, sizeof part, ", %d rows %.3f + %.3f", p.rows_per_seq, p.step_ms, p.draft_ms);
     line += part;
   }

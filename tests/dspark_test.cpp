@@ -461,6 +461,8 @@ TEST(DsparkDecode, AStartUpProfileChangesNoTokenAndLeavesNothingBehind) {
           const ShapeProfile::Point* p = profile->find(seqs, r);
           ASSERT_NE(p, nullptr) << seqs << " × " << r;
           EXPECT_GT(p->step_ms, 0);
+          EXPECT_GT(p->unfed_ms, 0);
+          if (r > 1 || mode.kind == DsparkMode::Kind::kOff) EXPECT_EQ(p->unfed_ms, p->step_ms) << "fed and unfed differ only for plain steps with a drafter";
           EXPECT_EQ(p->draft_ms > 0, r > 1) << seqs << " × " << r << ": the drafter ran before each verify step";
         }
       EXPECT_EQ(e->pool_stats().sequences, 0) << "the scratch sequences are gone";

@@ -221,6 +221,7 @@ class Engine {
   // Feeding the drafter's rings after each forward can be paused (DSpark's auto mode does while
   // plain decoding wins): drafts then wait until a forward has fed the rings again (can_draft).
   void set_draft_feeding(bool on) { feeding_ = on; }
+  bool draft_feeding() const { return feeding_; }
 
   // One batched forward. Returns one result per segment, in order (valid until the next call).
   // Under expert parallelism (the backend exchanges MoE rows with other ranks: docs/PARALLEL.md)

@@ -56,7 +56,8 @@ Result<ShapeProfile> Scheduler::profile_shapes(int max_batch) {
   o.batch_sizes.push_back(top);
   o.draft = dspark;
   o.max_rows_per_seq = 1 + (!dspark ? 0 : mode.kind == DsparkMode::Kind::kFixed ? mode.k : engine_.draft_block());
-  const int64_t room = options_.max_context - int64_t(o.warm_steps + o.timed_steps + 1) * o.max_rows_per_seq - 1;
+  const int64_t room = options_.max_context - int64_t(o.warm_steps + o.timed_steps + 1) * o.max_rows_per_seq -
+                       (o.draft ? o.warm_steps + o.timed_steps : 0) - 1;
   o.context = std::clamp<int64_t>(room, 1, 96);
   engine_.set_draft_feeding(true);
   DSV41_ASSIGN_OR_RETURN(ShapeProfile profile, dsv41::profile_shapes(engine_, o));
@@ -66,7 +67,7 @@ Result<ShapeProfile> Scheduler::profile_shapes(int max_batch) {
     }));
   if (mode.kind == DsparkMode::Kind::kAuto) {
     std::vector<std::pair<int64_t, double>> plain;
-    for (int seqs : o.batch_sizes) plain.emplace_back(seqs, profile.find(seqs, 1)->step_ms);
+    for (int seqs : o.batch_sizes) plain.emplace_back(seqs, profile.find(seqs, 1)->unfed_ms);  // as the plain phase runs
     auto_.set_profiled_plain(std::move(plain));
     std::vector<double> acceptance;
     for (const SlotMap& m : options_.dspark_calibration) acceptance.push_back(m.acceptance);

@@ -116,6 +116,20 @@ std::string shape_name(int seqs, int rows) {
   return std::to_string(seqs) + " sequence(s) × " + std::to_string(rows) + " row(s)";
 }
 
+// One shape's warm steps, then its timed ones: the medians of (step ms, drafter ms).
+Result<std::pair<double, double>> time_shape(ScratchBatch& batch, const ShapeProfileOptions& o, int seqs, int rows) {
+  std::vector<double> step_ms, draft_ms;
+  for (int i = 0; i < o.warm_steps + o.timed_steps; ++i) {
+    double d = 0;
+    Result<double> ms = batch.step(rows, o.draft, &d);
+    if (!ms.ok()) return ms.status().with_context("step profile, " + shape_name(seqs, rows));
+    if (i < o.warm_steps) continue;
+    step_ms.push_back(*ms);
+    draft_ms.push_back(d);
+  }
+  return std::pair{median(step_ms), median(draft_ms)};
+}
+
 }  // namespace
 
 const ShapeProfile::Point* ShapeProfile::find(int seqs, int rows_per_seq) const {
@@ -133,26 +147,28 @@ Result<ShapeProfile> profile_shapes(Engine& engine, const ShapeProfileOptions& o
     return invalid_argument("step profile: " + std::to_string(o.max_rows_per_seq - 1) + " drafts a step exceed the block of " +
                             std::to_string(engine.draft_block()));
   const int steps = o.warm_steps + o.timed_steps;
-  const int64_t max_context = o.context + int64_t(steps) * o.max_rows_per_seq + o.max_rows_per_seq + 1;
+  // Each step keeps one row; the unfed plain steps (with draft) are one more shape's worth.
+  const int64_t max_context = o.context + int64_t(steps) * (o.max_rows_per_seq + (o.draft ? 1 : 0)) + o.max_rows_per_seq + 1;
   if (max_context > engine.config().max_position_embeddings)
     return out_of_range("step profile: a scratch context of " + std::to_string(max_context) + " positions");
   ShapeProfile profile;
+  const bool feeding = engine.draft_feeding();
   const auto t0 = Clock::now();
   for (int seqs : o.batch_sizes) {
     if (seqs < 1) return invalid_argument("step profile: batch size " + std::to_string(seqs) + " must be ≥ 1");
     ScratchBatch batch(engine);
     DSV41_RETURN_IF_ERROR(batch.open(seqs, o.context, max_context).with_context("step profile, " + std::to_string(seqs) + " sequence(s)"));
     for (int rows = 1; rows <= o.max_rows_per_seq; ++rows) {
-      std::vector<double> step_ms, draft_ms;
-      for (int i = 0; i < steps; ++i) {
-        double d = 0;
-        Result<double> ms = batch.step(rows, o.draft, &d);
-        if (!ms.ok()) return ms.status().with_context("step profile, " + shape_name(seqs, rows));
-        if (i < o.warm_steps) continue;
-        step_ms.push_back(*ms);
-        draft_ms.push_back(d);
+      double unfed_ms = 0;
+      if (rows == 1 && o.draft) {  // first, so that the fed steps after it leave the rings drafting-ready
+        engine.set_draft_feeding(false);
+        Result<std::pair<double, double>> unfed = time_shape(batch, o, seqs, rows);
+        engine.set_draft_feeding(feeding);
+        DSV41_RETURN_IF_ERROR(unfed.status());
+        unfed_ms = unfed->first;
       }
-      profile.points.push_back({seqs, rows, median(step_ms), median(draft_ms)});
+      DSV41_ASSIGN_OR_RETURN(const auto ms, time_shape(batch, o, seqs, rows));
+      profile.points.push_back({seqs, rows, ms.first, ms.second, rows == 1 && o.draft ? unfed_ms : ms.first});
     }
   }
   profile.wall_ms = ms_since(t0);
@@ -160,15 +176,16 @@ Result<ShapeProfile> profile_shapes(Engine& engine, const ShapeProfileOptions& o
 }
 
 double predicted_draft_speedup(const ShapeProfile& profile, int seqs, std::span<const double> acceptance) {
-  const ShapeProfile::Point* plain = profile.find(seqs, 1);
-  if (plain == nullptr || !(plain->step_ms > 0)) return NAN;
+  const ShapeProfile::Point* found = profile.find(seqs, 1);
+  const double plain_ms = found == nullptr ? NAN : found->unfed_ms > 0 ? found->unfed_ms : found->step_ms;
+  if (!(plain_ms > 0)) return NAN;
   double best = NAN, survival = 1, tokens = 1;
   for (size_t slot = 0; slot < acceptance.size() && std::isfinite(acceptance[slot]); ++slot) {
     survival *= std::clamp(acceptance[slot], 0.0, 1.0);
     tokens += survival;
     const ShapeProfile::Point* verify = profile.find(seqs, int(slot) + 2);
     if (verify == nullptr || !(verify->step_ms + verify->draft_ms > 0)) continue;
-    const double speedup = tokens / (verify->draft_ms + verify->step_ms) * plain->step_ms;
+    const double speedup = tokens / (verify->draft_ms + verify->step_ms) * plain_ms;
     if (std::isnan(best) || speedup > best) best = speedup;
   }
   return best;

@@ -43,6 +43,12 @@ struct ShapeProfile {
     int seqs = 0, rows_per_seq = 0;
     double step_ms = 0;   // forward + greedy picks + rollback to one row a sequence (median)
     double draft_ms = 0;  // the drafter before it (median; 0 for plain steps or without draft)
+    // Plain steps (one row) with `draft`: the step with the drafter's rings not fed, as auto's
+    // plain phase runs it (median); step_ms feeds them, as a drafting step's rows do. Feeding is
+    // part of drafting's cost: on this project's 2-vCPU VM a fed plain step of dsv41-mini took
+    // 1.1–1.8 ms where an unfed one took 0.9–1.3, and auto compared drafting with the fed one
+    // (session 41). Equal to step_ms otherwise.
+    double unfed_ms = 0;
   };
   std::vector<Point> points;  // batch size major, rows minor, as profiled
   double wall_ms = 0;         // the whole profile, scratch prefills included
@@ -60,7 +66,7 @@ Result<ShapeProfile> profile_shapes(Engine& engine, const ShapeProfileOptions& o
 // and the drafts' chances alone — before any confidence is seen: the best, over the profiled verify
 // shapes of r rows a sequence, of
 //   (1 + Σ_{i < r} Π_{u ≤ i} acceptance[u−1]) tokens a sequence / (draft_ms + step_ms)
-// against 1 / the plain step's ms, acceptance[u] being slot u+1's rate of acceptance given the
+// against 1 / the plain step's ms (unfed_ms where profiled: auto's plain phase), acceptance[u] being slot u+1's rate of acceptance given the
 // slots before it were accepted (the model's measured rates: SlotMap::acceptance). Shapes past the
 // known rates are not counted. NaN when the plain step or every verify shape of `seqs` is
 // missing, or the first rate is unknown.

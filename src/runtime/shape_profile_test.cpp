@@ -13,7 +13,7 @@ namespace {
 // One batch size: a plain step of `plain` ms, verify shapes of 2 … 4 rows a sequence.
 ShapeProfile profile_of(int seqs, double plain, std::vector<double> verify_ms, double draft_ms) {
   ShapeProfile p;
-  p.points.push_back({seqs, 1, plain, 0});
+  p.points.push_back({seqs, 1, plain, 0, plain});
   for (size_t i = 0; i < verify_ms.size(); ++i) p.points.push_back({seqs, int(i) + 2, verify_ms[i], draft_ms});
   return p;
 }
@@ -44,6 +44,12 @@ TEST(ShapeProfile, UnknownRatesAndMissingShapesPredictNothingOrLess) {
   // More rates than profiled shapes: the shapes there are.
   const std::vector<double> certain(8, 1.0);
   EXPECT_DOUBLE_EQ(predicted_draft_speedup(p, 1, certain), 4 / 1.7);
+  // The plain side is the unfed plain step (auto's plain phase), not the fed one.
+  ShapeProfile fed = p;
+  fed.points[0].step_ms = 1.5;
+  EXPECT_DOUBLE_EQ(predicted_draft_speedup(fed, 1, certain), 4 / 1.7);
+  fed.points[0].unfed_ms = 0.5;
+  EXPECT_DOUBLE_EQ(predicted_draft_speedup(fed, 1, certain), 4 / 1.7 * 0.5);
   // Plain decoding not profiled: nothing to compare with.
   ShapeProfile no_plain = p;
   no_plain.points.erase(no_plain.points.begin());

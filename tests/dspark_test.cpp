@@ -438,6 +438,19 @@ TEST(DsparkDecode, StepTraceAccountsForEveryToken) {
   EXPECT_TRUE(run(reqs, 4, kOff).stats.step_trace.empty()) << "off by default";
 }
 
+// Runs a scheduler's submitted requests to completion: each ticket's ids, in order (empty, and a
+// failure, for one that did not finish well).
+std::vector<std::vector<int32_t>> finish(Scheduler& s, const std::vector<int64_t>& tickets) {
+  s.run_to_completion();
+  std::vector<std::vector<int32_t>> ids;
+  for (int64_t t : tickets) {
+    auto res = s.take(t);
+    EXPECT_TRUE(res && res->status.ok()) << "ticket " << t;
+    ids.push_back(res && res->status.ok() ? res->ids : std::vector<int32_t>{});
+  }
+  return ids;
+}
+
 // The start-up profile (Scheduler::profile_shapes) runs every shape its mode runs at batch sizes
 // 1, 2, 4, … parallel — plain steps, verify steps of up to K + 1 rows (auto: block + 1) after the
 // drafter —, leaves no sequence behind and changes no token: greedy decoding after it equals plain
@@ -469,14 +482,7 @@ TEST(DsparkDecode, AStartUpProfileChangesNoTokenAndLeavesNothingBehind) {
       std::vector<int64_t> tickets;
       for (const auto& r : reqs) tickets.push_back((*s)->submit(r));
       EXPECT_FALSE((*s)->profile_shapes().ok()) << "refused with requests queued";
-      (*s)->run_to_completion();
-      std::vector<std::vector<int32_t>> ids;
-      for (int64_t t : tickets) {
-        auto res = (*s)->take(t);
-        ASSERT_TRUE(res && res->status.ok());
-        ids.push_back(res->ids);
-      }
-      EXPECT_EQ(ids, plain.ids);
+      EXPECT_EQ(finish(**s, tickets), plain.ids);
     }
   }
 }
@@ -502,14 +508,7 @@ TEST(DsparkDecode, AutoSkipsTheMeasurementOfAPredictedClearLoss) {
     ASSERT_TRUE(std::isfinite(predicted));
     std::vector<int64_t> tickets;
     for (const auto& r : reqs) tickets.push_back((*s)->submit(r));
-    (*s)->run_to_completion();
-    std::vector<std::vector<int32_t>> ids;
-    for (int64_t t : tickets) {
-      auto res = (*s)->take(t);
-      ASSERT_TRUE(res && res->status.ok());
-      ids.push_back(res->ids);
-    }
-    EXPECT_EQ(ids, plain.ids);
+    EXPECT_EQ(finish(**s, tickets), plain.ids);
     const DsparkStats& st = (*s)->dspark_stats();
     const bool predicted_line = std::any_of(st.auto_verdicts.begin(), st.auto_verdicts.end(), [](const std::string& v) {
       return v.find("without a measurement") != std::string::npos;

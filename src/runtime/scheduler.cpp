@@ -56,8 +56,7 @@ Result<ShapeProfile> Scheduler::profile_shapes(int max_batch) {
   o.batch_sizes.push_back(top);
   o.draft = dspark;
   o.max_rows_per_seq = 1 + (!dspark ? 0 : mode.kind == DsparkMode::Kind::kFixed ? mode.k : engine_.draft_block());
-  const int64_t room = options_.max_context - int64_t(o.warm_steps + o.timed_steps + 1) * o.max_rows_per_seq -
-                       (o.draft ? o.warm_steps + o.timed_steps : 0) - 1;
+  const int64_t room = options_.max_context - scratch_positions(o);
   o.context = std::clamp<int64_t>(room, 1, 96);
   engine_.set_draft_feeding(true);
   DSV41_ASSIGN_OR_RETURN(ShapeProfile profile, dsv41::profile_shapes(engine_, o));

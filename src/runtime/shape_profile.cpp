@@ -146,9 +146,7 @@ Result<ShapeProfile> profile_shapes(Engine& engine, const ShapeProfileOptions& o
   if (o.draft && o.max_rows_per_seq - 1 > engine.draft_block())
     return invalid_argument("step profile: " + std::to_string(o.max_rows_per_seq - 1) + " drafts a step exceed the block of " +
                             std::to_string(engine.draft_block()));
-  const int steps = o.warm_steps + o.timed_steps;
-  // Each step keeps one row; the unfed plain steps (with draft) are one more shape's worth.
-  const int64_t max_context = o.context + int64_t(steps) * (o.max_rows_per_seq + (o.draft ? 1 : 0)) + o.max_rows_per_seq + 1;
+  const int64_t max_context = o.context + scratch_positions(o);
   if (max_context > engine.config().max_position_embeddings)
     return out_of_range("step profile: a scratch context of " + std::to_string(max_context) + " positions");
   ShapeProfile profile;
@@ -175,9 +173,14 @@ Result<ShapeProfile> profile_shapes(Engine& engine, const ShapeProfileOptions& o
   return profile;
 }
 
+int64_t scratch_positions(const ShapeProfileOptions& o) {
+  const int64_t steps = o.warm_steps + o.timed_steps;
+  return steps * (o.max_rows_per_seq + (o.draft ? 1 : 0)) + o.max_rows_per_seq + 1;
+}
+
 double predicted_draft_speedup(const ShapeProfile& profile, int seqs, std::span<const double> acceptance) {
-  const ShapeProfile::Point* found = profile.find(seqs, 1);
-  const double plain_ms = found == nullptr ? NAN : found->unfed_ms > 0 ? found->unfed_ms : found->step_ms;
+  const ShapeProfile::Point* plain = profile.find(seqs, 1);
+  const double plain_ms = plain == nullptr ? NAN : plain->unfed_ms;
   if (!(plain_ms > 0)) return NAN;
   double best = NAN, survival = 1, tokens = 1;
   for (size_t slot = 0; slot < acceptance.size() && std::isfinite(acceptance[slot]); ++slot) {

@@ -62,11 +62,15 @@ struct ShapeProfile {
 // forward or draft error; the scratch sequences are removed either way.
 Result<ShapeProfile> profile_shapes(Engine& engine, const ShapeProfileOptions& options);
 
+// Positions a scratch sequence needs beyond options.context: each step keeps one row (the unfed
+// plain steps with `draft` are one more shape's worth), and the last step's rows on top.
+int64_t scratch_positions(const ShapeProfileOptions& options);
+
 // Drafting's predicted speed against plain decoding at `seqs` sequences a step, from the profile
 // and the drafts' chances alone — before any confidence is seen: the best, over the profiled verify
 // shapes of r rows a sequence, of
 //   (1 + Σ_{i < r} Π_{u ≤ i} acceptance[u−1]) tokens a sequence / (draft_ms + step_ms)
-// against 1 / the plain step's ms (unfed_ms where profiled: auto's plain phase), acceptance[u] being slot u+1's rate of acceptance given the
+// against 1 / the plain step's unfed_ms (auto's plain phase), acceptance[u] being slot u+1's rate of acceptance given the
 // slots before it were accepted (the model's measured rates: SlotMap::acceptance). Shapes past the
 // known rates are not counted. NaN when the plain step or every verify shape of `seqs` is
 // missing, or the first rate is unknown.

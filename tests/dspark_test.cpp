@@ -848,8 +848,10 @@ TEST(DsparkGolden, SpeculativeGreedyEqualsTheReferencesGreedyRun) {
   }
   for (int parallel : {1, 4}) {
     // 0: auto (its measured switch drafts at least while measuring); −1: auto after the start-up
-    // profile of its step shapes (Scheduler::profile_shapes), which must change no token.
-    for (int k : {1, 3, 5, 0, -1}) {
+    // profile of its step shapes (Scheduler::profile_shapes), which must change no token; −2 / −3:
+    // the same with measured acceptance rates of 0 / 0.7 a slot, through the start-up prediction
+    // (plain without a measurement where it predicts a clear loss, else measuring as usual).
+    for (int k : {1, 3, 5, 0, -1, -2, -3}) {
       EngineOptions eo;
       eo.dspark = true;
       eo.rollback_tokens = 5;
@@ -859,6 +861,7 @@ TEST(DsparkGolden, SpeculativeGreedyEqualsTheReferencesGreedyRun) {
       o.parallel = parallel;
       o.max_context = 256;
       o.dspark = k > 0 ? DsparkMode{DsparkMode::Kind::kFixed, k} : DsparkMode{DsparkMode::Kind::kAuto, 0};
+      if (k < -1) o.dspark_calibration.assign(5, SlotMap{1.0, 0.0, k == -2 ? 0.0 : 0.7});
       // Drafts right at 70 % of the slots (the reference's own continuation), so accepted and
       // rejected blocks alternate.
       std::mt19937 coin(k);
@@ -872,6 +875,7 @@ TEST(DsparkGolden, SpeculativeGreedyEqualsTheReferencesGreedyRun) {
       auto sch = Scheduler::create(**e, o);
       ASSERT_TRUE(sch.ok());
       if (k < 0) ASSERT_TRUE((*sch)->profile_shapes().ok());
+      const bool predicted_loss = k < -1 && (*sch)->predicted_draft_speedup(parallel) < AutoDraftSwitch::kPredictedLoss;
       std::vector<int64_t> tickets;
       for (const auto& r : reqs) tickets.push_back((*sch)->submit(r));
       (*sch)->run_to_completion();
@@ -881,7 +885,9 @@ TEST(DsparkGolden, SpeculativeGreedyEqualsTheReferencesGreedyRun) {
         EXPECT_EQ(res->ids, want[r]) << "sequence " << r << " parallel " << parallel << " K " << k;
       }
       const DsparkStats& st = (*sch)->dspark_stats();
-      EXPECT_GT(st.verified, 0) << "K " << k;
+      // Which way the prediction goes on this tiny model depends on the machine's step times.
+      if (predicted_loss) EXPECT_EQ(st.drafting_steps, 0) << "a predicted clear loss drafts nothing, K " << k;
+      else EXPECT_GT(st.verified, 0) << "K " << k;
       if (k > 0) {  // auto drafts for as long as its timing says it pays: machine-dependent
         EXPECT_GT(st.accepted, 0);
         EXPECT_LT(st.accepted, st.verified);

@@ -9,12 +9,17 @@
 //         FMAs did, and the reduction below adds the halves, then sums 8 lanes in the AVX2 order.
 //   weighted sum: every output channel is its own fused chain out[d] ← fma(p[j], row_j[d], ·)
 //         in row order, whatever the vector width.
-// The speed comes from reading each key row once for all heads (and two rows at a time), which
-// gives the FMA pipes independent chains instead of one latency-bound chain per head.
+// The speed comes from reading each key row once for all heads (and four rows at a time, or four
+// 16-column strips), which gives the FMA pipes independent chains instead of one latency-bound
+// chain per head, and from reducing the dot products' accumulators 16 at a time. One Zen 4 core,
+// 64 heads × 512 against 128–640 rows from cache: dot 26–36 → 55–57 GFMA/s, weighted sum 44–54 →
+// 55–58 (session 42, docs/BENCHMARKS.md).
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
+
+#include "kernels/cpu/gemm_avx512_lanes.h"
 
 namespace dsv41 {
 namespace {
@@ -29,10 +34,47 @@ inline float hsum_pair(__m512 acc) {
   return _mm_cvtss_f32(lo);
 }
 
-// NH heads (≤ 4), rows two at a time.
+// Two 16-lane accumulators as one pair register [a's 8-lane sum | b's]: hsum_pair's first step
+// (lo256 + hi256) for both, laid out for reduce_pairs (gemm_avx512_lanes.h), whose tree over the
+// 8 lanes is hsum_pair's.
+inline __m512 halves_pair(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+
+// Four heads, rows four at a time: 16 accumulators, 8 loads per 16 FMAs (the two-row loop below
+// takes 6 per 8), and the 16 sums reduced together (two reduce_pairs) instead of one hsum_pair
+// each. Returns the rows done (a multiple of 4); the bits of dot_heads<4>, row by row.
+int64_t dot_four_heads_rows4(const float* q, int64_t q_stride, const float* rows, int64_t n, int64_t D, float* y,
+                             int64_t y_stride) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* r = rows + j * D;
+    __m512 a[4][4];
+    for (int h = 0; h < 4; ++h)
+      for (int k = 0; k < 4; ++k) a[h][k] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d += 16) {
+      __m512 x[4];
+      for (int k = 0; k < 4; ++k) x[k] = _mm512_loadu_ps(r + k * D + d);
+      for (int h = 0; h < 4; ++h) {
+        const __m512 qv = _mm512_loadu_ps(q + h * q_stride + d);
+        for (int k = 0; k < 4; ++k) a[h][k] = _mm512_fmadd_ps(qv, x[k], a[h][k]);
+      }
+    }
+    for (int h = 0; h < 4; h += 2) {
+      const __m256 s = reduce_pairs(halves_pair(a[h][0], a[h][1]), halves_pair(a[h][2], a[h][3]),
+                                    halves_pair(a[h + 1][0], a[h + 1][1]), halves_pair(a[h + 1][2], a[h + 1][3]));
+      _mm_storeu_ps(y + h * y_stride + j, _mm256_castps256_ps128(s));
+      _mm_storeu_ps(y + (h + 1) * y_stride + j, _mm256_extractf128_ps(s, 1));
+    }
+  }
+  return j;
+}
+
+// NH heads (≤ 4), rows two at a time (four heads: after dot_four_heads_rows4's rows).
 template <int NH>
 void dot_heads(const float* q, int64_t q_stride, const float* rows, int64_t n, int64_t D, float* y, int64_t y_stride) {
   int64_t j = 0;
+  if constexpr (NH == 4) j = dot_four_heads_rows4(q, q_stride, rows, n, D, y, y_stride);
   for (; j + 2 <= n; j += 2) {
     const float* r0 = rows + j * D;
     const float* r1 = r0 + D;
@@ -63,11 +105,38 @@ void dot_heads(const float* q, int64_t q_stride, const float* rows, int64_t n, i
   }
 }
 
-// NH heads (≤ 4), columns in strips of 32 (D a multiple of 16: a last strip of 16).
+// Four heads over strips of 64 columns: 16 accumulators, 8 loads per 16 FMAs (the 32-column
+// strips below take 6 per 8). Every output column keeps its own chain in row order, so the bits
+// are wsum_heads<4>'s. Returns the columns done (a multiple of 64).
+int64_t wsum_four_heads_strips64(const float* p, int64_t p_stride, const float* rows, int64_t n, int64_t D, float* out,
+                                 int64_t out_stride) {
+  int64_t d = 0;
+  for (; d + 64 <= D; d += 64) {
+    __m512 a[4][4];
+    for (int h = 0; h < 4; ++h)
+      for (int k = 0; k < 4; ++k) a[h][k] = _mm512_loadu_ps(out + h * out_stride + d + 16 * k);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* r = rows + j * D + d;
+      __m512 x[4];
+      for (int k = 0; k < 4; ++k) x[k] = _mm512_loadu_ps(r + 16 * k);
+      for (int h = 0; h < 4; ++h) {
+        const __m512 pj = _mm512_set1_ps(p[h * p_stride + j]);
+        for (int k = 0; k < 4; ++k) a[h][k] = _mm512_fmadd_ps(pj, x[k], a[h][k]);
+      }
+    }
+    for (int h = 0; h < 4; ++h)
+      for (int k = 0; k < 4; ++k) _mm512_storeu_ps(out + h * out_stride + d + 16 * k, a[h][k]);
+  }
+  return d;
+}
+
+// NH heads (≤ 4), columns in strips of 32 (D a multiple of 16: a last strip of 16; four heads:
+// after wsum_four_heads_strips64's columns).
 template <int NH>
 void wsum_heads(const float* p, int64_t p_stride, const float* rows, int64_t n, int64_t D, float* out,
                 int64_t out_stride) {
   int64_t d = 0;
+  if constexpr (NH == 4) d = wsum_four_heads_strips64(p, p_stride, rows, n, D, out, out_stride);
   for (; d + 32 <= D; d += 32) {
     __m512 a0[NH], a1[NH];
     for (int h = 0; h < NH; ++h) {

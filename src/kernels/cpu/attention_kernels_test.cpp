@@ -43,9 +43,9 @@ TEST(AttentionKernels, HeadsMatchOneHeadAtATimeBitForBit) {
     return u;
   };
   for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    for (int64_t D : {8, 16, 24, 32, 48, 64, 128, 512}) {
+    for (int64_t D : {8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 512}) {
       for (int64_t heads : {1, 2, 3, 4, 5, 8, 9}) {
-        for (int64_t n : {0, 1, 2, 3, 5, 64, 129}) {
+        for (int64_t n : {0, 1, 2, 3, 4, 5, 6, 7, 64, 129}) {
           const int64_t qs = D + 3, ys = n + 2;  // strides wider than the rows
           std::vector<float> q(heads * qs), rows(n * D), y(heads * ys, -7.0f), y1(heads * ys, -7.0f);
           for (auto& v : q) v = nd(rng);

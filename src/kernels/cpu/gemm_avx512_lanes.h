@@ -10,9 +10,9 @@
 namespace dsv41 {
 namespace {
 
-// Reduces 4 pair accumulators (outputs A..H, two per register) with the AVX2 lane tree and
-// stores the first n ≤ 8 results at y.
-inline void reduce_store(__m512 z0, __m512 z1, __m512 z2, __m512 z3, float* y, int n) {
+// Reduces 4 pair accumulators (outputs A..H, two per register) with the AVX2 lane tree: the sums
+// of A..H in order.
+inline __m256 reduce_pairs(__m512 z0, __m512 z1, __m512 z2, __m512 z3) {
   // 128-bit quarters q0..q3 of each output's 8 lanes: q0 = l0..l3, q1 = l4..l7 → s = q0 + q1.
   const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(z0, z1, 0x88), _mm512_shuffle_f32x4(z0, z1, 0xDD));
   const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(z2, z3, 0x88), _mm512_shuffle_f32x4(z2, z3, 0xDD));
@@ -22,8 +22,12 @@ inline void reduce_store(__m512 z0, __m512 z1, __m512 z2, __m512 z3, float* y, i
   const __m512 t = _mm512_add_ps(v, _mm512_shuffle_ps(v, v, 0xB1));
   // Quarter k: element 0 = output k, element 2 = output 4 + k.
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m256 r = _mm512_castps512_ps256(_mm512_permutexvar_ps(order, t));
-  _mm256_mask_storeu_ps(y, static_cast<__mmask8>((1u << n) - 1), r);
+  return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, t));
+}
+
+// reduce_pairs, storing the first n ≤ 8 results at y.
+inline void reduce_store(__m512 z0, __m512 z1, __m512 z2, __m512 z3, float* y, int n) {
+  _mm256_mask_storeu_ps(y, static_cast<__mmask8>((1u << n) - 1), reduce_pairs(z0, z1, z2, z3));
 }
 
 // Stores the R × O sums of a tile's P = ⌈O/2⌉ pair accumulators per row, y's rows ldy apart.

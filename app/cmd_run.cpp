@@ -210,6 +210,10 @@ int run_main(int argc, char** argv) {
   std::string dspark_text = "off";
   cli.add_option("--dspark", dspark_text, "DSpark speculative decoding: off, auto, or a fixed draft length K "
                  "(docs/DSPARK.md)");
+  bool dspark_profile = true;
+  cli.add_option("--dspark-profile", dspark_profile,
+                 "with --dspark auto: profile batch 1's step shapes after the prefill (default true) instead of learning "
+                 "them while decoding (one engine; with --ranks / --gpus auto learns them)");
   ForwardFlags flags;
   flags.add_to(cli);
   RankFlags rank_flags;  // --ranks N, --gpus N
@@ -368,7 +372,7 @@ int run_main(int argc, char** argv) {
   const int64_t eos = (*model)->config().eos_token_id;
   const int64_t V = (*model)->config().vocab_size;
   int64_t decoded = 0;  // forward passes after the prefill
-  const auto t1 = std::chrono::steady_clock::now();
+  auto t1 = std::chrono::steady_clock::now();  // the decode's start (after auto's profile)
   if (dspark->on && n > 0) {
     // Speculative decoding: the scheduler takes the prefilled sequence and hands it back at the
     // end (kept, so that the store and the footprint below read what plain decoding leaves).
@@ -377,6 +381,17 @@ int run_main(int argc, char** argv) {
     spec_options.eos_token_id = ignore_eos ? -1 : eos;
     auto sched = Scheduler::create(*engine, spec_options);
     if (!sched.ok()) return fail(sched.status());
+    if (dspark_profile && dspark->mode.kind == DsparkMode::Kind::kAuto) {
+      // Before the decode, as generate and serve do: auto then starts from the measured step costs
+      // and the start-up prediction instead of a drafting step it would measure first.
+      auto profile = (*sched)->profile_shapes(1);
+      if (profile.ok())
+        std::fprintf(stderr, "dsv41 run: %zu step shapes profiled in %.0f ms\n", profile->points.size(), profile->wall_ms);
+      else
+        std::fprintf(stderr, "dsv41 run: step shapes not profiled (learned while decoding): %s\n",
+                     profile.status().to_string().c_str());
+      t1 = std::chrono::steady_clock::now();
+    }
     (*sched)->on_token([&](int64_t, int32_t token, std::span<const float>) {
       generated.push_back(token);
       if (token == eos && !ignore_eos) return;
@@ -433,9 +448,12 @@ int run_main(int argc, char** argv) {
   const int64_t length = engine->length(id).ok() ? *engine->length(id) : 0;
   if (!generated.empty() && generated.back() == eos && !ignore_eos)
     std::fprintf(stderr, "[end of sequence after %zu tokens]\n", generated.size());
+  // The tokens after the prefill's first one, as the --ranks line counts them: with --dspark a
+  // forward pass decodes several (the dspark line above counts the passes).
+  const int64_t decode_tokens = std::max<int64_t>(static_cast<int64_t>(generated.size()) - 1, 0);
   std::printf("prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.1f tok/s)\n",
-              prompt.size(), prefill_s, prompt.size() / std::max(prefill_s, 1e-9), static_cast<long long>(decoded),
-              decode_s, decoded / std::max(decode_s, 1e-9));
+              prompt.size(), prefill_s, prompt.size() / std::max(prefill_s, 1e-9), static_cast<long long>(decode_tokens),
+              decode_s, decode_tokens / std::max(decode_s, 1e-9));
   print_prefill_work(record, *depth, effective);
   std::printf("cache: %lld bytes in use (window %lld, main %lld, index %lld, pending %lld) for %lld positions\n",
               static_cast<long long>(cb.total()), static_cast<long long>(cb.window), static_cast<long long>(cb.main),

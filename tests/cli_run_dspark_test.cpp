@@ -33,10 +33,28 @@ TEST(CliRunDspark, GreedyOutputIsPlainDecodings) {
     const size_t at = spec.out.find("dspark ");
     ASSERT_NE(at, std::string::npos) << mode << "\n" << spec.out;
     EXPECT_NE(spec.out.find("drafts verified", at), std::string::npos) << spec.out;
+    // The speed line counts the tokens after the prefill's first (96 − 1), not the forward passes.
+    EXPECT_NE(spec.out.find("decode: 95 tokens in"), std::string::npos) << mode << "\n" << spec.out;
+    // auto profiles batch 1's step shapes first (--dspark-profile, on by default); a fixed K does not.
+    EXPECT_EQ(spec.out.find("step shapes profiled") != std::string::npos, std::string(mode) == "auto") << spec.out;
     const testing::CliResult quiet = testing::run_cli(args + " --dspark " + mode, testing::Stderr::kDiscard);
     ASSERT_EQ(quiet.code, 0) << quiet.out;
     EXPECT_EQ(text_and_ids(quiet.out), text_and_ids(plain.out)) << "--dspark " << mode;
   }
+}
+
+// --dspark-profile false: auto learns the shapes while decoding, with the same greedy output.
+TEST(CliRunDspark, AutoWithoutTheProfileLearnsWhileDecoding) {
+  const std::string args = "run -m " + kMini + " -p 'Once upon a time' -n 48 --ignore-eos --no-echo --print-ids";
+  const testing::CliResult plain = testing::run_cli(args, testing::Stderr::kDiscard);
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  const testing::CliResult spec =
+      testing::run_cli(args + " --dspark auto --dspark-profile false 2>&1", testing::Stderr::kInherit);
+  ASSERT_EQ(spec.code, 0) << spec.out;
+  EXPECT_EQ(spec.out.find("step shapes"), std::string::npos) << spec.out;
+  const testing::CliResult quiet =
+      testing::run_cli(args + " --dspark auto --dspark-profile false", testing::Stderr::kDiscard);
+  EXPECT_EQ(text_and_ids(quiet.out), text_and_ids(plain.out));
 }
 
 TEST(CliRunDspark, WithoutADrafterDecodesPlainlyAndSaysSo) {

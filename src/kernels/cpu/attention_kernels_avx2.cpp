@@ -73,10 +73,38 @@ void weighted_sum_rows_avx2(const float* p, const float* rows, int64_t n, int64_
 // weighted sum its own chain in row order.
 namespace {
 
-// NH heads (≤ 2), rows two at a time: 8 accumulators.
+// Two heads, rows three at a time: 12 accumulators, 12 independent FMA chains where the two-row
+// loop below has 8 (two FMAs a cycle at a latency of 4 need 8 in flight, with no slack); the 16
+// ymm registers hold them, the two heads' query half and one key half. Returns the rows done (a
+// multiple of 3); the bits of dot_heads<2>, row by row.
+int64_t dot_two_heads_rows3(const float* q, int64_t q_stride, const float* rows, int64_t n, int64_t D, float* y,
+                            int64_t y_stride) {
+  int64_t j = 0;
+  for (; j + 3 <= n; j += 3) {
+    const float* r = rows + j * D;
+    __m256 a[2][3][2];
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 3; ++k) a[h][k][0] = a[h][k][1] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d += 16)
+      for (int c = 0; c < 2; ++c) {
+        const __m256 q0 = _mm256_loadu_ps(q + d + 8 * c), q1 = _mm256_loadu_ps(q + q_stride + d + 8 * c);
+        for (int k = 0; k < 3; ++k) {
+          const __m256 x = _mm256_loadu_ps(r + k * D + d + 8 * c);
+          a[0][k][c] = _mm256_fmadd_ps(q0, x, a[0][k][c]);
+          a[1][k][c] = _mm256_fmadd_ps(q1, x, a[1][k][c]);
+        }
+      }
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 3; ++k) y[h * y_stride + j + k] = hsum(_mm256_add_ps(a[h][k][0], a[h][k][1]));
+  }
+  return j;
+}
+
+// NH heads (≤ 2), rows two at a time: 8 accumulators (two heads: after dot_two_heads_rows3's rows).
 template <int NH>
 void dot_heads(const float* q, int64_t q_stride, const float* rows, int64_t n, int64_t D, float* y, int64_t y_stride) {
   int64_t j = 0;
+  if constexpr (NH == 2) j = dot_two_heads_rows3(q, q_stride, rows, n, D, y, y_stride);
   for (; j + 2 <= n; j += 2) {
     const float* r0 = rows + j * D;
     const float* r1 = r0 + D;

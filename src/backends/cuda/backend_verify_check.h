@@ -140,7 +140,17 @@ inline std::string write_ratio4_model(const std::string& tiny_random_config) {
   if (!::mkdtemp(cfg_dir.data())) return {};
   const std::string path = cfg_dir + "/config.json";
   std::ofstream(path) << config;
-  return write_stored_model(path);
+  const std::string model = write_stored_model(path);
+  std::filesystem::remove_all(cfg_dir);  // (the model's directory has its own copy of the config)
+  return model;
 }
+
+// A directory removed with the test's scope, whichever way the test leaves it.
+struct RemovedAtExit {
+  std::string dir;
+  ~RemovedAtExit() {
+    if (!dir.empty()) std::filesystem::remove_all(dir);
+  }
+};
 
 }  // namespace dsv41::testing_scenario

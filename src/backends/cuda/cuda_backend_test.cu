@@ -348,6 +348,7 @@ TEST(CudaBackend, VerifyStepsFollowRollbacks) {
       model_dir("tiny-random", std::string(DSV41_SOURCE_DIR) + "/models/tiny-random") + "/config.json";
   if (!std::filesystem::exists(config)) GTEST_SKIP() << config << " is absent";
   const std::string ratio4 = ts::write_ratio4_model(config);
+  const ts::RemovedAtExit ratio4_dir{ratio4};
   ASSERT_FALSE(ratio4.empty());
   auto random = Model::load(ratio4);
   ASSERT_TRUE(random.ok()) << random.status().to_string();

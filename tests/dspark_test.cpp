@@ -3,9 +3,9 @@
 // seeded sampling, batch 1 and 8, mixed acceptance, after a restore and after a bounded replay.
 // Model: tests/fixtures/dspark-micro (a random drafter in the release formats; its drafts are
 // checked against the PyTorch reference by reference/tests/test_dspark.py).
-#include <cstdio>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>

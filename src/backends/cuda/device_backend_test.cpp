@@ -311,8 +311,8 @@ TEST(DeviceBackendHost, VerifyStepsFollowRollbacks) {
         "emulation, chunk " + std::to_string(chunk));
   // Groups of 4 rows: a rollback leaves an open group that is the first rows of the device's.
   const std::string ratio4 = ts::write_ratio4_model(std::string(DSV41_SOURCE_DIR) + "/models/tiny-random/config.json");
-  ASSERT_FALSE(ratio4.empty());
   const ts::RemovedAtExit ratio4_dir{ratio4};
+  ASSERT_FALSE(ratio4.empty());
   auto random = Model::load(ratio4);
   ASSERT_TRUE(random.ok()) << random.status().to_string();
   ts::check_verify_steps<HostExec>(

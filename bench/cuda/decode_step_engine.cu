@@ -112,7 +112,7 @@ class EngineStep {
     if (!restricted && refine_ && chained(k, candidates)) return;
     score(k, restricted);
     if (candidates) block_maxima(k);
-    select(k, candidates, true);
+    select(k, candidates, true, restricted);
   }
   void score(int k, bool restricted) {
     const int64_t G = entries(k);
@@ -199,8 +199,9 @@ class EngineStep {
       }
     }
   }
-  // Per sequence the candidate blocks (layer 20) and the top-k of its scores, in TopkBatch units.
-  void select(int k, bool candidates, bool topk) {
+  // Per sequence the candidate blocks (layer 20) and the top-k of its scores, in TopkBatch units;
+  // a Reindex layer's top-k reads only its pool (the backend's hint for restricted jobs).
+  void select(int k, bool candidates, bool topk, bool pooled = false) {
     const int64_t G = entries(k), nb = blocks();
     std::vector<dk::TopkBatch::Job> jobs;
     for (int b = 0; b < B_; ++b) {
@@ -208,7 +209,10 @@ class EngineStep {
       if (candidates)
         jobs.push_back({buf_.bmax + size_t(b) * nb, 1, nb, kPoolBlocks, buf_.candidates + size_t(b) * kPoolBlocks,
                         scratch + dk::TopkBatch::scratch_bytes(1, C_, kTopk)});
-      if (topk) jobs.push_back({buf_.scores + size_t(b) * G, 1, G, kTopk, buf_.topk + size_t(b) * kTopk, scratch});
+      if (!topk) continue;
+      dk::TopkBatch::Job t{buf_.scores + size_t(b) * G, 1, G, kTopk, buf_.topk + size_t(b) * kTopk, scratch};
+      if (pooled) t.kept = buf_.candidates + size_t(b) * kPoolBlocks, t.nb = kPoolBlocks, t.bs = kPoolBlock;
+      jobs.push_back(t);
     }
     for (size_t a = 0; a < jobs.size(); a += dk::TopkBatch::kMax) {
       dk::TopkBatch unit;

@@ -65,18 +65,31 @@ DSV41_KERNEL_CHECK(RopeQuantFusedEqualsSeparate, check_rope_quant)
 DSV41_KERNEL_CHECK(WindowRing, check_window_ring)
 DSV41_KERNEL_CHECK(WindowStore, check_window_store)
 
+// A top-k check on the fast path (long rows too, one launch a unit) and the simple one (short
+// rows, three launches).
+template <class Check>
+void on_both_topk_paths(Check check) {
+  for (bool fast : {true, false}) {
+    CudaExec ex;
+    ex.set_fast_kernels(fast);
+    check(ex, fast, fast ? 1 : 3);
+    ex.sync();
+    ASSERT_TRUE(ex.status().ok()) << ex.status().to_string();
+  }
+}
+
 // The backend's top-k unit: the linear selection (fast_topk.cu, one launch a unit) at every
 // boundary shape up to 64K + 1 entries, and the quadratic simple one (three launches) at the short
 // ones, each against select_topk.
 TEST(DeviceKernelsCuda, TopkBatchEqualsSelectTopk) {
   DSV41_REQUIRE_CUDA_DEVICE();
-  for (bool fast : {true, false}) {
-    CudaExec ex;
-    ex.set_fast_kernels(fast);
-    kc::check_topk_batch(ex, fast, fast ? 1 : 3);
-    ex.sync();
-    ASSERT_TRUE(ex.status().ok()) << ex.status().to_string();
-  }
+  on_both_topk_paths([](CudaExec& ex, bool long_rows, int64_t launches) { kc::check_topk_batch(ex, long_rows, launches); });
+}
+
+// The top-k jobs' hints (pools, floors): the fast path reads less, the same ids as select_topk.
+TEST(DeviceKernelsCuda, TopkHintsEqualSelectTopk) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  on_both_topk_paths([](CudaExec& ex, bool long_rows, int64_t launches) { kc::check_topk_hints(ex, long_rows, launches); });
 }
 
 // FP8 / FP4 weights as stored (device_kernels_check_stored.h): the simple bodies bit for bit as on

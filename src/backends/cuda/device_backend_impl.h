@@ -1142,8 +1142,11 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
     at_select += dk::TopkBatch::scratch_bytes(rows, size, width);
     return at;
   };
-  const auto select = [&](const float* v, int64_t rows, int64_t size, int width, int32_t* out) {
-    selects.push_back({v, rows, size, width, out, scratch(rows, size, width)});
+  // A restricted job's scores are −inf outside its pool: the fast top-k reads only the pool's entries.
+  const auto select = [&](const float* v, int64_t rows, int64_t size, int width, int32_t* out, const int32_t* pool) {
+    dk::TopkBatch::Job t{v, rows, size, width, out, scratch(rows, size, width)};
+    if (pool) t.kept = pool, t.nb = nb, t.bs = bs;
+    selects.push_back(t);
   };
   // Jobs without a pool: their scores and both selections as IndexSelectChain units, which a fast
   // executor runs by filter and refine (the same ids).
@@ -1180,7 +1183,7 @@ void DeviceBackend<Exec>::index_batch(int layer, std::span<const SegmentAttentio
       continue;
     }
     score.add(j.T * j.G, body);
-    select(sc, j.T, j.G, k, st.topk.data());
+    select(sc, j.T, j.G, k, st.topk.data(), pool);
   }
   score.flush(ex_);
   fill.flush(ex_);

@@ -167,8 +167,28 @@ struct TopkBatch {
     int width;
     int32_t* out;  // [rows, width]
     uint8_t* scratch;
-    DSV41_HD int64_t chunks() const { return (size + kChunk - 1) / kChunk; }
+    // Hints that change no output, only what the fast path reads (the simple path ignores them):
+    // - a pool: where every entry of row r outside the blocks kept[r·nb …] (ascending block ids of
+    //   bs entries, −1 padded) is −inf, the fast path selects over the pool's nb·bs positions and
+    //   maps them to ids (kept blocks ascend, so position order is id order and the tie rule holds);
+    // - a floor: floor[r·floor_stride] ≤ every value row r's selection keeps (a caller's proven lower
+    //   bound, −inf or NaN: none), so keys below it are ineligible from the first pass.
+    const int32_t* kept = nullptr;
+    int nb = 0, bs = 0;
+    const float* floor = nullptr;
+    int64_t floor_stride = 0;
+    DSV41_HD bool pooled() const { return kept != nullptr && nb > 0 && bs > 0 && int64_t{nb} * bs < size; }
+    // The positions the fast path selects over: the pool's, or the row's entries.
+    DSV41_HD int64_t length() const { return pooled() ? int64_t{nb} * bs : size; }
+    DSV41_HD int64_t chunks() const { return (length() + kChunk - 1) / kChunk; }
     DSV41_HD int64_t groups() const { return (chunks() + kGroup - 1) / kGroup; }
+    // Fast path: a long row without a floor gets one sampled from it, the width-th largest of the
+    // maxima of samples() disjoint runs of 32 entries (width entries are at least that large).
+    DSV41_HD bool sampled() const { return floor == nullptr && !pooled() && chunks() >= kSampleFrom && samples() > width; }
+    DSV41_HD int samples() const {
+      const int64_t most = length() / 32 < kSampleRuns ? length() / 32 : kSampleRuns;
+      return static_cast<int>(4 * int64_t{width} < most ? 4 * int64_t{width} : most);
+    }
     // Fast path, rows of more than one chunk: each chunk's best `width` (key, id) pairs.
     DSV41_HD uint32_t* candidate_keys() const { return reinterpret_cast<uint32_t*>(scratch); }
     DSV41_HD int32_t* candidate_ids() const { return reinterpret_cast<int32_t*>(scratch) + rows * chunks() * width; }
@@ -177,13 +197,23 @@ struct TopkBatch {
       return reinterpret_cast<uint32_t*>(candidate_ids() + rows * chunks() * width);
     }
     DSV41_HD int32_t* group_ids() const { return reinterpret_cast<int32_t*>(group_keys() + rows * groups() * width); }
+    DSV41_HD int64_t candidate_bytes() const { return candidate_bytes_of(rows, chunks(), width); }
+    // Sampled rows: the runs' maxima as selection keys [rows, kSampleRuns], then each row's floor key.
+    DSV41_HD uint32_t* sample_keys() const { return reinterpret_cast<uint32_t*>(scratch + candidate_bytes()); }
+    DSV41_HD uint32_t* floor_keys() const { return sample_keys() + rows * kSampleRuns; }
   };
+  static constexpr int64_t kSampleFrom = 8;  // chunks of a row that may get a sampled floor
+  static constexpr int kSampleRuns = 4096;   // runs of 32 entries sampled at most
+  DSV41_HD static int64_t candidate_bytes_of(int64_t rows, int64_t chunks, int width) {
+    const int64_t groups = (chunks + kGroup - 1) / kGroup;
+    return chunks > 1 ? rows * (chunks + (chunks > kGroup ? groups : 0)) * width * 8 : 0;
+  }
   // A multiple of 16 bytes, so that jobs' scratch placed one after another stays aligned.
   DSV41_HD static int64_t scratch_bytes(int64_t rows, int64_t size, int width) {
-    const int64_t chunks = (size + kChunk - 1) / kChunk, groups = (chunks + kGroup - 1) / kGroup;
+    const int64_t chunks = (size + kChunk - 1) / kChunk;
     const int64_t marks = rows * size,
-                  candidates = chunks > 1 ? rows * (chunks + (chunks > kGroup ? groups : 0)) * width * 8 : 0;
-    return ((marks > candidates ? marks : candidates) + 15) / 16 * 16;
+                  fast = candidate_bytes_of(rows, chunks, width) + (chunks >= kSampleFrom ? rows * (kSampleRuns + 1) * 4 : 0);
+    return ((marks > fast ? marks : fast) + 15) / 16 * 16;
   }
   int n = 0;
   Job jobs[kMax];
@@ -239,13 +269,19 @@ struct IndexSelectChain {
   bool exact_rows = false;  // set by the fast path: rows it may score exactly instead (index_refine.cu)
   Job jobs[kMax];
   // Both selections of every job as TopkBatch jobs, in job order (candidates first, as the
-  // backend queued them).
+  // backend queued them); with floors (the fast path's second selections), the top-k's floor is
+  // work float `topk_floor` of each row and the candidates' `block_floor` (−1: none).
   template <class F>
-  void for_each_selection(F&& f) const {
+  void for_each_selection(F&& f, int topk_floor = -1, int block_floor = -1) const {
+    const auto floors = [](TopkBatch::Job t, const float* work, int at) {
+      if (at >= 0) t.floor = work + at, t.floor_stride = kWorkFloats;
+      return t;
+    };
     for (int j = 0; j < n; ++j) {
       const Job& J = jobs[j];
-      if (J.blocks > 0) f(TopkBatch::Job{J.bmax, J.rows, J.blocks, J.nb, J.candidates, J.cand_scratch});
-      f(TopkBatch::Job{J.score.scores, J.rows, J.score.G, k, J.topk, J.topk_scratch});
+      if (J.blocks > 0)
+        f(floors(TopkBatch::Job{J.bmax, J.rows, J.blocks, J.nb, J.candidates, J.cand_scratch}, J.work, block_floor));
+      f(floors(TopkBatch::Job{J.score.scores, J.rows, J.score.G, k, J.topk, J.topk_scratch}, J.work, topk_floor));
     }
   }
   // Every job's exact scores as one batch (*count: the scores in all).

@@ -357,6 +357,78 @@ void check_topk_batch(Exec& ex, bool long_rows, int64_t launches) {
   }
 }
 
+// The hints of dk::TopkBatch::Job (a pool, a floor) change no output: jobs with them against
+// select_topk over the whole row, ids bit for bit. Pooled rows (−inf outside their pool): pools with
+// padding, a kept last block that the row ends inside, a pool shorter than the width, a pool no
+// shorter than its row (read as a row); floors (interleaved, stride 3): the smallest value kept
+// (ties at the floor), one ulp below it, far below, −inf, NaN, and above every value of an empty
+// row; a pooled row with a floor. long_rows (the fast path) adds a 300K row with a 16384-entry pool
+// and 64K rows with floors. `launches`: one unit's cost on this executor (check_topk_batch).
+template <class Exec>
+void check_topk_hints(Exec& ex, bool long_rows, int64_t launches) {
+  struct Shape {
+    int64_t rows, size;
+    int width, nb, bs;  // nb = 0: no pool
+    bool floors;
+  };
+  std::vector<Shape> shapes = {{3, 1000, 16, 20, 8, false}, {3, 1003, 16, 20, 8, false}, {2, 500, 64, 5, 8, false},
+                               {2, 100, 16, 20, 8, false},  {6, 700, 32, 0, 0, true},    {6, 9, 4, 0, 0, true},
+                               {6, 1003, 16, 30, 8, true}};
+  if (long_rows) {
+    shapes.push_back({2, 300000, 512, 2048, 8, false});
+    shapes.push_back({6, 65536, 512, 0, 0, true});
+    shapes.push_back({6, 70001, 2048, 0, 0, true});
+  }
+  std::mt19937 rng(43);
+  Dev<Exec> dev(ex);
+  dk::TopkBatch unit;
+  std::vector<std::vector<int32_t>> want;
+  for (const Shape& s : shapes) {
+    const int64_t blocks = s.nb > 0 ? (s.size + s.bs - 1) / s.bs : 0;
+    std::vector<float> v(size_t(s.rows * s.size)), floors(size_t(s.rows * 3), 0.0f);
+    std::vector<int32_t> kept(size_t(s.rows * std::max(s.nb, 1)), -1), w(size_t(s.rows * s.width));
+    for (int64_t r = 0; r < s.rows; ++r) {
+      float* row = v.data() + r * s.size;
+      topk_row(rng, int((r + unit.n) % 8 == 2 ? 0 : (r + unit.n) % 8), row, s.size);
+      if (s.nb > 0) {  // a pool of blocks in ascending order (the last block among them), −1 padded
+        std::vector<int32_t> pick;
+        for (int64_t b = blocks - 1; b >= 0 && int(pick.size()) < s.nb - int(r % 2); --b)
+          if (b == blocks - 1 || rng() % 3 == 0) pick.push_back(int32_t(b));
+        std::sort(pick.begin(), pick.end());
+        std::copy(pick.begin(), pick.end(), kept.begin() + r * s.nb);
+        std::vector<char> in(size_t(s.size), 0);
+        for (int32_t b : pick)
+          for (int64_t g = int64_t(b) * s.bs; g < std::min(s.size, int64_t(b + 1) * s.bs); ++g) in[size_t(g)] = 1;
+        for (int64_t g = 0; g < s.size; ++g) row[g] = in[size_t(g)] ? row[g] : -INFINITY;
+      }
+      if (s.floors && r % 6 == 5) std::fill(row, row + s.size, -INFINITY);
+      int32_t* out = w.data() + r * s.width;
+      select_topk(row, s.size, s.width, out);
+      float least = INFINITY;  // the smallest value kept
+      for (int i = 0; i < s.width && out[i] >= 0; ++i) least = std::min(least, row[out[i]]);
+      const float by_case[6] = {least, std::nextafter(least, -INFINITY), least - 1000.0f, -INFINITY, NAN, 3.0f};
+      floors[size_t(r * 3)] = by_case[r % 6];
+    }
+    want.push_back(w);
+    dk::TopkBatch::Job J{dev.up(v), s.rows, s.size, s.width, dev.template zeros<int32_t>(s.rows * s.width),
+                         dev.template zeros<uint8_t>(dk::TopkBatch::scratch_bytes(s.rows, s.size, s.width))};
+    if (s.nb > 0) J.kept = dev.up(kept), J.nb = s.nb, J.bs = s.bs;
+    if (s.floors) J.floor = dev.up(floors), J.floor_stride = 3;
+    unit.jobs[unit.n++] = J;
+  }
+  const int64_t before = ex.counts().launches;
+  ex.run_chain(unit);
+  ASSERT_EQ(ex.counts().launches - before, launches);
+  for (int j = 0; j < unit.n; ++j) {
+    const dk::TopkBatch::Job& J = unit.jobs[j];
+    const std::vector<int32_t> got = dev.down(J.out, J.rows * J.width);
+    for (int64_t r = 0; r < J.rows; ++r)
+      ASSERT_TRUE(std::equal(got.begin() + r * J.width, got.begin() + (r + 1) * J.width, want[j].begin() + r * J.width))
+          << "job " << j << " (" << J.rows << " × " << J.size << ", width " << J.width << ", pool " << J.nb << " × "
+          << J.bs << (J.floor ? ", floors" : "") << ") row " << r;
+  }
+}
+
 template <class Exec>
 void check_moe(Exec& ex) {
   std::mt19937 rng(16);

@@ -49,6 +49,12 @@ TEST(DeviceKernelsHost, TopkBatchEqualsSelectTopk) {
   HostExec ex;
   kc::check_topk_batch(ex, false, 3);
 }
+// Its hints (a pool, a floor per row) with the simple path, which ignores them: the check's rows
+// and floors are what the fast path's twin (DeviceKernelsCuda) relies on.
+TEST(DeviceKernelsHost, TopkHintsEqualSelectTopk) {
+  HostExec ex;
+  kc::check_topk_hints(ex, false, 3);
+}
 TEST(DeviceKernelsHost, RouterAndExperts) {
   HostExec ex;
   kc::check_moe(ex);

@@ -51,9 +51,22 @@ constexpr int kTile = 16;  // entries a warp scores at once (the MMA's rows)
 constexpr int kMaxHeads = 64, kMaxBlocks = 4;
 constexpr int64_t kTargetBlocks = 2048;  // a launch's blocks before a block takes a longer span
 constexpr int kWork = dk::IndexSelectChain::kWorkFloats;
-// A row's work floats: t, tb, β (bits), entries scored again (count), entries unknown (count), and
-// whether the row is scored exactly instead (1.0: too many unknown entries, see kFallbackShare).
-enum Work { kThreshold = 0, kBlockThreshold = 1, kBound = 2, kRescored = 3, kUnknown = 4, kFallback = 5 };
+// A row's work floats: t, tb, β (bits), entries scored again (count), entries unknown (count),
+// whether the row is scored exactly instead (1.0: too many unknown entries, see kFallbackShare),
+// and the second selections' floors t − 2β and tb − 2β (rounded down; −inf for a row scored
+// exactly): every entry the exact top-k keeps scores at least t − β, every block it keeps has a
+// maximum of at least tb − β (step 4).
+enum Work {
+  kThreshold = 0,
+  kBlockThreshold = 1,
+  kBound = 2,
+  kRescored = 3,
+  kUnknown = 4,
+  kFallback = 5,
+  kCut = 6,
+  kBlockCut = 7
+};
+static_assert(kBlockCut < dk::IndexSelectChain::kWorkFloats);
 // A row whose unknown entries exceed 1/kFallbackShare of it is scored by the integer kernel instead
 // of the band (its exact scores a warp per 32 entries, against a lane an entry in the band: keys
 // whose block scales span more than kIndexFusedSpan binades, docs/CUDA.md).
@@ -449,6 +462,12 @@ __global__ void threshold_kernel(const Chain c) {
     work[kBlockThreshold] = J.blocks > 0 ? tb : INFINITY;
     const unsigned unknown = __float_as_uint(work[kUnknown]);
     if (c.exact_rows && int64_t(unknown) * kFallbackShare > J.score.G) work[kFallback] = 1.0f;  // (or the pre-check's)
+    // The band's cuts, the floors of the selections after it (none for a row scored exactly: its
+    // fast scores may not have been written).
+    const bool exact = work[kFallback] != 0.0f;
+    const float beta2 = 2.0f * work[kBound];
+    work[kCut] = exact ? -INFINITY : __fsub_rd(t, beta2);
+    work[kBlockCut] = exact || J.blocks == 0 ? -INFINITY : __fsub_rd(tb, beta2);
   }
 }
 
@@ -583,9 +602,12 @@ __device__ float lane_exact_score(const dk::IndexScoreK& k, const AnyRecords& at
 
 // A warp's entries needing exact scores: a warp each while few, a lane each from kLanesFrom on.
 constexpr int kLanesFrom = 6;
+// Windows of 32 entries whose fast scores a warp loads at once (one memory round trip a batch
+// instead of a window: almost every window needs no exact score).
+constexpr int kBandBatch = 8;
 
-// Entries [x·span, (x + 1)·span) of row r, 32 at a time a warp (a warp's entries start at a
-// multiple of 32, so with bs dividing 32 its blocks lie whole in it).
+// Entries [x·span, (x + 1)·span) of row r, 32 at a time a warp, kBandBatch windows loaded at once
+// (a warp's entries start at a multiple of 32, so with bs dividing 32 its blocks lie whole in it).
 __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Plan plan) {
   await_previous_kernel();
   __shared__ BandShared sh;
@@ -603,30 +625,43 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Pla
   const AnyRecords at(k.keys, k.dh);
   float* row = k.scores + r * k.G;
   unsigned rescored = 0;
-  for (int base = int(begin) + warp * 32; base < end; base += kWarps * 32) {
-    const int e = base + lane;
-    const float a = e < end ? row[e] : -INFINITY;
-    const bool unknown = isnan(a), seen = unknown || a > -INFINITY;
-    bool need = seen && (unknown || a >= cut);
-    if (J.blocks > 0) {
-      const unsigned unknowns = __ballot_sync(kFull, unknown);
-      const unsigned mine = (J.bs == 32 ? kFull : (1u << J.bs) - 1u) << ((lane / J.bs) * J.bs);
-      const float top = e < end ? J.bmax[r * J.blocks + e / J.bs] : -INFINITY;
-      const bool block_in = (unknowns & mine) != 0 || !(top < block_cut);
-      need = need || (seen && block_in && (unknown || a >= __fsub_rd(top, beta2)));
+  constexpr int kStride = kWarps * 32;
+  for (int first = int(begin) + warp * 32; first < end; first += kStride * kBandBatch) {
+    // The batch's fast scores and block maxima in flight together (no window's exact scores touch
+    // another window's entries, and the block maxima are not written here).
+    float fast[kBandBatch], tops[kBandBatch];
+#pragma unroll
+    for (int i = 0; i < kBandBatch; ++i) {
+      const int e = first + i * kStride + lane;
+      fast[i] = e < end ? row[e] : -INFINITY;
+      tops[i] = J.blocks > 0 && e < end ? J.bmax[r * J.blocks + e / J.bs] : -INFINITY;
     }
-    unsigned todo = __ballot_sync(kFull, need);
-    rescored += __popc(todo);
-    if (__popc(todo) >= kLanesFrom) {
-      const float s = lane_exact_score(k, at, r, need ? e : -1, sh);
-      if (need) row[e] = s;
-      continue;
-    }
-    while (todo) {
-      const int i = __ffs(todo) - 1;
-      todo &= todo - 1;
-      const float s = exact_score(k, at, r, base + i, sh);
-      if (lane == 0) row[base + i] = s;
+#pragma unroll
+    for (int i = 0; i < kBandBatch; ++i) {
+      const int base = first + i * kStride, e = base + lane;
+      if (base >= end) break;  // (warp-uniform)
+      const float a = fast[i];
+      const bool unknown = isnan(a), seen = unknown || a > -INFINITY;
+      bool need = seen && (unknown || a >= cut);
+      if (J.blocks > 0) {
+        const unsigned unknowns = __ballot_sync(kFull, unknown);
+        const unsigned mine = (J.bs == 32 ? kFull : (1u << J.bs) - 1u) << ((lane / J.bs) * J.bs);
+        const bool block_in = (unknowns & mine) != 0 || !(tops[i] < block_cut);
+        need = need || (seen && block_in && (unknown || a >= __fsub_rd(tops[i], beta2)));
+      }
+      unsigned todo = __ballot_sync(kFull, need);
+      rescored += __popc(todo);
+      if (__popc(todo) >= kLanesFrom) {
+        const float s = lane_exact_score(k, at, r, need ? e : -1, sh);
+        if (need) row[e] = s;
+        continue;
+      }
+      while (todo) {
+        const int j = __ffs(todo) - 1;
+        todo &= todo - 1;
+        const float s = exact_score(k, at, r, base + j, sh);
+        if (lane == 0) row[base + j] = s;
+      }
     }
   }
   if (lane == 0 && rescored > 0) atomicAdd(reinterpret_cast<unsigned*>(J.work + r * kWork + kRescored), rescored);
@@ -646,15 +681,18 @@ void block_maxima(const Chain& c, Stream s) {
   if (n > 0) launch_kernel(&block_max_kernel, unsigned(std::min<int64_t>(cdiv(n, 256), 4096)), 256, 0, s, b, n);
 }
 
-void selections(const Chain& c, Stream s) {
+// The selections of the fast scores, or (floors) of the refined rows, with the band's cuts as floors.
+void selections(const Chain& c, Stream s, bool floors) {
   dk::TopkBatch unit;
-  c.for_each_selection([&](const dk::TopkBatch::Job& t) {
-    if (unit.n == dk::TopkBatch::kMax) {
-      launch_chain(unit, s);
-      unit = dk::TopkBatch{};
-    }
-    unit.jobs[unit.n++] = t;
-  });
+  c.for_each_selection(
+      [&](const dk::TopkBatch::Job& t) {
+        if (unit.n == dk::TopkBatch::kMax) {
+          launch_chain(unit, s);
+          unit = dk::TopkBatch{};
+        }
+        unit.jobs[unit.n++] = t;
+      },
+      floors ? kCut : -1, floors ? kBlockCut : -1);
   if (unit.n > 0) launch_chain(unit, s);
 }
 
@@ -739,12 +777,12 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
     default: launch_kernel(&approx_kernel<4>, blocks, kThreads, 0, s, c, approx); break;
   }
   block_maxima(c, s);
-  selections(c, s);
+  selections(c, s, false);
   launch_kernel(&threshold_kernel, unsigned(cdiv(rows, kWarps)), kThreads, 0, s, gated);
   if (fits) launch_index_int(exact, s, 0, gate);
   launch_kernel(&band_kernel, unsigned(band.first[c.n]), kThreads, 0, s, c, band);
   block_maxima(c, s);
-  selections(c, s);
+  selections(c, s, true);
   return true;
 }
 

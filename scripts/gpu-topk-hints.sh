@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Session 44's GPU call (docs/CUDA.md "Pools and floors for the top-k"): the top-k and refine tests
+# first, then the kernel-level decode step of this build (NEW) against the same build with the
+# hints' three files as they were before them (OLD: fast_topk.cu, index_refine.cu and the bench's
+# engine step, built here from the parent commit into the same library), alternated, then the whole
+# GPU suite and the full step table of NEW. Run from the extracted carry at the repo root:
+#   mkdir -p .dcx && tar -xJf .devcarry/t.tar.xz -C .dcx && OUT=$OUT bash .dcx/gpu-topk-hints.sh
+# The folder: scripts/gpu-carry.sh's binaries and lib/ for NEW, old/dsv41_cuda_bench for OLD.
+# At most 8 files come back from a `run`; output is line-buffered so that a step stopped by its
+# time limit keeps what it printed.
+set -u
+cd "$(dirname "$0")"
+export LD_LIBRARY_PATH=lib
+O="${OUT:-/tmp/out}"; mkdir -p "$O"
+BUDGET="${BUDGET:-560}"
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+step() {  # step FILE LIMIT_S MIN_LEFT_S cmd...: appends cmd's output to $O/FILE unless past the budget
+  local file=$1 lim=$2 need=$3; shift 3
+  if [ $(( $(el) + need )) -gt "$BUDGET" ]; then echo "=== skipped at $(el) s: $*" >> "$O/$file"; return; fi
+  echo "=== $(date -u +%T) $*" >> "$O/$file"
+  timeout "$lim" stdbuf -oL "$@" >> "$O/$file" 2>&1
+  echo "=== rc $? at $(el) s" >> "$O/$file"
+}
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv; nproc; } > "$O/run.txt" 2>&1
+step tests_topk.txt 150 60 ./dsv41_cuda_tests \
+  --gtest_filter='DeviceKernelsCuda.Topk*:IndexRefineCuda.*:IndexSelect*:CudaBackend.IndexRefine*'
+AB="--kernels engine --iters 10"
+for i in 1 2; do
+  step ab.txt 60 40 old/dsv41_cuda_bench $AB --batches 64 --contexts 1048576
+  step ab.txt 60 40 ./dsv41_cuda_bench $AB --batches 64 --contexts 1048576
+done
+step ab.txt 60 40 old/dsv41_cuda_bench $AB --batches 16 --contexts 524288,1048576
+step ab.txt 60 40 ./dsv41_cuda_bench $AB --batches 16 --contexts 524288,1048576
+step tests_all.txt 240 120 ./dsv41_cuda_tests --gtest_brief=1
+step table.txt 150 60 ./dsv41_cuda_bench --batches 1,64,256 --contexts 4096,131072,1048576 --iters 10
+exit 0

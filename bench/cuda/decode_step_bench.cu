@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_exec.cuh"
 #include "bench/cuda/decode_step_common.cuh"
 #include "bench/cuda/decode_step_engine.h"
 
@@ -191,6 +192,7 @@ int main(int argc, char** argv) {
   int iters = 20;
   const char* json = nullptr;
   std::vector<std::string> kernels = {"engine", "standalone"};
+  int topk_hints = dsv41::CudaExec::kTopkHints ? 1 : 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) batches = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list(argv[++i]);
@@ -198,12 +200,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = parse_names(argv[++i]);
     else if (!std::strcmp(argv[i], "--index-scale-span") && i + 1 < argc) index_scale_span = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--topk-hints") && i + 1 < argc) topk_hints = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: dsv41_cuda_bench [--batches 1,64,256] [--contexts 4096,...] [--iters N] [--json F] "
-                           "[--kernels engine,engine-late,engine-exact,standalone] [--index-scale-span 0..7]\n"
+                           "[--kernels engine,engine-late,engine-exact,standalone] [--index-scale-span 0..7] [--topk-hints 0|1]\n"
                            "  engine: the device backend's kernels as a decode step runs them (engine-late: each kernel "
                            "launched once the one before has ended; engine-exact: every indexer score exact before the "
-                           "selections, no filter and refine); standalone: the fused kernels of cuda_kernels.h\n");
+                           "selections, no filter and refine); standalone: the fused kernels of cuda_kernels.h\n"
+                           "  --topk-hints: the engine's top-k with pools and floors (1) or without (0); default: the "
+                           "backend's (CudaExec::kTopkHints)\n");
       return 2;
     }
   }
@@ -229,6 +234,7 @@ int main(int argc, char** argv) {
   const double bw = copy_bandwidth(s);
   std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw);
   std::printf("index records' block scales within %d binade(s) of each other (--index-scale-span)\n", index_scale_span);
+  std::printf("engine top-k hints (pools, floors): %s (--topk-hints)\n", topk_hints ? "on" : "off");
   std::vector<Result> results;
   const auto report = [&](const Result& r) {
     if (!r.ran) {
@@ -250,7 +256,7 @@ int main(int argc, char** argv) {
       for (const std::string& k : kernels) {
         results.push_back(k == "standalone" ? run_one(static_cast<int>(B), C, iters, s)
                                             : run_engine(static_cast<int>(B), C, iters, s, k != "engine-late",
-                                                         k != "engine-exact"));
+                                                         k != "engine-exact", topk_hints != 0));
         report(results.back());
       }
     }
@@ -270,7 +276,8 @@ int main(int argc, char** argv) {
   if (json) {
     FILE* f = std::fopen(json, "w");
     if (!f) die("open", json);
-    std::fprintf(f, "{\"device\": \"%s\", \"copy_bandwidth_gbs\": %.1f, \"results\": [\n", dev.ok() ? dev->c_str() : "?", bw);
+    std::fprintf(f, "{\"device\": \"%s\", \"copy_bandwidth_gbs\": %.1f, \"engine_topk_hints\": %s, \"results\": [\n",
+                 dev.ok() ? dev->c_str() : "?", bw, topk_hints ? "true" : "false");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       std::fprintf(f,

@@ -64,8 +64,9 @@ class EngineStep {
   // default (kernel_launch.cuh); false, each once the one before has ended.
   // refine: the layers without a pool as IndexSelectChain units (filter and refine where it takes
   // them); false, every score exact first.
-  EngineStep(int B, int64_t C, cudaStream_t s, bool early, bool refine)
-      : B_(B), C_(C), s_(s, early), refine_(refine) {}
+  // hints: the top-k's pools and floors (CudaExec::set_topk_hints), or none.
+  EngineStep(int B, int64_t C, cudaStream_t s, bool early, bool refine, bool hints)
+      : B_(B), C_(C), s_(s, early), refine_(refine), hints_(hints) {}
 
   void setup() {
     Buffers& b = buf_;
@@ -146,6 +147,7 @@ class EngineStep {
     for (int a = 0; a < B_; a += dk::IndexSelectChain::kMax) {
       dk::IndexSelectChain chain;
       chain.k = kTopk;
+      chain.hints = hints_;
       for (int b = a; b < B_ && chain.n < dk::IndexSelectChain::kMax; ++b) {
         uint8_t* scratch = buf_.scratch + size_t(b) * scratch_per_seq_;
         dk::IndexSelectChain::Job& j = chain.jobs[chain.n++];
@@ -211,11 +213,12 @@ class EngineStep {
                         scratch + dk::TopkBatch::scratch_bytes(1, C_, kTopk)});
       if (!topk) continue;
       dk::TopkBatch::Job t{buf_.scores + size_t(b) * G, 1, G, kTopk, buf_.topk + size_t(b) * kTopk, scratch};
-      if (pooled) t.kept = buf_.candidates + size_t(b) * kPoolBlocks, t.nb = kPoolBlocks, t.bs = kPoolBlock;
+      if (pooled && hints_) t.kept = buf_.candidates + size_t(b) * kPoolBlocks, t.nb = kPoolBlocks, t.bs = kPoolBlock;
       jobs.push_back(t);
     }
     for (size_t a = 0; a < jobs.size(); a += dk::TopkBatch::kMax) {
       dk::TopkBatch unit;
+      unit.hints = hints_;
       for (size_t j = a; j < jobs.size() && unit.n < dk::TopkBatch::kMax; ++j) unit.jobs[unit.n++] = jobs[j];
       if (!fast::launch_chain(unit, s_)) die("top-k", "the radix selection declines the step's jobs");
       check(cudaGetLastError(), "top-k");
@@ -266,18 +269,18 @@ class EngineStep {
   int64_t C_;
   fast::Stream s_;
   Buffers buf_;
-  bool refine_ = true;
+  bool refine_ = true, hints_ = false;
   int64_t scratch_per_seq_ = 0;
 };
 
 }  // namespace
 
-Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early, bool refine) {
+Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early, bool refine, bool hints) {
   Result r{};
   r.kernels = !refine ? "engine-exact" : early ? "engine" : "engine-late";
   r.batch = B, r.context = C;
   if (!records_fit(r, B, C)) return r;
-  EngineStep e(B, C, s, early, refine);
+  EngineStep e(B, C, s, early, refine, hints);
   e.setup();
   e.step();  // first run outside capture: kernel attributes, every launch checked
   check(cudaStreamSynchronize(s), "first step");

@@ -14,6 +14,7 @@ namespace dsv41::step_bench {
 // early: kernels placed before the kernel they follow has ended (CudaExec's default).
 // refine: the layers without a pool by filter and refine where it takes them (the backend's way);
 // false ("engine-exact"), every score exact first.
-Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early, bool refine = true);
+// hints: the top-k's pools and floors (CudaExec::set_topk_hints; the same ids), or none.
+Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early, bool refine, bool hints);
 
 }  // namespace dsv41::step_bench

@@ -72,6 +72,7 @@ void on_both_topk_paths(Check check) {
   for (bool fast : {true, false}) {
     CudaExec ex;
     ex.set_fast_kernels(fast);
+    ex.set_topk_hints(true);
     check(ex, fast, fast ? 1 : 3);
     ex.sync();
     ASSERT_TRUE(ex.status().ok()) << ex.status().to_string();
@@ -276,8 +277,11 @@ TEST(CudaBackend, IndexRefineEqualsExactScores) {
   const ModelConfig c = dsv41::testing::wide_index_test_config();
   auto model = Model::create_random(c, 31);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  const auto make = [&](bool refine) {
-    return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) { b.executor().set_index_refine(refine, 1); });
+  const auto make = [&](bool refine) {  // refining with the top-k's hints (pools, floors), exact without
+    return fresh_cuda_backend(**model, [&](DeviceBackend<CudaExec>& b) {
+      b.executor().set_index_refine(refine, 1);
+      b.executor().set_topk_hints(refine);
+    });
   };
   int64_t refined = 0;
   {

@@ -180,6 +180,11 @@ class CudaExec {
     index_refine_min_ = min_scores;
   }
   static constexpr int64_t kIndexRefineMinScores = int64_t{1} << 22;
+  // The top-k's hints (dk::TopkBatch::Job: a restricted job's pool, filter and refine's floors, a
+  // sampled floor for long rows; the same ids) or (off) none: the "before" of benchmarks.
+  // kTopkHints is the default (docs/CUDA.md "Pools and floors for the top-k").
+  static constexpr bool kTopkHints = true;
+  void set_topk_hints(bool on) { topk_hints_ = on; }
   // Kernels may start before the kernel they follow has ended (kernel_launch.cuh: placed early,
   // waiting at their first instruction; the same kernels in the same order, so the same bits), or
   // (off) each only once the one before has ended. On by default since session 36 (the GPU suite
@@ -321,9 +326,15 @@ class CudaExec {
     if constexpr (std::is_same_v<C, dk::DownExpandChain>) {
       return fast::launch_down_expand(c, expert_decode_, launch_stream());
     } else if constexpr (std::is_same_v<C, dk::IndexSelectChain>) {
-      if (!index_refine_ || !fast::launch_chain(c, launch_stream(), index_refine_min_)) return false;
+      dk::IndexSelectChain chain = c;
+      chain.hints = chain.hints && topk_hints_;
+      if (!index_refine_ || !fast::launch_chain(chain, launch_stream(), index_refine_min_)) return false;
       ++counts_.index_refine;
       return true;
+    } else if constexpr (std::is_same_v<C, dk::TopkBatch>) {
+      dk::TopkBatch unit = c;
+      unit.hints = unit.hints && topk_hints_;
+      return fast::launch_chain(unit, launch_stream());
     } else {
       return fast::launch_chain(c, launch_stream());
     }
@@ -402,6 +413,7 @@ class CudaExec {
   bool fast_ = true;
   fast::ExpertDecode expert_decode_ = fast::ExpertDecode::kDefault;
   bool integer_index_ = true;
+  bool topk_hints_ = kTopkHints;
   bool index_refine_ = true;
   int64_t index_refine_min_ = kIndexRefineMinScores;
   // See set_early_start.

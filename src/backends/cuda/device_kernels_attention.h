@@ -217,6 +217,9 @@ struct TopkBatch {
   }
   int n = 0;
   Job jobs[kMax];
+  // Fast path: false ignores every job's pool and floor and samples none (the same ids; the
+  // "before" of benchmarks, and off where the hints have not run on a GPU yet: CudaExec).
+  bool hints = true;
   template <class Exec>
   void run_simple(Exec& ex) const {
     Batched<FillK<int32_t>> fill;
@@ -267,6 +270,7 @@ struct IndexSelectChain {
   int k = 0;  // the top-k's width (every job's)
   int n = 0;
   bool exact_rows = false;  // set by the fast path: rows it may score exactly instead (index_refine.cu)
+  bool hints = true;        // fast path: the selections' hints (TopkBatch::hints), the band's cuts as floors
   Job jobs[kMax];
   // Both selections of every job as TopkBatch jobs, in job order (candidates first, as the
   // backend queued them); with floors (the fast path's second selections), the top-k's floor is

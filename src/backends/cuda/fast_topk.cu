@@ -41,9 +41,9 @@ using Job = dk::TopkBatch::Job;
 __device__ __forceinline__ uint32_t selection_key(float v) { return v > -INFINITY ? cuda::ordered_key(v) : 0u; }
 
 // Row `row`'s floor as a key (0: none): the caller's, else the sampled one, else none.
-__device__ __forceinline__ uint32_t floor_key(const Job& job, int64_t row) {
+__device__ __forceinline__ uint32_t floor_key(const dk::TopkBatch& t, const Job& job, int64_t row) {
   if (job.floor) return selection_key(job.floor[row * job.floor_stride]);
-  return job.sampled() ? job.floor_keys()[row] : 0u;
+  return t.hints && job.sampled() ? job.floor_keys()[row] : 0u;
 }
 
 // The job of block b, where job j has blocks(jobs[j]) blocks one job after another; b becomes the
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const dk::Topk
     const float* scores = job.v + row * job.size + p0;
     for (int i = threadIdx.x; i < n; i += kTopkThreads) sm.keys[i] = selection_key(scores[i]);
   }
-  const uint32_t floor = floor_key(job, row);
+  const uint32_t floor = floor_key(t, job, row);
   __syncthreads();
   const int32_t* ids = pooled ? sm.ids : nullptr;
   if (job.chunks() == 1) {
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_group_kernel(const dk::Topk
   const int64_t at = (row * chunks + first) * job.width, out = (row * groups + group) * job.width;
   cuda::block_select_topk<kTopkThreads>(job.candidate_keys() + at, job.candidate_ids() + at, 0,
                                         static_cast<int>(count * job.width), job.width, job.group_keys() + out,
-                                        job.group_ids() + out, sel, floor_key(job, row));
+                                        job.group_ids() + out, sel, floor_key(t, job, row));
 }
 
 // Block b of the merge kernel: the rows of the jobs of more than one chunk, one job after another.
@@ -170,13 +170,15 @@ __global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const dk::Topk
   cuda::block_select_topk<kTopkThreads>((grouped ? job.group_keys() : job.candidate_keys()) + at,
                                         (grouped ? job.group_ids() : job.candidate_ids()) + at, 0,
                                         static_cast<int>(list), job.width, out_keys, job.out + row * job.width, sel,
-                                        floor_key(job, row));
+                                        floor_key(t, job, row));
 }
 
 }  // namespace
 
-bool launch_chain(const dk::TopkBatch& t, Stream s) {
-  int64_t chunk_blocks = 0, group_blocks = 0, merge_blocks = 0, sampled_rows = 0, sample_threads = 0;
+bool launch_chain(const dk::TopkBatch& unit, Stream s) {
+  dk::TopkBatch t = unit;
+  for (int j = 0; j < t.n && !t.hints; ++j) t.jobs[j].kept = nullptr, t.jobs[j].floor = nullptr;
+  int64_t chunk_blocks = 0, group_blocks = 0, merge_blocks = 0, sample_rows = 0, sample_threads = 0;
   for (int j = 0; j < t.n; ++j) {
     const Job& job = t.jobs[j];
     if (job.rows == 0) continue;
@@ -186,13 +188,14 @@ bool launch_chain(const dk::TopkBatch& t, Stream s) {
     chunk_blocks += job.rows * job.chunks();
     group_blocks += job.chunks() > kGroup ? job.rows * job.groups() : 0;
     merge_blocks += job.chunks() > 1 ? job.rows : 0;
-    sampled_rows += job.sampled() ? job.rows : 0;
-    sample_threads += job.sampled() ? job.rows * job.samples() : 0;
+    const bool sampled = t.hints && job.sampled();
+    sample_rows += sampled ? job.rows : 0;
+    sample_threads += sampled ? job.rows * job.samples() : 0;
   }
   if (chunk_blocks == 0 || chunk_blocks > 0x7FFFFFFF) return false;  // (nothing to do: neither path launches)
-  if (sampled_rows > 0) {
+  if (sample_rows > 0) {
     launch_kernel(&topk_sample_kernel, static_cast<unsigned>((sample_threads + 255) / 256), 256, 0, s, t);
-    launch_kernel(&topk_floor_kernel, static_cast<unsigned>(sampled_rows), kTopkThreads, 0, s, t);
+    launch_kernel(&topk_floor_kernel, static_cast<unsigned>(sample_rows), kTopkThreads, 0, s, t);
   }
   launch_kernel(&topk_chunk_kernel, static_cast<unsigned>(chunk_blocks), kTopkThreads, 0, s, t);
   if (group_blocks > 0) launch_kernel(&topk_group_kernel, static_cast<unsigned>(group_blocks), kTopkThreads, 0, s, t);

@@ -684,11 +684,13 @@ void block_maxima(const Chain& c, Stream s) {
 // The selections of the fast scores, or (floors) of the refined rows, with the band's cuts as floors.
 void selections(const Chain& c, Stream s, bool floors) {
   dk::TopkBatch unit;
+  unit.hints = c.hints;
+  floors = floors && c.hints;
   c.for_each_selection(
       [&](const dk::TopkBatch::Job& t) {
         if (unit.n == dk::TopkBatch::kMax) {
           launch_chain(unit, s);
-          unit = dk::TopkBatch{};
+          unit.n = 0;
         }
         unit.jobs[unit.n++] = t;
       },

@@ -157,6 +157,7 @@ void check_chain(CudaExec& ex, kc::Dev<CudaExec>& dev, std::mt19937& rng, const 
 TEST(IndexRefineCuda, SelectionsEqualTheExactScores) {
   DSV41_REQUIRE_CUDA_DEVICE();
   CudaExec ex;
+  ex.set_topk_hints(true);  // the floors of the second selections, a sampled floor for long rows
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(131);
   //                   T  G       nh  dh   start  ratio k    bs nb  rep hard   paged  spread

@@ -173,7 +173,9 @@ std::vector<int32_t> refine_topk(std::span<const IndexApprox> approx, int k, Exa
 // block maximum; an entry is scored again (exact(g)) where it is unknown, at or above t − 2β, or
 // within 2β of the fast maximum of a block that is not out for certain (tb − 2β, both rounded
 // down); then the block maxima (the newest visible block +inf) and both selections are taken over
-// the row as refined, fast scores left in place. select(v, n, width, out) is select_topk's contract.
+// the row as refined, fast scores left in place, each with the GPU's floor (cut for the top-k,
+// block_cut for the blocks: values below it ineligible, as TopkBatch::Job::floor makes them).
+// select(v, n, width, out) is select_topk's contract.
 struct RefinedRow {
   std::vector<int32_t> topk, candidates;
   int64_t rescored = 0;
@@ -242,10 +244,17 @@ RefinedRow refine_row(std::span<const IndexApprox> approx, int k, int bs, int nb
     refined[size_t(g)] = exact(g);
     ++out.rescored;
   }
+  // The floors: every entry the exact top-k keeps scores at least t − β, every block it keeps has
+  // a maximum of at least tb − β (index_refine.cu, Work); below them a value can be dropped.
+  const auto floored = [](std::vector<float> row, float floor) {
+    for (float& x : row) x = x < floor ? -INFINITY : x;
+    return row;
+  };
+  const std::vector<float> top = floored(refined, cut);
   out.topk.resize(size_t(k));
-  select(refined.data(), G, k, out.topk.data());
+  select(top.data(), G, k, out.topk.data());
   if (nb > 0) {
-    const std::vector<float> m = maxima(refined);
+    const std::vector<float> m = floored(maxima(refined), block_cut);
     out.candidates.resize(size_t(nb));
     select(m.data(), blocks, nb, out.candidates.data());
   }

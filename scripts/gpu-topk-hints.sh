@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Session 44's GPU call (docs/CUDA.md "Pools and floors for the top-k"): the top-k and refine tests
 # first, then the kernel-level decode step with the top-k's hints on and off (`--topk-hints`, one
-# binary) and as the parent commit ran it (OLD: the parent's fast_topk.cu and index_refine.cu
-# compiled against this tree's headers and put into a copy of libdsv41cuda.a with `ar r`, linked
-# with the parent's decode_step_bench.cu / decode_step_engine.{cu,h}), alternated, then
+# binary) and as the parent commit ran it (OLD: scripts/cuda-bench-variant.sh with the parent's
+# fast_topk.cu, index_refine.cu and decode_step_bench.cu / decode_step_engine.{cu,h}), alternated, then
 # the whole GPU suite and the step table with the hints on. Run from the extracted carry at the
 # repo root:
 #   mkdir -p .dcx && tar -xJf .devcarry/t.tar.xz -C .dcx && OUT=$OUT bash .dcx/gpu-topk-hints.sh

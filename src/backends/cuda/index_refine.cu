@@ -619,8 +619,7 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Pla
   const float* work = J.work + r * kWork;
   if (work[kFallback] != 0.0f) return;       // the integer kernel scored the row exactly
   const float beta2 = 2.0f * work[kBound];  // exact (a power-of-two product) or +inf
-  const float cut = __fsub_rd(work[kThreshold], beta2);
-  const float block_cut = __fsub_rd(work[kBlockThreshold], beta2);
+  const float cut = work[kCut], block_cut = work[kBlockCut];  // threshold_kernel's (the floors after)
   stage_band(k, r, sh);
   const AnyRecords at(k.keys, k.dh);
   float* row = k.scores + r * k.G;

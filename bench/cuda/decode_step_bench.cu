@@ -193,6 +193,7 @@ int main(int argc, char** argv) {
   const char* json = nullptr;
   std::vector<std::string> kernels = {"engine", "standalone"};
   int topk_hints = dsv41::CudaExec::kTopkHints ? 1 : 0;
+  int index_warpgroup = dsv41::CudaExec::kIndexWarpgroup ? 1 : 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) batches = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list(argv[++i]);
@@ -201,14 +202,17 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--kernels") && i + 1 < argc) kernels = parse_names(argv[++i]);
     else if (!std::strcmp(argv[i], "--index-scale-span") && i + 1 < argc) index_scale_span = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--topk-hints") && i + 1 < argc) topk_hints = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--index-warpgroup") && i + 1 < argc) index_warpgroup = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: dsv41_cuda_bench [--batches 1,64,256] [--contexts 4096,...] [--iters N] [--json F] "
-                           "[--kernels engine,engine-late,engine-exact,standalone] [--index-scale-span 0..7] [--topk-hints 0|1]\n"
+                           "[--kernels engine,engine-late,engine-exact,standalone] [--index-scale-span 0..7] [--topk-hints 0|1] [--index-warpgroup 0|1]\n"
                            "  engine: the device backend's kernels as a decode step runs them (engine-late: each kernel "
                            "launched once the one before has ended; engine-exact: every indexer score exact before the "
                            "selections, no filter and refine); standalone: the fused kernels of cuda_kernels.h\n"
                            "  --topk-hints: the engine's top-k with pools and floors (1) or without (0); default: the "
-                           "backend's (CudaExec::kTopkHints)\n");
+                           "backend's (CudaExec::kTopkHints)\n"
+                           "  --index-warpgroup: filter and refine's fast scores on warpgroup MMAs (1) or each warp's "
+                           "(0); default: the backend's (CudaExec::kIndexWarpgroup)\n");
       return 2;
     }
   }
@@ -235,17 +239,18 @@ int main(int argc, char** argv) {
   std::printf("device copy bandwidth (read + write): %.0f GB/s\n", bw);
   std::printf("index records' block scales within %d binade(s) of each other (--index-scale-span)\n", index_scale_span);
   std::printf("engine top-k hints (pools, floors): %s (--topk-hints)\n", topk_hints ? "on" : "off");
+  std::printf("engine fast scores on %s MMAs (--index-warpgroup)\n", index_warpgroup ? "warpgroup" : "warp");
   std::vector<Result> results;
   const auto report = [&](const Result& r) {
     if (!r.ran) {
       std::printf("%-10s batch %4d ctx %8lld: %s\n", r.kernels, r.batch, static_cast<long long>(r.context), r.note.c_str());
     } else {
       std::printf("%-10s batch %4d ctx %8lld: step %.3f ms (%.2f GB, floor %.3f ms) | attn win %.4f sparse %.4f | "
-                  "idx r2 %.4f r1 %.4f cand %.4f pool %.4f select %.4f ms | index launches int %lld f64 %lld refine %lld "
+                  "idx r2 %.4f r1 %.4f cand %.4f pool %.4f select %.4f scorer %.4f ms | index launches int %lld f64 %lld refine %lld "
                   "| scored again a row: r2 %.0f r1 %.0f\n",
                   r.kernels, r.batch, static_cast<long long>(r.context), r.step_ms, r.step_bytes / 1e9,
                   r.step_bytes / (bw * 1e9) * 1e3, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms, r.idx_r1_ms,
-                  r.cand_ms, r.idx_pool_ms, r.select_ms, static_cast<long long>(r.int_index_launches),
+                  r.cand_ms, r.idx_pool_ms, r.select_ms, r.scorer_ms, static_cast<long long>(r.int_index_launches),
                   static_cast<long long>(r.f64_index_launches), static_cast<long long>(r.refine_launches), r.rescored_r2,
                   r.rescored_r1);
     }
@@ -255,8 +260,9 @@ int main(int argc, char** argv) {
     for (int64_t C : contexts) {
       for (const std::string& k : kernels) {
         results.push_back(k == "standalone" ? run_one(static_cast<int>(B), C, iters, s)
-                                            : run_engine(static_cast<int>(B), C, iters, s, k != "engine-late",
-                                                         k != "engine-exact", topk_hints != 0));
+                                            : run_engine(static_cast<int>(B), C, iters, s,
+                                                         {k != "engine-late", k != "engine-exact", topk_hints != 0,
+                                                          index_warpgroup != 0}));
         report(results.back());
       }
     }
@@ -276,20 +282,21 @@ int main(int argc, char** argv) {
   if (json) {
     FILE* f = std::fopen(json, "w");
     if (!f) die("open", json);
-    std::fprintf(f, "{\"device\": \"%s\", \"copy_bandwidth_gbs\": %.1f, \"engine_topk_hints\": %s, \"results\": [\n",
-                 dev.ok() ? dev->c_str() : "?", bw, topk_hints ? "true" : "false");
+    std::fprintf(f, "{\"device\": \"%s\", \"copy_bandwidth_gbs\": %.1f, \"engine_topk_hints\": %s, "
+                    "\"engine_index_warpgroup\": %s, \"results\": [\n",
+                 dev.ok() ? dev->c_str() : "?", bw, topk_hints ? "true" : "false", index_warpgroup ? "true" : "false");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       std::fprintf(f,
                    "  {\"kernels\": \"%s\", \"batch\": %d, \"context\": %lld, \"ran\": %s, \"note\": \"%s\", "
                    "\"step_ms\": %.5f, \"step_bytes\": %.0f, \"attn_bytes\": %.0f, \"indexer_bytes\": %.0f, "
                    "\"attn_window_ms\": %.5f, \"attn_sparse_ms\": %.5f, \"idx_ratio2_ms\": %.5f, \"idx_ratio1_ms\": %.5f, "
-                   "\"candidate_ms\": %.5f, \"idx_pool_ms\": %.5f, \"select_ms\": %.5f, \"int_index_launches\": %lld, "
+                   "\"candidate_ms\": %.5f, \"idx_pool_ms\": %.5f, \"select_ms\": %.5f, \"scorer_ms\": %.5f, \"int_index_launches\": %lld, "
                    "\"f64_index_launches\": %lld, \"refine_launches\": %lld, \"rescored_r2\": %.1f, \"rescored_r1\": %.1f}%s\n",
                    r.kernels, r.batch, static_cast<long long>(r.context), r.ran ? "true" : "false", r.note.c_str(),
                    r.step_ms, r.step_bytes, r.attn_bytes, r.idx_bytes, r.attn_window_ms, r.attn_sparse_ms, r.idx_r2_ms,
-                   r.idx_r1_ms, r.cand_ms, r.idx_pool_ms, r.select_ms, static_cast<long long>(r.int_index_launches),
-                   static_cast<long long>(r.f64_index_launches), static_cast<long long>(r.refine_launches),
+                   r.idx_r1_ms, r.cand_ms, r.idx_pool_ms, r.select_ms, r.scorer_ms,
+                   static_cast<long long>(r.int_index_launches), static_cast<long long>(r.f64_index_launches), static_cast<long long>(r.refine_launches),
                    r.rescored_r2, r.rescored_r1, i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");

@@ -145,6 +145,7 @@ struct Result {
   double step_ms, attn_window_ms, attn_sparse_ms, idx_r2_ms, idx_r1_ms, idx_pool_ms, cand_ms;
   double step_bytes, attn_bytes, idx_bytes;
   double select_ms = 0;  // engine: the top-k 512 of one ratio-1 layer's scores alone
+  double scorer_ms = 0;  // engine: filter and refine's fast scores of one ratio-1 layer alone
   int64_t int_index_launches = 0, f64_index_launches = 0;  // engine, a step: which indexer kernel ran
   int64_t refine_launches = 0;                              // engine, a step: filter-and-refine chains
   double rescored_r2 = 0, rescored_r1 = 0;  // engine: entries scored again a row in a ratio-2 / ratio-1 layer

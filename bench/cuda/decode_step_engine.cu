@@ -65,8 +65,9 @@ class EngineStep {
   // refine: the layers without a pool as IndexSelectChain units (filter and refine where it takes
   // them); false, every score exact first.
   // hints: the top-k's pools and floors (CudaExec::set_topk_hints), or none.
-  EngineStep(int B, int64_t C, cudaStream_t s, bool early, bool refine, bool hints)
-      : B_(B), C_(C), s_(s, early), refine_(refine), hints_(hints) {}
+  // warpgroup: the fast scores on warpgroup MMAs (CudaExec::set_index_warpgroup), or each warp's.
+  EngineStep(int B, int64_t C, cudaStream_t s, const EngineOptions& o)
+      : B_(B), C_(C), s_(s, o.early), refine_(o.refine), hints_(o.hints), warpgroup_(o.warpgroup) {}
 
   void setup() {
     Buffers& b = buf_;
@@ -139,15 +140,17 @@ class EngineStep {
       check(cudaGetLastError(), "index scores");
     }
   }
-  // Scores and selections of kv source k as IndexSelectChain units of 16 sequences; false (nothing
-  // launched) where filter and refine declines them.
-  bool chained(int k, bool candidates) {
+  // Scores and selections of kv source k as IndexSelectChain units of 16 sequences (scores_only:
+  // the fast scores alone, fast::launch_fast_scores); false (nothing launched) where filter and
+  // refine declines them.
+  bool chained(int k, bool candidates, bool scores_only = false) {
     const int64_t G = entries(k), nb = blocks();
     const float scale = static_cast<float>(std::pow(double(kIdxDim), -0.5));
     for (int a = 0; a < B_; a += dk::IndexSelectChain::kMax) {
       dk::IndexSelectChain chain;
       chain.k = kTopk;
       chain.hints = hints_;
+      chain.warpgroup = warpgroup_;
       for (int b = a; b < B_ && chain.n < dk::IndexSelectChain::kMax; ++b) {
         uint8_t* scratch = buf_.scratch + size_t(b) * scratch_per_seq_;
         dk::IndexSelectChain::Job& j = chain.jobs[chain.n++];
@@ -165,6 +168,10 @@ class EngineStep {
           j.candidates = buf_.candidates + size_t(b) * kPoolBlocks;
           j.cand_scratch = scratch + dk::TopkBatch::scratch_bytes(1, C_, kTopk);
         }
+      }
+      if (scores_only) {
+        if (!fast::launch_fast_scores(chain, s_)) die("indexer", "filter and refine's scorer declined the chain");
+        continue;
       }
       if (!fast::launch_chain(chain, s_, CudaExec::kIndexRefineMinScores)) {
         if (a == 0) return false;
@@ -269,18 +276,18 @@ class EngineStep {
   int64_t C_;
   fast::Stream s_;
   Buffers buf_;
-  bool refine_ = true, hints_ = false;
+  bool refine_ = true, hints_ = false, warpgroup_ = false;
   int64_t scratch_per_seq_ = 0;
 };
 
 }  // namespace
 
-Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early, bool refine, bool hints) {
+Result run_engine(int B, int64_t C, int iters, cudaStream_t s, const EngineOptions& o) {
   Result r{};
-  r.kernels = !refine ? "engine-exact" : early ? "engine" : "engine-late";
+  r.kernels = !o.refine ? "engine-exact" : o.early ? "engine" : "engine-late";
   r.batch = B, r.context = C;
   if (!records_fit(r, B, C)) return r;
-  EngineStep e(B, C, s, early, refine, hints);
+  EngineStep e(B, C, s, o);
   e.setup();
   e.step();  // first run outside capture: kernel attributes, every launch checked
   check(cudaStreamSynchronize(s), "first step");
@@ -304,6 +311,7 @@ Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early, bool 
   r.cand_ms = time_ms(s, 2, iters, [&] { e.select(3, true, false); });
   r.idx_pool_ms = time_ms(s, 2, iters, [&] { e.index_layer(24); });
   r.select_ms = time_ms(s, 2, iters, [&] { e.select(3, false, true); });
+  if (r.refine_launches > 0) r.scorer_ms = time_ms(s, 2, iters, [&] { e.chained(3, false, true); });
   check(cudaDeviceSynchronize(), "timing");
   count_bytes(r, B, C);
   r.ran = true;

@@ -15,6 +15,11 @@ namespace dsv41::step_bench {
 // refine: the layers without a pool by filter and refine where it takes them (the backend's way);
 // false ("engine-exact"), every score exact first.
 // hints: the top-k's pools and floors (CudaExec::set_topk_hints; the same ids), or none.
-Result run_engine(int B, int64_t C, int iters, cudaStream_t s, bool early, bool refine, bool hints);
+// warpgroup: filter and refine's fast scores on warpgroup MMAs (CudaExec::set_index_warpgroup; the
+// same bits), or each warp's own.
+struct EngineOptions {
+  bool early = true, refine = true, hints = true, warpgroup = false;
+};
+Result run_engine(int B, int64_t C, int iters, cudaStream_t s, const EngineOptions& o);
 
 }  // namespace dsv41::step_bench

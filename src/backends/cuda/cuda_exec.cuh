@@ -186,6 +186,12 @@ class CudaExec {
   // 1M 30.9 → 27.4 ms: docs/CUDA.md "Pools and floors for the top-k").
   static constexpr bool kTopkHints = true;
   void set_topk_hints(bool on) { topk_hints_ = on; }
+  // Filter and refine's fast scores on warpgroup MMAs (wgmma m64n64k32 s8: the block's four warps'
+  // tiles as one MMA a 32-channel block) or (off) each warp's m16n8k32 MMAs: the same bits
+  // (IndexRefineCuda.WarpgroupScoresEqualWarpScores). Off by default until the GPU suite has run
+  // with it (docs/CUDA.md "The fast scorer on warpgroup MMAs").
+  static constexpr bool kIndexWarpgroup = false;
+  void set_index_warpgroup(bool on) { index_warpgroup_ = on; }
   // Kernels may start before the kernel they follow has ended (kernel_launch.cuh: placed early,
   // waiting at their first instruction; the same kernels in the same order, so the same bits), or
   // (off) each only once the one before has ended. On by default since session 36 (the GPU suite
@@ -329,6 +335,7 @@ class CudaExec {
     } else if constexpr (std::is_same_v<C, dk::IndexSelectChain>) {
       dk::IndexSelectChain chain = c;
       chain.hints = chain.hints && topk_hints_;
+      chain.warpgroup = chain.warpgroup && index_warpgroup_;
       if (!index_refine_ || !fast::launch_chain(chain, launch_stream(), index_refine_min_)) return false;
       ++counts_.index_refine;
       return true;
@@ -415,6 +422,7 @@ class CudaExec {
   fast::ExpertDecode expert_decode_ = fast::ExpertDecode::kDefault;
   bool integer_index_ = true;
   bool topk_hints_ = kTopkHints;
+  bool index_warpgroup_ = kIndexWarpgroup;
   bool index_refine_ = true;
   int64_t index_refine_min_ = kIndexRefineMinScores;
   // See set_early_start.

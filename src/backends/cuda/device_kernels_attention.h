@@ -271,6 +271,9 @@ struct IndexSelectChain {
   int n = 0;
   bool exact_rows = false;  // set by the fast path: rows it may score exactly instead (index_refine.cu)
   bool hints = true;        // fast path: the selections' hints (TopkBatch::hints), the band's cuts as floors
+  // fast path: the fast scores on warpgroup MMAs (wgmma), else each warp's m16n8k32 MMAs — the same
+  // bits (index_refine.cu).
+  bool warpgroup = true;
   Job jobs[kMax];
   // Both selections of every job as TopkBatch jobs, in job order (candidates first, as the
   // backend queued them); with floors (the fast path's second selections), the top-k's floor is

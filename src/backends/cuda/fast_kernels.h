@@ -76,6 +76,10 @@ bool launch_index_f64(const dk::Batched<dk::IndexScoreK>& b, Stream s = {});
 // CudaExec::kIndexRefineMinScores).
 bool index_refine_fits(const dk::IndexSelectChain& c, int64_t min_scores);
 bool launch_chain(const dk::IndexSelectChain& c, Stream s = {}, int64_t min_scores = 0);
+// Filter and refine's first step alone, for the tests: every row's fast scores (NaN: unknown) and
+// work floats (β, unknown count) by the scorer c.warpgroup names; false where index_refine_fits
+// declines the chain.
+bool launch_fast_scores(const dk::IndexSelectChain& c, Stream s = {});
 // The tiled GEMM (fast_gemm.cu) for `rows` rows: false where its 16-byte units do not fit the
 // weight or x (then the warp-per-output kernel runs). gemm_tiled_kind: the weight kind it would
 // read (1 bf16, 2 float32, 3 FP8, 4 FP4), 0 where it declines. `staged` false: tiles of 2 … 8 rows

@@ -104,10 +104,15 @@ __host__ __device__ inline int64_t visible_of(const dk::IndexScoreK& k, int64_t 
 // ---- 1. Fast scores -----------------------------------------------------------------------------
 
 struct ApproxShared {
-  uint2 bq[kMaxHeads / 8][kMaxBlocks][32];  // the shifted queries as B fragments [head tile][block][lane]
+  union alignas(128) {
+    uint2 bq[kMaxHeads / 8][kMaxBlocks][32];  // a warp's MMAs: the shifted queries as B fragments [head tile][block][lane]
+    // Warpgroup MMAs: the same words as core matrices of 8 heads × 16 bytes, K-major, [block][head
+    // tile][k half][head % 8 · 4 + t] (wgmma_desc(qw[b], 128, 256)); heads past nh zero.
+    uint32_t qw[kMaxBlocks][kMaxHeads / 8][2][32];
+  };
   int8_t n[kMaxHeads][32 * kMaxBlocks];     // the queries as integers (q_c = n_c · 2^unit of its block)
   int unit[kMaxHeads][kMaxBlocks];          // index_query_block's units (or its marks)
-  float4 head[kMaxHeads];                   // per head {c_h = 2^(least unit) · scale, w_h, |w_h|, 0}
+  float4 head[kMaxHeads];                   // per head {c_h = 2^(least unit) · scale, w_h, |w_h|, −2^23·c_h}
   float weights;                            // Σ_h |w_h|
   float cmax;                               // max_h |c_h|
   int unknown;                              // the row's queries are outside the fused form: every entry unknown
@@ -125,6 +130,8 @@ __device__ __forceinline__ uint32_t pack4(const int8_t* n, int shift) {
 // shifted to the head's least unit (|n| · 2^shift ≤ 120 while the units span ≤ kFusedSpan), as B
 // fragments (channel 8t + i is k = 4t + i of the MMA, 8t + 4 + i is k = 16 + 4t + i: the keys'
 // e2m1x8_to_s8 order); the row is unknown where a head spans wider or a block is off the MXFP4 grid.
+// kWarpgroup: the fragments' words in the warpgroup MMAs' layout (ApproxShared::qw) instead.
+template <bool kWarpgroup>
 __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh) {
   const int nh = int(k.nh), nb = int(k.dh / 32);
   if (threadIdx.x == 0) sh.unknown = 0, sh.bound = 0;
@@ -141,7 +148,7 @@ __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh)
     const float w = k.hw[r * k.nh + h];
     const float c = least > 200 ? 0.0f : ldexpf(k.scale, max(least, -300));  // no nonzero block: X = 0
     if (span > dk::kIndexFusedSpan || (least <= 200 && !(fabsf(c) >= 0x1p-126f && isfinite(c)))) atomicOr(&sh.unknown, 1);
-    sh.head[h] = make_float4(c, w, fabsf(w), 0.0f);
+    sh.head[h] = make_float4(c, w, fabsf(w), -0x1p23f * c);
     for (int b = 0; b < nb; ++b)  // the block's shift in place of its unit
       sh.unit[h][b] = sh.unit[h][b] == dk::kIndexZeroBlock || span > dk::kIndexFusedSpan ? 0 : sh.unit[h][b] - least;
   }
@@ -150,7 +157,20 @@ __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh)
     const int h = x / (nb * 4), b = x / 4 % nb, t = x % 4;
     const int8_t* n = &sh.n[h][b * 32 + 8 * t];
     const int shift = sh.unit[h][b];
-    sh.bq[h / 8][b][(h % 8) * 4 + t] = make_uint2(pack4(n, shift), pack4(n + 4, shift));
+    const uint32_t lo = pack4(n, shift), hi = pack4(n + 4, shift);
+    if constexpr (kWarpgroup) {
+      sh.qw[b][h / 8][0][(h % 8) * 4 + t] = lo;
+      sh.qw[b][h / 8][1][(h % 8) * 4 + t] = hi;
+    } else {
+      sh.bq[h / 8][b][(h % 8) * 4 + t] = make_uint2(lo, hi);
+    }
+  }
+  if constexpr (kWarpgroup) {  // the MMA's columns past nh: zero (their D is never read)
+    for (int x = threadIdx.x; x < (kMaxHeads - nh) * nb * 8; x += kThreads) {
+      const int h = nh + x / (nb * 8), b = x / 8 % nb, i = x % 8;
+      sh.qw[b][h / 8][i / 4][(h % 8) * 4 + i % 4] = 0u;
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes → wgmma reads
   }
   if (threadIdx.x == 32) {
     float w = 0.0f, c = 0.0f;
@@ -228,28 +248,26 @@ __device__ __forceinline__ float key_factor(uint32_t s) {
   return s >= 2 ? __int_as_float(int(s - 1) << 23) : __int_as_float(0x00200000 << s);
 }
 
-// An int32 below 2^22 in magnitude as a float, exactly, on the integer and FMA pipes (I2F issues
-// at a quarter of their rate): 1.5·2^23 + s has s in its low mantissa bits.
-__device__ __forceinline__ float small_int_float(int s) { return __int_as_float(s + 0x4B400000) - 12582912.0f; }
 
 // Four int8 in a word, each shifted left by `shift` (0 … 3; the values stay within int8).
 __device__ __forceinline__ uint32_t shift_bytes(uint32_t w, int shift) {
   return (w << shift) & ((0xFFu << shift & 0xFFu) * 0x01010101u);
 }
 
-// One warp's tile: entries e0 … e0 + 15 of row r (lane (g, t): e0 + g and e0 + g + 8), written to
-// the scores where e < end (fast score, NaN where unknown, −inf where the row does not see it).
-// Each key's nonzero blocks are shifted to its least scale (span ≤ kIndexFusedSpan), so one int32
-// per (entry, head) holds the exact dot over all channels (index_refine.h's fused form). Returns
-// the lane's largest finite bound.
+// A warp's 16 keys as the MMAs' A fragments: each key's nonzero blocks shifted to its least scale
+// (span ≤ kIndexFusedSpan), so one int32 per (entry, head) holds the exact dot over all channels
+// (index_refine.h's fused form); kf, the key's 2^(least − 128); unknown where the key is outside
+// the form. Lane (g, t) holds rows g (i = 0) and g + 8 (i = 1).
 template <int NB>
-__device__ float score_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t end, int64_t visible,
-                            const KeyPair& keys, float error, const ApproxShared& sh, unsigned& unknowns) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int nh = int(k.nh);
+struct TileKeys {
   uint32_t a[NB][4];
   float kf[2];
   bool unknown[2];
+};
+
+template <int NB>
+__device__ __forceinline__ TileKeys<NB> decode_tile(const KeyPair& keys, const ApproxShared& sh) {
+  TileKeys<NB> tk;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     uint32_t nonzero = 0;
@@ -266,36 +284,44 @@ __device__ float score_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int
       wide = wide || s > 252;
       if (nonzero >> b & 1u) least = min(least, s), most = max(most, s);
     }
-    unknown[i] = sh.unknown != 0 || wide || (nonzero && most - least > uint32_t(dk::kIndexFusedSpan));
-    kf[i] = nonzero && !unknown[i] ? key_factor(least) : 1.0f;
+    tk.unknown[i] = sh.unknown != 0 || wide || (nonzero && most - least > uint32_t(dk::kIndexFusedSpan));
+    tk.kf[i] = nonzero && !tk.unknown[i] ? key_factor(least) : 1.0f;
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
-      const int shift = (nonzero >> b & 1u) && !unknown[i] ? int((keys.scales[i] >> (8 * b) & 0xFFu) - least) : 0;
+      const int shift = (nonzero >> b & 1u) && !tk.unknown[i] ? int((keys.scales[i] >> (8 * b) & 0xFFu) - least) : 0;
       uint32_t lo, hi;
       cuda::e2m1x8_to_s8(keys.w[i][b], lo, hi);
-      a[b][i] = shift_bytes(lo, shift);      // a0 (row g) / a1 (row g + 8): k 4t … 4t + 3
-      a[b][2 + i] = shift_bytes(hi, shift);  // a2 / a3: k 16 + 4t …
+      tk.a[b][i] = shift_bytes(lo, shift);      // a0 (row g) / a1 (row g + 8): k 4t … 4t + 3
+      tk.a[b][2 + i] = shift_bytes(hi, shift);  // a2 / a3: k 16 + 4t …
     }
   }
-  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
-  for (int nt = 0; nt < nh / 8; ++nt) {
-    int x[4] = {0, 0, 0, 0};
+  return tk;
+}
+
+// Head tile nt's four sums of lane (g, t): (row g, head 8nt + 2t), (g, 2t + 1), (g + 8, 2t), (g + 8,
+// 2t + 1), into the rows' head sums. ReLU(X)·c_h is the simple body's ReLU term over 2^(least scale
+// − 128) (a power of two, applied after the sum): 2^23 + ReLU(X) as a float's bits (|X| < 2^21; one
+// add-and-max), then one FMA takes 2^23·c_h off — exact in the FMA, so one rounding of ReLU(X)·c_h.
+__device__ __forceinline__ void add_heads(const int* x, const ApproxShared& sh, int nt, int t, float (&total)[2],
+                                          float (&magnitude)[2]) {
+  const float4 h0 = sh.head[nt * 8 + 2 * t], h1 = sh.head[nt * 8 + 2 * t + 1];
 #pragma unroll
-    for (int b = 0; b < NB; ++b) {
-      const uint2 bf = sh.bq[nt][b][lane];
-      cuda::mma_s8_16832(x, a[b][0], a[b][1], a[b][2], a[b][3], bf.x, bf.y);
-    }
-    // Elements (row g, head 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) of the tile: ReLU(X)·c_h
-    // is the simple body's ReLU term over 2^(least scale − 128) (a power of two, applied after the sum).
-    const float4 h0 = sh.head[nt * 8 + 2 * t], h1 = sh.head[nt * 8 + 2 * t + 1];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 hd = (i & 1) ? h1 : h0;
-      const float relu = fmaxf(small_int_float(x[i]), 0.0f) * hd.x;
-      total[i >> 1] = fmaf(relu, hd.y, total[i >> 1]);
-      magnitude[i >> 1] = fmaf(relu, hd.z, magnitude[i >> 1]);
-    }
+  for (int i = 0; i < 4; ++i) {
+    const float4 hd = (i & 1) ? h1 : h0;
+    const float relu = fmaf(__int_as_float(__viaddmax_s32(x[i], 0x4B000000, 0x4B000000)), hd.x, hd.w);
+    total[i >> 1] = fmaf(relu, hd.y, total[i >> 1]);
+    magnitude[i >> 1] = fmaf(relu, hd.z, magnitude[i >> 1]);
   }
+}
+
+// The tile's scores from the lanes' head sums, written where e < end (fast score, NaN where
+// unknown, −inf where the row does not see it). Returns the lane's largest finite bound.
+template <int NB>
+__device__ __forceinline__ float finish_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t end,
+                                             int64_t visible, const TileKeys<NB>& tk, float (&total)[2],
+                                             float (&magnitude)[2], float error, const ApproxShared& sh,
+                                             unsigned& unknowns) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     total[i] += __shfl_xor_sync(kFull, total[i], 1);
@@ -315,14 +341,14 @@ __device__ float score_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int
       *out = -INFINITY;
       continue;
     }
-    const float score = total[i] * kf[i];
+    const float score = total[i] * tk.kf[i];
     // Near float's overflow the simple body's terms or partial sums may overflow where this sum,
     // scaled after, does not (index_refine.h): unknown there.
-    const bool in_range = sh.cmax * kf[i] <= 0x1p105f && magnitude[i] * kf[i] < 0x1p126f;
-    const float body = __fmul_ru(__fmul_ru(__fmul_ru(magnitude[i], kf[i]), error), 1.0f + 0x1p-10f);
-    const float slack = __fmul_ru(__fmaf_ru(20.0f, 1.0f + sh.weights, 4.0f * float(nh) + 8.0f), 0x1p-149f);
+    const bool in_range = sh.cmax * tk.kf[i] <= 0x1p105f && magnitude[i] * tk.kf[i] < 0x1p126f;
+    const float body = __fmul_ru(__fmul_ru(__fmul_ru(magnitude[i], tk.kf[i]), error), 1.0f + 0x1p-10f);
+    const float slack = __fmul_ru(__fmaf_ru(20.0f, 1.0f + sh.weights, 4.0f * float(k.nh) + 8.0f), 0x1p-149f);
     const float bound = __fadd_ru(body, slack);
-    const bool known = !unknown[i] && in_range && isfinite(score) && isfinite(bound);
+    const bool known = !tk.unknown[i] && in_range && isfinite(score) && isfinite(bound);
     *out = known ? score : __int_as_float(0x7FC00000);
     if (known) largest = bound;
     unknowns += known ? 0u : 1u;
@@ -330,10 +356,57 @@ __device__ float score_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int
   return largest;
 }
 
-// Entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …, the next tile's keys
-// fetched while the current one is scored.
+// One warp's tile: entries e0 … e0 + 15 of row r (lane (g, t): e0 + g and e0 + g + 8), the sums on
+// the warp's own m16n8k32 MMAs (keys as the 16 rows, 8 heads as the columns).
 template <int NB>
-__global__ void __launch_bounds__(kThreads, 6) approx_kernel(const Chain c, const Plan plan) {
+__device__ float score_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t end, int64_t visible,
+                            const KeyPair& keys, float error, const ApproxShared& sh, unsigned& unknowns) {
+  const int lane = threadIdx.x & 31, t = lane & 3;
+  const TileKeys<NB> tk = decode_tile<NB>(keys, sh);
+  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
+  for (int nt = 0; nt < int(k.nh) / 8; ++nt) {
+    int x[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      const uint2 bf = sh.bq[nt][b][lane];
+      cuda::mma_s8_16832(x, tk.a[b][0], tk.a[b][1], tk.a[b][2], tk.a[b][3], bf.x, bf.y);
+    }
+    add_heads(x, sh, nt, t, total, magnitude);
+  }
+  return finish_tile<NB>(k, r, e0, end, visible, tk, total, magnitude, error, sh, unknowns);
+}
+
+// The same tile with the sums on warpgroup MMAs: the block's four warps' tiles are the 64 rows of
+// one wgmma m64n64k32 a block of 32 channels (A from each warp's registers, the heads from
+// ApproxShared::qw; D holds head tile nt's sums in d[4nt … 4nt + 3], as score_tile's x). Every
+// warp of the block calls it together.
+template <int NB>
+__device__ float score_tile_wg(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t end, int64_t visible,
+                               const KeyPair& keys, float error, const ApproxShared& sh, uint64_t desc0,
+                               unsigned& unknowns) {
+  const int t = threadIdx.x & 3;
+  const TileKeys<NB> tk = decode_tile<NB>(keys, sh);
+  int d[32];
+  wgmma_fence();
+#pragma unroll
+  for (int b = 0; b < NB; ++b)  // block b's core matrices lie sizeof(qw[0]) = 2,048 bytes (128 units) apart
+    wgmma_s8_m64n64k32(d, tk.a[b], desc0 + uint64_t(b) * 128, b > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_reg_fence(d);
+  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
+  const int tiles = int(k.nh) / 8;
+#pragma unroll
+  for (int nt = 0; nt < kMaxHeads / 8; ++nt)
+    if (nt < tiles) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
+  return finish_tile<NB>(k, r, e0, end, visible, tk, total, magnitude, error, sh, unknowns);
+}
+
+// Entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …, the next tile's keys
+// fetched while the current one is scored. kWarpgroup: the sums on warpgroup MMAs (score_tile_wg;
+// the four warps step together), else each warp's own (score_tile); the same bits.
+template <int NB, bool kWarpgroup>
+__global__ void __launch_bounds__(kThreads, kWarpgroup ? 5 : 6) approx_kernel(const Chain c, const Plan plan) {
   await_previous_kernel();
   __shared__ ApproxShared sh;
   const Place p = place_of(c, plan, int(blockIdx.x));
@@ -347,7 +420,7 @@ __global__ void __launch_bounds__(kThreads, 6) approx_kernel(const Chain c, cons
     for (int64_t e = begin + threadIdx.x; e < end; e += kThreads) k.scores[r * k.G + e] = -INFINITY;
     return;
   }
-  stage_row(k, r, sh);
+  stage_row<kWarpgroup>(k, r, sh);
   if (sh.unknown) {  // no entry has a bound (a query head outside the fused form): all unknown, no MMAs
     for (int64_t e = begin + threadIdx.x; e < end; e += kThreads)
       k.scores[r * k.G + e] = e < visible ? __int_as_float(0x7FC00000) : -INFINITY;
@@ -358,12 +431,21 @@ __global__ void __launch_bounds__(kThreads, 6) approx_kernel(const Chain c, cons
   const Records<NB> at(k.keys);
   float largest = 0.0f;
   unsigned unknowns = 0;
-  int e0 = int(begin) + warp * kTile;
-  KeyPair next = fetch_pair(at, e0 + g, int(seen_end), t);
-  for (; e0 < end; e0 += kWarps * kTile) {
-    const KeyPair cur = next;
-    next = fetch_pair(at, e0 + kWarps * kTile + g, int(seen_end), t);
-    largest = fmaxf(largest, score_tile<NB>(k, r, e0, end, visible, cur, plan.error[p.job], sh, unknowns));
+  KeyPair next = fetch_pair(at, int(begin) + warp * kTile + g, int(seen_end), t);
+  if constexpr (kWarpgroup) {
+    const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0], 128, 256);
+    for (int base = int(begin); base < end; base += kWarps * kTile) {  // (block-uniform: all warps MMA together)
+      const int e0 = base + warp * kTile;
+      const KeyPair cur = next;
+      next = fetch_pair(at, e0 + kWarps * kTile + g, int(seen_end), t);
+      largest = fmaxf(largest, score_tile_wg<NB>(k, r, e0, end, visible, cur, plan.error[p.job], sh, desc0, unknowns));
+    }
+  } else {
+    for (int e0 = int(begin) + warp * kTile; e0 < end; e0 += kWarps * kTile) {
+      const KeyPair cur = next;
+      next = fetch_pair(at, e0 + kWarps * kTile + g, int(seen_end), t);
+      largest = fmaxf(largest, score_tile<NB>(k, r, e0, end, visible, cur, plan.error[p.job], sh, unknowns));
+    }
   }
   const unsigned warp_largest = __reduce_max_sync(kFull, __float_as_uint(largest));
   const unsigned warp_unknowns = __reduce_add_sync(kFull, unknowns);
@@ -722,7 +804,30 @@ bool topk_takes(int64_t rows, int64_t size, int width) {
   return rows > 0 && size > 0 && width >= 1 && width <= 2048 && chunks * width <= (int64_t{1} << 30);
 }
 
+// Step 1's kernel for every job (one dh: index_refine_fits).
+void fast_scores(const Chain& c, const Plan& approx, Stream s) {
+  const unsigned blocks = unsigned(approx.first[c.n]);
+  const bool wg = c.warpgroup;
+  switch (c.jobs[0].score.dh / 32) {
+    case 1: launch_kernel(wg ? &approx_kernel<1, true> : &approx_kernel<1, false>, blocks, kThreads, 0, s, c, approx); break;
+    case 2: launch_kernel(wg ? &approx_kernel<2, true> : &approx_kernel<2, false>, blocks, kThreads, 0, s, c, approx); break;
+    case 3: launch_kernel(wg ? &approx_kernel<3, true> : &approx_kernel<3, false>, blocks, kThreads, 0, s, c, approx); break;
+    default: launch_kernel(wg ? &approx_kernel<4, true> : &approx_kernel<4, false>, blocks, kThreads, 0, s, c, approx); break;
+  }
+}
+
 }  // namespace
+
+bool launch_fast_scores(const dk::IndexSelectChain& c, Stream s) {
+  if (!index_refine_fits(c, 0)) return false;
+  Plan approx{};
+  if (!plan_spans(c, kTargetBlocks, kWarps * kTile, 16384, approx)) return false;
+  int64_t rows = 0;
+  for (int j = 0; j < c.n; ++j) rows += c.jobs[j].rows;
+  launch_kernel(&reset_kernel, unsigned(cdiv(rows * kWork, 256)), 256, 0, s, c);
+  fast_scores(c, approx, s);
+  return true;
+}
 
 bool index_refine_fits(const dk::IndexSelectChain& c, int64_t min_scores) {
   if (c.n < 1 || c.n > Chain::kMax || c.k < 1) return false;
@@ -770,13 +875,7 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   gated.exact_rows = fits;
   launch_kernel(&reset_kernel, unsigned(cdiv(rows * kWork, 256)), 256, 0, s, c);
   if (fits) launch_kernel(&precheck_kernel, unsigned(cdiv(rows, kWarps)), kThreads, 0, s, c);
-  const unsigned blocks = unsigned(approx.first[c.n]);
-  switch (c.jobs[0].score.dh / 32) {  // every job's (index_refine_fits)
-    case 1: launch_kernel(&approx_kernel<1>, blocks, kThreads, 0, s, c, approx); break;
-    case 2: launch_kernel(&approx_kernel<2>, blocks, kThreads, 0, s, c, approx); break;
-    case 3: launch_kernel(&approx_kernel<3>, blocks, kThreads, 0, s, c, approx); break;
-    default: launch_kernel(&approx_kernel<4>, blocks, kThreads, 0, s, c, approx); break;
-  }
+  fast_scores(c, approx, s);
   block_maxima(c, s);
   selections(c, s, false);
   launch_kernel(&threshold_kernel, unsigned(cdiv(rows, kWarps)), kThreads, 0, s, gated);

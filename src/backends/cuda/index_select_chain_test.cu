@@ -20,6 +20,7 @@
 #include "backends/cuda/cuda_exec.cuh"
 #include "backends/cuda/cuda_test_util.cuh"
 #include "backends/cuda/device_kernels_check.h"
+#include "backends/cuda/index_exact.h"
 
 namespace dsv41 {
 namespace {
@@ -154,21 +155,11 @@ void check_chain(CudaExec& ex, kc::Dev<CudaExec>& dev, std::mt19937& rng, const 
   }
 }
 
-TEST(IndexRefineCuda, SelectionsEqualTheExactScores) {
-  DSV41_REQUIRE_CUDA_DEVICE();
-  CudaExec ex;
-  ex.set_topk_hints(true);  // the floors of the second selections, a sampled floor for long rows
-  kc::Dev<CudaExec> dev(ex);
-  std::mt19937 rng(131);
-  //                   T  G       nh  dh   start  ratio k    bs nb  rep hard   paged  spread
-  const RefineCase decode{1, 20000, 32, 128, 19999, 1, 512, 8, 64, 1, false, false, 2.0f};  // mini-flash widths
-  int64_t rescored = 0;
-  check_chain(ex, dev, rng, {decode}, &rescored);
-  if (::testing::Test::HasFatalFailure()) return;
-  std::printf("filter and refine: %lld of %lld entries scored again (top 512 and 64 blocks of 8)\n",
-              static_cast<long long>(rescored), static_cast<long long>(decode.G));
-  EXPECT_LT(rescored, decode.G / 4) << "the band is most of the row: the bound is far looser than it should be";
-  const std::vector<std::vector<RefineCase>> chains = {
+// The chains both scorers' tests run: ratio 2 in pages, ties, the hard inputs, prefill rows at the
+// causal edge, rows shorter than k, dh 32 / 64 / 96, 8 and 16 heads, keys outside the fused form,
+// several jobs in one chain.
+std::vector<std::vector<RefineCase>> refine_chains() {
+  return {
       {{1, 9000, 32, 128, 17999, 2, 512, 0, 0, 1, false, true, 2.0f}},                      // ratio 2, paged
       {{1, 6000, 32, 128, 5999, 1, 512, 8, 64, 6, false, false, 2.0f}},                    // ties at the k-th
       {{3, 5000, 32, 128, 4998, 1, 512, 8, 64, 1, true, false, 2.0f}},                     // the hard inputs
@@ -184,13 +175,89 @@ TEST(IndexRefineCuda, SelectionsEqualTheExactScores) {
        {1, 400, 32, 128, 399, 1, 512, 8, 64, 1, false, false, 2.0f}},
       {{2, 8000, 32, 96, 5000, 1, 256, 2, 100, 1, false, false, 0.5f}},                    // entries past what the rows see
   };
-  for (const auto& c : chains) {
-    check_chain(ex, dev, rng, c, &rescored);
-    std::printf("  %s: %lld scored again\n", c[0].hard ? "hard" : "case", static_cast<long long>(rescored));
-    if (::testing::Test::HasFatalFailure()) return;
+}
+
+TEST(IndexRefineCuda, SelectionsEqualTheExactScores) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  ex.set_topk_hints(true);  // the floors of the second selections, a sampled floor for long rows
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(131);
+  //                   T  G       nh  dh   start  ratio k    bs nb  rep hard   paged  spread
+  const RefineCase decode{1, 20000, 32, 128, 19999, 1, 512, 8, 64, 1, false, false, 2.0f};  // mini-flash widths
+  int64_t rescored = 0;
+  check_chain(ex, dev, rng, {decode}, &rescored);
+  if (::testing::Test::HasFatalFailure()) return;
+  std::printf("filter and refine: %lld of %lld entries scored again (top 512 and 64 blocks of 8)\n",
+              static_cast<long long>(rescored), static_cast<long long>(decode.G));
+  EXPECT_LT(rescored, decode.G / 4) << "the band is most of the row: the bound is far looser than it should be";
+  const std::vector<std::vector<RefineCase>> chains = refine_chains();
+  for (const bool warpgroup : {false, true}) {
+    ex.set_index_warpgroup(warpgroup);  // the fast scores on each warp's MMAs, then on warpgroup MMAs
+    for (const auto& c : chains) {
+      check_chain(ex, dev, rng, c, &rescored);
+      std::printf("  %s%s: %lld scored again\n", c[0].hard ? "hard" : "case", warpgroup ? " (warpgroup)" : "",
+                  static_cast<long long>(rescored));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
   }
   ASSERT_TRUE(ex.status().ok()) << ex.status().to_string();
 }
+
+// The fast scorer on warpgroup MMAs writes the same fast scores (bit for bit; NaN where unknown)
+// and the same β and unknown counts as the one on each warp's MMAs, on every case above: heads 8 …
+// 64 (the warpgroup MMA's columns past nh zero), dh 32 … 128, paged records, rows longer than a
+// tile's multiple, entries past what a row sees, the hard keys and queries.
+TEST(IndexRefineCuda, WarpgroupScoresEqualWarpScores) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(977);
+  std::vector<std::vector<RefineCase>> chains = refine_chains();
+  chains.push_back({{2, 20000, 64, 128, 19999, 1, 512, 8, 64, 1, false, false, 2.0f}});  // 64 heads, mini-flash widths
+  chains.push_back({{1, 4099, 24, 128, 4098, 1, 512, 0, 0, 1, true, true, 2.0f}});       // 24 heads: 3 of 8 tiles
+  for (const auto& cases : chains) {
+    std::vector<RefineJob> jobs;
+    Chain chain;
+    for (const RefineCase& c : cases) {
+      jobs.emplace_back(dev, rng, c);
+      chain.k = c.k;
+      chain.jobs[chain.n++] = jobs.back().job;
+    }
+    std::vector<std::vector<float>> scores[2], work[2];
+    for (const bool warpgroup : {false, true}) {
+      chain.warpgroup = warpgroup;
+      ASSERT_TRUE(fast::launch_fast_scores(chain)) << name_of(cases[0]);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (int j = 0; j < chain.n; ++j) {
+        scores[warpgroup].push_back(dev.down(chain.jobs[j].score.scores, chain.jobs[j].rows * chain.jobs[j].score.G));
+        work[warpgroup].push_back(dev.down(chain.jobs[j].work, chain.jobs[j].rows * Chain::kWorkFloats));
+      }
+    }
+    for (int j = 0; j < chain.n; ++j) {
+      const std::string at = name_of(cases[size_t(j)]) + ", job " + std::to_string(j);
+      const std::vector<float>&want = scores[0][size_t(j)], &got = scores[1][size_t(j)];
+      int64_t known = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (std::isnan(want[i])) {
+          ASSERT_TRUE(std::isnan(got[i])) << at << " score " << i << ": " << got[i] << ", unknown on warp MMAs";
+          continue;
+        }
+        known += std::isfinite(want[i]) ? 1 : 0;
+        ASSERT_EQ(kc::bits_of_floats({got[i]})[0], kc::bits_of_floats({want[i]})[0])
+            << at << " score " << i << ": " << got[i] << " vs " << want[i];
+      }
+      if (!cases[size_t(j)].hard && cases[size_t(j)].block_span <= dk::kIndexFusedSpan)  // (else mostly unknown)
+        EXPECT_GT(known, int64_t(want.size()) / 2) << at << ": too few known scores to compare";
+      for (int64_t r = 0; r < chain.jobs[j].rows; ++r)
+        for (const int w : {2, 4})  // β (float bits), the unknown count
+          ASSERT_EQ(kc::bits_of_floats({work[1][size_t(j)][size_t(r * Chain::kWorkFloats + w)]})[0],
+                    kc::bits_of_floats({work[0][size_t(j)][size_t(r * Chain::kWorkFloats + w)]})[0])
+              << at << " row " << r << " work float " << w;
+    }
+  }
+}
+
 
 }  // namespace
 }  // namespace dsv41

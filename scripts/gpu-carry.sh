@@ -20,7 +20,7 @@ for b in dsv41_cuda_tests dsv41_cuda_bench dsv41_cuda_backend_bench dsv41_cuda_v
   ldd "$BUILD/$b" | awk '/=> \// {print $3}' | { grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' || true; } |
     while read -r lib; do cp -L "$lib" "$DEST/lib/"; done
 done
-cp "$HERE/scripts/gpu-suite.sh" "$HERE/scripts/ref-vs-engine.sh" "$DEST/"
+cp "$HERE/scripts/gpu-suite.sh" "$HERE/scripts/ref-vs-engine.sh" "$HERE/scripts/gpu-call-lib.sh" "$DEST/"
 for m in v41-tiny-f32 v41-tiny-bf16; do
   mkdir -p "$DEST/test-models/$m"
   cp "$HERE/../shared/golden/$m"/{config.json,model.safetensors,tokenizer.json} "$DEST/test-models/$m/"

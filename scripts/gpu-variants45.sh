@@ -10,20 +10,7 @@
 # Variants: A session 44's main as built, B no sampled floor, C the band one window a batch, D both, E the pooled ids in dynamic
 # shared memory, F the sampled runs' maxima a warp a run.
 set -u
-cd "$(dirname "$0")"
-export LD_LIBRARY_PATH=lib
-O="${OUT:-/tmp/out}"; mkdir -p "$O"
-BUDGET="${BUDGET:-560}"
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
-step() {  # step FILE LIMIT_S MIN_LEFT_S cmd...
-  local file=$1 lim=$2 need=$3; shift 3
-  if [ $(( $(el) + need )) -gt "$BUDGET" ]; then echo "=== skipped at $(el) s: $*" >> "$O/$file"; return; fi
-  echo "=== $(date -u +%T) $*" >> "$O/$file"
-  timeout "$lim" stdbuf -oL "$@" >> "$O/$file" 2>&1
-  echo "=== rc $? at $(el) s" >> "$O/$file"
-}
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv; nproc; } > "$O/run.txt" 2>&1
+. "$(dirname "$0")/gpu-call-lib.sh"  # $O, BUDGET, step, run.txt
 step tests_topk.txt 150 60 ./dsv41_cuda_tests \
   --gtest_filter='IndexRefineCuda.*:DeviceKernelsCuda.Topk*:IndexSelect*:CudaBackend.IndexRefine*'
 AB="--kernels engine --iters 10"

@@ -248,7 +248,6 @@ __device__ __forceinline__ float key_factor(uint32_t s) {
   return s >= 2 ? __int_as_float(int(s - 1) << 23) : __int_as_float(0x00200000 << s);
 }
 
-
 // Four int8 in a word, each shifted left by `shift` (0 … 3; the values stay within int8).
 __device__ __forceinline__ uint32_t shift_bytes(uint32_t w, int shift) {
   return (w << shift) & ((0xFFu << shift & 0xFFu) * 0x01010101u);
@@ -386,7 +385,7 @@ __device__ float score_tile_wg(const dk::IndexScoreK& k, int64_t r, int64_t e0, 
                                unsigned& unknowns) {
   const int t = threadIdx.x & 3;
   const TileKeys<NB> tk = decode_tile<NB>(keys, sh);
-  int d[32];
+  int d[32];  // (no start value: the first MMA writes D = A·B, its accumulate flag off)
   wgmma_fence();
 #pragma unroll
   for (int b = 0; b < NB; ++b)  // block b's core matrices lie sizeof(qw[0]) = 2,048 bytes (128 units) apart
@@ -806,6 +805,17 @@ bool topk_takes(int64_t rows, int64_t size, int width) {
   return rows > 0 && size > 0 && width >= 1 && width <= 2048 && chunks * width <= (int64_t{1} << 30);
 }
 
+int64_t rows_of(const Chain& c) {
+  int64_t rows = 0;
+  for (int j = 0; j < c.n; ++j) rows += c.jobs[j].rows;
+  return rows;
+}
+
+// Every row's work floats to zero (no bound, nothing unknown, no fallback).
+void reset_work(const Chain& c, Stream s) {
+  launch_kernel(&reset_kernel, unsigned(cdiv(rows_of(c) * kWork, 256)), 256, 0, s, c);
+}
+
 // Step 1's kernel for every job (one dh: index_refine_fits).
 void fast_scores(const Chain& c, const Plan& approx, Stream s) {
   const unsigned blocks = unsigned(approx.first[c.n]);
@@ -821,12 +831,9 @@ void fast_scores(const Chain& c, const Plan& approx, Stream s) {
 }  // namespace
 
 bool launch_fast_scores(const dk::IndexSelectChain& c, Stream s) {
-  if (!index_refine_fits(c, 0)) return false;
   Plan approx{};
-  if (!plan_spans(c, kTargetBlocks, kWarps * kTile, 16384, approx)) return false;
-  int64_t rows = 0;
-  for (int j = 0; j < c.n; ++j) rows += c.jobs[j].rows;
-  launch_kernel(&reset_kernel, unsigned(cdiv(rows * kWork, 256)), 256, 0, s, c);
+  if (!index_refine_fits(c, 0) || !plan_spans(c, kTargetBlocks, kWarps * kTile, 16384, approx)) return false;
+  reset_work(c, s);
   fast_scores(c, approx, s);
   return true;
 }
@@ -861,8 +868,7 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   Plan approx{}, band{};
   if (!plan_spans(c, kTargetBlocks, kWarps * kTile, 16384, approx) || !plan_spans(c, kTargetBlocks, kWarps * 32, 32768, band))
     return false;
-  int64_t rows = 0;
-  for (int j = 0; j < c.n; ++j) rows += c.jobs[j].rows;
+  const int64_t rows = rows_of(c);
   // Rows the fast form cannot take are scored exactly on integer tensor cores (the other rows'
   // blocks leave at once), where that kernel takes the jobs: flagged by a sample of their keys
   // before the fast scores, or by the count of unknown entries after them.
@@ -875,7 +881,7 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   for (int j = 0; j < exact.n; ++j) fits = fits && index_int_fits(exact.count[j], exact.body[j]);
   Chain gated = c;
   gated.exact_rows = fits;
-  launch_kernel(&reset_kernel, unsigned(cdiv(rows * kWork, 256)), 256, 0, s, c);
+  reset_work(c, s);
   if (fits) launch_kernel(&precheck_kernel, unsigned(cdiv(rows, kWarps)), kThreads, 0, s, c);
   fast_scores(c, approx, s);
   block_maxima(c, s);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Here (no GPU): a dsv41_cuda_bench built from a CUDA build dir with some of its sources as they are
-# in another git revision — the "parent" or a variant of a GPU call's A/B, measured by the same
+# Here (no GPU): a dsv41_cuda_bench (or, with TARGET=dsv41_cuda_tests, the GPU test binary) built
+# from a CUDA build dir with some of its sources as they are in another git revision — the "parent" or a variant of a GPU call's A/B, measured by the same
 # call beside the build's own bench (docs/BENCHMARKS.md "Session 44": the parent's fast_topk.cu,
 # index_refine.cu and engine step against the top-k's hints).
 #   usage: scripts/cuda-bench-variant.sh BUILD_DIR OUT_BIN REV FILE...
@@ -9,13 +9,16 @@
 #            bench/cuda/decode_step_bench.cu bench/cuda/decode_step_engine.cu bench/cuda/decode_step_engine.h
 # A library source (src/backends/cuda/*.cu) is compiled against this tree's headers and replaces its
 # member in a copy of libdsv41cuda.a (`ar r`); a bench source is compiled with the revision's bench
-# headers first; a listed header under bench/ is taken from the revision (one under src/ is not:
-# the library's other objects were built with this tree's). A variant with a constant changed: commit
-# it on a scratch branch and pass that revision.
+# headers first; a listed header under bench/ is taken from the revision, and so is a listed
+# src/backends/cuda header — but only the listed sources see it: the library's other objects were
+# built with this tree's, so list only a header whose change those never depend on (a new helper, a
+# model that only the listed file uses). A variant with a constant changed: commit it on a scratch
+# branch and pass that revision.
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 OUT="$2"
 REV="$3"
+TARGET="${TARGET:-dsv41_cuda_bench}"
 shift 3
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="$(mktemp -d)"
@@ -25,10 +28,12 @@ NVCC=(/usr/local/cuda/bin/nvcc -forward-unknown-to-host-compiler -DFMT_SHARED "-
       -gencode=arch=compute_90a,code=sm_90a -lineinfo -std=c++20 -x cu)
 mkdir -p "$WORK/rev" "$WORK/lib" "$WORK/bench"
 cp "$BUILD/libdsv41cuda.a" "$WORK/libdsv41cuda.a"
-LINK=$(cd "$BUILD" && ninja -t commands dsv41_cuda_bench | tail -1)
+LINK=$(cd "$BUILD" && ninja -t commands "$TARGET" | tail -1)
 for f in "$@"; do
   case "$f" in
     bench/*.h | bench/*.cuh) mkdir -p "$WORK/rev/$(dirname "$f")" && git -C "$HERE" show "$REV:$f" > "$WORK/rev/$f" ;;
+    src/backends/cuda/*.h | src/backends/cuda/*.cuh)  # included as "backends/cuda/…": $WORK/rev comes first
+      mkdir -p "$WORK/rev/backends/cuda" && git -C "$HERE" show "$REV:$f" > "$WORK/rev/backends/cuda/$(basename "$f")" ;;
   esac
 done
 for f in "$@"; do
@@ -43,15 +48,15 @@ for f in "$@"; do
       git -C "$HERE" show "$REV:$f" > "$WORK/rev/$f"
       "${NVCC[@]}" -c "$WORK/rev/$f" -o "$WORK/bench/$name.o"
       LINK=${LINK//CMakeFiles\/dsv41_cuda_bench.dir\/bench\/cuda\/$name.o/$WORK\/bench\/$name.o} ;;
-    bench/*.h | bench/*.cuh) ;;
-    *) echo "cuda-bench-variant: $f is neither a src/backends/cuda/*.cu, a bench/cuda/*.cu nor a bench header" >&2
+    bench/*.h | bench/*.cuh | src/backends/cuda/*.h | src/backends/cuda/*.cuh) ;;
+    *) echo "cuda-bench-variant: $f is neither a src/backends/cuda/*.cu, a bench/cuda/*.cu nor a header there" >&2
        exit 2 ;;
   esac
 done
 LINK=${LINK//libdsv41cuda.a/$WORK\/libdsv41cuda.a}
-LINK=$(echo "$LINK" | sed "s| -o dsv41_cuda_bench | -o $WORK/dsv41_cuda_bench |")
+LINK=$(echo "$LINK" | sed "s| -o $TARGET | -o $WORK/$TARGET |")
 (cd "$BUILD" && eval "$LINK")
 mkdir -p "$(dirname "$OUT")"
-cp "$WORK/dsv41_cuda_bench" "$OUT"
+cp "$WORK/$TARGET" "$OUT"
 strip "$OUT"
-echo "$OUT: dsv41_cuda_bench of $BUILD with $* as in $REV"
+echo "$OUT: $TARGET of $BUILD with $* as in $REV"

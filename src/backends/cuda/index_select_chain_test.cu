@@ -259,5 +259,53 @@ TEST(IndexRefineCuda, WarpgroupScoresEqualWarpScores) {
 }
 
 
+// Every known fast score lies within its row's β of the exact score (the integer kernel's, the
+// simple body's bits), with either scorer: the bound the band's cuts rest on, checked on the GPU
+// entry by entry (the selection test above only sees its consequences). Rows the bound cannot cover
+// stay unknown (NaN) and are not compared; some rows must have known scores for the test to mean
+// anything.
+TEST(IndexRefineCuda, FastScoresLieWithinBetaOfTheExactScores) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  CudaExec ex;
+  kc::Dev<CudaExec> dev(ex);
+  std::mt19937 rng(4099);
+  std::vector<std::vector<RefineCase>> chains = refine_chains();
+  chains.push_back({{2, 20000, 64, 128, 19999, 1, 512, 8, 64, 1, false, false, 2.0f}});  // 64 heads, mini-flash widths
+  int64_t compared = 0;
+  for (const auto& cases : chains) {
+    std::vector<RefineJob> jobs;
+    Chain chain;
+    for (const RefineCase& c : cases) {
+      jobs.emplace_back(dev, rng, c);
+      chain.k = c.k;
+      chain.jobs[chain.n++] = jobs.back().job;
+    }
+    ex.set_index_refine(false);
+    const Outputs exact = run(ex, dev, chain);  // every score exact
+    for (const bool warpgroup : {false, true}) {
+      chain.warpgroup = warpgroup;
+      ASSERT_TRUE(fast::launch_fast_scores(chain)) << name_of(cases[0]);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (int j = 0; j < chain.n; ++j) {
+        const Chain::Job& J = chain.jobs[j];
+        const std::vector<float> fast = dev.down(J.score.scores, J.rows * J.score.G);
+        const std::vector<float> work = dev.down(J.work, J.rows * Chain::kWorkFloats);
+        for (int64_t r = 0; r < J.rows; ++r) {
+          const float beta = work[size_t(r * Chain::kWorkFloats + 2)];  // (a float's bits, by atomicMax)
+          for (int64_t g = 0; g < J.score.G; ++g) {
+            const float f = fast[size_t(r * J.score.G + g)], x = exact.scores[size_t(j)][size_t(r * J.score.G + g)];
+            if (std::isnan(f) || !std::isfinite(f) || !std::isfinite(x)) continue;
+            ++compared;
+            ASSERT_LE(std::fabs(double(f) - double(x)), double(beta))
+                << name_of(cases[size_t(j)]) << (warpgroup ? " (warpgroup)" : "") << ", job " << j << " row " << r
+                << " entry " << g << ": fast " << f << ", exact " << x << ", β " << beta;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 100000) << "too few known fast scores to compare";
+}
+
 }  // namespace
 }  // namespace dsv41

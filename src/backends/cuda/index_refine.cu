@@ -691,9 +691,14 @@ constexpr int kBandBatch = 1;
 
 // Entries [x·span, (x + 1)·span) of row r, 32 at a time a warp, kBandBatch windows loaded at once
 // (a warp's entries start at a multiple of 32, so with bs dividing 32 its blocks lie whole in it).
+// The batch's tests run unrolled and leave each window's entries to score again as a mask; the
+// exact scores then run in a loop that is not unrolled, so the kernel holds one copy of their code
+// (unrolled, the batch held kBandBatch copies of both exact paths: ≈ 18,000 PTX instructions,
+// against ≈ 2,000 for the fast scorer — the scan's few instructions a window strung between them).
 __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Plan plan) {
   await_previous_kernel();
   __shared__ BandShared sh;
+  __shared__ unsigned todos[kWarps][kBandBatch];
   const Place p = place_of(c, plan, int(blockIdx.x));
   const Chain::Job& J = c.jobs[p.job];
   const dk::IndexScoreK& k = J.score;
@@ -731,9 +736,18 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Pla
         const bool block_in = (unknowns & mine) != 0 || !(tops[i] < block_cut);
         need = need || (seen && block_in && (unknown || a >= __fsub_rd(tops[i], beta2)));
       }
-      unsigned todo = __ballot_sync(kFull, need);
+      const unsigned todo = __ballot_sync(kFull, need);
       rescored += __popc(todo);
+      if (lane == 0) todos[warp][i] = todo;
+    }
+    __syncwarp();
+#pragma unroll 1
+    for (int i = 0; i < kBandBatch; ++i) {
+      const int base = first + i * kStride, e = base + lane;
+      if (base >= end) break;  // (warp-uniform)
+      unsigned todo = todos[warp][i];
       if (__popc(todo) >= kLanesFrom) {
+        const bool need = todo >> lane & 1u;
         const float s = lane_exact_score(k, at, r, need ? e : -1, sh);
         if (need) row[e] = s;
         continue;
@@ -745,6 +759,7 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Pla
         if (lane == 0) row[base + j] = s;
       }
     }
+    __syncwarp();  // (todos is rewritten by the warp's next batch)
   }
   if (lane == 0 && rescored > 0) atomicAdd(reinterpret_cast<unsigned*>(J.work + r * kWork + kRescored), rescored);
 }

@@ -683,11 +683,11 @@ __device__ float lane_exact_score(const dk::IndexScoreK& k, const AnyRecords& at
 
 // A warp's entries needing exact scores: a warp each while few, a lane each from kLanesFrom on.
 constexpr int kLanesFrom = 6;
-// Windows of 32 entries whose fast scores a warp loads at once. 1 since session 45: batches of 8
-// (session 44) measured slower — batch 64 / 1M step 32.87 → 32.11 ms at 1 (H100, the ratio-1 layer
-// 11.36 → 10.86) — the unrolled batch holds kBandBatch copies of both exact paths below (≈ 18,000
-// PTX instructions; commit 2df9f33 keeps one copy with batches of 8, not yet run on a GPU).
-constexpr int kBandBatch = 1;
+// Windows of 32 entries whose fast scores a warp loads at once (one memory round trip a batch
+// instead of a window: almost every window needs no exact score). The batch's tests are unrolled,
+// its exact scores are not (one copy of their code in the kernel). Measured (H100, session 46,
+// batch 64 / 1M, alternated twice): step 27.07 ms at 1 window, 26.63 at 4, 26.49 at 8, 26.46 at 16.
+constexpr int kBandBatch = 8;
 
 // Entries [x·span, (x + 1)·span) of row r, 32 at a time a warp, kBandBatch windows loaded at once
 // (a warp's entries start at a multiple of 32, so with bs dividing 32 its blocks lie whole in it).

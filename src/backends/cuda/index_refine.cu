@@ -556,11 +556,12 @@ __global__ void threshold_kernel(const Chain c) {
 
 // The row's queries as integers and units (index_exact.h), staged once a block for the entries it
 // scores again.
-struct BandShared {
+struct alignas(16) BandShared {
   int8_t n[kMaxHeads][32 * kMaxBlocks];
   int unit[kMaxHeads][kMaxBlocks];  // units, 0 for an all-zero block (its sums are 0)
   int span[kMaxHeads];              // index_query_span: past kIndexExactSpan, not exact
   float hw[kMaxHeads];
+  float relu[kWarps][kMaxHeads];  // exact_score's ReLU terms, a warp's own
 };
 
 __device__ void stage_band(const dk::IndexScoreK& k, int64_t r, BandShared& sh) {
@@ -605,8 +606,9 @@ __device__ double head_exact(const dk::IndexScoreK& k, int64_t r, int g, int h, 
 // each block's products summed as int32, the blocks combined in double where the exponents' span
 // makes that the simple chain's exact value, else the simple chain itself; float, ReLU, scale, the
 // head sum in head order: the simple body's bits. Lane j < 4·nb decodes code word j of the record;
-// lanes then take a head each (and h + 32). All lanes call it.
-__device__ float exact_score(const dk::IndexScoreK& k, const AnyRecords& at, int64_t r, int g, const BandShared& sh) {
+// lanes then take a head each (and h + 32), and every lane sums the warp's terms in head order. All
+// lanes call it.
+__device__ float exact_score(const dk::IndexScoreK& k, const AnyRecords& at, int64_t r, int g, BandShared& sh) {
   const int lane = threadIdx.x & 31, nh = int(k.nh), nb = at.nb;
   const uint8_t* rec = at(g);
   uint32_t lo = 0, hi = 0;
@@ -634,18 +636,31 @@ __device__ float exact_score(const dk::IndexScoreK& k, const AnyRecords& at, int
       klo[b][w] = __shfl_sync(kFull, lo, (b * 4 + w) & 31);
       khi[b][w] = __shfl_sync(kFull, hi, (b * 4 + w) & 31);
     }
-  float mine[2] = {0.0f, 0.0f};
+  float* relu = sh.relu[threadIdx.x >> 5];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int h = lane + 32 * j;
-    if (h >= nh) continue;
-    mine[j] = fmaxf(float(head_exact(k, r, g, h, klo, khi, scales, kspan, nb, sh)), 0.0f) * k.scale;
+    if (h < nh) relu[h] = fmaxf(float(head_exact(k, r, g, h, klo, khi, scales, kspan, nb, sh)), 0.0f) * k.scale;
   }
+  __syncwarp();
+  // The head sum in head order from the warp's shared terms: one FMA chain, its loads ahead of it
+  // (a shuffle a head made each step wait a round trip).
   float total = 0.0f;
-  for (int h = 0; h < nh; ++h) {
-    const float relu = __shfl_sync(kFull, h < 32 ? mine[0] : mine[1], h & 31);
-    total += relu * sh.hw[h];
+  int h = 0;
+  for (; h + 8 <= nh; h += 8) {
+    const float4 a = *reinterpret_cast<const float4*>(relu + h), b = *reinterpret_cast<const float4*>(relu + h + 4);
+    const float4 wa = *reinterpret_cast<const float4*>(sh.hw + h), wb = *reinterpret_cast<const float4*>(sh.hw + h + 4);
+    total += a.x * wa.x;
+    total += a.y * wa.y;
+    total += a.z * wa.z;
+    total += a.w * wa.w;
+    total += b.x * wb.x;
+    total += b.y * wb.y;
+    total += b.z * wb.z;
+    total += b.w * wb.w;
   }
+  for (; h < nh; ++h) total += relu[h] * sh.hw[h];
+  __syncwarp();  // (the terms are read before the warp's next entry writes them)
   return total;
 }
 

@@ -126,10 +126,17 @@ __device__ __forceinline__ uint32_t pack4(const int8_t* n, int shift) {
   return w;
 }
 
+// The MMAs' K order. Lane t of a quad holds word t (channels 8t … 8t + 7) of every block for MMA b
+// = block b — or, with four blocks (dh 128), every word of block t, word b for MMA b: then a lane
+// decodes one block of each key, one shift, its tables shifted once (decode_by_block). A query's
+// channels follow the same order; the dot over all channels is the same integer either way.
+__host__ __device__ constexpr bool by_block(int nb) { return nb == kMaxBlocks; }
+
 // Row r's queries in the fused form (index_refine.h): per head, every nonzero block's integers
 // shifted to the head's least unit (|n| · 2^shift ≤ 120 while the units span ≤ kFusedSpan), as B
-// fragments (channel 8t + i is k = 4t + i of the MMA, 8t + 4 + i is k = 16 + 4t + i: the keys'
-// e2m1x8_to_s8 order); the row is unknown where a head spans wider or a block is off the MXFP4 grid.
+// fragments (channel 8w + i of the lane's word is k = 4t + i of the MMA, 8w + 4 + i is k = 16 + 4t
+// + i: the keys' e2m1x8_to_s8 order; w and the block by by_block); the row is unknown where a head
+// spans wider or a block is off the MXFP4 grid.
 // kWarpgroup: the fragments' words in the warpgroup MMAs' layout (ApproxShared::qw) instead.
 template <bool kWarpgroup>
 __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh) {
@@ -154,9 +161,10 @@ __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh)
   }
   __syncthreads();
   for (int x = threadIdx.x; x < nh * nb * 4; x += kThreads) {
-    const int h = x / (nb * 4), b = x / 4 % nb, t = x % 4;
-    const int8_t* n = &sh.n[h][b * 32 + 8 * t];
-    const int shift = sh.unit[h][b];
+    const int h = x / (nb * 4), b = x / 4 % nb, t = x % 4;  // MMA b's k slots of lane t
+    const int block = by_block(nb) ? t : b, word = by_block(nb) ? b : t;
+    const int8_t* n = &sh.n[h][block * 32 + 8 * word];
+    const int shift = sh.unit[h][block];
     const uint32_t lo = pack4(n, shift), hi = pack4(n + 4, shift);
     if constexpr (kWarpgroup) {
       sh.qw[b][h / 8][0][(h % 8) * 4 + t] = lo;
@@ -217,7 +225,7 @@ struct AnyRecords {
 };
 
 // The key records of a tile's rows g and g + 8 as lane (g, t) needs them: word t of each block
-// and the scale bytes (zeros past `end`).
+// (by_block: every word of block t) and the scale bytes (zeros past `end`).
 struct KeyPair {
   uint32_t w[2][kMaxBlocks];
   uint32_t scales[2];
@@ -232,7 +240,7 @@ __device__ __forceinline__ KeyPair fetch_pair(const Records<NB>& at, int e0, int
     if (e >= end) continue;
     const uint8_t* rec = at(e);
 #pragma unroll
-    for (int b = 0; b < NB; ++b) p.w[i][b] = at.word(rec + b * 16 + t * 4);
+    for (int b = 0; b < NB; ++b) p.w[i][b] = at.word(rec + (by_block(NB) ? t * 16 + b * 4 : b * 16 + t * 4));
     if constexpr (Records<NB>::kWords && NB == 4) {
       p.scales[i] = *reinterpret_cast<const uint32_t*>(rec + 64);  // dh 128: the four scale bytes at byte 64
     } else {
@@ -264,37 +272,75 @@ struct TileKeys {
   bool unknown[2];
 };
 
-template <int NB>
-__device__ __forceinline__ TileKeys<NB> decode_tile(const KeyPair& keys, const ApproxShared& sh) {
-  TileKeys<NB> tk;
+// The least and most scale of a key's nonzero blocks, and whether it lies outside the fused form.
+struct KeyScales {
+  uint32_t least;
+  bool unknown;
+  float kf;
+};
+__device__ __forceinline__ KeyScales key_scales(uint32_t scales, uint32_t nonzero, int nb, const ApproxShared& sh) {
+  uint32_t least = 255, most = 0;
+  bool wide = false;
+#pragma unroll
+  for (int b = 0; b < kMaxBlocks; ++b) {
+    if (b >= nb) break;
+    const uint32_t s = scales >> (8 * b) & 0xFFu;
+    wide = wide || s > 252;
+    if (nonzero >> b & 1u) least = min(least, s), most = max(most, s);
+  }
+  const bool unknown = sh.unknown != 0 || wide || (nonzero && most - least > uint32_t(dk::kIndexFusedSpan));
+  return {least, unknown, nonzero && !unknown ? key_factor(least) : 1.0f};
+}
+
+// decode_tile with four blocks (by_block): lane t decodes block t of keys g and g + 8 — its nonzero
+// test over its own four words, the quad's by one ballot, one shift and one set of shifted tables a
+// key instead of a shift a word.
+__device__ __forceinline__ TileKeys<kMaxBlocks> decode_by_block(const KeyPair& keys, const ApproxShared& sh) {
+  TileKeys<kMaxBlocks> tk;
+  const int lane = threadIdx.x & 31, t = lane & 3;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    uint32_t nonzero = 0;
+    const uint32_t words = keys.w[i][0] | keys.w[i][1] | keys.w[i][2] | keys.w[i][3];
+    const uint32_t nonzero = __ballot_sync(kFull, (words & 0x77777777u) != 0) >> (lane & ~3) & 0xFu;
+    const KeyScales ks = key_scales(keys.scales[i], nonzero, kMaxBlocks, sh);
+    tk.unknown[i] = ks.unknown;
+    tk.kf[i] = ks.kf;
+    const int shift = (nonzero >> t & 1u) && !ks.unknown ? int((keys.scales[i] >> (8 * t) & 0xFFu) - ks.least) : 0;
+    const cuda::E2m1Tables tab = cuda::e2m1_tables_shifted(shift);
 #pragma unroll
-    for (int b = 0; b < NB; ++b)
-      if (keys.w[i][b] & 0x77777777u) nonzero |= 1u << b;
-    nonzero |= __shfl_xor_sync(kFull, nonzero, 1);
-    nonzero |= __shfl_xor_sync(kFull, nonzero, 2);
-    uint32_t least = 255, most = 0;
-    bool wide = false;
-#pragma unroll
-    for (int b = 0; b < NB; ++b) {
-      const uint32_t s = keys.scales[i] >> (8 * b) & 0xFFu;
-      wide = wide || s > 252;
-      if (nonzero >> b & 1u) least = min(least, s), most = max(most, s);
-    }
-    tk.unknown[i] = sh.unknown != 0 || wide || (nonzero && most - least > uint32_t(dk::kIndexFusedSpan));
-    tk.kf[i] = nonzero && !tk.unknown[i] ? key_factor(least) : 1.0f;
-#pragma unroll
-    for (int b = 0; b < NB; ++b) {
-      const int shift = (nonzero >> b & 1u) && !tk.unknown[i] ? int((keys.scales[i] >> (8 * b) & 0xFFu) - least) : 0;
-      uint32_t lo, hi;
-      cuda::e2m1x8_to_s8(keys.w[i][b], lo, hi);
-      tk.a[b][i] = shift_bytes(lo, shift);      // a0 (row g) / a1 (row g + 8): k 4t … 4t + 3
-      tk.a[b][2 + i] = shift_bytes(hi, shift);  // a2 / a3: k 16 + 4t …
-    }
+    for (int m = 0; m < kMaxBlocks; ++m) cuda::e2m1x8_to_s8(keys.w[i][m], tk.a[m][i], tk.a[m][2 + i], tab);
   }
   return tk;
+}
+
+template <int NB>
+__device__ __forceinline__ TileKeys<NB> decode_tile(const KeyPair& keys, const ApproxShared& sh) {
+  if constexpr (by_block(NB)) {
+    return decode_by_block(keys, sh);
+  } else {
+    TileKeys<NB> tk;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      uint32_t nonzero = 0;
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+        if (keys.w[i][b] & 0x77777777u) nonzero |= 1u << b;
+      nonzero |= __shfl_xor_sync(kFull, nonzero, 1);
+      nonzero |= __shfl_xor_sync(kFull, nonzero, 2);
+      const KeyScales ks = key_scales(keys.scales[i], nonzero, NB, sh);
+      tk.unknown[i] = ks.unknown;
+      tk.kf[i] = ks.kf;
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        const int shift = (nonzero >> b & 1u) && !ks.unknown ? int((keys.scales[i] >> (8 * b) & 0xFFu) - ks.least) : 0;
+        uint32_t lo, hi;
+        cuda::e2m1x8_to_s8(keys.w[i][b], lo, hi);
+        tk.a[b][i] = shift_bytes(lo, shift);      // a0 (row g) / a1 (row g + 8): k 4t … 4t + 3
+        tk.a[b][2 + i] = shift_bytes(hi, shift);  // a2 / a3: k 16 + 4t …
+      }
+    }
+    return tk;
+  }
 }
 
 // Head tile nt's four sums of lane (g, t): (row g, head 8nt + 2t), (g, 2t + 1), (g + 8, 2t), (g + 8,

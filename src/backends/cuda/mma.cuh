@@ -53,16 +53,31 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
   return d;
 }
-__device__ __forceinline__ void e2m1x8_to_s8(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  constexpr uint32_t kPosLo = 0x03020100u, kPosHi = 0x0C080604u;  // 0 1 2 3 | 4 6 8 12
-  constexpr uint32_t kNegLo = 0xFDFEFF00u, kNegHi = 0xF4F8FAFCu;  // their negations
+// The byte tables: {pos_lo, pos_hi} the eight magnitudes, {neg_lo, neg_hi} their negations.
+struct E2m1Tables {
+  uint32_t pos_lo, pos_hi, neg_lo, neg_hi;
+};
+__host__ __device__ constexpr E2m1Tables e2m1_tables() {
+  return {0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu};  // 0 1 2 3 | 4 6 8 12, and negated
+}
+
+// The tables of 2·value·2^shift (shift 0 … 3: every magnitude stays within 96, so the positive bytes
+// shift as one word; the negative ones lose the bits that cross into the next byte).
+__device__ __forceinline__ E2m1Tables e2m1_tables_shifted(int shift) {
+  constexpr E2m1Tables t = e2m1_tables();
+  const uint32_t keep = (0xFFu << shift & 0xFFu) * 0x01010101u;
+  return {t.pos_lo << shift, t.pos_hi << shift, (t.neg_lo << shift) & keep, (t.neg_hi << shift) & keep};
+}
+
+__device__ __forceinline__ void e2m1x8_to_s8(uint32_t w, uint32_t& lo, uint32_t& hi,
+                                             const E2m1Tables& tab = e2m1_tables()) {
   const uint32_t sel_lo = w & 0x7777u, sel_hi = (w >> 16) & 0x7777u;
   // Sign of channel j: bit 3 (even j) or bit 7 (odd j) of byte j/2; prmt's mode bit 3 replicates
   // bit 7 of the chosen byte of {w << 4, w}.
   const uint32_t shifted = w << 4;
   const uint32_t neg_lo = prmt(shifted, w, 0xD9C8u), neg_hi = prmt(shifted, w, 0xFBEAu);
-  lo = (prmt(kPosLo, kPosHi, sel_lo) & ~neg_lo) | (prmt(kNegLo, kNegHi, sel_lo) & neg_lo);
-  hi = (prmt(kPosLo, kPosHi, sel_hi) & ~neg_hi) | (prmt(kNegLo, kNegHi, sel_hi) & neg_hi);
+  lo = (prmt(tab.pos_lo, tab.pos_hi, sel_lo) & ~neg_lo) | (prmt(tab.neg_lo, tab.neg_hi, sel_lo) & neg_lo);
+  hi = (prmt(tab.pos_lo, tab.pos_hi, sel_hi) & ~neg_hi) | (prmt(tab.neg_lo, tab.neg_hi, sel_hi) & neg_hi);
 }
 
 // Eight E2M1 codes (one word, nibble j = channel j) as four fp16 pairs holding value·2^-14

@@ -49,7 +49,7 @@ constexpr unsigned kFull = 0xffffffffu;
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kTile = 16;  // entries a warp scores at once (the MMA's rows)
 constexpr int kMaxHeads = 64, kMaxBlocks = 4;
-constexpr int64_t kTargetBlocks = 2048;  // a launch's blocks before a block takes a longer span
+constexpr int64_t kTargetBlocks = 2048;  // a band launch's blocks before a block takes a longer span
 constexpr int kWork = dk::IndexSelectChain::kWorkFloats;
 // A row's work floats: t, tb, β (bits), entries scored again (count), entries unknown (count),
 // whether the row is scored exactly instead (1.0: too many unknown entries, see kFallbackShare),
@@ -75,14 +75,15 @@ using Chain = dk::IndexSelectChain;
 
 __host__ __device__ inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// A launch over (job, row, span of entries): where each job's blocks begin, and the span.
+// A launch over items (job, row, span of entries): where each job's items begin, and the span. The
+// band takes an item a block; the fast scorer a share of them a block (approx_kernel).
 struct Plan {
   int first[Chain::kMax + 1];
   int span;
   float error[Chain::kMax];  // per job index_refine_error (index_refine.h), rounded up
 };
 
-// The job and (row, span) of block blk.
+// The job and (row, span) of item blk.
 struct Place {
   int job;
   int64_t row, span;
@@ -293,19 +294,28 @@ __device__ __forceinline__ KeyScales key_scales(uint32_t scales, uint32_t nonzer
 }
 
 // decode_tile with four blocks (by_block): lane t decodes block t of keys g and g + 8 — its nonzero
-// test over its own four words, the quad's by one ballot, one shift and one set of shifted tables a
-// key instead of a shift a word.
+// test over its own four words, the quad's by one ballot a key, one shift and one set of shifted
+// tables a key instead of a shift a word. The key's least scale and whether it is outside the form
+// are worked out once a lane pair: lanes t = 0, 2 for key g, t = 1, 3 for key g + 8 (the key
+// finish_tile has each lane write), then shuffled to the quad.
 __device__ __forceinline__ TileKeys<kMaxBlocks> decode_by_block(const KeyPair& keys, const ApproxShared& sh) {
   TileKeys<kMaxBlocks> tk;
-  const int lane = threadIdx.x & 31, t = lane & 3;
+  const int lane = threadIdx.x & 31, t = lane & 3, mine = t & 1, quad = lane & ~3;
+  uint32_t nonzero[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const uint32_t words = keys.w[i][0] | keys.w[i][1] | keys.w[i][2] | keys.w[i][3];
-    const uint32_t nonzero = __ballot_sync(kFull, (words & 0x77777777u) != 0) >> (lane & ~3) & 0xFu;
-    const KeyScales ks = key_scales(keys.scales[i], nonzero, kMaxBlocks, sh);
-    tk.unknown[i] = ks.unknown;
-    tk.kf[i] = ks.kf;
-    const int shift = (nonzero >> t & 1u) && !ks.unknown ? int((keys.scales[i] >> (8 * t) & 0xFFu) - ks.least) : 0;
+    nonzero[i] = __ballot_sync(kFull, (words & 0x77777777u) != 0) >> quad & 0xFu;
+  }
+  const KeyScales ks = key_scales(mine ? keys.scales[1] : keys.scales[0], mine ? nonzero[1] : nonzero[0], kMaxBlocks, sh);
+  tk.kf[0] = tk.kf[1] = ks.kf;  // (the lane's own key's; finish_tile reads index t & 1)
+  tk.unknown[0] = tk.unknown[1] = ks.unknown;
+  const uint32_t packed = ks.least | (ks.unknown ? 0x100u : 0u);
+  const uint32_t of[2] = {__shfl_sync(kFull, packed, quad), __shfl_sync(kFull, packed, quad | 1)};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const bool shifted = (nonzero[i] >> t & 1u) && !(of[i] & 0x100u);
+    const int shift = shifted ? int((keys.scales[i] >> (8 * t) & 0xFFu) - (of[i] & 0xFFu)) : 0;
     const cuda::E2m1Tables tab = cuda::e2m1_tables_shifted(shift);
 #pragma unroll
     for (int m = 0; m < kMaxBlocks; ++m) cuda::e2m1x8_to_s8(keys.w[i][m], tk.a[m][i], tk.a[m][2 + i], tab);
@@ -360,45 +370,42 @@ __device__ __forceinline__ void add_heads(const int* x, const ApproxShared& sh, 
 }
 
 // The tile's scores from the lanes' head sums, written where e < end (fast score, NaN where
-// unknown, −inf where the row does not see it). Returns the lane's largest finite bound.
+// unknown, −inf where the row does not see it). Returns the lane's largest finite bound. Lane t
+// finishes key g + 8·(t & 1) (lanes t and t ^ 2 hold the same sums; t < 2 writes): each lane keeps
+// its key's partial sum and hands the other key's to its neighbour, so two shuffles a sum reduce the
+// quad in the order (t0 + t1) + (t2 + t3) for both keys.
 template <int NB>
 __device__ __forceinline__ float finish_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t end,
-                                             int64_t visible, const TileKeys<NB>& tk, float (&total)[2],
-                                             float (&magnitude)[2], float error, const ApproxShared& sh,
+                                             int64_t visible, const TileKeys<NB>& tk, const float (&total)[2],
+                                             const float (&magnitude)[2], float error, const ApproxShared& sh,
                                              unsigned& unknowns) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    total[i] += __shfl_xor_sync(kFull, total[i], 1);
-    total[i] += __shfl_xor_sync(kFull, total[i], 2);
-    magnitude[i] += __shfl_xor_sync(kFull, magnitude[i], 1);
-    magnitude[i] += __shfl_xor_sync(kFull, magnitude[i], 2);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, i = t & 1;
+  float sum = i ? total[1] : total[0], mag = i ? magnitude[1] : magnitude[0];
+  sum += __shfl_xor_sync(kFull, i ? total[0] : total[1], 1);
+  mag += __shfl_xor_sync(kFull, i ? magnitude[0] : magnitude[1], 1);
+  sum += __shfl_xor_sync(kFull, sum, 2);
+  mag += __shfl_xor_sync(kFull, mag, 2);
+  const int64_t e = e0 + g + 8 * i;
+  if (t > 1 || e >= end) return 0.0f;
+  float* out = k.scores + r * k.G + e;
+  if (e >= visible) {
+    *out = -INFINITY;
+    return 0.0f;
   }
-  // Lane t = 0 writes row g, t = 1 row g + 8. The bound (index_refine.h), rounded upward:
+  // The bound (index_refine.h), rounded upward:
   //   2^(least − 128)·Σ_h |w_h|·ReLU_h · error · (1 + 2^-10) + (20·(1 + Σ|w|) + 4H + 8)·2^-149
-  float largest = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t e = e0 + g + 8 * i;
-    if (t != i || e >= end) continue;
-    float* out = k.scores + r * k.G + e;
-    if (e >= visible) {
-      *out = -INFINITY;
-      continue;
-    }
-    const float score = total[i] * tk.kf[i];
-    // Near float's overflow the simple body's terms or partial sums may overflow where this sum,
-    // scaled after, does not (index_refine.h): unknown there.
-    const bool in_range = sh.cmax * tk.kf[i] <= 0x1p105f && magnitude[i] * tk.kf[i] < 0x1p126f;
-    const float body = __fmul_ru(__fmul_ru(__fmul_ru(magnitude[i], tk.kf[i]), error), 1.0f + 0x1p-10f);
-    const float slack = __fmul_ru(__fmaf_ru(20.0f, 1.0f + sh.weights, 4.0f * float(k.nh) + 8.0f), 0x1p-149f);
-    const float bound = __fadd_ru(body, slack);
-    const bool known = !tk.unknown[i] && in_range && isfinite(score) && isfinite(bound);
-    *out = known ? score : __int_as_float(0x7FC00000);
-    if (known) largest = bound;
-    unknowns += known ? 0u : 1u;
-  }
-  return largest;
+  const float kf = i ? tk.kf[1] : tk.kf[0];
+  const float score = sum * kf;
+  // Near float's overflow the simple body's terms or partial sums may overflow where this sum,
+  // scaled after, does not (index_refine.h): unknown there.
+  const bool in_range = sh.cmax * kf <= 0x1p105f && mag * kf < 0x1p126f;
+  const float body = __fmul_ru(__fmul_ru(__fmul_ru(mag, kf), error), 1.0f + 0x1p-10f);
+  const float slack = __fmul_ru(__fmaf_ru(20.0f, 1.0f + sh.weights, 4.0f * float(k.nh) + 8.0f), 0x1p-149f);
+  const float bound = __fadd_ru(body, slack);
+  const bool known = !(i ? tk.unknown[1] : tk.unknown[0]) && in_range && isfinite(score) && isfinite(bound);
+  *out = known ? score : __int_as_float(0x7FC00000);
+  unknowns += known ? 0u : 1u;
+  return known ? bound : 0.0f;
 }
 
 // One warp's tile: entries e0 … e0 + 15 of row r (lane (g, t): e0 + g and e0 + g + 8), the sums on
@@ -447,30 +454,34 @@ __device__ float score_tile_wg(const dk::IndexScoreK& k, int64_t r, int64_t e0, 
   return finish_tile<NB>(k, r, e0, end, visible, tk, total, magnitude, error, sh, unknowns);
 }
 
-// Entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …, the next tile's keys
-// fetched while the current one is scored. kWarpgroup: the sums on warpgroup MMAs (score_tile_wg;
-// the four warps step together), else each warp's own (score_tile); the same bits.
+// One item of the launch, entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …,
+// the next tile's keys fetched while the current one is scored. kWarpgroup: the sums on warpgroup
+// MMAs (score_tile_wg; the four warps step together), else each warp's own (score_tile); the same
+// bits. `staged`: the (job, row) whose queries sh holds (-1: none), updated. Block-uniform; ends
+// with the row's β and unknown count added to its work floats and sh ready for the next item.
 template <int NB, bool kWarpgroup>
-__global__ void __launch_bounds__(kThreads, kWarpgroup ? 5 : 6) approx_kernel(const Chain c, const Plan plan) {
-  await_previous_kernel();
-  __shared__ ApproxShared sh;
-  const Place p = place_of(c, plan, int(blockIdx.x));
+__device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxShared& sh, int64_t& staged) {
+  const Place p = place_of(c, plan, item);
   const dk::IndexScoreK& k = c.jobs[p.job].score;
+  float* const work = c.jobs[p.job].work;
   const int64_t r = p.row, begin = p.span * plan.span, end = min(k.G, begin + plan.span);
   const int64_t visible = visible_of(k, r);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t seen_end = min(end, visible);
-  if (c.jobs[p.job].work[r * kWork + kFallback] != 0.0f) return;  // the integer kernel scores the row
+  if (work[r * kWork + kFallback] != 0.0f) return;  // the integer kernel scores the row
   if (begin >= seen_end) {  // nothing the row sees: −inf without work
     for (int64_t e = begin + threadIdx.x; e < end; e += kThreads) k.scores[r * k.G + e] = -INFINITY;
     return;
   }
-  stage_row<kWarpgroup>(k, r, sh);
+  const int64_t row_id = int64_t(p.job) << 40 | r;
+  if (staged != row_id) {  // (sh is free: the last item ended at a barrier)
+    stage_row<kWarpgroup>(k, r, sh);
+    staged = row_id;
+  }
   if (sh.unknown) {  // no entry has a bound (a query head outside the fused form): all unknown, no MMAs
     for (int64_t e = begin + threadIdx.x; e < end; e += kThreads)
       k.scores[r * k.G + e] = e < visible ? __int_as_float(0x7FC00000) : -INFINITY;
-    if (threadIdx.x == 0)
-      atomicAdd(reinterpret_cast<unsigned*>(c.jobs[p.job].work + r * kWork + kUnknown), unsigned(seen_end - begin));
+    if (threadIdx.x == 0) atomicAdd(reinterpret_cast<unsigned*>(work + r * kWork + kUnknown), unsigned(seen_end - begin));
     return;
   }
   const Records<NB> at(k.keys);
@@ -495,11 +506,26 @@ __global__ void __launch_bounds__(kThreads, kWarpgroup ? 5 : 6) approx_kernel(co
   const unsigned warp_largest = __reduce_max_sync(kFull, __float_as_uint(largest));
   const unsigned warp_unknowns = __reduce_add_sync(kFull, unknowns);
   if (lane == 0) atomicMax(&sh.bound, warp_largest);
-  if (lane == 0 && warp_unknowns > 0)
-    atomicAdd(reinterpret_cast<unsigned*>(c.jobs[p.job].work + r * kWork + kUnknown), warp_unknowns);
+  if (lane == 0 && warp_unknowns > 0) atomicAdd(reinterpret_cast<unsigned*>(work + r * kWork + kUnknown), warp_unknowns);
   __syncthreads();
-  if (threadIdx.x == 0 && sh.bound > 0)
-    atomicMax(reinterpret_cast<unsigned*>(c.jobs[p.job].work + r * kWork + kBound), sh.bound);
+  if (threadIdx.x == 0) {
+    if (sh.bound > 0) atomicMax(reinterpret_cast<unsigned*>(work + r * kWork + kBound), sh.bound);
+    sh.bound = 0;
+  }
+  __syncthreads();  // (sh.bound reset, every warp done with the tiles before sh is staged again)
+}
+
+// A launch of at most one wave of blocks (fast_scores): block b takes items [b·n / grid, (b + 1)·n /
+// grid) of the plan's n, in order, so a block's items are mostly of one row (its queries staged
+// once) and every block's share is within one item of the others' — no partial last wave.
+template <int NB, bool kWarpgroup>
+__global__ void __launch_bounds__(kThreads, kWarpgroup ? 5 : 8) approx_kernel(const Chain c, const Plan plan) {
+  await_previous_kernel();
+  __shared__ ApproxShared sh;
+  const int64_t items = plan.first[c.n];
+  const int lo = int(items * blockIdx.x / gridDim.x), hi = int(items * (blockIdx.x + 1) / gridDim.x);
+  int64_t staged = -1;
+  for (int item = lo; item < hi; ++item) approx_item<NB, kWarpgroup>(c, plan, item, sh, staged);
 }
 
 // The (job j, row) of this warp in a launch of a warp per row of the chain's jobs, in order; false
@@ -786,7 +812,7 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Pla
     }
 #pragma unroll
     for (int i = 0; i < kBandBatch; ++i) {
-      const int base = first + i * kStride, e = base + lane;
+      const int base = first + i * kStride;
       if (base >= end) break;  // (warp-uniform)
       const float a = fast[i];
       const bool unknown = isnan(a), seen = unknown || a > -INFINITY;
@@ -892,23 +918,54 @@ void reset_work(const Chain& c, Stream s) {
   launch_kernel(&reset_kernel, unsigned(cdiv(rows_of(c) * kWork, 256)), 256, 0, s, c);
 }
 
-// Step 1's kernel for every job (one dh: index_refine_fits).
-void fast_scores(const Chain& c, const Plan& approx, Stream s) {
-  const unsigned blocks = unsigned(approx.first[c.n]);
-  const bool wg = c.warpgroup;
-  switch (c.jobs[0].score.dh / 32) {
-    case 1: launch_kernel(wg ? &approx_kernel<1, true> : &approx_kernel<1, false>, blocks, kThreads, 0, s, c, approx); break;
-    case 2: launch_kernel(wg ? &approx_kernel<2, true> : &approx_kernel<2, false>, blocks, kThreads, 0, s, c, approx); break;
-    case 3: launch_kernel(wg ? &approx_kernel<3, true> : &approx_kernel<3, false>, blocks, kThreads, 0, s, c, approx); break;
-    default: launch_kernel(wg ? &approx_kernel<4, true> : &approx_kernel<4, false>, blocks, kThreads, 0, s, c, approx); break;
+// Step 1's launch for every job (one dh: index_refine_fits): the kernel, its items and its grid —
+// one wave (the blocks resident on the device at once), each block kItemsABlock items on average.
+struct FastLaunch {
+  void (*kernel)(const Chain, const Plan);
+  Plan plan;
+  unsigned grid;
+};
+constexpr int64_t kItemsABlock = 16;  // a block's share within 1/16 of every other's
+
+void (*approx_kernel_of(int64_t dh, bool wg))(const Chain, const Plan) {
+  switch (dh / 32) {
+    case 1: return wg ? &approx_kernel<1, true> : &approx_kernel<1, false>;
+    case 2: return wg ? &approx_kernel<2, true> : &approx_kernel<2, false>;
+    case 3: return wg ? &approx_kernel<3, true> : &approx_kernel<3, false>;
+    default: return wg ? &approx_kernel<4, true> : &approx_kernel<4, false>;
   }
+}
+
+// Blocks of `kernel` (kThreads each) resident on the current device at once; kTargetBlocks where the
+// runtime cannot say.
+int64_t resident_blocks(void (*kernel)(const Chain, const Plan)) {
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess || sms * per_sm < 1) {
+    (void)cudaGetLastError();
+    return kTargetBlocks;
+  }
+  return int64_t(sms) * per_sm;
+}
+
+bool plan_fast_scores(const Chain& c, FastLaunch& f) {
+  f.kernel = approx_kernel_of(c.jobs[0].score.dh, c.warpgroup);
+  const int64_t resident = resident_blocks(f.kernel);
+  if (!plan_spans(c, kItemsABlock * resident, kWarps * kTile, 16384, f.plan)) return false;
+  f.grid = unsigned(std::min<int64_t>(f.plan.first[c.n], resident));
+  return true;
+}
+
+void fast_scores(const Chain& c, const FastLaunch& f, Stream s) {
+  launch_kernel(f.kernel, f.grid, kThreads, 0, s, c, f.plan);
 }
 
 }  // namespace
 
 bool launch_fast_scores(const dk::IndexSelectChain& c, Stream s) {
-  Plan approx{};
-  if (!index_refine_fits(c, 0) || !plan_spans(c, kTargetBlocks, kWarps * kTile, 16384, approx)) return false;
+  FastLaunch approx{};
+  if (!index_refine_fits(c, 0) || !plan_fast_scores(c, approx)) return false;
   reset_work(c, s);
   fast_scores(c, approx, s);
   return true;
@@ -941,9 +998,9 @@ bool index_refine_fits(const dk::IndexSelectChain& c, int64_t min_scores) {
 
 bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   if (!index_refine_fits(c, min_scores)) return false;
-  Plan approx{}, band{};
-  if (!plan_spans(c, kTargetBlocks, kWarps * kTile, 16384, approx) || !plan_spans(c, kTargetBlocks, kWarps * 32, 32768, band))
-    return false;
+  FastLaunch approx{};
+  Plan band{};
+  if (!plan_fast_scores(c, approx) || !plan_spans(c, kTargetBlocks, kWarps * 32, 32768, band)) return false;
   const int64_t rows = rows_of(c);
   // Rows the fast form cannot take are scored exactly on integer tensor cores (the other rows'
   // blocks leave at once), where that kernel takes the jobs: flagged by a sample of their keys

@@ -429,37 +429,44 @@ __device__ float score_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int
 }
 
 // The same tile with the sums on warpgroup MMAs: the block's four warps' tiles are the 64 rows of
-// one wgmma m64n64k32 a block of 32 channels (A from each warp's registers, the heads from
-// ApproxShared::qw; D holds head tile nt's sums in d[4nt … 4nt + 3], as score_tile's x). Every
-// warp of the block calls it together.
-template <int NB>
+// one wgmma m64nNk32 a block of 32 channels, N = 8·NT heads (A from each warp's registers, the
+// heads from ApproxShared::qw; D holds head tile nt's sums in d[4nt … 4nt + 3], as score_tile's x).
+// NT 4 for up to 32 heads (half the MMA and accumulators of NT 8), else 8. Every warp of the block
+// calls it together.
+template <int NB, int NT>
 __device__ float score_tile_wg(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t end, int64_t visible,
                                const KeyPair& keys, float error, const ApproxShared& sh, uint64_t desc0,
                                unsigned& unknowns) {
+  static_assert(NT == 4 || NT == 8);
   const int t = threadIdx.x & 3;
   const TileKeys<NB> tk = decode_tile<NB>(keys, sh);
-  int d[32];  // (no start value: the first MMA writes D = A·B, its accumulate flag off)
+  int d[4 * NT];  // (no start value: the first MMA writes D = A·B, its accumulate flag off)
   wgmma_fence();
 #pragma unroll
-  for (int b = 0; b < NB; ++b)  // block b's core matrices lie sizeof(qw[0]) = 2,048 bytes (128 units) apart
-    wgmma_s8_m64n64k32(d, tk.a[b], desc0 + uint64_t(b) * 128, b > 0);
+  for (int b = 0; b < NB; ++b) {  // block b's core matrices lie sizeof(qw[0]) = 2,048 bytes (128 units) apart
+    if constexpr (NT == 4) {
+      wgmma_s8_m64n32k32(d, tk.a[b], desc0 + uint64_t(b) * 128, b > 0);
+    } else {
+      wgmma_s8_m64n64k32(d, tk.a[b], desc0 + uint64_t(b) * 128, b > 0);
+    }
+  }
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_reg_fence(d);
   float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
   const int tiles = int(k.nh) / 8;
 #pragma unroll
-  for (int nt = 0; nt < kMaxHeads / 8; ++nt)
+  for (int nt = 0; nt < NT; ++nt)
     if (nt < tiles) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
   return finish_tile<NB>(k, r, e0, end, visible, tk, total, magnitude, error, sh, unknowns);
 }
 
 // One item of the launch, entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …,
-// the next tile's keys fetched while the current one is scored. kWarpgroup: the sums on warpgroup
-// MMAs (score_tile_wg; the four warps step together), else each warp's own (score_tile); the same
-// bits. `staged`: the (job, row) whose queries sh holds (-1: none), updated. Block-uniform; ends
+// the next tile's keys fetched while the current one is scored. kWarpgroup (4 or 8 head tiles): the
+// sums on warpgroup MMAs (score_tile_wg; the four warps step together), 0: each warp's own
+// (score_tile); the same bits. `staged`: the (job, row) whose queries sh holds (-1: none), updated. Block-uniform; ends
 // with the row's β and unknown count added to its work floats and sh ready for the next item.
-template <int NB, bool kWarpgroup>
+template <int NB, int kWarpgroup>
 __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxShared& sh, int64_t& staged) {
   const Place p = place_of(c, plan, item);
   const dk::IndexScoreK& k = c.jobs[p.job].score;
@@ -475,7 +482,7 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
   }
   const int64_t row_id = int64_t(p.job) << 40 | r;
   if (staged != row_id) {  // (sh is free: the last item ended at a barrier)
-    stage_row<kWarpgroup>(k, r, sh);
+    stage_row<(kWarpgroup > 0)>(k, r, sh);
     staged = row_id;
   }
   if (sh.unknown) {  // no entry has a bound (a query head outside the fused form): all unknown, no MMAs
@@ -488,13 +495,13 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
   float largest = 0.0f;
   unsigned unknowns = 0;
   KeyPair next = fetch_pair(at, int(begin) + warp * kTile + g, int(seen_end), t);
-  if constexpr (kWarpgroup) {
+  if constexpr (kWarpgroup > 0) {
     const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0], 128, 256);
     for (int base = int(begin); base < end; base += kWarps * kTile) {  // (block-uniform: all warps MMA together)
       const int e0 = base + warp * kTile;
       const KeyPair cur = next;
       next = fetch_pair(at, e0 + kWarps * kTile + g, int(seen_end), t);
-      largest = fmaxf(largest, score_tile_wg<NB>(k, r, e0, end, visible, cur, plan.error[p.job], sh, desc0, unknowns));
+      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(k, r, e0, end, visible, cur, plan.error[p.job], sh, desc0, unknowns));
     }
   } else {
     for (int e0 = int(begin) + warp * kTile; e0 < end; e0 += kWarps * kTile) {
@@ -518,8 +525,8 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
 // A launch of at most one wave of blocks (fast_scores): block b takes items [b·n / grid, (b + 1)·n /
 // grid) of the plan's n, in order, so a block's items are mostly of one row (its queries staged
 // once) and every block's share is within one item of the others' — no partial last wave.
-template <int NB, bool kWarpgroup>
-__global__ void __launch_bounds__(kThreads, kWarpgroup ? 5 : 8) approx_kernel(const Chain c, const Plan plan) {
+template <int NB, int kWarpgroup>
+__global__ void __launch_bounds__(kThreads, kWarpgroup == 8 ? 5 : kWarpgroup == 4 ? 6 : 8) approx_kernel(const Chain c, const Plan plan) {
   await_previous_kernel();
   __shared__ ApproxShared sh;
   const int64_t items = plan.first[c.n];
@@ -528,15 +535,42 @@ __global__ void __launch_bounds__(kThreads, kWarpgroup ? 5 : 8) approx_kernel(co
   for (int item = lo; item < hi; ++item) approx_item<NB, kWarpgroup>(c, plan, item, sh, staged);
 }
 
-// The (job j, row) of this warp in a launch of a warp per row of the chain's jobs, in order; false
-// past the last.
-__device__ __forceinline__ bool warp_row(const Chain& c, int& j, int64_t& row) {
-  row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+// The (job j, row) of this block in a launch of a block per row of the chain's jobs, in order;
+// false past the last. A block a row, not a warp: these kernels wait on a few dependent loads a
+// row, and a chain has few rows (a warp a row left most SMs idle: ≈ 22 µs a 16-row chain each).
+__device__ __forceinline__ bool block_row(const Chain& c, int& j, int64_t& row) {
+  row = blockIdx.x;
   for (j = 0; j < c.n && row >= c.jobs[j].rows; ++j) row -= c.jobs[j].rows;
   return j < c.n;
 }
 
-// A warp per (job, row), before the fast scores: kSamples keys spread over what the row sees,
+// The block's sum of each thread's v (every thread gets it; every thread calls it).
+__device__ unsigned block_sum(unsigned v) {
+  __shared__ unsigned part[kWarps];
+  v = __reduce_add_sync(kFull, v);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  unsigned total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += part[w];
+  return total;
+}
+
+// The block's smallest of each thread's v (every thread gets it; every thread calls it).
+__device__ float block_min(float v) {
+  __shared__ float part[kWarps];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fminf(v, __shfl_xor_sync(kFull, v, o));
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float m = part[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) m = fminf(m, part[w]);
+  __syncthreads();  // (part is reused by the caller's next block_min)
+  return m;
+}
+
+// A block per (job, row), before the fast scores: kSamples keys spread over what the row sees,
 // counted outside the fused form (a scale byte past 252, nonzero blocks more than kIndexFusedSpan
 // binades apart). Where more than 1/kFallbackShare of them are, the row is flagged for the integer
 // kernel at once and the fast scorer skips it (rows past the sample are still caught by the count).
@@ -545,15 +579,14 @@ __global__ void precheck_kernel(const Chain c) {
   await_previous_kernel();
   int j = 0;
   int64_t row = 0;
-  if (!warp_row(c, j, row)) return;
-  const int lane = threadIdx.x & 31;
+  if (!block_row(c, j, row)) return;
   const dk::IndexScoreK& k = c.jobs[j].score;
   const AnyRecords at(k.keys, k.dh);
   const int64_t visible = visible_of(k, row);
   if (visible < 1) return;
   const int samples = visible < kSamples ? int(visible) : kSamples;
   unsigned wide = 0;
-  for (int i = lane; i < samples; i += 32) {
+  for (int i = threadIdx.x; i < samples; i += kThreads) {
     const uint8_t* rec = at(int(int64_t(i) * visible / samples));
     int least = 255, most = 0;
     bool out = false;
@@ -566,8 +599,8 @@ __global__ void precheck_kernel(const Chain c) {
     }
     wide += out || most - least > dk::kIndexFusedSpan ? 1u : 0u;
   }
-  wide = __reduce_add_sync(kFull, wide);
-  if (lane == 0 && int64_t(wide) * kFallbackShare > samples) c.jobs[j].work[row * kWork + kFallback] = 1.0f;
+  wide = block_sum(wide);
+  if (threadIdx.x == 0 && int64_t(wide) * kFallbackShare > samples) c.jobs[j].work[row * kWork + kFallback] = 1.0f;
 }
 
 // ---- 2. Thresholds ------------------------------------------------------------------------------
@@ -586,30 +619,26 @@ __global__ void reset_kernel(const Chain c) {
   }
 }
 
-// A warp per (job, row): t = the smallest fast score of the fast top-k (−inf where it keeps fewer
+// A block per (job, row): t = the smallest fast score of the fast top-k (−inf where it keeps fewer
 // than k), tb likewise over the fast block maxima of the selected blocks.
 __global__ void threshold_kernel(const Chain c) {
   await_previous_kernel();
   int j = 0;
   int64_t row = 0;
-  if (!warp_row(c, j, row)) return;
-  const int lane = threadIdx.x & 31;
+  if (!block_row(c, j, row)) return;
   const Chain::Job& J = c.jobs[j];
   float t = INFINITY, tb = INFINITY;
-  for (int i = lane; i < c.k; i += 32) {
+  for (int i = threadIdx.x; i < c.k; i += kThreads) {
     const int32_t id = J.topk[row * c.k + i];
     t = fminf(t, id < 0 ? -INFINITY : J.score.scores[row * J.score.G + id]);
   }
-  for (int i = lane; J.blocks > 0 && i < J.nb; i += 32) {
+  for (int i = threadIdx.x; J.blocks > 0 && i < J.nb; i += kThreads) {
     const int32_t id = J.candidates[row * J.nb + i];
     tb = fminf(tb, id < 0 ? -INFINITY : J.bmax[row * J.blocks + id]);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    t = fminf(t, __shfl_xor_sync(kFull, t, o));
-    tb = fminf(tb, __shfl_xor_sync(kFull, tb, o));
-  }
-  if (lane == 0) {
+  t = block_min(t);
+  tb = block_min(tb);
+  if (threadIdx.x == 0) {
     float* work = J.work + row * kWork;
     work[kThreshold] = t;
     work[kBlockThreshold] = J.blocks > 0 ? tb : INFINITY;
@@ -927,12 +956,17 @@ struct FastLaunch {
 };
 constexpr int64_t kItemsABlock = 16;  // a block's share within 1/16 of every other's
 
-void (*approx_kernel_of(int64_t dh, bool wg))(const Chain, const Plan) {
+// The scorer for dh's blocks; wg: on warpgroup MMAs as wide as the heads need.
+template <int NB>
+void (*approx_kernel_of(bool wg, int64_t nh))(const Chain, const Plan) {
+  return !wg ? &approx_kernel<NB, 0> : nh <= 32 ? &approx_kernel<NB, 4> : &approx_kernel<NB, 8>;
+}
+void (*approx_kernel_of(int64_t dh, bool wg, int64_t nh))(const Chain, const Plan) {
   switch (dh / 32) {
-    case 1: return wg ? &approx_kernel<1, true> : &approx_kernel<1, false>;
-    case 2: return wg ? &approx_kernel<2, true> : &approx_kernel<2, false>;
-    case 3: return wg ? &approx_kernel<3, true> : &approx_kernel<3, false>;
-    default: return wg ? &approx_kernel<4, true> : &approx_kernel<4, false>;
+    case 1: return approx_kernel_of<1>(wg, nh);
+    case 2: return approx_kernel_of<2>(wg, nh);
+    case 3: return approx_kernel_of<3>(wg, nh);
+    default: return approx_kernel_of<4>(wg, nh);
   }
 }
 
@@ -950,7 +984,9 @@ int64_t resident_blocks(void (*kernel)(const Chain, const Plan)) {
 }
 
 bool plan_fast_scores(const Chain& c, FastLaunch& f) {
-  f.kernel = approx_kernel_of(c.jobs[0].score.dh, c.warpgroup);
+  int64_t nh = 0;
+  for (int j = 0; j < c.n; ++j) nh = std::max(nh, c.jobs[j].score.nh);
+  f.kernel = approx_kernel_of(c.jobs[0].score.dh, c.warpgroup, nh);
   const int64_t resident = resident_blocks(f.kernel);
   if (!plan_spans(c, kItemsABlock * resident, kWarps * kTile, 16384, f.plan)) return false;
   f.grid = unsigned(std::min<int64_t>(f.plan.first[c.n], resident));
@@ -1015,11 +1051,11 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   Chain gated = c;
   gated.exact_rows = fits;
   reset_work(c, s);
-  if (fits) launch_kernel(&precheck_kernel, unsigned(cdiv(rows, kWarps)), kThreads, 0, s, c);
+  if (fits) launch_kernel(&precheck_kernel, unsigned(rows), kThreads, 0, s, c);
   fast_scores(c, approx, s);
   block_maxima(c, s);
   selections(c, s, false);
-  launch_kernel(&threshold_kernel, unsigned(cdiv(rows, kWarps)), kThreads, 0, s, gated);
+  launch_kernel(&threshold_kernel, unsigned(rows), kThreads, 0, s, gated);
   if (fits) launch_index_int(exact, s, 0, gate);
   launch_kernel(&band_kernel, unsigned(band.first[c.n]), kThreads, 0, s, c, band);
   block_maxima(c, s);

@@ -829,6 +829,10 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Pla
   float* row = k.scores + r * k.G;
   unsigned rescored = 0;
   constexpr int kStride = kWarps * 32;
+  // A candidate block of bs entries (bs divides 32: a power of two) as a shift, and the lanes of this
+  // lane's block in a window: no division a window (a runtime divisor costs ≈ 25 instructions).
+  const int bs_shift = J.blocks > 0 ? __ffs(J.bs) - 1 : 0;
+  const unsigned mine = J.bs >= 32 ? kFull : ((1u << J.bs) - 1u) << (lane & ~(J.bs - 1));
   for (int first = int(begin) + warp * 32; first < end; first += kStride * kBandBatch) {
     // The batch's fast scores and block maxima in flight together (no window's exact scores touch
     // another window's entries, and the block maxima are not written here).
@@ -837,7 +841,7 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Pla
     for (int i = 0; i < kBandBatch; ++i) {
       const int e = first + i * kStride + lane;
       fast[i] = e < end ? row[e] : -INFINITY;
-      tops[i] = J.blocks > 0 && e < end ? J.bmax[r * J.blocks + e / J.bs] : -INFINITY;
+      tops[i] = J.blocks > 0 && e < end ? J.bmax[r * J.blocks + (e >> bs_shift)] : -INFINITY;
     }
 #pragma unroll
     for (int i = 0; i < kBandBatch; ++i) {
@@ -848,7 +852,6 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Pla
       bool need = seen && (unknown || a >= cut);
       if (J.blocks > 0) {
         const unsigned unknowns = __ballot_sync(kFull, unknown);
-        const unsigned mine = (J.bs == 32 ? kFull : (1u << J.bs) - 1u) << ((lane / J.bs) * J.bs);
         const bool block_in = (unknowns & mine) != 0 || !(tops[i] < block_cut);
         need = need || (seen && block_in && (unknown || a >= __fsub_rd(tops[i], beta2)));
       }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 46's last GPU call, on main's final build (the warpgroup scorer on by default): the whole
+# Session 46's fourth GPU call, on main's build after call 3 (the warpgroup scorer on by default): the whole
 # GPU suite; the kernel-level table (`dsv41_cuda_bench --topk-hints 1 --batches 1,64,256 --contexts
 # 4096,131072,1048576 --iters 10`, engine and standalone kernels), batch 64 / 1M twice more; ncu's
 # kernel times of one step at batch 64 / 1M. Run from the carry:

@@ -49,7 +49,7 @@ constexpr unsigned kFull = 0xffffffffu;
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kTile = 16;  // entries a warp scores at once (the MMA's rows)
 constexpr int kMaxHeads = 64, kMaxBlocks = 4;
-constexpr int64_t kTargetBlocks = 2048;  // a band launch's blocks before a block takes a longer span
+constexpr int64_t kTargetBlocks = 2048;  // a launch's blocks where the runtime cannot say how many are resident
 constexpr int kWork = dk::IndexSelectChain::kWorkFloats;
 // A row's work floats: t, tb, β (bits), entries scored again (count), entries unknown (count),
 // whether the row is scored exactly instead (1.0: too many unknown entries, see kFallbackShare),
@@ -805,17 +805,16 @@ constexpr int kLanesFrom = 6;
 // batch 64 / 1M, alternated twice): step 27.07 ms at 1 window, 26.63 at 4, 26.49 at 8, 26.46 at 16.
 constexpr int kBandBatch = 8;
 
-// Entries [x·span, (x + 1)·span) of row r, 32 at a time a warp, kBandBatch windows loaded at once
+// One item of the band's launch, entries [x·span, (x + 1)·span) of row r, 32 at a time a warp,
+// kBandBatch windows loaded at once
 // (a warp's entries start at a multiple of 32, so with bs dividing 32 its blocks lie whole in it).
 // The batch's tests run unrolled and leave each window's entries to score again as a mask; the
 // exact scores then run in a loop that is not unrolled, so the kernel holds one copy of their code
 // (unrolled, the batch held kBandBatch copies of both exact paths: ≈ 18,000 PTX instructions,
 // against ≈ 2,000 for the fast scorer — the scan's few instructions a window strung between them).
-__global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Plan plan) {
-  await_previous_kernel();
-  __shared__ BandShared sh;
-  __shared__ unsigned todos[kWarps][kBandBatch];
-  const Place p = place_of(c, plan, int(blockIdx.x));
+__device__ void band_item(const Chain& c, const Plan& plan, int item, BandShared& sh,
+                          unsigned (&todos)[kWarps][kBandBatch], int64_t& staged) {
+  const Place p = place_of(c, plan, item);
   const Chain::Job& J = c.jobs[p.job];
   const dk::IndexScoreK& k = J.score;
   const int64_t r = p.row, begin = p.span * plan.span, end = min(k.G, begin + plan.span);
@@ -824,7 +823,11 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Pla
   if (work[kFallback] != 0.0f) return;       // the integer kernel scored the row exactly
   const float beta2 = 2.0f * work[kBound];  // exact (a power-of-two product) or +inf
   const float cut = work[kCut], block_cut = work[kBlockCut];  // threshold_kernel's (the floors after)
-  stage_band(k, r, sh);
+  const int64_t row_id = int64_t(p.job) << 40 | r;
+  if (staged != row_id) {  // (sh is free: the last item ended at a barrier)
+    stage_band(k, r, sh);
+    staged = row_id;
+  }
   const AnyRecords at(k.keys, k.dh);
   float* row = k.scores + r * k.G;
   unsigned rescored = 0;
@@ -881,6 +884,19 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Pla
     __syncwarp();  // (todos is rewritten by the warp's next batch)
   }
   if (lane == 0 && rescored > 0) atomicAdd(reinterpret_cast<unsigned*>(J.work + r * kWork + kRescored), rescored);
+  __syncthreads();  // (every warp done with sh before the next item may stage another row)
+}
+
+// The band as one wave of blocks, each a contiguous share of the launch's items (approx_kernel's
+// scheme: no partial last wave, a row's queries staged once a block).
+__global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Plan plan) {
+  await_previous_kernel();
+  __shared__ BandShared sh;
+  __shared__ unsigned todos[kWarps][kBandBatch];
+  const int64_t items = plan.first[c.n];
+  const int lo = int(items * blockIdx.x / gridDim.x), hi = int(items * (blockIdx.x + 1) / gridDim.x);
+  int64_t staged = -1;
+  for (int item = lo; item < hi; ++item) band_item(c, plan, item, sh, todos, staged);
 }
 
 // ---- 4. The block maxima (and the selections: fast_topk.cu) -------------------------------------
@@ -950,14 +966,15 @@ void reset_work(const Chain& c, Stream s) {
   launch_kernel(&reset_kernel, unsigned(cdiv(rows_of(c) * kWork, 256)), 256, 0, s, c);
 }
 
-// Step 1's launch for every job (one dh: index_refine_fits): the kernel, its items and its grid —
-// one wave (the blocks resident on the device at once), each block kItemsABlock items on average.
+// A launch of one wave (the blocks resident on the device at once) over a plan's items, each block
+// `per_block` items on average: step 1's (approx_kernel) and step 3's (band_kernel).
 struct FastLaunch {
   void (*kernel)(const Chain, const Plan);
   Plan plan;
   unsigned grid;
 };
-constexpr int64_t kItemsABlock = 16;  // a block's share within 1/16 of every other's
+constexpr int64_t kScorerItems = 16;  // the scorer's items a block: a block's share within 1/16 of every other's
+constexpr int64_t kBandItems = 8;     // the band's: fewer, as each item reads its row's cuts again
 
 // The scorer for dh's blocks; wg: on warpgroup MMAs as wide as the heads need.
 template <int NB>
@@ -986,14 +1003,20 @@ int64_t resident_blocks(void (*kernel)(const Chain, const Plan)) {
   return int64_t(sms) * per_sm;
 }
 
+bool plan_one_wave(const Chain& c, void (*kernel)(const Chain, const Plan), int64_t per_block, int64_t unit,
+                   int64_t most, FastLaunch& f) {
+  f.kernel = kernel;
+  const int64_t resident = resident_blocks(f.kernel);
+  if (!plan_spans(c, per_block * resident, unit, most, f.plan)) return false;
+  f.grid = unsigned(std::min<int64_t>(f.plan.first[c.n], resident));
+  return true;
+}
+
+// Step 1's launch for every job (one dh: index_refine_fits).
 bool plan_fast_scores(const Chain& c, FastLaunch& f) {
   int64_t nh = 0;
   for (int j = 0; j < c.n; ++j) nh = std::max(nh, c.jobs[j].score.nh);
-  f.kernel = approx_kernel_of(c.jobs[0].score.dh, c.warpgroup, nh);
-  const int64_t resident = resident_blocks(f.kernel);
-  if (!plan_spans(c, kItemsABlock * resident, kWarps * kTile, 16384, f.plan)) return false;
-  f.grid = unsigned(std::min<int64_t>(f.plan.first[c.n], resident));
-  return true;
+  return plan_one_wave(c, approx_kernel_of(c.jobs[0].score.dh, c.warpgroup, nh), kScorerItems, kWarps * kTile, 16384, f);
 }
 
 void fast_scores(const Chain& c, const FastLaunch& f, Stream s) {
@@ -1037,9 +1060,8 @@ bool index_refine_fits(const dk::IndexSelectChain& c, int64_t min_scores) {
 
 bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   if (!index_refine_fits(c, min_scores)) return false;
-  FastLaunch approx{};
-  Plan band{};
-  if (!plan_fast_scores(c, approx) || !plan_spans(c, kTargetBlocks, kWarps * 32, 32768, band)) return false;
+  FastLaunch approx{}, band{};
+  if (!plan_fast_scores(c, approx) || !plan_one_wave(c, &band_kernel, kBandItems, kWarps * 32, 32768, band)) return false;
   const int64_t rows = rows_of(c);
   // Rows the fast form cannot take are scored exactly on integer tensor cores (the other rows'
   // blocks leave at once), where that kernel takes the jobs: flagged by a sample of their keys
@@ -1060,7 +1082,7 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   selections(c, s, false);
   launch_kernel(&threshold_kernel, unsigned(rows), kThreads, 0, s, gated);
   if (fits) launch_index_int(exact, s, 0, gate);
-  launch_kernel(&band_kernel, unsigned(band.first[c.n]), kThreads, 0, s, c, band);
+  launch_kernel(band.kernel, band.grid, kThreads, 0, s, c, band.plan);
   block_maxima(c, s);
   selections(c, s, true);
   return true;

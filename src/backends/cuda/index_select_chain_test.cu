@@ -88,6 +88,18 @@ struct RefineJob {
   }
 };
 
+// The cases' jobs (appended to `jobs`, which must outlive the chain) as one chain.
+Chain chain_of(kc::Dev<CudaExec>& dev, std::mt19937& rng, const std::vector<RefineCase>& cases,
+               std::vector<RefineJob>& jobs) {
+  Chain chain;
+  for (const RefineCase& c : cases) {
+    jobs.emplace_back(dev, rng, c);
+    chain.k = c.k;
+    chain.jobs[chain.n++] = jobs.back().job;
+  }
+  return chain;
+}
+
 struct Outputs {
   std::vector<std::vector<int32_t>> topk, candidates;
   std::vector<std::vector<float>> scores, work;
@@ -112,14 +124,9 @@ Outputs run(CudaExec& ex, kc::Dev<CudaExec>& dev, const Chain& chain) {
 void check_chain(CudaExec& ex, kc::Dev<CudaExec>& dev, std::mt19937& rng, const std::vector<RefineCase>& cases,
                  int64_t* rescored) {
   std::vector<RefineJob> jobs;
-  Chain chain;
+  const Chain chain = chain_of(dev, rng, cases, jobs);
   std::string what;
-  for (const RefineCase& c : cases) {
-    jobs.emplace_back(dev, rng, c);
-    chain.k = c.k;
-    chain.jobs[chain.n++] = jobs.back().job;
-    what += (what.empty() ? "" : " + ") + name_of(c);
-  }
+  for (const RefineCase& c : cases) what += (what.empty() ? "" : " + ") + name_of(c);
   ex.set_index_refine(false);
   const Outputs want = run(ex, dev, chain);
   const int64_t before = ex.counts().index_refine;
@@ -177,6 +184,13 @@ std::vector<std::vector<RefineCase>> refine_chains() {
   };
 }
 
+// The same plus a chain of 64 heads at mini-flash's widths (the scorer's widest warpgroup MMA).
+std::vector<std::vector<RefineCase>> refine_chains_and_64_heads() {
+  std::vector<std::vector<RefineCase>> chains = refine_chains();
+  chains.push_back({{2, 20000, 64, 128, 19999, 1, 512, 8, 64, 1, false, false, 2.0f}});
+  return chains;
+}
+
 TEST(IndexRefineCuda, SelectionsEqualTheExactScores) {
   DSV41_REQUIRE_CUDA_DEVICE();
   CudaExec ex;
@@ -213,17 +227,11 @@ TEST(IndexRefineCuda, WarpgroupScoresEqualWarpScores) {
   CudaExec ex;
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(977);
-  std::vector<std::vector<RefineCase>> chains = refine_chains();
-  chains.push_back({{2, 20000, 64, 128, 19999, 1, 512, 8, 64, 1, false, false, 2.0f}});  // 64 heads, mini-flash widths
-  chains.push_back({{1, 4099, 24, 128, 4098, 1, 512, 0, 0, 1, true, true, 2.0f}});       // 24 heads: 3 of 8 tiles
+  std::vector<std::vector<RefineCase>> chains = refine_chains_and_64_heads();
+  chains.push_back({{1, 4099, 24, 128, 4098, 1, 512, 0, 0, 1, true, true, 2.0f}});  // 24 heads: 3 of 8 tiles
   for (const auto& cases : chains) {
     std::vector<RefineJob> jobs;
-    Chain chain;
-    for (const RefineCase& c : cases) {
-      jobs.emplace_back(dev, rng, c);
-      chain.k = c.k;
-      chain.jobs[chain.n++] = jobs.back().job;
-    }
+    Chain chain = chain_of(dev, rng, cases, jobs);
     std::vector<std::vector<float>> scores[2], work[2];
     for (const bool warpgroup : {false, true}) {
       chain.warpgroup = warpgroup;
@@ -269,17 +277,11 @@ TEST(IndexRefineCuda, FastScoresLieWithinBetaOfTheExactScores) {
   CudaExec ex;
   kc::Dev<CudaExec> dev(ex);
   std::mt19937 rng(4099);
-  std::vector<std::vector<RefineCase>> chains = refine_chains();
-  chains.push_back({{2, 20000, 64, 128, 19999, 1, 512, 8, 64, 1, false, false, 2.0f}});  // 64 heads, mini-flash widths
+  const std::vector<std::vector<RefineCase>> chains = refine_chains_and_64_heads();
   int64_t compared = 0;
   for (const auto& cases : chains) {
     std::vector<RefineJob> jobs;
-    Chain chain;
-    for (const RefineCase& c : cases) {
-      jobs.emplace_back(dev, rng, c);
-      chain.k = c.k;
-      chain.jobs[chain.n++] = jobs.back().job;
-    }
+    Chain chain = chain_of(dev, rng, cases, jobs);
     ex.set_index_refine(false);
     const Outputs exact = run(ex, dev, chain);  // every score exact
     for (const bool warpgroup : {false, true}) {

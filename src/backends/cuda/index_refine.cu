@@ -113,13 +113,9 @@ struct ApproxShared {
   };
   int8_t n[kMaxHeads][32 * kMaxBlocks];     // the queries as integers (q_c = n_c · 2^unit of its block)
   int unit[kMaxHeads][kMaxBlocks];          // index_query_block's units (or its marks)
-  float4 head[kMaxHeads];                   // per head {c_h = 2^(least unit) · scale, w_h, m_h, −2^23·c_h}
+  float4 head[kMaxHeads];                   // per head {c_h = 2^(least unit) · scale, w_h, |w_h|, −2^23·c_h}
   float weights;                            // Σ_h |w_h|
   float cmax;                               // max_h |c_h|
-  // R = Σ_h m_h, m_h = |w_h|·|c_h|·96·Σ_c |n_hc|·2^shift (rounded up): a key's shifted integers are at
-  // most 12·2^3 = 96, so |w_h|·ReLU_h ≤ m_h·2^(S − 128) and R·2^(S − 128) bounds an entry's Σ_h
-  // |w_h|·ReLU_h — the bound's magnitude without a sum a (entry, head).
-  float worst;
   int unknown;                              // the row's queries are outside the fused form: every entry unknown
   unsigned bound;                           // the block's largest finite bound (float bits, ≥ 0)
 };
@@ -161,12 +157,8 @@ __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh)
     const float c = least > 200 ? 0.0f : ldexpf(k.scale, max(least, -300));  // no nonzero block: X = 0
     if (span > dk::kIndexFusedSpan || (least <= 200 && !(fabsf(c) >= 0x1p-126f && isfinite(c)))) atomicOr(&sh.unknown, 1);
     sh.head[h] = make_float4(c, w, fabsf(w), -0x1p23f * c);
-    int l1 = 0;  // Σ_c |n_hc|·2^shift ≤ 128·120
-    for (int b = 0; b < nb; ++b) {  // the block's shift in place of its unit
+    for (int b = 0; b < nb; ++b)  // the block's shift in place of its unit
       sh.unit[h][b] = sh.unit[h][b] == dk::kIndexZeroBlock || span > dk::kIndexFusedSpan ? 0 : sh.unit[h][b] - least;
-      for (int i = 0; i < 32; ++i) l1 += abs(int(sh.n[h][b * 32 + i])) << sh.unit[h][b];
-    }
-    sh.head[h].z = __fmul_ru(__fmul_ru(fabsf(w), fabsf(c)), float(l1 * 96));
   }
   __syncthreads();
   for (int x = threadIdx.x; x < nh * nb * 4; x += kThreads) {
@@ -190,12 +182,10 @@ __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes → wgmma reads
   }
   if (threadIdx.x == 32) {
-    float w = 0.0f, c = 0.0f, worst = 0.0f;
-    for (int h = 0; h < nh; ++h)
-      w += fabsf(sh.head[h].y), c = fmaxf(c, fabsf(sh.head[h].x)), worst = __fadd_ru(worst, sh.head[h].z);
+    float w = 0.0f, c = 0.0f;
+    for (int h = 0; h < nh; ++h) w += fabsf(sh.head[h].y), c = fmaxf(c, fabsf(sh.head[h].x));
     sh.weights = w;
     sh.cmax = c;
-    sh.worst = worst;
   }
   __syncthreads();
 }
@@ -367,13 +357,15 @@ __device__ __forceinline__ TileKeys<NB> decode_tile(const KeyPair& keys, const A
 // 2t + 1), into the rows' head sums. ReLU(X)·c_h is the simple body's ReLU term over 2^(least scale
 // − 128) (a power of two, applied after the sum): 2^23 + ReLU(X) as a float's bits (|X| < 2^21; one
 // add-and-max), then one FMA takes 2^23·c_h off — exact in the FMA, so one rounding of ReLU(X)·c_h.
-__device__ __forceinline__ void add_heads(const int* x, const ApproxShared& sh, int nt, int t, float (&total)[2]) {
+__device__ __forceinline__ void add_heads(const int* x, const ApproxShared& sh, int nt, int t, float (&total)[2],
+                                          float (&magnitude)[2]) {
   const float4 h0 = sh.head[nt * 8 + 2 * t], h1 = sh.head[nt * 8 + 2 * t + 1];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const float4 hd = (i & 1) ? h1 : h0;
     const float relu = fmaf(__int_as_float(__viaddmax_s32(x[i], 0x4B000000, 0x4B000000)), hd.x, hd.w);
     total[i >> 1] = fmaf(relu, hd.y, total[i >> 1]);
+    magnitude[i >> 1] = fmaf(relu, hd.z, magnitude[i >> 1]);
   }
 }
 
@@ -385,11 +377,14 @@ __device__ __forceinline__ void add_heads(const int* x, const ApproxShared& sh, 
 template <int NB>
 __device__ __forceinline__ float finish_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t end,
                                              int64_t visible, const TileKeys<NB>& tk, const float (&total)[2],
-                                             float error, const ApproxShared& sh, unsigned& unknowns) {
+                                             const float (&magnitude)[2], float error, const ApproxShared& sh,
+                                             unsigned& unknowns) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, i = t & 1;
-  float sum = i ? total[1] : total[0];
+  float sum = i ? total[1] : total[0], mag = i ? magnitude[1] : magnitude[0];
   sum += __shfl_xor_sync(kFull, i ? total[0] : total[1], 1);
+  mag += __shfl_xor_sync(kFull, i ? magnitude[0] : magnitude[1], 1);
   sum += __shfl_xor_sync(kFull, sum, 2);
+  mag += __shfl_xor_sync(kFull, mag, 2);
   const int64_t e = e0 + g + 8 * i;
   if (t > 1 || e >= end) return 0.0f;
   float* out = k.scores + r * k.G + e;
@@ -398,13 +393,13 @@ __device__ __forceinline__ float finish_tile(const dk::IndexScoreK& k, int64_t r
     return 0.0f;
   }
   // The bound (index_refine.h), rounded upward:
-  //   2^(least − 128)·R · error · (1 + 2^-10) + (20·(1 + Σ|w|) + 4H + 8)·2^-149, R ≥ Σ_h |w_h|·ReLU_h/2^(least − 128)
+  //   2^(least − 128)·Σ_h |w_h|·ReLU_h · error · (1 + 2^-10) + (20·(1 + Σ|w|) + 4H + 8)·2^-149
   const float kf = i ? tk.kf[1] : tk.kf[0];
   const float score = sum * kf;
   // Near float's overflow the simple body's terms or partial sums may overflow where this sum,
   // scaled after, does not (index_refine.h): unknown there.
-  const bool in_range = sh.cmax * kf <= 0x1p105f && sh.worst * kf < 0x1p126f;
-  const float body = __fmul_ru(__fmul_ru(__fmul_ru(sh.worst, kf), error), 1.0f + 0x1p-10f);
+  const bool in_range = sh.cmax * kf <= 0x1p105f && mag * kf < 0x1p126f;
+  const float body = __fmul_ru(__fmul_ru(__fmul_ru(mag, kf), error), 1.0f + 0x1p-10f);
   const float slack = __fmul_ru(__fmaf_ru(20.0f, 1.0f + sh.weights, 4.0f * float(k.nh) + 8.0f), 0x1p-149f);
   const float bound = __fadd_ru(body, slack);
   const bool known = !(i ? tk.unknown[1] : tk.unknown[0]) && in_range && isfinite(score) && isfinite(bound);
@@ -420,7 +415,7 @@ __device__ float score_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int
                             const KeyPair& keys, float error, const ApproxShared& sh, unsigned& unknowns) {
   const int lane = threadIdx.x & 31, t = lane & 3;
   const TileKeys<NB> tk = decode_tile<NB>(keys, sh);
-  float total[2] = {0.0f, 0.0f};
+  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
   for (int nt = 0; nt < int(k.nh) / 8; ++nt) {
     int x[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -428,9 +423,9 @@ __device__ float score_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int
       const uint2 bf = sh.bq[nt][b][lane];
       cuda::mma_s8_16832(x, tk.a[b][0], tk.a[b][1], tk.a[b][2], tk.a[b][3], bf.x, bf.y);
     }
-    add_heads(x, sh, nt, t, total);
+    add_heads(x, sh, nt, t, total, magnitude);
   }
-  return finish_tile<NB>(k, r, e0, end, visible, tk, total, error, sh, unknowns);
+  return finish_tile<NB>(k, r, e0, end, visible, tk, total, magnitude, error, sh, unknowns);
 }
 
 // The same tile with the sums on warpgroup MMAs: the block's four warps' tiles are the 64 rows of
@@ -458,12 +453,12 @@ __device__ float score_tile_wg(const dk::IndexScoreK& k, int64_t r, int64_t e0, 
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_reg_fence(d);
-  float total[2] = {0.0f, 0.0f};
+  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
   const int tiles = int(k.nh) / 8;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
-    if (nt < tiles) add_heads(d + 4 * nt, sh, nt, t, total);
-  return finish_tile<NB>(k, r, e0, end, visible, tk, total, error, sh, unknowns);
+    if (nt < tiles) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
+  return finish_tile<NB>(k, r, e0, end, visible, tk, total, magnitude, error, sh, unknowns);
 }
 
 // One item of the launch, entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …,

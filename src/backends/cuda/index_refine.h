@@ -21,10 +21,7 @@
 // (recursive summation, FMA or not: γ_2H covers both), so
 //   |fast − simple| ≤ index_refine_error(H)·Σ_h |w_h|·ReLU_h·(1 + 2^-10) + (20·(1 + Σ|w|) + 4H + 8)·2^-149,
 // the second term for roundings in float's subnormals (where the power-of-two scalings are not
-// exact). Σ|w|·ReLU is not formed: it is at most R·2^(S − 128), R = Σ_h |w_h|·|c_h|·96·Σ_c |n'_hc|
-// (n' the head's shifted integers; a key's shifted integers are at most 12·2^3 = 96), one number a
-// row, rounded up — so the GPU adds no second sum a (entry, head), and its β is R·max_g 2^(S_g − 128)
-// times the error (IndexRefine.AWorstCasePerRowBetaStillSelectsExactly measured what that costs). A head or key
+// exact). Σ|w|·ReLU is formed in float beside the score (its own rounding ≪ 2^-10). A head or key
 // wider than kIndexFusedSpan, a query block off the MXFP4 grid, a key scale byte past 252 or
 // values near float's overflow (a term above 2^105, a sum of magnitudes at 2^126) give an infinite
 // bound: that entry is scored exactly.
@@ -83,8 +80,7 @@ inline IndexApprox index_approx_score(const IndexScoreK& k, int64_t r, int64_t g
   }
   known = known && (!nonzero || most - least <= kIndexFusedSpan);
   const float kf = nonzero ? std::ldexp(1.0f, least - 128) : 1.0f;
-  float total = 0.0f, weights = 0.0f, cmax = 0.0f;
-  double worst = 0.0;  // R
+  float total = 0.0f, magnitude = 0.0f, weights = 0.0f, cmax = 0.0f;
   for (int64_t h = 0; h < k.nh; ++h) {
     const float* qh = k.q + (r * k.nh + h) * k.dh;
     int8_t n[128];
@@ -98,10 +94,6 @@ inline IndexApprox index_approx_score(const IndexScoreK& k, int64_t r, int64_t g
     const float c = qleast > 200 ? 0.0f : std::ldexp(k.scale, std::max(qleast, -300));
     if (qleast <= 200 && !(std::fabs(c) >= std::numeric_limits<float>::min() && std::isfinite(c))) known = false;
     cmax = std::max(cmax, std::fabs(c));
-    int64_t l1 = 0;  // Σ_c |n'_hc|
-    for (int b = 0; b < nb && span <= kIndexFusedSpan; ++b)
-      if (unit[b] != kIndexZeroBlock)
-        for (int c2 = 0; c2 < 32; ++c2) l1 += std::abs(int(n[b * 32 + c2])) << (unit[b] - qleast);
     int64_t x = 0;  // the fused dot: each side's blocks shifted to its least exponent
     for (int b = 0; b < nb && known; ++b) {
       if (unit[b] == kIndexZeroBlock || !(nonzero >> b & 1u)) continue;
@@ -111,17 +103,17 @@ inline IndexApprox index_approx_score(const IndexScoreK& k, int64_t r, int64_t g
     const float w = k.hw[r * k.nh + h];
     const float relu = std::fmaxf(float(x), 0.0f) * c;
     total = std::fmaf(relu, w, total);
-    worst += double(std::fabs(w)) * double(std::fabs(c)) * double(l1 * 96);
+    magnitude = std::fmaf(relu, std::fabs(w), magnitude);
     weights += std::fabs(w);
   }
   out.score = total * kf;
   const double H = double(k.nh);
-  out.bound = worst * double(kf) * index_refine_error(k.nh) * (1 + 0x1p-10) +
+  out.bound = double(magnitude) * double(kf) * index_refine_error(k.nh) * (1 + 0x1p-10) +
               (20 * (1 + double(weights)) + 4 * H + 8) * 0x1p-149;
   // Near float's overflow the simple body's terms ReLU_h = ReLU(X)·c_h·2^(S − 128) or its partial sums
   // may overflow where the fast sum, scaled after, does not: unknown unless every term stays below
   // 2^21·c_max·2^(S − 128) ≤ 2^105 and the sum of their magnitudes below 2^126.
-  if (double(cmax) * double(kf) > 0x1p105 || worst * double(kf) >= 0x1p126) known = false;
+  if (double(cmax) * double(kf) > 0x1p105 || double(magnitude) * double(kf) >= 0x1p126) known = false;
   if (!known || !std::isfinite(out.score) || !std::isfinite(out.bound))
     out.bound = std::numeric_limits<double>::infinity();
   return out;

@@ -489,6 +489,7 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
     for (int64_t e = begin + threadIdx.x; e < end; e += kThreads)
       k.scores[r * k.G + e] = e < visible ? __int_as_float(0x7FC00000) : -INFINITY;
     if (threadIdx.x == 0) atomicAdd(reinterpret_cast<unsigned*>(work + r * kWork + kUnknown), unsigned(seen_end - begin));
+    __syncthreads();  // (every warp has read sh.unknown before a next item's stage_row rewrites it)
     return;
   }
   const Records<NB> at(k.keys);

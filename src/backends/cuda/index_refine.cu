@@ -464,8 +464,9 @@ __device__ float score_tile_wg(const dk::IndexScoreK& k, int64_t r, int64_t e0, 
 // One item of the launch, entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …,
 // the next tile's keys fetched while the current one is scored. kWarpgroup (4 or 8 head tiles): the
 // sums on warpgroup MMAs (score_tile_wg; the four warps step together), 0: each warp's own
-// (score_tile); the same bits. `staged`: the (job, row) whose queries sh holds (-1: none), updated. Block-uniform; ends
-// with the row's β and unknown count added to its work floats and sh ready for the next item.
+// (score_tile); the same bits. `staged`: the (job, row) whose queries sh holds (-1: none), updated.
+// Block-uniform; ends with the row's β and unknown count added to its work floats and, wherever it
+// read sh, at a barrier (sh free for the next item).
 template <int NB, int kWarpgroup>
 __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxShared& sh, int64_t& staged) {
   const Place p = place_of(c, plan, item);
@@ -523,7 +524,7 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
   __syncthreads();  // (sh.bound reset, every warp done with the tiles before sh is staged again)
 }
 
-// A launch of at most one wave of blocks (fast_scores): block b takes items [b·n / grid, (b + 1)·n /
+// A launch of at most one wave of blocks (plan_one_wave): block b takes items [b·n / grid, (b + 1)·n /
 // grid) of the plan's n, in order, so a block's items are mostly of one row (its queries staged
 // once) and every block's share is within one item of the others' — no partial last wave.
 template <int NB, int kWarpgroup>
@@ -969,7 +970,7 @@ void reset_work(const Chain& c, Stream s) {
 
 // A launch of one wave (the blocks resident on the device at once) over a plan's items, each block
 // `per_block` items on average: step 1's (approx_kernel) and step 3's (band_kernel).
-struct FastLaunch {
+struct WaveLaunch {
   void (*kernel)(const Chain, const Plan);
   Plan plan;
   unsigned grid;
@@ -1005,7 +1006,7 @@ int64_t resident_blocks(void (*kernel)(const Chain, const Plan)) {
 }
 
 bool plan_one_wave(const Chain& c, void (*kernel)(const Chain, const Plan), int64_t per_block, int64_t unit,
-                   int64_t most, FastLaunch& f) {
+                   int64_t most, WaveLaunch& f) {
   f.kernel = kernel;
   const int64_t resident = resident_blocks(f.kernel);
   if (!plan_spans(c, per_block * resident, unit, most, f.plan)) return false;
@@ -1014,20 +1015,20 @@ bool plan_one_wave(const Chain& c, void (*kernel)(const Chain, const Plan), int6
 }
 
 // Step 1's launch for every job (one dh: index_refine_fits).
-bool plan_fast_scores(const Chain& c, FastLaunch& f) {
+bool plan_fast_scores(const Chain& c, WaveLaunch& f) {
   int64_t nh = 0;
   for (int j = 0; j < c.n; ++j) nh = std::max(nh, c.jobs[j].score.nh);
   return plan_one_wave(c, approx_kernel_of(c.jobs[0].score.dh, c.warpgroup, nh), kScorerItems, kWarps * kTile, 16384, f);
 }
 
-void fast_scores(const Chain& c, const FastLaunch& f, Stream s) {
+void fast_scores(const Chain& c, const WaveLaunch& f, Stream s) {
   launch_kernel(f.kernel, f.grid, kThreads, 0, s, c, f.plan);
 }
 
 }  // namespace
 
 bool launch_fast_scores(const dk::IndexSelectChain& c, Stream s) {
-  FastLaunch approx{};
+  WaveLaunch approx{};
   if (!index_refine_fits(c, 0) || !plan_fast_scores(c, approx)) return false;
   reset_work(c, s);
   fast_scores(c, approx, s);
@@ -1061,7 +1062,7 @@ bool index_refine_fits(const dk::IndexSelectChain& c, int64_t min_scores) {
 
 bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   if (!index_refine_fits(c, min_scores)) return false;
-  FastLaunch approx{}, band{};
+  WaveLaunch approx{}, band{};
   if (!plan_fast_scores(c, approx) || !plan_one_wave(c, &band_kernel, kBandItems, kWarps * 32, 32768, band)) return false;
   const int64_t rows = rows_of(c);
   // Rows the fast form cannot take are scored exactly on integer tensor cores (the other rows'

@@ -154,7 +154,8 @@ struct RankPlaceK {
 // counting pair above (O(size²) per row; HostExec always runs it); a fast executor runs a linear
 // radix selection instead (fast_topk.cu: a block per kChunk entries of a row; for a row of more
 // than kGroup chunks a block per group of kGroup chunks merging their candidates; then a block per
-// row of more than one chunk merging the chunks' or groups' candidates). Each job's scratch holds
+// row of more than one chunk merging the chunks' or groups' candidates; for rows selected above a
+// floor, each chunk's keys above it compacted and a block per row selecting from them). Each job's scratch holds
 // scratch_bytes(rows, size, width) bytes: the marks of the simple path or the fast path's
 // candidates, whichever runs.
 struct TopkBatch {
@@ -201,6 +202,12 @@ struct TopkBatch {
     // Sampled rows: the runs' maxima as selection keys [rows, kSampleRuns], then each row's floor key.
     DSV41_HD uint32_t* sample_keys() const { return reinterpret_cast<uint32_t*>(scratch + candidate_bytes()); }
     DSV41_HD uint32_t* floor_keys() const { return sample_keys() + rows * kSampleRuns; }
+    DSV41_HD int64_t sample_bytes() const { return sample_bytes_of(rows, chunks()); }
+    // Fast path, rows of more than one chunk selected above a floor (fast_topk.cu's compaction):
+    // how many candidates each chunk left at the head of its `width` slots [rows, chunks].
+    DSV41_HD int32_t* chunk_counts() const {
+      return reinterpret_cast<int32_t*>(scratch + candidate_bytes() + sample_bytes());
+    }
   };
   static constexpr int64_t kSampleFrom = 8;  // chunks of a row that may get a sampled floor
   static constexpr int kSampleRuns = 4096;   // runs of 32 entries sampled at most
@@ -208,11 +215,14 @@ struct TopkBatch {
     const int64_t groups = (chunks + kGroup - 1) / kGroup;
     return chunks > 1 ? rows * (chunks + (chunks > kGroup ? groups : 0)) * width * 8 : 0;
   }
+  DSV41_HD static int64_t sample_bytes_of(int64_t rows, int64_t chunks) {
+    return chunks >= kSampleFrom ? rows * (kSampleRuns + 1) * 4 : 0;
+  }
   // A multiple of 16 bytes, so that jobs' scratch placed one after another stays aligned.
   DSV41_HD static int64_t scratch_bytes(int64_t rows, int64_t size, int width) {
     const int64_t chunks = (size + kChunk - 1) / kChunk;
-    const int64_t marks = rows * size,
-                  fast = candidate_bytes_of(rows, chunks, width) + (chunks >= kSampleFrom ? rows * (kSampleRuns + 1) * 4 : 0);
+    const int64_t marks = rows * size, counts = chunks > 1 ? rows * chunks * 4 : 0,
+                  fast = candidate_bytes_of(rows, chunks, width) + sample_bytes_of(rows, chunks) + counts;
     return ((marks > fast ? marks : fast) + 15) / 16 * 16;
   }
   int n = 0;

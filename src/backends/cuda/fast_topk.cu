@@ -16,9 +16,15 @@
 //    top-k (ties → lower id).
 // The job's hints (TopkBatch::Job) change what is read, not the ids: a pooled row selects over its
 // pool's positions (ids gathered with the keys), a floor makes the keys below it ineligible in
-// every kernel (a chunk with at most `width` keys above it is done after one counting pass instead
-// of four), and a long row without one gets a sampled floor first (topk_sample_kernel,
+// every kernel, and a long row without one gets a sampled floor first (topk_sample_kernel,
 // topk_floor_kernel: the width-th largest of the maxima of disjoint runs of 32 entries).
+// A job of rows of more than one chunk with a floor (its own or sampled) is compacted instead of
+// steps 1–3: topk_compact_kernel streams each chunk once and writes the keys at or above the floor
+// to the chunk's candidate slots in list order (a chunk with more than `width` of them selects its
+// best `width` instead, as step 1), then topk_gather_kernel, a block per row, gathers the chunks'
+// candidates into one list in shared memory and selects from it. Above a good floor a chunk keeps
+// a few dozen keys, so the selection reads each score once instead of sorting 4,096 a block and
+// merging 512 padded slots a chunk (docs/CUDA.md "The top-k compacted above its floor").
 // The same ids as the simple path, bit for bit (DeviceKernelsCuda.TopkBatchEqualsSelectTopk checks
 // both against select_topk, device_kernels_check.h).
 #include <cuda_runtime.h>
@@ -39,6 +45,13 @@ using Job = dk::TopkBatch::Job;
 // −inf and NaN are never selected (select_topk): both map to the ineligible key. (ordered_key
 // alone would rank a positive NaN above +inf.)
 __device__ __forceinline__ uint32_t selection_key(float v) { return v > -INFINITY ? cuda::ordered_key(v) : 0u; }
+
+// Whether a job's rows are compacted above their floor (topk_compact_kernel, topk_gather_kernel)
+// instead of selected by chunks, groups and a merge: rows of several chunks that have a floor. A
+// row of such a job whose floor is none (−inf, NaN) still selects exactly, only slower.
+__host__ __device__ bool compacted(bool hints, const Job& job) {
+  return hints && !job.pooled() && job.chunks() > 1 && (job.floor != nullptr || job.sampled());
+}
 
 // Row `row`'s floor as a key (0: none): the caller's, else the sampled one, else none.
 __device__ __forceinline__ uint32_t floor_key(const dk::TopkBatch& t, const Job& job, int64_t row) {
@@ -116,11 +129,18 @@ __device__ void load_pooled(const Job& job, int64_t row, int64_t p0, int n, Chun
   }
 }
 
+// Blocks of each step for a job: 1 (chunks), 2 (groups), 3 (the merge); none for a compacted job.
+__host__ __device__ int64_t chunk_blocks_of(bool hints, const Job& j) { return compacted(hints, j) ? 0 : j.rows * j.chunks(); }
+__host__ __device__ int64_t group_blocks_of(bool hints, const Job& j) {
+  return !compacted(hints, j) && j.chunks() > kGroup ? j.rows * j.groups() : 0;
+}
+__host__ __device__ int64_t merge_rows_of(bool hints, const Job& j) { return !compacted(hints, j) && j.chunks() > 1 ? j.rows : 0; }
+
 __global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const dk::TopkBatch t) {
   await_previous_kernel();
   __shared__ ChunkShared sm;
   int64_t b = blockIdx.x;
-  const Job job = t.jobs[job_of_block(t, b, [](const Job& j) { return j.rows * j.chunks(); })];
+  const Job job = t.jobs[job_of_block(t, b, [h = t.hints](const Job& j) { return chunk_blocks_of(h, j); })];
   const int64_t row = b / job.chunks(), chunk = b % job.chunks(), p0 = chunk * kChunk;
   const int n = static_cast<int>(job.length() - p0 < kChunk ? job.length() - p0 : kChunk);
   const bool pooled = job.pooled();
@@ -149,7 +169,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_group_kernel(const dk::Topk
   await_previous_kernel();
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t b = blockIdx.x;
-  const Job job = t.jobs[job_of_block(t, b, [](const Job& j) { return j.chunks() > kGroup ? j.rows * j.groups() : 0; })];
+  const Job job = t.jobs[job_of_block(t, b, [h = t.hints](const Job& j) { return group_blocks_of(h, j); })];
   const int64_t chunks = job.chunks(), groups = job.groups(), row = b / groups, group = b % groups;
   const int64_t first = group * kGroup, count = min(kGroup, chunks - first);
   const int64_t at = (row * chunks + first) * job.width, out = (row * groups + group) * job.width;
@@ -164,7 +184,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const dk::Topk
   __shared__ uint32_t out_keys[kMaxWidth];
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t row = blockIdx.x;
-  const Job job = t.jobs[job_of_block(t, row, [](const Job& j) { return j.chunks() > 1 ? j.rows : 0; })];
+  const Job job = t.jobs[job_of_block(t, row, [h = t.hints](const Job& j) { return merge_rows_of(h, j); })];
   const bool grouped = job.chunks() > kGroup;
   const int64_t list = (grouped ? job.groups() : job.chunks()) * job.width, at = row * list;
   cuda::block_select_topk<kTopkThreads>((grouped ? job.group_keys() : job.candidate_keys()) + at,
@@ -173,33 +193,187 @@ __global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const dk::Topk
                                         floor_key(t, job, row));
 }
 
+// ---- Rows above a floor: compaction, then a selection a row -------------------------------------
+
+constexpr int kCompactThreads = 256;
+constexpr int kRounds = 4;  // float4 loads a lane: a warp's 512 consecutive entries in four rounds
+static_assert(kCompactThreads * kRounds * 4 == kChunk, "a block streams one chunk");
+constexpr int kListMax = 16384;  // candidates a row's gather holds in shared memory (128 KB)
+
+// A row's scores read where they lie, as selection keys (a compact block's chunk with more than
+// `width` keys above its floor selects from them as step 1 does from shared memory).
+struct FloatKeys {
+  const float* v;
+  __device__ uint32_t operator[](int i) const { return selection_key(v[i]); }
+};
+
+// A block per (row, chunk) of the compacted jobs: the chunk's keys at or above the row's floor, in
+// list order, to the chunk's slots (their count to chunk_counts), or its best `width` of them where
+// more pass (then `width`). Warp w streams entries [512w, 512w + 512) of the chunk, lane l entries
+// 128i + 4l … 128i + 4l + 3 in round i: coalesced loads, and one scan of four packed byte counts
+// places every kept key (a round's count a lane ≤ 4, a warp's ≤ 128).
+__global__ void __launch_bounds__(kCompactThreads) topk_compact_kernel(const dk::TopkBatch t) {
+  await_previous_kernel();
+  __shared__ cuda::SelectShared<kCompactThreads> sel;
+  int64_t b = blockIdx.x;
+  const Job job = t.jobs[job_of_block(t, b, [h = t.hints](const Job& j) { return compacted(h, j) ? j.rows * j.chunks() : 0; })];
+  const int64_t chunks = job.chunks(), row = b / chunks, chunk = b % chunks, p0 = chunk * kChunk;
+  const int n = static_cast<int>(job.size - p0 < kChunk ? job.size - p0 : kChunk);
+  const float* v = job.v + row * job.size + p0;
+  const uint32_t floor = floor_key(t, job, row);
+  const uint32_t lo = floor > cuda::kIneligibleKey ? floor : cuda::kIneligibleKey + 1;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int first = warp * 512 + 4 * lane;  // round i's four entries: first + 128i …
+  const bool whole = n == kChunk && (reinterpret_cast<uintptr_t>(v) & 15) == 0;
+  uint32_t kv[kRounds][4];
+  uint32_t packed = 0;  // round i's count of kept keys in byte i
+#pragma unroll
+  for (int i = 0; i < kRounds; ++i) {
+    const int at = first + 128 * i;
+    if (whole) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(v + at));
+      kv[i][0] = selection_key(x.x), kv[i][1] = selection_key(x.y), kv[i][2] = selection_key(x.z), kv[i][3] = selection_key(x.w);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) kv[i][j] = at + j < n ? selection_key(v[at + j]) : 0u;
+    }
+    unsigned c = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) c += kv[i][j] >= lo ? 1u : 0u;
+    packed |= c << (8 * i);
+  }
+  uint32_t inc = packed;  // the warp's inclusive scan of the packed counts (bytes never carry)
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const uint32_t x = __shfl_up_sync(0xffffffffu, inc, off);
+    if (lane >= off) inc += x;
+  }
+  const uint32_t rounds = __shfl_sync(0xffffffffu, inc, 31);  // the warp's count a round
+  const uint32_t warp_kept = (rounds & 0xFF) + (rounds >> 8 & 0xFF) + (rounds >> 16 & 0xFF) + (rounds >> 24);
+  uint32_t total;
+  const uint32_t warp_at = cuda::block_exclusive_scan<kCompactThreads>(lane == 0 ? warp_kept : 0u, sel, 0, &total);
+  const int64_t slot = (row * chunks + chunk) * job.width;
+  uint32_t* keys = job.candidate_keys() + slot;
+  int32_t* ids = job.candidate_ids() + slot;
+  if (total <= static_cast<uint32_t>(job.width)) {  // block-uniform: every kept key goes, in list order
+    int at = static_cast<int>(__shfl_sync(0xffffffffu, warp_at, 0));
+    const uint32_t before = inc - packed;
+#pragma unroll
+    for (int i = 0; i < kRounds; ++i) {
+      int pos = at + static_cast<int>(before >> (8 * i) & 0xFF);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (kv[i][j] < lo) continue;
+        keys[pos] = kv[i][j];
+        ids[pos] = static_cast<int32_t>(p0 + first + 128 * i + j);
+        ++pos;
+      }
+      at += static_cast<int>(rounds >> (8 * i) & 0xFF);
+    }
+    if (threadIdx.x == 0) job.chunk_counts()[row * chunks + chunk] = static_cast<int32_t>(total);
+    return;
+  }
+  // (block_select_topk's first barrier comes before it touches what the scan used)
+  cuda::block_select_topk<kCompactThreads>(FloatKeys{v}, nullptr, p0, n, job.width, keys, ids, sel, floor);
+  if (threadIdx.x == 0) job.chunk_counts()[row * chunks + chunk] = job.width;
+}
+
+// A block per row of the compacted jobs: the chunks' candidates gathered in list order (chunk after
+// chunk) into shared memory, and the row's selection from them. A row whose chunks left more than
+// kListMax (a floor far below its k-th: none, or many keys equal to it) pads each chunk's slots with
+// ineligible keys and selects over all of them where they lie, as step 3 without groups.
+__global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const dk::TopkBatch t) {
+  await_previous_kernel();
+  extern __shared__ uint32_t list_keys[];  // [kListMax], then the ids
+  int32_t* list_ids = reinterpret_cast<int32_t*>(list_keys + kListMax);
+  __shared__ uint32_t out_keys[kMaxWidth];
+  __shared__ int at_of[kTopkThreads], count_of[kTopkThreads];
+  __shared__ cuda::SelectShared<kTopkThreads> sel;
+  int64_t row = blockIdx.x;
+  const Job job = t.jobs[job_of_block(t, row, [h = t.hints](const Job& j) { return compacted(h, j) ? j.rows : 0; })];
+  const int64_t chunks = job.chunks();
+  const int32_t* counts = job.chunk_counts() + row * chunks;
+  const uint32_t* cand_keys = job.candidate_keys() + row * chunks * job.width;
+  const int32_t* cand_ids = job.candidate_ids() + row * chunks * job.width;
+  const uint32_t floor = floor_key(t, job, row);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  int buf = 0;
+  int64_t listed = 0;  // the candidates of the chunks before this round
+  for (int64_t c0 = 0; c0 < chunks; c0 += kTopkThreads) {
+    const int64_t c = c0 + tid;
+    const int cnt = c < chunks ? counts[c] : 0;
+    uint32_t round;
+    const uint32_t before = cuda::block_exclusive_scan<kTopkThreads>(static_cast<uint32_t>(cnt), sel, buf, &round);
+    buf ^= 1;
+    if (listed + round <= kListMax) {  // block-uniform
+      at_of[tid] = static_cast<int>(listed + before);
+      count_of[tid] = cnt;
+      __syncthreads();
+      for (int w = warp; w < kTopkThreads && c0 + w < chunks; w += kTopkThreads / 32) {
+        const int64_t from = (c0 + w) * job.width;
+        for (int i = lane; i < count_of[w]; i += 32) {
+          list_keys[at_of[w] + i] = cand_keys[from + i];
+          list_ids[at_of[w] + i] = cand_ids[from + i];
+        }
+      }
+      __syncthreads();  // (at_of, count_of rewritten next round)
+    }
+    listed += round;
+  }
+  int32_t* out = job.out + row * job.width;
+  if (listed <= kListMax) {
+    cuda::block_select_topk<kTopkThreads>(list_keys, list_ids, 0, static_cast<int>(listed), job.width, out_keys, out,
+                                          sel, floor);
+    return;
+  }
+  uint32_t* pad = job.candidate_keys() + row * chunks * job.width;
+  for (int64_t c = warp; c < chunks; c += kTopkThreads / 32)
+    for (int i = counts[c] + lane; i < job.width; i += 32) pad[c * job.width + i] = 0u;
+  __syncthreads();  // (the block's own global writes, visible to it after the barrier)
+  cuda::block_select_topk<kTopkThreads>(cand_keys, cand_ids, 0, static_cast<int>(chunks * job.width), job.width,
+                                        out_keys, out, sel, floor);
+}
+
+constexpr size_t kGatherShared = size_t{kListMax} * 8;
+
 }  // namespace
 
 bool launch_chain(const dk::TopkBatch& unit, Stream s) {
   dk::TopkBatch t = unit;
   for (int j = 0; j < t.n && !t.hints; ++j) t.jobs[j].kept = nullptr, t.jobs[j].floor = nullptr;
   int64_t chunk_blocks = 0, group_blocks = 0, merge_blocks = 0, sample_rows = 0, sample_threads = 0;
+  int64_t compact_blocks = 0, gather_rows = 0;
   for (int j = 0; j < t.n; ++j) {
     const Job& job = t.jobs[j];
     if (job.rows == 0) continue;
     if (job.rows < 0 || job.size < 1 || job.width < 1 || job.width > kMaxWidth ||
         job.chunks() * job.width > (int64_t{1} << 30) || (job.kept && (job.nb < 0 || job.bs < 0)))
       return false;
-    chunk_blocks += job.rows * job.chunks();
-    group_blocks += job.chunks() > kGroup ? job.rows * job.groups() : 0;
-    merge_blocks += job.chunks() > 1 ? job.rows : 0;
+    chunk_blocks += chunk_blocks_of(t.hints, job);
+    group_blocks += group_blocks_of(t.hints, job);
+    merge_blocks += merge_rows_of(t.hints, job);
+    const bool compact = compacted(t.hints, job);
+    compact_blocks += compact ? job.rows * job.chunks() : 0;
+    gather_rows += compact ? job.rows : 0;
     const bool sampled = t.hints && job.sampled();
     sample_rows += sampled ? job.rows : 0;
     sample_threads += sampled ? job.rows * job.samples() : 0;
   }
-  if (chunk_blocks == 0 || chunk_blocks > 0x7FFFFFFF) return false;  // (nothing to do: neither path launches)
+  // (nothing to do: neither path launches)
+  if (chunk_blocks + compact_blocks == 0 || chunk_blocks > 0x7FFFFFFF || compact_blocks > 0x7FFFFFFF) return false;
+  if (gather_rows > 0 && cudaFuncSetAttribute(&topk_gather_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(kGatherShared)) != cudaSuccess)
+    return false;
   if (sample_rows > 0) {
     launch_kernel(&topk_sample_kernel, static_cast<unsigned>((sample_threads + 255) / 256), 256, 0, s, t);
     launch_kernel(&topk_floor_kernel, static_cast<unsigned>(sample_rows), kTopkThreads, 0, s, t);
   }
-  launch_kernel(&topk_chunk_kernel, static_cast<unsigned>(chunk_blocks), kTopkThreads, 0, s, t);
+  if (chunk_blocks > 0) launch_kernel(&topk_chunk_kernel, static_cast<unsigned>(chunk_blocks), kTopkThreads, 0, s, t);
   if (group_blocks > 0) launch_kernel(&topk_group_kernel, static_cast<unsigned>(group_blocks), kTopkThreads, 0, s, t);
   if (merge_blocks > 0) launch_kernel(&topk_merge_kernel, static_cast<unsigned>(merge_blocks), kTopkThreads, 0, s, t);
+  if (compact_blocks > 0) launch_kernel(&topk_compact_kernel, static_cast<unsigned>(compact_blocks), kCompactThreads, 0, s, t);
+  if (gather_rows > 0)
+    launch_kernel(&topk_gather_kernel, static_cast<unsigned>(gather_rows), kTopkThreads, kGatherShared, s, t);
   return true;
 }
 

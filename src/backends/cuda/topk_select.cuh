@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace dsv41::cuda {
 
@@ -108,14 +109,31 @@ __device__ int block_compact_eligible(uint32_t* keys, int32_t* ids, bool have_id
   return total;
 }
 
+// Keys kv[0, kVec) of positions i4 … i4 + kVec − 1 of `keys` (0 past n): one 16-byte load where a
+// key array allows it (no 4-way bank conflict in shared memory), else a key at a time (a key source
+// that maps values as it reads them, such as fast_topk.cu's FloatKeys).
+template <class Keys>
+__device__ __forceinline__ void load_keys4(const Keys& keys, int i4, int n, uint32_t* kv) {
+  if constexpr (std::is_pointer_v<Keys>) {
+    if ((reinterpret_cast<uintptr_t>(keys) & 15) == 0 && i4 + kVec <= n) {
+      const uint4 v = *reinterpret_cast<const uint4*>(keys + i4);
+      kv[0] = v.x, kv[1] = v.y, kv[2] = v.z, kv[3] = v.w;
+      return;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) kv[j] = i4 + j < n ? keys[i4 + j] : 0u;
+}
+
 // Selects from keys[0, n) (ids[i], or base + i when ids is null) the top min(k, eligible) and
 // writes them to out_keys/out_ids[0, k) in list order, padding with key 0 / id −1. Keys below
 // `floor` count as ineligible (a caller's proven lower bound on the k-th key it finally keeps;
 // 0 = none). Returns the k-th largest eligible key when at least k were eligible and more than
 // k passed the floor (a valid floor for later selections over a superset), else 0. All threads
-// of the block must call it (it contains barriers).
-template <int kThreads>
-__device__ uint32_t block_select_topk(const uint32_t* keys, const int32_t* ids, int64_t base, int n, int k,
+// of the block must call it (it contains barriers). Keys: a key array (shared or global memory),
+// or any source whose [i] gives key i.
+template <int kThreads, class Keys = const uint32_t*>
+__device__ uint32_t block_select_topk(const Keys keys, const int32_t* ids, int64_t base, int n, int k,
                                       uint32_t* out_keys, int32_t* out_ids, SelectShared<kThreads>& sm,
                                       uint32_t floor = 0) {
   const int tid = threadIdx.x, lane = tid % 32;
@@ -208,19 +226,12 @@ __device__ uint32_t block_select_topk(const uint32_t* keys, const int32_t* ids, 
   // positions tid·kVec .. tid·kVec + kVec − 1 of the round (a quarter of the rounds, barriers
   // and scans of one position per thread; counts per round ≤ 4096 fit the packed 16-bit halves).
   int gt_run = 0, eq_run = 0, buf = 0;
-  static_assert(kVec == 4, "the vector load below");
-  const bool aligned = (reinterpret_cast<uintptr_t>(keys) & 15) == 0;
+  static_assert(kVec == 4, "load_keys4");
   for (int r0 = 0; r0 < n; r0 += kThreads * kVec) {
     uint32_t kv[kVec];
     uint32_t cnt = 0;
     const int i4 = r0 + tid * kVec;
-    if (aligned && i4 + kVec <= n) {  // one 16-byte load (no 4-way bank conflict in shared memory)
-      const uint4 v = *reinterpret_cast<const uint4*>(keys + i4);
-      kv[0] = v.x, kv[1] = v.y, kv[2] = v.z, kv[3] = v.w;
-    } else {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) kv[j] = i4 + j < n ? keys[i4 + j] : 0u;
-    }
+    load_keys4(keys, i4, n, kv);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       const int i = i4 + j;

@@ -807,40 +807,9 @@ constexpr int kLanesFrom = 6;
 // batch 64 / 1M, alternated twice): step 27.07 ms at 1 window, 26.63 at 4, 26.49 at 8, 26.46 at 16.
 constexpr int kBandBatch = 8;
 
-// Entries a warp's batch covers: kBandBatch windows of 32, one after another.
-constexpr int kBatchEntries = kBandBatch * 32;
-static_assert(kBatchEntries % 128 == 0, "a batch's pre-test: 16-byte loads, four entries a lane");
-
-// Whether any entry of the batch [first, first + kBatchEntries) of row `row` may need an exact score
-// (band_item's rule), from four entries a lane a 16-byte load: false only where every entry lies
-// below the cut and, for a candidate source, every block's fast maximum below block_cut — then the
-// rule needs none of them (no entry unknown, none at or above the cut, no block in). NaN (unknown),
-// a cut of −inf and a block maximum of +inf (the newest block) all answer true. The caller checks
-// that the batch lies whole in the row, that the row is 16-byte aligned and bs ≥ 4 (a lane's four
-// entries in one block). Warp-uniform.
-__device__ bool batch_may_need(const Chain::Job& J, int64_t r, const float* row, int first, int bs_shift, float cut,
-                               float block_cut) {
-  const int lane = threadIdx.x & 31;
-  float4 x[kBatchEntries / 128];
-  float top[kBatchEntries / 128];
-#pragma unroll
-  for (int i = 0; i < kBatchEntries / 128; ++i) {  // every load in flight before any test
-    const int e = first + 128 * i + 4 * lane;
-    x[i] = *reinterpret_cast<const float4*>(row + e);
-    top[i] = J.blocks > 0 ? J.bmax[r * J.blocks + (e >> bs_shift)] : -INFINITY;
-  }
-  bool may = false;
-#pragma unroll
-  for (int i = 0; i < kBatchEntries / 128; ++i)
-    may = may || !(x[i].x < cut) || !(x[i].y < cut) || !(x[i].z < cut) || !(x[i].w < cut) ||
-          (J.blocks > 0 && !(top[i] < block_cut));
-  return __any_sync(kFull, may);
-}
-
-// One item of the band's launch, entries [x·span, (x + 1)·span) of row r, a warp kBandBatch windows
-// of 32 one after another (a batch), first tested four entries a lane (batch_may_need: almost no
-// batch holds an entry to score again), then, where one may, loaded a window a lane an entry
-// (a window starts at a multiple of 32, so with bs dividing 32 its blocks lie whole in it).
+// One item of the band's launch, entries [x·span, (x + 1)·span) of row r, 32 at a time a warp,
+// kBandBatch windows loaded at once
+// (a warp's entries start at a multiple of 32, so with bs dividing 32 its blocks lie whole in it).
 // The batch's tests run unrolled and leave each window's entries to score again as a mask; the
 // exact scores then run in a loop that is not unrolled, so the kernel holds one copy of their code
 // (unrolled, the batch held kBandBatch copies of both exact paths: ≈ 18,000 PTX instructions,
@@ -864,26 +833,24 @@ __device__ void band_item(const Chain& c, const Plan& plan, int item, BandShared
   const AnyRecords at(k.keys, k.dh);
   float* row = k.scores + r * k.G;
   unsigned rescored = 0;
+  constexpr int kStride = kWarps * 32;
   // A candidate block of bs entries (bs divides 32: a power of two) as a shift, and the lanes of this
   // lane's block in a window: no division a window (a runtime divisor costs ≈ 25 instructions).
   const int bs_shift = J.blocks > 0 ? __ffs(J.bs) - 1 : 0;
   const unsigned mine = J.bs >= 32 ? kFull : ((1u << J.bs) - 1u) << (lane & ~(J.bs - 1));
-  const bool pretest = (reinterpret_cast<uintptr_t>(row) & 15) == 0 && (J.blocks == 0 || J.bs >= 4);
-  for (int first = int(begin) + warp * kBatchEntries; first < end; first += kWarps * kBatchEntries) {
-    if (pretest && first + kBatchEntries <= end && !batch_may_need(J, r, row, first, bs_shift, cut, block_cut))
-      continue;
+  for (int first = int(begin) + warp * 32; first < end; first += kStride * kBandBatch) {
     // The batch's fast scores and block maxima in flight together (no window's exact scores touch
     // another window's entries, and the block maxima are not written here).
     float fast[kBandBatch], tops[kBandBatch];
 #pragma unroll
     for (int i = 0; i < kBandBatch; ++i) {
-      const int e = first + i * 32 + lane;
+      const int e = first + i * kStride + lane;
       fast[i] = e < end ? row[e] : -INFINITY;
       tops[i] = J.blocks > 0 && e < end ? J.bmax[r * J.blocks + (e >> bs_shift)] : -INFINITY;
     }
 #pragma unroll
     for (int i = 0; i < kBandBatch; ++i) {
-      const int base = first + i * 32;
+      const int base = first + i * kStride;
       if (base >= end) break;  // (warp-uniform)
       const float a = fast[i];
       const bool unknown = isnan(a), seen = unknown || a > -INFINITY;
@@ -900,7 +867,7 @@ __device__ void band_item(const Chain& c, const Plan& plan, int item, BandShared
     __syncwarp();
 #pragma unroll 1
     for (int i = 0; i < kBandBatch; ++i) {
-      const int base = first + i * 32, e = base + lane;
+      const int base = first + i * kStride, e = base + lane;
       if (base >= end) break;  // (warp-uniform)
       unsigned todo = todos[warp][i];
       if (__popc(todo) >= kLanesFrom) {
@@ -1096,7 +1063,7 @@ bool index_refine_fits(const dk::IndexSelectChain& c, int64_t min_scores) {
 bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   if (!index_refine_fits(c, min_scores)) return false;
   WaveLaunch approx{}, band{};
-  if (!plan_fast_scores(c, approx) || !plan_one_wave(c, &band_kernel, kBandItems, kWarps * kBatchEntries, 32768, band)) return false;
+  if (!plan_fast_scores(c, approx) || !plan_one_wave(c, &band_kernel, kBandItems, kWarps * 32, 32768, band)) return false;
   const int64_t rows = rows_of(c);
   // Rows the fast form cannot take are scored exactly on integer tensor cores (the other rows'
   // blocks leave at once), where that kernel takes the jobs: flagged by a sample of their keys

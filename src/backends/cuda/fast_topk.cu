@@ -29,6 +29,7 @@
 // both against select_topk, device_kernels_check.h).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/fast_kernels.h"
@@ -207,82 +208,145 @@ struct FloatKeys {
   __device__ uint32_t operator[](int i) const { return selection_key(v[i]); }
 };
 
-// A block per (row, chunk) of the compacted jobs: the chunk's keys at or above the row's floor, in
-// list order, to the chunk's slots (their count to chunk_counts), or its best `width` of them where
-// more pass (then `width`). Warp w streams entries [512w, 512w + 512) of the chunk, lane l entries
-// 128i + 4l … 128i + 4l + 3 in round i: coalesced loads, and one scan of four packed byte counts
-// places every kept key (a round's count a lane ≤ 4, a warp's ≤ 128).
-__global__ void __launch_bounds__(kCompactThreads) topk_compact_kernel(const dk::TopkBatch t) {
-  await_previous_kernel();
-  __shared__ cuda::SelectShared<kCompactThreads> sel;
-  int64_t b = blockIdx.x;
-  const Job job = t.jobs[job_of_block(t, b, [h = t.hints](const Job& j) { return compacted(h, j) ? j.rows * j.chunks() : 0; })];
-  const int64_t chunks = job.chunks(), row = b / chunks, chunk = b % chunks, p0 = chunk * kChunk;
+// The compacted jobs of a unit, worked out on the host (the kernels' blocks would otherwise each walk
+// every job's shape to find their own: ≈ 16 jobs of 64-bit arithmetic a block): job i of them is
+// t.jobs[job[i]], of chunks[i] chunks a row, its (row, chunk) pairs [first[i], first[i + 1]) of the
+// compaction's `total`, its rows [first_row[i], first_row[i + 1]) of the gather's.
+struct CompactPlan {
+  int n = 0;
+  int job[dk::TopkBatch::kMax];
+  uint32_t chunks[dk::TopkBatch::kMax];
+  int64_t first[dk::TopkBatch::kMax + 1], first_row[dk::TopkBatch::kMax + 1];
+  int64_t total = 0;
+};
+
+// A chunk's scores and its row's floor, loaded a chunk ahead of their compaction.
+struct PendingChunk {
+  int j;         // index into t.jobs
+  int64_t row, chunk;
+  float x[kRounds][4];
+  uint32_t floor;
+};
+
+// Chunk x of the plan (x < total) with its loads issued: warp w takes entries [512w, 512w + 512) of
+// the chunk, lane l entries 128i + 4l … 128i + 4l + 3 in round i (coalesced 16-byte loads where the
+// chunk is whole and aligned; −inf past the row).
+__device__ PendingChunk fetch_chunk(const dk::TopkBatch& t, const CompactPlan& p, int64_t x) {
+  int i = 0;
+  while (i + 1 < p.n && x >= p.first[i + 1]) ++i;
+  PendingChunk c;
+  c.j = p.job[i];
+  const Job& job = t.jobs[c.j];
+  const uint32_t local = static_cast<uint32_t>(x - p.first[i]);  // (< 2^31: launch_chain checks)
+  c.row = local / p.chunks[i];
+  c.chunk = local % p.chunks[i];
+  const int64_t p0 = c.chunk * kChunk;
   const int n = static_cast<int>(job.size - p0 < kChunk ? job.size - p0 : kChunk);
-  const float* v = job.v + row * job.size + p0;
-  const uint32_t floor = floor_key(t, job, row);
-  const uint32_t lo = floor > cuda::kIneligibleKey ? floor : cuda::kIneligibleKey + 1;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int first = warp * 512 + 4 * lane;  // round i's four entries: first + 128i …
+  const float* v = job.v + c.row * job.size + p0;
+  const int first = threadIdx.x / 32 * 512 + 4 * (threadIdx.x % 32);
   const bool whole = n == kChunk && (reinterpret_cast<uintptr_t>(v) & 15) == 0;
-  uint32_t kv[kRounds][4];
-  uint32_t packed = 0;  // round i's count of kept keys in byte i
 #pragma unroll
-  for (int i = 0; i < kRounds; ++i) {
-    const int at = first + 128 * i;
+  for (int r = 0; r < kRounds; ++r) {
+    const int at = first + 128 * r;
     if (whole) {
-      const float4 x = __ldg(reinterpret_cast<const float4*>(v + at));
-      kv[i][0] = selection_key(x.x), kv[i][1] = selection_key(x.y), kv[i][2] = selection_key(x.z), kv[i][3] = selection_key(x.w);
+      const float4 f = __ldg(reinterpret_cast<const float4*>(v + at));
+      c.x[r][0] = f.x, c.x[r][1] = f.y, c.x[r][2] = f.z, c.x[r][3] = f.w;
     } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) kv[i][j] = at + j < n ? selection_key(v[at + j]) : 0u;
+      for (int e = 0; e < 4; ++e) c.x[r][e] = at + e < n ? v[at + e] : -INFINITY;
     }
-    unsigned c = 0;
+  }
+  c.floor = floor_key(t, job, c.row);
+  return c;
+}
+
+// One chunk's compaction: its keys at or above the row's floor, in list order, to the chunk's slots
+// (their count to chunk_counts), or its best `width` of them where more pass (then `width`). One
+// scan of four packed byte counts places every kept key (a round's count a lane ≤ 4, a warp's ≤
+// 128). `buf`: the block scan's buffer, alternating between calls. All threads call it.
+__device__ void compact_chunk(const dk::TopkBatch& t, const PendingChunk& c, cuda::SelectShared<kCompactThreads>& sel,
+                              int buf) {
+  const Job& job = t.jobs[c.j];
+  const int lane = threadIdx.x % 32;
+  const int first = threadIdx.x / 32 * 512 + 4 * lane;
+  const uint32_t lo = c.floor > cuda::kIneligibleKey ? c.floor : cuda::kIneligibleKey + 1;
+  uint32_t kv[kRounds][4];
+  uint32_t packed = 0;  // round r's count of kept keys in byte r
 #pragma unroll
-    for (int j = 0; j < 4; ++j) c += kv[i][j] >= lo ? 1u : 0u;
-    packed |= c << (8 * i);
+  for (int r = 0; r < kRounds; ++r) {
+    unsigned n = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      kv[r][e] = selection_key(c.x[r][e]);
+      n += kv[r][e] >= lo ? 1u : 0u;
+    }
+    packed |= n << (8 * r);
   }
   uint32_t inc = packed;  // the warp's inclusive scan of the packed counts (bytes never carry)
 #pragma unroll
   for (int off = 1; off < 32; off <<= 1) {
-    const uint32_t x = __shfl_up_sync(0xffffffffu, inc, off);
-    if (lane >= off) inc += x;
+    const uint32_t y = __shfl_up_sync(0xffffffffu, inc, off);
+    if (lane >= off) inc += y;
   }
   const uint32_t rounds = __shfl_sync(0xffffffffu, inc, 31);  // the warp's count a round
   const uint32_t warp_kept = (rounds & 0xFF) + (rounds >> 8 & 0xFF) + (rounds >> 16 & 0xFF) + (rounds >> 24);
   uint32_t total;
-  const uint32_t warp_at = cuda::block_exclusive_scan<kCompactThreads>(lane == 0 ? warp_kept : 0u, sel, 0, &total);
-  const int64_t slot = (row * chunks + chunk) * job.width;
+  const uint32_t warp_at = cuda::block_exclusive_scan<kCompactThreads>(lane == 0 ? warp_kept : 0u, sel, buf, &total);
+  const int64_t chunks = job.chunks(), p0 = c.chunk * kChunk, slot = (c.row * chunks + c.chunk) * job.width;
   uint32_t* keys = job.candidate_keys() + slot;
   int32_t* ids = job.candidate_ids() + slot;
+  int32_t* count = job.chunk_counts() + c.row * chunks + c.chunk;
   if (total <= static_cast<uint32_t>(job.width)) {  // block-uniform: every kept key goes, in list order
     int at = static_cast<int>(__shfl_sync(0xffffffffu, warp_at, 0));
     const uint32_t before = inc - packed;
 #pragma unroll
-    for (int i = 0; i < kRounds; ++i) {
-      int pos = at + static_cast<int>(before >> (8 * i) & 0xFF);
+    for (int r = 0; r < kRounds; ++r) {
+      int pos = at + static_cast<int>(before >> (8 * r) & 0xFF);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (kv[i][j] < lo) continue;
-        keys[pos] = kv[i][j];
-        ids[pos] = static_cast<int32_t>(p0 + first + 128 * i + j);
+      for (int e = 0; e < 4; ++e) {
+        if (kv[r][e] < lo) continue;
+        keys[pos] = kv[r][e];
+        ids[pos] = static_cast<int32_t>(p0 + first + 128 * r + e);
         ++pos;
       }
-      at += static_cast<int>(rounds >> (8 * i) & 0xFF);
+      at += static_cast<int>(rounds >> (8 * r) & 0xFF);
     }
-    if (threadIdx.x == 0) job.chunk_counts()[row * chunks + chunk] = static_cast<int32_t>(total);
+    if (threadIdx.x == 0) *count = static_cast<int32_t>(total);
     return;
   }
-  // (block_select_topk's first barrier comes before it touches what the scan used)
-  cuda::block_select_topk<kCompactThreads>(FloatKeys{v}, nullptr, p0, n, job.width, keys, ids, sel, floor);
-  if (threadIdx.x == 0) job.chunk_counts()[row * chunks + chunk] = job.width;
+  // More than `width` pass: step 1's selection, from the scores where they lie. (Its first barrier
+  // comes before it touches what the scan used; it ends at a barrier.)
+  const int n = static_cast<int>(job.size - p0 < kChunk ? job.size - p0 : kChunk);
+  cuda::block_select_topk<kCompactThreads>(FloatKeys{job.v + c.row * job.size + p0}, nullptr, p0, n, job.width, keys,
+                                           ids, sel, c.floor);
+  if (threadIdx.x == 0) *count = job.width;
+}
+
+// The compaction as one wave of blocks over the plan's (row, chunk) pairs, each block's next chunk
+// loaded while it compacts the current one (a block a chunk spent most of its time waiting on its
+// loads: 45 µs for the 32 MB of a 16 × 512K chain, 0.7 TB/s, session 47's first call).
+__global__ void __launch_bounds__(kCompactThreads, 3) topk_compact_kernel(const dk::TopkBatch t, const CompactPlan p) {
+  await_previous_kernel();
+  __shared__ cuda::SelectShared<kCompactThreads> sel;
+  int64_t x = blockIdx.x;
+  if (x >= p.total) return;
+  PendingChunk cur = fetch_chunk(t, p, x);
+  for (int buf = 0;; buf ^= 1) {
+    const int64_t next = x + gridDim.x;
+    PendingChunk ahead;
+    if (next < p.total) ahead = fetch_chunk(t, p, next);  // (block-uniform)
+    compact_chunk(t, cur, sel, buf);
+    if (next >= p.total) break;
+    cur = ahead;
+    x = next;
+  }
 }
 
 // A block per row of the compacted jobs: the chunks' candidates gathered in list order (chunk after
 // chunk) into shared memory, and the row's selection from them. A row whose chunks left more than
 // kListMax (a floor far below its k-th: none, or many keys equal to it) pads each chunk's slots with
 // ineligible keys and selects over all of them where they lie, as step 3 without groups.
-__global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const dk::TopkBatch t) {
+__global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const dk::TopkBatch t, const CompactPlan p) {
   await_previous_kernel();
   extern __shared__ uint32_t list_keys[];  // [kListMax], then the ids
   int32_t* list_ids = reinterpret_cast<int32_t*>(list_keys + kListMax);
@@ -290,8 +354,11 @@ __global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const dk::Top
   __shared__ int at_of[kTopkThreads], count_of[kTopkThreads];
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t row = blockIdx.x;
-  const Job job = t.jobs[job_of_block(t, row, [h = t.hints](const Job& j) { return compacted(h, j) ? j.rows : 0; })];
-  const int64_t chunks = job.chunks();
+  int i = 0;
+  while (i + 1 < p.n && row >= p.first_row[i + 1]) ++i;
+  const Job& job = t.jobs[p.job[i]];
+  row -= p.first_row[i];
+  const int64_t chunks = p.chunks[i];
   const int32_t* counts = job.chunk_counts() + row * chunks;
   const uint32_t* cand_keys = job.candidate_keys() + row * chunks * job.width;
   const int32_t* cand_ids = job.candidate_ids() + row * chunks * job.width;
@@ -336,6 +403,20 @@ __global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const dk::Top
 
 constexpr size_t kGatherShared = size_t{kListMax} * 8;
 
+// Blocks of `kernel` (of `threads`) resident on the current device at once: one wave; 1,056 (132
+// SMs × 8) where the runtime cannot say.
+template <class Kernel>
+int64_t resident_blocks(Kernel kernel, int threads) {
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || sms * per_sm < 1) {
+    (void)cudaGetLastError();
+    return 1056;
+  }
+  return int64_t{sms} * per_sm;
+}
+
 }  // namespace
 
 bool launch_chain(const dk::TopkBatch& unit, Stream s) {
@@ -343,6 +424,7 @@ bool launch_chain(const dk::TopkBatch& unit, Stream s) {
   for (int j = 0; j < t.n && !t.hints; ++j) t.jobs[j].kept = nullptr, t.jobs[j].floor = nullptr;
   int64_t chunk_blocks = 0, group_blocks = 0, merge_blocks = 0, sample_rows = 0, sample_threads = 0;
   int64_t compact_blocks = 0, gather_rows = 0;
+  CompactPlan plan;
   for (int j = 0; j < t.n; ++j) {
     const Job& job = t.jobs[j];
     if (job.rows == 0) continue;
@@ -352,15 +434,22 @@ bool launch_chain(const dk::TopkBatch& unit, Stream s) {
     chunk_blocks += chunk_blocks_of(t.hints, job);
     group_blocks += group_blocks_of(t.hints, job);
     merge_blocks += merge_rows_of(t.hints, job);
-    const bool compact = compacted(t.hints, job);
-    compact_blocks += compact ? job.rows * job.chunks() : 0;
-    gather_rows += compact ? job.rows : 0;
+    if (compacted(t.hints, job)) {
+      plan.job[plan.n] = j;
+      plan.chunks[plan.n] = static_cast<uint32_t>(job.chunks());
+      plan.first[plan.n] = compact_blocks;
+      plan.first_row[plan.n++] = gather_rows;
+      compact_blocks += job.rows * job.chunks();
+      gather_rows += job.rows;
+    }
     const bool sampled = t.hints && job.sampled();
     sample_rows += sampled ? job.rows : 0;
     sample_threads += sampled ? job.rows * job.samples() : 0;
   }
   // (nothing to do: neither path launches)
   if (chunk_blocks + compact_blocks == 0 || chunk_blocks > 0x7FFFFFFF || compact_blocks > 0x7FFFFFFF) return false;
+  plan.first[plan.n] = plan.total = compact_blocks;
+  plan.first_row[plan.n] = gather_rows;
   if (gather_rows > 0 && cudaFuncSetAttribute(&topk_gather_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               static_cast<int>(kGatherShared)) != cudaSuccess)
     return false;
@@ -371,9 +460,13 @@ bool launch_chain(const dk::TopkBatch& unit, Stream s) {
   if (chunk_blocks > 0) launch_kernel(&topk_chunk_kernel, static_cast<unsigned>(chunk_blocks), kTopkThreads, 0, s, t);
   if (group_blocks > 0) launch_kernel(&topk_group_kernel, static_cast<unsigned>(group_blocks), kTopkThreads, 0, s, t);
   if (merge_blocks > 0) launch_kernel(&topk_merge_kernel, static_cast<unsigned>(merge_blocks), kTopkThreads, 0, s, t);
-  if (compact_blocks > 0) launch_kernel(&topk_compact_kernel, static_cast<unsigned>(compact_blocks), kCompactThreads, 0, s, t);
+  if (compact_blocks > 0) {
+    const int64_t wave = resident_blocks(&topk_compact_kernel, kCompactThreads);
+    launch_kernel(&topk_compact_kernel, static_cast<unsigned>(std::min(compact_blocks, wave)), kCompactThreads, 0, s, t,
+                  plan);
+  }
   if (gather_rows > 0)
-    launch_kernel(&topk_gather_kernel, static_cast<unsigned>(gather_rows), kTopkThreads, kGatherShared, s, t);
+    launch_kernel(&topk_gather_kernel, static_cast<unsigned>(gather_rows), kTopkThreads, kGatherShared, s, t, plan);
   return true;
 }
 

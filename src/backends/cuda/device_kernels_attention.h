@@ -199,9 +199,8 @@ struct TopkBatch {
     }
     DSV41_HD int32_t* group_ids() const { return reinterpret_cast<int32_t*>(group_keys() + rows * groups() * width); }
     DSV41_HD int64_t candidate_bytes() const { return candidate_bytes_of(rows, chunks(), width); }
-    // Sampled rows: the runs' maxima as selection keys [rows, kSampleRuns], then each row's floor key.
-    DSV41_HD uint32_t* sample_keys() const { return reinterpret_cast<uint32_t*>(scratch + candidate_bytes()); }
-    DSV41_HD uint32_t* floor_keys() const { return sample_keys() + rows * kSampleRuns; }
+    // Sampled rows: each row's floor key (the runs' maxima stay in the floor kernel's shared memory).
+    DSV41_HD uint32_t* floor_keys() const { return reinterpret_cast<uint32_t*>(scratch + candidate_bytes()); }
     DSV41_HD int64_t sample_bytes() const { return sample_bytes_of(rows, chunks()); }
     // Fast path, rows of more than one chunk selected above a floor (fast_topk.cu's compaction):
     // how many candidates each chunk left at the head of its `width` slots [rows, chunks].
@@ -216,7 +215,7 @@ struct TopkBatch {
     return chunks > 1 ? rows * (chunks + (chunks > kGroup ? groups : 0)) * width * 8 : 0;
   }
   DSV41_HD static int64_t sample_bytes_of(int64_t rows, int64_t chunks) {
-    return chunks >= kSampleFrom ? rows * (kSampleRuns + 1) * 4 : 0;
+    return chunks >= kSampleFrom ? rows * 4 : 0;
   }
   // A multiple of 16 bytes, so that jobs' scratch placed one after another stays aligned.
   DSV41_HD static int64_t scratch_bytes(int64_t rows, int64_t size, int width) {

@@ -16,8 +16,8 @@
 //    top-k (ties → lower id).
 // The job's hints (TopkBatch::Job) change what is read, not the ids: a pooled row selects over its
 // pool's positions (ids gathered with the keys), a floor makes the keys below it ineligible in
-// every kernel, and a long row without one gets a sampled floor first (topk_sample_kernel,
-// topk_floor_kernel: the width-th largest of the maxima of disjoint runs of 32 entries).
+// every kernel, and a long row without one gets a sampled floor first (topk_floor_kernel: the
+// width-th largest of the maxima of disjoint runs of 32 entries).
 // A job of rows of more than one chunk with a floor (its own or sampled) is compacted instead of
 // steps 1–3: topk_compact_kernel streams each chunk once and writes the keys at or above the floor
 // to the chunk's candidate slots in list order (a chunk with more than `width` of them selects its
@@ -76,33 +76,53 @@ __device__ int job_of_block(const dk::TopkBatch& t, int64_t& b, Blocks blocks) {
 // ---- Sampled floors ---------------------------------------------------------------------------
 
 __device__ int64_t sampled_rows(const Job& job) { return job.sampled() ? job.rows : 0; }
-
-// A thread per (sampled row, run): the largest key of run i, 32 entries from i·(length / runs).
-__global__ void topk_sample_kernel(const dk::TopkBatch t) {
-  await_previous_kernel();
-  int64_t x = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  const int j = job_of_block(t, x, [](const Job& job) { return sampled_rows(job) * job.samples(); });
-  const Job& job = t.jobs[j];
-  const int runs = job.samples();
-  if (!job.sampled() || x >= job.rows * runs) return;
-  const int64_t row = x / runs, run = x % runs;
-  const float* v = job.v + row * job.size + run * (job.length() / runs);
-  float m = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) m = fmaxf(m, v[i]);  // NaN ignored (it is never selected)
-  job.sample_keys()[row * dk::TopkBatch::kSampleRuns + run] = selection_key(m);
-}
-
-// A block per sampled row: its floor key, the width-th largest of its runs' maxima (0: fewer).
+// A block per sampled row: the maxima of its runs (run i: the 32 entries from i·stride, the stride the
+// row's length over its runs rounded down to a multiple of four — at least 32, so the runs are
+// disjoint and every maximum is a different entry), then its floor key, the width-th largest of them
+// (0: fewer). A warp's load covers four runs, eight lanes a run with a 16-byte load each where the row
+// is 16-byte aligned, kFloorUnroll loads a lane in flight (a thread a run, 32 loads one after
+// another, took ≈ 14 µs a 16-row chain before the selection's launch: session 47).
+constexpr int kFloorUnroll = 8;
 __global__ void __launch_bounds__(kTopkThreads) topk_floor_kernel(const dk::TopkBatch t) {
   await_previous_kernel();
+  __shared__ uint32_t maxima[dk::TopkBatch::kSampleRuns];
   __shared__ uint32_t out_keys[kMaxWidth];
   __shared__ int32_t out_ids[kMaxWidth];
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t row = blockIdx.x;
   const Job& job = t.jobs[job_of_block(t, row, sampled_rows)];
-  const uint32_t kth = cuda::block_select_topk<kTopkThreads>(job.sample_keys() + row * dk::TopkBatch::kSampleRuns,
-                                                             nullptr, 0, job.samples(), job.width, out_keys, out_ids, sel);
+  const int runs = job.samples();
+  const int64_t stride = job.length() / runs / 4 * 4;
+  const float* v = job.v + row * job.size;
+  const bool aligned = (reinterpret_cast<uintptr_t>(v) & 15) == 0;
+  constexpr int kWarps = kTopkThreads / 32, kStep = kWarps * 4 * kFloorUnroll;
+  const int lane = threadIdx.x % 32, part = lane % 8;
+  for (int r0 = threadIdx.x / 32 * 4 + lane / 8; r0 < runs; r0 += kStep) {
+    float4 x[kFloorUnroll];
+#pragma unroll
+    for (int u = 0; u < kFloorUnroll; ++u) {  // every load in flight before any maximum
+      const int run = r0 + u * kWarps * 4;
+      const float* at = v + run * stride + 4 * part;
+      if (run >= runs) {
+        x[u] = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      } else if (aligned) {
+        x[u] = __ldg(reinterpret_cast<const float4*>(at));
+      } else {
+        x[u] = make_float4(at[0], at[1], at[2], at[3]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kFloorUnroll; ++u) {
+      float m = fmaxf(fmaxf(x[u].x, x[u].y), fmaxf(x[u].z, x[u].w));  // NaN ignored (it is never selected)
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+      const int run = r0 + u * kWarps * 4;
+      if (part == 0 && run < runs) maxima[run] = selection_key(m);
+    }
+  }
+  __syncthreads();
+  const uint32_t kth = cuda::block_select_topk<kTopkThreads>(maxima, nullptr, 0, runs, job.width, out_keys, out_ids, sel);
   if (threadIdx.x == 0) job.floor_keys()[row] = kth;
 }
 
@@ -422,7 +442,7 @@ int64_t resident_blocks(Kernel kernel, int threads) {
 bool launch_chain(const dk::TopkBatch& unit, Stream s) {
   dk::TopkBatch t = unit;
   for (int j = 0; j < t.n && !t.hints; ++j) t.jobs[j].kept = nullptr, t.jobs[j].floor = nullptr;
-  int64_t chunk_blocks = 0, group_blocks = 0, merge_blocks = 0, sample_rows = 0, sample_threads = 0;
+  int64_t chunk_blocks = 0, group_blocks = 0, merge_blocks = 0, sample_rows = 0;
   int64_t compact_blocks = 0, gather_rows = 0;
   CompactPlan plan;
   for (int j = 0; j < t.n; ++j) {
@@ -444,7 +464,6 @@ bool launch_chain(const dk::TopkBatch& unit, Stream s) {
     }
     const bool sampled = t.hints && job.sampled();
     sample_rows += sampled ? job.rows : 0;
-    sample_threads += sampled ? job.rows * job.samples() : 0;
   }
   // (nothing to do: neither path launches)
   if (chunk_blocks + compact_blocks == 0 || chunk_blocks > 0x7FFFFFFF || compact_blocks > 0x7FFFFFFF) return false;
@@ -453,10 +472,7 @@ bool launch_chain(const dk::TopkBatch& unit, Stream s) {
   if (gather_rows > 0 && cudaFuncSetAttribute(&topk_gather_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               static_cast<int>(kGatherShared)) != cudaSuccess)
     return false;
-  if (sample_rows > 0) {
-    launch_kernel(&topk_sample_kernel, static_cast<unsigned>((sample_threads + 255) / 256), 256, 0, s, t);
-    launch_kernel(&topk_floor_kernel, static_cast<unsigned>(sample_rows), kTopkThreads, 0, s, t);
-  }
+  if (sample_rows > 0) launch_kernel(&topk_floor_kernel, static_cast<unsigned>(sample_rows), kTopkThreads, 0, s, t);
   if (chunk_blocks > 0) launch_kernel(&topk_chunk_kernel, static_cast<unsigned>(chunk_blocks), kTopkThreads, 0, s, t);
   if (group_blocks > 0) launch_kernel(&topk_group_kernel, static_cast<unsigned>(group_blocks), kTopkThreads, 0, s, t);
   if (merge_blocks > 0) launch_kernel(&topk_merge_kernel, static_cast<unsigned>(merge_blocks), kTopkThreads, 0, s, t);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 47's second GPU call: the top-k compaction as one wave with each block's next chunk loaded
-# ahead (the build) against call 1's block a chunk (var/K) and the parent before compaction (var/P),
-# batch 64 / 1M alternated twice; the selection and refine tests, the whole GPU suite; ncu's time of
+# Session 47's second GPU call: the build (the top-k compaction as one wave with each block's next
+# chunk loaded ahead, the sampled floor in one kernel) against var/C (the compaction one wave, the
+# floor's two kernels), var/K (call 1's compaction, a block a chunk) and var/P (the parent before
+# compaction), batch 64 / 1M alternated twice; the selection and refine tests, the whole GPU suite; ncu's time of
 # every kernel of the build's step (the per-kernel table).
 #   mkdir -p .dcx && tar -xJf .devcarry/t.tar.xz -C .dcx && OUT=$OUT bash .dcx/gpu-call47b.sh
 set -u
@@ -10,7 +11,7 @@ F='DeviceKernelsCuda.Topk*:TopkCuda.*:IndexRefineCuda.*:CudaBackend.IndexRefine*
 step tests.txt 150 60 ./dsv41_cuda_tests --gtest_filter="$F"
 AB="--kernels engine --iters 10 --topk-hints 1 --batches 64 --contexts 1048576"
 for i in 1 2; do
-  for b in . var/K var/P; do step ab.txt 60 30 $b/dsv41_cuda_bench $AB; done
+  for b in . var/C var/K var/P; do step ab.txt 60 30 $b/dsv41_cuda_bench $AB; done
 done
 for b in . var/P; do step ab16.txt 60 30 $b/dsv41_cuda_bench --kernels engine --iters 10 --topk-hints 1 --batches 1,16 --contexts 131072,1048576; done
 step tests_all.txt 240 100 ./dsv41_cuda_tests --gtest_brief=1

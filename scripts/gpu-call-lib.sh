@@ -1,4 +1,4 @@
-# Sourced by the one-call GPU scripts (gpu-topk-hints.sh, gpu-variants45.sh, gpu-scorer45.sh) from
+# Sourced by the one-call GPU scripts (gpu-topk-hints.sh, gpu-variants45.sh, gpu-scorer45.sh, gpu-call4*.sh) from
 # the extracted carry folder they run in: the Debian libraries beside the binaries, $O for what comes
 # back ($OUT), a time budget for the call, `step`, and run.txt (date, GPU, driver, clocks, cores).
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -15,3 +15,15 @@ step() {  # step FILE LIMIT_S MIN_LEFT_S cmd...: appends cmd's output to $O/FILE
   echo "=== rc $? at $(el) s" >> "$O/$file"
 }
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv; nproc; } > "$O/run.txt" 2>&1
+# The top-k and filter-and-refine tests of test binary $1, to tests.txt.
+selection_tests() {
+  step tests.txt 150 60 "$1" --gtest_filter='DeviceKernelsCuda.Topk*:TopkCuda.*:IndexRefineCuda.*:CudaBackend.IndexRefine*'
+}
+# The kernel-level step at batch 64 / 1M on the engine's kernels (hints on) of each build folder given
+# (its dsv41_cuda_bench), the list alternated twice, to ab.txt.
+ab_step() {
+  local i b
+  for i in 1 2; do
+    for b in "$@"; do step ab.txt 60 30 "$b/dsv41_cuda_bench" --kernels engine --iters 10 --topk-hints 1 --batches 64 --contexts 1048576; done
+  done
+}

@@ -7,10 +7,7 @@
 set -u
 . "$(dirname "$0")/gpu-call-lib.sh"  # $O, BUDGET, step, run.txt
 step tests.txt 150 60 var/T/dsv41_cuda_tests --gtest_filter='IndexRefineCuda.*:DeviceKernelsCuda.Topk*:CudaBackend.IndexRefine*'
-AB="--kernels engine --iters 10 --topk-hints 1 --batches 64 --contexts 1048576"
-for i in 1 2; do
-  for b in . var/W2 var/BP; do step ab.txt 60 30 $b/dsv41_cuda_bench $AB; done
-done
+ab_step . var/W2 var/BP
 for b in . var/W2; do step ab16.txt 60 30 $b/dsv41_cuda_bench --kernels engine --iters 10 --topk-hints 1 --batches 16 --contexts 524288,1048576; done
 step ncu.txt 120 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv -k regex:band_kernel --launch-count 17 var/BP/dsv41_cuda_bench --kernels engine --iters 1 --topk-hints 1 --batches 64 --contexts 1048576
 step tests_all.txt 200 100 var/T/dsv41_cuda_tests --gtest_brief=1

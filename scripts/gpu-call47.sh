@@ -12,10 +12,7 @@ step tests.txt 150 60 ./dsv41_cuda_tests --gtest_filter="$F"
 if ! grep -q '^\[  PASSED  \].*' "$O/tests.txt" || grep -q '^\[  FAILED  \]' "$O/tests.txt"; then
   step tests0.txt 150 60 var/T0/dsv41_cuda_tests --gtest_filter="$F"
 fi
-AB="--kernels engine --iters 10 --topk-hints 1 --batches 64 --contexts 1048576"
-for i in 1 2; do
-  for b in . var/K var/P; do step ab.txt 60 30 $b/dsv41_cuda_bench $AB; done
-done
+ab_step . var/K var/P
 step tests_all.txt 240 100 ./dsv41_cuda_tests --gtest_brief=1
 for b in . var/P; do step ab16.txt 60 30 $b/dsv41_cuda_bench --kernels engine --iters 10 --topk-hints 1 --batches 16 --contexts 524288,1048576; done
 for b in . var/P; do

@@ -7,12 +7,8 @@
 #   mkdir -p .dcx && tar -xJf .devcarry/t.tar.xz -C .dcx && OUT=$OUT bash .dcx/gpu-call47b.sh
 set -u
 . "$(dirname "$0")/gpu-call-lib.sh"  # $O, BUDGET, step, run.txt
-F='DeviceKernelsCuda.Topk*:TopkCuda.*:IndexRefineCuda.*:CudaBackend.IndexRefine*'
-step tests.txt 150 60 ./dsv41_cuda_tests --gtest_filter="$F"
-AB="--kernels engine --iters 10 --topk-hints 1 --batches 64 --contexts 1048576"
-for i in 1 2; do
-  for b in . var/C var/K var/P; do step ab.txt 60 30 $b/dsv41_cuda_bench $AB; done
-done
+selection_tests ./dsv41_cuda_tests
+ab_step . var/C var/K var/P
 for b in . var/P; do step ab16.txt 60 30 $b/dsv41_cuda_bench --kernels engine --iters 10 --topk-hints 1 --batches 1,16 --contexts 131072,1048576; done
 step tests_all.txt 240 100 ./dsv41_cuda_tests --gtest_brief=1
 step ncu.txt 200 60 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-count 500 ./dsv41_cuda_bench --kernels engine --iters 1 --topk-hints 1 --batches 64 --contexts 1048576

@@ -10,12 +10,8 @@
 #   mkdir -p .dcx && tar -xJf .devcarry/t.tar.xz -C .dcx && OUT=$OUT bash .dcx/gpu-call47c.sh
 set -u
 . "$(dirname "$0")/gpu-call-lib.sh"  # $O, BUDGET, step, run.txt
-F='DeviceKernelsCuda.Topk*:TopkCuda.*:IndexRefineCuda.*:CudaBackend.IndexRefine*'
-step tests.txt 150 60 ./dsv41_cuda_tests --gtest_filter="$F"
-AB="--kernels engine --iters 10 --topk-hints 1 --batches 64 --contexts 1048576"
-for i in 1 2; do
-  for b in . var/B0 var/G0 var/P0; do step ab.txt 60 30 $b/dsv41_cuda_bench $AB; done
-done
+selection_tests ./dsv41_cuda_tests
+ab_step . var/B0 var/G0 var/P0
 for b in . var/P0; do step ab16.txt 60 30 $b/dsv41_cuda_bench --kernels engine --iters 10 --topk-hints 1 --batches 16 --contexts 524288,1048576; done
 step tests_all.txt 240 100 ./dsv41_cuda_tests --gtest_brief=1
 for b in . var/P0; do

@@ -423,19 +423,6 @@ __global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const dk::Top
 
 constexpr size_t kGatherShared = size_t{kListMax} * 8;
 
-// Blocks of `kernel` (of `threads`) resident on the current device at once: one wave; 1,056 (132
-// SMs × 8) where the runtime cannot say.
-template <class Kernel>
-int64_t resident_blocks(Kernel kernel, int threads) {
-  int device = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || sms * per_sm < 1) {
-    (void)cudaGetLastError();
-    return 1056;
-  }
-  return int64_t{sms} * per_sm;
-}
 
 }  // namespace
 
@@ -477,7 +464,7 @@ bool launch_chain(const dk::TopkBatch& unit, Stream s) {
   if (group_blocks > 0) launch_kernel(&topk_group_kernel, static_cast<unsigned>(group_blocks), kTopkThreads, 0, s, t);
   if (merge_blocks > 0) launch_kernel(&topk_merge_kernel, static_cast<unsigned>(merge_blocks), kTopkThreads, 0, s, t);
   if (compact_blocks > 0) {
-    const int64_t wave = resident_blocks(&topk_compact_kernel, kCompactThreads);
+    const int64_t wave = resident_blocks(&topk_compact_kernel, kCompactThreads, 1056);  // (132 SMs × 8 where unknown)
     launch_kernel(&topk_compact_kernel, static_cast<unsigned>(std::min(compact_blocks, wave)), kCompactThreads, 0, s, t,
                   plan);
   }

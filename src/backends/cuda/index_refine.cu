@@ -992,23 +992,11 @@ void (*approx_kernel_of(int64_t dh, bool wg, int64_t nh))(const Chain, const Pla
   }
 }
 
-// Blocks of `kernel` (kThreads each) resident on the current device at once; kTargetBlocks where the
-// runtime cannot say.
-int64_t resident_blocks(void (*kernel)(const Chain, const Plan)) {
-  int device = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess || sms * per_sm < 1) {
-    (void)cudaGetLastError();
-    return kTargetBlocks;
-  }
-  return int64_t(sms) * per_sm;
-}
 
 bool plan_one_wave(const Chain& c, void (*kernel)(const Chain, const Plan), int64_t per_block, int64_t unit,
                    int64_t most, WaveLaunch& f) {
   f.kernel = kernel;
-  const int64_t resident = resident_blocks(f.kernel);
+  const int64_t resident = resident_blocks(f.kernel, kThreads, kTargetBlocks);
   if (!plan_spans(c, per_block * resident, unit, most, f.plan)) return false;
   f.grid = unsigned(std::min<int64_t>(f.plan.first[c.n], resident));
   return true;

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <utility>
 
 namespace dsv41::fast {
@@ -50,6 +51,21 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   config.attrs = st.early ? &early : nullptr;
   config.numAttrs = st.early ? 1 : 0;
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// Blocks of `kernel` (`threads` each, no dynamic shared memory) resident on the current device at
+// once — one wave, for kernels that loop over their work —, or `fallback` where the runtime cannot
+// say.
+template <class... Params>
+int64_t resident_blocks(void (*kernel)(Params...), int threads, int64_t fallback) {
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || sms * per_sm < 1) {
+    (void)cudaGetLastError();
+    return fallback;
+  }
+  return int64_t{sms} * per_sm;
 }
 #endif
 

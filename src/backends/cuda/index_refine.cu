@@ -807,9 +807,53 @@ constexpr int kLanesFrom = 6;
 // batch 64 / 1M, alternated twice): step 27.07 ms at 1 window, 26.63 at 4, 26.49 at 8, 26.46 at 16.
 constexpr int kBandBatch = 8;
 
-// One item of the band's launch, entries [x·span, (x + 1)·span) of row r, 32 at a time a warp,
-// kBandBatch windows loaded at once
-// (a warp's entries start at a multiple of 32, so with bs dividing 32 its blocks lie whole in it).
+// Entries a warp's batch covers: kBandBatch windows of 32, one after another; a warp's pre-test
+// covers kPretestBatches batches at once (a warp's share of a typical item: one memory round trip).
+constexpr int kBatchEntries = kBandBatch * 32;
+constexpr int kPretestBatches = 4, kPretestEntries = kPretestBatches * kBatchEntries;
+static_assert(kBatchEntries % 128 == 0, "a batch's pre-test: 16-byte loads, four entries a lane");
+
+// Which of the batches [first + i·kBatchEntries, + kBatchEntries), i < kPretestBatches, of row `row`
+// may hold an entry that needs an exact score (band_item's rule), as bit i, from four entries a lane
+// a 16-byte load, every load of the four batches in flight at once: a bit is clear only where every
+// entry of its batch lies below the cut and, for a candidate source, every block's fast maximum
+// below block_cut — then the rule needs none of them (no entry unknown, none at or above the cut, no
+// block in). NaN (unknown), a cut of −inf and a block maximum of +inf (the newest block) all set it;
+// so does a batch not whole before `end`. The caller checks that the row is 16-byte aligned and bs ≥ 4
+// (a lane's four entries in one block). Warp-uniform.
+__device__ unsigned batches_may_need(const Chain::Job& J, int64_t r, const float* row, int first, int end,
+                                     int bs_shift, float cut, float block_cut) {
+  constexpr int kLoads = kBatchEntries / 128;  // a lane's 16-byte loads a batch
+  const int lane = threadIdx.x & 31;
+  float4 x[kPretestBatches][kLoads];
+  float top[kPretestBatches][kLoads];
+#pragma unroll
+  for (int i = 0; i < kPretestBatches; ++i)
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {  // every load in flight before any test
+      const int e = first + i * kBatchEntries + 128 * l + 4 * lane;
+      const bool whole = first + (i + 1) * kBatchEntries <= end;
+      x[i][l] = whole ? *reinterpret_cast<const float4*>(row + e) : make_float4(NAN, NAN, NAN, NAN);
+      top[i][l] = J.blocks > 0 && whole ? J.bmax[r * J.blocks + (e >> bs_shift)] : -INFINITY;
+    }
+  unsigned may = 0;
+#pragma unroll
+  for (int i = 0; i < kPretestBatches; ++i) {
+    bool mine = false;
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l)
+      mine = mine || !(x[i][l].x < cut) || !(x[i][l].y < cut) || !(x[i][l].z < cut) || !(x[i][l].w < cut) ||
+             (J.blocks > 0 && !(top[i][l] < block_cut));
+    may |= __any_sync(kFull, mine) ? 1u << i : 0u;
+  }
+  return may;
+}
+
+// One item of the band's launch, entries [x·span, (x + 1)·span) of row r, a warp kBandBatch windows
+// of 32 one after another (a batch), kPretestBatches batches tested at once four entries a lane
+// (batches_may_need: almost no batch holds an entry to score again, and the scan had waited a memory
+// round trip a batch), then, where one may, loaded a window a lane an entry
+// (a window starts at a multiple of 32, so with bs dividing 32 its blocks lie whole in it).
 // The batch's tests run unrolled and leave each window's entries to score again as a mask; the
 // exact scores then run in a loop that is not unrolled, so the kernel holds one copy of their code
 // (unrolled, the batch held kBandBatch copies of both exact paths: ≈ 18,000 PTX instructions,
@@ -833,24 +877,34 @@ __device__ void band_item(const Chain& c, const Plan& plan, int item, BandShared
   const AnyRecords at(k.keys, k.dh);
   float* row = k.scores + r * k.G;
   unsigned rescored = 0;
-  constexpr int kStride = kWarps * 32;
   // A candidate block of bs entries (bs divides 32: a power of two) as a shift, and the lanes of this
   // lane's block in a window: no division a window (a runtime divisor costs ≈ 25 instructions).
   const int bs_shift = J.blocks > 0 ? __ffs(J.bs) - 1 : 0;
   const unsigned mine = J.bs >= 32 ? kFull : ((1u << J.bs) - 1u) << (lane & ~(J.bs - 1));
-  for (int first = int(begin) + warp * 32; first < end; first += kStride * kBandBatch) {
+  const bool pretest = (reinterpret_cast<uintptr_t>(row) & 15) == 0 && (J.blocks == 0 || J.bs >= 4);
+  // The item in groups of kWarps·kPretestEntries entries, warp w's share of a group its w-th
+  // kPretestEntries: kPretestBatches batches one after another, pre-tested at once (`may`, bit i for
+  // batch i), then each batch that may need an exact score loaded a window a lane an entry.
+  unsigned may = 0;
+  for (int n = 0;; ++n) {  // the warp's n-th batch (warp-uniform)
+    const int i = n % kPretestBatches;
+    const int share = int(begin) + n / kPretestBatches * (kWarps * kPretestEntries) + warp * kPretestEntries;
+    if (share >= end) break;
+    const int first = share + i * kBatchEntries;
+    if (i == 0) may = pretest ? batches_may_need(J, r, row, share, int(end), bs_shift, cut, block_cut) : ~0u;
+    if (first >= end || !(may >> i & 1u)) continue;
     // The batch's fast scores and block maxima in flight together (no window's exact scores touch
     // another window's entries, and the block maxima are not written here).
     float fast[kBandBatch], tops[kBandBatch];
 #pragma unroll
     for (int i = 0; i < kBandBatch; ++i) {
-      const int e = first + i * kStride + lane;
+      const int e = first + i * 32 + lane;
       fast[i] = e < end ? row[e] : -INFINITY;
       tops[i] = J.blocks > 0 && e < end ? J.bmax[r * J.blocks + (e >> bs_shift)] : -INFINITY;
     }
 #pragma unroll
     for (int i = 0; i < kBandBatch; ++i) {
-      const int base = first + i * kStride;
+      const int base = first + i * 32;
       if (base >= end) break;  // (warp-uniform)
       const float a = fast[i];
       const bool unknown = isnan(a), seen = unknown || a > -INFINITY;
@@ -867,7 +921,7 @@ __device__ void band_item(const Chain& c, const Plan& plan, int item, BandShared
     __syncwarp();
 #pragma unroll 1
     for (int i = 0; i < kBandBatch; ++i) {
-      const int base = first + i * kStride, e = base + lane;
+      const int base = first + i * 32, e = base + lane;
       if (base >= end) break;  // (warp-uniform)
       unsigned todo = todos[warp][i];
       if (__popc(todo) >= kLanesFrom) {
@@ -1051,7 +1105,7 @@ bool index_refine_fits(const dk::IndexSelectChain& c, int64_t min_scores) {
 bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   if (!index_refine_fits(c, min_scores)) return false;
   WaveLaunch approx{}, band{};
-  if (!plan_fast_scores(c, approx) || !plan_one_wave(c, &band_kernel, kBandItems, kWarps * 32, 32768, band)) return false;
+  if (!plan_fast_scores(c, approx) || !plan_one_wave(c, &band_kernel, kBandItems, kWarps * kPretestEntries, 32768, band)) return false;
   const int64_t rows = rows_of(c);
   // Rows the fast form cannot take are scored exactly on integer tensor cores (the other rows'
   // blocks leave at once), where that kernel takes the jobs: flagged by a sample of their keys

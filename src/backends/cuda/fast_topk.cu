@@ -362,6 +362,35 @@ __global__ void __launch_bounds__(kCompactThreads, 3) topk_compact_kernel(const 
   }
 }
 
+// Candidates [x0, x0 + kTopkThreads·kGatherLoads) of a round of `used` chunks (chunk w's at[w] … in
+// the round's list; at[] ascending) copied from the chunks' slots to the list, kGatherLoads a thread,
+// every load issued before any store: a candidate finds its chunk by a binary search of at[] (the
+// last chunk starting at or before it: a chunk that left none starts where the next one does).
+constexpr int kGatherLoads = 4;
+__device__ __forceinline__ void gather_round(int x0, int n, int used, const int* at, const uint32_t* keys,
+                                             const int32_t* ids, int width, uint32_t* list_keys, int32_t* list_ids) {
+  uint32_t k[kGatherLoads];
+  int32_t id[kGatherLoads];
+#pragma unroll
+  for (int u = 0; u < kGatherLoads; ++u) {
+    const int x = x0 + u * kTopkThreads + static_cast<int>(threadIdx.x);
+    if (x >= n) continue;
+    int lo = 0, hi = used - 1;  // the last w with at[w] ≤ x
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (at[mid] <= x) lo = mid; else hi = mid - 1;
+    }
+    const int64_t from = int64_t{lo} * width + (x - at[lo]);
+    k[u] = keys[from];
+    id[u] = ids[from];
+  }
+#pragma unroll
+  for (int u = 0; u < kGatherLoads; ++u) {
+    const int x = x0 + u * kTopkThreads + static_cast<int>(threadIdx.x);
+    if (x < n) list_keys[x] = k[u], list_ids[x] = id[u];
+  }
+}
+
 // A block per row of the compacted jobs: the chunks' candidates gathered in list order (chunk after
 // chunk) into shared memory, and the row's selection from them. A row whose chunks left more than
 // kListMax (a floor far below its k-th: none, or many keys equal to it) pads each chunk's slots with
@@ -371,7 +400,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const dk::Top
   extern __shared__ uint32_t list_keys[];  // [kListMax], then the ids
   int32_t* list_ids = reinterpret_cast<int32_t*>(list_keys + kListMax);
   __shared__ uint32_t out_keys[kMaxWidth];
-  __shared__ int at_of[kTopkThreads], count_of[kTopkThreads];
+  __shared__ int at_of[kTopkThreads];
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t row = blockIdx.x;
   int i = 0;
@@ -393,17 +422,13 @@ __global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const dk::Top
     const uint32_t before = cuda::block_exclusive_scan<kTopkThreads>(static_cast<uint32_t>(cnt), sel, buf, &round);
     buf ^= 1;
     if (listed + round <= kListMax) {  // block-uniform
-      at_of[tid] = static_cast<int>(listed + before);
-      count_of[tid] = cnt;
+      at_of[tid] = static_cast<int>(before);  // (within the round)
       __syncthreads();
-      for (int w = warp; w < kTopkThreads && c0 + w < chunks; w += kTopkThreads / 32) {
-        const int64_t from = (c0 + w) * job.width;
-        for (int i = lane; i < count_of[w]; i += 32) {
-          list_keys[at_of[w] + i] = cand_keys[from + i];
-          list_ids[at_of[w] + i] = cand_ids[from + i];
-        }
-      }
-      __syncthreads();  // (at_of, count_of rewritten next round)
+      const int used = static_cast<int>(chunks - c0 < kTopkThreads ? chunks - c0 : kTopkThreads);
+      for (int x0 = 0; x0 < static_cast<int>(round); x0 += kTopkThreads * kGatherLoads)
+        gather_round(x0, static_cast<int>(round), used, at_of, cand_keys + c0 * job.width,
+                     cand_ids + c0 * job.width, job.width, list_keys + listed, list_ids + listed);
+      __syncthreads();  // (at_of rewritten next round)
     }
     listed += round;
   }

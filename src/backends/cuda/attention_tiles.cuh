@@ -38,33 +38,41 @@ struct RawUnit {
   uint32_t scale; // the unit's scale byte
 };
 
+// A record's aligned vector or byte: through the read-only cache from global memory, or a plain
+// load (a record staged in shared memory).
+template <bool kGlobal, class T>
+__device__ __forceinline__ T record_load(const uint8_t* at) {
+  if constexpr (kGlobal) return __ldg(reinterpret_cast<const T*>(at));
+  return *reinterpret_cast<const T*>(at);
+}
+
 // Window row: D E4M3 codes, then a UE8M0 scale per 32 channels.
-template <int D>
+template <int D, bool kGlobal = true>
 __device__ __forceinline__ RawUnit load_window_unit(const uint8_t* rec, int c0) {
   RawUnit u{{0, 0, 0, 0}, 0};
   if constexpr (D % 512 == 0) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(rec + c0));
+    const uint4 v = record_load<kGlobal, uint4>(rec + c0);
     u.w[0] = v.x, u.w[1] = v.y, u.w[2] = v.z, u.w[3] = v.w;
   } else {
     for (int i = 0; i < 4; ++i)
       u.w[i] = rec[c0 + 4 * i] | (rec[c0 + 4 * i + 1] << 8) | (rec[c0 + 4 * i + 2] << 16) |
                (uint32_t{rec[c0 + 4 * i + 3]} << 24);
   }
-  u.scale = __ldg(rec + D + c0 / 32);
+  u.scale = record_load<kGlobal, uint8_t>(rec + D + c0 / 32);
   return u;
 }
 
 // Main row: D/2 bytes of E2M1 pairs (even channel in the low nibble), then an E4M3 scale per 16.
-template <int D>
+template <int D, bool kGlobal = true>
 __device__ __forceinline__ RawUnit load_main_unit(const uint8_t* rec, int c0) {
   RawUnit u{{0, 0, 0, 0}, 0};
   if constexpr (D % 256 == 0) {
-    const uint2 v = __ldg(reinterpret_cast<const uint2*>(rec + c0 / 2));
+    const uint2 v = record_load<kGlobal, uint2>(rec + c0 / 2);
     u.w[0] = v.x, u.w[1] = v.y;
   } else {
-    for (int i = 0; i < 2; ++i) u.w[i] = __ldg(reinterpret_cast<const uint32_t*>(rec + c0 / 2 + 4 * i));  // 9D/16-byte rows
+    for (int i = 0; i < 2; ++i) u.w[i] = record_load<kGlobal, uint32_t>(rec + c0 / 2 + 4 * i);  // 9D/16-byte rows
   }
-  u.scale = __ldg(rec + D / 2 + c0 / 16);
+  u.scale = record_load<kGlobal, uint8_t>(rec + D / 2 + c0 / 16);
   return u;
 }
 

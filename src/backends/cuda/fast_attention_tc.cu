@@ -9,10 +9,13 @@
 // floor) and made more exact: the queries and the probabilities go in as two bf16 parts each.
 //
 // One CTA = one query row × 32 heads, 16 warps; keys in tiles of 64 slots:
-//   1. the tile's rows (KeyRow: float, FP8 window record, NVFP4 main record, absent) found once
-//      by 64 threads, their 16-channel units loaded a tile ahead, then decoded to bf16 rows in
-//      shared memory — exact: every cached value has at most 6 significant bits (model.md §4)
-//      and the segment's own window rows are fake-quantised FP8 values;
+//   0. every slot of the row found once (KeyRow: float, FP8 window record, NVFP4 main record,
+//      absent) into a table in shared memory — a tile's rows no longer wait on the top-k ids and
+//      page tables inside the loop;
+//   1. the tile's records copied global → shared by cp.async kStages tiles ahead (no registers held
+//      across the MMAs, the copies in flight during the last tile's scores, softmax and values),
+//      then decoded to bf16 rows in shared memory — exact: every cached value has at most 6
+//      significant bits (model.md §4) and the segment's own window rows are fake-quantised FP8 values;
 //   2. S = (q_hi + q_lo)·Kᵀ, each warp a row block × 64 channels, partial sums added in warp order;
 //   3. online softmax per head row (the sink seeds the running max and the denominator);
 //   4. O = O·α + (P_hi + P_lo)·V.
@@ -22,7 +25,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "backends/cuda/fast_kernels.h"
 #include "backends/cuda/attention_tiles.cuh"
@@ -39,6 +44,10 @@ constexpr int kD = 512;                    // head_dim the kernel is built for
 
 enum SlotKind : int { kWindowRecord = 0, kMainRecord = 1, kAbsent = 2, kFloatRow = 3 };
 
+constexpr int kRecordStride = kD + kD / 32;  // bytes a staged row: the larger record (window, 528)
+static_assert(kRecordStride % 16 == 0 && (kD / 2 + kD / 16) % 16 == 0, "records copy as 16-byte chunks");
+constexpr int kStages = 2;                   // tiles of records in flight ahead of the decode
+
 struct Smem {
   static constexpr int kStride = kD + 8;  // bf16 a row; +16 B keeps the ldmatrix rows conflict-free
   static constexpr int kPStride = kTile + 8;
@@ -47,25 +56,29 @@ struct Smem {
   __nv_bfloat16 keys[kTile * kStride];
   __nv_bfloat16 p_hi[kRows * kPStride];
   __nv_bfloat16 p_lo[kRows * kPStride];
+  alignas(16) uint8_t stage[kStages][kTile * kRecordStride];  // a tile's records as stored
   float m[kRows], l[kRows], alpha[kRows];
-  const void* src[2][kTile];  // a tile's rows, double-buffered: the next tile's found during this one
-  int kind[2][kTile];
   dk::AttnGeom g;
 };
 static_assert(8 * kRows * attn::kPartStride * sizeof(float) <= 2 * kRows * Smem::kStride * sizeof(__nv_bfloat16),
               "partial scores fit over q");
 
-using attn::RawUnit;
-
-__device__ __forceinline__ RawUnit load_unit(const void* row, int kind, int c0) {
-  const uint8_t* rec = static_cast<const uint8_t*>(row);
-  if (kind == kWindowRecord) return attn::load_window_unit<kD>(rec, c0);
-  if (kind == kMainRecord) return attn::load_main_unit<kD>(rec, c0);
-  return RawUnit{{0, 0, 0, 0}, 0};
+// The row's slot table after Smem in dynamic shared memory: slot j's source and kind (SlotKind).
+struct Slots {
+  const void** src;
+  int* kind;
+};
+__host__ __device__ constexpr int64_t slot_capacity(int64_t L) { return (L + kTile - 1) / kTile * kTile; }
+__host__ __device__ constexpr int64_t smem_bytes(int64_t L) {
+  return int64_t(sizeof(Smem)) + slot_capacity(L) * int64_t(sizeof(void*) + sizeof(int));
 }
 
-// The unit's 16 values as bf16 in shared memory (record_value's values; absent rows as zeros).
-__device__ __forceinline__ void store_unit(const RawUnit& u, int kind, const void* row, int c0, __nv_bfloat16* dst) {
+using attn::RawUnit;
+
+// The unit's 16 values as bf16 in shared memory (record_value's values; absent rows as zeros), a
+// record unit from its staged copy.
+__device__ __forceinline__ void store_unit(const uint8_t* staged, int kind, const void* row, int c0,
+                                           __nv_bfloat16* dst) {
   if (kind == kAbsent) return attn::store_zero_unit(dst);
   if (kind == kFloatRow) {  // the segment's own window rows (fake-quantised: bf16 values)
     __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dst);
@@ -77,15 +90,35 @@ __device__ __forceinline__ void store_unit(const RawUnit& u, int kind, const voi
     }
     return;
   }
-  attn::store_record_unit(u, kind == kWindowRecord, dst);
+  const bool window = kind == kWindowRecord;
+  const RawUnit u = window ? attn::load_window_unit<kD, false>(staged, c0) : attn::load_main_unit<kD, false>(staged, c0);
+  attn::store_record_unit(u, window, dst);
 }
 
-// Slot j of row i as (source, kind): AttnGeom::key, the row's form told once a tile.
+// Slot j of row i as (source, kind): AttnGeom::key, the row's form told once.
 __device__ __forceinline__ void find_slot(const dk::AttnGeom& g, int64_t i, int64_t j, int64_t nkeys,
                                           const void*& src, int& kind) {
   const dk::KeyRow key = j < nkeys ? g.key(i, j) : dk::KeyRow{};
   src = key.f ? static_cast<const void*>(key.f) : static_cast<const void*>(key.rec);
   kind = !key ? kAbsent : key.f ? kFloatRow : key.kind == RowKind::kWindow ? kWindowRecord : kMainRecord;
+}
+
+// Tile k0's records (slots k0 … k0 + 63) global → stage, 16-byte chunks by cp.async (a record not
+// 16-byte aligned, which the backend's pools never hold, copied by plain loads instead).
+__device__ __forceinline__ void stage_tile(const Slots& slots, int64_t k0, uint8_t* stage, int tid) {
+  constexpr int kChunks = kRecordStride / 16, kMainChunks = (kD / 2 + kD / 16) / 16;
+  for (int x = tid; x < kTile * kChunks; x += kThreads) {
+    const int r = x / kChunks, c = x % kChunks, kind = slots.kind[k0 + r];
+    if (kind > kMainRecord || (kind == kMainRecord && c >= kMainChunks)) continue;
+    const uint8_t* src = static_cast<const uint8_t*>(slots.src[k0 + r]) + 16 * c;
+    uint8_t* dst = stage + r * kRecordStride + 16 * c;
+    if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+      cuda::tiles::cp_async16(dst, src, true);
+    } else {
+      for (int b = 0; b < 16; ++b) dst[b] = src[b];
+    }
+  }
+  cuda::tiles::cp_async_commit();
 }
 
 __global__ void __launch_bounds__(kThreads, 1) attn_tensor_kernel(const dk::AttnBatch b) {
@@ -118,13 +151,22 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tensor_kernel(const dk::Attn
   // Present slots lie in [0, nkeys): the window's nwin, then the top-k row's k.
   const int64_t nwin = g.start + i - g.lo(i) + 1;
   const int64_t present = nwin + (g.topk ? g.k : 0), nkeys = present < g.L ? present : g.L;
-  if (tid < kTile) find_slot(g, i, tid, nkeys, sm.src[0][tid], sm.kind[0][tid]);
+  const int64_t tiles = (nkeys + kTile - 1) / kTile;
+  uint8_t* const table = smem_raw + sizeof(Smem);
+  const Slots slots{reinterpret_cast<const void**>(table),
+                    reinterpret_cast<int*>(table + slot_capacity(g.L) * int64_t(sizeof(void*)))};
+  for (int64_t j = tid; j < tiles * kTile; j += kThreads) find_slot(g, i, j, nkeys, slots.src[j], slots.kind[j]);
   __syncthreads();
+  for (int k = 0; k < kStages; ++k) {  // (empty groups past the last tile keep the counts uniform)
+    if (k < tiles) stage_tile(slots, k * kTile, sm.stage[k], tid);
+    else cuda::tiles::cp_async_commit();
+  }
 
   // Warp (mt, wi)'s q fragments stay in registers; the q arrays then hold the partial scores.
   attn::QFrags<kD> qf;
   attn::load_q_frags<kD>(qf, sm.q_hi, sm.q_lo, S, mt, wi, lane);
   float* const spart = reinterpret_cast<float*>(sm.q_hi);
+  cuda::tiles::cp_async_wait<kStages - 1>();  // this thread's copies of tile 0
   __syncthreads();
 
   constexpr int NT = kD / 64;  // n8 tiles of this warp's 64 output channels
@@ -134,39 +176,31 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tensor_kernel(const dk::Attn
   // A pass of the decode covers RP rows, one 16-channel unit a thread.
   constexpr int U = kD / 16, RP = kThreads / U, kPasses = kTile / RP;
   const int unit_row = tid / U, unit_c0 = (tid % U) * 16;
-  RawUnit raw[kPasses];
-  auto load_tile = [&](int buf) {
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t k0 = t * kTile;
+    uint8_t* const stage = sm.stage[t % kStages];
+    // 1. Decode this tile from its staged records (every thread's copies landed before the barrier
+    //    that ended the last tile); then the stage takes tile t + kStages.
 #pragma unroll
     for (int j = 0; j < kPasses; ++j) {
       const int r = j * RP + unit_row;
-      raw[j] = load_unit(sm.src[buf][r], sm.kind[buf][r], unit_c0);
+      store_unit(stage + r * kRecordStride, slots.kind[k0 + r], slots.src[k0 + r], unit_c0, &sm.keys[r * S + unit_c0]);
     }
-  };
-  if (nkeys > 0) load_tile(0);
-
-  int buf = 0;
-  for (int64_t k0 = 0; k0 < nkeys; k0 += kTile, buf ^= 1) {
-    // 1. Decode this tile (loaded during the last one); find the next tile's rows.
-#pragma unroll
-    for (int j = 0; j < kPasses; ++j) {
-      const int r = j * RP + unit_row;
-      store_unit(raw[j], sm.kind[buf][r], sm.src[buf][r], unit_c0, &sm.keys[r * S + unit_c0]);
-    }
-    if (tid < kTile && k0 + kTile < nkeys) find_slot(g, i, k0 + kTile + tid, nkeys, sm.src[buf ^ 1][tid], sm.kind[buf ^ 1][tid]);
     __syncthreads();
+    if (t + kStages < tiles) stage_tile(slots, k0 + kStages * kTile, stage, tid);
+    else cuda::tiles::cp_async_commit();
     // 2. S = Q·Kᵀ by channel slices.
     attn::partial_scores<kD>(qf, sm.keys, S, spart, mt, wi, lane);
     __syncthreads();
     // 3. Online softmax, P in two parts.
-    const int* kinds = sm.kind[buf];
+    const int* kinds = slots.kind + k0;
     const auto score = [&](int r, int k) { return attn::sliced_score(spart, r, k, kinds[k] == kAbsent, scaling); };
     attn::softmax_rows(score, sm.m, sm.l, sm.alpha, sm.p_hi, sm.p_lo, PS, warp, lane);
     __syncthreads();
-    // The next tile's records, in flight during P·V and the next decode's barrier.
-    if (k0 + kTile < nkeys) load_tile(buf ^ 1);
     // 4. O = O·α + (P_hi + P_lo)·V over row block mt and this warp's 64 channels.
     attn::accumulate_values<NT, true>(acc, sm.p_hi, sm.p_lo, PS, sm.alpha, sm.keys, S, wi * (kD / 8), mt, lane);
-    __syncthreads();  // the next tile overwrites keys, the partial scores and p
+    cuda::tiles::cp_async_wait<kStages - 1>();  // this thread's copies of tile t + 1
+    __syncthreads();  // the next tile overwrites keys, the partial scores and p; its records landed
   }
 
   // ---- out = O / l for the real heads -------------------------------------------------------------
@@ -199,7 +233,13 @@ bool launch_attn_tensor(const dk::AttnBatch& b, Stream s) {
     rows += b.jobs[j].g.T;
   }
   if (rows > 0x7fffffff) return false;
-  const int bytes = int(sizeof(Smem));
+  int64_t most = 0;
+  for (int j = 0; j < b.n; ++j) most = std::max(most, smem_bytes(b.jobs[j].g.L));
+  int limit = 0, device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess || most > limit)
+    return false;  // a row of more slots than the table holds: the split kernels
+  const int bytes = int(most);
   if (cudaFuncSetAttribute(attn_tensor_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
     return false;
   if (rows == 0) return true;

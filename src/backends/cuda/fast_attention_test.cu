@@ -610,6 +610,11 @@ TEST(FastAttentionCuda, TensorSinkAttentionMatchesSimple) {
   const AttnCase other{1, 64, 128, 128, 64, 300, 0, 100, true, true};
   AttnInputs small(dev, rng, other);
   EXPECT_FALSE(fast::launch_attn_tensor(small.alone(dev, rng, other)));
+  // Nor where a row has more slots than the kernel's slot table holds in shared memory (window 128
+  // + top-k 8,192): the split kernels, the same outputs as the simple chain.
+  const AttnCase wide{1, 64, 512, 128, 8192, 9000, 0, 8300, true, true};
+  AttnInputs big(dev, rng, wide);
+  EXPECT_FALSE(fast::launch_attn_tensor(big.alone(dev, rng, wide)));
 }
 
 }  // namespace

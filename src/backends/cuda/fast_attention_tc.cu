@@ -155,7 +155,14 @@ __global__ void __launch_bounds__(kThreads, 1) attn_tensor_kernel(const dk::Attn
   uint8_t* const table = smem_raw + sizeof(Smem);
   const Slots slots{reinterpret_cast<const void**>(table),
                     reinterpret_cast<int*>(table + slot_capacity(g.L) * int64_t(sizeof(void*)))};
-  for (int64_t j = tid; j < tiles * kTile; j += kThreads) find_slot(g, i, j, nkeys, slots.src[j], slots.kind[j]);
+  for (int64_t j = tid; j < tiles * kTile; j += 2 * kThreads) {  // two slots a thread at once: their loads overlap
+    const void* src[2];
+    int kind[2];
+    find_slot(g, i, j, nkeys, src[0], kind[0]);
+    find_slot(g, i, j + kThreads, nkeys, src[1], kind[1]);
+    slots.src[j] = src[0], slots.kind[j] = kind[0];
+    if (j + kThreads < tiles * kTile) slots.src[j + kThreads] = src[1], slots.kind[j + kThreads] = kind[1];
+  }
   __syncthreads();
   for (int k = 0; k < kStages; ++k) {  // (empty groups past the last tile keep the counts uniform)
     if (k < tiles) stage_tile(slots, k * kTile, sm.stage[k], tid);

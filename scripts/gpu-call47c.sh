@@ -3,8 +3,8 @@
 # gather's loads issued together) against var/B0 (the band as before), var/G0 (the gather as before)
 # and var/P0 (both as before), batch 64 / 1M alternated twice and batch 16; the refine and selection
 # tests, the whole GPU suite; ncu's band and gather times on the build and P0.
-# NOT RUN: every device start after call 2 was refused until device time ran out, and main reverted
-# both changes (62009e1). To run it: `git cherry-pick f9a5ac1 016208d`, build, then var/B0 = that
+# Not run in session 47 (every device start after call 2 was refused; main reverted both changes,
+# 62009e1); both ran in session 48 inside scripts/gpu-call48a.sh, which measured them faster, and landed. To run it: `git cherry-pick f9a5ac1 016208d`, build, then var/B0 = that
 # build with main's index_refine.cu, var/G0 = with main's fast_topk.cu, var/P0 = with both
 # (scripts/cuda-bench-variant.sh build OUT 62009e1 FILE…), and
 #   mkdir -p .dcx && tar -xJf .devcarry/t.tar.xz -C .dcx && OUT=$OUT bash .dcx/gpu-call47c.sh

@@ -4,10 +4,8 @@
 # and var/P0 (both as before), batch 64 / 1M alternated twice and batch 16; the refine and selection
 # tests, the whole GPU suite; ncu's band and gather times on the build and P0.
 # Not run in session 47 (every device start after call 2 was refused; main reverted both changes,
-# 62009e1); both ran in session 48 inside scripts/gpu-call48a.sh, which measured them faster, and landed. To run it: `git cherry-pick f9a5ac1 016208d`, build, then var/B0 = that
-# build with main's index_refine.cu, var/G0 = with main's fast_topk.cu, var/P0 = with both
-# (scripts/cuda-bench-variant.sh build OUT 62009e1 FILE…), and
-#   mkdir -p .dcx && tar -xJf .devcarry/t.tar.xz -C .dcx && OUT=$OUT bash .dcx/gpu-call47c.sh
+# 62009e1). Both ran in session 48 inside scripts/gpu-call48a.sh, measured faster, and landed on main
+# (37778c8, 2138528); this script is kept as the record of what call 3 would have run.
 set -u
 . "$(dirname "$0")/gpu-call-lib.sh"  # $O, BUDGET, step, run.txt
 selection_tests ./dsv41_cuda_tests

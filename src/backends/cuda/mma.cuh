@@ -46,38 +46,41 @@ __device__ __forceinline__ void mma_s8_16832(int (&c)[4], uint32_t a0, uint32_t 
 
 // Eight E2M1 codes (one word of a packed FP4 row: channel 2i in the low nibble of byte i, 2i+1 in
 // the high nibble) as eight int8 holding 2·value (0, ±1, ±2, ±3, ±4, ±6, ±8, ±12): lo = channels
-// 0…3, hi = channels 4…7, one per byte in channel order. The magnitudes and their negations come
-// from two byte-permute tables; the sign mask from prmt's sign-replicating mode on the code bits.
+// 0…3, hi = channels 4…7, one per byte in channel order. The magnitudes come from one byte-permute
+// table, the code itself the selector: a code's sign bit is prmt's sign-replicate bit, and every
+// table byte is below 0x80, so a negative code selects 0x00. With the sign bits flipped the same
+// table gives the negative codes' magnitudes N (0 for the others), negated bytewise as
+// (0x80808080 − N) ^ 0x80808080 (each byte 0x80 − N ≥ 0x20: no borrow between bytes) and merged.
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   uint32_t d;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
   return d;
 }
-// The byte tables: {pos_lo, pos_hi} the eight magnitudes, {neg_lo, neg_hi} their negations.
+// The byte table {lo, hi}: the eight magnitudes 2·value of codes 0…7.
 struct E2m1Tables {
-  uint32_t pos_lo, pos_hi, neg_lo, neg_hi;
+  uint32_t lo, hi;
 };
 __host__ __device__ constexpr E2m1Tables e2m1_tables() {
-  return {0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu};  // 0 1 2 3 | 4 6 8 12, and negated
+  return {0x03020100u, 0x0C080604u};  // 0 1 2 3 | 4 6 8 12
 }
 
-// The tables of 2·value·2^shift (shift 0 … 3: every magnitude stays within 96, so the positive bytes
-// shift as one word; the negative ones lose the bits that cross into the next byte).
+// The table of 2·value·2^shift (shift 0 … 3: every magnitude stays within 96, below 0x80, and the
+// bytes shift as one word).
 __device__ __forceinline__ E2m1Tables e2m1_tables_shifted(int shift) {
   constexpr E2m1Tables t = e2m1_tables();
-  const uint32_t keep = (0xFFu << shift & 0xFFu) * 0x01010101u;
-  return {t.pos_lo << shift, t.pos_hi << shift, (t.neg_lo << shift) & keep, (t.neg_hi << shift) & keep};
+  return {t.lo << shift, t.hi << shift};
+}
+
+// Four codes (selector nibbles, the low 16 bits of `codes`) as signed bytes from table `tab`.
+__device__ __forceinline__ uint32_t e2m1x4_to_s8(uint32_t codes, const E2m1Tables& tab) {
+  const uint32_t pos = prmt(tab.lo, tab.hi, codes), neg = prmt(tab.lo, tab.hi, codes ^ 0x8888u);
+  return ((0x80808080u - neg) ^ 0x80808080u) | pos;
 }
 
 __device__ __forceinline__ void e2m1x8_to_s8(uint32_t w, uint32_t& lo, uint32_t& hi,
                                              const E2m1Tables& tab = e2m1_tables()) {
-  const uint32_t sel_lo = w & 0x7777u, sel_hi = (w >> 16) & 0x7777u;
-  // Sign of channel j: bit 3 (even j) or bit 7 (odd j) of byte j/2; prmt's mode bit 3 replicates
-  // bit 7 of the chosen byte of {w << 4, w}.
-  const uint32_t shifted = w << 4;
-  const uint32_t neg_lo = prmt(shifted, w, 0xD9C8u), neg_hi = prmt(shifted, w, 0xFBEAu);
-  lo = (prmt(tab.pos_lo, tab.pos_hi, sel_lo) & ~neg_lo) | (prmt(tab.neg_lo, tab.neg_hi, sel_lo) & neg_lo);
-  hi = (prmt(tab.pos_lo, tab.pos_hi, sel_hi) & ~neg_hi) | (prmt(tab.neg_lo, tab.neg_hi, sel_hi) & neg_hi);
+  lo = e2m1x4_to_s8(w, tab);
+  hi = e2m1x4_to_s8(w >> 16, tab);
 }
 
 // Eight E2M1 codes (one word, nibble j = channel j) as four fp16 pairs holding value·2^-14

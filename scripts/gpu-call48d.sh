@@ -16,7 +16,7 @@ for part in re.split(r"\n\s+Function : ", sass):
     name = part.split("\n", 1)[0]
     if "approx_kernel" not in name:
         continue
-    ops = collections.Counter(m.group(2) for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)", part))
+    ops = collections.Counter(m.group(2) for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)", part))
     print(name, sum(ops.values()), ops.most_common(24))
 PY
 step tests.txt 150 60 ./dsv41_cuda_tests --gtest_filter='*Index*:*Topk*:*Refine*'

@@ -116,6 +116,7 @@ struct ApproxShared {
   float4 head[kMaxHeads];                   // per head {c_h = 2^(least unit) · scale, w_h, |w_h|, −2^23·c_h}
   float weights;                            // Σ_h |w_h|
   float cmax;                               // max_h |c_h|
+  float slack;                              // the bound's subnormal slack (20·(1 + Σ|w|) + 4H + 8)·2^-149, rounded up
   int unknown;                              // the row's queries are outside the fused form: every entry unknown
   unsigned bound;                           // the block's largest finite bound (float bits, ≥ 0)
 };
@@ -186,6 +187,7 @@ __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh)
     for (int h = 0; h < nh; ++h) w += fabsf(sh.head[h].y), c = fmaxf(c, fabsf(sh.head[h].x));
     sh.weights = w;
     sh.cmax = c;
+    sh.slack = __fmul_ru(__fmaf_ru(20.0f, 1.0f + w, 4.0f * float(nh) + 8.0f), 0x1p-149f);
   }
   __syncthreads();
 }
@@ -200,7 +202,9 @@ struct Records {
   const uint8_t* rec;
   uint8_t* const* pages;
   int shift;
-  __device__ explicit Records(const dk::KeyRows& k) : rec(k.rec), pages(k.pages), shift(k.page_shift) {}
+  bool together;  // a tile's kTile records (its first a multiple of kTile) lie one after another
+  __device__ explicit Records(const dk::KeyRows& k)
+      : rec(k.rec), pages(k.pages), shift(k.page_shift), together(!k.pages || (int64_t{1} << k.page_shift) >= kTile) {}
   __device__ __forceinline__ const uint8_t* operator()(int e) const {
     return pages ? pages[e >> shift] + (e & ((1 << shift) - 1)) * kBytes : rec + int64_t(e) * kBytes;
   }
@@ -232,22 +236,34 @@ struct KeyPair {
   uint32_t scales[2];
 };
 
+// Key i of the pair from its record.
+template <int NB>
+__device__ __forceinline__ void load_key(const Records<NB>& at, const uint8_t* rec, int t, int i, KeyPair& p) {
+#pragma unroll
+  for (int b = 0; b < NB; ++b) p.w[i][b] = at.word(rec + (by_block(NB) ? t * 16 + b * 4 : b * 16 + t * 4));
+  if constexpr (Records<NB>::kWords && NB == 4) {
+    p.scales[i] = *reinterpret_cast<const uint32_t*>(rec + 64);  // dh 128: the four scale bytes at byte 64
+  } else {
+#pragma unroll
+    for (int b = 0; b < NB; ++b) p.scales[i] |= uint32_t(rec[NB * 16 + b]) << (8 * b);
+  }
+}
+
+// e0 = a tile's first entry (a multiple of kTile) + g. Where both keys are seen and the tile lies in
+// one page (Records::together), key g + 8's record is 8 records past key g's: one address a lane.
 template <int NB>
 __device__ __forceinline__ KeyPair fetch_pair(const Records<NB>& at, int e0, int end, int t) {
   KeyPair p{};
+  if (e0 + 8 < end && at.together) {
+    const uint8_t* rec = at(e0);
+    load_key(at, rec, t, 0, p);
+    load_key(at, rec + 8 * Records<NB>::kBytes, t, 1, p);
+    return p;
+  }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int e = e0 + 8 * i;
-    if (e >= end) continue;
-    const uint8_t* rec = at(e);
-#pragma unroll
-    for (int b = 0; b < NB; ++b) p.w[i][b] = at.word(rec + (by_block(NB) ? t * 16 + b * 4 : b * 16 + t * 4));
-    if constexpr (Records<NB>::kWords && NB == 4) {
-      p.scales[i] = *reinterpret_cast<const uint32_t*>(rec + 64);  // dh 128: the four scale bytes at byte 64
-    } else {
-#pragma unroll
-      for (int b = 0; b < NB; ++b) p.scales[i] |= uint32_t(rec[NB * 16 + b]) << (8 * b);
-    }
+    if (e < end) load_key(at, at(e), t, i, p);
   }
   return p;
 }
@@ -293,29 +309,37 @@ __device__ __forceinline__ KeyScales key_scales(uint32_t scales, uint32_t nonzer
   return {least, unknown, nonzero && !unknown ? key_factor(least) : 1.0f};
 }
 
-// decode_tile with four blocks (by_block): lane t decodes block t of keys g and g + 8 — its nonzero
-// test over its own four words, the quad's by one ballot a key, one shift and one set of shifted
-// tables a key instead of a shift a word. The key's least scale and whether it is outside the form
-// are worked out once a lane pair: lanes t = 0, 2 for key g, t = 1, 3 for key g + 8 (the key
-// finish_tile has each lane write), then shuffled to the quad.
+// Per 16-bit half, the smaller of a and b.
+__device__ __forceinline__ uint32_t min_u16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("min.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// decode_tile with four blocks (by_block): lane t decodes block t of keys g and g + 8, one shift and
+// one set of shifted tables a key instead of a shift a word. A key's least and most scale over its
+// nonzero blocks (key_scales) come from the quad at once: each lane offers its own block as
+// {least: s or 255, 255 − most: 255 − s or 255} in two 16-bit halves, two butterfly minima give
+// every lane both. A scale byte past 252 (the key outside the form, zero block or not) offers
+// {0, 0}: a span of 255. So most ≥ least exactly where the key has a nonzero block or a wide scale,
+// and the span test marks both cases unknown, as key_scales does.
 __device__ __forceinline__ TileKeys<kMaxBlocks> decode_by_block(const KeyPair& keys, const ApproxShared& sh) {
   TileKeys<kMaxBlocks> tk;
-  const int lane = threadIdx.x & 31, t = lane & 3, mine = t & 1, quad = lane & ~3;
-  uint32_t nonzero[2];
+  const int t = threadIdx.x & 3;
+  const bool row_unknown = sh.unknown != 0;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const uint32_t words = keys.w[i][0] | keys.w[i][1] | keys.w[i][2] | keys.w[i][3];
-    nonzero[i] = __ballot_sync(kFull, (words & 0x77777777u) != 0) >> quad & 0xFu;
-  }
-  const KeyScales ks = key_scales(mine ? keys.scales[1] : keys.scales[0], mine ? nonzero[1] : nonzero[0], kMaxBlocks, sh);
-  tk.kf[0] = tk.kf[1] = ks.kf;  // (the lane's own key's; finish_tile reads index t & 1)
-  tk.unknown[0] = tk.unknown[1] = ks.unknown;
-  const uint32_t packed = ks.least | (ks.unknown ? 0x100u : 0u);
-  const uint32_t of[2] = {__shfl_sync(kFull, packed, quad), __shfl_sync(kFull, packed, quad | 1)};
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const bool shifted = (nonzero[i] >> t & 1u) && !(of[i] & 0x100u);
-    const int shift = shifted ? int((keys.scales[i] >> (8 * t) & 0xFFu) - (of[i] & 0xFFu)) : 0;
+    const uint32_t s = cuda::prmt(keys.scales[i], 0u, 0x4440u | uint32_t(t));  // block t's scale byte
+    const bool nonzero = ((keys.w[i][0] | keys.w[i][1] | keys.w[i][2] | keys.w[i][3]) & 0x77777777u) != 0;
+    uint32_t offer = s > 252 ? 0u : nonzero ? s * 0xFFFFu + 255u : 0x00FF00FFu;  // {s, 255 − s} or {255, 255}
+    offer = min_u16x2(offer, __shfl_xor_sync(kFull, offer, 1));
+    offer = min_u16x2(offer, __shfl_xor_sync(kFull, offer, 2));
+    const int least = int(offer >> 16), most = 255 - int(offer & 0xFFFFu);
+    const bool any = most >= least;
+    const bool unknown = row_unknown || (any && most - least > dk::kIndexFusedSpan);
+    tk.unknown[i] = unknown;
+    tk.kf[i] = any && !unknown ? key_factor(uint32_t(least)) : 1.0f;
+    const int shift = nonzero && !unknown ? int(s) - least : 0;
     const cuda::E2m1Tables tab = cuda::e2m1_tables_shifted(shift);
 #pragma unroll
     for (int m = 0; m < kMaxBlocks; ++m) cuda::e2m1x8_to_s8(keys.w[i][m], tk.a[m][i], tk.a[m][2 + i], tab);
@@ -369,26 +393,38 @@ __device__ __forceinline__ void add_heads(const int* x, const ApproxShared& sh, 
   }
 }
 
+// What finishing a tile needs of its item, worked out once an item: where the row's scores go, the
+// item's end and what the row sees (32-bit: G < 2^31), the head tiles and the bound's error factor
+// (the row's other constants are in ApproxShared).
+struct RowOut {
+  float* scores;     // the row's scores, k.scores + r·G
+  int end, visible;  // the item's end; the entries the row sees
+  int tiles;         // head tiles of 8, nh / 8
+  float error;       // index_refine_error for nh, rounded up
+};
+__device__ __forceinline__ RowOut row_out(const dk::IndexScoreK& k, int64_t r, int64_t end, int64_t visible,
+                                          float error) {
+  return {k.scores + r * k.G, int(end), int(min(visible, end)), int(k.nh) / 8, error};
+}
+
 // The tile's scores from the lanes' head sums, written where e < end (fast score, NaN where
 // unknown, −inf where the row does not see it). Returns the lane's largest finite bound. Lane t
 // finishes key g + 8·(t & 1) (lanes t and t ^ 2 hold the same sums; t < 2 writes): each lane keeps
 // its key's partial sum and hands the other key's to its neighbour, so two shuffles a sum reduce the
 // quad in the order (t0 + t1) + (t2 + t3) for both keys.
 template <int NB>
-__device__ __forceinline__ float finish_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t end,
-                                             int64_t visible, const TileKeys<NB>& tk, const float (&total)[2],
-                                             const float (&magnitude)[2], float error, const ApproxShared& sh,
-                                             unsigned& unknowns) {
+__device__ __forceinline__ float finish_tile(const RowOut& o, int e0, const TileKeys<NB>& tk, const float (&total)[2],
+                                             const float (&magnitude)[2], const ApproxShared& sh, unsigned& unknowns) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, i = t & 1;
   float sum = i ? total[1] : total[0], mag = i ? magnitude[1] : magnitude[0];
   sum += __shfl_xor_sync(kFull, i ? total[0] : total[1], 1);
   mag += __shfl_xor_sync(kFull, i ? magnitude[0] : magnitude[1], 1);
   sum += __shfl_xor_sync(kFull, sum, 2);
   mag += __shfl_xor_sync(kFull, mag, 2);
-  const int64_t e = e0 + g + 8 * i;
-  if (t > 1 || e >= end) return 0.0f;
-  float* out = k.scores + r * k.G + e;
-  if (e >= visible) {
+  const int e = e0 + g + 8 * i;
+  if (t > 1 || e >= o.end) return 0.0f;
+  float* out = o.scores + e;
+  if (e >= o.visible) {
     *out = -INFINITY;
     return 0.0f;
   }
@@ -399,24 +435,22 @@ __device__ __forceinline__ float finish_tile(const dk::IndexScoreK& k, int64_t r
   // Near float's overflow the simple body's terms or partial sums may overflow where this sum,
   // scaled after, does not (index_refine.h): unknown there.
   const bool in_range = sh.cmax * kf <= 0x1p105f && mag * kf < 0x1p126f;
-  const float body = __fmul_ru(__fmul_ru(__fmul_ru(mag, kf), error), 1.0f + 0x1p-10f);
-  const float slack = __fmul_ru(__fmaf_ru(20.0f, 1.0f + sh.weights, 4.0f * float(k.nh) + 8.0f), 0x1p-149f);
-  const float bound = __fadd_ru(body, slack);
+  const float body = __fmul_ru(__fmul_ru(__fmul_ru(mag, kf), o.error), 1.0f + 0x1p-10f);
+  const float bound = __fadd_ru(body, sh.slack);
   const bool known = !(i ? tk.unknown[1] : tk.unknown[0]) && in_range && isfinite(score) && isfinite(bound);
   *out = known ? score : __int_as_float(0x7FC00000);
   unknowns += known ? 0u : 1u;
   return known ? bound : 0.0f;
 }
 
-// One warp's tile: entries e0 … e0 + 15 of row r (lane (g, t): e0 + g and e0 + g + 8), the sums on
+// One warp's tile: entries e0 … e0 + 15 of the row (lane (g, t): e0 + g and e0 + g + 8), the sums on
 // the warp's own m16n8k32 MMAs (keys as the 16 rows, 8 heads as the columns).
 template <int NB>
-__device__ float score_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t end, int64_t visible,
-                            const KeyPair& keys, float error, const ApproxShared& sh, unsigned& unknowns) {
+__device__ float score_tile(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh, unsigned& unknowns) {
   const int lane = threadIdx.x & 31, t = lane & 3;
   const TileKeys<NB> tk = decode_tile<NB>(keys, sh);
   float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
-  for (int nt = 0; nt < int(k.nh) / 8; ++nt) {
+  for (int nt = 0; nt < o.tiles; ++nt) {
     int x[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
@@ -425,17 +459,16 @@ __device__ float score_tile(const dk::IndexScoreK& k, int64_t r, int64_t e0, int
     }
     add_heads(x, sh, nt, t, total, magnitude);
   }
-  return finish_tile<NB>(k, r, e0, end, visible, tk, total, magnitude, error, sh, unknowns);
+  return finish_tile<NB>(o, e0, tk, total, magnitude, sh, unknowns);
 }
 
 // The same tile with the sums on warpgroup MMAs: the block's four warps' tiles are the 64 rows of
 // one wgmma m64nNk32 a block of 32 channels, N = 8·NT heads (A from each warp's registers, the
 // heads from ApproxShared::qw; D holds head tile nt's sums in d[4nt … 4nt + 3], as score_tile's x).
 // NT 4 for up to 32 heads (half the MMA and accumulators of NT 8), else 8. Every warp of the block
-// calls it together.
+// calls it together. A row of exactly 8·NT heads (the model's) adds its tiles without a test a tile.
 template <int NB, int NT>
-__device__ float score_tile_wg(const dk::IndexScoreK& k, int64_t r, int64_t e0, int64_t end, int64_t visible,
-                               const KeyPair& keys, float error, const ApproxShared& sh, uint64_t desc0,
+__device__ float score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh, uint64_t desc0,
                                unsigned& unknowns) {
   static_assert(NT == 4 || NT == 8);
   const int t = threadIdx.x & 3;
@@ -454,19 +487,24 @@ __device__ float score_tile_wg(const dk::IndexScoreK& k, int64_t r, int64_t e0, 
   wgmma_wait<0>();
   wgmma_reg_fence(d);
   float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
-  const int tiles = int(k.nh) / 8;
+  if (o.tiles == NT) {
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-    if (nt < tiles) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
-  return finish_tile<NB>(k, r, e0, end, visible, tk, total, magnitude, error, sh, unknowns);
+    for (int nt = 0; nt < NT; ++nt) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      if (nt < o.tiles) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
+  }
+  return finish_tile<NB>(o, e0, tk, total, magnitude, sh, unknowns);
 }
 
 // One item of the launch, entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …,
 // the next tile's keys fetched while the current one is scored. kWarpgroup (4 or 8 head tiles): the
-// sums on warpgroup MMAs (score_tile_wg; the four warps step together), 0: each warp's own
-// (score_tile); the same bits. `staged`: the (job, row) whose queries sh holds (-1: none), updated.
-// Block-uniform; ends with the row's β and unknown count added to its work floats and, wherever it
-// read sh, at a barrier (sh free for the next item).
+// sums on warpgroup MMAs (score_tile_wg; the four warps step together; two tiles a turn so that the
+// two tiles' keys trade places without copies), 0: each warp's own (score_tile); the same bits.
+// `staged`: the (job, row) whose queries sh holds (-1: none), updated. Block-uniform; ends with the
+// row's β and unknown count added to its work floats and, wherever it read sh, at a barrier (sh free
+// for the next item).
 template <int NB, int kWarpgroup>
 __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxShared& sh, int64_t& staged) {
   const Place p = place_of(c, plan, item);
@@ -494,22 +532,28 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
     return;
   }
   const Records<NB> at(k.keys);
+  const RowOut o = row_out(k, r, end, visible, plan.error[p.job]);
   float largest = 0.0f;
   unsigned unknowns = 0;
-  KeyPair next = fetch_pair(at, int(begin) + warp * kTile + g, int(seen_end), t);
+  constexpr int kStep = kWarps * kTile;
+  const int first = int(begin) + warp * kTile, seen = int(seen_end);
   if constexpr (kWarpgroup > 0) {
     const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0], 128, 256);
-    for (int base = int(begin); base < end; base += kWarps * kTile) {  // (block-uniform: all warps MMA together)
+    KeyPair even = fetch_pair(at, first + g, seen, t), odd;
+    for (int base = int(begin); base < o.end; base += 2 * kStep) {  // (block-uniform: all warps MMA together)
       const int e0 = base + warp * kTile;
-      const KeyPair cur = next;
-      next = fetch_pair(at, e0 + kWarps * kTile + g, int(seen_end), t);
-      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(k, r, e0, end, visible, cur, plan.error[p.job], sh, desc0, unknowns));
+      odd = fetch_pair(at, e0 + kStep + g, seen, t);
+      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(o, e0, even, sh, desc0, unknowns));
+      if (base + kStep >= o.end) break;
+      even = fetch_pair(at, e0 + 2 * kStep + g, seen, t);
+      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(o, e0 + kStep, odd, sh, desc0, unknowns));
     }
   } else {
-    for (int e0 = int(begin) + warp * kTile; e0 < end; e0 += kWarps * kTile) {
+    KeyPair next = fetch_pair(at, first + g, seen, t);
+    for (int e0 = first; e0 < o.end; e0 += kStep) {
       const KeyPair cur = next;
-      next = fetch_pair(at, e0 + kWarps * kTile + g, int(seen_end), t);
-      largest = fmaxf(largest, score_tile<NB>(k, r, e0, end, visible, cur, plan.error[p.job], sh, unknowns));
+      next = fetch_pair(at, e0 + kStep + g, seen, t);
+      largest = fmaxf(largest, score_tile<NB>(o, e0, cur, sh, unknowns));
     }
   }
   const unsigned warp_largest = __reduce_max_sync(kFull, __float_as_uint(largest));

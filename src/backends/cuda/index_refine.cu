@@ -500,8 +500,9 @@ __device__ float score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, con
 
 // One item of the launch, entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …,
 // the next tile's keys fetched while the current one is scored. kWarpgroup (4 or 8 head tiles): the
-// sums on warpgroup MMAs (score_tile_wg; the four warps step together; two tiles a turn so that the
-// two tiles' keys trade places without copies), 0: each warp's own (score_tile); the same bits.
+// sums on warpgroup MMAs (score_tile_wg; the four warps step together), 0: each warp's own
+// (score_tile); the same bits. (Two tiles a turn, their keys trading places without copies, ran
+// fewer instructions and measured slower: docs/CUDA.md, session 49.)
 // `staged`: the (job, row) whose queries sh holds (-1: none), updated. Block-uniform; ends with the
 // row's β and unknown count added to its work floats and, wherever it read sh, at a barrier (sh free
 // for the next item).
@@ -539,14 +540,12 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
   const int first = int(begin) + warp * kTile, seen = int(seen_end);
   if constexpr (kWarpgroup > 0) {
     const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0], 128, 256);
-    KeyPair even = fetch_pair(at, first + g, seen, t), odd;
-    for (int base = int(begin); base < o.end; base += 2 * kStep) {  // (block-uniform: all warps MMA together)
+    KeyPair next = fetch_pair(at, first + g, seen, t);
+    for (int base = int(begin); base < o.end; base += kStep) {
       const int e0 = base + warp * kTile;
-      odd = fetch_pair(at, e0 + kStep + g, seen, t);
-      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(o, e0, even, sh, desc0, unknowns));
-      if (base + kStep >= o.end) break;
-      even = fetch_pair(at, e0 + 2 * kStep + g, seen, t);
-      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(o, e0 + kStep, odd, sh, desc0, unknowns));
+      const KeyPair cur = next;
+      next = fetch_pair(at, e0 + kStep + g, seen, t);
+      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(o, e0, cur, sh, desc0, unknowns));
     }
   } else {
     KeyPair next = fetch_pair(at, first + g, seen, t);

@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cuda/fast_kernels.h"
 #include "backends/cuda/index_exact.h"
@@ -107,9 +108,10 @@ __host__ __device__ inline int64_t visible_of(const dk::IndexScoreK& k, int64_t 
 struct ApproxShared {
   union alignas(128) {
     uint2 bq[kMaxHeads / 8][kMaxBlocks][32];  // a warp's MMAs: the shifted queries as B fragments [head tile][block][lane]
-    // Warpgroup MMAs: the same words as core matrices of 8 heads × 16 bytes, K-major, [block][head
-    // tile][k half][head % 8 · 4 + t] (wgmma_desc(qw[b], 128, 256)); heads past nh zero.
-    uint32_t qw[kMaxBlocks][kMaxHeads / 8][2][32];
+    // Warpgroup MMAs: the same words as core matrices of 8 heads × 16 bytes, K-major, [sign][block]
+    // [head tile][k half][head % 8 · 4 + t] (wgmma_desc(qw[0][b], 128, 256)); heads past nh zero.
+    // qw[1] holds the queries negated, for the keys' negative parts (score_tile_wg).
+    uint32_t qw[2][kMaxBlocks][kMaxHeads / 8][2][32];
   };
   int8_t n[kMaxHeads][32 * kMaxBlocks];     // the queries as integers (q_c = n_c · 2^unit of its block)
   int unit[kMaxHeads][kMaxBlocks];          // index_query_block's units (or its marks)
@@ -120,11 +122,13 @@ struct ApproxShared {
   int unknown;                              // the row's queries are outside the fused form: every entry unknown
   unsigned bound;                           // the block's largest finite bound (float bits, ≥ 0)
 };
+static_assert(sizeof(ApproxShared::qw[0]) == 512 * 16, "score_tile_wg's descriptor step to the negated queries");
 
-__device__ __forceinline__ uint32_t pack4(const int8_t* n, int shift) {
+// Four query integers shifted, times sign (±1: |n| · 2^shift ≤ 120, so both signs fit int8).
+__device__ __forceinline__ uint32_t pack4(const int8_t* n, int shift, int sign = 1) {
   uint32_t w = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) w |= uint32_t(uint8_t(int8_t(n[i] * (1 << shift)))) << (8 * i);
+  for (int i = 0; i < 4; ++i) w |= uint32_t(uint8_t(int8_t(sign * n[i] * (1 << shift)))) << (8 * i);
   return w;
 }
 
@@ -169,8 +173,10 @@ __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh)
     const int shift = sh.unit[h][block];
     const uint32_t lo = pack4(n, shift), hi = pack4(n + 4, shift);
     if constexpr (kWarpgroup) {
-      sh.qw[b][h / 8][0][(h % 8) * 4 + t] = lo;
-      sh.qw[b][h / 8][1][(h % 8) * 4 + t] = hi;
+      sh.qw[0][b][h / 8][0][(h % 8) * 4 + t] = lo;
+      sh.qw[0][b][h / 8][1][(h % 8) * 4 + t] = hi;
+      sh.qw[1][b][h / 8][0][(h % 8) * 4 + t] = pack4(n, shift, -1);
+      sh.qw[1][b][h / 8][1][(h % 8) * 4 + t] = pack4(n + 4, shift, -1);
     } else {
       sh.bq[h / 8][b][(h % 8) * 4 + t] = make_uint2(lo, hi);
     }
@@ -178,7 +184,8 @@ __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh)
   if constexpr (kWarpgroup) {  // the MMA's columns past nh: zero (their D is never read)
     for (int x = threadIdx.x; x < (kMaxHeads - nh) * nb * 8; x += kThreads) {
       const int h = nh + x / (nb * 8), b = x / 8 % nb, i = x % 8;
-      sh.qw[b][h / 8][i / 4][(h % 8) * 4 + i % 4] = 0u;
+      sh.qw[0][b][h / 8][i / 4][(h % 8) * 4 + i % 4] = 0u;
+      sh.qw[1][b][h / 8][i / 4][(h % 8) * 4 + i % 4] = 0u;
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes → wgmma reads
   }
@@ -288,6 +295,12 @@ struct TileKeys {
   float kf[2];
   bool unknown[2];
 };
+// The same keys as two non-negative parts, a = pos − neg (e2m1x8_to_s8_parts), four blocks.
+struct TileParts {
+  uint32_t pos[kMaxBlocks][4], neg[kMaxBlocks][4];
+  float kf[2];
+  bool unknown[2];
+};
 
 // The least and most scale of a key's nonzero blocks, and whether it lies outside the fused form.
 struct KeyScales {
@@ -323,28 +336,59 @@ __device__ __forceinline__ uint32_t min_u16x2(uint32_t a, uint32_t b) {
 // every lane both. A scale byte past 252 (the key outside the form, zero block or not) offers
 // {0, 0}: a span of 255. So most ≥ least exactly where the key has a nonzero block or a wide scale,
 // and the span test marks both cases unknown, as key_scales does.
+struct KeyForm {
+  int shift;  // the lane's block's shift to the key's least scale
+  float kf;
+  bool unknown;
+};
+__device__ __forceinline__ KeyForm key_form(const KeyPair& keys, int i, int t, bool row_unknown) {
+  const uint32_t s = cuda::prmt(keys.scales[i], 0u, 0x4440u | uint32_t(t));  // block t's scale byte
+  const bool nonzero = ((keys.w[i][0] | keys.w[i][1] | keys.w[i][2] | keys.w[i][3]) & 0x77777777u) != 0;
+  uint32_t offer = s > 252 ? 0u : nonzero ? s * 0xFFFFu + 255u : 0x00FF00FFu;  // {s, 255 − s} or {255, 255}
+  offer = min_u16x2(offer, __shfl_xor_sync(kFull, offer, 1));
+  offer = min_u16x2(offer, __shfl_xor_sync(kFull, offer, 2));
+  const int least = int(offer >> 16), most = 255 - int(offer & 0xFFFFu);
+  const bool any = most >= least;
+  const bool unknown = row_unknown || (any && most - least > dk::kIndexFusedSpan);
+  return {nonzero && !unknown ? int(s) - least : 0, any && !unknown ? key_factor(uint32_t(least)) : 1.0f, unknown};
+}
+
 __device__ __forceinline__ TileKeys<kMaxBlocks> decode_by_block(const KeyPair& keys, const ApproxShared& sh) {
   TileKeys<kMaxBlocks> tk;
   const int t = threadIdx.x & 3;
   const bool row_unknown = sh.unknown != 0;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const uint32_t s = cuda::prmt(keys.scales[i], 0u, 0x4440u | uint32_t(t));  // block t's scale byte
-    const bool nonzero = ((keys.w[i][0] | keys.w[i][1] | keys.w[i][2] | keys.w[i][3]) & 0x77777777u) != 0;
-    uint32_t offer = s > 252 ? 0u : nonzero ? s * 0xFFFFu + 255u : 0x00FF00FFu;  // {s, 255 − s} or {255, 255}
-    offer = min_u16x2(offer, __shfl_xor_sync(kFull, offer, 1));
-    offer = min_u16x2(offer, __shfl_xor_sync(kFull, offer, 2));
-    const int least = int(offer >> 16), most = 255 - int(offer & 0xFFFFu);
-    const bool any = most >= least;
-    const bool unknown = row_unknown || (any && most - least > dk::kIndexFusedSpan);
-    tk.unknown[i] = unknown;
-    tk.kf[i] = any && !unknown ? key_factor(uint32_t(least)) : 1.0f;
-    const int shift = nonzero && !unknown ? int(s) - least : 0;
-    const cuda::E2m1Tables tab = cuda::e2m1_tables_shifted(shift);
+    const KeyForm f = key_form(keys, i, t, row_unknown);
+    tk.unknown[i] = f.unknown;
+    tk.kf[i] = f.kf;
+    const cuda::E2m1Tables tab = cuda::e2m1_tables_shifted(f.shift);
 #pragma unroll
     for (int m = 0; m < kMaxBlocks; ++m) cuda::e2m1x8_to_s8(keys.w[i][m], tk.a[m][i], tk.a[m][2 + i], tab);
   }
   return tk;
+}
+
+// decode_by_block as the two parts (the warpgroup scorer's: two permutes a half, no negation).
+__device__ __forceinline__ TileParts decode_parts(const KeyPair& keys, const ApproxShared& sh) {
+  TileParts tp;
+  const int t = threadIdx.x & 3;
+  const bool row_unknown = sh.unknown != 0;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const KeyForm f = key_form(keys, i, t, row_unknown);
+    tp.unknown[i] = f.unknown;
+    tp.kf[i] = f.kf;
+    const cuda::E2m1Tables tab = cuda::e2m1_tables_shifted(f.shift);
+#pragma unroll
+    for (int m = 0; m < kMaxBlocks; ++m) {
+      uint32_t pos[2], neg[2];
+      cuda::e2m1x8_to_s8_parts(keys.w[i][m], pos, neg, tab);
+      tp.pos[m][i] = pos[0], tp.pos[m][2 + i] = pos[1];
+      tp.neg[m][i] = neg[0], tp.neg[m][2 + i] = neg[1];
+    }
+  }
+  return tp;
 }
 
 template <int NB>
@@ -412,8 +456,9 @@ __device__ __forceinline__ RowOut row_out(const dk::IndexScoreK& k, int64_t r, i
 // finishes key g + 8·(t & 1) (lanes t and t ^ 2 hold the same sums; t < 2 writes): each lane keeps
 // its key's partial sum and hands the other key's to its neighbour, so two shuffles a sum reduce the
 // quad in the order (t0 + t1) + (t2 + t3) for both keys.
-template <int NB>
-__device__ __forceinline__ float finish_tile(const RowOut& o, int e0, const TileKeys<NB>& tk, const float (&total)[2],
+// Keys: TileKeys or TileParts (their kf and unknown).
+template <class Keys>
+__device__ __forceinline__ float finish_tile(const RowOut& o, int e0, const Keys& tk, const float (&total)[2],
                                              const float (&magnitude)[2], const ApproxShared& sh, unsigned& unknowns) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, i = t & 1;
   float sum = i ? total[1] : total[0], mag = i ? magnitude[1] : magnitude[0];
@@ -459,7 +504,7 @@ __device__ float score_tile(const RowOut& o, int e0, const KeyPair& keys, const 
     }
     add_heads(x, sh, nt, t, total, magnitude);
   }
-  return finish_tile<NB>(o, e0, tk, total, magnitude, sh, unknowns);
+  return finish_tile(o, e0, tk, total, magnitude, sh, unknowns);
 }
 
 // The same tile with the sums on warpgroup MMAs: the block's four warps' tiles are the 64 rows of
@@ -472,15 +517,34 @@ __device__ float score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, con
                                unsigned& unknowns) {
   static_assert(NT == 4 || NT == 8);
   const int t = threadIdx.x & 3;
-  const TileKeys<NB> tk = decode_tile<NB>(keys, sh);
+  // Four blocks (the model's dh 128): the keys as their two parts, each part's MMA against the
+  // queries or the negated queries (qw[1], 8,192 bytes = 512 descriptor units on) — the same int32
+  // sums as the signed bytes', with two permutes a half instead of five instructions.
+  constexpr bool kParts = by_block(NB);
+  using Keys = std::conditional_t<kParts, TileParts, TileKeys<NB>>;
+  Keys tk;
+  if constexpr (kParts) {
+    tk = decode_parts(keys, sh);
+  } else {
+    tk = decode_tile<NB>(keys, sh);
+  }
   int d[4 * NT];  // (no start value: the first MMA writes D = A·B, its accumulate flag off)
   wgmma_fence();
 #pragma unroll
-  for (int b = 0; b < NB; ++b) {  // block b's core matrices lie sizeof(qw[0]) = 2,048 bytes (128 units) apart
-    if constexpr (NT == 4) {
-      wgmma_s8_m64n32k32(d, tk.a[b], desc0 + uint64_t(b) * 128, b > 0);
+  for (int b = 0; b < NB; ++b) {  // block b's core matrices lie sizeof(qw[0][0]) = 2,048 bytes (128 units) apart
+    const uint64_t desc = desc0 + uint64_t(b) * 128;
+    if constexpr (kParts) {
+      if constexpr (NT == 4) {
+        wgmma_s8_m64n32k32(d, tk.pos[b], desc, b > 0);
+        wgmma_s8_m64n32k32(d, tk.neg[b], desc + 512, true);
+      } else {
+        wgmma_s8_m64n64k32(d, tk.pos[b], desc, b > 0);
+        wgmma_s8_m64n64k32(d, tk.neg[b], desc + 512, true);
+      }
+    } else if constexpr (NT == 4) {
+      wgmma_s8_m64n32k32(d, tk.a[b], desc, b > 0);
     } else {
-      wgmma_s8_m64n64k32(d, tk.a[b], desc0 + uint64_t(b) * 128, b > 0);
+      wgmma_s8_m64n64k32(d, tk.a[b], desc, b > 0);
     }
   }
   wgmma_commit();
@@ -495,7 +559,7 @@ __device__ float score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, con
     for (int nt = 0; nt < NT; ++nt)
       if (nt < o.tiles) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
   }
-  return finish_tile<NB>(o, e0, tk, total, magnitude, sh, unknowns);
+  return finish_tile(o, e0, tk, total, magnitude, sh, unknowns);
 }
 
 // One item of the launch, entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …,
@@ -539,7 +603,7 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
   constexpr int kStep = kWarps * kTile;
   const int first = int(begin) + warp * kTile, seen = int(seen_end);
   if constexpr (kWarpgroup > 0) {
-    const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0], 128, 256);
+    const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0][0], 128, 256);
     KeyPair next = fetch_pair(at, first + g, seen, t);
     for (int base = int(begin); base < o.end; base += kStep) {
       const int e0 = base + warp * kTile;

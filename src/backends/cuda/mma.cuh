@@ -83,6 +83,20 @@ __device__ __forceinline__ void e2m1x8_to_s8(uint32_t w, uint32_t& lo, uint32_t&
   hi = e2m1x4_to_s8(w >> 16, tab);
 }
 
+// The same eight codes as two non-negative parts, value = pos − neg: pos holds the magnitudes of
+// the codes whose sign bit is clear (0 for the others, as in e2m1x4_to_s8), neg those of the codes
+// whose sign bit is set (the selector with its sign bits flipped). [0] channels 0…3, [1] 4…7. Two
+// permutes a half and no negation: an MMA of each part (neg against the negated other operand)
+// sums to the MMA of the signed bytes.
+__device__ __forceinline__ void e2m1x8_to_s8_parts(uint32_t w, uint32_t (&pos)[2], uint32_t (&neg)[2],
+                                                   const E2m1Tables& tab) {
+  const uint32_t flipped = w ^ 0x88888888u;
+  pos[0] = prmt(tab.lo, tab.hi, w);
+  neg[0] = prmt(tab.lo, tab.hi, flipped);
+  pos[1] = prmt(tab.lo, tab.hi, w >> 16);
+  neg[1] = prmt(tab.lo, tab.hi, flipped >> 16);
+}
+
 // Eight E2M1 codes (one word, nibble j = channel j) as four fp16 pairs holding value·2^-14
 // exactly: the code's exponent and mantissa bits land in fp16's low exponent bits and top
 // mantissa bit (0.5 becomes the fp16 subnormal 2^-15). Pair i = channels (i, i+4).

@@ -2,9 +2,9 @@
 # Session 49's third GPU call: the fast scorer's keys as two non-negative parts (695d7da) against
 # var/V1 (8190ebc: signed bytes), var/L (335e2af: the parts, keys loaded by ld.global.nc) and var/P0 (46bacea):
 # the selection and refine tests on the build, the batch 64 / 1M step alternated twice, ncu's time
-# and instructions of the scorer for the build and P0, the build's source counters, the GPU suite.
+# and instructions of the scorer for the build and V1, the build's source counters, the GPU suite.
 # Everything lands in one archive (a call returns at most 8 files).
-#   mkdir -p .dcx && tar -xJf .devcarry/t.tar.xz -C .dcx && DEST=$OUT OUT=/tmp/o49 bash .dcx/gpu-call49b.sh
+#   mkdir -p .dcx && tar -xJf .devcarry/t.tar.xz -C .dcx && DEST=$OUT OUT=/tmp/o49 bash .dcx/gpu-call49c.sh
 set -u
 . "$(dirname "$0")/gpu-call-lib.sh"  # $O, BUDGET, step, run.txt
 DEST="${DEST:-$O}"

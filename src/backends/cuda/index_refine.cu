@@ -105,6 +105,9 @@ __host__ __device__ inline int64_t visible_of(const dk::IndexScoreK& k, int64_t 
 
 // ---- 1. Fast scores -----------------------------------------------------------------------------
 
+constexpr int kKeyStages = 3;           // a warp's key tiles in flight: the one scored and two ahead
+constexpr int kTileWords = kTile * 17;  // a tile's 16 records of 68 bytes (dh 128)
+
 struct ApproxShared {
   union alignas(128) {
     uint2 bq[kMaxHeads / 8][kMaxBlocks][32];  // a warp's MMAs: the shifted queries as B fragments [head tile][block][lane]
@@ -113,8 +116,15 @@ struct ApproxShared {
     // qw[1] holds the queries negated, for the keys' negative parts (score_tile_wg).
     uint32_t qw[2][kMaxBlocks][kMaxHeads / 8][2][32];
   };
-  int8_t n[kMaxHeads][32 * kMaxBlocks];     // the queries as integers (q_c = n_c · 2^unit of its block)
-  int unit[kMaxHeads][kMaxBlocks];          // index_query_block's units (or its marks)
+  union alignas(16) {
+    struct {
+      int8_t n[kMaxHeads][32 * kMaxBlocks];  // the queries as integers (q_c = n_c · 2^unit of its block)
+      int unit[kMaxHeads][kMaxBlocks];       // index_query_block's units (or its marks)
+    } query;                                 // stage_row's only
+    // The warps' key tiles in flight (dh 128 on warpgroup MMAs: stage_tile), the loop's only: no
+    // copy is in flight when an item ends, and items end at a barrier.
+    uint32_t keys[kWarps][kKeyStages][kTileWords];
+  };
   float4 head[kMaxHeads];                   // per head {c_h = 2^(least unit) · scale, w_h, |w_h|, −2^23·c_h}
   float weights;                            // Σ_h |w_h|
   float cmax;                               // max_h |c_h|
@@ -150,27 +160,27 @@ __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh)
   if (threadIdx.x == 0) sh.unknown = 0, sh.bound = 0;
   for (int x = threadIdx.x; x < nh * nb; x += kThreads) {
     const int h = x / nb, b = x % nb;
-    sh.unit[h][b] = dk::index_query_block(k.q + (r * k.nh + h) * k.dh + b * 32, &sh.n[h][b * 32]);
+    sh.query.unit[h][b] = dk::index_query_block(k.q + (r * k.nh + h) * k.dh + b * 32, &sh.query.n[h][b * 32]);
   }
   __syncthreads();
   for (int h = threadIdx.x; h < nh; h += kThreads) {
-    const int span = dk::index_query_span(sh.unit[h], nb);
+    const int span = dk::index_query_span(sh.query.unit[h], nb);
     int least = 1 << 20;
     for (int b = 0; b < nb; ++b)
-      if (sh.unit[h][b] != dk::kIndexZeroBlock) least = min(least, sh.unit[h][b]);
+      if (sh.query.unit[h][b] != dk::kIndexZeroBlock) least = min(least, sh.query.unit[h][b]);
     const float w = k.hw[r * k.nh + h];
     const float c = least > 200 ? 0.0f : ldexpf(k.scale, max(least, -300));  // no nonzero block: X = 0
     if (span > dk::kIndexFusedSpan || (least <= 200 && !(fabsf(c) >= 0x1p-126f && isfinite(c)))) atomicOr(&sh.unknown, 1);
     sh.head[h] = make_float4(c, w, fabsf(w), -0x1p23f * c);
     for (int b = 0; b < nb; ++b)  // the block's shift in place of its unit
-      sh.unit[h][b] = sh.unit[h][b] == dk::kIndexZeroBlock || span > dk::kIndexFusedSpan ? 0 : sh.unit[h][b] - least;
+      sh.query.unit[h][b] = sh.query.unit[h][b] == dk::kIndexZeroBlock || span > dk::kIndexFusedSpan ? 0 : sh.query.unit[h][b] - least;
   }
   __syncthreads();
   for (int x = threadIdx.x; x < nh * nb * 4; x += kThreads) {
     const int h = x / (nb * 4), b = x / 4 % nb, t = x % 4;  // MMA b's k slots of lane t
     const int block = by_block(nb) ? t : b, word = by_block(nb) ? b : t;
-    const int8_t* n = &sh.n[h][block * 32 + 8 * word];
-    const int shift = sh.unit[h][block];
+    const int8_t* n = &sh.query.n[h][block * 32 + 8 * word];
+    const int shift = sh.query.unit[h][block];
     const uint32_t lo = pack4(n, shift), hi = pack4(n + 4, shift);
     if constexpr (kWarpgroup) {
       sh.qw[0][b][h / 8][0][(h % 8) * 4 + t] = lo;
@@ -271,6 +281,60 @@ __device__ __forceinline__ KeyPair fetch_pair(const Records<NB>& at, int e0, int
   for (int i = 0; i < 2; ++i) {
     const int e = e0 + 8 * i;
     if (e < end) load_key(at, at(e), t, i, p);
+  }
+  return p;
+}
+
+// Dh 128 on warpgroup MMAs: a warp's key tiles go global → shared by cp.async kKeyStages − 1 tiles
+// ahead of the one it scores (no registers held by the loads in flight, no copies between turns),
+// and each lane reads its pair from the stage (read_pair).
+__device__ __forceinline__ void copy16(uint32_t* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(uint32_t(__cvta_generic_to_shared(smem))), "l"(gmem)
+               : "memory");
+}
+// 4 bytes, or (full false) 4 zero bytes without reading gmem (which must still be a valid address).
+__device__ __forceinline__ void copy4(uint32_t* smem, const void* gmem, bool full) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(smem))),
+               "l"(gmem), "r"(full ? 4 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void copies_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>  // until at most N of this thread's committed groups are in flight
+__device__ __forceinline__ void copies_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Tile e0's 16 records (e0 a multiple of kTile) → the warp's stage, as one group: where all 16 are
+// seen and lie one after another from a 16-byte boundary (Records::together), 68 16-byte chunks;
+// else word by word, an entry at or past `end` as zeros (fetch_pair's zeros); a tile wholly past
+// `end` copies nothing (its keys are never read for a score: finish_tile writes −inf or nothing)
+// but still commits its (empty) group, so that every turn waits on the same count.
+__device__ __forceinline__ void stage_tile(const Records<kMaxBlocks>& at, int e0, int end, uint32_t* stage) {
+  const int lane = threadIdx.x & 31;
+  if (e0 < end) {
+    const uint8_t* src = at(e0);
+    if (e0 + kTile <= end && at.together && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+#pragma unroll
+      for (int c = lane; c < kTileWords / 4; c += 32) copy16(stage + 4 * c, src + 16 * c);
+    } else {
+      for (int x = lane; x < kTileWords; x += 32) {
+        const int e = e0 + x / 17;
+        copy4(stage + x, e < end ? at(e) + 4 * (x % 17) : src, e < end);
+      }
+    }
+  }
+  copies_commit();
+}
+
+// Lane (g, t)'s pair from a staged tile: fetch_pair's words (by_block: every word of block t) and scales.
+__device__ __forceinline__ KeyPair read_pair(const uint32_t* stage, int g, int t) {
+  KeyPair p;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t* rec = stage + 17 * (g + 8 * i);
+#pragma unroll
+    for (int b = 0; b < kMaxBlocks; ++b) p.w[i][b] = rec[4 * t + b];
+    p.scales[i] = rec[16];
   }
   return p;
 }
@@ -602,7 +666,25 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
   unsigned unknowns = 0;
   constexpr int kStep = kWarps * kTile;
   const int first = int(begin) + warp * kTile, seen = int(seen_end);
-  if constexpr (kWarpgroup > 0) {
+  if constexpr (kWarpgroup > 0 && NB == kMaxBlocks) {
+    static_assert(kKeyStages == 3);
+    const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0][0], 128, 256);
+    uint32_t(*const stages)[kTileWords] = sh.keys[warp];
+    stage_tile(at, first, seen, stages[0]);
+    stage_tile(at, first + kStep, seen, stages[1]);
+    int s = 0;  // the stage of the tile scored this turn
+    for (int base = int(begin); base < o.end; base += kStep) {  // (block-uniform: all warps MMA together)
+      const int e0 = base + warp * kTile;
+      __syncwarp();  // (every lane has read the stage the next copies overwrite: last turn's)
+      stage_tile(at, e0 + 2 * kStep, seen, stages[s == 0 ? 2 : s - 1]);
+      copies_wait<kKeyStages - 1>();  // this lane's copies of tile e0
+      __syncwarp();                   // and every lane's
+      const KeyPair cur = read_pair(stages[s], g, t);
+      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(o, e0, cur, sh, desc0, unknowns));
+      s = s == kKeyStages - 1 ? 0 : s + 1;
+    }
+    copies_wait<0>();  // (none in flight when the item ends: sh.keys shares its bytes with sh.query)
+  } else if constexpr (kWarpgroup > 0) {
     const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0][0], 128, 256);
     KeyPair next = fetch_pair(at, first + g, seen, t);
     for (int base = int(begin); base < o.end; base += kStep) {

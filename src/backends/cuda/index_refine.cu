@@ -515,23 +515,11 @@ __device__ __forceinline__ RowOut row_out(const dk::IndexScoreK& k, int64_t r, i
   return {k.scores + r * k.G, int(end), int(min(visible, end)), int(k.nh) / 8, error};
 }
 
-// The tile's scores from the lanes' head sums, written where e < end (fast score, NaN where
-// unknown, −inf where the row does not see it). Returns the lane's largest finite bound. Lane t
-// finishes key g + 8·(t & 1) (lanes t and t ^ 2 hold the same sums; t < 2 writes): each lane keeps
-// its key's partial sum and hands the other key's to its neighbour, so two shuffles a sum reduce the
-// quad in the order (t0 + t1) + (t2 + t3) for both keys.
-// Keys: TileKeys or TileParts (their kf and unknown).
-template <class Keys>
-__device__ __forceinline__ float finish_tile(const RowOut& o, int e0, const Keys& tk, const float (&total)[2],
-                                             const float (&magnitude)[2], const ApproxShared& sh, unsigned& unknowns) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, i = t & 1;
-  float sum = i ? total[1] : total[0], mag = i ? magnitude[1] : magnitude[0];
-  sum += __shfl_xor_sync(kFull, i ? total[0] : total[1], 1);
-  mag += __shfl_xor_sync(kFull, i ? magnitude[0] : magnitude[1], 1);
-  sum += __shfl_xor_sync(kFull, sum, 2);
-  mag += __shfl_xor_sync(kFull, mag, 2);
-  const int e = e0 + g + 8 * i;
-  if (t > 1 || e >= o.end) return 0.0f;
+// Entry e's score from its quad's head sums, written where e < end (fast score, NaN where unknown,
+// −inf where the row does not see it). Returns the lane's largest finite bound.
+__device__ __forceinline__ float finish_key(const RowOut& o, int e, float sum, float mag, float kf, bool unknown,
+                                            const ApproxShared& sh, unsigned& unknowns) {
+  if (e >= o.end) return 0.0f;
   float* out = o.scores + e;
   if (e >= o.visible) {
     *out = -INFINITY;
@@ -539,17 +527,60 @@ __device__ __forceinline__ float finish_tile(const RowOut& o, int e0, const Keys
   }
   // The bound (index_refine.h), rounded upward:
   //   2^(least − 128)·Σ_h |w_h|·ReLU_h · error · (1 + 2^-10) + (20·(1 + Σ|w|) + 4H + 8)·2^-149
-  const float kf = i ? tk.kf[1] : tk.kf[0];
   const float score = sum * kf;
   // Near float's overflow the simple body's terms or partial sums may overflow where this sum,
   // scaled after, does not (index_refine.h): unknown there.
   const bool in_range = sh.cmax * kf <= 0x1p105f && mag * kf < 0x1p126f;
   const float body = __fmul_ru(__fmul_ru(__fmul_ru(mag, kf), o.error), 1.0f + 0x1p-10f);
   const float bound = __fadd_ru(body, sh.slack);
-  const bool known = !(i ? tk.unknown[1] : tk.unknown[0]) && in_range && isfinite(score) && isfinite(bound);
+  const bool known = !unknown && in_range && isfinite(score) && isfinite(bound);
   *out = known ? score : __int_as_float(0x7FC00000);
   unknowns += known ? 0u : 1u;
   return known ? bound : 0.0f;
+}
+
+// A tile's head sums a lane: keys g (i = 0) and g + 8 (i = 1), and their kf and unknown.
+struct TileSums {
+  float total[2], magnitude[2], kf[2];
+  bool unknown[2];
+};
+
+// The tile's scores (finish_key). Lane t finishes key g + 8·(t & 1) (lanes t and t ^ 2 hold the same
+// sums; t < 2 writes): each lane keeps its key's partial sum and hands the other key's to its
+// neighbour, so two shuffles a sum reduce the quad in the order (t0 + t1) + (t2 + t3) for both keys.
+__device__ __forceinline__ float finish_tile(const RowOut& o, int e0, const TileSums& s, const ApproxShared& sh,
+                                             unsigned& unknowns) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, i = t & 1;
+  float sum = i ? s.total[1] : s.total[0], mag = i ? s.magnitude[1] : s.magnitude[0];
+  sum += __shfl_xor_sync(kFull, i ? s.total[0] : s.total[1], 1);
+  mag += __shfl_xor_sync(kFull, i ? s.magnitude[0] : s.magnitude[1], 1);
+  sum += __shfl_xor_sync(kFull, sum, 2);
+  mag += __shfl_xor_sync(kFull, mag, 2);
+  if (t > 1) return 0.0f;
+  return finish_key(o, e0 + g + 8 * i, sum, mag, i ? s.kf[1] : s.kf[0], i ? s.unknown[1] : s.unknown[0], sh, unknowns);
+}
+
+// Two tiles' scores at once, every lane a key: lane t finishes key g + 8·(t & 1) of tile a (t < 2)
+// or b (t ≥ 2). The first shuffle sums each tile's key t & 1 over the lane pair, the second brings
+// the other pair's sum of the lane's own key: each key reduced in the order (t0 + t1) + (t2 + t3), as
+// finish_tile's — the same bits. (Values picked by selects: a runtime choice of a struct would put
+// the sums in local memory.)
+__device__ __forceinline__ float pair_sum(const float (&x)[2], int i) {  // key i of x, summed over the lane pair
+  return (i ? x[1] : x[0]) + __shfl_xor_sync(kFull, i ? x[0] : x[1], 1);
+}
+__device__ __forceinline__ float quad_sum(float a, float b, bool second) {  // my tile's pair sum + the other pair's
+  const float mine = second ? b : a, theirs = __shfl_xor_sync(kFull, second ? a : b, 2);
+  return second ? theirs + mine : mine + theirs;
+}
+__device__ __forceinline__ float finish_pair(const RowOut& o, int e0, int e1, const TileSums& a, const TileSums& b,
+                                             const ApproxShared& sh, unsigned& unknowns) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, i = t & 1;
+  const bool second = t >= 2;
+  const float sum = quad_sum(pair_sum(a.total, i), pair_sum(b.total, i), second);
+  const float mag = quad_sum(pair_sum(a.magnitude, i), pair_sum(b.magnitude, i), second);
+  const float kf = second ? (i ? b.kf[1] : b.kf[0]) : (i ? a.kf[1] : a.kf[0]);
+  const bool unknown = second ? (i ? b.unknown[1] : b.unknown[0]) : (i ? a.unknown[1] : a.unknown[0]);
+  return finish_key(o, (second ? e1 : e0) + g + 8 * i, sum, mag, kf, unknown, sh, unknowns);
 }
 
 // One warp's tile: entries e0 … e0 + 15 of the row (lane (g, t): e0 + g and e0 + g + 8), the sums on
@@ -558,7 +589,9 @@ template <int NB>
 __device__ float score_tile(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh, unsigned& unknowns) {
   const int lane = threadIdx.x & 31, t = lane & 3;
   const TileKeys<NB> tk = decode_tile<NB>(keys, sh);
-  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
+  TileSums ts{{0.0f, 0.0f}, {0.0f, 0.0f}, {tk.kf[0], tk.kf[1]}, {tk.unknown[0], tk.unknown[1]}};
+  float(&total)[2] = ts.total;
+  float(&magnitude)[2] = ts.magnitude;
   for (int nt = 0; nt < o.tiles; ++nt) {
     int x[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -568,7 +601,7 @@ __device__ float score_tile(const RowOut& o, int e0, const KeyPair& keys, const 
     }
     add_heads(x, sh, nt, t, total, magnitude);
   }
-  return finish_tile(o, e0, tk, total, magnitude, sh, unknowns);
+  return finish_tile(o, e0, ts, sh, unknowns);
 }
 
 // The same tile with the sums on warpgroup MMAs: the block's four warps' tiles are the 64 rows of
@@ -577,8 +610,7 @@ __device__ float score_tile(const RowOut& o, int e0, const KeyPair& keys, const 
 // NT 4 for up to 32 heads (half the MMA and accumulators of NT 8), else 8. Every warp of the block
 // calls it together. A row of exactly 8·NT heads (the model's) adds its tiles without a test a tile.
 template <int NB, int NT>
-__device__ float score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh, uint64_t desc0,
-                               unsigned& unknowns) {
+__device__ TileSums sums_tile_wg(const RowOut& o, const KeyPair& keys, const ApproxShared& sh, uint64_t desc0) {
   static_assert(NT == 4 || NT == 8);
   const int t = threadIdx.x & 3;
   // Four blocks (the model's dh 128): the keys as their two parts, each part's MMA against the
@@ -614,7 +646,9 @@ __device__ float score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, con
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_reg_fence(d);
-  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
+  TileSums ts{{0.0f, 0.0f}, {0.0f, 0.0f}, {tk.kf[0], tk.kf[1]}, {tk.unknown[0], tk.unknown[1]}};
+  float(&total)[2] = ts.total;
+  float(&magnitude)[2] = ts.magnitude;
   if (o.tiles == NT) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
@@ -623,7 +657,7 @@ __device__ float score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, con
     for (int nt = 0; nt < NT; ++nt)
       if (nt < o.tiles) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
   }
-  return finish_tile(o, e0, tk, total, magnitude, sh, unknowns);
+  return ts;
 }
 
 // One item of the launch, entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …,
@@ -672,26 +706,42 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
     uint32_t(*const stages)[kTileWords] = sh.keys[warp];
     stage_tile(at, first, seen, stages[0]);
     stage_tile(at, first + kStep, seen, stages[1]);
-    int s = 0;  // the stage of the tile scored this turn
-    for (int base = int(begin); base < o.end; base += kStep) {  // (block-uniform: all warps MMA together)
-      const int e0 = base + warp * kTile;
-      __syncwarp();  // (every lane has read the stage the next copies overwrite: last turn's)
-      stage_tile(at, e0 + 2 * kStep, seen, stages[s == 0 ? 2 : s - 1]);
-      copies_wait<kKeyStages - 1>();  // this lane's copies of tile e0
+    int s = 0;  // the stage of the next tile scored
+    // The next tile (e, its stage s) from the stages, the tile after it and one more on the way.
+    auto next_sums = [&](int e) {
+      __syncwarp();  // (every lane has read the stage the next copies overwrite)
+      stage_tile(at, e + 2 * kStep, seen, stages[s == 0 ? 2 : s - 1]);
+      copies_wait<kKeyStages - 1>();  // this lane's copies of tile e
       __syncwarp();                   // and every lane's
-      const KeyPair cur = read_pair(stages[s], g, t);
-      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(o, e0, cur, sh, desc0, unknowns));
+      const TileSums sums = sums_tile_wg<NB, kWarpgroup>(o, read_pair(stages[s], g, t), sh, desc0);
       s = s == kKeyStages - 1 ? 0 : s + 1;
+      return sums;
+    };
+    for (int base = int(begin); base < o.end; base += 2 * kStep) {  // (block-uniform: all warps MMA together)
+      const int e0 = base + warp * kTile;
+      const TileSums a = next_sums(e0);
+      if (base + kStep >= o.end) {
+        largest = fmaxf(largest, finish_tile(o, e0, a, sh, unknowns));
+        break;
+      }
+      const TileSums b = next_sums(e0 + kStep);
+      largest = fmaxf(largest, finish_pair(o, e0, e0 + kStep, a, b, sh, unknowns));
     }
     copies_wait<0>();  // (none in flight when the item ends: sh.keys shares its bytes with sh.query)
   } else if constexpr (kWarpgroup > 0) {
     const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0][0], 128, 256);
-    KeyPair next = fetch_pair(at, first + g, seen, t);
-    for (int base = int(begin); base < o.end; base += kStep) {
+    KeyPair even = fetch_pair(at, first + g, seen, t), odd;
+    for (int base = int(begin); base < o.end; base += 2 * kStep) {  // (block-uniform: all warps MMA together)
       const int e0 = base + warp * kTile;
-      const KeyPair cur = next;
-      next = fetch_pair(at, e0 + kStep + g, seen, t);
-      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(o, e0, cur, sh, desc0, unknowns));
+      odd = fetch_pair(at, e0 + kStep + g, seen, t);
+      const TileSums a = sums_tile_wg<NB, kWarpgroup>(o, even, sh, desc0);
+      if (base + kStep >= o.end) {
+        largest = fmaxf(largest, finish_tile(o, e0, a, sh, unknowns));
+        break;
+      }
+      even = fetch_pair(at, e0 + 2 * kStep + g, seen, t);
+      const TileSums b = sums_tile_wg<NB, kWarpgroup>(o, odd, sh, desc0);
+      largest = fmaxf(largest, finish_pair(o, e0, e0 + kStep, a, b, sh, unknowns));
     }
   } else {
     KeyPair next = fetch_pair(at, first + g, seen, t);

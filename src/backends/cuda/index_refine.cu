@@ -105,9 +105,6 @@ __host__ __device__ inline int64_t visible_of(const dk::IndexScoreK& k, int64_t 
 
 // ---- 1. Fast scores -----------------------------------------------------------------------------
 
-constexpr int kKeyStages = 3;           // a warp's key tiles in flight: the one scored and two ahead
-constexpr int kTileWords = kTile * 17;  // a tile's 16 records of 68 bytes (dh 128)
-
 struct ApproxShared {
   union alignas(128) {
     uint2 bq[kMaxHeads / 8][kMaxBlocks][32];  // a warp's MMAs: the shifted queries as B fragments [head tile][block][lane]
@@ -116,15 +113,8 @@ struct ApproxShared {
     // qw[1] holds the queries negated, for the keys' negative parts (score_tile_wg).
     uint32_t qw[2][kMaxBlocks][kMaxHeads / 8][2][32];
   };
-  union alignas(16) {
-    struct {
-      int8_t n[kMaxHeads][32 * kMaxBlocks];  // the queries as integers (q_c = n_c · 2^unit of its block)
-      int unit[kMaxHeads][kMaxBlocks];       // index_query_block's units (or its marks)
-    } query;                                 // stage_row's only
-    // The warps' key tiles in flight (dh 128 on warpgroup MMAs: stage_tile), the loop's only: no
-    // copy is in flight when an item ends, and items end at a barrier.
-    uint32_t keys[kWarps][kKeyStages][kTileWords];
-  };
+  int8_t n[kMaxHeads][32 * kMaxBlocks];     // the queries as integers (q_c = n_c · 2^unit of its block)
+  int unit[kMaxHeads][kMaxBlocks];          // index_query_block's units (or its marks)
   float4 head[kMaxHeads];                   // per head {c_h = 2^(least unit) · scale, w_h, |w_h|, −2^23·c_h}
   float weights;                            // Σ_h |w_h|
   float cmax;                               // max_h |c_h|
@@ -160,27 +150,27 @@ __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh)
   if (threadIdx.x == 0) sh.unknown = 0, sh.bound = 0;
   for (int x = threadIdx.x; x < nh * nb; x += kThreads) {
     const int h = x / nb, b = x % nb;
-    sh.query.unit[h][b] = dk::index_query_block(k.q + (r * k.nh + h) * k.dh + b * 32, &sh.query.n[h][b * 32]);
+    sh.unit[h][b] = dk::index_query_block(k.q + (r * k.nh + h) * k.dh + b * 32, &sh.n[h][b * 32]);
   }
   __syncthreads();
   for (int h = threadIdx.x; h < nh; h += kThreads) {
-    const int span = dk::index_query_span(sh.query.unit[h], nb);
+    const int span = dk::index_query_span(sh.unit[h], nb);
     int least = 1 << 20;
     for (int b = 0; b < nb; ++b)
-      if (sh.query.unit[h][b] != dk::kIndexZeroBlock) least = min(least, sh.query.unit[h][b]);
+      if (sh.unit[h][b] != dk::kIndexZeroBlock) least = min(least, sh.unit[h][b]);
     const float w = k.hw[r * k.nh + h];
     const float c = least > 200 ? 0.0f : ldexpf(k.scale, max(least, -300));  // no nonzero block: X = 0
     if (span > dk::kIndexFusedSpan || (least <= 200 && !(fabsf(c) >= 0x1p-126f && isfinite(c)))) atomicOr(&sh.unknown, 1);
     sh.head[h] = make_float4(c, w, fabsf(w), -0x1p23f * c);
     for (int b = 0; b < nb; ++b)  // the block's shift in place of its unit
-      sh.query.unit[h][b] = sh.query.unit[h][b] == dk::kIndexZeroBlock || span > dk::kIndexFusedSpan ? 0 : sh.query.unit[h][b] - least;
+      sh.unit[h][b] = sh.unit[h][b] == dk::kIndexZeroBlock || span > dk::kIndexFusedSpan ? 0 : sh.unit[h][b] - least;
   }
   __syncthreads();
   for (int x = threadIdx.x; x < nh * nb * 4; x += kThreads) {
     const int h = x / (nb * 4), b = x / 4 % nb, t = x % 4;  // MMA b's k slots of lane t
     const int block = by_block(nb) ? t : b, word = by_block(nb) ? b : t;
-    const int8_t* n = &sh.query.n[h][block * 32 + 8 * word];
-    const int shift = sh.query.unit[h][block];
+    const int8_t* n = &sh.n[h][block * 32 + 8 * word];
+    const int shift = sh.unit[h][block];
     const uint32_t lo = pack4(n, shift), hi = pack4(n + 4, shift);
     if constexpr (kWarpgroup) {
       sh.qw[0][b][h / 8][0][(h % 8) * 4 + t] = lo;
@@ -281,60 +271,6 @@ __device__ __forceinline__ KeyPair fetch_pair(const Records<NB>& at, int e0, int
   for (int i = 0; i < 2; ++i) {
     const int e = e0 + 8 * i;
     if (e < end) load_key(at, at(e), t, i, p);
-  }
-  return p;
-}
-
-// Dh 128 on warpgroup MMAs: a warp's key tiles go global → shared by cp.async kKeyStages − 1 tiles
-// ahead of the one it scores (no registers held by the loads in flight, no copies between turns),
-// and each lane reads its pair from the stage (read_pair).
-__device__ __forceinline__ void copy16(uint32_t* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(uint32_t(__cvta_generic_to_shared(smem))), "l"(gmem)
-               : "memory");
-}
-// 4 bytes, or (full false) 4 zero bytes without reading gmem (which must still be a valid address).
-__device__ __forceinline__ void copy4(uint32_t* smem, const void* gmem, bool full) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(uint32_t(__cvta_generic_to_shared(smem))),
-               "l"(gmem), "r"(full ? 4 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void copies_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>  // until at most N of this thread's committed groups are in flight
-__device__ __forceinline__ void copies_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Tile e0's 16 records (e0 a multiple of kTile) → the warp's stage, as one group: where all 16 are
-// seen and lie one after another from a 16-byte boundary (Records::together), 68 16-byte chunks;
-// else word by word, an entry at or past `end` as zeros (fetch_pair's zeros); a tile wholly past
-// `end` copies nothing (its keys are never read for a score: finish_tile writes −inf or nothing)
-// but still commits its (empty) group, so that every turn waits on the same count.
-__device__ __forceinline__ void stage_tile(const Records<kMaxBlocks>& at, int e0, int end, uint32_t* stage) {
-  const int lane = threadIdx.x & 31;
-  if (e0 < end) {
-    const uint8_t* src = at(e0);
-    if (e0 + kTile <= end && at.together && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
-#pragma unroll
-      for (int c = lane; c < kTileWords / 4; c += 32) copy16(stage + 4 * c, src + 16 * c);
-    } else {
-      for (int x = lane; x < kTileWords; x += 32) {
-        const int e = e0 + x / 17;
-        copy4(stage + x, e < end ? at(e) + 4 * (x % 17) : src, e < end);
-      }
-    }
-  }
-  copies_commit();
-}
-
-// Lane (g, t)'s pair from a staged tile: fetch_pair's words (by_block: every word of block t) and scales.
-__device__ __forceinline__ KeyPair read_pair(const uint32_t* stage, int g, int t) {
-  KeyPair p;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const uint32_t* rec = stage + 17 * (g + 8 * i);
-#pragma unroll
-    for (int b = 0; b < kMaxBlocks; ++b) p.w[i][b] = rec[4 * t + b];
-    p.scales[i] = rec[16];
   }
   return p;
 }
@@ -515,11 +451,23 @@ __device__ __forceinline__ RowOut row_out(const dk::IndexScoreK& k, int64_t r, i
   return {k.scores + r * k.G, int(end), int(min(visible, end)), int(k.nh) / 8, error};
 }
 
-// Entry e's score from its quad's head sums, written where e < end (fast score, NaN where unknown,
-// −inf where the row does not see it). Returns the lane's largest finite bound.
-__device__ __forceinline__ float finish_key(const RowOut& o, int e, float sum, float mag, float kf, bool unknown,
-                                            const ApproxShared& sh, unsigned& unknowns) {
-  if (e >= o.end) return 0.0f;
+// The tile's scores from the lanes' head sums, written where e < end (fast score, NaN where
+// unknown, −inf where the row does not see it). Returns the lane's largest finite bound. Lane t
+// finishes key g + 8·(t & 1) (lanes t and t ^ 2 hold the same sums; t < 2 writes): each lane keeps
+// its key's partial sum and hands the other key's to its neighbour, so two shuffles a sum reduce the
+// quad in the order (t0 + t1) + (t2 + t3) for both keys.
+// Keys: TileKeys or TileParts (their kf and unknown).
+template <class Keys>
+__device__ __forceinline__ float finish_tile(const RowOut& o, int e0, const Keys& tk, const float (&total)[2],
+                                             const float (&magnitude)[2], const ApproxShared& sh, unsigned& unknowns) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, i = t & 1;
+  float sum = i ? total[1] : total[0], mag = i ? magnitude[1] : magnitude[0];
+  sum += __shfl_xor_sync(kFull, i ? total[0] : total[1], 1);
+  mag += __shfl_xor_sync(kFull, i ? magnitude[0] : magnitude[1], 1);
+  sum += __shfl_xor_sync(kFull, sum, 2);
+  mag += __shfl_xor_sync(kFull, mag, 2);
+  const int e = e0 + g + 8 * i;
+  if (t > 1 || e >= o.end) return 0.0f;
   float* out = o.scores + e;
   if (e >= o.visible) {
     *out = -INFINITY;
@@ -527,60 +475,17 @@ __device__ __forceinline__ float finish_key(const RowOut& o, int e, float sum, f
   }
   // The bound (index_refine.h), rounded upward:
   //   2^(least − 128)·Σ_h |w_h|·ReLU_h · error · (1 + 2^-10) + (20·(1 + Σ|w|) + 4H + 8)·2^-149
+  const float kf = i ? tk.kf[1] : tk.kf[0];
   const float score = sum * kf;
   // Near float's overflow the simple body's terms or partial sums may overflow where this sum,
   // scaled after, does not (index_refine.h): unknown there.
   const bool in_range = sh.cmax * kf <= 0x1p105f && mag * kf < 0x1p126f;
   const float body = __fmul_ru(__fmul_ru(__fmul_ru(mag, kf), o.error), 1.0f + 0x1p-10f);
   const float bound = __fadd_ru(body, sh.slack);
-  const bool known = !unknown && in_range && isfinite(score) && isfinite(bound);
+  const bool known = !(i ? tk.unknown[1] : tk.unknown[0]) && in_range && isfinite(score) && isfinite(bound);
   *out = known ? score : __int_as_float(0x7FC00000);
   unknowns += known ? 0u : 1u;
   return known ? bound : 0.0f;
-}
-
-// A tile's head sums a lane: keys g (i = 0) and g + 8 (i = 1), and their kf and unknown.
-struct TileSums {
-  float total[2], magnitude[2], kf[2];
-  bool unknown[2];
-};
-
-// The tile's scores (finish_key). Lane t finishes key g + 8·(t & 1) (lanes t and t ^ 2 hold the same
-// sums; t < 2 writes): each lane keeps its key's partial sum and hands the other key's to its
-// neighbour, so two shuffles a sum reduce the quad in the order (t0 + t1) + (t2 + t3) for both keys.
-__device__ __forceinline__ float finish_tile(const RowOut& o, int e0, const TileSums& s, const ApproxShared& sh,
-                                             unsigned& unknowns) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, i = t & 1;
-  float sum = i ? s.total[1] : s.total[0], mag = i ? s.magnitude[1] : s.magnitude[0];
-  sum += __shfl_xor_sync(kFull, i ? s.total[0] : s.total[1], 1);
-  mag += __shfl_xor_sync(kFull, i ? s.magnitude[0] : s.magnitude[1], 1);
-  sum += __shfl_xor_sync(kFull, sum, 2);
-  mag += __shfl_xor_sync(kFull, mag, 2);
-  if (t > 1) return 0.0f;
-  return finish_key(o, e0 + g + 8 * i, sum, mag, i ? s.kf[1] : s.kf[0], i ? s.unknown[1] : s.unknown[0], sh, unknowns);
-}
-
-// Two tiles' scores at once, every lane a key: lane t finishes key g + 8·(t & 1) of tile a (t < 2)
-// or b (t ≥ 2). The first shuffle sums each tile's key t & 1 over the lane pair, the second brings
-// the other pair's sum of the lane's own key: each key reduced in the order (t0 + t1) + (t2 + t3), as
-// finish_tile's — the same bits. (Values picked by selects: a runtime choice of a struct would put
-// the sums in local memory.)
-__device__ __forceinline__ float pair_sum(const float (&x)[2], int i) {  // key i of x, summed over the lane pair
-  return (i ? x[1] : x[0]) + __shfl_xor_sync(kFull, i ? x[0] : x[1], 1);
-}
-__device__ __forceinline__ float quad_sum(float a, float b, bool second) {  // my tile's pair sum + the other pair's
-  const float mine = second ? b : a, theirs = __shfl_xor_sync(kFull, second ? a : b, 2);
-  return second ? theirs + mine : mine + theirs;
-}
-__device__ __forceinline__ float finish_pair(const RowOut& o, int e0, int e1, const TileSums& a, const TileSums& b,
-                                             const ApproxShared& sh, unsigned& unknowns) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, i = t & 1;
-  const bool second = t >= 2;
-  const float sum = quad_sum(pair_sum(a.total, i), pair_sum(b.total, i), second);
-  const float mag = quad_sum(pair_sum(a.magnitude, i), pair_sum(b.magnitude, i), second);
-  const float kf = second ? (i ? b.kf[1] : b.kf[0]) : (i ? a.kf[1] : a.kf[0]);
-  const bool unknown = second ? (i ? b.unknown[1] : b.unknown[0]) : (i ? a.unknown[1] : a.unknown[0]);
-  return finish_key(o, (second ? e1 : e0) + g + 8 * i, sum, mag, kf, unknown, sh, unknowns);
 }
 
 // One warp's tile: entries e0 … e0 + 15 of the row (lane (g, t): e0 + g and e0 + g + 8), the sums on
@@ -589,9 +494,7 @@ template <int NB>
 __device__ float score_tile(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh, unsigned& unknowns) {
   const int lane = threadIdx.x & 31, t = lane & 3;
   const TileKeys<NB> tk = decode_tile<NB>(keys, sh);
-  TileSums ts{{0.0f, 0.0f}, {0.0f, 0.0f}, {tk.kf[0], tk.kf[1]}, {tk.unknown[0], tk.unknown[1]}};
-  float(&total)[2] = ts.total;
-  float(&magnitude)[2] = ts.magnitude;
+  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
   for (int nt = 0; nt < o.tiles; ++nt) {
     int x[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -601,7 +504,7 @@ __device__ float score_tile(const RowOut& o, int e0, const KeyPair& keys, const 
     }
     add_heads(x, sh, nt, t, total, magnitude);
   }
-  return finish_tile(o, e0, ts, sh, unknowns);
+  return finish_tile(o, e0, tk, total, magnitude, sh, unknowns);
 }
 
 // The same tile with the sums on warpgroup MMAs: the block's four warps' tiles are the 64 rows of
@@ -610,7 +513,8 @@ __device__ float score_tile(const RowOut& o, int e0, const KeyPair& keys, const 
 // NT 4 for up to 32 heads (half the MMA and accumulators of NT 8), else 8. Every warp of the block
 // calls it together. A row of exactly 8·NT heads (the model's) adds its tiles without a test a tile.
 template <int NB, int NT>
-__device__ TileSums sums_tile_wg(const RowOut& o, const KeyPair& keys, const ApproxShared& sh, uint64_t desc0) {
+__device__ float score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh, uint64_t desc0,
+                               unsigned& unknowns) {
   static_assert(NT == 4 || NT == 8);
   const int t = threadIdx.x & 3;
   // Four blocks (the model's dh 128): the keys as their two parts, each part's MMA against the
@@ -646,9 +550,7 @@ __device__ TileSums sums_tile_wg(const RowOut& o, const KeyPair& keys, const App
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_reg_fence(d);
-  TileSums ts{{0.0f, 0.0f}, {0.0f, 0.0f}, {tk.kf[0], tk.kf[1]}, {tk.unknown[0], tk.unknown[1]}};
-  float(&total)[2] = ts.total;
-  float(&magnitude)[2] = ts.magnitude;
+  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
   if (o.tiles == NT) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
@@ -657,7 +559,7 @@ __device__ TileSums sums_tile_wg(const RowOut& o, const KeyPair& keys, const App
     for (int nt = 0; nt < NT; ++nt)
       if (nt < o.tiles) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
   }
-  return ts;
+  return finish_tile(o, e0, tk, total, magnitude, sh, unknowns);
 }
 
 // One item of the launch, entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …,
@@ -700,48 +602,14 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
   unsigned unknowns = 0;
   constexpr int kStep = kWarps * kTile;
   const int first = int(begin) + warp * kTile, seen = int(seen_end);
-  if constexpr (kWarpgroup > 0 && NB == kMaxBlocks) {
-    static_assert(kKeyStages == 3);
+  if constexpr (kWarpgroup > 0) {
     const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0][0], 128, 256);
-    uint32_t(*const stages)[kTileWords] = sh.keys[warp];
-    stage_tile(at, first, seen, stages[0]);
-    stage_tile(at, first + kStep, seen, stages[1]);
-    int s = 0;  // the stage of the next tile scored
-    // The next tile (e, its stage s) from the stages, the tile after it and one more on the way.
-    auto next_sums = [&](int e) {
-      __syncwarp();  // (every lane has read the stage the next copies overwrite)
-      stage_tile(at, e + 2 * kStep, seen, stages[s == 0 ? 2 : s - 1]);
-      copies_wait<kKeyStages - 1>();  // this lane's copies of tile e
-      __syncwarp();                   // and every lane's
-      const TileSums sums = sums_tile_wg<NB, kWarpgroup>(o, read_pair(stages[s], g, t), sh, desc0);
-      s = s == kKeyStages - 1 ? 0 : s + 1;
-      return sums;
-    };
-    for (int base = int(begin); base < o.end; base += 2 * kStep) {  // (block-uniform: all warps MMA together)
+    KeyPair next = fetch_pair(at, first + g, seen, t);
+    for (int base = int(begin); base < o.end; base += kStep) {
       const int e0 = base + warp * kTile;
-      const TileSums a = next_sums(e0);
-      if (base + kStep >= o.end) {
-        largest = fmaxf(largest, finish_tile(o, e0, a, sh, unknowns));
-        break;
-      }
-      const TileSums b = next_sums(e0 + kStep);
-      largest = fmaxf(largest, finish_pair(o, e0, e0 + kStep, a, b, sh, unknowns));
-    }
-    copies_wait<0>();  // (none in flight when the item ends: sh.keys shares its bytes with sh.query)
-  } else if constexpr (kWarpgroup > 0) {
-    const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0][0], 128, 256);
-    KeyPair even = fetch_pair(at, first + g, seen, t), odd;
-    for (int base = int(begin); base < o.end; base += 2 * kStep) {  // (block-uniform: all warps MMA together)
-      const int e0 = base + warp * kTile;
-      odd = fetch_pair(at, e0 + kStep + g, seen, t);
-      const TileSums a = sums_tile_wg<NB, kWarpgroup>(o, even, sh, desc0);
-      if (base + kStep >= o.end) {
-        largest = fmaxf(largest, finish_tile(o, e0, a, sh, unknowns));
-        break;
-      }
-      even = fetch_pair(at, e0 + 2 * kStep + g, seen, t);
-      const TileSums b = sums_tile_wg<NB, kWarpgroup>(o, odd, sh, desc0);
-      largest = fmaxf(largest, finish_pair(o, e0, e0 + kStep, a, b, sh, unknowns));
+      const KeyPair cur = next;
+      next = fetch_pair(at, e0 + kStep + g, seen, t);
+      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(o, e0, cur, sh, desc0, unknowns));
     }
   } else {
     KeyPair next = fetch_pair(at, first + g, seen, t);

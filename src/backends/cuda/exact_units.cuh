@@ -91,7 +91,9 @@ __host__ __device__ inline void high_words(uint32_t p, uint32_t* hw) {
   if constexpr (kMode == 4) {
     const uint32_t mag_even = (p << 3) & 0x38383838u, sign_even = (p << 4) & 0x80808080u;
     const uint32_t mag_odd = (p >> 1) & 0x38383838u, sign_odd = p & 0x80808080u;
+#ifdef __CUDA_ARCH__  // (the host compiler, which also sees this function, has no such pragma)
 #pragma unroll
+#endif
     for (uint32_t k = 0; k < 4; ++k) {
       const uint32_t sel = 0x88u | k << 8 | (4u + k) << 12;
       hw[2 * k] = prmt(mag_even, sign_even, sel);

@@ -121,8 +121,6 @@ constexpr bool kStagedCollapse = false, kStagedDownExpand = true, kStagedNorm = 
 // their static shared memory within the 48 KB a block gets without opting in.
 constexpr size_t kStagedSmem = 40u * 1024u;
 
-static bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 // ---- Weight loads -----------------------------------------------------------------------------
 // Kinds of row access: 0 one value per lane (any layout, DevWeight::at), 1 eight bf16 (16 B),
 // 2 four floats (16 B), 3 eight FP8 E4M3 codes (8 B), 4 eight FP4 E2M1 codes (4 B). The stored

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Prepared in session 49 for the next session's first GPU call: the fast scorer's key tiles by
+# cp.async (36917fb) as the build, against var/M (main without it) and var/KF (d82a78b: two tiles a
+# turn over the stages, finished together): the index / top-k / refine tests on the build, the batch
+# 64 / 1M step alternated twice, ncu's time and instructions of the scorer for the build and M, the
+# GPU suite. Everything lands in one archive (a call returns at most 8 files). Here, first:
+#   git cherry-pick 36917fb     # the build (then, after the call, keep or revert it)
+#   scripts/gpu-carry-variants.sh gpu-call50a.sh HEAD~1 "M src/backends/cuda/index_refine.cu" \
+#     "KF@d82a78b src/backends/cuda/index_refine.cu"
+# then `run` with carry [".devcarry"]:
+#   mkdir -p .dcx && tar -xJf .devcarry/t.tar.xz -C .dcx && DEST=$OUT OUT=/tmp/o50 bash .dcx/gpu-call50a.sh
+set -u
+. "$(dirname "$0")/gpu-call-lib.sh"  # $O, BUDGET, step, run.txt
+DEST="${DEST:-$O}"
+ARGS="--kernels engine --iters 1 --topk-hints 1 --batches 64 --contexts 1048576"
+step tests.txt 150 60 ./dsv41_cuda_tests --gtest_filter='*Index*:*Topk*:*Refine*'
+ab_step . var/M var/KF
+for b in . var/M; do
+  step ncu_$(basename $b).txt 100 40 ncu --clock-control none --metrics gpu__time_duration.sum,smsp__inst_executed.sum -k regex:'approx_kernel' --launch-count 6 $b/dsv41_cuda_bench $ARGS
+done
+step tests_all.txt 240 100 ./dsv41_cuda_tests --gtest_brief=1
+tar -czf "$DEST/o50a.tgz" -C "$O" .
+cp "$O/ab.txt" "$DEST/" 2>/dev/null
+exit 0

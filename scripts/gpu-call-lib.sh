@@ -27,3 +27,18 @@ ab_step() {
     for b in "$@"; do step ab.txt 60 30 "$b/dsv41_cuda_bench" --kernels engine --iters 10 --topk-hints 1 --batches 64 --contexts 1048576; done
   done
 }
+# The scorer's ncu time and instruction count (first launches of approx_kernel at batch 64 / 1M) of
+# each build folder given, to ncu_NAME.txt.
+scorer_ncu() {
+  local b
+  for b in "$@"; do
+    step "ncu_$(basename "$b").txt" 100 40 ncu --clock-control none --metrics gpu__time_duration.sum,smsp__inst_executed.sum \
+      -k regex:approx_kernel --launch-count 6 "$b/dsv41_cuda_bench" --kernels engine --iters 1 --topk-hints 1 \
+      --batches 64 --contexts 1048576
+  done
+}
+# Everything under $O as one archive in DEST (a call returns at most 8 files), ab.txt beside it.
+archive_results() {  # archive_results DEST NAME
+  tar -czf "$1/$2.tgz" -C "$O" .
+  cp "$O/ab.txt" "$1/" 2>/dev/null || true
+}

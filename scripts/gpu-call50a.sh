@@ -12,13 +12,9 @@
 set -u
 . "$(dirname "$0")/gpu-call-lib.sh"  # $O, BUDGET, step, run.txt
 DEST="${DEST:-$O}"
-ARGS="--kernels engine --iters 1 --topk-hints 1 --batches 64 --contexts 1048576"
 step tests.txt 150 60 ./dsv41_cuda_tests --gtest_filter='*Index*:*Topk*:*Refine*'
 ab_step . var/M var/KF
-for b in . var/M; do
-  step ncu_$(basename $b).txt 100 40 ncu --clock-control none --metrics gpu__time_duration.sum,smsp__inst_executed.sum -k regex:'approx_kernel' --launch-count 6 $b/dsv41_cuda_bench $ARGS
-done
+scorer_ncu . var/M
 step tests_all.txt 240 100 ./dsv41_cuda_tests --gtest_brief=1
-tar -czf "$DEST/o50a.tgz" -C "$O" .
-cp "$O/ab.txt" "$DEST/" 2>/dev/null
+archive_results "$DEST" o50a
 exit 0

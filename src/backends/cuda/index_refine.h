@@ -48,7 +48,29 @@ inline double index_refine_error(int64_t H) {
 struct IndexApprox {
   float score = 0;   // the fast score (−inf where the row does not see the entry)
   double bound = 0;  // |score − the simple body's| ≤ bound (+inf: unknown)
+  // score is the simple body's float bit for bit, as the GPU's FFMA chain in head order forms it
+  // (index_head_order_exact; the GPU's fast scorer does not yet sum in head order).
+  bool exact_in_head_order = false;
 };
+
+// Summed in head order, as the simple body's FFMA chain is (on the GPU `total += relu·w` contracts
+// to one FFMA a head), the simple body's chain is the fused form's scaled by 2^(S − 128) step for
+// step, so the two agree bit for bit unless a rounding of either falls in float's subnormals. It cannot where every nonzero value of both chains is at
+// least 2^-126: relu'_h = fl(X·c_h) ≥ c_h for X ≥ 1, so each product relu'_h·w_h is a multiple of
+// ulp(c_h)·ulp(w_h), every partial sum — exact or rounded — a multiple of the least such quantum
+// Q over the heads (rounding a multiple of Q gives one), and a nonzero multiple of Q·kf is at least
+// that in the simple body's chain. Q ≥ 2^-126·max(1, 1/kf) is therefore enough (with the fused
+// form's overflow limits), Q taken no larger than any c_h so that the ReLU terms c_h·kf·X stay
+// normal too. A head with w_h = 0 or c_h = 0 adds exact zeros and no quantum.
+inline double index_product_quantum(float c, float w) {
+  const auto ulp = [](float x) {
+    return std::fpclassify(x) == FP_SUBNORMAL ? 0x1p-149 : std::ldexp(1.0, std::ilogb(x) - 23);
+  };
+  return c == 0.0f || w == 0.0f ? INFINITY : std::min(ulp(c) * ulp(w), double(std::fabs(c)));
+}
+inline bool index_head_order_exact(double quantum, float kf) {
+  return quantum * std::min(1.0, double(kf)) >= 0x1p-126;
+}
 
 // Entry g of row r of k (visible, no pool: the caller handles visibility) scored the fast way, in
 // the fused form, with the head sum in head order (the GPU adds in another order: the bound holds
@@ -81,6 +103,7 @@ inline IndexApprox index_approx_score(const IndexScoreK& k, int64_t r, int64_t g
   known = known && (!nonzero || most - least <= kIndexFusedSpan);
   const float kf = nonzero ? std::ldexp(1.0f, least - 128) : 1.0f;
   float total = 0.0f, magnitude = 0.0f, weights = 0.0f, cmax = 0.0f;
+  double quantum = INFINITY;
   for (int64_t h = 0; h < k.nh; ++h) {
     const float* qh = k.q + (r * k.nh + h) * k.dh;
     int8_t n[128];
@@ -101,6 +124,7 @@ inline IndexApprox index_approx_score(const IndexScoreK& k, int64_t r, int64_t g
       for (int c2 = 0; c2 < 32; ++c2) x += int64_t(n[b * 32 + c2] * (1 << qs)) * int64_t(nk[b * 32 + c2] * (1 << ks));
     }
     const float w = k.hw[r * k.nh + h];
+    quantum = std::min(quantum, index_product_quantum(c, w));
     const float relu = std::fmaxf(float(x), 0.0f) * c;
     total = std::fmaf(relu, w, total);
     magnitude = std::fmaf(relu, std::fabs(w), magnitude);
@@ -116,6 +140,7 @@ inline IndexApprox index_approx_score(const IndexScoreK& k, int64_t r, int64_t g
   if (double(cmax) * double(kf) > 0x1p105 || double(magnitude) * double(kf) >= 0x1p126) known = false;
   if (!known || !std::isfinite(out.score) || !std::isfinite(out.bound))
     out.bound = std::numeric_limits<double>::infinity();
+  out.exact_in_head_order = std::isfinite(out.bound) && index_head_order_exact(quantum, kf);
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -194,6 +195,68 @@ TEST(IndexRefine, AWorstCasePerRowBetaStillSelectsExactly) {
       ASSERT_GT(worst, beta) << "the worst case must bound every entry's bound";
       ASSERT_EQ(b.topk, a.topk) << "row " << r << " G " << c.G;
       ASSERT_EQ(b.candidates, a.candidates) << "row " << r << " G " << c.G;
+    }
+  }
+}
+
+// The premise of a fast scorer that sums in head order (index_refine.h, index_head_order_exact):
+// where the fused form knows an entry and the row's product quantum keeps both chains out of
+// float's subnormals, its score is the GPU simple body's FFMA chain in head order bit for bit — so
+// such entries would need no bound and no exact re-scoring. Not vacuous: the same sum in reverse
+// head order differs on many entries, and at scores near 2^-120 the condition turns entries away
+// (and bits do differ there).
+TEST(IndexRefine, HeadOrderFastScoresAreTheSimpleFmaChainBitForBit) {
+  std::mt19937 rng(41);
+  struct Mix {
+    int nh, spread, base;
+    bool hard;
+  };
+  for (const Mix& m : {Mix{64, 1, 0, false}, Mix{32, 2, -3, false}, Mix{32, 1, 0, true}, Mix{64, 0, -60, false},
+                       Mix{16, 1, -30, false}}) {
+    const int64_t rows = 3, G = 3000;
+    const int dh = 128;
+    const Rows in = make_rows(rng, rows, G, m.nh, dh, m.spread, m.base, 0, false, m.hard);
+    dk::IndexScoreK k{in.q.data(), in.hw.data(), dk::KeyRows::records(in.records.data(), RowKind::kIndex, dh),
+                      G,           m.nh,         dh,
+                      G * 4 - 1,   4,            1.0f / std::sqrt(float(dh)),
+                      nullptr,     0,            0,
+                      nullptr};
+    int64_t known = 0, exact = 0, reversed_differs = 0, turned_away = 0, turned_away_differs = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = 0; g < G; ++g) {
+        float chain = 0.0f, reversed = 0.0f;
+        for (int64_t h = 0; h < m.nh; ++h) {
+          const auto term = [&](int64_t head) {
+            return std::pair{std::fmax(float(k.head_dot(r, g, head)), 0.0f) * k.scale, in.hw[size_t(r * m.nh + head)]};
+          };
+          const auto [relu, w] = term(h);
+          chain = std::fmaf(relu, w, chain);
+          const auto [relu_r, w_r] = term(m.nh - 1 - h);
+          reversed = std::fmaf(relu_r, w_r, reversed);
+        }
+        const dk::IndexApprox a = dk::index_approx_score(k, r, g);
+        if (!std::isfinite(a.bound)) continue;
+        ++known;
+        reversed_differs += reversed != chain;
+        if (!a.exact_in_head_order) {
+          ++turned_away;
+          turned_away_differs += a.score != chain;
+          continue;
+        }
+        ++exact;
+        ASSERT_EQ(std::bit_cast<uint32_t>(a.score), std::bit_cast<uint32_t>(chain))
+            << "row " << r << " entry " << g << " heads " << m.nh << " base " << m.base << ": " << a.score << " vs "
+            << chain;
+      }
+    std::printf("%d heads, spread %d, base %d%s: %lld known, %lld exact in head order (%lld turned away, %lld of "
+                "them different); reverse order differs on %lld\n",
+                m.nh, m.spread, m.base, m.hard ? ", hard keys" : "", (long long)known, (long long)exact,
+                (long long)turned_away, (long long)turned_away_differs, (long long)reversed_differs);
+    if (m.base >= -30) {
+      EXPECT_EQ(exact, known) << "trained-like scales stay normal: every known entry exact";
+      EXPECT_GT(reversed_differs, known / 10) << "the head order must matter for the test to mean anything";
+    } else {
+      EXPECT_GT(turned_away_differs, 0) << "near 2^-120 some scores differ, and the condition must turn them away";
     }
   }
 }

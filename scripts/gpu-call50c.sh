@@ -2,10 +2,11 @@
 # Session 50's GPU call for 235b182 (the fast scorer's head sum in head order: known scores exact,
 # β = 0, the band only for unknown entries) on 1812ad6 (the band's item barrier only where the next
 # item restages). The build = 235b182; var B = 1812ad6 (the barrier alone); var M = c5e7e1c (before
-# both). Both commits are reverted on main (0ec281e, 81e170d): first `git cherry-pick 1812ad6 235b182`,
-# then build the carry as below (after the call, keep them or revert them). The selection and refine tests on the build first (IndexRefineCuda.FastScoresLieWithin-
-# BetaOfTheExactScores now asks every known fast score to equal the exact one bit for bit), the batch
-# 64 / 1M step alternated twice, ncu's time of the scorer and the band, the GPU suite. Built here by
+# both). Both commits are reverted on main (0ec281e, 81e170d): first `git cherry-pick 1812ad6
+# 235b182`, then build the carry as below (after the call, keep them or revert them). The selection
+# and refine tests on the build first (IndexRefineCuda.FastScoresLieWithinBetaOfTheExactScores now
+# asks every known fast score to equal the exact one bit for bit), the batch 64 / 1M step alternated
+# twice, ncu's time of the scorer and the band, the GPU suite. Built here by
 #   scripts/gpu-carry-variants.sh gpu-call50c.sh HEAD "B@1812ad6 src/backends/cuda/index_refine.cu" \
 #     "M@c5e7e1c src/backends/cuda/index_refine.cu"
 # then `run` with carry [".devcarry"]:

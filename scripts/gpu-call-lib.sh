@@ -42,3 +42,11 @@ archive_results() {  # archive_results DEST NAME
   tar -czf "$1/$2.tgz" -C "$O" .
   cp "$O/ab.txt" "$1/" 2>/dev/null || true
 }
+# ncu's source counters (SASS lines with their executions and stall samples) on one launch of the
+# kernels matching REGEX in the batch 64 / 1M step of this build, as $O/NAME_src.csv.
+sass_profile() {  # sass_profile REGEX NAME
+  step "ncu_$2.txt" 120 50 ncu --section SourceCounters --import-source no -k "regex:$1" --launch-skip 1 \
+    --launch-count 1 -o "/tmp/rep_$2" ./dsv41_cuda_bench --kernels engine --iters 1 --topk-hints 1 --batches 64 \
+    --contexts 1048576
+  [ -f "/tmp/rep_$2.ncu-rep" ] && ncu -i "/tmp/rep_$2.ncu-rep" --page source --print-source sass --csv > "$O/$2_src.csv" 2>&1
+}

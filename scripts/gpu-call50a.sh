@@ -16,7 +16,8 @@ step tests.txt 150 60 ./dsv41_cuda_tests --gtest_filter='*Index*:*Topk*:*Refine*
 ab_step . var/M var/KF
 scorer_ncu . var/M
 step tests_all.txt 240 100 ./dsv41_cuda_tests --gtest_brief=1
-# The band kernel's SASS lines with their executions and stalls (one launch), for the next session.
+# The band kernel's SASS lines with their executions and stalls (one launch), for the next session
+# (written out as it ran; gpu-call-lib.sh's sass_profile is the same step since).
 step ncu_band.txt 120 50 ncu --section SourceCounters --import-source no -k regex:band_kernel --launch-skip 1 \
   --launch-count 1 -o /tmp/rep_band ./dsv41_cuda_bench --kernels engine --iters 1 --topk-hints 1 --batches 64 --contexts 1048576
 [ -f /tmp/rep_band.ncu-rep ] && ncu -i /tmp/rep_band.ncu-rep --page source --print-source sass --csv > "$O/band_src.csv" 2>&1

@@ -24,8 +24,6 @@ done
 step tests_all.txt 240 100 ./dsv41_cuda_tests --gtest_brief=1
 # The new scorer's SASS lines with their executions and stalls (one launch): where the head-order
 # chain's instructions and waits go.
-step ncu_src.txt 120 50 ncu --section SourceCounters --import-source no -k regex:approx_kernel --launch-skip 1 \
-  --launch-count 1 -o /tmp/rep_approx ./dsv41_cuda_bench --kernels engine --iters 1 --topk-hints 1 --batches 64 --contexts 1048576
-[ -f /tmp/rep_approx.ncu-rep ] && ncu -i /tmp/rep_approx.ncu-rep --page source --print-source sass --csv > "$O/approx_src.csv" 2>&1
+sass_profile approx_kernel approx
 archive_results "$DEST" o50c
 exit 0

@@ -55,8 +55,9 @@ struct IndexApprox {
 
 // Summed in head order, as the simple body's FFMA chain is (on the GPU `total += relu·w` contracts
 // to one FFMA a head), the simple body's chain is the fused form's scaled by 2^(S − 128) step for
-// step, so the two agree bit for bit unless a rounding of either falls in float's subnormals. It cannot where every nonzero value of both chains is at
-// least 2^-126: relu'_h = fl(X·c_h) ≥ c_h for X ≥ 1, so each product relu'_h·w_h is a multiple of
+// step, so the two agree bit for bit unless a rounding of either falls in float's subnormals. It
+// cannot where every nonzero value of both chains is at least 2^-126: relu'_h = fl(X·c_h) ≥ c_h for
+// X ≥ 1, so each product relu'_h·w_h is a multiple of
 // ulp(c_h)·ulp(w_h), every partial sum — exact or rounded — a multiple of the least such quantum
 // Q over the heads (rounding a multiple of Q gives one), and a nonzero multiple of Q·kf is at least
 // that in the simple body's chain. Q ≥ 2^-126·max(1, 1/kf) is therefore enough (with the fused

@@ -224,15 +224,13 @@ TEST(IndexRefine, HeadOrderFastScoresAreTheSimpleFmaChainBitForBit) {
     int64_t known = 0, exact = 0, reversed_differs = 0, turned_away = 0, turned_away_differs = 0;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t g = 0; g < G; ++g) {
+        float relu[64];  // the simple body's ReLU terms; summed forwards (its chain) and backwards
+        for (int64_t h = 0; h < m.nh; ++h) relu[h] = std::fmax(float(k.head_dot(r, g, h)), 0.0f) * k.scale;
+        const float* w = in.hw.data() + r * m.nh;
         float chain = 0.0f, reversed = 0.0f;
         for (int64_t h = 0; h < m.nh; ++h) {
-          const auto term = [&](int64_t head) {
-            return std::pair{std::fmax(float(k.head_dot(r, g, head)), 0.0f) * k.scale, in.hw[size_t(r * m.nh + head)]};
-          };
-          const auto [relu, w] = term(h);
-          chain = std::fmaf(relu, w, chain);
-          const auto [relu_r, w_r] = term(m.nh - 1 - h);
-          reversed = std::fmaf(relu_r, w_r, reversed);
+          chain = std::fmaf(relu[h], w[h], chain);
+          reversed = std::fmaf(relu[m.nh - 1 - h], w[m.nh - 1 - h], reversed);
         }
         const dk::IndexApprox a = dk::index_approx_score(k, r, g);
         if (!std::isfinite(a.bound)) continue;

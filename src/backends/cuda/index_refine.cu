@@ -5,31 +5,35 @@
 // nb best block maxima; both outputs are sets. So:
 // 1. Fast scores (approx_kernel): index_refine.h's fused form — a key's and a query head's nonzero
 //    MXFP4 blocks shifted to their least exponent, one int32 dot over all channels on integer
-//    tensor cores (keys as the MMA's 16 rows, 8 heads as its columns, so a head sum stays in
-//    registers), whose ReLU terms are the simple body's bit for bit; only the head sum's order
-//    differs, so each entry's bound is 2γ_2H·Σ_h |w_h|·ReLU_h (+ subnormal slack). An entry outside
-//    the form (a block span past kIndexFusedSpan, a query block off the MXFP4 grid, a key scale byte
-//    past 252, values near float's overflow) is written NaN: unknown. β, the row's largest finite
-//    bound, and the count of unknown entries go to the row's work floats.
+//    tensor cores (keys as the MMA's 16 rows, 8 heads as its columns), whose ReLU terms are the
+//    simple body's bit for bit. The terms go through shared memory to one lane a key, which sums
+//    them in head order as the simple body does, so a known score *is* the simple body's float
+//    (index_head_order_exact: the row's product quantum keeps both chains out of float's
+//    subnormals) and carries no bound: β, the row's largest bound, stays 0. An entry outside the
+//    form (a block span past kIndexFusedSpan, a query block off the MXFP4 grid, a key scale byte
+//    past 252, a key factor outside the row's exact range) is written NaN: unknown, and counted in
+//    the row's work floats. (Until session 50 the head sum ran in another order and each entry
+//    carried a bound of 2γ_2H·Σ_h |w_h|·ReLU_h; the band below still takes a β > 0.)
 // 2. The selections of the fast scores (the backend's own top-k kernels): t, the k-th largest fast
 //    score of the row, and tb, the nb-th largest fast block maximum (threshold_kernel). A row with
 //    more than 1/kFallbackShare unknown entries is scored exactly by the integer kernel instead (its
 //    blocks check the row's flag: the others leave at once); a sample of the row's keys taken before
 //    the fast scores (precheck_kernel) flags most such rows early, and the fast scorer skips them.
-// 3. band_kernel: an entry with a fast score below t − 2β is out for certain (its exact score is
-//    below t − β, and k entries score at least t − β); a block whose fast maximum is below tb − 2β
-//    (and that holds no unknown entry) is out for certain the same way, and in a block that is not,
-//    only entries within 2β of its fast maximum can hold its exact maximum. Every other entry the
-//    row sees — unknown, near t or above, or near its block's maximum — is scored again exactly (the
-//    integer kernel's rule: per-block int32 sums combined in double where that is exact, else the
-//    simple chain; the head sum in head order: the simple body's bits), a warp an entry while few
-//    of a warp's 32 need it, a lane an entry from kLanesFrom on. Thresholds are rounded down, so
-//    rounding only adds entries.
+// 3. band_kernel: with β = 0 only the unknown entries are scored again, and a row without any is
+//    left at once. With β > 0: an entry with a fast score below t − 2β is out for certain (its exact
+//    score is below t − β, and k entries score at least t − β); a block whose fast maximum is below
+//    tb − 2β (and that holds no unknown entry) is out for certain the same way, and in a block that
+//    is not, only entries within 2β of its fast maximum can hold its exact maximum; every other
+//    entry the row sees — unknown, near t or above, or near its block's maximum — is scored again.
+//    Exactly means the integer kernel's rule (per-block int32 sums combined in double where that is
+//    exact, else the simple chain; the head sum in head order: the simple body's bits), a warp an
+//    entry while few of a warp's 32 need it, a lane an entry from kLanesFrom on. Thresholds are
+//    rounded down, so rounding only adds entries.
 // 4. The block maxima and the selections again, on the refined rows: the exact top-k and the exact
 //    nb best blocks, the simple path's ids. The fast scores left in place cannot move either: each
-//    lies below t − 2β ≤ T − β, under the exact score of every entry the top-k keeps (T, the exact
-//    k-th, is at least t − β), and below its block's exact maximum or, for a block out for
-//    certain, below tb − 2β, under the exact maximum of every block kept.
+//    is exact, or lies below t − 2β ≤ T − β, under the exact score of every entry the top-k keeps
+//    (T, the exact k-th, is at least t − β), and below its block's exact maximum or, for a block out
+//    for certain, below tb − 2β, under the exact maximum of every block kept.
 // refine_row (index_refine.h) is this rule on the CPU, checked there against select_topk.
 #include <cuda_runtime.h>
 
@@ -49,6 +53,7 @@ namespace {
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kTile = 16;  // entries a warp scores at once (the MMA's rows)
+constexpr int kReluStride = 68;  // a key's ReLU terms in finish_tile: 64 heads and 16 bytes of skew
 constexpr int kMaxHeads = 64, kMaxBlocks = 4;
 constexpr int64_t kTargetBlocks = 2048;  // a launch's blocks where the runtime cannot say how many are resident
 constexpr int kWork = dk::IndexSelectChain::kWorkFloats;
@@ -81,7 +86,6 @@ __host__ __device__ inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 
 struct Plan {
   int first[Chain::kMax + 1];
   int span;
-  float error[Chain::kMax];  // per job index_refine_error (index_refine.h), rounded up
 };
 
 // The job and (row, span) of item blk.
@@ -113,14 +117,17 @@ struct ApproxShared {
     // qw[1] holds the queries negated, for the keys' negative parts (score_tile_wg).
     uint32_t qw[2][kMaxBlocks][kMaxHeads / 8][2][32];
   };
-  int8_t n[kMaxHeads][32 * kMaxBlocks];     // the queries as integers (q_c = n_c · 2^unit of its block)
-  int unit[kMaxHeads][kMaxBlocks];          // index_query_block's units (or its marks)
-  float4 head[kMaxHeads];                   // per head {c_h = 2^(least unit) · scale, w_h, |w_h|, −2^23·c_h}
-  float weights;                            // Σ_h |w_h|
-  float cmax;                               // max_h |c_h|
-  float slack;                              // the bound's subnormal slack (20·(1 + Σ|w|) + 4H + 8)·2^-149, rounded up
-  int unknown;                              // the row's queries are outside the fused form: every entry unknown
-  unsigned bound;                           // the block's largest finite bound (float bits, ≥ 0)
+  union alignas(16) {
+    struct {
+      int8_t n[kMaxHeads][32 * kMaxBlocks];  // the queries as integers (q_c = n_c · 2^unit of its block)
+      int unit[kMaxHeads][kMaxBlocks];       // index_query_block's units (or its marks)
+    } st;                                    // stage_row's, dead once the row is staged
+    float relu[kWarps][kTile][kReluStride];  // a warp's tile of ReLU terms [key][head] (finish_tile)
+  };
+  float4 head[kMaxHeads];  // per head {c_h = 2^(least unit) · scale, w_h, |w_h|, −2^23·c_h}
+  float hw[kMaxHeads];     // w_h, for the head sums' float4 loads
+  float kf_lo, kf_hi;      // the key factors 2^(S − 128) whose scores are exact (index_head_order_exact) and finite
+  int unknown;             // the row's queries are outside the fused form: every entry unknown
 };
 static_assert(sizeof(ApproxShared::qw[0]) == 512 * 16, "score_tile_wg's descriptor step to the negated queries");
 
@@ -138,6 +145,37 @@ __device__ __forceinline__ uint32_t pack4(const int8_t* n, int shift, int sign =
 // channels follow the same order; the dot over all channels is the same integer either way.
 __host__ __device__ constexpr bool by_block(int nb) { return nb == kMaxBlocks; }
 
+// The key factors kf = 2^(S − 128) (powers of two) for which a known entry's head-ordered fast
+// score is the simple body's bit for bit (index_head_order_exact: the row's product quantum Q, the
+// least min(ulp(c_h)·ulp(w_h), |c_h|), with Q·min(1, kf) ≥ 2^-126) and no term or partial sum of
+// either chain can overflow (every term ≤ 2^21·c_max·kf ≤ 2^105, their sum ≤ Σ|w|·2^21·c_max·kf <
+// 2^126: the fused form's limits, index_refine.h). Outside [kf_lo, kf_hi] an entry is unknown.
+__device__ void key_factor_range(ApproxShared& sh, int nh) {
+  double quantum = INFINITY, weights = 0, cmax = 0;
+  for (int h = 0; h < nh; ++h) {
+    const float c = sh.head[h].x, w = sh.head[h].y;
+    weights += fabs(double(w));
+    cmax = fmax(cmax, fabs(double(c)));
+    if (c == 0.0f || w == 0.0f) continue;
+    const double uc = ldexp(1.0, ilogbf(c) - 23), uw = fabsf(w) < 0x1p-126f ? 0x1p-149 : ldexp(1.0, ilogbf(w) - 23);
+    quantum = fmin(quantum, fmin(uc * uw, fabs(double(c))));
+  }
+  // kf ≥ kf_lo ⇔ Q·min(1, kf) ≥ 2^-126: none where Q < 2^-126, every kf where no head adds a
+  // product, else the least power of two at or above 2^-126 / Q (≤ 1).
+  if (!(quantum >= 0x1p-126)) {
+    sh.kf_lo = INFINITY;
+  } else if (quantum == INFINITY) {
+    sh.kf_lo = 0.0f;
+  } else {
+    const double need = 0x1p-126 / quantum;
+    const int lo = ilogb(need) + (ldexp(1.0, ilogb(need)) < need ? 1 : 0);
+    sh.kf_lo = ldexpf(1.0f, max(lo, -149));
+  }
+  // kf ≤ kf_hi: the greatest power of two with kf·c_max ≤ 2^105 and kf·Σ|w|·2^21·c_max < 2^126.
+  const double top = fmin(0x1p105 / fmax(cmax, 0x1p-300), 0x1p105 / fmax(weights * cmax, 0x1p-300));
+  sh.kf_hi = top >= 0x1p127 ? INFINITY : ldexpf(1.0f, ilogb(top) - (ldexp(1.0, ilogb(top)) == top ? 1 : 0));
+}
+
 // Row r's queries in the fused form (index_refine.h): per head, every nonzero block's integers
 // shifted to the head's least unit (|n| · 2^shift ≤ 120 while the units span ≤ kFusedSpan), as B
 // fragments (channel 8w + i of the lane's word is k = 4t + i of the MMA, 8w + 4 + i is k = 16 + 4t
@@ -147,30 +185,31 @@ __host__ __device__ constexpr bool by_block(int nb) { return nb == kMaxBlocks; }
 template <bool kWarpgroup>
 __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh) {
   const int nh = int(k.nh), nb = int(k.dh / 32);
-  if (threadIdx.x == 0) sh.unknown = 0, sh.bound = 0;
+  if (threadIdx.x == 0) sh.unknown = 0;
   for (int x = threadIdx.x; x < nh * nb; x += kThreads) {
     const int h = x / nb, b = x % nb;
-    sh.unit[h][b] = dk::index_query_block(k.q + (r * k.nh + h) * k.dh + b * 32, &sh.n[h][b * 32]);
+    sh.st.unit[h][b] = dk::index_query_block(k.q + (r * k.nh + h) * k.dh + b * 32, &sh.st.n[h][b * 32]);
   }
   __syncthreads();
   for (int h = threadIdx.x; h < nh; h += kThreads) {
-    const int span = dk::index_query_span(sh.unit[h], nb);
+    const int span = dk::index_query_span(sh.st.unit[h], nb);
     int least = 1 << 20;
     for (int b = 0; b < nb; ++b)
-      if (sh.unit[h][b] != dk::kIndexZeroBlock) least = min(least, sh.unit[h][b]);
+      if (sh.st.unit[h][b] != dk::kIndexZeroBlock) least = min(least, sh.st.unit[h][b]);
     const float w = k.hw[r * k.nh + h];
     const float c = least > 200 ? 0.0f : ldexpf(k.scale, max(least, -300));  // no nonzero block: X = 0
     if (span > dk::kIndexFusedSpan || (least <= 200 && !(fabsf(c) >= 0x1p-126f && isfinite(c)))) atomicOr(&sh.unknown, 1);
     sh.head[h] = make_float4(c, w, fabsf(w), -0x1p23f * c);
+    sh.hw[h] = w;
     for (int b = 0; b < nb; ++b)  // the block's shift in place of its unit
-      sh.unit[h][b] = sh.unit[h][b] == dk::kIndexZeroBlock || span > dk::kIndexFusedSpan ? 0 : sh.unit[h][b] - least;
+      sh.st.unit[h][b] = sh.st.unit[h][b] == dk::kIndexZeroBlock || span > dk::kIndexFusedSpan ? 0 : sh.st.unit[h][b] - least;
   }
   __syncthreads();
   for (int x = threadIdx.x; x < nh * nb * 4; x += kThreads) {
     const int h = x / (nb * 4), b = x / 4 % nb, t = x % 4;  // MMA b's k slots of lane t
     const int block = by_block(nb) ? t : b, word = by_block(nb) ? b : t;
-    const int8_t* n = &sh.n[h][block * 32 + 8 * word];
-    const int shift = sh.unit[h][block];
+    const int8_t* n = &sh.st.n[h][block * 32 + 8 * word];
+    const int shift = sh.st.unit[h][block];
     const uint32_t lo = pack4(n, shift), hi = pack4(n + 4, shift);
     if constexpr (kWarpgroup) {
       sh.qw[0][b][h / 8][0][(h % 8) * 4 + t] = lo;
@@ -189,13 +228,7 @@ __device__ void stage_row(const dk::IndexScoreK& k, int64_t r, ApproxShared& sh)
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes → wgmma reads
   }
-  if (threadIdx.x == 32) {
-    float w = 0.0f, c = 0.0f;
-    for (int h = 0; h < nh; ++h) w += fabsf(sh.head[h].y), c = fmaxf(c, fabsf(sh.head[h].x));
-    sh.weights = w;
-    sh.cmax = c;
-    sh.slack = __fmul_ru(__fmaf_ru(20.0f, 1.0f + w, 4.0f * float(nh) + 8.0f), 0x1p-149f);
-  }
+  if (threadIdx.x == 32) key_factor_range(sh, nh);
   __syncthreads();
 }
 
@@ -421,80 +454,84 @@ __device__ __forceinline__ TileKeys<NB> decode_tile(const KeyPair& keys, const A
   }
 }
 
-// Head tile nt's four sums of lane (g, t): (row g, head 8nt + 2t), (g, 2t + 1), (g + 8, 2t), (g + 8,
-// 2t + 1), into the rows' head sums. ReLU(X)·c_h is the simple body's ReLU term over 2^(least scale
-// − 128) (a power of two, applied after the sum): 2^23 + ReLU(X) as a float's bits (|X| < 2^21; one
-// add-and-max), then one FMA takes 2^23·c_h off — exact in the FMA, so one rounding of ReLU(X)·c_h.
-__device__ __forceinline__ void add_heads(const int* x, const ApproxShared& sh, int nt, int t, float (&total)[2],
-                                          float (&magnitude)[2]) {
+// Head tile nt's four sums of lane (g, t) — (key g, head 8nt + 2t), (g, 2t + 1), (g + 8, 2t), (g + 8,
+// 2t + 1) — as ReLU terms into the warp's tile `relu` [key][head]. ReLU(X)·c_h is the simple body's
+// ReLU term over 2^(least scale − 128) (a power of two, applied after the sum): 2^23 + ReLU(X) as a
+// float's bits (|X| < 2^21; one add-and-max), then one FMA takes 2^23·c_h off — exact in the FMA, so
+// one rounding of ReLU(X)·c_h.
+__device__ __forceinline__ void put_heads(const int* x, const ApproxShared& sh, int nt, int g, int t,
+                                          float (*relu)[kReluStride]) {
   const float4 h0 = sh.head[nt * 8 + 2 * t], h1 = sh.head[nt * 8 + 2 * t + 1];
+  float v[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const float4 hd = (i & 1) ? h1 : h0;
-    const float relu = fmaf(__int_as_float(__viaddmax_s32(x[i], 0x4B000000, 0x4B000000)), hd.x, hd.w);
-    total[i >> 1] = fmaf(relu, hd.y, total[i >> 1]);
-    magnitude[i >> 1] = fmaf(relu, hd.z, magnitude[i >> 1]);
+    v[i] = fmaf(__int_as_float(__viaddmax_s32(x[i], 0x4B000000, 0x4B000000)), hd.x, hd.w);
   }
+  *reinterpret_cast<float2*>(&relu[g][nt * 8 + 2 * t]) = make_float2(v[0], v[1]);
+  *reinterpret_cast<float2*>(&relu[g + 8][nt * 8 + 2 * t]) = make_float2(v[2], v[3]);
 }
 
 // What finishing a tile needs of its item, worked out once an item: where the row's scores go, the
-// item's end and what the row sees (32-bit: G < 2^31), the head tiles and the bound's error factor
-// (the row's other constants are in ApproxShared).
+// item's end and what the row sees (32-bit: G < 2^31), the head tiles (the row's other constants are
+// in ApproxShared).
 struct RowOut {
   float* scores;     // the row's scores, k.scores + r·G
   int end, visible;  // the item's end; the entries the row sees
   int tiles;         // head tiles of 8, nh / 8
-  float error;       // index_refine_error for nh, rounded up
 };
-__device__ __forceinline__ RowOut row_out(const dk::IndexScoreK& k, int64_t r, int64_t end, int64_t visible,
-                                          float error) {
-  return {k.scores + r * k.G, int(end), int(min(visible, end)), int(k.nh) / 8, error};
+__device__ __forceinline__ RowOut row_out(const dk::IndexScoreK& k, int64_t r, int64_t end, int64_t visible) {
+  return {k.scores + r * k.G, int(end), int(min(visible, end)), int(k.nh) / 8};
 }
 
-// The tile's scores from the lanes' head sums, written where e < end (fast score, NaN where
-// unknown, −inf where the row does not see it). Returns the lane's largest finite bound. Lane t
-// finishes key g + 8·(t & 1) (lanes t and t ^ 2 hold the same sums; t < 2 writes): each lane keeps
-// its key's partial sum and hands the other key's to its neighbour, so two shuffles a sum reduce the
-// quad in the order (t0 + t1) + (t2 + t3) for both keys.
+// The tile's scores from the warp's ReLU terms, written where e < end (the score, NaN where unknown,
+// −inf where the row does not see it). Lane L (and L + 16, idle) sums key L's terms in head order,
+// one FMA a head as the simple body does, so a known score is the simple body's bit for bit
+// (index_head_order_exact: kf within the row's [kf_lo, kf_hi]) and needs no bound. Key L's factor
+// and flag come from lane 4·(L mod 8), which holds keys L mod 8 and L mod 8 + 8.
 // Keys: TileKeys or TileParts (their kf and unknown).
 template <class Keys>
-__device__ __forceinline__ float finish_tile(const RowOut& o, int e0, const Keys& tk, const float (&total)[2],
-                                             const float (&magnitude)[2], const ApproxShared& sh, unsigned& unknowns) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, i = t & 1;
-  float sum = i ? total[1] : total[0], mag = i ? magnitude[1] : magnitude[0];
-  sum += __shfl_xor_sync(kFull, i ? total[0] : total[1], 1);
-  mag += __shfl_xor_sync(kFull, i ? magnitude[0] : magnitude[1], 1);
-  sum += __shfl_xor_sync(kFull, sum, 2);
-  mag += __shfl_xor_sync(kFull, mag, 2);
-  const int e = e0 + g + 8 * i;
-  if (t > 1 || e >= o.end) return 0.0f;
+__device__ __forceinline__ void finish_tile(const RowOut& o, int e0, const Keys& tk, const ApproxShared& sh,
+                                            const float (*relu)[kReluStride], unsigned& unknowns) {
+  const int lane = threadIdx.x & 31, key = lane & (kTile - 1), from = 4 * (key & 7);
+  const float kf0 = __shfl_sync(kFull, tk.kf[0], from), kf1 = __shfl_sync(kFull, tk.kf[1], from);
+  const unsigned flags = __shfl_sync(kFull, unsigned(tk.unknown[0]) | unsigned(tk.unknown[1]) << 1, from);
+  const float kf = key < 8 ? kf0 : kf1;
+  const bool unknown = (flags >> (key >> 3) & 1u) != 0;
+  __syncwarp();  // (every lane's terms written)
+  const float* terms = relu[key];
+  float total = 0.0f;
+  const int nh = 8 * o.tiles;
+#pragma unroll 4
+  for (int h = 0; h < nh; h += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(terms + h);
+    const float4 w = *reinterpret_cast<const float4*>(sh.hw + h);
+    total = fmaf(v.x, w.x, total);
+    total = fmaf(v.y, w.y, total);
+    total = fmaf(v.z, w.z, total);
+    total = fmaf(v.w, w.w, total);
+  }
+  __syncwarp();  // (every lane's terms read before the warp's next tile writes its own)
+  const int e = e0 + key;
+  if (lane >= kTile || e >= o.end) return;
   float* out = o.scores + e;
   if (e >= o.visible) {
     *out = -INFINITY;
-    return 0.0f;
+    return;
   }
-  // The bound (index_refine.h), rounded upward:
-  //   2^(least − 128)·Σ_h |w_h|·ReLU_h · error · (1 + 2^-10) + (20·(1 + Σ|w|) + 4H + 8)·2^-149
-  const float kf = i ? tk.kf[1] : tk.kf[0];
-  const float score = sum * kf;
-  // Near float's overflow the simple body's terms or partial sums may overflow where this sum,
-  // scaled after, does not (index_refine.h): unknown there.
-  const bool in_range = sh.cmax * kf <= 0x1p105f && mag * kf < 0x1p126f;
-  const float body = __fmul_ru(__fmul_ru(__fmul_ru(mag, kf), o.error), 1.0f + 0x1p-10f);
-  const float bound = __fadd_ru(body, sh.slack);
-  const bool known = !(i ? tk.unknown[1] : tk.unknown[0]) && in_range && isfinite(score) && isfinite(bound);
+  const float score = total * kf;
+  const bool known = !unknown && kf >= sh.kf_lo && kf <= sh.kf_hi && isfinite(score);
   *out = known ? score : __int_as_float(0x7FC00000);
   unknowns += known ? 0u : 1u;
-  return known ? bound : 0.0f;
 }
 
 // One warp's tile: entries e0 … e0 + 15 of the row (lane (g, t): e0 + g and e0 + g + 8), the sums on
 // the warp's own m16n8k32 MMAs (keys as the 16 rows, 8 heads as the columns).
 template <int NB>
-__device__ float score_tile(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh, unsigned& unknowns) {
-  const int lane = threadIdx.x & 31, t = lane & 3;
+__device__ void score_tile(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh,
+                           float (*relu)[kReluStride], unsigned& unknowns) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const TileKeys<NB> tk = decode_tile<NB>(keys, sh);
-  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
   for (int nt = 0; nt < o.tiles; ++nt) {
     int x[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -502,9 +539,9 @@ __device__ float score_tile(const RowOut& o, int e0, const KeyPair& keys, const 
       const uint2 bf = sh.bq[nt][b][lane];
       cuda::mma_s8_16832(x, tk.a[b][0], tk.a[b][1], tk.a[b][2], tk.a[b][3], bf.x, bf.y);
     }
-    add_heads(x, sh, nt, t, total, magnitude);
+    put_heads(x, sh, nt, g, t, relu);
   }
-  return finish_tile(o, e0, tk, total, magnitude, sh, unknowns);
+  finish_tile(o, e0, tk, sh, relu, unknowns);
 }
 
 // The same tile with the sums on warpgroup MMAs: the block's four warps' tiles are the 64 rows of
@@ -513,10 +550,10 @@ __device__ float score_tile(const RowOut& o, int e0, const KeyPair& keys, const 
 // NT 4 for up to 32 heads (half the MMA and accumulators of NT 8), else 8. Every warp of the block
 // calls it together. A row of exactly 8·NT heads (the model's) adds its tiles without a test a tile.
 template <int NB, int NT>
-__device__ float score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh, uint64_t desc0,
-                               unsigned& unknowns) {
+__device__ void score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh, uint64_t desc0,
+                              float (*relu)[kReluStride], unsigned& unknowns) {
   static_assert(NT == 4 || NT == 8);
-  const int t = threadIdx.x & 3;
+  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
   // Four blocks (the model's dh 128): the keys as their two parts, each part's MMA against the
   // queries or the negated queries (qw[1], 8,192 bytes = 512 descriptor units on) — the same int32
   // sums as the signed bytes', with two permutes a half instead of five instructions.
@@ -550,16 +587,15 @@ __device__ float score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, con
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_reg_fence(d);
-  float total[2] = {0.0f, 0.0f}, magnitude[2] = {0.0f, 0.0f};
   if (o.tiles == NT) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
+    for (int nt = 0; nt < NT; ++nt) put_heads(d + 4 * nt, sh, nt, g, t, relu);
   } else {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
-      if (nt < o.tiles) add_heads(d + 4 * nt, sh, nt, t, total, magnitude);
+      if (nt < o.tiles) put_heads(d + 4 * nt, sh, nt, g, t, relu);
   }
-  return finish_tile(o, e0, tk, total, magnitude, sh, unknowns);
+  finish_tile(o, e0, tk, sh, relu, unknowns);
 }
 
 // One item of the launch, entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …,
@@ -597,8 +633,8 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
     return;
   }
   const Records<NB> at(k.keys);
-  const RowOut o = row_out(k, r, end, visible, plan.error[p.job]);
-  float largest = 0.0f;
+  const RowOut o = row_out(k, r, end, visible);
+  float(*const relu)[kReluStride] = sh.relu[warp];
   unsigned unknowns = 0;
   constexpr int kStep = kWarps * kTile;
   const int first = int(begin) + warp * kTile, seen = int(seen_end);
@@ -609,26 +645,20 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
       const int e0 = base + warp * kTile;
       const KeyPair cur = next;
       next = fetch_pair(at, e0 + kStep + g, seen, t);
-      largest = fmaxf(largest, score_tile_wg<NB, kWarpgroup>(o, e0, cur, sh, desc0, unknowns));
+      score_tile_wg<NB, kWarpgroup>(o, e0, cur, sh, desc0, relu, unknowns);
     }
   } else {
     KeyPair next = fetch_pair(at, first + g, seen, t);
     for (int e0 = first; e0 < o.end; e0 += kStep) {
       const KeyPair cur = next;
       next = fetch_pair(at, e0 + kStep + g, seen, t);
-      largest = fmaxf(largest, score_tile<NB>(o, e0, cur, sh, unknowns));
+      score_tile<NB>(o, e0, cur, sh, relu, unknowns);
     }
   }
-  const unsigned warp_largest = __reduce_max_sync(kFull, __float_as_uint(largest));
+  // No bound to add: every known score is the simple body's (finish_tile), so the row's β stays 0.
   const unsigned warp_unknowns = __reduce_add_sync(kFull, unknowns);
-  if (lane == 0) atomicMax(&sh.bound, warp_largest);
   if (lane == 0 && warp_unknowns > 0) atomicAdd(reinterpret_cast<unsigned*>(work + r * kWork + kUnknown), warp_unknowns);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    if (sh.bound > 0) atomicMax(reinterpret_cast<unsigned*>(work + r * kWork + kBound), sh.bound);
-    sh.bound = 0;
-  }
-  __syncthreads();  // (sh.bound reset, every warp done with the tiles before sh is staged again)
+  __syncthreads();  // (every warp done with the tiles before sh is staged again)
 }
 
 // A launch of at most one wave of blocks (plan_one_wave): block b takes items [b·n / grid, (b + 1)·n /
@@ -975,7 +1005,13 @@ __device__ void band_item(const Chain& c, const Plan& plan, int item, BandShared
   const float* work = J.work + r * kWork;
   if (work[kFallback] != 0.0f) return;       // the integer kernel scored the row exactly
   const float beta2 = 2.0f * work[kBound];  // exact (a power-of-two product) or +inf
-  const float cut = work[kCut], block_cut = work[kBlockCut];  // threshold_kernel's (the floors after)
+  // β = 0: every known fast score is the exact one (the scorer sums in head order), so only the
+  // unknown entries need scoring again — none at all in a row without any — and neither the cut
+  // nor a block's maximum asks for more (cuts of +inf; the floors after stay t and tb).
+  const bool exact_known = beta2 == 0.0f;
+  if (exact_known && __float_as_uint(work[kUnknown]) == 0u) return;
+  const float cut = exact_known ? INFINITY : work[kCut];  // threshold_kernel's (the floors after)
+  const float block_cut = exact_known ? INFINITY : work[kBlockCut];
   const int64_t row_id = int64_t(p.job) << 40 | r;
   if (staged != row_id) {  // (sh is free: the last item ended at a barrier)
     stage_band(k, r, sh);
@@ -1019,7 +1055,7 @@ __device__ void band_item(const Chain& c, const Plan& plan, int item, BandShared
       if (J.blocks > 0) {
         const unsigned unknowns = __ballot_sync(kFull, unknown);
         const bool block_in = (unknowns & mine) != 0 || !(tops[i] < block_cut);
-        need = need || (seen && block_in && (unknown || a >= __fsub_rd(tops[i], beta2)));
+        need = need || (seen && block_in && !exact_known && (unknown || a >= __fsub_rd(tops[i], beta2)));
       }
       const unsigned todo = __ballot_sync(kFull, need);
       rescored += __popc(todo);
@@ -1101,11 +1137,6 @@ void selections(const Chain& c, Stream s, bool floors) {
   if (unit.n > 0) launch_chain(unit, s);
 }
 
-// index_refine_error (index_refine.h) for H heads, as a float not below it.
-float error_factor(int64_t H) {
-  return std::nextafter(float(dk::index_refine_error(H)), std::numeric_limits<float>::infinity());
-}
-
 bool plan_spans(const Chain& c, int64_t target, int64_t unit, int64_t most, Plan& plan) {
   int64_t total = 0;
   for (int j = 0; j < c.n; ++j) total += c.jobs[j].rows * c.jobs[j].score.G;
@@ -1113,7 +1144,6 @@ bool plan_spans(const Chain& c, int64_t target, int64_t unit, int64_t most, Plan
   int64_t blocks = 0;
   for (int j = 0; j < c.n; ++j) {
     plan.first[j] = int(blocks);
-    plan.error[j] = error_factor(c.jobs[j].score.nh);
     blocks += c.jobs[j].rows * cdiv(c.jobs[j].score.G, plan.span);
     if (blocks > 0x7fffffff) return false;
   }

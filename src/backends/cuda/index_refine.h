@@ -49,7 +49,8 @@ struct IndexApprox {
   float score = 0;   // the fast score (−inf where the row does not see the entry)
   double bound = 0;  // |score − the simple body's| ≤ bound (+inf: unknown)
   // score is the simple body's float bit for bit, as the GPU's FFMA chain in head order forms it
-  // (index_head_order_exact; the GPU's fast scorer does not yet sum in head order).
+  // (index_head_order_exact; the GPU's fast scorer sums in head order since session 50, so its known
+  // scores carry no bound and its band scores only the unknown entries again).
   bool exact_in_head_order = false;
 };
 
@@ -198,7 +199,8 @@ std::vector<int32_t> refine_topk(std::span<const IndexApprox> approx, int k, Exa
 // rounded up), t the k-th largest fast score (−inf where fewer than k), tb the nb-th largest fast
 // block maximum; an entry is scored again (exact(g)) where it is unknown, at or above t − 2β, or
 // within 2β of the fast maximum of a block that is not out for certain (tb − 2β, both rounded
-// down); then the block maxima (the newest visible block +inf) and both selections are taken over
+// down) — where β = 0 (every known fast score exact: the GPU's scorer sums in head order) only where
+// it is unknown; then the block maxima (the newest visible block +inf) and both selections are taken over
 // the row as refined, fast scores left in place, each with the GPU's floor (cut for the top-k,
 // block_cut for the blocks: values below it ineligible, as TopkBatch::Job::floor makes them).
 // select(v, n, width, out) is select_topk's contract.
@@ -254,11 +256,12 @@ RefinedRow refine_row(std::span<const IndexApprox> approx, int k, int bs, int nb
   const float block_cut = index_refine_round_down(double(tb) - 2.0 * double(beta));
   RefinedRow out;
   std::vector<float> refined = v;
+  const bool exact_known = beta == 0.0f;
   for (int64_t g = 0; g < G; ++g) {
     const float a = v[size_t(g)];
     const bool unknown = std::isnan(a), seen = unknown || a > -INFINITY;
-    bool need = seen && (unknown || a >= cut);
-    if (nb > 0 && seen) {
+    bool need = seen && (unknown || (!exact_known && a >= cut));
+    if (nb > 0 && seen && !exact_known) {
       const int64_t b = g / bs;
       bool block_unknown = false;
       for (int64_t e = b * bs; e < std::min(G, (b + 1) * bs); ++e) block_unknown = block_unknown || std::isnan(v[size_t(e)]);

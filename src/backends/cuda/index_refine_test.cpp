@@ -113,6 +113,33 @@ TEST(IndexRefine, FastScoresStayWithinTheirBoundsAndTheSelectionIsExact) {
         select_topk(bmax.data(), blocks, c.nb, want_blocks.data());
         ASSERT_EQ(band.candidates, want_blocks) << "band rule's blocks, row " << r << " G " << c.G;
         banded = band.rescored;
+        // The GPU's rule since session 50: fast scores in head order, exact where known (β = 0), so
+        // only unknown entries are scored again — against the GPU's simple body, the FFMA chain.
+        std::vector<float> chain(size_t(c.G), -INFINITY);
+        std::vector<dk::IndexApprox> ordered(size_t(c.G), dk::IndexApprox{-INFINITY, 0});
+        int64_t unknown = 0;
+        for (int64_t g = 0; g < visible; ++g) {
+          float total = 0.0f;
+          for (int64_t h = 0; h < c.nh; ++h)
+            total = std::fmaf(std::fmax(float(k.head_dot(r, g, h)), 0.0f) * k.scale, in.hw[size_t(r * c.nh + h)], total);
+          chain[size_t(g)] = total;
+          const dk::IndexApprox& a = approx[size_t(g)];
+          ordered[size_t(g)] = a.exact_in_head_order ? dk::IndexApprox{a.score, 0.0} : dk::IndexApprox{NAN, INFINITY};
+          unknown += a.exact_in_head_order ? 0 : 1;
+        }
+        const auto exact_chain = [&](int64_t g) { return chain[size_t(g)]; };
+        const dk::RefinedRow head_order = dk::refine_row(
+            ordered, c.k, c.bs, c.nb, visible, exact_chain,
+            [](const float* v, int64_t n, int width, int32_t* out) { select_topk(v, n, width, out); });
+        std::vector<int32_t> want_chain(size_t(c.k)), want_chain_blocks(size_t(c.nb));
+        select_topk(chain.data(), c.G, c.k, want_chain.data());
+        std::vector<float> cmax(static_cast<size_t>(blocks));
+        for (int64_t b = 0; b < blocks; ++b)
+          dk::BlockMaxK{chain.data(), c.G, blocks, k.start, c.bs, k.ratio, cmax.data()}(b);
+        select_topk(cmax.data(), blocks, c.nb, want_chain_blocks.data());
+        ASSERT_EQ(head_order.topk, want_chain) << "head order, row " << r << " G " << c.G << " k " << c.k;
+        ASSERT_EQ(head_order.candidates, want_chain_blocks) << "head order's blocks, row " << r << " G " << c.G;
+        ASSERT_EQ(head_order.rescored, unknown) << "head order: only the unknown entries scored again";
       }
       live += visible;
       rescored_all += rescored;

@@ -53,7 +53,13 @@ namespace {
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kTile = 16;  // entries a warp scores at once (the MMA's rows)
+constexpr int kStep = kWarps * kTile;  // entries a block's warps score in one turn
 constexpr int kReluStride = 68;  // a key's ReLU terms in finish_tile: 64 heads and 16 bytes of skew
+// Rows of exactly 32 heads (the model's) hold two tiles' terms at once, a key's 32 heads and 16 bytes
+// of skew, so that finish_pair gives every lane a key (lanes 16 … 31 idle in finish_tile).
+constexpr int kPairStride = 36;
+constexpr int kReluWords = 2 * kTile * kPairStride;  // a warp's terms: one tile at kReluStride or two at kPairStride
+static_assert(kReluWords >= kTile * kReluStride);
 constexpr int kMaxHeads = 64, kMaxBlocks = 4;
 constexpr int64_t kTargetBlocks = 2048;  // a launch's blocks where the runtime cannot say how many are resident
 constexpr int kWork = dk::IndexSelectChain::kWorkFloats;
@@ -122,7 +128,7 @@ struct ApproxShared {
       int8_t n[kMaxHeads][32 * kMaxBlocks];  // the queries as integers (q_c = n_c · 2^unit of its block)
       int unit[kMaxHeads][kMaxBlocks];       // index_query_block's units (or its marks)
     } st;                                    // stage_row's, dead once the row is staged
-    float relu[kWarps][kTile][kReluStride];  // a warp's tile of ReLU terms [key][head] (finish_tile)
+    float relu[kWarps][kReluWords];  // a warp's ReLU terms [key][head] (finish_tile, finish_pair)
   };
   float4 head[kMaxHeads];  // per head {c_h = 2^(least unit) · scale, w_h, |w_h|, −2^23·c_h}
   float hw[kMaxHeads];     // w_h, for the head sums' float4 loads
@@ -459,8 +465,8 @@ __device__ __forceinline__ TileKeys<NB> decode_tile(const KeyPair& keys, const A
 // ReLU term over 2^(least scale − 128) (a power of two, applied after the sum): 2^23 + ReLU(X) as a
 // float's bits (|X| < 2^21; one add-and-max), then one FMA takes 2^23·c_h off — exact in the FMA, so
 // one rounding of ReLU(X)·c_h.
-__device__ __forceinline__ void put_heads(const int* x, const ApproxShared& sh, int nt, int g, int t,
-                                          float (*relu)[kReluStride]) {
+template <int S>  // the terms' stride, kReluStride or kPairStride
+__device__ __forceinline__ void put_heads(const int* x, const ApproxShared& sh, int nt, int g, int t, float* relu) {
   const float4 h0 = sh.head[nt * 8 + 2 * t], h1 = sh.head[nt * 8 + 2 * t + 1];
   float v[4];
 #pragma unroll
@@ -468,8 +474,8 @@ __device__ __forceinline__ void put_heads(const int* x, const ApproxShared& sh, 
     const float4 hd = (i & 1) ? h1 : h0;
     v[i] = fmaf(__int_as_float(__viaddmax_s32(x[i], 0x4B000000, 0x4B000000)), hd.x, hd.w);
   }
-  *reinterpret_cast<float2*>(&relu[g][nt * 8 + 2 * t]) = make_float2(v[0], v[1]);
-  *reinterpret_cast<float2*>(&relu[g + 8][nt * 8 + 2 * t]) = make_float2(v[2], v[3]);
+  *reinterpret_cast<float2*>(&relu[g * S + nt * 8 + 2 * t]) = make_float2(v[0], v[1]);
+  *reinterpret_cast<float2*>(&relu[(g + 8) * S + nt * 8 + 2 * t]) = make_float2(v[2], v[3]);
 }
 
 // What finishing a tile needs of its item, worked out once an item: where the row's scores go, the
@@ -484,36 +490,46 @@ __device__ __forceinline__ RowOut row_out(const dk::IndexScoreK& k, int64_t r, i
   return {k.scores + r * k.G, int(end), int(min(visible, end)), int(k.nh) / 8};
 }
 
-// The tile's scores from the warp's ReLU terms, written where e < end (the score, NaN where unknown,
-// −inf where the row does not see it). Lane L (and L + 16, idle) sums key L's terms in head order,
-// one FMA a head as the simple body does, so a known score is the simple body's bit for bit
-// (index_head_order_exact: kf within the row's [kf_lo, kf_hi]) and needs no bound. Key L's factor
-// and flag come from lane 4·(L mod 8), which holds keys L mod 8 and L mod 8 + 8.
-// Keys: TileKeys or TileParts (their kf and unknown).
-template <class Keys>
-__device__ __forceinline__ void finish_tile(const RowOut& o, int e0, const Keys& tk, const ApproxShared& sh,
-                                            const float (*relu)[kReluStride], unsigned& unknowns) {
-  const int lane = threadIdx.x & 31, key = lane & (kTile - 1), from = 4 * (key & 7);
-  const float kf0 = __shfl_sync(kFull, tk.kf[0], from), kf1 = __shfl_sync(kFull, tk.kf[1], from);
-  const unsigned flags = __shfl_sync(kFull, unsigned(tk.unknown[0]) | unsigned(tk.unknown[1]) << 1, from);
-  const float kf = key < 8 ? kf0 : kf1;
-  const bool unknown = (flags >> (key >> 3) & 1u) != 0;
-  __syncwarp();  // (every lane's terms written)
-  const float* terms = relu[key];
+// A tile's key factors and flags as lane (g, t) holds them: keys g (kf[0], bit 0) and g + 8 (kf[1],
+// bit 1), the same in the four lanes of a quad.
+struct TileFactors {
+  float kf[2];
+  unsigned unknown;
+};
+template <class Keys>  // TileKeys or TileParts
+__device__ __forceinline__ TileFactors factors_of(const Keys& tk) {
+  return {{tk.kf[0], tk.kf[1]}, unsigned(tk.unknown[0]) | unsigned(tk.unknown[1]) << 1};
+}
+
+// A key's head sum in head order, one FMA a head as the simple body does: kHeads at compile time (the
+// model's rows, the loop unrolled whole) or nh at run time (kHeads 0).
+template <int kHeads>
+__device__ __forceinline__ float head_chain(const float* terms, const ApproxShared& sh, int nh) {
   float total = 0.0f;
-  const int nh = 8 * o.tiles;
-#pragma unroll 4
-  for (int h = 0; h < nh; h += 4) {
+  const auto add4 = [&](int h) {
     const float4 v = *reinterpret_cast<const float4*>(terms + h);
     const float4 w = *reinterpret_cast<const float4*>(sh.hw + h);
     total = fmaf(v.x, w.x, total);
     total = fmaf(v.y, w.y, total);
     total = fmaf(v.z, w.z, total);
     total = fmaf(v.w, w.w, total);
+  };
+  if constexpr (kHeads > 0) {
+#pragma unroll
+    for (int h = 0; h < kHeads; h += 4) add4(h);
+  } else {
+#pragma unroll 4
+    for (int h = 0; h < nh; h += 4) add4(h);
   }
-  __syncwarp();  // (every lane's terms read before the warp's next tile writes its own)
-  const int e = e0 + key;
-  if (lane >= kTile || e >= o.end) return;
+  return total;
+}
+
+// Entry e's score from its key's head sum, written where e < end: the score, NaN where unknown, −inf
+// where the row does not see it. A known score is the simple body's bit for bit
+// (index_head_order_exact: kf within the row's [kf_lo, kf_hi]) and needs no bound.
+__device__ __forceinline__ void finish_key(const RowOut& o, int e, float kf, bool unknown, float total,
+                                           const ApproxShared& sh, unsigned& unknowns) {
+  if (e >= o.end) return;
   float* out = o.scores + e;
   if (e >= o.visible) {
     *out = -INFINITY;
@@ -525,11 +541,47 @@ __device__ __forceinline__ void finish_tile(const RowOut& o, int e0, const Keys&
   unknowns += known ? 0u : 1u;
 }
 
+// The tile's scores from the warp's ReLU terms (relu at kReluStride). Lane L (and L + 16, idle) sums
+// key L's terms in head order (head_chain). Key L's factor and flag come from lane 4·(L mod 8), which
+// holds keys L mod 8 and L mod 8 + 8. kHeads: head_chain's.
+template <int kHeads>
+__device__ __forceinline__ void finish_tile(const RowOut& o, int e0, const TileFactors& f, const ApproxShared& sh,
+                                            const float* relu, unsigned& unknowns) {
+  const int lane = threadIdx.x & 31, key = lane & (kTile - 1), from = 4 * (key & 7);
+  const float kf0 = __shfl_sync(kFull, f.kf[0], from), kf1 = __shfl_sync(kFull, f.kf[1], from);
+  const unsigned flags = __shfl_sync(kFull, f.unknown, from);
+  __syncwarp();  // (every lane's terms written)
+  const float total = head_chain<kHeads>(relu + key * kReluStride, sh, 8 * o.tiles);
+  __syncwarp();  // (every lane's terms read before the warp's next tile writes its own)
+  if (lane >= kTile) return;
+  finish_key(o, e0 + key, key < 8 ? kf0 : kf1, (flags >> (key >> 3) & 1u) != 0, total, sh, unknowns);
+}
+
+// Two tiles' scores at once from the warp's terms at kPairStride (a row of 32 heads): tile a (entries
+// e0 …, the first 16 rows of relu) on lanes 0 … 15, tile b (e0 + kStep …, the next 16) on lanes 16 …
+// 31, each lane one key's head sum in head order — the same sums as finish_tile's, half the lanes'
+// work a tile. has_b false: the item's last tile alone (lanes 16 … 31 write nothing).
+__device__ __forceinline__ void finish_pair(const RowOut& o, int e0, const TileFactors& a, const TileFactors& b,
+                                            bool has_b, const ApproxShared& sh, const float* relu,
+                                            unsigned& unknowns) {
+  const int lane = threadIdx.x & 31, key = lane & (kTile - 1), half = lane >> 4, from = 4 * (key & 7);
+  const float a0 = __shfl_sync(kFull, a.kf[0], from), a1 = __shfl_sync(kFull, a.kf[1], from);
+  const float b0 = __shfl_sync(kFull, b.kf[0], from), b1 = __shfl_sync(kFull, b.kf[1], from);
+  const unsigned flags = __shfl_sync(kFull, a.unknown | b.unknown << 2, from);
+  const float kf = half ? (key < 8 ? b0 : b1) : (key < 8 ? a0 : a1);
+  const bool unknown = (flags >> (2 * half + (key >> 3)) & 1u) != 0;
+  __syncwarp();  // (every lane's terms written)
+  const float total = head_chain<32>(relu + lane * kPairStride, sh, 32);
+  __syncwarp();  // (every lane's terms read before the warp's next tiles write theirs)
+  if (half && !has_b) return;
+  finish_key(o, e0 + half * kStep + key, kf, unknown, total, sh, unknowns);
+}
+
 // One warp's tile: entries e0 … e0 + 15 of the row (lane (g, t): e0 + g and e0 + g + 8), the sums on
 // the warp's own m16n8k32 MMAs (keys as the 16 rows, 8 heads as the columns).
 template <int NB>
 __device__ void score_tile(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh,
-                           float (*relu)[kReluStride], unsigned& unknowns) {
+                           float* relu, unsigned& unknowns) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const TileKeys<NB> tk = decode_tile<NB>(keys, sh);
   for (int nt = 0; nt < o.tiles; ++nt) {
@@ -539,9 +591,9 @@ __device__ void score_tile(const RowOut& o, int e0, const KeyPair& keys, const A
       const uint2 bf = sh.bq[nt][b][lane];
       cuda::mma_s8_16832(x, tk.a[b][0], tk.a[b][1], tk.a[b][2], tk.a[b][3], bf.x, bf.y);
     }
-    put_heads(x, sh, nt, g, t, relu);
+    put_heads<kReluStride>(x, sh, nt, g, t, relu);
   }
-  finish_tile(o, e0, tk, sh, relu, unknowns);
+  finish_tile<0>(o, e0, factors_of(tk), sh, relu, unknowns);
 }
 
 // The same tile with the sums on warpgroup MMAs: the block's four warps' tiles are the 64 rows of
@@ -549,9 +601,11 @@ __device__ void score_tile(const RowOut& o, int e0, const KeyPair& keys, const A
 // heads from ApproxShared::qw; D holds head tile nt's sums in d[4nt … 4nt + 3], as score_tile's x).
 // NT 4 for up to 32 heads (half the MMA and accumulators of NT 8), else 8. Every warp of the block
 // calls it together. A row of exactly 8·NT heads (the model's) adds its tiles without a test a tile.
-template <int NB, int NT>
-__device__ void score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh, uint64_t desc0,
-                              float (*relu)[kReluStride], unsigned& unknowns) {
+// Here the tile's ReLU terms into relu at stride S (put_heads) and its key factors out; score_tile_wg
+// and finish_pair turn them into scores.
+template <int NB, int NT, int S>
+__device__ TileFactors wg_terms(const RowOut& o, const KeyPair& keys, const ApproxShared& sh, uint64_t desc0,
+                                float* relu) {
   static_assert(NT == 4 || NT == 8);
   const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
   // Four blocks (the model's dh 128): the keys as their two parts, each part's MMA against the
@@ -589,13 +643,50 @@ __device__ void score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, cons
   wgmma_reg_fence(d);
   if (o.tiles == NT) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) put_heads(d + 4 * nt, sh, nt, g, t, relu);
+    for (int nt = 0; nt < NT; ++nt) put_heads<S>(d + 4 * nt, sh, nt, g, t, relu);
   } else {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
-      if (nt < o.tiles) put_heads(d + 4 * nt, sh, nt, g, t, relu);
+      if (nt < o.tiles) put_heads<S>(d + 4 * nt, sh, nt, g, t, relu);
   }
-  finish_tile(o, e0, tk, sh, relu, unknowns);
+  return factors_of(tk);
+}
+
+// One tile on warpgroup MMAs, scored at once (finish_tile; a row of 8·NT heads with its head loop
+// unrolled whole).
+template <int NB, int NT>
+__device__ void score_tile_wg(const RowOut& o, int e0, const KeyPair& keys, const ApproxShared& sh, uint64_t desc0,
+                              float* relu, unsigned& unknowns) {
+  const TileFactors f = wg_terms<NB, NT, kReluStride>(o, keys, sh, desc0, relu);
+  if (o.tiles == NT) {
+    finish_tile<8 * NT>(o, e0, f, sh, relu, unknowns);
+  } else {
+    finish_tile<0>(o, e0, f, sh, relu, unknowns);
+  }
+}
+
+// An item's tiles of a 32-head row on warpgroup MMAs, two at a time: tile i's terms into the first
+// half of the warp's relu, tile i + 1's into the second, then both scored by finish_pair; an odd last
+// tile alone. The next tile's keys fetched while the current one is scored, as in approx_item.
+template <int NB>
+__device__ void pair_item(const RowOut& o, const Records<NB>& at, int begin, int seen, const ApproxShared& sh,
+                          float* relu, unsigned& unknowns) {
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0][0], 128, 256);
+  KeyPair next = fetch_pair(at, begin + warp * kTile + g, seen, t);
+  TileFactors held{};
+  bool holding = false;
+  int e0 = begin + warp * kTile;
+  for (int base = begin; base < o.end; base += kStep) {  // (the same turns in every warp: the MMAs are the warpgroup's)
+    e0 = base + warp * kTile;
+    const KeyPair cur = next;
+    next = fetch_pair(at, e0 + kStep + g, seen, t);
+    const TileFactors f = wg_terms<NB, 4, kPairStride>(o, cur, sh, desc0, relu + (holding ? kTile * kPairStride : 0));
+    if (holding) finish_pair(o, e0 - kStep, held, f, true, sh, relu, unknowns);
+    held = f;
+    holding = !holding;
+  }
+  if (holding) finish_pair(o, e0, held, held, false, sh, relu, unknowns);
 }
 
 // One item of the launch, entries [x·span, (x + 1)·span) of row r: warp w takes tiles w, w + 4, …,
@@ -634,10 +725,18 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
   }
   const Records<NB> at(k.keys);
   const RowOut o = row_out(k, r, end, visible);
-  float(*const relu)[kReluStride] = sh.relu[warp];
+  float* const relu = sh.relu[warp];
   unsigned unknowns = 0;
-  constexpr int kStep = kWarps * kTile;
   const int first = int(begin) + warp * kTile, seen = int(seen_end);
+  if constexpr (kWarpgroup == 4) {
+    if (o.tiles == 4) {  // 32 heads (the model's): two tiles' terms, then their scores on every lane
+      pair_item<NB>(o, at, int(begin), seen, sh, relu, unknowns);
+      const unsigned warp_unknowns = __reduce_add_sync(kFull, unknowns);
+      if (lane == 0 && warp_unknowns > 0) atomicAdd(reinterpret_cast<unsigned*>(work + r * kWork + kUnknown), warp_unknowns);
+      __syncthreads();  // (every warp done with the tiles before sh is staged again)
+      return;
+    }
+  }
   if constexpr (kWarpgroup > 0) {
     const uint64_t desc0 = wgmma_desc(&sh.qw[0][0][0][0][0], 128, 256);
     KeyPair next = fetch_pair(at, first + g, seen, t);

@@ -93,6 +93,12 @@ TEST(DeviceKernelsCuda, TopkHintsEqualSelectTopk) {
   on_both_topk_paths([](CudaExec& ex, bool long_rows, int64_t launches) { kc::check_topk_hints(ex, long_rows, launches); });
 }
 
+// The done hint: rows whose selection stands are left as they are by every fast kernel.
+TEST(DeviceKernelsCuda, TopkDoneRowsAreLeft) {
+  DSV41_REQUIRE_CUDA_DEVICE();
+  on_both_topk_paths([](CudaExec& ex, bool fast, int64_t launches) { kc::check_topk_done(ex, fast, launches); });
+}
+
 // FP8 / FP4 weights as stored (device_kernels_check_stored.h): the simple bodies bit for bit as on
 // the widened matrix, and with the fast kernels on within the bounds of the CPU references.
 TEST(DeviceKernelsCuda, StoredWeightGemmAndExperts) {

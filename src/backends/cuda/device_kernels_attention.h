@@ -178,6 +178,11 @@ struct TopkBatch {
     int nb = 0, bs = 0;
     const float* floor = nullptr;
     int64_t floor_stride = 0;
+    // - done: where done[r·done_stride] ≠ 0, out's row r already holds this selection (a caller's
+    //   guarantee: an earlier selection of the same values), and the fast path leaves the row.
+    const float* done = nullptr;
+    int64_t done_stride = 0;
+    DSV41_HD bool row_done(int64_t r) const { return done != nullptr && done[r * done_stride] != 0.0f; }
     DSV41_HD bool pooled() const { return kept != nullptr && nb > 0 && bs > 0 && int64_t{nb} * bs < size; }
     // The positions the fast path selects over: the pool's, or the row's entries.
     DSV41_HD int64_t length() const { return pooled() ? int64_t{nb} * bs : size; }
@@ -275,7 +280,7 @@ struct IndexSelectChain {
     uint8_t* cand_scratch = nullptr;   // TopkBatch::scratch_bytes(rows, blocks, nb)
     float* work = nullptr;  // [rows, kWorkFloats]: the fast path's thresholds and bound (unused by the simple path)
   };
-  static constexpr int kWorkFloats = 8;
+  static constexpr int kWorkFloats = 9;
   int k = 0;  // the top-k's width (every job's)
   int n = 0;
   bool exact_rows = false;  // set by the fast path: rows it may score exactly instead (index_refine.cu)
@@ -286,11 +291,13 @@ struct IndexSelectChain {
   Job jobs[kMax];
   // Both selections of every job as TopkBatch jobs, in job order (candidates first, as the
   // backend queued them); with floors (the fast path's second selections), the top-k's floor is
-  // work float `topk_floor` of each row and the candidates' `block_floor` (−1: none).
+  // work float `topk_floor` of each row and the candidates' `block_floor` (−1: none), and work float
+  // `done` (−1: none) marks the rows whose first selections stand (TopkBatch::Job::done).
   template <class F>
-  void for_each_selection(F&& f, int topk_floor = -1, int block_floor = -1) const {
-    const auto floors = [](TopkBatch::Job t, const float* work, int at) {
+  void for_each_selection(F&& f, int topk_floor = -1, int block_floor = -1, int done = -1) const {
+    const auto floors = [done](TopkBatch::Job t, const float* work, int at) {
       if (at >= 0) t.floor = work + at, t.floor_stride = kWorkFloats;
+      if (done >= 0) t.done = work + done, t.done_stride = kWorkFloats;
       return t;
     };
     for (int j = 0; j < n; ++j) {

@@ -429,6 +429,69 @@ void check_topk_hints(Exec& ex, bool long_rows, int64_t launches) {
   }
 }
 
+// The done hint of dk::TopkBatch::Job: the fast path (`fast`) leaves a row marked done as it is
+// (here its out prefilled with −7, which no selection writes) and selects every other row as
+// select_topk does; the simple path ignores the mark (every row select_topk's). Shapes for each of
+// the fast path's routes: one chunk, a pool, a floor, and on the fast path chunks and a merge, a
+// floor over chunks (compaction), a sampled floor, groups of chunks. Marks at a stride of 2, every
+// other row.
+template <class Exec>
+void check_topk_done(Exec& ex, bool fast, int64_t launches) {
+  struct Shape {
+    int64_t rows, size;
+    int width, nb, bs;  // nb = 0: no pool
+    bool floors;
+  };
+  std::vector<Shape> shapes = {{4, 1000, 16, 0, 0, false}, {4, 3000, 16, 50, 8, false}, {4, 1200, 16, 0, 0, true}};
+  if (fast) {  // (rows of several chunks: the simple path is quadratic)
+    shapes.push_back({4, 20000, 64, 0, 0, false}), shapes.push_back({4, 20000, 64, 0, 0, true});
+    shapes.push_back({4, 70000, 512, 0, 0, false}), shapes.push_back({2, 65540, 2048, 0, 0, false});
+  }
+  std::mt19937 rng(47);
+  Dev<Exec> dev(ex);
+  dk::TopkBatch unit;
+  std::vector<std::vector<int32_t>> want;
+  for (const Shape& s : shapes) {
+    std::vector<float> v(size_t(s.rows * s.size)), floors(size_t(s.rows), -INFINITY), done(size_t(s.rows * 2), 0.0f);
+    std::vector<int32_t> kept(size_t(s.rows * std::max(s.nb, 1)), -1), w(size_t(s.rows * s.width)),
+        prefill(size_t(s.rows * s.width), 0);
+    const int64_t blocks = s.nb > 0 ? (s.size + s.bs - 1) / s.bs : 0;
+    for (int64_t r = 0; r < s.rows; ++r) {
+      float* row = v.data() + r * s.size;
+      topk_row(rng, int((r + unit.n) % 8), row, s.size);
+      if (s.nb > 0) {  // blocks 0, 2, 4, … of the row (ascending), the rest −inf
+        for (int i = 0; i < s.nb && 2 * i < blocks; ++i) kept[size_t(r * s.nb + i)] = 2 * i;
+        for (int64_t g = 0; g < s.size; ++g) row[g] = (g / s.bs) % 2 == 0 && g / s.bs < 2 * s.nb ? row[g] : -INFINITY;
+      }
+      int32_t* out = w.data() + r * s.width;
+      select_topk(row, s.size, s.width, out);
+      if (s.floors) floors[size_t(r)] = out[s.width - 1] >= 0 ? row[out[s.width - 1]] - 1.0f : -INFINITY;
+      done[size_t(2 * r)] = r % 2 == 1 ? 1.0f : 0.0f;
+      if (fast && r % 2 == 1) std::fill(out, out + s.width, -7);  // what the fast path must leave there
+    }
+    want.push_back(w);
+    for (int64_t r = 1; fast && r < s.rows; r += 2)
+      std::fill(prefill.begin() + r * s.width, prefill.begin() + (r + 1) * s.width, -7);
+    dk::TopkBatch::Job J{dev.up(v), s.rows, s.size, s.width, dev.up(prefill),
+                         dev.template zeros<uint8_t>(dk::TopkBatch::scratch_bytes(s.rows, s.size, s.width))};
+    if (s.nb > 0) J.kept = dev.up(kept), J.nb = s.nb, J.bs = s.bs;
+    if (s.floors) J.floor = dev.up(floors), J.floor_stride = 1;
+    J.done = dev.up(done), J.done_stride = 2;
+    unit.jobs[unit.n++] = J;
+  }
+  const int64_t before = ex.counts().launches;
+  ex.run_chain(unit);
+  ASSERT_EQ(ex.counts().launches - before, launches);
+  for (int j = 0; j < unit.n; ++j) {
+    const dk::TopkBatch::Job& J = unit.jobs[j];
+    const std::vector<int32_t> got = dev.down(J.out, J.rows * J.width);
+    for (int64_t r = 0; r < J.rows; ++r)
+      ASSERT_TRUE(std::equal(got.begin() + r * J.width, got.begin() + (r + 1) * J.width, want[j].begin() + r * J.width))
+          << "job " << j << " (" << J.rows << " × " << J.size << ", width " << J.width << ", pool " << J.nb
+          << (J.floor ? ", floors" : "") << ") row " << r << (r % 2 == 1 && fast ? " (done: left as it was)" : "");
+  }
+}
+
 template <class Exec>
 void check_moe(Exec& ex) {
   std::mt19937 rng(16);

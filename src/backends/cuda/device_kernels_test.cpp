@@ -55,6 +55,11 @@ TEST(DeviceKernelsHost, TopkHintsEqualSelectTopk) {
   HostExec ex;
   kc::check_topk_hints(ex, false, 3);
 }
+// The done hint with the simple path, which ignores it (every row selected).
+TEST(DeviceKernelsHost, TopkDoneRowsAreLeft) {
+  HostExec ex;
+  kc::check_topk_done(ex, false, 3);
+}
 TEST(DeviceKernelsHost, RouterAndExperts) {
   HostExec ex;
   kc::check_moe(ex);

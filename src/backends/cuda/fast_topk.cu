@@ -16,8 +16,9 @@
 //    top-k (ties → lower id).
 // The job's hints (TopkBatch::Job) change what is read, not the ids: a pooled row selects over its
 // pool's positions (ids gathered with the keys), a floor makes the keys below it ineligible in
-// every kernel, and a long row without one gets a sampled floor first (topk_floor_kernel: the
-// width-th largest of the maxima of disjoint runs of 32 entries).
+// every kernel, a long row without one gets a sampled floor first (topk_floor_kernel: the
+// width-th largest of the maxima of disjoint runs of 32 entries), and a row marked done is left
+// as it is by every kernel (its out already holds the selection).
 // A job of rows of more than one chunk with a floor (its own or sampled) is compacted instead of
 // steps 1–3: topk_compact_kernel streams each chunk once and writes the keys at or above the floor
 // to the chunk's candidate slots in list order (a chunk with more than `width` of them selects its
@@ -91,6 +92,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_floor_kernel(const dk::Topk
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t row = blockIdx.x;
   const Job& job = t.jobs[job_of_block(t, row, sampled_rows)];
+  if (job.row_done(row)) return;
   const int runs = job.samples();
   const int64_t stride = job.length() / runs / 4 * 4;
   const float* v = job.v + row * job.size;
@@ -163,6 +165,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const dk::Topk
   int64_t b = blockIdx.x;
   const Job job = t.jobs[job_of_block(t, b, [h = t.hints](const Job& j) { return chunk_blocks_of(h, j); })];
   const int64_t row = b / job.chunks(), chunk = b % job.chunks(), p0 = chunk * kChunk;
+  if (job.row_done(row)) return;
   const int n = static_cast<int>(job.length() - p0 < kChunk ? job.length() - p0 : kChunk);
   const bool pooled = job.pooled();
   if (pooled) {
@@ -192,6 +195,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_group_kernel(const dk::Topk
   int64_t b = blockIdx.x;
   const Job job = t.jobs[job_of_block(t, b, [h = t.hints](const Job& j) { return group_blocks_of(h, j); })];
   const int64_t chunks = job.chunks(), groups = job.groups(), row = b / groups, group = b % groups;
+  if (job.row_done(row)) return;
   const int64_t first = group * kGroup, count = min(kGroup, chunks - first);
   const int64_t at = (row * chunks + first) * job.width, out = (row * groups + group) * job.width;
   cuda::block_select_topk<kTopkThreads>(job.candidate_keys() + at, job.candidate_ids() + at, 0,
@@ -206,6 +210,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const dk::Topk
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t row = blockIdx.x;
   const Job job = t.jobs[job_of_block(t, row, [h = t.hints](const Job& j) { return merge_rows_of(h, j); })];
+  if (job.row_done(row)) return;
   const bool grouped = job.chunks() > kGroup;
   const int64_t list = (grouped ? job.groups() : job.chunks()) * job.width, at = row * list;
   cuda::block_select_topk<kTopkThreads>((grouped ? job.group_keys() : job.candidate_keys()) + at,
@@ -246,6 +251,7 @@ struct PendingChunk {
   int64_t row, chunk;
   float x[kRounds][4];
   uint32_t floor;
+  bool done;  // the row is done (Job::done): nothing loaded, nothing to compact
 };
 
 // Chunk x of the plan (x < total) with its loads issued: warp w takes entries [512w, 512w + 512) of
@@ -260,6 +266,8 @@ __device__ PendingChunk fetch_chunk(const dk::TopkBatch& t, const CompactPlan& p
   const uint32_t local = static_cast<uint32_t>(x - p.first[i]);  // (< 2^31: launch_chain checks)
   c.row = local / p.chunks[i];
   c.chunk = local % p.chunks[i];
+  c.done = job.row_done(c.row);
+  if (c.done) return c;
   const int64_t p0 = c.chunk * kChunk;
   const int n = static_cast<int>(job.size - p0 < kChunk ? job.size - p0 : kChunk);
   const float* v = job.v + c.row * job.size + p0;
@@ -351,11 +359,14 @@ __global__ void __launch_bounds__(kCompactThreads, 3) topk_compact_kernel(const 
   int64_t x = blockIdx.x;
   if (x >= p.total) return;
   PendingChunk cur = fetch_chunk(t, p, x);
-  for (int buf = 0;; buf ^= 1) {
+  for (int buf = 0;;) {
     const int64_t next = x + gridDim.x;
     PendingChunk ahead;
     if (next < p.total) ahead = fetch_chunk(t, p, next);  // (block-uniform)
-    compact_chunk(t, cur, sel, buf);
+    if (!cur.done) {  // (block-uniform; the scan's buffer alternates between the chunks compacted)
+      compact_chunk(t, cur, sel, buf);
+      buf ^= 1;
+    }
     if (next >= p.total) break;
     cur = ahead;
     x = next;
@@ -407,6 +418,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const dk::Top
   while (i + 1 < p.n && row >= p.first_row[i + 1]) ++i;
   const Job& job = t.jobs[p.job[i]];
   row -= p.first_row[i];
+  if (job.row_done(row)) return;
   const int64_t chunks = p.chunks[i];
   const int32_t* counts = job.chunk_counts() + row * chunks;
   const uint32_t* cand_keys = job.candidate_keys() + row * chunks * job.width;
@@ -453,7 +465,7 @@ constexpr size_t kGatherShared = size_t{kListMax} * 8;
 
 bool launch_chain(const dk::TopkBatch& unit, Stream s) {
   dk::TopkBatch t = unit;
-  for (int j = 0; j < t.n && !t.hints; ++j) t.jobs[j].kept = nullptr, t.jobs[j].floor = nullptr;
+  for (int j = 0; j < t.n && !t.hints; ++j) t.jobs[j].kept = nullptr, t.jobs[j].floor = nullptr, t.jobs[j].done = nullptr;
   int64_t chunk_blocks = 0, group_blocks = 0, merge_blocks = 0, sample_rows = 0;
   int64_t compact_blocks = 0, gather_rows = 0;
   CompactPlan plan;

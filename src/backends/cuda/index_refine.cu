@@ -67,7 +67,8 @@ constexpr int kWork = dk::IndexSelectChain::kWorkFloats;
 // whether the row is scored exactly instead (1.0: too many unknown entries, see kFallbackShare),
 // and the second selections' floors t − 2β and tb − 2β (rounded down; −inf for a row scored
 // exactly): every entry the exact top-k keeps scores at least t − β, every block it keeps has a
-// maximum of at least tb − β (step 4).
+// maximum of at least tb − β (step 4); kDone 1.0 where the first selections stand (β 0, no entry
+// unknown, not scored exactly instead: every fast score is the exact one).
 enum Work {
   kThreshold = 0,
   kBlockThreshold = 1,
@@ -76,9 +77,10 @@ enum Work {
   kUnknown = 4,
   kFallback = 5,
   kCut = 6,
-  kBlockCut = 7
+  kBlockCut = 7,
+  kDone = 8
 };
-static_assert(kBlockCut < dk::IndexSelectChain::kWorkFloats);
+static_assert(kDone < dk::IndexSelectChain::kWorkFloats);
 // A row whose unknown entries exceed 1/kFallbackShare of it is scored by the integer kernel instead
 // of the band (its exact scores a warp per 32 entries, against a lane an entry in the band: keys
 // whose block scales span more than kIndexFusedSpan binades, docs/CUDA.md).
@@ -888,6 +890,7 @@ __global__ void threshold_kernel(const Chain c) {
     const float beta2 = 2.0f * work[kBound];
     work[kCut] = exact ? -INFINITY : __fsub_rd(t, beta2);
     work[kBlockCut] = exact || J.blocks == 0 ? -INFINITY : __fsub_rd(tb, beta2);
+    work[kDone] = !exact && work[kBound] == 0.0f && unknown == 0 ? 1.0f : 0.0f;
   }
 }
 
@@ -1213,13 +1216,34 @@ __global__ void block_max_kernel(const dk::Batched<dk::BlockMaxK> b, int64_t n) 
     b(id);
 }
 
-void block_maxima(const Chain& c, Stream s) {
-  int64_t n = 0;
-  const dk::Batched<dk::BlockMaxK> b = c.block_maxima(&n);
-  if (n > 0) launch_kernel(&block_max_kernel, unsigned(std::min<int64_t>(cdiv(n, 256), 4096)), 256, 0, s, b, n);
+// The block maxima again after the band, of the rows whose first selections do not stand (kDone).
+__global__ void block_max_again_kernel(const Chain c, int64_t n) {
+  await_previous_kernel();
+  for (int64_t id = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; id < n; id += int64_t{gridDim.x} * blockDim.x) {
+    int64_t at = id;
+    int j = 0;
+    for (; j + 1 < c.n && at >= c.jobs[j].rows * c.jobs[j].blocks; ++j) at -= c.jobs[j].rows * c.jobs[j].blocks;
+    const Chain::Job& J = c.jobs[j];
+    if (J.work[at / J.blocks * kWork + kDone] != 0.0f) continue;
+    dk::BlockMaxK{J.score.scores, J.score.G, J.blocks, J.score.start, J.bs, J.score.ratio, J.bmax}(at);
+  }
 }
 
-// The selections of the fast scores, or (floors) of the refined rows, with the band's cuts as floors.
+// The block maxima of the fast scores, or (again) of the refined rows.
+void block_maxima(const Chain& c, Stream s, bool again) {
+  int64_t n = 0;
+  const dk::Batched<dk::BlockMaxK> b = c.block_maxima(&n);
+  if (n == 0) return;
+  const unsigned grid = unsigned(std::min<int64_t>(cdiv(n, 256), 4096));
+  if (again && c.hints) {
+    launch_kernel(&block_max_again_kernel, grid, 256, 0, s, c, n);
+  } else {
+    launch_kernel(&block_max_kernel, grid, 256, 0, s, b, n);
+  }
+}
+
+// The selections of the fast scores, or (floors) of the refined rows, with the band's cuts as floors
+// and the rows whose first selections stand left as they are (kDone).
 void selections(const Chain& c, Stream s, bool floors) {
   dk::TopkBatch unit;
   unit.hints = c.hints;
@@ -1232,7 +1256,7 @@ void selections(const Chain& c, Stream s, bool floors) {
         }
         unit.jobs[unit.n++] = t;
       },
-      floors ? kCut : -1, floors ? kBlockCut : -1);
+      floors ? kCut : -1, floors ? kBlockCut : -1, floors ? kDone : -1);
   if (unit.n > 0) launch_chain(unit, s);
 }
 
@@ -1366,12 +1390,12 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   reset_work(c, s);
   if (fits) launch_kernel(&precheck_kernel, unsigned(rows), kThreads, 0, s, c);
   fast_scores(c, approx, s);
-  block_maxima(c, s);
+  block_maxima(c, s, false);
   selections(c, s, false);
   launch_kernel(&threshold_kernel, unsigned(rows), kThreads, 0, s, gated);
   if (fits) launch_index_int(exact, s, 0, gate);
   launch_kernel(band.kernel, band.grid, kThreads, 0, s, c, band.plan);
-  block_maxima(c, s);
+  block_maxima(c, s, true);
   selections(c, s, true);
   return true;
 }

@@ -30,7 +30,9 @@
 //    entry while few of a warp's 32 need it, a lane an entry from kLanesFrom on. Thresholds are
 //    rounded down, so rounding only adds entries.
 // 4. The block maxima and the selections again, on the refined rows: the exact top-k and the exact
-//    nb best blocks, the simple path's ids. The fast scores left in place cannot move either: each
+//    nb best blocks, the simple path's ids. A row with β = 0, no unknown entry and no fallback
+//    (threshold_kernel marks it kDone) had its exact scores in step 2 already: its first selections
+//    stand, and step 4 leaves it (TopkBatch::Job::done). The fast scores left in place cannot move either: each
 //    is exact, or lies below t − 2β ≤ T − β, under the exact score of every entry the top-k keeps
 //    (T, the exact k-th, is at least t − β), and below its block's exact maximum or, for a block out
 //    for certain, below tb − 2β, under the exact maximum of every block kept.

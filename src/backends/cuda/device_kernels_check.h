@@ -357,6 +357,24 @@ void check_topk_batch(Exec& ex, bool long_rows, int64_t launches) {
   }
 }
 
+// Runs `unit` (one unit's cost on this executor: `launches`) and compares every job's out with
+// want's, row by row; note(r) adds to a failing row's message.
+template <class Exec, class Note>
+void expect_topk_unit(Exec& ex, Dev<Exec>& dev, const dk::TopkBatch& unit,
+                      const std::vector<std::vector<int32_t>>& want, int64_t launches, Note note) {
+  const int64_t before = ex.counts().launches;
+  ex.run_chain(unit);
+  ASSERT_EQ(ex.counts().launches - before, launches);
+  for (int j = 0; j < unit.n; ++j) {
+    const dk::TopkBatch::Job& J = unit.jobs[j];
+    const std::vector<int32_t> got = dev.down(J.out, J.rows * J.width);
+    for (int64_t r = 0; r < J.rows; ++r)
+      ASSERT_TRUE(std::equal(got.begin() + r * J.width, got.begin() + (r + 1) * J.width, want[j].begin() + r * J.width))
+          << "job " << j << " (" << J.rows << " × " << J.size << ", width " << J.width << ", pool " << J.nb << " × "
+          << J.bs << (J.floor ? ", floors" : "") << ") row " << r << note(r);
+  }
+}
+
 // The hints of dk::TopkBatch::Job (a pool, a floor) change no output: jobs with them against
 // select_topk over the whole row, ids bit for bit. Pooled rows (−inf outside their pool): pools with
 // padding, a kept last block that the row ends inside, a pool shorter than the width, a pool no
@@ -416,17 +434,7 @@ void check_topk_hints(Exec& ex, bool long_rows, int64_t launches) {
     if (s.floors) J.floor = dev.up(floors), J.floor_stride = 3;
     unit.jobs[unit.n++] = J;
   }
-  const int64_t before = ex.counts().launches;
-  ex.run_chain(unit);
-  ASSERT_EQ(ex.counts().launches - before, launches);
-  for (int j = 0; j < unit.n; ++j) {
-    const dk::TopkBatch::Job& J = unit.jobs[j];
-    const std::vector<int32_t> got = dev.down(J.out, J.rows * J.width);
-    for (int64_t r = 0; r < J.rows; ++r)
-      ASSERT_TRUE(std::equal(got.begin() + r * J.width, got.begin() + (r + 1) * J.width, want[j].begin() + r * J.width))
-          << "job " << j << " (" << J.rows << " × " << J.size << ", width " << J.width << ", pool " << J.nb << " × "
-          << J.bs << (J.floor ? ", floors" : "") << ") row " << r;
-  }
+  expect_topk_unit(ex, dev, unit, want, launches, [](int64_t) { return ""; });
 }
 
 // The done hint of dk::TopkBatch::Job: the fast path (`fast`) leaves a row marked done as it is
@@ -467,11 +475,12 @@ void check_topk_done(Exec& ex, bool fast, int64_t launches) {
       select_topk(row, s.size, s.width, out);
       if (s.floors) floors[size_t(r)] = out[s.width - 1] >= 0 ? row[out[s.width - 1]] - 1.0f : -INFINITY;
       done[size_t(2 * r)] = r % 2 == 1 ? 1.0f : 0.0f;
-      if (fast && r % 2 == 1) std::fill(out, out + s.width, -7);  // what the fast path must leave there
+      if (fast && r % 2 == 1) {  // what the fast path must leave there
+        std::fill(out, out + s.width, -7);
+        std::fill(prefill.begin() + r * s.width, prefill.begin() + (r + 1) * s.width, -7);
+      }
     }
     want.push_back(w);
-    for (int64_t r = 1; fast && r < s.rows; r += 2)
-      std::fill(prefill.begin() + r * s.width, prefill.begin() + (r + 1) * s.width, -7);
     dk::TopkBatch::Job J{dev.up(v), s.rows, s.size, s.width, dev.up(prefill),
                          dev.template zeros<uint8_t>(dk::TopkBatch::scratch_bytes(s.rows, s.size, s.width))};
     if (s.nb > 0) J.kept = dev.up(kept), J.nb = s.nb, J.bs = s.bs;
@@ -479,17 +488,8 @@ void check_topk_done(Exec& ex, bool fast, int64_t launches) {
     J.done = dev.up(done), J.done_stride = 2;
     unit.jobs[unit.n++] = J;
   }
-  const int64_t before = ex.counts().launches;
-  ex.run_chain(unit);
-  ASSERT_EQ(ex.counts().launches - before, launches);
-  for (int j = 0; j < unit.n; ++j) {
-    const dk::TopkBatch::Job& J = unit.jobs[j];
-    const std::vector<int32_t> got = dev.down(J.out, J.rows * J.width);
-    for (int64_t r = 0; r < J.rows; ++r)
-      ASSERT_TRUE(std::equal(got.begin() + r * J.width, got.begin() + (r + 1) * J.width, want[j].begin() + r * J.width))
-          << "job " << j << " (" << J.rows << " × " << J.size << ", width " << J.width << ", pool " << J.nb
-          << (J.floor ? ", floors" : "") << ") row " << r << (r % 2 == 1 && fast ? " (done: left as it was)" : "");
-  }
+  expect_topk_unit(ex, dev, unit, want, launches,
+                   [fast](int64_t r) { return r % 2 == 1 && fast ? " (done: left as it was)" : ""; });
 }
 
 template <class Exec>

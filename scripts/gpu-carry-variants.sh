@@ -3,12 +3,13 @@
 # dsv41_cuda_bench, var/NAME/dsv41_cuda_bench for each variant (scripts/cuda-bench-variant.sh: the
 # build with some sources as in another revision), the libraries they need, the golden test models
 # and the call's script, small enough for `run`'s 64 MiB carry beside the tracked tree (≈ 16 MB).
-#   usage: scripts/gpu-carry-variants.sh SCRIPT BASE_REV "NAME[@REV] FILE..." ...
+#   usage: scripts/gpu-carry-variants.sh SCRIPT BASE_REV "NAME[@REV] FILE..." | NAME=PATH ...
 #   e.g.   scripts/gpu-carry-variants.sh gpu-call49c.sh 46bacea "P0 src/backends/cuda/index_refine.cu" \
 #            "L@335e2af src/backends/cuda/index_refine.cu src/backends/cuda/mma.cuh"
 #   then:  run carry [".devcarry"], command
 #          mkdir -p .dcx && tar -xJf .devcarry/t.tar.xz -C .dcx && DEST=$OUT OUT=/tmp/o bash .dcx/SCRIPT
-# A variant named NAME is built from BASE_REV, NAME@REV from REV. Builds the CUDA targets in build/
+# A variant named NAME is built from BASE_REV, NAME@REV from REV; NAME=PATH takes a bench built
+# before (a header's constant changed since: an earlier carry's binary). Builds the CUDA targets in build/
 # first (a compile error stops it). Writes .devcarry/t.tar.xz.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,6 +25,10 @@ rm -f "$STAGE/dsv41" "$STAGE/dsv41_bench" "$STAGE/dsv41_cuda_backend_bench" "$ST
 (cd "$STAGE/lib" && ls | grep -v -E 'libfmt|libpcre2|libutf8proc|libxxhash' | xargs -r rm -f)
 cp "scripts/$script" "$STAGE/"
 for v in "$@"; do
+  if [[ "$v" == *=* ]]; then  # NAME=PATH: a bench built before (e.g. main's, from an earlier carry)
+    mkdir -p "$STAGE/var/${v%%=*}" && cp "${v#*=}" "$STAGE/var/${v%%=*}/dsv41_cuda_bench"
+    continue
+  fi
   read -r -a parts <<< "$v"
   name="${parts[0]%@*}" rev="$base"
   [[ "${parts[0]}" == *@* ]] && rev="${parts[0]#*@}"

@@ -194,6 +194,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> kernels = {"engine", "standalone"};
   int topk_hints = dsv41::CudaExec::kTopkHints ? 1 : 0;
   int index_warpgroup = dsv41::CudaExec::kIndexWarpgroup ? 1 : 0;
+  int index_chain = dsv41::dk::IndexSelectChain::kMax;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--batches") && i + 1 < argc) batches = parse_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--contexts") && i + 1 < argc) contexts = parse_list(argv[++i]);
@@ -203,18 +204,25 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--index-scale-span") && i + 1 < argc) index_scale_span = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--topk-hints") && i + 1 < argc) topk_hints = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--index-warpgroup") && i + 1 < argc) index_warpgroup = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--index-chain") && i + 1 < argc) index_chain = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: dsv41_cuda_bench [--batches 1,64,256] [--contexts 4096,...] [--iters N] [--json F] "
-                           "[--kernels engine,engine-late,engine-exact,standalone] [--index-scale-span 0..7] [--topk-hints 0|1] [--index-warpgroup 0|1]\n"
+                           "[--kernels engine,engine-late,engine-exact,standalone] [--index-scale-span 0..7] [--topk-hints 0|1] [--index-warpgroup 0|1] [--index-chain 1..64]\n"
                            "  engine: the device backend's kernels as a decode step runs them (engine-late: each kernel "
                            "launched once the one before has ended; engine-exact: every indexer score exact before the "
                            "selections, no filter and refine); standalone: the fused kernels of cuda_kernels.h\n"
                            "  --topk-hints: the engine's top-k with pools and floors (1) or without (0); default: the "
                            "backend's (CudaExec::kTopkHints)\n"
                            "  --index-warpgroup: filter and refine's fast scores on warpgroup MMAs (1) or each warp's "
-                           "(0); default: the backend's (CudaExec::kIndexWarpgroup)\n");
+                           "(0); default: the backend's (CudaExec::kIndexWarpgroup)\n"
+                           "  --index-chain: sequences a filter-and-refine chain takes (default and most: the "
+                           "backend's, IndexSelectChain::kMax)\n");
       return 2;
     }
+  }
+  if (index_chain < 1 || index_chain > dsv41::dk::IndexSelectChain::kMax) {
+    std::fprintf(stderr, "dsv41_cuda_bench: --index-chain takes 1 … %d\n", dsv41::dk::IndexSelectChain::kMax);
+    return 2;
   }
   if (index_scale_span < 0 || index_scale_span > 7) {
     std::fprintf(stderr, "dsv41_cuda_bench: --index-scale-span takes 0 … 7 (binades between an index record's block scales)\n");
@@ -240,6 +248,7 @@ int main(int argc, char** argv) {
   std::printf("index records' block scales within %d binade(s) of each other (--index-scale-span)\n", index_scale_span);
   std::printf("engine top-k hints (pools, floors): %s (--topk-hints)\n", topk_hints ? "on" : "off");
   std::printf("engine fast scores on %s MMAs (--index-warpgroup)\n", index_warpgroup ? "warpgroup" : "warp");
+  std::printf("engine filter-and-refine chains of %d sequences (--index-chain)\n", index_chain);
   std::vector<Result> results;
   const auto report = [&](const Result& r) {
     if (!r.ran) {
@@ -262,7 +271,7 @@ int main(int argc, char** argv) {
         results.push_back(k == "standalone" ? run_one(static_cast<int>(B), C, iters, s)
                                             : run_engine(static_cast<int>(B), C, iters, s,
                                                          {k != "engine-late", k != "engine-exact", topk_hints != 0,
-                                                          index_warpgroup != 0}));
+                                                          index_warpgroup != 0, index_chain}));
         report(results.back());
       }
     }
@@ -283,8 +292,9 @@ int main(int argc, char** argv) {
     FILE* f = std::fopen(json, "w");
     if (!f) die("open", json);
     std::fprintf(f, "{\"device\": \"%s\", \"copy_bandwidth_gbs\": %.1f, \"engine_topk_hints\": %s, "
-                    "\"engine_index_warpgroup\": %s, \"results\": [\n",
-                 dev.ok() ? dev->c_str() : "?", bw, topk_hints ? "true" : "false", index_warpgroup ? "true" : "false");
+                    "\"engine_index_warpgroup\": %s, \"engine_index_chain\": %d, \"results\": [\n",
+                 dev.ok() ? dev->c_str() : "?", bw, topk_hints ? "true" : "false", index_warpgroup ? "true" : "false",
+                 index_chain);
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       std::fprintf(f,

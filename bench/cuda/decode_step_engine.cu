@@ -67,7 +67,8 @@ class EngineStep {
   // hints: the top-k's pools and floors (CudaExec::set_topk_hints), or none.
   // warpgroup: the fast scores on warpgroup MMAs (CudaExec::set_index_warpgroup), or each warp's.
   EngineStep(int B, int64_t C, cudaStream_t s, const EngineOptions& o)
-      : B_(B), C_(C), s_(s, o.early), refine_(o.refine), hints_(o.hints), warpgroup_(o.warpgroup) {}
+      : B_(B), C_(C), s_(s, o.early), refine_(o.refine), hints_(o.hints), warpgroup_(o.warpgroup),
+        chain_(std::clamp(o.chain, 1, dk::IndexSelectChain::kMax)) {}
 
   void setup() {
     Buffers& b = buf_;
@@ -140,18 +141,18 @@ class EngineStep {
       check(cudaGetLastError(), "index scores");
     }
   }
-  // Scores and selections of kv source k as IndexSelectChain units of 16 sequences (scores_only:
+  // Scores and selections of kv source k as IndexSelectChain units of chain_ sequences (scores_only:
   // the fast scores alone, fast::launch_fast_scores); false (nothing launched) where filter and
   // refine declines them.
   bool chained(int k, bool candidates, bool scores_only = false) {
     const int64_t G = entries(k), nb = blocks();
     const float scale = static_cast<float>(std::pow(double(kIdxDim), -0.5));
-    for (int a = 0; a < B_; a += dk::IndexSelectChain::kMax) {
+    for (int a = 0; a < B_; a += chain_) {
       dk::IndexSelectChain chain;
       chain.k = kTopk;
       chain.hints = hints_;
       chain.warpgroup = warpgroup_;
-      for (int b = a; b < B_ && chain.n < dk::IndexSelectChain::kMax; ++b) {
+      for (int b = a; b < B_ && chain.n < chain_; ++b) {
         uint8_t* scratch = buf_.scratch + size_t(b) * scratch_per_seq_;
         dk::IndexSelectChain::Job& j = chain.jobs[chain.n++];
         j.score = {buf_.iq + size_t(b) * kIdxHeads * kIdxDim, buf_.ihw + size_t(b) * kIdxHeads,
@@ -277,6 +278,7 @@ class EngineStep {
   fast::Stream s_;
   Buffers buf_;
   bool refine_ = true, hints_ = false, warpgroup_ = false;
+  int chain_ = dk::IndexSelectChain::kMax;
   int64_t scratch_per_seq_ = 0;
 };
 

@@ -17,8 +17,11 @@ namespace dsv41::step_bench {
 // hints: the top-k's pools and floors (CudaExec::set_topk_hints; the same ids), or none.
 // warpgroup: filter and refine's fast scores on warpgroup MMAs (CudaExec::set_index_warpgroup; the
 // same bits), or each warp's own.
+// chain: sequences a filter-and-refine chain (IndexSelectChain) takes, up to its kMax (the
+// backend's) — fewer to measure what one launch over a batch-64 layer's rows saves.
 struct EngineOptions {
   bool early = true, refine = true, hints = true, warpgroup = false;
+  int chain = 64;
 };
 Result run_engine(int B, int64_t C, int iters, cudaStream_t s, const EngineOptions& o);
 

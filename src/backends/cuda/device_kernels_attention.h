@@ -159,7 +159,9 @@ struct RankPlaceK {
 // scratch_bytes(rows, size, width) bytes: the marks of the simple path or the fast path's
 // candidates, whichever runs.
 struct TopkBatch {
-  static constexpr int kMax = 16;
+  // A unit holds a 64-sequence chain's selections of one kind (IndexSelectChain: a launch each, not
+  // four); 6.7 KB of kernel parameters.
+  static constexpr int kMax = 64;
   static constexpr int64_t kChunk = 4096;  // fast path: entries one block selects from
   static constexpr int64_t kGroup = 16;    // fast path: chunks whose candidates one block merges
   struct Job {
@@ -234,24 +236,32 @@ struct TopkBatch {
   // Fast path: false ignores every job's pool and floor and samples none (the same ids; the
   // "before" of benchmarks, and off where the hints have not run on a GPU yet: CudaExec).
   bool hints = true;
+  // The simple path: the counting pair, as Batched launches of up to Batched::kMax jobs each.
   template <class Exec>
   void run_simple(Exec& ex) const {
+    for (int from = 0; from < n; from += Batched<RankMarkK>::kMax) run_simple_part(ex, from);
+  }
+
+ private:
+  template <class Exec>
+  void run_simple_part(Exec& ex, int from) const {
     Batched<FillK<int32_t>> fill;
     Batched<RankMarkK> rank;
     Batched<RankPlaceK> place;
     int64_t outs = 0, entries = 0;
-    for (int j = 0; j < n; ++j) {
+    for (int j = from; j < n && j - from < Batched<RankMarkK>::kMax; ++j) {
       const Job& J = jobs[j];
       const int64_t cells = J.rows * J.size;
-      fill.count[j] = J.rows * J.width;
-      fill.body[j] = {J.out, -1};
-      rank.count[j] = place.count[j] = cells;
-      rank.body[j] = {J.v, J.size, J.width < J.size ? J.width : J.size, J.scratch};
-      place.body[j] = {J.scratch, J.size, J.width, J.out};
+      const int b = j - from;
+      fill.count[b] = J.rows * J.width;
+      fill.body[b] = {J.out, -1};
+      rank.count[b] = place.count[b] = cells;
+      rank.body[b] = {J.v, J.size, J.width < J.size ? J.width : J.size, J.scratch};
+      place.body[b] = {J.scratch, J.size, J.width, J.out};
       outs += J.rows * J.width;
       entries += cells;
+      fill.n = rank.n = place.n = b + 1;
     }
-    fill.n = rank.n = place.n = n;
     ex.for_each(outs, fill);
     ex.for_each(entries, rank);
     ex.for_each(entries, place);
@@ -266,7 +276,10 @@ struct TopkBatch {
 // refine, the same ids). The simple path is the three steps every executor can run: the scores
 // (IndexScoreK), the block maxima (BlockMaxK), the selections (TopkBatch).
 struct IndexSelectChain {
-  static constexpr int kMax = 16;
+  // A batch-64 decode step's layer in one chain: each of its steps one launch over every row, where
+  // chains of 16 ran four after another, most of their row-wide kernels (a block a row) on a few of
+  // the SMs. ≈ 12.8 KB of kernel parameters (more than 4 KB: CUDA 12.1 and later).
+  static constexpr int kMax = 64;
   struct Job {
     IndexScoreK score{};  // kept == nullptr; rows = the job's rows, scores [rows, G]
     int64_t rows = 0;
@@ -307,22 +320,27 @@ struct IndexSelectChain {
       f(floors(TopkBatch::Job{J.score.scores, J.rows, J.score.G, k, J.topk, J.topk_scratch}, J.work, topk_floor));
     }
   }
-  // Every job's exact scores as one batch (*count: the scores in all).
-  Batched<IndexScoreK> scores(int64_t* count) const {
+  // Jobs [from, from + kPart) as a Batched launch's bodies (a Batched holds fewer than a chain).
+  static constexpr int kPart = Batched<IndexScoreK>::kMax;
+  static_assert(Batched<IndexScoreK>::kMax == Batched<BlockMaxK>::kMax);
+  int part_end(int from) const { return from + kPart < n ? from + kPart : n; }
+  // The exact scores of jobs [from, part_end(from)) as one batch (*count: the scores in all).
+  Batched<IndexScoreK> scores(int64_t* count, int from = 0) const {
     Batched<IndexScoreK> b;
     *count = 0;
-    for (int j = 0; j < n; ++j) {
+    for (int j = from; j < part_end(from); ++j) {
       b.count[b.n] = jobs[j].rows * jobs[j].score.G;
       b.body[b.n++] = jobs[j].score;
       *count += b.count[b.n - 1];
     }
     return b;
   }
-  // The candidate sources' block maxima as one batch (*count: the maxima in all).
-  Batched<BlockMaxK> block_maxima(int64_t* count) const {
+  // The block maxima of the candidate sources among jobs [from, part_end(from)) as one batch
+  // (*count: the maxima in all).
+  Batched<BlockMaxK> block_maxima(int64_t* count, int from = 0) const {
     Batched<BlockMaxK> b;
     *count = 0;
-    for (int j = 0; j < n; ++j) {
+    for (int j = from; j < part_end(from); ++j) {
       const Job& J = jobs[j];
       if (J.blocks == 0) continue;
       b.count[b.n] = J.rows * J.blocks;
@@ -334,10 +352,14 @@ struct IndexSelectChain {
   template <class Exec>
   void run_simple(Exec& ex) const {
     int64_t count = 0;
-    const Batched<IndexScoreK> score = scores(&count);
-    if (count > 0) ex.for_each(count, score);
-    const Batched<BlockMaxK> bmax = block_maxima(&count);
-    if (count > 0) ex.for_each(count, bmax);
+    for (int from = 0; from < n; from += kPart) {
+      const Batched<IndexScoreK> score = scores(&count, from);
+      if (count > 0) ex.for_each(count, score);
+    }
+    for (int from = 0; from < n; from += kPart) {
+      const Batched<BlockMaxK> bmax = block_maxima(&count, from);
+      if (count > 0) ex.for_each(count, bmax);
+    }
     TopkBatch unit;
     for_each_selection([&](const TopkBatch::Job& t) {
       if (unit.n == TopkBatch::kMax) {

@@ -308,8 +308,9 @@ inline void topk_row(std::mt19937& rng, int pattern, float* row, int64_t size) {
 // row pattern of topk_row; with long_rows (the fast path: the simple one is quadratic) also
 // 16K, 32K, 64K and 64K + 1 entries (16 chunks, and 17: two groups), 300K and 200K + 1 (groups of
 // 16 chunks and a part group), rows of 1 and 2 chunks ± 1, and a prefill-like job of many rows
-// of several chunks beside decode rows. `launches`: what one unit must cost on this executor
-// (the simple path 3, the fast one 1: so a fast executor that fell back would fail).
+// of several chunks beside decode rows; a unit of kMax jobs. `launches`: what one unit must cost
+// on this executor (the simple path 3 for each Batched of up to 16 jobs, the fast one 1: so a fast
+// executor that fell back would fail).
 template <class Exec>
 void check_topk_batch(Exec& ex, bool long_rows, int64_t launches) {
   struct Shape {
@@ -325,6 +326,15 @@ void check_topk_batch(Exec& ex, bool long_rows, int64_t launches) {
   const std::vector<Shape> longer = {{1, 65536, 512}, {1, 300000, 512}, {2, 200001, 2048}, {3, 9000, 512}};
   std::vector<std::vector<Shape>> units = {small};
   if (long_rows) units.push_back(large), units.push_back(longer);
+  // A full unit (kMax jobs: a 64-sequence chain's selections of one kind), each launch finding its
+  // blocks' jobs by the unit's plan: the small shapes in turn; with long_rows rows of several chunks,
+  // a sampled floor (compacted), groups and one-chunk rows among them.
+  const std::vector<Shape> mix = long_rows ? std::vector<Shape>{{1, 700, 64},     {2, 5000, 256},    {1, 9000, 512},
+                                                                {1, 40000, 512},  {1, 65537, 2048},  {3, 255, 256}}
+                                           : small;
+  std::vector<Shape> full;
+  for (int j = 0; j < dk::TopkBatch::kMax; ++j) full.push_back(mix[size_t(j) % mix.size()]);
+  units.push_back(full);
   std::mt19937 rng(31);
   for (size_t u = 0; u < units.size(); ++u) {
     ASSERT_LE(units[u].size(), size_t(dk::TopkBatch::kMax)) << "unit " << u;
@@ -344,7 +354,9 @@ void check_topk_batch(Exec& ex, bool long_rows, int64_t launches) {
     }
     const int64_t before = ex.counts().launches;
     ex.run_chain(unit);
-    ASSERT_EQ(ex.counts().launches - before, launches) << "unit " << u;
+    // (the simple path's three launches for each Batched of jobs)
+    const int64_t parts = (unit.n + dk::Batched<dk::RankMarkK>::kMax - 1) / dk::Batched<dk::RankMarkK>::kMax;
+    ASSERT_EQ(ex.counts().launches - before, launches == 1 ? 1 : launches * parts) << "unit " << u;
     for (int j = 0; j < unit.n; ++j) {
       const dk::TopkBatch::Job& J = unit.jobs[j];
       const std::vector<int32_t> got = dev.down(J.out, J.rows * J.width);
@@ -795,6 +807,57 @@ void check_attention_and_scores(Exec& ex) {
                                        G, nh, dhi, istart, ratio, sc_i, dkept, nb, bs, s_rec});
     ASSERT_EQ(bits_of_floats(dev.down(s_rec, T * G)), bits_of_floats(dev.down(s_float, T * G)))
         << "indexer scores over MXFP4 records";
+  }
+}
+
+// dk::IndexSelectChain of 40 jobs (more than a Batched holds: its simple path runs them in parts)
+// against each job's own scores (dk::IndexScoreK), select_topk of them and, for the candidate
+// sources (two jobs in three), select_candidate_blocks: the same score bits and ids. One- and
+// two-row jobs of different lengths, at ratios 1 and 2.
+template <class Exec>
+void check_index_chain_parts(Exec& ex) {
+  std::mt19937 rng(52);
+  Dev<Exec> dev(ex);
+  const int64_t nh = 4, dh = 32;
+  const int k = 8, bs = 4, nb = 3;
+  const float scale = float(1.0 / std::sqrt(double(dh)));
+  dk::IndexSelectChain chain;
+  chain.k = k;
+  for (int j = 0; j < 40; ++j) {
+    const int64_t T = 1 + j % 2, G = 40 + 7 * j;
+    const int ratio = 1 + j % 2;
+    dk::IndexSelectChain::Job& J = chain.jobs[chain.n++];
+    J.score = dk::IndexScoreK{dev.up(randn(rng, T * nh * dh)), dev.up(randn(rng, T * nh)),
+                              dk::KeyRows::floats(dev.up(randn(rng, G * dh)), dh), G, nh, dh, ratio * G - T, ratio,
+                              scale, nullptr, 0, 0, dev.template zeros<float>(T * G)};
+    J.rows = T;
+    J.topk = dev.template zeros<int32_t>(T * k);
+    J.topk_scratch = dev.template zeros<uint8_t>(dk::TopkBatch::scratch_bytes(T, G, k));
+    J.work = dev.template zeros<float>(T * dk::IndexSelectChain::kWorkFloats);
+    if (j % 3 != 0) {
+      J.bs = bs, J.nb = nb, J.blocks = (G + bs - 1) / bs;
+      J.bmax = dev.template zeros<float>(T * J.blocks);
+      J.candidates = dev.template zeros<int32_t>(T * nb);
+      J.cand_scratch = dev.template zeros<uint8_t>(dk::TopkBatch::scratch_bytes(T, J.blocks, nb));
+    }
+  }
+  ex.run_chain(chain);
+  for (int j = 0; j < chain.n; ++j) {
+    const dk::IndexSelectChain::Job& J = chain.jobs[j];
+    const int64_t T = J.rows, G = J.score.G;
+    dk::IndexScoreK alone = J.score;
+    alone.scores = dev.template zeros<float>(T * G);
+    ex.for_each(T * G, alone);
+    const std::vector<float> want = dev.down(alone.scores, T * G), got = dev.down(J.score.scores, T * G);
+    ASSERT_EQ(bits_of_floats(got), bits_of_floats(want)) << "job " << j << ": scores";
+    std::vector<int32_t> topk(size_t(T * k)), cand(size_t(T * nb));
+    for (int64_t r = 0; r < T; ++r) {
+      select_topk(want.data() + r * G, G, k, topk.data() + r * k);
+      select_candidate_blocks(want.data() + r * G, G, (J.score.start + r + 1) / J.score.ratio, bs, nb,
+                              cand.data() + r * nb);
+    }
+    ASSERT_EQ(dev.down(J.topk, T * k), topk) << "job " << j << ": top-k";
+    if (J.blocks > 0) ASSERT_EQ(dev.down(J.candidates, T * nb), cand) << "job " << j << ": candidate blocks";
   }
 }
 

@@ -60,6 +60,11 @@ TEST(DeviceKernelsHost, TopkDoneRowsAreLeft) {
   HostExec ex;
   kc::check_topk_done(ex, false, 3);
 }
+// The indexer's chain (dk::IndexSelectChain) of more jobs than a Batched holds: its simple path.
+TEST(DeviceKernelsHost, IndexChainInParts) {
+  HostExec ex;
+  kc::check_index_chain_parts(ex);
+}
 TEST(DeviceKernelsHost, RouterAndExperts) {
   HostExec ex;
   kc::check_moe(ex);

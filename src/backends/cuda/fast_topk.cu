@@ -61,22 +61,30 @@ __device__ __forceinline__ uint32_t floor_key(const dk::TopkBatch& t, const Job&
   return t.hints && job.sampled() ? job.floor_keys()[row] : 0u;
 }
 
-// The job of block b, where job j has blocks(jobs[j]) blocks one job after another; b becomes the
-// block's index within its job.
-template <class Blocks>
-__device__ int job_of_block(const dk::TopkBatch& t, int64_t& b, Blocks blocks) {
-  int j = 0;
-  for (; j + 1 < t.n; ++j) {
-    const int64_t n = blocks(t.jobs[j]);
-    if (b < n) break;
-    b -= n;
+// The jobs of a unit with blocks in one launch, worked out on the host: entry i is t.jobs[job[i]],
+// its blocks [first[i], first[i + 1]) of the launch's first[n].
+struct JobStarts {
+  int n = 0;
+  int job[dk::TopkBatch::kMax];
+  int64_t first[dk::TopkBatch::kMax + 1] = {};
+  void add(int j, int64_t blocks) {
+    if (blocks <= 0) return;
+    job[n] = j;
+    first[n + 1] = first[n] + blocks;
+    ++n;
   }
-  return j;
+  int64_t total() const { return first[n]; }
+};
+
+// The job of block b of a launch planned by s; b becomes the block's index within its job.
+__device__ __forceinline__ const Job& job_of_block(const dk::TopkBatch& t, const JobStarts& s, int64_t& b) {
+  const int i = launch_entry(s.first, s.n, b);
+  b -= s.first[i];
+  return t.jobs[s.job[i]];
 }
 
 // ---- Sampled floors ---------------------------------------------------------------------------
 
-__device__ int64_t sampled_rows(const Job& job) { return job.sampled() ? job.rows : 0; }
 // A block per sampled row: the maxima of its runs (run i: the 32 entries from i·stride, the stride the
 // row's length over its runs rounded down to a multiple of four — at least 32, so the runs are
 // disjoint and every maximum is a different entry), then its floor key, the width-th largest of them
@@ -84,14 +92,15 @@ __device__ int64_t sampled_rows(const Job& job) { return job.sampled() ? job.row
 // is 16-byte aligned, kFloorUnroll loads a lane in flight (a thread a run, 32 loads one after
 // another, took ≈ 14 µs a 16-row chain before the selection's launch: session 47).
 constexpr int kFloorUnroll = 8;
-__global__ void __launch_bounds__(kTopkThreads) topk_floor_kernel(const dk::TopkBatch t) {
+__global__ void __launch_bounds__(kTopkThreads) topk_floor_kernel(const __grid_constant__ dk::TopkBatch t,
+                                                                          const __grid_constant__ JobStarts starts) {
   await_previous_kernel();
   __shared__ uint32_t maxima[dk::TopkBatch::kSampleRuns];
   __shared__ uint32_t out_keys[kMaxWidth];
   __shared__ int32_t out_ids[kMaxWidth];
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t row = blockIdx.x;
-  const Job& job = t.jobs[job_of_block(t, row, sampled_rows)];
+  const Job& job = job_of_block(t, starts, row);
   if (job.row_done(row)) return;
   const int runs = job.samples();
   const int64_t stride = job.length() / runs / 4 * 4;
@@ -159,11 +168,12 @@ __host__ __device__ int64_t group_blocks_of(bool hints, const Job& j) {
 }
 __host__ __device__ int64_t merge_rows_of(bool hints, const Job& j) { return !compacted(hints, j) && j.chunks() > 1 ? j.rows : 0; }
 
-__global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const dk::TopkBatch t) {
+__global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const __grid_constant__ dk::TopkBatch t,
+                                                                          const __grid_constant__ JobStarts starts) {
   await_previous_kernel();
   __shared__ ChunkShared sm;
   int64_t b = blockIdx.x;
-  const Job job = t.jobs[job_of_block(t, b, [h = t.hints](const Job& j) { return chunk_blocks_of(h, j); })];
+  const Job job = job_of_block(t, starts, b);
   const int64_t row = b / job.chunks(), chunk = b % job.chunks(), p0 = chunk * kChunk;
   if (job.row_done(row)) return;
   const int n = static_cast<int>(job.length() - p0 < kChunk ? job.length() - p0 : kChunk);
@@ -189,11 +199,12 @@ __global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const dk::Topk
 
 // Block b of the group kernel: the (row, group) pairs of the jobs of more than kGroup chunks, one
 // job after another, row-major.
-__global__ void __launch_bounds__(kTopkThreads) topk_group_kernel(const dk::TopkBatch t) {
+__global__ void __launch_bounds__(kTopkThreads) topk_group_kernel(const __grid_constant__ dk::TopkBatch t,
+                                                                          const __grid_constant__ JobStarts starts) {
   await_previous_kernel();
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t b = blockIdx.x;
-  const Job job = t.jobs[job_of_block(t, b, [h = t.hints](const Job& j) { return group_blocks_of(h, j); })];
+  const Job job = job_of_block(t, starts, b);
   const int64_t chunks = job.chunks(), groups = job.groups(), row = b / groups, group = b % groups;
   if (job.row_done(row)) return;
   const int64_t first = group * kGroup, count = min(kGroup, chunks - first);
@@ -204,12 +215,13 @@ __global__ void __launch_bounds__(kTopkThreads) topk_group_kernel(const dk::Topk
 }
 
 // Block b of the merge kernel: the rows of the jobs of more than one chunk, one job after another.
-__global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const dk::TopkBatch t) {
+__global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const __grid_constant__ dk::TopkBatch t,
+                                                                          const __grid_constant__ JobStarts starts) {
   await_previous_kernel();
   __shared__ uint32_t out_keys[kMaxWidth];
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t row = blockIdx.x;
-  const Job job = t.jobs[job_of_block(t, row, [h = t.hints](const Job& j) { return merge_rows_of(h, j); })];
+  const Job job = job_of_block(t, starts, row);
   if (job.row_done(row)) return;
   const bool grouped = job.chunks() > kGroup;
   const int64_t list = (grouped ? job.groups() : job.chunks()) * job.width, at = row * list;
@@ -258,8 +270,7 @@ struct PendingChunk {
 // the chunk, lane l entries 128i + 4l … 128i + 4l + 3 in round i (coalesced 16-byte loads where the
 // chunk is whole and aligned; −inf past the row).
 __device__ PendingChunk fetch_chunk(const dk::TopkBatch& t, const CompactPlan& p, int64_t x) {
-  int i = 0;
-  while (i + 1 < p.n && x >= p.first[i + 1]) ++i;
+  const int i = launch_entry(p.first, p.n, x);
   PendingChunk c;
   c.j = p.job[i];
   const Job& job = t.jobs[c.j];
@@ -353,7 +364,8 @@ __device__ void compact_chunk(const dk::TopkBatch& t, const PendingChunk& c, cud
 // The compaction as one wave of blocks over the plan's (row, chunk) pairs, each block's next chunk
 // loaded while it compacts the current one (a block a chunk spent most of its time waiting on its
 // loads: 45 µs for the 32 MB of a 16 × 512K chain, 0.7 TB/s, session 47's first call).
-__global__ void __launch_bounds__(kCompactThreads, 3) topk_compact_kernel(const dk::TopkBatch t, const CompactPlan p) {
+__global__ void __launch_bounds__(kCompactThreads, 3) topk_compact_kernel(const __grid_constant__ dk::TopkBatch t,
+                                                                                 const __grid_constant__ CompactPlan p) {
   await_previous_kernel();
   __shared__ cuda::SelectShared<kCompactThreads> sel;
   int64_t x = blockIdx.x;
@@ -406,7 +418,8 @@ __device__ __forceinline__ void gather_round(int x0, int n, int used, const int*
 // chunk) into shared memory, and the row's selection from them. A row whose chunks left more than
 // kListMax (a floor far below its k-th: none, or many keys equal to it) pads each chunk's slots with
 // ineligible keys and selects over all of them where they lie, as step 3 without groups.
-__global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const dk::TopkBatch t, const CompactPlan p) {
+__global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const __grid_constant__ dk::TopkBatch t,
+                                                                           const __grid_constant__ CompactPlan p) {
   await_previous_kernel();
   extern __shared__ uint32_t list_keys[];  // [kListMax], then the ids
   int32_t* list_ids = reinterpret_cast<int32_t*>(list_keys + kListMax);
@@ -414,8 +427,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const dk::Top
   __shared__ int at_of[kTopkThreads];
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t row = blockIdx.x;
-  int i = 0;
-  while (i + 1 < p.n && row >= p.first_row[i + 1]) ++i;
+  const int i = launch_entry(p.first_row, p.n, row);
   const Job& job = t.jobs[p.job[i]];
   row -= p.first_row[i];
   if (job.row_done(row)) return;
@@ -466,7 +478,7 @@ constexpr size_t kGatherShared = size_t{kListMax} * 8;
 bool launch_chain(const dk::TopkBatch& unit, Stream s) {
   dk::TopkBatch t = unit;
   for (int j = 0; j < t.n && !t.hints; ++j) t.jobs[j].kept = nullptr, t.jobs[j].floor = nullptr, t.jobs[j].done = nullptr;
-  int64_t chunk_blocks = 0, group_blocks = 0, merge_blocks = 0, sample_rows = 0;
+  JobStarts chunk_blocks, group_blocks, merge_rows, sample_rows;
   int64_t compact_blocks = 0, gather_rows = 0;
   CompactPlan plan;
   for (int j = 0; j < t.n; ++j) {
@@ -475,9 +487,9 @@ bool launch_chain(const dk::TopkBatch& unit, Stream s) {
     if (job.rows < 0 || job.size < 1 || job.width < 1 || job.width > kMaxWidth ||
         job.chunks() * job.width > (int64_t{1} << 30) || (job.kept && (job.nb < 0 || job.bs < 0)))
       return false;
-    chunk_blocks += chunk_blocks_of(t.hints, job);
-    group_blocks += group_blocks_of(t.hints, job);
-    merge_blocks += merge_rows_of(t.hints, job);
+    chunk_blocks.add(j, chunk_blocks_of(t.hints, job));
+    group_blocks.add(j, group_blocks_of(t.hints, job));
+    merge_rows.add(j, merge_rows_of(t.hints, job));
     if (compacted(t.hints, job)) {
       plan.job[plan.n] = j;
       plan.chunks[plan.n] = static_cast<uint32_t>(job.chunks());
@@ -486,20 +498,21 @@ bool launch_chain(const dk::TopkBatch& unit, Stream s) {
       compact_blocks += job.rows * job.chunks();
       gather_rows += job.rows;
     }
-    const bool sampled = t.hints && job.sampled();
-    sample_rows += sampled ? job.rows : 0;
+    sample_rows.add(j, t.hints && job.sampled() ? job.rows : 0);
   }
   // (nothing to do: neither path launches)
-  if (chunk_blocks + compact_blocks == 0 || chunk_blocks > 0x7FFFFFFF || compact_blocks > 0x7FFFFFFF) return false;
+  const int64_t chunks = chunk_blocks.total();
+  if (chunks + compact_blocks == 0 || chunks > 0x7FFFFFFF || compact_blocks > 0x7FFFFFFF) return false;
   plan.first[plan.n] = plan.total = compact_blocks;
   plan.first_row[plan.n] = gather_rows;
   if (gather_rows > 0 && cudaFuncSetAttribute(&topk_gather_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               static_cast<int>(kGatherShared)) != cudaSuccess)
     return false;
-  if (sample_rows > 0) launch_kernel(&topk_floor_kernel, static_cast<unsigned>(sample_rows), kTopkThreads, 0, s, t);
-  if (chunk_blocks > 0) launch_kernel(&topk_chunk_kernel, static_cast<unsigned>(chunk_blocks), kTopkThreads, 0, s, t);
-  if (group_blocks > 0) launch_kernel(&topk_group_kernel, static_cast<unsigned>(group_blocks), kTopkThreads, 0, s, t);
-  if (merge_blocks > 0) launch_kernel(&topk_merge_kernel, static_cast<unsigned>(merge_blocks), kTopkThreads, 0, s, t);
+  const auto grid = [](const JobStarts& starts) { return static_cast<unsigned>(starts.total()); };
+  if (sample_rows.n > 0) launch_kernel(&topk_floor_kernel, grid(sample_rows), kTopkThreads, 0, s, t, sample_rows);
+  if (chunk_blocks.n > 0) launch_kernel(&topk_chunk_kernel, grid(chunk_blocks), kTopkThreads, 0, s, t, chunk_blocks);
+  if (group_blocks.n > 0) launch_kernel(&topk_group_kernel, grid(group_blocks), kTopkThreads, 0, s, t, group_blocks);
+  if (merge_rows.n > 0) launch_kernel(&topk_merge_kernel, grid(merge_rows), kTopkThreads, 0, s, t, merge_rows);
   if (compact_blocks > 0) {
     const int64_t wave = resident_blocks(&topk_compact_kernel, kCompactThreads, 1056);  // (132 SMs × 8 where unknown)
     launch_kernel(&topk_compact_kernel, static_cast<unsigned>(std::min(compact_blocks, wave)), kCompactThreads, 0, s, t,

@@ -104,10 +104,7 @@ struct Place {
   int64_t row, span;
 };
 __device__ __forceinline__ Place place_of(const Chain& c, const Plan& plan, int blk) {
-  int j = 0;
-#pragma unroll
-  for (int i = 1; i < Chain::kMax; ++i)
-    if (i < c.n && blk >= plan.first[i]) j = i;
+  const int j = launch_entry(plan.first, c.n, blk);  // (every job has items: its starts ascend)
   const int64_t spans = cdiv(c.jobs[j].score.G, plan.span), x = blk - plan.first[j];
   return {j, x / spans, x % spans};
 }
@@ -768,7 +765,7 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
 // grid) of the plan's n, in order, so a block's items are mostly of one row (its queries staged
 // once) and every block's share is within one item of the others' — no partial last wave.
 template <int NB, int kWarpgroup>
-__global__ void __launch_bounds__(kThreads, kWarpgroup == 8 ? 5 : kWarpgroup == 4 ? 6 : 8) approx_kernel(const Chain c, const Plan plan) {
+__global__ void __launch_bounds__(kThreads, kWarpgroup == 8 ? 5 : kWarpgroup == 4 ? 6 : 8) approx_kernel(const __grid_constant__ Chain c, const __grid_constant__ Plan plan) {
   await_previous_kernel();
   __shared__ ApproxShared sh;
   const int64_t items = plan.first[c.n];
@@ -817,7 +814,7 @@ __device__ float block_min(float v) {
 // binades apart). Where more than 1/kFallbackShare of them are, the row is flagged for the integer
 // kernel at once and the fast scorer skips it (rows past the sample are still caught by the count).
 constexpr int kSamples = 256;
-__global__ void precheck_kernel(const Chain c) {
+__global__ void precheck_kernel(const __grid_constant__ Chain c) {
   await_previous_kernel();
   int j = 0;
   int64_t row = 0;
@@ -848,7 +845,7 @@ __global__ void precheck_kernel(const Chain c) {
 // ---- 2. Thresholds ------------------------------------------------------------------------------
 
 // The work floats of every row to 0 (β accumulates by atomicMax from 0).
-__global__ void reset_kernel(const Chain c) {
+__global__ void reset_kernel(const __grid_constant__ Chain c) {
   await_previous_kernel();
   int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   for (int j = 0; j < c.n; ++j) {
@@ -863,7 +860,7 @@ __global__ void reset_kernel(const Chain c) {
 
 // A block per (job, row): t = the smallest fast score of the fast top-k (−inf where it keeps fewer
 // than k), tb likewise over the fast block maxima of the selected blocks.
-__global__ void threshold_kernel(const Chain c) {
+__global__ void threshold_kernel(const __grid_constant__ Chain c) {
   await_previous_kernel();
   int j = 0;
   int64_t row = 0;
@@ -1196,7 +1193,7 @@ __device__ void band_item(const Chain& c, const Plan& plan, int item, BandShared
 
 // The band as one wave of blocks, each a contiguous share of the launch's items (approx_kernel's
 // scheme: no partial last wave, a row's queries staged once a block).
-__global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Plan plan) {
+__global__ void __launch_bounds__(kThreads) band_kernel(const __grid_constant__ Chain c, const __grid_constant__ Plan plan) {
   await_previous_kernel();
   __shared__ BandShared sh;
   __shared__ unsigned todos[kWarps][kBandBatch];
@@ -1212,36 +1209,27 @@ __global__ void __launch_bounds__(kThreads) band_kernel(const Chain c, const Pla
 
 // ---- 4. The block maxima (and the selections: fast_topk.cu) -------------------------------------
 
-__global__ void block_max_kernel(const dk::Batched<dk::BlockMaxK> b, int64_t n) {
+// Job blockIdx.y's block maxima, the blocks along x taking its (row, block) pairs in turn; again:
+// only of the rows whose first selections do not stand (kDone), after the band. (A grid row a job:
+// no block walks the chain's jobs to find its own.)
+__global__ void block_max_kernel(const __grid_constant__ Chain c, bool again) {
   await_previous_kernel();
-  for (int64_t id = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; id < n; id += int64_t{gridDim.x} * blockDim.x)
-    b(id);
-}
-
-// The block maxima again after the band, of the rows whose first selections do not stand (kDone).
-__global__ void block_max_again_kernel(const Chain c, int64_t n) {
-  await_previous_kernel();
+  const Chain::Job& J = c.jobs[blockIdx.y];
+  const int64_t n = J.rows * J.blocks;
+  const dk::BlockMaxK body{J.score.scores, J.score.G, J.blocks, J.score.start, J.bs, J.score.ratio, J.bmax};
   for (int64_t id = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; id < n; id += int64_t{gridDim.x} * blockDim.x) {
-    int64_t at = id;
-    int j = 0;
-    for (; j + 1 < c.n && at >= c.jobs[j].rows * c.jobs[j].blocks; ++j) at -= c.jobs[j].rows * c.jobs[j].blocks;
-    const Chain::Job& J = c.jobs[j];
-    if (J.work[at / J.blocks * kWork + kDone] != 0.0f) continue;
-    dk::BlockMaxK{J.score.scores, J.score.G, J.blocks, J.score.start, J.bs, J.score.ratio, J.bmax}(at);
+    if (again && J.work[id / J.blocks * kWork + kDone] != 0.0f) continue;
+    body(id);
   }
 }
 
 // The block maxima of the fast scores, or (again) of the refined rows.
 void block_maxima(const Chain& c, Stream s, bool again) {
-  int64_t n = 0;
-  const dk::Batched<dk::BlockMaxK> b = c.block_maxima(&n);
-  if (n == 0) return;
-  const unsigned grid = unsigned(std::min<int64_t>(cdiv(n, 256), 4096));
-  if (again && c.hints) {
-    launch_kernel(&block_max_again_kernel, grid, 256, 0, s, c, n);
-  } else {
-    launch_kernel(&block_max_kernel, grid, 256, 0, s, b, n);
-  }
+  int64_t most = 0;
+  for (int j = 0; j < c.n; ++j) most = std::max(most, c.jobs[j].rows * c.jobs[j].blocks);
+  if (most == 0) return;
+  const dim3 grid(unsigned(std::clamp<int64_t>(cdiv(most, 256), 1, std::max(4096 / c.n, 1))), unsigned(c.n));
+  launch_kernel(&block_max_kernel, grid, 256, 0, s, c, again && c.hints);
 }
 
 // The selections of the fast scores, or (floors) of the refined rows, with the band's cuts as floors
@@ -1260,6 +1248,19 @@ void selections(const Chain& c, Stream s, bool floors) {
       },
       floors ? kCut : -1, floors ? kBlockCut : -1, floors ? kDone : -1);
   if (unit.n > 0) launch_chain(unit, s);
+}
+
+// The rows flagged for the integer kernel (work float kFallback) scored exactly; the other rows'
+// blocks leave at once. A launch per Batched of jobs (RowGate holds one's).
+void exact_rows(const Chain& c, Stream s) {
+  for (int from = 0; from < c.n; from += Chain::kPart) {
+    int64_t total = 0;
+    const dk::Batched<dk::IndexScoreK> exact = c.scores(&total, from);
+    RowGate gate;
+    gate.stride = kWork;
+    for (int j = 0; j < exact.n; ++j) gate.at[j] = c.jobs[from + j].work + kFallback;
+    launch_index_int(exact, s, 0, gate);
+  }
 }
 
 bool plan_spans(const Chain& c, int64_t target, int64_t unit, int64_t most, Plan& plan) {
@@ -1380,13 +1381,12 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   // Rows the fast form cannot take are scored exactly on integer tensor cores (the other rows'
   // blocks leave at once), where that kernel takes the jobs: flagged by a sample of their keys
   // before the fast scores, or by the count of unknown entries after them.
-  [[maybe_unused]] int64_t total = 0;
-  const dk::Batched<dk::IndexScoreK> exact = c.scores(&total);
-  RowGate gate;
-  gate.stride = kWork;
-  for (int j = 0; j < c.n; ++j) gate.at[j] = c.jobs[j].work + kFallback;
   bool fits = true;
-  for (int j = 0; j < exact.n; ++j) fits = fits && index_int_fits(exact.count[j], exact.body[j]);
+  for (int from = 0; from < c.n; from += Chain::kPart) {
+    int64_t total = 0;
+    const dk::Batched<dk::IndexScoreK> exact = c.scores(&total, from);
+    for (int j = 0; j < exact.n; ++j) fits = fits && index_int_fits(exact.count[j], exact.body[j]);
+  }
   Chain gated = c;
   gated.exact_rows = fits;
   reset_work(c, s);
@@ -1395,7 +1395,7 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   block_maxima(c, s, false);
   selections(c, s, false);
   launch_kernel(&threshold_kernel, unsigned(rows), kThreads, 0, s, gated);
-  if (fits) launch_index_int(exact, s, 0, gate);
+  if (fits) exact_rows(c, s);
   launch_kernel(band.kernel, band.grid, kThreads, 0, s, c, band.plan);
   block_maxima(c, s, true);
   selections(c, s, true);

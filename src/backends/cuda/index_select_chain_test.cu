@@ -4,8 +4,8 @@
 // candidate blocks on every row, on rows long enough that the band is a small part of them, on rows
 // that tie at the k-th score (every key repeated), on inputs the bound cannot cover (key blocks with
 // a NaN or near-overflow scale, spans too wide, a query head off the MXFP4 grid, all-zero blocks),
-// prefill rows at the causal edge, paged records, 8 and 64 heads, dh 32 / 64 / 128 and several jobs
-// in one chain. Where a row keeps fewer than k fast scores every entry it sees is scored again, so
+// prefill rows at the causal edge, paged records, 8 and 64 heads, dh 32 / 64 / 128, several jobs
+// in one chain and a chain of 40. Where a row keeps fewer than k fast scores every entry it sees is scored again, so
 // there the refined scores must be the exact ones bit for bit. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -162,6 +162,22 @@ void check_chain(CudaExec& ex, kc::Dev<CudaExec>& dev, std::mt19937& rng, const 
   }
 }
 
+// A chain of 40 jobs (more than a Batched of exact scores holds, and than 16 — the chains' size
+// before session 52): decode and two-row jobs of different lengths, a candidate source two jobs in
+// three (so more selections than a TopkBatch unit holds), paged records, the hard inputs, and keys
+// the fast form cannot take (rows for the integer kernel) in jobs 7, 20 and 33 — in each Batched
+// part of the exact fallback.
+std::vector<RefineCase> many_jobs() {
+  std::vector<RefineCase> jobs;
+  for (int j = 0; j < 40; ++j) {
+    const int64_t T = 1 + j % 2, G = 3000 + 97 * j;
+    const bool candidates = j % 3 != 0;
+    jobs.push_back({T, G, 32, 128, G - T, 1, 256, candidates ? 8 : 0, candidates ? 32 : 0, 1, j % 5 == 4, j % 4 == 1,
+                    2.0f, j % 13 == 7 ? 7 : 0});
+  }
+  return jobs;
+}
+
 // The chains both scorers' tests run: ratio 2 in pages, ties, the hard inputs, prefill rows at the
 // causal edge, rows shorter than k, dh 32 / 64 / 96, 8 and 16 heads, keys outside the fused form,
 // several jobs in one chain.
@@ -181,6 +197,7 @@ std::vector<std::vector<RefineCase>> refine_chains() {
        {2, 3000, 32, 128, 2999, 1, 512, 0, 0, 3, false, true, 2.0f},
        {1, 400, 32, 128, 399, 1, 512, 8, 64, 1, false, false, 2.0f}},
       {{2, 8000, 32, 96, 5000, 1, 256, 2, 100, 1, false, false, 0.5f}},                    // entries past what the rows see
+      many_jobs(),
   };
 }
 

@@ -53,6 +53,24 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+// The entry of a launch's plan that holds item x: the last i < n with first[i] ≤ x, where the
+// starts first[0 .. n) ascend from first[0] = 0 (a plan's jobs, each its items, one after another).
+// A binary search: a plan holds up to 64 jobs, and a walk over them cost a block more than some
+// blocks' own work.
+template <class T>
+__device__ __forceinline__ int launch_entry(const T* first, int n, int64_t x) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (x >= first[mid]) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
 // Blocks of `kernel` (`threads` each, no dynamic shared memory) resident on the current device at
 // once — one wave, for kernels that loop over their work —, or `fallback` where the runtime cannot
 // say.

@@ -50,8 +50,9 @@
 // - Steps 4–5 of a layer (index_and_attend) run for all segments of the batch together: the
 //   indexer queries over runs of adjacent rows, then scores, candidate blocks and the counting
 //   selections, the sink attention (dk::AttnBatch, window keys read in place from each ring copy),
-//   the inverse RoPE and the window-row stores one launch each for up to 16 segments (dk::Batched),
-//   so a decode batch pays for them per layer, not per sequence.
+//   the inverse RoPE and the window-row stores one launch each for up to 16 segments (dk::Batched;
+//   the indexer's selections of up to 64: dk::IndexSelectChain, dk::TopkBatch), so a decode batch
+//   pays for them per layer, not per sequence.
 // The executors count launches and copies (exec_counts()); docs/CUDA.md has the per-step counts.
 // Device errors are sticky in the executor: status() reports the first; steps after it do nothing
 // and logits() fills NaN. No ForwardTrace (dumps stay on the CPU backend).

@@ -246,7 +246,7 @@ struct FloatKeys {
 };
 
 // The compacted jobs of a unit, worked out on the host (the kernels' blocks would otherwise each walk
-// every job's shape to find their own: ≈ 16 jobs of 64-bit arithmetic a block): job i of them is
+// every job's shape to find their own: up to 64 jobs of 64-bit arithmetic a block): job i of them is
 // t.jobs[job[i]], of chunks[i] chunks a row, its (row, chunk) pairs [first[i], first[i + 1]) of the
 // compaction's `total`, its rows [first_row[i], first_row[i + 1]) of the gather's.
 struct CompactPlan {

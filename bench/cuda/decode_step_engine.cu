@@ -58,6 +58,8 @@ struct Buffers {
   }
 };
 
+static_assert(EngineOptions{}.chain == dk::IndexSelectChain::kMax, "the bench's default chain: the backend's");
+
 class EngineStep {
  public:
   // early: kernels placed before the kernel they follow has ended, as CudaExec launches them by

@@ -92,8 +92,8 @@ __device__ __forceinline__ const Job& job_of_block(const dk::TopkBatch& t, const
 // is 16-byte aligned, kFloorUnroll loads a lane in flight (a thread a run, 32 loads one after
 // another, took ≈ 14 µs a 16-row chain before the selection's launch: session 47).
 constexpr int kFloorUnroll = 8;
-__global__ void __launch_bounds__(kTopkThreads) topk_floor_kernel(const __grid_constant__ dk::TopkBatch t,
-                                                                          const __grid_constant__ JobStarts starts) {
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_floor_kernel(const __grid_constant__ dk::TopkBatch t, const __grid_constant__ JobStarts starts) {
   await_previous_kernel();
   __shared__ uint32_t maxima[dk::TopkBatch::kSampleRuns];
   __shared__ uint32_t out_keys[kMaxWidth];
@@ -168,8 +168,8 @@ __host__ __device__ int64_t group_blocks_of(bool hints, const Job& j) {
 }
 __host__ __device__ int64_t merge_rows_of(bool hints, const Job& j) { return !compacted(hints, j) && j.chunks() > 1 ? j.rows : 0; }
 
-__global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const __grid_constant__ dk::TopkBatch t,
-                                                                          const __grid_constant__ JobStarts starts) {
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_chunk_kernel(const __grid_constant__ dk::TopkBatch t, const __grid_constant__ JobStarts starts) {
   await_previous_kernel();
   __shared__ ChunkShared sm;
   int64_t b = blockIdx.x;
@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_chunk_kernel(const __grid_c
 
 // Block b of the group kernel: the (row, group) pairs of the jobs of more than kGroup chunks, one
 // job after another, row-major.
-__global__ void __launch_bounds__(kTopkThreads) topk_group_kernel(const __grid_constant__ dk::TopkBatch t,
-                                                                          const __grid_constant__ JobStarts starts) {
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_group_kernel(const __grid_constant__ dk::TopkBatch t, const __grid_constant__ JobStarts starts) {
   await_previous_kernel();
   __shared__ cuda::SelectShared<kTopkThreads> sel;
   int64_t b = blockIdx.x;
@@ -215,8 +215,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_group_kernel(const __grid_c
 }
 
 // Block b of the merge kernel: the rows of the jobs of more than one chunk, one job after another.
-__global__ void __launch_bounds__(kTopkThreads) topk_merge_kernel(const __grid_constant__ dk::TopkBatch t,
-                                                                          const __grid_constant__ JobStarts starts) {
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_merge_kernel(const __grid_constant__ dk::TopkBatch t, const __grid_constant__ JobStarts starts) {
   await_previous_kernel();
   __shared__ uint32_t out_keys[kMaxWidth];
   __shared__ cuda::SelectShared<kTopkThreads> sel;
@@ -364,8 +364,8 @@ __device__ void compact_chunk(const dk::TopkBatch& t, const PendingChunk& c, cud
 // The compaction as one wave of blocks over the plan's (row, chunk) pairs, each block's next chunk
 // loaded while it compacts the current one (a block a chunk spent most of its time waiting on its
 // loads: 45 µs for the 32 MB of a 16 × 512K chain, 0.7 TB/s, session 47's first call).
-__global__ void __launch_bounds__(kCompactThreads, 3) topk_compact_kernel(const __grid_constant__ dk::TopkBatch t,
-                                                                                 const __grid_constant__ CompactPlan p) {
+__global__ void __launch_bounds__(kCompactThreads, 3)
+    topk_compact_kernel(const __grid_constant__ dk::TopkBatch t, const __grid_constant__ CompactPlan p) {
   await_previous_kernel();
   __shared__ cuda::SelectShared<kCompactThreads> sel;
   int64_t x = blockIdx.x;
@@ -418,8 +418,8 @@ __device__ __forceinline__ void gather_round(int x0, int n, int used, const int*
 // chunk) into shared memory, and the row's selection from them. A row whose chunks left more than
 // kListMax (a floor far below its k-th: none, or many keys equal to it) pads each chunk's slots with
 // ineligible keys and selects over all of them where they lie, as step 3 without groups.
-__global__ void __launch_bounds__(kTopkThreads) topk_gather_kernel(const __grid_constant__ dk::TopkBatch t,
-                                                                           const __grid_constant__ CompactPlan p) {
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_gather_kernel(const __grid_constant__ dk::TopkBatch t, const __grid_constant__ CompactPlan p) {
   await_previous_kernel();
   extern __shared__ uint32_t list_keys[];  // [kListMax], then the ids
   int32_t* list_ids = reinterpret_cast<int32_t*>(list_keys + kListMax);

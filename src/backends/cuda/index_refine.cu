@@ -765,7 +765,8 @@ __device__ void approx_item(const Chain& c, const Plan& plan, int item, ApproxSh
 // grid) of the plan's n, in order, so a block's items are mostly of one row (its queries staged
 // once) and every block's share is within one item of the others' — no partial last wave.
 template <int NB, int kWarpgroup>
-__global__ void __launch_bounds__(kThreads, kWarpgroup == 8 ? 5 : kWarpgroup == 4 ? 6 : 8) approx_kernel(const __grid_constant__ Chain c, const __grid_constant__ Plan plan) {
+__global__ void __launch_bounds__(kThreads, kWarpgroup == 8 ? 5 : kWarpgroup == 4 ? 6 : 8)
+    approx_kernel(const __grid_constant__ Chain c, const __grid_constant__ Plan plan) {
   await_previous_kernel();
   __shared__ ApproxShared sh;
   const int64_t items = plan.first[c.n];
@@ -1193,7 +1194,8 @@ __device__ void band_item(const Chain& c, const Plan& plan, int item, BandShared
 
 // The band as one wave of blocks, each a contiguous share of the launch's items (approx_kernel's
 // scheme: no partial last wave, a row's queries staged once a block).
-__global__ void __launch_bounds__(kThreads) band_kernel(const __grid_constant__ Chain c, const __grid_constant__ Plan plan) {
+__global__ void __launch_bounds__(kThreads)
+    band_kernel(const __grid_constant__ Chain c, const __grid_constant__ Plan plan) {
   await_previous_kernel();
   __shared__ BandShared sh;
   __shared__ unsigned todos[kWarps][kBandBatch];
@@ -1382,11 +1384,7 @@ bool launch_chain(const dk::IndexSelectChain& c, Stream s, int64_t min_scores) {
   // blocks leave at once), where that kernel takes the jobs: flagged by a sample of their keys
   // before the fast scores, or by the count of unknown entries after them.
   bool fits = true;
-  for (int from = 0; from < c.n; from += Chain::kPart) {
-    int64_t total = 0;
-    const dk::Batched<dk::IndexScoreK> exact = c.scores(&total, from);
-    for (int j = 0; j < exact.n; ++j) fits = fits && index_int_fits(exact.count[j], exact.body[j]);
-  }
+  for (int j = 0; j < c.n; ++j) fits = fits && index_int_fits(c.jobs[j].rows * c.jobs[j].score.G, c.jobs[j].score);
   Chain gated = c;
   gated.exact_rows = fits;
   reset_work(c, s);
